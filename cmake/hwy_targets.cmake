@@ -1,0 +1,9 @@
+# SIMD target policy, in one place. Highway compiles each kernel for several targets and picks the
+# best one the CPU supports at run time, so one binary runs on any x86-64 and uses AVX-512 where
+# present. No -march flag is set. We keep AVX2 and AVX3 (AVX-512) and the portable fallback (with
+# g++ 12 Highway uses HWY_SCALAR, as EMU128 is blocklisted for GCC < 12.3); SSSE3/SSE4 are dropped
+# to bound compile time. The definition is PUBLIC so every translation unit that includes Highway
+# agrees on the target set.
+function(kvq_hwy_policy target)
+  target_compile_definitions(${target} PUBLIC "HWY_DISABLED_TARGETS=(HWY_SSSE3|HWY_SSE4)")
+endfunction()

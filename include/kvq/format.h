@@ -1,0 +1,113 @@
+// KV number formats: how one token's K or V row for one layer is stored, and exactly how many bytes
+// that takes. Every memory figure kvq prints comes from these byte counts.
+//
+// A format has a codec for keys and a codec for values (the same one for all formats but KIVI,
+// which quantises keys per channel and values per token). A codec stores rows in blocks: one row
+// per block for per-token formats, G rows per block for KIVI keys (a group). The codec functions
+// take raw pointers and know nothing of caches or models; attention reads them through dot/axpy.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "kvq/status.h"
+
+namespace kvq {
+
+/// Stable numeric ids: written into snapshot and page headers, so a value never changes meaning.
+enum class FormatId : uint16_t {
+  kF32 = 1,
+  kF16 = 2,
+  kBf16 = 3,
+  kFp8E4m3 = 4,
+  kInt8 = 5,
+  kInt4 = 6,
+  kInt2 = 7,
+  kInt4Kivi = 8,
+  kInt2Kivi = 9,
+  kFp4E2m1 = 10,
+};
+
+/// Largest head_dim any format accepts (reference kernels keep one head on the stack).
+inline constexpr int32_t kMaxHeadDim = 1024;
+
+/// Geometry of one cached row: one token's K (or V) for one layer.
+struct RowShape {
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  int64_t elems() const { return static_cast<int64_t>(n_kv_heads) * head_dim; }
+};
+
+/// What a codec's functions need besides the bytes.
+struct CodecArgs {
+  RowShape shape;
+  /// Per-tensor scale (tensor = one layer's K or V), for codecs with `calibrated` set
+  /// (fp8-e4m3): stored value = code × tensor_scale. Ignored by every other codec.
+  float tensor_scale = 1.0f;
+};
+
+/// One way of storing rows. All functions are the portable scalar reference; SIMD kernels that
+/// fuse dequantisation live in attention/ and are tested against these.
+struct Codec {
+  const char* element;  ///< what each number is stored as, e.g. "int4 offset-binary"
+  const char* scale;    ///< what scales it, e.g. "f16 per head row"
+  const char* layout;   ///< byte layout of a block, one line (the header beside the code has more)
+  int32_t element_bits;
+  /// Rows per block: 1, or G for a codec that quantises a group of rows together. Rows of an
+  /// incomplete group are held in f32 (the residual) until the group completes; see BytesForRows.
+  int32_t rows_per_block;
+  /// True when encoding needs a tensor_scale from Calibrate first.
+  bool calibrated;
+
+  /// Empty when the shape can be stored, else why not (e.g. "head_dim must be even").
+  std::string (*check_shape)(RowShape shape);
+  /// Exact storage bytes of one block of rows_per_block rows.
+  int64_t (*block_bytes)(RowShape shape);
+  /// rows: [rows_per_block][n_kv_heads][head_dim] f32 -> block: block_bytes(shape) bytes.
+  void (*encode_block)(const float* rows, uint8_t* block, const CodecArgs& args);
+  /// block, row r of it -> out: [n_kv_heads][head_dim] f32.
+  void (*decode_row)(const uint8_t* block, int32_t row, float* out, const CodecArgs& args);
+  /// Σ_i q[i] · x'[head][i] over head_dim, summed in f32 in order of i (x' = decoded row r).
+  float (*dot)(const float* q, const uint8_t* block, int32_t row, int32_t head,
+               const CodecArgs& args);
+  /// acc[i] += w · x'[head][i] for i < head_dim.
+  void (*axpy)(float w, const uint8_t* block, int32_t row, int32_t head, float* acc,
+               const CodecArgs& args);
+  /// Tensor scale from the first values written (normally the prefill); null if not calibrated.
+  float (*calibrate)(const float* values, int64_t n);
+};
+
+/// A registered KV format.
+struct FormatDesc {
+  FormatId id;
+  const char* name;     ///< the CLI token, e.g. "int4"
+  const char* summary;  ///< one line for listings
+  Codec key;
+  Codec value;
+  /// Where kvq's bits-per-number differs from a figure printed in the seeds, and why; or "".
+  const char* note;
+};
+
+/// Every registered format, in registry order.
+std::span<const FormatDesc* const> Formats();
+/// The format with this CLI name, or an error listing the known names.
+Result<const FormatDesc*> FindFormat(std::string_view name);
+/// The format with this id, or null.
+const FormatDesc* FindFormat(FormatId id);
+
+/// Checks both codecs can store rows of this shape; the error names the format and the rule.
+Status CheckShape(const FormatDesc& format, RowShape shape);
+
+/// Exact bytes that n_rows rows of one tensor take in this codec: complete blocks, plus the
+/// f32 residual rows of an incomplete group for group codecs.
+int64_t BytesForRows(const Codec& codec, RowShape shape, int64_t n_rows);
+
+/// Steady-state bits per stored number (complete blocks): block bits / numbers per block.
+double BitsPerNumber(const Codec& codec, RowShape shape);
+
+/// Bytes of per-tensor state (fp8's f32 tensor scale) for one tensor; 0 for other codecs.
+int64_t TensorStateBytes(const Codec& codec);
+
+}  // namespace kvq

@@ -1,0 +1,44 @@
+// Scalar conversions between f32 and the small float codes kvq stores: IEEE f16, bf16,
+// OCP FP8 E4M3 and OCP FP4 E2M1. These are the reference definitions every format and every SIMD
+// kernel is tested against. All rounding is round-to-nearest, ties to even (RNE).
+#pragma once
+
+#include <cstdint>
+
+namespace kvq {
+
+// ---- IEEE 754 binary16: 1 sign, 5 exponent (bias 15), 10 mantissa bits. ----
+/// Exact: every f16 value is an f32 value.
+float F16ToF32(uint16_t h);
+/// RNE; overflow rounds to ±inf (IEEE behaviour), NaN stays a quiet NaN with its sign.
+uint16_t F32ToF16(float f);
+/// roundF16(x) of the seeds: the f32 value of the nearest f16.
+inline float RoundF16(float f) { return F16ToF32(F32ToF16(f)); }
+inline constexpr float kF16Max = 65504.0f;
+
+// ---- bfloat16: the high 16 bits of an f32 (1 sign, 8 exponent, 7 mantissa bits). ----
+float Bf16ToF32(uint16_t b);
+/// RNE; values past the largest bf16 round to ±inf; NaN stays a quiet NaN with its sign.
+uint16_t F32ToBf16(float f);
+
+// ---- OCP FP8 E4M3 ("E4M3FN"): 1 sign, 4 exponent (bias 7), 3 mantissa bits. ----
+// No infinities; NaN only at S.1111.111 (0x7F, 0xFF). Max normal 448 (0.1111.110); smallest
+// subnormal 2^-9 (0.0000.001).
+float E4m3ToF32(uint8_t code);
+/// RNE, saturating: |x| beyond 448 (including ±inf) gives ±448; NaN gives 0x7F (sign kept).
+uint8_t F32ToE4m3(float f);
+inline float RoundE4m3(float f) { return E4m3ToF32(F32ToE4m3(f)); }
+inline constexpr float kE4m3Max = 448.0f;
+inline constexpr float kE4m3MinSubnormal = 0.001953125f;  // 2^-9
+
+// ---- OCP FP4 E2M1: 1 sign, 2 exponent (bias 1), 1 mantissa bit, in the low 4 bits. ----
+// Magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6; no inf, no NaN.
+float E2m1ToF32(uint8_t code);
+/// RNE, saturating at ±6 (±inf too); NaN gives +0 (E2M1 has no NaN; callers keep inputs finite).
+uint8_t F32ToE2m1(float f);
+inline constexpr float kE2m1Max = 6.0f;
+
+/// Round half to even, independent of the floating-point environment's rounding mode.
+float RoundHalfEven(float x);
+
+}  // namespace kvq

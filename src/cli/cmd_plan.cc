@@ -1,0 +1,184 @@
+// `kvq plan`: KV memory for a model shape and a format, in exact bytes, and — given the weight
+// bytes a decode step reads — the KV share of those bytes and each format's speed ceiling.
+#include <fmt/core.h>
+
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "cli/commands.h"
+#include "kvq/format.h"
+#include "kvq/kv_memory.h"
+#include "kvq/units.h"
+
+namespace kvq::cli {
+namespace {
+
+struct PlanOptions {
+  int64_t layers = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  std::string format = "f16";
+  std::vector<int64_t> contexts;
+  std::string kv_bytes;
+  std::string weight_bytes;
+  bool json = false;
+};
+
+struct CeilingRow {
+  std::optional<int64_t> context;  // absent when KV bytes were given directly
+  int64_t kv_bytes;
+  int64_t weight_bytes;
+};
+
+int RunPlan(const PlanOptions& o) {
+  auto bad = [](const std::string& m) { return BadInput("plan", m); };
+  if (o.layers <= 0) return bad(fmt::format("--layers must be positive (got {})", o.layers));
+  if (o.kv_heads <= 0 || o.kv_heads > INT32_MAX) {
+    return bad(fmt::format("--kv-heads must be in 1..{} (got {})", INT32_MAX, o.kv_heads));
+  }
+  if (o.head_dim <= 0 || o.head_dim > kMaxHeadDim) {
+    return bad(fmt::format("--head-dim must be in 1..{} (got {})", kMaxHeadDim, o.head_dim));
+  }
+  const Result<const FormatDesc*> format = FindFormat(o.format);
+  if (!format.ok()) return bad("--format: " + format.status().message());
+  const KvShape shape{.n_layers = o.layers, .n_kv_heads = static_cast<int32_t>(o.kv_heads),
+                      .head_dim = static_cast<int32_t>(o.head_dim)};
+  const Result<KvMemory> mem = PlanKvMemory(**format, shape);
+  if (!mem.ok()) return bad(mem.status().message());
+  if (o.contexts.empty() && o.kv_bytes.empty()) {
+    return bad("give --context N[,N...] (positions to size), or --kv-bytes with --weight-bytes");
+  }
+  std::vector<std::pair<int64_t, int64_t>> totals;  // (context, total bytes)
+  for (int64_t n : o.contexts) {
+    const Result<int64_t> total = KvBytesForContext(**format, shape, n);
+    if (!total.ok()) return bad("--context: " + total.status().message());
+    totals.emplace_back(n, *total);
+  }
+
+  std::vector<CeilingRow> ceiling_rows;
+  if (!o.kv_bytes.empty() && o.weight_bytes.empty()) {
+    return bad("--kv-bytes needs --weight-bytes (the weight bytes read per decode step)");
+  }
+  if (!o.weight_bytes.empty()) {
+    const Result<int64_t> w = ParseByteSize(o.weight_bytes);
+    if (!w.ok()) return bad("--weight-bytes: " + w.status().message());
+    if (!o.kv_bytes.empty()) {
+      const Result<int64_t> kv = ParseByteSize(o.kv_bytes);
+      if (!kv.ok()) return bad("--kv-bytes: " + kv.status().message());
+      ceiling_rows.push_back({std::nullopt, *kv, *w});
+    } else {
+      for (auto [n, total] : totals) ceiling_rows.push_back({n, total, *w});
+    }
+  }
+
+  // Each format's bytes as a fraction of the plan's format (the reference for ceilings).
+  struct Ratio {
+    const FormatDesc* format;
+    double bytes_ratio;
+  };
+  std::vector<Ratio> ratios;
+  for (const FormatDesc* f : Formats()) {
+    const Result<KvMemory> m = PlanKvMemory(*f, shape);
+    if (m.ok()) {
+      ratios.push_back({f, static_cast<double>(m->bytes_per_layer_position) /
+                               static_cast<double>(mem->bytes_per_layer_position)});
+    }
+  }
+  const double f16_bytes = 4.0 * static_cast<double>(shape.row().elems());  // K + V, 2 B each
+
+  if (o.json) {
+    nlohmann::json out = {
+        {"format", (*format)->name},
+        {"layers", o.layers},
+        {"kv_heads", o.kv_heads},
+        {"head_dim", o.head_dim},
+        {"key_bytes_per_layer_position", mem->key_bytes_per_layer_position},
+        {"value_bytes_per_layer_position", mem->value_bytes_per_layer_position},
+        {"bytes_per_layer_position", mem->bytes_per_layer_position},
+        {"bytes_per_token", mem->bytes_per_token},
+        {"fixed_bytes", mem->fixed_bytes},
+        {"bits_per_number", mem->bits_per_number},
+        {"memory_vs_f16", static_cast<double>(mem->bytes_per_layer_position) / f16_bytes},
+        {"contexts", nlohmann::json::array()}};
+    for (auto [n, total] : totals) out["contexts"].push_back({{"context", n}, {"total_bytes", total}});
+    if (!ceiling_rows.empty()) {
+      out["ceiling"] = nlohmann::json::array();
+      for (const CeilingRow& row : ceiling_rows) {
+        const double share = static_cast<double>(row.kv_bytes) /
+                             (static_cast<double>(row.kv_bytes) + static_cast<double>(row.weight_bytes));
+        nlohmann::json r = {{"reference", (*format)->name}, {"kv_bytes", row.kv_bytes},
+                            {"weight_bytes", row.weight_bytes}, {"kv_share", share},
+                            {"formats", nlohmann::json::array()}};
+        r["context"] = row.context ? nlohmann::json(*row.context) : nlohmann::json(nullptr);
+        for (const Ratio& ratio : ratios) {
+          r["formats"].push_back({{"format", ratio.format->name},
+                                  {"bytes_ratio", ratio.bytes_ratio},
+                                  {"ceiling", SpeedupCeiling(share, ratio.bytes_ratio)}});
+        }
+        out["ceiling"].push_back(r);
+      }
+    }
+    fmt::print("{}\n", out.dump(2));
+    return 0;
+  }
+
+  fmt::print("KV cache: {} layers x {} KV heads x head_dim {}, format {}\n", o.layers, o.kv_heads,
+             o.head_dim, (*format)->name);
+  fmt::print("  K: {}; {}\n", (*format)->key.element, (*format)->key.scale);
+  fmt::print("  V: {}; {}\n", (*format)->value.element, (*format)->value.scale);
+  fmt::print("  bytes per layer-position  {} (K {} + V {})\n",
+             FormatCount(mem->bytes_per_layer_position),
+             FormatCount(mem->key_bytes_per_layer_position),
+             FormatCount(mem->value_bytes_per_layer_position));
+  fmt::print("  bytes per token           {}\n", FormatCount(mem->bytes_per_token));
+  fmt::print("  bits per number           {:.4g} ({:.1f}% of f16)\n", mem->bits_per_number,
+             100.0 * static_cast<double>(mem->bytes_per_layer_position) / f16_bytes);
+  if (mem->fixed_bytes > 0) {
+    fmt::print("  fixed bytes               {} (per-tensor scales)\n", FormatCount(mem->fixed_bytes));
+  }
+  if (*(*format)->note != '\0') fmt::print("  note: {}\n", (*format)->note);
+  if (!totals.empty()) {
+    fmt::print("\n  {:>12}  {:>22}  {:>12}\n", "context", "total bytes", "");
+    for (auto [n, total] : totals) {
+      fmt::print("  {:>12}  {:>22}  {:>12}\n", FormatCount(n), FormatCount(total),
+                 FormatBytesIec(total));
+    }
+  }
+  for (const CeilingRow& row : ceiling_rows) {
+    const double share = static_cast<double>(row.kv_bytes) /
+                         (static_cast<double>(row.kv_bytes) + static_cast<double>(row.weight_bytes));
+    fmt::print("\nDecode-speed ceiling against {}{}: KV {} B + weights {} B read per step, "
+               "KV share {:.1f}%\n",
+               (*format)->name, row.context ? fmt::format(" at {} positions", FormatCount(*row.context)) : "",
+               FormatCount(row.kv_bytes), FormatCount(row.weight_bytes), 100.0 * share);
+    fmt::print("  (1 / (1 - kv_share x (1 - r)): an upper bound, dequantisation assumed free)\n");
+    fmt::print("  {:<10} {:>12} {:>9}\n", "format", "bytes ratio", "ceiling");
+    for (const Ratio& ratio : ratios) {
+      fmt::print("  {:<10} {:>12.4f} {:>8.3f}x\n", ratio.format->name, ratio.bytes_ratio,
+                 SpeedupCeiling(share, ratio.bytes_ratio));
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddPlanCommand(CLI::App& app, int* exit_code) {
+  auto o = std::make_shared<PlanOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan", "KV memory for a model shape and format; with --weight-bytes, KV share and ceilings");
+  cmd->add_option("--layers", o->layers, "Layers that hold a KV cache")->required();
+  cmd->add_option("--kv-heads", o->kv_heads, "KV heads per layer")->required();
+  cmd->add_option("--head-dim", o->head_dim, "Numbers per head row")->required();
+  cmd->add_option("--format", o->format, "KV format (see `kvq formats`); also the reference "
+                                         "for ceilings")->capture_default_str();
+  cmd->add_option("--context", o->contexts, "Positions to size, comma-separated")->delimiter(',');
+  cmd->add_option("--kv-bytes", o->kv_bytes,
+                  "KV bytes read per decode step in --format (e.g. 718MB), for the KV share");
+  cmd->add_option("--weight-bytes", o->weight_bytes,
+                  "Weight bytes read per decode step (e.g. 566MB, 1.2GiB)");
+  cmd->add_flag("--json", o->json, "Print JSON (exact integers) instead of a table");
+  cmd->callback([o, exit_code] { *exit_code = RunPlan(*o); });
+}
+
+}  // namespace kvq::cli

@@ -1,0 +1,28 @@
+// kvq command line: one binary, one subcommand per job (formats, plan; run, eval, bench later).
+#include <fmt/core.h>
+
+#include "cli/commands.h"
+
+namespace kvq::cli {
+int BadInput(const std::string& command, const std::string& message) {
+  fmt::print(stderr, "kvq {}: error: {}\n", command, message);
+  return kExitBadInput;
+}
+}  // namespace kvq::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvq: a KV-cache-first LLM inference runtime. The KV cache is the wall: kvq stores\n"
+               "it in compact number formats and measures what each one saves and costs."};
+  app.set_version_flag("--version", "kvq 0.1.0");
+  app.require_subcommand(1);
+  int exit_code = 0;
+  kvq::cli::AddFormatsCommand(app, &exit_code);
+  kvq::cli::AddPlanCommand(app, &exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : kvq::cli::kExitBadInput;
+  }
+  return exit_code;
+}

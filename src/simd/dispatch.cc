@@ -1,0 +1,51 @@
+// Per-target bodies of the dispatched kernels in dispatch.h; foreach_target re-includes this file
+// once per SIMD target, and HWY_EXPORT builds the table HWY_DYNAMIC_DISPATCH picks from.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "simd/dispatch.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "simd/dispatch.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvq::simd {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+const char* TargetNameHere() { return hwy::TargetName(HWY_TARGET); }
+
+float DotF32Here(const float* a, const float* b, size_t n) {
+  const hn::ScalableTag<float> d;
+  const size_t lanes = hn::Lanes(d);
+  auto sum0 = hn::Zero(d);
+  auto sum1 = hn::Zero(d);
+  size_t i = 0;
+  for (; i + 2 * lanes <= n; i += 2 * lanes) {
+    sum0 = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), sum0);
+    sum1 = hn::MulAdd(hn::LoadU(d, a + i + lanes), hn::LoadU(d, b + i + lanes), sum1);
+  }
+  for (; i + lanes <= n; i += lanes) {
+    sum0 = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), sum0);
+  }
+  float sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(sum0, sum1)));
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kvq::simd
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace kvq::simd {
+
+HWY_EXPORT(TargetNameHere);
+HWY_EXPORT(DotF32Here);
+
+const char* DispatchedTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameHere)(); }
+float DotF32(const float* a, const float* b, size_t n) {
+  return HWY_DYNAMIC_DISPATCH(DotF32Here)(a, b, n);
+}
+
+}  // namespace kvq::simd
+#endif  // HWY_ONCE
