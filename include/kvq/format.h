@@ -77,6 +77,11 @@ struct Codec {
                const CodecArgs& args);
   /// Tensor scale from the first values written (normally the prefill); null if not calibrated.
   float (*calibrate)(const float* values, int64_t n);
+  /// The codec's accuracy contract: the largest |x − x'| it may produce when x was stored at
+  /// (row, head, element i) of this block, derived from the block's own scales. The conformance
+  /// suite checks every round trip against it; 0 for f32.
+  float (*error_bound)(float x, const uint8_t* block, int32_t row, int32_t head, int32_t i,
+                       const CodecArgs& args);
 };
 
 /// A registered KV format.

@@ -18,6 +18,16 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   kvq::cli::AddFormatsCommand(app, &exit_code);
   kvq::cli::AddPlanCommand(app, &exit_code);
+  std::string known;
+  bool found = false;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    known += (known.empty() ? "" : ", ") + sub->get_name();
+    found = found || (argc > 1 && sub->get_name() == argv[1]);
+  }
+  if (argc > 1 && argv[1][0] != '-' && !found) {    fmt::print(stderr, "kvq: error: unknown command '{}' (commands: {}; see kvq --help)\n", argv[1],
+               known);
+    return kvq::cli::kExitBadInput;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,6 +1,8 @@
 // bf16 codec: 2 bytes per number, no scale; conversion rounds to nearest even (base/float_codes).
 #include "format/bf16/bf16.h"
 
+#include <cmath>
+
 #include "base/float_codes.h"
 #include "format/codec_helpers.h"
 
@@ -18,12 +20,17 @@ void Encode(const float* rows, uint8_t* block, const CodecArgs& a) {
 int64_t BlockBytes(RowShape s) { return s.elems() * 2; }
 std::string CheckShape(RowShape) { return ""; }
 
+// Half a bf16 ulp: 2^-8 relative in the normal range, 2^-134 absolute among subnormals.
+float ErrorBound(float x, const uint8_t*, int32_t, int32_t, int32_t, const CodecArgs&) {
+  return std::fmax(std::fabs(x) * 0x1p-8f, 0x1p-134f);
+}
+
 constexpr Codec kCodec = {
     .element = "bf16", .scale = "none", .layout = "row of bf16, heads in order",
     .element_bits = 16, .rows_per_block = 1, .calibrated = false,
     .check_shape = CheckShape, .block_bytes = BlockBytes, .encode_block = Encode,
     .decode_row = DecodeRowVia<DecodeHead>, .dot = DotVia<DecodeHead>,
-    .axpy = AxpyVia<DecodeHead>, .calibrate = nullptr,
+    .axpy = AxpyVia<DecodeHead>, .calibrate = nullptr, .error_bound = ErrorBound,
 };
 }  // namespace
 

@@ -17,12 +17,14 @@ void Encode(const float* rows, uint8_t* block, const CodecArgs& a) {
 int64_t BlockBytes(RowShape s) { return s.elems() * 4; }
 std::string CheckShape(RowShape) { return ""; }
 
+float ErrorBound(float, const uint8_t*, int32_t, int32_t, int32_t, const CodecArgs&) { return 0.0f; }
+
 constexpr Codec kCodec = {
     .element = "f32", .scale = "none", .layout = "row of f32, heads in order",
     .element_bits = 32, .rows_per_block = 1, .calibrated = false,
     .check_shape = CheckShape, .block_bytes = BlockBytes, .encode_block = Encode,
     .decode_row = DecodeRowVia<DecodeHead>, .dot = DotVia<DecodeHead>,
-    .axpy = AxpyVia<DecodeHead>, .calibrate = nullptr,
+    .axpy = AxpyVia<DecodeHead>, .calibrate = nullptr, .error_bound = ErrorBound,
 };
 }  // namespace
 

@@ -35,6 +35,18 @@ void DecodeHead(const uint8_t* block, int32_t, int32_t head, float* out, const C
   }
 }
 
+// Half the E2M1 spacing at |x|/s (0.5 up to 2, 1 up to 4, 2 up to 6) times s; past 6·s the
+// element saturates. |x|·2^-22 covers the f32 division.
+float ErrorBound(float x, const uint8_t* block, int32_t, int32_t head, int32_t i,
+                 const CodecArgs& a) {
+  const int64_t j = static_cast<int64_t>(head) * a.shape.head_dim + i;
+  const float s = E4m3ToF32(block[(j / kG) * kGroupBytes]);
+  const float v = std::fabs(x) / s;
+  const float slack = std::fabs(x) * 0x1p-22f;
+  if (v > kE2m1Max) return (v - kE2m1Max) * s + slack;
+  return (v <= 2.0f ? 0.25f : v <= 4.0f ? 0.5f : 1.0f) * s + slack;
+}
+
 void Encode(const float* rows, uint8_t* block, const CodecArgs& a) {
   for (int64_t g0 = 0; g0 < a.shape.elems(); g0 += kG) {
     uint8_t* g = block + (g0 / kG) * kGroupBytes;
@@ -54,7 +66,7 @@ constexpr Codec kCodec = {
     .element_bits = 4, .rows_per_block = 1, .calibrated = false,
     .check_shape = CheckShape, .block_bytes = BlockBytes, .encode_block = Encode,
     .decode_row = DecodeRowVia<DecodeHead>, .dot = DotVia<DecodeHead>,
-    .axpy = AxpyVia<DecodeHead>, .calibrate = nullptr,
+    .axpy = AxpyVia<DecodeHead>, .calibrate = nullptr, .error_bound = ErrorBound,
 };
 }  // namespace
 

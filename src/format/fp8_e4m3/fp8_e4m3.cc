@@ -24,6 +24,14 @@ float Calibrate(const float* values, int64_t n) {
   }
   return amax > 0.0f ? amax / kE4m3Max : 1.0f;
 }
+// Within range, half an E4M3 ulp of x/scale (2^-4 relative; 2^-10 among subnormals) times the
+// scale, plus f32 slack for the division; past 448 · scale the value saturates.
+float ErrorBound(float x, const uint8_t*, int32_t, int32_t, int32_t, const CodecArgs& a) {
+  const float ax = std::fabs(x);
+  const float slack = ax * 0x1p-22f;
+  if (ax > kE4m3Max * a.tensor_scale) return ax - kE4m3Max * a.tensor_scale + slack;
+  return std::fmax(ax * 0x1p-4f, a.tensor_scale * 0x1p-10f) + slack;
+}
 int64_t BlockBytes(RowShape s) { return s.elems(); }
 std::string CheckShape(RowShape) { return ""; }
 
@@ -33,7 +41,7 @@ constexpr Codec kCodec = {
     .element_bits = 8, .rows_per_block = 1, .calibrated = true,
     .check_shape = CheckShape, .block_bytes = BlockBytes, .encode_block = Encode,
     .decode_row = DecodeRowVia<DecodeHead>, .dot = DotVia<DecodeHead>,
-    .axpy = AxpyVia<DecodeHead>, .calibrate = Calibrate,
+    .axpy = AxpyVia<DecodeHead>, .calibrate = Calibrate, .error_bound = ErrorBound,
 };
 }  // namespace
 

@@ -29,6 +29,16 @@ struct IntToken {
     }
   }
 
+  // |x − x'| ≤ s/2: round() moves x/s by at most half, the clamp never bites (|x|/s ≤ qmax up to
+  // f16 rounding of s, well under qmax + 1/2), and (raw − offset)·s is exact; |x|·2^-23 covers the
+  // f32 rounding of x/s. Only when s saturated at 65504 does the clamp bite: then x' = ±qmax·s
+  // at worst, and the error is |x| − qmax·s.
+  static float ErrorBound(float x, const uint8_t* block, int32_t, int32_t head, int32_t,
+                          const CodecArgs& a) {
+    const float s = F16ToF32(LoadU16(block + head * HeadBytes(a.shape)));
+    return std::fmax(0.5f * s, std::fabs(x) - kQmax * s) + std::fabs(x) * 0x1p-23f;
+  }
+
   static void Encode(const float* rows, uint8_t* block, const CodecArgs& a) {
     const int32_t d = a.shape.head_dim;
     for (int32_t h = 0; h < a.shape.n_kv_heads; ++h) {
@@ -56,7 +66,7 @@ struct IntToken {
       .element_bits = kBits, .rows_per_block = 1, .calibrated = false,
       .check_shape = CheckShape, .block_bytes = BlockBytes, .encode_block = Encode,
       .decode_row = DecodeRowVia<DecodeHead>, .dot = DotVia<DecodeHead>,
-      .axpy = AxpyVia<DecodeHead>, .calibrate = nullptr,
+      .axpy = AxpyVia<DecodeHead>, .calibrate = nullptr, .error_bound = ErrorBound,
   };
 };
 }  // namespace

@@ -30,6 +30,17 @@ struct Asym {
     return static_cast<uint32_t>(std::fmin(std::fmax(RoundHalfEven((x - z) / s), 0.0f), kRawMax));
   }
   static float Value(uint32_t raw, float s, float z) { return static_cast<float>(raw) * s + z; }
+  // |x − x'| ≤ s/2 + |min − z| + R·|t − s| + saturation, where t = (max − z)/R is the exact step:
+  // rounding moves (x − z)/s by at most half; x ≥ min and z is min rounded to f16 (half an f16
+  // ulp: 2^-11 relative, 2^-25 among subnormals), so the clamp at 0 costs at most |min − z|; at
+  // the top, raw ≤ R reaches z + R·s, short of max by R·|t − s| ≤ R·max(2^-10·s, 2^-25) (f16
+  // rounding of t, which also covers s = 0). Values past ±65504 clamp to the saturated z or s.
+  // (|x| + |z|)·2^-22 covers the f32 subtraction and division.
+  static float Bound(float x, float s, float z) {
+    return 0.5f * s + std::fmax(std::fabs(z) * 0x1p-11f, 0x1p-25f) +
+           kRawMax * std::fmax(s * 0x1p-10f, 0x1p-25f) + std::fmax(std::fabs(x) - kF16Max, 0.0f) +
+           (std::fabs(x) + std::fabs(z)) * 0x1p-22f;
+  }
 };
 
 // ---- keys: per channel, groups of G rows ----
@@ -58,6 +69,12 @@ struct KiviKeys {
       const float z = F16ToF32(LoadU16(p + 2 * (d + i)));
       out[i] = Q::Value(UnpackCode(codes, i, kBits), s, z);
     }
+  }
+
+  static float ErrorBound(float x, const uint8_t* block, int32_t, int32_t head, int32_t i,
+                          const CodecArgs& a) {
+    const uint8_t* p = block + head * HeadBytes(a.shape);
+    return Q::Bound(x, F16ToF32(LoadU16(p + 2 * i)), F16ToF32(LoadU16(p + 2 * (a.shape.head_dim + i))));
   }
 
   static void Encode(const float* rows, uint8_t* block, const CodecArgs& a) {
@@ -91,7 +108,7 @@ struct KiviKeys {
       .element_bits = kBits, .rows_per_block = kG, .calibrated = false,
       .check_shape = CheckShape, .block_bytes = BlockBytes, .encode_block = Encode,
       .decode_row = DecodeRowVia<DecodeHead>, .dot = DotVia<DecodeHead>,
-      .axpy = AxpyVia<DecodeHead>, .calibrate = nullptr,
+      .axpy = AxpyVia<DecodeHead>, .calibrate = nullptr, .error_bound = ErrorBound,
   };
 };
 
@@ -108,6 +125,12 @@ struct KiviValues {
     const uint8_t* p = block + head * HeadBytes(a.shape);
     const float s = F16ToF32(LoadU16(p)), z = F16ToF32(LoadU16(p + 2));
     for (int32_t i = 0; i < a.shape.head_dim; ++i) out[i] = Q::Value(UnpackCode(p + 4, i, kBits), s, z);
+  }
+
+  static float ErrorBound(float x, const uint8_t* block, int32_t, int32_t head, int32_t,
+                          const CodecArgs& a) {
+    const uint8_t* p = block + head * HeadBytes(a.shape);
+    return Q::Bound(x, F16ToF32(LoadU16(p)), F16ToF32(LoadU16(p + 2)));
   }
 
   static void Encode(const float* rows, uint8_t* block, const CodecArgs& a) {
@@ -136,7 +159,7 @@ struct KiviValues {
       .element_bits = kBits, .rows_per_block = 1, .calibrated = false,
       .check_shape = CheckShape, .block_bytes = BlockBytes, .encode_block = Encode,
       .decode_row = DecodeRowVia<DecodeHead>, .dot = DotVia<DecodeHead>,
-      .axpy = AxpyVia<DecodeHead>, .calibrate = nullptr,
+      .axpy = AxpyVia<DecodeHead>, .calibrate = nullptr, .error_bound = ErrorBound,
   };
 };
 

@@ -1,0 +1,163 @@
+// The kvq program end to end: `kvq plan` and `kvq formats` print the seeds' figures as exact
+// JSON integers, and bad input gets a clear message on stderr and a non-zero exit.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+namespace {
+
+struct KvqRun {
+  int exit_code;
+  std::string out;
+  std::string err;
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+KvqRun Kvq(const std::string& args) {
+  const std::string dir = testing::TempDir();
+  // Per-process names: CTest runs these tests in parallel processes.
+  const std::string stem = dir + "/kvq_cli_" + std::to_string(getpid());
+  const std::string out = stem + ".out", err = stem + ".err";
+  const std::string cmd = std::string(KVQ_BINARY) + " " + args + " >" + out + " 2>" + err;
+  const int status = std::system(cmd.c_str());
+  KvqRun run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, Slurp(out), Slurp(err)};
+  std::remove(out.c_str());
+  std::remove(err.c_str());
+  return run;
+}
+
+nlohmann::json Json(const std::string& args) {
+  const KvqRun r = Kvq(args + " --json");
+  EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.err;
+  return nlohmann::json::parse(r.out);
+}
+
+TEST(Plan, Seed000ShapeF32) {
+  const auto j = Json("plan --layers 28 --kv-heads 4 --head-dim 128 --format f32 --context 2787");
+  EXPECT_EQ(j["bytes_per_layer_position"].get<int64_t>(), 4096);
+  EXPECT_EQ(j["bytes_per_token"].get<int64_t>(), 114688);
+  ASSERT_EQ(j["contexts"].size(), 1u);
+  EXPECT_EQ(j["contexts"][0]["context"].get<int64_t>(), 2787);
+  EXPECT_EQ(j["contexts"][0]["total_bytes"].get<int64_t>(), 319635456);  // over 300 MB
+}
+
+TEST(Plan, Seed000ShapeInt4) {
+  const auto j = Json("plan --layers 28 --kv-heads 4 --head-dim 128 --format int4 --context 2787");
+  EXPECT_EQ(j["bytes_per_layer_position"].get<int64_t>(), 528);
+}
+
+TEST(Plan, Seed002TableInMiBAndGiB) {
+  const auto j =
+      Json("plan --layers 10 --kv-heads 2 --head-dim 256 --format f16 --context 8192,32768,65536,262144");
+  EXPECT_EQ(j["bytes_per_token"].get<int64_t>(), 20480);
+  const int64_t want[] = {160LL << 20, 640LL << 20, 1280LL << 20, 5LL << 30};
+  ASSERT_EQ(j["contexts"].size(), 4u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(j["contexts"][i]["total_bytes"].get<int64_t>(), want[i]);
+}
+
+TEST(Plan, Seed002CeilingFromMeasuredBytes) {
+  const auto j = Json("plan --layers 10 --kv-heads 2 --head-dim 256 --format f16 "
+                      "--kv-bytes 718MB --weight-bytes 566MB");
+  ASSERT_EQ(j["ceiling"].size(), 1u);
+  EXPECT_NEAR(j["ceiling"][0]["kv_share"].get<double>(), 718.0 / 1284.0, 1e-12);
+  bool found = false;
+  for (const auto& f : j["ceiling"][0]["formats"]) {
+    if (f["format"] == "fp8-e4m3") {
+      found = true;
+      EXPECT_EQ(f["bytes_ratio"].get<double>(), 0.5);
+      EXPECT_NEAR(f["ceiling"].get<double>(), 1.388, 0.0005);
+    }
+    if (f["format"] == "f16") EXPECT_EQ(f["ceiling"].get<double>(), 1.0);
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(Plan, CeilingFromAContextAndWeights) {
+  const auto j = Json("plan --layers 10 --kv-heads 2 --head-dim 256 --format f16 --context 32768 "
+                      "--weight-bytes 566MB");
+  ASSERT_EQ(j["ceiling"].size(), 1u);
+  EXPECT_EQ(j["ceiling"][0]["context"].get<int64_t>(), 32768);
+  EXPECT_EQ(j["ceiling"][0]["kv_bytes"].get<int64_t>(), 640LL << 20);
+}
+
+TEST(Formats, Seed004BitsColumnAtHeadDim8) {
+  const auto j = Json("formats --head-dim 8 --kv-heads 4");
+  std::map<std::string, double> bits, pct;
+  for (const auto& f : j["formats"]) {
+    bits[f["name"]] = f["bits_per_number"].get<double>();
+    pct[f["name"]] = 100.0 * f["memory_vs_f16"].get<double>();
+  }
+  EXPECT_EQ(bits["f16"], 16);
+  EXPECT_EQ(bits["fp8-e4m3"], 8);
+  EXPECT_EQ(bits["int8"], 10);
+  EXPECT_EQ(bits["fp4-e2m1"], 4.5);
+  EXPECT_EQ(bits["int4"], 6);
+  EXPECT_EQ(bits["int2"], 4);
+  EXPECT_EQ(pct["int8"], 62.5);
+  EXPECT_EQ(pct["fp4-e2m1"], 28.125);
+  EXPECT_EQ(j["formats"].size(), 10u);
+}
+
+TEST(Formats, HumanTableListsEveryFormatAndTheSimdTarget) {
+  const KvqRun r = Kvq("formats --head-dim 8 --kv-heads 4");
+  ASSERT_EQ(r.exit_code, 0);
+  for (const char* name : {"f32", "f16", "bf16", "fp8-e4m3", "int8", "int4", "int2", "int4-kivi",
+                           "int2-kivi", "fp4-e2m1"}) {
+    EXPECT_NE(r.out.find(name), std::string::npos) << name;
+  }
+  EXPECT_NE(r.out.find("SIMD target here:"), std::string::npos);
+}
+
+// Each bad input: non-zero exit, nothing on stdout, and stderr names the flag and the problem.
+TEST(BadInput, ClearErrorAndNonZeroExit) {
+  const struct { const char* args; const char* must_mention; } cases[] = {
+      {"plan --layers 28 --kv-heads 4 --head-dim 128 --format int3 --context 10", "int3"},
+      {"plan --layers 0 --kv-heads 4 --head-dim 128 --context 10", "--layers"},
+      {"plan --layers=-3 --kv-heads 4 --head-dim 128 --context 10", "--layers"},
+      {"plan --layers 28 --kv-heads=-4 --head-dim 128 --context 10", "--kv-heads"},
+      {"plan --layers 28 --kv-heads 4 --head-dim 0 --context 10", "--head-dim"},
+      {"plan --layers 28 --kv-heads 4 --head-dim 128 --context 0", "context"},
+      {"plan --layers 28 --kv-heads 4 --head-dim 128 --context=-7", "context"},
+      {"plan --layers 28 --kv-heads 4 --head-dim 7 --format int4 --context 10", "head_dim"},
+      {"plan --layers 1 --kv-heads 1 --head-dim 8 --format fp4-e2m1 --context 10", "16"},
+      {"plan --layers 9000000000000000000 --kv-heads 8 --head-dim 128 --context 10", "64 bits"},
+      {"plan --layers 80 --kv-heads 8 --head-dim 128 --context 9000000000000000", "64 bits"},
+      {"plan --layers 28 --kv-heads 4 --head-dim 128", "--context"},
+      {"plan --layers 28 --kv-heads 4 --head-dim 128 --kv-bytes 1GB", "--weight-bytes"},
+      {"plan --layers 28 --kv-heads 4 --head-dim 128 --context 10 --weight-bytes 5XB", "5XB"},
+      {"plan --kv-heads 4 --head-dim 128 --context 10", "--layers"},
+      {"plan --layers abc --kv-heads 4 --head-dim 128 --context 10", "abc"},
+      {"formats --head-dim 0", "--head-dim"},
+      {"nonsense", "nonsense"},
+  };
+  for (const auto& c : cases) {
+    const KvqRun r = Kvq(c.args);
+    EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_TRUE(r.out.empty()) << c.args << " printed: " << r.out;
+    EXPECT_NE(r.err.find(c.must_mention), std::string::npos) << c.args << " said: " << r.err;
+  }
+}
+
+TEST(Help, EverySubcommandHasHelp) {
+  for (const char* sub : {"", "plan ", "formats "}) {
+    const KvqRun r = Kvq(std::string(sub) + "--help");
+    EXPECT_EQ(r.exit_code, 0) << sub;
+    EXPECT_NE(r.out.find("Usage"), std::string::npos) << sub;
+  }
+}
+
+}  // namespace
