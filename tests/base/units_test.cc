@@ -22,7 +22,9 @@ TEST(ParseByteSize, RefusesNonsenseWithTheInputInTheMessage) {
                           "99999999999999999999", "9000000000TiB"}) {
     const Result<int64_t> r = ParseByteSize(bad);
     EXPECT_FALSE(r.ok()) << bad;
-    if (!r.ok()) EXPECT_NE(r.status().message().find(std::string("'") + bad + "'"), std::string::npos);
+    if (!r.ok()) {
+      EXPECT_NE(r.status().message().find(std::string("'") + bad + "'"), std::string::npos);
+    }
   }
 }
 

@@ -81,7 +81,9 @@ TEST(Plan, Seed002CeilingFromMeasuredBytes) {
       EXPECT_EQ(f["bytes_ratio"].get<double>(), 0.5);
       EXPECT_NEAR(f["ceiling"].get<double>(), 1.388, 0.0005);
     }
-    if (f["format"] == "f16") EXPECT_EQ(f["ceiling"].get<double>(), 1.0);
+    if (f["format"] == "f16") {
+      EXPECT_EQ(f["ceiling"].get<double>(), 1.0);
+    }
   }
   EXPECT_TRUE(found);
 }

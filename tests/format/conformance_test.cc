@@ -42,6 +42,10 @@ struct Case {
   RowShape shape;
 };
 
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.format->name << " " << c.role << " " << c.shape.n_kv_heads << "x" << c.shape.head_dim;
+}
+
 std::string CaseName(const testing::TestParamInfo<Case>& info) {
   std::string n = std::string(info.param.format->name) + "_" + info.param.role + "_" +
                   std::to_string(info.param.shape.n_kv_heads) + "x" +
