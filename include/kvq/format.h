@@ -48,6 +48,32 @@ struct CodecArgs {
   float tensor_scale = 1.0f;
 };
 
+/// Up to kMaxTileRows consecutive rows of one tensor that SIMD kernels read in one call. A tile
+/// never crosses a block boundary of a group codec.
+inline constexpr int32_t kMaxTileRows = 32;
+struct RowTile {
+  const uint8_t* block;  ///< the block holding the tile's first row
+  int64_t stride_bytes;  ///< one-row-block codecs: bytes from one row to the next (usually block_bytes)
+  int32_t first_row;     ///< group codecs: the first row's index within `block` (else 0)
+  int32_t n_rows;        ///< 1..kMaxTileRows
+};
+
+/// SIMD kernels of a codec, for the SIMD target chosen at run time. They dequantise in registers
+/// (no dequantised copy of rows) and read each row once for all n_q query heads sharing it.
+struct CodecKernels {
+  const char* target;  ///< Highway target name, e.g. "AVX3"
+  /// scores[h · kMaxTileRows + i] = Σ_d q[h][d] · x'_i[kv_head][d] for h < n_q, i < n_rows.
+  /// q: [n_q][head_dim]. The summation order is fixed per row (independent of the tile).
+  void (*score)(const float* q, int32_t n_q, const RowTile& tile, int32_t kv_head,
+                const CodecArgs& args, float* scores);
+  /// For each row i in order and each h < n_q: acc[h] = acc[h] · c[h·kMaxTileRows + i] +
+  /// e[h·kMaxTileRows + i] · x'_i[kv_head] (one fused multiply-add per lane; a multiply by exactly
+  /// 1 may be skipped). acc: [n_q][head_dim]. Lanes are independent, so results do not depend on
+  /// how rows are grouped into tiles.
+  void (*accumulate)(const float* c, const float* e, int32_t n_q, const RowTile& tile,
+                     int32_t kv_head, const CodecArgs& args, float* acc);
+};
+
 /// One way of storing rows. All functions are the portable scalar reference; SIMD kernels that
 /// fuse dequantisation live in attention/ and are tested against these.
 struct Codec {
@@ -82,6 +108,22 @@ struct Codec {
   /// suite checks every round trip against it; 0 for f32.
   float (*error_bound)(float x, const uint8_t* block, int32_t row, int32_t head, int32_t i,
                        const CodecArgs& args);
+  /// The SIMD kernels for the best target this CPU supports (resolved once, then cached).
+  const CodecKernels& (*kernels)();
+};
+
+/// Consecutive rows of one tensor as stored, for readers such as attention: rows in encoded
+/// blocks, then (group codecs only) the f32 residual rows of the incomplete group. Row r of the
+/// view is stored row first_row + r counted from `blocks` while r < n_block_rows, and residual row
+/// r − n_block_rows after that.
+struct RowsView {
+  const Codec* codec = nullptr;
+  CodecArgs args;
+  const uint8_t* blocks = nullptr;   ///< block 0 of the stored rows
+  int64_t first_row = 0;             ///< stored-row index of view row 0
+  int64_t n_block_rows = 0;          ///< view rows that are in blocks
+  const float* residual = nullptr;   ///< [n_rows − n_block_rows][n_kv_heads][head_dim] f32
+  int64_t n_rows = 0;
 };
 
 /// A registered KV format.

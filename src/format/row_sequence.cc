@@ -1,6 +1,7 @@
 // RowSequence (see row_sequence.h).
 #include "format/row_sequence.h"
 
+#include <algorithm>
 #include <cassert>
 
 namespace kvq {
@@ -25,6 +26,20 @@ void RowSequence::Append(const float* rows, int64_t n) {
     }
   }
   n_rows_ += n;
+}
+
+RowsView RowSequence::View(int64_t first, int64_t n) const {
+  assert(first >= 0 && n >= 0 && first + n <= n_rows_);
+  const int64_t in_blocks = n_rows_ - residual_rows();
+  RowsView v;
+  v.codec = &codec_;
+  v.args = args_;
+  v.blocks = blocks_.data();
+  v.first_row = first;
+  v.n_block_rows = std::clamp<int64_t>(in_blocks - first, 0, n);
+  v.residual = residual_.data() + std::max<int64_t>(first - in_blocks, 0) * shape_.elems();
+  v.n_rows = n;
+  return v;
 }
 
 void RowSequence::DecodeRow(int64_t p, float* out) const {

@@ -26,6 +26,9 @@ class RowSequence {
   int64_t bytes() const { return static_cast<int64_t>(blocks_.size()) + residual_rows() * shape_.elems() * 4; }
   const CodecArgs& args() const { return args_; }
 
+  /// Rows [first, first + n) as a view for readers (attention); valid until the next Append.
+  RowsView View(int64_t first, int64_t n) const;
+
   /// Row p as stored: out [n_kv_heads][head_dim].
   void DecodeRow(int64_t p, float* out) const;
   /// Codec dot / axpy of row p, head h (residual rows: exact f32 arithmetic, same order).

@@ -30,7 +30,7 @@ constexpr Codec kCodec = {
     .element_bits = 16, .rows_per_block = 1, .calibrated = false,
     .check_shape = CheckShape, .block_bytes = BlockBytes, .encode_block = Encode,
     .decode_row = DecodeRowVia<DecodeHead>, .dot = DotVia<DecodeHead>,
-    .axpy = AxpyVia<DecodeHead>, .calibrate = nullptr, .error_bound = ErrorBound,
+    .axpy = AxpyVia<DecodeHead>, .calibrate = nullptr, .error_bound = ErrorBound, .kernels = Bf16Kernels,
 };
 }  // namespace
 

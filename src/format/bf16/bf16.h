@@ -9,4 +9,5 @@
 
 namespace kvq {
 const FormatDesc& Bf16Format();
+const CodecKernels& Bf16Kernels();  ///< SIMD kernels, best target here
 }  // namespace kvq

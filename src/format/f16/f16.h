@@ -9,4 +9,5 @@
 
 namespace kvq {
 const FormatDesc& F16Format();
+const CodecKernels& F16Kernels();  ///< SIMD kernels, best target here
 }  // namespace kvq

@@ -9,4 +9,5 @@
 
 namespace kvq {
 const FormatDesc& F32Format();
+const CodecKernels& F32Kernels();  ///< SIMD kernels, best target here
 }  // namespace kvq

@@ -18,4 +18,5 @@
 namespace kvq {
 inline constexpr int32_t kFp4GroupElems = 16;
 const FormatDesc& Fp4E2m1Format();
+const CodecKernels& Fp4E2m1Kernels();  ///< SIMD kernels, best target here
 }  // namespace kvq

@@ -41,7 +41,7 @@ constexpr Codec kCodec = {
     .element_bits = 8, .rows_per_block = 1, .calibrated = true,
     .check_shape = CheckShape, .block_bytes = BlockBytes, .encode_block = Encode,
     .decode_row = DecodeRowVia<DecodeHead>, .dot = DotVia<DecodeHead>,
-    .axpy = AxpyVia<DecodeHead>, .calibrate = Calibrate, .error_bound = ErrorBound,
+    .axpy = AxpyVia<DecodeHead>, .calibrate = Calibrate, .error_bound = ErrorBound, .kernels = Fp8E4m3Kernels,
 };
 }  // namespace
 

@@ -15,4 +15,5 @@
 
 namespace kvq {
 const FormatDesc& Fp8E4m3Format();
+const CodecKernels& Fp8E4m3Kernels();  ///< SIMD kernels, best target here
 }  // namespace kvq

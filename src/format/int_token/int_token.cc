@@ -67,6 +67,7 @@ struct IntToken {
       .check_shape = CheckShape, .block_bytes = BlockBytes, .encode_block = Encode,
       .decode_row = DecodeRowVia<DecodeHead>, .dot = DotVia<DecodeHead>,
       .axpy = AxpyVia<DecodeHead>, .calibrate = nullptr, .error_bound = ErrorBound,
+      .kernels = kBits == 8 ? Int8Kernels : kBits == 4 ? Int4Kernels : Int2Kernels,
   };
 };
 }  // namespace

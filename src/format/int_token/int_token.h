@@ -22,4 +22,7 @@ namespace kvq {
 const FormatDesc& Int8Format();
 const FormatDesc& Int4Format();
 const FormatDesc& Int2Format();
+const CodecKernels& Int8Kernels();  ///< SIMD kernels, best target here
+const CodecKernels& Int4Kernels();  ///< SIMD kernels, best target here
+const CodecKernels& Int2Kernels();  ///< SIMD kernels, best target here
 }  // namespace kvq

@@ -109,6 +109,7 @@ struct KiviKeys {
       .check_shape = CheckShape, .block_bytes = BlockBytes, .encode_block = Encode,
       .decode_row = DecodeRowVia<DecodeHead>, .dot = DotVia<DecodeHead>,
       .axpy = AxpyVia<DecodeHead>, .calibrate = nullptr, .error_bound = ErrorBound,
+      .kernels = kBits == 4 ? Int4KiviKeyKernels : Int2KiviKeyKernels,
   };
 };
 
@@ -160,6 +161,7 @@ struct KiviValues {
       .check_shape = CheckShape, .block_bytes = BlockBytes, .encode_block = Encode,
       .decode_row = DecodeRowVia<DecodeHead>, .dot = DotVia<DecodeHead>,
       .axpy = AxpyVia<DecodeHead>, .calibrate = nullptr, .error_bound = ErrorBound,
+      .kernels = kBits == 4 ? Int4KiviValueKernels : Int2KiviValueKernels,
   };
 };
 

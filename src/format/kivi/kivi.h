@@ -25,4 +25,8 @@ namespace kvq {
 inline constexpr int32_t kKiviGroupRows = 32;  ///< G
 const FormatDesc& Int4KiviFormat();
 const FormatDesc& Int2KiviFormat();
+const CodecKernels& Int4KiviKeyKernels();  ///< SIMD kernels, best target here
+const CodecKernels& Int2KiviKeyKernels();  ///< SIMD kernels, best target here
+const CodecKernels& Int4KiviValueKernels();  ///< SIMD kernels, best target here
+const CodecKernels& Int2KiviValueKernels();  ///< SIMD kernels, best target here
 }  // namespace kvq

@@ -1,0 +1,79 @@
+// Exact attention over windows of a KV cache stored in any format (DESIGN.md §3).
+//
+// Online ("flash") softmax after Milakov & Gimelshein 2018 and Rabe & Staats 2021
+// (arXiv 2112.05682): per (query token, query head) the whole state is m (running max score), l
+// (running denominator) and acc (unnormalised weighted sum of V). A position updates it as
+//     s = softcap(scale · q·k_p);  m' = max(m, s);  c = exp(m − m');  e = exp(s − m')
+//     l = l·c + e;  acc = acc·c + e·v_p;  m = m'
+// and normalisation (acc / l) happens once, in FinishAttention. Nothing depends on where a window
+// starts or ends, so feeding any sequence of windows that covers the positions once, in order,
+// gives the same bits as one window over all of them — for the scalar and the SIMD kernel alike.
+//
+// Causality uses absolute positions: a query at position p attends to [0, p]; the state counts
+// the positions each query token attended.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kvq/format.h"
+
+namespace kvq {
+
+struct AttentionShape {
+  int32_t n_heads = 0;     ///< query heads; query head h reads KV head h / (n_heads / n_kv_heads)
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+};
+
+enum class AttentionKernel {
+  kScalar,  ///< the reference: codec dot/axpy and std::exp, one position at a time
+  kSimd,    ///< Highway kernels with fused dequantisation, tiles of positions, vector exp
+};
+
+struct AttentionOptions {
+  float scale = 0.0f;    ///< softmax scale, usually 1/sqrt(head_dim)
+  float softcap = 0.0f;  ///< 0: off; else score = softcap · tanh(score / softcap)
+  AttentionKernel kernel = AttentionKernel::kSimd;
+  int32_t threads = 1;   ///< work is split across (query token, KV head) pairs, never positions
+};
+
+/// The online-softmax state of a block of query tokens. Plain arrays, so callers can inspect it.
+class AttentionState {
+ public:
+  AttentionState(AttentionShape shape, int32_t n_tokens);
+  /// Back to the empty state: m = −inf, l = 0, acc = 0, nothing attended.
+  void Reset();
+
+  AttentionShape shape() const { return shape_; }
+  int32_t n_tokens() const { return n_tokens_; }
+
+  std::vector<float> m;             ///< [n_tokens][n_heads]
+  std::vector<float> l;             ///< [n_tokens][n_heads]
+  std::vector<float> acc;           ///< [n_tokens][n_heads][head_dim]
+  std::vector<int64_t> attended;    ///< [n_tokens]: positions each query token has attended
+
+ private:
+  AttentionShape shape_;
+  int32_t n_tokens_;
+};
+
+/// A window of consecutive positions: K and V rows (any formats, same number of rows).
+struct KvWindow {
+  int64_t first_position = 0;  ///< absolute position of the window's first row
+  RowsView k;
+  RowsView v;
+};
+
+/// Feeds one window to the state. q: [n_tokens][n_heads][head_dim]; query token t sits at
+/// absolute position first_query_position + t and attends to the window's positions ≤ its own.
+void AttendWindow(const AttentionOptions& options, const float* q, int64_t first_query_position,
+                  const KvWindow& window, AttentionState& state);
+
+/// out: [n_tokens][n_heads][head_dim] = acc / l (zeros where nothing was attended).
+void FinishAttention(const AttentionState& state, float* out);
+
+/// The SIMD target the kSimd kernel runs on here.
+const char* AttentionSimdTarget();
+
+}  // namespace kvq

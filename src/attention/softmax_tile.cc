@@ -1,0 +1,70 @@
+// Per-target body of the softmax tile step (see softmax_tile.h). Exponentials come from Highway's
+// vector Exp (contrib/math), evaluated over all kMaxTileRows lanes of a tile, so a position's
+// factor is the same whether its tile held 1 or 32 positions; the running max and l recurrences
+// are sequential, one position at a time, exactly as DESIGN.md §3 writes them.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "attention/softmax_tile.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+#include <hwy/contrib/math/math-inl.h>
+
+#include <cmath>
+
+#include "attention/softmax_tile.h"
+#include "kvq/format.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvq::attention_internal {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+void SoftmaxTileHere(float* scores, float* c, int32_t n_q, int32_t n, float scale, float softcap,
+                     float* m, float* l) {
+  const hn::ScalableTag<float> d;
+  const int32_t lanes = static_cast<int32_t>(hn::Lanes(d));
+  const auto v_scale = hn::Set(d, scale);
+  const auto v_cap = hn::Set(d, softcap);
+  for (int32_t h = 0; h < n_q; ++h) {
+    float* s = scores + h * kMaxTileRows;
+    float* ch = c + h * kMaxTileRows;
+    for (int32_t i = 0; i < kMaxTileRows; i += lanes) {
+      auto v = hn::Mul(hn::LoadU(d, s + i), v_scale);
+      if (softcap > 0.0f) v = hn::Mul(v_cap, hn::Tanh(d, hn::Div(v, v_cap)));
+      hn::StoreU(v, d, s + i);
+    }
+    // Running max, one position at a time; arguments of the two exps. A position that leaves m
+    // unchanged gets c = 1 exactly (so its rescale can be skipped); a −inf score adds nothing.
+    alignas(64) float c_arg[kMaxTileRows] = {};
+    bool m_unchanged[kMaxTileRows];
+    float mm = m[h];
+    for (int32_t i = 0; i < n; ++i) {
+      const float next = std::fmax(mm, s[i]);
+      m_unchanged[i] = next == mm;
+      c_arg[i] = m_unchanged[i] ? 0.0f : mm - next;
+      s[i] = s[i] == -INFINITY ? -INFINITY : s[i] - next;  // e's argument, in place
+      mm = next;
+    }
+    for (int32_t i = 0; i < kMaxTileRows; i += lanes) {
+      hn::StoreU(hn::Exp(d, hn::LoadU(d, c_arg + i)), d, ch + i);
+      hn::StoreU(hn::Exp(d, hn::LoadU(d, s + i)), d, s + i);  // s now holds e
+    }
+    float ll = l[h];
+    for (int32_t i = 0; i < n; ++i) {
+      if (m_unchanged[i]) ch[i] = 1.0f;
+      ll = ll * ch[i] + s[i];
+    }
+    m[h] = mm;
+    l[h] = ll;
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kvq::attention_internal
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace kvq::attention_internal {
+HWY_EXPORT(SoftmaxTileHere);
+SoftmaxTileFn SoftmaxTileForThisCpu() { return HWY_DYNAMIC_DISPATCH(SoftmaxTileHere); }
+}  // namespace kvq::attention_internal
+#endif

@@ -1,0 +1,192 @@
+// Per-target SIMD bodies shared by every codec's kernels (include after foreach_target.h).
+//
+// A codec supplies a Reader that dequantises a chunk of one head row into a vector, in registers:
+//   struct Row;                                            per-row pointers and scales
+//   static Row At(const RowTile&, int32_t i, int32_t kv_head, const CodecArgs&);
+//   template <class D> static Vec<D> Load(D, const Row&, int32_t j, const CodecArgs&);
+//       elements j .. j+N-1 of the head row, N = Lanes(D) ∈ {8, 16}, j a multiple of N
+//   static float Scalar(const Row&, int32_t j, const CodecArgs&);   element j (1-lane vectors)
+// and MakeKernels<Reader>() builds its CodecKernels: score (q·k for a tile of rows and a group
+// of query heads) and accumulate (the online-softmax acc update). Each row is dequantised once
+// per chunk for all heads of the group; every lane sees the same sequence of operations whatever
+// the tile length, which is what keeps windowed attention bit-identical.
+#if defined(KVQ_FORMAT_ROW_KERNELS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KVQ_FORMAT_ROW_KERNELS_INL_H_
+#undef KVQ_FORMAT_ROW_KERNELS_INL_H_
+#else
+#define KVQ_FORMAT_ROW_KERNELS_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+#include <cstring>
+
+#include "kvq/format.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvq {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+template <class Reader, class D>
+HWY_INLINE hn::Vec<D> LoadChunk(D d, const typename Reader::Row& row, int32_t j,
+                                const CodecArgs& a) {
+  if constexpr (hn::MaxLanes(D()) >= 8) {
+    return Reader::Load(d, row, j, a);
+  } else {
+    return hn::Set(d, Reader::Scalar(row, j, a));
+  }
+}
+
+/// N packed b-bit codes (b = 8, 4 or 2; layout of codec_helpers.h) starting at `p`, as N u8
+/// lanes, for a float tag D of N ∈ {8, 16} lanes.
+template <int kBits, class D>
+HWY_INLINE hn::Vec<hn::Rebind<uint8_t, D>> UnpackCodes(D, const uint8_t* p) {
+  const hn::Rebind<uint8_t, D> du8;
+  if constexpr (kBits == 8) {
+    return hn::LoadU(du8, p);
+  } else if constexpr (kBits == 4) {
+    // N/2 bytes -> u16 lanes lo | hi << 8, which as bytes are lo0 hi0 lo1 hi1 ... = elements
+    // 0, 1, 2, 3 ... in order.
+    const hn::Rebind<uint8_t, hn::Half<D>> du8h;
+    const hn::Rebind<uint16_t, hn::Half<D>> du16h;
+    const auto w = hn::PromoteTo(du16h, hn::LoadU(du8h, p));
+    const auto lo = hn::And(w, hn::Set(du16h, 0x0F));
+    const auto hi = hn::ShiftRight<4>(w);
+    return hn::BitCast(du8, hn::Or(lo, hn::ShiftLeft<8>(hi)));
+  } else {
+    static_assert(kBits == 2);
+    const hn::Rebind<uint8_t, hn::Half<hn::Half<D>>> du8q;
+    const hn::Rebind<uint32_t, hn::Half<hn::Half<D>>> du32q;
+    const auto w = hn::PromoteTo(du32q, hn::LoadU(du8q, p));
+    const auto m = hn::Set(du32q, 3);
+    const auto c0 = hn::And(w, m);
+    const auto c1 = hn::ShiftLeft<8>(hn::And(hn::ShiftRight<2>(w), m));
+    const auto c2 = hn::ShiftLeft<16>(hn::And(hn::ShiftRight<4>(w), m));
+    const auto c3 = hn::ShiftLeft<24>(hn::ShiftRight<6>(w));
+    return hn::BitCast(du8, hn::Or(hn::Or(c0, c1), hn::Or(c2, c3)));
+  }
+}
+
+/// u8 codes -> f32 lanes (exact).
+template <class D>
+HWY_INLINE hn::Vec<D> CodesToFloat(D d, hn::Vec<hn::Rebind<uint8_t, D>> codes) {
+  const hn::Rebind<int32_t, D> di32;
+  return hn::ConvertTo(d, hn::PromoteTo(di32, codes));
+}
+
+/// Scores for G query heads at once (G ≤ 8, fixed so the sums stay in registers).
+template <class Reader, int G, class D>
+void ScoreGroup(D d, const float* q, const RowTile& tile, int32_t kv_head, const CodecArgs& a,
+                float* scores) {
+  const int32_t hd = a.shape.head_dim;
+  const int32_t n = static_cast<int32_t>(hn::Lanes(d));
+  for (int32_t i = 0; i < tile.n_rows; ++i) {
+    const typename Reader::Row row = Reader::At(tile, i, kv_head, a);
+    hn::Vec<D> sum[G];
+    for (int h = 0; h < G; ++h) sum[h] = hn::Zero(d);
+    for (int32_t j = 0; j < hd; j += n) {
+      const hn::Vec<D> x = LoadChunk<Reader>(d, row, j, a);
+      for (int h = 0; h < G; ++h) sum[h] = hn::MulAdd(hn::LoadU(d, q + h * hd + j), x, sum[h]);
+    }
+    for (int h = 0; h < G; ++h) scores[h * kMaxTileRows + i] = hn::GetLane(hn::SumOfLanes(d, sum[h]));
+  }
+}
+
+/// acc[h] = acc[h]·c + e·x_i for rows in order, G heads at once; chunk-outer so each head's
+/// chunk of acc stays in a register across the tile's rows.
+template <class Reader, int G, class D>
+void AccumulateGroup(D d, const float* c, const float* e, const RowTile& tile, int32_t kv_head,
+                     const CodecArgs& a, float* acc) {
+  const int32_t hd = a.shape.head_dim;
+  const int32_t n = static_cast<int32_t>(hn::Lanes(d));
+  typename Reader::Row rows[kMaxTileRows];
+  bool rescale[kMaxTileRows];
+  for (int32_t i = 0; i < tile.n_rows; ++i) {
+    rows[i] = Reader::At(tile, i, kv_head, a);
+    rescale[i] = false;
+    for (int h = 0; h < G; ++h) rescale[i] = rescale[i] || c[h * kMaxTileRows + i] != 1.0f;
+  }
+  for (int32_t j = 0; j < hd; j += n) {
+    hn::Vec<D> v[G];
+    for (int h = 0; h < G; ++h) v[h] = hn::LoadU(d, acc + h * hd + j);
+    for (int32_t i = 0; i < tile.n_rows; ++i) {
+      const hn::Vec<D> x = LoadChunk<Reader>(d, rows[i], j, a);
+      if (rescale[i]) {  // a multiply by exactly 1 is the identity: skipping it changes no bit
+        for (int h = 0; h < G; ++h) v[h] = hn::Mul(v[h], hn::Set(d, c[h * kMaxTileRows + i]));
+      }
+      for (int h = 0; h < G; ++h) v[h] = hn::MulAdd(hn::Set(d, e[h * kMaxTileRows + i]), x, v[h]);
+    }
+    for (int h = 0; h < G; ++h) hn::StoreU(v[h], d, acc + h * hd + j);
+  }
+}
+
+// Splits n_q heads into register-sized groups (8, 4, 2, 1) and picks the widest lane count that
+// divides head_dim (16, 8, else 1) — once per call, never per row.
+template <class Reader, class D>
+void ScoreWith(D d, const float* q, int32_t n_q, const RowTile& tile, int32_t kv_head,
+               const CodecArgs& a, float* scores) {
+  const int32_t hd = a.shape.head_dim;
+  int32_t h = 0;
+  for (; h + 8 <= n_q; h += 8) ScoreGroup<Reader, 8>(d, q + h * hd, tile, kv_head, a, scores + h * kMaxTileRows);
+  if (h + 4 <= n_q) { ScoreGroup<Reader, 4>(d, q + h * hd, tile, kv_head, a, scores + h * kMaxTileRows); h += 4; }
+  if (h + 2 <= n_q) { ScoreGroup<Reader, 2>(d, q + h * hd, tile, kv_head, a, scores + h * kMaxTileRows); h += 2; }
+  if (h < n_q) ScoreGroup<Reader, 1>(d, q + h * hd, tile, kv_head, a, scores + h * kMaxTileRows);
+}
+
+template <class Reader, class D>
+void AccumulateWith(D d, const float* c, const float* e, int32_t n_q, const RowTile& tile,
+                    int32_t kv_head, const CodecArgs& a, float* acc) {
+  const int32_t hd = a.shape.head_dim;
+  const int32_t k = kMaxTileRows;
+  int32_t h = 0;
+  for (; h + 8 <= n_q; h += 8) AccumulateGroup<Reader, 8>(d, c + h * k, e + h * k, tile, kv_head, a, acc + h * hd);
+  if (h + 4 <= n_q) { AccumulateGroup<Reader, 4>(d, c + h * k, e + h * k, tile, kv_head, a, acc + h * hd); h += 4; }
+  if (h + 2 <= n_q) { AccumulateGroup<Reader, 2>(d, c + h * k, e + h * k, tile, kv_head, a, acc + h * hd); h += 2; }
+  if (h < n_q) AccumulateGroup<Reader, 1>(d, c + h * k, e + h * k, tile, kv_head, a, acc + h * hd);
+}
+
+template <class Reader>
+void Score(const float* q, int32_t n_q, const RowTile& tile, int32_t kv_head, const CodecArgs& a,
+           float* scores) {
+  if (a.shape.head_dim % 16 == 0) {
+    ScoreWith<Reader>(hn::CappedTag<float, 16>(), q, n_q, tile, kv_head, a, scores);
+  } else if (a.shape.head_dim % 8 == 0) {
+    ScoreWith<Reader>(hn::CappedTag<float, 8>(), q, n_q, tile, kv_head, a, scores);
+  } else {
+    ScoreWith<Reader>(hn::CappedTag<float, 1>(), q, n_q, tile, kv_head, a, scores);
+  }
+}
+
+template <class Reader>
+void Accumulate(const float* c, const float* e, int32_t n_q, const RowTile& tile, int32_t kv_head,
+                const CodecArgs& a, float* acc) {
+  if (a.shape.head_dim % 16 == 0) {
+    AccumulateWith<Reader>(hn::CappedTag<float, 16>(), c, e, n_q, tile, kv_head, a, acc);
+  } else if (a.shape.head_dim % 8 == 0) {
+    AccumulateWith<Reader>(hn::CappedTag<float, 8>(), c, e, n_q, tile, kv_head, a, acc);
+  } else {
+    AccumulateWith<Reader>(hn::CappedTag<float, 1>(), c, e, n_q, tile, kv_head, a, acc);
+  }
+}
+
+template <class Reader>
+const CodecKernels& MakeKernels() {
+  static const CodecKernels kKernels = {
+      .target = hwy::TargetName(HWY_TARGET),
+      .score = &Score<Reader>,
+      .accumulate = &Accumulate<Reader>,
+  };
+  return kKernels;
+}
+
+/// Row pointer of row i of a tile for one-row-block codecs.
+HWY_INLINE const uint8_t* TileRow(const RowTile& tile, int32_t i) {
+  return tile.block + static_cast<int64_t>(i) * tile.stride_bytes;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kvq
+HWY_AFTER_NAMESPACE();
+
+#endif  // KVQ_FORMAT_ROW_KERNELS_INL_H_
