@@ -83,7 +83,7 @@ void AttendScalar(const AttentionOptions& o, const KvWindow& w, int64_t n, const
       float s = o.scale * RowDot(w.k, q + h * d, r, kv_head);
       if (o.softcap > 0.0f) s = o.softcap * std::tanh(s / o.softcap);
       if (s == -INFINITY) continue;  // adds nothing; (−inf) − (−inf) must not reach exp
-      const float next = std::fmax(m[h], s);
+      const float next = s > m[h] ? s : m[h];
       const float c = next == m[h] ? 1.0f : std::exp(m[h] - next);
       const float e = std::exp(s - next);
       l[h] = l[h] * c + e;
@@ -105,10 +105,31 @@ struct SimdContext {
   attention_internal::SoftmaxTileFn softmax;
 };
 
-// One (query token, KV head) item, SIMD kernel: tiles of up to kMaxTileRows positions.
+// Asks for the bytes of KV heads [g0, g1) of view rows [r, r + n) ahead of use. Each head's
+// bytes are the same share of a block in every codec (heads are stored in order), so the range is
+// proportional. Rows of one position are far apart when the work is split by head (the row holds
+// every head), which defeats the hardware prefetcher; this restores streaming speed.
+void PrefetchRows(const RowsView& v, int64_t r, int64_t n, int32_t g0, int32_t g1) {
+  n = std::min(n, v.n_block_rows - r);
+  if (n <= 0) return;
+  const int64_t bb = v.codec->block_bytes(v.args.shape);
+  const int32_t h = v.args.shape.n_kv_heads;
+  const int64_t begin = bb * g0 / h, end = bb * g1 / h;
+  const int32_t per = v.codec->rows_per_block;
+  const int64_t first_block = (v.first_row + r) / per;
+  const int64_t n_blocks = (v.first_row + r + n - 1) / per - first_block + 1;
+  const uint8_t* block = v.blocks + first_block * bb;
+  for (int64_t b = 0; b < n_blocks; ++b, block += bb) {
+    for (int64_t off = begin; off < end; off += 64) __builtin_prefetch(block + off);
+  }
+}
+
+// One (query token, KV heads [g0, g1)) item, SIMD kernel: tiles of up to kMaxTileRows positions;
+// within a tile, every head of the item, so each tile's rows are read while they are in cache.
 void AttendSimd(const AttentionOptions& o, const SimdContext& ctx, const KvWindow& w, int64_t n,
-                const float* q, int32_t n_q, int32_t kv_head, float* m, float* l, float* acc,
-                float* scores, float* c) {
+                int32_t group, int32_t g0, int32_t g1, const float* q, float* m, float* l,
+                float* acc, float* scores, float* c) {
+  const int32_t d = w.k.args.shape.head_dim;
   for (int64_t r = 0; r < n;) {
     const int32_t max_rows = static_cast<int32_t>(std::min<int64_t>(kMaxTileRows, n - r));
     TileSource ks = TileAt(w.k, *ctx.k, *ctx.f32, ctx.f32_args, r, max_rows);
@@ -116,9 +137,15 @@ void AttendSimd(const AttentionOptions& o, const SimdContext& ctx, const KvWindo
     const int32_t rows = std::min(ks.tile.n_rows, vs.tile.n_rows);
     ks.tile.n_rows = rows;
     vs.tile.n_rows = rows;
-    ks.kernels->score(q, n_q, ks.tile, kv_head, *ks.args, scores);
-    ctx.softmax(scores, c, n_q, rows, o.scale, o.softcap, m, l);
-    vs.kernels->accumulate(c, scores, n_q, vs.tile, kv_head, *vs.args, acc);
+    const int64_t ahead = std::min<int64_t>(kMaxTileRows, n - r - rows);
+    PrefetchRows(w.k, r + rows, ahead, g0, g1);
+    PrefetchRows(w.v, r + rows, ahead, g0, g1);
+    for (int32_t g = g0; g < g1; ++g) {
+      const int64_t h0 = int64_t{g} * group;
+      ks.kernels->score(q + h0 * d, group, ks.tile, g, *ks.args, scores);
+      ctx.softmax(scores, c, group, rows, o.scale, o.softcap, m + h0, l + h0);
+      vs.kernels->accumulate(c, scores, group, vs.tile, g, *vs.args, acc + h0 * d);
+    }
     r += rows;
   }
 }
@@ -159,26 +186,36 @@ void AttendWindow(const AttentionOptions& o, const float* q, int64_t first_query
     ctx = {&w.k.codec->kernels(), &w.v.codec->kernels(), &F32Format().key.kernels(),
            CodecArgs{.shape = w.k.args.shape}, attention_internal::SoftmaxTileForThisCpu()};
   }
-  const int64_t items = int64_t{n_tokens} * shape.n_kv_heads;
-#pragma omp parallel num_threads(std::max(1, o.threads)) if (o.threads > 1 && items > 1)
+  // Items: (query token, a run of KV heads). The scalar reference takes one head per item; the
+  // SIMD kernel gives each thread a run of heads so a tile's rows are read once per thread.
+  const int32_t threads = std::max(1, o.threads);
+  const int32_t runs = o.kernel == AttentionKernel::kScalar
+                           ? shape.n_kv_heads
+                           : std::min(shape.n_kv_heads, std::max(1, threads / std::max(1, n_tokens)));
+  const int64_t items = int64_t{n_tokens} * runs;
+#pragma omp parallel num_threads(threads) if (threads > 1 && items > 1)
   {
     std::vector<float> scores(int64_t{group} * kMaxTileRows, 0.0f);
     std::vector<float> c(int64_t{group} * kMaxTileRows, 0.0f);
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < items; ++item) {
-      const int32_t t = static_cast<int32_t>(item / shape.n_kv_heads);
-      const int32_t g = static_cast<int32_t>(item % shape.n_kv_heads);
+      const int32_t t = static_cast<int32_t>(item / runs);
+      const int32_t run = static_cast<int32_t>(item % runs);
+      const int32_t g0 = shape.n_kv_heads * run / runs, g1 = shape.n_kv_heads * (run + 1) / runs;
       const int64_t n = visible(t);
       if (n == 0) continue;
-      const int64_t head0 = int64_t{t} * shape.n_heads + int64_t{g} * group;
-      const float* qg = q + head0 * d;
-      float* m = state.m.data() + head0;
-      float* l = state.l.data() + head0;
-      float* acc = state.acc.data() + head0 * d;
+      const int64_t token_head0 = int64_t{t} * shape.n_heads;
+      const float* qt = q + token_head0 * d;
+      float* m = state.m.data() + token_head0;
+      float* l = state.l.data() + token_head0;
+      float* acc = state.acc.data() + token_head0 * d;
       if (o.kernel == AttentionKernel::kScalar) {
-        AttendScalar(o, w, n, qg, group, g, m, l, acc);
+        for (int32_t g = g0; g < g1; ++g) {
+          const int64_t h0 = int64_t{g} * group;
+          AttendScalar(o, w, n, qt + h0 * d, group, g, m + h0, l + h0, acc + h0 * d);
+        }
       } else {
-        AttendSimd(o, ctx, w, n, qg, group, g, m, l, acc, scores.data(), c.data());
+        AttendSimd(o, ctx, w, n, group, g0, g1, qt, m, l, acc, scores.data(), c.data());
       }
     }
   }

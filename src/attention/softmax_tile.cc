@@ -32,13 +32,33 @@ void SoftmaxTileHere(float* scores, float* c, int32_t n_q, int32_t n, float scal
       if (softcap > 0.0f) v = hn::Mul(v_cap, hn::Tanh(d, hn::Div(v, v_cap)));
       hn::StoreU(v, d, s + i);
     }
+    // Fast path, the common case once the running max has settled: no score in the tile
+    // exceeds m, so every position keeps m (c = 1 exactly) and e = exp(s − m) — the very values
+    // the position-by-position path below computes, so the bits do not depend on the path.
+    for (int32_t i = n; i < kMaxTileRows; ++i) s[i] = -INFINITY;
+    auto tile_max = hn::LoadU(d, s);
+    for (int32_t i = lanes; i < kMaxTileRows; i += lanes) tile_max = hn::Max(tile_max, hn::LoadU(d, s + i));
+    const float top = hn::GetLane(hn::MaxOfLanes(d, tile_max));
+    if (top <= m[h] && m[h] != -INFINITY) {
+      const auto v_m = hn::Set(d, m[h]);
+      for (int32_t i = 0; i < kMaxTileRows; i += lanes) {
+        hn::StoreU(hn::Exp(d, hn::Sub(hn::LoadU(d, s + i), v_m)), d, s + i);  // s now holds e
+      }
+      float ll = l[h];
+      for (int32_t i = 0; i < n; ++i) {
+        ch[i] = 1.0f;
+        ll = ll * 1.0f + s[i];
+      }
+      l[h] = ll;
+      continue;
+    }
     // Running max, one position at a time; arguments of the two exps. A position that leaves m
     // unchanged gets c = 1 exactly (so its rescale can be skipped); a −inf score adds nothing.
     alignas(64) float c_arg[kMaxTileRows] = {};
     bool m_unchanged[kMaxTileRows];
     float mm = m[h];
     for (int32_t i = 0; i < n; ++i) {
-      const float next = std::fmax(mm, s[i]);
+      const float next = s[i] > mm ? s[i] : mm;  // not std::fmax: a libm call
       m_unchanged[i] = next == mm;
       c_arg[i] = m_unchanged[i] ? 0.0f : mm - next;
       s[i] = s[i] == -INFINITY ? -INFINITY : s[i] - next;  // e's argument, in place

@@ -47,23 +47,6 @@ constexpr std::array<float, 8> kE2m1 = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f
 
 }  // namespace
 
-float RoundHalfEven(float x) {
-  const float r = std::round(x);  // halves away from zero
-  if (std::fabs(r - x) == 0.5f) return 2.0f * std::round(x * 0.5f);
-  return r;
-}
-
-float F16ToF32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  const uint32_t exp = (h >> 10) & 0x1F;
-  const uint32_t man = h & 0x3FF;
-  if (exp == 0x1F) return FromBits(sign | 0x7F800000u | (man << 13));  // inf / NaN
-  if (exp != 0) return FromBits(sign | ((exp + 112) << 23) | (man << 13));
-  // Subnormal or zero: man * 2^-24, exact in f32.
-  const float v = std::ldexp(static_cast<float>(man), -24);
-  return sign ? -v : v;
-}
-
 uint16_t F32ToF16(float f) {
   const uint32_t u = Bits(f);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000);
@@ -81,8 +64,6 @@ uint16_t F32ToF16(float f) {
   const float scaled = FromBits(abs) * 16777216.0f;
   return sign | static_cast<uint16_t>(RoundHalfEven(scaled));
 }
-
-float Bf16ToF32(uint16_t b) { return FromBits(static_cast<uint32_t>(b) << 16); }
 
 uint16_t F32ToBf16(float f) {
   const uint32_t u = Bits(f);

@@ -3,13 +3,22 @@
 // kernel is tested against. All rounding is round-to-nearest, ties to even (RNE).
 #pragma once
 
+#include <bit>
 #include <cstdint>
 
 namespace kvq {
 
 // ---- IEEE 754 binary16: 1 sign, 5 exponent (bias 15), 10 mantissa bits. ----
-/// Exact: every f16 value is an f32 value.
-float F16ToF32(uint16_t h);
+/// Exact: every f16 value is an f32 value. Inline: kernels call it once per row for its scale.
+inline float F16ToF32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  const uint32_t exp = (h >> 10) & 0x1F;
+  const uint32_t man = h & 0x3FF;
+  if (exp == 0x1F) return std::bit_cast<float>(sign | 0x7F800000u | (man << 13));  // inf / NaN
+  if (exp != 0) return std::bit_cast<float>(sign | ((exp + 112) << 23) | (man << 13));
+  // Zero or subnormal: man · 2^-24, exact in f32.
+  return std::bit_cast<float>(sign | std::bit_cast<uint32_t>(static_cast<float>(man) * 0x1p-24f));
+}
 /// RNE; overflow rounds to ±inf (IEEE behaviour), NaN stays a quiet NaN with its sign.
 uint16_t F32ToF16(float f);
 /// roundF16(x) of the seeds: the f32 value of the nearest f16.
@@ -17,7 +26,7 @@ inline float RoundF16(float f) { return F16ToF32(F32ToF16(f)); }
 inline constexpr float kF16Max = 65504.0f;
 
 // ---- bfloat16: the high 16 bits of an f32 (1 sign, 8 exponent, 7 mantissa bits). ----
-float Bf16ToF32(uint16_t b);
+inline float Bf16ToF32(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
 /// RNE; values past the largest bf16 round to ±inf; NaN stays a quiet NaN with its sign.
 uint16_t F32ToBf16(float f);
 
@@ -38,7 +47,13 @@ float E2m1ToF32(uint8_t code);
 uint8_t F32ToE2m1(float f);
 inline constexpr float kE2m1Max = 6.0f;
 
-/// Round half to even, independent of the floating-point environment's rounding mode.
-float RoundHalfEven(float x);
+/// Round half to even (assumes the default round-to-nearest-even environment): adding and
+/// removing 2^23 leaves no fraction bits, so the hardware's own rounding decides ties. Inline and
+/// branch-light because encoders call it per number.
+inline float RoundHalfEven(float x) {
+  if (!(x < 0x1p23f && x > -0x1p23f)) return x;  // already whole (or NaN)
+  const float magic = x < 0.0f ? -0x1p23f : 0x1p23f;
+  return (x + magic) - magic;
+}
 
 }  // namespace kvq

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   kvq::cli::AddFormatsCommand(app, &exit_code);
   kvq::cli::AddPlanCommand(app, &exit_code);
+  kvq::cli::AddBenchCommand(app, &exit_code);
   std::string known;
   bool found = false;
   for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {

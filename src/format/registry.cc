@@ -14,21 +14,20 @@
 #include "kvq/format.h"
 
 namespace kvq {
-namespace {
-
-const std::array<const FormatDesc*, 10> kRegistry = {
-    &F32Format(),      &F16Format(),      &Bf16Format(), &Fp8E4m3Format(),
-    &Int8Format(),     &Int4Format(),     &Int2Format(), &Int4KiviFormat(),
-    &Int2KiviFormat(), &Fp4E2m1Format(),
-};
-
-}  // namespace
-
-std::span<const FormatDesc* const> Formats() { return kRegistry; }
+// A function-local static, so the table is ready even when another translation unit's static
+// initialiser asks for it first (benchmarks register per format at start-up).
+std::span<const FormatDesc* const> Formats() {
+  static const std::array<const FormatDesc*, 10> kRegistry = {
+      &F32Format(),      &F16Format(),      &Bf16Format(), &Fp8E4m3Format(),
+      &Int8Format(),     &Int4Format(),     &Int2Format(), &Int4KiviFormat(),
+      &Int2KiviFormat(), &Fp4E2m1Format(),
+  };
+  return kRegistry;
+}
 
 Result<const FormatDesc*> FindFormat(std::string_view name) {
   std::string known;
-  for (const FormatDesc* f : kRegistry) {
+  for (const FormatDesc* f : Formats()) {
     if (name == f->name) return f;
     known += known.empty() ? f->name : fmt::format(", {}", f->name);
   }
@@ -36,7 +35,7 @@ Result<const FormatDesc*> FindFormat(std::string_view name) {
 }
 
 const FormatDesc* FindFormat(FormatId id) {
-  for (const FormatDesc* f : kRegistry) {
+  for (const FormatDesc* f : Formats()) {
     if (f->id == id) return f;
   }
   return nullptr;

@@ -6,6 +6,10 @@
 //   template <class D> static Vec<D> Load(D, const Row&, int32_t j, const CodecArgs&);
 //       elements j .. j+N-1 of the head row, N = Lanes(D) ∈ {8, 16}, j a multiple of N
 //   static float Scalar(const Row&, int32_t j, const CodecArgs&);   element j (1-lane vectors)
+//   static float RowScale(const Row&, const CodecArgs&);
+//       Load and Scalar return x'/RowScale: a per-row factor (int formats' f16 scale) is applied
+//       once per row and head — to the finished dot, and to e before the acc update — instead of
+//       once per chunk. Formats without one return 1 (a multiply by 1 changes no bit).
 // and MakeKernels<Reader>() builds its CodecKernels: score (q·k for a tile of rows and a group
 // of query heads) and accumulate (the online-softmax acc update). Each row is dequantised once
 // per chunk for all heads of the group; every lane sees the same sequence of operations whatever
@@ -75,6 +79,42 @@ HWY_INLINE hn::Vec<D> CodesToFloat(D d, hn::Vec<hn::Rebind<uint8_t, D>> codes) {
   return hn::ConvertTo(d, hn::PromoteTo(di32, codes));
 }
 
+/// Stores the 4 lanes left after halving v down to 4 lanes (adding the halves).
+#if HWY_TARGET != HWY_SCALAR  // the portable target has 1-lane vectors and no interleaves
+template <class D>
+HWY_INLINE void StoreFoldedTo4(D d, hn::Vec<D> v, float* out) {
+  if constexpr (hn::MaxLanes(D()) > 4) {
+    const hn::Half<D> dh;
+    StoreFoldedTo4(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)), out);
+  } else {
+    hn::StoreU(v, d, out);
+  }
+}
+
+/// out[h] = Σ lanes of s[h] for four vectors at once: two rounds of interleave-and-add leave each
+/// 128-bit block holding one partial sum per vector, then the blocks are added. About a third of
+/// the shuffles of four separate reductions.
+template <class D>
+HWY_INLINE void SumOfLanes4(D d, const hn::Vec<D>* s, float* out) {
+  if constexpr (hn::MaxLanes(D()) >= 4) {
+    const hn::Repartition<double, D> dd;
+    const auto a01 = hn::Add(hn::InterleaveLower(d, s[0], s[1]), hn::InterleaveUpper(d, s[0], s[1]));
+    const auto a23 = hn::Add(hn::InterleaveLower(d, s[2], s[3]), hn::InterleaveUpper(d, s[2], s[3]));
+    const auto x = hn::BitCast(dd, a01), y = hn::BitCast(dd, a23);
+    StoreFoldedTo4(d, hn::Add(hn::BitCast(d, hn::InterleaveLower(dd, x, y)),
+                              hn::BitCast(d, hn::InterleaveUpper(dd, x, y))),
+                   out);
+  } else {
+    for (int h = 0; h < 4; ++h) out[h] = hn::GetLane(hn::SumOfLanes(d, s[h]));
+  }
+}
+#else
+template <class D>
+HWY_INLINE void SumOfLanes4(D d, const hn::Vec<D>* s, float* out) {
+  for (int h = 0; h < 4; ++h) out[h] = hn::GetLane(hn::SumOfLanes(d, s[h]));
+}
+#endif
+
 /// Scores for G query heads at once (G ≤ 8, fixed so the sums stay in registers).
 template <class Reader, int G, class D>
 void ScoreGroup(D d, const float* q, const RowTile& tile, int32_t kv_head, const CodecArgs& a,
@@ -83,13 +123,32 @@ void ScoreGroup(D d, const float* q, const RowTile& tile, int32_t kv_head, const
   const int32_t n = static_cast<int32_t>(hn::Lanes(d));
   for (int32_t i = 0; i < tile.n_rows; ++i) {
     const typename Reader::Row row = Reader::At(tile, i, kv_head, a);
-    hn::Vec<D> sum[G];
-    for (int h = 0; h < G; ++h) sum[h] = hn::Zero(d);
-    for (int32_t j = 0; j < hd; j += n) {
-      const hn::Vec<D> x = LoadChunk<Reader>(d, row, j, a);
-      for (int h = 0; h < G; ++h) sum[h] = hn::MulAdd(hn::LoadU(d, q + h * hd + j), x, sum[h]);
+    // Two partial sums per head (even and odd chunks) halve the dependency chain of FMAs.
+    hn::Vec<D> sum[G], odd[G];
+    for (int h = 0; h < G; ++h) sum[h] = odd[h] = hn::Zero(d);
+    int32_t j = 0;
+    for (; j + 2 * n <= hd; j += 2 * n) {
+      const hn::Vec<D> x0 = LoadChunk<Reader>(d, row, j, a);
+      const hn::Vec<D> x1 = LoadChunk<Reader>(d, row, j + n, a);
+      for (int h = 0; h < G; ++h) {
+        sum[h] = hn::MulAdd(hn::LoadU(d, q + h * hd + j), x0, sum[h]);
+        odd[h] = hn::MulAdd(hn::LoadU(d, q + h * hd + j + n), x1, odd[h]);
+      }
     }
-    for (int h = 0; h < G; ++h) scores[h * kMaxTileRows + i] = hn::GetLane(hn::SumOfLanes(d, sum[h]));
+    if (j < hd) {
+      const hn::Vec<D> x0 = LoadChunk<Reader>(d, row, j, a);
+      for (int h = 0; h < G; ++h) sum[h] = hn::MulAdd(hn::LoadU(d, q + h * hd + j), x0, sum[h]);
+    }
+    for (int h = 0; h < G; ++h) sum[h] = hn::Add(sum[h], odd[h]);
+    int h = 0;
+    for (; h + 4 <= G; h += 4) {
+      float four[4];
+      SumOfLanes4(d, sum + h, four);
+      for (int k = 0; k < 4; ++k) scores[(h + k) * kMaxTileRows + i] = four[k];
+    }
+    for (; h < G; ++h) scores[h * kMaxTileRows + i] = hn::GetLane(hn::SumOfLanes(d, sum[h]));
+    const float scale = Reader::RowScale(row, a);
+    for (int h2 = 0; h2 < G; ++h2) scores[h2 * kMaxTileRows + i] *= scale;
   }
 }
 
@@ -102,22 +161,37 @@ void AccumulateGroup(D d, const float* c, const float* e, const RowTile& tile, i
   const int32_t n = static_cast<int32_t>(hn::Lanes(d));
   typename Reader::Row rows[kMaxTileRows];
   bool rescale[kMaxTileRows];
+  float w[G * kMaxTileRows];  // e · RowScale: the weight of the row's undecoded chunk values
   for (int32_t i = 0; i < tile.n_rows; ++i) {
     rows[i] = Reader::At(tile, i, kv_head, a);
     rescale[i] = false;
-    for (int h = 0; h < G; ++h) rescale[i] = rescale[i] || c[h * kMaxTileRows + i] != 1.0f;
-  }
-  for (int32_t j = 0; j < hd; j += n) {
-    hn::Vec<D> v[G];
-    for (int h = 0; h < G; ++h) v[h] = hn::LoadU(d, acc + h * hd + j);
-    for (int32_t i = 0; i < tile.n_rows; ++i) {
-      const hn::Vec<D> x = LoadChunk<Reader>(d, rows[i], j, a);
-      if (rescale[i]) {  // a multiply by exactly 1 is the identity: skipping it changes no bit
-        for (int h = 0; h < G; ++h) v[h] = hn::Mul(v[h], hn::Set(d, c[h * kMaxTileRows + i]));
-      }
-      for (int h = 0; h < G; ++h) v[h] = hn::MulAdd(hn::Set(d, e[h * kMaxTileRows + i]), x, v[h]);
+    const float scale = Reader::RowScale(rows[i], a);
+    for (int h = 0; h < G; ++h) {
+      rescale[i] = rescale[i] || c[h * kMaxTileRows + i] != 1.0f;
+      w[h * kMaxTileRows + i] = e[h * kMaxTileRows + i] * scale;
     }
-    for (int h = 0; h < G; ++h) hn::StoreU(v[h], d, acc + h * hd + j);
+  }
+  // kChunks chunks of acc per pass (two while registers allow) so consecutive rows' FMAs into one
+  // register are not the only work in flight.
+  constexpr int kChunks = G <= 4 ? 2 : 1;
+  for (int32_t j = 0; j < hd; j += kChunks * n) {
+    const int chunks = j + kChunks * n <= hd ? kChunks : 1;
+    hn::Vec<D> v[kChunks][G];
+    for (int k = 0; k < chunks; ++k) {
+      for (int h = 0; h < G; ++h) v[k][h] = hn::LoadU(d, acc + h * hd + j + k * n);
+    }
+    for (int32_t i = 0; i < tile.n_rows; ++i) {
+      for (int k = 0; k < chunks; ++k) {
+        const hn::Vec<D> x = LoadChunk<Reader>(d, rows[i], j + k * n, a);
+        if (rescale[i]) {  // a multiply by exactly 1 is the identity: skipping it changes no bit
+          for (int h = 0; h < G; ++h) v[k][h] = hn::Mul(v[k][h], hn::Set(d, c[h * kMaxTileRows + i]));
+        }
+        for (int h = 0; h < G; ++h) v[k][h] = hn::MulAdd(hn::Set(d, w[h * kMaxTileRows + i]), x, v[k][h]);
+      }
+    }
+    for (int k = 0; k < chunks; ++k) {
+      for (int h = 0; h < G; ++h) hn::StoreU(v[k][h], d, acc + h * hd + j + k * n);
+    }
   }
 }
 

@@ -32,6 +32,22 @@ float DotF32Here(const float* a, const float* b, size_t n) {
   return sum;
 }
 
+float SumF32Here(const float* a, size_t n) {
+  const hn::ScalableTag<float> d;
+  const size_t lanes = hn::Lanes(d);
+  auto s0 = hn::Zero(d), s1 = hn::Zero(d), s2 = hn::Zero(d), s3 = hn::Zero(d);
+  size_t i = 0;
+  for (; i + 4 * lanes <= n; i += 4 * lanes) {
+    s0 = hn::Add(s0, hn::LoadU(d, a + i));
+    s1 = hn::Add(s1, hn::LoadU(d, a + i + lanes));
+    s2 = hn::Add(s2, hn::LoadU(d, a + i + 2 * lanes));
+    s3 = hn::Add(s3, hn::LoadU(d, a + i + 3 * lanes));
+  }
+  float sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3))));
+  for (; i < n; ++i) sum += a[i];
+  return sum;
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace kvq::simd
 HWY_AFTER_NAMESPACE();
@@ -41,11 +57,14 @@ namespace kvq::simd {
 
 HWY_EXPORT(TargetNameHere);
 HWY_EXPORT(DotF32Here);
+HWY_EXPORT(SumF32Here);
 
 const char* DispatchedTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameHere)(); }
 float DotF32(const float* a, const float* b, size_t n) {
   return HWY_DYNAMIC_DISPATCH(DotF32Here)(a, b, n);
 }
+
+float SumF32(const float* a, size_t n) { return HWY_DYNAMIC_DISPATCH(SumF32Here)(a, n); }
 
 }  // namespace kvq::simd
 #endif  // HWY_ONCE

@@ -14,4 +14,7 @@ const char* DispatchedTargetName();
 /// differ from a sequential sum by rounding: callers compare within a tolerance).
 float DotF32(const float* a, const float* b, size_t n);
 
+/// Sum of n floats (lane-parallel partial sums). Used to measure streaming read bandwidth.
+float SumF32(const float* a, size_t n);
+
 }  // namespace kvq::simd

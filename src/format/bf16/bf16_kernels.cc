@@ -30,6 +30,7 @@ struct Bf16Reader {
   static float Scalar(const Row& r, int32_t j, const CodecArgs&) {
     return Bf16ToF32(format_internal::LoadU16(r.p + 2 * j));
   }
+  static float RowScale(const Row&, const CodecArgs&) { return 1.0f; }
 };
 
 const CodecKernels& Bf16KernelsHere() { return MakeKernels<Bf16Reader>(); }

@@ -28,6 +28,7 @@ struct F16Reader {
   static float Scalar(const Row& r, int32_t j, const CodecArgs&) {
     return F16ToF32(format_internal::LoadU16(r.p + 2 * j));
   }
+  static float RowScale(const Row&, const CodecArgs&) { return 1.0f; }
 };
 
 const CodecKernels& F16KernelsHere() { return MakeKernels<F16Reader>(); }

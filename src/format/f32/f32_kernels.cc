@@ -23,6 +23,7 @@ struct F32Reader {
     return hn::LoadU(d, r.x + j);
   }
   static float Scalar(const Row& r, int32_t j, const CodecArgs&) { return r.x[j]; }
+  static float RowScale(const Row&, const CodecArgs&) { return 1.0f; }
 };
 
 const CodecKernels& F32KernelsHere() { return MakeKernels<F32Reader>(); }

@@ -46,6 +46,7 @@ struct Fp4E2m1Reader {
     const uint32_t nib = format_internal::UnpackCode(g + 1, static_cast<int32_t>(e % kFp4GroupElems), 4);
     return E2m1ToF32(static_cast<uint8_t>(nib)) * E4m3ToF32(g[0]);
   }
+  static float RowScale(const Row&, const CodecArgs&) { return 1.0f; }
 };
 
 const CodecKernels& Fp4E2m1KernelsHere() { return MakeKernels<Fp4E2m1Reader>(); }

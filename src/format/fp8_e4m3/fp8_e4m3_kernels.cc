@@ -31,11 +31,12 @@ struct Fp8E4m3Reader {
     const auto w = hn::PromoteTo(du16, hn::LoadU(du8, r.p + j));
     const auto h = hn::Or(hn::ShiftLeft<8>(hn::And(w, hn::Set(du16, 0x80))),
                           hn::ShiftLeft<7>(hn::And(w, hn::Set(du16, 0x7F))));
-    return hn::Mul(hn::PromoteTo(d, hn::BitCast(df16, h)), hn::Set(d, 256.0f * a.tensor_scale));
+    return hn::PromoteTo(d, hn::BitCast(df16, h));  // E4M3 value / 2^8; RowScale restores it
   }
-  static float Scalar(const Row& r, int32_t j, const CodecArgs& a) {
-    return E4m3ToF32(r.p[j]) * a.tensor_scale;
+  static float Scalar(const Row& r, int32_t j, const CodecArgs&) {
+    return E4m3ToF32(r.p[j]) * 0x1p-8f;  // exact
   }
+  static float RowScale(const Row&, const CodecArgs& a) { return 256.0f * a.tensor_scale; }
 };
 
 const CodecKernels& Fp8E4m3KernelsHere() { return MakeKernels<Fp8E4m3Reader>(); }

@@ -20,22 +20,28 @@ struct IntTokenReader {
   static constexpr float kOffset = static_cast<float>(1 << (kBits - 1));
   struct Row {
     const uint8_t* codes;
-    float s;
+    float s;  // the head row's f16 scale: RowScale
   };
   static Row At(const RowTile& t, int32_t i, int32_t kv_head, const CodecArgs& a) {
     const int64_t head_bytes = 2 + static_cast<int64_t>(a.shape.head_dim) * kBits / 8;
     const uint8_t* p = TileRow(t, i) + kv_head * head_bytes;
     return {p + 2, F16ToF32(format_internal::LoadU16(p))};
   }
+  // raw − 2^(b−1) as f32: subtracted in 8-bit lanes (wrapping), read back as signed bytes and
+  // sign-extended, so no float op is spent on it; the scale s is applied per row (RowScale).
   template <class D>
   static hn::Vec<D> Load(D d, const Row& r, int32_t j, const CodecArgs&) {
-    const auto raw = CodesToFloat(d, UnpackCodes<kBits>(d, r.codes + j * kBits / 8));
-    return hn::Mul(hn::Sub(raw, hn::Set(d, kOffset)), hn::Set(d, r.s));
+    const hn::Rebind<uint8_t, D> du8;
+    const hn::Rebind<int8_t, D> di8;
+    const hn::Rebind<int32_t, D> di32;
+    const auto raw = UnpackCodes<kBits>(d, r.codes + j * kBits / 8);
+    const auto centred = hn::BitCast(di8, hn::Sub(raw, hn::Set(du8, static_cast<uint8_t>(kOffset))));
+    return hn::ConvertTo(d, hn::PromoteTo(di32, centred));
   }
   static float Scalar(const Row& r, int32_t j, const CodecArgs&) {
-    const float raw = static_cast<float>(format_internal::UnpackCode(r.codes, j, kBits));
-    return (raw - kOffset) * r.s;
+    return static_cast<float>(format_internal::UnpackCode(r.codes, j, kBits)) - kOffset;
   }
+  static float RowScale(const Row& r, const CodecArgs&) { return r.s; }
 };
 
 const CodecKernels& Int8KernelsHere() { return MakeKernels<IntTokenReader<8>>(); }

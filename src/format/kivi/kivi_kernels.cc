@@ -41,6 +41,7 @@ struct KiviKeyReader {
     const float z = F16ToF32(format_internal::LoadU16(r.params + 2 * (a.shape.head_dim + j)));
     return static_cast<float>(format_internal::UnpackCode(r.codes, j, kBits)) * s + z;
   }
+  static float RowScale(const Row&, const CodecArgs&) { return 1.0f; }
 };
 
 template <int kBits>
@@ -62,6 +63,7 @@ struct KiviValueReader {
   static float Scalar(const Row& r, int32_t j, const CodecArgs&) {
     return static_cast<float>(format_internal::UnpackCode(r.codes, j, kBits)) * r.s + r.z;
   }
+  static float RowScale(const Row&, const CodecArgs&) { return 1.0f; }
 };
 
 const CodecKernels& Int4KiviKeyKernelsHere() { return MakeKernels<KiviKeyReader<4>>(); }

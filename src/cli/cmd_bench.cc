@@ -1,0 +1,120 @@
+// `kvq bench attention`: decode-attention speed per KV format, beside the read bandwidth measured
+// in the same run.
+#include <fmt/core.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "kvq/attention.h"
+#include "kvq/units.h"
+#include "measure/attention_bench.h"
+#include "measure/read_bandwidth.h"
+
+namespace kvq::cli {
+namespace {
+
+struct BenchAttentionOptions {
+  std::vector<std::string> formats = {"f32", "f16", "int8", "int4"};
+  std::vector<int64_t> contexts = {4096, 16384};
+  int64_t head_dim = 128;
+  int64_t q_heads = 32;
+  int64_t kv_heads = 8;
+  int64_t threads = 2;
+  int64_t reps = 9;
+  bool json = false;
+};
+
+int RunBenchAttention(const BenchAttentionOptions& o) {
+  auto bad = [](const std::string& m) { return BadInput("bench attention", m); };
+  if (o.head_dim <= 0 || o.head_dim > kMaxHeadDim) {
+    return bad(fmt::format("--head-dim must be in 1..{} (got {})", kMaxHeadDim, o.head_dim));
+  }
+  if (o.kv_heads <= 0 || o.kv_heads > 4096) return bad(fmt::format("--kv-heads must be in 1..4096 (got {})", o.kv_heads));
+  if (o.q_heads <= 0 || o.q_heads % o.kv_heads != 0) {
+    return bad(fmt::format("--q-heads must be a positive multiple of --kv-heads {} (got {})", o.kv_heads, o.q_heads));
+  }
+  if (o.threads <= 0 || o.threads > 1024) return bad(fmt::format("--threads must be in 1..1024 (got {})", o.threads));
+  if (o.reps <= 0 || o.reps > 10000) return bad(fmt::format("--reps must be in 1..10000 (got {})", o.reps));
+  AttentionBenchConfig c;
+  c.shape = {.n_heads = static_cast<int32_t>(o.q_heads), .n_kv_heads = static_cast<int32_t>(o.kv_heads),
+             .head_dim = static_cast<int32_t>(o.head_dim)};
+  c.threads = static_cast<int32_t>(o.threads);
+  c.reps = static_cast<int32_t>(o.reps);
+  int64_t largest = 0;
+  for (const std::string& name : o.formats) {
+    const Result<const FormatDesc*> f = FindFormat(name);
+    if (!f.ok()) return bad("--format: " + f.status().message());
+    if (Status s = CheckShape(**f, {.n_kv_heads = c.shape.n_kv_heads, .head_dim = c.shape.head_dim}); !s.ok()) {
+      return bad(s.message());
+    }
+    c.formats.push_back(*f);
+  }
+  for (int64_t n : o.contexts) {
+    if (n <= 0 || n > (int64_t{1} << 24)) return bad(fmt::format("--context must be in 1..16777216 (got {})", n));
+    largest = std::max(largest, n);
+  }
+  c.contexts = o.contexts;
+  // The K + V of the widest arm at the largest context, for each arm alive at once.
+  const int64_t f32_bytes = largest * c.shape.n_kv_heads * c.shape.head_dim * 4 * 2;
+  if (f32_bytes * static_cast<int64_t>(c.formats.size()) > (int64_t{16} << 30)) {
+    return bad(fmt::format("the arms would hold about {} of KV at context {}: use fewer formats or a "
+                           "smaller context", FormatBytesIec(f32_bytes * static_cast<int64_t>(c.formats.size())),
+                           largest));
+  }
+
+  // Ceiling first: a buffer 4x the largest f32 KV (at least 512 MiB) defeats the caches.
+  const int64_t bw_bytes = std::max<int64_t>(int64_t{512} << 20, std::min<int64_t>(4 * f32_bytes, int64_t{2} << 30));
+  if (!o.json) fmt::print(stderr, "measuring read bandwidth over {} on {} threads...\n", FormatBytesIec(bw_bytes), c.threads);
+  const double read_gbps = MeasureReadBandwidthGbps(bw_bytes, c.threads, 5);
+  auto progress = [&](const std::string& line) { fmt::print(stderr, "bench attention: {}\n", line); };
+  const std::vector<AttentionBenchRow> rows = RunAttentionBench(c, progress);
+
+  if (o.json) {
+    nlohmann::json out = {{"isa", AttentionSimdTarget()}, {"threads", c.threads},
+                          {"head_dim", o.head_dim}, {"q_heads", o.q_heads}, {"kv_heads", o.kv_heads},
+                          {"read_bandwidth_gbps", read_gbps}, {"fill", "random rows encoded in each format"},
+                          {"results", nlohmann::json::array()}};
+    for (const AttentionBenchRow& r : rows) {
+      out["results"].push_back({{"format", r.format}, {"context", r.context}, {"ns_per_step", r.ns_per_step},
+                                {"ns_min", r.ns_min}, {"ns_max", r.ns_max}, {"kv_bytes", r.kv_bytes},
+                                {"gbps", r.gbps}});
+    }
+    fmt::print("{}\n", out.dump(2));
+    return 0;
+  }
+  fmt::print("decode attention: {} query heads, {} KV heads, head_dim {}, {} threads, SIMD target {}\n",
+             o.q_heads, o.kv_heads, o.head_dim, c.threads, AttentionSimdTarget());
+  fmt::print("read bandwidth measured in this run: {:.1f} GB/s (cache filled with random rows)\n\n", read_gbps);
+  fmt::print("{:<10} {:>8} {:>12} {:>22} {:>14} {:>8} {:>7} {:>9}\n", "format", "context", "us/step",
+             "min-max us", "KV bytes", "GB/s", "of bw", "vs first");
+  double first_ns = 0;
+  for (const AttentionBenchRow& r : rows) {
+    if (r.format == c.formats.front()->name) first_ns = r.ns_per_step;
+    fmt::print("{:<10} {:>8} {:>12.1f} {:>22} {:>14} {:>8.2f} {:>6.0f}% {:>8.3f}x\n", r.format, r.context,
+               r.ns_per_step / 1e3, fmt::format("{:.1f}-{:.1f}", r.ns_min / 1e3, r.ns_max / 1e3),
+               FormatCount(r.kv_bytes), r.gbps, 100.0 * r.gbps / read_gbps, r.ns_per_step / first_ns);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddBenchCommand(CLI::App& app, int* exit_code) {
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks that print numbers (attention)");
+  bench->require_subcommand(1);
+  auto o = std::make_shared<BenchAttentionOptions>();
+  CLI::App* cmd = bench->add_subcommand("attention", "Decode-attention time per KV format vs context");
+  cmd->add_option("--format", o->formats, "KV formats, comma-separated; run as interleaved arms")
+      ->delimiter(',')->capture_default_str();
+  cmd->add_option("--context", o->contexts, "Context lengths, comma-separated")->delimiter(',')->capture_default_str();
+  cmd->add_option("--head-dim", o->head_dim, "Numbers per head row")->capture_default_str();
+  cmd->add_option("--q-heads", o->q_heads, "Query heads")->capture_default_str();
+  cmd->add_option("--kv-heads", o->kv_heads, "KV heads")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "Threads")->capture_default_str();
+  cmd->add_option("--reps", o->reps, "Timed steps per format and context (median reported)")->capture_default_str();
+  cmd->add_flag("--json", o->json, "Print JSON instead of a table");
+  cmd->callback([o, exit_code] { *exit_code = RunBenchAttention(*o); });
+}
+
+}  // namespace kvq::cli
