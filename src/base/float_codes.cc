@@ -72,13 +72,6 @@ uint16_t F32ToBf16(float f) {
   return static_cast<uint16_t>(rounded >> 16);
 }
 
-float E4m3ToF32(uint8_t code) {
-  const float sign = (code & 0x80) ? -1.0f : 1.0f;
-  const uint8_t mag = code & 0x7F;
-  if (mag == 0x7F) return std::nanf("");
-  return sign * kE4m3[mag];
-}
-
 uint8_t F32ToE4m3(float f) {
   const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
   if (std::isnan(f)) return sign | 0x7F;

@@ -33,7 +33,12 @@ uint16_t F32ToBf16(float f);
 // ---- OCP FP8 E4M3 ("E4M3FN"): 1 sign, 4 exponent (bias 7), 3 mantissa bits. ----
 // No infinities; NaN only at S.1111.111 (0x7F, 0xFF). Max normal 448 (0.1111.110); smallest
 // subnormal 2^-9 (0.0000.001).
-float E4m3ToF32(uint8_t code);
+/// Inline: an E4M3 code S.EEEE.MMM placed as f16 bits S.0EEEE.MMM0000000 is the value / 2^8
+/// (f16's exponent bias is 15, E4M3's 7), subnormals included.
+inline float E4m3ToF32(uint8_t code) {
+  if ((code & 0x7F) == 0x7F) return std::bit_cast<float>(0x7FC00000u | ((code & 0x80u) << 24));
+  return F16ToF32(static_cast<uint16_t>(((code & 0x80) << 8) | ((code & 0x7F) << 7))) * 256.0f;
+}
 /// RNE, saturating: |x| beyond 448 (including ±inf) gives ±448; NaN gives 0x7F (sign kept).
 uint8_t F32ToE4m3(float f);
 inline float RoundE4m3(float f) { return E4m3ToF32(F32ToE4m3(f)); }
