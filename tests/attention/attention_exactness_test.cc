@@ -7,6 +7,8 @@
 
 #include <string>
 
+#include <hwy/targets.h>
+
 #include "attention_fixture.h"
 
 namespace kvq::testing_attention {
@@ -47,6 +49,8 @@ class Exactness : public ::testing::TestWithParam<Config> {
   AttentionShape Shape() const { return {.n_heads = 2 * GetParam().group, .n_kv_heads = 2, .head_dim = 16}; }
 };
 
+// The SIMD kernel runs on every SIMD target compiled in (AVX-512, AVX2, portable), each
+// compared with itself: exactness holds per target.
 TEST_P(Exactness, EveryWindowSizeFrom1To96) {
   const Config& c = GetParam();
   const int64_t n = 96;
@@ -55,14 +59,22 @@ TEST_P(Exactness, EveryWindowSizeFrom1To96) {
   const int32_t tokens = c.n_tokens == 1 ? 1 : 48;
   const Cache cache(*c.format, Shape(), n, tokens, 1);
   const AttentionOptions o = Options(Shape(), c.kernel);
-  const Result whole = cache.Run(o, {{0, n}});
-  for (int64_t size = 1; size <= n; ++size) {
-    ASSERT_TRUE(BitIdentical(cache.Run(o, Even(n, size)), whole)) << "window size " << size;
+  const std::vector<int64_t> targets = c.kernel == AttentionKernel::kSimd
+                                           ? hwy::SupportedAndGeneratedTargets()
+                                           : std::vector<int64_t>{0};
+  for (int64_t target : targets) {
+    hwy::SetSupportedTargetsForTest(target);  // 0: the normal choice
+    const Result whole = cache.Run(o, {{0, n}});
+    for (int64_t size = 1; size <= n; ++size) {
+      ASSERT_TRUE(BitIdentical(cache.Run(o, Even(n, size)), whole))
+          << "window size " << size << " target " << hwy::TargetName(target);
+    }
+    // Uneven windows too: a run of sizes that never lines up with KIVI groups or tiles.
+    Windows uneven;
+    for (int64_t b = 0, s = 1; b < n; b += s, s = s % 7 + 3) uneven.emplace_back(b, std::min(n, b + s));
+    EXPECT_TRUE(BitIdentical(cache.Run(o, uneven), whole));
   }
-  // Uneven windows too: a prime-sized run of sizes that never line up with KIVI groups or tiles.
-  Windows uneven;
-  for (int64_t b = 0, s = 1; b < n; b += s, s = s % 7 + 3) uneven.emplace_back(b, std::min(n, b + s));
-  EXPECT_TRUE(BitIdentical(cache.Run(o, uneven), whole));
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 TEST_P(Exactness, LongContextManyWindowSizes) {
