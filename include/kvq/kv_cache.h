@@ -1,0 +1,116 @@
+// The KV cache: per layer, pages of encoded K and V rows in any format (K and V, and each layer,
+// may differ), a master copy in host RAM or in a file on disk, and a bounded device working set
+// that pages stream through — double-buffered, the next page copied on a background thread while
+// attention consumes the current one. Attention carries its online-softmax state across the pages,
+// so every tier gives the same bits as a resident cache (DESIGN.md §4).
+//
+// On CPU the "device" is a staging arena of the budgeted size; the streaming interface is where a
+// CUDA working set in VRAM slots in later.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvq/attention.h"
+#include "kvq/format.h"
+#include "kvq/status.h"
+
+namespace kvq {
+
+struct SnapshotImage;
+struct ModelFingerprint;
+
+/// K and V formats of one layer.
+struct LayerFormats {
+  const FormatDesc* key = nullptr;
+  const FormatDesc* value = nullptr;
+};
+
+/// Memory limits per tier. Sizes in bytes; 0 means "not set".
+struct KvBudgets {
+  /// Device working set. 0: no staging — attention reads the master copy in place ("resident"),
+  /// except with a disk master, which always streams through a two-page working set.
+  int64_t device_bytes = 0;
+  /// Host RAM for the master copy (or, with a disk master, the pages being filled). 0: no limit.
+  int64_t host_bytes = 0;
+  /// Non-empty: the master copy lives in a file in this folder, deleted when the cache is
+  /// destroyed unless keep_disk_file.
+  std::string disk_dir;
+  bool keep_disk_file = false;
+};
+
+struct KvCacheConfig {
+  int64_t n_layers = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  /// Per layer, or a single entry used for every layer.
+  std::vector<LayerFormats> layers;
+  /// The most positions the cache will hold (the context size).
+  int64_t max_positions = 0;
+  /// Positions per page: a multiple of 32 (so KIVI's key groups never straddle pages).
+  int32_t page_positions = 256;
+  KvBudgets budgets;
+};
+
+/// What Create decided, in exact bytes and positions, for printing and for tests.
+struct KvTierPlan {
+  int64_t total_bytes = 0;        ///< the whole cache at max_positions, every layer
+  int64_t largest_page_bytes = 0; ///< K + V of one page of the widest layer
+  int64_t slot_bytes = 0;         ///< one working-set slot: a page plus the f32 residual rows
+  int32_t device_slots = 0;       ///< pages the device working set holds (0: resident)
+  int64_t device_bytes = 0;       ///< device_slots × slot bytes (≤ the device budget)
+  int64_t host_bytes = 0;         ///< what the host tier holds at max_positions
+  int64_t disk_bytes = 0;         ///< what the disk tier holds at max_positions
+  int64_t device_positions = 0;   ///< positions per layer resident in the working set at once
+  int64_t host_positions = 0;     ///< positions per layer whose master bytes are in host RAM
+  int64_t disk_positions = 0;     ///< positions per layer whose master bytes are on disk
+  std::string disk_file;          ///< the master file, when on disk
+  /// A few lines for humans: tiers, bytes, positions.
+  std::string Describe() const;
+};
+
+class KvCache {
+ public:
+  /// Validates the configuration and the budgets against the shape and formats, and refuses an
+  /// impossible combination now (with what to change) rather than at token 10,000.
+  static Result<std::unique_ptr<KvCache>> Create(const KvCacheConfig& config);
+  ~KvCache();
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+
+  const KvCacheConfig& config() const;
+  const KvTierPlan& plan() const;
+  /// Positions appended to `layer`.
+  int64_t positions(int64_t layer) const;
+
+  /// Appends n positions to one layer: k and v are [n][n_kv_heads][head_dim] f32. The first
+  /// append to a layer calibrates per-tensor scales (fp8). Errors past max_positions or on I/O.
+  Status Append(int64_t layer, const float* k, const float* v, int64_t n);
+
+  /// Attention of q ([n_tokens][n_heads][head_dim], token t at first_query_position + t) over
+  /// every cached position of `layer`, page by page through the tiers, into `state` (not
+  /// finished: call FinishAttention).
+  Status Attend(int64_t layer, const AttentionOptions& options, const float* q,
+                int64_t first_query_position, AttentionState& state);
+
+  /// The most bytes the device working set has held at once (its own accounting).
+  int64_t device_peak_bytes() const;
+
+  /// Snapshots: the cache's contents (all layers must hold the same number of positions).
+  Result<SnapshotImage> Export(const ModelFingerprint& model) const;
+  /// Replaces the contents with an image whose shape and formats match this cache; on error
+  /// the cache is unchanged.
+  Status Import(const SnapshotImage& image);
+  Status Save(const std::string& path, const ModelFingerprint& model) const;
+  /// Loads a snapshot written for this model and these formats; on error the cache is unchanged.
+  Status Load(const std::string& path, const ModelFingerprint& model);
+
+ private:
+  struct Impl;
+  explicit KvCache(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvq

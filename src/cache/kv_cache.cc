@@ -1,0 +1,270 @@
+// KvCache (see kvq/kv_cache.h): configuration checks and the tier plan, appending rows into
+// pages (KIVI groups via an f32 residual), and attention page by page through the tiers.
+// Snapshots (Export / Import / Save / Load) are in kv_cache_snapshot.cc.
+#include "cache/kv_cache_impl.h"
+
+#include <fmt/format.h>
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kvq/kv_memory.h"
+#include "kvq/units.h"
+
+namespace kvq {
+namespace {
+
+Status Bad(const std::string& message) { return Status::Error("KV cache: " + message); }
+
+}  // namespace
+
+int64_t KvCache::Impl::TensorPageBytes(const Codec& codec) const {
+  return config.page_positions / codec.rows_per_block * codec.block_bytes(row);
+}
+
+int64_t KvCache::Impl::ResidualBytesMax(int64_t layer) const {
+  return (std::max(Key(layer).rows_per_block, Value(layer).rows_per_block) - 1) * row.elems() * 4 * 2;
+}
+
+Result<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheConfig& c) {
+  if (c.n_layers <= 0) return Bad(fmt::format("layers must be positive (got {})", c.n_layers));
+  if (c.max_positions <= 0) {
+    return Bad(fmt::format("the context must be positive (got {} positions)", c.max_positions));
+  }
+  if (c.page_positions <= 0 || c.page_positions % 32 != 0) {
+    return Bad(fmt::format("page_positions must be a positive multiple of 32, so KIVI key groups "
+                           "never straddle pages (got {})", c.page_positions));
+  }
+  if (c.layers.size() != 1 && static_cast<int64_t>(c.layers.size()) != c.n_layers) {
+    return Bad(fmt::format("give formats for 1 or {} layers (got {})", c.n_layers, c.layers.size()));
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->config = c;
+  impl->row = {.n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim};
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const LayerFormats f = c.layers.size() == 1 ? c.layers[0] : c.layers[l];
+    if (f.key == nullptr || f.value == nullptr) return Bad(fmt::format("layer {} has no format", l));
+    for (const FormatDesc* format : {f.key, f.value}) {
+      if (Status s = CheckShape(*format, impl->row); !s.ok()) return Bad(s.message());
+    }
+    impl->formats.push_back(f);
+  }
+  impl->layers.resize(c.n_layers);
+
+  // Sizes: pages per layer, the whole cache at max_positions, the largest slot.
+  KvTierPlan& plan = impl->plan;
+  const int64_t max_pages = (c.max_positions + c.page_positions - 1) / c.page_positions;
+  std::vector<int64_t> page_bytes;
+  int64_t tails = 0, slot_bytes = 0;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const int64_t bytes = AlignUp64(impl->PageBytes(l));
+    page_bytes.push_back(bytes);
+    plan.largest_page_bytes = std::max(plan.largest_page_bytes, bytes);
+    slot_bytes = std::max(slot_bytes, bytes + impl->ResidualBytesMax(l));
+    tails += bytes + impl->ResidualBytesMax(l);
+    int64_t layer_total = 0;
+    if (!CheckedMul(bytes, max_pages, &layer_total) || !CheckedAdd(plan.total_bytes, layer_total, &plan.total_bytes)) {
+      return Bad(fmt::format("{} positions do not fit in 64-bit byte counts", c.max_positions));
+    }
+  }
+  plan.slot_bytes = slot_bytes;
+  const KvBudgets& b = c.budgets;
+  if (b.device_bytes < 0 || b.host_bytes < 0) return Bad("budgets must not be negative");
+  const bool disk = !b.disk_dir.empty();
+  const auto gib = [](int64_t x) { return FormatBytesIec(x); };
+  if (disk) {
+    struct statvfs fs {};
+    if (statvfs(b.disk_dir.c_str(), &fs) != 0) {
+      return Bad(fmt::format("--kv-disk {}: not a usable folder ({})", b.disk_dir, std::strerror(errno)));
+    }
+    const int64_t free_bytes = static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
+    if (free_bytes < plan.total_bytes) {
+      return Bad(fmt::format("--kv-disk {} has {} free; the cache needs up to {} for {} positions",
+                             b.disk_dir, gib(free_bytes), gib(plan.total_bytes), c.max_positions));
+    }
+    plan.disk_bytes = plan.total_bytes;
+    plan.disk_positions = c.max_positions;
+    plan.host_bytes = tails;
+    plan.host_positions = std::min<int64_t>(c.page_positions, c.max_positions);
+    if (b.host_bytes > 0 && b.host_bytes < tails) {
+      return Bad(fmt::format("--kv-host-budget {} cannot hold the page being filled per layer ({} in all) "
+                             "with a disk master: raise it to at least {}",
+                             gib(b.host_bytes), gib(tails), gib(tails)));
+    }
+  } else {
+    plan.host_bytes = plan.total_bytes;
+    plan.host_positions = c.max_positions;
+    if (b.host_bytes > 0 && b.host_bytes < plan.total_bytes) {
+      return Bad(fmt::format("{} positions need {} of KV cache but --kv-host-budget is {}: add "
+                             "--kv-disk DIR, raise the budget, lower the context, or pick a smaller "
+                             "format", c.max_positions, gib(plan.total_bytes), gib(b.host_bytes)));
+    }
+  }
+  // The device working set: resident (no staging) unless a budget smaller than the cache is set;
+  // a disk master always streams, through two slots if no budget is given.
+  int64_t device_budget = b.device_bytes;
+  if (device_budget >= plan.total_bytes + slot_bytes && !disk) device_budget = 0;
+  if (disk && device_budget == 0) device_budget = 2 * slot_bytes;
+  if (device_budget > 0) {
+    const int64_t slots = std::min<int64_t>(device_budget / slot_bytes, max_pages + 1);
+    if (slots < 2) {
+      return Bad(fmt::format("--kv-device-budget {} holds fewer than 2 pages of {} ({} positions per "
+                             "page): streaming needs one page in use and one in flight; raise it to at "
+                             "least {}", gib(device_budget), gib(slot_bytes), c.page_positions,
+                             gib(2 * slot_bytes)));
+    }
+    plan.device_slots = static_cast<int32_t>(std::min<int64_t>(slots, 64));
+    plan.device_bytes = plan.device_slots * slot_bytes;
+    plan.device_positions = std::min<int64_t>(int64_t{plan.device_slots} * c.page_positions, c.max_positions);
+  }
+  Result<std::unique_ptr<PageStore>> store =
+      PageStore::Create(page_bytes, max_pages, b.disk_dir, b.keep_disk_file);
+  if (!store.ok()) return Bad(store.status().message());
+  impl->store = std::move(store).value();
+  plan.disk_file = impl->store->file();
+  if (plan.device_slots > 0) {
+    impl->arena = std::make_unique<StagingArena>(plan.device_slots, slot_bytes);
+    impl->streamer = std::make_unique<PageStreamer>(*impl->arena);
+  }
+  return std::unique_ptr<KvCache>(new KvCache(std::move(impl)));
+}
+
+KvCache::KvCache(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+KvCache::~KvCache() = default;
+const KvCacheConfig& KvCache::config() const { return impl_->config; }
+const KvTierPlan& KvCache::plan() const { return impl_->plan; }
+int64_t KvCache::positions(int64_t layer) const { return impl_->layers[layer].positions; }
+int64_t KvCache::device_peak_bytes() const { return impl_->arena ? impl_->arena->peak_bytes() : 0; }
+
+Status KvCache::Append(int64_t layer, const float* k, const float* v, int64_t n) {
+  Impl& m = *impl_;
+  if (layer < 0 || layer >= m.config.n_layers) return Bad(fmt::format("no layer {}", layer));
+  Impl::Layer& L = m.layers[layer];
+  if (n < 0 || L.positions + n > m.config.max_positions) {
+    return Bad(fmt::format("appending {} positions to {} would pass the context of {} positions",
+                           n, L.positions, m.config.max_positions));
+  }
+  const Codec* codecs[2] = {&m.Key(layer), &m.Value(layer)};
+  const float* rows[2] = {k, v};
+  const int64_t elems = m.row.elems();
+  for (int which = 0; which < 2; ++which) {
+    if (codecs[which]->calibrated && !L.calibrated[which] && n > 0) {
+      L.args[which].tensor_scale = codecs[which]->calibrate(rows[which], n * elems);
+      L.calibrated[which] = true;
+    }
+    L.args[which].shape = m.row;
+  }
+  const int32_t P = m.config.page_positions;
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t pos = L.positions + r;
+    const int64_t page = pos / P, in_page = pos % P;
+    Result<uint8_t*> buf = m.store->Writable(layer, page);
+    if (!buf.ok()) return buf.status();
+    for (int which = 0; which < 2; ++which) {
+      const Codec& codec = *codecs[which];
+      uint8_t* region = *buf + (which == 0 ? 0 : m.KeyRegionBytes(layer));
+      const float* x = rows[which] + r * elems;
+      if (codec.rows_per_block == 1) {
+        codec.encode_block(x, region + in_page * codec.block_bytes(m.row), L.args[which]);
+        continue;
+      }
+      std::vector<float>& residual = L.residual[which];
+      residual.insert(residual.end(), x, x + elems);
+      if (static_cast<int64_t>(residual.size()) == codec.rows_per_block * elems) {
+        const int64_t group = in_page / codec.rows_per_block;
+        codec.encode_block(residual.data(), region + group * codec.block_bytes(m.row), L.args[which]);
+        residual.clear();
+      }
+    }
+    if (in_page == P - 1) {
+      if (Status s = m.store->Filled(layer, page); !s.ok()) return s;
+    }
+  }
+  L.positions += n;
+  return Status::Ok();
+}
+
+KvWindow KvCache::Impl::Window(int64_t layer, int64_t page, const uint8_t* page_bytes,
+                               const float* residual_k, const float* residual_v) const {
+  const Layer& L = layers[layer];
+  const int32_t P = config.page_positions;
+  const int64_t rows_in_page = std::min<int64_t>(P, L.positions - page * P);
+  const bool last = (page + 1) * P >= L.positions;
+  KvWindow w;
+  w.first_position = page * P;
+  RowsView* views[2] = {&w.k, &w.v};
+  const float* residuals[2] = {residual_k, residual_v};
+  for (int which = 0; which < 2; ++which) {
+    RowsView& v = *views[which];
+    v.codec = which == 0 ? &Key(layer) : &Value(layer);
+    v.args = L.args[which];
+    v.args.shape = row;
+    v.blocks = TensorRegion(page_bytes, layer, which);
+    v.first_row = 0;
+    const int64_t residual_rows = last ? static_cast<int64_t>(L.residual[which].size()) / row.elems() : 0;
+    v.n_block_rows = rows_in_page - residual_rows;
+    v.residual = residuals[which];
+    v.n_rows = rows_in_page;
+  }
+  return w;
+}
+
+Status KvCache::Attend(int64_t layer, const AttentionOptions& options, const float* q,
+                       int64_t first_query_position, AttentionState& state) {
+  Impl& m = *impl_;
+  if (layer < 0 || layer >= m.config.n_layers) return Bad(fmt::format("no layer {}", layer));
+  const Impl::Layer& L = m.layers[layer];
+  const int32_t P = m.config.page_positions;
+  const int64_t n_pages = (L.positions + P - 1) / P;
+  if (!m.streamer) {  // resident: attend over the master pages in place
+    for (int64_t p = 0; p < n_pages; ++p) {
+      const uint8_t* page = m.store->InHost(layer, p);
+      if (page == nullptr) return Bad(fmt::format("page {} of layer {} is not resident", p, layer));
+      AttendWindow(options, q, first_query_position,
+                   m.Window(layer, p, page, L.residual[0].data(), L.residual[1].data()), state);
+    }
+    return Status::Ok();
+  }
+  // Streamed: each slot holds the page (its size padded to 64 bytes), then on the last page the
+  // f32 residual rows of K and V.
+  const int64_t page_bytes = m.store->page_bytes(layer);
+  const int64_t residual_k_bytes = static_cast<int64_t>(L.residual[0].size()) * 4;
+  auto fill = [&m, &L, layer, n_pages, page_bytes, residual_k_bytes](int64_t p, uint8_t* dst) -> Result<int64_t> {
+    if (Status s = m.store->Read(layer, p, dst); !s.ok()) return s;
+    if (p + 1 < n_pages) return page_bytes;
+    std::memcpy(dst + page_bytes, L.residual[0].data(), residual_k_bytes);
+    std::memcpy(dst + page_bytes + residual_k_bytes, L.residual[1].data(), L.residual[1].size() * 4);
+    return page_bytes + residual_k_bytes + static_cast<int64_t>(L.residual[1].size()) * 4;
+  };
+  m.streamer->Begin(fill, n_pages);
+  Status status;
+  for (int64_t p = 0; p < n_pages && status.ok(); ++p) {
+    Result<const uint8_t*> slot = m.streamer->Acquire(p);
+    if (!slot.ok()) {
+      status = slot.status();
+      break;
+    }
+    const auto* residual_k = reinterpret_cast<const float*>(*slot + page_bytes);
+    const auto* residual_v = reinterpret_cast<const float*>(*slot + page_bytes + residual_k_bytes);
+    AttendWindow(options, q, first_query_position, m.Window(layer, p, *slot, residual_k, residual_v), state);
+    m.streamer->Release(p);
+  }
+  m.streamer->End();
+  return status;
+}
+
+std::string KvTierPlan::Describe() const {
+  std::string s = fmt::format("KV cache {} at full context", FormatBytesIec(total_bytes));
+  s += device_slots > 0 ? fmt::format("; device working set {} pages ({}, {} positions per layer)",
+                                      device_slots, FormatBytesIec(device_bytes), device_positions)
+                        : "; resident (no device working set)";
+  s += fmt::format("; host {} ({} positions per layer)", FormatBytesIec(host_bytes), host_positions);
+  if (!disk_file.empty()) {
+    s += fmt::format("; disk {} in {} ({} positions per layer)", FormatBytesIec(disk_bytes), disk_file,
+                     disk_positions);
+  }
+  return s;
+}
+
+}  // namespace kvq

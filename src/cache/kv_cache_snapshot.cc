@@ -1,0 +1,139 @@
+// KvCache snapshots: Export flattens each layer's complete blocks (K then V) in stored order plus
+// the f32 residual and scales into a SnapshotImage; Import checks an image against this cache
+// (shape, formats, lengths) before touching anything, then writes the pages back through the
+// page store, so a disk master is rebuilt on disk.
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "cache/kv_cache_impl.h"
+#include "cache/snapshot.h"
+
+namespace kvq {
+namespace {
+
+// Bytes of complete blocks for `rows` rows of a tensor (the residual excluded).
+int64_t BlockBytes(const Codec& codec, RowShape row, int64_t rows) {
+  return rows / codec.rows_per_block * codec.block_bytes(row);
+}
+
+}  // namespace
+
+Result<SnapshotImage> KvCache::Export(const ModelFingerprint& model) const {
+  const Impl& m = *impl_;
+  if (model.n_layers != m.config.n_layers || model.n_kv_heads != m.config.n_kv_heads ||
+      model.head_dim != m.config.head_dim) {
+    return Status::Error("snapshot: the model fingerprint does not match the cache's shape");
+  }
+  SnapshotImage image;
+  image.model = model;
+  image.n_positions = m.layers[0].positions;
+  const int32_t P = m.config.page_positions;
+  std::vector<uint8_t> page;
+  for (int64_t l = 0; l < m.config.n_layers; ++l) {
+    const Impl::Layer& L = m.layers[l];
+    if (L.positions != image.n_positions) {
+      return Status::Error(fmt::format("snapshot: layer {} holds {} positions, layer 0 holds {}; "
+                                       "a snapshot needs every layer at the same position", l,
+                                       L.positions, image.n_positions));
+    }
+    SnapshotLayer& out = image.layers.emplace_back();
+    out.key_format = static_cast<uint16_t>(m.formats[l].key->id);
+    out.value_format = static_cast<uint16_t>(m.formats[l].value->id);
+    out.key_scale = L.args[0].tensor_scale;
+    out.value_scale = L.args[1].tensor_scale;
+    out.scales_calibrated = L.calibrated[0] || L.calibrated[1];
+    out.key_residual = L.residual[0];
+    if (!L.residual[1].empty()) return Status::Error("snapshot: value residual rows are not supported");
+    page.resize(m.store->page_bytes(l));
+    const Codec* codecs[2] = {&m.Key(l), &m.Value(l)};
+    std::vector<uint8_t>* dst[2] = {&out.key_bytes, &out.value_bytes};
+    for (int64_t p = 0; p * P < L.positions; ++p) {
+      if (Status s = m.store->Read(l, p, page.data()); !s.ok()) return s;
+      const int64_t rows = std::min<int64_t>(P, L.positions - p * P);
+      for (int which = 0; which < 2; ++which) {
+        const uint8_t* region = m.TensorRegion(page.data(), l, which);
+        dst[which]->insert(dst[which]->end(), region, region + BlockBytes(*codecs[which], m.row, rows));
+      }
+    }
+  }
+  return image;
+}
+
+Status KvCache::Import(const SnapshotImage& image) {
+  Impl& m = *impl_;
+  const auto bad = [](const std::string& why) { return Status::Error("snapshot does not fit this cache: " + why); };
+  if (image.model.n_layers != m.config.n_layers || image.model.n_kv_heads != m.config.n_kv_heads ||
+      image.model.head_dim != m.config.head_dim || static_cast<int64_t>(image.layers.size()) != m.config.n_layers) {
+    return bad("another shape");
+  }
+  if (image.n_positions < 0 || image.n_positions > m.config.max_positions) {
+    return bad(fmt::format("{} positions, the context is {}", image.n_positions, m.config.max_positions));
+  }
+  for (int64_t l = 0; l < m.config.n_layers; ++l) {
+    const SnapshotLayer& in = image.layers[l];
+    if (in.key_format != static_cast<uint16_t>(m.formats[l].key->id) ||
+        in.value_format != static_cast<uint16_t>(m.formats[l].value->id)) {
+      return bad(fmt::format("layer {} formats differ", l));
+    }
+    const Codec& k = m.Key(l);
+    const Codec& v = m.Value(l);
+    const int64_t residual_rows = image.n_positions % k.rows_per_block;
+    if (static_cast<int64_t>(in.key_bytes.size()) != BlockBytes(k, m.row, image.n_positions) ||
+        static_cast<int64_t>(in.value_bytes.size()) != BlockBytes(v, m.row, image.n_positions) ||
+        static_cast<int64_t>(in.key_residual.size()) != residual_rows * m.row.elems() ||
+        image.n_positions % v.rows_per_block != 0) {
+      return bad(fmt::format("layer {} holds the wrong number of bytes for {} positions", l, image.n_positions));
+    }
+  }
+  // Valid: replace the contents.
+  const int32_t P = m.config.page_positions;
+  for (int64_t l = 0; l < m.config.n_layers; ++l) {
+    const SnapshotLayer& in = image.layers[l];
+    Impl::Layer& L = m.layers[l];
+    m.store->Clear(l);
+    L = Impl::Layer();
+    L.args[0] = {.shape = m.row, .tensor_scale = in.key_scale};
+    L.args[1] = {.shape = m.row, .tensor_scale = in.value_scale};
+    L.calibrated = {in.scales_calibrated && m.Key(l).calibrated, in.scales_calibrated && m.Value(l).calibrated};
+    L.residual[0] = in.key_residual;
+    const Codec* codecs[2] = {&m.Key(l), &m.Value(l)};
+    const std::vector<uint8_t>* src[2] = {&in.key_bytes, &in.value_bytes};
+    int64_t offset[2] = {0, 0};
+    for (int64_t p = 0; p * P < image.n_positions; ++p) {
+      Result<uint8_t*> page = m.store->Writable(l, p);
+      if (!page.ok()) return page.status();
+      const int64_t rows = std::min<int64_t>(P, image.n_positions - p * P);
+      for (int which = 0; which < 2; ++which) {
+        const int64_t bytes = BlockBytes(*codecs[which], m.row, rows);
+        std::memcpy(const_cast<uint8_t*>(m.TensorRegion(*page, l, which)), src[which]->data() + offset[which], bytes);
+        offset[which] += bytes;
+      }
+      if (rows == P) {
+        if (Status s = m.store->Filled(l, p); !s.ok()) return s;
+      }
+    }
+    L.positions = image.n_positions;
+  }
+  return Status::Ok();
+}
+
+Status KvCache::Save(const std::string& path, const ModelFingerprint& model) const {
+  Result<SnapshotImage> image = Export(model);
+  if (!image.ok()) return image.status();
+  return WriteSnapshot(path, *image);
+}
+
+Status KvCache::Load(const std::string& path, const ModelFingerprint& model) {
+  SnapshotExpectation expect{.model = model};
+  for (const LayerFormats& f : impl_->formats) {
+    expect.key_formats.push_back(static_cast<uint16_t>(f.key->id));
+    expect.value_formats.push_back(static_cast<uint16_t>(f.value->id));
+  }
+  Result<SnapshotImage> image = ReadSnapshot(path, expect);
+  if (!image.ok()) return image.status();
+  if (Status s = Import(*image); !s.ok()) return Status::Error(fmt::format("{}: {}", path, s.message()));
+  return Status::Ok();
+}
+
+}  // namespace kvq

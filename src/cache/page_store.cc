@@ -1,0 +1,132 @@
+// PageStore (see page_store.h). Disk I/O is pread/pwrite at fixed offsets, so pages never move
+// and a short read or write is an error naming the file, not a silent hole.
+#include "cache/page_store.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+namespace kvq {
+namespace {
+
+Status IoError(const std::string& what, const std::string& path) {
+  return Status::Error(fmt::format("{} {}: {}", what, path, std::strerror(errno)));
+}
+
+Status FullPwrite(int fd, const uint8_t* p, int64_t bytes, int64_t offset, const std::string& path) {
+  while (bytes > 0) {
+    const ssize_t n = pwrite(fd, p, static_cast<size_t>(bytes), offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return IoError("cannot write the KV cache file", path);
+    p += n, bytes -= n, offset += n;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<PageStore>> PageStore::Create(std::vector<int64_t> page_bytes,
+                                                     int64_t max_pages, const std::string& disk_dir,
+                                                     bool keep_file) {
+  std::unique_ptr<PageStore> s(new PageStore());
+  s->page_bytes_ = std::move(page_bytes);
+  s->max_pages_ = max_pages;
+  const size_t layers = s->page_bytes_.size();
+  s->pages_.resize(layers);
+  if (disk_dir.empty()) return s;
+  static std::atomic<int> counter{0};
+  s->path_ = fmt::format("{}/kvq-cache-{}-{}.kv", disk_dir, getpid(), counter++);
+  s->fd_ = open(s->path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (s->fd_ < 0) return IoError("--kv-disk: cannot create", s->path_);
+  s->keep_ = keep_file;
+  int64_t offset = 0;
+  for (int64_t b : s->page_bytes_) {
+    s->layer_offset_.push_back(offset);
+    offset += b * max_pages;
+  }
+  s->tail_.resize(layers);
+  s->tail_page_.assign(layers, -1);
+  return s;
+}
+
+PageStore::~PageStore() {
+  if (fd_ >= 0) {
+    close(fd_);
+    if (!keep_) unlink(path_.c_str());
+  }
+}
+
+Result<uint8_t*> PageStore::Writable(int64_t layer, int64_t page) {
+  const int64_t bytes = page_bytes_[layer];
+  if (!on_disk()) {
+    auto& pages = pages_[layer];
+    if (static_cast<int64_t>(pages.size()) <= page) pages.resize(page + 1);
+    if (!pages[page]) pages[page] = std::make_unique<uint8_t[]>(bytes);  // zeroed
+    return pages[page].get();
+  }
+  if (tail_page_[layer] != page) {
+    if (!tail_[layer]) tail_[layer] = std::make_unique<uint8_t[]>(bytes);
+    std::memset(tail_[layer].get(), 0, bytes);
+    tail_page_[layer] = page;
+  }
+  return tail_[layer].get();
+}
+
+Status PageStore::Filled(int64_t layer, int64_t page) {
+  if (!on_disk()) return Status::Ok();
+  return FullPwrite(fd_, tail_[layer].get(), page_bytes_[layer],
+                    layer_offset_[layer] + page * page_bytes_[layer], path_);
+}
+
+const uint8_t* PageStore::InHost(int64_t layer, int64_t page) const {
+  if (!on_disk()) {
+    const auto& pages = pages_[layer];
+    return page < static_cast<int64_t>(pages.size()) ? pages[page].get() : nullptr;
+  }
+  return tail_page_[layer] == page ? tail_[layer].get() : nullptr;
+}
+
+Status PageStore::Read(int64_t layer, int64_t page, uint8_t* dst) const {
+  const int64_t bytes = page_bytes_[layer];
+  if (const uint8_t* p = InHost(layer, page)) {
+    std::memcpy(dst, p, bytes);
+    return Status::Ok();
+  }
+  if (!on_disk()) return Status::Error(fmt::format("KV cache page {} of layer {} was never written", page, layer));
+  int64_t done = 0;
+  const int64_t offset = layer_offset_[layer] + page * bytes;
+  while (done < bytes) {
+    const ssize_t n = pread(fd_, dst + done, static_cast<size_t>(bytes - done), offset + done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return IoError("cannot read the KV cache file", path_);
+    if (n == 0) {
+      return Status::Error(fmt::format("the KV cache file {} is shorter than expected (page {} of layer {})",
+                                       path_, page, layer));
+    }
+    done += n;
+  }
+  return Status::Ok();
+}
+
+void PageStore::Clear(int64_t layer) {
+  pages_[layer].clear();
+  if (on_disk()) tail_page_[layer] = -1;
+}
+
+int64_t PageStore::host_bytes() const {
+  int64_t total = 0;
+  for (size_t l = 0; l < page_bytes_.size(); ++l) {
+    if (on_disk()) {
+      total += tail_[l] ? page_bytes_[l] : 0;
+    } else {
+      for (const auto& p : pages_[l]) total += p ? page_bytes_[l] : 0;
+    }
+  }
+  return total;
+}
+
+}  // namespace kvq

@@ -1,0 +1,55 @@
+// Where a cache's pages live: the master copy, in host RAM (one allocation per page, made on
+// first write) or in a file on disk (each layer's pages at fixed offsets; only the page being
+// filled is held in RAM, written out when full). Mechanism only: the cache decides what to write.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvq/status.h"
+
+namespace kvq {
+
+class PageStore {
+ public:
+  /// page_bytes[l]: bytes of one page of layer l; max_pages: pages per layer at most.
+  /// disk_dir empty: host RAM; else a new file in that folder (removed on destruction unless keep).
+  static Result<std::unique_ptr<PageStore>> Create(std::vector<int64_t> page_bytes,
+                                                   int64_t max_pages, const std::string& disk_dir,
+                                                   bool keep_file);
+  ~PageStore();
+
+  bool on_disk() const { return fd_ >= 0; }
+  const std::string& file() const { return path_; }
+  int64_t page_bytes(int64_t layer) const { return page_bytes_[layer]; }
+
+  /// The page to write rows into. On disk only the current tail page (or the next one, which
+  /// becomes the tail, zero-filled) can be written.
+  Result<uint8_t*> Writable(int64_t layer, int64_t page);
+  /// The tail page is complete: on disk, write it out.
+  Status Filled(int64_t layer, int64_t page);
+  /// The page's bytes in host RAM if they are there (host tier, or the disk tier's tail), else null.
+  const uint8_t* InHost(int64_t layer, int64_t page) const;
+  /// Copies the page's bytes to dst (from RAM, or pread from the file).
+  Status Read(int64_t layer, int64_t page, uint8_t* dst) const;
+  /// Forgets a layer's pages (before an import).
+  void Clear(int64_t layer);
+  /// Host bytes held now (pages or tails).
+  int64_t host_bytes() const;
+
+ private:
+  PageStore() = default;
+  std::vector<int64_t> page_bytes_;
+  std::vector<int64_t> layer_offset_;  // disk: byte offset of each layer's page 0
+  int64_t max_pages_ = 0;
+  std::vector<std::vector<std::unique_ptr<uint8_t[]>>> pages_;  // host: [layer][page]
+  std::vector<std::unique_ptr<uint8_t[]>> tail_;                 // disk: [layer]
+  std::vector<int64_t> tail_page_;                               // disk: the tail's page index
+  int fd_ = -1;
+  std::string path_;
+  bool keep_ = false;
+};
+
+}  // namespace kvq

@@ -1,0 +1,70 @@
+// Prefix snapshots: a KV cache saved to one file and loaded back, so a prompt's prefill can be
+// skipped next time. The file is self-checking: magic, version, the model's fingerprint, the
+// formats, and a checksum per section; it is written to a temporary file and renamed into place,
+// so a reader never sees half a snapshot. Loading validates everything before returning anything,
+// so a bad file loads nothing.
+//
+// This unit knows bytes, not caches: the cache exports and imports a SnapshotImage.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvq/status.h"
+
+namespace kvq {
+
+/// What identifies the model a cache belongs to: its attention shape and a hash of its weights.
+struct ModelFingerprint {
+  int64_t n_layers = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  uint64_t weights_hash = 0;
+  bool operator==(const ModelFingerprint&) const = default;
+};
+
+/// One layer of a cache as stored: the encoded rows of complete blocks for positions
+/// [0, n_positions) in stored order (K then V), the f32 residual rows of an incomplete key group
+/// (KIVI), and the per-tensor scales (fp8; 1.0 otherwise).
+struct SnapshotLayer {
+  uint16_t key_format = 0;    ///< FormatId value
+  uint16_t value_format = 0;  ///< FormatId value
+  float key_scale = 1.0f;
+  float value_scale = 1.0f;
+  bool scales_calibrated = false;
+  std::vector<uint8_t> key_bytes;
+  std::vector<uint8_t> value_bytes;
+  std::vector<float> key_residual;  ///< [residual rows][n_kv_heads][head_dim]
+};
+
+struct SnapshotImage {
+  ModelFingerprint model;
+  int64_t n_positions = 0;
+  std::vector<SnapshotLayer> layers;  ///< model.n_layers entries
+};
+
+/// What the loader must find: the model and, per layer, the K and V format ids.
+struct SnapshotExpectation {
+  ModelFingerprint model;
+  std::vector<uint16_t> key_formats;    ///< per layer
+  std::vector<uint16_t> value_formats;  ///< per layer
+};
+
+/// Current file version. A file with a newer version is refused.
+inline constexpr uint32_t kSnapshotVersion = 1;
+
+/// Writes `image` to `path` atomically (a temporary file in the same folder, fsync'd, renamed).
+/// On error nothing is left at `path` that was not there before, and the message names the path.
+Status WriteSnapshot(const std::string& path, const SnapshotImage& image);
+
+/// Reads and fully validates a snapshot: magic, version (newer refused), fingerprint and formats
+/// against `expect`, every section's length and checksum, no trailing bytes. Errors name the
+/// file and what was wrong (e.g. "was written by another model: 5 layers x 4 KV heads x head_dim 8,
+/// weights a1b2... ; this model: ..."). Nothing partial is ever returned.
+Result<SnapshotImage> ReadSnapshot(const std::string& path, const SnapshotExpectation& expect);
+
+/// 64-bit checksum used by snapshots (and page headers): fast, not cryptographic.
+uint64_t Checksum64(const void* data, size_t bytes, uint64_t seed = 0);
+
+}  // namespace kvq

@@ -1,0 +1,117 @@
+// StagingArena and PageStreamer (see staging.h).
+#include "cache/staging.h"
+
+#include <algorithm>
+
+namespace kvq {
+
+StagingArena::StagingArena(int32_t slots, int64_t slot_bytes)
+    : slot_bytes_(slot_bytes),
+      memory_(std::make_unique<uint8_t[]>(static_cast<size_t>(slots) * slot_bytes)),
+      held_(slots, 0) {}
+
+void StagingArena::Hold(int32_t i, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  held_total_ += bytes - held_[i];
+  held_[i] = bytes;
+  peak_ = std::max(peak_, held_total_);
+}
+
+void StagingArena::Release(int32_t i) { Hold(i, 0); }
+
+int64_t StagingArena::held_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return held_total_;
+}
+
+int64_t StagingArena::peak_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_;
+}
+
+PageStreamer::PageStreamer(StagingArena& arena)
+    : arena_(arena), slot_page_(arena.slots(), -1), slot_ready_(arena.slots(), false) {
+  worker_ = std::thread([this] { Run(); });
+}
+
+PageStreamer::~PageStreamer() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+}
+
+void PageStreamer::Begin(Fill fill, int64_t n_pages) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fill_ = std::move(fill);
+  n_pages_ = n_pages;
+  next_fill_ = 0;
+  error_ = Status::Ok();
+  std::fill(slot_page_.begin(), slot_page_.end(), -1);
+  std::fill(slot_ready_.begin(), slot_ready_.end(), false);
+  active_ = true;
+  cv_.notify_all();
+}
+
+void PageStreamer::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    // Wait for a page to copy whose slot is free.
+    cv_.wait(lock, [this] {
+      return stop_ || (active_ && next_fill_ < n_pages_ &&
+                       slot_page_[next_fill_ % arena_.slots()] == -1);
+    });
+    if (stop_) return;
+    const int64_t page = next_fill_++;
+    const int32_t slot = static_cast<int32_t>(page % arena_.slots());
+    slot_page_[slot] = page;
+    Fill fill = fill_;
+    lock.unlock();
+    const Result<int64_t> bytes = fill(page, arena_.slot(slot));  // the copy runs unlocked
+    if (bytes.ok()) arena_.Hold(slot, *bytes);
+    lock.lock();
+    if (!bytes.ok() && error_.ok()) error_ = bytes.status();
+    slot_ready_[slot] = true;
+    cv_.notify_all();
+  }
+}
+
+Result<const uint8_t*> PageStreamer::Acquire(int64_t page) {
+  const int32_t slot = static_cast<int32_t>(page % arena_.slots());
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return slot_page_[slot] == page && slot_ready_[slot]; });
+  if (!error_.ok()) return error_;
+  return static_cast<const uint8_t*>(arena_.slot(slot));
+}
+
+void PageStreamer::Release(int64_t page) {
+  const int32_t slot = static_cast<int32_t>(page % arena_.slots());
+  arena_.Release(slot);
+  std::lock_guard<std::mutex> lock(mu_);
+  slot_page_[slot] = -1;
+  slot_ready_[slot] = false;
+  cv_.notify_all();
+}
+
+void PageStreamer::End() {
+  std::unique_lock<std::mutex> lock(mu_);
+  n_pages_ = std::min(n_pages_, next_fill_);  // no new copies
+  // Wait for any copy in flight, then free every slot.
+  cv_.wait(lock, [this] {
+    for (size_t s = 0; s < slot_page_.size(); ++s) {
+      if (slot_page_[s] != -1 && !slot_ready_[s]) return false;
+    }
+    return true;
+  });
+  for (size_t s = 0; s < slot_page_.size(); ++s) {
+    if (slot_page_[s] != -1) arena_.Release(static_cast<int32_t>(s));
+    slot_page_[s] = -1;
+    slot_ready_[s] = false;
+  }
+  active_ = false;
+  cv_.notify_all();
+}
+
+}  // namespace kvq

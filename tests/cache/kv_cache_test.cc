@@ -1,0 +1,312 @@
+// The cache's contract (DESIGN.md §4): attention through every tier — resident, host master +
+// a device working set of a few pages, disk master + working set — gives the same bits as one
+// window over the same rows, for every format (KIVI with an incomplete last group included);
+// the working set never holds more than its budget, even at 100x its size in context; the disk
+// tier serves a cache larger than the host budget and cleans up; impossible budgets are refused
+// at creation; snapshots restore a cache that continues exactly as the uninterrupted one.
+#include "kvq/kv_cache.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+
+#include "cache/snapshot.h"
+#include "format/row_sequence.h"
+
+namespace kvq {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::path(::testing::TempDir()) / ("kvq_cache_test_" + std::to_string(getpid()) + "_" +
+                                             std::to_string(counter++));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  static inline int counter = 0;
+};
+
+std::vector<float> Random(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (float& v : x) v = dist(rng);
+  return x;
+}
+
+constexpr AttentionShape kShape{.n_heads = 8, .n_kv_heads = 2, .head_dim = 16};
+constexpr RowShape kRow{.n_kv_heads = 2, .head_dim = 16};
+
+AttentionOptions Options(AttentionKernel kernel) {
+  return {.scale = 0.25f, .kernel = kernel, .threads = 1};
+}
+
+std::unique_ptr<KvCache> MakeCache(LayerFormats f, int64_t layers, int64_t max_positions,
+                                   KvBudgets budgets, int32_t page = 64) {
+  Result<std::unique_ptr<KvCache>> c = KvCache::Create({.n_layers = layers,
+                                                        .n_kv_heads = kRow.n_kv_heads,
+                                                        .head_dim = kRow.head_dim,
+                                                        .layers = {f},
+                                                        .max_positions = max_positions,
+                                                        .page_positions = page,
+                                                        .budgets = budgets});
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return c.ok() ? std::move(c).value() : nullptr;
+}
+
+// out of attention over `cache` layer 0 for tokens at the last n_tokens positions.
+std::vector<float> AttendAll(KvCache& cache, const std::vector<float>& q, int32_t n_tokens,
+                             AttentionKernel kernel, int64_t layer = 0) {
+  AttentionState state(kShape, n_tokens);
+  const Status s = cache.Attend(layer, Options(kernel), q.data(), cache.positions(layer) - n_tokens, state);
+  EXPECT_TRUE(s.ok()) << s.message();
+  std::vector<float> out(q.size());
+  FinishAttention(state, out.data());
+  return out;
+}
+
+// Uneven append blocks, as a prefill and then decode steps would write (the first block is what
+// fp8 calibrates on, so the oracle and the caches must see the same blocks).
+template <class Fn>
+void InBlocks(int64_t n, Fn append) {
+  for (int64_t done = 0, step = 5; done < n; done += step, step = step * 3 % 97 + 1) {
+    append(done, std::min(step, n - done));
+  }
+}
+
+// The oracle: the same rows in RowSequences, attended as one window.
+std::vector<float> OneWindow(LayerFormats f, const std::vector<float>& k, const std::vector<float>& v,
+                             int64_t n, const std::vector<float>& q, int32_t n_tokens, AttentionKernel kernel) {
+  RowSequence ks(f.key->key, kRow), vs(f.value->value, kRow);
+  InBlocks(n, [&](int64_t at, int64_t m) {
+    ks.Append(k.data() + at * kRow.elems(), m);
+    vs.Append(v.data() + at * kRow.elems(), m);
+  });
+  AttentionState state(kShape, n_tokens);
+  AttendWindow(Options(kernel), q.data(), n - n_tokens, {.first_position = 0, .k = ks.View(0, n), .v = vs.View(0, n)}, state);
+  std::vector<float> out(q.size());
+  FinishAttention(state, out.data());
+  return out;
+}
+
+std::vector<LayerFormats> FormatPairs() {
+  std::vector<LayerFormats> pairs;
+  for (const FormatDesc* f : Formats()) pairs.push_back({f, f});
+  pairs.push_back({*FindFormat("int4-kivi"), *FindFormat("int8")});   // K and V differ
+  pairs.push_back({*FindFormat("fp8-e4m3"), *FindFormat("fp4-e2m1")});
+  return pairs;
+}
+
+TEST(KvCache, EveryTierIsBitIdenticalToOneWindow) {
+  const int64_t n = 300;  // 4.7 pages of 64; 300 % 32 = 12: KIVI's last key group is incomplete
+  const std::vector<float> k = Random(n * kRow.elems(), 1), v = Random(n * kRow.elems(), 2);
+  for (LayerFormats f : FormatPairs()) {
+    for (int32_t tokens : {1, 3}) {
+      const std::vector<float> q = Random(int64_t{tokens} * kShape.n_heads * kShape.head_dim, 3);
+      for (AttentionKernel kernel : {AttentionKernel::kScalar, AttentionKernel::kSimd}) {
+        SCOPED_TRACE(::testing::Message() << f.key->name << "/" << f.value->name << " tokens " << tokens
+                                          << (kernel == AttentionKernel::kSimd ? " simd" : " scalar"));
+        const std::vector<float> want = OneWindow(f, k, v, n, q, tokens, kernel);
+        TempDir dir;
+        // Page bytes for this pair, to size a working set of three pages.
+        auto resident = MakeCache(f, 1, 1000, {});
+        const int64_t three_pages = 3 * resident->plan().slot_bytes;
+        auto host_streamed = MakeCache(f, 1, 1000, {.device_bytes = three_pages});
+        auto disk_streamed = MakeCache(f, 1, 1000, {.device_bytes = three_pages, .disk_dir = dir.path.string()});
+        for (KvCache* c : {resident.get(), host_streamed.get(), disk_streamed.get()}) {
+          InBlocks(n, [&](int64_t at, int64_t m) {
+            ASSERT_TRUE(c->Append(0, k.data() + at * kRow.elems(), v.data() + at * kRow.elems(), m).ok());
+          });
+          ASSERT_EQ(AttendAll(*c, q, tokens, kernel), want);
+        }
+        EXPECT_EQ(resident->plan().device_slots, 0);
+        EXPECT_GE(host_streamed->plan().device_slots, 2);
+        EXPECT_FALSE(disk_streamed->plan().disk_file.empty());
+      }
+    }
+  }
+}
+
+TEST(KvCache, LayersMayUseDifferentFormats) {
+  const int64_t n = 130;
+  TempDir dir;
+  Result<std::unique_ptr<KvCache>> c = KvCache::Create(
+      {.n_layers = 3, .n_kv_heads = 2, .head_dim = 16,
+       .layers = {{*FindFormat("f16"), *FindFormat("f16")}, {*FindFormat("int2-kivi"), *FindFormat("int2-kivi")},
+                  {*FindFormat("fp8-e4m3"), *FindFormat("int4")}},
+       .max_positions = 200, .page_positions = 32,
+       .budgets = {.device_bytes = 1 << 16, .disk_dir = dir.path.string()}});
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  const std::vector<float> q = Random(kShape.n_heads * kShape.head_dim, 9);
+  for (int64_t l = 0; l < 3; ++l) {
+    const std::vector<float> k = Random(n * kRow.elems(), 10 + l), v = Random(n * kRow.elems(), 20 + l);
+    InBlocks(n, [&](int64_t at, int64_t m) {
+      ASSERT_TRUE((*c)->Append(l, k.data() + at * kRow.elems(), v.data() + at * kRow.elems(), m).ok());
+    });
+    const LayerFormats f = (*c)->config().layers[l];
+    EXPECT_EQ(AttendAll(**c, q, 1, AttentionKernel::kSimd, l), OneWindow(f, k, v, n, q, 1, AttentionKernel::kSimd));
+  }
+}
+
+TEST(KvCache, WorkingSetStaysWithinBudgetAt100xContext) {
+  const LayerFormats f{*FindFormat("int4"), *FindFormat("int4")};
+  auto probe = MakeCache(f, 1, 100, {}, 32);
+  const int64_t budget = 3 * probe->plan().slot_bytes + 64;  // room for three 32-position pages
+  auto c = MakeCache(f, 1, 20000, {.device_bytes = budget}, 32);
+  ASSERT_NE(c, nullptr);
+  const int64_t budget_positions = c->plan().device_positions;
+  const int64_t n = 100 * budget_positions;
+  ASSERT_LE(n, 20000);
+  const std::vector<float> k = Random(n * kRow.elems(), 4), v = Random(n * kRow.elems(), 5);
+  InBlocks(n, [&](int64_t at, int64_t m) {
+    ASSERT_TRUE(c->Append(0, k.data() + at * kRow.elems(), v.data() + at * kRow.elems(), m).ok());
+  });
+  const std::vector<float> q = Random(kShape.n_heads * kShape.head_dim, 6);
+  EXPECT_EQ(AttendAll(*c, q, 1, AttentionKernel::kSimd), OneWindow(f, k, v, n, q, 1, AttentionKernel::kSimd));
+  EXPECT_GT(c->device_peak_bytes(), 0);
+  EXPECT_LE(c->device_peak_bytes(), budget);
+  EXPECT_LE(c->plan().device_bytes, budget);
+  int64_t kv_bytes = 0;
+  for (const Codec* codec : {&f.key->key, &f.value->value}) kv_bytes += BytesForRows(*codec, kRow, n);
+  EXPECT_GE(kv_bytes, 90 * budget);  // the context really is ~100x what the device holds
+}
+
+TEST(KvCache, DiskTierServesMoreThanTheHostBudgetAndCleansUp) {
+  const LayerFormats f{*FindFormat("f32"), *FindFormat("f32")};
+  TempDir dir;
+  const int64_t n = 1000;
+  const std::vector<float> k = Random(n * kRow.elems(), 7), v = Random(n * kRow.elems(), 8);
+  const std::vector<float> q = Random(kShape.n_heads * kShape.head_dim, 9);
+  std::string file;
+  {
+    auto c = MakeCache(f, 1, n, {.host_bytes = 64 << 10, .disk_dir = dir.path.string()});
+    ASSERT_NE(c, nullptr);
+    file = c->plan().disk_file;
+    ASSERT_TRUE(fs::exists(file));
+    InBlocks(n, [&](int64_t at, int64_t m) {
+      ASSERT_TRUE(c->Append(0, k.data() + at * kRow.elems(), v.data() + at * kRow.elems(), m).ok());
+    });
+    EXPECT_GT(fs::file_size(file), uint64_t{64 << 10});  // more than the host may hold
+    EXPECT_EQ(AttendAll(*c, q, 1, AttentionKernel::kSimd), OneWindow(f, k, v, n, q, 1, AttentionKernel::kSimd));
+    // Without a disk, the same host budget is refused at creation.
+    Result<std::unique_ptr<KvCache>> no_disk = KvCache::Create(
+        {.n_layers = 1, .n_kv_heads = 2, .head_dim = 16, .layers = {f}, .max_positions = n,
+         .page_positions = 64, .budgets = {.host_bytes = 64 << 10}});
+    ASSERT_FALSE(no_disk.ok());
+    EXPECT_NE(no_disk.status().message().find("--kv-disk"), std::string::npos);
+  }
+  EXPECT_FALSE(fs::exists(file)) << "the disk tier's file outlived its cache";
+  {
+    auto kept = MakeCache(f, 1, n, {.disk_dir = dir.path.string(), .keep_disk_file = true});
+    file = kept->plan().disk_file;
+  }
+  EXPECT_TRUE(fs::exists(file)) << "keep_disk_file was ignored";
+}
+
+TEST(KvCache, ImpossibleConfigurationsAreRefusedAtCreation) {
+  const LayerFormats f16{*FindFormat("f16"), *FindFormat("f16")};
+  const auto why = [](const KvCacheConfig& c) {
+    Result<std::unique_ptr<KvCache>> r = KvCache::Create(c);
+    return r.ok() ? std::string("(accepted)") : r.status().message();
+  };
+  const KvCacheConfig ok{.n_layers = 2, .n_kv_heads = 2, .head_dim = 16, .layers = {f16}, .max_positions = 4096, .page_positions = 64};
+  EXPECT_EQ(why(ok), "(accepted)");
+  KvCacheConfig c = ok;
+  c.budgets.device_bytes = 1000;  // less than two pages
+  EXPECT_NE(why(c).find("--kv-device-budget"), std::string::npos) << why(c);
+  c = ok;
+  c.budgets.host_bytes = 1 << 19;  // 4,096 positions × 2 layers need 1 MiB
+  EXPECT_NE(why(c).find("--kv-host-budget"), std::string::npos) << why(c);
+  c = ok;
+  c.budgets.disk_dir = "/nonexistent/kvq";
+  EXPECT_NE(why(c).find("/nonexistent/kvq"), std::string::npos) << why(c);
+  c = ok;
+  c.page_positions = 48;
+  EXPECT_NE(why(c).find("multiple of 32"), std::string::npos) << why(c);
+  c = ok;
+  c.max_positions = 0;
+  EXPECT_NE(why(c).find("positive"), std::string::npos) << why(c);
+  c = ok;
+  c.head_dim = 12;
+  c.layers = {{*FindFormat("int4-kivi"), *FindFormat("int4-kivi")}};
+  EXPECT_NE(why(c).find("head_dim"), std::string::npos) << why(c);
+  c = ok;
+  c.max_positions = int64_t{1} << 62;
+  EXPECT_NE(why(c).find("64-bit"), std::string::npos) << why(c);
+  // Appending past the context is refused too.
+  auto cache = MakeCache(f16, 1, 10, {});
+  const std::vector<float> x = Random(11 * kRow.elems(), 1);
+  EXPECT_FALSE(cache->Append(0, x.data(), x.data(), 11).ok());
+  EXPECT_EQ(cache->positions(0), 0);
+}
+
+// Save after a prefix, load into a fresh cache, continue: the same bits as never stopping.
+TEST(KvCacheSnapshot, SaveLoadContinueEqualsUninterrupted) {
+  const ModelFingerprint model{.n_layers = 2, .n_kv_heads = 2, .head_dim = 16, .weights_hash = 0x1234};
+  for (LayerFormats f : FormatPairs()) {
+    SCOPED_TRACE(::testing::Message() << f.key->name << "/" << f.value->name);
+    TempDir dir;
+    const std::string path = (dir.path / "prefix.kvq").string();
+    const int64_t prefix = 77, more = 50;  // 77 % 32 = 13: a KIVI residual in the snapshot
+    std::vector<std::vector<float>> k, v;
+    for (int l = 0; l < 2; ++l) {
+      k.push_back(Random((prefix + more) * kRow.elems(), 30 + l));
+      v.push_back(Random((prefix + more) * kRow.elems(), 40 + l));
+    }
+    auto whole = MakeCache(f, 2, 500, {});
+    auto first = MakeCache(f, 2, 500, {});
+    auto second = MakeCache(f, 2, 500, {.device_bytes = 1 << 15, .disk_dir = dir.path.string()});
+    for (int l = 0; l < 2; ++l) {  // the uninterrupted run: the prefix's prefill, then more
+      ASSERT_TRUE(whole->Append(l, k[l].data(), v[l].data(), prefix).ok());
+      ASSERT_TRUE(whole->Append(l, k[l].data() + prefix * kRow.elems(), v[l].data() + prefix * kRow.elems(), more).ok());
+      ASSERT_TRUE(first->Append(l, k[l].data(), v[l].data(), prefix).ok());
+    }
+    ASSERT_TRUE(first->Save(path, model).ok());
+    const Status loaded = second->Load(path, model);
+    ASSERT_TRUE(loaded.ok()) << loaded.message();
+    for (int l = 0; l < 2; ++l) {
+      ASSERT_TRUE(second->Append(l, k[l].data() + prefix * kRow.elems(), v[l].data() + prefix * kRow.elems(), more).ok());
+    }
+    const std::vector<float> q = Random(2 * kShape.n_heads * kShape.head_dim, 50);
+    for (int l = 0; l < 2; ++l) {
+      EXPECT_EQ(AttendAll(*second, q, 2, AttentionKernel::kSimd, l), AttendAll(*whole, q, 2, AttentionKernel::kSimd, l));
+    }
+  }
+}
+
+TEST(KvCacheSnapshot, MismatchesAreRefusedAndNothingIsLoaded) {
+  const ModelFingerprint model{.n_layers = 1, .n_kv_heads = 2, .head_dim = 16, .weights_hash = 42};
+  const LayerFormats int4{*FindFormat("int4"), *FindFormat("int4")};
+  TempDir dir;
+  const std::string path = (dir.path / "p.kvq").string();
+  auto saved = MakeCache(int4, 1, 100, {});
+  const std::vector<float> x = Random(40 * kRow.elems(), 1);
+  ASSERT_TRUE(saved->Append(0, x.data(), x.data(), 40).ok());
+  ASSERT_TRUE(saved->Save(path, model).ok());
+
+  auto other_format = MakeCache({*FindFormat("int8"), *FindFormat("int8")}, 1, 100, {});
+  ASSERT_TRUE(other_format->Append(0, x.data(), x.data(), 5).ok());
+  const Status s1 = other_format->Load(path, model);
+  EXPECT_FALSE(s1.ok());
+  EXPECT_NE(s1.message().find(path), std::string::npos) << s1.message();
+  EXPECT_EQ(other_format->positions(0), 5) << "a refused snapshot changed the cache";
+
+  auto same_format = MakeCache(int4, 1, 100, {});
+  ModelFingerprint another = model;
+  another.weights_hash = 43;
+  EXPECT_FALSE(same_format->Load(path, another).ok());
+  EXPECT_FALSE(same_format->Load((dir.path / "missing.kvq").string(), model).ok());
+  EXPECT_EQ(same_format->positions(0), 0);
+  // A context too small for the snapshot is refused, not truncated.
+  auto small = MakeCache(int4, 1, 39, {});
+  EXPECT_FALSE(small->Load(path, model).ok());
+  EXPECT_EQ(small->positions(0), 0);
+}
+
+}  // namespace
+}  // namespace kvq
