@@ -1,4 +1,6 @@
 # Warnings for kvq's own targets (not for third-party headers).
 function(kvq_apply_warnings target)
-  target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow -Wno-sign-compare)
+  # Designated initializers leave members at their defaults on purpose.
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow -Wno-sign-compare
+    -Wno-missing-field-initializers)
 endfunction()

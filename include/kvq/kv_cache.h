@@ -76,6 +76,8 @@ class KvCache {
   /// Validates the configuration and the budgets against the shape and formats, and refuses an
   /// impossible combination now (with what to change) rather than at token 10,000.
   static Result<std::unique_ptr<KvCache>> Create(const KvCacheConfig& config);
+  /// The same checks and plan as Create, without allocating or creating anything.
+  static Result<KvTierPlan> Plan(const KvCacheConfig& config);
   ~KvCache();
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
@@ -109,6 +111,7 @@ class KvCache {
 
  private:
   struct Impl;
+  static Result<std::unique_ptr<Impl>> Prepare(const KvCacheConfig& config);
   explicit KvCache(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

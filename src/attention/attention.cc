@@ -1,5 +1,5 @@
 // AttendWindow: the window driver (see kvq/attention.h). Work is split into (query token, KV
-// head) items across threads; each item walks the window's positions up to its query's own
+// head) items across the thread pool; each item walks the window's positions up to its query's own
 // position, either one at a time through the codecs' reference dot/axpy (kScalar) or in tiles
 // through the codecs' SIMD kernels (kSimd). Positions are never split across threads, so no
 // partial states are merged and the result does not depend on the thread count.
@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "attention/softmax_tile.h"
+#include "base/thread_pool.h"
 #include "format/f32/f32.h"
 #include "simd/dispatch.h"
 
@@ -193,32 +194,30 @@ void AttendWindow(const AttentionOptions& o, const float* q, int64_t first_query
                            ? shape.n_kv_heads
                            : std::min(shape.n_kv_heads, std::max(1, threads / std::max(1, n_tokens)));
   const int64_t items = int64_t{n_tokens} * runs;
-#pragma omp parallel num_threads(threads) if (threads > 1 && items > 1)
-  {
-    std::vector<float> scores(int64_t{group} * kMaxTileRows, 0.0f);
-    std::vector<float> c(int64_t{group} * kMaxTileRows, 0.0f);
-#pragma omp for schedule(static)
-    for (int64_t item = 0; item < items; ++item) {
-      const int32_t t = static_cast<int32_t>(item / runs);
-      const int32_t run = static_cast<int32_t>(item % runs);
-      const int32_t g0 = shape.n_kv_heads * run / runs, g1 = shape.n_kv_heads * (run + 1) / runs;
-      const int64_t n = visible(t);
-      if (n == 0) continue;
-      const int64_t token_head0 = int64_t{t} * shape.n_heads;
-      const float* qt = q + token_head0 * d;
-      float* m = state.m.data() + token_head0;
-      float* l = state.l.data() + token_head0;
-      float* acc = state.acc.data() + token_head0 * d;
-      if (o.kernel == AttentionKernel::kScalar) {
-        for (int32_t g = g0; g < g1; ++g) {
-          const int64_t h0 = int64_t{g} * group;
-          AttendScalar(o, w, n, qt + h0 * d, group, g, m + h0, l + h0, acc + h0 * d);
-        }
-      } else {
-        AttendSimd(o, ctx, w, n, group, g0, g1, qt, m, l, acc, scores.data(), c.data());
+  ThreadPool& pool = ThreadPool::Shared(items > 1 ? threads : 1);
+  // Per-thread scratch for the SIMD path's scores and factors.
+  std::vector<float> scratch(int64_t{pool.threads()} * 2 * group * kMaxTileRows, 0.0f);
+  pool.Run(items, [&](int64_t item, int32_t thread) {
+    const int32_t t = static_cast<int32_t>(item / runs);
+    const int32_t run = static_cast<int32_t>(item % runs);
+    const int32_t g0 = shape.n_kv_heads * run / runs, g1 = shape.n_kv_heads * (run + 1) / runs;
+    const int64_t n = visible(t);
+    if (n == 0) return;
+    const int64_t token_head0 = int64_t{t} * shape.n_heads;
+    const float* qt = q + token_head0 * d;
+    float* m = state.m.data() + token_head0;
+    float* l = state.l.data() + token_head0;
+    float* acc = state.acc.data() + token_head0 * d;
+    if (o.kernel == AttentionKernel::kScalar) {
+      for (int32_t g = g0; g < g1; ++g) {
+        const int64_t h0 = int64_t{g} * group;
+        AttendScalar(o, w, n, qt + h0 * d, group, g, m + h0, l + h0, acc + h0 * d);
       }
+    } else {
+      float* scores = scratch.data() + int64_t{thread} * 2 * group * kMaxTileRows;
+      AttendSimd(o, ctx, w, n, group, g0, g1, qt, m, l, acc, scores, scores + group * kMaxTileRows);
     }
-  }
+  });
 }
 
 void FinishAttention(const AttentionState& state, float* out) {

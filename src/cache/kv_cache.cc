@@ -27,7 +27,7 @@ int64_t KvCache::Impl::ResidualBytesMax(int64_t layer) const {
   return (std::max(Key(layer).rows_per_block, Value(layer).rows_per_block) - 1) * row.elems() * 4 * 2;
 }
 
-Result<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheConfig& c) {
+Result<std::unique_ptr<KvCache::Impl>> KvCache::Prepare(const KvCacheConfig& c) {
   if (c.n_layers <= 0) return Bad(fmt::format("layers must be positive (got {})", c.n_layers));
   if (c.max_positions <= 0) {
     return Bad(fmt::format("the context must be positive (got {} positions)", c.max_positions));
@@ -55,7 +55,8 @@ Result<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheConfig& c) {
   // Sizes: pages per layer, the whole cache at max_positions, the largest slot.
   KvTierPlan& plan = impl->plan;
   const int64_t max_pages = (c.max_positions + c.page_positions - 1) / c.page_positions;
-  std::vector<int64_t> page_bytes;
+  impl->max_pages = max_pages;
+  std::vector<int64_t>& page_bytes = impl->page_bytes;
   int64_t tails = 0, slot_bytes = 0;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const int64_t bytes = AlignUp64(impl->PageBytes(l));
@@ -118,13 +119,28 @@ Result<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheConfig& c) {
     plan.device_bytes = plan.device_slots * slot_bytes;
     plan.device_positions = std::min<int64_t>(int64_t{plan.device_slots} * c.page_positions, c.max_positions);
   }
+  return impl;
+}
+
+Result<KvTierPlan> KvCache::Plan(const KvCacheConfig& config) {
+  Result<std::unique_ptr<Impl>> impl = Prepare(config);
+  if (!impl.ok()) return impl.status();
+  return (*impl)->plan;
+}
+
+Result<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheConfig& c) {
+  Result<std::unique_ptr<Impl>> prepared = Prepare(c);
+  if (!prepared.ok()) return prepared.status();
+  std::unique_ptr<Impl> impl = std::move(prepared).value();
+  KvTierPlan& plan = impl->plan;
+  const KvBudgets& b = c.budgets;
   Result<std::unique_ptr<PageStore>> store =
-      PageStore::Create(page_bytes, max_pages, b.disk_dir, b.keep_disk_file);
+      PageStore::Create(impl->page_bytes, impl->max_pages, b.disk_dir, b.keep_disk_file);
   if (!store.ok()) return Bad(store.status().message());
   impl->store = std::move(store).value();
   plan.disk_file = impl->store->file();
   if (plan.device_slots > 0) {
-    impl->arena = std::make_unique<StagingArena>(plan.device_slots, slot_bytes);
+    impl->arena = std::make_unique<StagingArena>(plan.device_slots, plan.slot_bytes);
     impl->streamer = std::make_unique<PageStreamer>(*impl->arena);
   }
   return std::unique_ptr<KvCache>(new KvCache(std::move(impl)));
@@ -185,7 +201,7 @@ Status KvCache::Append(int64_t layer, const float* k, const float* v, int64_t n)
   return Status::Ok();
 }
 
-KvWindow KvCache::Impl::Window(int64_t layer, int64_t page, const uint8_t* page_bytes,
+KvWindow KvCache::Impl::Window(int64_t layer, int64_t page, const uint8_t* page_data,
                                const float* residual_k, const float* residual_v) const {
   const Layer& L = layers[layer];
   const int32_t P = config.page_positions;
@@ -200,7 +216,7 @@ KvWindow KvCache::Impl::Window(int64_t layer, int64_t page, const uint8_t* page_
     v.codec = which == 0 ? &Key(layer) : &Value(layer);
     v.args = L.args[which];
     v.args.shape = row;
-    v.blocks = TensorRegion(page_bytes, layer, which);
+    v.blocks = TensorRegion(page_data, layer, which);
     v.first_row = 0;
     const int64_t residual_rows = last ? static_cast<int64_t>(L.residual[which].size()) / row.elems() : 0;
     v.n_block_rows = rows_in_page - residual_rows;

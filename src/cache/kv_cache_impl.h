@@ -27,6 +27,8 @@ struct KvCache::Impl {
   RowShape row;
   std::vector<LayerFormats> formats;  // per layer
   std::vector<Layer> layers;
+  std::vector<int64_t> page_bytes;  // per layer, padded to 64
+  int64_t max_pages = 0;
   std::unique_ptr<PageStore> store;
   std::unique_ptr<StagingArena> arena;      // null when resident
   std::unique_ptr<PageStreamer> streamer;   // null when resident
@@ -44,7 +46,7 @@ struct KvCache::Impl {
   /// Largest f32 residual (K and V) a layer can hold, in bytes.
   int64_t ResidualBytesMax(int64_t layer) const;
   /// The window for one page: its bytes, and the residual rows when it is the last page.
-  KvWindow Window(int64_t layer, int64_t page, const uint8_t* page_bytes, const float* residual_k,
+  KvWindow Window(int64_t layer, int64_t page, const uint8_t* page_data, const float* residual_k,
                   const float* residual_v) const;
 };
 

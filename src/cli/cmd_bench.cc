@@ -10,6 +10,7 @@
 #include "kvq/units.h"
 #include "measure/attention_bench.h"
 #include "measure/read_bandwidth.h"
+#include "measure/stream_bench.h"
 
 namespace kvq::cli {
 namespace {
@@ -98,10 +99,80 @@ int RunBenchAttention(const BenchAttentionOptions& o) {
   return 0;
 }
 
+struct BenchStreamOptions {
+  std::vector<std::string> formats = {"f16", "int4"};
+  std::vector<int64_t> contexts = {16384, 65536};
+  int64_t head_dim = 128;
+  int64_t q_heads = 32;
+  int64_t kv_heads = 8;
+  int64_t threads = 2;
+  int64_t page = 256;
+  std::string device_budget = "8MiB";
+  int64_t reps = 7;
+  bool json = false;
+};
+
+int RunBenchStream(const BenchStreamOptions& o) {
+  auto bad = [](const std::string& m) { return BadInput("bench stream", m); };
+  if (o.head_dim <= 0 || o.head_dim > kMaxHeadDim) return bad(fmt::format("--head-dim must be in 1..{}", kMaxHeadDim));
+  if (o.kv_heads <= 0 || o.q_heads <= 0 || o.q_heads % o.kv_heads != 0) {
+    return bad("--q-heads must be a positive multiple of --kv-heads");
+  }
+  if (o.threads <= 0 || o.threads > 1024) return bad("--threads must be in 1..1024");
+  if (o.reps <= 0 || o.reps > 1000) return bad("--reps must be in 1..1000");
+  const Result<int64_t> budget = ParseByteSize(o.device_budget);
+  if (!budget.ok()) return bad("--kv-device-budget: " + budget.status().message());
+  StreamBenchConfig c;
+  c.shape = {.n_heads = static_cast<int32_t>(o.q_heads), .n_kv_heads = static_cast<int32_t>(o.kv_heads),
+             .head_dim = static_cast<int32_t>(o.head_dim)};
+  c.threads = static_cast<int32_t>(o.threads);
+  c.page_positions = static_cast<int32_t>(o.page);
+  c.device_bytes = *budget;
+  c.reps = static_cast<int32_t>(o.reps);
+  c.contexts = o.contexts;
+  for (int64_t n : o.contexts) {
+    if (n <= 0 || n > (int64_t{1} << 22)) return bad(fmt::format("--context must be in 1..4194304 (got {})", n));
+  }
+  for (const std::string& name : o.formats) {
+    const Result<const FormatDesc*> f = FindFormat(name);
+    if (!f.ok()) return bad("--format: " + f.status().message());
+    c.formats.push_back(*f);
+  }
+  auto progress = [](const std::string& line) { fmt::print(stderr, "bench stream: {}\n", line); };
+  const Result<std::vector<StreamBenchRow>> rows = RunStreamBench(c, progress);
+  if (!rows.ok()) return bad(rows.status().message());
+  if (o.json) {
+    nlohmann::json out = {{"isa", AttentionSimdTarget()}, {"threads", c.threads}, {"page_positions", c.page_positions},
+                          {"device_budget_bytes", c.device_bytes}, {"results", nlohmann::json::array()}};
+    for (const StreamBenchRow& r : *rows) {
+      out["results"].push_back({{"format", r.format}, {"context", r.context}, {"kv_bytes", r.kv_bytes},
+                                {"device_slots", r.device_slots}, {"device_peak_bytes", r.device_peak_bytes},
+                                {"resident_ns", r.resident_ns}, {"streamed_ns", r.streamed_ns},
+                                {"copy_ns", r.copy_ns}, {"streamed_vs_resident", r.streamed_ns / r.resident_ns}});
+    }
+    fmt::print("{}\n", out.dump(2));
+    return 0;
+  }
+  fmt::print("decode attention, resident vs streamed through a {} working set ({} positions per page), "
+             "{} query heads, {} KV heads, head_dim {}, {} threads, SIMD {}\n\n",
+             FormatBytesIec(c.device_bytes), c.page_positions, o.q_heads, o.kv_heads, o.head_dim, c.threads,
+             AttentionSimdTarget());
+  fmt::print("{:<8} {:>8} {:>12} {:>6} {:>12} {:>12} {:>12} {:>10} {:>12}\n", "format", "context", "KV bytes",
+             "slots", "resident us", "streamed us", "copy us", "streamed/", "serial would");
+  fmt::print("{:<8} {:>8} {:>12} {:>6} {:>12} {:>12} {:>12} {:>10} {:>12}\n", "", "", "", "", "", "", "alone",
+             "resident", "be (us)");
+  for (const StreamBenchRow& r : *rows) {
+    fmt::print("{:<8} {:>8} {:>12} {:>6} {:>12.0f} {:>12.0f} {:>12.0f} {:>9.3f}x {:>12.0f}\n", r.format, r.context,
+               FormatCount(r.kv_bytes), r.device_slots, r.resident_ns / 1e3, r.streamed_ns / 1e3, r.copy_ns / 1e3,
+               r.streamed_ns / r.resident_ns, (r.resident_ns + r.copy_ns) / 1e3);
+  }
+  return 0;
+}
+
 }  // namespace
 
 void AddBenchCommand(CLI::App& app, int* exit_code) {
-  CLI::App* bench = app.add_subcommand("bench", "Benchmarks that print numbers (attention)");
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks that print numbers (attention, stream)");
   bench->require_subcommand(1);
   auto o = std::make_shared<BenchAttentionOptions>();
   CLI::App* cmd = bench->add_subcommand("attention", "Decode-attention time per KV format vs context");
@@ -115,6 +186,21 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--reps", o->reps, "Timed steps per format and context (median reported)")->capture_default_str();
   cmd->add_flag("--json", o->json, "Print JSON instead of a table");
   cmd->callback([o, exit_code] { *exit_code = RunBenchAttention(*o); });
+
+  auto so = std::make_shared<BenchStreamOptions>();
+  CLI::App* stream = bench->add_subcommand(
+      "stream", "Decode attention streamed through a device working set vs resident");
+  stream->add_option("--format", so->formats, "KV formats, comma-separated")->delimiter(',')->capture_default_str();
+  stream->add_option("--context", so->contexts, "Context lengths, comma-separated")->delimiter(',')->capture_default_str();
+  stream->add_option("--kv-device-budget", so->device_budget, "Working-set budget (e.g. 64MiB)")->capture_default_str();
+  stream->add_option("--page", so->page, "Positions per page (multiple of 32)")->capture_default_str();
+  stream->add_option("--head-dim", so->head_dim, "Numbers per head row")->capture_default_str();
+  stream->add_option("--q-heads", so->q_heads, "Query heads")->capture_default_str();
+  stream->add_option("--kv-heads", so->kv_heads, "KV heads")->capture_default_str();
+  stream->add_option("--threads", so->threads, "Attention threads (the copy thread is extra)")->capture_default_str();
+  stream->add_option("--reps", so->reps, "Timed steps per arm (median reported)")->capture_default_str();
+  stream->add_flag("--json", so->json, "Print JSON instead of a table");
+  stream->callback([so, exit_code] { *exit_code = RunBenchStream(*so); });
 }
 
 }  // namespace kvq::cli

@@ -3,10 +3,12 @@
 #include <fmt/core.h>
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
 #include <optional>
 
 #include "cli/commands.h"
 #include "kvq/format.h"
+#include "kvq/kv_cache.h"
 #include "kvq/kv_memory.h"
 #include "kvq/units.h"
 
@@ -21,6 +23,8 @@ struct PlanOptions {
   std::vector<int64_t> contexts;
   std::string kv_bytes;
   std::string weight_bytes;
+  std::string device_budget, host_budget, disk_dir;
+  int64_t page = 256;
   bool json = false;
 };
 
@@ -53,6 +57,29 @@ int RunPlan(const PlanOptions& o) {
     const Result<int64_t> total = KvBytesForContext(**format, shape, n);
     if (!total.ok()) return bad("--context: " + total.status().message());
     totals.emplace_back(n, *total);
+  }
+
+  // Tiers: with any budget flag, where the cache for the largest context would live.
+  std::optional<KvTierPlan> tiers;
+  if (!o.device_budget.empty() || !o.host_budget.empty() || !o.disk_dir.empty()) {
+    if (o.contexts.empty()) return bad("budgets need --context (the context to plan the tiers for)");
+    KvCacheConfig config{.n_layers = o.layers, .n_kv_heads = shape.n_kv_heads, .head_dim = shape.head_dim,
+                         .layers = {{*format, *format}},
+                         .max_positions = *std::max_element(o.contexts.begin(), o.contexts.end()),
+                         .page_positions = static_cast<int32_t>(std::clamp<int64_t>(o.page, 0, INT32_MAX))};
+    const std::pair<const std::string*, int64_t*> sizes[] = {{&o.device_budget, &config.budgets.device_bytes},
+                                                             {&o.host_budget, &config.budgets.host_bytes}};
+    const char* flags[] = {"--kv-device-budget", "--kv-host-budget"};
+    for (int i = 0; i < 2; ++i) {
+      if (sizes[i].first->empty()) continue;
+      const Result<int64_t> bytes = ParseByteSize(*sizes[i].first);
+      if (!bytes.ok()) return bad(std::string(flags[i]) + ": " + bytes.status().message());
+      *sizes[i].second = *bytes;
+    }
+    config.budgets.disk_dir = o.disk_dir;
+    const Result<KvTierPlan> plan = KvCache::Plan(config);
+    if (!plan.ok()) return bad(plan.status().message());
+    tiers = *plan;
   }
 
   std::vector<CeilingRow> ceiling_rows;
@@ -118,6 +145,13 @@ int RunPlan(const PlanOptions& o) {
         out["ceiling"].push_back(r);
       }
     }
+    if (tiers) {
+      out["tiers"] = {{"total_bytes", tiers->total_bytes}, {"slot_bytes", tiers->slot_bytes},
+                      {"device_slots", tiers->device_slots}, {"device_bytes", tiers->device_bytes},
+                      {"device_positions", tiers->device_positions}, {"host_bytes", tiers->host_bytes},
+                      {"host_positions", tiers->host_positions}, {"disk_bytes", tiers->disk_bytes},
+                      {"disk_positions", tiers->disk_positions}};
+    }
     fmt::print("{}\n", out.dump(2));
     return 0;
   }
@@ -144,6 +178,7 @@ int RunPlan(const PlanOptions& o) {
                  FormatBytesIec(total));
     }
   }
+  if (tiers) fmt::print("\nTiers at {} positions: {}\n", *std::max_element(o.contexts.begin(), o.contexts.end()), tiers->Describe());
   for (const CeilingRow& row : ceiling_rows) {
     const double share = static_cast<double>(row.kv_bytes) /
                          (static_cast<double>(row.kv_bytes) + static_cast<double>(row.weight_bytes));
@@ -177,6 +212,10 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
                   "KV bytes read per decode step in --format (e.g. 718MB), for the KV share");
   cmd->add_option("--weight-bytes", o->weight_bytes,
                   "Weight bytes read per decode step (e.g. 566MB, 1.2GiB)");
+  cmd->add_option("--kv-device-budget", o->device_budget, "Plan tiers: device working-set budget (e.g. 256MiB)");
+  cmd->add_option("--kv-host-budget", o->host_budget, "Plan tiers: host RAM budget for the master copy");
+  cmd->add_option("--kv-disk", o->disk_dir, "Plan tiers: keep the master copy in a file in DIR");
+  cmd->add_option("--page", o->page, "Positions per cache page (multiple of 32)")->capture_default_str();
   cmd->add_flag("--json", o->json, "Print JSON (exact integers) instead of a table");
   cmd->callback([o, exit_code] { *exit_code = RunPlan(*o); });
 }

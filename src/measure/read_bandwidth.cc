@@ -6,6 +6,7 @@
 #include <chrono>
 #include <vector>
 
+#include "base/thread_pool.h"
 #include "simd/dispatch.h"
 
 namespace kvq {
@@ -17,12 +18,13 @@ double MeasureReadBandwidthGbps(int64_t bytes, int32_t threads, int32_t reps) {
   volatile float sink = 0.0f;
   for (int32_t r = 0; r < reps + 1; ++r) {  // the first pass warms up and is dropped
     const auto t0 = std::chrono::steady_clock::now();
-    float total = 0.0f;
-#pragma omp parallel for num_threads(threads) reduction(+ : total) schedule(static)
-    for (int32_t t = 0; t < threads; ++t) {
+    std::vector<float> partial(threads, 0.0f);
+    ThreadPool::Shared(threads).Run(threads, [&](int64_t t, int32_t) {
       const int64_t begin = n * t / threads, end = n * (t + 1) / threads;
-      total += simd::SumF32(buffer.data() + begin, static_cast<size_t>(end - begin));
-    }
+      partial[t] = simd::SumF32(buffer.data() + begin, static_cast<size_t>(end - begin));
+    });
+    float total = 0.0f;
+    for (float p : partial) total += p;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     sink = sink + total;
     if (r > 0) gbps.push_back(static_cast<double>(n) * 4.0 / seconds / 1e9);

@@ -1,0 +1,467 @@
+// Prefix snapshot files: the byte layout, the atomic writer and the validating reader.
+// Every length read from a file is checked against the file's real size before anything is
+// allocated, and nothing is returned until every checksum has matched, so a damaged file costs
+// an error message, never a crash, a huge allocation or a half-loaded cache.
+#include "cache/snapshot.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string_view>
+
+// File layout, version 1. Little-endian, no padding. L = n_layers.
+//
+//   offset      size   field
+//   0           8      magic "KVQSNAP\0"
+//   8           4      u32 version (kSnapshotVersion)
+//   12          8      i64 n_layers        -+
+//   20          4      i32 n_kv_heads       |  model fingerprint
+//   24          4      i32 head_dim         |
+//   28          8      u64 weights_hash    -+
+//   36          8      i64 n_positions
+//   44          37*L   layer table; layer i at 44 + 37*i:
+//                        +0  u16 key_format          +2  u16 value_format
+//                        +4  f32 key_scale           +8  f32 value_scale
+//                        +12 u8  scales_calibrated (0 or 1)
+//                        +13 u64 key_bytes           +21 u64 value_bytes
+//                        +29 u64 key_residual count (floats, not bytes)
+//   44 + 37*L   8      u64 header checksum = Checksum64(bytes [0, 44 + 37*L), seed 0)
+//
+// Then for each layer i in order, three sections, each its raw bytes followed by a u64
+// Checksum64(those bytes, seed 3*i + s + 1), s = 0 key, 1 value, 2 key residual:
+//   key_bytes bytes | checksum | value_bytes bytes | checksum | 4*count bytes (f32) | checksum
+// The file ends right after layer L-1's residual checksum; trailing bytes are an error.
+//
+// Seeding each section's checksum with its position makes a section (with its checksum) copied
+// or swapped into the wrong place fail, although its bytes are intact.
+
+namespace kvq {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "snapshot files are little-endian and are read and written with memcpy");
+
+constexpr char kMagic[8] = {'K', 'V', 'Q', 'S', 'N', 'A', 'P', '\0'};
+constexpr uint64_t kFixedHeaderBytes = 44;  // magic .. n_positions
+constexpr uint64_t kLayerEntryBytes = 37;
+constexpr uint64_t kChecksumBytes = 8;
+constexpr uint64_t kMaxU64 = std::numeric_limits<uint64_t>::max();
+constexpr const char* kSectionNames[3] = {"key", "value", "key residual"};
+
+// The xxHash64 primes: odd, so every multiply below is a bijection on 64-bit words.
+constexpr uint64_t kP1 = 0x9E3779B185EBCA87ULL;
+constexpr uint64_t kP2 = 0xC2B2AE3D27D4EB4FULL;
+constexpr uint64_t kP3 = 0x165667B19E3779F9ULL;
+constexpr uint64_t kP4 = 0x85EBCA77C2B2AE63ULL;
+constexpr uint64_t kP5 = 0x27D4EB2F165667C5ULL;
+
+uint64_t Round(uint64_t acc, uint64_t word) { return std::rotl(acc + word * kP2, 31) * kP1; }
+
+template <typename T>
+T Load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+// Stores `v` at `*p` and advances it; the caller sized the buffer.
+template <typename T>
+void Store(uint8_t** p, T v) {
+  std::memcpy(*p, &v, sizeof(T));
+  *p += sizeof(T);
+}
+
+uint64_t SectionSeed(uint64_t layer, int section) { return 3 * layer + section + 1; }
+
+uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return a > kMaxU64 - b ? kMaxU64 : a + b; }
+
+std::string OsError(int err) { return std::strerror(err != 0 ? err : EIO); }
+
+std::string DescribeModel(const ModelFingerprint& m) {
+  return fmt::format("{} layers x {} KV heads x head_dim {}, weights {:016x}", m.n_layers,
+                     m.n_kv_heads, m.head_dim, m.weights_hash);
+}
+
+struct FileCloser {
+  void operator()(FILE* f) const { std::fclose(f); }
+};
+using File = std::unique_ptr<FILE, FileCloser>;
+
+// ---------------------------------------------------------------------------------------------
+// Writing.
+
+std::vector<uint8_t> EncodeHeader(const SnapshotImage& image) {
+  const size_t table_end = kFixedHeaderBytes + kLayerEntryBytes * image.layers.size();
+  std::vector<uint8_t> h(table_end + kChecksumBytes);
+  uint8_t* p = h.data();
+  std::memcpy(p, kMagic, sizeof(kMagic));
+  p += sizeof(kMagic);
+  Store<uint32_t>(&p, kSnapshotVersion);
+  Store<int64_t>(&p, image.model.n_layers);
+  Store<int32_t>(&p, image.model.n_kv_heads);
+  Store<int32_t>(&p, image.model.head_dim);
+  Store<uint64_t>(&p, image.model.weights_hash);
+  Store<int64_t>(&p, image.n_positions);
+  for (const SnapshotLayer& layer : image.layers) {
+    Store<uint16_t>(&p, layer.key_format);
+    Store<uint16_t>(&p, layer.value_format);
+    Store<float>(&p, layer.key_scale);
+    Store<float>(&p, layer.value_scale);
+    Store<uint8_t>(&p, layer.scales_calibrated ? 1 : 0);
+    Store<uint64_t>(&p, layer.key_bytes.size());
+    Store<uint64_t>(&p, layer.value_bytes.size());
+    Store<uint64_t>(&p, layer.key_residual.size());
+  }
+  Store<uint64_t>(&p, Checksum64(h.data(), table_end));
+  return h;
+}
+
+// Returns false with errno set when the write came up short.
+bool WriteAll(FILE* f, const void* data, size_t bytes) {
+  if (bytes == 0) return true;
+  errno = 0;
+  return std::fwrite(data, 1, bytes, f) == bytes;
+}
+
+bool WriteSection(FILE* f, const void* data, size_t bytes, uint64_t seed) {
+  const uint64_t sum = Checksum64(data, bytes, seed);
+  return WriteAll(f, data, bytes) && WriteAll(f, &sum, sizeof(sum));
+}
+
+// Makes the rename itself durable. Best effort: the snapshot is already in place and complete
+// when this runs, so failing the write here would leave a file behind an error.
+void SyncParentDirectory(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  std::string dir = ".";
+  if (slash != std::string::npos) dir = slash == 0 ? "/" : path.substr(0, slash);
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading.
+
+// `what`, `bytes` long from offset `start`, runs past the end of a file of `file_size` bytes.
+Status TruncatedError(const std::string& path, uint64_t file_size, uint64_t start, uint64_t bytes,
+                      std::string_view what) {
+  const uint64_t end = SaturatingAdd(start, bytes);
+  return Status::Error(
+      fmt::format("snapshot '{}' is truncated: expected {} more bytes at offset {} ({} ends at {})",
+                  path, end - file_size, file_size, what, end));
+}
+
+// Sequential reads from the file with its size known up front, so that every request can be
+// checked against what is actually there before a buffer is sized for it.
+class Reader {
+ public:
+  Reader(const std::string& path, FILE* f, uint64_t size) : path_(path), f_(f), size_(size) {}
+
+  uint64_t offset() const { return offset_; }
+  uint64_t size() const { return size_; }
+  uint64_t remaining() const { return size_ - offset_; }
+
+  Status Read(void* dst, uint64_t bytes, std::string_view what) {
+    if (bytes > remaining()) return TruncatedError(path_, size_, offset_, bytes, what);
+    if (bytes == 0) return Status::Ok();
+    const size_t got = std::fread(dst, 1, bytes, f_);
+    if (got != bytes) {
+      if (std::ferror(f_)) {
+        return Status::Error(fmt::format("cannot read snapshot '{}' at offset {}: {}", path_,
+                                         offset_ + got, OsError(errno)));
+      }
+      return Status::Error(fmt::format(
+          "snapshot '{}' is truncated: it ended at offset {} while being read, within {}", path_,
+          offset_ + got, what));
+    }
+    offset_ += bytes;
+    return Status::Ok();
+  }
+
+  // True when the file really ends here, even if it grew after we measured it.
+  bool AtEnd() { return offset_ == size_ && std::fgetc(f_) == EOF; }
+
+ private:
+  const std::string& path_;
+  FILE* f_;
+  uint64_t size_;
+  uint64_t offset_ = 0;
+};
+
+struct LayerLengths {
+  uint64_t bytes[3];  // key, value, residual (in bytes; saturated when absurd)
+};
+
+}  // namespace
+
+uint64_t Checksum64(const void* data, size_t bytes, uint64_t seed) {
+  // xxHash64-style. Each step is a bijection of the running state for a fixed input word and of
+  // the input word for a fixed state, so two inputs that differ in a single 8-byte word (any
+  // single flipped bit) always hash differently, not just with high probability.
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  const uint8_t* const end = p + bytes;
+  uint64_t h;
+  if (bytes >= 32) {
+    uint64_t v[4] = {seed + kP1 + kP2, seed + kP2, seed, seed - kP1};
+    do {
+      for (int k = 0; k < 4; ++k) v[k] = Round(v[k], Load<uint64_t>(p + 8 * k));
+      p += 32;
+    } while (end - p >= 32);
+    h = v[0];
+    for (int k = 1; k < 4; ++k) h = (h ^ Round(0, v[k])) * kP1 + kP4;
+  } else {
+    h = seed + kP5;
+  }
+  h += bytes;
+  for (; end - p >= 8; p += 8) h = std::rotl(h ^ Round(0, Load<uint64_t>(p)), 27) * kP1 + kP4;
+  if (p < end) {
+    uint64_t tail = 0;
+    std::memcpy(&tail, p, static_cast<size_t>(end - p));
+    h = std::rotl(h ^ Round(0, tail), 23) * kP2 + kP3;
+  }
+  h ^= h >> 33;
+  h *= kP2;
+  h ^= h >> 29;
+  h *= kP3;
+  h ^= h >> 32;
+  return h;
+}
+
+Status WriteSnapshot(const std::string& path, const SnapshotImage& image) {
+  if (image.model.n_layers < 0 ||
+      image.layers.size() != static_cast<uint64_t>(image.model.n_layers)) {
+    return Status::Error(
+        fmt::format("cannot write snapshot '{}': the image has {} layers but its model has {}",
+                    path, image.layers.size(), image.model.n_layers));
+  }
+  const std::vector<uint8_t> header = EncodeHeader(image);
+
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = fmt::format("{}.tmp-{}-{}", path, ::getpid(), counter.fetch_add(1));
+  // "x": never clobber a file we did not create, should a stale name collide.
+  File file(std::fopen(tmp.c_str(), "wbx"));
+  if (!file) {
+    return Status::Error(fmt::format("cannot write snapshot '{}': cannot create '{}': {}", path,
+                                     tmp, OsError(errno)));
+  }
+  auto fail = [&](std::string_view step, int err) {
+    file.reset();
+    std::remove(tmp.c_str());
+    return Status::Error(
+        fmt::format("cannot write snapshot '{}': {} failed: {}", path, step, OsError(err)));
+  };
+
+  FILE* f = file.get();
+  if (!WriteAll(f, header.data(), header.size())) return fail("writing the header", errno);
+  for (size_t i = 0; i < image.layers.size(); ++i) {
+    const SnapshotLayer& layer = image.layers[i];
+    if (!WriteSection(f, layer.key_bytes.data(), layer.key_bytes.size(), SectionSeed(i, 0)) ||
+        !WriteSection(f, layer.value_bytes.data(), layer.value_bytes.size(), SectionSeed(i, 1)) ||
+        !WriteSection(f, layer.key_residual.data(), layer.key_residual.size() * sizeof(float),
+                      SectionSeed(i, 2))) {
+      const int err = errno;  // before fmt::format can touch it
+      return fail(fmt::format("writing layer {}", i), err);
+    }
+  }
+  errno = 0;
+  if (std::fflush(f) != 0) return fail("flushing", errno);
+  if (::fsync(::fileno(f)) != 0) return fail("fsync", errno);
+  errno = 0;
+  const int close_result = std::fclose(file.release());
+  if (close_result != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    return Status::Error(fmt::format("cannot write snapshot '{}': closing '{}' failed: {}", path,
+                                     tmp, OsError(err)));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    return Status::Error(fmt::format("cannot write snapshot '{}': renaming '{}' into place: {}",
+                                     path, tmp, OsError(err)));
+  }
+  SyncParentDirectory(path);
+  return Status::Ok();
+}
+
+Result<SnapshotImage> ReadSnapshot(const std::string& path, const SnapshotExpectation& expect) {
+  auto error = [&](std::string_view what) {
+    return Status::Error(fmt::format("snapshot '{}' {}", path, what));
+  };
+
+  File file(std::fopen(path.c_str(), "rb"));
+  if (!file) {
+    return Status::Error(fmt::format("cannot open snapshot '{}': {}", path, OsError(errno)));
+  }
+  struct stat st;
+  if (::fstat(::fileno(file.get()), &st) != 0) {
+    return Status::Error(fmt::format("cannot open snapshot '{}': {}", path, OsError(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return Status::Error(fmt::format("cannot open snapshot '{}': not a regular file", path));
+  }
+  Reader in(path, file.get(), static_cast<uint64_t>(st.st_size));
+
+  // Magic. A short file whose bytes already differ from the magic is not a snapshot at all,
+  // rather than a truncated one.
+  std::vector<uint8_t> header(kFixedHeaderBytes);
+  const uint64_t magic_present = std::min<uint64_t>(sizeof(kMagic), in.size());
+  if (Status s = in.Read(header.data(), magic_present, "the magic"); !s.ok()) return s;
+  if (std::memcmp(header.data(), kMagic, magic_present) != 0) {
+    return error("is not a kvq snapshot (bad magic)");
+  }
+  if (Status s =
+          in.Read(header.data() + magic_present, sizeof(kMagic) - magic_present, "the magic");
+      !s.ok()) {
+    return s;
+  }
+
+  // Version before anything else: a newer version may lay out the rest differently.
+  if (Status s = in.Read(header.data() + 8, 4, "the version"); !s.ok()) return s;
+  const uint32_t version = Load<uint32_t>(header.data() + 8);
+  if (version > kSnapshotVersion) {
+    return error(fmt::format("was written by a newer kvq (version {}; this kvq reads up to {})",
+                             version, kSnapshotVersion));
+  }
+  if (version == 0) return error("has invalid version 0");
+
+  if (Status s = in.Read(header.data() + 12, kFixedHeaderBytes - 12, "the header"); !s.ok()) {
+    return s;
+  }
+  ModelFingerprint model;
+  model.n_layers = Load<int64_t>(header.data() + 12);
+  model.n_kv_heads = Load<int32_t>(header.data() + 20);
+  model.head_dim = Load<int32_t>(header.data() + 24);
+  model.weights_hash = Load<uint64_t>(header.data() + 28);
+  const int64_t n_positions = Load<int64_t>(header.data() + 36);
+
+  // The layer count is not yet covered by a checked checksum, so bound it by the file size
+  // before sizing the header buffer with it.
+  if (model.n_layers < 0) {
+    return error(fmt::format("header is corrupt (layer count {})", model.n_layers));
+  }
+  const uint64_t n_layers = static_cast<uint64_t>(model.n_layers);
+  const std::string table_what =
+      fmt::format("the header with a layer table of {} layers", n_layers);
+  if (in.remaining() < kChecksumBytes ||
+      n_layers > (in.remaining() - kChecksumBytes) / kLayerEntryBytes) {
+    const uint64_t needed = n_layers > (kMaxU64 - kChecksumBytes) / kLayerEntryBytes
+                                ? kMaxU64
+                                : n_layers * kLayerEntryBytes + kChecksumBytes;
+    return TruncatedError(path, in.size(), in.offset(), needed, table_what);
+  }
+  const uint64_t table_bytes = n_layers * kLayerEntryBytes;
+  header.resize(kFixedHeaderBytes + table_bytes + kChecksumBytes);
+  if (Status s =
+          in.Read(header.data() + kFixedHeaderBytes, table_bytes + kChecksumBytes, table_what);
+      !s.ok()) {
+    return s;
+  }
+  const uint64_t stored_header_sum =
+      Load<uint64_t>(header.data() + kFixedHeaderBytes + table_bytes);
+  if (Checksum64(header.data(), kFixedHeaderBytes + table_bytes) != stored_header_sum) {
+    return error("header is corrupt (checksum mismatch)");
+  }
+
+  // The header is intact; check that the sections it announces fit the file, before
+  // allocating anything for them.
+  SnapshotImage image;
+  image.model = model;
+  image.n_positions = n_positions;
+  image.layers.resize(n_layers);
+  std::vector<LayerLengths> lengths(n_layers);
+  uint64_t end = in.offset();
+  for (uint64_t i = 0; i < n_layers; ++i) {
+    const uint8_t* e = header.data() + kFixedHeaderBytes + i * kLayerEntryBytes;
+    SnapshotLayer& layer = image.layers[i];
+    layer.key_format = Load<uint16_t>(e + 0);
+    layer.value_format = Load<uint16_t>(e + 2);
+    layer.key_scale = Load<float>(e + 4);
+    layer.value_scale = Load<float>(e + 8);
+    const uint8_t calibrated = e[12];
+    if (calibrated > 1) {
+      return error(fmt::format("header is corrupt (layer {} scales flag {})", i, calibrated));
+    }
+    layer.scales_calibrated = calibrated == 1;
+    const uint64_t residual_count = Load<uint64_t>(e + 29);
+    lengths[i].bytes[0] = Load<uint64_t>(e + 13);
+    lengths[i].bytes[1] = Load<uint64_t>(e + 21);
+    lengths[i].bytes[2] =
+        residual_count > kMaxU64 / sizeof(float) ? kMaxU64 : residual_count * sizeof(float);
+    for (int s = 0; s < 3; ++s) {
+      const uint64_t section = SaturatingAdd(lengths[i].bytes[s], kChecksumBytes);
+      if (section > in.size() - end) {
+        return TruncatedError(
+            path, in.size(), end, section,
+            fmt::format("the layer {} {} section with its checksum", i, kSectionNames[s]));
+      }
+      end += section;
+    }
+  }
+
+  if (model != expect.model) {
+    return error(fmt::format("was saved for another model: {}; this model: {}",
+                             DescribeModel(model), DescribeModel(expect.model)));
+  }
+  if (expect.key_formats.size() != n_layers || expect.value_formats.size() != n_layers) {
+    return error(
+        fmt::format("has {} layers; the cache describes {} key formats and {} value formats",
+                    n_layers, expect.key_formats.size(), expect.value_formats.size()));
+  }
+  for (uint64_t i = 0; i < n_layers; ++i) {
+    const SnapshotLayer& layer = image.layers[i];
+    if (layer.key_format != expect.key_formats[i] ||
+        layer.value_format != expect.value_formats[i]) {
+      return error(fmt::format(
+          "layer {} was saved with K format {} and V format {}; the cache uses {} and {}", i,
+          layer.key_format, layer.value_format, expect.key_formats[i], expect.value_formats[i]));
+    }
+  }
+
+  // Read straight into the image's buffers: the data exists once, however large the file.
+  for (uint64_t i = 0; i < n_layers; ++i) {
+    SnapshotLayer& layer = image.layers[i];
+    layer.key_bytes.resize(lengths[i].bytes[0]);
+    layer.value_bytes.resize(lengths[i].bytes[1]);
+    layer.key_residual.resize(lengths[i].bytes[2] / sizeof(float));
+    void* const targets[3] = {layer.key_bytes.data(), layer.value_bytes.data(),
+                              layer.key_residual.data()};
+    for (int s = 0; s < 3; ++s) {
+      const std::string what = fmt::format("the layer {} {} section", i, kSectionNames[s]);
+      uint64_t stored_sum = 0;
+      if (Status st_read = in.Read(targets[s], lengths[i].bytes[s], what); !st_read.ok()) {
+        return st_read;
+      }
+      if (Status st_read = in.Read(&stored_sum, sizeof(stored_sum), what); !st_read.ok()) {
+        return st_read;
+      }
+      if (Checksum64(targets[s], lengths[i].bytes[s], SectionSeed(i, s)) != stored_sum) {
+        return error(
+            fmt::format("layer {} {} section is corrupt (checksum mismatch)", i, kSectionNames[s]));
+      }
+    }
+  }
+
+  if (!in.AtEnd()) {
+    const uint64_t extra = in.size() - in.offset();
+    const std::string count =
+        extra == 1 ? "1 trailing byte" : fmt::format("{} trailing bytes", extra);
+    // A file that grew while being read has bytes past the size we measured.
+    return error(fmt::format("has {} after the last section, at offset {}",
+                             extra == 0 ? std::string("trailing bytes") : count, in.offset()));
+  }
+  return image;
+}
+
+}  // namespace kvq

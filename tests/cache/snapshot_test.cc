@@ -1,0 +1,625 @@
+// Prefix snapshot files: exact round trips, atomic writes, and a refusal naming the file and the
+// reason for every kind of damage (bad magic, newer version, another model or format, truncation
+// anywhere, a flipped byte anywhere, absurd lengths), never a crash, a huge allocation or a
+// partial image. Offsets below follow the layout documented at the top of snapshot.cc.
+#include "cache/snapshot.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <new>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+// Records the largest single allocation while armed, so the tests can prove that a corrupt length
+// is refused before anything is sized by it (a 2^62-byte request would throw, or worse succeed
+// lazily on an overcommitting kernel).
+namespace {
+std::atomic<bool> g_track_allocations{false};
+std::atomic<size_t> g_largest_allocation{0};
+}  // namespace
+
+// GCC 12 sees malloc inside operator new and free inside operator delete after inlining and
+// reports a mismatch that is not there: these are the replacement pair.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void* operator new(size_t bytes) {
+  if (g_track_allocations.load(std::memory_order_relaxed)) {
+    size_t seen = g_largest_allocation.load(std::memory_order_relaxed);
+    while (bytes > seen && !g_largest_allocation.compare_exchange_weak(seen, bytes)) {
+    }
+  }
+  if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](size_t bytes) { return ::operator new(bytes); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+void operator delete[](void* p, size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
+
+namespace kvq {
+namespace {
+
+namespace fs = std::filesystem;
+using Bytes = std::vector<uint8_t>;
+
+constexpr uint64_t kHeaderFixed = 44;
+constexpr uint64_t kLayerEntry = 37;
+constexpr const char* kSectionName[3] = {"key", "value", "key residual"};
+
+struct LayerSpec {
+  uint16_t key_format;
+  uint16_t value_format;
+  size_t key_bytes;
+  size_t value_bytes;
+  size_t residual_floats;
+  bool calibrated;
+};
+
+SnapshotImage MakeImage(uint32_t seed, const std::vector<LayerSpec>& specs) {
+  std::mt19937_64 rng(seed);
+  SnapshotImage image;
+  image.model = {static_cast<int64_t>(specs.size()), 4, 8, 0xA1B2C3D4E5F60718ULL};
+  image.n_positions = 37;
+  for (const LayerSpec& spec : specs) {
+    SnapshotLayer layer;
+    layer.key_format = spec.key_format;
+    layer.value_format = spec.value_format;
+    layer.scales_calibrated = spec.calibrated;
+    if (spec.calibrated) {
+      layer.key_scale = 0.015625f + static_cast<float>(rng() % 1000) / 7.0f;
+      layer.value_scale = 3.25f + static_cast<float>(rng() % 1000) / 3.0f;
+    }
+    for (size_t i = 0; i < spec.key_bytes; ++i) layer.key_bytes.push_back(rng() & 0xFF);
+    for (size_t i = 0; i < spec.value_bytes; ++i) layer.value_bytes.push_back(rng() & 0xFF);
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    for (size_t i = 0; i < spec.residual_floats; ++i) layer.key_residual.push_back(normal(rng));
+    // Values that only a bit-exact round trip keeps.
+    if (spec.residual_floats >= 3) {
+      layer.key_residual[0] = -0.0f;
+      layer.key_residual[1] = std::numeric_limits<float>::quiet_NaN();
+      layer.key_residual[2] = std::numeric_limits<float>::denorm_min();
+    }
+    image.layers.push_back(std::move(layer));
+  }
+  return image;
+}
+
+// Three layers, different formats per layer, residual rows in one, calibrated scales in one.
+SnapshotImage RoundTripImage() {
+  return MakeImage(7, {{0, 0, 512, 512, 0, false},
+                       {6, 6, 256, 256, 0, true},
+                       {5, 2, 96, 160, 2 * 4 * 8, false}});
+}
+
+// Small enough to damage at every byte.
+SnapshotImage SmallImage() {
+  return MakeImage(11, {{6, 6, 24, 16, 3, true}, {2, 2, 24, 9, 0, false}});
+}
+
+SnapshotImage LargeImage() {
+  return MakeImage(13, {{1, 1, 100'003, 100'003, 0, false},
+                        {6, 6, 65'536, 65'536, 0, true},
+                        {5, 5, 40'000, 40'000, 4 * 4 * 8, false}});
+}
+
+SnapshotExpectation ExpectationFor(const SnapshotImage& image) {
+  SnapshotExpectation expect;
+  expect.model = image.model;
+  for (const SnapshotLayer& layer : image.layers) {
+    expect.key_formats.push_back(layer.key_format);
+    expect.value_formats.push_back(layer.value_format);
+  }
+  return expect;
+}
+
+// Where each section's data starts, and its length, in bytes; derived from the documented
+// layout, independently of the writer.
+struct Layout {
+  uint64_t header_end = 0;  // header checksum included
+  std::vector<std::array<uint64_t, 3>> start;
+  std::vector<std::array<uint64_t, 3>> length;
+  uint64_t file_size = 0;
+};
+
+Layout LayoutOf(const SnapshotImage& image) {
+  Layout layout;
+  layout.header_end = kHeaderFixed + kLayerEntry * image.layers.size() + 8;
+  uint64_t at = layout.header_end;
+  for (const SnapshotLayer& layer : image.layers) {
+    const std::array<uint64_t, 3> len = {layer.key_bytes.size(), layer.value_bytes.size(),
+                                         layer.key_residual.size() * sizeof(float)};
+    std::array<uint64_t, 3> start{};
+    for (int s = 0; s < 3; ++s) {
+      start[s] = at;
+      at += len[s] + 8;
+    }
+    layout.start.push_back(start);
+    layout.length.push_back(len);
+  }
+  layout.file_size = at;
+  return layout;
+}
+
+uint64_t LengthFieldOffset(size_t layer, int section) {
+  return kHeaderFixed + kLayerEntry * layer + 13 + 8 * section;
+}
+
+template <typename T>
+void Poke(Bytes* bytes, uint64_t offset, T value) {
+  std::memcpy(bytes->data() + offset, &value, sizeof(T));
+}
+
+// Recomputes the header checksum so a deliberate edit reaches the checks behind it.
+void ResealHeader(Bytes* bytes, size_t n_layers) {
+  const uint64_t covered = kHeaderFixed + kLayerEntry * n_layers;
+  Poke<uint64_t>(bytes, covered, Checksum64(bytes->data(), covered));
+}
+
+Bytes ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void WriteFile(const std::string& path, const uint8_t* data, size_t size) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+  ASSERT_TRUE(out.good()) << path;
+}
+
+void WriteFile(const std::string& path, const Bytes& bytes) {
+  WriteFile(path, bytes.data(), bytes.size());
+}
+
+void ExpectSameImage(const SnapshotImage& a, const SnapshotImage& b) {
+  EXPECT_EQ(a.model, b.model);
+  EXPECT_EQ(a.n_positions, b.n_positions);
+  ASSERT_EQ(a.layers.size(), b.layers.size());
+  for (size_t i = 0; i < a.layers.size(); ++i) {
+    const SnapshotLayer& x = a.layers[i];
+    const SnapshotLayer& y = b.layers[i];
+    SCOPED_TRACE(testing::Message() << "layer " << i);
+    EXPECT_EQ(x.key_format, y.key_format);
+    EXPECT_EQ(x.value_format, y.value_format);
+    EXPECT_EQ(std::bit_cast<uint32_t>(x.key_scale), std::bit_cast<uint32_t>(y.key_scale));
+    EXPECT_EQ(std::bit_cast<uint32_t>(x.value_scale), std::bit_cast<uint32_t>(y.value_scale));
+    EXPECT_EQ(x.scales_calibrated, y.scales_calibrated);
+    EXPECT_EQ(x.key_bytes, y.key_bytes);
+    EXPECT_EQ(x.value_bytes, y.value_bytes);
+    ASSERT_EQ(x.key_residual.size(), y.key_residual.size());
+    for (size_t j = 0; j < x.key_residual.size(); ++j) {  // bits: NaN and -0.0 included
+      EXPECT_EQ(std::bit_cast<uint32_t>(x.key_residual[j]),
+                std::bit_cast<uint32_t>(y.key_residual[j]))
+          << "residual " << j;
+    }
+  }
+}
+
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// Asserts that reading `path` fails with a message naming the file and containing `reason`.
+// Returns the message.
+std::string ExpectRefused(const std::string& path, const SnapshotExpectation& expect,
+                          const std::string& reason) {
+  const Result<SnapshotImage> r = ReadSnapshot(path, expect);
+  EXPECT_FALSE(r.ok()) << "accepted " << path << " (expected: " << reason << ")";
+  if (r.ok()) return "";
+  const std::string& message = r.status().message();
+  EXPECT_TRUE(Contains(message, path)) << message;
+  EXPECT_TRUE(Contains(message, reason)) << "wanted '" << reason << "' in: " << message;
+  return message;
+}
+
+class SnapshotTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
+    const std::string unique =
+        "kvq_snapshot_" + std::string(info->name()) + "_" + std::to_string(::getpid());
+    dir_ = (fs::path(testing::TempDir()) / unique).string();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string Path(const std::string& name) const { return (fs::path(dir_) / name).string(); }
+
+  std::set<std::string> Listing(const std::string& dir) const {
+    std::set<std::string> names;
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      names.insert(entry.path().filename().string());
+    }
+    return names;
+  }
+
+  // Writes `image` and returns its bytes.
+  Bytes Written(const SnapshotImage& image, const std::string& path) {
+    const Status s = WriteSnapshot(path, image);
+    EXPECT_TRUE(s.ok()) << s.message();
+    return ReadFile(path);
+  }
+
+  std::string dir_;
+};
+
+TEST_F(SnapshotTest, RoundTripIsExact) {
+  const SnapshotImage image = RoundTripImage();
+  const std::string path = Path("prefix.kvqsnap");
+  const Bytes bytes = Written(image, path);
+  EXPECT_EQ(bytes.size(), LayoutOf(image).file_size);
+  EXPECT_EQ(std::memcmp(bytes.data(), "KVQSNAP\0", 8), 0);
+
+  const Result<SnapshotImage> back = ReadSnapshot(path, ExpectationFor(image));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ExpectSameImage(*back, image);
+}
+
+TEST_F(SnapshotTest, RoundTripOfAnEmptyCache) {
+  SnapshotImage image = MakeImage(3, {{0, 0, 0, 0, 0, false}, {0, 0, 0, 0, 0, false}});
+  image.n_positions = 0;
+  const std::string path = Path("empty.kvqsnap");
+  ASSERT_TRUE(WriteSnapshot(path, image).ok());
+  const Result<SnapshotImage> back = ReadSnapshot(path, ExpectationFor(image));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ExpectSameImage(*back, image);
+}
+
+TEST_F(SnapshotTest, RewriteReplacesTheFileAndLeavesNoTemporary) {
+  const std::string path = Path("prefix.kvqsnap");
+  ASSERT_TRUE(WriteSnapshot(path, SmallImage()).ok());
+  const SnapshotImage second = RoundTripImage();
+  ASSERT_TRUE(WriteSnapshot(path, second).ok());
+  EXPECT_EQ(Listing(dir_), std::set<std::string>{"prefix.kvqsnap"});
+  const Result<SnapshotImage> back = ReadSnapshot(path, ExpectationFor(second));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ExpectSameImage(*back, second);
+}
+
+TEST_F(SnapshotTest, WriteIntoMissingFolderFailsAndLeavesNothing) {
+  const std::string path = Path("no/such/folder/prefix.kvqsnap");
+  const Status s = WriteSnapshot(path, SmallImage());
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Contains(s.message(), path)) << s.message();
+  EXPECT_TRUE(Contains(s.message(), std::strerror(ENOENT))) << s.message();
+  EXPECT_TRUE(Listing(dir_).empty());
+}
+
+TEST_F(SnapshotTest, FailedRenameRemovesTheTemporaryAndKeepsWhatWasThere) {
+  // A folder where the file should go: the temporary is written, then the rename fails.
+  const std::string path = Path("occupied");
+  fs::create_directories(path);
+  WriteFile(Path("occupied/keep"), Bytes{1, 2, 3});
+  const Status s = WriteSnapshot(path, SmallImage());
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Contains(s.message(), path)) << s.message();
+  EXPECT_EQ(Listing(dir_), std::set<std::string>{"occupied"});
+  EXPECT_EQ(Listing(path), std::set<std::string>{"keep"});
+  EXPECT_EQ(ReadFile(Path("occupied/keep")), (Bytes{1, 2, 3}));
+}
+
+TEST_F(SnapshotTest, WriteRefusesAnImageWhoseLayerCountDisagreesWithItsModel) {
+  SnapshotImage image = SmallImage();
+  image.model.n_layers = 3;
+  const std::string path = Path("prefix.kvqsnap");
+  const Status s = WriteSnapshot(path, image);
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Contains(s.message(), path)) << s.message();
+  EXPECT_TRUE(Listing(dir_).empty());
+}
+
+TEST_F(SnapshotTest, RefusesAMissingFileOrAFolder) {
+  const SnapshotExpectation expect = ExpectationFor(SmallImage());
+  ExpectRefused(Path("absent.kvqsnap"), expect, "cannot open");
+  ExpectRefused(dir_, expect, "cannot open");
+}
+
+TEST_F(SnapshotTest, RefusesWrongMagic) {
+  const SnapshotImage image = SmallImage();
+  const SnapshotExpectation expect = ExpectationFor(image);
+  const std::string path = Path("prefix.kvqsnap");
+  Bytes bytes = Written(image, path);
+  bytes[3] = 'X';
+  WriteFile(path, bytes);
+  ExpectRefused(path, expect, "is not a kvq snapshot (bad magic)");
+
+  const std::string text = "{\"this\": \"is json\"}\n";
+  WriteFile(path, reinterpret_cast<const uint8_t*>(text.data()), text.size());
+  ExpectRefused(path, expect, "is not a kvq snapshot (bad magic)");
+  WriteFile(path, reinterpret_cast<const uint8_t*>("KVX"), 3);  // short, and already wrong
+  ExpectRefused(path, expect, "is not a kvq snapshot (bad magic)");
+}
+
+TEST_F(SnapshotTest, RefusesANewerVersion) {
+  const SnapshotImage image = SmallImage();
+  const std::string path = Path("prefix.kvqsnap");
+  Bytes bytes = Written(image, path);
+  Poke<uint32_t>(&bytes, 8, kSnapshotVersion + 1);
+  WriteFile(path, bytes);
+  ExpectRefused(path, ExpectationFor(image),
+                "was written by a newer kvq (version 2; this kvq reads up to 1)");
+  Poke<uint32_t>(&bytes, 8, 0xFFFFFFFFu);
+  WriteFile(path, bytes);
+  ExpectRefused(path, ExpectationFor(image), "(version 4294967295; this kvq reads up to 1)");
+}
+
+TEST_F(SnapshotTest, RefusesAnotherModelShape) {
+  const SnapshotImage image = SmallImage();
+  const std::string path = Path("prefix.kvqsnap");
+  Written(image, path);
+  SnapshotExpectation expect = ExpectationFor(image);
+  expect.model.head_dim = 16;
+  const std::string message = ExpectRefused(path, expect, "was saved for another model");
+  EXPECT_TRUE(Contains(message, "2 layers x 4 KV heads x head_dim 8")) << message;
+  EXPECT_TRUE(Contains(message, "this model: 2 layers x 4 KV heads x head_dim 16")) << message;
+}
+
+TEST_F(SnapshotTest, RefusesAnotherModelWeights) {
+  const SnapshotImage image = SmallImage();
+  const std::string path = Path("prefix.kvqsnap");
+  Written(image, path);
+  SnapshotExpectation expect = ExpectationFor(image);
+  expect.model.weights_hash = 0x0123456789ABCDEFULL;
+  const std::string message = ExpectRefused(path, expect, "was saved for another model");
+  EXPECT_TRUE(Contains(message, "a1b2c3d4e5f60718")) << message;
+  EXPECT_TRUE(Contains(message, "0123456789abcdef")) << message;
+  const size_t mine = message.find("this model:");
+  ASSERT_NE(mine, std::string::npos) << message;
+  EXPECT_LT(message.find("a1b2c3d4e5f60718"), mine) << message;
+  EXPECT_GT(message.find("0123456789abcdef"), mine) << message;
+}
+
+TEST_F(SnapshotTest, RefusesAnotherFormat) {
+  const SnapshotImage image = SmallImage();
+  const std::string path = Path("prefix.kvqsnap");
+  Written(image, path);
+  SnapshotExpectation expect = ExpectationFor(image);
+  expect.key_formats[0] = 2;
+  ExpectRefused(path, expect,
+                "layer 0 was saved with K format 6 and V format 6; the cache uses 2 and 6");
+  expect = ExpectationFor(image);
+  expect.value_formats[1] = 7;
+  ExpectRefused(path, expect,
+                "layer 1 was saved with K format 2 and V format 2; the cache uses 2 and 7");
+  expect = ExpectationFor(image);
+  expect.key_formats.pop_back();
+  ExpectRefused(path, expect, "has 2 layers");
+}
+
+TEST_F(SnapshotTest, RefusesTrailingBytes) {
+  const SnapshotImage image = SmallImage();
+  const std::string path = Path("prefix.kvqsnap");
+  Bytes bytes = Written(image, path);
+  bytes.push_back(0);
+  WriteFile(path, bytes);
+  ExpectRefused(path, ExpectationFor(image), "has 1 trailing byte after the last section");
+  bytes.insert(bytes.end(), {'K', 'V', 'Q'});
+  WriteFile(path, bytes);
+  ExpectRefused(path, ExpectationFor(image), "has 4 trailing bytes after the last section");
+}
+
+TEST_F(SnapshotTest, RefusesTruncationAtEveryByteOfASmallFile) {
+  const SnapshotImage image = SmallImage();
+  const SnapshotExpectation expect = ExpectationFor(image);
+  const std::string path = Path("prefix.kvqsnap");
+  const Bytes bytes = Written(image, path);
+  ASSERT_EQ(bytes.size(), LayoutOf(image).file_size);
+  for (size_t size = 0; size < bytes.size(); ++size) {
+    SCOPED_TRACE(testing::Message() << "truncated to " << size << " bytes");
+    WriteFile(path, bytes.data(), size);
+    const std::string message = ExpectRefused(path, expect, "is truncated: expected ");
+    EXPECT_TRUE(Contains(message, " more bytes at offset " + std::to_string(size) + " ("))
+        << message;
+  }
+}
+
+TEST_F(SnapshotTest, RefusesTruncationAtSampledOffsetsOfALargerFile) {
+  const SnapshotImage image = LargeImage();
+  const SnapshotExpectation expect = ExpectationFor(image);
+  const Layout layout = LayoutOf(image);
+  const std::string path = Path("prefix.kvqsnap");
+  const Bytes bytes = Written(image, path);
+  ASSERT_EQ(bytes.size(), layout.file_size);
+
+  std::set<uint64_t> sizes;
+  for (size_t i = 0; i < layout.start.size(); ++i) {  // around every section boundary
+    for (int s = 0; s < 3; ++s) {
+      const uint64_t data_end = layout.start[i][s] + layout.length[i][s];
+      for (uint64_t edge : {layout.start[i][s], data_end, data_end + 8}) {
+        for (uint64_t d : {0, 1, 7, 8, 9}) {
+          if (edge >= d) sizes.insert(edge - d);
+          sizes.insert(edge + d);
+        }
+      }
+    }
+  }
+  std::mt19937_64 rng(99);
+  while (sizes.size() < 200) sizes.insert(rng() % bytes.size());
+  for (uint64_t size : sizes) {
+    if (size >= bytes.size()) continue;
+    SCOPED_TRACE(testing::Message() << "truncated to " << size << " bytes");
+    WriteFile(path, bytes.data(), size);
+    const std::string message = ExpectRefused(path, expect, "is truncated: expected ");
+    EXPECT_TRUE(Contains(message, " more bytes at offset " + std::to_string(size) + " ("))
+        << message;
+  }
+}
+
+TEST_F(SnapshotTest, RefusesAFlippedByteInTheHeader) {
+  const SnapshotImage image = SmallImage();
+  const SnapshotExpectation expect = ExpectationFor(image);
+  const Layout layout = LayoutOf(image);
+  const std::string path = Path("prefix.kvqsnap");
+  const Bytes good = Written(image, path);
+  for (uint64_t at = 0; at < layout.header_end; ++at) {
+    SCOPED_TRACE(testing::Message() << "byte " << at << " flipped");
+    Bytes bytes = good;
+    bytes[at] ^= 0xFF;
+    WriteFile(path, bytes);
+    if (at < 8) {
+      ExpectRefused(path, expect, "bad magic");
+    } else if (at < 12) {
+      ExpectRefused(path, expect, "newer kvq");
+    } else if (at < 20) {
+      ExpectRefused(path, expect, "");  // the layer count: corrupt or truncated, either way refused
+    } else {
+      ExpectRefused(path, expect, "header is corrupt");  // the checksum field itself included
+    }
+  }
+}
+
+TEST_F(SnapshotTest, RefusesAFlippedByteInEverySectionAndChecksum) {
+  const SnapshotImage image = SmallImage();
+  const SnapshotExpectation expect = ExpectationFor(image);
+  const Layout layout = LayoutOf(image);
+  const std::string path = Path("prefix.kvqsnap");
+  const Bytes good = Written(image, path);
+  int checked = 0;
+  for (size_t layer = 0; layer < image.layers.size(); ++layer) {
+    for (int s = 0; s < 3; ++s) {
+      const uint64_t begin = layout.start[layer][s];
+      const uint64_t end = begin + layout.length[layer][s] + 8;  // data, then its checksum
+      for (uint64_t at = begin; at < end; ++at) {
+        SCOPED_TRACE(testing::Message() << "byte " << at << " flipped");
+        Bytes bytes = good;
+        bytes[at] ^= 0xFF;
+        WriteFile(path, bytes);
+        ExpectRefused(path, expect,
+                      "layer " + std::to_string(layer) + " " + kSectionName[s] +
+                          " section is corrupt (checksum mismatch)");
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(static_cast<uint64_t>(checked), good.size() - layout.header_end);
+}
+
+TEST_F(SnapshotTest, RefusesSectionsSwappedWithTheirChecksums) {
+  const SnapshotImage image = SmallImage();  // both layers have 24 key bytes
+  ASSERT_EQ(image.layers[0].key_bytes.size(), image.layers[1].key_bytes.size());
+  const Layout layout = LayoutOf(image);
+  const std::string path = Path("prefix.kvqsnap");
+  Bytes bytes = Written(image, path);
+  const uint64_t n = layout.length[0][0] + 8;
+  std::swap_ranges(bytes.begin() + layout.start[0][0], bytes.begin() + layout.start[0][0] + n,
+                   bytes.begin() + layout.start[1][0]);
+  WriteFile(path, bytes);
+  ExpectRefused(path, ExpectationFor(image), "layer 0 key section is corrupt");
+}
+
+TEST_F(SnapshotTest, RefusesAbsurdLengthsWithoutAllocatingThem) {
+  const SnapshotImage image = SmallImage();
+  const SnapshotExpectation expect = ExpectationFor(image);
+  const std::string path = Path("prefix.kvqsnap");
+  const Bytes good = Written(image, path);
+  constexpr uint64_t kHuge = uint64_t{1} << 62;
+  struct Edit {
+    uint64_t offset;
+    uint64_t value;
+    const char* reason;
+  };
+  const std::vector<Edit> edits = {
+      {LengthFieldOffset(1, 0), kHuge, "is truncated"},
+      {LengthFieldOffset(0, 1), ~uint64_t{0}, "is truncated"},
+      {LengthFieldOffset(0, 2), kHuge, "is truncated"},  // 2^62 floats: 2^64 bytes wraps to 0
+      {LengthFieldOffset(1, 2), ~uint64_t{0} / 4 + 1, "is truncated"},
+      {LengthFieldOffset(0, 0), 25, "is truncated"},  // one byte more than the file holds
+      {12, kHuge, "is truncated"},                    // the layer count
+      {12, ~uint64_t{0}, "header is corrupt"},        // a negative layer count
+  };
+  for (const Edit& edit : edits) {
+    SCOPED_TRACE(testing::Message() << "offset " << edit.offset << " set to " << edit.value);
+    Bytes bytes = good;
+    Poke<uint64_t>(&bytes, edit.offset, edit.value);
+    ResealHeader(&bytes, image.layers.size());
+    WriteFile(path, bytes);
+    g_largest_allocation = 0;
+    g_track_allocations = true;
+    ExpectRefused(path, expect, edit.reason);
+    g_track_allocations = false;
+    EXPECT_LT(g_largest_allocation.load(), size_t{1} << 20);
+  }
+}
+
+TEST_F(SnapshotTest, ReadingAllocatesAboutOneCopyOfTheData) {
+  const SnapshotImage image = LargeImage();
+  const std::string path = Path("prefix.kvqsnap");
+  const Bytes bytes = Written(image, path);
+  g_largest_allocation = 0;
+  g_track_allocations = true;
+  const Result<SnapshotImage> back = ReadSnapshot(path, ExpectationFor(image));
+  g_track_allocations = false;
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  // No buffer the size of the whole file: sections go straight into the image.
+  EXPECT_LE(g_largest_allocation.load(), size_t{100'003});
+  ExpectSameImage(*back, image);
+}
+
+std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> out(n);
+  for (uint8_t& b : out) b = rng() & 0xFF;
+  return out;
+}
+
+TEST(Checksum64, EverySingleBitFlipOfAKibibyteChangesIt) {
+  std::vector<uint8_t> buf = RandomBytes(1024, 1);
+  const uint64_t base = Checksum64(buf.data(), buf.size());
+  for (size_t bit = 0; bit < buf.size() * 8; ++bit) {
+    buf[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+    ASSERT_NE(Checksum64(buf.data(), buf.size()), base) << "bit " << bit;
+    buf[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+  }
+  EXPECT_EQ(Checksum64(buf.data(), buf.size()), base);
+}
+
+TEST(Checksum64, EverySingleBitFlipOfShortBuffersChangesIt) {
+  // Every length up to two stripes, so the tail paths (words, then bytes) are covered.
+  for (size_t n = 1; n <= 72; ++n) {
+    std::vector<uint8_t> buf = RandomBytes(n, n);
+    const uint64_t base = Checksum64(buf.data(), n, 5);
+    for (size_t bit = 0; bit < n * 8; ++bit) {
+      buf[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+      ASSERT_NE(Checksum64(buf.data(), n, 5), base) << "length " << n << " bit " << bit;
+      buf[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+    }
+  }
+}
+
+TEST(Checksum64, DependsOnLengthAndSeed) {
+  const std::vector<uint8_t> zeros(64, 0);
+  std::set<uint64_t> seen;
+  for (size_t n = 0; n <= 64; ++n) seen.insert(Checksum64(zeros.data(), n));
+  EXPECT_EQ(seen.size(), 65u);  // trailing zero bytes are not invisible
+  const std::vector<uint8_t> buf = RandomBytes(100, 2);
+  EXPECT_NE(Checksum64(buf.data(), buf.size(), 0), Checksum64(buf.data(), buf.size(), 1));
+}
+
+TEST(Checksum64, IsStableAcrossBuilds) {
+  // Snapshot files on disk depend on these exact values: changing the function breaks them.
+  EXPECT_EQ(Checksum64(nullptr, 0), 0xef46db3751d8e999ULL);  // also xxHash64's empty input
+  const std::string text = "kvq prefix snapshot";
+  EXPECT_EQ(Checksum64(text.data(), text.size()), 0x7a02a7805f8c35f2ULL);
+  std::vector<uint8_t> ramp(100);
+  for (size_t i = 0; i < ramp.size(); ++i) ramp[i] = static_cast<uint8_t>(i * 7);
+  EXPECT_EQ(Checksum64(ramp.data(), ramp.size(), 42), 0x9a9f882eacf8eca9ULL);
+}
+
+}  // namespace
+}  // namespace kvq
