@@ -208,6 +208,22 @@ TEST(KvCache, DiskTierServesMoreThanTheHostBudgetAndCleansUp) {
   EXPECT_TRUE(fs::exists(file)) << "keep_disk_file was ignored";
 }
 
+// A disk master that loses bytes (here: truncated under the cache) gives an error naming the file,
+// not garbage attention.
+TEST(KvCache, ShortDiskReadIsAnErrorNamingTheFile) {
+  const LayerFormats f{*FindFormat("int8"), *FindFormat("int8")};
+  TempDir dir;
+  auto c = MakeCache(f, 1, 1000, {.disk_dir = dir.path.string()});
+  const std::vector<float> x = Random(300 * kRow.elems(), 3);
+  ASSERT_TRUE(c->Append(0, x.data(), x.data(), 300).ok());  // 4 full pages written out
+  fs::resize_file(c->plan().disk_file, 100);
+  const std::vector<float> q = Random(kShape.n_heads * kShape.head_dim, 4);
+  AttentionState state(kShape, 1);
+  const Status s = c->Attend(0, Options(AttentionKernel::kSimd), q.data(), 299, state);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(c->plan().disk_file), std::string::npos) << s.message();
+}
+
 TEST(KvCache, ImpossibleConfigurationsAreRefusedAtCreation) {
   const LayerFormats f16{*FindFormat("f16"), *FindFormat("f16")};
   const auto why = [](const KvCacheConfig& c) {
