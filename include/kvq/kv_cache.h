@@ -88,12 +88,14 @@ class KvCache {
   int64_t positions(int64_t layer) const;
 
   /// Appends n positions to one layer: k and v are [n][n_kv_heads][head_dim] f32. The first
-  /// append to a layer calibrates per-tensor scales (fp8). Errors past max_positions or on I/O.
+  /// append to a layer calibrates per-tensor scales (fp8). Errors past max_positions (nothing
+  /// appended) or on I/O (the cache is then unusable: every later call returns the error).
   Status Append(int64_t layer, const float* k, const float* v, int64_t n);
 
   /// Attention of q ([n_tokens][n_heads][head_dim], token t at first_query_position + t) over
   /// every cached position of `layer`, page by page through the tiers, into `state` (not
-  /// finished: call FinishAttention).
+  /// finished: call FinishAttention). On an error the state holds the pages before it. One call
+  /// at a time per cache.
   Status Attend(int64_t layer, const AttentionOptions& options, const float* q,
                 int64_t first_query_position, AttentionState& state);
 
@@ -102,8 +104,9 @@ class KvCache {
 
   /// Snapshots: the cache's contents (all layers must hold the same number of positions).
   Result<SnapshotImage> Export(const ModelFingerprint& model) const;
-  /// Replaces the contents with an image whose shape and formats match this cache; on error
-  /// the cache is unchanged.
+  /// Replaces the contents with an image whose shape and formats match this cache. A mismatch
+  /// leaves the cache unchanged; an I/O error while writing pages (disk master) leaves it
+  /// unusable — every later call returns that error — never half loaded.
   Status Import(const SnapshotImage& image);
   Status Save(const std::string& path, const ModelFingerprint& model) const;
   /// Loads a snapshot written for this model and these formats; on error the cache is unchanged.

@@ -194,7 +194,7 @@ void AttendWindow(const AttentionOptions& o, const float* q, int64_t first_query
                            ? shape.n_kv_heads
                            : std::min(shape.n_kv_heads, std::max(1, threads / std::max(1, n_tokens)));
   const int64_t items = int64_t{n_tokens} * runs;
-  ThreadPool& pool = ThreadPool::Shared(items > 1 ? threads : 1);
+  ThreadPool& pool = ThreadPool::Shared(threads);
   // Per-thread scratch for the SIMD path's scores and factors.
   std::vector<float> scratch(int64_t{pool.threads()} * 2 * group * kMaxTileRows, 0.0f);
   pool.Run(items, [&](int64_t item, int32_t thread) {

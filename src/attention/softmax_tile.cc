@@ -20,7 +20,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 void SoftmaxTileHere(float* scores, float* c, int32_t n_q, int32_t n, float scale, float softcap,
                      float* m, float* l) {
-  const hn::ScalableTag<float> d;
+  const hn::CappedTag<float, 16> d;  // kMaxTileRows (32) must be a whole number of vectors
   const int32_t lanes = static_cast<int32_t>(hn::Lanes(d));
   const auto v_scale = hn::Set(d, scale);
   const auto v_cap = hn::Set(d, softcap);

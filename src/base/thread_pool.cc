@@ -1,6 +1,7 @@
 // ThreadPool (see thread_pool.h).
 #include "base/thread_pool.h"
 
+#include <map>
 #include <memory>
 
 namespace kvq {
@@ -40,6 +41,7 @@ void ThreadPool::Work(int32_t thread) {
 }
 
 void ThreadPool::Run(int64_t n_items, const std::function<void(int64_t, int32_t)>& fn) {
+  std::lock_guard<std::mutex> one_job_at_a_time(run_mu_);  // callers on several threads queue here
   if (workers_.empty() || n_items <= 1) {
     for (int64_t i = 0; i < n_items; ++i) fn(i, 0);
     return;
@@ -58,10 +60,12 @@ void ThreadPool::Run(int64_t n_items, const std::function<void(int64_t, int32_t)
 }
 
 ThreadPool& ThreadPool::Shared(int32_t threads) {
+  // One pool per thread count, alive until exit, so a reference handed out stays valid.
   static std::mutex mu;
-  static std::unique_ptr<ThreadPool> pool;
+  static std::map<int32_t, std::unique_ptr<ThreadPool>>* pools = new std::map<int32_t, std::unique_ptr<ThreadPool>>();
   std::lock_guard<std::mutex> lock(mu);
-  if (!pool || pool->threads() != threads) pool = std::make_unique<ThreadPool>(threads);
+  std::unique_ptr<ThreadPool>& pool = (*pools)[threads];
+  if (!pool) pool = std::make_unique<ThreadPool>(threads);
   return *pool;
 }
 

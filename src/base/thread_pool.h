@@ -24,10 +24,10 @@ class ThreadPool {
 
   /// Calls fn(item, thread) for item in [0, n_items), items split statically into contiguous runs
   /// (thread t takes the t-th run), and returns when all are done. `thread` < threads() indexes
-  /// per-thread scratch. Not reentrant.
+  /// per-thread scratch. Calls from several threads run one after another; fn must not call Run.
   void Run(int64_t n_items, const std::function<void(int64_t item, int32_t thread)>& fn);
 
-  /// A process-wide pool with `threads` threads (recreated if the count changes).
+  /// A process-wide pool with `threads` threads, one per count, kept until exit.
   static ThreadPool& Shared(int32_t threads);
 
  private:
@@ -35,6 +35,7 @@ class ThreadPool {
   void RunShare(int32_t thread);
 
   std::vector<std::thread> workers_;
+  std::mutex run_mu_;
   std::mutex mu_;
   std::condition_variable start_, done_;
   const std::function<void(int64_t, int32_t)>* fn_ = nullptr;

@@ -146,6 +146,11 @@ Result<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheConfig& c) {
   return std::unique_ptr<KvCache>(new KvCache(std::move(impl)));
 }
 
+Status KvCache::Impl::Break(const Status& error) {
+  broken = Status::Error("the KV cache is unusable after an I/O error: " + error.message());
+  return error;
+}
+
 KvCache::KvCache(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 KvCache::~KvCache() = default;
 const KvCacheConfig& KvCache::config() const { return impl_->config; }
@@ -155,6 +160,7 @@ int64_t KvCache::device_peak_bytes() const { return impl_->arena ? impl_->arena-
 
 Status KvCache::Append(int64_t layer, const float* k, const float* v, int64_t n) {
   Impl& m = *impl_;
+  if (!m.broken.ok()) return m.broken;
   if (layer < 0 || layer >= m.config.n_layers) return Bad(fmt::format("no layer {}", layer));
   Impl::Layer& L = m.layers[layer];
   if (n < 0 || L.positions + n > m.config.max_positions) {
@@ -176,7 +182,7 @@ Status KvCache::Append(int64_t layer, const float* k, const float* v, int64_t n)
     const int64_t pos = L.positions + r;
     const int64_t page = pos / P, in_page = pos % P;
     Result<uint8_t*> buf = m.store->Writable(layer, page);
-    if (!buf.ok()) return buf.status();
+    if (!buf.ok()) return m.Break(buf.status());
     for (int which = 0; which < 2; ++which) {
       const Codec& codec = *codecs[which];
       uint8_t* region = *buf + (which == 0 ? 0 : m.KeyRegionBytes(layer));
@@ -194,7 +200,7 @@ Status KvCache::Append(int64_t layer, const float* k, const float* v, int64_t n)
       }
     }
     if (in_page == P - 1) {
-      if (Status s = m.store->Filled(layer, page); !s.ok()) return s;
+      if (Status s = m.store->Filled(layer, page); !s.ok()) return m.Break(s);
     }
   }
   L.positions += n;
@@ -229,7 +235,15 @@ KvWindow KvCache::Impl::Window(int64_t layer, int64_t page, const uint8_t* page_
 Status KvCache::Attend(int64_t layer, const AttentionOptions& options, const float* q,
                        int64_t first_query_position, AttentionState& state) {
   Impl& m = *impl_;
+  if (!m.broken.ok()) return m.broken;
   if (layer < 0 || layer >= m.config.n_layers) return Bad(fmt::format("no layer {}", layer));
+  const AttentionShape st = state.shape();
+  if (st.n_kv_heads != m.row.n_kv_heads || st.head_dim != m.row.head_dim || st.n_heads <= 0 ||
+      st.n_heads % st.n_kv_heads != 0) {
+    return Bad(fmt::format("attention state for {} query heads x {} KV heads x head_dim {} does not fit "
+                           "a cache of {} KV heads x head_dim {}", st.n_heads, st.n_kv_heads, st.head_dim,
+                           m.row.n_kv_heads, m.row.head_dim));
+  }
   const Impl::Layer& L = m.layers[layer];
   const int32_t P = m.config.page_positions;
   const int64_t n_pages = (L.positions + P - 1) / P;
@@ -249,11 +263,18 @@ Status KvCache::Attend(int64_t layer, const AttentionOptions& options, const flo
   auto fill = [&m, &L, layer, n_pages, page_bytes, residual_k_bytes](int64_t p, uint8_t* dst) -> Result<int64_t> {
     if (Status s = m.store->Read(layer, p, dst); !s.ok()) return s;
     if (p + 1 < n_pages) return page_bytes;
-    std::memcpy(dst + page_bytes, L.residual[0].data(), residual_k_bytes);
-    std::memcpy(dst + page_bytes + residual_k_bytes, L.residual[1].data(), L.residual[1].size() * 4);
+    // (memcpy from an empty vector's null data() is undefined even for 0 bytes.)
+    if (residual_k_bytes > 0) std::memcpy(dst + page_bytes, L.residual[0].data(), residual_k_bytes);
+    if (!L.residual[1].empty()) {
+      std::memcpy(dst + page_bytes + residual_k_bytes, L.residual[1].data(), L.residual[1].size() * 4);
+    }
     return page_bytes + residual_k_bytes + static_cast<int64_t>(L.residual[1].size()) * 4;
   };
   m.streamer->Begin(fill, n_pages);
+  struct EndGuard {  // the stream ends on every path out, so the next Begin finds it idle
+    PageStreamer& streamer;
+    ~EndGuard() { streamer.End(); }
+  } end_guard{*m.streamer};
   Status status;
   for (int64_t p = 0; p < n_pages && status.ok(); ++p) {
     Result<const uint8_t*> slot = m.streamer->Acquire(p);
@@ -266,7 +287,6 @@ Status KvCache::Attend(int64_t layer, const AttentionOptions& options, const flo
     AttendWindow(options, q, first_query_position, m.Window(layer, p, *slot, residual_k, residual_v), state);
     m.streamer->Release(p);
   }
-  m.streamer->End();
   return status;
 }
 

@@ -32,6 +32,9 @@ struct KvCache::Impl {
   std::unique_ptr<PageStore> store;
   std::unique_ptr<StagingArena> arena;      // null when resident
   std::unique_ptr<PageStreamer> streamer;   // null when resident
+  /// Set by an I/O error that left pages inconsistent; every later call returns it.
+  Status broken;
+  Status Break(const Status& error);
 
   const Codec& Key(int64_t l) const { return formats[l].key->key; }
   const Codec& Value(int64_t l) const { return formats[l].value->value; }

@@ -62,6 +62,7 @@ Result<SnapshotImage> KvCache::Export(const ModelFingerprint& model) const {
 
 Status KvCache::Import(const SnapshotImage& image) {
   Impl& m = *impl_;
+  if (!m.broken.ok()) return m.broken;
   const auto bad = [](const std::string& why) { return Status::Error("snapshot does not fit this cache: " + why); };
   if (image.model.n_layers != m.config.n_layers || image.model.n_kv_heads != m.config.n_kv_heads ||
       image.model.head_dim != m.config.head_dim || static_cast<int64_t>(image.layers.size()) != m.config.n_layers) {
@@ -102,15 +103,15 @@ Status KvCache::Import(const SnapshotImage& image) {
     int64_t offset[2] = {0, 0};
     for (int64_t p = 0; p * P < image.n_positions; ++p) {
       Result<uint8_t*> page = m.store->Writable(l, p);
-      if (!page.ok()) return page.status();
+      if (!page.ok()) return m.Break(page.status());
       const int64_t rows = std::min<int64_t>(P, image.n_positions - p * P);
       for (int which = 0; which < 2; ++which) {
         const int64_t bytes = BlockBytes(*codecs[which], m.row, rows);
-        std::memcpy(const_cast<uint8_t*>(m.TensorRegion(*page, l, which)), src[which]->data() + offset[which], bytes);
+        if (bytes > 0) std::memcpy(*page + (which == 0 ? 0 : m.KeyRegionBytes(l)), src[which]->data() + offset[which], bytes);
         offset[which] += bytes;
       }
       if (rows == P) {
-        if (Status s = m.store->Filled(l, p); !s.ok()) return s;
+        if (Status s = m.store->Filled(l, p); !s.ok()) return m.Break(s);
       }
     }
     L.positions = image.n_positions;
@@ -120,7 +121,7 @@ Status KvCache::Import(const SnapshotImage& image) {
 
 Status KvCache::Save(const std::string& path, const ModelFingerprint& model) const {
   Result<SnapshotImage> image = Export(model);
-  if (!image.ok()) return image.status();
+  if (!image.ok()) return Status::Error(fmt::format("{}: {}", path, image.status().message()));
   return WriteSnapshot(path, *image);
 }
 

@@ -50,6 +50,10 @@ Result<std::unique_ptr<PageStore>> PageStore::Create(std::vector<int64_t> page_b
   }
   s->tail_.resize(layers);
   s->tail_page_.assign(layers, -1);
+  // Reserve the whole file now: a full disk is refused at start, not when a page fills later.
+  if (offset > 0 && fallocate(s->fd_, 0, 0, offset) != 0 && errno != EOPNOTSUPP) {
+    return IoError(fmt::format("--kv-disk: cannot reserve {} bytes for", offset), s->path_);
+  }
   return s;
 }
 

@@ -67,6 +67,7 @@ void PageStreamer::Run() {
     const int64_t page = next_fill_++;
     const int32_t slot = static_cast<int32_t>(page % arena_.slots());
     slot_page_[slot] = page;
+    slot_ready_[slot] = false;
     Fill fill = fill_;
     lock.unlock();
     const Result<int64_t> bytes = fill(page, arena_.slot(slot));  // the copy runs unlocked
