@@ -11,6 +11,7 @@ inline constexpr int kExitBadInput = 2;
 void AddFormatsCommand(CLI::App& app, int* exit_code);
 void AddPlanCommand(CLI::App& app, int* exit_code);
 void AddBenchCommand(CLI::App& app, int* exit_code);
+void AddRunCommand(CLI::App& app, int* exit_code);
 
 /// Prints "kvq <command>: error: <message>" to stderr and returns kExitBadInput.
 int BadInput(const std::string& command, const std::string& message);

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "kvq 0.1.0");
   app.require_subcommand(1);
   int exit_code = 0;
+  kvq::cli::AddRunCommand(app, &exit_code);
   kvq::cli::AddFormatsCommand(app, &exit_code);
   kvq::cli::AddPlanCommand(app, &exit_code);
   kvq::cli::AddBenchCommand(app, &exit_code);

@@ -1,0 +1,160 @@
+// `kvq run`: generate text with a Llama-architecture model through the kvq cache. With no -m it
+// runs the bundled stories260K (llama2.c files under models/).
+#include <fmt/core.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "kvq/kv_cache.h"
+#include "kvq/units.h"
+#include "model/generate.h"
+#include "model/llama2c.h"
+
+#ifndef KVQ_MODELS_DIR
+#define KVQ_MODELS_DIR "models"
+#endif
+
+namespace kvq::cli {
+namespace {
+
+struct RunOptions {
+  std::string model;
+  std::string tokenizer;
+  std::string prompt;
+  int32_t n = 256;
+  float temp = 0.8f;
+  int32_t top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  uint64_t seed = 0;
+  bool seed_given = false;
+  int64_t context = 0;
+  std::string kv = "f16", kv_k, kv_v;
+  std::string device_budget, host_budget, disk_dir;
+  int32_t threads = 2;
+  bool json = false;
+};
+
+// The bundled model: next to the binary's source tree (build folder) or in ./models.
+std::string BundledPath(const std::string& file) {
+  for (const std::string& dir : {std::string(KVQ_MODELS_DIR), std::string("models")}) {
+    const std::string p = dir + "/stories260K/" + file;
+    if (std::filesystem::exists(p)) return p;
+  }
+  return std::string(KVQ_MODELS_DIR) + "/stories260K/" + file;
+}
+
+int RunRun(const RunOptions& o) {
+  auto bad = [](const std::string& m) { return BadInput("run", m); };
+  const std::string model_path = o.model.empty() ? BundledPath("stories260K.bin") : o.model;
+  std::string tok_path = o.tokenizer;
+  if (tok_path.empty()) {
+    tok_path = o.model.empty() ? BundledPath("tok512.bin")
+                               : (std::filesystem::path(o.model).parent_path() / "tok512.bin").string();
+  }
+  if (model_path.size() > 5 && model_path.substr(model_path.size() - 5) == ".gguf") {
+    return bad(fmt::format("-m {}: GGUF models are not supported yet by kvq run (issue 5 in progress); "
+                           "use a llama2.c checkpoint (.bin) with --tokenizer", model_path));
+  }
+  if (o.threads <= 0 || o.threads > 1024) return bad(fmt::format("--threads must be in 1..1024 (got {})", o.threads));
+  if (o.temp < 0) return bad(fmt::format("--temp must be >= 0 (got {})", o.temp));
+  if (o.top_p <= 0 || o.top_p > 1) return bad(fmt::format("--top-p must be in (0, 1] (got {})", o.top_p));
+  if (o.min_p < 0 || o.min_p >= 1) return bad(fmt::format("--min-p must be in [0, 1) (got {})", o.min_p));
+  if (o.top_k < 0) return bad(fmt::format("--top-k must be >= 0 (got {})", o.top_k));
+
+  Result<LlamaWeights> weights = LoadLlama2c(model_path);
+  if (!weights.ok()) return bad("-m: " + weights.status().message());
+  const LlamaConfig cfg = weights->config;
+  Result<Tokenizer> tokenizer = Tokenizer::LoadLlama2c(tok_path, cfg.vocab_size);
+  if (!tokenizer.ok()) return bad("--tokenizer: " + tokenizer.status().message());
+
+  const std::string k_name = o.kv_k.empty() ? o.kv : o.kv_k, v_name = o.kv_v.empty() ? o.kv : o.kv_v;
+  const Result<const FormatDesc*> kf = FindFormat(k_name), vf = FindFormat(v_name);
+  if (!kf.ok()) return bad((o.kv_k.empty() ? "--kv: " : "--kv-k: ") + kf.status().message());
+  if (!vf.ok()) return bad((o.kv_v.empty() ? "--kv: " : "--kv-v: ") + vf.status().message());
+  const int64_t context = o.context == 0 ? cfg.seq_len : o.context;
+  if (context < 0 || context > cfg.seq_len) {
+    return bad(fmt::format("-c {}: the model's context is {} positions", o.context, cfg.seq_len));
+  }
+  KvCacheConfig cache_config{.n_layers = cfg.n_layers, .n_kv_heads = cfg.n_kv_heads, .head_dim = cfg.head_dim(),
+                             .layers = {{*kf, *vf}}, .max_positions = context,
+                             .page_positions = static_cast<int32_t>(std::min<int64_t>(256, (context + 31) / 32 * 32))};
+  const std::pair<const std::string*, int64_t*> sizes[] = {{&o.device_budget, &cache_config.budgets.device_bytes},
+                                                           {&o.host_budget, &cache_config.budgets.host_bytes}};
+  const char* flags[] = {"--kv-device-budget", "--kv-host-budget"};
+  for (int i = 0; i < 2; ++i) {
+    if (sizes[i].first->empty()) continue;
+    const Result<int64_t> b = ParseByteSize(*sizes[i].first);
+    if (!b.ok()) return bad(std::string(flags[i]) + ": " + b.status().message());
+    *sizes[i].second = *b;
+  }
+  cache_config.budgets.disk_dir = o.disk_dir;
+  Result<std::unique_ptr<KvCache>> cache = KvCache::Create(cache_config);
+  if (!cache.ok()) return bad(cache.status().message());
+
+  LlamaModel model(std::move(weights).value(), o.threads);
+  GenerateOptions g{.prompt = o.prompt, .n_new = o.n,
+                    .sampling = {.temperature = o.temp, .top_k = o.top_k, .top_p = o.top_p,
+                                 .min_p = o.min_p, .seed = o.seed_given ? o.seed : std::random_device{}()}};
+  auto stream = [&](const std::string& piece) {
+    if (!o.json) {
+      fmt::print("{}", piece);
+      std::fflush(stdout);
+    }
+  };
+  if (!o.json) fmt::print("{}", o.prompt);
+  Result<GenerateResult> r = Generate(model, *tokenizer, **cache, g, stream);
+  if (!r.ok()) {
+    fmt::print(stderr, "\nkvq run: error: {}\n", r.status().message());
+    return 1;
+  }
+  int64_t kv_bytes = 0;
+  for (int64_t l = 0; l < cfg.n_layers; ++l) {
+    kv_bytes += BytesForRows((*kf)->key, {cfg.n_kv_heads, cfg.head_dim()}, (*cache)->positions(l)) +
+                BytesForRows((*vf)->value, {cfg.n_kv_heads, cfg.head_dim()}, (*cache)->positions(l));
+  }
+  const double prompt_tps = r->prompt_seconds > 0 ? r->n_prompt / r->prompt_seconds : 0;
+  const double decode_tps = r->decode_seconds > 0 ? r->n_decoded / r->decode_seconds : 0;
+  const std::string format_name = k_name == v_name ? k_name : k_name + "/" + v_name;
+  if (o.json) {
+    nlohmann::json out = {{"prompt", o.prompt}, {"completion", r->completion}, {"tokens", r->tokens},
+                          {"prompt_tps", prompt_tps}, {"decode_tps", decode_tps}, {"kv_bytes", kv_bytes},
+                          {"kv_format", format_name}, {"model", model_path}};
+    fmt::print("{}\n", out.dump(2));
+    return 0;
+  }
+  fmt::print("\n\n");
+  fmt::print(stderr, "kvq run: prompt {} tokens at {:.1f} tok/s, decode {} tokens at {:.1f} tok/s; KV cache "
+             "{} bytes ({}) in {}\n", r->n_prompt, prompt_tps, r->n_decoded, decode_tps, FormatCount(kv_bytes),
+             FormatBytesIec(kv_bytes), format_name);
+  return 0;
+}
+
+}  // namespace
+
+void AddRunCommand(CLI::App& app, int* exit_code) {
+  auto o = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand("run", "Generate text with a model (default: the bundled stories260K)");
+  cmd->add_option("-m,--model", o->model, "llama2.c checkpoint (.bin); default: models/stories260K");
+  cmd->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer file (default: tok512.bin beside the model)");
+  cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
+  cmd->add_option("-n,--n-predict", o->n, "New tokens to generate at most (llama.cpp's -n)")->capture_default_str();
+  cmd->add_option("--temp", o->temp, "Temperature; 0 = greedy")->capture_default_str();
+  cmd->add_option("--top-k", o->top_k, "Top-k (0 = off)")->capture_default_str();
+  cmd->add_option("--top-p", o->top_p, "Top-p / nucleus (1 = off)")->capture_default_str();
+  cmd->add_option("--min-p", o->min_p, "Min-p (0 = off)")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Sampling seed (default: random)")->each([o](const std::string&) { o->seed_given = true; });
+  cmd->add_option("-c,--ctx-size", o->context, "Context size (default: the model's)");
+  cmd->add_option("--kv", o->kv, "KV cache format for K and V (see kvq formats)")->capture_default_str();
+  cmd->add_option("--kv-k", o->kv_k, "KV format for keys (overrides --kv)");
+  cmd->add_option("--kv-v", o->kv_v, "KV format for values (overrides --kv)");
+  cmd->add_option("--kv-device-budget", o->device_budget, "Device working-set budget (e.g. 256MiB)");
+  cmd->add_option("--kv-host-budget", o->host_budget, "Host RAM budget for the KV master copy");
+  cmd->add_option("--kv-disk", o->disk_dir, "Keep the KV master copy in a file in DIR");
+  cmd->add_option("-t,--threads", o->threads, "Threads")->capture_default_str();
+  cmd->add_flag("--json", o->json, "Print one JSON document instead of streaming text");
+  cmd->callback([o, exit_code] { *exit_code = RunRun(*o); });
+}
+
+}  // namespace kvq::cli

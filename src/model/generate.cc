@@ -1,0 +1,47 @@
+// Generate (see generate.h). Prefill is one forward per prompt token for now (the cache takes
+// blocks; batched weight kernels come with the GGUF runtime work).
+#include "model/generate.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+namespace kvq {
+
+Result<GenerateResult> Generate(LlamaModel& model, const Tokenizer& tokenizer, KvCache& cache,
+                                const GenerateOptions& o,
+                                const std::function<void(const std::string&)>& on_piece) {
+  using Clock = std::chrono::steady_clock;
+  GenerateResult r;
+  r.tokens = tokenizer.Encode(o.prompt, /*add_bos=*/true);
+  r.n_prompt = static_cast<int32_t>(r.tokens.size());
+  const int64_t context = cache.config().max_positions;
+  if (r.n_prompt > context) {
+    return Status::Error(fmt::format("the prompt is {} tokens but the context is {} (-c)", r.n_prompt, context));
+  }
+  std::vector<float> logits(model.config().vocab_size);
+  Sampler sampler(o.sampling);
+  const auto t0 = Clock::now();
+  for (int32_t pos = 0; pos < r.n_prompt; ++pos) {
+    if (Status s = model.Forward(r.tokens[pos], pos, cache, logits.data()); !s.ok()) return s;
+  }
+  const auto t1 = Clock::now();
+  r.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
+  int64_t pos = r.n_prompt;
+  for (int32_t produced = 0; o.n_new < 0 || produced < o.n_new; ++produced) {
+    const int32_t next = sampler.Sample(logits.data(), model.config().vocab_size);
+    if (next == tokenizer.eos() || next == tokenizer.bos()) break;
+    const std::string piece = tokenizer.Decode(r.tokens.back(), next);
+    r.tokens.push_back(next);
+    r.completion += piece;
+    if (on_piece) on_piece(piece);
+    if (pos >= context || (o.n_new >= 0 && produced + 1 >= o.n_new)) break;  // no forward needed
+    if (Status s = model.Forward(next, pos, cache, logits.data()); !s.ok()) return s;
+    ++pos;
+    ++r.n_decoded;
+  }
+  r.decode_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
+  return r;
+}
+
+}  // namespace kvq

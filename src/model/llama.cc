@@ -1,0 +1,85 @@
+// LlamaModel::Forward (see llama.h): RMSNorm, q/k/v projections, RoPE, the cache (append, then
+// attend), output projection, SwiGLU feed-forward, final norm, classifier — run.c's order.
+#include "model/llama.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "model/matvec.h"
+
+namespace kvq {
+
+void RmsNorm(float* out, const float* x, const float* weight, int32_t n, float eps) {
+  float ss = 0.0f;
+  for (int32_t i = 0; i < n; ++i) ss += x[i] * x[i];
+  ss = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+  for (int32_t i = 0; i < n; ++i) out[i] = weight[i] * (ss * x[i]);
+}
+
+void Rope(float* v, int32_t n, int32_t head_dim, int64_t pos, float theta) {
+  for (int32_t i = 0; i < n; i += 2) {
+    const int32_t in_head = i % head_dim;
+    const float freq = 1.0f / std::pow(theta, static_cast<float>(in_head) / static_cast<float>(head_dim));
+    const float angle = static_cast<float>(pos) * freq;
+    const float c = std::cos(angle), s = std::sin(angle);
+    const float a = v[i], b = v[i + 1];
+    v[i] = a * c - b * s;
+    v[i + 1] = a * s + b * c;
+  }
+}
+
+LlamaModel::LlamaModel(LlamaWeights weights, int32_t threads) : w_(std::move(weights)), threads_(threads) {
+  const LlamaConfig& c = w_.config;
+  x_.resize(c.dim);
+  xb_.resize(c.dim);
+  xb2_.resize(c.dim);
+  hb_.resize(c.hidden_dim);
+  hb2_.resize(c.hidden_dim);
+  q_.resize(c.dim);
+  k_.resize(c.kv_dim());
+  v_.resize(c.kv_dim());
+}
+
+AttentionOptions LlamaModel::attention_options() const {
+  return {.scale = 1.0f / std::sqrt(static_cast<float>(w_.config.head_dim())),
+          .kernel = AttentionKernel::kSimd, .threads = threads_};
+}
+
+Status LlamaModel::Forward(int32_t token, int64_t pos, KvCache& cache, float* logits) {
+  const LlamaConfig& c = w_.config;
+  const int32_t dim = c.dim;
+  std::memcpy(x_.data(), reinterpret_cast<const float*>(w_.token_embedding.data) + int64_t{token} * dim,
+              dim * sizeof(float));
+  const AttentionShape shape{.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()};
+  AttentionState state(shape, 1);
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = w_.layers[l];
+    RmsNorm(xb_.data(), x_.data(), L.attn_norm, dim, c.norm_eps);
+    MatVec(L.wq, xb_.data(), q_.data(), threads_);
+    MatVec(L.wk, xb_.data(), k_.data(), threads_);
+    MatVec(L.wv, xb_.data(), v_.data(), threads_);
+    Rope(q_.data(), dim, c.head_dim(), pos, c.rope_theta);
+    Rope(k_.data(), c.kv_dim(), c.head_dim(), pos, c.rope_theta);
+    if (Status s = cache.Append(l, k_.data(), v_.data(), 1); !s.ok()) return s;
+    state.Reset();
+    if (Status s = cache.Attend(l, attention_options(), q_.data(), pos, state); !s.ok()) return s;
+    FinishAttention(state, xb_.data());
+    MatVec(L.wo, xb_.data(), xb2_.data(), threads_);
+    for (int32_t i = 0; i < dim; ++i) x_[i] += xb2_[i];
+
+    RmsNorm(xb_.data(), x_.data(), L.ffn_norm, dim, c.norm_eps);
+    MatVec(L.w1, xb_.data(), hb_.data(), threads_);
+    MatVec(L.w3, xb_.data(), hb2_.data(), threads_);
+    for (int32_t i = 0; i < c.hidden_dim; ++i) {
+      const float g = hb_[i];
+      hb_[i] = g * (1.0f / (1.0f + std::exp(-g))) * hb2_[i];  // SwiGLU: silu(w1 x) · (w3 x)
+    }
+    MatVec(L.w2, hb_.data(), xb_.data(), threads_);
+    for (int32_t i = 0; i < dim; ++i) x_[i] += xb_[i];
+  }
+  RmsNorm(x_.data(), x_.data(), w_.final_norm, dim, c.norm_eps);
+  MatVec(w_.classifier, x_.data(), logits, threads_);
+  return Status::Ok();
+}
+
+}  // namespace kvq

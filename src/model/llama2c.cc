@@ -1,0 +1,89 @@
+// LoadLlama2c (see llama2c.h). The weight order is run.c's memory_map_weights: embedding,
+// attention norms, wq, wk, wv, wo, FFN norms, w1, w2, w3, final norm, the (unused) RoPE tables
+// freq_cis_real / freq_cis_imag, then the classifier when it is not shared.
+#include "model/llama2c.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "cache/snapshot.h"
+#include "model/mapped_file.h"
+
+namespace kvq {
+
+Result<LlamaWeights> LoadLlama2c(const std::string& path) {
+  Result<std::shared_ptr<MappedFile>> file = MapFile(path);
+  if (!file.ok()) return file.status();
+  const MappedFile& f = **file;
+  constexpr int64_t kHeader = 7 * 4;
+  if (f.size < kHeader) {
+    return Status::Error(fmt::format("{} is too short for a llama2.c checkpoint ({} bytes, the header alone is 28)",
+                                     path, f.size));
+  }
+  int32_t h[7];
+  std::memcpy(h, f.data, sizeof(h));
+  LlamaConfig c{.dim = h[0], .hidden_dim = h[1], .n_layers = h[2], .n_heads = h[3],
+                .n_kv_heads = h[4], .vocab_size = h[5] < 0 ? -h[5] : h[5], .seq_len = h[6]};
+  const bool shared = h[5] > 0;
+  const auto bad = [&](const std::string& why) {
+    return Status::Error(fmt::format("{} is not a valid llama2.c checkpoint: {} (header: dim {}, hidden_dim {}, "
+                                     "layers {}, heads {}, kv heads {}, vocab {}, seq_len {})",
+                                     path, why, h[0], h[1], h[2], h[3], h[4], h[5], h[6]));
+  };
+  if (c.dim <= 0 || c.hidden_dim <= 0 || c.n_layers <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 ||
+      c.vocab_size <= 0 || c.seq_len <= 0) {
+    return bad("every header field must be positive");
+  }
+  if (c.dim % c.n_heads != 0 || c.n_heads % c.n_kv_heads != 0) {
+    return bad("dim must divide into heads and heads into KV heads");
+  }
+  if (c.dim > (1 << 16) || c.hidden_dim > (1 << 18) || c.n_layers > 1024 || c.vocab_size > (1 << 22) ||
+      c.seq_len > (1 << 24)) {
+    return bad("a dimension is implausibly large");
+  }
+  const int64_t d = c.dim, hd = c.hidden_dim, L = c.n_layers, kv = c.kv_dim(), hs = c.head_dim();
+  const int64_t floats = c.vocab_size * d + L * d + L * d * d + 2 * L * d * kv + L * d * d + L * d +
+                         3 * L * d * hd + d + c.seq_len * hs + (shared ? 0 : c.vocab_size * d);
+  if (f.size != kHeader + floats * 4) {
+    return bad(fmt::format("the file is {} bytes; this header needs {} (28 + {} floats)", f.size,
+                           kHeader + floats * 4, floats));
+  }
+  LlamaWeights w;
+  w.config = c;
+  w.storage = *file;
+  w.source = path;
+  const float* p = reinterpret_cast<const float*>(f.data + kHeader);
+  auto matrix = [](const float* at, int64_t rows, int64_t cols) {
+    return Matrix{WeightType::kF32, reinterpret_cast<const uint8_t*>(at), rows, cols};
+  };
+  w.token_embedding = matrix(p, c.vocab_size, d);
+  p += c.vocab_size * d;
+  w.layers.resize(L);
+  for (int64_t l = 0; l < L; ++l) w.layers[l].attn_norm = p + l * d;
+  p += L * d;
+  for (int64_t l = 0; l < L; ++l) w.layers[l].wq = matrix(p + l * d * d, d, d);
+  p += L * d * d;
+  for (int64_t l = 0; l < L; ++l) w.layers[l].wk = matrix(p + l * d * kv, kv, d);
+  p += L * d * kv;
+  for (int64_t l = 0; l < L; ++l) w.layers[l].wv = matrix(p + l * d * kv, kv, d);
+  p += L * d * kv;
+  for (int64_t l = 0; l < L; ++l) w.layers[l].wo = matrix(p + l * d * d, d, d);
+  p += L * d * d;
+  for (int64_t l = 0; l < L; ++l) w.layers[l].ffn_norm = p + l * d;
+  p += L * d;
+  for (int64_t l = 0; l < L; ++l) w.layers[l].w1 = matrix(p + l * d * hd, hd, d);
+  p += L * d * hd;
+  for (int64_t l = 0; l < L; ++l) w.layers[l].w2 = matrix(p + l * d * hd, d, hd);
+  p += L * d * hd;
+  for (int64_t l = 0; l < L; ++l) w.layers[l].w3 = matrix(p + l * d * hd, hd, d);
+  p += L * d * hd;
+  w.final_norm = p;
+  p += d;
+  p += c.seq_len * hs;  // freq_cis_real and freq_cis_imag: kvq computes RoPE itself
+  w.classifier = shared ? w.token_embedding : matrix(p, c.vocab_size, d);
+  w.fingerprint_hash = Checksum64(f.data, static_cast<size_t>(f.size));
+  return w;
+}
+
+}  // namespace kvq

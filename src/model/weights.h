@@ -1,0 +1,57 @@
+// A model's weights as views into a mapped file, plus its shape: what the forward pass reads.
+// Names follow llama2.c (dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kvq {
+
+enum class WeightType { kF32, kF16, kBf16, kQ8_0, kQ4_0 };
+const char* WeightTypeName(WeightType type);
+
+/// A row-major matrix [rows][cols] stored in `type` (block types: blocks of 32 along a row).
+struct Matrix {
+  WeightType type = WeightType::kF32;
+  const uint8_t* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+struct LlamaConfig {
+  int32_t dim = 0;         ///< residual stream width
+  int32_t hidden_dim = 0;  ///< FFN width
+  int32_t n_layers = 0;
+  int32_t n_heads = 0;
+  int32_t n_kv_heads = 0;
+  int32_t vocab_size = 0;
+  int32_t seq_len = 0;     ///< context the model was trained for
+  float rope_theta = 10000.0f;
+  float norm_eps = 1e-5f;
+  int32_t head_dim() const { return dim / n_heads; }
+  int32_t kv_dim() const { return head_dim() * n_kv_heads; }
+};
+
+struct LayerWeights {
+  const float* attn_norm = nullptr;  // [dim]
+  Matrix wq, wk, wv;                 // [n_heads·head_dim][dim], [kv_dim][dim], [kv_dim][dim]
+  Matrix wo;                         // [dim][n_heads·head_dim]
+  const float* ffn_norm = nullptr;   // [dim]
+  Matrix w1, w2, w3;                 // [hidden][dim] (gate), [dim][hidden] (down), [hidden][dim] (up)
+};
+
+/// Owns the mapping the views point into.
+struct LlamaWeights {
+  LlamaConfig config;
+  Matrix token_embedding;            // [vocab][dim]
+  std::vector<LayerWeights> layers;
+  const float* final_norm = nullptr; // [dim]
+  Matrix classifier;                 // [vocab][dim]
+  std::shared_ptr<void> storage;     // the mapped file
+  std::string source;                // path, for messages
+  uint64_t fingerprint_hash = 0;     ///< hash of the weight bytes (snapshot fingerprints)
+};
+
+}  // namespace kvq
