@@ -125,6 +125,7 @@ int RunRun(const RunOptions& o) {
     return 0;
   }
   fmt::print("\n\n");
+  std::fflush(stdout);
   fmt::print(stderr, "kvq run: prompt {} tokens at {:.1f} tok/s, decode {} tokens at {:.1f} tok/s; KV cache "
              "{} bytes ({}) in {}\n", r->n_prompt, prompt_tps, r->n_decoded, decode_tps, FormatCount(kv_bytes),
              FormatBytesIec(kv_bytes), format_name);

@@ -154,8 +154,41 @@ TEST(BadInput, ClearErrorAndNonZeroExit) {
   }
 }
 
+TEST(Run, JsonOnTheBundledModel) {
+  const auto j = Json("run -p \"Once upon a time\" -n 20 --temp 0 --kv int8");
+  for (const char* key : {"prompt", "completion", "tokens", "prompt_tps", "decode_tps", "kv_bytes", "kv_format"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_EQ(j["prompt"], "Once upon a time");
+  EXPECT_EQ(j["kv_format"], "int8");
+  const auto tokens = j["tokens"].get<std::vector<int>>();
+  ASSERT_EQ(tokens.size(), 5u + 20u);  // BOS + 4 prompt tokens + 20 new
+  EXPECT_EQ(tokens[1], 403);
+  EXPECT_FALSE(j["completion"].get<std::string>().empty());
+  // int8 at 5 layers x 4 KV heads x head_dim 8: 2 x 4 x (2 + 8) bytes per layer-position.
+  EXPECT_EQ(j["kv_bytes"].get<int64_t>(), 24 * 5 * 80);
+}
+
+TEST(Run, BadInputIsRefused) {
+  const struct { const char* args; const char* must_mention; int exit_code; } cases[] = {
+      {"run -m /nonexistent/model.bin", "/nonexistent/model.bin", 2},
+      {"run --kv int3", "int3", 2},
+      {"run --kv-k f16 --kv-v nope", "--kv-v", 2},
+      {"run -c 100000", "-c", 2},
+      {"run --temp -1", "--temp", 2},
+      {"run --kv-device-budget 1KiB", "--kv-device-budget", 2},
+      {"run --kv-host-budget 2GB", "", 0},
+      {"run -c 3 -p \"Once upon a time\"", "context", 1},
+  };
+  for (const auto& c : cases) {
+    const KvqRun r = Kvq(std::string(c.args) + " -n 2 --temp 0");
+    EXPECT_EQ(r.exit_code, c.exit_code) << c.args << " said: " << r.err;
+    EXPECT_NE(r.err.find(c.must_mention), std::string::npos) << c.args << " said: " << r.err;
+  }
+}
+
 TEST(Help, EverySubcommandHasHelp) {
-  for (const char* sub : {"", "plan ", "formats "}) {
+  for (const char* sub : {"", "plan ", "formats ", "run ", "bench attention ", "bench stream "}) {
     const KvqRun r = Kvq(std::string(sub) + "--help");
     EXPECT_EQ(r.exit_code, 0) << sub;
     EXPECT_NE(r.out.find("Usage"), std::string::npos) << sub;
