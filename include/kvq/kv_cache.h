@@ -108,9 +108,12 @@ class KvCache {
   /// leaves the cache unchanged; an I/O error while writing pages (disk master) leaves it
   /// unusable — every later call returns that error — never half loaded.
   Status Import(const SnapshotImage& image);
-  Status Save(const std::string& path, const ModelFingerprint& model) const;
-  /// Loads a snapshot written for this model and these formats; on error the cache is unchanged.
-  Status Load(const std::string& path, const ModelFingerprint& model);
+  /// Saves the cache with the token ids it holds (so a prompt cache can check its prefix).
+  Status Save(const std::string& path, const ModelFingerprint& model,
+              const std::vector<int32_t>& tokens = {}) const;
+  /// Loads a snapshot written for this model and these formats and returns the token ids saved
+  /// with it; on error the cache is unchanged.
+  Result<std::vector<int32_t>> Load(const std::string& path, const ModelFingerprint& model);
 
  private:
   struct Impl;

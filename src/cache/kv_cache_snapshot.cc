@@ -119,13 +119,15 @@ Status KvCache::Import(const SnapshotImage& image) {
   return Status::Ok();
 }
 
-Status KvCache::Save(const std::string& path, const ModelFingerprint& model) const {
+Status KvCache::Save(const std::string& path, const ModelFingerprint& model,
+                     const std::vector<int32_t>& tokens) const {
   Result<SnapshotImage> image = Export(model);
   if (!image.ok()) return Status::Error(fmt::format("{}: {}", path, image.status().message()));
+  image.value().tokens = tokens;
   return WriteSnapshot(path, *image);
 }
 
-Status KvCache::Load(const std::string& path, const ModelFingerprint& model) {
+Result<std::vector<int32_t>> KvCache::Load(const std::string& path, const ModelFingerprint& model) {
   SnapshotExpectation expect{.model = model};
   for (const LayerFormats& f : impl_->formats) {
     expect.key_formats.push_back(static_cast<uint16_t>(f.key->id));
@@ -134,7 +136,7 @@ Status KvCache::Load(const std::string& path, const ModelFingerprint& model) {
   Result<SnapshotImage> image = ReadSnapshot(path, expect);
   if (!image.ok()) return image.status();
   if (Status s = Import(*image); !s.ok()) return Status::Error(fmt::format("{}: {}", path, s.message()));
-  return Status::Ok();
+  return std::move(image.value().tokens);
 }
 
 }  // namespace kvq

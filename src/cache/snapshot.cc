@@ -4,6 +4,8 @@
 // an error message, never a crash, a huge allocation or a half-loaded cache.
 #include "cache/snapshot.h"
 
+#include "kvq/format.h"
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -19,7 +21,8 @@
 #include <memory>
 #include <string_view>
 
-// File layout, version 1. Little-endian, no padding. L = n_layers.
+// File layout, version 2 (version 1, without the tokens section, never shipped).
+// Little-endian, no padding. L = n_layers.
 //
 //   offset      size   field
 //   0           8      magic "KVQSNAP\0"
@@ -40,7 +43,9 @@
 // Then for each layer i in order, three sections, each its raw bytes followed by a u64
 // Checksum64(those bytes, seed 3*i + s + 1), s = 0 key, 1 value, 2 key residual:
 //   key_bytes bytes | checksum | value_bytes bytes | checksum | 4*count bytes (f32) | checksum
-// The file ends right after layer L-1's residual checksum; trailing bytes are an error.
+// Then the tokens section: u64 n_tokens, n_tokens × i32 token ids, and a u64
+// Checksum64(those 8 + 4·n_tokens bytes, seed 3*L + 1). The file ends there; trailing bytes
+// are an error.
 //
 // Seeding each section's checksum with its position makes a section (with its checksum) copied
 // or swapped into the wrong place fail, although its bytes are intact.
@@ -264,6 +269,12 @@ Status WriteSnapshot(const std::string& path, const SnapshotImage& image) {
 
   FILE* f = file.get();
   if (!WriteAll(f, header.data(), header.size())) return fail("writing the header", errno);
+  std::vector<uint8_t> tokens(8 + 4 * image.tokens.size());
+  {
+    uint8_t* p = tokens.data();
+    Store<uint64_t>(&p, image.tokens.size());
+    if (!image.tokens.empty()) std::memcpy(p, image.tokens.data(), 4 * image.tokens.size());
+  }
   for (size_t i = 0; i < image.layers.size(); ++i) {
     const SnapshotLayer& layer = image.layers[i];
     if (!WriteSection(f, layer.key_bytes.data(), layer.key_bytes.size(), SectionSeed(i, 0)) ||
@@ -273,6 +284,9 @@ Status WriteSnapshot(const std::string& path, const SnapshotImage& image) {
       const int err = errno;  // before fmt::format can touch it
       return fail(fmt::format("writing layer {}", i), err);
     }
+  }
+  if (!WriteSection(f, tokens.data(), tokens.size(), 3 * image.layers.size() + 1)) {
+    return fail("writing the tokens", errno);
   }
   errno = 0;
   if (std::fflush(f) != 0) return fail("flushing", errno);
@@ -334,7 +348,10 @@ Result<SnapshotImage> ReadSnapshot(const std::string& path, const SnapshotExpect
     return error(fmt::format("was written by a newer kvq (version {}; this kvq reads up to {})",
                              version, kSnapshotVersion));
   }
-  if (version == 0) return error("has invalid version 0");
+  if (version < kSnapshotVersion) {
+    return error(fmt::format("has version {}, which this kvq does not read (it reads {})", version,
+                             kSnapshotVersion));
+  }
 
   if (Status s = in.Read(header.data() + 12, kFixedHeaderBytes - 12, "the header"); !s.ok()) {
     return s;
@@ -423,9 +440,14 @@ Result<SnapshotImage> ReadSnapshot(const std::string& path, const SnapshotExpect
     const SnapshotLayer& layer = image.layers[i];
     if (layer.key_format != expect.key_formats[i] ||
         layer.value_format != expect.value_formats[i]) {
+      auto name = [](uint16_t id) {
+        const FormatDesc* f = FindFormat(static_cast<FormatId>(id));
+        return f != nullptr ? std::string(f->name) : fmt::format("#{}", id);
+      };
       return error(fmt::format(
           "layer {} was saved with K format {} and V format {}; the cache uses {} and {}", i,
-          layer.key_format, layer.value_format, expect.key_formats[i], expect.value_formats[i]));
+          name(layer.key_format), name(layer.value_format), name(expect.key_formats[i]),
+          name(expect.value_formats[i])));
     }
   }
 
@@ -451,6 +473,31 @@ Result<SnapshotImage> ReadSnapshot(const std::string& path, const SnapshotExpect
             fmt::format("layer {} {} section is corrupt (checksum mismatch)", i, kSectionNames[s]));
       }
     }
+  }
+
+  // The tokens section: its count is read first and bounded by what is left of the file.
+  {
+    std::vector<uint8_t> tokens(8);
+    if (Status st_read = in.Read(tokens.data(), 8, "the tokens section"); !st_read.ok()) return st_read;
+    const uint64_t n_tokens = Load<uint64_t>(tokens.data());
+    if (n_tokens > (in.remaining() < kChecksumBytes ? 0 : (in.remaining() - kChecksumBytes) / 4)) {
+      return TruncatedError(path, in.size(), in.offset(),
+                            n_tokens > kMaxU64 / 8 ? kMaxU64 : 4 * n_tokens + kChecksumBytes,
+                            "the tokens section");
+    }
+    tokens.resize(8 + 4 * n_tokens);
+    uint64_t stored_sum = 0;
+    if (Status st_read = in.Read(tokens.data() + 8, 4 * n_tokens, "the tokens section"); !st_read.ok()) {
+      return st_read;
+    }
+    if (Status st_read = in.Read(&stored_sum, sizeof(stored_sum), "the tokens section"); !st_read.ok()) {
+      return st_read;
+    }
+    if (Checksum64(tokens.data(), tokens.size(), 3 * n_layers + 1) != stored_sum) {
+      return error("tokens section is corrupt (checksum mismatch)");
+    }
+    image.tokens.resize(n_tokens);
+    if (n_tokens > 0) std::memcpy(image.tokens.data(), tokens.data() + 8, 4 * n_tokens);
   }
 
   if (!in.AtEnd()) {

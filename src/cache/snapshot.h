@@ -42,6 +42,7 @@ struct SnapshotImage {
   ModelFingerprint model;
   int64_t n_positions = 0;
   std::vector<SnapshotLayer> layers;  ///< model.n_layers entries
+  std::vector<int32_t> tokens;        ///< the token ids the cache holds, when the saver knows them
 };
 
 /// What the loader must find: the model and, per layer, the K and V format ids.
@@ -52,7 +53,7 @@ struct SnapshotExpectation {
 };
 
 /// Current file version. A file with a newer version is refused.
-inline constexpr uint32_t kSnapshotVersion = 1;
+inline constexpr uint32_t kSnapshotVersion = 2;
 
 /// Writes `image` to `path` atomically (a temporary file in the same folder, fsync'd, renamed).
 /// On error nothing is left at `path` that was not there before, and the message names the path.

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cache/snapshot.h"
 #include "kvq/kv_cache.h"
 #include "kvq/units.h"
 #include "model/generate.h"
@@ -33,6 +34,7 @@ struct RunOptions {
   std::string kv = "f16", kv_k, kv_v;
   std::string device_budget, host_budget, disk_dir;
   int32_t threads = 2;
+  std::string prompt_cache;
   bool json = false;
 };
 
@@ -93,10 +95,40 @@ int RunRun(const RunOptions& o) {
   Result<std::unique_ptr<KvCache>> cache = KvCache::Create(cache_config);
   if (!cache.ok()) return bad(cache.status().message());
 
+  // Prompt cache: a snapshot of the cache after every prompt token but the last, with those ids.
+  const ModelFingerprint fingerprint{.n_layers = cfg.n_layers, .n_kv_heads = cfg.n_kv_heads,
+                                     .head_dim = cfg.head_dim(), .weights_hash = weights->fingerprint_hash};
+  std::vector<int32_t> cached_tokens;
+  if (!o.prompt_cache.empty() && std::filesystem::exists(o.prompt_cache)) {
+    Result<std::vector<int32_t>> loaded = (*cache)->Load(o.prompt_cache, fingerprint);
+    if (!loaded.ok()) {
+      fmt::print(stderr, "kvq run: error: --prompt-cache {}: {}\n", o.prompt_cache, loaded.status().message());
+      return 1;
+    }
+    const std::vector<int32_t> prompt_tokens = tokenizer->Encode(o.prompt, true);
+    const bool prefix = loaded->size() < prompt_tokens.size() &&
+                        std::equal(loaded->begin(), loaded->end(), prompt_tokens.begin());
+    if (prefix) {
+      cached_tokens = std::move(loaded).value();
+    } else {  // another prompt: start from an empty cache, and save this prompt's prefix instead
+      if (!o.json) {
+        fmt::print(stderr, "kvq run: --prompt-cache {} holds another prompt's prefix ({} tokens); recomputing\n",
+                   o.prompt_cache, loaded->size());
+      }
+      cache = KvCache::Create(cache_config);
+      if (!cache.ok()) return bad(cache.status().message());
+    }
+  }
   LlamaModel model(std::move(weights).value(), o.threads);
   GenerateOptions g{.prompt = o.prompt, .n_new = o.n,
                     .sampling = {.temperature = o.temp, .top_k = o.top_k, .top_p = o.top_p,
                                  .min_p = o.min_p, .seed = o.seed_given ? o.seed : std::random_device{}()}};
+  if (!o.prompt_cache.empty()) {
+    g.on_prefix = [&](const std::vector<int32_t>& prefix) {
+      const Status s = (*cache)->Save(o.prompt_cache, fingerprint, prefix);
+      return s.ok() ? s : Status::Error("--prompt-cache: " + s.message());
+    };
+  }
   auto stream = [&](const std::string& piece) {
     if (!o.json) {
       fmt::print("{}", piece);
@@ -104,7 +136,7 @@ int RunRun(const RunOptions& o) {
     }
   };
   if (!o.json) fmt::print("{}", o.prompt);
-  Result<GenerateResult> r = Generate(model, *tokenizer, **cache, g, stream);
+  Result<GenerateResult> r = Generate(model, *tokenizer, **cache, g, stream, cached_tokens);
   if (!r.ok()) {
     fmt::print(stderr, "\nkvq run: error: {}\n", r.status().message());
     return 1;
@@ -114,18 +146,24 @@ int RunRun(const RunOptions& o) {
     kv_bytes += BytesForRows((*kf)->key, {cfg.n_kv_heads, cfg.head_dim()}, (*cache)->positions(l)) +
                 BytesForRows((*vf)->value, {cfg.n_kv_heads, cfg.head_dim()}, (*cache)->positions(l));
   }
-  const double prompt_tps = r->prompt_seconds > 0 ? r->n_prompt / r->prompt_seconds : 0;
+  // Prompt speed counts the tokens actually run (a prompt cache skips the rest).
+  const double prompt_tps = r->prompt_seconds > 0 ? (r->n_prompt - r->n_reused) / r->prompt_seconds : 0;
   const double decode_tps = r->decode_seconds > 0 ? r->n_decoded / r->decode_seconds : 0;
   const std::string format_name = k_name == v_name ? k_name : k_name + "/" + v_name;
   if (o.json) {
     nlohmann::json out = {{"prompt", o.prompt}, {"completion", r->completion}, {"tokens", r->tokens},
                           {"prompt_tps", prompt_tps}, {"decode_tps", decode_tps}, {"kv_bytes", kv_bytes},
-                          {"kv_format", format_name}, {"model", model_path}};
+                          {"kv_format", format_name}, {"model", model_path},
+                          {"prompt_cache_reused_tokens", r->n_reused}};
     fmt::print("{}\n", out.dump(2));
     return 0;
   }
   fmt::print("\n\n");
   std::fflush(stdout);
+  if (r->n_reused > 0) {
+    fmt::print(stderr, "kvq run: prompt cache {}: reused {} of {} prompt tokens (prefill skipped)\n",
+               o.prompt_cache, r->n_reused, r->n_prompt);
+  }
   fmt::print(stderr, "kvq run: prompt {} tokens at {:.1f} tok/s, decode {} tokens at {:.1f} tok/s; KV cache "
              "{} bytes ({}) in {}\n", r->n_prompt, prompt_tps, r->n_decoded, decode_tps, FormatCount(kv_bytes),
              FormatBytesIec(kv_bytes), format_name);
@@ -154,6 +192,8 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--kv-host-budget", o->host_budget, "Host RAM budget for the KV master copy");
   cmd->add_option("--kv-disk", o->disk_dir, "Keep the KV master copy in a file in DIR");
   cmd->add_option("-t,--threads", o->threads, "Threads")->capture_default_str();
+  cmd->add_option("--prompt-cache", o->prompt_cache,
+                  "Save the cache after the prompt to FILE; reuse it when a later prompt starts with it");
   cmd->add_flag("--json", o->json, "Print one JSON document instead of streaming text");
   cmd->callback([o, exit_code] { *exit_code = RunRun(*o); });
 }

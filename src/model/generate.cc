@@ -4,13 +4,15 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 
 namespace kvq {
 
 Result<GenerateResult> Generate(LlamaModel& model, const Tokenizer& tokenizer, KvCache& cache,
                                 const GenerateOptions& o,
-                                const std::function<void(const std::string&)>& on_piece) {
+                                const std::function<void(const std::string&)>& on_piece,
+                                const std::vector<int32_t>& cached_tokens) {
   using Clock = std::chrono::steady_clock;
   GenerateResult r;
   r.tokens = tokenizer.Encode(o.prompt, /*add_bos=*/true);
@@ -19,10 +21,22 @@ Result<GenerateResult> Generate(LlamaModel& model, const Tokenizer& tokenizer, K
   if (r.n_prompt > context) {
     return Status::Error(fmt::format("the prompt is {} tokens but the context is {} (-c)", r.n_prompt, context));
   }
+  r.n_reused = static_cast<int32_t>(cache.positions(0));
+  if (r.n_reused >= r.n_prompt || static_cast<int32_t>(cached_tokens.size()) != r.n_reused ||
+      !std::equal(cached_tokens.begin(), cached_tokens.end(), r.tokens.begin())) {
+    if (r.n_reused > 0) {
+      return Status::Error(fmt::format("the cache holds {} positions that are not a proper prefix of "
+                                       "the prompt's {} tokens", r.n_reused, r.n_prompt));
+    }
+  }
   std::vector<float> logits(model.config().vocab_size);
   Sampler sampler(o.sampling);
   const auto t0 = Clock::now();
-  for (int32_t pos = 0; pos < r.n_prompt; ++pos) {
+  for (int32_t pos = r.n_reused; pos < r.n_prompt; ++pos) {
+    if (pos == r.n_prompt - 1 && o.on_prefix && pos > r.n_reused) {
+      const std::vector<int32_t> prefix(r.tokens.begin(), r.tokens.begin() + pos);
+      if (Status s = o.on_prefix(prefix); !s.ok()) return s;
+    }
     if (Status s = model.Forward(r.tokens[pos], pos, cache, logits.data()); !s.ok()) return s;
   }
   const auto t1 = Clock::now();

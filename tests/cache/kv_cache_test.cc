@@ -283,8 +283,8 @@ TEST(KvCacheSnapshot, SaveLoadContinueEqualsUninterrupted) {
       ASSERT_TRUE(first->Append(l, k[l].data(), v[l].data(), prefix).ok());
     }
     ASSERT_TRUE(first->Save(path, model).ok());
-    const Status loaded = second->Load(path, model);
-    ASSERT_TRUE(loaded.ok()) << loaded.message();
+    const Result<std::vector<int32_t>> loaded = second->Load(path, model);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().message();
     for (int l = 0; l < 2; ++l) {
       ASSERT_TRUE(second->Append(l, k[l].data() + prefix * kRow.elems(), v[l].data() + prefix * kRow.elems(), more).ok());
     }
@@ -307,9 +307,9 @@ TEST(KvCacheSnapshot, MismatchesAreRefusedAndNothingIsLoaded) {
 
   auto other_format = MakeCache({*FindFormat("int8"), *FindFormat("int8")}, 1, 100, {});
   ASSERT_TRUE(other_format->Append(0, x.data(), x.data(), 5).ok());
-  const Status s1 = other_format->Load(path, model);
+  const Result<std::vector<int32_t>> s1 = other_format->Load(path, model);
   EXPECT_FALSE(s1.ok());
-  EXPECT_NE(s1.message().find(path), std::string::npos) << s1.message();
+  EXPECT_NE(s1.status().message().find(path), std::string::npos) << s1.status().message();
   EXPECT_EQ(other_format->positions(0), 5) << "a refused snapshot changed the cache";
 
   auto same_format = MakeCache(int4, 1, 100, {});

@@ -76,6 +76,7 @@ SnapshotImage MakeImage(uint32_t seed, const std::vector<LayerSpec>& specs) {
   SnapshotImage image;
   image.model = {static_cast<int64_t>(specs.size()), 4, 8, 0xA1B2C3D4E5F60718ULL};
   image.n_positions = 37;
+  for (int i = 0; i < 5; ++i) image.tokens.push_back(static_cast<int32_t>(rng() % 32000));
   for (const LayerSpec& spec : specs) {
     SnapshotLayer layer;
     layer.key_format = spec.key_format;
@@ -134,6 +135,8 @@ struct Layout {
   uint64_t header_end = 0;  // header checksum included
   std::vector<std::array<uint64_t, 3>> start;
   std::vector<std::array<uint64_t, 3>> length;
+  uint64_t tokens_start = 0;  // the u64 count, then the ids, then the checksum
+  uint64_t tokens_length = 0;  // count + ids, without the checksum
   uint64_t file_size = 0;
 };
 
@@ -152,6 +155,9 @@ Layout LayoutOf(const SnapshotImage& image) {
     layout.start.push_back(start);
     layout.length.push_back(len);
   }
+  layout.tokens_start = at;
+  layout.tokens_length = 8 + 4 * image.tokens.size();
+  at += layout.tokens_length + 8;
   layout.file_size = at;
   return layout;
 }
@@ -189,6 +195,7 @@ void WriteFile(const std::string& path, const Bytes& bytes) {
 void ExpectSameImage(const SnapshotImage& a, const SnapshotImage& b) {
   EXPECT_EQ(a.model, b.model);
   EXPECT_EQ(a.n_positions, b.n_positions);
+  EXPECT_EQ(a.tokens, b.tokens);
   ASSERT_EQ(a.layers.size(), b.layers.size());
   for (size_t i = 0; i < a.layers.size(); ++i) {
     const SnapshotLayer& x = a.layers[i];
@@ -353,10 +360,14 @@ TEST_F(SnapshotTest, RefusesANewerVersion) {
   Poke<uint32_t>(&bytes, 8, kSnapshotVersion + 1);
   WriteFile(path, bytes);
   ExpectRefused(path, ExpectationFor(image),
-                "was written by a newer kvq (version 2; this kvq reads up to 1)");
+                "was written by a newer kvq (version 3; this kvq reads up to 2)");
   Poke<uint32_t>(&bytes, 8, 0xFFFFFFFFu);
   WriteFile(path, bytes);
-  ExpectRefused(path, ExpectationFor(image), "(version 4294967295; this kvq reads up to 1)");
+  ExpectRefused(path, ExpectationFor(image), "(version 4294967295; this kvq reads up to 2)");
+  // An older layout is refused too, not misread.
+  Poke<uint32_t>(&bytes, 8, kSnapshotVersion - 1);
+  WriteFile(path, bytes);
+  ExpectRefused(path, ExpectationFor(image), "has version 1, which this kvq does not read");
 }
 
 TEST_F(SnapshotTest, RefusesAnotherModelShape) {
@@ -392,11 +403,11 @@ TEST_F(SnapshotTest, RefusesAnotherFormat) {
   SnapshotExpectation expect = ExpectationFor(image);
   expect.key_formats[0] = 2;
   ExpectRefused(path, expect,
-                "layer 0 was saved with K format 6 and V format 6; the cache uses 2 and 6");
+                "layer 0 was saved with K format int4 and V format int4; the cache uses f16 and int4");
   expect = ExpectationFor(image);
   expect.value_formats[1] = 7;
   ExpectRefused(path, expect,
-                "layer 1 was saved with K format 2 and V format 2; the cache uses 2 and 7");
+                "layer 1 was saved with K format f16 and V format f16; the cache uses f16 and int2");
   expect = ExpectationFor(image);
   expect.key_formats.pop_back();
   ExpectRefused(path, expect, "has 2 layers");
@@ -507,6 +518,16 @@ TEST_F(SnapshotTest, RefusesAFlippedByteInEverySectionAndChecksum) {
       }
     }
   }
+  // The tokens section: its ids and checksum fail the checksum; its count (also covered by the
+  // checksum) may instead announce more than the file holds.
+  for (uint64_t at = layout.tokens_start; at < layout.file_size; ++at) {
+    SCOPED_TRACE(testing::Message() << "tokens byte " << at << " flipped");
+    Bytes bytes = good;
+    bytes[at] ^= 0xFF;
+    WriteFile(path, bytes);
+    ExpectRefused(path, expect, at < layout.tokens_start + 8 ? "" : "tokens section is corrupt");
+    ++checked;
+  }
   EXPECT_EQ(static_cast<uint64_t>(checked), good.size() - layout.header_end);
 }
 
@@ -539,7 +560,7 @@ TEST_F(SnapshotTest, RefusesAbsurdLengthsWithoutAllocatingThem) {
       {LengthFieldOffset(0, 1), ~uint64_t{0}, "is truncated"},
       {LengthFieldOffset(0, 2), kHuge, "is truncated"},  // 2^62 floats: 2^64 bytes wraps to 0
       {LengthFieldOffset(1, 2), ~uint64_t{0} / 4 + 1, "is truncated"},
-      {LengthFieldOffset(0, 0), 25, "is truncated"},  // one byte more than the file holds
+      {LengthFieldOffset(0, 0), good.size(), "is truncated"},  // more than the file holds
       {12, kHuge, "is truncated"},                    // the layer count
       {12, ~uint64_t{0}, "header is corrupt"},        // a negative layer count
   };

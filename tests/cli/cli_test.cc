@@ -187,6 +187,34 @@ TEST(Run, BadInputIsRefused) {
   }
 }
 
+// --prompt-cache: the second run reuses the saved prefix and gives the same tokens; a file from
+// another format, or a corrupt or truncated one, stops the run with an error naming it.
+TEST(Run, PromptCacheReusesAndRefusesBadFiles) {
+  const std::string file = testing::TempDir() + "/kvq_prompt_cache_" + std::to_string(getpid()) + ".kvq";
+  std::remove(file.c_str());
+  const std::string args = "run -p \"Once upon a time there was a cat\" -n 12 --temp 0 --prompt-cache " + file;
+  const auto first = Json(args);
+  EXPECT_EQ(first["prompt_cache_reused_tokens"].get<int>(), 0);
+  const auto second = Json(args);
+  EXPECT_GT(second["prompt_cache_reused_tokens"].get<int>(), 0);
+  EXPECT_EQ(second["tokens"], first["tokens"]);
+  // Another KV format: refused, exit != 0, the file named.
+  KvqRun r = Kvq(args + " --kv int4");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find(file), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("int4"), std::string::npos) << r.err;
+  // Corrupt (a flipped byte in the data) and truncated files.
+  const std::string good = Slurp(file);
+  for (const std::string& damaged : {good.substr(0, good.size() / 2), good.substr(0, 10),
+                                     [&] { std::string d = good; d[good.size() - 20] ^= 0x5A; return d; }()}) {
+    { std::ofstream(file, std::ios::binary) << damaged; }
+    r = Kvq(args);
+    EXPECT_NE(r.exit_code, 0) << "a damaged prompt cache was used";
+    EXPECT_NE(r.err.find(file), std::string::npos) << r.err;
+  }
+  std::remove(file.c_str());
+}
+
 TEST(Help, EverySubcommandHasHelp) {
   for (const char* sub : {"", "plan ", "formats ", "run ", "bench attention ", "bench stream "}) {
     const KvqRun r = Kvq(std::string(sub) + "--help");
