@@ -48,8 +48,7 @@ AttentionOptions LlamaModel::attention_options() const {
 Status LlamaModel::Forward(int32_t token, int64_t pos, KvCache& cache, float* logits) {
   const LlamaConfig& c = w_.config;
   const int32_t dim = c.dim;
-  std::memcpy(x_.data(), reinterpret_cast<const float*>(w_.token_embedding.data) + int64_t{token} * dim,
-              dim * sizeof(float));
+  DecodeWeightRow(w_.token_embedding, token, x_.data());
   const AttentionShape shape{.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()};
   AttentionState state(shape, 1);
   for (int32_t l = 0; l < c.n_layers; ++l) {

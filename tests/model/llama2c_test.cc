@@ -46,7 +46,9 @@ TEST(Llama2c, TruncatedOrCorruptCheckpointsAreRefused) {
     const std::string path = CopyTruncated(kDir + "stories260K.bin", cut, "trunc.bin");
     Result<LlamaWeights> w = LoadLlama2c(path);
     EXPECT_FALSE(w.ok()) << "cut at " << cut;
-    if (!w.ok()) EXPECT_NE(w.status().message().find(path), std::string::npos) << w.status().message();
+    if (!w.ok()) {
+      EXPECT_NE(w.status().message().find(path), std::string::npos) << w.status().message();
+    }
     fs::remove(path);
   }
   // A header whose heads do not divide dim.
@@ -88,7 +90,9 @@ TEST(Tokenizer, DamagedFilesAreRefused) {
     const std::string path = CopyTruncated(kDir + "tok512.bin", cut, "tok.bin");
     Result<Tokenizer> t = Tokenizer::LoadLlama2c(path, 512);
     EXPECT_FALSE(t.ok()) << "cut at " << cut;
-    if (!t.ok()) EXPECT_NE(t.status().message().find(path), std::string::npos);
+    if (!t.ok()) {
+      EXPECT_NE(t.status().message().find(path), std::string::npos);
+    }
     fs::remove(path);
   }
   EXPECT_FALSE(Tokenizer::LoadLlama2c(kDir + "tok512.bin", 600).ok());  // wrong vocabulary size

@@ -1,0 +1,19 @@
+// Llama-architecture models from GGUF files (llama.cpp's format): shape from the `llama.*`
+// metadata, weights as views into the file's mapping, F32/F16/BF16/Q8_0/Q4_0 tensors.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kvq/status.h"
+#include "model/gguf/gguf_reader.h"
+#include "model/weights.h"
+
+namespace kvq {
+
+/// Loads the model in an opened GGUF file. `general.architecture` must be "llama" (Llama 2,
+/// TinyLlama, the bundled stories model); any other is refused by name. Every tensor's presence,
+/// type and shape is checked against the metadata; errors name the file and the tensor.
+Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file);
+
+}  // namespace kvq
