@@ -54,9 +54,9 @@ class Exactness : public ::testing::TestWithParam<Config> {
 TEST_P(Exactness, EveryWindowSizeFrom1To96) {
   const Config& c = GetParam();
   const int64_t n = 96;
-  // Prefill here is a block of 48 query tokens at positions 48..95, each causal, so windows
+  // Prefill here is a block of 12 query tokens at positions 84..95, each causal, so windows
   // end inside the block as well as before it.
-  const int32_t tokens = c.n_tokens == 1 ? 1 : 48;
+  const int32_t tokens = c.n_tokens == 1 ? 1 : 12;
   const Cache cache(*c.format, Shape(), n, tokens, 1);
   const AttentionOptions o = Options(Shape(), c.kernel);
   const std::vector<int64_t> targets = c.kernel == AttentionKernel::kSimd
