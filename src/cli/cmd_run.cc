@@ -10,7 +10,7 @@
 #include "kvq/kv_cache.h"
 #include "kvq/units.h"
 #include "model/generate.h"
-#include "model/llama2c.h"
+#include "model/load_model.h"
 
 #ifndef KVQ_MODELS_DIR
 #define KVQ_MODELS_DIR "models"
@@ -50,26 +50,18 @@ std::string BundledPath(const std::string& file) {
 int RunRun(const RunOptions& o) {
   auto bad = [](const std::string& m) { return BadInput("run", m); };
   const std::string model_path = o.model.empty() ? BundledPath("stories260K.bin") : o.model;
-  std::string tok_path = o.tokenizer;
-  if (tok_path.empty()) {
-    tok_path = o.model.empty() ? BundledPath("tok512.bin")
-                               : (std::filesystem::path(o.model).parent_path() / "tok512.bin").string();
-  }
-  if (model_path.size() > 5 && model_path.substr(model_path.size() - 5) == ".gguf") {
-    return bad(fmt::format("-m {}: GGUF models are not supported yet by kvq run (issue 5 in progress); "
-                           "use a llama2.c checkpoint (.bin) with --tokenizer", model_path));
-  }
+  const std::string tok_path = o.tokenizer.empty() && o.model.empty() ? BundledPath("tok512.bin") : o.tokenizer;
   if (o.threads <= 0 || o.threads > 1024) return bad(fmt::format("--threads must be in 1..1024 (got {})", o.threads));
   if (o.temp < 0) return bad(fmt::format("--temp must be >= 0 (got {})", o.temp));
   if (o.top_p <= 0 || o.top_p > 1) return bad(fmt::format("--top-p must be in (0, 1] (got {})", o.top_p));
   if (o.min_p < 0 || o.min_p >= 1) return bad(fmt::format("--min-p must be in [0, 1) (got {})", o.min_p));
   if (o.top_k < 0) return bad(fmt::format("--top-k must be >= 0 (got {})", o.top_k));
 
-  Result<LlamaWeights> weights = LoadLlama2c(model_path);
-  if (!weights.ok()) return bad("-m: " + weights.status().message());
+  Result<LoadedModel> loaded_model = LoadModel(model_path, tok_path);
+  if (!loaded_model.ok()) return bad(loaded_model.status().message());
+  LlamaWeights* weights = &loaded_model.value().weights;
+  const Tokenizer* tokenizer = &loaded_model.value().tokenizer;
   const LlamaConfig cfg = weights->config;
-  Result<Tokenizer> tokenizer = Tokenizer::LoadLlama2c(tok_path, cfg.vocab_size);
-  if (!tokenizer.ok()) return bad("--tokenizer: " + tokenizer.status().message());
 
   const std::string k_name = o.kv_k.empty() ? o.kv : o.kv_k, v_name = o.kv_v.empty() ? o.kv : o.kv_v;
   const Result<const FormatDesc*> kf = FindFormat(k_name), vf = FindFormat(v_name);
@@ -119,7 +111,7 @@ int RunRun(const RunOptions& o) {
       if (!cache.ok()) return bad(cache.status().message());
     }
   }
-  LlamaModel model(std::move(weights).value(), o.threads);
+  LlamaModel model(std::move(*weights), o.threads);
   GenerateOptions g{.prompt = o.prompt, .n_new = o.n,
                     .sampling = {.temperature = o.temp, .top_k = o.top_k, .top_p = o.top_p,
                                  .min_p = o.min_p, .seed = o.seed_given ? o.seed : std::random_device{}()}};
@@ -175,8 +167,9 @@ int RunRun(const RunOptions& o) {
 void AddRunCommand(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Generate text with a model (default: the bundled stories260K)");
-  cmd->add_option("-m,--model", o->model, "llama2.c checkpoint (.bin); default: models/stories260K");
-  cmd->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer file (default: tok512.bin beside the model)");
+  cmd->add_option("-m,--model", o->model, "GGUF (.gguf) or llama2.c checkpoint; default: models/stories260K");
+  cmd->add_option("--tokenizer", o->tokenizer,
+                  "llama2.c tokenizer file (default: the GGUF's vocabulary, or tok512.bin beside a .bin)");
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
   cmd->add_option("-n,--n-predict", o->n, "New tokens to generate at most (llama.cpp's -n)")->capture_default_str();
   cmd->add_option("--temp", o->temp, "Temperature; 0 = greedy")->capture_default_str();

@@ -1,15 +1,71 @@
-// Tokenizer (see tokenizer.h). Encode follows run.c's algorithm: split the text into UTF-8
-// characters (each one piece, or its bytes as byte pieces), then repeatedly merge the adjacent
-// pair whose concatenation is a piece with the highest score.
+// Tokenizer (see tokenizer.h). Encode is a priority-queue version of the SentencePiece BPE merge
+// (as llama.cpp's llm_tokenizer_spm): the text is split into UTF-8 characters, every adjacent pair
+// whose concatenation is a piece is queued by that piece's score, and the best pair (leftmost on
+// ties) is merged until none is left; stale queue entries are skipped. For valid UTF-8 this gives
+// exactly run.c's O(n^2) result (which merges the same best pair at every step) in O(n log n).
 #include "model/tokenizer.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <memory>
+#include <queue>
+
+#include "model/gguf/gguf_reader.h"
 
 namespace kvq {
+namespace {
+
+constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+
+/// The byte of a byte piece "<0xXX>" (hex digits in either case), or -1.
+int BytePieceValue(std::string_view piece) {
+  if (piece.size() != 6 || piece.substr(0, 3) != "<0x" || piece[5] != '>') return -1;
+  int value = 0;
+  for (const char c : piece.substr(3, 2)) {
+    int digit = 0;
+    if (c >= '0' && c <= '9') {
+      digit = c - '0';
+    } else if (c >= 'A' && c <= 'F') {
+      digit = c - 'A' + 10;
+    } else if (c >= 'a' && c <= 'f') {
+      digit = c - 'a' + 10;
+    } else {
+      return -1;
+    }
+    value = value * 16 + digit;
+  }
+  return value;
+}
+
+/// Bytes a UTF-8 character takes by its lead byte (llama.cpp's unicode_len_utf8): 1 for ASCII
+/// and for a stray continuation byte, else 2, 3 or 4 as announced; the bytes that follow are not
+/// checked.
+size_t Utf8Length(uint8_t lead) {
+  static constexpr uint8_t kByHighNibble[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+  return kByHighNibble[lead >> 4];
+}
+
+std::string ReplaceAll(std::string_view s, std::string_view from, std::string_view to) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t at = 0;;) {
+    const size_t hit = s.find(from, at);
+    if (hit == std::string_view::npos) {
+      out.append(s.substr(at));
+      return out;
+    }
+    out.append(s.substr(at, hit - at));
+    out.append(to);
+    at = hit + from.size();
+  }
+}
+
+}  // namespace
 
 Result<Tokenizer> Tokenizer::LoadLlama2c(const std::string& path, int32_t vocab_size) {
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
@@ -33,62 +89,319 @@ Result<Tokenizer> Tokenizer::LoadLlama2c(const std::string& path, int32_t vocab_
     if (len > 0 && std::fread(piece.data(), 1, len, f.get()) != static_cast<size_t>(len)) {
       return bad(fmt::format("it ends inside token {}", i));
     }
-    t.ids_.emplace(piece, i);  // the first id wins for duplicate pieces
+    TokenInfo info{.score = score};
+    if (const int byte = BytePieceValue(piece); byte >= 0) {
+      info.type = TokenType::kByte;
+      info.byte = static_cast<uint8_t>(byte);
+    } else if (i == 0) {
+      info.type = TokenType::kUnknown;
+    } else if (i == 1 || i == 2) {
+      info.type = TokenType::kControl;  // "\n<s>\n", "\n</s>\n" in llama2.c's export
+    }
     t.pieces_.push_back(std::move(piece));
-    t.scores_.push_back(score);
+    t.info_.push_back(info);
   }
   if (std::fgetc(f.get()) != EOF) return bad("there are bytes after the last token");
-  if (vocab_size < t.byte_base_ + 256) return bad("the vocabulary is too small to hold the 256 byte pieces");
+  if (vocab_size < 3 + 256) return bad("the vocabulary is too small to hold the 256 byte pieces");
+  t.bos_ = 1;
+  t.eos_ = 2;
+  t.unk_ = 0;
+  t.Index();
   return t;
+}
+
+Result<Tokenizer> Tokenizer::LoadGguf(const GgufFile& file) {
+  const std::string& path = file.path();
+  const auto bad = [&](const std::string& why) {
+    return Status::Error(fmt::format("{}: tokenizer: {}", path, why));
+  };
+  if (!file.Has("tokenizer.ggml.model")) return bad("no tokenizer.ggml.model; the file holds no vocabulary");
+  Result<std::string> model = file.GetString("tokenizer.ggml.model");
+  if (!model.ok()) return model.status();
+  if (*model != "llama") {
+    return bad(fmt::format("tokenizer.ggml.model is \"{}\"; kvq reads only \"llama\" (SentencePiece) vocabularies",
+                           *model));
+  }
+  Result<std::span<const std::string_view>> tokens = file.GetStringArray("tokenizer.ggml.tokens");
+  if (!tokens.ok()) return tokens.status();
+  const size_t n = tokens->size();
+  if (n == 0) return bad("tokenizer.ggml.tokens is empty");
+  if (n > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    return bad(fmt::format("tokenizer.ggml.tokens holds {} tokens, more than kvq's int32 ids allow", n));
+  }
+  std::vector<float> scores(n, 0.0f);
+  if (file.Has("tokenizer.ggml.scores")) {
+    Result<std::vector<float>> s = file.GetF32Array("tokenizer.ggml.scores");
+    if (!s.ok()) return s.status();
+    if (s->size() != n) return bad(fmt::format("tokenizer.ggml.scores has {} entries for {} tokens", s->size(), n));
+    scores = std::move(s).value();
+  }
+  std::vector<int32_t> types(n, static_cast<int32_t>(TokenType::kNormal));
+  if (file.Has("tokenizer.ggml.token_type")) {
+    Result<std::vector<int32_t>> s = file.GetI32Array("tokenizer.ggml.token_type");
+    if (!s.ok()) return s.status();
+    if (s->size() != n) {
+      return bad(fmt::format("tokenizer.ggml.token_type has {} entries for {} tokens", s->size(), n));
+    }
+    types = std::move(s).value();
+  }
+
+  Tokenizer t;
+  t.pieces_.reserve(n);
+  t.info_.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const std::string_view text = (*tokens)[i];
+    TokenInfo info{.score = scores[i]};
+    switch (types[i]) {
+      case 0:  // undefined: llama.cpp still matches it as a piece
+      case 1:
+        info.type = TokenType::kNormal;
+        break;
+      case 2:
+      case 3:
+      case 4:
+      case 5:
+        info.type = static_cast<TokenType>(types[i]);
+        break;
+      case 6: {
+        const int byte = BytePieceValue(text);
+        if (byte < 0) {
+          return bad(fmt::format("token {} has type BYTE but is \"{}\", not \"<0xXX>\"", i,
+                                 text.substr(0, 32)));
+        }
+        info.type = TokenType::kByte;
+        info.byte = static_cast<uint8_t>(byte);
+        break;
+      }
+      default:
+        return bad(fmt::format("token {} has type {}; token types are 0 to 6", i, types[i]));
+    }
+    // Normal and unused pieces mark a space with U+2581; kvq keeps a plain space. (Control and
+    // user-defined texts are literal, as llama.cpp matches and prints them.) A normal piece with a
+    // plain space in it could never match in llama.cpp, which escapes every space of the text, so
+    // it stays out of the merge table.
+    if (info.type == TokenType::kNormal || info.type == TokenType::kUnused) {
+      if (text.find(' ') != std::string_view::npos) info.matchable = false;
+      t.pieces_.push_back(ReplaceAll(text, kSpaceMark, " "));
+    } else {
+      t.pieces_.emplace_back(text);
+    }
+    t.info_.push_back(info);
+  }
+
+  // Special ids: the metadata's, else llama.cpp's SPM defaults (BOS 1, EOS 2, unknown 0) when the
+  // vocabulary is that large.
+  const auto special = [&](std::string_view key, int32_t fallback, int32_t& id) -> Status {
+    if (!file.Has(key)) {
+      id = fallback < static_cast<int32_t>(n) ? fallback : -1;
+      return Status::Ok();
+    }
+    Result<uint32_t> v = file.GetU32(key);
+    if (!v.ok()) return v.status();
+    if (*v >= n) return bad(fmt::format("{} is {}, but there are only {} tokens", key, *v, n));
+    id = static_cast<int32_t>(*v);
+    return Status::Ok();
+  };
+  if (Status s = special("tokenizer.ggml.bos_token_id", 1, t.bos_); !s.ok()) return s;
+  if (Status s = special("tokenizer.ggml.eos_token_id", 2, t.eos_); !s.ok()) return s;
+  if (Status s = special("tokenizer.ggml.unknown_token_id", 0, t.unk_); !s.ok()) return s;
+  const auto flag = [&](std::string_view key, bool& value) -> Status {
+    if (!file.Has(key)) return Status::Ok();
+    Result<bool> v = file.GetBool(key);
+    if (!v.ok()) return v.status();
+    value = *v;
+    return Status::Ok();
+  };
+  if (Status s = flag("tokenizer.ggml.add_bos_token", t.add_bos_); !s.ok()) return s;
+  if (Status s = flag("tokenizer.ggml.add_space_prefix", t.add_space_prefix_); !s.ok()) return s;
+  t.Index();
+  return t;
+}
+
+void Tokenizer::Index() {
+  ids_.clear();
+  byte_ids_.fill(-1);
+  user_defined_.clear();
+  const int32_t n = vocab_size();
+  for (int32_t id = 0; id < n; ++id) {
+    const TokenInfo& info = info_[id];
+    switch (info.type) {
+      case TokenType::kNormal:
+      case TokenType::kUnused:
+      case TokenType::kUserDefined:
+        if (pieces_[id].empty() || !info.matchable) break;
+        ids_.emplace(pieces_[id], id);  // the first id wins
+        if (info.type == TokenType::kUserDefined) user_defined_.push_back(id);
+        break;
+      case TokenType::kByte:
+        if (byte_ids_[info.byte] < 0) byte_ids_[info.byte] = id;
+        break;
+      case TokenType::kUnknown:
+      case TokenType::kControl:
+        break;
+    }
+  }
+  // A vocabulary without a byte piece for some byte may still hold that byte as a one-byte piece
+  // (llama.cpp's fallback in byte_to_token).
+  for (int b = 0; b < 256; ++b) {
+    if (byte_ids_[b] >= 0) continue;
+    const char c = static_cast<char>(b);
+    const auto it = ids_.find(std::string_view(&c, 1));
+    if (it != ids_.end()) byte_ids_[b] = it->second;
+  }
+  // Longest first, as llama.cpp matches them; equal lengths by id.
+  std::stable_sort(user_defined_.begin(), user_defined_.end(),
+                   [&](int32_t a, int32_t b) { return pieces_[a].size() > pieces_[b].size(); });
 }
 
 std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos) const {
   std::vector<int32_t> tokens;
-  if (add_bos) tokens.push_back(bos_);
+  if (add_bos && bos_ >= 0) tokens.push_back(bos_);
   if (text.empty()) return tokens;
-  std::vector<int32_t> ids;
-  const std::string with_prefix = " " + std::string(text);
-  for (size_t i = 0; i < with_prefix.size();) {
-    // One UTF-8 character: a lead byte and its continuation bytes (at most 4 in all).
-    size_t n = 1;
-    while (i + n < with_prefix.size() && n < 4 && (static_cast<uint8_t>(with_prefix[i + n]) & 0xC0) == 0x80) ++n;
-    const auto it = ids_.find(with_prefix.substr(i, n));
-    if (it != ids_.end()) {
-      ids.push_back(it->second);
-    } else {
-      for (size_t k = 0; k < n; ++k) ids.push_back(byte_base_ + static_cast<uint8_t>(with_prefix[i + k]));
-    }
-    i += n;
-  }
-  for (;;) {
-    float best_score = -1e10f;
-    int32_t best_id = -1;
-    size_t best_at = 0;
-    for (size_t i = 0; i + 1 < ids.size(); ++i) {
-      const auto it = ids_.find(pieces_[ids[i]] + pieces_[ids[i + 1]]);
-      if (it != ids_.end() && scores_[it->second] > best_score) {
-        best_score = scores_[it->second];
-        best_id = it->second;
-        best_at = i;
+
+  // Cut user-defined pieces out of the text, longest first (token >= 0 marks a cut piece).
+  struct Fragment {
+    std::string_view text;
+    int32_t token;
+  };
+  std::vector<Fragment> fragments{{text, -1}};
+  for (const int32_t id : user_defined_) {
+    const std::string& literal = pieces_[id];
+    std::vector<Fragment> next;
+    next.reserve(fragments.size());
+    for (const Fragment& f : fragments) {
+      if (f.token >= 0) {
+        next.push_back(f);
+        continue;
       }
+      std::string_view rest = f.text;
+      for (size_t at; (at = rest.find(literal)) != std::string_view::npos;) {
+        if (at > 0) next.push_back({rest.substr(0, at), -1});
+        next.push_back({{}, id});
+        rest.remove_prefix(at + literal.size());
+      }
+      if (!rest.empty()) next.push_back({rest, -1});
     }
-    if (best_id < 0) break;
-    ids[best_at] = best_id;
-    ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(best_at) + 1);
+    fragments.swap(next);
   }
-  tokens.insert(tokens.end(), ids.begin(), ids.end());
+
+  bool after_special = true;  // the start counts as following a special token
+  std::string stretch;
+  for (const Fragment& f : fragments) {
+    if (f.token >= 0) {
+      tokens.push_back(f.token);
+      after_special = true;
+      continue;
+    }
+    stretch.clear();
+    if (add_space_prefix_ && after_special) stretch.push_back(' ');
+    stretch.append(f.text);
+    EncodeStretch(stretch, tokens);
+    after_special = false;
+  }
   return tokens;
 }
 
-std::string Tokenizer::Decode(int32_t previous, int32_t token) const {
-  if (token < 0 || token >= vocab_size()) return "";
-  std::string_view piece = pieces_[token];
-  if (previous == bos_ && !piece.empty() && piece[0] == ' ') piece.remove_prefix(1);
-  unsigned int byte = 0;
-  if (piece.size() == 6 && std::sscanf(std::string(piece).c_str(), "<0x%02X>", &byte) == 1) {
-    return std::string(1, static_cast<char>(byte));
+void Tokenizer::EncodeStretch(std::string_view text, std::vector<int32_t>& out) const {
+  // Symbols: contiguous byte ranges of `text`, linked left to right; a merged-away symbol has n 0.
+  struct Symbol {
+    uint32_t start;
+    uint32_t n;
+    int32_t prev;
+    int32_t next;
+  };
+  std::vector<Symbol> symbols;
+  symbols.reserve(text.size());
+  for (size_t at = 0; at < text.size();) {
+    const size_t n = std::min(Utf8Length(static_cast<uint8_t>(text[at])), text.size() - at);
+    const int32_t index = static_cast<int32_t>(symbols.size());
+    symbols.push_back({static_cast<uint32_t>(at), static_cast<uint32_t>(n), index - 1,
+                       at + n == text.size() ? -1 : index + 1});
+    at += n;
   }
+
+  struct Pair {
+    float score;
+    int32_t left;
+    int32_t right;
+    uint32_t size;  // bytes of the merged piece: a stale entry no longer matches
+  };
+  const auto worse = [](const Pair& a, const Pair& b) {
+    return a.score < b.score || (a.score == b.score && a.left > b.left);
+  };
+  std::priority_queue<Pair, std::vector<Pair>, decltype(worse)> queue(worse);
+  const auto try_pair = [&](int32_t left, int32_t right) {
+    if (left < 0 || right < 0) return;
+    const uint32_t size = symbols[left].n + symbols[right].n;
+    const auto it = ids_.find(text.substr(symbols[left].start, size));
+    if (it == ids_.end()) return;
+    queue.push({info_[it->second].score, left, right, size});
+  };
+  for (int32_t i = 1; i < static_cast<int32_t>(symbols.size()); ++i) try_pair(i - 1, i);
+
+  while (!queue.empty()) {
+    const Pair p = queue.top();
+    queue.pop();
+    Symbol& left = symbols[p.left];
+    Symbol& right = symbols[p.right];
+    // Symbols only grow, so a pair whose sizes no longer add up was overtaken by another merge.
+    if (left.n == 0 || right.n == 0 || left.n + right.n != p.size) continue;
+    left.n += right.n;
+    right.n = 0;
+    left.next = right.next;
+    if (right.next >= 0) symbols[right.next].prev = p.left;
+    try_pair(left.prev, p.left);
+    try_pair(p.left, left.next);
+  }
+
+  for (int32_t i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[i].next) {
+    const std::string_view piece = text.substr(symbols[i].start, symbols[i].n);
+    if (const auto it = ids_.find(piece); it != ids_.end()) {
+      out.push_back(it->second);
+      continue;
+    }
+    // Not a piece (a character the vocabulary lacks, or invalid UTF-8): its bytes.
+    for (const char c : piece) {
+      const int32_t id = byte_ids_[static_cast<uint8_t>(c)];
+      if (id >= 0) {
+        out.push_back(id);
+      } else if (unk_ >= 0) {
+        out.push_back(unk_);
+      }
+    }
+  }
+}
+
+std::string Tokenizer::Text(int32_t token, bool strip_space) const {
+  if (token < 0 || token >= vocab_size()) return "";
+  const TokenInfo& info = info_[token];
+  switch (info.type) {
+    case TokenType::kControl:
+    case TokenType::kUnknown:
+      return "";
+    case TokenType::kByte:
+      return std::string(1, static_cast<char>(info.byte));
+    case TokenType::kUserDefined:
+      return pieces_[token];
+    case TokenType::kNormal:
+    case TokenType::kUnused:
+      break;
+  }
+  std::string_view piece = pieces_[token];
+  if (strip_space && add_space_prefix_ && !piece.empty() && piece[0] == ' ') piece.remove_prefix(1);
   return std::string(piece);
+}
+
+std::string Tokenizer::Decode(int32_t previous, int32_t token) const {
+  return Text(token, bos_ >= 0 && previous == bos_);
+}
+
+std::string Tokenizer::Detokenize(std::span<const int32_t> ids) const {
+  std::string out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    out += Text(ids[i], i == 0 || (bos_ >= 0 && ids[i - 1] == bos_));
+  }
+  return out;
 }
 
 }  // namespace kvq

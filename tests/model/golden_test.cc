@@ -1,7 +1,7 @@
 // The bundled stories260K, greedy with an f32 KV cache, reproduces the reference llama2.c run.c's
 // output token for token for every prompt in models/stories260K/golden-runc-ids.txt (run.c's -n 200
-// counts positions: BOS + 200 tokens, or fewer when it samples BOS). Also through a streamed cache,
-// since tiers must not change a bit.
+// counts positions: BOS + 200 tokens, or fewer when it samples BOS) — from the llama2.c files and
+// from the GGUF copy. Also through a streamed cache, since tiers must not change a bit.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "model/generate.h"
-#include "model/llama2c.h"
+#include "model/load_model.h"
 
 namespace kvq {
 namespace {
@@ -38,11 +38,14 @@ std::vector<Golden> ReadGolden() {
   return out;
 }
 
-std::vector<int32_t> RunGreedy(const std::string& prompt, int32_t n_total, KvBudgets budgets) {
-  Result<LlamaWeights> w = LoadLlama2c(kDir + "stories260K.bin");
-  EXPECT_TRUE(w.ok()) << w.status().message();
-  Result<Tokenizer> tok = Tokenizer::LoadLlama2c(kDir + "tok512.bin", w->config.vocab_size);
-  EXPECT_TRUE(tok.ok()) << tok.status().message();
+// model: "stories260K.bin" (with tok512.bin) or "stories260K.gguf" (its own vocabulary).
+std::vector<int32_t> RunGreedy(const std::string& prompt, int32_t n_total, KvBudgets budgets,
+                               const std::string& model = "stories260K.bin") {
+  Result<LoadedModel> loaded = LoadModel(kDir + model, model == "stories260K.bin" ? kDir + "tok512.bin" : "");
+  EXPECT_TRUE(loaded.ok()) << loaded.status().message();
+  if (!loaded.ok()) return {};
+  LlamaWeights* w = &loaded.value().weights;
+  const Tokenizer* tok = &loaded.value().tokenizer;
   const LlamaConfig c = w->config;
   const FormatDesc* f32 = *FindFormat("f32");
   Result<std::unique_ptr<KvCache>> cache =
@@ -50,9 +53,9 @@ std::vector<int32_t> RunGreedy(const std::string& prompt, int32_t n_total, KvBud
                        .layers = {{f32, f32}}, .max_positions = c.seq_len, .page_positions = 64,
                        .budgets = budgets});
   EXPECT_TRUE(cache.ok()) << cache.status().message();
-  LlamaModel model(std::move(w).value(), 2);
+  LlamaModel llama(std::move(*w), 2);
   const int32_t n_prompt = static_cast<int32_t>(tok->Encode(prompt, true).size());
-  Result<GenerateResult> r = Generate(model, *tok, **cache,
+  Result<GenerateResult> r = Generate(llama, *tok, **cache,
                                       {.prompt = prompt, .n_new = n_total - n_prompt, .sampling = {.temperature = 0}},
                                       nullptr);
   EXPECT_TRUE(r.ok()) << r.status().message();
@@ -67,6 +70,15 @@ TEST(Golden, GreedyMatchesLlama2cRunC) {
     const bool stopped_at_bos = want.size() > 1 && want.back() == 1;
     if (stopped_at_bos) want.pop_back();  // kvq does not append the BOS it stops at
     EXPECT_EQ(RunGreedy(g.prompt, static_cast<int32_t>(g.ids.size()), {}), want) << "prompt \"" << g.prompt << "\"";
+  }
+}
+
+TEST(Golden, GgufCopyMatchesToo) {
+  for (const Golden& g : ReadGolden()) {
+    std::vector<int32_t> want = g.ids;
+    if (want.size() > 1 && want.back() == 1) want.pop_back();
+    EXPECT_EQ(RunGreedy(g.prompt, static_cast<int32_t>(g.ids.size()), {}, "stories260K.gguf"), want)
+        << "prompt \"" << g.prompt << "\"";
   }
 }
 

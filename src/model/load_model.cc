@@ -1,0 +1,42 @@
+// LoadModel (see load_model.h).
+#include "model/load_model.h"
+
+#include <filesystem>
+
+#include "model/gguf/gguf_reader.h"
+#include "model/gguf_llama.h"
+#include "model/llama2c.h"
+
+namespace kvq {
+
+Result<LoadedModel> LoadModel(const std::string& model_path, const std::string& tokenizer_path) {
+  const bool gguf = std::filesystem::path(model_path).extension() == ".gguf";
+  Result<LlamaWeights> weights = Status::Error("unreachable");
+  std::shared_ptr<GgufFile> file;
+  if (gguf) {
+    Result<std::unique_ptr<GgufFile>> opened = GgufFile::Open(model_path);
+    if (!opened.ok()) return opened.status();
+    file = std::move(opened).value();
+    weights = LoadGgufLlama(file);
+  } else {
+    weights = LoadLlama2c(model_path);
+  }
+  if (!weights.ok()) return weights.status();
+  Result<Tokenizer> tokenizer = Status::Error("unreachable");
+  if (!tokenizer_path.empty()) {
+    tokenizer = Tokenizer::LoadLlama2c(tokenizer_path, weights->config.vocab_size);
+  } else if (gguf) {
+    tokenizer = Tokenizer::LoadGguf(*file);
+  } else {
+    tokenizer = Tokenizer::LoadLlama2c(
+        (std::filesystem::path(model_path).parent_path() / "tok512.bin").string(), weights->config.vocab_size);
+  }
+  if (!tokenizer.ok()) return tokenizer.status();
+  if (tokenizer->vocab_size() != weights->config.vocab_size) {
+    return Status::Error(model_path + ": the tokenizer has " + std::to_string(tokenizer->vocab_size()) +
+                         " tokens; the model's embedding has " + std::to_string(weights->config.vocab_size));
+  }
+  return LoadedModel{std::move(weights).value(), std::move(tokenizer).value()};
+}
+
+}  // namespace kvq

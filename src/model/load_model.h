@@ -1,0 +1,22 @@
+// One entry point for model files: a llama2.c checkpoint (+ tokenizer file) or a GGUF file (its
+// own vocabulary unless a tokenizer file is given).
+#pragma once
+
+#include <string>
+
+#include "kvq/status.h"
+#include "model/tokenizer.h"
+#include "model/weights.h"
+
+namespace kvq {
+
+struct LoadedModel {
+  LlamaWeights weights;
+  Tokenizer tokenizer;
+};
+
+/// Loads `model_path` (".gguf": GGUF; anything else: llama2.c). `tokenizer_path` empty: the GGUF
+/// file's vocabulary, or tok512.bin beside a llama2.c checkpoint.
+Result<LoadedModel> LoadModel(const std::string& model_path, const std::string& tokenizer_path);
+
+}  // namespace kvq
