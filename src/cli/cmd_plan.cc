@@ -67,16 +67,9 @@ int RunPlan(const PlanOptions& o) {
                          .layers = {{*format, *format}},
                          .max_positions = *std::max_element(o.contexts.begin(), o.contexts.end()),
                          .page_positions = static_cast<int32_t>(std::clamp<int64_t>(o.page, 0, INT32_MAX))};
-    const std::pair<const std::string*, int64_t*> sizes[] = {{&o.device_budget, &config.budgets.device_bytes},
-                                                             {&o.host_budget, &config.budgets.host_bytes}};
-    const char* flags[] = {"--kv-device-budget", "--kv-host-budget"};
-    for (int i = 0; i < 2; ++i) {
-      if (sizes[i].first->empty()) continue;
-      const Result<int64_t> bytes = ParseByteSize(*sizes[i].first);
-      if (!bytes.ok()) return bad(std::string(flags[i]) + ": " + bytes.status().message());
-      *sizes[i].second = *bytes;
+    if (Status st = ParseBudgetFlags(o.device_budget, o.host_budget, o.disk_dir, &config.budgets); !st.ok()) {
+      return bad(st.message());
     }
-    config.budgets.disk_dir = o.disk_dir;
     const Result<KvTierPlan> plan = KvCache::Plan(config);
     if (!plan.ok()) return bad(plan.status().message());
     tiers = *plan;

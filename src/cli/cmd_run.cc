@@ -74,16 +74,9 @@ int RunRun(const RunOptions& o) {
   KvCacheConfig cache_config{.n_layers = cfg.n_layers, .n_kv_heads = cfg.n_kv_heads, .head_dim = cfg.head_dim(),
                              .layers = {{*kf, *vf}}, .max_positions = context,
                              .page_positions = static_cast<int32_t>(std::min<int64_t>(256, (context + 31) / 32 * 32))};
-  const std::pair<const std::string*, int64_t*> sizes[] = {{&o.device_budget, &cache_config.budgets.device_bytes},
-                                                           {&o.host_budget, &cache_config.budgets.host_bytes}};
-  const char* flags[] = {"--kv-device-budget", "--kv-host-budget"};
-  for (int i = 0; i < 2; ++i) {
-    if (sizes[i].first->empty()) continue;
-    const Result<int64_t> b = ParseByteSize(*sizes[i].first);
-    if (!b.ok()) return bad(std::string(flags[i]) + ": " + b.status().message());
-    *sizes[i].second = *b;
+  if (Status st = ParseBudgetFlags(o.device_budget, o.host_budget, o.disk_dir, &cache_config.budgets); !st.ok()) {
+    return bad(st.message());
   }
-  cache_config.budgets.disk_dir = o.disk_dir;
   Result<std::unique_ptr<KvCache>> cache = KvCache::Create(cache_config);
   if (!cache.ok()) return bad(cache.status().message());
 

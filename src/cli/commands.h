@@ -4,6 +4,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include "kvq/status.h"
+
+namespace kvq {
+struct KvBudgets;
+}  // namespace kvq
+
 namespace kvq::cli {
 
 inline constexpr int kExitBadInput = 2;
@@ -12,6 +18,11 @@ void AddFormatsCommand(CLI::App& app, int* exit_code);
 void AddPlanCommand(CLI::App& app, int* exit_code);
 void AddBenchCommand(CLI::App& app, int* exit_code);
 void AddRunCommand(CLI::App& app, int* exit_code);
+
+/// The budget flags as typed (--kv-device-budget, --kv-host-budget, --kv-disk) into budgets;
+/// the error names the flag.
+Status ParseBudgetFlags(const std::string& device, const std::string& host, const std::string& disk_dir,
+                        KvBudgets* budgets);
 
 /// Prints "kvq <command>: error: <message>" to stderr and returns kExitBadInput.
 int BadInput(const std::string& command, const std::string& message);

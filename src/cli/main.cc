@@ -2,8 +2,24 @@
 #include <fmt/core.h>
 
 #include "cli/commands.h"
+#include "kvq/kv_cache.h"
+#include "kvq/units.h"
 
 namespace kvq::cli {
+Status ParseBudgetFlags(const std::string& device, const std::string& host, const std::string& disk_dir,
+                        KvBudgets* budgets) {
+  const struct { const std::string* text; int64_t* bytes; const char* flag; } sizes[] = {
+      {&device, &budgets->device_bytes, "--kv-device-budget"}, {&host, &budgets->host_bytes, "--kv-host-budget"}};
+  for (const auto& s : sizes) {
+    if (s.text->empty()) continue;
+    const Result<int64_t> bytes = ParseByteSize(*s.text);
+    if (!bytes.ok()) return Status::Error(std::string(s.flag) + ": " + bytes.status().message());
+    *s.bytes = *bytes;
+  }
+  budgets->disk_dir = disk_dir;
+  return Status::Ok();
+}
+
 int BadInput(const std::string& command, const std::string& message) {
   fmt::print(stderr, "kvq {}: error: {}\n", command, message);
   return kExitBadInput;
