@@ -90,7 +90,7 @@ int RunRun(const RunOptions& o) {
       fmt::print(stderr, "kvq run: error: --prompt-cache {}: {}\n", o.prompt_cache, loaded.status().message());
       return 1;
     }
-    const std::vector<int32_t> prompt_tokens = tokenizer->Encode(o.prompt, true);
+    const std::vector<int32_t> prompt_tokens = tokenizer->Encode(o.prompt, tokenizer->add_bos());
     const bool prefix = loaded->size() < prompt_tokens.size() &&
                         std::equal(loaded->begin(), loaded->end(), prompt_tokens.begin());
     if (prefix) {

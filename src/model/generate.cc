@@ -1,5 +1,5 @@
-// Generate (see generate.h). Prefill is one forward per prompt token for now (the cache takes
-// blocks; batched weight kernels come with the GGUF runtime work).
+// Generate (see generate.h). Prefill runs the prompt in blocks (weights read once per block,
+// K and V appended as blocks); decoding is one token per forward pass.
 #include "model/generate.h"
 
 #include <fmt/format.h>
@@ -15,8 +15,11 @@ Result<GenerateResult> Generate(LlamaModel& model, const Tokenizer& tokenizer, K
                                 const std::vector<int32_t>& cached_tokens) {
   using Clock = std::chrono::steady_clock;
   GenerateResult r;
-  r.tokens = tokenizer.Encode(o.prompt, /*add_bos=*/true);
+  r.tokens = tokenizer.Encode(o.prompt, tokenizer.add_bos());
   r.n_prompt = static_cast<int32_t>(r.tokens.size());
+  if (r.n_prompt == 0) {
+    return Status::Error("the prompt is empty and this vocabulary adds no BOS token: give a prompt (-p)");
+  }
   const int64_t context = cache.config().max_positions;
   if (r.n_prompt > context) {
     return Status::Error(fmt::format("the prompt is {} tokens but the context is {} (-c)", r.n_prompt, context));
@@ -32,12 +35,19 @@ Result<GenerateResult> Generate(LlamaModel& model, const Tokenizer& tokenizer, K
   std::vector<float> logits(model.config().vocab_size);
   Sampler sampler(o.sampling);
   const auto t0 = Clock::now();
-  for (int32_t pos = r.n_reused; pos < r.n_prompt; ++pos) {
+  // Prefill in blocks of up to kPrefillBlock tokens; a block always ends before the last prompt
+  // token, so the cache holds exactly the prompt-cache prefix when on_prefix runs.
+  constexpr int32_t kPrefillBlock = 64;
+  for (int32_t pos = r.n_reused; pos < r.n_prompt;) {
+    const int32_t end = pos < r.n_prompt - 1 ? std::min(r.n_prompt - 1, pos + kPrefillBlock) : r.n_prompt;
     if (pos == r.n_prompt - 1 && o.on_prefix && pos > r.n_reused) {
       const std::vector<int32_t> prefix(r.tokens.begin(), r.tokens.begin() + pos);
       if (Status s = o.on_prefix(prefix); !s.ok()) return s;
     }
-    if (Status s = model.Forward(r.tokens[pos], pos, cache, logits.data()); !s.ok()) return s;
+    if (Status s = model.ForwardBlock(r.tokens.data() + pos, end - pos, pos, cache, logits.data()); !s.ok()) {
+      return s;
+    }
+    pos = end;
   }
   const auto t1 = Clock::now();
   r.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();

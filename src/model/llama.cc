@@ -81,4 +81,47 @@ Status LlamaModel::Forward(int32_t token, int64_t pos, KvCache& cache, float* lo
   return Status::Ok();
 }
 
+Status LlamaModel::ForwardBlock(const int32_t* tokens, int32_t n, int64_t pos, KvCache& cache,
+                                float* logits) {
+  if (n == 1) return Forward(tokens[0], pos, cache, logits);
+  const LlamaConfig& c = w_.config;
+  const int64_t dim = c.dim, kv = c.kv_dim(), hidden = c.hidden_dim;
+  // Activations for the block: [n][dim] etc.
+  std::vector<float> x(n * dim), xb(n * dim), xb2(n * dim), q(n * dim), k(n * kv), v(n * kv);
+  std::vector<float> hb(n * hidden), hb2(n * hidden);
+  for (int32_t t = 0; t < n; ++t) DecodeWeightRow(w_.token_embedding, tokens[t], x.data() + t * dim);
+  const AttentionShape shape{.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()};
+  AttentionState state(shape, n);
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = w_.layers[l];
+    for (int32_t t = 0; t < n; ++t) RmsNorm(xb.data() + t * dim, x.data() + t * dim, L.attn_norm, c.dim, c.norm_eps);
+    MatMul(L.wq, xb.data(), n, q.data(), threads_);
+    MatMul(L.wk, xb.data(), n, k.data(), threads_);
+    MatMul(L.wv, xb.data(), n, v.data(), threads_);
+    for (int32_t t = 0; t < n; ++t) {
+      Rope(q.data() + t * dim, c.dim, c.head_dim(), pos + t, c.rope_theta);
+      Rope(k.data() + t * kv, c.kv_dim(), c.head_dim(), pos + t, c.rope_theta);
+    }
+    if (Status s = cache.Append(l, k.data(), v.data(), n); !s.ok()) return s;
+    state.Reset();
+    if (Status s = cache.Attend(l, attention_options(), q.data(), pos, state); !s.ok()) return s;
+    FinishAttention(state, xb.data());
+    MatMul(L.wo, xb.data(), n, xb2.data(), threads_);
+    for (int64_t i = 0; i < n * dim; ++i) x[i] += xb2[i];
+    for (int32_t t = 0; t < n; ++t) RmsNorm(xb.data() + t * dim, x.data() + t * dim, L.ffn_norm, c.dim, c.norm_eps);
+    MatMul(L.w1, xb.data(), n, hb.data(), threads_);
+    MatMul(L.w3, xb.data(), n, hb2.data(), threads_);
+    for (int64_t i = 0; i < n * hidden; ++i) {
+      const float g = hb[i];
+      hb[i] = g * (1.0f / (1.0f + std::exp(-g))) * hb2[i];
+    }
+    MatMul(L.w2, hb.data(), n, xb.data(), threads_);
+    for (int64_t i = 0; i < n * dim; ++i) x[i] += xb[i];
+  }
+  float* last = x.data() + (n - 1) * dim;
+  RmsNorm(last, last, w_.final_norm, c.dim, c.norm_eps);
+  MatVec(w_.classifier, last, logits, threads_);
+  return Status::Ok();
+}
+
 }  // namespace kvq

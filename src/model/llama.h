@@ -21,6 +21,13 @@ class LlamaModel {
   /// its K and V to `cache`, and writes the next-token logits [vocab_size].
   Status Forward(int32_t token, int64_t pos, KvCache& cache, float* logits);
 
+  /// Prefill: runs `n` tokens at positions pos .. pos + n − 1 as one block (weights read once per
+  /// block, K and V appended as a block, causal attention for the whole block), writing the logits
+  /// after the last token. For formats without groups or calibration the bits equal n Forward
+  /// calls; a KIVI group completed inside the block, or an fp8 scale calibrated on it, is seen
+  /// quantised by the block's earlier tokens (as a prefill writes it).
+  Status ForwardBlock(const int32_t* tokens, int32_t n, int64_t pos, KvCache& cache, float* logits);
+
   /// Attention options the model uses (scale 1/sqrt(head_dim), the SIMD kernel, its threads).
   AttentionOptions attention_options() const;
 

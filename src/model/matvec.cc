@@ -341,6 +341,24 @@ void MatVec(const Matrix& w, const float* x, float* y, int32_t threads) {
   });
 }
 
+void MatMul(const Matrix& w, const float* x, int64_t n_tokens, float* y, int32_t threads) {
+  if (w.rows <= 0 || n_tokens <= 0) return;
+  const RowsFn rows_fn = PickRows(w.type);
+  if (rows_fn == nullptr) {  // CheckMatrix refuses such a matrix; reaching here is a caller bug
+    fmt::print(stderr, "kvq: MatMul: weight type id {} is not supported\n", static_cast<int>(w.type));
+    std::abort();
+  }
+  // Each block of 16 rows meets every token while those rows are in cache, so the weights are read
+  // from memory once per call, not once per token. Per row and token it is MatVec's own kernel:
+  // the results equal n_tokens MatVec calls bit for bit.
+  const int64_t blocks = (w.rows + 15) / 16;
+  const int32_t t = w.rows * w.cols * n_tokens >= (1 << 16) ? threads : 1;
+  ThreadPool::Shared(std::max(1, t)).Run(blocks, [&](int64_t b, int32_t) {
+    const int64_t r0 = b * 16, r1 = std::min<int64_t>(w.rows, (b + 1) * 16);
+    for (int64_t k = 0; k < n_tokens; ++k) rows_fn(w.data, x + k * w.cols, y + k * w.rows, w.cols, r0, r1);
+  });
+}
+
 float DecodeWeight(const Matrix& w, int64_t row, int64_t col) {
   const uint8_t* p = w.data + row * MatrixRowBytes(w.type, w.cols);
   switch (w.type) {

@@ -40,7 +40,11 @@ int64_t MatrixRowBytes(WeightType type, int64_t cols);
 /// re-checked here); x has w.cols floats, y w.rows.
 void MatVec(const Matrix& w, const float* x, float* y, int32_t threads);
 
-/// The same, one row at a time in plain C++ (scalar decode, sequential sums): the oracle for tests.
+/// Y = X Wᵀ for a block of tokens: x [n_tokens][cols] -> y [n_tokens][rows], the weights read
+/// once per call (prefill). Equal, bit for bit, to n_tokens calls of MatVec.
+void MatMul(const Matrix& w, const float* x, int64_t n_tokens, float* y, int32_t threads);
+
+/// MatVec, one row at a time in plain C++ (scalar decode, sequential sums): the oracle for tests.
 void MatVecReference(const Matrix& w, const float* x, float* y);
 
 /// W[row][col] decoded to f32 by the layout above (plain scalar code).
