@@ -24,33 +24,10 @@
 #include <string>
 #include <vector>
 
-// Records the largest single allocation while armed, so the tests can prove that a corrupt length
-// is refused before anything is sized by it (a 2^62-byte request would throw, or worse succeed
-// lazily on an overcommitting kernel).
-namespace {
-std::atomic<bool> g_track_allocations{false};
-std::atomic<size_t> g_largest_allocation{0};
-}  // namespace
+#include "test_util/largest_allocation.h"
 
-// GCC 12 sees malloc inside operator new and free inside operator delete after inlining and
-// reports a mismatch that is not there: these are the replacement pair.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-void* operator new(size_t bytes) {
-  if (g_track_allocations.load(std::memory_order_relaxed)) {
-    size_t seen = g_largest_allocation.load(std::memory_order_relaxed);
-    while (bytes > seen && !g_largest_allocation.compare_exchange_weak(seen, bytes)) {
-    }
-  }
-  if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](size_t bytes) { return ::operator new(bytes); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-void operator delete[](void* p, size_t) noexcept { std::free(p); }
-#pragma GCC diagnostic pop
+using kvq_test::g_largest_allocation;
+using kvq_test::g_track_allocations;
 
 namespace kvq {
 namespace {

@@ -27,30 +27,10 @@
 #define KVQ_SOURCE_DIR "."
 #endif
 
-// Records the largest single allocation while armed, so the tests can prove that an absurd length
-// is refused before anything is sized by it.
-namespace {
-std::atomic<bool> g_track_allocations{false};
-std::atomic<size_t> g_largest_allocation{0};
-}  // namespace
+#include "test_util/largest_allocation.h"
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-void* operator new(size_t bytes) {
-  if (g_track_allocations.load(std::memory_order_relaxed)) {
-    size_t seen = g_largest_allocation.load(std::memory_order_relaxed);
-    while (bytes > seen && !g_largest_allocation.compare_exchange_weak(seen, bytes)) {
-    }
-  }
-  if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](size_t bytes) { return ::operator new(bytes); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-void operator delete[](void* p, size_t) noexcept { std::free(p); }
-#pragma GCC diagnostic pop
+using kvq_test::g_largest_allocation;
+using kvq_test::g_track_allocations;
 
 namespace kvq {
 namespace {
