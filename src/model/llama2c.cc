@@ -60,24 +60,24 @@ Result<LlamaWeights> LoadLlama2c(const std::string& path) {
   w.token_embedding = matrix(p, c.vocab_size, d);
   p += c.vocab_size * d;
   w.layers.resize(L);
-  for (int64_t l = 0; l < L; ++l) w.layers[l].attn_norm = p + l * d;
-  p += L * d;
-  for (int64_t l = 0; l < L; ++l) w.layers[l].wq = matrix(p + l * d * d, d, d);
-  p += L * d * d;
-  for (int64_t l = 0; l < L; ++l) w.layers[l].wk = matrix(p + l * d * kv, kv, d);
-  p += L * d * kv;
-  for (int64_t l = 0; l < L; ++l) w.layers[l].wv = matrix(p + l * d * kv, kv, d);
-  p += L * d * kv;
-  for (int64_t l = 0; l < L; ++l) w.layers[l].wo = matrix(p + l * d * d, d, d);
-  p += L * d * d;
-  for (int64_t l = 0; l < L; ++l) w.layers[l].ffn_norm = p + l * d;
-  p += L * d;
-  for (int64_t l = 0; l < L; ++l) w.layers[l].w1 = matrix(p + l * d * hd, hd, d);
-  p += L * d * hd;
-  for (int64_t l = 0; l < L; ++l) w.layers[l].w2 = matrix(p + l * d * hd, d, hd);
-  p += L * d * hd;
-  for (int64_t l = 0; l < L; ++l) w.layers[l].w3 = matrix(p + l * d * hd, hd, d);
-  p += L * d * hd;
+  // Each weight is stored for all layers in a row: `rows` x `cols` floats per layer.
+  auto per_layer_matrix = [&](Matrix LayerWeights::*field, int64_t rows, int64_t cols) {
+    for (int64_t l = 0; l < L; ++l) w.layers[l].*field = matrix(p + l * rows * cols, rows, cols);
+    p += L * rows * cols;
+  };
+  auto per_layer_norm = [&](const float* LayerWeights::*field) {
+    for (int64_t l = 0; l < L; ++l) w.layers[l].*field = p + l * d;
+    p += L * d;
+  };
+  per_layer_norm(&LayerWeights::attn_norm);
+  per_layer_matrix(&LayerWeights::wq, d, d);
+  per_layer_matrix(&LayerWeights::wk, kv, d);
+  per_layer_matrix(&LayerWeights::wv, kv, d);
+  per_layer_matrix(&LayerWeights::wo, d, d);
+  per_layer_norm(&LayerWeights::ffn_norm);
+  per_layer_matrix(&LayerWeights::w1, hd, d);
+  per_layer_matrix(&LayerWeights::w2, d, hd);
+  per_layer_matrix(&LayerWeights::w3, hd, d);
   w.final_norm = p;
   p += d;
   p += c.seq_len * hs;  // freq_cis_real and freq_cis_imag: kvq computes RoPE itself
