@@ -59,10 +59,12 @@ Status LlamaModel::Forward(int32_t token, int64_t pos, KvCache& cache, float* lo
     MatVec(L.wv, xb_.data(), v_.data(), threads_);
     Rope(q_.data(), dim, c.head_dim(), pos, c.rope_theta);
     Rope(k_.data(), c.kv_dim(), c.head_dim(), pos, c.rope_theta);
+    if (hooks_ && hooks_->on_qkv) hooks_->on_qkv(l, pos, q_.data(), k_.data(), v_.data());
     if (Status s = cache.Append(l, k_.data(), v_.data(), 1); !s.ok()) return s;
     state.Reset();
     if (Status s = cache.Attend(l, attention_options(), q_.data(), pos, state); !s.ok()) return s;
     FinishAttention(state, xb_.data());
+    if (hooks_ && hooks_->on_attention_out) hooks_->on_attention_out(l, pos, xb_.data());
     MatVec(L.wo, xb_.data(), xb2_.data(), threads_);
     for (int32_t i = 0; i < dim; ++i) x_[i] += xb2_[i];
 

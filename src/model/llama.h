@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "kvq/kv_cache.h"
@@ -10,6 +11,16 @@
 #include "model/weights.h"
 
 namespace kvq {
+
+/// Observation points for measurements (kvq eval). Forward (one token) calls them; ForwardBlock
+/// does not. Either may be empty.
+struct ForwardHooks {
+  /// After RoPE, before the cache: q [n_heads·head_dim], k and v [kv_dim] of the token at `pos`.
+  std::function<void(int32_t layer, int64_t pos, const float* q, const float* k, const float* v)> on_qkv;
+  /// After attention, before the output projection: out [n_heads·head_dim], which the hook may
+  /// overwrite (to see what replacing one layer's attention does to the logits).
+  std::function<void(int32_t layer, int64_t pos, float* attention_out)> on_attention_out;
+};
 
 class LlamaModel {
  public:
@@ -28,12 +39,16 @@ class LlamaModel {
   /// quantised by the block's earlier tokens (as a prefill writes it).
   Status ForwardBlock(const int32_t* tokens, int32_t n, int64_t pos, KvCache& cache, float* logits);
 
+  /// Hooks Forward calls from now on (nullptr: none). Not owned; must outlive their use.
+  void set_hooks(const ForwardHooks* hooks) { hooks_ = hooks; }
+
   /// Attention options the model uses (scale 1/sqrt(head_dim), the SIMD kernel, its threads).
   AttentionOptions attention_options() const;
 
  private:
   LlamaWeights w_;
   int32_t threads_;
+  const ForwardHooks* hooks_ = nullptr;
   // Activations for one token.
   std::vector<float> x_, xb_, xb2_, hb_, hb2_, q_, k_, v_;  // [dim] ×3, [hidden] ×2, [dim], [kv_dim] ×2
 };
