@@ -2,7 +2,6 @@
 // runs the bundled stories260K (llama2.c files under models/).
 #include <fmt/core.h>
 
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -11,10 +10,6 @@
 #include "kvq/units.h"
 #include "model/generate.h"
 #include "model/load_model.h"
-
-#ifndef KVQ_MODELS_DIR
-#define KVQ_MODELS_DIR "models"
-#endif
 
 namespace kvq::cli {
 namespace {
@@ -38,19 +33,10 @@ struct RunOptions {
   bool json = false;
 };
 
-// The bundled model: next to the binary's source tree (build folder) or in ./models.
-std::string BundledPath(const std::string& file) {
-  for (const std::string& dir : {std::string(KVQ_MODELS_DIR), std::string("models")}) {
-    const std::string p = dir + "/stories260K/" + file;
-    if (std::filesystem::exists(p)) return p;
-  }
-  return std::string(KVQ_MODELS_DIR) + "/stories260K/" + file;
-}
-
 int RunRun(const RunOptions& o) {
   auto bad = [](const std::string& m) { return BadInput("run", m); };
-  const std::string model_path = o.model.empty() ? BundledPath("stories260K.bin") : o.model;
-  const std::string tok_path = o.tokenizer.empty() && o.model.empty() ? BundledPath("tok512.bin") : o.tokenizer;
+  const std::string model_path = o.model.empty() ? BundledModelFile("stories260K.bin") : o.model;
+  const std::string tok_path = o.tokenizer.empty() && o.model.empty() ? BundledModelFile("tok512.bin") : o.tokenizer;
   if (o.threads <= 0 || o.threads > 1024) return bad(fmt::format("--threads must be in 1..1024 (got {})", o.threads));
   if (o.temp < 0) return bad(fmt::format("--temp must be >= 0 (got {})", o.temp));
   if (o.top_p <= 0 || o.top_p > 1) return bad(fmt::format("--top-p must be in (0, 1] (got {})", o.top_p));

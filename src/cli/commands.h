@@ -18,11 +18,25 @@ void AddFormatsCommand(CLI::App& app, int* exit_code);
 void AddPlanCommand(CLI::App& app, int* exit_code);
 void AddBenchCommand(CLI::App& app, int* exit_code);
 void AddRunCommand(CLI::App& app, int* exit_code);
+void AddTokenizeCommand(CLI::App& app, int* exit_code);
+void AddSynthCommand(CLI::App& app, int* exit_code);
+void AddEvalCommand(CLI::App& app, int* exit_code);
+
+/// Subcommands of `kvq bench` (cmd_bench.cc registers attention and stream itself).
+void AddBenchMatvecCommand(CLI::App& bench, int* exit_code);
+void AddBenchDecodeCommand(CLI::App& bench, int* exit_code);
+/// Subcommands of `kvq eval` (cmd_eval.cc creates the group).
+void AddEvalAttentionCommand(CLI::App& eval, int* exit_code);
+void AddEvalFidelityCommand(CLI::App& eval, int* exit_code);
 
 /// The budget flags as typed (--kv-device-budget, --kv-host-budget, --kv-disk) into budgets;
 /// the error names the flag.
 Status ParseBudgetFlags(const std::string& device, const std::string& host, const std::string& disk_dir,
                         KvBudgets* budgets);
+
+/// A file of the bundled model (stories260K.bin, tok512.bin, stories260K.gguf): under the source
+/// tree's models/ (when run from a build folder) or ./models. Commands use it when -m is not given.
+std::string BundledModelFile(const std::string& file);
 
 /// Prints "kvq <command>: error: <message>" to stderr and returns kExitBadInput.
 int BadInput(const std::string& command, const std::string& message);

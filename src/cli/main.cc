@@ -1,11 +1,25 @@
-// kvq command line: one binary, one subcommand per job (formats, plan; run, eval, bench later).
+// kvq command line: one binary, one subcommand per job (run, formats, plan, bench, eval, synth, tokenize).
 #include <fmt/core.h>
+
+#include <filesystem>
 
 #include "cli/commands.h"
 #include "kvq/kv_cache.h"
 #include "kvq/units.h"
 
+#ifndef KVQ_MODELS_DIR
+#define KVQ_MODELS_DIR "models"
+#endif
+
 namespace kvq::cli {
+std::string BundledModelFile(const std::string& file) {
+  for (const std::string& dir : {std::string(KVQ_MODELS_DIR), std::string("models")}) {
+    const std::string p = dir + "/stories260K/" + file;
+    if (std::filesystem::exists(p)) return p;
+  }
+  return std::string(KVQ_MODELS_DIR) + "/stories260K/" + file;
+}
+
 Status ParseBudgetFlags(const std::string& device, const std::string& host, const std::string& disk_dir,
                         KvBudgets* budgets) {
   const struct { const std::string* text; int64_t* bytes; const char* flag; } sizes[] = {
@@ -42,7 +56,8 @@ int main(int argc, char** argv) {
     known += (known.empty() ? "" : ", ") + sub->get_name();
     found = found || (argc > 1 && sub->get_name() == argv[1]);
   }
-  if (argc > 1 && argv[1][0] != '-' && !found) {    fmt::print(stderr, "kvq: error: unknown command '{}' (commands: {}; see kvq --help)\n", argv[1],
+  if (argc > 1 && argv[1][0] != '-' && !found) {
+    fmt::print(stderr, "kvq: error: unknown command '{}' (commands: {}; see kvq --help)\n", argv[1],
                known);
     return kvq::cli::kExitBadInput;
   }

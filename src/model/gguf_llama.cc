@@ -1,10 +1,13 @@
 // LoadGgufLlama (see gguf_llama.h). GGUF stores a matrix with ne[0] = its row length, so a
-// tensor of dims [cols, rows] is a Matrix of `rows` rows of `cols` numbers. The rotary layout
-// needs no change: llama.cpp's converters already arrange Q and K for adjacent-pair rotation,
-// which is what the forward pass (llama2.c's layout) applies.
+// tensor of dims [cols, rows] is a Matrix of `rows` rows of `cols` numbers. Metadata keys are
+// prefixed by the architecture ("qwen2.embedding_length"). The rotary pairing follows llama.cpp:
+// its converters permute llama/mistral Q and K rows for adjacent-pair rotation (llama2.c's layout)
+// and leave qwen2's as trained (halves, "NeoX").
 #include "model/gguf_llama.h"
 
 #include <fmt/format.h>
+
+#include <cmath>
 
 #include "cache/snapshot.h"
 #include "model/matvec.h"
@@ -26,49 +29,102 @@ Result<WeightType> ToWeightType(const GgufTensor& t, const std::string& path) {
   }
 }
 
+bool HasTensor(const GgufFile& file, const std::string& name) {
+  for (const GgufTensor& t : file.tensors()) {
+    if (t.name == name) return true;
+  }
+  return false;
+}
+
+// The architectures kvq runs: the Llama block with two differences between them.
+struct ArchSpec {
+  const char* name;
+  RopePairing pairing;  // llama.cpp's converters permute llama/mistral Q, K rows to adjacent pairs
+  bool qkv_bias;        // qwen2: q, k, v projections carry biases
+};
+constexpr ArchSpec kArchs[] = {
+    {"llama", RopePairing::kAdjacent, false},
+    {"mistral", RopePairing::kAdjacent, false},
+    {"qwen2", RopePairing::kHalves, true},
+};
+
 }  // namespace
 
 Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
   const std::string& path = file->path();
-  Result<std::string> arch = file->GetString("general.architecture");
-  if (!arch.ok()) return arch.status();
-  if (*arch != "llama") {
-    return Status::Error(fmt::format("{}: architecture '{}' is not supported (supported: llama)", path, *arch));
+  Result<std::string> arch_name = file->GetString("general.architecture");
+  if (!arch_name.ok()) return arch_name.status();
+  const ArchSpec* arch = nullptr;
+  for (const ArchSpec& a : kArchs) arch = *arch_name == a.name ? &a : arch;
+  if (arch == nullptr) {
+    return Status::Error(fmt::format("{}: architecture '{}' is not supported (supported: llama, mistral, qwen2)",
+                                     path, *arch_name));
   }
-  auto u32 = [&](const char* key) { return file->GetU32(key); };
+  const std::string pre = std::string(arch->name) + ".";
+  auto u32 = [&](const std::string& key) { return file->GetU32(pre + key); };
   LlamaConfig c;
+  c.arch = arch->name;
+  c.rope_pairing = arch->pairing;
+  c.qkv_bias = arch->qkv_bias;
   const std::pair<const char*, int32_t*> required[] = {
-      {"llama.embedding_length", &c.dim}, {"llama.feed_forward_length", &c.hidden_dim},
-      {"llama.block_count", &c.n_layers}, {"llama.attention.head_count", &c.n_heads},
-      {"llama.context_length", &c.seq_len}};
+      {"embedding_length", &c.dim}, {"feed_forward_length", &c.hidden_dim},
+      {"block_count", &c.n_layers}, {"attention.head_count", &c.n_heads},
+      {"context_length", &c.seq_len}};
   for (const auto& [key, field] : required) {
     Result<uint32_t> v = u32(key);
     if (!v.ok()) return v.status();
-    if (*v == 0 || *v > (1u << 24)) return Status::Error(fmt::format("{}: {} = {} is not plausible", path, key, *v));
+    if (*v == 0 || *v > (1u << 24)) return Status::Error(fmt::format("{}: {}{} = {} is not plausible", path, pre, key, *v));
     *field = static_cast<int32_t>(*v);
   }
   c.n_kv_heads = c.n_heads;
-  if (file->Has("llama.attention.head_count_kv")) {
-    Result<uint32_t> v = u32("llama.attention.head_count_kv");
+  if (file->Has(pre + "attention.head_count_kv")) {
+    Result<uint32_t> v = u32("attention.head_count_kv");
     if (!v.ok()) return v.status();
     c.n_kv_heads = static_cast<int32_t>(*v);
   }
-  if (file->Has("llama.rope.freq_base")) {
-    Result<float> v = file->GetF32("llama.rope.freq_base");
+  const std::pair<const char*, float*> optional_floats[] = {
+      {"rope.freq_base", &c.rope_theta}, {"attention.layer_norm_rms_epsilon", &c.norm_eps}};
+  for (const auto& [key, field] : optional_floats) {
+    if (!file->Has(pre + key)) continue;
+    Result<float> v = file->GetF32(pre + key);
     if (!v.ok()) return v.status();
-    c.rope_theta = *v;
+    *field = *v;
   }
-  if (file->Has("llama.attention.layer_norm_rms_epsilon")) {
-    Result<float> v = file->GetF32("llama.attention.layer_norm_rms_epsilon");
+  if (c.n_kv_heads <= 0 || c.dim % c.n_heads != 0 || c.n_heads % c.n_kv_heads != 0 || c.head_dim() % 2 != 0) {
+    return Status::Error(fmt::format("{}: {} heads and {} KV heads do not divide dim {} into even head rows", path,
+                                     c.n_heads, c.n_kv_heads, c.dim));
+  }
+  if (file->Has(pre + "rope.dimension_count")) {
+    Result<uint32_t> v = u32("rope.dimension_count");
     if (!v.ok()) return v.status();
-    c.norm_eps = *v;
+    if (static_cast<int64_t>(*v) != c.head_dim()) {
+      return Status::Error(fmt::format("{}: {}rope.dimension_count = {} rotates part of a head (head_dim {}); kvq "
+                                       "supports rotating whole heads only", path, pre, *v, c.head_dim()));
+    }
   }
-  if (c.n_kv_heads <= 0 || c.dim % c.n_heads != 0 || c.n_heads % c.n_kv_heads != 0) {
-    return Status::Error(fmt::format("{}: {} heads and {} KV heads do not divide dim {}", path, c.n_heads,
-                                     c.n_kv_heads, c.dim));
+  // RoPE scaling: linear (positions divided by the factor) or none; Llama 3.1's scaling arrives as
+  // the rope_freqs.weight tensor (read below). YaRN and others change attention itself: refused.
+  if (file->Has(pre + "rope.scaling.type")) {
+    Result<std::string> type = file->GetString(pre + "rope.scaling.type");
+    if (!type.ok()) return type.status();
+    if (*type == "linear") {
+      Result<float> factor = file->GetF32(pre + "rope.scaling.factor");
+      if (!factor.ok()) return factor.status();
+      if (!(*factor >= 1.0f && *factor <= 1024.0f)) {
+        return Status::Error(fmt::format("{}: {}rope.scaling.factor = {} is not in [1, 1024]", path, pre, *factor));
+      }
+      c.rope_position_scale = 1.0f / *factor;
+    } else if (*type != "none") {
+      return Status::Error(fmt::format("{}: {}rope.scaling.type '{}' is not supported (supported: none, linear, and "
+                                       "Llama 3.1 frequency factors in rope_freqs.weight)", path, pre, *type));
+    }
   }
-  if (file->Has("llama.rope.scaling.type")) {
-    return Status::Error(fmt::format("{}: RoPE scaling (llama.rope.scaling.*) is not supported yet", path));
+  // Mistral's sliding window: kvq attends to every position, which is the same thing while the
+  // context is within the window, so the usable context stops at the window.
+  if (file->Has(pre + "attention.sliding_window")) {
+    Result<uint32_t> v = u32("attention.sliding_window");
+    if (!v.ok()) return v.status();
+    if (*v > 0 && static_cast<int32_t>(*v) < c.seq_len) c.seq_len = static_cast<int32_t>(*v);
   }
 
   LlamaWeights w;
@@ -91,14 +147,27 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
     }
     return matrix;
   };
-  auto norm = [&](const std::string& name) -> Result<const float*> {
-    Result<Matrix> m = tensor(name, c.dim, 0);
+  // An F32 vector of n numbers (norm weights, biases, frequency factors).
+  auto vector = [&](const std::string& name, int64_t n) -> Result<const float*> {
+    Result<Matrix> m = tensor(name, n, 0);
     if (!m.ok()) return m.status();
     if (m->type != WeightType::kF32) {
-      return Status::Error(fmt::format("{}: norm tensor '{}' must be F32 (is {})", path, name, WeightTypeName(m->type)));
+      return Status::Error(fmt::format("{}: tensor '{}' must be F32 (is {})", path, name, WeightTypeName(m->type)));
     }
     return reinterpret_cast<const float*>(m->data);
   };
+  auto norm = [&](const std::string& name) { return vector(name, c.dim); };
+  if (HasTensor(*file, "rope_freqs.weight")) {
+    Result<const float*> f = vector("rope_freqs.weight", c.head_dim() / 2);
+    if (!f.ok()) return f.status();
+    c.rope_freq_factors.assign(*f, *f + c.head_dim() / 2);
+    for (float factor : c.rope_freq_factors) {
+      if (!(factor > 0.0f && std::isfinite(factor))) {
+        return Status::Error(fmt::format("{}: rope_freqs.weight holds {}; frequency factors must be positive", path,
+                                         factor));
+      }
+    }
+  }
   Result<const GgufTensor*> embd = file->FindTensor("token_embd.weight");
   if (!embd.ok()) return embd.status();
   if ((*embd)->dims.size() != 2) return Status::Error(fmt::format("{}: token_embd.weight must be 2-D", path));
@@ -117,6 +186,15 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
     if (!fn.ok()) return fn.status();
     L.attn_norm = *an;
     L.ffn_norm = *fn;
+    if (c.qkv_bias) {
+      const struct { const char* name; int64_t n; const float** out; } biases[] = {
+          {"attn_q.bias", d, &L.bq}, {"attn_k.bias", kv, &L.bk}, {"attn_v.bias", kv, &L.bv}};
+      for (const auto& b : biases) {
+        Result<const float*> t = vector(blk + b.name, b.n);
+        if (!t.ok()) return t.status();
+        *b.out = *t;
+      }
+    }
     const struct { const char* name; int64_t cols, rows; Matrix* out; } mats[] = {
         {"attn_q.weight", d, d, &L.wq},       {"attn_k.weight", d, kv, &L.wk},
         {"attn_v.weight", d, kv, &L.wv},      {"attn_output.weight", d, d, &L.wo},
@@ -131,9 +209,7 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
   Result<const float*> fin = norm("output_norm.weight");
   if (!fin.ok()) return fin.status();
   w.final_norm = *fin;
-  bool has_output = false;
-  for (const GgufTensor& t : file->tensors()) has_output = has_output || t.name == "output.weight";
-  if (has_output) {
+  if (HasTensor(*file, "output.weight")) {
     Result<Matrix> cls = tensor("output.weight", c.dim, c.vocab_size);
     if (!cls.ok()) return cls.status();
     w.classifier = *cls;

@@ -1,4 +1,4 @@
-// LlamaModel::Forward (see llama.h): RMSNorm, q/k/v projections, RoPE, the cache (append, then
+// LlamaModel::Forward (see llama.h): RMSNorm, q/k/v projections (+ bias for qwen2), RoPE, the cache (append, then
 // attend), output projection, SwiGLU feed-forward, final norm, classifier — run.c's order.
 #include "model/llama.h"
 
@@ -17,16 +17,20 @@ void RmsNorm(float* out, const float* x, const float* weight, int32_t n, float e
 }
 
 void Rope(float* v, int32_t n, int32_t head_dim, int64_t pos, float theta) {
-  for (int32_t i = 0; i < n; i += 2) {
-    const int32_t in_head = i % head_dim;
-    const float freq = 1.0f / std::pow(theta, static_cast<float>(in_head) / static_cast<float>(head_dim));
-    const float angle = static_cast<float>(pos) * freq;
-    const float c = std::cos(angle), s = std::sin(angle);
-    const float a = v[i], b = v[i + 1];
-    v[i] = a * c - b * s;
-    v[i + 1] = a * s + b * c;
-  }
+  ApplyRope(v, n, head_dim, pos, {.theta = theta});
 }
+
+RopeParams ModelRopeParams(const LlamaConfig& c) {
+  return {.theta = c.rope_theta, .pairing = c.rope_pairing, .position_scale = c.rope_position_scale,
+          .freq_factors = c.rope_freq_factors.empty() ? nullptr : c.rope_freq_factors.data()};
+}
+
+namespace {
+void AddBias(float* v, const float* bias, int64_t n) {
+  if (bias == nullptr) return;
+  for (int64_t i = 0; i < n; ++i) v[i] += bias[i];
+}
+}  // namespace
 
 LlamaModel::LlamaModel(LlamaWeights weights, int32_t threads) : w_(std::move(weights)), threads_(threads) {
   const LlamaConfig& c = w_.config;
@@ -49,6 +53,7 @@ Status LlamaModel::Forward(int32_t token, int64_t pos, KvCache& cache, float* lo
   const LlamaConfig& c = w_.config;
   const int32_t dim = c.dim;
   DecodeWeightRow(w_.token_embedding, token, x_.data());
+  const RopeParams rope = ModelRopeParams(c);
   const AttentionShape shape{.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()};
   AttentionState state(shape, 1);
   for (int32_t l = 0; l < c.n_layers; ++l) {
@@ -57,8 +62,11 @@ Status LlamaModel::Forward(int32_t token, int64_t pos, KvCache& cache, float* lo
     MatVec(L.wq, xb_.data(), q_.data(), threads_);
     MatVec(L.wk, xb_.data(), k_.data(), threads_);
     MatVec(L.wv, xb_.data(), v_.data(), threads_);
-    Rope(q_.data(), dim, c.head_dim(), pos, c.rope_theta);
-    Rope(k_.data(), c.kv_dim(), c.head_dim(), pos, c.rope_theta);
+    AddBias(q_.data(), L.bq, dim);
+    AddBias(k_.data(), L.bk, c.kv_dim());
+    AddBias(v_.data(), L.bv, c.kv_dim());
+    ApplyRope(q_.data(), dim, c.head_dim(), pos, rope);
+    ApplyRope(k_.data(), c.kv_dim(), c.head_dim(), pos, rope);
     if (hooks_ && hooks_->on_qkv) hooks_->on_qkv(l, pos, q_.data(), k_.data(), v_.data());
     if (Status s = cache.Append(l, k_.data(), v_.data(), 1); !s.ok()) return s;
     state.Reset();
@@ -92,6 +100,7 @@ Status LlamaModel::ForwardBlock(const int32_t* tokens, int32_t n, int64_t pos, K
   std::vector<float> x(n * dim), xb(n * dim), xb2(n * dim), q(n * dim), k(n * kv), v(n * kv);
   std::vector<float> hb(n * hidden), hb2(n * hidden);
   for (int32_t t = 0; t < n; ++t) DecodeWeightRow(w_.token_embedding, tokens[t], x.data() + t * dim);
+  const RopeParams rope = ModelRopeParams(c);
   const AttentionShape shape{.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()};
   AttentionState state(shape, n);
   for (int32_t l = 0; l < c.n_layers; ++l) {
@@ -101,8 +110,11 @@ Status LlamaModel::ForwardBlock(const int32_t* tokens, int32_t n, int64_t pos, K
     MatMul(L.wk, xb.data(), n, k.data(), threads_);
     MatMul(L.wv, xb.data(), n, v.data(), threads_);
     for (int32_t t = 0; t < n; ++t) {
-      Rope(q.data() + t * dim, c.dim, c.head_dim(), pos + t, c.rope_theta);
-      Rope(k.data() + t * kv, c.kv_dim(), c.head_dim(), pos + t, c.rope_theta);
+      AddBias(q.data() + t * dim, L.bq, dim);
+      AddBias(k.data() + t * kv, L.bk, kv);
+      AddBias(v.data() + t * kv, L.bv, kv);
+      ApplyRope(q.data() + t * dim, c.dim, c.head_dim(), pos + t, rope);
+      ApplyRope(k.data() + t * kv, c.kv_dim(), c.head_dim(), pos + t, rope);
     }
     if (Status s = cache.Append(l, k.data(), v.data(), n); !s.ok()) return s;
     state.Reset();

@@ -57,7 +57,11 @@ class LlamaModel {
 void RmsNorm(float* out, const float* x, const float* weight, int32_t n, float eps);
 
 /// Rotary embedding in llama2.c's layout (pairs (2i, 2i+1) within each head), for `n` numbers
-/// holding n / head_dim heads, at position `pos`.
+/// holding n / head_dim heads, at position `pos`, unscaled (model/rope.h has the general form).
 void Rope(float* v, int32_t n, int32_t head_dim, int64_t pos, float theta);
+
+/// The model's rotary parameters (pairing, scaling; `config` must outlive them: they point at
+/// its frequency factors).
+RopeParams ModelRopeParams(const LlamaConfig& config);
 
 }  // namespace kvq

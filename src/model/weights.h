@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "model/rope.h"
+
 namespace kvq {
 
 enum class WeightType { kF32, kF16, kBf16, kQ8_0, kQ4_0 };
@@ -30,6 +32,12 @@ struct LlamaConfig {
   int32_t seq_len = 0;     ///< context the model was trained for
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;
+  std::string arch = "llama";   ///< llama, mistral or qwen2 (GGUF general.architecture)
+  RopePairing rope_pairing = RopePairing::kAdjacent;
+  float rope_position_scale = 1.0f;      ///< linear RoPE scaling: 1 / rope.scaling.factor
+  std::vector<float> rope_freq_factors;  ///< [head_dim / 2] Llama 3.1 scaling, or empty
+  /// Whether the q, k, v projections add a bias (qwen2).
+  bool qkv_bias = false;
   int32_t head_dim() const { return dim / n_heads; }
   int32_t kv_dim() const { return head_dim() * n_kv_heads; }
 };
@@ -37,6 +45,9 @@ struct LlamaConfig {
 struct LayerWeights {
   const float* attn_norm = nullptr;  // [dim]
   Matrix wq, wk, wv;                 // [n_heads·head_dim][dim], [kv_dim][dim], [kv_dim][dim]
+  const float* bq = nullptr;         // [n_heads·head_dim] biases (qwen2), else null
+  const float* bk = nullptr;         // [kv_dim]
+  const float* bv = nullptr;         // [kv_dim]
   Matrix wo;                         // [dim][n_heads·head_dim]
   const float* ffn_norm = nullptr;   // [dim]
   Matrix w1, w2, w3;                 // [hidden][dim] (gate), [dim][hidden] (down), [hidden][dim] (up)

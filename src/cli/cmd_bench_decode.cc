@@ -1,0 +1,184 @@
+// `kvq bench decode`: whole-model decode tok/s vs context per KV format, with the KV share of the
+// bytes a step reads, the ceiling it allows and the measured speedup beside it, and seed 002's
+// kill criterion as a verdict.
+#include <fmt/core.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "kvq/kv_memory.h"
+#include "kvq/units.h"
+#include "measure/decode_bench.h"
+#include "model/load_model.h"
+#include "model/matvec.h"
+
+namespace kvq::cli {
+namespace {
+
+constexpr int64_t kKillContext = 32768;  // seed 002: the ceiling at 32K decides
+constexpr double kKillThreshold = 0.10;  // under a 10% ceiling: close not-planned
+
+struct BenchDecodeOptions {
+  std::string model;
+  std::vector<std::string> formats = {"f16", "int8", "int4"};
+  std::vector<int64_t> contexts;  // empty: 4K, 16K, 32K, 64K bounded by the model and memory
+  std::string kv_budget;
+  int32_t threads = 2;
+  int32_t reps = 5;
+  uint64_t seed = 1;
+  bool json = false;
+};
+
+int64_t PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? int64_t{pages} * page : int64_t{8} << 30;
+}
+
+int RunBenchDecode(const BenchDecodeOptions& o) {
+  auto bad = [](const std::string& m) { return BadInput("bench decode", m); };
+  if (o.threads <= 0 || o.threads > 1024) return bad(fmt::format("--threads must be in 1..1024 (got {})", o.threads));
+  if (o.reps <= 0 || o.reps > 1000) return bad(fmt::format("--reps must be in 1..1000 (got {})", o.reps));
+  DecodeBenchConfig config;
+  config.reps = o.reps;
+  config.seed = o.seed;
+  for (const std::string& name : o.formats) {
+    const Result<const FormatDesc*> f = FindFormat(name);
+    if (!f.ok()) return bad("--format: " + f.status().message());
+    config.formats.push_back(*f);
+  }
+  if (config.formats.empty()) return bad("--format: give at least one format");
+  int64_t budget = PhysicalMemoryBytes() / 10 * 6;
+  if (!o.kv_budget.empty()) {
+    const Result<int64_t> b = ParseByteSize(o.kv_budget);
+    if (!b.ok()) return bad("--kv-budget: " + b.status().message());
+    budget = *b;
+  }
+  const std::string model_path = o.model.empty() ? BundledModelFile("stories260K.bin") : o.model;
+  const std::string tok_path = o.model.empty() ? BundledModelFile("tok512.bin") : "";
+  Result<LoadedModel> loaded = LoadModel(model_path, tok_path);
+  if (!loaded.ok()) return bad(loaded.status().message());
+  const LlamaConfig cfg = loaded->weights.config;
+  for (const FormatDesc* f : config.formats) {
+    if (Status s = CheckShape(*f, {.n_kv_heads = cfg.n_kv_heads, .head_dim = cfg.head_dim()}); !s.ok()) {
+      return bad("--format: " + s.message());
+    }
+  }
+
+  // Contexts: what was asked (each must fit), or the defaults that fit the model and the budget.
+  auto arms_bytes = [&](int64_t n) -> int64_t {
+    int64_t total = 0;
+    for (const FormatDesc* f : config.formats) {
+      const Result<int64_t> b = DecodeKvBytes(cfg, *f, n + 1 + o.reps);
+      total += b.ok() ? *b : (int64_t{1} << 62);
+    }
+    return total;
+  };
+  const int64_t limit = int64_t{cfg.seq_len} - 1 - o.reps;
+  if (!o.contexts.empty()) {
+    for (int64_t n : o.contexts) {
+      if (n < 0 || n > limit) {
+        return bad(fmt::format("--context {}: the model's context is {} positions, so at most {} can be filled "
+                               "before {} decode steps", n, cfg.seq_len, std::max<int64_t>(limit, 0), 1 + o.reps));
+      }
+      if (arms_bytes(n) > budget) {
+        return bad(fmt::format("--context {}: the {} arms would hold {} of KV at once, over the budget of {} "
+                               "(--kv-budget, or fewer formats)", n, config.formats.size(),
+                               FormatBytesIec(arms_bytes(n)), FormatBytesIec(budget)));
+      }
+    }
+    config.contexts = o.contexts;
+  } else {
+    for (int64_t n : {4096, 16384, 32768, 65536}) {
+      if (n > limit) {
+        fmt::print(stderr, "bench decode: skipping context {}: past the model's context of {}\n", n, cfg.seq_len);
+      } else if (arms_bytes(n) > budget) {
+        fmt::print(stderr, "bench decode: skipping context {}: the arms would hold {} of KV (budget {})\n", n,
+                   FormatBytesIec(arms_bytes(n)), FormatBytesIec(budget));
+      } else {
+        config.contexts.push_back(n);
+      }
+    }
+    if (config.contexts.empty()) config.contexts.push_back(std::max<int64_t>(limit, 0));
+  }
+
+  LlamaModel model(std::move(loaded->weights), o.threads);
+  auto progress = [](const std::string& line) { fmt::print(stderr, "bench decode: {}\n", line); };
+  const Result<std::vector<DecodeBenchRow>> rows = RunDecodeBench(model, config, progress);
+  if (!rows.ok()) return bad(rows.status().message());
+  const FormatDesc* reference = DecodeBenchReference(config);
+  const int64_t weight_bytes = WeightBytesPerStep(model.weights());
+
+  // Seed 002's kill criterion from the shapes: the ceiling at 32K of every smaller arm.
+  nlohmann::json verdicts = nlohmann::json::array();
+  std::vector<std::string> verdict_lines;
+  const Result<int64_t> ref32 = DecodeKvBytes(cfg, *reference, kKillContext);
+  for (const FormatDesc* f : config.formats) {
+    const Result<int64_t> kv32 = DecodeKvBytes(cfg, *f, kKillContext);
+    if (f == reference || !ref32.ok() || !kv32.ok()) continue;
+    const double share = static_cast<double>(*ref32) / static_cast<double>(*ref32 + weight_bytes);
+    const double ceiling = SpeedupCeiling(share, static_cast<double>(*kv32) / static_cast<double>(*ref32));
+    const bool clears = ceiling - 1.0 >= kKillThreshold;
+    verdicts.push_back({{"format", f->name}, {"context", kKillContext}, {"kv_share", share}, {"ceiling", ceiling},
+                        {"verdict", clears ? "clears" : "kill"}});
+    verdict_lines.push_back(fmt::format(
+        "{} vs {} at 32K: KV share {:.1f}%, ceiling {:.3f}x (+{:.1f}%) -> {}", f->name, reference->name,
+        100 * share, ceiling, 100 * (ceiling - 1),
+        clears ? "clears the 10% kill criterion" : "under 10%: close not-planned (seed 002's kill criterion)"));
+  }
+  const std::string fill = "random rows encoded in each format (not a prefill)";
+  if (o.json) {
+    nlohmann::json out = {{"model", model_path}, {"threads", o.threads}, {"matvec_isa", MatVecTargetName()},
+                          {"weight_bytes_per_step", weight_bytes}, {"reference", reference->name}, {"fill", fill},
+                          {"reps", o.reps}, {"results", nlohmann::json::array()}, {"kill_criterion", verdicts}};
+    if (cfg.seq_len < kKillContext) out["kill_criterion_note"] = "computed from shapes past the model's context";
+    for (const DecodeBenchRow& r : *rows) {
+      out["results"].push_back({{"format", r.format}, {"context", r.context}, {"ms_median", r.ms_median},
+                                {"ms_min", r.ms_min}, {"ms_max", r.ms_max}, {"tokens_per_second", r.tokens_per_second},
+                                {"kv_bytes", r.kv_bytes}, {"weight_bytes", r.weight_bytes}, {"kv_share", r.kv_share},
+                                {"ceiling", r.ceiling}, {"speedup", r.speedup}});
+    }
+    fmt::print("{}\n", out.dump(2));
+    return 0;
+  }
+  fmt::print("decode: {} ({} layers, {} KV heads x {}, context {}), weights read per step {}, {} threads, "
+             "matvec SIMD {}\n", model_path, cfg.n_layers, cfg.n_kv_heads, cfg.head_dim(), cfg.seq_len,
+             FormatBytesIec(weight_bytes), o.threads, MatVecTargetName());
+  fmt::print("cache fill: {}; arms interleaved, {} timed steps each; ceiling and speedup vs {}\n\n", fill, o.reps,
+             reference->name);
+  fmt::print("{:<8} {:>8} {:>10} {:>17} {:>8} {:>11} {:>9} {:>9} {:>9}\n", "format", "context", "ms/step",
+             "min-max ms", "tok/s", "KV read", "KV share", "ceiling", "measured");
+  for (const DecodeBenchRow& r : *rows) {
+    fmt::print("{:<8} {:>8} {:>10.2f} {:>17} {:>8.2f} {:>11} {:>8.1f}% {:>8.3f}x {:>8.3f}x\n", r.format, r.context,
+               r.ms_median, fmt::format("{:.2f}-{:.2f}", r.ms_min, r.ms_max), r.tokens_per_second,
+               FormatBytesIec(r.kv_bytes), 100 * r.kv_share, r.ceiling, r.speedup);
+  }
+  if (!verdict_lines.empty()) {
+    fmt::print("\nkill criterion (seed 002: ceiling at 32K under 10% -> close not-planned){}:\n",
+               cfg.seq_len < kKillContext ? ", from shapes past this model's context" : "");
+    for (const std::string& line : verdict_lines) fmt::print("  {}\n", line);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddBenchDecodeCommand(CLI::App& bench, int* exit_code) {
+  auto o = std::make_shared<BenchDecodeOptions>();
+  CLI::App* cmd = bench.add_subcommand(
+      "decode", "Whole-model decode tok/s vs context per KV format, with KV share, ceiling and measured speedup");
+  cmd->add_option("-m,--model", o->model, "Model file (.gguf or llama2.c .bin; default: the bundled stories260K)");
+  cmd->add_option("--format,--formats", o->formats, "KV formats, comma-separated; paired, interleaved arms")
+      ->delimiter(',')->capture_default_str();
+  cmd->add_option("--context,--contexts", o->contexts,
+                  "Positions in the cache before the timed steps, comma-separated (default: 4096,16384,32768,65536 "
+                  "within the model's context and --kv-budget)")->delimiter(',');
+  cmd->add_option("--kv-budget", o->kv_budget, "Most KV bytes the arms may hold at once (default: 60% of RAM)");
+  cmd->add_option("-t,--threads", o->threads, "Threads")->capture_default_str();
+  cmd->add_option("--reps", o->reps, "Timed decode steps per arm and context (median reported)")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Seed of the random cache fill")->capture_default_str();
+  cmd->add_flag("--json", o->json, "Print JSON instead of a table");
+  cmd->callback([o, exit_code] { *exit_code = RunBenchDecode(*o); });
+}
+
+}  // namespace kvq::cli

@@ -1,0 +1,141 @@
+// RunDecodeBench (see decode_bench.h).
+#include "measure/decode_bench.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <random>
+
+#include "kvq/kv_cache.h"
+#include "kvq/kv_memory.h"
+#include "model/matvec.h"
+
+namespace kvq {
+namespace {
+
+int64_t MatrixBytes(const Matrix& m) { return m.rows * MatrixRowBytes(m.type, m.cols); }
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 == 1 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// Appends `n` positions of random rows to every layer, in chunks from a pool of random rows (the
+// values repeat every chunk; only their encoding's cost and size matter here).
+Status FillRandom(KvCache& cache, const LlamaConfig& c, int64_t n, uint64_t seed,
+                  const std::function<void(const std::string&)>& progress, const std::string& name) {
+  constexpr int64_t kChunk = 256;
+  const int64_t row = c.kv_dim();
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> k(kChunk * row), v(kChunk * row);
+  for (float& x : k) x = dist(rng);
+  for (float& x : v) x = dist(rng);
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t done = 0; done < n; done += kChunk) {
+    const int64_t m = std::min(kChunk, n - done);
+    for (int32_t l = 0; l < c.n_layers; ++l) {
+      if (Status s = cache.Append(l, k.data(), v.data(), m); !s.ok()) return s;
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (progress && (done / kChunk) % 64 == 63) {
+      progress(fmt::format("{}: filled {} of {} positions ({:.0f} s)", name, done + m, n, seconds));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+int64_t WeightBytesPerStep(const LlamaWeights& w) {
+  const LlamaConfig& c = w.config;
+  int64_t bytes = MatrixRowBytes(w.token_embedding.type, w.token_embedding.cols) + MatrixBytes(w.classifier) +
+                  int64_t{c.dim} * 4;  // one embedding row, the classifier, the final norm
+  for (const LayerWeights& L : w.layers) {
+    for (const Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w1, &L.w2, &L.w3}) bytes += MatrixBytes(*m);
+    bytes += int64_t{2} * c.dim * 4;                                 // the two norms
+    if (L.bq != nullptr) bytes += (int64_t{c.dim} + 2 * c.kv_dim()) * 4;  // q, k, v biases
+  }
+  return bytes;
+}
+
+const FormatDesc* DecodeBenchReference(const DecodeBenchConfig& config) {
+  for (const FormatDesc* f : config.formats) {
+    if (std::string(f->name) == "f16") return f;
+  }
+  return config.formats.front();
+}
+
+Result<int64_t> DecodeKvBytes(const LlamaConfig& c, const FormatDesc& format, int64_t context) {
+  if (context == 0) return int64_t{0};
+  return KvBytesForContext(format, {.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()},
+                           context);
+}
+
+Result<std::vector<DecodeBenchRow>> RunDecodeBench(LlamaModel& model, const DecodeBenchConfig& config,
+                                                   const std::function<void(const std::string&)>& progress) {
+  const LlamaConfig& c = model.config();
+  const int64_t weight_bytes = WeightBytesPerStep(model.weights());
+  const FormatDesc* reference = DecodeBenchReference(config);
+  std::vector<DecodeBenchRow> rows;
+  std::vector<float> logits(c.vocab_size);
+  for (int64_t n : config.contexts) {
+    const int64_t positions = n + 1 + config.reps;  // the fill, the warm-up step, the timed steps
+    if (n < 0 || positions > c.seq_len) {
+      return Status::Error(fmt::format("context {} plus {} decode steps is past the model's context of {} positions",
+                                       n, 1 + config.reps, c.seq_len));
+    }
+    // Every arm's cache is alive at once, so the arms take turns step by step.
+    std::vector<std::unique_ptr<KvCache>> caches;
+    for (const FormatDesc* f : config.formats) {
+      KvCacheConfig cc{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
+                       .layers = {{f, f}}, .max_positions = positions, .page_positions = 256};
+      Result<std::unique_ptr<KvCache>> cache = KvCache::Create(cc);
+      if (!cache.ok()) return cache.status();
+      if (Status s = FillRandom(**cache, c, n, config.seed, progress, fmt::format("{} at {}", f->name, n)); !s.ok()) {
+        return s;
+      }
+      caches.push_back(std::move(cache.value()));
+    }
+    const size_t arms = config.formats.size();
+    std::vector<std::vector<double>> ms(arms);
+    for (int32_t step = 0; step <= config.reps; ++step) {
+      for (size_t a = 0; a < arms; ++a) {
+        const auto t0 = std::chrono::steady_clock::now();
+        // Any token will do: the step's cost does not depend on which one.
+        if (Status s = model.Forward(1 % c.vocab_size, n + step, *caches[a], logits.data()); !s.ok()) return s;
+        const double elapsed = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        if (step > 0) ms[a].push_back(elapsed);  // step 0 warms caches and the thread pool
+      }
+    }
+    if (progress) progress(fmt::format("context {}: {} steps per arm timed", n, config.reps));
+    Result<int64_t> ref_kv = DecodeKvBytes(c, *reference, n);
+    if (!ref_kv.ok()) return ref_kv.status();
+    size_t ref_arm = 0;
+    for (size_t a = 0; a < arms; ++a) ref_arm = config.formats[a] == reference ? a : ref_arm;
+    const double ref_ms = Median(ms[ref_arm]);
+    const double share = static_cast<double>(*ref_kv) / static_cast<double>(*ref_kv + weight_bytes);
+    for (size_t a = 0; a < arms; ++a) {
+      DecodeBenchRow r;
+      r.format = config.formats[a]->name;
+      r.context = n;
+      r.ms_median = Median(ms[a]);
+      r.ms_min = *std::min_element(ms[a].begin(), ms[a].end());
+      r.ms_max = *std::max_element(ms[a].begin(), ms[a].end());
+      r.tokens_per_second = 1000.0 / r.ms_median;
+      Result<int64_t> kv = DecodeKvBytes(c, *config.formats[a], n);
+      if (!kv.ok()) return kv.status();
+      r.kv_bytes = *kv;
+      r.weight_bytes = weight_bytes;
+      r.kv_share = share;
+      r.ceiling = *ref_kv == 0 ? 1.0 : SpeedupCeiling(share, static_cast<double>(*kv) / static_cast<double>(*ref_kv));
+      r.speedup = ref_ms / r.ms_median;
+      rows.push_back(r);
+    }
+  }
+  return rows;
+}
+
+}  // namespace kvq

@@ -1,0 +1,53 @@
+// `kvq bench decode`: whole-model decode speed vs context per KV format (DESIGN.md §5, seed 002).
+// The cache is filled directly with random rows encoded in each format (decode time does not
+// depend on the values; a real 64K prefill would take hours on 2 cores), then real decode steps
+// (every layer, the classifier) are timed with the formats as paired, interleaved arms.
+// Beside the times: the KV share of the bytes a step reads and the ceiling that share allows.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kvq/format.h"
+#include "kvq/status.h"
+#include "model/llama.h"
+
+namespace kvq {
+
+struct DecodeBenchConfig {
+  std::vector<const FormatDesc*> formats;  ///< arms (K and V in the same format), run A B C A B C ...
+  std::vector<int64_t> contexts;           ///< positions in the cache before the timed steps (0 allowed)
+  int32_t reps = 5;                        ///< timed steps per arm and context, after one warm-up step
+  uint64_t seed = 1;                       ///< of the random fill
+};
+
+struct DecodeBenchRow {
+  std::string format;
+  int64_t context = 0;
+  double ms_median = 0, ms_min = 0, ms_max = 0;  ///< one decode step
+  double tokens_per_second = 0;                   ///< 1000 / ms_median
+  int64_t kv_bytes = 0;       ///< K + V bytes a step reads at this context, every layer
+  int64_t weight_bytes = 0;   ///< weight bytes a step reads
+  double kv_share = 0;        ///< the reference arm's KV bytes / (its KV + weight bytes)
+  double ceiling = 1;         ///< 1 / (1 − kv_share · (1 − kv_bytes / reference kv_bytes))
+  double speedup = 1;         ///< measured: reference median / this median
+};
+
+/// Weight bytes one decode step reads: every layer's matrices, norms and biases, the classifier,
+/// and one embedding row.
+int64_t WeightBytesPerStep(const LlamaWeights& weights);
+
+/// The arm the ceiling and speedup are relative to: f16 when it is an arm, else the first.
+const FormatDesc* DecodeBenchReference(const DecodeBenchConfig& config);
+
+/// KV bytes a step reads at `context` for `format` (every layer, K and V; 0 at context 0).
+Result<int64_t> DecodeKvBytes(const LlamaConfig& model, const FormatDesc& format, int64_t context);
+
+/// Runs the benchmark on `model` (its thread count is the model's). Errors: a context past the
+/// model's limit, a cache that cannot be created. `progress` (may be empty) gets a line per stage.
+Result<std::vector<DecodeBenchRow>> RunDecodeBench(LlamaModel& model, const DecodeBenchConfig& config,
+                                                   const std::function<void(const std::string&)>& progress);
+
+}  // namespace kvq

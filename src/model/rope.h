@@ -1,0 +1,43 @@
+// Rotary position embedding: the two pairings Llama-family checkpoints use, and the frequency
+// scalings that stretch a model's context (linear, and Llama 3.1's per-frequency factors).
+//
+// For head_dim d and pair i (0 ≤ i < d/2) at position p the pair is rotated by the angle
+//   p · s · θ^(−2i/d) / f_i        (s: linear position scale, f_i: frequency factor, 1 by default)
+// Pairings:
+//   kAdjacent  (llama, mistral in GGUF): numbers (2i, 2i+1) of a head — llama2.c's layout; the
+//              GGUF converters permute Q and K rows into it.
+//   kHalves    (qwen2, "NeoX"): numbers (i, i + d/2) of a head.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace kvq {
+
+enum class RopePairing { kAdjacent, kHalves };
+
+struct RopeParams {
+  float theta = 10000.0f;
+  RopePairing pairing = RopePairing::kAdjacent;
+  float position_scale = 1.0f;         ///< linear scaling: 1 / rope.scaling.factor
+  const float* freq_factors = nullptr; ///< [head_dim / 2] divisors of each pair's frequency, or none
+};
+
+/// Rotates `n` numbers holding n / head_dim heads, at position `pos`.
+void ApplyRope(float* v, int32_t n, int32_t head_dim, int64_t pos, const RopeParams& params);
+
+/// Llama 3.1's frequency scaling, as in its reference code: wavelengths shorter than
+/// original_context / high_freq_factor keep their frequency, longer than original_context /
+/// low_freq_factor are divided by factor, and those between blend the two smoothly.
+struct Llama3RopeScaling {
+  float factor = 8.0f;
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int32_t original_context = 8192;
+};
+
+/// The per-pair divisors of that scaling ([head_dim / 2]: 1 for kept frequencies, `factor` for
+/// divided ones) — what llama.cpp's converter stores as the `rope_freqs.weight` tensor.
+std::vector<float> Llama3RopeFreqFactors(int32_t head_dim, float theta, const Llama3RopeScaling& scaling);
+
+}  // namespace kvq
