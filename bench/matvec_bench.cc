@@ -1,7 +1,10 @@
 // MatVec throughput per weight type at a decode-step shape (2048 × 2048, like a 2k-wide model's
 // attention projection), 1 and 2 threads. The "weights" counter is weight bytes read per second
 // (base 1000: "10G/s" = 10 GB/s). The matrix stays in the caches between iterations on machines
-// with large caches (2048² Q4_0 is 2.4 MB, F32 16 MB), so this measures the kernels more than DRAM.
+// with large caches (2048² Q4_0 is 2.4 MB, F32 16 MB), so this measures the kernels more than DRAM
+// (`kvq bench matvec` sweeps a working set larger than the caches). Q8_0 and Q4_0 time the whole
+// quantised-activation path: x quantised once per call, then the integer-dot kernels; the
+// quantisation alone is timed by QuantizeActivation/cols.
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -71,6 +74,25 @@ void BM_MatVec(benchmark::State& state, kvq::WeightType type) {
   state.counters["weights"] = benchmark::Counter(bytes_read, benchmark::Counter::kIsRate);
   state.SetLabel(kvq::MatVecTargetName());
 }
+
+void BM_QuantizeActivation(benchmark::State& state) {
+  const int64_t cols = state.range(0);
+  std::vector<float> x(cols);
+  std::vector<int8_t> q(cols);
+  std::vector<float> d(cols / 32);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& v : x) v = normal(rng);
+  for (auto _ : state) {
+    kvq::QuantizeActivation(x.data(), cols, q.data(), d.data());
+    benchmark::DoNotOptimize(q.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["elements"] = benchmark::Counter(static_cast<double>(state.iterations() * cols),
+                                                  benchmark::Counter::kIsRate);
+  state.SetLabel(kvq::MatVecTargetName());
+}
+BENCHMARK(BM_QuantizeActivation)->Name("QuantizeActivation")->ArgName("cols")->Arg(2048)->Arg(8192);
 
 [[maybe_unused]] const bool kRegistered = [] {
   for (kvq::WeightType type : {kvq::WeightType::kF32, kvq::WeightType::kF16, kvq::WeightType::kBf16,

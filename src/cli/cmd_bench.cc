@@ -172,7 +172,7 @@ int RunBenchStream(const BenchStreamOptions& o) {
 }  // namespace
 
 void AddBenchCommand(CLI::App& app, int* exit_code) {
-  CLI::App* bench = app.add_subcommand("bench", "Benchmarks that print numbers (attention, stream, decode)");
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks that print numbers (attention, stream, matvec, decode)");
   bench->require_subcommand(1);
   auto o = std::make_shared<BenchAttentionOptions>();
   CLI::App* cmd = bench->add_subcommand("attention", "Decode-attention time per KV format vs context");
@@ -202,6 +202,7 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   stream->add_flag("--json", so->json, "Print JSON instead of a table");
   stream->callback([so, exit_code] { *exit_code = RunBenchStream(*so); });
 
+  AddBenchMatvecCommand(*bench, exit_code);
   AddBenchDecodeCommand(*bench, exit_code);
 }
 

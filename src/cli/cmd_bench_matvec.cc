@@ -1,0 +1,112 @@
+// `kvq bench matvec`: weight matvec GB/s per weight type over a working set larger than the caches,
+// beside the read bandwidth measured in the same run (before and after the arms; the larger is
+// the reference, so the fraction printed is the conservative one).
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "kvq/units.h"
+#include "measure/matvec_bench.h"
+#include "measure/read_bandwidth.h"
+#include "model/matvec.h"
+
+namespace kvq::cli {
+namespace {
+
+struct BenchMatvecOptions {
+  std::vector<std::string> types = {"q4_0", "q8_0", "f16", "f32"};
+  int64_t rows = 2048;
+  int64_t cols = 8192;
+  int64_t threads = 2;
+  int64_t reps = 9;
+  std::string working_set = "1GiB";
+  bool json = false;
+};
+
+int RunBenchMatvec(const BenchMatvecOptions& o) {
+  auto bad = [](const std::string& m) { return BadInput("bench matvec", m); };
+  MatVecBenchConfig c;
+  for (const std::string& name : o.types) {
+    const Result<WeightType> type = ParseWeightTypeName(name);
+    if (!type.ok()) return bad("--type: " + type.status().message());
+    c.types.push_back(*type);
+  }
+  const Result<int64_t> working_set = ParseByteSize(o.working_set);
+  if (!working_set.ok()) return bad("--working-set: " + working_set.status().message());
+  c.working_set_bytes = *working_set;
+  c.rows = o.rows;
+  c.cols = o.cols;
+  if (o.threads < 1 || o.threads > 1024) {
+    return bad(fmt::format("--threads must be in 1..1024 (got {})", o.threads));
+  }
+  if (o.reps < 1 || o.reps > 10000) return bad(fmt::format("--reps must be in 1..10000 (got {})", o.reps));
+  c.threads = static_cast<int32_t>(o.threads);
+  c.reps = static_cast<int32_t>(o.reps);
+  if (Status s = CheckMatVecBenchConfig(c); !s.ok()) return bad(s.message());
+
+  // The ceiling reads a buffer as large as one arm's working set (at least 512 MiB), so both face
+  // the caches alike.
+  const int64_t bw_bytes = std::max<int64_t>(c.working_set_bytes, int64_t{512} << 20);
+  auto progress = [](const std::string& line) { fmt::print(stderr, "bench matvec: {}\n", line); };
+  progress(fmt::format("measuring read bandwidth over {} on {} threads...", FormatBytesIec(bw_bytes),
+                       c.threads));
+  const double bw_before = MeasureReadBandwidthGbps(bw_bytes, c.threads, 5);
+  const std::vector<MatVecBenchRow> rows = RunMatVecBench(c, progress);
+  progress("measuring read bandwidth again...");
+  const double bw_after = MeasureReadBandwidthGbps(bw_bytes, c.threads, 5);
+  const double read_gbps = std::max(bw_before, bw_after);
+
+  if (o.json) {
+    nlohmann::json out = {{"isa", MatVecTargetName()}, {"threads", c.threads}, {"rows", c.rows},
+                          {"cols", c.cols}, {"shapes", "[rows][cols] and [cols][rows] alternately"},
+                          {"working_set_bytes", c.working_set_bytes}, {"reps", c.reps},
+                          {"read_bandwidth_gbps", read_gbps}, {"read_bandwidth_before_gbps", bw_before},
+                          {"read_bandwidth_after_gbps", bw_after}, {"results", nlohmann::json::array()}};
+    for (const MatVecBenchRow& r : rows) {
+      out["results"].push_back({{"type", r.type}, {"matrices", r.matrices}, {"sweep_bytes", r.sweep_bytes},
+                                {"gbps", r.gbps}, {"gbps_min", r.gbps_min}, {"gbps_max", r.gbps_max},
+                                {"us_per_matvec", r.us_per_matvec},
+                                {"fraction_of_read_bandwidth", r.gbps / read_gbps}});
+    }
+    fmt::print("{}\n", out.dump(2));
+    return 0;
+  }
+  fmt::print("weight matvec: [{}][{}] and [{}][{}] alternately, {} threads, SIMD target {}\n", c.rows, c.cols,
+             c.cols, c.rows, c.threads, MatVecTargetName());
+  fmt::print("read bandwidth measured in this run: {:.1f} GB/s (before {:.1f}, after {:.1f}; {} buffer)\n\n",
+             read_gbps, bw_before, bw_after, FormatBytesIec(bw_bytes));
+  fmt::print("{:<6} {:>9} {:>14} {:>12} {:>8} {:>15} {:>7}\n", "type", "matrices", "weights/sweep",
+             "us/matvec", "GB/s", "min-max GB/s", "of bw");
+  for (const MatVecBenchRow& r : rows) {
+    fmt::print("{:<6} {:>9} {:>14} {:>12.1f} {:>8.2f} {:>15} {:>6.0f}%\n", r.type, r.matrices,
+               FormatBytesIec(r.sweep_bytes), r.us_per_matvec, r.gbps,
+               fmt::format("{:.2f}-{:.2f}", r.gbps_min, r.gbps_max), 100.0 * r.gbps / read_gbps);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddBenchMatvecCommand(CLI::App& bench, int* exit_code) {
+  auto o = std::make_shared<BenchMatvecOptions>();
+  CLI::App* cmd = bench.add_subcommand(
+      "matvec", "Weight matvec GB/s per weight type over a working set larger than the caches, beside the "
+                "read bandwidth");
+  cmd->add_option("--type", o->types, "Weight types (f32, f16, bf16, q8_0, q4_0), comma-separated; run as "
+                                      "interleaved arms")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--rows", o->rows, "Rows of the first matrix shape (the second is transposed)")
+      ->capture_default_str();
+  cmd->add_option("--cols", o->cols, "Columns of the first matrix shape")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "Threads")->capture_default_str();
+  cmd->add_option("--reps", o->reps, "Timed sweeps per type (median reported)")->capture_default_str();
+  cmd->add_option("--working-set", o->working_set, "Weight bytes each type sweeps per repetition (e.g. 1GiB)")
+      ->capture_default_str();
+  cmd->add_flag("--json", o->json, "Print JSON instead of a table");
+  cmd->callback([o, exit_code] { *exit_code = RunBenchMatvec(*o); });
+}
+
+}  // namespace kvq::cli

@@ -1,0 +1,192 @@
+// Weight matvec benchmark (see matvec_bench.h). Each arm holds its own working set: one random
+// matrix per shape, copied to fill the set (the values do not change the time; distinct addresses
+// are what defeat the caches). Arms are interleaved per repetition so drift on a shared machine
+// hits every type alike; repetition 0 warms page tables and is dropped.
+#include "measure/matvec_bench.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <random>
+
+#include "base/float_codes.h"
+#include "kvq/units.h"
+#include "model/matvec.h"
+
+namespace kvq {
+namespace {
+
+constexpr WeightType kTypes[] = {WeightType::kF32, WeightType::kF16, WeightType::kBf16, WeightType::kQ8_0,
+                                 WeightType::kQ4_0};
+
+bool IsBlockType(WeightType type) { return type == WeightType::kQ8_0 || type == WeightType::kQ4_0; }
+
+// Normal(0, 1) values in the plain types; random codes (every byte) and scales ~ 0.01·N(0, 1) in
+// the block types.
+void FillRandom(WeightType type, int64_t rows, int64_t cols, uint32_t seed, uint8_t* out) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t n = rows * cols;
+  auto put16 = [&](int64_t at, uint16_t v) { std::memcpy(out + at, &v, 2); };
+  switch (type) {
+    case WeightType::kF32:
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = normal(rng);
+        std::memcpy(out + 4 * i, &v, 4);
+      }
+      break;
+    case WeightType::kF16:
+      for (int64_t i = 0; i < n; ++i) put16(2 * i, F32ToF16(normal(rng)));
+      break;
+    case WeightType::kBf16:
+      for (int64_t i = 0; i < n; ++i) put16(2 * i, F32ToBf16(normal(rng)));
+      break;
+    case WeightType::kQ8_0:
+    case WeightType::kQ4_0: {
+      const int64_t block_bytes = type == WeightType::kQ8_0 ? 34 : 18;
+      const int64_t bytes = rows * MatrixRowBytes(type, cols);
+      for (int64_t at = 0; at < bytes; at += block_bytes) {
+        put16(at, F32ToF16(0.01f * normal(rng)));
+        for (int64_t i = 2; i < block_bytes; ++i) out[at + i] = static_cast<uint8_t>(rng());
+      }
+      break;
+    }
+  }
+}
+
+struct Arm {
+  WeightType type;
+  std::unique_ptr<uint8_t[]> storage;  // [matrices] back to back, shapes alternating
+  std::vector<Matrix> matrices;
+  int64_t sweep_bytes = 0;
+  std::vector<double> ns;  // per timed sweep
+};
+
+Arm MakeArm(WeightType type, const MatVecBenchConfig& c) {
+  Arm arm{.type = type};
+  const int64_t bytes = c.rows * MatrixRowBytes(type, c.cols);  // either shape: same element count
+  // An even count (both shapes equally often), at least one pair, covering the working set.
+  const int64_t pairs = std::max<int64_t>(1, (c.working_set_bytes + 2 * bytes - 1) / (2 * bytes));
+  const int64_t n = 2 * pairs;
+  arm.storage.reset(new uint8_t[n * bytes]);  // left uninitialised: every byte is copied below
+  FillRandom(type, c.rows, c.cols, 1, arm.storage.get());
+  FillRandom(type, c.cols, c.rows, 2, arm.storage.get() + bytes);
+  for (int64_t i = 0; i < n; ++i) {
+    uint8_t* at = arm.storage.get() + i * bytes;
+    if (i >= 2) std::memcpy(at, arm.storage.get() + (i % 2) * bytes, bytes);
+    const bool first_shape = i % 2 == 0;
+    arm.matrices.push_back(Matrix{.type = type, .data = at, .rows = first_shape ? c.rows : c.cols,
+                                  .cols = first_shape ? c.cols : c.rows});
+  }
+  arm.sweep_bytes = n * bytes;
+  return arm;
+}
+
+}  // namespace
+
+Result<WeightType> ParseWeightTypeName(const std::string& name) {
+  std::string lower = name;
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (WeightType type : kTypes) {
+    std::string known = WeightTypeName(type);
+    for (char& ch : known) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (lower == known) return type;
+  }
+  return Status::Error(fmt::format("unknown weight type '{}' (expected f32, f16, bf16, q8_0 or q4_0)", name));
+}
+
+Status CheckMatVecBenchConfig(const MatVecBenchConfig& c) {
+  if (c.types.empty()) return Status::Error("--type: give at least one weight type");
+  constexpr int64_t kMaxDim = int64_t{1} << 20;
+  if (c.rows < 1 || c.rows > kMaxDim) {
+    return Status::Error(fmt::format("--rows must be in 1..{} (got {})", kMaxDim, c.rows));
+  }
+  if (c.cols < 1 || c.cols > kMaxDim) {
+    return Status::Error(fmt::format("--cols must be in 1..{} (got {})", kMaxDim, c.cols));
+  }
+  for (WeightType type : c.types) {
+    if (!IsBlockType(type)) continue;
+    // The second matrix of each pair is [cols][rows]: both dimensions are row lengths somewhere.
+    if (c.rows % 32 != 0) {
+      return Status::Error(fmt::format("--rows must be a multiple of 32 for {} (got {}): the benchmark "
+                                       "also runs the transposed [cols][rows] shape, whose rows are blocks "
+                                       "of 32", WeightTypeName(type), c.rows));
+    }
+    if (c.cols % 32 != 0) {
+      return Status::Error(fmt::format("--cols must be a multiple of 32 for {} (got {}): {} stores each "
+                                       "row as blocks of 32", WeightTypeName(type), c.cols,
+                                       WeightTypeName(type)));
+    }
+  }
+  if (c.threads < 1 || c.threads > 1024) {
+    return Status::Error(fmt::format("--threads must be in 1..1024 (got {})", c.threads));
+  }
+  if (c.reps < 1 || c.reps > 10000) {
+    return Status::Error(fmt::format("--reps must be in 1..10000 (got {})", c.reps));
+  }
+  constexpr int64_t kMaxSet = int64_t{16} << 30;
+  if (c.working_set_bytes < 1 || c.working_set_bytes > kMaxSet) {
+    return Status::Error(
+        fmt::format("--working-set must be in 1 B..16 GiB (got {})", FormatBytesIec(c.working_set_bytes)));
+  }
+  // Each arm rounds its set up to a whole pair of matrices; all arms are alive at once.
+  int64_t total = 0;
+  for (WeightType type : c.types) {
+    const int64_t pair = 2 * c.rows * MatrixRowBytes(type, c.cols);
+    total += c.working_set_bytes + pair;
+  }
+  if (total > (int64_t{32} << 30)) {
+    return Status::Error(fmt::format("the arms would hold about {} of weights: use fewer types, a smaller "
+                                     "--working-set or smaller --rows/--cols", FormatBytesIec(total)));
+  }
+  return Status::Ok();
+}
+
+std::vector<MatVecBenchRow> RunMatVecBench(const MatVecBenchConfig& c,
+                                           const std::function<void(const std::string&)>& progress) {
+  std::vector<Arm> arms;
+  for (WeightType type : c.types) {
+    arms.push_back(MakeArm(type, c));
+    if (progress) {
+      progress(fmt::format("{}: {} matrices, {} of weights", WeightTypeName(type),
+                           arms.back().matrices.size(), FormatBytesIec(arms.back().sweep_bytes)));
+    }
+  }
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x_first(c.cols), x_second(c.rows), y(std::max(c.rows, c.cols));
+  for (float& v : x_first) v = normal(rng);
+  for (float& v : x_second) v = normal(rng);
+  for (int32_t rep = 0; rep <= c.reps; ++rep) {
+    for (Arm& a : arms) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (const Matrix& m : a.matrices) {
+        const float* x = m.rows == c.rows && m.cols == c.cols ? x_first.data() : x_second.data();
+        MatVec(m, x, y.data(), c.threads);
+      }
+      const auto t1 = std::chrono::steady_clock::now();
+      const double ns = std::chrono::duration<double, std::nano>(t1 - t0).count();
+      if (rep > 0) a.ns.push_back(ns);
+    }
+    if (progress && rep > 0 && (rep % 4 == 0 || rep == c.reps)) {
+      progress(fmt::format("repetition {}/{}", rep, c.reps));
+    }
+  }
+  std::vector<MatVecBenchRow> rows;
+  for (Arm& a : arms) {
+    std::sort(a.ns.begin(), a.ns.end());
+    const double median = a.ns[a.ns.size() / 2];
+    const auto bytes = static_cast<double>(a.sweep_bytes);
+    rows.push_back({.type = WeightTypeName(a.type), .matrices = static_cast<int64_t>(a.matrices.size()),
+                    .sweep_bytes = a.sweep_bytes, .gbps = bytes / median, .gbps_min = bytes / a.ns.back(),
+                    .gbps_max = bytes / a.ns.front(),
+                    .us_per_matvec = median / 1e3 / static_cast<double>(a.matrices.size())});
+  }
+  return rows;
+}
+
+}  // namespace kvq
