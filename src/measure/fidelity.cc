@@ -1,0 +1,274 @@
+// Teacher-forced fidelity (see fidelity.h): the reference arm's logits are kept (n × vocab floats
+// and their log-softmax in double, a few MB for a 512-token context), then each candidate arm is
+// compared with them position by position as it runs, so a candidate's logits are never stored.
+#include "measure/fidelity.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cctype>
+#include <cmath>
+#include <memory>
+#include <tuple>
+
+#include "kvq/kv_cache.h"
+#include "kvq/kv_memory.h"
+
+namespace kvq {
+namespace {
+
+// log softmax(x) in double: x_i − (max + log Σ exp(x_j − max)). Identical inputs give identical
+// outputs, so a candidate equal to the reference has KL exactly 0.
+void LogSoftmax(const float* x, int32_t n, double* out) {
+  double m = x[0];
+  for (int32_t i = 1; i < n; ++i) m = std::max(m, static_cast<double>(x[i]));
+  double sum = 0;
+  for (int32_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - m);
+  const double lse = m + std::log(sum);
+  for (int32_t i = 0; i < n; ++i) out[i] = static_cast<double>(x[i]) - lse;
+}
+
+// The first index of the largest logit (both arms use the same rule, so ties agree).
+int32_t Argmax(const float* x, int32_t n) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < n; ++i) {
+    if (x[i] > x[best]) best = i;
+  }
+  return best;
+}
+
+Result<std::unique_ptr<KvCache>> MakeCache(const LlamaConfig& c, const FormatDesc* format, int64_t n) {
+  // Pages are a multiple of 32 positions (KIVI groups never straddle one); one page when n is small.
+  const int32_t page = static_cast<int32_t>(std::min<int64_t>(256, (n + 31) / 32 * 32));
+  KvCacheConfig config{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
+                       .layers = {{format, format}}, .max_positions = n, .page_positions = page};
+  return KvCache::Create(config);
+}
+
+// One arm: every token through a fresh cache of `format`, one decode step each (so fp8 calibrates
+// on the first token's rows and KIVI completes its key groups as decoding would); `visit` gets
+// position p's logits.
+Status RunArm(LlamaModel& model, std::span<const int32_t> tokens, const FormatDesc* format,
+              const std::function<void(int64_t, const float*)>& visit) {
+  const LlamaConfig& c = model.config();
+  Result<std::unique_ptr<KvCache>> cache = MakeCache(c, format, static_cast<int64_t>(tokens.size()));
+  if (!cache.ok()) return Status::Error(fmt::format("{}: {}", format->name, cache.status().message()));
+  std::vector<float> logits(c.vocab_size);
+  for (size_t p = 0; p < tokens.size(); ++p) {
+    const int64_t pos = static_cast<int64_t>(p);
+    if (Status s = model.Forward(tokens[p], pos, **cache, logits.data()); !s.ok()) {
+      return Status::Error(fmt::format("{} at position {}: {}", format->name, pos, s.message()));
+    }
+    visit(pos, logits.data());
+  }
+  return Status::Ok();
+}
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+// A gnuplot double-quoted string: backslashes and quotes escaped, a newline as \n (a script line
+// cannot hold a raw one).
+std::string GnuplotString(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '\n') {
+      out += "\\n";
+      continue;
+    }
+    if (ch == '\\' || ch == '"') out += '\\';
+    out += ch;
+  }
+  return out + "\"";
+}
+
+// The last four characters, lower case (".png", ".svg").
+std::string PlotExtension(const std::string& path) {
+  std::string ext = path.size() >= 4 ? path.substr(path.size() - 4) : "";
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  return ext;
+}
+
+}  // namespace
+
+FidelityInput MakeFidelityInput(const Tokenizer& tokenizer, std::string_view text, int64_t context) {
+  FidelityInput in;
+  in.tokens = tokenizer.Encode(text, tokenizer.add_bos());
+  in.full_count = static_cast<int64_t>(in.tokens.size());
+  if (context >= 0 && in.full_count > context) in.tokens.resize(static_cast<size_t>(context));
+  return in;
+}
+
+Result<FidelityReport> RunFidelity(LlamaModel& model, std::span<const int32_t> tokens,
+                                   const FidelityConfig& config,
+                                   const std::function<void(const std::string&)>& progress) {
+  const LlamaConfig& c = model.config();
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int32_t vocab = c.vocab_size;
+  if (n < 2) return Status::Error(fmt::format("fidelity needs at least 2 tokens (got {})", n));
+  if (n > c.seq_len) {
+    return Status::Error(fmt::format("{} tokens exceed the model's context of {} positions", n, c.seq_len));
+  }
+  for (int64_t p = 0; p < n; ++p) {
+    if (tokens[p] < 0 || tokens[p] >= vocab) {
+      return Status::Error(fmt::format("token {} at position {} is outside the vocabulary (0..{})",
+                                       tokens[p], p, vocab - 1));
+    }
+  }
+  const KvShape shape{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()};
+  for (const FormatDesc* f : config.formats) {
+    if (Status s = CheckShape(*f, shape.row()); !s.ok()) return s;
+  }
+  const FormatDesc* f32 = FindFormat(FormatId::kF32);
+  const FormatDesc* f16 = FindFormat(FormatId::kF16);
+  const Result<int64_t> f16_bytes = KvBytesForContext(*f16, shape, n);
+  if (!f16_bytes.ok()) return f16_bytes.status();
+  const int total_arms = static_cast<int>(config.formats.size()) + 1;
+  auto say = [&](const std::string& line) {
+    if (progress) progress(line);
+  };
+
+  // Reference arm: keep the log-softmax (for KL and perplexity), the raw logits (for drift) and
+  // the argmax of every position.
+  FidelityReport report;
+  report.positions = n;
+  std::vector<float> ref_logits(static_cast<size_t>(n) * vocab);
+  std::vector<double> ref_lsm(static_cast<size_t>(n) * vocab);
+  std::vector<int32_t> ref_top(n);
+  double ref_nll = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  Status s = RunArm(model, tokens, f32, [&](int64_t p, const float* logits) {
+    std::copy(logits, logits + vocab, ref_logits.begin() + p * vocab);
+    LogSoftmax(logits, vocab, ref_lsm.data() + p * vocab);
+    ref_top[p] = Argmax(logits, vocab);
+    if (p + 1 < n) ref_nll -= ref_lsm[p * vocab + tokens[p + 1]];
+  });
+  if (!s.ok()) return s;
+  report.reference_ppl = std::exp(ref_nll / static_cast<double>(n - 1));
+  say(fmt::format("[1/{}] reference (f32 cache): {} positions, perplexity {:.4f} ({:.2f} s)", total_arms, n,
+                  report.reference_ppl, Seconds(t0)));
+
+  std::vector<double> lsm(vocab);
+  for (size_t a = 0; a < config.formats.size(); ++a) {
+    const FormatDesc* f = config.formats[a];
+    FidelityRow row;
+    row.format = f->name;
+    row.positions = n;
+    row.bits_per_number = (BitsPerNumber(f->key, shape.row()) + BitsPerNumber(f->value, shape.row())) / 2;
+    const Result<int64_t> bytes = KvBytesForContext(*f, shape, n);
+    if (!bytes.ok()) return bytes.status();
+    row.kv_bytes = *bytes;
+    row.memory_vs_f16 = static_cast<double>(*bytes) / static_cast<double>(*f16_bytes);
+    double drift = 0, kl = 0, nll = 0;
+    t0 = std::chrono::steady_clock::now();
+    s = RunArm(model, tokens, f, [&](int64_t p, const float* logits) {
+      const float* ref = ref_logits.data() + p * vocab;
+      const double* ref_l = ref_lsm.data() + p * vocab;
+      LogSoftmax(logits, vocab, lsm.data());
+      double kl_p = 0;
+      for (int32_t i = 0; i < vocab; ++i) {
+        drift += std::abs(static_cast<double>(logits[i]) - static_cast<double>(ref[i]));
+        kl_p += std::exp(ref_l[i]) * (ref_l[i] - lsm[i]);
+      }
+      kl += kl_p;
+      row.top1_agree += Argmax(logits, vocab) == ref_top[p] ? 1 : 0;
+      if (p + 1 < n) nll -= lsm[tokens[p + 1]];
+    });
+    if (!s.ok()) return s;
+    row.logit_drift = drift / (static_cast<double>(n) * vocab);
+    row.kl = kl / static_cast<double>(n);
+    row.ppl = std::exp(nll / static_cast<double>(n - 1));
+    say(fmt::format("[{}/{}] {}: logit drift {:.4g}, KL {:.4g}, top-1 {}/{} ({:.2f} s)", a + 2, total_arms,
+                    row.format, row.logit_drift, row.kl, row.top1_agree, n, Seconds(t0)));
+    report.formats.push_back(std::move(row));
+  }
+  return report;
+}
+
+Status CheckFidelityPlotPath(const std::string& output) {
+  const std::string ext = PlotExtension(output);
+  if (ext != ".png" && ext != ".svg") {
+    return Status::Error(fmt::format("{}: the plot file must end in .png or .svg", output));
+  }
+  return Status::Ok();
+}
+
+Result<std::string> FidelityPlotScript(const FidelityReport& report, const FidelityPlotOptions& o) {
+  if (Status s = CheckFidelityPlotPath(o.output); !s.ok()) return s;
+  const std::string ext = PlotExtension(o.output);
+  const bool kl = o.metric == FidelityPlotMetric::kKl;
+  struct Point {
+    double x, y;
+    std::string name;
+  };
+  std::vector<Point> drawn;
+  std::string not_drawn;
+  for (const FidelityRow& r : report.formats) {
+    const double y = kl ? r.kl : r.logit_drift;
+    if (!(y > 0)) {  // log axis: 0 (f32, identical to the reference) has no place on it
+      not_drawn += (not_drawn.empty() ? "" : ", ") + r.format;
+      continue;
+    }
+    drawn.push_back({100.0 * r.memory_vs_f16, y, r.format});
+  }
+  if (drawn.empty()) {
+    return Status::Error(fmt::format("{}: nothing to draw: every format's y value is 0 ({})", o.output, not_drawn));
+  }
+  // A label goes right of its point unless another point sits where it would be written (within
+  // the label's width to the right — about 1.1% of the x range per character at 900 pixels — and
+  // a quarter decade up or down); then it goes left.
+  double max_x = 0;
+  for (const Point& p : drawn) max_x = std::max(max_x, p.x);
+  std::string right, left;
+  for (const Point& p : drawn) {
+    bool crowded = false;
+    for (const Point& q : drawn) {
+      const double width = 0.011 * max_x * static_cast<double>(p.name.size() + 2);
+      crowded = crowded || (&q != &p && q.x >= p.x && q.x - p.x < width &&
+                            std::abs(std::log10(q.y / p.y)) < 0.25);
+    }
+    (crowded ? left : right) += fmt::format("{:.6f} {:.9g} {}\n", p.x, p.y, GnuplotString(p.name));
+  }
+  std::string g;
+  g += "# kvq eval fidelity: KV memory (x) against damage to the logits (y), one point per format.\n";
+  if (ext == ".svg") {
+    g += "set terminal svg size 900,600 noenhanced font \"sans,13\" background rgb \"white\"\n";
+  } else {  // pngcairo draws smoother text; plain png (libgd) where this gnuplot lacks it
+    g += "if (strstrt(GPVAL_TERMINALS, \" pngcairo \") > 0) {\n"
+         "  set terminal pngcairo size 900,600 noenhanced font \"sans,11\" background rgb \"white\"\n"
+         "} else {\n"
+         "  set terminal png size 900,600 noenhanced background rgb \"white\"\n"
+         "}\n";
+  }
+  g += "set output " + GnuplotString(o.output) + "\n";
+  g += "set title " + GnuplotString(fmt::format("{}\nteacher-forced over {} positions against an f32 cache; "
+                                                "lower is better", o.title, report.positions)) + "\n";
+  g += "set xlabel \"KV cache memory, % of f16\"\n";
+  g += kl ? "set ylabel \"mean KL(ref || cand) per position, nats (log scale)\"\n"
+          : "set ylabel \"logit drift: mean |logit_cand - logit_ref| (log scale)\"\n";
+  g += "set logscale y\nset format y \"%g\"\nset grid\nunset key\n";
+  g += "set xrange [0:*]\nset offsets 0, graph 0.12, graph 0.08, graph 0.08\n";
+  if (!not_drawn.empty()) {
+    g += "set label 1 " + GnuplotString("0 (identical to the reference), not drawn on a log axis: " + not_drawn) +
+         " at graph 0.02, graph 0.04 left\n";
+  }
+  g += "$right << EOD\n" + right + "EOD\n";
+  g += "$left << EOD\n" + left + "EOD\n";
+  // An empty datablock is a gnuplot error, so only the non-empty ones are plotted.
+  std::string plot = "plot ";
+  for (const auto& [name, rows, align, dx] : {std::tuple{"$right", &right, "left", "0.9"},
+                                              std::tuple{"$left", &left, "right", "-0.9"}}) {
+    if (rows->empty()) continue;
+    if (plot != "plot ") plot += ", \\\n     ";
+    plot += fmt::format("{0} using 1:2 with points pointtype 7 pointsize 1.4 linecolor rgb \"#1f5fa8\", \\\n"
+                        "     {0} using 1:2:3 with labels {1} offset character {2}, character 0.45",
+                        name, align, dx);
+  }
+  g += plot + "\n";
+  g += "set output\n";
+  return g;
+}
+
+}  // namespace kvq

@@ -1,0 +1,81 @@
+// `kvq eval fidelity`: what each KV format does to a real model's predictions, teacher-forced
+// (seeds 002 and 004, DESIGN.md §5). One token sequence goes through the model twice per format —
+// once with an f32 cache (the reference), once with the candidate format for K and V — one decode
+// step per token, and the logits are compared at every position. Free-run divergence (let both
+// arms generate and see where they part) is greedy chaos, not a fidelity number, and is not measured.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvq/format.h"
+#include "kvq/status.h"
+#include "model/llama.h"
+#include "model/tokenizer.h"
+
+namespace kvq {
+
+struct FidelityConfig {
+  /// Candidate formats, each used for keys and values of every layer. f32 may be one of them: it
+  /// is then compared with the reference run and must come out identical.
+  std::vector<const FormatDesc*> formats;
+};
+
+/// One format's fidelity against the f32 reference over the same positions.
+struct FidelityRow {
+  std::string format;
+  double bits_per_number = 0;  ///< BitsPerNumber of K and of V at the model's row shape, averaged
+  int64_t kv_bytes = 0;        ///< KvBytesForContext(format, model shape, positions)
+  double memory_vs_f16 = 0;    ///< kv_bytes / KvBytesForContext(f16, model shape, positions)
+  double logit_drift = 0;      ///< mean |logit_cand − logit_ref| over positions × vocab
+  double kl = 0;               ///< mean over positions of KL(ref ‖ cand) of the softmaxes, nats
+  int64_t top1_agree = 0;      ///< positions whose argmax equals the reference's argmax
+  int64_t positions = 0;       ///< positions compared (every position of the sequence)
+  double ppl = 0;              ///< exp(mean −log p_cand(token p+1)) over positions 0..n−2
+};
+
+struct FidelityReport {
+  int64_t positions = 0;     ///< tokens run, BOS included
+  double reference_ppl = 0;  ///< the same perplexity under the f32 reference
+  std::vector<FidelityRow> formats;  ///< in FidelityConfig::formats order
+};
+
+/// The token sequence a fidelity run feeds: `text` encoded with BOS first when the vocabulary
+/// asks for one, cut to the first `context` ids.
+struct FidelityInput {
+  std::vector<int32_t> tokens;
+  int64_t full_count = 0;  ///< ids the whole text gives; > tokens.size() when it was cut
+};
+FidelityInput MakeFidelityInput(const Tokenizer& tokenizer, std::string_view text, int64_t context);
+
+/// Runs `tokens` (2 ≤ n ≤ the model's seq_len, each id < vocab_size) through an f32 reference
+/// cache and then through a cache of each format, one Forward per token, and compares the
+/// logits position by position. Softmax, KL and perplexity are computed in double. The result
+/// does not depend on the model's thread count. `progress` (may be empty) gets one line per arm.
+Result<FidelityReport> RunFidelity(LlamaModel& model, std::span<const int32_t> tokens,
+                                   const FidelityConfig& config,
+                                   const std::function<void(const std::string&)>& progress);
+
+/// What the memory-vs-damage scatter puts on its y axis.
+enum class FidelityPlotMetric { kKl, kLogitDrift };
+
+struct FidelityPlotOptions {
+  std::string output;  ///< ".png" or ".svg" (case-insensitive); the extension picks the terminal
+  FidelityPlotMetric metric = FidelityPlotMetric::kKl;
+  std::string title;   ///< first title line, e.g. the model and text
+};
+
+/// Ok when `output` ends in .png or .svg (case-insensitive), else an error naming it.
+Status CheckFidelityPlotPath(const std::string& output);
+
+/// A gnuplot script drawing one labelled point per format: x = % of f16 memory, y = KL or logit
+/// drift on a log axis. A format whose y is 0 (f32 is identical to the reference) cannot sit on a
+/// log axis; it is named in a note on the plot instead. Errors on another extension, or when no
+/// format has a y above 0.
+Result<std::string> FidelityPlotScript(const FidelityReport& report, const FidelityPlotOptions& options);
+
+}  // namespace kvq
