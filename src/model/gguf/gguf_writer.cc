@@ -1,17 +1,21 @@
 // GGUF writer: encodes metadata values as they will appear in the file, checks tensors against
 // their shapes when they are added, and serializes a version-3 file with every tensor's data
-// aligned (and padded after) to the file's alignment, as ggml lays it out.
+// aligned (and padded after) to the file's alignment, as ggml lays it out. Serialize and Write
+// share one emitter that hands the bytes to a sink in order: the header, then each tensor's data
+// (streamed tensors chunk by chunk), so the file never has to exist in memory.
 #include "model/gguf/gguf_writer.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <variant>
 
 #include "kvq/units.h"
 
@@ -37,6 +41,59 @@ void Pad(std::vector<uint8_t>* out, uint64_t alignment) {
   out->resize((out->size() + alignment - 1) / alignment * alignment, 0);
 }
 
+int64_t RoundUp(int64_t n, int64_t alignment) { return (n + alignment - 1) / alignment * alignment; }
+
+// Streamed tensors are produced in chunks of about this size: large enough that a source's
+// per-call cost (a thread-pool dispatch) vanishes, small enough to stay in cache-friendly memory.
+constexpr int64_t kStreamChunkBytes = 8 << 20;
+
+// A scalar of GgufValue's widened representation, narrowed back to its stored type.
+template <typename T>
+void AppendNarrowed(std::vector<uint8_t>* out, const GgufValue& v) {
+  if (const auto* u = std::get_if<uint64_t>(&v.data)) {
+    Append(out, static_cast<T>(*u));
+  } else if (const auto* i = std::get_if<int64_t>(&v.data)) {
+    Append(out, static_cast<T>(*i));
+  } else if (const auto* d = std::get_if<double>(&v.data)) {
+    Append(out, static_cast<T>(*d));  // FLOAT32 was widened exactly, so this is exact
+  } else if (const auto* b = std::get_if<bool>(&v.data)) {
+    Append<uint8_t>(out, *b ? 1 : 0);
+  }
+}
+
+// The bytes that follow a value's type tag in the file.
+void AppendValueBytes(std::vector<uint8_t>* out, const GgufValue& v) {
+  switch (v.type) {
+    case GgufValueType::kUint8: AppendNarrowed<uint8_t>(out, v); break;
+    case GgufValueType::kInt8: AppendNarrowed<int8_t>(out, v); break;
+    case GgufValueType::kUint16: AppendNarrowed<uint16_t>(out, v); break;
+    case GgufValueType::kInt16: AppendNarrowed<int16_t>(out, v); break;
+    case GgufValueType::kUint32: AppendNarrowed<uint32_t>(out, v); break;
+    case GgufValueType::kInt32: AppendNarrowed<int32_t>(out, v); break;
+    case GgufValueType::kUint64: AppendNarrowed<uint64_t>(out, v); break;
+    case GgufValueType::kInt64: AppendNarrowed<int64_t>(out, v); break;
+    case GgufValueType::kFloat32: AppendNarrowed<float>(out, v); break;
+    case GgufValueType::kFloat64: AppendNarrowed<double>(out, v); break;
+    case GgufValueType::kBool: AppendNarrowed<uint8_t>(out, v); break;
+    case GgufValueType::kString: AppendString(out, std::get<std::string_view>(v.data)); break;
+    case GgufValueType::kArray: {
+      const GgufArray& a = std::get<GgufArray>(v.data);
+      Append<uint32_t>(out, static_cast<uint32_t>(a.element_type));
+      Append<uint64_t>(out, static_cast<uint64_t>(a.size));
+      if (a.element_type == GgufValueType::kString) {
+        for (std::string_view s : a.strings) AppendString(out, s);
+      } else if (a.element_type == GgufValueType::kArray) {
+        for (const GgufValue& e : a.arrays) AppendValueBytes(out, e);
+      } else if (a.size > 0) {
+        // Numeric elements are kept packed as stored: copy them as they are.
+        const auto n = static_cast<size_t>(a.size * GgufScalarBytes(a.element_type));
+        out->insert(out->end(), a.raw, a.raw + n);
+      }
+      break;
+    }
+  }
+}
+
 }  // namespace
 
 namespace gguf_internal {
@@ -53,6 +110,13 @@ GgufEncoded GgufEncodeString(std::string_view value) {
   GgufEncoded e;
   e.type = GgufValueType::kString;
   AppendString(&e.bytes, value);
+  return e;
+}
+
+GgufEncoded GgufEncodeValue(const GgufValue& value) {
+  GgufEncoded e;
+  e.type = value.type;
+  AppendValueBytes(&e.bytes, value);
   return e;
 }
 
@@ -146,8 +210,8 @@ Status GgufWriter::SetI32Array(std::string key, const std::vector<int32_t>& valu
   return Set(std::move(key), std::move(e));
 }
 
-Status GgufWriter::AddTensor(std::string name, GgmlType type, std::vector<int64_t> dims,
-                             std::vector<uint8_t> bytes) {
+Result<int64_t> GgufWriter::CheckTensor(const std::string& name, GgmlType type,
+                                        const std::vector<int64_t>& dims) const {
   auto fail = [&](std::string_view why) {
     return Status::Error(fmt::format("GGUF writer: tensor '{}': {}", name, why));
   };
@@ -170,15 +234,37 @@ Status GgufWriter::AddTensor(std::string name, GgmlType type, std::vector<int64_
   }
   Result<int64_t> want = GgmlTypeBytes(type, n);
   if (!want.ok()) return fail(want.status().message());
+  // Room for the padding after it, so every offset and FileBytes stay far from overflow.
+  if (*want > (int64_t{1} << 60)) return fail(fmt::format("{} bytes is too large", *want));
+  return *want;
+}
+
+Status GgufWriter::AddTensor(std::string name, GgmlType type, std::vector<int64_t> dims,
+                             std::vector<uint8_t> bytes) {
+  Result<int64_t> want = CheckTensor(name, type, dims);
+  if (!want.ok()) return want.status();
   if (static_cast<int64_t>(bytes.size()) != *want) {
-    return fail(fmt::format("{} bytes given, {} elements of {} take {}", bytes.size(), n,
-                            GgmlTypeName(type), *want));
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;  // checked above
+    return Status::Error(fmt::format("GGUF writer: tensor '{}': {} bytes given, {} elements of {} "
+                                     "take {}", name, bytes.size(), n, GgmlTypeName(type), *want));
   }
-  tensors_.push_back(Tensor{std::move(name), type, std::move(dims), std::move(bytes)});
+  tensors_.push_back(Tensor{std::move(name), type, std::move(dims), *want, std::move(bytes), {}});
   return Status::Ok();
 }
 
-std::vector<uint8_t> GgufWriter::Serialize() const {
+Status GgufWriter::AddStreamedTensor(std::string name, GgmlType type, std::vector<int64_t> dims,
+                                     GgufRowSource source) {
+  Result<int64_t> want = CheckTensor(name, type, dims);
+  if (!want.ok()) return want.status();
+  if (!source) {
+    return Status::Error(fmt::format("GGUF writer: tensor '{}': no row source given", name));
+  }
+  tensors_.push_back(Tensor{std::move(name), type, std::move(dims), *want, {}, std::move(source)});
+  return Status::Ok();
+}
+
+std::vector<uint8_t> GgufWriter::Header() const {
   std::vector<uint8_t> out;
   Append(&out, kGgufMagic);
   Append(&out, kVersion);
@@ -196,18 +282,64 @@ std::vector<uint8_t> GgufWriter::Serialize() const {
     for (int64_t d : t.dims) Append<uint64_t>(&out, static_cast<uint64_t>(d));
     Append<uint32_t>(&out, static_cast<uint32_t>(t.type));
     Append<uint64_t>(&out, offset);
-    offset += (t.bytes.size() + alignment_ - 1) / alignment_ * alignment_;
+    offset += static_cast<uint64_t>(RoundUp(t.n_bytes, alignment_));
   }
   if (!tensors_.empty()) Pad(&out, alignment_);
-  for (const Tensor& t : tensors_) {
-    out.insert(out.end(), t.bytes.begin(), t.bytes.end());
-    Pad(&out, alignment_);
-  }
   return out;
 }
 
-Status GgufWriter::Write(const std::string& path) const {
-  const std::vector<uint8_t> b = Serialize();
+int64_t GgufWriter::FileBytes() const {
+  int64_t bytes = static_cast<int64_t>(Header().size());
+  for (const Tensor& t : tensors_) bytes += RoundUp(t.n_bytes, alignment_);
+  return bytes;
+}
+
+Status GgufWriter::Emit(const Sink& sink, const GgufWriteProgress& progress) const {
+  const std::vector<uint8_t> header = Header();
+  int64_t total = static_cast<int64_t>(header.size());
+  for (const Tensor& t : tensors_) total += RoundUp(t.n_bytes, alignment_);
+  if (Status s = sink(header.data(), header.size()); !s.ok()) return s;
+  int64_t written = static_cast<int64_t>(header.size());
+  const std::vector<uint8_t> zeros(alignment_, 0);
+  std::vector<uint8_t> chunk;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const Tensor& t = tensors_[i];
+    if (t.source) {
+      const int64_t n_rows = t.n_bytes / *GgmlTypeBytes(t.type, t.dims[0]);
+      const int64_t row_bytes = t.n_bytes / n_rows;
+      const int64_t chunk_rows = std::max<int64_t>(1, kStreamChunkBytes / row_bytes);
+      chunk.resize(static_cast<size_t>(std::min(n_rows, chunk_rows) * row_bytes));
+      for (int64_t row = 0; row < n_rows; row += chunk_rows) {
+        const int64_t rows = std::min(chunk_rows, n_rows - row);
+        if (Status s = t.source(row, rows, chunk.data()); !s.ok()) {
+          return Status::Error(fmt::format("tensor '{}': {}", t.name, s.message()));
+        }
+        if (Status s = sink(chunk.data(), static_cast<size_t>(rows * row_bytes)); !s.ok()) return s;
+      }
+    } else if (Status s = sink(t.bytes.data(), t.bytes.size()); !s.ok()) {
+      return s;
+    }
+    const int64_t padding = RoundUp(t.n_bytes, alignment_) - t.n_bytes;
+    if (Status s = sink(zeros.data(), static_cast<size_t>(padding)); !s.ok()) return s;
+    written += t.n_bytes + padding;
+    if (progress) progress(i, written, total);
+  }
+  return Status::Ok();
+}
+
+std::vector<uint8_t> GgufWriter::Serialize() const {
+  std::vector<uint8_t> out;
+  const Status s = Emit(
+      [&out](const uint8_t* data, size_t n) {
+        out.insert(out.end(), data, data + n);
+        return Status::Ok();
+      },
+      {});
+  if (!s.ok()) return {};
+  return out;
+}
+
+Status GgufWriter::Write(const std::string& path, const GgufWriteProgress& progress) const {
   static std::atomic<uint64_t> counter{0};
   const std::string tmp = fmt::format("{}.tmp-{}-{}", path, ::getpid(), counter.fetch_add(1));
   auto fail = [&](std::string_view what, int err) {
@@ -217,10 +349,23 @@ Status GgufWriter::Write(const std::string& path) const {
   };
   std::FILE* f = std::fopen(tmp.c_str(), "wbx");
   if (f == nullptr) return fail("cannot create", errno);
-  if (!b.empty() && std::fwrite(b.data(), 1, b.size(), f) != b.size()) {
-    const int err = errno;
+  bool write_failed = false;
+  int write_errno = 0;
+  const Status emitted = Emit(
+      [&](const uint8_t* data, size_t n) {
+        if (n > 0 && std::fwrite(data, 1, n, f) != n) {
+          write_failed = true;
+          write_errno = errno != 0 ? errno : EIO;
+          return Status::Error("write failed");
+        }
+        return Status::Ok();
+      },
+      progress);
+  if (!emitted.ok()) {
     std::fclose(f);
-    return fail("writing", err);
+    if (write_failed) return fail("writing", write_errno);
+    std::remove(tmp.c_str());
+    return Status::Error(fmt::format("cannot write GGUF file '{}': {}", path, emitted.message()));
   }
   if (std::fflush(f) != 0 || ::fsync(::fileno(f)) != 0) {
     const int err = errno;

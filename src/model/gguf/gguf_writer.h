@@ -1,10 +1,12 @@
 // A small GGUF (version 3) writer: metadata of every value type (nested arrays included) and
-// tensors given as ready-made bytes, laid out with alignment padding the way ggml does. Tests
-// build their files with it; `kvq synth` will write synthetic models with it. Files are written
-// to a temporary name and renamed into place, so a reader never sees half a file.
+// tensors laid out with alignment padding the way ggml does. A tensor is given either as
+// ready-made bytes (tests) or as a row source called while the file is written, so `kvq synth`
+// can write a multi-GB model holding one chunk of it in memory at a time. Files are written to a
+// temporary name and renamed into place, so a reader never sees half a file.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -64,6 +66,20 @@ GgufEncoded GgufEncodeString(std::string_view value);
 /// An array of `element_type`; every element must have that type (arrays may hold arrays of
 /// different element types, as GGUF allows).
 GgufEncoded GgufEncodeArray(GgufValueType element_type, const std::vector<GgufEncoded>& elements);
+/// A value read by GgufFile, encoded back exactly as it was stored (its own type, narrow
+/// integers included, nested arrays and all): for copying metadata from one file to another.
+GgufEncoded GgufEncodeValue(const GgufValue& value);
+
+/// Produces rows [first_row, first_row + n_rows) of a streamed tensor into `out`: n_rows rows of
+/// dims[0] elements each, in the tensor's type, back to back. A tensor of dims [d0, d1, ...] has
+/// d1·d2·... rows. The writer calls it in row order, in chunks of at most a few MiB (at least
+/// one row); an error stops the write and is returned by Write.
+using GgufRowSource = std::function<Status(int64_t first_row, int64_t n_rows, uint8_t* out)>;
+
+/// Called after each tensor's data is in the file: the tensor's index (in the order added), the
+/// bytes of the file written so far and the file's total size.
+using GgufWriteProgress =
+    std::function<void(size_t tensor_index, int64_t bytes_written, int64_t file_bytes)>;
 
 class GgufWriter {
  public:
@@ -85,19 +101,36 @@ class GgufWriter {
   /// exactly the size of `dims` elements of `type`. Any known type may be written.
   Status AddTensor(std::string name, GgmlType type, std::vector<int64_t> dims,
                    std::vector<uint8_t> bytes);
+  /// Adds a tensor whose bytes `source` produces while the file is written (the same checks as
+  /// AddTensor, but for `bytes`). The source must outlive Write/Serialize.
+  Status AddStreamedTensor(std::string name, GgmlType type, std::vector<int64_t> dims,
+                           GgufRowSource source);
 
-  /// The whole file in memory (tests patch it to build corrupt files).
+  /// The size of the file Write would write, in bytes (header, padding and data).
+  int64_t FileBytes() const;
+
+  /// The whole file in memory (tests patch it to build corrupt files). Empty if a streamed
+  /// tensor's source fails.
   std::vector<uint8_t> Serialize() const;
-  /// Serializes to `path`: a temporary file in the same folder, flushed, then renamed.
-  Status Write(const std::string& path) const;
+  /// Serializes to `path`: a temporary file in the same folder, flushed, then renamed. On any
+  /// failure (a source's error, a full disk) the temporary file is removed and the error names
+  /// `path`. `progress`, if set, is called after each tensor.
+  Status Write(const std::string& path, const GgufWriteProgress& progress = {}) const;
 
  private:
   struct Tensor {
     std::string name;
     GgmlType type;
     std::vector<int64_t> dims;
-    std::vector<uint8_t> bytes;
+    int64_t n_bytes = 0;
+    std::vector<uint8_t> bytes;  // ready-made data, or empty when `source` produces it
+    GgufRowSource source;
   };
+  using Sink = std::function<Status(const uint8_t* data, size_t n)>;
+  Result<int64_t> CheckTensor(const std::string& name, GgmlType type,
+                              const std::vector<int64_t>& dims) const;
+  std::vector<uint8_t> Header() const;  // everything before the data section, padded
+  Status Emit(const Sink& sink, const GgufWriteProgress& progress) const;
   std::vector<std::pair<std::string, GgufEncoded>> metadata_;
   std::vector<Tensor> tensors_;
   uint32_t alignment_ = 32;

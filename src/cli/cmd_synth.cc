@@ -1,0 +1,195 @@
+// `kvq synth`: write a GGUF model at a real model's shape (a preset, or flags) with random
+// weights, for speed work where real weights cannot be downloaded. The logic is
+// model/synth.{h,cc}; this file maps flags onto a SynthSpec, prints what will be written, and
+// shows progress per layer on stderr.
+#include <fmt/format.h>
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "cli/commands.h"
+#include "kvq/units.h"
+#include "model/synth.h"
+
+namespace kvq::cli {
+namespace {
+
+struct SynthOptions {
+  std::string preset;
+  std::string arch;
+  int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, context = 0, vocab_size = 0;
+  float rope_theta = 0.0f;
+  std::string embeddings;
+  std::string type = "q4_0";
+  std::string vocab;
+  uint64_t seed = 1;
+  int32_t threads = 0;
+  std::string out;
+  bool force = false;
+  // The options whose presence matters (a given value overrides the preset's).
+  CLI::Option *dim_opt = nullptr, *layers_opt = nullptr, *heads_opt = nullptr,
+              *kv_heads_opt = nullptr, *ffn_opt = nullptr, *context_opt = nullptr,
+              *theta_opt = nullptr, *vocab_size_opt = nullptr;
+};
+
+std::string Shape(const SynthSummary& s) {
+  const SynthSpec& p = s.spec;
+  std::string text = fmt::format(
+      "  {} ({}), {} weights, seed {}\n"
+      "  dim {}, {} layers, {} heads / {} KV heads (head_dim {}), ffn {}, context {}\n"
+      "  vocab {} ({} from the vocabulary{}), {} embeddings{}\n"
+      "  rope theta {}, rms eps {}",
+      p.name.empty() ? "custom shape" : p.name, SynthArchName(p.arch), GgmlTypeName(p.type),
+      p.seed, p.dim, p.n_layers, p.n_heads, p.kv_heads(), p.head_dim(), p.hidden_dim,
+      FormatCount(p.context), FormatCount(p.vocab_size), FormatCount(s.vocabulary_tokens),
+      p.vocab_size > s.vocabulary_tokens
+          ? fmt::format(" + {} control tokens", FormatCount(p.vocab_size - s.vocabulary_tokens))
+          : "",
+      p.embeddings == SynthEmbeddings::kTied ? "tied" : "separate",
+      p.qkv_bias ? ", Q/K/V biases" : "", p.rope_theta, p.norm_eps);
+  if (p.rope_scaling) {
+    text += fmt::format(", Llama 3.1 rope scaling (factor {}, low {}, high {}, original context {})",
+                        p.rope_scaling->factor, p.rope_scaling->low_freq_factor,
+                        p.rope_scaling->high_freq_factor, p.rope_scaling->original_context);
+  }
+  return text;
+}
+
+int RunSynth(const SynthOptions& o) {
+  auto bad = [](const std::string& m) { return BadInput("synth", m); };
+  if (o.out.empty()) return bad("-o OUT.gguf is required");
+  if (std::filesystem::path(o.out).extension() != ".gguf") {
+    // kvq run and the other commands tell GGUF from llama2.c files by this extension.
+    return bad(fmt::format("-o {}: the name must end in .gguf", o.out));
+  }
+  SynthSpec spec;
+  if (!o.preset.empty()) {
+    Result<SynthSpec> p = SynthPreset(o.preset);
+    if (!p.ok()) return bad("--preset: " + p.status().message());
+    spec = *p;
+  } else {
+    for (const auto& [opt, flag] : {std::pair{o.dim_opt, "--dim"}, std::pair{o.layers_opt, "--layers"},
+                                    std::pair{o.heads_opt, "--heads"}, std::pair{o.ffn_opt, "--ffn"}}) {
+      if (opt->count() == 0) {
+        return bad(fmt::format("{} is needed without --preset (give --preset {}, or all of --dim, "
+                               "--layers, --heads and --ffn)", flag,
+                               fmt::join(SynthPresetNames(), "|")));
+      }
+    }
+  }
+  if (!o.arch.empty()) {
+    Result<SynthArch> a = ParseSynthArch(o.arch);
+    if (!a.ok()) return bad("--arch: " + a.status().message());
+    // The architecture brings its own conventions: qwen2 has Q/K/V biases and a smaller epsilon.
+    if (*a != spec.arch || o.preset.empty()) {
+      spec.arch = *a;
+      spec.qkv_bias = *a == SynthArch::kQwen2;
+      spec.norm_eps = *a == SynthArch::kQwen2 ? 1e-6f : 1e-5f;
+    }
+  }
+  const struct { CLI::Option* opt; int64_t value; int64_t* field; } ints[] = {
+      {o.dim_opt, o.dim, &spec.dim},           {o.layers_opt, o.layers, &spec.n_layers},
+      {o.heads_opt, o.heads, &spec.n_heads},   {o.kv_heads_opt, o.kv_heads, &spec.n_kv_heads},
+      {o.ffn_opt, o.ffn, &spec.hidden_dim},    {o.context_opt, o.context, &spec.context},
+      {o.vocab_size_opt, o.vocab_size, &spec.vocab_size}};
+  for (const auto& i : ints) {
+    if (i.opt->count() > 0) *i.field = i.value;
+  }
+  // A head count without a KV head count is plain multi-head attention, as in llama.cpp.
+  if (o.heads_opt->count() > 0 && o.kv_heads_opt->count() == 0) spec.n_kv_heads = 0;
+  if (o.theta_opt->count() > 0) spec.rope_theta = o.rope_theta;
+  if (!o.embeddings.empty()) {
+    if (o.embeddings != "tied" && o.embeddings != "separate") {
+      return bad(fmt::format("--embeddings must be tied or separate (got '{}')", o.embeddings));
+    }
+    spec.embeddings = o.embeddings == "tied" ? SynthEmbeddings::kTied : SynthEmbeddings::kSeparate;
+  }
+  Result<GgmlType> type = ParseSynthType(o.type);
+  if (!type.ok()) return bad("--type: " + type.status().message());
+  spec.type = *type;
+  spec.seed = o.seed;
+  if (o.threads < 0) return bad(fmt::format("--threads must be in 1..1024 (got {})", o.threads));
+  spec.threads = o.threads > 0 ? o.threads
+                               : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  if (!o.preset.empty() && (o.dim_opt->count() || o.layers_opt->count() || o.heads_opt->count() ||
+                            o.kv_heads_opt->count() || o.ffn_opt->count())) {
+    spec.name += "-custom";  // the shape is no longer the preset's
+  }
+  if (Status s = ValidateSynthSpec(spec); !s.ok()) return bad(s.message());
+  std::error_code ec;
+  if (std::filesystem::exists(o.out, ec) && !o.force) {
+    return bad(fmt::format("-o {}: the file exists (pass --force to overwrite it)", o.out));
+  }
+  const std::filesystem::path parent = std::filesystem::path(o.out).parent_path();
+  if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
+    return bad(fmt::format("-o {}: the folder '{}' does not exist", o.out, parent.string()));
+  }
+  if (::access(parent.empty() ? "." : parent.c_str(), W_OK) != 0) {
+    return bad(fmt::format("-o {}: the folder '{}' is not writable: {}", o.out,
+                           parent.empty() ? "." : parent.string(), std::strerror(errno)));
+  }
+  const std::string vocab = o.vocab.empty() ? BundledModelFile("stories260K.gguf") : o.vocab;
+  Result<SynthSummary> summary = SummarizeSynthModel(spec, vocab);
+  if (!summary.ok()) return bad(summary.status().message());
+  fmt::print("kvq synth: writing {}\n{}\n  vocabulary from {}\n  {} parameters, file {} ({} bytes)\n",
+             o.out, Shape(*summary), vocab, FormatCount(summary->parameters),
+             FormatBytesIec(summary->file_bytes), FormatCount(summary->file_bytes));
+  std::fflush(stdout);
+
+  const auto start = std::chrono::steady_clock::now();
+  const Status written = WriteSynthModel(spec, vocab, o.out, [&](const SynthProgress& p) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (p.bytes_written < p.file_bytes) {
+      fmt::print(stderr, "  layer {}/{} written ({} of {}, {:.1f} s)\n", p.layers_written, p.n_layers,
+                 FormatBytesIec(p.bytes_written), FormatBytesIec(p.file_bytes), s);
+    }
+  });
+  if (!written.ok()) {
+    fmt::print(stderr, "kvq synth: error: {}\n", written.message());
+    return 1;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  fmt::print("wrote {}: {} in {:.1f} s with {} threads\n", o.out, FormatBytesIec(summary->file_bytes),
+             seconds, spec.threads);
+  return 0;
+}
+
+}  // namespace
+
+void AddSynthCommand(CLI::App& app, int* exit_code) {
+  CLI::App* cmd = app.add_subcommand(
+      "synth", "Write a GGUF model at a real model's shape with random weights (for speed work)");
+  auto o = std::make_shared<SynthOptions>();
+  cmd->add_option("--preset", o->preset,
+                  fmt::format("A published shape: {}", fmt::join(SynthPresetNames(), ", ")));
+  cmd->add_option("--arch", o->arch, "llama | qwen2 | mistral (mistral is written as llama, as "
+                                     "llama.cpp does); default llama or the preset's");
+  o->dim_opt = cmd->add_option("--dim", o->dim, "Embedding width");
+  o->layers_opt = cmd->add_option("--layers", o->layers, "Transformer blocks");
+  o->heads_opt = cmd->add_option("--heads", o->heads, "Attention heads (head_dim = dim / heads)");
+  o->kv_heads_opt = cmd->add_option("--kv-heads", o->kv_heads, "KV heads (default: --heads)");
+  o->ffn_opt = cmd->add_option("--ffn", o->ffn, "Feed-forward width");
+  o->context_opt = cmd->add_option("--context", o->context, "Context length (default 4096)");
+  o->theta_opt = cmd->add_option("--rope-theta", o->rope_theta, "RoPE base (default 10000)");
+  o->vocab_size_opt = cmd->add_option(
+      "--vocab-size", o->vocab_size,
+      "Vocabulary size (default: the vocabulary's; larger pads it with control tokens)");
+  cmd->add_option("--embeddings", o->embeddings,
+                  "tied | separate output.weight (default: the preset's, else separate)");
+  cmd->add_option("--type", o->type, "Matrix type: f16 | q8_0 | q4_0")->capture_default_str();
+  cmd->add_option("--vocab", o->vocab,
+                  "GGUF file whose tokenizer.* metadata is copied (default: the bundled "
+                  "stories260K.gguf, 512 tokens)");
+  cmd->add_option("--seed", o->seed, "Seed: the same seed writes the same bytes")->capture_default_str();
+  cmd->add_option("-t,--threads", o->threads, "Threads (default: all cores; never changes the bytes)");
+  cmd->add_option("-o,--output", o->out, "Output .gguf file");
+  cmd->add_flag("--force", o->force, "Overwrite an existing output file");
+  cmd->callback([o, exit_code] { *exit_code = RunSynth(*o); });
+}
+
+}  // namespace kvq::cli

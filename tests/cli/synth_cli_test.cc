@@ -1,0 +1,138 @@
+// `kvq synth` end to end: a tiny custom shape is written, reported (shape, parameters, size),
+// loadable and runnable by `kvq run`; a preset with overrides keeps the preset's conventions; bad
+// input (an unknown preset, a shape that does not divide, an unknown type or flag, a missing -o,
+// an existing output without --force, a missing folder) exits 2 naming the flag or file.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "kvq/units.h"
+#include "model/gguf/gguf_reader.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct KvqRun {
+  int exit_code;
+  std::string out;
+  std::string err;
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class SynthCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) / fmt::format("kvq_synth_cli_{}", ::getpid());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+
+  KvqRun Kvq(const std::string& args) const {
+    const std::string out = Path("stdout"), err = Path("stderr");
+    const std::string cmd = std::string(KVQ_BINARY) + " " + args + " >" + out + " 2>" + err;
+    const int status = std::system(cmd.c_str());
+    KvqRun run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, Slurp(out), Slurp(err)};
+    fs::remove(out);
+    fs::remove(err);
+    return run;
+  }
+
+  fs::path dir_;
+};
+
+constexpr const char* kTiny = "synth --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 --context 128";
+
+TEST_F(SynthCli, TinyShapeIsWrittenReportedAndRuns) {
+  const std::string out = Path("tiny.gguf");
+  const KvqRun r = Kvq(fmt::format("{} --type q8_0 --seed 3 -t 2 -o {}", kTiny, out));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Parameters: embeddings 512·64 twice (separate output) + 2 layers of (2·64 norms + 2·64·64 q, o
+  // + 2·64·32 k, v + 3·64·128 ffn) + 64 = 65,536 + 73,984 + 64.
+  EXPECT_NE(r.out.find("139,584 parameters"), std::string::npos) << r.out;
+  // The size printed before writing is the file's size.
+  const std::string size = kvq::FormatCount(static_cast<int64_t>(fs::file_size(out)));
+  EXPECT_NE(r.out.find(fmt::format("({} bytes)", size)), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("dim 64, 2 layers, 4 heads / 2 KV heads (head_dim 16), ffn 128"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.err.find("layer 1/2 written"), std::string::npos) << r.err;  // progress per layer
+  auto f = kvq::GgufFile::Open(out);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ((*f)->FindTensor("blk.1.ffn_down.weight").value()->type, kvq::GgmlType::kQ8_0);
+  const KvqRun run = Kvq(fmt::format("run -m {} -p \"Once upon a time\" -n 8 --temp 0", out));
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("Once upon a time"), std::string::npos) << run.out;
+
+  // Again without --force: refused, the file untouched; with --force: written again, the same bytes.
+  const std::string before = Slurp(out);
+  const KvqRun again = Kvq(fmt::format("{} --type q8_0 --seed 3 -o {}", kTiny, out));
+  EXPECT_EQ(again.exit_code, 2);
+  EXPECT_NE(again.err.find("--force"), std::string::npos) << again.err;
+  EXPECT_NE(again.err.find(out), std::string::npos) << again.err;
+  const KvqRun forced = Kvq(fmt::format("{} --type q8_0 --seed 3 -t 1 -o {} --force", kTiny, out));
+  EXPECT_EQ(forced.exit_code, 0) << forced.err;
+  EXPECT_TRUE(Slurp(out) == before);  // one thread instead of two: the same bytes
+}
+
+TEST_F(SynthCli, PresetWithOverridesKeepsItsConventions) {
+  const std::string out = Path("q.gguf");
+  const KvqRun r = Kvq(fmt::format("synth --preset qwen2.5-0.5b --dim 64 --layers 2 --heads 4 "
+                                   "--kv-heads 2 --ffn 128 --vocab-size 640 --type f16 -o {}", out));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto f = kvq::GgufFile::Open(out);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(*(*f)->GetString("general.architecture"), "qwen2");
+  EXPECT_EQ(*(*f)->GetString("general.name"), "qwen2.5-0.5b-custom");
+  EXPECT_EQ(*(*f)->GetF32("qwen2.rope.freq_base"), 1000000.0f);
+  EXPECT_TRUE((*f)->FindTensor("blk.0.attn_q.bias").ok());
+  EXPECT_FALSE((*f)->FindTensor("output.weight").ok());  // tied, as the preset
+  EXPECT_EQ((*f)->FindTensor("token_embd.weight").value()->dims, (std::vector<int64_t>{64, 640}));
+  EXPECT_NE(r.out.find("128 control tokens"), std::string::npos) << r.out;
+}
+
+TEST_F(SynthCli, BadInputExits2NamingTheFlag) {
+  const std::string out = Path("bad.gguf");
+  const struct {
+    std::string args;
+    std::string must_mention;
+  } cases[] = {
+      {"synth --preset llama-9b -o " + out, "llama-9b"},
+      {"synth --preset llama-9b -o " + out, "llama-3.2-1b"},  // the list of presets
+      {std::string(kTiny) + " --heads 5 -o " + out, "--heads"},
+      {std::string(kTiny) + " --kv-heads 3 -o " + out, "--kv-heads"},
+      {std::string(kTiny) + " --ffn 100 --type q4_0 -o " + out, "--ffn"},
+      {std::string(kTiny) + " --type q5_k -o " + out, "--type"},
+      {std::string(kTiny) + " --arch gemma -o " + out, "--arch"},
+      {std::string(kTiny) + " --vocab-size 100 -o " + out, "--vocab-size"},
+      {std::string(kTiny) + " --vocab " + Path("none.gguf") + " -o " + out, Path("none.gguf")},
+      {std::string(kTiny) + " --embeddings shared -o " + out, "--embeddings"},
+      {std::string(kTiny) + " --threads -3 -o " + out, "--threads"},
+      {std::string(kTiny), "-o"},
+      {std::string(kTiny) + " -o " + Path("bad.bin"), "must end in .gguf"},
+      {"synth --dim 64 --layers 2 --ffn 128 -o " + out, "--heads"},
+      {std::string(kTiny) + " --bogus 1 -o " + out, "--bogus"},
+      {std::string(kTiny) + " -o " + Path("no/such/dir/x.gguf"), Path("no/such/dir")},
+  };
+  for (const auto& c : cases) {
+    const KvqRun r = Kvq(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.must_mention), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_FALSE(fs::exists(out)) << c.args;
+  }
+}
+
+}  // namespace
