@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   kvq::cli::AddBenchCommand(app, &exit_code);
   kvq::cli::AddEvalCommand(app, &exit_code);
   kvq::cli::AddSynthCommand(app, &exit_code);
+  kvq::cli::AddTokenizeCommand(app, &exit_code);
   std::string known;
   bool found = false;
   for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {

@@ -54,7 +54,7 @@ Result<GenerateResult> Generate(LlamaModel& model, const Tokenizer& tokenizer, K
   int64_t pos = r.n_prompt;
   for (int32_t produced = 0; o.n_new < 0 || produced < o.n_new; ++produced) {
     const int32_t next = sampler.Sample(logits.data(), model.config().vocab_size);
-    if (next == tokenizer.eos() || next == tokenizer.bos()) break;
+    if (tokenizer.IsEndOfGeneration(next) || next == tokenizer.bos()) break;
     const std::string piece = tokenizer.Decode(r.tokens.back(), next);
     r.tokens.push_back(next);
     r.completion += piece;

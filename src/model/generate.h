@@ -1,4 +1,5 @@
-// Generation: prefill a prompt through the model and cache, then decode new tokens until EOS, a
+// Generation: prefill a prompt through the model and cache, then decode new tokens until EOS or an
+// end-of-turn token (Tokenizer::IsEndOfGeneration), a
 // BOS (llama2.c models mark a new story with BOS), -n tokens, or the context ends — streaming each
 // piece as it is produced, timing prefill and decode separately.
 #pragma once

@@ -1,4 +1,6 @@
-// Tokenizer (see tokenizer.h). Encode is a priority-queue version of the SentencePiece BPE merge
+// Tokenizer (see tokenizer.h): the loaders, the SentencePiece encoder and what both kinds share
+// (literal cutting, decoding, end of generation); byte-level BPE is in tokenizer_bpe.cc.
+// The SentencePiece Encode is a priority-queue version of the SentencePiece BPE merge
 // (as llama.cpp's llm_tokenizer_spm): the text is split into UTF-8 characters, every adjacent pair
 // whose concatenation is a piece is queued by that piece's score, and the best pair (leftmost on
 // ties) is merged until none is left; stale queue entries are skipped. For valid UTF-8 this gives
@@ -107,6 +109,7 @@ Result<Tokenizer> Tokenizer::LoadLlama2c(const std::string& path, int32_t vocab_
   t.eos_ = 2;
   t.unk_ = 0;
   t.Index();
+  t.FindEndOfGeneration();
   return t;
 }
 
@@ -118,8 +121,10 @@ Result<Tokenizer> Tokenizer::LoadGguf(const GgufFile& file) {
   if (!file.Has("tokenizer.ggml.model")) return bad("no tokenizer.ggml.model; the file holds no vocabulary");
   Result<std::string> model = file.GetString("tokenizer.ggml.model");
   if (!model.ok()) return model.status();
+  if (*model == "gpt2") return LoadGgufBpe(file);
   if (*model != "llama") {
-    return bad(fmt::format("tokenizer.ggml.model is \"{}\"; kvq reads only \"llama\" (SentencePiece) vocabularies",
+    return bad(fmt::format("tokenizer.ggml.model is \"{}\"; kvq reads \"llama\" (SentencePiece) and \"gpt2\" "
+                           "(byte-level BPE) vocabularies",
                            *model));
   }
   Result<std::span<const std::string_view>> tokens = file.GetStringArray("tokenizer.ggml.tokens");
@@ -215,13 +220,14 @@ Result<Tokenizer> Tokenizer::LoadGguf(const GgufFile& file) {
   if (Status s = flag("tokenizer.ggml.add_bos_token", t.add_bos_); !s.ok()) return s;
   if (Status s = flag("tokenizer.ggml.add_space_prefix", t.add_space_prefix_); !s.ok()) return s;
   t.Index();
+  t.FindEndOfGeneration();
   return t;
 }
 
 void Tokenizer::Index() {
   ids_.clear();
   byte_ids_.fill(-1);
-  user_defined_.clear();
+  literals_.clear();
   const int32_t n = vocab_size();
   for (int32_t id = 0; id < n; ++id) {
     const TokenInfo& info = info_[id];
@@ -231,7 +237,7 @@ void Tokenizer::Index() {
       case TokenType::kUserDefined:
         if (pieces_[id].empty() || !info.matchable) break;
         ids_.emplace(pieces_[id], id);  // the first id wins
-        if (info.type == TokenType::kUserDefined) user_defined_.push_back(id);
+        if (info.type == TokenType::kUserDefined) literals_.push_back(id);
         break;
       case TokenType::kByte:
         if (byte_ids_[info.byte] < 0) byte_ids_[info.byte] = id;
@@ -250,22 +256,39 @@ void Tokenizer::Index() {
     if (it != ids_.end()) byte_ids_[b] = it->second;
   }
   // Longest first, as llama.cpp matches them; equal lengths by id.
-  std::stable_sort(user_defined_.begin(), user_defined_.end(),
+  std::stable_sort(literals_.begin(), literals_.end(),
                    [&](int32_t a, int32_t b) { return pieces_[a].size() > pieces_[b].size(); });
 }
 
-std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos) const {
-  std::vector<int32_t> tokens;
-  if (add_bos && bos_ >= 0) tokens.push_back(bos_);
-  if (text.empty()) return tokens;
-
-  // Cut user-defined pieces out of the text, longest first (token >= 0 marks a cut piece).
-  struct Fragment {
-    std::string_view text;
-    int32_t token;
+void Tokenizer::FindEndOfGeneration() {
+  // llama.cpp's end-of-turn texts (llama-vocab.cpp, special_eog_ids); llama.cpp forces such a
+  // token to control type, kvq only trusts the ones the vocabulary marks as control.
+  static constexpr std::string_view kEndOfTurnTexts[] = {
+      "<|eot_id|>",    "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",        "<end_of_turn>",
+      "<|endoftext|>", "<|eom_id|>", "<EOT>",   "_<EOT>",     "[EOT]",           "[EOS]",
+      "<|end_of_text|>", "<end_of_utterance>", "<eos>",
+      "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",  // DeepSeek's "<｜end▁of▁sentence｜>"
   };
+  end_of_generation_.clear();
+  if (eos_ >= 0) end_of_generation_.push_back(eos_);
+  for (int32_t id = 0; id < vocab_size(); ++id) {
+    if (info_[id].type != TokenType::kControl) continue;
+    for (const std::string_view text : kEndOfTurnTexts) {
+      if (pieces_[id] == text) end_of_generation_.push_back(id);
+    }
+  }
+  std::sort(end_of_generation_.begin(), end_of_generation_.end());
+  end_of_generation_.erase(std::unique(end_of_generation_.begin(), end_of_generation_.end()),
+                           end_of_generation_.end());
+}
+
+bool Tokenizer::IsEndOfGeneration(int32_t id) const {
+  return std::binary_search(end_of_generation_.begin(), end_of_generation_.end(), id);
+}
+
+std::vector<Tokenizer::Fragment> Tokenizer::CutLiterals(std::string_view text) const {
   std::vector<Fragment> fragments{{text, -1}};
-  for (const int32_t id : user_defined_) {
+  for (const int32_t id : literals_) {
     const std::string& literal = pieces_[id];
     std::vector<Fragment> next;
     next.reserve(fragments.size());
@@ -284,7 +307,17 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos) cons
     }
     fragments.swap(next);
   }
+  return fragments;
+}
 
+std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos) const {
+  if (kind_ == Kind::kBytePairs) return EncodeBpe(text, add_bos);
+  std::vector<int32_t> tokens;
+  if (add_bos && bos_ >= 0) tokens.push_back(bos_);
+  if (text.empty()) return tokens;
+
+  // Cut user-defined pieces out of the text, longest first (token >= 0 marks a cut piece).
+  const std::vector<Fragment> fragments = CutLiterals(text);
   bool after_special = true;  // the start counts as following a special token
   std::string stretch;
   for (const Fragment& f : fragments) {

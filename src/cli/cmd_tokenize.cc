@@ -1,0 +1,121 @@
+// `kvq tokenize`: the tokens of a text under a GGUF vocabulary, as llama.cpp's llama-tokenize
+// prints them ("id -> 'piece'" per token), or just the ids. Only the GGUF metadata is read (the
+// weights are never touched), so -m may be a vocabulary-only GGUF such as llama.cpp's
+// models/ggml-vocab-*.gguf. With no -m it uses the bundled stories260K.gguf.
+#include <fmt/core.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <memory>
+
+#include "cli/commands.h"
+#include "model/gguf/gguf_reader.h"
+#include "model/tokenizer.h"
+#include "model/unicode.h"
+
+namespace kvq::cli {
+namespace {
+
+struct TokenizeOptions {
+  std::string model;
+  std::string prompt;
+  bool prompt_given = false;
+  std::string file;
+  bool ids = false;
+  bool no_bos = false;
+};
+
+/// `bytes` for a terminal: valid UTF-8 as it is; \n, \t, \r, \\ and other control characters
+/// (C0, DEL, C1) escaped; a byte that is not part of a valid character as \xNN (byte-level BPE
+/// tokens often hold part of a character).
+std::string Printable(std::string_view bytes) {
+  std::string out;
+  for (size_t at = 0; at < bytes.size();) {
+    const unicode::Decoded d = unicode::DecodeUtf8(bytes, at);
+    const uint32_t cp = d.code_point;
+    const bool invalid = cp == unicode::kReplacementCharacter && d.n_bytes == 1;
+    if (cp == '\n') {
+      out += "\\n";
+    } else if (cp == '\t') {
+      out += "\\t";
+    } else if (cp == '\r') {
+      out += "\\r";
+    } else if (cp == '\\') {
+      out += "\\\\";
+    } else if (invalid || cp < 0x20 || (cp >= 0x7F && cp < 0xA0) || (cp >= 0xD800 && cp <= 0xDFFF)) {
+      for (uint32_t i = 0; i < d.n_bytes; ++i) {
+        out += fmt::format("\\x{:02x}", static_cast<uint8_t>(bytes[at + i]));
+      }
+    } else {
+      out.append(bytes.substr(at, d.n_bytes));
+    }
+    at += d.n_bytes;
+  }
+  return out;
+}
+
+int RunTokenize(const TokenizeOptions& o) {
+  const auto bad = [](const std::string& m) { return BadInput("tokenize", m); };
+  if (o.prompt_given && !o.file.empty()) return bad("-p and -f both give the text; use one of them");
+  if (!o.prompt_given && o.file.empty()) return bad("no text: give it with -p TEXT or -f FILE");
+  std::string text = o.prompt;
+  if (!o.file.empty()) {
+    std::ifstream in(o.file, std::ios::binary);
+    if (!in) return bad(fmt::format("-f {}: cannot read the file: {}", o.file, std::strerror(errno)));
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (in.bad()) return bad(fmt::format("-f {}: read error", o.file));
+  }
+
+  const std::string path = o.model.empty() ? BundledModelFile("stories260K.gguf") : o.model;
+  Result<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
+  if (!file.ok()) return bad(fmt::format("-m {}: {}", path, file.status().message()));
+  Result<Tokenizer> tokenizer = Tokenizer::LoadGguf(**file);
+  if (!tokenizer.ok()) return bad(fmt::format("-m {}: {}", path, tokenizer.status().message()));
+  const Tokenizer& tok = *tokenizer;
+
+  const bool bos = !o.ids && !o.no_bos && tok.add_bos();
+  const std::vector<int32_t> ids = tok.Encode(text, bos);
+  if (o.ids) {
+    std::string line;
+    for (const int32_t id : ids) {
+      if (!line.empty()) line += ' ';
+      line += std::to_string(id);
+    }
+    fmt::print("{}\n", line);
+  } else {
+    for (const int32_t id : ids) {
+      // A byte piece shows its byte; every other token its piece (control tokens as their text).
+      const std::string shown = tok.type(id) == Tokenizer::TokenType::kByte ? tok.Decode(-1, id) : tok.piece(id);
+      fmt::print("{:>6} -> '{}'\n", id, Printable(shown));
+    }
+  }
+  const bool bpe = tok.kind() == Tokenizer::Kind::kBytePairs;
+  fmt::print(stderr, "kvq tokenize: {} token{} from {} bytes ({}, {}{})\n", ids.size(), ids.size() == 1 ? "" : "s",
+             text.size(), path,
+             bpe ? "byte-level BPE, pre-tokenizer " : "SentencePiece", bpe ? PreTokenizerName(tok.pre_tokenizer()) : "");
+  return 0;
+}
+
+}  // namespace
+
+void AddTokenizeCommand(CLI::App& app, int* exit_code) {
+  auto o = std::make_shared<TokenizeOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "tokenize", "Print the tokens of a text under a GGUF vocabulary (like llama.cpp's llama-tokenize)");
+  cmd->add_option("-m,--model", o->model,
+                  "GGUF model or vocabulary-only GGUF (only its tokenizer metadata is read); "
+                  "default: models/stories260K/stories260K.gguf");
+  cmd->add_option("-p,--prompt", o->prompt, "The text to tokenize")->each([o](const std::string&) {
+    o->prompt_given = true;
+  });
+  cmd->add_option("-f,--file", o->file, "Read the text from FILE (as it is, bytes included)");
+  cmd->add_flag("--ids", o->ids,
+                "Print only the ids, space-separated on one line, without BOS (the form of llama.cpp's "
+                "ggml-vocab-*.gguf.out test files)");
+  cmd->add_flag("--no-bos", o->no_bos, "Do not put BOS in front even if the vocabulary asks for it");
+  cmd->callback([o, exit_code] { *exit_code = RunTokenize(*o); });
+}
+
+}  // namespace kvq::cli
