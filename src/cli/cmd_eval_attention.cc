@@ -1,0 +1,304 @@
+// `kvq eval attention`: attention error vs context per KV format (seed 000's measurement one) —
+// on a model's real q, K, V captured from a text, or on Gaussian rows (--synthetic) — with the
+// log-log slope of the mean error against the context.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "kvq/attention.h"
+#include "measure/attention_error.h"
+#include "model/load_model.h"
+
+namespace kvq::cli {
+namespace {
+
+// Seed 000's lengths: 16 up to its 2,787-token prompt.
+const std::vector<int64_t> kDefaultContexts = {16, 64, 256, 1024, 2787};
+constexpr const char* kCommand = "eval attention";
+
+struct EvalAttentionOptions {
+  std::string model, tokenizer, text;
+  std::vector<std::string> formats;
+  std::vector<int64_t> contexts;
+  int64_t layer = -1, head = -1;
+  bool synthetic = false;
+  uint64_t seed = 1;
+  int64_t threads = 2;
+  // Synthetic shape overrides (0: the model's).
+  int64_t layers = 0, q_heads = 0, kv_heads = 0, head_dim = 0;
+  bool json = false;
+  // Which of the optional flags were given.
+  bool contexts_given = false, layer_given = false, head_given = false;
+};
+
+// The evaluation text: under the source tree's data/ (when run from a build folder) or ./data.
+std::string DefaultTextFile() {
+  const std::string rel = "data/eval/tinystories-eval.txt";
+  const std::string in_tree = (std::filesystem::path(KVQ_MODELS_DIR) / ".." / rel).lexically_normal().string();
+  return std::filesystem::exists(in_tree) || !std::filesystem::exists(rel) ? in_tree : rel;
+}
+
+std::string JoinContexts(const std::vector<int64_t>& v) {
+  std::string s;
+  for (int64_t n : v) s += (s.empty() ? "" : ", ") + std::to_string(n);
+  return s;
+}
+
+std::string Sci(double x) { return fmt::format("{:.3e}", x); }
+
+// What the header says about where the rows came from, also written into the JSON.
+struct Source {
+  nlohmann::json json;
+  std::vector<std::string> lines;
+};
+
+void Print(const EvalAttentionOptions& o, const Source& src, const AttentionErrorReport& report) {
+  if (o.json) {
+    nlohmann::json out = src.json;
+    out["results"] = nlohmann::json::array();
+    for (const AttentionErrorRow& r : report.rows) {
+      out["results"].push_back(
+          {{"format", r.format}, {"context", r.context}, {"mean_abs_error", r.mean_abs_error},
+           {"max_abs_error", r.max_abs_error}, {"positions_attended", r.positions_attended},
+           {"top1_changed", r.top1_changed ? nlohmann::json(*r.top1_changed) : nlohmann::json(nullptr)},
+           {"worst_layer", r.worst_layer}, {"worst_layer_mean_abs_error", r.worst_layer_mean_abs_error},
+           {"reference_mean_abs", r.reference_mean_abs}, {"effective_positions", r.effective_positions}});
+    }
+    out["slope"] = nlohmann::json::object();
+    for (const auto& [format, slope] : report.slopes) {
+      out["slope"][format] = slope ? nlohmann::json(*slope) : nlohmann::json(nullptr);
+    }
+    fmt::print("{}\n", out.dump(2));
+    return;
+  }
+  for (const std::string& line : src.lines) fmt::print("{}\n", line);
+  fmt::print("\n{:<10} {:>8} {:>12} {:>12} {:>20} {:>10} {:>9} {:>9} {:>8}\n", "format", "context", "mean abs err",
+             "max abs err", "worst layer (mean)", "mean |ref|", "eff. pos", "attended", "top-1");
+  fmt::print("{:<10} {:>8} {:>12} {:>12} {:>20} {:>10} {:>9} {:>9} {:>8}\n", "", "", "", "", "", "", "", "",
+             "changed");
+  std::string previous;
+  for (const AttentionErrorRow& r : report.rows) {
+    if (!previous.empty() && r.format != previous) fmt::print("\n");
+    previous = r.format;
+    fmt::print("{:<10} {:>8} {:>12} {:>12} {:>20} {:>10} {:>9.1f} {:>9} {:>8}\n", r.format, r.context,
+               Sci(r.mean_abs_error), Sci(r.max_abs_error),
+               fmt::format("{} ({})", r.worst_layer, Sci(r.worst_layer_mean_abs_error)), Sci(r.reference_mean_abs),
+               r.effective_positions, r.positions_attended, r.top1_changed ? (*r.top1_changed ? "yes" : "no") : "-");
+  }
+  fmt::print("\nlog-log slope of mean abs error vs context (least squares over the contexts; -0.5 is 1/sqrt(n)):\n");
+  for (const auto& [format, slope] : report.slopes) {
+    fmt::print("  {:<10} {}\n", format, slope ? fmt::format("{:+.3f}", *slope) : std::string("- (an error is 0)"));
+  }
+}
+
+int Run(const EvalAttentionOptions& o) {
+  auto bad = [](const std::string& m) { return BadInput(kCommand, m); };
+  auto fail = [](const std::string& m) {
+    fmt::print(stderr, "kvq {}: error: {}\n", kCommand, m);
+    return 1;
+  };
+  AttentionErrorConfig config;
+  for (const std::string& name : o.formats) {
+    const Result<const FormatDesc*> f = FindFormat(name);
+    if (!f.ok()) return bad("--format: " + f.status().message());
+    if (std::find(config.formats.begin(), config.formats.end(), *f) == config.formats.end()) config.formats.push_back(*f);
+  }
+  if (config.formats.empty()) return bad("--format: expected at least one format");
+  std::vector<int64_t> contexts = o.contexts_given ? o.contexts : kDefaultContexts;
+  if (contexts.empty()) return bad("--contexts: expected at least one context length");
+  for (int64_t n : contexts) {
+    if (n <= 0) return bad(fmt::format("--contexts: context lengths must be at least 1 (got {})", n));
+  }
+  std::sort(contexts.begin(), contexts.end());
+  contexts.erase(std::unique(contexts.begin(), contexts.end()), contexts.end());
+  if (o.threads <= 0 || o.threads > 1024) return bad(fmt::format("--threads must be in 1..1024 (got {})", o.threads));
+  const struct { int64_t value; const char* flag; } shape_flags[] = {
+      {o.layers, "--layers"}, {o.q_heads, "--q-heads"}, {o.kv_heads, "--kv-heads"}, {o.head_dim, "--head-dim"}};
+  bool all_shape_flags = true;
+  for (const auto& s : shape_flags) {
+    if (s.value != 0 && !o.synthetic) return bad(fmt::format("{} sets the shape of --synthetic rows only", s.flag));
+    if (s.value < 0 || s.value > 65536) return bad(fmt::format("{} must be in 1..65536 (got {})", s.flag, s.value));
+    all_shape_flags = all_shape_flags && s.value != 0;
+  }
+
+  // The model: its shape and context, and for model rows its weights and tokenizer. Synthetic rows
+  // with every shape flag given need no model.
+  const bool need_model = !o.synthetic || !all_shape_flags;
+  const std::string model_path = o.model.empty() ? BundledModelFile("stories260K.bin") : o.model;
+  const std::string tok_path = o.tokenizer.empty() && o.model.empty() ? BundledModelFile("tok512.bin") : o.tokenizer;
+  std::optional<LoadedModel> loaded;
+  if (need_model) {
+    Result<LoadedModel> m = LoadModel(model_path, tok_path);
+    if (!m.ok()) return bad(m.status().message());
+    loaded.emplace(std::move(m.value()));
+  }
+  SyntheticShape shape;
+  if (loaded) {
+    const LlamaConfig& c = loaded->weights.config;
+    shape = {.n_layers = c.n_layers, .n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()};
+  }
+  if (o.synthetic) {
+    if (o.layers) shape.n_layers = static_cast<int32_t>(o.layers);
+    if (o.q_heads) shape.n_heads = static_cast<int32_t>(o.q_heads);
+    if (o.kv_heads) shape.n_kv_heads = static_cast<int32_t>(o.kv_heads);
+    if (o.head_dim) shape.head_dim = static_cast<int32_t>(o.head_dim);
+    if (shape.n_heads % shape.n_kv_heads != 0) {
+      return bad(fmt::format("--q-heads {} must be a multiple of --kv-heads {}", shape.n_heads, shape.n_kv_heads));
+    }
+    if (shape.head_dim > kMaxHeadDim) return bad(fmt::format("--head-dim must be at most {}", kMaxHeadDim));
+  }
+  const std::string rows_of = o.synthetic ? "the synthetic rows" : "the model";
+  if (o.layer_given && (o.layer < 0 || o.layer >= shape.n_layers)) {
+    return bad(fmt::format("--layer {}: {} has {} layers (0..{})", o.layer, rows_of, shape.n_layers, shape.n_layers - 1));
+  }
+  if (o.head_given && (o.head < 0 || o.head >= shape.n_heads)) {
+    return bad(fmt::format("--head {}: {} has {} query heads (0..{})", o.head, rows_of, shape.n_heads, shape.n_heads - 1));
+  }
+  for (const FormatDesc* f : config.formats) {
+    if (Status s = CheckShape(*f, {.n_kv_heads = shape.n_kv_heads, .head_dim = shape.head_dim}); !s.ok()) {
+      return bad("--format: " + s.message());
+    }
+  }
+  config.layer = o.layer_given ? static_cast<int32_t>(o.layer) : -1;
+  config.head = o.head_given ? static_cast<int32_t>(o.head) : -1;
+
+  Source src;
+  const std::string measured = fmt::format(
+      "measured: {} of {}", o.head_given ? fmt::format("query head {}", o.head) : std::string("every query head"),
+      o.layer_given ? fmt::format("layer {}", o.layer) : std::string("every layer (mean over layers; worst layer named)"));
+  src.json = {{"isa", AttentionSimdTarget()},
+              {"layer", o.layer_given ? nlohmann::json(o.layer) : nlohmann::json(nullptr)},
+              {"head", o.head_given ? nlohmann::json(o.head) : nlohmann::json(nullptr)},
+              {"shape", {{"layers", shape.n_layers}, {"q_heads", shape.n_heads}, {"kv_heads", shape.n_kv_heads},
+                         {"head_dim", shape.head_dim}}}};
+  auto progress = [](const std::string& line) { fmt::print(stderr, "eval attention: {}\n", line); };
+  Result<AttentionErrorReport> report = Status::Error("not run");
+
+  // Every layer's K and V rows are held at once in f32 (then a cache per format and context): in
+  // double, so a silly flag cannot overflow the check.
+  auto rows_too_big = [&](int64_t positions) -> std::string {
+    const double bytes = static_cast<double>(shape.n_layers) * static_cast<double>(positions) *
+                         shape.n_kv_heads * shape.head_dim * 2 * 4;
+    if (bytes <= static_cast<double>(int64_t{4} << 30)) return "";
+    return fmt::format("--contexts: {} positions of {} layers would hold {:.3g} GB of f32 K/V rows (at most 4 GiB)",
+                       positions, shape.n_layers, bytes / 1e9);
+  };
+  if (o.synthetic) {
+    if (const std::string e = rows_too_big(contexts.back()); !e.empty()) return bad(e);
+    config.contexts = contexts;
+    src.json["source"] = "synthetic";
+    src.json["seed"] = o.seed;
+    src.json["contexts"] = contexts;
+    src.lines = {fmt::format("attention error vs context: synthetic rows (q, K, V drawn N(0, 1), seed {}), {} layers, "
+                             "{} query heads, {} KV heads, head_dim {}, scale 1/sqrt(head_dim)",
+                             o.seed, shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim),
+                 "query at position context - 1 (attends to every position); reference: the f32 rows; candidate: "
+                 "each format's KvCache (rows 0..n-2 appended as a block, the query's row alone)",
+                 measured, fmt::format("contexts: {}; attention kernel: SIMD {}", JoinContexts(contexts),
+                                       AttentionSimdTarget())};
+    report = MeasureSyntheticAttentionError(shape, o.seed, config, progress);
+  } else {
+    const int64_t limit = loaded->weights.config.seq_len;
+    std::string cap_note;
+    if (o.contexts_given) {
+      if (contexts.back() > limit) {
+        return bad(fmt::format("--contexts: {} is past the model's context of {} positions ({})", contexts.back(), limit,
+                               model_path));
+      }
+    } else if (contexts.back() > limit) {
+      std::vector<int64_t> dropped;
+      for (int64_t n : contexts) {
+        if (n > limit) dropped.push_back(n);
+      }
+      contexts.erase(std::remove_if(contexts.begin(), contexts.end(), [&](int64_t n) { return n >= limit; }),
+                     contexts.end());
+      contexts.push_back(limit);
+      cap_note = fmt::format("contexts capped at the model's context of {} positions ({} dropped, {} added)", limit,
+                             JoinContexts(dropped), limit);
+    }
+    if (const std::string e = rows_too_big(contexts.back()); !e.empty()) return bad(e);
+    config.contexts = contexts;
+    const bool default_text = o.text.empty();
+    const std::string text_path = default_text ? DefaultTextFile() : o.text;
+    std::ifstream in(text_path, std::ios::binary);
+    if (!in) {
+      return bad(fmt::format("-f {}: cannot read the text{}", text_path,
+                             default_text ? " (the default evaluation text; pass -f FILE)" : ""));
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    const AttentionTextInput input = MakeAttentionTextInput(loaded->tokenizer, text.str(), contexts.back());
+    if (static_cast<int64_t>(input.tokens.size()) < contexts.back()) {
+      return bad(fmt::format("-f {}: the text gives no tokens to run", text_path));
+    }
+    const std::string text_line =
+        input.repeats > 1
+            ? fmt::format("text: {} ({} tokens, shorter than the largest context {}: repeated, {} copies)", text_path,
+                          input.text_tokens, contexts.back(), input.repeats)
+            : fmt::format("text: {} ({} tokens, the first {} run)", text_path, input.text_tokens, contexts.back());
+    src.json["source"] = "model";
+    src.json["model"] = model_path;
+    src.json["text"] = text_path;
+    src.json["text_tokens"] = input.text_tokens;
+    src.json["text_repeats"] = input.repeats;
+    src.json["model_context"] = limit;
+    src.json["contexts"] = contexts;
+    src.json["contexts_note"] = cap_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(cap_note);
+    src.lines = {fmt::format("attention error vs context: model rows from {} ({} layers, {} query heads, {} KV heads, "
+                             "head_dim {}, context {})",
+                             model_path, shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim, limit),
+                 text_line,
+                 "q, K, V after RoPE captured from an f32 run; query at position context - 1; reference: the model's "
+                 "own attention output; candidate: each format's KvCache (rows 0..n-2 appended as a block, the "
+                 "query's row alone)",
+                 measured + "; top-1 changed: the next token's argmax with those attention outputs replaced",
+                 fmt::format("contexts: {}; attention kernel: SIMD {}", JoinContexts(contexts), AttentionSimdTarget())};
+    if (!cap_note.empty()) src.lines.push_back(cap_note);
+    LlamaModel model(std::move(loaded->weights), static_cast<int32_t>(o.threads));
+    report = MeasureModelAttentionError(model, input.tokens, config, progress);
+  }
+  if (!report.ok()) return fail(report.status().message());
+  Print(o, src, *report);
+  return 0;
+}
+
+}  // namespace
+
+void AddEvalAttentionCommand(CLI::App& eval, int* exit_code) {
+  auto o = std::make_shared<EvalAttentionOptions>();
+  for (const FormatDesc* f : Formats()) o->formats.push_back(f->name);
+  CLI::App* cmd = eval.add_subcommand(
+      "attention", "Attention error vs context per KV format (seed 000): one query at position n-1 over n cached "
+                   "positions, reference f32 rows vs the format's round trip");
+  cmd->add_option("-m,--model", o->model, "Model file (.gguf or llama2.c .bin); default: the bundled stories260K");
+  cmd->add_option("--tokenizer", o->tokenizer, "Tokenizer file (llama2.c models; default tok512.bin beside it)");
+  cmd->add_option("-f,--file", o->text, "Text to run (default data/eval/tinystories-eval.txt); repeated when shorter "
+                                        "than the largest context");
+  cmd->add_option("--format", o->formats, "KV formats, comma-separated")->delimiter(',')->capture_default_str();
+  CLI::Option* contexts = cmd->add_option(
+      "--contexts", o->contexts, "Context lengths, comma-separated (default 16,64,256,1024,2787; model rows cap the "
+                                 "defaults at the model's context)")->delimiter(',');
+  CLI::Option* layer = cmd->add_option("--layer", o->layer, "Measure only this layer (default: every layer, averaged)");
+  CLI::Option* head = cmd->add_option("--head", o->head, "Measure only this query head (default: every head)");
+  cmd->add_flag("--synthetic", o->synthetic, "Gaussian q, K, V rows of the model's shape instead of the model's own");
+  cmd->add_option("--seed", o->seed, "Seed of the synthetic rows")->capture_default_str();
+  cmd->add_option("--layers", o->layers, "Synthetic rows: layers (default: the model's)");
+  cmd->add_option("--q-heads", o->q_heads, "Synthetic rows: query heads (default: the model's)");
+  cmd->add_option("--kv-heads", o->kv_heads, "Synthetic rows: KV heads (default: the model's)");
+  cmd->add_option("--head-dim", o->head_dim, "Synthetic rows: numbers per head (default: the model's)");
+  cmd->add_option("-t,--threads", o->threads, "Threads of the model's forward pass")->capture_default_str();
+  cmd->add_flag("--json", o->json, "Print JSON instead of a table");
+  cmd->callback([o, exit_code, contexts, layer, head] {
+    o->contexts_given = contexts->count() > 0;
+    o->layer_given = layer->count() > 0;
+    o->head_given = head->count() > 0;
+    *exit_code = Run(*o);
+  });
+}
+
+}  // namespace kvq::cli
