@@ -12,32 +12,14 @@
 #include <sstream>
 #include <string>
 
+#include "test_util/run_kvq.h"
+
 namespace {
 
-struct KvqRun {
-  int exit_code;
-  std::string out;
-  std::string err;
-};
+using kvq_test::KvqRun;
+using kvq_test::Slurp;
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-KvqRun Kvq(const std::string& args) {
-  // Per-process names: CTest runs these tests in parallel processes.
-  const std::string stem = testing::TempDir() + "/kvq_eval_attention_" + std::to_string(getpid());
-  const std::string out = stem + ".out", err = stem + ".err";
-  const std::string cmd = std::string(KVQ_BINARY) + " " + args + " >" + out + " 2>" + err;
-  const int status = std::system(cmd.c_str());
-  KvqRun run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, Slurp(out), Slurp(err)};
-  std::remove(out.c_str());
-  std::remove(err.c_str());
-  return run;
-}
+KvqRun Kvq(const std::string& args) { return kvq_test::RunKvq(args); }
 
 // A short text of our own: shorter than 512 tokens, so the command must repeat it.
 std::string TextFile() {

@@ -13,37 +13,21 @@
 #include <sstream>
 #include <string>
 
+#include "test_util/run_kvq.h"
+
 namespace {
 
+using kvq_test::KvqRun;
+using kvq_test::Slurp;
+
 namespace fs = std::filesystem;
-
-struct KvqRun {
-  int exit_code;
-  std::string out;
-  std::string err;
-};
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // A path unique to this process (CTest runs the tests in parallel processes).
 std::string TempPath(const std::string& name) {
   return testing::TempDir() + "/kvq_fidelity_cli_" + std::to_string(getpid()) + "_" + name;
 }
 
-KvqRun Kvq(const std::string& args) {
-  const std::string out = TempPath("out"), err = TempPath("err");
-  const std::string cmd = std::string(KVQ_BINARY) + " " + args + " >" + out + " 2>" + err;
-  const int status = std::system(cmd.c_str());
-  KvqRun run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, Slurp(out), Slurp(err)};
-  std::remove(out.c_str());
-  std::remove(err.c_str());
-  return run;
-}
+KvqRun Kvq(const std::string& args) { return kvq_test::RunKvq(args); }
 
 bool HaveGnuplot() { return std::system("command -v gnuplot >/dev/null 2>&1") == 0; }
 

@@ -16,22 +16,14 @@
 #include "kvq/units.h"
 #include "model/gguf/gguf_reader.h"
 
+#include "test_util/run_kvq.h"
+
 namespace {
 
+using kvq_test::KvqRun;
+using kvq_test::Slurp;
+
 namespace fs = std::filesystem;
-
-struct KvqRun {
-  int exit_code;
-  std::string out;
-  std::string err;
-};
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 class SynthCli : public ::testing::Test {
  protected:
@@ -42,15 +34,7 @@ class SynthCli : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
   std::string Path(const std::string& name) const { return (dir_ / name).string(); }
 
-  KvqRun Kvq(const std::string& args) const {
-    const std::string out = Path("stdout"), err = Path("stderr");
-    const std::string cmd = std::string(KVQ_BINARY) + " " + args + " >" + out + " 2>" + err;
-    const int status = std::system(cmd.c_str());
-    KvqRun run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, Slurp(out), Slurp(err)};
-    fs::remove(out);
-    fs::remove(err);
-    return run;
-  }
+  KvqRun Kvq(const std::string& args) const { return kvq_test::RunKvq(args); }
 
   fs::path dir_;
 };

@@ -18,33 +18,19 @@
 #include "model/gguf/gguf_reader.h"
 #include "model/tokenizer.h"
 
+#include "test_util/run_kvq.h"
+
 namespace {
+
+using kvq_test::KvqRun;
+using kvq_test::Slurp;
 
 const std::string kVocabDir = std::string(KVQ_SOURCE_DIR) + "/tests/testdata/vocab/";
 const std::string kGpt2 = kVocabDir + "ggml-vocab-gpt-2.gguf";
 
-struct KvqRun {
-  int exit_code;
-  std::string out;
-  std::string err;
-};
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 std::string Stem() { return testing::TempDir() + "/kvq_tokenize_cli_" + std::to_string(getpid()); }
 
-KvqRun Kvq(const std::string& args) {
-  const std::string out = Stem() + ".out", err = Stem() + ".err";
-  const std::string cmd = std::string(KVQ_BINARY) + " " + args + " >" + out + " 2>" + err;
-  const int status = std::system(cmd.c_str());
-  KvqRun run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, Slurp(out), Slurp(err)};
-  std::remove(out.c_str());
-  std::remove(err.c_str());
-  return run;
-}
+KvqRun Kvq(const std::string& args) { return kvq_test::RunKvq(args); }
 
 // Writes `text` to a file for -f (no shell quoting of arbitrary bytes).
 std::string TextFile(const std::string& text) {

@@ -1,0 +1,44 @@
+// Runs the kvq program from the CLI tests: `kvq <args>` through the shell, with its exit code,
+// stdout and stderr. KVQ_BINARY is the program's path (a compile definition of every test).
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace kvq_test {
+
+struct KvqRun {
+  int exit_code;
+  std::string out;
+  std::string err;
+};
+
+inline std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+/// `args` are pasted into a shell command line (quote what needs quoting). The output goes through
+/// per-process temporary files: CTest runs test programs in parallel processes.
+inline KvqRun RunKvq(const std::string& args) {
+  const std::string stem = testing::TempDir() + "/kvq_run_" + std::to_string(getpid());
+  const std::string out = stem + ".out", err = stem + ".err";
+  const std::string cmd = std::string(KVQ_BINARY) + " " + args + " >" + out + " 2>" + err;
+  const int status = std::system(cmd.c_str());
+  KvqRun run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, Slurp(out), Slurp(err)};
+  std::remove(out.c_str());
+  std::remove(err.c_str());
+  return run;
+}
+
+}  // namespace kvq_test
