@@ -25,59 +25,20 @@
 #include "model/pre_tokenizer.h"
 #include "model/tokenizer.h"
 #include "model/unicode.h"
+#include "test_util/vocab_cases.h"
 
 namespace kvq {
 namespace {
 
 namespace fs = std::filesystem;
+using test::kVocabDir;
+using test::ReadFile;
+using test::ReadInputs;
+using test::ReadOutputs;
+using Loaded = test::LoadedVocab;
+constexpr auto Load = test::LoadVocab;
 
-const std::string kVocabDir = std::string(KVQ_SOURCE_DIR) + "/tests/testdata/vocab/";
 const std::string kGpt2 = kVocabDir + "ggml-vocab-gpt-2.gguf";
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-// llama.cpp's test-tokenizer-0 files (see tokenizer_spm_test.cc): inputs separated by
-// "\n__ggml_vocab_test__\n"; one line of ids per input, without BOS.
-std::vector<std::string> ReadInputs(const std::string& path) {
-  const std::string all = ReadFile(path);
-  const std::string sep = "\n__ggml_vocab_test__\n";
-  std::vector<std::string> inputs;
-  size_t at = 0;
-  for (size_t hit; (hit = all.find(sep, at)) != std::string::npos; at = hit + sep.size()) {
-    inputs.push_back(all.substr(at, hit - at));
-  }
-  EXPECT_EQ(at, all.size()) << path << " does not end with the separator";
-  return inputs;
-}
-
-std::vector<std::vector<int32_t>> ReadOutputs(const std::string& path) {
-  std::istringstream in(ReadFile(path));
-  std::vector<std::vector<int32_t>> outputs;
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream ids(line);
-    outputs.emplace_back();
-    for (int32_t id; ids >> id;) outputs.back().push_back(id);
-  }
-  return outputs;
-}
-
-struct Loaded {
-  std::unique_ptr<GgufFile> file;
-  Tokenizer tok;
-};
-
-Loaded Load(const std::string& path) {
-  Result<std::unique_ptr<GgufFile>> f = GgufFile::Open(path);
-  EXPECT_TRUE(f.ok()) << f.status().message();
-  if (!f.ok()) std::abort();
-  Result<Tokenizer> t = Tokenizer::LoadGguf(**f);
-  EXPECT_TRUE(t.ok()) << t.status().message();
-  if (!t.ok()) std::abort();
-  return {std::move(f).value(), std::move(t).value()};
-}
 
 std::string Escaped(const std::string& s) {
   std::string out;
