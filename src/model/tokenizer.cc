@@ -15,9 +15,9 @@
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <queue>
 
 #include "model/gguf/gguf_reader.h"
+#include "model/symbol_merge.h"
 
 namespace kvq {
 namespace {
@@ -336,14 +336,8 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos) cons
 }
 
 void Tokenizer::EncodeStretch(std::string_view text, std::vector<int32_t>& out) const {
-  // Symbols: contiguous byte ranges of `text`, linked left to right; a merged-away symbol has n 0.
-  struct Symbol {
-    uint32_t start;
-    uint32_t n;
-    int32_t prev;
-    int32_t next;
-  };
-  std::vector<Symbol> symbols;
+  // Symbols: the UTF-8 characters of `text` (a lead byte and as many bytes as it announces).
+  std::vector<MergeSymbol> symbols;
   symbols.reserve(text.size());
   for (size_t at = 0; at < text.size();) {
     const size_t n = std::min(Utf8Length(static_cast<uint8_t>(text[at])), text.size() - at);
@@ -352,40 +346,13 @@ void Tokenizer::EncodeStretch(std::string_view text, std::vector<int32_t>& out) 
                        at + n == text.size() ? -1 : index + 1});
     at += n;
   }
-
-  struct Pair {
-    float score;
-    int32_t left;
-    int32_t right;
-    uint32_t size;  // bytes of the merged piece: a stale entry no longer matches
-  };
-  const auto worse = [](const Pair& a, const Pair& b) {
-    return a.score < b.score || (a.score == b.score && a.left > b.left);
-  };
-  std::priority_queue<Pair, std::vector<Pair>, decltype(worse)> queue(worse);
-  const auto try_pair = [&](int32_t left, int32_t right) {
-    if (left < 0 || right < 0) return;
-    const uint32_t size = symbols[left].n + symbols[right].n;
-    const auto it = ids_.find(text.substr(symbols[left].start, size));
-    if (it == ids_.end()) return;
-    queue.push({info_[it->second].score, left, right, size});
-  };
-  for (int32_t i = 1; i < static_cast<int32_t>(symbols.size()); ++i) try_pair(i - 1, i);
-
-  while (!queue.empty()) {
-    const Pair p = queue.top();
-    queue.pop();
-    Symbol& left = symbols[p.left];
-    Symbol& right = symbols[p.right];
-    // Symbols only grow, so a pair whose sizes no longer add up was overtaken by another merge.
-    if (left.n == 0 || right.n == 0 || left.n + right.n != p.size) continue;
-    left.n += right.n;
-    right.n = 0;
-    left.next = right.next;
-    if (right.next >= 0) symbols[right.next].prev = p.left;
-    try_pair(left.prev, p.left);
-    try_pair(p.left, left.next);
-  }
+  // The best score merges first: the priority is the negated score (exact, order-reversing).
+  MergeAdjacentSymbols<float>(symbols, [&](const MergeSymbol& left,
+                                             const MergeSymbol& right) -> std::optional<float> {
+    const auto it = ids_.find(text.substr(left.start, left.n + right.n));
+    if (it == ids_.end()) return std::nullopt;
+    return -info_[it->second].score;
+  });
 
   for (int32_t i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[i].next) {
     const std::string_view piece = text.substr(symbols[i].start, symbols[i].n);

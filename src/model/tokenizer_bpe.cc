@@ -17,9 +17,9 @@
 #include <algorithm>
 #include <array>
 #include <limits>
-#include <queue>
 
 #include "model/gguf/gguf_reader.h"
+#include "model/symbol_merge.h"
 #include "model/tokenizer.h"
 #include "model/unicode.h"
 
@@ -240,13 +240,7 @@ void Tokenizer::EncodeBpeWord(std::string_view word, std::vector<int32_t>& out) 
   // The word in the byte alphabet; symbol i starts as raw byte i, at encoded offset start.
   std::string encoded;
   encoded.reserve(word.size() * 2);
-  struct Symbol {
-    uint32_t start;  // in `encoded`
-    uint32_t n;      // encoded bytes; 0 once merged into the symbol on its left
-    int32_t prev;
-    int32_t next;
-  };
-  std::vector<Symbol> symbols;
+  std::vector<MergeSymbol> symbols;  // byte ranges of `encoded`
   symbols.reserve(word.size());
   for (size_t i = 0; i < word.size(); ++i) {
     const std::string& c = alphabet.utf8[static_cast<uint8_t>(word[i])];
@@ -254,7 +248,7 @@ void Tokenizer::EncodeBpeWord(std::string_view word, std::vector<int32_t>& out) 
                        static_cast<int32_t>(i) - 1, i + 1 == word.size() ? -1 : static_cast<int32_t>(i + 1)});
     encoded += c;
   }
-  const auto view = [&](const Symbol& s) { return std::string_view(encoded).substr(s.start, s.n); };
+  const auto view = [&](const MergeSymbol& s) { return std::string_view(encoded).substr(s.start, s.n); };
 
   if (ignore_merges_) {
     if (const auto it = bpe_ids_.find(encoded); it != bpe_ids_.end()) {
@@ -263,43 +257,16 @@ void Tokenizer::EncodeBpeWord(std::string_view word, std::vector<int32_t>& out) 
     }
   }
 
-  struct Pair {
-    int32_t rank;
-    int32_t left;
-    int32_t right;
-    uint32_t size;  // encoded bytes of the merged symbol: a stale entry no longer adds up
-  };
-  const auto worse = [](const Pair& a, const Pair& b) {
-    return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
-  };
-  std::priority_queue<Pair, std::vector<Pair>, decltype(worse)> queue(worse);
   std::string key;
-  const auto try_pair = [&](int32_t left, int32_t right) {
-    if (left < 0 || right < 0) return;
-    key.assign(view(symbols[left]));
+  MergeAdjacentSymbols<int32_t>(symbols, [&](const MergeSymbol& left,
+                                             const MergeSymbol& right) -> std::optional<int32_t> {
+    key.assign(view(left));
     key.push_back(' ');
-    key.append(view(symbols[right]));
+    key.append(view(right));
     const auto it = merge_ranks_.find(key);
-    if (it == merge_ranks_.end()) return;
-    queue.push({it->second, left, right, symbols[left].n + symbols[right].n});
-  };
-  for (int32_t i = 1; i < static_cast<int32_t>(symbols.size()); ++i) try_pair(i - 1, i);
-
-  while (!queue.empty()) {
-    const Pair p = queue.top();
-    queue.pop();
-    Symbol& left = symbols[p.left];
-    Symbol& right = symbols[p.right];
-    // Symbols only grow (by taking in their right neighbour), so a pair whose sizes no longer add
-    // up was overtaken by another merge.
-    if (left.n == 0 || right.n == 0 || left.n + right.n != p.size) continue;
-    left.n += right.n;
-    right.n = 0;
-    left.next = right.next;
-    if (right.next >= 0) symbols[right.next].prev = p.left;
-    try_pair(left.prev, p.left);
-    try_pair(p.left, left.next);
-  }
+    if (it == merge_ranks_.end()) return std::nullopt;
+    return it->second;  // the lowest rank merges first
+  });
 
   for (int32_t i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[i].next) {
     if (const auto it = bpe_ids_.find(view(symbols[i])); it != bpe_ids_.end()) {
