@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "base/float_codes.h"
-#include "model/matvec.h"
+#include "weights/matvec.h"
 
 namespace {
 

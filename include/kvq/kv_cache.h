@@ -20,7 +20,16 @@
 namespace kvq {
 
 struct SnapshotImage;
-struct ModelFingerprint;
+
+/// What identifies the model a cache belongs to (checked when a snapshot is loaded): its
+/// attention shape and a hash of its weights.
+struct ModelFingerprint {
+  int64_t n_layers = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  uint64_t weights_hash = 0;
+  bool operator==(const ModelFingerprint&) const = default;
+};
 
 /// K and V formats of one layer.
 struct LayerFormats {

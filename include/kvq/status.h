@@ -10,7 +10,7 @@
 namespace kvq {
 
 /// Success, or an error with a message for a human. Cheap to pass around.
-class Status {
+class [[nodiscard]] Status {
  public:
   Status() = default;  ///< success
   static Status Ok() { return Status(); }
@@ -27,7 +27,7 @@ class Status {
 
 /// A value or the Status explaining why there is none.
 template <typename T>
-class Result {
+class [[nodiscard]] Result {
  public:
   Result(T value) : value_(std::move(value)) {}            // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {}    // NOLINT: implicit by design

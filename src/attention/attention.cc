@@ -12,7 +12,7 @@
 
 #include "attention/softmax_tile.h"
 #include "base/thread_pool.h"
-#include "format/f32/f32.h"
+#include "formats/f32/f32.h"
 #include "simd/dispatch.h"
 
 namespace kvq {

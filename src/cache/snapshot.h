@@ -11,18 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "kvq/kv_cache.h"
 #include "kvq/status.h"
 
 namespace kvq {
-
-/// What identifies the model a cache belongs to: its attention shape and a hash of its weights.
-struct ModelFingerprint {
-  int64_t n_layers = 0;
-  int32_t n_kv_heads = 0;
-  int32_t head_dim = 0;
-  uint64_t weights_hash = 0;
-  bool operator==(const ModelFingerprint&) const = default;
-};
 
 /// One layer of a cache as stored: the encoded rows of complete blocks for positions
 /// [0, n_positions) in stored order (K then V), the f32 residual rows of an incomplete key group
@@ -64,8 +56,5 @@ Status WriteSnapshot(const std::string& path, const SnapshotImage& image);
 /// file and what was wrong (e.g. "was written by another model: 5 layers x 4 KV heads x head_dim 8,
 /// weights a1b2... ; this model: ..."). Nothing partial is ever returned.
 Result<SnapshotImage> ReadSnapshot(const std::string& path, const SnapshotExpectation& expect);
-
-/// 64-bit checksum used by snapshots (and page headers): fast, not cryptographic.
-uint64_t Checksum64(const void* data, size_t bytes, uint64_t seed = 0);
 
 }  // namespace kvq

@@ -11,7 +11,7 @@
 #include "kvq/units.h"
 #include "measure/decode_bench.h"
 #include "model/load_model.h"
-#include "model/matvec.h"
+#include "weights/matvec.h"
 
 namespace kvq::cli {
 namespace {

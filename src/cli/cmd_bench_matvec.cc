@@ -10,7 +10,7 @@
 #include "kvq/units.h"
 #include "measure/matvec_bench.h"
 #include "measure/read_bandwidth.h"
-#include "model/matvec.h"
+#include "weights/matvec.h"
 
 namespace kvq::cli {
 namespace {

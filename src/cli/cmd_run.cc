@@ -8,7 +8,7 @@
 #include "cache/snapshot.h"
 #include "kvq/kv_cache.h"
 #include "kvq/units.h"
-#include "model/generate.h"
+#include "generate/generate.h"
 #include "model/load_model.h"
 
 namespace kvq::cli {

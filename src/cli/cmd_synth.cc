@@ -14,7 +14,7 @@
 
 #include "cli/commands.h"
 #include "kvq/units.h"
-#include "model/synth.h"
+#include "synth/synth.h"
 
 namespace kvq::cli {
 namespace {

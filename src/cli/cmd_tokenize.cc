@@ -11,9 +11,9 @@
 #include <memory>
 
 #include "cli/commands.h"
-#include "model/gguf/gguf_reader.h"
-#include "model/tokenizer.h"
-#include "model/unicode.h"
+#include "gguf/gguf_reader.h"
+#include "text/tokenizer.h"
+#include "text/unicode.h"
 
 namespace kvq::cli {
 namespace {

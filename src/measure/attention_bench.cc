@@ -11,7 +11,7 @@
 #include <memory>
 #include <random>
 
-#include "format/row_sequence.h"
+#include "formats/row_sequence.h"
 
 namespace kvq {
 namespace {

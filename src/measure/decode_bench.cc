@@ -10,7 +10,7 @@
 
 #include "kvq/kv_cache.h"
 #include "kvq/kv_memory.h"
-#include "model/matvec.h"
+#include "weights/matvec.h"
 
 namespace kvq {
 namespace {

@@ -15,7 +15,7 @@
 #include "kvq/format.h"
 #include "kvq/status.h"
 #include "model/llama.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace kvq {
 

@@ -15,7 +15,7 @@
 
 #include "base/float_codes.h"
 #include "kvq/units.h"
-#include "model/matvec.h"
+#include "weights/matvec.h"
 
 namespace kvq {
 namespace {

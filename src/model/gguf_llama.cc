@@ -9,8 +9,8 @@
 
 #include <cmath>
 
-#include "cache/snapshot.h"
-#include "model/matvec.h"
+#include "base/checksum.h"
+#include "weights/matvec.h"
 
 namespace kvq {
 namespace {

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "kvq/status.h"
-#include "model/gguf/gguf_reader.h"
-#include "model/weights.h"
+#include "gguf/gguf_reader.h"
+#include "model/llama_weights.h"
 
 namespace kvq {
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "model/matvec.h"
+#include "weights/matvec.h"
 
 namespace kvq {
 

@@ -8,7 +8,7 @@
 
 #include "kvq/kv_cache.h"
 #include "kvq/status.h"
-#include "model/weights.h"
+#include "model/llama_weights.h"
 
 namespace kvq {
 

@@ -7,8 +7,8 @@
 
 #include <cstring>
 
-#include "cache/snapshot.h"
-#include "model/mapped_file.h"
+#include "base/checksum.h"
+#include "base/mapped_file.h"
 
 namespace kvq {
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "kvq/status.h"
-#include "model/weights.h"
+#include "model/llama_weights.h"
 
 namespace kvq {
 

@@ -3,7 +3,7 @@
 
 #include <filesystem>
 
-#include "model/gguf/gguf_reader.h"
+#include "gguf/gguf_reader.h"
 #include "model/gguf_llama.h"
 #include "model/llama2c.h"
 

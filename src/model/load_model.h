@@ -5,8 +5,8 @@
 #include <string>
 
 #include "kvq/status.h"
-#include "model/tokenizer.h"
-#include "model/weights.h"
+#include "text/tokenizer.h"
+#include "model/llama_weights.h"
 
 namespace kvq {
 

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "format/row_sequence.h"
+#include "formats/row_sequence.h"
 #include "kvq/attention.h"
 #include "kvq/format.h"
 

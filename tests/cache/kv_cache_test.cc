@@ -13,7 +13,7 @@
 #include <random>
 
 #include "cache/snapshot.h"
-#include "format/row_sequence.h"
+#include "formats/row_sequence.h"
 
 namespace kvq {
 namespace {

@@ -3,6 +3,7 @@
 // anywhere, a flipped byte anywhere, absurd lengths), never a crash, a huge allocation or a
 // partial image. Offsets below follow the layout documented at the top of snapshot.cc.
 #include "cache/snapshot.h"
+#include "base/checksum.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

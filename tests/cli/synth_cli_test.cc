@@ -14,7 +14,7 @@
 #include <string>
 
 #include "kvq/units.h"
-#include "model/gguf/gguf_reader.h"
+#include "gguf/gguf_reader.h"
 
 #include "test_util/run_kvq.h"
 

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "model/gguf/gguf_reader.h"
-#include "model/tokenizer.h"
+#include "gguf/gguf_reader.h"
+#include "text/tokenizer.h"
 
 #include "test_util/run_kvq.h"
 

@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "model/gguf/gguf_writer.h"
+#include "gguf/gguf_writer.h"
 #include "model/gguf_llama.h"
 #include "model/llama.h"
-#include "model/matvec.h"
-#include "model/rope.h"
+#include "weights/matvec.h"
+#include "weights/rope.h"
 
 namespace kvq {
 namespace {

@@ -11,7 +11,7 @@
 #include <functional>
 #include <random>
 
-#include "model/gguf/gguf_writer.h"
+#include "gguf/gguf_writer.h"
 #include "model/llama.h"
 
 namespace kvq {

@@ -8,7 +8,7 @@
 #include <regex>
 #include <sstream>
 
-#include "model/generate.h"
+#include "generate/generate.h"
 #include "model/load_model.h"
 
 namespace kvq {

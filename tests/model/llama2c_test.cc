@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace kvq {
 namespace {

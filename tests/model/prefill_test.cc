@@ -7,7 +7,7 @@
 
 #include "model/llama.h"
 #include "model/llama2c.h"
-#include "model/matvec.h"
+#include "weights/matvec.h"
 
 namespace kvq {
 namespace {

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "model/gguf/gguf_reader.h"
-#include "model/tokenizer.h"
+#include "gguf/gguf_reader.h"
+#include "text/tokenizer.h"
 
 namespace kvq::test {
 

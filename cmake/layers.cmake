@@ -1,0 +1,36 @@
+# kvq_layer(NAME DIR DEPS targets... [PUBLIC_HEADERS kvq/*.h names...]): one static library for
+# src/DIR (subfolders included, so a format folder needs no CMake edit).
+#
+# Header visibility is part of the layering. Every target gets its own include root under the build
+# tree holding only a link DIR -> src/DIR and links to its public headers in include/kvq/; the root
+# is a PUBLIC include directory, so a target sees its own headers and those of the targets it links
+# (transitively) and nothing else. An upward include ("model/llama.h" from formats/) is then a
+# "No such file" error at compile time, which tests/layering/ checks.
+function(kvq_layer name dir)
+  cmake_parse_arguments(PARSE_ARGV 2 arg "" "" "DEPS;PUBLIC_HEADERS")
+  file(GLOB_RECURSE srcs CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/src/${dir}/*.cc")
+  add_library(${name} STATIC ${srcs})
+  kvq_include_root(${name} ${dir} PUBLIC root)
+  foreach(h ${arg_PUBLIC_HEADERS})
+    if(NOT EXISTS "${PROJECT_SOURCE_DIR}/include/kvq/${h}")
+      message(FATAL_ERROR "kvq_layer(${name}): include/kvq/${h} does not exist")
+    endif()
+    file(CREATE_LINK "${PROJECT_SOURCE_DIR}/include/kvq/${h}" "${root}/kvq/${h}" SYMBOLIC)
+  endforeach()
+  target_include_directories(${name} PUBLIC $<BUILD_INTERFACE:${root}>)
+  target_link_libraries(${name} PUBLIC ${arg_DEPS})
+  set_property(GLOBAL APPEND PROPERTY KVQ_LAYERS ${name})
+  kvq_apply_warnings(${name})
+endfunction()
+
+# kvq_include_root(TARGET DIR PUBLIC|PRIVATE OUT_VAR): the include root described above, holding
+# a link DIR -> src/DIR, added to TARGET's include directories; OUT_VAR receives its path.
+function(kvq_include_root target dir scope out_var)
+  set(root "${PROJECT_BINARY_DIR}/include_roots/${target}")
+  file(MAKE_DIRECTORY "${root}/kvq")
+  file(CREATE_LINK "${PROJECT_SOURCE_DIR}/src/${dir}" "${root}/${dir}" SYMBOLIC)
+  if(scope STREQUAL "PRIVATE")
+    target_include_directories(${target} PRIVATE "${root}")
+  endif()
+  set(${out_var} "${root}" PARENT_SCOPE)
+endfunction()

@@ -1,0 +1,45 @@
+// f16 SIMD kernels (score, accumulate) for every compiled target; see format/row_kernels-inl.h.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "formats/f16/f16_kernels.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "base/float_codes.h"
+#include "formats/codec_helpers.h"
+#include "formats/f16/f16.h"
+#include "formats/row_kernels-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvq {
+namespace HWY_NAMESPACE {
+
+struct F16Reader {
+  struct Row {
+    const uint8_t* p;  // the head's first element
+  };
+  static Row At(const RowTile& t, int32_t i, int32_t kv_head, const CodecArgs& a) {
+    return {TileRow(t, i) + static_cast<int64_t>(kv_head) * a.shape.head_dim * 2};
+  }
+  template <class D>
+  static hn::Vec<D> Load(D d, const Row& r, int32_t j, const CodecArgs&) {
+    const hn::Rebind<hwy::float16_t, D> df16;
+    return hn::PromoteTo(d, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(r.p) + j));
+  }
+  static float Scalar(const Row& r, int32_t j, const CodecArgs&) {
+    return F16ToF32(format_internal::LoadU16(r.p + 2 * j));
+  }
+  static float RowScale(const Row&, const CodecArgs&) { return 1.0f; }
+};
+
+const CodecKernels& F16KernelsHere() { return MakeKernels<F16Reader>(); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kvq
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace kvq {
+HWY_EXPORT(F16KernelsHere);
+const CodecKernels& F16Kernels() { return HWY_DYNAMIC_DISPATCH(F16KernelsHere)(); }
+}  // namespace kvq
+#endif

@@ -1,0 +1,64 @@
+// Sampler (see sampler.h): filters in llama.cpp's usual order — top-k, then softmax with
+// temperature, then top-p, then min-p — and one draw from what is left.
+#include "generate/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvq {
+
+Sampler::Sampler(SamplerOptions options) : o_(options), rng_(options.seed) {}
+
+int32_t Sampler::Sample(const float* logits, int32_t n) {
+  if (o_.temperature <= 0.0f) {
+    return static_cast<int32_t>(std::max_element(logits, logits + n) - logits);  // first max wins
+  }
+  candidates_.clear();
+  for (int32_t i = 0; i < n; ++i) candidates_.emplace_back(logits[i], i);
+  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  size_t keep = candidates_.size();
+  if (o_.top_k > 0 && static_cast<size_t>(o_.top_k) < keep) {
+    keep = o_.top_k;
+    std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(), by_logit);
+    candidates_.resize(keep);
+  } else {
+    std::sort(candidates_.begin(), candidates_.end(), by_logit);
+  }
+  // Softmax with temperature (max subtracted), in sorted order.
+  const float top = candidates_[0].first;
+  double sum = 0;
+  for (auto& c : candidates_) {
+    c.first = std::exp((c.first - top) / o_.temperature);
+    sum += c.first;
+  }
+  for (auto& c : candidates_) c.first = static_cast<float>(c.first / sum);
+  if (o_.top_p < 1.0f) {
+    double cumulative = 0;
+    size_t cut = candidates_.size();
+    for (size_t i = 0; i < candidates_.size(); ++i) {
+      cumulative += candidates_[i].first;
+      if (cumulative >= o_.top_p) {
+        cut = i + 1;
+        break;
+      }
+    }
+    candidates_.resize(cut);
+  }
+  if (o_.min_p > 0.0f) {
+    const float floor = o_.min_p * candidates_[0].first;
+    size_t cut = 1;
+    while (cut < candidates_.size() && candidates_[cut].first >= floor) ++cut;
+    candidates_.resize(cut);
+  }
+  double total = 0;
+  for (const auto& c : candidates_) total += c.first;
+  std::uniform_real_distribution<double> unit(0.0, total);
+  double r = unit(rng_);
+  for (const auto& c : candidates_) {
+    r -= c.first;
+    if (r <= 0) return c.second;
+  }
+  return candidates_.back().second;
+}
+
+}  // namespace kvq

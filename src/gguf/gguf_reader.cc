@@ -1,0 +1,671 @@
+// GGUF reader: maps the file, walks header, metadata and tensor infos with a bounds-checked
+// cursor, and validates the tensor layout (alignment, extents, overlaps) before Open returns.
+// Every count and length is compared with the bytes actually left in the file before anything is
+// reserved or read, so a corrupt length is an error message, not a huge allocation.
+#include "gguf/gguf_reader.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <numeric>
+#include <type_traits>
+#include <utility>
+
+#include "kvq/units.h"
+
+namespace kvq {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "GGUF is little-endian and is read with memcpy");
+
+constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" read as a little-endian u32
+constexpr int kMaxDims = 4;
+constexpr int kMaxArrayDepth = 8;  // nested arrays deeper than this are refused (stack safety)
+// The fewest bytes one metadata pair or tensor info can take: bounds for the header's counts.
+constexpr uint64_t kMinKvBytes = 8 + 4 + 1;                // key length, value type, a UINT8
+constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;  // name, n_dims, one dim, type, offset
+// A count that fits the file may still be wrong: reserve at most this many entries up front and
+// let real elements grow the rest, so memory follows what was parsed, not what was claimed.
+constexpr uint64_t kMaxReserve = 1 << 14;
+
+// Indexed by ggml type id. Block sizes are ggml's `blck_size` and `type_size`.
+// clang-format off
+constexpr GgmlTypeInfo kTypes[] = {
+    {"F32", 1, 4, true},        {"F16", 1, 2, true},          {"Q4_0", 32, 18, true},
+    {"Q4_1", 32, 20, false},    {nullptr, 0, 0, false},       {nullptr, 0, 0, false},
+    {"Q5_0", 32, 22, false},    {"Q5_1", 32, 24, false},      {"Q8_0", 32, 34, true},
+    {"Q8_1", 32, 36, false},    {"Q2_K", 256, 84, false},     {"Q3_K", 256, 110, false},
+    {"Q4_K", 256, 144, false},  {"Q5_K", 256, 176, false},    {"Q6_K", 256, 210, false},
+    {"Q8_K", 256, 292, false},  {"IQ2_XXS", 256, 66, false},  {"IQ2_XS", 256, 74, false},
+    {"IQ3_XXS", 256, 98, false}, {"IQ1_S", 256, 50, false},   {"IQ4_NL", 32, 18, false},
+    {"IQ3_S", 256, 110, false}, {"IQ2_S", 256, 82, false},    {"IQ4_XS", 256, 136, false},
+    {"I8", 1, 1, false},        {"I16", 1, 2, false},         {"I32", 1, 4, false},
+    {"I64", 1, 8, false},       {"F64", 1, 8, false},         {"IQ1_M", 256, 56, false},
+    {"BF16", 1, 2, true},       {nullptr, 0, 0, false},       {nullptr, 0, 0, false},
+    {nullptr, 0, 0, false},     {"TQ1_0", 256, 54, false},    {"TQ2_0", 256, 66, false},
+    {nullptr, 0, 0, false},     {nullptr, 0, 0, false},       {nullptr, 0, 0, false},
+    {"MXFP4", 32, 17, false},
+};
+// clang-format on
+constexpr uint32_t kTypeCount = sizeof(kTypes) / sizeof(kTypes[0]);
+
+constexpr const char* kValueTypeNames[] = {"UINT8",   "INT8",  "UINT16", "INT16", "UINT32",
+                                           "INT32",   "FLOAT32", "BOOL", "STRING", "ARRAY",
+                                           "UINT64",  "INT64", "FLOAT64"};
+constexpr uint32_t kValueTypeCount = 13;
+
+bool IsIntegerType(GgufValueType t) {
+  return GgufScalarBytes(t) > 0 && t != GgufValueType::kFloat32 &&
+         t != GgufValueType::kFloat64 && t != GgufValueType::kBool;
+}
+
+// An integer value as T, when it is one and fits.
+template <typename T>
+bool IntegerAs(const GgufValue& v, T* out) {
+  if (!IsIntegerType(v.type)) return false;
+  const auto* u = std::get_if<uint64_t>(&v.data);
+  const auto* s = std::get_if<int64_t>(&v.data);
+  if (u != nullptr ? !std::in_range<T>(*u) : !std::in_range<T>(*s)) return false;
+  *out = u != nullptr ? static_cast<T>(*u) : static_cast<T>(*s);
+  return true;
+}
+
+template <typename T>
+T Load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+// A scalar of `type` at `p` (caller checked the bytes), in GgufValue's widened representation.
+void DecodeScalar(GgufValueType type, const uint8_t* p, GgufValue* out) {
+  out->type = type;
+  switch (type) {
+    case GgufValueType::kUint8: out->data = uint64_t{Load<uint8_t>(p)}; break;
+    case GgufValueType::kInt8: out->data = int64_t{Load<int8_t>(p)}; break;
+    case GgufValueType::kUint16: out->data = uint64_t{Load<uint16_t>(p)}; break;
+    case GgufValueType::kInt16: out->data = int64_t{Load<int16_t>(p)}; break;
+    case GgufValueType::kUint32: out->data = uint64_t{Load<uint32_t>(p)}; break;
+    case GgufValueType::kInt32: out->data = int64_t{Load<int32_t>(p)}; break;
+    case GgufValueType::kUint64: out->data = Load<uint64_t>(p); break;
+    case GgufValueType::kInt64: out->data = Load<int64_t>(p); break;
+    case GgufValueType::kFloat32: out->data = double{Load<float>(p)}; break;
+    case GgufValueType::kFloat64: out->data = Load<double>(p); break;
+    case GgufValueType::kBool: out->data = Load<uint8_t>(p) != 0; break;
+    default: break;
+  }
+}
+
+// A string for a message: quoted, at most `max` bytes, control and non-ASCII bytes as \xNN.
+std::string Quote(std::string_view s, size_t max = 64, char quote = '"') {
+  std::string out(1, quote);
+  for (size_t i = 0; i < s.size() && i < max; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c == static_cast<unsigned char>(quote) || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c >= 0x7F) {
+      out += fmt::format("\\x{:02x}", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (s.size() > max) out += "...";
+  return out + quote;
+}
+
+// A key or tensor name from the file, for a message: 'name', escaped, at most 128 bytes.
+std::string Name(std::string_view s) { return Quote(s, 128, '\''); }
+
+}  // namespace
+
+// ---- types ----
+
+const GgmlTypeInfo* FindGgmlType(uint32_t id) {
+  return id < kTypeCount && kTypes[id].name != nullptr ? &kTypes[id] : nullptr;
+}
+const char* GgmlTypeName(GgmlType type) {
+  const GgmlTypeInfo* info = FindGgmlType(static_cast<uint32_t>(type));
+  return info != nullptr ? info->name : "unknown";
+}
+const char* GgmlSupportedTypeList() { return "F32, F16, BF16, Q8_0, Q4_0"; }
+
+Result<int64_t> GgmlTypeBytes(GgmlType type, int64_t n_elements) {
+  const GgmlTypeInfo* info = FindGgmlType(static_cast<uint32_t>(type));
+  if (info == nullptr) {
+    return Status::Error(fmt::format("unknown ggml type id {}", static_cast<uint32_t>(type)));
+  }
+  if (n_elements < 0 || n_elements % info->block_elements != 0) {
+    return Status::Error(fmt::format("{} elements of {} are not a whole number of blocks of {}",
+                                     n_elements, info->name, info->block_elements));
+  }
+  int64_t bytes = 0;
+  if (!CheckedMul(n_elements / info->block_elements, info->block_bytes, &bytes)) {
+    return Status::Error(fmt::format("{} elements of {} overflow a 64-bit byte count", n_elements,
+                                     info->name));
+  }
+  return bytes;
+}
+
+const char* GgufValueTypeName(GgufValueType type) {
+  const auto id = static_cast<uint32_t>(type);
+  return id < kValueTypeCount ? kValueTypeNames[id] : "unknown";
+}
+
+int64_t GgufScalarBytes(GgufValueType type) {
+  switch (type) {
+    case GgufValueType::kUint8: case GgufValueType::kInt8: case GgufValueType::kBool: return 1;
+    case GgufValueType::kUint16: case GgufValueType::kInt16: return 2;
+    case GgufValueType::kUint32: case GgufValueType::kInt32: case GgufValueType::kFloat32: return 4;
+    case GgufValueType::kUint64: case GgufValueType::kInt64: case GgufValueType::kFloat64: return 8;
+    default: return 0;
+  }
+}
+
+double GgufArray::NumberAt(int64_t i) const {
+  GgufValue v;
+  DecodeScalar(element_type, raw + i * GgufScalarBytes(element_type), &v);
+  return std::visit(
+      [](const auto& x) -> double {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_arithmetic_v<T>) return static_cast<double>(x);
+        return 0.0;
+      },
+      v.data);
+}
+
+std::string FormatGgufValue(const GgufValue& value, int max_elements) {
+  switch (value.type) {
+    case GgufValueType::kString: return Quote(std::get<std::string_view>(value.data));
+    case GgufValueType::kBool: return std::get<bool>(value.data) ? "true" : "false";
+    case GgufValueType::kFloat32: case GgufValueType::kFloat64:
+      return fmt::format("{}", std::get<double>(value.data));
+    case GgufValueType::kArray: break;
+    default:
+      if (const auto* u = std::get_if<uint64_t>(&value.data)) return fmt::format("{}", *u);
+      return fmt::format("{}", std::get<int64_t>(value.data));
+  }
+  const auto& a = std::get<GgufArray>(value.data);
+  std::string out = fmt::format("[{} x {}", GgufValueTypeName(a.element_type), a.size);
+  const int64_t shown = std::min<int64_t>(a.size, std::max(max_elements, 0));
+  for (int64_t i = 0; i < shown; ++i) {
+    out += i == 0 ? ": " : ", ";
+    if (a.element_type == GgufValueType::kString) {
+      out += Quote(a.strings[i]);
+    } else if (a.element_type == GgufValueType::kArray) {
+      out += FormatGgufValue(a.arrays[i], max_elements);
+    } else {
+      GgufValue element;
+      DecodeScalar(a.element_type, a.raw + i * GgufScalarBytes(a.element_type), &element);
+      out += FormatGgufValue(element, max_elements);
+    }
+  }
+  return out + (shown < a.size ? ", ...]" : "]");
+}
+
+// ---- parsing ----
+
+class GgufParser {
+ public:
+  explicit GgufParser(GgufFile* file)
+      : f_(*file), p_(file->map_), size_(static_cast<uint64_t>(file->size_)) {}
+
+  Status Parse() {
+    if (Status s = ParseHeader(); !s.ok()) return s;
+    f_.metadata_.reserve(std::min(n_kv_, kMaxReserve));
+    for (uint64_t i = 0; i < n_kv_; ++i) {
+      if (Status s = ParseKeyValue(i); !s.ok()) return s;
+    }
+    for (size_t i = 0; i < f_.metadata_.size(); ++i) {
+      if (!f_.key_index_.emplace(f_.metadata_[i].key, i).second) {
+        return Error(fmt::format("metadata key {} appears twice", Name(f_.metadata_[i].key)));
+      }
+    }
+    f_.tensors_.reserve(std::min(n_tensors_, kMaxReserve));
+    for (uint64_t i = 0; i < n_tensors_; ++i) {
+      if (Status s = ParseTensorInfo(i); !s.ok()) return s;
+    }
+    for (size_t i = 0; i < f_.tensors_.size(); ++i) {
+      if (!f_.tensor_index_.emplace(f_.tensors_[i].name, i).second) {
+        return Error(fmt::format("tensor {} appears twice", Name(f_.tensors_[i].name)));
+      }
+    }
+    return PlaceTensors();
+  }
+
+ private:
+  Status Error(std::string_view detail) const {
+    return Status::Error(fmt::format("GGUF file '{}': {}", f_.path_, detail));
+  }
+  bool Has(uint64_t n) const { return n <= size_ - pos_; }
+  Status Truncated(uint64_t need, std::string_view what) const {
+    return Error(fmt::format("truncated: {}{} needs {} bytes at offset {}, but the file has {} "
+                             "bytes", context_, what, need, pos_, size_));
+  }
+  template <typename T>
+  Status Read(T* out, std::string_view what) {
+    if (!Has(sizeof(T))) return Truncated(sizeof(T), what);
+    *out = Load<T>(p_ + pos_);
+    pos_ += sizeof(T);
+    return Status::Ok();
+  }
+  // A GGUF string: u64 length, then the bytes. `index` >= 0 names an array element on error.
+  Status ReadString(std::string_view* out, std::string_view what, int64_t index = -1) {
+    if (!Has(8)) {
+      return Truncated(8, index < 0 ? fmt::format("the length of {}", what)
+                                    : fmt::format("the length of {} {}", what, index));
+    }
+    const uint64_t n = Load<uint64_t>(p_ + pos_);
+    pos_ += 8;
+    if (!Has(n)) {
+      return Truncated(n, index < 0 ? std::string(what) : fmt::format("{} {}", what, index));
+    }
+    *out = std::string_view(reinterpret_cast<const char*>(p_ + pos_), n);
+    pos_ += n;
+    return Status::Ok();
+  }
+
+  Status ParseHeader() {
+    if (size_ < 4) {
+      return Status::Error(
+          fmt::format("'{}' is not a GGUF file: it has {} bytes", f_.path_, size_));
+    }
+    const uint32_t magic = Load<uint32_t>(p_);
+    if (magic != kGgufMagic) {
+      return Status::Error(fmt::format(
+          "'{}' is not a GGUF file: it starts with {:02x} {:02x} {:02x} {:02x}, not \"GGUF\"",
+          f_.path_, p_[0], p_[1], p_[2], p_[3]));
+    }
+    pos_ = 4;
+    uint32_t version = 0;
+    if (Status s = Read(&version, "the version"); !s.ok()) return s;
+    if (version == 0x02000000u || version == 0x03000000u) {
+      return Error("is a big-endian GGUF file; kvq reads little-endian GGUF only");
+    }
+    if (version < 2 || version > 3) {
+      return Error(fmt::format("GGUF version {} is not supported (kvq reads versions 2 and 3)",
+                               version));
+    }
+    f_.version_ = version;
+    if (Status s = Read(&n_tensors_, "the tensor count"); !s.ok()) return s;
+    if (Status s = Read(&n_kv_, "the metadata count"); !s.ok()) return s;
+    const uint64_t left = size_ - pos_;
+    if (n_kv_ > left / kMinKvBytes) {
+      return Error(fmt::format("the header claims {} metadata pairs, but only {} bytes follow "
+                               "(truncated or corrupt)",
+                               n_kv_, left));
+    }
+    if (n_tensors_ > left / kMinTensorInfoBytes) {
+      return Error(fmt::format("the header claims {} tensors, but only {} bytes follow "
+                               "(truncated or corrupt)",
+                               n_tensors_, left));
+    }
+    return Status::Ok();
+  }
+
+  Status ParseKeyValue(uint64_t i) {
+    context_ = fmt::format("metadata pair {}: ", i);
+    std::string_view key;
+    if (Status s = ReadString(&key, "the key"); !s.ok()) return s;
+    context_ = fmt::format("metadata key {}: ", Name(key));
+    uint32_t type = 0;
+    if (Status s = Read(&type, "the value type"); !s.ok()) return s;
+    GgufKeyValue kv{std::string(key), GgufValue{}};
+    if (Status s = ParseValue(type, 0, &kv.value); !s.ok()) return s;
+    f_.metadata_.push_back(std::move(kv));
+    return Status::Ok();
+  }
+
+  Status CheckValueType(uint32_t type, std::string_view what) const {
+    if (type >= kValueTypeCount) {
+      return Error(fmt::format("{}{} has unknown value type {}", context_, what, type));
+    }
+    return Status::Ok();
+  }
+
+  Status ParseValue(uint32_t type_id, int depth, GgufValue* out) {
+    if (Status s = CheckValueType(type_id, "the value"); !s.ok()) return s;
+    const auto type = static_cast<GgufValueType>(type_id);
+    out->type = type;
+    if (type == GgufValueType::kString) {
+      std::string_view s;
+      if (Status st = ReadString(&s, "the string"); !st.ok()) return st;
+      out->data = s;
+      return Status::Ok();
+    }
+    if (type == GgufValueType::kArray) return ParseArray(depth, out);
+    const auto n = static_cast<uint64_t>(GgufScalarBytes(type));
+    if (!Has(n)) return Truncated(n, fmt::format("the {} value", GgufValueTypeName(type)));
+    if (type == GgufValueType::kBool && p_[pos_] > 1) {
+      return Error(fmt::format("{}BOOL value is {}, not 0 or 1", context_, p_[pos_]));
+    }
+    DecodeScalar(type, p_ + pos_, out);
+    pos_ += n;
+    return Status::Ok();
+  }
+
+  Status ParseArray(int depth, GgufValue* out) {
+    if (depth >= kMaxArrayDepth) {
+      return Error(fmt::format("{}arrays are nested more than {} deep", context_, kMaxArrayDepth));
+    }
+    uint32_t element_type = 0;
+    uint64_t count = 0;
+    if (Status s = Read(&element_type, "the array element type"); !s.ok()) return s;
+    if (Status s = CheckValueType(element_type, "the array element"); !s.ok()) return s;
+    if (Status s = Read(&count, "the array length"); !s.ok()) return s;
+    GgufArray a;
+    a.element_type = static_cast<GgufValueType>(element_type);
+    // Each element takes at least this many bytes: refuse an impossible count before reserving.
+    const uint64_t min_bytes = a.element_type == GgufValueType::kString  ? 8
+                               : a.element_type == GgufValueType::kArray ? 12
+                                   : static_cast<uint64_t>(GgufScalarBytes(a.element_type));
+    if (count > (size_ - pos_) / min_bytes) {
+      return Error(fmt::format(
+          "{}truncated or corrupt: an array of {} {} elements needs at least {} bytes each at "
+          "offset {}, but the file has {} bytes",
+          context_, count, GgufValueTypeName(a.element_type), min_bytes, pos_, size_));
+    }
+    a.size = static_cast<int64_t>(count);
+    if (a.element_type == GgufValueType::kString) {
+      a.strings.reserve(std::min(count, kMaxReserve));
+      for (uint64_t i = 0; i < count; ++i) {
+        if (Status s = ReadString(&a.strings.emplace_back(), "string element", i); !s.ok()) {
+          return s;
+        }
+      }
+    } else if (a.element_type == GgufValueType::kArray) {
+      a.arrays.reserve(std::min(count, kMaxReserve));
+      for (uint64_t i = 0; i < count; ++i) {
+        if (Status s = ParseValue(element_type, depth + 1, &a.arrays.emplace_back()); !s.ok()) {
+          return s;
+        }
+      }
+    } else {
+      a.raw = p_ + pos_;
+      if (a.element_type == GgufValueType::kBool) {
+        for (uint64_t i = 0; i < count; ++i) {
+          if (a.raw[i] > 1) {
+            return Error(fmt::format("{}BOOL element {} is {}, not 0 or 1", context_, i, a.raw[i]));
+          }
+        }
+      }
+      pos_ += count * min_bytes;
+    }
+    out->data = std::move(a);
+    return Status::Ok();
+  }
+
+  Status ParseTensorInfo(uint64_t i) {
+    context_ = fmt::format("tensor info {}: ", i);
+    std::string_view name;
+    if (Status s = ReadString(&name, "the tensor name"); !s.ok()) return s;
+    GgufTensor t;
+    t.name = std::string(name);
+    context_ = fmt::format("tensor {}: ", Name(name));
+    uint32_t n_dims = 0;
+    if (Status s = Read(&n_dims, "the dimension count"); !s.ok()) return s;
+    if (n_dims < 1 || n_dims > kMaxDims) {
+      return Error(fmt::format("{}has {} dimensions (kvq reads 1 to {})", context_, n_dims,
+                               kMaxDims));
+    }
+    t.n_elements = 1;
+    for (uint32_t d = 0; d < n_dims; ++d) {
+      uint64_t dim = 0;
+      if (Status s = Read(&dim, fmt::format("dimension {}", d)); !s.ok()) return s;
+      const auto sdim = static_cast<int64_t>(dim);  // ggml stores int64
+      if (sdim <= 0) {
+        return Error(fmt::format("{}dimension {} is {} (must be positive)", context_, d, sdim));
+      }
+      if (!CheckedMul(t.n_elements, sdim, &t.n_elements)) {
+        return Error(fmt::format("{}the element count overflows 64 bits", context_));
+      }
+      t.dims.push_back(sdim);
+    }
+    uint32_t type = 0;
+    if (Status s = Read(&type, "the type"); !s.ok()) return s;
+    const GgmlTypeInfo* info = FindGgmlType(type);
+    if (info == nullptr) return Error(fmt::format("{}has unknown ggml type id {}", context_, type));
+    t.type = static_cast<GgmlType>(type);
+    t.supported = info->supported;
+    if (Status s = Read(&t.offset, "the data offset"); !s.ok()) return s;
+    if (t.dims[0] % info->block_elements != 0) {
+      return Error(fmt::format("{}row length {} is not a multiple of {}'s block of {} elements",
+                               context_, t.dims[0], info->name, info->block_elements));
+    }
+    Result<int64_t> bytes = GgmlTypeBytes(t.type, t.n_elements);
+    if (!bytes.ok()) return Error(fmt::format("{}{}", context_, bytes.status().message()));
+    t.n_bytes = *bytes;
+    f_.tensors_.push_back(std::move(t));
+    return Status::Ok();
+  }
+
+  // Alignment, the data section, and every tensor's extent: aligned, inside the file, disjoint.
+  Status PlaceTensors() {
+    context_.clear();
+    if (const GgufValue* v = f_.Find("general.alignment")) {
+      uint32_t a = 0;
+      if (!IntegerAs(*v, &a) || !std::has_single_bit(a) || a > (1u << 30)) {
+        return Error(fmt::format("general.alignment is {} {}; it must be a power of two "
+                                 "integer up to 2^30",
+                                 GgufValueTypeName(v->type), FormatGgufValue(*v)));
+      }
+      f_.alignment_ = a;
+    }
+    const uint64_t align = f_.alignment_;
+    const uint64_t data = (pos_ + align - 1) / align * align;
+    f_.data_offset_ = static_cast<int64_t>(data);
+    const uint64_t room = data <= size_ ? size_ - data : 0;
+    for (GgufTensor& t : f_.tensors_) {
+      if (t.offset % align != 0) {
+        return Error(fmt::format("tensor {} has offset {}, which is not a multiple of the "
+                                 "alignment {}", Name(t.name), t.offset, align));
+      }
+      if (t.offset > room || static_cast<uint64_t>(t.n_bytes) > room - t.offset) {
+        return Error(fmt::format("tensor {} (offset {}, {} bytes) extends past the end of the "
+                                 "file ({} bytes; data section at {})",
+                                 Name(t.name), t.offset, t.n_bytes, size_, data));
+      }
+      t.data = p_ + data + t.offset;
+    }
+    std::vector<size_t> order(f_.tensors_.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return f_.tensors_[a].offset < f_.tensors_[b].offset;
+    });
+    for (size_t k = 1; k < order.size(); ++k) {
+      const GgufTensor& prev = f_.tensors_[order[k - 1]];
+      const GgufTensor& next = f_.tensors_[order[k]];
+      if (prev.offset + static_cast<uint64_t>(prev.n_bytes) > next.offset) {
+        return Error(fmt::format("tensors {} (offset {}, {} bytes) and {} (offset {}) overlap",
+                                 Name(prev.name), prev.offset, prev.n_bytes, Name(next.name),
+                                 next.offset));
+      }
+    }
+    return Status::Ok();
+  }
+
+  GgufFile& f_;
+  const uint8_t* p_;
+  uint64_t size_;
+  uint64_t pos_ = 0;
+  uint64_t n_tensors_ = 0;
+  uint64_t n_kv_ = 0;
+  std::string context_;  // "metadata key "x": " etc.: what is being read, for messages
+};
+
+// ---- the file ----
+
+Result<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
+  std::unique_ptr<GgufFile> file(new GgufFile());
+  file->path_ = path;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return Status::Error(fmt::format("cannot open GGUF file '{}': {}", path, std::strerror(errno)));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::Error(fmt::format("cannot open GGUF file '{}': not a regular file", path));
+  }
+  file->size_ = st.st_size;
+  if (file->size_ > 0) {
+    void* p = ::mmap(nullptr, static_cast<size_t>(file->size_), PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      return Status::Error(fmt::format("cannot map GGUF file '{}': {}", path, std::strerror(err)));
+    }
+    file->map_ = static_cast<const uint8_t*>(p);
+  }
+  ::close(fd);
+  GgufParser parser(file.get());
+  if (Status s = parser.Parse(); !s.ok()) return s;
+  return file;
+}
+
+GgufFile::~GgufFile() {
+  if (map_ != nullptr) ::munmap(const_cast<uint8_t*>(map_), static_cast<size_t>(size_));
+}
+
+bool GgufFile::Has(std::string_view key) const { return Find(key) != nullptr; }
+
+const GgufValue* GgufFile::Find(std::string_view key) const {
+  const auto it = key_index_.find(key);
+  return it == key_index_.end() ? nullptr : &metadata_[it->second].value;
+}
+
+Result<const GgufValue*> GgufFile::Lookup(std::string_view key) const {
+  if (const GgufValue* v = Find(key)) return v;
+  return Status::Error(fmt::format("GGUF file '{}' has no metadata key '{}'", path_, key));
+}
+
+Status GgufFile::TypeError(std::string_view key, const GgufValue& value,
+                           std::string_view wanted) const {
+  std::string type = GgufValueTypeName(value.type);
+  if (value.type == GgufValueType::kArray) {
+    type += fmt::format(" of {}", GgufValueTypeName(std::get<GgufArray>(value.data).element_type));
+  }
+  return Status::Error(fmt::format("GGUF file '{}': metadata key '{}' is {}, expected {}", path_,
+                                   key, type, wanted));
+}
+
+template <typename T>
+Result<T> GgufFile::GetInteger(std::string_view key, const char* wanted) const {
+  Result<const GgufValue*> v = Lookup(key);
+  if (!v.ok()) return v.status();
+  const GgufValue& value = **v;
+  if (!IsIntegerType(value.type)) return TypeError(key, value, wanted);
+  T out{};
+  if (!IntegerAs(value, &out)) {
+    return Status::Error(fmt::format("GGUF file '{}': metadata key '{}' is {} {}, which does not "
+                                     "fit {}", path_, key, GgufValueTypeName(value.type),
+                                     FormatGgufValue(value), wanted));
+  }
+  return out;
+}
+
+Result<uint32_t> GgufFile::GetU32(std::string_view key) const {
+  return GetInteger<uint32_t>(key, "UINT32");
+}
+Result<int32_t> GgufFile::GetI32(std::string_view key) const {
+  return GetInteger<int32_t>(key, "INT32");
+}
+Result<uint64_t> GgufFile::GetU64(std::string_view key) const {
+  return GetInteger<uint64_t>(key, "UINT64");
+}
+Result<int64_t> GgufFile::GetI64(std::string_view key) const {
+  return GetInteger<int64_t>(key, "INT64");
+}
+
+Result<std::string> GgufFile::GetString(std::string_view key) const {
+  Result<const GgufValue*> v = Lookup(key);
+  if (!v.ok()) return v.status();
+  if ((*v)->type != GgufValueType::kString) return TypeError(key, **v, "STRING");
+  return std::string(std::get<std::string_view>((*v)->data));
+}
+
+Result<float> GgufFile::GetF32(std::string_view key) const {
+  Result<const GgufValue*> v = Lookup(key);
+  if (!v.ok()) return v.status();
+  const GgufValue& value = **v;
+  if (const auto* d = std::get_if<double>(&value.data)) return static_cast<float>(*d);
+  if (!IsIntegerType(value.type)) return TypeError(key, value, "FLOAT32");
+  if (const auto* u = std::get_if<uint64_t>(&value.data)) return static_cast<float>(*u);
+  return static_cast<float>(std::get<int64_t>(value.data));
+}
+
+Result<bool> GgufFile::GetBool(std::string_view key) const {
+  Result<const GgufValue*> v = Lookup(key);
+  if (!v.ok()) return v.status();
+  if ((*v)->type != GgufValueType::kBool) return TypeError(key, **v, "BOOL");
+  return std::get<bool>((*v)->data);
+}
+
+Result<const GgufArray*> GgufFile::GetArray(std::string_view key) const {
+  Result<const GgufValue*> v = Lookup(key);
+  if (!v.ok()) return v.status();
+  if ((*v)->type != GgufValueType::kArray) return TypeError(key, **v, "ARRAY");
+  return &std::get<GgufArray>((*v)->data);
+}
+
+Result<std::span<const std::string_view>> GgufFile::GetStringArray(std::string_view key) const {
+  Result<const GgufArray*> a = GetArray(key);
+  if (!a.ok()) return a.status();
+  if ((*a)->element_type != GgufValueType::kString) {
+    return TypeError(key, *Find(key), "ARRAY of STRING");
+  }
+  return std::span<const std::string_view>((*a)->strings);
+}
+
+Result<std::vector<float>> GgufFile::GetF32Array(std::string_view key) const {
+  Result<const GgufArray*> a = GetArray(key);
+  if (!a.ok()) return a.status();
+  if ((*a)->element_type != GgufValueType::kFloat32) {
+    return TypeError(key, *Find(key), "ARRAY of FLOAT32");
+  }
+  std::vector<float> out(static_cast<size_t>((*a)->size));
+  if (!out.empty()) std::memcpy(out.data(), (*a)->raw, out.size() * sizeof(float));
+  return out;
+}
+
+Result<std::vector<int32_t>> GgufFile::GetI32Array(std::string_view key) const {
+  Result<const GgufArray*> a = GetArray(key);
+  if (!a.ok()) return a.status();
+  const GgufArray& arr = **a;
+  if (!IsIntegerType(arr.element_type)) return TypeError(key, *Find(key), "ARRAY of INT32");
+  std::vector<int32_t> out(static_cast<size_t>(arr.size));
+  for (int64_t i = 0; i < arr.size; ++i) {
+    GgufValue e;
+    DecodeScalar(arr.element_type, arr.raw + i * GgufScalarBytes(arr.element_type), &e);
+    if (!IntegerAs(e, &out[i])) {
+      return Status::Error(fmt::format("GGUF file '{}': metadata key '{}' element {} is {}, "
+                                       "which does not fit INT32", path_, key, i,
+                                       FormatGgufValue(e)));
+    }
+  }
+  return out;
+}
+
+Result<const GgufTensor*> GgufFile::FindTensor(std::string_view name) const {
+  const auto it = tensor_index_.find(name);
+  if (it == tensor_index_.end()) {
+    return Status::Error(fmt::format("GGUF file '{}' has no tensor '{}'", path_, name));
+  }
+  const GgufTensor& t = tensors_[it->second];
+  if (!t.supported) {
+    return Status::Error(fmt::format(
+        "GGUF file '{}': tensor '{}' has type {}, which kvq does not support (supported: {})",
+        path_, name, GgmlTypeName(t.type), GgmlSupportedTypeList()));
+  }
+  return &t;
+}
+
+}  // namespace kvq

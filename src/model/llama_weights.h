@@ -1,0 +1,58 @@
+// A model's weights as views into a mapped file, plus its shape: what the forward pass reads.
+// Names follow llama2.c (dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "weights/matrix.h"
+#include "weights/rope.h"
+
+namespace kvq {
+
+struct LlamaConfig {
+  int32_t dim = 0;         ///< residual stream width
+  int32_t hidden_dim = 0;  ///< FFN width
+  int32_t n_layers = 0;
+  int32_t n_heads = 0;
+  int32_t n_kv_heads = 0;
+  int32_t vocab_size = 0;
+  int32_t seq_len = 0;     ///< context the model was trained for
+  float rope_theta = 10000.0f;
+  float norm_eps = 1e-5f;
+  std::string arch = "llama";   ///< llama, mistral or qwen2 (GGUF general.architecture)
+  RopePairing rope_pairing = RopePairing::kAdjacent;
+  float rope_position_scale = 1.0f;      ///< linear RoPE scaling: 1 / rope.scaling.factor
+  std::vector<float> rope_freq_factors;  ///< [head_dim / 2] Llama 3.1 scaling, or empty
+  /// Whether the q, k, v projections add a bias (qwen2).
+  bool qkv_bias = false;
+  int32_t head_dim() const { return dim / n_heads; }
+  int32_t kv_dim() const { return head_dim() * n_kv_heads; }
+};
+
+struct LayerWeights {
+  const float* attn_norm = nullptr;  // [dim]
+  Matrix wq, wk, wv;                 // [n_heads·head_dim][dim], [kv_dim][dim], [kv_dim][dim]
+  const float* bq = nullptr;         // [n_heads·head_dim] biases (qwen2), else null
+  const float* bk = nullptr;         // [kv_dim]
+  const float* bv = nullptr;         // [kv_dim]
+  Matrix wo;                         // [dim][n_heads·head_dim]
+  const float* ffn_norm = nullptr;   // [dim]
+  Matrix w1, w2, w3;                 // [hidden][dim] (gate), [dim][hidden] (down), [hidden][dim] (up)
+};
+
+/// Owns the mapping the views point into.
+struct LlamaWeights {
+  LlamaConfig config;
+  Matrix token_embedding;            // [vocab][dim]
+  std::vector<LayerWeights> layers;
+  const float* final_norm = nullptr; // [dim]
+  Matrix classifier;                 // [vocab][dim]
+  std::shared_ptr<void> storage;     // the mapped file
+  std::string source;                // path, for messages
+  uint64_t fingerprint_hash = 0;     ///< hash of the weight bytes (snapshot fingerprints)
+};
+
+}  // namespace kvq

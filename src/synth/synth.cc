@@ -1,0 +1,491 @@
+// Synthetic models (see synth.h): presets, validation, the vocabulary copy and the file layout.
+// Tensors go in the order llama.cpp's converter writes them (rope_freqs, token_embd, each
+// block, output_norm, output); matrices are streamed row chunk by row chunk through the GGUF
+// writer, so a 7B file needs a few MiB of memory, not its size.
+#include "synth/synth.h"
+
+#include <fmt/format.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+
+#include "base/float_codes.h"
+#include "base/thread_pool.h"
+#include "kvq/format.h"
+#include "kvq/units.h"
+#include "gguf/gguf_writer.h"
+
+namespace kvq {
+namespace {
+
+// Q/K/V biases: small against the unit-variance projections they are added to.
+constexpr float kBiasStd = 0.02f;
+
+struct Preset {
+  const char* name;
+  SynthSpec spec;
+};
+
+// The published shapes (the models' config.json): hidden_size, num_hidden_layers,
+// num_attention_heads, num_key_value_heads, intermediate_size, vocab_size,
+// max_position_embeddings, rope_theta, rms_norm_eps, tie_word_embeddings, rope_scaling.
+std::vector<Preset> Presets() {
+  return {
+      {"llama-3.2-1b",
+       SynthSpec{.name = "llama-3.2-1b", .arch = SynthArch::kLlama, .dim = 2048, .n_layers = 16,
+                 .n_heads = 32, .n_kv_heads = 8, .hidden_dim = 8192, .vocab_size = 128256,
+                 .context = 131072, .rope_theta = 500000.0f, .norm_eps = 1e-5f,
+                 .embeddings = SynthEmbeddings::kTied,
+                 .rope_scaling = Llama3RopeScaling{.factor = 32.0f, .low_freq_factor = 1.0f,
+                                                   .high_freq_factor = 4.0f,
+                                                   .original_context = 8192}}},
+      {"qwen2.5-0.5b",
+       SynthSpec{.name = "qwen2.5-0.5b", .arch = SynthArch::kQwen2, .dim = 896, .n_layers = 24,
+                 .n_heads = 14, .n_kv_heads = 2, .hidden_dim = 4864, .vocab_size = 151936,
+                 .context = 32768, .rope_theta = 1000000.0f, .norm_eps = 1e-6f,
+                 .embeddings = SynthEmbeddings::kTied, .qkv_bias = true}},
+      {"llama-2-7b",
+       SynthSpec{.name = "llama-2-7b", .arch = SynthArch::kLlama, .dim = 4096, .n_layers = 32,
+                 .n_heads = 32, .n_kv_heads = 32, .hidden_dim = 11008, .vocab_size = 32000,
+                 .context = 4096, .rope_theta = 10000.0f, .norm_eps = 1e-5f,
+                 .embeddings = SynthEmbeddings::kSeparate}},
+  };
+}
+
+// ---- little-endian appends for the padded vocabulary arrays ----
+
+template <typename T>
+void Append(std::vector<uint8_t>* out, T v) {
+  const size_t at = out->size();
+  out->resize(at + sizeof(T));
+  std::memcpy(out->data() + at, &v, sizeof(T));
+}
+
+// `value` as one element of a numeric array of `type`.
+Status AppendNumber(std::vector<uint8_t>* out, GgufValueType type, int32_t value) {
+  switch (type) {
+    case GgufValueType::kUint8: Append(out, static_cast<uint8_t>(value)); break;
+    case GgufValueType::kInt8: Append(out, static_cast<int8_t>(value)); break;
+    case GgufValueType::kUint16: Append(out, static_cast<uint16_t>(value)); break;
+    case GgufValueType::kInt16: Append(out, static_cast<int16_t>(value)); break;
+    case GgufValueType::kUint32: Append(out, static_cast<uint32_t>(value)); break;
+    case GgufValueType::kInt32: Append(out, value); break;
+    case GgufValueType::kUint64: Append(out, static_cast<uint64_t>(value)); break;
+    case GgufValueType::kInt64: Append(out, static_cast<int64_t>(value)); break;
+    case GgufValueType::kFloat32: Append(out, static_cast<float>(value)); break;
+    case GgufValueType::kFloat64: Append(out, static_cast<double>(value)); break;
+    default: return Status::Error(fmt::format("holds {}, not numbers", GgufValueTypeName(type)));
+  }
+  return Status::Ok();
+}
+
+// A numeric per-token array (scores, token types) of `n_tokens` entries, extended to
+// `vocab_size` entries with `fill`, keeping its element type.
+Result<GgufEncoded> PadNumbers(const GgufFile& vocab, const std::string& key, int64_t n_tokens,
+                               int64_t vocab_size, int32_t fill) {
+  auto bad = [&](std::string_view why) {
+    return Status::Error(fmt::format("vocabulary '{}': {} {}", vocab.path(), key, why));
+  };
+  Result<const GgufArray*> a = vocab.GetArray(key);
+  if (!a.ok()) return a.status();
+  if ((*a)->size != n_tokens) {
+    return bad(fmt::format("has {} entries for {} tokens", (*a)->size, n_tokens));
+  }
+  GgufEncoded e;
+  e.type = GgufValueType::kArray;
+  Append<uint32_t>(&e.bytes, static_cast<uint32_t>((*a)->element_type));
+  Append<uint64_t>(&e.bytes, static_cast<uint64_t>(vocab_size));
+  const int64_t element_bytes = GgufScalarBytes((*a)->element_type);
+  if (element_bytes == 0 || (*a)->element_type == GgufValueType::kBool) {
+    return bad(fmt::format("holds {}, not numbers", GgufValueTypeName((*a)->element_type)));
+  }
+  e.bytes.insert(e.bytes.end(), (*a)->raw, (*a)->raw + n_tokens * element_bytes);
+  for (int64_t i = n_tokens; i < vocab_size; ++i) {
+    if (Status s = AppendNumber(&e.bytes, (*a)->element_type, fill); !s.ok()) return bad(s.message());
+  }
+  return e;
+}
+
+// Every tokenizer.* key of `vocab`, in its order; with `vocab_size` above the vocabulary's own
+// size, tokens/scores/token_type padded with control tokens "<|synth_pad_ID|>" of score 0.
+Status CopyVocabulary(const GgufFile& vocab, int64_t n_tokens, int64_t vocab_size,
+                      GgufWriter* w) {
+  constexpr int32_t kControl = 3;  // llama_token_type LLAMA_TOKEN_TYPE_CONTROL
+  for (const GgufKeyValue& kv : vocab.metadata()) {
+    if (!kv.key.starts_with("tokenizer.")) continue;
+    Status s;
+    if (vocab_size > n_tokens && kv.key == "tokenizer.ggml.tokens") {
+      Result<std::span<const std::string_view>> tokens = vocab.GetStringArray(kv.key);
+      if (!tokens.ok()) return tokens.status();
+      std::vector<std::string> padded(tokens->begin(), tokens->end());
+      padded.reserve(static_cast<size_t>(vocab_size));
+      for (int64_t id = n_tokens; id < vocab_size; ++id) {
+        padded.push_back(fmt::format("<|synth_pad_{}|>", id));
+      }
+      s = w->SetStringArray(kv.key, padded);
+    } else if (vocab_size > n_tokens &&
+               (kv.key == "tokenizer.ggml.scores" || kv.key == "tokenizer.ggml.token_type")) {
+      Result<GgufEncoded> e = PadNumbers(vocab, kv.key, n_tokens, vocab_size,
+                                         kv.key == "tokenizer.ggml.scores" ? 0 : kControl);
+      if (!e.ok()) return e.status();
+      s = w->Set(kv.key, std::move(e).value());
+    } else {
+      s = w->Set(kv.key, GgufEncodeValue(kv.value));
+    }
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+struct Vocabulary {
+  std::unique_ptr<GgufFile> file;
+  int64_t n_tokens = 0;
+};
+
+Result<Vocabulary> OpenVocabulary(const std::string& path) {
+  Result<std::unique_ptr<GgufFile>> f = GgufFile::Open(path);
+  if (!f.ok()) return Status::Error("--vocab: " + f.status().message());
+  if (!(*f)->Has("tokenizer.ggml.tokens")) {
+    return Status::Error(fmt::format("--vocab: '{}' holds no vocabulary (no tokenizer.ggml.tokens)",
+                                     path));
+  }
+  Result<std::span<const std::string_view>> tokens = (*f)->GetStringArray("tokenizer.ggml.tokens");
+  if (!tokens.ok()) return Status::Error("--vocab: " + tokens.status().message());
+  if (tokens->empty()) return Status::Error(fmt::format("--vocab: '{}' has no tokens", path));
+  const auto n = static_cast<int64_t>(tokens->size());
+  return Vocabulary{std::move(f).value(), n};
+}
+
+// A row source for a matrix of rows `cols` long: rows drawn uniformly on (−a, a) with
+// a = sqrt(3 / cols) and encoded in `type`, rows split across the pool's threads.
+GgufRowSource MatrixSource(GgmlType type, int64_t cols, uint64_t tensor_seed, ThreadPool* pool) {
+  const float amplitude = static_cast<float>(std::sqrt(3.0 / static_cast<double>(cols)));
+  const int64_t row_bytes = *GgmlTypeBytes(type, cols);
+  return [=](int64_t first_row, int64_t n_rows, uint8_t* out) -> Status {
+    std::vector<std::vector<float>> scratch(pool->threads(), std::vector<float>(cols));
+    pool->Run(n_rows, [&](int64_t i, int32_t thread) {
+      float* x = scratch[thread].data();
+      uint8_t* o = out + i * row_bytes;
+      SynthDrawRow(tensor_seed, first_row + i, amplitude, x, cols);
+      if (type == GgmlType::kQ8_0) {
+        QuantizeRowQ8_0(x, cols, o);
+      } else if (type == GgmlType::kQ4_0) {
+        QuantizeRowQ4_0(x, cols, o);
+      } else {
+        for (int64_t c = 0; c < cols; ++c) {
+          const uint16_t h = F32ToF16(x[c]);
+          std::memcpy(o + 2 * c, &h, 2);
+        }
+      }
+    });
+    return Status::Ok();
+  };
+}
+
+std::vector<uint8_t> F32Bytes(const std::vector<float>& v) {
+  std::vector<uint8_t> b(v.size() * 4);
+  if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+uint32_t FileType(GgmlType type) {
+  // llama_ftype: LLAMA_FTYPE_MOSTLY_F16 = 1, MOSTLY_Q4_0 = 2, MOSTLY_Q8_0 = 7.
+  switch (type) {
+    case GgmlType::kF16: return 1;
+    case GgmlType::kQ4_0: return 2;
+    default: return 7;
+  }
+}
+
+// The writer for a resolved spec, and for each tensor the number of whole layers in the file
+// once that tensor is written (for progress).
+struct Layout {
+  GgufWriter writer;
+  std::vector<int64_t> layers_after;
+};
+
+// `pool` runs the row sources; null when the layout is only measured (its sources never run).
+Result<Layout> BuildLayout(const SynthSpec& s, const Vocabulary& vocab, ThreadPool* pool) {
+  Layout out;
+  GgufWriter& w = out.writer;
+  const std::string a = SynthGgufArch(s.arch);
+  std::vector<Status> st;
+  st.push_back(w.SetString("general.architecture", a));
+  st.push_back(w.SetString("general.name", s.name.empty() ? fmt::format("synth-{}-{}x{}",
+                                                                        SynthArchName(s.arch),
+                                                                        s.dim, s.n_layers)
+                                                          : s.name));
+  st.push_back(w.SetString("general.description",
+                           fmt::format("random weights written by kvq synth (seed {}): a {} model "
+                                       "of this shape for speed work, not a trained model",
+                                       s.seed, SynthArchName(s.arch))));
+  st.push_back(w.SetU32("general.file_type", FileType(s.type)));
+  if (s.type != GgmlType::kF16) st.push_back(w.SetU32("general.quantization_version", 2));
+  const auto u32 = [](int64_t v) { return static_cast<uint32_t>(v); };
+  st.push_back(w.SetU32(a + ".vocab_size", u32(s.vocab_size)));
+  st.push_back(w.SetU32(a + ".context_length", u32(s.context)));
+  st.push_back(w.SetU32(a + ".embedding_length", u32(s.dim)));
+  st.push_back(w.SetU32(a + ".block_count", u32(s.n_layers)));
+  st.push_back(w.SetU32(a + ".feed_forward_length", u32(s.hidden_dim)));
+  st.push_back(w.SetU32(a + ".attention.head_count", u32(s.n_heads)));
+  st.push_back(w.SetU32(a + ".attention.head_count_kv", u32(s.kv_heads())));
+  st.push_back(w.SetF32(a + ".rope.freq_base", s.rope_theta));
+  st.push_back(w.SetF32(a + ".attention.layer_norm_rms_epsilon", s.norm_eps));
+  st.push_back(w.SetU32(a + ".rope.dimension_count", u32(s.head_dim())));
+  for (const Status& x : st) {
+    if (!x.ok()) return x;
+  }
+  if (Status x = CopyVocabulary(*vocab.file, vocab.n_tokens, s.vocab_size, &w); !x.ok()) return x;
+
+  auto matrix = [&](const std::string& name, int64_t cols, int64_t rows) {
+    out.layers_after.push_back(-1);
+    return w.AddStreamedTensor(name, s.type, {cols, rows},
+                               MatrixSource(s.type, cols, SynthTensorSeed(s.seed, name), pool));
+  };
+  auto f32 = [&](const std::string& name, std::vector<float> v) {
+    out.layers_after.push_back(-1);
+    const auto n = static_cast<int64_t>(v.size());
+    return w.AddTensor(name, GgmlType::kF32, {n}, F32Bytes(v));
+  };
+  auto bias = [&](const std::string& name, int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    SynthDrawRow(SynthTensorSeed(s.seed, name), 0, kBiasStd * std::sqrt(3.0f), v.data(), n);
+    return f32(name, std::move(v));
+  };
+  const std::vector<float> ones(static_cast<size_t>(s.dim), 1.0f);
+  const int64_t d = s.dim, q = s.n_heads * s.head_dim(), kv = s.kv_dim(), ffn = s.hidden_dim;
+  if (s.rope_scaling) {
+    if (Status x = f32("rope_freqs.weight",
+                       Llama3RopeFreqFactors(static_cast<int32_t>(s.head_dim()), s.rope_theta,
+                                             *s.rope_scaling));
+        !x.ok()) {
+      return x;
+    }
+  }
+  if (Status x = matrix("token_embd.weight", d, s.vocab_size); !x.ok()) return x;
+  for (int64_t l = 0; l < s.n_layers; ++l) {
+    const std::string b = fmt::format("blk.{}.", l);
+    std::vector<Status> t;
+    t.push_back(f32(b + "attn_norm.weight", ones));
+    t.push_back(matrix(b + "attn_q.weight", d, q));
+    if (s.qkv_bias) t.push_back(bias(b + "attn_q.bias", q));
+    t.push_back(matrix(b + "attn_k.weight", d, kv));
+    if (s.qkv_bias) t.push_back(bias(b + "attn_k.bias", kv));
+    t.push_back(matrix(b + "attn_v.weight", d, kv));
+    if (s.qkv_bias) t.push_back(bias(b + "attn_v.bias", kv));
+    t.push_back(matrix(b + "attn_output.weight", q, d));
+    t.push_back(f32(b + "ffn_norm.weight", ones));
+    t.push_back(matrix(b + "ffn_gate.weight", d, ffn));
+    t.push_back(matrix(b + "ffn_up.weight", d, ffn));
+    t.push_back(matrix(b + "ffn_down.weight", ffn, d));
+    for (const Status& x : t) {
+      if (!x.ok()) return x;
+    }
+    out.layers_after.back() = l + 1;
+  }
+  if (Status x = f32("output_norm.weight", ones); !x.ok()) return x;
+  if (s.embeddings == SynthEmbeddings::kSeparate) {
+    if (Status x = matrix("output.weight", d, s.vocab_size); !x.ok()) return x;
+  }
+  out.layers_after.back() = s.n_layers;
+  return out;
+}
+
+Result<SynthSummary> Summarize(const SynthSpec& spec, const Vocabulary& vocab) {
+  if (Status s = ValidateSynthSpec(spec); !s.ok()) return s;
+  SynthSpec resolved = spec;
+  if (resolved.vocab_size == 0) resolved.vocab_size = vocab.n_tokens;
+  if (resolved.vocab_size < vocab.n_tokens) {
+    return Status::Error(fmt::format("--vocab-size {} is smaller than the vocabulary '{}' ({} "
+                                     "tokens); it may only pad it",
+                                     resolved.vocab_size, vocab.file->path(), vocab.n_tokens));
+  }
+  Result<Layout> layout = BuildLayout(resolved, vocab, nullptr);
+  if (!layout.ok()) return layout.status();
+  return SynthSummary{resolved, vocab.n_tokens, SynthParameterCount(resolved),
+                      layout->writer.FileBytes()};
+}
+
+}  // namespace
+
+const char* SynthArchName(SynthArch arch) {
+  switch (arch) {
+    case SynthArch::kLlama: return "llama";
+    case SynthArch::kQwen2: return "qwen2";
+    case SynthArch::kMistral: return "mistral";
+  }
+  return "unknown";
+}
+
+const char* SynthGgufArch(SynthArch arch) { return arch == SynthArch::kQwen2 ? "qwen2" : "llama"; }
+
+Result<SynthArch> ParseSynthArch(std::string_view name) {
+  for (SynthArch a : {SynthArch::kLlama, SynthArch::kQwen2, SynthArch::kMistral}) {
+    if (name == SynthArchName(a)) return a;
+  }
+  return Status::Error(fmt::format("unknown architecture '{}' (expected llama, qwen2 or mistral)",
+                                   name));
+}
+
+Result<GgmlType> ParseSynthType(std::string_view name) {
+  std::string lower(name);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "f16") return GgmlType::kF16;
+  if (lower == "q8_0") return GgmlType::kQ8_0;
+  if (lower == "q4_0") return GgmlType::kQ4_0;
+  return Status::Error(fmt::format("unknown weight type '{}' (expected f16, q8_0 or q4_0)", name));
+}
+
+std::vector<std::string> SynthPresetNames() {
+  std::vector<std::string> names;
+  for (const Preset& p : Presets()) names.emplace_back(p.name);
+  return names;
+}
+
+Result<SynthSpec> SynthPreset(std::string_view name) {
+  for (const Preset& p : Presets()) {
+    if (name == p.name) return p.spec;
+  }
+  return Status::Error(fmt::format("unknown preset '{}' (presets: {})", name,
+                                   fmt::join(SynthPresetNames(), ", ")));
+}
+
+Status ValidateSynthSpec(const SynthSpec& s) {
+  auto range = [](const char* flag, int64_t v, int64_t lo, int64_t hi) {
+    return v >= lo && v <= hi ? Status::Ok()
+                              : Status::Error(fmt::format("{} must be in {}..{} (got {})", flag, lo,
+                                                          hi, v));
+  };
+  // Plausible bounds: past the largest published models' shapes, and inside what kvq's loader
+  // accepts for metadata (2^24) and its KV cache for head_dim (kMaxHeadDim).
+  const Status checks[] = {
+      range("--dim", s.dim, 1, 65536),
+      range("--layers", s.n_layers, 1, 1024),
+      range("--heads", s.n_heads, 1, 1024),
+      range("--kv-heads", s.n_kv_heads, 0, 1024),
+      range("--ffn", s.hidden_dim, 1, 1 << 20),
+      range("--vocab-size", s.vocab_size, 0, 1 << 24),
+      range("--context", s.context, 1, 1 << 24),
+      range("--threads", s.threads, 1, 1024),
+  };
+  for (const Status& c : checks) {
+    if (!c.ok()) return c;
+  }
+  if (s.dim % s.n_heads != 0) {
+    return Status::Error(fmt::format("--heads {} does not divide --dim {}", s.n_heads, s.dim));
+  }
+  if (s.head_dim() % 2 != 0) {
+    return Status::Error(fmt::format("head_dim = --dim {} / --heads {} = {} is odd; RoPE rotates "
+                                     "pairs, so it must be even", s.dim, s.n_heads, s.head_dim()));
+  }
+  if (s.head_dim() > kMaxHeadDim) {
+    return Status::Error(fmt::format("head_dim = --dim {} / --heads {} = {} is larger than kvq's "
+                                     "limit of {}", s.dim, s.n_heads, s.head_dim(), kMaxHeadDim));
+  }
+  if (s.n_heads % s.kv_heads() != 0) {
+    return Status::Error(fmt::format("--kv-heads {} does not divide --heads {}", s.kv_heads(),
+                                     s.n_heads));
+  }
+  if (s.type != GgmlType::kF16 && s.type != GgmlType::kQ8_0 && s.type != GgmlType::kQ4_0) {
+    return Status::Error(fmt::format("--type {} is not one synth writes (f16, q8_0, q4_0)",
+                                     GgmlTypeName(s.type)));
+  }
+  if (s.type != GgmlType::kF16) {
+    // Rows are dim long (token_embd, q, k, v, gate, up) or ffn / n_heads·head_dim = dim long.
+    for (const auto& [flag, v] : {std::pair{"--dim", s.dim}, std::pair{"--ffn", s.hidden_dim}}) {
+      if (v % 32 != 0) {
+        return Status::Error(fmt::format("{} {} is not a multiple of 32: {} rows are whole blocks "
+                                         "of 32", flag, v, GgmlTypeName(s.type)));
+      }
+    }
+  }
+  if (!std::isfinite(s.rope_theta) || s.rope_theta <= 1.0f) {
+    return Status::Error(fmt::format("--rope-theta must be a finite number above 1 (got {})",
+                                     s.rope_theta));
+  }
+  if (!std::isfinite(s.norm_eps) || s.norm_eps <= 0.0f || s.norm_eps >= 1.0f) {
+    return Status::Error(fmt::format("the RMS norm epsilon must be in (0, 1) (got {})", s.norm_eps));
+  }
+  if (s.rope_scaling) {
+    const Llama3RopeScaling& r = *s.rope_scaling;
+    if (!(r.factor >= 1.0f) || !(r.low_freq_factor > 0.0f) ||
+        !(r.high_freq_factor > r.low_freq_factor) || r.original_context <= 0) {
+      return Status::Error("Llama 3.1 rope scaling needs factor >= 1, 0 < low_freq_factor < "
+                           "high_freq_factor and a positive original context");
+    }
+  }
+  return Status::Ok();
+}
+
+int64_t SynthParameterCount(const SynthSpec& s) {
+  const int64_t d = s.dim, q = s.n_heads * s.head_dim(), kv = s.kv_dim(), ffn = s.hidden_dim;
+  const int64_t per_layer = 2 * d                       // attn_norm, ffn_norm
+                            + d * q + 2 * d * kv + q * d  // attn_q, attn_k, attn_v, attn_output
+                            + 3 * d * ffn                 // ffn_gate, ffn_up, ffn_down
+                            + (s.qkv_bias ? q + 2 * kv : 0);
+  const int64_t embeddings = s.vocab_size * d * (s.embeddings == SynthEmbeddings::kTied ? 1 : 2);
+  return embeddings + s.n_layers * per_layer + d;  // + output_norm
+}
+
+Result<SynthSummary> SummarizeSynthModel(const SynthSpec& spec, const std::string& vocab_path) {
+  if (Status s = ValidateSynthSpec(spec); !s.ok()) return s;
+  Result<Vocabulary> vocab = OpenVocabulary(vocab_path);
+  if (!vocab.ok()) return vocab.status();
+  return Summarize(spec, *vocab);
+}
+
+Status WriteSynthModel(const SynthSpec& spec, const std::string& vocab_path,
+                       const std::string& out_path, const SynthProgressFn& progress) {
+  if (Status s = ValidateSynthSpec(spec); !s.ok()) return s;
+  Result<Vocabulary> vocab = OpenVocabulary(vocab_path);
+  if (!vocab.ok()) return vocab.status();
+  Result<SynthSummary> summary = Summarize(spec, *vocab);
+  if (!summary.ok()) return summary.status();
+
+  // The folder's problems, named before any work: a missing or read-only folder, too little space.
+  namespace fs = std::filesystem;
+  const fs::path parent = fs::path(out_path).parent_path();
+  const std::string dir = parent.empty() ? "." : parent.string();
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    return Status::Error(fmt::format("cannot write '{}': the folder '{}' does not exist", out_path,
+                                     dir));
+  }
+  if (::access(dir.c_str(), W_OK) != 0) {
+    return Status::Error(fmt::format("cannot write '{}': the folder '{}' is not writable: {}",
+                                     out_path, dir, std::strerror(errno)));
+  }
+  struct statvfs fsinfo {};
+  if (::statvfs(dir.c_str(), &fsinfo) == 0) {
+    const auto free_bytes = static_cast<int64_t>(
+        std::min<uint64_t>(static_cast<uint64_t>(fsinfo.f_bavail) * fsinfo.f_frsize, INT64_MAX));
+    if (free_bytes < summary->file_bytes) {
+      return Status::Error(fmt::format("cannot write '{}': it needs {} ({} bytes) but the folder "
+                                       "'{}' has {} free", out_path,
+                                       FormatBytesIec(summary->file_bytes),
+                                       FormatCount(summary->file_bytes), dir,
+                                       FormatBytesIec(free_bytes)));
+    }
+  }
+
+  ThreadPool pool(summary->spec.threads);
+  Result<Layout> layout = BuildLayout(summary->spec, *vocab, &pool);
+  if (!layout.ok()) return layout.status();
+  const std::vector<int64_t>& layers_after = layout->layers_after;
+  const int64_t n_layers = summary->spec.n_layers;
+  return layout->writer.Write(
+      out_path, [&](size_t tensor, int64_t written, int64_t total) {
+        if (progress && layers_after[tensor] >= 0) {
+          progress(SynthProgress{.layers_written = layers_after[tensor], .n_layers = n_layers,
+                                 .bytes_written = written, .file_bytes = total});
+        }
+      });
+}
+
+}  // namespace kvq

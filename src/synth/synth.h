@@ -1,0 +1,131 @@
+// Synthetic models: GGUF files at real models' shapes with random weights, for speed work on a
+// machine that cannot download real weights (`kvq synth`). The files follow llama.cpp's GGUF
+// conventions (metadata keys, tensor names and shapes, `general.file_type`), so kvq and llama.cpp
+// load them alike; their vocabulary is copied from another GGUF file (padded with control tokens
+// up to the shape's vocabulary size), so text still tokenizes with real pieces.
+//
+// Weights (all drawn from a seeded PRNG; the same seed gives the same file byte for byte, for
+// any thread count):
+//   matrices [cols, rows]   uniform on (−a, a) with a = sqrt(3 / cols): variance 1 / cols, so a
+//                           matrix keeps a unit-variance input at unit variance and the
+//                           pre-norm residual stream grows only additively through the layers;
+//                           the tied or separate classifier gives logits of variance ≈ 1.
+//                           Stored in --type: F16 (round to nearest even) or Q8_0 / Q4_0
+//                           quantised with ggml's reference rounding (quantize_row_q8_0_ref:
+//                           d = amax / 127, q = round(x / d); quantize_row_q4_0_ref:
+//                           d = (the signed value of largest magnitude) / −8,
+//                           q = min(15, trunc(x / d + 8.5))).
+//   norms                   1.0 (F32).
+//   Q/K/V biases (qwen2)    uniform with standard deviation 0.02 (F32).
+//   rope_freqs.weight       Llama3RopeFreqFactors (F32), only with Llama 3.1 rope scaling.
+// Randomness: a tensor's seed is splitmix64(seed ^ FNV-1a(name)); row r of it draws from its own
+// splitmix64 stream started at splitmix64(tensor_seed + r · golden ratio), two 24-bit uniforms
+// per 64-bit output. Rows are independent, so threads split rows without changing a byte.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvq/status.h"
+#include "gguf/gguf_reader.h"
+#include "weights/rope.h"
+
+namespace kvq {
+
+/// The model families synth writes. kMistral is Llama's architecture in GGUF (llama.cpp's
+/// converter writes Mistral checkpoints as "llama"), so its files say general.architecture "llama".
+enum class SynthArch { kLlama, kQwen2, kMistral };
+
+/// "llama", "qwen2", "mistral".
+const char* SynthArchName(SynthArch arch);
+/// The general.architecture a file of `arch` carries: "llama" (llama, mistral) or "qwen2".
+const char* SynthGgufArch(SynthArch arch);
+/// "llama" | "qwen2" | "mistral"; the error lists them.
+Result<SynthArch> ParseSynthArch(std::string_view name);
+/// "f16" | "q8_0" | "q4_0" (any case); the error lists them.
+Result<GgmlType> ParseSynthType(std::string_view name);
+
+enum class SynthEmbeddings { kSeparate, kTied };  ///< an output.weight, or the classifier = token_embd
+
+/// A model shape and how to fill it. Names follow llama2.c (dim, hidden_dim, ...).
+struct SynthSpec {
+  std::string name;  ///< general.name
+  SynthArch arch = SynthArch::kLlama;
+  int64_t dim = 0;         ///< embedding width (--dim)
+  int64_t n_layers = 0;    ///< (--layers)
+  int64_t n_heads = 0;     ///< (--heads); head_dim = dim / n_heads
+  int64_t n_kv_heads = 0;  ///< (--kv-heads); 0: n_heads
+  int64_t hidden_dim = 0;  ///< FFN width (--ffn)
+  int64_t vocab_size = 0;  ///< (--vocab-size); 0: the vocabulary's own size
+  int64_t context = 4096;  ///< (--context)
+  float rope_theta = 10000.0f;
+  float norm_eps = 1e-5f;
+  SynthEmbeddings embeddings = SynthEmbeddings::kSeparate;
+  bool qkv_bias = false;                       ///< qwen2's attn_q/k/v biases
+  std::optional<Llama3RopeScaling> rope_scaling;  ///< Llama 3.1 scaling: a rope_freqs.weight tensor
+  GgmlType type = GgmlType::kQ4_0;  ///< every matrix (token_embd included): F16, Q8_0 or Q4_0
+  uint64_t seed = 1;
+  int32_t threads = 1;  ///< threads drawing and quantising rows; never changes the bytes
+
+  int64_t kv_heads() const { return n_kv_heads == 0 ? n_heads : n_kv_heads; }
+  int64_t head_dim() const { return dim / n_heads; }
+  int64_t kv_dim() const { return head_dim() * kv_heads(); }
+};
+
+/// "llama-3.2-1b", "qwen2.5-0.5b", "llama-2-7b".
+std::vector<std::string> SynthPresetNames();
+/// A preset: the published shape of that model (see synth.cc for the numbers).
+Result<SynthSpec> SynthPreset(std::string_view name);
+
+/// Checks a spec (vocab_size 0 allowed): positive, plausible sizes; heads divide dim, KV heads
+/// divide heads, head_dim even; dim and ffn multiples of 32 for Q8_0/Q4_0. Errors name the flag.
+Status ValidateSynthSpec(const SynthSpec& spec);
+
+/// Parameters as a checkpoint counts them: embeddings (and output.weight when separate), every
+/// matrix, norm and bias. rope_freqs.weight is a constant of the scaling, not a parameter.
+/// `spec.vocab_size` must be resolved (non-zero).
+int64_t SynthParameterCount(const SynthSpec& spec);
+
+/// What a spec writes, known before writing.
+struct SynthSummary {
+  SynthSpec spec;             ///< vocab_size resolved
+  int64_t vocabulary_tokens;  ///< tokens in the vocabulary file (the rest are padding)
+  int64_t parameters;         ///< SynthParameterCount
+  int64_t file_bytes;         ///< the exact size of the GGUF file
+};
+/// Validates `spec` and reads the vocabulary at `vocab_path` (a GGUF file with
+/// tokenizer.ggml.tokens); a vocab size smaller than the vocabulary is an error.
+Result<SynthSummary> SummarizeSynthModel(const SynthSpec& spec, const std::string& vocab_path);
+
+/// Progress of WriteSynthModel: called after each layer's last tensor and once at the end
+/// (layers_written == n_layers, bytes_written == file_bytes).
+struct SynthProgress {
+  int64_t layers_written = 0;
+  int64_t n_layers = 0;
+  int64_t bytes_written = 0;
+  int64_t file_bytes = 0;
+};
+using SynthProgressFn = std::function<void(const SynthProgress&)>;
+
+/// Writes the model to `out_path` (through the GGUF writer's temporary file and rename; an
+/// existing file is replaced: refusing is the caller's choice). Fails before writing when the
+/// folder is missing or not writable or has less free space than the file needs; on any failure
+/// nothing is left at `out_path`'s temporary name.
+Status WriteSynthModel(const SynthSpec& spec, const std::string& vocab_path,
+                       const std::string& out_path, const SynthProgressFn& progress = {});
+
+// ---- the pieces, for tests ----
+
+/// The seed of tensor `name` under `seed` (see the header comment).
+uint64_t SynthTensorSeed(uint64_t seed, std::string_view name);
+/// Row `row` of a tensor: n uniform values on (−amplitude, amplitude).
+void SynthDrawRow(uint64_t tensor_seed, int64_t row, float amplitude, float* out, int64_t n);
+/// ggml's reference quantisers (n a multiple of 32): n/32 blocks of 34 (Q8_0) or 18 (Q4_0) bytes.
+void QuantizeRowQ8_0(const float* x, int64_t n, uint8_t* out);
+void QuantizeRowQ4_0(const float* x, int64_t n, uint8_t* out);
+
+}  // namespace kvq

@@ -1,0 +1,179 @@
+// The tokenizers of the vocabularies kvq reads, behind one class:
+//  - SentencePiece style (Kind::kSentencePiece): a vocabulary of pieces with scores, merged
+//    greedily by score (the best-scoring adjacent pair first, leftmost on ties), with byte
+//    fallback for text the pieces do not cover. Loaded from a llama2.c tokenizer file (pieces use
+//    a plain space; BOS 1, EOS 2, byte pieces at 3..258) or from a GGUF vocabulary with
+//    tokenizer.ggml.model "llama" (pieces use U+2581 for a space, stored here as a plain space).
+//    Encoding follows llama.cpp's llm_tokenizer_spm, so ids match llama.cpp's for the same text
+//    (see Encode for the one deliberate difference, a literal U+2581 in the text).
+//  - Byte-level BPE (Kind::kBytePairs, tokenizer.ggml.model "gpt2": GPT-2, Llama 3, Qwen 2,
+//    Falcon, StarCoder, DeepSeek ...): the text's bytes are written in GPT-2's byte alphabet (each
+//    byte one printable character), split into words by the pre-tokenizer that
+//    tokenizer.ggml.pre names (pre_tokenizer.h), and each word is merged pair by pair in the order
+//    of tokenizer.ggml.merges (lowest rank first, leftmost on ties), as llama.cpp's
+//    llm_tokenizer_bpe and Hugging Face's tokenizers do. Pieces are kept decoded to raw bytes.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "kvq/status.h"
+#include "text/pre_tokenizer.h"
+
+namespace kvq {
+
+class GgufFile;
+
+class Tokenizer {
+ public:
+  /// tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
+  enum class TokenType : uint8_t {
+    kNormal = 1,
+    kUnknown = 2,
+    kControl = 3,      ///< BOS, EOS, chat markers: decoded to ""; matched literally in the text
+                       ///< by byte-level BPE only (SentencePiece never produces them from text)
+    kUserDefined = 4,  ///< matched literally in the text before anything else (as llama.cpp does)
+    kUnused = 5,
+    kByte = 6,  ///< "<0xXX>": one raw byte, for text the pieces do not cover
+  };
+
+  /// llama2.c format: int32 max_token_length, then per token: f32 score, int32 length, bytes.
+  /// Byte pieces "<0x00>".."<0xFF>" are ids 3..258, BOS 1, EOS 2, as run.c assumes (id 0 is the
+  /// unknown token, 1 and 2 are control tokens).
+  static Result<Tokenizer> LoadLlama2c(const std::string& path, int32_t vocab_size);
+  /// A GGUF vocabulary, by tokenizer.ggml.model (any other model is an error naming the file
+  /// and the model). Errors name the file.
+  ///  - "llama" (SentencePiece): reads tokenizer.ggml.tokens, .scores, .token_type,
+  ///    .bos_token_id, .eos_token_id, .unknown_token_id, .add_bos_token and .add_space_prefix
+  ///    (defaults as llama.cpp's for SPM: BOS 1, EOS 2, unknown 0, add BOS, add a space prefix).
+  ///  - "gpt2" (byte-level BPE): reads tokenizer.ggml.tokens, .merges (required; rank = index),
+  ///    .token_type, .pre, .bos_token_id, .eos_token_id, .unknown_token_id and .add_bos_token
+  ///    (defaults as llama.cpp's for BPE: BOS = EOS = 11 if the vocabulary is that large, no
+  ///    unknown token, no BOS unless the pre-tokenizer's family adds one, e.g. Llama 3). A missing
+  ///    .pre means "default", as in llama.cpp; an unknown one is an error listing the supported
+  ///    names (SupportedPreTokenizers()).
+  static Result<Tokenizer> LoadGguf(const GgufFile& file);
+
+  enum class Kind : uint8_t { kSentencePiece, kBytePairs };
+  Kind kind() const { return kind_; }
+  /// The pre-tokenizer of a byte-level BPE vocabulary (kDefault for SentencePiece, unused there).
+  PreTokenizer pre_tokenizer() const { return pre_; }
+
+  int32_t vocab_size() const { return static_cast<int32_t>(pieces_.size()); }
+  int32_t bos() const { return bos_; }  ///< -1 when the vocabulary has none
+  int32_t eos() const { return eos_; }  ///< -1 when the vocabulary has none
+  int32_t unk() const { return unk_; }  ///< -1 when the vocabulary has none
+  /// Whether the vocabulary asks for BOS in front of a prompt (tokenizer.ggml.add_bos_token).
+  bool add_bos() const { return add_bos_; }
+  /// Whether Encode puts a space in front of the text (tokenizer.ggml.add_space_prefix).
+  bool add_space_prefix() const { return add_space_prefix_; }
+  TokenType type(int32_t id) const { return info_[id].type; }
+
+  /// Token ids for `text`: optionally BOS first (when the vocabulary has one); then the text.
+  ///
+  /// Byte-level BPE, as llama.cpp with special tokens parsed: control and user-defined tokens are
+  /// cut out of the text first (longest first) and become their ids; each remaining stretch is
+  /// pre-tokenized into words, each word's bytes become symbols in GPT-2's byte alphabet, and
+  /// adjacent symbols are merged lowest merge rank first (leftmost on ties) until no pair is a
+  /// merge (with ignore_merges, a word that is itself a token is taken whole). A final symbol that
+  /// is no token becomes the tokens of its bytes; a byte the vocabulary has no token for is
+  /// dropped, as llama.cpp drops it (GPT-2's vocabulary has all 256; Falcon's lacks 28 bytes,
+  /// e.g. 0x0B and 0xC0, StarCoder's 14). Invalid UTF-8 is pre-tokenized as U+FFFD per bad byte
+  /// (pre_tokenizer.h) but keeps its bytes (llama.cpp replaces them by U+FFFD's three bytes), so
+  /// Detokenize(Encode(s)) == s for any bytes s that hold no control or user-defined token's text
+  /// and no byte the vocabulary lacks.
+  ///
+  /// SentencePiece, as llama.cpp: user-defined pieces are cut out of the text first; each
+  /// remaining stretch at the start or after such a piece gets a leading space (if
+  /// add_space_prefix()), is split into UTF-8 characters (a lead byte and as many bytes as it
+  /// announces, whatever they are), and adjacent
+  /// symbols are merged best score first (leftmost on ties); a symbol that is no piece becomes
+  /// its byte pieces. Control, unknown and byte tokens are never merged into. Unlike llama.cpp, a
+  /// literal U+2581 in the text is text, not a space (it becomes byte pieces), so every input
+  /// round-trips through Detokenize.
+  std::vector<int32_t> Encode(std::string_view text, bool add_bos) const;
+  /// The text of `token` as it follows `previous` (SentencePiece: the space Encode added after
+  /// BOS is dropped; byte pieces become their byte; control and unknown tokens become "").
+  /// Byte-level BPE pieces are bytes, so a token may hold part of a UTF-8 character.
+  std::string Decode(int32_t previous, int32_t token) const;
+  /// The text of a whole sequence: Decode of each id, the first as if it followed BOS (so the
+  /// space Encode put in front is dropped, with or without a leading BOS).
+  /// Detokenize(Encode(s, b)) == s for any bytes s without a user-defined piece in them (and, for
+  /// byte-level BPE, without control token texts and bytes the vocabulary lacks: see Encode).
+  std::string Detokenize(std::span<const int32_t> ids) const;
+  /// The vocabulary's piece (SentencePiece: U+2581 shown as a plain space; byte pieces as
+  /// "<0xXX>"; byte-level BPE: normal pieces decoded from GPT-2's byte alphabet to their bytes;
+  /// control and user-defined pieces as stored, e.g. "<|endoftext|>").
+  const std::string& piece(int32_t id) const { return pieces_[id]; }
+  /// Whether generation should stop at `id`: EOS, or a control token whose text llama.cpp treats
+  /// as an end of turn ("<|eot_id|>", "<|im_end|>", "<|end|>", "<|endoftext|>", "<end_of_turn>",
+  /// "<|end_of_text|>", "<|eom_id|>", ...; the list is kEndOfTurnTexts in tokenizer.cc).
+  bool IsEndOfGeneration(int32_t id) const;
+
+ private:
+  struct TokenInfo {
+    float score = 0;
+    TokenType type = TokenType::kNormal;
+    uint8_t byte = 0;        // the byte of a kByte token
+    bool matchable = true;   // false: never produced by a merge (see LoadGguf)
+  };
+  struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+
+  /// A stretch of text between literals, or a literal cut out of it (token >= 0).
+  struct Fragment {
+    std::string_view text;
+    int32_t token;
+  };
+
+  /// The "gpt2" half of LoadGguf (tokenizer_bpe.cc).
+  static Result<Tokenizer> LoadGgufBpe(const GgufFile& file);
+  /// Builds ids_, byte_ids_ and literals_ from pieces_ and info_ (SentencePiece).
+  void Index();
+  /// Builds bpe_ids_, byte_ids_ and literals_ from bpe_text_, pieces_ and info_ (byte-level BPE).
+  void IndexBpe();
+  /// Fills end_of_generation_ (both kinds).
+  void FindEndOfGeneration();
+  /// `text` cut at every occurrence of a literals_ piece, longest pieces first.
+  std::vector<Fragment> CutLiterals(std::string_view text) const;
+  std::vector<int32_t> EncodeBpe(std::string_view text, bool add_bos) const;
+  /// Appends the tokens of one pre-tokenized word.
+  void EncodeBpeWord(std::string_view word, std::vector<int32_t>& out) const;
+  /// Appends the tokens of one stretch of text (space prefix already applied).
+  void EncodeStretch(std::string_view text, std::vector<int32_t>& out) const;
+  /// The text of `token`; `strip_space` drops one leading space of a piece.
+  std::string Text(int32_t token, bool strip_space) const;
+
+  std::vector<std::string> pieces_;
+  std::vector<TokenInfo> info_;
+  /// Pieces that merges may produce (normal, user-defined, unused), by text; first id wins.
+  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> ids_;
+  std::array<int32_t, 256> byte_ids_{};  // the token of one raw byte; -1 where there is none
+  /// Pieces cut out of the text before anything else, longest text first: user-defined pieces
+  /// (SentencePiece) or control and user-defined tokens (byte-level BPE).
+  std::vector<int32_t> literals_;
+  std::vector<int32_t> end_of_generation_;  // sorted
+  int32_t bos_ = 1, eos_ = 2, unk_ = 0;
+  bool add_bos_ = true;
+  bool add_space_prefix_ = true;
+
+  Kind kind_ = Kind::kSentencePiece;
+  // Byte-level BPE only:
+  PreTokenizer pre_ = PreTokenizer::kDefault;
+  bool ignore_merges_ = false;
+  std::vector<std::string> bpe_text_;  // [vocab_size] the token as stored (GPT-2 byte alphabet)
+  /// Stored text -> id, every token type (as llama.cpp's text_to_token); first id wins.
+  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> bpe_ids_;
+  /// A merge as stored ("left right", both in the byte alphabet) -> rank (index in .merges).
+  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> merge_ranks_;
+};
+
+}  // namespace kvq

@@ -1,0 +1,111 @@
+// Weight matrix × activation vector, the bulk of a decode step's work: y = W x for W [rows][cols].
+// A SIMD kernel per weight type (Highway dispatch, once per call) split across the thread pool by
+// rows, and plain scalar references beside it for tests.
+//
+// Weight types and their row layouts (little-endian, rows back to back, no padding):
+//   F32   cols × 4 bytes
+//   F16   cols × 2 bytes, IEEE binary16
+//   BF16  cols × 2 bytes, the high half of an f32
+//   Q8_0  cols/32 blocks of 34 bytes (ggml block_q8_0): f16 scale d, then 32 int8 qs;
+//         element i of the block = d · qs[i]
+//   Q4_0  cols/32 blocks of 18 bytes (ggml block_q4_0): f16 scale d, then 16 bytes qs;
+//         element i   (0 ≤ i < 16) = d · ((qs[i] & 0x0F) − 8)
+//         element i+16             = d · ((qs[i] >> 4) − 8)
+//         (elements i and i+16 share a byte: the low nibbles are the first half of the block)
+// Every decoded weight is exact in f32 (d has 11 significant bits, the code at most 8). A weight
+// "code" below is qs[i] for Q8_0 and the nibble − 8 for Q4_0.
+//
+// Numerics, F32/F16/BF16. MatVecReference sums the products w·x in column order in f32; MatVec
+// sums the same products in another order (lane-parallel partial sums), so the two differ by
+// rounding only: |MatVec − Reference| ≤ 2·(cols + 4)·2^-24·Σ_c |w·x| per row (derivation in
+// tests/model/matvec_test.cc).
+//
+// Numerics, Q8_0/Q4_0: the activation is quantised, as ggml does with its vec_dot_type q8_0.
+//   1. Once per call and token, x is cut into blocks of 32 and each block quantised
+//      (QuantizeActivation): amax = max |x_i|, d_x = amax / 127 (one f32 division),
+//      q_i = round-half-even(x_i / d_x) ∈ [−127, 127] (int8; clamped to ±127, which never binds
+//      when d_x is a normal f32). A block of zeros (or whose amax/127 underflows to 0) has d_x = 0
+//      and q = 0; a block holding an inf or NaN has d_x = NaN and q = 0, so every row's result is
+//      NaN, as the unquantised product would be non-finite.
+//   2. Per row and block, I_b = Σ code_i·q_i is exact in int32 (|I_b| ≤ 32·128·127), and
+//      y = Σ_b (d_w·d_x)·I_b in f32: the scale product is rounded once and the blocks are added
+//      in f32 (lane-parallel partial sums of exact integers on SIMD targets).
+//   Error from quantising x, per element: x/d_x is rounded once (|x/d_x| ≤ 127·(1 + 2u), u =
+//   2^-24), then to an integer, so |x − d_x·q| ≤ d_x·(1/2 + 2^-17). Hence, per row,
+//       |Σ_b d_w·d_x·I_b − Σ_i w_i·x_i| ≤ Σ_b d_x,b·(1/2 + 2^-17)·Σ_{i∈b} |w_i|    (x_error_bound)
+//   for blocks whose d_x is a normal f32 (amax ≥ 127·2^-126).
+//   Error from the f32 arithmetic: each term d_w·d_x·(lane partial of I_b) is rounded at most
+//   n_blocks + 4 times (the scale product, one FMA or add per block, a reduction over ≤ 8 lanes),
+//   so |MatVec − Σ_b d_w·d_x·I_b| ≤ γ_{n_blocks+4}·Σ_b |d_w·d_x|·Σ_i |code_i·q_i|  (abs_sum),
+//   γ_n = n·u/(1 − n·u), barring underflow and overflow. MatVecQuantizedReference gives both sums
+//   and the exact value; the tests check both bounds, and that the first is tight.
+//   Kernels (matvec_quant-inl.h): AVX3_DL uses AVX-512 VNNI (vpdpbusd), AVX2 and AVX3 maddubs/madd,
+//   other targets plain integer loops; all on 256-bit or narrower vectors.
+//
+// Results depend on the SIMD target (lane count) but not on the thread count, and MatMul equals
+// n_tokens MatVec calls bit for bit (the same activation quantisation, the same row kernel).
+#pragma once
+
+#include <cstdint>
+
+#include "kvq/status.h"
+#include "weights/matrix.h"
+
+namespace kvq {
+
+/// Ok if MatVec and the decoders below can serve `w`: a known type, rows ≥ 0, cols ≥ 1, and for
+/// Q8_0/Q4_0 cols a multiple of 32 (a row is whole blocks). Does not look at `data`.
+Status CheckMatrix(const Matrix& w);
+
+/// Bytes of one row of `cols` elements of `type` (cols a multiple of 32 for Q8_0/Q4_0).
+int64_t MatrixRowBytes(WeightType type, int64_t cols);
+
+/// y[r] = Σ_c W[r][c] · x[c], rows split across `threads`. `w` must pass CheckMatrix (not
+/// re-checked here); x has w.cols floats, y w.rows. Q8_0/Q4_0 quantise x first (see above).
+void MatVec(const Matrix& w, const float* x, float* y, int32_t threads);
+
+/// Y = X Wᵀ for a block of tokens: x [n_tokens][cols] -> y [n_tokens][rows], the weights read
+/// once per call (prefill). Equal, bit for bit, to n_tokens calls of MatVec.
+void MatMul(const Matrix& w, const float* x, int64_t n_tokens, float* y, int32_t threads);
+
+/// The unquantised product, one row at a time in plain C++ (scalar decode, x as given, products
+/// summed in column order in f32): the oracle for the plain types and the "true" product the
+/// Q8_0/Q4_0 result is bounded against.
+void MatVecReference(const Matrix& w, const float* x, float* y);
+
+/// W[row][col] decoded to f32 by the layout above (plain scalar code).
+float DecodeWeight(const Matrix& w, int64_t row, int64_t col);
+
+/// out[c] = W[row][c] for c in [0, cols).
+void DecodeWeightRow(const Matrix& w, int64_t row, float* out);
+
+// ---- The quantised activation (Q8_0/Q4_0 products) ----
+
+inline constexpr int64_t kActivationBlockElems = 32;
+
+/// x [cols] (cols a multiple of 32) -> q [cols] and d [cols/32] by step 1 above; SIMD, dispatched.
+/// Equal bit for bit to QuantizeActivationReference on every target.
+void QuantizeActivation(const float* x, int64_t cols, int8_t* q, float* d);
+
+/// QuantizeActivation in plain C++ (std::nearbyint under the default rounding mode): the oracle.
+void QuantizeActivationReference(const float* x, int64_t cols, int8_t* q, float* d);
+
+/// Σ_i code_i·q[32·block + i] over block `block` of row `row`, in plain integer arithmetic (exact).
+/// `w` is Q8_0 or Q4_0; q is a whole quantised row of w.cols codes.
+int32_t BlockDotReference(const Matrix& w, int64_t row, int64_t block, const int8_t* q);
+
+/// Per row, the quantised product and the sums its two error bounds scale with (see above).
+struct QuantizedProductReference {
+  double y = 0;              ///< Σ_b d_w·d_x·I_b; products and sum in double (error ≤ n_blocks·2^-53·abs_sum)
+  double abs_sum = 0;        ///< Σ_b |d_w·d_x|·Σ_i |code_i·q_i|
+  double x_error_bound = 0;  ///< Σ_b d_x·(1/2 + 2^-17)·Σ_i |w_i|: bound on |y − Σ_i w_i·x_i|
+};
+
+/// The Q8_0/Q4_0 product of step 1 and 2 in plain C++ (QuantizeActivationReference, then
+/// BlockDotReference per block): out has w.rows entries.
+void MatVecQuantizedReference(const Matrix& w, const float* x, QuantizedProductReference* out);
+
+/// Name of the SIMD target MatVec dispatches to here ("AVX3_DL", "AVX3", "AVX2", "SCALAR", ...).
+const char* MatVecTargetName();
+
+}  // namespace kvq

@@ -1,0 +1,52 @@
+// ApplyRope and Llama3RopeFreqFactors (see rope.h).
+#include "weights/rope.h"
+
+#include <cmath>
+#include <numbers>
+
+namespace kvq {
+
+void ApplyRope(float* v, int32_t n, int32_t head_dim, int64_t pos, const RopeParams& params) {
+  const int32_t half = head_dim / 2;
+  // The scaled position is computed once; with no scaling it is the plain float position, so an
+  // unscaled model rotates exactly as llama2.c's run.c does.
+  const float p = params.position_scale == 1.0f ? static_cast<float>(pos)
+                                                : static_cast<float>(pos) * params.position_scale;
+  for (int32_t head = 0; head < n; head += head_dim) {
+    float* h = v + head;
+    for (int32_t i = 0; i < half; ++i) {
+      float freq = 1.0f / std::pow(params.theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+      if (params.freq_factors != nullptr) freq /= params.freq_factors[i];
+      const float angle = p * freq;
+      const float c = std::cos(angle), s = std::sin(angle);
+      float* a = params.pairing == RopePairing::kAdjacent ? h + 2 * i : h + i;
+      float* b = params.pairing == RopePairing::kAdjacent ? h + 2 * i + 1 : h + i + half;
+      const float x = *a, y = *b;
+      *a = x * c - y * s;
+      *b = x * s + y * c;
+    }
+  }
+}
+
+std::vector<float> Llama3RopeFreqFactors(int32_t head_dim, float theta, const Llama3RopeScaling& s) {
+  const double low_wavelen = s.original_context / static_cast<double>(s.low_freq_factor);
+  const double high_wavelen = s.original_context / static_cast<double>(s.high_freq_factor);
+  std::vector<float> factors(head_dim / 2);
+  for (int32_t i = 0; i < head_dim / 2; ++i) {
+    const double freq = 1.0 / std::pow(static_cast<double>(theta), 2.0 * i / head_dim);
+    const double wavelen = 2.0 * std::numbers::pi / freq;
+    if (wavelen < high_wavelen) {
+      factors[i] = 1.0f;
+    } else if (wavelen > low_wavelen) {
+      factors[i] = s.factor;
+    } else {
+      const double smooth = (s.original_context / wavelen - s.low_freq_factor) /
+                            (s.high_freq_factor - s.low_freq_factor);
+      // The new frequency is (1 − smooth) · freq / factor + smooth · freq; its divisor is:
+      factors[i] = static_cast<float>(1.0 / ((1.0 - smooth) / s.factor + smooth));
+    }
+  }
+  return factors;
+}
+
+}  // namespace kvq
