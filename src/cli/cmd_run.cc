@@ -67,8 +67,7 @@ int RunRun(const RunOptions& o) {
   if (!cache.ok()) return bad(cache.status().message());
 
   // Prompt cache: a snapshot of the cache after every prompt token but the last, with those ids.
-  const ModelFingerprint fingerprint{.n_layers = cfg.n_layers, .n_kv_heads = cfg.n_kv_heads,
-                                     .head_dim = cfg.head_dim(), .weights_hash = weights->fingerprint_hash};
+  const ModelFingerprint fingerprint = o.prompt_cache.empty() ? ModelFingerprint{} : Fingerprint(*weights);
   std::vector<int32_t> cached_tokens;
   if (!o.prompt_cache.empty() && std::filesystem::exists(o.prompt_cache)) {
     Result<std::vector<int32_t>> loaded = (*cache)->Load(o.prompt_cache, fingerprint);

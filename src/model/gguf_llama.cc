@@ -128,7 +128,7 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
   }
 
   LlamaWeights w;
-  uint64_t hash = Checksum64(path.data(), 0);
+  w.fingerprint_seed = Checksum64(path.data(), 0);  // the hash of no bytes, as snapshots have always used
   // A tensor by name, checked to be [cols, rows] (rows = 0: a vector of cols numbers).
   auto tensor = [&](const std::string& name, int64_t cols, int64_t rows) -> Result<Matrix> {
     Result<const GgufTensor*> t = file->FindTensor(name);
@@ -140,7 +140,7 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
     }
     Result<WeightType> type = ToWeightType(**t, path);
     if (!type.ok()) return type.status();
-    hash = Checksum64((*t)->data, static_cast<size_t>((*t)->n_bytes), hash);
+    w.fingerprint_bytes.emplace_back((*t)->data, static_cast<size_t>((*t)->n_bytes));
     const Matrix matrix{*type, (*t)->data, rows == 0 ? 1 : rows, cols};
     if (Status s = CheckMatrix(matrix); !s.ok()) {
       return Status::Error(fmt::format("{}: tensor '{}': {}", path, name, s.message()));
@@ -218,7 +218,6 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
   }
   w.config = c;
   w.source = path;
-  w.fingerprint_hash = hash;
   w.storage = file;
   return w;
 }

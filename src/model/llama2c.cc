@@ -82,7 +82,7 @@ Result<LlamaWeights> LoadLlama2c(const std::string& path) {
   p += d;
   p += c.seq_len * hs;  // freq_cis_real and freq_cis_imag: kvq computes RoPE itself
   w.classifier = shared ? w.token_embedding : matrix(p, c.vocab_size, d);
-  w.fingerprint_hash = Checksum64(f.data, static_cast<size_t>(f.size));
+  w.fingerprint_bytes.emplace_back(static_cast<const uint8_t*>(f.data), static_cast<size_t>(f.size));
   return w;
 }
 

@@ -4,9 +4,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "kvq/kv_cache.h"
 #include "weights/matrix.h"
 #include "weights/rope.h"
 
@@ -52,7 +54,15 @@ struct LlamaWeights {
   Matrix classifier;                 // [vocab][dim]
   std::shared_ptr<void> storage;     // the mapped file
   std::string source;                // path, for messages
-  uint64_t fingerprint_hash = 0;     ///< hash of the weight bytes (snapshot fingerprints)
+  /// What the snapshot fingerprint hashes, in order (the weight tensors, or the whole checkpoint
+  /// file): views into `storage`. Hashed by Fingerprint only when a snapshot is saved or loaded,
+  /// so a load does not read every weight byte for a fingerprint nobody asked for.
+  std::vector<std::span<const uint8_t>> fingerprint_bytes;
+  uint64_t fingerprint_seed = 0;
 };
+
+/// The snapshot fingerprint of `weights`: its attention shape and Checksum64 chained over
+/// fingerprint_bytes from fingerprint_seed. Reads every byte it covers.
+ModelFingerprint Fingerprint(const LlamaWeights& weights);
 
 }  // namespace kvq
