@@ -24,26 +24,6 @@ namespace {
 
 constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 
-/// The byte of a byte piece "<0xXX>" (hex digits in either case), or -1.
-int BytePieceValue(std::string_view piece) {
-  if (piece.size() != 6 || piece.substr(0, 3) != "<0x" || piece[5] != '>') return -1;
-  int value = 0;
-  for (const char c : piece.substr(3, 2)) {
-    int digit = 0;
-    if (c >= '0' && c <= '9') {
-      digit = c - '0';
-    } else if (c >= 'A' && c <= 'F') {
-      digit = c - 'A' + 10;
-    } else if (c >= 'a' && c <= 'f') {
-      digit = c - 'a' + 10;
-    } else {
-      return -1;
-    }
-    value = value * 16 + digit;
-  }
-  return value;
-}
-
 /// Bytes a UTF-8 character takes by its lead byte (llama.cpp's unicode_len_utf8): 1 for ASCII
 /// and for a stray continuation byte, else 2, 3 or 4 as announced; the bytes that follow are not
 /// checked.
@@ -67,7 +47,75 @@ std::string ReplaceAll(std::string_view s, std::string_view from, std::string_vi
   }
 }
 
+/// A character for a message: itself in quotes when it is valid, printable UTF-8, then its code
+/// point, e.g. "'é' (U+00E9)"; else its bytes, e.g. "the byte 0xFF (not UTF-8)".
+std::string DescribeCharacter(std::string_view c) {
+  const auto u = [&](size_t i) { return static_cast<uint8_t>(c[i]); };
+  const auto continuation = [&](size_t i) { return i < c.size() && (u(i) & 0xC0) == 0x80; };
+  uint32_t cp = 0;
+  bool valid = !c.empty() && c.size() == Utf8Length(u(0));
+  if (valid && c.size() == 1) {
+    cp = u(0);
+    valid = cp < 0x80;
+  } else if (valid) {
+    cp = u(0) & (0x7F >> c.size());
+    for (size_t i = 1; i < c.size(); ++i) {
+      valid = valid && continuation(i);
+      cp = (cp << 6) | (u(i) & 0x3F);
+    }
+  }
+  if (valid) {
+    const bool printable = cp >= 0x20 && cp != 0x7F && !(cp >= 0x80 && cp < 0xA0);
+    return printable ? fmt::format("'{}' (U+{:04X})", c, cp) : fmt::format("U+{:04X}", cp);
+  }
+  std::string bytes;
+  for (size_t i = 0; i < c.size(); ++i) bytes += fmt::format("{}0x{:02X}", i ? " " : "", u(i));
+  return fmt::format("the {} {} (not UTF-8)", c.size() == 1 ? "byte" : "bytes", bytes);
+}
+
 }  // namespace
+
+int Tokenizer::BytePieceValue(std::string_view piece) {
+  if (piece.size() != 6 || piece.substr(0, 3) != "<0x" || piece[5] != '>') return -1;
+  int value = 0;
+  for (const char c : piece.substr(3, 2)) {
+    const int digit = c >= '0' && c <= '9'   ? c - '0'
+                      : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                      : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                             : -1;
+    if (digit < 0) return -1;
+    value = value * 16 + digit;
+  }
+  return value;
+}
+
+Result<Tokenizer::TokenInfo> Tokenizer::GgufTokenInfo(int32_t type, std::string_view text, size_t id) {
+  TokenInfo info;
+  switch (type) {
+    case 0:  // undefined: llama.cpp still matches it as a piece
+    case 1:
+      info.type = TokenType::kNormal;
+      return info;
+    case 2:
+    case 3:
+    case 4:
+    case 5:
+      info.type = static_cast<TokenType>(type);
+      return info;
+    case 6: {
+      const int byte = BytePieceValue(text);
+      if (byte < 0) {
+        return Status::Error(
+            fmt::format("token {} has type BYTE but is \"{}\", not \"<0xXX>\"", id, text.substr(0, 32)));
+      }
+      info.type = TokenType::kByte;
+      info.byte = static_cast<uint8_t>(byte);
+      return info;
+    }
+    default:
+      return Status::Error(fmt::format("token {} has type {}; token types are 0 to 6", id, type));
+  }
+}
 
 Result<Tokenizer> Tokenizer::LoadLlama2c(const std::string& path, int32_t vocab_size) {
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
@@ -76,6 +124,7 @@ Result<Tokenizer> Tokenizer::LoadLlama2c(const std::string& path, int32_t vocab_
     return Status::Error(fmt::format("{} is not a llama2.c tokenizer for a {}-token vocabulary: {}", path,
                                      vocab_size, why));
   };
+  if (vocab_size < 3) return bad("run.c's vocabulary holds at least <unk>, BOS and EOS (ids 0, 1, 2)");
   int32_t max_len = 0;
   if (std::fread(&max_len, 4, 1, f.get()) != 1) return bad("no header");
   if (max_len <= 0 || max_len > 4096) return bad(fmt::format("max token length {} is implausible", max_len));
@@ -104,7 +153,7 @@ Result<Tokenizer> Tokenizer::LoadLlama2c(const std::string& path, int32_t vocab_
     t.info_.push_back(info);
   }
   if (std::fgetc(f.get()) != EOF) return bad("there are bytes after the last token");
-  if (vocab_size < 3 + 256) return bad("the vocabulary is too small to hold the 256 byte pieces");
+  t.source_ = path;
   t.bos_ = 1;
   t.eos_ = 2;
   t.unk_ = 0;
@@ -152,35 +201,15 @@ Result<Tokenizer> Tokenizer::LoadGguf(const GgufFile& file) {
   }
 
   Tokenizer t;
+  t.source_ = path;
   t.pieces_.reserve(n);
   t.info_.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     const std::string_view text = (*tokens)[i];
-    TokenInfo info{.score = scores[i]};
-    switch (types[i]) {
-      case 0:  // undefined: llama.cpp still matches it as a piece
-      case 1:
-        info.type = TokenType::kNormal;
-        break;
-      case 2:
-      case 3:
-      case 4:
-      case 5:
-        info.type = static_cast<TokenType>(types[i]);
-        break;
-      case 6: {
-        const int byte = BytePieceValue(text);
-        if (byte < 0) {
-          return bad(fmt::format("token {} has type BYTE but is \"{}\", not \"<0xXX>\"", i,
-                                 text.substr(0, 32)));
-        }
-        info.type = TokenType::kByte;
-        info.byte = static_cast<uint8_t>(byte);
-        break;
-      }
-      default:
-        return bad(fmt::format("token {} has type {}; token types are 0 to 6", i, types[i]));
-    }
+    Result<TokenInfo> typed = GgufTokenInfo(types[i], text, i);
+    if (!typed.ok()) return bad(typed.status().message());
+    TokenInfo info = *typed;
+    info.score = scores[i];
     // Normal and unused pieces mark a space with U+2581; kvq keeps a plain space. (Control and
     // user-defined texts are literal, as llama.cpp matches and prints them.) A normal piece with a
     // plain space in it could never match in llama.cpp, which escapes every space of the text, so
@@ -247,6 +276,7 @@ void Tokenizer::Index() {
         break;
     }
   }
+  has_byte_pieces_ = std::find(byte_ids_.begin(), byte_ids_.end(), -1) == byte_ids_.end();
   // A vocabulary without a byte piece for some byte may still hold that byte as a one-byte piece
   // (llama.cpp's fallback in byte_to_token).
   for (int b = 0; b < 256; ++b) {
@@ -360,15 +390,41 @@ void Tokenizer::EncodeStretch(std::string_view text, std::vector<int32_t>& out) 
       out.push_back(it->second);
       continue;
     }
-    // Not a piece (a character the vocabulary lacks, or invalid UTF-8): its bytes.
-    for (const char c : piece) {
-      const int32_t id = byte_ids_[static_cast<uint8_t>(c)];
-      if (id >= 0) {
-        out.push_back(id);
-      } else if (unk_ >= 0) {
-        out.push_back(unk_);
-      }
+    // Not a piece (a character the vocabulary lacks, or invalid UTF-8): its bytes, when the
+    // vocabulary has a token for each; else the unknown token for the whole character.
+    const bool spelled = std::all_of(piece.begin(), piece.end(),
+                                     [&](char c) { return byte_ids_[static_cast<uint8_t>(c)] >= 0; });
+    if (spelled) {
+      for (const char c : piece) out.push_back(byte_ids_[static_cast<uint8_t>(c)]);
+      continue;
     }
+    if (unk_ >= 0) out.push_back(unk_);
+    NoteUnknown(piece);
+  }
+}
+
+void Tokenizer::NoteUnknown(std::string_view character) const {
+  if (unknown_characters_.n.fetch_add(1, std::memory_order_relaxed) != 0) return;  // once
+  const bool any_byte_piece = std::any_of(info_.begin(), info_.end(),
+                                          [](const TokenInfo& i) { return i.type == TokenType::kByte; });
+  std::string why = "the vocabulary has no byte pieces";
+  if (any_byte_piece) {
+    for (const char c : character) {
+      if (byte_ids_[static_cast<uint8_t>(c)] >= 0) continue;
+      why = fmt::format("the vocabulary has no byte piece <0x{:02X}>", static_cast<uint8_t>(c));
+      break;
+    }
+  }
+  const std::string as = unk_ >= 0 ? fmt::format("encoded as the unknown token {} (id {})", pieces_[unk_], unk_)
+                                   : std::string("dropped (the vocabulary has no unknown token)");
+  const std::string note = fmt::format(
+      "tokenizer {}: {} has no piece and {} to spell it with: {}; later such characters are {} without "
+      "another notice",
+      source_, DescribeCharacter(character), why, as, unk_ >= 0 ? "encoded the same way" : "dropped too");
+  if (notice_) {
+    notice_(note);
+  } else {
+    fmt::print(stderr, "kvq: {}\n", note);
   }
 }
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -44,8 +45,11 @@ class Tokenizer {
   };
 
   /// llama2.c format: int32 max_token_length, then per token: f32 score, int32 length, bytes.
-  /// Byte pieces "<0x00>".."<0xFF>" are ids 3..258, BOS 1, EOS 2, as run.c assumes (id 0 is the
-  /// unknown token, 1 and 2 are control tokens).
+  /// Id 0 is the unknown token, BOS 1 and EOS 2 (control tokens), as run.c assumes; at least
+  /// these 3 tokens. The byte pieces "<0x00>".."<0xFF>" (ids 3..258 in llama2.c's export, where
+  /// run.c assumes them) are recognised by their text wherever they are, and may be missing
+  /// altogether: a vocabulary trained on characters only (SentencePiece without byte fallback)
+  /// has none; see Encode for what becomes of a character it lacks.
   static Result<Tokenizer> LoadLlama2c(const std::string& path, int32_t vocab_size);
   /// A GGUF vocabulary, by tokenizer.ggml.model (any other model is an error naming the file
   /// and the model). Errors name the file.
@@ -74,6 +78,19 @@ class Tokenizer {
   /// Whether Encode puts a space in front of the text (tokenizer.ggml.add_space_prefix).
   bool add_space_prefix() const { return add_space_prefix_; }
   TokenType type(int32_t id) const { return info_[id].type; }
+  /// SentencePiece: whether every one of the 256 bytes has a byte piece "<0xXX>" (llama2.c's
+  /// export and llama.cpp's SPM vocabularies do; a character-level vocabulary has none). False for
+  /// byte-level BPE, whose pieces spell bytes in GPT-2's byte alphabet instead.
+  bool has_byte_pieces() const { return has_byte_pieces_; }
+  /// What the file was loaded from (named in notices).
+  const std::string& source() const { return source_; }
+
+  /// Characters (SentencePiece) that Encode has turned into the unknown token so far, over this
+  /// tokenizer's life (a copy starts from the count at the time of the copy).
+  int64_t unknown_characters() const { return unknown_characters_.n.load(std::memory_order_relaxed); }
+  /// Where the one-time notice about the first such character goes; by default a line on stderr.
+  /// The sink is called at most once per tokenizer, from Encode (so from Encode's thread).
+  void set_notice_sink(std::function<void(std::string_view)> sink) { notice_ = std::move(sink); }
 
   /// Token ids for `text`: optionally BOS first (when the vocabulary has one); then the text.
   ///
@@ -94,9 +111,14 @@ class Tokenizer {
   /// add_space_prefix()), is split into UTF-8 characters (a lead byte and as many bytes as it
   /// announces, whatever they are), and adjacent
   /// symbols are merged best score first (leftmost on ties); a symbol that is no piece becomes
-  /// its byte pieces. Control, unknown and byte tokens are never merged into. Unlike llama.cpp, a
-  /// literal U+2581 in the text is text, not a space (it becomes byte pieces), so every input
-  /// round-trips through Detokenize.
+  /// its byte pieces (run.c's byte fallback). Control, unknown and byte tokens are never merged
+  /// into. Unlike llama.cpp, a literal U+2581 in the text is text, not a space (it becomes byte
+  /// pieces), so every input round-trips through Detokenize.
+  /// A symbol that is no piece and has a byte without a byte piece (nor a one-byte piece, as
+  /// llama.cpp falls back to) becomes one unknown token (none if the vocabulary has no unknown
+  /// token), counted in unknown_characters(); the first one is reported once through the notice
+  /// sink, naming the character. (run.c would emit byte + 3 for each of its bytes, ids that in
+  /// such a vocabulary are arbitrary pieces.)
   std::vector<int32_t> Encode(std::string_view text, bool add_bos) const;
   /// The text of `token` as it follows `previous` (SentencePiece: the space Encode added after
   /// BOS is dropped; byte pieces become their byte; control and unknown tokens become "").
@@ -134,6 +156,22 @@ class Tokenizer {
     int32_t token;
   };
 
+  /// A small copyable counter (std::atomic is neither copyable nor movable; Tokenizer is both).
+  struct Counter {
+    std::atomic<int64_t> n{0};
+    Counter() = default;
+    Counter(const Counter& o) : n(o.n.load(std::memory_order_relaxed)) {}
+    Counter& operator=(const Counter& o) {
+      n.store(o.n.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      return *this;
+    }
+  };
+
+  /// The one parser of byte pieces: the byte of "<0xXX>" (hex digits in either case), or -1.
+  static int BytePieceValue(std::string_view piece);
+  /// The TokenInfo (type and byte) of a GGUF tokenizer.ggml.token_type value for token `id` with
+  /// text `text`; an error says what is wrong, without the file (the caller names it).
+  static Result<TokenInfo> GgufTokenInfo(int32_t type, std::string_view text, size_t id);
   /// The "gpt2" half of LoadGguf (tokenizer_bpe.cc).
   static Result<Tokenizer> LoadGgufBpe(const GgufFile& file);
   /// Builds ids_, byte_ids_ and literals_ from pieces_ and info_ (SentencePiece).
@@ -151,6 +189,8 @@ class Tokenizer {
   void EncodeStretch(std::string_view text, std::vector<int32_t>& out) const;
   /// The text of `token`; `strip_space` drops one leading space of a piece.
   std::string Text(int32_t token, bool strip_space) const;
+  /// Counts a character Encode made the unknown token; the first one goes to the notice sink.
+  void NoteUnknown(std::string_view character) const;
 
   std::vector<std::string> pieces_;
   std::vector<TokenInfo> info_;
@@ -164,6 +204,10 @@ class Tokenizer {
   int32_t bos_ = 1, eos_ = 2, unk_ = 0;
   bool add_bos_ = true;
   bool add_space_prefix_ = true;
+  bool has_byte_pieces_ = false;  // all 256 bytes have a kByte token (set by Index/IndexBpe)
+  std::string source_;
+  mutable Counter unknown_characters_;
+  std::function<void(std::string_view)> notice_;  // empty: stderr
 
   Kind kind_ = Kind::kSentencePiece;
   // Byte-level BPE only:

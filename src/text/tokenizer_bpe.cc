@@ -66,21 +66,6 @@ std::string DecodeByteAlphabet(std::string_view piece) {
   return out;
 }
 
-/// The byte of a byte piece "<0xXX>" (hex digits in either case), or -1.
-int ParseBytePiece(std::string_view piece) {
-  if (piece.size() != 6 || piece.substr(0, 3) != "<0x" || piece[5] != '>') return -1;
-  int value = 0;
-  for (const char c : piece.substr(3, 2)) {
-    const int digit = c >= '0' && c <= '9'   ? c - '0'
-                      : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                      : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                             : -1;
-    if (digit < 0) return -1;
-    value = value * 16 + digit;
-  }
-  return value;
-}
-
 }  // namespace
 
 Result<Tokenizer> Tokenizer::LoadGgufBpe(const GgufFile& file) {
@@ -112,6 +97,7 @@ Result<Tokenizer> Tokenizer::LoadGgufBpe(const GgufFile& file) {
 
   Tokenizer t;
   t.kind_ = Kind::kBytePairs;
+  t.source_ = path;
   t.add_space_prefix_ = false;  // llama.cpp's BPE never adds one
   // The pre-tokenizer: a missing name is llama.cpp's "default".
   std::string pre = "default";
@@ -134,30 +120,9 @@ Result<Tokenizer> Tokenizer::LoadGgufBpe(const GgufFile& file) {
   t.bpe_text_.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     const std::string_view text = (*tokens)[i];
-    TokenInfo info;
-    switch (types[i]) {
-      case 0:  // undefined: matched and decoded as a normal token
-      case 1:
-        info.type = TokenType::kNormal;
-        break;
-      case 2:
-      case 3:
-      case 4:
-      case 5:
-        info.type = static_cast<TokenType>(types[i]);
-        break;
-      case 6: {
-        const int byte = ParseBytePiece(text);
-        if (byte < 0) {
-          return bad(fmt::format("token {} has type BYTE but is \"{}\", not \"<0xXX>\"", i, text.substr(0, 32)));
-        }
-        info.type = TokenType::kByte;
-        info.byte = static_cast<uint8_t>(byte);
-        break;
-      }
-      default:
-        return bad(fmt::format("token {} has type {}; token types are 0 to 6", i, types[i]));
-    }
+    Result<TokenInfo> typed = GgufTokenInfo(types[i], text, i);
+    if (!typed.ok()) return bad(typed.status().message());
+    TokenInfo info = *typed;
     const bool in_alphabet = info.type == TokenType::kNormal || info.type == TokenType::kUnused;
     t.pieces_.push_back(in_alphabet ? DecodeByteAlphabet(text) : std::string(text));
     t.bpe_text_.emplace_back(text);
