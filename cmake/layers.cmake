@@ -1,4 +1,4 @@
-# kvq_layer(NAME DIR DEPS targets... [PUBLIC_HEADERS kvq/*.h names...]): one static library for
+# kvq_layer(NAME DIR DEPS targets... [PUBLIC_HEADERS paths under include/...]): one static library for
 # src/DIR (subfolders included, so a format folder needs no CMake edit).
 #
 # Header visibility is part of the layering. Every target gets its own include root under the build
@@ -12,10 +12,10 @@ function(kvq_layer name dir)
   add_library(${name} STATIC ${srcs})
   kvq_include_root(${name} ${dir} PUBLIC root)
   foreach(h ${arg_PUBLIC_HEADERS})
-    if(NOT EXISTS "${PROJECT_SOURCE_DIR}/include/kvq/${h}")
-      message(FATAL_ERROR "kvq_layer(${name}): include/kvq/${h} does not exist")
+    if(NOT EXISTS "${PROJECT_SOURCE_DIR}/include/${h}")
+      message(FATAL_ERROR "kvq_layer(${name}): include/${h} does not exist")
     endif()
-    file(CREATE_LINK "${PROJECT_SOURCE_DIR}/include/kvq/${h}" "${root}/kvq/${h}" SYMBOLIC)
+    file(CREATE_LINK "${PROJECT_SOURCE_DIR}/include/${h}" "${root}/${h}" SYMBOLIC)
   endforeach()
   target_include_directories(${name} PUBLIC $<BUILD_INTERFACE:${root}>)
   target_link_libraries(${name} PUBLIC ${arg_DEPS})

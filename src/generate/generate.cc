@@ -59,12 +59,18 @@ Result<GenerateResult> Generate(LlamaModel& model, const Tokenizer& tokenizer, K
     r.tokens.push_back(next);
     r.completion += piece;
     if (on_piece) on_piece(piece);
+    if (o.on_token && !o.on_token(next, piece)) {
+      r.cancelled = true;
+      break;
+    }
     if (pos >= context || (o.n_new >= 0 && produced + 1 >= o.n_new)) break;  // no forward needed
     if (Status s = model.Forward(next, pos, cache, logits.data()); !s.ok()) return s;
     ++pos;
     ++r.n_decoded;
   }
   r.decode_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
+  r.n_cached = cache.positions(0);
+  r.logits = std::move(logits);
   return r;
 }
 

@@ -23,6 +23,9 @@ struct GenerateOptions {
   /// Called once when the cache holds every prompt token but the last (the prefix a prompt cache
   /// saves: the last token is always run again, for its logits). Its error stops generation.
   std::function<Status(const std::vector<int32_t>& prefix)> on_prefix;
+  /// Called with each generated token and its piece, after on_piece; returning false stops
+  /// generation there (the token is kept). Empty: never stops early.
+  std::function<bool(int32_t token, const std::string& piece)> on_token;
 };
 
 struct GenerateResult {
@@ -33,6 +36,10 @@ struct GenerateResult {
   double decode_seconds = 0;
   int32_t n_decoded = 0;        ///< forward passes in the decode phase
   int32_t n_reused = 0;         ///< prompt tokens whose prefill a prompt cache skipped
+  bool cancelled = false;       ///< on_token returned false
+  /// [vocab_size] the logits after the last token the cache holds (tokens[0, n_cached)).
+  std::vector<float> logits;
+  int64_t n_cached = 0;         ///< positions in the cache at the end (the last sampled token may not be)
 };
 
 /// Runs `options.prompt` through `model` with `cache`. The cache may already hold a prefix of the

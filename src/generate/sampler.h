@@ -1,20 +1,14 @@
-// Choosing the next token from logits: greedy, or temperature with top-k, top-p (nucleus) and
-// min-p filters, from a seeded generator so a run is reproducible.
+// Choosing the next token from logits: the chain include/kvq/sampling.h describes (greedy, or
+// top-k, temperature, top-p and min-p), from a seeded generator so a run is reproducible.
 #pragma once
 
 #include <cstdint>
 #include <random>
 #include <vector>
 
-namespace kvq {
+#include "kvq/sampling.h"
 
-struct SamplerOptions {
-  float temperature = 0.8f;  ///< 0: greedy (argmax)
-  int32_t top_k = 40;        ///< 0: off
-  float top_p = 0.95f;       ///< 1: off
-  float min_p = 0.05f;       ///< 0: off; keeps tokens with p ≥ min_p · p_max
-  uint64_t seed = 0;
-};
+namespace kvq {
 
 class Sampler {
  public:

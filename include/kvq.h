@@ -1,0 +1,130 @@
+/* kvq's C API: the C++ API of kvq/model.h and kvq/session.h behind opaque handles, for C programs
+ * and any FFI (Python ctypes, Rust, Go, ...).
+ *
+ * Conventions. Functions that can fail return KVQ_OK (0) or KVQ_ERROR; the message of the last
+ * failure on the calling thread is kvq_last_error() (valid until the next failing call on that
+ * thread). Functions that return a handle return NULL on failure. Strings passed in are UTF-8 and
+ * NUL-terminated; strings kvq returns are owned by kvq and stay valid as documented per call.
+ * Handles are freed with their *_free function (NULL is accepted). A model may be shared by
+ * sessions used on different threads; one session is used by one thread at a time.
+ *
+ *   kvq_model_options mo; kvq_model_options_init(&mo);
+ *   kvq_model* m = kvq_model_load("model.gguf", &mo);
+ *   if (!m) { fprintf(stderr, "%s\n", kvq_last_error()); return 1; }
+ *   kvq_session* s = kvq_session_new(m, NULL);
+ *   kvq_generate_options go; kvq_generate_options_init(&go); go.max_tokens = 64; go.temperature = 0;
+ *   kvq_session_generate(s, "Once upon a time", &go, print_piece, NULL, NULL);
+ *   kvq_session_free(s); kvq_model_free(m);
+ */
+#ifndef KVQ_H_
+#define KVQ_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVQ_OK 0
+#define KVQ_ERROR 1
+
+typedef struct kvq_model kvq_model;     /* a loaded model (kvq::Model) */
+typedef struct kvq_session kvq_session; /* a sequence, its KV cache and logits (kvq::Session) */
+
+/* The message of the last failed call on this thread ("" if none). */
+const char* kvq_last_error(void);
+
+/* Diagnostics: level 0 info, 1 warning, 2 error; `message` is valid during the call only.
+ * NULL restores the default (stderr). */
+typedef void (*kvq_log_fn)(int level, const char* message, void* user_data);
+void kvq_set_log_callback(kvq_log_fn fn, void* user_data);
+
+typedef struct {
+  const char* tokenizer_path;       /* NULL or "": the model file's own / tok512.bin beside it */
+  int32_t threads;                  /* 0: hardware threads */
+  int64_t context;                  /* 0: the model's trained context */
+  const char* kv_key_format;        /* registry name ("f16", "int4-kivi", ...); NULL: "f16" */
+  const char* kv_value_format;      /* NULL: "f16" */
+  int64_t kv_device_budget_bytes;   /* 0: none (attention reads the master copy in place) */
+  int64_t kv_host_budget_bytes;     /* 0: no limit */
+  const char* kv_disk_dir;          /* NULL or "": master copy in host RAM */
+} kvq_model_options;
+
+/* Fills `options` with the defaults above. */
+void kvq_model_options_init(kvq_model_options* options);
+
+/* Loads a GGUF or llama2.c model; NULL on failure (kvq_last_error says why). options may be NULL. */
+kvq_model* kvq_model_load(const char* path, const kvq_model_options* options);
+void kvq_model_free(kvq_model* model);
+
+typedef struct {
+  const char* architecture; /* owned by the model */
+  int32_t n_layers, dim, hidden_dim, n_heads, n_kv_heads, head_dim, vocab_size;
+  int64_t trained_context, context;
+  int32_t threads, bos, eos; /* bos/eos: -1 when the vocabulary has none */
+} kvq_model_info;
+
+void kvq_model_get_info(const kvq_model* model, kvq_model_info* info);
+
+/* Tokenizes `text` (add_bos: -1 the vocabulary's default, 0 no, 1 yes) into ids[0..capacity).
+ * Returns the number of tokens, which may exceed capacity (then call again with a larger buffer),
+ * or -1 on error. */
+int64_t kvq_tokenize(const kvq_model* model, const char* text, int add_bos, int32_t* ids, int64_t capacity);
+
+/* The text of ids[0..n) into out[0..capacity) with a terminating NUL. Returns the text's length in
+ * bytes (without the NUL; if >= capacity the text was cut: call again), or -1 on error. */
+int64_t kvq_detokenize(const kvq_model* model, const int32_t* ids, int64_t n, char* out, int64_t capacity);
+
+/* Non-zero if generation stops at `token` (EOS, end-of-turn). */
+int kvq_is_end_of_generation(const kvq_model* model, int32_t token);
+
+/* A session with the model's KV options, or with these K/V formats if kv_key_format/kv_value_format
+ * are non-NULL (budgets and tiers from the model's options). NULL on failure. */
+kvq_session* kvq_session_new(const kvq_model* model, const kvq_model_options* kv_override);
+void kvq_session_free(kvq_session* session);
+
+/* Runs ids[0..n) after what the session holds. */
+int kvq_session_prefill(kvq_session* session, const int32_t* ids, int64_t n);
+/* One decode step. */
+int kvq_session_decode(kvq_session* session, int32_t token);
+/* [vocab_size] logits after the last token, valid until the session next changes; NULL if none. */
+const float* kvq_session_logits(const kvq_session* session);
+int64_t kvq_session_positions(const kvq_session* session);
+int64_t kvq_session_kv_bytes(const kvq_session* session);
+int kvq_session_truncate(kvq_session* session, int64_t n_positions);
+int kvq_session_clear(kvq_session* session);
+int kvq_session_save_prefix(const kvq_session* session, const char* path);
+/* Returns the positions loaded, or -1 on error (the session is unchanged then). */
+int64_t kvq_session_load_prefix(kvq_session* session, const char* path);
+
+typedef struct {
+  int32_t max_tokens; /* default 256; < 0: until an end token or the context is full */
+  float temperature;  /* default 0.8; 0: greedy */
+  int32_t top_k;      /* default 40; 0: off */
+  float top_p;        /* default 0.95; 1: off */
+  float min_p;        /* default 0.05; 0: off */
+  uint64_t seed;      /* default 0 */
+} kvq_generate_options;
+
+void kvq_generate_options_init(kvq_generate_options* options);
+
+/* Sets the sampler chain kvq_session_sample uses (temperature .. seed; its generator re-seeded). */
+void kvq_session_set_sampler(kvq_session* session, const kvq_generate_options* options);
+/* A token drawn from the session's logits by its sampler chain; -1 on error (no logits yet). */
+int32_t kvq_session_sample(kvq_session* session);
+
+/* Called with each generated token and its text (valid during the call); return 0 to stop. */
+typedef int (*kvq_token_fn)(int32_t token, const char* piece, void* user_data);
+
+/* Generates a completion of `prompt` (the whole text; the longest prefix the session holds is
+ * reused). on_token may be NULL. If n_generated is non-NULL it receives the number of tokens
+ * generated. */
+int kvq_session_generate(kvq_session* session, const char* prompt, const kvq_generate_options* options,
+                         kvq_token_fn on_token, void* user_data, int64_t* n_generated);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* KVQ_H_ */

@@ -1,0 +1,118 @@
+// kvq's public C++ API, part 1: a model loaded from a file, its metadata and its tokenizer.
+//
+//   kvq::Result<std::unique_ptr<kvq::Model>> model = kvq::Model::Load("model.gguf", {.threads = 4});
+//   if (!model.ok()) { report(model.status().message()); return; }
+//   kvq::Result<std::unique_ptr<kvq::Session>> session = (*model)->NewSession();
+//
+// A Model is immutable after Load and may be shared by sessions on different threads; each
+// Session (kvq/session.h) owns its KV cache and its activations. Nothing here throws: every
+// fallible call returns a Status or Result whose message names the file or option at fault.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvq/kv_cache.h"
+#include "kvq/status.h"
+
+namespace kvq {
+
+class Session;
+
+/// The K and V formats of one layer, by registry name (`kvq formats` lists them: "f16", "int4", ...).
+struct KvLayerSpec {
+  std::string key = "f16";
+  std::string value = "f16";
+};
+
+/// How a session's KV cache is stored.
+struct KvOptions {
+  std::string key_format = "f16";    ///< every layer's keys, unless `layers` says otherwise
+  std::string value_format = "f16";  ///< every layer's values, unless `layers` says otherwise
+  /// Empty, or exactly one entry per layer (a per-layer plan); overrides the two fields above.
+  std::vector<KvLayerSpec> layers;
+  /// Tier budgets in bytes (device working set, host master, disk folder); see kvq/kv_cache.h.
+  /// A budget the cache cannot meet is an error when the session is created.
+  KvBudgets budgets;
+  /// Positions per cache page (a multiple of 32); 0: min(256, context rounded up to 32).
+  int32_t page_positions = 0;
+};
+
+struct ModelOptions {
+  /// llama2.c checkpoints: the tokenizer file (empty: tok512.bin beside the checkpoint). GGUF
+  /// files: empty uses the file's own vocabulary; a path replaces it with a llama2.c tokenizer.
+  std::string tokenizer_path;
+  /// Threads for the matrix products and attention, 1..1024; 0: the machine's hardware threads.
+  int32_t threads = 0;
+  /// Positions a session holds at most, 1..the model's trained context; 0: the trained context.
+  int64_t context = 0;
+  /// The KV cache of sessions made by NewSession() (NewSession(KvOptions) overrides it).
+  KvOptions kv;
+};
+
+/// What a loaded model is, from its file's metadata (names as llama2.c's).
+struct ModelInfo {
+  std::string path;          ///< the file Load read
+  std::string architecture;  ///< "llama", "mistral", "qwen2", ...
+  int32_t n_layers = 0;
+  int32_t dim = 0;           ///< residual stream width
+  int32_t hidden_dim = 0;    ///< feed-forward width
+  int32_t n_heads = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t vocab_size = 0;
+  int64_t trained_context = 0;  ///< the context the model was trained for (its file says)
+  int64_t context = 0;          ///< what sessions hold: ModelOptions::context or trained_context
+  float rope_theta = 0;
+  int32_t threads = 0;          ///< what the model runs with
+  int32_t bos = -1;             ///< -1 when the vocabulary has none
+  int32_t eos = -1;             ///< -1 when the vocabulary has none
+};
+
+enum class AddBos {
+  kModelDefault,  ///< what the vocabulary says (llama2.c and SentencePiece models add one)
+  kYes,
+  kNo,
+};
+
+class Model {
+ public:
+  /// Loads a GGUF file (".gguf") or a llama2.c checkpoint (anything else). Errors name the file
+  /// and what was wrong: missing or corrupt file, unsupported architecture or tensor type, an
+  /// option out of range, a tokenizer that does not fit the model.
+  static Result<std::unique_ptr<Model>> Load(const std::string& path, const ModelOptions& options = {});
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelInfo& info() const;
+
+  /// Token ids of `text`. Control tokens written literally in the text (e.g. "<|im_start|>" in a
+  /// vocabulary that has it) become their ids, as llama.cpp's tokenizer with parse_special does.
+  std::vector<int32_t> Tokenize(std::string_view text, AddBos add_bos = AddBos::kModelDefault) const;
+  /// The text of `ids` as a model writes it (the space a SentencePiece vocabulary adds after BOS
+  /// removed, byte pieces joined into UTF-8). Control tokens print as their text.
+  /// Errors: an id outside [0, vocab_size).
+  Result<std::string> Detokenize(std::span<const int32_t> ids) const;
+  /// The stored text of one token ("▁the", "<0x0A>", "<|im_end|>"); an empty string when id is out of range.
+  std::string TokenPiece(int32_t id) const;
+  /// Whether generation stops at `id` (EOS, end-of-turn tokens such as <|eot_id|> or <|im_end|>).
+  bool IsEndOfGeneration(int32_t id) const;
+
+  /// A session with the model's KV options, or with `kv` instead. Errors: an unknown format, a
+  /// format that cannot store this head size, budgets that cannot hold the context.
+  Result<std::unique_ptr<Session>> NewSession() const;
+  Result<std::unique_ptr<Session>> NewSession(const KvOptions& kv) const;
+
+  struct Impl;  ///< internal
+
+ private:
+  explicit Model(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace kvq

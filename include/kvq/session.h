@@ -1,0 +1,110 @@
+// kvq's public C++ API, part 2: a session — one token sequence, its KV cache and its logits.
+//
+//   std::unique_ptr<kvq::Session> s = ...;              // Model::NewSession()
+//   kvq::Result<kvq::Completion> c = s->Generate("Once upon a time", {.max_tokens = 64},
+//       [](int32_t id, const std::string& piece) { std::cout << piece; return true; });
+//
+// Two ways to drive it. Generate(prompt) does what `kvq run` does (and gives the same tokens):
+// tokenize, prefill, sample and decode until an end token or max_tokens. Or step by hand:
+// Prefill(ids), then read logits(), pick a token (Sample() or your own rule) and Decode(it).
+// A session is used by one thread at a time; separate sessions may run concurrently.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvq/sampling.h"
+#include "kvq/status.h"
+
+namespace kvq {
+
+/// Receives each generated token and its text as it is produced; return false to stop there
+/// (the token is kept in the completion).
+using TokenCallback = std::function<bool(int32_t token, const std::string& piece)>;
+
+struct GenerateRequest {
+  int32_t max_tokens = 256;  ///< new tokens at most; < 0: until an end token or the context is full
+  SamplerOptions sampling;   ///< temperature 0 for greedy
+};
+
+enum class StopReason {
+  kEndOfGeneration,  ///< the model produced EOS, an end-of-turn token or (llama2.c models) BOS
+  kMaxTokens,        ///< max_tokens were generated
+  kContextFull,      ///< the session holds `context()` positions
+  kCancelled,        ///< the callback returned false
+};
+
+struct Completion {
+  std::string text;              ///< the generated text only
+  std::vector<int32_t> tokens;   ///< the generated ids only
+  int32_t n_prompt = 0;          ///< prompt tokens (with BOS)
+  int32_t n_reused = 0;          ///< prompt tokens already in the session's cache, not recomputed
+  double prompt_seconds = 0;     ///< prefill time
+  double decode_seconds = 0;     ///< decode time
+  StopReason stop = StopReason::kEndOfGeneration;
+};
+
+class Session {
+ public:
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  /// Runs `tokens` after what the session holds (in blocks: weights read once per block) and
+  /// leaves the logits after the last one. Errors: an id outside the vocabulary, more positions
+  /// than context(); nothing is appended then.
+  Status Prefill(std::span<const int32_t> tokens);
+  /// One decode step: Prefill of the single token `token`.
+  Status Decode(int32_t token);
+
+  /// [vocab_size] the logits after the last token run; empty before any token has run and right
+  /// after LoadPrefix (the snapshot holds the cache, not the logits: run a token first).
+  std::span<const float> logits() const;
+  /// The ids the cache holds, in order.
+  std::span<const int32_t> tokens() const;
+  int64_t positions() const;  ///< = tokens().size()
+  int64_t context() const;    ///< positions the session holds at most
+  int64_t kv_bytes() const;   ///< exact bytes of the KV cache's contents now, every layer
+
+  /// The sampler chain Sample() uses (its generator is re-seeded with options.seed).
+  void SetSampler(const SamplerOptions& options);
+  /// A token drawn from logits() by the chain. Errors: no logits yet.
+  Result<int32_t> Sample();
+
+  /// Generates a completion of `prompt`, which is the whole text (BOS added as the vocabulary
+  /// says). The longest prefix of the prompt's tokens the session already holds is reused and
+  /// the rest of the cache dropped, so a chat that resends its history recomputes only the new
+  /// turn. Greedy output equals `kvq run`'s for the same model, prompt and formats. Errors: a
+  /// prompt longer than the context, cache errors.
+  Result<Completion> Generate(std::string_view prompt, const GenerateRequest& request = {},
+                              const TokenCallback& on_token = {});
+
+  /// Keeps the first `n_positions` positions and drops the rest. The kept positions are
+  /// recomputed from their ids (exact for every format; fp8 recalibrates on them), so it costs a
+  /// prefill of n_positions tokens. Errors: n_positions < 0 or > positions().
+  Status Truncate(int64_t n_positions);
+  /// Drops everything (an empty cache of the same formats and budgets).
+  Status Clear();
+
+  /// Saves the cache and its ids to a verified snapshot file (kvq/kv_cache.h: checksummed,
+  /// written to a temporary file and renamed).
+  Status SavePrefix(const std::string& path) const;
+  /// Replaces the session's contents with a snapshot saved by SavePrefix for this model and
+  /// these formats; returns the positions loaded. A snapshot of another model or format, or a
+  /// damaged file, is refused and the session is unchanged.
+  Result<int64_t> LoadPrefix(const std::string& path);
+
+  struct Impl;  ///< internal
+
+ private:
+  friend class Model;
+  explicit Session(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvq

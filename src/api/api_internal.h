@@ -1,0 +1,47 @@
+// What the public Model and Session (include/kvq/model.h, session.h) hold: the model layer's
+// weights and tokenizer, and per session a forward pass, a cache and the sequence it holds.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "generate/sampler.h"
+#include "kvq/model.h"
+#include "kvq/session.h"
+#include "model/llama.h"
+#include "text/tokenizer.h"
+
+namespace kvq {
+
+/// The cache a session of a model with config `c` gets from `kv`, checked (formats by name,
+/// per-layer plan length, page size, budgets via KvCache::Plan) but not allocated.
+Result<KvCacheConfig> CacheConfigFor(const LlamaConfig& c, int64_t context, const KvOptions& kv);
+
+struct Model::Impl {
+  ModelInfo info;
+  ModelOptions options;
+  LlamaWeights weights;
+  Tokenizer tokenizer;
+  /// The snapshot fingerprint, hashed on first use (SavePrefix/LoadPrefix), once per model.
+  const ModelFingerprint& fingerprint() const;
+
+ private:
+  mutable std::once_flag fingerprint_once_;
+  mutable ModelFingerprint fingerprint_;
+};
+
+struct Session::Impl {
+  Impl(std::shared_ptr<const Model::Impl> m, KvCacheConfig config, std::unique_ptr<KvCache> c);
+
+  std::shared_ptr<const Model::Impl> model;
+  LlamaModel llama;                  // its own copy of the weight views and activations
+  KvCacheConfig cache_config;        // to make an empty cache again (Clear, Truncate)
+  std::unique_ptr<KvCache> cache;
+  std::vector<int32_t> tokens;       // [positions] the ids the cache holds
+  std::vector<float> logits;         // [vocab_size] after tokens.back(); empty when unknown
+  SamplerOptions sampler_options;
+  Sampler sampler;
+};
+
+}  // namespace kvq

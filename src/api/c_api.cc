@@ -1,0 +1,216 @@
+// The C API (include/kvq.h) over the C++ API: handles wrap Model and Session; errors land in a
+// thread-local string that kvq_last_error returns.
+#include "kvq.h"
+
+#include <cstring>
+#include <string>
+
+#include "kvq/log.h"
+#include "kvq/model.h"
+#include "kvq/session.h"
+
+struct kvq_model {
+  std::unique_ptr<kvq::Model> model;
+};
+struct kvq_session {
+  std::unique_ptr<kvq::Session> session;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+int Fail(const std::string& message) {
+  last_error = message;
+  return KVQ_ERROR;
+}
+
+int Check(const kvq::Status& s) { return s.ok() ? KVQ_OK : Fail(s.message()); }
+
+std::string Str(const char* s, const char* fallback = "") { return s != nullptr ? s : fallback; }
+
+kvq::SamplerOptions Sampling(const kvq_generate_options& o) {
+  return {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .min_p = o.min_p, .seed = o.seed};
+}
+
+kvq::KvOptions KvFromC(const kvq_model_options& o) {
+  kvq::KvOptions kv;
+  kv.key_format = Str(o.kv_key_format, "f16");
+  kv.value_format = Str(o.kv_value_format, "f16");
+  kv.budgets.device_bytes = o.kv_device_budget_bytes;
+  kv.budgets.host_bytes = o.kv_host_budget_bytes;
+  kv.budgets.disk_dir = Str(o.kv_disk_dir);
+  return kv;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* kvq_last_error(void) { return last_error.c_str(); }
+
+void kvq_set_log_callback(kvq_log_fn fn, void* user_data) {
+  if (fn == nullptr) {
+    kvq::SetLogCallback({});
+    return;
+  }
+  kvq::SetLogCallback([fn, user_data](kvq::LogLevel level, const std::string& message) {
+    fn(static_cast<int>(level), message.c_str(), user_data);
+  });
+}
+
+void kvq_model_options_init(kvq_model_options* o) {
+  *o = {};
+  o->kv_key_format = "f16";
+  o->kv_value_format = "f16";
+}
+
+kvq_model* kvq_model_load(const char* path, const kvq_model_options* options) {
+  if (path == nullptr) {
+    Fail("kvq_model_load: path is NULL");
+    return nullptr;
+  }
+  kvq_model_options defaults;
+  kvq_model_options_init(&defaults);
+  const kvq_model_options& o = options != nullptr ? *options : defaults;
+  const kvq::ModelOptions mo{.tokenizer_path = Str(o.tokenizer_path), .threads = o.threads,
+                             .context = o.context, .kv = KvFromC(o)};
+  kvq::Result<std::unique_ptr<kvq::Model>> m = kvq::Model::Load(path, mo);
+  if (!m.ok()) {
+    Fail(m.status().message());
+    return nullptr;
+  }
+  return new kvq_model{std::move(m).value()};
+}
+
+void kvq_model_free(kvq_model* model) { delete model; }
+
+void kvq_model_get_info(const kvq_model* model, kvq_model_info* info) {
+  const kvq::ModelInfo& i = model->model->info();
+  *info = {.architecture = i.architecture.c_str(), .n_layers = i.n_layers, .dim = i.dim,
+           .hidden_dim = i.hidden_dim, .n_heads = i.n_heads, .n_kv_heads = i.n_kv_heads,
+           .head_dim = i.head_dim, .vocab_size = i.vocab_size, .trained_context = i.trained_context,
+           .context = i.context, .threads = i.threads, .bos = i.bos, .eos = i.eos};
+}
+
+int64_t kvq_tokenize(const kvq_model* model, const char* text, int add_bos, int32_t* ids, int64_t capacity) {
+  if (text == nullptr || capacity < 0 || (ids == nullptr && capacity > 0)) {
+    Fail("kvq_tokenize: text is NULL, or ids is NULL with a capacity, or the capacity is negative");
+    return -1;
+  }
+  const kvq::AddBos bos = add_bos < 0 ? kvq::AddBos::kModelDefault : add_bos ? kvq::AddBos::kYes : kvq::AddBos::kNo;
+  const std::vector<int32_t> t = model->model->Tokenize(text, bos);
+  const int64_t n = static_cast<int64_t>(t.size());
+  if (n > 0 && capacity > 0) std::memcpy(ids, t.data(), sizeof(int32_t) * std::min(n, capacity));
+  return n;
+}
+
+int64_t kvq_detokenize(const kvq_model* model, const int32_t* ids, int64_t n, char* out, int64_t capacity) {
+  if (n < 0 || (ids == nullptr && n > 0) || capacity < 0 || (out == nullptr && capacity > 0)) {
+    Fail("kvq_detokenize: bad arguments (NULL buffer with a length, or a negative length)");
+    return -1;
+  }
+  kvq::Result<std::string> text = model->model->Detokenize({ids, static_cast<size_t>(n)});
+  if (!text.ok()) {
+    Fail(text.status().message());
+    return -1;
+  }
+  const int64_t len = static_cast<int64_t>(text->size());
+  if (capacity > 0) {
+    const int64_t copied = std::min(len, capacity - 1);
+    std::memcpy(out, text->data(), copied);
+    out[copied] = '\0';
+  }
+  return len;
+}
+
+int kvq_is_end_of_generation(const kvq_model* model, int32_t token) {
+  return model->model->IsEndOfGeneration(token) ? 1 : 0;
+}
+
+kvq_session* kvq_session_new(const kvq_model* model, const kvq_model_options* kv_override) {
+  kvq::Result<std::unique_ptr<kvq::Session>> s =
+      kv_override != nullptr ? model->model->NewSession(KvFromC(*kv_override)) : model->model->NewSession();
+  if (!s.ok()) {
+    Fail(s.status().message());
+    return nullptr;
+  }
+  return new kvq_session{std::move(s).value()};
+}
+
+void kvq_session_free(kvq_session* session) { delete session; }
+
+int kvq_session_prefill(kvq_session* session, const int32_t* ids, int64_t n) {
+  if (n < 0 || (ids == nullptr && n > 0)) return Fail("kvq_session_prefill: ids is NULL or n is negative");
+  return Check(session->session->Prefill({ids, static_cast<size_t>(n)}));
+}
+
+int kvq_session_decode(kvq_session* session, int32_t token) { return Check(session->session->Decode(token)); }
+
+const float* kvq_session_logits(const kvq_session* session) {
+  const std::span<const float> l = session->session->logits();
+  return l.empty() ? nullptr : l.data();
+}
+
+int64_t kvq_session_positions(const kvq_session* session) { return session->session->positions(); }
+int64_t kvq_session_kv_bytes(const kvq_session* session) { return session->session->kv_bytes(); }
+int kvq_session_truncate(kvq_session* session, int64_t n) { return Check(session->session->Truncate(n)); }
+int kvq_session_clear(kvq_session* session) { return Check(session->session->Clear()); }
+
+int kvq_session_save_prefix(const kvq_session* session, const char* path) {
+  if (path == nullptr) return Fail("kvq_session_save_prefix: path is NULL");
+  return Check(session->session->SavePrefix(path));
+}
+
+int64_t kvq_session_load_prefix(kvq_session* session, const char* path) {
+  if (path == nullptr) {
+    Fail("kvq_session_load_prefix: path is NULL");
+    return -1;
+  }
+  kvq::Result<int64_t> n = session->session->LoadPrefix(path);
+  if (!n.ok()) {
+    Fail(n.status().message());
+    return -1;
+  }
+  return *n;
+}
+
+void kvq_generate_options_init(kvq_generate_options* o) {
+  const kvq::SamplerOptions d;
+  *o = {.max_tokens = 256, .temperature = d.temperature, .top_k = d.top_k, .top_p = d.top_p, .min_p = d.min_p,
+        .seed = d.seed};
+}
+
+void kvq_session_set_sampler(kvq_session* session, const kvq_generate_options* options) {
+  session->session->SetSampler(Sampling(*options));
+}
+
+int32_t kvq_session_sample(kvq_session* session) {
+  kvq::Result<int32_t> t = session->session->Sample();
+  if (!t.ok()) {
+    Fail(t.status().message());
+    return -1;
+  }
+  return *t;
+}
+
+int kvq_session_generate(kvq_session* session, const char* prompt, const kvq_generate_options* options,
+                         kvq_token_fn on_token, void* user_data, int64_t* n_generated) {
+  if (prompt == nullptr) return Fail("kvq_session_generate: prompt is NULL");
+  kvq_generate_options defaults;
+  kvq_generate_options_init(&defaults);
+  const kvq_generate_options& o = options != nullptr ? *options : defaults;
+  kvq::TokenCallback callback;
+  if (on_token != nullptr) {
+    callback = [on_token, user_data](int32_t token, const std::string& piece) {
+      return on_token(token, piece.c_str(), user_data) != 0;
+    };
+  }
+  kvq::Result<kvq::Completion> c =
+      session->session->Generate(prompt, {.max_tokens = o.max_tokens, .sampling = Sampling(o)}, callback);
+  if (!c.ok()) return Fail(c.status().message());
+  if (n_generated != nullptr) *n_generated = static_cast<int64_t>(c->tokens.size());
+  return KVQ_OK;
+}
+
+}  // extern "C"

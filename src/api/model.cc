@@ -1,0 +1,126 @@
+// Model (see include/kvq/model.h): LoadModel plus the option checks, metadata and tokenizer calls.
+#include <fmt/format.h>
+
+#include <thread>
+
+#include "api/api_internal.h"
+#include "model/load_model.h"
+
+namespace kvq {
+
+Result<KvCacheConfig> CacheConfigFor(const LlamaConfig& c, int64_t context, const KvOptions& kv) {
+  KvCacheConfig config{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
+                       .max_positions = context, .budgets = kv.budgets};
+  auto find = [](const std::string& name, const std::string& what) -> Result<const FormatDesc*> {
+    Result<const FormatDesc*> f = FindFormat(name);
+    if (!f.ok()) return Status::Error(fmt::format("KvOptions::{}: {}", what, f.status().message()));
+    return f;
+  };
+  if (kv.layers.empty()) {
+    Result<const FormatDesc*> k = find(kv.key_format, "key_format"), v = find(kv.value_format, "value_format");
+    if (!k.ok()) return k.status();
+    if (!v.ok()) return v.status();
+    config.layers = {{*k, *v}};
+  } else {
+    if (static_cast<int64_t>(kv.layers.size()) != c.n_layers) {
+      return Status::Error(fmt::format("KvOptions::layers has {} entries; the model has {} layers (give one per "
+                                       "layer, or none)", kv.layers.size(), c.n_layers));
+    }
+    for (size_t l = 0; l < kv.layers.size(); ++l) {
+      Result<const FormatDesc*> k = find(kv.layers[l].key, fmt::format("layers[{}].key", l));
+      Result<const FormatDesc*> v = find(kv.layers[l].value, fmt::format("layers[{}].value", l));
+      if (!k.ok()) return k.status();
+      if (!v.ok()) return v.status();
+      config.layers.push_back({*k, *v});
+    }
+  }
+  if (kv.page_positions < 0 || kv.page_positions % 32 != 0) {
+    return Status::Error(fmt::format("KvOptions::page_positions must be 0 or a positive multiple of 32 (got {})",
+                                     kv.page_positions));
+  }
+  config.page_positions = kv.page_positions > 0 ? kv.page_positions
+                                                : static_cast<int32_t>(std::min<int64_t>(256, (context + 31) / 32 * 32));
+  if (Result<KvTierPlan> plan = KvCache::Plan(config); !plan.ok()) return plan.status();
+  return config;
+}
+
+const ModelFingerprint& Model::Impl::fingerprint() const {
+  std::call_once(fingerprint_once_, [this] { fingerprint_ = Fingerprint(weights); });
+  return fingerprint_;
+}
+
+Model::Model(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Model::~Model() = default;
+
+Result<std::unique_ptr<Model>> Model::Load(const std::string& path, const ModelOptions& options) {
+  if (options.threads < 0 || options.threads > 1024) {
+    return Status::Error(fmt::format("ModelOptions::threads must be in 0..1024 (got {})", options.threads));
+  }
+  if (options.context < 0) {
+    return Status::Error(fmt::format("ModelOptions::context must be >= 0 (got {})", options.context));
+  }
+  Result<LoadedModel> loaded = LoadModel(path, options.tokenizer_path);
+  if (!loaded.ok()) return loaded.status();
+  auto impl = std::make_shared<Impl>();
+  impl->weights = std::move(loaded.value().weights);
+  impl->tokenizer = std::move(loaded.value().tokenizer);
+  impl->options = options;
+  const LlamaConfig& c = impl->weights.config;
+  if (options.context > c.seq_len) {
+    return Status::Error(fmt::format("{}: ModelOptions::context {} is past the model's context of {} positions",
+                                     path, options.context, c.seq_len));
+  }
+  const int32_t hardware = static_cast<int32_t>(std::thread::hardware_concurrency());
+  const int32_t threads = options.threads > 0 ? options.threads : std::clamp(hardware, 1, 1024);
+  impl->options.threads = threads;
+  impl->info = {.path = path, .architecture = c.arch, .n_layers = c.n_layers, .dim = c.dim,
+                .hidden_dim = c.hidden_dim, .n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads,
+                .head_dim = c.head_dim(), .vocab_size = c.vocab_size, .trained_context = c.seq_len,
+                .context = options.context > 0 ? options.context : c.seq_len,
+                .rope_theta = c.rope_theta, .threads = threads, .bos = impl->tokenizer.bos(),
+                .eos = impl->tokenizer.eos()};
+  // Check the default KV options now, so a bad format or budget is reported by Load.
+  if (Result<KvCacheConfig> kv = CacheConfigFor(c, impl->info.context, options.kv); !kv.ok()) {
+    return kv.status();
+  }
+  return std::unique_ptr<Model>(new Model(std::move(impl)));
+}
+
+const ModelInfo& Model::info() const { return impl_->info; }
+
+std::vector<int32_t> Model::Tokenize(std::string_view text, AddBos add_bos) const {
+  const bool bos = add_bos == AddBos::kModelDefault ? impl_->tokenizer.add_bos() : add_bos == AddBos::kYes;
+  return impl_->tokenizer.Encode(text, bos);
+}
+
+Result<std::string> Model::Detokenize(std::span<const int32_t> ids) const {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= impl_->info.vocab_size) {
+      return Status::Error(fmt::format("Detokenize: id {} at index {} is outside the vocabulary [0, {})",
+                                       ids[i], i, impl_->info.vocab_size));
+    }
+  }
+  return impl_->tokenizer.Detokenize(ids);
+}
+
+std::string Model::TokenPiece(int32_t id) const {
+  if (id < 0 || id >= impl_->info.vocab_size) return {};
+  return impl_->tokenizer.piece(id);
+}
+
+bool Model::IsEndOfGeneration(int32_t id) const {
+  return id >= 0 && id < impl_->info.vocab_size && impl_->tokenizer.IsEndOfGeneration(id);
+}
+
+Result<std::unique_ptr<Session>> Model::NewSession() const { return NewSession(impl_->options.kv); }
+
+Result<std::unique_ptr<Session>> Model::NewSession(const KvOptions& kv) const {
+  Result<KvCacheConfig> config = CacheConfigFor(impl_->weights.config, impl_->info.context, kv);
+  if (!config.ok()) return config.status();
+  Result<std::unique_ptr<KvCache>> cache = KvCache::Create(*config);
+  if (!cache.ok()) return cache.status();
+  auto impl = std::make_unique<Session::Impl>(impl_, std::move(config).value(), std::move(cache).value());
+  return std::unique_ptr<Session>(new Session(std::move(impl)));
+}
+
+}  // namespace kvq
