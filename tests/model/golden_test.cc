@@ -4,39 +4,17 @@
 // from the GGUF copy. Also through a streamed cache, since tiers must not change a bit.
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <regex>
-#include <sstream>
-
 #include "generate/generate.h"
 #include "model/load_model.h"
+#include "test_util/golden_runc.h"
 
 namespace kvq {
 namespace {
 
 const std::string kDir = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/";
 
-struct Golden {
-  std::string prompt;
-  std::vector<int32_t> ids;
-};
-
-std::vector<Golden> ReadGolden() {
-  std::ifstream in(kDir + "golden-runc-ids.txt");
-  std::vector<Golden> out;
-  std::string line;
-  const std::regex header(R"re(=== model=stories260K\.bin prompt="(.*)" \(token ids)re");
-  while (std::getline(in, line)) {
-    std::smatch m;
-    if (std::regex_search(line, m, header)) {
-      out.push_back({m[1].str(), {}});
-    } else if (line.rfind("IDS:", 0) == 0 && !out.empty()) {
-      std::istringstream ids(line.substr(4));
-      for (int32_t id; ids >> id;) out.back().ids.push_back(id);
-    }
-  }
-  return out;
-}
+using Golden = test::GoldenRun;
+std::vector<Golden> ReadGolden() { return test::ReadGoldenRuns(); }
 
 // model: "stories260K.bin" (with tok512.bin) or "stories260K.gguf" (its own vocabulary).
 std::vector<int32_t> RunGreedy(const std::string& prompt, int32_t n_total, KvBudgets budgets,
