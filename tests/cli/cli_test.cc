@@ -135,6 +135,51 @@ TEST(BadInput, ClearErrorAndNonZeroExit) {
   }
 }
 
+// The shared flags (src/cli/flags.h) are declared once: every command that takes one refuses a bad
+// value at parse time with the same message, exit 2, nothing on stdout. (Dropping the validator
+// from AddThreadsFlag makes the --threads 0/1025/two cases fail: the commands then run or fail
+// later with other messages.)
+TEST(SharedFlags, EveryCommandRefusesABadValueTheSameWay) {
+  const std::string threads = "--threads: must be in 1..1024 (got 0)";
+  const std::string format = "--format: unknown KV format 'nope'";
+  const struct { std::string args, must_mention; } cases[] = {
+      {"run -t 0", "kvq run: error: " + threads},
+      {"bench attention --threads 0", "kvq bench attention: error: " + threads},
+      {"bench stream --threads 0", "kvq bench stream: error: " + threads},
+      {"bench matvec --threads 0", "kvq bench matvec: error: " + threads},
+      {"bench decode -t 0", "kvq bench decode: error: " + threads},
+      {"eval attention -t 0", "kvq eval attention: error: " + threads},
+      {"eval fidelity -t 0", "kvq eval fidelity: error: " + threads},
+      {"run -t 1025", "--threads: must be in 1..1024 (got 1025)"},
+      {"run -t two", "--threads: expected an integer (got 'two')"},
+      {"synth --threads -1 -o x.gguf", "--threads: must be in 0..1024 (got -1)"},
+      {"bench attention --format f16,nope", format},
+      {"bench stream --format nope", format},
+      {"bench decode --format nope", format},
+      {"eval attention --format nope", format},
+      {"eval fidelity --format nope", format},
+      {"plan --layers 1 --kv-heads 1 --head-dim 8 --format nope --context 1", format},
+      {"run --kv nope", "--kv: unknown KV format 'nope'"},
+      {"run --kv-k nope", "--kv-k: unknown KV format 'nope'"},
+      {"formats --head-dim 1025", "--head-dim: must be in 1..1024 (got 1025)"},
+      {"bench attention --head-dim 0", "--head-dim: must be in 1..1024 (got 0)"},
+      {"bench attention --context 0", "--context: must be in 1..16777216 (got 0)"},
+      {"bench stream --context 4194305", "--context: must be in 1..4194304 (got 4194305)"},
+      {"bench decode --context=-1", "--context: must be at least 0 (got -1)"},
+      {"run --kv-host-budget 12XB", "--kv-host-budget: invalid size '12XB'"},
+      {"plan --layers 1 --kv-heads 1 --head-dim 8 --context 1 --kv-device-budget 0",
+       "--kv-device-budget: invalid size '0'"},
+      {"bench matvec --working-set 1QB", "--working-set: invalid size '1QB'"},
+      {"bench decode --kv-budget 1QB", "--kv-budget: invalid size '1QB'"},
+  };
+  for (const auto& c : cases) {
+    const KvqRun r = Kvq(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << " said: " << r.err;
+    EXPECT_TRUE(r.out.empty()) << c.args << " printed: " << r.out;
+    EXPECT_NE(r.err.find(c.must_mention), std::string::npos) << c.args << " said: " << r.err;
+  }
+}
+
 TEST(Run, JsonOnTheBundledModel) {
   const auto j = Json("run -p \"Once upon a time\" -n 20 --temp 0 --kv int8");
   for (const char* key : {"prompt", "completion", "tokens", "prompt_tps", "decode_tps", "kv_bytes", "kv_format"}) {
