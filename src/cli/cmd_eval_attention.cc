@@ -54,7 +54,7 @@ struct Source {
   std::vector<std::string> lines;
 };
 
-void Print(const EvalAttentionOptions& o, const Source& src, const AttentionErrorReport& report) {
+void PrintAttentionReport(const EvalAttentionOptions& o, const Source& src, const AttentionErrorReport& report) {
   if (o.shared.json) {
     nlohmann::json out = src.json;
     out["results"] = nlohmann::json::array();
@@ -93,7 +93,7 @@ void Print(const EvalAttentionOptions& o, const Source& src, const AttentionErro
   }
 }
 
-int Run(const EvalAttentionOptions& o) {
+int RunEvalAttention(const EvalAttentionOptions& o) {
   auto bad = [](const std::string& m) { return BadInput(kCommand, m); };
   auto fail = [](const std::string& m) {
     fmt::print(stderr, "kvq {}: error: {}\n", kCommand, m);
@@ -255,7 +255,7 @@ int Run(const EvalAttentionOptions& o) {
     report = MeasureModelAttentionError(model, input.tokens, config, progress);
   }
   if (!report.ok()) return fail(report.status().message());
-  Print(o, src, *report);
+  PrintAttentionReport(o, src, *report);
   return 0;
 }
 
@@ -289,7 +289,7 @@ void AddEvalAttentionCommand(CLI::App& eval, int* exit_code) {
     o->contexts_given = contexts->count() > 0;
     o->layer_given = layer->count() > 0;
     o->head_given = head->count() > 0;
-    *exit_code = Run(*o);
+    *exit_code = RunEvalAttention(*o);
   });
 }
 

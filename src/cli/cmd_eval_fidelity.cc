@@ -122,7 +122,7 @@ nlohmann::json ReportJson(const FidelityReport& r, const std::string& model, con
           {"formats", formats}};
 }
 
-int RunFidelityCommand(const FidelityOptions& o) {
+int RunEvalFidelity(const FidelityOptions& o) {
   auto bad = [](const std::string& m) { return BadInput(kCommand, m); };
   auto fail = [](const std::string& m) {
     fmt::print(stderr, "kvq {}: error: {}\n", kCommand, m);
@@ -220,7 +220,7 @@ void AddEvalFidelityCommand(CLI::App& eval, int* exit_code) {
   cmd->add_option("--plot", o->plot, "Also draw memory (x) vs damage (y, log) to FILE.png or FILE.svg (needs gnuplot)");
   cmd->add_option("--plot-y", o->plot_y, "The plot's y axis: kl or drift")->capture_default_str();
   AddThreadsFlag(cmd, &o->shared, "Threads (the numbers do not depend on it)");
-  cmd->callback([o, exit_code] { *exit_code = RunFidelityCommand(*o); });
+  cmd->callback([o, exit_code] { *exit_code = RunEvalFidelity(*o); });
 }
 
 }  // namespace kvq::cli

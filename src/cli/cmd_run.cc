@@ -28,7 +28,7 @@ struct RunOptions {
   std::string prompt_cache;
 };
 
-int RunRun(const RunOptions& o) {
+int RunGenerate(const RunOptions& o) {
   auto bad = [](const std::string& m) { return BadInput("run", m); };
   const SharedOptions& so = o.shared;
   const std::string model_path = so.ModelPath();
@@ -155,7 +155,7 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   AddJsonFlag(cmd, &o->shared, "Print one JSON document instead of streaming text");
   cmd->callback([o, exit_code, seed] {
     o->seed_given = seed->count() > 0;
-    *exit_code = RunRun(*o);
+    *exit_code = RunGenerate(*o);
   });
 }
 
