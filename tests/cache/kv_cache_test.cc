@@ -56,7 +56,7 @@ std::unique_ptr<KvCache> MakeCache(LayerFormats f, int64_t layers, int64_t max_p
                                                         .page_positions = page,
                                                         .budgets = budgets});
   EXPECT_TRUE(c.ok()) << c.status().message();
-  return c.ok() ? std::move(c).value() : nullptr;
+  return c.ok() ? std::move(c).value() : nullptr;  // null: the caller ASSERTs, no dereference
 }
 
 // out of attention over `cache` layer 0 for tokens at the last n_tokens positions.
@@ -115,9 +115,12 @@ TEST(KvCache, EveryTierIsBitIdenticalToOneWindow) {
         TempDir dir;
         // Page bytes for this pair, to size a working set of three pages.
         auto resident = MakeCache(f, 1, 1000, {});
+        ASSERT_NE(resident, nullptr);
         const int64_t three_pages = 3 * resident->plan().slot_bytes;
         auto host_streamed = MakeCache(f, 1, 1000, {.device_bytes = three_pages});
         auto disk_streamed = MakeCache(f, 1, 1000, {.device_bytes = three_pages, .disk_dir = dir.path.string()});
+        ASSERT_NE(host_streamed, nullptr);
+        ASSERT_NE(disk_streamed, nullptr);
         for (KvCache* c : {resident.get(), host_streamed.get(), disk_streamed.get()}) {
           InBlocks(n, [&](int64_t at, int64_t m) {
             ASSERT_TRUE(c->Append(0, k.data() + at * kRow.elems(), v.data() + at * kRow.elems(), m).ok());
@@ -156,6 +159,7 @@ TEST(KvCache, LayersMayUseDifferentFormats) {
 TEST(KvCache, WorkingSetStaysWithinBudgetAt100xContext) {
   const LayerFormats f{*FindFormat("int4"), *FindFormat("int4")};
   auto probe = MakeCache(f, 1, 100, {}, 32);
+  ASSERT_NE(probe, nullptr);
   const int64_t budget = 3 * probe->plan().slot_bytes + 64;  // room for three 32-position pages
   auto c = MakeCache(f, 1, 20000, {.device_bytes = budget}, 32);
   ASSERT_NE(c, nullptr);
@@ -203,6 +207,7 @@ TEST(KvCache, DiskTierServesMoreThanTheHostBudgetAndCleansUp) {
   EXPECT_FALSE(fs::exists(file)) << "the disk tier's file outlived its cache";
   {
     auto kept = MakeCache(f, 1, n, {.disk_dir = dir.path.string(), .keep_disk_file = true});
+    ASSERT_NE(kept, nullptr);
     file = kept->plan().disk_file;
   }
   EXPECT_TRUE(fs::exists(file)) << "keep_disk_file was ignored";
@@ -214,6 +219,7 @@ TEST(KvCache, ShortDiskReadIsAnErrorNamingTheFile) {
   const LayerFormats f{*FindFormat("int8"), *FindFormat("int8")};
   TempDir dir;
   auto c = MakeCache(f, 1, 1000, {.disk_dir = dir.path.string()});
+  ASSERT_NE(c, nullptr);
   const std::vector<float> x = Random(300 * kRow.elems(), 3);
   ASSERT_TRUE(c->Append(0, x.data(), x.data(), 300).ok());  // 4 full pages written out
   fs::resize_file(c->plan().disk_file, 100);
@@ -256,6 +262,7 @@ TEST(KvCache, ImpossibleConfigurationsAreRefusedAtCreation) {
   EXPECT_NE(why(c).find("64-bit"), std::string::npos) << why(c);
   // Appending past the context is refused too.
   auto cache = MakeCache(f16, 1, 10, {});
+  ASSERT_NE(cache, nullptr);
   const std::vector<float> x = Random(11 * kRow.elems(), 1);
   EXPECT_FALSE(cache->Append(0, x.data(), x.data(), 11).ok());
   EXPECT_EQ(cache->positions(0), 0);
