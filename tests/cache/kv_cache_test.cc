@@ -135,18 +135,25 @@ TEST(KvCache, EveryTierIsBitIdenticalToOneWindow) {
   }
 }
 
+// One layer per registered format, layer l holding K in format l and V in format l + 1 (mod the
+// count), so every format sits beside others as K and as V, streamed through one working set.
 TEST(KvCache, LayersMayUseDifferentFormats) {
   const int64_t n = 130;
+  const std::span<const FormatDesc* const> all = Formats();
+  const int64_t n_layers = static_cast<int64_t>(all.size());
+  ASSERT_GE(n_layers, 2);
+  std::vector<LayerFormats> layers;
+  for (int64_t l = 0; l < n_layers; ++l) layers.push_back({all[l], all[(l + 1) % n_layers]});
   TempDir dir;
   Result<std::unique_ptr<KvCache>> c = KvCache::Create(
-      {.n_layers = 3, .n_kv_heads = 2, .head_dim = 16,
-       .layers = {{*FindFormat("f16"), *FindFormat("f16")}, {*FindFormat("int2-kivi"), *FindFormat("int2-kivi")},
-                  {*FindFormat("fp8-e4m3"), *FindFormat("int4")}},
+      {.n_layers = n_layers, .n_kv_heads = 2, .head_dim = 16, .layers = layers,
        .max_positions = 200, .page_positions = 32,
        .budgets = {.device_bytes = 1 << 16, .disk_dir = dir.path.string()}});
   ASSERT_TRUE(c.ok()) << c.status().message();
   const std::vector<float> q = Random(kShape.n_heads * kShape.head_dim, 9);
-  for (int64_t l = 0; l < 3; ++l) {
+  for (int64_t l = 0; l < n_layers; ++l) {
+    SCOPED_TRACE(::testing::Message() << "layer " << l << ": K " << layers[l].key->name << ", V "
+                                      << layers[l].value->name);
     const std::vector<float> k = Random(n * kRow.elems(), 10 + l), v = Random(n * kRow.elems(), 20 + l);
     InBlocks(n, [&](int64_t at, int64_t m) {
       ASSERT_TRUE((*c)->Append(l, k.data() + at * kRow.elems(), v.data() + at * kRow.elems(), m).ok());

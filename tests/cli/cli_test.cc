@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "kvq/format.h"
 #include "test_util/run_kvq.h"
 
 namespace {
@@ -92,15 +93,20 @@ TEST(Formats, Seed004BitsColumnAtHeadDim8) {
   EXPECT_EQ(bits["int2"], 4);
   EXPECT_EQ(pct["int8"], 62.5);
   EXPECT_EQ(pct["fp4-e2m1"], 28.125);
-  EXPECT_EQ(j["formats"].size(), 10u);
+  // The listing is the registry: every registered format, in registry order, with its id.
+  ASSERT_EQ(j["formats"].size(), kvq::Formats().size());
+  for (size_t i = 0; i < kvq::Formats().size(); ++i) {
+    EXPECT_EQ(j["formats"][i]["name"], kvq::Formats()[i]->name);
+    EXPECT_EQ(j["formats"][i]["id"], static_cast<int>(kvq::Formats()[i]->id));
+  }
 }
 
 TEST(Formats, HumanTableListsEveryFormatAndTheSimdTarget) {
   const KvqRun r = Kvq("formats --head-dim 8 --kv-heads 4");
   ASSERT_EQ(r.exit_code, 0);
-  for (const char* name : {"f32", "f16", "bf16", "fp8-e4m3", "int8", "int4", "int2", "int4-kivi",
-                           "int2-kivi", "fp4-e2m1"}) {
-    EXPECT_NE(r.out.find(name), std::string::npos) << name;
+  ASSERT_FALSE(kvq::Formats().empty());
+  for (const kvq::FormatDesc* f : kvq::Formats()) {
+    EXPECT_NE(r.out.find(f->name), std::string::npos) << f->name;
   }
   EXPECT_NE(r.out.find("SIMD target here:"), std::string::npos);
 }
