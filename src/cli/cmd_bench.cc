@@ -2,10 +2,12 @@
 // in the same run.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "kvq/attention.h"
 #include "kvq/units.h"
 #include "measure/attention_bench.h"
@@ -15,47 +17,40 @@
 namespace kvq::cli {
 namespace {
 
+// The largest contexts the arms may be asked for (bench stream keeps every arm on the host).
+constexpr int64_t kMaxAttentionContext = int64_t{1} << 24;
+constexpr int64_t kMaxStreamContext = int64_t{1} << 22;
+
 struct BenchAttentionOptions {
-  std::vector<std::string> formats = {"f32", "f16", "int8", "int4"};
-  std::vector<int64_t> contexts = {4096, 16384};
+  SharedOptions shared{.formats = {"f32", "f16", "int8", "int4"}, .contexts = {4096, 16384}};
   int64_t head_dim = 128;
   int64_t q_heads = 32;
   int64_t kv_heads = 8;
-  int64_t threads = 2;
   int64_t reps = 9;
-  bool json = false;
 };
 
 int RunBenchAttention(const BenchAttentionOptions& o) {
   auto bad = [](const std::string& m) { return BadInput("bench attention", m); };
-  if (o.head_dim <= 0 || o.head_dim > kMaxHeadDim) {
-    return bad(fmt::format("--head-dim must be in 1..{} (got {})", kMaxHeadDim, o.head_dim));
-  }
   if (o.kv_heads <= 0 || o.kv_heads > 4096) return bad(fmt::format("--kv-heads must be in 1..4096 (got {})", o.kv_heads));
   if (o.q_heads <= 0 || o.q_heads % o.kv_heads != 0) {
     return bad(fmt::format("--q-heads must be a positive multiple of --kv-heads {} (got {})", o.kv_heads, o.q_heads));
   }
-  if (o.threads <= 0 || o.threads > 1024) return bad(fmt::format("--threads must be in 1..1024 (got {})", o.threads));
   if (o.reps <= 0 || o.reps > 10000) return bad(fmt::format("--reps must be in 1..10000 (got {})", o.reps));
   AttentionBenchConfig c;
   c.shape = {.n_heads = static_cast<int32_t>(o.q_heads), .n_kv_heads = static_cast<int32_t>(o.kv_heads),
              .head_dim = static_cast<int32_t>(o.head_dim)};
-  c.threads = static_cast<int32_t>(o.threads);
+  c.threads = o.shared.threads;
   c.reps = static_cast<int32_t>(o.reps);
-  int64_t largest = 0;
-  for (const std::string& name : o.formats) {
-    const Result<const FormatDesc*> f = FindFormat(name);
-    if (!f.ok()) return bad("--format: " + f.status().message());
-    if (Status s = CheckShape(**f, {.n_kv_heads = c.shape.n_kv_heads, .head_dim = c.shape.head_dim}); !s.ok()) {
+  const Result<std::vector<const FormatDesc*>> formats = o.shared.FormatList();
+  if (!formats.ok()) return bad(formats.status().message());
+  for (const FormatDesc* f : *formats) {
+    if (Status s = CheckShape(*f, {.n_kv_heads = c.shape.n_kv_heads, .head_dim = c.shape.head_dim}); !s.ok()) {
       return bad(s.message());
     }
-    c.formats.push_back(*f);
   }
-  for (int64_t n : o.contexts) {
-    if (n <= 0 || n > (int64_t{1} << 24)) return bad(fmt::format("--context must be in 1..16777216 (got {})", n));
-    largest = std::max(largest, n);
-  }
-  c.contexts = o.contexts;
+  c.formats = *formats;
+  c.contexts = o.shared.contexts;
+  const int64_t largest = c.contexts.empty() ? 0 : *std::max_element(c.contexts.begin(), c.contexts.end());
   // The K + V of the widest arm at the largest context, for each arm alive at once.
   const int64_t f32_bytes = largest * c.shape.n_kv_heads * c.shape.head_dim * 4 * 2;
   if (f32_bytes * static_cast<int64_t>(c.formats.size()) > (int64_t{16} << 30)) {
@@ -66,12 +61,12 @@ int RunBenchAttention(const BenchAttentionOptions& o) {
 
   // Ceiling first: a buffer 4x the largest f32 KV (at least 512 MiB) defeats the caches.
   const int64_t bw_bytes = std::max<int64_t>(int64_t{512} << 20, std::min<int64_t>(4 * f32_bytes, int64_t{2} << 30));
-  if (!o.json) fmt::print(stderr, "measuring read bandwidth over {} on {} threads...\n", FormatBytesIec(bw_bytes), c.threads);
+  if (!o.shared.json) fmt::print(stderr, "measuring read bandwidth over {} on {} threads...\n", FormatBytesIec(bw_bytes), c.threads);
   const double read_gbps = MeasureReadBandwidthGbps(bw_bytes, c.threads, 5);
   auto progress = [&](const std::string& line) { fmt::print(stderr, "bench attention: {}\n", line); };
   const std::vector<AttentionBenchRow> rows = RunAttentionBench(c, progress);
 
-  if (o.json) {
+  if (o.shared.json) {
     nlohmann::json out = {{"isa", AttentionSimdTarget()}, {"threads", c.threads},
                           {"head_dim", o.head_dim}, {"q_heads", o.q_heads}, {"kv_heads", o.kv_heads},
                           {"read_bandwidth_gbps", read_gbps}, {"fill", "random rows encoded in each format"},
@@ -100,48 +95,36 @@ int RunBenchAttention(const BenchAttentionOptions& o) {
 }
 
 struct BenchStreamOptions {
-  std::vector<std::string> formats = {"f16", "int4"};
-  std::vector<int64_t> contexts = {16384, 65536};
+  SharedOptions shared{.formats = {"f16", "int4"}, .contexts = {16384, 65536}};
   int64_t head_dim = 128;
   int64_t q_heads = 32;
   int64_t kv_heads = 8;
-  int64_t threads = 2;
   int64_t page = 256;
-  std::string device_budget = "8MiB";
+  int64_t device_budget = int64_t{8} << 20;
   int64_t reps = 7;
-  bool json = false;
 };
 
 int RunBenchStream(const BenchStreamOptions& o) {
   auto bad = [](const std::string& m) { return BadInput("bench stream", m); };
-  if (o.head_dim <= 0 || o.head_dim > kMaxHeadDim) return bad(fmt::format("--head-dim must be in 1..{}", kMaxHeadDim));
   if (o.kv_heads <= 0 || o.q_heads <= 0 || o.q_heads % o.kv_heads != 0) {
     return bad("--q-heads must be a positive multiple of --kv-heads");
   }
-  if (o.threads <= 0 || o.threads > 1024) return bad("--threads must be in 1..1024");
   if (o.reps <= 0 || o.reps > 1000) return bad("--reps must be in 1..1000");
-  const Result<int64_t> budget = ParseByteSize(o.device_budget);
-  if (!budget.ok()) return bad("--kv-device-budget: " + budget.status().message());
   StreamBenchConfig c;
   c.shape = {.n_heads = static_cast<int32_t>(o.q_heads), .n_kv_heads = static_cast<int32_t>(o.kv_heads),
              .head_dim = static_cast<int32_t>(o.head_dim)};
-  c.threads = static_cast<int32_t>(o.threads);
+  c.threads = o.shared.threads;
   c.page_positions = static_cast<int32_t>(o.page);
-  c.device_bytes = *budget;
+  c.device_bytes = o.device_budget;
   c.reps = static_cast<int32_t>(o.reps);
-  c.contexts = o.contexts;
-  for (int64_t n : o.contexts) {
-    if (n <= 0 || n > (int64_t{1} << 22)) return bad(fmt::format("--context must be in 1..4194304 (got {})", n));
-  }
-  for (const std::string& name : o.formats) {
-    const Result<const FormatDesc*> f = FindFormat(name);
-    if (!f.ok()) return bad("--format: " + f.status().message());
-    c.formats.push_back(*f);
-  }
+  c.contexts = o.shared.contexts;
+  const Result<std::vector<const FormatDesc*>> formats = o.shared.FormatList();
+  if (!formats.ok()) return bad(formats.status().message());
+  c.formats = *formats;
   auto progress = [](const std::string& line) { fmt::print(stderr, "bench stream: {}\n", line); };
   const Result<std::vector<StreamBenchRow>> rows = RunStreamBench(c, progress);
   if (!rows.ok()) return bad(rows.status().message());
-  if (o.json) {
+  if (o.shared.json) {
     nlohmann::json out = {{"isa", AttentionSimdTarget()}, {"threads", c.threads}, {"page_positions", c.page_positions},
                           {"device_budget_bytes", c.device_bytes}, {"results", nlohmann::json::array()}};
     for (const StreamBenchRow& r : *rows) {
@@ -176,30 +159,30 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   bench->require_subcommand(1);
   auto o = std::make_shared<BenchAttentionOptions>();
   CLI::App* cmd = bench->add_subcommand("attention", "Decode-attention time per KV format vs context");
-  cmd->add_option("--format", o->formats, "KV formats, comma-separated; run as interleaved arms")
-      ->delimiter(',')->capture_default_str();
-  cmd->add_option("--context", o->contexts, "Context lengths, comma-separated")->delimiter(',')->capture_default_str();
-  cmd->add_option("--head-dim", o->head_dim, "Numbers per head row")->capture_default_str();
+  AddFormatListFlag(cmd, &o->shared, "--format", "KV formats, comma-separated; run as interleaved arms");
+  AddContextListFlag(cmd, &o->shared, "--context", "Context lengths, comma-separated", 1, kMaxAttentionContext);
+  AddHeadDimFlag(cmd, &o->head_dim);
   cmd->add_option("--q-heads", o->q_heads, "Query heads")->capture_default_str();
   cmd->add_option("--kv-heads", o->kv_heads, "KV heads")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "Threads")->capture_default_str();
+  AddThreadsFlag(cmd, &o->shared);
   cmd->add_option("--reps", o->reps, "Timed steps per format and context (median reported)")->capture_default_str();
-  cmd->add_flag("--json", o->json, "Print JSON instead of a table");
+  AddJsonFlag(cmd, &o->shared);
   cmd->callback([o, exit_code] { *exit_code = RunBenchAttention(*o); });
 
   auto so = std::make_shared<BenchStreamOptions>();
   CLI::App* stream = bench->add_subcommand(
       "stream", "Decode attention streamed through a device working set vs resident");
-  stream->add_option("--format", so->formats, "KV formats, comma-separated")->delimiter(',')->capture_default_str();
-  stream->add_option("--context", so->contexts, "Context lengths, comma-separated")->delimiter(',')->capture_default_str();
-  stream->add_option("--kv-device-budget", so->device_budget, "Working-set budget (e.g. 64MiB)")->capture_default_str();
+  AddFormatListFlag(stream, &so->shared, "--format", "KV formats, comma-separated");
+  AddContextListFlag(stream, &so->shared, "--context", "Context lengths, comma-separated", 1, kMaxStreamContext);
+  AddByteSizeFlag(stream, "--kv-device-budget", &so->device_budget, "Working-set budget (e.g. 64MiB)")
+      ->default_str("8MiB");
   stream->add_option("--page", so->page, "Positions per page (multiple of 32)")->capture_default_str();
-  stream->add_option("--head-dim", so->head_dim, "Numbers per head row")->capture_default_str();
+  AddHeadDimFlag(stream, &so->head_dim);
   stream->add_option("--q-heads", so->q_heads, "Query heads")->capture_default_str();
   stream->add_option("--kv-heads", so->kv_heads, "KV heads")->capture_default_str();
-  stream->add_option("--threads", so->threads, "Attention threads (the copy thread is extra)")->capture_default_str();
+  AddThreadsFlag(stream, &so->shared, "Attention threads (the copy thread is extra)");
   stream->add_option("--reps", so->reps, "Timed steps per arm (median reported)")->capture_default_str();
-  stream->add_flag("--json", so->json, "Print JSON instead of a table");
+  AddJsonFlag(stream, &so->shared);
   stream->callback([so, exit_code] { *exit_code = RunBenchStream(*so); });
 
   AddBenchMatvecCommand(*bench, exit_code);

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "kvq/kv_memory.h"
 #include "kvq/units.h"
 #include "measure/decode_bench.h"
@@ -20,14 +21,11 @@ constexpr int64_t kKillContext = 32768;  // seed 002: the ceiling at 32K decides
 constexpr double kKillThreshold = 0.10;  // under a 10% ceiling: close not-planned
 
 struct BenchDecodeOptions {
-  std::string model;
-  std::vector<std::string> formats = {"f16", "int8", "int4"};
-  std::vector<int64_t> contexts;  // empty: 4K, 16K, 32K, 64K bounded by the model and memory
-  std::string kv_budget;
-  int32_t threads = 2;
+  // -m, --format, --context (empty: 4K, 16K, 32K, 64K bounded by the model and memory), -t,
+  // --seed, --json
+  SharedOptions shared{.formats = {"f16", "int8", "int4"}};
+  int64_t kv_budget = 0;  // 0: 60% of RAM
   int32_t reps = 5;
-  uint64_t seed = 1;
-  bool json = false;
 };
 
 int64_t PhysicalMemoryBytes() {
@@ -37,26 +35,17 @@ int64_t PhysicalMemoryBytes() {
 
 int RunBenchDecode(const BenchDecodeOptions& o) {
   auto bad = [](const std::string& m) { return BadInput("bench decode", m); };
-  if (o.threads <= 0 || o.threads > 1024) return bad(fmt::format("--threads must be in 1..1024 (got {})", o.threads));
   if (o.reps <= 0 || o.reps > 1000) return bad(fmt::format("--reps must be in 1..1000 (got {})", o.reps));
   DecodeBenchConfig config;
   config.reps = o.reps;
-  config.seed = o.seed;
-  for (const std::string& name : o.formats) {
-    const Result<const FormatDesc*> f = FindFormat(name);
-    if (!f.ok()) return bad("--format: " + f.status().message());
-    config.formats.push_back(*f);
-  }
+  config.seed = o.shared.seed;
+  const Result<std::vector<const FormatDesc*>> formats = o.shared.FormatList();
+  if (!formats.ok()) return bad(formats.status().message());
+  config.formats = *formats;
   if (config.formats.empty()) return bad("--format: give at least one format");
-  int64_t budget = PhysicalMemoryBytes() / 10 * 6;
-  if (!o.kv_budget.empty()) {
-    const Result<int64_t> b = ParseByteSize(o.kv_budget);
-    if (!b.ok()) return bad("--kv-budget: " + b.status().message());
-    budget = *b;
-  }
-  const std::string model_path = o.model.empty() ? BundledModelFile("stories260K.bin") : o.model;
-  const std::string tok_path = o.model.empty() ? BundledModelFile("tok512.bin") : "";
-  Result<LoadedModel> loaded = LoadModel(model_path, tok_path);
+  const int64_t budget = o.kv_budget != 0 ? o.kv_budget : PhysicalMemoryBytes() / 10 * 6;
+  const std::string model_path = o.shared.ModelPath();
+  Result<LoadedModel> loaded = LoadModel(model_path, o.shared.TokenizerPath());
   if (!loaded.ok()) return bad(loaded.status().message());
   const LlamaConfig cfg = loaded->weights.config;
   for (const FormatDesc* f : config.formats) {
@@ -75,8 +64,9 @@ int RunBenchDecode(const BenchDecodeOptions& o) {
     return total;
   };
   const int64_t limit = int64_t{cfg.seq_len} - 1 - o.reps;
-  if (!o.contexts.empty()) {
-    for (int64_t n : o.contexts) {
+  const std::vector<int64_t>& contexts = o.shared.contexts;
+  if (!contexts.empty()) {
+    for (int64_t n : contexts) {
       if (n < 0 || n > limit) {
         return bad(fmt::format("--context {}: the model's context is {} positions, so at most {} can be filled "
                                "before {} decode steps", n, cfg.seq_len, std::max<int64_t>(limit, 0), 1 + o.reps));
@@ -87,7 +77,7 @@ int RunBenchDecode(const BenchDecodeOptions& o) {
                                FormatBytesIec(arms_bytes(n)), FormatBytesIec(budget)));
       }
     }
-    config.contexts = o.contexts;
+    config.contexts = contexts;
   } else {
     for (int64_t n : {4096, 16384, 32768, 65536}) {
       if (n > limit) {
@@ -102,7 +92,7 @@ int RunBenchDecode(const BenchDecodeOptions& o) {
     if (config.contexts.empty()) config.contexts.push_back(std::max<int64_t>(limit, 0));
   }
 
-  LlamaModel model(std::move(loaded->weights), o.threads);
+  LlamaModel model(std::move(loaded->weights), o.shared.threads);
   auto progress = [](const std::string& line) { fmt::print(stderr, "bench decode: {}\n", line); };
   const Result<std::vector<DecodeBenchRow>> rows = RunDecodeBench(model, config, progress);
   if (!rows.ok()) return bad(rows.status().message());
@@ -127,8 +117,8 @@ int RunBenchDecode(const BenchDecodeOptions& o) {
         clears ? "clears the 10% kill criterion" : "under 10%: close not-planned (seed 002's kill criterion)"));
   }
   const std::string fill = "random rows encoded in each format (not a prefill)";
-  if (o.json) {
-    nlohmann::json out = {{"model", model_path}, {"threads", o.threads}, {"matvec_isa", MatVecTargetName()},
+  if (o.shared.json) {
+    nlohmann::json out = {{"model", model_path}, {"threads", o.shared.threads}, {"matvec_isa", MatVecTargetName()},
                           {"weight_bytes_per_step", weight_bytes}, {"reference", reference->name}, {"fill", fill},
                           {"reps", o.reps}, {"results", nlohmann::json::array()}, {"kill_criterion", verdicts}};
     if (cfg.seq_len < kKillContext) out["kill_criterion_note"] = "computed from shapes past the model's context";
@@ -143,7 +133,7 @@ int RunBenchDecode(const BenchDecodeOptions& o) {
   }
   fmt::print("decode: {} ({} layers, {} KV heads x {}, context {}), weights read per step {}, {} threads, "
              "matvec SIMD {}\n", model_path, cfg.n_layers, cfg.n_kv_heads, cfg.head_dim(), cfg.seq_len,
-             FormatBytesIec(weight_bytes), o.threads, MatVecTargetName());
+             FormatBytesIec(weight_bytes), o.shared.threads, MatVecTargetName());
   fmt::print("cache fill: {}; arms interleaved, {} timed steps each; ceiling and speedup vs {}\n\n", fill, o.reps,
              reference->name);
   fmt::print("{:<8} {:>8} {:>10} {:>17} {:>8} {:>11} {:>9} {:>9} {:>9}\n", "format", "context", "ms/step",
@@ -167,17 +157,16 @@ void AddBenchDecodeCommand(CLI::App& bench, int* exit_code) {
   auto o = std::make_shared<BenchDecodeOptions>();
   CLI::App* cmd = bench.add_subcommand(
       "decode", "Whole-model decode tok/s vs context per KV format, with KV share, ceiling and measured speedup");
-  cmd->add_option("-m,--model", o->model, "Model file (.gguf or llama2.c .bin; default: the bundled stories260K)");
-  cmd->add_option("--format,--formats", o->formats, "KV formats, comma-separated; paired, interleaved arms")
-      ->delimiter(',')->capture_default_str();
-  cmd->add_option("--context,--contexts", o->contexts,
-                  "Positions in the cache before the timed steps, comma-separated (default: 4096,16384,32768,65536 "
-                  "within the model's context and --kv-budget)")->delimiter(',');
-  cmd->add_option("--kv-budget", o->kv_budget, "Most KV bytes the arms may hold at once (default: 60% of RAM)");
-  cmd->add_option("-t,--threads", o->threads, "Threads")->capture_default_str();
+  AddModelFlag(cmd, &o->shared);
+  AddFormatListFlag(cmd, &o->shared, "--format,--formats", "KV formats, comma-separated; paired, interleaved arms");
+  AddContextListFlag(cmd, &o->shared, "--context,--contexts",
+                     "Positions in the cache before the timed steps, comma-separated (default: 4096,16384,32768,65536 "
+                     "within the model's context and --kv-budget)", 0, INT64_MAX);
+  AddByteSizeFlag(cmd, "--kv-budget", &o->kv_budget, "Most KV bytes the arms may hold at once (default: 60% of RAM)");
+  AddThreadsFlag(cmd, &o->shared);
   cmd->add_option("--reps", o->reps, "Timed decode steps per arm and context (median reported)")->capture_default_str();
-  cmd->add_option("--seed", o->seed, "Seed of the random cache fill")->capture_default_str();
-  cmd->add_flag("--json", o->json, "Print JSON instead of a table");
+  AddSeedFlag(cmd, &o->shared, "Seed of the random cache fill")->capture_default_str();
+  AddJsonFlag(cmd, &o->shared);
   cmd->callback([o, exit_code] { *exit_code = RunBenchDecode(*o); });
 }
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "kvq/units.h"
 #include "measure/matvec_bench.h"
 #include "measure/read_bandwidth.h"
@@ -16,13 +17,12 @@ namespace kvq::cli {
 namespace {
 
 struct BenchMatvecOptions {
+  SharedOptions shared;  // -t, --json
   std::vector<std::string> types = {"q4_0", "q8_0", "f16", "f32"};
   int64_t rows = 2048;
   int64_t cols = 8192;
-  int64_t threads = 2;
   int64_t reps = 9;
-  std::string working_set = "1GiB";
-  bool json = false;
+  int64_t working_set = int64_t{1} << 30;
 };
 
 int RunBenchMatvec(const BenchMatvecOptions& o) {
@@ -33,16 +33,11 @@ int RunBenchMatvec(const BenchMatvecOptions& o) {
     if (!type.ok()) return bad("--type: " + type.status().message());
     c.types.push_back(*type);
   }
-  const Result<int64_t> working_set = ParseByteSize(o.working_set);
-  if (!working_set.ok()) return bad("--working-set: " + working_set.status().message());
-  c.working_set_bytes = *working_set;
+  c.working_set_bytes = o.working_set;
   c.rows = o.rows;
   c.cols = o.cols;
-  if (o.threads < 1 || o.threads > 1024) {
-    return bad(fmt::format("--threads must be in 1..1024 (got {})", o.threads));
-  }
   if (o.reps < 1 || o.reps > 10000) return bad(fmt::format("--reps must be in 1..10000 (got {})", o.reps));
-  c.threads = static_cast<int32_t>(o.threads);
+  c.threads = o.shared.threads;
   c.reps = static_cast<int32_t>(o.reps);
   if (Status s = CheckMatVecBenchConfig(c); !s.ok()) return bad(s.message());
 
@@ -58,7 +53,7 @@ int RunBenchMatvec(const BenchMatvecOptions& o) {
   const double bw_after = MeasureReadBandwidthGbps(bw_bytes, c.threads, 5);
   const double read_gbps = std::max(bw_before, bw_after);
 
-  if (o.json) {
+  if (o.shared.json) {
     nlohmann::json out = {{"isa", MatVecTargetName()}, {"threads", c.threads}, {"rows", c.rows},
                           {"cols", c.cols}, {"shapes", "[rows][cols] and [cols][rows] alternately"},
                           {"working_set_bytes", c.working_set_bytes}, {"reps", c.reps},
@@ -101,11 +96,11 @@ void AddBenchMatvecCommand(CLI::App& bench, int* exit_code) {
   cmd->add_option("--rows", o->rows, "Rows of the first matrix shape (the second is transposed)")
       ->capture_default_str();
   cmd->add_option("--cols", o->cols, "Columns of the first matrix shape")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "Threads")->capture_default_str();
+  AddThreadsFlag(cmd, &o->shared);
   cmd->add_option("--reps", o->reps, "Timed sweeps per type (median reported)")->capture_default_str();
-  cmd->add_option("--working-set", o->working_set, "Weight bytes each type sweeps per repetition (e.g. 1GiB)")
-      ->capture_default_str();
-  cmd->add_flag("--json", o->json, "Print JSON instead of a table");
+  AddByteSizeFlag(cmd, "--working-set", &o->working_set, "Weight bytes each type sweeps per repetition (e.g. 1GiB)")
+      ->default_str("1GiB");
+  AddJsonFlag(cmd, &o->shared);
   cmd->callback([o, exit_code] { *exit_code = RunBenchMatvec(*o); });
 }
 

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "kvq/attention.h"
 #include "measure/attention_error.h"
 #include "model/load_model.h"
@@ -22,16 +23,12 @@ const std::vector<int64_t> kDefaultContexts = {16, 64, 256, 1024, 2787};
 constexpr const char* kCommand = "eval attention";
 
 struct EvalAttentionOptions {
-  std::string model, tokenizer, text;
-  std::vector<std::string> formats;
-  std::vector<int64_t> contexts;
+  SharedOptions shared;  // -m, --tokenizer, --format, --contexts, --seed, -t, --json
+  std::string text;
   int64_t layer = -1, head = -1;
   bool synthetic = false;
-  uint64_t seed = 1;
-  int64_t threads = 2;
   // Synthetic shape overrides (0: the model's).
   int64_t layers = 0, q_heads = 0, kv_heads = 0, head_dim = 0;
-  bool json = false;
   // Which of the optional flags were given.
   bool contexts_given = false, layer_given = false, head_given = false;
 };
@@ -57,8 +54,8 @@ struct Source {
   std::vector<std::string> lines;
 };
 
-void Print(const EvalAttentionOptions& o, const Source& src, const AttentionErrorReport& report) {
-  if (o.json) {
+void PrintAttentionReport(const EvalAttentionOptions& o, const Source& src, const AttentionErrorReport& report) {
+  if (o.shared.json) {
     nlohmann::json out = src.json;
     out["results"] = nlohmann::json::array();
     for (const AttentionErrorRow& r : report.rows) {
@@ -96,27 +93,23 @@ void Print(const EvalAttentionOptions& o, const Source& src, const AttentionErro
   }
 }
 
-int Run(const EvalAttentionOptions& o) {
+int RunEvalAttention(const EvalAttentionOptions& o) {
   auto bad = [](const std::string& m) { return BadInput(kCommand, m); };
   auto fail = [](const std::string& m) {
     fmt::print(stderr, "kvq {}: error: {}\n", kCommand, m);
     return 1;
   };
   AttentionErrorConfig config;
-  for (const std::string& name : o.formats) {
-    const Result<const FormatDesc*> f = FindFormat(name);
-    if (!f.ok()) return bad("--format: " + f.status().message());
-    if (std::find(config.formats.begin(), config.formats.end(), *f) == config.formats.end()) config.formats.push_back(*f);
+  const Result<std::vector<const FormatDesc*>> formats = o.shared.FormatList();
+  if (!formats.ok()) return bad(formats.status().message());
+  for (const FormatDesc* f : *formats) {
+    if (std::find(config.formats.begin(), config.formats.end(), f) == config.formats.end()) config.formats.push_back(f);
   }
   if (config.formats.empty()) return bad("--format: expected at least one format");
-  std::vector<int64_t> contexts = o.contexts_given ? o.contexts : kDefaultContexts;
+  std::vector<int64_t> contexts = o.contexts_given ? o.shared.contexts : kDefaultContexts;
   if (contexts.empty()) return bad("--contexts: expected at least one context length");
-  for (int64_t n : contexts) {
-    if (n <= 0) return bad(fmt::format("--contexts: context lengths must be at least 1 (got {})", n));
-  }
   std::sort(contexts.begin(), contexts.end());
   contexts.erase(std::unique(contexts.begin(), contexts.end()), contexts.end());
-  if (o.threads <= 0 || o.threads > 1024) return bad(fmt::format("--threads must be in 1..1024 (got {})", o.threads));
   const struct { int64_t value; const char* flag; } shape_flags[] = {
       {o.layers, "--layers"}, {o.q_heads, "--q-heads"}, {o.kv_heads, "--kv-heads"}, {o.head_dim, "--head-dim"}};
   bool all_shape_flags = true;
@@ -129,11 +122,10 @@ int Run(const EvalAttentionOptions& o) {
   // The model: its shape and context, and for model rows its weights and tokenizer. Synthetic rows
   // with every shape flag given need no model.
   const bool need_model = !o.synthetic || !all_shape_flags;
-  const std::string model_path = o.model.empty() ? BundledModelFile("stories260K.bin") : o.model;
-  const std::string tok_path = o.tokenizer.empty() && o.model.empty() ? BundledModelFile("tok512.bin") : o.tokenizer;
+  const std::string model_path = o.shared.ModelPath();
   std::optional<LoadedModel> loaded;
   if (need_model) {
-    Result<LoadedModel> m = LoadModel(model_path, tok_path);
+    Result<LoadedModel> m = LoadModel(model_path, o.shared.TokenizerPath());
     if (!m.ok()) return bad(m.status().message());
     loaded.emplace(std::move(m.value()));
   }
@@ -192,16 +184,16 @@ int Run(const EvalAttentionOptions& o) {
     if (const std::string e = rows_too_big(contexts.back()); !e.empty()) return bad(e);
     config.contexts = contexts;
     src.json["source"] = "synthetic";
-    src.json["seed"] = o.seed;
+    src.json["seed"] = o.shared.seed;
     src.json["contexts"] = contexts;
     src.lines = {fmt::format("attention error vs context: synthetic rows (q, K, V drawn N(0, 1), seed {}), {} layers, "
                              "{} query heads, {} KV heads, head_dim {}, scale 1/sqrt(head_dim)",
-                             o.seed, shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim),
+                             o.shared.seed, shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim),
                  "query at position context - 1 (attends to every position); reference: the f32 rows; candidate: "
                  "each format's KvCache (rows 0..n-2 appended as a block, the query's row alone)",
                  measured, fmt::format("contexts: {}; attention kernel: SIMD {}", JoinContexts(contexts),
                                        AttentionSimdTarget())};
-    report = MeasureSyntheticAttentionError(shape, o.seed, config, progress);
+    report = MeasureSyntheticAttentionError(shape, o.shared.seed, config, progress);
   } else {
     const int64_t limit = loaded->weights.config.seq_len;
     std::string cap_note;
@@ -259,11 +251,11 @@ int Run(const EvalAttentionOptions& o) {
                  measured + "; top-1 changed: the next token's argmax with those attention outputs replaced",
                  fmt::format("contexts: {}; attention kernel: SIMD {}", JoinContexts(contexts), AttentionSimdTarget())};
     if (!cap_note.empty()) src.lines.push_back(cap_note);
-    LlamaModel model(std::move(loaded->weights), static_cast<int32_t>(o.threads));
+    LlamaModel model(std::move(loaded->weights), o.shared.threads);
     report = MeasureModelAttentionError(model, input.tokens, config, progress);
   }
   if (!report.ok()) return fail(report.status().message());
-  Print(o, src, *report);
+  PrintAttentionReport(o, src, *report);
   return 0;
 }
 
@@ -271,33 +263,33 @@ int Run(const EvalAttentionOptions& o) {
 
 void AddEvalAttentionCommand(CLI::App& eval, int* exit_code) {
   auto o = std::make_shared<EvalAttentionOptions>();
-  for (const FormatDesc* f : Formats()) o->formats.push_back(f->name);
+  for (const FormatDesc* f : Formats()) o->shared.formats.push_back(f->name);
   CLI::App* cmd = eval.add_subcommand(
       "attention", "Attention error vs context per KV format (seed 000): one query at position n-1 over n cached "
                    "positions, reference f32 rows vs the format's round trip");
-  cmd->add_option("-m,--model", o->model, "Model file (.gguf or llama2.c .bin); default: the bundled stories260K");
-  cmd->add_option("--tokenizer", o->tokenizer, "Tokenizer file (llama2.c models; default tok512.bin beside it)");
+  AddModelFlag(cmd, &o->shared);
+  AddTokenizerFlag(cmd, &o->shared);
   cmd->add_option("-f,--file", o->text, "Text to run (default data/eval/tinystories-eval.txt); repeated when shorter "
                                         "than the largest context");
-  cmd->add_option("--format", o->formats, "KV formats, comma-separated")->delimiter(',')->capture_default_str();
-  CLI::Option* contexts = cmd->add_option(
-      "--contexts", o->contexts, "Context lengths, comma-separated (default 16,64,256,1024,2787; model rows cap the "
-                                 "defaults at the model's context)")->delimiter(',');
+  AddFormatListFlag(cmd, &o->shared, "--format", "KV formats, comma-separated");
+  CLI::Option* contexts = AddContextListFlag(
+      cmd, &o->shared, "--contexts", "Context lengths, comma-separated (default 16,64,256,1024,2787; model rows cap "
+                                     "the defaults at the model's context)", 1, INT64_MAX);
   CLI::Option* layer = cmd->add_option("--layer", o->layer, "Measure only this layer (default: every layer, averaged)");
   CLI::Option* head = cmd->add_option("--head", o->head, "Measure only this query head (default: every head)");
   cmd->add_flag("--synthetic", o->synthetic, "Gaussian q, K, V rows of the model's shape instead of the model's own");
-  cmd->add_option("--seed", o->seed, "Seed of the synthetic rows")->capture_default_str();
+  AddSeedFlag(cmd, &o->shared, "Seed of the synthetic rows")->capture_default_str();
   cmd->add_option("--layers", o->layers, "Synthetic rows: layers (default: the model's)");
   cmd->add_option("--q-heads", o->q_heads, "Synthetic rows: query heads (default: the model's)");
   cmd->add_option("--kv-heads", o->kv_heads, "Synthetic rows: KV heads (default: the model's)");
   cmd->add_option("--head-dim", o->head_dim, "Synthetic rows: numbers per head (default: the model's)");
-  cmd->add_option("-t,--threads", o->threads, "Threads of the model's forward pass")->capture_default_str();
-  cmd->add_flag("--json", o->json, "Print JSON instead of a table");
+  AddThreadsFlag(cmd, &o->shared, "Threads of the model's forward pass");
+  AddJsonFlag(cmd, &o->shared);
   cmd->callback([o, exit_code, contexts, layer, head] {
     o->contexts_given = contexts->count() > 0;
     o->layer_given = layer->count() > 0;
     o->head_given = head->count() > 0;
-    *exit_code = Run(*o);
+    *exit_code = RunEvalAttention(*o);
   });
 }
 

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "measure/fidelity.h"
 #include "model/load_model.h"
 
@@ -29,14 +30,11 @@ namespace {
 constexpr const char* kCommand = "eval fidelity";
 
 struct FidelityOptions {
-  std::string model;
-  std::string tokenizer;
+  // -m, --tokenizer, --format (empty: every registered format), -t, --json
+  SharedOptions shared{.threads = 1};
   std::string text;
-  std::vector<std::string> formats;  // empty: every registered format
-  bool json = false;
   std::string plot;
   std::string plot_y = "kl";
-  int32_t threads = 1;
 };
 
 // The bundled evaluation text: data/eval/ beside the source tree's models/ (when run from a build
@@ -124,13 +122,12 @@ nlohmann::json ReportJson(const FidelityReport& r, const std::string& model, con
           {"formats", formats}};
 }
 
-int RunFidelityCommand(const FidelityOptions& o) {
+int RunEvalFidelity(const FidelityOptions& o) {
   auto bad = [](const std::string& m) { return BadInput(kCommand, m); };
   auto fail = [](const std::string& m) {
     fmt::print(stderr, "kvq {}: error: {}\n", kCommand, m);
     return 1;
   };
-  if (o.threads <= 0 || o.threads > 1024) return bad(fmt::format("--threads must be in 1..1024 (got {})", o.threads));
   if (o.plot_y != "kl" && o.plot_y != "drift") return bad(fmt::format("--plot-y must be kl or drift (got '{}')", o.plot_y));
   std::string gnuplot;
   if (!o.plot.empty()) {
@@ -142,14 +139,10 @@ int RunFidelityCommand(const FidelityOptions& o) {
     }
   }
   FidelityConfig config;
-  if (o.formats.empty()) {
-    for (const FormatDesc* f : Formats()) config.formats.push_back(f);
-  }
-  for (const std::string& name : o.formats) {
-    const Result<const FormatDesc*> f = FindFormat(name);
-    if (!f.ok()) return bad("--format: " + f.status().message());
-    config.formats.push_back(*f);
-  }
+  const Result<std::vector<const FormatDesc*>> formats = o.shared.FormatList();
+  if (!formats.ok()) return bad(formats.status().message());
+  config.formats = *formats;
+  if (config.formats.empty()) config.formats.assign(Formats().begin(), Formats().end());
 
   const std::string text_path = o.text.empty() ? BundledEvalText() : o.text;
   if (!std::filesystem::is_regular_file(text_path)) {
@@ -161,9 +154,8 @@ int RunFidelityCommand(const FidelityOptions& o) {
   if (!in.good() && !in.eof()) return bad(fmt::format("-f {}: cannot read the file", text_path));
   if (text.str().empty()) return bad(fmt::format("-f {}: the file is empty (expected text to evaluate on)", text_path));
 
-  const std::string model_path = o.model.empty() ? BundledModelFile("stories260K.bin") : o.model;
-  const std::string tok_path = o.tokenizer.empty() && o.model.empty() ? BundledModelFile("tok512.bin") : o.tokenizer;
-  Result<LoadedModel> loaded = LoadModel(model_path, tok_path);
+  const std::string model_path = o.shared.ModelPath();
+  Result<LoadedModel> loaded = LoadModel(model_path, o.shared.TokenizerPath());
   if (!loaded.ok()) return bad(loaded.status().message());
   const Tokenizer tokenizer = std::move(loaded.value().tokenizer);
   const LlamaConfig cfg = loaded->weights.config;
@@ -181,14 +173,14 @@ int RunFidelityCommand(const FidelityOptions& o) {
     if (Status s = CheckShape(*f, row); !s.ok()) return bad("--format: " + s.message());
   }
 
-  LlamaModel model(std::move(loaded.value().weights), o.threads);
+  LlamaModel model(std::move(loaded.value().weights), o.shared.threads);
   Result<FidelityReport> report = RunFidelity(model, input.tokens, config, [](const std::string& line) {
     fmt::print(stderr, "kvq {}: {}\n", kCommand, line);
   });
   if (!report.ok()) return fail(report.status().message());
 
   const std::string model_name = DisplayPath(model_path), text_name = DisplayPath(text_path);
-  if (o.json) {
+  if (o.shared.json) {
     fmt::print("{}\n", ReportJson(*report, model_name, text_name).dump(2));
   } else {
     PrintTable(*report, model_name, text_name, tokenizer.add_bos() && tokenizer.bos() >= 0);
@@ -216,20 +208,19 @@ void AddEvalFidelityCommand(CLI::App& eval, int* exit_code) {
       "format (K and V), one decode step per token, logits compared at every position: logit drift\n"
       "(mean |dlogit| over positions x vocab), mean KL(ref||cand), top-1 agreement and perplexity,\n"
       "beside bits per number and memory as a share of f16");
-  cmd->add_option("-m,--model", o->model, "GGUF (.gguf) or llama2.c checkpoint; default: models/stories260K");
-  cmd->add_option("--tokenizer", o->tokenizer,
-                  "llama2.c tokenizer file (default: the GGUF's vocabulary, or tok512.bin beside a .bin)");
+  AddModelFlag(cmd, &o->shared);
+  AddTokenizerFlag(cmd, &o->shared);
   cmd->add_option("-f,--file", o->text,
                   "Text to evaluate on (default: data/eval/tinystories-eval.txt); cut to the model's context");
-  cmd->add_option("--format", o->formats, "KV formats to compare, comma-separated (default: every format; "
-                                          "see kvq formats)")->delimiter(',');
-  cmd->add_flag("--json", o->json,
+  AddFormatListFlag(cmd, &o->shared, "--format",
+                    "KV formats to compare, comma-separated (default: every format; see kvq formats)");
+  AddJsonFlag(cmd, &o->shared,
                 "Print JSON: model, text, positions, reference_ppl, formats[] with format, bits_per_number, "
                 "memory_vs_f16 and top1_agree as fractions (0..1), logit_drift, kl, positions, ppl");
   cmd->add_option("--plot", o->plot, "Also draw memory (x) vs damage (y, log) to FILE.png or FILE.svg (needs gnuplot)");
   cmd->add_option("--plot-y", o->plot_y, "The plot's y axis: kl or drift")->capture_default_str();
-  cmd->add_option("-t,--threads", o->threads, "Threads (the numbers do not depend on it)")->capture_default_str();
-  cmd->callback([o, exit_code] { *exit_code = RunFidelityCommand(*o); });
+  AddThreadsFlag(cmd, &o->shared, "Threads (the numbers do not depend on it)");
+  cmd->callback([o, exit_code] { *exit_code = RunEvalFidelity(*o); });
 }
 
 }  // namespace kvq::cli

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "kvq/format.h"
 #include "kvq/kv_memory.h"
 #include "simd/dispatch.h"
@@ -12,9 +13,9 @@ namespace kvq::cli {
 namespace {
 
 struct FormatsOptions {
+  SharedOptions shared;  // --json
   int64_t head_dim = 128;
   int64_t kv_heads = 8;
-  bool json = false;
 };
 
 nlohmann::json CodecJson(const Codec& c, RowShape shape, bool usable) {
@@ -28,10 +29,6 @@ nlohmann::json CodecJson(const Codec& c, RowShape shape, bool usable) {
 }
 
 int RunFormats(const FormatsOptions& o) {
-  if (o.head_dim <= 0 || o.head_dim > kMaxHeadDim) {
-    return BadInput("formats", fmt::format("--head-dim must be in 1..{} (got {})", kMaxHeadDim,
-                                           o.head_dim));
-  }
   if (o.kv_heads <= 0 || o.kv_heads > 1 << 20) {
     return BadInput("formats", fmt::format("--kv-heads must be in 1..{} (got {})", 1 << 20,
                                            o.kv_heads));
@@ -41,7 +38,7 @@ int RunFormats(const FormatsOptions& o) {
   const double f16_bytes = static_cast<double>(PlanKvMemory(**FindFormat("f16"), shape)
                                                    ->bytes_per_layer_position);
   nlohmann::json list = nlohmann::json::array();
-  if (!o.json) {
+  if (!o.shared.json) {
     fmt::print("KV formats at {} KV heads x head_dim {} (SIMD target here: {})\n\n", o.kv_heads,
                o.head_dim, simd::DispatchedTargetName());
     fmt::print("{:>3}  {:<10} {:>20}  {:>8}  {}\n", "id", "name", "bits/number", "of f16",
@@ -60,7 +57,7 @@ int RunFormats(const FormatsOptions& o) {
       j["why_not"] = m.status().message();
     }
     list.push_back(j);
-    if (o.json) continue;
+    if (o.shared.json) continue;
     const std::string what =
         std::string_view(f->key.element) == f->value.element &&
                 std::string_view(f->key.scale) == f->value.scale
@@ -79,7 +76,7 @@ int RunFormats(const FormatsOptions& o) {
     fmt::print("{:>3}  {:<10} {:>20}  {:>7.1f}%  {}\n", static_cast<int>(f->id), f->name, bits,
                100.0 * j["memory_vs_f16"].get<double>(), what);
   }
-  if (o.json) {
+  if (o.shared.json) {
     nlohmann::json out = {{"kv_heads", o.kv_heads}, {"head_dim", o.head_dim},
                           {"simd_target", simd::DispatchedTargetName()}, {"formats", list}};
     fmt::print("{}\n", out.dump(2));
@@ -102,9 +99,9 @@ int RunFormats(const FormatsOptions& o) {
 void AddFormatsCommand(CLI::App& app, int* exit_code) {
   auto options = std::make_shared<FormatsOptions>();
   CLI::App* cmd = app.add_subcommand("formats", "List the KV number formats and their exact cost");
-  cmd->add_option("--head-dim", options->head_dim, "Numbers per head row")->capture_default_str();
+  AddHeadDimFlag(cmd, &options->head_dim);
   cmd->add_option("--kv-heads", options->kv_heads, "KV heads per row")->capture_default_str();
-  cmd->add_flag("--json", options->json, "Print JSON instead of a table");
+  AddJsonFlag(cmd, &options->shared);
   cmd->callback([options, exit_code] { *exit_code = RunFormats(*options); });
 }
 

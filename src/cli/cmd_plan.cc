@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "kvq/format.h"
 #include "kvq/kv_cache.h"
 #include "kvq/kv_memory.h"
@@ -16,16 +17,14 @@ namespace kvq::cli {
 namespace {
 
 struct PlanOptions {
+  SharedOptions shared;  // --context list, budgets, --json
   int64_t layers = 0;
   int64_t kv_heads = 0;
   int64_t head_dim = 0;
   std::string format = "f16";
-  std::vector<int64_t> contexts;
-  std::string kv_bytes;
-  std::string weight_bytes;
-  std::string device_budget, host_budget, disk_dir;
+  int64_t kv_bytes = 0;      // 0: not given
+  int64_t weight_bytes = 0;  // 0: not given
   int64_t page = 256;
-  bool json = false;
 };
 
 struct CeilingRow {
@@ -36,12 +35,10 @@ struct CeilingRow {
 
 int RunPlan(const PlanOptions& o) {
   auto bad = [](const std::string& m) { return BadInput("plan", m); };
+  const std::vector<int64_t>& contexts = o.shared.contexts;
   if (o.layers <= 0) return bad(fmt::format("--layers must be positive (got {})", o.layers));
   if (o.kv_heads <= 0 || o.kv_heads > INT32_MAX) {
     return bad(fmt::format("--kv-heads must be in 1..{} (got {})", INT32_MAX, o.kv_heads));
-  }
-  if (o.head_dim <= 0 || o.head_dim > kMaxHeadDim) {
-    return bad(fmt::format("--head-dim must be in 1..{} (got {})", kMaxHeadDim, o.head_dim));
   }
   const Result<const FormatDesc*> format = FindFormat(o.format);
   if (!format.ok()) return bad("--format: " + format.status().message());
@@ -49,11 +46,11 @@ int RunPlan(const PlanOptions& o) {
                       .head_dim = static_cast<int32_t>(o.head_dim)};
   const Result<KvMemory> mem = PlanKvMemory(**format, shape);
   if (!mem.ok()) return bad(mem.status().message());
-  if (o.contexts.empty() && o.kv_bytes.empty()) {
+  if (contexts.empty() && o.kv_bytes == 0) {
     return bad("give --context N[,N...] (positions to size), or --kv-bytes with --weight-bytes");
   }
   std::vector<std::pair<int64_t, int64_t>> totals;  // (context, total bytes)
-  for (int64_t n : o.contexts) {
+  for (int64_t n : contexts) {
     const Result<int64_t> total = KvBytesForContext(**format, shape, n);
     if (!total.ok()) return bad("--context: " + total.status().message());
     totals.emplace_back(n, *total);
@@ -61,33 +58,28 @@ int RunPlan(const PlanOptions& o) {
 
   // Tiers: with any budget flag, where the cache for the largest context would live.
   std::optional<KvTierPlan> tiers;
-  if (!o.device_budget.empty() || !o.host_budget.empty() || !o.disk_dir.empty()) {
-    if (o.contexts.empty()) return bad("budgets need --context (the context to plan the tiers for)");
+  const KvBudgets& budgets = o.shared.budgets;
+  if (budgets.device_bytes != 0 || budgets.host_bytes != 0 || !budgets.disk_dir.empty()) {
+    if (contexts.empty()) return bad("budgets need --context (the context to plan the tiers for)");
     KvCacheConfig config{.n_layers = o.layers, .n_kv_heads = shape.n_kv_heads, .head_dim = shape.head_dim,
                          .layers = {{*format, *format}},
-                         .max_positions = *std::max_element(o.contexts.begin(), o.contexts.end()),
-                         .page_positions = static_cast<int32_t>(std::clamp<int64_t>(o.page, 0, INT32_MAX))};
-    if (Status st = ParseBudgetFlags(o.device_budget, o.host_budget, o.disk_dir, &config.budgets); !st.ok()) {
-      return bad(st.message());
-    }
+                         .max_positions = *std::max_element(contexts.begin(), contexts.end()),
+                         .page_positions = static_cast<int32_t>(std::clamp<int64_t>(o.page, 0, INT32_MAX)),
+                         .budgets = budgets};
     const Result<KvTierPlan> plan = KvCache::Plan(config);
     if (!plan.ok()) return bad(plan.status().message());
     tiers = *plan;
   }
 
   std::vector<CeilingRow> ceiling_rows;
-  if (!o.kv_bytes.empty() && o.weight_bytes.empty()) {
+  if (o.kv_bytes != 0 && o.weight_bytes == 0) {
     return bad("--kv-bytes needs --weight-bytes (the weight bytes read per decode step)");
   }
-  if (!o.weight_bytes.empty()) {
-    const Result<int64_t> w = ParseByteSize(o.weight_bytes);
-    if (!w.ok()) return bad("--weight-bytes: " + w.status().message());
-    if (!o.kv_bytes.empty()) {
-      const Result<int64_t> kv = ParseByteSize(o.kv_bytes);
-      if (!kv.ok()) return bad("--kv-bytes: " + kv.status().message());
-      ceiling_rows.push_back({std::nullopt, *kv, *w});
+  if (o.weight_bytes != 0) {
+    if (o.kv_bytes != 0) {
+      ceiling_rows.push_back({std::nullopt, o.kv_bytes, o.weight_bytes});
     } else {
-      for (auto [n, total] : totals) ceiling_rows.push_back({n, total, *w});
+      for (auto [n, total] : totals) ceiling_rows.push_back({n, total, o.weight_bytes});
     }
   }
 
@@ -106,7 +98,7 @@ int RunPlan(const PlanOptions& o) {
   }
   const double f16_bytes = 4.0 * static_cast<double>(shape.row().elems());  // K + V, 2 B each
 
-  if (o.json) {
+  if (o.shared.json) {
     nlohmann::json out = {
         {"format", (*format)->name},
         {"layers", o.layers},
@@ -171,7 +163,7 @@ int RunPlan(const PlanOptions& o) {
                  FormatBytesIec(total));
     }
   }
-  if (tiers) fmt::print("\nTiers at {} positions: {}\n", *std::max_element(o.contexts.begin(), o.contexts.end()), tiers->Describe());
+  if (tiers) fmt::print("\nTiers at {} positions: {}\n", *std::max_element(contexts.begin(), contexts.end()), tiers->Describe());
   for (const CeilingRow& row : ceiling_rows) {
     const double share = static_cast<double>(row.kv_bytes) /
                          (static_cast<double>(row.kv_bytes) + static_cast<double>(row.weight_bytes));
@@ -197,19 +189,20 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
       "plan", "KV memory for a model shape and format; with --weight-bytes, KV share and ceilings");
   cmd->add_option("--layers", o->layers, "Layers that hold a KV cache")->required();
   cmd->add_option("--kv-heads", o->kv_heads, "KV heads per layer")->required();
-  cmd->add_option("--head-dim", o->head_dim, "Numbers per head row")->required();
+  AddHeadDimFlag(cmd, &o->head_dim)->required();
   cmd->add_option("--format", o->format, "KV format (see `kvq formats`); also the reference "
-                                         "for ceilings")->capture_default_str();
-  cmd->add_option("--context", o->contexts, "Positions to size, comma-separated")->delimiter(',');
-  cmd->add_option("--kv-bytes", o->kv_bytes,
+                                         "for ceilings")
+      ->check(KvFormatName())
+      ->capture_default_str();
+  // No upper bound here: KvBytesForContext refuses a context whose bytes overflow, naming it.
+  AddContextListFlag(cmd, &o->shared, "--context", "Positions to size, comma-separated", 1, INT64_MAX);
+  AddByteSizeFlag(cmd, "--kv-bytes", &o->kv_bytes,
                   "KV bytes read per decode step in --format (e.g. 718MB), for the KV share");
-  cmd->add_option("--weight-bytes", o->weight_bytes,
+  AddByteSizeFlag(cmd, "--weight-bytes", &o->weight_bytes,
                   "Weight bytes read per decode step (e.g. 566MB, 1.2GiB)");
-  cmd->add_option("--kv-device-budget", o->device_budget, "Plan tiers: device working-set budget (e.g. 256MiB)");
-  cmd->add_option("--kv-host-budget", o->host_budget, "Plan tiers: host RAM budget for the master copy");
-  cmd->add_option("--kv-disk", o->disk_dir, "Plan tiers: keep the master copy in a file in DIR");
+  AddBudgetFlags(cmd, &o->shared, "Plan tiers: ");
   cmd->add_option("--page", o->page, "Positions per cache page (multiple of 32)")->capture_default_str();
-  cmd->add_flag("--json", o->json, "Print JSON (exact integers) instead of a table");
+  AddJsonFlag(cmd, &o->shared, "Print JSON (exact integers) instead of a table");
   cmd->callback([o, exit_code] { *exit_code = RunPlan(*o); });
 }
 

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "cache/snapshot.h"
 #include "kvq/kv_cache.h"
 #include "kvq/units.h"
@@ -15,54 +16,44 @@ namespace kvq::cli {
 namespace {
 
 struct RunOptions {
-  std::string model;
-  std::string tokenizer;
+  SharedOptions shared;  // -m, --tokenizer, --kv*, budgets, --seed, -t, --json
   std::string prompt;
   int32_t n = 256;
   float temp = 0.8f;
   int32_t top_k = 40;
   float top_p = 0.95f;
   float min_p = 0.05f;
-  uint64_t seed = 0;
   bool seed_given = false;
   int64_t context = 0;
-  std::string kv = "f16", kv_k, kv_v;
-  std::string device_budget, host_budget, disk_dir;
-  int32_t threads = 2;
   std::string prompt_cache;
-  bool json = false;
 };
 
-int RunRun(const RunOptions& o) {
+int RunGenerate(const RunOptions& o) {
   auto bad = [](const std::string& m) { return BadInput("run", m); };
-  const std::string model_path = o.model.empty() ? BundledModelFile("stories260K.bin") : o.model;
-  const std::string tok_path = o.tokenizer.empty() && o.model.empty() ? BundledModelFile("tok512.bin") : o.tokenizer;
-  if (o.threads <= 0 || o.threads > 1024) return bad(fmt::format("--threads must be in 1..1024 (got {})", o.threads));
+  const SharedOptions& so = o.shared;
+  const std::string model_path = so.ModelPath();
   if (o.temp < 0) return bad(fmt::format("--temp must be >= 0 (got {})", o.temp));
   if (o.top_p <= 0 || o.top_p > 1) return bad(fmt::format("--top-p must be in (0, 1] (got {})", o.top_p));
   if (o.min_p < 0 || o.min_p >= 1) return bad(fmt::format("--min-p must be in [0, 1) (got {})", o.min_p));
   if (o.top_k < 0) return bad(fmt::format("--top-k must be >= 0 (got {})", o.top_k));
 
-  Result<LoadedModel> loaded_model = LoadModel(model_path, tok_path);
+  Result<LoadedModel> loaded_model = LoadModel(model_path, so.TokenizerPath());
   if (!loaded_model.ok()) return bad(loaded_model.status().message());
   LlamaWeights* weights = &loaded_model.value().weights;
   const Tokenizer* tokenizer = &loaded_model.value().tokenizer;
   const LlamaConfig cfg = weights->config;
 
-  const std::string k_name = o.kv_k.empty() ? o.kv : o.kv_k, v_name = o.kv_v.empty() ? o.kv : o.kv_v;
-  const Result<const FormatDesc*> kf = FindFormat(k_name), vf = FindFormat(v_name);
-  if (!kf.ok()) return bad((o.kv_k.empty() ? "--kv: " : "--kv-k: ") + kf.status().message());
-  if (!vf.ok()) return bad((o.kv_v.empty() ? "--kv: " : "--kv-v: ") + vf.status().message());
+  const Result<std::pair<const FormatDesc*, const FormatDesc*>> kv = so.KvFormats();
+  if (!kv.ok()) return bad(kv.status().message());
+  const auto [kf, vf] = *kv;
   const int64_t context = o.context == 0 ? cfg.seq_len : o.context;
   if (context < 0 || context > cfg.seq_len) {
     return bad(fmt::format("-c {}: the model's context is {} positions", o.context, cfg.seq_len));
   }
   KvCacheConfig cache_config{.n_layers = cfg.n_layers, .n_kv_heads = cfg.n_kv_heads, .head_dim = cfg.head_dim(),
-                             .layers = {{*kf, *vf}}, .max_positions = context,
-                             .page_positions = static_cast<int32_t>(std::min<int64_t>(256, (context + 31) / 32 * 32))};
-  if (Status st = ParseBudgetFlags(o.device_budget, o.host_budget, o.disk_dir, &cache_config.budgets); !st.ok()) {
-    return bad(st.message());
-  }
+                             .layers = {{kf, vf}}, .max_positions = context,
+                             .page_positions = static_cast<int32_t>(std::min<int64_t>(256, (context + 31) / 32 * 32)),
+                             .budgets = so.budgets};
   Result<std::unique_ptr<KvCache>> cache = KvCache::Create(cache_config);
   if (!cache.ok()) return bad(cache.status().message());
 
@@ -81,7 +72,7 @@ int RunRun(const RunOptions& o) {
     if (prefix) {
       cached_tokens = std::move(loaded).value();
     } else {  // another prompt: start from an empty cache, and save this prompt's prefix instead
-      if (!o.json) {
+      if (!so.json) {
         fmt::print(stderr, "kvq run: --prompt-cache {} holds another prompt's prefix ({} tokens); recomputing\n",
                    o.prompt_cache, loaded->size());
       }
@@ -89,10 +80,10 @@ int RunRun(const RunOptions& o) {
       if (!cache.ok()) return bad(cache.status().message());
     }
   }
-  LlamaModel model(std::move(*weights), o.threads);
+  LlamaModel model(std::move(*weights), so.threads);
   GenerateOptions g{.prompt = o.prompt, .n_new = o.n,
                     .sampling = {.temperature = o.temp, .top_k = o.top_k, .top_p = o.top_p,
-                                 .min_p = o.min_p, .seed = o.seed_given ? o.seed : std::random_device{}()}};
+                                 .min_p = o.min_p, .seed = o.seed_given ? so.seed : std::random_device{}()}};
   if (!o.prompt_cache.empty()) {
     g.on_prefix = [&](const std::vector<int32_t>& prefix) {
       const Status s = (*cache)->Save(o.prompt_cache, fingerprint, prefix);
@@ -100,12 +91,12 @@ int RunRun(const RunOptions& o) {
     };
   }
   auto stream = [&](const std::string& piece) {
-    if (!o.json) {
+    if (!so.json) {
       fmt::print("{}", piece);
       std::fflush(stdout);
     }
   };
-  if (!o.json) fmt::print("{}", o.prompt);
+  if (!so.json) fmt::print("{}", o.prompt);
   Result<GenerateResult> r = Generate(model, *tokenizer, **cache, g, stream, cached_tokens);
   if (!r.ok()) {
     fmt::print(stderr, "\nkvq run: error: {}\n", r.status().message());
@@ -113,14 +104,14 @@ int RunRun(const RunOptions& o) {
   }
   int64_t kv_bytes = 0;
   for (int64_t l = 0; l < cfg.n_layers; ++l) {
-    kv_bytes += BytesForRows((*kf)->key, {cfg.n_kv_heads, cfg.head_dim()}, (*cache)->positions(l)) +
-                BytesForRows((*vf)->value, {cfg.n_kv_heads, cfg.head_dim()}, (*cache)->positions(l));
+    kv_bytes += BytesForRows(kf->key, {cfg.n_kv_heads, cfg.head_dim()}, (*cache)->positions(l)) +
+                BytesForRows(vf->value, {cfg.n_kv_heads, cfg.head_dim()}, (*cache)->positions(l));
   }
   // Prompt speed counts the tokens actually run (a prompt cache skips the rest).
   const double prompt_tps = r->prompt_seconds > 0 ? (r->n_prompt - r->n_reused) / r->prompt_seconds : 0;
   const double decode_tps = r->decode_seconds > 0 ? r->n_decoded / r->decode_seconds : 0;
-  const std::string format_name = k_name == v_name ? k_name : k_name + "/" + v_name;
-  if (o.json) {
+  const std::string format_name = so.KvFormatName();
+  if (so.json) {
     nlohmann::json out = {{"prompt", o.prompt}, {"completion", r->completion}, {"tokens", r->tokens},
                           {"prompt_tps", prompt_tps}, {"decode_tps", decode_tps}, {"kv_bytes", kv_bytes},
                           {"kv_format", format_name}, {"model", model_path},
@@ -145,28 +136,26 @@ int RunRun(const RunOptions& o) {
 void AddRunCommand(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Generate text with a model (default: the bundled stories260K)");
-  cmd->add_option("-m,--model", o->model, "GGUF (.gguf) or llama2.c checkpoint; default: models/stories260K");
-  cmd->add_option("--tokenizer", o->tokenizer,
-                  "llama2.c tokenizer file (default: the GGUF's vocabulary, or tok512.bin beside a .bin)");
+  AddModelFlag(cmd, &o->shared);
+  AddTokenizerFlag(cmd, &o->shared);
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
   cmd->add_option("-n,--n-predict", o->n, "New tokens to generate at most (llama.cpp's -n)")->capture_default_str();
   cmd->add_option("--temp", o->temp, "Temperature; 0 = greedy")->capture_default_str();
   cmd->add_option("--top-k", o->top_k, "Top-k (0 = off)")->capture_default_str();
   cmd->add_option("--top-p", o->top_p, "Top-p / nucleus (1 = off)")->capture_default_str();
   cmd->add_option("--min-p", o->min_p, "Min-p (0 = off)")->capture_default_str();
-  cmd->add_option("--seed", o->seed, "Sampling seed (default: random)")->each([o](const std::string&) { o->seed_given = true; });
+  CLI::Option* seed = AddSeedFlag(cmd, &o->shared, "Sampling seed (default: random)");
   cmd->add_option("-c,--ctx-size", o->context, "Context size (default: the model's)");
-  cmd->add_option("--kv", o->kv, "KV cache format for K and V (see kvq formats)")->capture_default_str();
-  cmd->add_option("--kv-k", o->kv_k, "KV format for keys (overrides --kv)");
-  cmd->add_option("--kv-v", o->kv_v, "KV format for values (overrides --kv)");
-  cmd->add_option("--kv-device-budget", o->device_budget, "Device working-set budget (e.g. 256MiB)");
-  cmd->add_option("--kv-host-budget", o->host_budget, "Host RAM budget for the KV master copy");
-  cmd->add_option("--kv-disk", o->disk_dir, "Keep the KV master copy in a file in DIR");
-  cmd->add_option("-t,--threads", o->threads, "Threads")->capture_default_str();
+  AddKvFormatFlags(cmd, &o->shared);
+  AddBudgetFlags(cmd, &o->shared);
+  AddThreadsFlag(cmd, &o->shared);
   cmd->add_option("--prompt-cache", o->prompt_cache,
                   "Save the cache after the prompt to FILE; reuse it when a later prompt starts with it");
-  cmd->add_flag("--json", o->json, "Print one JSON document instead of streaming text");
-  cmd->callback([o, exit_code] { *exit_code = RunRun(*o); });
+  AddJsonFlag(cmd, &o->shared, "Print one JSON document instead of streaming text");
+  cmd->callback([o, exit_code, seed] {
+    o->seed_given = seed->count() > 0;
+    *exit_code = RunGenerate(*o);
+  });
 }
 
 }  // namespace kvq::cli

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "kvq/units.h"
 #include "synth/synth.h"
 
@@ -27,8 +28,7 @@ struct SynthOptions {
   std::string embeddings;
   std::string type = "q4_0";
   std::string vocab;
-  uint64_t seed = 1;
-  int32_t threads = 0;
+  SharedOptions shared{.threads = 0};  // -t (0: every core), --seed
   std::string out;
   bool force = false;
   // The options whose presence matters (a given value overrides the preset's).
@@ -112,9 +112,8 @@ int RunSynth(const SynthOptions& o) {
   Result<GgmlType> type = ParseSynthType(o.type);
   if (!type.ok()) return bad("--type: " + type.status().message());
   spec.type = *type;
-  spec.seed = o.seed;
-  if (o.threads < 0) return bad(fmt::format("--threads must be in 1..1024 (got {})", o.threads));
-  spec.threads = o.threads > 0 ? o.threads
+  spec.seed = o.shared.seed;
+  spec.threads = o.shared.threads > 0 ? o.shared.threads
                                : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   if (!o.preset.empty() && (o.dim_opt->count() || o.layers_opt->count() || o.heads_opt->count() ||
                             o.kv_heads_opt->count() || o.ffn_opt->count())) {
@@ -185,8 +184,8 @@ void AddSynthCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--vocab", o->vocab,
                   "GGUF file whose tokenizer.* metadata is copied (default: the bundled "
                   "stories260K.gguf, 512 tokens)");
-  cmd->add_option("--seed", o->seed, "Seed: the same seed writes the same bytes")->capture_default_str();
-  cmd->add_option("-t,--threads", o->threads, "Threads (default: all cores; never changes the bytes)");
+  AddSeedFlag(cmd, &o->shared, "Seed: the same seed writes the same bytes")->capture_default_str();
+  AddThreadsOrAllCoresFlag(cmd, &o->shared, "Threads (default: all cores; never changes the bytes)");
   cmd->add_option("-o,--output", o->out, "Output .gguf file");
   cmd->add_flag("--force", o->force, "Overwrite an existing output file");
   cmd->callback([o, exit_code] { *exit_code = RunSynth(*o); });

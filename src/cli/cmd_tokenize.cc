@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "gguf/gguf_reader.h"
 #include "text/tokenizer.h"
 #include "text/unicode.h"
@@ -19,7 +20,7 @@ namespace kvq::cli {
 namespace {
 
 struct TokenizeOptions {
-  std::string model;
+  SharedOptions shared;  // -m (a GGUF; empty: the bundled stories260K.gguf)
   std::string prompt;
   bool prompt_given = false;
   std::string file;
@@ -68,7 +69,7 @@ int RunTokenize(const TokenizeOptions& o) {
     if (in.bad()) return bad(fmt::format("-f {}: read error", o.file));
   }
 
-  const std::string path = o.model.empty() ? BundledModelFile("stories260K.gguf") : o.model;
+  const std::string path = o.shared.model.empty() ? BundledModelFile("stories260K.gguf") : o.shared.model;
   Result<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
   if (!file.ok()) return bad(fmt::format("-m {}: {}", path, file.status().message()));
   Result<Tokenizer> tokenizer = Tokenizer::LoadGguf(**file);
@@ -104,9 +105,9 @@ void AddTokenizeCommand(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<TokenizeOptions>();
   CLI::App* cmd = app.add_subcommand(
       "tokenize", "Print the tokens of a text under a GGUF vocabulary (like llama.cpp's llama-tokenize)");
-  cmd->add_option("-m,--model", o->model,
-                  "GGUF model or vocabulary-only GGUF (only its tokenizer metadata is read); "
-                  "default: models/stories260K/stories260K.gguf");
+  AddModelFlag(cmd, &o->shared,
+               "GGUF model or vocabulary-only GGUF (only its tokenizer metadata is read); "
+               "default: models/stories260K/stories260K.gguf");
   cmd->add_option("-p,--prompt", o->prompt, "The text to tokenize")->each([o](const std::string&) {
     o->prompt_given = true;
   });

@@ -6,10 +6,6 @@
 
 #include "kvq/status.h"
 
-namespace kvq {
-struct KvBudgets;
-}  // namespace kvq
-
 namespace kvq::cli {
 
 inline constexpr int kExitBadInput = 2;
@@ -28,11 +24,6 @@ void AddBenchDecodeCommand(CLI::App& bench, int* exit_code);
 /// Subcommands of `kvq eval` (cmd_eval.cc creates the group).
 void AddEvalAttentionCommand(CLI::App& eval, int* exit_code);
 void AddEvalFidelityCommand(CLI::App& eval, int* exit_code);
-
-/// The budget flags as typed (--kv-device-budget, --kv-host-budget, --kv-disk) into budgets;
-/// the error names the flag.
-Status ParseBudgetFlags(const std::string& device, const std::string& host, const std::string& disk_dir,
-                        KvBudgets* budgets);
 
 /// A file of the bundled model (stories260K.bin, tok512.bin, stories260K.gguf): under the source
 /// tree's models/ (when run from a build folder) or ./models. Commands use it when -m is not given.

@@ -4,8 +4,6 @@
 #include <filesystem>
 
 #include "cli/commands.h"
-#include "kvq/kv_cache.h"
-#include "kvq/units.h"
 
 #ifndef KVQ_MODELS_DIR
 #define KVQ_MODELS_DIR "models"
@@ -20,20 +18,6 @@ std::string BundledModelFile(const std::string& file) {
   return std::string(KVQ_MODELS_DIR) + "/stories260K/" + file;
 }
 
-Status ParseBudgetFlags(const std::string& device, const std::string& host, const std::string& disk_dir,
-                        KvBudgets* budgets) {
-  const struct { const std::string* text; int64_t* bytes; const char* flag; } sizes[] = {
-      {&device, &budgets->device_bytes, "--kv-device-budget"}, {&host, &budgets->host_bytes, "--kv-host-budget"}};
-  for (const auto& s : sizes) {
-    if (s.text->empty()) continue;
-    const Result<int64_t> bytes = ParseByteSize(*s.text);
-    if (!bytes.ok()) return Status::Error(std::string(s.flag) + ": " + bytes.status().message());
-    *s.bytes = *bytes;
-  }
-  budgets->disk_dir = disk_dir;
-  return Status::Ok();
-}
-
 int BadInput(const std::string& command, const std::string& message) {
   fmt::print(stderr, "kvq {}: error: {}\n", command, message);
   return kExitBadInput;
@@ -45,6 +29,16 @@ int main(int argc, char** argv) {
                "it in compact number formats and measures what each one saves and costs."};
   app.set_version_flag("--version", "kvq 0.1.0");
   app.require_subcommand(1);
+  // Parse errors (a flag's validator among them) read like the commands' own: the command path,
+  // then what was wrong, e.g. "kvq run: error: --threads: must be in 1..1024 (got 0)".
+  app.failure_message([](const CLI::App* top, const CLI::Error& e) {
+    std::string path = "kvq";
+    for (const CLI::App* a = top; !a->get_subcommands().empty();) {
+      a = a->get_subcommands().front();
+      path += " " + a->get_name();
+    }
+    return fmt::format("{}: error: {}\nRun `{} --help` for more information.\n", path, e.what(), path);
+  });
   int exit_code = 0;
   kvq::cli::AddRunCommand(app, &exit_code);
   kvq::cli::AddFormatsCommand(app, &exit_code);

@@ -56,7 +56,7 @@ std::unique_ptr<KvCache> MakeCache(LayerFormats f, int64_t layers, int64_t max_p
                                                         .page_positions = page,
                                                         .budgets = budgets});
   EXPECT_TRUE(c.ok()) << c.status().message();
-  return c.ok() ? std::move(c).value() : nullptr;
+  return c.ok() ? std::move(c).value() : nullptr;  // null: the caller ASSERTs, no dereference
 }
 
 // out of attention over `cache` layer 0 for tokens at the last n_tokens positions.
@@ -115,9 +115,12 @@ TEST(KvCache, EveryTierIsBitIdenticalToOneWindow) {
         TempDir dir;
         // Page bytes for this pair, to size a working set of three pages.
         auto resident = MakeCache(f, 1, 1000, {});
+        ASSERT_NE(resident, nullptr);
         const int64_t three_pages = 3 * resident->plan().slot_bytes;
         auto host_streamed = MakeCache(f, 1, 1000, {.device_bytes = three_pages});
         auto disk_streamed = MakeCache(f, 1, 1000, {.device_bytes = three_pages, .disk_dir = dir.path.string()});
+        ASSERT_NE(host_streamed, nullptr);
+        ASSERT_NE(disk_streamed, nullptr);
         for (KvCache* c : {resident.get(), host_streamed.get(), disk_streamed.get()}) {
           InBlocks(n, [&](int64_t at, int64_t m) {
             ASSERT_TRUE(c->Append(0, k.data() + at * kRow.elems(), v.data() + at * kRow.elems(), m).ok());
@@ -132,18 +135,25 @@ TEST(KvCache, EveryTierIsBitIdenticalToOneWindow) {
   }
 }
 
+// One layer per registered format, layer l holding K in format l and V in format l + 1 (mod the
+// count), so every format sits beside others as K and as V, streamed through one working set.
 TEST(KvCache, LayersMayUseDifferentFormats) {
   const int64_t n = 130;
+  const std::span<const FormatDesc* const> all = Formats();
+  const int64_t n_layers = static_cast<int64_t>(all.size());
+  ASSERT_GE(n_layers, 2);
+  std::vector<LayerFormats> layers;
+  for (int64_t l = 0; l < n_layers; ++l) layers.push_back({all[l], all[(l + 1) % n_layers]});
   TempDir dir;
   Result<std::unique_ptr<KvCache>> c = KvCache::Create(
-      {.n_layers = 3, .n_kv_heads = 2, .head_dim = 16,
-       .layers = {{*FindFormat("f16"), *FindFormat("f16")}, {*FindFormat("int2-kivi"), *FindFormat("int2-kivi")},
-                  {*FindFormat("fp8-e4m3"), *FindFormat("int4")}},
+      {.n_layers = n_layers, .n_kv_heads = 2, .head_dim = 16, .layers = layers,
        .max_positions = 200, .page_positions = 32,
        .budgets = {.device_bytes = 1 << 16, .disk_dir = dir.path.string()}});
   ASSERT_TRUE(c.ok()) << c.status().message();
   const std::vector<float> q = Random(kShape.n_heads * kShape.head_dim, 9);
-  for (int64_t l = 0; l < 3; ++l) {
+  for (int64_t l = 0; l < n_layers; ++l) {
+    SCOPED_TRACE(::testing::Message() << "layer " << l << ": K " << layers[l].key->name << ", V "
+                                      << layers[l].value->name);
     const std::vector<float> k = Random(n * kRow.elems(), 10 + l), v = Random(n * kRow.elems(), 20 + l);
     InBlocks(n, [&](int64_t at, int64_t m) {
       ASSERT_TRUE((*c)->Append(l, k.data() + at * kRow.elems(), v.data() + at * kRow.elems(), m).ok());
@@ -156,6 +166,7 @@ TEST(KvCache, LayersMayUseDifferentFormats) {
 TEST(KvCache, WorkingSetStaysWithinBudgetAt100xContext) {
   const LayerFormats f{*FindFormat("int4"), *FindFormat("int4")};
   auto probe = MakeCache(f, 1, 100, {}, 32);
+  ASSERT_NE(probe, nullptr);
   const int64_t budget = 3 * probe->plan().slot_bytes + 64;  // room for three 32-position pages
   auto c = MakeCache(f, 1, 20000, {.device_bytes = budget}, 32);
   ASSERT_NE(c, nullptr);
@@ -203,6 +214,7 @@ TEST(KvCache, DiskTierServesMoreThanTheHostBudgetAndCleansUp) {
   EXPECT_FALSE(fs::exists(file)) << "the disk tier's file outlived its cache";
   {
     auto kept = MakeCache(f, 1, n, {.disk_dir = dir.path.string(), .keep_disk_file = true});
+    ASSERT_NE(kept, nullptr);
     file = kept->plan().disk_file;
   }
   EXPECT_TRUE(fs::exists(file)) << "keep_disk_file was ignored";
@@ -214,6 +226,7 @@ TEST(KvCache, ShortDiskReadIsAnErrorNamingTheFile) {
   const LayerFormats f{*FindFormat("int8"), *FindFormat("int8")};
   TempDir dir;
   auto c = MakeCache(f, 1, 1000, {.disk_dir = dir.path.string()});
+  ASSERT_NE(c, nullptr);
   const std::vector<float> x = Random(300 * kRow.elems(), 3);
   ASSERT_TRUE(c->Append(0, x.data(), x.data(), 300).ok());  // 4 full pages written out
   fs::resize_file(c->plan().disk_file, 100);
@@ -256,6 +269,7 @@ TEST(KvCache, ImpossibleConfigurationsAreRefusedAtCreation) {
   EXPECT_NE(why(c).find("64-bit"), std::string::npos) << why(c);
   // Appending past the context is refused too.
   auto cache = MakeCache(f16, 1, 10, {});
+  ASSERT_NE(cache, nullptr);
   const std::vector<float> x = Random(11 * kRow.elems(), 1);
   EXPECT_FALSE(cache->Append(0, x.data(), x.data(), 11).ok());
   EXPECT_EQ(cache->positions(0), 0);

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "kvq/format.h"
 #include "test_util/run_kvq.h"
 
 namespace {
@@ -92,15 +93,20 @@ TEST(Formats, Seed004BitsColumnAtHeadDim8) {
   EXPECT_EQ(bits["int2"], 4);
   EXPECT_EQ(pct["int8"], 62.5);
   EXPECT_EQ(pct["fp4-e2m1"], 28.125);
-  EXPECT_EQ(j["formats"].size(), 10u);
+  // The listing is the registry: every registered format, in registry order, with its id.
+  ASSERT_EQ(j["formats"].size(), kvq::Formats().size());
+  for (size_t i = 0; i < kvq::Formats().size(); ++i) {
+    EXPECT_EQ(j["formats"][i]["name"], kvq::Formats()[i]->name);
+    EXPECT_EQ(j["formats"][i]["id"], static_cast<int>(kvq::Formats()[i]->id));
+  }
 }
 
 TEST(Formats, HumanTableListsEveryFormatAndTheSimdTarget) {
   const KvqRun r = Kvq("formats --head-dim 8 --kv-heads 4");
   ASSERT_EQ(r.exit_code, 0);
-  for (const char* name : {"f32", "f16", "bf16", "fp8-e4m3", "int8", "int4", "int2", "int4-kivi",
-                           "int2-kivi", "fp4-e2m1"}) {
-    EXPECT_NE(r.out.find(name), std::string::npos) << name;
+  ASSERT_FALSE(kvq::Formats().empty());
+  for (const kvq::FormatDesc* f : kvq::Formats()) {
+    EXPECT_NE(r.out.find(f->name), std::string::npos) << f->name;
   }
   EXPECT_NE(r.out.find("SIMD target here:"), std::string::npos);
 }
@@ -130,6 +136,51 @@ TEST(BadInput, ClearErrorAndNonZeroExit) {
   for (const auto& c : cases) {
     const KvqRun r = Kvq(c.args);
     EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_TRUE(r.out.empty()) << c.args << " printed: " << r.out;
+    EXPECT_NE(r.err.find(c.must_mention), std::string::npos) << c.args << " said: " << r.err;
+  }
+}
+
+// The shared flags (src/cli/flags.h) are declared once: every command that takes one refuses a bad
+// value at parse time with the same message, exit 2, nothing on stdout. (Dropping the validator
+// from AddThreadsFlag makes the --threads 0/1025/two cases fail: the commands then run or fail
+// later with other messages.)
+TEST(SharedFlags, EveryCommandRefusesABadValueTheSameWay) {
+  const std::string threads = "--threads: must be in 1..1024 (got 0)";
+  const std::string format = "--format: unknown KV format 'nope'";
+  const struct { std::string args, must_mention; } cases[] = {
+      {"run -t 0", "kvq run: error: " + threads},
+      {"bench attention --threads 0", "kvq bench attention: error: " + threads},
+      {"bench stream --threads 0", "kvq bench stream: error: " + threads},
+      {"bench matvec --threads 0", "kvq bench matvec: error: " + threads},
+      {"bench decode -t 0", "kvq bench decode: error: " + threads},
+      {"eval attention -t 0", "kvq eval attention: error: " + threads},
+      {"eval fidelity -t 0", "kvq eval fidelity: error: " + threads},
+      {"run -t 1025", "--threads: must be in 1..1024 (got 1025)"},
+      {"run -t two", "--threads: expected an integer (got 'two')"},
+      {"synth --threads -1 -o x.gguf", "--threads: must be in 0..1024 (got -1)"},
+      {"bench attention --format f16,nope", format},
+      {"bench stream --format nope", format},
+      {"bench decode --format nope", format},
+      {"eval attention --format nope", format},
+      {"eval fidelity --format nope", format},
+      {"plan --layers 1 --kv-heads 1 --head-dim 8 --format nope --context 1", format},
+      {"run --kv nope", "--kv: unknown KV format 'nope'"},
+      {"run --kv-k nope", "--kv-k: unknown KV format 'nope'"},
+      {"formats --head-dim 1025", "--head-dim: must be in 1..1024 (got 1025)"},
+      {"bench attention --head-dim 0", "--head-dim: must be in 1..1024 (got 0)"},
+      {"bench attention --context 0", "--context: must be in 1..16777216 (got 0)"},
+      {"bench stream --context 4194305", "--context: must be in 1..4194304 (got 4194305)"},
+      {"bench decode --context=-1", "--context: must be at least 0 (got -1)"},
+      {"run --kv-host-budget 12XB", "--kv-host-budget: invalid size '12XB'"},
+      {"plan --layers 1 --kv-heads 1 --head-dim 8 --context 1 --kv-device-budget 0",
+       "--kv-device-budget: invalid size '0'"},
+      {"bench matvec --working-set 1QB", "--working-set: invalid size '1QB'"},
+      {"bench decode --kv-budget 1QB", "--kv-budget: invalid size '1QB'"},
+  };
+  for (const auto& c : cases) {
+    const KvqRun r = Kvq(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << " said: " << r.err;
     EXPECT_TRUE(r.out.empty()) << c.args << " printed: " << r.out;
     EXPECT_NE(r.err.find(c.must_mention), std::string::npos) << c.args << " said: " << r.err;
   }

@@ -82,11 +82,13 @@ TEST(AttentionErrorSynthetic, Int4ErrorFallsAboutAsOneOverSqrtN) {
   for (size_t i = 0; i < 4; ++i) EXPECT_GT(RowsOf(*r, "int4")[i]->mean_abs_error, 5 * RowsOf(*r, "int8")[i]->mean_abs_error);
 }
 
+// Every registered format: the lossless one (f32 elements for K and V) measures 0, every other
+// format a nonzero error.
 TEST(AttentionErrorSynthetic, EveryRowAttendsToItsWholeContextAndNumbersDifferAcrossContexts) {
-  AttentionErrorConfig config{.formats = {F("int4"), F("int4-kivi"), F("fp8-e4m3")}, .contexts = {1, 16, 33, 300}};
+  AttentionErrorConfig config{.formats = {Formats().begin(), Formats().end()}, .contexts = {1, 16, 33, 300}};
   const Result<AttentionErrorReport> r = MeasureSyntheticAttentionError(kShape, 7, config, {});
   ASSERT_TRUE(r.ok()) << r.status().message();
-  ASSERT_EQ(r->rows.size(), 12u);
+  ASSERT_EQ(r->rows.size(), 4 * Formats().size());
   for (const AttentionErrorRow& row : r->rows) {
     EXPECT_EQ(row.positions_attended, row.context) << row.format;
     if (row.context == 1) {
@@ -95,7 +97,12 @@ TEST(AttentionErrorSynthetic, EveryRowAttendsToItsWholeContextAndNumbersDifferAc
   }
   // The fixture trap: seed 000's broken table had one number at every context. Here every
   // context must give different digits, pairwise, for every lossy format.
-  for (const char* name : {"int4", "int4-kivi", "fp8-e4m3"}) {
+  for (const FormatDesc* f : Formats()) {
+    const char* name = f->name;
+    if (std::string_view(f->key.element) == "f32" && std::string_view(f->value.element) == "f32") {
+      for (const AttentionErrorRow* row : RowsOf(*r, name)) EXPECT_EQ(row->max_abs_error, 0.0) << name;
+      continue;
+    }
     std::set<double> means, maxes;
     for (const AttentionErrorRow* row : RowsOf(*r, name)) {
       EXPECT_GT(row->mean_abs_error, 0) << name << " at " << row->context;

@@ -12,14 +12,18 @@
 namespace kvq {
 namespace {
 
-LlamaModel BundledModel() {
+// The bundled model, or null (the failure recorded) when it does not load: callers ASSERT.
+std::unique_ptr<LlamaModel> BundledModel() {
   Result<LlamaWeights> w = LoadLlama2c(std::string(KVQ_SOURCE_DIR) + "/models/stories260K/stories260K.bin");
   EXPECT_TRUE(w.ok()) << w.status().message();
-  return LlamaModel(std::move(w).value(), 1);
+  if (!w.ok()) return nullptr;
+  return std::make_unique<LlamaModel>(std::move(w).value(), 1);
 }
 
 TEST(DecodeBench, RowsAccountingAndCeilings) {
-  LlamaModel model = BundledModel();
+  const std::unique_ptr<LlamaModel> bundled = BundledModel();
+  ASSERT_NE(bundled, nullptr);
+  LlamaModel& model = *bundled;
   const LlamaConfig& c = model.config();
   DecodeBenchConfig config{.formats = {*FindFormat("int4"), *FindFormat("f16"), *FindFormat("int8")},
                            .contexts = {0, 100}, .reps = 2};
@@ -62,7 +66,9 @@ TEST(DecodeBench, RowsAccountingAndCeilings) {
 }
 
 TEST(DecodeBench, ContextPastTheModelIsRefused) {
-  LlamaModel model = BundledModel();
+  const std::unique_ptr<LlamaModel> bundled = BundledModel();
+  ASSERT_NE(bundled, nullptr);
+  LlamaModel& model = *bundled;
   DecodeBenchConfig config{.formats = {*FindFormat("f16")}, .contexts = {model.config().seq_len - 2}, .reps = 2};
   Result<std::vector<DecodeBenchRow>> rows = RunDecodeBench(model, config, {});
   ASSERT_FALSE(rows.ok());

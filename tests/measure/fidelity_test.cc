@@ -38,6 +38,7 @@ struct Bundled {
 Bundled Load(int32_t threads) {
   Result<LoadedModel> loaded = LoadModel(kModelDir + "stories260K.bin", kModelDir + "tok512.bin");
   EXPECT_TRUE(loaded.ok()) << loaded.status().message();
+  if (!loaded.ok()) return {};  // b.model null: the callers ASSERT
   Bundled b{std::move(loaded.value().tokenizer), nullptr, {}};
   const int32_t seq_len = loaded->weights.config.seq_len;
   b.model = std::make_unique<LlamaModel>(std::move(loaded.value().weights), threads);
@@ -81,6 +82,7 @@ class Fidelity : public testing::Test {
 
 TEST(FidelityText, TheBundledTextFitsTheContextWithBosFirst) {
   const Bundled b = Load(1);
+  ASSERT_NE(b.model, nullptr);
   const std::vector<int32_t>& ids = b.tokens;
   ASSERT_GE(ids.size(), 2u);
   EXPECT_EQ(ids[0], b.tokenizer.bos());
@@ -130,6 +132,7 @@ TEST_F(Fidelity, DamageFallsWithBitsPerNumber) {
 // residual rows are part of the byte count the column must equal.
 TEST(FidelityColumns, MemoryAndBitsAreTheRegistrysAccounting) {
   Bundled b = Load(1);
+  ASSERT_NE(b.model, nullptr);
   FidelityConfig config;
   for (const FormatDesc* f : Formats()) config.formats.push_back(f);
   const Result<FidelityReport> r = RunFidelity(*b.model, std::span(b.tokens).first(45), config, {});
@@ -211,6 +214,8 @@ TEST_F(Fidelity, MetricsMatchAnIndependentComputation) {
 TEST(FidelityRepeat, TwoRunsAndTwoThreadCountsGiveIdenticalNumbers) {
   const FidelityConfig config{.formats = Named({"fp8-e4m3", "int4-kivi", "int2"})};
   Bundled one = Load(1), two = Load(2);
+  ASSERT_NE(one.model, nullptr);
+  ASSERT_NE(two.model, nullptr);
   const Result<FidelityReport> a = RunFidelity(*one.model, std::span(one.tokens).first(160), config, {});
   const Result<FidelityReport> b = RunFidelity(*two.model, std::span(two.tokens).first(160), config, {});
   ASSERT_TRUE(a.ok() && b.ok());
@@ -229,6 +234,7 @@ TEST(FidelityRepeat, TwoRunsAndTwoThreadCountsGiveIdenticalNumbers) {
 
 TEST(FidelityRun, ProgressNamesEveryArm) {
   Bundled b = Load(1);
+  ASSERT_NE(b.model, nullptr);
   std::vector<std::string> lines;
   const FidelityConfig config{.formats = Named({"int8"})};
   ASSERT_TRUE(RunFidelity(*b.model, std::span(b.tokens).first(8), config,
@@ -240,6 +246,7 @@ TEST(FidelityRun, ProgressNamesEveryArm) {
 
 TEST(FidelityRun, RefusesInputItCannotMeasure) {
   Bundled b = Load(1);
+  ASSERT_NE(b.model, nullptr);
   const FidelityConfig config{.formats = Named({"int8"})};
   const std::vector<int32_t> one = {1}, outside = {1, 512, 3};
   const std::vector<int32_t> too_long(513, 5);

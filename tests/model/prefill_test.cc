@@ -39,11 +39,16 @@ TEST(Prefill, BlockForwardEqualsTokenByToken) {
   for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % c.vocab_size);
   for (const char* name : {"f32", "f16", "bf16", "int8", "int4", "int2", "fp4-e2m1"}) {
     const FormatDesc* f = *FindFormat(name);
-    auto make = [&] {
-      return std::move(KvCache::Create({.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
-                                        .layers = {{f, f}}, .max_positions = 256, .page_positions = 64}).value());
+    auto make = [&]() -> std::unique_ptr<KvCache> {
+      Result<std::unique_ptr<KvCache>> r =
+          KvCache::Create({.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
+                           .layers = {{f, f}}, .max_positions = 256, .page_positions = 64});
+      EXPECT_TRUE(r.ok()) << name << ": " << r.status().message();
+      return r.ok() ? std::move(r).value() : nullptr;
     };
     auto block_cache = make(), token_cache = make();
+    ASSERT_NE(block_cache, nullptr);
+    ASSERT_NE(token_cache, nullptr);
     LlamaModel model(*w, 2);
     std::vector<float> block_logits(c.vocab_size), token_logits(c.vocab_size);
     // Two blocks (64 + 86 positions) against 150 single-token forwards.

@@ -1,0 +1,170 @@
+// The shared flags of the kvq commands (flags.h): one declaration, one validator and one error
+// message per flag, used by every command that takes it.
+#include "cli/flags.h"
+
+#include <fmt/core.h>
+
+#include <cctype>
+#include <charconv>
+
+#include "cli/commands.h"
+#include "kvq/units.h"
+
+namespace kvq::cli {
+
+std::string SharedOptions::ModelPath() const {
+  return model.empty() ? BundledModelFile("stories260K.bin") : model;
+}
+
+std::string SharedOptions::TokenizerPath() const {
+  return tokenizer.empty() && model.empty() ? BundledModelFile("tok512.bin") : tokenizer;
+}
+
+Result<std::pair<const FormatDesc*, const FormatDesc*>> SharedOptions::KvFormats() const {
+  const Result<const FormatDesc*> k = FindFormat(kv_k.empty() ? kv : kv_k);
+  if (!k.ok()) return Status::Error((kv_k.empty() ? "--kv: " : "--kv-k: ") + k.status().message());
+  const Result<const FormatDesc*> v = FindFormat(kv_v.empty() ? kv : kv_v);
+  if (!v.ok()) return Status::Error((kv_v.empty() ? "--kv: " : "--kv-v: ") + v.status().message());
+  return std::pair{*k, *v};
+}
+
+std::string SharedOptions::KvFormatName() const {
+  const std::string& k = kv_k.empty() ? kv : kv_k;
+  const std::string& v = kv_v.empty() ? kv : kv_v;
+  return k == v ? k : k + "/" + v;
+}
+
+Result<std::vector<const FormatDesc*>> SharedOptions::FormatList() const {
+  std::vector<const FormatDesc*> list;
+  for (const std::string& name : formats) {
+    const Result<const FormatDesc*> f = FindFormat(name);
+    if (!f.ok()) return Status::Error("--format: " + f.status().message());
+    list.push_back(*f);
+  }
+  return list;
+}
+
+CLI::Validator IntInRange(int64_t lo, int64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        int64_t n = 0;
+        const char* end = text.data() + text.size();
+        const auto [at, ec] = std::from_chars(text.data(), end, n);
+        if (ec == std::errc::result_out_of_range ||
+            (ec == std::errc() && at == end && (n < lo || n > hi))) {
+          return hi == INT64_MAX ? fmt::format("must be at least {} (got {})", lo, text)
+                                 : fmt::format("must be in {}..{} (got {})", lo, hi, text);
+        }
+        if (ec != std::errc() || at != end)
+          return fmt::format("expected an integer (got '{}')", text);
+        return "";
+      },
+      hi == INT64_MAX ? fmt::format(">= {}", lo) : fmt::format("{}..{}", lo, hi));
+}
+
+CLI::Validator ByteSize() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const Result<int64_t> bytes = ParseByteSize(text);
+        if (!bytes.ok()) return bytes.status().message();
+        text = std::to_string(*bytes);
+        return "";
+      },
+      "");
+}
+
+CLI::Validator KvFormatName() {
+  return CLI::Validator(
+      [](std::string& name) -> std::string {
+        const Result<const FormatDesc*> f = FindFormat(name);
+        return f.ok() ? "" : f.status().message();
+      },
+      "");
+}
+
+namespace {
+constexpr int64_t kMaxThreads = 1024;
+}  // namespace
+
+CLI::Option* AddThreadsFlag(CLI::App* cmd, SharedOptions* o, const std::string& help) {
+  return cmd->add_option("-t,--threads", o->threads, help)
+      ->check(IntInRange(1, kMaxThreads))
+      ->capture_default_str();
+}
+
+CLI::Option* AddThreadsOrAllCoresFlag(CLI::App* cmd, SharedOptions* o, const std::string& help) {
+  return cmd->add_option("-t,--threads", o->threads, help)->check(IntInRange(0, kMaxThreads));
+}
+
+CLI::Option* AddModelFlag(CLI::App* cmd, SharedOptions* o, const std::string& help) {
+  return cmd->add_option("-m,--model", o->model,
+                         help.empty() ? "GGUF (.gguf) or llama2.c checkpoint (.bin); default: the "
+                                        "bundled stories260K (models/stories260K)"
+                                      : help);
+}
+
+CLI::Option* AddTokenizerFlag(CLI::App* cmd, SharedOptions* o) {
+  return cmd->add_option(
+      "--tokenizer", o->tokenizer,
+      "llama2.c tokenizer file (default: the GGUF's vocabulary, or tok512.bin beside a .bin)");
+}
+
+void AddKvFormatFlags(CLI::App* cmd, SharedOptions* o) {
+  cmd->add_option("--kv", o->kv, "KV cache format for K and V (see kvq formats)")
+      ->check(KvFormatName())
+      ->capture_default_str();
+  cmd->add_option("--kv-k", o->kv_k, "KV format for keys (overrides --kv)")->check(KvFormatName());
+  cmd->add_option("--kv-v", o->kv_v, "KV format for values (overrides --kv)")
+      ->check(KvFormatName());
+}
+
+void AddBudgetFlags(CLI::App* cmd, SharedOptions* o, const std::string& help_prefix) {
+  auto help = [&](std::string text) {
+    if (!help_prefix.empty()) text[0] = static_cast<char>(std::tolower(text[0]));
+    return help_prefix + text;
+  };
+  AddByteSizeFlag(cmd, "--kv-device-budget", &o->budgets.device_bytes,
+                  help("Device working-set budget (e.g. 256MiB)"));
+  AddByteSizeFlag(cmd, "--kv-host-budget", &o->budgets.host_bytes,
+                  help("Host RAM budget for the KV master copy"));
+  cmd->add_option("--kv-disk", o->budgets.disk_dir,
+                  help("Keep the KV master copy in a file in DIR"));
+}
+
+CLI::Option* AddFormatListFlag(CLI::App* cmd, SharedOptions* o, const std::string& names,
+                               const std::string& help) {
+  CLI::Option* opt =
+      cmd->add_option(names, o->formats, help)->delimiter(',')->check(KvFormatName());
+  if (!o->formats.empty()) opt->capture_default_str();
+  return opt;
+}
+
+CLI::Option* AddContextListFlag(CLI::App* cmd, SharedOptions* o, const std::string& names,
+                                const std::string& help, int64_t min, int64_t max) {
+  CLI::Option* opt =
+      cmd->add_option(names, o->contexts, help)->delimiter(',')->check(IntInRange(min, max));
+  if (!o->contexts.empty()) opt->capture_default_str();
+  return opt;
+}
+
+CLI::Option* AddSeedFlag(CLI::App* cmd, SharedOptions* o, const std::string& help) {
+  return cmd->add_option("--seed", o->seed, help);
+}
+
+CLI::Option* AddJsonFlag(CLI::App* cmd, SharedOptions* o, const std::string& help) {
+  return cmd->add_flag("--json", o->json, help);
+}
+
+CLI::Option* AddHeadDimFlag(CLI::App* cmd, int64_t* head_dim) {
+  CLI::Option* opt = cmd->add_option("--head-dim", *head_dim, "Numbers per head row")
+                         ->check(IntInRange(1, kMaxHeadDim));
+  if (*head_dim != 0) opt->capture_default_str();
+  return opt;
+}
+
+CLI::Option* AddByteSizeFlag(CLI::App* cmd, const std::string& names, int64_t* bytes,
+                             const std::string& help) {
+  return cmd->add_option(names, *bytes, help)->transform(ByteSize())->type_name("SIZE");
+}
+
+}  // namespace kvq::cli

@@ -1,0 +1,85 @@
+// The flags several kvq commands share, each declared once: its names, help, validation and the
+// field of SharedOptions it fills. A bad value is refused while the command line is parsed, before
+// any model is loaded, as "kvq <command>: error: <flag>: <what was wrong> (got <value>)".
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvq/format.h"
+#include "kvq/kv_cache.h"
+#include "kvq/status.h"
+
+namespace kvq::cli {
+
+/// The values of the shared flags. A command embeds one, with its own defaults set by designated
+/// initializers (e.g. `SharedOptions shared{.threads = 1}`), and adds the flags it takes.
+struct SharedOptions {
+  int32_t threads = 2;
+  std::string model;      // -m; empty: the bundled stories260K
+  std::string tokenizer;  // --tokenizer; empty: LoadModel's default (the GGUF's vocabulary, ...)
+  std::string kv = "f16", kv_k, kv_v;  // --kv, --kv-k, --kv-v
+  KvBudgets budgets;                   // --kv-device-budget, --kv-host-budget, --kv-disk
+  std::vector<std::string> formats;    // --format lists
+  std::vector<int64_t> contexts;       // --context lists
+  uint64_t seed = 1;
+  bool json = false;
+
+  /// -m, or the bundled stories260K.bin.
+  std::string ModelPath() const;
+  /// --tokenizer; with neither -m nor --tokenizer the bundled tok512.bin; else "" (LoadModel's
+  /// default: the GGUF's vocabulary, or tok512.bin beside a llama2.c checkpoint).
+  std::string TokenizerPath() const;
+  /// The K and V formats of --kv / --kv-k / --kv-v; the error names the flag.
+  Result<std::pair<const FormatDesc*, const FormatDesc*>> KvFormats() const;
+  /// "f16", or "int8/int4" when K and V differ.
+  std::string KvFormatName() const;
+  /// The formats of the --format list, in the order given; the error names the flag.
+  Result<std::vector<const FormatDesc*>> FormatList() const;
+};
+
+/// A validator: an integer in lo..hi. Says "must be in lo..hi (got x)", or "expected an integer".
+CLI::Validator IntInRange(int64_t lo, int64_t hi);
+/// A transform: a byte size as ParseByteSize reads it ("512MiB", "1.2GB") becomes its byte count,
+/// so the option binds to an int64_t; a bad size says what ParseByteSize says.
+CLI::Validator ByteSize();
+/// A validator: the name of a registered KV format (FindFormat's error lists the known names).
+CLI::Validator KvFormatName();
+
+/// -t,--threads into o->threads: 1..1024 (the default shown is the value there now).
+CLI::Option* AddThreadsFlag(CLI::App* cmd, SharedOptions* o, const std::string& help = "Threads");
+/// -t,--threads where 0, the default, means every core (kvq synth): 0..1024.
+CLI::Option* AddThreadsOrAllCoresFlag(CLI::App* cmd, SharedOptions* o, const std::string& help);
+/// -m,--model into o->model (help: a GGUF or llama2.c model, default the bundled stories260K).
+CLI::Option* AddModelFlag(CLI::App* cmd, SharedOptions* o, const std::string& help = "");
+/// --tokenizer into o->tokenizer.
+CLI::Option* AddTokenizerFlag(CLI::App* cmd, SharedOptions* o);
+/// --kv, --kv-k and --kv-v (format names, checked against the registry).
+void AddKvFormatFlags(CLI::App* cmd, SharedOptions* o);
+/// --kv-device-budget, --kv-host-budget (byte sizes) and --kv-disk into o->budgets; help_prefix
+/// goes in front of each help text ("Plan tiers: " in kvq plan).
+void AddBudgetFlags(CLI::App* cmd, SharedOptions* o, const std::string& help_prefix = "");
+/// A comma-separated list of KV format names (names: "--format", or with aliases) into
+/// o->formats, each checked against the registry; a non-empty default is shown.
+CLI::Option* AddFormatListFlag(CLI::App* cmd, SharedOptions* o, const std::string& names,
+                               const std::string& help);
+/// A comma-separated list of context lengths, each in min..max, into o->contexts; a non-empty
+/// default is shown.
+CLI::Option* AddContextListFlag(CLI::App* cmd, SharedOptions* o, const std::string& names,
+                                const std::string& help, int64_t min, int64_t max);
+/// --seed into o->seed (any 64-bit unsigned integer). kvq run's default is a random seed, so the
+/// callers that have a fixed default show it (->capture_default_str()).
+CLI::Option* AddSeedFlag(CLI::App* cmd, SharedOptions* o, const std::string& help);
+/// --json into o->json.
+CLI::Option* AddJsonFlag(CLI::App* cmd, SharedOptions* o,
+                         const std::string& help = "Print JSON instead of a table");
+/// --head-dim into *head_dim: numbers per head row, 1..kMaxHeadDim.
+CLI::Option* AddHeadDimFlag(CLI::App* cmd, int64_t* head_dim);
+/// A byte-size flag (e.g. --weight-bytes 566MB) into *bytes; 0 stays when it is not given (a
+/// byte size is never 0).
+CLI::Option* AddByteSizeFlag(CLI::App* cmd, const std::string& names, int64_t* bytes,
+                             const std::string& help);
+
+}  // namespace kvq::cli
