@@ -1,55 +1,32 @@
 // MatVec throughput per weight type at a decode-step shape (2048 × 2048, like a 2k-wide model's
 // attention projection), 1 and 2 threads. The "weights" counter is weight bytes read per second
-// (base 1000: "10G/s" = 10 GB/s). The matrix stays in the caches between iterations on machines
+// (base 1000: "10G/s" = 10 GB/s), for every registered weight type. The matrix stays in the caches between iterations on machines
 // with large caches (2048² Q4_0 is 2.4 MB, F32 16 MB), so this measures the kernels more than DRAM
 // (`kvq bench matvec` sweeps a working set larger than the caches). Q8_0 and Q4_0 time the whole
 // quantised-activation path: x quantised once per call, then the integer-dot kernels; the
 // quantisation alone is timed by QuantizeActivation/cols.
 #include <benchmark/benchmark.h>
 
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "base/float_codes.h"
 #include "weights/matvec.h"
+#include "weights/weight_type.h"
 
 namespace {
 
 constexpr int64_t kRows = 2048;
 constexpr int64_t kCols = 2048;
 
+// N(0, 1) values encoded by the type's reference quantiser (the values do not change the time).
 std::vector<uint8_t> RandomWeights(kvq::WeightType type) {
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_int_distribution<int> byte(0, 255);
-  const int64_t bytes = kRows * kvq::MatrixRowBytes(type, kCols);
-  std::vector<uint8_t> w(bytes);
-  auto put16 = [&](int64_t at, uint16_t v) { std::memcpy(&w[at], &v, 2); };
-  switch (type) {
-    case kvq::WeightType::kF32:
-      for (int64_t i = 0; i < kRows * kCols; ++i) {
-        const float v = normal(rng);
-        std::memcpy(&w[4 * i], &v, 4);
-      }
-      break;
-    case kvq::WeightType::kF16:
-      for (int64_t i = 0; i < kRows * kCols; ++i) put16(2 * i, kvq::F32ToF16(normal(rng)));
-      break;
-    case kvq::WeightType::kBf16:
-      for (int64_t i = 0; i < kRows * kCols; ++i) put16(2 * i, kvq::F32ToBf16(normal(rng)));
-      break;
-    case kvq::WeightType::kQ8_0:
-    case kvq::WeightType::kQ4_0: {
-      const int64_t block_bytes = type == kvq::WeightType::kQ8_0 ? 34 : 18;
-      for (int64_t at = 0; at < bytes; at += block_bytes) {
-        put16(at, kvq::F32ToF16(0.01f * normal(rng)));
-        for (int64_t i = 2; i < block_bytes; ++i) w[at + i] = static_cast<uint8_t>(byte(rng));
-      }
-      break;
-    }
-  }
+  std::vector<float> x(kRows * kCols);  // [rows][cols]
+  for (float& v : x) v = normal(rng);
+  std::vector<uint8_t> w(kRows * kvq::MatrixRowBytes(type, kCols));
+  kvq::QuantizeRowRef(*kvq::FindWeightType(type), x.data(), kRows * kCols, w.data());  // rows are whole blocks
   return w;
 }
 
@@ -95,10 +72,9 @@ void BM_QuantizeActivation(benchmark::State& state) {
 BENCHMARK(BM_QuantizeActivation)->Name("QuantizeActivation")->ArgName("cols")->Arg(2048)->Arg(8192);
 
 [[maybe_unused]] const bool kRegistered = [] {
-  for (kvq::WeightType type : {kvq::WeightType::kF32, kvq::WeightType::kF16, kvq::WeightType::kBf16,
-                               kvq::WeightType::kQ8_0, kvq::WeightType::kQ4_0}) {
-    const std::string name = std::string("MatVec/") + kvq::WeightTypeName(type);
-    benchmark::RegisterBenchmark(name.c_str(), BM_MatVec, type)
+  for (const kvq::WeightTypeDesc& type : kvq::WeightTypes()) {
+    const std::string name = std::string("MatVec/") + type.label;
+    benchmark::RegisterBenchmark(name.c_str(), BM_MatVec, type.type)
         ->ArgName("threads")
         ->Arg(1)
         ->Arg(2)

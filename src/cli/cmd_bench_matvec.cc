@@ -12,6 +12,7 @@
 #include "measure/matvec_bench.h"
 #include "measure/read_bandwidth.h"
 #include "weights/matvec.h"
+#include "weights/weight_type.h"
 
 namespace kvq::cli {
 namespace {
@@ -89,8 +90,8 @@ void AddBenchMatvecCommand(CLI::App& bench, int* exit_code) {
   CLI::App* cmd = bench.add_subcommand(
       "matvec", "Weight matvec GB/s per weight type over a working set larger than the caches, beside the "
                 "read bandwidth");
-  cmd->add_option("--type", o->types, "Weight types (f32, f16, bf16, q8_0, q4_0), comma-separated; run as "
-                                      "interleaved arms")
+  cmd->add_option("--type", o->types,
+                  "Weight types (" + WeightTypeNameList() + "), comma-separated; run as interleaved arms")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--rows", o->rows, "Rows of the first matrix shape (the second is transposed)")

@@ -180,7 +180,7 @@ void AddSynthCommand(CLI::App& app, int* exit_code) {
       "Vocabulary size (default: the vocabulary's; larger pads it with control tokens)");
   cmd->add_option("--embeddings", o->embeddings,
                   "tied | separate output.weight (default: the preset's, else separate)");
-  cmd->add_option("--type", o->type, "Matrix type: f16 | q8_0 | q4_0")->capture_default_str();
+  cmd->add_option("--type", o->type, "Matrix type, one of " + SynthTypeNameList())->capture_default_str();
   cmd->add_option("--vocab", o->vocab,
                   "GGUF file whose tokenizer.* metadata is copied (default: the bundled "
                   "stories260K.gguf, 512 tokens)");

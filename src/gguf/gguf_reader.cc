@@ -39,20 +39,20 @@ constexpr uint64_t kMaxReserve = 1 << 14;
 // Indexed by ggml type id. Block sizes are ggml's `blck_size` and `type_size`.
 // clang-format off
 constexpr GgmlTypeInfo kTypes[] = {
-    {"F32", 1, 4, true},        {"F16", 1, 2, true},          {"Q4_0", 32, 18, true},
-    {"Q4_1", 32, 20, false},    {nullptr, 0, 0, false},       {nullptr, 0, 0, false},
-    {"Q5_0", 32, 22, false},    {"Q5_1", 32, 24, false},      {"Q8_0", 32, 34, true},
-    {"Q8_1", 32, 36, false},    {"Q2_K", 256, 84, false},     {"Q3_K", 256, 110, false},
-    {"Q4_K", 256, 144, false},  {"Q5_K", 256, 176, false},    {"Q6_K", 256, 210, false},
-    {"Q8_K", 256, 292, false},  {"IQ2_XXS", 256, 66, false},  {"IQ2_XS", 256, 74, false},
-    {"IQ3_XXS", 256, 98, false}, {"IQ1_S", 256, 50, false},   {"IQ4_NL", 32, 18, false},
-    {"IQ3_S", 256, 110, false}, {"IQ2_S", 256, 82, false},    {"IQ4_XS", 256, 136, false},
-    {"I8", 1, 1, false},        {"I16", 1, 2, false},         {"I32", 1, 4, false},
-    {"I64", 1, 8, false},       {"F64", 1, 8, false},         {"IQ1_M", 256, 56, false},
-    {"BF16", 1, 2, true},       {nullptr, 0, 0, false},       {nullptr, 0, 0, false},
-    {nullptr, 0, 0, false},     {"TQ1_0", 256, 54, false},    {"TQ2_0", 256, 66, false},
-    {nullptr, 0, 0, false},     {nullptr, 0, 0, false},       {nullptr, 0, 0, false},
-    {"MXFP4", 32, 17, false},
+    {"F32", 1, 4},        {"F16", 1, 2},          {"Q4_0", 32, 18},
+    {"Q4_1", 32, 20},    {nullptr, 0, 0},       {nullptr, 0, 0},
+    {"Q5_0", 32, 22},    {"Q5_1", 32, 24},      {"Q8_0", 32, 34},
+    {"Q8_1", 32, 36},    {"Q2_K", 256, 84},     {"Q3_K", 256, 110},
+    {"Q4_K", 256, 144},  {"Q5_K", 256, 176},    {"Q6_K", 256, 210},
+    {"Q8_K", 256, 292},  {"IQ2_XXS", 256, 66},  {"IQ2_XS", 256, 74},
+    {"IQ3_XXS", 256, 98}, {"IQ1_S", 256, 50},   {"IQ4_NL", 32, 18},
+    {"IQ3_S", 256, 110}, {"IQ2_S", 256, 82},    {"IQ4_XS", 256, 136},
+    {"I8", 1, 1},        {"I16", 1, 2},         {"I32", 1, 4},
+    {"I64", 1, 8},       {"F64", 1, 8},         {"IQ1_M", 256, 56},
+    {"BF16", 1, 2},       {nullptr, 0, 0},       {nullptr, 0, 0},
+    {nullptr, 0, 0},     {"TQ1_0", 256, 54},    {"TQ2_0", 256, 66},
+    {nullptr, 0, 0},     {nullptr, 0, 0},       {nullptr, 0, 0},
+    {"MXFP4", 32, 17},
 };
 // clang-format on
 constexpr uint32_t kTypeCount = sizeof(kTypes) / sizeof(kTypes[0]);
@@ -136,7 +136,6 @@ const char* GgmlTypeName(GgmlType type) {
   const GgmlTypeInfo* info = FindGgmlType(static_cast<uint32_t>(type));
   return info != nullptr ? info->name : "unknown";
 }
-const char* GgmlSupportedTypeList() { return "F32, F16, BF16, Q8_0, Q4_0"; }
 
 Result<int64_t> GgmlTypeBytes(GgmlType type, int64_t n_elements) {
   const GgmlTypeInfo* info = FindGgmlType(static_cast<uint32_t>(type));
@@ -434,7 +433,6 @@ class GgufParser {
     const GgmlTypeInfo* info = FindGgmlType(type);
     if (info == nullptr) return Error(fmt::format("{}has unknown ggml type id {}", context_, type));
     t.type = static_cast<GgmlType>(type);
-    t.supported = info->supported;
     if (Status s = Read(&t.offset, "the data offset"); !s.ok()) return s;
     if (t.dims[0] % info->block_elements != 0) {
       return Error(fmt::format("{}row length {} is not a multiple of {}'s block of {} elements",
@@ -659,13 +657,7 @@ Result<const GgufTensor*> GgufFile::FindTensor(std::string_view name) const {
   if (it == tensor_index_.end()) {
     return Status::Error(fmt::format("GGUF file '{}' has no tensor '{}'", path_, name));
   }
-  const GgufTensor& t = tensors_[it->second];
-  if (!t.supported) {
-    return Status::Error(fmt::format(
-        "GGUF file '{}': tensor '{}' has type {}, which kvq does not support (supported: {})",
-        path_, name, GgmlTypeName(t.type), GgmlSupportedTypeList()));
-  }
-  return &t;
+  return &tensors_[it->second];
 }
 
 }  // namespace kvq

@@ -55,19 +55,16 @@ enum class GgmlType : uint32_t {
   kMXFP4 = 39,
 };
 
-/// What kvq knows of a ggml type: its name and ggml's block layout.
+/// What the reader knows of a ggml type: its name and ggml's block layout (for tensor extents).
 struct GgmlTypeInfo {
   const char* name;        ///< "F32", "Q4_K", ...
   int64_t block_elements;  ///< 1 for plain types, 32 for Q8_0/Q4_0, 256 for k-quants
   int64_t block_bytes;
-  bool supported;          ///< kvq computes with it: F32, F16, BF16, Q8_0, Q4_0
 };
 /// nullptr for an id that is not one of GgmlType's values (unknown, or removed upstream).
 const GgmlTypeInfo* FindGgmlType(uint32_t id);
 /// "F32", "Q4_K", ...; "unknown" for an id not in GgmlType.
 const char* GgmlTypeName(GgmlType type);
-/// "F32, F16, BF16, Q8_0, Q4_0": for error messages.
-const char* GgmlSupportedTypeList();
 /// Bytes holding `n_elements` elements of `type`. Fails if the type is unknown, `n_elements` is
 /// negative or not a whole number of blocks, or the count overflows int64.
 Result<int64_t> GgmlTypeBytes(GgmlType type, int64_t n_elements);
@@ -139,7 +136,6 @@ struct GgufTensor {
   uint64_t offset = 0;            ///< relative to the data section, as stored
   const uint8_t* data = nullptr;  ///< into the mapping; aligned to the file's alignment
   int64_t n_bytes = 0;
-  bool supported = false;  ///< F32, F16, BF16, Q8_0 or Q4_0; FindTensor refuses the others
 };
 
 // ---- the file ----
@@ -181,9 +177,10 @@ class GgufFile {
   /// An array of any integer type whose every element fits int32.
   Result<std::vector<int32_t>> GetI32Array(std::string_view key) const;
 
-  // Tensors, in file order (unsupported types included, marked `supported = false`).
+  // Tensors, in file order, of any ggml type: which types kvq computes with is the weight-type
+  // registry's business (weights/weight_type.h), asked by the model loader.
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
-  /// The tensor called `name`, if it exists and kvq supports its type.
+  /// The tensor called `name`, if it exists (of any ggml type).
   Result<const GgufTensor*> FindTensor(std::string_view name) const;
 
  private:

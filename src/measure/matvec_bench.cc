@@ -7,54 +7,30 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <memory>
 #include <random>
+#include <vector>
 
-#include "base/float_codes.h"
 #include "kvq/units.h"
 #include "weights/matvec.h"
+#include "weights/weight_type.h"
 
 namespace kvq {
 namespace {
 
-constexpr WeightType kTypes[] = {WeightType::kF32, WeightType::kF16, WeightType::kBf16, WeightType::kQ8_0,
-                                 WeightType::kQ4_0};
-
-bool IsBlockType(WeightType type) { return type == WeightType::kQ8_0 || type == WeightType::kQ4_0; }
-
-// Normal(0, 1) values in the plain types; random codes (every byte) and scales ~ 0.01·N(0, 1) in
-// the block types.
-void FillRandom(WeightType type, int64_t rows, int64_t cols, uint32_t seed, uint8_t* out) {
+// N(0, 1) values encoded by the type's reference quantiser, row by row (a block type's codes
+// then cover its whole range, and its scales are those of real data; the values do not change
+// the time).
+void FillRandom(const WeightTypeDesc& type, int64_t rows, int64_t cols, uint32_t seed, uint8_t* out) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  const int64_t n = rows * cols;
-  auto put16 = [&](int64_t at, uint16_t v) { std::memcpy(out + at, &v, 2); };
-  switch (type) {
-    case WeightType::kF32:
-      for (int64_t i = 0; i < n; ++i) {
-        const float v = normal(rng);
-        std::memcpy(out + 4 * i, &v, 4);
-      }
-      break;
-    case WeightType::kF16:
-      for (int64_t i = 0; i < n; ++i) put16(2 * i, F32ToF16(normal(rng)));
-      break;
-    case WeightType::kBf16:
-      for (int64_t i = 0; i < n; ++i) put16(2 * i, F32ToBf16(normal(rng)));
-      break;
-    case WeightType::kQ8_0:
-    case WeightType::kQ4_0: {
-      const int64_t block_bytes = type == WeightType::kQ8_0 ? 34 : 18;
-      const int64_t bytes = rows * MatrixRowBytes(type, cols);
-      for (int64_t at = 0; at < bytes; at += block_bytes) {
-        put16(at, F32ToF16(0.01f * normal(rng)));
-        for (int64_t i = 2; i < block_bytes; ++i) out[at + i] = static_cast<uint8_t>(rng());
-      }
-      break;
-    }
+  std::vector<float> row(cols);  // [cols]
+  const int64_t row_bytes = MatrixRowBytes(type.type, cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& v : row) v = normal(rng);
+    QuantizeRowRef(type, row.data(), cols, out + r * row_bytes);
   }
 }
 
@@ -73,8 +49,9 @@ Arm MakeArm(WeightType type, const MatVecBenchConfig& c) {
   const int64_t pairs = std::max<int64_t>(1, (c.working_set_bytes + 2 * bytes - 1) / (2 * bytes));
   const int64_t n = 2 * pairs;
   arm.storage.reset(new uint8_t[n * bytes]);  // left uninitialised: every byte is copied below
-  FillRandom(type, c.rows, c.cols, 1, arm.storage.get());
-  FillRandom(type, c.cols, c.rows, 2, arm.storage.get() + bytes);
+  const WeightTypeDesc& desc = *FindWeightType(type);  // CheckMatVecBenchConfig checked it is there
+  FillRandom(desc, c.rows, c.cols, 1, arm.storage.get());
+  FillRandom(desc, c.cols, c.rows, 2, arm.storage.get() + bytes);
   for (int64_t i = 0; i < n; ++i) {
     uint8_t* at = arm.storage.get() + i * bytes;
     if (i >= 2) std::memcpy(at, arm.storage.get() + (i % 2) * bytes, bytes);
@@ -89,14 +66,9 @@ Arm MakeArm(WeightType type, const MatVecBenchConfig& c) {
 }  // namespace
 
 Result<WeightType> ParseWeightTypeName(const std::string& name) {
-  std::string lower = name;
-  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  for (WeightType type : kTypes) {
-    std::string known = WeightTypeName(type);
-    for (char& ch : known) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    if (lower == known) return type;
-  }
-  return Status::Error(fmt::format("unknown weight type '{}' (expected f32, f16, bf16, q8_0 or q4_0)", name));
+  Result<const WeightTypeDesc*> d = FindWeightTypeByName(name);
+  if (!d.ok()) return d.status();
+  return (*d)->type;
 }
 
 Status CheckMatVecBenchConfig(const MatVecBenchConfig& c) {
@@ -109,17 +81,22 @@ Status CheckMatVecBenchConfig(const MatVecBenchConfig& c) {
     return Status::Error(fmt::format("--cols must be in 1..{} (got {})", kMaxDim, c.cols));
   }
   for (WeightType type : c.types) {
-    if (!IsBlockType(type)) continue;
-    // The second matrix of each pair is [cols][rows]: both dimensions are row lengths somewhere.
-    if (c.rows % 32 != 0) {
-      return Status::Error(fmt::format("--rows must be a multiple of 32 for {} (got {}): the benchmark "
-                                       "also runs the transposed [cols][rows] shape, whose rows are blocks "
-                                       "of 32", WeightTypeName(type), c.rows));
+    const WeightTypeDesc* d = FindWeightType(type);
+    if (d == nullptr) {
+      return Status::Error(fmt::format("--type: weight type id {} is not registered (registered: {})",
+                                       static_cast<int>(type), WeightTypeLabelList()));
     }
-    if (c.cols % 32 != 0) {
-      return Status::Error(fmt::format("--cols must be a multiple of 32 for {} (got {}): {} stores each "
-                                       "row as blocks of 32", WeightTypeName(type), c.cols,
-                                       WeightTypeName(type)));
+    if (d->block_elems == 1) continue;
+    // The second matrix of each pair is [cols][rows]: both dimensions are row lengths somewhere.
+    if (c.rows % d->block_elems != 0) {
+      return Status::Error(fmt::format("--rows must be a multiple of {} for {} (got {}): the benchmark "
+                                       "also runs the transposed [cols][rows] shape, whose rows are blocks "
+                                       "of {}", d->block_elems, d->label, c.rows, d->block_elems));
+    }
+    if (c.cols % d->block_elems != 0) {
+      return Status::Error(fmt::format("--cols must be a multiple of {} for {} (got {}): {} stores each "
+                                       "row as blocks of {}", d->block_elems, d->label, c.cols, d->label,
+                                       d->block_elems));
     }
   }
   if (c.threads < 1 || c.threads > 1024) {

@@ -32,11 +32,12 @@ struct MatVecBenchRow {
   double us_per_matvec = 0;           ///< median sweep time / matrices
 };
 
-/// "q4_0", "Q8_0", "f16", "bf16", "f32" (any case) -> the type; the error lists the names.
+/// A registered weight type's name, any case ("q4_0", "Q8_0", ...) -> the type; the error lists
+/// the names (weights/weight_type.h).
 Result<WeightType> ParseWeightTypeName(const std::string& name);
 
-/// Ok if the config can run: at least one type, shapes of whole blocks for Q8_0/Q4_0 (rows and cols
-/// multiples of 32, since the second shape is transposed), positive counts. Messages name the
+/// Ok if the config can run: at least one registered type, shapes of whole blocks (rows and cols
+/// multiples of each type's block_elems, since the second shape is transposed), positive counts. Messages name the
 /// field as the CLI flag (--type, --rows, --cols, --threads, --reps, --working-set).
 Status CheckMatVecBenchConfig(const MatVecBenchConfig& config);
 

@@ -11,22 +11,19 @@
 
 #include "base/checksum.h"
 #include "weights/matvec.h"
+#include "weights/weight_type.h"
 
 namespace kvq {
 namespace {
 
+// The registry maps GGUF type ids; an id it lacks (a ggml type kvq has no kernels for, or one
+// ggml itself does not define) is refused naming the file, the tensor and the id.
 Result<WeightType> ToWeightType(const GgufTensor& t, const std::string& path) {
-  switch (t.type) {
-    case GgmlType::kF32: return WeightType::kF32;
-    case GgmlType::kF16: return WeightType::kF16;
-    case GgmlType::kBF16: return WeightType::kBf16;
-    case GgmlType::kQ8_0: return WeightType::kQ8_0;
-    case GgmlType::kQ4_0: return WeightType::kQ4_0;
-    default:
-      return Status::Error(fmt::format("{}: tensor '{}' has type {}, which kvq does not support "
-                                       "(supported: F32, F16, BF16, Q8_0, Q4_0)", path, t.name,
-                                       GgmlTypeName(t.type)));
-  }
+  const auto id = static_cast<uint32_t>(t.type);
+  if (const WeightTypeDesc* d = FindWeightTypeByGgufId(id)) return d->type;
+  return Status::Error(fmt::format("{}: tensor '{}' has type {} (GGUF type id {}), which kvq does not support "
+                                   "(supported: {})", path, t.name, GgmlTypeName(t.type), id,
+                                   WeightTypeLabelList()));
 }
 
 bool HasTensor(const GgufFile& file, const std::string& name) {

@@ -1,5 +1,5 @@
 // Llama-family models from GGUF files (llama.cpp's format): shape from the `<arch>.*` metadata,
-// weights as views into the file's mapping, F32/F16/BF16/Q8_0/Q4_0 tensors.
+// weights as views into the file's mapping, tensors of any type in the weight-type registry.
 #pragma once
 
 #include <memory>

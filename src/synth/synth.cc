@@ -20,6 +20,7 @@
 #include "kvq/format.h"
 #include "kvq/units.h"
 #include "gguf/gguf_writer.h"
+#include "weights/weight_type.h"
 
 namespace kvq {
 namespace {
@@ -163,26 +164,18 @@ Result<Vocabulary> OpenVocabulary(const std::string& path) {
 }
 
 // A row source for a matrix of rows `cols` long: rows drawn uniformly on (−a, a) with
-// a = sqrt(3 / cols) and encoded in `type`, rows split across the pool's threads.
+// a = sqrt(3 / cols) and encoded in `type` by its registry entry's reference quantiser, rows
+// split across the pool's threads.
 GgufRowSource MatrixSource(GgmlType type, int64_t cols, uint64_t tensor_seed, ThreadPool* pool) {
   const float amplitude = static_cast<float>(std::sqrt(3.0 / static_cast<double>(cols)));
   const int64_t row_bytes = *GgmlTypeBytes(type, cols);
+  const WeightTypeDesc* desc = SynthWeightType(type);  // ValidateSynthSpec checked it is there
   return [=](int64_t first_row, int64_t n_rows, uint8_t* out) -> Status {
     std::vector<std::vector<float>> scratch(pool->threads(), std::vector<float>(cols));
     pool->Run(n_rows, [&](int64_t i, int32_t thread) {
       float* x = scratch[thread].data();
-      uint8_t* o = out + i * row_bytes;
       SynthDrawRow(tensor_seed, first_row + i, amplitude, x, cols);
-      if (type == GgmlType::kQ8_0) {
-        QuantizeRowQ8_0(x, cols, o);
-      } else if (type == GgmlType::kQ4_0) {
-        QuantizeRowQ4_0(x, cols, o);
-      } else {
-        for (int64_t c = 0; c < cols; ++c) {
-          const uint16_t h = F32ToF16(x[c]);
-          std::memcpy(o + 2 * c, &h, 2);
-        }
-      }
+      QuantizeRowRef(*desc, x, cols, out + i * row_bytes);
     });
     return Status::Ok();
   };
@@ -194,14 +187,8 @@ std::vector<uint8_t> F32Bytes(const std::vector<float>& v) {
   return b;
 }
 
-uint32_t FileType(GgmlType type) {
-  // llama_ftype: LLAMA_FTYPE_MOSTLY_F16 = 1, MOSTLY_Q4_0 = 2, MOSTLY_Q8_0 = 7.
-  switch (type) {
-    case GgmlType::kF16: return 1;
-    case GgmlType::kQ4_0: return 2;
-    default: return 7;
-  }
-}
+// general.file_type: the llama_ftype of a file whose matrices are all `type` (from the registry).
+uint32_t FileType(GgmlType type) { return SynthWeightType(type)->gguf_file_type; }
 
 // The writer for a resolved spec, and for each tensor the number of whole layers in the file
 // once that tensor is written (for progress).
@@ -333,13 +320,24 @@ Result<SynthArch> ParseSynthArch(std::string_view name) {
                                    name));
 }
 
+const WeightTypeDesc* SynthWeightType(GgmlType type) {
+  const WeightTypeDesc* d = FindWeightTypeByGgufId(static_cast<uint32_t>(type));
+  return d != nullptr && d->quantize_block_ref != nullptr ? d : nullptr;
+}
+
+std::string SynthTypeNameList() {
+  std::string out;
+  for (const WeightTypeDesc& d : WeightTypes()) {
+    if (d.quantize_block_ref == nullptr) continue;
+    out += out.empty() ? d.name : fmt::format(", {}", d.name);
+  }
+  return out;
+}
+
 Result<GgmlType> ParseSynthType(std::string_view name) {
-  std::string lower(name);
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (lower == "f16") return GgmlType::kF16;
-  if (lower == "q8_0") return GgmlType::kQ8_0;
-  if (lower == "q4_0") return GgmlType::kQ4_0;
-  return Status::Error(fmt::format("unknown weight type '{}' (expected f16, q8_0 or q4_0)", name));
+  Result<const WeightTypeDesc*> d = FindWeightTypeByName(name);
+  if (d.ok() && (*d)->quantize_block_ref != nullptr) return static_cast<GgmlType>((*d)->gguf_type);
+  return Status::Error(fmt::format("unknown weight type '{}' (expected one of {})", name, SynthTypeNameList()));
 }
 
 std::vector<std::string> SynthPresetNames() {
@@ -392,16 +390,17 @@ Status ValidateSynthSpec(const SynthSpec& s) {
     return Status::Error(fmt::format("--kv-heads {} does not divide --heads {}", s.kv_heads(),
                                      s.n_heads));
   }
-  if (s.type != GgmlType::kF16 && s.type != GgmlType::kQ8_0 && s.type != GgmlType::kQ4_0) {
-    return Status::Error(fmt::format("--type {} is not one synth writes (f16, q8_0, q4_0)",
-                                     GgmlTypeName(s.type)));
+  const WeightTypeDesc* type = SynthWeightType(s.type);
+  if (type == nullptr) {
+    return Status::Error(fmt::format("--type {} is not one synth writes ({})", GgmlTypeName(s.type),
+                                     SynthTypeNameList()));
   }
-  if (s.type != GgmlType::kF16) {
+  if (type->block_elems > 1) {
     // Rows are dim long (token_embd, q, k, v, gate, up) or ffn / n_heads·head_dim = dim long.
     for (const auto& [flag, v] : {std::pair{"--dim", s.dim}, std::pair{"--ffn", s.hidden_dim}}) {
-      if (v % 32 != 0) {
-        return Status::Error(fmt::format("{} {} is not a multiple of 32: {} rows are whole blocks "
-                                         "of 32", flag, v, GgmlTypeName(s.type)));
+      if (v % type->block_elems != 0) {
+        return Status::Error(fmt::format("{} {} is not a multiple of {}: {} rows are whole blocks "
+                                         "of {}", flag, v, type->block_elems, type->label, type->block_elems));
       }
     }
   }

@@ -10,11 +10,10 @@
 //                           matrix keeps a unit-variance input at unit variance and the
 //                           pre-norm residual stream grows only additively through the layers;
 //                           the tied or separate classifier gives logits of variance ≈ 1.
-//                           Stored in --type: F16 (round to nearest even) or Q8_0 / Q4_0
-//                           quantised with ggml's reference rounding (quantize_row_q8_0_ref:
-//                           d = amax / 127, q = round(x / d); quantize_row_q4_0_ref:
-//                           d = (the signed value of largest magnitude) / −8,
-//                           q = min(15, trunc(x / d + 8.5))).
+//                           Stored in --type, any weight type with a reference quantiser in
+//                           the registry (weights/weight_type.h: F16/BF16 round to nearest
+//                           even; Q8_0 / Q4_0 use ggml's reference rounding,
+//                           quantize_row_q8_0_ref / quantize_row_q4_0_ref, see their folders).
 //   norms                   1.0 (F32).
 //   Q/K/V biases (qwen2)    uniform with standard deviation 0.02 (F32).
 //   rope_freqs.weight       Llama3RopeFreqFactors (F32), only with Llama 3.1 rope scaling.
@@ -33,6 +32,7 @@
 #include "kvq/status.h"
 #include "gguf/gguf_reader.h"
 #include "weights/rope.h"
+#include "weights/weight_type.h"
 
 namespace kvq {
 
@@ -46,8 +46,14 @@ const char* SynthArchName(SynthArch arch);
 const char* SynthGgufArch(SynthArch arch);
 /// "llama" | "qwen2" | "mistral"; the error lists them.
 Result<SynthArch> ParseSynthArch(std::string_view name);
-/// "f16" | "q8_0" | "q4_0" (any case); the error lists them.
+/// A registry type's CLI name (any case) whose entry has a reference quantiser ("f16", "q4_0",
+/// ...); the error lists them.
 Result<GgmlType> ParseSynthType(std::string_view name);
+/// The registry entry synth writes `type` with, or null when it cannot (not registered, or no
+/// reference quantiser).
+const WeightTypeDesc* SynthWeightType(GgmlType type);
+/// "f32, f16, bf16, q8_0, q4_0": the names ParseSynthType takes, for help text.
+std::string SynthTypeNameList();
 
 enum class SynthEmbeddings { kSeparate, kTied };  ///< an output.weight, or the classifier = token_embd
 
@@ -67,7 +73,7 @@ struct SynthSpec {
   SynthEmbeddings embeddings = SynthEmbeddings::kSeparate;
   bool qkv_bias = false;                       ///< qwen2's attn_q/k/v biases
   std::optional<Llama3RopeScaling> rope_scaling;  ///< Llama 3.1 scaling: a rope_freqs.weight tensor
-  GgmlType type = GgmlType::kQ4_0;  ///< every matrix (token_embd included): F16, Q8_0 or Q4_0
+  GgmlType type = GgmlType::kQ4_0;  ///< every matrix (token_embd included): see SynthWeightType
   uint64_t seed = 1;
   int32_t threads = 1;  ///< threads drawing and quantising rows; never changes the bytes
 
@@ -82,7 +88,7 @@ std::vector<std::string> SynthPresetNames();
 Result<SynthSpec> SynthPreset(std::string_view name);
 
 /// Checks a spec (vocab_size 0 allowed): positive, plausible sizes; heads divide dim, KV heads
-/// divide heads, head_dim even; dim and ffn multiples of 32 for Q8_0/Q4_0. Errors name the flag.
+/// divide heads, head_dim even; dim and ffn multiples of the type's block. Errors name the flag.
 Status ValidateSynthSpec(const SynthSpec& spec);
 
 /// Parameters as a checkpoint counts them: embeddings (and output.weight when separate), every
@@ -124,8 +130,5 @@ Status WriteSynthModel(const SynthSpec& spec, const std::string& vocab_path,
 uint64_t SynthTensorSeed(uint64_t seed, std::string_view name);
 /// Row `row` of a tensor: n uniform values on (−amplitude, amplitude).
 void SynthDrawRow(uint64_t tensor_seed, int64_t row, float amplitude, float* out, int64_t n);
-/// ggml's reference quantisers (n a multiple of 32): n/32 blocks of 34 (Q8_0) or 18 (Q4_0) bytes.
-void QuantizeRowQ8_0(const float* x, int64_t n, uint8_t* out);
-void QuantizeRowQ4_0(const float* x, int64_t n, uint8_t* out);
 
 }  // namespace kvq

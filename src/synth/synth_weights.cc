@@ -1,10 +1,5 @@
-// The random numbers and the row encoders of synth (see synth.h): a splitmix64 stream per row,
-// and ggml's reference quantisers for Q8_0 and Q4_0 written from their definitions.
-#include <algorithm>
-#include <cmath>
-#include <cstring>
-
-#include "base/float_codes.h"
+// The random numbers of synth (see synth.h): a splitmix64 stream per row. The row encoders are
+// the weight-type registry's reference quantisers (weights/<name>/).
 #include "synth/synth.h"
 
 namespace kvq {
@@ -21,21 +16,6 @@ uint64_t SplitMix64(uint64_t* state) {
 }
 
 uint64_t Mix(uint64_t x) { return SplitMix64(&x); }
-
-void PutF16(uint8_t* out, float v) {
-  const uint16_t h = F32ToF16(v);
-  std::memcpy(out, &h, 2);
-}
-
-// roundf (half away from zero) for |v| well inside int range: the truncation and the fraction
-// v − trunc(v) are both exact in f32, so this equals roundf without a libm call per weight.
-int RoundHalfAway(float v) {
-  int t = static_cast<int>(v);
-  const float frac = v - static_cast<float>(t);
-  if (frac >= 0.5f) ++t;
-  if (frac <= -0.5f) --t;
-  return t;
-}
 
 }  // namespace
 
@@ -61,46 +41,6 @@ void SynthDrawRow(uint64_t tensor_seed, int64_t row, float amplitude, float* out
     out[i + 1] = value((r >> 8) & 0xFFFFFF);
   }
   if (i < n) out[i] = value(SplitMix64(&state) >> 40);
-}
-
-void QuantizeRowQ8_0(const float* x, int64_t n, uint8_t* out) {
-  for (int64_t b = 0; b < n / 32; ++b) {
-    const float* xb = x + 32 * b;
-    uint8_t* ob = out + 34 * b;
-    float amax = 0.0f;
-    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    PutF16(ob, d);
-    for (int j = 0; j < 32; ++j) {
-      ob[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(RoundHalfAway(xb[j] * id)));
-    }
-  }
-}
-
-void QuantizeRowQ4_0(const float* x, int64_t n, uint8_t* out) {
-  for (int64_t b = 0; b < n / 32; ++b) {
-    const float* xb = x + 32 * b;
-    uint8_t* ob = out + 18 * b;
-    // The value of largest magnitude, with its sign (the first one on ties), maps to code 0.
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < 32; ++j) {
-      if (amax < std::fabs(xb[j])) {
-        amax = std::fabs(xb[j]);
-        max = xb[j];
-      }
-    }
-    const float d = max / -8.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    PutF16(ob, d);
-    for (int j = 0; j < 16; ++j) {
-      // x/d + 8.5 lies in [0.5, 16.5]: truncation is floor, and 16 (the extreme itself) is
-      // clamped to 15, as ggml does.
-      const int lo = std::min(15, static_cast<int>(xb[j] * id + 8.5f));
-      const int hi = std::min(15, static_cast<int>(xb[16 + j] * id + 8.5f));
-      ob[2 + j] = static_cast<uint8_t>(lo | (hi << 4));
-    }
-  }
 }
 
 }  // namespace kvq

@@ -1,10 +1,9 @@
-// MatVec (see matvec.h): the per-target row kernels (foreach_target) and the threaded driver. The
-// plain types' kernels are below; the quantised-activation path (Q8_0, Q4_0) is in
-// matvec_quant-inl.h; the scalar decoders and references are in matvec_reference.cc.
+// MatVec (see matvec.h): the activation quantiser (foreach_target) and the threaded driver. The
+// row kernels are per weight type, in src/weights/<name>/ (registry: weight_type.h); the scalar
+// decoders and references are in matvec_reference.cc.
 //
-// AVX3_DL (AVX-512 with VNNI) is compiled in this translation unit only: the Q8_0/Q4_0 kernels use
-// its vpdpbusd. The plain types' kernels are the same Highway code on AVX3 and AVX3_DL (the same
-// float instructions in the same order), so they give AVX3's bits there.
+// AVX3_DL is compiled in every weight kernel translation unit (the Q8_0/Q4_0 kernels use its
+// vpdpbusd), and here, so the target this file reports is the one the kernels run on.
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL
 #endif
@@ -15,97 +14,68 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
-#include "base/float_codes.h"
 #include "weights/matvec.h"
-#include "weights/matvec_internal.h"
-#include "weights/matvec_quant-inl.h"
+#include "weights/weight_type.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvq {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-using matvec_internal::LoadU16;
 
-// ---- Plain element types (F32, F16, BF16): any cols; full vectors, a scalar tail. ----
-
-struct F32Elems {
-  static constexpr int64_t kBytes = 4;
-  template <class D>
-  static HWY_INLINE hn::Vec<D> Load(D d, const uint8_t* row, int64_t c) {
-    return hn::LoadU(d, reinterpret_cast<const float*>(row) + c);
+// ---- Activation quantisation ----
+// Per block of 32: amax = max |x|; d = amax / 127 (f32 division); q = RNE(clamp(x / d, ±127)).
+// RNE without a conversion instruction: for |t| ≤ 127, t + 1.5·2^23 lands in [2^23, 2^24) where
+// the f32 spacing is 1, so the IEEE addition itself rounds t to the nearest integer, ties to even,
+// and the low bits of the sum are that integer (bits − 0x4B400000). Every step is a correctly
+// rounded IEEE operation, so each target gives the reference's bits.
+// A block holding inf or NaN gets d = NaN and q = 0 (x·0 is NaN exactly for those); a block whose
+// d is 0 (all zeros, or amax/127 below the smallest subnormal) gets q = 0.
+void QuantizeActivationHere(const float* x, int64_t cols, int8_t* q, float* dx) {
+  // At most 8 lanes: 512-bit instructions would cost the 256-bit row kernels that follow vector
+  // port 1 (and, on some cores, clock speed). N ∈ {1, 2, 4, 8} divides 32.
+  using D = hn::CappedTag<float, 8>;
+  const D d;
+  const hn::Rebind<int32_t, D> di32;
+  const hn::Rebind<int8_t, D> di8;
+  constexpr int64_t kN = static_cast<int64_t>(hn::MaxLanes(D()));
+  constexpr int64_t kK = kActivationBlockElems / kN;
+  const auto zero = hn::Zero(d);
+  const auto hi = hn::Set(d, 127.0f);
+  const auto lo = hn::Set(d, -127.0f);
+  const auto magic = hn::Set(d, 12582912.0f);  // 1.5·2^23, bits 0x4B400000
+  const auto magic_bits = hn::Set(di32, 0x4B400000);
+  const int64_t n_blocks = cols / kActivationBlockElems;
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const float* xb = x + b * kActivationBlockElems;
+    int8_t* qb = q + b * kActivationBlockElems;
+    hn::Vec<D> v[kK];
+    auto amax = zero;
+    auto nonfinite = zero;
+    for (int64_t k = 0; k < kK; ++k) {
+      v[k] = hn::LoadU(d, xb + k * kN);
+      amax = hn::Max(amax, hn::Abs(v[k]));
+      nonfinite = hn::Add(nonfinite, hn::Mul(v[k], zero));
+    }
+    if (hn::GetLane(hn::SumOfLanes(d, nonfinite)) != 0.0f) {  // NaN: an inf or a NaN in the block
+      dx[b] = std::numeric_limits<float>::quiet_NaN();
+      std::memset(qb, 0, kActivationBlockElems);
+      continue;
+    }
+    const float scale = hn::GetLane(hn::MaxOfLanes(d, amax)) / 127.0f;
+    dx[b] = scale;
+    if (scale == 0.0f) {
+      std::memset(qb, 0, kActivationBlockElems);
+      continue;
+    }
+    const auto vs = hn::Set(d, scale);
+    for (int64_t k = 0; k < kK; ++k) {
+      const auto t = hn::Min(hn::Max(hn::Div(v[k], vs), lo), hi);
+      const auto r = hn::Sub(hn::BitCast(di32, hn::Add(t, magic)), magic_bits);  // exact, in ±127
+      hn::StoreU(hn::DemoteTo(di8, r), di8, qb + k * kN);
+    }
   }
-  static HWY_INLINE float Scalar(const uint8_t* row, int64_t c) {
-    float v;
-    std::memcpy(&v, row + 4 * c, 4);
-    return v;
-  }
-};
-
-struct F16Elems {
-  static constexpr int64_t kBytes = 2;
-  template <class D>
-  static HWY_INLINE hn::Vec<D> Load(D d, const uint8_t* row, int64_t c) {
-    const hn::Rebind<hwy::float16_t, D> df16;
-    return hn::PromoteTo(d, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(row) + c));
-  }
-  static HWY_INLINE float Scalar(const uint8_t* row, int64_t c) { return F16ToF32(LoadU16(row + 2 * c)); }
-};
-
-struct Bf16Elems {
-  static constexpr int64_t kBytes = 2;
-  template <class D>
-  static HWY_INLINE hn::Vec<D> Load(D d, const uint8_t* row, int64_t c) {
-    const hn::Rebind<uint16_t, D> du16;
-    const hn::Rebind<uint32_t, D> du32;
-    const auto bits = hn::PromoteTo(du32, hn::LoadU(du16, reinterpret_cast<const uint16_t*>(row) + c));
-    return hn::BitCast(d, hn::ShiftLeft<16>(bits));  // a bf16 is the top half of an f32
-  }
-  static HWY_INLINE float Scalar(const uint8_t* row, int64_t c) { return Bf16ToF32(LoadU16(row + 2 * c)); }
-};
-
-// R consecutive rows from r, sharing each load of x.
-template <class E, int R>
-HWY_INLINE void PlainRowGroup(const uint8_t* w, const float* x, float* y, int64_t cols, int64_t r) {
-  const hn::ScalableTag<float> d;
-  const int64_t n = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t row_bytes = cols * E::kBytes;
-  const uint8_t* a[R];
-  hn::Vec<decltype(d)> s[R];
-  for (int i = 0; i < R; ++i) {
-    a[i] = w + (r + i) * row_bytes;
-    s[i] = hn::Zero(d);
-  }
-  int64_t c = 0;
-  for (; c + n <= cols; c += n) {
-    const auto xv = hn::LoadU(d, x + c);
-    for (int i = 0; i < R; ++i) s[i] = hn::MulAdd(E::Load(d, a[i], c), xv, s[i]);
-  }
-  float t[R];
-  for (int i = 0; i < R; ++i) t[i] = hn::GetLane(hn::SumOfLanes(d, s[i]));
-  for (; c < cols; ++c) {
-    for (int i = 0; i < R; ++i) t[i] += E::Scalar(a[i], c) * x[c];
-  }
-  for (int i = 0; i < R; ++i) y[r + i] = t[i];
-}
-
-template <class E>
-HWY_INLINE void PlainRows(const uint8_t* w, const float* x, float* y, int64_t cols, int64_t r0,
-                          int64_t r1) {
-  int64_t r = r0;
-  for (; r + 4 <= r1; r += 4) PlainRowGroup<E, 4>(w, x, y, cols, r);
-  for (; r < r1; ++r) PlainRowGroup<E, 1>(w, x, y, cols, r);
-}
-
-// Rows [r0, r1) of y = W x, one exported entry point per weight type (same signature).
-void MatVecF32Rows(const uint8_t* w, const float* x, float* y, int64_t cols, int64_t r0, int64_t r1) {
-  PlainRows<F32Elems>(w, x, y, cols, r0, r1);
-}
-void MatVecF16Rows(const uint8_t* w, const float* x, float* y, int64_t cols, int64_t r0, int64_t r1) {
-  PlainRows<F16Elems>(w, x, y, cols, r0, r1);
-}
-void MatVecBf16Rows(const uint8_t* w, const float* x, float* y, int64_t cols, int64_t r0, int64_t r1) {
-  PlainRows<Bf16Elems>(w, x, y, cols, r0, r1);
 }
 
 const char* MatVecTargetNameHere() { return hwy::TargetName(HWY_TARGET); }
@@ -125,51 +95,28 @@ HWY_AFTER_NAMESPACE();
 
 namespace kvq {
 
-using matvec_internal::kBlockElems;
-using matvec_internal::kLaneElems;
-using matvec_internal::QuantizedX;
-
-HWY_EXPORT(MatVecF32Rows);
-HWY_EXPORT(MatVecF16Rows);
-HWY_EXPORT(MatVecBf16Rows);
-HWY_EXPORT(MatVecQ8Rows);
-HWY_EXPORT(MatVecQ4Rows);
 HWY_EXPORT(QuantizeActivationHere);
-HWY_EXPORT(PrepareActivationHere);
 HWY_EXPORT(MatVecTargetNameHere);
 
 namespace {
 
-using PlainRowsFn = void (*)(const uint8_t*, const float*, float*, int64_t, int64_t, int64_t);
-using QuantRowsFn = void (*)(const uint8_t*, const QuantizedX&, float*, int64_t, int64_t, int64_t);
+constexpr int64_t kLaneElems = 4;  // elements one int32 lane of an x86 byte dot product sums
 
 // Dispatch is resolved once per call, in the calling thread, so the pool's workers never run
-// Highway's first-call target selection concurrently.
+// Highway's first-call target selection concurrently: the kernels are fetched here and the
+// workers call them through plain pointers.
 void InitDispatch() {
   if (!hwy::GetChosenTarget().IsInitialized()) hwy::GetChosenTarget().Update(hwy::SupportedTargets());
 }
 
-PlainRowsFn PickPlainRows(WeightType type) {
-  switch (type) {
-    case WeightType::kF32: return HWY_DYNAMIC_DISPATCH(MatVecF32Rows);
-    case WeightType::kF16: return HWY_DYNAMIC_DISPATCH(MatVecF16Rows);
-    case WeightType::kBf16: return HWY_DYNAMIC_DISPATCH(MatVecBf16Rows);
-    default: return nullptr;
+const WeightTypeDesc& DescOrDie(const char* what, WeightType type) {
+  const WeightTypeDesc* desc = FindWeightType(type);
+  if (desc == nullptr) {
+    // CheckMatrix refuses such a matrix; reaching here is a caller bug.
+    fmt::print(stderr, "kvq: {}: weight type id {} is not supported\n", what, static_cast<int>(type));
+    std::abort();
   }
-}
-
-QuantRowsFn PickQuantRows(WeightType type) {
-  switch (type) {
-    case WeightType::kQ8_0: return HWY_DYNAMIC_DISPATCH(MatVecQ8Rows);
-    case WeightType::kQ4_0: return HWY_DYNAMIC_DISPATCH(MatVecQ4Rows);
-    default: return nullptr;
-  }
-}
-
-[[noreturn]] void Unsupported(const char* what, WeightType type) {
-  // CheckMatrix refuses such a matrix; reaching here is a caller bug.
-  fmt::print(stderr, "kvq: {}: weight type id {} is not supported\n", what, static_cast<int>(type));
-  std::abort();
+  return *desc;
 }
 
 // The activations of one call, quantised: per calling thread, reused across calls (a decode step
@@ -181,23 +128,22 @@ struct ActivationScratch {
 };
 
 // Quantises n_tokens rows of x (tokens back to back: whole blocks, so one pass over all of them)
-// and fills the offsets the dispatched target's kernels start from (see QuantizedX).
-ActivationScratch& QuantizeTokens(WeightType type, const float* x, int64_t cols, int64_t n_tokens) {
+// and fills the offsets the type's kernels on this target start from (see QuantizedX).
+ActivationScratch& QuantizeTokens(const WeightKernels& k, const float* x, int64_t cols, int64_t n_tokens) {
   thread_local ActivationScratch s;
   const int64_t n = cols * n_tokens;
   s.q.resize(n);
-  s.d.resize(n / kBlockElems);
+  s.d.resize(n / kActivationBlockElems);
   s.offset.resize(n / kLaneElems);
-  HWY_DYNAMIC_DISPATCH(PrepareActivationHere)(x, n, type, s.q.data(), s.d.data(), s.offset.data());
+  HWY_DYNAMIC_DISPATCH(QuantizeActivationHere)(x, n, s.q.data(), s.d.data());
+  k.activation_offsets(s.q.data(), n, s.offset.data());
   return s;
 }
 
 QuantizedX TokenView(const ActivationScratch& s, int64_t cols, int64_t token) {
-  return {.q = s.q.data() + token * cols, .d = s.d.data() + token * (cols / kBlockElems),
+  return {.q = s.q.data() + token * cols, .d = s.d.data() + token * (cols / kActivationBlockElems),
           .offset = s.offset.data() + token * (cols / kLaneElems)};
 }
-
-bool IsBlockType(WeightType type) { return type == WeightType::kQ8_0 || type == WeightType::kQ4_0; }
 
 constexpr int64_t kRowsPerItem = 16;  // rows per work item: small matrices stay on one thread
 
@@ -228,40 +174,42 @@ void ForEachRowItem(int64_t rows, int32_t t, const F& fn) {
 void MatVec(const Matrix& w, const float* x, float* y, int32_t threads) {
   if (w.rows <= 0) return;
   InitDispatch();
+  const WeightTypeDesc& desc = DescOrDie("MatVec", w.type);
+  const WeightKernels& k = desc.kernels();
   const int32_t t = w.rows * w.cols >= (1 << 16) ? threads : 1;
-  if (IsBlockType(w.type)) {
-    const QuantRowsFn rows_fn = PickQuantRows(w.type);
-    const ActivationScratch& s = QuantizeTokens(w.type, x, w.cols, 1);
+  if (desc.quantized_activation) {
+    const auto rows_fn = k.quant_rows;
+    const ActivationScratch& s = QuantizeTokens(k, x, w.cols, 1);
     const QuantizedX qx = TokenView(s, w.cols, 0);
     ForEachRowItem(w.rows, t, [&](int64_t r0, int64_t r1) { rows_fn(w.data, qx, y, w.cols, r0, r1); });
     return;
   }
-  const PlainRowsFn rows_fn = PickPlainRows(w.type);
-  if (rows_fn == nullptr) Unsupported("MatVec", w.type);
+  const auto rows_fn = k.rows;
   ForEachRowItem(w.rows, t, [&](int64_t r0, int64_t r1) { rows_fn(w.data, x, y, w.cols, r0, r1); });
 }
 
 void MatMul(const Matrix& w, const float* x, int64_t n_tokens, float* y, int32_t threads) {
   if (w.rows <= 0 || n_tokens <= 0) return;
   InitDispatch();
+  const WeightTypeDesc& desc = DescOrDie("MatMul", w.type);
+  const WeightKernels& k = desc.kernels();
   // Each item of 16 rows meets every token while those rows are in cache, so the weights are read
   // from memory once per call, not once per token. Per row and token it is MatVec's own kernel on
   // the same quantised activation: the results equal n_tokens MatVec calls bit for bit.
   const int32_t t = w.rows * w.cols * n_tokens >= (1 << 16) ? threads : 1;
-  if (IsBlockType(w.type)) {
-    const QuantRowsFn rows_fn = PickQuantRows(w.type);
-    const ActivationScratch& s = QuantizeTokens(w.type, x, w.cols, n_tokens);
+  if (desc.quantized_activation) {
+    const auto rows_fn = k.quant_rows;
+    const ActivationScratch& s = QuantizeTokens(k, x, w.cols, n_tokens);
     ForEachRowItem(w.rows, t, [&](int64_t r0, int64_t r1) {
-      for (int64_t k = 0; k < n_tokens; ++k) {
-        rows_fn(w.data, TokenView(s, w.cols, k), y + k * w.rows, w.cols, r0, r1);
+      for (int64_t j = 0; j < n_tokens; ++j) {
+        rows_fn(w.data, TokenView(s, w.cols, j), y + j * w.rows, w.cols, r0, r1);
       }
     });
     return;
   }
-  const PlainRowsFn rows_fn = PickPlainRows(w.type);
-  if (rows_fn == nullptr) Unsupported("MatMul", w.type);
+  const auto rows_fn = k.rows;
   ForEachRowItem(w.rows, t, [&](int64_t r0, int64_t r1) {
-    for (int64_t k = 0; k < n_tokens; ++k) rows_fn(w.data, x + k * w.cols, y + k * w.rows, w.cols, r0, r1);
+    for (int64_t j = 0; j < n_tokens; ++j) rows_fn(w.data, x + j * w.cols, y + j * w.rows, w.cols, r0, r1);
   });
 }
 

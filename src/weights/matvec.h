@@ -2,23 +2,16 @@
 // A SIMD kernel per weight type (Highway dispatch, once per call) split across the thread pool by
 // rows, and plain scalar references beside it for tests.
 //
-// Weight types and their row layouts (little-endian, rows back to back, no padding):
-//   F32   cols × 4 bytes
-//   F16   cols × 2 bytes, IEEE binary16
-//   BF16  cols × 2 bytes, the high half of an f32
-//   Q8_0  cols/32 blocks of 34 bytes (ggml block_q8_0): f16 scale d, then 32 int8 qs;
-//         element i of the block = d · qs[i]
-//   Q4_0  cols/32 blocks of 18 bytes (ggml block_q4_0): f16 scale d, then 16 bytes qs;
-//         element i   (0 ≤ i < 16) = d · ((qs[i] & 0x0F) − 8)
-//         element i+16             = d · ((qs[i] >> 4) − 8)
-//         (elements i and i+16 share a byte: the low nibbles are the first half of the block)
-// Every decoded weight is exact in f32 (d has 11 significant bits, the code at most 8). A weight
-// "code" below is qs[i] for Q8_0 and the nibble − 8 for Q4_0.
+// Weight types: the registry (weight_type.h) lists them; each one's row layout, scalar reference
+// and kernels are in src/weights/<name>/ (f32, f16, bf16, q8_0, q4_0). A row of cols elements is
+// cols / block_elems blocks, rows back to back, no padding. Every decoded weight is exact in f32.
+// The quantised-activation types (Q8_0, Q4_0) store blocks of 32 as an f16 scale d and 32 integer
+// codes, weight = d·code: the "code" below is qs[i] for Q8_0 and the nibble − 8 for Q4_0.
 //
 // Numerics, F32/F16/BF16. MatVecReference sums the products w·x in column order in f32; MatVec
 // sums the same products in another order (lane-parallel partial sums), so the two differ by
 // rounding only: |MatVec − Reference| ≤ 2·(cols + 4)·2^-24·Σ_c |w·x| per row (derivation in
-// tests/model/matvec_test.cc).
+// tests/weights/matvec_test.cc).
 //
 // Numerics, Q8_0/Q4_0: the activation is quantised, as ggml does with its vec_dot_type q8_0.
 //   1. Once per call and token, x is cut into blocks of 32 and each block quantised
@@ -39,8 +32,9 @@
 //   so |MatVec − Σ_b d_w·d_x·I_b| ≤ γ_{n_blocks+4}·Σ_b |d_w·d_x|·Σ_i |code_i·q_i|  (abs_sum),
 //   γ_n = n·u/(1 − n·u), barring underflow and overflow. MatVecQuantizedReference gives both sums
 //   and the exact value; the tests check both bounds, and that the first is tight.
-//   Kernels (matvec_quant-inl.h): AVX3_DL uses AVX-512 VNNI (vpdpbusd), AVX2 and AVX3 maddubs/madd,
-//   other targets plain integer loops; all on 256-bit or narrower vectors.
+//   Kernels (quant_rows-inl.h, with each type's block dot product in its folder): AVX3_DL uses
+//   AVX-512 VNNI (vpdpbusd), AVX2 and AVX3 maddubs/madd, other targets plain integer loops; all on
+//   256-bit or narrower vectors.
 //
 // Results depend on the SIMD target (lane count) but not on the thread count, and MatMul equals
 // n_tokens MatVec calls bit for bit (the same activation quantisation, the same row kernel).
@@ -53,11 +47,12 @@
 
 namespace kvq {
 
-/// Ok if MatVec and the decoders below can serve `w`: a known type, rows ≥ 0, cols ≥ 1, and for
-/// Q8_0/Q4_0 cols a multiple of 32 (a row is whole blocks). Does not look at `data`.
+/// Ok if MatVec and the decoders below can serve `w`: a registered type, rows ≥ 0, cols ≥ 1, and
+/// cols a multiple of the type's block_elems (a row is whole blocks). Does not look at `data`.
 Status CheckMatrix(const Matrix& w);
 
-/// Bytes of one row of `cols` elements of `type` (cols a multiple of 32 for Q8_0/Q4_0).
+/// Bytes of one row of `cols` elements of `type` (cols a multiple of its block_elems); 0 for a
+/// type outside the registry.
 int64_t MatrixRowBytes(WeightType type, int64_t cols);
 
 /// y[r] = Σ_c W[r][c] · x[c], rows split across `threads`. `w` must pass CheckMatrix (not
@@ -73,7 +68,7 @@ void MatMul(const Matrix& w, const float* x, int64_t n_tokens, float* y, int32_t
 /// Q8_0/Q4_0 result is bounded against.
 void MatVecReference(const Matrix& w, const float* x, float* y);
 
-/// W[row][col] decoded to f32 by the layout above (plain scalar code).
+/// W[row][col] decoded to f32 by the type's dequantize_block_ref (plain scalar code).
 float DecodeWeight(const Matrix& w, int64_t row, int64_t col);
 
 /// out[c] = W[row][c] for c in [0, cols).
@@ -91,7 +86,7 @@ void QuantizeActivation(const float* x, int64_t cols, int8_t* q, float* d);
 void QuantizeActivationReference(const float* x, int64_t cols, int8_t* q, float* d);
 
 /// Σ_i code_i·q[32·block + i] over block `block` of row `row`, in plain integer arithmetic (exact).
-/// `w` is Q8_0 or Q4_0; q is a whole quantised row of w.cols codes.
+/// `w` is a quantised-activation type (Q8_0, Q4_0); q is a whole quantised row of w.cols codes.
 int32_t BlockDotReference(const Matrix& w, int64_t row, int64_t block, const int8_t* q);
 
 /// Per row, the quantised product and the sums its two error bounds scale with (see above).

@@ -60,7 +60,14 @@ SynthSpec Tiny(GgmlType type) {
                    .n_kv_heads = 2, .hidden_dim = 128, .context = 256, .type = type, .seed = 7};
 }
 
-// ---- quantisers against hand-computed blocks ----
+// ---- quantisers against hand-computed blocks (synth writes through the registry's) ----
+
+void QuantizeRowQ8_0(const float* x, int64_t n, uint8_t* out) {
+  QuantizeRowRef(*FindWeightType(WeightType::kQ8_0), x, n, out);
+}
+void QuantizeRowQ4_0(const float* x, int64_t n, uint8_t* out) {
+  QuantizeRowRef(*FindWeightType(WeightType::kQ4_0), x, n, out);
+}
 
 TEST(SynthQuantize, Q8_0MatchesGgmlReferenceRounding) {
   // amax 127 makes d = 1 exactly, so each code is round-half-away-from-zero of the value.

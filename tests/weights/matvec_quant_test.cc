@@ -28,6 +28,7 @@
 
 #include "base/float_codes.h"
 #include "weights/matvec.h"
+#include "weights/weight_type.h"
 
 namespace kvq {
 namespace {
@@ -65,10 +66,10 @@ Stored RandomBlockMatrix(WeightType type, int64_t rows, int64_t cols, uint32_t s
   std::uniform_int_distribution<int> byte(0, 255);
   std::vector<uint8_t> bytes;
   bytes.reserve(rows * MatrixRowBytes(type, cols));
-  const int n = type == WeightType::kQ8_0 ? 32 : 16;
+  const int64_t n = FindWeightType(type)->block_bytes - 2;  // code bytes after the f16 scale
   for (int64_t b = 0; b < rows * cols / 32; ++b) {
     PutU16(bytes, F32ToF16(byte(rng) < 128 ? scale(rng) : -scale(rng)));
-    for (int i = 0; i < n; ++i) bytes.push_back(static_cast<uint8_t>(byte(rng)));
+    for (int64_t i = 0; i < n; ++i) bytes.push_back(static_cast<uint8_t>(byte(rng)));
   }
   return FromBytes(type, std::move(bytes), rows, cols);
 }
@@ -91,7 +92,14 @@ double RoundingTolerance(int64_t cols, const QuantizedProductReference& ref) {
 
 bool SameBits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
 
-const WeightType kBlockTypes[] = {WeightType::kQ8_0, WeightType::kQ4_0};
+// The registry's quantised-activation types.
+const std::vector<WeightType> kBlockTypes = [] {
+  std::vector<WeightType> out;
+  for (const WeightTypeDesc& d : WeightTypes()) {
+    if (d.quantized_activation) out.push_back(d.type);
+  }
+  return out;
+}();
 
 // ---- 1. Activation quantisation ----
 

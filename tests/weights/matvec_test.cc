@@ -27,6 +27,7 @@
 
 #include "base/float_codes.h"
 #include "weights/matvec.h"
+#include "weights/weight_type.h"
 
 namespace kvq {
 namespace {
@@ -47,7 +48,7 @@ void PutU16(std::vector<uint8_t>& bytes, uint16_t v) {  // little-endian, as in 
   bytes.push_back(static_cast<uint8_t>(v >> 8));
 }
 
-bool IsBlockType(WeightType type) { return type == WeightType::kQ8_0 || type == WeightType::kQ4_0; }
+bool IsBlockType(WeightType type) { return FindWeightType(type)->quantized_activation; }
 
 // Column c of W through MatVec on the current target, times ColumnFactor. Plain types: x = e_c,
 // so y = W[:, c] exactly (every other product is 0·w = ±0, and adding zeros is exact). Q8_0/Q4_0
@@ -218,26 +219,11 @@ Stored RandomPlainMatrix(WeightType type, int64_t rows, int64_t cols, uint32_t s
   std::normal_distribution<float> normal(0.0f, 1.0f);
   Stored s;
   const int64_t row_bytes = MatrixRowBytes(type, cols);
-  s.bytes.reserve(rows * row_bytes);
+  s.bytes.resize(rows * row_bytes);
+  std::vector<float> values(cols);  // [cols] one row, drawn in order
   for (int64_t r = 0; r < rows; ++r) {
-    switch (type) {
-      case WeightType::kF32:
-        for (int64_t c = 0; c < cols; ++c) {
-          const float v = normal(rng);
-          uint8_t b[4];
-          std::memcpy(b, &v, 4);
-          s.bytes.insert(s.bytes.end(), b, b + 4);
-        }
-        break;
-      case WeightType::kF16:
-        for (int64_t c = 0; c < cols; ++c) PutU16(s.bytes, F32ToF16(normal(rng)));
-        break;
-      case WeightType::kBf16:
-        for (int64_t c = 0; c < cols; ++c) PutU16(s.bytes, F32ToBf16(normal(rng)));
-        break;
-      case WeightType::kQ8_0:
-      case WeightType::kQ4_0: ADD_FAILURE() << "block types: see matvec_quant_test.cc"; break;
-    }
+    for (float& v : values) v = normal(rng);
+    QuantizeRowRef(*FindWeightType(type), values.data(), cols, s.bytes.data() + r * row_bytes);
   }
   EXPECT_EQ(static_cast<int64_t>(s.bytes.size()), rows * row_bytes);
   s.m = View(type, s.bytes, rows, cols);
@@ -276,7 +262,14 @@ std::vector<RowSums> Sums(const Matrix& w, const std::vector<float>& x) {
 double Gamma(int64_t n) { return n * kU / (1.0 - n * kU); }
 double Tolerance(int64_t cols, double abs_sum) { return (Gamma(cols) + Gamma(cols + 2)) * abs_sum; }
 
-const WeightType kPlainTypes[] = {WeightType::kF32, WeightType::kF16, WeightType::kBf16};
+// The registry's plain types (one element per block, the activation used as given).
+std::vector<WeightType> PlainTypes() {
+  std::vector<WeightType> out;
+  for (const WeightTypeDesc& d : WeightTypes()) {
+    if (!d.quantized_activation) out.push_back(d.type);
+  }
+  return out;
+}
 
 struct Shape {
   int64_t rows, cols;
@@ -303,7 +296,7 @@ TEST(MatVec, PlainTypesMatchTheReferenceOnEveryTarget) {
   for (int64_t t : targets) names += std::string(" ") + hwy::TargetName(t);
   std::printf("targets:%s\n", names.c_str());
   uint32_t seed = 1;
-  for (WeightType type : kPlainTypes) {
+  for (WeightType type : PlainTypes()) {
     double worst_ratio = 0.0;  // max |simd − ref| / tolerance over all rows, targets and shapes
     for (const Shape& shape : PlainShapes()) {
       SCOPED_TRACE(::testing::Message() << WeightTypeName(type) << " " << shape.rows << "x" << shape.cols);
@@ -346,7 +339,9 @@ TEST(MatVec, PlainTypesMatchTheReferenceOnEveryTarget) {
 // ---- 3. CheckMatrix ----
 
 TEST(CheckMatrix, RefusesBlockTypesWhoseRowsAreNotWholeBlocks) {
-  for (WeightType type : {WeightType::kQ4_0, WeightType::kQ8_0}) {
+  for (const WeightTypeDesc& d : WeightTypes()) {
+    if (d.block_elems == 1) continue;
+    const WeightType type = d.type;
     const Status s = CheckMatrix(Matrix{.type = type, .rows = 8, .cols = 48});
     ASSERT_FALSE(s.ok());
     EXPECT_NE(s.message().find(WeightTypeName(type)), std::string::npos) << s.message();
@@ -358,7 +353,7 @@ TEST(CheckMatrix, RefusesBlockTypesWhoseRowsAreNotWholeBlocks) {
             "Q4_0 matrix has 48 columns, which is not a multiple of 32: Q4_0 stores each row as blocks "
             "of 32 elements");
   // Plain types take any width.
-  for (WeightType type : {WeightType::kF32, WeightType::kF16, WeightType::kBf16}) {
+  for (WeightType type : PlainTypes()) {
     EXPECT_TRUE(CheckMatrix(Matrix{.type = type, .rows = 3, .cols = 48}).ok());
     EXPECT_TRUE(CheckMatrix(Matrix{.type = type, .rows = 3, .cols = 7}).ok());
   }

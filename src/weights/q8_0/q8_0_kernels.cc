@@ -1,0 +1,58 @@
+// Q8_0 row kernels for every compiled target: the block dot product plugged into the
+// quantised-activation row driver (weights/quant_rows-inl.h). AVX3_DL is compiled here for its
+// vpdpbusd (AVX-512 VNNI).
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL
+#endif
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "weights/q8_0/q8_0_kernels.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "weights/q8_0/q8_0.h"
+#include "weights/quant_rows-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvq {
+namespace HWY_NAMESPACE {
+
+struct Q8_0Block {
+  static constexpr int64_t kBytes = 34;
+  // VNNI multiplies unsigned bytes: w ^ 0x80 = w + 128, so its lanes start at −128·Σq. The
+  // maddubs path does not read the offset.
+  static int32_t OffsetBias(bool /*high_half*/) { return 128; }
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  static KVQ_MATVEC_X86_ATTR inline __m256i Dot(const uint8_t* qs, __m256i xv, __m256i off) {
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
+#if KVQ_MATVEC_VNNI
+    return _mm256_dpbusd_epi32(off, _mm256_xor_si256(wv, _mm256_set1_epi8(static_cast<char>(0x80))),
+                               xv);  // (w + 128)·q, then − 128·Σq
+#else
+    (void)off;
+    // |w|·(±q): |w| ≤ 128 and |q| ≤ 127, so a pair sums to at most 32512 (no saturation).
+    const __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv));
+    return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+#endif
+  }
+  static KVQ_MATVEC_X86_ATTR inline __m256 Finish(__m256 acc) { return acc; }
+#else
+  static int32_t DotScalar(const uint8_t* qs, const int8_t* q) {
+    int32_t dot = 0;
+    for (int j = 0; j < 32; ++j) dot += static_cast<int8_t>(qs[j]) * q[j];
+    return dot;
+  }
+#endif
+};
+
+const WeightKernels& Q8_0WeightKernelsHere() { return MakeQuantKernels<Q8_0Block>(); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kvq
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace kvq::weights_q8_0 {
+HWY_EXPORT(Q8_0WeightKernelsHere);
+const WeightKernels& Kernels() { return HWY_DYNAMIC_DISPATCH(Q8_0WeightKernelsHere)(); }
+}  // namespace kvq::weights_q8_0
+#endif

@@ -1,0 +1,212 @@
+// Per-target row kernels of the quantised-activation weight types (Q8_0, Q4_0: blocks of 32, an
+// f16 scale d at byte 0, weight = d·code), for a type's <name>_kernels.cc (include after
+// foreach_target.h; this file opens its own namespaces). See matvec.h for the numerics contract.
+// A type supplies a block policy B:
+//   static constexpr int64_t kBytes                        bytes per block
+//   static int32_t OffsetBias(bool high_half)              the unsigned-byte bias k its x86 lanes
+//                                                          start from (QuantizedX::offset = −k·Σq)
+//   x86 AVX2 or better (KVQ_MATVEC_X86_ATTR functions):
+//     static __m256i Dot(const uint8_t* codes, __m256i xq, __m256i offset)
+//                                     int32 lane l = Σ code·q over elements 4l .. 4l+3 (or a fixed
+//                                     power-of-two multiple, undone by Finish)
+//     static __m256 Finish(__m256 acc)                     the row's lanes before the final sum
+//   other targets:
+//     static int32_t DotScalar(const uint8_t* codes, const int8_t* q)   Σ code·q over the block
+// and gets MakeQuantKernels<B>().
+//   x86 AVX2 / AVX3       256-bit integer dot per block: maddubs (u8 × s8 -> i16 pairs) + madd
+//                         (-> i32 lanes of 4 elements)
+//   x86 AVX3_DL           the same with vpdpbusd (AVX-512 VNNI, EVEX encoded): one instruction
+//                         from bytes to i32 lanes, started from the activation's offset
+//   other targets         plain C++ integer loops (scalar and non-x86 builds)
+// Every integer step is exact; per block the i32 lanes are converted to f32 (exact) and
+// accumulated with one FMA by s = d_w·d_x, so the f32 rounding is the same handful of steps
+// whatever the path.
+#if defined(KVQ_WEIGHTS_QUANT_ROWS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KVQ_WEIGHTS_QUANT_ROWS_INL_H_
+#undef KVQ_WEIGHTS_QUANT_ROWS_INL_H_
+#else
+#define KVQ_WEIGHTS_QUANT_ROWS_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "base/float_codes.h"
+#include "weights/weight_type.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvq {
+namespace HWY_NAMESPACE {
+
+// Scales are converted a chunk of kScaleChunk blocks at a time per row: s[j] = d_w·d_x for the
+// chunk's blocks, so the block loop reads each with a broadcast from memory.
+constexpr int64_t kScaleChunk = 16;
+constexpr int64_t kQuantBlockElems = 32;  // elements per block, weights and activation alike
+constexpr int64_t kLaneElems = 4;         // elements one int32 lane of an x86 byte dot product sums
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+
+// Highway 1.0.3 compiles AVX3_DL with "avxvnni" (the VEX-encoded AVX-VNNI of newer cores) and
+// not "avx512vnni", so GCC would encode vpdpbusd as VEX, which faults on a CPU with AVX-512 VNNI
+// but without AVX-VNNI (Ice Lake), although Highway's runtime check for AVX3_DL is AVX-512 VNNI.
+// These functions (and the types' Dot and Finish) therefore enable avx512vnni and drop avxvnni:
+// vpdpbusd is then EVEX, as the CPU check promises. They call intrinsics only (a Highway op
+// compiled with "avxvnni" cannot be inlined into them).
+#undef KVQ_MATVEC_X86_ATTR
+#undef KVQ_MATVEC_VNNI
+#if HWY_TARGET <= HWY_AVX3_DL
+#define KVQ_MATVEC_X86_ATTR __attribute__((target("avx512vnni,no-avxvnni")))
+#define KVQ_MATVEC_VNNI 1
+#else
+#define KVQ_MATVEC_X86_ATTR
+#define KVQ_MATVEC_VNNI 0
+#endif
+
+constexpr int64_t kPrefetchBytes = 16384;
+
+// s[i][j] = d_w·d_x for blocks b0 .. b0+nb−1 of row i. The scales are copied into an array and
+// converted 8 at a time (F16C). Measured slower: a table lookup per scale (more loads than the
+// shuffles it saves), and AVX-512 word permutes over the chunk (512-bit instructions take vector
+// port 1 away from the 256-bit block loop).
+template <int R, int64_t kBytes>
+KVQ_MATVEC_X86_ATTR inline void ChunkScalesX86(const uint8_t* const* rows, const float* dx, int64_t b0,
+                                               int64_t nb, float (*s)[kScaleChunk]) {
+  alignas(16) uint16_t half[kScaleChunk] = {};
+  float padded[kScaleChunk] = {};  // a partial chunk's d_x, zero past the row's end
+  const float* dxc = dx + b0;
+  if (nb < kScaleChunk) {
+    std::memcpy(padded, dxc, nb * sizeof(float));
+    dxc = padded;
+  }
+  for (int i = 0; i < R; ++i) {
+    for (int64_t j = 0; j < nb; ++j) std::memcpy(&half[j], rows[i] + (b0 + j) * kBytes, 2);
+    for (int64_t h = 0; h < kScaleChunk; h += 8) {
+      const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(half + h)));
+      _mm256_store_ps(&s[i][h], _mm256_mul_ps(dw, _mm256_loadu_ps(dxc + h)));
+    }
+  }
+}
+
+KVQ_MATVEC_X86_ATTR inline float HorizontalSumX86(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// R consecutive rows from r, sharing each load of the activation block. B::Dot maps a block's 32
+// weights onto the 32 bytes of one 256-bit vector in element order, so int32 lane l sums elements
+// 4l .. 4l+3 — the grouping of QuantizedX::offset.
+template <class B, int R>
+KVQ_MATVEC_X86_ATTR void QuantRowGroupX86(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols,
+                                          int64_t r) {
+  constexpr int64_t kBytes = B::kBytes;
+  const int64_t n_blocks = cols / kQuantBlockElems;
+  const int64_t row_bytes = n_blocks * kBytes;
+  const uint8_t* a[R];
+  __m256 acc[R];
+  for (int i = 0; i < R; ++i) {
+    a[i] = w + (r + i) * row_bytes;
+    acc[i] = _mm256_setzero_ps();
+  }
+  for (int64_t b0 = 0; b0 < n_blocks; b0 += kScaleChunk) {
+    const int64_t nb = std::min(kScaleChunk, n_blocks - b0);
+    alignas(32) float s[R][kScaleChunk];
+    // Software prefetch, kPrefetchBytes ahead in each row, into L2. A block costs the kernel far
+    // more instructions per byte than a plain type does, so the out-of-order window reaches fewer
+    // cache lines ahead and, from memory, too few misses are in flight: on a 1 GiB sweep of
+    // 2048×8192 and 8192×2048 matrices (one thread, `kvq bench matvec`), Q4_0 took 3.2-3.5 ms per
+    // matrix without, 2.0-2.1 ms with. Past the row's end it prefetches the rows that follow; a
+    // prefetch never faults. The address is an integer: it may lie past the matrix.
+    for (int i = 0; i < R; ++i) {
+      const uintptr_t ahead = reinterpret_cast<uintptr_t>(a[i] + b0 * kBytes) + kPrefetchBytes;
+      for (int64_t at = 0; at < kScaleChunk * kBytes; at += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + at), _MM_HINT_T1);
+      }
+    }
+    ChunkScalesX86<R, kBytes>(a, x.d, b0, nb, s);
+    for (int64_t j = 0; j < nb; ++j) {
+      const int64_t b = b0 + j;
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + b * kQuantBlockElems));
+      const __m256i off = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.offset + b * 8));
+      for (int i = 0; i < R; ++i) {
+        const __m256i dot = B::Dot(a[i] + b * kBytes + 2, xv, off);
+        acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(s[i][j]), _mm256_cvtepi32_ps(dot), acc[i]);
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i) y[r + i] = HorizontalSumX86(B::Finish(acc[i]));
+}
+
+template <class B>
+void QuantRows(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r0, int64_t r1) {
+  int64_t r = r0;
+  for (; r + 4 <= r1; r += 4) QuantRowGroupX86<B, 4>(w, x, y, cols, r);
+  for (; r < r1; ++r) QuantRowGroupX86<B, 1>(w, x, y, cols, r);
+}
+
+// QuantizedX::offset as this target's kernels of B start their int32 lanes: lane j covers
+// elements 4j .. 4j+3 (the high half of a block: lanes 4..7 of its 8).
+template <class B>
+void ActivationOffsets(const int8_t* q, int64_t n, int32_t* offset) {
+  for (int64_t j = 0; j < n / kLaneElems; ++j) {
+    const int32_t k = B::OffsetBias(j % 8 >= 4);
+    offset[j] = -k * (q[4 * j] + q[4 * j + 1] + q[4 * j + 2] + q[4 * j + 3]);
+  }
+}
+
+#else  // not x86 AVX2 or better: plain integer loops
+
+// The integer dot of one block (exact), then acc += s·dot (s = d_w·d_x rounded once).
+template <class B, int R>
+void QuantRowGroupGeneric(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r) {
+  constexpr int64_t kBytes = B::kBytes;
+  const int64_t n_blocks = cols / kQuantBlockElems;
+  const int64_t row_bytes = n_blocks * kBytes;
+  float acc[R];
+  for (int i = 0; i < R; ++i) acc[i] = 0.0f;
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const int8_t* q = x.q + b * kQuantBlockElems;
+    for (int i = 0; i < R; ++i) {
+      const uint8_t* block = w + (r + i) * row_bytes + b * kBytes;
+      const int32_t dot = B::DotScalar(block + 2, q);
+      uint16_t d_bits;
+      std::memcpy(&d_bits, block, 2);  // little-endian host
+      const float s = F16ToF32(d_bits) * x.d[b];
+      acc[i] += s * static_cast<float>(dot);
+    }
+  }
+  for (int i = 0; i < R; ++i) y[r + i] = acc[i];
+}
+
+template <class B>
+void QuantRows(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r0, int64_t r1) {
+  int64_t r = r0;
+  for (; r + 4 <= r1; r += 4) QuantRowGroupGeneric<B, 4>(w, x, y, cols, r);
+  for (; r < r1; ++r) QuantRowGroupGeneric<B, 1>(w, x, y, cols, r);
+}
+
+template <class B>
+void ActivationOffsets(const int8_t*, int64_t, int32_t*) {}  // the integer loops start from 0
+
+#endif  // HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+
+template <class B>
+const WeightKernels& MakeQuantKernels() {
+  static const WeightKernels kKernels = {
+      .target = hwy::TargetName(HWY_TARGET),
+      .rows = nullptr,
+      .activation_offsets = &ActivationOffsets<B>,
+      .quant_rows = &QuantRows<B>,
+  };
+  return kKernels;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kvq
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard toggle

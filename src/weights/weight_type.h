@@ -1,0 +1,88 @@
+// The weight-type registry: everything kvq knows about a weight type, in one table
+// (weight_types.cc), as ggml's type_traits. One folder per type (src/weights/<name>/) holds its
+// byte layout, its scalar reference and its SIMD row kernels; MatVec, the decoders, the GGUF
+// loader, synth, the benches and the tests look a type up here instead of switching on it.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "kvq/status.h"
+#include "weights/matrix.h"
+
+namespace kvq {
+
+/// Largest block_elems of any registered type (DecodeWeight decodes one block on the stack).
+inline constexpr int64_t kMaxWeightBlockElems = 256;
+
+/// One token's activation quantised by QuantizeActivation (matvec.h, "Numerics, Q8_0/Q4_0"), as
+/// the quantised-activation row kernels read it.
+struct QuantizedX {
+  const int8_t* q = nullptr;  // [cols] codes in [-127, 127]
+  const float* d = nullptr;   // [cols / 32] scale per block
+  // [cols / 4] what each int32 lane of the x86 kernels starts from (WeightKernels::
+  // activation_offsets of the matrix's type fills it): minus the unsigned-byte bias times the sum
+  // of the 4 codes the lane covers, so the lane ends exactly at Σ code·q (or a fixed power-of-two
+  // multiple of it).
+  const int32_t* offset = nullptr;
+};
+
+/// A type's row kernels for one SIMD target. MatVec fetches them once per call (WeightTypeDesc::
+/// kernels, one Highway dispatch) and hands the pointers to the pool's threads.
+struct WeightKernels {
+  const char* target;  ///< Highway target name, e.g. "AVX3"
+  /// Plain types (quantized_activation false): y[r] = Σ_c W[r][c]·x[c] for r in [r0, r1).
+  /// w is the whole matrix [rows][row bytes]; x [cols]; y [rows].
+  void (*rows)(const uint8_t* w, const float* x, float* y, int64_t cols, int64_t r0, int64_t r1);
+  /// Quantised-activation types: fills x.offset [n / 4] from the codes q [n] as this type's
+  /// kernels on this target start their int32 lanes (a no-op where they do not use it).
+  void (*activation_offsets)(const int8_t* q, int64_t n, int32_t* offset);
+  /// Quantised-activation types: rows [r0, r1) of y = W x from the quantised x.
+  void (*quant_rows)(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r0, int64_t r1);
+};
+
+/// A registered weight type. A row of `cols` elements is cols / block_elems blocks of
+/// block_bytes bytes, rows back to back.
+struct WeightTypeDesc {
+  WeightType type;
+  const char* name;          ///< the CLI name, lower case: "q4_0"
+  const char* label;         ///< ggml's type name, for messages and tables: "Q4_0"
+  uint32_t gguf_type;        ///< ggml's type id in GGUF tensor infos (ggml.h enum ggml_type)
+  uint32_t gguf_file_type;   ///< llama_ftype of a file whose matrices are all this type (general.file_type)
+  int64_t block_elems;       ///< elements per block: 1 for plain types
+  int64_t block_bytes;       ///< bytes per block
+  /// The matvec quantises the activation to int8 per block of 32 and sums integer dots (matvec.h);
+  /// such a type has block_elems 32, a block = f16 scale d at byte 0 then codes, weight = d·code.
+  bool quantized_activation;
+  /// The scalar reference decoder: one block -> out [block_elems] f32, exact.
+  void (*dequantize_block_ref)(const uint8_t* block, float* out);
+  /// The scalar reference encoder: x [block_elems] f32 -> one block (ggml's reference rounding
+  /// for block types, round to nearest even for F16/BF16).
+  void (*quantize_block_ref)(const float* x, uint8_t* block);
+  /// Quantised-activation types: code i of a block (weight i = scale · code); null otherwise.
+  int32_t (*code_ref)(const uint8_t* block, int64_t i);
+  /// Quantised-activation types: the block's scale d; null otherwise.
+  float (*scale_ref)(const uint8_t* block);
+  /// The row kernels for the best SIMD target this CPU supports (or the one a test selects).
+  const WeightKernels& (*kernels)();
+};
+
+/// Every registered type, in registry order.
+std::span<const WeightTypeDesc> WeightTypes();
+/// The type's entry, or null for a value outside the registry.
+const WeightTypeDesc* FindWeightType(WeightType type);
+/// By CLI name or label, any case ("q4_0", "Q4_0"); the error lists the names.
+Result<const WeightTypeDesc*> FindWeightTypeByName(std::string_view name);
+/// By ggml type id, or null.
+const WeightTypeDesc* FindWeightTypeByGgufId(uint32_t gguf_type);
+/// "F32, F16, BF16, Q8_0, Q4_0": the labels, for error messages.
+std::string WeightTypeLabelList();
+/// "f32, f16, bf16, q8_0, q4_0": the CLI names, for help text.
+std::string WeightTypeNameList();
+
+/// x [n] -> n / block_elems blocks of `type` (n a multiple of block_elems), block by block.
+void QuantizeRowRef(const WeightTypeDesc& type, const float* x, int64_t n, uint8_t* out);
+
+}  // namespace kvq

@@ -1,0 +1,99 @@
+// THE weight-type table. Adding a type: a folder under src/weights/<name>/ (layout, scalar
+// reference, kernels), one WeightType value in weights/matrix.h, one entry here. MatVec, the
+// decoders, the GGUF loader, synth, the benches and the tests all iterate or query this table.
+#include <fmt/format.h>
+
+#include <array>
+#include <cctype>
+
+#include "weights/bf16/bf16.h"
+#include "weights/f16/f16.h"
+#include "weights/f32/f32.h"
+#include "weights/q4_0/q4_0.h"
+#include "weights/q8_0/q8_0.h"
+#include "weights/weight_type.h"
+
+namespace kvq {
+namespace {
+
+// GGUF ids are ggml.h's enum ggml_type; file types are llama.h's enum llama_ftype
+// (LLAMA_FTYPE_ALL_F32 = 0, MOSTLY_F16 = 1, MOSTLY_Q4_0 = 2, MOSTLY_Q8_0 = 7, MOSTLY_BF16 = 32).
+constexpr std::array<WeightTypeDesc, 5> kWeightTypes = {{
+    {.type = WeightType::kF32, .name = "f32", .label = "F32", .gguf_type = 0, .gguf_file_type = 0,
+     .block_elems = 1, .block_bytes = 4, .quantized_activation = false,
+     .dequantize_block_ref = weights_f32::DequantizeBlock, .quantize_block_ref = weights_f32::QuantizeBlock,
+     .code_ref = nullptr, .scale_ref = nullptr, .kernels = weights_f32::Kernels},
+    {.type = WeightType::kF16, .name = "f16", .label = "F16", .gguf_type = 1, .gguf_file_type = 1,
+     .block_elems = 1, .block_bytes = 2, .quantized_activation = false,
+     .dequantize_block_ref = weights_f16::DequantizeBlock, .quantize_block_ref = weights_f16::QuantizeBlock,
+     .code_ref = nullptr, .scale_ref = nullptr, .kernels = weights_f16::Kernels},
+    {.type = WeightType::kBf16, .name = "bf16", .label = "BF16", .gguf_type = 30, .gguf_file_type = 32,
+     .block_elems = 1, .block_bytes = 2, .quantized_activation = false,
+     .dequantize_block_ref = weights_bf16::DequantizeBlock, .quantize_block_ref = weights_bf16::QuantizeBlock,
+     .code_ref = nullptr, .scale_ref = nullptr, .kernels = weights_bf16::Kernels},
+    {.type = WeightType::kQ8_0, .name = "q8_0", .label = "Q8_0", .gguf_type = 8, .gguf_file_type = 7,
+     .block_elems = 32, .block_bytes = 34, .quantized_activation = true,
+     .dequantize_block_ref = weights_q8_0::DequantizeBlock, .quantize_block_ref = weights_q8_0::QuantizeBlock,
+     .code_ref = weights_q8_0::Code, .scale_ref = weights_q8_0::Scale, .kernels = weights_q8_0::Kernels},
+    {.type = WeightType::kQ4_0, .name = "q4_0", .label = "Q4_0", .gguf_type = 2, .gguf_file_type = 2,
+     .block_elems = 32, .block_bytes = 18, .quantized_activation = true,
+     .dequantize_block_ref = weights_q4_0::DequantizeBlock, .quantize_block_ref = weights_q4_0::QuantizeBlock,
+     .code_ref = weights_q4_0::Code, .scale_ref = weights_q4_0::Scale, .kernels = weights_q4_0::Kernels},
+}};
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+}  // namespace
+
+std::span<const WeightTypeDesc> WeightTypes() { return kWeightTypes; }
+
+const WeightTypeDesc* FindWeightType(WeightType type) {
+  for (const WeightTypeDesc& d : kWeightTypes) {
+    if (d.type == type) return &d;
+  }
+  return nullptr;
+}
+
+Result<const WeightTypeDesc*> FindWeightTypeByName(std::string_view name) {
+  const std::string lower = Lower(name);
+  for (const WeightTypeDesc& d : kWeightTypes) {
+    if (lower == d.name) return &d;
+  }
+  return Status::Error(fmt::format("unknown weight type '{}' (known: {})", name, WeightTypeNameList()));
+}
+
+const WeightTypeDesc* FindWeightTypeByGgufId(uint32_t gguf_type) {
+  for (const WeightTypeDesc& d : kWeightTypes) {
+    if (d.gguf_type == gguf_type) return &d;
+  }
+  return nullptr;
+}
+
+std::string WeightTypeLabelList() {
+  std::string out;
+  for (const WeightTypeDesc& d : kWeightTypes) out += out.empty() ? d.label : fmt::format(", {}", d.label);
+  return out;
+}
+
+std::string WeightTypeNameList() {
+  std::string out;
+  for (const WeightTypeDesc& d : kWeightTypes) out += out.empty() ? d.name : fmt::format(", {}", d.name);
+  return out;
+}
+
+void QuantizeRowRef(const WeightTypeDesc& type, const float* x, int64_t n, uint8_t* out) {
+  for (int64_t b = 0; b < n / type.block_elems; ++b) {
+    type.quantize_block_ref(x + b * type.block_elems, out + b * type.block_bytes);
+  }
+}
+
+const char* WeightTypeName(WeightType type) {
+  const WeightTypeDesc* d = FindWeightType(type);
+  return d != nullptr ? d->label : "?";
+}
+
+}  // namespace kvq

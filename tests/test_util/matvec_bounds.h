@@ -1,0 +1,36 @@
+// The MatVec error bounds of src/weights/matvec.h as the weight tests compute them, and a scope
+// that routes Highway dispatch to one SIMD target. Derivations: tests/weights/matvec_test.cc
+// (plain types) and tests/weights/matvec_quant_test.cc (quantised activation).
+#pragma once
+
+#include <hwy/targets.h>
+
+#include <cstdint>
+
+namespace kvq::test {
+
+inline constexpr double kU = 0x1p-24;   // unit roundoff of f32
+inline constexpr double kUd = 0x1p-53;  // unit roundoff of double
+
+/// γ_n = n·u / (1 − n·u).
+inline double Gamma(int64_t n, double u = kU) { return n * u / (1.0 - n * u); }
+
+/// Plain types: |simd − MatVecReference| ≤ (γ_cols + γ_{cols+2})·Σ_c |w_c·x_c|.
+inline double PlainTolerance(int64_t cols, double abs_sum) { return (Gamma(cols) + Gamma(cols + 2)) * abs_sum; }
+
+/// Quantised activation: |simd − QuantizedProductReference::y| ≤ (γ_{n_blocks+4} + γ'_{n_blocks+1})·abs_sum
+/// (the kernel's f32 rounding plus the double reference's own).
+inline double QuantTolerance(int64_t cols, double abs_sum) {
+  const int64_t n_blocks = cols / 32;
+  return (Gamma(n_blocks + 4) + Gamma(n_blocks + 1, kUd)) * abs_sum;
+}
+
+/// Routes dynamic dispatch to one target for the scope's lifetime.
+struct TargetScope {
+  explicit TargetScope(int64_t t) { hwy::SetSupportedTargetsForTest(t); }
+  ~TargetScope() { hwy::SetSupportedTargetsForTest(0); }
+  TargetScope(const TargetScope&) = delete;
+  TargetScope& operator=(const TargetScope&) = delete;
+};
+
+}  // namespace kvq::test
