@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/json_output.h"
 #include "cli/flags.h"
 #include "kvq/attention.h"
 #include "kvq/units.h"
@@ -76,7 +77,7 @@ int RunBenchAttention(const BenchAttentionOptions& o) {
                                 {"ns_min", r.ns_min}, {"ns_max", r.ns_max}, {"kv_bytes", r.kv_bytes},
                                 {"gbps", r.gbps}});
     }
-    fmt::print("{}\n", out.dump(2));
+    PrintJson(out);
     return 0;
   }
   fmt::print("decode attention: {} query heads, {} KV heads, head_dim {}, {} threads, SIMD target {}\n",
@@ -133,7 +134,7 @@ int RunBenchStream(const BenchStreamOptions& o) {
                                 {"resident_ns", r.resident_ns}, {"streamed_ns", r.streamed_ns},
                                 {"copy_ns", r.copy_ns}, {"streamed_vs_resident", r.streamed_ns / r.resident_ns}});
     }
-    fmt::print("{}\n", out.dump(2));
+    PrintJson(out);
     return 0;
   }
   fmt::print("decode attention, resident vs streamed through a {} working set ({} positions per page), "

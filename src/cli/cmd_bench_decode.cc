@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/json_output.h"
 #include "cli/flags.h"
 #include "kvq/kv_memory.h"
 #include "kvq/units.h"
@@ -128,7 +129,7 @@ int RunBenchDecode(const BenchDecodeOptions& o) {
                                 {"kv_bytes", r.kv_bytes}, {"weight_bytes", r.weight_bytes}, {"kv_share", r.kv_share},
                                 {"ceiling", r.ceiling}, {"speedup", r.speedup}});
     }
-    fmt::print("{}\n", out.dump(2));
+    PrintJson(out);
     return 0;
   }
   fmt::print("decode: {} ({} layers, {} KV heads x {}, context {}), weights read per step {}, {} threads, "

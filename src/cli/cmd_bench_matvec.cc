@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/json_output.h"
 #include "cli/flags.h"
 #include "kvq/units.h"
 #include "measure/matvec_bench.h"
@@ -66,7 +67,7 @@ int RunBenchMatvec(const BenchMatvecOptions& o) {
                                 {"us_per_matvec", r.us_per_matvec},
                                 {"fraction_of_read_bandwidth", r.gbps / read_gbps}});
     }
-    fmt::print("{}\n", out.dump(2));
+    PrintJson(out);
     return 0;
   }
   fmt::print("weight matvec: [{}][{}] and [{}][{}] alternately, {} threads, SIMD target {}\n", c.rows, c.cols,

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/json_output.h"
 #include "cli/flags.h"
 #include "kvq/attention.h"
 #include "measure/attention_error.h"
@@ -70,7 +71,7 @@ void PrintAttentionReport(const EvalAttentionOptions& o, const Source& src, cons
     for (const auto& [format, slope] : report.slopes) {
       out["slope"][format] = slope ? nlohmann::json(*slope) : nlohmann::json(nullptr);
     }
-    fmt::print("{}\n", out.dump(2));
+    PrintJson(out);
     return;
   }
   for (const std::string& line : src.lines) fmt::print("{}\n", line);

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/json_output.h"
 #include "cli/flags.h"
 #include "measure/fidelity.h"
 #include "model/load_model.h"
@@ -181,7 +182,7 @@ int RunEvalFidelity(const FidelityOptions& o) {
 
   const std::string model_name = DisplayPath(model_path), text_name = DisplayPath(text_path);
   if (o.shared.json) {
-    fmt::print("{}\n", ReportJson(*report, model_name, text_name).dump(2));
+    PrintJson(ReportJson(*report, model_name, text_name));
   } else {
     PrintTable(*report, model_name, text_name, tokenizer.add_bos() && tokenizer.bos() >= 0);
   }

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/json_output.h"
 #include "cli/flags.h"
 #include "kvq/format.h"
 #include "kvq/kv_memory.h"
@@ -79,7 +80,7 @@ int RunFormats(const FormatsOptions& o) {
   if (o.shared.json) {
     nlohmann::json out = {{"kv_heads", o.kv_heads}, {"head_dim", o.head_dim},
                           {"simd_target", simd::DispatchedTargetName()}, {"formats", list}};
-    fmt::print("{}\n", out.dump(2));
+    PrintJson(out);
     return 0;
   }
   fmt::print("\nByte layouts (full diagrams beside the code in src/format/<name>/):\n");

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "cli/json_output.h"
 #include "cli/flags.h"
 #include "kvq/format.h"
 #include "kvq/kv_cache.h"
@@ -137,7 +138,7 @@ int RunPlan(const PlanOptions& o) {
                       {"host_positions", tiers->host_positions}, {"disk_bytes", tiers->disk_bytes},
                       {"disk_positions", tiers->disk_positions}};
     }
-    fmt::print("{}\n", out.dump(2));
+    PrintJson(out);
     return 0;
   }
 

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/json_output.h"
 #include "cli/flags.h"
 #include "cache/snapshot.h"
 #include "kvq/kv_cache.h"
@@ -102,10 +103,14 @@ int RunGenerate(const RunOptions& o) {
     fmt::print(stderr, "\nkvq run: error: {}\n", r.status().message());
     return 1;
   }
-  int64_t kv_bytes = 0;
+  // The cache's exact bytes, and what f16 (the default) would take for the same positions.
+  const FormatDesc* f16 = FindFormat(FormatId::kF16);
+  int64_t kv_bytes = 0, kv_bytes_f16 = 0;
   for (int64_t l = 0; l < cfg.n_layers; ++l) {
-    kv_bytes += BytesForRows(kf->key, {cfg.n_kv_heads, cfg.head_dim()}, (*cache)->positions(l)) +
-                BytesForRows(vf->value, {cfg.n_kv_heads, cfg.head_dim()}, (*cache)->positions(l));
+    const RowShape shape{cfg.n_kv_heads, cfg.head_dim()};
+    const int64_t n = (*cache)->positions(l);
+    kv_bytes += BytesForRows(kf->key, shape, n) + BytesForRows(vf->value, shape, n);
+    kv_bytes_f16 += BytesForRows(f16->key, shape, n) + BytesForRows(f16->value, shape, n);
   }
   // Prompt speed counts the tokens actually run (a prompt cache skips the rest).
   const double prompt_tps = r->prompt_seconds > 0 ? (r->n_prompt - r->n_reused) / r->prompt_seconds : 0;
@@ -114,9 +119,10 @@ int RunGenerate(const RunOptions& o) {
   if (so.json) {
     nlohmann::json out = {{"prompt", o.prompt}, {"completion", r->completion}, {"tokens", r->tokens},
                           {"prompt_tps", prompt_tps}, {"decode_tps", decode_tps}, {"kv_bytes", kv_bytes},
+                          {"kv_bytes_f16", kv_bytes_f16},
                           {"kv_format", format_name}, {"model", model_path},
                           {"prompt_cache_reused_tokens", r->n_reused}};
-    fmt::print("{}\n", out.dump(2));
+    PrintJson(out);
     return 0;
   }
   fmt::print("\n\n");
@@ -125,9 +131,13 @@ int RunGenerate(const RunOptions& o) {
     fmt::print(stderr, "kvq run: prompt cache {}: reused {} of {} prompt tokens (prefill skipped)\n",
                o.prompt_cache, r->n_reused, r->n_prompt);
   }
+  const std::string vs_f16 =
+      kv_bytes_f16 > 0 && format_name != "f16"
+          ? fmt::format(", {:.1f}% of f16's {} bytes", 100.0 * kv_bytes / kv_bytes_f16, FormatCount(kv_bytes_f16))
+          : "";
   fmt::print(stderr, "kvq run: prompt {} tokens at {:.1f} tok/s, decode {} tokens at {:.1f} tok/s; KV cache "
-             "{} bytes ({}) in {}\n", r->n_prompt, prompt_tps, r->n_decoded, decode_tps, FormatCount(kv_bytes),
-             FormatBytesIec(kv_bytes), format_name);
+             "{} bytes ({}) in {}{}\n", r->n_prompt, prompt_tps, r->n_decoded, decode_tps, FormatCount(kv_bytes),
+             FormatBytesIec(kv_bytes), format_name, vs_f16);
   return 0;
 }
 

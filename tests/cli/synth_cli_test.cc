@@ -4,6 +4,8 @@
 // an existing output without --force, a missing folder) exits 2 naming the flag or file.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -60,6 +62,14 @@ TEST_F(SynthCli, TinyShapeIsWrittenReportedAndRuns) {
   const KvqRun run = Kvq(fmt::format("run -m {} -p \"Once upon a time\" -n 8 --temp 0", out));
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.out.find("Once upon a time"), std::string::npos) << run.out;
+  // Random weights emit byte tokens that are not UTF-8: --json still prints one document.
+  for (int seed = 1; seed <= 3; ++seed) {
+    const KvqRun js = Kvq(fmt::format("run -m {} -n 30 --json --seed {}", out, seed));
+    EXPECT_EQ(js.exit_code, 0) << js.err;
+    const nlohmann::json doc = nlohmann::json::parse(js.out, nullptr, /*allow_exceptions=*/false);
+    EXPECT_FALSE(doc.is_discarded()) << js.out;
+    EXPECT_TRUE(doc.contains("completion")) << js.out;
+  }
 
   // Again without --force: refused, the file untouched; with --force: written again, the same bytes.
   const std::string before = Slurp(out);
