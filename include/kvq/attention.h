@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kvq/format.h"
+#include "kvq/status.h"
 
 namespace kvq {
 
@@ -38,6 +39,9 @@ struct AttentionOptions {
   int32_t threads = 1;   ///< work is split across (query token, KV head) pairs, never positions
 };
 
+class KvWindowSource;
+
+
 /// The online-softmax state of a block of query tokens. Plain arrays, so callers can inspect it.
 class AttentionState {
  public:
@@ -53,9 +57,30 @@ class AttentionState {
   std::vector<float> acc;           ///< [n_tokens][n_heads][head_dim]
   std::vector<int64_t> attended;    ///< [n_tokens]: positions each query token has attended
 
+  /// Buffers of one attention call (per-thread tiles, the windows handed out, their users) and
+  /// the thread pool, kept between calls so that attention allocates and looks up nothing per
+  /// layer or page once warm. Opaque: defined in attention.cc.
+  struct Scratch;
+
  private:
+  friend Status AttendWindows(const AttentionOptions&, const float*, int64_t, KvWindowSource&,
+                              AttentionState&);
+  // The state's Scratch; a copied state starts without one.
+  class ScratchSlot {
+   public:
+    ScratchSlot() = default;
+    ScratchSlot(const ScratchSlot&) {}
+    ScratchSlot& operator=(const ScratchSlot&) { return *this; }
+    ~ScratchSlot();
+    Scratch& Get();  ///< made on first use
+
+   private:
+    Scratch* scratch_ = nullptr;
+  };
+
   AttentionShape shape_;
   int32_t n_tokens_;
+  ScratchSlot scratch_;
 };
 
 /// A window of consecutive positions: K and V rows (any formats, same number of rows).
@@ -69,6 +94,26 @@ struct KvWindow {
 /// absolute position first_query_position + t and attends to the window's positions ≤ its own.
 void AttendWindow(const AttentionOptions& options, const float* q, int64_t first_query_position,
                   const KvWindow& window, AttentionState& state);
+
+/// The windows of one attention call, in order: KvCache::Attend hands a layer's pages to
+/// AttendWindows through one, so a single dispatch covers them all. Acquire(i) may wait for the
+/// window's bytes (a page a copy thread is streaming in). AttendWindows calls Acquire once per
+/// window, in order i = 0, 1, ..., from whichever of its threads reaches the window first, and
+/// Release(i) once, from the last thread done with it; calls never overlap for one window.
+class KvWindowSource {
+ public:
+  virtual ~KvWindowSource() = default;
+  virtual int64_t n_windows() const = 0;
+  virtual Result<KvWindow> Acquire(int64_t i) = 0;
+  virtual void Release(int64_t /*i*/) {}
+};
+
+/// Feeds windows [0, n_windows) to the state, in order, in one dispatch across the threads: the
+/// same bits as AttendWindow on each window in turn. Each (query token, KV heads) item stays on
+/// one thread and walks every window. If Acquire(i) fails, the state holds exactly windows
+/// [0, i) for every query token and the error is returned.
+Status AttendWindows(const AttentionOptions& options, const float* q, int64_t first_query_position,
+                     KvWindowSource& windows, AttentionState& state);
 
 /// out: [n_tokens][n_heads][head_dim] = acc / l (zeros where nothing was attended).
 void FinishAttention(const AttentionState& state, float* out);

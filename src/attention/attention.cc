@@ -1,14 +1,19 @@
-// AttendWindow: the window driver (see kvq/attention.h). Work is split into (query token, KV
-// head) items across the thread pool; each item walks the window's positions up to its query's own
-// position, either one at a time through the codecs' reference dot/axpy (kScalar) or in tiles
-// through the codecs' SIMD kernels (kSimd). Positions are never split across threads, so no
-// partial states are merged and the result does not depend on the thread count.
+// AttendWindows: the window driver (see kvq/attention.h). Work is split into (query token, KV
+// head) items, and the items into one contiguous share per thread, in a single thread-pool job per
+// call; each share walks every window in order and, within a window, each item's positions up to
+// its query's own, either one at a time through the codecs' reference dot/axpy (kScalar) or in
+// tiles through the codecs' SIMD kernels (kSimd). Positions are never split across threads, so no
+// partial states are merged and the result depends neither on the thread count nor on the windows.
 #include "kvq/attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <cmath>
+#include <condition_variable>
 #include <limits>
+#include <memory>
+#include <mutex>
 
 #include "attention/softmax_tile.h"
 #include "base/thread_pool.h"
@@ -153,6 +158,31 @@ void AttendSimd(const AttentionOptions& o, const SimdContext& ctx, const KvWindo
 
 }  // namespace
 
+// The windows a source hands out are shared by the threads of one call: the first thread to
+// reach window i acquires it (one at a time: `acquiring`), the others read it from `windows` once
+// `acquired` passes i, and the last thread through window i releases it.
+struct AttentionState::Scratch {
+  ThreadPool* pool = nullptr;  // ThreadPool::Shared(pool_threads), looked up once per count
+  int32_t pool_threads = 0;
+  std::vector<float> tiles;       // [shares][2][group][kMaxTileRows]: SIMD scores/e, then c
+  std::vector<KvWindow> windows;  // [n_windows] of the current call
+  std::unique_ptr<std::atomic<int32_t>[]> users;  // [users_capacity]: threads not done with window i
+  int64_t users_capacity = 0;
+  std::mutex acquire_mu;
+  std::condition_variable acquire_cv;  // a window was acquired, or failed
+  std::atomic<int64_t> acquired{0};    // windows [0, acquired) are in `windows`
+  bool acquiring = false;              // under acquire_mu: a share is in Acquire
+  int64_t failed_at = -1;              // under acquire_mu: the window whose Acquire failed
+  Status error;
+};
+
+AttentionState::ScratchSlot::~ScratchSlot() { delete scratch_; }
+
+AttentionState::Scratch& AttentionState::ScratchSlot::Get() {
+  if (scratch_ == nullptr) scratch_ = new Scratch();
+  return *scratch_;
+}
+
 AttentionState::AttentionState(AttentionShape shape, int32_t n_tokens)
     : shape_(shape), n_tokens_(n_tokens) {
   Reset();
@@ -166,43 +196,65 @@ void AttentionState::Reset() {
   attended.assign(n_tokens_, 0);
 }
 
-void AttendWindow(const AttentionOptions& o, const float* q, int64_t first_query_position,
-                  const KvWindow& w, AttentionState& state) {
-  const AttentionShape shape = state.shape();
-  assert(w.k.n_rows == w.v.n_rows);
-  assert(shape.n_heads % shape.n_kv_heads == 0);
-  assert(w.k.args.shape.head_dim == shape.head_dim && w.k.args.shape.n_kv_heads == shape.n_kv_heads);
-  const int32_t group = shape.n_heads / shape.n_kv_heads;
-  const int32_t d = shape.head_dim;
-  const int32_t n_tokens = state.n_tokens();
+namespace {
 
-  // Causal: token t sees window rows [0, visible(t)).
-  auto visible = [&](int32_t t) {
-    return std::clamp<int64_t>(first_query_position + t - w.first_position + 1, 0, w.k.n_rows);
-  };
-  for (int32_t t = 0; t < n_tokens; ++t) state.attended[t] += visible(t);
+// One AttendWindows call: the split into items and shares, and what each share does.
+struct WindowsCall {
+  const AttentionOptions& o;
+  const float* q;
+  int64_t first_query_position;
+  KvWindowSource& source;
+  AttentionState& state;
+  AttentionState::Scratch& scratch;
+  attention_internal::SoftmaxTileFn softmax;
+  int32_t group, runs, shares;
+  int64_t items;
 
-  SimdContext ctx{};
-  if (o.kernel == AttentionKernel::kSimd) {
-    ctx = {&w.k.codec->kernels(), &w.v.codec->kernels(), &F32Format().key.kernels(),
-           CodecArgs{.shape = w.k.args.shape}, attention_internal::SoftmaxTileForThisCpu()};
+  // Window i, acquired by whichever share gets here first; nullptr once an Acquire has failed.
+  // No lock is held while Acquire waits for a page: a share still on an earlier window must be
+  // able to finish it (that frees the slot the page is waiting for), so shares that need window
+  // i wait on acquire_cv, and shares on earlier windows never wait at all.
+  const KvWindow* Get(int64_t i) {
+    if (scratch.acquired.load(std::memory_order_acquire) > i) return &scratch.windows[i];
+    std::unique_lock<std::mutex> lock(scratch.acquire_mu);
+    for (;;) {
+      // Another share may have acquired window i meanwhile, and even failed on a later window
+      // since: window i is still this share's to attend.
+      if (scratch.acquired.load(std::memory_order_relaxed) > i) return &scratch.windows[i];
+      if (scratch.failed_at >= 0) return nullptr;
+      if (!scratch.acquiring) break;
+      scratch.acquire_cv.wait(lock);
+    }
+    // Shares walk windows in order, so every window before i is acquired: this one is next.
+    scratch.acquiring = true;
+    lock.unlock();
+    Result<KvWindow> w = source.Acquire(i);
+    lock.lock();
+    scratch.acquiring = false;
+    const KvWindow* got = nullptr;
+    if (w.ok()) {
+      scratch.windows[i] = *w;
+      scratch.acquired.store(i + 1, std::memory_order_release);
+      got = &scratch.windows[i];
+    } else {
+      scratch.failed_at = i;
+      scratch.error = w.status();
+    }
+    scratch.acquire_cv.notify_all();
+    return got;
   }
-  // Items: (query token, a run of KV heads). The scalar reference takes one head per item; the
-  // SIMD kernel gives each thread a run of heads so a tile's rows are read once per thread.
-  const int32_t threads = std::max(1, o.threads);
-  const int32_t runs = o.kernel == AttentionKernel::kScalar
-                           ? shape.n_kv_heads
-                           : std::min(shape.n_kv_heads, std::max(1, threads / std::max(1, n_tokens)));
-  const int64_t items = int64_t{n_tokens} * runs;
-  ThreadPool& pool = ThreadPool::Shared(threads);
-  // Per-thread scratch for the SIMD path's scores and factors.
-  std::vector<float> scratch(int64_t{pool.threads()} * 2 * group * kMaxTileRows, 0.0f);
-  pool.Run(items, [&](int64_t item, int32_t thread) {
+
+  // Item (query token t, KV heads of run `run`) over one window: AttendWindow's work for it.
+  void AttendItem(const KvWindow& w, const SimdContext& ctx, int64_t item, float* tiles) {
+    const AttentionShape shape = state.shape();
+    const int32_t d = shape.head_dim;
     const int32_t t = static_cast<int32_t>(item / runs);
     const int32_t run = static_cast<int32_t>(item % runs);
-    const int32_t g0 = shape.n_kv_heads * run / runs, g1 = shape.n_kv_heads * (run + 1) / runs;
-    const int64_t n = visible(t);
+    // Causal: token t sees window rows [0, n).
+    const int64_t n = std::clamp<int64_t>(first_query_position + t - w.first_position + 1, 0, w.k.n_rows);
+    if (run == 0) state.attended[t] += n;  // one item per token counts it
     if (n == 0) return;
+    const int32_t g0 = shape.n_kv_heads * run / runs, g1 = shape.n_kv_heads * (run + 1) / runs;
     const int64_t token_head0 = int64_t{t} * shape.n_heads;
     const float* qt = q + token_head0 * d;
     float* m = state.m.data() + token_head0;
@@ -214,10 +266,96 @@ void AttendWindow(const AttentionOptions& o, const float* q, int64_t first_query
         AttendScalar(o, w, n, qt + h0 * d, group, g, m + h0, l + h0, acc + h0 * d);
       }
     } else {
-      float* scores = scratch.data() + int64_t{thread} * 2 * group * kMaxTileRows;
-      AttendSimd(o, ctx, w, n, group, g0, g1, qt, m, l, acc, scores, scores + group * kMaxTileRows);
+      AttendSimd(o, ctx, w, n, group, g0, g1, qt, m, l, acc, tiles, tiles + group * kMaxTileRows);
     }
-  });
+  }
+
+  // Share s: items [items·s/shares, items·(s+1)/shares) over every window, in order.
+  void RunShare(int64_t s) {
+    const int64_t begin = items * s / shares, end = items * (s + 1) / shares;
+    float* tiles = scratch.tiles.data() + s * 2 * group * kMaxTileRows;
+    const int64_t n_windows = source.n_windows();
+    for (int64_t i = 0; i < n_windows; ++i) {
+      const KvWindow* w = Get(i);
+      if (w == nullptr) return;
+      const AttentionShape shape = state.shape();
+      assert(w->k.n_rows == w->v.n_rows);
+      assert(w->k.args.shape.head_dim == shape.head_dim && w->k.args.shape.n_kv_heads == shape.n_kv_heads);
+      (void)shape;
+      SimdContext ctx{};
+      if (o.kernel == AttentionKernel::kSimd) {
+        ctx = {&w->k.codec->kernels(), &w->v.codec->kernels(), &F32Format().key.kernels(),
+               CodecArgs{.shape = w->k.args.shape}, softmax};
+      }
+      for (int64_t item = begin; item < end; ++item) AttendItem(*w, ctx, item, tiles);
+      if (scratch.users[i].fetch_sub(1, std::memory_order_acq_rel) == 1) source.Release(i);
+    }
+  }
+};
+
+// A single window as a source.
+class OneWindow final : public KvWindowSource {
+ public:
+  explicit OneWindow(const KvWindow& w) : w_(w) {}
+  int64_t n_windows() const override { return 1; }
+  Result<KvWindow> Acquire(int64_t) override { return w_; }
+
+ private:
+  const KvWindow& w_;
+};
+
+}  // namespace
+
+Status AttendWindows(const AttentionOptions& o, const float* q, int64_t first_query_position,
+                     KvWindowSource& source, AttentionState& state) {
+  const AttentionShape shape = state.shape();
+  assert(shape.n_heads % shape.n_kv_heads == 0);
+  AttentionState::Scratch& scratch = state.scratch_.Get();
+  const int32_t threads = std::max(1, o.threads);
+  if (scratch.pool_threads != threads) {
+    scratch.pool = &ThreadPool::Shared(threads);
+    scratch.pool_threads = threads;
+  }
+  const int32_t group = shape.n_heads / shape.n_kv_heads;
+  const int32_t n_tokens = state.n_tokens();
+  // Items: (query token, a run of KV heads). The scalar reference takes one head per item; the
+  // SIMD kernel gives each thread a run of heads so a tile's rows are read once per thread.
+  const int32_t runs = o.kernel == AttentionKernel::kScalar
+                           ? shape.n_kv_heads
+                           : std::min(shape.n_kv_heads, std::max(1, threads / std::max(1, n_tokens)));
+  const int64_t items = int64_t{n_tokens} * runs;
+  // Shares: contiguous runs of items, one per pool thread at most; each walks all windows.
+  const int32_t shares = static_cast<int32_t>(std::clamp<int64_t>(items, 1, scratch.pool->threads()));
+  const int64_t n_windows = source.n_windows();
+
+  // Scratch grows to the largest call seen and is reused after that.
+  const size_t tile_floats = size_t{2} * shares * group * kMaxTileRows;
+  if (scratch.tiles.size() < tile_floats) scratch.tiles.resize(tile_floats, 0.0f);
+  if (static_cast<int64_t>(scratch.windows.size()) < n_windows) scratch.windows.resize(n_windows);
+  if (scratch.users_capacity < n_windows) {
+    scratch.users = std::make_unique<std::atomic<int32_t>[]>(n_windows);
+    scratch.users_capacity = n_windows;
+  }
+  for (int64_t i = 0; i < n_windows; ++i) scratch.users[i].store(shares, std::memory_order_relaxed);
+  scratch.acquired.store(0, std::memory_order_relaxed);
+  scratch.acquiring = false;
+  scratch.failed_at = -1;
+  scratch.error = Status::Ok();
+
+  WindowsCall call{o, q, first_query_position, source, state, scratch,
+                   o.kernel == AttentionKernel::kSimd ? attention_internal::SoftmaxTileForThisCpu() : nullptr,
+                   group, runs, shares, items};
+  // One job for the whole call; the lambda holds one reference, so std::function keeps it inline.
+  scratch.pool->Run(shares, [&call](int64_t share, int32_t) { call.RunShare(share); });
+  return scratch.error;
+}
+
+void AttendWindow(const AttentionOptions& o, const float* q, int64_t first_query_position,
+                  const KvWindow& w, AttentionState& state) {
+  OneWindow source(w);
+  const Status s = AttendWindows(o, q, first_query_position, source, state);
+  assert(s.ok());  // a single window in memory cannot fail to arrive
+  (void)s;
 }
 
 void FinishAttention(const AttentionState& state, float* out) {

@@ -1,6 +1,6 @@
 // The format-independent middle of the SIMD attention kernel: turns a tile of raw q·k dot
 // products into the online-softmax factors c (rescale of the old state) and e (weight of the new
-// position), and advances m and l. Dispatched once per AttendWindow call.
+// position), and advances m and l. Dispatched once per AttendWindows call.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // A small fixed pool of worker threads that sleep (not spin) between jobs. kvq's attention runs one
-// short parallel job per window; OpenMP's spinning workers would steal the core that the cache's
-// streaming thread needs between windows, so kvq uses this pool instead.
+// short parallel job per layer; OpenMP's spinning workers would steal the core that the cache's
+// streaming thread needs between jobs, so kvq uses this pool instead.
 #pragma once
 
 #include <condition_variable>

@@ -244,22 +244,45 @@ Status KvCache::Attend(int64_t layer, const AttentionOptions& options, const flo
                            "a cache of {} KV heads x head_dim {}", st.n_heads, st.n_kv_heads, st.head_dim,
                            m.row.n_kv_heads, m.row.head_dim));
   }
+  // A layer's pages as attention windows, taken by AttendWindows in one dispatch: each of its
+  // threads walks every page, so streamed pages are consumed in order as the copy thread
+  // delivers them (Acquire waits for the page; the last thread done with it frees its slot).
+  // Resident pages are read in place. A streamed slot holds the page (its size padded to 64
+  // bytes), then on the last page the f32 residual rows of K and V.
+  class Pages final : public KvWindowSource {
+   public:
+    Pages(const Impl& m, int64_t layer, int64_t n_pages, int64_t page_bytes, int64_t residual_k_bytes)
+        : m_(m), layer_(layer), n_pages_(n_pages), page_bytes_(page_bytes),
+          residual_k_bytes_(residual_k_bytes) {}
+    int64_t n_windows() const override { return n_pages_; }
+    Result<KvWindow> Acquire(int64_t p) override {
+      if (!m_.streamer) {
+        const uint8_t* page = m_.store->InHost(layer_, p);
+        if (page == nullptr) return Bad(fmt::format("page {} of layer {} is not resident", p, layer_));
+        const Impl::Layer& L = m_.layers[layer_];
+        return m_.Window(layer_, p, page, L.residual[0].data(), L.residual[1].data());
+      }
+      Result<const uint8_t*> slot = m_.streamer->Acquire(p);
+      if (!slot.ok()) return slot.status();
+      const auto* residual_k = reinterpret_cast<const float*>(*slot + page_bytes_);
+      const auto* residual_v = reinterpret_cast<const float*>(*slot + page_bytes_ + residual_k_bytes_);
+      return m_.Window(layer_, p, *slot, residual_k, residual_v);
+    }
+    void Release(int64_t p) override {
+      if (m_.streamer) m_.streamer->Release(p);
+    }
+
+   private:
+    const Impl& m_;
+    int64_t layer_, n_pages_, page_bytes_, residual_k_bytes_;
+  };
   const Impl::Layer& L = m.layers[layer];
   const int32_t P = m.config.page_positions;
   const int64_t n_pages = (L.positions + P - 1) / P;
-  if (!m.streamer) {  // resident: attend over the master pages in place
-    for (int64_t p = 0; p < n_pages; ++p) {
-      const uint8_t* page = m.store->InHost(layer, p);
-      if (page == nullptr) return Bad(fmt::format("page {} of layer {} is not resident", p, layer));
-      AttendWindow(options, q, first_query_position,
-                   m.Window(layer, p, page, L.residual[0].data(), L.residual[1].data()), state);
-    }
-    return Status::Ok();
-  }
-  // Streamed: each slot holds the page (its size padded to 64 bytes), then on the last page the
-  // f32 residual rows of K and V.
   const int64_t page_bytes = m.store->page_bytes(layer);
   const int64_t residual_k_bytes = static_cast<int64_t>(L.residual[0].size()) * 4;
+  Pages pages(m, layer, n_pages, page_bytes, residual_k_bytes);
+  if (!m.streamer) return AttendWindows(options, q, first_query_position, pages, state);
   auto fill = [&m, &L, layer, n_pages, page_bytes, residual_k_bytes](int64_t p, uint8_t* dst) -> Result<int64_t> {
     if (Status s = m.store->Read(layer, p, dst); !s.ok()) return s;
     if (p + 1 < n_pages) return page_bytes;
@@ -275,19 +298,7 @@ Status KvCache::Attend(int64_t layer, const AttentionOptions& options, const flo
     PageStreamer& streamer;
     ~EndGuard() { streamer.End(); }
   } end_guard{*m.streamer};
-  Status status;
-  for (int64_t p = 0; p < n_pages && status.ok(); ++p) {
-    Result<const uint8_t*> slot = m.streamer->Acquire(p);
-    if (!slot.ok()) {
-      status = slot.status();
-      break;
-    }
-    const auto* residual_k = reinterpret_cast<const float*>(*slot + page_bytes);
-    const auto* residual_v = reinterpret_cast<const float*>(*slot + page_bytes + residual_k_bytes);
-    AttendWindow(options, q, first_query_position, m.Window(layer, p, *slot, residual_k, residual_v), state);
-    m.streamer->Release(p);
-  }
-  return status;
+  return AttendWindows(options, q, first_query_position, pages, state);
 }
 
 std::string KvTierPlan::Describe() const {

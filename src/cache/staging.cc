@@ -68,7 +68,9 @@ void PageStreamer::Run() {
     const int32_t slot = static_cast<int32_t>(page % arena_.slots());
     slot_page_[slot] = page;
     slot_ready_[slot] = false;
-    Fill fill = fill_;
+    // fill_ stays put while this copy runs: Begin replaces it only after End, which waits for
+    // the copy in flight. (Copying it here would allocate once per page.)
+    const Fill& fill = fill_;
     lock.unlock();
     const Result<int64_t> bytes = fill(page, arena_.slot(slot));  // the copy runs unlocked
     if (bytes.ok()) arena_.Hold(slot, *bytes);

@@ -4,15 +4,10 @@
 // reserved or read, so a corrupt length is an error message, not a huge allocation.
 #include "gguf/gguf_reader.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstring>
 #include <numeric>
 #include <type_traits>
@@ -504,34 +499,17 @@ class GgufParser {
 Result<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
   std::unique_ptr<GgufFile> file(new GgufFile());
   file->path_ = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return Status::Error(fmt::format("cannot open GGUF file '{}': {}", path, std::strerror(errno)));
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return Status::Error(fmt::format("cannot open GGUF file '{}': not a regular file", path));
-  }
-  file->size_ = st.st_size;
-  if (file->size_ > 0) {
-    void* p = ::mmap(nullptr, static_cast<size_t>(file->size_), PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      return Status::Error(fmt::format("cannot map GGUF file '{}': {}", path, std::strerror(err)));
-    }
-    file->map_ = static_cast<const uint8_t*>(p);
-  }
-  ::close(fd);
+  Result<std::shared_ptr<MappedFile>> mapped = MapFile(path, fmt::format("GGUF file '{}'", path));
+  if (!mapped.ok()) return mapped.status();
+  file->mapping_ = std::move(mapped).value();
+  file->map_ = file->mapping_->data;
+  file->size_ = file->mapping_->size;
   GgufParser parser(file.get());
   if (Status s = parser.Parse(); !s.ok()) return s;
   return file;
 }
 
-GgufFile::~GgufFile() {
-  if (map_ != nullptr) ::munmap(const_cast<uint8_t*>(map_), static_cast<size_t>(size_));
-}
+GgufFile::~GgufFile() = default;
 
 bool GgufFile::Has(std::string_view key) const { return Find(key) != nullptr; }
 

@@ -13,6 +13,7 @@
 #include <variant>
 #include <vector>
 
+#include "base/mapped_file.h"
 #include "kvq/status.h"
 
 namespace kvq {
@@ -192,8 +193,9 @@ class GgufFile {
   Result<T> GetInteger(std::string_view key, const char* wanted) const;
 
   std::string path_;
-  const uint8_t* map_ = nullptr;
-  int64_t size_ = 0;
+  std::shared_ptr<MappedFile> mapping_;  // base/mapped_file: the whole file, read-only
+  const uint8_t* map_ = nullptr;         // mapping_->data
+  int64_t size_ = 0;                     // mapping_->size
   uint32_t version_ = 0;
   uint32_t alignment_ = 32;
   int64_t data_offset_ = 0;

@@ -1,17 +1,20 @@
 // Replaces the global operator new/delete of a test program to record the largest single
-// allocation while armed, so tests can prove that a corrupt length read from a file is refused
-// before anything is sized by it (a 2^62-byte request would throw, or worse succeed lazily on an
-// overcommitting kernel). Include it in exactly one source file of a test program.
+// allocation and the number of allocations while armed, so tests can prove that a corrupt length
+// read from a file is refused before anything is sized by it (a 2^62-byte request would throw, or
+// worse succeed lazily on an overcommitting kernel), and that a hot path allocates nothing.
+// Include it in exactly one source file of a test program.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <new>
 
 namespace kvq_test {
 inline std::atomic<bool> g_track_allocations{false};
 inline std::atomic<size_t> g_largest_allocation{0};
+inline std::atomic<int64_t> g_allocations{0};  // operator new calls while armed, any thread
 }  // namespace kvq_test
 
 // GCC 12 sees malloc inside operator new and free inside operator delete after inlining and
@@ -20,6 +23,7 @@ inline std::atomic<size_t> g_largest_allocation{0};
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void* operator new(size_t bytes) {
   if (kvq_test::g_track_allocations.load(std::memory_order_relaxed)) {
+    kvq_test::g_allocations.fetch_add(1, std::memory_order_relaxed);
     size_t seen = kvq_test::g_largest_allocation.load(std::memory_order_relaxed);
     while (bytes > seen && !kvq_test::g_largest_allocation.compare_exchange_weak(seen, bytes)) {
     }
