@@ -56,7 +56,8 @@ Status LlamaModel::ForwardBlock(const int32_t* tokens, int32_t n, int64_t pos, K
   for (int32_t t = 0; t < n; ++t) DecodeWeightRow(w_.token_embedding, tokens[t], x + t * dim);
   const RopeParams rope = ModelRopeParams(c);
   const AttentionShape shape{.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()};
-  AttentionState state(shape, n);
+  if (!state_ || state_->n_tokens() != n) state_.emplace(shape, n);
+  AttentionState& state = *state_;
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w_.layers[l];
     for (int32_t t = 0; t < n; ++t) RmsNorm(xb + t * dim, x + t * dim, L.attn_norm, c.dim, c.norm_eps);

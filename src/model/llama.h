@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "kvq/kv_cache.h"
@@ -62,6 +63,9 @@ class LlamaModel {
   std::vector<float> q_;             // [n][n_heads·head_dim]
   std::vector<float> k_, v_;         // [n][kv_dim]
   std::vector<float> hb_, hb2_;      // [n][hidden_dim] gate and up projections
+  // The attention state (m, l, acc and its scratch) of the last block size, kept so a decode step
+  // reuses it rather than building one per token.
+  std::optional<AttentionState> state_;
 };
 
 /// The model's rotary parameters (pairing, scaling; `config` must outlive them: they point at
