@@ -17,6 +17,7 @@
 #include <memory>
 
 #include "gguf/gguf_reader.h"
+#include "kvq/log.h"
 #include "text/symbol_merge.h"
 
 namespace kvq {
@@ -424,7 +425,7 @@ void Tokenizer::NoteUnknown(std::string_view character) const {
   if (notice_) {
     notice_(note);
   } else {
-    fmt::print(stderr, "kvq: {}\n", note);
+    Log(LogLevel::kWarning, note);
   }
 }
 

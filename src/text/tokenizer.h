@@ -88,7 +88,8 @@ class Tokenizer {
   /// Characters (SentencePiece) that Encode has turned into the unknown token so far, over this
   /// tokenizer's life (a copy starts from the count at the time of the copy).
   int64_t unknown_characters() const { return unknown_characters_.n.load(std::memory_order_relaxed); }
-  /// Where the one-time notice about the first such character goes; by default a line on stderr.
+  /// Where the one-time notice about the first such character goes; by default kvq/log.h's Log
+  /// (a line on stderr unless the application installed a log callback).
   /// The sink is called at most once per tokenizer, from Encode (so from Encode's thread).
   void set_notice_sink(std::function<void(std::string_view)> sink) { notice_ = std::move(sink); }
 
@@ -207,7 +208,7 @@ class Tokenizer {
   bool has_byte_pieces_ = false;  // all 256 bytes have a kByte token (set by Index/IndexBpe)
   std::string source_;
   mutable Counter unknown_characters_;
-  std::function<void(std::string_view)> notice_;  // empty: stderr
+  std::function<void(std::string_view)> notice_;  // empty: Log(kWarning)
 
   Kind kind_ = Kind::kSentencePiece;
   // Byte-level BPE only:
