@@ -5,8 +5,11 @@
  * failure on the calling thread is kvq_last_error() (valid until the next failing call on that
  * thread). Functions that return a handle return NULL on failure. Strings passed in are UTF-8 and
  * NUL-terminated; strings kvq returns are owned by kvq and stay valid as documented per call.
- * Handles are freed with their *_free function (NULL is accepted). A model may be shared by
- * sessions used on different threads; one session is used by one thread at a time.
+ * Handles are freed with their *_free function (NULL is accepted); a NULL handle passed anywhere
+ * else is an error (KVQ_ERROR, -1 or NULL, with a message), not a crash, and no C++ exception ever
+ * leaves these functions. A model may be shared by sessions used on different threads; one session
+ * is used by one thread at a time. kvq's libraries are C++: a C program's CMake project enables
+ * CXX too (project(app LANGUAGES C CXX)) so that kvq::kvq links the C++ runtime.
  *
  *   kvq_model_options mo; kvq_model_options_init(&mo);
  *   kvq_model* m = kvq_model_load("model.gguf", &mo);
@@ -79,8 +82,8 @@ int64_t kvq_detokenize(const kvq_model* model, const int32_t* ids, int64_t n, ch
 /* Non-zero if generation stops at `token` (EOS, end-of-turn). */
 int kvq_is_end_of_generation(const kvq_model* model, int32_t token);
 
-/* A session with the model's KV options, or with these K/V formats if kv_key_format/kv_value_format
- * are non-NULL (budgets and tiers from the model's options). NULL on failure. */
+/* A session with the model's KV options; or, with kv_override, with its kv_* fields instead (formats,
+ * NULL meaning f16; budgets; disk folder — its other fields are ignored). NULL on failure. */
 kvq_session* kvq_session_new(const kvq_model* model, const kvq_model_options* kv_override);
 void kvq_session_free(kvq_session* session);
 
@@ -117,9 +120,9 @@ int32_t kvq_session_sample(kvq_session* session);
 /* Called with each generated token and its text (valid during the call); return 0 to stop. */
 typedef int (*kvq_token_fn)(int32_t token, const char* piece, void* user_data);
 
-/* Generates a completion of `prompt` (the whole text; the longest prefix the session holds is
- * reused). on_token may be NULL. If n_generated is non-NULL it receives the number of tokens
- * generated. */
+/* Generates a completion of `prompt` (the whole text; what the session holds is reused when it is a
+ * prefix of the prompt's tokens). on_token may be NULL. If n_generated is non-NULL it receives the
+ * number of tokens generated (0 on failure). */
 int kvq_session_generate(kvq_session* session, const char* prompt, const kvq_generate_options* options,
                          kvq_token_fn on_token, void* user_data, int64_t* n_generated);
 

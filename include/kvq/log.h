@@ -14,7 +14,9 @@ enum class LogLevel { kInfo = 0, kWarning = 1, kError = 2 };
 using LogCallback = std::function<void(LogLevel level, const std::string& message)>;
 
 /// Installs `callback` for the whole process (empty: back to the default stderr printer).
-/// Thread-safe; the callback itself may be called from any thread kvq runs on.
+/// Thread-safe. The callback may be called from any thread kvq runs on, possibly concurrently,
+/// and may call into kvq (even SetLogCallback); a call already under way may still use the
+/// previous callback for a moment after SetLogCallback returns.
 void SetLogCallback(LogCallback callback);
 
 /// Sends one message to the current callback.

@@ -5,8 +5,9 @@
 //   kvq::Result<std::unique_ptr<kvq::Session>> session = (*model)->NewSession();
 //
 // A Model is immutable after Load and may be shared by sessions on different threads; each
-// Session (kvq/session.h) owns its KV cache and its activations. Nothing here throws: every
-// fallible call returns a Status or Result whose message names the file or option at fault.
+// Session (kvq/session.h) owns its KV cache and its activations. Errors are returned, not thrown:
+// every fallible call returns a Status or Result whose message names the file or option at fault
+// (only a failed allocation or an exception thrown by the caller's own callback propagates).
 #pragma once
 
 #include <cstdint>
@@ -98,7 +99,8 @@ class Model {
   /// removed, byte pieces joined into UTF-8). Control tokens print as their text.
   /// Errors: an id outside [0, vocab_size).
   Result<std::string> Detokenize(std::span<const int32_t> ids) const;
-  /// The stored text of one token ("▁the", "<0x0A>", "<|im_end|>"); an empty string when id is out of range.
+  /// The text of one token as the vocabulary stores it, SentencePiece's U+2581 shown as a space
+  /// (" the", "<0x0A>", "<|im_end|>"); an empty string when id is out of range.
   std::string TokenPiece(int32_t id) const;
   /// Whether generation stops at `id` (EOS, end-of-turn tokens such as <|eot_id|> or <|im_end|>).
   bool IsEndOfGeneration(int32_t id) const;

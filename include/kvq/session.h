@@ -33,7 +33,7 @@ struct GenerateRequest {
 };
 
 enum class StopReason {
-  kEndOfGeneration,  ///< the model produced EOS, an end-of-turn token or (llama2.c models) BOS
+  kEndOfGeneration,  ///< the model produced EOS, an end-of-turn token or BOS (not kept in tokens)
   kMaxTokens,        ///< max_tokens were generated
   kContextFull,      ///< the session holds `context()` positions
   kCancelled,        ///< the callback returned false
@@ -57,7 +57,8 @@ class Session {
 
   /// Runs `tokens` after what the session holds (in blocks: weights read once per block) and
   /// leaves the logits after the last one. Errors: an id outside the vocabulary, more positions
-  /// than context(); nothing is appended then.
+  /// than context() (nothing is appended then); a cache error while running (the session is
+  /// cleared, as the layers may hold different lengths).
   Status Prefill(std::span<const int32_t> tokens);
   /// One decode step: Prefill of the single token `token`.
   Status Decode(int32_t token);
@@ -77,10 +78,15 @@ class Session {
   Result<int32_t> Sample();
 
   /// Generates a completion of `prompt`, which is the whole text (BOS added as the vocabulary
-  /// says). The longest prefix of the prompt's tokens the session already holds is reused and
-  /// the rest of the cache dropped, so a chat that resends its history recomputes only the new
-  /// turn. Greedy output equals `kvq run`'s for the same model, prompt and formats. Errors: a
-  /// prompt longer than the context, cache errors.
+  /// says). If what the session holds is a prefix of the prompt's tokens it is reused (a chat that
+  /// resends its history recomputes only the new turn, when the history tokenizes as it was
+  /// generated); otherwise the cache is cleared first, so the prefill is cut into blocks as
+  /// `kvq run` cuts it and greedy output equals `kvq run`'s for the same model, prompt and formats.
+  /// Afterwards the session holds the prompt and the completion except, when generation stopped
+  /// for max_tokens, cancellation or a full context, the last generated token (sampled, not yet
+  /// run): logits() are those before it, so a caller continuing by hand Decodes it first.
+  /// Errors: an empty or too long prompt (the session is untouched), cache errors (the session
+  /// is cleared).
   Result<Completion> Generate(std::string_view prompt, const GenerateRequest& request = {},
                               const TokenCallback& on_token = {});
 
@@ -88,7 +94,8 @@ class Session {
   /// recomputed from their ids (exact for every format; fp8 recalibrates on them), so it costs a
   /// prefill of n_positions tokens. Errors: n_positions < 0 or > positions().
   Status Truncate(int64_t n_positions);
-  /// Drops everything (an empty cache of the same formats and budgets).
+  /// Drops everything (an empty cache of the same formats and budgets). Fails only if the new
+  /// cache cannot be made (e.g. its disk folder went away); the session is then unusable.
   Status Clear();
 
   /// Saves the cache and its ids to a verified snapshot file (kvq/kv_cache.h: checksummed,

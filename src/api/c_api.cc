@@ -27,6 +27,27 @@ int Fail(const std::string& message) {
 
 int Check(const kvq::Status& s) { return s.ok() ? KVQ_OK : Fail(s.message()); }
 
+// Every entry point runs its body through Guard: a C++ exception (std::bad_alloc, a throwing
+// callback) never crosses into C; it becomes the call's error.
+template <typename T, typename F>
+T Guard(const char* what, T on_error, F&& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    Fail(std::string(what) + ": " + e.what());
+  } catch (...) {
+    Fail(std::string(what) + ": unknown C++ exception");
+  }
+  return on_error;
+}
+
+// For handles and option structs: NULL is an error with a message, not a crash.
+bool Missing(const void* p, const char* what) {
+  if (p != nullptr) return false;
+  Fail(std::string(what) + " is NULL");
+  return true;
+}
+
 std::string Str(const char* s, const char* fallback = "") { return s != nullptr ? s : fallback; }
 
 kvq::SamplerOptions Sampling(const kvq_generate_options& o) {
@@ -50,42 +71,46 @@ extern "C" {
 const char* kvq_last_error(void) { return last_error.c_str(); }
 
 void kvq_set_log_callback(kvq_log_fn fn, void* user_data) {
-  if (fn == nullptr) {
-    kvq::SetLogCallback({});
-    return;
-  }
-  kvq::SetLogCallback([fn, user_data](kvq::LogLevel level, const std::string& message) {
-    fn(static_cast<int>(level), message.c_str(), user_data);
+  Guard("kvq_set_log_callback", 0, [&] {
+    if (fn == nullptr) {
+      kvq::SetLogCallback({});
+    } else {
+      kvq::SetLogCallback([fn, user_data](kvq::LogLevel level, const std::string& message) {
+        fn(static_cast<int>(level), message.c_str(), user_data);
+      });
+    }
+    return 0;
   });
 }
 
 void kvq_model_options_init(kvq_model_options* o) {
+  if (Missing(o, "kvq_model_options_init: options")) return;
   *o = {};
   o->kv_key_format = "f16";
   o->kv_value_format = "f16";
 }
 
 kvq_model* kvq_model_load(const char* path, const kvq_model_options* options) {
-  if (path == nullptr) {
-    Fail("kvq_model_load: path is NULL");
-    return nullptr;
-  }
-  kvq_model_options defaults;
-  kvq_model_options_init(&defaults);
-  const kvq_model_options& o = options != nullptr ? *options : defaults;
-  const kvq::ModelOptions mo{.tokenizer_path = Str(o.tokenizer_path), .threads = o.threads,
-                             .context = o.context, .kv = KvFromC(o)};
-  kvq::Result<std::unique_ptr<kvq::Model>> m = kvq::Model::Load(path, mo);
-  if (!m.ok()) {
-    Fail(m.status().message());
-    return nullptr;
-  }
-  return new kvq_model{std::move(m).value()};
+  if (Missing(path, "kvq_model_load: path")) return nullptr;
+  return Guard("kvq_model_load", static_cast<kvq_model*>(nullptr), [&]() -> kvq_model* {
+    kvq_model_options defaults;
+    kvq_model_options_init(&defaults);
+    const kvq_model_options& o = options != nullptr ? *options : defaults;
+    const kvq::ModelOptions mo{.tokenizer_path = Str(o.tokenizer_path), .threads = o.threads,
+                               .context = o.context, .kv = KvFromC(o)};
+    kvq::Result<std::unique_ptr<kvq::Model>> m = kvq::Model::Load(path, mo);
+    if (!m.ok()) {
+      Fail(m.status().message());
+      return nullptr;
+    }
+    return new kvq_model{std::move(m).value()};
+  });
 }
 
 void kvq_model_free(kvq_model* model) { delete model; }
 
 void kvq_model_get_info(const kvq_model* model, kvq_model_info* info) {
+  if (Missing(model, "kvq_model_get_info: model") || Missing(info, "kvq_model_get_info: info")) return;
   const kvq::ModelInfo& i = model->model->info();
   *info = {.architecture = i.architecture.c_str(), .n_layers = i.n_layers, .dim = i.dim,
            .hidden_dim = i.hidden_dim, .n_heads = i.n_heads, .n_kv_heads = i.n_kv_heads,
@@ -94,123 +119,167 @@ void kvq_model_get_info(const kvq_model* model, kvq_model_info* info) {
 }
 
 int64_t kvq_tokenize(const kvq_model* model, const char* text, int add_bos, int32_t* ids, int64_t capacity) {
-  if (text == nullptr || capacity < 0 || (ids == nullptr && capacity > 0)) {
-    Fail("kvq_tokenize: text is NULL, or ids is NULL with a capacity, or the capacity is negative");
+  if (Missing(model, "kvq_tokenize: model") || Missing(text, "kvq_tokenize: text")) return -1;
+  if (capacity < 0 || (ids == nullptr && capacity > 0)) {
+    Fail("kvq_tokenize: ids is NULL with a capacity, or the capacity is negative");
     return -1;
   }
-  const kvq::AddBos bos = add_bos < 0 ? kvq::AddBos::kModelDefault : add_bos ? kvq::AddBos::kYes : kvq::AddBos::kNo;
-  const std::vector<int32_t> t = model->model->Tokenize(text, bos);
-  const int64_t n = static_cast<int64_t>(t.size());
-  if (n > 0 && capacity > 0) std::memcpy(ids, t.data(), sizeof(int32_t) * std::min(n, capacity));
-  return n;
+  return Guard("kvq_tokenize", int64_t{-1}, [&] {
+    const kvq::AddBos bos =
+        add_bos < 0 ? kvq::AddBos::kModelDefault : add_bos ? kvq::AddBos::kYes : kvq::AddBos::kNo;
+    const std::vector<int32_t> t = model->model->Tokenize(text, bos);
+    const int64_t n = static_cast<int64_t>(t.size());
+    if (n > 0 && capacity > 0) std::memcpy(ids, t.data(), sizeof(int32_t) * std::min(n, capacity));
+    return n;
+  });
 }
 
 int64_t kvq_detokenize(const kvq_model* model, const int32_t* ids, int64_t n, char* out, int64_t capacity) {
+  if (Missing(model, "kvq_detokenize: model")) return -1;
   if (n < 0 || (ids == nullptr && n > 0) || capacity < 0 || (out == nullptr && capacity > 0)) {
     Fail("kvq_detokenize: bad arguments (NULL buffer with a length, or a negative length)");
     return -1;
   }
-  kvq::Result<std::string> text = model->model->Detokenize({ids, static_cast<size_t>(n)});
-  if (!text.ok()) {
-    Fail(text.status().message());
-    return -1;
-  }
-  const int64_t len = static_cast<int64_t>(text->size());
-  if (capacity > 0) {
-    const int64_t copied = std::min(len, capacity - 1);
-    std::memcpy(out, text->data(), copied);
-    out[copied] = '\0';
-  }
-  return len;
+  return Guard("kvq_detokenize", int64_t{-1}, [&]() -> int64_t {
+    kvq::Result<std::string> text = model->model->Detokenize({ids, static_cast<size_t>(n)});
+    if (!text.ok()) {
+      Fail(text.status().message());
+      return -1;
+    }
+    const int64_t len = static_cast<int64_t>(text->size());
+    if (capacity > 0) {
+      const int64_t copied = std::min(len, capacity - 1);
+      std::memcpy(out, text->data(), copied);
+      out[copied] = '\0';
+    }
+    return len;
+  });
 }
 
 int kvq_is_end_of_generation(const kvq_model* model, int32_t token) {
-  return model->model->IsEndOfGeneration(token) ? 1 : 0;
+  return model != nullptr && model->model->IsEndOfGeneration(token) ? 1 : 0;
 }
 
 kvq_session* kvq_session_new(const kvq_model* model, const kvq_model_options* kv_override) {
-  kvq::Result<std::unique_ptr<kvq::Session>> s =
-      kv_override != nullptr ? model->model->NewSession(KvFromC(*kv_override)) : model->model->NewSession();
-  if (!s.ok()) {
-    Fail(s.status().message());
-    return nullptr;
-  }
-  return new kvq_session{std::move(s).value()};
+  if (Missing(model, "kvq_session_new: model")) return nullptr;
+  return Guard("kvq_session_new", static_cast<kvq_session*>(nullptr), [&]() -> kvq_session* {
+    kvq::Result<std::unique_ptr<kvq::Session>> s =
+        kv_override != nullptr ? model->model->NewSession(KvFromC(*kv_override)) : model->model->NewSession();
+    if (!s.ok()) {
+      Fail(s.status().message());
+      return nullptr;
+    }
+    return new kvq_session{std::move(s).value()};
+  });
 }
 
 void kvq_session_free(kvq_session* session) { delete session; }
 
 int kvq_session_prefill(kvq_session* session, const int32_t* ids, int64_t n) {
+  if (Missing(session, "kvq_session_prefill: session")) return KVQ_ERROR;
   if (n < 0 || (ids == nullptr && n > 0)) return Fail("kvq_session_prefill: ids is NULL or n is negative");
-  return Check(session->session->Prefill({ids, static_cast<size_t>(n)}));
+  return Guard("kvq_session_prefill", KVQ_ERROR,
+               [&] { return Check(session->session->Prefill({ids, static_cast<size_t>(n)})); });
 }
 
-int kvq_session_decode(kvq_session* session, int32_t token) { return Check(session->session->Decode(token)); }
+int kvq_session_decode(kvq_session* session, int32_t token) {
+  if (Missing(session, "kvq_session_decode: session")) return KVQ_ERROR;
+  return Guard("kvq_session_decode", KVQ_ERROR, [&] { return Check(session->session->Decode(token)); });
+}
 
 const float* kvq_session_logits(const kvq_session* session) {
+  if (Missing(session, "kvq_session_logits: session")) return nullptr;
   const std::span<const float> l = session->session->logits();
   return l.empty() ? nullptr : l.data();
 }
 
-int64_t kvq_session_positions(const kvq_session* session) { return session->session->positions(); }
-int64_t kvq_session_kv_bytes(const kvq_session* session) { return session->session->kv_bytes(); }
-int kvq_session_truncate(kvq_session* session, int64_t n) { return Check(session->session->Truncate(n)); }
-int kvq_session_clear(kvq_session* session) { return Check(session->session->Clear()); }
+int64_t kvq_session_positions(const kvq_session* session) {
+  return Missing(session, "kvq_session_positions: session") ? -1 : session->session->positions();
+}
+
+int64_t kvq_session_kv_bytes(const kvq_session* session) {
+  return Missing(session, "kvq_session_kv_bytes: session") ? -1 : session->session->kv_bytes();
+}
+
+int kvq_session_truncate(kvq_session* session, int64_t n) {
+  if (Missing(session, "kvq_session_truncate: session")) return KVQ_ERROR;
+  return Guard("kvq_session_truncate", KVQ_ERROR, [&] { return Check(session->session->Truncate(n)); });
+}
+
+int kvq_session_clear(kvq_session* session) {
+  if (Missing(session, "kvq_session_clear: session")) return KVQ_ERROR;
+  return Guard("kvq_session_clear", KVQ_ERROR, [&] { return Check(session->session->Clear()); });
+}
 
 int kvq_session_save_prefix(const kvq_session* session, const char* path) {
-  if (path == nullptr) return Fail("kvq_session_save_prefix: path is NULL");
-  return Check(session->session->SavePrefix(path));
+  if (Missing(session, "kvq_session_save_prefix: session") || Missing(path, "kvq_session_save_prefix: path")) {
+    return KVQ_ERROR;
+  }
+  return Guard("kvq_session_save_prefix", KVQ_ERROR, [&] { return Check(session->session->SavePrefix(path)); });
 }
 
 int64_t kvq_session_load_prefix(kvq_session* session, const char* path) {
-  if (path == nullptr) {
-    Fail("kvq_session_load_prefix: path is NULL");
+  if (Missing(session, "kvq_session_load_prefix: session") || Missing(path, "kvq_session_load_prefix: path")) {
     return -1;
   }
-  kvq::Result<int64_t> n = session->session->LoadPrefix(path);
-  if (!n.ok()) {
-    Fail(n.status().message());
-    return -1;
-  }
-  return *n;
+  return Guard("kvq_session_load_prefix", int64_t{-1}, [&]() -> int64_t {
+    kvq::Result<int64_t> n = session->session->LoadPrefix(path);
+    if (!n.ok()) {
+      Fail(n.status().message());
+      return -1;
+    }
+    return *n;
+  });
 }
 
 void kvq_generate_options_init(kvq_generate_options* o) {
+  if (Missing(o, "kvq_generate_options_init: options")) return;
   const kvq::SamplerOptions d;
   *o = {.max_tokens = 256, .temperature = d.temperature, .top_k = d.top_k, .top_p = d.top_p, .min_p = d.min_p,
         .seed = d.seed};
 }
 
 void kvq_session_set_sampler(kvq_session* session, const kvq_generate_options* options) {
+  if (Missing(session, "kvq_session_set_sampler: session") || Missing(options, "kvq_session_set_sampler: options")) {
+    return;
+  }
   session->session->SetSampler(Sampling(*options));
 }
 
 int32_t kvq_session_sample(kvq_session* session) {
-  kvq::Result<int32_t> t = session->session->Sample();
-  if (!t.ok()) {
-    Fail(t.status().message());
-    return -1;
-  }
-  return *t;
+  if (Missing(session, "kvq_session_sample: session")) return -1;
+  return Guard("kvq_session_sample", int32_t{-1}, [&]() -> int32_t {
+    kvq::Result<int32_t> t = session->session->Sample();
+    if (!t.ok()) {
+      Fail(t.status().message());
+      return -1;
+    }
+    return *t;
+  });
 }
 
 int kvq_session_generate(kvq_session* session, const char* prompt, const kvq_generate_options* options,
                          kvq_token_fn on_token, void* user_data, int64_t* n_generated) {
-  if (prompt == nullptr) return Fail("kvq_session_generate: prompt is NULL");
-  kvq_generate_options defaults;
-  kvq_generate_options_init(&defaults);
-  const kvq_generate_options& o = options != nullptr ? *options : defaults;
-  kvq::TokenCallback callback;
-  if (on_token != nullptr) {
-    callback = [on_token, user_data](int32_t token, const std::string& piece) {
-      return on_token(token, piece.c_str(), user_data) != 0;
-    };
+  if (n_generated != nullptr) *n_generated = 0;
+  if (Missing(session, "kvq_session_generate: session") || Missing(prompt, "kvq_session_generate: prompt")) {
+    return KVQ_ERROR;
   }
-  kvq::Result<kvq::Completion> c =
-      session->session->Generate(prompt, {.max_tokens = o.max_tokens, .sampling = Sampling(o)}, callback);
-  if (!c.ok()) return Fail(c.status().message());
-  if (n_generated != nullptr) *n_generated = static_cast<int64_t>(c->tokens.size());
-  return KVQ_OK;
+  return Guard("kvq_session_generate", KVQ_ERROR, [&] {
+    kvq_generate_options defaults;
+    kvq_generate_options_init(&defaults);
+    const kvq_generate_options& o = options != nullptr ? *options : defaults;
+    kvq::TokenCallback callback;
+    if (on_token != nullptr) {
+      callback = [on_token, user_data](int32_t token, const std::string& piece) {
+        return on_token(token, piece.c_str(), user_data) != 0;
+      };
+    }
+    kvq::Result<kvq::Completion> c =
+        session->session->Generate(prompt, {.max_tokens = o.max_tokens, .sampling = Sampling(o)}, callback);
+    if (!c.ok()) return Fail(c.status().message());
+    if (n_generated != nullptr) *n_generated = static_cast<int64_t>(c->tokens.size());
+    return KVQ_OK;
+  });
 }
 
 }  // extern "C"

@@ -41,10 +41,9 @@ Status Session::Prefill(std::span<const int32_t> ids) {
     const int32_t n = static_cast<int32_t>(std::min<size_t>(kPrefillBlock, ids.size() - done));
     const int64_t pos = pos0 + static_cast<int64_t>(done);
     if (Status st = s.llama.ForwardBlock(ids.data() + done, n, pos, *s.cache, s.logits.data()); !st.ok()) {
-      // The cache may hold part of the block: keep tokens and cache in step.
-      s.tokens.insert(s.tokens.end(), ids.begin() + done, ids.begin() + (s.cache->positions(0) - pos0));
-      s.logits.clear();
-      return st;
+      // Some layers may hold part of the block: start over rather than guess what the cache holds.
+      (void)Clear();
+      return Status::Error(st.message() + " (the session was cleared)");
     }
     s.tokens.insert(s.tokens.end(), ids.begin() + done, ids.begin() + done + n);
     done += n;
@@ -106,20 +105,27 @@ Result<Completion> Session::Generate(std::string_view prompt, const GenerateRequ
                                      const TokenCallback& on_token) {
   Impl& s = *impl_;
   const Tokenizer& tokenizer = s.model->tokenizer;
-  const std::vector<int32_t> prompt_ids = tokenizer.Encode(prompt, tokenizer.add_bos());
-  // Reuse the longest held prefix of the prompt, but never all of it: Generate runs the last
-  // prompt token itself, for its logits.
-  size_t common = 0;
-  const size_t limit = prompt_ids.empty() ? 0 : prompt_ids.size() - 1;
-  while (common < std::min(limit, s.tokens.size()) && s.tokens[common] == prompt_ids[common]) ++common;
-  if (Status st = Truncate(static_cast<int64_t>(common)); !st.ok()) return st;
-  const GenerateOptions options{.prompt = std::string(prompt), .n_new = request.max_tokens,
-                                .sampling = request.sampling, .on_token = on_token};
+  std::vector<int32_t> prompt_ids = tokenizer.Encode(prompt, tokenizer.add_bos());
+  if (prompt_ids.empty()) {
+    return Status::Error("Generate: the prompt is empty and this vocabulary adds no BOS token");
+  }
+  if (static_cast<int64_t>(prompt_ids.size()) > context()) {  // refused before the cache is touched
+    return Status::Error(fmt::format("Generate: the prompt is {} tokens but the session's context is {}",
+                                     prompt_ids.size(), context()));
+  }
+  // Reuse what the session holds when it is a prefix of the prompt (never all of the prompt: the
+  // last prompt token is run again, for its logits); otherwise start from an empty cache, so the
+  // prefill is cut into blocks exactly as `kvq run` cuts it.
+  const size_t held = s.tokens.size();
+  const bool reuse = held < prompt_ids.size() && std::equal(s.tokens.begin(), s.tokens.end(), prompt_ids.begin());
+  if (!reuse && held > 0) {
+    if (Status st = Clear(); !st.ok()) return st;
+  }
+  GenerateOptions options{.prompt = std::string(prompt), .prompt_tokens = std::move(prompt_ids),
+                          .n_new = request.max_tokens, .sampling = request.sampling, .on_token = on_token};
   Result<GenerateResult> r = kvq::Generate(s.llama, tokenizer, *s.cache, options, {}, s.tokens);
   if (!r.ok()) {
-    // The cache may have grown before the error; keep what it holds consistent.
-    s.tokens.clear();
-    s.logits.clear();
+    // The cache may have grown before the error: start over rather than guess what it holds.
     (void)Clear();
     return r.status();
   }

@@ -15,7 +15,7 @@ Result<GenerateResult> Generate(LlamaModel& model, const Tokenizer& tokenizer, K
                                 const std::vector<int32_t>& cached_tokens) {
   using Clock = std::chrono::steady_clock;
   GenerateResult r;
-  r.tokens = tokenizer.Encode(o.prompt, tokenizer.add_bos());
+  r.tokens = o.prompt_tokens.empty() ? tokenizer.Encode(o.prompt, tokenizer.add_bos()) : o.prompt_tokens;
   r.n_prompt = static_cast<int32_t>(r.tokens.size());
   if (r.n_prompt == 0) {
     return Status::Error("the prompt is empty and this vocabulary adds no BOS token: give a prompt (-p)");

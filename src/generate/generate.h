@@ -18,6 +18,8 @@ namespace kvq {
 
 struct GenerateOptions {
   std::string prompt;
+  /// The prompt's tokens when the caller has them already (then `prompt` is not encoded again).
+  std::vector<int32_t> prompt_tokens;
   int32_t n_new = 256;  ///< new tokens at most (llama.cpp's -n); < 0: until EOS or the context ends
   SamplerOptions sampling;
   /// Called once when the cache holds every prompt token but the last (the prefix a prompt cache

@@ -245,6 +245,17 @@ TEST(ApiRefusals, NameWhatIsWrong) {
   EXPECT_EQ(s->positions(), 0);
   EXPECT_NE(message(s->Prefill(std::vector<int32_t>{1, 512})).find("outside the vocabulary"), std::string::npos);
   EXPECT_EQ(s->positions(), 0);
+  // A prompt past the context is refused before the session is touched.
+  ASSERT_TRUE(s->Prefill(m->Tokenize("Once upon")).ok());
+  const int64_t held = s->positions();
+  std::string long_prompt;
+  for (int i = 0; i < 30; ++i) long_prompt += "Once upon a time ";
+  Result<Completion> too_long = s->Generate(long_prompt, kGreedy);
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_NE(too_long.status().message().find("context is 40"), std::string::npos) << too_long.status().message();
+  EXPECT_EQ(s->positions(), held);
+  EXPECT_FALSE(s->logits().empty());
+  ASSERT_TRUE(s->Clear().ok());
   // Generation stops when the context is full.
   Result<Completion> c = s->Generate("Once upon a time", {.max_tokens = -1, .sampling = {.temperature = 0}});
   ASSERT_TRUE(c.ok());
