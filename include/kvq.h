@@ -52,6 +52,11 @@ typedef struct {
   int64_t kv_device_budget_bytes;   /* 0: none (attention reads the master copy in place) */
   int64_t kv_host_budget_bytes;     /* 0: no limit */
   const char* kv_disk_dir;          /* NULL or "": master copy in host RAM */
+  /* A per-layer plan: 0, or the model's layer count with kv_layer_key_formats[i] and
+   * kv_layer_value_formats[i] naming layer i's formats (then kv_key/value_format are ignored). */
+  int32_t n_kv_layers;
+  const char* const* kv_layer_key_formats;
+  const char* const* kv_layer_value_formats;
 } kvq_model_options;
 
 /* Fills `options` with the defaults above. */

@@ -61,6 +61,10 @@ kvq::KvOptions KvFromC(const kvq_model_options& o) {
   kv.budgets.device_bytes = o.kv_device_budget_bytes;
   kv.budgets.host_bytes = o.kv_host_budget_bytes;
   kv.budgets.disk_dir = Str(o.kv_disk_dir);
+  for (int32_t l = 0; l < o.n_kv_layers; ++l) {
+    kv.layers.push_back({.key = Str(o.kv_layer_key_formats ? o.kv_layer_key_formats[l] : nullptr, "f16"),
+                         .value = Str(o.kv_layer_value_formats ? o.kv_layer_value_formats[l] : nullptr, "f16")});
+  }
   return kv;
 }
 

@@ -106,4 +106,34 @@ TEST(CApi, StepByStepEqualsGenerate) {
   kvq_model_free(m);
 }
 
+TEST(CApi, PerLayerFormatsAndRefusals) {
+  kvq_model* m = LoadBundled();
+  ASSERT_NE(m, nullptr);
+  const char* keys[5] = {"f16", "f16", "int8", "int8", "int8"};
+  const char* values[5] = {"f16", "f16", "int4", "int4", "int4"};
+  kvq_model_options kv;
+  kvq_model_options_init(&kv);
+  kv.n_kv_layers = 5;
+  kv.kv_layer_key_formats = keys;
+  kv.kv_layer_value_formats = values;
+  kvq_session* planned = kvq_session_new(m, &kv);
+  kvq_session* f16 = kvq_session_new(m, nullptr);
+  ASSERT_TRUE(planned && f16) << kvq_last_error();
+  int32_t ids[16];
+  const int64_t n = kvq_tokenize(m, "Once upon a time", -1, ids, 16);
+  ASSERT_EQ(kvq_session_prefill(planned, ids, n), KVQ_OK);
+  ASSERT_EQ(kvq_session_prefill(f16, ids, n), KVQ_OK);
+  EXPECT_LT(kvq_session_kv_bytes(planned), kvq_session_kv_bytes(f16));
+  kv.n_kv_layers = 4;  // not one per layer
+  EXPECT_EQ(kvq_session_new(m, &kv), nullptr);
+  EXPECT_NE(std::string(kvq_last_error()).find("5 layers"), std::string::npos) << kvq_last_error();
+  kv.n_kv_layers = 5;
+  keys[3] = "int3";
+  EXPECT_EQ(kvq_session_new(m, &kv), nullptr);
+  EXPECT_NE(std::string(kvq_last_error()).find("layers[3].key"), std::string::npos) << kvq_last_error();
+  kvq_session_free(planned);
+  kvq_session_free(f16);
+  kvq_model_free(m);
+}
+
 }  // namespace
