@@ -50,6 +50,10 @@ struct KvBudgets {
   bool keep_disk_file = false;
 };
 
+/// The page size kvq uses unless told otherwise: 256 positions, or the context rounded up to a
+/// multiple of 32 when that is smaller (a short context does not pay for a mostly empty page).
+int32_t DefaultPagePositions(int64_t max_positions);
+
 struct KvCacheConfig {
   int64_t n_layers = 0;
   int32_t n_kv_heads = 0;

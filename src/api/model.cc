@@ -39,7 +39,7 @@ Result<KvCacheConfig> CacheConfigFor(const LlamaConfig& c, int64_t context, cons
                                      kv.page_positions));
   }
   config.page_positions = kv.page_positions > 0 ? kv.page_positions
-                                                : static_cast<int32_t>(std::min<int64_t>(256, (context + 31) / 32 * 32));
+                                                : DefaultPagePositions(context);
   if (Result<KvTierPlan> plan = KvCache::Plan(config); !plan.ok()) return plan.status();
   return config;
 }

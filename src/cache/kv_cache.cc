@@ -128,6 +128,10 @@ Result<KvTierPlan> KvCache::Plan(const KvCacheConfig& config) {
   return (*impl)->plan;
 }
 
+int32_t DefaultPagePositions(int64_t max_positions) {
+  return static_cast<int32_t>(std::min<int64_t>(256, (max_positions + 31) / 32 * 32));
+}
+
 Result<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheConfig& c) {
   Result<std::unique_ptr<Impl>> prepared = Prepare(c);
   if (!prepared.ok()) return prepared.status();

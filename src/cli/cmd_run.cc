@@ -53,7 +53,7 @@ int RunGenerate(const RunOptions& o) {
   }
   KvCacheConfig cache_config{.n_layers = cfg.n_layers, .n_kv_heads = cfg.n_kv_heads, .head_dim = cfg.head_dim(),
                              .layers = {{kf, vf}}, .max_positions = context,
-                             .page_positions = static_cast<int32_t>(std::min<int64_t>(256, (context + 31) / 32 * 32)),
+                             .page_positions = DefaultPagePositions(context),
                              .budgets = so.budgets};
   Result<std::unique_ptr<KvCache>> cache = KvCache::Create(cache_config);
   if (!cache.ok()) return bad(cache.status().message());

@@ -19,11 +19,6 @@ namespace {
 
 Status Bad(const std::string& message) { return Status::Error("eval attention: " + message); }
 
-// Pages as kvq run sizes them: 256 positions, or the context rounded up to 32 when smaller.
-int32_t PagePositions(int64_t max_positions) {
-  return static_cast<int32_t>(std::min<int64_t>(256, (max_positions + 31) / 32 * 32));
-}
-
 // What every measurement reads. K and V are kept for every position (a context's cache is a
 // prefix of them); q and the reference only at the positions queries sit at.
 struct Captured {
@@ -98,7 +93,7 @@ Result<std::unique_ptr<KvCache>> PrefixCache(const Captured& c, const FormatDesc
                                              int64_t prefix, int64_t max_positions) {
   KvCacheConfig config{.n_layers = static_cast<int64_t>(layers.size()), .n_kv_heads = c.shape.n_kv_heads,
                        .head_dim = c.shape.head_dim, .layers = {{&f, &f}}, .max_positions = max_positions,
-                       .page_positions = PagePositions(max_positions)};
+                       .page_positions = DefaultPagePositions(max_positions)};
   Result<std::unique_ptr<KvCache>> cache = KvCache::Create(config);
   if (!cache.ok()) return cache.status();
   for (size_t i = 0; i < layers.size() && prefix > 0; ++i) {
@@ -253,7 +248,7 @@ Result<Captured> CaptureModel(LlamaModel& model, std::span<const int32_t> tokens
   const FormatDesc& f32 = *FindFormat(FormatId::kF32);
   Result<std::unique_ptr<KvCache>> cache = KvCache::Create(
       {.n_layers = mc.n_layers, .n_kv_heads = mc.n_kv_heads, .head_dim = mc.head_dim(), .layers = {{&f32, &f32}},
-       .max_positions = n_positions, .page_positions = PagePositions(n_positions)});
+       .max_positions = n_positions, .page_positions = DefaultPagePositions(n_positions)});
   if (!cache.ok()) return cache.status();
   ForwardHooks hooks;
   hooks.on_qkv = [&c](int32_t layer, int64_t pos, const float* q, const float* k, const float* v) {

@@ -40,7 +40,7 @@ int32_t Argmax(const float* x, int32_t n) {
 
 Result<std::unique_ptr<KvCache>> MakeCache(const LlamaConfig& c, const FormatDesc* format, int64_t n) {
   // Pages are a multiple of 32 positions (KIVI groups never straddle one); one page when n is small.
-  const int32_t page = static_cast<int32_t>(std::min<int64_t>(256, (n + 31) / 32 * 32));
+  const int32_t page = DefaultPagePositions(n);
   KvCacheConfig config{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
                        .layers = {{format, format}}, .max_positions = n, .page_positions = page};
   return KvCache::Create(config);

@@ -90,6 +90,17 @@ int Tokenizer::BytePieceValue(std::string_view piece) {
   return value;
 }
 
+Result<std::vector<int32_t>> Tokenizer::GgufTokenTypes(const GgufFile& file, size_t n) {
+  if (!file.Has("tokenizer.ggml.token_type")) return std::vector<int32_t>(n, static_cast<int32_t>(TokenType::kNormal));
+  Result<std::vector<int32_t>> types = file.GetI32Array("tokenizer.ggml.token_type");
+  if (!types.ok()) return types.status();
+  if (types->size() != n) {
+    return Status::Error(fmt::format("{}: tokenizer: tokenizer.ggml.token_type has {} entries for {} tokens",
+                                     file.path(), types->size(), n));
+  }
+  return types;
+}
+
 Result<Tokenizer::TokenInfo> Tokenizer::GgufTokenInfo(int32_t type, std::string_view text, size_t id) {
   TokenInfo info;
   switch (type) {
@@ -191,15 +202,9 @@ Result<Tokenizer> Tokenizer::LoadGguf(const GgufFile& file) {
     if (s->size() != n) return bad(fmt::format("tokenizer.ggml.scores has {} entries for {} tokens", s->size(), n));
     scores = std::move(s).value();
   }
-  std::vector<int32_t> types(n, static_cast<int32_t>(TokenType::kNormal));
-  if (file.Has("tokenizer.ggml.token_type")) {
-    Result<std::vector<int32_t>> s = file.GetI32Array("tokenizer.ggml.token_type");
-    if (!s.ok()) return s.status();
-    if (s->size() != n) {
-      return bad(fmt::format("tokenizer.ggml.token_type has {} entries for {} tokens", s->size(), n));
-    }
-    types = std::move(s).value();
-  }
+  Result<std::vector<int32_t>> token_types = GgufTokenTypes(file, n);
+  if (!token_types.ok()) return token_types.status();
+  const std::vector<int32_t>& types = *token_types;
 
   Tokenizer t;
   t.source_ = path;

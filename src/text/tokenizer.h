@@ -173,6 +173,9 @@ class Tokenizer {
   /// The TokenInfo (type and byte) of a GGUF tokenizer.ggml.token_type value for token `id` with
   /// text `text`; an error says what is wrong, without the file (the caller names it).
   static Result<TokenInfo> GgufTokenInfo(int32_t type, std::string_view text, size_t id);
+  /// tokenizer.ggml.token_type for n tokens (all normal when the key is absent); an error names
+  /// the file.
+  static Result<std::vector<int32_t>> GgufTokenTypes(const GgufFile& file, size_t n);
   /// The "gpt2" half of LoadGguf (tokenizer_bpe.cc).
   static Result<Tokenizer> LoadGgufBpe(const GgufFile& file);
   /// Builds ids_, byte_ids_ and literals_ from pieces_ and info_ (SentencePiece).

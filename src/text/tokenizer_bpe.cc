@@ -85,15 +85,9 @@ Result<Tokenizer> Tokenizer::LoadGgufBpe(const GgufFile& file) {
   }
   Result<std::span<const std::string_view>> merges = file.GetStringArray("tokenizer.ggml.merges");
   if (!merges.ok()) return merges.status();
-  std::vector<int32_t> types(n, static_cast<int32_t>(TokenType::kNormal));
-  if (file.Has("tokenizer.ggml.token_type")) {
-    Result<std::vector<int32_t>> s = file.GetI32Array("tokenizer.ggml.token_type");
-    if (!s.ok()) return s.status();
-    if (s->size() != n) {
-      return bad(fmt::format("tokenizer.ggml.token_type has {} entries for {} tokens", s->size(), n));
-    }
-    types = std::move(s).value();
-  }
+  Result<std::vector<int32_t>> token_types = GgufTokenTypes(file, n);
+  if (!token_types.ok()) return token_types.status();
+  const std::vector<int32_t>& types = *token_types;
 
   Tokenizer t;
   t.kind_ = Kind::kBytePairs;
