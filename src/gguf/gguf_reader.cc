@@ -47,7 +47,9 @@ constexpr GgmlTypeInfo kTypes[] = {
     {"BF16", 1, 2},       {nullptr, 0, 0},       {nullptr, 0, 0},
     {nullptr, 0, 0},     {"TQ1_0", 256, 54},    {"TQ2_0", 256, 66},
     {nullptr, 0, 0},     {nullptr, 0, 0},       {nullptr, 0, 0},
-    {"MXFP4", 32, 17},
+    {"MXFP4", 32, 17},   {nullptr, 0, 0},
+    // PrismML's fork (Bonsai): Q1_0 = f16 d + 128 sign bits; Q2_0 = f16 d + 64 2-bit codes.
+    {"Q1_0", 128, 18},   {"Q2_0", 64, 18},
 };
 // clang-format on
 constexpr uint32_t kTypeCount = sizeof(kTypes) / sizeof(kTypes[0]);

@@ -20,7 +20,8 @@ namespace kvq {
 
 // ---- ggml tensor types ----
 
-/// ggml's type ids (ggml.h `enum ggml_type`); ids 4, 5, 31-33 and 36-38 were removed upstream.
+/// ggml's type ids (ggml.h `enum ggml_type`); ids 4, 5, 31-33 and 36-38 were removed upstream; 41
+/// and 42 are PrismML's fork's 1- and 2-bit types.
 enum class GgmlType : uint32_t {
   kF32 = 0,
   kF16 = 1,
@@ -54,6 +55,8 @@ enum class GgmlType : uint32_t {
   kTQ1_0 = 34,
   kTQ2_0 = 35,
   kMXFP4 = 39,
+  kQ1_0 = 41,  // PrismML's fork (the Bonsai models): blocks of 128 in 18 bytes
+  kQ2_0 = 42,  // PrismML's fork (ternary Bonsai): blocks of 64 in 18 bytes
 };
 
 /// What the reader knows of a ggml type: its name and ggml's block layout (for tensor extents).

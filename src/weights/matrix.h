@@ -5,10 +5,12 @@
 
 namespace kvq {
 
-enum class WeightType { kF32, kF16, kBf16, kQ8_0, kQ4_0 };
+// Values are kvq's own (the registry maps them to ggml ids); declared here for every type the
+// registry has or is getting, so type folders can be added independently.
+enum class WeightType { kF32, kF16, kBf16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ1_0, kQ2_0, kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K };
 const char* WeightTypeName(WeightType type);
 
-/// A row-major matrix [rows][cols] stored in `type` (block types: blocks of 32 along a row).
+/// A row-major matrix [rows][cols] stored in `type` (block types: whole blocks along a row).
 struct Matrix {
   WeightType type = WeightType::kF32;
   const uint8_t* data = nullptr;

@@ -100,8 +100,6 @@ HWY_EXPORT(MatVecTargetNameHere);
 
 namespace {
 
-constexpr int64_t kLaneElems = 4;  // elements one int32 lane of an x86 byte dot product sums
-
 // Dispatch is resolved once per call, in the calling thread, so the pool's workers never run
 // Highway's first-call target selection concurrently: the kernels are fetched here and the
 // workers call them through plain pointers.
@@ -117,32 +115,6 @@ const WeightTypeDesc& DescOrDie(const char* what, WeightType type) {
     std::abort();
   }
   return *desc;
-}
-
-// The activations of one call, quantised: per calling thread, reused across calls (a decode step
-// makes seven MatVec calls per layer; none should allocate once the sizes have been seen).
-struct ActivationScratch {
-  std::vector<int8_t> q;        // [n_tokens][cols]
-  std::vector<float> d;         // [n_tokens][cols / 32]
-  std::vector<int32_t> offset;  // [n_tokens][cols / 4]
-};
-
-// Quantises n_tokens rows of x (tokens back to back: whole blocks, so one pass over all of them)
-// and fills the offsets the type's kernels on this target start from (see QuantizedX).
-ActivationScratch& QuantizeTokens(const WeightKernels& k, const float* x, int64_t cols, int64_t n_tokens) {
-  thread_local ActivationScratch s;
-  const int64_t n = cols * n_tokens;
-  s.q.resize(n);
-  s.d.resize(n / kActivationBlockElems);
-  s.offset.resize(n / kLaneElems);
-  HWY_DYNAMIC_DISPATCH(QuantizeActivationHere)(x, n, s.q.data(), s.d.data());
-  k.activation_offsets(s.q.data(), n, s.offset.data());
-  return s;
-}
-
-QuantizedX TokenView(const ActivationScratch& s, int64_t cols, int64_t token) {
-  return {.q = s.q.data() + token * cols, .d = s.d.data() + token * (cols / kActivationBlockElems),
-          .offset = s.offset.data() + token * (cols / kLaneElems)};
 }
 
 constexpr int64_t kRowsPerItem = 16;  // rows per work item: small matrices stay on one thread
@@ -179,8 +151,11 @@ void MatVec(const Matrix& w, const float* x, float* y, int32_t threads) {
   const int32_t t = w.rows * w.cols >= (1 << 16) ? threads : 1;
   if (desc.quantized_activation) {
     const auto rows_fn = k.quant_rows;
-    const ActivationScratch& s = QuantizeTokens(k, x, w.cols, 1);
-    const QuantizedX qx = TokenView(s, w.cols, 0);
+    // Per calling thread, reused across calls (a decode step makes seven MatVec calls per layer;
+    // none should allocate once the sizes have been seen).
+    thread_local QuantizedActivation s;
+    QuantizeActivationFor(k, x, w.cols, 1, &s);
+    const QuantizedX qx = s.Token(0);
     ForEachRowItem(w.rows, t, [&](int64_t r0, int64_t r1) { rows_fn(w.data, qx, y, w.cols, r0, r1); });
     return;
   }
@@ -199,10 +174,13 @@ void MatMul(const Matrix& w, const float* x, int64_t n_tokens, float* y, int32_t
   const int32_t t = w.rows * w.cols * n_tokens >= (1 << 16) ? threads : 1;
   if (desc.quantized_activation) {
     const auto rows_fn = k.quant_rows;
-    const ActivationScratch& s = QuantizeTokens(k, x, w.cols, n_tokens);
+    thread_local QuantizedActivation scratch;
+    QuantizeActivationFor(k, x, w.cols, n_tokens, &scratch);
+    // A named reference: inside the lambda, `scratch` would be each worker's own thread_local.
+    const QuantizedActivation& s = scratch;
     ForEachRowItem(w.rows, t, [&](int64_t r0, int64_t r1) {
       for (int64_t j = 0; j < n_tokens; ++j) {
-        rows_fn(w.data, TokenView(s, w.cols, j), y + j * w.rows, w.cols, r0, r1);
+        rows_fn(w.data, s.Token(j), y + j * w.rows, w.cols, r0, r1);
       }
     });
     return;
@@ -211,6 +189,30 @@ void MatMul(const Matrix& w, const float* x, int64_t n_tokens, float* y, int32_t
   ForEachRowItem(w.rows, t, [&](int64_t r0, int64_t r1) {
     for (int64_t j = 0; j < n_tokens; ++j) rows_fn(w.data, x + j * w.cols, y + j * w.rows, w.cols, r0, r1);
   });
+}
+
+QuantizedX QuantizedActivation::Token(int64_t token) const {
+  return {.q = q.data() + token * cols, .d = d.data() + token * (cols / kActivationBlockElems),
+          .sum = sum.data() + token * (cols / kActivationBlockElems),
+          .offset = offset.data() + token * (cols / kActivationLaneElems)};
+}
+
+void QuantizeActivationFor(const WeightKernels& k, const float* x, int64_t cols, int64_t n_tokens,
+                           QuantizedActivation* out) {
+  InitDispatch();
+  const int64_t n = cols * n_tokens;  // tokens back to back: whole blocks, one pass over all
+  out->cols = cols;
+  out->q.resize(n);
+  out->d.resize(n / kActivationBlockElems);
+  out->sum.resize(n / kActivationBlockElems);
+  out->offset.resize(n / kActivationLaneElems);
+  HWY_DYNAMIC_DISPATCH(QuantizeActivationHere)(x, n, out->q.data(), out->d.data());
+  for (int64_t b = 0; b < n / kActivationBlockElems; ++b) {
+    int32_t sum = 0;
+    for (int64_t i = 0; i < kActivationBlockElems; ++i) sum += out->q[b * kActivationBlockElems + i];
+    out->sum[b] = sum;
+  }
+  k.activation_offsets(out->q.data(), n, out->offset.data());
 }
 
 void QuantizeActivation(const float* x, int64_t cols, int8_t* q, float* d) {

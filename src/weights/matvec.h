@@ -13,7 +13,10 @@
 // rounding only: |MatVec − Reference| ≤ 2·(cols + 4)·2^-24·Σ_c |w·x| per row (derivation in
 // tests/weights/matvec_test.cc).
 //
-// Numerics, Q8_0/Q4_0: the activation is quantised, as ggml does with its vec_dot_type q8_0.
+// Numerics, quantised activation (Q8_0, Q4_0 and every block type with quantized_activation):
+// the activation is quantised per block of 32, as ggml does with its vec_dot_type q8_0 — for
+// every such type, whatever its own block size (ggml quantises per 256 for K-quants; per 32 is
+// finer, and the sub-block scales of every K-quant align with it).
 //   1. Once per call and token, x is cut into blocks of 32 and each block quantised
 //      (QuantizeActivation): amax = max |x_i|, d_x = amax / 127 (one f32 division),
 //      q_i = round-half-even(x_i / d_x) ∈ [−127, 127] (int8; clamped to ±127, which never binds
@@ -22,7 +25,10 @@
 //      NaN, as the unquantised product would be non-finite.
 //   2. Per row and block, I_b = Σ code_i·q_i is exact in int32 (|I_b| ≤ 32·128·127), and
 //      y = Σ_b (d_w·d_x)·I_b in f32: the scale product is rounded once and the blocks are added
-//      in f32 (lane-parallel partial sums of exact integers on SIMD targets).
+//      in f32 (lane-parallel partial sums of exact integers on SIMD targets). A type whose weight
+//      has two terms (d·code − m: Q4_1, Q5_1, K-quant mins) adds (m·d_x)·Σq the same way, with
+//      Σq the activation block's exact sum (QuantizedX::sum); sub-block scales (K-quants) are
+//      integers folded into I_b exactly.
 //   Error from quantising x, per element: x/d_x is rounded once (|x/d_x| ≤ 127·(1 + 2u), u =
 //   2^-24), then to an integer, so |x − d_x·q| ≤ d_x·(1/2 + 2^-17). Hence, per row,
 //       |Σ_b d_w·d_x·I_b − Σ_i w_i·x_i| ≤ Σ_b d_x,b·(1/2 + 2^-17)·Σ_{i∈b} |w_i|    (x_error_bound)
@@ -30,7 +36,9 @@
 //   Error from the f32 arithmetic: each term d_w·d_x·(lane partial of I_b) is rounded at most
 //   n_blocks + 4 times (the scale product, one FMA or add per block, a reduction over ≤ 8 lanes),
 //   so |MatVec − Σ_b d_w·d_x·I_b| ≤ γ_{n_blocks+4}·Σ_b |d_w·d_x|·Σ_i |code_i·q_i|  (abs_sum),
-//   γ_n = n·u/(1 − n·u), barring underflow and overflow. MatVecQuantizedReference gives both sums
+//   γ_n = n·u/(1 − n·u), barring underflow and overflow. In general abs_sum = Σ_b d_x·Σ_i abs_i·|q_i|
+//   with abs_i the magnitude of weight i's terms (WeightTypeDesc::exact_block_ref), and a type
+//   states in its header how many roundings per term its kernels take (at most n_blocks + 8). MatVecQuantizedReference gives both sums
 //   and the exact value; the tests check both bounds, and that the first is tight.
 //   Kernels (quant_rows-inl.h, with each type's block dot product in its folder): AVX3_DL uses
 //   AVX-512 VNNI (vpdpbusd), AVX2 and AVX3 maddubs/madd, other targets plain integer loops; all on
@@ -41,9 +49,11 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kvq/status.h"
 #include "weights/matrix.h"
+#include "weights/weight_type.h"
 
 namespace kvq {
 
@@ -77,6 +87,22 @@ void DecodeWeightRow(const Matrix& w, int64_t row, float* out);
 // ---- The quantised activation (Q8_0/Q4_0 products) ----
 
 inline constexpr int64_t kActivationBlockElems = 32;
+inline constexpr int64_t kActivationLaneElems = 4;  // elements one int32 lane of an x86 byte dot sums
+
+/// Quantised activations for n_tokens tokens as one type's kernels read them (QuantizedX).
+struct QuantizedActivation {
+  int64_t cols = 0;
+  std::vector<int8_t> q;        // [n_tokens][cols]
+  std::vector<float> d;         // [n_tokens][cols / 32]
+  std::vector<int32_t> sum;     // [n_tokens][cols / 32]
+  std::vector<int32_t> offset;  // [n_tokens][cols / 4]
+  QuantizedX Token(int64_t token) const;
+};
+
+/// x [n_tokens][cols] -> out: QuantizeActivation, the block sums and the offsets kernels `k`
+/// start from. Reuses out's storage (no allocation once the sizes have been seen).
+void QuantizeActivationFor(const WeightKernels& k, const float* x, int64_t cols, int64_t n_tokens,
+                           QuantizedActivation* out);
 
 /// x [cols] (cols a multiple of 32) -> q [cols] and d [cols/32] by step 1 above; SIMD, dispatched.
 /// Equal bit for bit to QuantizeActivationReference on every target.
@@ -86,18 +112,18 @@ void QuantizeActivation(const float* x, int64_t cols, int8_t* q, float* d);
 void QuantizeActivationReference(const float* x, int64_t cols, int8_t* q, float* d);
 
 /// Σ_i code_i·q[32·block + i] over block `block` of row `row`, in plain integer arithmetic (exact).
-/// `w` is a quantised-activation type (Q8_0, Q4_0); q is a whole quantised row of w.cols codes.
+/// `w` is a one-scale type with a code_ref (Q8_0, Q4_0, ...); q is a whole quantised row of w.cols codes.
 int32_t BlockDotReference(const Matrix& w, int64_t row, int64_t block, const int8_t* q);
 
 /// Per row, the quantised product and the sums its two error bounds scale with (see above).
 struct QuantizedProductReference {
-  double y = 0;              ///< Σ_b d_w·d_x·I_b; products and sum in double (error ≤ n_blocks·2^-53·abs_sum)
-  double abs_sum = 0;        ///< Σ_b |d_w·d_x|·Σ_i |code_i·q_i|
+  double y = 0;              ///< Σ_b d_x·Σ_i w_i·q_i, w_i exact; in double (error ≤ (cols + n_blocks)·2^-53·abs_sum)
+  double abs_sum = 0;        ///< Σ_b d_x·Σ_i abs_i·|q_i| (= Σ_b |d_w·d_x|·Σ_i |code_i·q_i| for one-scale types)
   double x_error_bound = 0;  ///< Σ_b d_x·(1/2 + 2^-17)·Σ_i |w_i|: bound on |y − Σ_i w_i·x_i|
 };
 
-/// The Q8_0/Q4_0 product of step 1 and 2 in plain C++ (QuantizeActivationReference, then
-/// BlockDotReference per block): out has w.rows entries.
+/// The quantised product of step 1 and 2 in plain C++ (QuantizeActivationReference, then the
+/// type's exact_block_ref per block): out has w.rows entries.
 void MatVecQuantizedReference(const Matrix& w, const float* x, QuantizedProductReference* out);
 
 /// Name of the SIMD target MatVec dispatches to here ("AVX3_DL", "AVX3", "AVX2", "SCALAR", ...).

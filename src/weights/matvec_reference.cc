@@ -103,8 +103,8 @@ void QuantizeActivationReference(const float* x, int64_t cols, int8_t* q, float*
 
 int32_t BlockDotReference(const Matrix& w, int64_t row, int64_t block, const int8_t* q) {
   const WeightTypeDesc& d = Desc("BlockDotReference", w.type);
-  if (!d.quantized_activation) {
-    fmt::print(stderr, "kvq: BlockDotReference: {} does not quantise the activation\n", d.label);
+  if (d.code_ref == nullptr) {
+    fmt::print(stderr, "kvq: BlockDotReference: {} is not a one-scale type with blocks of 32\n", d.label);
     std::abort();
   }
   const uint8_t* p = BlockAt(w, d, row, block);
@@ -119,28 +119,29 @@ void MatVecQuantizedReference(const Matrix& w, const float* x, QuantizedProductR
     fmt::print(stderr, "kvq: MatVecQuantizedReference: {} does not quantise the activation\n", desc.label);
     std::abort();
   }
-  const int64_t n_blocks = w.cols / kBlockElems;
-  std::vector<int8_t> q(w.cols);
-  std::vector<float> d(n_blocks);
+  const int64_t n_blocks = w.cols / kBlockElems;  // activation blocks
+  std::vector<int8_t> q(w.cols);   // [cols]
+  std::vector<float> d(n_blocks);  // [cols / 32]
   QuantizeActivationReference(x, w.cols, q.data(), d.data());
-  constexpr double kXError = 0.5 + 0x1p-17;  // per element, in units of d_x (matvec.h)
+  std::vector<double> wv(w.cols), abs(w.cols);  // [cols] exact weights, magnitudes of their terms
+  constexpr double kXError = 0.5 + 0x1p-17;     // per element, in units of d_x (matvec.h)
   for (int64_t r = 0; r < w.rows; ++r) {
+    for (int64_t b = 0; b < w.cols / desc.block_elems; ++b) {
+      desc.exact_block_ref(BlockAt(w, desc, r, b), wv.data() + b * desc.block_elems,
+                           abs.data() + b * desc.block_elems);
+    }
     QuantizedProductReference& o = out[r];
     o = {};
     for (int64_t b = 0; b < n_blocks; ++b) {
-      const uint8_t* p = BlockAt(w, desc, r, b);
-      const double dw = desc.scale_ref(p);
-      const double s = dw * d[b];  // exact: 11 × 24 significant bits
-      int64_t abs_codes = 0, abs_weights = 0;  // Σ|code·q|, Σ|code|
-      for (int64_t i = 0; i < kBlockElems; ++i) {
-        const int32_t code = desc.code_ref(p, i);
-        abs_codes += std::abs(code * q[b * kBlockElems + i]);
-        abs_weights += std::abs(code);
+      double dot = 0, abs_dot = 0, abs_w = 0;
+      for (int64_t i = b * kBlockElems; i < (b + 1) * kBlockElems; ++i) {
+        dot += wv[i] * q[i];
+        abs_dot += abs[i] * std::abs(q[i]);
+        abs_w += std::fabs(wv[i]);
       }
-      o.y += s * BlockDotReference(w, r, b, q.data());
-      o.abs_sum += std::fabs(s) * static_cast<double>(abs_codes);
-      o.x_error_bound +=
-          static_cast<double>(d[b]) * kXError * std::fabs(dw) * static_cast<double>(abs_weights);
+      o.y += static_cast<double>(d[b]) * dot;
+      o.abs_sum += static_cast<double>(d[b]) * abs_dot;
+      o.x_error_bound += static_cast<double>(d[b]) * kXError * abs_w;
     }
   }
 }

@@ -17,11 +17,16 @@ namespace kvq {
 /// Largest block_elems of any registered type (DecodeWeight decodes one block on the stack).
 inline constexpr int64_t kMaxWeightBlockElems = 256;
 
-/// One token's activation quantised by QuantizeActivation (matvec.h, "Numerics, Q8_0/Q4_0"), as
-/// the quantised-activation row kernels read it.
+/// One token's activation quantised by QuantizeActivation (matvec.h, "Numerics, quantised
+/// activation"), as the quantised-activation row kernels read it: int8 codes per block of 32
+/// whatever the weight type's own block size (a type with blocks of 64, 128 or 256 reads 2, 4 or 8
+/// activation blocks per weight block).
 struct QuantizedX {
   const int8_t* q = nullptr;  // [cols] codes in [-127, 127]
   const float* d = nullptr;   // [cols / 32] scale per block
+  // [cols / 32] Σ q over each block of 32 (exact int32): the term a weight type with an offset
+  // (Q4_1's min, a K-quant's sub-block min, Q1_0's −d) multiplies, so no kernel re-sums codes.
+  const int32_t* sum = nullptr;
   // [cols / 4] what each int32 lane of the x86 kernels starts from (WeightKernels::
   // activation_offsets of the matrix's type fills it): minus the unsigned-byte bias times the sum
   // of the 4 codes the lane covers, so the lane ends exactly at Σ code·q (or a fixed power-of-two
@@ -54,16 +59,26 @@ struct WeightTypeDesc {
   int64_t block_elems;       ///< elements per block: 1 for plain types
   int64_t block_bytes;       ///< bytes per block
   /// The matvec quantises the activation to int8 per block of 32 and sums integer dots (matvec.h);
-  /// such a type has block_elems 32, a block = f16 scale d at byte 0 then codes, weight = d·code.
+  /// such a type has block_elems a multiple of 32 and quant_rows kernels.
   bool quantized_activation;
-  /// The scalar reference decoder: one block -> out [block_elems] f32, exact.
+  /// The scalar reference decoder: one block -> out [block_elems] f32, as ggml's dequantize_row
+  /// computes it (exact for one-scale types; a two-term type, d·code − m, rounds as ggml does).
   void (*dequantize_block_ref)(const uint8_t* block, float* out);
+  /// Quantised-activation types: one block -> w [block_elems], each weight's real value in double
+  /// (exact: products of f16 scales and small integers), and abs [block_elems], the sum of the
+  /// magnitudes of the terms the kernels add for it (|d·code| + |m| for d·code − m; |w| for one
+  /// term). The matvec's rounding bound scales with abs (matvec.h); null for plain types.
+  void (*exact_block_ref)(const uint8_t* block, double* w, double* abs);
+  /// Quantised-activation types: roundings per term the kernels take beyond one per activation
+  /// block (matvec.h: the bound is γ_{n_blocks + matvec_roundings}·abs_sum); 4 for Q8_0/Q4_0.
+  int32_t matvec_roundings;
   /// The scalar reference encoder: x [block_elems] f32 -> one block (ggml's reference rounding
   /// for block types, round to nearest even for F16/BF16).
   void (*quantize_block_ref)(const float* x, uint8_t* block);
-  /// Quantised-activation types: code i of a block (weight i = scale · code); null otherwise.
+  /// One-scale types with blocks of 32 (Q8_0, Q4_0, Q5_0: weight i = scale · code i): code i of a
+  /// block; null for every other type (BlockDotReference serves these only).
   int32_t (*code_ref)(const uint8_t* block, int64_t i);
-  /// Quantised-activation types: the block's scale d; null otherwise.
+  /// With code_ref: the block's scale d; null otherwise.
   float (*scale_ref)(const uint8_t* block);
   /// The row kernels for the best SIMD target this CPU supports (or the one a test selects).
   const WeightKernels& (*kernels)();

@@ -18,11 +18,12 @@ inline double Gamma(int64_t n, double u = kU) { return n * u / (1.0 - n * u); }
 /// Plain types: |simd − MatVecReference| ≤ (γ_cols + γ_{cols+2})·Σ_c |w_c·x_c|.
 inline double PlainTolerance(int64_t cols, double abs_sum) { return (Gamma(cols) + Gamma(cols + 2)) * abs_sum; }
 
-/// Quantised activation: |simd − QuantizedProductReference::y| ≤ (γ_{n_blocks+4} + γ'_{n_blocks+1})·abs_sum
-/// (the kernel's f32 rounding plus the double reference's own).
-inline double QuantTolerance(int64_t cols, double abs_sum) {
+/// Quantised activation: |simd − QuantizedProductReference::y| ≤ (γ_{n_blocks+r} + γ'_{cols+n_blocks})·abs_sum
+/// (the kernel's f32 rounding, r = the type's matvec_roundings beyond one per activation block — 4
+/// for Q8_0/Q4_0 —, plus the double reference's own).
+inline double QuantTolerance(int64_t cols, double abs_sum, int64_t roundings = 4) {
   const int64_t n_blocks = cols / 32;
-  return (Gamma(n_blocks + 4) + Gamma(n_blocks + 1, kUd)) * abs_sum;
+  return (Gamma(n_blocks + roundings) + Gamma(cols + n_blocks, kUd)) * abs_sum;
 }
 
 /// Routes dynamic dispatch to one target for the scope's lifetime.

@@ -4,7 +4,10 @@
 //     quantised-activation type needs;
 //   - dequantize_block_ref on hand-built blocks, known bytes -> known values compared bit for bit
 //     (negative-zero scales, largest and smallest codes, largest and subnormal scales); a type
-//     without a known-answer case here fails the suite;
+//     without a known-answer case fails the suite (cases of the newer types live in
+//     known_blocks/<name>.h, one file per type, listed in KnownBlocks below);
+//   - exact_block_ref against the decoder (equal for one-scale types, within the decoder's own
+//     rounding for two-term types);
 //   - every SIMD target's row kernel, called directly, against the scalar reference within the
 //     bounds of src/weights/matvec.h (test_util/matvec_bounds.h), and equal bit for bit to MatVec.
 #ifndef HWY_WANT_AVX3_DL
@@ -23,6 +26,7 @@
 #include <vector>
 
 #include "gguf/gguf_reader.h"
+#include "test_util/known_block.h"
 #include "test_util/matvec_bounds.h"
 #include "weights/matvec.h"
 #include "weights/weight_type.h"
@@ -63,10 +67,10 @@ TEST(WeightTypeTable, NamesIdsAndLookupsAreConsistent) {
     EXPECT_NE(WeightTypeLabelList().find(d.label), std::string::npos);
     EXPECT_NE(WeightTypeNameList().find(d.name), std::string::npos);
   }
-  const Result<const WeightTypeDesc*> unknown = FindWeightTypeByName("q5_k");
+  const Result<const WeightTypeDesc*> unknown = FindWeightTypeByName("iq1_s");
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find(WeightTypeNameList()), std::string::npos) << unknown.status().message();
-  EXPECT_EQ(FindWeightTypeByGgufId(12), nullptr);  // Q4_K: a ggml type not (yet) registered
+  EXPECT_EQ(FindWeightTypeByGgufId(19), nullptr);  // IQ1_S: a ggml type not registered
 }
 
 TEST(WeightTypeTable, BlockLayoutsAgreeWithGgmlAndTheRowSizes) {
@@ -91,12 +95,19 @@ TEST(WeightTypeTable, BlockLayoutsAgreeWithGgmlAndTheRowSizes) {
     if (d.block_elems > 1) {
       EXPECT_FALSE(CheckMatrix(Matrix{.type = d.type, .rows = 2, .cols = d.block_elems + 1}).ok());
     }
+    EXPECT_EQ(d.code_ref == nullptr, d.scale_ref == nullptr);
     if (d.quantized_activation) {
-      // matvec.h: blocks of 32 = the activation's, an f16 scale at byte 0, weight = d·code.
-      EXPECT_EQ(d.block_elems, kActivationBlockElems);
-      ASSERT_NE(d.code_ref, nullptr);
-      ASSERT_NE(d.scale_ref, nullptr);
+      // matvec.h: whole activation blocks of 32 per weight block; one-scale types with a code_ref
+      // have blocks of exactly 32.
+      EXPECT_EQ(d.block_elems % kActivationBlockElems, 0);
+      ASSERT_NE(d.exact_block_ref, nullptr);
+      if (d.code_ref != nullptr) {
+        EXPECT_EQ(d.block_elems, kActivationBlockElems);
+      }
+      EXPECT_GE(d.matvec_roundings, 0);
+      EXPECT_LE(d.matvec_roundings, 8);
     } else {
+      EXPECT_EQ(d.exact_block_ref, nullptr);
       EXPECT_EQ(d.code_ref, nullptr);
       EXPECT_EQ(d.scale_ref, nullptr);
     }
@@ -109,7 +120,7 @@ TEST(WeightTypeTable, QuantizedActivationDecodeIsScaleTimesCode) {
   std::mt19937 rng(11);
   std::uniform_int_distribution<int> byte(0, 255);
   for (const WeightTypeDesc& d : WeightTypes()) {
-    if (!d.quantized_activation) continue;
+    if (d.code_ref == nullptr) continue;
     SCOPED_TRACE(d.label);
     std::vector<uint8_t> block(d.block_bytes);
     std::vector<float> out(d.block_elems);
@@ -126,18 +137,42 @@ TEST(WeightTypeTable, QuantizedActivationDecodeIsScaleTimesCode) {
   }
 }
 
+// exact_block_ref is the decoder's value before rounding: on blocks quantised from random data
+// (and on the hand-built blocks below), |decoded − exact| ≤ γ_3·abs per weight — a two-term
+// weight fl(fl(d·sc)·code − fl(m·sc')) takes at most 3 roundings, each relative to a term of
+// magnitude ≤ abs — and equal where the type has one term (code_ref: d·code is exact in f32).
+TEST(WeightTypeTable, ExactBlockIsTheDecodedValueBeforeRounding) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const WeightTypeDesc& d : WeightTypes()) {
+    if (!d.quantized_activation) continue;
+    SCOPED_TRACE(d.label);
+    std::vector<float> x(d.block_elems), out(d.block_elems);
+    std::vector<double> w(d.block_elems), abs(d.block_elems);
+    std::vector<uint8_t> block(d.block_bytes);
+    for (int trial = 0; trial < 200; ++trial) {
+      const float scale = trial % 3 == 0 ? 1e-3f : trial % 3 == 1 ? 1.0f : 300.0f;
+      for (float& v : x) v = scale * normal(rng) + (trial % 5 == 0 ? scale : 0.0f);
+      d.quantize_block_ref(x.data(), block.data());
+      d.dequantize_block_ref(block.data(), out.data());
+      d.exact_block_ref(block.data(), w.data(), abs.data());
+      for (int64_t i = 0; i < d.block_elems; ++i) {
+        ASSERT_GE(abs[i], std::fabs(w[i])) << "element " << i;
+        if (d.code_ref != nullptr) {
+          ASSERT_EQ(static_cast<double>(out[i]), w[i]) << "element " << i;
+        } else {
+          ASSERT_LE(std::fabs(out[i] - w[i]), test::Gamma(3) * abs[i]) << "element " << i;
+        }
+      }
+    }
+  }
+}
+
 // ---- 2. The reference decoder on hand-built blocks ----
 
-struct KnownBlock {
-  std::vector<uint8_t> bytes;  // one block
-  std::vector<float> values;   // [block_elems]
-};
-
-std::vector<uint8_t> U16(uint16_t v) { return {static_cast<uint8_t>(v & 0xFF), static_cast<uint8_t>(v >> 8)}; }
-std::vector<uint8_t> U32(uint32_t v) {
-  return {static_cast<uint8_t>(v), static_cast<uint8_t>(v >> 8), static_cast<uint8_t>(v >> 16),
-          static_cast<uint8_t>(v >> 24)};
-}
+using test::KnownBlock;
+using test::U16;
+using test::U32;
 
 // Q8_0: f16 scale, then 32 int8 codes; codes[i] → scale·codes[i] written out per case.
 KnownBlock Q8Block(uint16_t scale_bits, const std::vector<int8_t>& codes, const std::vector<float>& values) {
@@ -214,6 +249,7 @@ std::map<std::string, std::vector<KnownBlock>> KnownBlocks() {
   std::vector<float> q4_tiny(32, -0.0f);
   q4_tiny[0] = 0x1p-21f, q4_tiny[16] = -7.0f * 0x1p-24f;
   m["q4_0"].push_back(Q4Block(0x8001, ends, q4_tiny));
+  // The newer types, one file each (known_blocks/<name>.h): m["<name>"] = test::<Name>KnownBlocks();
   return m;
 }
 
@@ -280,13 +316,9 @@ std::vector<float> KernelRows(const WeightTypeDesc& d, const Matrix& w, const st
     k.rows(w.data, x.data(), y.data(), w.cols, r0, r1);
     return y;
   }
-  std::vector<int8_t> q(w.cols);                // [cols]
-  std::vector<float> dx(w.cols / 32);           // [cols / 32]
-  std::vector<int32_t> offset(w.cols / 4);      // [cols / 4]
-  QuantizeActivation(x.data(), w.cols, q.data(), dx.data());
-  k.activation_offsets(q.data(), w.cols, offset.data());
-  const QuantizedX qx{.q = q.data(), .d = dx.data(), .offset = offset.data()};
-  k.quant_rows(w.data, qx, y.data(), w.cols, r0, r1);
+  QuantizedActivation qa;
+  QuantizeActivationFor(k, x.data(), w.cols, 1, &qa);
+  k.quant_rows(w.data, qa.Token(0), y.data(), w.cols, r0, r1);
   return y;
 }
 
@@ -308,7 +340,9 @@ TEST(WeightTypeKernels, EveryTargetMatchesTheReferenceWithinTheMatVecBounds) {
         if (d.quantized_activation) {
           std::vector<QuantizedProductReference> ref(rows);
           MatVecQuantizedReference(w.m, x.data(), ref.data());
-          for (int64_t r = 0; r < rows; ++r) want[r] = ref[r].y, tol[r] = QuantTolerance(cols, ref[r].abs_sum);
+          for (int64_t r = 0; r < rows; ++r) {
+            want[r] = ref[r].y, tol[r] = QuantTolerance(cols, ref[r].abs_sum, d.matvec_roundings);
+          }
         } else {
           std::vector<float> ref(rows), row(cols);
           MatVecReference(w.m, x.data(), ref.data());
@@ -348,6 +382,63 @@ TEST(WeightTypeKernels, EveryTargetMatchesTheReferenceWithinTheMatVecBounds) {
       }
     }
     std::printf("%-5s worst |kernel - ref| / tolerance = %.3g\n", d.label, worst_ratio);
+  }
+}
+
+// Every quantised-activation type, on blocks from its own quantiser: thread count changes no bit;
+// MatMul is MatVec per token bit for bit; the result is within x_error_bound + the rounding bound
+// of the unquantised product Σ w·x (w the decoded weights); a non-finite activation gives NaN and
+// a zero activation 0.
+TEST(WeightTypeKernels, QuantizedTypesThreadsMatMulUnquantisedBoundAndSpecialValues) {
+  uint32_t seed = 7000;
+  for (const WeightTypeDesc& d : WeightTypes()) {
+    if (!d.quantized_activation) continue;
+    SCOPED_TRACE(d.label);
+    const int64_t cols = 1024 / d.block_elems * d.block_elems, rows = 37, n_tokens = 3;
+    const Stored w = RandomMatrix(d, rows, cols, seed++);
+    std::mt19937 rng(seed++);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> x(n_tokens * cols);  // [n_tokens][cols]
+    for (float& v : x) v = normal(rng);
+    for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+      TargetScope scope(target);
+      SCOPED_TRACE(hwy::TargetName(target));
+      std::vector<float> y1(rows), yt(rows), mm(n_tokens * rows);
+      MatMul(w.m, x.data(), n_tokens, mm.data(), 3);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        MatVec(w.m, x.data() + t * cols, y1.data(), 1);
+        MatVec(w.m, x.data() + t * cols, yt.data(), 4);
+        ASSERT_EQ(std::memcmp(y1.data(), yt.data(), 4 * rows), 0);
+        ASSERT_EQ(std::memcmp(y1.data(), mm.data() + t * rows, 4 * rows), 0) << "token " << t;
+        std::vector<QuantizedProductReference> ref(rows);
+        MatVecQuantizedReference(w.m, x.data() + t * cols, ref.data());
+        std::vector<float> row(cols);
+        for (int64_t r = 0; r < rows; ++r) {
+          DecodeWeightRow(w.m, r, row.data());
+          double exact = 0.0, abs = 0.0;  // Σ w·x in double
+          for (int64_t c = 0; c < cols; ++c) {
+            exact += static_cast<double>(row[c]) * x[t * cols + c];
+            abs += std::fabs(static_cast<double>(row[c]) * x[t * cols + c]);
+          }
+          // The decoded f32 weight is within γ_3·abs of the exact one (ExactBlockIs... above);
+          // bounded here by the same share of the reference's term magnitudes.
+          const double bound = ref[r].x_error_bound + QuantTolerance(cols, ref[r].abs_sum, d.matvec_roundings) +
+                               test::Gamma(cols, test::kUd) * abs + test::Gamma(3) * 127.5 * ref[r].abs_sum;
+          ASSERT_LE(std::fabs(y1[r] - exact), bound) << "row " << r;
+        }
+      }
+      std::vector<float> bad(x.begin(), x.begin() + cols), y(rows, 0.0f);
+      bad[cols / 2] = std::numeric_limits<float>::quiet_NaN();
+      MatVec(w.m, bad.data(), y.data(), 1);
+      for (float v : y) ASSERT_TRUE(std::isnan(v));
+      bad[cols / 2] = kInf;
+      MatVec(w.m, bad.data(), y.data(), 1);
+      for (float v : y) ASSERT_TRUE(std::isnan(v));
+      std::vector<float> zero(cols, 0.0f);
+      std::fill(y.begin(), y.end(), 1.0f);
+      MatVec(w.m, zero.data(), y.data(), 1);
+      for (float v : y) ASSERT_EQ(v, 0.0f);
+    }
   }
 }
 

@@ -44,4 +44,12 @@ void QuantizeBlock(const float* x, uint8_t* block) {
   }
 }
 
+void ExactBlock(const uint8_t* block, double* w, double* abs) {
+  const double d = Scale(block);
+  for (int64_t i = 0; i < 32; ++i) {
+    w[i] = d * Code(block, i);
+    abs[i] = std::fabs(w[i]);
+  }
+}
+
 }  // namespace kvq::weights_q4_0

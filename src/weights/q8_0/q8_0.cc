@@ -42,4 +42,12 @@ void QuantizeBlock(const float* x, uint8_t* block) {
   for (int j = 0; j < 32; ++j) block[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(RoundHalfAway(x[j] * id)));
 }
 
+void ExactBlock(const uint8_t* block, double* w, double* abs) {
+  const double d = Scale(block);
+  for (int64_t i = 0; i < 32; ++i) {
+    w[i] = d * Code(block, i);
+    abs[i] = std::fabs(w[i]);
+  }
+}
+
 }  // namespace kvq::weights_q8_0

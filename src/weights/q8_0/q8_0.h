@@ -15,5 +15,7 @@ void DequantizeBlock(const uint8_t* block, float* out);  ///< block -> out [32]
 void QuantizeBlock(const float* x, uint8_t* block);
 int32_t Code(const uint8_t* block, int64_t i);  ///< qs[i]
 float Scale(const uint8_t* block);              ///< d
+/// w[i] = d·code i in double (exact), abs[i] = |w[i]|, i < 32.
+void ExactBlock(const uint8_t* block, double* w, double* abs);
 const WeightKernels& Kernels();                 ///< row kernels, best target here
 }  // namespace kvq::weights_q8_0
