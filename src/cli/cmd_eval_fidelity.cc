@@ -375,7 +375,8 @@ void AddEvalFidelityCommand(CLI::App& eval, int* exit_code) {
       "Teacher-forced fidelity of KV formats: the same tokens through an f32 cache and through each\n"
       "format (K and V), one decode step per token, logits compared at every position: logit drift\n"
       "(mean |dlogit| over positions x vocab), mean KL(ref||cand), top-1 agreement and perplexity,\n"
-      "beside bits per number and memory as a share of f16");
+      "beside bits per number and memory as a share of f16. With --kl-divergence-base or\n"
+      "--kl-divergence-base-out: kvq against llama.cpp through llama-perplexity's logits file");
   AddModelFlag(cmd, &o->shared);
   AddTokenizerFlag(cmd, &o->shared);
   cmd->add_option("-f,--file", o->text,
@@ -384,7 +385,10 @@ void AddEvalFidelityCommand(CLI::App& eval, int* exit_code) {
                     "KV formats to compare, comma-separated (default: every format; see kvq formats)");
   AddJsonFlag(cmd, &o->shared,
                 "Print JSON: model, text, positions, reference_ppl, formats[] with format, bits_per_number, "
-                "memory_vs_f16 and top1_agree as fractions (0..1), logit_drift, kl, positions, ppl");
+                "memory_vs_f16 and top1_agree as fractions (0..1), logit_drift, kl, positions, ppl; with\n"
+                "--kl-divergence-base(-out): model, text, kv, n_ctx, n_chunk, positions, ppl, the two files and\n"
+                "comparison{count, ppl, ppl_base, ln_ppl_ratio, ppl_ratio, ppl_diff (value, error), kl and\n"
+                "p_diff (mean, error, quantiles; p_diff.rms), same_top (fraction, error, count)}");
   cmd->add_option("--plot", o->plot, "Also draw memory (x) vs damage (y, log) to FILE.png or FILE.svg (needs gnuplot)");
   cmd->add_option("--plot-y", o->plot_y, "The plot's y axis: kl or drift")->capture_default_str();
   AddThreadsFlag(cmd, &o->shared, "Threads (the numbers do not depend on it)");
