@@ -1,6 +1,8 @@
 // `kvq eval fidelity`: teacher-forced fidelity of KV formats on a real model — the same tokens
 // through an f32 cache and through each format, logits compared at every position (seeds 002 and
 // 004). Prints a Markdown table (or JSON) and can draw the memory-vs-damage scatter with gnuplot.
+// With --kl-divergence-base / --kl-divergence-base-out it compares kvq with llama.cpp instead:
+// one KV spec over llama-perplexity's chunking, against (or into) a llama.cpp logits file.
 #include <fmt/core.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -9,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -17,6 +20,7 @@
 #include "cli/json_output.h"
 #include "cli/flags.h"
 #include "measure/fidelity.h"
+#include "measure/kl_divergence.h"
 #include "model/load_model.h"
 
 #ifndef KVQ_MODELS_DIR
@@ -36,7 +40,13 @@ struct FidelityOptions {
   std::string text;
   std::string plot;
   std::string plot_y = "kl";
+  // The llama.cpp comparison: the base file to read, the file to write, the chunk length (-c).
+  std::string kl_base, kl_base_out;
+  int64_t ctx_size = 0;  // 0: not given
+  bool kv_given = false, format_given = false;
 };
+
+constexpr int64_t kLlamaPerplexityCtx = 512;  // llama-perplexity's default -c
 
 // The bundled evaluation text: data/eval/ beside the source tree's models/ (when run from a build
 // folder), else ./data/eval/.
@@ -123,12 +133,168 @@ nlohmann::json ReportJson(const FidelityReport& r, const std::string& model, con
           {"formats", formats}};
 }
 
+std::string Pm(const ValueWithError& v, double scale, int precision) {
+  return fmt::format("{:.{}f} ± {:.{}f}", scale * v.value, precision, scale * v.error, precision);
+}
+
+// llama-perplexity --kl-divergence's closing statistics, in its order and wording.
+void PrintKlSummary(const KlSummary& s) {
+  fmt::print("====== Perplexity statistics ======\n");
+  fmt::print("Mean PPL(Q)                   : {}\n", Pm(s.ppl, 1, 6));
+  fmt::print("Mean PPL(base)                : {}\n", Pm(s.ppl_base, 1, 6));
+  fmt::print("Cor(ln(PPL(Q)), ln(PPL(base))): {:.2f}%\n", 100 * s.ln_ppl_correlation);
+  fmt::print("Mean ln(PPL(Q)/PPL(base))     : {}\n", Pm(s.ln_ppl_ratio, 1, 6));
+  fmt::print("Mean PPL(Q)/PPL(base)         : {}\n", Pm(s.ppl_ratio, 1, 6));
+  fmt::print("Mean PPL(Q)-PPL(base)         : {}\n\n", Pm(s.ppl_diff, 1, 6));
+  fmt::print("====== KL divergence statistics ======\n");
+  fmt::print("Mean    KLD: {}\n", Pm(s.kl, 1, 6));
+  for (const Quantile& q : s.kl_quantiles) {
+    const std::string name = q.name == "max" ? "Maximum" : q.name == "min" ? "Minimum" : q.name == "median" ? "Median " : q.name;
+    fmt::print("{:<7} KLD: {:.6f}\n", name, q.value);
+  }
+  fmt::print("\n====== Token probability statistics ======\n");
+  fmt::print("Mean    Δp: {} %\n", Pm(s.p_diff, 100, 3));
+  for (const Quantile& q : s.p_diff_quantiles) {
+    const std::string name = q.name == "max" ? "Maximum" : q.name == "min" ? "Minimum" : q.name == "median" ? "Median " : q.name;
+    fmt::print("{:<7} Δp: {:.3f}%\n", name, 100 * q.value);
+  }
+  fmt::print("RMS Δp    : {} %\n", Pm(s.p_diff_rms, 100, 3));
+  fmt::print("Same top p: {} % ({}/{} positions)\n", Pm(s.same_top, 100, 3), s.same_top_count, s.count);
+}
+
+nlohmann::json Pair(const ValueWithError& v) { return {{"value", v.value}, {"error", v.error}}; }
+
+nlohmann::json QuantilesJson(const std::vector<Quantile>& qs) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const Quantile& q : qs) j[q.name] = q.value;
+  return j;
+}
+
+nlohmann::json KlJson(const KlReport& r, const std::string& model, const std::string& text, const std::string& kv,
+                      const std::string& base, const std::string& out) {
+  nlohmann::json j = {{"model", model}, {"text", text}, {"kv", kv}, {"n_ctx", r.n_ctx}, {"n_chunk", r.n_chunk},
+                      {"positions", r.positions}, {"ppl", r.ppl}};
+  j["kl_divergence_base"] = base.empty() ? nlohmann::json() : nlohmann::json(base);
+  j["kl_divergence_base_out"] = out.empty() ? nlohmann::json() : nlohmann::json(out);
+  if (!r.compared) return j;
+  const KlSummary& s = r.summary;
+  j["comparison"] = {
+      {"count", s.count}, {"ppl", Pair(s.ppl)}, {"ppl_base", Pair(s.ppl_base)},
+      {"ln_ppl_ratio", Pair(s.ln_ppl_ratio)}, {"ppl_ratio", Pair(s.ppl_ratio)}, {"ppl_diff", Pair(s.ppl_diff)},
+      {"ln_ppl_correlation", s.ln_ppl_correlation},
+      {"kl", {{"mean", s.kl.value}, {"error", s.kl.error}, {"quantiles", QuantilesJson(s.kl_quantiles)}}},
+      {"p_diff", {{"mean", s.p_diff.value}, {"error", s.p_diff.error}, {"rms", Pair(s.p_diff_rms)},
+                  {"quantiles", QuantilesJson(s.p_diff_quantiles)}}},
+      {"same_top", {{"fraction", s.same_top.value}, {"error", s.same_top.error}, {"count", s.same_top_count}}}};
+  return j;
+}
+
+// The llama.cpp comparison (--kl-divergence-base and/or --kl-divergence-base-out): one KV spec,
+// llama-perplexity's chunks of the text, the base file's records compared and/or kvq's written.
+int RunKl(const FidelityOptions& o, const std::string& text_path, const std::string& text) {
+  auto bad = [](const std::string& m) { return BadInput(kCommand, m); };
+  auto fail = [](const std::string& m) {
+    fmt::print(stderr, "kvq {}: error: {}\n", kCommand, m);
+    return 1;
+  };
+  const Result<std::pair<const FormatDesc*, const FormatDesc*>> kv = o.shared.KvFormats();
+  if (!kv.ok()) return bad(kv.status().message());
+  if (!o.kl_base_out.empty() && o.kl_base_out == o.kl_base) {
+    return bad(fmt::format("--kl-divergence-base-out {}: the same file as --kl-divergence-base", o.kl_base_out));
+  }
+  // The base file is checked before the model is loaded: a wrong file costs no model load.
+  std::optional<LlamaLogitsReader> base;
+  if (!o.kl_base.empty()) {
+    Result<LlamaLogitsReader> r = LlamaLogitsReader::Open(o.kl_base);
+    if (!r.ok()) return bad("--kl-divergence-base " + r.status().message());
+    base = std::move(r.value());
+    if (o.ctx_size != 0 && o.ctx_size != base->layout().n_ctx) {
+      return bad(fmt::format("-c {}: {} was written with n_ctx {}; leave -c out (the file's n_ctx is used) or "
+                             "give the same", o.ctx_size, o.kl_base, base->layout().n_ctx));
+    }
+  }
+  const std::string model_path = o.shared.ModelPath();
+  Result<LoadedModel> loaded = LoadModel(model_path, o.shared.TokenizerPath());
+  if (!loaded.ok()) return bad(loaded.status().message());
+  const Tokenizer tokenizer = std::move(loaded.value().tokenizer);
+  const LlamaConfig cfg = loaded->weights.config;
+  const int64_t n_ctx = base ? base->layout().n_ctx
+                             : o.ctx_size != 0 ? o.ctx_size : std::min<int64_t>(kLlamaPerplexityCtx, cfg.seq_len);
+  if (n_ctx > cfg.seq_len) {
+    return bad(fmt::format("-c {}: more than the model's context of {} positions", n_ctx, cfg.seq_len));
+  }
+  // llama-perplexity tokenizes the whole text with BOS first when the vocabulary adds one.
+  const std::vector<int32_t> all = MakeFidelityInput(tokenizer, text, -1).tokens;
+  if (base) {
+    if (Status s = CheckBaseMatches(*base, cfg.vocab_size, cfg.seq_len, all); !s.ok()) {
+      return bad("--kl-divergence-base " + s.message());
+    }
+  }
+  const std::vector<int32_t> tokens = LlamaChunkTokens(all, static_cast<int32_t>(n_ctx));
+  if (tokens.empty()) {
+    return bad(fmt::format("-f {}: the text gives {} tokens, fewer than one chunk of -c {} (llama-perplexity "
+                           "itself needs 2 chunks)", text_path, all.size(), n_ctx));
+  }
+  if (tokens.size() < all.size()) {
+    fmt::print(stderr, "kvq {}: {} gives {} tokens; using {} chunks of {} ({} tokens), as llama-perplexity does\n",
+               kCommand, text_path, all.size(), tokens.size() / n_ctx, n_ctx, tokens.size());
+  }
+  const RowShape row{.n_kv_heads = cfg.n_kv_heads, .head_dim = cfg.head_dim()};
+  for (const FormatDesc* f : {kv->first, kv->second}) {
+    if (Status s = CheckShape(*f, row); !s.ok()) return bad("--kv: " + s.message());
+  }
+  std::unique_ptr<LlamaLogitsWriter> out;
+  if (!o.kl_base_out.empty()) {
+    Result<std::unique_ptr<LlamaLogitsWriter>> w =
+        LlamaLogitsWriter::Create(o.kl_base_out, static_cast<int32_t>(n_ctx), cfg.vocab_size, tokens);
+    if (!w.ok()) return fail("--kl-divergence-base-out " + w.status().message());
+    out = std::move(w.value());
+  }
+  LlamaModel model(std::move(loaded.value().weights), o.shared.threads);
+  const KlRunConfig run{.key = kv->first, .value = kv->second, .n_ctx = static_cast<int32_t>(n_ctx),
+                        .bos = tokenizer.add_bos() ? tokenizer.bos() : -1,
+                        .base = base ? &*base : nullptr, .out = out.get()};
+  Result<KlReport> report = RunKlDivergence(model, tokens, run, [](const std::string& line) {
+    fmt::print(stderr, "kvq {}: {}\n", kCommand, line);
+  });
+  if (!report.ok()) return fail(report.status().message());
+  if (out) {
+    if (Status s = out->Close(); !s.ok()) return fail("--kl-divergence-base-out " + s.message());
+    fmt::print(stderr, "kvq {}: wrote {} ({} chunks of {} tokens, {} records)\n", kCommand, o.kl_base_out,
+               report->n_chunk, report->n_ctx, report->positions);
+  }
+  const std::string model_name = DisplayPath(model_path), text_name = DisplayPath(text_path);
+  if (o.shared.json) {
+    PrintJson(KlJson(*report, model_name, text_name, o.shared.KvFormatName(),
+                     base ? DisplayPath(o.kl_base) : "", out ? DisplayPath(o.kl_base_out) : ""));
+    return 0;
+  }
+  fmt::print("kvq (KV {}) on model {}, text {}: {} chunks of {} tokens{}, {} positions scored (the second half "
+             "of each chunk); PPL {:.4f}\n", o.shared.KvFormatName(), model_name, text_name, report->n_chunk,
+             report->n_ctx, run.bos >= 0 ? " (each starting with BOS)" : "", report->positions, report->ppl);
+  if (out) fmt::print("wrote kvq's log-probabilities to {} (llama-perplexity --kl-divergence reads it)\n", o.kl_base_out);
+  if (report->compared) {
+    fmt::print("against the llama.cpp logits file {}\n\n", DisplayPath(o.kl_base));
+    PrintKlSummary(report->summary);
+  }
+  return 0;
+}
+
 int RunEvalFidelity(const FidelityOptions& o) {
   auto bad = [](const std::string& m) { return BadInput(kCommand, m); };
   auto fail = [](const std::string& m) {
     fmt::print(stderr, "kvq {}: error: {}\n", kCommand, m);
     return 1;
   };
+  const bool kl_mode = !o.kl_base.empty() || !o.kl_base_out.empty();
+  if (kl_mode && (o.format_given || !o.plot.empty())) {
+    return bad("--format and --plot compare KV formats with an f32 cache; with --kl-divergence-base(-out) kvq "
+               "runs one KV spec (--kv, --kv-k, --kv-v)");
+  }
+  if (!kl_mode && (o.kv_given || o.ctx_size != 0)) {
+    return bad("--kv, --kv-k, --kv-v and -c apply with --kl-divergence-base or --kl-divergence-base-out (use "
+               "--format to compare KV formats with an f32 cache)");
+  }
   if (o.plot_y != "kl" && o.plot_y != "drift") return bad(fmt::format("--plot-y must be kl or drift (got '{}')", o.plot_y));
   std::string gnuplot;
   if (!o.plot.empty()) {
@@ -154,6 +320,7 @@ int RunEvalFidelity(const FidelityOptions& o) {
   text << in.rdbuf();
   if (!in.good() && !in.eof()) return bad(fmt::format("-f {}: cannot read the file", text_path));
   if (text.str().empty()) return bad(fmt::format("-f {}: the file is empty (expected text to evaluate on)", text_path));
+  if (kl_mode) return RunKl(o, text_path, text.str());
 
   const std::string model_path = o.shared.ModelPath();
   Result<LoadedModel> loaded = LoadModel(model_path, o.shared.TokenizerPath());
@@ -208,7 +375,8 @@ void AddEvalFidelityCommand(CLI::App& eval, int* exit_code) {
       "Teacher-forced fidelity of KV formats: the same tokens through an f32 cache and through each\n"
       "format (K and V), one decode step per token, logits compared at every position: logit drift\n"
       "(mean |dlogit| over positions x vocab), mean KL(ref||cand), top-1 agreement and perplexity,\n"
-      "beside bits per number and memory as a share of f16");
+      "beside bits per number and memory as a share of f16. With --kl-divergence-base or\n"
+      "--kl-divergence-base-out: kvq against llama.cpp through llama-perplexity's logits file");
   AddModelFlag(cmd, &o->shared);
   AddTokenizerFlag(cmd, &o->shared);
   cmd->add_option("-f,--file", o->text,
@@ -217,11 +385,31 @@ void AddEvalFidelityCommand(CLI::App& eval, int* exit_code) {
                     "KV formats to compare, comma-separated (default: every format; see kvq formats)");
   AddJsonFlag(cmd, &o->shared,
                 "Print JSON: model, text, positions, reference_ppl, formats[] with format, bits_per_number, "
-                "memory_vs_f16 and top1_agree as fractions (0..1), logit_drift, kl, positions, ppl");
+                "memory_vs_f16 and top1_agree as fractions (0..1), logit_drift, kl, positions, ppl; with\n"
+                "--kl-divergence-base(-out): model, text, kv, n_ctx, n_chunk, positions, ppl, the two files and\n"
+                "comparison{count, ppl, ppl_base, ln_ppl_ratio, ppl_ratio, ppl_diff (value, error), kl and\n"
+                "p_diff (mean, error, quantiles; p_diff.rms), same_top (fraction, error, count)}");
   cmd->add_option("--plot", o->plot, "Also draw memory (x) vs damage (y, log) to FILE.png or FILE.svg (needs gnuplot)");
   cmd->add_option("--plot-y", o->plot_y, "The plot's y axis: kl or drift")->capture_default_str();
   AddThreadsFlag(cmd, &o->shared, "Threads (the numbers do not depend on it)");
-  cmd->callback([o, exit_code] { *exit_code = RunEvalFidelity(*o); });
+  cmd->add_option("--kl-divergence-base", o->kl_base,
+                  "Compare with llama.cpp: read FILE, written by llama-perplexity --kl-divergence-base FILE on\n"
+                  "the same text, and report KL divergence, same-top-token share and delta-p of kvq's logits\n"
+                  "(KV spec from --kv/--kv-k/--kv-v) against it over its chunks, as llama-perplexity\n"
+                  "--kl-divergence does; the text must tokenize to the file's ids");
+  cmd->add_option("--kl-divergence-base-out", o->kl_base_out,
+                  "Write kvq's log-probabilities to FILE in llama.cpp's layout (chunks of -c tokens of the\n"
+                  "text), for llama-perplexity --kl-divergence --kl-divergence-base FILE");
+  cmd->add_option("-c,--ctx-size", o->ctx_size,
+                  "Chunk length for --kl-divergence-base-out (default: 512 as llama-perplexity, or the model's\n"
+                  "context when smaller); with --kl-divergence-base the file's n_ctx is used")
+      ->check(IntInRange(3, int64_t{1} << 30));
+  AddKvFormatFlags(cmd, &o->shared);
+  cmd->callback([o, cmd, exit_code] {
+    o->kv_given = cmd->count("--kv") + cmd->count("--kv-k") + cmd->count("--kv-v") > 0;
+    o->format_given = cmd->count("--format") > 0;
+    *exit_code = RunEvalFidelity(*o);
+  });
 }
 
 }  // namespace kvq::cli
