@@ -23,7 +23,7 @@ namespace {
 struct SynthOptions {
   std::string preset;
   std::string arch;
-  int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, context = 0, vocab_size = 0;
+  int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn = 0, context = 0, vocab_size = 0;
   float rope_theta = 0.0f;
   std::string embeddings;
   std::string type = "q4_0";
@@ -33,8 +33,8 @@ struct SynthOptions {
   bool force = false;
   // The options whose presence matters (a given value overrides the preset's).
   CLI::Option *dim_opt = nullptr, *layers_opt = nullptr, *heads_opt = nullptr,
-              *kv_heads_opt = nullptr, *ffn_opt = nullptr, *context_opt = nullptr,
-              *theta_opt = nullptr, *vocab_size_opt = nullptr;
+              *kv_heads_opt = nullptr, *head_dim_opt = nullptr, *ffn_opt = nullptr, *context_opt = nullptr,
+              *theta_opt = nullptr, *vocab_size_opt = nullptr, *type_opt = nullptr;
 };
 
 std::string Shape(const SynthSummary& s) {
@@ -44,7 +44,7 @@ std::string Shape(const SynthSummary& s) {
       "  dim {}, {} layers, {} heads / {} KV heads (head_dim {}), ffn {}, context {}\n"
       "  vocab {} ({} from the vocabulary{}), {} embeddings{}\n"
       "  rope theta {}, rms eps {}",
-      p.name.empty() ? "custom shape" : p.name, SynthArchName(p.arch), GgmlTypeName(p.type),
+      p.name.empty() ? "custom shape" : p.name, SynthArchName(p.arch), p.type,
       p.seed, p.dim, p.n_layers, p.n_heads, p.kv_heads(), p.head_dim(), p.hidden_dim,
       FormatCount(p.context), FormatCount(p.vocab_size), FormatCount(s.vocabulary_tokens),
       p.vocab_size > s.vocabulary_tokens
@@ -89,12 +89,13 @@ int RunSynth(const SynthOptions& o) {
     if (*a != spec.arch || o.preset.empty()) {
       spec.arch = *a;
       spec.qkv_bias = *a == SynthArch::kQwen2;
-      spec.norm_eps = *a == SynthArch::kQwen2 ? 1e-6f : 1e-5f;
+      spec.norm_eps = *a == SynthArch::kQwen2 || *a == SynthArch::kQwen3 ? 1e-6f : 1e-5f;
     }
   }
   const struct { CLI::Option* opt; int64_t value; int64_t* field; } ints[] = {
       {o.dim_opt, o.dim, &spec.dim},           {o.layers_opt, o.layers, &spec.n_layers},
       {o.heads_opt, o.heads, &spec.n_heads},   {o.kv_heads_opt, o.kv_heads, &spec.n_kv_heads},
+      {o.head_dim_opt, o.head_dim, &spec.head_dim_override},
       {o.ffn_opt, o.ffn, &spec.hidden_dim},    {o.context_opt, o.context, &spec.context},
       {o.vocab_size_opt, o.vocab_size, &spec.vocab_size}};
   for (const auto& i : ints) {
@@ -109,14 +110,17 @@ int RunSynth(const SynthOptions& o) {
     }
     spec.embeddings = o.embeddings == "tied" ? SynthEmbeddings::kTied : SynthEmbeddings::kSeparate;
   }
-  Result<GgmlType> type = ParseSynthType(o.type);
-  if (!type.ok()) return bad("--type: " + type.status().message());
-  spec.type = *type;
+  // A preset brings its own type (bonsai: q1_0); --type overrides it, and is q4_0 without a preset.
+  if (o.preset.empty() || o.type_opt->count() > 0) {
+    Result<std::string> type = ParseSynthType(o.type);
+    if (!type.ok()) return bad("--type: " + type.status().message());
+    spec.type = *type;
+  }
   spec.seed = o.shared.seed;
   spec.threads = o.shared.threads > 0 ? o.shared.threads
                                : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   if (!o.preset.empty() && (o.dim_opt->count() || o.layers_opt->count() || o.heads_opt->count() ||
-                            o.kv_heads_opt->count() || o.ffn_opt->count())) {
+                            o.kv_heads_opt->count() || o.head_dim_opt->count() || o.ffn_opt->count())) {
     spec.name += "-custom";  // the shape is no longer the preset's
   }
   if (Status s = ValidateSynthSpec(spec); !s.ok()) return bad(s.message());
@@ -166,12 +170,14 @@ void AddSynthCommand(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<SynthOptions>();
   cmd->add_option("--preset", o->preset,
                   fmt::format("A published shape: {}", fmt::join(SynthPresetNames(), ", ")));
-  cmd->add_option("--arch", o->arch, "llama | qwen2 | mistral (mistral is written as llama, as "
-                                     "llama.cpp does); default llama or the preset's");
+  cmd->add_option("--arch", o->arch, "llama | qwen2 | mistral | qwen3 (mistral is written as llama, "
+                                     "as llama.cpp does); default llama or the preset's");
   o->dim_opt = cmd->add_option("--dim", o->dim, "Embedding width");
   o->layers_opt = cmd->add_option("--layers", o->layers, "Transformer blocks");
-  o->heads_opt = cmd->add_option("--heads", o->heads, "Attention heads (head_dim = dim / heads)");
+  o->heads_opt = cmd->add_option("--heads", o->heads, "Attention heads (head_dim = dim / heads unless --head-dim)");
   o->kv_heads_opt = cmd->add_option("--kv-heads", o->kv_heads, "KV heads (default: --heads)");
+  o->head_dim_opt = cmd->add_option("--head-dim", o->head_dim,
+                                    "Numbers per head (default: dim / heads; written as attention.key_length)");
   o->ffn_opt = cmd->add_option("--ffn", o->ffn, "Feed-forward width");
   o->context_opt = cmd->add_option("--context", o->context, "Context length (default 4096)");
   o->theta_opt = cmd->add_option("--rope-theta", o->rope_theta, "RoPE base (default 10000)");
@@ -180,7 +186,9 @@ void AddSynthCommand(CLI::App& app, int* exit_code) {
       "Vocabulary size (default: the vocabulary's; larger pads it with control tokens)");
   cmd->add_option("--embeddings", o->embeddings,
                   "tied | separate output.weight (default: the preset's, else separate)");
-  cmd->add_option("--type", o->type, "Matrix type, one of " + SynthTypeNameList())->capture_default_str();
+  o->type_opt = cmd->add_option("--type", o->type,
+                                fmt::format("Matrix type, one of {}, or a llama.cpp mix ({}; docs/weight-types.md); "
+                                            "default q4_0 or the preset's", SynthTypeNameList(), TypeMixNameList()));
   cmd->add_option("--vocab", o->vocab,
                   "GGUF file whose tokenizer.* metadata is copied (default: the bundled "
                   "stories260K.gguf, 512 tokens)");

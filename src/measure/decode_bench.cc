@@ -56,7 +56,8 @@ int64_t WeightBytesPerStep(const LlamaWeights& w) {
   for (const LayerWeights& L : w.layers) {
     for (const Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w1, &L.w2, &L.w3}) bytes += MatrixBytes(*m);
     bytes += int64_t{2} * c.dim * 4;                                 // the two norms
-    if (L.bq != nullptr) bytes += (int64_t{c.dim} + 2 * c.kv_dim()) * 4;  // q, k, v biases
+    if (L.bq != nullptr) bytes += (int64_t{c.q_dim()} + 2 * c.kv_dim()) * 4;  // q, k, v biases
+    if (L.q_norm != nullptr) bytes += int64_t{2} * c.head_dim() * 4;       // qwen3's q, k norms
   }
   return bytes;
 }

@@ -2,7 +2,8 @@
 // tensor of dims [cols, rows] is a Matrix of `rows` rows of `cols` numbers. Metadata keys are
 // prefixed by the architecture ("qwen2.embedding_length"). The rotary pairing follows llama.cpp:
 // its converters permute llama/mistral Q and K rows for adjacent-pair rotation (llama2.c's layout)
-// and leave qwen2's as trained (halves, "NeoX").
+// and leave qwen2's and qwen3's as trained (halves, "NeoX"). The head size is
+// attention.key_length where the file has it (any architecture), else dim / n_heads.
 #include "model/gguf_llama.h"
 
 #include <fmt/format.h>
@@ -10,6 +11,7 @@
 #include <cmath>
 
 #include "base/checksum.h"
+#include "kvq/format.h"
 #include "weights/matvec.h"
 #include "weights/weight_type.h"
 
@@ -33,16 +35,18 @@ bool HasTensor(const GgufFile& file, const std::string& name) {
   return false;
 }
 
-// The architectures kvq runs: the Llama block with two differences between them.
+// The architectures kvq runs: the Llama block with three differences between them.
 struct ArchSpec {
   const char* name;
   RopePairing pairing;  // llama.cpp's converters permute llama/mistral Q, K rows to adjacent pairs
   bool qkv_bias;        // qwen2: q, k, v projections carry biases
+  bool qk_norm;         // qwen3: attn_q_norm / attn_k_norm, a per-head RMSNorm before RoPE
 };
 constexpr ArchSpec kArchs[] = {
-    {"llama", RopePairing::kAdjacent, false},
-    {"mistral", RopePairing::kAdjacent, false},
-    {"qwen2", RopePairing::kHalves, true},
+    {"llama", RopePairing::kAdjacent, false, false},
+    {"mistral", RopePairing::kAdjacent, false, false},
+    {"qwen2", RopePairing::kHalves, true, false},
+    {"qwen3", RopePairing::kHalves, false, true},
 };
 
 }  // namespace
@@ -54,7 +58,7 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
   const ArchSpec* arch = nullptr;
   for (const ArchSpec& a : kArchs) arch = *arch_name == a.name ? &a : arch;
   if (arch == nullptr) {
-    return Status::Error(fmt::format("{}: architecture '{}' is not supported (supported: llama, mistral, qwen2)",
+    return Status::Error(fmt::format("{}: architecture '{}' is not supported (supported: llama, mistral, qwen2, qwen3)",
                                      path, *arch_name));
   }
   const std::string pre = std::string(arch->name) + ".";
@@ -63,6 +67,7 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
   c.arch = arch->name;
   c.rope_pairing = arch->pairing;
   c.qkv_bias = arch->qkv_bias;
+  c.qk_norm = arch->qk_norm;
   const std::pair<const char*, int32_t*> required[] = {
       {"embedding_length", &c.dim}, {"feed_forward_length", &c.hidden_dim},
       {"block_count", &c.n_layers}, {"attention.head_count", &c.n_heads},
@@ -87,9 +92,35 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
     if (!v.ok()) return v.status();
     *field = *v;
   }
-  if (c.n_kv_heads <= 0 || c.dim % c.n_heads != 0 || c.n_heads % c.n_kv_heads != 0 || c.head_dim() % 2 != 0) {
-    return Status::Error(fmt::format("{}: {} heads and {} KV heads do not divide dim {} into even head rows", path,
-                                     c.n_heads, c.n_kv_heads, c.dim));
+  // The head size: key_length when the file gives it (Qwen3: 128 with dim 1024 and 16 heads), which
+  // kvq's cache and attention need equal to value_length.
+  if (file->Has(pre + "attention.key_length")) {
+    Result<uint32_t> key = u32("attention.key_length");
+    if (!key.ok()) return key.status();
+    uint32_t value = *key;
+    if (file->Has(pre + "attention.value_length")) {
+      Result<uint32_t> v = u32("attention.value_length");
+      if (!v.ok()) return v.status();
+      value = *v;
+    }
+    if (*key != value) {
+      return Status::Error(fmt::format("{}: {}attention.key_length = {} differs from {}attention.value_length = {}; "
+                                       "kvq supports K and V heads of one size only", path, pre, *key, pre, value));
+    }
+    if (*key == 0 || *key > static_cast<uint32_t>(kMaxHeadDim) || *key % 2 != 0) {
+      return Status::Error(fmt::format("{}: {}attention.key_length = {} is not an even head size in 2..{}", path,
+                                       pre, *key, kMaxHeadDim));
+    }
+    c.head_dim_override = static_cast<int32_t>(*key);
+  } else if (file->Has(pre + "attention.value_length")) {
+    return Status::Error(fmt::format("{}: {}attention.value_length without attention.key_length", path, pre));
+  }
+  if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0) {
+    return Status::Error(fmt::format("{}: {} KV heads do not divide {} heads", path, c.n_kv_heads, c.n_heads));
+  }
+  if (c.head_dim_override == 0 && (c.dim % c.n_heads != 0 || c.head_dim() % 2 != 0)) {
+    return Status::Error(fmt::format("{}: {} heads do not divide dim {} into even head rows (and the file gives no "
+                                     "{}attention.key_length)", path, c.n_heads, c.dim, pre));
   }
   if (file->Has(pre + "rope.dimension_count")) {
     Result<uint32_t> v = u32("rope.dimension_count");
@@ -172,7 +203,7 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
   Result<Matrix> m = tensor("token_embd.weight", c.dim, c.vocab_size);
   if (!m.ok()) return m.status();
   w.token_embedding = *m;
-  const int64_t d = c.dim, kv = c.kv_dim(), hd = c.hidden_dim;
+  const int64_t d = c.dim, q = c.q_dim(), kv = c.kv_dim(), hd = c.hidden_dim;
   w.layers.resize(c.n_layers);
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const std::string blk = fmt::format("blk.{}.", l);
@@ -185,16 +216,24 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
     L.ffn_norm = *fn;
     if (c.qkv_bias) {
       const struct { const char* name; int64_t n; const float** out; } biases[] = {
-          {"attn_q.bias", d, &L.bq}, {"attn_k.bias", kv, &L.bk}, {"attn_v.bias", kv, &L.bv}};
+          {"attn_q.bias", q, &L.bq}, {"attn_k.bias", kv, &L.bk}, {"attn_v.bias", kv, &L.bv}};
       for (const auto& b : biases) {
         Result<const float*> t = vector(blk + b.name, b.n);
         if (!t.ok()) return t.status();
         *b.out = *t;
       }
     }
+    if (c.qk_norm) {
+      Result<const float*> qn = vector(blk + "attn_q_norm.weight", c.head_dim());
+      if (!qn.ok()) return qn.status();
+      Result<const float*> kn = vector(blk + "attn_k_norm.weight", c.head_dim());
+      if (!kn.ok()) return kn.status();
+      L.q_norm = *qn;
+      L.k_norm = *kn;
+    }
     const struct { const char* name; int64_t cols, rows; Matrix* out; } mats[] = {
-        {"attn_q.weight", d, d, &L.wq},       {"attn_k.weight", d, kv, &L.wk},
-        {"attn_v.weight", d, kv, &L.wv},      {"attn_output.weight", d, d, &L.wo},
+        {"attn_q.weight", d, q, &L.wq},       {"attn_k.weight", d, kv, &L.wk},
+        {"attn_v.weight", d, kv, &L.wv},      {"attn_output.weight", q, d, &L.wo},
         {"ffn_gate.weight", d, hd, &L.w1},    {"ffn_down.weight", hd, d, &L.w2},
         {"ffn_up.weight", d, hd, &L.w3}};
     for (const auto& spec : mats) {

@@ -1,8 +1,9 @@
-// LlamaModel::ForwardBlock (see llama.h): per layer RMSNorm, q/k/v projections (+ bias for qwen2),
-// RoPE, the cache (append, then attend), output projection, SwiGLU feed-forward; then the final
+// LlamaModel::ForwardBlock (see llama.h): per layer RMSNorm, q/k/v projections (+ bias for qwen2,
+// + a per-head RMSNorm of q and k for qwen3), RoPE, the cache (append, then attend), output projection, SwiGLU feed-forward; then the final
 // norm and the classifier on the last token — run.c's order, for a block of tokens at once.
 #include "model/llama.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "weights/matvec.h"
@@ -23,7 +24,8 @@ void LlamaModel::ReserveBlock(int32_t n) {
   const LlamaConfig& c = w_.config;
   const int64_t q_dim = int64_t{c.n_heads} * c.head_dim();
   x_.resize(n * int64_t{c.dim});
-  xb_.resize(n * int64_t{c.dim});
+  // xb holds the normed input [n][dim] and the attention output [n][q_dim]: q_dim may exceed dim.
+  xb_.resize(n * std::max<int64_t>(c.dim, q_dim));
   xb2_.resize(n * int64_t{c.dim});
   q_.resize(n * q_dim);
   k_.resize(n * int64_t{c.kv_dim()});
@@ -44,7 +46,7 @@ Status LlamaModel::ForwardBlock(const int32_t* tokens, int32_t n, int64_t pos, K
   ReserveBlock(n);
   const LlamaConfig& c = w_.config;
   const int64_t dim = c.dim, kv = c.kv_dim(), hidden = c.hidden_dim;
-  const int64_t q_dim = int64_t{c.n_heads} * c.head_dim();
+  const int64_t q_dim = c.q_dim(), hd = c.head_dim();
   float* x = x_.data();
   float* xb = xb_.data();
   float* xb2 = xb2_.data();
@@ -68,6 +70,10 @@ Status LlamaModel::ForwardBlock(const int32_t* tokens, int32_t n, int64_t pos, K
       AddBias(q + t * q_dim, L.bq, q_dim);
       AddBias(k + t * kv, L.bk, kv);
       AddBias(v + t * kv, L.bv, kv);
+      if (c.qk_norm) {  // qwen3: each head normed on its own, in place, before the rotation
+        for (int64_t h = t * q_dim; h < (t + 1) * q_dim; h += hd) RmsNorm(q + h, q + h, L.q_norm, c.head_dim(), c.norm_eps);
+        for (int64_t h = t * kv; h < (t + 1) * kv; h += hd) RmsNorm(k + h, k + h, L.k_norm, c.head_dim(), c.norm_eps);
+      }
       ApplyRope(q + t * q_dim, static_cast<int32_t>(q_dim), c.head_dim(), pos + t, rope);
       ApplyRope(k + t * kv, c.kv_dim(), c.head_dim(), pos + t, rope);
       if (hooks_ && hooks_->on_qkv) hooks_->on_qkv(l, pos + t, q + t * q_dim, k + t * kv, v + t * kv);

@@ -24,13 +24,19 @@ struct LlamaConfig {
   int32_t seq_len = 0;     ///< context the model was trained for
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;
-  std::string arch = "llama";   ///< llama, mistral or qwen2 (GGUF general.architecture)
+  std::string arch = "llama";   ///< llama, mistral, qwen2 or qwen3 (GGUF general.architecture)
   RopePairing rope_pairing = RopePairing::kAdjacent;
   float rope_position_scale = 1.0f;      ///< linear RoPE scaling: 1 / rope.scaling.factor
   std::vector<float> rope_freq_factors;  ///< [head_dim / 2] Llama 3.1 scaling, or empty
   /// Whether the q, k, v projections add a bias (qwen2).
   bool qkv_bias = false;
-  int32_t head_dim() const { return dim / n_heads; }
+  /// Whether each q and k head is RMS-normed (own weights [head_dim]) before RoPE (qwen3).
+  bool qk_norm = false;
+  /// Numbers per attention head when the file says (GGUF attention.key_length); 0: dim / n_heads.
+  /// With it n_heads · head_dim may differ from dim (Qwen3: 16 · 128 = 2048 for dim 1024).
+  int32_t head_dim_override = 0;
+  int32_t head_dim() const { return head_dim_override > 0 ? head_dim_override : dim / n_heads; }
+  int32_t q_dim() const { return n_heads * head_dim(); }
   int32_t kv_dim() const { return head_dim() * n_kv_heads; }
 };
 
@@ -40,6 +46,8 @@ struct LayerWeights {
   const float* bq = nullptr;         // [n_heads·head_dim] biases (qwen2), else null
   const float* bk = nullptr;         // [kv_dim]
   const float* bv = nullptr;         // [kv_dim]
+  const float* q_norm = nullptr;     // [head_dim] per-head RMSNorm weights of q (qwen3), else null
+  const float* k_norm = nullptr;     // [head_dim] of k
   Matrix wo;                         // [dim][n_heads·head_dim]
   const float* ffn_norm = nullptr;   // [dim]
   Matrix w1, w2, w3;                 // [hidden][dim] (gate), [dim][hidden] (down), [hidden][dim] (up)

@@ -2,10 +2,12 @@
 #include "model/load_model.h"
 
 #include <filesystem>
+#include <string_view>
 
 #include "gguf/gguf_reader.h"
 #include "model/gguf_llama.h"
 #include "model/llama2c.h"
+#include "weights/weight_type.h"
 
 namespace kvq {
 
@@ -15,7 +17,15 @@ Result<LoadedModel> LoadModel(const std::string& model_path, const std::string& 
   std::shared_ptr<GgufFile> file;
   if (gguf) {
     Result<std::unique_ptr<GgufFile>> opened = GgufFile::Open(model_path);
-    if (!opened.ok()) return opened.status();
+    if (!opened.ok()) {
+      // A type id the reader does not know (a ggml type newer than it, or a fork's): the reader
+      // names the tensor and the id; say what kvq runs too, as LoadGgufLlama does for known types.
+      const std::string& m = opened.status().message();
+      if (m.find("unknown ggml type id") != std::string_view::npos) {
+        return Status::Error(m + " (kvq supports: " + WeightTypeLabelList() + ")");
+      }
+      return opened.status();
+    }
     file = std::move(opened).value();
     weights = LoadGgufLlama(file);
   } else {

@@ -56,6 +56,25 @@ std::vector<Preset> Presets() {
                  .n_heads = 32, .n_kv_heads = 32, .hidden_dim = 11008, .vocab_size = 32000,
                  .context = 4096, .rope_theta = 10000.0f, .norm_eps = 1e-5f,
                  .embeddings = SynthEmbeddings::kSeparate}},
+      // Qwen3-0.6B: head_dim 128 (config "head_dim"), so 16 query heads span 2048 numbers of a
+      // 1024-wide stream; max_position_embeddings 40960.
+      {"qwen3-0.6b",
+       SynthSpec{.name = "qwen3-0.6b", .arch = SynthArch::kQwen3, .dim = 1024, .n_layers = 28,
+                 .n_heads = 16, .head_dim_override = 128, .n_kv_heads = 8, .hidden_dim = 3072,
+                 .vocab_size = 151936, .context = 40960, .rope_theta = 1000000.0f, .norm_eps = 1e-6f,
+                 .embeddings = SynthEmbeddings::kTied}},
+      // PrismML's Bonsai 1.7B: Qwen3-1.7B's shape, every matrix (token_embd, the tied classifier,
+      // included) in Q1_0, context 32768 (its model card); the ternary model the same in Q2_0.
+      {"bonsai-1.7b",
+       SynthSpec{.name = "bonsai-1.7b", .arch = SynthArch::kQwen3, .dim = 2048, .n_layers = 28,
+                 .n_heads = 16, .head_dim_override = 128, .n_kv_heads = 8, .hidden_dim = 6144,
+                 .vocab_size = 151936, .context = 32768, .rope_theta = 1000000.0f, .norm_eps = 1e-6f,
+                 .embeddings = SynthEmbeddings::kTied, .type = "q1_0"}},
+      {"bonsai-ternary-1.7b",
+       SynthSpec{.name = "bonsai-ternary-1.7b", .arch = SynthArch::kQwen3, .dim = 2048, .n_layers = 28,
+                 .n_heads = 16, .head_dim_override = 128, .n_kv_heads = 8, .hidden_dim = 6144,
+                 .vocab_size = 151936, .context = 32768, .rope_theta = 1000000.0f, .norm_eps = 1e-6f,
+                 .embeddings = SynthEmbeddings::kTied, .type = "q2_0"}},
   };
 }
 
@@ -166,10 +185,9 @@ Result<Vocabulary> OpenVocabulary(const std::string& path) {
 // A row source for a matrix of rows `cols` long: rows drawn uniformly on (−a, a) with
 // a = sqrt(3 / cols) and encoded in `type` by its registry entry's reference quantiser, rows
 // split across the pool's threads.
-GgufRowSource MatrixSource(GgmlType type, int64_t cols, uint64_t tensor_seed, ThreadPool* pool) {
+GgufRowSource MatrixSource(const WeightTypeDesc* desc, int64_t cols, uint64_t tensor_seed, ThreadPool* pool) {
   const float amplitude = static_cast<float>(std::sqrt(3.0 / static_cast<double>(cols)));
-  const int64_t row_bytes = *GgmlTypeBytes(type, cols);
-  const WeightTypeDesc* desc = SynthWeightType(type);  // ValidateSynthSpec checked it is there
+  const int64_t row_bytes = cols / desc->block_elems * desc->block_bytes;
   return [=](int64_t first_row, int64_t n_rows, uint8_t* out) -> Status {
     std::vector<std::vector<float>> scratch(pool->threads(), std::vector<float>(cols));
     pool->Run(n_rows, [&](int64_t i, int32_t thread) {
@@ -187,8 +205,77 @@ std::vector<uint8_t> F32Bytes(const std::vector<float>& v) {
   return b;
 }
 
-// general.file_type: the llama_ftype of a file whose matrices are all `type` (from the registry).
-uint32_t FileType(GgmlType type) { return SynthWeightType(type)->gguf_file_type; }
+// One tensor of the file, in llama.cpp's converter order (rope_freqs, token_embd, each block,
+// output_norm, output): the one list the validation, the plan and the writer walk.
+struct TensorEntry {
+  enum Kind { kMatrix, kOnes, kBias, kRopeFreqs } kind;
+  std::string name;
+  int64_t cols = 0, rows = 0;  // rows 0: a vector of cols numbers
+  SynthTensorRole role = SynthTensorRole::kTokenEmbd;  // matrices
+  int64_t layer = -1;          // the block, or −1
+};
+
+std::vector<TensorEntry> TensorList(const SynthSpec& s) {
+  using R = SynthTensorRole;
+  std::vector<TensorEntry> t;
+  const int64_t d = s.dim, q = s.q_dim(), kv = s.kv_dim(), ffn = s.hidden_dim, hd = s.head_dim();
+  auto matrix = [&](std::string name, R role, int64_t cols, int64_t rows, int64_t layer) {
+    t.push_back({TensorEntry::kMatrix, std::move(name), cols, rows, role, layer});
+  };
+  auto vec = [&](TensorEntry::Kind kind, std::string name, int64_t n, int64_t layer) {
+    t.push_back({kind, std::move(name), n, 0, R::kTokenEmbd, layer});
+  };
+  if (s.rope_scaling) vec(TensorEntry::kRopeFreqs, "rope_freqs.weight", hd / 2, -1);
+  matrix("token_embd.weight", R::kTokenEmbd, d, s.vocab_size, -1);
+  for (int64_t l = 0; l < s.n_layers; ++l) {
+    const std::string b = fmt::format("blk.{}.", l);
+    vec(TensorEntry::kOnes, b + "attn_norm.weight", d, l);
+    matrix(b + "attn_q.weight", R::kAttnQ, d, q, l);
+    if (s.qkv_bias) vec(TensorEntry::kBias, b + "attn_q.bias", q, l);
+    if (s.qk_norm()) vec(TensorEntry::kOnes, b + "attn_q_norm.weight", hd, l);
+    matrix(b + "attn_k.weight", R::kAttnK, d, kv, l);
+    if (s.qkv_bias) vec(TensorEntry::kBias, b + "attn_k.bias", kv, l);
+    if (s.qk_norm()) vec(TensorEntry::kOnes, b + "attn_k_norm.weight", hd, l);
+    matrix(b + "attn_v.weight", R::kAttnV, d, kv, l);
+    if (s.qkv_bias) vec(TensorEntry::kBias, b + "attn_v.bias", kv, l);
+    matrix(b + "attn_output.weight", R::kAttnOutput, q, d, l);
+    vec(TensorEntry::kOnes, b + "ffn_norm.weight", d, l);
+    matrix(b + "ffn_gate.weight", R::kFfnGate, d, ffn, l);
+    matrix(b + "ffn_up.weight", R::kFfnUp, d, ffn, l);
+    matrix(b + "ffn_down.weight", R::kFfnDown, ffn, d, l);
+  }
+  vec(TensorEntry::kOnes, "output_norm.weight", d, -1);
+  if (s.embeddings == SynthEmbeddings::kSeparate) matrix("output.weight", R::kOutput, d, s.vocab_size, -1);
+  return t;
+}
+
+// The registry type of a matrix: --type itself, or the mix's choice for it; its rows must be
+// whole blocks. Errors name --type, the tensor and the type.
+Result<const WeightTypeDesc*> MatrixType(const SynthSpec& s, const TensorEntry& e) {
+  std::string name = s.type;
+  if (const TypeMix* mix = FindTypeMix(s.type)) {
+    name = MixTensorTypeName(*mix, e.role, e.layer, e.cols,
+                             {.n_layers = s.n_layers, .n_heads = s.n_heads, .n_kv_heads = s.kv_heads(),
+                              .tied_embeddings = s.embeddings == SynthEmbeddings::kTied});
+  }
+  Result<const WeightTypeDesc*> d = SynthWeightTypeByName(name);
+  if (!d.ok()) {
+    return Status::Error(fmt::format("--type {}: tensor '{}': {}", s.type, e.name, d.status().message()));
+  }
+  if (e.cols % (*d)->block_elems != 0) {
+    // The flag that sets the row length: ffn_down's rows are --ffn long, attn_output's
+    // n_heads · head_dim, every other matrix's --dim.
+    const std::string flag =
+        e.role == SynthTensorRole::kFfnDown ? fmt::format("--ffn {}", e.cols)
+        : e.role == SynthTensorRole::kAttnOutput && e.cols != s.dim
+            ? fmt::format("--heads {} x head_dim {} = {}", s.n_heads, s.head_dim(), e.cols)
+            : fmt::format("--dim {}", e.cols);
+    return Status::Error(fmt::format("{} is not a multiple of {}: {} rows are whole blocks of {} (tensor '{}', "
+                                     "--type {})", flag, (*d)->block_elems, (*d)->label, (*d)->block_elems,
+                                     e.name, s.type));
+  }
+  return *d;
+}
 
 // The writer for a resolved spec, and for each tensor the number of whole layers in the file
 // once that tensor is written (for progress).
@@ -202,6 +289,8 @@ Result<Layout> BuildLayout(const SynthSpec& s, const Vocabulary& vocab, ThreadPo
   Layout out;
   GgufWriter& w = out.writer;
   const std::string a = SynthGgufArch(s.arch);
+  Result<uint32_t> file_type = SynthFileType(s);
+  if (!file_type.ok()) return file_type.status();
   std::vector<Status> st;
   st.push_back(w.SetString("general.architecture", a));
   st.push_back(w.SetString("general.name", s.name.empty() ? fmt::format("synth-{}-{}x{}",
@@ -212,8 +301,8 @@ Result<Layout> BuildLayout(const SynthSpec& s, const Vocabulary& vocab, ThreadPo
                            fmt::format("random weights written by kvq synth (seed {}): a {} model "
                                        "of this shape for speed work, not a trained model",
                                        s.seed, SynthArchName(s.arch))));
-  st.push_back(w.SetU32("general.file_type", FileType(s.type)));
-  if (s.type != GgmlType::kF16) st.push_back(w.SetU32("general.quantization_version", 2));
+  st.push_back(w.SetU32("general.file_type", *file_type));
+  if (s.type != "f16") st.push_back(w.SetU32("general.quantization_version", 2));
   const auto u32 = [](int64_t v) { return static_cast<uint32_t>(v); };
   st.push_back(w.SetU32(a + ".vocab_size", u32(s.vocab_size)));
   st.push_back(w.SetU32(a + ".context_length", u32(s.context)));
@@ -225,60 +314,37 @@ Result<Layout> BuildLayout(const SynthSpec& s, const Vocabulary& vocab, ThreadPo
   st.push_back(w.SetF32(a + ".rope.freq_base", s.rope_theta));
   st.push_back(w.SetF32(a + ".attention.layer_norm_rms_epsilon", s.norm_eps));
   st.push_back(w.SetU32(a + ".rope.dimension_count", u32(s.head_dim())));
+  // llama.cpp's converter writes the head size when the checkpoint's config names one (Qwen3
+  // always does); a head size other than dim / n_heads needs it.
+  if (s.qk_norm() || s.head_dim_override > 0) {
+    st.push_back(w.SetU32(a + ".attention.key_length", u32(s.head_dim())));
+    st.push_back(w.SetU32(a + ".attention.value_length", u32(s.head_dim())));
+  }
   for (const Status& x : st) {
     if (!x.ok()) return x;
   }
   if (Status x = CopyVocabulary(*vocab.file, vocab.n_tokens, s.vocab_size, &w); !x.ok()) return x;
 
-  auto matrix = [&](const std::string& name, int64_t cols, int64_t rows) {
-    out.layers_after.push_back(-1);
-    return w.AddStreamedTensor(name, s.type, {cols, rows},
-                               MatrixSource(s.type, cols, SynthTensorSeed(s.seed, name), pool));
-  };
-  auto f32 = [&](const std::string& name, std::vector<float> v) {
-    out.layers_after.push_back(-1);
-    const auto n = static_cast<int64_t>(v.size());
-    return w.AddTensor(name, GgmlType::kF32, {n}, F32Bytes(v));
-  };
-  auto bias = [&](const std::string& name, int64_t n) {
-    std::vector<float> v(static_cast<size_t>(n));
-    SynthDrawRow(SynthTensorSeed(s.seed, name), 0, kBiasStd * std::sqrt(3.0f), v.data(), n);
-    return f32(name, std::move(v));
-  };
-  const std::vector<float> ones(static_cast<size_t>(s.dim), 1.0f);
-  const int64_t d = s.dim, q = s.n_heads * s.head_dim(), kv = s.kv_dim(), ffn = s.hidden_dim;
-  if (s.rope_scaling) {
-    if (Status x = f32("rope_freqs.weight",
-                       Llama3RopeFreqFactors(static_cast<int32_t>(s.head_dim()), s.rope_theta,
-                                             *s.rope_scaling));
-        !x.ok()) {
-      return x;
+  for (const TensorEntry& e : TensorList(s)) {
+    Status x;
+    if (e.kind == TensorEntry::kMatrix) {
+      Result<const WeightTypeDesc*> type = MatrixType(s, e);
+      if (!type.ok()) return type.status();
+      x = w.AddStreamedTensor(e.name, static_cast<GgmlType>((*type)->gguf_type), {e.cols, e.rows},
+                              MatrixSource(*type, e.cols, SynthTensorSeed(s.seed, e.name), pool));
+    } else {
+      std::vector<float> v(static_cast<size_t>(e.cols), 1.0f);
+      if (e.kind == TensorEntry::kBias) {
+        SynthDrawRow(SynthTensorSeed(s.seed, e.name), 0, kBiasStd * std::sqrt(3.0f), v.data(), e.cols);
+      } else if (e.kind == TensorEntry::kRopeFreqs) {
+        v = Llama3RopeFreqFactors(static_cast<int32_t>(s.head_dim()), s.rope_theta, *s.rope_scaling);
+      }
+      x = w.AddTensor(e.name, GgmlType::kF32, {e.cols}, F32Bytes(v));
     }
-  }
-  if (Status x = matrix("token_embd.weight", d, s.vocab_size); !x.ok()) return x;
-  for (int64_t l = 0; l < s.n_layers; ++l) {
-    const std::string b = fmt::format("blk.{}.", l);
-    std::vector<Status> t;
-    t.push_back(f32(b + "attn_norm.weight", ones));
-    t.push_back(matrix(b + "attn_q.weight", d, q));
-    if (s.qkv_bias) t.push_back(bias(b + "attn_q.bias", q));
-    t.push_back(matrix(b + "attn_k.weight", d, kv));
-    if (s.qkv_bias) t.push_back(bias(b + "attn_k.bias", kv));
-    t.push_back(matrix(b + "attn_v.weight", d, kv));
-    if (s.qkv_bias) t.push_back(bias(b + "attn_v.bias", kv));
-    t.push_back(matrix(b + "attn_output.weight", q, d));
-    t.push_back(f32(b + "ffn_norm.weight", ones));
-    t.push_back(matrix(b + "ffn_gate.weight", d, ffn));
-    t.push_back(matrix(b + "ffn_up.weight", d, ffn));
-    t.push_back(matrix(b + "ffn_down.weight", ffn, d));
-    for (const Status& x : t) {
-      if (!x.ok()) return x;
-    }
-    out.layers_after.back() = l + 1;
-  }
-  if (Status x = f32("output_norm.weight", ones); !x.ok()) return x;
-  if (s.embeddings == SynthEmbeddings::kSeparate) {
-    if (Status x = matrix("output.weight", d, s.vocab_size); !x.ok()) return x;
+    if (!x.ok()) return x;
+    // A block's last tensor (ffn_down) completes it; the file's last completes every layer.
+    out.layers_after.push_back(e.role == SynthTensorRole::kFfnDown && e.kind == TensorEntry::kMatrix ? e.layer + 1
+                                                                                                   : -1);
   }
   out.layers_after.back() = s.n_layers;
   return out;
@@ -306,17 +372,20 @@ const char* SynthArchName(SynthArch arch) {
     case SynthArch::kLlama: return "llama";
     case SynthArch::kQwen2: return "qwen2";
     case SynthArch::kMistral: return "mistral";
+    case SynthArch::kQwen3: return "qwen3";
   }
   return "unknown";
 }
 
-const char* SynthGgufArch(SynthArch arch) { return arch == SynthArch::kQwen2 ? "qwen2" : "llama"; }
+const char* SynthGgufArch(SynthArch arch) {
+  return arch == SynthArch::kMistral ? "llama" : SynthArchName(arch);
+}
 
 Result<SynthArch> ParseSynthArch(std::string_view name) {
-  for (SynthArch a : {SynthArch::kLlama, SynthArch::kQwen2, SynthArch::kMistral}) {
+  for (SynthArch a : {SynthArch::kLlama, SynthArch::kQwen2, SynthArch::kMistral, SynthArch::kQwen3}) {
     if (name == SynthArchName(a)) return a;
   }
-  return Status::Error(fmt::format("unknown architecture '{}' (expected llama, qwen2 or mistral)",
+  return Status::Error(fmt::format("unknown architecture '{}' (expected llama, qwen2, mistral or qwen3)",
                                    name));
 }
 
@@ -334,10 +403,31 @@ std::string SynthTypeNameList() {
   return out;
 }
 
-Result<GgmlType> ParseSynthType(std::string_view name) {
+Result<const WeightTypeDesc*> SynthWeightTypeByName(std::string_view name) {
   Result<const WeightTypeDesc*> d = FindWeightTypeByName(name);
-  if (d.ok() && (*d)->quantize_block_ref != nullptr) return static_cast<GgmlType>((*d)->gguf_type);
-  return Status::Error(fmt::format("unknown weight type '{}' (expected one of {})", name, SynthTypeNameList()));
+  if (!d.ok()) {
+    return Status::Error(fmt::format("weight type {} is not registered in kvq's weight registry (synth writes: {})",
+                                     name, SynthTypeNameList()));
+  }
+  if ((*d)->quantize_block_ref == nullptr) {
+    return Status::Error(fmt::format("weight type {} has no reference quantiser in the registry (synth writes: {})",
+                                     name, SynthTypeNameList()));
+  }
+  return *d;
+}
+
+Result<std::string> ParseSynthType(std::string_view name) {
+  if (const TypeMix* mix = FindTypeMix(name)) return std::string(mix->name);
+  Result<const WeightTypeDesc*> d = SynthWeightTypeByName(name);
+  if (d.ok()) return std::string((*d)->name);
+  return Status::Error(fmt::format("{}; or a llama.cpp mix: {}", d.status().message(), TypeMixNameList()));
+}
+
+Result<uint32_t> SynthFileType(const SynthSpec& s) {
+  if (const TypeMix* mix = FindTypeMix(s.type)) return mix->file_type;
+  Result<const WeightTypeDesc*> d = SynthWeightTypeByName(s.type);
+  if (!d.ok()) return Status::Error(fmt::format("--type {}: {}", s.type, d.status().message()));
+  return (*d)->gguf_file_type;
 }
 
 std::vector<std::string> SynthPresetNames() {
@@ -375,34 +465,35 @@ Status ValidateSynthSpec(const SynthSpec& s) {
   for (const Status& c : checks) {
     if (!c.ok()) return c;
   }
-  if (s.dim % s.n_heads != 0) {
-    return Status::Error(fmt::format("--heads {} does not divide --dim {}", s.n_heads, s.dim));
+  if (s.head_dim_override < 0 || s.head_dim_override > kMaxHeadDim) {
+    return Status::Error(fmt::format("--head-dim must be in 0..{} (got {})", kMaxHeadDim, s.head_dim_override));
+  }
+  const std::string head_dim_text = s.head_dim_override > 0
+                                        ? fmt::format("--head-dim {}", s.head_dim())
+                                        : fmt::format("head_dim = --dim {} / --heads {} = {}", s.dim, s.n_heads,
+                                                      s.head_dim());
+  if (s.head_dim_override == 0 && s.dim % s.n_heads != 0) {
+    return Status::Error(fmt::format("--heads {} does not divide --dim {} (give --head-dim for heads of "
+                                     "another size)", s.n_heads, s.dim));
   }
   if (s.head_dim() % 2 != 0) {
-    return Status::Error(fmt::format("head_dim = --dim {} / --heads {} = {} is odd; RoPE rotates "
-                                     "pairs, so it must be even", s.dim, s.n_heads, s.head_dim()));
+    return Status::Error(fmt::format("{} is odd; RoPE rotates pairs, so it must be even", head_dim_text));
   }
   if (s.head_dim() > kMaxHeadDim) {
-    return Status::Error(fmt::format("head_dim = --dim {} / --heads {} = {} is larger than kvq's "
-                                     "limit of {}", s.dim, s.n_heads, s.head_dim(), kMaxHeadDim));
+    return Status::Error(fmt::format("{} is larger than kvq's limit of {}", head_dim_text, kMaxHeadDim));
   }
   if (s.n_heads % s.kv_heads() != 0) {
     return Status::Error(fmt::format("--kv-heads {} does not divide --heads {}", s.kv_heads(),
                                      s.n_heads));
   }
-  const WeightTypeDesc* type = SynthWeightType(s.type);
-  if (type == nullptr) {
-    return Status::Error(fmt::format("--type {} is not one synth writes ({})", GgmlTypeName(s.type),
-                                     SynthTypeNameList()));
+  if (!FindTypeMix(s.type) && !SynthWeightTypeByName(s.type).ok()) {
+    return Status::Error(fmt::format("--type {}: {}; or a llama.cpp mix: {}", s.type,
+                                     SynthWeightTypeByName(s.type).status().message(), TypeMixNameList()));
   }
-  if (type->block_elems > 1) {
-    // Rows are dim long (token_embd, q, k, v, gate, up) or ffn / n_heads·head_dim = dim long.
-    for (const auto& [flag, v] : {std::pair{"--dim", s.dim}, std::pair{"--ffn", s.hidden_dim}}) {
-      if (v % type->block_elems != 0) {
-        return Status::Error(fmt::format("{} {} is not a multiple of {}: {} rows are whole blocks "
-                                         "of {}", flag, v, type->block_elems, type->label, type->block_elems));
-      }
-    }
+  // Every matrix's type (a mix chooses per tensor) registered, its rows whole blocks of it.
+  for (const TensorEntry& e : TensorList(s)) {
+    if (e.kind != TensorEntry::kMatrix) continue;
+    if (Result<const WeightTypeDesc*> d = MatrixType(s, e); !d.ok()) return d.status();
   }
   if (!std::isfinite(s.rope_theta) || s.rope_theta <= 1.0f) {
     return Status::Error(fmt::format("--rope-theta must be a finite number above 1 (got {})",
@@ -423,13 +514,30 @@ Status ValidateSynthSpec(const SynthSpec& s) {
 }
 
 int64_t SynthParameterCount(const SynthSpec& s) {
-  const int64_t d = s.dim, q = s.n_heads * s.head_dim(), kv = s.kv_dim(), ffn = s.hidden_dim;
+  const int64_t d = s.dim, q = s.q_dim(), kv = s.kv_dim(), ffn = s.hidden_dim;
   const int64_t per_layer = 2 * d                       // attn_norm, ffn_norm
                             + d * q + 2 * d * kv + q * d  // attn_q, attn_k, attn_v, attn_output
                             + 3 * d * ffn                 // ffn_gate, ffn_up, ffn_down
-                            + (s.qkv_bias ? q + 2 * kv : 0);
+                            + (s.qkv_bias ? q + 2 * kv : 0)
+                            + (s.qk_norm() ? 2 * s.head_dim() : 0);  // attn_q_norm, attn_k_norm
   const int64_t embeddings = s.vocab_size * d * (s.embeddings == SynthEmbeddings::kTied ? 1 : 2);
   return embeddings + s.n_layers * per_layer + d;  // + output_norm
+}
+
+Result<std::vector<SynthTensorPlan>> PlanSynthTensors(const SynthSpec& s) {
+  if (Status v = ValidateSynthSpec(s); !v.ok()) return v;
+  if (s.vocab_size <= 0) return Status::Error("PlanSynthTensors: the vocabulary size must be resolved");
+  std::vector<SynthTensorPlan> plan;
+  for (const TensorEntry& e : TensorList(s)) {
+    if (e.kind != TensorEntry::kMatrix) {
+      plan.push_back({e.name, "f32", {e.cols}, e.cols * 4});
+      continue;
+    }
+    Result<const WeightTypeDesc*> d = MatrixType(s, e);
+    if (!d.ok()) return d.status();
+    plan.push_back({e.name, (*d)->name, {e.cols, e.rows}, e.cols / (*d)->block_elems * (*d)->block_bytes * e.rows});
+  }
+  return plan;
 }
 
 Result<SynthSummary> SummarizeSynthModel(const SynthSpec& spec, const std::string& vocab_path) {

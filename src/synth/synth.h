@@ -10,11 +10,13 @@
 //                           matrix keeps a unit-variance input at unit variance and the
 //                           pre-norm residual stream grows only additively through the layers;
 //                           the tied or separate classifier gives logits of variance ≈ 1.
-//                           Stored in --type, any weight type with a reference quantiser in
-//                           the registry (weights/weight_type.h: F16/BF16 round to nearest
-//                           even; Q8_0 / Q4_0 use ggml's reference rounding,
-//                           quantize_row_q8_0_ref / quantize_row_q4_0_ref, see their folders).
-//   norms                   1.0 (F32).
+//                           Stored in --type: any weight type with a reference quantiser in
+//                           the registry, by name (weights/weight_type.h: F16/BF16 round to
+//                           nearest even; Q8_0 / Q4_0 use ggml's reference rounding,
+//                           quantize_row_q8_0_ref / quantize_row_q4_0_ref, see their folders),
+//                           or a llama.cpp file-type mix (q4_k_m, ...: synth/type_mix.h) whose
+//                           types are looked up there tensor by tensor.
+//   norms                   1.0 (F32), qwen3's per-head q/k norms included.
 //   Q/K/V biases (qwen2)    uniform with standard deviation 0.02 (F32).
 //   rope_freqs.weight       Llama3RopeFreqFactors (F32), only with Llama 3.1 rope scaling.
 // Randomness: a tensor's seed is splitmix64(seed ^ FNV-1a(name)); row r of it draws from its own
@@ -32,28 +34,34 @@
 #include "kvq/status.h"
 #include "gguf/gguf_reader.h"
 #include "weights/rope.h"
+#include "synth/type_mix.h"
 #include "weights/weight_type.h"
 
 namespace kvq {
 
 /// The model families synth writes. kMistral is Llama's architecture in GGUF (llama.cpp's
 /// converter writes Mistral checkpoints as "llama"), so its files say general.architecture "llama".
-enum class SynthArch { kLlama, kQwen2, kMistral };
+/// kQwen3: per-head q/k RMSNorm weights, no biases, attention.key_length / value_length.
+enum class SynthArch { kLlama, kQwen2, kMistral, kQwen3 };
 
-/// "llama", "qwen2", "mistral".
+/// "llama", "qwen2", "mistral", "qwen3".
 const char* SynthArchName(SynthArch arch);
-/// The general.architecture a file of `arch` carries: "llama" (llama, mistral) or "qwen2".
+/// The general.architecture a file of `arch` carries: "llama" (llama, mistral), "qwen2", "qwen3".
 const char* SynthGgufArch(SynthArch arch);
-/// "llama" | "qwen2" | "mistral"; the error lists them.
+/// "llama" | "qwen2" | "mistral" | "qwen3"; the error lists them.
 Result<SynthArch> ParseSynthArch(std::string_view name);
-/// A registry type's CLI name (any case) whose entry has a reference quantiser ("f16", "q4_0",
-/// ...); the error lists them.
-Result<GgmlType> ParseSynthType(std::string_view name);
+/// The --type value checked: a registry type's CLI name (any case) whose entry has a reference
+/// quantiser ("f16", "q4_0", ...), or a mix name (type_mix.h). Returned lower case. The error
+/// says when the name is a known ggml type that is not registered ("q1_0 is not registered").
+Result<std::string> ParseSynthType(std::string_view name);
 /// The registry entry synth writes `type` with, or null when it cannot (not registered, or no
 /// reference quantiser).
 const WeightTypeDesc* SynthWeightType(GgmlType type);
-/// "f32, f16, bf16, q8_0, q4_0": the names ParseSynthType takes, for help text.
+/// "f32, f16, bf16, q8_0, q4_0": the registry names ParseSynthType takes, for help text.
 std::string SynthTypeNameList();
+/// The registry entry synth writes the type named `name` with; the error names the type and says
+/// whether it is unregistered or has no reference quantiser.
+Result<const WeightTypeDesc*> SynthWeightTypeByName(std::string_view name);
 
 enum class SynthEmbeddings { kSeparate, kTied };  ///< an output.weight, or the classifier = token_embd
 
@@ -63,7 +71,8 @@ struct SynthSpec {
   SynthArch arch = SynthArch::kLlama;
   int64_t dim = 0;         ///< embedding width (--dim)
   int64_t n_layers = 0;    ///< (--layers)
-  int64_t n_heads = 0;     ///< (--heads); head_dim = dim / n_heads
+  int64_t n_heads = 0;     ///< (--heads)
+  int64_t head_dim_override = 0;  ///< (--head-dim); 0: dim / n_heads. Written as attention.key_length
   int64_t n_kv_heads = 0;  ///< (--kv-heads); 0: n_heads
   int64_t hidden_dim = 0;  ///< FFN width (--ffn)
   int64_t vocab_size = 0;  ///< (--vocab-size); 0: the vocabulary's own size
@@ -73,23 +82,40 @@ struct SynthSpec {
   SynthEmbeddings embeddings = SynthEmbeddings::kSeparate;
   bool qkv_bias = false;                       ///< qwen2's attn_q/k/v biases
   std::optional<Llama3RopeScaling> rope_scaling;  ///< Llama 3.1 scaling: a rope_freqs.weight tensor
-  GgmlType type = GgmlType::kQ4_0;  ///< every matrix (token_embd included): see SynthWeightType
+  /// --type: a registry type name for every matrix (token_embd included), or a mix name.
+  std::string type = "q4_0";
   uint64_t seed = 1;
   int32_t threads = 1;  ///< threads drawing and quantising rows; never changes the bytes
 
   int64_t kv_heads() const { return n_kv_heads == 0 ? n_heads : n_kv_heads; }
-  int64_t head_dim() const { return dim / n_heads; }
+  int64_t head_dim() const { return head_dim_override > 0 ? head_dim_override : dim / n_heads; }
+  int64_t q_dim() const { return n_heads * head_dim(); }
   int64_t kv_dim() const { return head_dim() * kv_heads(); }
+  bool qk_norm() const { return arch == SynthArch::kQwen3; }
 };
 
-/// "llama-3.2-1b", "qwen2.5-0.5b", "llama-2-7b".
+/// "llama-3.2-1b", "qwen2.5-0.5b", "llama-2-7b", "qwen3-0.6b", "bonsai-1.7b", "bonsai-ternary-1.7b".
 std::vector<std::string> SynthPresetNames();
 /// A preset: the published shape of that model (see synth.cc for the numbers).
 Result<SynthSpec> SynthPreset(std::string_view name);
 
-/// Checks a spec (vocab_size 0 allowed): positive, plausible sizes; heads divide dim, KV heads
-/// divide heads, head_dim even; dim and ffn multiples of the type's block. Errors name the flag.
+/// Checks a spec (vocab_size 0 allowed): positive, plausible sizes; heads divide dim (unless
+/// head_dim is given), KV heads divide heads, head_dim even; every matrix's type registered and
+/// its rows whole blocks of it. Errors name the flag.
 Status ValidateSynthSpec(const SynthSpec& spec);
+
+/// One tensor of a synth file, in file order: what the writer will write.
+struct SynthTensorPlan {
+  std::string name;
+  std::string type;           ///< registry name ("q4_0", "f32")
+  std::vector<int64_t> dims;  ///< GGUF order: [cols] or [cols, rows]
+  int64_t bytes = 0;          ///< data bytes in that type (unpadded)
+};
+/// The tensor table of `spec` (vocab_size must be resolved, non-zero), without writing anything;
+/// fails as ValidateSynthSpec does (e.g. a type not registered).
+Result<std::vector<SynthTensorPlan>> PlanSynthTensors(const SynthSpec& spec);
+/// general.file_type of `spec`: the mix's llama_ftype, or the registry's for a single type.
+Result<uint32_t> SynthFileType(const SynthSpec& spec);
 
 /// Parameters as a checkpoint counts them: embeddings (and output.weight when separate), every
 /// matrix, norm and bias. rope_freqs.weight is a constant of the scaling, not a parameter.

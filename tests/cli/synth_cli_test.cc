@@ -98,6 +98,32 @@ TEST_F(SynthCli, PresetWithOverridesKeepsItsConventions) {
   EXPECT_NE(r.out.find("128 control tokens"), std::string::npos) << r.out;
 }
 
+// A preset's own weight type survives without --type (bonsai: Q1_0, GGUF type id 41), and --type
+// overrides it. Until Q1_0 is in the registry the preset is refused naming the type.
+TEST_F(SynthCli, BonsaiPresetKeepsItsTypeAndTypeOverridesIt) {
+  const std::string out = Path("bonsai.gguf");
+  const std::string shape = "synth --preset bonsai-1.7b --layers 1 --vocab-size 512 ";
+  const KvqRun own = Kvq(shape + "-o " + out);
+  if (own.exit_code == 0) {
+    auto f = kvq::GgufFile::Open(out);
+    ASSERT_TRUE(f.ok());
+    EXPECT_EQ(static_cast<uint32_t>((*f)->FindTensor("blk.0.attn_q.weight").value()->type), 41u);
+    fs::remove(out);
+  } else {
+    EXPECT_EQ(own.exit_code, 2) << own.err;
+    EXPECT_NE(own.err.find("weight type q1_0 is not registered"), std::string::npos) << own.err;
+  }
+  const KvqRun q8 = Kvq(shape + "--type q8_0 -o " + out);
+  ASSERT_EQ(q8.exit_code, 0) << q8.err;
+  auto f = kvq::GgufFile::Open(out);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(*(*f)->GetString("general.architecture"), "qwen3");
+  EXPECT_EQ(*(*f)->GetU32("qwen3.attention.key_length"), 128u);
+  EXPECT_EQ((*f)->FindTensor("blk.0.attn_q.weight").value()->type, kvq::GgmlType::kQ8_0);
+  EXPECT_EQ((*f)->FindTensor("blk.0.attn_q.weight").value()->dims, (std::vector<int64_t>{2048, 2048}));
+  EXPECT_TRUE((*f)->FindTensor("blk.0.attn_k_norm.weight").ok());
+}
+
 TEST_F(SynthCli, BadInputExits2NamingTheFlag) {
   const std::string out = Path("bad.gguf");
   const struct {
@@ -109,7 +135,7 @@ TEST_F(SynthCli, BadInputExits2NamingTheFlag) {
       {std::string(kTiny) + " --heads 5 -o " + out, "--heads"},
       {std::string(kTiny) + " --kv-heads 3 -o " + out, "--kv-heads"},
       {std::string(kTiny) + " --ffn 100 --type q4_0 -o " + out, "--ffn"},
-      {std::string(kTiny) + " --type q5_k -o " + out, "--type"},
+      {std::string(kTiny) + " --type iq2_xxs -o " + out, "--type"},
       {std::string(kTiny) + " --arch gemma -o " + out, "--arch"},
       {std::string(kTiny) + " --vocab-size 100 -o " + out, "--vocab-size"},
       {std::string(kTiny) + " --vocab " + Path("none.gguf") + " -o " + out, Path("none.gguf")},

@@ -23,6 +23,7 @@
 #include "model/llama.h"
 #include "model/load_model.h"
 #include "weights/matvec.h"
+#include "weights/weight_type.h"
 
 #ifndef KVQ_SOURCE_DIR
 #define KVQ_SOURCE_DIR "."
@@ -66,7 +67,8 @@ class SynthTest : public ::testing::Test {
 // The tiny llama shape of the brief: dim 64, 2 layers, 4 heads, 2 KV heads, ffn 128.
 SynthSpec Tiny(GgmlType type) {
   return SynthSpec{.arch = SynthArch::kLlama, .dim = 64, .n_layers = 2, .n_heads = 4,
-                   .n_kv_heads = 2, .hidden_dim = 128, .context = 256, .type = type, .seed = 7};
+                   .n_kv_heads = 2, .hidden_dim = 128, .context = 256,
+                   .type = FindWeightTypeByGgufId(static_cast<uint32_t>(type))->name, .seed = 7};
 }
 
 struct WantTensor {
@@ -78,26 +80,27 @@ struct WantTensor {
 // The tensors llama.cpp's conventions name for a spec, written out independently of synth.cc.
 std::vector<WantTensor> ExpectedTensors(const SynthSpec& s, int64_t vocab) {
   const int64_t d = s.dim, kv = s.dim / s.n_heads * s.kv_heads(), f = s.hidden_dim;
+  const auto m = static_cast<GgmlType>((*FindWeightTypeByName(s.type))->gguf_type);  // every matrix
   std::vector<WantTensor> t;
   if (s.rope_scaling) t.push_back({"rope_freqs.weight", GgmlType::kF32, {d / s.n_heads / 2}});
-  t.push_back({"token_embd.weight", s.type, {d, vocab}});
+  t.push_back({"token_embd.weight", m, {d, vocab}});
   for (int64_t l = 0; l < s.n_layers; ++l) {
     const std::string b = fmt::format("blk.{}.", l);
     t.push_back({b + "attn_norm.weight", GgmlType::kF32, {d}});
-    t.push_back({b + "attn_q.weight", s.type, {d, d}});
+    t.push_back({b + "attn_q.weight", m, {d, d}});
     if (s.qkv_bias) t.push_back({b + "attn_q.bias", GgmlType::kF32, {d}});
-    t.push_back({b + "attn_k.weight", s.type, {d, kv}});
+    t.push_back({b + "attn_k.weight", m, {d, kv}});
     if (s.qkv_bias) t.push_back({b + "attn_k.bias", GgmlType::kF32, {kv}});
-    t.push_back({b + "attn_v.weight", s.type, {d, kv}});
+    t.push_back({b + "attn_v.weight", m, {d, kv}});
     if (s.qkv_bias) t.push_back({b + "attn_v.bias", GgmlType::kF32, {kv}});
-    t.push_back({b + "attn_output.weight", s.type, {d, d}});
+    t.push_back({b + "attn_output.weight", m, {d, d}});
     t.push_back({b + "ffn_norm.weight", GgmlType::kF32, {d}});
-    t.push_back({b + "ffn_gate.weight", s.type, {d, f}});
-    t.push_back({b + "ffn_up.weight", s.type, {d, f}});
-    t.push_back({b + "ffn_down.weight", s.type, {f, d}});
+    t.push_back({b + "ffn_gate.weight", m, {d, f}});
+    t.push_back({b + "ffn_up.weight", m, {d, f}});
+    t.push_back({b + "ffn_down.weight", m, {f, d}});
   }
   t.push_back({"output_norm.weight", GgmlType::kF32, {d}});
-  if (s.embeddings == SynthEmbeddings::kSeparate) t.push_back({"output.weight", s.type, {d, vocab}});
+  if (s.embeddings == SynthEmbeddings::kSeparate) t.push_back({"output.weight", m, {d, vocab}});
   return t;
 }
 
@@ -462,7 +465,8 @@ TEST(SynthPresets, PublishedShapesAndParameterCounts) {
       {"llama-2-7b", SynthArch::kLlama, 4096, 32, 32, 32, 11008, 32000, 4096, 10000.0f, 1e-5f,
        SynthEmbeddings::kSeparate, false, false, 6738415616},
   };
-  EXPECT_EQ(SynthPresetNames().size(), std::size(shapes));
+  // The three qwen3-architecture presets are checked in synth_qwen3_test.cc.
+  EXPECT_EQ(SynthPresetNames().size(), std::size(shapes) + 3);
   for (const PublishedShape& p : shapes) {
     SCOPED_TRACE(p.preset);
     Result<SynthSpec> s = SynthPreset(p.preset);
@@ -530,7 +534,7 @@ TEST_F(SynthTest, Qwen2AndRopeScaledLlamaFilesHaveTheirTensorsKeysAndRun) {
     s.n_kv_heads = 2;
     s.hidden_dim = 128;
     s.vocab_size = 0;
-    s.type = GgmlType::kQ8_0;
+    s.type = "q8_0";
     const std::string path = Path("arch.gguf");
     ASSERT_TRUE(WriteSynthModel(s, kStories, path).ok());
     auto f = GgufFile::Open(path);
@@ -600,7 +604,7 @@ TEST(SynthValidate, ErrorsNameTheFlag) {
       {[](SynthSpec& s) { s.vocab_size = -1; }, "--vocab-size"},
       {[](SynthSpec& s) { s.threads = 0; }, "--threads"},
       {[](SynthSpec& s) { s.rope_theta = std::nanf(""); }, "--rope-theta"},
-      {[](SynthSpec& s) { s.type = GgmlType::kQ4_K; }, "--type"},
+      {[](SynthSpec& s) { s.type = "iq2_xxs"; }, "--type iq2_xxs: weight type iq2_xxs is not registered"},
   };
   for (const auto& c : cases) {
     SynthSpec s = Tiny(GgmlType::kQ8_0);
@@ -613,8 +617,9 @@ TEST(SynthValidate, ErrorsNameTheFlag) {
   SynthSpec f16 = Tiny(GgmlType::kF16);
   f16.hidden_dim = 100;
   EXPECT_TRUE(ValidateSynthSpec(f16).ok());
-  EXPECT_FALSE(ParseSynthType("q5_k").ok());
-  EXPECT_EQ(*ParseSynthType("Q4_0"), GgmlType::kQ4_0);
+  EXPECT_FALSE(ParseSynthType("iq2_xxs").ok());
+  EXPECT_EQ(*ParseSynthType("Q4_0"), "q4_0");
+  EXPECT_EQ(*ParseSynthType("Q4_K_M"), "q4_k_m");
   EXPECT_FALSE(ParseSynthArch("gemma").ok());
   EXPECT_EQ(*ParseSynthArch("mistral"), SynthArch::kMistral);
   EXPECT_STREQ(SynthGgufArch(SynthArch::kMistral), "llama");  // as llama.cpp's converter writes it

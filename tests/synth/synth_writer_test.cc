@@ -15,6 +15,7 @@
 
 #include "gguf/gguf_writer.h"
 #include "synth/synth.h"
+#include "weights/weight_type.h"
 
 #ifndef KVQ_SOURCE_DIR
 #define KVQ_SOURCE_DIR "."
@@ -57,7 +58,8 @@ class SynthWriterTest : public ::testing::Test {
 // The tiny llama shape of synth_test.cc.
 SynthSpec Tiny(GgmlType type) {
   return SynthSpec{.arch = SynthArch::kLlama, .dim = 64, .n_layers = 2, .n_heads = 4,
-                   .n_kv_heads = 2, .hidden_dim = 128, .context = 256, .type = type, .seed = 7};
+                   .n_kv_heads = 2, .hidden_dim = 128, .context = 256,
+                   .type = FindWeightTypeByGgufId(static_cast<uint32_t>(type))->name, .seed = 7};
 }
 
 // ---- quantisers against hand-computed blocks (synth writes through the registry's) ----
