@@ -1,8 +1,11 @@
-// Per-target row kernels of the quantised-activation weight types (Q8_0, Q4_0: blocks of 32, an
-// f16 scale d at byte 0, weight = d·code), for a type's <name>_kernels.cc (include after
-// foreach_target.h; this file opens its own namespaces). See matvec.h for the numerics contract.
+// Per-target row kernels of the quantised-activation weight types with blocks of 32 and an f16
+// scale d at byte 0 (Q8_0, Q4_0, Q5_0: weight = d·code; Q4_1, Q5_1: weight = d·code + m with an
+// f16 min m at bytes 2-3), for a type's <name>_kernels.cc (include after foreach_target.h; this
+// file opens its own namespaces). See matvec.h for the numerics contract.
 // A type supplies a block policy B:
 //   static constexpr int64_t kBytes                        bytes per block
+//   static constexpr bool kHasMin (optional, false if absent)   an f16 min m at bytes 2-3: the
+//                                                          codes start at byte 4 instead of 2
 //   static int32_t OffsetBias(bool high_half)              the unsigned-byte bias k its x86 lanes
 //                                                          start from (QuantizedX::offset = −k·Σq)
 //   x86 AVX2 or better (KVQ_MATVEC_X86_ATTR functions):
@@ -21,6 +24,12 @@
 // Every integer step is exact; per block the i32 lanes are converted to f32 (exact) and
 // accumulated with one FMA by s = d_w·d_x, so the f32 rounding is the same handful of steps
 // whatever the path.
+// A type with a min adds Σ_b (m·d_x)·Σq per row: s_m = m·d_x is rounded once and multiplied by
+// the block's exact sum (QuantizedX::sum) in an accumulator of its own (on x86 an 8-lane vector,
+// blocks j and j+8 of a chunk in lane j), added to the dot lanes once after Finish. Each dot term
+// is then rounded at most n_blocks + 5 times (scale product, one FMA per block, the add of the
+// min lanes, 3 adds of the lane reduction), each min term at most n_blocks/8 + 5 times: such a
+// type states matvec_roundings = 5.
 #if defined(KVQ_WEIGHTS_QUANT_ROWS_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef KVQ_WEIGHTS_QUANT_ROWS_INL_H_
 #undef KVQ_WEIGHTS_QUANT_ROWS_INL_H_
@@ -47,6 +56,21 @@ constexpr int64_t kScaleChunk = 16;
 constexpr int64_t kQuantBlockElems = 32;  // elements per block, weights and activation alike
 constexpr int64_t kLaneElems = 4;         // elements one int32 lane of an x86 byte dot product sums
 
+// B::kHasMin if B declares it, else false (Q8_0/Q4_0 do not: their kernels are unchanged).
+template <class B>
+constexpr bool HasMin() {
+  if constexpr (requires { B::kHasMin; }) {
+    return B::kHasMin;
+  } else {
+    return false;
+  }
+}
+// Bytes before a block's codes: d, and m for a type with a min.
+template <class B>
+constexpr int64_t CodeOffset() {
+  return HasMin<B>() ? 4 : 2;
+}
+
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 
 // Highway 1.0.3 compiles AVX3_DL with "avxvnni" (the VEX-encoded AVX-VNNI of newer cores) and
@@ -71,7 +95,8 @@ constexpr int64_t kPrefetchBytes = 16384;
 // converted 8 at a time (F16C). Measured slower: a table lookup per scale (more loads than the
 // shuffles it saves), and AVX-512 word permutes over the chunk (512-bit instructions take vector
 // port 1 away from the 256-bit block loop).
-template <int R, int64_t kBytes>
+// kAt: the byte offset of the f16 in each block (0: d; 2: a min m, for s_m = m·d_x).
+template <int R, int64_t kBytes, int64_t kAt = 0>
 KVQ_MATVEC_X86_ATTR inline void ChunkScalesX86(const uint8_t* const* rows, const float* dx, int64_t b0,
                                                int64_t nb, float (*s)[kScaleChunk]) {
   alignas(16) uint16_t half[kScaleChunk] = {};
@@ -82,12 +107,35 @@ KVQ_MATVEC_X86_ATTR inline void ChunkScalesX86(const uint8_t* const* rows, const
     dxc = padded;
   }
   for (int i = 0; i < R; ++i) {
-    for (int64_t j = 0; j < nb; ++j) std::memcpy(&half[j], rows[i] + (b0 + j) * kBytes, 2);
+    for (int64_t j = 0; j < nb; ++j) std::memcpy(&half[j], rows[i] + (b0 + j) * kBytes + kAt, 2);
     for (int64_t h = 0; h < kScaleChunk; h += 8) {
       const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(half + h)));
       _mm256_store_ps(&s[i][h], _mm256_mul_ps(dw, _mm256_loadu_ps(dxc + h)));
     }
   }
+}
+
+// The 32 unsigned 5-bit codes of a Q5_0 / Q5_1 block (ggml's qh[4] then qs[16], at p) in element
+// order, one byte each: code i = (nibble i) | (bit i of the little-endian qh) << 4, the nibbles
+// as in Q4_0 (low nibbles elements 0..15, high nibbles 16..31).
+KVQ_MATVEC_X86_ATTR inline __m256i FiveBitCodesX86(const uint8_t* p) {
+  uint32_t qh;
+  std::memcpy(&qh, p, 4);  // little-endian host
+  const __m256i raw = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 4)));
+  const __m256i nib = _mm256_and_si256(_mm256_srlv_epi64(raw, _mm256_set_epi64x(4, 4, 0, 0)),
+                                       _mm256_set1_epi8(0x0F));
+#if HWY_TARGET <= HWY_AVX3
+  // AVX-512 BW/VL: qh is a byte mask, +16 where the bit is set (one masked add).
+  return _mm256_mask_add_epi8(nib, _cvtu32_mask32(qh), nib, _mm256_set1_epi8(0x10));
+#else
+  // Byte i gets qh's byte i/8, then its bit i mod 8 is tested: 0x10 where set.
+  const __m256i bits = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int32_t>(qh)),
+      _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL, 0x0101010101010101LL, 0));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bits), bits);
+  return _mm256_or_si256(nib, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+#endif
 }
 
 KVQ_MATVEC_X86_ATTR inline float HorizontalSumX86(__m256 v) {
@@ -104,13 +152,16 @@ template <class B, int R>
 KVQ_MATVEC_X86_ATTR void QuantRowGroupX86(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols,
                                           int64_t r) {
   constexpr int64_t kBytes = B::kBytes;
+  constexpr bool kMin = HasMin<B>();
   const int64_t n_blocks = cols / kQuantBlockElems;
   const int64_t row_bytes = n_blocks * kBytes;
   const uint8_t* a[R];
   __m256 acc[R];
+  __m256 acc_min[R];  // the min terms (kMin only): lane j sums blocks ≡ j mod 8
   for (int i = 0; i < R; ++i) {
     a[i] = w + (r + i) * row_bytes;
     acc[i] = _mm256_setzero_ps();
+    acc_min[i] = _mm256_setzero_ps();
   }
   for (int64_t b0 = 0; b0 < n_blocks; b0 += kScaleChunk) {
     const int64_t nb = std::min(kScaleChunk, n_blocks - b0);
@@ -128,17 +179,36 @@ KVQ_MATVEC_X86_ATTR void QuantRowGroupX86(const uint8_t* w, const QuantizedX& x,
       }
     }
     ChunkScalesX86<R, kBytes>(a, x.d, b0, nb, s);
+    if constexpr (kMin) {
+      // s_m = m·d_x (zero past the row's end, as are the padded sums), times Σq (exact in f32).
+      alignas(32) float s_m[R][kScaleChunk];
+      ChunkScalesX86<R, kBytes, 2>(a, x.d, b0, nb, s_m);
+      alignas(32) int32_t sum[kScaleChunk] = {};  // [chunk] Σq per block
+      std::memcpy(sum, x.sum + b0, nb * sizeof(int32_t));
+      const __m256 sum_lo = _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sum)));
+      const __m256 sum_hi = _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sum + 8)));
+      for (int i = 0; i < R; ++i) {
+        acc_min[i] = _mm256_fmadd_ps(_mm256_load_ps(&s_m[i][0]), sum_lo, acc_min[i]);
+        acc_min[i] = _mm256_fmadd_ps(_mm256_load_ps(&s_m[i][8]), sum_hi, acc_min[i]);
+      }
+    }
     for (int64_t j = 0; j < nb; ++j) {
       const int64_t b = b0 + j;
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + b * kQuantBlockElems));
       const __m256i off = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.offset + b * 8));
       for (int i = 0; i < R; ++i) {
-        const __m256i dot = B::Dot(a[i] + b * kBytes + 2, xv, off);
+        const __m256i dot = B::Dot(a[i] + b * kBytes + CodeOffset<B>(), xv, off);
         acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(s[i][j]), _mm256_cvtepi32_ps(dot), acc[i]);
       }
     }
   }
-  for (int i = 0; i < R; ++i) y[r + i] = HorizontalSumX86(B::Finish(acc[i]));
+  for (int i = 0; i < R; ++i) {
+    if constexpr (kMin) {
+      y[r + i] = HorizontalSumX86(_mm256_add_ps(B::Finish(acc[i]), acc_min[i]));
+    } else {
+      y[r + i] = HorizontalSumX86(B::Finish(acc[i]));
+    }
+  }
 }
 
 template <class B>
@@ -160,26 +230,41 @@ void ActivationOffsets(const int8_t* q, int64_t n, int32_t* offset) {
 
 #else  // not x86 AVX2 or better: plain integer loops
 
-// The integer dot of one block (exact), then acc += s·dot (s = d_w·d_x rounded once).
+// The integer dot of one block (exact), then acc += s·dot (s = d_w·d_x rounded once); with a
+// min also acc_min += s_m·Σq (s_m = m·d_x rounded once), added to acc at the end.
 template <class B, int R>
 void QuantRowGroupGeneric(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r) {
   constexpr int64_t kBytes = B::kBytes;
+  constexpr bool kMin = HasMin<B>();
   const int64_t n_blocks = cols / kQuantBlockElems;
   const int64_t row_bytes = n_blocks * kBytes;
   float acc[R];
-  for (int i = 0; i < R; ++i) acc[i] = 0.0f;
+  float acc_min[R];
+  for (int i = 0; i < R; ++i) acc[i] = 0.0f, acc_min[i] = 0.0f;
   for (int64_t b = 0; b < n_blocks; ++b) {
     const int8_t* q = x.q + b * kQuantBlockElems;
     for (int i = 0; i < R; ++i) {
       const uint8_t* block = w + (r + i) * row_bytes + b * kBytes;
-      const int32_t dot = B::DotScalar(block + 2, q);
+      const int32_t dot = B::DotScalar(block + CodeOffset<B>(), q);
       uint16_t d_bits;
       std::memcpy(&d_bits, block, 2);  // little-endian host
       const float s = F16ToF32(d_bits) * x.d[b];
       acc[i] += s * static_cast<float>(dot);
+      if constexpr (kMin) {
+        uint16_t m_bits;
+        std::memcpy(&m_bits, block + 2, 2);
+        const float s_m = F16ToF32(m_bits) * x.d[b];
+        acc_min[i] += s_m * static_cast<float>(x.sum[b]);
+      }
     }
   }
-  for (int i = 0; i < R; ++i) y[r + i] = acc[i];
+  for (int i = 0; i < R; ++i) {
+    if constexpr (kMin) {
+      y[r + i] = acc[i] + acc_min[i];
+    } else {
+      y[r + i] = acc[i];
+    }
+  }
 }
 
 template <class B>
