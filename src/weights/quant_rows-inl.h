@@ -95,8 +95,7 @@ constexpr int64_t kPrefetchBytes = 16384;
 // converted 8 at a time (F16C). Measured slower: a table lookup per scale (more loads than the
 // shuffles it saves), and AVX-512 word permutes over the chunk (512-bit instructions take vector
 // port 1 away from the 256-bit block loop).
-// kAt: the byte offset of the f16 in each block (0: d; 2: a min m, for s_m = m·d_x).
-template <int R, int64_t kBytes, int64_t kAt = 0>
+template <int R, int64_t kBytes>
 KVQ_MATVEC_X86_ATTR inline void ChunkScalesX86(const uint8_t* const* rows, const float* dx, int64_t b0,
                                                int64_t nb, float (*s)[kScaleChunk]) {
   alignas(16) uint16_t half[kScaleChunk] = {};
@@ -107,7 +106,7 @@ KVQ_MATVEC_X86_ATTR inline void ChunkScalesX86(const uint8_t* const* rows, const
     dxc = padded;
   }
   for (int i = 0; i < R; ++i) {
-    for (int64_t j = 0; j < nb; ++j) std::memcpy(&half[j], rows[i] + (b0 + j) * kBytes + kAt, 2);
+    for (int64_t j = 0; j < nb; ++j) std::memcpy(&half[j], rows[i] + (b0 + j) * kBytes, 2);
     for (int64_t h = 0; h < kScaleChunk; h += 8) {
       const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(half + h)));
       _mm256_store_ps(&s[i][h], _mm256_mul_ps(dw, _mm256_loadu_ps(dxc + h)));
@@ -136,6 +135,42 @@ KVQ_MATVEC_X86_ATTR inline __m256i FiveBitCodesX86(const uint8_t* p) {
   const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bits), bits);
   return _mm256_or_si256(nib, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
 #endif
+}
+
+// For a type with a min: s[i][j] = d_w·d_x as ChunkScalesX86, and the chunk's min terms
+// acc_min[i] += (m·d_x)·Σq, lane j taking blocks j and j + 8. d and m are adjacent, so each
+// block's pair is copied as one 32-bit word (half the scalar copies of two ChunkScalesX86 calls,
+// which dominated the block loop's cost) and split by a pack.
+template <int R, int64_t kBytes>
+KVQ_MATVEC_X86_ATTR inline void ChunkScalesMinX86(const uint8_t* const* rows, const QuantizedX& x, int64_t b0,
+                                                  int64_t nb, float (*s)[kScaleChunk], __m256* acc_min) {
+  alignas(32) uint32_t dm[kScaleChunk] = {};  // [chunk] d | m << 16, zero past the row's end
+  float padded[kScaleChunk] = {};             // a partial chunk's d_x, zero past the row's end
+  alignas(32) int32_t sum[kScaleChunk] = {};  // [chunk] Σq per block, zero past the row's end
+  const float* dxc = x.d + b0;
+  const int32_t* sumc = x.sum + b0;
+  if (nb < kScaleChunk) {
+    std::memcpy(padded, dxc, nb * sizeof(float));
+    std::memcpy(sum, sumc, nb * sizeof(int32_t));
+    dxc = padded;
+    sumc = sum;
+  }
+  const __m256 sum_f[2] = {_mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sumc))),
+                           _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sumc + 8)))};
+  for (int i = 0; i < R; ++i) {
+    for (int64_t j = 0; j < nb; ++j) std::memcpy(&dm[j], rows[i] + (b0 + j) * kBytes, 4);
+    for (int64_t h = 0; h < kScaleChunk; h += 8) {
+      const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(dm + h));
+      // Per 128-bit lane [d d d d m m m m] (u16; packus cannot saturate a value below 2^16),
+      // then the lanes' quarters reordered: 8 d halves, then 8 m halves.
+      const __m256i halves = _mm256_permute4x64_epi64(
+          _mm256_packus_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_srli_epi32(v, 16)), 0xD8);
+      const __m256 dx = _mm256_loadu_ps(dxc + h);
+      _mm256_store_ps(&s[i][h], _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(halves)), dx));
+      const __m256 s_m = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(halves, 1)), dx);
+      acc_min[i] = _mm256_fmadd_ps(s_m, sum_f[h / 8], acc_min[i]);
+    }
+  }
 }
 
 KVQ_MATVEC_X86_ATTR inline float HorizontalSumX86(__m256 v) {
@@ -178,19 +213,10 @@ KVQ_MATVEC_X86_ATTR void QuantRowGroupX86(const uint8_t* w, const QuantizedX& x,
         _mm_prefetch(reinterpret_cast<const char*>(ahead + at), _MM_HINT_T1);
       }
     }
-    ChunkScalesX86<R, kBytes>(a, x.d, b0, nb, s);
     if constexpr (kMin) {
-      // s_m = m·d_x (zero past the row's end, as are the padded sums), times Σq (exact in f32).
-      alignas(32) float s_m[R][kScaleChunk];
-      ChunkScalesX86<R, kBytes, 2>(a, x.d, b0, nb, s_m);
-      alignas(32) int32_t sum[kScaleChunk] = {};  // [chunk] Σq per block
-      std::memcpy(sum, x.sum + b0, nb * sizeof(int32_t));
-      const __m256 sum_lo = _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sum)));
-      const __m256 sum_hi = _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sum + 8)));
-      for (int i = 0; i < R; ++i) {
-        acc_min[i] = _mm256_fmadd_ps(_mm256_load_ps(&s_m[i][0]), sum_lo, acc_min[i]);
-        acc_min[i] = _mm256_fmadd_ps(_mm256_load_ps(&s_m[i][8]), sum_hi, acc_min[i]);
-      }
+      ChunkScalesMinX86<R, kBytes>(a, x, b0, nb, s, acc_min);
+    } else {
+      ChunkScalesX86<R, kBytes>(a, x.d, b0, nb, s);
     }
     for (int64_t j = 0; j < nb; ++j) {
       const int64_t b = b0 + j;
