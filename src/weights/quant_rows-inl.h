@@ -121,8 +121,19 @@ KVQ_MATVEC_X86_ATTR inline __m256i FiveBitCodesX86(const uint8_t* p) {
   uint32_t qh;
   std::memcpy(&qh, p, 4);  // little-endian host
   const __m256i raw = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 4)));
+#if HWY_TARGET <= HWY_AVX3_DL
+  // AVX-512 VBMI: vpmultishiftqb takes each byte from its qword at a bit offset, byte j of the
+  // upper half 4 bits above byte j of the lower: the high nibbles come down on port 5, leaving
+  // ports 0 and 1 (vpsrlvq's) to the dot product, its conversion and the FMA. In cache (one
+  // thread, `kvq bench matvec --working-set 8MiB --rows 512 --cols 2048`, best repetition) Q5_0
+  // ran at 0.94× Q4_0's GB/s with vpsrlvq and 0.96× with this, within the shared machine's noise.
+  const __m256i offsets = _mm256_set_epi64x(0x3C342C241C140C04LL, 0x3C342C241C140C04LL,
+                                            0x3830282018100800LL, 0x3830282018100800LL);
+  const __m256i nib = _mm256_and_si256(_mm256_multishift_epi64_epi8(offsets, raw), _mm256_set1_epi8(0x0F));
+#else
   const __m256i nib = _mm256_and_si256(_mm256_srlv_epi64(raw, _mm256_set_epi64x(4, 4, 0, 0)),
                                        _mm256_set1_epi8(0x0F));
+#endif
 #if HWY_TARGET <= HWY_AVX3
   // AVX-512 BW/VL: qh is a byte mask, +16 where the bit is set (one masked add).
   return _mm256_mask_add_epi8(nib, _cvtu32_mask32(qh), nib, _mm256_set1_epi8(0x10));
