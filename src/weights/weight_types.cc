@@ -10,6 +10,9 @@
 #include "weights/f16/f16.h"
 #include "weights/f32/f32.h"
 #include "weights/q4_0/q4_0.h"
+#include "weights/q4_1/q4_1.h"
+#include "weights/q5_0/q5_0.h"
+#include "weights/q5_1/q5_1.h"
 #include "weights/q8_0/q8_0.h"
 #include "weights/weight_type.h"
 
@@ -17,8 +20,9 @@ namespace kvq {
 namespace {
 
 // GGUF ids are ggml.h's enum ggml_type; file types are llama.h's enum llama_ftype
-// (LLAMA_FTYPE_ALL_F32 = 0, MOSTLY_F16 = 1, MOSTLY_Q4_0 = 2, MOSTLY_Q8_0 = 7, MOSTLY_BF16 = 32).
-constexpr std::array<WeightTypeDesc, 5> kWeightTypes = {{
+// (LLAMA_FTYPE_ALL_F32 = 0, MOSTLY_F16 = 1, MOSTLY_Q4_0 = 2, MOSTLY_Q4_1 = 3, MOSTLY_Q8_0 = 7,
+// MOSTLY_Q5_0 = 8, MOSTLY_Q5_1 = 9, MOSTLY_BF16 = 32).
+constexpr std::array<WeightTypeDesc, 8> kWeightTypes = {{
     {.type = WeightType::kF32, .name = "f32", .label = "F32", .gguf_type = 0, .gguf_file_type = 0,
      .block_elems = 1, .block_bytes = 4, .quantized_activation = false,
      .dequantize_block_ref = weights_f32::DequantizeBlock, .exact_block_ref = nullptr, .matvec_roundings = 0, .quantize_block_ref = weights_f32::QuantizeBlock,
@@ -39,6 +43,18 @@ constexpr std::array<WeightTypeDesc, 5> kWeightTypes = {{
      .block_elems = 32, .block_bytes = 18, .quantized_activation = true,
      .dequantize_block_ref = weights_q4_0::DequantizeBlock, .exact_block_ref = weights_q4_0::ExactBlock, .matvec_roundings = 4, .quantize_block_ref = weights_q4_0::QuantizeBlock,
      .code_ref = weights_q4_0::Code, .scale_ref = weights_q4_0::Scale, .kernels = weights_q4_0::Kernels},
+    {.type = WeightType::kQ4_1, .name = "q4_1", .label = "Q4_1", .gguf_type = 3, .gguf_file_type = 3,
+     .block_elems = 32, .block_bytes = 20, .quantized_activation = true,
+     .dequantize_block_ref = weights_q4_1::DequantizeBlock, .exact_block_ref = weights_q4_1::ExactBlock, .matvec_roundings = 5, .quantize_block_ref = weights_q4_1::QuantizeBlock,
+     .code_ref = nullptr, .scale_ref = nullptr, .kernels = weights_q4_1::Kernels},
+    {.type = WeightType::kQ5_0, .name = "q5_0", .label = "Q5_0", .gguf_type = 6, .gguf_file_type = 8,
+     .block_elems = 32, .block_bytes = 22, .quantized_activation = true,
+     .dequantize_block_ref = weights_q5_0::DequantizeBlock, .exact_block_ref = weights_q5_0::ExactBlock, .matvec_roundings = 4, .quantize_block_ref = weights_q5_0::QuantizeBlock,
+     .code_ref = weights_q5_0::Code, .scale_ref = weights_q5_0::Scale, .kernels = weights_q5_0::Kernels},
+    {.type = WeightType::kQ5_1, .name = "q5_1", .label = "Q5_1", .gguf_type = 7, .gguf_file_type = 9,
+     .block_elems = 32, .block_bytes = 24, .quantized_activation = true,
+     .dequantize_block_ref = weights_q5_1::DequantizeBlock, .exact_block_ref = weights_q5_1::ExactBlock, .matvec_roundings = 5, .quantize_block_ref = weights_q5_1::QuantizeBlock,
+     .code_ref = nullptr, .scale_ref = nullptr, .kernels = weights_q5_1::Kernels},
 }};
 
 std::string Lower(std::string_view s) {
