@@ -4,6 +4,7 @@
 // in Part 1 unchanged; plus the bytes that are not UTF-8, which NFC passes through.
 #include "text/nfc.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -35,7 +36,8 @@ std::string Show(const std::string& s) {
   std::string out;
   for (size_t at = 0; at < s.size();) {
     const Decoded d = DecodeUtf8(s, at);
-    out += (out.empty() ? "" : " ") + std::to_string(d.code_point);
+    if (!out.empty()) out += ' ';
+    out += fmt::format("{:04X}", d.code_point);
     at += d.n_bytes;
   }
   return out;
