@@ -6,6 +6,7 @@
 // directly (NFC applied as Qwen's file says) and the GGUF file `kvq synth --vocab` writes from it
 // (as llama.cpp reads such a file: no NFC, so it is given the NFC text).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 
 #include "gguf/gguf_reader.h"
 #include "synth/synth.h"
+#include "test_util/run_kvq.h"
 #include "text/tokenizer.h"
 
 namespace kvq {
@@ -33,11 +35,7 @@ json Oracle() {
   return json::parse(in);
 }
 
-std::string Ids(const std::vector<int32_t>& ids) {
-  std::string s;
-  for (const int32_t id : ids) s += (s.empty() ? "" : " ") + std::to_string(id);
-  return s;
-}
+std::string Ids(const std::vector<int32_t>& ids) { return fmt::format("{}", fmt::join(ids, " ")); }
 
 class HfOracle : public ::testing::TestWithParam<const char*> {
  protected:
@@ -140,6 +138,25 @@ TEST_P(HfOracle, SynthGgufFromTokenizerJsonGivesTheReferenceIds) {
   const std::vector<int32_t> decomposed = t->Encode("e\xCC\x81", false);
   EXPECT_NE(decomposed, t->Encode("\xC3\xA9", false));
   fs::remove_all(dir);
+}
+
+// The command line: `kvq tokenize --vocab tokenizer.json` prints the reference's ids for a text
+// whose NFC differs from it, and `-m` with `--vocab` or a file kvq refuses is an error naming it.
+TEST_P(HfOracle, KvqTokenizeVocab) {
+  size_t i = 0;
+  while (i < texts_.size() && texts_[i].rfind("e\xCC\x81 caf", 0) != 0) ++i;
+  ASSERT_LT(i, texts_.size()) << "the combining-mark text is missing from the oracle's list";
+  const kvq_test::KvqRun r = kvq_test::RunKvq(fmt::format("tokenize --vocab '{}' --ids -p '{}'", tokenizer_json(), texts_[i]));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, Ids(Want(i, "ids")) + "\n");
+  EXPECT_NE(r.err.find(qwen() ? "qwen2, NFC" : "llama-bpe)"), std::string::npos) << r.err;
+  const kvq_test::KvqRun both = kvq_test::RunKvq(fmt::format("tokenize -m x.gguf --vocab '{}' -p a", tokenizer_json()));
+  EXPECT_NE(both.exit_code, 0);
+  const std::string config = (fs::path(tokenizer_json()).parent_path() / "tokenizer_config.json").string();
+  const kvq_test::KvqRun bad = kvq_test::RunKvq(fmt::format("tokenize --vocab '{}' -p a", config));
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find(config), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("model"), std::string::npos) << bad.err;
 }
 
 INSTANTIATE_TEST_SUITE_P(Packages, HfOracle, ::testing::Values("qwen3", "llama3_1"));
