@@ -190,7 +190,8 @@ void AddSynthCommand(CLI::App& app, int* exit_code) {
                                 fmt::format("Matrix type, one of {}, or a llama.cpp mix ({}; docs/weight-types.md); "
                                             "default q4_0 or the preset's", SynthTypeNameList(), TypeMixNameList()));
   cmd->add_option("--vocab", o->vocab,
-                  "GGUF file whose tokenizer.* metadata is copied (default: the bundled "
+                  "GGUF file whose tokenizer.* metadata is copied, or a Hugging Face tokenizer.json "
+                  "(byte-level BPE) written as llama.cpp's converter would (default: the bundled "
                   "stories260K.gguf, 512 tokens)");
   AddSeedFlag(cmd, &o->shared, "Seed: the same seed writes the same bytes")->capture_default_str();
   AddThreadsOrAllCoresFlag(cmd, &o->shared, "Threads (default: all cores; never changes the bytes)");

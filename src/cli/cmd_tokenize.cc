@@ -1,7 +1,8 @@
 // `kvq tokenize`: the tokens of a text under a GGUF vocabulary, as llama.cpp's llama-tokenize
 // prints them ("id -> 'piece'" per token), or just the ids. Only the GGUF metadata is read (the
 // weights are never touched), so -m may be a vocabulary-only GGUF such as llama.cpp's
-// models/ggml-vocab-*.gguf. With no -m it uses the bundled stories260K.gguf.
+// models/ggml-vocab-*.gguf. With no -m it uses the bundled stories260K.gguf. --vocab reads a
+// Hugging Face tokenizer.json instead (text/hf_tokenizer_json.h), normalizer included.
 #include <fmt/core.h>
 
 #include <cerrno>
@@ -24,6 +25,7 @@ struct TokenizeOptions {
   std::string prompt;
   bool prompt_given = false;
   std::string file;
+  std::string vocab;  // a tokenizer.json, instead of -m
   bool ids = false;
   bool no_bos = false;
 };
@@ -69,11 +71,19 @@ int RunTokenize(const TokenizeOptions& o) {
     if (in.bad()) return bad(fmt::format("-f {}: read error", o.file));
   }
 
-  const std::string path = o.shared.model.empty() ? BundledModelFile("stories260K.gguf") : o.shared.model;
-  Result<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
-  if (!file.ok()) return bad(fmt::format("-m {}: {}", path, file.status().message()));
-  Result<Tokenizer> tokenizer = Tokenizer::LoadGguf(**file);
-  if (!tokenizer.ok()) return bad(fmt::format("-m {}: {}", path, tokenizer.status().message()));
+  if (!o.vocab.empty() && !o.shared.model.empty()) return bad("-m and --vocab both give the vocabulary; use one");
+  const std::string path = !o.vocab.empty()          ? o.vocab
+                           : o.shared.model.empty() ? BundledModelFile("stories260K.gguf")
+                                                    : o.shared.model;
+  const std::string flag = o.vocab.empty() ? "-m" : "--vocab";
+  const auto load = [&]() -> Result<Tokenizer> {
+    if (!o.vocab.empty()) return Tokenizer::LoadHfTokenizerJson(path);
+    Result<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
+    if (!file.ok()) return file.status();
+    return Tokenizer::LoadGguf(**file);
+  };
+  Result<Tokenizer> tokenizer = load();
+  if (!tokenizer.ok()) return bad(fmt::format("{} {}: {}", flag, path, tokenizer.status().message()));
   const Tokenizer& tok = *tokenizer;
 
   const bool bos = !o.ids && !o.no_bos && tok.add_bos();
@@ -93,9 +103,10 @@ int RunTokenize(const TokenizeOptions& o) {
     }
   }
   const bool bpe = tok.kind() == Tokenizer::Kind::kBytePairs;
-  fmt::print(stderr, "kvq tokenize: {} token{} from {} bytes ({}, {}{})\n", ids.size(), ids.size() == 1 ? "" : "s",
+  fmt::print(stderr, "kvq tokenize: {} token{} from {} bytes ({}, {}{}{})\n", ids.size(), ids.size() == 1 ? "" : "s",
              text.size(), path,
-             bpe ? "byte-level BPE, pre-tokenizer " : "SentencePiece", bpe ? PreTokenizerName(tok.pre_tokenizer()) : "");
+             bpe ? "byte-level BPE, pre-tokenizer " : "SentencePiece", bpe ? PreTokenizerName(tok.pre_tokenizer()) : "",
+             tok.normalizes_nfc() ? ", NFC" : "");
   return 0;
 }
 
@@ -111,6 +122,9 @@ void AddTokenizeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("-p,--prompt", o->prompt, "The text to tokenize")->each([o](const std::string&) {
     o->prompt_given = true;
   });
+  cmd->add_option("--vocab", o->vocab,
+                  "A Hugging Face tokenizer.json (byte-level BPE; tokenizer_config.json beside it is read "
+                  "too) instead of -m");
   cmd->add_option("-f,--file", o->file, "Read the text from FILE (as it is, bytes included)");
   cmd->add_flag("--ids", o->ids,
                 "Print only the ids, space-separated on one line, without BOS (the form of llama.cpp's "

@@ -20,6 +20,7 @@
 #include "kvq/format.h"
 #include "kvq/units.h"
 #include "gguf/gguf_writer.h"
+#include "text/hf_tokenizer_json.h"
 #include "weights/weight_type.h"
 
 namespace kvq {
@@ -163,12 +164,22 @@ Status CopyVocabulary(const GgufFile& vocab, int64_t n_tokens, int64_t vocab_siz
   return Status::Ok();
 }
 
+// The vocabulary a model carries: a GGUF file's tokenizer.* keys, copied, or a Hugging Face
+// tokenizer.json, converted as llama.cpp's converter does (text/hf_tokenizer_json.h).
 struct Vocabulary {
-  std::unique_ptr<GgufFile> file;
+  std::string path;
+  std::unique_ptr<GgufFile> file;        // a GGUF vocabulary, or
+  std::optional<BpeVocabulary> imported;  // a tokenizer.json
   int64_t n_tokens = 0;
 };
 
 Result<Vocabulary> OpenVocabulary(const std::string& path) {
+  if (std::filesystem::path(path).extension() == ".json") {
+    Result<BpeVocabulary> v = ReadHfTokenizerJson(path);
+    if (!v.ok()) return Status::Error("--vocab: " + v.status().message());
+    const auto n = static_cast<int64_t>(v->tokens.size());
+    return Vocabulary{path, nullptr, std::move(v).value(), n};
+  }
   Result<std::unique_ptr<GgufFile>> f = GgufFile::Open(path);
   if (!f.ok()) return Status::Error("--vocab: " + f.status().message());
   if (!(*f)->Has("tokenizer.ggml.tokens")) {
@@ -179,7 +190,7 @@ Result<Vocabulary> OpenVocabulary(const std::string& path) {
   if (!tokens.ok()) return Status::Error("--vocab: " + tokens.status().message());
   if (tokens->empty()) return Status::Error(fmt::format("--vocab: '{}' has no tokens", path));
   const auto n = static_cast<int64_t>(tokens->size());
-  return Vocabulary{std::move(f).value(), n};
+  return Vocabulary{path, std::move(f).value(), std::nullopt, n};
 }
 
 // A row source for a matrix of rows `cols` long: rows drawn uniformly on (−a, a) with
@@ -323,7 +334,11 @@ Result<Layout> BuildLayout(const SynthSpec& s, const Vocabulary& vocab, ThreadPo
   for (const Status& x : st) {
     if (!x.ok()) return x;
   }
-  if (Status x = CopyVocabulary(*vocab.file, vocab.n_tokens, s.vocab_size, &w); !x.ok()) return x;
+  if (Status x = vocab.imported ? WriteBpeVocabularyGguf(*vocab.imported, s.vocab_size, &w)
+                                : CopyVocabulary(*vocab.file, vocab.n_tokens, s.vocab_size, &w);
+      !x.ok()) {
+    return x;
+  }
 
   for (const TensorEntry& e : TensorList(s)) {
     Status x;
@@ -357,7 +372,7 @@ Result<SynthSummary> Summarize(const SynthSpec& spec, const Vocabulary& vocab) {
   if (resolved.vocab_size < vocab.n_tokens) {
     return Status::Error(fmt::format("--vocab-size {} is smaller than the vocabulary '{}' ({} "
                                      "tokens); it may only pad it",
-                                     resolved.vocab_size, vocab.file->path(), vocab.n_tokens));
+                                     resolved.vocab_size, vocab.path, vocab.n_tokens));
   }
   Result<Layout> layout = BuildLayout(resolved, vocab, nullptr);
   if (!layout.ok()) return layout.status();

@@ -2,7 +2,8 @@
 // machine that cannot download real weights (`kvq synth`). The files follow llama.cpp's GGUF
 // conventions (metadata keys, tensor names and shapes, `general.file_type`), so kvq and llama.cpp
 // load them alike; their vocabulary is copied from another GGUF file (padded with control tokens
-// up to the shape's vocabulary size), so text still tokenizes with real pieces.
+// up to the shape's vocabulary size) or converted from a model's Hugging Face tokenizer.json, so
+// text still tokenizes with real pieces.
 //
 // Weights (all drawn from a seeded PRNG; the same seed gives the same file byte for byte, for
 // any thread count):
@@ -129,8 +130,10 @@ struct SynthSummary {
   int64_t parameters;         ///< SynthParameterCount
   int64_t file_bytes;         ///< the exact size of the GGUF file
 };
-/// Validates `spec` and reads the vocabulary at `vocab_path` (a GGUF file with
-/// tokenizer.ggml.tokens); a vocab size smaller than the vocabulary is an error.
+/// Validates `spec` and reads the vocabulary at `vocab_path`: a GGUF file with
+/// tokenizer.ggml.tokens (its tokenizer.* keys are copied), or a Hugging Face tokenizer.json
+/// (a name ending in .json; written as llama.cpp's converter writes it, padded with "[PAD<id>]"
+/// UNUSED tokens: text/bpe_vocabulary.h). A vocab size smaller than the vocabulary is an error.
 Result<SynthSummary> SummarizeSynthModel(const SynthSpec& spec, const std::string& vocab_path);
 
 /// Progress of WriteSynthModel: called after each layer's last tensor and once at the end

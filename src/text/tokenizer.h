@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kvq/status.h"
+#include "text/bpe_vocabulary.h"
 #include "text/pre_tokenizer.h"
 
 namespace kvq {
@@ -63,6 +64,13 @@ class Tokenizer {
   ///    .pre means "default", as in llama.cpp; an unknown one is an error listing the supported
   ///    names (SupportedPreTokenizers()).
   static Result<Tokenizer> LoadGguf(const GgufFile& file);
+  /// A byte-level BPE vocabulary (bpe_vocabulary.h), checked as LoadGguf checks a "gpt2" file's;
+  /// errors name `source`. The "gpt2" GGUF loader and the tokenizer.json importer both end here.
+  static Result<Tokenizer> FromBpeVocabulary(const BpeVocabulary& vocabulary, const std::string& source);
+  /// A Hugging Face tokenizer.json (with the tokenizer_config.json beside it, if any): see
+  /// ReadHfTokenizerJson (hf_tokenizer_json.h) for what is read and refused. Unlike a GGUF
+  /// vocabulary, it applies the file's NFC normalizer.
+  static Result<Tokenizer> LoadHfTokenizerJson(const std::string& path);
 
   enum class Kind : uint8_t { kSentencePiece, kBytePairs };
   Kind kind() const { return kind_; }
@@ -75,6 +83,9 @@ class Tokenizer {
   int32_t unk() const { return unk_; }  ///< -1 when the vocabulary has none
   /// Whether the vocabulary asks for BOS in front of a prompt (tokenizer.ggml.add_bos_token).
   bool add_bos() const { return add_bos_; }
+  /// Whether Encode puts byte-level BPE text in Unicode NFC before splitting it (only a
+  /// vocabulary imported from a tokenizer.json whose normalizer is NFC: see BpeVocabulary::nfc).
+  bool normalizes_nfc() const { return nfc_; }
   /// Whether Encode puts a space in front of the text (tokenizer.ggml.add_space_prefix).
   bool add_space_prefix() const { return add_space_prefix_; }
   TokenType type(int32_t id) const { return info_[id].type; }
@@ -105,7 +116,8 @@ class Tokenizer {
   /// e.g. 0x0B and 0xC0, StarCoder's 14). Invalid UTF-8 is pre-tokenized as U+FFFD per bad byte
   /// (pre_tokenizer.h) but keeps its bytes (llama.cpp replaces them by U+FFFD's three bytes), so
   /// Detokenize(Encode(s)) == s for any bytes s that hold no control or user-defined token's text
-  /// and no byte the vocabulary lacks.
+  /// and no byte the vocabulary lacks. With normalizes_nfc(), each stretch between literals is put
+  /// in NFC (nfc.h) before it is split, so Detokenize(Encode(s)) is then NFC(s).
   ///
   /// SentencePiece, as llama.cpp: user-defined pieces are cut out of the text first; each
   /// remaining stretch at the start or after such a piece gets a leading space (if
@@ -217,6 +229,7 @@ class Tokenizer {
   // Byte-level BPE only:
   PreTokenizer pre_ = PreTokenizer::kDefault;
   bool ignore_merges_ = false;
+  bool nfc_ = false;  // NFC before splitting (BpeVocabulary::nfc)
   std::vector<std::string> bpe_text_;  // [vocab_size] the token as stored (GPT-2 byte alphabet)
   /// Stored text -> id, every token type (as llama.cpp's text_to_token); first id wins.
   std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> bpe_ids_;

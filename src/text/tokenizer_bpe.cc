@@ -19,6 +19,8 @@
 #include <limits>
 
 #include "gguf/gguf_reader.h"
+#include "text/hf_tokenizer_json.h"
+#include "text/nfc.h"
 #include "text/symbol_merge.h"
 #include "text/tokenizer.h"
 #include "text/unicode.h"
@@ -76,10 +78,6 @@ Result<Tokenizer> Tokenizer::LoadGgufBpe(const GgufFile& file) {
   Result<std::span<const std::string_view>> tokens = file.GetStringArray("tokenizer.ggml.tokens");
   if (!tokens.ok()) return tokens.status();
   const size_t n = tokens->size();
-  if (n == 0) return bad("tokenizer.ggml.tokens is empty");
-  if (n > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
-    return bad(fmt::format("tokenizer.ggml.tokens holds {} tokens, more than kvq's int32 ids allow", n));
-  }
   if (!file.Has("tokenizer.ggml.merges")) {
     return bad("tokenizer.ggml.model is \"gpt2\" (byte-level BPE) but there is no tokenizer.ggml.merges");
   }
@@ -87,77 +85,109 @@ Result<Tokenizer> Tokenizer::LoadGgufBpe(const GgufFile& file) {
   if (!merges.ok()) return merges.status();
   Result<std::vector<int32_t>> token_types = GgufTokenTypes(file, n);
   if (!token_types.ok()) return token_types.status();
-  const std::vector<int32_t>& types = *token_types;
 
-  Tokenizer t;
-  t.kind_ = Kind::kBytePairs;
-  t.source_ = path;
-  t.add_space_prefix_ = false;  // llama.cpp's BPE never adds one
-  // The pre-tokenizer: a missing name is llama.cpp's "default".
-  std::string pre = "default";
-  if (file.Has("tokenizer.ggml.pre")) {
+  BpeVocabulary v;
+  v.tokens.assign(tokens->begin(), tokens->end());
+  v.token_types = std::move(token_types).value();
+  v.merges.assign(merges->begin(), merges->end());
+  if (file.Has("tokenizer.ggml.pre")) {  // a missing name is llama.cpp's "default"
     Result<std::string> p = file.GetString("tokenizer.ggml.pre");
     if (!p.ok()) return p.status();
-    pre = *p;
+    v.pre = *p;
   }
-  const std::optional<PreTokenizerSpec> spec = FindPreTokenizer(pre);
-  if (!spec) {
-    return bad(fmt::format("tokenizer.ggml.pre is \"{}\", a pre-tokenizer kvq does not implement; supported: {}",
-                           pre, SupportedPreTokenizers()));
-  }
-  t.pre_ = spec->kind;
-  t.ignore_merges_ = spec->ignore_merges;
-  t.add_bos_ = spec->add_bos;
-
-  t.pieces_.reserve(n);
-  t.info_.reserve(n);
-  t.bpe_text_.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    const std::string_view text = (*tokens)[i];
-    Result<TokenInfo> typed = GgufTokenInfo(types[i], text, i);
-    if (!typed.ok()) return bad(typed.status().message());
-    TokenInfo info = *typed;
-    const bool in_alphabet = info.type == TokenType::kNormal || info.type == TokenType::kUnused;
-    t.pieces_.push_back(in_alphabet ? DecodeByteAlphabet(text) : std::string(text));
-    t.bpe_text_.emplace_back(text);
-    t.info_.push_back(info);
-  }
-
-  t.merge_ranks_.reserve(merges->size());
-  for (size_t i = 0; i < merges->size(); ++i) {
-    const std::string_view merge = (*merges)[i];
-    // "left right"; llama.cpp looks for the space from the second character on.
-    const size_t space = merge.size() > 1 ? merge.find(' ', 1) : std::string_view::npos;
-    if (space == std::string_view::npos || space + 1 >= merge.size()) {
-      return bad(fmt::format("tokenizer.ggml.merges[{}] is \"{}\", not \"LEFT RIGHT\"", i, merge.substr(0, 64)));
-    }
-    if (i > static_cast<size_t>(std::numeric_limits<int32_t>::max())) return bad("too many merges");
-    t.merge_ranks_.emplace(std::string(merge), static_cast<int32_t>(i));  // the first rank wins
-  }
-
   // Special ids: the metadata's, else llama.cpp's BPE defaults (BOS = EOS = 11, no unknown token).
   const auto special = [&](std::string_view key, int32_t fallback, int32_t& id) -> Status {
     if (!file.Has(key)) {
       id = fallback >= 0 && fallback < static_cast<int32_t>(n) ? fallback : -1;
       return Status::Ok();
     }
-    Result<uint32_t> v = file.GetU32(key);
-    if (!v.ok()) return v.status();
-    if (*v >= n) return bad(fmt::format("{} is {}, but there are only {} tokens", key, *v, n));
-    id = static_cast<int32_t>(*v);
+    Result<uint32_t> value = file.GetU32(key);
+    if (!value.ok()) return value.status();
+    if (*value >= n) return bad(fmt::format("{} is {}, but there are only {} tokens", key, *value, n));
+    id = static_cast<int32_t>(*value);
     return Status::Ok();
   };
-  if (Status s = special("tokenizer.ggml.bos_token_id", 11, t.bos_); !s.ok()) return s;
-  if (Status s = special("tokenizer.ggml.eos_token_id", 11, t.eos_); !s.ok()) return s;
-  if (Status s = special("tokenizer.ggml.unknown_token_id", -1, t.unk_); !s.ok()) return s;
+  if (Status s = special("tokenizer.ggml.bos_token_id", 11, v.bos); !s.ok()) return s;
+  if (Status s = special("tokenizer.ggml.eos_token_id", 11, v.eos); !s.ok()) return s;
+  if (Status s = special("tokenizer.ggml.unknown_token_id", -1, v.unk); !s.ok()) return s;
   if (file.Has("tokenizer.ggml.add_bos_token")) {
-    Result<bool> v = file.GetBool("tokenizer.ggml.add_bos_token");
-    if (!v.ok()) return v.status();
-    t.add_bos_ = *v;
+    Result<bool> value = file.GetBool("tokenizer.ggml.add_bos_token");
+    if (!value.ok()) return value.status();
+    v.add_bos = *value;
+  }
+  return FromBpeVocabulary(v, path);
+}
+
+Result<Tokenizer> Tokenizer::FromBpeVocabulary(const BpeVocabulary& v, const std::string& source) {
+  const auto bad = [&](const std::string& why) {
+    return Status::Error(fmt::format("{}: tokenizer: {}", source, why));
+  };
+  const size_t n = v.tokens.size();
+  if (n == 0) return bad("tokenizer.ggml.tokens is empty");
+  if (n > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    return bad(fmt::format("tokenizer.ggml.tokens holds {} tokens, more than kvq's int32 ids allow", n));
+  }
+  if (v.token_types.size() != n) {
+    return bad(fmt::format("tokenizer.ggml.token_type has {} entries for {} tokens", v.token_types.size(), n));
+  }
+  const std::optional<PreTokenizerSpec> spec = FindPreTokenizer(v.pre);
+  if (!spec) {
+    return bad(fmt::format("tokenizer.ggml.pre is \"{}\", a pre-tokenizer kvq does not implement; supported: {}",
+                           v.pre, SupportedPreTokenizers()));
+  }
+  for (const auto& [key, id] : {std::pair{"bos_token_id", v.bos}, std::pair{"eos_token_id", v.eos},
+                                std::pair{"unknown_token_id", v.unk}}) {
+    if (id >= static_cast<int32_t>(n)) {
+      return bad(fmt::format("tokenizer.ggml.{} is {}, but there are only {} tokens", key, id, n));
+    }
+  }
+
+  Tokenizer t;
+  t.kind_ = Kind::kBytePairs;
+  t.source_ = source;
+  t.add_space_prefix_ = false;  // llama.cpp's BPE never adds one
+  t.pre_ = spec->kind;
+  t.ignore_merges_ = spec->ignore_merges;
+  t.add_bos_ = v.add_bos.value_or(spec->add_bos);
+  t.nfc_ = v.nfc;
+  t.bos_ = v.bos;
+  t.eos_ = v.eos;
+  t.unk_ = v.unk;
+
+  t.pieces_.reserve(n);
+  t.info_.reserve(n);
+  t.bpe_text_.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const std::string& text = v.tokens[i];
+    Result<TokenInfo> typed = GgufTokenInfo(v.token_types[i], text, i);
+    if (!typed.ok()) return bad(typed.status().message());
+    TokenInfo info = *typed;
+    const bool in_alphabet = info.type == TokenType::kNormal || info.type == TokenType::kUnused;
+    t.pieces_.push_back(in_alphabet ? DecodeByteAlphabet(text) : text);
+    t.bpe_text_.push_back(text);
+    t.info_.push_back(info);
+  }
+
+  if (v.merges.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) return bad("too many merges");
+  t.merge_ranks_.reserve(v.merges.size());
+  for (size_t i = 0; i < v.merges.size(); ++i) {
+    const std::string_view merge = v.merges[i];
+    // "left right"; llama.cpp looks for the space from the second character on.
+    const size_t space = merge.size() > 1 ? merge.find(' ', 1) : std::string_view::npos;
+    if (space == std::string_view::npos || space + 1 >= merge.size()) {
+      return bad(fmt::format("tokenizer.ggml.merges[{}] is \"{}\", not \"LEFT RIGHT\"", i, merge.substr(0, 64)));
+    }
+    t.merge_ranks_.emplace(std::string(merge), static_cast<int32_t>(i));  // the first rank wins
   }
   t.IndexBpe();
   t.FindEndOfGeneration();
   return t;
+}
+
+Result<Tokenizer> Tokenizer::LoadHfTokenizerJson(const std::string& path) {
+  Result<BpeVocabulary> v = ReadHfTokenizerJson(path);
+  if (!v.ok()) return v.status();
+  return FromBpeVocabulary(*v, path);
 }
 
 void Tokenizer::IndexBpe() {
@@ -187,6 +217,13 @@ std::vector<int32_t> Tokenizer::EncodeBpe(std::string_view text, bool add_bos) c
   for (const Fragment& f : CutLiterals(text)) {
     if (f.token >= 0) {
       tokens.push_back(f.token);
+      continue;
+    }
+    if (nfc_) {
+      // Literals were cut from the text as it was (Hugging Face matches its added tokens before
+      // normalising); the rest is normalised, then split.
+      const std::string normalized = unicode::NormalizeNfc(f.text);
+      for (const std::string_view word : PreTokenize(pre_, normalized)) EncodeBpeWord(word, tokens);
       continue;
     }
     for (const std::string_view word : PreTokenize(pre_, f.text)) EncodeBpeWord(word, tokens);
