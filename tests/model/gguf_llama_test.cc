@@ -130,7 +130,8 @@ TEST(GgufLlama, TensorTypeOutsideTheRegistryIsRefusedByName) {
   EXPECT_EQ(w.status().message(),
             path + ": tensor 'blk.1.ffn_up.weight' has type Q4_1 (GGUF type id 3), which kvq does not support "
                    "(supported: " + WeightTypeLabelList() + ")");
-  EXPECT_EQ(WeightTypeLabelList(), "F32, F16, BF16, Q8_0, Q4_0");
+  // The list is the registry's labels in order (the types after Q4_0 vary as types are added).
+  EXPECT_EQ(WeightTypeLabelList().rfind("F32, F16, BF16, Q8_0, Q4_0", 0), 0u) << WeightTypeLabelList();
   std::remove(path.c_str());
 }
 
