@@ -1,7 +1,8 @@
-// Q1_0 row kernels for every compiled target. The multiply is a signed add: per activation block
-// of 32, Σ ±q is one masked byte select (AVX-512: the 32 sign bits are the mask register) and one
-// byte-sum; four activation blocks share a weight scale, so per block one FMA by d_x and per
-// weight block one FMA by d_w (q1_0.h, "Kernel numerics"). AVX3_DL is compiled for vpdpbusd.
+// Q1_0 row kernels for every compiled target. The multiply is a signed add: Σ ±q is one masked
+// byte blend (AVX-512: the sign bits are the mask register) and one byte dot. Four activation
+// blocks share a weight scale, so the float work is one FMA by d_x per activation block and one
+// by d_w per weight block (q1_0.h, "Kernel numerics"); on AVX-512 four rows' integer lanes are
+// folded into one vector first, so those FMAs serve four rows. AVX3_DL is compiled for vpdpbusd.
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL
 #endif
