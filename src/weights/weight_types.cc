@@ -9,6 +9,8 @@
 #include "weights/bf16/bf16.h"
 #include "weights/f16/f16.h"
 #include "weights/f32/f32.h"
+#include "weights/q1_0/q1_0.h"
+#include "weights/q2_0/q2_0.h"
 #include "weights/q4_0/q4_0.h"
 #include "weights/q4_1/q4_1.h"
 #include "weights/q5_0/q5_0.h"
@@ -22,7 +24,7 @@ namespace {
 // GGUF ids are ggml.h's enum ggml_type; file types are llama.h's enum llama_ftype
 // (LLAMA_FTYPE_ALL_F32 = 0, MOSTLY_F16 = 1, MOSTLY_Q4_0 = 2, MOSTLY_Q4_1 = 3, MOSTLY_Q8_0 = 7,
 // MOSTLY_Q5_0 = 8, MOSTLY_Q5_1 = 9, MOSTLY_BF16 = 32).
-constexpr std::array<WeightTypeDesc, 8> kWeightTypes = {{
+constexpr std::array<WeightTypeDesc, 10> kWeightTypes = {{
     {.type = WeightType::kF32, .name = "f32", .label = "F32", .gguf_type = 0, .gguf_file_type = 0,
      .block_elems = 1, .block_bytes = 4, .quantized_activation = false,
      .dequantize_block_ref = weights_f32::DequantizeBlock, .exact_block_ref = nullptr, .matvec_roundings = 0, .quantize_block_ref = weights_f32::QuantizeBlock,
@@ -55,6 +57,15 @@ constexpr std::array<WeightTypeDesc, 8> kWeightTypes = {{
      .block_elems = 32, .block_bytes = 24, .quantized_activation = true,
      .dequantize_block_ref = weights_q5_1::DequantizeBlock, .exact_block_ref = weights_q5_1::ExactBlock, .matvec_roundings = 5, .quantize_block_ref = weights_q5_1::QuantizeBlock,
      .code_ref = nullptr, .scale_ref = nullptr, .kernels = weights_q5_1::Kernels},
+    // PrismML's fork (Bonsai): ggml ids 41/42, LLAMA_FTYPE_MOSTLY_Q1_0 = 40, MOSTLY_Q2_0 = 41.
+    {.type = WeightType::kQ1_0, .name = "q1_0", .label = "Q1_0", .gguf_type = 41, .gguf_file_type = 40,
+     .block_elems = 128, .block_bytes = 18, .quantized_activation = true,
+     .dequantize_block_ref = weights_q1_0::DequantizeBlock, .exact_block_ref = weights_q1_0::ExactBlock, .matvec_roundings = 4, .quantize_block_ref = weights_q1_0::QuantizeBlock,
+     .code_ref = nullptr, .scale_ref = nullptr, .kernels = weights_q1_0::Kernels},
+    {.type = WeightType::kQ2_0, .name = "q2_0", .label = "Q2_0", .gguf_type = 42, .gguf_file_type = 41,
+     .block_elems = 64, .block_bytes = 18, .quantized_activation = true,
+     .dequantize_block_ref = weights_q2_0::DequantizeBlock, .exact_block_ref = weights_q2_0::ExactBlock, .matvec_roundings = 4, .quantize_block_ref = weights_q2_0::QuantizeBlock,
+     .code_ref = nullptr, .scale_ref = nullptr, .kernels = weights_q2_0::Kernels},
 }};
 
 std::string Lower(std::string_view s) {

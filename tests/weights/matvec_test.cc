@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "base/float_codes.h"
@@ -342,12 +343,14 @@ TEST(CheckMatrix, RefusesBlockTypesWhoseRowsAreNotWholeBlocks) {
   for (const WeightTypeDesc& d : WeightTypes()) {
     if (d.block_elems == 1) continue;
     const WeightType type = d.type;
-    const Status s = CheckMatrix(Matrix{.type = type, .rows = 8, .cols = 48});
+    // Half a block past whole blocks (48 for blocks of 32), then two whole blocks.
+    const int64_t cols = d.block_elems + d.block_elems / 2;
+    const Status s = CheckMatrix(Matrix{.type = type, .rows = 8, .cols = cols});
     ASSERT_FALSE(s.ok());
     EXPECT_NE(s.message().find(WeightTypeName(type)), std::string::npos) << s.message();
-    EXPECT_NE(s.message().find("48"), std::string::npos) << s.message();
-    EXPECT_NE(s.message().find("multiple of 32"), std::string::npos) << s.message();
-    EXPECT_TRUE(CheckMatrix(Matrix{.type = type, .rows = 8, .cols = 64}).ok());
+    EXPECT_NE(s.message().find(std::to_string(cols)), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("multiple of " + std::to_string(d.block_elems)), std::string::npos) << s.message();
+    EXPECT_TRUE(CheckMatrix(Matrix{.type = type, .rows = 8, .cols = 2 * d.block_elems}).ok());
   }
   EXPECT_EQ(CheckMatrix(Matrix{.type = WeightType::kQ4_0, .rows = 8, .cols = 48}).message(),
             "Q4_0 matrix has 48 columns, which is not a multiple of 32: Q4_0 stores each row as blocks "
@@ -360,7 +363,8 @@ TEST(CheckMatrix, RefusesBlockTypesWhoseRowsAreNotWholeBlocks) {
 }
 
 TEST(CheckMatrix, RefusesUnknownTypesAndEmptyRows) {
-  const Status unknown = CheckMatrix(Matrix{.type = static_cast<WeightType>(9), .rows = 2, .cols = 32});
+  // A value past every WeightType enumerator (registered or not).
+  const Status unknown = CheckMatrix(Matrix{.type = static_cast<WeightType>(1000), .rows = 2, .cols = 32});
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.message().find("not supported"), std::string::npos) << unknown.message();
   EXPECT_NE(unknown.message().find("F32, F16, BF16, Q8_0, Q4_0"), std::string::npos) << unknown.message();

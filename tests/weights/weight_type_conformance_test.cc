@@ -31,6 +31,8 @@
 #include "weights/known_blocks/q4_1.h"
 #include "weights/known_blocks/q5_0.h"
 #include "weights/known_blocks/q5_1.h"
+#include "weights/known_blocks/q1_0.h"
+#include "weights/known_blocks/q2_0.h"
 #include "weights/matvec.h"
 #include "weights/weight_type.h"
 
@@ -256,6 +258,8 @@ std::map<std::string, std::vector<KnownBlock>> KnownBlocks() {
   m["q4_1"] = test::Q4_1KnownBlocks();
   m["q5_0"] = test::Q5_0KnownBlocks();
   m["q5_1"] = test::Q5_1KnownBlocks();
+  m["q1_0"] = test::Q1_0KnownBlocks();
+  m["q2_0"] = test::Q2_0KnownBlocks();
   return m;
 }
 

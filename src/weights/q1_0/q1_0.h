@@ -1,0 +1,36 @@
+// Q1_0 (PrismML's llama.cpp fork, Bonsai models; ggml type 41, block_q1_0): blocks of 128
+// elements in 18 bytes, little-endian:
+//   bytes 0-1    d, the block's scale, IEEE binary16
+//   bytes 2-17   qs[0..15], one sign bit per element, least significant bit first
+//   element j    (0 ≤ j < 128) = bit (j % 8) of qs[j / 8] ? +d : −d
+// Every decoded weight (±d) is exact in f32. The matvec quantises the activation per block of 32
+// (matvec.h), four activation blocks per weight block; a weight's code is ±1.
+//
+// Kernel numerics (matvec_roundings = 4). Per row and activation block b the integer
+// I_b = Σ_i code_i·q_i = 2·Σ_{bit set} q_i − Σ_i q_i is exact in int32 lanes (AVX-512: four
+// rows' lanes folded further in integers, still exact). Per weight block B and row,
+// t_B = Σ_{b∈B} d_x,b·(lane partials of I_b) in f32, one multiply then FMAs: ≤ 2 roundings per
+// term on AVX-512 (two vectors of two activation blocks), ≤ 4 on AVX2 (four of one). Then
+// acc += d_w·t_B by FMA (1 rounding, then ≤ n_wb − 1 more as later blocks are added,
+// n_wb = cols / 128), then a row's lanes summed (AVX-512: 4 lanes, 2; AVX2: 8 lanes, 3). A term
+// takes at most n_wb + 7 ≤ n_blocks + 4 roundings (n_blocks = cols / 32 = 4·n_wb), each relative to
+// a partial of magnitude ≤ |d_w·d_x|·Σ|code·q| over its lane, so the matvec.h bound
+// γ_{n_blocks+4}·abs_sum holds (abs_i = |w_i| = |d|). The scalar targets take s = d_w·d_x, then
+// acc += s·I_b: ≤ 3 + n_blocks − 1 roundings.
+#pragma once
+
+#include <cstdint>
+
+#include "weights/weight_type.h"
+
+namespace kvq::weights_q1_0 {
+inline constexpr int64_t kBlockElems = 128;
+inline constexpr int64_t kBlockBytes = 18;
+void DequantizeBlock(const uint8_t* block, float* out);  ///< block -> out [128]
+/// PrismML's reference quantiser: d = f16(mean |x| over the block) (γ = mean|w|); bit j = 1 when
+/// x_j ≥ 0: the tie at zero goes to +d (+0 and −0 alike); a NaN gets −d (x ≥ 0 is false).
+void QuantizeBlock(const float* x, uint8_t* block);
+/// w[j] = ±d in double (exact), abs[j] = |w[j]|, j < 128.
+void ExactBlock(const uint8_t* block, double* w, double* abs);
+const WeightKernels& Kernels();  ///< row kernels, best target here
+}  // namespace kvq::weights_q1_0

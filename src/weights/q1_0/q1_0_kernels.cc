@@ -1,0 +1,256 @@
+// Q1_0 row kernels for every compiled target. The multiply is a signed add: Σ ±q is one masked
+// byte blend (AVX-512: the sign bits are the mask register) and one byte dot. Four activation
+// blocks share a weight scale, so the float work is one FMA by d_x per activation block and one
+// by d_w per weight block (q1_0.h, "Kernel numerics"); on AVX-512 four rows' integer lanes are
+// folded into one vector first, so those FMAs serve four rows. AVX3_DL is compiled for vpdpbusd.
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL
+#endif
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "weights/q1_0/q1_0_kernels.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "base/float_codes.h"
+#include "weights/q1_0/q1_0.h"
+#include "weights/quant_rows-inl.h"  // KVQ_MATVEC_X86_ATTR, kPrefetchBytes, HorizontalSumX86
+
+HWY_BEFORE_NAMESPACE();
+namespace kvq {
+namespace HWY_NAMESPACE {
+namespace q1_0_detail {
+
+using weights_q1_0::kBlockBytes;
+using weights_q1_0::kBlockElems;
+constexpr int64_t kSub = kBlockElems / 32;  // activation blocks per weight block
+constexpr int64_t kChunk = 16;              // weight blocks whose scales are converted together
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+
+// Each row's f16 scales of weight blocks c0 .. c0+nb−1 -> dw[i][0 .. nb) in f32 (F16C, 8 at a
+// time), and a prefetch kPrefetchBytes ahead in each row into L2, as quant_rows-inl.h does (the
+// out-of-order window alone keeps too few misses in flight; a prefetch past the matrix never
+// faults, the address is an integer until then).
+template <int R>
+KVQ_MATVEC_X86_ATTR inline void ChunkScales(const uint8_t* const* a, int64_t c0, int64_t nb, float (*dw)[kChunk]) {
+  for (int i = 0; i < R; ++i) {
+    const uintptr_t ahead = reinterpret_cast<uintptr_t>(a[i] + c0 * kBlockBytes) + kPrefetchBytes;
+    for (int64_t at = 0; at < kChunk * kBlockBytes; at += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + at), _MM_HINT_T1);
+    }
+    alignas(16) uint16_t half[kChunk] = {};
+    for (int64_t j = 0; j < nb; ++j) std::memcpy(&half[j], a[i] + (c0 + j) * kBlockBytes, 2);
+    for (int64_t h = 0; h < kChunk; h += 8) {
+      _mm256_store_ps(&dw[i][h], _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(half + h))));
+    }
+  }
+}
+
+#if HWY_TARGET <= HWY_AVX3
+// AVX-512BW, 512-bit: two activation blocks (64 elements, 8 bytes of bits) per vector. The 64
+// bits go straight into a mask register; one masked byte blend gives v = bit ? q : −q, one byte
+// dot (vpdpbusd by 1; without VNNI maddubs/madd) the lanes Σ ±q over 4 elements each, exact.
+// 512 bits halve the instructions per weight against 256 (this loop is bound by them, not by
+// memory), and nothing 256-bit runs beside it to lose port 1 to.
+KVQ_MATVEC_X86_ATTR inline __m512i Dot(const uint8_t* bits, __m512i q, __m512i neg_q) {
+  uint64_t word;
+  std::memcpy(&word, bits, 8);  // element j of the half: bit j (little-endian host)
+  const __m512i v = _mm512_mask_blend_epi8(_cvtu64_mask64(word), neg_q, q);
+#if KVQ_MATVEC_VNNI
+  return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), v);
+#else
+  return _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_set1_epi8(1), v), _mm512_set1_epi16(1));
+#endif
+}
+
+// Four rows' dot lanes (|lane| ≤ 4·127) folded into one vector in integers, exactly: dword r of
+// each 128-bit lane = row r's Σ ±q over that lane's 16 elements (two saturating packs to i16 and
+// pair sums by madd; every value stays ≤ 16·127 < 2^15). The float work (convert, FMA) is then
+// one instruction per 64 weights for all four rows instead of one per row: the convert and the
+// FMA are what bind this loop to port 0, the packs run on port 5.
+KVQ_MATVEC_X86_ATTR inline __m512i Fold4(__m512i a, __m512i b, __m512i c, __m512i d) {
+  const __m512i ones = _mm512_set1_epi16(1);
+  const __m512i ab = _mm512_madd_epi16(_mm512_packs_epi32(a, b), ones);  // [a a b b] per 128 bits
+  const __m512i cd = _mm512_madd_epi16(_mm512_packs_epi32(c, d), ones);  // [c c d d]
+  return _mm512_madd_epi16(_mm512_packs_epi32(ab, cd), ones);            // [a b c d]
+}
+
+// Four rows a[0..3] -> out[0..3]. Per weight block: t = Σ_{2 halves} dx ⊙ f32(Fold4(...)) (dx = [d_x,2h ×8 |
+// d_x,2h+1 ×8], ≤ 2 roundings), acc += [d_w,r0 .. d_w,r3 ×4] ⊙ t (1, then ≤ n_wb − 1 more); row
+// r's 4 lanes summed at the end (2): ≤ n_wb + 4 ≤ n_blocks + 4 roundings per term.
+KVQ_MATVEC_X86_ATTR void FourRows(const uint8_t* const* a, const QuantizedX& x, int64_t cols, float* out) {
+  const int64_t n_wb = cols / kBlockElems;
+  __m512 acc = _mm512_setzero_ps();  // lane 4L + i: row i
+  for (int64_t c0 = 0; c0 < n_wb; c0 += kChunk) {
+    const int64_t nb = std::min(kChunk, n_wb - c0);
+    for (int i = 0; i < 4; ++i) {
+      const uintptr_t ahead = reinterpret_cast<uintptr_t>(a[i] + c0 * kBlockBytes) + kPrefetchBytes;
+      for (int64_t at = 0; at < kChunk * kBlockBytes; at += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + at), _MM_HINT_T1);
+      }
+    }
+    alignas(64) uint16_t half[kChunk][4] = {};  // the chunk's f16 scales, rows side by side
+    alignas(64) float dw[kChunk][4];            // the same in f32
+    for (int64_t j = 0; j < nb; ++j) {
+      for (int i = 0; i < 4; ++i) std::memcpy(&half[j][i], a[i] + (c0 + j) * kBlockBytes, 2);
+    }
+    for (int64_t j = 0; j < kChunk; j += 2) {
+      _mm256_store_ps(&dw[j][0], _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(&half[j][0]))));
+    }
+    for (int64_t j = 0; j < nb; ++j) {
+      const int64_t wb = c0 + j;
+      __m512 t = _mm512_setzero_ps();
+      for (int64_t h = 0; h < kSub / 2; ++h) {
+        const int64_t b = wb * kSub + 2 * h;  // the first of the half's two activation blocks
+        const __m512i q = _mm512_loadu_si512(x.q + b * 32);
+        const __m512i neg_q = _mm512_sub_epi8(_mm512_setzero_si512(), q);
+        const __m512 dx = _mm512_insertf32x8(_mm512_set1_ps(x.d[b]), _mm256_set1_ps(x.d[b + 1]), 1);
+        const int64_t at = wb * kBlockBytes + 2 + 8 * h;
+        const __m512 dot = _mm512_cvtepi32_ps(
+            Fold4(Dot(a[0] + at, q, neg_q), Dot(a[1] + at, q, neg_q), Dot(a[2] + at, q, neg_q), Dot(a[3] + at, q, neg_q)));
+        t = h == 0 ? _mm512_mul_ps(dx, dot) : _mm512_fmadd_ps(dx, dot, t);
+      }
+      acc = _mm512_fmadd_ps(_mm512_broadcast_f32x4(_mm_load_ps(&dw[j][0])), t, acc);
+    }
+  }
+  const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+  _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1)));
+}
+
+// R = 4 rows from r, or R = 1: that row through the same four-row code (all four slots on it),
+// so a row's bits do not depend on how rows are grouped (sub-ranges, threads, MatMul).
+template <int R>
+KVQ_MATVEC_X86_ATTR void RowGroup(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r) {
+  const int64_t row_bytes = cols / kBlockElems * kBlockBytes;
+  const uint8_t* a[4];
+  for (int i = 0; i < 4; ++i) a[i] = w + (r + (R == 4 ? i : 0)) * row_bytes;
+  alignas(16) float out[4];
+  FourRows(a, x, cols, out);
+  for (int i = 0; i < R; ++i) y[r + i] = out[i];
+}
+
+void ActivationOffsets(const int8_t*, int64_t, int32_t*) {}  // lanes start from 0
+
+#else  // AVX2
+// AVX2, 256-bit, one activation block per vector: the 32 bits expanded to one 0/1 byte per
+// element (byte shuffle, AND with the bit's value, min with 1), then 2·Σ_{bit set} q per lane
+// from maddubs/madd by 2, started from the lane's −Σq (QuantizedX::offset): exactly Σ ±q.
+// Per weight block and row: t = Σ_{4 activation blocks} d_x·f32(lanes) (≤ 4 roundings), acc +=
+// d_w·t; 8 lanes summed at the end (3): ≤ n_wb + 7 ≤ n_blocks + 4.
+KVQ_MATVEC_X86_ATTR inline __m256i Dot(const uint8_t* bits, __m256i q, __m256i off) {
+  uint32_t word;
+  std::memcpy(&word, bits, 4);
+  // Byte p takes byte p / 8 of the word (every dword of the vector holds the word, so the index
+  // within each 128-bit lane is p / 8 as well), then keeps bit p % 8.
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int32_t>(word)),
+      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+  const __m256i bit = _mm256_min_epu8(
+      _mm256_and_si256(spread, _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL))),
+      _mm256_set1_epi8(1));
+  const __m256i twice = _mm256_madd_epi16(_mm256_maddubs_epi16(bit, q), _mm256_set1_epi16(2));
+  return _mm256_add_epi32(twice, off);
+}
+
+template <int R>
+KVQ_MATVEC_X86_ATTR void RowGroup(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r) {
+  const int64_t n_wb = cols / kBlockElems;
+  const int64_t row_bytes = n_wb * kBlockBytes;
+  const uint8_t* a[R];
+  __m256 acc[R];
+  for (int i = 0; i < R; ++i) {
+    a[i] = w + (r + i) * row_bytes;
+    acc[i] = _mm256_setzero_ps();
+  }
+  for (int64_t c0 = 0; c0 < n_wb; c0 += kChunk) {
+    const int64_t nb = std::min(kChunk, n_wb - c0);
+    alignas(32) float dw[R][kChunk];  // the chunk's weight scales, f32
+    ChunkScales<R>(a, c0, nb, dw);
+    for (int64_t j = 0; j < nb; ++j) {
+      const int64_t wb = c0 + j;
+      __m256 t[R];
+      for (int64_t s = 0; s < kSub; ++s) {
+        const int64_t b = wb * kSub + s;  // activation block
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + b * 32));
+        const __m256i off = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.offset + b * 8));
+        const __m256 dx = _mm256_set1_ps(x.d[b]);
+        for (int i = 0; i < R; ++i) {
+          const __m256 dot = _mm256_cvtepi32_ps(Dot(a[i] + wb * kBlockBytes + 2 + 4 * s, q, off));
+          t[i] = s == 0 ? _mm256_mul_ps(dx, dot) : _mm256_fmadd_ps(dx, dot, t[i]);
+        }
+      }
+      for (int i = 0; i < R; ++i) acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(dw[i][j]), t[i], acc[i]);
+    }
+  }
+  for (int i = 0; i < R; ++i) y[r + i] = HorizontalSumX86(acc[i]);
+}
+
+// QuantizedX::offset where Dot reads it: lane j starts at −Σ of its 4 codes.
+void ActivationOffsets(const int8_t* q, int64_t n, int32_t* offset) {
+  for (int64_t j = 0; j < n / 4; ++j) offset[j] = -(q[4 * j] + q[4 * j + 1] + q[4 * j + 2] + q[4 * j + 3]);
+}
+#endif
+
+#else  // not x86 AVX2 or better: plain integer loops
+
+template <int R>
+void RowGroup(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r) {
+  const int64_t n_wb = cols / kBlockElems;
+  const int64_t row_bytes = n_wb * kBlockBytes;
+  float acc[R];
+  for (int i = 0; i < R; ++i) acc[i] = 0.0f;
+  for (int64_t wb = 0; wb < n_wb; ++wb) {
+    for (int i = 0; i < R; ++i) {
+      const uint8_t* block = w + (r + i) * row_bytes + wb * kBlockBytes;
+      uint16_t d_bits;
+      std::memcpy(&d_bits, block, 2);  // little-endian host
+      const float d = F16ToF32(d_bits);
+      for (int64_t s = 0; s < kSub; ++s) {
+        const int64_t b = wb * kSub + s;
+        const int8_t* q = x.q + b * 32;
+        int32_t set = 0;  // Σ q over the set bits; Σ ±q = 2·set − Σq
+        for (int k = 0; k < 32; ++k) set += (block[2 + 4 * s + k / 8] >> (k % 8) & 1) * q[k];
+        const float sc = d * x.d[b];
+        acc[i] += sc * static_cast<float>(2 * set - x.sum[b]);
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i) y[r + i] = acc[i];
+}
+
+void ActivationOffsets(const int8_t*, int64_t, int32_t*) {}  // the integer loops start from 0
+
+#endif  // HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+
+void QuantRows(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r0, int64_t r1) {
+  int64_t r = r0;
+  for (; r + 4 <= r1; r += 4) RowGroup<4>(w, x, y, cols, r);
+  for (; r < r1; ++r) RowGroup<1>(w, x, y, cols, r);
+}
+
+}  // namespace q1_0_detail
+
+const WeightKernels& Q1_0WeightKernelsHere() {
+  static const WeightKernels kKernels = {
+      .target = hwy::TargetName(HWY_TARGET),
+      .rows = nullptr,
+      .activation_offsets = &q1_0_detail::ActivationOffsets,
+      .quant_rows = &q1_0_detail::QuantRows,
+  };
+  return kKernels;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kvq
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace kvq::weights_q1_0 {
+HWY_EXPORT(Q1_0WeightKernelsHere);
+const WeightKernels& Kernels() { return HWY_DYNAMIC_DISPATCH(Q1_0WeightKernelsHere)(); }
+}  // namespace kvq::weights_q1_0
+#endif
