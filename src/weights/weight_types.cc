@@ -10,6 +10,8 @@
 #include "weights/f16/f16.h"
 #include "weights/f32/f32.h"
 #include "weights/q4_0/q4_0.h"
+#include "weights/q4_k/q4_k.h"
+#include "weights/q6_k/q6_k.h"
 #include "weights/q8_0/q8_0.h"
 #include "weights/weight_type.h"
 
@@ -17,8 +19,10 @@ namespace kvq {
 namespace {
 
 // GGUF ids are ggml.h's enum ggml_type; file types are llama.h's enum llama_ftype
-// (LLAMA_FTYPE_ALL_F32 = 0, MOSTLY_F16 = 1, MOSTLY_Q4_0 = 2, MOSTLY_Q8_0 = 7, MOSTLY_BF16 = 32).
-constexpr std::array<WeightTypeDesc, 5> kWeightTypes = {{
+// (LLAMA_FTYPE_ALL_F32 = 0, MOSTLY_F16 = 1, MOSTLY_Q4_0 = 2, MOSTLY_Q8_0 = 7, MOSTLY_BF16 = 32;
+// K-quants: MOSTLY_Q2_K = 10, Q3_K_S = 11, Q4_K_S = 14, Q5_K_S = 16, Q6_K = 18, the _S variant
+// being the one whose matrices are (almost) all that type).
+constexpr std::array<WeightTypeDesc, 7> kWeightTypes = {{
     {.type = WeightType::kF32, .name = "f32", .label = "F32", .gguf_type = 0, .gguf_file_type = 0,
      .block_elems = 1, .block_bytes = 4, .quantized_activation = false,
      .dequantize_block_ref = weights_f32::DequantizeBlock, .exact_block_ref = nullptr, .matvec_roundings = 0, .quantize_block_ref = weights_f32::QuantizeBlock,
@@ -39,6 +43,14 @@ constexpr std::array<WeightTypeDesc, 5> kWeightTypes = {{
      .block_elems = 32, .block_bytes = 18, .quantized_activation = true,
      .dequantize_block_ref = weights_q4_0::DequantizeBlock, .exact_block_ref = weights_q4_0::ExactBlock, .matvec_roundings = 4, .quantize_block_ref = weights_q4_0::QuantizeBlock,
      .code_ref = weights_q4_0::Code, .scale_ref = weights_q4_0::Scale, .kernels = weights_q4_0::Kernels},
+    {.type = WeightType::kQ4_K, .name = "q4_k", .label = "Q4_K", .gguf_type = 12, .gguf_file_type = 14,
+     .block_elems = 256, .block_bytes = 144, .quantized_activation = true,
+     .dequantize_block_ref = weights_q4_k::DequantizeBlock, .exact_block_ref = weights_q4_k::ExactBlock, .matvec_roundings = 5, .quantize_block_ref = weights_q4_k::QuantizeBlock,
+     .code_ref = nullptr, .scale_ref = nullptr, .kernels = weights_q4_k::Kernels},
+    {.type = WeightType::kQ6_K, .name = "q6_k", .label = "Q6_K", .gguf_type = 14, .gguf_file_type = 18,
+     .block_elems = 256, .block_bytes = 210, .quantized_activation = true,
+     .dequantize_block_ref = weights_q6_k::DequantizeBlock, .exact_block_ref = weights_q6_k::ExactBlock, .matvec_roundings = 5, .quantize_block_ref = weights_q6_k::QuantizeBlock,
+     .code_ref = nullptr, .scale_ref = nullptr, .kernels = weights_q6_k::Kernels},
 }};
 
 std::string Lower(std::string_view s) {

@@ -27,6 +27,8 @@
 
 #include "gguf/gguf_reader.h"
 #include "test_util/known_block.h"
+#include "weights/known_blocks/q4_k.h"
+#include "weights/known_blocks/q6_k.h"
 #include "test_util/matvec_bounds.h"
 #include "weights/matvec.h"
 #include "weights/weight_type.h"
@@ -250,6 +252,8 @@ std::map<std::string, std::vector<KnownBlock>> KnownBlocks() {
   q4_tiny[0] = 0x1p-21f, q4_tiny[16] = -7.0f * 0x1p-24f;
   m["q4_0"].push_back(Q4Block(0x8001, ends, q4_tiny));
   // The newer types, one file each (known_blocks/<name>.h): m["<name>"] = test::<Name>KnownBlocks();
+  m["q4_k"] = test::Q4_KKnownBlocks();
+  m["q6_k"] = test::Q6_KKnownBlocks();
   return m;
 }
 
