@@ -67,6 +67,21 @@ inline void KQuantPackScalesMins6(const uint8_t* sc, const uint8_t* m, uint8_t* 
   }
 }
 
+/// Q3_K scales[12] -> sixteen 6-bit values u[j] (the scale is u[j] − 32), as ggml's
+/// dequantize_row_q3_K unpacks them: low 4 bits s[j] & 15 (j < 8) or s[j − 8] >> 4 (j ≥ 8), high
+/// 2 bits (s[8 + j % 4] >> 2·(j / 4)) & 3. Four bytes at a time: a = s[0..3], b = s[4..7], c = s[8..11].
+inline void KQuantScales6x16(const uint8_t* s, uint8_t* u) {
+  uint32_t a, b, c;
+  std::memcpy(&a, s, 4);
+  std::memcpy(&b, s + 4, 4);
+  std::memcpy(&c, s + 8, 4);
+  const uint32_t out[4] = {(a & 0x0F0F0F0Fu) | (c & 0x03030303u) << 4,
+                           (b & 0x0F0F0F0Fu) | ((c >> 2) & 0x03030303u) << 4,
+                           ((a >> 4) & 0x0F0F0F0Fu) | ((c >> 4) & 0x03030303u) << 4,
+                           ((b >> 4) & 0x0F0F0F0Fu) | ((c >> 6) & 0x03030303u) << 4};
+  std::memcpy(u, out, 16);
+}
+
 /// round-half-even to int for |v| < 2^22 (ggml's nearest_int, without its bit trick).
 inline int KQuantNearest(float v) { return static_cast<int>(std::nearbyint(v)); }
 

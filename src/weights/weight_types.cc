@@ -10,7 +10,10 @@
 #include "weights/f16/f16.h"
 #include "weights/f32/f32.h"
 #include "weights/q4_0/q4_0.h"
+#include "weights/q2_k/q2_k.h"
+#include "weights/q3_k/q3_k.h"
 #include "weights/q4_k/q4_k.h"
+#include "weights/q5_k/q5_k.h"
 #include "weights/q6_k/q6_k.h"
 #include "weights/q8_0/q8_0.h"
 #include "weights/weight_type.h"
@@ -22,7 +25,7 @@ namespace {
 // (LLAMA_FTYPE_ALL_F32 = 0, MOSTLY_F16 = 1, MOSTLY_Q4_0 = 2, MOSTLY_Q8_0 = 7, MOSTLY_BF16 = 32;
 // K-quants: MOSTLY_Q2_K = 10, Q3_K_S = 11, Q4_K_S = 14, Q5_K_S = 16, Q6_K = 18, the _S variant
 // being the one whose matrices are (almost) all that type).
-constexpr std::array<WeightTypeDesc, 7> kWeightTypes = {{
+constexpr std::array<WeightTypeDesc, 10> kWeightTypes = {{
     {.type = WeightType::kF32, .name = "f32", .label = "F32", .gguf_type = 0, .gguf_file_type = 0,
      .block_elems = 1, .block_bytes = 4, .quantized_activation = false,
      .dequantize_block_ref = weights_f32::DequantizeBlock, .exact_block_ref = nullptr, .matvec_roundings = 0, .quantize_block_ref = weights_f32::QuantizeBlock,
@@ -51,6 +54,18 @@ constexpr std::array<WeightTypeDesc, 7> kWeightTypes = {{
      .block_elems = 256, .block_bytes = 210, .quantized_activation = true,
      .dequantize_block_ref = weights_q6_k::DequantizeBlock, .exact_block_ref = weights_q6_k::ExactBlock, .matvec_roundings = 5, .quantize_block_ref = weights_q6_k::QuantizeBlock,
      .code_ref = nullptr, .scale_ref = nullptr, .kernels = weights_q6_k::Kernels},
+    {.type = WeightType::kQ5_K, .name = "q5_k", .label = "Q5_K", .gguf_type = 13, .gguf_file_type = 16,
+     .block_elems = 256, .block_bytes = 176, .quantized_activation = true,
+     .dequantize_block_ref = weights_q5_k::DequantizeBlock, .exact_block_ref = weights_q5_k::ExactBlock, .matvec_roundings = 5, .quantize_block_ref = weights_q5_k::QuantizeBlock,
+     .code_ref = nullptr, .scale_ref = nullptr, .kernels = weights_q5_k::Kernels},
+    {.type = WeightType::kQ3_K, .name = "q3_k", .label = "Q3_K", .gguf_type = 11, .gguf_file_type = 11,
+     .block_elems = 256, .block_bytes = 110, .quantized_activation = true,
+     .dequantize_block_ref = weights_q3_k::DequantizeBlock, .exact_block_ref = weights_q3_k::ExactBlock, .matvec_roundings = 5, .quantize_block_ref = weights_q3_k::QuantizeBlock,
+     .code_ref = nullptr, .scale_ref = nullptr, .kernels = weights_q3_k::Kernels},
+    {.type = WeightType::kQ2_K, .name = "q2_k", .label = "Q2_K", .gguf_type = 10, .gguf_file_type = 10,
+     .block_elems = 256, .block_bytes = 84, .quantized_activation = true,
+     .dequantize_block_ref = weights_q2_k::DequantizeBlock, .exact_block_ref = weights_q2_k::ExactBlock, .matvec_roundings = 5, .quantize_block_ref = weights_q2_k::QuantizeBlock,
+     .code_ref = nullptr, .scale_ref = nullptr, .kernels = weights_q2_k::Kernels},
 }};
 
 std::string Lower(std::string_view s) {

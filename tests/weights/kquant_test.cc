@@ -1,4 +1,4 @@
-// K-quant weight types (Q4_K, Q6_K, ...) beyond the conformance suite: the reference quantisers
+// K-quant weight types (Q2_K .. Q6_K) beyond the conformance suite: the reference quantisers
 // round-trip within a bound derived from their definitions and use the whole code range, and the
 // matvec tolerance catches the layout bugs a kernel could have (wrong nibble or bit order, a
 // sub-block's scale applied to its neighbour): the kernel run on bytes so permuted is outside the
@@ -80,6 +80,55 @@ std::vector<Bound> Bounds() {
                    const uint8_t low = b[64 * h + 32 * (k % 2) + l];
                    return (k < 2 ? low & 15 : low >> 4) | ((b[128 + 32 * h + l] >> (2 * k)) & 3) << 4;
                  }});
+  // Q5_K: as Q4_K with codes in [0, 31] (q5_k.h).
+  out.push_back({"q5_k",
+                 [](const uint8_t* b, const float* x, int e) {
+                   uint8_t sc[8], m[8];
+                   KQuantScalesMins6(b + 4, sc, m);
+                   const int j = e / 32;
+                   const double s = static_cast<double>(Half(b)) * sc[j], o = static_cast<double>(Half(b + 2)) * m[j];
+                   const float lo = std::min(0.0f, *std::min_element(x + 32 * j, x + 32 * j + 32));
+                   const float hi = *std::max_element(x + 32 * j, x + 32 * j + 32);
+                   return std::max({s / 2, hi + o - 31 * s, -(lo + o)});
+                 },
+                 0, 31,
+                 [](const uint8_t* b, int e) {
+                   const int c = e / 64, l = e % 32;
+                   const bool high = e % 64 >= 32;
+                   const uint8_t byte = b[48 + 32 * c + l];
+                   return (high ? byte >> 4 : byte & 15) | ((b[16 + l] >> (2 * c + (high ? 1 : 0))) & 1) << 4;
+                 }});
+  // Q3_K: as Q6_K with codes in [−4, 3] (q3_k.h): a clamped code errs by ≤ a − 3·s.
+  out.push_back({"q3_k",
+                 [](const uint8_t* b, const float* x, int e) {
+                   uint8_t u[16];
+                   KQuantScales6x16(b + 96, u);
+                   const int j = e / 16;
+                   const double s = std::fabs(static_cast<double>(Half(b + 108)) * (u[j] - 32));
+                   float a = 0.0f;
+                   for (int l = 0; l < 16; ++l) a = std::max(a, std::fabs(x[16 * j + l]));
+                   return std::max(s / 2, a - 3 * s);
+                 },
+                 -4, 3,
+                 [](const uint8_t* b, int e) {
+                   const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+                   return ((b[32 + 32 * h + l] >> (2 * k)) & 3) - (((b[l] >> (4 * h + k)) & 1) != 0 ? 0 : 4);
+                 }});
+  // Q2_K: as Q4_K over sub-blocks of 16 with codes in [0, 3] (q2_k.h).
+  out.push_back({"q2_k",
+                 [](const uint8_t* b, const float* x, int e) {
+                   const int j = e / 16;
+                   const double s = static_cast<double>(Half(b + 80)) * (b[j] & 15);
+                   const double o = static_cast<double>(Half(b + 82)) * (b[j] >> 4);
+                   const float lo = std::min(0.0f, *std::min_element(x + 16 * j, x + 16 * j + 16));
+                   const float hi = *std::max_element(x + 16 * j, x + 16 * j + 16);
+                   return std::max({s / 2, hi + o - 3 * s, -(lo + o)});
+                 },
+                 0, 3,
+                 [](const uint8_t* b, int e) {
+                   const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+                   return (b[16 + 32 * h + l] >> (2 * k)) & 3;
+                 }});
   return out;
 }
 
@@ -137,6 +186,37 @@ std::vector<Bug> Bugs() {
          }
        }},
       {"q6_k", "sub-block 0 and 1 scales swapped", [](uint8_t* b) { std::swap(b[192], b[193]); }},
+      {"q5_k", "5th bits of the low and high nibbles swapped",
+       [](uint8_t* b) {
+         for (int i = 16; i < 48; ++i) b[i] = static_cast<uint8_t>((b[i] & 0xAA) >> 1 | (b[i] & 0x55) << 1);
+       }},
+      {"q5_k", "low and high nibbles swapped",
+       [](uint8_t* b) {
+         for (int i = 48; i < 176; ++i) b[i] = static_cast<uint8_t>(b[i] << 4 | b[i] >> 4);
+       }},
+      {"q3_k", "hmask bits of halves swapped",
+       [](uint8_t* b) {
+         for (int i = 0; i < 32; ++i) b[i] = static_cast<uint8_t>(b[i] << 4 | b[i] >> 4);
+       }},
+      {"q3_k", "qs 2-bit fields 0 and 1 swapped",
+       [](uint8_t* b) {
+         for (int i = 32; i < 96; ++i) b[i] = static_cast<uint8_t>((b[i] & 0xF0) | (b[i] & 3) << 2 | (b[i] >> 2 & 3));
+       }},
+      {"q3_k", "the low 4 bits of sub-block scales 0 and 1 swapped",
+       [](uint8_t* b) {
+         const uint8_t u0 = b[96] & 0x0F, u1 = b[97] & 0x0F;
+         b[96] = static_cast<uint8_t>((b[96] & 0xF0) | u1);
+         b[97] = static_cast<uint8_t>((b[97] & 0xF0) | u0);
+       }},
+      {"q2_k", "scale and min nibbles swapped",
+       [](uint8_t* b) {
+         for (int i = 0; i < 16; ++i) b[i] = static_cast<uint8_t>(b[i] << 4 | b[i] >> 4);
+       }},
+      {"q2_k", "sub-block 0 and 1 scales swapped", [](uint8_t* b) { std::swap(b[0], b[1]); }},
+      {"q2_k", "qs 2-bit fields 0 and 1 swapped",
+       [](uint8_t* b) {
+         for (int i = 16; i < 80; ++i) b[i] = static_cast<uint8_t>((b[i] & 0xF0) | (b[i] & 3) << 2 | (b[i] >> 2 & 3));
+       }},
   };
 }
 

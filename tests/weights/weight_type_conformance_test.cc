@@ -27,7 +27,10 @@
 
 #include "gguf/gguf_reader.h"
 #include "test_util/known_block.h"
+#include "weights/known_blocks/q2_k.h"
+#include "weights/known_blocks/q3_k.h"
 #include "weights/known_blocks/q4_k.h"
+#include "weights/known_blocks/q5_k.h"
 #include "weights/known_blocks/q6_k.h"
 #include "test_util/matvec_bounds.h"
 #include "weights/matvec.h"
@@ -254,6 +257,9 @@ std::map<std::string, std::vector<KnownBlock>> KnownBlocks() {
   // The newer types, one file each (known_blocks/<name>.h): m["<name>"] = test::<Name>KnownBlocks();
   m["q4_k"] = test::Q4_KKnownBlocks();
   m["q6_k"] = test::Q6_KKnownBlocks();
+  m["q5_k"] = test::Q5_KKnownBlocks();
+  m["q3_k"] = test::Q3_KKnownBlocks();
+  m["q2_k"] = test::Q2_KKnownBlocks();
   return m;
 }
 
