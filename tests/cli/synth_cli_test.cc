@@ -109,7 +109,7 @@ TEST_F(SynthCli, BadInputExits2NamingTheFlag) {
       {std::string(kTiny) + " --heads 5 -o " + out, "--heads"},
       {std::string(kTiny) + " --kv-heads 3 -o " + out, "--kv-heads"},
       {std::string(kTiny) + " --ffn 100 --type q4_0 -o " + out, "--ffn"},
-      {std::string(kTiny) + " --type q5_k -o " + out, "--type"},
+      {std::string(kTiny) + " --type iq2_xxs -o " + out, "--type"},
       {std::string(kTiny) + " --arch gemma -o " + out, "--arch"},
       {std::string(kTiny) + " --vocab-size 100 -o " + out, "--vocab-size"},
       {std::string(kTiny) + " --vocab " + Path("none.gguf") + " -o " + out, Path("none.gguf")},

@@ -130,7 +130,7 @@ TEST(GgufLlama, TensorTypeOutsideTheRegistryIsRefusedByName) {
   EXPECT_EQ(w.status().message(),
             path + ": tensor 'blk.1.ffn_up.weight' has type Q4_1 (GGUF type id 3), which kvq does not support "
                    "(supported: " + WeightTypeLabelList() + ")");
-  EXPECT_EQ(WeightTypeLabelList(), "F32, F16, BF16, Q8_0, Q4_0");
+  EXPECT_EQ(WeightTypeLabelList(), "F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q5_K, Q3_K, Q2_K");
   std::remove(path.c_str());
 }
 

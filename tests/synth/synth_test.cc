@@ -600,7 +600,7 @@ TEST(SynthValidate, ErrorsNameTheFlag) {
       {[](SynthSpec& s) { s.vocab_size = -1; }, "--vocab-size"},
       {[](SynthSpec& s) { s.threads = 0; }, "--threads"},
       {[](SynthSpec& s) { s.rope_theta = std::nanf(""); }, "--rope-theta"},
-      {[](SynthSpec& s) { s.type = GgmlType::kQ4_K; }, "--type"},
+      {[](SynthSpec& s) { s.type = GgmlType::kIQ2_XXS; }, "--type"},
   };
   for (const auto& c : cases) {
     SynthSpec s = Tiny(GgmlType::kQ8_0);
@@ -613,7 +613,7 @@ TEST(SynthValidate, ErrorsNameTheFlag) {
   SynthSpec f16 = Tiny(GgmlType::kF16);
   f16.hidden_dim = 100;
   EXPECT_TRUE(ValidateSynthSpec(f16).ok());
-  EXPECT_FALSE(ParseSynthType("q5_k").ok());
+  EXPECT_FALSE(ParseSynthType("iq2_xxs").ok());
   EXPECT_EQ(*ParseSynthType("Q4_0"), GgmlType::kQ4_0);
   EXPECT_FALSE(ParseSynthArch("gemma").ok());
   EXPECT_EQ(*ParseSynthArch("mistral"), SynthArch::kMistral);

@@ -342,12 +342,13 @@ TEST(CheckMatrix, RefusesBlockTypesWhoseRowsAreNotWholeBlocks) {
   for (const WeightTypeDesc& d : WeightTypes()) {
     if (d.block_elems == 1) continue;
     const WeightType type = d.type;
-    const Status s = CheckMatrix(Matrix{.type = type, .rows = 8, .cols = 48});
+    const int64_t bad = d.block_elems * 3 / 2;  // 48 for blocks of 32
+    const Status s = CheckMatrix(Matrix{.type = type, .rows = 8, .cols = bad});
     ASSERT_FALSE(s.ok());
     EXPECT_NE(s.message().find(WeightTypeName(type)), std::string::npos) << s.message();
-    EXPECT_NE(s.message().find("48"), std::string::npos) << s.message();
-    EXPECT_NE(s.message().find("multiple of 32"), std::string::npos) << s.message();
-    EXPECT_TRUE(CheckMatrix(Matrix{.type = type, .rows = 8, .cols = 64}).ok());
+    EXPECT_NE(s.message().find(std::to_string(bad)), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("multiple of " + std::to_string(d.block_elems)), std::string::npos) << s.message();
+    EXPECT_TRUE(CheckMatrix(Matrix{.type = type, .rows = 8, .cols = 2 * d.block_elems}).ok());
   }
   EXPECT_EQ(CheckMatrix(Matrix{.type = WeightType::kQ4_0, .rows = 8, .cols = 48}).message(),
             "Q4_0 matrix has 48 columns, which is not a multiple of 32: Q4_0 stores each row as blocks "
