@@ -3,6 +3,8 @@
 // namespaces). See matvec.h for the numerics contract; the rounding count is derived below.
 // A type supplies a block policy B:
 //   static constexpr int64_t kBytes               bytes per super-block
+//   static constexpr int kRowGroup                rows sharing each activation load on x86 (2 or 4:
+//                                                 measured per type, `kvq bench matvec`)
 //   static int32_t OffsetBias()                   the unsigned-byte bias k its x86 lanes start from
 //                                                 (QuantizedX::offset = −k·Σq over 4 codes; 0: none)
 //   x86 AVX2 or better (KVQ_KQUANT_X86_ATTR):
@@ -136,7 +138,8 @@ KVQ_KQUANT_X86_ATTR void KQuantRowGroupX86(const uint8_t* w, const QuantizedX& x
 template <class B>
 void KQuantRows(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r0, int64_t r1) {
   int64_t r = r0;
-  for (; r + 4 <= r1; r += 4) KQuantRowGroupX86<B, 4>(w, x, y, cols, r);
+  constexpr int kGroup = B::kRowGroup;
+  for (; r + kGroup <= r1; r += kGroup) KQuantRowGroupX86<B, kGroup>(w, x, y, cols, r);
   for (; r < r1; ++r) KQuantRowGroupX86<B, 1>(w, x, y, cols, r);
 }
 

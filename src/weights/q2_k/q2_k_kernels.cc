@@ -17,6 +17,7 @@ namespace HWY_NAMESPACE {
 
 struct Q2_KBlock {
   static constexpr int64_t kBytes = 84;
+  static constexpr int kRowGroup = 4;
   static int32_t OffsetBias() { return 0; }  // unsigned codes: no bias
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
   // Main terms as Q6_K's (lanes 0-3 sub-block 2b, 4-7 sub-block 2b+1, f32 factors (d·sc_j)·d_x),

@@ -17,6 +17,7 @@ namespace HWY_NAMESPACE {
 
 struct Q3_KBlock {
   static constexpr int64_t kBytes = 110;
+  static constexpr int kRowGroup = 2;
   // The kernels multiply the unsigned codes u = code + 4 ∈ [0, 7]: lanes start at −4·Σq.
   static int32_t OffsetBias() { return 4; }
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2

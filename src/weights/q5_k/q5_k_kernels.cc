@@ -17,6 +17,7 @@ namespace HWY_NAMESPACE {
 
 struct Q5_KBlock {
   static constexpr int64_t kBytes = 176;
+  static constexpr int kRowGroup = 4;
   static int32_t OffsetBias() { return 0; }  // nibbles are unsigned codes: no bias
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
   // Sub-block j is activation block j: its scale goes into the f32 factor s_j = (d·sc_j)·d_x,j

@@ -17,6 +17,7 @@ namespace HWY_NAMESPACE {
 
 struct Q6_KBlock {
   static constexpr int64_t kBytes = 210;
+  static constexpr int kRowGroup = 2;
   // The kernels multiply the unsigned 6-bit codes u = code + 32: lanes start at −32·Σq.
   static int32_t OffsetBias() { return 32; }
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
