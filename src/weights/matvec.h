@@ -42,7 +42,8 @@
 //   and the exact value; the tests check both bounds, and that the first is tight.
 //   Kernels (quant_rows-inl.h, with each type's block dot product in its folder): AVX3_DL uses
 //   AVX-512 VNNI (vpdpbusd), AVX2 and AVX3 maddubs/madd, other targets plain integer loops; all on
-//   256-bit or narrower vectors.
+//   256-bit or narrower vectors. K-quants (Q2_K .. Q6_K, super-blocks of 256): kquant_rows-inl.h,
+//   the same paths, with the sub-block scales folded in and the rounding count (5) derived there.
 //
 // Results depend on the SIMD target (lane count) but not on the thread count, and MatMul equals
 // n_tokens MatVec calls bit for bit (the same activation quantisation, the same row kernel).

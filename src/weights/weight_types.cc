@@ -11,10 +11,15 @@
 #include "weights/f32/f32.h"
 #include "weights/q1_0/q1_0.h"
 #include "weights/q2_0/q2_0.h"
+#include "weights/q2_k/q2_k.h"
+#include "weights/q3_k/q3_k.h"
 #include "weights/q4_0/q4_0.h"
 #include "weights/q4_1/q4_1.h"
+#include "weights/q4_k/q4_k.h"
 #include "weights/q5_0/q5_0.h"
 #include "weights/q5_1/q5_1.h"
+#include "weights/q5_k/q5_k.h"
+#include "weights/q6_k/q6_k.h"
 #include "weights/q8_0/q8_0.h"
 #include "weights/weight_type.h"
 
@@ -23,8 +28,10 @@ namespace {
 
 // GGUF ids are ggml.h's enum ggml_type; file types are llama.h's enum llama_ftype
 // (LLAMA_FTYPE_ALL_F32 = 0, MOSTLY_F16 = 1, MOSTLY_Q4_0 = 2, MOSTLY_Q4_1 = 3, MOSTLY_Q8_0 = 7,
-// MOSTLY_Q5_0 = 8, MOSTLY_Q5_1 = 9, MOSTLY_BF16 = 32).
-constexpr std::array<WeightTypeDesc, 10> kWeightTypes = {{
+// MOSTLY_Q5_0 = 8, MOSTLY_Q5_1 = 9, MOSTLY_BF16 = 32;
+// K-quants: MOSTLY_Q2_K = 10, Q3_K_S = 11, Q4_K_S = 14, Q5_K_S = 16, Q6_K = 18, the _S variant
+// being the one whose matrices are (almost) all that type).
+constexpr std::array<WeightTypeDesc, 15> kWeightTypes = {{
     {.type = WeightType::kF32, .name = "f32", .label = "F32", .gguf_type = 0, .gguf_file_type = 0,
      .block_elems = 1, .block_bytes = 4, .quantized_activation = false,
      .dequantize_block_ref = weights_f32::DequantizeBlock, .exact_block_ref = nullptr, .matvec_roundings = 0, .quantize_block_ref = weights_f32::QuantizeBlock,

@@ -96,7 +96,7 @@ TEST_P(HfOracle, SynthGgufFromTokenizerJsonGivesTheReferenceIds) {
   spec.hidden_dim = 64;
   spec.context = 256;
   spec.vocab_size = qwen() ? 151936 : 0;  // Qwen 3's embedding rows; Llama's own 128,256
-  spec.type = GgmlType::kQ4_0;
+  spec.type = "q4_0";
   spec.threads = 2;
   ASSERT_TRUE(WriteSynthModel(spec, tokenizer_json(), out).ok());
   Result<std::unique_ptr<GgufFile>> f = GgufFile::Open(out);

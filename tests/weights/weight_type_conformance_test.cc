@@ -27,6 +27,11 @@
 
 #include "gguf/gguf_reader.h"
 #include "test_util/known_block.h"
+#include "weights/known_blocks/q2_k.h"
+#include "weights/known_blocks/q3_k.h"
+#include "weights/known_blocks/q4_k.h"
+#include "weights/known_blocks/q5_k.h"
+#include "weights/known_blocks/q6_k.h"
 #include "test_util/matvec_bounds.h"
 #include "weights/known_blocks/q4_1.h"
 #include "weights/known_blocks/q5_0.h"
@@ -260,6 +265,11 @@ std::map<std::string, std::vector<KnownBlock>> KnownBlocks() {
   m["q5_1"] = test::Q5_1KnownBlocks();
   m["q1_0"] = test::Q1_0KnownBlocks();
   m["q2_0"] = test::Q2_0KnownBlocks();
+  m["q4_k"] = test::Q4_KKnownBlocks();
+  m["q6_k"] = test::Q6_KKnownBlocks();
+  m["q5_k"] = test::Q5_KKnownBlocks();
+  m["q3_k"] = test::Q3_KKnownBlocks();
+  m["q2_k"] = test::Q2_KKnownBlocks();
   return m;
 }
 

@@ -1,0 +1,81 @@
+// Q5_K's scalar reference (see q5_k.h): ggml's decoder, the integer form the scalar kernels and
+// ExactBlock read, and a simple min/max reference quantiser.
+#include "weights/q5_k/q5_k.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/float_codes.h"
+
+namespace kvq::weights_q5_k {
+namespace {
+
+// The 5-bit code of element i, by the table in q5_k.h.
+int Code5(const uint8_t* block, int i) {
+  const int c = i / 64, l = i % 32;
+  const bool high = i % 64 >= 32;
+  const uint8_t byte = block[48 + 32 * c + l];
+  return (high ? byte >> 4 : byte & 15) | ((block[16 + l] >> (2 * c + (high ? 1 : 0))) & 1) << 4;
+}
+
+}  // namespace
+
+void DequantizeBlock(const uint8_t* block, float* out) {
+  const float d = KQuantHalf(block), dmin = KQuantHalf(block + 2);
+  uint8_t sc[8], m[8];
+  KQuantScalesMins6(block + 4, sc, m);
+  for (int i = 0; i < 256; ++i) {
+    const float d1 = d * static_cast<float>(sc[i / 32]), m1 = dmin * static_cast<float>(m[i / 32]);
+    out[i] = d1 * static_cast<float>(Code5(block, i)) - m1;
+  }
+}
+
+void Ints(const uint8_t* block, KQuantInts* out) {
+  out->d = KQuantHalf(block);
+  out->dmin = KQuantHalf(block + 2);
+  uint8_t sc[8], m[8];
+  KQuantScalesMins6(block + 4, sc, m);
+  for (int j = 0; j < 16; ++j) out->sc[j] = sc[j / 2], out->m[j] = m[j / 2];
+  for (int i = 0; i < 256; ++i) out->code[i] = static_cast<int8_t>(Code5(block, i));
+}
+
+void ExactBlock(const uint8_t* block, double* w, double* abs) {
+  KQuantInts k;
+  Ints(block, &k);
+  KQuantExact(k, w, abs);
+}
+
+void QuantizeBlock(const float* x, uint8_t* block) {
+  float scale[8], min[8], max_scale = 0.0f, max_min = 0.0f;
+  for (int j = 0; j < 8; ++j) {
+    float lo = 0.0f, hi = x[32 * j];
+    for (int l = 0; l < 32; ++l) lo = std::min(lo, x[32 * j + l]), hi = std::max(hi, x[32 * j + l]);
+    scale[j] = (hi - lo) / 31.0f;
+    min[j] = -lo;
+    max_scale = std::max(max_scale, scale[j]);
+    max_min = std::max(max_min, min[j]);
+  }
+  const uint16_t d_bits = F32ToF16(max_scale / 63.0f), dmin_bits = F32ToF16(max_min / 63.0f);
+  const float d = F16ToF32(d_bits), dmin = F16ToF32(dmin_bits);
+  uint8_t sc[8], m[8];
+  for (int j = 0; j < 8; ++j) {
+    sc[j] = static_cast<uint8_t>(d > 0.0f ? std::clamp(KQuantNearest(scale[j] / d), 0, 63) : 0);
+    m[j] = static_cast<uint8_t>(dmin > 0.0f ? std::clamp(KQuantNearest(min[j] / dmin), 0, 63) : 0);
+  }
+  std::memcpy(block, &d_bits, 2);  // little-endian host
+  std::memcpy(block + 2, &dmin_bits, 2);
+  KQuantPackScalesMins6(sc, m, block + 4);
+  std::memset(block + 16, 0, 160);
+  for (int i = 0; i < 256; ++i) {
+    const int j = i / 32;
+    const float ds = d * static_cast<float>(sc[j]), dm = dmin * static_cast<float>(m[j]);
+    const int code = ds > 0.0f ? std::clamp(KQuantNearest((x[i] + dm) / ds), 0, 31) : 0;
+    const int c = i / 64, l = i % 32;
+    const bool high = i % 64 >= 32;
+    block[48 + 32 * c + l] |= static_cast<uint8_t>((code & 15) << (high ? 4 : 0));
+    block[16 + l] |= static_cast<uint8_t>((code >> 4) << (2 * c + (high ? 1 : 0)));
+  }
+}
+
+}  // namespace kvq::weights_q5_k
