@@ -1,7 +1,7 @@
 // kvq synth for qwen3: the qwen3-0.6b and Bonsai presets (published shapes, parameter counts,
 // the tensor table and byte arithmetic of bonsai-1.7b without writing its 231 MiB), a tiny qwen3
 // file's tensors and keys (q/k norms, key_length) loaded and run by kvq, and the K-quant mixes
-// end to end with the types registered today.
+// end to end.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -116,31 +116,23 @@ TEST(SynthQwen3Presets, BonsaiTensorTableAndBytes) {
   EXPECT_EQ(q1_0_bytes, 242434048);  // 1,720,451,072 / 128 · 18 + 495,616
   EXPECT_EQ(q2_0_bytes, 484372480);  // 1,720,451,072 / 64 · 18 + 495,616
 
-  // The presets themselves: the plan's bytes once the type is registered; until then a clear
-  // refusal naming the type.
+  // The presets themselves: the plan's bytes.
   for (const auto& [preset, type, bytes] : {std::tuple{"bonsai-1.7b", "q1_0", q1_0_bytes},
                                             std::tuple{"bonsai-ternary-1.7b", "q2_0", q2_0_bytes}}) {
     SCOPED_TRACE(preset);
     const SynthSpec s = *SynthPreset(preset);
     Result<std::vector<SynthTensorPlan>> p = PlanSynthTensors(s);
     Result<const WeightTypeDesc*> registered = SynthWeightTypeByName(type);
-    if (registered.ok()) {
-      EXPECT_EQ((*registered)->block_elems, std::string(type) == "q1_0" ? 128 : 64);
-      EXPECT_EQ((*registered)->block_bytes, 18);
-      ASSERT_TRUE(p.ok()) << p.status().message();
-      int64_t total = 0;
-      for (const SynthTensorPlan& t : *p) {
-        total += t.bytes;
-        EXPECT_EQ(t.type, t.dims.size() == 2 ? type : "f32") << t.name;
-      }
-      EXPECT_EQ(total, bytes);
-    } else {
-      // Today: "weight type q1_0 is not registered in kvq's weight registry (synth writes: ...)".
-      ASSERT_FALSE(p.ok());
-      EXPECT_EQ(p.status().message(), fmt::format("--type {}: {}; or a llama.cpp mix: q2_k, q3_k_m, q4_k_m, "
-                                                  "q5_k_m, q6_k", type, registered.status().message()));
-      EXPECT_NE(registered.status().message().find(fmt::format("weight type {} ", type)), std::string::npos);
+    ASSERT_TRUE(registered.ok()) << registered.status().message();
+    EXPECT_EQ((*registered)->block_elems, std::string(type) == "q1_0" ? 128 : 64);
+    EXPECT_EQ((*registered)->block_bytes, 18);
+    ASSERT_TRUE(p.ok()) << p.status().message();
+    int64_t total = 0;
+    for (const SynthTensorPlan& t : *p) {
+      total += t.bytes;
+      EXPECT_EQ(t.type, t.dims.size() == 2 ? type : "f32") << t.name;
     }
+    EXPECT_EQ(total, bytes);
   }
 }
 
@@ -207,16 +199,21 @@ TEST(SynthQwen3, MixesEndToEndWithTheTypesRegisteredToday) {
     ASSERT_TRUE(LoadModel(path, "").ok());
   }
   std::filesystem::remove(path);
-  // q4_k_m there makes the (untied) token_embd Q4_K, which falls back to Q5_0: refused, naming
-  // the tensor and the type, until Q5_0 is registered (then it is written).
-  const Status s = ValidateSynthSpec(TinyQwen3("q4_k_m"));
-  if (!SynthWeightTypeByName("q5_0").ok()) {
-    ASSERT_FALSE(s.ok());
-    EXPECT_EQ(s.message(), "--type q4_k_m: tensor 'token_embd.weight': " +
-                               SynthWeightTypeByName("q5_0").status().message());
-  } else {
-    EXPECT_TRUE(s.ok()) << s.message();
+  // q4_k_m there: the (untied) token_embd would be Q4_K but its rows of 64 are not whole
+  // 256-blocks, so llama.cpp's fallback makes it Q5_0; the other matrices fall back the same way.
+  const std::string mixed = TempPath("q4_k_m.gguf");
+  ASSERT_TRUE(WriteSynthModel(TinyQwen3("q4_k_m"), kStories, mixed).ok());
+  {
+    auto f = GgufFile::Open(mixed);
+    ASSERT_TRUE(f.ok()) << f.status().message();
+    EXPECT_EQ(*(*f)->GetU32("general.file_type"), 15u);  // MOSTLY_Q4_K_M
+    Result<const GgufTensor*> embd = (*f)->FindTensor("token_embd.weight");
+    ASSERT_TRUE(embd.ok());
+    EXPECT_EQ((*embd)->type, GgmlType::kQ5_0);
+    Result<LoadedModel> loaded = LoadModel(mixed, "");
+    ASSERT_TRUE(loaded.ok()) << loaded.status().message();
   }
+  std::filesystem::remove(mixed);
 }
 
 }  // namespace
