@@ -3,10 +3,12 @@
 // rows, and plain scalar references beside it for tests.
 //
 // Weight types: the registry (weight_type.h) lists them; each one's row layout, scalar reference
-// and kernels are in src/weights/<name>/ (f32, f16, bf16, q8_0, q4_0). A row of cols elements is
-// cols / block_elems blocks, rows back to back, no padding. Every decoded weight is exact in f32.
-// The quantised-activation types (Q8_0, Q4_0) store blocks of 32 as an f16 scale d and 32 integer
-// codes, weight = d·code: the "code" below is qs[i] for Q8_0 and the nibble − 8 for Q4_0.
+// and kernels are in src/weights/<name>/ (f32, f16, bf16; q8_0, q4_0, q4_1, q5_0, q5_1; q1_0,
+// q2_0; q2_k .. q6_k). A row of cols elements is cols / block_elems blocks, rows back to back, no
+// padding. Every block type quantises the activation (below). The one-scale types with blocks of
+// 32 (Q8_0, Q4_0, Q5_0) store an f16 scale d and 32 integer codes, weight = d·code (exact in f32):
+// the "code" below is qs[i] for Q8_0 and the nibble − 8 for Q4_0; the others' layouts and their
+// integer forms are in their folders' headers (kquant.h for the K-quants).
 //
 // Numerics, F32/F16/BF16. MatVecReference sums the products w·x in column order in f32; MatVec
 // sums the same products in another order (lane-parallel partial sums), so the two differ by
