@@ -27,10 +27,11 @@ struct QuantizedX {
   // [cols / 32] Σ q over each block of 32 (exact int32): the term a weight type with an offset
   // (Q4_1's min, a K-quant's sub-block min, Q1_0's −d) multiplies, so no kernel re-sums codes.
   const int32_t* sum = nullptr;
-  // [cols / 4] what each int32 lane of the x86 kernels starts from (WeightKernels::
-  // activation_offsets of the matrix's type fills it): minus the unsigned-byte bias times the sum
-  // of the 4 codes the lane covers, so the lane ends exactly at Σ code·q (or a fixed power-of-two
-  // multiple of it).
+  // [cols / 4] (cols bytes) type-defined side data the type's kernels derive from q once per call
+  // (WeightKernels::activation_offsets of the matrix's type fills it). Mostly what each int32 lane
+  // of the x86 kernels starts from: minus the unsigned-byte bias times the sum of the 4 codes the
+  // lane covers, so the lane ends exactly at Σ code·q (or a fixed power-of-two multiple of it);
+  // Q1_0 on AVX3_DL: the codes' 8 bit planes (q1_0.h).
   const int32_t* offset = nullptr;
 };
 

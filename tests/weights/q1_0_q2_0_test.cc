@@ -73,7 +73,9 @@ struct Variant {
 void CheckKernelsAndVariants(const WeightTypeDesc& d, const std::vector<Variant>& variants) {
   uint32_t seed = 100;
   for (int64_t rows : {1, 4, 5, 11}) {
-    for (int64_t cols : {128, 256, 1152, 4096}) {
+    // 384, 1152, 1920: Q1_0 rows ending in a partial group of 3, 1, 3 weight blocks (the AVX3_DL
+    // kernel takes four at a time, masked at a row's end).
+    for (int64_t cols : {128, 256, 384, 1152, 1920, 4096}) {
       SCOPED_TRACE(::testing::Message() << d.label << " " << rows << "x" << cols);
       std::vector<uint8_t> bytes = RandomBytes(d, rows, cols, seed++);
       const Matrix w{.type = d.type, .data = bytes.data(), .rows = rows, .cols = cols};

@@ -7,16 +7,23 @@
 // (matvec.h), four activation blocks per weight block; a weight's code is ±1.
 //
 // Kernel numerics (matvec_roundings = 4). Per row and activation block b the integer
-// I_b = Σ_i code_i·q_i = 2·Σ_{bit set} q_i − Σ_i q_i is exact in int32 lanes (AVX-512: four
+// I_b = Σ_i code_i·q_i = 2·Σ_{bit set} q_i − Σ_i q_i is exact in int32 lanes (AVX3: four
 // rows' lanes folded further in integers, still exact). Per weight block B and row,
 // t_B = Σ_{b∈B} d_x,b·(lane partials of I_b) in f32, one multiply then FMAs: ≤ 2 roundings per
-// term on AVX-512 (two vectors of two activation blocks), ≤ 4 on AVX2 (four of one). Then
+// term on AVX3 (two vectors of two activation blocks), ≤ 4 on AVX2 (four of one). Then
 // acc += d_w·t_B by FMA (1 rounding, then ≤ n_wb − 1 more as later blocks are added,
-// n_wb = cols / 128), then a row's lanes summed (AVX-512: 4 lanes, 2; AVX2: 8 lanes, 3). A term
+// n_wb = cols / 128), then a row's lanes summed (AVX3: 4 lanes, 2; AVX2: 8 lanes, 3). A term
 // takes at most n_wb + 7 ≤ n_blocks + 4 roundings (n_blocks = cols / 32 = 4·n_wb), each relative to
 // a partial of magnitude ≤ |d_w·d_x|·Σ|code·q| over its lane, so the matvec.h bound
 // γ_{n_blocks+4}·abs_sum holds (abs_i = |w_i| = |d|). The scalar targets take s = d_w·d_x, then
-// acc += s·I_b: ≤ 3 + n_blocks − 1 roundings.
+// acc += s·I_b: ≤ 3 + n_blocks − 1 roundings. AVX3_DL (bit-serial): I_b from popcounts of the
+// sign bits against the activation's bit planes, exact; per group of four weight blocks
+// acc += (d_w·d_x)·I_b in lane b (2 roundings), ≤ n_wb/4 later FMAs, 16 lanes summed (4): a term
+// takes ≤ n_wb/4 + 6 ≤ n_blocks + 4 roundings.
+// On AVX3_DL, QuantizedX::offset holds the activation codes' bit planes, not lane offsets
+// (q1_0_kernels.cc, ActivationOffsets): per 128 elements c, int32 word 32c + 4k + s has bit i =
+// bit k (two's complement) of code 128c + 32s + i. AVX2 reads lane offsets (−Σ of 4 codes) there,
+// AVX3 and the scalar targets nothing.
 #pragma once
 
 #include <cstdint>

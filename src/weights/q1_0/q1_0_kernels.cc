@@ -1,8 +1,8 @@
-// Q1_0 row kernels for every compiled target. The multiply is a signed add: Σ ±q is one masked
-// byte blend (AVX-512: the sign bits are the mask register) and one byte dot. Four activation
-// blocks share a weight scale, so the float work is one FMA by d_x per activation block and one
-// by d_w per weight block (q1_0.h, "Kernel numerics"); on AVX-512 four rows' integer lanes are
-// folded into one vector first, so those FMAs serve four rows. AVX3_DL is compiled for vpdpbusd.
+// Q1_0 row kernels for every compiled target. AVX3_DL: bit-serial popcount dots against the
+// activation's bit planes (QuantizedX::offset), 512 weights per vector. AVX3: Σ ±q as one masked
+// byte blend (the sign bits are the mask register) and one byte dot, four rows' integer lanes
+// folded before the float work. AVX2: bits spread to bytes, maddubs/madd. Four activation blocks
+// share a weight scale (q1_0.h, "Kernel numerics"). AVX3_DL is compiled for vpdpbusd/vpopcnt.
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL
 #endif
@@ -50,7 +50,155 @@ KVQ_MATVEC_X86_ATTR inline void ChunkScales(const uint8_t* const* a, int64_t c0,
   }
 }
 
-#if HWY_TARGET <= HWY_AVX3
+#if HWY_TARGET <= HWY_AVX3_DL
+// AVX3_DL (AVX-512 VPOPCNTDQ, guaranteed by Highway's AVX3_DL target): bit-serial popcount dots.
+// QuantizedX::offset holds the activation codes' bit planes (ActivationOffsets below): with q's
+// two's-complement bits b_k, q = Σ_{k<7} 2^k·b_k − 128·b_7, so for a weight word w of 32 sign
+// bits Σ_{bit set} q = Σ_{k<7} 2^k·popcount(w & plane_k) − 128·popcount(w & plane_7), and
+// Σ ±q = 2·Σ_{bit set} q − Σq. One 512-bit vector holds 16 activation blocks (four weight
+// blocks, 512 weights): per plane one AND, one byte popcount and one vpdpbusd, all exact in int32
+// lanes (|lane| ≤ 32·128); the planes' loads and 128-bit transposes serve four rows; the float
+// work is one convert, one multiply and one FMA per 512 weights. Measured against the AVX3 blend
+// + dot with the four-row fold on AVX3_DL (a private harness, one core): 8.2 against 10.3 ns per
+// 512 weights and row with the weights in L2; from memory about the same (~5 GB/s; the kernel is
+// still compute-bound enough that little of the memory time overlaps). Measured no better: rows
+// in groups of 8 (slower from memory); prefetch distances 2-64 KiB, or into L1.
+constexpr int64_t kPlaneWords = 32;  // int32 words of bit planes per weight block (128 × 8 bits)
+
+// QuantizedX::offset [n / 4] as this target's kernels read it, the bit planes of q [n]: per
+// weight block c (elements 128c .. 128c+127), word 32c + 4k + s has bit i = bit k of code
+// 128c + 32s + i. Exactly n bytes, the offset buffer's size; position-local per 128 elements, so
+// each token's planes start at its own offset (MatMul's tokens lie back to back).
+KVQ_MATVEC_X86_ATTR void ActivationOffsets(const int8_t* q, int64_t n, int32_t* offset) {
+  for (int64_t c = 0; c < n / kBlockElems; ++c) {
+    uint32_t* out = reinterpret_cast<uint32_t*>(offset + c * kPlaneWords);  // [8 planes][4 blocks]
+    for (int h = 0; h < 2; ++h) {  // elements 64h .. 64h+63: activation blocks 2h and 2h+1
+      const __m512i v = _mm512_loadu_si512(q + c * kBlockElems + 64 * h);
+      for (int k = 0; k < 8; ++k) {
+        const uint64_t m = _cvtmask64_u64(_mm512_test_epi8_mask(v, _mm512_set1_epi8(static_cast<char>(1 << k))));
+        out[4 * k + 2 * h] = static_cast<uint32_t>(m);
+        out[4 * k + 2 * h + 1] = static_cast<uint32_t>(m >> 32);
+      }
+    }
+  }
+}
+
+// 128-bit lane L of out[j] = lane j of in[L] (a 4 × 4 transpose of 128-bit lanes).
+KVQ_MATVEC_X86_ATTR inline void Transpose4(const __m512i* in, __m512i* out) {
+  const __m512i t0 = _mm512_shuffle_i64x2(in[0], in[1], 0x44), t1 = _mm512_shuffle_i64x2(in[0], in[1], 0xEE);
+  const __m512i t2 = _mm512_shuffle_i64x2(in[2], in[3], 0x44), t3 = _mm512_shuffle_i64x2(in[2], in[3], 0xEE);
+  out[0] = _mm512_shuffle_i64x2(t0, t2, 0x88);
+  out[1] = _mm512_shuffle_i64x2(t0, t2, 0xDD);
+  out[2] = _mm512_shuffle_i64x2(t1, t3, 0x88);
+  out[3] = _mm512_shuffle_i64x2(t1, t3, 0xDD);
+}
+
+// The planes of weight blocks wb .. wb+m−1 (m ≤ 4) -> p[k], dword 4L + s = plane k of activation
+// block s of weight block wb + L (zero for L ≥ m; the masked loads read nothing there).
+template <bool kFull>
+KVQ_MATVEC_X86_ATTR inline void LoadPlanes(const int32_t* planes, int m, __m512i* p) {
+  __m512i lo[4], hi[4];  // planes 0-3 and 4-7 of each weight block
+  for (int l = 0; l < 4; ++l) {
+    const int32_t* at = planes + l * kPlaneWords;
+    const __mmask16 keep = kFull || l < m ? 0xFFFF : 0;
+    lo[l] = kFull ? _mm512_loadu_si512(at) : _mm512_maskz_loadu_epi32(keep, at);
+    hi[l] = kFull ? _mm512_loadu_si512(at + 16) : _mm512_maskz_loadu_epi32(keep, at + 16);
+  }
+  Transpose4(lo, p);
+  Transpose4(hi, p + 4);
+}
+
+// Weight blocks wb .. wb+m−1 of one row (block = the first one's bytes, 18-byte stride), from
+// two loads of the group's 72 bytes: *bits gets 128-bit lane L = block wb+L's 16 bytes of qs (one
+// byte permute, VBMI), *scale lane 4L + s = block wb+L's d in f32 (one word permute, one convert).
+// A partial group's loads are masked to its own bytes (no read past the row), its lanes past m
+// zero. Measured slower: the scales copied to a stack array per chunk and converted from there
+// (the narrow stores stall the wide load that converts them).
+template <bool kFull>
+KVQ_MATVEC_X86_ATTR inline void WeightBlocks(const uint8_t* block, int m, __m512i* bits, __m512* scale) {
+  // Byte j (lane L = j / 16, byte b = j % 16) sits at 2 + 18L + b: from the first load (at 0)
+  // for L < 3, from the second (at 8, index 64 + 48 + b) for L = 3.
+  const __m512i idx = _mm512_set_epi8(127, 126, 125, 124, 123, 122, 121, 120, 119, 118, 117, 116, 115, 114, 113, 112,
+                                      53, 52, 51, 50, 49, 48, 47, 46, 45, 44, 43, 42, 41, 40, 39, 38,
+                                      35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20,
+                                      17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2);
+  // Word 4L + s takes word 9L of the first load: block L's d.
+  const __m512i didx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
+                                        27, 27, 27, 27, 18, 18, 18, 18, 9, 9, 9, 9, 0, 0, 0, 0);
+  __m512i z0, z1;
+  if constexpr (kFull) {
+    z0 = _mm512_loadu_si512(block);
+    z1 = _mm512_loadu_si512(block + 8);
+  } else {
+    const int64_t bytes = m * kBlockBytes;  // the group's bytes from `block`
+    z0 = _mm512_maskz_loadu_epi8(_bzhi_u64(~0ULL, static_cast<unsigned>(std::min<int64_t>(64, bytes))), block);
+    z1 = _mm512_maskz_loadu_epi8(_bzhi_u64(~0ULL, static_cast<unsigned>(std::max<int64_t>(0, bytes - 8))), block + 8);
+  }
+  *bits = _mm512_permutex2var_epi8(z0, idx, z1);
+  *scale = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(didx, z0)));
+}
+
+// Σ ±q per activation block, lane 4L + s of the group, exact: per plane k the byte popcounts of
+// w & plane_k (≤ 8 each), summed over the lane's 4 bytes with weight 2^k (−128 for plane 7) by
+// one vpdpbusd, then 2·Σ_{bit set} q − Σq. Measured about as fast, within the noise: dword
+// popcounts combined by Horner steps (more instructions, fewer on port 0), and half of each.
+KVQ_MATVEC_X86_ATTR inline __m512i SignedSums(__m512i w, const __m512i* p, __m512i sum) {
+  __m512i set = _mm512_setzero_si512();
+  for (int k = 0; k < 8; ++k) {
+    const __m512i weight = _mm512_set1_epi8(static_cast<char>(k == 7 ? -128 : 1 << k));
+    set = _mm512_dpbusd_epi32(set, _mm512_popcnt_epi8(_mm512_and_si512(w, p[k])), weight);
+  }
+  return _mm512_sub_epi32(_mm512_add_epi32(set, set), sum);
+}
+
+// One group of m ≤ 4 weight blocks (wb .. wb+m−1) for R rows: acc[i] += (d_w ⊙ d_x) ⊙
+// f32(Σ ±q), lane 4L + s (1 rounding for the product, 1 for the FMA).
+template <bool kFull, int R>
+KVQ_MATVEC_X86_ATTR inline void Group(const uint8_t* const* a, const QuantizedX& x, int64_t wb, int m, __m512* acc) {
+  const __mmask16 lanes = kFull ? 0xFFFF : static_cast<__mmask16>((1u << (4 * m)) - 1);
+  __m512i p[8];
+  LoadPlanes<kFull>(x.offset + wb * kPlaneWords, m, p);
+  const __m512i sum = _mm512_maskz_loadu_epi32(lanes, x.sum + wb * kSub);
+  const __m512 dx = _mm512_maskz_loadu_ps(lanes, x.d + wb * kSub);
+  for (int i = 0; i < R; ++i) {
+    __m512i bits;
+    __m512 dw;
+    WeightBlocks<kFull>(a[i] + wb * kBlockBytes, m, &bits, &dw);
+    const __m512i dot = SignedSums(bits, p, sum);
+    acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(dot), acc[i]);
+  }
+}
+
+// R rows from r. Per term: the scale product (1), its FMA (1), ≤ n_wb/4 later FMAs into the
+// lane, the 16 lanes summed (4): ≤ n_wb/4 + 6 ≤ n_blocks + 4 roundings (n_blocks = 4·n_wb ≥ 4).
+// Each row's arithmetic depends on that row alone, so grouping (R, threads, MatMul) changes no
+// bit. A prefetch kPrefetchBytes ahead per kChunk blocks and row, as quant_rows-inl.h does.
+template <int R>
+KVQ_MATVEC_X86_ATTR void RowGroup(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r) {
+  const int64_t n_wb = cols / kBlockElems;
+  const int64_t row_bytes = n_wb * kBlockBytes;
+  const uint8_t* a[R];
+  __m512 acc[R];  // lane 4L + s: activation block s of each group's weight block L
+  for (int i = 0; i < R; ++i) {
+    a[i] = w + (r + i) * row_bytes;
+    acc[i] = _mm512_setzero_ps();
+  }
+  for (int64_t c0 = 0; c0 < n_wb; c0 += kChunk) {
+    const int64_t nb = std::min(kChunk, n_wb - c0);
+    for (int i = 0; i < R; ++i) {
+      const uintptr_t ahead = reinterpret_cast<uintptr_t>(a[i] + c0 * kBlockBytes) + kPrefetchBytes;
+      for (int64_t at = 0; at < kChunk * kBlockBytes; at += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + at), _MM_HINT_T1);
+      }
+    }
+    int64_t g = 0;
+    for (; g + 4 <= nb; g += 4) Group<true, R>(a, x, c0 + g, 4, acc);
+    if (g < nb) Group<false, R>(a, x, c0 + g, static_cast<int>(nb - g), acc);
+  }
+  for (int i = 0; i < R; ++i) y[r + i] = _mm512_reduce_add_ps(acc[i]);
+}
+
+#elif HWY_TARGET <= HWY_AVX3
 // AVX-512BW, 512-bit: two activation blocks (64 elements, 8 bytes of bits) per vector. The 64
 // bits go straight into a mask register; one masked byte blend gives v = bit ? q : −q, one byte
 // dot (vpdpbusd by 1; without VNNI maddubs/madd) the lanes Σ ±q over 4 elements each, exact.
