@@ -3,6 +3,7 @@
 // (ExactBlock), and the 6-bit scale/min unpacking of Q4_K and Q5_K (ggml's get_scale_min_k4).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -84,5 +85,33 @@ inline void KQuantScales6x16(const uint8_t* s, uint8_t* u) {
 
 /// round-half-even to int for |v| < 2^22 (ggml's nearest_int, without its bit trick).
 inline int KQuantNearest(float v) { return static_cast<int>(std::nearbyint(v)); }
+
+/// The simple reference quantiser's scales of Q4_K and Q5_K (codes 0..max_code per 32-element
+/// sub-block): per sub-block j, scale = (max − min(0, lo)) / max_code and min = −min(0, lo); the
+/// super-block d and dmin = their largest / 63 in f16; sc[j], m[j] = the 6-bit nearest multiples.
+/// Writes d, dmin at block bytes 0-3 and the packed scales at 4-15; returns the f16-rounded d, dmin.
+inline void KQuantChooseScalesMins6(const float* x, float max_code, uint8_t* block, uint8_t* sc, uint8_t* m,
+                                    float* d_out, float* dmin_out) {
+  float scale[8], min[8], max_scale = 0.0f, max_min = 0.0f;
+  for (int j = 0; j < 8; ++j) {
+    float lo = 0.0f, hi = x[32 * j];
+    for (int l = 0; l < 32; ++l) lo = std::min(lo, x[32 * j + l]), hi = std::max(hi, x[32 * j + l]);
+    scale[j] = (hi - lo) / max_code;
+    min[j] = -lo;
+    max_scale = std::max(max_scale, scale[j]);
+    max_min = std::max(max_min, min[j]);
+  }
+  const uint16_t d_bits = F32ToF16(max_scale / 63.0f), dmin_bits = F32ToF16(max_min / 63.0f);
+  const float d = F16ToF32(d_bits), dmin = F16ToF32(dmin_bits);
+  for (int j = 0; j < 8; ++j) {
+    sc[j] = static_cast<uint8_t>(d > 0.0f ? std::clamp(KQuantNearest(scale[j] / d), 0, 63) : 0);
+    m[j] = static_cast<uint8_t>(dmin > 0.0f ? std::clamp(KQuantNearest(min[j] / dmin), 0, 63) : 0);
+  }
+  std::memcpy(block, &d_bits, 2);  // little-endian host
+  std::memcpy(block + 2, &dmin_bits, 2);
+  KQuantPackScalesMins6(sc, m, block + 4);
+  *d_out = d;
+  *dmin_out = dmin;
+}
 
 }  // namespace kvq

@@ -47,25 +47,9 @@ void ExactBlock(const uint8_t* block, double* w, double* abs) {
 }
 
 void QuantizeBlock(const float* x, uint8_t* block) {
-  float scale[8], min[8], max_scale = 0.0f, max_min = 0.0f;
-  for (int j = 0; j < 8; ++j) {
-    float lo = 0.0f, hi = x[32 * j];
-    for (int l = 0; l < 32; ++l) lo = std::min(lo, x[32 * j + l]), hi = std::max(hi, x[32 * j + l]);
-    scale[j] = (hi - lo) / 31.0f;
-    min[j] = -lo;
-    max_scale = std::max(max_scale, scale[j]);
-    max_min = std::max(max_min, min[j]);
-  }
-  const uint16_t d_bits = F32ToF16(max_scale / 63.0f), dmin_bits = F32ToF16(max_min / 63.0f);
-  const float d = F16ToF32(d_bits), dmin = F16ToF32(dmin_bits);
   uint8_t sc[8], m[8];
-  for (int j = 0; j < 8; ++j) {
-    sc[j] = static_cast<uint8_t>(d > 0.0f ? std::clamp(KQuantNearest(scale[j] / d), 0, 63) : 0);
-    m[j] = static_cast<uint8_t>(dmin > 0.0f ? std::clamp(KQuantNearest(min[j] / dmin), 0, 63) : 0);
-  }
-  std::memcpy(block, &d_bits, 2);  // little-endian host
-  std::memcpy(block + 2, &dmin_bits, 2);
-  KQuantPackScalesMins6(sc, m, block + 4);
+  float d = 0.0f, dmin = 0.0f;
+  KQuantChooseScalesMins6(x, 31.0f, block, sc, m, &d, &dmin);
   std::memset(block + 16, 0, 160);
   for (int i = 0; i < 256; ++i) {
     const int j = i / 32;
