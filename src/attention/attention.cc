@@ -1,5 +1,5 @@
 // AttendWindows: the window driver (see kvq/attention.h). Work is split into (query block, run of
-// KV heads) items, and the items into one contiguous share per thread, in a single thread-pool job
+// KV heads) items, and the items into one share per thread, in a single thread-pool job
 // per call; each share walks every window in order and, within a window, each item's positions up
 // to its queries' own, either one at a time through the codecs' reference dot/axpy (kScalar, one
 // token per item) or in tiles through the codecs' SIMD kernels (kSimd), each tile once for all the
@@ -396,9 +396,13 @@ struct WindowsCall {
     }
   }
 
-  // Share s: items [items·s/shares, items·(s+1)/shares) over every window, in order.
+  // Share s over every window, in order: items [items·s/shares, items·(s+1)/shares), or with
+  // query blocks items s, s + shares, s + 2·shares, ...
   void RunShare(int64_t s) {
-    const int64_t begin = items * s / shares, end = items * (s + 1) / shares;
+    const bool strided = query_block > 1;
+    const int64_t begin = strided ? s : items * s / shares;
+    const int64_t end = strided ? items : items * (s + 1) / shares;
+    const int64_t step = strided ? shares : 1;
     float* tiles = scratch.tiles.data() + s * 2 * group * kMaxTileRows;
     float* block = query_block > 1 ? scratch.block.data() + s * scratch.block_floats : nullptr;
     const int64_t n_windows = source.n_windows();
@@ -414,7 +418,7 @@ struct WindowsCall {
         ctx = {&w->k.codec->kernels(), &w->v.codec->kernels(), &F32Format().key.kernels(),
                CodecArgs{.shape = w->k.args.shape}, softmax};
       }
-      for (int64_t item = begin; item < end; ++item) AttendItem(*w, ctx, item, tiles, block);
+      for (int64_t item = begin; item < end; item += step) AttendItem(*w, ctx, item, tiles, block);
       if (scratch.users[i].fetch_sub(1, std::memory_order_acq_rel) == 1) source.Release(i);
     }
   }
@@ -453,7 +457,10 @@ Status AttendWindows(const AttentionOptions& o, const float* q, int64_t first_qu
           ? 1
           : std::clamp(o.query_block > 0 ? o.query_block : kDefaultQueryBlock, 1, std::max(1, n_tokens));
   const int32_t n_blocks = (n_tokens + query_block - 1) / query_block;
-  const int32_t runs = o.kernel == AttentionKernel::kScalar
+  // A block walks its KV heads one at a time anyway, so block items take one head each, and
+  // shares take every shares-th item (RunShare): causal blocks late in a prompt see more rows,
+  // and striding spreads them over the threads.
+  const int32_t runs = o.kernel == AttentionKernel::kScalar || query_block > 1
                            ? shape.n_kv_heads
                            : std::min(shape.n_kv_heads, std::max(1, threads / std::max(1, n_blocks)));
   const int64_t items = int64_t{n_blocks} * runs;
