@@ -47,7 +47,7 @@ struct AttentionOptions {
 
 /// The query block AttentionOptions::query_block = 0 stands for (measured: `kvq bench attention
 /// --queries 64`, docs/performance.md).
-inline constexpr int32_t kDefaultQueryBlock = 16;
+inline constexpr int32_t kDefaultQueryBlock = 32;
 
 class KvWindowSource;
 
