@@ -36,8 +36,18 @@ struct AttentionOptions {
   float scale = 0.0f;    ///< softmax scale, usually 1/sqrt(head_dim)
   float softcap = 0.0f;  ///< 0: off; else score = softcap · tanh(score / softcap)
   AttentionKernel kernel = AttentionKernel::kSimd;
-  int32_t threads = 1;   ///< work is split across (query token, KV head) pairs, never positions
+  int32_t threads = 1;   ///< work is split across (query block, KV head) pairs, never positions
+  /// kSimd: query tokens per work item. Each K/V tile a block reads is scored and accumulated
+  /// for all of the block's query rows at once, so it is read and dequantised once per block
+  /// instead of once per token. 0: kDefaultQueryBlock; 1: one token per item (the per-token
+  /// path). Every value gives the same bits: a position's sequence of operations per (query,
+  /// head) does not depend on the block.
+  int32_t query_block = 0;
 };
+
+/// The query block AttentionOptions::query_block = 0 stands for (measured: `kvq bench attention
+/// --queries 64`, docs/performance.md).
+inline constexpr int32_t kDefaultQueryBlock = 32;
 
 class KvWindowSource;
 

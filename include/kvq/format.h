@@ -63,7 +63,10 @@ struct RowTile {
 struct CodecKernels {
   const char* target;  ///< Highway target name, e.g. "AVX3"
   /// scores[h · kMaxTileRows + i] = Σ_d q[h][d] · x'_i[kv_head][d] for h < n_q, i < n_rows.
-  /// q: [n_q][head_dim]. The summation order is fixed per row (independent of the tile).
+  /// q: [n_q][head_dim]. The summation order is fixed per row (independent of the tile). A
+  /// head's result depends on n_q only through its class: heads [0, 4·⌊n_q/4⌋) are reduced four
+  /// at a time, the rest one at a time, and within a class the bits are the same whatever n_q and
+  /// whichever heads share the call. Attention's query blocks rely on this (attention.cc).
   void (*score)(const float* q, int32_t n_q, const RowTile& tile, int32_t kv_head,
                 const CodecArgs& args, float* scores);
   /// For each row i in order and each h < n_q: acc[h] = acc[h] · c[h·kMaxTileRows + i] +
@@ -72,6 +75,9 @@ struct CodecKernels {
   /// how rows are grouped into tiles.
   void (*accumulate)(const float* c, const float* e, int32_t n_q, const RowTile& tile,
                      int32_t kv_head, const CodecArgs& args, float* acc);
+  /// True when score multiplies on int8 dot products (the query quantised per head) rather than
+  /// f32 FMAs: `kvq bench attention` then holds its score half to the int8 dot peak.
+  bool int8_scores = false;
 };
 
 /// One way of storing rows. All functions are the portable scalar reference; SIMD kernels that

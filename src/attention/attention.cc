@@ -1,9 +1,10 @@
-// AttendWindows: the window driver (see kvq/attention.h). Work is split into (query token, KV
-// head) items, and the items into one contiguous share per thread, in a single thread-pool job per
-// call; each share walks every window in order and, within a window, each item's positions up to
-// its query's own, either one at a time through the codecs' reference dot/axpy (kScalar) or in
-// tiles through the codecs' SIMD kernels (kSimd). Positions are never split across threads, so no
-// partial states are merged and the result depends neither on the thread count nor on the windows.
+// AttendWindows: the window driver (see kvq/attention.h). Work is split into (query block, run of
+// KV heads) items, and the items into one share per thread, in a single thread-pool job
+// per call; each share walks every window in order and, within a window, each item's positions up
+// to its queries' own, either one at a time through the codecs' reference dot/axpy (kScalar, one
+// token per item) or in tiles through the codecs' SIMD kernels (kSimd), each tile once for all the
+// block's query rows. Positions are never split across threads, so no partial states are merged
+// and the result depends neither on the thread count, nor on the windows, nor on the block.
 #include "kvq/attention.h"
 
 #include <algorithm>
@@ -103,6 +104,10 @@ void AttendScalar(const AttentionOptions& o, const KvWindow& w, int64_t n, const
   }
 }
 
+// Query rows per score/softmax/accumulate call in a block: a multiple of 4 (see BlockRow), and
+// small enough that the call's q, acc, scores and c ([32][128] f32 each at most) stay in L1.
+constexpr int32_t kBlockRowsPerCall = 32;
+
 struct SimdContext {
   const CodecKernels* k;
   const CodecKernels* v;
@@ -156,6 +161,46 @@ void AttendSimd(const AttentionOptions& o, const SimdContext& ctx, const KvWindo
   }
 }
 
+// Rows [r0, r1) of the window for n_q query rows of KV head g, `chunk` rows per kernel call.
+// q, acc: [n_q][head_dim]; m, l: [n_q]; scores, c: [chunk][kMaxTileRows]. The per-(row,
+// position) operations are those of AttendSimd; only which rows share a call differs.
+void AttendRowsSimd(const AttentionOptions& o, const SimdContext& ctx, const KvWindow& w, int64_t r0,
+                    int64_t r1, int32_t g, int32_t n_q, int32_t chunk, const float* q, float* m,
+                    float* l, float* acc, float* scores, float* c) {
+  const int32_t d = w.k.args.shape.head_dim;
+  for (int64_t r = r0; r < r1;) {
+    const int32_t max_rows = static_cast<int32_t>(std::min<int64_t>(kMaxTileRows, r1 - r));
+    TileSource ks = TileAt(w.k, *ctx.k, *ctx.f32, ctx.f32_args, r, max_rows);
+    TileSource vs = TileAt(w.v, *ctx.v, *ctx.f32, ctx.f32_args, r, max_rows);
+    const int32_t rows = std::min(ks.tile.n_rows, vs.tile.n_rows);
+    ks.tile.n_rows = rows;
+    vs.tile.n_rows = rows;
+    const int64_t ahead = std::min<int64_t>(kMaxTileRows, r1 - r - rows);
+    PrefetchRows(w.k, r + rows, ahead, g, g + 1);
+    PrefetchRows(w.v, r + rows, ahead, g, g + 1);
+    for (int32_t h = 0; h < n_q; h += chunk) {
+      const int32_t nh = std::min(chunk, n_q - h);
+      ks.kernels->score(q + int64_t{h} * d, nh, ks.tile, g, *ks.args, scores);
+      ctx.softmax(scores, c, nh, rows, o.scale, o.softcap, m + h, l + h);
+      vs.kernels->accumulate(c, scores, nh, vs.tile, g, *vs.args, acc + int64_t{h} * d);
+    }
+    r += rows;
+  }
+}
+
+// Where query head k (< group) of token t (< nb) of a block sits among the block's rows. The score
+// kernel reduces heads [0, 4·⌊n_q/4⌋) of a call four at a time and the rest one at a time
+// (format.h), so the per-token path reduces a token's heads [0, g4 = 4·⌊group/4⌋) four at a time
+// and its last group − g4 alone. The block keeps each head in its class: the g4 heads of every
+// token first ([nb][g4], called kBlockRowsPerCall rows at a time), then the rest ([nb][group −
+// g4], called two at a time, which the kernel reduces alone).
+struct BlockRows {
+  int32_t nb, group, g4;
+  int64_t Row(int32_t t, int32_t k) const {
+    return k < g4 ? int64_t{t} * g4 + k : int64_t{nb} * g4 + int64_t{t} * (group - g4) + (k - g4);
+  }
+};
+
 }  // namespace
 
 // The windows a source hands out are shared by the threads of one call: the first thread to
@@ -165,6 +210,10 @@ struct AttentionState::Scratch {
   ThreadPool* pool = nullptr;  // ThreadPool::Shared(pool_threads), looked up once per count
   int32_t pool_threads = 0;
   std::vector<float> tiles;       // [shares][2][group][kMaxTileRows]: SIMD scores/e, then c
+  // [shares][BlockFloats]: a query block's q, acc ([block·group][head_dim] each), m, l
+  // ([block·group] each), scores/e and c ([kBlockRowsPerCall][kMaxTileRows] each).
+  std::vector<float> block;
+  int64_t block_floats = 0;  // per share
   std::vector<KvWindow> windows;  // [n_windows] of the current call
   std::unique_ptr<std::atomic<int32_t>[]> users;  // [users_capacity]: threads not done with window i
   int64_t users_capacity = 0;
@@ -208,6 +257,7 @@ struct WindowsCall {
   AttentionState::Scratch& scratch;
   attention_internal::SoftmaxTileFn softmax;
   int32_t group, runs, shares;
+  int32_t query_block;  // tokens per item (1: the per-token path)
   int64_t items;
 
   // Window i, acquired by whichever share gets here first; nullptr once an Acquire has failed.
@@ -244,14 +294,29 @@ struct WindowsCall {
     return got;
   }
 
-  // Item (query token t, KV heads of run `run`) over one window: AttendWindow's work for it.
-  void AttendItem(const KvWindow& w, const SimdContext& ctx, int64_t item, float* tiles) {
+  // Causal: token t sees window rows [0, n).
+  int64_t SeenRows(const KvWindow& w, int32_t t) const {
+    return std::clamp<int64_t>(first_query_position + t - w.first_position + 1, 0, w.k.n_rows);
+  }
+
+  // Item (query block, KV heads of run `run`) over one window: AttendWindow's work for it.
+  void AttendItem(const KvWindow& w, const SimdContext& ctx, int64_t item, float* tiles, float* block) {
+    const int32_t b = static_cast<int32_t>(item / runs);
+    const int32_t run = static_cast<int32_t>(item % runs);
+    const int32_t t0 = b * query_block;
+    const int32_t nb = std::min(query_block, state.n_tokens() - t0);
+    if (nb == 1) {
+      AttendToken(w, ctx, t0, run, tiles);
+    } else {
+      AttendBlock(w, ctx, t0, nb, run, block);
+    }
+  }
+
+  // Token t, KV heads of run `run`: the per-token path (decode's).
+  void AttendToken(const KvWindow& w, const SimdContext& ctx, int32_t t, int32_t run, float* tiles) {
     const AttentionShape shape = state.shape();
     const int32_t d = shape.head_dim;
-    const int32_t t = static_cast<int32_t>(item / runs);
-    const int32_t run = static_cast<int32_t>(item % runs);
-    // Causal: token t sees window rows [0, n).
-    const int64_t n = std::clamp<int64_t>(first_query_position + t - w.first_position + 1, 0, w.k.n_rows);
+    const int64_t n = SeenRows(w, t);
     if (run == 0) state.attended[t] += n;  // one item per token counts it
     if (n == 0) return;
     const int32_t g0 = shape.n_kv_heads * run / runs, g1 = shape.n_kv_heads * (run + 1) / runs;
@@ -270,10 +335,76 @@ struct WindowsCall {
     }
   }
 
-  // Share s: items [items·s/shares, items·(s+1)/shares) over every window, in order.
+  // Tokens [t0, t0 + nb), KV heads of run `run` (kSimd): per KV head, the block's state is
+  // gathered into `block`, rows every token sees are done once for all nb·group query rows, the
+  // diagonal rows (seen by the later tokens only) per token, and the state is scattered back.
+  // Each (query, head) meets the same positions in the same order, with the same operations, as
+  // in AttendToken.
+  void AttendBlock(const KvWindow& w, const SimdContext& ctx, int32_t t0, int32_t nb, int32_t run,
+                   float* block) {
+    const AttentionShape shape = state.shape();
+    const int32_t d = shape.head_dim;
+    if (run == 0) {
+      for (int32_t t = 0; t < nb; ++t) state.attended[t0 + t] += SeenRows(w, t0 + t);
+    }
+    const int64_t n_all = SeenRows(w, t0);  // rows [0, n_all) are seen by every token
+    if (SeenRows(w, t0 + nb - 1) == 0) return;
+    const BlockRows br{nb, group, group / 4 * 4};
+    const int32_t rest = group - br.g4;
+    const int64_t rows = int64_t{nb} * group;
+    float* bq = block;                    // [rows][d]
+    float* bacc = bq + rows * d;          // [rows][d]
+    float* bm = bacc + rows * d;          // [rows]
+    float* bl = bm + rows;                // [rows]
+    float* scores = bl + rows;            // [kBlockRowsPerCall][kMaxTileRows]
+    float* c = scores + kBlockRowsPerCall * kMaxTileRows;
+    const int32_t g0 = shape.n_kv_heads * run / runs, g1 = shape.n_kv_heads * (run + 1) / runs;
+    for (int32_t g = g0; g < g1; ++g) {
+      for (int32_t t = 0; t < nb; ++t) {
+        for (int32_t k = 0; k < group; ++k) {
+          const int64_t src = int64_t{t0 + t} * shape.n_heads + int64_t{g} * group + k;
+          const int64_t dst = br.Row(t, k);
+          std::copy_n(q + src * d, d, bq + dst * d);
+          std::copy_n(state.acc.data() + src * d, d, bacc + dst * d);
+          bm[dst] = state.m[src];
+          bl[dst] = state.l[src];
+        }
+      }
+      // Rows of the four-at-a-time class start at row 0, the rest at nb·g4 (BlockRows).
+      auto attend = [&](int64_t r0, int64_t r1, int64_t row, int32_t n_q, int32_t chunk) {
+        if (r1 > r0 && n_q > 0) {
+          AttendRowsSimd(o, ctx, w, r0, r1, g, n_q, chunk, bq + row * d, bm + row, bl + row,
+                         bacc + row * d, scores, c);
+        }
+      };
+      attend(0, n_all, 0, nb * br.g4, kBlockRowsPerCall);
+      attend(0, n_all, br.Row(0, br.g4), nb * rest, 2);
+      for (int32_t t = 1; t < nb; ++t) {
+        const int64_t n = SeenRows(w, t0 + t);
+        attend(n_all, n, br.Row(t, 0), br.g4, kBlockRowsPerCall);
+        attend(n_all, n, br.Row(t, br.g4), rest, 2);
+      }
+      for (int32_t t = 0; t < nb; ++t) {
+        for (int32_t k = 0; k < group; ++k) {
+          const int64_t dst = int64_t{t0 + t} * shape.n_heads + int64_t{g} * group + k;
+          const int64_t src = br.Row(t, k);
+          std::copy_n(bacc + src * d, d, state.acc.data() + dst * d);
+          state.m[dst] = bm[src];
+          state.l[dst] = bl[src];
+        }
+      }
+    }
+  }
+
+  // Share s over every window, in order: items [items·s/shares, items·(s+1)/shares), or with
+  // query blocks items s, s + shares, s + 2·shares, ...
   void RunShare(int64_t s) {
-    const int64_t begin = items * s / shares, end = items * (s + 1) / shares;
+    const bool strided = query_block > 1;
+    const int64_t begin = strided ? s : items * s / shares;
+    const int64_t end = strided ? items : items * (s + 1) / shares;
+    const int64_t step = strided ? shares : 1;
     float* tiles = scratch.tiles.data() + s * 2 * group * kMaxTileRows;
+    float* block = query_block > 1 ? scratch.block.data() + s * scratch.block_floats : nullptr;
     const int64_t n_windows = source.n_windows();
     for (int64_t i = 0; i < n_windows; ++i) {
       const KvWindow* w = Get(i);
@@ -287,7 +418,7 @@ struct WindowsCall {
         ctx = {&w->k.codec->kernels(), &w->v.codec->kernels(), &F32Format().key.kernels(),
                CodecArgs{.shape = w->k.args.shape}, softmax};
       }
-      for (int64_t item = begin; item < end; ++item) AttendItem(*w, ctx, item, tiles);
+      for (int64_t item = begin; item < end; item += step) AttendItem(*w, ctx, item, tiles, block);
       if (scratch.users[i].fetch_sub(1, std::memory_order_acq_rel) == 1) source.Release(i);
     }
   }
@@ -318,12 +449,21 @@ Status AttendWindows(const AttentionOptions& o, const float* q, int64_t first_qu
   }
   const int32_t group = shape.n_heads / shape.n_kv_heads;
   const int32_t n_tokens = state.n_tokens();
-  // Items: (query token, a run of KV heads). The scalar reference takes one head per item; the
-  // SIMD kernel gives each thread a run of heads so a tile's rows are read once per thread.
-  const int32_t runs = o.kernel == AttentionKernel::kScalar
+  // Items: (query block, a run of KV heads). The scalar reference takes one token and one head
+  // per item; the SIMD kernel gives each thread a run of heads so a tile's rows are read once per
+  // thread, and a block of query tokens so they are read once per block.
+  const int32_t query_block =
+      o.kernel == AttentionKernel::kScalar
+          ? 1
+          : std::clamp(o.query_block > 0 ? o.query_block : kDefaultQueryBlock, 1, std::max(1, n_tokens));
+  const int32_t n_blocks = (n_tokens + query_block - 1) / query_block;
+  // A block walks its KV heads one at a time anyway, so block items take one head each, and
+  // shares take every shares-th item (RunShare): causal blocks late in a prompt see more rows,
+  // and striding spreads them over the threads.
+  const int32_t runs = o.kernel == AttentionKernel::kScalar || query_block > 1
                            ? shape.n_kv_heads
-                           : std::min(shape.n_kv_heads, std::max(1, threads / std::max(1, n_tokens)));
-  const int64_t items = int64_t{n_tokens} * runs;
+                           : std::min(shape.n_kv_heads, std::max(1, threads / std::max(1, n_blocks)));
+  const int64_t items = int64_t{n_blocks} * runs;
   // Shares: contiguous runs of items, one per pool thread at most; each walks all windows.
   const int32_t shares = static_cast<int32_t>(std::clamp<int64_t>(items, 1, scratch.pool->threads()));
   const int64_t n_windows = source.n_windows();
@@ -331,6 +471,12 @@ Status AttendWindows(const AttentionOptions& o, const float* q, int64_t first_qu
   // Scratch grows to the largest call seen and is reused after that.
   const size_t tile_floats = size_t{2} * shares * group * kMaxTileRows;
   if (scratch.tiles.size() < tile_floats) scratch.tiles.resize(tile_floats, 0.0f);
+  if (query_block > 1) {
+    const int64_t rows = int64_t{query_block} * group;
+    scratch.block_floats = 2 * rows * shape.head_dim + 2 * rows + 2 * kBlockRowsPerCall * kMaxTileRows;
+    const size_t block_floats = static_cast<size_t>(shares * scratch.block_floats);
+    if (scratch.block.size() < block_floats) scratch.block.resize(block_floats, 0.0f);
+  }
   if (static_cast<int64_t>(scratch.windows.size()) < n_windows) scratch.windows.resize(n_windows);
   if (scratch.users_capacity < n_windows) {
     scratch.users = std::make_unique<std::atomic<int32_t>[]>(n_windows);
@@ -344,7 +490,7 @@ Status AttendWindows(const AttentionOptions& o, const float* q, int64_t first_qu
 
   WindowsCall call{o, q, first_query_position, source, state, scratch,
                    o.kernel == AttentionKernel::kSimd ? attention_internal::SoftmaxTileForThisCpu() : nullptr,
-                   group, runs, shares, items};
+                   group, runs, shares, query_block, items};
   // One job for the whole call; the lambda holds one reference, so std::function keeps it inline.
   scratch.pool->Run(shares, [&call](int64_t share, int32_t) { call.RunShare(share); });
   return scratch.error;

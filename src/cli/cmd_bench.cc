@@ -1,5 +1,6 @@
-// `kvq bench attention`: decode-attention speed per KV format, beside the read bandwidth measured
-// in the same run.
+// `kvq bench attention`: attention speed per KV format (decode, or a prefill block of query
+// tokens), each row beside its roofline: the read bandwidth and compute peaks measured in the same
+// run.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "kvq/units.h"
 #include "measure/attention_bench.h"
 #include "measure/read_bandwidth.h"
+#include "measure/roofline.h"
 #include "measure/stream_bench.h"
 
 namespace kvq::cli {
@@ -28,7 +30,42 @@ struct BenchAttentionOptions {
   int64_t q_heads = 32;
   int64_t kv_heads = 8;
   int64_t reps = 9;
+  int64_t queries = 1;
+  std::vector<int64_t> query_blocks = {0};
 };
+
+// One row's floor: the KV bytes at the read bandwidth, and the multiply-adds at the peaks (the
+// score half at the int8 dot peak when the key codec scores in int8), whichever is slower.
+struct Floor {
+  double bytes_ns, macs_ns;
+  double ns() const { return std::max(bytes_ns, macs_ns); }
+};
+
+Floor RowFloor(const AttentionBenchRow& r, double read_gbps, const ComputeRoofline& peak) {
+  const double score_gmacs = r.int8_scores ? peak.best_int8_gmacs : peak.best_f32_gmacs;
+  return {static_cast<double>(r.kv_bytes) / read_gbps,
+          static_cast<double>(r.score_macs) / score_gmacs + static_cast<double>(r.value_macs) / peak.best_f32_gmacs};
+}
+
+// The row's time over f32's at the same context and query block (over the first format's when
+// f32 is not an arm).
+double RatioToF32(const std::vector<AttentionBenchRow>& rows, const AttentionBenchRow& r) {
+  const AttentionBenchRow* base = nullptr;
+  for (const AttentionBenchRow& x : rows) {
+    if (x.context != r.context || x.query_block != r.query_block) continue;
+    if (base == nullptr || x.format == "f32") base = &x;
+    if (x.format == "f32") break;
+  }
+  return r.ns_per_step / base->ns_per_step;
+}
+
+// The row's time over that of the same format and context with the first --query-block given.
+double RatioToFirstBlock(const std::vector<AttentionBenchRow>& rows, const AttentionBenchRow& r) {
+  for (const AttentionBenchRow& x : rows) {
+    if (x.context == r.context && x.format == r.format) return r.ns_per_step / x.ns_per_step;
+  }
+  return 1.0;
+}
 
 int RunBenchAttention(const BenchAttentionOptions& o) {
   auto bad = [](const std::string& m) { return BadInput("bench attention", m); };
@@ -37,11 +74,16 @@ int RunBenchAttention(const BenchAttentionOptions& o) {
     return bad(fmt::format("--q-heads must be a positive multiple of --kv-heads {} (got {})", o.kv_heads, o.q_heads));
   }
   if (o.reps <= 0 || o.reps > 10000) return bad(fmt::format("--reps must be in 1..10000 (got {})", o.reps));
+  for (int64_t n : o.shared.contexts) {
+    if (o.queries > n) return bad(fmt::format("--queries {} exceeds --context {}: the queries sit at its last positions", o.queries, n));
+  }
   AttentionBenchConfig c;
   c.shape = {.n_heads = static_cast<int32_t>(o.q_heads), .n_kv_heads = static_cast<int32_t>(o.kv_heads),
              .head_dim = static_cast<int32_t>(o.head_dim)};
   c.threads = o.shared.threads;
   c.reps = static_cast<int32_t>(o.reps);
+  c.queries = static_cast<int32_t>(o.queries);
+  c.query_blocks.assign(o.query_blocks.begin(), o.query_blocks.end());
   const Result<std::vector<const FormatDesc*>> formats = o.shared.FormatList();
   if (!formats.ok()) return bad(formats.status().message());
   for (const FormatDesc* f : *formats) {
@@ -64,33 +106,50 @@ int RunBenchAttention(const BenchAttentionOptions& o) {
   const int64_t bw_bytes = std::max<int64_t>(int64_t{512} << 20, std::min<int64_t>(4 * f32_bytes, int64_t{2} << 30));
   if (!o.shared.json) fmt::print(stderr, "measuring read bandwidth over {} on {} threads...\n", FormatBytesIec(bw_bytes), c.threads);
   const double read_gbps = MeasureReadBandwidthGbps(bw_bytes, c.threads, 5);
+  if (!o.shared.json) fmt::print(stderr, "measuring f32 FMA and int8 dot peaks on {} threads...\n", c.threads);
+  const ComputeRoofline peak = MeasureComputeRoofline(c.threads, 5);
   auto progress = [&](const std::string& line) { fmt::print(stderr, "bench attention: {}\n", line); };
   const std::vector<AttentionBenchRow> rows = RunAttentionBench(c, progress);
 
   if (o.shared.json) {
     nlohmann::json out = {{"isa", AttentionSimdTarget()}, {"threads", c.threads},
                           {"head_dim", o.head_dim}, {"q_heads", o.q_heads}, {"kv_heads", o.kv_heads},
-                          {"read_bandwidth_gbps", read_gbps}, {"fill", "random rows encoded in each format"},
-                          {"results", nlohmann::json::array()}};
+                          {"read_bandwidth_gbps", read_gbps}, {"peak_f32_gmacs", peak.best_f32_gmacs},
+                          {"peak_f32_instruction", peak.best_f32_instruction},
+                          {"peak_int8_gmacs", peak.best_int8_gmacs},
+                          {"peak_int8_instruction", peak.best_int8_instruction}, {"queries", c.queries},
+                          {"fill", "random rows encoded in each format"}, {"results", nlohmann::json::array()}};
     for (const AttentionBenchRow& r : rows) {
-      out["results"].push_back({{"format", r.format}, {"context", r.context}, {"ns_per_step", r.ns_per_step},
+      const Floor f = RowFloor(r, read_gbps, peak);
+      out["results"].push_back({{"format", r.format}, {"context", r.context}, {"queries", r.queries},
+                                {"query_block", r.query_block}, {"ns_per_step", r.ns_per_step},
                                 {"ns_min", r.ns_min}, {"ns_max", r.ns_max}, {"kv_bytes", r.kv_bytes},
-                                {"gbps", r.gbps}});
+                                {"gbps", r.gbps}, {"score_macs", r.score_macs}, {"value_macs", r.value_macs},
+                                {"int8_scores", r.int8_scores}, {"bytes_floor_ns", f.bytes_ns},
+                                {"macs_floor_ns", f.macs_ns}, {"time_over_floor", r.ns_per_step / f.ns()},
+                                {"vs_f32", RatioToF32(rows, r)}});
     }
     PrintJson(out);
     return 0;
   }
-  fmt::print("decode attention: {} query heads, {} KV heads, head_dim {}, {} threads, SIMD target {}\n",
+  fmt::print("{}: {} query heads, {} KV heads, head_dim {}, {} threads, SIMD target {}\n",
+             c.queries == 1 ? "decode attention" : fmt::format("prefill attention, {} query tokens at the context's end", c.queries),
              o.q_heads, o.kv_heads, o.head_dim, c.threads, AttentionSimdTarget());
-  fmt::print("read bandwidth measured in this run: {:.1f} GB/s (cache filled with random rows)\n\n", read_gbps);
-  fmt::print("{:<10} {:>8} {:>12} {:>22} {:>14} {:>8} {:>7} {:>9}\n", "format", "context", "us/step",
-             "min-max us", "KV bytes", "GB/s", "of bw", "vs first");
-  double first_ns = 0;
+  fmt::print("measured in this run: read bandwidth {:.1f} GB/s, f32 FMA peak {:.1f} GMAC/s ({}), int8 dot peak "
+             "{:.1f} GMAC/s ({}); cache filled with random rows\n",
+             read_gbps, peak.best_f32_gmacs, peak.best_f32_instruction, peak.best_int8_gmacs, peak.best_int8_instruction);
+  fmt::print("floor = max(KV bytes / bandwidth, multiply-adds / peak); block 0 = the default ({})\n\n",
+             kDefaultQueryBlock);
+  fmt::print("{:<10} {:>7} {:>5} {:>11} {:>19} {:>12} {:>7} {:>6} {:>10} {:>10} {:>7} {:>7} {:>8}\n", "format",
+             "context", "block", "us/step", "min-max us", "KV bytes", "GB/s", "of bw", "bytes us", "MACs us", "/floor",
+             "vs f32", "vs 1st b");
   for (const AttentionBenchRow& r : rows) {
-    if (r.format == c.formats.front()->name) first_ns = r.ns_per_step;
-    fmt::print("{:<10} {:>8} {:>12.1f} {:>22} {:>14} {:>8.2f} {:>6.0f}% {:>8.3f}x\n", r.format, r.context,
-               r.ns_per_step / 1e3, fmt::format("{:.1f}-{:.1f}", r.ns_min / 1e3, r.ns_max / 1e3),
-               FormatCount(r.kv_bytes), r.gbps, 100.0 * r.gbps / read_gbps, r.ns_per_step / first_ns);
+    const Floor f = RowFloor(r, read_gbps, peak);
+    fmt::print("{:<10} {:>7} {:>5} {:>11.1f} {:>19} {:>12} {:>7.2f} {:>5.0f}% {:>10.1f} {:>10.1f} {:>6.2f}x {:>6.3f}x {:>7.3f}x\n",
+               r.format, r.context, r.query_block, r.ns_per_step / 1e3,
+               fmt::format("{:.1f}-{:.1f}", r.ns_min / 1e3, r.ns_max / 1e3), FormatCount(r.kv_bytes), r.gbps,
+               100.0 * r.gbps / read_gbps, f.bytes_ns / 1e3, f.macs_ns / 1e3,
+               r.ns_per_step / f.ns(), RatioToF32(rows, r), RatioToFirstBlock(rows, r));
   }
   return 0;
 }
@@ -167,6 +226,15 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--kv-heads", o->kv_heads, "KV heads")->capture_default_str();
   AddThreadsFlag(cmd, &o->shared);
   cmd->add_option("--reps", o->reps, "Timed steps per format and context (median reported)")->capture_default_str();
+  cmd->add_option("--queries", o->queries,
+                  "Query tokens per step, at the context's last positions (1: decode; more: a prefill block)")
+      ->check(IntInRange(1, 65536))
+      ->capture_default_str();
+  cmd->add_option("--query-block", o->query_blocks,
+                  "Query tokens per work item, comma-separated, each its own arm (0: the default; 1: per token)")
+      ->delimiter(',')
+      ->check(IntInRange(0, 4096))
+      ->capture_default_str();
   AddJsonFlag(cmd, &o->shared);
   cmd->callback([o, exit_code] { *exit_code = RunBenchAttention(*o); });
 

@@ -1,5 +1,6 @@
-// `kvq bench attention`: decode-attention time per step for KV formats at given contexts, with the
-// KV bytes each step reads and the read bandwidth measured in the same run.
+// `kvq bench attention`: attention time per step for KV formats at given contexts — decode (one
+// query token) or a prefill block of query tokens at the end of the context — with the KV bytes
+// and multiply-adds each step needs, for a roofline against ceilings measured in the same run.
 #pragma once
 
 #include <cstdint>
@@ -17,16 +18,25 @@ struct AttentionBenchConfig {
   std::vector<int64_t> contexts;
   AttentionShape shape;
   int32_t threads = 1;
-  int32_t reps = 9;  ///< timed decode steps per arm and context (after one warm-up step)
+  int32_t reps = 9;  ///< timed steps per arm and context (after one warm-up step)
+  int32_t queries = 1;  ///< query tokens per step, at the last positions of the context, causal
+  /// AttentionOptions::query_block values, each its own arm (1: the per-token path).
+  std::vector<int32_t> query_blocks = {0};
 };
 
 struct AttentionBenchRow {
   std::string format;
   int64_t context = 0;
+  int32_t queries = 1;
+  int32_t query_block = 0;  ///< as given (0: kDefaultQueryBlock)
   double ns_per_step = 0;  ///< median
   double ns_min = 0, ns_max = 0;
   int64_t kv_bytes = 0;    ///< K + V bytes one step reads (one layer)
   double gbps = 0;         ///< kv_bytes / median time
+  /// Multiply-adds of one step: q·k and the acc update, head_dim each per (query head, position
+  /// it sees); the softmax's exps and rescales are not counted.
+  int64_t score_macs = 0, value_macs = 0;
+  bool int8_scores = false;  ///< the key codec's score runs on int8 dot products
 };
 
 /// Runs the benchmark; `progress` (may be empty) receives one line per finished context.
