@@ -54,13 +54,16 @@ int RunBenchMatvec(const BenchMatvecOptions& o) {
   progress("measuring read bandwidth again...");
   const double bw_after = MeasureReadBandwidthGbps(bw_bytes, c.threads, 5);
   const double read_gbps = std::max(bw_before, bw_after);
+  // The compute ceiling a prefill GEMM on these kernels faces (weights/matvec.h).
+  const double int8_peak = MeasureInt8DotPeakGmacs(c.threads);
 
   if (o.shared.json) {
     nlohmann::json out = {{"isa", MatVecTargetName()}, {"threads", c.threads}, {"rows", c.rows},
                           {"cols", c.cols}, {"shapes", "[rows][cols] and [cols][rows] alternately"},
                           {"working_set_bytes", c.working_set_bytes}, {"reps", c.reps},
                           {"read_bandwidth_gbps", read_gbps}, {"read_bandwidth_before_gbps", bw_before},
-                          {"read_bandwidth_after_gbps", bw_after}, {"results", nlohmann::json::array()}};
+                          {"read_bandwidth_after_gbps", bw_after}, {"int8_dot_peak_gmacs", int8_peak},
+                          {"results", nlohmann::json::array()}};
     for (const MatVecBenchRow& r : rows) {
       out["results"].push_back({{"type", r.type}, {"matrices", r.matrices}, {"sweep_bytes", r.sweep_bytes},
                                 {"gbps", r.gbps}, {"gbps_min", r.gbps_min}, {"gbps_max", r.gbps_max},
@@ -72,12 +75,14 @@ int RunBenchMatvec(const BenchMatvecOptions& o) {
   }
   fmt::print("weight matvec: [{}][{}] and [{}][{}] alternately, {} threads, SIMD target {}\n", c.rows, c.cols,
              c.cols, c.rows, c.threads, MatVecTargetName());
-  fmt::print("read bandwidth measured in this run: {:.1f} GB/s (before {:.1f}, after {:.1f}; {} buffer)\n\n",
+  fmt::print("read bandwidth measured in this run: {:.1f} GB/s (before {:.1f}, after {:.1f}; {} buffer)\n",
              read_gbps, bw_before, bw_after, FormatBytesIec(bw_bytes));
-  fmt::print("{:<6} {:>9} {:>14} {:>12} {:>8} {:>15} {:>7}\n", "type", "matrices", "weights/sweep",
+  fmt::print("int8-dot peak measured in this run: {:.1f} GMAC/s on {} threads (the kernels' byte dot on "
+             "registers)\n\n", int8_peak, c.threads);
+  fmt::print("{:<9} {:>9} {:>14} {:>12} {:>8} {:>15} {:>7}\n", "type", "matrices", "weights/sweep",
              "us/matvec", "GB/s", "min-max GB/s", "of bw");
   for (const MatVecBenchRow& r : rows) {
-    fmt::print("{:<6} {:>9} {:>14} {:>12.1f} {:>8.2f} {:>15} {:>6.0f}%\n", r.type, r.matrices,
+    fmt::print("{:<9} {:>9} {:>14} {:>12.1f} {:>8.2f} {:>15} {:>6.0f}%\n", r.type, r.matrices,
                FormatBytesIec(r.sweep_bytes), r.us_per_matvec, r.gbps,
                fmt::format("{:.2f}-{:.2f}", r.gbps_min, r.gbps_max), 100.0 * r.gbps / read_gbps);
   }

@@ -1,0 +1,199 @@
+// Per-target kernels of Q4_0 / Q8_0 matrices in MatrixLayout::kInterleaved8 (weights/repack.h):
+// 8 rows × T tokens per step, for MatVec (T = 1) and MatMul (T up to kMaxTokens, each unpacked
+// weight vector used for every token of the step). Include after foreach_target.h and after
+// quant_rows-inl.h (its KVQ_MATVEC_X86_ATTR); a type supplies a policy B:
+//   static constexpr int64_t kBytes    bytes per plain block (18, 34)
+//   static constexpr bool kSigned      codes are int8 (Q8_0) rather than nibbles (Q4_0)
+//   static int32_t CodeScalar(const uint8_t* codes, int64_t j, int64_t m)   code of row j, element m
+// and gets InterleavedRows<B> for WeightKernels::interleaved_rows.
+//
+// Per row j, token t and block b: I_b = Σ code·q exact in int32 (lane j of one accumulator:
+// vpdpbusd on AVX3_DL, maddubs + madd on AVX2 / AVX3 — Q8_0 through |w| and sign(q, w), as
+// (w + 128)·q pairs would saturate int16 — plain integers elsewhere), then
+//   s = d_w·d_x      (f32, rounded once; 8 rows' d_w converted together, F16C)
+//   acc = fma(s, I_b, acc)   (one rounding per block)
+// so each term is rounded at most n_blocks + 1 times (no lane reduction: lane j is row j's
+// result), inside matvec.h's γ_{n_blocks + 4}. The scalar path does the same operations with
+// std::fma, so every target gives the same bits on this layout, whatever T and the threads.
+#if defined(KVQ_WEIGHTS_INTERLEAVED_ROWS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KVQ_WEIGHTS_INTERLEAVED_ROWS_INL_H_
+#undef KVQ_WEIGHTS_INTERLEAVED_ROWS_INL_H_
+#else
+#define KVQ_WEIGHTS_INTERLEAVED_ROWS_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "base/float_codes.h"
+#include "weights/weight_type.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvq {
+namespace HWY_NAMESPACE {
+
+constexpr int64_t kIlRows = 8;        // rows per group (weights/repack.h kInterleaveRows)
+constexpr int64_t kIlScaleBytes = 16;  // a group block's 8 f16 scales
+constexpr int64_t kIlChunks = 8;       // 4-element chunks per block of 32
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+
+// Tokens per step: the 8 unpacked weight vectors, two int32 and one f32 accumulator per token
+// fit AVX-512's 32 vector registers at 4; AVX2's 16 at 2.
+#if KVQ_MATVEC_VNNI
+constexpr int kIlMaxTokens = 4;
+#else
+constexpr int kIlMaxTokens = 2;
+#endif
+
+KVQ_MATVEC_X86_ATTR inline __m256i BroadcastChunk(const int8_t* q) {
+  int32_t v;
+  std::memcpy(&v, q, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// One step: group rows r..r+7 (their block data at g) times tokens t0..t0+T−1.
+template <class B, int T>
+KVQ_MATVEC_X86_ATTR void InterleavedStepX86(const uint8_t* g, const QuantizedX& x0, int64_t cols, int64_t t0,
+                                            float* y, int64_t y_stride, int64_t r) {
+  constexpr int64_t kGroupBlock = kIlRows * B::kBytes;
+  const int64_t n_blocks = cols / 32;
+  const int8_t* q[T];     // token t's codes [cols]
+  const float* dx[T];     // [n_blocks]
+  const int32_t* sum[T];  // [n_blocks]
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) {
+    q[t] = x0.q + (t0 + t) * cols;
+    dx[t] = x0.d + (t0 + t) * n_blocks;
+    sum[t] = x0.sum + (t0 + t) * n_blocks;
+    acc[t] = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const uint8_t* blk = g + b * kGroupBlock;
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+    const uint8_t* codes = blk + kIlScaleBytes;
+    // u[c]: the unsigned bytes for chunk c (elements 4c..4c+3 of each row).
+    __m256i u[kIlChunks];
+    if constexpr (B::kSigned) {
+      for (int c = 0; c < kIlChunks; ++c) {
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * c));
+#if KVQ_MATVEC_VNNI
+        u[c] = _mm256_xor_si256(w, _mm256_set1_epi8(static_cast<char>(0x80)));  // w + 128
+#else
+        u[c] = w;  // signed: |w| and sign(q, w) per token below
+#endif
+      }
+    } else {
+      const __m256i low = _mm256_set1_epi8(0x0F);
+      for (int c = 0; c < 4; ++c) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * c));
+        u[c] = _mm256_and_si256(v, low);                             // elements 4c..4c+3: code + 8
+        u[c + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);   // elements 16+4c..: code + 8
+      }
+    }
+    for (int t = 0; t < T; ++t) {
+      const int8_t* qb = q[t] + b * 32;
+#if KVQ_MATVEC_VNNI
+      // Lanes start at −bias·Σq: the unsigned bytes are code + bias (8 for nibbles, 128 for int8).
+      constexpr int32_t kBias = B::kSigned ? 128 : 8;
+      __m256i i0 = _mm256_set1_epi32(-kBias * sum[t][b]);
+      __m256i i1 = _mm256_setzero_si256();
+      for (int c = 0; c < kIlChunks; c += 2) {
+        i0 = _mm256_dpbusd_epi32(i0, u[c], BroadcastChunk(qb + 4 * c));
+        i1 = _mm256_dpbusd_epi32(i1, u[c + 1], BroadcastChunk(qb + 4 * c + 4));
+      }
+      const __m256i dot = _mm256_add_epi32(i0, i1);
+#else
+      const __m256i ones = _mm256_set1_epi16(1);
+      __m256i i0, i1;
+      if constexpr (B::kSigned) {
+        // |w|·(±q): |w| ≤ 128, |q| ≤ 127, so a pair is at most 32512 (no saturation).
+        i0 = _mm256_setzero_si256();
+        i1 = _mm256_setzero_si256();
+        for (int c = 0; c < kIlChunks; c += 2) {
+          const __m256i x_a = BroadcastChunk(qb + 4 * c), x_b = BroadcastChunk(qb + 4 * c + 4);
+          i0 = _mm256_add_epi32(i0, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(u[c]),
+                                                                           _mm256_sign_epi8(x_a, u[c])), ones));
+          i1 = _mm256_add_epi32(i1, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(u[c + 1]),
+                                                                           _mm256_sign_epi8(x_b, u[c + 1])), ones));
+        }
+      } else {
+        // (code + 8)·q: 15·127·2 per pair, no saturation; then − 8·Σq.
+        i0 = _mm256_set1_epi32(-8 * sum[t][b]);
+        i1 = _mm256_setzero_si256();
+        for (int c = 0; c < kIlChunks; c += 2) {
+          i0 = _mm256_add_epi32(i0, _mm256_madd_epi16(_mm256_maddubs_epi16(u[c], BroadcastChunk(qb + 4 * c)), ones));
+          i1 = _mm256_add_epi32(
+              i1, _mm256_madd_epi16(_mm256_maddubs_epi16(u[c + 1], BroadcastChunk(qb + 4 * c + 4)), ones));
+        }
+      }
+      const __m256i dot = _mm256_add_epi32(i0, i1);
+#endif
+      const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(dx[t][b]));
+      acc[t] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(dot), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + (t0 + t) * y_stride + r, acc[t]);
+}
+
+template <class B>
+void InterleavedRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tokens, float* y, int64_t y_stride,
+                     int64_t cols, int64_t r0, int64_t r1) {
+  const int64_t row_bytes = cols / 32 * B::kBytes;
+  for (int64_t r = r0; r < r1; r += kIlRows) {
+    const uint8_t* g = w + r * row_bytes;
+    int64_t t = 0;
+    for (; t + kIlMaxTokens <= n_tokens; t += kIlMaxTokens) {
+      InterleavedStepX86<B, kIlMaxTokens>(g, x0, cols, t, y, y_stride, r);
+    }
+    switch (n_tokens - t) {
+      case 1: InterleavedStepX86<B, 1>(g, x0, cols, t, y, y_stride, r); break;
+#if KVQ_MATVEC_VNNI
+      case 2: InterleavedStepX86<B, 2>(g, x0, cols, t, y, y_stride, r); break;
+      case 3: InterleavedStepX86<B, 3>(g, x0, cols, t, y, y_stride, r); break;
+#endif
+      default: break;
+    }
+  }
+}
+
+#else  // not x86 AVX2 or better: plain integer loops, the same f32 operations (std::fma)
+
+template <class B>
+void InterleavedRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tokens, float* y, int64_t y_stride,
+                     int64_t cols, int64_t r0, int64_t r1) {
+  constexpr int64_t kGroupBlock = kIlRows * B::kBytes;
+  const int64_t n_blocks = cols / 32;
+  const int64_t row_bytes = n_blocks * B::kBytes;
+  for (int64_t r = r0; r < r1; r += kIlRows) {
+    const uint8_t* g = w + r * row_bytes;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const int8_t* q = x0.q + t * cols;
+      const float* dx = x0.d + t * n_blocks;
+      for (int64_t j = 0; j < kIlRows; ++j) {
+        float acc = 0.0f;
+        for (int64_t b = 0; b < n_blocks; ++b) {
+          const uint8_t* blk = g + b * kGroupBlock;
+          int32_t dot = 0;
+          for (int64_t m = 0; m < 32; ++m) dot += B::CodeScalar(blk + kIlScaleBytes, j, m) * q[b * 32 + m];
+          uint16_t d_bits;
+          std::memcpy(&d_bits, blk + 2 * j, 2);  // little-endian host
+          const float s = F16ToF32(d_bits) * dx[b];
+          acc = std::fma(s, static_cast<float>(dot), acc);
+        }
+        y[t * y_stride + r + j] = acc;
+      }
+    }
+  }
+}
+
+#endif  // HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kvq
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard toggle
