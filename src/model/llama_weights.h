@@ -72,7 +72,7 @@ struct LlamaWeights {
   uint64_t fingerprint_seed = 0;
 };
 
-/// Repacks every Q4_0 / Q8_0 projection and the classifier into MatrixLayout::kInterleaved8 for
+/// Repacks every Q4_0 / Q8_0 projection and the classifier into MatrixLayout::kInterleaved16 for
 /// the interleaved kernels (one allocation, `repacked`), once at load; the file is unchanged and
 /// the fingerprint still hashes its bytes. The token embedding stays row-major (it is read by
 /// rows); a tied classifier gets its own repacked copy. With release_mapped_pages (only for

@@ -1,9 +1,9 @@
-// Q4_0 / Q8_0 repacked into MatrixLayout::kInterleaved8 (weights/repack.h) on every SIMD target:
+// Q4_0 / Q8_0 repacked into MatrixLayout::kInterleaved16 (weights/repack.h) on every SIMD target:
 // the repack round-trips (each block's plain bytes, the decoded rows, the quantised reference);
 // MatVec on the repacked layout is within γ_{n_blocks+1}·abs_sum of MatVecQuantizedReference (the
 // interleaved kernels round each term at most n_blocks + 1 times: interleaved_rows-inl.h) and, in
-// the 8-row groups, the same bits on every target; MatMul equals MatVec bit for bit for 1..9 tokens and row counts that
-// are not multiples of 8; the thread count changes no bit; special activations as in matvec.h.
+// the 16-row groups, the same bits on every target; MatMul equals MatVec bit for bit for 1..9 tokens and row counts that
+// are not multiples of 16; the thread count changes no bit; special activations as in matvec.h.
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL  // as the weight kernels, so the target list below includes AVX3_DL
 #endif
@@ -68,26 +68,26 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 TEST(Repack, OnlyRowMajorQ4_0AndQ8_0WithAWholeGroup) {
-  EXPECT_TRUE(CanRepack(Matrix{.type = WeightType::kQ4_0, .rows = 8, .cols = 32}));
-  EXPECT_TRUE(CanRepack(Matrix{.type = WeightType::kQ8_0, .rows = 9, .cols = 64}));
-  EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ4_0, .rows = 7, .cols = 32}));
-  EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ4_1, .rows = 8, .cols = 32}));
-  EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kF32, .rows = 8, .cols = 32}));
+  EXPECT_TRUE(CanRepack(Matrix{.type = WeightType::kQ4_0, .rows = 16, .cols = 32}));
+  EXPECT_TRUE(CanRepack(Matrix{.type = WeightType::kQ8_0, .rows = 17, .cols = 64}));
+  EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ4_0, .rows = 15, .cols = 32}));
+  EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ4_1, .rows = 16, .cols = 32}));
+  EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kF32, .rows = 16, .cols = 32}));
   EXPECT_FALSE(CanRepack(
-      Matrix{.type = WeightType::kQ4_0, .rows = 8, .cols = 32, .layout = MatrixLayout::kInterleaved8}));
+      Matrix{.type = WeightType::kQ4_0, .rows = 16, .cols = 32, .layout = MatrixLayout::kInterleaved16}));
 }
 
 TEST(Repack, RoundTripsEveryBlockAndRow) {
   uint32_t seed = 100;
   for (WeightType type : kTypes) {
     const WeightTypeDesc& d = *FindWeightType(type);
-    for (int64_t rows : {8, 9, 15, 16, 17, 37}) {
+    for (int64_t rows : {16, 17, 31, 32, 37}) {
       for (int64_t cols : {32, 64, 96, 256}) {
         SCOPED_TRACE(::testing::Message() << d.label << " " << rows << "x" << cols);
         const Pair p = MakePair(type, rows, cols, seed++);
-        ASSERT_EQ(p.packed.layout, MatrixLayout::kInterleaved8);
+        ASSERT_EQ(p.packed.layout, MatrixLayout::kInterleaved16);
         // The layout really moved bytes (a copy would pass the checks below trivially).
-        EXPECT_NE(std::memcmp(p.plain_bytes.data(), p.packed_bytes.data(), 8 * MatrixRowBytes(type, cols)), 0);
+        EXPECT_NE(std::memcmp(p.plain_bytes.data(), p.packed_bytes.data(), 16 * MatrixRowBytes(type, cols)), 0);
         uint8_t scratch_a[64], scratch_b[64];
         for (int64_t r = 0; r < rows; ++r) {
           for (int64_t b = 0; b < cols / 32; ++b) {
@@ -121,7 +121,7 @@ TEST(Repack, EveryTargetWithinTheBoundAndTheSameBits) {
   for (WeightType type : kTypes) {
     const WeightTypeDesc& d = *FindWeightType(type);
     double worst_ratio = 0;
-    for (int64_t rows : {8, 13, 24, 37}) {
+    for (int64_t rows : {16, 21, 32, 37}) {
       for (int64_t cols : {32, 96, 256, 1024}) {
         SCOPED_TRACE(::testing::Message() << d.label << " " << rows << "x" << cols);
         const Pair p = MakePair(type, rows, cols, seed++);
@@ -135,7 +135,7 @@ TEST(Repack, EveryTargetWithinTheBoundAndTheSameBits) {
           ASSERT_NE(d.kernels().interleaved_rows, nullptr);
           std::vector<float> y(rows, NAN);
           MatVec(p.packed, x.data(), y.data(), 1);
-          const int64_t grouped = rows / 8 * 8;
+          const int64_t grouped = rows / kInterleaveRows * kInterleaveRows;
           for (int64_t r = 0; r < rows; ++r) {
             // Grouped rows: the interleaved kernel's bound; the plain tail: the row kernel's.
             const int64_t roundings = r < grouped ? kInterleavedRoundings : d.matvec_roundings;
@@ -165,8 +165,8 @@ TEST(Repack, MatMulIsMatVecPerTokenBitForBitAndThreadsChangeNoBit) {
   uint32_t seed = 300;
   for (WeightType type : kTypes) {
     const WeightTypeDesc& d = *FindWeightType(type);
-    for (int64_t rows : {8, 13, 37, 64}) {
-      const int64_t cols = 2048;  // rows·cols ≥ 2^16: MatVec and MatMul use the threads
+    for (int64_t rows : {16, 29, 37, 64}) {
+      const int64_t cols = 2048;  // 37 and 64 rows: rows·cols ≥ 2^16, so MatVec and MatMul use the threads
       SCOPED_TRACE(::testing::Message() << d.label << " " << rows << "x" << cols);
       const Pair p = MakePair(type, rows, cols, seed++);
       const std::vector<float> x = RandomX(9 * cols, seed++);  // [9][cols]

@@ -66,12 +66,12 @@ struct Q4_0Block {
 #endif
 };
 
-// The 8-row interleaved layout (weights/repack.h) for InterleavedRows.
+// The 16-row interleaved layout (weights/repack.h) for InterleavedRows.
 struct Q4_0Interleaved {
   static constexpr int64_t kBytes = 18;
   static constexpr bool kSigned = false;
   static int32_t CodeScalar(const uint8_t* codes, int64_t j, int64_t m) {
-    const uint8_t byte = codes[(m % 16) / 4 * 32 + 4 * j + m % 4];
+    const uint8_t byte = codes[(m % 16) / 4 * 64 + 4 * j + m % 4];
     return (m < 16 ? (byte & 0x0F) : (byte >> 4)) - 8;
   }
 };

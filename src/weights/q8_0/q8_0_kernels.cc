@@ -45,12 +45,12 @@ struct Q8_0Block {
 #endif
 };
 
-// The 8-row interleaved layout (weights/repack.h) for InterleavedRows.
+// The 16-row interleaved layout (weights/repack.h) for InterleavedRows.
 struct Q8_0Interleaved {
   static constexpr int64_t kBytes = 34;
   static constexpr bool kSigned = true;
   static int32_t CodeScalar(const uint8_t* codes, int64_t j, int64_t m) {
-    return static_cast<int8_t>(codes[m / 4 * 32 + 4 * j + m % 4]);
+    return static_cast<int8_t>(codes[m / 4 * 64 + 4 * j + m % 4]);
   }
 };
 
