@@ -180,7 +180,8 @@ std::vector<MatVecBenchRow> RunMatVecBench(const MatVecBenchConfig& c,
     std::sort(a.ns.begin(), a.ns.end());
     const double median = a.ns[a.ns.size() / 2];
     const auto bytes = static_cast<double>(a.sweep_bytes);
-    rows.push_back({.type = std::string(WeightTypeName(a.type)) + (a.repacked ? "/il16" : ""), .matrices = static_cast<int64_t>(a.matrices.size()),
+    rows.push_back({.type = std::string(WeightTypeName(a.type)) + (a.repacked ? "/il16" : ""),
+                    .matrices = static_cast<int64_t>(a.matrices.size()),
                     .sweep_bytes = a.sweep_bytes, .gbps = bytes / median, .gbps_min = bytes / a.ns.back(),
                     .gbps_max = bytes / a.ns.front(),
                     .us_per_matvec = median / 1e3 / static_cast<double>(a.matrices.size()),

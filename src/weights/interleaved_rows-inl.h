@@ -80,11 +80,16 @@ KVQ_MATVEC_X86_ATTR void InterleavedStepX86(const uint8_t* g, const QuantizedX& 
   }
   for (int64_t b = 0; b < n_blocks; ++b) {
     const uint8_t* blk = g + b * kGroupBlock;
-    // Software prefetch kPrefetchBytes ahead into L2, as the row kernels do (quant_rows-inl.h):
-    // from memory, the hardware prefetcher alone keeps too few misses in flight. An integer
-    // address: it may lie past the matrix (a prefetch never faults).
-    const uintptr_t ahead = reinterpret_cast<uintptr_t>(blk) + kPrefetchBytes;
-    for (int64_t at = 0; at < kGroupBlock; at += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + at), _MM_HINT_T1);
+    // MatVec (T = 1): software prefetch kPrefetchBytes ahead into L2, as the row kernels do
+    // (quant_rows-inl.h): from memory, the hardware prefetcher alone keeps too few misses in
+    // flight. MatMul's later steps find the group in cache. An integer address: it may lie past
+    // the matrix (a prefetch never faults).
+    if constexpr (T == 1) {
+      const uintptr_t ahead = reinterpret_cast<uintptr_t>(blk) + kPrefetchBytes;
+      for (int64_t at = 0; at < kGroupBlock; at += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + at), _MM_HINT_T1);
+      }
+    }
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
     const uint8_t* codes = blk + kIlScaleBytes;
     __m512i u[kIlChunks];  // u[c]: the unsigned bytes of chunk c (elements 4c..4c+3 of each row)
