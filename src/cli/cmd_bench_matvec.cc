@@ -24,6 +24,7 @@ struct BenchMatvecOptions {
   int64_t rows = 2048;
   int64_t cols = 8192;
   int64_t reps = 9;
+  int64_t tokens = 1;
   int64_t working_set = int64_t{1} << 30;
 };
 
@@ -41,6 +42,8 @@ int RunBenchMatvec(const BenchMatvecOptions& o) {
   if (o.reps < 1 || o.reps > 10000) return bad(fmt::format("--reps must be in 1..10000 (got {})", o.reps));
   c.threads = o.shared.threads;
   c.reps = static_cast<int32_t>(o.reps);
+  if (o.tokens < 1 || o.tokens > 4096) return bad(fmt::format("--tokens must be in 1..4096 (got {})", o.tokens));
+  c.tokens = static_cast<int32_t>(o.tokens);
   if (Status s = CheckMatVecBenchConfig(c); !s.ok()) return bad(s.message());
 
   // The ceiling reads a buffer as large as one arm's working set (at least 512 MiB), so both face
@@ -54,17 +57,21 @@ int RunBenchMatvec(const BenchMatvecOptions& o) {
   progress("measuring read bandwidth again...");
   const double bw_after = MeasureReadBandwidthGbps(bw_bytes, c.threads, 5);
   const double read_gbps = std::max(bw_before, bw_after);
+  // The compute ceiling a prefill GEMM on these kernels faces (weights/matvec.h).
+  const double int8_peak = MeasureInt8DotPeakGmacs(c.threads);
 
   if (o.shared.json) {
     nlohmann::json out = {{"isa", MatVecTargetName()}, {"threads", c.threads}, {"rows", c.rows},
                           {"cols", c.cols}, {"shapes", "[rows][cols] and [cols][rows] alternately"},
-                          {"working_set_bytes", c.working_set_bytes}, {"reps", c.reps},
+                          {"working_set_bytes", c.working_set_bytes}, {"reps", c.reps}, {"tokens", c.tokens},
                           {"read_bandwidth_gbps", read_gbps}, {"read_bandwidth_before_gbps", bw_before},
-                          {"read_bandwidth_after_gbps", bw_after}, {"results", nlohmann::json::array()}};
+                          {"read_bandwidth_after_gbps", bw_after}, {"int8_dot_peak_gmacs", int8_peak},
+                          {"results", nlohmann::json::array()}};
     for (const MatVecBenchRow& r : rows) {
       out["results"].push_back({{"type", r.type}, {"matrices", r.matrices}, {"sweep_bytes", r.sweep_bytes},
                                 {"gbps", r.gbps}, {"gbps_min", r.gbps_min}, {"gbps_max", r.gbps_max},
-                                {"us_per_matvec", r.us_per_matvec},
+                                {"us_per_matvec", r.us_per_matvec}, {"gmacs", r.gmacs},
+                                {"fraction_of_int8_dot_peak", r.gmacs / int8_peak},
                                 {"fraction_of_read_bandwidth", r.gbps / read_gbps}});
     }
     PrintJson(out);
@@ -72,14 +79,18 @@ int RunBenchMatvec(const BenchMatvecOptions& o) {
   }
   fmt::print("weight matvec: [{}][{}] and [{}][{}] alternately, {} threads, SIMD target {}\n", c.rows, c.cols,
              c.cols, c.rows, c.threads, MatVecTargetName());
-  fmt::print("read bandwidth measured in this run: {:.1f} GB/s (before {:.1f}, after {:.1f}; {} buffer)\n\n",
+  fmt::print("read bandwidth measured in this run: {:.1f} GB/s (before {:.1f}, after {:.1f}; {} buffer)\n",
              read_gbps, bw_before, bw_after, FormatBytesIec(bw_bytes));
-  fmt::print("{:<6} {:>9} {:>14} {:>12} {:>8} {:>15} {:>7}\n", "type", "matrices", "weights/sweep",
-             "us/matvec", "GB/s", "min-max GB/s", "of bw");
+  fmt::print("int8-dot peak measured in this run: {:.1f} GMAC/s on {} threads (the kernels' byte dot on "
+             "registers)\n\n", int8_peak, c.threads);
+  if (c.tokens > 1) fmt::print("MatMul over {} tokens per call (prefill); GMAC/s beside the int8-dot peak\n\n", c.tokens);
+  fmt::print("{:<9} {:>9} {:>14} {:>12} {:>8} {:>15} {:>7} {:>8} {:>8}\n", "type", "matrices", "weights/sweep",
+             c.tokens > 1 ? "us/matmul" : "us/matvec", "GB/s", "min-max GB/s", "of bw", "GMAC/s", "of peak");
   for (const MatVecBenchRow& r : rows) {
-    fmt::print("{:<6} {:>9} {:>14} {:>12.1f} {:>8.2f} {:>15} {:>6.0f}%\n", r.type, r.matrices,
+    fmt::print("{:<9} {:>9} {:>14} {:>12.1f} {:>8.2f} {:>15} {:>6.0f}% {:>8.1f} {:>7.0f}%\n", r.type, r.matrices,
                FormatBytesIec(r.sweep_bytes), r.us_per_matvec, r.gbps,
-               fmt::format("{:.2f}-{:.2f}", r.gbps_min, r.gbps_max), 100.0 * r.gbps / read_gbps);
+               fmt::format("{:.2f}-{:.2f}", r.gbps_min, r.gbps_max), 100.0 * r.gbps / read_gbps, r.gmacs,
+               int8_peak > 0 ? 100.0 * r.gmacs / int8_peak : 0.0);
   }
   return 0;
 }
@@ -100,6 +111,8 @@ void AddBenchMatvecCommand(CLI::App& bench, int* exit_code) {
   cmd->add_option("--cols", o->cols, "Columns of the first matrix shape")->capture_default_str();
   AddThreadsFlag(cmd, &o->shared);
   cmd->add_option("--reps", o->reps, "Timed sweeps per type (median reported)")->capture_default_str();
+  cmd->add_option("--tokens", o->tokens, "Tokens per call: 1 = MatVec (decode), more = MatMul (prefill)")
+      ->capture_default_str();
   AddByteSizeFlag(cmd, "--working-set", &o->working_set, "Weight bytes each type sweeps per repetition (e.g. 1GiB)")
       ->default_str("1GiB");
   AddJsonFlag(cmd, &o->shared);

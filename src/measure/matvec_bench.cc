@@ -1,7 +1,9 @@
 // Weight matvec benchmark (see matvec_bench.h). Each arm holds its own working set: one random
 // matrix per shape, copied to fill the set (the values do not change the time; distinct addresses
 // are what defeat the caches). Arms are interleaved per repetition so drift on a shared machine
-// hits every type alike; repetition 0 warms page tables and is dropped.
+// hits every type alike; repetition 0 warms page tables and is dropped. Q4_0 and Q8_0 run twice:
+// row-major (the file's layout, the row kernels) and repacked ("/il16", weights/repack.h), as the
+// model runs them after load.
 #include "measure/matvec_bench.h"
 
 #include <fmt/format.h>
@@ -15,6 +17,7 @@
 
 #include "kvq/units.h"
 #include "weights/matvec.h"
+#include "weights/repack.h"
 #include "weights/weight_type.h"
 
 namespace kvq {
@@ -36,14 +39,15 @@ void FillRandom(const WeightTypeDesc& type, int64_t rows, int64_t cols, uint32_t
 
 struct Arm {
   WeightType type;
+  bool repacked = false;  // MatrixLayout::kInterleaved16
   std::unique_ptr<uint8_t[]> storage;  // [matrices] back to back, shapes alternating
   std::vector<Matrix> matrices;
   int64_t sweep_bytes = 0;
   std::vector<double> ns;  // per timed sweep
 };
 
-Arm MakeArm(WeightType type, const MatVecBenchConfig& c) {
-  Arm arm{.type = type};
+Arm MakeArm(WeightType type, bool repacked, const MatVecBenchConfig& c) {
+  Arm arm{.type = type, .repacked = repacked};
   const int64_t bytes = c.rows * MatrixRowBytes(type, c.cols);  // either shape: same element count
   // An even count (both shapes equally often), at least one pair, covering the working set.
   const int64_t pairs = std::max<int64_t>(1, (c.working_set_bytes + 2 * bytes - 1) / (2 * bytes));
@@ -60,6 +64,11 @@ Arm MakeArm(WeightType type, const MatVecBenchConfig& c) {
                                   .cols = first_shape ? c.cols : c.rows});
   }
   arm.sweep_bytes = n * bytes;
+  if (repacked) {
+    std::unique_ptr<uint8_t[]> packed(new uint8_t[n * bytes]);  // [matrices] repacked, same offsets
+    for (int64_t i = 0; i < n; ++i) arm.matrices[i] = RepackMatrix(arm.matrices[i], packed.get() + i * bytes);
+    arm.storage = std::move(packed);
+  }
   return arm;
 }
 
@@ -102,6 +111,9 @@ Status CheckMatVecBenchConfig(const MatVecBenchConfig& c) {
   if (c.threads < 1 || c.threads > 1024) {
     return Status::Error(fmt::format("--threads must be in 1..1024 (got {})", c.threads));
   }
+  if (c.tokens < 1 || c.tokens > 4096) {
+    return Status::Error(fmt::format("--tokens must be in 1..4096 (got {})", c.tokens));
+  }
   if (c.reps < 1 || c.reps > 10000) {
     return Status::Error(fmt::format("--reps must be in 1..10000 (got {})", c.reps));
   }
@@ -114,7 +126,8 @@ Status CheckMatVecBenchConfig(const MatVecBenchConfig& c) {
   int64_t total = 0;
   for (WeightType type : c.types) {
     const int64_t pair = 2 * c.rows * MatrixRowBytes(type, c.cols);
-    total += c.working_set_bytes + pair;
+    const bool repacked_arm = CanRepack(Matrix{.type = type, .rows = std::min(c.rows, c.cols), .cols = c.cols});
+    total += (repacked_arm ? 2 : 1) * (c.working_set_bytes + pair);
   }
   if (total > (int64_t{32} << 30)) {
     return Status::Error(fmt::format("the arms would hold about {} of weights: use fewer types, a smaller "
@@ -127,15 +140,20 @@ std::vector<MatVecBenchRow> RunMatVecBench(const MatVecBenchConfig& c,
                                            const std::function<void(const std::string&)>& progress) {
   std::vector<Arm> arms;
   for (WeightType type : c.types) {
-    arms.push_back(MakeArm(type, c));
-    if (progress) {
-      progress(fmt::format("{}: {} matrices, {} of weights", WeightTypeName(type),
-                           arms.back().matrices.size(), FormatBytesIec(arms.back().sweep_bytes)));
+    for (const bool repacked : {false, true}) {
+      if (repacked && !CanRepack(Matrix{.type = type, .rows = std::min(c.rows, c.cols), .cols = c.cols})) continue;
+      arms.push_back(MakeArm(type, repacked, c));
+      if (progress) {
+        progress(fmt::format("{}{}: {} matrices, {} of weights", WeightTypeName(type), repacked ? "/il16" : "",
+                             arms.back().matrices.size(), FormatBytesIec(arms.back().sweep_bytes)));
+      }
     }
   }
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> x_first(c.cols), x_second(c.rows), y(std::max(c.rows, c.cols));
+  // [tokens][cols] and [tokens][rows]; y [tokens][max(rows, cols)].
+  std::vector<float> x_first(c.tokens * c.cols), x_second(c.tokens * c.rows),
+      y(c.tokens * std::max(c.rows, c.cols));
   for (float& v : x_first) v = normal(rng);
   for (float& v : x_second) v = normal(rng);
   for (int32_t rep = 0; rep <= c.reps; ++rep) {
@@ -143,7 +161,11 @@ std::vector<MatVecBenchRow> RunMatVecBench(const MatVecBenchConfig& c,
       const auto t0 = std::chrono::steady_clock::now();
       for (const Matrix& m : a.matrices) {
         const float* x = m.rows == c.rows && m.cols == c.cols ? x_first.data() : x_second.data();
-        MatVec(m, x, y.data(), c.threads);
+        if (c.tokens == 1) {
+          MatVec(m, x, y.data(), c.threads);
+        } else {
+          MatMul(m, x, c.tokens, y.data(), c.threads);
+        }
       }
       const auto t1 = std::chrono::steady_clock::now();
       const double ns = std::chrono::duration<double, std::nano>(t1 - t0).count();
@@ -158,10 +180,13 @@ std::vector<MatVecBenchRow> RunMatVecBench(const MatVecBenchConfig& c,
     std::sort(a.ns.begin(), a.ns.end());
     const double median = a.ns[a.ns.size() / 2];
     const auto bytes = static_cast<double>(a.sweep_bytes);
-    rows.push_back({.type = WeightTypeName(a.type), .matrices = static_cast<int64_t>(a.matrices.size()),
+    rows.push_back({.type = std::string(WeightTypeName(a.type)) + (a.repacked ? "/il16" : ""),
+                    .matrices = static_cast<int64_t>(a.matrices.size()),
                     .sweep_bytes = a.sweep_bytes, .gbps = bytes / median, .gbps_min = bytes / a.ns.back(),
                     .gbps_max = bytes / a.ns.front(),
-                    .us_per_matvec = median / 1e3 / static_cast<double>(a.matrices.size())});
+                    .us_per_matvec = median / 1e3 / static_cast<double>(a.matrices.size()),
+                    .gmacs = static_cast<double>(a.matrices.size()) * static_cast<double>(c.rows * c.cols) *
+                             c.tokens / median});
   }
   return rows;
 }

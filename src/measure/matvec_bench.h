@@ -21,6 +21,7 @@ struct MatVecBenchConfig {
   int64_t working_set_bytes = int64_t{1} << 30;  ///< weight bytes swept per arm and repetition (at least)
   int32_t threads = 2;
   int32_t reps = 9;                       ///< timed sweeps per arm (after one warm-up sweep)
+  int32_t tokens = 1;                     ///< 1: MatVec; more: MatMul over that many tokens (prefill)
 };
 
 struct MatVecBenchRow {
@@ -29,7 +30,8 @@ struct MatVecBenchRow {
   int64_t sweep_bytes = 0; ///< weight bytes of one sweep (all matrices once)
   double gbps = 0;         ///< sweep_bytes / median sweep time (10^9 bytes per second)
   double gbps_min = 0, gbps_max = 0;  ///< from the slowest and the fastest sweep
-  double us_per_matvec = 0;           ///< median sweep time / matrices
+  double us_per_matvec = 0;           ///< median sweep time / matrices (per MatMul call with tokens > 1)
+  double gmacs = 0;                   ///< rows·cols·tokens multiply-adds per second (10^9), median sweep
 };
 
 /// A registered weight type's name, any case ("q4_0", "Q8_0", ...) -> the type; the error lists

@@ -1,7 +1,14 @@
-// Fingerprint (see llama_weights.h).
+// Fingerprint and RepackWeights (see llama_weights.h).
 #include "model/llama_weights.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <vector>
+
 #include "base/checksum.h"
+#include "weights/repack.h"
 
 namespace kvq {
 
@@ -12,6 +19,35 @@ ModelFingerprint Fingerprint(const LlamaWeights& w) {
   }
   return {.n_layers = w.config.n_layers, .n_kv_heads = w.config.n_kv_heads,
           .head_dim = w.config.head_dim(), .weights_hash = hash};
+}
+
+int64_t RepackWeights(LlamaWeights* w, bool release_mapped_pages) {
+  std::vector<Matrix*> todo;  // the matrices the interleaved kernels will read
+  for (LayerWeights& L : w->layers) {
+    for (Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w1, &L.w2, &L.w3}) {
+      if (CanRepack(*m)) todo.push_back(m);
+    }
+  }
+  if (CanRepack(w->classifier)) todo.push_back(&w->classifier);
+  constexpr int64_t kAlign = 64;  // each matrix starts on a cache line
+  int64_t total = 0;
+  for (const Matrix* m : todo) total += (MatrixDataBytes(*m) + kAlign - 1) / kAlign * kAlign;
+  if (total == 0) return 0;
+  std::shared_ptr<uint8_t[]> buffer(new (std::align_val_t{kAlign}) uint8_t[total],
+                                    [](uint8_t* p) { ::operator delete[](p, std::align_val_t{kAlign}); });
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  int64_t at = 0;
+  for (Matrix* m : todo) {
+    const Matrix plain = *m;
+    *m = RepackMatrix(plain, buffer.get() + at);
+    at += (MatrixDataBytes(plain) + kAlign - 1) / kAlign * kAlign;
+    // The whole pages inside the matrix's mapped bytes (a page shared with a neighbour stays).
+    const auto begin = (reinterpret_cast<uintptr_t>(plain.data) + page - 1) / page * page;
+    const auto end = (reinterpret_cast<uintptr_t>(plain.data) + MatrixDataBytes(plain)) / page * page;
+    if (release_mapped_pages && end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  }
+  w->repacked = std::move(buffer);
+  return at;
 }
 
 }  // namespace kvq

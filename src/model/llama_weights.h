@@ -61,6 +61,9 @@ struct LlamaWeights {
   const float* final_norm = nullptr; // [dim]
   Matrix classifier;                 // [vocab][dim]
   std::shared_ptr<void> storage;     // the mapped file
+  /// The Q4_0 / Q8_0 matrices repacked by RepackWeights (weights/repack.h), back to back; the
+  /// matrices' views point here instead of into `storage`. Null until repacked.
+  std::shared_ptr<uint8_t[]> repacked;
   std::string source;                // path, for messages
   /// What the snapshot fingerprint hashes, in order (the weight tensors, or the whole checkpoint
   /// file): views into `storage`. Hashed by Fingerprint only when a snapshot is saved or loaded,
@@ -68,6 +71,17 @@ struct LlamaWeights {
   std::vector<std::span<const uint8_t>> fingerprint_bytes;
   uint64_t fingerprint_seed = 0;
 };
+
+/// Repacks every Q4_0 / Q8_0 projection and the classifier into MatrixLayout::kInterleaved16 for
+/// the interleaved kernels (one allocation, `repacked`), once at load; the file is unchanged and
+/// the fingerprint still hashes its bytes. The token embedding stays row-major (it is read by
+/// rows); a tied classifier gets its own repacked copy. With release_mapped_pages (only for
+/// matrices viewing a read-only file mapping, as LoadModel's do: on writable memory MADV_DONTNEED
+/// would zero them), the pages of each repacked matrix are released (madvise MADV_DONTNEED: clean
+/// file pages, re-read from the page cache if anything — the fingerprint, a tied embedding's rows
+/// — reads them again), so the repacked copy replaces the mapped one in resident memory rather
+/// than doubling it. Returns the bytes repacked.
+int64_t RepackWeights(LlamaWeights* weights, bool release_mapped_pages);
 
 /// The snapshot fingerprint of `weights`: its attention shape and Checksum64 chained over
 /// fingerprint_bytes from fingerprint_seed. Reads every byte it covers.

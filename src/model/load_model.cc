@@ -1,6 +1,7 @@
 // LoadModel (see load_model.h).
 #include "model/load_model.h"
 
+#include <cstdlib>
 #include <filesystem>
 #include <string_view>
 
@@ -32,6 +33,13 @@ Result<LoadedModel> LoadModel(const std::string& model_path, const std::string& 
     weights = LoadLlama2c(model_path);
   }
   if (!weights.ok()) return weights.status();
+  // The loaders' matrices view a read-only mapping (base/mapped_file.h): its pages can be released.
+  // KVQ_NO_REPACK=1 keeps the file's row-major layout (the row kernels): the before arm of a
+  // measurement, in the same binary.
+  const char* no_repack = std::getenv("KVQ_NO_REPACK");
+  if (no_repack == nullptr || std::string_view(no_repack) != "1") {
+    RepackWeights(&weights.value(), /*release_mapped_pages=*/true);
+  }
   Result<Tokenizer> tokenizer = Status::Error("unreachable");
   if (!tokenizer_path.empty()) {
     tokenizer = Tokenizer::LoadLlama2c(tokenizer_path, weights->config.vocab_size);

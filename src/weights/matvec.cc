@@ -17,6 +17,7 @@
 #include <limits>
 
 #include "weights/matvec.h"
+#include "weights/repack.h"
 #include "weights/weight_type.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -80,6 +81,52 @@ void QuantizeActivationHere(const float* x, int64_t cols, int8_t* q, float* dx) 
 
 const char* MatVecTargetNameHere() { return hwy::TargetName(HWY_TARGET); }
 
+// The int8-dot peak: the byte dot of the interleaved kernels (interleaved_rows-inl.h) on
+// registers only — on AVX3_DL 512-bit vpdpbusd, 10 independent accumulators in inline assembly
+// (the compiler, given intrinsics, shuffled the accumulators through extra moves and measured a
+// third of this); on AVX2/AVX3 maddubs + madd + add — so only the execution ports limit it.
+// Returns the multiply-adds done (0 where the target has no vector byte dot).
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3_DL
+__attribute__((target("avx512vnni,no-avxvnni")))
+#endif
+int64_t Int8DotPeakLoopHere(int64_t iters) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3_DL
+  __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0,
+          c8 = c0, c9 = c0;
+  const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-5);
+  for (int64_t it = 0; it < iters; ++it) {
+    __asm__ volatile(
+        "vpdpbusd %11, %10, %0\n\tvpdpbusd %11, %10, %1\n\tvpdpbusd %11, %10, %2\n\t"
+        "vpdpbusd %11, %10, %3\n\tvpdpbusd %11, %10, %4\n\tvpdpbusd %11, %10, %5\n\t"
+        "vpdpbusd %11, %10, %6\n\tvpdpbusd %11, %10, %7\n\tvpdpbusd %11, %10, %8\n\t"
+        "vpdpbusd %11, %10, %9"
+        : "+v"(c0), "+v"(c1), "+v"(c2), "+v"(c3), "+v"(c4), "+v"(c5), "+v"(c6), "+v"(c7), "+v"(c8), "+v"(c9)
+        : "v"(a), "v"(b));
+  }
+  return iters * 10 * 64;
+#elif HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  constexpr int kAcc = 12;
+  __m256i acc[kAcc];
+  for (int i = 0; i < kAcc; ++i) acc[i] = _mm256_set1_epi32(i);
+  __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-5);
+  __asm__ volatile("" : "+x"(a), "+x"(b));  // opaque operands: the loop cannot be folded
+  for (int64_t it = 0; it < iters; ++it) {
+    for (int i = 0; i < kAcc; ++i) {
+      acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1)));
+    }
+  }
+  __m256i all = acc[0];
+  for (int i = 1; i < kAcc; ++i) all = _mm256_add_epi32(all, acc[i]);
+  alignas(32) int32_t sink[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(sink), all);
+  __asm__ volatile("" : : "r"(sink) : "memory");
+  return iters * kAcc * 32;
+#else
+  (void)iters;
+  return 0;
+#endif
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace kvq
 HWY_AFTER_NAMESPACE();
@@ -88,6 +135,7 @@ HWY_AFTER_NAMESPACE();
 #include <fmt/format.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <vector>
 
@@ -97,6 +145,7 @@ namespace kvq {
 
 HWY_EXPORT(QuantizeActivationHere);
 HWY_EXPORT(MatVecTargetNameHere);
+HWY_EXPORT(Int8DotPeakLoopHere);
 
 namespace {
 
@@ -117,7 +166,10 @@ const WeightTypeDesc& DescOrDie(const char* what, WeightType type) {
   return *desc;
 }
 
-constexpr int64_t kRowsPerItem = 16;  // rows per work item: small matrices stay on one thread
+// Rows per work item: small matrices stay on one thread. A multiple of kInterleaveRows, so an
+// item of a repacked matrix is whole 16-row groups (plus, in the last item, the plain tail).
+constexpr int64_t kRowsPerItem = 16;
+static_assert(kRowsPerItem % kInterleaveRows == 0);
 
 // Calls fn(r0, r1) for each item of kRowsPerItem rows of [0, rows), on t threads (inline when
 // t ≤ 1; MatMul relies on items to keep a block of rows in cache for all its tokens). Items are
@@ -141,6 +193,20 @@ void ForEachRowItem(int64_t rows, int32_t t, const F& fn) {
   });
 }
 
+// Rows [r0, r1) of a kInterleaved16 matrix for n_tokens tokens: the 16-row groups by the
+// interleaved kernel, the rows % 8 plain tail rows by the row kernel, token by token.
+void InterleavedItem(const WeightKernels& k, const Matrix& w, const QuantizedActivation& s, int64_t n_tokens,
+                     float* y, int64_t r0, int64_t r1) {
+  const int64_t grouped = w.rows / kInterleaveRows * kInterleaveRows;  // rows in 16-row groups
+  const int64_t g1 = std::min(r1, grouped);
+  if (r0 < g1) k.interleaved_rows(w.data, s.Token(0), n_tokens, y, w.rows, w.cols, r0, g1);
+  if (std::max(r0, grouped) < r1) {
+    for (int64_t j = 0; j < n_tokens; ++j) {
+      k.quant_rows(w.data, s.Token(j), y + j * w.rows, w.cols, std::max(r0, grouped), r1);
+    }
+  }
+}
+
 }  // namespace
 
 void MatVec(const Matrix& w, const float* x, float* y, int32_t threads) {
@@ -155,6 +221,11 @@ void MatVec(const Matrix& w, const float* x, float* y, int32_t threads) {
     // none should allocate once the sizes have been seen).
     thread_local QuantizedActivation s;
     QuantizeActivationFor(k, x, w.cols, 1, &s);
+    if (w.layout == MatrixLayout::kInterleaved16) {
+      const QuantizedActivation& qa = s;  // the caller's, not each worker's thread_local
+      ForEachRowItem(w.rows, t, [&](int64_t r0, int64_t r1) { InterleavedItem(k, w, qa, 1, y, r0, r1); });
+      return;
+    }
     const QuantizedX qx = s.Token(0);
     ForEachRowItem(w.rows, t, [&](int64_t r0, int64_t r1) { rows_fn(w.data, qx, y, w.cols, r0, r1); });
     return;
@@ -178,6 +249,12 @@ void MatMul(const Matrix& w, const float* x, int64_t n_tokens, float* y, int32_t
     QuantizeActivationFor(k, x, w.cols, n_tokens, &scratch);
     // A named reference: inside the lambda, `scratch` would be each worker's own thread_local.
     const QuantizedActivation& s = scratch;
+    if (w.layout == MatrixLayout::kInterleaved16) {
+      // Per row and token the interleaved kernel does the same operations whatever n_tokens (it
+      // steps 16 rows × up to 4 tokens), so this equals n_tokens MatVec calls bit for bit.
+      ForEachRowItem(w.rows, t, [&](int64_t r0, int64_t r1) { InterleavedItem(k, w, s, n_tokens, y, r0, r1); });
+      return;
+    }
     ForEachRowItem(w.rows, t, [&](int64_t r0, int64_t r1) {
       for (int64_t j = 0; j < n_tokens; ++j) {
         rows_fn(w.data, s.Token(j), y + j * w.rows, w.cols, r0, r1);
@@ -221,6 +298,21 @@ void QuantizeActivation(const float* x, int64_t cols, int8_t* q, float* d) {
 }
 
 const char* MatVecTargetName() { return HWY_DYNAMIC_DISPATCH(MatVecTargetNameHere)(); }
+
+double MeasureInt8DotPeakGmacs(int32_t threads) {
+  InitDispatch();
+  const auto loop = HWY_DYNAMIC_DISPATCH(Int8DotPeakLoopHere);
+  constexpr int64_t kIters = int64_t{1} << 22;  // ~0.1 s per thread at ~3·10^11 MAC/s
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {  // the best of 5: a shared machine only ever slows it
+    std::atomic<int64_t> macs{0};
+    const auto t0 = std::chrono::steady_clock::now();
+    ThreadPool::Shared(threads).Run(threads, [&](int64_t, int32_t) { macs += loop(kIters); });
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, static_cast<double>(macs.load()) / s / 1e9);
+  }
+  return best;
+}
 
 }  // namespace kvq
 #endif  // HWY_ONCE

@@ -46,9 +46,17 @@
 //   AVX-512 VNNI (vpdpbusd), AVX2 and AVX3 maddubs/madd, other targets plain integer loops; all on
 //   256-bit or narrower vectors. K-quants (Q2_K .. Q6_K, super-blocks of 256): kquant_rows-inl.h,
 //   the same paths, with the sub-block scales folded in and the rounding count (5) derived there.
+//   Repacked Q4_0 / Q8_0 (MatrixLayout::kInterleaved16, weights/repack.h; LoadModel repacks every
+//   projection and the classifier): interleaved_rows-inl.h, 16 rows × up to 6 tokens per step,
+//   512-bit vpdpbusd on AVX3_DL. Lane j of one int32 accumulator is row j's whole block dot I_b,
+//   so there is no lane reduction: each term is rounded at most n_blocks + 1 times (the scale
+//   product, one FMA per block) — within the γ_{n_blocks+4} of matvec_roundings = 4, which still
+//   covers the rows % 16 tail rows the row kernels serve; the tests check the tighter
+//   γ_{n_blocks+1}. The 16-row groups give the same bits on every target (std::fma on scalar).
 //
-// Results depend on the SIMD target (lane count) but not on the thread count, and MatMul equals
-// n_tokens MatVec calls bit for bit (the same activation quantisation, the same row kernel).
+// Results depend on the SIMD target (lane count) and the layout, but not on the thread count, and
+// MatMul equals n_tokens MatVec calls bit for bit (the same activation quantisation, and per row
+// and token the same kernel operations).
 #pragma once
 
 #include <cstdint>
@@ -128,6 +136,12 @@ struct QuantizedProductReference {
 /// The quantised product of step 1 and 2 in plain C++ (QuantizeActivationReference, then the
 /// type's exact_block_ref per block): out has w.rows entries.
 void MatVecQuantizedReference(const Matrix& w, const float* x, QuantizedProductReference* out);
+
+/// The int8-dot peak of this machine on the dispatched target, in 10^9 multiply-adds per second
+/// on `threads` threads: the interleaved kernels' byte dot (512-bit vpdpbusd on AVX3_DL, 256-bit
+/// maddubs + madd + add on AVX2/AVX3) on registers only, best of 5 runs; 0 on targets without a
+/// vector byte dot.
+double MeasureInt8DotPeakGmacs(int32_t threads);
 
 /// Name of the SIMD target MatVec dispatches to here ("AVX3_DL", "AVX3", "AVX2", "SCALAR", ...).
 const char* MatVecTargetName();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "weights/matvec.h"
+#include "weights/repack.h"
 #include "weights/weight_type.h"
 
 namespace kvq {
@@ -27,9 +28,13 @@ const WeightTypeDesc& Desc(const char* what, WeightType type) {
   return *d;
 }
 
-// The block of `row` holding element `block`·block_elems.
-const uint8_t* BlockAt(const Matrix& w, const WeightTypeDesc& d, int64_t row, int64_t block) {
-  return w.data + row * MatrixRowBytes(w.type, w.cols) + block * d.block_bytes;
+// Room for one plain block gathered from a repacked matrix (Q4_0 or Q8_0: 18 or 34 bytes).
+constexpr int64_t kScratchBytes = 64;
+
+// The plain bytes of the block of `row` holding element `block`·block_elems, in either layout.
+const uint8_t* BlockAt(const Matrix& w, const WeightTypeDesc&, int64_t row, int64_t block,
+                       uint8_t* scratch) {
+  return PlainBlock(w, row, block, scratch);
 }
 
 }  // namespace
@@ -60,14 +65,16 @@ int64_t MatrixRowBytes(WeightType type, int64_t cols) {
 float DecodeWeight(const Matrix& w, int64_t row, int64_t col) {
   const WeightTypeDesc& d = Desc("DecodeWeight", w.type);
   float block[kMaxWeightBlockElems];  // [block_elems]
-  d.dequantize_block_ref(BlockAt(w, d, row, col / d.block_elems), block);
+  uint8_t scratch[kScratchBytes];
+  d.dequantize_block_ref(BlockAt(w, d, row, col / d.block_elems, scratch), block);
   return block[col % d.block_elems];
 }
 
 void DecodeWeightRow(const Matrix& w, int64_t row, float* out) {
   const WeightTypeDesc& d = Desc("DecodeWeightRow", w.type);
+  uint8_t scratch[kScratchBytes];
   for (int64_t b = 0; b < w.cols / d.block_elems; ++b) {
-    d.dequantize_block_ref(BlockAt(w, d, row, b), out + b * d.block_elems);
+    d.dequantize_block_ref(BlockAt(w, d, row, b, scratch), out + b * d.block_elems);
   }
 }
 
@@ -107,7 +114,8 @@ int32_t BlockDotReference(const Matrix& w, int64_t row, int64_t block, const int
     fmt::print(stderr, "kvq: BlockDotReference: {} is not a one-scale type with blocks of 32\n", d.label);
     std::abort();
   }
-  const uint8_t* p = BlockAt(w, d, row, block);
+  uint8_t scratch[kScratchBytes];
+  const uint8_t* p = BlockAt(w, d, row, block, scratch);
   int32_t dot = 0;
   for (int64_t i = 0; i < kBlockElems; ++i) dot += d.code_ref(p, i) * q[block * kBlockElems + i];
   return dot;
@@ -125,9 +133,10 @@ void MatVecQuantizedReference(const Matrix& w, const float* x, QuantizedProductR
   QuantizeActivationReference(x, w.cols, q.data(), d.data());
   std::vector<double> wv(w.cols), abs(w.cols);  // [cols] exact weights, magnitudes of their terms
   constexpr double kXError = 0.5 + 0x1p-17;     // per element, in units of d_x (matvec.h)
+  uint8_t scratch[kScratchBytes];
   for (int64_t r = 0; r < w.rows; ++r) {
     for (int64_t b = 0; b < w.cols / desc.block_elems; ++b) {
-      desc.exact_block_ref(BlockAt(w, desc, r, b), wv.data() + b * desc.block_elems,
+      desc.exact_block_ref(BlockAt(w, desc, r, b, scratch), wv.data() + b * desc.block_elems,
                            abs.data() + b * desc.block_elems);
     }
     QuantizedProductReference& o = out[r];

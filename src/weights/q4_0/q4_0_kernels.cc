@@ -11,6 +11,7 @@
 
 #include "weights/q4_0/q4_0.h"
 #include "weights/quant_rows-inl.h"
+#include "weights/interleaved_rows-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvq {
@@ -65,7 +66,24 @@ struct Q4_0Block {
 #endif
 };
 
-const WeightKernels& Q4_0WeightKernelsHere() { return MakeQuantKernels<Q4_0Block>(); }
+// The 16-row interleaved layout (weights/repack.h) for InterleavedRows.
+struct Q4_0Interleaved {
+  static constexpr int64_t kBytes = 18;
+  static constexpr bool kSigned = false;
+  static int32_t CodeScalar(const uint8_t* codes, int64_t j, int64_t m) {
+    const uint8_t byte = codes[(m % 16) / 4 * 64 + 4 * j + m % 4];
+    return (m < 16 ? (byte & 0x0F) : (byte >> 4)) - 8;
+  }
+};
+
+const WeightKernels& Q4_0WeightKernelsHere() {
+  static const WeightKernels kKernels = [] {
+    WeightKernels k = MakeQuantKernels<Q4_0Block>();
+    k.interleaved_rows = &InterleavedRows<Q4_0Interleaved>;
+    return k;
+  }();
+  return kKernels;
+}
 
 }  // namespace HWY_NAMESPACE
 }  // namespace kvq

@@ -11,6 +11,7 @@
 
 #include "weights/q8_0/q8_0.h"
 #include "weights/quant_rows-inl.h"
+#include "weights/interleaved_rows-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvq {
@@ -44,7 +45,23 @@ struct Q8_0Block {
 #endif
 };
 
-const WeightKernels& Q8_0WeightKernelsHere() { return MakeQuantKernels<Q8_0Block>(); }
+// The 16-row interleaved layout (weights/repack.h) for InterleavedRows.
+struct Q8_0Interleaved {
+  static constexpr int64_t kBytes = 34;
+  static constexpr bool kSigned = true;
+  static int32_t CodeScalar(const uint8_t* codes, int64_t j, int64_t m) {
+    return static_cast<int8_t>(codes[m / 4 * 64 + 4 * j + m % 4]);
+  }
+};
+
+const WeightKernels& Q8_0WeightKernelsHere() {
+  static const WeightKernels kKernels = [] {
+    WeightKernels k = MakeQuantKernels<Q8_0Block>();
+    k.interleaved_rows = &InterleavedRows<Q8_0Interleaved>;
+    return k;
+  }();
+  return kKernels;
+}
 
 }  // namespace HWY_NAMESPACE
 }  // namespace kvq

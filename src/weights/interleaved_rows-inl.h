@@ -1,0 +1,263 @@
+// Per-target kernels of Q4_0 / Q8_0 matrices in MatrixLayout::kInterleaved16 (weights/repack.h):
+// 16 rows × T tokens per step, for MatVec (T = 1) and MatMul (T up to kIlMaxTokens, each unpacked
+// weight vector used for every token of the step). Include after foreach_target.h and after
+// quant_rows-inl.h (its KVQ_MATVEC_X86_ATTR); a type supplies a policy B:
+//   static constexpr int64_t kBytes    bytes per plain block (18, 34)
+//   static constexpr bool kSigned      codes are int8 (Q8_0) rather than nibbles (Q4_0)
+//   static int32_t CodeScalar(const uint8_t* codes, int64_t j, int64_t m)   code of row j, element m
+// and gets InterleavedRows<B> for WeightKernels::interleaved_rows.
+//
+// Per row j, token t and block b: I_b = Σ code·q exact in int32 (lane j of one accumulator:
+// 512-bit vpdpbusd on AVX3_DL, 16 rows per vector; 256-bit maddubs + madd on AVX2 / AVX3, the
+// group's two 8-row halves in turn — Q8_0 through |w| and sign(q, w), as (w + 128)·q pairs would
+// saturate int16 —; plain integers elsewhere), then
+//   s = d_w·d_x      (f32, rounded once; the rows' d_w converted together, F16C)
+//   acc = fma(s, I_b, acc)   (one rounding per block)
+// so each term is rounded at most n_blocks + 1 times (no lane reduction: lane j is row j's
+// result), inside matvec.h's γ_{n_blocks + 4}. The scalar path does the same operations with
+// std::fma, so every target gives the same bits on this layout, whatever T and the threads.
+#if defined(KVQ_WEIGHTS_INTERLEAVED_ROWS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KVQ_WEIGHTS_INTERLEAVED_ROWS_INL_H_
+#undef KVQ_WEIGHTS_INTERLEAVED_ROWS_INL_H_
+#else
+#define KVQ_WEIGHTS_INTERLEAVED_ROWS_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "base/float_codes.h"
+#include "weights/weight_type.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvq {
+namespace HWY_NAMESPACE {
+
+constexpr int64_t kIlRows = 16;        // rows per group (weights/repack.h kInterleaveRows)
+constexpr int64_t kIlScaleBytes = 32;  // a group block's 16 f16 scales
+constexpr int64_t kIlVectorBytes = 64; // a code vector: 4 bytes per row
+constexpr int64_t kIlChunks = 8;       // 4-element chunks per block of 32
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+
+// Tokens per step: the 8 unpacked weight vectors and an int32 and an f32 accumulator per token
+// fit AVX-512's 32 vector registers at 6 (one thread, 512×2048 Q4_0 × 64 tokens, CPU time:
+// 4 tokens 136-139 GMAC/s, 6 tokens 140-147); AVX2's 16 (two int32 chains) at 2.
+#if KVQ_MATVEC_VNNI
+constexpr int kIlMaxTokens = 6;
+#else
+constexpr int kIlMaxTokens = 2;
+#endif
+
+#if KVQ_MATVEC_VNNI
+// acc += u (u8) · the 4 codes at q broadcast to every lane (s8): vpdpbusd with its 32-bit memory
+// operand broadcast by EVEX ({1to16}), one fused instruction where _mm512_set1_epi32 costs GCC a
+// separate vpbroadcastd (it does not fold the broadcast into vpdpbusd).
+KVQ_MATVEC_X86_ATTR inline __m512i DotBroadcast(__m512i acc, __m512i u, const int8_t* q) {
+  __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*reinterpret_cast<const int32_t*>(q)));
+  return acc;
+}
+
+// One step: the group's 16 rows (their block data at g) times tokens t0..t0+T−1, 512-bit. The
+// measured int8-dot peak of a 512-bit vpdpbusd here is about 1.7× the 256-bit one's (MeasureInt8DotPeak).
+template <class B, int T>
+KVQ_MATVEC_X86_ATTR void InterleavedStepX86(const uint8_t* g, const QuantizedX& x0, int64_t cols, int64_t t0,
+                                            float* y, int64_t y_stride, int64_t r) {
+  constexpr int64_t kGroupBlock = kIlRows * B::kBytes;
+  const int64_t n_blocks = cols / 32;
+  const int8_t* q[T];     // token t's codes [cols]
+  const float* dx[T];     // [n_blocks]
+  const int32_t* sum[T];  // [n_blocks]
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) {
+    q[t] = x0.q + (t0 + t) * cols;
+    dx[t] = x0.d + (t0 + t) * n_blocks;
+    sum[t] = x0.sum + (t0 + t) * n_blocks;
+    acc[t] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const uint8_t* blk = g + b * kGroupBlock;
+    // MatVec (T = 1): software prefetch kPrefetchBytes ahead into L2, as the row kernels do
+    // (quant_rows-inl.h): from memory, the hardware prefetcher alone keeps too few misses in
+    // flight. MatMul's later steps find the group in cache. An integer address: it may lie past
+    // the matrix (a prefetch never faults).
+    if constexpr (T == 1) {
+      const uintptr_t ahead = reinterpret_cast<uintptr_t>(blk) + kPrefetchBytes;
+      for (int64_t at = 0; at < kGroupBlock; at += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + at), _MM_HINT_T1);
+      }
+    }
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    const uint8_t* codes = blk + kIlScaleBytes;
+    __m512i u[kIlChunks];  // u[c]: the unsigned bytes of chunk c (elements 4c..4c+3 of each row)
+    if constexpr (B::kSigned) {
+      for (int c = 0; c < kIlChunks; ++c) {
+        u[c] = _mm512_xor_si512(_mm512_loadu_si512(codes + kIlVectorBytes * c),
+                                _mm512_set1_epi8(static_cast<char>(0x80)));  // w + 128
+      }
+    } else {
+      const __m512i low = _mm512_set1_epi8(0x0F);
+      for (int c = 0; c < 4; ++c) {
+        const __m512i v = _mm512_loadu_si512(codes + kIlVectorBytes * c);
+        u[c] = _mm512_and_si512(v, low);                            // elements 4c..4c+3: code + 8
+        u[c + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);  // elements 16+4c..: code + 8
+      }
+    }
+    for (int t = 0; t < T; ++t) {
+      const int8_t* qb = q[t] + b * 32;
+      // Lanes start at −bias·Σq: the unsigned bytes are code + bias (8 for nibbles, 128 for int8).
+      constexpr int32_t kBias = B::kSigned ? 128 : 8;
+      // One chain of 8 (the T tokens' chains and the next blocks' overlap it).
+      __m512i dot = _mm512_set1_epi32(-kBias * sum[t][b]);
+      for (int c = 0; c < kIlChunks; ++c) dot = DotBroadcast(dot, u[c], qb + 4 * c);
+      const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(dx[t][b]));
+      acc[t] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(dot), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + (t0 + t) * y_stride + r, acc[t]);
+}
+
+#else  // AVX2 / AVX3: 256-bit, the group's halves (rows 0..7, 8..15) in turn
+
+KVQ_MATVEC_X86_ATTR inline __m256i BroadcastChunk(const int8_t* q) {
+  int32_t v;
+  std::memcpy(&v, q, 4);
+  return _mm256_set1_epi32(v);
+}
+
+template <class B, int T>
+KVQ_MATVEC_X86_ATTR void InterleavedHalfX86(const uint8_t* g, const QuantizedX& x0, int64_t cols, int64_t t0,
+                                            float* y, int64_t y_stride, int64_t r, int half) {
+  constexpr int64_t kGroupBlock = kIlRows * B::kBytes;
+  const int64_t n_blocks = cols / 32;
+  const int8_t* q[T];     // token t's codes [cols]
+  const float* dx[T];     // [n_blocks]
+  const int32_t* sum[T];  // [n_blocks]
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) {
+    q[t] = x0.q + (t0 + t) * cols;
+    dx[t] = x0.d + (t0 + t) * n_blocks;
+    sum[t] = x0.sum + (t0 + t) * n_blocks;
+    acc[t] = _mm256_setzero_ps();
+  }
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const uint8_t* blk = g + b * kGroupBlock;
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * half)));
+    const uint8_t* codes = blk + kIlScaleBytes + 32 * half;
+    __m256i u[kIlChunks];  // u[c]: chunk c's bytes (Q4_0: code + 8; Q8_0: the signed codes)
+    if constexpr (B::kSigned) {
+      for (int c = 0; c < kIlChunks; ++c) {
+        u[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + kIlVectorBytes * c));
+      }
+    } else {
+      const __m256i low = _mm256_set1_epi8(0x0F);
+      for (int c = 0; c < 4; ++c) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + kIlVectorBytes * c));
+        u[c] = _mm256_and_si256(v, low);
+        u[c + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+      }
+    }
+    for (int t = 0; t < T; ++t) {
+      const int8_t* qb = q[t] + b * 32;
+      __m256i i0, i1;
+      if constexpr (B::kSigned) {
+        // |w|·(±q): |w| ≤ 128, |q| ≤ 127, so a pair is at most 32512 (no saturation).
+        i0 = _mm256_setzero_si256();
+        i1 = _mm256_setzero_si256();
+        for (int c = 0; c < kIlChunks; c += 2) {
+          const __m256i x_a = BroadcastChunk(qb + 4 * c), x_b = BroadcastChunk(qb + 4 * c + 4);
+          i0 = _mm256_add_epi32(i0, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(u[c]),
+                                                                           _mm256_sign_epi8(x_a, u[c])), ones));
+          i1 = _mm256_add_epi32(i1, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(u[c + 1]),
+                                                                           _mm256_sign_epi8(x_b, u[c + 1])), ones));
+        }
+      } else {
+        // (code + 8)·q: 15·127·2 per pair, no saturation; then − 8·Σq.
+        i0 = _mm256_set1_epi32(-8 * sum[t][b]);
+        i1 = _mm256_setzero_si256();
+        for (int c = 0; c < kIlChunks; c += 2) {
+          i0 = _mm256_add_epi32(i0, _mm256_madd_epi16(_mm256_maddubs_epi16(u[c], BroadcastChunk(qb + 4 * c)), ones));
+          i1 = _mm256_add_epi32(
+              i1, _mm256_madd_epi16(_mm256_maddubs_epi16(u[c + 1], BroadcastChunk(qb + 4 * c + 4)), ones));
+        }
+      }
+      const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(dx[t][b]));
+      acc[t] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(_mm256_add_epi32(i0, i1)), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + (t0 + t) * y_stride + r + 8 * half, acc[t]);
+}
+
+template <class B, int T>
+void InterleavedStepX86(const uint8_t* g, const QuantizedX& x0, int64_t cols, int64_t t0, float* y,
+                        int64_t y_stride, int64_t r) {
+  InterleavedHalfX86<B, T>(g, x0, cols, t0, y, y_stride, r, 0);
+  InterleavedHalfX86<B, T>(g, x0, cols, t0, y, y_stride, r, 1);
+}
+
+#endif  // KVQ_MATVEC_VNNI
+
+template <class B>
+void InterleavedRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tokens, float* y, int64_t y_stride,
+                     int64_t cols, int64_t r0, int64_t r1) {
+  const int64_t row_bytes = cols / 32 * B::kBytes;
+  for (int64_t r = r0; r < r1; r += kIlRows) {
+    const uint8_t* g = w + r * row_bytes;
+    int64_t t = 0;
+    for (; t + kIlMaxTokens <= n_tokens; t += kIlMaxTokens) {
+      InterleavedStepX86<B, kIlMaxTokens>(g, x0, cols, t, y, y_stride, r);
+    }
+    switch (n_tokens - t) {
+      case 1: InterleavedStepX86<B, 1>(g, x0, cols, t, y, y_stride, r); break;
+#if KVQ_MATVEC_VNNI
+      case 2: InterleavedStepX86<B, 2>(g, x0, cols, t, y, y_stride, r); break;
+      case 3: InterleavedStepX86<B, 3>(g, x0, cols, t, y, y_stride, r); break;
+      case 4: InterleavedStepX86<B, 4>(g, x0, cols, t, y, y_stride, r); break;
+      case 5: InterleavedStepX86<B, 5>(g, x0, cols, t, y, y_stride, r); break;
+#endif
+      default: break;
+    }
+  }
+}
+
+#else  // not x86 AVX2 or better: plain integer loops, the same f32 operations (std::fma)
+
+template <class B>
+void InterleavedRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tokens, float* y, int64_t y_stride,
+                     int64_t cols, int64_t r0, int64_t r1) {
+  constexpr int64_t kGroupBlock = kIlRows * B::kBytes;
+  const int64_t n_blocks = cols / 32;
+  const int64_t row_bytes = n_blocks * B::kBytes;
+  for (int64_t r = r0; r < r1; r += kIlRows) {
+    const uint8_t* g = w + r * row_bytes;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const int8_t* q = x0.q + t * cols;
+      const float* dx = x0.d + t * n_blocks;
+      for (int64_t j = 0; j < kIlRows; ++j) {
+        float acc = 0.0f;
+        for (int64_t b = 0; b < n_blocks; ++b) {
+          const uint8_t* blk = g + b * kGroupBlock;
+          int32_t dot = 0;
+          for (int64_t m = 0; m < 32; ++m) dot += B::CodeScalar(blk + kIlScaleBytes, j, m) * q[b * 32 + m];
+          uint16_t d_bits;
+          std::memcpy(&d_bits, blk + 2 * j, 2);  // little-endian host
+          const float s = F16ToF32(d_bits) * dx[b];
+          acc = std::fma(s, static_cast<float>(dot), acc);
+        }
+        y[t * y_stride + r + j] = acc;
+      }
+    }
+  }
+}
+
+#endif  // HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kvq
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard toggle

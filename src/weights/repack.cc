@@ -1,0 +1,77 @@
+// RepackMatrix and PlainBlock (see repack.h): the byte moves between the file's row-major Q4_0 /
+// Q8_0 blocks and the 16-row interleaved groups, in plain C++ (a load-time pass, and the oracle's
+// view of a repacked matrix).
+#include "weights/repack.h"
+
+#include <cstring>
+
+#include "weights/matvec.h"
+#include "weights/weight_type.h"
+
+namespace kvq {
+namespace {
+
+constexpr int64_t kScaleBytes = 2;  // f16 d at the start of a Q4_0 / Q8_0 block
+
+// Bytes of a group's block b that hold d of its rows; bytes of one code vector (4 per row).
+constexpr int64_t kGroupScaleBytes = kInterleaveRows * kScaleBytes;
+constexpr int64_t kVectorBytes = kInterleaveRows * 4;
+
+int64_t BlockBytes(WeightType type) { return type == WeightType::kQ4_0 ? 18 : 34; }
+
+}  // namespace
+
+bool CanRepack(const Matrix& w) {
+  return w.layout == MatrixLayout::kRowMajor && (w.type == WeightType::kQ4_0 || w.type == WeightType::kQ8_0) &&
+         w.rows >= kInterleaveRows && w.cols % 32 == 0;
+}
+
+int64_t MatrixDataBytes(const Matrix& w) { return w.rows * MatrixRowBytes(w.type, w.cols); }
+
+Matrix RepackMatrix(const Matrix& w, uint8_t* out) {
+  const int64_t bb = BlockBytes(w.type);
+  const int64_t code_bytes = bb - kScaleBytes;  // 16 (Q4_0) or 32 (Q8_0) per row and block
+  const int64_t n_blocks = w.cols / 32;
+  const int64_t row_bytes = n_blocks * bb;
+  const int64_t groups = w.rows / kInterleaveRows;
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint8_t* rows = w.data + g * kInterleaveRows * row_bytes;  // [16][row_bytes] plain
+    uint8_t* group = out + g * kInterleaveRows * row_bytes;          // [n_blocks][16·bb] interleaved
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      uint8_t* dst = group + b * kInterleaveRows * bb;
+      for (int64_t j = 0; j < kInterleaveRows; ++j) {
+        const uint8_t* src = rows + j * row_bytes + b * bb;
+        std::memcpy(dst + j * kScaleBytes, src, kScaleBytes);
+        // 4 code bytes of row j per vector k.
+        for (int64_t k = 0; k < code_bytes / 4; ++k) {
+          std::memcpy(dst + kGroupScaleBytes + k * kVectorBytes + j * 4, src + kScaleBytes + k * 4, 4);
+        }
+      }
+    }
+  }
+  const int64_t tail_at = groups * kInterleaveRows * row_bytes;  // the rows % 16 plain rows
+  std::memcpy(out + tail_at, w.data + tail_at, (w.rows - groups * kInterleaveRows) * row_bytes);
+  Matrix r = w;
+  r.data = out;
+  r.layout = MatrixLayout::kInterleaved16;
+  return r;
+}
+
+const uint8_t* PlainBlock(const Matrix& w, int64_t row, int64_t block, uint8_t* scratch) {
+  const int64_t row_bytes = MatrixRowBytes(w.type, w.cols);
+  const int64_t interleaved_rows = w.rows / kInterleaveRows * kInterleaveRows;
+  if (w.layout == MatrixLayout::kRowMajor || row >= interleaved_rows) {
+    const WeightTypeDesc* d = FindWeightType(w.type);
+    return w.data + row * row_bytes + block * d->block_bytes;
+  }
+  const int64_t bb = BlockBytes(w.type);
+  const int64_t j = row % kInterleaveRows;
+  const uint8_t* src = w.data + (row - j) * row_bytes + block * kInterleaveRows * bb;
+  std::memcpy(scratch, src + j * kScaleBytes, kScaleBytes);
+  for (int64_t k = 0; k < (bb - kScaleBytes) / 4; ++k) {
+    std::memcpy(scratch + kScaleBytes + k * 4, src + kGroupScaleBytes + k * kVectorBytes + j * 4, 4);
+  }
+  return scratch;
+}
+
+}  // namespace kvq

@@ -1,0 +1,220 @@
+// Q4_0 / Q8_0 repacked into MatrixLayout::kInterleaved16 (weights/repack.h) on every SIMD target:
+// the repack round-trips (each block's plain bytes, the decoded rows, the quantised reference);
+// MatVec on the repacked layout is within γ_{n_blocks+1}·abs_sum of MatVecQuantizedReference (the
+// interleaved kernels round each term at most n_blocks + 1 times: interleaved_rows-inl.h) and, in
+// the 16-row groups, the same bits on every target; MatMul equals MatVec bit for bit for 1..9 tokens and row counts that
+// are not multiples of 16; the thread count changes no bit; special activations as in matvec.h.
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL  // as the weight kernels, so the target list below includes AVX3_DL
+#endif
+#include "weights/repack.h"
+
+#include <gtest/gtest.h>
+#include <hwy/targets.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "test_util/matvec_bounds.h"
+#include "weights/matvec.h"
+#include "weights/weight_type.h"
+
+namespace kvq {
+namespace {
+
+using test::QuantTolerance;
+using test::TargetScope;
+
+constexpr WeightType kTypes[] = {WeightType::kQ4_0, WeightType::kQ8_0};
+constexpr int64_t kInterleavedRoundings = 1;  // beyond one per block (interleaved_rows-inl.h)
+
+// A plain matrix of N(0, 1) rows by the type's quantiser, and its repacked copy.
+struct Pair {
+  std::vector<uint8_t> plain_bytes, packed_bytes;
+  Matrix plain, packed;
+};
+
+Pair MakePair(WeightType type, int64_t rows, int64_t cols, uint32_t seed) {
+  const WeightTypeDesc& d = *FindWeightType(type);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Pair p;
+  const int64_t row_bytes = MatrixRowBytes(type, cols);
+  p.plain_bytes.resize(rows * row_bytes);
+  std::vector<float> row(cols);  // [cols]
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& v : row) v = normal(rng);
+    QuantizeRowRef(d, row.data(), cols, p.plain_bytes.data() + r * row_bytes);
+  }
+  p.plain = Matrix{.type = type, .data = p.plain_bytes.data(), .rows = rows, .cols = cols};
+  p.packed_bytes.resize(p.plain_bytes.size());
+  p.packed = RepackMatrix(p.plain, p.packed_bytes.data());
+  return p;
+}
+
+std::vector<float> RandomX(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (float& v : x) v = normal(rng);
+  return x;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), 4 * a.size()) == 0;
+}
+
+TEST(Repack, OnlyRowMajorQ4_0AndQ8_0WithAWholeGroup) {
+  EXPECT_TRUE(CanRepack(Matrix{.type = WeightType::kQ4_0, .rows = 16, .cols = 32}));
+  EXPECT_TRUE(CanRepack(Matrix{.type = WeightType::kQ8_0, .rows = 17, .cols = 64}));
+  EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ4_0, .rows = 15, .cols = 32}));
+  EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ4_1, .rows = 16, .cols = 32}));
+  EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kF32, .rows = 16, .cols = 32}));
+  EXPECT_FALSE(CanRepack(
+      Matrix{.type = WeightType::kQ4_0, .rows = 16, .cols = 32, .layout = MatrixLayout::kInterleaved16}));
+}
+
+TEST(Repack, RoundTripsEveryBlockAndRow) {
+  uint32_t seed = 100;
+  for (WeightType type : kTypes) {
+    const WeightTypeDesc& d = *FindWeightType(type);
+    for (int64_t rows : {16, 17, 31, 32, 37}) {
+      for (int64_t cols : {32, 64, 96, 256}) {
+        SCOPED_TRACE(::testing::Message() << d.label << " " << rows << "x" << cols);
+        const Pair p = MakePair(type, rows, cols, seed++);
+        ASSERT_EQ(p.packed.layout, MatrixLayout::kInterleaved16);
+        // The layout really moved bytes (a copy would pass the checks below trivially).
+        EXPECT_NE(std::memcmp(p.plain_bytes.data(), p.packed_bytes.data(), 16 * MatrixRowBytes(type, cols)), 0);
+        uint8_t scratch_a[64], scratch_b[64];
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t b = 0; b < cols / 32; ++b) {
+            ASSERT_EQ(std::memcmp(PlainBlock(p.plain, r, b, scratch_a), PlainBlock(p.packed, r, b, scratch_b),
+                                  d.block_bytes), 0) << "row " << r << " block " << b;
+          }
+          std::vector<float> a(cols), b(cols);
+          DecodeWeightRow(p.plain, r, a.data());
+          DecodeWeightRow(p.packed, r, b.data());
+          ASSERT_TRUE(SameBits(a, b)) << "row " << r;
+          for (int64_t c : {int64_t{0}, cols / 2 + 1, cols - 1}) {
+            ASSERT_EQ(DecodeWeight(p.plain, r, c), DecodeWeight(p.packed, r, c));
+          }
+        }
+        // The quantised reference reads the repacked matrix as the plain one.
+        const std::vector<float> x = RandomX(cols, seed++);
+        std::vector<QuantizedProductReference> ra(rows), rb(rows);
+        MatVecQuantizedReference(p.plain, x.data(), ra.data());
+        MatVecQuantizedReference(p.packed, x.data(), rb.data());
+        for (int64_t r = 0; r < rows; ++r) {
+          ASSERT_EQ(ra[r].y, rb[r].y);
+          ASSERT_EQ(ra[r].abs_sum, rb[r].abs_sum);
+        }
+      }
+    }
+  }
+}
+
+TEST(Repack, EveryTargetWithinTheBoundAndTheSameBits) {
+  uint32_t seed = 200;
+  for (WeightType type : kTypes) {
+    const WeightTypeDesc& d = *FindWeightType(type);
+    double worst_ratio = 0;
+    for (int64_t rows : {16, 21, 32, 37}) {
+      for (int64_t cols : {32, 96, 256, 1024}) {
+        SCOPED_TRACE(::testing::Message() << d.label << " " << rows << "x" << cols);
+        const Pair p = MakePair(type, rows, cols, seed++);
+        const std::vector<float> x = RandomX(cols, seed++);
+        std::vector<QuantizedProductReference> ref(rows);
+        MatVecQuantizedReference(p.plain, x.data(), ref.data());
+        std::vector<float> first;  // the first target's result: every target gives these bits
+        for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+          TargetScope scope(target);
+          SCOPED_TRACE(hwy::TargetName(target));
+          ASSERT_NE(d.kernels().interleaved_rows, nullptr);
+          std::vector<float> y(rows, NAN);
+          MatVec(p.packed, x.data(), y.data(), 1);
+          const int64_t grouped = rows / kInterleaveRows * kInterleaveRows;
+          for (int64_t r = 0; r < rows; ++r) {
+            // Grouped rows: the interleaved kernel's bound; the plain tail: the row kernel's.
+            const int64_t roundings = r < grouped ? kInterleavedRoundings : d.matvec_roundings;
+            const double tol = QuantTolerance(cols, ref[r].abs_sum, roundings);
+            const double err = std::fabs(static_cast<double>(y[r]) - ref[r].y);
+            ASSERT_LE(err, tol) << "row " << r << ": kernel " << y[r] << " reference " << ref[r].y;
+            if (tol > 0 && r < grouped) worst_ratio = std::max(worst_ratio, err / tol);
+          }
+          // The tail rows are the row kernels' result on the plain rows, bit for bit.
+          std::vector<float> plain(rows, NAN);
+          MatVec(p.plain, x.data(), plain.data(), 1);
+          ASSERT_EQ(std::memcmp(plain.data() + grouped, y.data() + grouped, 4 * (rows - grouped)), 0);
+          // The grouped rows (the tail's row kernels depend on the target, as matvec.h says).
+          if (first.empty()) {
+            first = y;
+          } else {
+            ASSERT_EQ(std::memcmp(first.data(), y.data(), 4 * grouped), 0);
+          }
+        }
+      }
+    }
+    std::printf("%-5s interleaved: worst |kernel - ref| / tolerance = %.3g\n", d.label, worst_ratio);
+  }
+}
+
+TEST(Repack, MatMulIsMatVecPerTokenBitForBitAndThreadsChangeNoBit) {
+  uint32_t seed = 300;
+  for (WeightType type : kTypes) {
+    const WeightTypeDesc& d = *FindWeightType(type);
+    for (int64_t rows : {16, 29, 37, 64}) {
+      const int64_t cols = 2048;  // 37 and 64 rows: rows·cols ≥ 2^16, so MatVec and MatMul use the threads
+      SCOPED_TRACE(::testing::Message() << d.label << " " << rows << "x" << cols);
+      const Pair p = MakePair(type, rows, cols, seed++);
+      const std::vector<float> x = RandomX(9 * cols, seed++);  // [9][cols]
+      for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+        TargetScope scope(target);
+        SCOPED_TRACE(hwy::TargetName(target));
+        std::vector<std::vector<float>> per_token(9, std::vector<float>(rows));
+        for (int64_t t = 0; t < 9; ++t) {
+          MatVec(p.packed, x.data() + t * cols, per_token[t].data(), 1);
+          std::vector<float> threaded(rows, NAN);
+          MatVec(p.packed, x.data() + t * cols, threaded.data(), 3);
+          ASSERT_TRUE(SameBits(per_token[t], threaded)) << "token " << t;
+        }
+        for (int64_t n = 1; n <= 9; ++n) {
+          for (int32_t threads : {1, 2}) {
+            std::vector<float> mm(n * rows, NAN);  // [n][rows]
+            MatMul(p.packed, x.data(), n, mm.data(), threads);
+            for (int64_t t = 0; t < n; ++t) {
+              ASSERT_EQ(std::memcmp(mm.data() + t * rows, per_token[t].data(), 4 * rows), 0)
+                  << n << " tokens, token " << t << ", " << threads << " threads";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Repack, NonFiniteActivationGivesNaNAndZeroGivesZero) {
+  for (WeightType type : kTypes) {
+    const Pair p = MakePair(type, 17, 256, 400);
+    for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+      TargetScope scope(target);
+      SCOPED_TRACE(hwy::TargetName(target));
+      std::vector<float> x = RandomX(256, 401), y(17, 0.0f);
+      x[100] = std::numeric_limits<float>::infinity();
+      MatVec(p.packed, x.data(), y.data(), 1);
+      for (float v : y) ASSERT_TRUE(std::isnan(v));
+      x[100] = std::numeric_limits<float>::quiet_NaN();
+      MatVec(p.packed, x.data(), y.data(), 1);
+      for (float v : y) ASSERT_TRUE(std::isnan(v));
+      std::vector<float> zero(256, 0.0f);
+      std::fill(y.begin(), y.end(), 1.0f);
+      MatVec(p.packed, zero.data(), y.data(), 1);
+      for (float v : y) ASSERT_EQ(v, 0.0f);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvq
