@@ -68,8 +68,8 @@ int RunBenchAttention(const BenchAttentionOptions& o) {
   const std::vector<AttentionBenchRow> rows = RunAttentionBench(c, progress);
 
   if (o.shared.json) {
-    nlohmann::json out = {{"isa", AttentionSimdTarget()}, {"threads", c.threads},
-                          {"head_dim", o.head_dim}, {"q_heads", o.q_heads}, {"kv_heads", o.kv_heads},
+    nlohmann::json out = {{"isa", AttentionSimdTarget()}, {"score_arithmetic", ScoreArithmeticLabel()},
+                          {"threads", c.threads}, {"head_dim", o.head_dim}, {"q_heads", o.q_heads}, {"kv_heads", o.kv_heads},
                           {"read_bandwidth_gbps", read_gbps}, {"fill", "random rows encoded in each format"},
                           {"results", nlohmann::json::array()}};
     for (const AttentionBenchRow& r : rows) {
@@ -80,8 +80,9 @@ int RunBenchAttention(const BenchAttentionOptions& o) {
     PrintJson(out);
     return 0;
   }
-  fmt::print("decode attention: {} query heads, {} KV heads, head_dim {}, {} threads, SIMD target {}\n",
-             o.q_heads, o.kv_heads, o.head_dim, c.threads, AttentionSimdTarget());
+  fmt::print("decode attention: {} query heads, {} KV heads, head_dim {}, {} threads, SIMD target {}, "
+             "int8/int4 scores {}\n",
+             o.q_heads, o.kv_heads, o.head_dim, c.threads, AttentionSimdTarget(), ScoreArithmeticLabel());
   fmt::print("read bandwidth measured in this run: {:.1f} GB/s (cache filled with random rows)\n\n", read_gbps);
   fmt::print("{:<10} {:>8} {:>12} {:>22} {:>14} {:>8} {:>7} {:>9}\n", "format", "context", "us/step",
              "min-max us", "KV bytes", "GB/s", "of bw", "vs first");
@@ -161,6 +162,7 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<BenchAttentionOptions>();
   CLI::App* cmd = bench->add_subcommand("attention", "Decode-attention time per KV format vs context");
   AddFormatListFlag(cmd, &o->shared, "--format", "KV formats, comma-separated; run as interleaved arms");
+  AddScoreArithmeticFlag(cmd);
   AddContextListFlag(cmd, &o->shared, "--context", "Context lengths, comma-separated", 1, kMaxAttentionContext);
   AddHeadDimFlag(cmd, &o->head_dim);
   cmd->add_option("--q-heads", o->q_heads, "Query heads")->capture_default_str();

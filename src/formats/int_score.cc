@@ -212,6 +212,7 @@ KVQ_INT_SCORE_AVX2 void ScoreGroupAvx2(const Group& g, const RowTile& t, int32_t
 // vector, which -Wmaybe-uninitialized reports at every use; nothing here reads one.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 // out lane L = Σ lanes of u[L] for 16 vectors: 256-bit, 128-bit, 64-bit and 32-bit halving
 // rounds; the tree leaves lane 4k + m holding input k + 4m, so inputs are fed in that order.
@@ -236,43 +237,85 @@ KVQ_INT_SCORE_VNNI inline __m512i Reduce16(const __m512i* u) {
                           _mm512_castps_si512(_mm512_shuffle_ps(a, b, 0xDD)));
 }
 
+// One head, step 1 on 16-lane vectors, codes in natural order (hd a multiple of 64). amax is
+// an integer max over the magnitudes' bit patterns (the same order as the floats'; inf and NaN
+// are the patterns ≥ 0x7F800000, so one max also finds them). No clamp: |q_i·inv| ≤
+// fl(amax·inv) ≤ 127·(1 + u)² rounds to at most 127, so the reference's clamp never binds
+// (and vpmovsdb saturates anyway).
+KVQ_INT_SCORE_VNNI void QuantizeHead512(const float* x, int32_t hd, int8_t* qq, float* d, int32_t* sum) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
+  __m512i m0 = _mm512_setzero_si512(), m1 = _mm512_setzero_si512();
+  for (int32_t j = 0; j < hd; j += 32) {
+    m0 = _mm512_max_epu32(m0, _mm512_and_si512(_mm512_loadu_si512(x + j), abs_mask));
+    m1 = _mm512_max_epu32(m1, _mm512_and_si512(_mm512_loadu_si512(x + j + 16), abs_mask));
+  }
+  const uint32_t amax_bits = _mm512_reduce_max_epu32(_mm512_max_epu32(m0, m1));
+  float amax;
+  std::memcpy(&amax, &amax_bits, 4);
+  const HeadScale hs = ScaleFor(amax, amax_bits < 0x7F800000u);
+  *d = hs.d;
+  if (hs.zero) {
+    std::memset(qq, 0, hd);
+    *sum = 0;
+    return;
+  }
+  const __m512 inv = _mm512_set1_ps(hs.inv);
+  __m512i sums = _mm512_setzero_si512();
+  for (int32_t j = 0; j < hd; j += 16) {
+    const __m512i k = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + j), inv));  // RNE (MXCSR)
+    sums = _mm512_add_epi32(sums, k);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qq + j), _mm512_cvtsepi32_epi8(k));
+  }
+  *sum = _mm512_reduce_add_epi32(sums);
+}
+
 // As ScoreGroupAvx2 with 64-byte vectors and vpdpbusd (u8 raw codes × s8 query, straight to
-// int32 lanes), R = 16/G rows at a time. The codes are offset-binary, so vpdpbusd reads them as
-// they are stored and the bias −2^(b−1)·Σq is the accumulator's starting value.
+// int32 lanes), R = 16/G rows at a time, chunk-outer so each query chunk is loaded once per
+// batch. The codes are offset-binary, so vpdpbusd reads them as stored and the bias
+// −2^(b−1)·Σq is the accumulator's starting value. Rows past the tile's end repeat its first
+// row (valid memory) and are not stored: every lane does the same work whatever n_rows is.
 template <int kBits, int G>
 KVQ_INT_SCORE_VNNI void ScoreGroupVnni(const Group& g, const RowTile& t, int32_t kv_head, int32_t hd,
                                        float* scores) {
   constexpr int R = 16 / G;
   constexpr int32_t kBias = 1 << (kBits - 1);
   const int32_t code_bytes = hd * kBits / 8;
+  const int64_t head_offset = int64_t{kv_head} * (2 + code_bytes);
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   __m512i init[G];
-  alignas(64) float dl[16];  // [lane] d of the lane's head
+  alignas(64) float dl[16];    // [lane] d of the lane's head
+  alignas(64) int32_t rl[16];  // [lane] the lane's row within the batch
   for (int h = 0; h < G; ++h) {
     init[h] = _mm512_maskz_set1_epi32(1, -kBias * g.sum[h]);
-    for (int r = 0; r < R; ++r) dl[h * R + r] = g.d[h];
+    for (int r = 0; r < R; ++r) dl[h * R + r] = g.d[h], rl[h * R + r] = r;
   }
   const __m512 dv = _mm512_load_ps(dl);
+  const __m512i row_of_lane = _mm512_load_si512(rl);
   for (int32_t i0 = 0; i0 < t.n_rows; i0 += R) {
     const int nr = std::min<int32_t>(R, t.n_rows - i0);
-    __m512i acc[16];
-    alignas(64) float sl[16];  // [lane] s of the lane's row
+    const uint8_t* rows[R];
+    alignas(32) uint16_t half[16] = {};  // [row] f16 scale
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      if (r >= nr) {
-        for (int h = 0; h < G; ++h) acc[h * R + r] = _mm512_setzero_si512(), sl[h * R + r] = 0.0f;
-        continue;
-      }
-      const RowRef row = RowAt(t, i0 + r, kv_head, code_bytes);
-      for (int h = 0; h < G; ++h) acc[h * R + r] = init[h], sl[h * R + r] = row.s;
-      for (int32_t c = 0; c < code_bytes; c += 64) {
-        const __m512i x = _mm512_loadu_si512(row.codes + c);
+      rows[r] = t.block + int64_t{i0 + (r < nr ? r : 0)} * t.stride_bytes + head_offset;
+      std::memcpy(&half[r], rows[r], 2);
+    }
+    __m512i acc[G * R];
+#pragma GCC unroll 16
+    for (int k = 0; k < G * R; ++k) acc[k] = init[k / R];
+    for (int32_t c = 0; c < code_bytes; c += 64) {
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        const __m512i x = _mm512_loadu_si512(rows[r] + 2 + c);
         if constexpr (kBits == 8) {
+#pragma GCC unroll 8
           for (int h = 0; h < G; ++h) {
             acc[h * R + r] = _mm512_dpbusd_epi32(acc[h * R + r], x, _mm512_load_si512(g.qq[h] + c));
           }
         } else {
           static_assert(kBits == 4);
           const __m512i lo = _mm512_and_si512(x, nibble), hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), nibble);
+#pragma GCC unroll 8
           for (int h = 0; h < G; ++h) {
             const int8_t* qc = g.qq[h] + 2 * c;
             acc[h * R + r] = _mm512_dpbusd_epi32(acc[h * R + r], lo, _mm512_load_si512(qc));
@@ -282,10 +325,15 @@ KVQ_INT_SCORE_VNNI void ScoreGroupVnni(const Group& g, const RowTile& t, int32_t
       }
     }
     const __m512 dot = _mm512_cvtepi32_ps(Reduce16(acc));  // exact: |I| < 2^24
-    alignas(64) float out[16];
-    _mm512_store_ps(out, _mm512_mul_ps(_mm512_mul_ps(_mm512_load_ps(sl), dv), dot));
+    // Exact f16 -> f32 (F16C), the same values as F16ToF32.
+    const __m512 s = _mm512_permutexvar_ps(row_of_lane, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(half))));
+    const __m512 out = _mm512_mul_ps(_mm512_mul_ps(s, dv), dot);
+    // Head h's lanes h·R .. h·R + nr − 1 go to scores[h][i0 ..]: a masked store from an address
+    // h·R lanes early (masked lanes are neither read nor written).
+#pragma GCC unroll 8
     for (int h = 0; h < G; ++h) {
-      for (int r = 0; r < nr; ++r) scores[h * kMaxTileRows + i0 + r] = out[h * R + r];
+      const __mmask16 mask = static_cast<__mmask16>(((1u << nr) - 1u) << (h * R));
+      _mm512_mask_storeu_ps(scores + h * (kMaxTileRows - R) + i0, mask, out);
     }
   }
 }
@@ -297,11 +345,14 @@ void QuantizeGroup(Path path, const float* q, int32_t n, int32_t hd, Group* g) {
   for (int32_t h = 0; h < n; ++h) {
 #if defined(__x86_64__)
     if (path != Path::kPortable) {
+      // The 16-lane quantiser where the path has it and the row is whole 64-element chunks
+      // (always for the VNNI path, whose rows are whole 64-byte code chunks).
+      const auto quantize = path == Path::kAvx512Vnni ? &QuantizeHead512 : &QuantizeHeadAvx2;
       if constexpr (kBits == 8) {
-        QuantizeHeadAvx2(q + h * hd, hd, g->qq[h], &g->d[h], &g->sum[h]);
+        quantize(q + h * hd, hd, g->qq[h], &g->d[h], &g->sum[h]);
       } else {
         alignas(64) int8_t natural[kMaxHeadDim];  // [hd]
-        QuantizeHeadAvx2(q + h * hd, hd, natural, &g->d[h], &g->sum[h]);
+        quantize(q + h * hd, hd, natural, &g->d[h], &g->sum[h]);
         SplitNibblePlanesAvx2(natural, hd, path == Path::kAvx512Vnni ? 64 : 32, g->qq[h]);
       }
       continue;

@@ -21,9 +21,11 @@
 // tiny heads, |q_i| ≤ amax). Hence, with Q_h = d·(1/2 + 2^-15) (or amax when d = 0),
 //   |score − s_k·Σ_i q_i·c_i| ≤ s_k·Q_h·Σ_i |c_i|  +  γ_2·|s_k·d·I|        (γ_n = n·u/(1 − n·u))
 // and against the f32-arithmetic kernel (score_f32, itself within γ_{d+1}·s_k·Σ|q_i·c_i| of the
-// exact product) the sum of the two plus γ_{d+1}·s_k·Σ_i|q_i·c_i|. IntScoreBound computes it;
+// exact product) that bound plus γ_{d+1}·s_k·Σ_i|q_i·c_i| (barring overflow and underflow).
 // tests/formats/int_score_test.cc checks both, that the first is nearly attained, and strict
 // equality with a plain C++ oracle on every path.
+// Codec::kernels() hands this out as CodecKernels::score by default (ScoreArithmetic, set by the
+// CLI's --score-arithmetic); the measured effect on fidelity is in docs/fidelity.md.
 #pragma once
 
 #include <cstdint>
