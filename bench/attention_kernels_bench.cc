@@ -35,12 +35,14 @@ Tile MakeTile(const kvq::Codec& codec) {
   return t;
 }
 
-void BM_Score(benchmark::State& state, const kvq::Codec* codec) {
+// `f32`: the f32-arithmetic score even where the codec's default is integer arithmetic.
+void BM_Score(benchmark::State& state, const kvq::Codec* codec, bool f32) {
   Tile t = MakeTile(*codec);
   std::vector<float> q(kGroup * kShape.head_dim, 0.5f), scores(kGroup * kvq::kMaxTileRows);
   const kvq::CodecKernels& k = codec->kernels();
+  const auto score = f32 ? k.score_f32 : k.score;
   for (auto _ : state) {
-    k.score(q.data(), kGroup, t.tile, 3, t.args, scores.data());
+    score(q.data(), kGroup, t.tile, 3, t.args, scores.data());
     benchmark::DoNotOptimize(scores.data());
   }
   state.SetItemsProcessed(state.iterations() * kvq::kMaxTileRows);  // rows
@@ -59,7 +61,10 @@ void BM_Accumulate(benchmark::State& state, const kvq::Codec* codec) {
 
 [[maybe_unused]] const bool kRegistered = [] {
   for (const kvq::FormatDesc* f : kvq::Formats()) {
-    benchmark::RegisterBenchmark((std::string("Score/") + f->name).c_str(), BM_Score, &f->key);
+    benchmark::RegisterBenchmark((std::string("Score/") + f->name).c_str(), BM_Score, &f->key, false);
+    if (f->key.kernels().score_int != nullptr) {
+      benchmark::RegisterBenchmark((std::string("ScoreF32/") + f->name).c_str(), BM_Score, &f->key, true);
+    }
     benchmark::RegisterBenchmark((std::string("Accumulate/") + f->name).c_str(), BM_Accumulate, &f->value);
   }
   return true;

@@ -62,13 +62,23 @@ struct RowTile {
 /// (no dequantised copy of rows) and read each row once for all n_q query heads sharing it.
 struct CodecKernels {
   const char* target;  ///< Highway target name, e.g. "AVX3"
-  /// scores[h · kMaxTileRows + i] = Σ_d q[h][d] · x'_i[kv_head][d] for h < n_q, i < n_rows.
-  /// q: [n_q][head_dim]. The summation order is fixed per row (independent of the tile). A
-  /// head's result depends on n_q only through its class: heads [0, 4·⌊n_q/4⌋) are reduced four
-  /// at a time, the rest one at a time, and within a class the bits are the same whatever n_q and
-  /// whichever heads share the call. Attention's query blocks rely on this (attention.cc).
+  /// scores[h · kMaxTileRows + i] ≈ Σ_d q[h][d] · x'_i[kv_head][d] for h < n_q, i < n_rows.
+  /// q: [n_q][head_dim]. Each score is computed the same way whatever the tile (its first row,
+  /// n_rows), so windowed attention stays bit-identical. A head's result depends on n_q only
+  /// through its class: heads [0, 4·⌊n_q/4⌋) may be reduced four at a time, the rest one at a
+  /// time, and within a class the bits are the same whatever n_q and whichever heads share the
+  /// call; attention's query blocks rely on this (attention.cc). This is the kernel attention
+  /// calls: score_int where the codec has one and ScoreArithmetic() is kInteger, else score_f32.
   void (*score)(const float* q, int32_t n_q, const RowTile& tile, int32_t kv_head,
                 const CodecArgs& args, float* scores);
+  /// The f32-arithmetic score: dequantise in registers, f32 FMAs, the summation order fixed per
+  /// row; within γ_d·Σ|q·x'| of the codec's reference dot.
+  void (*score_f32)(const float* q, int32_t n_q, const RowTile& tile, int32_t kv_head,
+                    const CodecArgs& args, float* scores);
+  /// Integer score arithmetic (int8 / int4 per-token keys; see formats/int_score.h for the
+  /// numerics and the bound), or null where the codec has none.
+  void (*score_int)(const float* q, int32_t n_q, const RowTile& tile, int32_t kv_head,
+                    const CodecArgs& args, float* scores);
   /// For each row i in order and each h < n_q: acc[h] = acc[h] · c[h·kMaxTileRows + i] +
   /// e[h·kMaxTileRows + i] · x'_i[kv_head] (one fused multiply-add per lane; a multiply by exactly
   /// 1 may be skipped). acc: [n_q][head_dim]. Lanes are independent, so results do not depend on
@@ -79,6 +89,19 @@ struct CodecKernels {
   /// f32 FMAs: `kvq bench attention` then holds its score half to the int8 dot peak.
   bool int8_scores = false;
 };
+
+/// How scores against integer-coded keys are computed (CodecKernels::score_int / score_f32).
+enum class ScoreArithmetic {
+  kInteger,  ///< the query quantised to int8 per head, integer dot products (the default)
+  kF32,      ///< dequantised keys, f32 FMAs (kept to measure and test the integer path against)
+};
+/// Process-wide choice that Codec::kernels() hands out as CodecKernels::score; the CLI sets it
+/// once from --score-arithmetic before any attention runs. Not for changing mid-computation:
+/// attention calls read it when they resolve a window's kernels.
+void SetScoreArithmetic(ScoreArithmetic arithmetic);
+ScoreArithmetic GetScoreArithmetic();
+/// "int" or "f32".
+const char* ScoreArithmeticName(ScoreArithmetic arithmetic);
 
 /// One way of storing rows. All functions are the portable scalar reference; SIMD kernels that
 /// fuse dequantisation live in attention/ and are tested against these.

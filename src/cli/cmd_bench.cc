@@ -112,10 +112,10 @@ int RunBenchAttention(const BenchAttentionOptions& o) {
   const std::vector<AttentionBenchRow> rows = RunAttentionBench(c, progress);
 
   if (o.shared.json) {
-    nlohmann::json out = {{"isa", AttentionSimdTarget()}, {"threads", c.threads},
-                          {"head_dim", o.head_dim}, {"q_heads", o.q_heads}, {"kv_heads", o.kv_heads},
-                          {"read_bandwidth_gbps", read_gbps}, {"peak_f32_gmacs", peak.best_f32_gmacs},
-                          {"peak_f32_instruction", peak.best_f32_instruction},
+    nlohmann::json out = {{"isa", AttentionSimdTarget()}, {"score_arithmetic", ScoreArithmeticLabel()},
+                          {"threads", c.threads}, {"head_dim", o.head_dim}, {"q_heads", o.q_heads},
+                          {"kv_heads", o.kv_heads}, {"read_bandwidth_gbps", read_gbps},
+                          {"peak_f32_gmacs", peak.best_f32_gmacs}, {"peak_f32_instruction", peak.best_f32_instruction},
                           {"peak_int8_gmacs", peak.best_int8_gmacs},
                           {"peak_int8_instruction", peak.best_int8_instruction}, {"queries", c.queries},
                           {"fill", "random rows encoded in each format"}, {"results", nlohmann::json::array()}};
@@ -132,13 +132,14 @@ int RunBenchAttention(const BenchAttentionOptions& o) {
     PrintJson(out);
     return 0;
   }
-  fmt::print("{}: {} query heads, {} KV heads, head_dim {}, {} threads, SIMD target {}\n",
+  fmt::print("{}: {} query heads, {} KV heads, head_dim {}, {} threads, SIMD target {}, int8/int4 scores {}\n",
              c.queries == 1 ? "decode attention" : fmt::format("prefill attention, {} query tokens at the context's end", c.queries),
-             o.q_heads, o.kv_heads, o.head_dim, c.threads, AttentionSimdTarget());
+             o.q_heads, o.kv_heads, o.head_dim, c.threads, AttentionSimdTarget(), ScoreArithmeticLabel());
   fmt::print("measured in this run: read bandwidth {:.1f} GB/s, f32 FMA peak {:.1f} GMAC/s ({}), int8 dot peak "
              "{:.1f} GMAC/s ({}); cache filled with random rows\n",
              read_gbps, peak.best_f32_gmacs, peak.best_f32_instruction, peak.best_int8_gmacs, peak.best_int8_instruction);
-  fmt::print("floor = max(KV bytes / bandwidth, multiply-adds / peak); block 0 = the default ({})\n\n",
+  fmt::print("floor = max(KV bytes / bandwidth, multiply-adds / peak; integer-scored formats' score half at the "
+             "int8 peak); block 0 = the default ({})\n\n",
              kDefaultQueryBlock);
   fmt::print("{:<10} {:>7} {:>5} {:>11} {:>19} {:>12} {:>7} {:>6} {:>10} {:>10} {:>7} {:>7} {:>8}\n", "format",
              "context", "block", "us/step", "min-max us", "KV bytes", "GB/s", "of bw", "bytes us", "MACs us", "/floor",
@@ -220,6 +221,7 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<BenchAttentionOptions>();
   CLI::App* cmd = bench->add_subcommand("attention", "Decode-attention time per KV format vs context");
   AddFormatListFlag(cmd, &o->shared, "--format", "KV formats, comma-separated; run as interleaved arms");
+  AddScoreArithmeticFlag(cmd);
   AddContextListFlag(cmd, &o->shared, "--context", "Context lengths, comma-separated", 1, kMaxAttentionContext);
   AddHeadDimFlag(cmd, &o->head_dim);
   cmd->add_option("--q-heads", o->q_heads, "Query heads")->capture_default_str();

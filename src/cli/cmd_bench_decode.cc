@@ -160,6 +160,7 @@ void AddBenchDecodeCommand(CLI::App& bench, int* exit_code) {
       "decode", "Whole-model decode tok/s vs context per KV format, with KV share, ceiling and measured speedup");
   AddModelFlag(cmd, &o->shared);
   AddFormatListFlag(cmd, &o->shared, "--format,--formats", "KV formats, comma-separated; paired, interleaved arms");
+  AddScoreArithmeticFlag(cmd);
   AddContextListFlag(cmd, &o->shared, "--context,--contexts",
                      "Positions in the cache before the timed steps, comma-separated (default: 4096,16384,32768,65536 "
                      "within the model's context and --kv-budget)", 0, INT64_MAX);

@@ -164,7 +164,7 @@ int RunEvalAttention(const EvalAttentionOptions& o) {
   const std::string measured = fmt::format(
       "measured: {} of {}", o.head_given ? fmt::format("query head {}", o.head) : std::string("every query head"),
       o.layer_given ? fmt::format("layer {}", o.layer) : std::string("every layer (mean over layers; worst layer named)"));
-  src.json = {{"isa", AttentionSimdTarget()},
+  src.json = {{"isa", AttentionSimdTarget()}, {"score_arithmetic", ScoreArithmeticLabel()},
               {"layer", o.layer_given ? nlohmann::json(o.layer) : nlohmann::json(nullptr)},
               {"head", o.head_given ? nlohmann::json(o.head) : nlohmann::json(nullptr)},
               {"shape", {{"layers", shape.n_layers}, {"q_heads", shape.n_heads}, {"kv_heads", shape.n_kv_heads},
@@ -192,8 +192,8 @@ int RunEvalAttention(const EvalAttentionOptions& o) {
                              o.shared.seed, shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim),
                  "query at position context - 1 (attends to every position); reference: the f32 rows; candidate: "
                  "each format's KvCache (rows 0..n-2 appended as a block, the query's row alone)",
-                 measured, fmt::format("contexts: {}; attention kernel: SIMD {}", JoinContexts(contexts),
-                                       AttentionSimdTarget())};
+                 measured, fmt::format("contexts: {}; attention kernel: SIMD {}; int8/int4 scores {}",
+                                       JoinContexts(contexts), AttentionSimdTarget(), ScoreArithmeticLabel())};
     report = MeasureSyntheticAttentionError(shape, o.shared.seed, config, progress);
   } else {
     const int64_t limit = loaded->weights.config.seq_len;
@@ -250,7 +250,8 @@ int RunEvalAttention(const EvalAttentionOptions& o) {
                  "own attention output; candidate: each format's KvCache (rows 0..n-2 appended as a block, the "
                  "query's row alone)",
                  measured + "; top-1 changed: the next token's argmax with those attention outputs replaced",
-                 fmt::format("contexts: {}; attention kernel: SIMD {}", JoinContexts(contexts), AttentionSimdTarget())};
+                 fmt::format("contexts: {}; attention kernel: SIMD {}; int8/int4 scores {}", JoinContexts(contexts),
+                             AttentionSimdTarget(), ScoreArithmeticLabel())};
     if (!cap_note.empty()) src.lines.push_back(cap_note);
     LlamaModel model(std::move(loaded->weights), o.shared.threads);
     report = MeasureModelAttentionError(model, input.tokens, config, progress);
@@ -273,6 +274,7 @@ void AddEvalAttentionCommand(CLI::App& eval, int* exit_code) {
   cmd->add_option("-f,--file", o->text, "Text to run (default data/eval/tinystories-eval.txt); repeated when shorter "
                                         "than the largest context");
   AddFormatListFlag(cmd, &o->shared, "--format", "KV formats, comma-separated");
+  AddScoreArithmeticFlag(cmd);
   CLI::Option* contexts = AddContextListFlag(
       cmd, &o->shared, "--contexts", "Context lengths, comma-separated (default 16,64,256,1024,2787; model rows cap "
                                      "the defaults at the model's context)", 1, INT64_MAX);

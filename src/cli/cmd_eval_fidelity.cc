@@ -110,7 +110,8 @@ std::string Percent(double fraction) { return fmt::format("{:.1f}%", 100.0 * fra
 
 void PrintTable(const FidelityReport& r, const std::string& model, const std::string& text, bool bos) {
   fmt::print("Teacher-forced fidelity: model {}, text {}, {} positions{}; reference: f32 cache, "
-             "perplexity {:.4f}\n\n", model, text, r.positions, bos ? " (BOS included)" : "", r.reference_ppl);
+             "perplexity {:.4f}; int8/int4 scores {}\n\n", model, text, r.positions, bos ? " (BOS included)" : "",
+             r.reference_ppl, ScoreArithmeticLabel());
   fmt::print("| format | bits/number | memory vs f16 | logit drift | KL (nats) | top-1 agree | ppl |\n");
   fmt::print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const FidelityRow& f : r.formats) {
@@ -130,6 +131,7 @@ nlohmann::json ReportJson(const FidelityReport& r, const std::string& model, con
                        {"top1_agree_count", f.top1_agree}, {"positions", f.positions}, {"ppl", f.ppl}});
   }
   return {{"model", model}, {"text", text}, {"positions", r.positions}, {"reference_ppl", r.reference_ppl},
+          {"score_arithmetic", ScoreArithmeticLabel()},
           {"formats", formats}};
 }
 
@@ -405,6 +407,7 @@ void AddEvalFidelityCommand(CLI::App& eval, int* exit_code) {
                   "context when smaller); with --kl-divergence-base the file's n_ctx is used")
       ->check(IntInRange(3, int64_t{1} << 30));
   AddKvFormatFlags(cmd, &o->shared);
+  AddScoreArithmeticFlag(cmd);
   cmd->callback([o, cmd, exit_code] {
     o->kv_given = cmd->count("--kv") + cmd->count("--kv-k") + cmd->count("--kv-v") > 0;
     o->format_given = cmd->count("--format") > 0;

@@ -157,6 +157,7 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   CLI::Option* seed = AddSeedFlag(cmd, &o->shared, "Sampling seed (default: random)");
   cmd->add_option("-c,--ctx-size", o->context, "Context size (default: the model's)");
   AddKvFormatFlags(cmd, &o->shared);
+  AddScoreArithmeticFlag(cmd);
   AddBudgetFlags(cmd, &o->shared);
   AddThreadsFlag(cmd, &o->shared);
   cmd->add_option("--prompt-cache", o->prompt_cache,

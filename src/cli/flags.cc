@@ -8,6 +8,7 @@
 #include <charconv>
 
 #include "cli/commands.h"
+#include "formats/int_score.h"
 #include "kvq/units.h"
 
 namespace kvq::cli {
@@ -165,6 +166,24 @@ CLI::Option* AddHeadDimFlag(CLI::App* cmd, int64_t* head_dim) {
 CLI::Option* AddByteSizeFlag(CLI::App* cmd, const std::string& names, int64_t* bytes,
                              const std::string& help) {
   return cmd->add_option(names, *bytes, help)->transform(ByteSize())->type_name("SIZE");
+}
+
+CLI::Option* AddScoreArithmeticFlag(CLI::App* cmd) {
+  return cmd
+      ->add_option_function<std::string>(
+          "--score-arithmetic",
+          [](const std::string& v) {
+            SetScoreArithmetic(v == "f32" ? ScoreArithmetic::kF32 : ScoreArithmetic::kInteger);
+          },
+          "Scores against int8/int4 keys: int (query quantised to int8 per head, integer dot "
+          "products) or f32 (dequantised keys, f32 FMAs)")
+      ->check(CLI::IsMember({"int", "f32"}))
+      ->default_str("int");
+}
+
+std::string ScoreArithmeticLabel() {
+  if (GetScoreArithmetic() == ScoreArithmetic::kF32) return "f32";
+  return fmt::format("int ({})", int_score::PathName(int_score::Best()));
 }
 
 }  // namespace kvq::cli

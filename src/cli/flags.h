@@ -82,4 +82,10 @@ CLI::Option* AddHeadDimFlag(CLI::App* cmd, int64_t* head_dim);
 CLI::Option* AddByteSizeFlag(CLI::App* cmd, const std::string& names, int64_t* bytes,
                              const std::string& help);
 
+/// --score-arithmetic int|f32: how scores against int8/int4 keys are computed (kvq/format.h
+/// ScoreArithmetic; default int). Process-wide: applied with SetScoreArithmetic as it is parsed.
+CLI::Option* AddScoreArithmeticFlag(CLI::App* cmd);
+/// "int (AVX-512 VNNI)" / "f32": the choice in force and, for int, the integer path here.
+std::string ScoreArithmeticLabel();
+
 }  // namespace kvq::cli

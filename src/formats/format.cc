@@ -1,9 +1,22 @@
 // Byte accounting and shape checks shared by every format (declared in kvq/format.h).
 #include <fmt/format.h>
 
+#include <atomic>
+
 #include "kvq/format.h"
 
 namespace kvq {
+namespace {
+std::atomic<ScoreArithmetic> score_arithmetic{ScoreArithmetic::kInteger};
+}  // namespace
+
+void SetScoreArithmetic(ScoreArithmetic arithmetic) {
+  score_arithmetic.store(arithmetic, std::memory_order_relaxed);
+}
+ScoreArithmetic GetScoreArithmetic() { return score_arithmetic.load(std::memory_order_relaxed); }
+const char* ScoreArithmeticName(ScoreArithmetic arithmetic) {
+  return arithmetic == ScoreArithmetic::kInteger ? "int" : "f32";
+}
 
 Status CheckShape(const FormatDesc& format, RowShape shape) {
   if (shape.n_kv_heads <= 0 || shape.head_dim <= 0) {

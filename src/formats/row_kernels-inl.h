@@ -249,6 +249,8 @@ const CodecKernels& MakeKernels() {
   static const CodecKernels kKernels = {
       .target = hwy::TargetName(HWY_TARGET),
       .score = &Score<Reader>,
+      .score_f32 = &Score<Reader>,
+      .score_int = nullptr,
       .accumulate = &Accumulate<Reader>,
   };
   return kKernels;

@@ -93,7 +93,7 @@ TEST(CodecKernels, AccumulateDecodesExactlyLikeTheReference) {
   });
 }
 
-TEST(CodecKernels, ScoreMatchesReferenceDotWithinSummationBound) {
+TEST(CodecKernels, ScoreF32MatchesReferenceDotWithinSummationBound) {
   ForEachCodecShapeAndTarget([](const Codec& codec, RowShape shape) {
     const Stored s = Encode(codec, shape, 2, 2);
     const int32_t d = shape.head_dim;
@@ -108,7 +108,7 @@ TEST(CodecKernels, ScoreMatchesReferenceDotWithinSummationBound) {
         RowTile t = Tile(codec, s, r0, n);
         if (codec.rows_per_block > 1) t.n_rows = std::min(n, codec.rows_per_block - t.first_row);
         for (int32_t h = 0; h < shape.n_kv_heads; ++h) {
-          codec.kernels().score(q.data(), n_q, t, h, s.args, scores.data());
+          codec.kernels().score_f32(q.data(), n_q, t, h, s.args, scores.data());
           for (int32_t i = 0; i < t.n_rows; ++i) {
             const RowTile one = Tile(codec, s, r0 + i, 1);
             codec.decode_row(one.block, one.first_row, row.data(), s.args);

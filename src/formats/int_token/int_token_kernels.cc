@@ -1,6 +1,8 @@
 // int8 / int4 / int2 per-token SIMD kernels for every compiled target; see row_kernels-inl.h.
 // A chunk decodes as (raw − 2^(b−1)) · s exactly as the scalar reference does (the subtraction is
-// exact in f32), so SIMD and scalar differ only in how the dot product is summed.
+// exact in f32), so SIMD and scalar differ only in how the dot product is summed. int8 and int4
+// keys also have integer scores (formats/int_score.h), handed out as `score` unless
+// GetScoreArithmetic() is kF32.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "formats/int_token/int_token_kernels.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -8,6 +10,7 @@
 
 #include "base/float_codes.h"
 #include "formats/codec_helpers.h"
+#include "formats/int_score.h"
 #include "formats/int_token/int_token.h"
 #include "formats/row_kernels-inl.h"
 
@@ -44,9 +47,32 @@ struct IntTokenReader {
   static float RowScale(const Row& r, const CodecArgs&) { return r.s; }
 };
 
-const CodecKernels& Int8KernelsHere() { return MakeKernels<IntTokenReader<8>>(); }
-const CodecKernels& Int4KernelsHere() { return MakeKernels<IntTokenReader<4>>(); }
-const CodecKernels& Int2KernelsHere() { return MakeKernels<IntTokenReader<2>>(); }
+// The f32 kernels with score_int set, and score = score_int unless `arithmetic` is kF32.
+template <int kBits>
+const CodecKernels& IntTokenKernels(ScoreArithmetic arithmetic) {
+  using ScoreFn = decltype(CodecKernels::score);
+  static constexpr ScoreFn kInt = kBits == 8   ? &int_score::Int8TokenScore
+                                  : kBits == 4 ? &int_score::Int4TokenScore
+                                               : nullptr;
+  static const CodecKernels kF32Scores = [] {
+    CodecKernels k = MakeKernels<IntTokenReader<kBits>>();
+    k.score_int = kInt;
+    return k;
+  }();
+  static const CodecKernels kIntScores = [] {
+    CodecKernels k = kF32Scores;
+    if (kInt != nullptr) {
+      k.score = kInt;
+      k.int8_scores = true;  // `kvq bench attention` then holds the score half to the int8 dot peak
+    }
+    return k;
+  }();
+  return arithmetic == ScoreArithmetic::kF32 ? kF32Scores : kIntScores;
+}
+
+const CodecKernels& Int8KernelsHere(ScoreArithmetic a) { return IntTokenKernels<8>(a); }
+const CodecKernels& Int4KernelsHere(ScoreArithmetic a) { return IntTokenKernels<4>(a); }
+const CodecKernels& Int2KernelsHere(ScoreArithmetic a) { return IntTokenKernels<2>(a); }
 
 }  // namespace HWY_NAMESPACE
 }  // namespace kvq
@@ -57,8 +83,8 @@ namespace kvq {
 HWY_EXPORT(Int8KernelsHere);
 HWY_EXPORT(Int4KernelsHere);
 HWY_EXPORT(Int2KernelsHere);
-const CodecKernels& Int8Kernels() { return HWY_DYNAMIC_DISPATCH(Int8KernelsHere)(); }
-const CodecKernels& Int4Kernels() { return HWY_DYNAMIC_DISPATCH(Int4KernelsHere)(); }
-const CodecKernels& Int2Kernels() { return HWY_DYNAMIC_DISPATCH(Int2KernelsHere)(); }
+const CodecKernels& Int8Kernels() { return HWY_DYNAMIC_DISPATCH(Int8KernelsHere)(GetScoreArithmetic()); }
+const CodecKernels& Int4Kernels() { return HWY_DYNAMIC_DISPATCH(Int4KernelsHere)(GetScoreArithmetic()); }
+const CodecKernels& Int2Kernels() { return HWY_DYNAMIC_DISPATCH(Int2KernelsHere)(GetScoreArithmetic()); }
 }  // namespace kvq
 #endif
