@@ -53,8 +53,11 @@ Result<double> PrefillOnce(LlamaModel& model, const FormatDesc& format, const st
       const double done_attention = static_cast<double>(PrefillAttentionMacs(c, pos));
       const double eta = (mine.weights_s + mine.rest_s) / pos * (n - pos) +
                          mine.attention_s / done_attention * (total_attention - done_attention);
-      progress(fmt::format("{}: {} of {} tokens, {:.0f} s, about {:.0f} s to go", name, pos, n,
-                           std::chrono::duration<double>(now - t0).count(), eta));
+      const double so_far = mine.weights_s + mine.attention_s + mine.rest_s;
+      progress(fmt::format("{}: {} of {} tokens, {:.0f} s (weights {:.0f}%, attention {:.0f}%, rest {:.0f}%), "
+                           "about {:.0f} s to go", name, pos, n, std::chrono::duration<double>(now - t0).count(),
+                           100 * mine.weights_s / so_far, 100 * mine.attention_s / so_far,
+                           100 * mine.rest_s / so_far, eta));
     }
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
