@@ -34,8 +34,9 @@ struct BenchPrefillOptions {
 
 // The bundled text: beside the source tree's models/ (run from a build folder), or ./data.
 std::string BundledPromptFile() {
-  const std::string in_tree = std::string(KVQ_MODELS_DIR) + "/../data/eval/tinystories-eval.txt";
-  return std::filesystem::exists(in_tree) ? in_tree : "data/eval/tinystories-eval.txt";
+  const std::filesystem::path in_tree =
+      (std::filesystem::path(KVQ_MODELS_DIR) / "../data/eval/tinystories-eval.txt").lexically_normal();
+  return std::filesystem::exists(in_tree) ? in_tree.string() : "data/eval/tinystories-eval.txt";
 }
 
 int RunBenchPrefill(const BenchPrefillOptions& o) {
@@ -101,7 +102,8 @@ int RunBenchPrefill(const BenchPrefillOptions& o) {
   if (o.shared.json) {
     nlohmann::json out = {{"model", model_path}, {"threads", threads}, {"matvec_isa", MatVecTargetName()},
                           {"prompt", prompt_note}, {"block_tokens", kPrefillBenchBlock}, {"reps", o.reps},
-                          {"best_int8_gmacs", roof.best_int8_gmacs}, {"best_int8_instruction", roof.best_int8_instruction},
+                          {"best_int8_gmacs", roof.best_int8_gmacs},
+                          {"best_int8_instruction", roof.best_int8_instruction},
                           {"best_f32_gmacs", roof.best_f32_gmacs}, {"best_f32_instruction", roof.best_f32_instruction},
                           {"weights_ceiling_instruction", weights_instruction},
                           {"weight_macs_per_token", macs.per_token()},
@@ -134,7 +136,8 @@ int RunBenchPrefill(const BenchPrefillOptions& o) {
   fmt::print("attention: causal, layers x sum_p (p+1) x 2 x heads x head_dim mul-adds; ceiling from {}\n\n",
              roof.best_f32_instruction);
   fmt::print("{:<7} {:>6} {:>8} {:>15} {:>8} {:>6} {:>6} {:>10} {:>7} {:>9} {:>12} {:>9}\n", "format", "tokens",
-             "tok/s", "min-max", "weights", "attn", "rest", "w-ceiling", "of ceil", "w-phase", "attn ceil ms", "a-phase");
+             "tok/s", "min-max", "weights", "attn", "rest", "w-ceiling", "of ceil", "w-phase", "attn ceil ms",
+             "a-phase");
   for (const PrefillBenchRow& r : *rows) {
     fmt::print("{:<7} {:>6} {:>8.2f} {:>15} {:>7.1f}% {:>5.1f}% {:>5.1f}% {:>10.1f} {:>6.1f}% {:>8.1f}% {:>12.1f} "
                "{:>8.1f}%\n",

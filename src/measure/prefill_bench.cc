@@ -116,7 +116,9 @@ Result<std::vector<PrefillBenchRow>> RunPrefillBench(LlamaModel& model, const Pr
   const LlamaConfig& c = model.config();
   if (config.formats.empty()) return Status::Error("prefill bench: no formats");
   if (config.lengths.empty()) return Status::Error("prefill bench: no prompt lengths");
-  if (config.reps < 1) return Status::Error(fmt::format("prefill bench: reps must be at least 1 (got {})", config.reps));
+  if (config.reps < 1) {
+    return Status::Error(fmt::format("prefill bench: reps must be at least 1 (got {})", config.reps));
+  }
   for (int64_t n : config.lengths) {
     if (n < 1 || n > c.seq_len) {
       return Status::Error(fmt::format("prompt length {} is outside 1..{}, the model's context", n, c.seq_len));
@@ -151,7 +153,8 @@ Result<std::vector<PrefillBenchRow>> RunPrefillBench(LlamaModel& model, const Pr
     std::vector<std::vector<float>> last_logits(arms);
     for (int32_t rep = 0; rep < config.reps; ++rep) {
       for (size_t a = 0; a < arms; ++a) {
-        const std::string name = fmt::format("{} at {} (rep {} of {})", config.formats[a]->name, n, rep + 1, config.reps);
+        const std::string name =
+            fmt::format("{} at {} (rep {} of {})", config.formats[a]->name, n, rep + 1, config.reps);
         Result<double> s = PrefillOnce(model, *config.formats[a], config.prompt, n, logits.data(), profiles[a],
                                        name, progress);
         if (!s.ok()) return s.status();
