@@ -216,7 +216,7 @@ int RunBenchStream(const BenchStreamOptions& o) {
 }  // namespace
 
 void AddBenchCommand(CLI::App& app, int* exit_code) {
-  CLI::App* bench = app.add_subcommand("bench", "Benchmarks that print numbers (attention, stream, matvec, decode, roofline)");
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks that print numbers (attention, stream, matvec, decode, prefill, roofline)");
   bench->require_subcommand(1);
   auto o = std::make_shared<BenchAttentionOptions>();
   CLI::App* cmd = bench->add_subcommand("attention", "Decode-attention time per KV format vs context");
@@ -258,6 +258,7 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
 
   AddBenchMatvecCommand(*bench, exit_code);
   AddBenchDecodeCommand(*bench, exit_code);
+  AddBenchPrefillCommand(*bench, exit_code);
   AddBenchRooflineCommand(*bench, exit_code);
 }
 

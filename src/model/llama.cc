@@ -4,11 +4,38 @@
 #include "model/llama.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "weights/matvec.h"
 
 namespace kvq {
+namespace {
+
+// Charges the time since the previous charge (or since construction) to one phase of a
+// ForwardProfile; without a profile it reads no clock, so an unprofiled pass pays one branch.
+class PhaseClock {
+ public:
+  explicit PhaseClock(ForwardProfile* profile) : profile_(profile) {
+    if (profile_ != nullptr) last_ = std::chrono::steady_clock::now();
+  }
+  void Charge(double ForwardProfile::*phase) {
+    if (profile_ == nullptr) return;
+    const auto now = std::chrono::steady_clock::now();
+    profile_->*phase += std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+  }
+
+ private:
+  ForwardProfile* profile_;
+  std::chrono::steady_clock::time_point last_;
+};
+
+constexpr auto kWeights = &ForwardProfile::weights_s;
+constexpr auto kAttention = &ForwardProfile::attention_s;
+constexpr auto kRest = &ForwardProfile::rest_s;
+
+}  // namespace
 
 RopeParams ModelRopeParams(const LlamaConfig& c) {
   return {.theta = c.rope_theta, .pairing = c.rope_pairing, .position_scale = c.rope_position_scale,
@@ -43,6 +70,7 @@ AttentionOptions LlamaModel::attention_options() const {
 Status LlamaModel::ForwardBlock(const int32_t* tokens, int32_t n, int64_t pos, KvCache& cache,
                                 float* logits) {
   if (n <= 0) return Status::Error("ForwardBlock: a block needs at least one token");
+  PhaseClock clock(profile_);
   ReserveBlock(n);
   const LlamaConfig& c = w_.config;
   const int64_t dim = c.dim, kv = c.kv_dim(), hidden = c.hidden_dim;
@@ -63,9 +91,11 @@ Status LlamaModel::ForwardBlock(const int32_t* tokens, int32_t n, int64_t pos, K
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w_.layers[l];
     for (int32_t t = 0; t < n; ++t) RmsNorm(xb + t * dim, x + t * dim, L.attn_norm, c.dim, c.norm_eps);
+    clock.Charge(kRest);
     MatMul(L.wq, xb, n, q, threads_);
     MatMul(L.wk, xb, n, k, threads_);
     MatMul(L.wv, xb, n, v, threads_);
+    clock.Charge(kWeights);
     for (int32_t t = 0; t < n; ++t) {
       AddBias(q + t * q_dim, L.bq, q_dim);
       AddBias(k + t * kv, L.bk, kv);
@@ -78,26 +108,36 @@ Status LlamaModel::ForwardBlock(const int32_t* tokens, int32_t n, int64_t pos, K
       ApplyRope(k + t * kv, c.kv_dim(), c.head_dim(), pos + t, rope);
       if (hooks_ && hooks_->on_qkv) hooks_->on_qkv(l, pos + t, q + t * q_dim, k + t * kv, v + t * kv);
     }
+    clock.Charge(kRest);
     if (Status s = cache.Append(l, k, v, n); !s.ok()) return s;
     state.Reset();
     if (Status s = cache.Attend(l, attention_options(), q, pos, state); !s.ok()) return s;
     FinishAttention(state, xb);  // [n][n_heads·head_dim]
+    clock.Charge(kAttention);
     if (hooks_ && hooks_->on_attention_out) {
       for (int32_t t = 0; t < n; ++t) hooks_->on_attention_out(l, pos + t, xb + t * q_dim);
     }
+    clock.Charge(kRest);
     MatMul(L.wo, xb, n, xb2, threads_);
+    clock.Charge(kWeights);
     for (int64_t i = 0; i < n * dim; ++i) x[i] += xb2[i];
 
     for (int32_t t = 0; t < n; ++t) RmsNorm(xb + t * dim, x + t * dim, L.ffn_norm, c.dim, c.norm_eps);
+    clock.Charge(kRest);
     MatMul(L.w1, xb, n, hb, threads_);
     MatMul(L.w3, xb, n, hb2, threads_);
+    clock.Charge(kWeights);
     SwiGlu(hb, hb2, n * hidden);  // silu(w1 x) · (w3 x)
+    clock.Charge(kRest);
     MatMul(L.w2, hb, n, xb, threads_);
+    clock.Charge(kWeights);
     for (int64_t i = 0; i < n * dim; ++i) x[i] += xb[i];
   }
   float* last = x + (n - 1) * dim;
   RmsNorm(last, last, w_.final_norm, c.dim, c.norm_eps);
+  clock.Charge(kRest);
   MatVec(w_.classifier, last, logits, threads_);
+  clock.Charge(kWeights);
   return Status::Ok();
 }
 

@@ -24,6 +24,15 @@ struct ForwardHooks {
   std::function<void(int32_t layer, int64_t pos, float* attention_out)> on_attention_out;
 };
 
+/// Seconds the forward pass spends in each phase, added to by every call while set (kvq bench
+/// prefill). The phases tile the call: each clock read ends one phase and starts the next, so the
+/// three sum to the call's time less a few clock reads.
+struct ForwardProfile {
+  double weights_s = 0;    ///< MatMul and MatVec: the layer matrices and the classifier
+  double attention_s = 0;  ///< cache.Append, cache.Attend and FinishAttention
+  double rest_s = 0;       ///< the embedding, norms, biases, RoPE, SwiGLU, residual adds, hooks
+};
+
 /// The forward pass: one body, ForwardBlock; a decode step is a block of one token.
 class LlamaModel {
  public:
@@ -46,6 +55,9 @@ class LlamaModel {
 
   /// Hooks the forward pass calls from now on (nullptr: none). Not owned; must outlive their use.
   void set_hooks(const ForwardHooks* hooks) { hooks_ = hooks; }
+  /// The profile the forward pass adds its phase times to from now on (nullptr: none, and no clock
+  /// is read). Not owned.
+  void set_profile(ForwardProfile* profile) { profile_ = profile; }
 
   /// Attention options the model uses (scale 1/sqrt(head_dim), the SIMD kernel, its threads).
   AttentionOptions attention_options() const;
@@ -57,6 +69,7 @@ class LlamaModel {
   LlamaWeights w_;
   int32_t threads_;
   const ForwardHooks* hooks_ = nullptr;
+  ForwardProfile* profile_ = nullptr;
   int32_t block_capacity_ = 0;
   // Activations of a block of tokens, token-major.
   std::vector<float> x_, xb_, xb2_;  // [n][dim] residual stream, normed input, projection output
