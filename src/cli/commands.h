@@ -21,6 +21,7 @@ void AddEvalCommand(CLI::App& app, int* exit_code);
 /// Subcommands of `kvq bench` (cmd_bench.cc registers attention and stream itself).
 void AddBenchMatvecCommand(CLI::App& bench, int* exit_code);
 void AddBenchDecodeCommand(CLI::App& bench, int* exit_code);
+void AddBenchContextCommand(CLI::App& bench, int* exit_code);
 /// Subcommands of `kvq eval` (cmd_eval.cc creates the group).
 void AddEvalAttentionCommand(CLI::App& eval, int* exit_code);
 void AddEvalFidelityCommand(CLI::App& eval, int* exit_code);
