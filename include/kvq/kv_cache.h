@@ -110,7 +110,8 @@ class KvCache {
   /// i % source_pages. The same bits as appending those pages' rows again (the layer's scales
   /// are already set by the rows that made them), without encoding: how a benchmark fills a
   /// million positions in seconds. The layer must end on a page boundary. Errors as Append.
-  Status AppendPageCopies(int64_t layer, int64_t first_source, int64_t source_pages, int64_t n_pages);
+  Status AppendPageCopies(int64_t layer, int64_t first_source, int64_t source_pages,
+                          int64_t n_pages);
 
   /// Attention of q ([n_tokens][n_heads][head_dim], token t at first_query_position + t) over
   /// every cached position of `layer`, page by page through the tiers, into `state` (not
@@ -121,6 +122,10 @@ class KvCache {
 
   /// The most bytes the device working set has held at once (its own accounting).
   int64_t device_peak_bytes() const;
+  /// Streamed tiers, since creation (0 when resident): seconds attention waited for a page to
+  /// arrive, and seconds the copy thread spent reading pages into the working set.
+  double stream_wait_seconds() const;
+  double stream_copy_seconds() const;
 
   /// Snapshots: the cache's contents (all layers must hold the same number of positions).
   Result<SnapshotImage> Export(const ModelFingerprint& model) const;

@@ -156,7 +156,8 @@ int RunBenchStream(const BenchStreamOptions& o) {
 }  // namespace
 
 void AddBenchCommand(CLI::App& app, int* exit_code) {
-  CLI::App* bench = app.add_subcommand("bench", "Benchmarks that print numbers (attention, stream, matvec, decode, context)");
+  CLI::App* bench = app.add_subcommand(
+      "bench", "Benchmarks that print numbers (attention, stream, matvec, decode, context)");
   bench->require_subcommand(1);
   auto o = std::make_shared<BenchAttentionOptions>();
   CLI::App* cmd = bench->add_subcommand("attention", "Decode-attention time per KV format vs context");

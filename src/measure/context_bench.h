@@ -30,7 +30,8 @@ using ProgressFn = std::function<void(const std::string&)>;
 /// pages encoded once by Append, then byte copies of those pages (KvCache::AppendPageCopies),
 /// then the last partial page by Append. The step's cost and every tier's bits do not depend on
 /// the values repeating. `progress` (may be empty) gets a line every few seconds with an ETA.
-Status FillContext(KvCache& cache, int64_t n, uint64_t seed, const ProgressFn& progress, const std::string& name);
+Status FillContext(KvCache& cache, int64_t n, uint64_t seed, const ProgressFn& progress,
+                   const std::string& name);
 
 struct ContextBenchConfig {
   std::vector<const FormatDesc*> formats;  ///< K and V in the same format
@@ -38,9 +39,9 @@ struct ContextBenchConfig {
   std::vector<int64_t> contexts;           ///< positions in the cache before the steps
   int32_t reps = 3;                        ///< timed steps per arm, after one untimed step
   uint64_t seed = 1;
-  std::string disk_dir;       ///< the disk tier's folder
-  int64_t device_bytes = 0;   ///< working set of the streamed tiers; 0: 8 pages
-  int64_t host_bytes = 0;     ///< host budget of each cache (0: none), checked by KvCache
+  std::string disk_dir;             ///< the disk tier's folder
+  int64_t device_bytes = 0;         ///< working set of the streamed tiers; 0: 8 pages
+  int64_t host_bytes = 0;           ///< host budget of each cache (0: none), checked by KvCache
   bool past_model_context = false;  ///< allow contexts past the model's context_length
   bool cold_disk = true;  ///< drop the disk file from the OS page cache before each disk step
   int64_t read_bandwidth_bytes = int64_t{1} << 30;  ///< buffer of the read-bandwidth measurement
@@ -52,18 +53,23 @@ struct ContextBenchRow {
   int64_t context = 0;
   double ms_median = 0, ms_min = 0, ms_max = 0;  ///< one decode step
   double fill_seconds = 0;
-  KvTierPlan plan;               ///< the cache's bytes per tier
-  int64_t device_peak_bytes = 0; ///< the working set's most bytes at once
-  int64_t kv_bytes = 0;          ///< K + V bytes a step reads, every layer (the cache at context)
-  double attention_macs = 0;     ///< multiply-adds of a step's attention: QK and PV, every layer
-  double compute_gmacs = 0;      ///< the attention kernel's rate for this format, window in cache
+  KvTierPlan plan;                ///< the cache's bytes per tier
+  int64_t device_peak_bytes = 0;  ///< the working set's most bytes at once
+  int64_t kv_bytes = 0;           ///< K + V bytes a step reads, every layer (the cache at context)
+  double attention_macs = 0;      ///< multiply-adds of a step's attention: QK and PV, every layer
+  double compute_gmacs = 0;       ///< the attention kernel's rate for this format, window in cache
   /// Bounds on the attention part of a step, ms: bytes / read bandwidth; disk bytes / disk read
   /// rate (disk tier only, else 0); operations / kernel rate.
   double memory_ms = 0, disk_ms = 0, compute_ms = 0;
-  std::string limiter;           ///< "memory", "disk" or "compute": the largest bound
+  /// Measured, median per step (streamed tiers; 0 when resident): ms an attention thread waited
+  /// for the next page (one acquires at a time), ms the copy thread spent reading pages.
+  double wait_ms = 0, copy_ms = 0;
+  /// The resource that needs the most time per step: "memory" or "compute" (their bounds), or
+  /// "disk" / "stream" when a streamed tier's measured copy time is larger than both.
+  std::string limiter;
   /// Every step's logits equal, bit for bit, those of this format's first tier (true for it).
   bool logits_identical = true;
-  std::string compared_with;     ///< the first tier's name
+  std::string compared_with;  ///< the first tier's name
 };
 
 struct ContextBenchReport {
@@ -71,7 +77,7 @@ struct ContextBenchReport {
   double read_gbps = 0;       ///< streaming-read bandwidth, the model's threads
   double disk_read_gbps = 0;  ///< sequential read of a cold cache file (0: no disk tier)
   int64_t disk_read_bytes = 0;
-  double weights_ms = 0;      ///< median decode step at context 0 (weights and the rest)
+  double weights_ms = 0;  ///< median decode step at context 0 (weights and the rest)
 };
 
 /// Runs the benchmark. Errors: a context past the model's (unless past_model_context), a cache
