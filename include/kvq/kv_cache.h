@@ -105,6 +105,14 @@ class KvCache {
   /// appended) or on I/O (the cache is then unusable: every later call returns the error).
   Status Append(int64_t layer, const float* k, const float* v, int64_t n);
 
+  /// Appends n_pages full pages to one layer whose bytes are copies of its own full pages
+  /// [first_source, first_source + source_pages), taken in turn: page i copies first_source +
+  /// i % source_pages. The same bits as appending those pages' rows again (the layer's scales
+  /// are already set by the rows that made them), without encoding: how a benchmark fills a
+  /// million positions in seconds. The layer must end on a page boundary. Errors as Append.
+  Status AppendPageCopies(int64_t layer, int64_t first_source, int64_t source_pages,
+                          int64_t n_pages);
+
   /// Attention of q ([n_tokens][n_heads][head_dim], token t at first_query_position + t) over
   /// every cached position of `layer`, page by page through the tiers, into `state` (not
   /// finished: call FinishAttention). On an error the state holds the pages before it. One call
@@ -114,6 +122,10 @@ class KvCache {
 
   /// The most bytes the device working set has held at once (its own accounting).
   int64_t device_peak_bytes() const;
+  /// Streamed tiers, since creation (0 when resident): seconds attention waited for a page to
+  /// arrive, and seconds the copy thread spent reading pages into the working set.
+  double stream_wait_seconds() const;
+  double stream_copy_seconds() const;
 
   /// Snapshots: the cache's contents (all layers must hold the same number of positions).
   Result<SnapshotImage> Export(const ModelFingerprint& model) const;

@@ -72,9 +72,11 @@ void PageStreamer::Run() {
     // the copy in flight. (Copying it here would allocate once per page.)
     const Fill& fill = fill_;
     lock.unlock();
+    const auto t0 = std::chrono::steady_clock::now();
     const Result<int64_t> bytes = fill(page, arena_.slot(slot));  // the copy runs unlocked
     if (bytes.ok()) arena_.Hold(slot, *bytes);
     lock.lock();
+    copy_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!bytes.ok() && error_.ok()) error_ = bytes.status();
     slot_ready_[slot] = true;
     cv_.notify_all();
@@ -84,7 +86,9 @@ void PageStreamer::Run() {
 Result<const uint8_t*> PageStreamer::Acquire(int64_t page) {
   const int32_t slot = static_cast<int32_t>(page % arena_.slots());
   std::unique_lock<std::mutex> lock(mu_);
+  const auto t0 = std::chrono::steady_clock::now();
   cv_.wait(lock, [&] { return slot_page_[slot] == page && slot_ready_[slot]; });
+  wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!error_.ok()) return error_;
   return static_cast<const uint8_t*>(arena_.slot(slot));
 }
@@ -115,6 +119,16 @@ void PageStreamer::End() {
   }
   active_ = false;
   cv_.notify_all();
+}
+
+double PageStreamer::wait_seconds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return wait_seconds_;
+}
+
+double PageStreamer::copy_seconds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return copy_seconds_;
 }
 
 }  // namespace kvq

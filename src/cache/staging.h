@@ -5,6 +5,7 @@
 // A CUDA working set would implement the same two classes over VRAM and pinned host buffers.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -56,12 +57,15 @@ class PageStreamer {
   void Release(int64_t page);
   /// Ends the stream (early, on an error, or after the last page); waits for the worker.
   void End();
+  /// Since construction: seconds Acquire waited for a page, seconds the worker spent copying.
+  double wait_seconds() const;
+  double copy_seconds() const;
 
  private:
   void Run();
 
   StagingArena& arena_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   Fill fill_;
   int64_t n_pages_ = 0;
@@ -69,6 +73,7 @@ class PageStreamer {
   std::vector<int64_t> slot_page_;  // page held by each slot, -1 if free
   std::vector<bool> slot_ready_;
   Status error_;
+  double wait_seconds_ = 0, copy_seconds_ = 0;  // guarded by mu_
   bool active_ = false;
   bool stop_ = false;
   std::thread worker_;

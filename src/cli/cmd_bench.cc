@@ -217,6 +217,8 @@ int RunBenchStream(const BenchStreamOptions& o) {
 
 void AddBenchCommand(CLI::App& app, int* exit_code) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks that print numbers (attention, stream, matvec, decode, prefill, roofline)");
+  CLI::App* bench = app.add_subcommand(
+      "bench", "Benchmarks that print numbers (attention, stream, matvec, decode, context)");
   bench->require_subcommand(1);
   auto o = std::make_shared<BenchAttentionOptions>();
   CLI::App* cmd = bench->add_subcommand("attention", "Decode-attention time per KV format vs context");
@@ -260,6 +262,7 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   AddBenchDecodeCommand(*bench, exit_code);
   AddBenchPrefillCommand(*bench, exit_code);
   AddBenchRooflineCommand(*bench, exit_code);
+  AddBenchContextCommand(*bench, exit_code);
 }
 
 }  // namespace kvq::cli

@@ -220,6 +220,65 @@ TEST(KvCache, DiskTierServesMoreThanTheHostBudgetAndCleansUp) {
   EXPECT_TRUE(fs::exists(file)) << "keep_disk_file was ignored";
 }
 
+// Page copies (how kvq bench context fills a million positions): the same bits as appending the
+// copied pages' rows again, on the host and the disk tier, for a plain, a grouped + mixed and a
+// calibrated format; and refused off a page boundary, from a page that is not there, or past the
+// context.
+TEST(KvCache, PageCopiesAreTheSameBitsAsAppendingTheRowsAgain) {
+  constexpr int64_t kPage = 64, kPool = 2 * kPage, kTail = 10;
+  const std::vector<float> k = Random(kPool * kRow.elems(), 21),
+                           v = Random(kPool * kRow.elems(), 22);
+  const std::vector<float> q = Random(kShape.n_heads * kShape.head_dim, 23);
+  const std::vector<LayerFormats> pairs = {{*FindFormat("int4"), *FindFormat("int4")},
+                                           {*FindFormat("int4-kivi"), *FindFormat("int8")},
+                                           {*FindFormat("fp8-e4m3"), *FindFormat("fp8-e4m3")}};
+  for (LayerFormats f : pairs) {
+    for (bool disk : {false, true}) {
+      SCOPED_TRACE(::testing::Message()
+                   << f.key->name << "/" << f.value->name << (disk ? " disk" : " host"));
+      TempDir dir;
+      const KvBudgets budgets{.disk_dir = disk ? dir.path.string() : ""};
+      auto copied = MakeCache(f, 1, 1000, budgets), appended = MakeCache(f, 1, 1000, budgets);
+      ASSERT_NE(copied, nullptr);
+      ASSERT_NE(appended, nullptr);
+      // copied: the pool (pages 0, 1), then 3 copies (pages 0, 1, 0), then 10 rows by Append.
+      ASSERT_TRUE(copied->Append(0, k.data(), v.data(), kPool).ok());
+      ASSERT_TRUE(copied->AppendPageCopies(0, 0, 2, 3).ok());
+      ASSERT_TRUE(copied->Append(0, k.data(), v.data(), kTail).ok());
+      // appended: the same rows, every one encoded (the pool first, as the block fp8 calibrates
+      // on).
+      ASSERT_TRUE(appended->Append(0, k.data(), v.data(), kPool).ok());
+      for (int64_t page : {0, 1, 0}) {
+        const int64_t at = page * kPage * kRow.elems();
+        ASSERT_TRUE(appended->Append(0, k.data() + at, v.data() + at, kPage).ok());
+      }
+      ASSERT_TRUE(appended->Append(0, k.data(), v.data(), kTail).ok());
+      ASSERT_EQ(copied->positions(0), 5 * kPage + kTail);
+      ASSERT_EQ(appended->positions(0), copied->positions(0));
+      EXPECT_EQ(AttendAll(*copied, q, 1, AttentionKernel::kSimd),
+                AttendAll(*appended, q, 1, AttentionKernel::kSimd));
+
+      // Refusals: off a page boundary (10 rows into page 5), a page that is not there, the context.
+      Status s = copied->AppendPageCopies(0, 0, 1, 1);
+      ASSERT_FALSE(s.ok());
+      EXPECT_NE(s.message().find("page boundary"), std::string::npos) << s.message();
+      auto fresh = MakeCache(f, 1, 4 * kPage, budgets);
+      ASSERT_NE(fresh, nullptr);
+      ASSERT_TRUE(fresh->Append(0, k.data(), v.data(), kPage).ok());
+      s = fresh->AppendPageCopies(0, 0, 2, 1);
+      ASSERT_FALSE(s.ok());
+      EXPECT_NE(s.message().find("are not among layer 0's 1 full pages"), std::string::npos)
+          << s.message();
+      s = fresh->AppendPageCopies(0, 0, 1, 4);
+      ASSERT_FALSE(s.ok());
+      EXPECT_NE(s.message().find("would pass the context"), std::string::npos) << s.message();
+      EXPECT_EQ(fresh->positions(0), kPage) << "a refused copy appended something";
+      ASSERT_TRUE(fresh->AppendPageCopies(0, 0, 1, 3).ok());
+      EXPECT_EQ(fresh->positions(0), 4 * kPage);
+    }
+  }
+}
+
 // A disk master that loses bytes (here: truncated under the cache) gives an error naming the file,
 // not garbage attention.
 TEST(KvCache, ShortDiskReadIsAnErrorNamingTheFile) {
