@@ -216,9 +216,8 @@ int RunBenchStream(const BenchStreamOptions& o) {
 }  // namespace
 
 void AddBenchCommand(CLI::App& app, int* exit_code) {
-  CLI::App* bench = app.add_subcommand("bench", "Benchmarks that print numbers (attention, stream, matvec, decode, prefill, roofline)");
   CLI::App* bench = app.add_subcommand(
-      "bench", "Benchmarks that print numbers (attention, stream, matvec, decode, context)");
+      "bench", "Benchmarks that print numbers (attention, stream, matvec, decode, prefill, context, roofline)");
   bench->require_subcommand(1);
   auto o = std::make_shared<BenchAttentionOptions>();
   CLI::App* cmd = bench->add_subcommand("attention", "Decode-attention time per KV format vs context");
