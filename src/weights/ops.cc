@@ -1,4 +1,4 @@
-// RmsNorm, SwiGlu, AddBias, Rope (see ops.h).
+// RmsNorm, AddBias, Rope (see ops.h); SwiGlu is vectorised in swiglu.cc.
 #include "weights/ops.h"
 
 #include <cmath>
@@ -10,13 +10,6 @@ void RmsNorm(float* out, const float* x, const float* weight, int32_t n, float e
   for (int32_t i = 0; i < n; ++i) ss += x[i] * x[i];
   ss = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
   for (int32_t i = 0; i < n; ++i) out[i] = weight[i] * (ss * x[i]);
-}
-
-void SwiGlu(float* gate, const float* up, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    gate[i] = g * (1.0f / (1.0f + std::exp(-g))) * up[i];
-  }
 }
 
 void AddBias(float* v, const float* bias, int64_t n) {

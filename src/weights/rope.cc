@@ -12,13 +12,34 @@ void ApplyRope(float* v, int32_t n, int32_t head_dim, int64_t pos, const RopePar
   // unscaled model rotates exactly as llama2.c's run.c does.
   const float p = params.position_scale == 1.0f ? static_cast<float>(pos)
                                                 : static_cast<float>(pos) * params.position_scale;
+  // The rotation of pair i depends on i alone, not on the head: cos and sin are computed once per
+  // call for every pair (the same expressions, so the same bits as per head) and reused by every
+  // head — a prefill spent most of its non-matrix time in these pow/cos/sin calls, once per head.
+  constexpr int32_t kMaxHalf = 512;  // head_dim ≤ 1024; larger heads take the per-head path
+  float cos_i[kMaxHalf], sin_i[kMaxHalf];  // [half]
+  const bool hoisted = half <= kMaxHalf;
+  auto angle_of = [&](int32_t i) {
+    float freq = 1.0f / std::pow(params.theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+    if (params.freq_factors != nullptr) freq /= params.freq_factors[i];
+    return p * freq;
+  };
+  if (hoisted) {
+    for (int32_t i = 0; i < half; ++i) {
+      const float angle = angle_of(i);
+      cos_i[i] = std::cos(angle);
+      sin_i[i] = std::sin(angle);
+    }
+  }
   for (int32_t head = 0; head < n; head += head_dim) {
     float* h = v + head;
     for (int32_t i = 0; i < half; ++i) {
-      float freq = 1.0f / std::pow(params.theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
-      if (params.freq_factors != nullptr) freq /= params.freq_factors[i];
-      const float angle = p * freq;
-      const float c = std::cos(angle), s = std::sin(angle);
+      float c, s;
+      if (hoisted) {
+        c = cos_i[i], s = sin_i[i];
+      } else {
+        const float angle = angle_of(i);
+        c = std::cos(angle), s = std::sin(angle);
+      }
       float* a = params.pairing == RopePairing::kAdjacent ? h + 2 * i : h + i;
       float* b = params.pairing == RopePairing::kAdjacent ? h + 2 * i + 1 : h + i + half;
       const float x = *a, y = *b;
