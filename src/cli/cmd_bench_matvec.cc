@@ -12,6 +12,7 @@
 #include "kvq/units.h"
 #include "measure/matvec_bench.h"
 #include "measure/read_bandwidth.h"
+#include "measure/roofline.h"
 #include "weights/matvec.h"
 #include "weights/weight_type.h"
 
@@ -57,8 +58,9 @@ int RunBenchMatvec(const BenchMatvecOptions& o) {
   progress("measuring read bandwidth again...");
   const double bw_after = MeasureReadBandwidthGbps(bw_bytes, c.threads, 5);
   const double read_gbps = std::max(bw_before, bw_after);
-  // The compute ceiling a prefill GEMM on these kernels faces (weights/matvec.h).
-  const double int8_peak = MeasureInt8DotPeakGmacs(c.threads);
+  // The compute ceiling a prefill GEMM on these kernels faces: the best int8-dot rate of this run.
+  const ComputeRoofline roofline = MeasureComputeRoofline(c.threads, 5);
+  const double int8_peak = roofline.best_int8_gmacs;
 
   if (o.shared.json) {
     nlohmann::json out = {{"isa", MatVecTargetName()}, {"threads", c.threads}, {"rows", c.rows},
@@ -81,8 +83,8 @@ int RunBenchMatvec(const BenchMatvecOptions& o) {
              c.cols, c.rows, c.threads, MatVecTargetName());
   fmt::print("read bandwidth measured in this run: {:.1f} GB/s (before {:.1f}, after {:.1f}; {} buffer)\n",
              read_gbps, bw_before, bw_after, FormatBytesIec(bw_bytes));
-  fmt::print("int8-dot peak measured in this run: {:.1f} GMAC/s on {} threads (the kernels' byte dot on "
-             "registers)\n\n", int8_peak, c.threads);
+  fmt::print("int8-dot peak measured in this run: {:.1f} GMAC/s on {} threads ({}, registers only; kvq bench "
+             "roofline)\n\n", int8_peak, c.threads, roofline.best_int8_instruction);
   if (c.tokens > 1) fmt::print("MatMul over {} tokens per call (prefill); GMAC/s beside the int8-dot peak\n\n", c.tokens);
   fmt::print("{:<9} {:>9} {:>14} {:>12} {:>8} {:>15} {:>7} {:>8} {:>8}\n", "type", "matrices", "weights/sweep",
              c.tokens > 1 ? "us/matmul" : "us/matvec", "GB/s", "min-max GB/s", "of bw", "GMAC/s", "of peak");

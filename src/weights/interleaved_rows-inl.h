@@ -62,7 +62,7 @@ KVQ_MATVEC_X86_ATTR inline __m512i DotBroadcast(__m512i acc, __m512i u, const in
 }
 
 // One step: the group's 16 rows (their block data at g) times tokens t0..t0+T−1, 512-bit. The
-// measured int8-dot peak of a 512-bit vpdpbusd here is about 1.7× the 256-bit one's (MeasureInt8DotPeak).
+// measured int8-dot peak of a 512-bit vpdpbusd here is about 1.7× the 256-bit one's (kvq bench roofline).
 template <class B, int T>
 KVQ_MATVEC_X86_ATTR void InterleavedStepX86(const uint8_t* g, const QuantizedX& x0, int64_t cols, int64_t t0,
                                             float* y, int64_t y_stride, int64_t r) {

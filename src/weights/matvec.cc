@@ -81,51 +81,6 @@ void QuantizeActivationHere(const float* x, int64_t cols, int8_t* q, float* dx) 
 
 const char* MatVecTargetNameHere() { return hwy::TargetName(HWY_TARGET); }
 
-// The int8-dot peak: the byte dot of the interleaved kernels (interleaved_rows-inl.h) on
-// registers only — on AVX3_DL 512-bit vpdpbusd, 10 independent accumulators in inline assembly
-// (the compiler, given intrinsics, shuffled the accumulators through extra moves and measured a
-// third of this); on AVX2/AVX3 maddubs + madd + add — so only the execution ports limit it.
-// Returns the multiply-adds done (0 where the target has no vector byte dot).
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3_DL
-__attribute__((target("avx512vnni,no-avxvnni")))
-#endif
-int64_t Int8DotPeakLoopHere(int64_t iters) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3_DL
-  __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0,
-          c8 = c0, c9 = c0;
-  const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-5);
-  for (int64_t it = 0; it < iters; ++it) {
-    __asm__ volatile(
-        "vpdpbusd %11, %10, %0\n\tvpdpbusd %11, %10, %1\n\tvpdpbusd %11, %10, %2\n\t"
-        "vpdpbusd %11, %10, %3\n\tvpdpbusd %11, %10, %4\n\tvpdpbusd %11, %10, %5\n\t"
-        "vpdpbusd %11, %10, %6\n\tvpdpbusd %11, %10, %7\n\tvpdpbusd %11, %10, %8\n\t"
-        "vpdpbusd %11, %10, %9"
-        : "+v"(c0), "+v"(c1), "+v"(c2), "+v"(c3), "+v"(c4), "+v"(c5), "+v"(c6), "+v"(c7), "+v"(c8), "+v"(c9)
-        : "v"(a), "v"(b));
-  }
-  return iters * 10 * 64;
-#elif HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-  constexpr int kAcc = 12;
-  __m256i acc[kAcc];
-  for (int i = 0; i < kAcc; ++i) acc[i] = _mm256_set1_epi32(i);
-  __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-5);
-  __asm__ volatile("" : "+x"(a), "+x"(b));  // opaque operands: the loop cannot be folded
-  for (int64_t it = 0; it < iters; ++it) {
-    for (int i = 0; i < kAcc; ++i) {
-      acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1)));
-    }
-  }
-  __m256i all = acc[0];
-  for (int i = 1; i < kAcc; ++i) all = _mm256_add_epi32(all, acc[i]);
-  alignas(32) int32_t sink[8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(sink), all);
-  __asm__ volatile("" : : "r"(sink) : "memory");
-  return iters * kAcc * 32;
-#else
-  (void)iters;
-  return 0;
-#endif
-}
 
 }  // namespace HWY_NAMESPACE
 }  // namespace kvq
@@ -135,7 +90,6 @@ HWY_AFTER_NAMESPACE();
 #include <fmt/format.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstdlib>
 #include <vector>
 
@@ -145,7 +99,6 @@ namespace kvq {
 
 HWY_EXPORT(QuantizeActivationHere);
 HWY_EXPORT(MatVecTargetNameHere);
-HWY_EXPORT(Int8DotPeakLoopHere);
 
 namespace {
 
@@ -298,21 +251,6 @@ void QuantizeActivation(const float* x, int64_t cols, int8_t* q, float* d) {
 }
 
 const char* MatVecTargetName() { return HWY_DYNAMIC_DISPATCH(MatVecTargetNameHere)(); }
-
-double MeasureInt8DotPeakGmacs(int32_t threads) {
-  InitDispatch();
-  const auto loop = HWY_DYNAMIC_DISPATCH(Int8DotPeakLoopHere);
-  constexpr int64_t kIters = int64_t{1} << 22;  // ~0.1 s per thread at ~3·10^11 MAC/s
-  double best = 0;
-  for (int rep = 0; rep < 5; ++rep) {  // the best of 5: a shared machine only ever slows it
-    std::atomic<int64_t> macs{0};
-    const auto t0 = std::chrono::steady_clock::now();
-    ThreadPool::Shared(threads).Run(threads, [&](int64_t, int32_t) { macs += loop(kIters); });
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::max(best, static_cast<double>(macs.load()) / s / 1e9);
-  }
-  return best;
-}
 
 }  // namespace kvq
 #endif  // HWY_ONCE

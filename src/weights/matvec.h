@@ -137,12 +137,6 @@ struct QuantizedProductReference {
 /// type's exact_block_ref per block): out has w.rows entries.
 void MatVecQuantizedReference(const Matrix& w, const float* x, QuantizedProductReference* out);
 
-/// The int8-dot peak of this machine on the dispatched target, in 10^9 multiply-adds per second
-/// on `threads` threads: the interleaved kernels' byte dot (512-bit vpdpbusd on AVX3_DL, 256-bit
-/// maddubs + madd + add on AVX2/AVX3) on registers only, best of 5 runs; 0 on targets without a
-/// vector byte dot.
-double MeasureInt8DotPeakGmacs(int32_t threads);
-
 /// Name of the SIMD target MatVec dispatches to here ("AVX3_DL", "AVX3", "AVX2", "SCALAR", ...).
 const char* MatVecTargetName();
 
