@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <utility>
@@ -94,8 +95,9 @@ inline AttentionOptions Options(AttentionShape s, AttentionKernel kernel, float 
           .kernel = kernel, .threads = 1};
 }
 
-/// Every float equal (==, no tolerance); reports the first difference.
-inline ::testing::AssertionResult BitIdentical(const Result& a, const Result& b) {
+/// Compares every float of two results with `same(x, y)`; reports the first difference.
+template <class Same>
+::testing::AssertionResult CompareResults(const Result& a, const Result& b, const Same& same) {
   if (a.attended != b.attended) return ::testing::AssertionFailure() << "attended counts differ";
   const std::pair<const std::vector<float>*, const std::vector<float>*> pairs[] = {
       {&a.out, &b.out}, {&a.m, &b.m}, {&a.l, &b.l}, {&a.acc, &b.acc}};
@@ -105,12 +107,22 @@ inline ::testing::AssertionResult BitIdentical(const Result& a, const Result& b)
     const auto& y = *pairs[p].second;
     if (x.size() != y.size()) return ::testing::AssertionFailure() << names[p] << " sizes differ";
     for (size_t i = 0; i < x.size(); ++i) {
-      if (!(x[i] == y[i])) {
+      if (!same(x[i], y[i])) {
         return ::testing::AssertionFailure() << names[p] << "[" << i << "]: " << x[i] << " vs " << y[i];
       }
     }
   }
   return ::testing::AssertionSuccess();
+}
+
+/// Every float equal (==, no tolerance); reports the first difference.
+inline ::testing::AssertionResult BitIdentical(const Result& a, const Result& b) {
+  return CompareResults(a, b, [](float x, float y) { return x == y; });
+}
+
+/// Byte equality of every float (memcmp: also tells −0 from +0, which == does not).
+inline ::testing::AssertionResult SameBytes(const Result& a, const Result& b) {
+  return CompareResults(a, b, [](float x, float y) { return std::memcmp(&x, &y, sizeof(float)) == 0; });
 }
 
 }  // namespace kvq::testing_attention

@@ -13,25 +13,6 @@
 namespace kvq::testing_attention {
 namespace {
 
-// Byte equality of every float (memcmp: also tells −0 from +0, which == does not).
-::testing::AssertionResult SameBytes(const Result& a, const Result& b) {
-  if (a.attended != b.attended) return ::testing::AssertionFailure() << "attended counts differ";
-  const std::pair<const std::vector<float>*, const std::vector<float>*> pairs[] = {
-      {&a.out, &b.out}, {&a.m, &b.m}, {&a.l, &b.l}, {&a.acc, &b.acc}};
-  const char* names[] = {"out", "m", "l", "acc"};
-  for (int p = 0; p < 4; ++p) {
-    const auto& x = *pairs[p].first;
-    const auto& y = *pairs[p].second;
-    if (x.size() != y.size()) return ::testing::AssertionFailure() << names[p] << " sizes differ";
-    for (size_t i = 0; i < x.size(); ++i) {
-      if (std::memcmp(&x[i], &y[i], sizeof(float)) != 0) {
-        return ::testing::AssertionFailure() << names[p] << "[" << i << "]: " << x[i] << " vs " << y[i];
-      }
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
 // The cache's query tokens placed at positions first_query.., attending the windows in order.
 Result RunAt(const Cache& cache, const AttentionOptions& o, int64_t first_query, const Windows& windows) {
   const AttentionShape s = cache.shape();
