@@ -15,6 +15,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <utility>
 
 #include "attention/softmax_tile.h"
 #include "base/thread_pool.h"
@@ -135,6 +136,22 @@ void PrefetchRows(const RowsView& v, int64_t r, int64_t n, int32_t g0, int32_t g
   }
 }
 
+// The K and V tiles starting at window row r (the same rows, at most kMaxTileRows, none past
+// `end`), with the next tile's bytes of KV heads [g0, g1) prefetched.
+std::pair<TileSource, TileSource> NextTiles(const SimdContext& ctx, const KvWindow& w, int64_t r, int64_t end,
+                                            int32_t g0, int32_t g1) {
+  const int32_t max_rows = static_cast<int32_t>(std::min<int64_t>(kMaxTileRows, end - r));
+  TileSource ks = TileAt(w.k, *ctx.k, *ctx.f32, ctx.f32_args, r, max_rows);
+  TileSource vs = TileAt(w.v, *ctx.v, *ctx.f32, ctx.f32_args, r, max_rows);
+  const int32_t rows = std::min(ks.tile.n_rows, vs.tile.n_rows);
+  ks.tile.n_rows = rows;
+  vs.tile.n_rows = rows;
+  const int64_t ahead = std::min<int64_t>(kMaxTileRows, end - r - rows);
+  PrefetchRows(w.k, r + rows, ahead, g0, g1);
+  PrefetchRows(w.v, r + rows, ahead, g0, g1);
+  return {ks, vs};
+}
+
 // One (query token, KV heads [g0, g1)) item, SIMD kernel: tiles of up to kMaxTileRows positions;
 // within a tile, every head of the item, so each tile's rows are read while they are in cache.
 void AttendSimd(const AttentionOptions& o, const SimdContext& ctx, const KvWindow& w, int64_t n,
@@ -142,15 +159,8 @@ void AttendSimd(const AttentionOptions& o, const SimdContext& ctx, const KvWindo
                 float* acc, float* scores, float* c) {
   const int32_t d = w.k.args.shape.head_dim;
   for (int64_t r = 0; r < n;) {
-    const int32_t max_rows = static_cast<int32_t>(std::min<int64_t>(kMaxTileRows, n - r));
-    TileSource ks = TileAt(w.k, *ctx.k, *ctx.f32, ctx.f32_args, r, max_rows);
-    TileSource vs = TileAt(w.v, *ctx.v, *ctx.f32, ctx.f32_args, r, max_rows);
-    const int32_t rows = std::min(ks.tile.n_rows, vs.tile.n_rows);
-    ks.tile.n_rows = rows;
-    vs.tile.n_rows = rows;
-    const int64_t ahead = std::min<int64_t>(kMaxTileRows, n - r - rows);
-    PrefetchRows(w.k, r + rows, ahead, g0, g1);
-    PrefetchRows(w.v, r + rows, ahead, g0, g1);
+    const auto [ks, vs] = NextTiles(ctx, w, r, n, g0, g1);
+    const int32_t rows = ks.tile.n_rows;
     for (int32_t g = g0; g < g1; ++g) {
       const int64_t h0 = int64_t{g} * group;
       ks.kernels->score(q + h0 * d, group, ks.tile, g, *ks.args, scores);
@@ -169,15 +179,8 @@ void AttendRowsSimd(const AttentionOptions& o, const SimdContext& ctx, const KvW
                     float* l, float* acc, float* scores, float* c) {
   const int32_t d = w.k.args.shape.head_dim;
   for (int64_t r = r0; r < r1;) {
-    const int32_t max_rows = static_cast<int32_t>(std::min<int64_t>(kMaxTileRows, r1 - r));
-    TileSource ks = TileAt(w.k, *ctx.k, *ctx.f32, ctx.f32_args, r, max_rows);
-    TileSource vs = TileAt(w.v, *ctx.v, *ctx.f32, ctx.f32_args, r, max_rows);
-    const int32_t rows = std::min(ks.tile.n_rows, vs.tile.n_rows);
-    ks.tile.n_rows = rows;
-    vs.tile.n_rows = rows;
-    const int64_t ahead = std::min<int64_t>(kMaxTileRows, r1 - r - rows);
-    PrefetchRows(w.k, r + rows, ahead, g, g + 1);
-    PrefetchRows(w.v, r + rows, ahead, g, g + 1);
+    const auto [ks, vs] = NextTiles(ctx, w, r, r1, g, g + 1);
+    const int32_t rows = ks.tile.n_rows;
     for (int32_t h = 0; h < n_q; h += chunk) {
       const int32_t nh = std::min(chunk, n_q - h);
       ks.kernels->score(q + int64_t{h} * d, nh, ks.tile, g, *ks.args, scores);
