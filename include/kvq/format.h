@@ -141,16 +141,19 @@ struct Codec {
   const CodecKernels& (*kernels)();
 };
 
-/// Consecutive rows of one tensor as stored, for readers such as attention: rows in encoded
-/// blocks, then (group codecs only) the f32 residual rows of the incomplete group. Row r of the
-/// view is stored row first_row + r counted from `blocks` while r < n_block_rows, and residual row
-/// r − n_block_rows after that.
+/// Consecutive rows of one tensor as stored, for readers such as attention, in three runs: f32
+/// head rows (attention sinks), rows in encoded blocks, f32 residual rows (the newest rows not yet
+/// encoded: KIVI's incomplete group, a "res" transform). View row r is head row r while
+/// r < n_head_rows, stored row first_row + r counted from `blocks` while r < n_block_rows, and
+/// residual row r − n_block_rows after that.
 struct RowsView {
   const Codec* codec = nullptr;
   CodecArgs args;
+  const float* head = nullptr;       ///< [n_head_rows][n_kv_heads][head_dim] f32
+  int64_t n_head_rows = 0;           ///< view rows [0, n_head_rows) are head rows
   const uint8_t* blocks = nullptr;   ///< block 0 of the stored rows
   int64_t first_row = 0;             ///< stored-row index of view row 0
-  int64_t n_block_rows = 0;          ///< view rows that are in blocks
+  int64_t n_block_rows = 0;          ///< view rows [n_head_rows, n_block_rows) are in blocks
   const float* residual = nullptr;   ///< [n_rows − n_block_rows][n_kv_heads][head_dim] f32
   int64_t n_rows = 0;
 };

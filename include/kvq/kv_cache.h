@@ -15,6 +15,7 @@
 
 #include "kvq/attention.h"
 #include "kvq/format.h"
+#include "kvq/kv_spec.h"
 #include "kvq/status.h"
 
 namespace kvq {
@@ -29,12 +30,6 @@ struct ModelFingerprint {
   int32_t head_dim = 0;
   uint64_t weights_hash = 0;
   bool operator==(const ModelFingerprint&) const = default;
-};
-
-/// K and V formats of one layer.
-struct LayerFormats {
-  const FormatDesc* key = nullptr;
-  const FormatDesc* value = nullptr;
 };
 
 /// Memory limits per tier. Sizes in bytes; 0 means "not set".
@@ -58,8 +53,11 @@ struct KvCacheConfig {
   int64_t n_layers = 0;
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;
-  /// Per layer, or a single entry used for every layer.
+  /// Per layer, or a single entry used for every layer: K and V specs (format + transforms).
   std::vector<LayerFormats> layers;
+  /// Seed of the "rot" transform's sign pattern (the same for every layer and head); stored in
+  /// snapshots, which a cache with another seed refuses.
+  uint64_t rotation_seed = kDefaultRotationSeed;
   /// The most positions the cache will hold (the context size).
   int64_t max_positions = 0;
   /// Positions per page: a multiple of 32 (so KIVI's key groups never straddle pages).
@@ -100,9 +98,11 @@ class KvCache {
   /// Positions appended to `layer`.
   int64_t positions(int64_t layer) const;
 
-  /// Appends n positions to one layer: k and v are [n][n_kv_heads][head_dim] f32. The first
-  /// append to a layer calibrates per-tensor scales (fp8). Errors past max_positions (nothing
-  /// appended) or on I/O (the cache is then unusable: every later call returns the error).
+  /// Appends n positions to one layer: k and v are [n][n_kv_heads][head_dim] f32. Rows are
+  /// transformed (rotated), kept in f32 while they are sinks or in the residual, and encoded once
+  /// they age out; per-tensor scales (fp8) are calibrated on the first rows encoded, sinks
+  /// excluded. Errors past max_positions (nothing appended) or on I/O (the cache is then
+  /// unusable: every later call returns the error).
   Status Append(int64_t layer, const float* k, const float* v, int64_t n);
 
   /// Appends n_pages full pages to one layer whose bytes are copies of its own full pages
@@ -115,10 +115,13 @@ class KvCache {
 
   /// Attention of q ([n_tokens][n_heads][head_dim], token t at first_query_position + t) over
   /// every cached position of `layer`, page by page through the tiers, into `state` (not
-  /// finished: call FinishAttention). On an error the state holds the pages before it. One call
-  /// at a time per cache.
+  /// finished: call this cache's FinishAttention). A rotated key spec rotates q first. On an
+  /// error the state holds the pages before it. One call at a time per cache.
   Status Attend(int64_t layer, const AttentionOptions& options, const float* q,
                 int64_t first_query_position, AttentionState& state);
+  /// out: [n_tokens][n_heads][head_dim] = acc / l, with a rotated value spec's rotation undone
+  /// (once per output row, not per position). kvq::FinishAttention plus that.
+  void FinishAttention(int64_t layer, const AttentionState& state, float* out) const;
 
   /// The most bytes the device working set has held at once (its own accounting).
   int64_t device_peak_bytes() const;

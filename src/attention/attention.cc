@@ -26,22 +26,28 @@ namespace kvq {
 namespace {
 
 // Where rows [r, r + n) of a view come from for the SIMD kernels: a tile that stays inside one
-// block of a group codec and inside either the blocks or the f32 residual.
+// block of a group codec and inside one run of the view (head rows, blocks or residual).
 struct TileSource {
   const CodecKernels* kernels;
   const CodecArgs* args;
   RowTile tile;
 };
 
+// View row r's f32 row when it is a head or residual row, else null.
+const float* F32Row(const RowsView& v, int64_t r) {
+  if (r < v.n_head_rows) return v.head + r * v.args.shape.elems();
+  if (r >= v.n_block_rows) return v.residual + (r - v.n_block_rows) * v.args.shape.elems();
+  return nullptr;
+}
+
 // The longest tile starting at view row r (at most max_rows) that one kernel call can read.
 TileSource TileAt(const RowsView& view, const CodecKernels& kernels, const CodecKernels& f32,
                   const CodecArgs& f32_args, int64_t r, int32_t max_rows) {
-  if (r >= view.n_block_rows) {  // f32 residual of an incomplete group
+  if (const float* x = F32Row(view, r)) {  // f32 head (sinks) or residual rows
     const int64_t row_bytes = view.args.shape.elems() * 4;
-    const auto* base = reinterpret_cast<const uint8_t*>(view.residual + (r - view.n_block_rows) *
-                                                                          view.args.shape.elems());
-    const int64_t n = std::min<int64_t>(max_rows, view.n_rows - r);
-    return {&f32, &f32_args, {base, row_bytes, 0, static_cast<int32_t>(n)}};
+    const int64_t run_end = r < view.n_head_rows ? view.n_head_rows : view.n_rows;
+    const int64_t n = std::min<int64_t>(max_rows, run_end - r);
+    return {&f32, &f32_args, {reinterpret_cast<const uint8_t*>(x), row_bytes, 0, static_cast<int32_t>(n)}};
   }
   const int64_t stored = view.first_row + r;
   const int32_t per_block = view.codec->rows_per_block;
@@ -53,12 +59,12 @@ TileSource TileAt(const RowsView& view, const CodecKernels& kernels, const Codec
   return {&kernels, &view.args, {block, block_bytes, in_block, static_cast<int32_t>(n)}};
 }
 
-// Reference dot / axpy of view row r, head h: the codec's own for block rows, plain f32 for the
-// residual (summed in the same order as the codec's reference dot).
+// Reference dot / axpy of view row r, head h: the codec's own for block rows, plain f32 for head
+// and residual rows (summed in the same order as the codec's reference dot).
 float RowDot(const RowsView& v, const float* q, int64_t r, int32_t h) {
   const int32_t d = v.args.shape.head_dim;
-  if (r >= v.n_block_rows) {
-    const float* x = v.residual + (r - v.n_block_rows) * v.args.shape.elems() + int64_t{h} * d;
+  if (const float* row = F32Row(v, r)) {
+    const float* x = row + int64_t{h} * d;
     float sum = 0.0f;
     for (int32_t i = 0; i < d; ++i) sum += q[i] * x[i];
     return sum;
@@ -71,8 +77,8 @@ float RowDot(const RowsView& v, const float* q, int64_t r, int32_t h) {
 
 void RowAxpy(const RowsView& v, float w, int64_t r, int32_t h, float* acc) {
   const int32_t d = v.args.shape.head_dim;
-  if (r >= v.n_block_rows) {
-    const float* x = v.residual + (r - v.n_block_rows) * v.args.shape.elems() + int64_t{h} * d;
+  if (const float* row = F32Row(v, r)) {
+    const float* x = row + int64_t{h} * d;
     for (int32_t i = 0; i < d; ++i) acc[i] += w * x[i];
     return;
   }
@@ -122,6 +128,10 @@ struct SimdContext {
 // proportional. Rows of one position are far apart when the work is split by head (the row holds
 // every head), which defeats the hardware prefetcher; this restores streaming speed.
 void PrefetchRows(const RowsView& v, int64_t r, int64_t n, int32_t g0, int32_t g1) {
+  if (r < v.n_head_rows) {  // head rows are f32 in host memory; prefetch the blocks after them
+    n -= v.n_head_rows - r;
+    r = v.n_head_rows;
+  }
   n = std::min(n, v.n_block_rows - r);
   if (n <= 0) return;
   const int64_t bb = v.codec->block_bytes(v.args.shape);

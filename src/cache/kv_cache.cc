@@ -1,6 +1,6 @@
-// KvCache (see kvq/kv_cache.h): configuration checks and the tier plan, appending rows into
-// pages (KIVI groups via an f32 residual), and attention page by page through the tiers.
-// Snapshots (Export / Import / Save / Load) are in kv_cache_snapshot.cc.
+// KvCache (see kvq/kv_cache.h): configuration checks and the tier plan, and attention page by page
+// through the tiers. Rows in (Append, page copies) are in kv_cache_append.cc; snapshots (Export /
+// Import / Save / Load) in kv_cache_snapshot.cc.
 #include "cache/kv_cache_impl.h"
 
 #include <fmt/format.h>
@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "formats/transforms/hadamard.h"
 #include "kvq/kv_memory.h"
 #include "kvq/units.h"
 
@@ -23,8 +24,31 @@ int64_t KvCache::Impl::TensorPageBytes(const Codec& codec) const {
   return config.page_positions / codec.rows_per_block * codec.block_bytes(row);
 }
 
+int64_t KvCache::Impl::MaxF32Rows(int64_t layer, int which) const {
+  const KvTransforms& t = Transforms(layer, which);
+  return std::min<int64_t>(config.max_positions,
+                           int64_t{t.sinks} + t.residual + Tensor(layer, which).rows_per_block - 1);
+}
+
 int64_t KvCache::Impl::ResidualBytesMax(int64_t layer) const {
-  return (std::max(Key(layer).rows_per_block, Value(layer).rows_per_block) - 1) * row.elems() * 4 * 2;
+  // A page's window never has more f32 rows than positions.
+  const int64_t P = config.page_positions;
+  return (std::min(P, MaxF32Rows(layer, 0)) + std::min(P, MaxF32Rows(layer, 1))) * row.elems() * 4;
+}
+
+KvCache::Impl::PageRows KvCache::Impl::RowsOfPage(int64_t layer, int which, int64_t page) const {
+  const Layer& L = layers[layer];
+  const int64_t P = config.page_positions;
+  PageRows r;
+  r.first = page * P;
+  r.n_rows = std::clamp<int64_t>(L.positions - r.first, 0, P);
+  const int64_t end = r.first + r.n_rows;
+  const int64_t head_end = std::clamp<int64_t>(Transforms(layer, which).sinks, r.first, end);
+  const int64_t block_end = std::clamp<int64_t>(L.encoded[which], head_end, end);
+  r.n_head = head_end - r.first;
+  r.n_block = block_end - r.first;
+  r.residual_first = block_end - L.encoded[which];
+  return r;
 }
 
 Result<std::unique_ptr<KvCache::Impl>> KvCache::Prepare(const KvCacheConfig& c) {
@@ -45,8 +69,11 @@ Result<std::unique_ptr<KvCache::Impl>> KvCache::Prepare(const KvCacheConfig& c) 
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerFormats f = c.layers.size() == 1 ? c.layers[0] : c.layers[l];
     if (f.key == nullptr || f.value == nullptr) return Bad(fmt::format("layer {} has no format", l));
-    for (const FormatDesc* format : {f.key, f.value}) {
-      if (Status s = CheckShape(*format, impl->row); !s.ok()) return Bad(s.message());
+    for (const KvSpec& spec : {f.Key(), f.Value()}) {
+      if (Status s = CheckKvSpec(spec, impl->row); !s.ok()) return Bad(s.message());
+    }
+    if (f.key_transforms.rotate || f.value_transforms.rotate) {
+      impl->rotation_signs = RotationSigns(c.rotation_seed, c.head_dim);
     }
     impl->formats.push_back(f);
   }
@@ -57,15 +84,21 @@ Result<std::unique_ptr<KvCache::Impl>> KvCache::Prepare(const KvCacheConfig& c) 
   const int64_t max_pages = (c.max_positions + c.page_positions - 1) / c.page_positions;
   impl->max_pages = max_pages;
   std::vector<int64_t>& page_bytes = impl->page_bytes;
+  // Host RAM beside the pages: each tensor's f32 rows (sinks, residual). With a disk master the
+  // pages being filled stay in RAM too: K and V may fill different pages, as far apart as the
+  // larger residual lag.
   int64_t tails = 0, slot_bytes = 0;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const int64_t bytes = AlignUp64(impl->PageBytes(l));
     page_bytes.push_back(bytes);
     plan.largest_page_bytes = std::max(plan.largest_page_bytes, bytes);
     slot_bytes = std::max(slot_bytes, bytes + impl->ResidualBytesMax(l));
-    tails += bytes + impl->ResidualBytesMax(l);
+    const int64_t f32_bytes = (impl->MaxF32Rows(l, 0) + impl->MaxF32Rows(l, 1)) * impl->row.elems() * 4;
+    const int64_t lag = std::max(impl->MaxF32Rows(l, 0), impl->MaxF32Rows(l, 1));
+    tails += bytes * (1 + (lag + c.page_positions - 1) / c.page_positions) + f32_bytes;
     int64_t layer_total = 0;
-    if (!CheckedMul(bytes, max_pages, &layer_total) || !CheckedAdd(plan.total_bytes, layer_total, &plan.total_bytes)) {
+    if (!CheckedMul(bytes, max_pages, &layer_total) || !CheckedAdd(layer_total, f32_bytes, &layer_total) ||
+        !CheckedAdd(plan.total_bytes, layer_total, &plan.total_bytes)) {
       return Bad(fmt::format("{} positions do not fit in 64-bit byte counts", c.max_positions));
     }
   }
@@ -168,117 +201,26 @@ double KvCache::stream_copy_seconds() const {
   return impl_->streamer ? impl_->streamer->copy_seconds() : 0;
 }
 
-Status KvCache::Append(int64_t layer, const float* k, const float* v, int64_t n) {
-  Impl& m = *impl_;
-  if (!m.broken.ok()) return m.broken;
-  if (layer < 0 || layer >= m.config.n_layers) return Bad(fmt::format("no layer {}", layer));
-  Impl::Layer& L = m.layers[layer];
-  if (n < 0 || L.positions + n > m.config.max_positions) {
-    return Bad(fmt::format("appending {} positions to {} would pass the context of {} positions",
-                           n, L.positions, m.config.max_positions));
-  }
-  const Codec* codecs[2] = {&m.Key(layer), &m.Value(layer)};
-  const float* rows[2] = {k, v};
-  const int64_t elems = m.row.elems();
-  for (int which = 0; which < 2; ++which) {
-    if (codecs[which]->calibrated && !L.calibrated[which] && n > 0) {
-      L.args[which].tensor_scale = codecs[which]->calibrate(rows[which], n * elems);
-      L.calibrated[which] = true;
-    }
-    L.args[which].shape = m.row;
-  }
-  const int32_t P = m.config.page_positions;
-  for (int64_t r = 0; r < n; ++r) {
-    const int64_t pos = L.positions + r;
-    const int64_t page = pos / P, in_page = pos % P;
-    Result<uint8_t*> buf = m.store->Writable(layer, page);
-    if (!buf.ok()) return m.Break(buf.status());
-    for (int which = 0; which < 2; ++which) {
-      const Codec& codec = *codecs[which];
-      uint8_t* region = *buf + (which == 0 ? 0 : m.KeyRegionBytes(layer));
-      const float* x = rows[which] + r * elems;
-      if (codec.rows_per_block == 1) {
-        codec.encode_block(x, region + in_page * codec.block_bytes(m.row), L.args[which]);
-        continue;
-      }
-      std::vector<float>& residual = L.residual[which];
-      residual.insert(residual.end(), x, x + elems);
-      if (static_cast<int64_t>(residual.size()) == codec.rows_per_block * elems) {
-        const int64_t group = in_page / codec.rows_per_block;
-        codec.encode_block(residual.data(), region + group * codec.block_bytes(m.row), L.args[which]);
-        residual.clear();
-      }
-    }
-    if (in_page == P - 1) {
-      if (Status s = m.store->Filled(layer, page); !s.ok()) return m.Break(s);
-    }
-  }
-  L.positions += n;
-  return Status::Ok();
-}
-
-Status KvCache::AppendPageCopies(int64_t layer, int64_t first_source, int64_t source_pages,
-                                 int64_t n_pages) {
-  Impl& m = *impl_;
-  if (!m.broken.ok()) return m.broken;
-  if (layer < 0 || layer >= m.config.n_layers) return Bad(fmt::format("no layer {}", layer));
-  Impl::Layer& L = m.layers[layer];
-  const int32_t P = m.config.page_positions;
-  if (L.positions % P != 0 || !L.residual[0].empty() || !L.residual[1].empty()) {
-    return Bad(
-        fmt::format("page copies need layer {} to end on a page boundary (it holds {} positions, "
-                    "pages of {})",
-                    layer, L.positions, P));
-  }
-  const int64_t full_pages = L.positions / P;
-  if (source_pages <= 0 || first_source < 0 || first_source + source_pages > full_pages) {
-    return Bad(fmt::format("source pages {}..{} are not among layer {}'s {} full pages",
-                           first_source, first_source + source_pages - 1, layer, full_pages));
-  }
-  if (n_pages < 0 || L.positions + n_pages * P > m.config.max_positions) {
-    return Bad(fmt::format(
-        "appending {} pages of {} positions to {} would pass the context of {} positions", n_pages,
-        P, L.positions, m.config.max_positions));
-  }
-  // The sources, read once: on disk only the tail page is in RAM. [source_pages][page_bytes]
-  const int64_t bytes = m.store->page_bytes(layer);
-  std::vector<uint8_t> sources(static_cast<size_t>(source_pages * bytes));
-  for (int64_t s = 0; s < source_pages; ++s) {
-    if (Status st = m.store->Read(layer, first_source + s, sources.data() + s * bytes); !st.ok())
-      return st;
-  }
-  for (int64_t i = 0; i < n_pages; ++i) {
-    const int64_t page = full_pages + i;
-    Result<uint8_t*> dst = m.store->Writable(layer, page);
-    if (!dst.ok()) return m.Break(dst.status());
-    std::memcpy(*dst, sources.data() + (i % source_pages) * bytes, static_cast<size_t>(bytes));
-    if (Status s = m.store->Filled(layer, page); !s.ok()) return m.Break(s);
-    L.positions += P;  // page by page, so an I/O error leaves the count at the pages written
-  }
-  return Status::Ok();
-}
-
 KvWindow KvCache::Impl::Window(int64_t layer, int64_t page, const uint8_t* page_data,
-                               const float* residual_k, const float* residual_v) const {
+                               const std::array<const float*, 2>& head,
+                               const std::array<const float*, 2>& residual) const {
   const Layer& L = layers[layer];
-  const int32_t P = config.page_positions;
-  const int64_t rows_in_page = std::min<int64_t>(P, L.positions - page * P);
-  const bool last = (page + 1) * P >= L.positions;
   KvWindow w;
-  w.first_position = page * P;
+  w.first_position = page * config.page_positions;
   RowsView* views[2] = {&w.k, &w.v};
-  const float* residuals[2] = {residual_k, residual_v};
   for (int which = 0; which < 2; ++which) {
+    const PageRows r = RowsOfPage(layer, which, page);
     RowsView& v = *views[which];
-    v.codec = which == 0 ? &Key(layer) : &Value(layer);
+    v.codec = &Tensor(layer, which);
     v.args = L.args[which];
     v.args.shape = row;
-    v.blocks = TensorRegion(page_data, layer, which);
+    v.head = head[which];
+    v.n_head_rows = r.n_head;
+    v.blocks = page_data != nullptr ? TensorRegion(page_data, layer, which) : nullptr;
     v.first_row = 0;
-    const int64_t residual_rows = last ? static_cast<int64_t>(L.residual[which].size()) / row.elems() : 0;
-    v.n_block_rows = rows_in_page - residual_rows;
-    v.residual = residuals[which];
-    v.n_rows = rows_in_page;
+    v.n_block_rows = r.n_block;
+    v.residual = residual[which];
+    v.n_rows = r.n_rows;
   }
   return w;
 }
@@ -299,50 +241,85 @@ Status KvCache::Attend(int64_t layer, const AttentionOptions& options, const flo
   // threads walks every page, so streamed pages are consumed in order as the copy thread
   // delivers them (Acquire waits for the page; the last thread done with it frees its slot).
   // Resident pages are read in place. A streamed slot holds the page (its size padded to 64
-  // bytes), then on the last page the f32 residual rows of K and V.
+  // bytes), then the page's f32 rows of K (head rows, residual rows), then those of V. A page
+  // none of whose rows are in blocks yet is not read at all.
   class Pages final : public KvWindowSource {
    public:
-    Pages(const Impl& m, int64_t layer, int64_t n_pages, int64_t page_bytes, int64_t residual_k_bytes)
-        : m_(m), layer_(layer), n_pages_(n_pages), page_bytes_(page_bytes),
-          residual_k_bytes_(residual_k_bytes) {}
+    Pages(const Impl& m, int64_t layer, int64_t n_pages) : m_(m), layer_(layer), n_pages_(n_pages) {}
     int64_t n_windows() const override { return n_pages_; }
     Result<KvWindow> Acquire(int64_t p) override {
+      const Impl::Layer& L = m_.layers[layer_];
+      const int64_t elems = m_.row.elems();
       if (!m_.streamer) {
         const uint8_t* page = m_.store->InHost(layer_, p);
-        if (page == nullptr) return Bad(fmt::format("page {} of layer {} is not resident", p, layer_));
-        const Impl::Layer& L = m_.layers[layer_];
-        return m_.Window(layer_, p, page, L.residual[0].data(), L.residual[1].data());
+        if (page == nullptr && HasBlockRows(m_, layer_, p)) {
+          return Bad(fmt::format("page {} of layer {} is not resident", p, layer_));
+        }
+        std::array<const float*, 2> head{}, residual{};
+        for (int which = 0; which < 2; ++which) {
+          const Impl::PageRows r = m_.RowsOfPage(layer_, which, p);
+          if (r.n_head > 0) head[which] = L.sinks[which].data() + r.first * elems;
+          if (r.n_block < r.n_rows) residual[which] = L.residual[which].data() + r.residual_first * elems;
+        }
+        return m_.Window(layer_, p, page, head, residual);
       }
       Result<const uint8_t*> slot = m_.streamer->Acquire(p);
       if (!slot.ok()) return slot.status();
-      const auto* residual_k = reinterpret_cast<const float*>(*slot + page_bytes_);
-      const auto* residual_v = reinterpret_cast<const float*>(*slot + page_bytes_ + residual_k_bytes_);
-      return m_.Window(layer_, p, *slot, residual_k, residual_v);
+      const auto* f32 = reinterpret_cast<const float*>(*slot + m_.store->page_bytes(layer_));
+      std::array<const float*, 2> head{}, residual{};
+      for (int which = 0; which < 2; ++which) {
+        const Impl::PageRows r = m_.RowsOfPage(layer_, which, p);
+        head[which] = f32;
+        residual[which] = f32 + r.n_head * elems;
+        f32 += r.f32_rows() * elems;
+      }
+      return m_.Window(layer_, p, HasBlockRows(m_, layer_, p) ? *slot : nullptr, head, residual);
     }
     void Release(int64_t p) override {
       if (m_.streamer) m_.streamer->Release(p);
     }
+    static bool HasBlockRows(const Impl& m, int64_t layer, int64_t p) {
+      for (int which = 0; which < 2; ++which) {
+        const Impl::PageRows r = m.RowsOfPage(layer, which, p);
+        if (r.n_block > r.n_head) return true;
+      }
+      return false;
+    }
 
    private:
     const Impl& m_;
-    int64_t layer_, n_pages_, page_bytes_, residual_k_bytes_;
+    int64_t layer_, n_pages_;
   };
   const Impl::Layer& L = m.layers[layer];
   const int32_t P = m.config.page_positions;
   const int64_t n_pages = (L.positions + P - 1) / P;
-  const int64_t page_bytes = m.store->page_bytes(layer);
-  const int64_t residual_k_bytes = static_cast<int64_t>(L.residual[0].size()) * 4;
-  Pages pages(m, layer, n_pages, page_bytes, residual_k_bytes);
+  if (m.formats[layer].key_transforms.rotate) {  // scores against rotated keys: rotate q alike
+    const int64_t n = int64_t{state.n_tokens()} * st.n_heads * st.head_dim;
+    m.rotated_q.assign(q, q + n);
+    RotateHeads(m.rotation_signs.data(), st.head_dim, int64_t{state.n_tokens()} * st.n_heads,
+                m.rotated_q.data());
+    q = m.rotated_q.data();
+  }
+  Pages pages(m, layer, n_pages);
   if (!m.streamer) return AttendWindows(options, q, first_query_position, pages, state);
-  auto fill = [&m, &L, layer, n_pages, page_bytes, residual_k_bytes](int64_t p, uint8_t* dst) -> Result<int64_t> {
-    if (Status s = m.store->Read(layer, p, dst); !s.ok()) return s;
-    if (p + 1 < n_pages) return page_bytes;
-    // (memcpy from an empty vector's null data() is undefined even for 0 bytes.)
-    if (residual_k_bytes > 0) std::memcpy(dst + page_bytes, L.residual[0].data(), residual_k_bytes);
-    if (!L.residual[1].empty()) {
-      std::memcpy(dst + page_bytes + residual_k_bytes, L.residual[1].data(), L.residual[1].size() * 4);
+  const int64_t page_bytes = m.store->page_bytes(layer);
+  auto fill = [&m, &L, layer, page_bytes](int64_t p, uint8_t* dst) -> Result<int64_t> {
+    if (Pages::HasBlockRows(m, layer, p)) {
+      if (Status s = m.store->Read(layer, p, dst); !s.ok()) return s;
     }
-    return page_bytes + residual_k_bytes + static_cast<int64_t>(L.residual[1].size()) * 4;
+    int64_t bytes = page_bytes;
+    const int64_t elems = m.row.elems();
+    for (int which = 0; which < 2; ++which) {
+      const Impl::PageRows r = m.RowsOfPage(layer, which, p);
+      const auto copy = [&](const std::vector<float>& rows, int64_t first, int64_t n) {
+        // (memcpy from an empty vector's null data() is undefined even for 0 bytes.)
+        if (n > 0) std::memcpy(dst + bytes, rows.data() + first * elems, n * elems * 4);
+        bytes += n * elems * 4;
+      };
+      copy(L.sinks[which], r.first, r.n_head);
+      copy(L.residual[which], r.residual_first, r.n_rows - r.n_block);
+    }
+    return bytes;
   };
   m.streamer->Begin(fill, n_pages);
   struct EndGuard {  // the stream ends on every path out, so the next Begin finds it idle
@@ -350,6 +327,14 @@ Status KvCache::Attend(int64_t layer, const AttentionOptions& options, const flo
     ~EndGuard() { streamer.End(); }
   } end_guard{*m.streamer};
   return AttendWindows(options, q, first_query_position, pages, state);
+}
+
+void KvCache::FinishAttention(int64_t layer, const AttentionState& state, float* out) const {
+  kvq::FinishAttention(state, out);
+  if (impl_->formats[layer].value_transforms.rotate) {
+    const AttentionShape s = state.shape();
+    UnrotateHeads(impl_->rotation_signs.data(), s.head_dim, int64_t{state.n_tokens()} * s.n_heads, out);
+  }
 }
 
 std::string KvTierPlan::Describe() const {

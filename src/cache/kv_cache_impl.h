@@ -1,5 +1,5 @@
-// KvCache's private state, shared by kv_cache.cc (pages, tiers, attention) and
-// kv_cache_snapshot.cc (export / import).
+// KvCache's private state, shared by kv_cache.cc (configuration, tiers, attention),
+// kv_cache_append.cc (rows in: transforms, encoding) and kv_cache_snapshot.cc (export / import).
 #pragma once
 
 #include <array>
@@ -15,11 +15,27 @@ namespace kvq {
 inline int64_t AlignUp64(int64_t x) { return (x + 63) / 64 * 64; }
 
 struct KvCache::Impl {
+  // One layer's rows. Per tensor (0 = K, 1 = V): rows [0, encoded) are in the pages' blocks,
+  // rows [encoded, positions) in `residual` (f32, already transformed), and rows
+  // [0, min(positions, sinks)) also in `sinks`, which attention reads instead of their blocks.
   struct Layer {
     int64_t positions = 0;
-    std::array<CodecArgs, 2> args{};           // K, V (tensor scales)
+    std::array<CodecArgs, 2> args{};  // tensor scales
     std::array<bool, 2> calibrated{false, false};
-    std::array<std::vector<float>, 2> residual;  // f32 rows of an incomplete group, K and V
+    std::array<int64_t, 2> encoded{0, 0};
+    std::array<std::vector<float>, 2> residual;  // [positions − encoded][n_kv_heads][head_dim]
+    std::array<std::vector<float>, 2> sinks;     // [min(positions, sinks)][n_kv_heads][head_dim]
+  };
+
+  // Where one page's rows of one tensor come from: head rows (sinks) in f32, then rows in the
+  // page's blocks, then residual rows in f32 (a RowsView's three runs).
+  struct PageRows {
+    int64_t first = 0;           // the page's first position
+    int64_t n_rows = 0;          // positions of the page the layer holds
+    int64_t n_head = 0;          // [0, n_head): sinks rows first + r
+    int64_t n_block = 0;         // [n_head, n_block): blocks
+    int64_t residual_first = 0;  // row r ≥ n_block is residual row residual_first + r − n_block
+    int64_t f32_rows() const { return n_head + n_rows - n_block; }
   };
 
   KvCacheConfig config;
@@ -29,6 +45,10 @@ struct KvCache::Impl {
   std::vector<Layer> layers;
   std::vector<int64_t> page_bytes;  // per layer, padded to 64
   int64_t max_pages = 0;
+  std::vector<float> rotation_signs;  // [head_dim] when a spec rotates (hadamard.h)
+  std::vector<float> rotated_q;       // Attend's scratch: [n_tokens][n_heads][head_dim]
+  std::array<std::vector<float>, 2> rotated_rows;  // Append's scratch: [n][n_kv_heads][head_dim]
+  std::vector<float> block_rows;      // Append's scratch: [rows_per_block][n_kv_heads][head_dim]
   std::unique_ptr<PageStore> store;
   std::unique_ptr<StagingArena> arena;      // null when resident
   std::unique_ptr<PageStreamer> streamer;   // null when resident
@@ -38,6 +58,10 @@ struct KvCache::Impl {
 
   const Codec& Key(int64_t l) const { return formats[l].key->key; }
   const Codec& Value(int64_t l) const { return formats[l].value->value; }
+  const Codec& Tensor(int64_t l, int which) const { return which == 0 ? Key(l) : Value(l); }
+  const KvTransforms& Transforms(int64_t l, int which) const {
+    return which == 0 ? formats[l].key_transforms : formats[l].value_transforms;
+  }
   /// Encoded bytes of one tensor (K or V) for a full page.
   int64_t TensorPageBytes(const Codec& codec) const;
   /// Page layout: [K region, padded to 64 bytes][V region].
@@ -46,11 +70,20 @@ struct KvCache::Impl {
   const uint8_t* TensorRegion(const uint8_t* page, int64_t layer, int which) const {
     return which == 0 ? page : page + KeyRegionBytes(layer);
   }
-  /// Largest f32 residual (K and V) a layer can hold, in bytes.
+  /// Most f32 rows (sinks and residual) one tensor can hold: min(context, sinks + residual +
+  /// rows_per_block − 1).
+  int64_t MaxF32Rows(int64_t layer, int which) const;
+  /// Largest f32 rows (K and V) one page's window can carry, in bytes (a streamed slot's extra).
   int64_t ResidualBytesMax(int64_t layer) const;
-  /// The window for one page: its bytes, and the residual rows when it is the last page.
-  KvWindow Window(int64_t layer, int64_t page, const uint8_t* page_data, const float* residual_k,
-                  const float* residual_v) const;
+  /// How page `page` of `layer` splits for tensor `which` at the layer's current length.
+  PageRows RowsOfPage(int64_t layer, int which, int64_t page) const;
+  /// The window for one page: its bytes (null when neither tensor has block rows there) and, per
+  /// tensor, where its head rows and its residual rows for this page start.
+  KvWindow Window(int64_t layer, int64_t page, const uint8_t* page_data,
+                  const std::array<const float*, 2>& head,
+                  const std::array<const float*, 2>& residual) const;
+  /// Encodes tensor `which` of `layer` up to EncodedRows(n) rows, writing pages as they fill.
+  Status EncodeAged(int64_t layer, int which, int64_t n);
 };
 
 }  // namespace kvq

@@ -48,8 +48,7 @@ Result<std::unique_ptr<PageStore>> PageStore::Create(std::vector<int64_t> page_b
     s->layer_offset_.push_back(offset);
     offset += b * max_pages;
   }
-  s->tail_.resize(layers);
-  s->tail_page_.assign(layers, -1);
+  s->tails_.resize(layers);
   // Reserve the whole file now: a full disk is refused at start, not when a page fills later.
   if (offset > 0 && fallocate(s->fd_, 0, 0, offset) != 0 && errno != EOPNOTSUPP) {
     return IoError(fmt::format("--kv-disk: cannot reserve {} bytes for", offset), s->path_);
@@ -72,18 +71,27 @@ Result<uint8_t*> PageStore::Writable(int64_t layer, int64_t page) {
     if (!pages[page]) pages[page] = std::make_unique<uint8_t[]>(bytes);  // zeroed
     return pages[page].get();
   }
-  if (tail_page_[layer] != page) {
-    if (!tail_[layer]) tail_[layer] = std::make_unique<uint8_t[]>(bytes);
-    std::memset(tail_[layer].get(), 0, bytes);
-    tail_page_[layer] = page;
+  for (Tail& t : tails_[layer]) {
+    if (t.page == page) return t.bytes.get();
   }
-  return tail_[layer].get();
+  tails_[layer].push_back({page, std::make_unique<uint8_t[]>(bytes)});  // zeroed
+  return tails_[layer].back().bytes.get();
 }
 
 Status PageStore::Filled(int64_t layer, int64_t page) {
   if (!on_disk()) return Status::Ok();
-  return FullPwrite(fd_, tail_[layer].get(), page_bytes_[layer],
-                    layer_offset_[layer] + page * page_bytes_[layer], path_);
+  std::vector<Tail>& tails = tails_[layer];
+  for (size_t i = 0; i < tails.size(); ++i) {
+    if (tails[i].page != page) continue;
+    if (Status s = FullPwrite(fd_, tails[i].bytes.get(), page_bytes_[layer],
+                              layer_offset_[layer] + page * page_bytes_[layer], path_);
+        !s.ok()) {
+      return s;
+    }
+    tails.erase(tails.begin() + static_cast<std::ptrdiff_t>(i));
+    return Status::Ok();
+  }
+  return Status::Error(fmt::format("KV cache page {} of layer {} was not being filled", page, layer));
 }
 
 const uint8_t* PageStore::InHost(int64_t layer, int64_t page) const {
@@ -91,7 +99,10 @@ const uint8_t* PageStore::InHost(int64_t layer, int64_t page) const {
     const auto& pages = pages_[layer];
     return page < static_cast<int64_t>(pages.size()) ? pages[page].get() : nullptr;
   }
-  return tail_page_[layer] == page ? tail_[layer].get() : nullptr;
+  for (const Tail& t : tails_[layer]) {
+    if (t.page == page) return t.bytes.get();
+  }
+  return nullptr;
 }
 
 Status PageStore::Read(int64_t layer, int64_t page, uint8_t* dst) const {
@@ -118,14 +129,14 @@ Status PageStore::Read(int64_t layer, int64_t page, uint8_t* dst) const {
 
 void PageStore::Clear(int64_t layer) {
   pages_[layer].clear();
-  if (on_disk()) tail_page_[layer] = -1;
+  if (on_disk()) tails_[layer].clear();
 }
 
 int64_t PageStore::host_bytes() const {
   int64_t total = 0;
   for (size_t l = 0; l < page_bytes_.size(); ++l) {
     if (on_disk()) {
-      total += tail_[l] ? page_bytes_[l] : 0;
+      total += static_cast<int64_t>(tails_[l].size()) * page_bytes_[l];
     } else {
       for (const auto& p : pages_[l]) total += p ? page_bytes_[l] : 0;
     }

@@ -25,12 +25,13 @@ class PageStore {
   const std::string& file() const { return path_; }
   int64_t page_bytes(int64_t layer) const { return page_bytes_[layer]; }
 
-  /// The page to write rows into. On disk only the current tail page (or the next one, which
-  /// becomes the tail, zero-filled) can be written.
+  /// The page to write rows into. On disk, pages being filled ("tails", zero-filled when first
+  /// asked for) are held in RAM until Filled; the cache keeps few of them (K and V may fill
+  /// different pages when their residuals differ).
   Result<uint8_t*> Writable(int64_t layer, int64_t page);
-  /// The tail page is complete: on disk, write it out.
+  /// A page being filled is complete: on disk, write it out and drop it from RAM.
   Status Filled(int64_t layer, int64_t page);
-  /// The page's bytes in host RAM if they are there (host tier, or the disk tier's tail), else null.
+  /// The page's bytes in host RAM if they are there (host tier, or a disk tier's tail), else null.
   const uint8_t* InHost(int64_t layer, int64_t page) const;
   /// Copies the page's bytes to dst (from RAM, or pread from the file).
   Status Read(int64_t layer, int64_t page, uint8_t* dst) const;
@@ -45,8 +46,11 @@ class PageStore {
   std::vector<int64_t> layer_offset_;  // disk: byte offset of each layer's page 0
   int64_t max_pages_ = 0;
   std::vector<std::vector<std::unique_ptr<uint8_t[]>>> pages_;  // host: [layer][page]
-  std::vector<std::unique_ptr<uint8_t[]>> tail_;                 // disk: [layer]
-  std::vector<int64_t> tail_page_;                               // disk: the tail's page index
+  struct Tail {
+    int64_t page;
+    std::unique_ptr<uint8_t[]> bytes;  // [page_bytes]
+  };
+  std::vector<std::vector<Tail>> tails_;  // disk: [layer][pages being filled]
   int fd_ = -1;
   std::string path_;
   bool keep_ = false;

@@ -117,7 +117,7 @@ std::vector<uint8_t> EncodeHeader(const SnapshotImage& image) {
     Store<uint8_t>(&p, layer.scales_calibrated ? 1 : 0);
     Store<uint64_t>(&p, layer.key_bytes.size());
     Store<uint64_t>(&p, layer.value_bytes.size());
-    Store<uint64_t>(&p, layer.key_residual.size());
+    Store<uint64_t>(&p, layer.residual[0].size());
   }
   Store<uint64_t>(&p, Checksum64(h.data(), table_end));
   return h;
@@ -238,7 +238,7 @@ Status WriteSnapshot(const std::string& path, const SnapshotImage& image) {
     const SnapshotLayer& layer = image.layers[i];
     if (!WriteSection(f, layer.key_bytes.data(), layer.key_bytes.size(), SectionSeed(i, 0)) ||
         !WriteSection(f, layer.value_bytes.data(), layer.value_bytes.size(), SectionSeed(i, 1)) ||
-        !WriteSection(f, layer.key_residual.data(), layer.key_residual.size() * sizeof(float),
+        !WriteSection(f, layer.residual[0].data(), layer.residual[0].size() * sizeof(float),
                       SectionSeed(i, 2))) {
       const int err = errno;  // before fmt::format can touch it
       return fail(fmt::format("writing layer {}", i), err);
@@ -415,9 +415,9 @@ Result<SnapshotImage> ReadSnapshot(const std::string& path, const SnapshotExpect
     SnapshotLayer& layer = image.layers[i];
     layer.key_bytes.resize(lengths[i].bytes[0]);
     layer.value_bytes.resize(lengths[i].bytes[1]);
-    layer.key_residual.resize(lengths[i].bytes[2] / sizeof(float));
+    layer.residual[0].resize(lengths[i].bytes[2] / sizeof(float));
     void* const targets[3] = {layer.key_bytes.data(), layer.value_bytes.data(),
-                              layer.key_residual.data()};
+                              layer.residual[0].data()};
     for (int s = 0; s < 3; ++s) {
       const std::string what = fmt::format("the layer {} {} section", i, kSectionNames[s]);
       uint64_t stored_sum = 0;

@@ -129,7 +129,7 @@ Result<Outputs> AttendCaptured(const Captured& c, const FormatDesc& f, const Sel
     if (Status s = kv.Attend(static_cast<int64_t>(i), options, q.data() + l * c.q_dim(), qpos, state); !s.ok()) {
       return s;
     }
-    FinishAttention(state, o.out[i].data());
+    kv.FinishAttention(static_cast<int64_t>(i), state, o.out[i].data());
     o.attended = std::min(o.attended, state.attended[0]);
   }
   return o;
@@ -311,7 +311,7 @@ Result<bool> Top1Changed(LlamaModel& model, const Captured& c, std::span<const i
       hook_status = s;
       return;
     }
-    FinishAttention(state, substitute[i].data());
+    cand.FinishAttention(i, state, substitute[i].data());
   };
   hooks.on_attention_out = [&](int32_t layer, int64_t, float* out) {
     if (const int32_t i = slot[layer]; i >= 0) {

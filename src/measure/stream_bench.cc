@@ -69,7 +69,7 @@ Result<std::vector<StreamBenchRow>> RunStreamBench(
             AttentionState state(c.shape, 1);
             KvCache& cache = arm == 0 ? **resident : **streamed;
             if (Status s = cache.Attend(0, options, q.data(), n - 1, state); !s.ok()) return s;
-            FinishAttention(state, out.data());
+            cache.FinishAttention(0, state, out.data());
           } else {
             for (int64_t p = 0; p < n_pages; ++p) std::memcpy(slot.data(), src.data() + p * page_bytes, page_bytes);
           }

@@ -112,7 +112,7 @@ Status LlamaModel::ForwardBlock(const int32_t* tokens, int32_t n, int64_t pos, K
     if (Status s = cache.Append(l, k, v, n); !s.ok()) return s;
     state.Reset();
     if (Status s = cache.Attend(l, attention_options(), q, pos, state); !s.ok()) return s;
-    FinishAttention(state, xb);  // [n][n_heads·head_dim]
+    cache.FinishAttention(l, state, xb);  // [n][n_heads·head_dim]
     clock.Charge(kAttention);
     if (hooks_ && hooks_->on_attention_out) {
       for (int32_t t = 0; t < n; ++t) hooks_->on_attention_out(l, pos + t, xb + t * q_dim);

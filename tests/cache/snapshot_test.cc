@@ -67,12 +67,12 @@ SnapshotImage MakeImage(uint32_t seed, const std::vector<LayerSpec>& specs) {
     for (size_t i = 0; i < spec.key_bytes; ++i) layer.key_bytes.push_back(rng() & 0xFF);
     for (size_t i = 0; i < spec.value_bytes; ++i) layer.value_bytes.push_back(rng() & 0xFF);
     std::normal_distribution<float> normal(0.0f, 2.0f);
-    for (size_t i = 0; i < spec.residual_floats; ++i) layer.key_residual.push_back(normal(rng));
+    for (size_t i = 0; i < spec.residual_floats; ++i) layer.residual[0].push_back(normal(rng));
     // Values that only a bit-exact round trip keeps.
     if (spec.residual_floats >= 3) {
-      layer.key_residual[0] = -0.0f;
-      layer.key_residual[1] = std::numeric_limits<float>::quiet_NaN();
-      layer.key_residual[2] = std::numeric_limits<float>::denorm_min();
+      layer.residual[0][0] = -0.0f;
+      layer.residual[0][1] = std::numeric_limits<float>::quiet_NaN();
+      layer.residual[0][2] = std::numeric_limits<float>::denorm_min();
     }
     image.layers.push_back(std::move(layer));
   }
@@ -124,7 +124,7 @@ Layout LayoutOf(const SnapshotImage& image) {
   uint64_t at = layout.header_end;
   for (const SnapshotLayer& layer : image.layers) {
     const std::array<uint64_t, 3> len = {layer.key_bytes.size(), layer.value_bytes.size(),
-                                         layer.key_residual.size() * sizeof(float)};
+                                         layer.residual[0].size() * sizeof(float)};
     std::array<uint64_t, 3> start{};
     for (int s = 0; s < 3; ++s) {
       start[s] = at;
@@ -186,10 +186,10 @@ void ExpectSameImage(const SnapshotImage& a, const SnapshotImage& b) {
     EXPECT_EQ(x.scales_calibrated, y.scales_calibrated);
     EXPECT_EQ(x.key_bytes, y.key_bytes);
     EXPECT_EQ(x.value_bytes, y.value_bytes);
-    ASSERT_EQ(x.key_residual.size(), y.key_residual.size());
-    for (size_t j = 0; j < x.key_residual.size(); ++j) {  // bits: NaN and -0.0 included
-      EXPECT_EQ(std::bit_cast<uint32_t>(x.key_residual[j]),
-                std::bit_cast<uint32_t>(y.key_residual[j]))
+    ASSERT_EQ(x.residual[0].size(), y.residual[0].size());
+    for (size_t j = 0; j < x.residual[0].size(); ++j) {  // bits: NaN and -0.0 included
+      EXPECT_EQ(std::bit_cast<uint32_t>(x.residual[0][j]),
+                std::bit_cast<uint32_t>(y.residual[0][j]))
           << "residual " << j;
     }
   }

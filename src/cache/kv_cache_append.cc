@@ -1,0 +1,155 @@
+// KvCache rows in (see kvq/kv_cache.h): transforms applied, rows held in f32 while they are sinks
+// or in the residual, encoded into pages as they age out, pages written as both tensors fill
+// them; and page copies for benchmarks.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "cache/kv_cache_impl.h"
+#include "formats/transforms/hadamard.h"
+
+namespace kvq {
+namespace {
+
+Status Bad(const std::string& message) { return Status::Error("KV cache: " + message); }
+
+}  // namespace
+
+Status KvCache::Impl::EncodeAged(int64_t layer, int which, int64_t n) {
+  Layer& L = layers[layer];
+  const Codec& codec = Tensor(layer, which);
+  const KvTransforms& t = Transforms(layer, which);
+  const int64_t target = EncodedRows(codec, t, n);
+  if (target <= L.encoded[which]) return Status::Ok();
+  const int64_t elems = row.elems();
+  const int32_t G = codec.rows_per_block;
+  const int32_t P = config.page_positions;
+  std::vector<float>& held = L.residual[which];  // rows [encoded, n)
+  // Per-tensor scales (fp8) from the rows about to be encoded and those held with them: the
+  // first rows written, sinks excluded (a sink never reaches a scale).
+  if (codec.calibrated && !L.calibrated[which]) {
+    const int64_t skip = std::max<int64_t>(0, t.sinks - L.encoded[which]);
+    const int64_t rows = n - L.encoded[which] - skip;
+    if (rows > 0) {
+      L.args[which].tensor_scale = codec.calibrate(held.data() + skip * elems, rows * elems);
+      L.calibrated[which] = true;
+    }
+  }
+  const int64_t block_bytes = codec.block_bytes(row);
+  const int64_t region_offset = which == 0 ? 0 : KeyRegionBytes(layer);
+  int64_t done = 0;  // rows of `held` encoded by this call
+  for (int64_t first = L.encoded[which]; first < target; first += G, done += G) {
+    const float* rows = held.data() + done * elems;  // [G][elems]
+    if (first < t.sinks) {
+      // Sink slots in a block hold a stand-in — the block's first non-sink row, or zeros — so
+      // the sink's own numbers (often the largest in the tensor) never set a block's scales.
+      block_rows.assign(rows, rows + G * elems);
+      const int64_t n_sinks = std::min<int64_t>(G, t.sinks - first);
+      for (int64_t r = 0; r < n_sinks; ++r) {
+        float* dst = block_rows.data() + r * elems;
+        if (n_sinks < G) {
+          std::memcpy(dst, rows + n_sinks * elems, elems * sizeof(float));
+        } else {
+          std::fill(dst, dst + elems, 0.0f);
+        }
+      }
+      rows = block_rows.data();
+    }
+    const int64_t page = first / P;
+    Result<uint8_t*> buf = store->Writable(layer, page);
+    if (!buf.ok()) return Break(buf.status());
+    codec.encode_block(rows, *buf + region_offset + (first % P) / G * block_bytes, L.args[which]);
+    // The page is complete when both tensors have encoded its last row.
+    const int64_t other = L.encoded[1 - which];
+    const int64_t end = first + G;
+    if (end % P == 0 && other >= end) {
+      if (Status s = store->Filled(layer, page); !s.ok()) return Break(s);
+    }
+    L.encoded[which] = end;
+  }
+  held.erase(held.begin(), held.begin() + done * elems);
+  return Status::Ok();
+}
+
+Status KvCache::Append(int64_t layer, const float* k, const float* v, int64_t n) {
+  Impl& m = *impl_;
+  if (!m.broken.ok()) return m.broken;
+  if (layer < 0 || layer >= m.config.n_layers) return Bad(fmt::format("no layer {}", layer));
+  Impl::Layer& L = m.layers[layer];
+  if (n < 0 || L.positions + n > m.config.max_positions) {
+    return Bad(fmt::format("appending {} positions to {} would pass the context of {} positions",
+                           n, L.positions, m.config.max_positions));
+  }
+  const int64_t elems = m.row.elems();
+  const float* rows[2] = {k, v};  // [n][n_kv_heads][head_dim]
+  for (int which = 0; which < 2; ++which) {
+    const KvTransforms& t = m.Transforms(layer, which);
+    L.args[which].shape = m.row;
+    if (t.rotate) {
+      std::vector<float>& r = m.rotated_rows[which];
+      r.assign(rows[which], rows[which] + n * elems);
+      RotateHeads(m.rotation_signs.data(), m.row.head_dim, n * m.row.n_kv_heads, r.data());
+      rows[which] = r.data();
+    }
+    const int64_t n_sinks = std::clamp<int64_t>(t.sinks - L.positions, 0, n);
+    L.sinks[which].insert(L.sinks[which].end(), rows[which], rows[which] + n_sinks * elems);
+    L.residual[which].insert(L.residual[which].end(), rows[which], rows[which] + n * elems);
+  }
+  for (int which = 0; which < 2; ++which) {
+    if (Status s = m.EncodeAged(layer, which, L.positions + n); !s.ok()) return s;
+  }
+  L.positions += n;
+  return Status::Ok();
+}
+
+Status KvCache::AppendPageCopies(int64_t layer, int64_t first_source, int64_t source_pages,
+                                 int64_t n_pages) {
+  Impl& m = *impl_;
+  if (!m.broken.ok()) return m.broken;
+  if (layer < 0 || layer >= m.config.n_layers) return Bad(fmt::format("no layer {}", layer));
+  Impl::Layer& L = m.layers[layer];
+  const int32_t P = m.config.page_positions;
+  for (int which = 0; which < 2; ++which) {
+    const KvTransforms& t = m.Transforms(layer, which);
+    if (t.sinks > 0 || t.residual > 0) {
+      return Bad(fmt::format("page copies need specs without sinks or a residual (layer {} has {})",
+                             layer, LayerFormatsName(m.formats[layer])));
+    }
+  }
+  if (L.positions % P != 0 || L.encoded[0] != L.positions || L.encoded[1] != L.positions) {
+    return Bad(
+        fmt::format("page copies need layer {} to end on a page boundary (it holds {} positions, "
+                    "pages of {})",
+                    layer, L.positions, P));
+  }
+  const int64_t full_pages = L.positions / P;
+  if (source_pages <= 0 || first_source < 0 || first_source + source_pages > full_pages) {
+    return Bad(fmt::format("source pages {}..{} are not among layer {}'s {} full pages",
+                           first_source, first_source + source_pages - 1, layer, full_pages));
+  }
+  if (n_pages < 0 || L.positions + n_pages * P > m.config.max_positions) {
+    return Bad(fmt::format(
+        "appending {} pages of {} positions to {} would pass the context of {} positions", n_pages,
+        P, L.positions, m.config.max_positions));
+  }
+  // The sources, read once: on disk only pages being filled are in RAM. [source_pages][page_bytes]
+  const int64_t bytes = m.store->page_bytes(layer);
+  std::vector<uint8_t> sources(static_cast<size_t>(source_pages * bytes));
+  for (int64_t s = 0; s < source_pages; ++s) {
+    if (Status st = m.store->Read(layer, first_source + s, sources.data() + s * bytes); !st.ok())
+      return st;
+  }
+  for (int64_t i = 0; i < n_pages; ++i) {
+    const int64_t page = full_pages + i;
+    Result<uint8_t*> dst = m.store->Writable(layer, page);
+    if (!dst.ok()) return m.Break(dst.status());
+    std::memcpy(*dst, sources.data() + (i % source_pages) * bytes, static_cast<size_t>(bytes));
+    if (Status s = m.store->Filled(layer, page); !s.ok()) return m.Break(s);
+    L.positions += P;  // page by page, so an I/O error leaves the count at the pages written
+    L.encoded = {L.positions, L.positions};
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvq
