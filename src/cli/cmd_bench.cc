@@ -84,7 +84,7 @@ int RunBenchAttention(const BenchAttentionOptions& o) {
   c.reps = static_cast<int32_t>(o.reps);
   c.queries = static_cast<int32_t>(o.queries);
   c.query_blocks.assign(o.query_blocks.begin(), o.query_blocks.end());
-  const Result<std::vector<const FormatDesc*>> formats = o.shared.FormatList();
+  const Result<std::vector<const FormatDesc*>> formats = o.shared.PlainFormatList();
   if (!formats.ok()) return bad(formats.status().message());
   for (const FormatDesc* f : *formats) {
     if (Status s = CheckShape(*f, {.n_kv_heads = c.shape.n_kv_heads, .head_dim = c.shape.head_dim}); !s.ok()) {
@@ -179,7 +179,7 @@ int RunBenchStream(const BenchStreamOptions& o) {
   c.device_bytes = o.device_budget;
   c.reps = static_cast<int32_t>(o.reps);
   c.contexts = o.shared.contexts;
-  const Result<std::vector<const FormatDesc*>> formats = o.shared.FormatList();
+  const Result<std::vector<const FormatDesc*>> formats = o.shared.PlainFormatList();
   if (!formats.ok()) return bad(formats.status().message());
   c.formats = *formats;
   auto progress = [](const std::string& line) { fmt::print(stderr, "bench stream: {}\n", line); };

@@ -44,7 +44,7 @@ int RunBenchContext(const BenchContextOptions& o) {
                             .host_bytes = o.shared.budgets.host_bytes,
                             .past_model_context = o.past_model_context,
                             .cold_disk = !o.warm_disk};
-  const Result<std::vector<const FormatDesc*>> formats = o.shared.FormatList();
+  const Result<std::vector<const FormatDesc*>> formats = o.shared.PlainFormatList();
   if (!formats.ok()) return bad(formats.status().message());
   config.formats = *formats;
   bool disk = false;

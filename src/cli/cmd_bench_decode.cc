@@ -40,7 +40,7 @@ int RunBenchDecode(const BenchDecodeOptions& o) {
   DecodeBenchConfig config;
   config.reps = o.reps;
   config.seed = o.shared.seed;
-  const Result<std::vector<const FormatDesc*>> formats = o.shared.FormatList();
+  const Result<std::vector<const FormatDesc*>> formats = o.shared.PlainFormatList();
   if (!formats.ok()) return bad(formats.status().message());
   config.formats = *formats;
   if (config.formats.empty()) return bad("--format: give at least one format");

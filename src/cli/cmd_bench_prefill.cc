@@ -44,7 +44,7 @@ int RunBenchPrefill(const BenchPrefillOptions& o) {
   if (o.reps < 1 || o.reps > 1000) return bad(fmt::format("--reps must be in 1..1000 (got {})", o.reps));
   PrefillBenchConfig config;
   config.reps = o.reps;
-  const Result<std::vector<const FormatDesc*>> formats = o.shared.FormatList();
+  const Result<std::vector<const FormatDesc*>> formats = o.shared.PlainFormatList();
   if (!formats.ok()) return bad(formats.status().message());
   config.formats = *formats;
   if (config.formats.empty()) return bad("--format: give at least one format");

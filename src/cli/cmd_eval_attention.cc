@@ -101,7 +101,7 @@ int RunEvalAttention(const EvalAttentionOptions& o) {
     return 1;
   };
   AttentionErrorConfig config;
-  const Result<std::vector<const FormatDesc*>> formats = o.shared.FormatList();
+  const Result<std::vector<const FormatDesc*>> formats = o.shared.PlainFormatList();
   if (!formats.ok()) return bad(formats.status().message());
   for (const FormatDesc* f : *formats) {
     if (std::find(config.formats.begin(), config.formats.end(), f) == config.formats.end()) config.formats.push_back(f);

@@ -199,7 +199,7 @@ int RunKl(const FidelityOptions& o, const std::string& text_path, const std::str
     fmt::print(stderr, "kvq {}: error: {}\n", kCommand, m);
     return 1;
   };
-  const Result<std::pair<const FormatDesc*, const FormatDesc*>> kv = o.shared.KvFormats();
+  const Result<LayerFormats> kv = o.shared.KvLayer();
   if (!kv.ok()) return bad(kv.status().message());
   if (!o.kl_base_out.empty() && o.kl_base_out == o.kl_base) {
     return bad(fmt::format("--kl-divergence-base-out {}: the same file as --kl-divergence-base", o.kl_base_out));
@@ -242,8 +242,8 @@ int RunKl(const FidelityOptions& o, const std::string& text_path, const std::str
                kCommand, text_path, all.size(), tokens.size() / n_ctx, n_ctx, tokens.size());
   }
   const RowShape row{.n_kv_heads = cfg.n_kv_heads, .head_dim = cfg.head_dim()};
-  for (const FormatDesc* f : {kv->first, kv->second}) {
-    if (Status s = CheckShape(*f, row); !s.ok()) return bad("--kv: " + s.message());
+  for (const KvSpec& spec : {kv->Key(), kv->Value()}) {
+    if (Status s = CheckKvSpec(spec, row); !s.ok()) return bad("--kv: " + s.message());
   }
   std::unique_ptr<LlamaLogitsWriter> out;
   if (!o.kl_base_out.empty()) {
@@ -253,7 +253,8 @@ int RunKl(const FidelityOptions& o, const std::string& text_path, const std::str
     out = std::move(w.value());
   }
   LlamaModel model(std::move(loaded.value().weights), o.shared.threads);
-  const KlRunConfig run{.key = kv->first, .value = kv->second, .n_ctx = static_cast<int32_t>(n_ctx),
+  const KlRunConfig run{.key = kv->key, .value = kv->value, .key_transforms = kv->key_transforms,
+                        .value_transforms = kv->value_transforms, .n_ctx = static_cast<int32_t>(n_ctx),
                         .bos = tokenizer.add_bos() ? tokenizer.bos() : -1,
                         .base = base ? &*base : nullptr, .out = out.get()};
   Result<KlReport> report = RunKlDivergence(model, tokens, run, [](const std::string& line) {
@@ -308,7 +309,7 @@ int RunEvalFidelity(const FidelityOptions& o) {
     }
   }
   FidelityConfig config;
-  const Result<std::vector<const FormatDesc*>> formats = o.shared.FormatList();
+  const Result<std::vector<const FormatDesc*>> formats = o.shared.PlainFormatList();
   if (!formats.ok()) return bad(formats.status().message());
   config.formats = *formats;
   if (config.formats.empty()) config.formats.assign(Formats().begin(), Formats().end());

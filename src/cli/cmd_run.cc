@@ -44,15 +44,14 @@ int RunGenerate(const RunOptions& o) {
   const Tokenizer* tokenizer = &loaded_model.value().tokenizer;
   const LlamaConfig cfg = weights->config;
 
-  const Result<std::pair<const FormatDesc*, const FormatDesc*>> kv = so.KvFormats();
+  const Result<LayerFormats> kv = so.KvLayer();
   if (!kv.ok()) return bad(kv.status().message());
-  const auto [kf, vf] = *kv;
   const int64_t context = o.context == 0 ? cfg.seq_len : o.context;
   if (context < 0 || context > cfg.seq_len) {
     return bad(fmt::format("-c {}: the model's context is {} positions", o.context, cfg.seq_len));
   }
   KvCacheConfig cache_config{.n_layers = cfg.n_layers, .n_kv_heads = cfg.n_kv_heads, .head_dim = cfg.head_dim(),
-                             .layers = {{kf, vf}}, .max_positions = context,
+                             .layers = {*kv}, .max_positions = context,
                              .page_positions = DefaultPagePositions(context),
                              .budgets = so.budgets};
   Result<std::unique_ptr<KvCache>> cache = KvCache::Create(cache_config);
@@ -109,7 +108,8 @@ int RunGenerate(const RunOptions& o) {
   for (int64_t l = 0; l < cfg.n_layers; ++l) {
     const RowShape shape{cfg.n_kv_heads, cfg.head_dim()};
     const int64_t n = (*cache)->positions(l);
-    kv_bytes += BytesForRows(kf->key, shape, n) + BytesForRows(vf->value, shape, n);
+    kv_bytes += SpecBytesForRows(kv->key->key, kv->key_transforms, shape, n) +
+                SpecBytesForRows(kv->value->value, kv->value_transforms, shape, n);
     kv_bytes_f16 += BytesForRows(f16->key, shape, n) + BytesForRows(f16->value, shape, n);
   }
   // Prompt speed counts the tokens actually run (a prompt cache skips the rest).

@@ -21,26 +21,42 @@ std::string SharedOptions::TokenizerPath() const {
   return tokenizer.empty() && model.empty() ? BundledModelFile("tok512.bin") : tokenizer;
 }
 
-Result<std::pair<const FormatDesc*, const FormatDesc*>> SharedOptions::KvFormats() const {
-  const Result<const FormatDesc*> k = FindFormat(kv_k.empty() ? kv : kv_k);
+Result<LayerFormats> SharedOptions::KvLayer() const {
+  const Result<KvSpec> k = ParseKvSpec(kv_k.empty() ? kv : kv_k);
   if (!k.ok()) return Status::Error((kv_k.empty() ? "--kv: " : "--kv-k: ") + k.status().message());
-  const Result<const FormatDesc*> v = FindFormat(kv_v.empty() ? kv : kv_v);
+  const Result<KvSpec> v = ParseKvSpec(kv_v.empty() ? kv : kv_v);
   if (!v.ok()) return Status::Error((kv_v.empty() ? "--kv: " : "--kv-v: ") + v.status().message());
-  return std::pair{*k, *v};
+  return LayerFormats::Of(*k, *v);
 }
 
 std::string SharedOptions::KvFormatName() const {
+  const Result<LayerFormats> layer = KvLayer();
+  if (layer.ok()) return LayerFormatsName(*layer);
   const std::string& k = kv_k.empty() ? kv : kv_k;
   const std::string& v = kv_v.empty() ? kv : kv_v;
   return k == v ? k : k + "/" + v;
 }
 
-Result<std::vector<const FormatDesc*>> SharedOptions::FormatList() const {
-  std::vector<const FormatDesc*> list;
+Result<std::vector<KvSpec>> SharedOptions::FormatList() const {
+  std::vector<KvSpec> list;
   for (const std::string& name : formats) {
-    const Result<const FormatDesc*> f = FindFormat(name);
+    const Result<KvSpec> f = ParseKvSpec(name);
     if (!f.ok()) return Status::Error("--format: " + f.status().message());
     list.push_back(*f);
+  }
+  return list;
+}
+
+Result<std::vector<const FormatDesc*>> SharedOptions::PlainFormatList() const {
+  Result<std::vector<KvSpec>> specs = FormatList();
+  if (!specs.ok()) return specs.status();
+  std::vector<const FormatDesc*> list;
+  for (const KvSpec& s : *specs) {
+    if (s.transforms.any()) {
+      return Status::Error(fmt::format("--format {}: this command measures formats without "
+                                       "transforms; give {}", KvSpecName(s), s.format->name));
+    }
+    list.push_back(s.format);
   }
   return list;
 }
@@ -77,7 +93,7 @@ CLI::Validator ByteSize() {
 CLI::Validator KvFormatName() {
   return CLI::Validator(
       [](std::string& name) -> std::string {
-        const Result<const FormatDesc*> f = FindFormat(name);
+        const Result<KvSpec> f = ParseKvSpec(name);
         return f.ok() ? "" : f.status().message();
       },
       "");
@@ -111,11 +127,12 @@ CLI::Option* AddTokenizerFlag(CLI::App* cmd, SharedOptions* o) {
 }
 
 void AddKvFormatFlags(CLI::App* cmd, SharedOptions* o) {
-  cmd->add_option("--kv", o->kv, "KV cache format for K and V (see kvq formats)")
+  cmd->add_option("--kv", o->kv,
+                  "KV cache spec for K and V: FORMAT[+rot][+sinkN][+resN] (see kvq formats)")
       ->check(KvFormatName())
       ->capture_default_str();
-  cmd->add_option("--kv-k", o->kv_k, "KV format for keys (overrides --kv)")->check(KvFormatName());
-  cmd->add_option("--kv-v", o->kv_v, "KV format for values (overrides --kv)")
+  cmd->add_option("--kv-k", o->kv_k, "KV spec for keys (overrides --kv)")->check(KvFormatName());
+  cmd->add_option("--kv-v", o->kv_v, "KV spec for values (overrides --kv)")
       ->check(KvFormatName());
 }
 

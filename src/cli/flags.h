@@ -32,12 +32,14 @@ struct SharedOptions {
   /// --tokenizer; with neither -m nor --tokenizer the bundled tok512.bin; else "" (LoadModel's
   /// default: the GGUF's vocabulary, or tok512.bin beside a llama2.c checkpoint).
   std::string TokenizerPath() const;
-  /// The K and V formats of --kv / --kv-k / --kv-v; the error names the flag.
-  Result<std::pair<const FormatDesc*, const FormatDesc*>> KvFormats() const;
-  /// "f16", or "int8/int4" when K and V differ.
+  /// The K and V specs of --kv / --kv-k / --kv-v; the error names the flag.
+  Result<LayerFormats> KvLayer() const;
+  /// "f16", "int4+rot", or "int8/int4" when K and V differ (canonical spec text).
   std::string KvFormatName() const;
-  /// The formats of the --format list, in the order given; the error names the flag.
-  Result<std::vector<const FormatDesc*>> FormatList() const;
+  /// The specs of the --format list, in the order given; the error names the flag.
+  Result<std::vector<KvSpec>> FormatList() const;
+  /// FormatList for a command that takes formats without transforms; a spec with one is an error.
+  Result<std::vector<const FormatDesc*>> PlainFormatList() const;
 };
 
 /// A validator: an integer in lo..hi. Says "must be in lo..hi (got x)", or "expected an integer".
@@ -45,7 +47,7 @@ CLI::Validator IntInRange(int64_t lo, int64_t hi);
 /// A transform: a byte size as ParseByteSize reads it ("512MiB", "1.2GB") becomes its byte count,
 /// so the option binds to an int64_t; a bad size says what ParseByteSize says.
 CLI::Validator ByteSize();
-/// A validator: the name of a registered KV format (FindFormat's error lists the known names).
+/// A validator: a KV spec, FORMAT[+TRANSFORM...] (ParseKvSpec's error lists what is known).
 CLI::Validator KvFormatName();
 
 /// -t,--threads into o->threads: 1..1024 (the default shown is the value there now).

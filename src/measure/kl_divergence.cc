@@ -55,7 +55,7 @@ std::vector<Quantile> Quantiles(std::vector<double> values, bool quartiles) {
 
 Result<std::unique_ptr<KvCache>> MakeCache(const LlamaConfig& c, const KlRunConfig& run) {
   KvCacheConfig config{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
-                       .layers = {{run.key, run.value}}, .max_positions = run.n_ctx,
+                       .layers = {{run.key, run.value, run.key_transforms, run.value_transforms}}, .max_positions = run.n_ctx,
                        .page_positions = DefaultPagePositions(run.n_ctx)};
   return KvCache::Create(config);
 }
@@ -180,8 +180,8 @@ Result<KlReport> RunKlDivergence(LlamaModel& model, std::span<const int32_t> tok
   }
   if (run.bos >= vocab) return Status::Error(fmt::format("BOS id {} is outside the vocabulary", run.bos));
   const RowShape row{.n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()};
-  for (const FormatDesc* f : {run.key, run.value}) {
-    if (Status s = CheckShape(*f, row); !s.ok()) return s;
+  for (const KvSpec& spec : {KvSpec{run.key, run.key_transforms}, KvSpec{run.value, run.value_transforms}}) {
+    if (Status s = CheckKvSpec(spec, row); !s.ok()) return s;
   }
   const LlamaLogitsLayout layout{.n_ctx = n_ctx, .n_vocab = vocab,
                                  .n_chunk = static_cast<int32_t>(tokens.size() / n_ctx)};

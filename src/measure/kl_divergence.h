@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kvq/format.h"
+#include "kvq/kv_spec.h"
 #include "kvq/status.h"
 #include "measure/llama_logits_file.h"
 #include "model/llama.h"
@@ -77,6 +78,8 @@ Status CheckBaseMatches(const LlamaLogitsReader& base, int32_t vocab_size, int64
 struct KlRunConfig {
   const FormatDesc* key = nullptr;    ///< the KV spec kvq runs with
   const FormatDesc* value = nullptr;
+  KvTransforms key_transforms;        ///< and its transforms (kvq/kv_spec.h)
+  KvTransforms value_transforms;
   int32_t n_ctx = 0;
   /// The id every chunk's first token is replaced by (llama.cpp does so when the vocabulary adds
   /// BOS); −1: none.
