@@ -15,6 +15,7 @@
 
 #include "kvq/attention.h"
 #include "kvq/format.h"
+#include "kvq/kv_spec.h"
 #include "kvq/status.h"
 
 namespace kvq {
@@ -29,12 +30,6 @@ struct ModelFingerprint {
   int32_t head_dim = 0;
   uint64_t weights_hash = 0;
   bool operator==(const ModelFingerprint&) const = default;
-};
-
-/// K and V formats of one layer.
-struct LayerFormats {
-  const FormatDesc* key = nullptr;
-  const FormatDesc* value = nullptr;
 };
 
 /// Memory limits per tier. Sizes in bytes; 0 means "not set".
