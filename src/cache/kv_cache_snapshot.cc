@@ -43,7 +43,7 @@ Result<SnapshotImage> KvCache::Export(const ModelFingerprint& model) const {
     out.key_scale = L.args[0].tensor_scale;
     out.value_scale = L.args[1].tensor_scale;
     out.scales_calibrated = L.calibrated[0] || L.calibrated[1];
-    out.key_residual = L.residual[0];
+    out.residual[0] = L.residual[0];
     if (!L.residual[1].empty()) return Status::Error("snapshot: value residual rows are not supported");
     page.resize(m.store->page_bytes(l));
     const Codec* codecs[2] = {&m.Key(l), &m.Value(l)};
@@ -82,7 +82,7 @@ Status KvCache::Import(const SnapshotImage& image) {
     const int64_t residual_rows = image.n_positions % k.rows_per_block;
     if (static_cast<int64_t>(in.key_bytes.size()) != BlockBytes(k, m.row, image.n_positions) ||
         static_cast<int64_t>(in.value_bytes.size()) != BlockBytes(v, m.row, image.n_positions) ||
-        static_cast<int64_t>(in.key_residual.size()) != residual_rows * m.row.elems() ||
+        static_cast<int64_t>(in.residual[0].size()) != residual_rows * m.row.elems() ||
         image.n_positions % v.rows_per_block != 0) {
       return bad(fmt::format("layer {} holds the wrong number of bytes for {} positions", l, image.n_positions));
     }
@@ -97,7 +97,7 @@ Status KvCache::Import(const SnapshotImage& image) {
     L.args[0] = {.shape = m.row, .tensor_scale = in.key_scale};
     L.args[1] = {.shape = m.row, .tensor_scale = in.value_scale};
     L.calibrated = {in.scales_calibrated && m.Key(l).calibrated, in.scales_calibrated && m.Value(l).calibrated};
-    L.residual[0] = in.key_residual;
+    L.residual[0] = in.residual[0];
     const Codec* codecs[2] = {&m.Key(l), &m.Value(l)};
     const std::vector<uint8_t>* src[2] = {&in.key_bytes, &in.value_bytes};
     int64_t offset[2] = {0, 0};
@@ -132,6 +132,7 @@ Result<std::vector<int32_t>> KvCache::Load(const std::string& path, const ModelF
   for (const LayerFormats& f : impl_->formats) {
     expect.key_formats.push_back(static_cast<uint16_t>(f.key->id));
     expect.value_formats.push_back(static_cast<uint16_t>(f.value->id));
+    expect.transforms.push_back({});  // no transforms yet (issue 15 brings them)
   }
   Result<SnapshotImage> image = ReadSnapshot(path, expect);
   if (!image.ok()) return image.status();
