@@ -22,8 +22,9 @@
 #include <memory>
 #include <string_view>
 
-// File layout, version 2 (version 1, without the tokens section, never shipped).
-// Little-endian, no padding. L = n_layers.
+// File layout, version 3. Version 2 (no transforms, sinks, value residual or rotation seed) and
+// version 1 (no tokens section) are refused, not converted. Little-endian, no padding.
+// L = n_layers.
 //
 //   offset      size   field
 //   0           8      magic "KVQSNAP\0"
@@ -33,19 +34,25 @@
 //   24          4      i32 head_dim         |
 //   28          8      u64 weights_hash    -+
 //   36          8      i64 n_positions
-//   44          37*L   layer table; layer i at 44 + 37*i:
+//   44          8      u64 rotation_seed
+//   52          79*L   layer table; layer i at 52 + 79*i:
 //                        +0  u16 key_format          +2  u16 value_format
 //                        +4  f32 key_scale           +8  f32 value_scale
 //                        +12 u8  scales_calibrated (0 or 1)
-//                        +13 u64 key_bytes           +21 u64 value_bytes
-//                        +29 u64 key_residual count (floats, not bytes)
-//   44 + 37*L   8      u64 header checksum = Checksum64(bytes [0, 44 + 37*L), seed 0)
+//                        +13 u8  key rotate (0 or 1)   +14 u32 key sinks   +18 u32 key residual
+//                        +22 u8  value rotate (0 or 1) +23 u32 value sinks +27 u32 value residual
+//                            (sinks and residual at most kMaxTransformRows)
+//                        +31 u64 key_bytes           +39 u64 value_bytes
+//                        +47 u64 key residual count  +55 u64 value residual count
+//                        +63 u64 key sinks count     +71 u64 value sinks count
+//                            (the four counts in floats, not bytes)
+//   52 + 79*L   8      u64 header checksum = Checksum64(bytes [0, 52 + 79*L), seed 0)
 //
-// Then for each layer i in order, three sections, each its raw bytes followed by a u64
-// Checksum64(those bytes, seed 3*i + s + 1), s = 0 key, 1 value, 2 key residual:
-//   key_bytes bytes | checksum | value_bytes bytes | checksum | 4*count bytes (f32) | checksum
+// Then for each layer i in order, six sections s = 0..5 in the order of the lengths above (key
+// bytes, value bytes, key residual, value residual, key sinks, value sinks), each its raw bytes
+// (4*count bytes of f32 for s >= 2) followed by a u64 Checksum64(those bytes, seed 6*i + s + 1).
 // Then the tokens section: u64 n_tokens, n_tokens × i32 token ids, and a u64
-// Checksum64(those 8 + 4·n_tokens bytes, seed 3*L + 1). The file ends there; trailing bytes
+// Checksum64(those 8 + 4·n_tokens bytes, seed 6*L + 1). The file ends there; trailing bytes
 // are an error.
 //
 // Seeding each section's checksum with its position makes a section (with its checksum) copied
@@ -58,11 +65,17 @@ static_assert(std::endian::native == std::endian::little,
               "snapshot files are little-endian and are read and written with memcpy");
 
 constexpr char kMagic[8] = {'K', 'V', 'Q', 'S', 'N', 'A', 'P', '\0'};
-constexpr uint64_t kFixedHeaderBytes = 44;  // magic .. n_positions
-constexpr uint64_t kLayerEntryBytes = 37;
+constexpr uint64_t kFixedHeaderBytes = 52;  // magic .. rotation_seed
+constexpr uint64_t kLayerEntryBytes = 79;
+constexpr uint64_t kTransformsAt = 13;   // in a layer entry; 9 bytes per tensor
+constexpr uint64_t kTransformBytes = 9;  // u8 rotate, u32 sinks, u32 residual
+constexpr uint64_t kLengthsAt = 31;      // in a layer entry; one u64 per section
 constexpr uint64_t kChecksumBytes = 8;
 constexpr uint64_t kMaxU64 = std::numeric_limits<uint64_t>::max();
-constexpr const char* kSectionNames[3] = {"key", "value", "key residual"};
+constexpr int kSections = 6;
+constexpr const char* kSectionNames[kSections] = {
+    "key", "value", "key residual", "value residual", "key sinks", "value sinks"};
+constexpr const char* kTensorNames[2] = {"keys", "values"};
 
 template <typename T>
 T Load(const uint8_t* p) {
@@ -78,7 +91,45 @@ void Store(uint8_t** p, T v) {
   *p += sizeof(T);
 }
 
-uint64_t SectionSeed(uint64_t layer, int section) { return 3 * layer + section + 1; }
+uint64_t SectionSeed(uint64_t layer, int section) { return kSections * layer + section + 1; }
+uint64_t TokensSeed(uint64_t n_layers) { return kSections * n_layers + 1; }
+
+// Section s >= 2 of a layer: the f32 residual (K, V), then the sinks (K, V).
+template <typename Layer>
+auto& FloatSection(Layer& layer, int s) {
+  return s < 4 ? layer.residual[s - 2] : layer.sinks[s - 4];
+}
+
+// Section s's data and its length in bytes.
+const void* SectionData(const SnapshotLayer& layer, int s) {
+  if (s == 0) return layer.key_bytes.data();
+  if (s == 1) return layer.value_bytes.data();
+  return FloatSection(layer, s).data();
+}
+uint64_t SectionBytes(const SnapshotLayer& layer, int s) {
+  if (s == 0) return layer.key_bytes.size();
+  if (s == 1) return layer.value_bytes.size();
+  return FloatSection(layer, s).size() * sizeof(float);
+}
+// What the layer table stores for section s: bytes, or floats for the f32 sections.
+uint64_t SectionCount(const SnapshotLayer& layer, int s) {
+  return s < 2 ? SectionBytes(layer, s) : FloatSection(layer, s).size();
+}
+
+std::string FormatName(uint16_t id) {
+  const FormatDesc* f = FindFormat(static_cast<FormatId>(id));
+  return f != nullptr ? std::string(f->name) : fmt::format("#{}", id);
+}
+
+// A tensor's spec as KvSpecName prints it ("int4+rot+sink4+res64"), from the ids a file holds
+// (an unknown format prints as "#id").
+std::string SpecText(uint16_t format, const KvTransforms& t) {
+  std::string text = FormatName(format);
+  if (t.rotate) text += "+rot";
+  if (t.sinks > 0) text += fmt::format("+sink{}", t.sinks);
+  if (t.residual > 0) text += fmt::format("+res{}", t.residual);
+  return text;
+}
 
 uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return a > kMaxU64 - b ? kMaxU64 : a + b; }
 
@@ -109,15 +160,19 @@ std::vector<uint8_t> EncodeHeader(const SnapshotImage& image) {
   Store<int32_t>(&p, image.model.head_dim);
   Store<uint64_t>(&p, image.model.weights_hash);
   Store<int64_t>(&p, image.n_positions);
+  Store<uint64_t>(&p, image.rotation_seed);
   for (const SnapshotLayer& layer : image.layers) {
     Store<uint16_t>(&p, layer.key_format);
     Store<uint16_t>(&p, layer.value_format);
     Store<float>(&p, layer.key_scale);
     Store<float>(&p, layer.value_scale);
     Store<uint8_t>(&p, layer.scales_calibrated ? 1 : 0);
-    Store<uint64_t>(&p, layer.key_bytes.size());
-    Store<uint64_t>(&p, layer.value_bytes.size());
-    Store<uint64_t>(&p, layer.residual[0].size());
+    for (const KvTransforms& t : layer.transforms) {  // WriteSnapshot checked the ranges
+      Store<uint8_t>(&p, t.rotate ? 1 : 0);
+      Store<uint32_t>(&p, static_cast<uint32_t>(t.sinks));
+      Store<uint32_t>(&p, static_cast<uint32_t>(t.residual));
+    }
+    for (int s = 0; s < kSections; ++s) Store<uint64_t>(&p, SectionCount(layer, s));
   }
   Store<uint64_t>(&p, Checksum64(h.data(), table_end));
   return h;
@@ -197,7 +252,7 @@ class Reader {
 };
 
 struct LayerLengths {
-  uint64_t bytes[3];  // key, value, residual (in bytes; saturated when absurd)
+  uint64_t bytes[kSections];  // in bytes, in section order; saturated when absurd
 };
 
 }  // namespace
@@ -208,6 +263,19 @@ Status WriteSnapshot(const std::string& path, const SnapshotImage& image) {
     return Status::Error(
         fmt::format("cannot write snapshot '{}': the image has {} layers but its model has {}",
                     path, image.layers.size(), image.model.n_layers));
+  }
+  for (size_t i = 0; i < image.layers.size(); ++i) {
+    for (int t = 0; t < 2; ++t) {
+      const KvTransforms& x = image.layers[i].transforms[t];
+      for (const int32_t rows : {x.sinks, x.residual}) {
+        if (rows < 0 || rows > kMaxTransformRows) {
+          return Status::Error(fmt::format(
+              "cannot write snapshot '{}': layer {} {} have sinks {} and residual {} (each must "
+              "be in [0, {}])",
+              path, i, kTensorNames[t], x.sinks, x.residual, kMaxTransformRows));
+        }
+      }
+    }
   }
   const std::vector<uint8_t> header = EncodeHeader(image);
 
@@ -236,15 +304,14 @@ Status WriteSnapshot(const std::string& path, const SnapshotImage& image) {
   }
   for (size_t i = 0; i < image.layers.size(); ++i) {
     const SnapshotLayer& layer = image.layers[i];
-    if (!WriteSection(f, layer.key_bytes.data(), layer.key_bytes.size(), SectionSeed(i, 0)) ||
-        !WriteSection(f, layer.value_bytes.data(), layer.value_bytes.size(), SectionSeed(i, 1)) ||
-        !WriteSection(f, layer.residual[0].data(), layer.residual[0].size() * sizeof(float),
-                      SectionSeed(i, 2))) {
-      const int err = errno;  // before fmt::format can touch it
-      return fail(fmt::format("writing layer {}", i), err);
+    for (int s = 0; s < kSections; ++s) {
+      if (!WriteSection(f, SectionData(layer, s), SectionBytes(layer, s), SectionSeed(i, s))) {
+        const int err = errno;  // before fmt::format can touch it
+        return fail(fmt::format("writing layer {} {} section", i, kSectionNames[s]), err);
+      }
     }
   }
-  if (!WriteSection(f, tokens.data(), tokens.size(), 3 * image.layers.size() + 1)) {
+  if (!WriteSection(f, tokens.data(), tokens.size(), TokensSeed(image.layers.size()))) {
     return fail("writing the tokens", errno);
   }
   errno = 0;
@@ -321,6 +388,7 @@ Result<SnapshotImage> ReadSnapshot(const std::string& path, const SnapshotExpect
   model.head_dim = Load<int32_t>(header.data() + 24);
   model.weights_hash = Load<uint64_t>(header.data() + 28);
   const int64_t n_positions = Load<int64_t>(header.data() + 36);
+  const uint64_t rotation_seed = Load<uint64_t>(header.data() + 44);
 
   // The layer count is not yet covered by a checked checksum, so bound it by the file size
   // before sizing the header buffer with it.
@@ -355,6 +423,7 @@ Result<SnapshotImage> ReadSnapshot(const std::string& path, const SnapshotExpect
   SnapshotImage image;
   image.model = model;
   image.n_positions = n_positions;
+  image.rotation_seed = rotation_seed;
   image.layers.resize(n_layers);
   std::vector<LayerLengths> lengths(n_layers);
   uint64_t end = in.offset();
@@ -370,12 +439,32 @@ Result<SnapshotImage> ReadSnapshot(const std::string& path, const SnapshotExpect
       return error(fmt::format("header is corrupt (layer {} scales flag {})", i, calibrated));
     }
     layer.scales_calibrated = calibrated == 1;
-    const uint64_t residual_count = Load<uint64_t>(e + 29);
-    lengths[i].bytes[0] = Load<uint64_t>(e + 13);
-    lengths[i].bytes[1] = Load<uint64_t>(e + 21);
-    lengths[i].bytes[2] =
-        residual_count > kMaxU64 / sizeof(float) ? kMaxU64 : residual_count * sizeof(float);
-    for (int s = 0; s < 3; ++s) {
+    for (int t = 0; t < 2; ++t) {
+      const uint8_t* x = e + kTransformsAt + kTransformBytes * t;
+      if (x[0] > 1) {
+        return error(fmt::format("header is corrupt (layer {} {} rotate flag {})", i,
+                                 kTensorNames[t], x[0]));
+      }
+      const uint32_t rows[2] = {Load<uint32_t>(x + 1), Load<uint32_t>(x + 5)};
+      for (int r = 0; r < 2; ++r) {
+        if (rows[r] > static_cast<uint32_t>(kMaxTransformRows)) {
+          return error(fmt::format("header is corrupt (layer {} {} {} {}; the most is {})", i,
+                                   kTensorNames[t], r == 0 ? "sinks" : "residual", rows[r],
+                                   kMaxTransformRows));
+        }
+      }
+      layer.transforms[t] = {.rotate = x[0] == 1,
+                             .sinks = static_cast<int32_t>(rows[0]),
+                             .residual = static_cast<int32_t>(rows[1])};
+    }
+    for (int s = 0; s < kSections; ++s) {
+      const uint64_t count = Load<uint64_t>(e + kLengthsAt + 8 * s);
+      const bool floats = s >= 2;  // counted in floats; an absurd count saturates
+      lengths[i].bytes[s] = !floats                           ? count
+                            : count > kMaxU64 / sizeof(float) ? kMaxU64
+                                                              : count * sizeof(float);
+    }
+    for (int s = 0; s < kSections; ++s) {
       const uint64_t section = SaturatingAdd(lengths[i].bytes[s], kChecksumBytes);
       if (section > in.size() - end) {
         return TruncatedError(
@@ -390,23 +479,43 @@ Result<SnapshotImage> ReadSnapshot(const std::string& path, const SnapshotExpect
     return error(fmt::format("was saved for another model: {}; this model: {}",
                              DescribeModel(model), DescribeModel(expect.model)));
   }
-  if (expect.key_formats.size() != n_layers || expect.value_formats.size() != n_layers) {
-    return error(
-        fmt::format("has {} layers; the cache describes {} key formats and {} value formats",
-                    n_layers, expect.key_formats.size(), expect.value_formats.size()));
+  if (expect.key_formats.size() != n_layers || expect.value_formats.size() != n_layers ||
+      expect.transforms.size() != n_layers) {
+    return error(fmt::format(
+        "has {} layers; the cache describes {} key formats, {} value formats and {} layers of "
+        "transforms",
+        n_layers, expect.key_formats.size(), expect.value_formats.size(),
+        expect.transforms.size()));
   }
   for (uint64_t i = 0; i < n_layers; ++i) {
     const SnapshotLayer& layer = image.layers[i];
     if (layer.key_format != expect.key_formats[i] ||
         layer.value_format != expect.value_formats[i]) {
-      auto name = [](uint16_t id) {
-        const FormatDesc* f = FindFormat(static_cast<FormatId>(id));
-        return f != nullptr ? std::string(f->name) : fmt::format("#{}", id);
-      };
       return error(fmt::format(
           "layer {} was saved with K format {} and V format {}; the cache uses {} and {}", i,
-          name(layer.key_format), name(layer.value_format), name(expect.key_formats[i]),
-          name(expect.value_formats[i])));
+          FormatName(layer.key_format), FormatName(layer.value_format),
+          FormatName(expect.key_formats[i]), FormatName(expect.value_formats[i])));
+    }
+    const uint16_t formats[2] = {layer.key_format, layer.value_format};
+    for (int t = 0; t < 2; ++t) {
+      if (layer.transforms[t] != expect.transforms[i][t]) {
+        return error(fmt::format("layer {} {} were saved as {}; the cache uses {}", i,
+                                 kTensorNames[t], SpecText(formats[t], layer.transforms[t]),
+                                 SpecText(formats[t], expect.transforms[i][t])));
+      }
+    }
+  }
+  // The seed only shapes rotated rows: with none, a cache with another seed reads the file the
+  // same, so it is not refused.
+  if (rotation_seed != expect.rotation_seed) {
+    for (uint64_t i = 0; i < n_layers; ++i) {
+      for (int t = 0; t < 2; ++t) {
+        if (!image.layers[i].transforms[t].rotate) continue;
+        return error(fmt::format(
+            "was saved with rotation seed {:016x}; the cache uses {:016x} (layer {} {} are "
+            "rotated, and rotated rows only read back under the seed that rotated them)",
+            rotation_seed, expect.rotation_seed, i, kTensorNames[t]));
+      }
     }
   }
 
@@ -415,10 +524,13 @@ Result<SnapshotImage> ReadSnapshot(const std::string& path, const SnapshotExpect
     SnapshotLayer& layer = image.layers[i];
     layer.key_bytes.resize(lengths[i].bytes[0]);
     layer.value_bytes.resize(lengths[i].bytes[1]);
-    layer.residual[0].resize(lengths[i].bytes[2] / sizeof(float));
-    void* const targets[3] = {layer.key_bytes.data(), layer.value_bytes.data(),
-                              layer.residual[0].data()};
-    for (int s = 0; s < 3; ++s) {
+    void* targets[kSections] = {layer.key_bytes.data(), layer.value_bytes.data()};
+    for (int s = 2; s < kSections; ++s) {
+      std::vector<float>& floats = FloatSection(layer, s);
+      floats.resize(lengths[i].bytes[s] / sizeof(float));
+      targets[s] = floats.data();
+    }
+    for (int s = 0; s < kSections; ++s) {
       const std::string what = fmt::format("the layer {} {} section", i, kSectionNames[s]);
       uint64_t stored_sum = 0;
       if (Status st_read = in.Read(targets[s], lengths[i].bytes[s], what); !st_read.ok()) {
@@ -452,7 +564,7 @@ Result<SnapshotImage> ReadSnapshot(const std::string& path, const SnapshotExpect
     if (Status st_read = in.Read(&stored_sum, sizeof(stored_sum), "the tokens section"); !st_read.ok()) {
       return st_read;
     }
-    if (Checksum64(tokens.data(), tokens.size(), 3 * n_layers + 1) != stored_sum) {
+    if (Checksum64(tokens.data(), tokens.size(), TokensSeed(n_layers)) != stored_sum) {
       return error("tokens section is corrupt (checksum mismatch)");
     }
     image.tokens.resize(n_tokens);

@@ -18,9 +18,10 @@
 
 namespace kvq {
 
-/// One layer of a cache as stored: per tensor (K, V) its transforms, the encoded blocks in stored
-/// order, the f32 residual rows not yet encoded and the f32 sink rows; the per-tensor scales (fp8;
-/// 1.0 otherwise).
+/// One layer of a cache as stored: per tensor (K, V) its format, transforms, the encoded rows of
+/// complete blocks in stored order, the f32 rows not (yet) in blocks (the residual: KIVI's
+/// incomplete key group and a "resN" transform's newest rows), the f32 sink rows, and the
+/// per-tensor scales (fp8; 1.0 otherwise).
 struct SnapshotLayer {
   uint16_t key_format = 0;    ///< FormatId value
   uint16_t value_format = 0;  ///< FormatId value
@@ -37,13 +38,13 @@ struct SnapshotLayer {
 struct SnapshotImage {
   ModelFingerprint model;
   int64_t n_positions = 0;
-  uint64_t rotation_seed = 0;
+  uint64_t rotation_seed = 0;         ///< the cache's "rot" seed (kept whether or not any rotates)
   std::vector<SnapshotLayer> layers;  ///< model.n_layers entries
   std::vector<int32_t> tokens;        ///< the token ids the cache holds, when the saver knows them
 };
 
-/// What the loader must find: the model, the rotation seed and, per layer, the K and V format ids
-/// and transforms.
+/// What the loader must find: the model, the rotation seed (checked only when some tensor
+/// rotates) and, per layer, the K and V format ids and transforms.
 struct SnapshotExpectation {
   ModelFingerprint model;
   uint64_t rotation_seed = 0;
@@ -52,17 +53,21 @@ struct SnapshotExpectation {
   std::vector<std::array<KvTransforms, 2>> transforms;  ///< per layer: K, V
 };
 
-/// Current file version. A file with a newer version is refused.
-inline constexpr uint32_t kSnapshotVersion = 2;
+/// Current file version. A file with another version is refused.
+inline constexpr uint32_t kSnapshotVersion = 3;
 
 /// Writes `image` to `path` atomically (a temporary file in the same folder, fsync'd, renamed).
 /// On error nothing is left at `path` that was not there before, and the message names the path.
+/// An image the reader would refuse (sinks or residual outside [0, kMaxTransformRows]) is not
+/// written.
 Status WriteSnapshot(const std::string& path, const SnapshotImage& image);
 
-/// Reads and fully validates a snapshot: magic, version (newer refused), fingerprint and formats
-/// against `expect`, every section's length and checksum, no trailing bytes. Errors name the
-/// file and what was wrong (e.g. "was written by another model: 5 layers x 4 KV heads x head_dim 8,
-/// weights a1b2... ; this model: ..."). Nothing partial is ever returned.
+/// Reads and fully validates a snapshot: magic, version (any other refused), fingerprint, formats,
+/// transforms and (when some tensor rotates) rotation seed against `expect`, every section's
+/// length and checksum, no trailing bytes. Errors name the file and what was wrong (e.g. "was
+/// saved for another model: 5 layers x 4 KV heads x head_dim 8, weights a1b2...; this model:
+/// ...", "layer 2 keys were saved as int4+rot+sink4; the cache uses int4+rot"). Nothing partial
+/// is ever returned.
 Result<SnapshotImage> ReadSnapshot(const std::string& path, const SnapshotExpectation& expect);
 
 }  // namespace kvq

@@ -1,7 +1,9 @@
-// Prefix snapshot files: exact round trips, atomic writes, and a refusal naming the file and the
-// reason for every kind of damage (bad magic, newer version, another model or format, truncation
-// anywhere, a flipped byte anywhere, absurd lengths), never a crash, a huge allocation or a
-// partial image. Offsets below follow the layout documented at the top of snapshot.cc.
+// Prefix snapshot files: exact round trips (transforms, seed, residual and sink rows of K and V
+// included), atomic writes, and a refusal naming the file and the reason for every kind of damage
+// or mismatch (bad magic, another version, another model, format, transforms or rotation seed,
+// truncation anywhere, a flipped byte anywhere, absurd lengths or flags), never a crash, a huge
+// allocation or a partial image. Offsets below follow the layout documented at the top of
+// snapshot.cc.
 #include "cache/snapshot.h"
 #include "base/checksum.h"
 
@@ -36,29 +38,49 @@ namespace {
 namespace fs = std::filesystem;
 using Bytes = std::vector<uint8_t>;
 
-constexpr uint64_t kHeaderFixed = 44;
-constexpr uint64_t kLayerEntry = 37;
-constexpr const char* kSectionName[3] = {"key", "value", "key residual"};
+constexpr uint64_t kHeaderFixed = 52;  // magic .. rotation_seed
+constexpr uint64_t kLayerEntry = 79;
+constexpr int kSections = 6;
+constexpr const char* kSectionName[kSections] = {
+    "key", "value", "key residual", "value residual", "key sinks", "value sinks"};
+constexpr uint64_t kRoundTripSeed = 0x0DDBA11C0FFEE123ULL;
 
 struct LayerSpec {
   uint16_t key_format;
   uint16_t value_format;
   size_t key_bytes;
   size_t value_bytes;
-  size_t residual_floats;
+  std::array<size_t, 2> residual_floats;  // K, V
+  std::array<size_t, 2> sink_floats;      // K, V
   bool calibrated;
+  std::array<KvTransforms, 2> transforms;  // K, V
 };
+
+// n normal f32 values, the first four (when there is room) ones that only a bit-exact round trip
+// keeps: -0, a quiet NaN, the smallest denormal, a negative NaN with a payload.
+std::vector<float> Floats(size_t n, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> out(n);
+  for (float& x : out) x = normal(rng);
+  const float special[4] = {-0.0f, std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::denorm_min(),
+                            std::bit_cast<float>(0xFFC01234u)};
+  std::copy_n(special, std::min<size_t>(n, 4), out.begin());
+  return out;
+}
 
 SnapshotImage MakeImage(uint32_t seed, const std::vector<LayerSpec>& specs) {
   std::mt19937_64 rng(seed);
   SnapshotImage image;
   image.model = {static_cast<int64_t>(specs.size()), 4, 8, 0xA1B2C3D4E5F60718ULL};
   image.n_positions = 37;
+  image.rotation_seed = kRoundTripSeed;
   for (int i = 0; i < 5; ++i) image.tokens.push_back(static_cast<int32_t>(rng() % 32000));
   for (const LayerSpec& spec : specs) {
     SnapshotLayer layer;
     layer.key_format = spec.key_format;
     layer.value_format = spec.value_format;
+    layer.transforms = spec.transforms;
     layer.scales_calibrated = spec.calibrated;
     if (spec.calibrated) {
       layer.key_scale = 0.015625f + static_cast<float>(rng() % 1000) / 7.0f;
@@ -66,43 +88,59 @@ SnapshotImage MakeImage(uint32_t seed, const std::vector<LayerSpec>& specs) {
     }
     for (size_t i = 0; i < spec.key_bytes; ++i) layer.key_bytes.push_back(rng() & 0xFF);
     for (size_t i = 0; i < spec.value_bytes; ++i) layer.value_bytes.push_back(rng() & 0xFF);
-    std::normal_distribution<float> normal(0.0f, 2.0f);
-    for (size_t i = 0; i < spec.residual_floats; ++i) layer.residual[0].push_back(normal(rng));
-    // Values that only a bit-exact round trip keeps.
-    if (spec.residual_floats >= 3) {
-      layer.residual[0][0] = -0.0f;
-      layer.residual[0][1] = std::numeric_limits<float>::quiet_NaN();
-      layer.residual[0][2] = std::numeric_limits<float>::denorm_min();
+    for (int t = 0; t < 2; ++t) {
+      layer.residual[t] = Floats(spec.residual_floats[t], rng);
+      layer.sinks[t] = Floats(spec.sink_floats[t], rng);
     }
     image.layers.push_back(std::move(layer));
   }
   return image;
 }
 
-// Three layers, different formats per layer, residual rows in one, calibrated scales in one.
-SnapshotImage RoundTripImage() {
-  return MakeImage(7, {{0, 0, 512, 512, 0, false},
-                       {6, 6, 256, 256, 0, true},
-                       {5, 2, 96, 160, 2 * 4 * 8, false}});
+constexpr KvTransforms kNone{};
+constexpr KvTransforms Rot() { return {.rotate = true}; }
+constexpr KvTransforms Tr(bool rotate, int32_t sinks, int32_t residual) {
+  return {.rotate = rotate, .sinks = sinks, .residual = residual};
 }
 
-// Small enough to damage at every byte.
+// Three layers, different formats and transforms per layer, residual and sink rows of K and V
+// (rows of 4 heads x 8 = 32 floats), calibrated scales in one.
+SnapshotImage RoundTripImage() {
+  return MakeImage(7, {{0, 0, 512, 512, {0, 0}, {0, 0}, false, {kNone, kNone}},
+                       {6, 6, 256, 256, {0, 5 * 32}, {4 * 32, 0}, true,
+                        {Tr(true, 4, 0), Tr(true, 0, 64)}},
+                       {5, 2, 96, 160, {2 * 32, 3 * 32}, {1 * 32, 2 * 32}, false,
+                        {Tr(false, 1, 16), Tr(true, 2, 8)}}});
+}
+
+// Small enough to damage at every byte; every section non-empty in layer 0.
 SnapshotImage SmallImage() {
-  return MakeImage(11, {{6, 6, 24, 16, 3, true}, {2, 2, 24, 9, 0, false}});
+  return MakeImage(11, {{6, 6, 24, 16, {4, 3}, {2, 5}, true, {Tr(true, 1, 4), Tr(false, 2, 3)}},
+                        {2, 2, 24, 9, {0, 0}, {0, 1}, false, {kNone, Tr(false, 1, 0)}}});
 }
 
 SnapshotImage LargeImage() {
-  return MakeImage(13, {{1, 1, 100'003, 100'003, 0, false},
-                        {6, 6, 65'536, 65'536, 0, true},
-                        {5, 5, 40'000, 40'000, 4 * 4 * 8, false}});
+  return MakeImage(13, {{1, 1, 100'003, 100'003, {0, 0}, {0, 0}, false, {kNone, kNone}},
+                        {6, 6, 65'536, 65'536, {64 * 32, 64 * 32}, {4 * 32, 4 * 32}, true,
+                         {Tr(true, 4, 64), Tr(true, 4, 64)}},
+                        {5, 5, 40'000, 40'000, {4 * 4 * 8, 0}, {0, 0}, false, {kNone, kNone}}});
+}
+
+// Layers whose transforms differ in every way the refusal must print.
+SnapshotImage TransformsImage() {
+  return MakeImage(17, {{6, 6, 8, 8, {0, 0}, {0, 0}, false, {kNone, Tr(false, 0, 2)}},
+                        {2, 7, 8, 8, {0, 0}, {0, 0}, false, {Rot(), kNone}},
+                        {6, 6, 8, 8, {0, 0}, {0, 0}, false, {Tr(true, 4, 0), Tr(true, 0, 64)}}});
 }
 
 SnapshotExpectation ExpectationFor(const SnapshotImage& image) {
   SnapshotExpectation expect;
   expect.model = image.model;
+  expect.rotation_seed = image.rotation_seed;
   for (const SnapshotLayer& layer : image.layers) {
     expect.key_formats.push_back(layer.key_format);
     expect.value_formats.push_back(layer.value_format);
+    expect.transforms.push_back(layer.transforms);
   }
   return expect;
 }
@@ -111,8 +149,8 @@ SnapshotExpectation ExpectationFor(const SnapshotImage& image) {
 // layout, independently of the writer.
 struct Layout {
   uint64_t header_end = 0;  // header checksum included
-  std::vector<std::array<uint64_t, 3>> start;
-  std::vector<std::array<uint64_t, 3>> length;
+  std::vector<std::array<uint64_t, kSections>> start;
+  std::vector<std::array<uint64_t, kSections>> length;
   uint64_t tokens_start = 0;  // the u64 count, then the ids, then the checksum
   uint64_t tokens_length = 0;  // count + ids, without the checksum
   uint64_t file_size = 0;
@@ -123,10 +161,12 @@ Layout LayoutOf(const SnapshotImage& image) {
   layout.header_end = kHeaderFixed + kLayerEntry * image.layers.size() + 8;
   uint64_t at = layout.header_end;
   for (const SnapshotLayer& layer : image.layers) {
-    const std::array<uint64_t, 3> len = {layer.key_bytes.size(), layer.value_bytes.size(),
-                                         layer.residual[0].size() * sizeof(float)};
-    std::array<uint64_t, 3> start{};
-    for (int s = 0; s < 3; ++s) {
+    const std::array<uint64_t, kSections> len = {
+        layer.key_bytes.size(),       layer.value_bytes.size(),
+        4 * layer.residual[0].size(), 4 * layer.residual[1].size(),
+        4 * layer.sinks[0].size(),    4 * layer.sinks[1].size()};
+    std::array<uint64_t, kSections> start{};
+    for (int s = 0; s < kSections; ++s) {
       start[s] = at;
       at += len[s] + 8;
     }
@@ -140,13 +180,26 @@ Layout LayoutOf(const SnapshotImage& image) {
   return layout;
 }
 
+// The u64 length of `section` in layer `layer`'s table entry.
 uint64_t LengthFieldOffset(size_t layer, int section) {
-  return kHeaderFixed + kLayerEntry * layer + 13 + 8 * section;
+  return kHeaderFixed + kLayerEntry * layer + 31 + 8 * section;
 }
 
-template <typename T>
-void Poke(Bytes* bytes, uint64_t offset, T value) {
-  std::memcpy(bytes->data() + offset, &value, sizeof(T));
+// Tensor t's (0 K, 1 V) u8 rotate flag; its u32 sinks and u32 residual follow at +1 and +5.
+uint64_t TransformsOffset(size_t layer, int t) {
+  return kHeaderFixed + kLayerEntry * layer + 13 + 9 * t;
+}
+
+template <typename V>
+void Poke(Bytes* bytes, uint64_t offset, V value) {
+  std::memcpy(bytes->data() + offset, &value, sizeof(V));
+}
+
+template <typename V>
+V Peek(const Bytes& bytes, uint64_t offset) {
+  V value;
+  std::memcpy(&value, bytes.data() + offset, sizeof(V));
+  return value;
 }
 
 // Recomputes the header checksum so a deliberate edit reaches the checks behind it.
@@ -173,6 +226,7 @@ void WriteFile(const std::string& path, const Bytes& bytes) {
 void ExpectSameImage(const SnapshotImage& a, const SnapshotImage& b) {
   EXPECT_EQ(a.model, b.model);
   EXPECT_EQ(a.n_positions, b.n_positions);
+  EXPECT_EQ(a.rotation_seed, b.rotation_seed);
   EXPECT_EQ(a.tokens, b.tokens);
   ASSERT_EQ(a.layers.size(), b.layers.size());
   for (size_t i = 0; i < a.layers.size(); ++i) {
@@ -186,11 +240,18 @@ void ExpectSameImage(const SnapshotImage& a, const SnapshotImage& b) {
     EXPECT_EQ(x.scales_calibrated, y.scales_calibrated);
     EXPECT_EQ(x.key_bytes, y.key_bytes);
     EXPECT_EQ(x.value_bytes, y.value_bytes);
-    ASSERT_EQ(x.residual[0].size(), y.residual[0].size());
-    for (size_t j = 0; j < x.residual[0].size(); ++j) {  // bits: NaN and -0.0 included
-      EXPECT_EQ(std::bit_cast<uint32_t>(x.residual[0][j]),
-                std::bit_cast<uint32_t>(y.residual[0][j]))
-          << "residual " << j;
+    for (int t = 0; t < 2; ++t) {
+      SCOPED_TRACE(t == 0 ? "keys" : "values");
+      EXPECT_EQ(x.transforms[t], y.transforms[t]);
+      for (const auto member : {&SnapshotLayer::residual, &SnapshotLayer::sinks}) {
+        const std::vector<float>& u = (x.*member)[t];
+        const std::vector<float>& w = (y.*member)[t];
+        ASSERT_EQ(u.size(), w.size());
+        for (size_t j = 0; j < u.size(); ++j) {  // bits: NaN and -0.0 included
+          EXPECT_EQ(std::bit_cast<uint32_t>(u[j]), std::bit_cast<uint32_t>(w[j]))
+              << (member == &SnapshotLayer::residual ? "residual " : "sink ") << j;
+        }
+      }
     }
   }
 }
@@ -254,6 +315,47 @@ TEST_F(SnapshotTest, RoundTripIsExact) {
   const Result<SnapshotImage> back = ReadSnapshot(path, ExpectationFor(image));
   ASSERT_TRUE(back.ok()) << back.status().message();
   ExpectSameImage(*back, image);
+}
+
+TEST_F(SnapshotTest, HeaderFieldsSitWhereTheLayoutSays) {
+  const SnapshotImage image = RoundTripImage();
+  const Bytes bytes = Written(image, Path("prefix.kvqsnap"));
+  EXPECT_EQ(Peek<uint32_t>(bytes, 8), 3u);
+  EXPECT_EQ(Peek<int64_t>(bytes, 12), 3);
+  EXPECT_EQ(Peek<int64_t>(bytes, 36), image.n_positions);
+  EXPECT_EQ(Peek<uint64_t>(bytes, 44), kRoundTripSeed);
+  for (size_t i = 0; i < image.layers.size(); ++i) {
+    SCOPED_TRACE(testing::Message() << "layer " << i);
+    const SnapshotLayer& layer = image.layers[i];
+    const uint64_t e = kHeaderFixed + kLayerEntry * i;
+    EXPECT_EQ(Peek<uint16_t>(bytes, e), layer.key_format);
+    EXPECT_EQ(Peek<uint16_t>(bytes, e + 2), layer.value_format);
+    EXPECT_EQ(bytes[e + 12], layer.scales_calibrated ? 1 : 0);
+    for (int t = 0; t < 2; ++t) {
+      const uint64_t x = TransformsOffset(i, t);
+      EXPECT_EQ(bytes[x], layer.transforms[t].rotate ? 1 : 0);
+      EXPECT_EQ(Peek<uint32_t>(bytes, x + 1), static_cast<uint32_t>(layer.transforms[t].sinks));
+      EXPECT_EQ(Peek<uint32_t>(bytes, x + 5), static_cast<uint32_t>(layer.transforms[t].residual));
+    }
+    const uint64_t counts[kSections] = {layer.key_bytes.size(),   layer.value_bytes.size(),
+                                        layer.residual[0].size(), layer.residual[1].size(),
+                                        layer.sinks[0].size(),    layer.sinks[1].size()};
+    for (int s = 0; s < kSections; ++s) {
+      EXPECT_EQ(Peek<uint64_t>(bytes, LengthFieldOffset(i, s)), counts[s]) << kSectionName[s];
+    }
+  }
+  // Each section's checksum is seeded with its position: 6*i + s + 1, the tokens 6*L + 1.
+  const Layout layout = LayoutOf(image);
+  for (size_t i = 0; i < image.layers.size(); ++i) {
+    for (int s = 0; s < kSections; ++s) {
+      const uint64_t at = layout.start[i][s];
+      const uint64_t n = layout.length[i][s];
+      EXPECT_EQ(Peek<uint64_t>(bytes, at + n), Checksum64(bytes.data() + at, n, 6 * i + s + 1))
+          << "layer " << i << " " << kSectionName[s];
+    }
+  }
+  EXPECT_EQ(Peek<uint64_t>(bytes, layout.tokens_start + layout.tokens_length),
+            Checksum64(bytes.data() + layout.tokens_start, layout.tokens_length, 6 * 3 + 1));
 }
 
 TEST_F(SnapshotTest, RoundTripOfAnEmptyCache) {
@@ -338,14 +440,34 @@ TEST_F(SnapshotTest, RefusesANewerVersion) {
   Poke<uint32_t>(&bytes, 8, kSnapshotVersion + 1);
   WriteFile(path, bytes);
   ExpectRefused(path, ExpectationFor(image),
-                "was written by a newer kvq (version 3; this kvq reads up to 2)");
+                "was written by a newer kvq (version 4; this kvq reads up to 3)");
   Poke<uint32_t>(&bytes, 8, 0xFFFFFFFFu);
   WriteFile(path, bytes);
-  ExpectRefused(path, ExpectationFor(image), "(version 4294967295; this kvq reads up to 2)");
-  // An older layout is refused too, not misread.
-  Poke<uint32_t>(&bytes, 8, kSnapshotVersion - 1);
-  WriteFile(path, bytes);
-  ExpectRefused(path, ExpectationFor(image), "has version 1, which this kvq does not read");
+  ExpectRefused(path, ExpectationFor(image), "(version 4294967295; this kvq reads up to 3)");
+}
+
+TEST_F(SnapshotTest, RefusesOlderVersions) {
+  // A version 2 file, laid out as version 2 was (44-byte fixed header, 37-byte layer entries,
+  // three sections per layer): refused by its version, before any of its layout is read.
+  const SnapshotImage image = SmallImage();
+  Bytes v2(44 + 37 * image.layers.size() + 8, 0);
+  std::memcpy(v2.data(), "KVQSNAP\0", 8);
+  Poke<uint32_t>(&v2, 8, 2);
+  Poke<int64_t>(&v2, 12, static_cast<int64_t>(image.layers.size()));
+  Poke<uint64_t>(&v2, 44 + 37 * image.layers.size(), Checksum64(v2.data(), v2.size() - 8));
+  const std::string path = Path("old.kvqsnap");
+  WriteFile(path, v2);
+  ExpectRefused(path, ExpectationFor(image),
+                "has version 2, which this kvq does not read (it reads 3)");
+  // A current file relabelled is refused the same way, not misread.
+  Bytes bytes = Written(image, path);
+  for (uint32_t version : {2u, 1u, 0u}) {
+    Poke<uint32_t>(&bytes, 8, version);
+    WriteFile(path, bytes);
+    ExpectRefused(path, ExpectationFor(image),
+                  "has version " + std::to_string(version) +
+                      ", which this kvq does not read (it reads 3)");
+  }
 }
 
 TEST_F(SnapshotTest, RefusesAnotherModelShape) {
@@ -428,7 +550,7 @@ TEST_F(SnapshotTest, RefusesTruncationAtSampledOffsetsOfALargerFile) {
 
   std::set<uint64_t> sizes;
   for (size_t i = 0; i < layout.start.size(); ++i) {  // around every section boundary
-    for (int s = 0; s < 3; ++s) {
+    for (int s = 0; s < kSections; ++s) {
       const uint64_t data_end = layout.start[i][s] + layout.length[i][s];
       for (uint64_t edge : {layout.start[i][s], data_end, data_end + 8}) {
         for (uint64_t d : {0, 1, 7, 8, 9}) {
@@ -481,7 +603,7 @@ TEST_F(SnapshotTest, RefusesAFlippedByteInEverySectionAndChecksum) {
   const Bytes good = Written(image, path);
   int checked = 0;
   for (size_t layer = 0; layer < image.layers.size(); ++layer) {
-    for (int s = 0; s < 3; ++s) {
+    for (int s = 0; s < kSections; ++s) {
       const uint64_t begin = layout.start[layer][s];
       const uint64_t end = begin + layout.length[layer][s] + 8;  // data, then its checksum
       for (uint64_t at = begin; at < end; ++at) {
@@ -538,7 +660,12 @@ TEST_F(SnapshotTest, RefusesAbsurdLengthsWithoutAllocatingThem) {
       {LengthFieldOffset(0, 1), ~uint64_t{0}, "is truncated"},
       {LengthFieldOffset(0, 2), kHuge, "is truncated"},  // 2^62 floats: 2^64 bytes wraps to 0
       {LengthFieldOffset(1, 2), ~uint64_t{0} / 4 + 1, "is truncated"},
-      {LengthFieldOffset(0, 0), good.size(), "is truncated"},  // more than the file holds
+      {LengthFieldOffset(0, 3), kHuge, "is truncated"},
+      {LengthFieldOffset(1, 3), ~uint64_t{0}, "is truncated"},
+      {LengthFieldOffset(0, 4), ~uint64_t{0} / 4 + 1, "is truncated"},
+      {LengthFieldOffset(1, 5), kHuge, "is truncated"},
+      {LengthFieldOffset(0, 5), good.size() / 4, "is truncated"},  // more than the file holds
+      {LengthFieldOffset(0, 0), good.size(), "is truncated"},
       {12, kHuge, "is truncated"},                    // the layer count
       {12, ~uint64_t{0}, "header is corrupt"},        // a negative layer count
   };
@@ -568,6 +695,156 @@ TEST_F(SnapshotTest, ReadingAllocatesAboutOneCopyOfTheData) {
   // No buffer the size of the whole file: sections go straight into the image.
   EXPECT_LE(g_largest_allocation.load(), size_t{100'003});
   ExpectSameImage(*back, image);
+}
+
+TEST_F(SnapshotTest, RefusesOtherTransformsNamingLayerAndTensor) {
+  const SnapshotImage image = TransformsImage();
+  const std::string path = Path("prefix.kvqsnap");
+  Written(image, path);
+  struct Case {
+    size_t layer;
+    int tensor;
+    KvTransforms cache;
+    const char* reason;
+  };
+  const std::vector<Case> cases = {
+      {2, 0, Rot(), "layer 2 keys were saved as int4+rot+sink4; the cache uses int4+rot"},
+      {0, 1, kNone, "layer 0 values were saved as int4+res2; the cache uses int4"},
+      {0, 0, Tr(false, 0, 2), "layer 0 keys were saved as int4; the cache uses int4+res2"},
+      {1, 0, kNone, "layer 1 keys were saved as f16+rot; the cache uses f16"},
+      {1, 1, Tr(true, 3, 5),
+       "layer 1 values were saved as int2; the cache uses int2+rot+sink3+res5"},
+      {2, 1, Tr(true, 1, 64),
+       "layer 2 values were saved as int4+rot+res64; the cache uses int4+rot+sink1+res64"},
+      {2, 1, Tr(true, 0, 65),
+       "layer 2 values were saved as int4+rot+res64; the cache uses int4+rot+res65"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.reason);
+    SnapshotExpectation expect = ExpectationFor(image);
+    expect.transforms[c.layer][c.tensor] = c.cache;
+    ExpectRefused(path, expect, c.reason);
+  }
+  SnapshotExpectation expect = ExpectationFor(image);
+  expect.transforms.pop_back();
+  ExpectRefused(path, expect,
+                "has 3 layers; the cache describes 3 key formats, 3 value formats and 2 layers of "
+                "transforms");
+  // An unknown format id still prints.
+  Bytes bytes = ReadFile(path);
+  Poke<uint16_t>(&bytes, kHeaderFixed + kLayerEntry * 2, 999);
+  ResealHeader(&bytes, image.layers.size());
+  WriteFile(path, bytes);
+  expect = ExpectationFor(image);
+  expect.key_formats[2] = 999;
+  expect.transforms[2][0] = kNone;
+  ExpectRefused(path, expect, "layer 2 keys were saved as #999+rot+sink4; the cache uses #999");
+}
+
+TEST_F(SnapshotTest, RefusesAnotherRotationSeedWhenSomeTensorRotates) {
+  const SnapshotImage image = TransformsImage();  // layer 0 does not rotate, layer 1's keys do
+  const std::string path = Path("prefix.kvqsnap");
+  Written(image, path);
+  SnapshotExpectation expect = ExpectationFor(image);
+  expect.rotation_seed = kDefaultRotationSeed;
+  ExpectRefused(
+      path, expect,
+      "was saved with rotation seed 0ddba11c0ffee123; the cache uses 6b76712d726f7431 (layer 1 "
+      "keys are rotated");
+  // The same seed loads.
+  expect.rotation_seed = kRoundTripSeed;
+  const Result<SnapshotImage> back = ReadSnapshot(path, expect);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ExpectSameImage(*back, image);
+}
+
+TEST_F(SnapshotTest, AcceptsAnotherRotationSeedWhenNothingRotates) {
+  SnapshotImage image = RoundTripImage();
+  for (SnapshotLayer& layer : image.layers) {
+    for (KvTransforms& t : layer.transforms) t.rotate = false;
+  }
+  const std::string path = Path("prefix.kvqsnap");
+  Written(image, path);
+  SnapshotExpectation expect = ExpectationFor(image);
+  expect.rotation_seed = kDefaultRotationSeed;
+  const Result<SnapshotImage> back = ReadSnapshot(path, expect);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ExpectSameImage(*back, image);  // the file's seed, as it was saved
+  // One rotated tensor anywhere makes the seed matter.
+  image.layers[2].transforms[1].rotate = true;
+  Written(image, path);
+  expect = ExpectationFor(image);
+  expect.rotation_seed = kDefaultRotationSeed;
+  ExpectRefused(path, expect, "(layer 2 values are rotated");
+}
+
+TEST_F(SnapshotTest, RefusesACorruptRotateFlag) {
+  const SnapshotImage image = SmallImage();
+  const std::string path = Path("prefix.kvqsnap");
+  const Bytes good = Written(image, path);
+  struct Edit {
+    size_t layer;
+    int tensor;
+    uint8_t flag;
+    const char* reason;
+  };
+  for (const Edit& edit : {Edit{1, 1, 2, "header is corrupt (layer 1 values rotate flag 2)"},
+                           Edit{0, 0, 0xFF, "header is corrupt (layer 0 keys rotate flag 255)"}}) {
+    Bytes bytes = good;
+    bytes[TransformsOffset(edit.layer, edit.tensor)] = edit.flag;
+    ResealHeader(&bytes, image.layers.size());
+    WriteFile(path, bytes);
+    ExpectRefused(path, ExpectationFor(image), edit.reason);
+  }
+}
+
+TEST_F(SnapshotTest, RefusesTransformRowsOverTheLimit) {
+  const SnapshotImage image = SmallImage();
+  const std::string path = Path("prefix.kvqsnap");
+  const Bytes good = Written(image, path);
+  struct Edit {
+    uint64_t offset;
+    uint32_t value;
+    const char* reason;
+  };
+  const std::vector<Edit> edits = {
+      {TransformsOffset(0, 0) + 1, kMaxTransformRows + 1,
+       "header is corrupt (layer 0 keys sinks 65537; the most is 65536)"},
+      {TransformsOffset(1, 1) + 5, 0xFFFFFFFFu,
+       "header is corrupt (layer 1 values residual 4294967295; the most is 65536)"},
+      {TransformsOffset(0, 1) + 5, 0x80000000u,  // negative as an i32
+       "header is corrupt (layer 0 values residual 2147483648; the most is 65536)"},
+  };
+  for (const Edit& edit : edits) {
+    Bytes bytes = good;
+    Poke<uint32_t>(&bytes, edit.offset, edit.value);
+    ResealHeader(&bytes, image.layers.size());
+    WriteFile(path, bytes);
+    ExpectRefused(path, ExpectationFor(image), edit.reason);
+  }
+  // The limit itself is a valid count.
+  Bytes bytes = good;
+  Poke<uint32_t>(&bytes, TransformsOffset(1, 0) + 1, kMaxTransformRows);
+  ResealHeader(&bytes, image.layers.size());
+  WriteFile(path, bytes);
+  SnapshotExpectation expect = ExpectationFor(image);
+  expect.transforms[1][0].sinks = kMaxTransformRows;
+  const Result<SnapshotImage> back = ReadSnapshot(path, expect);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->layers[1].transforms[0].sinks, kMaxTransformRows);
+}
+
+TEST_F(SnapshotTest, WriteRefusesTransformRowsOutOfRange) {
+  for (const KvTransforms bad : {Tr(false, kMaxTransformRows + 1, 0), Tr(true, 0, -1)}) {
+    SnapshotImage image = SmallImage();
+    image.layers[1].transforms[1] = bad;
+    const std::string path = Path("prefix.kvqsnap");
+    const Status s = WriteSnapshot(path, image);
+    ASSERT_FALSE(s.ok());
+    EXPECT_TRUE(Contains(s.message(), path)) << s.message();
+    EXPECT_TRUE(Contains(s.message(), "layer 1 values have sinks")) << s.message();
+    EXPECT_TRUE(Listing(dir_).empty());
+  }
 }
 
 std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
