@@ -47,7 +47,7 @@ typedef struct {
   const char* tokenizer_path;       /* NULL or "": the model file's own / tok512.bin beside it */
   int32_t threads;                  /* 0: hardware threads */
   int64_t context;                  /* 0: the model's trained context */
-  const char* kv_key_format;        /* registry name ("f16", "int4-kivi", ...); NULL: "f16" */
+  const char* kv_key_format;        /* KV spec ("f16", "int4-kivi", "int4+rot+sink4", ...); NULL: "f16" */
   const char* kv_value_format;      /* NULL: "f16" */
   int64_t kv_device_budget_bytes;   /* 0: none (attention reads the master copy in place) */
   int64_t kv_host_budget_bytes;     /* 0: no limit */

@@ -43,6 +43,9 @@ inline constexpr uint64_t kDefaultRotationSeed = 0x6b76712d726f7431ull;  // "kvq
 
 /// A format and its transforms.
 struct KvSpec {
+  KvSpec() = default;
+  /// A format without transforms converts implicitly: a plain format is a spec.
+  KvSpec(const FormatDesc* f, KvTransforms t = {}) : format(f), transforms(t) {}  // NOLINT
   const FormatDesc* format = nullptr;
   KvTransforms transforms;
   bool operator==(const KvSpec&) const = default;

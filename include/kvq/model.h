@@ -24,7 +24,8 @@ namespace kvq {
 
 class Session;
 
-/// The K and V formats of one layer, by registry name (`kvq formats` lists them: "f16", "int4", ...).
+/// The K and V specs of one layer: a registry name (`kvq formats` lists them: "f16", "int4", ...)
+/// with optional transforms, FORMAT[+rot][+sinkN][+resN] (kvq/kv_spec.h).
 struct KvLayerSpec {
   std::string key = "f16";
   std::string value = "f16";

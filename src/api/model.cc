@@ -11,27 +11,27 @@ namespace kvq {
 Result<KvCacheConfig> CacheConfigFor(const LlamaConfig& c, int64_t context, const KvOptions& kv) {
   KvCacheConfig config{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
                        .max_positions = context, .budgets = kv.budgets};
-  auto find = [](const std::string& name, const std::string& what) -> Result<const FormatDesc*> {
-    Result<const FormatDesc*> f = FindFormat(name);
+  auto find = [](const std::string& name, const std::string& what) -> Result<KvSpec> {
+    Result<KvSpec> f = ParseKvSpec(name);
     if (!f.ok()) return Status::Error(fmt::format("KvOptions::{}: {}", what, f.status().message()));
     return f;
   };
   if (kv.layers.empty()) {
-    Result<const FormatDesc*> k = find(kv.key_format, "key_format"), v = find(kv.value_format, "value_format");
+    Result<KvSpec> k = find(kv.key_format, "key_format"), v = find(kv.value_format, "value_format");
     if (!k.ok()) return k.status();
     if (!v.ok()) return v.status();
-    config.layers = {{*k, *v}};
+    config.layers = {LayerFormats::Of(*k, *v)};
   } else {
     if (static_cast<int64_t>(kv.layers.size()) != c.n_layers) {
       return Status::Error(fmt::format("KvOptions::layers has {} entries; the model has {} layers (give one per "
                                        "layer, or none)", kv.layers.size(), c.n_layers));
     }
     for (size_t l = 0; l < kv.layers.size(); ++l) {
-      Result<const FormatDesc*> k = find(kv.layers[l].key, fmt::format("layers[{}].key", l));
-      Result<const FormatDesc*> v = find(kv.layers[l].value, fmt::format("layers[{}].value", l));
+      Result<KvSpec> k = find(kv.layers[l].key, fmt::format("layers[{}].key", l));
+      Result<KvSpec> v = find(kv.layers[l].value, fmt::format("layers[{}].value", l));
       if (!k.ok()) return k.status();
       if (!v.ok()) return v.status();
-      config.layers.push_back({*k, *v});
+      config.layers.push_back(LayerFormats::Of(*k, *v));
     }
   }
   if (kv.page_positions < 0 || kv.page_positions % 32 != 0) {

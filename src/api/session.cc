@@ -64,8 +64,8 @@ int64_t Session::kv_bytes() const {
   int64_t bytes = 0;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerFormats& f = c.layers.size() == 1 ? c.layers[0] : c.layers[l];
-    bytes += BytesForRows(f.key->key, {c.n_kv_heads, c.head_dim}, s.cache->positions(l)) +
-             BytesForRows(f.value->value, {c.n_kv_heads, c.head_dim}, s.cache->positions(l));
+    bytes += SpecBytesForRows(f.key->key, f.key_transforms, {c.n_kv_heads, c.head_dim}, s.cache->positions(l)) +
+             SpecBytesForRows(f.value->value, f.value_transforms, {c.n_kv_heads, c.head_dim}, s.cache->positions(l));
   }
   return bytes;
 }

@@ -40,7 +40,7 @@ int RunBenchDecode(const BenchDecodeOptions& o) {
   DecodeBenchConfig config;
   config.reps = o.reps;
   config.seed = o.shared.seed;
-  const Result<std::vector<const FormatDesc*>> formats = o.shared.PlainFormatList();
+  const Result<std::vector<KvSpec>> formats = o.shared.FormatList();
   if (!formats.ok()) return bad(formats.status().message());
   config.formats = *formats;
   if (config.formats.empty()) return bad("--format: give at least one format");
@@ -49,8 +49,8 @@ int RunBenchDecode(const BenchDecodeOptions& o) {
   Result<LoadedModel> loaded = LoadModel(model_path, o.shared.TokenizerPath());
   if (!loaded.ok()) return bad(loaded.status().message());
   const LlamaConfig cfg = loaded->weights.config;
-  for (const FormatDesc* f : config.formats) {
-    if (Status s = CheckShape(*f, {.n_kv_heads = cfg.n_kv_heads, .head_dim = cfg.head_dim()}); !s.ok()) {
+  for (const KvSpec& f : config.formats) {
+    if (Status s = CheckKvSpec(f, {.n_kv_heads = cfg.n_kv_heads, .head_dim = cfg.head_dim()}); !s.ok()) {
       return bad("--format: " + s.message());
     }
   }
@@ -58,8 +58,8 @@ int RunBenchDecode(const BenchDecodeOptions& o) {
   // Contexts: what was asked (each must fit), or the defaults that fit the model and the budget.
   auto arms_bytes = [&](int64_t n) -> int64_t {
     int64_t total = 0;
-    for (const FormatDesc* f : config.formats) {
-      const Result<int64_t> b = DecodeKvBytes(cfg, *f, n + 1 + o.reps);
+    for (const KvSpec& f : config.formats) {
+      const Result<int64_t> b = DecodeKvBytes(cfg, f, n + 1 + o.reps);
       total += b.ok() ? *b : (int64_t{1} << 62);
     }
     return total;
@@ -97,30 +97,31 @@ int RunBenchDecode(const BenchDecodeOptions& o) {
   auto progress = [](const std::string& line) { fmt::print(stderr, "bench decode: {}\n", line); };
   const Result<std::vector<DecodeBenchRow>> rows = RunDecodeBench(model, config, progress);
   if (!rows.ok()) return bad(rows.status().message());
-  const FormatDesc* reference = DecodeBenchReference(config);
+  const KvSpec* reference = DecodeBenchReference(config);
   const int64_t weight_bytes = WeightBytesPerStep(model.weights());
 
   // Seed 002's kill criterion from the shapes: the ceiling at 32K of every smaller arm.
   nlohmann::json verdicts = nlohmann::json::array();
   std::vector<std::string> verdict_lines;
   const Result<int64_t> ref32 = DecodeKvBytes(cfg, *reference, kKillContext);
-  for (const FormatDesc* f : config.formats) {
-    const Result<int64_t> kv32 = DecodeKvBytes(cfg, *f, kKillContext);
+  for (const KvSpec& spec : config.formats) {
+    const KvSpec* f = &spec;
+    const Result<int64_t> kv32 = DecodeKvBytes(cfg, spec, kKillContext);
     if (f == reference || !ref32.ok() || !kv32.ok()) continue;
     const double share = static_cast<double>(*ref32) / static_cast<double>(*ref32 + weight_bytes);
     const double ceiling = SpeedupCeiling(share, static_cast<double>(*kv32) / static_cast<double>(*ref32));
     const bool clears = ceiling - 1.0 >= kKillThreshold;
-    verdicts.push_back({{"format", f->name}, {"context", kKillContext}, {"kv_share", share}, {"ceiling", ceiling},
+    verdicts.push_back({{"format", KvSpecName(*f)}, {"context", kKillContext}, {"kv_share", share}, {"ceiling", ceiling},
                         {"verdict", clears ? "clears" : "kill"}});
     verdict_lines.push_back(fmt::format(
-        "{} vs {} at 32K: KV share {:.1f}%, ceiling {:.3f}x (+{:.1f}%) -> {}", f->name, reference->name,
+        "{} vs {} at 32K: KV share {:.1f}%, ceiling {:.3f}x (+{:.1f}%) -> {}", KvSpecName(*f), KvSpecName(*reference),
         100 * share, ceiling, 100 * (ceiling - 1),
         clears ? "clears the 10% kill criterion" : "under 10%: close not-planned (seed 002's kill criterion)"));
   }
   const std::string fill = "random rows encoded in each format (not a prefill)";
   if (o.shared.json) {
     nlohmann::json out = {{"model", model_path}, {"threads", o.shared.threads}, {"matvec_isa", MatVecTargetName()},
-                          {"weight_bytes_per_step", weight_bytes}, {"reference", reference->name}, {"fill", fill},
+                          {"weight_bytes_per_step", weight_bytes}, {"reference", KvSpecName(*reference)}, {"fill", fill},
                           {"reps", o.reps}, {"results", nlohmann::json::array()}, {"kill_criterion", verdicts}};
     if (cfg.seq_len < kKillContext) out["kill_criterion_note"] = "computed from shapes past the model's context";
     for (const DecodeBenchRow& r : *rows) {
@@ -136,7 +137,7 @@ int RunBenchDecode(const BenchDecodeOptions& o) {
              "matvec SIMD {}\n", model_path, cfg.n_layers, cfg.n_kv_heads, cfg.head_dim(), cfg.seq_len,
              FormatBytesIec(weight_bytes), o.shared.threads, MatVecTargetName());
   fmt::print("cache fill: {}; arms interleaved, {} timed steps each; ceiling and speedup vs {}\n\n", fill, o.reps,
-             reference->name);
+             KvSpecName(*reference));
   fmt::print("{:<8} {:>8} {:>10} {:>17} {:>8} {:>11} {:>9} {:>9} {:>9}\n", "format", "context", "ms/step",
              "min-max ms", "tok/s", "KV read", "KV share", "ceiling", "measured");
   for (const DecodeBenchRow& r : *rows) {

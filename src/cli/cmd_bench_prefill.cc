@@ -44,7 +44,7 @@ int RunBenchPrefill(const BenchPrefillOptions& o) {
   if (o.reps < 1 || o.reps > 1000) return bad(fmt::format("--reps must be in 1..1000 (got {})", o.reps));
   PrefillBenchConfig config;
   config.reps = o.reps;
-  const Result<std::vector<const FormatDesc*>> formats = o.shared.PlainFormatList();
+  const Result<std::vector<KvSpec>> formats = o.shared.FormatList();
   if (!formats.ok()) return bad(formats.status().message());
   config.formats = *formats;
   if (config.formats.empty()) return bad("--format: give at least one format");
@@ -59,8 +59,8 @@ int RunBenchPrefill(const BenchPrefillOptions& o) {
   Result<LoadedModel> loaded = LoadModel(model_path, o.shared.TokenizerPath());
   if (!loaded.ok()) return bad(loaded.status().message());
   const LlamaConfig cfg = loaded->weights.config;
-  for (const FormatDesc* f : config.formats) {
-    if (Status s = CheckShape(*f, {.n_kv_heads = cfg.n_kv_heads, .head_dim = cfg.head_dim()}); !s.ok()) {
+  for (const KvSpec& f : config.formats) {
+    if (Status s = CheckKvSpec(f, {.n_kv_heads = cfg.n_kv_heads, .head_dim = cfg.head_dim()}); !s.ok()) {
       return bad("--format: " + s.message());
     }
   }

@@ -8,6 +8,7 @@
 #include "cli/flags.h"
 #include "kvq/format.h"
 #include "kvq/kv_memory.h"
+#include "kvq/kv_spec.h"
 #include "simd/dispatch.h"
 
 namespace kvq::cli {
@@ -78,8 +79,16 @@ int RunFormats(const FormatsOptions& o) {
                100.0 * j["memory_vs_f16"].get<double>(), what);
   }
   if (o.shared.json) {
+    nlohmann::json transforms = nlohmann::json::array();
+    for (const auto& [name, what] : std::initializer_list<std::pair<const char*, const char*>>{
+             {"rot", "randomized Hadamard rotation of each head before quantising"},
+             {"sinkN", "the first N positions also kept in f32"},
+             {"resN", "the newest N positions kept in f32, encoded as they age out"}}) {
+      transforms.push_back({{"name", name}, {"summary", what}});
+    }
     nlohmann::json out = {{"kv_heads", o.kv_heads}, {"head_dim", o.head_dim},
-                          {"simd_target", simd::DispatchedTargetName()}, {"formats", list}};
+                          {"simd_target", simd::DispatchedTargetName()}, {"formats", list},
+                          {"spec_grammar", "FORMAT[+TRANSFORM...]"}, {"transforms", transforms}};
     PrintJson(out);
     return 0;
   }
@@ -92,6 +101,9 @@ int RunFormats(const FormatsOptions& o) {
     }
     if (*f->note != '\0') fmt::print("  {:<10} note: {}\n", "", f->note);
   }
+  fmt::print("\nTransforms: a KV spec is FORMAT[+TRANSFORM...] (e.g. int4+rot, int2-kivi+sink4+res64), "
+             "wherever a format is taken (--kv, --kv-k, --kv-v, --format):\n{}",
+             TransformsHelp());
   return 0;
 }
 

@@ -39,10 +39,11 @@ Result<KvSpec> ParseKvSpec(std::string_view text) {
   }
   Result<const FormatDesc*> format = FindFormat(parts[0]);
   if (!format.ok()) {
-    return Status::Error(fmt::format("KV spec '{}': {}; a spec is FORMAT[+TRANSFORM...] with "
-                                     "transforms {}", text, format.status().message(), kTransformList));
+    const std::string where = parts.size() == 1 ? "" : fmt::format("KV spec '{}': ", text);
+    return Status::Error(fmt::format("{}{}; a spec is FORMAT[+TRANSFORM...] with transforms {}",
+                                     where, format.status().message(), kTransformList));
   }
-  KvSpec spec{.format = *format};
+  KvSpec spec(*format);
   KvTransforms& t = spec.transforms;
   bool seen_rot = false;
   for (size_t i = 1; i < parts.size(); ++i) {

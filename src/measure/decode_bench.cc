@@ -62,24 +62,32 @@ int64_t WeightBytesPerStep(const LlamaWeights& w) {
   return bytes;
 }
 
-const FormatDesc* DecodeBenchReference(const DecodeBenchConfig& config) {
-  for (const FormatDesc* f : config.formats) {
-    if (std::string(f->name) == "f16") return f;
+const KvSpec* DecodeBenchReference(const DecodeBenchConfig& config) {
+  for (const KvSpec& f : config.formats) {
+    if (KvSpecName(f) == "f16") return &f;
   }
-  return config.formats.front();
+  return &config.formats.front();
 }
 
-Result<int64_t> DecodeKvBytes(const LlamaConfig& c, const FormatDesc& format, int64_t context) {
+Result<int64_t> DecodeKvBytes(const LlamaConfig& c, const KvSpec& spec, int64_t context) {
   if (context == 0) return int64_t{0};
-  return KvBytesForContext(format, {.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()},
-                           context);
+  const KvShape shape{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()};
+  if (!spec.transforms.any()) return KvBytesForContext(*spec.format, shape, context);
+  // Transforms: the exact rule of kvq/kv_spec.h per tensor, plus per-tensor state, every layer.
+  const Result<int64_t> plain = KvBytesForContext(*spec.format, shape, context);  // shape checks
+  if (!plain.ok()) return plain.status();
+  const int64_t per_layer =
+      SpecBytesForRows(spec.format->key, spec.transforms, shape.row(), context) +
+      SpecBytesForRows(spec.format->value, spec.transforms, shape.row(), context) +
+      TensorStateBytes(spec.format->key) + TensorStateBytes(spec.format->value);
+  return per_layer * c.n_layers;
 }
 
 Result<std::vector<DecodeBenchRow>> RunDecodeBench(LlamaModel& model, const DecodeBenchConfig& config,
                                                    const std::function<void(const std::string&)>& progress) {
   const LlamaConfig& c = model.config();
   const int64_t weight_bytes = WeightBytesPerStep(model.weights());
-  const FormatDesc* reference = DecodeBenchReference(config);
+  const KvSpec* reference = DecodeBenchReference(config);
   std::vector<DecodeBenchRow> rows;
   std::vector<float> logits(c.vocab_size);
   for (int64_t n : config.contexts) {
@@ -90,12 +98,12 @@ Result<std::vector<DecodeBenchRow>> RunDecodeBench(LlamaModel& model, const Deco
     }
     // Every arm's cache is alive at once, so the arms take turns step by step.
     std::vector<std::unique_ptr<KvCache>> caches;
-    for (const FormatDesc* f : config.formats) {
+    for (const KvSpec& f : config.formats) {
       KvCacheConfig cc{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
-                       .layers = {{f, f}}, .max_positions = positions, .page_positions = 256};
+                       .layers = {LayerFormats::Of(f, f)}, .max_positions = positions, .page_positions = 256};
       Result<std::unique_ptr<KvCache>> cache = KvCache::Create(cc);
       if (!cache.ok()) return cache.status();
-      if (Status s = FillRandom(**cache, c, n, config.seed, progress, fmt::format("{} at {}", f->name, n)); !s.ok()) {
+      if (Status s = FillRandom(**cache, c, n, config.seed, progress, fmt::format("{} at {}", KvSpecName(f), n)); !s.ok()) {
         return s;
       }
       caches.push_back(std::move(cache.value()));
@@ -115,18 +123,18 @@ Result<std::vector<DecodeBenchRow>> RunDecodeBench(LlamaModel& model, const Deco
     Result<int64_t> ref_kv = DecodeKvBytes(c, *reference, n);
     if (!ref_kv.ok()) return ref_kv.status();
     size_t ref_arm = 0;
-    for (size_t a = 0; a < arms; ++a) ref_arm = config.formats[a] == reference ? a : ref_arm;
+    for (size_t a = 0; a < arms; ++a) ref_arm = &config.formats[a] == reference ? a : ref_arm;
     const double ref_ms = Median(ms[ref_arm]);
     const double share = static_cast<double>(*ref_kv) / static_cast<double>(*ref_kv + weight_bytes);
     for (size_t a = 0; a < arms; ++a) {
       DecodeBenchRow r;
-      r.format = config.formats[a]->name;
+      r.format = KvSpecName(config.formats[a]);
       r.context = n;
       r.ms_median = Median(ms[a]);
       r.ms_min = *std::min_element(ms[a].begin(), ms[a].end());
       r.ms_max = *std::max_element(ms[a].begin(), ms[a].end());
       r.tokens_per_second = 1000.0 / r.ms_median;
-      Result<int64_t> kv = DecodeKvBytes(c, *config.formats[a], n);
+      Result<int64_t> kv = DecodeKvBytes(c, config.formats[a], n);
       if (!kv.ok()) return kv.status();
       r.kv_bytes = *kv;
       r.weight_bytes = weight_bytes;

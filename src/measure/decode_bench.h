@@ -11,13 +11,14 @@
 #include <vector>
 
 #include "kvq/format.h"
+#include "kvq/kv_spec.h"
 #include "kvq/status.h"
 #include "model/llama.h"
 
 namespace kvq {
 
 struct DecodeBenchConfig {
-  std::vector<const FormatDesc*> formats;  ///< arms (K and V in the same format), run A B C A B C ...
+  std::vector<KvSpec> formats;  ///< arms (K and V in the same spec), run A B C A B C ...
   std::vector<int64_t> contexts;           ///< positions in the cache before the timed steps (0 allowed)
   int32_t reps = 5;                        ///< timed steps per arm and context, after one warm-up step
   uint64_t seed = 1;                       ///< of the random fill
@@ -40,10 +41,10 @@ struct DecodeBenchRow {
 int64_t WeightBytesPerStep(const LlamaWeights& weights);
 
 /// The arm the ceiling and speedup are relative to: f16 when it is an arm, else the first.
-const FormatDesc* DecodeBenchReference(const DecodeBenchConfig& config);
+const KvSpec* DecodeBenchReference(const DecodeBenchConfig& config);
 
 /// KV bytes a step reads at `context` for `format` (every layer, K and V; 0 at context 0).
-Result<int64_t> DecodeKvBytes(const LlamaConfig& model, const FormatDesc& format, int64_t context);
+Result<int64_t> DecodeKvBytes(const LlamaConfig& model, const KvSpec& format, int64_t context);
 
 /// Runs the benchmark on `model` (its thread count is the model's). Errors: a context past the
 /// model's limit, a cache that cannot be created. `progress` (may be empty) gets a line per stage.

@@ -29,12 +29,12 @@ bool QuantizedActivation(const Matrix& m) {
 // profile added to `profile`; returns its seconds. `progress` gets a line about every 10 s with an
 // ETA from the rates so far: the weights and the rest per token, the attention per multiply-add
 // (which grows with the position, so a per-token rate would promise too early an end).
-Result<double> PrefillOnce(LlamaModel& model, const FormatDesc& format, const std::vector<int32_t>& prompt,
+Result<double> PrefillOnce(LlamaModel& model, const KvSpec& format, const std::vector<int32_t>& prompt,
                            int64_t n, float* logits, ForwardProfile& profile, const std::string& name,
                            const std::function<void(const std::string&)>& progress) {
   const LlamaConfig& c = model.config();
   KvCacheConfig cc{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
-                   .layers = {{&format, &format}}, .max_positions = n, .page_positions = 256};
+                   .layers = {LayerFormats::Of(format, format)}, .max_positions = n, .page_positions = 256};
   Result<std::unique_ptr<KvCache>> cache = KvCache::Create(cc);
   if (!cache.ok()) return cache.status();
   ForwardProfile mine;
@@ -139,10 +139,10 @@ Result<std::vector<PrefillBenchRow>> RunPrefillBench(LlamaModel& model, const Pr
   std::vector<float> logits(c.vocab_size);  // [vocab]
   // One untimed block per arm first: it warms the thread pool, the pages of the weights and the
   // attention state the timed runs reuse.
-  for (const FormatDesc* f : config.formats) {
+  for (const KvSpec& f : config.formats) {
     ForwardProfile ignored;
     const int64_t n = std::min<int64_t>(kPrefillBenchBlock, config.lengths.front());
-    if (Result<double> s = PrefillOnce(model, *f, config.prompt, n, logits.data(), ignored, "", {}); !s.ok()) {
+    if (Result<double> s = PrefillOnce(model, f, config.prompt, n, logits.data(), ignored, "", {}); !s.ok()) {
       return s.status();
     }
   }
@@ -154,8 +154,8 @@ Result<std::vector<PrefillBenchRow>> RunPrefillBench(LlamaModel& model, const Pr
     for (int32_t rep = 0; rep < config.reps; ++rep) {
       for (size_t a = 0; a < arms; ++a) {
         const std::string name =
-            fmt::format("{} at {} (rep {} of {})", config.formats[a]->name, n, rep + 1, config.reps);
-        Result<double> s = PrefillOnce(model, *config.formats[a], config.prompt, n, logits.data(), profiles[a],
+            fmt::format("{} at {} (rep {} of {})", KvSpecName(config.formats[a]), n, rep + 1, config.reps);
+        Result<double> s = PrefillOnce(model, config.formats[a], config.prompt, n, logits.data(), profiles[a],
                                        name, progress);
         if (!s.ok()) return s.status();
         seconds[a].push_back(*s);
@@ -165,7 +165,7 @@ Result<std::vector<PrefillBenchRow>> RunPrefillBench(LlamaModel& model, const Pr
     }
     for (size_t a = 0; a < arms; ++a) {
       PrefillBenchRow r;
-      r.format = config.formats[a]->name;
+      r.format = KvSpecName(config.formats[a]);
       r.length = n;
       r.s_median = Median(seconds[a]);
       r.s_min = *std::min_element(seconds[a].begin(), seconds[a].end());

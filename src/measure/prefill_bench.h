@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kvq/format.h"
+#include "kvq/kv_spec.h"
 #include "kvq/status.h"
 #include "measure/roofline.h"
 #include "model/llama.h"
@@ -53,7 +54,7 @@ std::string WeightsCeilingInstruction(const WeightMacs& macs, const ComputeRoofl
 std::vector<int32_t> RepeatPrompt(int32_t bos, const std::vector<int32_t>& text, int64_t n);
 
 struct PrefillBenchConfig {
-  std::vector<const FormatDesc*> formats;  ///< arms (K and V in the same format), run A B C A B C ...
+  std::vector<KvSpec> formats;  ///< arms (K and V in the same spec), run A B C A B C ...
   std::vector<int64_t> lengths;            ///< prompt lengths, each at most the model's context
   std::vector<int32_t> prompt;             ///< tokens, at least the longest length; each uses its prefix
   int32_t reps = 3;                        ///< timed prefills per arm and length, after one warm-up block

@@ -27,7 +27,7 @@ TEST(DecodeBench, RowsAccountingAndCeilings) {
   const LlamaConfig& c = model.config();
   DecodeBenchConfig config{.formats = {*FindFormat("int4"), *FindFormat("f16"), *FindFormat("int8")},
                            .contexts = {0, 100}, .reps = 2};
-  ASSERT_EQ(std::string(DecodeBenchReference(config)->name), "f16");
+  ASSERT_EQ(KvSpecName(*DecodeBenchReference(config)), "f16");
   Result<std::vector<DecodeBenchRow>> rows = RunDecodeBench(model, config, {});
   ASSERT_TRUE(rows.ok()) << rows.status().message();
   ASSERT_EQ(rows->size(), 6u);
@@ -44,7 +44,7 @@ TEST(DecodeBench, RowsAccountingAndCeilings) {
   for (size_t i = 0; i < rows->size(); ++i) {
     const DecodeBenchRow& r = (*rows)[i];
     EXPECT_EQ(r.context, i < 3 ? 0 : 100);
-    EXPECT_EQ(r.format, std::string(config.formats[i % 3]->name));
+    EXPECT_EQ(r.format, KvSpecName(config.formats[i % 3]));
     EXPECT_GT(r.ms_median, 0.0);
     EXPECT_LE(r.ms_min, r.ms_median);
     EXPECT_GE(r.ms_max, r.ms_median);

@@ -116,10 +116,10 @@ TEST(PrefillBench, LogitsAreThoseOfForwardBlockAndSharesTileTheTime) {
     const PrefillBenchRow& r = (*rows)[i];
     SCOPED_TRACE(fmt::format("{} at {}", r.format, r.length));
     EXPECT_EQ(r.length, i < 2 ? 150 : 40);
-    EXPECT_EQ(r.format, std::string(config.formats[i % 2]->name));
+    EXPECT_EQ(r.format, KvSpecName(config.formats[i % 2]));
 
     // The test's own prefill: ForwardBlock over blocks of 64 into a fresh cache of the format.
-    const FormatDesc* f = config.formats[i % 2];
+    const FormatDesc* f = config.formats[i % 2].format;
     KvCacheConfig cc{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
                      .layers = {{f, f}}, .max_positions = r.length, .page_positions = 256};
     Result<std::unique_ptr<KvCache>> cache = KvCache::Create(cc);
