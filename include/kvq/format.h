@@ -21,13 +21,14 @@ enum class FormatId : uint16_t {
   kF32 = 1,
   kF16 = 2,
   kBf16 = 3,
-  kFp8E4m3 = 4,
+  // 4 was fp8-e4m3 with one calibrated f32 scale per tensor (retired: a snapshot with 4 is refused).
   kInt8 = 5,
   kInt4 = 6,
   kInt2 = 7,
   kInt4Kivi = 8,
   kInt2Kivi = 9,
   kFp4E2m1 = 10,
+  kFp8E4m3 = 11,  ///< fp8-e4m3 with power-of-two scales per head per key group / per value row
 };
 
 /// Largest head_dim any format accepts (reference kernels keep one head on the stack).
