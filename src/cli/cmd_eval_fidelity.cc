@@ -271,9 +271,13 @@ int RunEvalFidelity(const FidelityOptions& o) {
     return 1;
   };
   const bool kl_mode = !o.kl_base.empty() || !o.kl_base_out.empty();
-  if (kl_mode && (o.format_given || !o.plot.empty() || !o.shared.kv_plan.empty())) {
-    return bad("--format, --kv-plan and --plot compare KV specs with an f32 cache; with --kl-divergence-base(-out) "
-               "kvq runs one KV spec (--kv, --kv-k, --kv-v)");
+  if (kl_mode && (o.format_given || !o.plot.empty())) {
+    return bad("--format and --plot compare KV formats with an f32 cache; with --kl-divergence-base(-out) kvq "
+               "runs one KV spec (--kv, --kv-k, --kv-v)");
+  }
+  if (kl_mode && !o.shared.kv_plan.empty()) {
+    return bad("--kv-plan is an arm compared with an f32 cache; with --kl-divergence-base(-out) kvq runs one KV "
+               "spec for every layer (--kv, --kv-k, --kv-v)");
   }
   if (!kl_mode && (o.kv_given || o.ctx_size != 0)) {
     return bad("--kv, --kv-k, --kv-v and -c apply with --kl-divergence-base or --kl-divergence-base-out (use "
