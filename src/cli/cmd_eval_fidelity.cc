@@ -17,15 +17,12 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/eval_text.h"
 #include "cli/json_output.h"
 #include "cli/flags.h"
 #include "measure/fidelity.h"
 #include "measure/kl_divergence.h"
 #include "model/load_model.h"
-
-#ifndef KVQ_MODELS_DIR
-#define KVQ_MODELS_DIR "models"
-#endif
 
 extern char** environ;
 
@@ -47,24 +44,6 @@ struct FidelityOptions {
 };
 
 constexpr int64_t kLlamaPerplexityCtx = 512;  // llama-perplexity's default -c
-
-// The bundled evaluation text: data/eval/ beside the source tree's models/ (when run from a build
-// folder), else ./data/eval/.
-std::string BundledEvalText() {
-  const std::filesystem::path rel = "data/eval/tinystories-eval.txt";
-  const std::filesystem::path beside = std::filesystem::path(KVQ_MODELS_DIR).parent_path() / rel;
-  return std::filesystem::exists(beside) ? beside.string() : rel.string();
-}
-
-// A path as printed in tables and JSON: relative to the working directory when it lies below it,
-// so a table in the docs does not carry one machine's absolute paths.
-std::string DisplayPath(const std::string& path) {
-  std::error_code ec;
-  const std::filesystem::path rel =
-      std::filesystem::path(path).lexically_proximate(std::filesystem::current_path(ec));
-  if (ec || rel.empty() || *rel.begin() == "..") return path;
-  return rel.string();
-}
 
 // The executable `name` in a folder of PATH, or "" when there is none.
 std::string FindOnPath(const std::string& name) {
@@ -112,6 +91,8 @@ void PrintTable(const FidelityReport& r, const std::string& model, const std::st
   fmt::print("Teacher-forced fidelity: model {}, text {}, {} positions{}; reference: f32 cache, "
              "perplexity {:.4f}; int8/int4 scores {}\n\n", model, text, r.positions, bos ? " (BOS included)" : "",
              r.reference_ppl, ScoreArithmeticLabel());
+  fmt::print("bits/number and memory count every byte held at {} positions (f32 residual and sink rows, "
+             "per-tensor scales included)\n\n", r.positions);
   fmt::print("| format | bits/number | memory vs f16 | logit drift | KL (nats) | top-1 agree | ppl |\n");
   fmt::print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const FidelityRow& f : r.formats) {
@@ -294,6 +275,10 @@ int RunEvalFidelity(const FidelityOptions& o) {
     return bad("--format and --plot compare KV formats with an f32 cache; with --kl-divergence-base(-out) kvq "
                "runs one KV spec (--kv, --kv-k, --kv-v)");
   }
+  if (kl_mode && !o.shared.kv_plan.empty()) {
+    return bad("--kv-plan is an arm compared with an f32 cache; with --kl-divergence-base(-out) kvq runs one KV "
+               "spec for every layer (--kv, --kv-k, --kv-v)");
+  }
   if (!kl_mode && (o.kv_given || o.ctx_size != 0)) {
     return bad("--kv, --kv-k, --kv-v and -c apply with --kl-divergence-base or --kl-divergence-base-out (use "
                "--format to compare KV formats with an f32 cache)");
@@ -309,28 +294,24 @@ int RunEvalFidelity(const FidelityOptions& o) {
     }
   }
   FidelityConfig config;
-  const Result<std::vector<const FormatDesc*>> formats = o.shared.PlainFormatList();
-  if (!formats.ok()) return bad(formats.status().message());
-  config.formats = *formats;
-  if (config.formats.empty()) config.formats.assign(Formats().begin(), Formats().end());
+  const Result<std::vector<KvSpec>> specs = o.shared.FormatList();
+  if (!specs.ok()) return bad(specs.status().message());
+  for (const KvSpec& spec : *specs) config.arms.push_back(FidelityArm::Uniform(spec));
+  if (specs->empty() && (o.shared.kv_plan.empty() || o.format_given)) {
+    for (const FormatDesc* f : Formats()) config.arms.push_back(FidelityArm::Uniform(f));
+  }
 
   const std::string text_path = o.text.empty() ? BundledEvalText() : o.text;
-  if (!std::filesystem::is_regular_file(text_path)) {
-    return bad(fmt::format("-f {}: no such text file (expected a UTF-8 text file to evaluate on)", text_path));
-  }
-  std::ifstream in(text_path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in.good() && !in.eof()) return bad(fmt::format("-f {}: cannot read the file", text_path));
-  if (text.str().empty()) return bad(fmt::format("-f {}: the file is empty (expected text to evaluate on)", text_path));
-  if (kl_mode) return RunKl(o, text_path, text.str());
+  const Result<std::string> text = ReadEvalText(text_path);
+  if (!text.ok()) return bad(text.status().message());
+  if (kl_mode) return RunKl(o, text_path, *text);
 
   const std::string model_path = o.shared.ModelPath();
   Result<LoadedModel> loaded = LoadModel(model_path, o.shared.TokenizerPath());
   if (!loaded.ok()) return bad(loaded.status().message());
   const Tokenizer tokenizer = std::move(loaded.value().tokenizer);
   const LlamaConfig cfg = loaded->weights.config;
-  const FidelityInput input = MakeFidelityInput(tokenizer, text.str(), cfg.seq_len);
+  const FidelityInput input = MakeFidelityInput(tokenizer, *text, cfg.seq_len);
   if (input.full_count > static_cast<int64_t>(input.tokens.size())) {
     fmt::print(stderr, "kvq {}: {} gives {} tokens; using the first {} (the model's context)\n", kCommand,
                text_path, input.full_count, input.tokens.size());
@@ -340,8 +321,17 @@ int RunEvalFidelity(const FidelityOptions& o) {
                            input.tokens.size()));
   }
   const RowShape row{.n_kv_heads = cfg.n_kv_heads, .head_dim = cfg.head_dim()};
-  for (const FormatDesc* f : config.formats) {
-    if (Status s = CheckShape(*f, row); !s.ok()) return bad("--format: " + s.message());
+  for (const FidelityArm& arm : config.arms) {
+    for (const KvSpec& spec : {arm.layers[0].Key(), arm.layers[0].Value()}) {
+      if (Status s = CheckKvSpec(spec, row); !s.ok()) return bad("--format: " + s.message());
+    }
+  }
+  if (!o.shared.kv_plan.empty()) {  // the plan is one more arm, after the --format ones
+    Result<std::vector<LayerFormats>> plan = o.shared.KvLayers(loaded->weights);
+    if (!plan.ok()) return bad(plan.status().message());
+    config.arms.push_back({.name = "plan " + DisplayPath(o.shared.kv_plan), .layers = std::move(plan.value())});
+  } else if (o.shared.kv_bits > 0) {
+    return bad("--kv-bits: needs --kv-plan (the plan whose bits it bounds)");
   }
 
   LlamaModel model(std::move(loaded.value().weights), o.shared.threads);
@@ -385,7 +375,8 @@ void AddEvalFidelityCommand(CLI::App& eval, int* exit_code) {
   cmd->add_option("-f,--file", o->text,
                   "Text to evaluate on (default: data/eval/tinystories-eval.txt); cut to the model's context");
   AddFormatListFlag(cmd, &o->shared, "--format",
-                    "KV formats to compare, comma-separated (default: every format; see kvq formats)");
+                    "KV specs to compare, comma-separated, each for K and V of every layer: FORMAT[+rot][+sinkN]"
+                    "[+resN]\n(default: every format, or none beside --kv-plan; see kvq formats)");
   AddJsonFlag(cmd, &o->shared,
                 "Print JSON: model, text, positions, reference_ppl, formats[] with format, bits_per_number, "
                 "memory_vs_f16 and top1_agree as fractions (0..1), logit_drift, kl, positions, ppl; with\n"
@@ -408,6 +399,7 @@ void AddEvalFidelityCommand(CLI::App& eval, int* exit_code) {
                   "context when smaller); with --kl-divergence-base the file's n_ctx is used")
       ->check(IntInRange(3, int64_t{1} << 30));
   AddKvFormatFlags(cmd, &o->shared);
+  AddKvPlanFlags(cmd, &o->shared);
   AddScoreArithmeticFlag(cmd);
   cmd->callback([o, cmd, exit_code] {
     o->kv_given = cmd->count("--kv") + cmd->count("--kv-k") + cmd->count("--kv-v") > 0;

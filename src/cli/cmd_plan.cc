@@ -1,14 +1,17 @@
-// `kvq plan`: KV memory for a model shape and a format, in exact bytes, and — given the weight
-// bytes a decode step reads — the KV share of those bytes and each format's speed ceiling.
+// `kvq plan`: KV memory for a model shape and a KV spec, in exact bytes (sinks and residual rows
+// included), and — given the weight bytes a decode step reads — the KV share of those bytes and each
+// format's speed ceiling. `kvq plan --auto` (cmd_plan_auto.cc) chooses specs per layer instead.
 #include <fmt/core.h>
 
 #include <nlohmann/json.hpp>
 #include <algorithm>
 #include <optional>
+#include <span>
 
 #include "cli/commands.h"
 #include "cli/json_output.h"
 #include "cli/flags.h"
+#include "cli/plan_auto.h"
 #include "kvq/format.h"
 #include "kvq/kv_cache.h"
 #include "kvq/kv_memory.h"
@@ -26,6 +29,7 @@ struct PlanOptions {
   int64_t kv_bytes = 0;      // 0: not given
   int64_t weight_bytes = 0;  // 0: not given
   int64_t page = 256;
+  AutoPlanOptions automatic;  // --auto and its flags
 };
 
 struct CeilingRow {
@@ -37,22 +41,30 @@ struct CeilingRow {
 int RunPlan(const PlanOptions& o) {
   auto bad = [](const std::string& m) { return BadInput("plan", m); };
   const std::vector<int64_t>& contexts = o.shared.contexts;
+  if (o.layers == 0 || o.kv_heads == 0 || o.head_dim == 0) {
+    return bad("give the shape: --layers, --kv-heads and --head-dim (or --auto -m MODEL to plan a model's specs)");
+  }
   if (o.layers <= 0) return bad(fmt::format("--layers must be positive (got {})", o.layers));
   if (o.kv_heads <= 0 || o.kv_heads > INT32_MAX) {
     return bad(fmt::format("--kv-heads must be in 1..{} (got {})", INT32_MAX, o.kv_heads));
   }
-  const Result<const FormatDesc*> format = FindFormat(o.format);
-  if (!format.ok()) return bad("--format: " + format.status().message());
+  const Result<KvSpec> spec = ParseKvSpec(o.format);
+  if (!spec.ok()) return bad("--format: " + spec.status().message());
+  const FormatDesc* const* format = &spec->format;  // the element format: per-position costs, ceilings
+  const std::string spec_name = KvSpecName(*spec);
+  const LayerFormats layer = LayerFormats::Of(*spec, *spec);
   const KvShape shape{.n_layers = o.layers, .n_kv_heads = static_cast<int32_t>(o.kv_heads),
                       .head_dim = static_cast<int32_t>(o.head_dim)};
   const Result<KvMemory> mem = PlanKvMemory(**format, shape);
   if (!mem.ok()) return bad(mem.status().message());
+  if (Status s = CheckKvSpec(*spec, shape.row()); !s.ok()) return bad("--format: " + s.message());
   if (contexts.empty() && o.kv_bytes == 0) {
     return bad("give --context N[,N...] (positions to size), or --kv-bytes with --weight-bytes");
   }
+  // Exact totals of the spec: the format's blocks, f32 residual and sink rows, per-tensor state.
   std::vector<std::pair<int64_t, int64_t>> totals;  // (context, total bytes)
   for (int64_t n : contexts) {
-    const Result<int64_t> total = KvBytesForContext(**format, shape, n);
+    const Result<int64_t> total = KvBytesForContext(std::span(&layer, 1), shape, n);
     if (!total.ok()) return bad("--context: " + total.status().message());
     totals.emplace_back(n, *total);
   }
@@ -63,7 +75,7 @@ int RunPlan(const PlanOptions& o) {
   if (budgets.device_bytes != 0 || budgets.host_bytes != 0 || !budgets.disk_dir.empty()) {
     if (contexts.empty()) return bad("budgets need --context (the context to plan the tiers for)");
     KvCacheConfig config{.n_layers = o.layers, .n_kv_heads = shape.n_kv_heads, .head_dim = shape.head_dim,
-                         .layers = {{*format, *format}},
+                         .layers = {layer},
                          .max_positions = *std::max_element(contexts.begin(), contexts.end()),
                          .page_positions = static_cast<int32_t>(std::clamp<int64_t>(o.page, 0, INT32_MAX)),
                          .budgets = budgets};
@@ -101,7 +113,9 @@ int RunPlan(const PlanOptions& o) {
 
   if (o.shared.json) {
     nlohmann::json out = {
-        {"format", (*format)->name},
+        {"format", spec_name},
+        {"transforms", {{"rot", spec->transforms.rotate}, {"sinks", spec->transforms.sinks},
+                        {"residual", spec->transforms.residual}}},
         {"layers", o.layers},
         {"kv_heads", o.kv_heads},
         {"head_dim", o.head_dim},
@@ -113,7 +127,10 @@ int RunPlan(const PlanOptions& o) {
         {"bits_per_number", mem->bits_per_number},
         {"memory_vs_f16", static_cast<double>(mem->bytes_per_layer_position) / f16_bytes},
         {"contexts", nlohmann::json::array()}};
-    for (auto [n, total] : totals) out["contexts"].push_back({{"context", n}, {"total_bytes", total}});
+    for (auto [n, total] : totals) {
+      out["contexts"].push_back({{"context", n}, {"total_bytes", total},
+                                 {"bits_per_number", *KvBitsPerNumber(std::span(&layer, 1), shape, n)}});
+    }
     if (!ceiling_rows.empty()) {
       out["ceiling"] = nlohmann::json::array();
       for (const CeilingRow& row : ceiling_rows) {
@@ -143,7 +160,7 @@ int RunPlan(const PlanOptions& o) {
   }
 
   fmt::print("KV cache: {} layers x {} KV heads x head_dim {}, format {}\n", o.layers, o.kv_heads,
-             o.head_dim, (*format)->name);
+             o.head_dim, spec_name);
   fmt::print("  K: {}; {}\n", (*format)->key.element, (*format)->key.scale);
   fmt::print("  V: {}; {}\n", (*format)->value.element, (*format)->value.scale);
   fmt::print("  bytes per layer-position  {} (K {} + V {})\n",
@@ -157,11 +174,19 @@ int RunPlan(const PlanOptions& o) {
     fmt::print("  fixed bytes               {} (per-tensor scales)\n", FormatCount(mem->fixed_bytes));
   }
   if (*(*format)->note != '\0') fmt::print("  note: {}\n", (*format)->note);
+  if (spec->transforms.any()) {
+    const KvTransforms& t = spec->transforms;
+    fmt::print("  transforms                {}{}{} (K and V); the totals count their f32 rows\n",
+               t.rotate ? "rotation (no bytes)" : "",
+               t.sinks > 0 ? fmt::format("{}{} sink rows in f32", t.rotate ? ", " : "", t.sinks) : "",
+               t.residual > 0 ? fmt::format("{}newest {} rows in f32", t.rotate || t.sinks > 0 ? ", " : "", t.residual)
+                              : "");
+  }
   if (!totals.empty()) {
-    fmt::print("\n  {:>12}  {:>22}  {:>12}\n", "context", "total bytes", "");
+    fmt::print("\n  {:>12}  {:>22}  {:>12}  {:>11}\n", "context", "total bytes", "", "bits/number");
     for (auto [n, total] : totals) {
-      fmt::print("  {:>12}  {:>22}  {:>12}\n", FormatCount(n), FormatCount(total),
-                 FormatBytesIec(total));
+      fmt::print("  {:>12}  {:>22}  {:>12}  {:>11.4f}\n", FormatCount(n), FormatCount(total),
+                 FormatBytesIec(total), *KvBitsPerNumber(std::span(&layer, 1), shape, n));
     }
   }
   if (tiers) fmt::print("\nTiers at {} positions: {}\n", *std::max_element(contexts.begin(), contexts.end()), tiers->Describe());
@@ -187,12 +212,14 @@ int RunPlan(const PlanOptions& o) {
 void AddPlanCommand(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<PlanOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "plan", "KV memory for a model shape and format; with --weight-bytes, KV share and ceilings");
-  cmd->add_option("--layers", o->layers, "Layers that hold a KV cache")->required();
-  cmd->add_option("--kv-heads", o->kv_heads, "KV heads per layer")->required();
-  AddHeadDimFlag(cmd, &o->head_dim)->required();
-  cmd->add_option("--format", o->format, "KV format (see `kvq formats`); also the reference "
-                                         "for ceilings")
+      "plan", "KV memory for a model shape and KV spec; with --weight-bytes, KV share and ceilings;\n"
+              "with --auto, KV specs per layer chosen from a model's measured fidelity under a budget");
+  CLI::Option* layers = cmd->add_option("--layers", o->layers, "Layers that hold a KV cache");
+  CLI::Option* heads = cmd->add_option("--kv-heads", o->kv_heads, "KV heads per layer");
+  CLI::Option* dim = AddHeadDimFlag(cmd, &o->head_dim);
+  CLI::Option* format = cmd->add_option("--format", o->format,
+                                        "KV spec, FORMAT[+rot][+sinkN][+resN] (see `kvq formats`); its element "
+                                        "format is the reference for ceilings")
       ->check(KvFormatName())
       ->capture_default_str();
   // No upper bound here: KvBytesForContext refuses a context whose bytes overflow, naming it.
@@ -204,7 +231,11 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
   AddBudgetFlags(cmd, &o->shared, "Plan tiers: ");
   cmd->add_option("--page", o->page, "Positions per cache page (multiple of 32)")->capture_default_str();
   AddJsonFlag(cmd, &o->shared, "Print JSON (exact integers) instead of a table");
-  cmd->callback([o, exit_code] { *exit_code = RunPlan(*o); });
+  CLI::Option* automatic = AddAutoPlanFlags(cmd, &o->shared, &o->automatic);
+  for (CLI::Option* shape_flag : {layers, heads, dim, format}) automatic->excludes(shape_flag);
+  cmd->callback([o, exit_code] {
+    *exit_code = o->automatic.enabled ? RunAutoPlan(o->shared, o->automatic) : RunPlan(*o);
+  });
 }
 
 }  // namespace kvq::cli

@@ -44,14 +44,14 @@ int RunGenerate(const RunOptions& o) {
   const Tokenizer* tokenizer = &loaded_model.value().tokenizer;
   const LlamaConfig cfg = weights->config;
 
-  const Result<LayerFormats> kv = so.KvLayer();
+  const Result<std::vector<LayerFormats>> kv = so.KvLayers(*weights);  // one for all, or --kv-plan's
   if (!kv.ok()) return bad(kv.status().message());
   const int64_t context = o.context == 0 ? cfg.seq_len : o.context;
   if (context < 0 || context > cfg.seq_len) {
     return bad(fmt::format("-c {}: the model's context is {} positions", o.context, cfg.seq_len));
   }
   KvCacheConfig cache_config{.n_layers = cfg.n_layers, .n_kv_heads = cfg.n_kv_heads, .head_dim = cfg.head_dim(),
-                             .layers = {*kv}, .max_positions = context,
+                             .layers = *kv, .max_positions = context,
                              .page_positions = DefaultPagePositions(context),
                              .budgets = so.budgets};
   Result<std::unique_ptr<KvCache>> cache = KvCache::Create(cache_config);
@@ -108,8 +108,9 @@ int RunGenerate(const RunOptions& o) {
   for (int64_t l = 0; l < cfg.n_layers; ++l) {
     const RowShape shape{cfg.n_kv_heads, cfg.head_dim()};
     const int64_t n = (*cache)->positions(l);
-    kv_bytes += SpecBytesForRows(kv->key->key, kv->key_transforms, shape, n) +
-                SpecBytesForRows(kv->value->value, kv->value_transforms, shape, n);
+    const LayerFormats& f = kv->size() == 1 ? kv->front() : (*kv)[static_cast<size_t>(l)];
+    kv_bytes += SpecBytesForRows(f.key->key, f.key_transforms, shape, n) +
+                SpecBytesForRows(f.value->value, f.value_transforms, shape, n);
     kv_bytes_f16 += BytesForRows(f16->key, shape, n) + BytesForRows(f16->value, shape, n);
   }
   // Prompt speed counts the tokens actually run (a prompt cache skips the rest).
@@ -157,6 +158,7 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   CLI::Option* seed = AddSeedFlag(cmd, &o->shared, "Sampling seed (default: random)");
   cmd->add_option("-c,--ctx-size", o->context, "Context size (default: the model's)");
   AddKvFormatFlags(cmd, &o->shared);
+  AddKvPlanFlags(cmd, &o->shared);
   AddScoreArithmeticFlag(cmd);
   AddBudgetFlags(cmd, &o->shared);
   AddThreadsFlag(cmd, &o->shared);

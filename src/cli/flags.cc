@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "formats/int_score.h"
 #include "kvq/units.h"
+#include "measure/kv_plan.h"
 
 namespace kvq::cli {
 
@@ -30,11 +31,29 @@ Result<LayerFormats> SharedOptions::KvLayer() const {
 }
 
 std::string SharedOptions::KvFormatName() const {
+  if (!kv_plan.empty()) return "plan " + kv_plan;
   const Result<LayerFormats> layer = KvLayer();
   if (layer.ok()) return LayerFormatsName(*layer);
   const std::string& k = kv_k.empty() ? kv : kv_k;
   const std::string& v = kv_v.empty() ? kv : kv_v;
   return k == v ? k : k + "/" + v;
+}
+
+Result<std::vector<LayerFormats>> SharedOptions::KvLayers(const LlamaWeights& weights) const {
+  if (kv_plan.empty()) {
+    if (kv_bits > 0) return Status::Error("--kv-bits: needs --kv-plan (the plan whose bits it bounds)");
+    Result<LayerFormats> layer = KvLayer();
+    if (!layer.ok()) return layer.status();
+    return std::vector<LayerFormats>{*layer};
+  }
+  Result<KvPlan> plan = ReadKvPlan(kv_plan, Fingerprint(weights));
+  if (!plan.ok()) return Status::Error("--kv-plan " + plan.status().message());
+  if (kv_bits > 0) {
+    if (Status s = CheckKvPlanBits(*plan, kv_bits); !s.ok()) {
+      return Status::Error(fmt::format("--kv-plan {}: {} (--kv-bits {:g})", kv_plan, s.message(), kv_bits));
+    }
+  }
+  return std::move(plan.value().layers);
 }
 
 Result<std::vector<KvSpec>> SharedOptions::FormatList() const {
@@ -134,6 +153,23 @@ void AddKvFormatFlags(CLI::App* cmd, SharedOptions* o) {
   cmd->add_option("--kv-k", o->kv_k, "KV spec for keys (overrides --kv)")->check(KvFormatName());
   cmd->add_option("--kv-v", o->kv_v, "KV spec for values (overrides --kv)")
       ->check(KvFormatName());
+}
+
+void AddKvPlanFlags(CLI::App* cmd, SharedOptions* o) {
+  CLI::Option* plan = cmd->add_option("--kv-plan", o->kv_plan,
+                                      "KV specs per layer from a plan file (kvq plan --auto -o FILE); "
+                                      "refused for another model")
+                          ->type_name("FILE");
+  for (const char* name : {"--kv", "--kv-k", "--kv-v"}) {
+    if (CLI::Option* kv = cmd->get_option_no_throw(name); kv != nullptr) plan->excludes(kv);
+  }
+  AddKvBitsFlag(cmd, o, "Refuse a --kv-plan holding more than B bits per number (recounted at the plan's length)");
+}
+
+CLI::Option* AddKvBitsFlag(CLI::App* cmd, SharedOptions* o, const std::string& help) {
+  return cmd->add_option("--kv-bits", o->kv_bits, help)
+      ->type_name("B")
+      ->check(CLI::PositiveNumber);
 }
 
 void AddBudgetFlags(CLI::App* cmd, SharedOptions* o, const std::string& help_prefix) {

@@ -11,6 +11,7 @@
 #include "kvq/format.h"
 #include "kvq/kv_cache.h"
 #include "kvq/status.h"
+#include "model/llama_weights.h"
 
 namespace kvq::cli {
 
@@ -21,6 +22,8 @@ struct SharedOptions {
   std::string model;      // -m; empty: the bundled stories260K
   std::string tokenizer;  // --tokenizer; empty: LoadModel's default (the GGUF's vocabulary, ...)
   std::string kv = "f16", kv_k, kv_v;  // --kv, --kv-k, --kv-v
+  std::string kv_plan;                 // --kv-plan FILE (excludes --kv, --kv-k, --kv-v)
+  double kv_bits = 0;                  // --kv-bits: a plan's budget, or the most a --kv-plan may hold; 0: none
   KvBudgets budgets;                   // --kv-device-budget, --kv-host-budget, --kv-disk
   std::vector<std::string> formats;    // --format lists
   std::vector<int64_t> contexts;       // --context lists
@@ -34,8 +37,13 @@ struct SharedOptions {
   std::string TokenizerPath() const;
   /// The K and V specs of --kv / --kv-k / --kv-v; the error names the flag.
   Result<LayerFormats> KvLayer() const;
-  /// "f16", "int4+rot", or "int8/int4" when K and V differ (canonical spec text).
+  /// "f16", "int4+rot", or "int8/int4" when K and V differ (canonical spec text); with --kv-plan,
+  /// "plan FILE".
   std::string KvFormatName() const;
+  /// The cache's specs per layer: --kv-plan's layers (read and checked against this model's
+  /// fingerprint, and against --kv-bits when given), else KvLayer() for every layer (one entry).
+  /// Errors name the flag and the file.
+  Result<std::vector<LayerFormats>> KvLayers(const LlamaWeights& weights) const;
   /// The specs of the --format list, in the order given; the error names the flag.
   Result<std::vector<KvSpec>> FormatList() const;
   /// FormatList for a command that takes formats without transforms; a spec with one is an error.
@@ -60,6 +68,11 @@ CLI::Option* AddModelFlag(CLI::App* cmd, SharedOptions* o, const std::string& he
 CLI::Option* AddTokenizerFlag(CLI::App* cmd, SharedOptions* o);
 /// --kv, --kv-k and --kv-v (format names, checked against the registry).
 void AddKvFormatFlags(CLI::App* cmd, SharedOptions* o);
+/// --kv-plan FILE (a plan file from `kvq plan --auto`; excludes --kv, --kv-k and --kv-v, so add
+/// it after AddKvFormatFlags) and --kv-bits B, the most bits per number the plan may hold.
+void AddKvPlanFlags(CLI::App* cmd, SharedOptions* o);
+/// --kv-bits B into o->kv_bits (a positive number of bits per number), with the command's help.
+CLI::Option* AddKvBitsFlag(CLI::App* cmd, SharedOptions* o, const std::string& help);
 /// --kv-device-budget, --kv-host-budget (byte sizes) and --kv-disk into o->budgets; help_prefix
 /// goes in front of each help text ("Plan tiers: " in kvq plan).
 void AddBudgetFlags(CLI::App* cmd, SharedOptions* o, const std::string& help_prefix = "");

@@ -4,6 +4,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <utility>
+
 #include "kvq/units.h"
 
 namespace kvq {
@@ -67,6 +70,53 @@ Result<int64_t> KvBytesForContext(const FormatDesc& format, KvShape shape, int64
     return Overflow(fmt::format("KV bytes for {} positions", context));
   }
   return total;
+}
+
+Result<int64_t> TensorBytesForContext(const Codec& codec, const KvTransforms& t, RowShape row, int64_t context) {
+  if (context < 0) return Status::Error(fmt::format("context must not be negative (got {})", context));
+  // SpecBytesForRows, overflow-checked: encoded rows in blocks, the rest and the sinks in f32.
+  const int64_t encoded = EncodedRows(codec, t, context);
+  const int64_t f32_rows = (context - encoded) + std::min<int64_t>(context, t.sinks);
+  int64_t blocks = 0, f32 = 0, rows = 0, total = 0;
+  if (!CheckedMul(encoded / codec.rows_per_block, codec.block_bytes(row), &blocks) ||
+      !CheckedMul(f32_rows, row.elems() * 4, &f32) || !CheckedAdd(blocks, f32, &rows) ||
+      !CheckedAdd(rows, TensorStateBytes(codec), &total)) {
+    return Overflow(fmt::format("bytes of one tensor for {} positions", context));
+  }
+  return total;
+}
+
+Result<int64_t> KvBytesForContext(std::span<const LayerFormats> layers, KvShape shape, int64_t context) {
+  if (context <= 0) return Status::Error(fmt::format("context must be positive (got {})", context));
+  if (shape.n_layers <= 0) return Status::Error(fmt::format("layers must be positive (got {})", shape.n_layers));
+  if (layers.size() != 1 && static_cast<int64_t>(layers.size()) != shape.n_layers) {
+    return Status::Error(fmt::format("{} layer specs for {} layers (give one for every layer, or one each)",
+                                     layers.size(), shape.n_layers));
+  }
+  // One spec for all layers: one layer's bytes times n_layers (no loop over a huge layer count).
+  const int64_t distinct = layers.size() == 1 ? 1 : shape.n_layers;
+  int64_t total = 0;
+  for (int64_t l = 0; l < distinct; ++l) {
+    const LayerFormats& f = layers[static_cast<size_t>(l)];
+    for (const auto& [spec, codec] : {std::pair{f.Key(), &f.key->key}, std::pair{f.Value(), &f.value->value}}) {
+      if (Status s = CheckKvSpec(spec, shape.row()); !s.ok()) return s;
+      const Result<int64_t> bytes = TensorBytesForContext(*codec, spec.transforms, shape.row(), context);
+      if (!bytes.ok()) return bytes.status();
+      if (!CheckedAdd(total, *bytes, &total)) return Overflow(fmt::format("KV bytes for {} positions", context));
+    }
+  }
+  if (distinct == 1 && !CheckedMul(total, shape.n_layers, &total)) {
+    return Overflow(fmt::format("KV bytes for {} positions", context));
+  }
+  return total;
+}
+
+Result<double> KvBitsPerNumber(std::span<const LayerFormats> layers, KvShape shape, int64_t context) {
+  const Result<int64_t> bytes = KvBytesForContext(layers, shape, context);
+  if (!bytes.ok()) return bytes.status();
+  const double numbers = 2.0 * static_cast<double>(shape.n_layers) * static_cast<double>(context) *
+                         static_cast<double>(shape.row().elems());
+  return 8.0 * static_cast<double>(*bytes) / numbers;
 }
 
 double SpeedupCeiling(double kv_share, double bytes_ratio) {

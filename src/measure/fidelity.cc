@@ -38,27 +38,28 @@ int32_t Argmax(const float* x, int32_t n) {
   return best;
 }
 
-Result<std::unique_ptr<KvCache>> MakeCache(const LlamaConfig& c, const FormatDesc* format, int64_t n) {
+Result<std::unique_ptr<KvCache>> MakeCache(const LlamaConfig& c, const std::vector<LayerFormats>& layers,
+                                           int64_t n) {
   // Pages are a multiple of 32 positions (KIVI groups never straddle one); one page when n is small.
   const int32_t page = DefaultPagePositions(n);
   KvCacheConfig config{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
-                       .layers = {{format, format}}, .max_positions = n, .page_positions = page};
+                       .layers = layers, .max_positions = n, .page_positions = page};
   return KvCache::Create(config);
 }
 
-// One arm: every token through a fresh cache of `format`, one decode step each (so fp8 calibrates
-// on the first token's rows and KIVI completes its key groups as decoding would); `visit` gets
-// position p's logits.
-Status RunArm(LlamaModel& model, std::span<const int32_t> tokens, const FormatDesc* format,
+// One arm: every token through a fresh cache of the arm's specs, one decode step each (so fp8
+// calibrates on the first token's rows, KIVI completes its key groups and residual rows age out as
+// decoding would); `visit` gets position p's logits.
+Status RunArm(LlamaModel& model, std::span<const int32_t> tokens, const FidelityArm& arm,
               const std::function<void(int64_t, const float*)>& visit) {
   const LlamaConfig& c = model.config();
-  Result<std::unique_ptr<KvCache>> cache = MakeCache(c, format, static_cast<int64_t>(tokens.size()));
-  if (!cache.ok()) return Status::Error(fmt::format("{}: {}", format->name, cache.status().message()));
-  std::vector<float> logits(c.vocab_size);
+  Result<std::unique_ptr<KvCache>> cache = MakeCache(c, arm.layers, static_cast<int64_t>(tokens.size()));
+  if (!cache.ok()) return Status::Error(fmt::format("{}: {}", arm.name, cache.status().message()));
+  std::vector<float> logits(c.vocab_size);  // [vocab]
   for (size_t p = 0; p < tokens.size(); ++p) {
     const int64_t pos = static_cast<int64_t>(p);
     if (Status s = model.Forward(tokens[p], pos, **cache, logits.data()); !s.ok()) {
-      return Status::Error(fmt::format("{} at position {}: {}", format->name, pos, s.message()));
+      return Status::Error(fmt::format("{} at position {}: {}", arm.name, pos, s.message()));
     }
     visit(pos, logits.data());
   }
@@ -93,6 +94,10 @@ std::string PlotExtension(const std::string& path) {
 
 }  // namespace
 
+FidelityArm FidelityArm::Uniform(const KvSpec& spec) {
+  return {.name = KvSpecName(spec), .layers = {LayerFormats::Of(spec, spec)}};
+}
+
 FidelityInput MakeFidelityInput(const Tokenizer& tokenizer, std::string_view text, int64_t context) {
   FidelityInput in;
   in.tokens = tokenizer.Encode(text, tokenizer.add_bos());
@@ -118,14 +123,18 @@ Result<FidelityReport> RunFidelity(LlamaModel& model, std::span<const int32_t> t
     }
   }
   const KvShape shape{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()};
-  for (const FormatDesc* f : config.formats) {
-    if (Status s = CheckShape(*f, shape.row()); !s.ok()) return s;
+  // Every arm's specs are checked (and its bytes counted) before the first token runs.
+  std::vector<int64_t> arm_bytes;
+  for (const FidelityArm& arm : config.arms) {
+    const Result<int64_t> bytes = KvBytesForContext(arm.layers, shape, n);
+    if (!bytes.ok()) return Status::Error(fmt::format("{}: {}", arm.name, bytes.status().message()));
+    arm_bytes.push_back(*bytes);
   }
   const FormatDesc* f32 = FindFormat(FormatId::kF32);
   const FormatDesc* f16 = FindFormat(FormatId::kF16);
   const Result<int64_t> f16_bytes = KvBytesForContext(*f16, shape, n);
   if (!f16_bytes.ok()) return f16_bytes.status();
-  const int total_arms = static_cast<int>(config.formats.size()) + 1;
+  const int total_arms = static_cast<int>(config.arms.size()) + 1;
   auto say = [&](const std::string& line) {
     if (progress) progress(line);
   };
@@ -139,7 +148,7 @@ Result<FidelityReport> RunFidelity(LlamaModel& model, std::span<const int32_t> t
   std::vector<int32_t> ref_top(n);
   double ref_nll = 0;
   auto t0 = std::chrono::steady_clock::now();
-  Status s = RunArm(model, tokens, f32, [&](int64_t p, const float* logits) {
+  Status s = RunArm(model, tokens, FidelityArm::Uniform(f32), [&](int64_t p, const float* logits) {
     std::copy(logits, logits + vocab, ref_logits.begin() + p * vocab);
     LogSoftmax(logits, vocab, ref_lsm.data() + p * vocab);
     ref_top[p] = Argmax(logits, vocab);
@@ -151,19 +160,19 @@ Result<FidelityReport> RunFidelity(LlamaModel& model, std::span<const int32_t> t
                   report.reference_ppl, Seconds(t0)));
 
   std::vector<double> lsm(vocab);
-  for (size_t a = 0; a < config.formats.size(); ++a) {
-    const FormatDesc* f = config.formats[a];
+  const double numbers = 2.0 * static_cast<double>(c.n_layers) * static_cast<double>(n) *
+                         static_cast<double>(shape.row().elems());
+  for (size_t a = 0; a < config.arms.size(); ++a) {
+    const FidelityArm& arm = config.arms[a];
     FidelityRow row;
-    row.format = f->name;
+    row.format = arm.name;
     row.positions = n;
-    row.bits_per_number = (BitsPerNumber(f->key, shape.row()) + BitsPerNumber(f->value, shape.row())) / 2;
-    const Result<int64_t> bytes = KvBytesForContext(*f, shape, n);
-    if (!bytes.ok()) return bytes.status();
-    row.kv_bytes = *bytes;
-    row.memory_vs_f16 = static_cast<double>(*bytes) / static_cast<double>(*f16_bytes);
+    row.kv_bytes = arm_bytes[a];
+    row.bits_per_number = 8.0 * static_cast<double>(row.kv_bytes) / numbers;  // = KvBitsPerNumber
+    row.memory_vs_f16 = static_cast<double>(row.kv_bytes) / static_cast<double>(*f16_bytes);
     double drift = 0, kl = 0, nll = 0;
     t0 = std::chrono::steady_clock::now();
-    s = RunArm(model, tokens, f, [&](int64_t p, const float* logits) {
+    s = RunArm(model, tokens, arm, [&](int64_t p, const float* logits) {
       const float* ref = ref_logits.data() + p * vocab;
       const double* ref_l = ref_lsm.data() + p * vocab;
       LogSoftmax(logits, vocab, lsm.data());

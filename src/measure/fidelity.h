@@ -13,23 +13,34 @@
 #include <vector>
 
 #include "kvq/format.h"
+#include "kvq/kv_spec.h"
 #include "kvq/status.h"
 #include "model/llama.h"
 #include "text/tokenizer.h"
 
 namespace kvq {
 
-struct FidelityConfig {
-  /// Candidate formats, each used for keys and values of every layer. f32 may be one of them: it
-  /// is then compared with the reference run and must come out identical.
-  std::vector<const FormatDesc*> formats;
+/// One candidate cache: KV specs per layer (K and V each a format plus transforms).
+struct FidelityArm {
+  std::string name;                  ///< the row's name: a spec's canonical text, or a plan's
+  std::vector<LayerFormats> layers;  ///< one for every layer, or exactly n_layers
+  /// The arm of one spec for K and V of every layer, named by its canonical text.
+  static FidelityArm Uniform(const KvSpec& spec);
+  static FidelityArm Uniform(const FormatDesc* format) { return Uniform(KvSpec{format, {}}); }
 };
 
-/// One format's fidelity against the f32 reference over the same positions.
+struct FidelityConfig {
+  /// Candidate caches. f32 with no transforms may be one of them: it is then compared with the
+  /// reference run and must come out identical.
+  std::vector<FidelityArm> arms;
+};
+
+/// One arm's fidelity against the f32 reference over the same positions.
 struct FidelityRow {
-  std::string format;
-  double bits_per_number = 0;  ///< BitsPerNumber of K and of V at the model's row shape, averaged
-  int64_t kv_bytes = 0;        ///< KvBytesForContext(format, model shape, positions)
+  std::string format;          ///< FidelityArm::name
+  double bits_per_number = 0;  ///< 8 · kv_bytes over every K and V number held (KvBitsPerNumber): exact
+                               ///< at `positions`, sinks, residual rows and per-tensor state included
+  int64_t kv_bytes = 0;        ///< KvBytesForContext(arm's layers, model shape, positions)
   double memory_vs_f16 = 0;    ///< kv_bytes / KvBytesForContext(f16, model shape, positions)
   double logit_drift = 0;      ///< mean |logit_cand − logit_ref| over positions × vocab
   double kl = 0;               ///< mean over positions of KL(ref ‖ cand) of the softmaxes, nats
@@ -41,7 +52,7 @@ struct FidelityRow {
 struct FidelityReport {
   int64_t positions = 0;     ///< tokens run, BOS included
   double reference_ppl = 0;  ///< the same perplexity under the f32 reference
-  std::vector<FidelityRow> formats;  ///< in FidelityConfig::formats order
+  std::vector<FidelityRow> formats;  ///< in FidelityConfig::arms order
 };
 
 /// The token sequence a fidelity run feeds: `text` encoded with BOS first when the vocabulary
@@ -53,7 +64,7 @@ struct FidelityInput {
 FidelityInput MakeFidelityInput(const Tokenizer& tokenizer, std::string_view text, int64_t context);
 
 /// Runs `tokens` (2 ≤ n ≤ the model's seq_len, each id < vocab_size) through an f32 reference
-/// cache and then through a cache of each format, one Forward per token, and compares the
+/// cache and then through a cache of each arm, one Forward per token, and compares the
 /// logits position by position. Softmax, KL and perplexity are computed in double. The result
 /// does not depend on the model's thread count. `progress` (may be empty) gets one line per arm.
 Result<FidelityReport> RunFidelity(LlamaModel& model, std::span<const int32_t> tokens,

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <span>
+#include <vector>
 
 namespace kvq {
 namespace {
@@ -129,6 +131,73 @@ TEST(KvMemory, RefusesImpossibleShapesWithAReason) {
   ASSERT_FALSE(huge.ok());
   EXPECT_NE(huge.status().message().find("64 bits"), std::string::npos);
   EXPECT_FALSE(KvBytesForContext(F("f32"), ok, 0).ok());
+}
+
+// KV specs (format + transforms) and specs per layer, against byte counts worked out by hand for
+// 4 KV heads x head_dim 8 (32 numbers a row; an f32 row is 128 bytes): int4 per token 4 x (4 + 2)
+// = 24 bytes a row, int8 4 x (8 + 2) = 40, int4-kivi keys 640 bytes a group of 32 rows
+// (512 of nibbles + 32 channels x (f16 scale + f16 min)), its values 16 + 4 x 4 = 32 a row.
+LayerFormats Spec(const char* text) {
+  const KvSpec s = *ParseKvSpec(text);
+  return LayerFormats::Of(s, s);
+}
+
+TEST(KvMemory, SpecsCountSinkAndResidualRowsExactly) {
+  const KvShape shape{.n_layers = 2, .n_kv_heads = 4, .head_dim = 8};
+  const LayerFormats sink = Spec("int4+sink4");
+  // 10 rows encoded (a sink's slot in the blocks stays) + 4 sink rows in f32, per tensor.
+  EXPECT_EQ(*KvBytesForContext(std::span(&sink, 1), shape, 10), 2 * 2 * (10 * 24 + 4 * 128));  // 3008
+  EXPECT_EQ(*KvBitsPerNumber(std::span(&sink, 1), shape, 10), 8.0 * 3008 / (2 * 2 * 10 * 32));  // 18.8
+  EXPECT_EQ(*KvBitsPerNumber(std::span(&sink, 1), shape, 10), 18.8);
+  // Fewer positions than sinks: only the rows held are kept twice.
+  EXPECT_EQ(*KvBytesForContext(std::span(&sink, 1), shape, 3), 2 * 2 * (3 * 24 + 3 * 128));
+  const LayerFormats res = Spec("int4+res8");
+  EXPECT_EQ(*KvBytesForContext(std::span(&res, 1), shape, 10), 2 * 2 * (2 * 24 + 8 * 128));  // 4288
+  EXPECT_EQ(*KvBytesForContext(std::span(&res, 1), shape, 5), 2 * 2 * (5 * 128));  // all still f32
+  // KIVI with a residual of 32 at 70 positions: 38 rows have aged out, one key group of them is
+  // complete (32 rows), the other 38 key rows are f32; values encode all 38 aged rows.
+  const LayerFormats kivi = Spec("int4-kivi+res32");
+  EXPECT_EQ(*KvBytesForContext(std::span(&kivi, 1), shape, 70), 2 * ((640 + 38 * 128) + (38 * 32 + 32 * 128)));
+  EXPECT_EQ(*KvBytesForContext(std::span(&kivi, 1), shape, 70), 21632);
+  // Rotation costs no bytes.
+  const LayerFormats rot = Spec("int4+rot");
+  EXPECT_EQ(*KvBytesForContext(std::span(&rot, 1), shape, 10), *KvBytesForContext(F("int4"), shape, 10));
+}
+
+TEST(KvMemory, SpecsCountPerTensorStateAndPerLayerLists) {
+  const KvShape one{.n_layers = 1, .n_kv_heads = 4, .head_dim = 8};
+  const LayerFormats fp8 = Spec("fp8-e4m3+sink2");
+  // 5 one-byte rows + 2 sink rows in f32 + the f32 tensor scale, for K and for V.
+  EXPECT_EQ(*KvBytesForContext(std::span(&fp8, 1), one, 5), 2 * (5 * 32 + 2 * 128 + 4));  // 840
+  EXPECT_EQ(*TensorBytesForContext(F("fp8-e4m3").key, {.sinks = 2}, one.row(), 5), 420);
+  // Layer 0 f32, layer 1 int8 K with int4+sink1 V, at 3 positions.
+  const KvShape two{.n_layers = 2, .n_kv_heads = 4, .head_dim = 8};
+  const std::vector<LayerFormats> layers = {Spec("f32"), LayerFormats::Of(*ParseKvSpec("int8"), *ParseKvSpec("int4+sink1"))};
+  EXPECT_EQ(*KvBytesForContext(layers, two, 3), 2 * 3 * 128 + 3 * 40 + (3 * 24 + 128));  // 1088
+  EXPECT_EQ(*KvBitsPerNumber(layers, two, 3), 8.0 * 1088 / (2 * 2 * 3 * 32));
+  // One plain format for every layer is the format's own count, residual of KIVI included.
+  for (const FormatDesc* f : Formats()) {
+    if (!CheckShape(*f, two.row()).ok()) continue;
+    const LayerFormats plain{f, f};
+    for (int64_t n : {1, 31, 45, 64, 451}) {
+      EXPECT_EQ(*KvBytesForContext(std::span(&plain, 1), two, n), *KvBytesForContext(*f, two, n)) << f->name << " " << n;
+    }
+  }
+}
+
+TEST(KvMemory, SpecListsAreRefusedWithAReason) {
+  const KvShape shape{.n_layers = 2, .n_kv_heads = 4, .head_dim = 8};
+  const std::vector<LayerFormats> three(3, Spec("int8"));
+  const Result<int64_t> r = KvBytesForContext(three, shape, 10);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("3 layer specs for 2 layers"), std::string::npos) << r.status().message();
+  const LayerFormats rot = Spec("int4+rot");
+  const Result<int64_t> odd = KvBytesForContext(std::span(&rot, 1), {.n_layers = 1, .n_kv_heads = 1, .head_dim = 12}, 4);
+  ASSERT_FALSE(odd.ok());
+  EXPECT_NE(odd.status().message().find("rot"), std::string::npos) << odd.status().message();
+  EXPECT_FALSE(KvBytesForContext(std::span(&rot, 1), shape, 0).ok());
+  const LayerFormats big = Spec("f32+sink65536");
+  EXPECT_FALSE(KvBytesForContext(std::span(&big, 1), {.n_layers = INT64_MAX / 4, .n_kv_heads = 8, .head_dim = 128}, 10).ok());
 }
 
 }  // namespace

@@ -46,9 +46,9 @@ Bundled Load(int32_t threads) {
   return b;
 }
 
-std::vector<const FormatDesc*> Named(std::initializer_list<const char*> names) {
-  std::vector<const FormatDesc*> out;
-  for (const char* n : names) out.push_back(*FindFormat(n));
+std::vector<FidelityArm> Named(std::initializer_list<const char*> names) {
+  std::vector<FidelityArm> out;
+  for (const char* n : names) out.push_back(FidelityArm::Uniform(*ParseKvSpec(n)));
   return out;
 }
 
@@ -59,7 +59,7 @@ class Fidelity : public testing::Test {
  protected:
   static void SetUpTestSuite() {
     bundled_ = new Bundled(Load(1));
-    FidelityConfig config{.formats = Named({"f32", "f16", "bf16", "int8", "int4", "int2"})};
+    FidelityConfig config{.arms = Named({"f32", "f16", "bf16", "int8", "int4", "int2"})};
     Result<FidelityReport> r = RunFidelity(*bundled_->model, bundled_->tokens, config, {});
     ASSERT_TRUE(r.ok()) << r.status().message();
     report_ = new FidelityReport(*r);
@@ -134,7 +134,7 @@ TEST(FidelityColumns, MemoryAndBitsAreTheRegistrysAccounting) {
   Bundled b = Load(1);
   ASSERT_NE(b.model, nullptr);
   FidelityConfig config;
-  for (const FormatDesc* f : Formats()) config.formats.push_back(f);
+  for (const FormatDesc* f : Formats()) config.arms.push_back(FidelityArm::Uniform(f));
   const Result<FidelityReport> r = RunFidelity(*b.model, std::span(b.tokens).first(45), config, {});
   ASSERT_TRUE(r.ok()) << r.status().message();
   ASSERT_EQ(r->formats.size(), Formats().size());
@@ -149,8 +149,15 @@ TEST(FidelityColumns, MemoryAndBitsAreTheRegistrysAccounting) {
     const int64_t bytes = *KvBytesForContext(f, shape, 45);
     EXPECT_EQ(row.kv_bytes, bytes) << f.name;
     EXPECT_EQ(row.memory_vs_f16, static_cast<double>(bytes) / static_cast<double>(f16_bytes)) << f.name;
-    EXPECT_EQ(row.bits_per_number, (BitsPerNumber(f.key, shape.row()) + BitsPerNumber(f.value, shape.row())) / 2)
+    // Bits per number are counted exactly at the 45 positions: 8 · bytes over the numbers held.
+    EXPECT_EQ(row.bits_per_number, 8.0 * static_cast<double>(bytes) / (2.0 * c.n_layers * 45 * shape.row().elems()))
         << f.name;
+    // Where nothing is held beside the blocks (no incomplete KIVI group, no fp8 scale) that is
+    // the registry's BitsPerNumber of K and V, averaged.
+    if (f.key.rows_per_block == 1 && f.value.rows_per_block == 1 && TensorStateBytes(f.key) == 0 && TensorStateBytes(f.value) == 0) {
+      EXPECT_EQ(row.bits_per_number, (BitsPerNumber(f.key, shape.row()) + BitsPerNumber(f.value, shape.row())) / 2)
+          << f.name;
+    }
   }
   EXPECT_EQ(r->formats[0].memory_vs_f16, 2.0);  // f32 (registry order)
   EXPECT_EQ(r->formats[1].memory_vs_f16, 1.0);  // f16
@@ -212,7 +219,7 @@ TEST_F(Fidelity, MetricsMatchAnIndependentComputation) {
 // plain one, run in two fresh models (one and two threads), give identical numbers. 160 positions:
 // five complete KIVI key groups, and a thread pool that is slow to start on a 260K model.
 TEST(FidelityRepeat, TwoRunsAndTwoThreadCountsGiveIdenticalNumbers) {
-  const FidelityConfig config{.formats = Named({"fp8-e4m3", "int4-kivi", "int2"})};
+  const FidelityConfig config{.arms = Named({"fp8-e4m3", "int4-kivi", "int2"})};
   Bundled one = Load(1), two = Load(2);
   ASSERT_NE(one.model, nullptr);
   ASSERT_NE(two.model, nullptr);
@@ -232,11 +239,47 @@ TEST(FidelityRepeat, TwoRunsAndTwoThreadCountsGiveIdenticalNumbers) {
   }
 }
 
+// Arms are KV specs per layer: transforms are run and counted (bytes exact, sinks and residual
+// rows included), an arm that lists f32 for every layer explicitly is the reference itself, and
+// an arm lossy in one tensor only is damaged less than the same spec everywhere.
+TEST(FidelityArms, SpecsPerLayerAreRunAndCountedExactly) {
+  Bundled b = Load(1);
+  ASSERT_NE(b.model, nullptr);
+  const LlamaConfig& c = b.model->config();
+  const KvShape shape{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()};
+  const FormatDesc* f32 = *FindFormat("f32");
+  const KvSpec int2 = *ParseKvSpec("int2");
+  std::vector<LayerFormats> one_tensor(static_cast<size_t>(c.n_layers), LayerFormats{f32, f32});
+  one_tensor[1] = LayerFormats::Of(int2, one_tensor[1].Value());  // layer 1's K only
+  FidelityConfig config{.arms = Named({"int4+rot+sink4", "int2-kivi+sink4+res32", "int2"})};
+  config.arms.push_back({.name = "all f32", .layers = std::vector<LayerFormats>(c.n_layers, LayerFormats{f32, f32})});
+  config.arms.push_back({.name = "layer 1 K int2", .layers = one_tensor});
+  const int64_t n = 100;
+  const Result<FidelityReport> r = RunFidelity(*b.model, std::span(b.tokens).first(n), config, {});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->formats.size(), 5u);
+  const int64_t f16_bytes = *KvBytesForContext(*FindFormat(FormatId::kF16), shape, n);
+  for (size_t i = 0; i < config.arms.size(); ++i) {
+    const FidelityRow& row = r->formats[i];
+    EXPECT_EQ(row.format, config.arms[i].name);
+    EXPECT_EQ(row.kv_bytes, *KvBytesForContext(config.arms[i].layers, shape, n)) << row.format;
+    EXPECT_EQ(row.bits_per_number, *KvBitsPerNumber(config.arms[i].layers, shape, n)) << row.format;
+    EXPECT_EQ(row.memory_vs_f16, static_cast<double>(row.kv_bytes) / static_cast<double>(f16_bytes)) << row.format;
+  }
+  // int4 per token at head_dim 8 is 6 bits; 4 sink rows of 32 bits over 100 positions add 1.28.
+  EXPECT_EQ(r->formats[0].kv_bytes, 2 * c.n_layers * (100 * 24 + 4 * 128));
+  EXPECT_EQ(r->formats[0].format, "int4+rot+sink4");
+  EXPECT_EQ(r->formats[3].kl, 0.0);
+  EXPECT_EQ(r->formats[3].top1_agree, n);
+  EXPECT_GT(r->formats[4].kl, 0.0);
+  EXPECT_LT(r->formats[4].kl, r->formats[2].kl);
+}
+
 TEST(FidelityRun, ProgressNamesEveryArm) {
   Bundled b = Load(1);
   ASSERT_NE(b.model, nullptr);
   std::vector<std::string> lines;
-  const FidelityConfig config{.formats = Named({"int8"})};
+  const FidelityConfig config{.arms = Named({"int8"})};
   ASSERT_TRUE(RunFidelity(*b.model, std::span(b.tokens).first(8), config,
                           [&](const std::string& l) { lines.push_back(l); }).ok());
   ASSERT_EQ(lines.size(), 2u);
@@ -247,7 +290,7 @@ TEST(FidelityRun, ProgressNamesEveryArm) {
 TEST(FidelityRun, RefusesInputItCannotMeasure) {
   Bundled b = Load(1);
   ASSERT_NE(b.model, nullptr);
-  const FidelityConfig config{.formats = Named({"int8"})};
+  const FidelityConfig config{.arms = Named({"int8"})};
   const std::vector<int32_t> one = {1}, outside = {1, 512, 3};
   const std::vector<int32_t> too_long(513, 5);
   EXPECT_FALSE(RunFidelity(*b.model, one, config, {}).ok());
