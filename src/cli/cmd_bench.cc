@@ -141,7 +141,7 @@ int RunBenchAttention(const BenchAttentionOptions& o) {
                           {"peak_int8_instruction", peak.best_int8_instruction}, {"queries", c.queries},
                           {"fill", "random rows appended to a one-layer KvCache of each spec"},
                           {"step", "KvCache::Attend + KvCache::FinishAttention (q rotation, V unrotation included)"},
-                          {"page_positions_note", "DefaultPagePositions(context)"},
+                          {"pages", "resident, DefaultPagePositions(context) positions each (256, or the context rounded up to 32)"},
                           {"plain_arms_added", added}, {"results", nlohmann::json::array()}};
     for (const AttentionBenchRow& r : rows) {
       const Floor f = RowFloor(r, read_gbps, peak);

@@ -90,7 +90,8 @@ Status Validate(const SyntheticShape& shape, const AttentionErrorConfig& config,
   return Status::Ok();
 }
 
-const KvSpec kF32Spec{FindFormat(FormatId::kF32), {}};
+// The reference spec (a function: the format registry is not ours to order static initialisation by).
+KvSpec F32Spec() { return {FindFormat(FormatId::kF32), {}}; }
 
 // A cache of spec f (K and V alike) whose layer i holds rows 0..prefix−1 of model layer
 // layers[i], appended as one block (as a prefill writes them), with room for `max_positions`.
@@ -375,7 +376,7 @@ Result<bool> Top1Changed(LlamaModel& model, const Captured& c, std::span<const i
                          const Selection& sel, int64_t n) {
   std::vector<int32_t> all(c.shape.n_layers);
   std::iota(all.begin(), all.end(), 0);
-  Result<std::unique_ptr<KvCache>> base = PrefixCache(c, kF32Spec, all, n - 1, n);
+  Result<std::unique_ptr<KvCache>> base = PrefixCache(c, F32Spec(), all, n - 1, n);
   if (!base.ok()) return base.status();
   Result<std::unique_ptr<KvCache>> candidate = PrefixCache(c, f, sel.layers, n - 1, n);
   if (!candidate.ok()) return candidate.status();
@@ -523,7 +524,7 @@ Result<AttentionErrorReport> MeasureSyntheticAttentionError(const SyntheticShape
                                  .kernel = AttentionKernel::kSimd, .threads = 1};
   std::map<int64_t, std::vector<std::vector<float>>> references;
   for (int64_t n : config.contexts) {
-    Result<Outputs> ref = AttendCaptured(c, kF32Spec, sel, n, QueryPosition(config, n), options);
+    Result<Outputs> ref = AttendCaptured(c, F32Spec(), sel, n, QueryPosition(config, n), options);
     if (!ref.ok()) return ref.status();
     references[n] = std::move(ref.value().out);
   }
