@@ -1,6 +1,6 @@
-// `kvq bench attention`: attention speed per KV format (decode, or a prefill block of query
-// tokens), each row beside its roofline: the read bandwidth and compute peaks measured in the same
-// run.
+// `kvq bench attention`: attention speed per KV spec (decode, or a prefill block of query
+// tokens), each row beside its roofline — the read bandwidth and compute peaks measured in the same
+// run — and a transformed spec's time beside its plain format's, measured in the same run.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -59,6 +59,16 @@ double RatioToF32(const std::vector<AttentionBenchRow>& rows, const AttentionBen
   return r.ns_per_step / base->ns_per_step;
 }
 
+// The arm of r's format without transforms at the same context and query block (always in the
+// run: RunBenchAttention adds it), or null for a plain arm.
+const AttentionBenchRow* PlainArm(const std::vector<AttentionBenchRow>& rows, const AttentionBenchRow& r) {
+  if (!r.spec.transforms.any()) return nullptr;
+  for (const AttentionBenchRow& x : rows) {
+    if (x.context == r.context && x.query_block == r.query_block && x.spec == KvSpec{r.spec.format, {}}) return &x;
+  }
+  return nullptr;
+}
+
 // The row's time over that of the same format and context with the first --query-block given.
 double RatioToFirstBlock(const std::vector<AttentionBenchRow>& rows, const AttentionBenchRow& r) {
   for (const AttentionBenchRow& x : rows) {
@@ -84,21 +94,30 @@ int RunBenchAttention(const BenchAttentionOptions& o) {
   c.reps = static_cast<int32_t>(o.reps);
   c.queries = static_cast<int32_t>(o.queries);
   c.query_blocks.assign(o.query_blocks.begin(), o.query_blocks.end());
-  const Result<std::vector<const FormatDesc*>> formats = o.shared.PlainFormatList();
-  if (!formats.ok()) return bad(formats.status().message());
-  for (const FormatDesc* f : *formats) {
-    if (Status s = CheckShape(*f, {.n_kv_heads = c.shape.n_kv_heads, .head_dim = c.shape.head_dim}); !s.ok()) {
-      return bad(s.message());
+  const Result<std::vector<KvSpec>> specs = o.shared.FormatList();
+  if (!specs.ok()) return bad(specs.status().message());
+  const RowShape row{.n_kv_heads = c.shape.n_kv_heads, .head_dim = c.shape.head_dim};
+  for (const KvSpec& s : *specs) {
+    if (Status st = CheckKvSpec(s, row); !st.ok()) return bad("--format: " + st.message());
+    if (std::find(c.specs.begin(), c.specs.end(), s) == c.specs.end()) c.specs.push_back(s);
+  }
+  // A transform's cost is read against its plain format in the same run: add the plain arm of
+  // every transformed spec that lacks one.
+  std::vector<std::string> added;
+  for (size_t i = 0, given = c.specs.size(); i < given; ++i) {
+    const KvSpec plain{c.specs[i].format, {}};
+    if (std::find(c.specs.begin(), c.specs.end(), plain) == c.specs.end()) {
+      c.specs.push_back(plain);
+      added.push_back(KvSpecName(plain));
     }
   }
-  c.formats = *formats;
   c.contexts = o.shared.contexts;
   const int64_t largest = c.contexts.empty() ? 0 : *std::max_element(c.contexts.begin(), c.contexts.end());
   // The K + V of the widest arm at the largest context, for each arm alive at once.
   const int64_t f32_bytes = largest * c.shape.n_kv_heads * c.shape.head_dim * 4 * 2;
-  if (f32_bytes * static_cast<int64_t>(c.formats.size()) > (int64_t{16} << 30)) {
+  if (f32_bytes * static_cast<int64_t>(c.specs.size()) > (int64_t{16} << 30)) {
     return bad(fmt::format("the arms would hold about {} of KV at context {}: use fewer formats or a "
-                           "smaller context", FormatBytesIec(f32_bytes * static_cast<int64_t>(c.formats.size())),
+                           "smaller context", FormatBytesIec(f32_bytes * static_cast<int64_t>(c.specs.size())),
                            largest));
   }
 
@@ -109,7 +128,9 @@ int RunBenchAttention(const BenchAttentionOptions& o) {
   if (!o.shared.json) fmt::print(stderr, "measuring f32 FMA and int8 dot peaks on {} threads...\n", c.threads);
   const ComputeRoofline peak = MeasureComputeRoofline(c.threads, 5);
   auto progress = [&](const std::string& line) { fmt::print(stderr, "bench attention: {}\n", line); };
-  const std::vector<AttentionBenchRow> rows = RunAttentionBench(c, progress);
+  const Result<std::vector<AttentionBenchRow>> run = RunAttentionBench(c, progress);
+  if (!run.ok()) return bad(run.status().message());
+  const std::vector<AttentionBenchRow>& rows = *run;
 
   if (o.shared.json) {
     nlohmann::json out = {{"isa", AttentionSimdTarget()}, {"score_arithmetic", ScoreArithmeticLabel()},
@@ -118,16 +139,27 @@ int RunBenchAttention(const BenchAttentionOptions& o) {
                           {"peak_f32_gmacs", peak.best_f32_gmacs}, {"peak_f32_instruction", peak.best_f32_instruction},
                           {"peak_int8_gmacs", peak.best_int8_gmacs},
                           {"peak_int8_instruction", peak.best_int8_instruction}, {"queries", c.queries},
-                          {"fill", "random rows encoded in each format"}, {"results", nlohmann::json::array()}};
+                          {"fill", "random rows appended to a one-layer KvCache of each spec"},
+                          {"step", "KvCache::Attend + KvCache::FinishAttention (q rotation, V unrotation included)"},
+                          {"pages", "resident, DefaultPagePositions(context) positions each (256, or the context rounded up to 32)"},
+                          {"plain_arms_added", added}, {"results", nlohmann::json::array()}};
     for (const AttentionBenchRow& r : rows) {
       const Floor f = RowFloor(r, read_gbps, peak);
+      const AttentionBenchRow* plain = PlainArm(rows, r);
       out["results"].push_back({{"format", r.format}, {"context", r.context}, {"queries", r.queries},
                                 {"query_block", r.query_block}, {"ns_per_step", r.ns_per_step},
                                 {"ns_min", r.ns_min}, {"ns_max", r.ns_max}, {"kv_bytes", r.kv_bytes},
                                 {"gbps", r.gbps}, {"score_macs", r.score_macs}, {"value_macs", r.value_macs},
                                 {"int8_scores", r.int8_scores}, {"bytes_floor_ns", f.bytes_ns},
                                 {"macs_floor_ns", f.macs_ns}, {"time_over_floor", r.ns_per_step / f.ns()},
-                                {"vs_f32", RatioToF32(rows, r)}});
+                                {"vs_f32", RatioToF32(rows, r)},
+                                {"plain_format", plain ? nlohmann::json(plain->format) : nlohmann::json(nullptr)},
+                                {"vs_plain", plain ? nlohmann::json(r.ns_per_step / plain->ns_per_step)
+                                                   : nlohmann::json(nullptr)},
+                                {"transform_ns", plain ? nlohmann::json(r.ns_per_step - plain->ns_per_step)
+                                                       : nlohmann::json(nullptr)},
+                                {"min_vs_plain", plain ? nlohmann::json(r.ns_min / plain->ns_min)
+                                                       : nlohmann::json(nullptr)}});
     }
     PrintJson(out);
     return 0;
@@ -138,19 +170,37 @@ int RunBenchAttention(const BenchAttentionOptions& o) {
   fmt::print("measured in this run: read bandwidth {:.1f} GB/s, f32 FMA peak {:.1f} GMAC/s ({}), int8 dot peak "
              "{:.1f} GMAC/s ({}); cache filled with random rows\n",
              read_gbps, peak.best_f32_gmacs, peak.best_f32_instruction, peak.best_int8_gmacs, peak.best_int8_instruction);
+  fmt::print("each arm a one-layer KvCache of its spec (resident, {}-position pages at the largest context); a step = "
+             "KvCache::Attend + FinishAttention, so a rotated spec's q rotation and V unrotation are timed; KV bytes "
+             "include f32 sink and residual rows\n",
+             DefaultPagePositions(largest));
+  if (!added.empty()) {
+    std::string list;
+    for (const std::string& a : added) list += (list.empty() ? "" : ", ") + a;
+    fmt::print("plain arms added so each transform's cost is read in this run: {}\n", list);
+  }
+  fmt::print("vs plain = median time over the same format's without transforms (same context, block); +us = the "
+             "difference; min vs = the same ratio of the fastest steps (less exposed to a shared machine's load)\n");
   fmt::print("floor = max(KV bytes / bandwidth, multiply-adds / peak; integer-scored formats' score half at the "
              "int8 peak); block 0 = the default ({})\n\n",
              kDefaultQueryBlock);
-  fmt::print("{:<10} {:>7} {:>5} {:>11} {:>19} {:>12} {:>7} {:>6} {:>10} {:>10} {:>7} {:>7} {:>8}\n", "format",
-             "context", "block", "us/step", "min-max us", "KV bytes", "GB/s", "of bw", "bytes us", "MACs us", "/floor",
-             "vs f32", "vs 1st b");
+  size_t width = 10;
+  for (const AttentionBenchRow& r : rows) width = std::max(width, r.format.size());
+  fmt::print("{:<{}} {:>7} {:>5} {:>11} {:>19} {:>12} {:>7} {:>6} {:>10} {:>10} {:>7} {:>7} {:>8} {:>8} {:>8} {:>8}\n",
+             "format", width, "context", "block", "us/step", "min-max us", "KV bytes", "GB/s", "of bw", "bytes us",
+             "MACs us", "/floor", "vs f32", "vs 1st b", "vs plain", "+us", "min vs");
   for (const AttentionBenchRow& r : rows) {
     const Floor f = RowFloor(r, read_gbps, peak);
-    fmt::print("{:<10} {:>7} {:>5} {:>11.1f} {:>19} {:>12} {:>7.2f} {:>5.0f}% {:>10.1f} {:>10.1f} {:>6.2f}x {:>6.3f}x {:>7.3f}x\n",
-               r.format, r.context, r.query_block, r.ns_per_step / 1e3,
+    const AttentionBenchRow* plain = PlainArm(rows, r);
+    fmt::print("{:<{}} {:>7} {:>5} {:>11.1f} {:>19} {:>12} {:>7.2f} {:>5.0f}% {:>10.1f} {:>10.1f} {:>6.2f}x {:>6.3f}x "
+               "{:>7.3f}x {:>8} {:>8} {:>8}\n",
+               r.format, width, r.context, r.query_block, r.ns_per_step / 1e3,
                fmt::format("{:.1f}-{:.1f}", r.ns_min / 1e3, r.ns_max / 1e3), FormatCount(r.kv_bytes), r.gbps,
                100.0 * r.gbps / read_gbps, f.bytes_ns / 1e3, f.macs_ns / 1e3,
-               r.ns_per_step / f.ns(), RatioToF32(rows, r), RatioToFirstBlock(rows, r));
+               r.ns_per_step / f.ns(), RatioToF32(rows, r), RatioToFirstBlock(rows, r),
+               plain ? fmt::format("{:.3f}x", r.ns_per_step / plain->ns_per_step) : std::string("-"),
+               plain ? fmt::format("{:+.1f}", (r.ns_per_step - plain->ns_per_step) / 1e3) : std::string("-"),
+               plain ? fmt::format("{:.3f}x", r.ns_min / plain->ns_min) : std::string("-"));
   }
   return 0;
 }
@@ -220,8 +270,10 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
       "bench", "Benchmarks that print numbers (attention, stream, matvec, decode, prefill, context, roofline)");
   bench->require_subcommand(1);
   auto o = std::make_shared<BenchAttentionOptions>();
-  CLI::App* cmd = bench->add_subcommand("attention", "Decode-attention time per KV format vs context");
-  AddFormatListFlag(cmd, &o->shared, "--format", "KV formats, comma-separated; run as interleaved arms");
+  CLI::App* cmd = bench->add_subcommand("attention", "Decode-attention time per KV spec vs context");
+  AddFormatListFlag(cmd, &o->shared, "--format",
+                    "KV specs (FORMAT[+rot][+sinkN][+resN]), comma-separated; run as interleaved arms, with the plain "
+                    "format of each transformed spec");
   AddScoreArithmeticFlag(cmd);
   AddContextListFlag(cmd, &o->shared, "--context", "Context lengths, comma-separated", 1, kMaxAttentionContext);
   AddHeadDimFlag(cmd, &o->head_dim);

@@ -1,6 +1,6 @@
-// `kvq eval attention`: attention error vs context per KV format (seed 000's measurement one) —
-// on a model's real q, K, V captured from a text, or on Gaussian rows (--synthetic) — with the
-// log-log slope of the mean error against the context.
+// `kvq eval attention`: attention error vs context per KV spec (a format and its transforms;
+// seed 000's measurement one) — on a model's real q, K, V captured from a text, or on Gaussian rows
+// (--synthetic) — with the log-log slope of the mean error against the context.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -65,7 +65,8 @@ void PrintAttentionReport(const EvalAttentionOptions& o, const Source& src, cons
            {"max_abs_error", r.max_abs_error}, {"positions_attended", r.positions_attended},
            {"top1_changed", r.top1_changed ? nlohmann::json(*r.top1_changed) : nlohmann::json(nullptr)},
            {"worst_layer", r.worst_layer}, {"worst_layer_mean_abs_error", r.worst_layer_mean_abs_error},
-           {"reference_mean_abs", r.reference_mean_abs}, {"effective_positions", r.effective_positions}});
+           {"reference_mean_abs", r.reference_mean_abs}, {"effective_positions", r.effective_positions},
+           {"rounding_bound", r.rounding_bound ? nlohmann::json(*r.rounding_bound) : nlohmann::json(nullptr)}});
     }
     out["slope"] = nlohmann::json::object();
     for (const auto& [format, slope] : report.slopes) {
@@ -75,22 +76,34 @@ void PrintAttentionReport(const EvalAttentionOptions& o, const Source& src, cons
     return;
   }
   for (const std::string& line : src.lines) fmt::print("{}\n", line);
-  fmt::print("\n{:<10} {:>8} {:>12} {:>12} {:>20} {:>10} {:>9} {:>9} {:>8}\n", "format", "context", "mean abs err",
-             "max abs err", "worst layer (mean)", "mean |ref|", "eff. pos", "attended", "top-1");
-  fmt::print("{:<10} {:>8} {:>12} {:>12} {:>20} {:>10} {:>9} {:>9} {:>8}\n", "", "", "", "", "", "", "", "",
+  size_t w = 10;
+  bool any_bound = false;
+  for (const AttentionErrorRow& r : report.rows) {
+    w = std::max(w, r.format.size());
+    any_bound = any_bound || (r.rounding_bound && *r.rounding_bound > 0);
+  }
+  if (any_bound) {
+    fmt::print("f32 bound: for f32 K and V with rotation, the first-order bound on max abs err from f32 rounding "
+               "(worst case, errors summed linearly; the harness refuses a row past it; f32 without rotation: 0)\n");
+  }
+  fmt::print("\n{:<{}} {:>8} {:>12} {:>12} {:>20} {:>10} {:>9} {:>9} {:>8}{}\n", "format", w, "context",
+             "mean abs err", "max abs err", "worst layer (mean)", "mean |ref|", "eff. pos", "attended", "top-1",
+             any_bound ? fmt::format(" {:>10}", "f32 bound") : "");
+  fmt::print("{:<{}} {:>8} {:>12} {:>12} {:>20} {:>10} {:>9} {:>9} {:>8}\n", "", w, "", "", "", "", "", "", "",
              "changed");
   std::string previous;
   for (const AttentionErrorRow& r : report.rows) {
     if (!previous.empty() && r.format != previous) fmt::print("\n");
     previous = r.format;
-    fmt::print("{:<10} {:>8} {:>12} {:>12} {:>20} {:>10} {:>9.1f} {:>9} {:>8}\n", r.format, r.context,
+    fmt::print("{:<{}} {:>8} {:>12} {:>12} {:>20} {:>10} {:>9.1f} {:>9} {:>8}{}\n", r.format, w, r.context,
                Sci(r.mean_abs_error), Sci(r.max_abs_error),
                fmt::format("{} ({})", r.worst_layer, Sci(r.worst_layer_mean_abs_error)), Sci(r.reference_mean_abs),
-               r.effective_positions, r.positions_attended, r.top1_changed ? (*r.top1_changed ? "yes" : "no") : "-");
+               r.effective_positions, r.positions_attended, r.top1_changed ? (*r.top1_changed ? "yes" : "no") : "-",
+               !any_bound ? "" : r.rounding_bound ? fmt::format(" {:>10}", Sci(*r.rounding_bound)) : fmt::format(" {:>10}", "-"));
   }
   fmt::print("\nlog-log slope of mean abs error vs context (least squares over the contexts; -0.5 is 1/sqrt(n)):\n");
   for (const auto& [format, slope] : report.slopes) {
-    fmt::print("  {:<10} {}\n", format, slope ? fmt::format("{:+.3f}", *slope) : std::string("- (an error is 0)"));
+    fmt::print("  {:<{}} {}\n", format, w, slope ? fmt::format("{:+.3f}", *slope) : std::string("- (an error is 0)"));
   }
 }
 
@@ -101,9 +114,9 @@ int RunEvalAttention(const EvalAttentionOptions& o) {
     return 1;
   };
   AttentionErrorConfig config;
-  const Result<std::vector<const FormatDesc*>> formats = o.shared.PlainFormatList();
+  const Result<std::vector<KvSpec>> formats = o.shared.FormatList();
   if (!formats.ok()) return bad(formats.status().message());
-  for (const FormatDesc* f : *formats) {
+  for (const KvSpec& f : *formats) {
     if (std::find(config.formats.begin(), config.formats.end(), f) == config.formats.end()) config.formats.push_back(f);
   }
   if (config.formats.empty()) return bad("--format: expected at least one format");
@@ -152,8 +165,8 @@ int RunEvalAttention(const EvalAttentionOptions& o) {
   if (o.head_given && (o.head < 0 || o.head >= shape.n_heads)) {
     return bad(fmt::format("--head {}: {} has {} query heads (0..{})", o.head, rows_of, shape.n_heads, shape.n_heads - 1));
   }
-  for (const FormatDesc* f : config.formats) {
-    if (Status s = CheckShape(*f, {.n_kv_heads = shape.n_kv_heads, .head_dim = shape.head_dim}); !s.ok()) {
+  for (const KvSpec& f : config.formats) {
+    if (Status s = CheckKvSpec(f, {.n_kv_heads = shape.n_kv_heads, .head_dim = shape.head_dim}); !s.ok()) {
       return bad("--format: " + s.message());
     }
   }
@@ -191,7 +204,8 @@ int RunEvalAttention(const EvalAttentionOptions& o) {
                              "{} query heads, {} KV heads, head_dim {}, scale 1/sqrt(head_dim)",
                              o.shared.seed, shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim),
                  "query at position context - 1 (attends to every position); reference: the f32 rows; candidate: "
-                 "each format's KvCache (rows 0..n-2 appended as a block, the query's row alone)",
+                 "each spec's KvCache (rows 0..n-2 appended as a block, the query's row alone; finished through the "
+                 "cache, which undoes V's rotation)",
                  measured, fmt::format("contexts: {}; attention kernel: SIMD {}; int8/int4 scores {}",
                                        JoinContexts(contexts), AttentionSimdTarget(), ScoreArithmeticLabel())};
     report = MeasureSyntheticAttentionError(shape, o.shared.seed, config, progress);
@@ -247,8 +261,8 @@ int RunEvalAttention(const EvalAttentionOptions& o) {
                              model_path, shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim, limit),
                  text_line,
                  "q, K, V after RoPE captured from an f32 run; query at position context - 1; reference: the model's "
-                 "own attention output; candidate: each format's KvCache (rows 0..n-2 appended as a block, the "
-                 "query's row alone)",
+                 "own attention output; candidate: each spec's KvCache (rows 0..n-2 appended as a block, the "
+                 "query's row alone; finished through the cache, which undoes V's rotation)",
                  measured + "; top-1 changed: the next token's argmax with those attention outputs replaced",
                  fmt::format("contexts: {}; attention kernel: SIMD {}; int8/int4 scores {}", JoinContexts(contexts),
                              AttentionSimdTarget(), ScoreArithmeticLabel())};
@@ -267,13 +281,15 @@ void AddEvalAttentionCommand(CLI::App& eval, int* exit_code) {
   auto o = std::make_shared<EvalAttentionOptions>();
   for (const FormatDesc* f : Formats()) o->shared.formats.push_back(f->name);
   CLI::App* cmd = eval.add_subcommand(
-      "attention", "Attention error vs context per KV format (seed 000): one query at position n-1 over n cached "
-                   "positions, reference f32 rows vs the format's round trip");
+      "attention", "Attention error vs context per KV spec (seed 000): one query at position n-1 over n cached "
+                   "positions, reference f32 rows vs the spec's KvCache");
   AddModelFlag(cmd, &o->shared);
   AddTokenizerFlag(cmd, &o->shared);
   cmd->add_option("-f,--file", o->text, "Text to run (default data/eval/tinystories-eval.txt); repeated when shorter "
                                         "than the largest context");
-  AddFormatListFlag(cmd, &o->shared, "--format", "KV formats, comma-separated");
+  AddFormatListFlag(cmd, &o->shared, "--format",
+                    "KV specs (FORMAT[+rot][+sinkN][+resN]), comma-separated, each for K and V (default: every "
+                    "format, plain)");
   AddScoreArithmeticFlag(cmd);
   CLI::Option* contexts = AddContextListFlag(
       cmd, &o->shared, "--contexts", "Context lengths, comma-separated (default 16,64,256,1024,2787; model rows cap "

@@ -1,6 +1,7 @@
 // Attention error vs context (see attention_error.h). Both row sources reduce to the same
 // capture — K and V of every position per layer, q at each query position — and the same
 // comparison; the model adds its own attention output as the reference and the top-1 rerun.
+// Candidates are KV specs: a format and its transforms, applied by the KvCache itself.
 #include "measure/attention_error.h"
 
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #include <numeric>
 #include <random>
 
+#include "formats/transforms/hadamard.h"
 #include "kvq/kv_cache.h"
 
 namespace kvq {
@@ -81,18 +83,22 @@ Status Validate(const SyntheticShape& shape, const AttentionErrorConfig& config,
                            shape.n_heads - 1));
   }
   const RowShape row{.n_kv_heads = shape.n_kv_heads, .head_dim = shape.head_dim};
-  for (const FormatDesc* f : config.formats) {
-    if (Status s = CheckShape(*f, row); !s.ok()) return Bad(s.message());
+  for (const KvSpec& f : config.formats) {
+    if (f.format == nullptr) return Bad("a spec without a format");
+    if (Status s = CheckKvSpec(f, row); !s.ok()) return Bad(s.message());
   }
   return Status::Ok();
 }
 
-// A cache of format f whose layer i holds rows 0..prefix−1 of model layer layers[i], appended as
-// one block (as a prefill writes them), with room for `max_positions`.
-Result<std::unique_ptr<KvCache>> PrefixCache(const Captured& c, const FormatDesc& f, const std::vector<int32_t>& layers,
+// The reference spec (a function: the format registry is not ours to order static initialisation by).
+KvSpec F32Spec() { return {FindFormat(FormatId::kF32), {}}; }
+
+// A cache of spec f (K and V alike) whose layer i holds rows 0..prefix−1 of model layer
+// layers[i], appended as one block (as a prefill writes them), with room for `max_positions`.
+Result<std::unique_ptr<KvCache>> PrefixCache(const Captured& c, const KvSpec& f, const std::vector<int32_t>& layers,
                                              int64_t prefix, int64_t max_positions) {
   KvCacheConfig config{.n_layers = static_cast<int64_t>(layers.size()), .n_kv_heads = c.shape.n_kv_heads,
-                       .head_dim = c.shape.head_dim, .layers = {{&f, &f}}, .max_positions = max_positions,
+                       .head_dim = c.shape.head_dim, .layers = {LayerFormats::Of(f, f)}, .max_positions = max_positions,
                        .page_positions = DefaultPagePositions(max_positions)};
   Result<std::unique_ptr<KvCache>> cache = KvCache::Create(config);
   if (!cache.ok()) return cache.status();
@@ -110,7 +116,7 @@ struct Outputs {
   int64_t attended = 0;
 };
 
-Result<Outputs> AttendCaptured(const Captured& c, const FormatDesc& f, const Selection& sel, int64_t n, int64_t qpos,
+Result<Outputs> AttendCaptured(const Captured& c, const KvSpec& f, const Selection& sel, int64_t n, int64_t qpos,
                                const AttentionOptions& options) {
   Result<std::unique_ptr<KvCache>> cache = PrefixCache(c, f, sel.layers, n - 1, n);
   if (!cache.ok()) return cache.status();
@@ -192,6 +198,85 @@ AttentionErrorRow Compare(const std::string& format, int64_t context, const Sele
   return row;
 }
 
+// Both elements f32: only rounding separates the candidate from the reference.
+bool LosslessElements(const KvSpec& f) {
+  return std::string_view(f.format->key.element) == "f32" && std::string_view(f.format->value.element) == "f32";
+}
+
+// A bound on |candidate − reference| over the measured outputs of the query at qpos when K and V
+// are stored in f32 with transforms t (the same for K and V). Without rotation it is 0: sinks and the residual are the
+// same f32 numbers read from another run, and windowed attention gives the bits of one window
+// (DESIGN.md §3). With rotation, to first order in u = 2⁻²⁴, per output element e of head h
+// (weights w_p, output o and the norms from the rows, in double):
+//   rotation, one direction: ‖fl(Rx) − Rx‖ ≤ ε‖x‖, ε = RotationRoundTripBound(d) / 2;
+//   scores: q and k_p each rotated (2ε) and each side's f32 dot and scaling
+//     ((d + 1)u per side): |δs_p| ≤ scale·‖q‖‖k_p‖·(2ε + 2(d + 1)u); each side's s − m and exp
+//     add 2u|s_p − m| and 2η (η = 4u: Highway's Exp is tested to 1 ULP, taken 4 times over), and
+//     a softcap's tanh 2·4u·softcap — call the sum ρ_p, a relative error of e_p;
+//   weights: δw_p = w_p(ρ_p − Σ w ρ) and Σ w_p (v_pe − o_e) = 0, so |Σ δw_p v_pe| ≤
+//     Σ w_p ρ_p |v_pe − o_e|;
+//   V rotated: each row's rotation and the output's unrotation, ≤ 2ε Σ w_p ‖v_p‖;
+//   accumulation, each side: acc = c·acc + e·v and l = c·l + e over n positions, then acc / l:
+//     ≤ (5n + 4)u Σ w_p |v_pe| (the candidate's in the rotated basis, ≤ (5n + 4)u Σ w_p ‖v_p‖ after
+//     the unrotation).
+// A worst case (errors summed linearly), 1% added for second-order terms; a real error sits far
+// below it, but one from a missing or mismatched rotation (of the order of |o|) far above.
+double RoundingBound(const Captured& c, const Selection& sel, const KvTransforms& t, int64_t qpos,
+                     const AttentionOptions& options) {
+  if (!t.rotate) return 0;
+  const double u = std::ldexp(1.0, -24), eta = 4 * u;
+  const int32_t hd = c.shape.head_dim, group = c.shape.n_heads / c.shape.n_kv_heads;
+  const double eps = RotationRoundTripBound(hd) / 2, scale = options.scale;
+  const int64_t n = qpos + 1;
+  const double acc = (5.0 * static_cast<double>(n) + 4.0) * u;
+  const std::vector<float>& q = c.q.at(qpos);
+  std::vector<double> s(n), w(n), vn(n), rho(n), o(hd);  // [position] ×4, [head_dim]
+  double bound = 0;
+  for (int32_t l : sel.layers) {
+    for (int64_t h = sel.begin / hd; h < sel.end / hd; ++h) {
+      const float* qh = q.data() + l * c.q_dim() + h * hd;
+      const int64_t kv = (h / group) * hd;
+      auto norm = [hd](const float* x) {
+        double sum = 0;
+        for (int32_t i = 0; i < hd; ++i) sum += static_cast<double>(x[i]) * x[i];
+        return std::sqrt(sum);
+      };
+      const double qn = norm(qh);
+      double m = -INFINITY, total = 0, sum_wvn = 0;
+      for (int64_t p = 0; p < n; ++p) {
+        const float* k = c.k[l].data() + p * c.kv_dim() + kv;
+        double dot = 0;
+        for (int32_t i = 0; i < hd; ++i) dot += static_cast<double>(qh[i]) * k[i];
+        s[p] = dot * scale;
+        if (options.softcap > 0) s[p] = options.softcap * std::tanh(s[p] / options.softcap);
+        m = std::max(m, s[p]);
+        rho[p] = scale * qn * norm(k) * (2 * eps + 2 * (hd + 1) * u) + 2 * eta + 8 * u * options.softcap;
+      }
+      for (int64_t p = 0; p < n; ++p) rho[p] += 2 * u * std::fabs(s[p] - m);
+      for (int64_t p = 0; p < n; ++p) total += (w[p] = std::exp(s[p] - m));
+      std::fill(o.begin(), o.end(), 0.0);
+      for (int64_t p = 0; p < n; ++p) {
+        const float* v = c.v[l].data() + p * c.kv_dim() + kv;
+        w[p] /= total;
+        vn[p] = norm(v);
+        sum_wvn += w[p] * vn[p];
+        for (int32_t i = 0; i < hd; ++i) o[i] += w[p] * v[i];
+      }
+      for (int32_t e = 0; e < hd; ++e) {
+        double weights = 0, sum_wv = 0;
+        for (int64_t p = 0; p < n; ++p) {
+          const double ve = c.v[l][p * c.kv_dim() + kv + e];
+          sum_wv += w[p] * std::fabs(ve);
+          weights += w[p] * rho[p] * std::fabs(ve - o[e]);
+        }
+        const double b = weights + 2 * eps * sum_wvn + acc * (sum_wv + sum_wvn);
+        bound = std::max(bound, b);
+      }
+    }
+  }
+  return bound * 1.01;
+}
+
 // Every (format, context) row against the references [context] -> [selection index][q_dim].
 Result<std::vector<AttentionErrorRow>> MeasureRows(
     const Captured& c, const AttentionErrorConfig& config, const Selection& sel, const AttentionOptions& options,
@@ -199,30 +284,34 @@ Result<std::vector<AttentionErrorRow>> MeasureRows(
   std::map<int64_t, double> effective;
   for (int64_t n : config.contexts) effective[n] = EffectivePositions(c, sel, QueryPosition(config, n), options.scale);
   std::vector<AttentionErrorRow> rows;
-  for (const FormatDesc* f : config.formats) {
+  for (const KvSpec& f : config.formats) {
+    const std::string name = KvSpecName(f);
     for (int64_t n : config.contexts) {
-      Result<Outputs> candidate = AttendCaptured(c, *f, sel, n, QueryPosition(config, n), options);
+      const int64_t qpos = QueryPosition(config, n);
+      Result<Outputs> candidate = AttendCaptured(c, f, sel, n, qpos, options);
       if (!candidate.ok()) return candidate.status();
-      rows.push_back(Compare(f->name, n, sel, *candidate, references.at(n)));
+      rows.push_back(Compare(name, n, sel, *candidate, references.at(n)));
       rows.back().effective_positions = effective[n];
+      if (LosslessElements(f)) rows.back().rounding_bound = RoundingBound(c, sel, f.transforms, qpos, options);
     }
-    if (progress) progress(fmt::format("{}: attention error measured at {} contexts", f->name, config.contexts.size()));
+    if (progress) progress(fmt::format("{}: attention error measured at {} contexts", name, config.contexts.size()));
   }
   return rows;
 }
 
 AttentionErrorReport Finish(const AttentionErrorConfig& config, std::vector<AttentionErrorRow> rows) {
   AttentionErrorReport report;
-  for (const FormatDesc* f : config.formats) {
+  for (const KvSpec& f : config.formats) {
+    const std::string name = KvSpecName(f);
     std::vector<int64_t> n;
     std::vector<double> e;
     for (const AttentionErrorRow& r : rows) {
-      if (r.format == f->name) {
+      if (r.format == name) {
         n.push_back(r.context);
         e.push_back(r.mean_abs_error);
       }
     }
-    report.slopes.emplace_back(f->name, LogLogSlope(n, e));
+    report.slopes.emplace_back(name, LogLogSlope(n, e));
   }
   report.rows = std::move(rows);
   return report;
@@ -283,11 +372,11 @@ Result<Captured> CaptureModel(LlamaModel& model, std::span<const int32_t> tokens
 // cache of format f holding the captured prefix plus the live k and v. With one layer selected
 // the live q, k, v equal the captured ones (the layers before it are f32), so the substitute is
 // exactly the measured candidate.
-Result<bool> Top1Changed(LlamaModel& model, const Captured& c, std::span<const int32_t> tokens, const FormatDesc& f,
+Result<bool> Top1Changed(LlamaModel& model, const Captured& c, std::span<const int32_t> tokens, const KvSpec& f,
                          const Selection& sel, int64_t n) {
   std::vector<int32_t> all(c.shape.n_layers);
   std::iota(all.begin(), all.end(), 0);
-  Result<std::unique_ptr<KvCache>> base = PrefixCache(c, *FindFormat(FormatId::kF32), all, n - 1, n);
+  Result<std::unique_ptr<KvCache>> base = PrefixCache(c, F32Spec(), all, n - 1, n);
   if (!base.ok()) return base.status();
   Result<std::unique_ptr<KvCache>> candidate = PrefixCache(c, f, sel.layers, n - 1, n);
   if (!candidate.ok()) return candidate.status();
@@ -382,8 +471,11 @@ Result<AttentionErrorReport> MeasureModelAttentionError(LlamaModel& model, std::
   if (!rows.ok()) return rows.status();
   // Refuse a broken fixture before spending reruns on it.
   if (Status s = CheckFixture(*rows); !s.ok()) return s;
-  for (AttentionErrorRow& r : rows.value()) {
-    Result<bool> changed = Top1Changed(model, c, tokens, **FindFormat(r.format), sel, r.context);
+  for (size_t i = 0; i < rows->size(); ++i) {
+    AttentionErrorRow& r = rows.value()[i];
+    // MeasureRows' order: per spec, every context.
+    const KvSpec& spec = config.formats[i / config.contexts.size()];
+    Result<bool> changed = Top1Changed(model, c, tokens, spec, sel, r.context);
     if (!changed.ok()) return changed.status();
     r.top1_changed = *changed;
   }
@@ -432,7 +524,7 @@ Result<AttentionErrorReport> MeasureSyntheticAttentionError(const SyntheticShape
                                  .kernel = AttentionKernel::kSimd, .threads = 1};
   std::map<int64_t, std::vector<std::vector<float>>> references;
   for (int64_t n : config.contexts) {
-    Result<Outputs> ref = AttendCaptured(c, *FindFormat(FormatId::kF32), sel, n, QueryPosition(config, n), options);
+    Result<Outputs> ref = AttendCaptured(c, F32Spec(), sel, n, QueryPosition(config, n), options);
     if (!ref.ok()) return ref.status();
     references[n] = std::move(ref.value().out);
   }
@@ -449,6 +541,15 @@ Status CheckFixture(std::span<const AttentionErrorRow> rows) {
           "eval attention: fixture check failed: {} at context {} attended {} positions, expected {} (the query "
           "must sit at position context − 1 to attend to the whole cache)",
           r.format, r.context, r.positions_attended, r.context));
+    }    if (r.rounding_bound && r.max_abs_error > *r.rounding_bound) {
+      return Status::Error(
+          *r.rounding_bound == 0
+              ? fmt::format("eval attention: fixture check failed: {} at context {} has max abs error {} (mean {}); "
+                            "its K and V are f32 without rotation, which must match the reference bit for bit",
+                            r.format, r.context, r.max_abs_error, r.mean_abs_error)
+              : fmt::format("eval attention: fixture check failed: {} at context {} has max abs error {} (mean {}), "
+                            "past the bound {} that f32 rounding of its rotation allows",
+                            r.format, r.context, r.max_abs_error, r.mean_abs_error, *r.rounding_bound));
     }
   }
   std::map<std::string, std::vector<const AttentionErrorRow*>> by_format;

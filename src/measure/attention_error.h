@@ -6,9 +6,17 @@
 // this harness counts the positions each query attended and refuses a table whose numbers do not
 // change with n (CheckFixture).
 //
-// The candidate goes through kvq's own KvCache, filled as kvq fills it when it decodes the token
-// at n − 1 after a prefill: rows 0..n−2 appended as one block (fp8 calibrates on them, KIVI groups
-// complete, the incomplete group stays f32), then row n − 1 appended alone.
+// The candidate goes through kvq's own KvCache of a KV spec (a format and its transforms: rot,
+// sinkN, resN), filled as kvq fills it when it decodes the token at n − 1 after a prefill: rows
+// 0..n−2 appended as one block (fp8 calibrates on them, KIVI groups complete, the incomplete group
+// stays f32), then row n − 1 appended alone; the output is finished through the cache (which
+// undoes V's rotation).
+//
+// A spec whose K and V elements are f32 loses nothing but rounding: without rotation it must
+// match the reference bit for bit (sinks and the residual only change where f32 rows are read);
+// with rotation (orthonormal, computed in f32) its error must stay within a first-order rounding
+// bound derived from the rows (RoundingBound in attention_error.cc). CheckFixture refuses a table
+// where either fails.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +29,7 @@
 #include <vector>
 
 #include "kvq/format.h"
+#include "kvq/kv_spec.h"
 #include "kvq/status.h"
 #include "model/llama.h"
 #include "text/tokenizer.h"
@@ -28,7 +37,9 @@
 namespace kvq {
 
 struct AttentionErrorConfig {
-  std::vector<const FormatDesc*> formats;  ///< candidates, each for K and V; f32 must give error 0
+  /// Candidates, each for K and V; f32 must give error 0, f32 with transforms at most its
+  /// rounding bound (0 without rotation).
+  std::vector<KvSpec> formats;
   std::vector<int64_t> contexts;           ///< strictly ascending, each ≥ 1
   int32_t layer = -1;                      ///< only this layer; −1: every layer (averaged, worst named)
   int32_t head = -1;                       ///< only this query head; −1: every query head
@@ -48,7 +59,7 @@ struct SyntheticShape {
 /// One (format, context). Errors are |candidate − reference| over the attention output
 /// [n_heads][head_dim] (or the chosen head's head_dim numbers) of the query at context − 1.
 struct AttentionErrorRow {
-  std::string format;
+  std::string format;  ///< KvSpecName of the spec
   int64_t context = 0;
   double mean_abs_error = 0;   ///< per-layer mean abs error, averaged over the measured layers
   double max_abs_error = 0;    ///< largest abs error in any measured layer
@@ -68,6 +79,10 @@ struct AttentionErrorRow {
   /// output at context − 1 (the chosen head's part with AttentionErrorConfig::head) is replaced by
   /// the candidate's, everything else f32. Empty for synthetic rows.
   std::optional<bool> top1_changed;
+  /// Specs whose K and V elements are f32: a bound on max_abs_error from f32 rounding alone —
+  /// exactly 0 without rotation; with rotation first order in u = 2⁻²⁴, computed from these rows
+  /// (see RoundingBound in attention_error.cc). Empty for lossy formats.
+  std::optional<double> rounding_bound;
 };
 
 struct AttentionErrorReport {
@@ -107,9 +122,10 @@ Result<AttentionErrorReport> MeasureSyntheticAttentionError(const SyntheticShape
                                                             const AttentionErrorConfig& config,
                                                             const ProgressFn& progress);
 
-/// The fixture checks, strict: every row attended exactly `context` positions, and no format with
-/// a non-zero error has the same mean and max abs error at every context (two or more contexts).
-/// The error names the format and what was seen.
+/// The fixture checks, strict: every row attended exactly `context` positions, no row with a
+/// rounding bound has a larger max abs error (0 for f32 without rotation: equality), and no
+/// format with a non-zero error has the same mean and max abs error at every context (two or more
+/// contexts). The error names the format and what was seen.
 Status CheckFixture(std::span<const AttentionErrorRow> rows);
 
 /// Least-squares slope of ln(errors) on ln(contexts); empty with fewer than two points or an

@@ -1,6 +1,7 @@
 // Attention error vs context (seed 000's measurement one): synthetic error falls about as
 // 1/sqrt(n), the fixture trap (a query that does not attend to the whole cache, numbers that do
-// not change with n) is caught, f32 is exact, and model rows on the bundled model are consistent.
+// not change with n) is caught, f32 is exact, and model rows on the bundled model are consistent;
+// rotated specs stay within their rounding bound and sinks and a residual keep f32 exact.
 #include "measure/attention_error.h"
 
 #include <gtest/gtest.h>
@@ -22,7 +23,7 @@ constexpr const char* kText =
     "her. The dog sniffed the grass and found the ball near a small pond. Lily was very happy and gave the "
     "dog a hug. From that day on, they played together every morning.";
 
-const FormatDesc* F(const char* name) { return FindFormat(name).value(); }
+KvSpec F(const char* name) { return ParseKvSpec(name).value(); }
 
 std::vector<const AttentionErrorRow*> RowsOf(const AttentionErrorReport& r, const std::string& format) {
   std::vector<const AttentionErrorRow*> out;
@@ -85,7 +86,8 @@ TEST(AttentionErrorSynthetic, Int4ErrorFallsAboutAsOneOverSqrtN) {
 // Every registered format: the lossless one (f32 elements for K and V) measures 0, every other
 // format a nonzero error.
 TEST(AttentionErrorSynthetic, EveryRowAttendsToItsWholeContextAndNumbersDifferAcrossContexts) {
-  AttentionErrorConfig config{.formats = {Formats().begin(), Formats().end()}, .contexts = {1, 16, 33, 300}};
+  AttentionErrorConfig config{.contexts = {1, 16, 33, 300}};
+  for (const FormatDesc* f : Formats()) config.formats.push_back({f, {}});
   const Result<AttentionErrorReport> r = MeasureSyntheticAttentionError(kShape, 7, config, {});
   ASSERT_TRUE(r.ok()) << r.status().message();
   ASSERT_EQ(r->rows.size(), 4 * Formats().size());
@@ -126,6 +128,91 @@ TEST(AttentionErrorSynthetic, F32IsExact) {
     EXPECT_EQ(row.positions_attended, row.context);
   }
   EXPECT_FALSE(SlopeOf(*r, "f32").has_value());  // ln 0 has no slope
+}
+
+// f32 with transforms: sinks and a residual read the same f32 numbers from other runs, so the
+// output is the reference's bit for bit; a rotation is orthonormal but computed in f32, so its
+// error is rounding — not 0, and within the first-order bound the harness derives from the rows.
+TEST(AttentionErrorSynthetic, F32WithTransformsIsExactOrWithinItsRoundingBound) {
+  AttentionErrorConfig config{.formats = {F("f32+sink4+res64"), F("f32+rot"), F("f32+rot+sink4+res64")},
+                              .contexts = {1, 16, 100, 300}};
+  const Result<AttentionErrorReport> r = MeasureSyntheticAttentionError(kShape, 5, config, {});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->rows.size(), 12u);
+  for (const AttentionErrorRow* row : RowsOf(*r, "f32+sink4+res64")) {
+    ASSERT_TRUE(row->rounding_bound.has_value());
+    EXPECT_EQ(*row->rounding_bound, 0.0);
+    EXPECT_EQ(row->max_abs_error, 0.0) << row->context;
+    EXPECT_EQ(row->mean_abs_error, 0.0) << row->context;
+  }
+  for (const char* name : {"f32+rot", "f32+rot+sink4+res64"}) {
+    std::set<double> means;
+    for (const AttentionErrorRow* row : RowsOf(*r, name)) {
+      ASSERT_TRUE(row->rounding_bound.has_value()) << name;
+      // Not 0: the rows really were rotated and unrotated (a cache that skipped the rotation
+      // would give 0 here).
+      EXPECT_GT(row->max_abs_error, 0.0) << name << " at " << row->context;
+      EXPECT_LE(row->max_abs_error, *row->rounding_bound) << name << " at " << row->context;
+      // The bound is worth checking against: a rotation left in place or mismatched moves the
+      // output by about |o| itself, more than 10 times the bound (the bound grows as n: at 300
+      // positions it was 1.3% of mean |o| when this test was written).
+      EXPECT_LT(*row->rounding_bound, 0.1 * row->reference_mean_abs) << name << " at " << row->context;
+      means.insert(row->mean_abs_error);
+    }
+    EXPECT_EQ(means.size(), 4u) << name;
+  }
+  EXPECT_TRUE(CheckFixture(r->rows).ok());
+
+  // The harness refuses a row past its bound, and any error at all where the bound is 0.
+  std::vector<AttentionErrorRow> broken = r->rows;
+  broken[1].max_abs_error = 1e-30;  // f32+sink4+res64 at context 16
+  Status s = CheckFixture(broken);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("f32+sink4+res64 at context 16"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("bit for bit"), std::string::npos) << s.message();
+  broken = r->rows;
+  broken[6].max_abs_error = 2 * *broken[6].rounding_bound;  // f32+rot at context 100
+  s = CheckFixture(broken);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("f32+rot at context 100"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("bound"), std::string::npos) << s.message();
+}
+
+// Lossy formats with transforms: names are canonical, every row attends to its whole context and
+// changes with it, and each transform changes what is measured.
+TEST(AttentionErrorSynthetic, TransformedSpecsAreMeasuredUnderTheirCanonicalNames) {
+  AttentionErrorConfig config{.formats = {F("int4"), F("int4+res16+rot"), F("int4+sink4+res64"), F("int2-kivi+rot")},
+                              .contexts = {16, 64, 256}};
+  const Result<AttentionErrorReport> r = MeasureSyntheticAttentionError(kShape, 2, config, {});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->rows.size(), 12u);
+  for (const char* name : {"int4", "int4+rot+res16", "int2-kivi+rot"}) {
+    const auto rows = RowsOf(*r, name);
+    ASSERT_EQ(rows.size(), 3u) << name;
+    std::set<double> means;
+    for (const AttentionErrorRow* row : rows) {
+      EXPECT_EQ(row->positions_attended, row->context);
+      EXPECT_GT(row->mean_abs_error, 0) << name;
+      EXPECT_FALSE(row->rounding_bound.has_value()) << name;
+      means.insert(row->mean_abs_error);
+    }
+    EXPECT_EQ(means.size(), 3u) << name;
+    EXPECT_TRUE(SlopeOf(*r, name).has_value()) << name;
+  }
+  // Up to 64 positions a residual of 64 holds every row in f32 (none has aged out): int4's rows
+  // are then read exactly, bit for bit the reference. Past it the aged rows are int4.
+  const auto sunk = RowsOf(*r, "int4+sink4+res64");
+  ASSERT_EQ(sunk.size(), 3u);
+  EXPECT_EQ(sunk[0]->max_abs_error, 0.0);
+  EXPECT_EQ(sunk[1]->max_abs_error, 0.0);
+  EXPECT_GT(sunk[2]->mean_abs_error, 0.0);
+  EXPECT_LT(sunk[2]->mean_abs_error, RowsOf(*r, "int4")[2]->mean_abs_error);  // 68 of 256 rows in f32
+  EXPECT_FALSE(SlopeOf(*r, "int4+sink4+res64").has_value());  // ln 0 has no slope
+  // int4+rot+res16 at 16 positions: every row rotated in f32, so only rounding — far below int4.
+  EXPECT_LT(RowsOf(*r, "int4+rot+res16")[0]->mean_abs_error, 1e-3 * RowsOf(*r, "int4")[0]->mean_abs_error);
+  for (size_t i = 1; i < 3; ++i) {
+    EXPECT_NE(RowsOf(*r, "int4+rot+res16")[i]->mean_abs_error, RowsOf(*r, "int4")[i]->mean_abs_error);
+  }
 }
 
 TEST(AttentionErrorSynthetic, Seed000FixtureBugIsRefused) {
@@ -250,6 +337,36 @@ TEST_F(AttentionErrorModel, RowsForEveryContextF32ExactAndLayersConsistent) {
   ASSERT_TRUE(single.ok()) << single.status().message();
   EXPECT_EQ(single->rows[2].mean_abs_error, worst.worst_layer_mean_abs_error);
   EXPECT_EQ(single->rows[2].worst_layer, worst.worst_layer);
+}
+
+// Model rows through transformed caches: f32 with sinks and a residual reproduces the model's own
+// attention output bit for bit (and so never changes the next token); f32 with rotation is off by
+// rounding, within its bound; a rotated lossy format is measured like any other.
+TEST_F(AttentionErrorModel, TransformedSpecsOnModelRows) {
+  const AttentionTextInput in = MakeAttentionTextInput(*tokenizer_, kText, 256);
+  AttentionErrorConfig config{.formats = {F("f32+sink4+res64"), F("f32+rot"), F("int4+rot")}, .contexts = {16, 64, 256}};
+  const Result<AttentionErrorReport> r = MeasureModelAttentionError(*model_, in.tokens, config, {});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->rows.size(), 9u);
+  for (const AttentionErrorRow* row : RowsOf(*r, "f32+sink4+res64")) {
+    EXPECT_EQ(row->max_abs_error, 0.0) << row->context;
+    ASSERT_TRUE(row->top1_changed.has_value());
+    EXPECT_FALSE(*row->top1_changed) << row->context;
+  }
+  for (const AttentionErrorRow* row : RowsOf(*r, "f32+rot")) {
+    ASSERT_TRUE(row->rounding_bound.has_value());
+    EXPECT_GT(row->max_abs_error, 0.0) << row->context;
+    EXPECT_LE(row->max_abs_error, *row->rounding_bound) << row->context;
+    EXPECT_LT(*row->rounding_bound, 0.1 * row->reference_mean_abs) << row->context;
+  }
+  std::set<double> means;
+  for (const AttentionErrorRow* row : RowsOf(*r, "int4+rot")) {
+    EXPECT_EQ(row->positions_attended, row->context);
+    EXPECT_TRUE(row->top1_changed.has_value());
+    EXPECT_GT(row->mean_abs_error, 1e3 * RowsOf(*r, "f32+rot")[0]->mean_abs_error);  // quantised, not rounding
+    means.insert(row->mean_abs_error);
+  }
+  EXPECT_EQ(means.size(), 3u);
 }
 
 TEST_F(AttentionErrorModel, OneHeadAndTheFixtureBugOnModelRows) {
