@@ -61,7 +61,8 @@ struct KvCacheConfig {
   uint64_t rotation_seed = kDefaultRotationSeed;
   /// The model's RoPE (LlamaModel: ModelRopeConfig), required when a key spec is "prerope": those
   /// keys are stored before RoPE and attention ropes each one at its position with these
-  /// parameters (the model's own ApplyRope). Ignored by every other spec.
+  /// parameters (the model's own ApplyRope); Create refuses such a spec without them (Plan, which
+  /// only counts bytes, does not). Ignored by every other spec.
   std::optional<RopeConfig> key_rope;
   /// The most positions the cache will hold (the context size).
   int64_t max_positions = 0;

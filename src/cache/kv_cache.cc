@@ -71,10 +71,6 @@ Result<std::unique_ptr<KvCache::Impl>> KvCache::Prepare(const KvCacheConfig& c) 
     if (f.key == nullptr || f.value == nullptr) return Bad(fmt::format("layer {} has no format", l));
     if (Status s = CheckKvSpec(f.Key(), impl->row); !s.ok()) return Bad(s.message());
     if (Status s = CheckValueSpec(f.Value(), impl->row); !s.ok()) return Bad(s.message());
-    if (f.key_transforms.pre_rope && !c.key_rope) {
-      return Bad(fmt::format("layer {}: KV spec {} stores keys before RoPE, but the cache was given "
-                             "no RoPE parameters (KvCacheConfig::key_rope)", l, KvSpecName(f.Key())));
-    }
     if (f.key_transforms.rotate || f.value_transforms.rotate) {
       impl->rotation_signs = RotationSigns(c.rotation_seed, c.head_dim);
     }
@@ -179,6 +175,14 @@ int32_t DefaultPagePositions(int64_t max_positions) {
 Result<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheConfig& c) {
   Result<std::unique_ptr<Impl>> prepared = Prepare(c);
   if (!prepared.ok()) return prepared.status();
+  // Only a cache that attends needs RoPE's parameters; Plan counts bytes without them.
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const KvSpec key = (*prepared)->formats[l].Key();
+    if (key.transforms.pre_rope && !c.key_rope) {
+      return Bad(fmt::format("layer {}: KV spec {} stores keys before RoPE, but the cache was given "
+                             "no RoPE parameters (KvCacheConfig::key_rope)", l, KvSpecName(key)));
+    }
+  }
   std::unique_ptr<Impl> impl = std::move(prepared).value();
   KvTierPlan& plan = impl->plan;
   const KvBudgets& b = c.budgets;

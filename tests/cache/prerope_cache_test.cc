@@ -122,12 +122,13 @@ TEST(PreRopeSpec, ParsesPrintsAndRefusesWhatItCannotDo) {
   EXPECT_NE(on_values.status().message().find("prerope is a key transform"), std::string::npos);
   KvCacheConfig no_rope = Config(LayerFormats::Of(pre, int4), 2, 100);
   no_rope.key_rope.reset();
-  const Result<KvTierPlan> missing = KvCache::Plan(no_rope);
+  EXPECT_TRUE(KvCache::Plan(no_rope).ok()) << "counting bytes needs no RoPE parameters";
+  const Result<std::unique_ptr<KvCache>> missing = KvCache::Create(no_rope);
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("layer 0: KV spec int4+prerope stores keys before RoPE"),
             std::string::npos) << missing.status().message();
   no_rope.layers = {LayerFormats::Of(int4, int4)};
-  EXPECT_TRUE(KvCache::Plan(no_rope).ok()) << "a cache without prerope needs no RoPE parameters";
+  EXPECT_TRUE(KvCache::Create(no_rope).ok()) << "a cache without prerope needs no RoPE parameters";
   KvCacheConfig bad_factors = Config(LayerFormats::Of(pre, int4), 1, 100);
   bad_factors.key_rope->freq_factors.resize(3);
   const Result<KvTierPlan> factors = KvCache::Plan(bad_factors);
