@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kvq/format.h"
+#include "kvq/rope.h"
 #include "kvq/status.h"
 
 namespace kvq {
@@ -98,6 +99,10 @@ struct KvWindow {
   int64_t first_position = 0;  ///< absolute position of the window's first row
   RowsView k;
   RowsView v;
+  /// Non-null: the K rows (every run: head, blocks, residual) are pre-RoPE ("prerope" specs), and
+  /// attention decodes each one and applies ApplyRope at its absolute position first_position + r
+  /// before scoring it with the f32 kernels — per row, so windows still give the same bits.
+  const RopeParams* key_rope = nullptr;
 };
 
 /// Feeds one window to the state. q: [n_tokens][n_heads][head_dim]; query token t sits at

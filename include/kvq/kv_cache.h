@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,11 @@ struct KvCacheConfig {
   /// Seed of the "rot" transform's sign pattern (the same for every layer and head); stored in
   /// snapshots, which a cache with another seed refuses.
   uint64_t rotation_seed = kDefaultRotationSeed;
+  /// The model's RoPE (LlamaModel: ModelRopeConfig), required when a key spec is "prerope": those
+  /// keys are stored before RoPE and attention ropes each one at its position with these
+  /// parameters (the model's own ApplyRope); Create refuses such a spec without them (Plan, which
+  /// only counts bytes, does not). Ignored by every other spec.
+  std::optional<RopeConfig> key_rope;
   /// The most positions the cache will hold (the context size).
   int64_t max_positions = 0;
   /// Positions per page: a multiple of 32 (so KIVI's key groups never straddle pages).
@@ -98,7 +104,8 @@ class KvCache {
   /// Positions appended to `layer`.
   int64_t positions(int64_t layer) const;
 
-  /// Appends n positions to one layer: k and v are [n][n_kv_heads][head_dim] f32. Rows are
+  /// Appends n positions to one layer: k and v are [n][n_kv_heads][head_dim] f32 (k before RoPE
+  /// where the layer's key spec is "prerope", else after). Rows are
   /// transformed (rotated), kept in f32 while they are sinks or in the residual, and encoded once
   /// they age out; per-tensor scales (fp8) are calibrated on the first rows encoded, sinks
   /// excluded. Errors past max_positions (nothing appended) or on I/O (the cache is then
@@ -115,8 +122,9 @@ class KvCache {
 
   /// Attention of q ([n_tokens][n_heads][head_dim], token t at first_query_position + t) over
   /// every cached position of `layer`, page by page through the tiers, into `state` (not
-  /// finished: call this cache's FinishAttention). A rotated key spec rotates q first. On an
-  /// error the state holds the pages before it. One call at a time per cache.
+  /// finished: call this cache's FinishAttention). A rotated key spec rotates q first; q is
+  /// always roped, and a prerope key spec's keys are roped as they are read. On an error the
+  /// state holds the pages before it. One call at a time per cache.
   Status Attend(int64_t layer, const AttentionOptions& options, const float* q,
                 int64_t first_query_position, AttentionState& state);
   /// out: [n_tokens][n_heads][head_dim] = acc / l, with a rotated value spec's rotation undone

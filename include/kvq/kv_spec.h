@@ -7,6 +7,12 @@
 //             | "sink" N     the first N positions kept in f32 (attention sinks)
 //             | "res" N      the newest N positions kept in f32, encoded as they age out (KIVI's
 //                            residual, for any format)
+//             | "prerope"    keys only: keys stored as they are before RoPE (KIVI, KVQuant: RoPE's
+//                            position-dependent rotation would smear the outlier channels that
+//                            per-channel scales capture); attention applies RoPE to each
+//                            dequantised key at its own position. A value spec with it is refused;
+//                            a --kv spec (K and V alike) applies it to the keys only. Not with "rot"
+//                            (a rotation of roped keys does not commute with RoPE; refused).
 //
 // Each transform may appear once, in any order; KvSpecName prints them in the order above.
 //
@@ -14,7 +20,8 @@
 // appended, and every later read of it is the same whatever window it falls in. Rotation is
 // orthonormal, so rotating the query the same way leaves scores unchanged (up to rounding), and V's
 // rotation is undone once on the attention output. Sinks and the residual only change which rows
-// are read in f32; which ones depends on the cache's length, never on the windows.
+// are read in f32; which ones depends on the cache's length, never on the windows. A pre-RoPE key
+// is rotated by its own absolute position whatever window reads it, row by row.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +38,8 @@ struct KvTransforms {
   bool rotate = false;   ///< "rot": y = H · diag(signs) · x / √head_dim per head
   int32_t sinks = 0;     ///< "sinkN": positions [0, N) also kept in f32 and read from there
   int32_t residual = 0;  ///< "resN": the newest N positions stay f32 until they age out
-  bool any() const { return rotate || sinks > 0 || residual > 0; }
+  bool pre_rope = false; ///< "prerope" (keys): rows stored before RoPE, roped as attention reads them
+  bool any() const { return rotate || sinks > 0 || residual > 0 || pre_rope; }
   bool operator==(const KvTransforms&) const = default;
 };
 
@@ -73,8 +81,10 @@ std::string KvSpecName(const KvSpec& spec);
 std::string LayerFormatsName(const LayerFormats& layer);
 
 /// Checks the format can store this shape and the transforms can apply (rotation needs head_dim
-/// a power of two); the error names the spec and the rule.
+/// a power of two; prerope an even head_dim and no rotation); the error names the spec and the rule.
 Status CheckKvSpec(const KvSpec& spec, RowShape shape);
+/// CheckKvSpec for a value spec: also refuses "prerope" (a key transform), naming the spec.
+Status CheckValueSpec(const KvSpec& spec, RowShape shape);
 
 /// Rows of one tensor held in f32 beside the encoded blocks when it holds n positions:
 /// encoded_rows(n) = ⌊max(0, n − residual) / G⌋ · G rows are in blocks (G = rows per block), the

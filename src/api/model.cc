@@ -10,7 +10,7 @@ namespace kvq {
 
 Result<KvCacheConfig> CacheConfigFor(const LlamaConfig& c, int64_t context, const KvOptions& kv) {
   KvCacheConfig config{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
-                       .max_positions = context, .budgets = kv.budgets};
+                       .key_rope = ModelRopeConfig(c), .max_positions = context, .budgets = kv.budgets};
   auto find = [](const std::string& name, const std::string& what) -> Result<KvSpec> {
     Result<KvSpec> f = ParseKvSpec(name);
     if (!f.ok()) return Status::Error(fmt::format("KvOptions::{}: {}", what, f.status().message()));

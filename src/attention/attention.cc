@@ -5,6 +5,8 @@
 // token per item) or in tiles through the codecs' SIMD kernels (kSimd), each tile once for all the
 // block's query rows. Positions are never split across threads, so no partial states are merged
 // and the result depends neither on the thread count, nor on the windows, nor on the block.
+// Pre-RoPE keys (KvWindow::key_rope) are decoded row by row into the share's scratch, roped at
+// their absolute positions and scored from there with the f32 kernels (or the f32 reference dot).
 #include "kvq/attention.h"
 
 #include <algorithm>
@@ -59,6 +61,28 @@ TileSource TileAt(const RowsView& view, const CodecKernels& kernels, const Codec
   return {&kernels, &view.args, {block, block_bytes, in_block, static_cast<int32_t>(n)}};
 }
 
+// View row r (all heads) as f32 into out ([n_kv_heads][head_dim]): a copy of a head or residual
+// row, else the codec's decode_row.
+void DecodeViewRow(const RowsView& v, int64_t r, float* out) {
+  if (const float* x = F32Row(v, r)) {
+    std::copy_n(x, v.args.shape.elems(), out);
+    return;
+  }
+  const int64_t stored = v.first_row + r;
+  const int32_t per_block = v.codec->rows_per_block;
+  v.codec->decode_row(v.blocks + (stored / per_block) * v.codec->block_bytes(v.args.shape),
+                      static_cast<int32_t>(stored % per_block), out, v.args);
+}
+
+// Window row r of pre-RoPE keys, KV heads [g0, g1), decoded and roped at its absolute position
+// into row ([n_kv_heads][head_dim]; other heads hold their decoded, unroped numbers). ApplyRope
+// rotates each head the same whatever heads share the call, so the bits depend on the row only.
+void RopedKeyRow(const KvWindow& w, int64_t r, int32_t g0, int32_t g1, float* row) {
+  const int32_t d = w.k.args.shape.head_dim;
+  DecodeViewRow(w.k, r, row);
+  ApplyRope(row + int64_t{g0} * d, (g1 - g0) * d, d, w.first_position + r, *w.key_rope);
+}
+
 // Reference dot / axpy of view row r, head h: the codec's own for block rows, plain f32 for head
 // and residual rows (summed in the same order as the codec's reference dot).
 float RowDot(const RowsView& v, const float* q, int64_t r, int32_t h) {
@@ -88,13 +112,24 @@ void RowAxpy(const RowsView& v, float w, int64_t r, int32_t h, float* acc) {
                 static_cast<int32_t>(stored % per_block), h, acc, v.args);
 }
 
+// Σ_i q[i]·x[i] in f32, in order of i: the reference dot of an f32 row (RowDot's own sum).
+float F32Dot(const float* q, const float* x, int32_t d) {
+  float sum = 0.0f;
+  for (int32_t i = 0; i < d; ++i) sum += q[i] * x[i];
+  return sum;
+}
+
 // One (query token, KV head) item, reference kernel: positions [0, n) of the window, in order.
+// rope_row: [n_kv_heads][head_dim] scratch for pre-RoPE keys.
 void AttendScalar(const AttentionOptions& o, const KvWindow& w, int64_t n, const float* q,
-                  int32_t n_q, int32_t kv_head, float* m, float* l, float* acc) {
+                  int32_t n_q, int32_t kv_head, float* m, float* l, float* acc, float* rope_row) {
   const int32_t d = w.k.args.shape.head_dim;
+  const float* roped = rope_row + int64_t{kv_head} * d;  // [head_dim]: this head of rope_row
   for (int64_t r = 0; r < n; ++r) {
+    if (w.key_rope != nullptr) RopedKeyRow(w, r, kv_head, kv_head + 1, rope_row);
     for (int32_t h = 0; h < n_q; ++h) {
-      float s = o.scale * RowDot(w.k, q + h * d, r, kv_head);
+      float s = o.scale * (w.key_rope != nullptr ? F32Dot(q + h * d, roped, d)
+                                                 : RowDot(w.k, q + h * d, r, kv_head));
       if (o.softcap > 0.0f) s = o.softcap * std::tanh(s / o.softcap);
       if (s == -INFINITY) continue;  // adds nothing; (−inf) − (−inf) must not reach exp
       const float next = s > m[h] ? s : m[h];
@@ -121,6 +156,7 @@ struct SimdContext {
   const CodecKernels* f32;
   CodecArgs f32_args;
   attention_internal::SoftmaxTileFn softmax;
+  float* rope_rows;  // [kMaxTileRows][n_kv_heads][head_dim]: a K tile of pre-RoPE keys, roped
 };
 
 // Asks for the bytes of KV heads [g0, g1) of view rows [r, r + n) ahead of use. Each head's
@@ -151,8 +187,16 @@ void PrefetchRows(const RowsView& v, int64_t r, int64_t n, int32_t g0, int32_t g
 std::pair<TileSource, TileSource> NextTiles(const SimdContext& ctx, const KvWindow& w, int64_t r, int64_t end,
                                             int32_t g0, int32_t g1) {
   const int32_t max_rows = static_cast<int32_t>(std::min<int64_t>(kMaxTileRows, end - r));
-  TileSource ks = TileAt(w.k, *ctx.k, *ctx.f32, ctx.f32_args, r, max_rows);
   TileSource vs = TileAt(w.v, *ctx.v, *ctx.f32, ctx.f32_args, r, max_rows);
+  TileSource ks;
+  if (w.key_rope != nullptr) {  // the V tile's rows, each K row decoded and roped on its own
+    const int64_t elems = w.k.args.shape.elems();
+    for (int32_t i = 0; i < vs.tile.n_rows; ++i) RopedKeyRow(w, r + i, g0, g1, ctx.rope_rows + i * elems);
+    ks = {ctx.f32, &ctx.f32_args,
+          {reinterpret_cast<const uint8_t*>(ctx.rope_rows), elems * 4, 0, vs.tile.n_rows}};
+  } else {
+    ks = TileAt(w.k, *ctx.k, *ctx.f32, ctx.f32_args, r, max_rows);
+  }
   const int32_t rows = std::min(ks.tile.n_rows, vs.tile.n_rows);
   ks.tile.n_rows = rows;
   vs.tile.n_rows = rows;
@@ -227,6 +271,9 @@ struct AttentionState::Scratch {
   // ([block·group] each), scores/e and c ([kBlockRowsPerCall][kMaxTileRows] each).
   std::vector<float> block;
   int64_t block_floats = 0;  // per share
+  // [shares][kMaxTileRows][n_kv_heads][head_dim]: each share's pre-RoPE key tile, roped; sized by
+  // the share itself on its first window with KvWindow::key_rope.
+  std::vector<std::vector<float>> rope_rows;
   std::vector<KvWindow> windows;  // [n_windows] of the current call
   std::unique_ptr<std::atomic<int32_t>[]> users;  // [users_capacity]: threads not done with window i
   int64_t users_capacity = 0;
@@ -341,7 +388,7 @@ struct WindowsCall {
     if (o.kernel == AttentionKernel::kScalar) {
       for (int32_t g = g0; g < g1; ++g) {
         const int64_t h0 = int64_t{g} * group;
-        AttendScalar(o, w, n, qt + h0 * d, group, g, m + h0, l + h0, acc + h0 * d);
+        AttendScalar(o, w, n, qt + h0 * d, group, g, m + h0, l + h0, acc + h0 * d, ctx.rope_rows);
       }
     } else {
       AttendSimd(o, ctx, w, n, group, g0, g1, qt, m, l, acc, tiles, tiles + group * kMaxTileRows);
@@ -429,7 +476,13 @@ struct WindowsCall {
       SimdContext ctx{};
       if (o.kernel == AttentionKernel::kSimd) {
         ctx = {&w->k.codec->kernels(), &w->v.codec->kernels(), &F32Format().key.kernels(),
-               CodecArgs{.shape = w->k.args.shape}, softmax};
+               CodecArgs{.shape = w->k.args.shape}, softmax, nullptr};
+      }
+      if (w->key_rope != nullptr) {
+        std::vector<float>& rows = scratch.rope_rows[s];
+        const size_t floats = size_t{kMaxTileRows} * w->k.args.shape.elems();
+        if (rows.size() < floats) rows.resize(floats, 0.0f);
+        ctx.rope_rows = rows.data();
       }
       for (int64_t item = begin; item < end; item += step) AttendItem(*w, ctx, item, tiles, block);
       if (scratch.users[i].fetch_sub(1, std::memory_order_acq_rel) == 1) source.Release(i);
@@ -491,6 +544,7 @@ Status AttendWindows(const AttentionOptions& o, const float* q, int64_t first_qu
     if (scratch.block.size() < block_floats) scratch.block.resize(block_floats, 0.0f);
   }
   if (static_cast<int64_t>(scratch.windows.size()) < n_windows) scratch.windows.resize(n_windows);
+  if (static_cast<int32_t>(scratch.rope_rows.size()) < shares) scratch.rope_rows.resize(shares);
   if (scratch.users_capacity < n_windows) {
     scratch.users = std::make_unique<std::atomic<int32_t>[]>(n_windows);
     scratch.users_capacity = n_windows;

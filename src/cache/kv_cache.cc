@@ -69,15 +69,22 @@ Result<std::unique_ptr<KvCache::Impl>> KvCache::Prepare(const KvCacheConfig& c) 
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerFormats f = c.layers.size() == 1 ? c.layers[0] : c.layers[l];
     if (f.key == nullptr || f.value == nullptr) return Bad(fmt::format("layer {} has no format", l));
-    for (const KvSpec& spec : {f.Key(), f.Value()}) {
-      if (Status s = CheckKvSpec(spec, impl->row); !s.ok()) return Bad(s.message());
-    }
+    if (Status s = CheckKvSpec(f.Key(), impl->row); !s.ok()) return Bad(s.message());
+    if (Status s = CheckValueSpec(f.Value(), impl->row); !s.ok()) return Bad(s.message());
     if (f.key_transforms.rotate || f.value_transforms.rotate) {
       impl->rotation_signs = RotationSigns(c.rotation_seed, c.head_dim);
     }
     impl->formats.push_back(f);
   }
   impl->layers.resize(c.n_layers);
+  if (c.key_rope) {
+    const size_t pairs = static_cast<size_t>(c.head_dim / 2);
+    if (!c.key_rope->freq_factors.empty() && c.key_rope->freq_factors.size() != pairs) {
+      return Bad(fmt::format("key_rope has {} frequency factors; head_dim {} needs {} (or none)",
+                             c.key_rope->freq_factors.size(), c.head_dim, pairs));
+    }
+    impl->key_rope = impl->config.key_rope->Params();  // points into impl's own copy
+  }
 
   // Sizes: pages per layer, the whole cache at max_positions, the largest slot.
   KvTierPlan& plan = impl->plan;
@@ -168,6 +175,14 @@ int32_t DefaultPagePositions(int64_t max_positions) {
 Result<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheConfig& c) {
   Result<std::unique_ptr<Impl>> prepared = Prepare(c);
   if (!prepared.ok()) return prepared.status();
+  // Only a cache that attends needs RoPE's parameters; Plan counts bytes without them.
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const KvSpec key = (*prepared)->formats[l].Key();
+    if (key.transforms.pre_rope && !c.key_rope) {
+      return Bad(fmt::format("layer {}: KV spec {} stores keys before RoPE, but the cache was given "
+                             "no RoPE parameters (KvCacheConfig::key_rope)", l, KvSpecName(key)));
+    }
+  }
   std::unique_ptr<Impl> impl = std::move(prepared).value();
   KvTierPlan& plan = impl->plan;
   const KvBudgets& b = c.budgets;
@@ -207,6 +222,7 @@ KvWindow KvCache::Impl::Window(int64_t layer, int64_t page, const uint8_t* page_
   const Layer& L = layers[layer];
   KvWindow w;
   w.first_position = page * config.page_positions;
+  if (formats[layer].key_transforms.pre_rope) w.key_rope = &key_rope;
   RowsView* views[2] = {&w.k, &w.v};
   for (int which = 0; which < 2; ++which) {
     const PageRows r = RowsOfPage(layer, which, page);

@@ -46,6 +46,7 @@ struct KvCache::Impl {
   std::vector<int64_t> page_bytes;  // per layer, padded to 64
   int64_t max_pages = 0;
   std::vector<float> rotation_signs;  // [head_dim] when a spec rotates (hadamard.h)
+  RopeParams key_rope;                // config.key_rope's view, for windows of prerope keys
   std::vector<float> rotated_q;       // Attend's scratch: [n_tokens][n_heads][head_dim]
   std::array<std::vector<float>, 2> rotated_rows;  // Append's scratch: [n][n_kv_heads][head_dim]
   std::vector<float> block_rows;      // Append's scratch: [rows_per_block][n_kv_heads][head_dim]

@@ -39,8 +39,10 @@
 //                        +0  u16 key_format          +2  u16 value_format
 //                        +4  f32 key_scale           +8  f32 value_scale
 //                        +12 u8  scales_calibrated (0 or 1)
-//                        +13 u8  key rotate (0 or 1)   +14 u32 key sinks   +18 u32 key residual
+//                        +13 u8  key rotate (0..3)     +14 u32 key sinks   +18 u32 key residual
 //                        +22 u8  value rotate (0 or 1) +23 u32 value sinks +27 u32 value residual
+//                            (the rotate flag: bit 0 "rot"; for keys bit 1 "prerope", keys stored
+//                            before RoPE — a file without it reads as before)
 //                            (sinks and residual at most kMaxTransformRows)
 //                        +31 u64 key_bytes           +39 u64 value_bytes
 //                        +47 u64 key residual count  +55 u64 value residual count
@@ -68,7 +70,8 @@ constexpr char kMagic[8] = {'K', 'V', 'Q', 'S', 'N', 'A', 'P', '\0'};
 constexpr uint64_t kFixedHeaderBytes = 52;  // magic .. rotation_seed
 constexpr uint64_t kLayerEntryBytes = 79;
 constexpr uint64_t kTransformsAt = 13;   // in a layer entry; 9 bytes per tensor
-constexpr uint64_t kTransformBytes = 9;  // u8 rotate, u32 sinks, u32 residual
+constexpr uint64_t kTransformBytes = 9;  // u8 rotate flag, u32 sinks, u32 residual
+constexpr uint8_t kRotateBit = 1, kPreRopeBit = 2;  // in the rotate flag (prerope: keys only)
 constexpr uint64_t kLengthsAt = 31;      // in a layer entry; one u64 per section
 constexpr uint64_t kChecksumBytes = 8;
 constexpr uint64_t kMaxU64 = std::numeric_limits<uint64_t>::max();
@@ -128,6 +131,7 @@ std::string SpecText(uint16_t format, const KvTransforms& t) {
   if (t.rotate) text += "+rot";
   if (t.sinks > 0) text += fmt::format("+sink{}", t.sinks);
   if (t.residual > 0) text += fmt::format("+res{}", t.residual);
+  if (t.pre_rope) text += "+prerope";
   return text;
 }
 
@@ -168,7 +172,7 @@ std::vector<uint8_t> EncodeHeader(const SnapshotImage& image) {
     Store<float>(&p, layer.value_scale);
     Store<uint8_t>(&p, layer.scales_calibrated ? 1 : 0);
     for (const KvTransforms& t : layer.transforms) {  // WriteSnapshot checked the ranges
-      Store<uint8_t>(&p, t.rotate ? 1 : 0);
+      Store<uint8_t>(&p, static_cast<uint8_t>((t.rotate ? kRotateBit : 0) | (t.pre_rope ? kPreRopeBit : 0)));
       Store<uint32_t>(&p, static_cast<uint32_t>(t.sinks));
       Store<uint32_t>(&p, static_cast<uint32_t>(t.residual));
     }
@@ -441,7 +445,8 @@ Result<SnapshotImage> ReadSnapshot(const std::string& path, const SnapshotExpect
     layer.scales_calibrated = calibrated == 1;
     for (int t = 0; t < 2; ++t) {
       const uint8_t* x = e + kTransformsAt + kTransformBytes * t;
-      if (x[0] > 1) {
+      const uint8_t known = t == 0 ? kRotateBit | kPreRopeBit : kRotateBit;
+      if ((x[0] & ~known) != 0) {
         return error(fmt::format("header is corrupt (layer {} {} rotate flag {})", i,
                                  kTensorNames[t], x[0]));
       }
@@ -453,9 +458,10 @@ Result<SnapshotImage> ReadSnapshot(const std::string& path, const SnapshotExpect
                                    kMaxTransformRows));
         }
       }
-      layer.transforms[t] = {.rotate = x[0] == 1,
+      layer.transforms[t] = {.rotate = (x[0] & kRotateBit) != 0,
                              .sinks = static_cast<int32_t>(rows[0]),
-                             .residual = static_cast<int32_t>(rows[1])};
+                             .residual = static_cast<int32_t>(rows[1]),
+                             .pre_rope = (x[0] & kPreRopeBit) != 0};
     }
     for (int s = 0; s < kSections; ++s) {
       const uint64_t count = Load<uint64_t>(e + kLengthsAt + 8 * s);

@@ -51,7 +51,7 @@ int RunGenerate(const RunOptions& o) {
     return bad(fmt::format("-c {}: the model's context is {} positions", o.context, cfg.seq_len));
   }
   KvCacheConfig cache_config{.n_layers = cfg.n_layers, .n_kv_heads = cfg.n_kv_heads, .head_dim = cfg.head_dim(),
-                             .layers = *kv, .max_positions = context,
+                             .layers = *kv, .key_rope = ModelRopeConfig(cfg), .max_positions = context,
                              .page_positions = DefaultPagePositions(context),
                              .budgets = so.budgets};
   Result<std::unique_ptr<KvCache>> cache = KvCache::Create(cache_config);

@@ -27,7 +27,16 @@ Result<LayerFormats> SharedOptions::KvLayer() const {
   if (!k.ok()) return Status::Error((kv_k.empty() ? "--kv: " : "--kv-k: ") + k.status().message());
   const Result<KvSpec> v = ParseKvSpec(kv_v.empty() ? kv : kv_v);
   if (!v.ok()) return Status::Error((kv_v.empty() ? "--kv: " : "--kv-v: ") + v.status().message());
-  return LayerFormats::Of(*k, *v);
+  // "prerope" is a key transform: --kv gives it to K alone; --kv-v refuses it.
+  KvSpec value = *v;
+  if (value.transforms.pre_rope) {
+    if (!kv_v.empty()) {
+      return Status::Error(fmt::format("--kv-v {}: prerope is a key transform (RoPE rotates keys, "
+                                       "never values); give it with --kv-k or --kv", kv_v));
+    }
+    value.transforms.pre_rope = false;
+  }
+  return LayerFormats::Of(*k, value);
 }
 
 std::string SharedOptions::KvFormatName() const {
@@ -147,7 +156,8 @@ CLI::Option* AddTokenizerFlag(CLI::App* cmd, SharedOptions* o) {
 
 void AddKvFormatFlags(CLI::App* cmd, SharedOptions* o) {
   cmd->add_option("--kv", o->kv,
-                  "KV cache spec for K and V: FORMAT[+rot][+sinkN][+resN] (see kvq formats)")
+                  "KV cache spec for K and V: FORMAT[+rot][+sinkN][+resN][+prerope] (see kvq formats; "
+                  "prerope goes to K only)")
       ->check(KvFormatName())
       ->capture_default_str();
   cmd->add_option("--kv-k", o->kv_k, "KV spec for keys (overrides --kv)")->check(KvFormatName());

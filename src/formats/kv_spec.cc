@@ -11,7 +11,7 @@
 namespace kvq {
 namespace {
 
-constexpr const char* kTransformList = "rot, sinkN, resN";
+constexpr const char* kTransformList = "rot, sinkN, resN, prerope";
 
 // "sink4" with prefix "sink" -> 4; an error names the transform and the rule.
 Result<int32_t> RowCount(std::string_view token, std::string_view prefix, std::string_view spec) {
@@ -54,6 +54,9 @@ Result<KvSpec> ParseKvSpec(std::string_view text) {
     if (p == "rot") {
       if (seen_rot) return twice("rot");
       seen_rot = t.rotate = true;
+    } else if (p == "prerope") {
+      if (t.pre_rope) return twice("prerope");
+      t.pre_rope = true;
     } else if (p.starts_with("sink")) {
       if (t.sinks > 0) return twice("sink");
       Result<int32_t> n = RowCount(p, "sink", text);
@@ -78,6 +81,7 @@ std::string KvSpecName(const KvSpec& spec) {
   if (t.rotate) s += "+rot";
   if (t.sinks > 0) s += fmt::format("+sink{}", t.sinks);
   if (t.residual > 0) s += fmt::format("+res{}", t.residual);
+  if (t.pre_rope) s += "+prerope";
   return s;
 }
 
@@ -95,7 +99,24 @@ Status CheckKvSpec(const KvSpec& spec, RowShape shape) {
                                      "Walsh-Hadamard transform); this model's is {}",
                                      KvSpecName(spec), d));
   }
+  if (spec.transforms.pre_rope && spec.transforms.rotate) {
+    return Status::Error(fmt::format("KV spec {}: prerope and rot do not combine (the rotation "
+                                     "would have to be undone before RoPE at every read); drop one",
+                                     KvSpecName(spec)));
+  }
+  if (spec.transforms.pre_rope && d % 2 != 0) {
+    return Status::Error(fmt::format("KV spec {}: prerope needs an even head_dim (RoPE rotates "
+                                     "pairs); this model's is {}", KvSpecName(spec), d));
+  }
   return Status::Ok();
+}
+
+Status CheckValueSpec(const KvSpec& spec, RowShape shape) {
+  if (spec.transforms.pre_rope) {
+    return Status::Error(fmt::format("KV spec {} for values: prerope is a key transform (RoPE "
+                                     "rotates keys, never values)", KvSpecName(spec)));
+  }
+  return CheckKvSpec(spec, shape);
 }
 
 int64_t EncodedRows(const Codec& codec, const KvTransforms& t, int64_t n) {
@@ -113,7 +134,9 @@ std::string TransformsHelp() {
   return "  rot      randomized Hadamard rotation of each head before quantising (query rotated "
          "alike; V's undone on the output); head_dim a power of two\n"
          "  sinkN    the first N positions also kept in f32 and read from there (attention sinks)\n"
-         "  resN     the newest N positions kept in f32, encoded as they age out (KIVI's residual)\n";
+         "  resN     the newest N positions kept in f32, encoded as they age out (KIVI's residual)\n"
+         "  prerope  keys stored before RoPE, RoPE applied to each dequantised key inside attention "
+         "(KIVI, KVQuant); keys only (--kv applies it to K), not with rot\n";
 }
 
 }  // namespace kvq

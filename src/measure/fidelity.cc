@@ -43,7 +43,8 @@ Result<std::unique_ptr<KvCache>> MakeCache(const LlamaConfig& c, const std::vect
   // Pages are a multiple of 32 positions (KIVI groups never straddle one); one page when n is small.
   const int32_t page = DefaultPagePositions(n);
   KvCacheConfig config{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
-                       .layers = layers, .max_positions = n, .page_positions = page};
+                       .layers = layers, .key_rope = ModelRopeConfig(c), .max_positions = n,
+                       .page_positions = page};
   return KvCache::Create(config);
 }
 

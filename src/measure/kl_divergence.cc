@@ -55,7 +55,8 @@ std::vector<Quantile> Quantiles(std::vector<double> values, bool quartiles) {
 
 Result<std::unique_ptr<KvCache>> MakeCache(const LlamaConfig& c, const KlRunConfig& run) {
   KvCacheConfig config{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
-                       .layers = {{run.key, run.value, run.key_transforms, run.value_transforms}}, .max_positions = run.n_ctx,
+                       .layers = {{run.key, run.value, run.key_transforms, run.value_transforms}},
+                       .key_rope = ModelRopeConfig(c), .max_positions = run.n_ctx,
                        .page_positions = DefaultPagePositions(run.n_ctx)};
   return KvCache::Create(config);
 }

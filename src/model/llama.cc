@@ -42,6 +42,11 @@ RopeParams ModelRopeParams(const LlamaConfig& c) {
           .freq_factors = c.rope_freq_factors.empty() ? nullptr : c.rope_freq_factors.data()};
 }
 
+RopeConfig ModelRopeConfig(const LlamaConfig& c) {
+  return {.theta = c.rope_theta, .pairing = c.rope_pairing, .position_scale = c.rope_position_scale,
+          .freq_factors = c.rope_freq_factors};
+}
+
 LlamaModel::LlamaModel(LlamaWeights weights, int32_t threads) : w_(std::move(weights)), threads_(threads) {
   ReserveBlock(1);
 }
@@ -57,6 +62,7 @@ void LlamaModel::ReserveBlock(int32_t n) {
   q_.resize(n * q_dim);
   k_.resize(n * int64_t{c.kv_dim()});
   v_.resize(n * int64_t{c.kv_dim()});
+  k_pre_rope_.resize(n * int64_t{c.kv_dim()});
   hb_.resize(n * int64_t{c.hidden_dim});
   hb2_.resize(n * int64_t{c.hidden_dim});
   block_capacity_ = n;
@@ -88,8 +94,20 @@ Status LlamaModel::ForwardBlock(const int32_t* tokens, int32_t n, int64_t pos, K
   const AttentionShape shape{.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()};
   if (!state_ || state_->n_tokens() != n) state_.emplace(shape, n);
   AttentionState& state = *state_;
+  const KvCacheConfig& cc = cache.config();
+  bool rope_checked = false;  // a "prerope" cache must rope keys as this model does
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w_.layers[l];
+    const size_t spec = cc.layers.size() == 1 ? 0 : static_cast<size_t>(l);
+    const bool pre_rope = spec < cc.layers.size() && cc.layers[spec].key_transforms.pre_rope;
+    if (pre_rope && !rope_checked) {
+      if (!cc.key_rope || *cc.key_rope != ModelRopeConfig(c)) {
+        return Status::Error("ForwardBlock: the KV cache stores keys before RoPE (a prerope spec) "
+                             "but was not given this model's RoPE parameters (KvCacheConfig::key_rope "
+                             "= ModelRopeConfig)");
+      }
+      rope_checked = true;
+    }
     for (int32_t t = 0; t < n; ++t) RmsNorm(xb + t * dim, x + t * dim, L.attn_norm, c.dim, c.norm_eps);
     clock.Charge(kRest);
     MatMul(L.wq, xb, n, q, threads_);
@@ -105,11 +123,12 @@ Status LlamaModel::ForwardBlock(const int32_t* tokens, int32_t n, int64_t pos, K
         for (int64_t h = t * kv; h < (t + 1) * kv; h += hd) RmsNorm(k + h, k + h, L.k_norm, c.head_dim(), c.norm_eps);
       }
       ApplyRope(q + t * q_dim, static_cast<int32_t>(q_dim), c.head_dim(), pos + t, rope);
-      ApplyRope(k + t * kv, c.kv_dim(), c.head_dim(), pos + t, rope);
+      if (pre_rope) std::copy_n(k + t * kv, kv, k_pre_rope_.data() + t * kv);  // the cache's rows
+      ApplyRope(k + t * kv, c.kv_dim(), c.head_dim(), pos + t, rope);  // hooks see roped keys
       if (hooks_ && hooks_->on_qkv) hooks_->on_qkv(l, pos + t, q + t * q_dim, k + t * kv, v + t * kv);
     }
     clock.Charge(kRest);
-    if (Status s = cache.Append(l, k, v, n); !s.ok()) return s;
+    if (Status s = cache.Append(l, pre_rope ? k_pre_rope_.data() : k, v, n); !s.ok()) return s;
     state.Reset();
     if (Status s = cache.Attend(l, attention_options(), q, pos, state); !s.ok()) return s;
     cache.FinishAttention(l, state, xb);  // [n][n_heads·head_dim]

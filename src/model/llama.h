@@ -75,6 +75,7 @@ class LlamaModel {
   std::vector<float> x_, xb_, xb2_;  // [n][dim] residual stream, normed input, projection output
   std::vector<float> q_;             // [n][n_heads·head_dim]
   std::vector<float> k_, v_;         // [n][kv_dim]
+  std::vector<float> k_pre_rope_;    // [n][kv_dim]: k before RoPE, for "prerope" key specs
   std::vector<float> hb_, hb2_;      // [n][hidden_dim] gate and up projections
   // The attention state (m, l, acc and its scratch) of the last block size, kept so a decode step
   // reuses it rather than building one per token.
@@ -84,5 +85,7 @@ class LlamaModel {
 /// The model's rotary parameters (pairing, scaling; `config` must outlive them: they point at
 /// its frequency factors).
 RopeParams ModelRopeParams(const LlamaConfig& config);
+/// The same parameters, owned: what KvCacheConfig::key_rope needs for "prerope" key specs.
+RopeConfig ModelRopeConfig(const LlamaConfig& config);
 
 }  // namespace kvq

@@ -10,7 +10,7 @@
 
 #include "kvq/kv_cache.h"
 #include "weights/matrix.h"
-#include "weights/rope.h"
+#include "kvq/rope.h"
 
 namespace kvq {
 

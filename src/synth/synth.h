@@ -34,7 +34,7 @@
 
 #include "kvq/status.h"
 #include "gguf/gguf_reader.h"
-#include "weights/rope.h"
+#include "kvq/rope.h"
 #include "synth/type_mix.h"
 #include "weights/weight_type.h"
 

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "weights/rope.h"
+#include "kvq/rope.h"
 
 namespace kvq {
 
@@ -20,7 +20,7 @@ void SwiGlu(float* gate, const float* up, int64_t n);
 void AddBias(float* v, const float* bias, int64_t n);
 
 /// Rotary embedding in llama2.c's layout (pairs (2i, 2i+1) within each head), for `n` numbers
-/// holding n / head_dim heads, at position `pos`, unscaled (weights/rope.h has the general form).
+/// holding n / head_dim heads, at position `pos`, unscaled (kvq/rope.h has the general form).
 void Rope(float* v, int32_t n, int32_t head_dim, int64_t pos, float theta);
 
 }  // namespace kvq

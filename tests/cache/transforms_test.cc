@@ -356,7 +356,7 @@ TEST(KvTransforms, SpecsParsePrintAndRefuseClearly) {
     return s.ok() ? std::string() : s.status().message();
   };
   EXPECT_NE(error("int5").find("unknown KV format 'int5'"), std::string::npos);
-  EXPECT_NE(error("int4+rotate").find("unknown transform 'rotate' (known: rot, sinkN, resN)"), std::string::npos);
+  EXPECT_NE(error("int4+rotate").find("unknown transform 'rotate' (known: rot, sinkN, resN, prerope)"), std::string::npos);
   EXPECT_NE(error("int4+rot+rot").find("'rot' is given twice"), std::string::npos);
   EXPECT_NE(error("int4+sink").find("'sink' needs a whole number"), std::string::npos);
   EXPECT_NE(error("int4+sink0").find("from 1 to 65536"), std::string::npos);

@@ -167,9 +167,10 @@ TEST(KvMemory, SpecsCountSinkAndResidualRowsExactly) {
 TEST(KvMemory, SpecsCountPerTensorStateAndPerLayerLists) {
   const KvShape one{.n_layers = 1, .n_kv_heads = 4, .head_dim = 8};
   const LayerFormats fp8 = Spec("fp8-e4m3+sink2");
-  // 5 one-byte rows + 2 sink rows in f32 + the f32 tensor scale, for K and for V.
-  EXPECT_EQ(*KvBytesForContext(std::span(&fp8, 1), one, 5), 2 * (5 * 32 + 2 * 128 + 4));  // 840
-  EXPECT_EQ(*TensorBytesForContext(F("fp8-e4m3").key, {.sinks = 2}, one.row(), 5), 420);
+  // Keys in groups of 32: all 5 rows still f32 (the incomplete group), plus 2 sink rows in f32;
+  // values: 5 rows of [1 exponent byte][32 codes] plus the 2 sink rows. No per-tensor state.
+  EXPECT_EQ(*KvBytesForContext(std::span(&fp8, 1), one, 5), (5 * 128 + 2 * 128) + (5 * 33 + 2 * 128));  // 1317
+  EXPECT_EQ(*TensorBytesForContext(F("fp8-e4m3").value, {.sinks = 2}, one.row(), 5), 421);
   // Layer 0 f32, layer 1 int8 K with int4+sink1 V, at 3 positions.
   const KvShape two{.n_layers = 2, .n_kv_heads = 4, .head_dim = 8};
   const std::vector<LayerFormats> layers = {Spec("f32"), LayerFormats::Of(*ParseKvSpec("int8"), *ParseKvSpec("int4+sink1"))};

@@ -18,7 +18,7 @@
 #include "model/gguf_llama.h"
 #include "model/llama.h"
 #include "weights/matvec.h"
-#include "weights/rope.h"
+#include "kvq/rope.h"
 
 namespace kvq {
 namespace {

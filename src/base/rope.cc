@@ -1,5 +1,5 @@
 // ApplyRope and Llama3RopeFreqFactors (see rope.h).
-#include "weights/rope.h"
+#include "kvq/rope.h"
 
 #include <cmath>
 #include <numbers>

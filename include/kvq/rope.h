@@ -7,6 +7,8 @@
 //   kAdjacent  (llama, mistral in GGUF): numbers (2i, 2i+1) of a head — llama2.c's layout; the
 //              GGUF converters permute Q and K rows into it.
 //   kHalves    (qwen2, "NeoX"): numbers (i, i + d/2) of a head.
+// In kvq_base because two layers rotate by it: the model (q and k) and attention (a "prerope" key
+// spec's keys, stored before RoPE and rotated as they are read) — one implementation, one set of bits.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +23,21 @@ struct RopeParams {
   RopePairing pairing = RopePairing::kAdjacent;
   float position_scale = 1.0f;         ///< linear scaling: 1 / rope.scaling.factor
   const float* freq_factors = nullptr; ///< [head_dim / 2] divisors of each pair's frequency, or none
+};
+
+/// RopeParams with its frequency factors owned: what a KV cache keeps to rotate pre-RoPE keys
+/// (KvCacheConfig::key_rope).
+struct RopeConfig {
+  float theta = 10000.0f;
+  RopePairing pairing = RopePairing::kAdjacent;
+  float position_scale = 1.0f;
+  std::vector<float> freq_factors;  ///< [head_dim / 2], or empty
+  /// The view ApplyRope takes; valid while this config lives.
+  RopeParams Params() const {
+    return {.theta = theta, .pairing = pairing, .position_scale = position_scale,
+            .freq_factors = freq_factors.empty() ? nullptr : freq_factors.data()};
+  }
+  bool operator==(const RopeConfig&) const = default;
 };
 
 /// Rotates `n` numbers holding n / head_dim heads, at position `pos`.
