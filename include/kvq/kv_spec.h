@@ -70,6 +70,13 @@ struct LayerFormats {
   static LayerFormats Of(const KvSpec& k, const KvSpec& v) {
     return {k.format, v.format, k.transforms, v.transforms};
   }
+  /// One spec for K and V, as --kv and --format lists give it: a key-only transform (prerope)
+  /// goes to K alone.
+  static LayerFormats Both(const KvSpec& s) {
+    LayerFormats f = Of(s, s);
+    f.value_transforms.pre_rope = false;
+    return f;
+  }
   bool operator==(const LayerFormats&) const = default;
 };
 

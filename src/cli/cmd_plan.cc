@@ -52,7 +52,7 @@ int RunPlan(const PlanOptions& o) {
   if (!spec.ok()) return bad("--format: " + spec.status().message());
   const FormatDesc* const* format = &spec->format;  // the element format: per-position costs, ceilings
   const std::string spec_name = KvSpecName(*spec);
-  const LayerFormats layer = LayerFormats::Of(*spec, *spec);
+  const LayerFormats layer = LayerFormats::Both(*spec);
   const KvShape shape{.n_layers = o.layers, .n_kv_heads = static_cast<int32_t>(o.kv_heads),
                       .head_dim = static_cast<int32_t>(o.head_dim)};
   const Result<KvMemory> mem = PlanKvMemory(**format, shape);

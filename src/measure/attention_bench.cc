@@ -66,7 +66,7 @@ Result<std::vector<AttentionBenchRow>> RunAttentionBench(
     for (size_t i = 0; i < c.specs.size(); ++i) {
       Result<std::unique_ptr<KvCache>> cache =
           KvCache::Create({.n_layers = 1, .n_kv_heads = c.shape.n_kv_heads, .head_dim = c.shape.head_dim,
-                           .layers = {LayerFormats::Of(c.specs[i], c.specs[i])}, .max_positions = n,
+                           .layers = {LayerFormats::Both(c.specs[i])}, .max_positions = n,
                            .page_positions = DefaultPagePositions(n)});
       if (!cache.ok()) return cache.status();
       if (Status s = Fill(**cache, n, row); !s.ok()) return s;

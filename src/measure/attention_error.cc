@@ -98,7 +98,7 @@ KvSpec F32Spec() { return {FindFormat(FormatId::kF32), {}}; }
 Result<std::unique_ptr<KvCache>> PrefixCache(const Captured& c, const KvSpec& f, const std::vector<int32_t>& layers,
                                              int64_t prefix, int64_t max_positions) {
   KvCacheConfig config{.n_layers = static_cast<int64_t>(layers.size()), .n_kv_heads = c.shape.n_kv_heads,
-                       .head_dim = c.shape.head_dim, .layers = {LayerFormats::Of(f, f)}, .max_positions = max_positions,
+                       .head_dim = c.shape.head_dim, .layers = {LayerFormats::Both(f)}, .max_positions = max_positions,
                        .page_positions = DefaultPagePositions(max_positions)};
   Result<std::unique_ptr<KvCache>> cache = KvCache::Create(config);
   if (!cache.ok()) return cache.status();

@@ -100,7 +100,7 @@ Result<std::vector<DecodeBenchRow>> RunDecodeBench(LlamaModel& model, const Deco
     std::vector<std::unique_ptr<KvCache>> caches;
     for (const KvSpec& f : config.formats) {
       KvCacheConfig cc{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
-                       .layers = {LayerFormats::Of(f, f)}, .key_rope = ModelRopeConfig(c),
+                       .layers = {LayerFormats::Both(f)}, .key_rope = ModelRopeConfig(c),
                        .max_positions = positions, .page_positions = 256};
       Result<std::unique_ptr<KvCache>> cache = KvCache::Create(cc);
       if (!cache.ok()) return cache.status();

@@ -96,7 +96,7 @@ std::string PlotExtension(const std::string& path) {
 }  // namespace
 
 FidelityArm FidelityArm::Uniform(const KvSpec& spec) {
-  return {.name = KvSpecName(spec), .layers = {LayerFormats::Of(spec, spec)}};
+  return {.name = KvSpecName(spec), .layers = {LayerFormats::Both(spec)}};
 }
 
 FidelityInput MakeFidelityInput(const Tokenizer& tokenizer, std::string_view text, int64_t context) {

@@ -34,7 +34,7 @@ Result<double> PrefillOnce(LlamaModel& model, const KvSpec& format, const std::v
                            const std::function<void(const std::string&)>& progress) {
   const LlamaConfig& c = model.config();
   KvCacheConfig cc{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
-                   .layers = {LayerFormats::Of(format, format)}, .key_rope = ModelRopeConfig(c),
+                   .layers = {LayerFormats::Both(format)}, .key_rope = ModelRopeConfig(c),
                    .max_positions = n, .page_positions = 256};
   Result<std::unique_ptr<KvCache>> cache = KvCache::Create(cc);
   if (!cache.ok()) return cache.status();
