@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "test_util/random_rows.h"
 #include "formats/row_sequence.h"
 #include "kvq/attention.h"
 #include "kvq/rope.h"
@@ -20,13 +21,7 @@ constexpr AttentionShape kShape{.n_heads = 8, .n_kv_heads = 2, .head_dim = 16};
 constexpr RowShape kRow{.n_kv_heads = 2, .head_dim = 16};
 using Windows = std::vector<std::pair<int64_t, int64_t>>;  // [begin, end) positions
 
-std::vector<float> Random(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> x(n);
-  for (float& v : x) v = dist(rng);
-  return x;
-}
+using kvq_test::Random;
 
 Windows Even(int64_t n, int64_t size) {
   Windows w;

@@ -4,6 +4,7 @@
 // the working set never holds more than its budget, even at 100x its size in context; the disk
 // tier serves a cache larger than the host budget and cleans up; impossible budgets are refused
 // at creation; snapshots restore a cache that continues exactly as the uninterrupted one.
+#include "test_util/random_rows.h"
 #include "kvq/kv_cache.h"
 
 #include <gtest/gtest.h>
@@ -20,24 +21,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::path(::testing::TempDir()) / ("kvq_cache_test_" + std::to_string(getpid()) + "_" +
-                                             std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  static inline int counter = 0;
-};
+using kvq_test::TempDir;
 
-std::vector<float> Random(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> x(n);
-  for (float& v : x) v = dist(rng);
-  return x;
-}
+using kvq_test::Random;
 
 constexpr AttentionShape kShape{.n_heads = 8, .n_kv_heads = 2, .head_dim = 16};
 constexpr RowShape kRow{.n_kv_heads = 2, .head_dim = 16};

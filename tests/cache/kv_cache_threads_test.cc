@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <random>
 
+#include "test_util/random_rows.h"
 #include "formats/row_sequence.h"
 #include "kvq/kv_cache.h"
 #include "test_util/largest_allocation.h"
@@ -21,13 +22,7 @@ constexpr AttentionShape kShape{.n_heads = 8, .n_kv_heads = 4, .head_dim = 32};
 constexpr RowShape kRow{.n_kv_heads = 4, .head_dim = 32};
 constexpr int32_t kPage = 64;
 
-std::vector<float> Random(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> x(n);
-  for (float& v : x) v = dist(rng);
-  return x;
-}
+using kvq_test::Random;
 
 AttentionOptions Options(AttentionKernel kernel, int32_t threads) {
   return {.scale = 0.25f, .kernel = kernel, .threads = threads};

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <random>
 
+#include "test_util/random_rows.h"
 #include "formats/row_sequence.h"
 #include "kvq/kv_cache.h"
 
@@ -18,24 +19,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::path(::testing::TempDir()) / ("kvq_prerope_test_" + std::to_string(getpid()) + "_" +
-                                             std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  static inline int counter = 0;
-};
+using kvq_test::TempDir;
 
-std::vector<float> Random(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> x(n);
-  for (float& v : x) v = dist(rng);
-  return x;
-}
+using kvq_test::Random;
 
 constexpr AttentionShape kShape{.n_heads = 8, .n_kv_heads = 2, .head_dim = 16};
 constexpr RowShape kRow{.n_kv_heads = 2, .head_dim = 16};
