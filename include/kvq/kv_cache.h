@@ -107,9 +107,9 @@ class KvCache {
   /// Appends n positions to one layer: k and v are [n][n_kv_heads][head_dim] f32 (k before RoPE
   /// where the layer's key spec is "prerope", else after). Rows are
   /// transformed (rotated), kept in f32 while they are sinks or in the residual, and encoded once
-  /// they age out; per-tensor scales (fp8) are calibrated on the first rows encoded, sinks
-  /// excluded. Errors past max_positions (nothing appended) or on I/O (the cache is then
-  /// unusable: every later call returns the error).
+  /// they age out; a calibrated codec (none is registered since fp8 became per-group) takes its
+  /// tensor scale from the first rows encoded, sinks excluded. Errors past max_positions (nothing
+  /// appended) or on I/O (the cache is then unusable: every later call returns the error).
   Status Append(int64_t layer, const float* k, const float* v, int64_t n);
 
   /// Appends n_pages full pages to one layer whose bytes are copies of its own full pages

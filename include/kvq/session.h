@@ -91,7 +91,7 @@ class Session {
                               const TokenCallback& on_token = {});
 
   /// Keeps the first `n_positions` positions and drops the rest. The kept positions are
-  /// recomputed from their ids (exact for every format; fp8 recalibrates on them), so it costs a
+  /// recomputed from their ids (exact for every format), so it costs a
   /// prefill of n_positions tokens. Errors: n_positions < 0 or > positions().
   Status Truncate(int64_t n_positions);
   /// Drops everything (an empty cache of the same formats and budgets). Fails only if the new

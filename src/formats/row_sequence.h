@@ -1,8 +1,8 @@
 // RowSequence: an append-only run of rows for one tensor (one layer's K or V) in one codec — the
 // smallest correct store for a format, used by tests, measurements and as the cache's oracle.
 // It owns the two rules a store must keep: group codecs (KIVI keys) hold the newest incomplete
-// group's rows in f32 until the group completes, and calibrated codecs (fp8) take their tensor
-// scale from the first rows appended.
+// group's rows in f32 until the group completes, and calibrated codecs (the interface keeps them;
+// none is registered since fp8-e4m3 took per-group scales) take their tensor scale from the first rows.
 #pragma once
 
 #include <cstdint>
