@@ -494,6 +494,9 @@ class Checker {
                  node.callee.object.property.name === 'serviceWorker') {
         Load(node, node.arguments[0], global_base, WorkerKind(node.arguments[1]), {new_global: true});
       } else if (node.type === 'CallExpression' && node.callee.type === 'MemberExpression' &&
+                 /^create(Preloaded|Lazy)File$/.test(node.callee.property.name)) {
+        Load(node, node.arguments[2], global_base, 'file');  // Emscripten FS.createPreloadedFile(dir, name, url)
+      } else if (node.type === 'CallExpression' && node.callee.type === 'MemberExpression' &&
                  node.callee.property.name === 'open' && node.arguments.length >= 2 &&
                  node.arguments[0].type === 'Literal' && /^(GET|POST|HEAD)$/i.test(node.arguments[0].value)) {
         Load(node, node.arguments[1], global_base, 'file');  // XMLHttpRequest.open(method, url)

@@ -26,6 +26,7 @@ const kComplete = {
     '</head><body>',
     '<img src="logo.png" alt="">',
     '<script src="boot.js"></script>',
+    '<script src="glue/page-glue.js"></script>',
     '<script type="module" src="js/app.js"></script>',
     '<script type="module">',
     "  import {Ui} from './js/ui.js';",
@@ -33,7 +34,7 @@ const kComplete = {
     '</script>',
     '</body></html>',
   ].join('\n'),
-  'style.css': 'body {\n  background: url("img/bg.png");\n}\n',
+  'style.css': 'body {\n  background: url("img/bg.png?v=1#top");\n}\n',
   'logo.png': 'png',
   'img/bg.png': 'png',
   'img/dot.png': 'png',
@@ -48,6 +49,7 @@ const kComplete = {
     "  const worker = new Worker(simd ? 'worker/w.js' : `worker/w.js`);",
     '  const bytes = await (await fetch(kModel)).arrayBuffer();',
     "  const icon = new URL('../logo.png', import.meta.url);",
+    "  const Preload = (FS) => FS.createPreloadedFile('/models', 'tok.bin', 'models/tok.bin', true, false);",
     '  return [lazy, worker, bytes, icon];',
     '}',
     'Start(true);',
@@ -55,12 +57,13 @@ const kComplete = {
   'js/ui.js': 'export function Ui() {}\n',
   'js/lazy.js': 'export const lazy = 1;\n',
   // A classic worker: importScripts and fetch resolve against the worker's own URL.
-  'worker/w.js': "importScripts('glue.js', 'lib/helper.js');\n",
+  'worker/w.js': "importScripts('../glue/glue.js', 'lib/helper.js');\n",
   // Loaded by the worker: its fetch resolves against the worker's URL (worker/w.js), not its own.
   'worker/lib/helper.js': "fetch('../models/tok.bin');\nimportScripts('lib/extra.js');\n",
   'worker/lib/extra.js': 'var extra = 1;\n',
-  // Emscripten-like glue: names its .wasm as a literal and fetches it through locateFile.
-  'worker/glue.js': [
+  // Emscripten-like glue: names its .wasm as a literal and fetches it through locateFile, relative to the
+  // worker's URL in a worker (self.location), so the worker's folder holds the .wasm, not the glue's.
+  'glue/glue.js': [
     'var scriptDirectory = self.location.href;',
     'function locateFile(path) { return scriptDirectory + path; }',
     'var wasmBinaryFile;',
@@ -69,6 +72,9 @@ const kComplete = {
     "fetch(wasmBinaryFile, {credentials: 'same-origin'});",
   ].join('\n'),
   'worker/glue.wasm': 'wasm',
+  // Glue loaded by the page itself finds its .wasm beside itself (document.currentScript.src).
+  'glue/page-glue.js': 'function locateFile(path) { return path; }\nvar wasmBinaryFile = "page.wasm";\n',
+  'glue/page.wasm': 'wasm',
   'models/m.bin': 'model',
   'models/tok.bin': 'tokenizer',
 };
@@ -119,7 +125,7 @@ test('every file of the complete bundle is reached, each loaded the way a browse
   assert.deepEqual(result.out.filter((line) => line.startsWith('reached ')), [
     'reached file img/bg.png', 'reached file img/dot.png', 'reached html index.html', 'reached module js/app.js', 'reached module js/lazy.js',
     'reached module js/ui.js', 'reached file logo.png', 'reached file models/m.bin', 'reached file models/tok.bin',
-    'reached css style.css', 'reached classic boot.js', 'reached worker-classic worker/glue.js',
+    'reached css style.css', 'reached classic boot.js', 'reached worker-classic glue/glue.js', 'reached classic glue/page-glue.js', 'reached file glue/page.wasm',
     'reached file worker/glue.wasm', 'reached worker-classic worker/lib/extra.js', 'reached worker-classic worker/lib/helper.js',
     'reached worker-classic worker/w.js',
   ].sort((a, b) => a.split(' ')[2].localeCompare(b.split(' ')[2])));
@@ -161,9 +167,9 @@ test("a missing importScripts target is caught, resolved against the worker's UR
     "worker/lib/helper.js:2: importScripts('lib/extra.js'): lib/extra.js is not in the bundle (resolves to " +
         'worker/lib/extra.js)',
   ]);
-  ExpectFailure({'worker/glue.js': null}, [
-    "worker/w.js:1: importScripts('glue.js', 'lib/helper.js'): glue.js is not in the bundle (resolves to " +
-        'worker/glue.js)',
+  ExpectFailure({'glue/glue.js': null}, [
+    "worker/w.js:1: importScripts('../glue/glue.js', 'lib/helper.js'): ../glue/glue.js is not in the bundle " +
+        '(resolves to glue/glue.js)',
   ]);
 });
 
@@ -172,6 +178,8 @@ test('a missing fetch target is caught, through a const holding the literal', ()
     `js/app.js:${LineOf('js/app.js', 'fetch(')}: fetch(kModel): models/m.bin is not in the bundle`,
   ]);
   ExpectFailure({'models/tok.bin': null}, [
+    `js/app.js:${LineOf('js/app.js', 'createPreloadedFile')}: FS.createPreloadedFile('/models', 'tok.bin', ` +
+        "'models/tok.bin', true, false): models/tok.bin is not in the bundle",
     "worker/lib/helper.js:1: fetch('../models/tok.bin'): ../models/tok.bin is not in the bundle (resolves to " +
         'models/tok.bin)',
   ]);
@@ -179,8 +187,11 @@ test('a missing fetch target is caught, through a const holding the literal', ()
 
 test("a missing .wasm named by Emscripten-like glue is caught, resolved against the worker's URL", () => {
   ExpectFailure({'worker/glue.wasm': null}, [
-    `worker/glue.js:${LineOf('worker/glue.js', '"glue.wasm"')}: "glue.wasm": glue.wasm is not in the bundle ` +
+    `glue/glue.js:${LineOf('glue/glue.js', '"glue.wasm"')}: "glue.wasm": glue.wasm is not in the bundle ` +
         '(resolves to worker/glue.wasm)',
+  ]);
+  ExpectFailure({'glue/page.wasm': null}, [
+    'glue/page-glue.js:2: "page.wasm": page.wasm is not in the bundle (resolves to glue/page.wasm)',
   ]);
 });
 
@@ -194,7 +205,7 @@ test('a missing <script src>, stylesheet, image and CSS url() are caught', () =>
   ]);
   ExpectFailure({'img/bg.png': null, 'img/dot.png': null}, [
     `index.html:${LineOf('index.html', 'dot.png')}: url('img/dot.png'): img/dot.png is not in the bundle`,
-    'style.css:2: url("img/bg.png"): img/bg.png is not in the bundle',
+    'style.css:2: url("img/bg.png?v=1#top"): img/bg.png?v=1#top is not in the bundle (resolves to img/bg.png)',
   ]);
 });
 
@@ -207,7 +218,7 @@ test('references escaping the bundle fail even when the file exists outside it',
   ExpectFailure({'js/app.js': app}, [
     `js/app.js:${Line("'../../outside")}: fetch('../../outside.bin'): ../../outside.bin points outside the ` +
         'bundle (resolves to ../outside.bin)',
-    `js/app.js:${Line("'/models")}: fetch('/models/m.bin'): /models/m.bin is an absolute path, outside the ` +
+    `js/app.js:${Line("fetch('/models")}: fetch('/models/m.bin'): /models/m.bin is an absolute path, outside the ` +
         'bundle (it may be served from any folder: use a relative URL)',
     `js/app.js:${Line('https:')}: import('https://cdn.example.com/x.js'): https://cdn.example.com/x.js is ` +
         'outside the bundle (another origin)',
