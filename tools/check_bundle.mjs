@@ -404,7 +404,9 @@ class Checker {
       }
     };
     const bindings = CollectBindings(ast, Walk);
-    let glue = false;  // Emscripten glue: declares locateFile and names its .wasm as a string literal
+    // Emscripten glue declares `function locateFile` (3.1.6 and later): it names its .wasm as a string literal,
+    // checked below, and its own loaders (fetch, XHR, importScripts of what locateFile returns) take variables.
+    let glue = false;
     Walk(ast, (node) => {
       if (node.type === 'FunctionDeclaration' && node.id.name === 'locateFile') glue = true;
     });
