@@ -7,7 +7,8 @@
 let kvq = null;        // the Emscripten module
 let api = null;        // cwrapped kvq_web_* functions
 let model = 0;         // handle of the loaded model (0 = none)
-let modelFiles = [];   // MEMFS paths written for the current model, removed when it is replaced
+let model_context = 0;  // the loaded model's context (positions)
+let model_files = [];   // MEMFS paths written for the current model, removed when it is replaced
 let session = 0;       // handle of the last generation's session, kept so its stats stay readable
 let busy = false;      // a generation is running
 let stopRequested = false;
@@ -101,20 +102,22 @@ function LoadModel(files) {
     api.modelFree(model);
     model = 0;
   }
-  for (const path of modelFiles) kvq.FS.unlink(path);
-  modelFiles = [];
+  for (const path of model_files) kvq.FS.unlink(path);
+  model_files = [];
   const write = (file) => {
     // MEMFS names: the picked name without folders, so a path in it cannot leave /models.
     const path = `/models/${file.name.replace(/[\/\\]/g, '_')}`;
     kvq.FS.writeFile(path, new Uint8Array(file.bytes));
-    modelFiles.push(path);
+    model_files.push(path);
     return path;
   };
   const model_path = write(files.model);
   const tok_path = files.tokenizer ? write(files.tokenizer) : '';
   model = api.modelLoad(model_path, tok_path);
   Check(model, `loading ${files.model.name}${files.tokenizer ? ` with ${files.tokenizer.name}` : ''}`);
-  return {name: files.model.name, info: JSON.parse(api.modelInfo(model)), heap_bytes: HeapBytes()};
+  const info = JSON.parse(api.modelInfo(model));
+  model_context = info.context;
+  return {name: files.model.name, info, heap_bytes: HeapBytes()};
 }
 
 async function LoadBundled() {
@@ -195,10 +198,15 @@ async function Generate(id, p) {
   FreeSession();
   const prompt_ids = Tokenize(p.prompt, -1);
   if (prompt_ids.length === 0) throw new Error('the prompt gave no tokens (and the model adds no BOS)');
-  const max_new = p.n_positions !== undefined ? p.n_positions - prompt_ids.length : p.max_tokens;
-  if (!(max_new >= 1)) {
+  const asked = p.n_positions !== undefined ? p.n_positions - prompt_ids.length : p.max_tokens;
+  // The cache holds the model's context: ids beyond it would fail in decode, so stop there.
+  const max_new = Math.min(asked, model_context - prompt_ids.length);
+  if (!(asked >= 1)) {
     throw new Error(`nothing to generate: ${p.n_positions !== undefined ?
       `n_positions ${p.n_positions} <= the prompt's ${prompt_ids.length} tokens` : `max tokens ${p.max_tokens}`}`);
+  }
+  if (max_new < 1) {
+    throw new Error(`the prompt's ${prompt_ids.length} tokens fill the model's context of ${model_context}`);
   }
   session = api.sessionNew(model, p.kv_k, p.kv_v, p.device_budget_bytes || 0);
   Check(session, `creating a session with K "${p.kv_k}", V "${p.kv_v}"`);
@@ -248,7 +256,8 @@ async function Generate(id, p) {
       await Pause();
     }
   }
-  post('done', {ids, stopped});
+  post('done', {ids, stopped, context_full: !stopped && max_new < asked && ids.length === prompt_ids.length + max_new,
+                context: model_context});
 }
 
 const handlers = {
