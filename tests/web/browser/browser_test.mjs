@@ -139,8 +139,12 @@ async function OpenPage(browser, base, query) {
   const where = `page${query}`;
   page.on('pageerror', (e) => Fail(`${where}: page error: ${e.message}`));
   page.on('requestfailed', (r) => Fail(`${where}: request failed: ${r.url()}: ${r.failure()?.errorText}`));
+  // Worker messages come to the page's console event too (in newer Playwright): each once.
+  const seen = new Set();
   const OnConsole = (origin) => (msg) => {
-    if (msg.type() === 'error') Fail(`${where}: console error (${origin}): ${msg.text()}`);
+    if (msg.type() !== 'error' || seen.has(msg.text())) return;
+    seen.add(msg.text());
+    Fail(`${where}: console error (${origin}): ${msg.text()}`);
   };
   page.on('console', OnConsole('page'));
   page.on('worker', (w) => w.on('console', OnConsole(`worker ${w.url()}`)));
