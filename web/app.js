@@ -142,8 +142,8 @@ async function Run(p) {
     const t = done.timing;
     SetStatus('done', `${done.stopped ? 'Stopped' : 'Done'}: ${t.n_generated} tokens after a ` +
         `${t.n_prompt}-token prompt${done.context_full ? `, stopped at the model's context of ${done.context}` : ''}.`);
-    return {ids: done.ids, text: done.text, n_prompt: t.n_prompt, stopped: done.stopped, timing: t,
-            stats: done.stats};
+    return {ids: done.ids, text: done.text, n_prompt: t.n_prompt, stopped: done.stopped, end_token: done.end_token,
+            timing: t, stats: done.stats};
   } catch (e) {
     SetStatus('error', 'Failed; see Errors.');
     ShowError(e.message);

@@ -8,6 +8,7 @@ let kvq = null;        // the Emscripten module
 let api = null;        // cwrapped kvq_web_* functions
 let model = 0;         // handle of the loaded model (0 = none)
 let model_context = 0;  // the loaded model's context (positions)
+let model_bos = -1;     // its BOS id (-1: none), which also ends a generation
 let model_files = [];   // MEMFS paths written for the current model, removed when it is replaced
 let session = 0;       // handle of the last generation's session, kept so its stats stay readable
 let busy = false;      // a generation is running
@@ -117,6 +118,7 @@ function LoadModel(files) {
   Check(model, `loading ${files.model.name}${files.tokenizer ? ` with ${files.tokenizer.name}` : ''}`);
   const info = JSON.parse(api.modelInfo(model));
   model_context = info.context;
+  model_bos = info.bos;
   return {name: files.model.name, info, heap_bytes: HeapBytes()};
 }
 
@@ -200,14 +202,14 @@ async function Generate(id, p) {
   const prompt_ids = Tokenize(p.prompt, -1);
   if (prompt_ids.length === 0) throw new Error('the prompt gave no tokens (and the model adds no BOS)');
   const asked = p.n_positions !== undefined ? p.n_positions - prompt_ids.length : p.max_tokens;
-  // The cache holds the model's context: ids beyond it would fail in decode, so stop there.
-  const max_new = Math.min(asked, model_context - prompt_ids.length);
+  // The cache holds the model's context; the token sampled after the last position is kept, not run.
+  const max_new = Math.min(asked, model_context + 1 - prompt_ids.length);
   if (!(asked >= 1)) {
     throw new Error(`nothing to generate: ${p.n_positions !== undefined ?
       `n_positions ${p.n_positions} <= the prompt's ${prompt_ids.length} tokens` : `max tokens ${p.max_tokens}`}`);
   }
-  if (max_new < 1) {
-    throw new Error(`the prompt's ${prompt_ids.length} tokens fill the model's context of ${model_context}`);
+  if (prompt_ids.length > model_context) {
+    throw new Error(`the prompt's ${prompt_ids.length} tokens do not fit the model's context of ${model_context}`);
   }
   session = api.sessionNew(model, p.kv_k, p.kv_v, p.device_budget_bytes || 0);
   Check(session, `creating a session with K "${p.kv_k}", V "${p.kv_v}"`);
@@ -219,7 +221,11 @@ async function Generate(id, p) {
   try {
     kvq.HEAP32.set(prompt_ids, buf >> 2);
     const t0 = performance.now();
-    Check(api.prefill(session, buf, prompt_ids.length) === 0, 'prefill');
+    // Cut as `kvq run` cuts it (generate.cc), so greedy ids equal its ids: all but the last prompt
+    // token (prefill runs them in blocks of 64), then the last token alone.
+    const n_head = prompt_ids.length - 1;
+    if (n_head > 0) Check(api.prefill(session, buf, n_head) === 0, 'prefill');
+    Check(api.prefill(session, buf + 4 * n_head, 1) === 0, 'prefill of the last prompt token');
     prefill_ms = performance.now() - t0;
   } finally {
     kvq._free(buf);
@@ -238,6 +244,7 @@ async function Generate(id, p) {
   post('progress');
   await Pause();
   let stopped = false;
+  let end_token = false;
   for (let i = 0; i < max_new; ++i) {
     if (stopRequested) {
       stopped = true;
@@ -247,7 +254,9 @@ async function Generate(id, p) {
     const token = api.sample(session);
     Check(token >= 0, 'sampling');
     ids.push(token);
-    const last = api.isEnd(model, token) !== 0 || i + 1 === max_new;
+    // An end token or BOS ends it, as in `kvq run`; kept in ids, as run.c's golden ids keep it.
+    end_token = api.isEnd(model, token) !== 0 || token === model_bos;
+    const last = end_token || i + 1 === max_new;
     // The last token needs no decode step: nothing is sampled after it.
     if (!last) Check(api.decode(session, token) === 0, `decode at position ${ids.length - 1}`);
     decode_ms += performance.now() - t0;
@@ -257,8 +266,8 @@ async function Generate(id, p) {
       await Pause();
     }
   }
-  post('done', {ids, stopped, context_full: !stopped && max_new < asked && ids.length === prompt_ids.length + max_new,
-                context: model_context});
+  post('done', {ids, stopped, end_token, context: model_context,
+                context_full: !stopped && !end_token && max_new < asked && ids.length === prompt_ids.length + max_new});
 }
 
 const handlers = {
