@@ -209,6 +209,9 @@ async function Main() {
     for (const g of golden.filter((g) => g !== ui_golden)) {
       const r = await Hook(page, {prompt: g.prompt, kv_k: 'f32', kv_v: 'f32', n_positions: kPositions});
       CompareIds(`simd f32 "${g.prompt}" (hook)`, r.ids, g.ids);
+      const t = r.timing;
+      console.log(`browser_test: simd f32 "${g.prompt}": prefill ${Rate(t.n_prompt, t.prefill_ms)}, ` +
+                  `decode ${Rate(t.n_generated, t.decode_ms)} (${t.n_generated} tokens)`);
     }
     for (const g of golden) {
       const t0 = Date.now();
@@ -243,7 +246,7 @@ async function Main() {
     CompareIds(`scalar f32 "${sg.prompt}" (hook)`, r.ids, sg.ids);
     const t = r.timing;
     console.log(`browser_test: scalar f32 "${sg.prompt}": prefill ${Rate(t.n_prompt, t.prefill_ms)}, ` +
-                `decode ${Rate(t.n_generated, t.decode_ms)}`);
+                `decode ${Rate(t.n_generated, t.decode_ms)} (${t.n_generated} tokens)`);
     await PageErrors(scalar.page, 'scalar page');
   } finally {
     await browser.close();
