@@ -1,0 +1,18 @@
+# The page in headless Chromium (tests/web/browser/): the bundled model's greedy ids in the browser
+# against run.c's (f32 KV) and native `kvq run`'s (int4 KV), SIMD and scalar builds. Included from
+# tests/CMakeLists.txt (KVQ_NODE found there). playwright-core is fetched by npm into the build
+# folder by a fixture, so a failed fetch fails the test instead of skipping it; a missing bundle,
+# Chromium or node fails it too.
+if(NOT DEFINED KVQ_WEB_BUNDLE_DIR)
+  # The wasm preset's bundle (build/wasm/web); the driver fails, naming it, when it is not built.
+  set(KVQ_WEB_BUNDLE_DIR "${PROJECT_SOURCE_DIR}/build/wasm/web")
+endif()
+set(KVQ_PLAYWRIGHT_DIR "${PROJECT_BINARY_DIR}/npm-playwright")
+add_test(NAME web.fetch_playwright
+         COMMAND bash "${CMAKE_CURRENT_LIST_DIR}/fetch_playwright.sh" "${KVQ_PLAYWRIGHT_DIR}")
+set_tests_properties(web.fetch_playwright PROPERTIES FIXTURES_SETUP playwright TIMEOUT 600
+                     RESOURCE_LOCK npm_dir)
+add_test(NAME web.browser_golden
+         COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/browser_test.mjs" "${KVQ_WEB_BUNDLE_DIR}"
+                 "$<TARGET_FILE:kvq_cli>" "${KVQ_PLAYWRIGHT_DIR}")
+set_tests_properties(web.browser_golden PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 120)
