@@ -4,7 +4,8 @@
 //   struct Row;                                            per-row pointers and scales
 //   static Row At(const RowTile&, int32_t i, int32_t kv_head, const CodecArgs&);
 //   template <class D> static Vec<D> Load(D, const Row&, int32_t j, const CodecArgs&);
-//       elements j .. j+N-1 of the head row, N = Lanes(D) ∈ {8, 16}, j a multiple of N
+//       elements j .. j+N-1 of the head row, N = Lanes(D) ∈ {4, 8, 16} (4: the 128-bit WASM
+//       and EMU128 targets), j a multiple of N
 //   static float Scalar(const Row&, int32_t j, const CodecArgs&);   element j (1-lane vectors)
 //   static float RowScale(const Row&, const CodecArgs&);
 //       Load and Scalar return x'/RowScale: a per-row factor (int formats' f16 scale) is applied
@@ -35,7 +36,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 template <class Reader, class D>
 HWY_INLINE hn::Vec<D> LoadChunk(D d, const typename Reader::Row& row, int32_t j,
                                 const CodecArgs& a) {
-  if constexpr (hn::MaxLanes(D()) >= 8) {
+  if constexpr (hn::MaxLanes(D()) > 1) {  // not >= 8: WASM's vectors hold 4 floats
     return Reader::Load(d, row, j, a);
   } else {
     return hn::Set(d, Reader::Scalar(row, j, a));
@@ -43,7 +44,7 @@ HWY_INLINE hn::Vec<D> LoadChunk(D d, const typename Reader::Row& row, int32_t j,
 }
 
 /// N packed b-bit codes (b = 8, 4 or 2; layout of codec_helpers.h) starting at `p`, as N u8
-/// lanes, for a float tag D of N ∈ {8, 16} lanes.
+/// lanes, for a float tag D of N ∈ {4, 8, 16} lanes.
 template <int kBits, class D>
 HWY_INLINE hn::Vec<hn::Rebind<uint8_t, D>> UnpackCodes(D, const uint8_t* p) {
   const hn::Rebind<uint8_t, D> du8;
