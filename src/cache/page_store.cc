@@ -27,6 +27,15 @@ Status FullPwrite(int fd, const uint8_t* p, int64_t bytes, int64_t offset, const
   return Status::Ok();
 }
 
+// Reserves [0, bytes) of fd's file; 0 or the errno. Emscripten has no Linux fallocate.
+int ReserveFile(int fd, int64_t bytes) {
+#if defined(__EMSCRIPTEN__)
+  return posix_fallocate(fd, 0, bytes);
+#else
+  return fallocate(fd, 0, 0, bytes) == 0 ? 0 : errno;
+#endif
+}
+
 }  // namespace
 
 Result<std::unique_ptr<PageStore>> PageStore::Create(std::vector<int64_t> page_bytes,
@@ -50,7 +59,8 @@ Result<std::unique_ptr<PageStore>> PageStore::Create(std::vector<int64_t> page_b
   }
   s->tails_.resize(layers);
   // Reserve the whole file now: a full disk is refused at start, not when a page fills later.
-  if (offset > 0 && fallocate(s->fd_, 0, 0, offset) != 0 && errno != EOPNOTSUPP) {
+  if (const int err = offset > 0 ? ReserveFile(s->fd_, offset) : 0; err != 0 && err != EOPNOTSUPP) {
+    errno = err;
     return IoError(fmt::format("--kv-disk: cannot reserve {} bytes for", offset), s->path_);
   }
   return s;

@@ -1,6 +1,8 @@
 // StagingArena and PageStreamer (see staging.h).
 #include "cache/staging.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 namespace kvq {
@@ -31,7 +33,7 @@ int64_t StagingArena::peak_bytes() const {
 
 PageStreamer::PageStreamer(StagingArena& arena)
     : arena_(arena), slot_page_(arena.slots(), -1), slot_ready_(arena.slots(), false) {
-  worker_ = std::thread([this] { Run(); });
+  if (KVQ_STAGING_THREAD) worker_ = std::thread([this] { Run(); });
 }
 
 PageStreamer::~PageStreamer() {
@@ -40,7 +42,7 @@ PageStreamer::~PageStreamer() {
     stop_ = true;
   }
   cv_.notify_all();
-  worker_.join();
+  if (worker_.joinable()) worker_.join();
 }
 
 void PageStreamer::Begin(Fill fill, int64_t n_pages) {
@@ -64,29 +66,44 @@ void PageStreamer::Run() {
                        slot_page_[next_fill_ % arena_.slots()] == -1);
     });
     if (stop_) return;
-    const int64_t page = next_fill_++;
-    const int32_t slot = static_cast<int32_t>(page % arena_.slots());
-    slot_page_[slot] = page;
-    slot_ready_[slot] = false;
-    // fill_ stays put while this copy runs: Begin replaces it only after End, which waits for
-    // the copy in flight. (Copying it here would allocate once per page.)
-    const Fill& fill = fill_;
-    lock.unlock();
-    const auto t0 = std::chrono::steady_clock::now();
-    const Result<int64_t> bytes = fill(page, arena_.slot(slot));  // the copy runs unlocked
-    if (bytes.ok()) arena_.Hold(slot, *bytes);
-    lock.lock();
-    copy_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!bytes.ok() && error_.ok()) error_ = bytes.status();
-    slot_ready_[slot] = true;
-    cv_.notify_all();
+    CopyNext(lock);
   }
+}
+
+void PageStreamer::CopyNext(std::unique_lock<std::mutex>& lock) {
+  const int64_t page = next_fill_++;
+  const int32_t slot = static_cast<int32_t>(page % arena_.slots());
+  slot_page_[slot] = page;
+  slot_ready_[slot] = false;
+  // fill_ stays put while this copy runs: Begin replaces it only after End, which waits for
+  // the copy in flight. (Copying it here would allocate once per page.)
+  const Fill& fill = fill_;
+  lock.unlock();
+  const auto t0 = std::chrono::steady_clock::now();
+  const Result<int64_t> bytes = fill(page, arena_.slot(slot));  // the copy runs unlocked
+  if (bytes.ok()) arena_.Hold(slot, *bytes);
+  lock.lock();
+  copy_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!bytes.ok() && error_.ok()) error_ = bytes.status();
+  slot_ready_[slot] = true;
+  cv_.notify_all();
 }
 
 Result<const uint8_t*> PageStreamer::Acquire(int64_t page) {
   const int32_t slot = static_cast<int32_t>(page % arena_.slots());
   std::unique_lock<std::mutex> lock(mu_);
   const auto t0 = std::chrono::steady_clock::now();
+  if (!KVQ_STAGING_THREAD) {
+    // No worker: copy in order up to `page` here, while its slot is free (as the worker would).
+    while (!(slot_page_[slot] == page && slot_ready_[slot]) && active_ && next_fill_ <= page &&
+           next_fill_ < n_pages_ && slot_page_[next_fill_ % arena_.slots()] == -1) {
+      CopyNext(lock);
+    }
+    if (!(slot_page_[slot] == page && slot_ready_[slot])) {
+      return Status::Error(fmt::format("staging: page {} acquired out of order or its slot is still held "
+                                       "(no copy thread in this build)", page));
+    }
+  }
   cv_.wait(lock, [&] { return slot_page_[slot] == page && slot_ready_[slot]; });
   wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!error_.ok()) return error_;

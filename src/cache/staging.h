@@ -3,6 +3,8 @@
 // pages into the slots on a background thread, in order, while the consumer works on earlier
 // ones — with two or more slots the next page is in flight while the current one is consumed.
 // A CUDA working set would implement the same two classes over VRAM and pinned host buffers.
+// Without threads (the WebAssembly build has no pthreads) there is no worker: Acquire copies the
+// pages up to the one asked for itself, in the same order, into the same slots.
 #pragma once
 
 #include <chrono>
@@ -15,6 +17,12 @@
 #include <vector>
 
 #include "kvq/status.h"
+
+#if defined(__EMSCRIPTEN__) && !defined(__EMSCRIPTEN_PTHREADS__)
+#define KVQ_STAGING_THREAD 0
+#else
+#define KVQ_STAGING_THREAD 1
+#endif
 
 namespace kvq {
 
@@ -63,6 +71,8 @@ class PageStreamer {
 
  private:
   void Run();
+  /// Copies page next_fill_ into its slot with `lock` released meanwhile (mu_ held on entry and exit).
+  void CopyNext(std::unique_lock<std::mutex>& lock);
 
   StagingArena& arena_;
   mutable std::mutex mu_;
@@ -76,7 +86,7 @@ class PageStreamer {
   double wait_seconds_ = 0, copy_seconds_ = 0;  // guarded by mu_
   bool active_ = false;
   bool stop_ = false;
-  std::thread worker_;
+  std::thread worker_;  // not started without threads (KVQ_STAGING_THREAD 0)
 };
 
 }  // namespace kvq

@@ -357,6 +357,8 @@ void QuantizeGroup(Path path, const float* q, int32_t n, int32_t hd, Group* g) {
       }
       continue;
     }
+#else
+    static_cast<void>(path);  // only the portable path off x86-64
 #endif
     QuantizeHeadReference(q + h * hd, hd, g->qq[h], &g->d[h], &g->sum[h]);
   }
@@ -367,6 +369,8 @@ void ScoreGroup(Path path, const Group& g, const RowTile& t, int32_t kv_head, in
 #if defined(__x86_64__)
   if (path == Path::kAvx512Vnni) return ScoreGroupVnni<kBits, G>(g, t, kv_head, hd, scores);
   if (path == Path::kAvx2) return ScoreGroupAvx2<kBits, G>(g, t, kv_head, hd, scores);
+#else
+  static_cast<void>(path);  // only the portable path off x86-64
 #endif
   ScoreGroupPortable<kBits>(g, G, t, kv_head, hd, scores);
 }

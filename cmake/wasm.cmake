@@ -1,0 +1,57 @@
+# The Emscripten build (CMakeLists.txt includes this when EMSCRIPTEN): the dependencies the native
+# build gets from find_package, made here for wasm32 — Highway compiled from its Debian source
+# (scripts/setup.sh fetches it into .deps/), fmt header-only and nlohmann-json from Debian's
+# headers (only their own folders exposed, not all of /usr/include) — and no threads.
+option(KVQ_WASM_SIMD "WebAssembly SIMD128 (kvq.js); OFF: Highway's scalar fallback (kvq-scalar.js)" ON)
+option(KVQ_WASM_BUNDLE "Assemble the web bundle (this build's module, the scalar variant, page, models)" ON)
+
+file(GLOB kvq_hwy_source_dirs "${PROJECT_SOURCE_DIR}/.deps/highway-*")
+list(SORT kvq_hwy_source_dirs)
+list(GET kvq_hwy_source_dirs -1 kvq_hwy_default_dir)  # empty list -> NOTFOUND
+set(KVQ_HWY_SOURCE_DIR "${kvq_hwy_default_dir}" CACHE PATH "Highway's source tree (scripts/setup.sh fetches it)")
+if(NOT EXISTS "${KVQ_HWY_SOURCE_DIR}/hwy/targets.cc")
+  message(FATAL_ERROR "Highway's source is missing (looked for .deps/highway-*/hwy/targets.cc, "
+                      "KVQ_HWY_SOURCE_DIR='${KVQ_HWY_SOURCE_DIR}'): run scripts/setup.sh, which fetches "
+                      "it with apt-get source")
+endif()
+
+if(KVQ_WASM_SIMD)
+  add_compile_options(-msimd128)
+endif()
+add_compile_options("SHELL:-include ${PROJECT_SOURCE_DIR}/cmake/wasm_compat.h")
+
+# Highway: the runtime part (target selection, printing, aligned allocation) as a static library.
+add_library(kvq_hwy STATIC
+  "${KVQ_HWY_SOURCE_DIR}/hwy/aligned_allocator.cc" "${KVQ_HWY_SOURCE_DIR}/hwy/per_target.cc"
+  "${KVQ_HWY_SOURCE_DIR}/hwy/print.cc" "${KVQ_HWY_SOURCE_DIR}/hwy/targets.cc")
+target_include_directories(kvq_hwy SYSTEM PUBLIC "${KVQ_HWY_SOURCE_DIR}")
+target_compile_definitions(kvq_hwy PUBLIC HWY_STATIC_DEFINE)
+add_library(hwy::hwy ALIAS kvq_hwy)
+add_library(kvq_hwy_contrib INTERFACE)  # kvq uses only header-only contrib parts (math-inl.h)
+target_link_libraries(kvq_hwy_contrib INTERFACE kvq_hwy)
+add_library(hwy::hwy_contrib ALIAS kvq_hwy_contrib)
+
+# kvq_wasm_header_dir(TARGET HEADER_DIR...): an include root holding links to just these folders.
+function(kvq_wasm_header_target target)
+  set(root "${PROJECT_BINARY_DIR}/wasm_include/${target}")
+  file(MAKE_DIRECTORY "${root}")
+  foreach(dir ${ARGN})
+    if(NOT IS_DIRECTORY "${dir}")
+      message(FATAL_ERROR "${dir} is missing: run scripts/setup.sh (Debian's headers are used for wasm too)")
+    endif()
+    get_filename_component(name "${dir}" NAME)
+    file(CREATE_LINK "${dir}" "${root}/${name}" SYMBOLIC)
+  endforeach()
+  add_library(${target} INTERFACE)
+  target_include_directories(${target} SYSTEM INTERFACE "${root}")
+endfunction()
+
+set(KVQ_WASM_HEADERS /usr/include CACHE PATH "Where Debian's fmt and nlohmann headers are")
+kvq_wasm_header_target(kvq_fmt_headers "${KVQ_WASM_HEADERS}/fmt")
+target_compile_definitions(kvq_fmt_headers INTERFACE FMT_HEADER_ONLY)
+add_library(fmt::fmt ALIAS kvq_fmt_headers)
+kvq_wasm_header_target(kvq_json_headers "${KVQ_WASM_HEADERS}/nlohmann")
+add_library(nlohmann_json::nlohmann_json ALIAS kvq_json_headers)
+# No pthreads: every thread pool runs with one thread (the caller's), which spawns nothing.
+add_library(kvq_no_threads INTERFACE)
+add_library(Threads::Threads ALIAS kvq_no_threads)

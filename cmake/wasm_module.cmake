@@ -1,0 +1,62 @@
+# The WebAssembly module (kvq.js + kvq.wasm, or kvq-scalar.*) and, in the SIMD build, the web bundle:
+# BUNDLE = ${CMAKE_BINARY_DIR}/web with the page (web/), both modules and the bundled model, checked
+# by tools/check_bundle.mjs as the last step. Included by CMakeLists.txt after the layers.
+if(KVQ_WASM_SIMD)
+  set(kvq_module_name kvq)
+else()
+  set(kvq_module_name kvq-scalar)
+endif()
+set(kvq_module_dir "${PROJECT_BINARY_DIR}/module")
+
+# The functions src/web/web_api.cc exports (WEB_COMMON.md fixes them), and what JS calls them with.
+set(kvq_web_exports
+  kvq_web_model_load kvq_web_model_info kvq_web_model_free kvq_web_session_new kvq_web_session_free
+  kvq_web_tokenize kvq_web_detokenize kvq_web_is_end kvq_web_prefill kvq_web_decode
+  kvq_web_set_sampler kvq_web_sample kvq_web_session_stats kvq_web_formats kvq_web_simd_target
+  kvq_web_last_error malloc free)
+list(TRANSFORM kvq_web_exports PREPEND "'_")
+list(TRANSFORM kvq_web_exports APPEND "'")
+list(JOIN kvq_web_exports "," kvq_web_exports)
+
+add_executable(kvq_web "${PROJECT_SOURCE_DIR}/src/web/web_api.cc")
+set_target_properties(kvq_web PROPERTIES OUTPUT_NAME ${kvq_module_name} SUFFIX ".js"
+                                         RUNTIME_OUTPUT_DIRECTORY "${kvq_module_dir}")
+target_link_libraries(kvq_web PRIVATE kvq_api kvq_formats kvq_simd nlohmann_json::nlohmann_json)
+kvq_include_root(kvq_web web PRIVATE web_root)
+kvq_apply_warnings(kvq_web)
+# 2 GB at most: handles and buffers cross to JS as signed 32-bit ints (WEB_COMMON.md), so every
+# address must stay below 2^31. The model is held twice (its MEMFS file and the loaded copy).
+target_link_options(kvq_web PRIVATE
+  -sMODULARIZE=1 -sEXPORT_NAME=createKvq -sENVIRONMENT=web,worker
+  -sALLOW_MEMORY_GROWTH=1 -sINITIAL_MEMORY=33554432 -sMAXIMUM_MEMORY=2147483648
+  -sFORCE_FILESYSTEM=1
+  "-sEXPORTED_FUNCTIONS=[${kvq_web_exports}]"
+  "-sEXPORTED_RUNTIME_METHODS=['FS','ccall','cwrap','UTF8ToString','stringToUTF8','lengthBytesUTF8','HEAPU8','HEAP32','HEAPF32']")
+# emcc's JS optimiser needs Debian's acorn, which the node on PATH may not search.
+set_property(TARGET kvq_web PROPERTY RULE_LAUNCH_LINK "${CMAKE_COMMAND} -E env NODE_PATH=/usr/share/nodejs")
+
+if(NOT KVQ_WASM_SIMD OR NOT KVQ_WASM_BUNDLE)
+  return()
+endif()
+
+# The scalar variant: the same sources configured again without -msimd128 (each variant's objects
+# differ throughout), built after the SIMD module so the two builds do not share the cores.
+set(kvq_scalar_dir "${PROJECT_BINARY_DIR}/scalar")
+add_custom_target(kvq_web_scalar
+  COMMAND "${CMAKE_COMMAND}" -S "${PROJECT_SOURCE_DIR}" -B "${kvq_scalar_dir}" -G "${CMAKE_GENERATOR}"
+          "-DCMAKE_TOOLCHAIN_FILE=${CMAKE_TOOLCHAIN_FILE}" "-DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE}"
+          -DKVQ_WASM_SIMD=OFF -DKVQ_WASM_BUNDLE=OFF "-DKVQ_HWY_SOURCE_DIR=${KVQ_HWY_SOURCE_DIR}"
+          "-DKVQ_WASM_HEADERS=${KVQ_WASM_HEADERS}" --log-level=WARNING
+  COMMAND "${CMAKE_COMMAND}" --build "${kvq_scalar_dir}" --target kvq_web
+  COMMENT "Building the scalar WebAssembly variant (kvq-scalar.js) in ${kvq_scalar_dir}"
+  USES_TERMINAL VERBATIM)
+add_dependencies(kvq_web_scalar kvq_web)
+
+set(KVQ_WEB_BUNDLE_DIR "${PROJECT_BINARY_DIR}/web")
+add_custom_target(kvq_web_bundle ALL
+  COMMAND "${CMAKE_COMMAND}" "-DBUNDLE=${KVQ_WEB_BUNDLE_DIR}" "-DSOURCE=${PROJECT_SOURCE_DIR}"
+          "-DMODULES=${kvq_module_dir}/kvq.js;${kvq_module_dir}/kvq.wasm;${kvq_scalar_dir}/module/kvq-scalar.js;${kvq_scalar_dir}/module/kvq-scalar.wasm"
+          -P "${PROJECT_SOURCE_DIR}/cmake/assemble_bundle.cmake"
+  COMMENT "Assembling the web bundle in ${KVQ_WEB_BUNDLE_DIR}"
+  VERBATIM)
+add_dependencies(kvq_web_bundle kvq_web kvq_web_scalar)
