@@ -18,6 +18,10 @@ endif()
 if(KVQ_WASM_SIMD)
   add_compile_options(-msimd128)
 endif()
+# One Highway target per variant (WASM with -msimd128, else EMU128): a wasm module cannot hold code
+# its engine does not validate, so the variants are separate modules and runtime dispatch inside
+# one has nothing to choose from; compiling EMU128 into the SIMD module too doubled its build time.
+add_compile_definitions(HWY_COMPILE_ONLY_STATIC=1)
 add_compile_options("SHELL:-include ${PROJECT_SOURCE_DIR}/cmake/wasm_compat.h")
 
 # Highway: the runtime part (target selection, printing, aligned allocation) as a static library.

@@ -9,7 +9,6 @@ let api = null;        // cwrapped kvq_web_* functions
 let model = 0;         // handle of the loaded model (0 = none)
 let model_context = 0;  // the loaded model's context (positions)
 let model_bos = -1;     // its BOS id (-1: none), which also ends a generation
-let model_files = [];   // MEMFS paths written for the current model, removed when it is replaced
 let session = 0;       // handle of the last generation's session, kept so its stats stay readable
 let busy = false;      // a generation is running
 let stopRequested = false;
@@ -103,18 +102,19 @@ function LoadModel(files) {
     api.modelFree(model);
     model = 0;
   }
-  for (const path of model_files) kvq.FS.unlink(path);
-  model_files = [];
   const write = (file) => {
     // MEMFS names: the picked name without folders, so a path in it cannot leave /models.
     const path = `/models/${file.name.replace(/[\/\\]/g, '_')}`;
     kvq.FS.writeFile(path, new Uint8Array(file.bytes));
-    model_files.push(path);
     return path;
   };
   const model_path = write(files.model);
   const tok_path = files.tokenizer ? write(files.tokenizer) : '';
   model = api.modelLoad(model_path, tok_path);
+  // The loaded model holds its own copy (Emscripten's mmap of a MEMFS file copies it; kvq closes
+  // the file after mapping): the files go at once, so a model is not held twice.
+  kvq.FS.unlink(model_path);
+  if (tok_path) kvq.FS.unlink(tok_path);
   Check(model, `loading ${files.model.name}${files.tokenizer ? ` with ${files.tokenizer.name}` : ''}`);
   const info = JSON.parse(api.modelInfo(model));
   model_context = info.context;

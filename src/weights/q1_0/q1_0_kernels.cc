@@ -27,7 +27,7 @@ namespace q1_0_detail {
 using weights_q1_0::kBlockBytes;
 using weights_q1_0::kBlockElems;
 constexpr int64_t kSub = kBlockElems / 32;  // activation blocks per weight block
-constexpr int64_t kChunk = 16;              // weight blocks whose scales are converted together
+[[maybe_unused]] constexpr int64_t kChunk = 16;  // weight blocks whose scales are converted together (x86 paths)
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 

@@ -3,10 +3,7 @@
 # tests/CMakeLists.txt (KVQ_NODE found there). playwright-core is fetched by npm into the build
 # folder by a fixture, so a failed fetch fails the test instead of skipping it; a missing bundle,
 # Chromium or node fails it too.
-if(NOT DEFINED KVQ_WEB_BUNDLE_DIR)
-  # The wasm preset's bundle (build/wasm/web); the driver fails, naming it, when it is not built.
-  set(KVQ_WEB_BUNDLE_DIR "${PROJECT_SOURCE_DIR}/build/wasm/web")
-endif()
+# KVQ_WEB_BUNDLE_DIR comes from cmake/web_bundle.cmake (KVQ_BUILD_WEB, on with the tests).
 set(KVQ_PLAYWRIGHT_DIR "${PROJECT_BINARY_DIR}/npm-playwright")
 add_test(NAME web.fetch_playwright
          COMMAND bash "${CMAKE_CURRENT_LIST_DIR}/fetch_playwright.sh" "${KVQ_PLAYWRIGHT_DIR}")
