@@ -82,7 +82,7 @@ Status WriteBpeVocab(const fs::path& path) {
   v.tokens.push_back("<|endoftext|>");
   v.token_types.push_back(3);
   v.bos = v.eos = static_cast<int32_t>(v.tokens.size()) - 1;
-  v.pre = "gpt2";
+  v.pre = "qwen2";
   GgufWriter w;
   if (Status s = w.SetString("general.architecture", "llama"); !s.ok()) return s;
   if (Status s = WriteBpeVocabularyGguf(v, static_cast<int64_t>(v.tokens.size()), &w); !s.ok()) return s;

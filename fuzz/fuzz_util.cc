@@ -17,10 +17,14 @@ const std::string* g_scratch_dir = nullptr;
 
 const std::string& ScratchDir() {
   if (g_scratch_dir == nullptr) {
+    // $TMPDIR, else /dev/shm (a file per execution on a disk-backed /tmp made the file-reading
+    // targets 7 times slower: 5000 parsers runs, 11.0 s against 1.6 s), else /tmp.
     const char* tmp = std::getenv("TMPDIR");
-    const std::filesystem::path p = std::filesystem::path(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") /
-                                    ("kvq_fuzz_" + std::to_string(getpid()));
     std::error_code ec;
+    const char* base = tmp != nullptr && *tmp != '\0'                      ? tmp
+                       : std::filesystem::is_directory("/dev/shm", ec) ? "/dev/shm"
+                                                                       : "/tmp";
+    const std::filesystem::path p = std::filesystem::path(base) / ("kvq_fuzz_" + std::to_string(getpid()));
     std::filesystem::create_directories(p, ec);
     if (ec) Fail("fuzz_util", "cannot create the scratch folder " + p.string() + ": " + ec.message());
     g_scratch_dir = new std::string(p.string());

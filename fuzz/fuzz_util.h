@@ -10,8 +10,9 @@
 
 namespace kvq::fuzz {
 
-/// Writes `size` bytes to `name` in this process's scratch folder (created once, under
-/// $TMPDIR or /tmp, named after the pid) and returns its path. Aborts if it cannot.
+/// Writes `size` bytes to `name` in this process's scratch folder (created once, under $TMPDIR,
+/// else /dev/shm, else /tmp, named after the pid; removed at exit) and returns its path. Aborts
+/// if it cannot.
 std::string WriteInput(const uint8_t* data, size_t size, std::string_view name);
 
 /// A violated property: prints `what` and aborts, which libFuzzer reports as a crash (and saves
