@@ -89,7 +89,59 @@ Status WriteBpeVocab(const fs::path& path) {
   return w.Write(path.string());
 }
 
+// GGUF headers that declare far more than they hold (each must be refused, allocating little):
+// counts of 2^60, a key of 2^62 bytes, a string array of 2^40 entries, nested arrays, a tensor
+// of 2^124 elements.
+std::string GgufHeader(uint64_t n_tensors, uint64_t n_kv) {
+  std::string out = "GGUF";
+  Put(out, uint32_t{3});
+  Put(out, n_tensors);
+  Put(out, n_kv);
+  return out;
+}
+void PutGgufString(std::string& out, std::string_view s) {
+  Put(out, static_cast<uint64_t>(s.size()));
+  out += s;
+}
+
+Status WriteGgufLimitProbes(const fs::path& dir) {
+  std::vector<std::pair<std::string, std::string>> probes;
+  probes.push_back({"counts-2e60", GgufHeader(uint64_t{1} << 60, uint64_t{1} << 60)});
+  std::string key = GgufHeader(0, 1);
+  Put(key, uint64_t{1} << 62);
+  probes.push_back({"key-2e62-bytes", key + "general.architecture"});
+  std::string tokens = GgufHeader(0, 1);
+  PutGgufString(tokens, "tokenizer.ggml.tokens");
+  Put(tokens, uint32_t{9});   // ARRAY
+  Put(tokens, uint32_t{8});   // of STRING
+  Put(tokens, uint64_t{1} << 40);
+  PutGgufString(tokens, "a");
+  probes.push_back({"strings-2e40", tokens});
+  std::string nested = GgufHeader(0, 1);
+  PutGgufString(nested, "tokenizer.ggml.merges");
+  Put(nested, uint32_t{9});
+  Put(nested, uint32_t{9});  // ARRAY of ARRAY
+  Put(nested, uint64_t{1} << 40);
+  for (int i = 0; i < 4; ++i) {
+    Put(nested, uint32_t{9});
+    Put(nested, uint64_t{1} << 40);
+  }
+  probes.push_back({"nested-arrays-2e40", nested});
+  std::string tensor = GgufHeader(1, 0);
+  PutGgufString(tensor, "token_embd.weight");
+  Put(tensor, uint32_t{4});
+  for (int i = 0; i < 4; ++i) Put(tensor, uint64_t{1} << 31);
+  Put(tensor, uint32_t{0});  // F32
+  Put(tensor, uint64_t{0});
+  probes.push_back({"tensor-2e124-elements", tensor + std::string(64, '\0')});
+  for (const auto& [name, bytes] : probes) {
+    if (Status s = WriteBytes(dir / ("limits-" + name + ".gguf"), bytes); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
 Status WriteGgufSeeds(const fs::path& dir) {
+  if (Status s = WriteGgufLimitProbes(dir); !s.ok()) return s;
   const fs::path bpe_vocab = dir / "bpe-vocab-only.gguf";
   if (Status s = WriteBpeVocab(bpe_vocab); !s.ok()) return s;
   const std::string spm_vocab = SourcePath("models/stories260K/stories260K.gguf");
@@ -165,7 +217,19 @@ Status WriteLlama2cSeeds(const fs::path& dir) {
   if (Status s = WriteBytes(dir / "small-vocab16.bin", Llama2cInput(small, Llama2cTokenizer(16, false))); !s.ok()) return s;
   const std::string bytes = Llama2cCheckpoint(8, 16, 2, 2, 1, 272, 8);
   if (Status s = WriteBytes(dir / "bytes-vocab272.bin", Llama2cInput(bytes, Llama2cTokenizer(272, true))); !s.ok()) return s;
-  return WriteBytes(dir / "checkpoint-only.bin", Llama2cInput(small, ""));
+  if (Status s = WriteBytes(dir / "checkpoint-only.bin", Llama2cInput(small, "")); !s.ok()) return s;
+  // Declared far past the file: a header of the largest accepted dimensions, and a tokenizer of
+  // 2^22 tokens whose first claims 2^31 - 1 bytes.
+  std::string huge;
+  for (int32_t v : {1 << 16, 1 << 18, 1024, 1 << 10, 1 << 10, 1 << 22, 1 << 24}) Put(huge, v);
+  std::string tokenizer;
+  Put(tokenizer, int32_t{4096});
+  Put(tokenizer, 0.0f);
+  Put(tokenizer, int32_t{0x7fffffff});
+  std::string header_vocab;
+  for (int32_t v : {8, 16, 1, 2, 2, 1 << 22, 4}) Put(header_vocab, v);
+  if (Status s = WriteBytes(dir / "limits-huge-header.bin", Llama2cInput(huge, "")); !s.ok()) return s;
+  return WriteBytes(dir / "limits-huge-tokenizer.bin", Llama2cInput(header_vocab, tokenizer));
 }
 
 Status WriteSnapshotSeeds(const fs::path& dir) {
@@ -192,6 +256,16 @@ Status WriteSnapshotSeeds(const fs::path& dir) {
       if (!bytes.ok()) return bytes.status();
       fs::remove(file);
       // Mode byte (snapshot_fuzzer.cc): even repairs checksums, odd loads as is.
+      if (positions == 5) {
+        // The same file declaring 2^62-byte key blocks and 2^40 residual floats in layer 0 (the
+        // fuzz target repairs the header checksum, so the length checks behind it are reached).
+        std::string probe = *bytes;
+        const uint64_t big = uint64_t{1} << 62, floats = uint64_t{1} << 40;
+        std::memcpy(probe.data() + 52 + 31, &big, 8);
+        std::memcpy(probe.data() + 52 + 47, &floats, 8);
+        const fs::path seed = dir / fmt::format("limits-cache{}-lengths.kvqs", i);
+        if (Status s = WriteBytes(seed, std::string(1, '\0') + probe); !s.ok()) return s;
+      }
       for (char mode : {'\0', '\1'}) {
         const fs::path seed = dir / fmt::format("cache{}-{}-mode{}.kvqs", i, positions, int{mode});
         if (Status s = WriteBytes(seed, std::string(1, mode) + *bytes); !s.ok()) return s;

@@ -4,9 +4,15 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <string>
+
+#ifndef KVQ_FUZZ_NO_MAIN
+#include <sanitizer/allocator_interface.h>
+#endif
 
 namespace kvq::fuzz {
 
@@ -63,5 +69,45 @@ void Fail(std::string_view target, std::string_view what) {
 std::string SourcePath(std::string_view relative) {
   return std::string(KVQ_SOURCE_DIR) + "/" + std::string(relative);
 }
+
+#ifndef KVQ_FUZZ_NO_MAIN
+namespace {
+
+std::atomic<bool> g_recording{false};
+std::atomic<size_t> g_largest{0};
+
+// ASan calls these for every allocation and free, from any thread.
+void OnMalloc(const volatile void* /*ptr*/, size_t bytes) {
+  if (!g_recording.load(std::memory_order_relaxed)) return;
+  size_t seen = g_largest.load(std::memory_order_relaxed);
+  while (bytes > seen && !g_largest.compare_exchange_weak(seen, bytes, std::memory_order_relaxed)) {
+  }
+}
+void OnFree(const volatile void* /*ptr*/) {}
+
+}  // namespace
+
+int RunWithAllocationLimit(int (*fn)(const uint8_t*, size_t), const char* target, const uint8_t* data,
+                           size_t size) {
+  static const bool ready = [fn] {
+    if (__sanitizer_install_malloc_and_free_hooks(OnMalloc, OnFree) == 0) {
+      Fail("fuzz_util", "cannot install the allocation hooks (not an ASan build?)");
+    }
+    fn(nullptr, 0);  // one-time setup, unrecorded
+    return true;
+  }();
+  (void)ready;
+  g_largest.store(0, std::memory_order_relaxed);
+  g_recording.store(true, std::memory_order_relaxed);
+  const int rc = fn(data, size);
+  g_recording.store(false, std::memory_order_relaxed);
+  const size_t largest = g_largest.load(std::memory_order_relaxed);
+  if (largest > AllocationLimit(size)) {
+    Fail(target, "one allocation of " + std::to_string(largest) + " bytes for an input of " + std::to_string(size) +
+                     " bytes (limit " + std::to_string(AllocationLimit(size)) + ")");
+  }
+  return rc;
+}
+#endif
 
 }  // namespace kvq::fuzz

@@ -22,6 +22,22 @@ std::string WriteInput(const uint8_t* data, size_t size, std::string_view name);
 /// Where the bundled model and test vocabularies live (KVQ_SOURCE_DIR at build time).
 std::string SourcePath(std::string_view relative);
 
+/// The resource property (issue 18): no single allocation made while a target reads an input of
+/// `size` bytes may exceed 16 x size + 1 MiB. The factor covers a loader's legitimate expansion
+/// (a zero-length GGUF string, 8 bytes in the file, becomes a 32-byte std::string and a table
+/// entry; an empty nested array, 12 bytes, an 88-byte GgufValue); the 1 MiB covers what does not
+/// grow with the input (a cache page, a model's small buffers). A length or count believed before
+/// it is checked against the file breaks it at once. Checked around every call by KVQ_FUZZ_TARGET
+/// (through ASan's allocation hooks) and by tests/fuzz/ (through operator new).
+inline size_t AllocationLimit(size_t size) { return 16 * size + (size_t{1} << 20); }
+
+/// Runs `fn` on the input with the largest single allocation recorded (ASan's malloc hook) and
+/// fails when it exceeds AllocationLimit(size). The first call runs `fn` once on an empty input
+/// first, unrecorded, so a target's one-time setup (a vocabulary loaded into a static) is not
+/// counted against the first input.
+int RunWithAllocationLimit(int (*fn)(const uint8_t*, size_t), const char* target, const uint8_t* data,
+                           size_t size);
+
 }  // namespace kvq::fuzz
 
 // KVQ_FUZZ_TARGET(FuzzGguf) after `int FuzzGguf(const uint8_t*, size_t)`: the libFuzzer entry
@@ -31,6 +47,6 @@ std::string SourcePath(std::string_view relative);
 #else
 #define KVQ_FUZZ_TARGET(fn)                                                         \
   extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {         \
-    return ::kvq::fuzz::fn(data, size);                                             \
+    return ::kvq::fuzz::RunWithAllocationLimit(::kvq::fuzz::fn, #fn, data, size);   \
   }
 #endif
