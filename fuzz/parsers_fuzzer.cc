@@ -1,9 +1,11 @@
 // Fuzz target: the text parsers kvq takes from users and files, each given the whole input: byte
 // sizes (ParseByteSize: --device-mem, --host-mem, ...), KV specs (ParseKvSpec: --kv, --kv-k, plan
-// layers, snapshot names) and plan files (ReadKvPlan: --kv-plan). Properties: an accepted size is
+// layers, snapshot names) and plan files (ReadKvPlan: --kv-plan), and the first 8 bytes as an int64
+// through FormatCount and FormatBytesIec. Properties: an accepted size is
 // positive; an accepted spec prints canonically and parses back to itself; an accepted plan prints
 // (KvPlanJson) and parses back with the same model, positions and layers.
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -58,6 +60,13 @@ void CheckPlan(const uint8_t* data, size_t size) {
 
 int FuzzParsers(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
+  if (size >= 8) {
+    // The printers take any int64 (counts and sizes in messages may come straight from a file).
+    int64_t n = 0;
+    std::memcpy(&n, data, 8);
+    (void)FormatCount(n);
+    (void)FormatBytesIec(n);
+  }
   CheckByteSize(text);
   CheckSpec(text);
   CheckPlan(data, size);
