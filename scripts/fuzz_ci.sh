@@ -7,7 +7,7 @@
 # under $KVQ_FUZZ_BUILD/fuzz/ci/. Sized for < 4 minutes on 2 cores (docs/reliability.md).
 set -euo pipefail
 source "$(dirname "$0")/fuzz_common.sh"
-declare -A runs=([gguf]=20000 [llama2c]=100000 [snapshot]=60000 [tokenizer_spm]=200000 [tokenizer_bpe]=100000
+declare -A runs=([gguf]=20000 [llama2c]=100000 [snapshot]=60000 [tokenizer_spm]=100000 [tokenizer_bpe]=100000
                  [parsers]=60000)
 fuzz_configure_and_build
 status=0
