@@ -63,7 +63,9 @@ Result<int64_t> ParseByteSize(std::string_view text) {
 }
 
 std::string FormatCount(int64_t n) {
-  std::string digits = std::to_string(n < 0 ? -n : n);
+  // The magnitude in uint64: -n is undefined for INT64_MIN (fuzz/regressions/parsers/).
+  const uint64_t magnitude = n < 0 ? uint64_t{0} - static_cast<uint64_t>(n) : static_cast<uint64_t>(n);
+  std::string digits = std::to_string(magnitude);
   std::string out;
   for (size_t i = 0; i < digits.size(); ++i) {
     if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';

@@ -10,6 +10,7 @@
 #include <limits>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -211,7 +212,9 @@ KVQ_INT_SCORE_AVX2 void ScoreGroupAvx2(const Group& g, const RowTile& t, int32_t
 // GCC 12's AVX-512 intrinsics start their masked builtins from a self-initialised "undefined"
 // vector, which -Wmaybe-uninitialized reports at every use; nothing here reads one.
 #pragma GCC diagnostic push
+#if !defined(__clang__)  // clang has no -Wmaybe-uninitialized (and warns of an unknown group)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
 // out lane L = Σ lanes of u[L] for 16 vectors: 256-bit, 128-bit, 64-bit and 32-bit halving
@@ -401,12 +404,21 @@ void ScoreAll(Path path, const float* q, int32_t n_q, const RowTile& t, int32_t 
 
 }  // namespace
 
+#if defined(__x86_64__)
+// CPUID leaf 1, ECX bit 29 (what GCC's __builtin_cpu_supports("f16c") reads; clang 14's builtin
+// does not know "f16c").
+static bool HasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+#endif
+
 bool Supported(Path path) {
   switch (path) {
     case Path::kPortable: return true;
 #if defined(__x86_64__)
     case Path::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && HasF16c();
     case Path::kAvx512Vnni:
       return Supported(Path::kAvx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");

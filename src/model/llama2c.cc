@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <limits>
 
 #include "base/checksum.h"
 #include "base/mapped_file.h"
@@ -23,8 +24,11 @@ Result<LlamaWeights> LoadLlama2c(const std::string& path) {
   }
   int32_t h[7];
   std::memcpy(h, f.data, sizeof(h));
+  // A negative vocab_size means a separate classifier; INT32_MIN has no positive counterpart
+  // (negating it is undefined: fuzz/regressions/llama2c/vocab-int32-min.bin) and reads as 0, refused below.
+  const int32_t vocab = h[5] == std::numeric_limits<int32_t>::min() ? 0 : (h[5] < 0 ? -h[5] : h[5]);
   LlamaConfig c{.dim = h[0], .hidden_dim = h[1], .n_layers = h[2], .n_heads = h[3],
-                .n_kv_heads = h[4], .vocab_size = h[5] < 0 ? -h[5] : h[5], .seq_len = h[6]};
+                .n_kv_heads = h[4], .vocab_size = vocab, .seq_len = h[6]};
   const bool shared = h[5] > 0;
   const auto bad = [&](const std::string& why) {
     return Status::Error(fmt::format("{} is not a valid llama2.c checkpoint: {} (header: dim {}, hidden_dim {}, "

@@ -140,7 +140,10 @@ class Tokenizer {
   /// The text of a whole sequence: Decode of each id, the first as if it followed BOS (so the
   /// space Encode put in front is dropped, with or without a leading BOS).
   /// Detokenize(Encode(s, b)) == s for any bytes s without a user-defined piece in them (and, for
-  /// byte-level BPE, without control token texts and bytes the vocabulary lacks: see Encode).
+  /// byte-level BPE, without control token texts and bytes the vocabulary lacks: see Encode). For
+  /// SentencePiece this needs a piece that a lone space can become (llama's 29871): in a
+  /// vocabulary without one, the space put in front becomes the byte piece <0x20>, which Decode
+  /// keeps, so the text comes back with a space in front (found by fuzz/llama2c_fuzzer.cc).
   std::string Detokenize(std::span<const int32_t> ids) const;
   /// The vocabulary's piece (SentencePiece: U+2581 shown as a plain space; byte pieces as
   /// "<0xXX>"; byte-level BPE: normal pieces decoded from GPT-2's byte alphabet to their bytes;

@@ -54,7 +54,13 @@ constexpr int64_t kKQuantActBlocks = kKQuantBlockElems / 32;  // activation bloc
 #undef KVQ_KQUANT_X86_ATTR
 #undef KVQ_KQUANT_VNNI
 #if HWY_TARGET <= HWY_AVX3_DL
+#if defined(__clang__)
+// clang (the fuzz build): a function's own target attribute replaces Highway's pragma instead of
+// adding to it, so name the whole target and avx512vnni; with avx512vl too, LLVM selects EVEX.
+#define KVQ_KQUANT_X86_ATTR __attribute__((target(HWY_TARGET_STR ",avx512vnni")))
+#else
 #define KVQ_KQUANT_X86_ATTR __attribute__((target("avx512vnni,no-avxvnni")))
+#endif
 #define KVQ_KQUANT_VNNI 1
 #else
 #define KVQ_KQUANT_X86_ATTR

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace kvq {
 namespace {
 
@@ -31,6 +33,7 @@ TEST(ParseByteSize, RefusesNonsenseWithTheInputInTheMessage) {
 TEST(Format, CountsAndBytes) {
   EXPECT_EQ(FormatCount(319635456), "319,635,456");
   EXPECT_EQ(FormatCount(12), "12");
+  EXPECT_EQ(FormatCount(std::numeric_limits<int64_t>::min()), "-9,223,372,036,854,775,808");  // no -n overflow
   EXPECT_EQ(FormatBytesIec(512), "512 B");
   EXPECT_EQ(FormatBytesIec(160LL << 20), "160.00 MiB");
 }
