@@ -32,6 +32,18 @@ void* operator new(size_t bytes) {
   throw std::bad_alloc();
 }
 void* operator new[](size_t bytes) { return ::operator new(bytes); }
+// The nothrow forms too (std::stable_sort's temporary buffer uses one): left to the sanitizer's
+// runtime, their blocks would reach the free() below — an alloc-dealloc mismatch under ASan.
+void* operator new(size_t bytes, const std::nothrow_t&) noexcept {
+  try {
+    return ::operator new(bytes);
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+void* operator new[](size_t bytes, const std::nothrow_t&) noexcept { return ::operator new(bytes, std::nothrow); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, size_t) noexcept { std::free(p); }
