@@ -120,6 +120,17 @@ class KvCache {
   Status AppendPageCopies(int64_t layer, int64_t first_source, int64_t source_pages,
                           int64_t n_pages);
 
+  /// The most positions m ≤ n that Truncate can keep: n itself for per-token formats, n rounded
+  /// down to a whole group where a codec stores rows in groups (KIVI keys, fp8's 32-key groups);
+  /// 0 when positions cannot be dropped in place — a sink or residual transform (rows already
+  /// encoded would have to be f32 again), a calibrated codec, a disk master. A server reusing a
+  /// cached prefix truncates to this point and recomputes the few positions after it.
+  int64_t TruncationPoint(int64_t n) const;
+  /// Keeps positions [0, n) of every layer and drops the rest, leaving the bytes a cache holds
+  /// that was appended only those rows (pages past n freed, the rest of n's page zeroed).
+  /// Errors: n past what a layer holds, or n != TruncationPoint(n) (nothing changed then).
+  Status Truncate(int64_t n);
+
   /// Attention of q ([n_tokens][n_heads][head_dim], token t at first_query_position + t) over
   /// every cached position of `layer`, page by page through the tiers, into `state` (not
   /// finished: call this cache's FinishAttention). A rotated key spec rotates q first; q is

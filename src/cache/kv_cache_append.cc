@@ -153,3 +153,65 @@ Status KvCache::AppendPageCopies(int64_t layer, int64_t first_source, int64_t so
 }
 
 }  // namespace kvq
+
+namespace kvq {
+
+int64_t KvCache::TruncationPoint(int64_t n) const {
+  const Impl& m = *impl_;
+  if (n <= 0 || m.store->on_disk()) return 0;  // a disk master's full pages are in the file
+  int64_t point = n;
+  for (int64_t l = 0; l < m.config.n_layers; ++l) {
+    for (int which = 0; which < 2; ++which) {
+      const KvTransforms& t = m.Transforms(l, which);
+      const Codec& codec = m.Tensor(l, which);
+      // Rows held in f32 at the old length are already encoded at the shorter one (or, for sinks,
+      // their stand-ins are): only specs whose blocks depend on their own rows alone truncate.
+      if (t.sinks > 0 || t.residual > 0 || codec.calibrated) return 0;
+      point = point / codec.rows_per_block * codec.rows_per_block;
+    }
+  }
+  return point;
+}
+
+Status KvCache::Truncate(int64_t n) {
+  Impl& m = *impl_;
+  if (!m.broken.ok()) return m.broken;
+  for (const Impl::Layer& L : m.layers) {
+    if (n < 0 || n > L.positions) {
+      return Bad(fmt::format("cannot truncate to {} positions: a layer holds {}", n, L.positions));
+    }
+  }
+  if (n != 0 && TruncationPoint(n) != n) {
+    return Bad(fmt::format("cannot drop positions in place at {} (the nearest point is {}: groups, sinks, a "
+                           "residual or a disk master keep rows that depend on later ones)",
+                           n, TruncationPoint(n)));
+  }
+  const int32_t P = m.config.page_positions;
+  for (int64_t l = 0; l < m.config.n_layers; ++l) {
+    Impl::Layer& L = m.layers[l];
+    if (n == 0) {
+      m.store->Clear(l);
+      L = Impl::Layer{};
+      continue;
+    }
+    // n is a whole number of every codec's groups, so rows [0, n) are all in blocks.
+    m.store->DropFrom(l, (n + P - 1) / P);
+    if (n % P != 0) {
+      Result<uint8_t*> page = m.store->Writable(l, n / P);
+      if (!page.ok()) return m.Break(page.status());
+      for (int which = 0; which < 2; ++which) {
+        const Codec& codec = m.Tensor(l, which);
+        const int64_t region = which == 0 ? 0 : m.KeyRegionBytes(l);
+        const int64_t kept = (n % P) / codec.rows_per_block * codec.block_bytes(m.row);
+        std::memset(*page + region + kept, 0, static_cast<size_t>(m.TensorPageBytes(codec) - kept));
+      }
+    }
+    L.positions = n;
+    L.encoded = {n, n};
+    L.residual[0].clear();
+    L.residual[1].clear();
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvq

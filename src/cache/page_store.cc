@@ -142,6 +142,11 @@ void PageStore::Clear(int64_t layer) {
   if (on_disk()) tails_[layer].clear();
 }
 
+void PageStore::DropFrom(int64_t layer, int64_t first_page) {
+  auto& pages = pages_[layer];
+  if (static_cast<int64_t>(pages.size()) > first_page) pages.resize(first_page);
+}
+
 int64_t PageStore::host_bytes() const {
   int64_t total = 0;
   for (size_t l = 0; l < page_bytes_.size(); ++l) {

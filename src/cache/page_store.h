@@ -37,6 +37,8 @@ class PageStore {
   Status Read(int64_t layer, int64_t page, uint8_t* dst) const;
   /// Forgets a layer's pages (before an import).
   void Clear(int64_t layer);
+  /// Host master only: frees a layer's pages from `first_page` on (a truncated cache).
+  void DropFrom(int64_t layer, int64_t first_page);
   /// Host bytes held now (pages or tails).
   int64_t host_bytes() const;
 
