@@ -73,6 +73,8 @@ struct ModelInfo {
   int32_t threads = 0;          ///< what the model runs with
   int32_t bos = -1;             ///< -1 when the vocabulary has none
   int32_t eos = -1;             ///< -1 when the vocabulary has none
+  /// The GGUF's tokenizer.chat_template (Jinja source), or "" (llama2.c files have none).
+  std::string chat_template;
 };
 
 enum class AddBos {

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvq/kv_cache.h"
 #include "kvq/sampling.h"
 #include "kvq/status.h"
 
@@ -71,6 +72,8 @@ class Session {
   int64_t positions() const;  ///< = tokens().size()
   int64_t context() const;    ///< positions the session holds at most
   int64_t kv_bytes() const;   ///< exact bytes of the KV cache's contents now, every layer
+  /// The cache's tiers as created (device working set, host and disk bytes at full context).
+  const KvTierPlan& kv_plan() const;
 
   /// The sampler chain Sample() uses (its generator is re-seeded with options.seed).
   void SetSampler(const SamplerOptions& options);
@@ -90,9 +93,13 @@ class Session {
   Result<Completion> Generate(std::string_view prompt, const GenerateRequest& request = {},
                               const TokenCallback& on_token = {});
 
-  /// Keeps the first `n_positions` positions and drops the rest. The kept positions are
-  /// recomputed from their ids (exact for every format), so it costs a
-  /// prefill of n_positions tokens. Errors: n_positions < 0 or > positions().
+  /// Keeps the first `n_positions` positions and drops the rest. Positions are dropped in place
+  /// where the formats allow it (KvCache::TruncationPoint: per-token formats exactly, grouped
+  /// ones down to a group boundary) and the few after that point are recomputed from their ids;
+  /// specs with sinks or a residual recompute all n_positions. Either way the cache holds the
+  /// same bits as a session that ran only those tokens, except that the logits are those after
+  /// the last recomputed token (none when nothing was recomputed: run a token first).
+  /// Errors: n_positions < 0 or > positions().
   Status Truncate(int64_t n_positions);
   /// Drops everything (an empty cache of the same formats and budgets). Fails only if the new
   /// cache cannot be made (e.g. its disk folder went away); the session is then unusable.

@@ -70,6 +70,8 @@ int64_t Session::kv_bytes() const {
   return bytes;
 }
 
+const KvTierPlan& Session::kv_plan() const { return impl_->cache->plan(); }
+
 void Session::SetSampler(const SamplerOptions& options) {
   impl_->sampler_options = options;
   impl_->sampler = Sampler(options);
@@ -96,9 +98,18 @@ Status Session::Truncate(int64_t n_positions) {
     return Status::Error(fmt::format("Truncate: {} positions asked; the session holds {}", n_positions, positions()));
   }
   if (n_positions == positions()) return Status::Ok();
-  const std::vector<int32_t> kept(impl_->tokens.begin(), impl_->tokens.begin() + n_positions);
-  if (Status st = Clear(); !st.ok()) return st;
-  return Prefill(kept);
+  Impl& s = *impl_;
+  // Drop positions in place up to the nearest exact point (per-token formats: n_positions itself),
+  // then recompute the rest from their ids.
+  const int64_t kept = s.cache->TruncationPoint(n_positions);
+  const std::vector<int32_t> redo(s.tokens.begin() + kept, s.tokens.begin() + n_positions);
+  if (Status st = kept > 0 ? s.cache->Truncate(kept) : Clear(); !st.ok()) {
+    (void)Clear();
+    return st;
+  }
+  s.tokens.resize(kept);
+  s.logits.clear();
+  return Prefill(redo);
 }
 
 Result<Completion> Session::Generate(std::string_view prompt, const GenerateRequest& request,

@@ -54,7 +54,11 @@ Result<LoadedModel> LoadModel(const std::string& model_path, const std::string& 
     return Status::Error(model_path + ": the tokenizer has " + std::to_string(tokenizer->vocab_size()) +
                          " tokens; the model's embedding has " + std::to_string(weights->config.vocab_size));
   }
-  return LoadedModel{std::move(weights).value(), std::move(tokenizer).value()};
+  std::string chat_template;
+  if (file) {
+    if (Result<std::string> t = file->GetString("tokenizer.chat_template"); t.ok()) chat_template = std::move(t).value();
+  }
+  return LoadedModel{std::move(weights).value(), std::move(tokenizer).value(), std::move(chat_template)};
 }
 
 }  // namespace kvq

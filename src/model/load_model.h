@@ -13,6 +13,7 @@ namespace kvq {
 struct LoadedModel {
   LlamaWeights weights;
   Tokenizer tokenizer;
+  std::string chat_template;  ///< the GGUF's tokenizer.chat_template, or ""
 };
 
 /// Loads `model_path` (".gguf": GGUF; anything else: llama2.c). `tokenizer_path` empty: the GGUF
