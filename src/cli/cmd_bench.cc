@@ -314,6 +314,7 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   AddBenchPrefillCommand(*bench, exit_code);
   AddBenchRooflineCommand(*bench, exit_code);
   AddBenchContextCommand(*bench, exit_code);
+  AddBenchServeCommand(*bench, exit_code);
 }
 
 }  // namespace kvq::cli

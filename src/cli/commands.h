@@ -17,6 +17,7 @@ void AddRunCommand(CLI::App& app, int* exit_code);
 void AddTokenizeCommand(CLI::App& app, int* exit_code);
 void AddSynthCommand(CLI::App& app, int* exit_code);
 void AddEvalCommand(CLI::App& app, int* exit_code);
+void AddServeCommand(CLI::App& app, int* exit_code);
 
 /// Subcommands of `kvq bench` (cmd_bench.cc registers attention and stream itself).
 void AddBenchMatvecCommand(CLI::App& bench, int* exit_code);
@@ -24,6 +25,7 @@ void AddBenchDecodeCommand(CLI::App& bench, int* exit_code);
 void AddBenchPrefillCommand(CLI::App& bench, int* exit_code);
 void AddBenchRooflineCommand(CLI::App& bench, int* exit_code);
 void AddBenchContextCommand(CLI::App& bench, int* exit_code);
+void AddBenchServeCommand(CLI::App& bench, int* exit_code);
 /// Subcommands of `kvq eval` (cmd_eval.cc creates the group).
 void AddEvalAttentionCommand(CLI::App& eval, int* exit_code);
 void AddEvalFidelityCommand(CLI::App& eval, int* exit_code);

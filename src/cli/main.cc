@@ -1,4 +1,5 @@
-// kvq command line: one binary, one subcommand per job (run, formats, plan, bench, eval, synth, tokenize).
+// kvq command line: one binary, one subcommand per job (run, formats, plan, bench, eval, synth, tokenize,
+// serve).
 #include <fmt/core.h>
 
 #include <filesystem>
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
   kvq::cli::AddEvalCommand(app, &exit_code);
   kvq::cli::AddSynthCommand(app, &exit_code);
   kvq::cli::AddTokenizeCommand(app, &exit_code);
+  kvq::cli::AddServeCommand(app, &exit_code);
   std::string known;
   bool found = false;
   for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {

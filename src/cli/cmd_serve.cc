@@ -1,0 +1,159 @@
+// `kvq serve`: the OpenAI-compatible HTTP server (src/server/): POST /v1/completions and
+// /v1/chat/completions (streamed as Server-Sent Events with "stream": true), GET /v1/models,
+// /health, /metrics, and the browser page at / when a web bundle is given. This file maps flags
+// onto the engine's and the server's options, loads the model and its chat template, and runs
+// until SIGINT or SIGTERM, on which it stops accepting, lets running requests finish (up to
+// --shutdown-grace seconds) and exits.
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "kvq/log.h"
+#include "kvq/model.h"
+#include "kvq/units.h"
+#include "server/engine.h"
+#include "server/http_server.h"
+
+#ifndef KVQ_WEB_BUNDLE_DIR
+#define KVQ_WEB_BUNDLE_DIR ""
+#endif
+
+namespace kvq::cli {
+namespace {
+
+struct ServeOptions {
+  SharedOptions shared{.threads = static_cast<int32_t>(std::clamp(std::thread::hardware_concurrency(), 1u, 1024u))};
+  server::ServerOptions http;
+  server::EngineOptions engine;
+  int64_t context = 0;
+  std::string alias;
+  std::string web = "auto";
+  double shutdown_grace_seconds = 30;
+};
+
+std::atomic<int> g_signal{0};
+void OnSignal(int sig) { g_signal = sig; }
+
+int RunServe(ServeOptions& o) {
+  auto bad = [](const std::string& m) { return BadInput("serve", m); };
+  const SharedOptions& so = o.shared;
+  Result<LayerFormats> kv = so.KvLayer();
+  if (!kv.ok()) return bad(kv.status().message());
+  o.engine.kv.key_format = KvSpecName(kv->Key());
+  o.engine.kv.value_format = KvSpecName(kv->Value());
+  o.engine.kv.budgets = so.budgets;
+  const std::string model_path = so.ModelPath();
+  Result<std::unique_ptr<Model>> model = Model::Load(
+      model_path, {.tokenizer_path = so.TokenizerPath(), .threads = so.threads, .context = o.context, .kv = o.engine.kv});
+  if (!model.ok()) return bad(model.status().message());
+  const ModelInfo& info = (*model)->info();
+
+  // The chat template: the file's own when kvq can run it, else ChatML, and the log says which.
+  ChatTemplate chat = ChatTemplate::ChatMl();
+  std::string chat_origin = "ChatML (the model file has no tokenizer.chat_template)";
+  if (!info.chat_template.empty()) {
+    Result<ChatTemplate> parsed = ChatTemplate::Parse(info.chat_template);
+    if (parsed.ok()) {
+      chat = std::move(parsed).value();
+      chat_origin = "the model's tokenizer.chat_template";
+    } else {
+      chat_origin = "ChatML (the model's template is not supported: " + parsed.status().message() + ")";
+    }
+  }
+
+  if (o.web == "auto") o.web = std::filesystem::is_directory(KVQ_WEB_BUNDLE_DIR) ? KVQ_WEB_BUNDLE_DIR : "";
+  o.http.web_root = o.web;
+  o.http.model_id = o.alias.empty() ? std::filesystem::path(model_path).stem().string() : o.alias;
+  o.http.http_threads = o.engine.parallel + o.engine.max_queue + 8;  // each waiting request holds one
+
+  server::Metrics metrics;
+  Result<std::unique_ptr<server::Engine>> engine = server::Engine::Create(**model, o.engine, &metrics);
+  if (!engine.ok()) return bad(engine.status().message());
+  server::HttpServer http(**model, **engine, metrics, std::move(chat), chat_origin, o.http);
+  Result<int> port = http.Bind();
+  if (!port.ok()) return bad(port.status().message());
+
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client that went away is an error on its write, not a crash
+  std::thread watcher([&] {
+    while (g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    fmt::print(stderr, "kvq serve: signal {}: not accepting new requests, finishing running ones (up to {} s)\n",
+               g_signal.load(), o.shutdown_grace_seconds);
+    (*engine)->Drain(std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_grace_seconds * 1e3)));
+    http.Stop();
+  });
+
+  fmt::print(stderr,
+             "kvq serve: model {} ({}, {} layers, context {}), KV {}, {} sessions, {} threads\n"
+             "kvq serve: chat template: {}\n"
+             "kvq serve: listening on http://{}:{}/v1{}{}\n",
+             o.http.model_id, info.architecture, info.n_layers, info.context, so.KvFormatName(), o.engine.parallel,
+             info.threads, chat_origin, o.http.host, *port, o.http.api_key.empty() ? "" : " (API key required)",
+             o.http.web_root.empty() ? "" : fmt::format("; the page at http://{}:{}/", o.http.host, *port));
+  http.Serve();
+  if (g_signal == 0) g_signal = -1;  // Serve ended without a signal: let the watcher go
+  watcher.join();
+  fmt::print(stderr, "kvq serve: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+void AddServeCommand(CLI::App& app, int* exit_code) {
+  auto o = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "serve", "OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions (SSE streaming), /v1/models, "
+               "/health, /metrics");
+  AddModelFlag(cmd, &o->shared);
+  AddTokenizerFlag(cmd, &o->shared);
+  cmd->add_option("--host", o->http.host, "Address to listen on (loopback by default)")->capture_default_str();
+  cmd->add_option("--port", o->http.port, "Port to listen on (0: any free port)")
+      ->check(IntInRange(0, 65535))->capture_default_str();
+  cmd->add_option("--parallel", o->engine.parallel, "Sessions generating at once; more requests queue")
+      ->check(IntInRange(1, 256))->capture_default_str();
+  cmd->add_option("--queue", o->engine.max_queue, "Requests waiting for a session at most; beyond: 429")
+      ->check(IntInRange(0, 4096))->capture_default_str();
+  AddKvFormatFlags(cmd, &o->shared);
+  AddBudgetFlags(cmd, &o->shared, "Each session's cache: ");
+  AddByteSizeFlag(cmd, "--kv-budget-per-session", &o->engine.kv_budget_per_session_bytes,
+                  "KV bytes one request may need (prompt + max_tokens positions); beyond: 413");
+  AddByteSizeFlag(cmd, "--kv-budget", &o->engine.kv_budget_bytes,
+                  "KV bytes of all sessions together; a request waits for room (413 if it alone needs more)");
+  cmd->add_option("--prefix-cache", o->engine.prefix_cache_dir,
+                  "Folder of prompt-prefix snapshots: prompts that extend a saved one skip its prefill, across "
+                  "restarts");
+  AddByteSizeFlag(cmd, "--prefix-cache-size", &o->engine.prefix_cache_max_bytes,
+                  "Bytes the prefix-cache folder may hold (oldest snapshots go first; default 4GiB)");
+  cmd->add_option("--api-key", o->http.api_key,
+                  "Require 'Authorization: Bearer KEY' on /v1/* and /metrics (default: $KVQ_API_KEY if set)")
+      ->envname("KVQ_API_KEY");
+  cmd->add_option("-c,--context", o->context, "Positions a session holds at most (0: the model's)")
+      ->check(IntInRange(0, int64_t{1} << 31))->capture_default_str();
+  cmd->add_option("--max-tokens", o->http.limits.max_tokens_limit, "The most max_tokens a request may ask for")
+      ->check(IntInRange(1, 1 << 24))->capture_default_str();
+  AddByteSizeFlag(cmd, "--max-body", &o->http.max_body_bytes, "Largest request body (default 8MiB); beyond: 413");
+  cmd->add_option("--timeout", o->http.request_timeout_seconds, "Seconds a request may wait and run; then 504")
+      ->check(CLI::Range(0.001, 1e7))->capture_default_str();
+  cmd->add_option("--read-timeout", o->http.read_timeout_seconds,
+                  "Seconds a client may take to send its request before the connection is dropped")
+      ->check(IntInRange(1, 3600))->capture_default_str();
+  cmd->add_option("--shutdown-grace", o->shutdown_grace_seconds,
+                  "On SIGTERM/SIGINT, seconds running requests get to finish")
+      ->check(CLI::Range(0.0, 86400.0))->capture_default_str();
+  cmd->add_option("--alias", o->alias, "The model id /v1/models lists (default: the model file's name)");
+  cmd->add_option("--web", o->web,
+                  "Folder of the browser page served at / ('auto': the build's web bundle if it exists; '': none)")
+      ->capture_default_str();
+  AddThreadsFlag(cmd, &o->shared);
+  cmd->callback([o, exit_code] { *exit_code = RunServe(*o); });
+}
+
+}  // namespace kvq::cli

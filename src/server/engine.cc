@@ -1,0 +1,496 @@
+// kvq serve's engine (see engine.h): admission, batched steps, sampling and stop rules.
+#include "server/engine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "kvq/kv_memory.h"
+#include "kvq/kv_spec.h"
+#include "kvq/log.h"
+
+namespace kvq::server {
+namespace {
+
+constexpr int32_t kPrefillBlock = 64;  // Session::Prefill's and Generate's block: the same cuts, the same bits
+using Clock = std::chrono::steady_clock;
+
+size_t CommonPrefix(std::span<const int32_t> a, std::span<const int32_t> b) {
+  const size_t n = std::min(a.size(), b.size());
+  return static_cast<size_t>(std::mismatch(a.begin(), a.begin() + n, b.begin()).first - a.begin());
+}
+
+// Bytes at the end of `text` that may be the start of a stop string, or of a UTF-8 character
+// still missing bytes: held back from the stream until the next token decides.
+size_t HoldBack(const std::string& text, const std::vector<std::string>& stop) {
+  size_t hold = 0;
+  for (const std::string& s : stop) {
+    for (size_t n = std::min(s.size() - 1, text.size()); n > hold; --n) {
+      if (text.compare(text.size() - n, n, s, 0, n) == 0) {
+        hold = n;
+        break;
+      }
+    }
+  }
+  // An incomplete UTF-8 sequence at the end: its lead byte says how many bytes it needs.
+  for (size_t back = 1; back <= std::min<size_t>(3, text.size()); ++back) {
+    const unsigned char c = static_cast<unsigned char>(text[text.size() - back]);
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: keep looking for the lead
+    const size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    if (need > back) hold = std::max(hold, back);
+    break;
+  }
+  return hold;
+}
+
+ApiError Refused(int status, std::string type, std::string code, std::string message) {
+  return {.status = status, .type = std::move(type), .message = std::move(message), .param = "", .code = std::move(code)};
+}
+
+}  // namespace
+
+// ---- Job ----
+
+Job::News Job::Wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait_for(lock, timeout, [&] { return finished || !unread.empty(); });
+  News news;
+  news.text = std::move(unread);
+  unread.clear();
+  news.finished = finished && unread.empty();
+  news.finish = finish;
+  news.usage = usage;
+  news.error = error;
+  return news;
+}
+
+void Job::Cancel() {
+  std::lock_guard<std::mutex> lock(mu);
+  cancelled = true;
+}
+
+double Job::ttft_seconds() const {
+  std::lock_guard<std::mutex> lock(mu);
+  return ttft;
+}
+
+void Job::Publish(std::string text, bool done, FinishReason reason, std::optional<ApiError> err) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!text.empty() && ttft == 0) ttft = std::chrono::duration<double>(Clock::now() - submitted).count();
+    unread += text;
+    if (done) {
+      finished = true;
+      finish = reason;
+      error = std::move(err);
+    }
+    usage.completion_tokens = static_cast<int64_t>(generated.size());
+  }
+  cv.notify_all();
+}
+
+// ---- Engine ----
+
+Engine::Engine(const Model& model, const EngineOptions& options, Metrics* metrics)
+    : model_(model), options_(options), metrics_(metrics), context_(model.info().context) {}
+
+Result<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineOptions& options, Metrics* metrics) {
+  if (options.parallel < 1 || options.parallel > 256) {
+    return Status::Error(fmt::format("--parallel must be in 1..256 (got {})", options.parallel));
+  }
+  std::unique_ptr<Engine> e(new Engine(model, options, metrics));
+  // The specs, for exact byte counts (kvq/kv_memory.h), and one session made now so a bad spec or
+  // budget is refused at start, not at the first request.
+  for (const KvLayerSpec& l : options.kv.layers.empty()
+                                  ? std::vector<KvLayerSpec>{{options.kv.key_format, options.kv.value_format}}
+                                  : options.kv.layers) {
+    Result<KvSpec> k = ParseKvSpec(l.key), v = ParseKvSpec(l.value);
+    if (!k.ok()) return k.status();
+    if (!v.ok()) return v.status();
+    e->layer_formats_.push_back(LayerFormats::Of(*k, *v));
+  }
+  for (int32_t i = 0; i < options.parallel; ++i) {
+    Result<std::unique_ptr<Session>> s = model.NewSession(options.kv);
+    if (!s.ok()) return s.status();
+    e->slots_.push_back(Slot{.session = std::move(s).value()});
+  }
+  if (options.kv_budget_per_session_bytes > 0 && e->KvBytesFor(2) > options.kv_budget_per_session_bytes) {
+    return Status::Error(fmt::format("--kv-budget-per-session {} B holds no request: 2 positions take {} B",
+                                     options.kv_budget_per_session_bytes, e->KvBytesFor(2)));
+  }
+  if (!options.prefix_cache_dir.empty()) {
+    Result<std::unique_ptr<PrefixStore>> store = PrefixStore::Open(
+        options.prefix_cache_dir, KvFolderName(options.kv.key_format, options.kv.value_format),
+        options.prefix_cache_max_bytes);
+    if (!store.ok()) return store.status();
+    e->prefix_store_ = std::move(store).value();
+    metrics->prefix_snapshots_refused += e->prefix_store_->refused();
+    Log(LogLevel::kInfo, fmt::format("prefix cache: {} snapshots in {}", e->prefix_store_->size(),
+                                     e->prefix_store_->folder()));
+  }
+  e->thread_ = std::thread([raw = e.get()] { raw->Loop(); });
+  return e;
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  const ApiError gone = Refused(503, "server_error", "shutting_down", "the server is shutting down");
+  for (Slot& s : slots_) {
+    if (s.job) s.job->Publish("", true, FinishReason::kStop, gone);
+  }
+  for (const auto& job : queue_) job->Publish("", true, FinishReason::kStop, gone);
+}
+
+int64_t Engine::KvBytesFor(int64_t positions) const {
+  const ModelInfo& info = model_.info();
+  Result<int64_t> bytes = KvBytesForContext(
+      layer_formats_, {.n_layers = info.n_layers, .n_kv_heads = info.n_kv_heads, .head_dim = info.head_dim},
+      std::max<int64_t>(1, positions));
+  return bytes.ok() ? *bytes : INT64_MAX;
+}
+
+std::variant<std::shared_ptr<Job>, ApiError> Engine::Submit(JobSpec spec) {
+  const int64_t n_prompt = static_cast<int64_t>(spec.prompt.size());
+  if (n_prompt == 0) return Refused(400, "invalid_request_error", "", "the prompt has no tokens");
+  if (n_prompt >= context_) {
+    return Refused(400, "invalid_request_error", "context_length_exceeded",
+                   fmt::format("the prompt is {} tokens; this server's context is {} (room is needed for at least "
+                               "one new token)", n_prompt, context_));
+  }
+  const int64_t positions = std::min<int64_t>(context_, n_prompt + spec.max_tokens);
+  const int64_t need = KvBytesFor(positions);
+  if (options_.kv_budget_per_session_bytes > 0 && need > options_.kv_budget_per_session_bytes) {
+    return Refused(413, "invalid_request_error", "kv_budget_exceeded",
+                   fmt::format("the prompt ({} tokens) and max_tokens ({}) need {} B of KV cache; the per-session "
+                               "budget (--kv-budget-per-session) is {} B", n_prompt, spec.max_tokens, need,
+                               options_.kv_budget_per_session_bytes));
+  }
+  if (options_.kv_budget_bytes > 0 && need > options_.kv_budget_bytes) {
+    return Refused(413, "invalid_request_error", "kv_budget_exceeded",
+                   fmt::format("the prompt ({} tokens) and max_tokens ({}) need {} B of KV cache; the server's "
+                               "whole budget (--kv-budget) is {} B", n_prompt, spec.max_tokens, need,
+                               options_.kv_budget_bytes));
+  }
+  std::shared_ptr<Job> job(new Job(std::move(spec)));
+  job->kv_reserved_bytes = need;
+  job->usage.prompt_tokens = n_prompt;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (draining_ || stop_) return Refused(503, "server_error", "shutting_down", "the server is shutting down");
+    if (static_cast<int32_t>(queue_.size()) >= options_.max_queue) {
+      return Refused(429, "rate_limit_exceeded", "queue_full",
+                     fmt::format("{} requests are waiting for a session already (--parallel {}, queue {}); retry "
+                                 "later", queue_.size(), options_.parallel, options_.max_queue));
+    }
+    queue_.push_back(job);
+    metrics_->queued_requests = static_cast<int64_t>(queue_.size());
+  }
+  wake_.notify_all();
+  return job;
+}
+
+void Engine::Drain(std::chrono::milliseconds grace) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    draining_ = true;
+  }
+  const auto until = Clock::now() + grace;
+  while (Clock::now() < until) {
+    bool busy = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      busy = !queue_.empty() || metrics_->active_sessions.load() > 0;
+    }
+    if (!busy) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stop_ = true;  // the loop ends; the destructor tells what was left
+  wake_.notify_all();
+}
+
+void Engine::Loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait(lock, [&] {
+        return stop_ || !queue_.empty() || std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) {
+                 return s.job != nullptr;
+               });
+      });
+      if (stop_) return;
+    }
+    Admit();
+    Step();
+    PublishMetrics();
+  }
+}
+
+int64_t Engine::ReservedBytes() const {
+  int64_t total = 0;
+  for (const Slot& s : slots_) total += s.job ? s.job->kv_reserved_bytes : s.session->kv_bytes();
+  return total;
+}
+
+void Engine::Admit() {
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      // Jobs cancelled or past their deadline while queued leave without a slot.
+      while (!queue_.empty()) {
+        std::shared_ptr<Job>& front = queue_.front();
+        bool cancelled = false;
+        {
+          std::lock_guard<std::mutex> jl(front->mu);
+          cancelled = front->cancelled;
+        }
+        if (cancelled || Clock::now() > front->spec.deadline) {
+          front->Publish("", true, FinishReason::kStop,
+                         cancelled ? std::nullopt
+                                   : std::optional<ApiError>(Refused(504, "server_error", "timeout",
+                                                                     "the request waited past its timeout")));
+          queue_.pop_front();
+          continue;
+        }
+        break;
+      }
+      if (queue_.empty()) break;
+      job = queue_.front();
+    }
+    if (!AdmitOne(job)) break;  // no slot or no room: it keeps its place at the head
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.pop_front();
+    metrics_->queued_requests = static_cast<int64_t>(queue_.size());
+  }
+}
+
+bool Engine::AdmitOne(const std::shared_ptr<Job>& job) {
+  const std::vector<int32_t>& prompt = job->spec.prompt;
+  // The idle slot whose cache shares the longest prefix with the prompt (ties: least recently used).
+  Slot* best = nullptr;
+  size_t best_common = 0;
+  for (Slot& s : slots_) {
+    if (s.job) continue;
+    const size_t common = CommonPrefix(s.session->tokens(), prompt);
+    if (best == nullptr || common > best_common || (common == best_common && s.last_used < best->last_used)) {
+      best = &s;
+      best_common = common;
+    }
+  }
+  if (best == nullptr) return false;
+  // Room in the total budget: idle sessions' caches are evicted, least recently used first.
+  if (options_.kv_budget_bytes > 0) {
+    int64_t reserved = ReservedBytes() - best->session->kv_bytes();
+    std::vector<Slot*> idle;
+    for (Slot& s : slots_) {
+      if (!s.job && &s != best && s.session->positions() > 0) idle.push_back(&s);
+    }
+    std::sort(idle.begin(), idle.end(), [](const Slot* a, const Slot* b) { return a->last_used < b->last_used; });
+    for (Slot* s : idle) {
+      if (reserved + job->kv_reserved_bytes <= options_.kv_budget_bytes) break;
+      reserved -= s->session->kv_bytes();
+      (void)s->session->Clear();
+    }
+    if (reserved + job->kv_reserved_bytes > options_.kv_budget_bytes) return false;
+  }
+  Session& session = *best->session;
+  // Never reuse all of the prompt: its last token runs again, for the logits.
+  size_t reuse = std::min(best_common, prompt.size() - 1);
+  bool from_disk = false;
+  if (prefix_store_) {
+    if (auto match = prefix_store_->Find(prompt); match && std::min(match->second, prompt.size() - 1) > reuse) {
+      if (prefix_store_->Load(*match->first, session).ok()) {
+        reuse = std::min(match->second, prompt.size() - 1);
+        from_disk = true;
+      } else {
+        metrics_->prefix_snapshots_refused++;
+        reuse = 0;  // the session was cleared
+      }
+    }
+  }
+  if (static_cast<size_t>(session.positions()) > reuse) {
+    if (Status s = session.Truncate(static_cast<int64_t>(reuse)); !s.ok()) {
+      Log(LogLevel::kWarning, "serve: truncating a cached prefix failed (" + s.message() + "); starting empty");
+      (void)session.Clear();
+      reuse = 0;
+    }
+  }
+  reuse = static_cast<size_t>(session.positions());  // what the cache holds now
+  if (reuse > 0) {
+    (from_disk ? metrics_->prefix_hits_disk : metrics_->prefix_hits_live)++;
+  } else {
+    metrics_->prefix_misses++;
+  }
+  metrics_->prompt_tokens += static_cast<int64_t>(prompt.size());
+  metrics_->prompt_tokens_reused += static_cast<int64_t>(reuse);
+  {
+    std::lock_guard<std::mutex> lock(job->mu);
+    job->usage.cached_tokens = static_cast<int64_t>(reuse);
+  }
+  session.SetSampler(job->spec.sampling);
+  best->job = job;
+  best->pending.assign(prompt.begin() + static_cast<ptrdiff_t>(reuse), prompt.end());
+  best->next_token = -1;
+  best->prompt_done = false;
+  best->last_used = step_;
+  return true;
+}
+
+void Engine::Step() {
+  ++step_;
+  std::vector<BatchItem> items;
+  std::vector<Slot*> in_batch;
+  std::vector<int32_t> chunk_sizes;
+  int32_t prefill_budget = options_.max_prefill_tokens_per_step;
+  for (Slot& s : slots_) {
+    if (!s.job) continue;
+    bool cancelled = false;
+    {
+      std::lock_guard<std::mutex> lock(s.job->mu);
+      cancelled = s.job->cancelled;
+    }
+    if (cancelled) {
+      Finish(s, FinishReason::kStop);
+      continue;
+    }
+    if (Clock::now() > s.job->spec.deadline) {
+      Finish(s, FinishReason::kLength, Refused(504, "server_error", "timeout", "the request ran past its timeout"));
+      continue;
+    }
+    if (!s.pending.empty()) {
+      const int32_t n = std::min<int32_t>(kPrefillBlock, static_cast<int32_t>(s.pending.size()));
+      if (n > prefill_budget && !items.empty()) continue;  // next step: decodes stay short
+      prefill_budget -= n;
+      items.push_back({.session = s.session.get(), .tokens = std::span<const int32_t>(s.pending.data(), n)});
+      chunk_sizes.push_back(n);
+    } else if (s.next_token >= 0) {
+      items.push_back({.session = s.session.get(), .tokens = std::span<const int32_t>(&s.next_token, 1)});
+      chunk_sizes.push_back(0);
+    } else {
+      continue;
+    }
+    in_batch.push_back(&s);
+  }
+  if (items.empty()) return;
+  const auto t0 = Clock::now();
+  const Status st = Session::RunBatch(items);
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  metrics_->steps++;
+  metrics_->step_seconds_total = metrics_->step_seconds_total.load() + seconds;
+  if (!st.ok()) {
+    Log(LogLevel::kError, "serve: a batched step failed: " + st.message());
+    for (Slot* s : in_batch) {
+      Finish(*s, FinishReason::kStop, Refused(500, "server_error", "", "generation failed: " + st.message()));
+    }
+    return;
+  }
+  int64_t decoded = 0;
+  for (size_t i = 0; i < in_batch.size(); ++i) {
+    Slot& s = *in_batch[i];
+    s.last_used = step_;
+    if (chunk_sizes[i] > 0) {
+      s.pending.erase(s.pending.begin(), s.pending.begin() + chunk_sizes[i]);
+      if (!s.pending.empty()) continue;
+      s.prompt_done = true;
+      if (prefix_store_ && static_cast<int32_t>(s.session->positions()) >= options_.min_prefix_tokens) {
+        Result<bool> saved = prefix_store_->Save(*s.session);
+        if (!saved.ok()) {
+          Log(LogLevel::kWarning, "serve: " + saved.status().message());
+        } else if (*saved) {
+          metrics_->prefix_snapshots_saved++;
+        }
+      }
+    } else {
+      ++decoded;
+    }
+    Advance(s);
+  }
+  // tokens per second over this step, smoothed (a gauge for dashboards, not a benchmark)
+  if (decoded > 0 && seconds > 0) {
+    const double rate = static_cast<double>(decoded) / seconds;
+    const double old = metrics_->decode_tokens_per_second.load();
+    metrics_->decode_tokens_per_second = old == 0 ? rate : 0.9 * old + 0.1 * rate;
+  }
+}
+
+void Engine::Advance(Slot& slot) {
+  Job& job = *slot.job;
+  Result<int32_t> token = slot.session->Sample();
+  if (!token.ok()) {
+    Finish(slot, FinishReason::kStop, Refused(500, "server_error", "", token.status().message()));
+    return;
+  }
+  if (model_.IsEndOfGeneration(*token) && !job.spec.ignore_eos) {
+    Finish(slot, FinishReason::kStop);
+    return;
+  }
+  job.generated.push_back(*token);
+  metrics_->generated_tokens++;
+  Result<std::string> text = model_.Detokenize(job.generated);
+  if (!text.ok()) {
+    Finish(slot, FinishReason::kStop, Refused(500, "server_error", "", text.status().message()));
+    return;
+  }
+  // A stop string ends the text before it; the search starts where a new match could begin.
+  size_t stop_at = std::string::npos;
+  for (const std::string& s : job.spec.stop) {
+    const size_t from = job.emitted_bytes > s.size() ? job.emitted_bytes - s.size() : 0;
+    stop_at = std::min(stop_at, text->find(s, from));
+  }
+  if (stop_at != std::string::npos) {
+    job.Publish(text->substr(job.emitted_bytes, stop_at - job.emitted_bytes), false, FinishReason::kStop, {});
+    job.emitted_bytes = stop_at;
+    Finish(slot, FinishReason::kStop, std::nullopt, /*flush_held=*/false);
+    return;
+  }
+  const bool at_max = static_cast<int32_t>(job.generated.size()) >= job.spec.max_tokens;
+  const bool context_full = slot.session->positions() + 1 >= context_;
+  if (at_max || context_full) {
+    job.Publish(text->substr(std::min(job.emitted_bytes, text->size())), false, FinishReason::kLength, {});
+    job.emitted_bytes = text->size();
+    Finish(slot, FinishReason::kLength);
+    return;
+  }
+  const size_t safe = text->size() - HoldBack(*text, job.spec.stop);
+  if (safe > job.emitted_bytes) {
+    job.Publish(text->substr(job.emitted_bytes, safe - job.emitted_bytes), false, FinishReason::kStop, {});
+    job.emitted_bytes = safe;
+  }
+  slot.next_token = *token;
+}
+
+void Engine::Finish(Slot& slot, FinishReason reason, std::optional<ApiError> error, bool flush_held) {
+  Job& job = *slot.job;
+  const bool failed = error.has_value();
+  std::string rest;
+  if (!failed && flush_held) {
+    // Text held back for a stop string that never came, or an incomplete character, goes out now.
+    Result<std::string> text = model_.Detokenize(job.generated);
+    if (text.ok() && text->size() > job.emitted_bytes) rest = text->substr(job.emitted_bytes);
+  }
+  job.Publish(std::move(rest), true, reason, std::move(error));
+  slot.job.reset();
+  slot.pending.clear();
+  slot.next_token = -1;
+  if (failed) (void)slot.session->Clear();  // what it holds is not known to be whole
+}
+
+void Engine::PublishMetrics() {
+  int64_t active = 0, bytes = 0, device = 0;
+  for (const Slot& s : slots_) {
+    active += s.job ? 1 : 0;
+    bytes += s.session->kv_bytes();
+    device += s.session->kv_plan().device_bytes;
+  }
+  metrics_->active_sessions = active;
+  (options_.kv.budgets.disk_dir.empty() ? metrics_->kv_bytes_host : metrics_->kv_bytes_disk) = bytes;
+  metrics_->kv_bytes_device = device;
+}
+
+}  // namespace kvq::server

@@ -1,0 +1,156 @@
+// The engine under kvq serve: a fixed number of session slots (--parallel), a queue of requests
+// beyond them, and one scheduler thread that advances every active session by one batched
+// forward pass per step (Session::RunBatch: each weight matrix read once per step for all of them).
+// A request's prompt is prefilled in blocks of 64 tokens — the blocks `kvq run` and
+// Session::Generate cut — interleaved with the other sessions' decode tokens, so a greedy request
+// gives the same tokens whether it runs alone or among others.
+//
+// Prefix reuse: an idle slot keeps its session's cache; a new request goes to the idle slot whose
+// tokens share the longest prefix with its prompt, which is truncated to that prefix in place
+// (KvCache::Truncate) and only the rest is prefilled. With a prefix-cache folder, prompts are also
+// saved as verified snapshots (PrefixStore) that survive restarts.
+//
+// Threads: Submit and Job's methods are called from HTTP threads; everything touching sessions
+// runs on the scheduler thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "kvq/model.h"
+#include "kvq/session.h"
+#include "server/metrics.h"
+#include "server/openai_protocol.h"
+#include "server/prefix_store.h"
+
+namespace kvq::server {
+
+struct EngineOptions {
+  int32_t parallel = 4;      ///< sessions that generate at once (slots)
+  int32_t max_queue = 64;    ///< requests waiting for a slot at most; beyond: 429
+  KvOptions kv;              ///< every session's cache (formats, tier budgets)
+  int64_t kv_budget_per_session_bytes = 0;  ///< 0: none. A request needing more KV: 413
+  int64_t kv_budget_bytes = 0;  ///< all sessions' KV together; 0: none. Waits for room; alone too big: 413
+  std::string prefix_cache_dir;  ///< "": no snapshots on disk
+  int64_t prefix_cache_max_bytes = int64_t{4} << 30;
+  int32_t min_prefix_tokens = 32;      ///< shorter prompts are not saved as snapshots
+  int32_t max_prefill_tokens_per_step = 256;  ///< keeps decode steps short while prompts prefill
+};
+
+/// What to generate, already tokenized and checked by the HTTP layer.
+struct JobSpec {
+  std::vector<int32_t> prompt;  ///< ids, BOS included when the model wants it
+  int32_t max_tokens = 16;      ///< ≥ 1
+  std::vector<std::string> stop;
+  SamplerOptions sampling;
+  bool ignore_eos = false;      ///< generate max_tokens even past end tokens (benchmarks)
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+};
+
+/// One request's progress, shared by its HTTP thread (Wait, Cancel) and the scheduler.
+class Job {
+ public:
+  struct News {
+    std::string text;      ///< text produced since the last Wait
+    bool finished = false;
+    FinishReason finish = FinishReason::kStop;
+    Usage usage;
+    std::optional<ApiError> error;  ///< set when it failed (finished is then true too)
+  };
+  /// Waits up to `timeout` for new text or the end, and takes what arrived.
+  News Wait(std::chrono::milliseconds timeout);
+  /// The client went away: the scheduler frees the slot at its next step.
+  void Cancel();
+  /// Seconds from Submit to the first generated token's text (0 until then).
+  double ttft_seconds() const;
+
+ private:
+  friend class Engine;
+  explicit Job(JobSpec s) : spec(std::move(s)) {}
+  void Publish(std::string text, bool finished, FinishReason finish, std::optional<ApiError> error);
+
+  JobSpec spec;
+  std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::string unread;     // text not yet taken by Wait
+  bool finished = false;
+  bool cancelled = false;
+  FinishReason finish = FinishReason::kStop;
+  std::optional<ApiError> error;
+  Usage usage;
+  double ttft = 0;
+  // Scheduler-side state (only the scheduler thread touches these).
+  std::vector<int32_t> generated;  // ids, end tokens excluded
+  size_t emitted_bytes = 0;        // bytes of the generated text published so far
+  int64_t kv_reserved_bytes = 0;   // what admission counted for it
+};
+
+class Engine {
+ public:
+  /// Starts the scheduler thread. Errors: options out of range, a KV spec or budget the model's
+  /// sessions cannot have, a prefix-cache folder that cannot be made.
+  static Result<std::unique_ptr<Engine>> Create(const Model& model, const EngineOptions& options, Metrics* metrics);
+  ~Engine();  ///< cancels what runs and waits for the scheduler thread
+
+  /// Queues a job. Errors: the queue is full (429), the request can never fit a budget (413),
+  /// the engine is draining (503).
+  std::variant<std::shared_ptr<Job>, ApiError> Submit(JobSpec spec);
+  /// Refuses new jobs and waits up to `grace` for queued and running ones to finish; the rest are
+  /// cancelled.
+  void Drain(std::chrono::milliseconds grace);
+
+  int64_t context() const { return context_; }
+  /// Exact KV bytes `positions` take in a session's cache (every layer, K and V).
+  int64_t KvBytesFor(int64_t positions) const;
+
+ private:
+  struct Slot {
+    std::unique_ptr<Session> session;
+    std::shared_ptr<Job> job;          // null: idle
+    std::vector<int32_t> pending;      // prompt tokens still to prefill
+    int32_t next_token = -1;           // sampled, to run next step
+    bool prompt_done = false;
+    int64_t last_used = 0;             // step of last use (LRU eviction)
+  };
+
+  Engine(const Model& model, const EngineOptions& options, Metrics* metrics);
+  void Loop();
+  void Admit();
+  bool AdmitOne(const std::shared_ptr<Job>& job);
+  void Step();
+  // After the session's logits are those after its last token: sample, publish, decide.
+  void Advance(Slot& slot);
+  // Ends the slot's job; `flush_held`: publish text held back for a possible stop string first.
+  void Finish(Slot& slot, FinishReason reason, std::optional<ApiError> error = std::nullopt,
+              bool flush_held = true);
+  int64_t ReservedBytes() const;  // active reservations + idle sessions' bytes
+  void PublishMetrics();
+
+  const Model& model_;
+  EngineOptions options_;
+  Metrics* metrics_;
+  int64_t context_ = 0;
+  std::vector<LayerFormats> layer_formats_;  // for KvBytesFor
+  std::unique_ptr<PrefixStore> prefix_store_;
+  std::vector<Slot> slots_;
+  int64_t step_ = 0;
+
+  std::mutex mu_;  // guards queue_, draining_, stop_
+  std::condition_variable wake_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  bool draining_ = false;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace kvq::server

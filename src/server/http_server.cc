@@ -1,0 +1,245 @@
+// kvq serve's HTTP routes (see http_server.h).
+#include "server/http_server.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <random>
+
+#include "kvq/log.h"
+
+namespace kvq::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void Reply(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(e.Json(), "application/json");
+}
+
+ApiError Error(int status, std::string type, std::string message, std::string code = "") {
+  return {.status = status, .type = std::move(type), .message = std::move(message), .param = "", .code = std::move(code)};
+}
+
+// Compares without returning early, so the time taken says nothing about where a guess differs.
+bool SameSecret(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+  return diff == 0;
+}
+
+std::string ResponseId(Endpoint endpoint) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format("{}-{:016x}", endpoint == Endpoint::kChatCompletions ? "chatcmpl" : "cmpl", rng());
+}
+
+std::string RouteLabel(const std::string& path) {
+  for (const char* known : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"}) {
+    if (path == known) return path;
+  }
+  return "other";
+}
+
+}  // namespace
+
+HttpServer::HttpServer(const Model& model, Engine& engine, Metrics& metrics, ChatTemplate chat_template,
+                       std::string chat_template_origin, ServerOptions options)
+    : model_(model),
+      engine_(engine),
+      metrics_(metrics),
+      chat_template_(std::move(chat_template)),
+      chat_template_origin_(std::move(chat_template_origin)),
+      options_(std::move(options)),
+      http_(std::make_unique<httplib::Server>()) {
+  Routes();
+}
+
+HttpServer::~HttpServer() = default;
+
+Result<int> HttpServer::Bind() {
+  if (!options_.web_root.empty()) {
+    if (!std::filesystem::is_directory(options_.web_root) || !http_->set_mount_point("/", options_.web_root)) {
+      return Status::Error(fmt::format("--web {}: not a folder", options_.web_root));
+    }
+  }
+  const int port = options_.port == 0 ? http_->bind_to_any_port(options_.host)
+                                      : (http_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
+  if (port < 0) {
+    return Status::Error(fmt::format("cannot listen on {}:{} (is the address valid and the port free?)",
+                                     options_.host, options_.port));
+  }
+  return port;
+}
+
+void HttpServer::Serve() { http_->listen_after_bind(); }
+void HttpServer::Stop() { http_->stop(); }
+
+std::variant<std::vector<int32_t>, ApiError> HttpServer::PromptIds(const GenerationRequest& r) const {
+  if (r.endpoint == Endpoint::kCompletions) return model_.Tokenize(r.prompt);
+  const ModelInfo& info = model_.info();
+  ChatRenderOptions render{.add_generation_prompt = true,
+                           .bos_token = info.bos >= 0 ? model_.TokenPiece(info.bos) : "",
+                           .eos_token = info.eos >= 0 ? model_.TokenPiece(info.eos) : "",
+                           .enable_thinking = r.enable_thinking};
+  Result<std::string> text = chat_template_.Render(r.messages, render);
+  if (!text.ok()) {
+    return Error(400, "invalid_request_error",
+                 fmt::format("the chat template ({}) refused the messages: {}", chat_template_origin_,
+                             text.status().message()));
+  }
+  // A template that writes BOS itself (Llama 3's does) gets no second one from the tokenizer.
+  const bool has_bos = !render.bos_token.empty() && text->starts_with(render.bos_token);
+  return model_.Tokenize(*text, has_bos ? AddBos::kNo : AddBos::kModelDefault);
+}
+
+void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::Response& res) {
+  std::variant<GenerationRequest, ApiError> parsed = ParseGenerationRequest(endpoint, body, options_.limits);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return Reply(res, *e);
+  GenerationRequest& r = std::get<GenerationRequest>(parsed);
+  if (!r.model.empty() && r.model != options_.model_id) {
+    return Reply(res, Error(404, "invalid_request_error",
+                            fmt::format("The model '{}' does not exist; this server serves '{}'", r.model,
+                                        options_.model_id),
+                            "model_not_found"));
+  }
+  std::variant<std::vector<int32_t>, ApiError> ids = PromptIds(r);
+  if (auto* e = std::get_if<ApiError>(&ids)) return Reply(res, *e);
+  JobSpec spec;
+  spec.prompt = std::move(std::get<std::vector<int32_t>>(ids));
+  const int64_t room = engine_.context() - static_cast<int64_t>(spec.prompt.size());
+  spec.max_tokens = r.max_tokens.value_or(static_cast<int32_t>(
+      std::clamp<int64_t>(room, 1, options_.limits.max_tokens_limit)));
+  spec.stop = r.stop;
+  spec.sampling = r.sampling;
+  spec.ignore_eos = r.ignore_eos;
+  spec.deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(options_.request_timeout_seconds * 1e3));
+  std::variant<std::shared_ptr<Job>, ApiError> submitted = engine_.Submit(std::move(spec));
+  if (auto* e = std::get_if<ApiError>(&submitted)) return Reply(res, *e);
+  std::shared_ptr<Job> job = std::get<std::shared_ptr<Job>>(submitted);
+  const ResponseMeta meta{.id = ResponseId(endpoint), .created = static_cast<int64_t>(std::time(nullptr)),
+                          .model = options_.model_id};
+  if (!r.stream) {
+    std::string text;
+    for (;;) {
+      Job::News news = job->Wait(std::chrono::milliseconds(500));
+      text += news.text;
+      if (!news.finished) continue;
+      if (news.error) return Reply(res, *news.error);
+      res.set_content(CompletionJson(endpoint, meta, text, news.finish, news.usage), "application/json");
+      return;
+    }
+  }
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  const bool include_usage = r.include_usage;
+  auto first = std::make_shared<bool>(true);
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [job, meta, endpoint, include_usage, first](size_t, httplib::DataSink& sink) {
+        auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+        if (*first) {
+          *first = false;
+          if (endpoint == Endpoint::kChatCompletions &&
+              !write(SseEvent(StreamChunkJson(endpoint, meta, "", true, std::nullopt, nullptr)))) {
+            job->Cancel();
+            return false;
+          }
+        }
+        Job::News news = job->Wait(std::chrono::milliseconds(1000));
+        if (news.error) {
+          // Headers are out: the error travels as an event in OpenAI's error shape, then the end.
+          write(SseEvent(news.error->Json()));
+          write("data: [DONE]\n\n");
+          sink.done();
+          return true;
+        }
+        const std::string& text = news.text;
+        if (news.finished) {
+          std::optional<FinishReason> finish = news.finish;
+          if (!write(SseEvent(StreamChunkJson(endpoint, meta, text, false, finish, &news.usage)))) return false;
+          if (include_usage && !write(SseEvent(UsageChunkJson(endpoint, meta, news.usage)))) return false;
+          write("data: [DONE]\n\n");
+          sink.done();
+          return true;
+        }
+        // Nothing new: an SSE comment, which clients ignore, finds a client that went away.
+        const std::string event = text.empty() ? std::string(": waiting\n\n")
+                                               : SseEvent(StreamChunkJson(endpoint, meta, text, false, std::nullopt, nullptr));
+        if (!write(event)) {
+          job->Cancel();
+          return false;
+        }
+        return true;
+      },
+      [job](bool success) {
+        if (!success) job->Cancel();  // the connection ended before the stream did
+      });
+}
+
+void HttpServer::Routes() {
+  httplib::Server& s = *http_;
+  s.new_task_queue = [n = options_.http_threads] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
+  s.set_payload_max_length(static_cast<size_t>(options_.max_body_bytes));
+  s.set_read_timeout(options_.read_timeout_seconds, 0);
+  s.set_write_timeout(options_.write_timeout_seconds, 0);
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (options_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    const bool api = req.path.starts_with("/v1/") || req.path == "/metrics";
+    if (!api) return httplib::Server::HandlerResponse::Unhandled;  // the page: static files
+    const std::string given = req.get_header_value("Authorization");
+    if (!SameSecret(given, "Bearer " + options_.api_key)) {
+      Reply(res, Error(401, "invalid_request_error",
+                       given.empty() ? "no API key: send the header 'Authorization: Bearer KEY'"
+                                     : "the API key is not valid",
+                       "invalid_api_key"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  s.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    ApiError e = Error(res.status, "invalid_request_error", fmt::format("HTTP {}", res.status));
+    if (res.status == 404) e.message = fmt::format("no route {} {}", req.method, req.path);
+    if (res.status == 413) {
+      e.message = fmt::format("the request body is larger than this server's limit of {} bytes", options_.max_body_bytes);
+      e.code = "request_too_large";
+    }
+    Reply(res, e);
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "unknown error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    Log(LogLevel::kError, "serve: a handler threw: " + what);
+    Reply(res, Error(500, "server_error", "internal error: " + what));
+  });
+  s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    metrics_.CountRequest(RouteLabel(req.path), res.status);
+  });
+  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    Generate(Endpoint::kCompletions, req.body, res);
+  });
+  s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    Generate(Endpoint::kChatCompletions, req.body, res);
+  });
+  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(ModelsJson(options_.model_id, static_cast<int64_t>(std::time(nullptr))), "application/json");
+  });
+  s.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"status":"ok"})", "application/json");
+  });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_.Render(), "text/plain; version=0.0.4");
+  });
+}
+
+}  // namespace kvq::server

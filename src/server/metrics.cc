@@ -1,0 +1,56 @@
+// Prometheus text for kvq serve (see metrics.h).
+#include "server/metrics.h"
+
+#include <fmt/format.h>
+
+namespace kvq::server {
+namespace {
+
+void Metric(std::string& out, const char* name, const char* type, const char* help, double value) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
+}
+
+}  // namespace
+
+void Metrics::CountRequest(const std::string& route, int status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++requests_[{route, status}];
+}
+
+std::string Metrics::Render() const {
+  std::string out;
+  out += "# HELP kvq_requests_total HTTP requests by route and status code.\n# TYPE kvq_requests_total counter\n";
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, count] : requests_) {
+      out += fmt::format("kvq_requests_total{{route=\"{}\",code=\"{}\"}} {}\n", key.first, key.second, count);
+    }
+  }
+  Metric(out, "kvq_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.", prompt_tokens.load());
+  Metric(out, "kvq_prompt_tokens_reused_total", "counter", "Prompt tokens whose prefill a cached prefix skipped.",
+         prompt_tokens_reused.load());
+  Metric(out, "kvq_generated_tokens_total", "counter", "Tokens generated.", generated_tokens.load());
+  Metric(out, "kvq_decode_tokens_per_second", "gauge", "Tokens generated per second over the last few seconds.",
+         decode_tokens_per_second.load());
+  Metric(out, "kvq_steps_total", "counter", "Batched forward passes.", steps.load());
+  Metric(out, "kvq_step_seconds_total", "counter", "Seconds spent in batched forward passes.",
+         step_seconds_total.load());
+  out += "# HELP kvq_prefix_hits_total Requests whose prompt reused a cached prefix, by where it was.\n"
+         "# TYPE kvq_prefix_hits_total counter\n";
+  out += fmt::format("kvq_prefix_hits_total{{source=\"live\"}} {}\n", prefix_hits_live.load());
+  out += fmt::format("kvq_prefix_hits_total{{source=\"disk\"}} {}\n", prefix_hits_disk.load());
+  Metric(out, "kvq_prefix_misses_total", "counter", "Requests with no cached prefix.", prefix_misses.load());
+  Metric(out, "kvq_prefix_snapshots_saved_total", "counter", "Prompt prefixes saved to the prefix cache.",
+         prefix_snapshots_saved.load());
+  Metric(out, "kvq_prefix_snapshots_refused_total", "counter",
+         "Prefix snapshots refused as damaged or mismatched (and deleted).", prefix_snapshots_refused.load());
+  Metric(out, "kvq_active_sessions", "gauge", "Sessions generating now.", active_sessions.load());
+  Metric(out, "kvq_queued_requests", "gauge", "Requests waiting for a session.", queued_requests.load());
+  out += "# HELP kvq_kv_bytes KV cache bytes held, by tier.\n# TYPE kvq_kv_bytes gauge\n";
+  out += fmt::format("kvq_kv_bytes{{tier=\"device\"}} {}\n", kv_bytes_device.load());
+  out += fmt::format("kvq_kv_bytes{{tier=\"host\"}} {}\n", kv_bytes_host.load());
+  out += fmt::format("kvq_kv_bytes{{tier=\"disk\"}} {}\n", kv_bytes_disk.load());
+  return out;
+}
+
+}  // namespace kvq::server

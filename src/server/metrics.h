@@ -1,0 +1,45 @@
+// kvq serve's counters and gauges, written by the HTTP threads and the scheduler, read by
+// GET /metrics as Prometheus text (exposition format 0.0.4).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace kvq::server {
+
+class Metrics {
+ public:
+  /// A finished HTTP request: its route ("/v1/completions", "other"...) and status code.
+  void CountRequest(const std::string& route, int status);
+
+  std::atomic<int64_t> prompt_tokens{0};        ///< prompt tokens of admitted requests
+  std::atomic<int64_t> prompt_tokens_reused{0};  ///< of which a cached prefix skipped
+  std::atomic<int64_t> generated_tokens{0};
+  std::atomic<int64_t> prefix_hits_live{0};      ///< requests that reused an idle session's prefix
+  std::atomic<int64_t> prefix_hits_disk{0};      ///< requests that loaded a prefix snapshot
+  std::atomic<int64_t> prefix_misses{0};
+  std::atomic<int64_t> prefix_snapshots_saved{0};
+  std::atomic<int64_t> prefix_snapshots_refused{0};  ///< damaged snapshots deleted
+  std::atomic<int64_t> active_sessions{0};
+  std::atomic<int64_t> queued_requests{0};
+  std::atomic<int64_t> steps{0};                 ///< batched forward passes
+  std::atomic<int64_t> kv_bytes_host{0};         ///< every session's KV contents, master in RAM
+  std::atomic<int64_t> kv_bytes_disk{0};         ///< the same with a disk master (--kv-disk)
+  std::atomic<int64_t> kv_bytes_device{0};       ///< device working sets allocated
+  /// Decode tokens per second over the last few seconds (the scheduler updates it each step).
+  std::atomic<double> decode_tokens_per_second{0};
+  std::atomic<double> step_seconds_total{0};
+
+  /// The Prometheus text of everything above.
+  std::string Render() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, int>, int64_t> requests_;  // (route, status) → count
+};
+
+}  // namespace kvq::server

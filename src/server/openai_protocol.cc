@@ -1,0 +1,347 @@
+// The OpenAI wire format (see openai_protocol.h).
+#include "server/openai_protocol.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <random>
+
+namespace kvq::server {
+namespace {
+
+using json = nlohmann::json;
+
+ApiError Invalid(std::string param, std::string message) {
+  return {.status = 400, .type = "invalid_request_error", .message = std::move(message), .param = std::move(param)};
+}
+
+// The JSON type of a value, as an error message names it.
+const char* TypeName(const json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number_integer() || v.is_number_unsigned()) return "an integer";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "an array";
+  return "an object";
+}
+
+std::optional<ApiError> WrongType(const std::string& field, const json& v, const char* expected) {
+  return Invalid(field, fmt::format("'{}' must be {} (got {})", field, expected, TypeName(v)));
+}
+
+// A number field in [lo, hi] (open ends where `lo_open`/`hi_open`), or an error.
+std::optional<ApiError> ReadNumber(const json& body, const char* field, double lo, double hi, bool lo_open,
+                                   bool hi_open, float* out) {
+  if (!body.contains(field) || body[field].is_null()) return std::nullopt;
+  const json& v = body[field];
+  if (!v.is_number()) return WrongType(field, v, "a number");
+  const double x = v.get<double>();
+  if (!std::isfinite(x) || (lo_open ? x <= lo : x < lo) || (hi_open ? x >= hi : x > hi)) {
+    return Invalid(field, fmt::format("'{}' must be in {}{}, {}{} (got {})", field, lo_open ? "(" : "[", lo, hi,
+                                      hi_open ? ")" : "]", x));
+  }
+  *out = static_cast<float>(x);
+  return std::nullopt;
+}
+
+// An integer field in [lo, hi], or an error. Numbers with a fraction are not integers.
+std::optional<ApiError> ReadInteger(const json& body, const char* field, int64_t lo, int64_t hi,
+                                    std::optional<int64_t>* out) {
+  if (!body.contains(field) || body[field].is_null()) return std::nullopt;
+  const json& v = body[field];
+  if (v.is_number_unsigned()) {
+    const uint64_t x = v.get<uint64_t>();
+    if (x > static_cast<uint64_t>(hi)) {
+      return Invalid(field, fmt::format("'{}' must be in {}..{} (got {})", field, lo, hi, x));
+    }
+    *out = static_cast<int64_t>(x);
+  } else if (v.is_number_integer()) {
+    const int64_t x = v.get<int64_t>();
+    if (x < lo || x > hi) return Invalid(field, fmt::format("'{}' must be in {}..{} (got {})", field, lo, hi, x));
+    *out = x;
+  } else if (v.is_number_float()) {
+    return Invalid(field, fmt::format("'{}' must be an integer (got {})", field, v.get<double>()));
+  } else {
+    return WrongType(field, v, "an integer");
+  }
+  return std::nullopt;
+}
+
+// Text of a chat message's content: a string, null (an assistant turn with none), or an array of
+// {"type": "text", "text": ...} parts joined by newlines (as vLLM joins them).
+std::optional<ApiError> ReadContent(const json& content, const std::string& field, std::string* out) {
+  if (content.is_null()) return std::nullopt;
+  if (content.is_string()) {
+    *out = content.get<std::string>();
+    return std::nullopt;
+  }
+  if (!content.is_array()) return WrongType(field, content, "a string or an array of text parts");
+  for (size_t i = 0; i < content.size(); ++i) {
+    const json& part = content[i];
+    const std::string where = fmt::format("{}[{}]", field, i);
+    if (!part.is_object()) return WrongType(where, part, "an object");
+    if (!part.contains("type") || part["type"] != "text") {
+      return Invalid(where, fmt::format("'{}': only parts of type \"text\" are supported", where));
+    }
+    if (!part.contains("text") || !part["text"].is_string()) {
+      return Invalid(where + ".text", fmt::format("'{}.text' must be a string", where));
+    }
+    if (i > 0) *out += "\n";
+    *out += part["text"].get<std::string>();
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadMessages(const json& body, const RequestLimits& limits, GenerationRequest* r) {
+  if (!body.contains("messages")) return Invalid("messages", "'messages' is required");
+  const json& messages = body["messages"];
+  if (!messages.is_array()) return WrongType("messages", messages, "an array");
+  if (messages.empty()) return Invalid("messages", "'messages' must hold at least one message");
+  if (static_cast<int64_t>(messages.size()) > limits.max_messages) {
+    return Invalid("messages", fmt::format("'messages' holds {} messages; at most {}", messages.size(),
+                                           limits.max_messages));
+  }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const json& m = messages[i];
+    const std::string where = fmt::format("messages[{}]", i);
+    if (!m.is_object()) return WrongType(where, m, "an object");
+    if (!m.contains("role") || !m["role"].is_string()) {
+      return Invalid(where + ".role", fmt::format("'{}.role' must be a string", where));
+    }
+    if (m.contains("tool_calls") || m.contains("function_call")) {
+      return Invalid(where, fmt::format("'{}': tool and function calls are not supported", where));
+    }
+    ChatMessage message{.role = m["role"].get<std::string>(), .content = {}};
+    if (!m.contains("content")) return Invalid(where + ".content", fmt::format("'{}.content' is required", where));
+    if (auto e = ReadContent(m["content"], where + ".content", &message.content)) return e;
+    r->messages.push_back(std::move(message));
+  }
+  if (body.contains("chat_template_kwargs")) {
+    const json& kw = body["chat_template_kwargs"];
+    if (!kw.is_object()) return WrongType("chat_template_kwargs", kw, "an object");
+    if (kw.contains("enable_thinking")) {
+      if (!kw["enable_thinking"].is_boolean()) {
+        return WrongType("chat_template_kwargs.enable_thinking", kw["enable_thinking"], "a boolean");
+      }
+      r->enable_thinking = kw["enable_thinking"].get<bool>();
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadPrompt(const json& body, GenerationRequest* r) {
+  if (!body.contains("prompt")) return Invalid("prompt", "'prompt' is required");
+  const json& p = body["prompt"];
+  if (p.is_string()) {
+    r->prompt = p.get<std::string>();
+  } else if (p.is_array() && p.size() == 1 && p[0].is_string()) {
+    r->prompt = p[0].get<std::string>();  // a batch of one prompt
+  } else if (p.is_array()) {
+    return Invalid("prompt", "'prompt' must be a string (or an array of exactly one string)");
+  } else {
+    return WrongType("prompt", p, "a string");
+  }
+  if (r->prompt.empty()) return Invalid("prompt", "'prompt' must not be empty");
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadStop(const json& body, const RequestLimits& limits, GenerationRequest* r) {
+  if (!body.contains("stop") || body["stop"].is_null()) return std::nullopt;
+  const json& stop = body["stop"];
+  std::vector<json> items;
+  if (stop.is_string()) {
+    items.push_back(stop);
+  } else if (stop.is_array()) {
+    items.assign(stop.begin(), stop.end());
+  } else {
+    return WrongType("stop", stop, "a string or an array of strings");
+  }
+  if (static_cast<int64_t>(items.size()) > limits.max_stop_strings) {
+    return Invalid("stop", fmt::format("'stop' holds {} strings; at most {}", items.size(), limits.max_stop_strings));
+  }
+  for (const json& s : items) {
+    if (!s.is_string()) return WrongType("stop", s, "a string");
+    std::string text = s.get<std::string>();
+    if (text.empty()) return Invalid("stop", "'stop' strings must not be empty");
+    if (static_cast<int64_t>(text.size()) > limits.max_stop_bytes) {
+      return Invalid("stop", fmt::format("a 'stop' string is {} bytes; at most {}", text.size(), limits.max_stop_bytes));
+    }
+    r->stop.push_back(std::move(text));
+  }
+  return std::nullopt;
+}
+
+// Fields kvq does not implement but that change the output: refused unless at their no-op value.
+std::optional<ApiError> RefuseUnsupported(const json& body) {
+  for (const char* field : {"tools", "functions", "tool_choice", "function_call", "logit_bias", "response_format",
+                            "suffix"}) {
+    if (body.contains(field) && !body[field].is_null() && !(body[field].is_object() && body[field].empty()) &&
+        !(body[field].is_array() && body[field].empty()) && !(body[field] == "none") && !(body[field] == "")) {
+      return Invalid(field, fmt::format("'{}' is not supported by kvq serve", field));
+    }
+  }
+  for (const char* field : {"logprobs", "top_logprobs", "echo"}) {
+    if (body.contains(field) && !body[field].is_null() && body[field] != false && body[field] != 0) {
+      return Invalid(field, fmt::format("'{}' is not supported by kvq serve", field));
+    }
+  }
+  for (const char* field : {"n", "best_of"}) {
+    if (body.contains(field) && !body[field].is_null() && body[field] != 1) {
+      return Invalid(field, fmt::format("'{}' must be 1: kvq serve returns one choice", field));
+    }
+  }
+  for (const char* field : {"presence_penalty", "frequency_penalty"}) {
+    if (body.contains(field) && !body[field].is_null() && !(body[field].is_number() && body[field] == 0)) {
+      return Invalid(field, fmt::format("'{}' is not supported by kvq serve (only 0)", field));
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> Parse(Endpoint endpoint, const json& body, const RequestLimits& limits, GenerationRequest* r) {
+  r->endpoint = endpoint;
+  if (body.contains("model") && !body["model"].is_null()) {
+    if (!body["model"].is_string()) return WrongType("model", body["model"], "a string");
+    r->model = body["model"].get<std::string>();
+  }
+  if (auto e = RefuseUnsupported(body)) return e;
+  if (auto e = endpoint == Endpoint::kChatCompletions ? ReadMessages(body, limits, r) : ReadPrompt(body, r)) return e;
+  std::optional<int64_t> max_tokens;
+  // max_completion_tokens is the chat endpoint's newer name for max_tokens.
+  for (const char* field : {"max_tokens", "max_completion_tokens"}) {
+    if (auto e = ReadInteger(body, field, 1, limits.max_tokens_limit, &max_tokens)) {
+      if (e->message.find("must be in") != std::string::npos) {
+        e->message += fmt::format(" (this server's --max-tokens limit is {})", limits.max_tokens_limit);
+      }
+      return e;
+    }
+  }
+  if (max_tokens) r->max_tokens = static_cast<int32_t>(*max_tokens);
+  if (auto e = ReadStop(body, limits, r)) return e;
+  if (body.contains("stream") && !body["stream"].is_null()) {
+    if (!body["stream"].is_boolean()) return WrongType("stream", body["stream"], "a boolean");
+    r->stream = body["stream"].get<bool>();
+  }
+  if (body.contains("ignore_eos") && !body["ignore_eos"].is_null()) {
+    if (!body["ignore_eos"].is_boolean()) return WrongType("ignore_eos", body["ignore_eos"], "a boolean");
+    r->ignore_eos = body["ignore_eos"].get<bool>();
+  }
+  if (body.contains("stream_options") && !body["stream_options"].is_null()) {
+    const json& so = body["stream_options"];
+    if (!so.is_object()) return WrongType("stream_options", so, "an object");
+    if (so.contains("include_usage")) {
+      if (!so["include_usage"].is_boolean()) {
+        return WrongType("stream_options.include_usage", so["include_usage"], "a boolean");
+      }
+      r->include_usage = so["include_usage"].get<bool>();
+    }
+  }
+  SamplerOptions& s = r->sampling;
+  if (auto e = ReadNumber(body, "temperature", 0, 2, false, false, &s.temperature)) return e;
+  if (auto e = ReadNumber(body, "top_p", 0, 1, true, false, &s.top_p)) return e;
+  if (auto e = ReadNumber(body, "min_p", 0, 1, false, true, &s.min_p)) return e;
+  std::optional<int64_t> top_k, seed;
+  if (auto e = ReadInteger(body, "top_k", 0, std::numeric_limits<int32_t>::max(), &top_k)) return e;
+  if (top_k) s.top_k = static_cast<int32_t>(*top_k);
+  if (auto e = ReadInteger(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
+                           &seed)) {
+    return e;
+  }
+  if (seed) {
+    s.seed = static_cast<uint64_t>(*seed);
+    r->seed_given = true;
+  } else {
+    static thread_local std::mt19937_64 fresh{std::random_device{}()};
+    s.seed = fresh();
+  }
+  return std::nullopt;
+}
+
+json UsageObject(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+json Envelope(Endpoint endpoint, const ResponseMeta& meta, bool chunk) {
+  const char* object = endpoint == Endpoint::kChatCompletions ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                                               : "text_completion";
+  return {{"id", meta.id}, {"object", object}, {"created", meta.created}, {"model", meta.model},
+          {"system_fingerprint", "kvq"}};
+}
+
+// Invalid UTF-8 (a model can emit any bytes) is replaced, never thrown on.
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+}  // namespace
+
+std::string ApiError::Json() const {
+  json error = {{"message", message}, {"type", type}, {"param", param.empty() ? json(nullptr) : json(param)},
+                {"code", code.empty() ? json(nullptr) : json(code)}};
+  return Dump(json{{"error", error}});
+}
+
+std::variant<GenerationRequest, ApiError> ParseGenerationRequest(Endpoint endpoint, std::string_view body,
+                                                                 const RequestLimits& limits) {
+  json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) return Invalid("", "the request body is not valid JSON");
+  if (!parsed.is_object()) return Invalid("", fmt::format("the request body must be a JSON object (got {})", TypeName(parsed)));
+  GenerationRequest r;
+  if (std::optional<ApiError> e = Parse(endpoint, parsed, limits, &r)) return *e;
+  return r;
+}
+
+const char* FinishReasonName(FinishReason reason) { return reason == FinishReason::kStop ? "stop" : "length"; }
+
+std::string CompletionJson(Endpoint endpoint, const ResponseMeta& meta, const std::string& text, FinishReason finish,
+                           const Usage& usage) {
+  json r = Envelope(endpoint, meta, false);
+  json choice = {{"index", 0}, {"finish_reason", FinishReasonName(finish)}};
+  if (endpoint == Endpoint::kChatCompletions) {
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  } else {
+    choice["text"] = text;
+    choice["logprobs"] = nullptr;
+  }
+  r["choices"] = json::array({choice});
+  r["usage"] = UsageObject(usage);
+  return Dump(r);
+}
+
+std::string StreamChunkJson(Endpoint endpoint, const ResponseMeta& meta, const std::string& text, bool role_chunk,
+                            std::optional<FinishReason> finish, const Usage* usage) {
+  json r = Envelope(endpoint, meta, true);
+  json choice = {{"index", 0}, {"finish_reason", finish ? json(FinishReasonName(*finish)) : json(nullptr)}};
+  if (endpoint == Endpoint::kChatCompletions) {
+    json delta = json::object();
+    if (role_chunk) delta["role"] = "assistant";
+    if (!text.empty() || role_chunk) delta["content"] = text;
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = text;
+    choice["logprobs"] = nullptr;
+  }
+  r["choices"] = json::array({choice});
+  if (usage != nullptr) r["usage"] = UsageObject(*usage);
+  return Dump(r);
+}
+
+std::string UsageChunkJson(Endpoint endpoint, const ResponseMeta& meta, const Usage& usage) {
+  json r = Envelope(endpoint, meta, true);
+  r["choices"] = json::array();
+  r["usage"] = UsageObject(usage);
+  return Dump(r);
+}
+
+std::string SseEvent(std::string_view json_text) { return fmt::format("data: {}\n\n", json_text); }
+
+std::string ModelsJson(const std::string& id, int64_t created) {
+  json model = {{"id", id}, {"object", "model"}, {"created", created}, {"owned_by", "kvq"}};
+  return Dump(json{{"object", "list"}, {"data", json::array({model})}});
+}
+
+}  // namespace kvq::server

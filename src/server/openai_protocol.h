@@ -1,0 +1,97 @@
+// The OpenAI wire format kvq serve speaks: request bodies of POST /v1/completions and
+// /v1/chat/completions parsed and checked into a GenerationRequest, and the JSON of responses,
+// stream chunks and errors. Pure functions of their inputs (no model, no sockets), so every rule
+// is unit-tested and fuzzed on its own.
+//
+// Field names and defaults follow OpenAI's API reference; kvq adds top_k and min_p (as llama.cpp's
+// server does) and chat_template_kwargs.enable_thinking (Qwen 3's switch, as vLLM takes it).
+// Anything that would change the output and that kvq does not do (n > 1, logprobs, tools, echo,
+// best_of, suffix, response_format) is refused with a 400 naming the field rather than ignored.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "kvq/sampling.h"
+#include "text/chat_template.h"
+
+namespace kvq::server {
+
+enum class Endpoint { kCompletions, kChatCompletions };
+
+/// An error in OpenAI's shape: {"error": {"message", "type", "param", "code"}} with its HTTP status.
+struct ApiError {
+  int status = 400;
+  std::string type = "invalid_request_error";  ///< OpenAI's error types
+  std::string message;
+  std::string param;  ///< the field at fault, or ""
+  std::string code;   ///< machine-readable ("model_not_found", "context_length_exceeded"...), or ""
+  std::string Json() const;
+};
+
+/// What limits the parser enforces (the server's flags).
+struct RequestLimits {
+  int32_t max_tokens_limit = 4096;  ///< the most max_tokens a request may ask for
+  int32_t max_stop_strings = 4;     ///< OpenAI's limit
+  int32_t max_stop_bytes = 256;     ///< per stop string
+  int32_t max_messages = 4096;
+};
+
+/// A checked request, ready to render and tokenize.
+struct GenerationRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;                  ///< as sent ("" when absent)
+  std::string prompt;                 ///< completions: the text to continue
+  std::vector<ChatMessage> messages;  ///< chat: the conversation
+  std::optional<bool> enable_thinking;  ///< chat_template_kwargs.enable_thinking
+  /// New tokens at most; unset: until an end token or the context ends (capped by the limit).
+  std::optional<int32_t> max_tokens;
+  std::vector<std::string> stop;      ///< generation ends before any of these texts
+  bool stream = false;
+  bool include_usage = false;         ///< stream_options.include_usage: a final usage-only chunk
+  bool ignore_eos = false;            ///< kvq's (and llama.cpp's) extension: run to max_tokens
+  SamplerOptions sampling;            ///< temperature 0: greedy
+  bool seed_given = false;            ///< sampling.seed came from the request
+};
+
+/// Parses and checks a request body. Errors: malformed JSON, a field of the wrong type or out of
+/// range, a missing prompt or messages, an unsupported feature — each a 400 naming the field.
+std::variant<GenerationRequest, ApiError> ParseGenerationRequest(Endpoint endpoint, std::string_view body,
+                                                                 const RequestLimits& limits);
+
+enum class FinishReason { kStop, kLength };
+const char* FinishReasonName(FinishReason reason);
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  ///< prompt tokens whose prefill a cached prefix skipped
+};
+
+/// Identity of one response: its id ("cmpl-…" / "chatcmpl-…"), creation time and model id.
+struct ResponseMeta {
+  std::string id;
+  int64_t created = 0;  ///< Unix seconds
+  std::string model;
+};
+
+/// The whole (non-streamed) response body.
+std::string CompletionJson(Endpoint endpoint, const ResponseMeta& meta, const std::string& text,
+                           FinishReason finish, const Usage& usage);
+/// One stream chunk's JSON (without the "data: " framing). `role_chunk`: chat's first chunk,
+/// whose delta carries the role. `finish` set: the last content chunk, with its reason and usage.
+std::string StreamChunkJson(Endpoint endpoint, const ResponseMeta& meta, const std::string& text,
+                            bool role_chunk, std::optional<FinishReason> finish, const Usage* usage);
+/// The usage-only chunk of stream_options.include_usage (choices empty).
+std::string UsageChunkJson(Endpoint endpoint, const ResponseMeta& meta, const Usage& usage);
+/// "data: <json>\n\n"
+std::string SseEvent(std::string_view json);
+
+/// GET /v1/models: one model, `id`, owned by "kvq".
+std::string ModelsJson(const std::string& id, int64_t created);
+
+}  // namespace kvq::server

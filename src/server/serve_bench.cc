@@ -1,0 +1,246 @@
+// kvq bench serve (see serve_bench.h).
+#include "server/serve_bench.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include "server/http_server.h"
+#include "server/load_client.h"
+
+namespace kvq::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A server on a free loopback port, serving on its own thread until destroyed.
+class RunningServer {
+ public:
+  static Result<std::unique_ptr<RunningServer>> Start(const Model& model, const EngineOptions& options) {
+    std::unique_ptr<RunningServer> s(new RunningServer);
+    Result<std::unique_ptr<Engine>> engine = Engine::Create(model, options, &s->metrics_);
+    if (!engine.ok()) return engine.status();
+    s->engine_ = std::move(engine).value();
+    ServerOptions http{.port = 0, .model_id = "bench",
+                       .http_threads = options.parallel + options.max_queue + 8};
+    s->http_ = std::make_unique<HttpServer>(model, *s->engine_, s->metrics_, ChatTemplate::ChatMl(), "ChatML", http);
+    Result<int> port = s->http_->Bind();
+    if (!port.ok()) return port.status();
+    s->port_ = *port;
+    s->thread_ = std::thread([raw = s.get()] { raw->http_->Serve(); });
+    return s;
+  }
+  ~RunningServer() {
+    http_->Stop();
+    if (thread_.joinable()) thread_.join();
+  }
+  int port() const { return port_; }
+
+ private:
+  RunningServer() = default;
+  Metrics metrics_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<HttpServer> http_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+Percentiles NearestRank(std::vector<double> v) {
+  Percentiles p;
+  if (v.empty()) return p;
+  std::sort(v.begin(), v.end());
+  auto rank = [&](double q) { return v[std::min(v.size() - 1, static_cast<size_t>(std::ceil(q * v.size())) - 1)]; };
+  p.p50 = rank(0.50);
+  p.p99 = rank(0.99);
+  p.max = v.back();
+  return p;
+}
+
+// Distinct story openings for the load phase.
+std::vector<std::string> LoadPrompts() {
+  std::vector<std::string> prompts;
+  for (const char* who : {"a little dog", "a big cat", "a small bird", "a happy girl"}) {
+    for (const char* name : {"Max", "Lily", "Tom", "Sue", "Ben", "Mia", "Sam", "Zoe"}) {
+      prompts.push_back(fmt::format("Once upon a time, there was {} named {}.", who, name));
+    }
+  }
+  return prompts;
+}
+
+// Text of at least `tokens` tokens (for the model's tokenizer), cut at a word.
+std::string TextOfTokens(const Model& model, int32_t tokens) {
+  const std::string sentence = "The little girl went to the park with her mom and saw a big red ball. ";
+  std::string text = "Once upon a time. ";
+  while (static_cast<int32_t>(model.Tokenize(text).size()) < tokens) text += sentence;
+  return text;
+}
+
+StreamRequest Request(int port, std::string prompt, int32_t max_tokens, bool ignore_eos) {
+  return {.port = port, .prompt = std::move(prompt), .max_tokens = max_tokens, .ignore_eos = ignore_eos};
+}
+
+// Runs `n` requests at once (one thread each) and returns their results and the wall time.
+std::pair<std::vector<StreamResult>, double> Concurrent(const std::vector<StreamRequest>& requests) {
+  std::vector<StreamResult> results(requests.size());
+  std::vector<std::thread> threads;
+  const Clock::time_point start = Clock::now();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    threads.emplace_back([&, i] { results[i] = StreamCompletion(requests[i]); });
+  }
+  for (std::thread& t : threads) t.join();
+  return {results, std::chrono::duration<double>(Clock::now() - start).count()};
+}
+
+Status LoadPhase(const Model& model, const ServeBenchConfig& c, ServeBenchResult& r) {
+  EngineOptions options = c.engine;
+  options.parallel = std::max(options.parallel, 1);
+  Result<std::unique_ptr<RunningServer>> server = RunningServer::Start(model, options);
+  if (!server.ok()) return server.status();
+  const int port = (*server)->port();
+  const std::vector<std::string> prompts = LoadPrompts();
+  // The reference: every prompt alone on the idle server, one after another.
+  std::map<std::string, std::string> alone;
+  for (const std::string& p : prompts) {
+    StreamResult one = StreamCompletion(Request(port, p, c.max_tokens, false));
+    if (!one.error.empty()) return Status::Error(fmt::format("load: a request alone failed: {}", one.error));
+    alone[p] = one.text;
+  }
+  if (c.progress) c.progress(fmt::format("load: {} prompts run alone", prompts.size()));
+  std::vector<std::vector<std::pair<std::string, StreamResult>>> per_client(c.clients);  // (prompt, result)
+  std::vector<std::thread> clients;
+  const Clock::time_point start = Clock::now();
+  for (int32_t i = 0; i < c.clients; ++i) {
+    clients.emplace_back([&, i] {
+      for (int32_t j = 0; j < c.requests_per_client; ++j) {
+        const std::string& p = prompts[(i * c.requests_per_client + j) % prompts.size()];
+        per_client[i].emplace_back(p, StreamCompletion(Request(port, p, c.max_tokens, false)));
+      }
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  r.load_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::vector<double> ttft;
+  for (const auto& results : per_client) {
+    for (const auto& [prompt, s] : results) {
+      ++r.requests;
+      if (s.status != 200 || !s.error.empty()) {
+        ++r.failed;
+        continue;
+      }
+      if (s.text != alone[prompt]) ++r.mismatched;
+      ttft.push_back(s.ttft_seconds);
+      r.load_tokens += s.completion_tokens;
+    }
+  }
+  r.ttft_seconds = NearestRank(ttft);
+  r.load_tokens_per_second = static_cast<double>(r.load_tokens) / r.load_seconds;
+  if (c.progress) {
+    c.progress(fmt::format("load: {} requests, {} failed, {} differ from alone", r.requests, r.failed, r.mismatched));
+  }
+  return Status::Ok();
+}
+
+Status BatchPhase(const Model& model, const ServeBenchConfig& c, ServeBenchResult& r) {
+  EngineOptions options = c.engine;
+  options.parallel = std::max(options.parallel, c.batch_sessions);
+  Result<std::unique_ptr<RunningServer>> server = RunningServer::Start(model, options);
+  if (!server.ok()) return server.status();
+  const int port = (*server)->port();
+  auto arm = [&](int32_t sessions) -> Result<double> {
+    std::vector<StreamRequest> requests;
+    for (int32_t i = 0; i < sessions; ++i) {
+      requests.push_back(Request(port, fmt::format("Once upon a time, {} friends", i + 1), c.batch_tokens, true));
+    }
+    auto [results, seconds] = Concurrent(requests);
+    int64_t tokens = 0;
+    for (const StreamResult& s : results) {
+      if (!s.error.empty()) return Status::Error("batch: a request failed: " + s.error);
+      tokens += s.completion_tokens;
+    }
+    return static_cast<double>(tokens) / seconds;
+  };
+  if (Result<double> warm = arm(1); !warm.ok()) return warm.status();
+  for (int32_t round = 0; round < c.batch_rounds; ++round) {
+    Result<double> one = arm(1);  // interleaved: 1, N, 1, N, ...
+    if (!one.ok()) return one.status();
+    Result<double> many = arm(c.batch_sessions);
+    if (!many.ok()) return many.status();
+    r.one_session_tps.push_back(*one);
+    r.n_sessions_tps.push_back(*many);
+    if (c.progress) c.progress(fmt::format("batch: round {}: 1 session {:.0f} tok/s, {} sessions {:.0f} tok/s",
+                                           round + 1, *one, c.batch_sessions, *many));
+  }
+  r.batch_ratio = Median(r.n_sessions_tps) / Median(r.one_session_tps);
+  return Status::Ok();
+}
+
+Status PrefixPhase(const Model& model, const ServeBenchConfig& c, ServeBenchResult& r) {
+  const int64_t room = model.info().context - 2 * c.max_tokens - 16;
+  const int32_t prefix_tokens = static_cast<int32_t>(std::min<int64_t>(c.prefix_tokens, room));
+  if (prefix_tokens < 64) return Status::Error(fmt::format("prefix: the context ({}) is too short", model.info().context));
+  const std::string prefix = TextOfTokens(model, prefix_tokens);
+  r.prefix_tokens = static_cast<int32_t>(model.Tokenize(prefix).size());
+  const std::string first = prefix + "Then the dog ran home.", second = prefix + "The cat sat on the mat.";
+  EngineOptions options = c.engine;
+  options.parallel = 1;
+  auto ask = [&](RunningServer& s, const std::string& prompt) {
+    return StreamCompletion(Request(s.port(), prompt, c.max_tokens, false));
+  };
+  // Cold: a fresh server, nothing cached.
+  Result<std::unique_ptr<RunningServer>> cold = RunningServer::Start(model, options);
+  if (!cold.ok()) return cold.status();
+  const StreamResult cold_run = ask(**cold, second);
+  // Warm: the idle session holds the first prompt, which shares the prefix.
+  const StreamResult hold = ask(**cold, first);
+  const StreamResult warm_run = ask(**cold, second);
+  cold->reset();
+  // Restart: one server saves the first prompt's prefix, a new one on the same folder reuses it.
+  std::error_code ec;
+  std::filesystem::remove_all(c.prefix_dir, ec);
+  options.prefix_cache_dir = c.prefix_dir;
+  {
+    Result<std::unique_ptr<RunningServer>> saver = RunningServer::Start(model, options);
+    if (!saver.ok()) return saver.status();
+    const StreamResult saved = ask(**saver, first);
+    if (!saved.error.empty()) return Status::Error("prefix: " + saved.error);
+  }
+  Result<std::unique_ptr<RunningServer>> restarted = RunningServer::Start(model, options);
+  if (!restarted.ok()) return restarted.status();
+  const StreamResult restart_run = ask(**restarted, second);
+  for (const StreamResult* s : {&cold_run, &hold, &warm_run, &restart_run}) {
+    if (!s->error.empty()) return Status::Error("prefix: a request failed: " + s->error);
+  }
+  r.ttft_cold = cold_run.ttft_seconds;
+  r.ttft_warm = warm_run.ttft_seconds;
+  r.ttft_restart = restart_run.ttft_seconds;
+  r.cached_warm = warm_run.cached_tokens;
+  r.cached_restart = restart_run.cached_tokens;
+  r.prefix_outputs_equal = cold_run.text == warm_run.text && cold_run.text == restart_run.text;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<ServeBenchResult> RunServeBench(const Model& model, const ServeBenchConfig& config) {
+  ServeBenchResult r;
+  for (const std::string& phase : config.phases) {
+    Status s = phase == "load"     ? LoadPhase(model, config, r)
+               : phase == "batch"  ? BatchPhase(model, config, r)
+               : phase == "prefix" ? PrefixPhase(model, config, r)
+                                   : Status::Error("unknown phase '" + phase + "' (load, batch, prefix)");
+    if (!s.ok()) return s;
+  }
+  return r;
+}
+
+}  // namespace kvq::server

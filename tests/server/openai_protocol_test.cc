@@ -1,0 +1,164 @@
+// The OpenAI wire format of kvq serve (src/server/openai_protocol.h): what a request may hold, the
+// error each bad field gets (status, param, message), and the shapes of responses and stream
+// chunks that OpenAI's clients parse.
+#include "server/openai_protocol.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace kvq::server {
+namespace {
+
+using json = nlohmann::json;
+
+const RequestLimits kLimits{.max_tokens_limit = 1000};
+
+GenerationRequest Ok(Endpoint e, const std::string& body) {
+  auto r = ParseGenerationRequest(e, body, kLimits);
+  if (auto* err = std::get_if<ApiError>(&r)) ADD_FAILURE() << body << " → " << err->message;
+  return std::holds_alternative<GenerationRequest>(r) ? std::get<GenerationRequest>(r) : GenerationRequest{};
+}
+
+ApiError Bad(Endpoint e, const std::string& body) {
+  auto r = ParseGenerationRequest(e, body, kLimits);
+  if (!std::holds_alternative<ApiError>(r)) ADD_FAILURE() << body << " was accepted";
+  return std::holds_alternative<ApiError>(r) ? std::get<ApiError>(r) : ApiError{};
+}
+
+TEST(OpenAiProtocol, CompletionFieldsAndDefaults) {
+  GenerationRequest r = Ok(Endpoint::kCompletions,
+                           R"({"model":"m","prompt":"Hi","max_tokens":7,"temperature":0,"top_p":0.5,"top_k":3,
+                               "min_p":0.1,"seed":-5,"stop":["\n","END"],"stream":true,
+                               "stream_options":{"include_usage":true},"ignore_eos":true})");
+  EXPECT_EQ(r.model, "m");
+  EXPECT_EQ(r.prompt, "Hi");
+  EXPECT_EQ(r.max_tokens, 7);
+  EXPECT_EQ(r.sampling.temperature, 0.0f);
+  EXPECT_EQ(r.sampling.top_p, 0.5f);
+  EXPECT_EQ(r.sampling.top_k, 3);
+  EXPECT_EQ(r.sampling.min_p, 0.1f);
+  EXPECT_EQ(r.sampling.seed, static_cast<uint64_t>(int64_t{-5}));
+  EXPECT_TRUE(r.seed_given);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"\n", "END"}));
+  EXPECT_TRUE(r.stream && r.include_usage && r.ignore_eos);
+  // Absent fields: kvq's sampler defaults (llama.cpp's), no max_tokens (until the end), a fresh seed.
+  GenerationRequest d = Ok(Endpoint::kCompletions, R"({"prompt":["one prompt"]})");
+  EXPECT_EQ(d.prompt, "one prompt");
+  EXPECT_FALSE(d.max_tokens.has_value());
+  EXPECT_EQ(d.sampling.temperature, SamplerOptions{}.temperature);
+  EXPECT_EQ(d.sampling.top_k, SamplerOptions{}.top_k);
+  EXPECT_FALSE(d.seed_given);
+  EXPECT_FALSE(d.stream);
+}
+
+TEST(OpenAiProtocol, ChatMessagesAndContentParts) {
+  GenerationRequest r = Ok(Endpoint::kChatCompletions,
+                           R"({"messages":[{"role":"system","content":"Be brief."},
+                                           {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},
+                                           {"role":"assistant","content":null}],
+                               "max_completion_tokens":9,"chat_template_kwargs":{"enable_thinking":false}})");
+  ASSERT_EQ(r.messages.size(), 3u);
+  EXPECT_EQ(r.messages[0].role, "system");
+  EXPECT_EQ(r.messages[1].content, "a\nb");
+  EXPECT_EQ(r.messages[2].content, "");
+  EXPECT_EQ(r.max_tokens, 9);
+  EXPECT_EQ(r.enable_thinking, false);
+}
+
+TEST(OpenAiProtocol, EveryBadFieldIsA400NamingIt) {
+  struct Case {
+    Endpoint endpoint;
+    const char* body;
+    const char* param;
+    const char* says;
+  };
+  const Endpoint C = Endpoint::kCompletions, H = Endpoint::kChatCompletions;
+  const Case cases[] = {
+      {C, "{not json", "", "not valid JSON"},
+      {C, "[1,2]", "", "must be a JSON object"},
+      {C, R"({})", "prompt", "'prompt' is required"},
+      {C, R"({"prompt":5})", "prompt", "must be a string"},
+      {C, R"({"prompt":""})", "prompt", "must not be empty"},
+      {C, R"({"prompt":["a","b"]})", "prompt", "exactly one string"},
+      {C, R"({"prompt":"x","max_tokens":-1})", "max_tokens", "must be in 1..1000"},
+      {C, R"({"prompt":"x","max_tokens":0})", "max_tokens", "must be in 1..1000"},
+      {C, R"({"prompt":"x","max_tokens":1001})", "max_tokens", "--max-tokens limit is 1000"},
+      {C, R"({"prompt":"x","max_tokens":1e30})", "max_tokens", "must be an integer"},
+      {C, R"({"prompt":"x","max_tokens":99999999999999999999999})", "max_tokens", "must be an integer"},
+      {C, R"({"prompt":"x","max_tokens":"10"})", "max_tokens", "must be an integer (got a string)"},
+      {C, R"({"prompt":"x","max_tokens":2.5})", "max_tokens", "must be an integer"},
+      {C, R"({"prompt":"x","temperature":"hot"})", "temperature", "must be a number"},
+      {C, R"({"prompt":"x","temperature":2.5})", "temperature", "must be in [0, 2]"},
+      {C, R"({"prompt":"x","top_p":0})", "top_p", "must be in (0, 1]"},
+      {C, R"({"prompt":"x","min_p":1})", "min_p", "must be in [0, 1)"},
+      {C, R"({"prompt":"x","top_k":-1})", "top_k", "must be in 0.."},
+      {C, R"({"prompt":"x","seed":1.5})", "seed", "must be an integer"},
+      {C, R"({"prompt":"x","stream":"yes"})", "stream", "must be a boolean"},
+      {C, R"({"prompt":"x","stop":7})", "stop", "must be a string or an array"},
+      {C, R"({"prompt":"x","stop":["a","b","c","d","e"]})", "stop", "at most 4"},
+      {C, R"({"prompt":"x","stop":[""]})", "stop", "must not be empty"},
+      {C, R"({"prompt":"x","model":3})", "model", "must be a string"},
+      {C, R"({"prompt":"x","n":2})", "n", "must be 1"},
+      {C, R"({"prompt":"x","logprobs":3})", "logprobs", "not supported"},
+      {C, R"({"prompt":"x","echo":true})", "echo", "not supported"},
+      {C, R"({"prompt":"x","presence_penalty":0.5})", "presence_penalty", "not supported"},
+      {H, R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})", "tools", "not supported"},
+      {H, R"({})", "messages", "'messages' is required"},
+      {H, R"({"messages":{}})", "messages", "must be an array"},
+      {H, R"({"messages":[]})", "messages", "at least one"},
+      {H, R"({"messages":["hi"]})", "messages[0]", "must be an object"},
+      {H, R"({"messages":[{"content":"x"}]})", "messages[0].role", "must be a string"},
+      {H, R"({"messages":[{"role":"user"}]})", "messages[0].content", "is required"},
+      {H, R"({"messages":[{"role":"user","content":5}]})", "messages[0].content", "must be a string or an array"},
+      {H, R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})", "messages[0].content[0]",
+       "only parts of type"},
+      {H, R"({"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"enable_thinking":1}})",
+       "chat_template_kwargs.enable_thinking", "must be a boolean"},
+  };
+  for (const Case& c : cases) {
+    const ApiError e = Bad(c.endpoint, c.body);
+    EXPECT_EQ(e.status, 400) << c.body;
+    EXPECT_EQ(e.type, "invalid_request_error") << c.body;
+    EXPECT_EQ(e.param, c.param) << c.body;
+    EXPECT_NE(e.message.find(c.says), std::string::npos) << c.body << " → " << e.message;
+    // The error body is OpenAI's shape.
+    const json j = json::parse(e.Json());
+    EXPECT_EQ(j["error"]["message"], e.message);
+    EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+  }
+}
+
+TEST(OpenAiProtocol, ResponseAndChunkShapes) {
+  const ResponseMeta meta{.id = "cmpl-1", .created = 123, .model = "m"};
+  const Usage usage{.prompt_tokens = 5, .completion_tokens = 3, .cached_tokens = 2};
+  json c = json::parse(CompletionJson(Endpoint::kCompletions, meta, "abc", FinishReason::kLength, usage));
+  EXPECT_EQ(c["object"], "text_completion");
+  EXPECT_EQ(c["choices"][0]["text"], "abc");
+  EXPECT_EQ(c["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(c["usage"]["total_tokens"], 8);
+  EXPECT_EQ(c["usage"]["prompt_tokens_details"]["cached_tokens"], 2);
+  json h = json::parse(CompletionJson(Endpoint::kChatCompletions, meta, "hi", FinishReason::kStop, usage));
+  EXPECT_EQ(h["object"], "chat.completion");
+  EXPECT_EQ(h["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(h["choices"][0]["message"]["content"], "hi");
+  json role = json::parse(StreamChunkJson(Endpoint::kChatCompletions, meta, "", true, std::nullopt, nullptr));
+  EXPECT_EQ(role["object"], "chat.completion.chunk");
+  EXPECT_EQ(role["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_TRUE(role["choices"][0]["finish_reason"].is_null());
+  json last = json::parse(StreamChunkJson(Endpoint::kChatCompletions, meta, "", false, FinishReason::kStop, &usage));
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
+  EXPECT_TRUE(last["choices"][0]["delta"].empty());
+  EXPECT_EQ(last["usage"]["completion_tokens"], 3);
+  json u = json::parse(UsageChunkJson(Endpoint::kCompletions, meta, usage));
+  EXPECT_TRUE(u["choices"].empty());
+  EXPECT_EQ(SseEvent("{}"), "data: {}\n\n");
+  // Bytes that are not UTF-8 (a model may emit any) do not throw: they are replaced.
+  json bad = json::parse(CompletionJson(Endpoint::kCompletions, meta, "a\xff", FinishReason::kStop, usage));
+  EXPECT_EQ(bad["choices"][0]["text"], "a\xEF\xBF\xBD");
+  json models = json::parse(ModelsJson("m", 1));
+  EXPECT_EQ(models["data"][0]["id"], "m");
+}
+
+}  // namespace
+}  // namespace kvq::server

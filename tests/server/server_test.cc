@@ -1,0 +1,325 @@
+// kvq serve end to end on loopback, in process, with the bundled stories260K: greedy completions
+// equal Session::Generate's, streams equal the whole response, concurrent requests equal the same
+// requests alone, prefixes are reused live and from a snapshot folder after a restart (a damaged
+// snapshot refused and deleted), and every bad request gets its status while the server keeps
+// serving: malformed bodies, unknown models, budgets, a full queue, API keys, a body over the
+// limit, a client that disconnects mid-stream and one that sends half its headers and stalls.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "kvq/model.h"
+#include "kvq/session.h"
+#include "server/engine.h"
+#include "server/http_server.h"
+#include "server/load_client.h"
+
+namespace kvq::server {
+namespace {
+
+using json = nlohmann::json;
+const std::string kDir = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/";
+
+const Model& Bundled() {
+  static std::unique_ptr<Model> model = [] {
+    Result<std::unique_ptr<Model>> m =
+        Model::Load(kDir + "stories260K.bin", {.tokenizer_path = kDir + "tok512.bin", .threads = 1});
+    EXPECT_TRUE(m.ok()) << m.status().message();
+    return std::move(m).value();
+  }();
+  return *model;
+}
+
+class TestServer {
+ public:
+  explicit TestServer(EngineOptions engine = {}, ServerOptions http = {}) {
+    http.port = 0;
+    http.model_id = "stories260K";
+    Result<std::unique_ptr<Engine>> e = Engine::Create(Bundled(), engine, &metrics);
+    EXPECT_TRUE(e.ok()) << e.status().message();
+    engine_ = std::move(e).value();
+    server_ = std::make_unique<HttpServer>(Bundled(), *engine_, metrics, ChatTemplate::ChatMl(), "ChatML", http);
+    Result<int> p = server_->Bind();
+    EXPECT_TRUE(p.ok()) << p.status().message();
+    port = *p;
+    thread_ = std::thread([this] { server_->Serve(); });
+  }
+  ~TestServer() {
+    server_->Stop();
+    thread_.join();
+  }
+  httplib::Result Post(const std::string& path, const std::string& body, httplib::Headers headers = {}) {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(std::chrono::seconds(60));
+    return c.Post(path, headers, body, "application/json");
+  }
+  httplib::Result Get(const std::string& path, httplib::Headers headers = {}) {
+    httplib::Client c("127.0.0.1", port);
+    return c.Get(path, headers);
+  }
+  StreamResult Stream(const std::string& prompt, int32_t max_tokens, bool ignore_eos = false) {
+    return StreamCompletion({.port = port, .prompt = prompt, .max_tokens = max_tokens, .ignore_eos = ignore_eos});
+  }
+  Engine& engine() { return *engine_; }
+
+  Metrics metrics;
+  int port = 0;
+
+ private:
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<HttpServer> server_;
+  std::thread thread_;
+};
+
+// What Session::Generate gives for the prompt, greedy: the server must give the same.
+std::string Alone(const std::string& prompt, int32_t max_tokens) {
+  Result<std::unique_ptr<Session>> s = Bundled().NewSession();
+  Result<Completion> c = (*s)->Generate(prompt, {.max_tokens = max_tokens, .sampling = {.temperature = 0}});
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return c->text;
+}
+
+json Body(const httplib::Result& r) {
+  EXPECT_TRUE(r) << "no response";
+  return r ? json::parse(r->body, nullptr, false) : json();
+}
+
+TEST(Serve, GreedyCompletionEqualsGenerate) {
+  TestServer server;
+  const std::string prompt = "Once upon a time, there was a little dog";
+  httplib::Result r = server.Post("/v1/completions", json{{"prompt", prompt}, {"max_tokens", 40}, {"temperature", 0}}.dump());
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = Body(r);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["model"], "stories260K");
+  EXPECT_EQ(j["choices"][0]["text"], Alone(prompt, 40));
+  EXPECT_EQ(j["usage"]["prompt_tokens"], static_cast<int64_t>(Bundled().Tokenize(prompt).size()));
+  EXPECT_LE(j["usage"]["completion_tokens"].get<int64_t>(), 40);
+  // The same request streamed gives the same text, then [DONE], with usage.
+  const StreamResult s = server.Stream(prompt, 40);
+  EXPECT_EQ(s.error, "");
+  EXPECT_EQ(s.text, j["choices"][0]["text"]);
+  EXPECT_EQ(s.finish_reason, j["choices"][0]["finish_reason"]);
+  EXPECT_EQ(s.completion_tokens, j["usage"]["completion_tokens"]);
+  EXPECT_GT(s.chunks, 1);
+}
+
+TEST(Serve, ChatCompletionAndStop) {
+  TestServer server;
+  const json chat = {{"messages", {{{"role", "user"}, {"content", "Tell me a story."}}}},
+                     {"max_tokens", 30}, {"temperature", 0}};
+  httplib::Result r = server.Post("/v1/chat/completions", chat.dump());
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = Body(r);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  // The ChatML prompt, rendered and tokenized as the server does, continued by Generate.
+  const std::string prompt = "<|im_start|>user\nTell me a story.<|im_end|>\n<|im_start|>assistant\n";
+  EXPECT_EQ(j["choices"][0]["message"]["content"], Alone(prompt, 30));
+  // A stop string cuts the text before it and ends with "stop".
+  const std::string full = Alone("Once upon a time", 60);
+  const size_t cut = full.find(' ', 12);
+  ASSERT_NE(cut, std::string::npos);
+  const std::string stop = full.substr(cut, 4);
+  const json c = Body(server.Post("/v1/completions", json{{"prompt", "Once upon a time"}, {"max_tokens", 60},
+                                                          {"temperature", 0}, {"stop", stop}}.dump()));
+  EXPECT_EQ(c["choices"][0]["text"], full.substr(0, full.find(stop)));
+  EXPECT_EQ(c["choices"][0]["finish_reason"], "stop");
+}
+
+TEST(Serve, ConcurrentRequestsEqualTheSameRequestsAlone) {
+  TestServer server({.parallel = 4});
+  const std::vector<std::string> prompts = {"Once upon a time", "The cat sat", "Lily went to the park",
+                                            "Tom had a red ball", "One day, a bird", "The sun was hot"};
+  std::vector<std::string> alone;
+  for (const std::string& p : prompts) alone.push_back(Alone(p, 48));
+  std::vector<StreamResult> results(3 * prompts.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < results.size(); ++i) {
+    threads.emplace_back([&, i] { results[i] = server.Stream(prompts[i % prompts.size()], 48); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < results.size(); ++i) {
+    EXPECT_EQ(results[i].error, "") << i;
+    EXPECT_EQ(results[i].text, alone[i % prompts.size()]) << prompts[i % prompts.size()];
+  }
+  EXPECT_GT(server.metrics.steps.load(), 0);
+}
+
+TEST(Serve, PrefixReusedLiveAndAfterARestart) {
+  const std::string dir = testing::TempDir() + "/kvq_serve_prefix_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::string prefix = "Once upon a time, there was a little girl named Lily. She liked to play in the park. ";
+  prefix += prefix;
+  const std::string first = prefix + "One day she saw a dog.", second = prefix + "One day she found a ball.";
+  const std::string want = Alone(second, 32);
+  {
+    TestServer server({.parallel = 1, .prefix_cache_dir = dir});
+    EXPECT_EQ(server.Stream(first, 32).cached_tokens, 0);
+    const StreamResult warm = server.Stream(second, 32);
+    EXPECT_GT(warm.cached_tokens, 30);  // the shared prefix, from the idle session
+    EXPECT_EQ(warm.text, want);
+    EXPECT_EQ(server.metrics.prefix_hits_live.load(), 1);
+    EXPECT_GE(server.metrics.prefix_snapshots_saved.load(), 1);
+  }
+  {
+    TestServer restarted({.parallel = 1, .prefix_cache_dir = dir});
+    const StreamResult r = restarted.Stream(second, 32);
+    EXPECT_GT(r.cached_tokens, 30);  // from the snapshot folder
+    EXPECT_EQ(r.text, want);
+    EXPECT_EQ(restarted.metrics.prefix_hits_disk.load(), 1);
+  }
+  // Damage every snapshot: each is refused and deleted, never used, and the output is still right.
+  int damaged = 0;
+  for (const auto& f : std::filesystem::recursive_directory_iterator(dir)) {
+    if (f.path().extension() != ".kvqs") continue;
+    std::fstream io(f.path(), std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(static_cast<std::streamoff>(std::filesystem::file_size(f.path()) / 2));
+    io.put('\x5a');
+    ++damaged;
+  }
+  ASSERT_GT(damaged, 0);
+  {
+    TestServer again({.parallel = 1, .prefix_cache_dir = dir});
+    const StreamResult r = again.Stream(second, 32);
+    EXPECT_EQ(r.cached_tokens, 0);
+    EXPECT_EQ(r.text, want);
+    EXPECT_GE(again.metrics.prefix_snapshots_refused.load(), 1);
+  }
+  int left = 0;
+  for (const auto& f : std::filesystem::recursive_directory_iterator(dir)) {
+    if (f.path().extension() == ".kvqs") ++left;
+  }
+  EXPECT_EQ(left, 1);  // the damaged ones are gone; the last request saved its own prompt
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Serve, BadRequestsGetTheirStatusAndTheServerKeepsServing) {
+  TestServer server({.parallel = 1, .max_queue = 1, .kv_budget_per_session_bytes = 64 * 1024},
+                    {.max_body_bytes = 4096});
+  auto status = [&](const httplib::Result& r) { return r ? r->status : 0; };
+  EXPECT_EQ(status(server.Post("/v1/completions", "{oops")), 400);
+  EXPECT_EQ(status(server.Post("/v1/completions", R"({"prompt":1})")), 400);
+  EXPECT_EQ(status(server.Post("/v1/completions", R"({"prompt":"x","max_tokens":-3})")), 400);
+  EXPECT_EQ(status(server.Post("/v1/completions", R"({"prompt":"x","max_tokens":100000000})")), 400);
+  httplib::Result unknown = server.Post("/v1/completions", R"({"prompt":"x","model":"gpt-9"})");
+  EXPECT_EQ(status(unknown), 404);
+  EXPECT_EQ(Body(unknown)["error"]["code"], "model_not_found");
+  // A request whose positions need more KV than a session may hold (64 KiB: 102 positions at 640 B each in f16).
+  httplib::Result big = server.Post("/v1/completions", R"({"prompt":"Once upon a time","max_tokens":400})");
+  EXPECT_EQ(status(big), 413);
+  EXPECT_EQ(Body(big)["error"]["code"], "kv_budget_exceeded");
+  // A body over the limit; an unknown route: JSON errors too.
+  httplib::Result huge = server.Post("/v1/completions", json{{"prompt", std::string(8000, 'a')}}.dump());
+  EXPECT_EQ(status(huge), 413);
+  httplib::Result nowhere = server.Get("/v2/nothing");
+  EXPECT_EQ(status(nowhere), 404);
+  EXPECT_TRUE(Body(nowhere).contains("error"));
+  // A prompt past the context.
+  std::string long_prompt;
+  for (int i = 0; i < 200; ++i) long_prompt += "the dog ran. ";
+  httplib::Result too_long = server.Post("/v1/completions", json{{"prompt", long_prompt}, {"max_tokens", 1}}.dump());
+  EXPECT_EQ(status(too_long), 400);
+  // Still serving.
+  httplib::Result fine = server.Post("/v1/completions", R"({"prompt":"The cat","max_tokens":5,"temperature":0})");
+  EXPECT_EQ(status(fine), 200);
+  EXPECT_EQ(status(server.Get("/health")), 200);
+  const std::string metrics = server.Get("/metrics")->body;
+  EXPECT_NE(metrics.find("kvq_requests_total{route=\"/v1/completions\",code=\"400\"} 5"), std::string::npos) << metrics;
+}
+
+TEST(Serve, AFullQueueGets429) {
+  TestServer server({.parallel = 1, .max_queue = 1});
+  // 24 requests at once for one session and one queue place: the rest are refused, not dropped.
+  std::vector<int> statuses(24);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < statuses.size(); ++i) {
+    threads.emplace_back([&, i] {
+      httplib::Result r = server.Post("/v1/completions", R"({"prompt":"Once","max_tokens":300,"ignore_eos":true})");
+      statuses[i] = r ? r->status : 0;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const auto count = [&](int s) { return std::count(statuses.begin(), statuses.end(), s); };
+  EXPECT_GE(count(200), 1);
+  EXPECT_GE(count(429), 1);
+  EXPECT_EQ(count(200) + count(429), static_cast<long>(statuses.size()));
+  httplib::Result after = server.Post("/v1/completions", R"({"prompt":"x","max_tokens":2})");
+  EXPECT_EQ(after ? after->status : 0, 200);
+}
+
+TEST(Serve, ApiKeyIsRequiredWhenSet) {
+  TestServer server({}, {.api_key = "sekret"});
+  const std::string body = R"({"prompt":"The dog","max_tokens":3})";
+  httplib::Result none = server.Post("/v1/completions", body);
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 401);
+  EXPECT_EQ(Body(none)["error"]["code"], "invalid_api_key");
+  EXPECT_EQ(server.Post("/v1/completions", body, {{"Authorization", "Bearer wrong"}})->status, 401);
+  EXPECT_EQ(server.Get("/metrics")->status, 401);
+  EXPECT_EQ(server.Post("/v1/completions", body, {{"Authorization", "Bearer sekret"}})->status, 200);
+  EXPECT_EQ(server.Get("/v1/models", {{"Authorization", "Bearer sekret"}})->status, 200);
+  EXPECT_EQ(server.Get("/health")->status, 200);  // liveness probes carry no key
+}
+
+// A raw loopback connection, for clients that misbehave below HTTP.
+int Connect(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  return fd;
+}
+
+TEST(Serve, AClientThatDisconnectsMidStreamFreesItsSession) {
+  TestServer server({.parallel = 1});
+  const int fd = Connect(server.port);
+  const std::string body = R"({"prompt":"Once upon a time","max_tokens":450,"ignore_eos":true,"stream":true})";
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                              "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+  char buf[256];
+  ASSERT_GT(recv(fd, buf, sizeof(buf), 0), 0);  // the stream has started
+  close(fd);
+  // The session is freed long before 450 tokens would have been generated on a busy server, and the
+  // next request (which needs the only session) is served.
+  const auto start = std::chrono::steady_clock::now();
+  const StreamResult next = server.Stream("The cat", 8);
+  EXPECT_EQ(next.error, "");
+  EXPECT_LT(server.metrics.generated_tokens.load(), 450 + 8);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}
+
+TEST(Serve, AClientThatStallsInItsHeadersIsDropped) {
+  TestServer server({}, {.read_timeout_seconds = 1});
+  const int fd = Connect(server.port);
+  const std::string partial = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-";
+  ASSERT_EQ(send(fd, partial.data(), partial.size(), 0), static_cast<ssize_t>(partial.size()));
+  // Others are served meanwhile.
+  EXPECT_EQ(server.Stream("The dog", 4).error, "");
+  // The server ends the stalled connection after its read timeout: closed, or a 4xx and closed.
+  timeval tv{.tv_sec = 10, .tv_usec = 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  const auto start = std::chrono::steady_clock::now();
+  std::string got;
+  char buf[256];
+  for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) got.append(buf, static_cast<size_t>(n));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_TRUE(got.empty() || got.starts_with("HTTP/1.1 4")) << got;
+  close(fd);
+}
+
+}  // namespace
+}  // namespace kvq::server
