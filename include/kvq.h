@@ -96,6 +96,17 @@ void kvq_session_free(kvq_session* session);
 int kvq_session_prefill(kvq_session* session, const int32_t* ids, int64_t n);
 /* One decode step. */
 int kvq_session_decode(kvq_session* session, int32_t token);
+/* Runs tokens[i][0..n_tokens[i]) after what sessions[i] holds, for every i in [0, n_items), in one
+ * forward pass per block of 64 tokens (kvq::Session::RunBatch): each weight matrix is read once for
+ * the whole batch, and each session ends with exactly the logits and cache that
+ * kvq_session_prefill of its tokens alone gives. A decode step of N sessions is N items of one
+ * token. The sessions are distinct and of one model; none may be used by another thread during
+ * the call. Errors, before anything runs (the message names the item): n_items < 1, a NULL array,
+ * session or token list, n_tokens[i] < 1, an id outside the vocabulary, a session given twice or
+ * of another model, more positions than a session's context. A cache error while running clears
+ * every session of the batch. */
+int kvq_session_run_batch(kvq_session* const* sessions, const int32_t* const* tokens,
+                          const int64_t* n_tokens, int32_t n_items);
 /* [vocab_size] logits after the last token, valid until the session next changes; NULL if none. */
 const float* kvq_session_logits(const kvq_session* session);
 int64_t kvq_session_positions(const kvq_session* session);

@@ -8,6 +8,10 @@
 // tokenize, prefill, sample and decode until an end token or max_tokens. Or step by hand:
 // Prefill(ids), then read logits(), pick a token (Sample() or your own rule) and Decode(it).
 // A session is used by one thread at a time; separate sessions may run concurrently.
+//
+// A server steps many sessions at once with Session::RunBatch: every active session's next
+// token (and new requests' prompt chunks) in one forward pass, each weight matrix read once per
+// step for all of them, and each session's bits exactly those of running it alone.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +54,14 @@ struct Completion {
   StopReason stop = StopReason::kEndOfGeneration;
 };
 
+class Session;
+
+/// One session's part of a batched step: `tokens` run after what the session holds.
+struct BatchItem {
+  Session* session = nullptr;
+  std::span<const int32_t> tokens;  ///< ids in [0, vocab_size); at least one
+};
+
 class Session {
  public:
   ~Session();
@@ -63,6 +75,25 @@ class Session {
   Status Prefill(std::span<const int32_t> tokens);
   /// One decode step: Prefill of the single token `token`.
   Status Decode(int32_t token);
+
+  /// Runs every item's tokens after what its session holds, all items in one forward pass per
+  /// block of 64 tokens: the rows of all items go through each weight matrix together (each
+  /// matrix read once for the whole batch — the point when many sessions decode at once), and
+  /// each item attends over its own session's cache. Each session ends exactly as if it had run
+  /// Prefill(tokens) alone: the same bits in logits() and in the cache, for every KV format, since
+  /// its tokens are cut into the same blocks of 64 (an item of more than 64 tokens takes part in
+  /// one pass per block; a pass holds the items with a block left) and every row of the shared
+  /// products is computed by the same operations whatever the other rows. So a decode step of N
+  /// sessions is RunBatch of N one-token items, and a new request's prompt chunk can ride along
+  /// with them. The sessions must belong to one Model; they may hold different positions and KV
+  /// formats. The pass runs on the first item's session's activations and threads (the model's).
+  /// Threads: no session of the batch may be used by another thread during the call.
+  /// Errors, before anything runs (every session unchanged; the message names the item index):
+  /// no items, a null session, an item without tokens, a session given twice, sessions of
+  /// different models, an id outside the vocabulary, more positions than a session's context().
+  /// A cache error while running clears every session of the batch (their layers may hold
+  /// different lengths) and says so.
+  static Status RunBatch(std::span<const BatchItem> items);
 
   /// [vocab_size] the logits after the last token run; empty before any token has run and right
   /// after LoadPrefix (the snapshot holds the cache, not the logits: run a token first).
@@ -118,6 +149,9 @@ class Session {
  private:
   friend class Model;
   explicit Session(std::unique_ptr<Impl> impl);
+  // Prefill and RunBatch: checks every item, then runs them in blocks of 64 tokens per item.
+  // `caller` ("Prefill" or "RunBatch") prefixes the messages; RunBatch's name the item index.
+  static Status RunItems(std::span<const BatchItem> items, std::string_view caller);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -42,6 +42,9 @@ struct Session::Impl {
   std::vector<float> logits;         // [vocab_size] after tokens.back(); empty when unknown
   SamplerOptions sampler_options;
   Sampler sampler;
+  // [items] the segments of a pass run on `llama` (Prefill, RunBatch), kept so that a decode step
+  // allocates nothing.
+  std::vector<ForwardSegment> segments;
 };
 
 }  // namespace kvq

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "kvq/log.h"
 #include "kvq/model.h"
@@ -189,6 +190,33 @@ int kvq_session_prefill(kvq_session* session, const int32_t* ids, int64_t n) {
 int kvq_session_decode(kvq_session* session, int32_t token) {
   if (Missing(session, "kvq_session_decode: session")) return KVQ_ERROR;
   return Guard("kvq_session_decode", KVQ_ERROR, [&] { return Check(session->session->Decode(token)); });
+}
+
+int kvq_session_run_batch(kvq_session* const* sessions, const int32_t* const* tokens,
+                          const int64_t* n_tokens, int32_t n_items) {
+  if (n_items < 1) {
+    return Fail("kvq_session_run_batch: n_items must be at least 1 (got " +
+                std::to_string(n_items) + ")");
+  }
+  if (Missing(sessions, "kvq_session_run_batch: sessions") ||
+      Missing(tokens, "kvq_session_run_batch: tokens") ||
+      Missing(n_tokens, "kvq_session_run_batch: n_tokens")) {
+    return KVQ_ERROR;
+  }
+  return Guard("kvq_session_run_batch", KVQ_ERROR, [&] {
+    std::vector<kvq::BatchItem> items(static_cast<size_t>(n_items));
+    for (int32_t i = 0; i < n_items; ++i) {
+      const std::string item = "kvq_session_run_batch: item " + std::to_string(i) + ": ";
+      if (sessions[i] == nullptr) return Fail(item + "the session is NULL");
+      if (n_tokens[i] < 1) {
+        return Fail(item + "n_tokens is " + std::to_string(n_tokens[i]) + "; at least 1");
+      }
+      if (tokens[i] == nullptr) return Fail(item + "the token list is NULL");
+      items[i] = {.session = sessions[i]->session.get(),
+                  .tokens = {tokens[i], static_cast<size_t>(n_tokens[i])}};
+    }
+    return Check(kvq::Session::RunBatch(items));
+  });
 }
 
 const float* kvq_session_logits(const kvq_session* session) {

@@ -1,6 +1,6 @@
-// Session (see include/kvq/session.h): Prefill/Decode over LlamaModel::ForwardBlock and the cache,
-// Generate through generate/Generate (the loop `kvq run` uses, so their outputs agree), and the
-// cache operations (truncate, clear, snapshots).
+// Session (see include/kvq/session.h): Prefill/Decode/RunBatch over LlamaModel::ForwardBatch and
+// the caches, Generate through generate/Generate (the loop `kvq run` uses, so their outputs agree),
+// and the cache operations (truncate, clear, snapshots).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -11,7 +11,7 @@
 
 namespace kvq {
 namespace {
-constexpr int32_t kPrefillBlock = 64;  // tokens per ForwardBlock, as generate.cc's prefill
+constexpr size_t kPrefillBlock = 64;  // tokens per block of an item, as generate.cc's prefill
 }  // namespace
 
 Session::Impl::Impl(std::shared_ptr<const Model::Impl> m, KvCacheConfig config, std::unique_ptr<KvCache> c)
@@ -22,33 +22,83 @@ Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session::~Session() = default;
 
 Status Session::Prefill(std::span<const int32_t> ids) {
-  Impl& s = *impl_;
-  const int32_t vocab = s.model->info.vocab_size;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || ids[i] >= vocab) {
-      return Status::Error(fmt::format("Prefill: token {} at index {} is outside the vocabulary [0, {})", ids[i],
-                                       i, vocab));
-    }
-  }
-  const int64_t pos0 = positions();
-  if (pos0 + static_cast<int64_t>(ids.size()) > context()) {
-    return Status::Error(fmt::format("Prefill: the session holds {} positions and its context is {}; {} more "
-                                     "tokens do not fit", pos0, context(), ids.size()));
-  }
   if (ids.empty()) return Status::Ok();
-  s.logits.resize(vocab);
-  for (size_t done = 0; done < ids.size();) {
-    const int32_t n = static_cast<int32_t>(std::min<size_t>(kPrefillBlock, ids.size() - done));
-    const int64_t pos = pos0 + static_cast<int64_t>(done);
-    if (Status st = s.llama.ForwardBlock(ids.data() + done, n, pos, *s.cache, s.logits.data()); !st.ok()) {
-      // Some layers may hold part of the block: start over rather than guess what the cache holds.
-      (void)Clear();
-      return Status::Error(st.message() + " (the session was cleared)");
+  const BatchItem one{.session = this, .tokens = ids};
+  return RunItems(std::span<const BatchItem>(&one, 1), "Prefill");
+}
+
+Status Session::RunBatch(std::span<const BatchItem> items) { return RunItems(items, "RunBatch"); }
+
+Status Session::RunItems(std::span<const BatchItem> items, std::string_view caller) {
+  const bool batch = caller == "RunBatch";
+  // "Prefill: " or "RunBatch: item 3: ", before what is wrong with the item.
+  auto where = [&](size_t i) {
+    return batch ? fmt::format("{}: item {}: ", caller, i) : fmt::format("{}: ", caller);
+  };
+  if (items.empty()) return Status::Error(fmt::format("{}: no items", caller));
+  for (size_t i = 0; i < items.size(); ++i) {
+    const BatchItem& item = items[i];
+    if (item.session == nullptr) return Status::Error(where(i) + "the session is null");
+    if (item.tokens.empty()) {
+      return Status::Error(where(i) + "no tokens (an item runs at least one)");
     }
-    s.tokens.insert(s.tokens.end(), ids.begin() + done, ids.begin() + done + n);
-    done += n;
+    for (size_t j = 0; j < i; ++j) {
+      if (items[j].session == item.session) {
+        return Status::Error(fmt::format("{}: items {} and {} are the same session", caller, j, i));
+      }
+    }
+    const Impl& s = *item.session->impl_;
+    if (s.model.get() != items[0].session->impl_->model.get()) {
+      return Status::Error(where(i) + "the session belongs to another model than item 0's");
+    }
+    const int32_t vocab = s.model->info.vocab_size;
+    for (size_t t = 0; t < item.tokens.size(); ++t) {
+      if (item.tokens[t] < 0 || item.tokens[t] >= vocab) {
+        return Status::Error(where(i) +
+                             fmt::format("token {} at index {} is outside the vocabulary [0, {})",
+                                         item.tokens[t], t, vocab));
+      }
+    }
+    const int64_t held = item.session->positions();
+    if (held + static_cast<int64_t>(item.tokens.size()) > item.session->context()) {
+      return Status::Error(
+          where(i) + fmt::format("the session holds {} positions and its context is {}; {} more "
+                                 "tokens do not fit",
+                                 held, item.session->context(), item.tokens.size()));
+    }
   }
-  return Status::Ok();
+  // The pass runs on the first session's activations; each segment attends over its own cache.
+  LlamaModel& llama = items[0].session->impl_->llama;
+  std::vector<ForwardSegment>& segments = items[0].session->impl_->segments;
+  for (size_t done = 0;; done += kPrefillBlock) {  // pass p runs block p of every item that has one
+    segments.clear();
+    for (const BatchItem& item : items) {
+      if (item.tokens.size() <= done) continue;
+      Impl& s = *item.session->impl_;
+      const int32_t n =
+          static_cast<int32_t>(std::min<size_t>(kPrefillBlock, item.tokens.size() - done));
+      const bool last = done + n == item.tokens.size();  // only the last block's logits are kept
+      if (last) s.logits.resize(s.model->info.vocab_size);
+      segments.push_back({.tokens = item.tokens.data() + done,
+                          .n = n,
+                          .pos = static_cast<int64_t>(s.tokens.size()),
+                          .cache = *s.cache,
+                          .logits = last ? s.logits.data() : nullptr});
+    }
+    if (segments.empty()) return Status::Ok();
+    if (Status st = llama.ForwardBatch(segments); !st.ok()) {
+      // Some layers may hold part of a block: start over rather than guess what the caches hold.
+      for (const BatchItem& item : items) (void)item.session->Clear();
+      return Status::Error(st.message() + (batch ? " (every session of the batch was cleared)"
+                                                 : " (the session was cleared)"));
+    }
+    for (const BatchItem& item : items) {
+      if (item.tokens.size() <= done) continue;
+      const auto first = item.tokens.begin() + static_cast<std::ptrdiff_t>(done);
+      const size_t n = std::min<size_t>(kPrefillBlock, item.tokens.size() - done);
+      item.session->impl_->tokens.insert(item.session->impl_->tokens.end(), first, first + n);
+    }
+  }
 }
 
 Status Session::Decode(int32_t token) { return Prefill(std::span<const int32_t>(&token, 1)); }

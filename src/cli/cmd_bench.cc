@@ -266,8 +266,9 @@ int RunBenchStream(const BenchStreamOptions& o) {
 }  // namespace
 
 void AddBenchCommand(CLI::App& app, int* exit_code) {
-  CLI::App* bench = app.add_subcommand(
-      "bench", "Benchmarks that print numbers (attention, stream, matvec, decode, prefill, context, roofline)");
+  CLI::App* bench = app.add_subcommand("bench",
+                                       "Benchmarks that print numbers (attention, stream, matvec, "
+                                       "decode, prefill, context, roofline, batch)");
   bench->require_subcommand(1);
   auto o = std::make_shared<BenchAttentionOptions>();
   CLI::App* cmd = bench->add_subcommand("attention", "Decode-attention time per KV spec vs context");
@@ -315,6 +316,7 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   AddBenchRooflineCommand(*bench, exit_code);
   AddBenchContextCommand(*bench, exit_code);
   AddBenchServeCommand(*bench, exit_code);
+  AddBenchBatchCommand(*bench, exit_code);
 }
 
 }  // namespace kvq::cli

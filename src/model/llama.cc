@@ -1,7 +1,11 @@
-// LlamaModel::ForwardBlock (see llama.h): per layer RMSNorm, q/k/v projections (+ bias for qwen2,
-// + a per-head RMSNorm of q and k for qwen3), RoPE, the cache (append, then attend), output projection, SwiGLU feed-forward; then the final
-// norm and the classifier on the last token — run.c's order, for a block of tokens at once.
+// LlamaModel::ForwardBatch (see llama.h): per layer RMSNorm, q/k/v projections (+ bias for qwen2,
+// + a per-head RMSNorm of q and k for qwen3), RoPE, the cache (append, then attend), output
+// projection, SwiGLU feed-forward; then the final norm and the classifier on the last token —
+// run.c's order, for the rows of every segment at once, each segment attending over its own cache.
+// ForwardBlock is the batch of one segment.
 #include "model/llama.h"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
@@ -35,6 +39,49 @@ constexpr auto kWeights = &ForwardProfile::weights_s;
 constexpr auto kAttention = &ForwardProfile::attention_s;
 constexpr auto kRest = &ForwardProfile::rest_s;
 
+// Whether `layer`'s key spec stores keys before RoPE (a "prerope" spec).
+bool KeysBeforeRope(const KvCacheConfig& cc, int32_t layer) {
+  const size_t spec = cc.layers.size() == 1 ? 0 : static_cast<size_t>(layer);
+  return spec < cc.layers.size() && cc.layers[spec].key_transforms.pre_rope;
+}
+
+// What ForwardBatch refuses before it runs anything (llama.h).
+Status CheckSegments(const LlamaConfig& c, std::span<const ForwardSegment> segments) {
+  if (segments.empty()) return Status::Error("ForwardBatch: no segments");
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const ForwardSegment& seg = segments[i];
+    if (seg.n <= 0 || seg.tokens == nullptr) {
+      return Status::Error(
+          fmt::format("ForwardBatch: segment {} has no tokens (a block needs at least one)", i));
+    }
+    for (int32_t t = 0; t < seg.n; ++t) {
+      if (seg.tokens[t] < 0 || seg.tokens[t] >= c.vocab_size) {
+        return Status::Error(
+            fmt::format("ForwardBatch: segment {}: token {} at index {} is outside the vocabulary "
+                        "[0, {})",
+                        i, seg.tokens[t], t, c.vocab_size));
+      }
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (&segments[j].cache == &seg.cache) {
+        return Status::Error(
+            fmt::format("ForwardBatch: segments {} and {} share one KV cache", j, i));
+      }
+    }
+    const KvCacheConfig& cc = seg.cache.config();
+    bool pre_rope = false;  // a "prerope" cache must rope keys as this model does
+    for (int32_t l = 0; l < c.n_layers; ++l) pre_rope = pre_rope || KeysBeforeRope(cc, l);
+    if (pre_rope && (!cc.key_rope || *cc.key_rope != ModelRopeConfig(c))) {
+      return Status::Error(
+          fmt::format("ForwardBatch: segment {}: the KV cache stores keys before RoPE (a prerope "
+                      "spec) but was not given this model's RoPE parameters "
+                      "(KvCacheConfig::key_rope = ModelRopeConfig)",
+                      i));
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 RopeParams ModelRopeParams(const LlamaConfig& c) {
@@ -48,24 +95,60 @@ RopeConfig ModelRopeConfig(const LlamaConfig& c) {
 }
 
 LlamaModel::LlamaModel(LlamaWeights weights, int32_t threads) : w_(std::move(weights)), threads_(threads) {
-  ReserveBlock(1);
+  Reserve(1, 1);
 }
 
-void LlamaModel::ReserveBlock(int32_t n) {
-  if (n <= block_capacity_) return;
+void LlamaModel::Reserve(int64_t n_rows, size_t n_segments) {
   const LlamaConfig& c = w_.config;
-  const int64_t q_dim = int64_t{c.n_heads} * c.head_dim();
-  x_.resize(n * int64_t{c.dim});
-  // xb holds the normed input [n][dim] and the attention output [n][q_dim]: q_dim may exceed dim.
-  xb_.resize(n * std::max<int64_t>(c.dim, q_dim));
-  xb2_.resize(n * int64_t{c.dim});
-  q_.resize(n * q_dim);
-  k_.resize(n * int64_t{c.kv_dim()});
-  v_.resize(n * int64_t{c.kv_dim()});
-  k_pre_rope_.resize(n * int64_t{c.kv_dim()});
-  hb_.resize(n * int64_t{c.hidden_dim});
-  hb2_.resize(n * int64_t{c.hidden_dim});
-  block_capacity_ = n;
+  if (n_rows > row_capacity_) {
+    const int64_t q_dim = c.q_dim();
+    x_.resize(n_rows * int64_t{c.dim});
+    // xb holds the normed input [n][dim] and the attention output [n][q_dim]: q_dim may exceed dim.
+    xb_.resize(n_rows * std::max<int64_t>(c.dim, q_dim));
+    xb2_.resize(n_rows * int64_t{c.dim});
+    q_.resize(n_rows * q_dim);
+    k_.resize(n_rows * int64_t{c.kv_dim()});
+    v_.resize(n_rows * int64_t{c.kv_dim()});
+    k_pre_rope_.resize(n_rows * int64_t{c.kv_dim()});
+    hb_.resize(n_rows * int64_t{c.hidden_dim});
+    hb2_.resize(n_rows * int64_t{c.hidden_dim});
+    row_capacity_ = n_rows;
+  }
+  const int64_t n = static_cast<int64_t>(n_segments);
+  if (n * c.dim > static_cast<int64_t>(last_.size())) last_.resize(n * c.dim);
+  if (n * c.vocab_size > static_cast<int64_t>(logits_.size())) logits_.resize(n * c.vocab_size);
+  if (n_segments > states_of_.size()) states_of_.resize(n_segments);
+}
+
+void LlamaModel::AssignStates(std::span<const ForwardSegment> segments) {
+  const LlamaConfig& c = w_.config;
+  const AttentionShape shape{
+      .n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()};
+  state_taken_.assign(states_.size(), 0);
+  bool all_found = true;
+  for (size_t i = 0; i < segments.size(); ++i) {  // first the states that fit as they are
+    states_of_[i] = nullptr;
+    for (size_t j = 0; j < states_.size() && states_of_[i] == nullptr; ++j) {
+      if (!state_taken_[j] && states_[j]->n_tokens() == segments[i].n) {
+        state_taken_[j] = 1;
+        states_of_[i] = states_[j].get();
+      }
+    }
+    all_found = all_found && states_of_[i] != nullptr;
+  }
+  if (all_found) return;
+  for (size_t i = 0; i < segments.size(); ++i) {  // then a free state rebuilt, or a new one
+    if (states_of_[i] != nullptr) continue;
+    size_t j = 0;
+    while (j < states_.size() && state_taken_[j]) ++j;
+    if (j == states_.size()) {
+      states_.push_back(nullptr);
+      state_taken_.push_back(0);
+    }
+    states_[j] = std::make_unique<AttentionState>(shape, segments[i].n);
+    state_taken_[j] = 1;
+    states_of_[i] = states_[j].get();
+  }
 }
 
 AttentionOptions LlamaModel::attention_options() const {
@@ -75,10 +158,22 @@ AttentionOptions LlamaModel::attention_options() const {
 
 Status LlamaModel::ForwardBlock(const int32_t* tokens, int32_t n, int64_t pos, KvCache& cache,
                                 float* logits) {
-  if (n <= 0) return Status::Error("ForwardBlock: a block needs at least one token");
+  const ForwardSegment one{.tokens = tokens, .n = n, .pos = pos, .cache = cache, .logits = logits};
+  return ForwardBatch(std::span<const ForwardSegment>(&one, 1));
+}
+
+Status LlamaModel::ForwardBatch(std::span<const ForwardSegment> segments) {
   PhaseClock clock(profile_);
-  ReserveBlock(n);
   const LlamaConfig& c = w_.config;
+  if (Status s = CheckSegments(c, segments); !s.ok()) return s;
+  int64_t n = 0;  // rows: every segment's tokens
+  size_t n_logits = 0;
+  for (const ForwardSegment& seg : segments) {
+    n += seg.n;
+    n_logits += seg.logits != nullptr ? 1 : 0;
+  }
+  Reserve(n, segments.size());
+  AssignStates(segments);
   const int64_t dim = c.dim, kv = c.kv_dim(), hidden = c.hidden_dim;
   const int64_t q_dim = c.q_dim(), hd = c.head_dim();
   float* x = x_.data();
@@ -89,59 +184,66 @@ Status LlamaModel::ForwardBlock(const int32_t* tokens, int32_t n, int64_t pos, K
   float* v = v_.data();
   float* hb = hb_.data();
   float* hb2 = hb2_.data();
-  for (int32_t t = 0; t < n; ++t) DecodeWeightRow(w_.token_embedding, tokens[t], x + t * dim);
+  for (int64_t r = 0; const ForwardSegment& seg : segments) {
+    for (int32_t t = 0; t < seg.n; ++t, ++r)
+      DecodeWeightRow(w_.token_embedding, seg.tokens[t], x + r * dim);
+  }
   const RopeParams rope = ModelRopeParams(c);
-  const AttentionShape shape{.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()};
-  if (!state_ || state_->n_tokens() != n) state_.emplace(shape, n);
-  AttentionState& state = *state_;
-  const KvCacheConfig& cc = cache.config();
-  bool rope_checked = false;  // a "prerope" cache must rope keys as this model does
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w_.layers[l];
-    const size_t spec = cc.layers.size() == 1 ? 0 : static_cast<size_t>(l);
-    const bool pre_rope = spec < cc.layers.size() && cc.layers[spec].key_transforms.pre_rope;
-    if (pre_rope && !rope_checked) {
-      if (!cc.key_rope || *cc.key_rope != ModelRopeConfig(c)) {
-        return Status::Error("ForwardBlock: the KV cache stores keys before RoPE (a prerope spec) "
-                             "but was not given this model's RoPE parameters (KvCacheConfig::key_rope "
-                             "= ModelRopeConfig)");
-      }
-      rope_checked = true;
-    }
-    for (int32_t t = 0; t < n; ++t) RmsNorm(xb + t * dim, x + t * dim, L.attn_norm, c.dim, c.norm_eps);
+    for (int64_t r = 0; r < n; ++r)
+      RmsNorm(xb + r * dim, x + r * dim, L.attn_norm, c.dim, c.norm_eps);
     clock.Charge(kRest);
     MatMul(L.wq, xb, n, q, threads_);
     MatMul(L.wk, xb, n, k, threads_);
     MatMul(L.wv, xb, n, v, threads_);
     clock.Charge(kWeights);
-    for (int32_t t = 0; t < n; ++t) {
-      AddBias(q + t * q_dim, L.bq, q_dim);
-      AddBias(k + t * kv, L.bk, kv);
-      AddBias(v + t * kv, L.bv, kv);
-      if (c.qk_norm) {  // qwen3: each head normed on its own, in place, before the rotation
-        for (int64_t h = t * q_dim; h < (t + 1) * q_dim; h += hd) RmsNorm(q + h, q + h, L.q_norm, c.head_dim(), c.norm_eps);
-        for (int64_t h = t * kv; h < (t + 1) * kv; h += hd) RmsNorm(k + h, k + h, L.k_norm, c.head_dim(), c.norm_eps);
+    for (int64_t r = 0; const ForwardSegment& seg : segments) {
+      const bool pre_rope = KeysBeforeRope(seg.cache.config(), l);
+      for (int32_t t = 0; t < seg.n; ++t, ++r) {
+        const int64_t pos = seg.pos + t;
+        AddBias(q + r * q_dim, L.bq, q_dim);
+        AddBias(k + r * kv, L.bk, kv);
+        AddBias(v + r * kv, L.bv, kv);
+        if (c.qk_norm) {  // qwen3: each head normed on its own, in place, before the rotation
+          for (int64_t h = r * q_dim; h < (r + 1) * q_dim; h += hd)
+            RmsNorm(q + h, q + h, L.q_norm, c.head_dim(), c.norm_eps);
+          for (int64_t h = r * kv; h < (r + 1) * kv; h += hd)
+            RmsNorm(k + h, k + h, L.k_norm, c.head_dim(), c.norm_eps);
+        }
+        ApplyRope(q + r * q_dim, static_cast<int32_t>(q_dim), c.head_dim(), pos, rope);
+        if (pre_rope) std::copy_n(k + r * kv, kv, k_pre_rope_.data() + r * kv);  // the cache's rows
+        ApplyRope(k + r * kv, c.kv_dim(), c.head_dim(), pos, rope);  // hooks see roped keys
+        if (hooks_ && hooks_->on_qkv) hooks_->on_qkv(l, pos, q + r * q_dim, k + r * kv, v + r * kv);
       }
-      ApplyRope(q + t * q_dim, static_cast<int32_t>(q_dim), c.head_dim(), pos + t, rope);
-      if (pre_rope) std::copy_n(k + t * kv, kv, k_pre_rope_.data() + t * kv);  // the cache's rows
-      ApplyRope(k + t * kv, c.kv_dim(), c.head_dim(), pos + t, rope);  // hooks see roped keys
-      if (hooks_ && hooks_->on_qkv) hooks_->on_qkv(l, pos + t, q + t * q_dim, k + t * kv, v + t * kv);
     }
     clock.Charge(kRest);
-    if (Status s = cache.Append(l, pre_rope ? k_pre_rope_.data() : k, v, n); !s.ok()) return s;
-    state.Reset();
-    if (Status s = cache.Attend(l, attention_options(), q, pos, state); !s.ok()) return s;
-    cache.FinishAttention(l, state, xb);  // [n][n_heads·head_dim]
+    // Each segment attends over its own cache only: its rows are a block of one sequence.
+    for (int64_t i = 0, r0 = 0; i < static_cast<int64_t>(segments.size());
+         r0 += segments[i].n, ++i) {
+      const ForwardSegment& seg = segments[i];
+      const float* k_rows = KeysBeforeRope(seg.cache.config(), l) ? k_pre_rope_.data() : k;
+      if (Status s = seg.cache.Append(l, k_rows + r0 * kv, v + r0 * kv, seg.n); !s.ok()) return s;
+      AttentionState& state = *states_of_[i];
+      state.Reset();
+      const Status s = seg.cache.Attend(l, attention_options(), q + r0 * q_dim, seg.pos, state);
+      if (!s.ok()) return s;
+      seg.cache.FinishAttention(l, state, xb + r0 * q_dim);  // [seg.n][n_heads·head_dim]
+    }
     clock.Charge(kAttention);
     if (hooks_ && hooks_->on_attention_out) {
-      for (int32_t t = 0; t < n; ++t) hooks_->on_attention_out(l, pos + t, xb + t * q_dim);
+      for (int64_t r = 0; const ForwardSegment& seg : segments) {
+        for (int32_t t = 0; t < seg.n; ++t, ++r)
+          hooks_->on_attention_out(l, seg.pos + t, xb + r * q_dim);
+      }
     }
     clock.Charge(kRest);
     MatMul(L.wo, xb, n, xb2, threads_);
     clock.Charge(kWeights);
     for (int64_t i = 0; i < n * dim; ++i) x[i] += xb2[i];
 
-    for (int32_t t = 0; t < n; ++t) RmsNorm(xb + t * dim, x + t * dim, L.ffn_norm, c.dim, c.norm_eps);
+    for (int64_t r = 0; r < n; ++r)
+      RmsNorm(xb + r * dim, x + r * dim, L.ffn_norm, c.dim, c.norm_eps);
     clock.Charge(kRest);
     MatMul(L.w1, xb, n, hb, threads_);
     MatMul(L.w3, xb, n, hb2, threads_);
@@ -152,11 +254,21 @@ Status LlamaModel::ForwardBlock(const int32_t* tokens, int32_t n, int64_t pos, K
     clock.Charge(kWeights);
     for (int64_t i = 0; i < n * dim; ++i) x[i] += xb[i];
   }
-  float* last = x + (n - 1) * dim;
-  RmsNorm(last, last, w_.final_norm, c.dim, c.norm_eps);
+  // The classifier once for every segment's last row (MatMul: the same bits as MatVec per row).
+  float* last = last_.data();
+  for (int64_t r0 = 0, j = 0; const ForwardSegment& seg : segments) {
+    r0 += seg.n;
+    if (seg.logits != nullptr)
+      RmsNorm(last + j++ * dim, x + (r0 - 1) * dim, w_.final_norm, c.dim, c.norm_eps);
+  }
   clock.Charge(kRest);
-  MatVec(w_.classifier, last, logits, threads_);
+  MatMul(w_.classifier, last, static_cast<int64_t>(n_logits), logits_.data(), threads_);
   clock.Charge(kWeights);
+  for (int64_t j = 0; const ForwardSegment& seg : segments) {
+    if (seg.logits != nullptr)
+      std::copy_n(logits_.data() + j++ * c.vocab_size, c.vocab_size, seg.logits);
+  }
+  clock.Charge(kRest);
   return Status::Ok();
 }
 

@@ -4,7 +4,8 @@
 
 #include <cstdint>
 #include <functional>
-#include <optional>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include "kvq/kv_cache.h"
@@ -15,7 +16,8 @@
 namespace kvq {
 
 /// Observation points for measurements (kvq eval), called for every token of every forward
-/// block (a decode step is a block of one). Either may be empty.
+/// block (a decode step is a block of one; in a batch, every segment's tokens in segment order).
+/// Either may be empty.
 struct ForwardHooks {
   /// After RoPE, before the cache: q [n_heads·head_dim], k and v [kv_dim] of the token at `pos`.
   std::function<void(int32_t layer, int64_t pos, const float* q, const float* k, const float* v)> on_qkv;
@@ -33,7 +35,18 @@ struct ForwardProfile {
   double rest_s = 0;       ///< the embedding, norms, biases, RoPE, SwiGLU, residual adds, hooks
 };
 
-/// The forward pass: one body, ForwardBlock; a decode step is a block of one token.
+/// One sequence's block in a batched forward pass: `n` tokens at positions pos .. pos + n − 1 of
+/// its own cache (pos = the cache's current length), and where its logits go.
+struct ForwardSegment {
+  const int32_t* tokens = nullptr;  ///< [n] ids in [0, vocab_size)
+  int32_t n = 0;                    ///< ≥ 1
+  int64_t pos = 0;                  ///< position of tokens[0]: the cache's length
+  KvCache& cache;                   ///< the segment's own: no two segments of a batch share one
+  float* logits = nullptr;          ///< [vocab_size] after the last token; null: not computed
+};
+
+/// The forward pass: one body, ForwardBatch, over segments; a block is a batch of one segment and
+/// a decode step a block of one token.
 class LlamaModel {
  public:
   LlamaModel(LlamaWeights weights, int32_t threads);
@@ -47,6 +60,17 @@ class LlamaModel {
   /// into blocks; a KIVI group completed inside a block, or an fp8 scale calibrated on it, is
   /// seen quantised by the block's earlier tokens (as a prefill writes it).
   Status ForwardBlock(const int32_t* tokens, int32_t n, int64_t pos, KvCache& cache, float* logits);
+
+  /// Runs several sequences' blocks as one pass: per layer the norms, projections and feed-forward
+  /// over the rows of every segment together (each weight matrix read once for the whole batch),
+  /// then per segment its own Append, Attend and FinishAttention (its cache, its positions); the
+  /// logits of each segment that asks for them. Each segment gets exactly the bits (logits, cache)
+  /// that ForwardBlock of it alone gives: every row of a matrix product, norm and SwiGLU is
+  /// computed by the same operations whatever the other rows (weights/matvec.h: MatMul is MatVec
+  /// per token, bit for bit). Errors, before anything runs: no segments, a segment without
+  /// tokens, an id outside the vocabulary, two segments on one cache, a "prerope" cache without
+  /// this model's RoPE. A cache error while running leaves the caches holding parts of the batch.
+  Status ForwardBatch(std::span<const ForwardSegment> segments);
 
   /// One decode step: ForwardBlock of the single token `token` at `pos`.
   Status Forward(int32_t token, int64_t pos, KvCache& cache, float* logits) {
@@ -63,23 +87,31 @@ class LlamaModel {
   AttentionOptions attention_options() const;
 
  private:
-  // Grows the block activations to hold n tokens (kept between calls: a decode step allocates nothing).
-  void ReserveBlock(int32_t n);
+  // Grows the activations to hold n_rows tokens of n_segments segments (kept between calls: a
+  // decode step allocates nothing).
+  void Reserve(int64_t n_rows, size_t n_segments);
+  // Points states_of_[i] at a pooled attention state sized for segment i, reusing states of the
+  // right size (a steady batch shape builds none).
+  void AssignStates(std::span<const ForwardSegment> segments);
 
   LlamaWeights w_;
   int32_t threads_;
   const ForwardHooks* hooks_ = nullptr;
   ForwardProfile* profile_ = nullptr;
-  int32_t block_capacity_ = 0;
-  // Activations of a block of tokens, token-major.
+  int64_t row_capacity_ = 0;
+  // Activations of the batch's rows, token-major, segment after segment (n = all segments' tokens).
   std::vector<float> x_, xb_, xb2_;  // [n][dim] residual stream, normed input, projection output
   std::vector<float> q_;             // [n][n_heads·head_dim]
   std::vector<float> k_, v_;         // [n][kv_dim]
   std::vector<float> k_pre_rope_;    // [n][kv_dim]: k before RoPE, for "prerope" key specs
   std::vector<float> hb_, hb2_;      // [n][hidden_dim] gate and up projections
-  // The attention state (m, l, acc and its scratch) of the last block size, kept so a decode step
-  // reuses it rather than building one per token.
-  std::optional<AttentionState> state_;
+  std::vector<float> last_;          // [segments with logits][dim] their last rows, final-normed
+  std::vector<float> logits_;        // [segments with logits][vocab_size] the classifier's output
+  // Attention states (m, l, acc and their scratch), kept between calls so that a decode step
+  // reuses them rather than building one per token; states_of_[i] is segment i's this call.
+  std::vector<std::unique_ptr<AttentionState>> states_;
+  std::vector<AttentionState*> states_of_;  // [segments]
+  std::vector<uint8_t> state_taken_;        // [states_.size()] scratch of AssignStates
 };
 
 /// The model's rotary parameters (pairing, scaling; `config` must outlive them: they point at

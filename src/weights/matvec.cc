@@ -137,11 +137,17 @@ void ForEachRowItem(int64_t rows, int32_t t, const F& fn) {
     for (int64_t b = 0; b < items; ++b) fn(b * kRowsPerItem, std::min<int64_t>(rows, (b + 1) * kRowsPerItem));
     return;
   }
-  std::atomic<int64_t> next{0};
-  ThreadPool::Shared(t).Run(t, [&](int64_t, int32_t) {
-    for (int64_t b = next.fetch_add(1, std::memory_order_relaxed); b < items;
-         b = next.fetch_add(1, std::memory_order_relaxed)) {
-      fn(b * kRowsPerItem, std::min<int64_t>(rows, (b + 1) * kRowsPerItem));
+  // The job captures one pointer, so std::function holds it in place instead of allocating per call
+  // (a batched decode step makes seven threaded products per layer).
+  struct Job {
+    std::atomic<int64_t> next{0};
+    int64_t rows, items;
+    const F* fn;
+  } job{.rows = rows, .items = items, .fn = &fn};
+  ThreadPool::Shared(t).Run(t, [j = &job](int64_t, int32_t) {
+    for (int64_t b = j->next.fetch_add(1, std::memory_order_relaxed); b < j->items;
+         b = j->next.fetch_add(1, std::memory_order_relaxed)) {
+      (*j->fn)(b * kRowsPerItem, std::min<int64_t>(j->rows, (b + 1) * kRowsPerItem));
     }
   });
 }

@@ -2,6 +2,7 @@
 // message, the tokenize/detokenize buffer contracts, a step-by-step decode equal to generate.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -133,6 +134,69 @@ TEST(CApi, PerLayerFormatsAndRefusals) {
   EXPECT_NE(std::string(kvq_last_error()).find("layers[3].key"), std::string::npos) << kvq_last_error();
   kvq_session_free(planned);
   kvq_session_free(f16);
+  kvq_model_free(m);
+}
+
+// kvq_session_run_batch: three sessions stepped together end as each alone with
+// kvq_session_prefill of the same tokens; bad arguments are errors naming the item, nothing run.
+TEST(CApi, RunBatchEqualsPrefillAloneAndRefusesBadItems) {
+  kvq_model* m = LoadBundled();
+  ASSERT_NE(m, nullptr);
+  kvq_session* batched[3];
+  kvq_session* alone[3];
+  for (int i = 0; i < 3; ++i) {
+    batched[i] = kvq_session_new(m, nullptr);
+    alone[i] = kvq_session_new(m, nullptr);
+    ASSERT_TRUE(batched[i] && alone[i]) << kvq_last_error();
+  }
+  int32_t ids[3][16];
+  int64_t n[3];
+  const char* prompts[3] = {"Once upon a time", "Lily", "The big dog ran to the"};
+  for (int i = 0; i < 3; ++i) n[i] = kvq_tokenize(m, prompts[i], -1, ids[i], 16);
+  const int32_t* tokens[3] = {ids[0], ids[1], ids[2]};
+  ASSERT_EQ(kvq_session_run_batch(batched, tokens, n, 3), KVQ_OK) << kvq_last_error();
+  const int32_t next[3] = {7, 8, 9};
+  const int32_t* decode[3] = {&next[0], &next[1], &next[2]};
+  const int64_t ones[3] = {1, 1, 1};
+  ASSERT_EQ(kvq_session_run_batch(batched, decode, ones, 3), KVQ_OK) << kvq_last_error();
+  kvq_model_info info;
+  kvq_model_get_info(m, &info);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(kvq_session_prefill(alone[i], ids[i], n[i]), KVQ_OK);
+    ASSERT_EQ(kvq_session_decode(alone[i], next[i]), KVQ_OK);
+    EXPECT_EQ(kvq_session_positions(batched[i]), n[i] + 1);
+    EXPECT_EQ(kvq_session_kv_bytes(batched[i]), kvq_session_kv_bytes(alone[i]));
+    EXPECT_EQ(std::memcmp(kvq_session_logits(batched[i]), kvq_session_logits(alone[i]),
+                          sizeof(float) * info.vocab_size),
+              0)
+        << "session " << i;
+  }
+  auto refused = [&](kvq_session* const* s, const int32_t* const* t, const int64_t* k,
+                     int32_t items, const std::string& part) {
+    EXPECT_EQ(kvq_session_run_batch(s, t, k, items), KVQ_ERROR);
+    EXPECT_NE(std::string(kvq_last_error()).find(part), std::string::npos) << kvq_last_error();
+    for (int i = 0; i < 3; ++i)
+      EXPECT_EQ(kvq_session_positions(batched[i]), n[i] + 1) << kvq_last_error();
+  };
+  refused(batched, decode, ones, 0, "n_items must be at least 1");
+  refused(nullptr, decode, ones, 3, "sessions is NULL");
+  refused(batched, nullptr, ones, 3, "tokens is NULL");
+  refused(batched, decode, nullptr, 3, "n_tokens is NULL");
+  kvq_session* with_null[3] = {batched[0], nullptr, batched[2]};
+  refused(with_null, decode, ones, 3, "item 1: the session is NULL");
+  const int64_t zero[3] = {1, 1, 0};
+  refused(batched, decode, zero, 3, "item 2: n_tokens is 0");
+  const int32_t* null_list[3] = {decode[0], nullptr, decode[2]};
+  refused(batched, null_list, ones, 3, "item 1: the token list is NULL");
+  kvq_session* twice[3] = {batched[0], batched[1], batched[0]};
+  refused(twice, decode, ones, 3, "items 0 and 2 are the same session");
+  const int32_t outside = 512;
+  const int32_t* bad[3] = {decode[0], decode[1], &outside};
+  refused(batched, bad, ones, 3, "item 2: token 512");
+  for (int i = 0; i < 3; ++i) {
+    kvq_session_free(batched[i]);
+    kvq_session_free(alone[i]);
+  }
   kvq_model_free(m);
 }
 

@@ -157,6 +157,7 @@ TEST(SharedFlags, EveryCommandRefusesABadValueTheSameWay) {
       {"bench stream --threads 0", "kvq bench stream: error: " + threads},
       {"bench matvec --threads 0", "kvq bench matvec: error: " + threads},
       {"bench decode -t 0", "kvq bench decode: error: " + threads},
+      {"bench batch -t 0", "kvq bench batch: error: " + threads},
       {"eval attention -t 0", "kvq eval attention: error: " + threads},
       {"eval fidelity -t 0", "kvq eval fidelity: error: " + threads},
       {"run -t 1025", "--threads: must be in 1..1024 (got 1025)"},
@@ -180,12 +181,36 @@ TEST(SharedFlags, EveryCommandRefusesABadValueTheSameWay) {
        "--kv-device-budget: invalid size '0'"},
       {"bench matvec --working-set 1QB", "--working-set: invalid size '1QB'"},
       {"bench decode --kv-budget 1QB", "--kv-budget: invalid size '1QB'"},
+      {"bench batch --sessions 1,0", "--sessions: must be in 1..256 (got 0)"},
+      {"bench batch --kv nope", "--kv: unknown KV format 'nope'"},
+      {"bench batch --context 500", "--context 500: the model's context is 512 positions"},
   };
   for (const auto& c : cases) {
     const KvqRun r = Kvq(c.args);
     EXPECT_EQ(r.exit_code, 2) << c.args << " said: " << r.err;
     EXPECT_TRUE(r.out.empty()) << c.args << " printed: " << r.out;
     EXPECT_NE(r.err.find(c.must_mention), std::string::npos) << c.args << " said: " << r.err;
+  }
+}
+
+// The structure of `kvq bench batch --json` (its numbers are not checked: a test never times).
+TEST(BenchBatch, JsonRowsPerCountWithTheBitCheck) {
+  const auto j =
+      Json("bench batch --sessions 1,3 --context 0,20 --steps 2 --rounds 2 -t 1 --kv int4");
+  EXPECT_EQ(j["kv"], "int4");
+  EXPECT_EQ(j["steps"], 2);
+  ASSERT_EQ(j["results"].size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    const auto& r = j["results"][i];
+    EXPECT_EQ(r["context"], i < 2 ? 0 : 20);
+    EXPECT_EQ(r["sessions"], i % 2 == 0 ? 1 : 3);
+    EXPECT_TRUE(r["bit_identical"].get<bool>());
+    EXPECT_GT(r["tokens_per_second"].get<double>(), 0);
+    EXPECT_LE(r["tps_min"].get<double>(), r["tokens_per_second"].get<double>());
+    EXPECT_GE(r["tps_max"].get<double>(), r["tokens_per_second"].get<double>());
+    if (i % 2 == 0) {
+      EXPECT_EQ(r["vs_first"].get<double>(), 1.0);
+    }
   }
 }
 
