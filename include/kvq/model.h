@@ -102,6 +102,10 @@ class Model {
   /// removed, byte pieces joined into UTF-8). Control tokens print as their text.
   /// Errors: an id outside [0, vocab_size).
   Result<std::string> Detokenize(std::span<const int32_t> ids) const;
+  /// The text `token` adds when it follows `previous` in a sequence, as generation prints it (a
+  /// SentencePiece vocabulary's leading space is dropped only after BOS; a byte piece is its byte,
+  /// so a token may hold part of a UTF-8 character); "" for control tokens and ids out of range.
+  std::string TokenText(int32_t previous, int32_t token) const;
   /// The text of one token as the vocabulary stores it, SentencePiece's U+2581 shown as a space
   /// (" the", "<0x0A>", "<|im_end|>"); an empty string when id is out of range.
   std::string TokenPiece(int32_t id) const;

@@ -103,6 +103,12 @@ Result<std::string> Model::Detokenize(std::span<const int32_t> ids) const {
   return impl_->tokenizer.Detokenize(ids);
 }
 
+std::string Model::TokenText(int32_t previous, int32_t token) const {
+  const int32_t vocab = impl_->info.vocab_size;
+  if (token < 0 || token >= vocab || previous < 0 || previous >= vocab) return {};
+  return impl_->tokenizer.Decode(previous, token);
+}
+
 std::string Model::TokenPiece(int32_t id) const {
   if (id < 0 || id >= impl_->info.vocab_size) return {};
   return impl_->tokenizer.piece(id);

@@ -303,16 +303,19 @@ bool Engine::AdmitOne(const std::shared_ptr<Job>& job) {
   // Never reuse all of the prompt: its last token runs again, for the logits.
   size_t reuse = std::min(best_common, prompt.size() - 1);
   bool from_disk = false;
-  if (prefix_store_) {
-    if (auto match = prefix_store_->Find(prompt); match && std::min(match->second, prompt.size() - 1) > reuse) {
-      if (prefix_store_->Load(*match->first, session).ok()) {
-        reuse = std::min(match->second, prompt.size() - 1);
-        from_disk = true;
-      } else {
-        metrics_->prefix_snapshots_refused++;
-        reuse = 0;  // the session was cleared
-      }
+  // A snapshot that shares more than the session does is loaded; one refused (damaged) is gone
+  // from the store after Load, so the next best is tried.
+  while (prefix_store_) {
+    auto match = prefix_store_->Find(prompt);
+    if (!match || std::min(match->second, prompt.size() - 1) <= reuse) break;
+    const size_t shared = std::min(match->second, prompt.size() - 1);
+    if (prefix_store_->Load(*match->first, session).ok()) {
+      reuse = shared;
+      from_disk = true;
+      break;
     }
+    metrics_->prefix_snapshots_refused++;
+    reuse = 0;  // Load cleared the session
   }
   if (static_cast<size_t>(session.positions()) > reuse) {
     if (Status s = session.Truncate(static_cast<int64_t>(reuse)); !s.ok()) {
@@ -337,7 +340,6 @@ bool Engine::AdmitOne(const std::shared_ptr<Job>& job) {
   best->job = job;
   best->pending.assign(prompt.begin() + static_cast<ptrdiff_t>(reuse), prompt.end());
   best->next_token = -1;
-  best->prompt_done = false;
   best->last_used = step_;
   return true;
 }
@@ -364,7 +366,11 @@ void Engine::Step() {
       continue;
     }
     if (!s.pending.empty()) {
-      const int32_t n = std::min<int32_t>(kPrefillBlock, static_cast<int32_t>(s.pending.size()));
+      // Generate's cut: blocks of 64 up to the prompt's last token, which runs alone (for KIVI's
+      // groups and fp8's scales the cut changes the bits; for per-token formats it does not).
+      const int32_t left = static_cast<int32_t>(s.pending.size());
+      const int32_t n = left > 1 ? std::min<int32_t>(kPrefillBlock, left - 1) : 1;
+      if (left == 1) SavePrefix(s);
       if (n > prefill_budget && !items.empty()) continue;  // next step: decodes stay short
       prefill_budget -= n;
       items.push_back({.session = s.session.get(), .tokens = std::span<const int32_t>(s.pending.data(), n)});
@@ -397,15 +403,6 @@ void Engine::Step() {
     if (chunk_sizes[i] > 0) {
       s.pending.erase(s.pending.begin(), s.pending.begin() + chunk_sizes[i]);
       if (!s.pending.empty()) continue;
-      s.prompt_done = true;
-      if (prefix_store_ && static_cast<int32_t>(s.session->positions()) >= options_.min_prefix_tokens) {
-        Result<bool> saved = prefix_store_->Save(*s.session);
-        if (!saved.ok()) {
-          Log(LogLevel::kWarning, "serve: " + saved.status().message());
-        } else if (*saved) {
-          metrics_->prefix_snapshots_saved++;
-        }
-      }
     } else {
       ++decoded;
     }
@@ -419,6 +416,18 @@ void Engine::Step() {
   }
 }
 
+void Engine::SavePrefix(Slot& slot) {
+  // The prompt but its last token, as `kvq run --prompt-cache` saves it: a later prompt that
+  // extends it runs at least its own last token for the logits.
+  if (!prefix_store_ || slot.session->positions() < options_.min_prefix_tokens) return;
+  Result<bool> saved = prefix_store_->Save(*slot.session);
+  if (!saved.ok()) {
+    Log(LogLevel::kWarning, "serve: " + saved.status().message());
+  } else if (*saved) {
+    metrics_->prefix_snapshots_saved++;
+  }
+}
+
 void Engine::Advance(Slot& slot) {
   Job& job = *slot.job;
   Result<int32_t> token = slot.session->Sample();
@@ -426,40 +435,38 @@ void Engine::Advance(Slot& slot) {
     Finish(slot, FinishReason::kStop, Refused(500, "server_error", "", token.status().message()));
     return;
   }
-  if (model_.IsEndOfGeneration(*token) && !job.spec.ignore_eos) {
+  // As Generate: an end token, or BOS (llama2.c models start a new story with it), ends the text.
+  if ((model_.IsEndOfGeneration(*token) || *token == model_.info().bos) && !job.spec.ignore_eos) {
     Finish(slot, FinishReason::kStop);
     return;
   }
+  const int32_t previous = job.generated.empty() ? job.spec.prompt.back() : job.generated.back();
   job.generated.push_back(*token);
+  job.text += model_.TokenText(previous, *token);
   metrics_->generated_tokens++;
-  Result<std::string> text = model_.Detokenize(job.generated);
-  if (!text.ok()) {
-    Finish(slot, FinishReason::kStop, Refused(500, "server_error", "", text.status().message()));
-    return;
-  }
   // A stop string ends the text before it; the search starts where a new match could begin.
   size_t stop_at = std::string::npos;
   for (const std::string& s : job.spec.stop) {
     const size_t from = job.emitted_bytes > s.size() ? job.emitted_bytes - s.size() : 0;
-    stop_at = std::min(stop_at, text->find(s, from));
+    stop_at = std::min(stop_at, job.text.find(s, from));
   }
   if (stop_at != std::string::npos) {
-    job.Publish(text->substr(job.emitted_bytes, stop_at - job.emitted_bytes), false, FinishReason::kStop, {});
+    job.Publish(job.text.substr(job.emitted_bytes, stop_at - job.emitted_bytes), false, FinishReason::kStop, {});
     job.emitted_bytes = stop_at;
     Finish(slot, FinishReason::kStop, std::nullopt, /*flush_held=*/false);
     return;
   }
   const bool at_max = static_cast<int32_t>(job.generated.size()) >= job.spec.max_tokens;
-  const bool context_full = slot.session->positions() + 1 >= context_;
+  const bool context_full = slot.session->positions() >= context_;  // no room to run it
   if (at_max || context_full) {
-    job.Publish(text->substr(std::min(job.emitted_bytes, text->size())), false, FinishReason::kLength, {});
-    job.emitted_bytes = text->size();
+    job.Publish(job.text.substr(std::min(job.emitted_bytes, job.text.size())), false, FinishReason::kLength, {});
+    job.emitted_bytes = job.text.size();
     Finish(slot, FinishReason::kLength);
     return;
   }
-  const size_t safe = text->size() - HoldBack(*text, job.spec.stop);
+  const size_t safe = job.text.size() - HoldBack(job.text, job.spec.stop);
   if (safe > job.emitted_bytes) {
-    job.Publish(text->substr(job.emitted_bytes, safe - job.emitted_bytes), false, FinishReason::kStop, {});
+    job.Publish(job.text.substr(job.emitted_bytes, safe - job.emitted_bytes), false, FinishReason::kStop, {});
     job.emitted_bytes = safe;
   }
   slot.next_token = *token;
@@ -469,10 +476,8 @@ void Engine::Finish(Slot& slot, FinishReason reason, std::optional<ApiError> err
   Job& job = *slot.job;
   const bool failed = error.has_value();
   std::string rest;
-  if (!failed && flush_held) {
-    // Text held back for a stop string that never came, or an incomplete character, goes out now.
-    Result<std::string> text = model_.Detokenize(job.generated);
-    if (text.ok() && text->size() > job.emitted_bytes) rest = text->substr(job.emitted_bytes);
+  if (!failed && flush_held && job.text.size() > job.emitted_bytes) {
+    rest = job.text.substr(job.emitted_bytes);  // held back for a stop string that never came
   }
   job.Publish(std::move(rest), true, reason, std::move(error));
   slot.job.reset();

@@ -91,6 +91,7 @@ class Job {
   double ttft = 0;
   // Scheduler-side state (only the scheduler thread touches these).
   std::vector<int32_t> generated;  // ids, end tokens excluded
+  std::string text;                // their text, as generation prints it (Model::TokenText)
   size_t emitted_bytes = 0;        // bytes of the generated text published so far
   int64_t kv_reserved_bytes = 0;   // what admission counted for it
 };
@@ -119,7 +120,6 @@ class Engine {
     std::shared_ptr<Job> job;          // null: idle
     std::vector<int32_t> pending;      // prompt tokens still to prefill
     int32_t next_token = -1;           // sampled, to run next step
-    bool prompt_done = false;
     int64_t last_used = 0;             // step of last use (LRU eviction)
   };
 
@@ -128,6 +128,8 @@ class Engine {
   void Admit();
   bool AdmitOne(const std::shared_ptr<Job>& job);
   void Step();
+  // Saves the slot's cache (the prompt but its last token) to the prefix store, if there is one.
+  void SavePrefix(Slot& slot);
   // After the session's logits are those after its last token: sample, publish, decide.
   void Advance(Slot& slot);
   // Ends the slot's job; `flush_held`: publish text held back for a possible stop string first.

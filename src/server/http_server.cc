@@ -4,6 +4,10 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/resource.h>
+
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -44,6 +48,27 @@ std::string RouteLabel(const std::string& path) {
   return "other";
 }
 
+// Debian's cpp-httplib is a compiled library whose listen() backlog is its default of 5: a burst
+// of more connections than that overflows the accept queue and some clients see their first write
+// fail. httplib does not expose its socket, so find our listening socket by its port and listen
+// again with the system's limit (on Linux a second listen() only changes the backlog).
+void WidenListenBacklog(int port) {
+  rlimit limit{};
+  const int max_fd = getrlimit(RLIMIT_NOFILE, &limit) == 0 ? static_cast<int>(std::min<rlim_t>(limit.rlim_cur, 65536)) : 1024;
+  for (int fd = 0; fd < max_fd; ++fd) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    int listening = 0;
+    socklen_t optlen = sizeof(listening);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) continue;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &optlen) != 0 || !listening) continue;
+    const int bound = addr.ss_family == AF_INET ? ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port)
+                      : addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                                                   : -1;
+    if (bound == port) listen(fd, SOMAXCONN);
+  }
+}
+
 }  // namespace
 
 HttpServer::HttpServer(const Model& model, Engine& engine, Metrics& metrics, ChatTemplate chat_template,
@@ -72,6 +97,7 @@ Result<int> HttpServer::Bind() {
     return Status::Error(fmt::format("cannot listen on {}:{} (is the address valid and the port free?)",
                                      options_.host, options_.port));
   }
+  WidenListenBacklog(port);
   return port;
 }
 
@@ -185,6 +211,8 @@ void HttpServer::Routes() {
   s.new_task_queue = [n = options_.http_threads] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
   s.set_payload_max_length(static_cast<size_t>(options_.max_body_bytes));
   s.set_read_timeout(options_.read_timeout_seconds, 0);
+  // An idle keep-alive connection, or one that sent nothing yet, waits no longer than a slow one.
+  s.set_keep_alive_timeout(std::min(5, options_.read_timeout_seconds));
   s.set_write_timeout(options_.write_timeout_seconds, 0);
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (options_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
@@ -200,7 +228,8 @@ void HttpServer::Routes() {
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
-  s.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+  s.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
+                                                                   httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     ApiError e = Error(res.status, "invalid_request_error", fmt::format("HTTP {}", res.status));
     if (res.status == 404) e.message = fmt::format("no route {} {}", req.method, req.path);
@@ -210,7 +239,7 @@ void HttpServer::Routes() {
     }
     Reply(res, e);
     return httplib::Server::HandlerResponse::Handled;
-  });
+  }));
   s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "unknown error";
     try {

@@ -54,7 +54,7 @@ std::optional<ApiError> ReadInteger(const json& body, const char* field, int64_t
   const json& v = body[field];
   if (v.is_number_unsigned()) {
     const uint64_t x = v.get<uint64_t>();
-    if (x > static_cast<uint64_t>(hi)) {
+    if (x > static_cast<uint64_t>(hi) || (lo > 0 && x < static_cast<uint64_t>(lo))) {
       return Invalid(field, fmt::format("'{}' must be in {}..{} (got {})", field, lo, hi, x));
     }
     *out = static_cast<int64_t>(x);

@@ -197,13 +197,14 @@ Status PrefixPhase(const Model& model, const ServeBenchConfig& c, ServeBenchResu
     return StreamCompletion(Request(s.port(), prompt, c.max_tokens, false));
   };
   // Cold: a fresh server, nothing cached.
-  Result<std::unique_ptr<RunningServer>> cold = RunningServer::Start(model, options);
-  if (!cold.ok()) return cold.status();
-  const StreamResult cold_run = ask(**cold, second);
+  Result<std::unique_ptr<RunningServer>> started = RunningServer::Start(model, options);
+  if (!started.ok()) return started.status();
+  std::unique_ptr<RunningServer> cold = std::move(started).value();
+  const StreamResult cold_run = ask(*cold, second);
   // Warm: the idle session holds the first prompt, which shares the prefix.
-  const StreamResult hold = ask(**cold, first);
-  const StreamResult warm_run = ask(**cold, second);
-  cold->reset();
+  const StreamResult hold = ask(*cold, first);
+  const StreamResult warm_run = ask(*cold, second);
+  cold.reset();
   // Restart: one server saves the first prompt's prefix, a new one on the same folder reuses it.
   std::error_code ec;
   std::filesystem::remove_all(c.prefix_dir, ec);
