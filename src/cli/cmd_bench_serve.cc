@@ -88,7 +88,8 @@ int RunBenchServe(BenchServeOptions& o) {
     fmt::print("  {} sessions / 1 session (medians): {:.2f}x\n", c.batch_sessions, r.batch_ratio);
   }
   if (has("prefix")) {
-    fmt::print("\nprefix: a prompt extending a {}-token prefix, time to first token\n", r.prefix_tokens);
+    fmt::print("\nprefix: a prompt extending a {}-token prefix, time to first token (median of 3)\n",
+               r.prefix_tokens);
     fmt::print("  cold (nothing cached)           {:8.1f} ms\n", r.ttft_cold * 1e3);
     fmt::print("  warm (an idle session has it)   {:8.1f} ms   {:5.1f}x sooner, {} tokens reused\n",
                r.ttft_warm * 1e3, r.ttft_cold / r.ttft_warm, r.cached_warm);

@@ -370,7 +370,6 @@ void Engine::Step() {
       // groups and fp8's scales the cut changes the bits; for per-token formats it does not).
       const int32_t left = static_cast<int32_t>(s.pending.size());
       const int32_t n = left > 1 ? std::min<int32_t>(kPrefillBlock, left - 1) : 1;
-      if (left == 1) SavePrefix(s);
       if (n > prefill_budget && !items.empty()) continue;  // next step: decodes stay short
       prefill_budget -= n;
       items.push_back({.session = s.session.get(), .tokens = std::span<const int32_t>(s.pending.data(), n)});
@@ -400,6 +399,7 @@ void Engine::Step() {
   for (size_t i = 0; i < in_batch.size(); ++i) {
     Slot& s = *in_batch[i];
     s.last_used = step_;
+    const bool prompt_done = chunk_sizes[i] > 0 && chunk_sizes[i] == static_cast<int32_t>(s.pending.size());
     if (chunk_sizes[i] > 0) {
       s.pending.erase(s.pending.begin(), s.pending.begin() + chunk_sizes[i]);
       if (!s.pending.empty()) continue;
@@ -407,6 +407,8 @@ void Engine::Step() {
       ++decoded;
     }
     Advance(s);
+    // After the first token is out, so the write does not delay it.
+    if (prompt_done) SavePrefix(s);
   }
   // tokens per second over this step, smoothed (a gauge for dashboards, not a benchmark)
   if (decoded > 0 && seconds > 0) {
@@ -417,8 +419,8 @@ void Engine::Step() {
 }
 
 void Engine::SavePrefix(Slot& slot) {
-  // The prompt but its last token, as `kvq run --prompt-cache` saves it: a later prompt that
-  // extends it runs at least its own last token for the logits.
+  // The whole prompt (the sampled token is not run yet); a later prompt that extends it is
+  // truncated to what it shares, less its own last token, which runs again for the logits.
   if (!prefix_store_ || slot.session->positions() < options_.min_prefix_tokens) return;
   Result<bool> saved = prefix_store_->Save(*slot.session);
   if (!saved.ok()) {

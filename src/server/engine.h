@@ -128,7 +128,7 @@ class Engine {
   void Admit();
   bool AdmitOne(const std::shared_ptr<Job>& job);
   void Step();
-  // Saves the slot's cache (the prompt but its last token) to the prefix store, if there is one.
+  // Saves the slot's cache (its prompt) to the prefix store, if there is one.
   void SavePrefix(Slot& slot);
   // After the session's logits are those after its last token: sample, publish, decide.
   void Advance(Slot& slot);

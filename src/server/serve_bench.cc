@@ -190,43 +190,55 @@ Status PrefixPhase(const Model& model, const ServeBenchConfig& c, ServeBenchResu
   if (prefix_tokens < 64) return Status::Error(fmt::format("prefix: the context ({}) is too short", model.info().context));
   const std::string prefix = TextOfTokens(model, prefix_tokens);
   r.prefix_tokens = static_cast<int32_t>(model.Tokenize(prefix).size());
-  const std::string first = prefix + "Then the dog ran home.", second = prefix + "The cat sat on the mat.";
+  const std::string first = prefix + "Then the dog ran home.";
   EngineOptions options = c.engine;
   options.parallel = 1;
-  auto ask = [&](RunningServer& s, const std::string& prompt) {
-    return StreamCompletion(Request(s.port(), prompt, c.max_tokens, false));
+  auto ask = [&](RunningServer& s, const std::string& prompt) -> Result<StreamResult> {
+    StreamResult got = StreamCompletion(Request(s.port(), prompt, c.max_tokens, false));
+    if (!got.error.empty()) return Status::Error("prefix: a request failed: " + got.error);
+    return got;
   };
-  // Cold: a fresh server, nothing cached.
-  Result<std::unique_ptr<RunningServer>> started = RunningServer::Start(model, options);
-  if (!started.ok()) return started.status();
-  std::unique_ptr<RunningServer> cold = std::move(started).value();
-  const StreamResult cold_run = ask(*cold, second);
-  // Warm: the idle session holds the first prompt, which shares the prefix.
-  const StreamResult hold = ask(*cold, first);
-  const StreamResult warm_run = ask(*cold, second);
-  cold.reset();
-  // Restart: one server saves the first prompt's prefix, a new one on the same folder reuses it.
+  auto start = [&](const EngineOptions& o) { return RunningServer::Start(model, o); };
+  // The restart arm's folder: one server saves the first prompt's prefix, then goes away.
   std::error_code ec;
   std::filesystem::remove_all(c.prefix_dir, ec);
-  options.prefix_cache_dir = c.prefix_dir;
+  EngineOptions saving = options;
+  saving.prefix_cache_dir = c.prefix_dir;
   {
-    Result<std::unique_ptr<RunningServer>> saver = RunningServer::Start(model, options);
+    Result<std::unique_ptr<RunningServer>> saver = start(saving);
     if (!saver.ok()) return saver.status();
-    const StreamResult saved = ask(**saver, first);
-    if (!saved.error.empty()) return Status::Error("prefix: " + saved.error);
+    if (Result<StreamResult> saved = ask(**saver, first); !saved.ok()) return saved.status();
   }
-  Result<std::unique_ptr<RunningServer>> restarted = RunningServer::Start(model, options);
-  if (!restarted.ok()) return restarted.status();
-  const StreamResult restart_run = ask(**restarted, second);
-  for (const StreamResult* s : {&cold_run, &hold, &warm_run, &restart_run}) {
-    if (!s->error.empty()) return Status::Error("prefix: a request failed: " + s->error);
+  // Repetitions with different endings of the shared prefix; each arm on a server of its own state:
+  // cold (fresh, nothing cached), warm (its idle session holds the first prompt), restart (fresh,
+  // on the saved folder).
+  std::vector<double> cold, warm, restart;
+  r.prefix_outputs_equal = true;
+  for (const char* ending : {"The cat sat on the mat.", "A bird sang a song.", "The sun came out."}) {
+    const std::string prompt = prefix + ending;
+    Result<std::unique_ptr<RunningServer>> a = start(options), b = start(options), d = start(saving);
+    if (!a.ok()) return a.status();
+    if (!b.ok()) return b.status();
+    if (!d.ok()) return d.status();
+    if (Result<StreamResult> hold = ask(**b, first); !hold.ok()) return hold.status();
+    Result<StreamResult> x = ask(**a, prompt), y = ask(**b, prompt), z = ask(**d, prompt);
+    for (const Result<StreamResult>* res : {&x, &y, &z}) {
+      if (!res->ok()) return res->status();
+    }
+    cold.push_back(x->ttft_seconds);
+    warm.push_back(y->ttft_seconds);
+    restart.push_back(z->ttft_seconds);
+    r.cached_warm = y->cached_tokens;
+    r.cached_restart = z->cached_tokens;
+    r.prefix_outputs_equal = r.prefix_outputs_equal && x->text == y->text && x->text == z->text;
+    if (c.progress) {
+      c.progress(fmt::format("prefix: time to first token cold {:.1f} ms, warm {:.1f} ms, after a restart {:.1f} ms",
+                             x->ttft_seconds * 1e3, y->ttft_seconds * 1e3, z->ttft_seconds * 1e3));
+    }
   }
-  r.ttft_cold = cold_run.ttft_seconds;
-  r.ttft_warm = warm_run.ttft_seconds;
-  r.ttft_restart = restart_run.ttft_seconds;
-  r.cached_warm = warm_run.cached_tokens;
-  r.cached_restart = restart_run.cached_tokens;
-  r.prefix_outputs_equal = cold_run.text == warm_run.text && cold_run.text == restart_run.text;
+  r.ttft_cold = Median(cold);
+  r.ttft_warm = Median(warm);
+  r.ttft_restart = Median(restart);
   return Status::Ok();
 }
 
