@@ -132,18 +132,24 @@ Result<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineO
   return e;
 }
 
-Engine::~Engine() {
+Engine::~Engine() { StopAndFailRemaining(); }
+
+void Engine::StopAndFailRemaining() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // The scheduler has stopped: whoever still waits gets an answer rather than waiting forever.
   const ApiError gone = Refused(503, "server_error", "shutting_down", "the server is shutting down");
   for (Slot& s : slots_) {
     if (s.job) s.job->Publish("", true, FinishReason::kStop, gone);
+    s.job.reset();
   }
+  std::lock_guard<std::mutex> lock(mu_);
   for (const auto& job : queue_) job->Publish("", true, FinishReason::kStop, gone);
+  queue_.clear();
 }
 
 int64_t Engine::KvBytesFor(int64_t positions) const {
@@ -209,9 +215,7 @@ void Engine::Drain(std::chrono::milliseconds grace) {
     if (!busy) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  stop_ = true;  // the loop ends; the destructor tells what was left
-  wake_.notify_all();
+  StopAndFailRemaining();  // past the grace: what is left ends with a 503
 }
 
 void Engine::Loop() {

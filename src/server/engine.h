@@ -125,6 +125,8 @@ class Engine {
 
   Engine(const Model& model, const EngineOptions& options, Metrics* metrics);
   void Loop();
+  // Ends the scheduler thread and answers every job still running or queued with a 503.
+  void StopAndFailRemaining();
   void Admit();
   bool AdmitOne(const std::shared_ptr<Job>& job);
   void Step();

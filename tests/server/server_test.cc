@@ -273,6 +273,27 @@ TEST(Serve, ApiKeyIsRequiredWhenSet) {
   EXPECT_EQ(server.Get("/health")->status, 200);  // liveness probes carry no key
 }
 
+TEST(Serve, ARequestPastItsTimeoutGets504) {
+  TestServer server({.parallel = 1}, {.request_timeout_seconds = 1e-6});
+  httplib::Result r = server.Post("/v1/completions", R"({"prompt":"Once","max_tokens":400,"ignore_eos":true})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 504) << r->body;
+  EXPECT_EQ(Body(r)["error"]["code"], "timeout");
+}
+
+TEST(Serve, ServesThePageAtTheRoot) {
+  const std::string dir = testing::TempDir() + "/kvq_serve_web_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/index.html") << "<!doctype html><title>kvq</title>";
+  TestServer server({}, {.api_key = "k", .web_root = dir});
+  httplib::Result page = server.Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);  // static files need no key: the page holds no secrets
+  EXPECT_NE(page->body.find("<title>kvq</title>"), std::string::npos);
+  EXPECT_EQ(server.Get("/v1/models")->status, 401);
+  std::filesystem::remove_all(dir);
+}
+
 // A raw loopback connection, for clients that misbehave below HTTP.
 int Connect(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
