@@ -453,16 +453,6 @@ void AppendJson(const Value& v, const JsonStyle& style, std::string& out, size_t
   }
 }
 
-std::vector<size_t> CharOffsets(std::string_view s) {
-  std::vector<size_t> offsets;
-  offsets.reserve(s.size() + 1);
-  for (size_t at = 0; at < s.size(); at += unicode::DecodeUtf8(s, at).n_bytes) {
-    offsets.push_back(at);
-  }
-  offsets.push_back(s.size());
-  return offsets;
-}
-
 size_t CharCount(std::string_view s) {
   size_t n = 0;
   for (size_t at = 0; at < s.size(); at += unicode::DecodeUtf8(s, at).n_bytes) ++n;
@@ -470,6 +460,9 @@ size_t CharCount(std::string_view s) {
 }
 
 bool IsPySpace(uint32_t code_point) {
+  if (code_point < 0x80)
+    return code_point == ' ' || (code_point >= 0x09 && code_point <= 0x0D) ||
+           (code_point >= 0x1C && code_point <= 0x1F);
   return unicode::IsWhitespace(code_point) || (code_point >= 0x1C && code_point <= 0x1F);
 }
 
