@@ -39,7 +39,7 @@ Result<ChatTemplate> ChatTemplate::Parse(std::string_view source) {
   auto program = std::make_shared<jinja::Program>();
   program->normalized = jinja::NormalizeTemplateSource(source);
   try {
-    program->body = jinja::Parse(jinja::Tokenize(program->normalized));
+    program->body = jinja::Parse(program->normalized);
   } catch (const jinja::Error& error) {
     return TemplateError(error, program->normalized);
   } catch (const std::bad_alloc&) {

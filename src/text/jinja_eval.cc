@@ -23,12 +23,12 @@ class Evaluator {
     scopes_.push_back(variables);
   }
 
-  void Exec(const std::vector<Stmt>& body, std::string& out) {
-    for (const Stmt& s : body) {
+  void Exec(const Body& body, std::string& out) {
+    for (const std::unique_ptr<Stmt>& s : body) {
       try {
-        ExecOne(s, out);
+        ExecOne(*s, out);
       } catch (Error& error) {
-        if (!error.has_offset()) error.set_offset(s.offset);
+        if (!error.has_offset()) error.set_offset(s->offset);
         throw;
       }
     }
@@ -49,7 +49,13 @@ class Evaluator {
         AppendStr(Eval(*s.expr), out, ctx_.budget.limits().max_output_bytes);
         return;
       case StmtKind::kIf:
-        Exec(Truthy(Eval(*s.expr)) ? s.body : s.orelse, out);
+        for (const Branch& branch : s.branches) {
+          if (Truthy(Eval(*branch.test))) {
+            Exec(branch.body, out);
+            return;
+          }
+        }
+        Exec(s.orelse, out);
         return;
       case StmtKind::kFor:
         For(s, out);
@@ -114,16 +120,21 @@ class Evaluator {
       return;
     }
     // `loop` is one object per loop whose attributes change as it runs, as jinja2's LoopContext
-    // (a namespace, so that updating it allocates nothing). The scope is emptied at every
-    // iteration: jinja2 forgets a loop body's `set` between iterations.
+    // (a namespace, so that updating it allocates nothing), emptied when the loop ends (it may
+    // have been made to hold itself). The scope is emptied at every iteration: jinja2 forgets a
+    // loop body's `set` between iterations.
     const int64_t n = static_cast<int64_t>(items.size());
     Dict state;
     for (const char* key : {"index", "index0", "revindex", "revindex0", "first", "last", "length",
                             "previtem", "nextitem", "depth", "depth0"}) {
       state.items.emplace_back(key, Value());
     }
-    ctx_.namespaces.push_back(Value::Namespace(std::make_shared<Dict>(std::move(state))));
-    const Value loop = ctx_.namespaces.back();
+    ctx_.budget.Bytes(sizeof(Dict) + state.items.size() * sizeof(state.items[0]));
+    const Value loop = Value::Namespace(std::make_shared<Dict>(std::move(state)));
+    struct Emptied {
+      ~Emptied() { loop.attributes().items.clear(); }
+      const Value& loop;
+    } emptied{loop};
     auto& attrs = loop.attributes().items;
     scopes_.emplace_back();
     for (int64_t i = 0; i < n; ++i) {

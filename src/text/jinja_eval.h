@@ -17,7 +17,7 @@ namespace kvq::jinja {
 /// A parsed template.
 struct Program {
   std::string normalized;  ///< the source as the lexer read it (error offsets index it)
-  std::vector<Stmt> body;
+  Body body;
 };
 
 /// Renders `program` with `variables` as its global variables (besides the functions range,

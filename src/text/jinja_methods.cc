@@ -270,7 +270,7 @@ Value MakeDict(const Args& args, Context& ctx, bool is_namespace) {
     }
   }
   for (const auto& [key, value] : args.keyword) d.Set(key, value);
-  ctx.budget.ListSlots(d.items.size() * 2);
+  ctx.budget.Bytes(d.items.size() + 1, sizeof(d.items[0]) + 2 * sizeof(Value));
   if (is_namespace) {
     ctx.namespaces.push_back(Value::Namespace(std::make_shared<Dict>(std::move(d))));
     return ctx.namespaces.back();

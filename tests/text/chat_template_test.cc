@@ -329,11 +329,16 @@ TEST(ChatTemplate, NestingLimits) {
               "nests deeper than 64");
   ExpectError("{{ " + Repeated("[", 100000) + Repeated("]", 100000) + " }}",
               "nests deeper than 64");
-  ExpectError("{{ " + Repeated("[", 100000) + " }}", "unterminated tag");  // }} inside brackets
+  ExpectError("{{ " + Repeated("[", 100000) + " }}", "nests deeper than 64");  // }} is in brackets
   ExpectError("{{ 1" + Repeated(" + 1", 1000) + " }}", "expression deeper than 128");
   ExpectError("{{ x" + Repeated(".a", 1000) + " }}", "expression deeper than 128");
   ExpectError("{{ x" + Repeated(" | trim", 1000) + " }}", "expression deeper than 128");
   ExpectError(Repeated("{% if true %}", 200), "nests deeper than 64");
+  // A long elif chain is not nesting (read in a loop; evaluated in a loop).
+  EXPECT_EQ(
+      Render("{% if false %}" + Repeated("{% elif false %}", 20000) + "{% else %}else{% endif %}"),
+      "else");
+  ExpectError("{{ x" + Repeated("[0]", 1000) + " }}", "expression deeper than 128");
   ExpectError(Repeated("{% for x in y %}", 200), "nests deeper than 64");
   ExpectError("{{ " + Repeated("not ", 1000) + "x }}", "nests deeper than 64");
   ExpectError("{{ " + Repeated("-", 1000) + "1 }}", "nests deeper than 64");
