@@ -4,15 +4,17 @@
 // that does what transformers' apply_chat_template does: jinja2 with trim_blocks and
 // lstrip_blocks, Python semantics for values, the variables below. Tested byte for byte against
 // @huggingface/jinja (transformers.js) on the real templates of Llama 2, Llama 3.1, Qwen 2.5,
-// Qwen 3, Gemma 3 and Mistral Nemo (tests/text/chat_template_test.cc).
+// Qwen 3, Gemma 3 and Mistral Nemo (tests/text/chat_template_oracle_test.cc), and against jinja2's
+// output on hand-written templates (tests/text/chat_template_test.cc).
 //
-// Where @huggingface/jinja and jinja2 differ (JavaScript's loose == and identity of objects,
-// `{{ none }}` printing "" and `{{ true }}` "true", str.strip(chars) ignoring its argument,
-// selectattr dropping items that lack the attribute, unknown attributes of undefined), kvq does
-// what jinja2 does. Deliberate differences from jinja2: an attribute or item of an undefined value
-// is undefined (jinja2 raises; @huggingface/jinja agrees with kvq), integers are 64-bit (overflow
-// is an error), case mapping (upper, lower, title, capitalize) is ASCII-only, printf-style `%`
-// formatting is refused.
+// Where @huggingface/jinja and jinja2 differ (JavaScript's loose == and object identity,
+// `{{ none }}` printing "" and `{{ true }}` "true", str.strip/lstrip/rstrip ignoring their
+// argument, selectattr dropping items that lack the attribute, a `set` in a loop body lasting
+// into the next iteration), kvq does what jinja2 does. Deliberate differences from jinja2: an
+// attribute or item of an undefined value is undefined (jinja2 raises; @huggingface/jinja agrees
+// with kvq), integers are 64-bit (overflow is an error), case mapping (upper, lower, title,
+// capitalize) is ASCII-only, tuples are lists (`(1, 2)` prints as [1, 2]), and printf-style `%`
+// formatting, macros and the other constructs jinja_parser.h lists are refused.
 #pragma once
 
 #include <chrono>
