@@ -80,21 +80,14 @@ class Parser {
   bool IsName(std::string_view name, size_t ahead = 0) {
     return Peek(ahead).kind == TokenKind::kName && Peek(ahead).text == name;
   }
-  void ExpectOp(std::string_view op) {
-    if (!IsOp(op))
-      Fail(Peek().offset, fmt::format("expected '{}', found {}", op, Describe(Peek())));
-    Next();
+  /// Consumes the next token, which must be as `ok` says: else "expected WHAT, found ...".
+  Token ExpectThat(bool ok, std::string_view what) {
+    if (!ok) Fail(Peek().offset, fmt::format("expected {}, found {}", what, Describe(Peek())));
+    return Next();
   }
-  void Expect(TokenKind kind, std::string_view what) {
-    if (Peek().kind != kind)
-      Fail(Peek().offset, fmt::format("expected {}, found {}", what, Describe(Peek())));
-    Next();
-  }
-  std::string ExpectName() {
-    if (Peek().kind != TokenKind::kName)
-      Fail(Peek().offset, "expected a name, found " + Describe(Peek()));
-    return Next().text;
-  }
+  void ExpectOp(std::string_view op) { ExpectThat(IsOp(op), fmt::format("'{}'", op)); }
+  void Expect(TokenKind kind, std::string_view what) { ExpectThat(Peek().kind == kind, what); }
+  std::string ExpectName() { return ExpectThat(Peek().kind == TokenKind::kName, "a name").text; }
 
   // ---- statements ----
 
