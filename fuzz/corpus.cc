@@ -21,6 +21,7 @@
 #include "gguf/gguf_writer.h"
 #include "synth/synth.h"
 #include "text/bpe_vocabulary.h"
+#include "text/chat_template.h"
 #include "weights/weight_type.h"
 
 namespace kvq::fuzz {
@@ -313,13 +314,58 @@ Status WriteParserSeeds(const fs::path& dir) {
   return WriteBytes(dir / "plan-bytes-per-token.json", per_token);
 }
 
+/// Chat templates written for the seeds (no model's own template is committed), each using what
+/// real ones do: ChatML, a system default and a namespace over reversed messages (Qwen), headers
+/// with trim (Llama 3), role alternation with raise_exception (Llama 2, Gemma), whitespace
+/// control, filters and tests, slices and string methods; the last carries a message after a NUL.
+Status WriteChatTemplateSeeds(const fs::path& dir) {
+  const std::vector<std::string> templates = {
+      ChatTemplate::ChatMl().source(),
+      "{%- if messages[0].role == 'system' %}{{- '<|im_start|>system\n' + messages[0].content + "
+      "'<|im_end|>\n' }}{%- else %}{{- '<|im_start|>system\nYou are helpful.<|im_end|>\n' }}{%- endif %}\n"
+      "{%- set ns = namespace(last=messages|length - 1) %}\n"
+      "{%- for m in messages[::-1] %}{%- if ns.last == messages|length - 1 and m.role == 'user' %}"
+      "{%- set ns.last = (messages|length - 1) - loop.index0 %}{%- endif %}{%- endfor %}\n"
+      "{%- for m in messages %}{%- if '</think>' in m.content %}"
+      "{%- set content = m.content.split('</think>')[-1].lstrip('\\n') %}{%- else %}"
+      "{%- set content = m.content %}{%- endif %}{{- '<|im_start|>' + m.role + '\n' + content + "
+      "'<|im_end|>\n' }}{%- endfor %}\n"
+      "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}"
+      "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\n\n</think>\n\n' }}"
+      "{%- endif %}{%- endif %}\n",
+      "{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
+      "'<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}"
+      "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}",
+      "{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+      "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+      "{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + message['content'].strip() + "
+      "' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' ' + message['content'].strip() + ' ' + "
+      "eos_token }}{% endif %}{% endfor %}",
+      "<ul>\n  {% for m in messages if m.role != 'system' %}\n    <li>{{- loop.index }}: {{ m.content -}}</li>\n"
+      "  {% else %}\n    none\n  {% endfor %}\n</ul>{# a comment #}\n  {%+ if true +%}\nkept{% endif %}\n",
+      "{{ messages | selectattr('role', 'equalto', 'user') | map(attribute='content') | join(', ') }}|"
+      "{{ {'a': [1, 2.5, none, true], 'b': messages[0]} | tojson(indent=2) }}|{% for k, v in "
+      "{'x': 1, 'y': 2}.items() %}{{ k }}={{ v }}{% endfor %}|{{ messages is defined and 3 is odd "
+      "and 'a' is string }}|{{ (messages | length) // 2 ** 2 }}|{{ strftime_now('%d %b %Y') }}",
+      "{% set s = messages[-1].content %}{{ s[1:4] }}{{ s[::-1] }}{{ s.upper() }}{{ s.replace('a', 'b') }}"
+      "{{ s.split() }}{{ s.startswith(('x', 'y')) }}{{ s | length }}{{ range(3) | list }}"
+      "{% set block %}{{ s | capitalize }}{% endset %}{{ block ~ 1 }}{{ 'x' if s else 'y' }}",
+      std::string("{{ messages[1].content | trim }}") + '\0' + "  a message with {{ jinja }} and {% tags %}  ",
+  };
+  for (size_t i = 0; i < templates.size(); ++i) {
+    if (Status s = WriteBytes(dir / fmt::format("template{}.jinja", i), templates[i]); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status WriteSeedCorpus(const std::string& dir, std::string_view only) {
   using Writer = Status (*)(const fs::path&);
   const std::pair<const char*, Writer> writers[] = {
       {"gguf", WriteGgufSeeds},           {"llama2c", WriteLlama2cSeeds},     {"snapshot", WriteSnapshotSeeds},
-      {"tokenizer_spm", WriteTextSeeds}, {"tokenizer_bpe", WriteTextSeeds}, {"parsers", WriteParserSeeds}};
+      {"tokenizer_spm", WriteTextSeeds}, {"tokenizer_bpe", WriteTextSeeds}, {"parsers", WriteParserSeeds},
+      {"chat_template", WriteChatTemplateSeeds}};
   bool wrote = false;
   for (const auto& [target, writer] : writers) {
     if (!only.empty() && only != target) continue;

@@ -39,7 +39,7 @@ Result<ChatTemplate> ChatTemplate::Parse(std::string_view source) {
   auto program = std::make_shared<jinja::Program>();
   program->normalized = jinja::NormalizeTemplateSource(source);
   try {
-    program->body = jinja::Parse(jinja::Tokenize(program->normalized));
+    program->body = jinja::Parse(program->normalized);
   } catch (const jinja::Error& error) {
     return TemplateError(error, program->normalized);
   } catch (const std::bad_alloc&) {
@@ -76,7 +76,10 @@ Result<std::string> ChatTemplate::Render(std::span<const ChatMessage> messages,
     const std::chrono::sys_seconds now =
         options.now ? *options.now
                     : std::chrono::floor<std::chrono::seconds>(std::chrono::system_clock::now());
-    return jinja::Render(*program_, variables, now);
+    const jinja::Limits limits{.max_steps = options.limits.max_steps,
+                               .max_created_bytes = options.limits.max_created_bytes,
+                               .max_output_bytes = options.limits.max_output_bytes};
+    return jinja::Render(*program_, variables, now, limits);
   } catch (const jinja::Error& error) {
     return TemplateError(error, program_->normalized);
   } catch (const std::bad_alloc&) {

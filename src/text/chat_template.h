@@ -4,15 +4,17 @@
 // that does what transformers' apply_chat_template does: jinja2 with trim_blocks and
 // lstrip_blocks, Python semantics for values, the variables below. Tested byte for byte against
 // @huggingface/jinja (transformers.js) on the real templates of Llama 2, Llama 3.1, Qwen 2.5,
-// Qwen 3, Gemma 3 and Mistral Nemo (tests/text/chat_template_test.cc).
+// Qwen 3, Gemma 3 and Mistral Nemo (tests/text/chat_template_oracle_test.cc), and against jinja2's
+// output on hand-written templates (tests/text/chat_template_test.cc).
 //
-// Where @huggingface/jinja and jinja2 differ (JavaScript's loose == and identity of objects,
-// `{{ none }}` printing "" and `{{ true }}` "true", str.strip(chars) ignoring its argument,
-// selectattr dropping items that lack the attribute, unknown attributes of undefined), kvq does
-// what jinja2 does. Deliberate differences from jinja2: an attribute or item of an undefined value
-// is undefined (jinja2 raises; @huggingface/jinja agrees with kvq), integers are 64-bit (overflow
-// is an error), case mapping (upper, lower, title, capitalize) is ASCII-only, printf-style `%`
-// formatting is refused.
+// Where @huggingface/jinja and jinja2 differ (JavaScript's loose == and object identity,
+// `{{ none }}` printing "" and `{{ true }}` "true", str.strip/lstrip/rstrip ignoring their
+// argument, selectattr dropping items that lack the attribute, a `set` in a loop body lasting
+// into the next iteration), kvq does what jinja2 does. Deliberate differences from jinja2: an
+// attribute or item of an undefined value is undefined (jinja2 raises; @huggingface/jinja agrees
+// with kvq), integers are 64-bit (overflow is an error), case mapping (upper, lower, title,
+// capitalize) is ASCII-only, tuples are lists (`(1, 2)` prints as [1, 2]), and printf-style `%`
+// formatting, macros and the other constructs jinja_parser.h lists are refused.
 #pragma once
 
 #include <chrono>
@@ -37,6 +39,18 @@ struct ChatMessage {
   std::string content;  ///< UTF-8 text
 };
 
+/// The limits of one render, so that a hostile template fails cleanly instead of running away. The
+/// defaults are far above what any real template needs for a conversation of a few megabytes,
+/// and bound a render to about a second and a few hundred MiB.
+struct ChatRenderLimits {
+  /// Expression evaluations, loop iterations and 64-byte blocks scanned, in all.
+  int64_t max_steps = 10'000'000;
+  /// Bytes of strings (text + 64 each) and list slots (24 bytes each) created, in all.
+  size_t max_created_bytes = size_t{256} << 20;
+  /// The rendered text.
+  size_t max_output_bytes = size_t{16} << 20;
+};
+
 /// The variables a template is rendered with, besides `messages` (a list of {role, content}
 /// dicts). `tools` and `documents` are always none: kvq passes no tool definitions yet.
 struct ChatRenderOptions {
@@ -50,18 +64,18 @@ struct ChatRenderOptions {
   /// What `strftime_now(format)` formats (UTC); unset: the system clock at the render. Llama 3.x's
   /// templates print the date with it, so a fixed time makes a render reproducible.
   std::optional<std::chrono::sys_seconds> now;
+  ChatRenderLimits limits;
 };
 
 /// A parsed chat template; cheap to copy (the parsed form is shared and immutable) and safe to
 /// render from several threads at once.
 ///
-/// Limits, because templates come from downloaded files and Render must fail cleanly, never crash
-/// or run away, on any template: the source is at most kMaxSourceBytes; tags, brackets and unary
-/// operators nest at most 64 levels and an expression tree is at most 128 operations tall
-/// (jinja_parser.h); lists, dicts and namespaces nest at most 100 levels (jinja_value.h); one
-/// render does at most 10 million steps of work (evaluations, loop iterations, 64-byte blocks
-/// scanned), creates at most 256 MiB of strings and list slots, and produces at most 16 MiB of
-/// text (jinja_builtins.h). Past any of them Parse or Render returns an error.
+/// Limits, because templates come from downloaded files and Parse and Render must fail cleanly,
+/// never crash or run away, on any template: the source is at most kMaxSourceBytes; tags,
+/// brackets and unary operators nest at most 64 levels and an expression tree is at most 128
+/// operations tall (jinja_parser.h), which bounds the interpreter's recursion; lists, dicts and
+/// namespaces nest at most 100 levels (jinja_value.h); work, memory and output are bounded per
+/// render by ChatRenderOptions::limits. Past any of them Parse or Render returns an error.
 class ChatTemplate {
  public:
   static constexpr size_t kMaxSourceBytes = size_t{1} << 20;

@@ -58,11 +58,22 @@ struct Expr {
 enum class StmtKind : uint8_t {
   kText,      ///< text
   kOutput,    ///< {{ expr }}
-  kIf,        ///< if expr: body, else orelse (an elif is an kIf alone in orelse)
+  kIf,        ///< the body of the first branch whose test holds, else orelse
   kFor,       ///< for targets in expr [if filter]: body, else orelse (no iteration)
   kSet,       ///< set targets = expr, or targets[0].attribute = expr
   kSetBlock,  ///< set targets[0]: the rendered body
   kBlock,     ///< body rendered as it is ({% generation %}, transformers' marker)
+};
+
+struct Stmt;
+/// Statements are held by pointer: a body's vector then costs 8 bytes per statement, so that no
+/// single allocation grows faster than the template (the fuzz targets' allocation rule).
+using Body = std::vector<std::unique_ptr<Stmt>>;
+
+/// One `if` or `elif` of a kIf.
+struct Branch {
+  std::unique_ptr<Expr> test;
+  Body body;
 };
 
 struct Stmt {
@@ -73,7 +84,8 @@ struct Stmt {
   std::unique_ptr<Expr> filter;
   std::vector<std::string> targets;  ///< more than one: tuple unpacking
   std::string attribute;             ///< kSet on a namespace attribute
-  std::vector<Stmt> body, orelse;
+  std::vector<Branch> branches;      ///< kIf
+  Body body, orelse;
 };
 
 }  // namespace kvq::jinja

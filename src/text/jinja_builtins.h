@@ -18,41 +18,53 @@
 
 namespace kvq::jinja {
 
-/// Expression evaluations, loop iterations and scanned bytes / 64, in all, per render (about a
-/// second of work at the most).
-inline constexpr int64_t kMaxSteps = 10'000'000;
-/// Bytes of strings and list slots one render may create, in all (freed ones included).
-inline constexpr size_t kMaxCreatedBytes = size_t{256} << 20;
-/// The rendered text.
-inline constexpr size_t kMaxOutputBytes = size_t{16} << 20;
+/// The limits of one render (ChatRenderLimits in chat_template.h documents them).
+struct Limits {
+  int64_t max_steps = 10'000'000;  ///< evaluations, loop iterations, scanned bytes / 64
+  size_t max_created_bytes = size_t{256} << 20;  ///< strings and list slots created, in all
+  size_t max_output_bytes = size_t{16} << 20;    ///< the rendered text
+};
+
+/// What a string costs besides its text (the shared allocation), as the budget counts it.
+inline constexpr size_t kStringOverheadBytes = 64;
 
 class Budget {
  public:
-  /// Charges `n` steps of work; throws Error past kMaxSteps.
+  explicit Budget(const Limits& limits) : limits_(limits) {}
+  const Limits& limits() const { return limits_; }
+
+  /// Charges `n` steps of work; throws Error past the limit.
   void Step(int64_t n = 1) {
     steps_ += n;
-    if (steps_ > kMaxSteps) Exceeded("steps of work", static_cast<size_t>(kMaxSteps));
+    if (steps_ > limits_.max_steps)
+      Exceeded("steps of work", static_cast<size_t>(limits_.max_steps));
   }
   /// Charges scanning `n` bytes (one step per 64).
   void Scan(size_t n) { Step(static_cast<int64_t>(n / 64) + 1); }
-  /// Charges creating `n` bytes; throws Error past kMaxCreatedBytes (call it before allocating).
+  /// Charges creating `n` bytes; throws Error past the limit (call it before allocating).
   void Bytes(size_t n) {
-    if (n > kMaxCreatedBytes - created_bytes_) Exceeded("bytes of values", kMaxCreatedBytes);
+    if (n > limits_.max_created_bytes - created_bytes_) {
+      Exceeded("bytes of values", limits_.max_created_bytes);
+    }
     created_bytes_ += n;
   }
-  void ListSlots(size_t n) {
-    Bytes(n > kMaxCreatedBytes / sizeof(Value) ? kMaxCreatedBytes : n * sizeof(Value));
+  /// Charges `count` things of `unit` bytes each (the product may overflow).
+  void Bytes(size_t count, size_t unit) {
+    Bytes(unit != 0 && count > limits_.max_created_bytes / unit ? limits_.max_created_bytes + 1
+                                                                : count * unit);
   }
+  void ListSlots(size_t n) { Bytes(n, sizeof(Value)); }
 
  private:
   [[noreturn]] static void Exceeded(const char* what, size_t limit);
+  Limits limits_;
   int64_t steps_ = 0;
   size_t created_bytes_ = 0;
 };
 
 /// What builtins need of the render: its budget and its clock.
 struct Context {
-  Context() = default;
+  explicit Context(const Limits& limits) : budget(limits) {}
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
   /// Empties every namespace the render created: a namespace may hold itself (`{% set ns.x = ns
@@ -92,6 +104,21 @@ class ArgReader {
   std::string callee_;
   std::vector<std::string_view> params_;
   std::vector<const Value*> bound_;
+};
+
+/// Where each character of a string starts: the byte index itself for ASCII text, else a table
+/// of offsets (charged to the budget), for indexing and slicing by character as Python does.
+class Chars {
+ public:
+  Chars(std::string_view s, Context& ctx);
+  size_t size() const { return ascii_ ? n_bytes_ : offsets_.size() - 1; }
+  /// Byte offset of character i (i == size(): the end of the string).
+  size_t offset(size_t i) const { return ascii_ ? i : offsets_[i]; }
+
+ private:
+  bool ascii_;
+  size_t n_bytes_;
+  std::vector<size_t> offsets_;
 };
 
 /// A new string, charged to the budget.

@@ -23,12 +23,12 @@ class Evaluator {
     scopes_.push_back(variables);
   }
 
-  void Exec(const std::vector<Stmt>& body, std::string& out) {
-    for (const Stmt& s : body) {
+  void Exec(const Body& body, std::string& out) {
+    for (const std::unique_ptr<Stmt>& s : body) {
       try {
-        ExecOne(s, out);
+        ExecOne(*s, out);
       } catch (Error& error) {
-        if (!error.has_offset()) error.set_offset(s.offset);
+        if (!error.has_offset()) error.set_offset(s->offset);
         throw;
       }
     }
@@ -39,16 +39,23 @@ class Evaluator {
     ctx_.budget.Step();
     switch (s.kind) {
       case StmtKind::kText:
-        if (s.text.size() > kMaxOutputBytes - out.size()) {
-          throw Error(fmt::format("the rendered text exceeds {} bytes", kMaxOutputBytes));
+        if (s.text.size() > ctx_.budget.limits().max_output_bytes - out.size()) {
+          throw Error(
+              fmt::format("text longer than {} bytes", ctx_.budget.limits().max_output_bytes));
         }
         out += s.text;
         return;
       case StmtKind::kOutput:
-        AppendStr(Eval(*s.expr), out, kMaxOutputBytes);
+        AppendStr(Eval(*s.expr), out, ctx_.budget.limits().max_output_bytes);
         return;
       case StmtKind::kIf:
-        Exec(Truthy(Eval(*s.expr)) ? s.body : s.orelse, out);
+        for (const Branch& branch : s.branches) {
+          if (Truthy(Eval(*branch.test))) {
+            Exec(branch.body, out);
+            return;
+          }
+        }
+        Exec(s.orelse, out);
         return;
       case StmtKind::kFor:
         For(s, out);
@@ -112,29 +119,44 @@ class Evaluator {
       Exec(s.orelse, out);
       return;
     }
+    // `loop` is one object per loop whose attributes change as it runs, as jinja2's LoopContext
+    // (a namespace, so that updating it allocates nothing), emptied when the loop ends (it may
+    // have been made to hold itself). The scope is emptied at every iteration: jinja2 forgets a
+    // loop body's `set` between iterations.
     const int64_t n = static_cast<int64_t>(items.size());
+    Dict state;
+    for (const char* key : {"index", "index0", "revindex", "revindex0", "first", "last", "length",
+                            "previtem", "nextitem", "depth", "depth0"}) {
+      state.items.emplace_back(key, Value());
+    }
+    ctx_.budget.Bytes(sizeof(Dict) + state.items.size() * sizeof(state.items[0]));
+    const Value loop = Value::Namespace(std::make_shared<Dict>(std::move(state)));
+    struct Emptied {
+      ~Emptied() { loop.attributes().items.clear(); }
+      const Value& loop;
+    } emptied{loop};
+    auto& attrs = loop.attributes().items;
+    scopes_.emplace_back();
     for (int64_t i = 0; i < n; ++i) {
       ctx_.budget.Step();
-      // A fresh scope per iteration: jinja2 forgets a loop body's `set` between iterations.
-      scopes_.emplace_back();
-      Dict loop;
-      loop.items.reserve(11);
-      loop.Set("index", Value::Int(i + 1));
-      loop.Set("index0", Value::Int(i));
-      loop.Set("revindex", Value::Int(n - i));
-      loop.Set("revindex0", Value::Int(n - i - 1));
-      loop.Set("first", Value::Bool(i == 0));
-      loop.Set("last", Value::Bool(i == n - 1));
-      loop.Set("length", Value::Int(n));
-      loop.Set("previtem", i > 0 ? items[static_cast<size_t>(i - 1)] : Value());
-      loop.Set("nextitem", i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value());
-      loop.Set("depth", Value::Int(1));
-      loop.Set("depth0", Value::Int(0));
-      scopes_.back().Set("loop", Value::Dict(std::move(loop)));
+      attrs[0].second = Value::Int(i + 1);
+      attrs[1].second = Value::Int(i);
+      attrs[2].second = Value::Int(n - i);
+      attrs[3].second = Value::Int(n - i - 1);
+      attrs[4].second = Value::Bool(i == 0);
+      attrs[5].second = Value::Bool(i == n - 1);
+      attrs[6].second = Value::Int(n);
+      attrs[7].second = i > 0 ? items[static_cast<size_t>(i - 1)] : Value();
+      attrs[8].second = i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value();
+      attrs[9].second = Value::Int(1);
+      attrs[10].second = Value::Int(0);
+      Dict& scope = scopes_.back();
+      scope.items.clear();
+      scope.items.emplace_back("loop", loop);
       Assign(s.targets, items[static_cast<size_t>(i)]);
       Exec(s.body, out);
-      scopes_.pop_back();
     }
+    scopes_.pop_back();
   }
 
   Value Lookup(const std::string& name) const {
@@ -264,8 +286,9 @@ class Evaluator {
 
 }  // namespace
 
-std::string Render(const Program& program, const Dict& variables, std::chrono::sys_seconds now) {
-  Context ctx;
+std::string Render(const Program& program, const Dict& variables, std::chrono::sys_seconds now,
+                   const Limits& limits) {
+  Context ctx(limits);
   ctx.now = now;
   std::string out;
   Evaluator(variables, ctx).Exec(program.body, out);

@@ -18,7 +18,7 @@ using TestFn = bool (*)(const Value& operand, const Args& args, Context& ctx);
 
 /// jinja2's soft_str: the text of a value, as `{{ }}` prints it.
 std::string Text(const Value& v, Context& ctx) {
-  std::string s = Str(v, kMaxCreatedBytes);
+  std::string s = Str(v, ctx.budget.limits().max_created_bytes);
   ctx.budget.Bytes(s.size());
   return s;
 }
@@ -69,6 +69,7 @@ Value FilterTrim(const Value& v, const Args& args, Context& ctx) {
   const std::string text = Text(v, ctx);
   const std::string set = chars != nullptr && chars->is_string() ? chars->str() : "";
   ctx.budget.Scan(text.size());
+  ctx.budget.Step(static_cast<int64_t>((text.size() / 64) * (set.size() / 16)));
   return Value::String(
       Strip(text, chars != nullptr && chars->is_string() ? &set : nullptr, true, true));
 }
@@ -137,7 +138,7 @@ Value FilterJoin(const Value& v, const Args& args, Context& ctx) {
     first = false;
     const Value part =
         attribute != nullptr ? AttributePath(item, Str(*attribute, 4096), ctx) : item;
-    AppendStr(part, out, kMaxCreatedBytes);
+    AppendStr(part, out, ctx.budget.limits().max_created_bytes);
     ctx.budget.Step();
   }
   return NewString(std::move(out), ctx);
@@ -165,7 +166,7 @@ Value FilterTojson(const Value& v, const Args& args, Context& ctx) {
   }
   style.sort_keys = a.Bool(3, false);
   std::string out;
-  AppendJson(v, style, out, kMaxCreatedBytes);
+  AppendJson(v, style, out, ctx.budget.limits().max_created_bytes);
   return NewString(std::move(out), ctx);
 }
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,9 +45,38 @@ struct Token {
 /// only where it ends a line).
 std::string NormalizeTemplateSource(std::string_view source);
 
-/// Tokens of a normalised source, ending with kEnd. Throws Error (with an offset) on an
-/// unterminated tag, comment or string, a bad escape or number, or a character Jinja does not know.
-std::vector<Token> Tokenize(std::string_view normalized);
+/// The tokens of a normalised source, made as the parser asks for them (so that memory does not
+/// grow with the template: one token at a time, plus the parser's lookahead). Next() throws Error
+/// (with an offset) on an unterminated tag, comment or string, a bad escape or number, or a
+/// character Jinja does not know; after the last token it returns kEnd forever.
+class Lexer {
+ public:
+  explicit Lexer(std::string_view normalized);
+  Token Next();
+
+ private:
+  void Step();  // lexes the next piece of the source into queue_
+  size_t FindTagStart(size_t pos) const;
+  void AddText(size_t pos, std::string_view text);
+  /// After a closing `%}` or `#}` at `end` (`sign`: the character before it): `-` strips all
+  /// whitespace, `+` nothing, else trim_blocks drops one newline. Returns the new position.
+  size_t AfterBlockEnd(size_t end, char sign) const;
+  size_t SkipSpace(size_t at) const;
+  size_t SkipComment(size_t start, size_t body) const;
+  void RefuseRaw(size_t body) const;
+  size_t LexToken(size_t at);  // one token inside a tag; returns the position after it
+  size_t LexNumber(size_t at);
+  size_t LexString(size_t at);
+  static uint32_t Offset(size_t pos) { return static_cast<uint32_t>(pos); }
+
+  std::string_view src_;
+  std::deque<Token> queue_;
+  size_t pos_ = 0;
+  bool in_tag_ = false;
+  bool block_ = false;    // the tag is {% %} (else {{ }})
+  size_t tag_start_ = 0;  // where the open tag began
+  int brackets_ = 0;      // brackets open inside the tag: }} and %} close it only at 0
+};
 
 /// "line:column" (1-based; the column counts characters) of `offset` in `text`.
 std::string LineColumn(std::string_view text, size_t offset);

@@ -44,22 +44,26 @@ Value Split(const std::string& s, const ArgReader& a, Context& ctx) {
   if (sep == nullptr || sep->is_none()) {
     // Runs of whitespace separate; no empty parts; the rest after max_split splits loses its
     // leading whitespace only.
-    const std::vector<size_t> at = CharOffsets(s);
-    size_t i = 0;
-    const size_t n = at.size() - 1;
-    auto space = [&](size_t k) { return IsPySpace(unicode::DecodeUtf8(s, at[k]).code_point); };
+    size_t at = 0;
+    auto space_at = [&](size_t p, size_t* next) {
+      const unicode::Decoded d = unicode::DecodeUtf8(s, p);
+      *next = p + d.n_bytes;
+      return IsPySpace(d.code_point);
+    };
     while (true) {
-      while (i < n && space(i)) ++i;
-      if (i == n) break;
+      size_t next = at;
+      while (at < s.size() && space_at(at, &next)) at = next;
+      if (at == s.size()) break;
+      ctx.budget.ListSlots(1);
       if (static_cast<int64_t>(parts.size()) == max_split) {
-        parts.push_back(NewString(s.substr(at[i]), ctx));
+        parts.push_back(NewString(s.substr(at), ctx));
         break;
       }
-      const size_t start = i;
-      while (i < n && !space(i)) ++i;
-      parts.push_back(NewString(s.substr(at[start], at[i] - at[start]), ctx));
+      const size_t start = at;
+      while (at < s.size() && !space_at(at, &next)) at = next;
+      parts.push_back(NewString(s.substr(start, at - start), ctx));
     }
-    return NewList(std::move(parts), ctx);
+    return Value::List(std::move(parts));
   }
   if (!sep->is_string()) throw Error("split: the separator must be a string or none");
   const std::string& separator = sep->str();
@@ -68,6 +72,7 @@ Value Split(const std::string& s, const ArgReader& a, Context& ctx) {
   while (static_cast<int64_t>(parts.size()) < max_split) {
     const size_t found = s.find(separator, start);
     if (found == std::string::npos) break;
+    ctx.budget.ListSlots(1);
     parts.push_back(NewString(s.substr(start, found - start), ctx));
     start = found + separator.size();
   }
@@ -84,30 +89,37 @@ Value Replace(const std::string& s, const ArgReader& a, Context& ctx) {
   if (count < 0) count = std::numeric_limits<int64_t>::max();
   const std::string &old_text = from.str(), &new_text = to.str();
   ctx.budget.Scan(s.size());
-  std::vector<size_t> hits;  // byte offsets where `old_text` is replaced
-  if (old_text.empty()) {
-    const std::vector<size_t> at = CharOffsets(s);
-    for (size_t k = 0; k < at.size() && static_cast<int64_t>(hits.size()) < count; ++k)
-      hits.push_back(at[k]);
-  } else {
-    for (size_t p = s.find(old_text);
-         p != std::string::npos && static_cast<int64_t>(hits.size()) < count;
-         p = s.find(old_text, p + old_text.size())) {
-      hits.push_back(p);
-    }
+  // Where `old_text` is replaced: every match, or around every character when it is empty.
+  auto next_hit = [&](size_t at) {
+    if (!old_text.empty()) return s.find(old_text, at);
+    if (at > s.size()) return std::string::npos;
+    return at;
+  };
+  auto after_hit = [&](size_t hit) {
+    if (!old_text.empty()) return hit + old_text.size();
+    return hit < s.size() ? hit + unicode::DecodeUtf8(s, hit).n_bytes : hit + 1;
+  };
+  size_t n = 0;
+  for (size_t p = next_hit(0); p != std::string::npos && static_cast<int64_t>(n) < count;
+       p = next_hit(after_hit(p))) {
+    ++n;
   }
-  const size_t n = hits.size();
   if (new_text.size() > old_text.size() && n > 0) {
     const size_t growth = new_text.size() - old_text.size();
-    if (growth > kMaxCreatedBytes / n) ctx.budget.Bytes(kMaxCreatedBytes);
-    ctx.budget.Bytes(growth * n);
+    ctx.budget.Bytes(n, growth);
   }
   std::string out;
   size_t last = 0;
-  for (const size_t p : hits) {
-    out.append(s, last, p - last);
-    out += new_text;
-    last = p + old_text.size();
+  for (size_t p = next_hit(0), done = 0; done < n; p = next_hit(after_hit(p)), ++done) {
+    if (old_text.empty()) {
+      out.append(s, last, p - last);  // the character before this gap
+      out += new_text;
+      last = p;
+    } else {
+      out.append(s, last, p - last);
+      out += new_text;
+      last = p + old_text.size();
+    }
   }
   out.append(s, last, std::string::npos);
   return NewString(std::move(out), ctx);
@@ -135,8 +147,9 @@ Value StringMethod(const std::string& s, std::string_view name, const Args& args
     if (chars != nullptr && !chars->is_none() && !chars->is_string()) {
       throw Error(std::string(name) + ": chars must be a string or none");
     }
-    ctx.budget.Scan(s.size());
     const std::string* set = chars != nullptr && chars->is_string() ? &chars->str() : nullptr;
+    ctx.budget.Scan(s.size());
+    if (set != nullptr) ctx.budget.Step(static_cast<int64_t>((s.size() / 64) * (set->size() / 16)));
     return NewString(Strip(s, set, name != "rstrip", name != "lstrip"), ctx);
   }
   if (name == "split") return Split(s, ArgReader(args, name, {"sep", "maxsplit"}), ctx);
@@ -228,7 +241,6 @@ Value Range(const Args& args, Context& ctx) {
                : (start > stop ? static_cast<uint64_t>(start) - static_cast<uint64_t>(stop) : 0);
   const uint64_t stride = step > 0 ? static_cast<uint64_t>(step) : ~static_cast<uint64_t>(step) + 1;
   const uint64_t count = span == 0 ? 0 : (span - 1) / stride + 1;
-  if (count > kMaxCreatedBytes / sizeof(Value)) ctx.budget.Bytes(kMaxCreatedBytes);
   ctx.budget.ListSlots(static_cast<size_t>(count));
   std::vector<Value> out;
   out.reserve(static_cast<size_t>(count));
@@ -258,7 +270,7 @@ Value MakeDict(const Args& args, Context& ctx, bool is_namespace) {
     }
   }
   for (const auto& [key, value] : args.keyword) d.Set(key, value);
-  ctx.budget.ListSlots(d.items.size() * 2);
+  ctx.budget.Bytes(d.items.size() + 1, sizeof(d.items[0]) + 2 * sizeof(Value));
   if (is_namespace) {
     ctx.namespaces.push_back(Value::Namespace(std::make_shared<Dict>(std::move(d))));
     return ctx.namespaces.back();
@@ -395,7 +407,7 @@ bool ArgReader::Bool(size_t i, bool fallback) const {
 }
 
 Value NewString(std::string s, Context& ctx) {
-  ctx.budget.Bytes(s.size());
+  ctx.budget.Bytes(s.size() + kStringOverheadBytes);
   return Value::String(std::move(s));
 }
 
@@ -405,27 +417,30 @@ Value NewList(std::vector<Value> items, Context& ctx) {
 }
 
 std::string Strip(std::string_view s, const std::string* chars, bool left, bool right) {
-  std::vector<uint32_t> set;
-  if (chars != nullptr) {
+  auto strippable = [&](uint32_t c) {
+    if (chars == nullptr) return IsPySpace(c);
     for (size_t at = 0; at < chars->size();) {
       const unicode::Decoded d = unicode::DecodeUtf8(*chars, at);
-      set.push_back(d.code_point);
+      if (d.code_point == c) return true;
       at += d.n_bytes;
     }
-  }
-  auto strippable = [&](uint32_t c) {
-    return chars == nullptr ? IsPySpace(c) : std::find(set.begin(), set.end(), c) != set.end();
+    return false;
   };
-  const std::vector<size_t> at = CharOffsets(s);
-  size_t first = 0, last = at.size() - 1;  // characters [first, last)
-  auto code_point = [&](size_t k) { return unicode::DecodeUtf8(s, at[k]).code_point; };
-  if (left) {
-    while (first < last && strippable(code_point(first))) ++first;
+  // One forward pass: [first, last) is what remains.
+  size_t first = 0, last = 0;
+  bool leading = left;
+  for (size_t at = 0; at < s.size();) {
+    const unicode::Decoded d = unicode::DecodeUtf8(s, at);
+    const bool strip = strippable(d.code_point);
+    at += d.n_bytes;
+    if (leading && strip) {
+      first = last = at;
+      continue;
+    }
+    leading = false;
+    if (!strip || !right) last = at;
   }
-  if (right) {
-    while (last > first && strippable(code_point(last - 1))) --last;
-  }
-  return std::string(s.substr(at[first], at[last] - at[first]));
+  return std::string(s.substr(first, last - first));
 }
 
 std::string Upper(std::string_view s) {
@@ -479,7 +494,8 @@ Value CallFunction(Builtin f, const Args& args, Context& ctx) {
       return StrftimeNow(args, ctx);
     case Builtin::kRaiseException: {
       const ArgReader a(args, "raise_exception", {"message"});
-      throw Error(a.Get(0) != nullptr ? Str(*a.Get(0), kMaxOutputBytes) : "", /*raised=*/true);
+      throw Error(a.Get(0) != nullptr ? Str(*a.Get(0), ctx.budget.limits().max_output_bytes) : "",
+                  /*raised=*/true);
     }
   }
   throw Error("unknown function");

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "text/jinja_builtins.h"
+#include "text/unicode.h"
 
 namespace kvq::jinja {
 namespace {
@@ -139,16 +140,14 @@ Value Repeat(const Value& seq, int64_t n, Context& ctx) {
   const size_t count = static_cast<size_t>(n);
   if (seq.is_string()) {
     const std::string& s = seq.str();
-    if (!s.empty() && count > kMaxCreatedBytes / s.size()) ctx.budget.Bytes(kMaxCreatedBytes);
-    ctx.budget.Bytes(s.size() * count);
+    ctx.budget.Bytes(count, s.size());
     std::string out;
     out.reserve(s.size() * count);
     for (size_t i = 0; i < count; ++i) out += s;
     return Value::String(std::move(out));
   }
   const std::vector<Value>& items = seq.list();
-  if (!items.empty() && count > kMaxCreatedBytes / items.size()) ctx.budget.Bytes(kMaxCreatedBytes);
-  ctx.budget.ListSlots(items.size() * count);
+  ctx.budget.Bytes(count, items.size() * sizeof(Value));
   std::vector<Value> out;
   out.reserve(items.size() * count);
   for (size_t i = 0; i < count; ++i) out.insert(out.end(), items.begin(), items.end());
@@ -180,10 +179,23 @@ void SliceIndices(int64_t length, const Value* start, const Value* stop, int64_t
 
 }  // namespace
 
+Chars::Chars(std::string_view s, Context& ctx) : ascii_(true), n_bytes_(s.size()) {
+  ctx.budget.Scan(s.size());
+  for (const char c : s) {
+    if (static_cast<unsigned char>(c) >= 0x80) ascii_ = false;
+  }
+  if (ascii_) return;
+  ctx.budget.Bytes((s.size() + 1) * sizeof(size_t));
+  offsets_.reserve(s.size() + 1);
+  for (size_t at = 0; at < s.size(); at += unicode::DecodeUtf8(s, at).n_bytes)
+    offsets_.push_back(at);
+  offsets_.push_back(s.size());
+}
+
 Value Binary(Op op, const Value& a, const Value& b, Context& ctx) {
   if (op == Op::kConcat) {
-    std::string s = Str(a, kMaxCreatedBytes);
-    AppendStr(b, s, kMaxCreatedBytes);
+    std::string s = Str(a, ctx.budget.limits().max_created_bytes);
+    AppendStr(b, s, ctx.budget.limits().max_created_bytes);
     return NewString(std::move(s), ctx);
   }
   Number x, y;
@@ -285,13 +297,12 @@ Value GetItem(const Value& object, const Value& key, Context& ctx) {
   }
   if (object.is_string()) {
     const std::string& s = object.str();
-    ctx.budget.Scan(s.size());
-    const std::vector<size_t> at = CharOffsets(s);
-    const int64_t n = static_cast<int64_t>(at.size()) - 1;
+    const Chars chars(s, ctx);
+    const int64_t n = static_cast<int64_t>(chars.size());
     if (index < 0) index += n;
     if (index < 0 || index >= n) return Value();
     const size_t i = static_cast<size_t>(index);
-    return NewString(s.substr(at[i], at[i + 1] - at[i]), ctx);
+    return NewString(s.substr(chars.offset(i), chars.offset(i + 1) - chars.offset(i)), ctx);
   }
   return Value();
 }
@@ -318,13 +329,12 @@ Value Slice(const Value& object, const Value* start, const Value* stop, const Va
   }
   if (object.is_string()) {
     const std::string& s = object.str();
-    ctx.budget.Scan(s.size());
-    const std::vector<size_t> at = CharOffsets(s);
-    SliceIndices(static_cast<int64_t>(at.size()) - 1, start, stop, stride, &first, &count);
+    const Chars chars(s, ctx);
+    SliceIndices(static_cast<int64_t>(chars.size()), start, stop, stride, &first, &count);
     std::string out;
     for (int64_t i = 0, c = first; i < count; ++i, c += stride) {
       const size_t k = static_cast<size_t>(c);
-      out.append(s, at[k], at[k + 1] - at[k]);
+      out.append(s, chars.offset(k), chars.offset(k + 1) - chars.offset(k));
     }
     return NewString(std::move(out), ctx);
   }
@@ -346,10 +356,12 @@ std::vector<Value> Iterate(const Value& v, Context& ctx) {
     case K::kString: {
       const std::string& s = v.str();
       ctx.budget.ListSlots(s.size());
-      const std::vector<size_t> at = CharOffsets(s);
+      ctx.budget.Bytes(s.size(), kStringOverheadBytes);
       std::vector<Value> chars;
-      for (size_t i = 0; i + 1 < at.size(); ++i) {
-        chars.push_back(Value::String(s.substr(at[i], at[i + 1] - at[i])));
+      for (size_t at = 0; at < s.size();) {
+        const size_t n = unicode::DecodeUtf8(s, at).n_bytes;
+        chars.push_back(Value::String(s.substr(at, n)));
+        at += n;
       }
       return chars;
     }

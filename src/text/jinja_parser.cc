@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <deque>
 #include <initializer_list>
 #include <string_view>
 
@@ -42,10 +43,10 @@ bool IsRefusedTag(std::string_view name) {
 
 class Parser {
  public:
-  explicit Parser(const std::vector<Token>& tokens) : t_(tokens) {}
+  explicit Parser(std::string_view normalized) : lexer_(normalized) {}
 
-  std::vector<Stmt> Template() {
-    std::vector<Stmt> body = Body({});
+  Body Template() {
+    Body body = Block({});
     if (Peek().kind != TokenKind::kEnd) Fail(Peek().offset, "unexpected " + Describe(Peek()));
     return body;
   }
@@ -62,43 +63,41 @@ class Parser {
     Parser* p;
   };
 
-  const Token& Peek(size_t ahead = 0) const { return t_[std::min(pos_ + ahead, t_.size() - 1)]; }
-  const Token& Next() {
-    const Token& t = Peek();
-    if (pos_ < t_.size() - 1) ++pos_;
+  /// The token `ahead` places on. The reference lasts until the next Next().
+  const Token& Peek(size_t ahead = 0) {
+    while (lookahead_.size() <= ahead) lookahead_.push_back(lexer_.Next());
+    return lookahead_[ahead];
+  }
+  Token Next() {
+    Peek();
+    Token t = std::move(lookahead_.front());
+    lookahead_.pop_front();
     return t;
   }
-  bool IsOp(std::string_view op, size_t ahead = 0) const {
+  bool IsOp(std::string_view op, size_t ahead = 0) {
     return Peek(ahead).kind == TokenKind::kOperator && Peek(ahead).text == op;
   }
-  bool IsName(std::string_view name, size_t ahead = 0) const {
+  bool IsName(std::string_view name, size_t ahead = 0) {
     return Peek(ahead).kind == TokenKind::kName && Peek(ahead).text == name;
   }
-  void ExpectOp(std::string_view op) {
-    if (!IsOp(op))
-      Fail(Peek().offset, fmt::format("expected '{}', found {}", op, Describe(Peek())));
-    Next();
+  /// Consumes the next token, which must be as `ok` says: else "expected WHAT, found ...".
+  Token ExpectThat(bool ok, std::string_view what) {
+    if (!ok) Fail(Peek().offset, fmt::format("expected {}, found {}", what, Describe(Peek())));
+    return Next();
   }
-  void Expect(TokenKind kind, std::string_view what) {
-    if (Peek().kind != kind)
-      Fail(Peek().offset, fmt::format("expected {}, found {}", what, Describe(Peek())));
-    Next();
-  }
-  std::string ExpectName() {
-    if (Peek().kind != TokenKind::kName)
-      Fail(Peek().offset, "expected a name, found " + Describe(Peek()));
-    return Next().text;
-  }
+  void ExpectOp(std::string_view op) { ExpectThat(IsOp(op), fmt::format("'{}'", op)); }
+  void Expect(TokenKind kind, std::string_view what) { ExpectThat(Peek().kind == kind, what); }
+  std::string ExpectName() { return ExpectThat(Peek().kind == TokenKind::kName, "a name").text; }
 
   // ---- statements ----
 
   /// Statements up to a `{% <one of ends> %}` (left unconsumed: the caller reads which) or the end
   /// of the template, which is an error inside a block: the last of `ends` closes the block that
   /// starts at `opener`.
-  std::vector<Stmt> Body(std::initializer_list<std::string_view> ends, uint32_t opener = 0) {
-    std::vector<Stmt> body;
+  Body Block(std::initializer_list<std::string_view> ends, uint32_t opener = 0) {
+    Body body;
     while (true) {
-      const Token& t = Peek();
+      const Token t = Peek();  // a copy: Next() ends a Peek()'s reference
       if (t.kind == TokenKind::kEnd) {
         if (ends.size() != 0) {
           const std::string_view closer = ends.end()[-1];
@@ -110,21 +109,21 @@ class Parser {
       if (t.kind == TokenKind::kText) {
         Stmt s{StmtKind::kText, t.offset};
         s.text = Next().text;
-        body.push_back(std::move(s));
+        body.push_back(std::make_unique<Stmt>(std::move(s)));
       } else if (t.kind == TokenKind::kVariableBegin) {
         Next();
         Stmt s{StmtKind::kOutput, t.offset};
         s.expr = Tuple(/*with_conditional=*/true);
         Expect(TokenKind::kVariableEnd, "'}}'");
-        body.push_back(std::move(s));
+        body.push_back(std::make_unique<Stmt>(std::move(s)));
       } else if (t.kind == TokenKind::kBlockBegin) {
         const Token& name = Peek(1);
         if (name.kind == TokenKind::kName &&
-            std::find(ends.begin(), ends.end(), std::string_view(name.text)) != ends.end()) {
+            std::find(ends.begin(), ends.end(), name.text) != ends.end()) {
           return body;
         }
         Next();
-        body.push_back(Statement());
+        body.push_back(std::make_unique<Stmt>(Statement()));
       } else {
         Fail(t.offset, "unexpected " + Describe(t));
       }
@@ -134,16 +133,18 @@ class Parser {
   /// `{% name` has been read up to the name; reads through the closing tag of the statement.
   Stmt Statement() {
     Nest nest(this);
-    const Token& t = Peek();
-    if (t.kind != TokenKind::kName) Fail(t.offset, "expected a tag name, found " + Describe(t));
-    const std::string name = Next().text;
+    if (Peek().kind != TokenKind::kName) {
+      Fail(Peek().offset, "expected a tag name, found " + Describe(Peek()));
+    }
+    const Token t = Next();
+    const std::string& name = t.text;
     if (name == "if") return If(t.offset);
     if (name == "for") return For(t.offset);
     if (name == "set") return Set(t.offset);
     if (name == "generation") {
       Stmt s{StmtKind::kBlock, t.offset};
       Expect(TokenKind::kBlockEnd, "'%}'");
-      s.body = Body({"endgeneration"}, t.offset);
+      s.body = Block({"endgeneration"}, t.offset);
       EndTag("endgeneration");
       return s;
     }
@@ -159,25 +160,27 @@ class Parser {
     Expect(TokenKind::kBlockEnd, "'%}'");
   }
 
+  /// if, then any number of elif (read in a loop, not by recursion: a chain may be long), else.
   Stmt If(uint32_t offset) {
     Stmt s{StmtKind::kIf, offset};
-    s.expr = Expression(true);
-    Expect(TokenKind::kBlockEnd, "'%}'");
-    s.body = Body({"elif", "else", "endif"}, offset);
-    Expect(TokenKind::kBlockBegin, "'{%'");
-    const Token& branch = Next();
-    if (branch.text == "elif") {
-      s.orelse.push_back(If(branch.offset));  // reads through the shared endif
-      return s;
-    }
-    if (branch.text == "else") {
+    while (true) {
+      Branch branch;
+      branch.test = Expression(true);
       Expect(TokenKind::kBlockEnd, "'%}'");
-      s.orelse = Body({"endif"}, offset);
-      EndTag("endif");
+      branch.body = Block({"elif", "else", "endif"}, offset);
+      s.branches.push_back(std::move(branch));
+      Expect(TokenKind::kBlockBegin, "'{%'");
+      const std::string next = Next().text;
+      if (next == "elif") continue;
+      if (next == "else") {
+        Expect(TokenKind::kBlockEnd, "'%}'");
+        s.orelse = Block({"endif"}, offset);
+        EndTag("endif");
+        return s;
+      }
+      Expect(TokenKind::kBlockEnd, "'%}'");  // endif
       return s;
     }
-    Expect(TokenKind::kBlockEnd, "'%}'");  // endif
-    return s;
   }
 
   /// Names for `for` and `set`: `a`, `a, b` or `(a, b)`.
@@ -207,11 +210,11 @@ class Parser {
     }
     if (IsName("recursive")) Fail(Peek().offset, "unsupported construct 'recursive' loop");
     Expect(TokenKind::kBlockEnd, "'%}'");
-    s.body = Body({"else", "endfor"}, offset);
+    s.body = Block({"else", "endfor"}, offset);
     if (IsName("else", 1)) {
       Next(), Next();
       Expect(TokenKind::kBlockEnd, "'%}'");
-      s.orelse = Body({"endfor"}, offset);
+      s.orelse = Block({"endfor"}, offset);
     }
     EndTag("endfor");
     return s;
@@ -238,7 +241,7 @@ class Parser {
     if (IsOp("|")) Fail(Peek().offset, "unsupported construct: filtered block set");
     Expect(TokenKind::kBlockEnd, "'%}'");
     s.kind = StmtKind::kSetBlock;
-    s.body = Body({"endset"}, offset);
+    s.body = Block({"endset"}, offset);
     EndTag("endset");
     return s;
   }
@@ -572,10 +575,10 @@ class Parser {
     while (true) {
       if (IsOp("|")) {
         Next();
-        const Token& name = Peek();
-        ExprPtr f = Make(ExprKind::kFilter, name.offset);
+        const uint32_t offset = Peek().offset;
+        ExprPtr f = Make(ExprKind::kFilter, offset);
         f->name = ExpectName();
-        if (!IsKnownFilter(f->name)) Fail(name.offset, "unsupported filter '" + f->name + "'");
+        if (!IsKnownFilter(f->name)) Fail(offset, "unsupported filter '" + f->name + "'");
         f->args.push_back(std::move(e));
         if (IsOp("(")) Arguments(f.get());
         e = Finish(std::move(f));
@@ -586,12 +589,12 @@ class Parser {
           Next();
           test->negated = true;
         }
-        const Token& name = Peek();
-        if (name.kind != TokenKind::kName) {
-          Fail(name.offset, "expected a test name after 'is', found " + Describe(name));
+        const uint32_t offset = Peek().offset;
+        if (Peek().kind != TokenKind::kName) {
+          Fail(offset, "expected a test name after 'is', found " + Describe(Peek()));
         }
         test->name = Next().text;
-        if (!IsKnownTest(test->name)) Fail(name.offset, "unsupported test '" + test->name + "'");
+        if (!IsKnownTest(test->name)) Fail(offset, "unsupported test '" + test->name + "'");
         test->args.push_back(std::move(e));
         const Token& next = Peek();
         if (IsOp("(")) {
@@ -613,13 +616,13 @@ class Parser {
     }
   }
 
-  const std::vector<Token>& t_;
-  size_t pos_ = 0;
+  Lexer lexer_;
+  std::deque<Token> lookahead_;  // tokens read from lexer_ and not yet consumed
   int nesting_ = 0;
 };
 
 }  // namespace
 
-std::vector<Stmt> Parse(const std::vector<Token>& tokens) { return Parser(tokens).Template(); }
+Body Parse(std::string_view normalized) { return Parser(normalized).Template(); }
 
 }  // namespace kvq::jinja

@@ -20,7 +20,8 @@ inline constexpr int kMaxNesting = 64;
 /// interpreter recurses, and the tree is freed recursively, along it.
 inline constexpr int kMaxExpressionDepth = 128;
 
-/// The statements of a template (the tokens end with kEnd). Throws Error with an offset.
-std::vector<Stmt> Parse(const std::vector<Token>& tokens);
+/// The statements of a template (its source after NormalizeTemplateSource). Throws Error with an
+/// offset.
+Body Parse(std::string_view normalized);
 
 }  // namespace kvq::jinja

@@ -1,8 +1,9 @@
 // Values and their Python semantics (jinja_value.h).
 #include "text/jinja_value.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <string>
 
@@ -337,22 +338,36 @@ void AppendFloat(double f, std::string& out) {
     out += f < 0 ? "-inf" : "inf";
     return;
   }
-  // The shortest round-trip digits, then Python's layout of them (float_repr_style 'short').
-  char buf[64];
-  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, f, std::chars_format::scientific);
-  std::string_view text(buf, static_cast<size_t>(end - buf));
+  // The shortest round-trip digits (fmt's "{}": Dragonbox; libc++ has no floating to_chars),
+  // then Python's layout of them (float_repr_style 'short').
+  const std::string shortest = fmt::format("{}", f);
+  std::string_view text = shortest;
   if (!text.empty() && text[0] == '-') {
     out += '-';
     text.remove_prefix(1);
   }
   const size_t e = text.find('e');
+  const std::string_view mantissa = text.substr(0, e);
+  const int exponent10 =
+      e == std::string_view::npos ? 0 : std::stoi(std::string(text.substr(e + 1)));
   std::string digits;
-  for (const char c : text.substr(0, e)) {
-    if (c != '.') digits += c;
+  int point = -1;  // digits before the decimal point
+  for (const char c : mantissa) {
+    if (c == '.') {
+      point = static_cast<int>(digits.size());
+    } else {
+      digits += c;
+    }
   }
-  while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
-  const int exponent = std::stoi(std::string(text.substr(e + 1)));
-  const int point = exponent + 1;  // digits before the decimal point
+  if (point < 0) point = static_cast<int>(digits.size());
+  point += exponent10;
+  while (!digits.empty() && digits.front() == '0') digits.erase(0, 1), --point;
+  while (!digits.empty() && digits.back() == '0') digits.pop_back();
+  if (digits.empty()) {
+    out += "0.0";
+    return;
+  }
+  const int exponent = point - 1;
   const int n = static_cast<int>(digits.size());
   if (point > -4 && point <= 16) {
     if (point <= 0) {
@@ -453,16 +468,6 @@ void AppendJson(const Value& v, const JsonStyle& style, std::string& out, size_t
   }
 }
 
-std::vector<size_t> CharOffsets(std::string_view s) {
-  std::vector<size_t> offsets;
-  offsets.reserve(s.size() + 1);
-  for (size_t at = 0; at < s.size(); at += unicode::DecodeUtf8(s, at).n_bytes) {
-    offsets.push_back(at);
-  }
-  offsets.push_back(s.size());
-  return offsets;
-}
-
 size_t CharCount(std::string_view s) {
   size_t n = 0;
   for (size_t at = 0; at < s.size(); at += unicode::DecodeUtf8(s, at).n_bytes) ++n;
@@ -470,6 +475,9 @@ size_t CharCount(std::string_view s) {
 }
 
 bool IsPySpace(uint32_t code_point) {
+  if (code_point < 0x80)
+    return code_point == ' ' || (code_point >= 0x09 && code_point <= 0x0D) ||
+           (code_point >= 0x1C && code_point <= 0x1F);
   return unicode::IsWhitespace(code_point) || (code_point >= 0x1C && code_point <= 0x1F);
 }
 

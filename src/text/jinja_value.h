@@ -171,8 +171,6 @@ void AppendJson(const Value& v, const JsonStyle& style, std::string& out, size_t
 // UTF-8 helpers (the text is never validated: invalid bytes are characters of their own, as
 // unicode::DecodeUtf8 reads them).
 
-/// Byte offsets of each character of `s`, plus s.size() at the end.
-std::vector<size_t> CharOffsets(std::string_view s);
 size_t CharCount(std::string_view s);
 /// str.isspace() of one code point: Unicode White_Space plus U+001C..U+001F.
 bool IsPySpace(uint32_t code_point);

@@ -29,6 +29,7 @@ int FuzzSnapshot(const uint8_t* data, size_t size);
 int FuzzTokenizerSpm(const uint8_t* data, size_t size);
 int FuzzTokenizerBpe(const uint8_t* data, size_t size);
 int FuzzParsers(const uint8_t* data, size_t size);
+int FuzzChatTemplate(const uint8_t* data, size_t size);
 }  // namespace kvq::fuzz
 
 namespace kvq {
@@ -45,6 +46,7 @@ const std::map<std::string, FuzzFn>& Targets() {
       {"tokenizer_spm", fuzz::FuzzTokenizerSpm},
       {"tokenizer_bpe", fuzz::FuzzTokenizerBpe},
       {"parsers", fuzz::FuzzParsers},
+      {"chat_template", fuzz::FuzzChatTemplate},
   };
   return targets;
 }
@@ -113,7 +115,8 @@ TEST_P(FuzzTarget, GeneratedSeedCorpus) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, FuzzTarget,
-                         testing::Values("gguf", "llama2c", "snapshot", "tokenizer_spm", "tokenizer_bpe", "parsers"),
+                         testing::Values("gguf", "llama2c", "snapshot", "tokenizer_spm", "tokenizer_bpe", "parsers",
+                                         "chat_template"),
                          [](const testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace
