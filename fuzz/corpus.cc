@@ -358,6 +358,27 @@ Status WriteChatTemplateSeeds(const fs::path& dir) {
   return Status::Ok();
 }
 
+// Request bodies of kvq serve's two endpoints: every field it reads, valid and at its edges.
+Status WriteOpenAiRequestSeeds(const fs::path& dir) {
+  const std::vector<std::string> bodies = {
+      R"({"model":"m","prompt":"Once upon a time","max_tokens":16,"temperature":0})",
+      R"({"prompt":["one"],"max_tokens":1,"temperature":2,"top_p":1,"top_k":0,"min_p":0,"seed":-9223372036854775808,)"
+      R"("stop":["
+","END","a","b"],"stream":true,"stream_options":{"include_usage":true},"ignore_eos":true})",
+      R"({"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi é {{ x }}"}],)"
+      R"("max_completion_tokens":4096,"chat_template_kwargs":{"enable_thinking":false}})",
+      R"({"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},)"
+      R"({"role":"assistant","content":null}],"n":1,"logprobs":false,"echo":false,"presence_penalty":0,"tools":[]})",
+      R"({"prompt":"x","max_tokens":0,"temperature":-1,"top_p":0,"stop":[""],"n":2,"logprobs":3})",
+      R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}],"tools":[{"type":"function"}]})",
+      std::string(R"({"prompt":"\ud800\udc00\u0000)") + "\xff" + R"(","max_tokens":1e30})",
+  };
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    if (Status s = WriteBytes(dir / fmt::format("request{}.json", i), bodies[i]); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status WriteSeedCorpus(const std::string& dir, std::string_view only) {
@@ -365,7 +386,7 @@ Status WriteSeedCorpus(const std::string& dir, std::string_view only) {
   const std::pair<const char*, Writer> writers[] = {
       {"gguf", WriteGgufSeeds},           {"llama2c", WriteLlama2cSeeds},     {"snapshot", WriteSnapshotSeeds},
       {"tokenizer_spm", WriteTextSeeds}, {"tokenizer_bpe", WriteTextSeeds}, {"parsers", WriteParserSeeds},
-      {"chat_template", WriteChatTemplateSeeds}};
+      {"chat_template", WriteChatTemplateSeeds}, {"openai_request", WriteOpenAiRequestSeeds}};
   bool wrote = false;
   for (const auto& [target, writer] : writers) {
     if (!only.empty() && only != target) continue;

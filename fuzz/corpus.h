@@ -14,7 +14,7 @@ namespace kvq::fuzz {
 /// The fuzz targets, as named in fuzz/ (<name>_fuzzer.cc) and as the corpus's subfolders.
 inline constexpr const char* kFuzzTargets[] = {"gguf",          "llama2c",       "snapshot",
                                                "tokenizer_spm", "tokenizer_bpe", "parsers",
-                                               "chat_template"};
+                                               "chat_template", "openai_request"};
 
 /// Writes dir/<target>/<seed> for every target, or only for `only` when it is not empty (folders
 /// created; existing seeds overwritten). Fails naming the seed whose writer failed.

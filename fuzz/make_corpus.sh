@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Writes the fuzz targets' seed corpora with kvq's own writers (fuzz/corpus.cc, built as
 # kvq_fuzz_corpus by the fuzz build): OUT/<target>/ for gguf, llama2c, snapshot, tokenizer_spm,
-# tokenizer_bpe, parsers, chat_template. Generated, never committed (only fuzz/regressions/ is).
+# tokenizer_bpe, parsers, chat_template, openai_request. Generated, never committed (only fuzz/regressions/ is).
 # Usage: fuzz/make_corpus.sh [BUILD_DIR (build-fuzz)] [OUT (BUILD_DIR/fuzz/corpus)]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -8,7 +8,8 @@
 set -euo pipefail
 source "$(dirname "$0")/fuzz_common.sh"
 declare -A runs=([gguf]=20000 [llama2c]=100000 [snapshot]=60000 [tokenizer_spm]=100000 [tokenizer_bpe]=100000
-                 [parsers]=60000 [chat_template]=30000)
+                 [parsers]=60000 [chat_template]=30000
+                 [openai_request]=60000)
 fuzz_configure_and_build
 status=0
 for t in "${fuzz_targets[@]}"; do

@@ -7,7 +7,7 @@
 # in-memory corpus runs at 400-450 MiB), and one input may not run past 10 s (a hang).
 fuzz_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 fuzz_build=${KVQ_FUZZ_BUILD:-$fuzz_root/build-fuzz}
-fuzz_targets=(gguf llama2c snapshot tokenizer_spm tokenizer_bpe parsers chat_template)
+fuzz_targets=(gguf llama2c snapshot tokenizer_spm tokenizer_bpe parsers chat_template openai_request)
 fuzz_limits=(-max_len="${KVQ_FUZZ_MAX_LEN:-1048576}" -malloc_limit_mb=17 -rss_limit_mb=2048 -timeout=10)
 
 fuzz_configure_and_build() {
@@ -25,6 +25,7 @@ fuzz_dict() {
     snapshot) echo "-dict=$fuzz_root/fuzz/snapshot.dict" ;;
     parsers) echo "-dict=$fuzz_root/fuzz/parsers.dict" ;;
     chat_template) echo "-dict=$fuzz_root/fuzz/chat_template.dict" ;;
+    openai_request) echo "-dict=$fuzz_root/fuzz/openai_request.dict" ;;
   esac
 }
 

@@ -30,6 +30,7 @@ int FuzzTokenizerSpm(const uint8_t* data, size_t size);
 int FuzzTokenizerBpe(const uint8_t* data, size_t size);
 int FuzzParsers(const uint8_t* data, size_t size);
 int FuzzChatTemplate(const uint8_t* data, size_t size);
+int FuzzOpenAiRequest(const uint8_t* data, size_t size);
 }  // namespace kvq::fuzz
 
 namespace kvq {
@@ -47,6 +48,7 @@ const std::map<std::string, FuzzFn>& Targets() {
       {"tokenizer_bpe", fuzz::FuzzTokenizerBpe},
       {"parsers", fuzz::FuzzParsers},
       {"chat_template", fuzz::FuzzChatTemplate},
+      {"openai_request", fuzz::FuzzOpenAiRequest},
   };
   return targets;
 }
@@ -116,7 +118,7 @@ TEST_P(FuzzTarget, GeneratedSeedCorpus) {
 
 INSTANTIATE_TEST_SUITE_P(All, FuzzTarget,
                          testing::Values("gguf", "llama2c", "snapshot", "tokenizer_spm", "tokenizer_bpe", "parsers",
-                                         "chat_template"),
+                                         "chat_template", "openai_request"),
                          [](const testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace
