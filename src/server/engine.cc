@@ -230,6 +230,7 @@ void Engine::Loop() {
       if (stop_) return;
     }
     Admit();
+    PublishMetrics();  // reservations peak right after admission
     Step();
     PublishMetrics();
   }
@@ -502,6 +503,9 @@ void Engine::PublishMetrics() {
   metrics_->active_sessions = active;
   (options_.kv.budgets.disk_dir.empty() ? metrics_->kv_bytes_host : metrics_->kv_bytes_disk) = bytes;
   metrics_->kv_bytes_device = device;
+  const int64_t reserved = ReservedBytes();
+  metrics_->kv_bytes_reserved = reserved;
+  if (reserved > metrics_->kv_bytes_reserved_peak.load()) metrics_->kv_bytes_reserved_peak = reserved;
 }
 
 }  // namespace kvq::server

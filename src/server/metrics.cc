@@ -46,6 +46,11 @@ std::string Metrics::Render() const {
          "Prefix snapshots refused as damaged or mismatched (and deleted).", prefix_snapshots_refused.load());
   Metric(out, "kvq_active_sessions", "gauge", "Sessions generating now.", active_sessions.load());
   Metric(out, "kvq_queued_requests", "gauge", "Requests waiting for a session.", queued_requests.load());
+  Metric(out, "kvq_kv_bytes_reserved", "gauge",
+         "KV bytes running requests may reach plus idle sessions' caches (what --kv-budget bounds).",
+         kv_bytes_reserved.load());
+  Metric(out, "kvq_kv_bytes_reserved_peak", "gauge", "The most kvq_kv_bytes_reserved has been.",
+         kv_bytes_reserved_peak.load());
   out += "# HELP kvq_kv_bytes KV cache bytes held, by tier.\n# TYPE kvq_kv_bytes gauge\n";
   out += fmt::format("kvq_kv_bytes{{tier=\"device\"}} {}\n", kv_bytes_device.load());
   out += fmt::format("kvq_kv_bytes{{tier=\"host\"}} {}\n", kv_bytes_host.load());

@@ -30,6 +30,10 @@ class Metrics {
   std::atomic<int64_t> kv_bytes_host{0};         ///< every session's KV contents, master in RAM
   std::atomic<int64_t> kv_bytes_disk{0};         ///< the same with a disk master (--kv-disk)
   std::atomic<int64_t> kv_bytes_device{0};       ///< device working sets allocated
+  /// KV bytes held or promised: running requests' reservations (prompt + max_tokens positions)
+  /// plus idle sessions' caches — what --kv-budget bounds — now and at most so far.
+  std::atomic<int64_t> kv_bytes_reserved{0};
+  std::atomic<int64_t> kv_bytes_reserved_peak{0};
   /// Decode tokens per second over the last few seconds (the scheduler updates it each step).
   std::atomic<double> decode_tokens_per_second{0};
   std::atomic<double> step_seconds_total{0};

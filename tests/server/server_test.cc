@@ -273,6 +273,29 @@ TEST(Serve, ApiKeyIsRequiredWhenSet) {
   EXPECT_EQ(server.Get("/health")->status, 200);  // liveness probes carry no key
 }
 
+TEST(Serve, TheTotalKvBudgetQueuesWhatDoesNotFitNowAndRefusesWhatNeverFits) {
+  // Room for one request of 200 positions (640 B each in f16 here) but not two: the second waits
+  // for the first to finish (idle sessions' caches are dropped to make room), then runs.
+  TestServer server({.parallel = 2, .kv_budget_bytes = 200 * 640 + 100 * 640});
+  const std::string a = "Once upon a time", b = "The cat sat";
+  std::vector<StreamResult> results(2);
+  std::thread ta([&] { results[0] = server.Stream(a, 190, true); });
+  std::thread tb([&] { results[1] = server.Stream(b, 190, true); });
+  ta.join();
+  tb.join();
+  EXPECT_EQ(results[0].error, "");
+  EXPECT_EQ(results[1].error, "");
+  EXPECT_EQ(results[0].completion_tokens, 190);
+  EXPECT_EQ(results[1].completion_tokens, 190);
+  EXPECT_GT(server.metrics.kv_bytes_reserved_peak.load(), 190 * 640);
+  EXPECT_LE(server.metrics.kv_bytes_reserved_peak.load(), 300 * 640);  // the budget held
+  // One that alone needs more than the whole budget: 413, at once.
+  httplib::Result never = server.Post("/v1/completions", R"({"prompt":"Once","max_tokens":480})");
+  ASSERT_TRUE(never);
+  EXPECT_EQ(never->status, 413);
+  EXPECT_NE(Body(never)["error"]["message"].get<std::string>().find("--kv-budget"), std::string::npos);
+}
+
 TEST(Serve, ARequestPastItsTimeoutGets504) {
   TestServer server({.parallel = 1}, {.request_timeout_seconds = 1e-6});
   httplib::Result r = server.Post("/v1/completions", R"({"prompt":"Once","max_tokens":400,"ignore_eos":true})");
