@@ -127,6 +127,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineO
     metrics->prefix_snapshots_refused += e->prefix_store_->refused();
     Log(LogLevel::kInfo, fmt::format("prefix cache: {} snapshots in {}", e->prefix_store_->size(),
                                      e->prefix_store_->folder()));
+    e->Preload();
   }
   e->thread_ = std::thread([raw = e.get()] { raw->Loop(); });
   return e;
@@ -150,6 +151,31 @@ void Engine::StopAndFailRemaining() {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& job : queue_) job->Publish("", true, FinishReason::kStop, gone);
   queue_.clear();
+}
+
+void Engine::Preload() {
+  // The newest snapshots go into the idle sessions before the server takes requests, so a prompt
+  // that extends one starts as soon after a restart as it would have before (loading a snapshot
+  // on demand costs its file read and fresh pages). Within the total budget; refused ones are
+  // deleted and counted, as on demand.
+  std::vector<std::string> snapshots;
+  for (const PrefixStore::Entry* e : prefix_store_->Newest(slots_.size())) snapshots.push_back(e->snapshot);
+  size_t slot = 0;
+  int64_t bytes = 0;
+  for (const std::string& path : snapshots) {
+    const PrefixStore::Entry* entry = prefix_store_->Find(path);
+    if (entry == nullptr || slot == slots_.size()) continue;
+    const int64_t need = KvBytesFor(static_cast<int64_t>(entry->ids.size()));
+    if (options_.kv_budget_bytes > 0 && bytes + need > options_.kv_budget_bytes) continue;
+    Session& session = *slots_[slot].session;
+    if (!prefix_store_->Load(*entry, session).ok()) {
+      metrics_->prefix_snapshots_refused++;
+      continue;
+    }
+    bytes += session.kv_bytes();
+    slots_[slot++].from_disk = true;
+  }
+  if (slot > 0) Log(LogLevel::kInfo, fmt::format("prefix cache: {} snapshots loaded into idle sessions", slot));
 }
 
 int64_t Engine::KvBytesFor(int64_t positions) const {
@@ -308,11 +334,12 @@ bool Engine::AdmitOne(const std::shared_ptr<Job>& job) {
   // Never reuse all of the prompt: its last token runs again, for the logits.
   size_t reuse = std::min(best_common, prompt.size() - 1);
   bool from_disk = false;
-  // A snapshot that shares more than the session does is loaded; one refused (damaged) is gone
-  // from the store after Load, so the next best is tried.
+  // A snapshot that shares at least a prefill block more than the session does is loaded (loading
+  // reads the whole snapshot, so a few tokens more are cheaper to recompute); one refused
+  // (damaged) is gone from the store after Load, so the next best is tried.
   while (prefix_store_) {
     auto match = prefix_store_->Find(prompt);
-    if (!match || std::min(match->second, prompt.size() - 1) <= reuse) break;
+    if (!match || std::min(match->second, prompt.size() - 1) < reuse + kPrefillBlock) break;
     const size_t shared = std::min(match->second, prompt.size() - 1);
     if (prefix_store_->Load(*match->first, session).ok()) {
       reuse = shared;
@@ -330,6 +357,8 @@ bool Engine::AdmitOne(const std::shared_ptr<Job>& job) {
     }
   }
   reuse = static_cast<size_t>(session.positions());  // what the cache holds now
+  from_disk = from_disk || (best->from_disk && reuse > 0);
+  best->from_disk = false;
   if (reuse > 0) {
     (from_disk ? metrics_->prefix_hits_disk : metrics_->prefix_hits_live)++;
   } else {
@@ -404,7 +433,6 @@ void Engine::Step() {
   for (size_t i = 0; i < in_batch.size(); ++i) {
     Slot& s = *in_batch[i];
     s.last_used = step_;
-    const bool prompt_done = chunk_sizes[i] > 0 && chunk_sizes[i] == static_cast<int32_t>(s.pending.size());
     if (chunk_sizes[i] > 0) {
       s.pending.erase(s.pending.begin(), s.pending.begin() + chunk_sizes[i]);
       if (!s.pending.empty()) continue;
@@ -412,8 +440,6 @@ void Engine::Step() {
       ++decoded;
     }
     Advance(s);
-    // After the first token is out, so the write does not delay it.
-    if (prompt_done) SavePrefix(s);
   }
   // tokens per second over this step, smoothed (a gauge for dashboards, not a benchmark)
   if (decoded > 0 && seconds > 0) {
@@ -424,8 +450,8 @@ void Engine::Step() {
 }
 
 void Engine::SavePrefix(Slot& slot) {
-  // The whole prompt (the sampled token is not run yet); a later prompt that extends it is
-  // truncated to what it shares, less its own last token, which runs again for the logits.
+  // The prompt and the reply but its last token (sampled, not run); a later prompt that extends
+  // any prefix of it is truncated to what it shares, less its own last token, which runs again.
   if (!prefix_store_ || slot.session->positions() < options_.min_prefix_tokens) return;
   Result<bool> saved = prefix_store_->Save(*slot.session);
   if (!saved.ok()) {
@@ -487,6 +513,9 @@ void Engine::Finish(Slot& slot, FinishReason reason, std::optional<ApiError> err
     rest = job.text.substr(job.emitted_bytes);  // held back for a stop string that never came
   }
   job.Publish(std::move(rest), true, reason, std::move(error));
+  // The answer is out: now the session's cache (prompt and reply) goes to the prefix store, where a
+  // request extending it — the same prompt, or the next turn of the conversation — finds it.
+  if (!failed) SavePrefix(slot);
   slot.job.reset();
   slot.pending.clear();
   slot.next_token = -1;

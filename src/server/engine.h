@@ -121,16 +121,19 @@ class Engine {
     std::vector<int32_t> pending;      // prompt tokens still to prefill
     int32_t next_token = -1;           // sampled, to run next step
     int64_t last_used = 0;             // step of last use (LRU eviction)
+    bool from_disk = false;            // holds a snapshot preloaded at start, not yet reused
   };
 
   Engine(const Model& model, const EngineOptions& options, Metrics* metrics);
   void Loop();
+  // Loads the newest prefix snapshots into the idle sessions (at start).
+  void Preload();
   // Ends the scheduler thread and answers every job still running or queued with a 503.
   void StopAndFailRemaining();
   void Admit();
   bool AdmitOne(const std::shared_ptr<Job>& job);
   void Step();
-  // Saves the slot's cache (its prompt) to the prefix store, if there is one.
+  // Saves the slot's cache (prompt and reply) to the prefix store, if there is one.
   void SavePrefix(Slot& slot);
   // After the session's logits are those after its last token: sample, publish, decide.
   void Advance(Slot& slot);

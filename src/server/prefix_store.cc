@@ -128,6 +128,21 @@ std::optional<std::pair<const PrefixStore::Entry*, size_t>> PrefixStore::Find(st
   return std::make_pair(best, best_len);
 }
 
+const PrefixStore::Entry* PrefixStore::Find(const std::string& snapshot) const {
+  for (const Entry& e : entries_) {
+    if (e.snapshot == snapshot) return &e;
+  }
+  return nullptr;
+}
+
+std::vector<const PrefixStore::Entry*> PrefixStore::Newest(size_t n) const {
+  std::vector<const Entry*> all;
+  for (const Entry& e : entries_) all.push_back(&e);
+  std::sort(all.begin(), all.end(), [](const Entry* a, const Entry* b) { return a->sequence > b->sequence; });
+  if (all.size() > n) all.resize(n);
+  return all;
+}
+
 Status PrefixStore::Load(const Entry& entry, Session& session) {
   const std::string snapshot = entry.snapshot;  // entry goes away with Remove
   const std::vector<int32_t> ids = entry.ids;

@@ -39,6 +39,10 @@ class PrefixStore {
   /// The entry sharing the longest common prefix with `prompt`, and that length; nullopt if none
   /// shares any token.
   std::optional<std::pair<const Entry*, size_t>> Find(std::span<const int32_t> prompt) const;
+  /// The entry of this snapshot file, or null.
+  const Entry* Find(const std::string& snapshot) const;
+  /// Up to `n` entries, newest first.
+  std::vector<const Entry*> Newest(size_t n) const;
   /// Loads `entry` into `session` and checks the ids it restored. On any failure the files are
   /// deleted, the session is cleared, and the error says why.
   Status Load(const Entry& entry, Session& session);

@@ -52,6 +52,7 @@ struct ServeBenchResult {
   // prefix
   int32_t prefix_tokens = 0;
   double ttft_cold = 0, ttft_warm = 0, ttft_restart = 0;
+  double restart_start_seconds = 0;  ///< starting the restarted server (it loads snapshots first)
   int64_t cached_warm = 0, cached_restart = 0;  ///< prompt tokens the server reported reusing
   bool prefix_outputs_equal = false;            ///< cold, warm and restart gave the same text
 };
