@@ -27,7 +27,7 @@ struct ServeBenchConfig {
   int32_t requests_per_client = 8;
   int32_t max_tokens = 64;
   int32_t batch_sessions = 8;
-  int32_t batch_rounds = 3;
+  int32_t batch_rounds = 5;
   int32_t batch_tokens = 64;
   int32_t prefix_tokens = 1000;   ///< clamped to what the context allows
   std::string prefix_dir;         ///< a scratch folder for the restart measurement
