@@ -21,6 +21,9 @@ function(kvq_layer name dir)
   target_link_libraries(${name} PUBLIC ${arg_DEPS})
   set_property(GLOBAL APPEND PROPERTY KVQ_LAYERS ${name})
   kvq_apply_warnings(${name})
+  if(KVQ_SANITIZE)
+    target_compile_options(${name} PRIVATE ${KVQ_SANITIZE_FLAGS})  # cmake/sanitizers.cmake
+  endif()
 endfunction()
 
 # kvq_include_root(TARGET DIR PUBLIC|PRIVATE OUT_VAR): the include root described above, holding

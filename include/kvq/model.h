@@ -112,6 +112,10 @@ class Model {
   /// Whether generation stops at `id` (EOS, end-of-turn tokens such as <|eot_id|> or <|im_end|>).
   bool IsEndOfGeneration(int32_t id) const;
 
+  /// What snapshots and plan files are checked against: the attention shape and a hash of the
+  /// weights (computed on first use, once per model; it reads every weight byte).
+  const ModelFingerprint& fingerprint() const;
+
   /// A session with the model's KV options, or with `kv` instead. Errors: an unknown format, a
   /// format that cannot store this head size, budgets that cannot hold the context.
   Result<std::unique_ptr<Session>> NewSession() const;

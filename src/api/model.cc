@@ -87,6 +87,7 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& path, const ModelO
 }
 
 const ModelInfo& Model::info() const { return impl_->info; }
+const ModelFingerprint& Model::fingerprint() const { return impl_->fingerprint(); }
 
 std::vector<int32_t> Model::Tokenize(std::string_view text, AddBos add_bos) const {
   const bool bos = add_bos == AddBos::kModelDefault ? impl_->tokenizer.add_bos() : add_bos == AddBos::kYes;

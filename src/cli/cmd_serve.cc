@@ -52,6 +52,14 @@ int RunServe(ServeOptions& o) {
       model_path, {.tokenizer_path = so.TokenizerPath(), .threads = so.threads, .context = o.context, .kv = o.engine.kv});
   if (!model.ok()) return bad(model.status().message());
   const ModelInfo& info = (*model)->info();
+  if (!so.kv_plan.empty()) {
+    // A per-layer plan (kvq plan --auto), checked against this model; its specs for every session.
+    Result<std::vector<LayerFormats>> layers = so.KvLayers((*model)->fingerprint());
+    if (!layers.ok()) return bad(layers.status().message());
+    for (const LayerFormats& l : *layers) {
+      o.engine.kv.layers.push_back({.key = KvSpecName(l.Key()), .value = KvSpecName(l.Value())});
+    }
+  }
 
   // The chat template: the file's own when kvq can run it, else ChatML, and the log says which.
   ChatTemplate chat = ChatTemplate::ChatMl();
@@ -85,8 +93,10 @@ int RunServe(ServeOptions& o) {
   signal(SIGPIPE, SIG_IGN);  // a client that went away is an error on its write, not a crash
   std::thread watcher([&] {
     while (g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    fmt::print(stderr, "kvq serve: signal {}: not accepting new requests, finishing running ones (up to {} s)\n",
-               g_signal.load(), o.shutdown_grace_seconds);
+    if (g_signal > 0) {
+      fmt::print(stderr, "kvq serve: signal {}: not accepting new requests, finishing running ones (up to {} s)\n",
+                 g_signal.load(), o.shutdown_grace_seconds);
+    }
     (*engine)->Drain(std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_grace_seconds * 1e3)));
     http.Stop();
   });
@@ -122,6 +132,7 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--queue", o->engine.max_queue, "Requests waiting for a session at most; beyond: 429")
       ->check(IntInRange(0, 4096))->capture_default_str();
   AddKvFormatFlags(cmd, &o->shared);
+  AddKvPlanFlags(cmd, &o->shared);
   AddBudgetFlags(cmd, &o->shared, "Each session's cache: ");
   AddByteSizeFlag(cmd, "--kv-budget-per-session", &o->engine.kv_budget_per_session_bytes,
                   "KV bytes one request may need (prompt + max_tokens positions); beyond: 413");

@@ -49,13 +49,18 @@ std::string SharedOptions::KvFormatName() const {
 }
 
 Result<std::vector<LayerFormats>> SharedOptions::KvLayers(const LlamaWeights& weights) const {
+  if (kv_plan.empty()) return KvLayers(ModelFingerprint{});  // no plan: the fingerprint is not read
+  return KvLayers(Fingerprint(weights));
+}
+
+Result<std::vector<LayerFormats>> SharedOptions::KvLayers(const ModelFingerprint& model) const {
   if (kv_plan.empty()) {
     if (kv_bits > 0) return Status::Error("--kv-bits: needs --kv-plan (the plan whose bits it bounds)");
     Result<LayerFormats> layer = KvLayer();
     if (!layer.ok()) return layer.status();
     return std::vector<LayerFormats>{*layer};
   }
-  Result<KvPlan> plan = ReadKvPlan(kv_plan, Fingerprint(weights));
+  Result<KvPlan> plan = ReadKvPlan(kv_plan, model);
   if (!plan.ok()) return Status::Error("--kv-plan " + plan.status().message());
   if (kv_bits > 0) {
     if (Status s = CheckKvPlanBits(*plan, kv_bits); !s.ok()) {

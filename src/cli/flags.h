@@ -44,6 +44,8 @@ struct SharedOptions {
   /// fingerprint, and against --kv-bits when given), else KvLayer() for every layer (one entry).
   /// Errors name the flag and the file.
   Result<std::vector<LayerFormats>> KvLayers(const LlamaWeights& weights) const;
+  /// The same for a model known by its fingerprint (kvq::Model::fingerprint()).
+  Result<std::vector<LayerFormats>> KvLayers(const ModelFingerprint& model) const;
   /// The specs of the --format list, in the order given; the error names the flag.
   Result<std::vector<KvSpec>> FormatList() const;
   /// FormatList for a command that takes formats without transforms; a spec with one is an error.

@@ -120,7 +120,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineO
   }
   if (!options.prefix_cache_dir.empty()) {
     Result<std::unique_ptr<PrefixStore>> store = PrefixStore::Open(
-        options.prefix_cache_dir, KvFolderName(options.kv.key_format, options.kv.value_format),
+        options.prefix_cache_dir, KvFolderName(options.kv),
         options.prefix_cache_max_bytes);
     if (!store.ok()) return store.status();
     e->prefix_store_ = std::move(store).value();

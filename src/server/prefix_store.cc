@@ -59,8 +59,15 @@ size_t CommonPrefix(std::span<const int32_t> a, std::span<const int32_t> b) {
 
 }  // namespace
 
-std::string KvFolderName(const std::string& key_spec, const std::string& value_spec) {
-  std::string name = key_spec == value_spec ? key_spec : key_spec + "_" + value_spec;
+std::string KvFolderName(const KvOptions& kv) {
+  if (!kv.layers.empty()) {
+    std::string specs;
+    for (const KvLayerSpec& l : kv.layers) specs += l.key + "/" + l.value + ";";
+    uint64_t h = 1469598103934665603ull;
+    for (unsigned char c : specs) h = (h ^ c) * 1099511628211ull;
+    return fmt::format("plan-{:016x}", h);
+  }
+  std::string name = kv.key_format == kv.value_format ? kv.key_format : kv.key_format + "_" + kv.value_format;
   for (char& c : name) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') c = '-';
   }

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "kvq/model.h"
 #include "kvq/session.h"
 #include "kvq/status.h"
 
@@ -66,7 +67,8 @@ class PrefixStore {
   std::vector<Entry> entries_;
 };
 
-/// "f16", "int8-int4-kivi": a K/V spec text made safe as a folder name.
-std::string KvFolderName(const std::string& key_spec, const std::string& value_spec);
+/// The folder name of a cache's specs: "f16", "int8_int4-kivi" (K_V), or for a per-layer plan
+/// "plan-<hash of its specs>" — safe as a file name, different for different specs.
+std::string KvFolderName(const KvOptions& kv);
 
 }  // namespace kvq::server

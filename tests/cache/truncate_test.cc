@@ -75,7 +75,9 @@ TEST(KvCacheTruncate, EqualsACacheThatNeverHeldTheDroppedRows) {
         ASSERT_LE(point, cut) << name;
         ASSERT_EQ(point % f.key->key.rows_per_block, 0) << name;
         // Per-token codecs (one row per block) truncate at any position.
-        if (f.key->key.rows_per_block == 1 && f.value->value.rows_per_block == 1) ASSERT_EQ(point, cut) << name;
+        if (f.key->key.rows_per_block == 1 && f.value->value.rows_per_block == 1) {
+          ASSERT_EQ(point, cut) << name;
+        }
         ASSERT_TRUE(cache->Truncate(point).ok()) << name;
         ASSERT_EQ(cache->positions(0), point);
         // Then both caches get the same new rows after the cut: k2/v2 from `point` on.
