@@ -15,11 +15,6 @@ namespace {
 constexpr int32_t kPrefillBlock = 64;  // Session::Prefill's and Generate's block: the same cuts, the same bits
 using Clock = std::chrono::steady_clock;
 
-size_t CommonPrefix(std::span<const int32_t> a, std::span<const int32_t> b) {
-  const size_t n = std::min(a.size(), b.size());
-  return static_cast<size_t>(std::mismatch(a.begin(), a.begin() + n, b.begin()).first - a.begin());
-}
-
 // Bytes at the end of `text` that may be the start of a stop string, or of a UTF-8 character
 // still missing bytes: held back from the stream until the next token decides.
 size_t HoldBack(const std::string& text, const std::vector<std::string>& stop) {

@@ -52,12 +52,12 @@ std::optional<std::vector<int32_t>> ReadIds(const fs::path& path) {
   return ids;
 }
 
+}  // namespace
+
 size_t CommonPrefix(std::span<const int32_t> a, std::span<const int32_t> b) {
   const size_t n = std::min(a.size(), b.size());
   return static_cast<size_t>(std::mismatch(a.begin(), a.begin() + n, b.begin()).first - a.begin());
 }
-
-}  // namespace
 
 std::string KvFolderName(const KvOptions& kv) {
   if (!kv.layers.empty()) {

@@ -67,6 +67,9 @@ class PrefixStore {
   std::vector<Entry> entries_;
 };
 
+/// How many leading ids `a` and `b` share.
+size_t CommonPrefix(std::span<const int32_t> a, std::span<const int32_t> b);
+
 /// The folder name of a cache's specs: "f16", "int8_int4-kivi" (K_V), or for a per-layer plan
 /// "plan-<hash of its specs>" — safe as a file name, different for different specs.
 std::string KvFolderName(const KvOptions& kv);
