@@ -53,14 +53,14 @@ Result<std::vector<LayerFormats>> SharedOptions::KvLayers(const LlamaWeights& we
   return KvLayers(Fingerprint(weights));
 }
 
-Result<std::vector<LayerFormats>> SharedOptions::KvLayers(const ModelFingerprint& model) const {
+Result<std::vector<LayerFormats>> SharedOptions::KvLayers(const ModelFingerprint& fingerprint) const {
   if (kv_plan.empty()) {
     if (kv_bits > 0) return Status::Error("--kv-bits: needs --kv-plan (the plan whose bits it bounds)");
     Result<LayerFormats> layer = KvLayer();
     if (!layer.ok()) return layer.status();
     return std::vector<LayerFormats>{*layer};
   }
-  Result<KvPlan> plan = ReadKvPlan(kv_plan, model);
+  Result<KvPlan> plan = ReadKvPlan(kv_plan, fingerprint);
   if (!plan.ok()) return Status::Error("--kv-plan " + plan.status().message());
   if (kv_bits > 0) {
     if (Status s = CheckKvPlanBits(*plan, kv_bits); !s.ok()) {

@@ -45,7 +45,7 @@ struct SharedOptions {
   /// Errors name the flag and the file.
   Result<std::vector<LayerFormats>> KvLayers(const LlamaWeights& weights) const;
   /// The same for a model known by its fingerprint (kvq::Model::fingerprint()).
-  Result<std::vector<LayerFormats>> KvLayers(const ModelFingerprint& model) const;
+  Result<std::vector<LayerFormats>> KvLayers(const ModelFingerprint& fingerprint) const;
   /// The specs of the --format list, in the order given; the error names the flag.
   Result<std::vector<KvSpec>> FormatList() const;
   /// FormatList for a command that takes formats without transforms; a spec with one is an error.

@@ -69,11 +69,11 @@ double Job::ttft_seconds() const {
   return ttft;
 }
 
-void Job::Publish(std::string text, bool done, FinishReason reason, std::optional<ApiError> err) {
+void Job::Publish(std::string piece, bool done, FinishReason reason, std::optional<ApiError> err) {
   {
     std::lock_guard<std::mutex> lock(mu);
-    if (!text.empty() && ttft == 0) ttft = std::chrono::duration<double>(Clock::now() - submitted).count();
-    unread += text;
+    if (!piece.empty() && ttft == 0) ttft = std::chrono::duration<double>(Clock::now() - submitted).count();
+    unread += piece;
     if (done) {
       finished = true;
       finish = reason;

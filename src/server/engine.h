@@ -76,7 +76,7 @@ class Job {
  private:
   friend class Engine;
   explicit Job(JobSpec s) : spec(std::move(s)) {}
-  void Publish(std::string text, bool finished, FinishReason finish, std::optional<ApiError> error);
+  void Publish(std::string piece, bool finished, FinishReason finish, std::optional<ApiError> error);
 
   JobSpec spec;
   std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();
