@@ -24,12 +24,16 @@ run_target() {
     echo "fuzz $t: FAILED (log: $work/log.txt)"; tail -40 "$work/log.txt"; return 1
   fi
 }
-pids=()
+# Two at a time; each target's verdict is kept in its folder (a reaped job's status is not).
 for t in "${fuzz_targets[@]}"; do
   while [[ $(jobs -rp | wc -l) -ge ${KVQ_FUZZ_PARALLEL:-2} ]]; do wait -n || true; done
-  run_target "$t" &
-  pids+=($!)
+  (if run_target "$t"; then echo ok; else echo failed; fi) > "$fuzz_build/fuzz/ci-$t.verdict" &
 done
+wait
 status=0
-for p in "${pids[@]}"; do wait "$p" || status=1; done
+for t in "${fuzz_targets[@]}"; do
+  # The verdict file's last line is the verdict; the lines before it are what run_target printed.
+  sed '$d' "$fuzz_build/fuzz/ci-$t.verdict"
+  [[ $(tail -1 "$fuzz_build/fuzz/ci-$t.verdict") == ok ]] || status=1
+done
 exit $status
