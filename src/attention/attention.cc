@@ -124,7 +124,8 @@ float F32Dot(const float* q, const float* x, int32_t d) {
 void AttendScalar(const AttentionOptions& o, const KvWindow& w, int64_t n, const float* q,
                   int32_t n_q, int32_t kv_head, float* m, float* l, float* acc, float* rope_row) {
   const int32_t d = w.k.args.shape.head_dim;
-  const float* roped = rope_row + int64_t{kv_head} * d;  // [head_dim]: this head of rope_row
+  // [head_dim]: this head of rope_row (null without key_rope: no offset may be applied to null)
+  const float* roped = w.key_rope != nullptr ? rope_row + int64_t{kv_head} * d : nullptr;
   for (int64_t r = 0; r < n; ++r) {
     if (w.key_rope != nullptr) RopedKeyRow(w, r, kv_head, kv_head + 1, rope_row);
     for (int32_t h = 0; h < n_q; ++h) {

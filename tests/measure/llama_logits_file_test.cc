@@ -127,10 +127,18 @@ TEST(LlamaLogitsFile, ComparisonWithAHandBuiltRecordIsTheHandComputedOne) {
   EXPECT_NEAR(s.ppl.value, std::exp((a.nll + b.nll) / 2), 1e-12);
   EXPECT_NEAR(s.ppl_base.value, std::exp(11.0), 1e-12 * std::exp(11.0));
   for (const Quantile& q : s.kl_quantiles) {
-    if (q.name == "max") EXPECT_EQ(q.value, std::max(a.kl, b.kl));
-    if (q.name == "min") EXPECT_EQ(q.value, std::min(a.kl, b.kl));
-    if (q.name == "median") EXPECT_EQ(q.value, 0.5 * (a.kl + b.kl));
-    if (q.name == "90.0%") EXPECT_NEAR(q.value, std::min(a.kl, b.kl) + 0.9 * std::abs(a.kl - b.kl), 1e-12);
+    if (q.name == "max") {
+      EXPECT_EQ(q.value, std::max(a.kl, b.kl));
+    }
+    if (q.name == "min") {
+      EXPECT_EQ(q.value, std::min(a.kl, b.kl));
+    }
+    if (q.name == "median") {
+      EXPECT_EQ(q.value, 0.5 * (a.kl + b.kl));
+    }
+    if (q.name == "90.0%") {
+      EXPECT_NEAR(q.value, std::min(a.kl, b.kl) + 0.9 * std::abs(a.kl - b.kl), 1e-12);
+    }
   }
 }
 

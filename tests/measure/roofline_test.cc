@@ -33,7 +33,9 @@ TEST(Roofline, EveryRateIsPlausibleAndTheBestIsTheLargest) {
     CheckGroup(r.f32, r.best_f32_gmacs, r.best_f32_instruction, threads, 1);
     CheckGroup(r.int8, r.best_int8_gmacs, r.best_int8_instruction, threads, 4);
 #if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx2")) EXPECT_FALSE(r.int8.empty());
+    if (__builtin_cpu_supports("avx2")) {
+      EXPECT_FALSE(r.int8.empty());
+    }
 #endif
   }
 }
