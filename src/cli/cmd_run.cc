@@ -50,10 +50,11 @@ int RunGenerate(const RunOptions& o) {
   if (context < 0 || context > cfg.seq_len) {
     return bad(fmt::format("-c {}: the model's context is {} positions", o.context, cfg.seq_len));
   }
-  KvCacheConfig cache_config{.n_layers = cfg.n_layers, .n_kv_heads = cfg.n_kv_heads, .head_dim = cfg.head_dim(),
-                             .layers = *kv, .key_rope = ModelRopeConfig(cfg), .max_positions = context,
-                             .page_positions = DefaultPagePositions(context),
-                             .budgets = so.budgets};
+  // A hybrid model's cache holds its attention layers and its recurrent layers' fixed state.
+  KvCacheConfig cache_config{.n_layers = cfg.n_attention_layers(), .n_kv_heads = cfg.n_kv_heads,
+                             .head_dim = cfg.head_dim(), .layers = *kv, .key_rope = ModelRopeConfig(cfg),
+                             .max_positions = context, .page_positions = DefaultPagePositions(context),
+                             .budgets = so.budgets, .state_floats = cfg.state_floats()};
   Result<std::unique_ptr<KvCache>> cache = KvCache::Create(cache_config);
   if (!cache.ok()) return bad(cache.status().message());
 
