@@ -25,8 +25,10 @@ Result<KvCacheConfig> CacheConfigFor(const LlamaConfig& c, int64_t context, cons
     config.layers = {LayerFormats::Of(*k, *v)};
   } else {
     if (static_cast<int64_t>(kv.layers.size()) != c.n_attention_layers()) {
-      return Status::Error(fmt::format("KvOptions::layers has {} entries; the model has {} attention layers (give "
-                                       "one per layer, or none)", kv.layers.size(), c.n_attention_layers()));
+      return Status::Error(fmt::format("KvOptions::layers has {} entries; the model has {} layers{} (give one per "
+                                       "layer, or none)", kv.layers.size(), c.n_attention_layers(),
+                                       c.n_attention_layers() < c.n_layers ? " that attend (the others are recurrent)"
+                                                                           : ""));
     }
     for (size_t l = 0; l < kv.layers.size(); ++l) {
       Result<KvSpec> k = find(kv.layers[l].key, fmt::format("layers[{}].key", l));
