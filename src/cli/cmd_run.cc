@@ -106,7 +106,7 @@ int RunGenerate(const RunOptions& o) {
   // The cache's exact bytes, and what f16 (the default) would take for the same positions.
   const FormatDesc* f16 = FindFormat(FormatId::kF16);
   int64_t kv_bytes = 0, kv_bytes_f16 = 0;
-  for (int64_t l = 0; l < cfg.n_layers; ++l) {
+  for (int64_t l = 0; l < cache_config.n_layers; ++l) {  // a hybrid's attention layers only
     const RowShape shape{cfg.n_kv_heads, cfg.head_dim()};
     const int64_t n = (*cache)->positions(l);
     const LayerFormats& f = kv->size() == 1 ? kv->front() : (*kv)[static_cast<size_t>(l)];
