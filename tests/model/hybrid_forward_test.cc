@@ -34,10 +34,10 @@ Result<LlamaWeights> Load(const std::string& path) {
 
 std::unique_ptr<KvCache> Cache(const LlamaConfig& c, const char* format = "f32") {
   const FormatDesc* f = *FindFormat(format);
-  Result<std::unique_ptr<KvCache>> cache =
-      KvCache::Create({.n_layers = c.n_attention_layers(), .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
-                       .layers = {{f, f}}, .max_positions = c.seq_len, .page_positions = 32,
-                       .budgets = {}, .state_floats = c.state_floats()});
+  KvCacheConfig config{.n_layers = c.n_attention_layers(), .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
+                       .layers = {{f, f}}, .max_positions = c.seq_len, .page_positions = 32};
+  config.state_floats = c.state_floats();  // (set apart: g++ 12 misreads the braced form's string)
+  Result<std::unique_ptr<KvCache>> cache = KvCache::Create(config);
   EXPECT_TRUE(cache.ok()) << cache.status().message();
   return cache.ok() ? std::move(cache).value() : nullptr;
 }

@@ -86,9 +86,11 @@ TEST(SynthHybrid, TinyPresetsLoadAndRun) {
       LlamaModel m(std::move(loaded->weights), 2);
       const FormatDesc* f16 = *FindFormat("f16");
       auto cache = [&] {
-        return KvCache::Create({.n_layers = c.n_attention_layers(), .n_kv_heads = c.n_kv_heads,
-                                .head_dim = c.head_dim(), .layers = {{f16, f16}}, .max_positions = 64,
-                                .page_positions = 32, .budgets = {}, .state_floats = c.state_floats()});
+        KvCacheConfig config{.n_layers = c.n_attention_layers(), .n_kv_heads = c.n_kv_heads,
+                             .head_dim = c.head_dim(), .layers = {{f16, f16}}, .max_positions = 64,
+                             .page_positions = 32};
+        config.state_floats = c.state_floats();
+        return KvCache::Create(config);
       };
       auto a = cache(), b = cache();
       ASSERT_TRUE(a.ok() && b.ok());
