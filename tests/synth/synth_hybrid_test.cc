@@ -123,6 +123,11 @@ TEST(SynthHybrid, SessionsRunAHybridAndStartTheStateAgain) {
   Result<Completion> second = (*session)->Generate("Once upon a time", request);
   ASSERT_TRUE(second.ok()) << second.status().message();
   EXPECT_EQ(first->tokens, second->tokens);
+  // Snapshots hold no recurrent state yet: refused rather than restored without it.
+  const Status saved = (*session)->SavePrefix(TempPath("prefix.kvqs"));
+  ASSERT_FALSE(saved.ok());
+  EXPECT_NE(saved.message().find("recurrent state"), std::string::npos) << saved.message();
+  EXPECT_FALSE(std::filesystem::exists(TempPath("prefix.kvqs")));
   std::filesystem::remove(path);
 }
 
