@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/thread_pool.h"
 #include "weights/ops.h"
 
 namespace kvq {
@@ -27,11 +28,12 @@ void L2Normalize(float* x, int32_t n, float eps) {
 }  // namespace
 
 void DeltaNetToken(const DeltaNetConfig& c, const LayerWeights& L, float eps, const DeltaNetInput& in,
-                   float* state, float* out, DeltaNetScratch* scratch) {
+                   float* state, float* out, DeltaNetScratch* scratch, int32_t threads) {
   const int64_t C = c.conv_channels(), Ck = c.k_channels();
   const int32_t K = c.conv_kernel, dk = c.key_dim, dv = c.value_dim;
   scratch->conv_out.resize(static_cast<size_t>(C));
-  scratch->head_out.resize(static_cast<size_t>(dv));
+  threads = std::max(1, std::min(threads, c.n_v_heads));
+  scratch->head_out.resize(static_cast<size_t>(dv) * threads);
   float* y = scratch->conv_out.data();  // [C]
   // Conv: window = the channel's K−1 stored raw inputs (oldest first) then this token's; tap 0
   // multiplies the oldest. The window then drops its oldest sample and keeps the raw input.
@@ -52,8 +54,10 @@ void DeltaNetToken(const DeltaNetConfig& c, const LayerWeights& L, float eps, co
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
   float* S_all = state + c.conv_state_floats();  // [Hv][dv][dk]
-  float* o = scratch->head_out.data();           // [dv]
-  for (int32_t h = 0; h < c.n_v_heads; ++h) {
+  // Each value head owns its state and output: the heads split across threads.
+  auto head = [&](int64_t h64, int32_t thread) {
+    const auto h = static_cast<int32_t>(h64);
+    float* o = scratch->head_out.data() + int64_t{thread} * dv;  // [dv]
     const int32_t g = c.KeyHeadOf(h);
     const float* q = y + int64_t{g} * dk;
     const float* k = y + Ck + int64_t{g} * dk;
@@ -83,6 +87,11 @@ void DeltaNetToken(const DeltaNetConfig& c, const LayerWeights& L, float eps, co
     const float* z = in.z + int64_t{h} * dv;
     RmsNorm(out_h, o, L.ssm_norm, dv, eps);
     for (int32_t j = 0; j < dv; ++j) out_h[j] *= Silu(z[j]);
+  };
+  if (threads == 1) {
+    for (int32_t h = 0; h < c.n_v_heads; ++h) head(h, 0);
+  } else {
+    ThreadPool::Shared(threads).Run(c.n_v_heads, head);
   }
 }
 

@@ -210,7 +210,7 @@ void LlamaModel::RecurrentMixer(const LayerWeights& L, int32_t slot,
     for (int32_t t = 0; t < seg.n; ++t, ++r) {
       const DeltaNetInput in{.qkv = ssm_qkv_.data() + r * C, .z = ssm_z_.data() + r * Cv,
                              .beta = ssm_beta_.data() + r * Hv, .alpha = ssm_alpha_.data() + r * Hv};
-      DeltaNetToken(d, L, c.norm_eps, in, state, ssm_out_.data() + r * Cv, &delta_scratch_);
+      DeltaNetToken(d, L, c.norm_eps, in, state, ssm_out_.data() + r * Cv, &delta_scratch_, threads_);
     }
   }
   MatMul(L.ssm_out, ssm_out_.data(), n, xb2_.data(), threads_);
