@@ -57,7 +57,23 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
   }
   const HybridArch* hybrid = arch->hybrid ? FindHybridArch(arch->name) : nullptr;
   const std::string pre = std::string(arch->name) + ".";
-  auto u32 = [&](const std::string& key) { return file->GetU32(pre + key); };
+  // A count, or a per-layer array of it (some hybrid GGUFs store head counts per layer, 0 for the
+  // layers without attention): the array's non-zero entries must agree, and are the count.
+  auto u32 = [&](const std::string& key) -> Result<uint32_t> {
+    Result<const GgufArray*> a = file->GetArray(pre + key);
+    if (!a.ok()) return file->GetU32(pre + key);
+    uint32_t value = 0;
+    for (int64_t i = 0; i < (*a)->size; ++i) {
+      const double x = (*a)->NumberAt(i);
+      if (x == 0) continue;
+      if (value != 0 && x != value) {
+        return Status::Error(fmt::format("{}: {}{} holds {} and {} for different layers; kvq needs one value for "
+                                         "every layer", path, pre, key, value, x));
+      }
+      value = static_cast<uint32_t>(x);
+    }
+    return value;
+  };
   LlamaConfig c;
   c.arch = arch->name;
   c.rope_pairing = arch->pairing;

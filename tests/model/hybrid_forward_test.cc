@@ -214,6 +214,22 @@ TEST(HybridForward, TruncateIsRefusedWithAState) {
   std::remove(path.c_str());
 }
 
+// Per-layer head counts (0 for the recurrent layers), as some converters write them.
+TEST(HybridLoader, PerLayerKvHeadCounts) {
+  const std::string path = test::WriteHybrid("kv_array", {.arch = "qwen35", .kv_heads = {0, 2, 0, 2}});
+  Result<LlamaWeights> w = Load(path);
+  ASSERT_TRUE(w.ok()) << w.status().message();
+  EXPECT_EQ(w->config.n_kv_heads, 2);
+  std::remove(path.c_str());
+  const std::string bad = test::WriteHybrid("kv_array_bad", {.arch = "qwen35", .kv_heads = {0, 2, 0, 1}});
+  Result<LlamaWeights> refused = Load(bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("qwen35.attention.head_count_kv holds 2 and 1"), std::string::npos)
+      << refused.status().message();
+  EXPECT_NE(refused.status().message().find(bad), std::string::npos) << refused.status().message();
+  std::remove(bad.c_str());
+}
+
 TEST(HybridForward, RecurrentLayersArrayAndMtpLayers) {
   const std::string path =
       test::WriteHybrid("layers", {.arch = "qwen35", .recurrent = {1, 1, 0, 1, 0}, .nextn = 1});

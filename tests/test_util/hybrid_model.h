@@ -45,6 +45,7 @@ struct TinyHybrid {
   std::string skip_key;             // a metadata key left out (without the arch prefix)
   int inner_size = kHCv;            // ssm.inner_size as written
   bool legacy_ssm_in = false;       // qwen3next: write ssm_in instead of attn_qkv + attn_gate
+  std::vector<int32_t> kv_heads;    // attention.head_count_kv as a per-layer array when not empty
   bool moe() const { return arch != "qwen35"; }
 };
 
@@ -59,7 +60,7 @@ inline std::string WriteHybrid(const std::string& name, const TinyHybrid& s) {
   EXPECT_TRUE(w.SetString("general.architecture", s.arch).ok());
   const std::pair<std::string, uint32_t> keys[] = {
       {"embedding_length", kHDim}, {"block_count", s.layers + s.nextn}, {"attention.head_count", kHHeads},
-      {"attention.head_count_kv", kHKvHeads}, {"context_length", kHContext}, {"attention.key_length", kHHeadDim},
+      {"context_length", kHContext}, {"attention.key_length", kHHeadDim},
       {"attention.value_length", kHHeadDim}, {"rope.dimension_count", kHRot}, {"ssm.conv_kernel", kHConvK},
       {"ssm.state_size", kHKeyDim}, {"ssm.group_count", kHKHeads}, {"ssm.time_step_rank", kHVHeads},
       {"ssm.inner_size", s.inner_size}, {"full_attention_interval", s.interval}};
@@ -67,6 +68,11 @@ inline std::string WriteHybrid(const std::string& name, const TinyHybrid& s) {
     if (key(k)) {
       EXPECT_TRUE(w.SetU32(p + k, v).ok());
     }
+  }
+  if (s.kv_heads.empty()) {
+    EXPECT_TRUE(w.SetU32(p + "attention.head_count_kv", kHKvHeads).ok());
+  } else {
+    EXPECT_TRUE(w.SetI32Array(p + "attention.head_count_kv", s.kv_heads).ok());
   }
   if (s.moe()) {
     EXPECT_TRUE(w.SetU32(p + "expert_count", kHExperts).ok());
