@@ -326,8 +326,7 @@ Status LlamaModel::ForwardBatch(std::span<const ForwardSegment> segments) {
     clock.Charge(kRest);
     if (c.moe.n_experts > 0) {  // hb: the shared expert's; then per row the routed experts
       MatMul(L.w2, hb, n, xb2, threads_);
-      for (int64_t r = 0; r < n; ++r)  // in place: shared → shared·σ(gate) + routed
-        MoeToken(c, L, xb + r * dim, xb2 + r * dim, xb2 + r * dim, &moe_scratch_, threads_);
+      MoeRows(c, L, xb, n, xb2, xb2, &moe_scratch_, threads_);  // in place: σ(gate)·shared + routed
       clock.Charge(kWeights);
       for (int64_t i = 0; i < n * dim; ++i) x[i] += xb2[i];
     } else {
