@@ -33,7 +33,7 @@ void DeltaNetToken(const DeltaNetConfig& c, const LayerWeights& L, float eps, co
   const int32_t K = c.conv_kernel, dk = c.key_dim, dv = c.value_dim;
   scratch->conv_out.resize(static_cast<size_t>(C));
   threads = std::max(1, std::min(threads, c.n_v_heads));
-  scratch->head_out.resize(static_cast<size_t>(dv) * threads);
+  scratch->head_out.resize(static_cast<size_t>(2 * dv) * threads);
   float* y = scratch->conv_out.data();  // [C]
   // Conv: window = the channel's K−1 stored raw inputs (oldest first) then this token's; tap 0
   // multiplies the oldest. The window then drops its oldest sample and keeps the raw input.
@@ -53,35 +53,41 @@ void DeltaNetToken(const DeltaNetConfig& c, const LayerWeights& L, float eps, co
     L2Normalize(y + Ck + int64_t{g} * dk, dk, eps);
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
-  float* S_all = state + c.conv_state_floats();  // [Hv][dv][dk]
+  float* S_all = state + c.conv_state_floats();  // [Hv][dk][dv]
   // Each value head owns its state and output: the heads split across threads.
   auto head = [&](int64_t h64, int32_t thread) {
     const auto h = static_cast<int32_t>(h64);
-    float* o = scratch->head_out.data() + int64_t{thread} * dv;  // [dv]
+    float* o = scratch->head_out.data() + int64_t{thread} * 2 * dv;  // [dv] the read-out
     const int32_t g = c.KeyHeadOf(h);
     const float* q = y + int64_t{g} * dk;
     const float* k = y + Ck + int64_t{g} * dk;
     const float* v = y + 2 * Ck + int64_t{h} * dv;
     const float beta = Sigmoid(in.beta[h]);
     const float gamma = std::exp(L.ssm_a[h] * Softplus(in.alpha[h] + L.ssm_dt_bias[h]));  // g ≤ 0
-    float* S = S_all + int64_t{h} * dv * dk;
-    // Column j of S (S[·][j], contiguous) evolves on its own: decay, predict v[j] from k, move
-    // towards it by β, then read with q.
-    for (int32_t j = 0; j < dv; ++j) {
-      float* col = S + int64_t{j} * dk;
-      float u = 0.0f;
-      for (int32_t i = 0; i < dk; ++i) {
-        col[i] *= gamma;
-        u += col[i] * k[i];
+    float* S = S_all + int64_t{h} * dk * dv;  // S[i][j] at i·dv + j
+    float* u = o + dv;                         // [dv] S'ᵀ k, then δ
+    // Row i of S scales and accumulates into every column j at once: each u[j] and o[j] still sums
+    // over i in order (the scalar recurrence's bits), and the j loops vectorise.
+    std::fill(u, u + dv, 0.0f);
+    for (int32_t i = 0; i < dk; ++i) {
+      float* row = S + int64_t{i} * dv;
+      const float ki = k[i];
+      for (int32_t j = 0; j < dv; ++j) {
+        row[j] *= gamma;  // decay first
+        u[j] += row[j] * ki;
       }
-      const float delta = beta * (v[j] - u);
-      float read = 0.0f;
-      for (int32_t i = 0; i < dk; ++i) {
-        col[i] += k[i] * delta;
-        read += col[i] * q[i];
-      }
-      o[j] = read * scale;
     }
+    for (int32_t j = 0; j < dv; ++j) u[j] = beta * (v[j] - u[j]);  // δ: move towards v by β
+    std::fill(o, o + dv, 0.0f);
+    for (int32_t i = 0; i < dk; ++i) {
+      float* row = S + int64_t{i} * dv;
+      const float ki = k[i], qi = q[i];
+      for (int32_t j = 0; j < dv; ++j) {
+        row[j] += ki * u[j];  // rank-1 update, then read with the updated state
+        o[j] += row[j] * qi;
+      }
+    }
+    for (int32_t j = 0; j < dv; ++j) o[j] *= scale;
     // Gated RMSNorm: the norm over dv with the shared ssm_norm, then × silu(z), per head.
     float* out_h = out + int64_t{h} * dv;
     const float* z = in.z + int64_t{h} * dv;

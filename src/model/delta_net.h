@@ -25,11 +25,11 @@ struct DeltaNetInput {
 /// Scratch DeltaNetToken reuses between calls (sized on first use; a decode step allocates nothing).
 struct DeltaNetScratch {
   std::vector<float> conv_out;  // [C] SiLU(conv) of every channel, then q and k L2-normed in place
-  std::vector<float> head_out;  // [threads][dv] one value head's read-out, per thread
+  std::vector<float> head_out;  // [threads][2][dv] one value head's read-out and δ, per thread
 };
 
 /// Runs one token through the layer's recurrence: updates `state` (DeltaNetConfig::state_floats
-/// floats: the conv window [C][K−1], then S [Hv][dv][dk]) in place and writes out [Cv], the
+/// floats: the conv window [C][K−1], then S [Hv][dk][dv]) in place and writes out [Cv], the
 /// gated-normed value heads that ssm_out projects. `eps` is the model's RMS epsilon, used by the
 /// L2 norm (llama.cpp's floor form x / max(‖x‖, eps)) and the gated RMSNorm. The value heads are
 /// split across `threads` (each head's arithmetic is the same on any thread: the bits do not

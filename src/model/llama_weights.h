@@ -41,9 +41,10 @@ struct DeltaNetConfig {
   int32_t KeyHeadOf(int32_t h) const {
     return v_head_map == VHeadMap::kModulo ? h % n_k_heads : h / (n_v_heads / n_k_heads);
   }
-  /// Floats of one layer's state: the conv window [C][K−1] then the delta-rule states
-  /// [Hv][dv][dk] (llama.cpp's layouts: a channel's K−1 samples contiguous, oldest first; S_h[i][j]
-  /// at h·dk·dv + j·dk + i).
+  /// Floats of one layer's state: the conv window [C][K−1] (llama.cpp's layout: a channel's K−1
+  /// raw inputs contiguous, oldest first) then the delta-rule states [Hv][dk][dv], S_h[i][j] at
+  /// h·dk·dv + i·dv + j (llama.cpp keeps S transposed, j·dk + i; rows of j here let the update
+  /// vectorise with each sum still in order of i).
   int64_t conv_state_floats() const { return conv_channels() * (conv_kernel - 1); }
   int64_t state_floats() const {
     return conv_state_floats() + int64_t{n_v_heads} * key_dim * value_dim;
