@@ -85,7 +85,8 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
       {"context_length", &c.seq_len}};
   for (const auto& [key, field] : required) {
     // An experts model needs no dense FFN width (llama.cpp reads it only as a default).
-    if (hybrid != nullptr && hybrid->moe && key == std::string("feed_forward_length") && !file->Has(pre + key)) continue;
+    const bool optional = hybrid != nullptr && hybrid->moe && key == std::string("feed_forward_length");
+    if (optional && !file->Has(pre + key)) continue;
     Result<uint32_t> v = u32(key);
     if (!v.ok()) return v.status();
     if (*v == 0 || *v > (1u << 24)) return Status::Error(fmt::format("{}: {}{} = {} is not plausible", path, pre, key, *v));
