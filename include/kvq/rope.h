@@ -10,7 +10,8 @@
 //              GGUF converters permute Q and K rows into it.
 //   kHalves    (qwen2, "NeoX"): numbers (i, i + d/2) of a head.
 // In kvq_base because two layers rotate by it: the model (q and k) and attention (a "prerope" key
-// spec's keys, stored before RoPE and rotated as they are read) — one implementation, one set of bits.
+// spec's keys, stored before RoPE and rotated as they are read) — one implementation, one set of
+// bits.
 #pragma once
 
 #include <cstdint>
@@ -24,8 +25,9 @@ struct RopeParams {
   float theta = 10000.0f;
   RopePairing pairing = RopePairing::kAdjacent;
   float position_scale = 1.0f;         ///< linear scaling: 1 / rope.scaling.factor
-  const float* freq_factors = nullptr; ///< [rotary dims / 2] divisors of each pair's frequency, or none
-  int32_t rotary_dims = 0;             ///< numbers rotated per head (even); 0: the whole head
+  const float* freq_factors =
+      nullptr;              ///< [rotary dims / 2] divisors of each pair's frequency, or none
+  int32_t rotary_dims = 0;  ///< numbers rotated per head (even); 0: the whole head
 };
 
 /// RopeParams with its frequency factors owned: what a KV cache keeps to rotate pre-RoPE keys
@@ -38,7 +40,9 @@ struct RopeConfig {
   int32_t rotary_dims = 0;          ///< as RopeParams::rotary_dims
   /// The view ApplyRope takes; valid while this config lives.
   RopeParams Params() const {
-    return {.theta = theta, .pairing = pairing, .position_scale = position_scale,
+    return {.theta = theta,
+            .pairing = pairing,
+            .position_scale = position_scale,
             .freq_factors = freq_factors.empty() ? nullptr : freq_factors.data(),
             .rotary_dims = rotary_dims};
   }

@@ -217,9 +217,10 @@ namespace {
 // restored session would continue from a zero state with no error. Refused until they carry it.
 Status RefuseStateSnapshot(const KvCache& cache, const std::string& path) {
   if (cache.state_floats() == 0) return Status::Ok();
-  return Status::Error(fmt::format("{}: prefix snapshots do not carry a hybrid model's recurrent state ({} floats) "
-                                   "yet, so this model's sessions cannot be saved or restored (issue 19)",
-                                   path, cache.state_floats()));
+  return Status::Error(
+      fmt::format("{}: prefix snapshots do not carry a hybrid model's recurrent state ({} floats) "
+                  "yet, so this model's sessions cannot be saved or restored (issue 19)",
+                  path, cache.state_floats()));
 }
 }  // namespace
 

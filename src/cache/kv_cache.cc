@@ -60,7 +60,8 @@ Result<std::unique_ptr<KvCache::Impl>> KvCache::Prepare(const KvCacheConfig& c) 
     return Bad(fmt::format("page_positions must be a positive multiple of 32, so KIVI key groups "
                            "never straddle pages (got {})", c.page_positions));
   }
-  if (c.state_floats < 0) return Bad(fmt::format("state_floats must be 0 or positive (got {})", c.state_floats));
+  if (c.state_floats < 0)
+    return Bad(fmt::format("state_floats must be 0 or positive (got {})", c.state_floats));
   if (c.layers.size() != 1 && static_cast<int64_t>(c.layers.size()) != c.n_layers) {
     return Bad(fmt::format("give formats for 1 or {} layers (got {})", c.n_layers, c.layers.size()));
   }

@@ -184,9 +184,10 @@ Status KvCache::Truncate(int64_t n) {
     }
   }
   if (!m.state.empty() && n != 0 && n < m.layers[0].positions) {
-    return Bad(fmt::format("cannot truncate to {} of {} positions: the cache holds a model's recurrent state "
-                           "({} floats), which cannot be rolled back (truncate to 0 to start again)",
-                           n, m.layers[0].positions, m.state.size()));
+    return Bad(fmt::format(
+        "cannot truncate to {} of {} positions: the cache holds a model's recurrent state "
+        "({} floats), which cannot be rolled back (truncate to 0 to start again)",
+        n, m.layers[0].positions, m.state.size()));
   }
   if (n == 0) std::fill(m.state.begin(), m.state.end(), 0.0f);
   if (n != 0 && TruncationPoint(n) != n) {

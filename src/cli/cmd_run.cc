@@ -51,17 +51,24 @@ int RunGenerate(const RunOptions& o) {
     return bad(fmt::format("-c {}: the model's context is {} positions", o.context, cfg.seq_len));
   }
   // A hybrid model's cache holds its attention layers and its recurrent layers' fixed state.
-  KvCacheConfig cache_config{.n_layers = cfg.n_attention_layers(), .n_kv_heads = cfg.n_kv_heads,
-                             .head_dim = cfg.head_dim(), .layers = *kv, .key_rope = ModelRopeConfig(cfg),
-                             .max_positions = context, .page_positions = DefaultPagePositions(context),
-                             .budgets = so.budgets, .state_floats = cfg.state_floats()};
+  KvCacheConfig cache_config{.n_layers = cfg.n_attention_layers(),
+                             .n_kv_heads = cfg.n_kv_heads,
+                             .head_dim = cfg.head_dim(),
+                             .layers = *kv,
+                             .key_rope = ModelRopeConfig(cfg),
+                             .max_positions = context,
+                             .page_positions = DefaultPagePositions(context),
+                             .budgets = so.budgets,
+                             .state_floats = cfg.state_floats()};
   Result<std::unique_ptr<KvCache>> cache = KvCache::Create(cache_config);
   if (!cache.ok()) return bad(cache.status().message());
 
   // Prompt cache: a snapshot of the cache after every prompt token but the last, with those ids.
   if (!o.prompt_cache.empty() && cfg.state_floats() > 0) {  // snapshots hold no recurrent state yet
-    return bad(fmt::format("--prompt-cache {}: snapshots do not carry a hybrid model's recurrent state yet "
-                           "(issue 19); run without it", o.prompt_cache));
+    return bad(fmt::format(
+        "--prompt-cache {}: snapshots do not carry a hybrid model's recurrent state yet "
+        "(issue 19); run without it",
+        o.prompt_cache));
   }
   const ModelFingerprint fingerprint = o.prompt_cache.empty() ? ModelFingerprint{} : Fingerprint(*weights);
   std::vector<int32_t> cached_tokens;

@@ -27,8 +27,9 @@ void L2Normalize(float* x, int32_t n, float eps) {
 
 }  // namespace
 
-void DeltaNetToken(const DeltaNetConfig& c, const LayerWeights& L, float eps, const DeltaNetInput& in,
-                   float* state, float* out, DeltaNetScratch* scratch, int32_t threads) {
+void DeltaNetToken(const DeltaNetConfig& c, const LayerWeights& L, float eps,
+                   const DeltaNetInput& in, float* state, float* out, DeltaNetScratch* scratch,
+                   int32_t threads) {
   const int64_t C = c.conv_channels(), Ck = c.k_channels();
   const int32_t K = c.conv_kernel, dk = c.key_dim, dv = c.value_dim;
   scratch->conv_out.resize(static_cast<size_t>(C));
@@ -65,7 +66,7 @@ void DeltaNetToken(const DeltaNetConfig& c, const LayerWeights& L, float eps, co
     const float beta = Sigmoid(in.beta[h]);
     const float gamma = std::exp(L.ssm_a[h] * Softplus(in.alpha[h] + L.ssm_dt_bias[h]));  // g ≤ 0
     float* S = S_all + int64_t{h} * dk * dv;  // S[i][j] at i·dv + j
-    float* u = o + dv;                         // [dv] S'ᵀ k, then δ
+    float* u = o + dv;                        // [dv] S'ᵀ k, then δ
     // Row i of S scales and accumulates into every column j at once: each u[j] and o[j] still sums
     // over i in order (the scalar recurrence's bits), and the j loops vectorise.
     std::fill(u, u + dv, 0.0f);

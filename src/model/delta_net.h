@@ -22,7 +22,8 @@ struct DeltaNetInput {
   const float* alpha = nullptr;  // [Hv] a, before softplus(a + dt_bias)
 };
 
-/// Scratch DeltaNetToken reuses between calls (sized on first use; a decode step allocates nothing).
+/// Scratch DeltaNetToken reuses between calls (sized on first use; a decode step allocates
+/// nothing).
 struct DeltaNetScratch {
   std::vector<float> conv_out;  // [C] SiLU(conv) of every channel, then q and k L2-normed in place
   std::vector<float> head_out;  // [threads][2][dv] one value head's read-out and δ, per thread
@@ -34,7 +35,8 @@ struct DeltaNetScratch {
 /// L2 norm (llama.cpp's floor form x / max(‖x‖, eps)) and the gated RMSNorm. The value heads are
 /// split across `threads` (each head's arithmetic is the same on any thread: the bits do not
 /// depend on the thread count).
-void DeltaNetToken(const DeltaNetConfig& c, const LayerWeights& L, float eps, const DeltaNetInput& in,
-                   float* state, float* out, DeltaNetScratch* scratch, int32_t threads);
+void DeltaNetToken(const DeltaNetConfig& c, const LayerWeights& L, float eps,
+                   const DeltaNetInput& in, float* state, float* out, DeltaNetScratch* scratch,
+                   int32_t threads);
 
 }  // namespace kvq

@@ -21,10 +21,12 @@ constexpr struct {
 };
 
 // An unsigned key in 1..max, or `fallback` when absent and fallback ≥ 0 (required otherwise).
-Result<int32_t> Count(const GgufFile& file, const std::string& key, int64_t fallback, int64_t max = 1 << 24) {
+Result<int32_t> Count(const GgufFile& file, const std::string& key, int64_t fallback,
+                      int64_t max = 1 << 24) {
   if (!file.Has(key)) {
     if (fallback >= 0) return static_cast<int32_t>(fallback);
-    return Status::Error(fmt::format("{}: the hybrid architecture needs metadata key '{}'", file.path(), key));
+    return Status::Error(
+        fmt::format("{}: the hybrid architecture needs metadata key '{}'", file.path(), key));
   }
   Result<uint32_t> v = file.GetU32(key);
   if (!v.ok()) return v.status();
@@ -43,7 +45,8 @@ const HybridArch* FindHybridArch(const std::string& arch) {
   return nullptr;
 }
 
-Status ReadHybridConfig(const GgufFile& file, const std::string& pre, const HybridArch& arch, LlamaConfig* c) {
+Status ReadHybridConfig(const GgufFile& file, const std::string& pre, const HybridArch& arch,
+                        LlamaConfig* c) {
   const std::string& path = file.path();
   c->qk_norm = true;
   c->attn_output_gate = true;
@@ -53,8 +56,9 @@ Status ReadHybridConfig(const GgufFile& file, const std::string& pre, const Hybr
     Result<uint32_t> v = file.GetU32(pre + "nextn_predict_layers");
     if (!v.ok()) return v.status();
     if (*v >= static_cast<uint32_t>(c->n_layers)) {
-      return Status::Error(fmt::format("{}: {}nextn_predict_layers = {} leaves no layers of block_count {}", path,
-                                       pre, *v, c->n_layers));
+      return Status::Error(
+          fmt::format("{}: {}nextn_predict_layers = {} leaves no layers of block_count {}", path,
+                      pre, *v, c->n_layers));
     }
     nextn = static_cast<int32_t>(*v);
   }
@@ -66,8 +70,10 @@ Status ReadHybridConfig(const GgufFile& file, const std::string& pre, const Hybr
     Result<const GgufArray*> a = file.GetArray(pre + "attention.recurrent_layers");
     if (!a.ok()) return a.status();
     if ((*a)->size != block_count && (*a)->size != c->n_layers) {
-      return Status::Error(fmt::format("{}: {}attention.recurrent_layers has {} entries; expected one per layer "
-                                       "({})", path, pre, (*a)->size, block_count));
+      return Status::Error(
+          fmt::format("{}: {}attention.recurrent_layers has {} entries; expected one per layer "
+                      "({})",
+                      path, pre, (*a)->size, block_count));
     }
     for (int32_t l = 0; l < c->n_layers; ++l) {
       if ((*a)->NumberAt(l) != 0) c->layer_kinds[l] = LayerKind::kRecurrent;
@@ -80,16 +86,17 @@ Status ReadHybridConfig(const GgufFile& file, const std::string& pre, const Hybr
     }
   }
   if (c->n_attention_layers() == 0) {
-    return Status::Error(fmt::format("{}: every layer is recurrent; kvq needs at least one full-attention layer",
-                                     path));
+    return Status::Error(fmt::format(
+        "{}: every layer is recurrent; kvq needs at least one full-attention layer", path));
   }
   // §4.4: rope.dimension_count numbers of each head rotate (64 of 256), NEOX halves; text-only
   // IMROPE (rope.dimension_sections) is that same rotation.
   Result<int32_t> rot = Count(file, pre + "rope.dimension_count", c->head_dim());
   if (!rot.ok()) return rot.status();
   if (*rot % 2 != 0 || *rot > c->head_dim()) {
-    return Status::Error(fmt::format("{}: {}rope.dimension_count = {} is not an even number of at most head_dim {}",
-                                     path, pre, *rot, c->head_dim()));
+    return Status::Error(
+        fmt::format("{}: {}rope.dimension_count = {} is not an even number of at most head_dim {}",
+                    path, pre, *rot, c->head_dim()));
   }
   c->rope_dims = *rot == c->head_dim() ? 0 : *rot;
   if (file.Has(pre + "attention.scale")) {
@@ -97,8 +104,9 @@ Status ReadHybridConfig(const GgufFile& file, const std::string& pre, const Hybr
     if (!scale.ok()) return scale.status();
     const float usual = 1.0f / std::sqrt(static_cast<float>(c->head_dim()));
     if (*scale != 0.0f && std::fabs(*scale - usual) > 1e-6f * usual) {
-      return Status::Error(fmt::format("{}: {}attention.scale = {}; kvq supports only 1/sqrt(head_dim) = {}", path,
-                                       pre, *scale, usual));
+      return Status::Error(
+          fmt::format("{}: {}attention.scale = {}; kvq supports only 1/sqrt(head_dim) = {}", path,
+                      pre, *scale, usual));
     }
   }
   // §2: the Gated DeltaNet sizes, all required.
@@ -116,17 +124,20 @@ Status ReadHybridConfig(const GgufFile& file, const std::string& pre, const Hybr
   Result<int32_t> inner = Count(file, pre + "ssm.inner_size", -1);
   if (!inner.ok()) return inner.status();
   if (*inner % d.n_v_heads != 0 || *inner / d.n_v_heads != d.key_dim) {
-    return Status::Error(fmt::format("{}: {}ssm.inner_size = {} is not ssm.state_size {} x ssm.time_step_rank {}; "
-                                     "kvq (like llama.cpp) needs value heads as wide as key heads",
-                                     path, pre, *inner, d.key_dim, d.n_v_heads));
+    return Status::Error(
+        fmt::format("{}: {}ssm.inner_size = {} is not ssm.state_size {} x ssm.time_step_rank {}; "
+                    "kvq (like llama.cpp) needs value heads as wide as key heads",
+                    path, pre, *inner, d.key_dim, d.n_v_heads));
   }
   d.value_dim = *inner / d.n_v_heads;
   if (d.n_v_heads % d.n_k_heads != 0) {
-    return Status::Error(fmt::format("{}: {}ssm.group_count = {} does not divide ssm.time_step_rank = {}", path,
-                                     pre, d.n_k_heads, d.n_v_heads));
+    return Status::Error(
+        fmt::format("{}: {}ssm.group_count = {} does not divide ssm.time_step_rank = {}", path, pre,
+                    d.n_k_heads, d.n_v_heads));
   }
   if (!arch.moe) return Status::Ok();
-  // §2, §3.7: experts; the shared expert's width becomes hidden_dim (its gate/up/down are w1/w3/w2).
+  // §2, §3.7: experts; the shared expert's width becomes hidden_dim (its gate/up/down are
+  // w1/w3/w2).
   MoeConfig& m = c->moe;
   Result<int32_t> n_experts = Count(file, pre + "expert_count", -1, 65536);
   if (!n_experts.ok()) return n_experts.status();
@@ -135,8 +146,10 @@ Status ReadHybridConfig(const GgufFile& file, const std::string& pre, const Hybr
   m.n_experts = *n_experts;
   m.n_experts_used = *used;
   const int64_t dense = c->hidden_dim;  // feed_forward_length, 0 when absent
-  Result<int32_t> fe = Count(file, pre + "expert_feed_forward_length", dense > 0 ? dense / *used : -1);
-  Result<int32_t> fs = Count(file, pre + "expert_shared_feed_forward_length", dense > 0 ? dense : -1);
+  Result<int32_t> fe =
+      Count(file, pre + "expert_feed_forward_length", dense > 0 ? dense / *used : -1);
+  Result<int32_t> fs =
+      Count(file, pre + "expert_shared_feed_forward_length", dense > 0 ? dense : -1);
   if (!fe.ok()) return fe.status();
   if (!fs.ok()) return fs.status();
   m.expert_hidden_dim = *fe;
@@ -145,13 +158,21 @@ Status ReadHybridConfig(const GgufFile& file, const std::string& pre, const Hybr
   return Status::Ok();
 }
 
-Status LoadHybridLayer(GgufTensorReader& t, const LlamaConfig& c, const HybridArch& arch, int32_t layer,
-                       LayerWeights* L) {
+Status LoadHybridLayer(GgufTensorReader& t, const LlamaConfig& c, const HybridArch& arch,
+                       int32_t layer, LayerWeights* L) {
   const std::string blk = fmt::format("blk.{}.", layer);
   const int64_t E = c.dim;
   // Each entry: where a tensor goes, its GGUF dims. Norms and the small per-head vectors are F32.
-  struct F32Spec { const char* name; std::vector<int64_t> dims; const float** out; };
-  struct MatSpec { const char* name; std::vector<int64_t> dims; Matrix* out; };
+  struct F32Spec {
+    const char* name;
+    std::vector<int64_t> dims;
+    const float** out;
+  };
+  struct MatSpec {
+    const char* name;
+    std::vector<int64_t> dims;
+    Matrix* out;
+  };
   std::vector<F32Spec> vectors = {{"attn_norm.weight", {E}, &L->attn_norm},
                                   {"post_attention_norm.weight", {E}, &L->ffn_norm}};
   std::vector<MatSpec> matrices;
@@ -159,10 +180,11 @@ Status LoadHybridLayer(GgufTensorReader& t, const LlamaConfig& c, const HybridAr
     const DeltaNetConfig& d = c.delta_net;
     const int64_t C = d.conv_channels(), Cv = d.v_channels(), Hv = d.n_v_heads;
     if (!t.Has(blk + "attn_qkv.weight") && t.Has(blk + "ssm_in.weight")) {
-      return Status::Error(fmt::format("{}: layer {} holds the legacy fused '{}ssm_in.weight' (q, k, v, z "
-                                       "interleaved per key head); kvq reads attn_qkv + attn_gate, as current "
-                                       "llama.cpp converters write them: convert the model again",
-                                       t.path(), layer, blk));
+      return Status::Error(
+          fmt::format("{}: layer {} holds the legacy fused '{}ssm_in.weight' (q, k, v, z "
+                      "interleaved per key head); kvq reads attn_qkv + attn_gate, as current "
+                      "llama.cpp converters write them: convert the model again",
+                      t.path(), layer, blk));
     }
     matrices.push_back({"attn_qkv.weight", {E, C}, &L->ssm_qkv});
     matrices.push_back({"attn_gate.weight", {E, Cv}, &L->ssm_gate});
@@ -201,7 +223,8 @@ Status LoadHybridLayer(GgufTensorReader& t, const LlamaConfig& c, const HybridAr
     matrices.push_back({"ffn_down_exps.weight", {Fe, E, NE}, &L->down_exps});
   }
   for (size_t i = 0, ffn_i = 0; i < matrices.size(); ++i) {
-    const std::string name = blk + (matrices[i].name != nullptr ? matrices[i].name : ffn_names[ffn_i++]);
+    const std::string name =
+        blk + (matrices[i].name != nullptr ? matrices[i].name : ffn_names[ffn_i++]);
     Result<Matrix> m = t.Shaped(name, matrices[i].dims);
     if (!m.ok()) return m.status();
     *matrices[i].out = *m;
@@ -213,8 +236,8 @@ Status LoadHybridLayer(GgufTensorReader& t, const LlamaConfig& c, const HybridAr
   }
   if (c.moe.n_experts > 0) {
     if (L->router.type != WeightType::kF32) {
-      return Status::Error(fmt::format("{}: tensor '{}ffn_gate_inp.weight' must be F32 (is {})", t.path(), blk,
-                                       WeightTypeName(L->router.type)));
+      return Status::Error(fmt::format("{}: tensor '{}ffn_gate_inp.weight' must be F32 (is {})",
+                                       t.path(), blk, WeightTypeName(L->router.type)));
     }
     // The shared expert's gate: a vector [E], or a one-row matrix [E, 1].
     const std::string gate = blk + "ffn_gate_inp_shexp.weight";

@@ -32,7 +32,7 @@ Status ReadHybridConfig(const GgufFile& file, const std::string& pre, const Hybr
 
 /// Layer `layer`'s tensors: the norms, its token mixer (Gated DeltaNet or gated attention) and
 /// its FFN (dense or experts + shared expert).
-Status LoadHybridLayer(GgufTensorReader& t, const LlamaConfig& c, const HybridArch& arch, int32_t layer,
-                       LayerWeights* L);
+Status LoadHybridLayer(GgufTensorReader& t, const LlamaConfig& c, const HybridArch& arch,
+                       int32_t layer, LayerWeights* L);
 
 }  // namespace kvq

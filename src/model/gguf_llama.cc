@@ -52,8 +52,8 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
   const ArchSpec* arch = nullptr;
   for (const ArchSpec& a : kArchs) arch = *arch_name == a.name ? &a : arch;
   if (arch == nullptr) {
-    return Status::Error(fmt::format("{}: architecture '{}' is not supported (supported: {})", path, *arch_name,
-                                     ArchNameList()));
+    return Status::Error(fmt::format("{}: architecture '{}' is not supported (supported: {})", path,
+                                     *arch_name, ArchNameList()));
   }
   const HybridArch* hybrid = arch->hybrid ? FindHybridArch(arch->name) : nullptr;
   const std::string pre = std::string(arch->name) + ".";
@@ -67,8 +67,10 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
       const double x = (*a)->NumberAt(i);
       if (x == 0) continue;
       if (value != 0 && x != value) {
-        return Status::Error(fmt::format("{}: {}{} holds {} and {} for different layers; kvq needs one value for "
-                                         "every layer", path, pre, key, value, x));
+        return Status::Error(
+            fmt::format("{}: {}{} holds {} and {} for different layers; kvq needs one value for "
+                        "every layer",
+                        path, pre, key, value, x));
       }
       value = static_cast<uint32_t>(x);
     }
@@ -85,7 +87,8 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
       {"context_length", &c.seq_len}};
   for (const auto& [key, field] : required) {
     // An experts model needs no dense FFN width (llama.cpp reads it only as a default).
-    const bool optional = hybrid != nullptr && hybrid->moe && key == std::string("feed_forward_length");
+    const bool optional =
+        hybrid != nullptr && hybrid->moe && key == std::string("feed_forward_length");
     if (optional && !file->Has(pre + key)) continue;
     Result<uint32_t> v = u32(key);
     if (!v.ok()) return v.status();
@@ -174,7 +177,9 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
   LlamaWeights w;
   w.fingerprint_seed = Checksum64(path.data(), 0);  // the hash of no bytes, as snapshots have always used
   GgufTensorReader reader(*file, &w);
-  auto tensor = [&](const std::string& name, int64_t cols, int64_t rows) { return reader.Get(name, cols, rows); };
+  auto tensor = [&](const std::string& name, int64_t cols, int64_t rows) {
+    return reader.Get(name, cols, rows);
+  };
   // An F32 vector of n numbers (norm weights, biases, frequency factors).
   auto vector = [&](const std::string& name, int64_t n) { return reader.F32(name, {n}); };
   auto norm = [&](const std::string& name) { return vector(name, c.dim); };

@@ -14,9 +14,10 @@ namespace {
 Result<WeightType> ToWeightType(const GgufTensor& t, const std::string& path) {
   const auto id = static_cast<uint32_t>(t.type);
   if (const WeightTypeDesc* d = FindWeightTypeByGgufId(id)) return d->type;
-  return Status::Error(fmt::format("{}: tensor '{}' has type {} (GGUF type id {}), which kvq does not support "
-                                   "(supported: {})", path, t.name, GgmlTypeName(t.type), id,
-                                   WeightTypeLabelList()));
+  return Status::Error(
+      fmt::format("{}: tensor '{}' has type {} (GGUF type id {}), which kvq does not support "
+                  "(supported: {})",
+                  path, t.name, GgmlTypeName(t.type), id, WeightTypeLabelList()));
 }
 
 }  // namespace
@@ -32,8 +33,9 @@ Result<Matrix> GgufTensorReader::Shaped(const std::string& name, const std::vect
   Result<const GgufTensor*> t = file_.FindTensor(name);
   if (!t.ok()) return t.status();
   if ((*t)->dims != dims) {
-    return Status::Error(fmt::format("{}: tensor '{}' has shape [{}]; the metadata implies [{}]", path(), name,
-                                     fmt::join((*t)->dims, ", "), fmt::join(dims, ", ")));
+    return Status::Error(fmt::format("{}: tensor '{}' has shape [{}]; the metadata implies [{}]",
+                                     path(), name, fmt::join((*t)->dims, ", "),
+                                     fmt::join(dims, ", ")));
   }
   Result<WeightType> type = ToWeightType(**t, path());
   if (!type.ok()) return type.status();
@@ -47,11 +49,13 @@ Result<Matrix> GgufTensorReader::Shaped(const std::string& name, const std::vect
   return matrix;
 }
 
-Result<const float*> GgufTensorReader::F32(const std::string& name, const std::vector<int64_t>& dims) {
+Result<const float*> GgufTensorReader::F32(const std::string& name,
+                                           const std::vector<int64_t>& dims) {
   Result<Matrix> m = Shaped(name, dims);
   if (!m.ok()) return m.status();
   if (m->type != WeightType::kF32) {
-    return Status::Error(fmt::format("{}: tensor '{}' must be F32 (is {})", path(), name, WeightTypeName(m->type)));
+    return Status::Error(
+        fmt::format("{}: tensor '{}' must be F32 (is {})", path(), name, WeightTypeName(m->type)));
   }
   return reinterpret_cast<const float*>(m->data);
 }

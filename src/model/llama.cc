@@ -70,13 +70,14 @@ Status CheckSegments(const LlamaConfig& c, std::span<const ForwardSegment> segme
     }
     const KvCacheConfig& cc = seg.cache.config();
     if (cc.n_layers < c.n_attention_layers() || seg.cache.state_floats() != c.state_floats()) {
-      return Status::Error(
-          fmt::format("ForwardBatch: segment {}: the KV cache has {} layers and {} floats of state; this "
-                      "model needs {} attention layers and {} floats of recurrent state",
-                      i, cc.n_layers, seg.cache.state_floats(), c.n_attention_layers(), c.state_floats()));
+      return Status::Error(fmt::format(
+          "ForwardBatch: segment {}: the KV cache has {} layers and {} floats of state; this "
+          "model needs {} attention layers and {} floats of recurrent state",
+          i, cc.n_layers, seg.cache.state_floats(), c.n_attention_layers(), c.state_floats()));
     }
     bool pre_rope = false;  // a "prerope" cache must rope keys as this model does
-    for (int32_t l = 0; l < c.n_attention_layers(); ++l) pre_rope = pre_rope || KeysBeforeRope(cc, l);
+    for (int32_t l = 0; l < c.n_attention_layers(); ++l)
+      pre_rope = pre_rope || KeysBeforeRope(cc, l);
     if (pre_rope && (!cc.key_rope || *cc.key_rope != ModelRopeConfig(c))) {
       return Status::Error(
           fmt::format("ForwardBatch: segment {}: the KV cache stores keys before RoPE (a prerope "
@@ -91,14 +92,19 @@ Status CheckSegments(const LlamaConfig& c, std::span<const ForwardSegment> segme
 }  // namespace
 
 RopeParams ModelRopeParams(const LlamaConfig& c) {
-  return {.theta = c.rope_theta, .pairing = c.rope_pairing, .position_scale = c.rope_position_scale,
+  return {.theta = c.rope_theta,
+          .pairing = c.rope_pairing,
+          .position_scale = c.rope_position_scale,
           .freq_factors = c.rope_freq_factors.empty() ? nullptr : c.rope_freq_factors.data(),
           .rotary_dims = c.rope_dims};
 }
 
 RopeConfig ModelRopeConfig(const LlamaConfig& c) {
-  return {.theta = c.rope_theta, .pairing = c.rope_pairing, .position_scale = c.rope_position_scale,
-          .freq_factors = c.rope_freq_factors, .rotary_dims = c.rope_dims};
+  return {.theta = c.rope_theta,
+          .pairing = c.rope_pairing,
+          .position_scale = c.rope_position_scale,
+          .freq_factors = c.rope_freq_factors,
+          .rotary_dims = c.rope_dims};
 }
 
 LlamaModel::LlamaModel(LlamaWeights weights, int32_t threads) : w_(std::move(weights)), threads_(threads) {
@@ -208,9 +214,12 @@ void LlamaModel::RecurrentMixer(const LayerWeights& L, int32_t slot,
   for (int64_t r = 0; const ForwardSegment& seg : segments) {
     float* state = seg.cache.state() + int64_t{slot} * d.state_floats();
     for (int32_t t = 0; t < seg.n; ++t, ++r) {
-      const DeltaNetInput in{.qkv = ssm_qkv_.data() + r * C, .z = ssm_z_.data() + r * Cv,
-                             .beta = ssm_beta_.data() + r * Hv, .alpha = ssm_alpha_.data() + r * Hv};
-      DeltaNetToken(d, L, c.norm_eps, in, state, ssm_out_.data() + r * Cv, &delta_scratch_, threads_);
+      const DeltaNetInput in{.qkv = ssm_qkv_.data() + r * C,
+                             .z = ssm_z_.data() + r * Cv,
+                             .beta = ssm_beta_.data() + r * Hv,
+                             .alpha = ssm_alpha_.data() + r * Hv};
+      DeltaNetToken(d, L, c.norm_eps, in, state, ssm_out_.data() + r * Cv, &delta_scratch_,
+                    threads_);
     }
   }
   MatMul(L.ssm_out, ssm_out_.data(), n, xb2_.data(), threads_);
@@ -282,9 +291,11 @@ Status LlamaModel::ForwardBatch(std::span<const ForwardSegment> segments) {
               RmsNorm(k + h, k + h, L.k_norm, c.head_dim(), c.norm_eps);
           }
           ApplyRope(q + r * q_dim, static_cast<int32_t>(q_dim), c.head_dim(), pos, rope);
-          if (pre_rope) std::copy_n(k + r * kv, kv, k_pre_rope_.data() + r * kv);  // the cache's rows
+          if (pre_rope)
+            std::copy_n(k + r * kv, kv, k_pre_rope_.data() + r * kv);  // the cache's rows
           ApplyRope(k + r * kv, c.kv_dim(), c.head_dim(), pos, rope);  // hooks see roped keys
-          if (hooks_ && hooks_->on_qkv) hooks_->on_qkv(l, pos, q + r * q_dim, k + r * kv, v + r * kv);
+          if (hooks_ && hooks_->on_qkv)
+            hooks_->on_qkv(l, pos, q + r * q_dim, k + r * kv, v + r * kv);
         }
       }
       clock.Charge(kRest);
@@ -293,7 +304,8 @@ Status LlamaModel::ForwardBatch(std::span<const ForwardSegment> segments) {
            r0 += segments[i].n, ++i) {
         const ForwardSegment& seg = segments[i];
         const float* k_rows = KeysBeforeRope(seg.cache.config(), cl) ? k_pre_rope_.data() : k;
-        if (Status s = seg.cache.Append(cl, k_rows + r0 * kv, v + r0 * kv, seg.n); !s.ok()) return s;
+        if (Status s = seg.cache.Append(cl, k_rows + r0 * kv, v + r0 * kv, seg.n); !s.ok())
+          return s;
         AttentionState& state = *states_of_[i];
         state.Reset();
         const Status s = seg.cache.Attend(cl, attention_options(), q + r0 * q_dim, seg.pos, state);

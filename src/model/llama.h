@@ -25,7 +25,8 @@ struct ForwardHooks {
   /// After RoPE, before the cache: q [n_heads·head_dim], k and v [kv_dim] of the token at `pos`.
   std::function<void(int32_t layer, int64_t pos, const float* q, const float* k, const float* v)> on_qkv;
   /// After attention (and a gated model's σ(gate)), before the output projection: out
-  /// [n_heads·head_dim], which the hook may overwrite (to see what replacing one layer's attention does to the logits).
+  /// [n_heads·head_dim], which the hook may overwrite (to see what replacing one layer's attention
+  /// does to the logits).
   std::function<void(int32_t layer, int64_t pos, float* attention_out)> on_attention_out;
 };
 
@@ -119,11 +120,11 @@ class LlamaModel {
   std::vector<float> qg_;            // [n][2·n_heads·head_dim] gated attention: per head q, gate
   std::vector<float> gate_;          // [n][n_heads·head_dim] the gates, de-interleaved
   // Recurrent layers (Hv value heads, C conv channels, Cv = Hv·dv):
-  std::vector<float> ssm_qkv_;       // [n][C] raw q, k, v channels
-  std::vector<float> ssm_z_;         // [n][Cv] output gate
-  std::vector<float> ssm_ba_;        // [n][2·Hv] qwen3next's fused b, a (grouped per key head)
+  std::vector<float> ssm_qkv_;  // [n][C] raw q, k, v channels
+  std::vector<float> ssm_z_;    // [n][Cv] output gate
+  std::vector<float> ssm_ba_;   // [n][2·Hv] qwen3next's fused b, a (grouped per key head)
   std::vector<float> ssm_beta_, ssm_alpha_;  // [n][Hv]
-  std::vector<float> ssm_out_;       // [n][Cv] gated-normed value heads, ssm_out's input
+  std::vector<float> ssm_out_;               // [n][Cv] gated-normed value heads, ssm_out's input
   DeltaNetScratch delta_scratch_;
   MoeScratch moe_scratch_;
   std::vector<float> last_;          // [segments with logits][dim] their last rows, final-normed

@@ -33,14 +33,17 @@ ModelFingerprint Fingerprint(const LlamaWeights& w) {
   for (const std::span<const uint8_t> bytes : w.fingerprint_bytes) {
     hash = Checksum64(bytes.data(), bytes.size(), hash);
   }
-  return {.n_layers = w.config.n_attention_layers(), .n_kv_heads = w.config.n_kv_heads,
-          .head_dim = w.config.head_dim(), .weights_hash = hash};
+  return {.n_layers = w.config.n_attention_layers(),
+          .n_kv_heads = w.config.n_kv_heads,
+          .head_dim = w.config.head_dim(),
+          .weights_hash = hash};
 }
 
 int64_t RepackWeights(LlamaWeights* w, bool release_mapped_pages) {
   std::vector<Matrix*> todo;  // the matrices the interleaved kernels will read
   for (LayerWeights& L : w->layers) {
-    for (Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w1, &L.w2, &L.w3, &L.ssm_qkv, &L.ssm_gate, &L.ssm_out}) {
+    for (Matrix* m :
+         {&L.wq, &L.wk, &L.wv, &L.wo, &L.w1, &L.w2, &L.w3, &L.ssm_qkv, &L.ssm_gate, &L.ssm_out}) {
       if (CanRepack(*m)) todo.push_back(m);
     }
   }

@@ -28,14 +28,14 @@ enum class VHeadMap : uint8_t {
 
 /// The Gated DeltaNet layers' sizes (GGUF ssm.*; notes/qwen3next_spec.md §2).
 struct DeltaNetConfig {
-  int32_t conv_kernel = 0;   ///< K: taps of the causal depthwise conv (ssm.conv_kernel)
-  int32_t key_dim = 0;       ///< dk: numbers per key head, = the state's rows (ssm.state_size)
-  int32_t n_k_heads = 0;     ///< Hk: q/k heads (ssm.group_count)
-  int32_t n_v_heads = 0;     ///< Hv: value heads, one state each (ssm.time_step_rank)
-  int32_t value_dim = 0;     ///< dv: numbers per value head (ssm.inner_size / Hv)
+  int32_t conv_kernel = 0;  ///< K: taps of the causal depthwise conv (ssm.conv_kernel)
+  int32_t key_dim = 0;      ///< dk: numbers per key head, = the state's rows (ssm.state_size)
+  int32_t n_k_heads = 0;    ///< Hk: q/k heads (ssm.group_count)
+  int32_t n_v_heads = 0;    ///< Hv: value heads, one state each (ssm.time_step_rank)
+  int32_t value_dim = 0;    ///< dv: numbers per value head (ssm.inner_size / Hv)
   VHeadMap v_head_map = VHeadMap::kModulo;
-  int64_t k_channels() const { return int64_t{n_k_heads} * key_dim; }    // Ck
-  int64_t v_channels() const { return int64_t{n_v_heads} * value_dim; }  // Cv
+  int64_t k_channels() const { return int64_t{n_k_heads} * key_dim; }        // Ck
+  int64_t v_channels() const { return int64_t{n_v_heads} * value_dim; }      // Cv
   int64_t conv_channels() const { return 2 * k_channels() + v_channels(); }  // C = q, k, v
   /// The q/k head value head h reads.
   int32_t KeyHeadOf(int32_t h) const {
@@ -53,8 +53,8 @@ struct DeltaNetConfig {
 
 /// Mixture-of-experts feed-forward sizes (qwen35moe, qwen3next); n_experts 0: a dense FFN.
 struct MoeConfig {
-  int32_t n_experts = 0;       ///< NE (expert_count)
-  int32_t n_experts_used = 0;  ///< k (expert_used_count): experts each token runs
+  int32_t n_experts = 0;          ///< NE (expert_count)
+  int32_t n_experts_used = 0;     ///< k (expert_used_count): experts each token runs
   int32_t expert_hidden_dim = 0;  ///< Fe (expert_feed_forward_length)
   /// Fs (expert_shared_feed_forward_length): the shared expert's width, which is the model's
   /// hidden_dim in a MoE model (its gate/up/down are the layer's w1/w3/w2).
@@ -119,23 +119,23 @@ struct LayerWeights {
   const float* k_norm = nullptr;     // [head_dim] of k
   Matrix wo;                         // [dim][n_heads·head_dim]
   const float* ffn_norm = nullptr;   // [dim]
-  Matrix w1, w2, w3;                 // [hidden][dim] (gate), [dim][hidden] (down), [hidden][dim] (up)
-                                     // (a MoE layer: its shared expert's, hidden = Fs)
+  Matrix w1, w2, w3;  // [hidden][dim] (gate), [dim][hidden] (down), [hidden][dim] (up)
+                      // (a MoE layer: its shared expert's, hidden = Fs)
   // Gated DeltaNet (recurrent layers of a hybrid; wq .. wo are then empty). C = 2·Ck + Cv.
-  Matrix ssm_qkv;                    // [C][dim] q, k, v channels before the conv (attn_qkv)
-  Matrix ssm_gate;                   // [Cv][dim] z, the output gate (attn_gate)
-  Matrix ssm_beta, ssm_alpha;        // [Hv][dim] each (qwen35*), or empty
-  Matrix ssm_ba;                     // [2·Hv][dim] qwen3next: per key head [b: r][a: r], or empty
-  const float* ssm_conv = nullptr;   // [C][K] tap j of channel c at c·K + j (tap 0: oldest)
+  Matrix ssm_qkv;                   // [C][dim] q, k, v channels before the conv (attn_qkv)
+  Matrix ssm_gate;                  // [Cv][dim] z, the output gate (attn_gate)
+  Matrix ssm_beta, ssm_alpha;       // [Hv][dim] each (qwen35*), or empty
+  Matrix ssm_ba;                    // [2·Hv][dim] qwen3next: per key head [b: r][a: r], or empty
+  const float* ssm_conv = nullptr;  // [C][K] tap j of channel c at c·K + j (tap 0: oldest)
   const float* ssm_dt_bias = nullptr;  // [Hv]
-  const float* ssm_a = nullptr;      // [Hv] −exp(A_log), as stored
-  const float* ssm_norm = nullptr;   // [dv] shared by every value head
-  Matrix ssm_out;                    // [dim][Cv]
+  const float* ssm_a = nullptr;        // [Hv] −exp(A_log), as stored
+  const float* ssm_norm = nullptr;     // [dv] shared by every value head
+  Matrix ssm_out;                      // [dim][Cv]
   // Mixture of experts (n_experts > 0): expert e's rows are the slice [e·rows, (e+1)·rows).
-  Matrix router;                     // [n_experts][dim] F32 (ffn_gate_inp)
-  Matrix gate_exps, up_exps;         // [n_experts·Fe][dim]
-  Matrix down_exps;                  // [n_experts·dim][Fe]
-  Matrix shared_gate;                // [1][dim] the shared expert's scalar gate (ffn_gate_inp_shexp)
+  Matrix router;              // [n_experts][dim] F32 (ffn_gate_inp)
+  Matrix gate_exps, up_exps;  // [n_experts·Fe][dim]
+  Matrix down_exps;           // [n_experts·dim][Fe]
+  Matrix shared_gate;         // [1][dim] the shared expert's scalar gate (ffn_gate_inp_shexp)
 };
 
 /// Owns the mapping the views point into.

@@ -16,8 +16,8 @@ Matrix ExpertMatrix(const Matrix& stacked, int64_t expert, int64_t rows) {
   return m;
 }
 
-void MoeRows(const LlamaConfig& c, const LayerWeights& L, const float* x, int64_t n, const float* shared,
-             float* out, MoeScratch* s, int32_t threads) {
+void MoeRows(const LlamaConfig& c, const LayerWeights& L, const float* x, int64_t n,
+             const float* shared, float* out, MoeScratch* s, int32_t threads) {
   const int64_t n_experts = c.moe.n_experts, k = c.moe.n_experts_used, fe = c.moe.expert_hidden_dim;
   const int64_t dim = c.dim;
   s->probs.resize(n * n_experts);
@@ -62,12 +62,14 @@ void MoeRows(const LlamaConfig& c, const LayerWeights& L, const float* x, int64_
     s->gate.resize(m * fe);
     s->up.resize(m * fe);
     s->y_rows.resize(m * dim);
-    for (int64_t i = 0; i < m; ++i) std::copy_n(x + slots[i] / k * dim, dim, s->x_rows.data() + i * dim);
+    for (int64_t i = 0; i < m; ++i)
+      std::copy_n(x + slots[i] / k * dim, dim, s->x_rows.data() + i * dim);
     MatMul(ExpertMatrix(L.gate_exps, e, fe), s->x_rows.data(), m, s->gate.data(), threads);
     MatMul(ExpertMatrix(L.up_exps, e, fe), s->x_rows.data(), m, s->up.data(), threads);
     SwiGlu(s->gate.data(), s->up.data(), m * fe);
     MatMul(ExpertMatrix(L.down_exps, e, dim), s->gate.data(), m, s->y_rows.data(), threads);
-    for (int64_t i = 0; i < m; ++i) std::copy_n(s->y_rows.data() + i * dim, dim, s->routed.data() + slots[i] * dim);
+    for (int64_t i = 0; i < m; ++i)
+      std::copy_n(s->y_rows.data() + i * dim, dim, s->routed.data() + slots[i] * dim);
   }
   // The shared expert scaled by its gate, then the routed experts added in rank order.
   MatMul(L.shared_gate, x, n, s->shared_logit.data(), threads);

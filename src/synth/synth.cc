@@ -18,9 +18,9 @@
 
 #include "base/float_codes.h"
 #include "base/thread_pool.h"
+#include "gguf/gguf_writer.h"
 #include "kvq/format.h"
 #include "kvq/units.h"
-#include "gguf/gguf_writer.h"
 #include "synth/synth_tensors.h"
 #include "text/hf_tokenizer_json.h"
 #include "weights/weight_type.h"
@@ -272,7 +272,8 @@ Result<Layout> BuildLayout(const SynthSpec& s, const Vocabulary& vocab, ThreadPo
   st.push_back(w.SetU32(a + ".attention.head_count_kv", u32(s.kv_heads())));
   st.push_back(w.SetF32(a + ".rope.freq_base", s.rope_theta));
   st.push_back(w.SetF32(a + ".attention.layer_norm_rms_epsilon", s.norm_eps));
-  st.push_back(w.SetU32(a + ".rope.dimension_count", u32(s.rope_dims > 0 ? s.rope_dims : s.head_dim())));
+  st.push_back(
+      w.SetU32(a + ".rope.dimension_count", u32(s.rope_dims > 0 ? s.rope_dims : s.head_dim())));
   if (s.is_hybrid()) {
     for (Status& x : WriteHybridKeys(s, &w)) st.push_back(std::move(x));
   }
@@ -307,7 +308,8 @@ Result<Layout> BuildLayout(const SynthSpec& s, const Vocabulary& vocab, ThreadPo
       x = w.AddTensor(e.name, GgmlType::kF32, e.dims(), F32Bytes(v));
     } else {
       std::vector<float> v(static_cast<size_t>(e.cols), 1.0f);
-      if (e.kind == TensorEntry::kSsmA) {  // −exp(u): a decay rate per head, as the converter stores it
+      if (e.kind ==
+          TensorEntry::kSsmA) {  // −exp(u): a decay rate per head, as the converter stores it
         SynthDrawRow(SynthTensorSeed(s.seed, e.name), 0, 1.0f, v.data(), e.cols);
         for (float& rate : v) rate = -std::exp(rate);
       } else if (e.kind == TensorEntry::kBias) {
@@ -349,9 +351,12 @@ const char* SynthArchName(SynthArch arch) {
     case SynthArch::kQwen2: return "qwen2";
     case SynthArch::kMistral: return "mistral";
     case SynthArch::kQwen3: return "qwen3";
-    case SynthArch::kQwen35: return "qwen35";
-    case SynthArch::kQwen35Moe: return "qwen35moe";
-    case SynthArch::kQwen3Next: return "qwen3next";
+    case SynthArch::kQwen35:
+      return "qwen35";
+    case SynthArch::kQwen35Moe:
+      return "qwen35moe";
+    case SynthArch::kQwen3Next:
+      return "qwen3next";
   }
   return "unknown";
 }
@@ -361,14 +366,16 @@ const char* SynthGgufArch(SynthArch arch) {
 }
 
 Result<SynthArch> ParseSynthArch(std::string_view name) {
-  constexpr SynthArch kAll[] = {SynthArch::kLlama, SynthArch::kQwen2, SynthArch::kMistral, SynthArch::kQwen3,
-                                SynthArch::kQwen35, SynthArch::kQwen35Moe, SynthArch::kQwen3Next};
+  constexpr SynthArch kAll[] = {SynthArch::kLlama,    SynthArch::kQwen2,  SynthArch::kMistral,
+                                SynthArch::kQwen3,    SynthArch::kQwen35, SynthArch::kQwen35Moe,
+                                SynthArch::kQwen3Next};
   std::vector<std::string> names;
   for (SynthArch a : kAll) {
     if (name == SynthArchName(a)) return a;
     names.emplace_back(SynthArchName(a));
   }
-  return Status::Error(fmt::format("unknown architecture '{}' (expected one of {})", name, fmt::join(names, ", ")));
+  return Status::Error(
+      fmt::format("unknown architecture '{}' (expected one of {})", name, fmt::join(names, ", ")));
 }
 
 const WeightTypeDesc* SynthWeightType(GgmlType type) {
@@ -487,7 +494,8 @@ Status ValidateSynthSpec(const SynthSpec& s) {
 int64_t SynthParameterCount(const SynthSpec& s) {
   if (s.is_hybrid()) {  // every tensor of the list, as the checkpoint counts them
     int64_t n = 0;
-    for (const TensorEntry& e : TensorList(s)) n += e.kind == TensorEntry::kRopeFreqs ? 0 : e.cols * e.total_rows();
+    for (const TensorEntry& e : TensorList(s))
+      n += e.kind == TensorEntry::kRopeFreqs ? 0 : e.cols * e.total_rows();
     return n;
   }
   const int64_t d = s.dim, q = s.q_dim(), kv = s.kv_dim(), ffn = s.hidden_dim;
@@ -511,7 +519,8 @@ Result<std::vector<SynthTensorPlan>> PlanSynthTensors(const SynthSpec& s) {
     }
     Result<const WeightTypeDesc*> d = MatrixType(s, e);
     if (!d.ok()) return d.status();
-    plan.push_back({e.name, (*d)->name, e.dims(), e.cols / (*d)->block_elems * (*d)->block_bytes * e.total_rows()});
+    plan.push_back({e.name, (*d)->name, e.dims(),
+                    e.cols / (*d)->block_elems * (*d)->block_bytes * e.total_rows()});
   }
   return plan;
 }

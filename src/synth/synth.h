@@ -112,7 +112,8 @@ struct SynthSpec {
   int64_t q_dim() const { return n_heads * head_dim(); }
   int64_t kv_dim() const { return head_dim() * kv_heads(); }
   bool is_hybrid() const {
-    return arch == SynthArch::kQwen35 || arch == SynthArch::kQwen35Moe || arch == SynthArch::kQwen3Next;
+    return arch == SynthArch::kQwen35 || arch == SynthArch::kQwen35Moe ||
+           arch == SynthArch::kQwen3Next;
   }
   bool moe() const { return arch == SynthArch::kQwen35Moe || arch == SynthArch::kQwen3Next; }
   bool qk_norm() const { return arch == SynthArch::kQwen3 || is_hybrid(); }
@@ -124,8 +125,9 @@ struct SynthSpec {
   int64_t ssm_conv_channels() const { return 2 * ssm_k_channels() + ssm_v_channels(); }
 };
 
-/// "llama-3.2-1b", "qwen2.5-0.5b", "llama-2-7b", "qwen3-0.6b", "bonsai-1.7b", "bonsai-ternary-1.7b",
-/// "qwen3.5-35b-a3b", and the small hybrids for tests "tiny-qwen35", "tiny-qwen35moe", "tiny-qwen3next".
+/// "llama-3.2-1b", "qwen2.5-0.5b", "llama-2-7b", "qwen3-0.6b", "bonsai-1.7b",
+/// "bonsai-ternary-1.7b", "qwen3.5-35b-a3b", and the small hybrids for tests "tiny-qwen35",
+/// "tiny-qwen35moe", "tiny-qwen3next".
 std::vector<std::string> SynthPresetNames();
 /// A preset: the published shape of that model (see synth.cc for the numbers).
 Result<SynthSpec> SynthPreset(std::string_view name);

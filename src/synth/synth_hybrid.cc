@@ -12,7 +12,8 @@ void AppendHybridLayer(const SynthSpec& s, int64_t l, std::vector<SynthTensorEnt
   using R = SynthTensorRole;
   const std::string b = fmt::format("blk.{}.", l);
   const int64_t d = s.dim, q = s.q_dim(), kv = s.kv_dim(), hd = s.head_dim();
-  auto add = [&](E::Kind kind, const std::string& name, int64_t cols, int64_t rows, R role, int64_t experts = 0) {
+  auto add = [&](E::Kind kind, const std::string& name, int64_t cols, int64_t rows, R role,
+                 int64_t experts = 0) {
     out->push_back({kind, b + name, cols, rows, role, l, experts});
   };
   add(E::kOnes, "attn_norm.weight", d, 0, R::kTokenEmbd);
@@ -46,7 +47,8 @@ void AppendHybridLayer(const SynthSpec& s, int64_t l, std::vector<SynthTensorEnt
     add(E::kF32Matrix, "ffn_gate_inp.weight", d, ne, R::kFfnGate);
     add(E::kMatrix, "ffn_gate_exps.weight", d, fe, R::kFfnGate, ne);
     add(E::kMatrix, "ffn_up_exps.weight", d, fe, R::kFfnUp, ne);
-    add(E::kMatrix, "ffn_down_exps.weight", fe, d, R::kFfnUp, ne);  // kFfnDown marks the layer's last
+    add(E::kMatrix, "ffn_down_exps.weight", fe, d, R::kFfnUp,
+        ne);  // kFfnDown marks the layer's last
     add(E::kF32Matrix, "ffn_gate_inp_shexp.weight", d, 0, R::kFfnGate);
     add(E::kMatrix, "ffn_gate_shexp.weight", d, f, R::kFfnGate);
     add(E::kMatrix, "ffn_up_shexp.weight", d, f, R::kFfnUp);
@@ -79,8 +81,9 @@ std::vector<Status> WriteHybridKeys(const SynthSpec& s, GgufWriter* w) {
 
 Status ValidateHybridSpec(const SynthSpec& s) {
   auto range = [](const char* what, int64_t v, int64_t lo, int64_t hi) {
-    return v >= lo && v <= hi ? Status::Ok()
-                              : Status::Error(fmt::format("{} must be in {}..{} (got {})", what, lo, hi, v));
+    return v >= lo && v <= hi
+               ? Status::Ok()
+               : Status::Error(fmt::format("{} must be in {}..{} (got {})", what, lo, hi, v));
   };
   const Status checks[] = {
       range("full_attention_interval", s.full_attention_interval, 1, s.n_layers),
@@ -91,19 +94,23 @@ Status ValidateHybridSpec(const SynthSpec& s) {
       range("ssm.time_step_rank", s.ssm_v_heads, 1, 4096),
       range("expert_count", s.n_experts, s.moe() ? 1 : 0, s.moe() ? 65536 : 0),
       range("expert_used_count", s.n_experts_used, s.moe() ? 1 : 0, s.n_experts),
-      range("expert_feed_forward_length", s.expert_hidden_dim, s.moe() ? 1 : 0, s.moe() ? 1 << 20 : 0),
+      range("expert_feed_forward_length", s.expert_hidden_dim, s.moe() ? 1 : 0,
+            s.moe() ? 1 << 20 : 0),
   };
   for (const Status& c : checks) {
     if (!c.ok()) return c;
   }
-  if (s.rope_dims % 2 != 0) return Status::Error(fmt::format("the rotated dims {} must be even", s.rope_dims));
+  if (s.rope_dims % 2 != 0)
+    return Status::Error(fmt::format("the rotated dims {} must be even", s.rope_dims));
   if (s.ssm_v_heads % s.ssm_k_heads != 0) {
-    return Status::Error(fmt::format("ssm.group_count {} does not divide ssm.time_step_rank {}", s.ssm_k_heads,
-                                     s.ssm_v_heads));
+    return Status::Error(fmt::format("ssm.group_count {} does not divide ssm.time_step_rank {}",
+                                     s.ssm_k_heads, s.ssm_v_heads));
   }
   if (FindTypeMix(s.type) != nullptr) {
-    return Status::Error(fmt::format("--type {}: llama.cpp's type mixes are not written for the hybrid "
-                                     "architecture {} (give one weight type)", s.type, SynthArchName(s.arch)));
+    return Status::Error(
+        fmt::format("--type {}: llama.cpp's type mixes are not written for the hybrid "
+                    "architecture {} (give one weight type)",
+                    s.type, SynthArchName(s.arch)));
   }
   return Status::Ok();
 }

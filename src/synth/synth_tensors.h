@@ -24,10 +24,10 @@ struct SynthTensorEntry {
     kSsmA,       // F32 −exp(u), u uniform on (−1, 1)
   } kind;
   std::string name;
-  int64_t cols = 0, rows = 0;  // rows 0: a vector of cols numbers
+  int64_t cols = 0, rows = 0;                          // rows 0: a vector of cols numbers
   SynthTensorRole role = SynthTensorRole::kTokenEmbd;  // matrices
-  int64_t layer = -1;          // the block, or −1
-  int64_t experts = 0;         // > 0: a 3-D tensor [cols, rows, experts] (experts stacked)
+  int64_t layer = -1;                                  // the block, or −1
+  int64_t experts = 0;  // > 0: a 3-D tensor [cols, rows, experts] (experts stacked)
   /// GGUF dims: [cols], [cols, rows] or [cols, rows, experts].
   std::vector<int64_t> dims() const {
     if (rows == 0) return {cols};

@@ -97,8 +97,11 @@ TEST_F(SynthCli, TinyHybridsAreWrittenAndRun) {
     const std::string positions = run.err.substr(0, run.err.find(" tokens at"));
     const auto n_prompt = std::stoll(positions.substr(positions.rfind(' ') + 1));
     const int64_t kv = (n_prompt + 7) * 2 * 2 * 2 * 32 * 2;  // the last token sampled is not run
-    EXPECT_NE(run.err.find(fmt::format("KV cache {} bytes", kvq::FormatCount(kv))), std::string::npos) << run.err;
-    const KvqRun cached = Kvq(fmt::format("run -m {} -p Once -n 2 --prompt-cache {}", out, Path("p.kvqs")));
+    EXPECT_NE(run.err.find(fmt::format("KV cache {} bytes", kvq::FormatCount(kv))),
+              std::string::npos)
+        << run.err;
+    const KvqRun cached =
+        Kvq(fmt::format("run -m {} -p Once -n 2 --prompt-cache {}", out, Path("p.kvqs")));
     EXPECT_EQ(cached.exit_code, 2);
     EXPECT_NE(cached.err.find("recurrent state"), std::string::npos) << cached.err;
   }

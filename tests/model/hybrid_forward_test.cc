@@ -34,8 +34,12 @@ Result<LlamaWeights> Load(const std::string& path) {
 
 std::unique_ptr<KvCache> Cache(const LlamaConfig& c, const char* format = "f32") {
   const FormatDesc* f = *FindFormat(format);
-  KvCacheConfig config{.n_layers = c.n_attention_layers(), .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
-                       .layers = {{f, f}}, .max_positions = c.seq_len, .page_positions = 32};
+  KvCacheConfig config{.n_layers = c.n_attention_layers(),
+                       .n_kv_heads = c.n_kv_heads,
+                       .head_dim = c.head_dim(),
+                       .layers = {{f, f}},
+                       .max_positions = c.seq_len,
+                       .page_positions = 32};
   config.state_floats = c.state_floats();  // (set apart: g++ 12 misreads the braced form's string)
   Result<std::unique_ptr<KvCache>> cache = KvCache::Create(config);
   EXPECT_TRUE(cache.ok()) << cache.status().message();
@@ -107,7 +111,8 @@ void CheckArch(const std::string& arch, bool q8_0) {
       const std::vector<double> want = right.Forward(tokens[pos]);
       const std::vector<double> other = reading.Forward(tokens[pos]);
       worst = std::max(worst, WorstDifference(fast, want));
-      wrong_worst = std::max(wrong_worst, WorstDifference(std::vector<float>(other.begin(), other.end()), want));
+      wrong_worst = std::max(wrong_worst,
+                             WorstDifference(std::vector<float>(other.begin(), other.end()), want));
     }
     std::printf("%s %s, wrong %s: kvq vs reference %.3g, wrong reading %.3g\n", arch.c_str(),
                 q8_0 ? "q8_0" : "f32", wr.what, worst, wrong_worst);
@@ -130,7 +135,8 @@ TEST(HybridForward, BlockAndBatchEqualTokenByToken) {
   for (const char* arch : {"qwen35", "qwen35moe", "qwen3next"}) {
     for (bool q8_0 : {false, true}) {
       SCOPED_TRACE(std::string(arch) + (q8_0 ? " q8_0" : " f32"));
-      const std::string path = test::WriteHybrid(std::string("block_") + arch, {.arch = arch, .q8_0 = q8_0});
+      const std::string path =
+          test::WriteHybrid(std::string("block_") + arch, {.arch = arch, .q8_0 = q8_0});
       Result<LlamaWeights> w = Load(path);
       ASSERT_TRUE(w.ok()) << w.status().message();
       LlamaModel model(*w, 2);
@@ -139,7 +145,8 @@ TEST(HybridForward, BlockAndBatchEqualTokenByToken) {
       const std::vector<int32_t> tokens = Tokens(13), other = {5, 1, 9, 33, 2};
       std::vector<float> by_token(test::kHVocab), by_block(test::kHVocab), batch0(test::kHVocab),
           batch1(test::kHVocab), other_alone(test::kHVocab);
-      for (size_t i = 0; i < tokens.size(); ++i) ASSERT_TRUE(model.Forward(tokens[i], i, *a, by_token.data()).ok());
+      for (size_t i = 0; i < tokens.size(); ++i)
+        ASSERT_TRUE(model.Forward(tokens[i], i, *a, by_token.data()).ok());
       // In two blocks (7 + 6), so the second starts from a carried state.
       ASSERT_TRUE(model.ForwardBlock(tokens.data(), 7, 0, *b, nullptr).ok());
       ASSERT_TRUE(model.ForwardBlock(tokens.data() + 7, 6, 7, *b, by_block.data()).ok());
@@ -177,9 +184,12 @@ TEST(HybridForward, CacheHoldsOnlyAttentionLayersAndTheState) {
   EXPECT_EQ(cache->state_floats(), c.state_floats());
   // A cache without the state (or with every layer) is refused by the forward pass, by name.
   const FormatDesc* f32 = *FindFormat("f32");
-  Result<std::unique_ptr<KvCache>> plain = KvCache::Create(
-      {.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(), .layers = {{f32, f32}},
-       .max_positions = c.seq_len, .page_positions = 32});
+  Result<std::unique_ptr<KvCache>> plain = KvCache::Create({.n_layers = c.n_layers,
+                                                            .n_kv_heads = c.n_kv_heads,
+                                                            .head_dim = c.head_dim(),
+                                                            .layers = {{f32, f32}},
+                                                            .max_positions = c.seq_len,
+                                                            .page_positions = 32});
   ASSERT_TRUE(plain.ok());
   LlamaModel model(*w, 1);
   std::vector<float> logits(test::kHVocab);
@@ -216,15 +226,18 @@ TEST(HybridForward, TruncateIsRefusedWithAState) {
 
 // Per-layer head counts (0 for the recurrent layers), as some converters write them.
 TEST(HybridLoader, PerLayerKvHeadCounts) {
-  const std::string path = test::WriteHybrid("kv_array", {.arch = "qwen35", .kv_heads = {0, 2, 0, 2}});
+  const std::string path =
+      test::WriteHybrid("kv_array", {.arch = "qwen35", .kv_heads = {0, 2, 0, 2}});
   Result<LlamaWeights> w = Load(path);
   ASSERT_TRUE(w.ok()) << w.status().message();
   EXPECT_EQ(w->config.n_kv_heads, 2);
   std::remove(path.c_str());
-  const std::string bad = test::WriteHybrid("kv_array_bad", {.arch = "qwen35", .kv_heads = {0, 2, 0, 1}});
+  const std::string bad =
+      test::WriteHybrid("kv_array_bad", {.arch = "qwen35", .kv_heads = {0, 2, 0, 1}});
   Result<LlamaWeights> refused = Load(bad);
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("qwen35.attention.head_count_kv holds 2 and 1"), std::string::npos)
+  EXPECT_NE(refused.status().message().find("qwen35.attention.head_count_kv holds 2 and 1"),
+            std::string::npos)
       << refused.status().message();
   EXPECT_NE(refused.status().message().find(bad), std::string::npos) << refused.status().message();
   std::remove(bad.c_str());
@@ -250,11 +263,16 @@ TEST(HybridLoader, BadFilesAreRefusedByName) {
   } cases[] = {
       {"no_ssm_a", {.arch = "qwen35", .skip = "blk.0.ssm_a"}, "blk.0.ssm_a"},
       {"no_ba", {.arch = "qwen3next", .skip = "blk.2.ssm_ba.weight"}, "blk.2.ssm_ba.weight"},
-      {"no_experts", {.arch = "qwen35moe", .skip = "blk.1.ffn_up_exps.weight"}, "blk.1.ffn_up_exps.weight"},
-      {"no_shared_gate", {.arch = "qwen3next", .skip = "blk.3.ffn_gate_inp_shexp.weight"},
+      {"no_experts",
+       {.arch = "qwen35moe", .skip = "blk.1.ffn_up_exps.weight"},
+       "blk.1.ffn_up_exps.weight"},
+      {"no_shared_gate",
+       {.arch = "qwen3next", .skip = "blk.3.ffn_gate_inp_shexp.weight"},
        "blk.3.ffn_gate_inp_shexp.weight"},
       {"no_gate", {.arch = "qwen35", .skip = "blk.0.attn_gate.weight"}, "blk.0.attn_gate.weight"},
-      {"no_conv_kernel", {.arch = "qwen35moe", .skip_key = "ssm.conv_kernel"}, "qwen35moe.ssm.conv_kernel"},
+      {"no_conv_kernel",
+       {.arch = "qwen35moe", .skip_key = "ssm.conv_kernel"},
+       "qwen35moe.ssm.conv_kernel"},
       {"inner_size", {.arch = "qwen35", .inner_size = 80}, "ssm.inner_size = 80"},
       {"legacy", {.arch = "qwen3next", .legacy_ssm_in = true}, "ssm_in"},
   };
@@ -272,7 +290,8 @@ TEST(HybridLoader, BadFilesAreRefusedByName) {
 TEST(HybridLoader, UnknownArchitectureListsTheHybrids) {
   GgufWriter w;
   ASSERT_TRUE(w.SetString("general.architecture", "qwen4").ok());
-  const std::string path = ::testing::TempDir() + "/hybrid_unknown_" + std::to_string(getpid()) + ".gguf";
+  const std::string path =
+      ::testing::TempDir() + "/hybrid_unknown_" + std::to_string(getpid()) + ".gguf";
   ASSERT_TRUE(w.Write(path).ok());
   Result<LlamaWeights> loaded = Load(path);
   ASSERT_FALSE(loaded.ok());

@@ -86,8 +86,11 @@ TEST(SynthHybrid, TinyPresetsLoadAndRun) {
       LlamaModel m(std::move(loaded->weights), 2);
       const FormatDesc* f16 = *FindFormat("f16");
       auto cache = [&] {
-        KvCacheConfig config{.n_layers = c.n_attention_layers(), .n_kv_heads = c.n_kv_heads,
-                             .head_dim = c.head_dim(), .layers = {{f16, f16}}, .max_positions = 64,
+        KvCacheConfig config{.n_layers = c.n_attention_layers(),
+                             .n_kv_heads = c.n_kv_heads,
+                             .head_dim = c.head_dim(),
+                             .layers = {{f16, f16}},
+                             .max_positions = 64,
                              .page_positions = 32};
         config.state_floats = c.state_floats();
         return KvCache::Create(config);
@@ -97,7 +100,8 @@ TEST(SynthHybrid, TinyPresetsLoadAndRun) {
       std::vector<int32_t> tokens;
       for (int i = 0; i < 9; ++i) tokens.push_back(i * 37 % c.vocab_size);
       std::vector<float> by_token(c.vocab_size), by_block(c.vocab_size);
-      for (int pos = 0; pos < 9; ++pos) ASSERT_TRUE(m.Forward(tokens[pos], pos, **a, by_token.data()).ok());
+      for (int pos = 0; pos < 9; ++pos)
+        ASSERT_TRUE(m.Forward(tokens[pos], pos, **a, by_token.data()).ok());
       ASSERT_TRUE(m.ForwardBlock(tokens.data(), 9, 0, **b, by_block.data()).ok());
       EXPECT_EQ(by_token, by_block);
       for (float x : by_token) ASSERT_TRUE(std::isfinite(x));

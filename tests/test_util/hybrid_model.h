@@ -27,7 +27,8 @@ namespace kvq::test {
 
 // Shapes: q_dim 128 ≠ dim 64; 16 of 32 numbers per head rotate; 6 value heads on 2 key heads
 // (r = 3, where h mod 2 and h div 3 disagree on 4 heads); 6 experts, 2 per token.
-constexpr int kHDim = 64, kHHeads = 4, kHKvHeads = 2, kHHeadDim = 32, kHRot = 16, kHVocab = 40, kHContext = 64;
+constexpr int kHDim = 64, kHHeads = 4, kHKvHeads = 2, kHHeadDim = 32, kHRot = 16, kHVocab = 40,
+              kHContext = 64;
 constexpr int kHQ = kHHeads * kHHeadDim, kHKv = kHKvHeads * kHHeadDim;
 constexpr int kHConvK = 4, kHKeyDim = 16, kHKHeads = 2, kHVHeads = 6;
 constexpr int kHCk = kHKHeads * kHKeyDim, kHCv = kHVHeads * kHKeyDim, kHC = 2 * kHCk + kHCv;
@@ -35,17 +36,17 @@ constexpr int kHFfn = 96, kHExperts = 6, kHUsed = 2, kHExpertFfn = 32, kHSharedF
 constexpr float kHEps = 1e-6f, kHTheta = 10000.0f;
 
 struct TinyHybrid {
-  std::string arch = "qwen35";      // qwen35 | qwen35moe | qwen3next
-  bool q8_0 = false;                // the big matrices in Q8_0, else F32
-  int layers = 4;                   // run by the model (block_count adds nextn)
-  int interval = 2;                 // full_attention_interval
-  std::vector<int32_t> recurrent;   // attention.recurrent_layers when not empty
-  int nextn = 0;                    // nextn_predict_layers (qwen35*): extra blocks kvq skips
-  std::string skip;                 // a tensor left out
-  std::string skip_key;             // a metadata key left out (without the arch prefix)
-  int inner_size = kHCv;            // ssm.inner_size as written
-  bool legacy_ssm_in = false;       // qwen3next: write ssm_in instead of attn_qkv + attn_gate
-  std::vector<int32_t> kv_heads;    // attention.head_count_kv as a per-layer array when not empty
+  std::string arch = "qwen35";     // qwen35 | qwen35moe | qwen3next
+  bool q8_0 = false;               // the big matrices in Q8_0, else F32
+  int layers = 4;                  // run by the model (block_count adds nextn)
+  int interval = 2;                // full_attention_interval
+  std::vector<int32_t> recurrent;  // attention.recurrent_layers when not empty
+  int nextn = 0;                   // nextn_predict_layers (qwen35*): extra blocks kvq skips
+  std::string skip;                // a tensor left out
+  std::string skip_key;            // a metadata key left out (without the arch prefix)
+  int inner_size = kHCv;           // ssm.inner_size as written
+  bool legacy_ssm_in = false;      // qwen3next: write ssm_in instead of attn_qkv + attn_gate
+  std::vector<int32_t> kv_heads;   // attention.head_count_kv as a per-layer array when not empty
   bool moe() const { return arch != "qwen35"; }
 };
 
@@ -58,12 +59,19 @@ inline std::string WriteHybrid(const std::string& name, const TinyHybrid& s) {
   const std::string p = s.arch + ".";
   auto key = [&](const std::string& k) { return s.skip_key != k; };
   EXPECT_TRUE(w.SetString("general.architecture", s.arch).ok());
-  const std::pair<std::string, uint32_t> keys[] = {
-      {"embedding_length", kHDim}, {"block_count", s.layers + s.nextn}, {"attention.head_count", kHHeads},
-      {"context_length", kHContext}, {"attention.key_length", kHHeadDim},
-      {"attention.value_length", kHHeadDim}, {"rope.dimension_count", kHRot}, {"ssm.conv_kernel", kHConvK},
-      {"ssm.state_size", kHKeyDim}, {"ssm.group_count", kHKHeads}, {"ssm.time_step_rank", kHVHeads},
-      {"ssm.inner_size", s.inner_size}, {"full_attention_interval", s.interval}};
+  const std::pair<std::string, uint32_t> keys[] = {{"embedding_length", kHDim},
+                                                   {"block_count", s.layers + s.nextn},
+                                                   {"attention.head_count", kHHeads},
+                                                   {"context_length", kHContext},
+                                                   {"attention.key_length", kHHeadDim},
+                                                   {"attention.value_length", kHHeadDim},
+                                                   {"rope.dimension_count", kHRot},
+                                                   {"ssm.conv_kernel", kHConvK},
+                                                   {"ssm.state_size", kHKeyDim},
+                                                   {"ssm.group_count", kHKHeads},
+                                                   {"ssm.time_step_rank", kHVHeads},
+                                                   {"ssm.inner_size", s.inner_size},
+                                                   {"full_attention_interval", s.interval}};
   for (const auto& [k, v] : keys) {
     if (key(k)) {
       EXPECT_TRUE(w.SetU32(p + k, v).ok());
@@ -99,13 +107,15 @@ inline std::string WriteHybrid(const std::string& name, const TinyHybrid& s) {
   };
   const WeightTypeDesc* q8 = *FindWeightTypeByName("q8_0");
   // F32 for vectors and the small matrices; the big ones in Q8_0 when asked (rows of 32k numbers).
-  auto add = [&](const std::string& t, std::vector<int64_t> dims, const std::vector<float>& v, bool big) {
+  auto add = [&](const std::string& t, std::vector<int64_t> dims, const std::vector<float>& v,
+                 bool big) {
     if (t == s.skip) return;
     if (big && s.q8_0) {
       const int64_t rows = static_cast<int64_t>(v.size()) / dims[0];
       const int64_t row_bytes = dims[0] / q8->block_elems * q8->block_bytes;
       std::vector<uint8_t> bytes(rows * row_bytes);
-      for (int64_t r = 0; r < rows; ++r) QuantizeRowRef(*q8, v.data() + r * dims[0], dims[0], bytes.data() + r * row_bytes);
+      for (int64_t r = 0; r < rows; ++r)
+        QuantizeRowRef(*q8, v.data() + r * dims[0], dims[0], bytes.data() + r * row_bytes);
       EXPECT_TRUE(w.AddTensor(t, GgmlType::kQ8_0, dims, std::move(bytes)).ok()) << t;
       return;
     }
@@ -126,13 +136,15 @@ inline std::string WriteHybrid(const std::string& name, const TinyHybrid& s) {
     add(b + "attn_norm.weight", {kHDim}, random(kHDim, 0.3f, 1.0f), false);
     if (HybridRecurrent(s, l)) {
       if (s.legacy_ssm_in) {
-        add(b + "ssm_in.weight", {kHDim, kHC + kHCv}, random(int64_t{kHDim} * (kHC + kHCv), sd(kHDim)), true);
+        add(b + "ssm_in.weight", {kHDim, kHC + kHCv},
+            random(int64_t{kHDim} * (kHC + kHCv), sd(kHDim)), true);
       } else {
         add(b + "attn_qkv.weight", {kHDim, kHC}, random(int64_t{kHDim} * kHC, sd(kHDim)), true);
         add(b + "attn_gate.weight", {kHDim, kHCv}, random(int64_t{kHDim} * kHCv, sd(kHDim)), true);
       }
       if (s.arch == "qwen3next") {
-        add(b + "ssm_ba.weight", {kHDim, 2 * kHVHeads}, random(kHDim * 2 * kHVHeads, sd(kHDim)), false);
+        add(b + "ssm_ba.weight", {kHDim, 2 * kHVHeads}, random(kHDim * 2 * kHVHeads, sd(kHDim)),
+            false);
       } else {
         add(b + "ssm_beta.weight", {kHDim, kHVHeads}, random(kHDim * kHVHeads, sd(kHDim)), false);
         add(b + "ssm_alpha.weight", {kHDim, kHVHeads}, random(kHDim * kHVHeads, sd(kHDim)), false);
@@ -154,7 +166,8 @@ inline std::string WriteHybrid(const std::string& name, const TinyHybrid& s) {
     }
     add(b + "post_attention_norm.weight", {kHDim}, random(kHDim, 0.3f, 1.0f), false);
     if (s.moe()) {
-      add(b + "ffn_gate_inp.weight", {kHDim, kHExperts}, random(kHDim * kHExperts, 4 * sd(kHDim)), false);
+      add(b + "ffn_gate_inp.weight", {kHDim, kHExperts}, random(kHDim * kHExperts, 4 * sd(kHDim)),
+          false);
       add(b + "ffn_gate_exps.weight", {kHDim, kHExpertFfn, kHExperts},
           random(int64_t{kHDim} * kHExpertFfn * kHExperts, sd(kHDim)), true);
       add(b + "ffn_up_exps.weight", {kHDim, kHExpertFfn, kHExperts},
@@ -162,9 +175,12 @@ inline std::string WriteHybrid(const std::string& name, const TinyHybrid& s) {
       add(b + "ffn_down_exps.weight", {kHExpertFfn, kHDim, kHExperts},
           random(int64_t{kHExpertFfn} * kHDim * kHExperts, sd(kHExpertFfn)), true);
       add(b + "ffn_gate_inp_shexp.weight", {kHDim}, random(kHDim, sd(kHDim)), false);
-      add(b + "ffn_gate_shexp.weight", {kHDim, kHSharedFfn}, random(kHDim * kHSharedFfn, sd(kHDim)), true);
-      add(b + "ffn_up_shexp.weight", {kHDim, kHSharedFfn}, random(kHDim * kHSharedFfn, sd(kHDim)), true);
-      add(b + "ffn_down_shexp.weight", {kHSharedFfn, kHDim}, random(kHSharedFfn * kHDim, sd(kHSharedFfn)), true);
+      add(b + "ffn_gate_shexp.weight", {kHDim, kHSharedFfn}, random(kHDim * kHSharedFfn, sd(kHDim)),
+          true);
+      add(b + "ffn_up_shexp.weight", {kHDim, kHSharedFfn}, random(kHDim * kHSharedFfn, sd(kHDim)),
+          true);
+      add(b + "ffn_down_shexp.weight", {kHSharedFfn, kHDim},
+          random(kHSharedFfn * kHDim, sd(kHSharedFfn)), true);
     } else {
       add(b + "ffn_gate.weight", {kHDim, kHFfn}, random(kHDim * kHFfn, sd(kHDim)), true);
       add(b + "ffn_up.weight", {kHDim, kHFfn}, random(kHDim * kHFfn, sd(kHDim)), true);
@@ -172,18 +188,19 @@ inline std::string WriteHybrid(const std::string& name, const TinyHybrid& s) {
     }
   }
   add("output_norm.weight", {kHDim}, random(kHDim, 0.3f, 1.0f), false);
-  const std::string path = ::testing::TempDir() + "/hybrid_" + name + "_" + std::to_string(getpid()) + ".gguf";
+  const std::string path =
+      ::testing::TempDir() + "/hybrid_" + name + "_" + std::to_string(getpid()) + ".gguf";
   EXPECT_TRUE(w.Write(path).ok());
   return path;
 }
 
 // What the reference is told (the right reading by default; tests flip one field).
 struct HybridReading {
-  bool v_heads_modulo = true;   // v head h reads q/k head h mod Hk (qwen35*), else h div r
-  int rot = kHRot;              // numbers rotated per attention head
-  bool output_gate = true;      // attention output ⊙ σ(gate)
-  bool renormalise = true;      // top-k expert weights renormalised to sum 1
-  bool conv_state = true;       // the conv sees the previous K−1 tokens (else zeros)
+  bool v_heads_modulo = true;  // v head h reads q/k head h mod Hk (qwen35*), else h div r
+  int rot = kHRot;             // numbers rotated per attention head
+  bool output_gate = true;     // attention output ⊙ σ(gate)
+  bool renormalise = true;     // top-k expert weights renormalised to sum 1
+  bool conv_state = true;      // the conv sees the previous K−1 tokens (else zeros)
 };
 
 class HybridReference {
@@ -200,11 +217,13 @@ class HybridReference {
     for (int l = 0; l < s_.layers; ++l) {
       const std::string b = "blk." + std::to_string(l) + ".";
       std::vector<double> xn = Norm(x, Vec(b + "attn_norm.weight"));
-      const std::vector<double> m = HybridRecurrent(s_, l) ? Recurrent(l, b, xn) : Attention(l, b, xn);
+      const std::vector<double> m =
+          HybridRecurrent(s_, l) ? Recurrent(l, b, xn) : Attention(l, b, xn);
       for (int i = 0; i < kHDim; ++i) x[i] += m[i];
       xn = Norm(x, Vec(b + "post_attention_norm.weight"));
-      const std::vector<double> f = s_.moe() ? Moe(b, xn) : SwiGlu(b + "ffn_gate.weight", b + "ffn_up.weight",
-                                                                  b + "ffn_down.weight", xn, 0, kHFfn);
+      const std::vector<double> f = s_.moe() ? Moe(b, xn)
+                                             : SwiGlu(b + "ffn_gate.weight", b + "ffn_up.weight",
+                                                      b + "ffn_down.weight", xn, 0, kHFfn);
       for (int i = 0; i < kHDim; ++i) x[i] += f[i];
     }
     ++pos_;
@@ -219,7 +238,8 @@ class HybridReference {
     const GgufTensor* t = *f_.FindTensor(name);
     int64_t rows = 1;
     for (size_t i = 1; i < t->dims.size(); ++i) rows *= t->dims[i];
-    return {FindWeightTypeByGgufId(static_cast<uint32_t>(t->type))->type, t->data, rows, t->dims[0]};
+    return {FindWeightTypeByGgufId(static_cast<uint32_t>(t->type))->type, t->data, rows,
+            t->dims[0]};
   }
   std::vector<double> Vec(const std::string& name) const {
     const Matrix m = Tensor(name);
@@ -234,8 +254,8 @@ class HybridReference {
     return v;
   }
   // Rows [first, first + n) of W times x (n = 0: every row).
-  std::vector<double> MatVec(const std::string& name, const std::vector<double>& x, int64_t first = 0,
-                             int64_t n = 0) const {
+  std::vector<double> MatVec(const std::string& name, const std::vector<double>& x,
+                             int64_t first = 0, int64_t n = 0) const {
     const Matrix m = Tensor(name);
     if (n == 0) n = m.rows;
     std::vector<double> y(n, 0.0);
@@ -257,8 +277,8 @@ class HybridReference {
     }
     return y;
   }
-  static std::vector<double> Norm(const std::vector<double>& x, const std::vector<double>& w, size_t at = 0,
-                                  size_t n = 0) {
+  static std::vector<double> Norm(const std::vector<double>& x, const std::vector<double>& w,
+                                  size_t at = 0, size_t n = 0) {
     if (n == 0) n = x.size();
     double ss = 0;
     for (size_t i = 0; i < n; ++i) ss += x[at + i] * x[at + i];
@@ -267,16 +287,19 @@ class HybridReference {
     for (size_t i = 0; i < n; ++i) y[i] = x[at + i] * scale * w[i];
     return y;
   }
-  std::vector<double> SwiGlu(const std::string& gate, const std::string& up, const std::string& down,
-                             const std::vector<double>& x, int64_t expert, int64_t ffn) const {
-    std::vector<double> g = MatVec(gate, x, expert * ffn, ffn), u = MatVec(up, x, expert * ffn, ffn);
+  std::vector<double> SwiGlu(const std::string& gate, const std::string& up,
+                             const std::string& down, const std::vector<double>& x, int64_t expert,
+                             int64_t ffn) const {
+    std::vector<double> g = MatVec(gate, x, expert * ffn, ffn),
+                        u = MatVec(up, x, expert * ffn, ffn);
     for (int64_t i = 0; i < ffn; ++i) g[i] = Silu(g[i]) * u[i];
     return MatVec(down, g, expert * kHDim, kHDim);
   }
 
   // §4.2, per token, with the state as S[h][i][j] and the conv over the raw input history.
   std::vector<double> Recurrent(int l, const std::string& b, const std::vector<double>& x) {
-    const std::vector<double> m = MatVec(b + "attn_qkv.weight", x), z = MatVec(b + "attn_gate.weight", x);
+    const std::vector<double> m = MatVec(b + "attn_qkv.weight", x),
+                              z = MatVec(b + "attn_gate.weight", x);
     std::vector<double> beta(kHVHeads), alpha(kHVHeads);
     if (s_.arch == "qwen3next") {  // §3.6: per key head g, [b of heads g·r .. g·r+r−1][a of them]
       const std::vector<double> ba = MatVec(b + "ssm_ba.weight", x);
@@ -298,7 +321,8 @@ class HybridReference {
       double u = 0;
       for (int j = 0; j < kHConvK; ++j) {  // tap j reads token t − (K−1) + j; before the start: 0
         const int src = t - (kHConvK - 1) + j;
-        if (src >= 0 && (r_.conv_state || src == t)) u += conv[c * kHConvK + j] * history_[l][src][c];
+        if (src >= 0 && (r_.conv_state || src == t))
+          u += conv[c * kHConvK + j] * history_[l][src][c];
       }
       y[c] = Silu(u);
     }
@@ -318,7 +342,8 @@ class HybridReference {
       const double* q = &y[g * kHKeyDim];
       const double* k = &y[kHCk + g * kHKeyDim];
       const double* v = &y[2 * kHCk + h * kHKeyDim];
-      const double sp = alpha[h] + dt[h] > 20 ? alpha[h] + dt[h] : std::log1p(std::exp(alpha[h] + dt[h]));
+      const double sp =
+          alpha[h] + dt[h] > 20 ? alpha[h] + dt[h] : std::log1p(std::exp(alpha[h] + dt[h]));
       const double gamma = std::exp(a_log[h] * sp), bt = Sigmoid(beta[h]);
       double* S = state_[l].data() + int64_t{h} * kHKeyDim * kHKeyDim;  // S[i][j] at i·dv + j
       std::vector<double> o(kHKeyDim);
@@ -341,8 +366,10 @@ class HybridReference {
 
   // §4.4: q/gate interleaved per head, q/k norms, partial NEOX RoPE, GQA, σ(gate).
   std::vector<double> Attention(int l, const std::string& b, const std::vector<double>& x) {
-    const std::vector<double> qg = MatVec(b + "attn_q.weight", x), kr = MatVec(b + "attn_k.weight", x),
-                              vr = MatVec(b + "attn_v.weight", x), qn = Vec(b + "attn_q_norm.weight"),
+    const std::vector<double> qg = MatVec(b + "attn_q.weight", x),
+                              kr = MatVec(b + "attn_k.weight", x),
+                              vr = MatVec(b + "attn_v.weight", x),
+                              qn = Vec(b + "attn_q_norm.weight"),
                               kn = Vec(b + "attn_k_norm.weight");
     auto rope = [&](std::vector<double>& h) {
       const int half = r_.rot / 2;
@@ -374,7 +401,8 @@ class HybridReference {
       double sum = 0;
       for (double& e : score) sum += e = std::exp(e - top);
       for (int i = 0; i < kHHeadDim; ++i) {
-        for (int t = 0; t <= pos_; ++t) y[h * kHHeadDim + i] += score[t] / sum * v_[l][t * kHKvHeads + j][i];
+        for (int t = 0; t <= pos_; ++t)
+          y[h * kHHeadDim + i] += score[t] / sum * v_[l][t * kHKvHeads + j][i];
         const double gate = qg[2 * kHHeadDim * h + kHHeadDim + i];
         if (r_.output_gate) y[h * kHHeadDim + i] *= Sigmoid(gate);
       }
