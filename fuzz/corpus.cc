@@ -169,6 +169,18 @@ Status WriteGgufSeeds(const fs::path& dir) {
       return Status::Error(out.string() + ": " + s.message());
     }
   }
+  // The hybrids' tiny presets (Gated DeltaNet, gated attention, experts), in F32.
+  for (const char* preset : {"tiny-qwen35", "tiny-qwen35moe", "tiny-qwen3next"}) {
+    Result<SynthSpec> found = SynthPreset(preset);
+    if (!found.ok()) return found.status();
+    SynthSpec spec = *found;
+    spec.type = "f32";
+    spec.seed = 5;
+    const fs::path out = dir / fmt::format("{}-f32.gguf", preset);
+    if (Status s = WriteSynthModel(spec, spm_vocab, out.string()); !s.ok()) {
+      return Status::Error(out.string() + ": " + s.message());
+    }
+  }
   return Status::Ok();
 }
 

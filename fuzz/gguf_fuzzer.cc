@@ -64,7 +64,8 @@ void RunOneToken(LoadedModel& loaded) {
   Result<const FormatDesc*> f32 = FindFormat("f32");
   if (!f32.ok()) Fail("gguf", "no f32 format");
   KvCacheConfig cc;
-  cc.n_layers = c.n_layers;
+  cc.n_layers = c.n_attention_layers();  // a hybrid's cache: its attention layers and its state
+  cc.state_floats = c.state_floats();
   cc.n_kv_heads = c.n_kv_heads;
   cc.head_dim = c.head_dim();
   cc.layers = {LayerFormats::Both(*f32)};

@@ -69,6 +69,11 @@ struct KvCacheConfig {
   /// Positions per page: a multiple of 32 (so KIVI's key groups never straddle pages).
   int32_t page_positions = 256;
   KvBudgets budgets;
+  /// Floats of fixed per-sequence state kept beside the pages: a hybrid model's recurrent
+  /// (linear-attention) layers hold their conv and delta-rule state here, f32, zero at creation
+  /// and after Truncate(0). n_layers then counts only the model's full-attention layers. A state
+  /// cannot be rolled back, so Truncate to any other shorter length is refused. 0: none.
+  int64_t state_floats = 0;
 };
 
 /// What Create decided, in exact bytes and positions, for printing and for tests.
@@ -123,12 +128,14 @@ class KvCache {
   /// The most positions m ≤ n that Truncate can keep: n itself for per-token formats, n rounded
   /// down to a whole group where a codec stores rows in groups (KIVI keys, fp8's 32-key groups);
   /// 0 when positions cannot be dropped in place — a sink or residual transform (rows already
-  /// encoded would have to be f32 again), a calibrated codec, a disk master. A server reusing a
+  /// encoded would have to be f32 again), a calibrated codec, a disk master, or a fixed state
+  /// (state_floats > 0) when m < the positions held. A server reusing a
   /// cached prefix truncates to this point and recomputes the few positions after it.
   int64_t TruncationPoint(int64_t n) const;
   /// Keeps positions [0, n) of every layer and drops the rest, leaving the bytes a cache holds
   /// that was appended only those rows (pages past n freed, the rest of n's page zeroed).
-  /// Errors: n past what a layer holds, or n != TruncationPoint(n) (nothing changed then).
+  /// Errors: n past what a layer holds, or n != TruncationPoint(n) (nothing changed then); with a
+  /// fixed state, any 0 < n < positions (a recurrent state cannot roll back). n = 0 zeroes it.
   Status Truncate(int64_t n);
 
   /// Attention of q ([n_tokens][n_heads][head_dim], token t at first_query_position + t) over
@@ -141,6 +148,12 @@ class KvCache {
   /// out: [n_tokens][n_heads][head_dim] = acc / l, with a rotated value spec's rotation undone
   /// (once per output row, not per position). kvq::FinishAttention plus that.
   void FinishAttention(int64_t layer, const AttentionState& state, float* out) const;
+
+  /// The fixed per-sequence state (KvCacheConfig::state_floats floats, f32), null when it has none.
+  /// The model reads and updates it in place as tokens go through its recurrent layers.
+  float* state();
+  const float* state() const;
+  int64_t state_floats() const;
 
   /// The most bytes the device working set has held at once (its own accounting).
   int64_t device_peak_bytes() const;

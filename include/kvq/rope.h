@@ -1,14 +1,17 @@
 // Rotary position embedding: the two pairings Llama-family checkpoints use, and the frequency
 // scalings that stretch a model's context (linear, and Llama 3.1's per-frequency factors).
 //
-// For head_dim d and pair i (0 ≤ i < d/2) at position p the pair is rotated by the angle
+// A head rotates its first d numbers (d = rotary_dims, or head_dim when 0: partial rotation, as
+// Qwen3-Next's 64 of 256, leaves the rest as they are). For pair i (0 ≤ i < d/2) at position p the
+// pair is rotated by the angle
 //   p · s · θ^(−2i/d) / f_i        (s: linear position scale, f_i: frequency factor, 1 by default)
 // Pairings:
 //   kAdjacent  (llama, mistral in GGUF): numbers (2i, 2i+1) of a head — llama2.c's layout; the
 //              GGUF converters permute Q and K rows into it.
 //   kHalves    (qwen2, "NeoX"): numbers (i, i + d/2) of a head.
 // In kvq_base because two layers rotate by it: the model (q and k) and attention (a "prerope" key
-// spec's keys, stored before RoPE and rotated as they are read) — one implementation, one set of bits.
+// spec's keys, stored before RoPE and rotated as they are read) — one implementation, one set of
+// bits.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +25,9 @@ struct RopeParams {
   float theta = 10000.0f;
   RopePairing pairing = RopePairing::kAdjacent;
   float position_scale = 1.0f;         ///< linear scaling: 1 / rope.scaling.factor
-  const float* freq_factors = nullptr; ///< [head_dim / 2] divisors of each pair's frequency, or none
+  const float* freq_factors =
+      nullptr;              ///< [rotary dims / 2] divisors of each pair's frequency, or none
+  int32_t rotary_dims = 0;  ///< numbers rotated per head (even); 0: the whole head
 };
 
 /// RopeParams with its frequency factors owned: what a KV cache keeps to rotate pre-RoPE keys
@@ -31,11 +36,15 @@ struct RopeConfig {
   float theta = 10000.0f;
   RopePairing pairing = RopePairing::kAdjacent;
   float position_scale = 1.0f;
-  std::vector<float> freq_factors;  ///< [head_dim / 2], or empty
+  std::vector<float> freq_factors;  ///< [rotary dims / 2], or empty
+  int32_t rotary_dims = 0;          ///< as RopeParams::rotary_dims
   /// The view ApplyRope takes; valid while this config lives.
   RopeParams Params() const {
-    return {.theta = theta, .pairing = pairing, .position_scale = position_scale,
-            .freq_factors = freq_factors.empty() ? nullptr : freq_factors.data()};
+    return {.theta = theta,
+            .pairing = pairing,
+            .position_scale = position_scale,
+            .freq_factors = freq_factors.empty() ? nullptr : freq_factors.data(),
+            .rotary_dims = rotary_dims};
   }
   bool operator==(const RopeConfig&) const = default;
 };

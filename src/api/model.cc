@@ -9,8 +9,14 @@
 namespace kvq {
 
 Result<KvCacheConfig> CacheConfigFor(const LlamaConfig& c, int64_t context, const KvOptions& kv) {
-  KvCacheConfig config{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
-                       .key_rope = ModelRopeConfig(c), .max_positions = context, .budgets = kv.budgets};
+  // A hybrid model's cache holds its attention layers and its recurrent layers' fixed state.
+  KvCacheConfig config{.n_layers = c.n_attention_layers(),
+                       .n_kv_heads = c.n_kv_heads,
+                       .head_dim = c.head_dim(),
+                       .key_rope = ModelRopeConfig(c),
+                       .max_positions = context,
+                       .budgets = kv.budgets,
+                       .state_floats = c.state_floats()};
   auto find = [](const std::string& name, const std::string& what) -> Result<KvSpec> {
     Result<KvSpec> f = ParseKvSpec(name);
     if (!f.ok()) return Status::Error(fmt::format("KvOptions::{}: {}", what, f.status().message()));
@@ -22,9 +28,12 @@ Result<KvCacheConfig> CacheConfigFor(const LlamaConfig& c, int64_t context, cons
     if (!v.ok()) return v.status();
     config.layers = {LayerFormats::Of(*k, *v)};
   } else {
-    if (static_cast<int64_t>(kv.layers.size()) != c.n_layers) {
-      return Status::Error(fmt::format("KvOptions::layers has {} entries; the model has {} layers (give one per "
-                                       "layer, or none)", kv.layers.size(), c.n_layers));
+    if (static_cast<int64_t>(kv.layers.size()) != c.n_attention_layers()) {
+      return Status::Error(fmt::format(
+          "KvOptions::layers has {} entries; the model has {} layers{} (give one per "
+          "layer, or none)",
+          kv.layers.size(), c.n_attention_layers(),
+          c.n_attention_layers() < c.n_layers ? " that attend (the others are recurrent)" : ""));
     }
     for (size_t l = 0; l < kv.layers.size(); ++l) {
       Result<KvSpec> k = find(kv.layers[l].key, fmt::format("layers[{}].key", l));

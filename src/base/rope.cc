@@ -7,7 +7,9 @@
 namespace kvq {
 
 void ApplyRope(float* v, int32_t n, int32_t head_dim, int64_t pos, const RopeParams& params) {
-  const int32_t half = head_dim / 2;
+  // Partial rotation: the first `rot` numbers of each head, the frequencies spread over rot.
+  const int32_t rot = params.rotary_dims > 0 ? params.rotary_dims : head_dim;
+  const int32_t half = rot / 2;
   // The scaled position is computed once; with no scaling it is the plain float position, so an
   // unscaled model rotates exactly as llama2.c's run.c does.
   const float p = params.position_scale == 1.0f ? static_cast<float>(pos)
@@ -19,7 +21,7 @@ void ApplyRope(float* v, int32_t n, int32_t head_dim, int64_t pos, const RopePar
   float cos_i[kMaxHalf], sin_i[kMaxHalf];  // [half]
   const bool hoisted = half <= kMaxHalf;
   auto angle_of = [&](int32_t i) {
-    float freq = 1.0f / std::pow(params.theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+    float freq = 1.0f / std::pow(params.theta, static_cast<float>(2 * i) / static_cast<float>(rot));
     if (params.freq_factors != nullptr) freq /= params.freq_factors[i];
     return p * freq;
   };

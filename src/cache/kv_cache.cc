@@ -60,6 +60,8 @@ Result<std::unique_ptr<KvCache::Impl>> KvCache::Prepare(const KvCacheConfig& c) 
     return Bad(fmt::format("page_positions must be a positive multiple of 32, so KIVI key groups "
                            "never straddle pages (got {})", c.page_positions));
   }
+  if (c.state_floats < 0)
+    return Bad(fmt::format("state_floats must be 0 or positive (got {})", c.state_floats));
   if (c.layers.size() != 1 && static_cast<int64_t>(c.layers.size()) != c.n_layers) {
     return Bad(fmt::format("give formats for 1 or {} layers (got {})", c.n_layers, c.layers.size()));
   }
@@ -190,6 +192,7 @@ Result<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheConfig& c) {
       PageStore::Create(impl->page_bytes, impl->max_pages, b.disk_dir, b.keep_disk_file);
   if (!store.ok()) return Bad(store.status().message());
   impl->store = std::move(store).value();
+  impl->state.assign(static_cast<size_t>(c.state_floats), 0.0f);
   plan.disk_file = impl->store->file();
   if (plan.device_slots > 0) {
     impl->arena = std::make_unique<StagingArena>(plan.device_slots, plan.slot_bytes);
@@ -208,6 +211,9 @@ KvCache::~KvCache() = default;
 const KvCacheConfig& KvCache::config() const { return impl_->config; }
 const KvTierPlan& KvCache::plan() const { return impl_->plan; }
 int64_t KvCache::positions(int64_t layer) const { return impl_->layers[layer].positions; }
+float* KvCache::state() { return impl_->state.empty() ? nullptr : impl_->state.data(); }
+const float* KvCache::state() const { return impl_->state.empty() ? nullptr : impl_->state.data(); }
+int64_t KvCache::state_floats() const { return static_cast<int64_t>(impl_->state.size()); }
 int64_t KvCache::device_peak_bytes() const { return impl_->arena ? impl_->arena->peak_bytes() : 0; }
 double KvCache::stream_wait_seconds() const {
   return impl_->streamer ? impl_->streamer->wait_seconds() : 0;

@@ -159,6 +159,8 @@ namespace kvq {
 int64_t KvCache::TruncationPoint(int64_t n) const {
   const Impl& m = *impl_;
   if (n <= 0 || m.store->on_disk()) return 0;  // a disk master's full pages are in the file
+  // A recurrent state holds every position so far folded in: only "drop nothing" keeps it.
+  if (!m.state.empty()) return n >= m.layers[0].positions ? n : 0;
   int64_t point = n;
   for (int64_t l = 0; l < m.config.n_layers; ++l) {
     for (int which = 0; which < 2; ++which) {
@@ -181,6 +183,13 @@ Status KvCache::Truncate(int64_t n) {
       return Bad(fmt::format("cannot truncate to {} positions: a layer holds {}", n, L.positions));
     }
   }
+  if (!m.state.empty() && n != 0 && n < m.layers[0].positions) {
+    return Bad(fmt::format(
+        "cannot truncate to {} of {} positions: the cache holds a model's recurrent state "
+        "({} floats), which cannot be rolled back (truncate to 0 to start again)",
+        n, m.layers[0].positions, m.state.size()));
+  }
+  if (n == 0) std::fill(m.state.begin(), m.state.end(), 0.0f);
   if (n != 0 && TruncationPoint(n) != n) {
     return Bad(fmt::format("cannot drop positions in place at {} (the nearest point is {}: groups, sinks, a "
                            "residual or a disk master keep rows that depend on later ones)",

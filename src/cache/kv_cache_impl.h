@@ -51,6 +51,7 @@ struct KvCache::Impl {
   std::array<std::vector<float>, 2> rotated_rows;  // Append's scratch: [n][n_kv_heads][head_dim]
   std::vector<float> block_rows;      // Append's scratch: [rows_per_block][n_kv_heads][head_dim]
   std::unique_ptr<PageStore> store;
+  std::vector<float> state;  // [config.state_floats]: a hybrid model's recurrent state
   std::unique_ptr<StagingArena> arena;      // null when resident
   std::unique_ptr<PageStreamer> streamer;   // null when resident
   /// Set by an I/O error that left pages inconsistent; every later call returns it.

@@ -50,14 +50,26 @@ int RunGenerate(const RunOptions& o) {
   if (context < 0 || context > cfg.seq_len) {
     return bad(fmt::format("-c {}: the model's context is {} positions", o.context, cfg.seq_len));
   }
-  KvCacheConfig cache_config{.n_layers = cfg.n_layers, .n_kv_heads = cfg.n_kv_heads, .head_dim = cfg.head_dim(),
-                             .layers = *kv, .key_rope = ModelRopeConfig(cfg), .max_positions = context,
+  // A hybrid model's cache holds its attention layers and its recurrent layers' fixed state.
+  KvCacheConfig cache_config{.n_layers = cfg.n_attention_layers(),
+                             .n_kv_heads = cfg.n_kv_heads,
+                             .head_dim = cfg.head_dim(),
+                             .layers = *kv,
+                             .key_rope = ModelRopeConfig(cfg),
+                             .max_positions = context,
                              .page_positions = DefaultPagePositions(context),
-                             .budgets = so.budgets};
+                             .budgets = so.budgets,
+                             .state_floats = cfg.state_floats()};
   Result<std::unique_ptr<KvCache>> cache = KvCache::Create(cache_config);
   if (!cache.ok()) return bad(cache.status().message());
 
   // Prompt cache: a snapshot of the cache after every prompt token but the last, with those ids.
+  if (!o.prompt_cache.empty() && cfg.state_floats() > 0) {  // snapshots hold no recurrent state yet
+    return bad(fmt::format(
+        "--prompt-cache {}: snapshots do not carry a hybrid model's recurrent state yet "
+        "(issue 19); run without it",
+        o.prompt_cache));
+  }
   const ModelFingerprint fingerprint = o.prompt_cache.empty() ? ModelFingerprint{} : Fingerprint(*weights);
   std::vector<int32_t> cached_tokens;
   if (!o.prompt_cache.empty() && std::filesystem::exists(o.prompt_cache)) {
@@ -105,7 +117,7 @@ int RunGenerate(const RunOptions& o) {
   // The cache's exact bytes, and what f16 (the default) would take for the same positions.
   const FormatDesc* f16 = FindFormat(FormatId::kF16);
   int64_t kv_bytes = 0, kv_bytes_f16 = 0;
-  for (int64_t l = 0; l < cfg.n_layers; ++l) {
+  for (int64_t l = 0; l < cache_config.n_layers; ++l) {  // a hybrid's attention layers only
     const RowShape shape{cfg.n_kv_heads, cfg.head_dim()};
     const int64_t n = (*cache)->positions(l);
     const LayerFormats& f = kv->size() == 1 ? kv->front() : (*kv)[static_cast<size_t>(l)];

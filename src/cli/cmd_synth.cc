@@ -89,7 +89,8 @@ int RunSynth(const SynthOptions& o) {
     if (*a != spec.arch || o.preset.empty()) {
       spec.arch = *a;
       spec.qkv_bias = *a == SynthArch::kQwen2;
-      spec.norm_eps = *a == SynthArch::kQwen2 || *a == SynthArch::kQwen3 ? 1e-6f : 1e-5f;
+      spec.norm_eps =
+          *a == SynthArch::kQwen2 || *a == SynthArch::kQwen3 || spec.is_hybrid() ? 1e-6f : 1e-5f;
     }
   }
   const struct { CLI::Option* opt; int64_t value; int64_t* field; } ints[] = {
@@ -170,8 +171,11 @@ void AddSynthCommand(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<SynthOptions>();
   cmd->add_option("--preset", o->preset,
                   fmt::format("A published shape: {}", fmt::join(SynthPresetNames(), ", ")));
-  cmd->add_option("--arch", o->arch, "llama | qwen2 | mistral | qwen3 (mistral is written as llama, "
-                                     "as llama.cpp does); default llama or the preset's");
+  cmd->add_option("--arch", o->arch,
+                  "llama | qwen2 | mistral | qwen3 | qwen35 | qwen35moe | qwen3next (mistral "
+                  "is written as llama, as llama.cpp does; the hybrids take their other sizes "
+                  "from the preset, or the defaults of Qwen3.5's Gated DeltaNet); default llama "
+                  "or the preset's");
   o->dim_opt = cmd->add_option("--dim", o->dim, "Embedding width");
   o->layers_opt = cmd->add_option("--layers", o->layers, "Transformer blocks");
   o->heads_opt = cmd->add_option("--heads", o->heads, "Attention heads (head_dim = dim / heads unless --head-dim)");

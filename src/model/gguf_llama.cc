@@ -12,42 +12,36 @@
 
 #include "base/checksum.h"
 #include "kvq/format.h"
-#include "weights/matvec.h"
-#include "weights/weight_type.h"
+#include "model/gguf_hybrid.h"
+#include "model/gguf_tensors.h"
 
 namespace kvq {
 namespace {
 
-// The registry maps GGUF type ids; an id it lacks (a ggml type kvq has no kernels for, or one
-// ggml itself does not define) is refused naming the file, the tensor and the id.
-Result<WeightType> ToWeightType(const GgufTensor& t, const std::string& path) {
-  const auto id = static_cast<uint32_t>(t.type);
-  if (const WeightTypeDesc* d = FindWeightTypeByGgufId(id)) return d->type;
-  return Status::Error(fmt::format("{}: tensor '{}' has type {} (GGUF type id {}), which kvq does not support "
-                                   "(supported: {})", path, t.name, GgmlTypeName(t.type), id,
-                                   WeightTypeLabelList()));
-}
-
-bool HasTensor(const GgufFile& file, const std::string& name) {
-  for (const GgufTensor& t : file.tensors()) {
-    if (t.name == name) return true;
-  }
-  return false;
-}
-
-// The architectures kvq runs: the Llama block with three differences between them.
+// The architectures kvq runs: the Llama block with three differences between them, and the
+// hybrids (gguf_hybrid.h), whose layers differ more.
 struct ArchSpec {
   const char* name;
   RopePairing pairing;  // llama.cpp's converters permute llama/mistral Q, K rows to adjacent pairs
   bool qkv_bias;        // qwen2: q, k, v projections carry biases
   bool qk_norm;         // qwen3: attn_q_norm / attn_k_norm, a per-head RMSNorm before RoPE
+  bool hybrid;          // Gated DeltaNet + gated attention layers (FindHybridArch has the rest)
 };
 constexpr ArchSpec kArchs[] = {
-    {"llama", RopePairing::kAdjacent, false, false},
-    {"mistral", RopePairing::kAdjacent, false, false},
-    {"qwen2", RopePairing::kHalves, true, false},
-    {"qwen3", RopePairing::kHalves, false, true},
+    {"llama", RopePairing::kAdjacent, false, false, false},
+    {"mistral", RopePairing::kAdjacent, false, false, false},
+    {"qwen2", RopePairing::kHalves, true, false, false},
+    {"qwen3", RopePairing::kHalves, false, true, false},
+    {"qwen35", RopePairing::kHalves, false, true, true},
+    {"qwen35moe", RopePairing::kHalves, false, true, true},
+    {"qwen3next", RopePairing::kHalves, false, true, true},
 };
+
+std::string ArchNameList() {
+  std::string out;
+  for (const ArchSpec& a : kArchs) out += out.empty() ? a.name : fmt::format(", {}", a.name);
+  return out;
+}
 
 }  // namespace
 
@@ -58,11 +52,30 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
   const ArchSpec* arch = nullptr;
   for (const ArchSpec& a : kArchs) arch = *arch_name == a.name ? &a : arch;
   if (arch == nullptr) {
-    return Status::Error(fmt::format("{}: architecture '{}' is not supported (supported: llama, mistral, qwen2, qwen3)",
-                                     path, *arch_name));
+    return Status::Error(fmt::format("{}: architecture '{}' is not supported (supported: {})", path,
+                                     *arch_name, ArchNameList()));
   }
+  const HybridArch* hybrid = arch->hybrid ? FindHybridArch(arch->name) : nullptr;
   const std::string pre = std::string(arch->name) + ".";
-  auto u32 = [&](const std::string& key) { return file->GetU32(pre + key); };
+  // A count, or a per-layer array of it (some hybrid GGUFs store head counts per layer, 0 for the
+  // layers without attention): the array's non-zero entries must agree, and are the count.
+  auto u32 = [&](const std::string& key) -> Result<uint32_t> {
+    Result<const GgufArray*> a = file->GetArray(pre + key);
+    if (!a.ok()) return file->GetU32(pre + key);
+    uint32_t value = 0;
+    for (int64_t i = 0; i < (*a)->size; ++i) {
+      const double x = (*a)->NumberAt(i);
+      if (x == 0) continue;
+      if (value != 0 && x != value) {
+        return Status::Error(
+            fmt::format("{}: {}{} holds {} and {} for different layers; kvq needs one value for "
+                        "every layer",
+                        path, pre, key, value, x));
+      }
+      value = static_cast<uint32_t>(x);
+    }
+    return value;
+  };
   LlamaConfig c;
   c.arch = arch->name;
   c.rope_pairing = arch->pairing;
@@ -73,6 +86,10 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
       {"block_count", &c.n_layers}, {"attention.head_count", &c.n_heads},
       {"context_length", &c.seq_len}};
   for (const auto& [key, field] : required) {
+    // An experts model needs no dense FFN width (llama.cpp reads it only as a default).
+    const bool optional =
+        hybrid != nullptr && hybrid->moe && key == std::string("feed_forward_length");
+    if (optional && !file->Has(pre + key)) continue;
     Result<uint32_t> v = u32(key);
     if (!v.ok()) return v.status();
     if (*v == 0 || *v > (1u << 24)) return Status::Error(fmt::format("{}: {}{} = {} is not plausible", path, pre, key, *v));
@@ -122,7 +139,9 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
     return Status::Error(fmt::format("{}: {} heads do not divide dim {} into even head rows (and the file gives no "
                                      "{}attention.key_length)", path, c.n_heads, c.dim, pre));
   }
-  if (file->Has(pre + "rope.dimension_count")) {
+  if (hybrid != nullptr) {  // partial RoPE, layer kinds, DeltaNet and expert sizes
+    if (Status s = ReadHybridConfig(*file, pre, *hybrid, &c); !s.ok()) return s;
+  } else if (file->Has(pre + "rope.dimension_count")) {
     Result<uint32_t> v = u32("rope.dimension_count");
     if (!v.ok()) return v.status();
     if (static_cast<int64_t>(*v) != c.head_dim()) {
@@ -157,35 +176,14 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
 
   LlamaWeights w;
   w.fingerprint_seed = Checksum64(path.data(), 0);  // the hash of no bytes, as snapshots have always used
-  // A tensor by name, checked to be [cols, rows] (rows = 0: a vector of cols numbers).
-  auto tensor = [&](const std::string& name, int64_t cols, int64_t rows) -> Result<Matrix> {
-    Result<const GgufTensor*> t = file->FindTensor(name);
-    if (!t.ok()) return t.status();
-    const std::vector<int64_t> want = rows == 0 ? std::vector<int64_t>{cols} : std::vector<int64_t>{cols, rows};
-    if ((*t)->dims != want) {
-      return Status::Error(fmt::format("{}: tensor '{}' has shape [{}]; the metadata implies [{}]", path, name,
-                                       fmt::join((*t)->dims, ", "), fmt::join(want, ", ")));
-    }
-    Result<WeightType> type = ToWeightType(**t, path);
-    if (!type.ok()) return type.status();
-    w.fingerprint_bytes.emplace_back((*t)->data, static_cast<size_t>((*t)->n_bytes));
-    const Matrix matrix{*type, (*t)->data, rows == 0 ? 1 : rows, cols};
-    if (Status s = CheckMatrix(matrix); !s.ok()) {
-      return Status::Error(fmt::format("{}: tensor '{}': {}", path, name, s.message()));
-    }
-    return matrix;
+  GgufTensorReader reader(*file, &w);
+  auto tensor = [&](const std::string& name, int64_t cols, int64_t rows) {
+    return reader.Get(name, cols, rows);
   };
   // An F32 vector of n numbers (norm weights, biases, frequency factors).
-  auto vector = [&](const std::string& name, int64_t n) -> Result<const float*> {
-    Result<Matrix> m = tensor(name, n, 0);
-    if (!m.ok()) return m.status();
-    if (m->type != WeightType::kF32) {
-      return Status::Error(fmt::format("{}: tensor '{}' must be F32 (is {})", path, name, WeightTypeName(m->type)));
-    }
-    return reinterpret_cast<const float*>(m->data);
-  };
+  auto vector = [&](const std::string& name, int64_t n) { return reader.F32(name, {n}); };
   auto norm = [&](const std::string& name) { return vector(name, c.dim); };
-  if (HasTensor(*file, "rope_freqs.weight")) {
+  if (reader.Has("rope_freqs.weight")) {
     Result<const float*> f = vector("rope_freqs.weight", c.head_dim() / 2);
     if (!f.ok()) return f.status();
     c.rope_freq_factors.assign(*f, *f + c.head_dim() / 2);
@@ -208,6 +206,10 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const std::string blk = fmt::format("blk.{}.", l);
     LayerWeights& L = w.layers[l];
+    if (hybrid != nullptr) {
+      if (Status s = LoadHybridLayer(reader, c, *hybrid, l, &L); !s.ok()) return s;
+      continue;
+    }
     Result<const float*> an = norm(blk + "attn_norm.weight");
     Result<const float*> fn = norm(blk + "ffn_norm.weight");
     if (!an.ok()) return an.status();
@@ -245,7 +247,7 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
   Result<const float*> fin = norm("output_norm.weight");
   if (!fin.ok()) return fin.status();
   w.final_norm = *fin;
-  if (HasTensor(*file, "output.weight")) {
+  if (reader.Has("output.weight")) {
     Result<Matrix> cls = tensor("output.weight", c.dim, c.vocab_size);
     if (!cls.ok()) return cls.status();
     w.classifier = *cls;

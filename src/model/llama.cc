@@ -69,8 +69,15 @@ Status CheckSegments(const LlamaConfig& c, std::span<const ForwardSegment> segme
       }
     }
     const KvCacheConfig& cc = seg.cache.config();
+    if (cc.n_layers < c.n_attention_layers() || seg.cache.state_floats() != c.state_floats()) {
+      return Status::Error(fmt::format(
+          "ForwardBatch: segment {}: the KV cache has {} layers and {} floats of state; this "
+          "model needs {} attention layers and {} floats of recurrent state",
+          i, cc.n_layers, seg.cache.state_floats(), c.n_attention_layers(), c.state_floats()));
+    }
     bool pre_rope = false;  // a "prerope" cache must rope keys as this model does
-    for (int32_t l = 0; l < c.n_layers; ++l) pre_rope = pre_rope || KeysBeforeRope(cc, l);
+    for (int32_t l = 0; l < c.n_attention_layers(); ++l)
+      pre_rope = pre_rope || KeysBeforeRope(cc, l);
     if (pre_rope && (!cc.key_rope || *cc.key_rope != ModelRopeConfig(c))) {
       return Status::Error(
           fmt::format("ForwardBatch: segment {}: the KV cache stores keys before RoPE (a prerope "
@@ -85,13 +92,19 @@ Status CheckSegments(const LlamaConfig& c, std::span<const ForwardSegment> segme
 }  // namespace
 
 RopeParams ModelRopeParams(const LlamaConfig& c) {
-  return {.theta = c.rope_theta, .pairing = c.rope_pairing, .position_scale = c.rope_position_scale,
-          .freq_factors = c.rope_freq_factors.empty() ? nullptr : c.rope_freq_factors.data()};
+  return {.theta = c.rope_theta,
+          .pairing = c.rope_pairing,
+          .position_scale = c.rope_position_scale,
+          .freq_factors = c.rope_freq_factors.empty() ? nullptr : c.rope_freq_factors.data(),
+          .rotary_dims = c.rope_dims};
 }
 
 RopeConfig ModelRopeConfig(const LlamaConfig& c) {
-  return {.theta = c.rope_theta, .pairing = c.rope_pairing, .position_scale = c.rope_position_scale,
-          .freq_factors = c.rope_freq_factors};
+  return {.theta = c.rope_theta,
+          .pairing = c.rope_pairing,
+          .position_scale = c.rope_position_scale,
+          .freq_factors = c.rope_freq_factors,
+          .rotary_dims = c.rope_dims};
 }
 
 LlamaModel::LlamaModel(LlamaWeights weights, int32_t threads) : w_(std::move(weights)), threads_(threads) {
@@ -112,6 +125,19 @@ void LlamaModel::Reserve(int64_t n_rows, size_t n_segments) {
     k_pre_rope_.resize(n_rows * int64_t{c.kv_dim()});
     hb_.resize(n_rows * int64_t{c.hidden_dim});
     hb2_.resize(n_rows * int64_t{c.hidden_dim});
+    if (c.attn_output_gate) {
+      qg_.resize(n_rows * 2 * q_dim);
+      gate_.resize(n_rows * q_dim);
+    }
+    if (c.n_attention_layers() < c.n_layers) {
+      const DeltaNetConfig& d = c.delta_net;
+      ssm_qkv_.resize(n_rows * d.conv_channels());
+      ssm_z_.resize(n_rows * d.v_channels());
+      ssm_ba_.resize(n_rows * 2 * d.n_v_heads);
+      ssm_beta_.resize(n_rows * d.n_v_heads);
+      ssm_alpha_.resize(n_rows * d.n_v_heads);
+      ssm_out_.resize(n_rows * d.v_channels());
+    }
     row_capacity_ = n_rows;
   }
   const int64_t n = static_cast<int64_t>(n_segments);
@@ -162,6 +188,43 @@ Status LlamaModel::ForwardBlock(const int32_t* tokens, int32_t n, int64_t pos, K
   return ForwardBatch(std::span<const ForwardSegment>(&one, 1));
 }
 
+void LlamaModel::RecurrentMixer(const LayerWeights& L, int32_t slot,
+                                std::span<const ForwardSegment> segments, int64_t n) {
+  const LlamaConfig& c = w_.config;
+  const DeltaNetConfig& d = c.delta_net;
+  const int64_t C = d.conv_channels(), Cv = d.v_channels(), Hv = d.n_v_heads;
+  const float* xb = xb_.data();  // [n][dim] the normed rows
+  MatMul(L.ssm_qkv, xb, n, ssm_qkv_.data(), threads_);
+  MatMul(L.ssm_gate, xb, n, ssm_z_.data(), threads_);
+  if (L.ssm_ba.data != nullptr) {  // qwen3next: per key head g, [b of its r heads][a of them]
+    MatMul(L.ssm_ba, xb, n, ssm_ba_.data(), threads_);
+    const int64_t r_per_k = Hv / d.n_k_heads;
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t h = 0; h < Hv; ++h) {
+        const int64_t g = h / r_per_k, j = h % r_per_k;
+        ssm_beta_[r * Hv + h] = ssm_ba_[r * 2 * Hv + g * 2 * r_per_k + j];
+        ssm_alpha_[r * Hv + h] = ssm_ba_[r * 2 * Hv + g * 2 * r_per_k + r_per_k + j];
+      }
+    }
+  } else {
+    MatMul(L.ssm_beta, xb, n, ssm_beta_.data(), threads_);
+    MatMul(L.ssm_alpha, xb, n, ssm_alpha_.data(), threads_);
+  }
+  // Each segment's tokens in order through its own state: the scan is strictly left to right.
+  for (int64_t r = 0; const ForwardSegment& seg : segments) {
+    float* state = seg.cache.state() + int64_t{slot} * d.state_floats();
+    for (int32_t t = 0; t < seg.n; ++t, ++r) {
+      const DeltaNetInput in{.qkv = ssm_qkv_.data() + r * C,
+                             .z = ssm_z_.data() + r * Cv,
+                             .beta = ssm_beta_.data() + r * Hv,
+                             .alpha = ssm_alpha_.data() + r * Hv};
+      DeltaNetToken(d, L, c.norm_eps, in, state, ssm_out_.data() + r * Cv, &delta_scratch_,
+                    threads_);
+    }
+  }
+  MatMul(L.ssm_out, ssm_out_.data(), n, xb2_.data(), threads_);
+}
+
 Status LlamaModel::ForwardBatch(std::span<const ForwardSegment> segments) {
   PhaseClock clock(profile_);
   const LlamaConfig& c = w_.config;
@@ -191,55 +254,78 @@ Status LlamaModel::ForwardBatch(std::span<const ForwardSegment> segments) {
   const RopeParams rope = ModelRopeParams(c);
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w_.layers[l];
+    const int32_t cl = c.cache_layer(l);  // its layer in the cache, or its slot in the state
     for (int64_t r = 0; r < n; ++r)
       RmsNorm(xb + r * dim, x + r * dim, L.attn_norm, c.dim, c.norm_eps);
     clock.Charge(kRest);
-    MatMul(L.wq, xb, n, q, threads_);
-    MatMul(L.wk, xb, n, k, threads_);
-    MatMul(L.wv, xb, n, v, threads_);
-    clock.Charge(kWeights);
-    for (int64_t r = 0; const ForwardSegment& seg : segments) {
-      const bool pre_rope = KeysBeforeRope(seg.cache.config(), l);
-      for (int32_t t = 0; t < seg.n; ++t, ++r) {
-        const int64_t pos = seg.pos + t;
-        AddBias(q + r * q_dim, L.bq, q_dim);
-        AddBias(k + r * kv, L.bk, kv);
-        AddBias(v + r * kv, L.bv, kv);
-        if (c.qk_norm) {  // qwen3: each head normed on its own, in place, before the rotation
-          for (int64_t h = r * q_dim; h < (r + 1) * q_dim; h += hd)
-            RmsNorm(q + h, q + h, L.q_norm, c.head_dim(), c.norm_eps);
-          for (int64_t h = r * kv; h < (r + 1) * kv; h += hd)
-            RmsNorm(k + h, k + h, L.k_norm, c.head_dim(), c.norm_eps);
+    if (c.is_recurrent(l)) {
+      RecurrentMixer(L, cl, segments, n);  // xb2 = its output, ssm_out included
+      clock.Charge(kAttention);
+    } else {
+      if (c.attn_output_gate) {  // attn_q gives per head [q, gate]: split them
+        MatMul(L.wq, xb, n, qg_.data(), threads_);
+        for (int64_t r = 0; r < n; ++r) {
+          for (int64_t h = 0; h < c.n_heads; ++h) {
+            const float* from = qg_.data() + (r * c.n_heads + h) * 2 * hd;
+            std::copy_n(from, hd, q + r * q_dim + h * hd);
+            std::copy_n(from + hd, hd, gate_.data() + r * q_dim + h * hd);
+          }
         }
-        ApplyRope(q + r * q_dim, static_cast<int32_t>(q_dim), c.head_dim(), pos, rope);
-        if (pre_rope) std::copy_n(k + r * kv, kv, k_pre_rope_.data() + r * kv);  // the cache's rows
-        ApplyRope(k + r * kv, c.kv_dim(), c.head_dim(), pos, rope);  // hooks see roped keys
-        if (hooks_ && hooks_->on_qkv) hooks_->on_qkv(l, pos, q + r * q_dim, k + r * kv, v + r * kv);
+      } else {
+        MatMul(L.wq, xb, n, q, threads_);
       }
-    }
-    clock.Charge(kRest);
-    // Each segment attends over its own cache only: its rows are a block of one sequence.
-    for (int64_t i = 0, r0 = 0; i < static_cast<int64_t>(segments.size());
-         r0 += segments[i].n, ++i) {
-      const ForwardSegment& seg = segments[i];
-      const float* k_rows = KeysBeforeRope(seg.cache.config(), l) ? k_pre_rope_.data() : k;
-      if (Status s = seg.cache.Append(l, k_rows + r0 * kv, v + r0 * kv, seg.n); !s.ok()) return s;
-      AttentionState& state = *states_of_[i];
-      state.Reset();
-      const Status s = seg.cache.Attend(l, attention_options(), q + r0 * q_dim, seg.pos, state);
-      if (!s.ok()) return s;
-      seg.cache.FinishAttention(l, state, xb + r0 * q_dim);  // [seg.n][n_heads·head_dim]
-    }
-    clock.Charge(kAttention);
-    if (hooks_ && hooks_->on_attention_out) {
+      MatMul(L.wk, xb, n, k, threads_);
+      MatMul(L.wv, xb, n, v, threads_);
+      clock.Charge(kWeights);
       for (int64_t r = 0; const ForwardSegment& seg : segments) {
-        for (int32_t t = 0; t < seg.n; ++t, ++r)
-          hooks_->on_attention_out(l, seg.pos + t, xb + r * q_dim);
+        const bool pre_rope = KeysBeforeRope(seg.cache.config(), cl);
+        for (int32_t t = 0; t < seg.n; ++t, ++r) {
+          const int64_t pos = seg.pos + t;
+          AddBias(q + r * q_dim, L.bq, q_dim);
+          AddBias(k + r * kv, L.bk, kv);
+          AddBias(v + r * kv, L.bv, kv);
+          if (c.qk_norm) {  // qwen3: each head normed on its own, in place, before the rotation
+            for (int64_t h = r * q_dim; h < (r + 1) * q_dim; h += hd)
+              RmsNorm(q + h, q + h, L.q_norm, c.head_dim(), c.norm_eps);
+            for (int64_t h = r * kv; h < (r + 1) * kv; h += hd)
+              RmsNorm(k + h, k + h, L.k_norm, c.head_dim(), c.norm_eps);
+          }
+          ApplyRope(q + r * q_dim, static_cast<int32_t>(q_dim), c.head_dim(), pos, rope);
+          if (pre_rope)
+            std::copy_n(k + r * kv, kv, k_pre_rope_.data() + r * kv);  // the cache's rows
+          ApplyRope(k + r * kv, c.kv_dim(), c.head_dim(), pos, rope);  // hooks see roped keys
+          if (hooks_ && hooks_->on_qkv)
+            hooks_->on_qkv(l, pos, q + r * q_dim, k + r * kv, v + r * kv);
+        }
       }
+      clock.Charge(kRest);
+      // Each segment attends over its own cache only: its rows are a block of one sequence.
+      for (int64_t i = 0, r0 = 0; i < static_cast<int64_t>(segments.size());
+           r0 += segments[i].n, ++i) {
+        const ForwardSegment& seg = segments[i];
+        const float* k_rows = KeysBeforeRope(seg.cache.config(), cl) ? k_pre_rope_.data() : k;
+        if (Status s = seg.cache.Append(cl, k_rows + r0 * kv, v + r0 * kv, seg.n); !s.ok())
+          return s;
+        AttentionState& state = *states_of_[i];
+        state.Reset();
+        const Status s = seg.cache.Attend(cl, attention_options(), q + r0 * q_dim, seg.pos, state);
+        if (!s.ok()) return s;
+        seg.cache.FinishAttention(cl, state, xb + r0 * q_dim);  // [seg.n][n_heads·head_dim]
+      }
+      clock.Charge(kAttention);
+      if (c.attn_output_gate) {  // gated attention: out ⊙ σ(gate), before the output projection
+        for (int64_t i = 0; i < n * q_dim; ++i) xb[i] *= 1.0f / (1.0f + std::exp(-gate_[i]));
+      }
+      if (hooks_ && hooks_->on_attention_out) {
+        for (int64_t r = 0; const ForwardSegment& seg : segments) {
+          for (int32_t t = 0; t < seg.n; ++t, ++r)
+            hooks_->on_attention_out(l, seg.pos + t, xb + r * q_dim);
+        }
+      }
+      clock.Charge(kRest);
+      MatMul(L.wo, xb, n, xb2, threads_);
+      clock.Charge(kWeights);
     }
-    clock.Charge(kRest);
-    MatMul(L.wo, xb, n, xb2, threads_);
-    clock.Charge(kWeights);
     for (int64_t i = 0; i < n * dim; ++i) x[i] += xb2[i];
 
     for (int64_t r = 0; r < n; ++r)
@@ -250,9 +336,16 @@ Status LlamaModel::ForwardBatch(std::span<const ForwardSegment> segments) {
     clock.Charge(kWeights);
     SwiGlu(hb, hb2, n * hidden);  // silu(w1 x) · (w3 x)
     clock.Charge(kRest);
-    MatMul(L.w2, hb, n, xb, threads_);
-    clock.Charge(kWeights);
-    for (int64_t i = 0; i < n * dim; ++i) x[i] += xb[i];
+    if (c.moe.n_experts > 0) {  // hb: the shared expert's; then per row the routed experts
+      MatMul(L.w2, hb, n, xb2, threads_);
+      MoeRows(c, L, xb, n, xb2, xb2, &moe_scratch_, threads_);  // in place: σ(gate)·shared + routed
+      clock.Charge(kWeights);
+      for (int64_t i = 0; i < n * dim; ++i) x[i] += xb2[i];
+    } else {
+      MatMul(L.w2, hb, n, xb, threads_);
+      clock.Charge(kWeights);
+      for (int64_t i = 0; i < n * dim; ++i) x[i] += xb[i];
+    }
   }
   // The classifier once for every segment's last row (MatMul: the same bits as MatVec per row).
   float* last = last_.data();

@@ -10,19 +10,23 @@
 
 #include "kvq/kv_cache.h"
 #include "kvq/status.h"
+#include "model/delta_net.h"
 #include "model/llama_weights.h"
+#include "model/moe.h"
 #include "weights/ops.h"
 
 namespace kvq {
 
 /// Observation points for measurements (kvq eval), called for every token of every forward
-/// block (a decode step is a block of one; in a batch, every segment's tokens in segment order).
-/// Either may be empty.
+/// block (a decode step is a block of one; in a batch, every segment's tokens in segment order),
+/// at the attention layers only (a hybrid's recurrent layers have no q/k/v rows). `layer` is the
+/// model's layer index. Either may be empty.
 struct ForwardHooks {
   /// After RoPE, before the cache: q [n_heads·head_dim], k and v [kv_dim] of the token at `pos`.
   std::function<void(int32_t layer, int64_t pos, const float* q, const float* k, const float* v)> on_qkv;
-  /// After attention, before the output projection: out [n_heads·head_dim], which the hook may
-  /// overwrite (to see what replacing one layer's attention does to the logits).
+  /// After attention (and a gated model's σ(gate)), before the output projection: out
+  /// [n_heads·head_dim], which the hook may overwrite (to see what replacing one layer's attention
+  /// does to the logits).
   std::function<void(int32_t layer, int64_t pos, float* attention_out)> on_attention_out;
 };
 
@@ -31,7 +35,8 @@ struct ForwardHooks {
 /// three sum to the call's time less a few clock reads.
 struct ForwardProfile {
   double weights_s = 0;    ///< MatMul and MatVec: the layer matrices and the classifier
-  double attention_s = 0;  ///< cache.Append, cache.Attend and FinishAttention
+  double attention_s = 0;  ///< cache.Append, cache.Attend and FinishAttention; a hybrid's recurrent
+                           ///< layers whole (their projections included)
   double rest_s = 0;       ///< the embedding, norms, biases, RoPE, SwiGLU, residual adds, hooks
 };
 
@@ -46,7 +51,10 @@ struct ForwardSegment {
 };
 
 /// The forward pass: one body, ForwardBatch, over segments; a block is a batch of one segment and
-/// a decode step a block of one token.
+/// a decode step a block of one token. Hybrid models (LlamaConfig::layer_kinds) run their
+/// recurrent layers through DeltaNetToken on the state each segment's cache carries
+/// (KvCacheConfig::state_floats = LlamaConfig::state_floats(), n_layers = n_attention_layers()),
+/// token by token, so a block gives the bits of decoding its tokens one at a time.
 class LlamaModel {
  public:
   LlamaModel(LlamaWeights weights, int32_t threads);
@@ -90,6 +98,10 @@ class LlamaModel {
   // Grows the activations to hold n_rows tokens of n_segments segments (kept between calls: a
   // decode step allocates nothing).
   void Reserve(int64_t n_rows, size_t n_segments);
+  // A recurrent layer over the batch's normed rows (xb_): its projections, each segment's tokens
+  // through DeltaNetToken on its cache's state slot `slot`, then ssm_out into xb2_ [n][dim].
+  void RecurrentMixer(const LayerWeights& L, int32_t slot, std::span<const ForwardSegment> segments,
+                      int64_t n);
   // Points states_of_[i] at a pooled attention state sized for segment i, reusing states of the
   // right size (a steady batch shape builds none).
   void AssignStates(std::span<const ForwardSegment> segments);
@@ -105,6 +117,16 @@ class LlamaModel {
   std::vector<float> k_, v_;         // [n][kv_dim]
   std::vector<float> k_pre_rope_;    // [n][kv_dim]: k before RoPE, for "prerope" key specs
   std::vector<float> hb_, hb2_;      // [n][hidden_dim] gate and up projections
+  std::vector<float> qg_;            // [n][2·n_heads·head_dim] gated attention: per head q, gate
+  std::vector<float> gate_;          // [n][n_heads·head_dim] the gates, de-interleaved
+  // Recurrent layers (Hv value heads, C conv channels, Cv = Hv·dv):
+  std::vector<float> ssm_qkv_;  // [n][C] raw q, k, v channels
+  std::vector<float> ssm_z_;    // [n][Cv] output gate
+  std::vector<float> ssm_ba_;   // [n][2·Hv] qwen3next's fused b, a (grouped per key head)
+  std::vector<float> ssm_beta_, ssm_alpha_;  // [n][Hv]
+  std::vector<float> ssm_out_;               // [n][Cv] gated-normed value heads, ssm_out's input
+  DeltaNetScratch delta_scratch_;
+  MoeScratch moe_scratch_;
   std::vector<float> last_;          // [segments with logits][dim] their last rows, final-normed
   std::vector<float> logits_;        // [segments with logits][vocab_size] the classifier's output
   // Attention states (m, l, acc and their scratch), kept between calls so that a decode step

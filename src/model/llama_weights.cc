@@ -12,19 +12,38 @@
 
 namespace kvq {
 
+int32_t LlamaConfig::n_attention_layers() const {
+  int32_t n = 0;
+  for (int32_t l = 0; l < n_layers; ++l) n += is_recurrent(l) ? 0 : 1;
+  return n;
+}
+
+int32_t LlamaConfig::cache_layer(int32_t layer) const {
+  int32_t same_kind = 0;
+  for (int32_t l = 0; l < layer; ++l) same_kind += is_recurrent(l) == is_recurrent(layer) ? 1 : 0;
+  return same_kind;
+}
+
+int64_t LlamaConfig::state_floats() const {
+  return int64_t{n_layers - n_attention_layers()} * delta_net.state_floats();
+}
+
 ModelFingerprint Fingerprint(const LlamaWeights& w) {
   uint64_t hash = w.fingerprint_seed;
   for (const std::span<const uint8_t> bytes : w.fingerprint_bytes) {
     hash = Checksum64(bytes.data(), bytes.size(), hash);
   }
-  return {.n_layers = w.config.n_layers, .n_kv_heads = w.config.n_kv_heads,
-          .head_dim = w.config.head_dim(), .weights_hash = hash};
+  return {.n_layers = w.config.n_attention_layers(),
+          .n_kv_heads = w.config.n_kv_heads,
+          .head_dim = w.config.head_dim(),
+          .weights_hash = hash};
 }
 
 int64_t RepackWeights(LlamaWeights* w, bool release_mapped_pages) {
   std::vector<Matrix*> todo;  // the matrices the interleaved kernels will read
   for (LayerWeights& L : w->layers) {
-    for (Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w1, &L.w2, &L.w3}) {
+    for (Matrix* m :
+         {&L.wq, &L.wk, &L.wv, &L.wo, &L.w1, &L.w2, &L.w3, &L.ssm_qkv, &L.ssm_gate, &L.ssm_out}) {
       if (CanRepack(*m)) todo.push_back(m);
     }
   }

@@ -14,6 +14,53 @@
 
 namespace kvq {
 
+/// What a layer's token mixer is in a hybrid model (qwen35, qwen35moe, qwen3next).
+enum class LayerKind : uint8_t {
+  kAttention,  ///< (gated) softmax attention through the KV cache
+  kRecurrent,  ///< Gated DeltaNet linear attention: a fixed state per sequence, no KV rows
+};
+
+/// Which q/k head a Gated DeltaNet value head h reads (r = value heads per key head).
+enum class VHeadMap : uint8_t {
+  kModulo,  ///< h mod n_k_heads: qwen35/qwen35moe GGUFs (the converter tiles the V heads)
+  kDivide,  ///< h div r: qwen3next GGUFs (V heads grouped by key head, as trained)
+};
+
+/// The Gated DeltaNet layers' sizes (GGUF ssm.*; notes/qwen3next_spec.md §2).
+struct DeltaNetConfig {
+  int32_t conv_kernel = 0;  ///< K: taps of the causal depthwise conv (ssm.conv_kernel)
+  int32_t key_dim = 0;      ///< dk: numbers per key head, = the state's rows (ssm.state_size)
+  int32_t n_k_heads = 0;    ///< Hk: q/k heads (ssm.group_count)
+  int32_t n_v_heads = 0;    ///< Hv: value heads, one state each (ssm.time_step_rank)
+  int32_t value_dim = 0;    ///< dv: numbers per value head (ssm.inner_size / Hv)
+  VHeadMap v_head_map = VHeadMap::kModulo;
+  int64_t k_channels() const { return int64_t{n_k_heads} * key_dim; }        // Ck
+  int64_t v_channels() const { return int64_t{n_v_heads} * value_dim; }      // Cv
+  int64_t conv_channels() const { return 2 * k_channels() + v_channels(); }  // C = q, k, v
+  /// The q/k head value head h reads.
+  int32_t KeyHeadOf(int32_t h) const {
+    return v_head_map == VHeadMap::kModulo ? h % n_k_heads : h / (n_v_heads / n_k_heads);
+  }
+  /// Floats of one layer's state: the conv window [C][K−1] (llama.cpp's layout: a channel's K−1
+  /// raw inputs contiguous, oldest first) then the delta-rule states [Hv][dk][dv], S_h[i][j] at
+  /// h·dk·dv + i·dv + j (llama.cpp keeps S transposed, j·dk + i; rows of j here let the update
+  /// vectorise with each sum still in order of i).
+  int64_t conv_state_floats() const { return conv_channels() * (conv_kernel - 1); }
+  int64_t state_floats() const {
+    return conv_state_floats() + int64_t{n_v_heads} * key_dim * value_dim;
+  }
+};
+
+/// Mixture-of-experts feed-forward sizes (qwen35moe, qwen3next); n_experts 0: a dense FFN.
+struct MoeConfig {
+  int32_t n_experts = 0;          ///< NE (expert_count)
+  int32_t n_experts_used = 0;     ///< k (expert_used_count): experts each token runs
+  int32_t expert_hidden_dim = 0;  ///< Fe (expert_feed_forward_length)
+  /// Fs (expert_shared_feed_forward_length): the shared expert's width, which is the model's
+  /// hidden_dim in a MoE model (its gate/up/down are the layer's w1/w3/w2).
+  int32_t shared_hidden_dim = 0;
+};
+
 struct LlamaConfig {
   int32_t dim = 0;         ///< residual stream width
   int32_t hidden_dim = 0;  ///< FFN width
@@ -38,6 +85,28 @@ struct LlamaConfig {
   int32_t head_dim() const { return head_dim_override > 0 ? head_dim_override : dim / n_heads; }
   int32_t q_dim() const { return n_heads * head_dim(); }
   int32_t kv_dim() const { return head_dim() * n_kv_heads; }
+
+  // ---- hybrid models (qwen35, qwen35moe, qwen3next: notes/qwen3next_spec.md) ----
+  /// Numbers rotated per head (rope.dimension_count; Qwen3-Next: 64 of 256); 0: the whole head.
+  int32_t rope_dims = 0;
+  /// Gated attention: attn_q gives per head [q (head_dim), gate (head_dim)], and the attention
+  /// output is multiplied by σ(gate) before attn_output.
+  bool attn_output_gate = false;
+  /// [n_layers] the kind of each layer; empty: every layer is attention (non-hybrid models).
+  std::vector<LayerKind> layer_kinds;
+  DeltaNetConfig delta_net;  ///< the recurrent layers' sizes (when any)
+  MoeConfig moe;             ///< n_experts 0: dense FFN
+  bool is_recurrent(int32_t layer) const {
+    return !layer_kinds.empty() && layer_kinds[layer] == LayerKind::kRecurrent;
+  }
+  /// Layers that go through the KV cache (a hybrid's cache has only these).
+  int32_t n_attention_layers() const;
+  /// The cache layer of attention layer `layer` (its index among the attention layers), or the
+  /// index among the recurrent layers for a recurrent one (its slot in the state).
+  int32_t cache_layer(int32_t layer) const;
+  /// Floats of fixed state per sequence: the recurrent layers' states back to back
+  /// (KvCacheConfig::state_floats).
+  int64_t state_floats() const;
 };
 
 struct LayerWeights {
@@ -50,7 +119,23 @@ struct LayerWeights {
   const float* k_norm = nullptr;     // [head_dim] of k
   Matrix wo;                         // [dim][n_heads·head_dim]
   const float* ffn_norm = nullptr;   // [dim]
-  Matrix w1, w2, w3;                 // [hidden][dim] (gate), [dim][hidden] (down), [hidden][dim] (up)
+  Matrix w1, w2, w3;  // [hidden][dim] (gate), [dim][hidden] (down), [hidden][dim] (up)
+                      // (a MoE layer: its shared expert's, hidden = Fs)
+  // Gated DeltaNet (recurrent layers of a hybrid; wq .. wo are then empty). C = 2·Ck + Cv.
+  Matrix ssm_qkv;                   // [C][dim] q, k, v channels before the conv (attn_qkv)
+  Matrix ssm_gate;                  // [Cv][dim] z, the output gate (attn_gate)
+  Matrix ssm_beta, ssm_alpha;       // [Hv][dim] each (qwen35*), or empty
+  Matrix ssm_ba;                    // [2·Hv][dim] qwen3next: per key head [b: r][a: r], or empty
+  const float* ssm_conv = nullptr;  // [C][K] tap j of channel c at c·K + j (tap 0: oldest)
+  const float* ssm_dt_bias = nullptr;  // [Hv]
+  const float* ssm_a = nullptr;        // [Hv] −exp(A_log), as stored
+  const float* ssm_norm = nullptr;     // [dv] shared by every value head
+  Matrix ssm_out;                      // [dim][Cv]
+  // Mixture of experts (n_experts > 0): expert e's rows are the slice [e·rows, (e+1)·rows).
+  Matrix router;              // [n_experts][dim] F32 (ffn_gate_inp)
+  Matrix gate_exps, up_exps;  // [n_experts·Fe][dim]
+  Matrix down_exps;           // [n_experts·dim][Fe]
+  Matrix shared_gate;         // [1][dim] the shared expert's scalar gate (ffn_gate_inp_shexp)
 };
 
 /// Owns the mapping the views point into.

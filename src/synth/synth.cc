@@ -1,4 +1,5 @@
-// Synthetic models (see synth.h): presets, validation, the vocabulary copy and the file layout.
+// Synthetic models (see synth.h): validation, the vocabulary copy and the file layout (the presets
+// are in synth_presets.cc, the hybrid layers in synth_hybrid.cc).
 // Tensors go in the order llama.cpp's converter writes them (rope_freqs, token_embd, each
 // block, output_norm, output); matrices are streamed row chunk by row chunk through the GGUF
 // writer, so a 7B file needs a few MiB of memory, not its size.
@@ -17,9 +18,10 @@
 
 #include "base/float_codes.h"
 #include "base/thread_pool.h"
+#include "gguf/gguf_writer.h"
 #include "kvq/format.h"
 #include "kvq/units.h"
-#include "gguf/gguf_writer.h"
+#include "synth/synth_tensors.h"
 #include "text/hf_tokenizer_json.h"
 #include "weights/weight_type.h"
 
@@ -28,56 +30,6 @@ namespace {
 
 // Q/K/V biases: small against the unit-variance projections they are added to.
 constexpr float kBiasStd = 0.02f;
-
-struct Preset {
-  const char* name;
-  SynthSpec spec;
-};
-
-// The published shapes (the models' config.json): hidden_size, num_hidden_layers,
-// num_attention_heads, num_key_value_heads, intermediate_size, vocab_size,
-// max_position_embeddings, rope_theta, rms_norm_eps, tie_word_embeddings, rope_scaling.
-std::vector<Preset> Presets() {
-  return {
-      {"llama-3.2-1b",
-       SynthSpec{.name = "llama-3.2-1b", .arch = SynthArch::kLlama, .dim = 2048, .n_layers = 16,
-                 .n_heads = 32, .n_kv_heads = 8, .hidden_dim = 8192, .vocab_size = 128256,
-                 .context = 131072, .rope_theta = 500000.0f, .norm_eps = 1e-5f,
-                 .embeddings = SynthEmbeddings::kTied,
-                 .rope_scaling = Llama3RopeScaling{.factor = 32.0f, .low_freq_factor = 1.0f,
-                                                   .high_freq_factor = 4.0f,
-                                                   .original_context = 8192}}},
-      {"qwen2.5-0.5b",
-       SynthSpec{.name = "qwen2.5-0.5b", .arch = SynthArch::kQwen2, .dim = 896, .n_layers = 24,
-                 .n_heads = 14, .n_kv_heads = 2, .hidden_dim = 4864, .vocab_size = 151936,
-                 .context = 32768, .rope_theta = 1000000.0f, .norm_eps = 1e-6f,
-                 .embeddings = SynthEmbeddings::kTied, .qkv_bias = true}},
-      {"llama-2-7b",
-       SynthSpec{.name = "llama-2-7b", .arch = SynthArch::kLlama, .dim = 4096, .n_layers = 32,
-                 .n_heads = 32, .n_kv_heads = 32, .hidden_dim = 11008, .vocab_size = 32000,
-                 .context = 4096, .rope_theta = 10000.0f, .norm_eps = 1e-5f,
-                 .embeddings = SynthEmbeddings::kSeparate}},
-      // Qwen3-0.6B: head_dim 128 (config "head_dim"), so 16 query heads span 2048 numbers of a
-      // 1024-wide stream; max_position_embeddings 40960.
-      {"qwen3-0.6b",
-       SynthSpec{.name = "qwen3-0.6b", .arch = SynthArch::kQwen3, .dim = 1024, .n_layers = 28,
-                 .n_heads = 16, .head_dim_override = 128, .n_kv_heads = 8, .hidden_dim = 3072,
-                 .vocab_size = 151936, .context = 40960, .rope_theta = 1000000.0f, .norm_eps = 1e-6f,
-                 .embeddings = SynthEmbeddings::kTied}},
-      // PrismML's Bonsai 1.7B: Qwen3-1.7B's shape, every matrix (token_embd, the tied classifier,
-      // included) in Q1_0, context 32768 (its model card); the ternary model the same in Q2_0.
-      {"bonsai-1.7b",
-       SynthSpec{.name = "bonsai-1.7b", .arch = SynthArch::kQwen3, .dim = 2048, .n_layers = 28,
-                 .n_heads = 16, .head_dim_override = 128, .n_kv_heads = 8, .hidden_dim = 6144,
-                 .vocab_size = 151936, .context = 32768, .rope_theta = 1000000.0f, .norm_eps = 1e-6f,
-                 .embeddings = SynthEmbeddings::kTied, .type = "q1_0"}},
-      {"bonsai-ternary-1.7b",
-       SynthSpec{.name = "bonsai-ternary-1.7b", .arch = SynthArch::kQwen3, .dim = 2048, .n_layers = 28,
-                 .n_heads = 16, .head_dim_override = 128, .n_kv_heads = 8, .hidden_dim = 6144,
-                 .vocab_size = 151936, .context = 32768, .rope_theta = 1000000.0f, .norm_eps = 1e-6f,
-                 .embeddings = SynthEmbeddings::kTied, .type = "q2_0"}},
-  };
-}
 
 // ---- little-endian appends for the padded vocabulary arrays ----
 
@@ -216,15 +168,7 @@ std::vector<uint8_t> F32Bytes(const std::vector<float>& v) {
   return b;
 }
 
-// One tensor of the file, in llama.cpp's converter order (rope_freqs, token_embd, each block,
-// output_norm, output): the one list the validation, the plan and the writer walk.
-struct TensorEntry {
-  enum Kind { kMatrix, kOnes, kBias, kRopeFreqs } kind;
-  std::string name;
-  int64_t cols = 0, rows = 0;  // rows 0: a vector of cols numbers
-  SynthTensorRole role = SynthTensorRole::kTokenEmbd;  // matrices
-  int64_t layer = -1;          // the block, or −1
-};
+using TensorEntry = SynthTensorEntry;
 
 std::vector<TensorEntry> TensorList(const SynthSpec& s) {
   using R = SynthTensorRole;
@@ -239,6 +183,10 @@ std::vector<TensorEntry> TensorList(const SynthSpec& s) {
   if (s.rope_scaling) vec(TensorEntry::kRopeFreqs, "rope_freqs.weight", hd / 2, -1);
   matrix("token_embd.weight", R::kTokenEmbd, d, s.vocab_size, -1);
   for (int64_t l = 0; l < s.n_layers; ++l) {
+    if (s.is_hybrid()) {
+      AppendHybridLayer(s, l, &t);
+      continue;
+    }
     const std::string b = fmt::format("blk.{}.", l);
     vec(TensorEntry::kOnes, b + "attn_norm.weight", d, l);
     matrix(b + "attn_q.weight", R::kAttnQ, d, q, l);
@@ -319,12 +267,16 @@ Result<Layout> BuildLayout(const SynthSpec& s, const Vocabulary& vocab, ThreadPo
   st.push_back(w.SetU32(a + ".context_length", u32(s.context)));
   st.push_back(w.SetU32(a + ".embedding_length", u32(s.dim)));
   st.push_back(w.SetU32(a + ".block_count", u32(s.n_layers)));
-  st.push_back(w.SetU32(a + ".feed_forward_length", u32(s.hidden_dim)));
+  if (!s.moe()) st.push_back(w.SetU32(a + ".feed_forward_length", u32(s.hidden_dim)));
   st.push_back(w.SetU32(a + ".attention.head_count", u32(s.n_heads)));
   st.push_back(w.SetU32(a + ".attention.head_count_kv", u32(s.kv_heads())));
   st.push_back(w.SetF32(a + ".rope.freq_base", s.rope_theta));
   st.push_back(w.SetF32(a + ".attention.layer_norm_rms_epsilon", s.norm_eps));
-  st.push_back(w.SetU32(a + ".rope.dimension_count", u32(s.head_dim())));
+  st.push_back(
+      w.SetU32(a + ".rope.dimension_count", u32(s.rope_dims > 0 ? s.rope_dims : s.head_dim())));
+  if (s.is_hybrid()) {
+    for (Status& x : WriteHybridKeys(s, &w)) st.push_back(std::move(x));
+  }
   // llama.cpp's converter writes the head size when the checkpoint's config names one (Qwen3
   // always does); a head size other than dim / n_heads needs it.
   if (s.qk_norm() || s.head_dim_override > 0) {
@@ -345,11 +297,22 @@ Result<Layout> BuildLayout(const SynthSpec& s, const Vocabulary& vocab, ThreadPo
     if (e.kind == TensorEntry::kMatrix) {
       Result<const WeightTypeDesc*> type = MatrixType(s, e);
       if (!type.ok()) return type.status();
-      x = w.AddStreamedTensor(e.name, static_cast<GgmlType>((*type)->gguf_type), {e.cols, e.rows},
+      x = w.AddStreamedTensor(e.name, static_cast<GgmlType>((*type)->gguf_type), e.dims(),
                               MatrixSource(*type, e.cols, SynthTensorSeed(s.seed, e.name), pool));
+    } else if (e.kind == TensorEntry::kF32Matrix) {  // drawn as a matrix, kept F32 (small)
+      const float amplitude = static_cast<float>(std::sqrt(3.0 / static_cast<double>(e.cols)));
+      std::vector<float> v(static_cast<size_t>(e.cols * e.total_rows()));
+      for (int64_t r = 0; r < e.total_rows(); ++r) {
+        SynthDrawRow(SynthTensorSeed(s.seed, e.name), r, amplitude, v.data() + r * e.cols, e.cols);
+      }
+      x = w.AddTensor(e.name, GgmlType::kF32, e.dims(), F32Bytes(v));
     } else {
       std::vector<float> v(static_cast<size_t>(e.cols), 1.0f);
-      if (e.kind == TensorEntry::kBias) {
+      if (e.kind ==
+          TensorEntry::kSsmA) {  // −exp(u): a decay rate per head, as the converter stores it
+        SynthDrawRow(SynthTensorSeed(s.seed, e.name), 0, 1.0f, v.data(), e.cols);
+        for (float& rate : v) rate = -std::exp(rate);
+      } else if (e.kind == TensorEntry::kBias) {
         SynthDrawRow(SynthTensorSeed(s.seed, e.name), 0, kBiasStd * std::sqrt(3.0f), v.data(), e.cols);
       } else if (e.kind == TensorEntry::kRopeFreqs) {
         v = Llama3RopeFreqFactors(static_cast<int32_t>(s.head_dim()), s.rope_theta, *s.rope_scaling);
@@ -388,6 +351,12 @@ const char* SynthArchName(SynthArch arch) {
     case SynthArch::kQwen2: return "qwen2";
     case SynthArch::kMistral: return "mistral";
     case SynthArch::kQwen3: return "qwen3";
+    case SynthArch::kQwen35:
+      return "qwen35";
+    case SynthArch::kQwen35Moe:
+      return "qwen35moe";
+    case SynthArch::kQwen3Next:
+      return "qwen3next";
   }
   return "unknown";
 }
@@ -397,11 +366,16 @@ const char* SynthGgufArch(SynthArch arch) {
 }
 
 Result<SynthArch> ParseSynthArch(std::string_view name) {
-  for (SynthArch a : {SynthArch::kLlama, SynthArch::kQwen2, SynthArch::kMistral, SynthArch::kQwen3}) {
+  constexpr SynthArch kAll[] = {SynthArch::kLlama,    SynthArch::kQwen2,  SynthArch::kMistral,
+                                SynthArch::kQwen3,    SynthArch::kQwen35, SynthArch::kQwen35Moe,
+                                SynthArch::kQwen3Next};
+  std::vector<std::string> names;
+  for (SynthArch a : kAll) {
     if (name == SynthArchName(a)) return a;
+    names.emplace_back(SynthArchName(a));
   }
-  return Status::Error(fmt::format("unknown architecture '{}' (expected llama, qwen2, mistral or qwen3)",
-                                   name));
+  return Status::Error(
+      fmt::format("unknown architecture '{}' (expected one of {})", name, fmt::join(names, ", ")));
 }
 
 const WeightTypeDesc* SynthWeightType(GgmlType type) {
@@ -443,20 +417,6 @@ Result<uint32_t> SynthFileType(const SynthSpec& s) {
   Result<const WeightTypeDesc*> d = SynthWeightTypeByName(s.type);
   if (!d.ok()) return Status::Error(fmt::format("--type {}: {}", s.type, d.status().message()));
   return (*d)->gguf_file_type;
-}
-
-std::vector<std::string> SynthPresetNames() {
-  std::vector<std::string> names;
-  for (const Preset& p : Presets()) names.emplace_back(p.name);
-  return names;
-}
-
-Result<SynthSpec> SynthPreset(std::string_view name) {
-  for (const Preset& p : Presets()) {
-    if (name == p.name) return p.spec;
-  }
-  return Status::Error(fmt::format("unknown preset '{}' (presets: {})", name,
-                                   fmt::join(SynthPresetNames(), ", ")));
 }
 
 Status ValidateSynthSpec(const SynthSpec& s) {
@@ -501,6 +461,9 @@ Status ValidateSynthSpec(const SynthSpec& s) {
     return Status::Error(fmt::format("--kv-heads {} does not divide --heads {}", s.kv_heads(),
                                      s.n_heads));
   }
+  if (s.is_hybrid()) {
+    if (Status h = ValidateHybridSpec(s); !h.ok()) return h;
+  }
   if (!FindTypeMix(s.type) && !SynthWeightTypeByName(s.type).ok()) {
     return Status::Error(fmt::format("--type {}: {}; or a llama.cpp mix: {}", s.type,
                                      SynthWeightTypeByName(s.type).status().message(), TypeMixNameList()));
@@ -529,6 +492,12 @@ Status ValidateSynthSpec(const SynthSpec& s) {
 }
 
 int64_t SynthParameterCount(const SynthSpec& s) {
+  if (s.is_hybrid()) {  // every tensor of the list, as the checkpoint counts them
+    int64_t n = 0;
+    for (const TensorEntry& e : TensorList(s))
+      n += e.kind == TensorEntry::kRopeFreqs ? 0 : e.cols * e.total_rows();
+    return n;
+  }
   const int64_t d = s.dim, q = s.q_dim(), kv = s.kv_dim(), ffn = s.hidden_dim;
   const int64_t per_layer = 2 * d                       // attn_norm, ffn_norm
                             + d * q + 2 * d * kv + q * d  // attn_q, attn_k, attn_v, attn_output
@@ -545,12 +514,13 @@ Result<std::vector<SynthTensorPlan>> PlanSynthTensors(const SynthSpec& s) {
   std::vector<SynthTensorPlan> plan;
   for (const TensorEntry& e : TensorList(s)) {
     if (e.kind != TensorEntry::kMatrix) {
-      plan.push_back({e.name, "f32", {e.cols}, e.cols * 4});
+      plan.push_back({e.name, "f32", e.dims(), e.cols * e.total_rows() * 4});
       continue;
     }
     Result<const WeightTypeDesc*> d = MatrixType(s, e);
     if (!d.ok()) return d.status();
-    plan.push_back({e.name, (*d)->name, {e.cols, e.rows}, e.cols / (*d)->block_elems * (*d)->block_bytes * e.rows});
+    plan.push_back({e.name, (*d)->name, e.dims(),
+                    e.cols / (*d)->block_elems * (*d)->block_bytes * e.total_rows()});
   }
   return plan;
 }

@@ -20,6 +20,12 @@
 //   norms                   1.0 (F32), qwen3's per-head q/k norms included.
 //   Q/K/V biases (qwen2)    uniform with standard deviation 0.02 (F32).
 //   rope_freqs.weight       Llama3RopeFreqFactors (F32), only with Llama 3.1 rope scaling.
+//   hybrids (synth_hybrid.cc): expert tensors [cols, rows, n_experts] as matrices of
+//                           n_experts·rows rows; ssm_conv1d, the router (ffn_gate_inp) and the
+//                           shared expert's gate uniform like matrices but always F32 (as
+//                           llama.cpp's converter stores them); ssm_dt.bias like a bias;
+//                           ssm_a = −exp(u), u uniform on (−1, 1); ssm_norm 1.0. Type mixes are
+//                           not offered for them.
 // Randomness: a tensor's seed is splitmix64(seed ^ FNV-1a(name)); row r of it draws from its own
 // splitmix64 stream started at splitmix64(tensor_seed + r · golden ratio), two 24-bit uniforms
 // per 64-bit output. Rows are independent, so threads split rows without changing a byte.
@@ -43,13 +49,16 @@ namespace kvq {
 /// The model families synth writes. kMistral is Llama's architecture in GGUF (llama.cpp's
 /// converter writes Mistral checkpoints as "llama"), so its files say general.architecture "llama".
 /// kQwen3: per-head q/k RMSNorm weights, no biases, attention.key_length / value_length.
-enum class SynthArch { kLlama, kQwen2, kMistral, kQwen3 };
+/// The hybrids (notes/qwen3next_spec.md): Gated DeltaNet layers with a gated full-attention layer
+/// every full_attention_interval; kQwen35 a dense FFN, kQwen35Moe and kQwen3Next experts plus a
+/// shared expert (kQwen3Next: b and a fused in ssm_ba).
+enum class SynthArch { kLlama, kQwen2, kMistral, kQwen3, kQwen35, kQwen35Moe, kQwen3Next };
 
-/// "llama", "qwen2", "mistral", "qwen3".
+/// "llama", "qwen2", "mistral", "qwen3", "qwen35", "qwen35moe", "qwen3next".
 const char* SynthArchName(SynthArch arch);
-/// The general.architecture a file of `arch` carries: "llama" (llama, mistral), "qwen2", "qwen3".
+/// The general.architecture a file of `arch` carries: "llama" (llama, mistral), else its name.
 const char* SynthGgufArch(SynthArch arch);
-/// "llama" | "qwen2" | "mistral" | "qwen3"; the error lists them.
+/// One of SynthArchName's names; the error lists them.
 Result<SynthArch> ParseSynthArch(std::string_view name);
 /// The --type value checked: a registry type's CLI name (any case) whose entry has a reference
 /// quantiser ("f16", "q4_0", ...), or a mix name (type_mix.h). Returned lower case. The error
@@ -85,6 +94,16 @@ struct SynthSpec {
   std::optional<Llama3RopeScaling> rope_scaling;  ///< Llama 3.1 scaling: a rope_freqs.weight tensor
   /// --type: a registry type name for every matrix (token_embd included), or a mix name.
   std::string type = "q4_0";
+  // Hybrids only (is_hybrid()). hidden_dim is the dense FFN (qwen35) or the shared expert's width.
+  int64_t full_attention_interval = 4;  ///< layer l is full attention when (l + 1) % interval == 0
+  int64_t rope_dims = 0;                ///< numbers rotated per head (rope.dimension_count); 0: all
+  int64_t ssm_conv_kernel = 4;          ///< K
+  int64_t ssm_key_dim = 128;            ///< dk = dv
+  int64_t ssm_k_heads = 16;             ///< Hk
+  int64_t ssm_v_heads = 32;             ///< Hv
+  int64_t n_experts = 0;                ///< NE (qwen35moe, qwen3next)
+  int64_t n_experts_used = 0;           ///< k
+  int64_t expert_hidden_dim = 0;        ///< Fe
   uint64_t seed = 1;
   int32_t threads = 1;  ///< threads drawing and quantising rows; never changes the bytes
 
@@ -92,10 +111,23 @@ struct SynthSpec {
   int64_t head_dim() const { return head_dim_override > 0 ? head_dim_override : dim / n_heads; }
   int64_t q_dim() const { return n_heads * head_dim(); }
   int64_t kv_dim() const { return head_dim() * kv_heads(); }
-  bool qk_norm() const { return arch == SynthArch::kQwen3; }
+  bool is_hybrid() const {
+    return arch == SynthArch::kQwen35 || arch == SynthArch::kQwen35Moe ||
+           arch == SynthArch::kQwen3Next;
+  }
+  bool moe() const { return arch == SynthArch::kQwen35Moe || arch == SynthArch::kQwen3Next; }
+  bool qk_norm() const { return arch == SynthArch::kQwen3 || is_hybrid(); }
+  bool is_recurrent(int64_t layer) const {
+    return is_hybrid() && (layer + 1) % full_attention_interval != 0;
+  }
+  int64_t ssm_k_channels() const { return ssm_k_heads * ssm_key_dim; }
+  int64_t ssm_v_channels() const { return ssm_v_heads * ssm_key_dim; }
+  int64_t ssm_conv_channels() const { return 2 * ssm_k_channels() + ssm_v_channels(); }
 };
 
-/// "llama-3.2-1b", "qwen2.5-0.5b", "llama-2-7b", "qwen3-0.6b", "bonsai-1.7b", "bonsai-ternary-1.7b".
+/// "llama-3.2-1b", "qwen2.5-0.5b", "llama-2-7b", "qwen3-0.6b", "bonsai-1.7b",
+/// "bonsai-ternary-1.7b", "qwen3.5-35b-a3b", and the small hybrids for tests "tiny-qwen35",
+/// "tiny-qwen35moe", "tiny-qwen3next".
 std::vector<std::string> SynthPresetNames();
 /// A preset: the published shape of that model (see synth.cc for the numbers).
 Result<SynthSpec> SynthPreset(std::string_view name);

@@ -82,6 +82,31 @@ TEST_F(SynthCli, TinyShapeIsWrittenReportedAndRuns) {
   EXPECT_TRUE(Slurp(out) == before);  // one thread instead of two: the same bytes
 }
 
+// The hybrids end to end: a tiny preset of each is written and run by `kvq run`, whose KV cache
+// holds only the two attention layers (f16: positions · 2 layers · K and V · 2 heads · 32 · 2
+// bytes); a prompt cache, which would lose the recurrent state, is refused.
+TEST_F(SynthCli, TinyHybridsAreWrittenAndRun) {
+  for (const char* preset : {"tiny-qwen35", "tiny-qwen35moe", "tiny-qwen3next"}) {
+    SCOPED_TRACE(preset);
+    const std::string out = Path(std::string(preset) + ".gguf");
+    const KvqRun r = Kvq(fmt::format("synth --preset {} -o {}", preset, out));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const KvqRun run = Kvq(fmt::format("run -m {} -p \"Once upon a time\" -n 8 --temp 0", out));
+    EXPECT_EQ(run.exit_code, 0) << run.err;
+    EXPECT_NE(run.out.find("Once upon a time"), std::string::npos) << run.out;
+    const std::string positions = run.err.substr(0, run.err.find(" tokens at"));
+    const auto n_prompt = std::stoll(positions.substr(positions.rfind(' ') + 1));
+    const int64_t kv = (n_prompt + 7) * 2 * 2 * 2 * 32 * 2;  // the last token sampled is not run
+    EXPECT_NE(run.err.find(fmt::format("KV cache {} bytes", kvq::FormatCount(kv))),
+              std::string::npos)
+        << run.err;
+    const KvqRun cached =
+        Kvq(fmt::format("run -m {} -p Once -n 2 --prompt-cache {}", out, Path("p.kvqs")));
+    EXPECT_EQ(cached.exit_code, 2);
+    EXPECT_NE(cached.err.find("recurrent state"), std::string::npos) << cached.err;
+  }
+}
+
 TEST_F(SynthCli, PresetWithOverridesKeepsItsConventions) {
   const std::string out = Path("q.gguf");
   const KvqRun r = Kvq(fmt::format("synth --preset qwen2.5-0.5b --dim 64 --layers 2 --heads 4 "

@@ -465,8 +465,9 @@ TEST(SynthPresets, PublishedShapesAndParameterCounts) {
       {"llama-2-7b", SynthArch::kLlama, 4096, 32, 32, 32, 11008, 32000, 4096, 10000.0f, 1e-5f,
        SynthEmbeddings::kSeparate, false, false, 6738415616},
   };
-  // The three qwen3-architecture presets are checked in synth_qwen3_test.cc.
-  EXPECT_EQ(SynthPresetNames().size(), std::size(shapes) + 3);
+  // The three qwen3-architecture presets are checked in synth_qwen3_test.cc, the four hybrids
+  // (qwen3.5-35b-a3b and the tiny ones) in synth_hybrid_test.cc.
+  EXPECT_EQ(SynthPresetNames().size(), std::size(shapes) + 3 + 4);
   for (const PublishedShape& p : shapes) {
     SCOPED_TRACE(p.preset);
     Result<SynthSpec> s = SynthPreset(p.preset);

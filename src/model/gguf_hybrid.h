@@ -1,0 +1,38 @@
+// The hybrid architectures' part of the GGUF loader: qwen35 (dense), qwen35moe and qwen3next —
+// Gated DeltaNet layers with gated full attention every few layers, and (the last two) a
+// mixture-of-experts FFN. Metadata keys, tensor names and shapes follow llama.cpp
+// (notes/qwen3next_spec.md §2, §3); LoadGgufLlama calls these for those architectures.
+#pragma once
+
+#include <string>
+
+#include "gguf/gguf_reader.h"
+#include "kvq/status.h"
+#include "model/gguf_tensors.h"
+#include "model/llama_weights.h"
+
+namespace kvq {
+
+/// Which hybrid an architecture name is: its V-head order and whether its FFN is experts.
+struct HybridArch {
+  VHeadMap v_head_map;
+  bool moe;
+  bool fused_ba;  ///< qwen3next: ssm_ba, b and a interleaved per key head; else ssm_beta, ssm_alpha
+};
+/// The hybrid `arch` is ("qwen35", "qwen35moe", "qwen3next"), or null.
+const HybridArch* FindHybridArch(const std::string& arch);
+
+/// Reads the hybrid keys under `pre` ("qwen35moe.") into `c`, whose common keys (dims, heads,
+/// head size, rope base, epsilon) are read already; block_count is reduced by
+/// nextn_predict_layers (the MTP layers kvq does not run). Sets the layer kinds, the Gated DeltaNet
+/// and MoE sizes, partial RoPE, the output gate, qk norms and (MoE) hidden_dim = the shared
+/// expert's width. Errors name the file and the key.
+Status ReadHybridConfig(const GgufFile& file, const std::string& pre, const HybridArch& arch,
+                        LlamaConfig* c);
+
+/// Layer `layer`'s tensors: the norms, its token mixer (Gated DeltaNet or gated attention) and
+/// its FFN (dense or experts + shared expert).
+Status LoadHybridLayer(GgufTensorReader& t, const LlamaConfig& c, const HybridArch& arch,
+                       int32_t layer, LayerWeights* L);
+
+}  // namespace kvq

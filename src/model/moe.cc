@@ -1,0 +1,88 @@
+// MoeRows and ExpertMatrix (see moe.h).
+#include "model/moe.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "weights/matvec.h"
+#include "weights/ops.h"
+
+namespace kvq {
+
+Matrix ExpertMatrix(const Matrix& stacked, int64_t expert, int64_t rows) {
+  Matrix m = stacked;
+  m.data = stacked.data + expert * rows * MatrixRowBytes(stacked.type, stacked.cols);
+  m.rows = rows;
+  return m;
+}
+
+void MoeRows(const LlamaConfig& c, const LayerWeights& L, const float* x, int64_t n,
+             const float* shared, float* out, MoeScratch* s, int32_t threads) {
+  const int64_t n_experts = c.moe.n_experts, k = c.moe.n_experts_used, fe = c.moe.expert_hidden_dim;
+  const int64_t dim = c.dim;
+  s->probs.resize(n * n_experts);
+  s->order.resize(n_experts);
+  s->chosen.resize(n * k);
+  s->weights.resize(n * k);
+  s->shared_logit.resize(n);
+  s->first.assign(n_experts + 1, 0);
+  s->slots.resize(n * k);
+  s->routed.resize(n * k * dim);
+  // Routing: a softmax over all experts first, then the top k renormalised (not a softmax of the
+  // top k).
+  MatMul(L.router, x, n, s->probs.data(), threads);
+  for (int64_t r = 0; r < n; ++r) {
+    float* p = s->probs.data() + r * n_experts;
+    float top = -INFINITY;
+    for (int64_t e = 0; e < n_experts; ++e) top = std::max(top, p[e]);
+    float sum = 0.0f;
+    for (int64_t e = 0; e < n_experts; ++e) sum += p[e] = std::exp(p[e] - top);
+    for (int64_t e = 0; e < n_experts; ++e) p[e] /= sum;
+    for (int32_t e = 0; e < n_experts; ++e) s->order[e] = e;
+    std::partial_sort(s->order.begin(), s->order.begin() + k, s->order.end(),
+                      [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    float chosen_sum = 0.0f;
+    for (int64_t i = 0; i < k; ++i) chosen_sum += p[s->order[i]];
+    for (int64_t i = 0; i < k; ++i) {
+      s->chosen[r * k + i] = s->order[i];
+      s->weights[r * k + i] = p[s->order[i]] / chosen_sum;
+      ++s->first[s->order[i] + 1];
+    }
+  }
+  // Slots grouped by expert (a counting sort, rows in order within an expert).
+  for (int64_t e = 0; e < n_experts; ++e) s->first[e + 1] += s->first[e];
+  s->next.assign(s->first.begin(), s->first.end() - 1);  // the next free slot per expert
+  for (int64_t slot = 0; slot < n * k; ++slot) s->slots[s->next[s->chosen[slot]]++] = slot;
+  // Each chosen expert once, over the rows that chose it.
+  for (int64_t e = 0; e < n_experts; ++e) {
+    const int64_t m = s->first[e + 1] - s->first[e];
+    if (m == 0) continue;
+    const int64_t* slots = s->slots.data() + s->first[e];
+    s->x_rows.resize(m * dim);
+    s->gate.resize(m * fe);
+    s->up.resize(m * fe);
+    s->y_rows.resize(m * dim);
+    for (int64_t i = 0; i < m; ++i)
+      std::copy_n(x + slots[i] / k * dim, dim, s->x_rows.data() + i * dim);
+    MatMul(ExpertMatrix(L.gate_exps, e, fe), s->x_rows.data(), m, s->gate.data(), threads);
+    MatMul(ExpertMatrix(L.up_exps, e, fe), s->x_rows.data(), m, s->up.data(), threads);
+    SwiGlu(s->gate.data(), s->up.data(), m * fe);
+    MatMul(ExpertMatrix(L.down_exps, e, dim), s->gate.data(), m, s->y_rows.data(), threads);
+    for (int64_t i = 0; i < m; ++i)
+      std::copy_n(s->y_rows.data() + i * dim, dim, s->routed.data() + slots[i] * dim);
+  }
+  // The shared expert scaled by its gate, then the routed experts added in rank order.
+  MatMul(L.shared_gate, x, n, s->shared_logit.data(), threads);
+  for (int64_t r = 0; r < n; ++r) {
+    const float shared_weight = 1.0f / (1.0f + std::exp(-s->shared_logit[r]));
+    float* o = out + r * dim;
+    for (int64_t j = 0; j < dim; ++j) o[j] = shared_weight * shared[r * dim + j];
+    for (int64_t i = 0; i < k; ++i) {
+      const float w = s->weights[r * k + i];
+      const float* y = s->routed.data() + (r * k + i) * dim;
+      for (int64_t j = 0; j < dim; ++j) o[j] += w * y[j];
+    }
+  }
+}
+
+}  // namespace kvq

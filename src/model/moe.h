@@ -1,0 +1,43 @@
+// The mixture-of-experts feed-forward of qwen35moe and qwen3next (notes/qwen3next_spec.md §4.5)
+// over a block of rows: per row a softmax over every expert's router logit and the top k
+// renormalised; then per expert the rows that chose it, gathered and run as one block through
+// its SwiGLU — read from its slice of the 3-D expert tensors only (a block touches only the
+// experts its tokens chose, each once) — plus the always-on shared expert scaled by its sigmoid
+// gate. Every row gets the bits it would get alone (MatMul is MatVec per row, SwiGLU elementwise,
+// and each row adds its experts in rank order), so a block prefill equals decoding it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/llama_weights.h"
+
+namespace kvq {
+
+/// Expert e's matrix in a stacked expert tensor [n_experts · rows][cols]: rows [e·rows,
+/// (e+1)·rows), a view of the same bytes (the tensor must be row-major).
+Matrix ExpertMatrix(const Matrix& stacked, int64_t expert, int64_t rows);
+
+/// Scratch MoeRows reuses between calls (sized by the largest block seen).
+struct MoeScratch {
+  std::vector<float> probs;         // [n][n_experts] router softmax
+  std::vector<int32_t> order;       // [n_experts] ranking scratch
+  std::vector<int32_t> chosen;      // [n][k] experts, most probable first
+  std::vector<float> weights;       // [n][k] renormalised probabilities
+  std::vector<float> shared_logit;  // [n]
+  std::vector<int64_t> first;       // [n_experts + 1] where each expert's slots start in `slots`
+  std::vector<int64_t> slots;       // [n·k] row·k + rank, grouped by expert
+  std::vector<int64_t> next;        // [n_experts] counting-sort cursor
+  std::vector<float> x_rows;        // [m][dim] one expert's rows, gathered
+  std::vector<float> gate, up;      // [m][Fe]
+  std::vector<float> y_rows;        // [m][dim]
+  std::vector<float> routed;        // [n][k][dim] each row's experts' outputs, by rank
+};
+
+/// For each of n rows: out = σ(shared_gate · x) · shared + Σ_{rank < k} w · down_e(silu(gate_e x) ⊙
+/// up_e x), with x [n][dim] the normed rows and shared [n][dim] the shared expert's outputs; out
+/// may alias shared. Ties in probability go to the lower expert index.
+void MoeRows(const LlamaConfig& c, const LayerWeights& L, const float* x, int64_t n,
+             const float* shared, float* out, MoeScratch* scratch, int32_t threads);
+
+}  // namespace kvq
