@@ -1,5 +1,5 @@
 // The Gated DeltaNet token mixer of hybrid models (qwen35, qwen35moe, qwen3next), one token of one
-// sequence at a time in the normative recurrent form (notes/qwen3next_spec.md §4.2): a causal
+// sequence at a time in the normative recurrent form (docs/hybrid_models_spec.md §4.2): a causal
 // depthwise conv over the raw q/k/v channels with a rolling window of the last K−1 inputs, SiLU,
 // L2-normed q and k per key head, then per value head the decay-first delta rule on a dk × dv
 // state read back with the updated state, and a gated RMSNorm. The projections before it and

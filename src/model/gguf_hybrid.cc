@@ -1,5 +1,5 @@
 // ReadHybridConfig and LoadHybridLayer (see gguf_hybrid.h). Key and tensor names are llama.cpp's
-// (src/llama-arch.cpp); the rules they follow are cited from notes/qwen3next_spec.md by section.
+// (src/llama-arch.cpp); the rules they follow are cited from docs/hybrid_models_spec.md by section.
 #include "model/gguf_hybrid.h"
 
 #include <fmt/format.h>

@@ -1,7 +1,7 @@
 // The hybrid architectures' part of the GGUF loader: qwen35 (dense), qwen35moe and qwen3next —
 // Gated DeltaNet layers with gated full attention every few layers, and (the last two) a
 // mixture-of-experts FFN. Metadata keys, tensor names and shapes follow llama.cpp
-// (notes/qwen3next_spec.md §2, §3); LoadGgufLlama calls these for those architectures.
+// (docs/hybrid_models_spec.md §2, §3); LoadGgufLlama calls these for those architectures.
 #pragma once
 
 #include <string>

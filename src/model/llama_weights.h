@@ -26,7 +26,7 @@ enum class VHeadMap : uint8_t {
   kDivide,  ///< h div r: qwen3next GGUFs (V heads grouped by key head, as trained)
 };
 
-/// The Gated DeltaNet layers' sizes (GGUF ssm.*; notes/qwen3next_spec.md §2).
+/// The Gated DeltaNet layers' sizes (GGUF ssm.*; docs/hybrid_models_spec.md §2).
 struct DeltaNetConfig {
   int32_t conv_kernel = 0;  ///< K: taps of the causal depthwise conv (ssm.conv_kernel)
   int32_t key_dim = 0;      ///< dk: numbers per key head, = the state's rows (ssm.state_size)
@@ -86,7 +86,7 @@ struct LlamaConfig {
   int32_t q_dim() const { return n_heads * head_dim(); }
   int32_t kv_dim() const { return head_dim() * n_kv_heads; }
 
-  // ---- hybrid models (qwen35, qwen35moe, qwen3next: notes/qwen3next_spec.md) ----
+  // ---- hybrid models (qwen35, qwen35moe, qwen3next: docs/hybrid_models_spec.md) ----
   /// Numbers rotated per head (rope.dimension_count; Qwen3-Next: 64 of 256); 0: the whole head.
   int32_t rope_dims = 0;
   /// Gated attention: attn_q gives per head [q (head_dim), gate (head_dim)], and the attention

@@ -1,4 +1,4 @@
-// The mixture-of-experts feed-forward of qwen35moe and qwen3next (notes/qwen3next_spec.md §4.5)
+// The mixture-of-experts feed-forward of qwen35moe and qwen3next (docs/hybrid_models_spec.md §4.5)
 // over a block of rows: per row a softmax over every expert's router logit and the top k
 // renormalised; then per expert the rows that chose it, gathered and run as one block through
 // its SwiGLU — read from its slice of the 3-D expert tensors only (a block touches only the

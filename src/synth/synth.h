@@ -49,7 +49,7 @@ namespace kvq {
 /// The model families synth writes. kMistral is Llama's architecture in GGUF (llama.cpp's
 /// converter writes Mistral checkpoints as "llama"), so its files say general.architecture "llama".
 /// kQwen3: per-head q/k RMSNorm weights, no biases, attention.key_length / value_length.
-/// The hybrids (notes/qwen3next_spec.md): Gated DeltaNet layers with a gated full-attention layer
+/// The hybrids (docs/hybrid_models_spec.md): Gated DeltaNet layers with a gated full-attention layer
 /// every full_attention_interval; kQwen35 a dense FFN, kQwen35Moe and kQwen3Next experts plus a
 /// shared expert (kQwen3Next: b and a fused in ssm_ba).
 enum class SynthArch { kLlama, kQwen2, kMistral, kQwen3, kQwen35, kQwen35Moe, kQwen3Next };

@@ -1,5 +1,5 @@
 // The hybrid architectures' part of a synth file (see synth_tensors.h): tensor names and shapes
-// as llama.cpp's converter writes qwen35, qwen35moe and qwen3next (notes/qwen3next_spec.md §3),
+// as llama.cpp's converter writes qwen35, qwen35moe and qwen3next (docs/hybrid_models_spec.md §3),
 // and their metadata keys (§2).
 #include <fmt/format.h>
 

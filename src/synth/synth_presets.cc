@@ -118,7 +118,7 @@ std::vector<Preset> Presets() {
                                 .norm_eps = 1e-6f,
                                 .embeddings = SynthEmbeddings::kTied,
                                 .type = "q1_0"}},
-      // Qwen3.5-35B-A3B (qwen35moe; notes/qwen3next_spec.md §5.2): 40 layers, full attention every
+      // Qwen3.5-35B-A3B (qwen35moe; docs/hybrid_models_spec.md §5.2): 40 layers, full attention every
       // 4th (10), Gated DeltaNet Hk 16 / Hv 32 of 128, 256 experts of 512 (8 per token) + a shared
       // expert of 512, head_dim 256 of which 64 rotate, base 1e7.
       {"qwen3.5-35b-a3b", SynthSpec{.name = "qwen3.5-35b-a3b",

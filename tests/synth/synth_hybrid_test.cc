@@ -40,7 +40,7 @@ TEST(SynthHybridPresets, Qwen35MoeShape) {
   int n_attention = 0;
   for (int l = 0; l < 40; ++l) n_attention += s->is_recurrent(l) ? 0 : 1;
   EXPECT_EQ(n_attention, 10);
-  // Parameters counted here from the architecture (notes/qwen3next_spec.md §3): per layer two
+  // Parameters counted here from the architecture (docs/hybrid_models_spec.md §3): per layer two
   // norms [E]; a Gated DeltaNet layer qkv [E, 8192], gate [E, 4096], beta and alpha [E, 32],
   // conv [4, 8192], dt_bias, a [32], ssm_norm [128], out [4096, E]; an attention layer q [E, 8192],
   // k, v [E, 512], out [4096, E], q/k norms [256]; every layer's router [E, 256], 256 experts of

@@ -1,5 +1,5 @@
 // Tiny hybrid models (qwen35, qwen35moe, qwen3next) written with kvq's own GGUF writer, and a
-// scalar reference forward of them written from notes/qwen3next_spec.md alone: it reads the
+// scalar reference forward of them written from docs/hybrid_models_spec.md alone: it reads the
 // tensors from the file by name (not through kvq's loader), sums in double, keeps the Gated
 // DeltaNet state as S[h][i][j] and the conv input as a plain history, and computes softmax,
 // top-k routing, partial NEOX RoPE and the gates with its own code. `HybridReading` lets a test
