@@ -12,10 +12,13 @@
 #include "cli/json_output.h"
 #include "cli/flags.h"
 #include "cli/plan_auto.h"
+#include "gguf/gguf_reader.h"
 #include "kvq/format.h"
 #include "kvq/kv_cache.h"
 #include "kvq/kv_memory.h"
 #include "kvq/units.h"
+#include "model/gguf_llama.h"
+#include "model/llama2c.h"
 
 namespace kvq::cli {
 namespace {
@@ -38,11 +41,54 @@ struct CeilingRow {
   int64_t weight_bytes;
 };
 
-int RunPlan(const PlanOptions& o) {
+// The KV shape of a model file (-m without --auto), read from its metadata and tensor table only:
+// the weights are viewed in the mapping, never repacked or read, so a many-GB file plans at once.
+struct ModelShape {
+  std::string arch;
+  int64_t layers = 0;            // all of the model's layers
+  int64_t attention_layers = 0;  // those that hold KV (a hybrid's full-attention layers)
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t state_bytes = 0;       // fixed per-sequence state (a hybrid's recurrent layers), f32
+};
+
+Result<ModelShape> ReadModelShape(const std::string& path) {
+  Result<LlamaWeights> weights = Status::Error("");
+  if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".gguf") == 0) {
+    Result<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
+    if (!file.ok()) return file.status();
+    weights = LoadGgufLlama(std::shared_ptr<GgufFile>(std::move(file).value()));
+  } else {
+    weights = LoadLlama2c(path);
+  }
+  if (!weights.ok()) return weights.status();
+  const LlamaConfig& c = weights->config;
+  return ModelShape{.arch = c.arch, .layers = c.n_layers, .attention_layers = c.n_attention_layers(),
+                    .kv_heads = c.n_kv_heads, .head_dim = c.head_dim(), .state_bytes = c.state_floats() * 4};
+}
+
+int RunPlan(const PlanOptions& given) {
   auto bad = [](const std::string& m) { return BadInput("plan", m); };
+  PlanOptions o = given;
+  std::optional<ModelShape> model;
+  if (!o.shared.model.empty()) {
+    if (o.layers != 0 || o.kv_heads != 0 || o.head_dim != 0) {
+      return bad("-m takes the shape from the model file: leave out --layers, --kv-heads and --head-dim");
+    }
+    Result<ModelShape> shape = ReadModelShape(o.shared.model);
+    if (!shape.ok()) {
+      fmt::print(stderr, "kvq plan: error: -m {}: {}\n", o.shared.model, shape.status().message());
+      return 1;
+    }
+    model = *shape;
+    o.layers = model->attention_layers;
+    o.kv_heads = model->kv_heads;
+    o.head_dim = model->head_dim;
+  }
   const std::vector<int64_t>& contexts = o.shared.contexts;
   if (o.layers == 0 || o.kv_heads == 0 || o.head_dim == 0) {
-    return bad("give the shape: --layers, --kv-heads and --head-dim (or --auto -m MODEL to plan a model's specs)");
+    return bad("give the shape: --layers, --kv-heads and --head-dim, or -m MODEL (or --auto -m MODEL to plan "
+               "a model's specs)");
   }
   if (o.layers <= 0) return bad(fmt::format("--layers must be positive (got {})", o.layers));
   if (o.kv_heads <= 0 || o.kv_heads > INT32_MAX) {
@@ -63,11 +109,20 @@ int RunPlan(const PlanOptions& o) {
   }
   // Exact totals of the spec: the format's blocks, f32 residual and sink rows, per-tensor state.
   std::vector<std::pair<int64_t, int64_t>> totals;  // (context, total bytes)
+  // What int8 with the same transforms would save at each context (seed 002's "8-bit saves"),
+  // shown when int8 is the smaller: [contexts.size()], else empty.
+  std::vector<int64_t> int8_saves;
+  KvSpec int8_spec = *spec;
+  int8_spec.format = *FindFormat("int8");
+  const LayerFormats int8_layer = LayerFormats::Both(int8_spec);
   for (int64_t n : contexts) {
     const Result<int64_t> total = KvBytesForContext(std::span(&layer, 1), shape, n);
     if (!total.ok()) return bad("--context: " + total.status().message());
     totals.emplace_back(n, *total);
+    const Result<int64_t> int8_total = KvBytesForContext(std::span(&int8_layer, 1), shape, n);
+    if (int8_total.ok() && *int8_total < *total) int8_saves.push_back(*total - *int8_total);
   }
+  if (int8_saves.size() != totals.size()) int8_saves.clear();
 
   // Tiers: with any budget flag, where the cache for the largest context would live.
   std::optional<KvTierPlan> tiers;
@@ -127,9 +182,18 @@ int RunPlan(const PlanOptions& o) {
         {"bits_per_number", mem->bits_per_number},
         {"memory_vs_f16", static_cast<double>(mem->bytes_per_layer_position) / f16_bytes},
         {"contexts", nlohmann::json::array()}};
-    for (auto [n, total] : totals) {
-      out["contexts"].push_back({{"context", n}, {"total_bytes", total},
-                                 {"bits_per_number", *KvBitsPerNumber(std::span(&layer, 1), shape, n)}});
+    for (size_t i = 0; i < totals.size(); ++i) {
+      const auto [n, total] = totals[i];
+      nlohmann::json row = {{"context", n}, {"total_bytes", total},
+                            {"bits_per_number", *KvBitsPerNumber(std::span(&layer, 1), shape, n)}};
+      if (!int8_saves.empty()) row["int8_saves_bytes"] = int8_saves[i];
+      out["contexts"].push_back(row);
+    }
+    if (model) {
+      out["model"] = {{"path", o.shared.model}, {"arch", model->arch}, {"layers", model->layers},
+                      {"attention_layers", model->attention_layers},
+                      {"recurrent_layers", model->layers - model->attention_layers},
+                      {"state_bytes_per_sequence", model->state_bytes}};
     }
     if (!ceiling_rows.empty()) {
       out["ceiling"] = nlohmann::json::array();
@@ -159,6 +223,13 @@ int RunPlan(const PlanOptions& o) {
     return 0;
   }
 
+  if (model) {
+    fmt::print("Model {} ({}): {} layers, {} with a KV cache{}\n", o.shared.model, model->arch, model->layers,
+               model->attention_layers,
+               model->attention_layers < model->layers
+                   ? fmt::format(", {} recurrent (Gated DeltaNet) with a fixed state", model->layers - model->attention_layers)
+                   : "");
+  }
   fmt::print("KV cache: {} layers x {} KV heads x head_dim {}, format {}\n", o.layers, o.kv_heads,
              o.head_dim, spec_name);
   fmt::print("  K: {}; {}\n", (*format)->key.element, (*format)->key.scale);
@@ -183,11 +254,20 @@ int RunPlan(const PlanOptions& o) {
                               : "");
   }
   if (!totals.empty()) {
-    fmt::print("\n  {:>12}  {:>22}  {:>12}  {:>11}\n", "context", "total bytes", "", "bits/number");
-    for (auto [n, total] : totals) {
-      fmt::print("  {:>12}  {:>22}  {:>12}  {:>11.4f}\n", FormatCount(n), FormatCount(total),
-                 FormatBytesIec(total), *KvBitsPerNumber(std::span(&layer, 1), shape, n));
+    fmt::print("\n  {:>12}  {:>22}  {:>12}  {:>11}{}\n", "context", "total bytes", "", "bits/number",
+               int8_saves.empty() ? "" : fmt::format("  {:>12}", "int8 saves"));
+    for (size_t i = 0; i < totals.size(); ++i) {
+      const auto [n, total] = totals[i];
+      fmt::print("  {:>12}  {:>22}  {:>12}  {:>11.4f}{}\n", FormatCount(n), FormatCount(total),
+                 FormatBytesIec(total), *KvBitsPerNumber(std::span(&layer, 1), shape, n),
+                 int8_saves.empty() ? "" : fmt::format("  {:>12}", FormatBytesIec(int8_saves[i])));
     }
+  }
+  if (model && model->state_bytes > 0) {
+    fmt::print("\n  fixed state per sequence  {} bytes ({}), f32: the {} recurrent layers' conv and delta-rule\n"
+               "  state, the same at every context (held beside the KV; not in the totals above)\n",
+               FormatCount(model->state_bytes), FormatBytesIec(model->state_bytes),
+               model->layers - model->attention_layers);
   }
   if (tiers) fmt::print("\nTiers at {} positions: {}\n", *std::max_element(contexts.begin(), contexts.end()), tiers->Describe());
   for (const CeilingRow& row : ceiling_rows) {

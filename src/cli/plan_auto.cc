@@ -86,7 +86,11 @@ CLI::Option* AddAutoPlanFlags(CLI::App* cmd, SharedOptions* shared, AutoPlanOpti
       "on each tensor alone (every other tensor f32), then the least summed KL within --kv-bits or\n"
       "--bytes-per-token; prints the plan with its predicted and measured KL; -o writes the plan file");
   std::vector<CLI::Option*> only_auto;
-  only_auto.push_back(AddModelFlag(cmd, shared));
+  // -m also works without --auto: the shape of the model file (cmd_plan.cc).
+  AddModelFlag(cmd, shared,
+               "GGUF (.gguf) or llama2.c checkpoint (.bin): without --auto, plan its KV shape (the layers with a\n"
+               "KV cache, KV heads, head_dim) and show its fixed state; with --auto, the model to plan specs for\n"
+               "(default: the bundled stories260K)");
   only_auto.push_back(AddTokenizerFlag(cmd, shared));
   only_auto.push_back(cmd->add_option("-f,--file", o->text, "--auto: text to evaluate on (default: data/eval/tinystories-eval.txt)"));
   only_auto.push_back(cmd->add_option("-c,--ctx-size", o->context, "--auto: positions to evaluate (default: the whole text, up to the "

@@ -73,6 +73,45 @@ TEST(Plan, Seed002CeilingFromMeasuredBytes) {
   EXPECT_TRUE(found);
 }
 
+// -m: the shape from a model file. The tiny hybrid preset (src/synth/synth_presets.cc): 4 layers,
+// full attention at 1 and 3 (2 KV heads x head_dim 32), Gated DeltaNet at 0 and 2 with conv kernel
+// 4, 2 key heads and 6 value heads of 16: per recurrent layer (4 - 1) x C + 6 x 16 x 16 floats with
+// C = 2 x 2 x 16 + 6 x 16 = 160, i.e. 480 + 1,536 = 2,016 floats; both layers 16,128 bytes in f32.
+TEST(Plan, ModelFileGivesTheHybridShapeAndItsFixedState) {
+  const std::string model = ::testing::TempDir() + "/kvq_plan_tiny_" + std::to_string(::getpid()) + ".gguf";
+  ASSERT_EQ(Kvq("synth --preset tiny-qwen35moe -o " + model).exit_code, 0);
+  const auto j = Json("plan -m " + model + " --format f16 --context 1000,4096");
+  EXPECT_EQ(j["layers"].get<int64_t>(), 2);  // only the attention layers hold KV
+  EXPECT_EQ(j["kv_heads"].get<int64_t>(), 2);
+  EXPECT_EQ(j["head_dim"].get<int64_t>(), 32);
+  EXPECT_EQ(j["bytes_per_token"].get<int64_t>(), 2 * 2 * 2 * 32 * 2);  // layers x K,V x heads x dim x 2 B
+  EXPECT_EQ(j["model"]["arch"].get<std::string>(), "qwen35moe");
+  EXPECT_EQ(j["model"]["layers"].get<int64_t>(), 4);
+  EXPECT_EQ(j["model"]["recurrent_layers"].get<int64_t>(), 2);
+  EXPECT_EQ(j["model"]["state_bytes_per_sequence"].get<int64_t>(), 16128);
+  ASSERT_EQ(j["contexts"].size(), 2u);
+  EXPECT_EQ(j["contexts"][0]["total_bytes"].get<int64_t>(), 512 * 1000);
+  // int8 with the same (no) transforms: 1 byte per number plus its per-row scales, counted by the
+  // shape-only plan of the same cache.
+  const auto int8 = Json("plan --layers 2 --kv-heads 2 --head-dim 32 --format int8 --context 1000");
+  EXPECT_EQ(j["contexts"][0]["int8_saves_bytes"].get<int64_t>(),
+            512 * 1000 - int8["contexts"][0]["total_bytes"].get<int64_t>());
+  const KvqRun table = Kvq("plan -m " + model + " --context 1000");
+  EXPECT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("4 layers, 2 with a KV cache, 2 recurrent (Gated DeltaNet) with a fixed state"),
+            std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("fixed state per sequence  16,128 bytes"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("int8 saves"), std::string::npos) << table.out;
+  // The shape comes from the file or from the flags, not both; a missing file is named.
+  const KvqRun both = Kvq("plan -m " + model + " --layers 2 --context 10");
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("-m takes the shape from the model file"), std::string::npos) << both.err;
+  const KvqRun missing = Kvq("plan -m /nonexistent/model.gguf --context 10");
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.err.find("/nonexistent/model.gguf"), std::string::npos) << missing.err;
+  std::remove(model.c_str());
+}
+
 TEST(Plan, CeilingFromAContextAndWeights) {
   const auto j = Json("plan --layers 10 --kv-heads 2 --head-dim 256 --format f16 --context 32768 "
                       "--weight-bytes 566MB");
