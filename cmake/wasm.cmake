@@ -6,15 +6,20 @@
 option(KVQ_WASM_SIMD "WebAssembly SIMD128 (kvq.js); OFF: Highway's scalar fallback (kvq-scalar.js)" ON)
 option(KVQ_WASM_BUNDLE "Assemble the web bundle (this build's module, the scalar variant, page, models)" ON)
 
-file(GLOB kvq_hwy_source_dirs "${PROJECT_SOURCE_DIR}/.deps/highway-*")
-list(SORT kvq_hwy_source_dirs)
-list(GET kvq_hwy_source_dirs -1 kvq_hwy_default_dir)  # empty list -> NOTFOUND
-set(KVQ_HWY_SOURCE_DIR "${kvq_hwy_default_dir}" CACHE PATH "Highway's source tree (scripts/setup.sh fetches it)")
-if(NOT EXISTS "${KVQ_HWY_SOURCE_DIR}/hwy/targets.cc")
-  message(FATAL_ERROR "Highway's source is missing (looked for .deps/highway-*/hwy/targets.cc, "
-                      "KVQ_HWY_SOURCE_DIR='${KVQ_HWY_SOURCE_DIR}'): run scripts/setup.sh, which fetches "
-                      "it with apt-get source")
-endif()
+# kvq_deps_source(VAR NAME PREFIX MARKER): VAR (a cache path) = the newest .deps/PREFIX-* folder that
+# scripts/setup.sh unpacked from a Debian source package; refused unless it holds MARKER.
+function(kvq_deps_source var name prefix marker)
+  file(GLOB dirs "${PROJECT_SOURCE_DIR}/.deps/${prefix}-*")
+  list(SORT dirs)
+  list(GET dirs -1 newest)  # empty list -> NOTFOUND
+  set(${var} "${newest}" CACHE PATH "${name}'s source tree (scripts/setup.sh fetches it)")
+  if(NOT EXISTS "${${var}}/${marker}")
+    message(FATAL_ERROR "${name}'s source is missing (looked for .deps/${prefix}-*/${marker}, ${var}='${${var}}'): "
+                        "run scripts/setup.sh, which fetches it with apt-get source")
+  endif()
+endfunction()
+
+kvq_deps_source(KVQ_HWY_SOURCE_DIR Highway highway hwy/targets.cc)
 
 if(KVQ_WASM_SIMD)
   add_compile_options(-msimd128)
@@ -53,15 +58,7 @@ endfunction()
 
 # fmt: its one implementation file compiled once, not FMT_HEADER_ONLY in every object (which
 # doubled each WebAssembly object's compile time: kv_cache.cc 6.7 s -> 3.5 s at -O3).
-file(GLOB kvq_fmt_source_dirs "${PROJECT_SOURCE_DIR}/.deps/fmt-*")
-list(SORT kvq_fmt_source_dirs)
-list(GET kvq_fmt_source_dirs -1 kvq_fmt_default_dir)
-set(KVQ_FMT_SOURCE_DIR "${kvq_fmt_default_dir}" CACHE PATH "fmt's source tree (scripts/setup.sh fetches it)")
-if(NOT EXISTS "${KVQ_FMT_SOURCE_DIR}/src/format.cc")
-  message(FATAL_ERROR "fmt's source is missing (looked for .deps/fmt-*/src/format.cc, "
-                      "KVQ_FMT_SOURCE_DIR='${KVQ_FMT_SOURCE_DIR}'): run scripts/setup.sh, which fetches "
-                      "it with apt-get source")
-endif()
+kvq_deps_source(KVQ_FMT_SOURCE_DIR fmt fmt src/format.cc)
 add_library(kvq_fmt STATIC "${KVQ_FMT_SOURCE_DIR}/src/format.cc")
 target_include_directories(kvq_fmt SYSTEM PUBLIC "${KVQ_FMT_SOURCE_DIR}/include")
 add_library(fmt::fmt ALIAS kvq_fmt)
