@@ -4,6 +4,8 @@
 #include <fmt/core.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -99,6 +101,18 @@ int RunBenchDecode(const BenchDecodeOptions& o) {
   if (!rows.ok()) return bad(rows.status().message());
   const KvSpec* reference = DecodeBenchReference(config);
   const int64_t weight_bytes = WeightBytesPerStep(model.weights());
+  // What else a step reads, from the reference arm's rows: the weights (a MoE model's routed
+  // experts as measured, their mean over the contexts run) and a hybrid's recurrent state.
+  int64_t other_bytes = 0, expert_bytes = 0, ref_rows = 0;
+  for (const DecodeBenchRow& r : *rows) {
+    if (r.format != KvSpecName(*reference)) continue;
+    other_bytes += r.weight_bytes + r.state_bytes;
+    expert_bytes += r.expert_bytes;
+    ++ref_rows;
+  }
+  other_bytes /= std::max<int64_t>(ref_rows, 1);
+  expert_bytes /= std::max<int64_t>(ref_rows, 1);
+  const int64_t state_bytes = cfg.state_floats() * 4;
 
   // Seed 002's kill criterion from the shapes: the ceiling at 32K of every smaller arm.
   nlohmann::json verdicts = nlohmann::json::array();
@@ -108,7 +122,7 @@ int RunBenchDecode(const BenchDecodeOptions& o) {
     const KvSpec* f = &spec;
     const Result<int64_t> kv32 = DecodeKvBytes(cfg, spec, kKillContext);
     if (f == reference || !ref32.ok() || !kv32.ok()) continue;
-    const double share = static_cast<double>(*ref32) / static_cast<double>(*ref32 + weight_bytes);
+    const double share = static_cast<double>(*ref32) / static_cast<double>(*ref32 + other_bytes);
     const double ceiling = SpeedupCeiling(share, static_cast<double>(*kv32) / static_cast<double>(*ref32));
     const bool clears = ceiling - 1.0 >= kKillThreshold;
     verdicts.push_back({{"format", KvSpecName(*f)}, {"context", kKillContext}, {"kv_share", share}, {"ceiling", ceiling},
@@ -121,21 +135,33 @@ int RunBenchDecode(const BenchDecodeOptions& o) {
   const std::string fill = "random rows encoded in each format (not a prefill)";
   if (o.shared.json) {
     nlohmann::json out = {{"model", model_path}, {"threads", o.shared.threads}, {"matvec_isa", MatVecTargetName()},
-                          {"weight_bytes_per_step", weight_bytes}, {"reference", KvSpecName(*reference)}, {"fill", fill},
+                          {"weight_bytes_per_step", weight_bytes + expert_bytes},
+                          {"expert_bytes_per_step", expert_bytes}, {"state_bytes", state_bytes},
+                          {"attention_layers", cfg.n_attention_layers()}, {"layers", cfg.n_layers},
+                          {"reference", KvSpecName(*reference)}, {"fill", fill},
                           {"reps", o.reps}, {"results", nlohmann::json::array()}, {"kill_criterion", verdicts}};
     if (cfg.seq_len < kKillContext) out["kill_criterion_note"] = "computed from shapes past the model's context";
     for (const DecodeBenchRow& r : *rows) {
       out["results"].push_back({{"format", r.format}, {"context", r.context}, {"ms_median", r.ms_median},
                                 {"ms_min", r.ms_min}, {"ms_max", r.ms_max}, {"tokens_per_second", r.tokens_per_second},
-                                {"kv_bytes", r.kv_bytes}, {"weight_bytes", r.weight_bytes}, {"kv_share", r.kv_share},
+                                {"kv_bytes", r.kv_bytes}, {"weight_bytes", r.weight_bytes},
+                                {"expert_bytes", r.expert_bytes}, {"state_bytes", r.state_bytes}, {"kv_share", r.kv_share},
                                 {"ceiling", r.ceiling}, {"speedup", r.speedup}});
     }
     PrintJson(out);
     return 0;
   }
-  fmt::print("decode: {} ({} layers, {} KV heads x {}, context {}), weights read per step {}, {} threads, "
-             "matvec SIMD {}\n", model_path, cfg.n_layers, cfg.n_kv_heads, cfg.head_dim(), cfg.seq_len,
-             FormatBytesIec(weight_bytes), o.shared.threads, MatVecTargetName());
+  const std::string layers = cfg.n_attention_layers() == cfg.n_layers
+                                 ? fmt::format("{} layers", cfg.n_layers)
+                                 : fmt::format("{} layers, KV in the {} attention layers", cfg.n_layers,
+                                               cfg.n_attention_layers());
+  fmt::print("decode: {} ({}, {} KV heads x {}, context {}), weights read per step {}, {} threads, "
+             "matvec SIMD {}\n", model_path, layers, cfg.n_kv_heads, cfg.head_dim(), cfg.seq_len,
+             FormatBytesIec(weight_bytes + expert_bytes), o.shared.threads, MatVecTargetName());
+  if (cfg.moe.n_experts > 0 || state_bytes > 0) {
+    fmt::print("  of which routed experts {} (measured: the experts the reference arm's steps chose, mean); "
+               "recurrent state read per step {}\n", FormatBytesIec(expert_bytes), FormatBytesIec(state_bytes));
+  }
   fmt::print("cache fill: {}; arms interleaved, {} timed steps each; ceiling and speedup vs {}\n\n", fill, o.reps,
              KvSpecName(*reference));
   fmt::print("{:<8} {:>8} {:>10} {:>17} {:>8} {:>11} {:>9} {:>9} {:>9}\n", "format", "context", "ms/step",

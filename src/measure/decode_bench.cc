@@ -36,7 +36,7 @@ Status FillRandom(KvCache& cache, const LlamaConfig& c, int64_t n, uint64_t seed
   const auto start = std::chrono::steady_clock::now();
   for (int64_t done = 0; done < n; done += kChunk) {
     const int64_t m = std::min(kChunk, n - done);
-    for (int32_t l = 0; l < c.n_layers; ++l) {
+    for (int32_t l = 0; l < c.n_attention_layers(); ++l) {
       if (Status s = cache.Append(l, k.data(), v.data(), m); !s.ok()) return s;
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -51,13 +51,23 @@ Status FillRandom(KvCache& cache, const LlamaConfig& c, int64_t n, uint64_t seed
 
 int64_t WeightBytesPerStep(const LlamaWeights& w) {
   const LlamaConfig& c = w.config;
+  const DeltaNetConfig& d = c.delta_net;
   int64_t bytes = MatrixRowBytes(w.token_embedding.type, w.token_embedding.cols) + MatrixBytes(w.classifier) +
                   int64_t{c.dim} * 4;  // one embedding row, the classifier, the final norm
-  for (const LayerWeights& L : w.layers) {
-    for (const Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w1, &L.w2, &L.w3}) bytes += MatrixBytes(*m);
-    bytes += int64_t{2} * c.dim * 4;                                 // the two norms
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = w.layers[l];
+    // Every matrix of the layer but the stacked experts (empty ones count 0): attention's or the
+    // recurrent mixer's projections, the dense FFN or the shared expert, the router and its gate.
+    for (const Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w1, &L.w2, &L.w3, &L.ssm_qkv, &L.ssm_gate, &L.ssm_beta,
+                            &L.ssm_alpha, &L.ssm_ba, &L.ssm_out, &L.router, &L.shared_gate}) {
+      bytes += MatrixBytes(*m);
+    }
+    bytes += int64_t{2} * c.dim * 4;                                        // the two norms
     if (L.bq != nullptr) bytes += (int64_t{c.q_dim()} + 2 * c.kv_dim()) * 4;  // q, k, v biases
-    if (L.q_norm != nullptr) bytes += int64_t{2} * c.head_dim() * 4;       // qwen3's q, k norms
+    if (L.q_norm != nullptr) bytes += int64_t{2} * c.head_dim() * 4;       // q, k head norms
+    if (c.is_recurrent(l)) {  // conv taps [C][K], dt bias and A [Hv], the gated norm [dv]
+      bytes += (d.conv_channels() * d.conv_kernel + 2 * int64_t{d.n_v_heads} + d.value_dim) * 4;
+    }
   }
   return bytes;
 }
@@ -71,7 +81,8 @@ const KvSpec* DecodeBenchReference(const DecodeBenchConfig& config) {
 
 Result<int64_t> DecodeKvBytes(const LlamaConfig& c, const KvSpec& spec, int64_t context) {
   if (context == 0) return int64_t{0};
-  const KvShape shape{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()};
+  // A hybrid's recurrent layers hold no KV: only its attention layers count.
+  const KvShape shape{.n_layers = c.n_attention_layers(), .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()};
   if (!spec.transforms.any()) return KvBytesForContext(*spec.format, shape, context);
   // Transforms: the exact rule of kvq/kv_spec.h per tensor, plus per-tensor state, every layer.
   const Result<int64_t> plain = KvBytesForContext(*spec.format, shape, context);  // shape checks
@@ -80,13 +91,14 @@ Result<int64_t> DecodeKvBytes(const LlamaConfig& c, const KvSpec& spec, int64_t 
       SpecBytesForRows(spec.format->key, spec.transforms, shape.row(), context) +
       SpecBytesForRows(spec.format->value, spec.transforms, shape.row(), context) +
       TensorStateBytes(spec.format->key) + TensorStateBytes(spec.format->value);
-  return per_layer * c.n_layers;
+  return per_layer * shape.n_layers;
 }
 
 Result<std::vector<DecodeBenchRow>> RunDecodeBench(LlamaModel& model, const DecodeBenchConfig& config,
                                                    const std::function<void(const std::string&)>& progress) {
   const LlamaConfig& c = model.config();
   const int64_t weight_bytes = WeightBytesPerStep(model.weights());
+  const int64_t state_bytes = c.state_floats() * 4;
   const KvSpec* reference = DecodeBenchReference(config);
   std::vector<DecodeBenchRow> rows;
   std::vector<float> logits(c.vocab_size);
@@ -99,9 +111,12 @@ Result<std::vector<DecodeBenchRow>> RunDecodeBench(LlamaModel& model, const Deco
     // Every arm's cache is alive at once, so the arms take turns step by step.
     std::vector<std::unique_ptr<KvCache>> caches;
     for (const KvSpec& f : config.formats) {
-      KvCacheConfig cc{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
+      // A hybrid's cache: its attention layers, and the recurrent layers' state (zeros: a step's
+      // cost does not depend on the values).
+      KvCacheConfig cc{.n_layers = c.n_attention_layers(), .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
                        .layers = {LayerFormats::Both(f)}, .key_rope = ModelRopeConfig(c),
                        .max_positions = positions, .page_positions = 256};
+      cc.state_floats = c.state_floats();  // (set apart: g++ 12 warns on the braced form past `budgets`)
       Result<std::unique_ptr<KvCache>> cache = KvCache::Create(cc);
       if (!cache.ok()) return cache.status();
       if (Status s = FillRandom(**cache, c, n, config.seed, progress, fmt::format("{} at {}", KvSpecName(f), n)); !s.ok()) {
@@ -111,13 +126,19 @@ Result<std::vector<DecodeBenchRow>> RunDecodeBench(LlamaModel& model, const Deco
     }
     const size_t arms = config.formats.size();
     std::vector<std::vector<double>> ms(arms);
+    std::vector<int64_t> expert_bytes(arms, 0);  // routed experts read over the timed steps
     for (int32_t step = 0; step <= config.reps; ++step) {
       for (size_t a = 0; a < arms; ++a) {
+        const int64_t experts_before = model.expert_bytes_read();
         const auto t0 = std::chrono::steady_clock::now();
-        // Any token will do: the step's cost does not depend on which one.
+        // Any token will do: the step's cost does not depend on which one (a MoE model's experts
+        // do depend on it and on the cache: they are counted per step).
         if (Status s = model.Forward(1 % c.vocab_size, n + step, *caches[a], logits.data()); !s.ok()) return s;
         const double elapsed = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        if (step > 0) ms[a].push_back(elapsed);  // step 0 warms caches and the thread pool
+        if (step > 0) {  // step 0 warms caches and the thread pool
+          ms[a].push_back(elapsed);
+          expert_bytes[a] += model.expert_bytes_read() - experts_before;
+        }
       }
     }
     if (progress) progress(fmt::format("context {}: {} steps per arm timed", n, config.reps));
@@ -126,7 +147,9 @@ Result<std::vector<DecodeBenchRow>> RunDecodeBench(LlamaModel& model, const Deco
     size_t ref_arm = 0;
     for (size_t a = 0; a < arms; ++a) ref_arm = &config.formats[a] == reference ? a : ref_arm;
     const double ref_ms = Median(ms[ref_arm]);
-    const double share = static_cast<double>(*ref_kv) / static_cast<double>(*ref_kv + weight_bytes);
+    // The reference arm's step: its KV, the dense weights, the experts it read, the state.
+    const int64_t ref_other = weight_bytes + expert_bytes[ref_arm] / config.reps + state_bytes;
+    const double share = static_cast<double>(*ref_kv) / static_cast<double>(*ref_kv + ref_other);
     for (size_t a = 0; a < arms; ++a) {
       DecodeBenchRow r;
       r.format = KvSpecName(config.formats[a]);
@@ -138,7 +161,9 @@ Result<std::vector<DecodeBenchRow>> RunDecodeBench(LlamaModel& model, const Deco
       Result<int64_t> kv = DecodeKvBytes(c, config.formats[a], n);
       if (!kv.ok()) return kv.status();
       r.kv_bytes = *kv;
-      r.weight_bytes = weight_bytes;
+      r.expert_bytes = expert_bytes[a] / config.reps;
+      r.weight_bytes = weight_bytes + r.expert_bytes;
+      r.state_bytes = state_bytes;
       r.kv_share = share;
       r.ceiling = *ref_kv == 0 ? 1.0 : SpeedupCeiling(share, static_cast<double>(*kv) / static_cast<double>(*ref_kv));
       r.speedup = ref_ms / r.ms_median;

@@ -29,21 +29,26 @@ struct DecodeBenchRow {
   int64_t context = 0;
   double ms_median = 0, ms_min = 0, ms_max = 0;  ///< one decode step
   double tokens_per_second = 0;                   ///< 1000 / ms_median
-  int64_t kv_bytes = 0;       ///< K + V bytes a step reads at this context, every layer
-  int64_t weight_bytes = 0;   ///< weight bytes a step reads
-  double kv_share = 0;        ///< the reference arm's KV bytes / (its KV + weight bytes)
+  int64_t kv_bytes = 0;       ///< K + V bytes a step reads at this context, every attention layer
+  int64_t weight_bytes = 0;   ///< weight bytes a step reads: WeightBytesPerStep + expert_bytes
+  int64_t expert_bytes = 0;   ///< of those, routed experts' (MoE), measured: mean over the timed steps
+  int64_t state_bytes = 0;    ///< a hybrid's recurrent state, read (and written) once per step
+  double kv_share = 0;        ///< the reference arm's KV bytes / (its KV + weight + state bytes)
   double ceiling = 1;         ///< 1 / (1 − kv_share · (1 − kv_bytes / reference kv_bytes))
   double speedup = 1;         ///< measured: reference median / this median
 };
 
-/// Weight bytes one decode step reads: every layer's matrices, norms and biases, the classifier,
-/// and one embedding row.
+/// Weight bytes one decode step reads apart from a MoE model's routed experts (which depend on the
+/// token and are measured per step): every layer's matrices, norms and biases — attention's or the
+/// recurrent mixer's, the dense FFN or the shared expert and the router — the classifier, and one
+/// embedding row.
 int64_t WeightBytesPerStep(const LlamaWeights& weights);
 
 /// The arm the ceiling and speedup are relative to: f16 when it is an arm, else the first.
 const KvSpec* DecodeBenchReference(const DecodeBenchConfig& config);
 
-/// KV bytes a step reads at `context` for `format` (every layer, K and V; 0 at context 0).
+/// KV bytes a step reads at `context` for `format` (every attention layer — a hybrid's recurrent
+/// layers hold none — K and V; 0 at context 0).
 Result<int64_t> DecodeKvBytes(const LlamaConfig& model, const KvSpec& format, int64_t context);
 
 /// Runs the benchmark on `model` (its thread count is the model's). Errors: a context past the

@@ -338,7 +338,7 @@ Status LlamaModel::ForwardBatch(std::span<const ForwardSegment> segments) {
     clock.Charge(kRest);
     if (c.moe.n_experts > 0) {  // hb: the shared expert's; then per row the routed experts
       MatMul(L.w2, hb, n, xb2, threads_);
-      MoeRows(c, L, xb, n, xb2, xb2, &moe_scratch_, threads_);  // in place: σ(gate)·shared + routed
+      expert_bytes_read_ += MoeRows(c, L, xb, n, xb2, xb2, &moe_scratch_, threads_);  // in place: σ(gate)·shared + routed
       clock.Charge(kWeights);
       for (int64_t i = 0; i < n * dim; ++i) x[i] += xb2[i];
     } else {

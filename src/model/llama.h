@@ -91,6 +91,10 @@ class LlamaModel {
   /// is read). Not owned.
   void set_profile(ForwardProfile* profile) { profile_ = profile; }
 
+  /// Bytes of routed expert weights the forward pass has read since the model was made (MoE
+  /// models; 0 otherwise): each layer's chosen experts, each once per call (MoeRows).
+  int64_t expert_bytes_read() const { return expert_bytes_read_; }
+
   /// Attention options the model uses (scale 1/sqrt(head_dim), the SIMD kernel, its threads).
   AttentionOptions attention_options() const;
 
@@ -110,6 +114,7 @@ class LlamaModel {
   int32_t threads_;
   const ForwardHooks* hooks_ = nullptr;
   ForwardProfile* profile_ = nullptr;
+  int64_t expert_bytes_read_ = 0;
   int64_t row_capacity_ = 0;
   // Activations of the batch's rows, token-major, segment after segment (n = all segments' tokens).
   std::vector<float> x_, xb_, xb2_;  // [n][dim] residual stream, normed input, projection output

@@ -16,8 +16,8 @@ Matrix ExpertMatrix(const Matrix& stacked, int64_t expert, int64_t rows) {
   return m;
 }
 
-void MoeRows(const LlamaConfig& c, const LayerWeights& L, const float* x, int64_t n,
-             const float* shared, float* out, MoeScratch* s, int32_t threads) {
+int64_t MoeRows(const LlamaConfig& c, const LayerWeights& L, const float* x, int64_t n,
+                const float* shared, float* out, MoeScratch* s, int32_t threads) {
   const int64_t n_experts = c.moe.n_experts, k = c.moe.n_experts_used, fe = c.moe.expert_hidden_dim;
   const int64_t dim = c.dim;
   s->probs.resize(n * n_experts);
@@ -54,6 +54,7 @@ void MoeRows(const LlamaConfig& c, const LayerWeights& L, const float* x, int64_
   s->next.assign(s->first.begin(), s->first.end() - 1);  // the next free slot per expert
   for (int64_t slot = 0; slot < n * k; ++slot) s->slots[s->next[s->chosen[slot]]++] = slot;
   // Each chosen expert once, over the rows that chose it.
+  int64_t bytes_read = 0;
   for (int64_t e = 0; e < n_experts; ++e) {
     const int64_t m = s->first[e + 1] - s->first[e];
     if (m == 0) continue;
@@ -64,10 +65,13 @@ void MoeRows(const LlamaConfig& c, const LayerWeights& L, const float* x, int64_
     s->y_rows.resize(m * dim);
     for (int64_t i = 0; i < m; ++i)
       std::copy_n(x + slots[i] / k * dim, dim, s->x_rows.data() + i * dim);
-    MatMul(ExpertMatrix(L.gate_exps, e, fe), s->x_rows.data(), m, s->gate.data(), threads);
-    MatMul(ExpertMatrix(L.up_exps, e, fe), s->x_rows.data(), m, s->up.data(), threads);
+    const Matrix gate = ExpertMatrix(L.gate_exps, e, fe), up = ExpertMatrix(L.up_exps, e, fe);
+    const Matrix down = ExpertMatrix(L.down_exps, e, dim);
+    MatMul(gate, s->x_rows.data(), m, s->gate.data(), threads);
+    MatMul(up, s->x_rows.data(), m, s->up.data(), threads);
     SwiGlu(s->gate.data(), s->up.data(), m * fe);
-    MatMul(ExpertMatrix(L.down_exps, e, dim), s->gate.data(), m, s->y_rows.data(), threads);
+    MatMul(down, s->gate.data(), m, s->y_rows.data(), threads);
+    for (const Matrix* w : {&gate, &up, &down}) bytes_read += w->rows * MatrixRowBytes(w->type, w->cols);
     for (int64_t i = 0; i < m; ++i)
       std::copy_n(s->y_rows.data() + i * dim, dim, s->routed.data() + slots[i] * dim);
   }
@@ -83,6 +87,7 @@ void MoeRows(const LlamaConfig& c, const LayerWeights& L, const float* x, int64_
       for (int64_t j = 0; j < dim; ++j) o[j] += w * y[j];
     }
   }
+  return bytes_read;
 }
 
 }  // namespace kvq

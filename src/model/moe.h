@@ -36,8 +36,10 @@ struct MoeScratch {
 
 /// For each of n rows: out = σ(shared_gate · x) · shared + Σ_{rank < k} w · down_e(silu(gate_e x) ⊙
 /// up_e x), with x [n][dim] the normed rows and shared [n][dim] the shared expert's outputs; out
-/// may alias shared. Ties in probability go to the lower expert index.
-void MoeRows(const LlamaConfig& c, const LayerWeights& L, const float* x, int64_t n,
+/// may alias shared. Ties in probability go to the lower expert index. Returns the bytes of routed
+/// expert weights read: the chosen experts' gate, up and down slices, each expert once however
+/// many rows chose it (kvq bench decode's per-step weight bytes).
+int64_t MoeRows(const LlamaConfig& c, const LayerWeights& L, const float* x, int64_t n,
              const float* shared, float* out, MoeScratch* scratch, int32_t threads);
 
 }  // namespace kvq
