@@ -95,6 +95,15 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
     if (*v == 0 || *v > (1u << 24)) return Status::Error(fmt::format("{}: {}{} = {} is not plausible", path, pre, key, *v));
     *field = static_cast<int32_t>(*v);
   }
+  // Every block has tensors of its own, so a file cannot hold more blocks than tensors: checked
+  // before anything is sized by the count (a 30 KB file declaring 100,000 blocks asked for 50 MB
+  // of layer views; fuzz finding). Not before the metadata checks, which a file without tensors
+  // can still fail on.
+  const auto check_block_count = [&]() -> Status {
+    if (static_cast<uint64_t>(c.n_layers) <= file->tensors().size()) return Status::Ok();
+    return Status::Error(fmt::format("{}: {}block_count = {}, but the file holds only {} tensors (each block has "
+                                     "its own)", path, pre, c.n_layers, file->tensors().size()));
+  };
   c.n_kv_heads = c.n_heads;
   if (file->Has(pre + "attention.head_count_kv")) {
     Result<uint32_t> v = u32("attention.head_count_kv");
@@ -140,6 +149,7 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
                                      "{}attention.key_length)", path, c.n_heads, c.dim, pre));
   }
   if (hybrid != nullptr) {  // partial RoPE, layer kinds, DeltaNet and expert sizes
+    if (Status s = check_block_count(); !s.ok()) return s;  // before layer_kinds is sized
     if (Status s = ReadHybridConfig(*file, pre, *hybrid, &c); !s.ok()) return s;
   } else if (file->Has(pre + "rope.dimension_count")) {
     Result<uint32_t> v = u32("rope.dimension_count");
@@ -202,6 +212,7 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
   if (!m.ok()) return m.status();
   w.token_embedding = *m;
   const int64_t d = c.dim, q = c.q_dim(), kv = c.kv_dim(), hd = c.hidden_dim;
+  if (Status s = check_block_count(); !s.ok()) return s;
   w.layers.resize(c.n_layers);
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const std::string blk = fmt::format("blk.{}.", l);
