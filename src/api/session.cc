@@ -212,26 +212,12 @@ Result<Completion> Session::Generate(std::string_view prompt, const GenerateRequ
   return c;
 }
 
-namespace {
-// Snapshots hold KV pages only for now: a hybrid model's recurrent state would be lost, and a
-// restored session would continue from a zero state with no error. Refused until they carry it.
-Status RefuseStateSnapshot(const KvCache& cache, const std::string& path) {
-  if (cache.state_floats() == 0) return Status::Ok();
-  return Status::Error(
-      fmt::format("{}: prefix snapshots do not carry a hybrid model's recurrent state ({} floats) "
-                  "yet, so this model's sessions cannot be saved or restored (issue 19)",
-                  path, cache.state_floats()));
-}
-}  // namespace
-
 Status Session::SavePrefix(const std::string& path) const {
-  if (Status st = RefuseStateSnapshot(*impl_->cache, path); !st.ok()) return st;
   return impl_->cache->Save(path, impl_->model->fingerprint(), impl_->tokens);
 }
 
 Result<int64_t> Session::LoadPrefix(const std::string& path) {
   Impl& s = *impl_;
-  if (Status st = RefuseStateSnapshot(*s.cache, path); !st.ok()) return st;
   Result<std::vector<int32_t>> ids = s.cache->Load(path, s.model->fingerprint());
   if (!ids.ok()) return ids.status();
   if (static_cast<int64_t>(ids->size()) != s.cache->positions(0)) {

@@ -1,5 +1,6 @@
 // KvCache snapshots: Export flattens each layer's encoded blocks (K then V) in stored order plus
-// its f32 residual and sink rows, transforms and scales into a SnapshotImage; Import checks an
+// its f32 residual and sink rows, transforms and scales, and a hybrid model's recurrent state into
+// a SnapshotImage; Import checks an
 // image against this cache (shape, formats, transforms, rotation seed, lengths) before touching
 // anything, then writes the pages back through the page store, so a disk master is rebuilt on disk.
 #include <fmt/format.h>
@@ -36,6 +37,7 @@ Result<SnapshotImage> KvCache::Export(const ModelFingerprint& model) const {
   image.model = model;
   image.n_positions = m.layers[0].positions;
   image.rotation_seed = m.config.rotation_seed;
+  image.state = m.state;
   const int32_t P = m.config.page_positions;
   std::vector<uint8_t> page;
   for (int64_t l = 0; l < m.config.n_layers; ++l) {
@@ -83,6 +85,9 @@ Status KvCache::Import(const SnapshotImage& image) {
   if (UsesRotation(m.formats) && image.rotation_seed != m.config.rotation_seed) {
     return bad(fmt::format("rotation seed {:016x}, the cache's is {:016x}", image.rotation_seed,
                            m.config.rotation_seed));
+  }
+  if (image.state.size() != m.state.size()) {
+    return bad(fmt::format("{} floats of recurrent state, the cache carries {}", image.state.size(), m.state.size()));
   }
   const int64_t n = image.n_positions;
   const int64_t elems = m.row.elems();
@@ -139,6 +144,7 @@ Status KvCache::Import(const SnapshotImage& image) {
     }
     L.positions = n;
   }
+  m.state = image.state;
   return Status::Ok();
 }
 
@@ -152,6 +158,7 @@ Status KvCache::Save(const std::string& path, const ModelFingerprint& model,
 
 Result<std::vector<int32_t>> KvCache::Load(const std::string& path, const ModelFingerprint& model) {
   SnapshotExpectation expect{.model = model, .rotation_seed = impl_->config.rotation_seed};
+  expect.state_floats = state_floats();
   for (const LayerFormats& f : impl_->formats) {
     expect.key_formats.push_back(static_cast<uint16_t>(f.key->id));
     expect.value_formats.push_back(static_cast<uint16_t>(f.value->id));

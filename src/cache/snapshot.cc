@@ -22,7 +22,8 @@
 #include <memory>
 #include <string_view>
 
-// File layout, version 3. Version 2 (no transforms, sinks, value residual or rotation seed) and
+// File layout, version 4. Version 3 is read as version 4 without the state section (it has none:
+// it predates hybrid models); version 2 (no transforms, sinks, value residual or rotation seed) and
 // version 1 (no tokens section) are refused, not converted. Little-endian, no padding.
 // L = n_layers.
 //
@@ -54,8 +55,10 @@
 // bytes, value bytes, key residual, value residual, key sinks, value sinks), each its raw bytes
 // (4*count bytes of f32 for s >= 2) followed by a u64 Checksum64(those bytes, seed 6*i + s + 1).
 // Then the tokens section: u64 n_tokens, n_tokens × i32 token ids, and a u64
-// Checksum64(those 8 + 4·n_tokens bytes, seed 6*L + 1). The file ends there; trailing bytes
-// are an error.
+// Checksum64(those 8 + 4·n_tokens bytes, seed 6*L + 1). Then the state section (version 4): u64
+// n_state, n_state × f32 (a hybrid model's recurrent state after the n_positions tokens; 0 for a
+// model without one), and a u64 Checksum64(those 8 + 4·n_state bytes, seed 6*L + 2). The file ends
+// there; trailing bytes are an error.
 //
 // Seeding each section's checksum with its position makes a section (with its checksum) copied
 // or swapped into the wrong place fail, although its bytes are intact.
@@ -96,6 +99,8 @@ void Store(uint8_t** p, T v) {
 
 uint64_t SectionSeed(uint64_t layer, int section) { return kSections * layer + section + 1; }
 uint64_t TokensSeed(uint64_t n_layers) { return kSections * n_layers + 1; }
+uint64_t StateSeed(uint64_t n_layers) { return kSections * n_layers + 2; }
+constexpr uint32_t kFirstVersionWithState = 4;
 
 // Section s >= 2 of a layer: the f32 residual (K, V), then the sinks (K, V).
 template <typename Layer>
@@ -194,6 +199,17 @@ bool WriteSection(FILE* f, const void* data, size_t bytes, uint64_t seed) {
   return WriteAll(f, data, bytes) && WriteAll(f, &sum, sizeof(sum));
 }
 
+// A counted section (tokens, state): u64 count, then the count 4-byte numbers.
+template <typename T>
+std::vector<uint8_t> CountedSection(const std::vector<T>& values) {
+  static_assert(sizeof(T) == 4);
+  std::vector<uint8_t> bytes(8 + 4 * values.size());
+  uint8_t* p = bytes.data();
+  Store<uint64_t>(&p, values.size());
+  if (!values.empty()) std::memcpy(p, values.data(), 4 * values.size());
+  return bytes;
+}
+
 // Makes the rename itself durable. Best effort: the snapshot is already in place and complete
 // when this runs, so failing the write here would leave a file behind an error.
 void SyncParentDirectory(const std::string& path) {
@@ -259,6 +275,29 @@ struct LayerLengths {
   uint64_t bytes[kSections];  // in bytes, in section order; saturated when absurd
 };
 
+// Reads a counted section (CountedSection) checksummed with `seed`: its count is read first and
+// bounded by what is left of the file before anything is sized by it.
+template <typename T>
+Result<std::vector<T>> ReadCountedSection(Reader& in, const std::string& path, uint64_t seed, std::string_view name) {
+  const std::string what = fmt::format("the {} section", name);
+  std::vector<uint8_t> bytes(8);
+  if (Status s = in.Read(bytes.data(), 8, what); !s.ok()) return s;
+  const uint64_t n = Load<uint64_t>(bytes.data());
+  if (n > (in.remaining() < kChecksumBytes ? 0 : (in.remaining() - kChecksumBytes) / 4)) {
+    return TruncatedError(path, in.size(), in.offset(), n > kMaxU64 / 8 ? kMaxU64 : 4 * n + kChecksumBytes, what);
+  }
+  bytes.resize(8 + 4 * n);
+  uint64_t stored_sum = 0;
+  if (Status s = in.Read(bytes.data() + 8, 4 * n, what); !s.ok()) return s;
+  if (Status s = in.Read(&stored_sum, sizeof(stored_sum), what); !s.ok()) return s;
+  if (Checksum64(bytes.data(), bytes.size(), seed) != stored_sum) {
+    return Status::Error(fmt::format("snapshot '{}' {} section is corrupt (checksum mismatch)", path, name));
+  }
+  std::vector<T> values(n);
+  if (n > 0) std::memcpy(values.data(), bytes.data() + 8, 4 * n);
+  return values;
+}
+
 }  // namespace
 
 Status WriteSnapshot(const std::string& path, const SnapshotImage& image) {
@@ -300,12 +339,7 @@ Status WriteSnapshot(const std::string& path, const SnapshotImage& image) {
 
   FILE* f = file.get();
   if (!WriteAll(f, header.data(), header.size())) return fail("writing the header", errno);
-  std::vector<uint8_t> tokens(8 + 4 * image.tokens.size());
-  {
-    uint8_t* p = tokens.data();
-    Store<uint64_t>(&p, image.tokens.size());
-    if (!image.tokens.empty()) std::memcpy(p, image.tokens.data(), 4 * image.tokens.size());
-  }
+  const std::vector<uint8_t> tokens = CountedSection(image.tokens), state = CountedSection(image.state);
   for (size_t i = 0; i < image.layers.size(); ++i) {
     const SnapshotLayer& layer = image.layers[i];
     for (int s = 0; s < kSections; ++s) {
@@ -317,6 +351,9 @@ Status WriteSnapshot(const std::string& path, const SnapshotImage& image) {
   }
   if (!WriteSection(f, tokens.data(), tokens.size(), TokensSeed(image.layers.size()))) {
     return fail("writing the tokens", errno);
+  }
+  if (!WriteSection(f, state.data(), state.size(), StateSeed(image.layers.size()))) {
+    return fail("writing the recurrent state", errno);
   }
   errno = 0;
   if (std::fflush(f) != 0) return fail("flushing", errno);
@@ -378,9 +415,9 @@ Result<SnapshotImage> ReadSnapshot(const std::string& path, const SnapshotExpect
     return error(fmt::format("was written by a newer kvq (version {}; this kvq reads up to {})",
                              version, kSnapshotVersion));
   }
-  if (version < kSnapshotVersion) {
-    return error(fmt::format("has version {}, which this kvq does not read (it reads {})", version,
-                             kSnapshotVersion));
+  if (version < kFirstVersionWithState - 1) {
+    return error(fmt::format("has version {}, which this kvq does not read (it reads {} and {})", version,
+                             kFirstVersionWithState - 1, kSnapshotVersion));
   }
 
   if (Status s = in.Read(header.data() + 12, kFixedHeaderBytes - 12, "the header"); !s.ok()) {
@@ -552,29 +589,18 @@ Result<SnapshotImage> ReadSnapshot(const std::string& path, const SnapshotExpect
     }
   }
 
-  // The tokens section: its count is read first and bounded by what is left of the file.
-  {
-    std::vector<uint8_t> tokens(8);
-    if (Status st_read = in.Read(tokens.data(), 8, "the tokens section"); !st_read.ok()) return st_read;
-    const uint64_t n_tokens = Load<uint64_t>(tokens.data());
-    if (n_tokens > (in.remaining() < kChecksumBytes ? 0 : (in.remaining() - kChecksumBytes) / 4)) {
-      return TruncatedError(path, in.size(), in.offset(),
-                            n_tokens > kMaxU64 / 8 ? kMaxU64 : 4 * n_tokens + kChecksumBytes,
-                            "the tokens section");
-    }
-    tokens.resize(8 + 4 * n_tokens);
-    uint64_t stored_sum = 0;
-    if (Status st_read = in.Read(tokens.data() + 8, 4 * n_tokens, "the tokens section"); !st_read.ok()) {
-      return st_read;
-    }
-    if (Status st_read = in.Read(&stored_sum, sizeof(stored_sum), "the tokens section"); !st_read.ok()) {
-      return st_read;
-    }
-    if (Checksum64(tokens.data(), tokens.size(), TokensSeed(n_layers)) != stored_sum) {
-      return error("tokens section is corrupt (checksum mismatch)");
-    }
-    image.tokens.resize(n_tokens);
-    if (n_tokens > 0) std::memcpy(image.tokens.data(), tokens.data() + 8, 4 * n_tokens);
+  Result<std::vector<int32_t>> tokens = ReadCountedSection<int32_t>(in, path, TokensSeed(n_layers), "tokens");
+  if (!tokens.ok()) return tokens.status();
+  image.tokens = std::move(tokens).value();
+  if (version >= kFirstVersionWithState) {
+    Result<std::vector<float>> state = ReadCountedSection<float>(in, path, StateSeed(n_layers), "state");
+    if (!state.ok()) return state.status();
+    image.state = std::move(state).value();
+  }
+  if (static_cast<int64_t>(image.state.size()) != expect.state_floats) {
+    return error(fmt::format("holds {} floats of recurrent state; this model's sessions carry {}{}",
+                             image.state.size(), expect.state_floats,
+                             version < kFirstVersionWithState ? " (a version 3 file holds none)" : ""));
   }
 
   if (!in.AtEnd()) {

@@ -41,6 +41,7 @@ struct SnapshotImage {
   uint64_t rotation_seed = 0;         ///< the cache's "rot" seed (kept whether or not any rotates)
   std::vector<SnapshotLayer> layers;  ///< model.n_layers entries
   std::vector<int32_t> tokens;        ///< the token ids the cache holds, when the saver knows them
+  std::vector<float> state;           ///< a hybrid model's recurrent state (KvCache::state()), or empty
 };
 
 /// What the loader must find: the model, the rotation seed (checked only when some tensor
@@ -51,10 +52,12 @@ struct SnapshotExpectation {
   std::vector<uint16_t> key_formats;    ///< per layer
   std::vector<uint16_t> value_formats;  ///< per layer
   std::vector<std::array<KvTransforms, 2>> transforms;  ///< per layer: K, V
+  int64_t state_floats = 0;  ///< the recurrent state the file must hold (KvCacheConfig::state_floats)
 };
 
-/// Current file version. A file with another version is refused.
-inline constexpr uint32_t kSnapshotVersion = 3;
+/// Current file version (4: the recurrent state). Version 3 is read too (as holding no state); any
+/// other is refused.
+inline constexpr uint32_t kSnapshotVersion = 4;
 
 /// Writes `image` to `path` atomically (a temporary file in the same folder, fsync'd, renamed).
 /// On error nothing is left at `path` that was not there before, and the message names the path.
@@ -63,8 +66,8 @@ inline constexpr uint32_t kSnapshotVersion = 3;
 Status WriteSnapshot(const std::string& path, const SnapshotImage& image);
 
 /// Reads and fully validates a snapshot: magic, version (any other refused), fingerprint, formats,
-/// transforms and (when some tensor rotates) rotation seed against `expect`, every section's
-/// length and checksum, no trailing bytes. Errors name the file and what was wrong (e.g. "was
+/// transforms, (when some tensor rotates) rotation seed and the state's length against `expect`,
+/// every section's length and checksum, no trailing bytes. Errors name the file and what was wrong (e.g. "was
 /// saved for another model: 5 layers x 4 KV heads x head_dim 8, weights a1b2...; this model:
 /// ...", "layer 2 keys were saved as int4+rot+sink4; the cache uses int4+rot"). Nothing partial
 /// is ever returned.

@@ -63,13 +63,8 @@ int RunGenerate(const RunOptions& o) {
   Result<std::unique_ptr<KvCache>> cache = KvCache::Create(cache_config);
   if (!cache.ok()) return bad(cache.status().message());
 
-  // Prompt cache: a snapshot of the cache after every prompt token but the last, with those ids.
-  if (!o.prompt_cache.empty() && cfg.state_floats() > 0) {  // snapshots hold no recurrent state yet
-    return bad(fmt::format(
-        "--prompt-cache {}: snapshots do not carry a hybrid model's recurrent state yet "
-        "(issue 19); run without it",
-        o.prompt_cache));
-  }
+  // Prompt cache: a snapshot of the cache after every prompt token but the last, with those ids
+  // (and a hybrid model's recurrent state at that point).
   const ModelFingerprint fingerprint = o.prompt_cache.empty() ? ModelFingerprint{} : Fingerprint(*weights);
   std::vector<int32_t> cached_tokens;
   if (!o.prompt_cache.empty() && std::filesystem::exists(o.prompt_cache)) {

@@ -106,17 +106,23 @@ constexpr KvTransforms Tr(bool rotate, int32_t sinks, int32_t residual) {
 // Three layers, different formats and transforms per layer, residual and sink rows of K and V
 // (rows of 4 heads x 8 = 32 floats), calibrated scales in one.
 SnapshotImage RoundTripImage() {
-  return MakeImage(7, {{0, 0, 512, 512, {0, 0}, {0, 0}, false, {kNone, kNone}},
+  SnapshotImage image = MakeImage(7, {{0, 0, 512, 512, {0, 0}, {0, 0}, false, {kNone, kNone}},
                        {6, 6, 256, 256, {0, 5 * 32}, {4 * 32, 0}, true,
                         {Tr(true, 4, 0), Tr(true, 0, 64)}},
                        {5, 2, 96, 160, {2 * 32, 3 * 32}, {1 * 32, 2 * 32}, false,
                         {Tr(false, 1, 16), Tr(true, 2, 8)}}});
+  // A hybrid model's recurrent state: its bits, -0.0 and NaN included, come back.
+  image.state = {1.5f, -0.0f, std::numeric_limits<float>::quiet_NaN(), -3.25e-7f, 65504.0f};
+  return image;
 }
 
 // Small enough to damage at every byte; every section non-empty in layer 0.
 SnapshotImage SmallImage() {
-  return MakeImage(11, {{6, 6, 24, 16, {4, 3}, {2, 5}, true, {Tr(true, 1, 4), Tr(false, 2, 3)}},
-                        {2, 2, 24, 9, {0, 0}, {0, 1}, false, {kNone, Tr(false, 1, 0)}}});
+  SnapshotImage image =
+      MakeImage(11, {{6, 6, 24, 16, {4, 3}, {2, 5}, true, {Tr(true, 1, 4), Tr(false, 2, 3)}},
+                     {2, 2, 24, 9, {0, 0}, {0, 1}, false, {kNone, Tr(false, 1, 0)}}});
+  image.state = {0.25f, -7.0f};  // so damage to the state section is tried at every byte too
+  return image;
 }
 
 SnapshotImage LargeImage() {
@@ -142,6 +148,7 @@ SnapshotExpectation ExpectationFor(const SnapshotImage& image) {
     expect.value_formats.push_back(layer.value_format);
     expect.transforms.push_back(layer.transforms);
   }
+  expect.state_floats = static_cast<int64_t>(image.state.size());
   return expect;
 }
 
@@ -153,6 +160,8 @@ struct Layout {
   std::vector<std::array<uint64_t, kSections>> length;
   uint64_t tokens_start = 0;  // the u64 count, then the ids, then the checksum
   uint64_t tokens_length = 0;  // count + ids, without the checksum
+  uint64_t state_start = 0;    // the u64 count, then the floats, then the checksum
+  uint64_t state_length = 0;   // count + floats, without the checksum
   uint64_t file_size = 0;
 };
 
@@ -176,6 +185,9 @@ Layout LayoutOf(const SnapshotImage& image) {
   layout.tokens_start = at;
   layout.tokens_length = 8 + 4 * image.tokens.size();
   at += layout.tokens_length + 8;
+  layout.state_start = at;
+  layout.state_length = 8 + 4 * image.state.size();
+  at += layout.state_length + 8;
   layout.file_size = at;
   return layout;
 }
@@ -228,6 +240,10 @@ void ExpectSameImage(const SnapshotImage& a, const SnapshotImage& b) {
   EXPECT_EQ(a.n_positions, b.n_positions);
   EXPECT_EQ(a.rotation_seed, b.rotation_seed);
   EXPECT_EQ(a.tokens, b.tokens);
+  ASSERT_EQ(a.state.size(), b.state.size());
+  for (size_t j = 0; j < a.state.size(); ++j) {  // bits: NaN and -0.0 included
+    EXPECT_EQ(std::bit_cast<uint32_t>(a.state[j]), std::bit_cast<uint32_t>(b.state[j])) << "state " << j;
+  }
   ASSERT_EQ(a.layers.size(), b.layers.size());
   for (size_t i = 0; i < a.layers.size(); ++i) {
     const SnapshotLayer& x = a.layers[i];
@@ -320,7 +336,7 @@ TEST_F(SnapshotTest, RoundTripIsExact) {
 TEST_F(SnapshotTest, HeaderFieldsSitWhereTheLayoutSays) {
   const SnapshotImage image = RoundTripImage();
   const Bytes bytes = Written(image, Path("prefix.kvqsnap"));
-  EXPECT_EQ(Peek<uint32_t>(bytes, 8), 3u);
+  EXPECT_EQ(Peek<uint32_t>(bytes, 8), 4u);
   EXPECT_EQ(Peek<int64_t>(bytes, 12), 3);
   EXPECT_EQ(Peek<int64_t>(bytes, 36), image.n_positions);
   EXPECT_EQ(Peek<uint64_t>(bytes, 44), kRoundTripSeed);
@@ -356,6 +372,10 @@ TEST_F(SnapshotTest, HeaderFieldsSitWhereTheLayoutSays) {
   }
   EXPECT_EQ(Peek<uint64_t>(bytes, layout.tokens_start + layout.tokens_length),
             Checksum64(bytes.data() + layout.tokens_start, layout.tokens_length, 6 * 3 + 1));
+  // The state section last: its count, its floats, and its checksum seeded 6*L + 2.
+  EXPECT_EQ(Peek<uint64_t>(bytes, layout.state_start), image.state.size());
+  EXPECT_EQ(Peek<uint64_t>(bytes, layout.state_start + layout.state_length),
+            Checksum64(bytes.data() + layout.state_start, layout.state_length, 6 * 3 + 2));
 }
 
 TEST_F(SnapshotTest, RoundTripOfAnEmptyCache) {
@@ -440,10 +460,10 @@ TEST_F(SnapshotTest, RefusesANewerVersion) {
   Poke<uint32_t>(&bytes, 8, kSnapshotVersion + 1);
   WriteFile(path, bytes);
   ExpectRefused(path, ExpectationFor(image),
-                "was written by a newer kvq (version 4; this kvq reads up to 3)");
+                "was written by a newer kvq (version 5; this kvq reads up to 4)");
   Poke<uint32_t>(&bytes, 8, 0xFFFFFFFFu);
   WriteFile(path, bytes);
-  ExpectRefused(path, ExpectationFor(image), "(version 4294967295; this kvq reads up to 3)");
+  ExpectRefused(path, ExpectationFor(image), "(version 4294967295; this kvq reads up to 4)");
 }
 
 TEST_F(SnapshotTest, RefusesOlderVersions) {
@@ -458,7 +478,7 @@ TEST_F(SnapshotTest, RefusesOlderVersions) {
   const std::string path = Path("old.kvqsnap");
   WriteFile(path, v2);
   ExpectRefused(path, ExpectationFor(image),
-                "has version 2, which this kvq does not read (it reads 3)");
+                "has version 2, which this kvq does not read (it reads 3 and 4)");
   // A current file relabelled is refused the same way, not misread.
   Bytes bytes = Written(image, path);
   for (uint32_t version : {2u, 1u, 0u}) {
@@ -466,8 +486,52 @@ TEST_F(SnapshotTest, RefusesOlderVersions) {
     WriteFile(path, bytes);
     ExpectRefused(path, ExpectationFor(image),
                   "has version " + std::to_string(version) +
-                      ", which this kvq does not read (it reads 3)");
+                      ", which this kvq does not read (it reads 3 and 4)");
   }
+}
+
+// Version 3 (before hybrid models) is version 4 without the state section: such a file reads as
+// holding no state, so a model without one still loads the prompt caches it saved; a cache that
+// carries a state refuses it (restoring the KV without the state would continue from a wrong one).
+TEST_F(SnapshotTest, ReadsVersion3AsHoldingNoState) {
+  SnapshotImage image = SmallImage();
+  image.state.clear();
+  const std::string path = Path("v3.kvqsnap");
+  Bytes bytes = Written(image, path);
+  const Layout layout = LayoutOf(image);
+  bytes.resize(layout.state_start);  // drop the (empty) state section
+  Poke<uint32_t>(&bytes, 8, 3);
+  // The header checksum covers the version.
+  const uint64_t table_end = layout.header_end - 8;
+  Poke<uint64_t>(&bytes, table_end, Checksum64(bytes.data(), table_end));
+  WriteFile(path, bytes);
+  const Result<SnapshotImage> back = ReadSnapshot(path, ExpectationFor(image));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ExpectSameImage(*back, image);
+  SnapshotExpectation hybrid = ExpectationFor(image);
+  hybrid.state_floats = 12;
+  ExpectRefused(path, hybrid, "holds 0 floats of recurrent state; this model's sessions carry 12 (a version 3 file "
+                              "holds none)");
+  // The same bytes labelled version 4 lack the state section: truncated.
+  Poke<uint32_t>(&bytes, 8, 4);
+  Poke<uint64_t>(&bytes, table_end, Checksum64(bytes.data(), table_end));
+  WriteFile(path, bytes);
+  ExpectRefused(path, ExpectationFor(image), "is truncated");
+}
+
+TEST_F(SnapshotTest, RefusesAStateOfAnotherLengthOrDamaged) {
+  const SnapshotImage image = SmallImage();
+  const std::string path = Path("prefix.kvqsnap");
+  Bytes bytes = Written(image, path);
+  SnapshotExpectation expect = ExpectationFor(image);
+  expect.state_floats = 3;
+  ExpectRefused(path, expect, "holds 2 floats of recurrent state; this model's sessions carry 3");
+  expect.state_floats = 0;
+  ExpectRefused(path, expect, "holds 2 floats of recurrent state; this model's sessions carry 0");
+  const Layout layout = LayoutOf(image);
+  bytes[layout.state_start + 8] ^= 0x10;  // a bit of the first float
+  WriteFile(path, bytes);
+  ExpectRefused(path, ExpectationFor(image), "state section is corrupt (checksum mismatch)");
 }
 
 TEST_F(SnapshotTest, RefusesAnotherModelShape) {
@@ -618,14 +682,16 @@ TEST_F(SnapshotTest, RefusesAFlippedByteInEverySectionAndChecksum) {
       }
     }
   }
-  // The tokens section: its ids and checksum fail the checksum; its count (also covered by the
-  // checksum) may instead announce more than the file holds.
+  // The tokens and state sections: their numbers and checksums fail the checksum; a count (also
+  // covered by the checksum) may instead announce more than the file holds.
   for (uint64_t at = layout.tokens_start; at < layout.file_size; ++at) {
-    SCOPED_TRACE(testing::Message() << "tokens byte " << at << " flipped");
+    SCOPED_TRACE(testing::Message() << "tokens or state byte " << at << " flipped");
     Bytes bytes = good;
     bytes[at] ^= 0xFF;
     WriteFile(path, bytes);
-    ExpectRefused(path, expect, at < layout.tokens_start + 8 ? "" : "tokens section is corrupt");
+    const bool state = at >= layout.state_start;
+    const uint64_t count_end = (state ? layout.state_start : layout.tokens_start) + 8;
+    ExpectRefused(path, expect, at < count_end ? "" : state ? "state section is corrupt" : "tokens section is corrupt");
     ++checked;
   }
   EXPECT_EQ(static_cast<uint64_t>(checked), good.size() - layout.header_end);

@@ -224,6 +224,61 @@ TEST(HybridForward, TruncateIsRefusedWithAState) {
   std::remove(path.c_str());
 }
 
+// Snapshots carry the recurrent state: restore-then-continue gives the bits of continuing without
+// the interruption, for each arch and in a quantised KV format; the same restore with the state
+// zeroed (what a snapshot of the KV pages alone would give) does not, so the comparison can fail.
+TEST(HybridForward, SnapshotRestoreThenContinueEqualsUninterrupted) {
+  for (const char* arch : {"qwen35", "qwen35moe", "qwen3next"}) {
+    for (const char* format : {"f32", "int8"}) {
+      SCOPED_TRACE(testing::Message() << arch << " " << format);
+      const std::string path = test::WriteHybrid(std::string("snapshot_") + arch, {.arch = arch});
+      Result<LlamaWeights> w = Load(path);
+      ASSERT_TRUE(w.ok()) << w.status().message();
+      const ModelFingerprint fingerprint = Fingerprint(*w);
+      LlamaModel model(*w, 1);
+      const std::vector<int32_t> tokens = Tokens(20);
+      std::unique_ptr<KvCache> whole = Cache(w->config, format);
+      std::vector<float> logits(test::kHVocab);
+      ASSERT_TRUE(model.ForwardBlock(tokens.data(), 11, 0, *whole, logits.data()).ok());
+      const std::string snapshot = path + ".kvqs";
+      ASSERT_TRUE(whole->Save(snapshot, fingerprint, {tokens.begin(), tokens.begin() + 11}).ok());
+      std::vector<std::vector<float>> want;  // the uninterrupted run's logits after each token
+      for (int t = 11; t < 20; ++t) {
+        ASSERT_TRUE(model.Forward(tokens[t], t, *whole, logits.data()).ok());
+        want.push_back(logits);
+      }
+      for (const bool zero_state : {false, true}) {
+        std::unique_ptr<KvCache> restored = Cache(w->config, format);
+        Result<std::vector<int32_t>> ids = restored->Load(snapshot, fingerprint);
+        ASSERT_TRUE(ids.ok()) << ids.status().message();
+        ASSERT_EQ(ids->size(), 11u);
+        if (zero_state) std::fill_n(restored->state(), restored->state_floats(), 0.0f);
+        float worst = 0;
+        for (int t = 11; t < 20; ++t) {
+          ASSERT_TRUE(model.Forward(tokens[t], t, *restored, logits.data()).ok());
+          if (!zero_state) {
+            ASSERT_EQ(logits, want[t - 11]) << "position " << t;
+          }
+          for (int i = 0; i < test::kHVocab; ++i) worst = std::max(worst, std::fabs(logits[i] - want[t - 11][i]));
+        }
+        if (zero_state) {
+          EXPECT_GT(worst, 0.1f) << "a lost state must show in the logits";
+        }
+      }
+      // A cache of a model without this state (or with another) refuses the file, naming both.
+      LlamaConfig plain = w->config;
+      plain.delta_net.n_v_heads = 2;
+      std::unique_ptr<KvCache> other = Cache(plain, format);
+      Result<std::vector<int32_t>> refused = other->Load(snapshot, fingerprint);
+      ASSERT_FALSE(refused.ok());
+      EXPECT_NE(refused.status().message().find("floats of recurrent state"), std::string::npos)
+          << refused.status().message();
+      std::remove(snapshot.c_str());
+      std::remove(path.c_str());
+    }
+  }
+}
+
 // Per-layer head counts (0 for the recurrent layers), as some converters write them.
 TEST(HybridLoader, PerLayerKvHeadCounts) {
   const std::string path =
