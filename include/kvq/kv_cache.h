@@ -83,7 +83,8 @@ struct KvTierPlan {
   int64_t slot_bytes = 0;         ///< one working-set slot: a page plus the f32 residual rows
   int32_t device_slots = 0;       ///< pages the device working set holds (0: resident)
   int64_t device_bytes = 0;       ///< device_slots × slot bytes (≤ the device budget)
-  int64_t host_bytes = 0;         ///< what the host tier holds at max_positions
+  int64_t host_bytes = 0;         ///< what the host tier holds at max_positions, state included
+  int64_t state_bytes = 0;        ///< a hybrid's fixed recurrent state (host RAM; not in total_bytes)
   int64_t disk_bytes = 0;         ///< what the disk tier holds at max_positions
   int64_t device_positions = 0;   ///< positions per layer resident in the working set at once
   int64_t host_positions = 0;     ///< positions per layer whose master bytes are in host RAM

@@ -61,6 +61,12 @@ struct ModelInfo {
   std::string path;          ///< the file Load read
   std::string architecture;  ///< "llama", "mistral", "qwen2", ...
   int32_t n_layers = 0;
+  /// Layers with a KV cache: a hybrid model's full-attention layers (its recurrent layers hold a
+  /// fixed state instead); n_layers for other models.
+  int32_t n_attention_layers = 0;
+  /// Bytes of a hybrid model's fixed recurrent state, which every session holds whatever its
+  /// length (f32, host RAM); 0 for other models.
+  int64_t state_bytes = 0;
   int32_t dim = 0;           ///< residual stream width
   int32_t hidden_dim = 0;    ///< feed-forward width
   int32_t n_heads = 0;

@@ -82,7 +82,8 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& path, const ModelO
   const int32_t hardware = static_cast<int32_t>(std::thread::hardware_concurrency());
   const int32_t threads = options.threads > 0 ? options.threads : std::clamp(hardware, 1, 1024);
   impl->options.threads = threads;
-  impl->info = {.path = path, .architecture = c.arch, .n_layers = c.n_layers, .dim = c.dim,
+  impl->info = {.path = path, .architecture = c.arch, .n_layers = c.n_layers,
+                .n_attention_layers = c.n_attention_layers(), .state_bytes = c.state_floats() * 4, .dim = c.dim,
                 .hidden_dim = c.hidden_dim, .n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads,
                 .head_dim = c.head_dim(), .vocab_size = c.vocab_size, .trained_context = c.seq_len,
                 .context = options.context > 0 ? options.context : c.seq_len,

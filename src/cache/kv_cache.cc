@@ -112,6 +112,13 @@ Result<std::unique_ptr<KvCache::Impl>> KvCache::Prepare(const KvCacheConfig& c) 
     }
   }
   plan.slot_bytes = slot_bytes;
+  // A hybrid's recurrent state lives in host RAM beside the pages, whatever the tiers.
+  if (!CheckedMul(c.state_floats, int64_t{4}, &plan.state_bytes) || !CheckedAdd(tails, plan.state_bytes, &tails)) {
+    return Bad(fmt::format("{} floats of state do not fit in 64-bit byte counts", c.state_floats));
+  }
+  const std::string with_state =
+      plan.state_bytes > 0 ? fmt::format(" (with the model's fixed recurrent state, {})", FormatBytesIec(plan.state_bytes))
+                           : "";
   const KvBudgets& b = c.budgets;
   if (b.device_bytes < 0 || b.host_bytes < 0) return Bad("budgets must not be negative");
   const bool disk = !b.disk_dir.empty();
@@ -131,17 +138,19 @@ Result<std::unique_ptr<KvCache::Impl>> KvCache::Prepare(const KvCacheConfig& c) 
     plan.host_bytes = tails;
     plan.host_positions = std::min<int64_t>(c.page_positions, c.max_positions);
     if (b.host_bytes > 0 && b.host_bytes < tails) {
-      return Bad(fmt::format("--kv-host-budget {} cannot hold the page being filled per layer ({} in all) "
+      return Bad(fmt::format("--kv-host-budget {} cannot hold the page being filled per layer ({} in all{}) "
                              "with a disk master: raise it to at least {}",
-                             gib(b.host_bytes), gib(tails), gib(tails)));
+                             gib(b.host_bytes), gib(tails), with_state, gib(tails)));
     }
   } else {
-    plan.host_bytes = plan.total_bytes;
+    if (!CheckedAdd(plan.total_bytes, plan.state_bytes, &plan.host_bytes)) {
+      return Bad(fmt::format("{} positions do not fit in 64-bit byte counts", c.max_positions));
+    }
     plan.host_positions = c.max_positions;
-    if (b.host_bytes > 0 && b.host_bytes < plan.total_bytes) {
-      return Bad(fmt::format("{} positions need {} of KV cache but --kv-host-budget is {}: add "
+    if (b.host_bytes > 0 && b.host_bytes < plan.host_bytes) {
+      return Bad(fmt::format("{} positions need {} of KV cache{} but --kv-host-budget is {}: add "
                              "--kv-disk DIR, raise the budget, lower the context, or pick a smaller "
-                             "format", c.max_positions, gib(plan.total_bytes), gib(b.host_bytes)));
+                             "format", c.max_positions, gib(plan.host_bytes), with_state, gib(b.host_bytes)));
     }
   }
   // The device working set: resident (no staging) unless a budget smaller than the cache is set;
@@ -364,7 +373,8 @@ std::string KvTierPlan::Describe() const {
   s += device_slots > 0 ? fmt::format("; device working set {} pages ({}, {} positions per layer)",
                                       device_slots, FormatBytesIec(device_bytes), device_positions)
                         : "; resident (no device working set)";
-  s += fmt::format("; host {} ({} positions per layer)", FormatBytesIec(host_bytes), host_positions);
+  s += fmt::format("; host {} ({} positions per layer{})", FormatBytesIec(host_bytes), host_positions,
+                   state_bytes > 0 ? fmt::format(", and a fixed recurrent state of {}", FormatBytesIec(state_bytes)) : "");
   if (!disk_file.empty()) {
     s += fmt::format("; disk {} in {} ({} positions per layer)", FormatBytesIec(disk_bytes), disk_file,
                      disk_positions);

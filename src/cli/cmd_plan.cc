@@ -134,6 +134,7 @@ int RunPlan(const PlanOptions& given) {
                          .max_positions = *std::max_element(contexts.begin(), contexts.end()),
                          .page_positions = static_cast<int32_t>(std::clamp<int64_t>(o.page, 0, INT32_MAX)),
                          .budgets = budgets};
+    config.state_floats = model ? model->state_bytes / 4 : 0;  // a hybrid's state is host memory too
     const Result<KvTierPlan> plan = KvCache::Plan(config);
     if (!plan.ok()) return bad(plan.status().message());
     tiers = *plan;
@@ -216,6 +217,7 @@ int RunPlan(const PlanOptions& given) {
       out["tiers"] = {{"total_bytes", tiers->total_bytes}, {"slot_bytes", tiers->slot_bytes},
                       {"device_slots", tiers->device_slots}, {"device_bytes", tiers->device_bytes},
                       {"device_positions", tiers->device_positions}, {"host_bytes", tiers->host_bytes},
+                      {"state_bytes", tiers->state_bytes},
                       {"host_positions", tiers->host_positions}, {"disk_bytes", tiers->disk_bytes},
                       {"disk_positions", tiers->disk_positions}};
     }

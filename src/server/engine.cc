@@ -167,7 +167,7 @@ void Engine::Preload() {
       metrics_->prefix_snapshots_refused++;
       continue;
     }
-    bytes += session.kv_bytes();
+    bytes += SessionBytes(session);
     slots_[slot++].from_disk = true;
   }
   if (slot > 0) Log(LogLevel::kInfo, fmt::format("prefix cache: {} snapshots loaded into idle sessions", slot));
@@ -176,9 +176,13 @@ void Engine::Preload() {
 int64_t Engine::KvBytesFor(int64_t positions) const {
   const ModelInfo& info = model_.info();
   Result<int64_t> bytes = KvBytesForContext(
-      layer_formats_, {.n_layers = info.n_layers, .n_kv_heads = info.n_kv_heads, .head_dim = info.head_dim},
+      layer_formats_, {.n_layers = info.n_attention_layers, .n_kv_heads = info.n_kv_heads, .head_dim = info.head_dim},
       std::max<int64_t>(1, positions));
-  return bytes.ok() ? *bytes : INT64_MAX;
+  return bytes.ok() ? *bytes + info.state_bytes : INT64_MAX;
+}
+
+int64_t Engine::SessionBytes(const Session& session) const {
+  return session.kv_bytes() + model_.info().state_bytes;
 }
 
 std::variant<std::shared_ptr<Job>, ApiError> Engine::Submit(JobSpec spec) {
@@ -259,7 +263,7 @@ void Engine::Loop() {
 
 int64_t Engine::ReservedBytes() const {
   int64_t total = 0;
-  for (const Slot& s : slots_) total += s.job ? s.job->kv_reserved_bytes : s.session->kv_bytes();
+  for (const Slot& s : slots_) total += s.job ? s.job->kv_reserved_bytes : SessionBytes(*s.session);
   return total;
 }
 
@@ -312,7 +316,7 @@ bool Engine::AdmitOne(const std::shared_ptr<Job>& job) {
   if (best == nullptr) return false;
   // Room in the total budget: idle sessions' caches are evicted, least recently used first.
   if (options_.kv_budget_bytes > 0) {
-    int64_t reserved = ReservedBytes() - best->session->kv_bytes();
+    int64_t reserved = ReservedBytes() - SessionBytes(*best->session);
     std::vector<Slot*> idle;
     for (Slot& s : slots_) {
       if (!s.job && &s != best && s.session->positions() > 0) idle.push_back(&s);
@@ -320,7 +324,7 @@ bool Engine::AdmitOne(const std::shared_ptr<Job>& job) {
     std::sort(idle.begin(), idle.end(), [](const Slot* a, const Slot* b) { return a->last_used < b->last_used; });
     for (Slot* s : idle) {
       if (reserved + job->kv_reserved_bytes <= options_.kv_budget_bytes) break;
-      reserved -= s->session->kv_bytes();
+      reserved -= s->session->kv_bytes();  // its KV only: a session always holds the model's state
       (void)s->session->Clear();
     }
     if (reserved + job->kv_reserved_bytes > options_.kv_budget_bytes) return false;

@@ -111,10 +111,13 @@ class Engine {
   void Drain(std::chrono::milliseconds grace);
 
   int64_t context() const { return context_; }
-  /// Exact KV bytes `positions` take in a session's cache (every layer, K and V).
+  /// Exact bytes a session of `positions` holds: K and V of every attention layer, plus a hybrid
+  /// model's fixed recurrent state (held whatever the length: budgets count it too).
   int64_t KvBytesFor(int64_t positions) const;
 
  private:
+  // What a session holds now: its KV bytes and the model's fixed state.
+  int64_t SessionBytes(const Session& session) const;
   struct Slot {
     std::unique_ptr<Session> session;
     std::shared_ptr<Job> job;          // null: idle

@@ -320,6 +320,42 @@ TEST(KvCache, ImpossibleConfigurationsAreRefusedAtCreation) {
   EXPECT_EQ(cache->positions(0), 0);
 }
 
+// A hybrid's fixed state is host memory the tiers count: host_bytes = the KV at full context plus
+// the state (or, with a disk master, the pages being filled plus the state), and a host budget
+// that holds the KV but not the state too is refused, naming it.
+TEST(KvCache, TierPlanCountsTheFixedStateInHostMemory) {
+  const LayerFormats f16{*FindFormat("f16"), *FindFormat("f16")};
+  KvCacheConfig c{.n_layers = 2, .n_kv_heads = 2, .head_dim = 16, .layers = {f16}, .max_positions = 4096,
+                  .page_positions = 64};
+  const Result<KvTierPlan> plain = KvCache::Plan(c);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ(plain->total_bytes, 2 * 4096 * 2 * 32 * 2);  // layers × positions × K,V × numbers × 2 B
+  EXPECT_EQ(plain->state_bytes, 0);
+  EXPECT_EQ(plain->host_bytes, plain->total_bytes);
+  c.state_floats = 1000;
+  const Result<KvTierPlan> hybrid = KvCache::Plan(c);
+  ASSERT_TRUE(hybrid.ok()) << hybrid.status().message();
+  EXPECT_EQ(hybrid->total_bytes, plain->total_bytes);
+  EXPECT_EQ(hybrid->state_bytes, 4000);
+  EXPECT_EQ(hybrid->host_bytes, plain->total_bytes + 4000);
+  EXPECT_NE(hybrid->Describe().find("fixed recurrent state of 3.91 KiB"), std::string::npos) << hybrid->Describe();
+  c.budgets.host_bytes = plain->total_bytes + 3999;
+  Result<std::unique_ptr<KvCache>> refused = KvCache::Create(c);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("with the model's fixed recurrent state, 3.91 KiB"), std::string::npos)
+      << refused.status().message();
+  c.budgets.host_bytes = plain->total_bytes + 4000;
+  EXPECT_TRUE(KvCache::Create(c).ok());
+  // A disk master: the host holds the pages being filled and the state.
+  c.budgets = {.disk_dir = ::testing::TempDir()};
+  c.state_floats = 0;
+  const Result<KvTierPlan> disk = KvCache::Plan(c);
+  c.state_floats = 1000;
+  const Result<KvTierPlan> disk_hybrid = KvCache::Plan(c);
+  ASSERT_TRUE(disk.ok() && disk_hybrid.ok());
+  EXPECT_EQ(disk_hybrid->host_bytes, disk->host_bytes + 4000);
+}
+
 // Save after a prefix, load into a fresh cache, continue: the same bits as never stopping.
 TEST(KvCacheSnapshot, SaveLoadContinueEqualsUninterrupted) {
   const ModelFingerprint model{.n_layers = 2, .n_kv_heads = 2, .head_dim = 16, .weights_hash = 0x1234};
