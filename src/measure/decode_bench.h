@@ -1,7 +1,9 @@
 // `kvq bench decode`: whole-model decode speed vs context per KV format (DESIGN.md §5, seed 002).
 // The cache is filled directly with random rows encoded in each format (decode time does not
 // depend on the values; a real 64K prefill would take hours on 2 cores), then real decode steps
-// (every layer, the classifier) are timed with the formats as paired, interleaved arms.
+// (every layer, the classifier) are timed with the formats as paired, interleaved arms, their
+// order rotating each step, after every weight page has been read once (a MoE model's experts
+// would otherwise fault in during the timed steps).
 // Beside the times: the KV share of the bytes a step reads and the ceiling that share allows.
 #pragma once
 
