@@ -13,3 +13,16 @@ add_test(NAME web.browser_golden
          COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/browser_test.mjs" "${KVQ_WEB_BUNDLE_DIR}"
                  "$<TARGET_FILE:kvq_cli>" "${KVQ_PLAYWRIGHT_DIR}")
 set_tests_properties(web.browser_golden PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 120)
+
+# WebGPU attention (issue 14) on the SwiftShader adapter: the cases written with kvq's codecs by
+# gpu_attention_fixture, checked in the page by tests/web/gpu/gpu_attention_page.js.
+add_executable(gpu_attention_fixture "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_fixture.cc")
+target_link_libraries(gpu_attention_fixture PRIVATE kvq nlohmann_json::nlohmann_json)
+kvq_apply_warnings(gpu_attention_fixture)
+set(KVQ_GPU_FIXTURE_DIR "${PROJECT_BINARY_DIR}/gpu_attention_fixture")
+add_test(NAME web.gpu_attention_fixture COMMAND gpu_attention_fixture "${KVQ_GPU_FIXTURE_DIR}")
+set_tests_properties(web.gpu_attention_fixture PROPERTIES FIXTURES_SETUP gpu_attention_cases)
+add_test(NAME web.gpu_attention
+         COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" "${KVQ_GPU_FIXTURE_DIR}"
+                 "${KVQ_PLAYWRIGHT_DIR}")
+set_tests_properties(web.gpu_attention PROPERTIES FIXTURES_REQUIRED "playwright;gpu_attention_cases" TIMEOUT 600)

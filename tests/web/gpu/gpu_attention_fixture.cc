@@ -1,0 +1,134 @@
+// Writes the WebGPU attention test's inputs (tests/web/gpu/gpu_attention_test.mjs) with kvq's own
+// codecs, so the WGSL kernels are checked against the bytes kvq's cache really holds: per case
+// (format × GQA shape × positions) random q, k, v rows, the K and V rows encoded block by block
+// (rows_per_block = 1 codecs: one block per position), and kvq's scalar decode of every row
+// (Codec::decode_row), which the shader's in-register dequantisation must reproduce bit for bit.
+// Output: DIR/manifest.json and one DIR/<case>.bin per case (little-endian, sections back to back
+// at the offsets the manifest gives). Usage: gpu_attention_fixture DIR
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kvq/format.h"
+
+namespace {
+
+struct Shape {
+  int32_t n_kv_heads, q_per_kv, head_dim;
+};
+
+// Four GQA shapes (one query head per KV head up to eight; head_dim 8 to 128), and the formats
+// whose codecs store one position per block without a calibrated tensor scale.
+constexpr Shape kShapes[] = {{1, 1, 8}, {2, 4, 32}, {4, 2, 64}, {1, 8, 128}};
+constexpr const char* kFormats[] = {"f32", "f16", "bf16", "int8", "int4", "int2"};
+
+struct Section {
+  std::string name;
+  std::vector<uint8_t> bytes;
+};
+
+template <typename T>
+Section Bytes(const std::string& name, const std::vector<T>& v) {
+  Section s{name, std::vector<uint8_t>(v.size() * sizeof(T))};
+  std::memcpy(s.bytes.data(), v.data(), s.bytes.size());
+  return s;
+}
+
+// One case: q [n_q][d], k and v [n][n_kv][d] encoded per position, and their decoded rows.
+int WriteCase(const std::filesystem::path& dir, const kvq::FormatDesc& f, const Shape& shape, int64_t n,
+              uint64_t seed, nlohmann::json* manifest) {
+  const kvq::RowShape row{.n_kv_heads = shape.n_kv_heads, .head_dim = shape.head_dim};
+  const kvq::CodecArgs args{.shape = row};
+  const int64_t elems = row.elems(), n_q = int64_t{shape.n_kv_heads} * shape.q_per_kv;
+  std::mt19937_64 rng(seed);
+  // Keys with a per-channel offset (as real keys have) and values N(0, 1); q scaled so scores
+  // spread over a few units, and softmax weights are neither uniform nor one-hot.
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> channel(elems);
+  for (float& c : channel) c = 2.0f * normal(rng);
+  std::vector<float> q(n_q * shape.head_dim), k(n * elems), v(n * elems);
+  for (float& x : q) x = normal(rng) * 1.5f / std::sqrt(static_cast<float>(shape.head_dim));
+  for (int64_t i = 0; i < n * elems; ++i) k[i] = channel[i % elems] + normal(rng);
+  for (float& x : v) x = normal(rng);
+  std::vector<Section> sections = {Bytes("q", q)};
+  for (int which = 0; which < 2; ++which) {
+    const kvq::Codec& codec = which == 0 ? f.key : f.value;
+    if (codec.rows_per_block != 1 || codec.calibrated) {
+      fmt::print(stderr, "gpu_attention_fixture: {} is not a one-row, uncalibrated codec\n", f.name);
+      return 1;
+    }
+    const int64_t block = codec.block_bytes(row);
+    std::vector<uint8_t> encoded(n * block);
+    std::vector<float> decoded(n * elems);
+    const std::vector<float>& x = which == 0 ? k : v;
+    for (int64_t p = 0; p < n; ++p) {
+      codec.encode_block(x.data() + p * elems, encoded.data() + p * block, args);
+      codec.decode_row(encoded.data() + p * block, 0, decoded.data() + p * elems, args);
+    }
+    sections.push_back(Bytes(which == 0 ? "k_blocks" : "v_blocks", encoded));
+    sections.push_back(Bytes(which == 0 ? "k_decoded" : "v_decoded", decoded));
+    (*manifest)[which == 0 ? "k_block_bytes" : "v_block_bytes"] = block;
+  }
+  const std::string name = fmt::format("{}_kv{}_q{}_d{}_n{}", f.name, shape.n_kv_heads, shape.q_per_kv,
+                                        shape.head_dim, n);
+  std::ofstream out(dir / (name + ".bin"), std::ios::binary | std::ios::trunc);
+  nlohmann::json offsets = nlohmann::json::object();
+  int64_t at = 0;
+  for (const Section& s : sections) {
+    out.write(reinterpret_cast<const char*>(s.bytes.data()), static_cast<std::streamsize>(s.bytes.size()));
+    offsets[s.name] = {{"offset", at}, {"bytes", s.bytes.size()}};
+    at += static_cast<int64_t>(s.bytes.size());
+  }
+  if (!out.flush()) {
+    fmt::print(stderr, "gpu_attention_fixture: cannot write {}\n", (dir / (name + ".bin")).string());
+    return 1;
+  }
+  (*manifest)["name"] = name;
+  (*manifest)["file"] = name + ".bin";
+  (*manifest)["format"] = f.name;
+  (*manifest)["n_kv_heads"] = shape.n_kv_heads;
+  (*manifest)["q_per_kv"] = shape.q_per_kv;
+  (*manifest)["head_dim"] = shape.head_dim;
+  (*manifest)["positions"] = n;
+  (*manifest)["sections"] = offsets;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    fmt::print(stderr, "usage: gpu_attention_fixture DIR\n");
+    return 2;
+  }
+  const std::filesystem::path dir = argv[1];
+  std::filesystem::create_directories(dir);
+  nlohmann::json cases = nlohmann::json::array();
+  uint64_t seed = 1;
+  for (const char* name : kFormats) {
+    const kvq::Result<const kvq::FormatDesc*> f = kvq::FindFormat(name);
+    if (!f.ok()) {
+      fmt::print(stderr, "gpu_attention_fixture: {}\n", f.status().message());
+      return 1;
+    }
+    // 96 positions in every shape (every window size 1..96 is tried), and 4,096 in one.
+    for (const Shape& shape : kShapes) {
+      nlohmann::json c;
+      if (WriteCase(dir, **f, shape, 96, seed++, &c) != 0) return 1;
+      cases.push_back(c);
+    }
+    nlohmann::json c;
+    if (WriteCase(dir, **f, {2, 4, 32}, 4096, seed++, &c) != 0) return 1;
+    cases.push_back(c);
+  }
+  std::ofstream(dir / "manifest.json", std::ios::trunc) << nlohmann::json{{"cases", cases}}.dump(1) << "\n";
+  fmt::print("gpu_attention_fixture: {} cases in {}\n", cases.size(), dir.string());
+  return 0;
+}

@@ -1,0 +1,174 @@
+// In the page (headless Chromium, WebGPU on SwiftShader): web/gpu/kv_attention.js on the cases
+// tests/web/gpu/gpu_attention_fixture.cc wrote with kvq's codecs. Per case:
+//   1. the shader's dequantisation of every K and V row == kvq's Codec::decode_row, bit for bit;
+//   2. windowed == one window, bit for bit: every window size 1..96 at 96 positions, 20 sizes at
+//      4,096 (boundaries at and around powers of two);
+//   3. one window vs a double-precision reference over kvq's decoded rows, within the bound derived
+//      below;
+//   4. seed 000's three bugs injected (a dropped row at a boundary, a row counted twice, a
+//      normalisation at a boundary), each seen by check 2 on two-window and many-window runs;
+//   5. the device budget: GPU KV buffers peak at or under it, with a context 100x what it holds,
+//      and the same bits as one window.
+// Returns {cases, checks, failures: [...], seconds}.
+import {GpuKvAttention, kInjectedBugs} from '/web/gpu/kv_attention.js';
+
+const kLongWindows = [1, 7, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 255, 256, 257, 511, 512, 1000, 2048, 4095];
+
+function SameBits(a, b) {
+  const x = new Uint32Array(a.buffer, a.byteOffset, a.length), y = new Uint32Array(b.buffer, b.byteOffset, b.length);
+  if (x.length !== y.length) return `${x.length} vs ${y.length} numbers`;
+  for (let i = 0; i < x.length; ++i) {
+    if (x[i] !== y[i]) return `number ${i}: ${a[i]} vs ${b[i]}`;
+  }
+  return '';
+}
+
+// Attention in double over kvq's decoded rows, and per output number the error bound of the f32
+// computation. Derivation (u = 2^-24, the f32 unit roundoff): a score s_i = scale · Σ_d q·k' summed
+// in f32 by a tree of depth log2(lanes) is off by at most δ_i = (log2(lanes) + 2)·u·scale·Σ|q·k'|
+// (one rounding per level, one for the products, one for the scale); WGSL's f32 exp is within
+// 3 + 2|x| ULP = (3 + 2|x|)·2u relative. The weights e^(s_i − m) are then off by a factor within
+// exp(2·max δ) · (1 + (3 + 2R)·2u) with R = max |s_i − m| over the row, and the running sums l and
+// acc take one rounding per row for the product and one for the add, plus one per rescale by c:
+// 3(n + 1)·u relative to Σ p_i|v_i|. acc / l adds one more rounding. So
+//   |out − ref| ≤ Σ_i p_i|v_i| · (2·(2·max δ + (3 + 2R)·2u) + (3n + 5)·u) + |out|·u
+// (twice the weight error: once in acc, once in l). Observed errors are 1-3 orders below it.
+function Reference(c, q, k, v, h) {
+  const d = c.head_dim, kv_head = Math.floor(h / c.q_per_kv), per_row = c.n_kv_heads * d;
+  const scale = Math.fround(1 / Math.sqrt(d)), lanes = 2 ** Math.ceil(Math.log2(d));
+  const u = 2 ** -24;
+  const scores = new Float64Array(c.positions);
+  let m = -Infinity, max_delta = 0;
+  for (let i = 0; i < c.positions; ++i) {
+    let s = 0, abs = 0;
+    for (let j = 0; j < d; ++j) {
+      const p = q[h * d + j] * k[i * per_row + kv_head * d + j];
+      s += p;
+      abs += Math.abs(p);
+    }
+    scores[i] = s * scale;
+    max_delta = Math.max(max_delta, (Math.log2(lanes) + 2) * u * scale * abs);
+    m = Math.max(m, scores[i]);
+  }
+  let l = 0, range = 0;
+  const w = new Float64Array(c.positions);
+  for (let i = 0; i < c.positions; ++i) {
+    w[i] = Math.exp(scores[i] - m);
+    l += w[i];
+    range = Math.max(range, m - scores[i]);
+  }
+  const out = new Float64Array(d), bound = new Float64Array(d);
+  const relative = 2 * (2 * max_delta + (3 + 2 * range) * 2 * u) + (3 * c.positions + 5) * u;
+  for (let j = 0; j < d; ++j) {
+    let o = 0, mass = 0;
+    for (let i = 0; i < c.positions; ++i) {
+      const x = v[i * per_row + kv_head * d + j];
+      o += w[i] * x;
+      mass += w[i] * Math.abs(x);
+    }
+    out[j] = o / l;
+    bound[j] = (mass / l) * relative + Math.abs(out[j]) * u;
+  }
+  return {out, bound};
+}
+
+async function Fetch(url) {
+  const r = await fetch(url);
+  if (!r.ok) throw new Error(`${url}: HTTP ${r.status}`);
+  return r;
+}
+
+export async function RunGpuAttentionTests(fixture_url, only) {
+  const t0 = performance.now();
+  const failures = [];
+  let checks = 0;
+  const fail = (what) => failures.push(what);
+  if (!navigator.gpu) return {failures: ['navigator.gpu is missing (WebGPU not enabled)'], checks, cases: 0};
+  const adapter = await navigator.gpu.requestAdapter();
+  if (!adapter) return {failures: ['no WebGPU adapter'], checks, cases: 0};
+  const device = await adapter.requestDevice();
+  device.addEventListener('uncapturederror', (e) => fail(`WebGPU error: ${e.error.message}`));
+  const manifest = await (await Fetch(`${fixture_url}/manifest.json`)).json();
+  let cases = 0;
+  for (const c of manifest.cases) {
+    if (only && !c.name.includes(only)) continue;
+    ++cases;
+    const bytes = await (await Fetch(`${fixture_url}/${c.file}`)).arrayBuffer();
+    const section = (name, Type) => {
+      const s = c.sections[name];
+      return new Type(bytes.slice(s.offset, s.offset + s.bytes));
+    };
+    const q = section('q', Float32Array), kb = section('k_blocks', Uint8Array), vb = section('v_blocks', Uint8Array);
+    const kd = section('k_decoded', Float32Array), vd = section('v_decoded', Float32Array);
+    const n = c.positions, per_row = c.n_kv_heads * c.head_dim;
+    let gpu;
+    try {
+      gpu = await GpuKvAttention.Create(device, {key_format: c.format, value_format: c.format,
+        n_kv_heads: c.n_kv_heads, q_per_kv: c.q_per_kv, head_dim: c.head_dim,
+        k_block_bytes: c.k_block_bytes, v_block_bytes: c.v_block_bytes});
+    } catch (e) {
+      fail(`${c.name}: ${e.message}`);
+      continue;
+    }
+    // 1. Dequantisation in the shader == kvq's decode_row.
+    const decoded = await gpu.Decode(kb, vb, n);
+    ++checks;
+    for (let r = 0; r < n; ++r) {
+      const why = SameBits(decoded.subarray(2 * r * per_row, (2 * r + 1) * per_row), kd.subarray(r * per_row, (r + 1) * per_row)) ||
+                  SameBits(decoded.subarray((2 * r + 1) * per_row, (2 * r + 2) * per_row), vd.subarray(r * per_row, (r + 1) * per_row));
+      if (why) {
+        fail(`${c.name}: row ${r} decodes differently from kvq's decode_row (${why})`);
+        break;
+      }
+    }
+    // 2. Windowed == one window.
+    const whole = await gpu.Run(q, kb, vb, n);
+    const windows = n <= 96 ? Array.from({length: n}, (_, i) => i + 1) : kLongWindows;
+    for (const w of windows) {
+      const out = await gpu.Run(q, kb, vb, n, {window: w});
+      ++checks;
+      const why = SameBits(out, whole);
+      if (why) fail(`${c.name}: window ${w} differs from one window (${why})`);
+    }
+    // 3. One window vs the double reference over kvq's decoded rows.
+    let worst = 0;
+    for (let h = 0; h < c.n_kv_heads * c.q_per_kv; ++h) {
+      const {out, bound} = Reference(c, q, kd, vd, h);
+      for (let j = 0; j < c.head_dim; ++j) {
+        const err = Math.abs(whole[h * c.head_dim + j] - out[j]);
+        worst = Math.max(worst, err / bound[j]);
+        if (!(err <= bound[j])) {
+          fail(`${c.name}: head ${h} number ${j}: GPU ${whole[h * c.head_dim + j]} vs double ${out[j]}, ` +
+               `error ${err} over the bound ${bound[j]}`);
+          break;
+        }
+      }
+    }
+    ++checks;
+    c.worst_error_over_bound = worst;
+    // 4. The injected bugs are seen, with two windows and with many.
+    for (const bug of kInjectedBugs) {
+      for (const w of [Math.ceil(n / 2), n <= 96 ? 10 : 100]) {
+        const out = await gpu.Run(q, kb, vb, n, {window: w, bug});
+        ++checks;
+        if (!SameBits(out, whole)) fail(`${c.name}: injected bug ${bug} at window ${w} went unseen`);
+      }
+    }
+    // 5. The device budget: a context 100x the rows it holds.
+    if (n > 96) {
+      const rows = Math.floor(n / 100);
+      const budget = 2 * rows * (c.k_block_bytes + c.v_block_bytes) + 16;
+      gpu.peak_kv_bytes = 0;  // this run's peak (no GPU KV buffer is alive between runs)
+      const out = await gpu.Run(q, kb, vb, n, {device_budget_bytes: budget});
+      ++checks;
+      const why = SameBits(out, whole);
+      if (why) fail(`${c.name}: the budgeted run (${budget} B, ${gpu.WindowRowsFor(budget)} rows a window) differs (${why})`);
+      if (gpu.peak_kv_bytes > budget) fail(`${c.name}: GPU KV buffers peaked at ${gpu.peak_kv_bytes} B over the budget ${budget} B`);
+      if (gpu.WindowRowsFor(budget) * 100 > n) fail(`${c.name}: the budget holds ${gpu.WindowRowsFor(budget)} rows, more than 1/100 of ${n}`);
+      c.budget = {bytes: budget, rows: gpu.WindowRowsFor(budget)};
+    }
+  }
+  device.destroy();
+  const worst = Math.max(0, ...manifest.cases.filter((c) => c.worst_error_over_bound !== undefined).map((c) => c.worst_error_over_bound));
+  return {cases, checks, failures, worst_error_over_bound: worst, seconds: (performance.now() - t0) / 1000};
+}

@@ -1,0 +1,89 @@
+// WebGPU attention (web/gpu/kv_attention.js) in headless Chromium on the SwiftShader adapter, over
+// the cases gpu_attention_fixture wrote with kvq's codecs (tests/web/gpu/gpu_attention_page.js runs
+// the checks in the page). A missing Chromium, playwright-core, fixture or WebGPU adapter fails it.
+// Usage: node gpu_attention_test.mjs FIXTURE_DIR PLAYWRIGHT_NPM_DIR [CASE_SUBSTRING]
+import fs from 'node:fs';
+import http from 'node:http';
+import {createRequire} from 'node:module';
+import path from 'node:path';
+import {fileURLToPath} from 'node:url';
+
+const kChromium = process.env.KVQ_CHROMIUM || '/usr/bin/chromium';
+const kSourceDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
+// SwiftShader's Vulkan behind WebGPU: the adapter every machine has (no GPU needed).
+const kWebGpuFlags = ['--enable-unsafe-webgpu', '--enable-features=Vulkan', '--use-vulkan=swiftshader',
+                      '--use-webgpu-adapter=swiftshader'];
+
+function Fatal(message) {
+  console.error(`gpu_attention_test: FAIL: ${message}`);
+  process.exit(1);
+}
+
+const [fixture_arg, npm_dir, only] = process.argv.slice(2);
+if (!fixture_arg || !npm_dir) Fatal('usage: gpu_attention_test.mjs FIXTURE_DIR PLAYWRIGHT_NPM_DIR [CASE]');
+const fixture = path.resolve(fixture_arg);
+if (!fs.existsSync(path.join(fixture, 'manifest.json'))) Fatal(`no manifest.json in ${fixture} (run gpu_attention_fixture)`);
+if (!fs.existsSync(kChromium)) Fatal(`no Chromium at ${kChromium} (scripts/setup.sh installs it)`);
+let chromium;
+try {
+  ({chromium} = createRequire(path.join(path.resolve(npm_dir), 'node_modules', '/'))('playwright-core'));
+} catch (e) {
+  Fatal(`playwright-core is not in ${npm_dir}/node_modules (the web.fetch_playwright fixture): ${e.message}`);
+}
+
+// /web/ -> the source web/, /test/ -> this folder, /fixture/ -> the cases; the page at /.
+const kRoots = {'/web/': path.join(kSourceDir, 'web'), '/test/': path.dirname(fileURLToPath(import.meta.url)),
+                '/fixture/': fixture};
+const kTypes = {'.js': 'text/javascript', '.json': 'application/json', '.bin': 'application/octet-stream',
+                '.html': 'text/html'};
+const server = http.createServer((req, res) => {
+  const url = decodeURIComponent(new URL(req.url, 'http://x').pathname);
+  if (url === '/favicon.ico') {  // asked for by every page: none
+    res.writeHead(204);
+    res.end();
+    return;
+  }
+  if (url === '/') {
+    res.writeHead(200, {'content-type': 'text/html'});
+    res.end('<!doctype html><meta charset="utf-8"><title>kvq WebGPU attention</title>' +
+            '<script type="module">import {RunGpuAttentionTests} from "/test/gpu_attention_page.js";' +
+            'window.RunGpuAttentionTests = RunGpuAttentionTests;</script>');
+    return;
+  }
+  for (const [prefix, root] of Object.entries(kRoots)) {
+    if (!url.startsWith(prefix)) continue;
+    const file = path.join(root, url.slice(prefix.length));
+    if (!file.startsWith(root) || !fs.existsSync(file) || !fs.statSync(file).isFile()) break;
+    res.writeHead(200, {'content-type': kTypes[path.extname(file)] || 'application/octet-stream'});
+    fs.createReadStream(file).pipe(res);
+    return;
+  }
+  res.writeHead(404);
+  res.end();
+});
+await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
+const origin = `http://127.0.0.1:${server.address().port}`;
+
+const browser = await chromium.launch({executablePath: kChromium, headless: true,
+  args: ['--no-sandbox', '--disable-quic', '--no-first-run', '--disable-background-networking', ...kWebGpuFlags]});
+let result;
+try {
+  const page = await browser.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(`page error: ${e.message}`));
+  page.on('console', (m) => { if (m.type() === 'error') errors.push(`console error: ${m.text()}`); });
+  page.on('response', (r) => { if (r.status() >= 400) errors.push(`HTTP ${r.status()} for ${r.url()}`); });
+  await page.goto(origin + '/');
+  await page.waitForFunction(() => typeof window.RunGpuAttentionTests === 'function', null, {timeout: 30000});
+  page.setDefaultTimeout(0);
+  result = await page.evaluate(([url, only]) => window.RunGpuAttentionTests(url, only), [origin + '/fixture', only || '']);
+  result.failures.push(...errors);
+} finally {
+  await browser.close();
+  server.close();
+}
+console.log(`gpu_attention_test: ${result.cases} cases, ${result.checks} checks, ${result.failures.length} failures, ` +
+            `worst error ${result.worst_error_over_bound?.toFixed(4)} of the bound, ${result.seconds.toFixed(1)} s in the page`);
+for (const f of result.failures.slice(0, 50)) console.error(`gpu_attention_test: FAIL: ${f}`);
+if (result.cases === 0) Fatal('no case ran');
+process.exit(result.failures.length ? 1 : 0);

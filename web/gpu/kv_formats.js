@@ -1,0 +1,85 @@
+// WGSL dequantisation of kvq's KV formats, read straight from the bytes kvq's cache stores (the
+// layouts of src/formats/<name>/, one position per block): each returns the WGSL functions
+//   fn <t>_elem(row: u32, head: u32, i: u32) -> f32
+// reading buffer <t>_buf (array<u32>) for t in {k, v}: element i of head `head` of window row
+// `row`, decoded in registers (no dequantised copy). Every decode is exact integer and bit work
+// plus at most one f32 multiply (correctly rounded in WGSL), so it gives the bits of kvq's scalar
+// Codec::decode_row; tests/web/gpu/gpu_attention_test.mjs checks that for every row.
+
+// Bytes are read from u32 words: blocks need not be 4-byte aligned (int4 at head_dim 8: 6 bytes
+// per head row).
+const kByteHelpers = /* wgsl */ `
+fn byte_of(word: u32, offset: u32) -> u32 { return (word >> ((offset & 3u) * 8u)) & 0xffu; }
+// f16 bits to f32 by integer work: exact for normals, subnormals (m · 2^-24 is a normal f32),
+// infinities and NaNs, whatever the device does with f16 subnormals.
+fn f16_bits_to_f32(h: u32) -> f32 {
+  let sign = (h >> 15u) << 31u;
+  let e = (h >> 10u) & 0x1fu;
+  let m = h & 0x3ffu;
+  if (e == 0u) {
+    let magnitude = f32(m) * 5.9604644775390625e-8;  // m · 2^-24, exact
+    return select(magnitude, -magnitude, sign != 0u);
+  }
+  if (e == 31u) { return bitcast<f32>(sign | 0x7f800000u | (m << 13u)); }
+  return bitcast<f32>(sign | ((e + 112u) << 23u) | (m << 13u));
+}
+`;
+
+// Per tensor t: u8 and u16 readers over t_buf at byte offsets.
+function Readers(t) {
+  return /* wgsl */ `
+fn ${t}_u8(offset: u32) -> u32 { return byte_of(${t}_buf[offset >> 2u], offset); }
+fn ${t}_u16(offset: u32) -> u32 { return ${t}_u8(offset) | (${t}_u8(offset + 1u) << 8u); }
+fn ${t}_u32(offset: u32) -> u32 {
+  if ((offset & 3u) == 0u) { return ${t}_buf[offset >> 2u]; }
+  return ${t}_u16(offset) | (${t}_u16(offset + 2u) << 16u);
+}
+`;
+}
+
+// Element decoders per format, for tensor t with block_bytes B per row, n_kv_heads H and head_dim D.
+const kDecoders = {
+  // [row of f32, heads in order]
+  f32: (t) => `fn ${t}_elem(row: u32, head: u32, i: u32) -> f32 {
+  return bitcast<f32>(${t}_u32(row * ${t}_block + (head * head_dim + i) * 4u));
+}`,
+  // [row of f16, heads in order]
+  f16: (t) => `fn ${t}_elem(row: u32, head: u32, i: u32) -> f32 {
+  return f16_bits_to_f32(${t}_u16(row * ${t}_block + (head * head_dim + i) * 2u));
+}`,
+  // [row of bf16, heads in order]: the high half of an f32
+  bf16: (t) => `fn ${t}_elem(row: u32, head: u32, i: u32) -> f32 {
+  return bitcast<f32>(${t}_u16(row * ${t}_block + (head * head_dim + i) * 2u) << 16u);
+}`,
+  // Per head: [s: f16][codes: head_dim · b / 8 bytes], element i at bits (i mod (8/b))·b of byte
+  // i/(8/b); x' = (raw − 2^(b−1)) · s (src/formats/int_token/int_token.h).
+  int8: (t) => IntToken(t, 8),
+  int4: (t) => IntToken(t, 4),
+  int2: (t) => IntToken(t, 2),
+};
+
+function IntToken(t, bits) {
+  const per_byte = 8 / bits, half = 1 << (bits - 1), mask = (1 << bits) - 1;
+  return `fn ${t}_elem(row: u32, head: u32, i: u32) -> f32 {
+  let head_at = row * ${t}_block + head * (2u + head_dim * ${bits}u / 8u);
+  let s = f16_bits_to_f32(${t}_u16(head_at));
+  let raw = (${t}_u8(head_at + 2u + i / ${per_byte}u) >> ((i % ${per_byte}u) * ${bits}u)) & ${mask}u;
+  return f32(i32(raw) - ${half}) * s;
+}`;
+}
+
+/** Format names the WGSL kernels decode. */
+export const kGpuFormats = Object.keys(kDecoders);
+
+/**
+ * WGSL for decoding K (format key_format) and V (value_format): the byte helpers, the readers and
+ * each tensor's `<t>_elem`. The caller declares k_buf, v_buf, the consts k_block and v_block
+ * (bytes per row) and head_dim.
+ */
+export function DecodeWgsl(key_format, value_format) {
+  for (const f of [key_format, value_format]) {
+    if (!kDecoders[f]) throw new Error(`no WGSL decoder for KV format '${f}' (have: ${kGpuFormats.join(', ')})`);
+  }
+  return [kByteHelpers, Readers('k'), Readers('v'), kDecoders[key_format]('k'), kDecoders[value_format]('v')]
+      .join('\n');
+}
