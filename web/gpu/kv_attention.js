@@ -6,85 +6,85 @@
 // kernel takes the window's rows one at a time in order and updates the state with the same
 // instructions whatever the window, so the output has the same bits for every window size.
 //
-// One workgroup per KV head; its lanes are the head's numbers (head_dim, padded to a power of two)
-// and it serves every query head that shares the KV head, so each K and V row is read once for
-// all of them (GQA). Per row and query head: the score is a fixed-shape tree sum of q·k' in
+// One invocation per (KV head, query position) serves every query head that shares the KV head, so
+// each K and V row is read and decoded once for all of them (GQA). A decode step is one query
+// position; a prefill block is several consecutive ones, each attending causally (positions up to
+// its own). This is the exact form, written for bit identity and checked on SwiftShader; a faster
+// one for real GPUs (lanes over head_dim, subgroup sums in a fixed order) is for later. Per row and query head: the score is a fixed-shape tree sum of q·k' in
 // workgroup memory, then m' = max(m, s), c = exp(m − m'), e = exp(s − m'), l = l·c + e,
 // acc = acc·c + e·v' (kvq's CPU update, attention/softmax_tile.h).
 
 import {DecodeWgsl} from './kv_formats.js';
 
-function NextPowerOfTwo(n) {
-  let p = 1;
-  while (p < n) p *= 2;
-  return p;
-}
-
 function AttentionWgsl(shape) {
   const {key_format, value_format, n_kv_heads, q_per_kv, head_dim, k_block_bytes, v_block_bytes} = shape;
-  const lanes = NextPowerOfTwo(head_dim);
   return /* wgsl */ `
 const head_dim: u32 = ${head_dim}u;
 const q_per_kv: u32 = ${q_per_kv}u;
-const lanes: u32 = ${lanes}u;
 const k_block: u32 = ${k_block_bytes}u;
 const v_block: u32 = ${v_block_bytes}u;
-struct Params { rows: u32, scale: f32 }
+// rows: the window's; first_pos: the absolute position of its row 0; query_pos: of query 0.
+struct Params { rows: u32, scale: f32, first_pos: u32, query_pos: u32 }
 @group(0) @binding(0) var<storage, read> k_buf: array<u32>;      // the window's K rows as stored
 @group(0) @binding(1) var<storage, read> v_buf: array<u32>;      // the window's V rows as stored
-@group(0) @binding(2) var<storage, read> q: array<f32>;          // [n_kv_heads · q_per_kv][head_dim]
-// Per query head h: [m, l, acc[head_dim]] at h · (head_dim + 2): carried across windows.
+@group(0) @binding(2) var<storage, read> q: array<f32>;          // [queries][n_kv_heads · q_per_kv][head_dim]
+// Per query position t and head h: [m, l, acc[head_dim]] at (t · n_q + h) · (head_dim + 2):
+// carried across windows.
 @group(0) @binding(3) var<storage, read_write> state: array<f32>;
 @group(0) @binding(4) var<uniform> params: Params;
-var<workgroup> partial: array<f32, ${lanes * q_per_kv}>;          // [q_per_kv][lanes]
 ${DecodeWgsl(key_format, value_format)}
 
-@compute @workgroup_size(${lanes})
-fn attend(@builtin(workgroup_id) group: vec3u, @builtin(local_invocation_id) local: vec3u) {
-  let kv_head = group.x;
-  let i = local.x;
-  let lane_active = i < head_dim;
+// One invocation per (KV head, query position), which takes the window's rows in order: each
+// score a sum in order of i (as kvq's scalar Codec::dot), each row's K and V numbers decoded once
+// for the query heads sharing the KV head. No workgroup barriers: the bits cannot depend on how
+// invocations are scheduled.
+@compute @workgroup_size(64)
+fn attend(@builtin(global_invocation_id) id: vec3u) {
+  let n_q = ${n_kv_heads * q_per_kv}u;
+  let queries = arrayLength(&state) / ((head_dim + 2u) * n_q);
+  if (id.x >= ${n_kv_heads}u * queries) { return; }
+  let kv_head = id.x % ${n_kv_heads}u;
+  let query = id.x / ${n_kv_heads}u;
+  // Causal: rows past this query's position are not its.
+  let last = params.query_pos + query;
+  let rows = select(0u, min(params.rows, last + 1u - params.first_pos), last >= params.first_pos);
   var m: array<f32, ${q_per_kv}>;
   var l: array<f32, ${q_per_kv}>;
-  var acc: array<f32, ${q_per_kv}>;
-  var qi: array<f32, ${q_per_kv}>;
+  var score: array<f32, ${q_per_kv}>;
+  var c: array<f32, ${q_per_kv}>;
+  var e: array<f32, ${q_per_kv}>;
+  var acc: array<f32, ${q_per_kv * head_dim}>;  // [q_per_kv][head_dim]
+  let first_head = query * n_q + kv_head * q_per_kv;
   for (var j = 0u; j < q_per_kv; j++) {
-    let h = kv_head * q_per_kv + j;
-    let at = h * (head_dim + 2u);
+    let at = (first_head + j) * (head_dim + 2u);
     m[j] = state[at];
     l[j] = state[at + 1u];
-    acc[j] = select(0.0, state[at + 2u + min(i, head_dim - 1u)], lane_active);
-    qi[j] = select(0.0, q[h * head_dim + min(i, head_dim - 1u)], lane_active);
+    for (var i = 0u; i < head_dim; i++) { acc[j * head_dim + i] = state[at + 2u + i]; }
   }
-  for (var r = 0u; r < params.rows; r++) {
-    let k = select(0.0, k_elem(r, kv_head, min(i, head_dim - 1u)), lane_active);
-    for (var j = 0u; j < q_per_kv; j++) { partial[j * lanes + i] = qi[j] * k; }
-    workgroupBarrier();
-    for (var stride = lanes / 2u; stride > 0u; stride /= 2u) {
-      if (i < stride) {
-        for (var j = 0u; j < q_per_kv; j++) { partial[j * lanes + i] += partial[j * lanes + i + stride]; }
-      }
-      workgroupBarrier();
+  for (var r = 0u; r < rows; r++) {
+    for (var j = 0u; j < q_per_kv; j++) { score[j] = 0.0; }
+    for (var i = 0u; i < head_dim; i++) {
+      let k = k_elem(r, kv_head, i);
+      for (var j = 0u; j < q_per_kv; j++) { score[j] = score[j] + q[(first_head + j) * head_dim + i] * k; }
     }
-    let v = select(0.0, v_elem(r, kv_head, min(i, head_dim - 1u)), lane_active);
     for (var j = 0u; j < q_per_kv; j++) {
-      let s = partial[j * lanes] * params.scale;
+      let s = score[j] * params.scale;
       let m_new = max(m[j], s);
-      let c = exp(m[j] - m_new);
-      let e = exp(s - m_new);
-      l[j] = l[j] * c + e;
-      acc[j] = acc[j] * c + e * v;
+      c[j] = exp(m[j] - m_new);
+      e[j] = exp(s - m_new);
+      l[j] = l[j] * c[j] + e[j];
       m[j] = m_new;
     }
-    workgroupBarrier();  // partial is rewritten by the next row
+    for (var i = 0u; i < head_dim; i++) {
+      let v = v_elem(r, kv_head, i);
+      for (var j = 0u; j < q_per_kv; j++) { acc[j * head_dim + i] = acc[j * head_dim + i] * c[j] + e[j] * v; }
+    }
   }
   for (var j = 0u; j < q_per_kv; j++) {
-    let at = (kv_head * q_per_kv + j) * (head_dim + 2u);
-    if (i == 0u) {
-      state[at] = m[j];
-      state[at + 1u] = l[j];
-    }
-    if (lane_active) { state[at + 2u + i] = acc[j]; }
+    let at = (first_head + j) * (head_dim + 2u);
+    state[at] = m[j];
+    state[at + 1u] = l[j];
+    for (var i = 0u; i < head_dim; i++) { state[at + 2u + i] = acc[j * head_dim + i]; }
   }
 }
 
@@ -106,7 +106,7 @@ fn decode(@builtin(global_invocation_id) id: vec3u) {
 @group(0) @binding(0) var<storage, read_write> norm_state: array<f32>;
 @compute @workgroup_size(64)
 fn normalise(@builtin(global_invocation_id) id: vec3u) {
-  let n = ${n_kv_heads * q_per_kv}u * head_dim;
+  let n = arrayLength(&norm_state) / (head_dim + 2u) * head_dim;
   if (id.x >= n) { return; }
   let h = id.x / head_dim;
   let at = h * (head_dim + 2u);
@@ -163,11 +163,12 @@ export class GpuKvAttention {
     return this.device.createBuffer({size, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST});
   }
 
-  #Params(rows, scale) {
+  #Params(rows, scale, first_pos = 0, query_pos = 0) {
     const params = this.device.createBuffer({size: 16, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST});
     const p = new ArrayBuffer(16);
     new Uint32Array(p, 0, 1)[0] = rows;
     new Float32Array(p, 4, 1)[0] = scale;
+    new Uint32Array(p, 8, 2).set([first_pos, query_pos]);
     this.device.queue.writeBuffer(params, 0, p);
     return params;
   }
@@ -210,12 +211,14 @@ export class GpuKvAttention {
   }
 
   /**
-   * Attention of q [n_q][head_dim] over positions [0, n) of the host rows k_blocks and v_blocks
-   * (Uint8Array, n × block bytes), in windows of `window` rows (0: one window), within
-   * device_budget_bytes of GPU KV buffers when given (window then at most WindowRowsFor). Returns
-   * the output [n_q][head_dim]. `bug`: one of kInjectedBugs, or undefined.
+   * Attention over positions [0, n) of the host rows k_blocks and v_blocks (Uint8Array, n × block
+   * bytes) for `queries` consecutive query positions n − queries .. n − 1 (1: a decode step; more:
+   * a prefill block, each position attending to those up to its own), q [queries][n_q][head_dim];
+   * in windows of `window` rows (0: one window), within device_budget_bytes of GPU KV buffers when
+   * given (window then at most WindowRowsFor). Returns the output [queries][n_q][head_dim].
+   * `bug`: one of kInjectedBugs, or undefined.
    */
-  async Run(q, k_blocks, v_blocks, n, {window = 0, device_budget_bytes = 0, bug} = {}) {
+  async Run(q, k_blocks, v_blocks, n, {queries = 1, window = 0, device_budget_bytes = 0, bug} = {}) {
     const {head_dim, k_block_bytes: kb, v_block_bytes: vb} = this.shape;
     const device = this.device;
     if (device_budget_bytes > 0) {
@@ -228,9 +231,13 @@ export class GpuKvAttention {
     const slots = [0, 1].map(() => ({k: this.#KvBuffer(rows_max * kb), v: this.#KvBuffer(rows_max * vb)}));
     const q_buffer = device.createBuffer({size: q.byteLength, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST});
     device.queue.writeBuffer(q_buffer, 0, q);
-    const state_floats = this.n_q * (head_dim + 2);
+    if (!(queries >= 1 && queries <= n) || q.length !== queries * this.n_q * head_dim) {
+      throw new Error(`Run: ${queries} query positions over ${n} need q of ${queries * this.n_q * head_dim} numbers (got ${q.length})`);
+    }
+    const states = queries * this.n_q;
+    const state_floats = states * (head_dim + 2);
     const initial = new Float32Array(state_floats);
-    for (let h = 0; h < this.n_q; ++h) initial[h * (head_dim + 2)] = -Infinity;  // m; l and acc 0
+    for (let h = 0; h < states; ++h) initial[h * (head_dim + 2)] = -Infinity;  // m; l and acc 0
     const state = device.createBuffer(
         {size: state_floats * 4, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC});
     device.queue.writeBuffer(state, 0, initial);
@@ -249,7 +256,7 @@ export class GpuKvAttention {
       // Queue order makes this write wait for the dispatch that last read the slot (two windows ago).
       device.queue.writeBuffer(s.k, 0, Padded(k_blocks.subarray(first * kb, end * kb)));
       device.queue.writeBuffer(s.v, 0, Padded(v_blocks.subarray(first * vb, end * vb)));
-      const params = this.#Params(rows, scale);
+      const params = this.#Params(rows, scale, first, n - queries);
       uniforms.push(params);
       const group = device.createBindGroup({layout: this.attend.getBindGroupLayout(0), entries: [
         {binding: 0, resource: {buffer: s.k}}, {binding: 1, resource: {buffer: s.v}},
@@ -259,25 +266,25 @@ export class GpuKvAttention {
       const pass = encoder.beginComputePass();
       pass.setPipeline(this.attend);
       pass.setBindGroup(0, group);
-      pass.dispatchWorkgroups(this.shape.n_kv_heads);
+      pass.dispatchWorkgroups(Math.ceil(this.shape.n_kv_heads * queries / 64));
       if (bug === 'normalise_at_boundary' && end < n) {
         pass.setPipeline(this.normalise);  // acc /= l, then m and l as for one position
         pass.setBindGroup(0, norm_group);
-        pass.dispatchWorkgroups(Math.ceil(this.n_q * head_dim / 64));
+        pass.dispatchWorkgroups(Math.ceil(states * head_dim / 64));
       }
       pass.end();
       device.queue.submit([encoder.finish()]);
       if (bug === 'normalise_at_boundary' && end < n) {
         // l = 1 after acc /= l (queue order: after the pass): the normalised output then weighs
         // as one position.
-        for (let h = 0; h < this.n_q; ++h) device.queue.writeBuffer(state, (h * (head_dim + 2) + 1) * 4, new Float32Array([1]));
+        for (let h = 0; h < states; ++h) device.queue.writeBuffer(state, (h * (head_dim + 2) + 1) * 4, new Float32Array([1]));
       }
     }
     const encoder = device.createCommandEncoder();
     const pass = encoder.beginComputePass();
     pass.setPipeline(this.normalise);
     pass.setBindGroup(0, norm_group);
-    pass.dispatchWorkgroups(Math.ceil(this.n_q * head_dim / 64));
+    pass.dispatchWorkgroups(Math.ceil(states * head_dim / 64));
     pass.end();
     const readback = device.createBuffer({size: state_floats * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
     encoder.copyBufferToBuffer(state, 0, readback, 0, state_floats * 4);
@@ -285,8 +292,8 @@ export class GpuKvAttention {
     await readback.mapAsync(GPUMapMode.READ);
     const all = new Float32Array(readback.getMappedRange().slice(0));
     readback.unmap();
-    const out = new Float32Array(this.n_q * head_dim);
-    for (let h = 0; h < this.n_q; ++h) out.set(all.subarray(h * (head_dim + 2) + 2, (h + 1) * (head_dim + 2)), h * head_dim);
+    const out = new Float32Array(states * head_dim);
+    for (let h = 0; h < states; ++h) out.set(all.subarray(h * (head_dim + 2) + 2, (h + 1) * (head_dim + 2)), h * head_dim);
     for (const b of [readback, state, q_buffer, ...uniforms]) b.destroy();
     for (const s of slots) {
       for (const b of [s.k, s.v]) {

@@ -23,6 +23,18 @@ fn f16_bits_to_f32(h: u32) -> f32 {
   if (e == 31u) { return bitcast<f32>(sign | 0x7f800000u | (m << 13u)); }
   return bitcast<f32>(sign | ((e + 112u) << 23u) | (m << 13u));
 }
+// OCP FP8 E4M3 (no infinities; S.1111.111 is NaN): placed as f16 bits S.0EEEE.MMM0000000 it is the
+// value / 2^8, subnormals included (src/base/float_codes.h).
+fn e4m3_to_f32(code: u32) -> f32 {
+  if ((code & 0x7fu) == 0x7fu) { return bitcast<f32>(0x7fc00000u | ((code & 0x80u) << 24u)); }
+  return f16_bits_to_f32(((code & 0x80u) << 8u) | ((code & 0x7fu) << 7u)) * 256.0;
+}
+// OCP FP4 E2M1: S.EE.M, magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 (code 8 is -0).
+fn e2m1_to_f32(code: u32) -> f32 {
+  var magnitudes = array<f32, 8>(0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0);
+  let v = magnitudes[code & 7u];
+  return select(v, -v, (code & 8u) != 0u);
+}
 `;
 
 // Per tensor t: u8 and u16 readers over t_buf at byte offsets.
@@ -56,6 +68,15 @@ const kDecoders = {
   int8: (t) => IntToken(t, 8),
   int4: (t) => IntToken(t, 4),
   int2: (t) => IntToken(t, 2),
+  // The row in groups of 16 numbers (heads in order), 9 bytes each: [s: E4M3][8 bytes of E2M1,
+  // number 2j in the low nibble of byte j]; x' = E2M1 · s (src/formats/fp4_e2m1/fp4_e2m1.h).
+  'fp4-e2m1': (t) => `fn ${t}_elem(row: u32, head: u32, i: u32) -> f32 {
+  let j = head * head_dim + i;
+  let group_at = row * ${t}_block + (j / 16u) * 9u;
+  let s = e4m3_to_f32(${t}_u8(group_at));
+  let code = (${t}_u8(group_at + 1u + (j % 16u) / 2u) >> ((j % 2u) * 4u)) & 0xfu;
+  return e2m1_to_f32(code) * s;
+}`,
 };
 
 function IntToken(t, bits) {

@@ -24,10 +24,11 @@ struct Shape {
   int32_t n_kv_heads, q_per_kv, head_dim;
 };
 
-// Four GQA shapes (one query head per KV head up to eight; head_dim 8 to 128), and the formats
-// whose codecs store one position per block without a calibrated tensor scale.
-constexpr Shape kShapes[] = {{1, 1, 8}, {2, 4, 32}, {4, 2, 64}, {1, 8, 128}};
-constexpr const char* kFormats[] = {"f32", "f16", "bf16", "int8", "int4", "int2"};
+// GQA shapes (one query head per KV head up to eight; head_dim 8 to 128; each format gets at least
+// four, fp4-e2m1 refusing rows of 8 numbers), and the formats whose codecs store one position per
+// block without a calibrated tensor scale.
+constexpr Shape kShapes[] = {{1, 1, 8}, {2, 2, 16}, {2, 4, 32}, {4, 2, 64}, {1, 8, 128}};
+constexpr const char* kFormats[] = {"f32", "f16", "bf16", "int8", "int4", "int2", "fp4-e2m1"};
 
 struct Section {
   std::string name;
@@ -41,7 +42,11 @@ Section Bytes(const std::string& name, const std::vector<T>& v) {
   return s;
 }
 
-// One case: q [n_q][d], k and v [n][n_kv][d] encoded per position, and their decoded rows.
+// Query positions per case: a prefill block of 8 at positions n − 8 .. n − 1 (the decode test
+// takes the last).
+constexpr int64_t kQueries = 8;
+
+// One case: q [kQueries][n_q][d], k and v [n][n_kv][d] encoded per position, and their decoded rows.
 int WriteCase(const std::filesystem::path& dir, const kvq::FormatDesc& f, const Shape& shape, int64_t n,
               uint64_t seed, nlohmann::json* manifest) {
   const kvq::RowShape row{.n_kv_heads = shape.n_kv_heads, .head_dim = shape.head_dim};
@@ -53,7 +58,7 @@ int WriteCase(const std::filesystem::path& dir, const kvq::FormatDesc& f, const 
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> channel(elems);
   for (float& c : channel) c = 2.0f * normal(rng);
-  std::vector<float> q(n_q * shape.head_dim), k(n * elems), v(n * elems);
+  std::vector<float> q(kQueries * n_q * shape.head_dim), k(n * elems), v(n * elems);
   for (float& x : q) x = normal(rng) * 1.5f / std::sqrt(static_cast<float>(shape.head_dim));
   for (int64_t i = 0; i < n * elems; ++i) k[i] = channel[i % elems] + normal(rng);
   for (float& x : v) x = normal(rng);
@@ -97,6 +102,7 @@ int WriteCase(const std::filesystem::path& dir, const kvq::FormatDesc& f, const 
   (*manifest)["q_per_kv"] = shape.q_per_kv;
   (*manifest)["head_dim"] = shape.head_dim;
   (*manifest)["positions"] = n;
+  (*manifest)["queries"] = kQueries;
   (*manifest)["sections"] = offsets;
   return 0;
 }
@@ -120,6 +126,7 @@ int main(int argc, char** argv) {
     }
     // 96 positions in every shape (every window size 1..96 is tried), and 4,096 in one.
     for (const Shape& shape : kShapes) {
+      if (!(*f)->key.check_shape({.n_kv_heads = shape.n_kv_heads, .head_dim = shape.head_dim}).empty()) continue;
       nlohmann::json c;
       if (WriteCase(dir, **f, shape, 96, seed++, &c) != 0) return 1;
       cases.push_back(c);

@@ -1,8 +1,9 @@
 // In the page (headless Chromium, WebGPU on SwiftShader): web/gpu/kv_attention.js on the cases
 // tests/web/gpu/gpu_attention_fixture.cc wrote with kvq's codecs. Per case:
 //   1. the shader's dequantisation of every K and V row == kvq's Codec::decode_row, bit for bit;
-//   2. windowed == one window, bit for bit: every window size 1..96 at 96 positions, 20 sizes at
-//      4,096 (boundaries at and around powers of two);
+//   2. windowed == one window, bit for bit, for a decode step (the last position's query) and a
+//      prefill block (8 query positions, causal): every window size 1..96 at 96 positions (the
+//      prefill block at 12 of them), 20 sizes at 4,096 (boundaries at and around powers of two);
 //   3. one window vs a double-precision reference over kvq's decoded rows, within the bound derived
 //      below;
 //   4. seed 000's three bugs injected (a dropped row at a boundary, a row counted twice, a
@@ -12,7 +13,7 @@
 // Returns {cases, checks, failures: [...], seconds}.
 import {GpuKvAttention, kInjectedBugs} from '/web/gpu/kv_attention.js';
 
-const kLongWindows = [1, 7, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 255, 256, 257, 511, 512, 1000, 2048, 4095];
+const kLongWindows = [3, 7, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 255, 256, 257, 511, 512, 1000, 2048, 4095];
 
 function SameBits(a, b) {
   const x = new Uint32Array(a.buffer, a.byteOffset, a.length), y = new Uint32Array(b.buffer, b.byteOffset, b.length);
@@ -25,21 +26,23 @@ function SameBits(a, b) {
 
 // Attention in double over kvq's decoded rows, and per output number the error bound of the f32
 // computation. Derivation (u = 2^-24, the f32 unit roundoff): a score s_i = scale · Σ_d q·k' summed
-// in f32 by a tree of depth log2(lanes) is off by at most δ_i = (log2(lanes) + 2)·u·scale·Σ|q·k'|
-// (one rounding per level, one for the products, one for the scale); WGSL's f32 exp is within
+// in f32 in order of d is off by at most δ_i = (d + 2)·u·scale·Σ|q·k'| (d − 1 additions, the
+// products, the scale, to first order); WGSL's f32 exp is within
 // 3 + 2|x| ULP = (3 + 2|x|)·2u relative. The weights e^(s_i − m) are then off by a factor within
 // exp(2·max δ) · (1 + (3 + 2R)·2u) with R = max |s_i − m| over the row, and the running sums l and
 // acc take one rounding per row for the product and one for the add, plus one per rescale by c:
 // 3(n + 1)·u relative to Σ p_i|v_i|. acc / l adds one more rounding. So
 //   |out − ref| ≤ Σ_i p_i|v_i| · (2·(2·max δ + (3 + 2R)·2u) + (3n + 5)·u) + |out|·u
 // (twice the weight error: once in acc, once in l). Observed errors are 1-3 orders below it.
-function Reference(c, q, k, v, h) {
+// Query position `pos` attends to positions 0 .. pos; q: its [n_q][head_dim].
+function Reference(c, q, k, v, h, pos) {
   const d = c.head_dim, kv_head = Math.floor(h / c.q_per_kv), per_row = c.n_kv_heads * d;
-  const scale = Math.fround(1 / Math.sqrt(d)), lanes = 2 ** Math.ceil(Math.log2(d));
+  const positions = pos + 1;
+  const scale = Math.fround(1 / Math.sqrt(d));
   const u = 2 ** -24;
-  const scores = new Float64Array(c.positions);
+  const scores = new Float64Array(positions);
   let m = -Infinity, max_delta = 0;
-  for (let i = 0; i < c.positions; ++i) {
+  for (let i = 0; i < positions; ++i) {
     let s = 0, abs = 0;
     for (let j = 0; j < d; ++j) {
       const p = q[h * d + j] * k[i * per_row + kv_head * d + j];
@@ -47,21 +50,21 @@ function Reference(c, q, k, v, h) {
       abs += Math.abs(p);
     }
     scores[i] = s * scale;
-    max_delta = Math.max(max_delta, (Math.log2(lanes) + 2) * u * scale * abs);
+    max_delta = Math.max(max_delta, (d + 2) * u * scale * abs);
     m = Math.max(m, scores[i]);
   }
   let l = 0, range = 0;
-  const w = new Float64Array(c.positions);
-  for (let i = 0; i < c.positions; ++i) {
+  const w = new Float64Array(positions);
+  for (let i = 0; i < positions; ++i) {
     w[i] = Math.exp(scores[i] - m);
     l += w[i];
     range = Math.max(range, m - scores[i]);
   }
   const out = new Float64Array(d), bound = new Float64Array(d);
-  const relative = 2 * (2 * max_delta + (3 + 2 * range) * 2 * u) + (3 * c.positions + 5) * u;
+  const relative = 2 * (2 * max_delta + (3 + 2 * range) * 2 * u) + (3 * positions + 5) * u;
   for (let j = 0; j < d; ++j) {
     let o = 0, mass = 0;
-    for (let i = 0; i < c.positions; ++i) {
+    for (let i = 0; i < positions; ++i) {
       const x = v[i * per_row + kv_head * d + j];
       o += w[i] * x;
       mass += w[i] * Math.abs(x);
@@ -98,9 +101,10 @@ export async function RunGpuAttentionTests(fixture_url, only) {
       const s = c.sections[name];
       return new Type(bytes.slice(s.offset, s.offset + s.bytes));
     };
-    const q = section('q', Float32Array), kb = section('k_blocks', Uint8Array), vb = section('v_blocks', Uint8Array);
+    const q_block = section('q', Float32Array), kb = section('k_blocks', Uint8Array), vb = section('v_blocks', Uint8Array);
     const kd = section('k_decoded', Float32Array), vd = section('v_decoded', Float32Array);
-    const n = c.positions, per_row = c.n_kv_heads * c.head_dim;
+    const n = c.positions, per_row = c.n_kv_heads * c.head_dim, n_q = c.n_kv_heads * c.q_per_kv;
+    const q = q_block.subarray((c.queries - 1) * n_q * c.head_dim);  // the decode step's query
     let gpu;
     try {
       gpu = await GpuKvAttention.Create(device, {key_format: c.format, value_format: c.format,
@@ -121,8 +125,12 @@ export async function RunGpuAttentionTests(fixture_url, only) {
         break;
       }
     }
-    // 2. Windowed == one window.
+    // 2. Windowed == one window, decode and prefill.
     const whole = await gpu.Run(q, kb, vb, n);
+    const block = await gpu.Run(q_block, kb, vb, n, {queries: c.queries});
+    ++checks;
+    const last = SameBits(block.subarray((c.queries - 1) * n_q * c.head_dim), whole);
+    if (last) fail(`${c.name}: the prefill block's last position differs from the decode step (${last})`);
     const windows = n <= 96 ? Array.from({length: n}, (_, i) => i + 1) : kLongWindows;
     for (const w of windows) {
       const out = await gpu.Run(q, kb, vb, n, {window: w});
@@ -130,28 +138,40 @@ export async function RunGpuAttentionTests(fixture_url, only) {
       const why = SameBits(out, whole);
       if (why) fail(`${c.name}: window ${w} differs from one window (${why})`);
     }
-    // 3. One window vs the double reference over kvq's decoded rows.
+    for (const w of n <= 96 ? [1, 2, 3, 5, 7, 8, 9, 16, 31, 48, 89, 95] : kLongWindows) {
+      const out = await gpu.Run(q_block, kb, vb, n, {queries: c.queries, window: w});
+      ++checks;
+      const why = SameBits(out, block);
+      if (why) fail(`${c.name}: prefill block at window ${w} differs from one window (${why})`);
+    }
+    // 3. One window vs the double reference over kvq's decoded rows, every query position.
     let worst = 0;
-    for (let h = 0; h < c.n_kv_heads * c.q_per_kv; ++h) {
-      const {out, bound} = Reference(c, q, kd, vd, h);
-      for (let j = 0; j < c.head_dim; ++j) {
-        const err = Math.abs(whole[h * c.head_dim + j] - out[j]);
-        worst = Math.max(worst, err / bound[j]);
-        if (!(err <= bound[j])) {
-          fail(`${c.name}: head ${h} number ${j}: GPU ${whole[h * c.head_dim + j]} vs double ${out[j]}, ` +
-               `error ${err} over the bound ${bound[j]}`);
-          break;
+    for (let t = 0; t < c.queries; ++t) {
+      const qt = q_block.subarray(t * n_q * c.head_dim, (t + 1) * n_q * c.head_dim);
+      for (let h = 0; h < n_q; ++h) {
+        const {out, bound} = Reference(c, qt, kd, vd, h, n - c.queries + t);
+        const got = block.subarray((t * n_q + h) * c.head_dim);
+        for (let j = 0; j < c.head_dim; ++j) {
+          const err = Math.abs(got[j] - out[j]);
+          worst = Math.max(worst, err / bound[j]);
+          if (!(err <= bound[j])) {
+            fail(`${c.name}: query ${t} head ${h} number ${j}: GPU ${got[j]} vs double ${out[j]}, ` +
+                 `error ${err} over the bound ${bound[j]}`);
+            break;
+          }
         }
       }
     }
     ++checks;
     c.worst_error_over_bound = worst;
-    // 4. The injected bugs are seen, with two windows and with many.
+    // 4. The injected bugs are seen, with two windows and with many, decode and prefill.
     for (const bug of kInjectedBugs) {
       for (const w of [Math.ceil(n / 2), n <= 96 ? 10 : 100]) {
         const out = await gpu.Run(q, kb, vb, n, {window: w, bug});
-        ++checks;
+        const out_block = await gpu.Run(q_block, kb, vb, n, {queries: c.queries, window: w, bug});
+        checks += 2;
         if (!SameBits(out, whole)) fail(`${c.name}: injected bug ${bug} at window ${w} went unseen`);
+        if (!SameBits(out_block, block)) fail(`${c.name}: injected bug ${bug} at window ${w} went unseen (prefill)`);
       }
     }
     // 5. The device budget: a context 100x the rows it holds.
