@@ -14,7 +14,7 @@
 // workgroup memory, then m' = max(m, s), c = exp(m − m'), e = exp(s − m'), l = l·c + e,
 // acc = acc·c + e·v' (kvq's CPU update, attention/softmax_tile.h).
 
-import {DecodeWgsl} from './kv_formats.js';
+import {DecodeWgsl, KeyRowsPerBlock} from './kv_formats.js';
 
 function AttentionWgsl(shape) {
   const {key_format, value_format, n_kv_heads, q_per_kv, head_dim, k_block_bytes, v_block_bytes} = shape;
@@ -23,8 +23,10 @@ const head_dim: u32 = ${head_dim}u;
 const q_per_kv: u32 = ${q_per_kv}u;
 const k_block: u32 = ${k_block_bytes}u;
 const v_block: u32 = ${v_block_bytes}u;
-// rows: the window's; first_pos: the absolute position of its row 0; query_pos: of query 0.
-struct Params { rows: u32, scale: f32, first_pos: u32, query_pos: u32 }
+// rows: the window's; first_pos: the absolute position of its row 0; query_pos: of query 0. Of the
+// window's K rows the first k_encoded are in k_buf's blocks, starting k_offset rows into its first
+// block (a group codec's window may start inside a group); the rest are f32 rows in k_res.
+struct Params { rows: u32, scale: f32, first_pos: u32, query_pos: u32, k_offset: u32, k_encoded: u32 }
 @group(0) @binding(0) var<storage, read> k_buf: array<u32>;      // the window's K rows as stored
 @group(0) @binding(1) var<storage, read> v_buf: array<u32>;      // the window's V rows as stored
 @group(0) @binding(2) var<storage, read> q: array<f32>;          // [queries][n_kv_heads · q_per_kv][head_dim]
@@ -32,7 +34,13 @@ struct Params { rows: u32, scale: f32, first_pos: u32, query_pos: u32 }
 // carried across windows.
 @group(0) @binding(3) var<storage, read_write> state: array<f32>;
 @group(0) @binding(4) var<uniform> params: Params;
+@group(0) @binding(6) var<storage, read> k_res: array<f32>;      // [rows][n_kv_heads][head_dim]
 ${DecodeWgsl(key_format, value_format)}
+
+fn k_value(r: u32, head: u32, i: u32) -> f32 {
+  if (r < params.k_encoded) { return k_elem(r + params.k_offset, head, i); }
+  return k_res[((r - params.k_encoded) * ${n_kv_heads}u + head) * head_dim + i];
+}
 
 // One invocation per (KV head, query position), which takes the window's rows in order: each
 // score a sum in order of i (as kvq's scalar Codec::dot), each row's K and V numbers decoded once
@@ -64,7 +72,7 @@ fn attend(@builtin(global_invocation_id) id: vec3u) {
   for (var r = 0u; r < rows; r++) {
     for (var j = 0u; j < q_per_kv; j++) { score[j] = 0.0; }
     for (var i = 0u; i < head_dim; i++) {
-      let k = k_elem(r, kv_head, i);
+      let k = k_value(r, kv_head, i);
       for (var j = 0u; j < q_per_kv; j++) { score[j] = score[j] + q[(first_head + j) * head_dim + i] * k; }
     }
     for (var j = 0u; j < q_per_kv; j++) {
@@ -97,7 +105,7 @@ fn decode(@builtin(global_invocation_id) id: vec3u) {
   if (id.x >= params.rows * per_row) { return; }
   let r = id.x / per_row;
   let within = id.x % per_row;
-  decoded[2u * r * per_row + within] = k_elem(r, within / head_dim, within % head_dim);
+  decoded[2u * r * per_row + within] = k_value(r, within / head_dim, within % head_dim);
   decoded[(2u * r + 1u) * per_row + within] = v_elem(r, within / head_dim, within % head_dim);
 }
 
@@ -145,56 +153,110 @@ export class GpuKvAttention {
     this.attend = attend;
     this.normalise = normalise;
     this.n_q = shape.n_kv_heads * shape.q_per_kv;
+    this.key_rows_per_block = KeyRowsPerBlock(shape.key_format);
     /** Bytes of GPU buffers holding KV rows: at most the device budget (counted, not assumed). */
     this.kv_bytes_now = 0;
     this.peak_kv_bytes = 0;
   }
 
-  /** The rows per window a device budget allows: two slots (one in use, one being written) per tensor. */
+  /**
+   * GPU bytes of one ring slot for windows of `rows` rows: K blocks (a group codec's window spans
+   * at most ceil(rows / G) + 1 groups), K residual rows (at most G − 1, f32), V rows; each rounded
+   * up to 4 bytes as WebGPU sizes buffers.
+   */
+  SlotBytes(rows) {
+    const {n_kv_heads, head_dim, k_block_bytes: kb, v_block_bytes: vb} = this.shape;
+    const g = this.key_rows_per_block;
+    const up4 = (x) => Math.max(4, Math.ceil(x / 4) * 4);
+    const k_blocks = g === 1 ? rows : Math.ceil(rows / g) + 1;
+    const k_residual = g === 1 ? 0 : Math.min(rows, g - 1);
+    return up4(k_blocks * kb) + up4(k_residual * n_kv_heads * head_dim * 4) + up4(rows * vb);
+  }
+
+  /** The most rows per window a device budget allows: two slots, one in use and one being written. */
   WindowRowsFor(budget_bytes) {
-    const per_row = this.shape.k_block_bytes + this.shape.v_block_bytes;
-    return Math.floor(budget_bytes / (2 * per_row + 8));  // + up to 4 bytes of padding per slot
+    let rows = 0;
+    while (2 * this.SlotBytes(rows + 1) <= budget_bytes) ++rows;
+    return rows;
   }
 
-  #KvBuffer(bytes) {
+  #Buffer(bytes, usage, kv) {
     const size = Math.max(4, Math.ceil(bytes / 4) * 4);
-    this.kv_bytes_now += size;
-    this.peak_kv_bytes = Math.max(this.peak_kv_bytes, this.kv_bytes_now);
-    return this.device.createBuffer({size, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST});
+    if (kv) {
+      this.kv_bytes_now += size;
+      this.peak_kv_bytes = Math.max(this.peak_kv_bytes, this.kv_bytes_now);
+    }
+    return this.device.createBuffer({size, usage});
   }
 
-  #Params(rows, scale, first_pos = 0, query_pos = 0) {
-    const params = this.device.createBuffer({size: 16, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST});
-    const p = new ArrayBuffer(16);
+  #Free(buffers) {
+    for (const b of buffers) {
+      if (b.kv) this.kv_bytes_now -= b.size;
+      b.destroy();
+    }
+  }
+
+  // The kernels' uniform Params, written into `buffer` (queue order: after what read it before).
+  #WriteParams(buffer, rows, scale, first_pos, query_pos, k_offset, k_encoded) {
+    const p = new ArrayBuffer(32);
     new Uint32Array(p, 0, 1)[0] = rows;
     new Float32Array(p, 4, 1)[0] = scale;
-    new Uint32Array(p, 8, 2).set([first_pos, query_pos]);
-    this.device.queue.writeBuffer(params, 0, p);
+    new Uint32Array(p, 8, 4).set([first_pos, query_pos, k_offset, k_encoded]);
+    this.device.queue.writeBuffer(buffer, 0, p);
+  }
+
+  #Params(rows, scale, first_pos = 0, query_pos = 0, k_offset = 0, k_encoded = rows) {
+    const params = this.device.createBuffer({size: 32, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST});
+    this.#WriteParams(params, rows, scale, first_pos, query_pos, k_offset, k_encoded);
     return params;
   }
 
-  /**
-   * The shader's decode of n host rows of K and V: Float32Array [n][K, V][n_kv_heads][head_dim].
-   * Must equal kvq's Codec::decode_row bit for bit.
-   */
-  async Decode(k_blocks, v_blocks, n) {
+  // The host rows [first, end) as what one slot receives: K blocks from the group holding `first`
+  // (k_offset rows into it) up to the last encoded row, K residual rows past the encoded ones, V rows.
+  #WindowBytes(host, n, first, end) {
     const {n_kv_heads, head_dim, k_block_bytes: kb, v_block_bytes: vb} = this.shape;
+    const g = this.key_rows_per_block;
+    const encoded = Math.floor(n / g) * g;  // rows in blocks; the rest are residual rows
+    const enc_end = Math.min(end, encoded);
+    let k_blocks = new Uint8Array(0), k_offset = 0, k_encoded = 0;
+    if (first < enc_end) {
+      const lo = Math.floor(first / g), hi = Math.ceil(enc_end / g);
+      k_blocks = host.k_blocks.subarray(lo * kb, hi * kb);
+      k_offset = first - lo * g;
+      k_encoded = enc_end - first;
+    }
+    const elems = n_kv_heads * head_dim, res_first = Math.max(first, encoded);
+    const k_residual = end > res_first ? host.k_residual.subarray((res_first - encoded) * elems, (end - encoded) * elems)
+                                       : new Float32Array(0);
+    return {k_blocks, k_offset, k_encoded, k_residual, v_blocks: host.v_blocks.subarray(first * vb, end * vb)};
+  }
+
+  /**
+   * The shader's decode of the n host rows: Float32Array [n][K, V][n_kv_heads][head_dim] (residual K
+   * rows as they are). Must equal kvq's Codec::decode_row bit for bit.
+   */
+  async Decode(host, n) {
+    const {n_kv_heads, head_dim} = this.shape;
     const device = this.device;
     if (!this.decode) {
       this.decode = await device.createComputePipelineAsync(
           {layout: 'auto', compute: {module: this.attend_module, entryPoint: 'decode'}});
     }
-    const k = device.createBuffer({size: Math.ceil(n * kb / 4) * 4, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST});
-    const v = device.createBuffer({size: Math.ceil(n * vb / 4) * 4, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST});
-    device.queue.writeBuffer(k, 0, Padded(k_blocks.subarray(0, n * kb)));
-    device.queue.writeBuffer(v, 0, Padded(v_blocks.subarray(0, n * vb)));
+    const w = this.#WindowBytes(host, n, 0, n);
+    const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST;
+    const k = this.#Buffer(w.k_blocks.byteLength, usage), r = this.#Buffer(w.k_residual.byteLength, usage);
+    const v = this.#Buffer(w.v_blocks.byteLength, usage);
+    device.queue.writeBuffer(k, 0, Padded(w.k_blocks));
+    if (w.k_residual.length) device.queue.writeBuffer(r, 0, w.k_residual);
+    device.queue.writeBuffer(v, 0, Padded(w.v_blocks));
     const bytes = n * 2 * n_kv_heads * head_dim * 4;
     const out = device.createBuffer({size: bytes, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC});
     const readback = device.createBuffer({size: bytes, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
-    const params = this.#Params(n, 0);
+    const params = this.#Params(n, 0, 0, 0, w.k_offset, w.k_encoded);
     const group = device.createBindGroup({layout: this.decode.getBindGroupLayout(0), entries: [
       {binding: 0, resource: {buffer: k}}, {binding: 1, resource: {buffer: v}},
-      {binding: 4, resource: {buffer: params}}, {binding: 5, resource: {buffer: out}}]});
+      {binding: 4, resource: {buffer: params}}, {binding: 5, resource: {buffer: out}},
+      {binding: 6, resource: {buffer: r}}]});
     const encoder = device.createCommandEncoder();
     const pass = encoder.beginComputePass();
     pass.setPipeline(this.decode);
@@ -206,20 +268,22 @@ export class GpuKvAttention {
     await readback.mapAsync(GPUMapMode.READ);
     const result = new Float32Array(readback.getMappedRange().slice(0));
     readback.unmap();
-    for (const b of [k, v, out, readback, params]) b.destroy();
+    this.#Free([k, r, v, out, readback, params]);
     return result;
   }
 
   /**
-   * Attention over positions [0, n) of the host rows k_blocks and v_blocks (Uint8Array, n × block
-   * bytes) for `queries` consecutive query positions n − queries .. n − 1 (1: a decode step; more:
-   * a prefill block, each position attending to those up to its own), q [queries][n_q][head_dim];
-   * in windows of `window` rows (0: one window), within device_budget_bytes of GPU KV buffers when
-   * given (window then at most WindowRowsFor). Returns the output [queries][n_q][head_dim].
-   * `bug`: one of kInjectedBugs, or undefined.
+   * Attention over positions [0, n) of the host rows for `queries` consecutive query positions
+   * n − queries .. n − 1 (1: a decode step; more: a prefill block, each position attending to
+   * those up to its own), q [queries][n_q][head_dim]. host: {k_blocks (Uint8Array: the complete K
+   * blocks), k_residual (Float32Array: K rows past them, [rows][n_kv_heads][head_dim]; empty for
+   * one-row codecs), v_blocks (Uint8Array, n rows)}, as kvq's cache holds them. In windows of
+   * `window` rows (0: one window), within device_budget_bytes of GPU KV buffers when given (window
+   * then at most WindowRowsFor). Returns the output [queries][n_q][head_dim]. `bug`: one of
+   * kInjectedBugs, or undefined.
    */
-  async Run(q, k_blocks, v_blocks, n, {queries = 1, window = 0, device_budget_bytes = 0, bug} = {}) {
-    const {head_dim, k_block_bytes: kb, v_block_bytes: vb} = this.shape;
+  async Run(q, host, n, {queries = 1, window = 0, device_budget_bytes = 0, bug} = {}) {
+    const {head_dim} = this.shape;
     const device = this.device;
     if (device_budget_bytes > 0) {
       const most = this.WindowRowsFor(device_budget_bytes);
@@ -227,45 +291,56 @@ export class GpuKvAttention {
       window = window > 0 ? Math.min(window, most) : most;
     }
     if (window <= 0) window = n;
-    const rows_max = window + (bug === 'repeat_previous_row' ? 1 : 0);
-    const slots = [0, 1].map(() => ({k: this.#KvBuffer(rows_max * kb), v: this.#KvBuffer(rows_max * vb)}));
-    const q_buffer = device.createBuffer({size: q.byteLength, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST});
-    device.queue.writeBuffer(q_buffer, 0, q);
     if (!(queries >= 1 && queries <= n) || q.length !== queries * this.n_q * head_dim) {
       throw new Error(`Run: ${queries} query positions over ${n} need q of ${queries * this.n_q * head_dim} numbers (got ${q.length})`);
     }
+    const rows_max = window + (bug === 'repeat_previous_row' ? 1 : 0);
+    const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST;
+    const slot_parts = (rows) => {  // the three buffers of a slot, as SlotBytes sizes them
+      const g = this.key_rows_per_block, {n_kv_heads, k_block_bytes: kb, v_block_bytes: vb} = this.shape;
+      const k = this.#Buffer((g === 1 ? rows : Math.ceil(rows / g) + 1) * kb, usage, true);
+      const r = this.#Buffer((g === 1 ? 0 : Math.min(rows, g - 1)) * n_kv_heads * head_dim * 4, usage, true);
+      const v = this.#Buffer(rows * vb, usage, true);
+      for (const b of [k, r, v]) b.kv = true;
+      const params = this.device.createBuffer({size: 32, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST});
+      return {k, r, v, params};
+    };
+    const slots = [slot_parts(rows_max), slot_parts(rows_max)];
+    const q_buffer = this.#Buffer(q.byteLength, usage);
+    device.queue.writeBuffer(q_buffer, 0, q);
     const states = queries * this.n_q;
     const state_floats = states * (head_dim + 2);
     const initial = new Float32Array(state_floats);
     for (let h = 0; h < states; ++h) initial[h * (head_dim + 2)] = -Infinity;  // m; l and acc 0
-    const state = device.createBuffer(
-        {size: state_floats * 4, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC});
+    const state = this.#Buffer(state_floats * 4, usage | GPUBufferUsage.COPY_SRC);
     device.queue.writeBuffer(state, 0, initial);
     const scale = 1 / Math.sqrt(head_dim);
     const norm_group = device.createBindGroup(
         {layout: this.normalise.getBindGroupLayout(0), entries: [{binding: 0, resource: {buffer: state}}]});
-    const uniforms = [];
-    let slot = 0;
-    for (let start = 0; start < n; start += window) {
-      let first = start, end = Math.min(n, start + window);
-      if (start > 0 && bug === 'drop_first_row') first += 1;
-      if (start > 0 && bug === 'repeat_previous_row') first -= 1;
-      const rows = end - first;
-      const s = slots[slot];
-      slot ^= 1;
-      // Queue order makes this write wait for the dispatch that last read the slot (two windows ago).
-      device.queue.writeBuffer(s.k, 0, Padded(k_blocks.subarray(first * kb, end * kb)));
-      device.queue.writeBuffer(s.v, 0, Padded(v_blocks.subarray(first * vb, end * vb)));
-      const params = this.#Params(rows, scale, first, n - queries);
-      uniforms.push(params);
-      const group = device.createBindGroup({layout: this.attend.getBindGroupLayout(0), entries: [
+    for (const s of slots) {  // one bind group per slot, reused by every window it carries
+      s.group = device.createBindGroup({layout: this.attend.getBindGroupLayout(0), entries: [
         {binding: 0, resource: {buffer: s.k}}, {binding: 1, resource: {buffer: s.v}},
         {binding: 2, resource: {buffer: q_buffer}}, {binding: 3, resource: {buffer: state}},
-        {binding: 4, resource: {buffer: params}}]});
+        {binding: 4, resource: {buffer: s.params}}, {binding: 6, resource: {buffer: s.r}}]});
+    }
+    let slot = 0;
+    for (let start = 0; start < n; start += window) {
+      let first = start;
+      const end = Math.min(n, start + window);
+      if (start > 0 && bug === 'drop_first_row') first += 1;
+      if (start > 0 && bug === 'repeat_previous_row') first -= 1;
+      const w = this.#WindowBytes(host, n, first, end);
+      const s = slots[slot];
+      slot ^= 1;
+      // Queue order makes these writes wait for the dispatch that last read the slot.
+      device.queue.writeBuffer(s.k, 0, Padded(w.k_blocks));
+      if (w.k_residual.length) device.queue.writeBuffer(s.r, 0, w.k_residual);
+      device.queue.writeBuffer(s.v, 0, Padded(w.v_blocks));
+      this.#WriteParams(s.params, end - first, scale, first, n - queries, w.k_offset, w.k_encoded);
       const encoder = device.createCommandEncoder();
       const pass = encoder.beginComputePass();
       pass.setPipeline(this.attend);
-      pass.setBindGroup(0, group);
+      pass.setBindGroup(0, s.group);
       pass.dispatchWorkgroups(Math.ceil(this.shape.n_kv_heads * queries / 64));
       if (bug === 'normalise_at_boundary' && end < n) {
         pass.setPipeline(this.normalise);  // acc /= l, then m and l as for one position
@@ -294,13 +369,7 @@ export class GpuKvAttention {
     readback.unmap();
     const out = new Float32Array(states * head_dim);
     for (let h = 0; h < states; ++h) out.set(all.subarray(h * (head_dim + 2) + 2, (h + 1) * (head_dim + 2)), h * head_dim);
-    for (const b of [readback, state, q_buffer, ...uniforms]) b.destroy();
-    for (const s of slots) {
-      for (const b of [s.k, s.v]) {
-        this.kv_bytes_now -= b.size;
-        b.destroy();
-      }
-    }
+    this.#Free([readback, state, q_buffer, ...slots.flatMap((x) => [x.k, x.r, x.v, x.params])]);
     return out;
   }
 }

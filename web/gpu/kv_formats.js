@@ -49,7 +49,8 @@ fn ${t}_u32(offset: u32) -> u32 {
 `;
 }
 
-// Element decoders per format, for tensor t with block_bytes B per row, n_kv_heads H and head_dim D.
+// Element decoders per format and tensor t. `row` counts rows from the first uploaded block (a
+// group codec's window may start inside a block: the caller adds the rows before it).
 const kDecoders = {
   // [row of f32, heads in order]
   f32: (t) => `fn ${t}_elem(row: u32, head: u32, i: u32) -> f32 {
@@ -89,8 +90,64 @@ function IntToken(t, bits) {
 }`;
 }
 
+// Keys in groups of 32 rows (the newest incomplete group is f32 residual rows, read by the caller).
+// int4-kivi / int2-kivi: per head [s: f16 × head_dim][z: f16 × head_dim][codes: 32 rows × head_dim
+// · b / 8], one (s, z) per channel; x' = raw · s + z (raw · s is exact: at most 4 + 11 significant
+// bits, so a fused multiply-add gives the same bits). src/formats/kivi/kivi.h.
+function KiviKey(t, bits) {
+  const per_byte = 8 / bits, mask = (1 << bits) - 1;
+  return `fn ${t}_elem(row: u32, head: u32, i: u32) -> f32 {
+  let head_at = (row / 32u) * ${t}_block + head * (4u * head_dim + 32u * head_dim * ${bits}u / 8u);
+  let s = f16_bits_to_f32(${t}_u16(head_at + 2u * i));
+  let z = f16_bits_to_f32(${t}_u16(head_at + 2u * (head_dim + i)));
+  let codes_at = head_at + 4u * head_dim + (row % 32u) * (head_dim * ${bits}u / 8u);
+  let raw = (${t}_u8(codes_at + i / ${per_byte}u) >> ((i % ${per_byte}u) * ${bits}u)) & ${mask}u;
+  return f32(raw) * s + z;
+}`;
+}
+// Values per row: per head [s: f16][z: f16][codes: head_dim · b / 8].
+function KiviValue(t, bits) {
+  const per_byte = 8 / bits, mask = (1 << bits) - 1;
+  return `fn ${t}_elem(row: u32, head: u32, i: u32) -> f32 {
+  let head_at = row * ${t}_block + head * (4u + head_dim * ${bits}u / 8u);
+  let s = f16_bits_to_f32(${t}_u16(head_at));
+  let z = f16_bits_to_f32(${t}_u16(head_at + 2u));
+  let raw = (${t}_u8(head_at + 4u + i / ${per_byte}u) >> ((i % ${per_byte}u) * ${bits}u)) & ${mask}u;
+  return f32(raw) * s + z;
+}`;
+}
+// fp8-e4m3 (src/formats/fp8_e4m3/fp8_e4m3.h): x' = E4M3(code) · 2^(b − 127), exact. Keys per group of
+// 32 rows, per head [b][32 rows × head_dim codes]; values per row [b][n_kv_heads × head_dim codes].
+const kFp8Key = (t) => `fn ${t}_elem(row: u32, head: u32, i: u32) -> f32 {
+  let head_at = (row / 32u) * ${t}_block + head * (1u + 32u * head_dim);
+  let s = bitcast<f32>(${t}_u8(head_at) << 23u);
+  return e4m3_to_f32(${t}_u8(head_at + 1u + (row % 32u) * head_dim + i)) * s;
+}`;
+const kFp8Value = (t) => `fn ${t}_elem(row: u32, head: u32, i: u32) -> f32 {
+  let row_at = row * ${t}_block;
+  let s = bitcast<f32>(${t}_u8(row_at) << 23u);
+  return e4m3_to_f32(${t}_u8(row_at + 1u + head * head_dim + i)) * s;
+}`;
+
+// Formats whose K and V codecs differ: [key decoder, value decoder, key rows per block].
+const kSplitFormats = {
+  'int4-kivi': [(t) => KiviKey(t, 4), (t) => KiviValue(t, 4), 32],
+  'int2-kivi': [(t) => KiviKey(t, 2), (t) => KiviValue(t, 2), 32],
+  'fp8-e4m3': [kFp8Key, kFp8Value, 32],
+};
+
 /** Format names the WGSL kernels decode. */
-export const kGpuFormats = Object.keys(kDecoders);
+export const kGpuFormats = [...Object.keys(kDecoders), ...Object.keys(kSplitFormats)];
+
+/** Rows per K block of a format (32 for the group codecs, else 1); V is one row per block in all. */
+export function KeyRowsPerBlock(format) {
+  return kSplitFormats[format] ? kSplitFormats[format][2] : 1;
+}
+
+function Decoder(format, tensor) {
+  if (kSplitFormats[format]) return kSplitFormats[format][tensor === 'k' ? 0 : 1](tensor);
+  return kDecoders[format](tensor);
+}
 
 /**
  * WGSL for decoding K (format key_format) and V (value_format): the byte helpers, the readers and
@@ -99,8 +156,7 @@ export const kGpuFormats = Object.keys(kDecoders);
  */
 export function DecodeWgsl(key_format, value_format) {
   for (const f of [key_format, value_format]) {
-    if (!kDecoders[f]) throw new Error(`no WGSL decoder for KV format '${f}' (have: ${kGpuFormats.join(', ')})`);
+    if (!kGpuFormats.includes(f)) throw new Error(`no WGSL decoder for KV format '${f}' (have: ${kGpuFormats.join(', ')})`);
   }
-  return [kByteHelpers, Readers('k'), Readers('v'), kDecoders[key_format]('k'), kDecoders[value_format]('v')]
-      .join('\n');
+  return [kByteHelpers, Readers('k'), Readers('v'), Decoder(key_format, 'k'), Decoder(value_format, 'v')].join('\n');
 }

@@ -1,7 +1,8 @@
 // Writes the WebGPU attention test's inputs (tests/web/gpu/gpu_attention_test.mjs) with kvq's own
 // codecs, so the WGSL kernels are checked against the bytes kvq's cache really holds: per case
 // (format × GQA shape × positions) random q, k, v rows, the K and V rows encoded block by block
-// (rows_per_block = 1 codecs: one block per position), and kvq's scalar decode of every row
+// (one position per block, or groups of 32 keys with the newest incomplete group kept as f32
+// residual rows, as the cache stores them), and kvq's scalar decode of every row
 // (Codec::decode_row), which the shader's in-register dequantisation must reproduce bit for bit.
 // Output: DIR/manifest.json and one DIR/<case>.bin per case (little-endian, sections back to back
 // at the offsets the manifest gives). Usage: gpu_attention_fixture DIR
@@ -25,10 +26,10 @@ struct Shape {
 };
 
 // GQA shapes (one query head per KV head up to eight; head_dim 8 to 128; each format gets at least
-// four, fp4-e2m1 refusing rows of 8 numbers), and the formats whose codecs store one position per
-// block without a calibrated tensor scale.
+// four: fp4-e2m1 refuses rows of 8 numbers), and every format (none needs a calibrated tensor scale).
 constexpr Shape kShapes[] = {{1, 1, 8}, {2, 2, 16}, {2, 4, 32}, {4, 2, 64}, {1, 8, 128}};
-constexpr const char* kFormats[] = {"f32", "f16", "bf16", "int8", "int4", "int2", "fp4-e2m1"};
+constexpr const char* kFormats[] = {"f32",       "f16",      "bf16", "int8", "int4", "int2", "fp4-e2m1",
+                                    "int4-kivi", "int2-kivi", "fp8-e4m3"};
 
 struct Section {
   std::string name;
@@ -65,21 +66,34 @@ int WriteCase(const std::filesystem::path& dir, const kvq::FormatDesc& f, const 
   std::vector<Section> sections = {Bytes("q", q)};
   for (int which = 0; which < 2; ++which) {
     const kvq::Codec& codec = which == 0 ? f.key : f.value;
-    if (codec.rows_per_block != 1 || codec.calibrated) {
-      fmt::print(stderr, "gpu_attention_fixture: {} is not a one-row, uncalibrated codec\n", f.name);
+    if (codec.calibrated) {
+      fmt::print(stderr, "gpu_attention_fixture: {} needs a calibrated tensor scale\n", f.name);
       return 1;
     }
-    const int64_t block = codec.block_bytes(row);
-    std::vector<uint8_t> encoded(n * block);
+    // Complete blocks of g rows; the rows after the last one stay f32 (the residual), which
+    // "decode" to themselves.
+    const int64_t g = codec.rows_per_block, block = codec.block_bytes(row), blocks = n / g;
+    std::vector<uint8_t> encoded(blocks * block);
     std::vector<float> decoded(n * elems);
     const std::vector<float>& x = which == 0 ? k : v;
-    for (int64_t p = 0; p < n; ++p) {
-      codec.encode_block(x.data() + p * elems, encoded.data() + p * block, args);
-      codec.decode_row(encoded.data() + p * block, 0, decoded.data() + p * elems, args);
+    for (int64_t b = 0; b < blocks; ++b) {
+      codec.encode_block(x.data() + b * g * elems, encoded.data() + b * block, args);
+      for (int32_t r = 0; r < g; ++r) {
+        codec.decode_row(encoded.data() + b * block, r, decoded.data() + (b * g + r) * elems, args);
+      }
+    }
+    const std::vector<float> residual(x.begin() + blocks * g * elems, x.end());
+    std::copy(residual.begin(), residual.end(), decoded.begin() + blocks * g * elems);
+    if (which == 1 && !residual.empty()) {
+      fmt::print(stderr, "gpu_attention_fixture: {} values come in groups; the test expects one row per block\n",
+                 f.name);
+      return 1;
     }
     sections.push_back(Bytes(which == 0 ? "k_blocks" : "v_blocks", encoded));
     sections.push_back(Bytes(which == 0 ? "k_decoded" : "v_decoded", decoded));
+    if (which == 0) sections.push_back(Bytes("k_residual", residual));
     (*manifest)[which == 0 ? "k_block_bytes" : "v_block_bytes"] = block;
+    if (which == 0) (*manifest)["k_rows_per_block"] = g;
   }
   const std::string name = fmt::format("{}_kv{}_q{}_d{}_n{}", f.name, shape.n_kv_heads, shape.q_per_kv,
                                         shape.head_dim, n);
@@ -124,15 +138,16 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "gpu_attention_fixture: {}\n", f.status().message());
       return 1;
     }
-    // 96 positions in every shape (every window size 1..96 is tried), and 4,096 in one.
+    // 100 positions in every shape (every window size 1..100 is tried), and 4,100 in one: a
+    // 32-row group codec then holds 4 residual keys.
     for (const Shape& shape : kShapes) {
       if (!(*f)->key.check_shape({.n_kv_heads = shape.n_kv_heads, .head_dim = shape.head_dim}).empty()) continue;
       nlohmann::json c;
-      if (WriteCase(dir, **f, shape, 96, seed++, &c) != 0) return 1;
+      if (WriteCase(dir, **f, shape, 100, seed++, &c) != 0) return 1;
       cases.push_back(c);
     }
     nlohmann::json c;
-    if (WriteCase(dir, **f, {2, 4, 32}, 4096, seed++, &c) != 0) return 1;
+    if (WriteCase(dir, **f, {1, 2, 16}, 4100, seed++, &c) != 0) return 1;  // small: SwiftShader is a CPU
     cases.push_back(c);
   }
   std::ofstream(dir / "manifest.json", std::ios::trunc) << nlohmann::json{{"cases", cases}}.dump(1) << "\n";

@@ -2,8 +2,9 @@
 // tests/web/gpu/gpu_attention_fixture.cc wrote with kvq's codecs. Per case:
 //   1. the shader's dequantisation of every K and V row == kvq's Codec::decode_row, bit for bit;
 //   2. windowed == one window, bit for bit, for a decode step (the last position's query) and a
-//      prefill block (8 query positions, causal): every window size 1..96 at 96 positions (the
-//      prefill block at 12 of them), 20 sizes at 4,096 (boundaries at and around powers of two);
+//      prefill block (8 query positions, causal): every window size 1..100 at 100 positions (the
+//      prefill block at 14 of them), 20 sizes at 4,100 (boundaries at and around powers of two;
+//      32-row key groups then split at many offsets, and 4 residual keys);
 //   3. one window vs a double-precision reference over kvq's decoded rows, within the bound derived
 //      below;
 //   4. seed 000's three bugs injected (a dropped row at a boundary, a row counted twice, a
@@ -101,7 +102,9 @@ export async function RunGpuAttentionTests(fixture_url, only) {
       const s = c.sections[name];
       return new Type(bytes.slice(s.offset, s.offset + s.bytes));
     };
-    const q_block = section('q', Float32Array), kb = section('k_blocks', Uint8Array), vb = section('v_blocks', Uint8Array);
+    const q_block = section('q', Float32Array);
+    const host = {k_blocks: section('k_blocks', Uint8Array), k_residual: section('k_residual', Float32Array),
+                  v_blocks: section('v_blocks', Uint8Array)};
     const kd = section('k_decoded', Float32Array), vd = section('v_decoded', Float32Array);
     const n = c.positions, per_row = c.n_kv_heads * c.head_dim, n_q = c.n_kv_heads * c.q_per_kv;
     const q = q_block.subarray((c.queries - 1) * n_q * c.head_dim);  // the decode step's query
@@ -115,7 +118,7 @@ export async function RunGpuAttentionTests(fixture_url, only) {
       continue;
     }
     // 1. Dequantisation in the shader == kvq's decode_row.
-    const decoded = await gpu.Decode(kb, vb, n);
+    const decoded = await gpu.Decode(host, n);
     ++checks;
     for (let r = 0; r < n; ++r) {
       const why = SameBits(decoded.subarray(2 * r * per_row, (2 * r + 1) * per_row), kd.subarray(r * per_row, (r + 1) * per_row)) ||
@@ -126,20 +129,20 @@ export async function RunGpuAttentionTests(fixture_url, only) {
       }
     }
     // 2. Windowed == one window, decode and prefill.
-    const whole = await gpu.Run(q, kb, vb, n);
-    const block = await gpu.Run(q_block, kb, vb, n, {queries: c.queries});
+    const whole = await gpu.Run(q, host, n);
+    const block = await gpu.Run(q_block, host, n, {queries: c.queries});
     ++checks;
     const last = SameBits(block.subarray((c.queries - 1) * n_q * c.head_dim), whole);
     if (last) fail(`${c.name}: the prefill block's last position differs from the decode step (${last})`);
-    const windows = n <= 96 ? Array.from({length: n}, (_, i) => i + 1) : kLongWindows;
+    const windows = n <= 100 ? Array.from({length: n}, (_, i) => i + 1) : kLongWindows;
     for (const w of windows) {
-      const out = await gpu.Run(q, kb, vb, n, {window: w});
+      const out = await gpu.Run(q, host, n, {window: w});
       ++checks;
       const why = SameBits(out, whole);
       if (why) fail(`${c.name}: window ${w} differs from one window (${why})`);
     }
-    for (const w of n <= 96 ? [1, 2, 3, 5, 7, 8, 9, 16, 31, 48, 89, 95] : kLongWindows) {
-      const out = await gpu.Run(q_block, kb, vb, n, {queries: c.queries, window: w});
+    for (const w of n <= 100 ? [1, 2, 3, 5, 7, 8, 9, 16, 31, 32, 33, 48, 89, 99] : kLongWindows) {
+      const out = await gpu.Run(q_block, host, n, {queries: c.queries, window: w});
       ++checks;
       const why = SameBits(out, block);
       if (why) fail(`${c.name}: prefill block at window ${w} differs from one window (${why})`);
@@ -166,25 +169,25 @@ export async function RunGpuAttentionTests(fixture_url, only) {
     c.worst_error_over_bound = worst;
     // 4. The injected bugs are seen, with two windows and with many, decode and prefill.
     for (const bug of kInjectedBugs) {
-      for (const w of [Math.ceil(n / 2), n <= 96 ? 10 : 100]) {
-        const out = await gpu.Run(q, kb, vb, n, {window: w, bug});
-        const out_block = await gpu.Run(q_block, kb, vb, n, {queries: c.queries, window: w, bug});
+      for (const w of [Math.ceil(n / 2), n <= 100 ? 10 : 100]) {
+        const out = await gpu.Run(q, host, n, {window: w, bug});
+        const out_block = await gpu.Run(q_block, host, n, {queries: c.queries, window: w, bug});
         checks += 2;
         if (!SameBits(out, whole)) fail(`${c.name}: injected bug ${bug} at window ${w} went unseen`);
         if (!SameBits(out_block, block)) fail(`${c.name}: injected bug ${bug} at window ${w} went unseen (prefill)`);
       }
     }
     // 5. The device budget: a context 100x the rows it holds.
-    if (n > 96) {
+    if (n > 100) {
       const rows = Math.floor(n / 100);
-      const budget = 2 * rows * (c.k_block_bytes + c.v_block_bytes) + 16;
+      const budget = 2 * gpu.SlotBytes(rows);
       gpu.peak_kv_bytes = 0;  // this run's peak (no GPU KV buffer is alive between runs)
-      const out = await gpu.Run(q, kb, vb, n, {device_budget_bytes: budget});
+      const out = await gpu.Run(q, host, n, {device_budget_bytes: budget});
       ++checks;
       const why = SameBits(out, whole);
       if (why) fail(`${c.name}: the budgeted run (${budget} B, ${gpu.WindowRowsFor(budget)} rows a window) differs (${why})`);
       if (gpu.peak_kv_bytes > budget) fail(`${c.name}: GPU KV buffers peaked at ${gpu.peak_kv_bytes} B over the budget ${budget} B`);
-      if (gpu.WindowRowsFor(budget) * 100 > n) fail(`${c.name}: the budget holds ${gpu.WindowRowsFor(budget)} rows, more than 1/100 of ${n}`);
+      if (gpu.WindowRowsFor(budget) !== rows) fail(`${c.name}: the budget holds ${gpu.WindowRowsFor(budget)} rows, not ${rows} (1/100 of ${n})`);
       c.budget = {bytes: budget, rows: gpu.WindowRowsFor(budget)};
     }
   }
