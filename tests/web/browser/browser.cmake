@@ -26,3 +26,16 @@ add_test(NAME web.gpu_attention
          COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" "${KVQ_GPU_FIXTURE_DIR}"
                  "${KVQ_PLAYWRIGHT_DIR}")
 set_tests_properties(web.gpu_attention PROPERTIES FIXTURES_REQUIRED "playwright;gpu_attention_cases" TIMEOUT 600)
+# The forward pass on WebGPU: native kvq's logits along run.c's golden runs (gpu_forward_fixture).
+add_executable(gpu_forward_fixture "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_forward_fixture.cc")
+target_link_libraries(gpu_forward_fixture PRIVATE kvq nlohmann_json::nlohmann_json)
+target_include_directories(gpu_forward_fixture PRIVATE "${PROJECT_SOURCE_DIR}/tests")
+target_compile_definitions(gpu_forward_fixture PRIVATE KVQ_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+kvq_apply_warnings(gpu_forward_fixture)
+set(KVQ_GPU_FORWARD_DIR "${PROJECT_BINARY_DIR}/gpu_forward_fixture")
+add_test(NAME web.gpu_forward_fixture COMMAND gpu_forward_fixture "${KVQ_GPU_FORWARD_DIR}")
+set_tests_properties(web.gpu_forward_fixture PROPERTIES FIXTURES_SETUP gpu_forward_cases)
+add_test(NAME web.gpu_forward
+         COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --forward
+                 "${KVQ_GPU_FORWARD_DIR}" "${KVQ_PLAYWRIGHT_DIR}")
+set_tests_properties(web.gpu_forward PROPERTIES FIXTURES_REQUIRED "playwright;gpu_forward_cases" TIMEOUT 600)

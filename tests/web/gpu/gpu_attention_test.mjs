@@ -1,7 +1,9 @@
 // WebGPU attention (web/gpu/kv_attention.js) in headless Chromium on the SwiftShader adapter, over
 // the cases gpu_attention_fixture wrote with kvq's codecs (tests/web/gpu/gpu_attention_page.js runs
 // the checks in the page). A missing Chromium, playwright-core, fixture or WebGPU adapter fails it.
-// Usage: node gpu_attention_test.mjs FIXTURE_DIR PLAYWRIGHT_NPM_DIR [CASE_SUBSTRING]
+// With `--forward` (then FIXTURE_DIR is gpu_forward_fixture's), the forward pass instead
+// (tests/web/gpu/gpu_forward_page.js) on the bundled stories260K.
+// Usage: node gpu_attention_test.mjs [--forward] FIXTURE_DIR PLAYWRIGHT_NPM_DIR [CASE_SUBSTRING]
 import fs from 'node:fs';
 import http from 'node:http';
 import {createRequire} from 'node:module';
@@ -19,7 +21,8 @@ function Fatal(message) {
   process.exit(1);
 }
 
-const [fixture_arg, npm_dir, only] = process.argv.slice(2);
+const forward = process.argv[2] === '--forward';
+const [fixture_arg, npm_dir, only] = process.argv.slice(forward ? 3 : 2);
 if (!fixture_arg || !npm_dir) Fatal('usage: gpu_attention_test.mjs FIXTURE_DIR PLAYWRIGHT_NPM_DIR [CASE]');
 const fixture = path.resolve(fixture_arg);
 if (!fs.existsSync(path.join(fixture, 'manifest.json'))) Fatal(`no manifest.json in ${fixture} (run gpu_attention_fixture)`);
@@ -33,7 +36,7 @@ try {
 
 // /web/ -> the source web/, /test/ -> this folder, /fixture/ -> the cases; the page at /.
 const kRoots = {'/web/': path.join(kSourceDir, 'web'), '/test/': path.dirname(fileURLToPath(import.meta.url)),
-                '/fixture/': fixture};
+                '/fixture/': fixture, '/models/': path.join(kSourceDir, 'models/stories260K')};
 const kTypes = {'.js': 'text/javascript', '.json': 'application/json', '.bin': 'application/octet-stream',
                 '.html': 'text/html'};
 const server = http.createServer((req, res) => {
@@ -47,7 +50,8 @@ const server = http.createServer((req, res) => {
     res.writeHead(200, {'content-type': 'text/html'});
     res.end('<!doctype html><meta charset="utf-8"><title>kvq WebGPU attention</title>' +
             '<script type="module">import {RunGpuAttentionTests} from "/test/gpu_attention_page.js";' +
-            'window.RunGpuAttentionTests = RunGpuAttentionTests;</script>');
+            'import {RunGpuForwardTests} from "/test/gpu_forward_page.js";' +
+            'window.RunGpuAttentionTests = RunGpuAttentionTests; window.RunGpuForwardTests = RunGpuForwardTests;</script>');
     return;
   }
   for (const [prefix, root] of Object.entries(kRoots)) {
@@ -76,14 +80,25 @@ try {
   await page.goto(origin + '/');
   await page.waitForFunction(() => typeof window.RunGpuAttentionTests === 'function', null, {timeout: 30000});
   page.setDefaultTimeout(0);
-  result = await page.evaluate(([url, only]) => window.RunGpuAttentionTests(url, only), [origin + '/fixture', only || '']);
+  result = forward
+      ? await page.evaluate(([url, model]) => window.RunGpuForwardTests(url, model),
+                            [origin + '/fixture', origin + '/models/stories260K.bin'])
+      : await page.evaluate(([url, only]) => window.RunGpuAttentionTests(url, only), [origin + '/fixture', only || '']);
   result.failures.push(...errors);
 } finally {
   await browser.close();
   server.close();
 }
-console.log(`gpu_attention_test: ${result.cases} cases, ${result.checks} checks, ${result.failures.length} failures, ` +
-            `worst error ${result.worst_error_over_bound?.toFixed(4)} of the bound, ${result.seconds.toFixed(1)} s in the page`);
+if (forward) {
+  console.log(`gpu_attention_test --forward: ${result.runs} golden runs, ${result.positions} positions, ` +
+              `${result.failures.length} failures, worst |GPU - native| logit ${result.worst_logit_difference}, ` +
+              `${result.tokens_per_second?.toFixed(1)} tok/s on SwiftShader (a CPU emulation: overhead, not GPU speed), ` +
+              `${result.seconds.toFixed(1)} s in the page`);
+} else {
+  console.log(`gpu_attention_test: ${result.cases} cases, ${result.checks} checks, ${result.failures.length} failures, ` +
+              `worst error ${result.worst_error_over_bound?.toFixed(4)} of the bound, ${result.seconds.toFixed(1)} s in the page`);
+}
 for (const f of result.failures.slice(0, 50)) console.error(`gpu_attention_test: FAIL: ${f}`);
-if (result.cases === 0) Fatal('no case ran');
+if (!forward && result.cases === 0) Fatal('no case ran');
+if (forward && !result.positions) Fatal('no position ran');
 process.exit(result.failures.length ? 1 : 0);

@@ -1,0 +1,256 @@
+// A llama2.c checkpoint's forward pass on a WebGPU device (issue 14, deliverable 3, f32 weights):
+// run.c's transformer — RMSNorm, the q/k/v/o and SwiGLU matvecs, RoPE on adjacent pairs, the
+// residual adds, the classifier — as WGSL kernels over weights in GPU buffers, with the KV master
+// in host memory (kvq's f32 rows, one position per block) and attention by GpuKvAttention, which
+// streams it through the device in windows. One token at a time; after each layer's q, k, v the
+// new K and V rows come back to the host master (the cache's tier model: host master, device
+// working set).
+import {GpuKvAttention} from './kv_attention.js';
+
+/** The header and f32 weights of a llama2.c checkpoint (run.c's layout), as Float32Array views. */
+export function ParseLlama2c(buffer) {
+  const header = new Int32Array(buffer, 0, 7);
+  const [dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_signed, seq_len] = header;
+  const c = {dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size: Math.abs(vocab_signed), seq_len,
+             head_dim: dim / n_heads};
+  c.kv_dim = c.head_dim * n_kv_heads;
+  if (!(dim > 0 && hidden_dim > 0 && n_layers > 0 && n_heads > 0 && n_kv_heads > 0 && c.vocab_size > 0 &&
+        seq_len > 0 && dim % n_heads === 0 && n_heads % n_kv_heads === 0)) {
+    throw new Error(`not a llama2.c checkpoint: header ${Array.from(header).join(', ')}`);
+  }
+  let at = 28;
+  const take = (n) => {
+    if (at + 4 * n > buffer.byteLength) throw new Error(`llama2.c checkpoint truncated at byte ${at}`);
+    const v = new Float32Array(buffer, at, n);
+    at += 4 * n;
+    return v;
+  };
+  const L = n_layers, w = {};
+  w.token_embedding = take(c.vocab_size * dim);
+  w.rms_att = take(L * dim);
+  w.wq = take(L * dim * dim);
+  w.wk = take(L * dim * c.kv_dim);
+  w.wv = take(L * dim * c.kv_dim);
+  w.wo = take(L * dim * dim);
+  w.rms_ffn = take(L * dim);
+  w.w1 = take(L * dim * hidden_dim);
+  w.w2 = take(L * hidden_dim * dim);
+  w.w3 = take(L * dim * hidden_dim);
+  w.rms_final = take(dim);
+  take(seq_len * c.head_dim / 2);  // freq_cis_real, freq_cis_imag: unused (RoPE is computed)
+  take(seq_len * c.head_dim / 2);
+  w.classifier = vocab_signed > 0 ? w.token_embedding : take(c.vocab_size * dim);
+  return {config: c, weights: w};
+}
+
+const kKernels = /* wgsl */ `
+struct Dims { rows: u32, cols: u32, offset: u32, pos: u32 }
+@group(0) @binding(0) var<storage, read> w: array<f32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@group(0) @binding(3) var<uniform> dims: Dims;
+
+// y[r] = Σ_c w[offset + r·cols + c] · x[c], in order of c.
+@compute @workgroup_size(64)
+fn matvec(@builtin(global_invocation_id) id: vec3u) {
+  if (id.x >= dims.rows) { return; }
+  var sum = 0.0;
+  let row = dims.offset + id.x * dims.cols;
+  for (var c = 0u; c < dims.cols; c++) { sum = sum + w[row + c] * x[c]; }
+  y[id.x] = sum;
+}
+
+// y = x / sqrt(mean(x²) + 1e-5) · w[offset ..] (run.c's rmsnorm), over cols numbers.
+@compute @workgroup_size(64)
+fn rmsnorm(@builtin(global_invocation_id) id: vec3u) {
+  if (id.x >= dims.cols) { return; }
+  var ss = 0.0;
+  for (var c = 0u; c < dims.cols; c++) { ss = ss + x[c] * x[c]; }
+  let scale = 1.0 / sqrt(ss / f32(dims.cols) + 1e-5);
+  y[id.x] = w[dims.offset + id.x] * (scale * x[id.x]);
+}
+
+// RoPE on adjacent pairs (run.c): pair i of y (rows numbers) rotates by the angle of its place in
+// the head (head_dim = cols), whose cos and sin the host computed for this position into w:
+// [head_dim / 2][cos, sin]. (WGSL's sin and cos are only accurate to 2^-11 within [-π, π], and
+// the angles reach the context length.)
+@compute @workgroup_size(64)
+fn rope(@builtin(global_invocation_id) id: vec3u) {
+  let i = id.x * 2u;
+  if (i >= dims.rows) { return; }
+  let pair = (i % dims.cols) / 2u;
+  let c = w[2u * pair];
+  let s = w[2u * pair + 1u];
+  let a = y[i];
+  let b = y[i + 1u];
+  y[i] = a * c - b * s;
+  y[i + 1u] = a * s + b * c;
+}
+
+// y[i] += x[i] (the residual).
+@compute @workgroup_size(64)
+fn add(@builtin(global_invocation_id) id: vec3u) {
+  if (id.x >= dims.rows) { return; }
+  y[id.x] = y[id.x] + x[id.x];
+}
+
+// y[i] = silu(y[i]) · x[i] (SwiGLU: y = w1·x, x = w3·x).
+@compute @workgroup_size(64)
+fn swiglu(@builtin(global_invocation_id) id: vec3u) {
+  if (id.x >= dims.rows) { return; }
+  let g = y[id.x];
+  y[id.x] = g * (1.0 / (1.0 + exp(-g))) * x[id.x];
+}
+`;
+
+// The bindings (w 0, x 1, y 2, dims 3) each kernel uses.
+const kBindings = {matvec: [0, 1, 2, 3], rmsnorm: [0, 1, 2, 3], rope: [0, 2, 3], add: [1, 2, 3], swiglu: [1, 2, 3]};
+
+// run.c's angles in f32: freq = 1 / 10000^(j / head_dim) for even j, angle = pos · freq, then cos and
+// sin of it (double here, rounded to f32: within an ULP of run.c's cosf and sinf).
+function RopeTable(pos, head_dim) {
+  const table = new Float32Array(head_dim);
+  for (let j = 0; j < head_dim; j += 2) {
+    const freq = Math.fround(1 / Math.fround(Math.pow(10000, Math.fround(j / head_dim))));
+    const angle = Math.fround(pos * freq);
+    table[j] = Math.cos(angle);
+    table[j + 1] = Math.sin(angle);
+  }
+  return table;
+}
+
+export class GpuLlamaForward {
+  /** Uploads the weights; `model` from ParseLlama2c. */
+  static async Create(device, model) {
+    const module = device.createShaderModule({code: kKernels});
+    const info = await module.getCompilationInfo();
+    const errors = info.messages.filter((m) => m.type === 'error');
+    if (errors.length) throw new Error(`forward WGSL: ${errors.map((m) => `${m.lineNum}: ${m.message}`).join('; ')}`);
+    const pipelines = {};
+    for (const name of ['matvec', 'rmsnorm', 'rope', 'add', 'swiglu']) {
+      pipelines[name] = await device.createComputePipelineAsync({layout: 'auto', compute: {module, entryPoint: name}});
+    }
+    const c = model.config;
+    const attention = await GpuKvAttention.Create(device, {key_format: 'f32', value_format: 'f32',
+      n_kv_heads: c.n_kv_heads, q_per_kv: c.n_heads / c.n_kv_heads, head_dim: c.head_dim,
+      k_block_bytes: c.kv_dim * 4, v_block_bytes: c.kv_dim * 4});
+    return new GpuLlamaForward(device, model, pipelines, attention);
+  }
+
+  constructor(device, model, pipelines, attention) {
+    this.device = device;
+    this.config = model.config;
+    this.model = model;
+    this.pipelines = pipelines;
+    this.attention = attention;
+    const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
+    const upload = (array) => {
+      const b = device.createBuffer({size: Math.max(4, array.byteLength), usage});
+      device.queue.writeBuffer(b, 0, array);
+      return b;
+    };
+    this.w = {};
+    for (const [name, array] of Object.entries(model.weights)) this.w[name] = upload(array);
+    const c = this.config;
+    const act = (n) => device.createBuffer({size: n * 4, usage});
+    // Activations of one token: x residual, xb normed/attention out, q, k, v, xb2, hb, hb2, logits.
+    this.a = {x: act(c.dim), xb: act(c.dim), xb2: act(c.dim), q: act(c.dim), k: act(c.kv_dim), v: act(c.kv_dim),
+              hb: act(c.hidden_dim), hb2: act(c.hidden_dim), logits: act(c.vocab_size), rope: act(c.head_dim)};
+    this.readback = device.createBuffer({size: Math.max(c.dim + 2 * c.kv_dim, c.vocab_size) * 4,
+                                         usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
+    this.dims = [];  // uniform buffers, one per dispatch of a token (reused every token)
+    this.Reset();
+  }
+
+  /** Forgets the sequence: the host KV master is emptied. */
+  Reset() {
+    const c = this.config;
+    // Host master, per layer: K and V rows as kvq's f32 format stores them (one position per row).
+    this.k_rows = Array.from({length: c.n_layers}, () => new Float32Array(c.seq_len * c.kv_dim));
+    this.v_rows = Array.from({length: c.n_layers}, () => new Float32Array(c.seq_len * c.kv_dim));
+    this.positions = 0;
+  }
+
+  // One dispatch of `kernel` with y = w op x (bindings as in kKernels).
+  #Dispatch(encoder, index, kernel, w, x, y, rows, cols, offset = 0, pos = 0) {
+    const device = this.device;
+    if (!this.dims[index]) {
+      this.dims[index] = device.createBuffer({size: 16, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST});
+    }
+    device.queue.writeBuffer(this.dims[index], 0, new Uint32Array([rows, cols, offset, pos]));
+    // A pipeline's automatic layout has only the bindings its entry point uses.
+    const buffers = [w, x, y, this.dims[index]];
+    const group = device.createBindGroup({layout: this.pipelines[kernel].getBindGroupLayout(0),
+      entries: kBindings[kernel].map((b) => ({binding: b, resource: {buffer: buffers[b]}}))});
+    const pass = encoder.beginComputePass();
+    pass.setPipeline(this.pipelines[kernel]);
+    pass.setBindGroup(0, group);
+    pass.dispatchWorkgroups(Math.ceil(Math.max(rows, cols) / 64));
+    pass.end();
+  }
+
+  async #Read(buffer, floats) {
+    const encoder = this.device.createCommandEncoder();
+    encoder.copyBufferToBuffer(buffer, 0, this.readback, 0, floats * 4);
+    this.device.queue.submit([encoder.finish()]);
+    await this.readback.mapAsync(GPUMapMode.READ, 0, floats * 4);
+    const out = new Float32Array(this.readback.getMappedRange(0, floats * 4).slice(0));
+    this.readback.unmap();
+    return out;
+  }
+
+  /**
+   * Runs `token` at the next position; returns the logits [vocab_size]. `attention_options` go to
+   * GpuKvAttention.Run (window, device_budget_bytes).
+   */
+  async Forward(token, attention_options = {}) {
+    const c = this.config, a = this.a, w = this.w, device = this.device;
+    const pos = this.positions;
+    if (pos >= c.seq_len) throw new Error(`position ${pos} is past the model's context of ${c.seq_len}`);
+    if (!(token >= 0 && token < c.vocab_size)) throw new Error(`token ${token} is outside the vocabulary of ${c.vocab_size}`);
+    device.queue.writeBuffer(a.x, 0, this.model.weights.token_embedding.subarray(token * c.dim, (token + 1) * c.dim));
+    device.queue.writeBuffer(a.rope, 0, RopeTable(pos, c.head_dim));
+    const n_q = c.n_heads;
+    for (let l = 0; l < c.n_layers; ++l) {
+      let e = device.createCommandEncoder(), i = 0;
+      this.#Dispatch(e, i++, 'rmsnorm', w.rms_att, a.x, a.xb, c.dim, c.dim, l * c.dim);
+      this.#Dispatch(e, i++, 'matvec', w.wq, a.xb, a.q, c.dim, c.dim, l * c.dim * c.dim);
+      this.#Dispatch(e, i++, 'matvec', w.wk, a.xb, a.k, c.kv_dim, c.dim, l * c.kv_dim * c.dim);
+      this.#Dispatch(e, i++, 'matvec', w.wv, a.xb, a.v, c.kv_dim, c.dim, l * c.kv_dim * c.dim);
+      this.#Dispatch(e, i++, 'rope', a.rope, a.xb, a.q, c.dim, c.head_dim, 0, pos);
+      this.#Dispatch(e, i++, 'rope', a.rope, a.xb, a.k, c.kv_dim, c.head_dim, 0, pos);
+      // q, k, v back to the host: K and V join the master; q goes to the attention.
+      e.copyBufferToBuffer(a.q, 0, this.readback, 0, c.dim * 4);
+      e.copyBufferToBuffer(a.k, 0, this.readback, c.dim * 4, c.kv_dim * 4);
+      e.copyBufferToBuffer(a.v, 0, this.readback, (c.dim + c.kv_dim) * 4, c.kv_dim * 4);
+      device.queue.submit([e.finish()]);
+      await this.readback.mapAsync(GPUMapMode.READ, 0, (c.dim + 2 * c.kv_dim) * 4);
+      const qkv = new Float32Array(this.readback.getMappedRange(0, (c.dim + 2 * c.kv_dim) * 4).slice(0));
+      this.readback.unmap();
+      this.k_rows[l].set(qkv.subarray(c.dim, c.dim + c.kv_dim), pos * c.kv_dim);
+      this.v_rows[l].set(qkv.subarray(c.dim + c.kv_dim), pos * c.kv_dim);
+      const rows = pos + 1;
+      const out = await this.attention.Run(qkv.subarray(0, n_q * c.head_dim), {
+        k_blocks: new Uint8Array(this.k_rows[l].buffer, 0, rows * c.kv_dim * 4), k_residual: new Float32Array(0),
+        v_blocks: new Uint8Array(this.v_rows[l].buffer, 0, rows * c.kv_dim * 4)}, rows, attention_options);
+      device.queue.writeBuffer(a.xb, 0, out);
+      e = device.createCommandEncoder();
+      i = 0;
+      this.#Dispatch(e, i++, 'matvec', w.wo, a.xb, a.xb2, c.dim, c.dim, l * c.dim * c.dim);
+      this.#Dispatch(e, i++, 'add', w.rms_att, a.xb2, a.x, c.dim, c.dim);
+      this.#Dispatch(e, i++, 'rmsnorm', w.rms_ffn, a.x, a.xb, c.dim, c.dim, l * c.dim);
+      this.#Dispatch(e, i++, 'matvec', w.w1, a.xb, a.hb, c.hidden_dim, c.dim, l * c.hidden_dim * c.dim);
+      this.#Dispatch(e, i++, 'matvec', w.w3, a.xb, a.hb2, c.hidden_dim, c.dim, l * c.hidden_dim * c.dim);
+      this.#Dispatch(e, i++, 'swiglu', w.rms_att, a.hb2, a.hb, c.hidden_dim, c.hidden_dim);
+      this.#Dispatch(e, i++, 'matvec', w.w2, a.hb, a.xb, c.dim, c.hidden_dim, l * c.dim * c.hidden_dim);
+      this.#Dispatch(e, i++, 'add', w.rms_att, a.xb, a.x, c.dim, c.dim);
+      device.queue.submit([e.finish()]);
+    }
+    const e = device.createCommandEncoder();
+    this.#Dispatch(e, 0, 'rmsnorm', w.rms_final, a.x, a.xb, c.dim, c.dim);
+    this.#Dispatch(e, 1, 'matvec', w.classifier, a.xb, a.logits, c.vocab_size, c.dim);
+    device.queue.submit([e.finish()]);
+    this.positions = pos + 1;
+    return this.#Read(a.logits, c.vocab_size);
+  }
+}
