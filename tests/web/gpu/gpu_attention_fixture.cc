@@ -8,7 +8,10 @@
 // at the offsets the manifest gives). Usage: gpu_attention_fixture DIR
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
