@@ -84,7 +84,8 @@ TEST_F(SynthCli, TinyShapeIsWrittenReportedAndRuns) {
 
 // The hybrids end to end: a tiny preset of each is written and run by `kvq run`, whose KV cache
 // holds only the two attention layers (f16: positions · 2 layers · K and V · 2 heads · 32 · 2
-// bytes); a prompt cache, which would lose the recurrent state, is refused.
+// bytes); a prompt cache carries the recurrent state: the second run reuses the saved prefix and
+// prints the first run's text (greedy), and another model's cache is refused, naming it.
 TEST_F(SynthCli, TinyHybridsAreWrittenAndRun) {
   for (const char* preset : {"tiny-qwen35", "tiny-qwen35moe", "tiny-qwen3next"}) {
     SCOPED_TRACE(preset);
@@ -100,11 +101,22 @@ TEST_F(SynthCli, TinyHybridsAreWrittenAndRun) {
     EXPECT_NE(run.err.find(fmt::format("KV cache {} bytes", kvq::FormatCount(kv))),
               std::string::npos)
         << run.err;
-    const KvqRun cached =
-        Kvq(fmt::format("run -m {} -p Once -n 2 --prompt-cache {}", out, Path("p.kvqs")));
-    EXPECT_EQ(cached.exit_code, 2);
-    EXPECT_NE(cached.err.find("recurrent state"), std::string::npos) << cached.err;
+    const std::string cache = Path(std::string(preset) + ".kvqs");
+    const std::string cached_run =
+        fmt::format("run -m {} -p \"Once upon a time\" -n 8 --temp 0 --prompt-cache {}", out, cache);
+    const KvqRun saving = Kvq(cached_run);
+    EXPECT_EQ(saving.exit_code, 0) << saving.err;
+    const KvqRun reusing = Kvq(cached_run);
+    EXPECT_EQ(reusing.exit_code, 0) << reusing.err;
+    EXPECT_NE(reusing.err.find("reused"), std::string::npos) << reusing.err;
+    EXPECT_EQ(reusing.out, run.out);  // the restored state continues exactly
+    EXPECT_EQ(saving.out, run.out);
   }
+  // A prompt cache of one hybrid is not another's.
+  const KvqRun other = Kvq(fmt::format("run -m {} -p \"Once upon a time\" -n 2 --prompt-cache {}",
+                                       Path("tiny-qwen35moe.gguf"), Path("tiny-qwen35.kvqs")));
+  EXPECT_EQ(other.exit_code, 1);
+  EXPECT_NE(other.err.find("was saved for another model"), std::string::npos) << other.err;
 }
 
 TEST_F(SynthCli, PresetWithOverridesKeepsItsConventions) {
