@@ -336,10 +336,14 @@ bool Engine::AdmitOne(const std::shared_ptr<Job>& job) {
   // A snapshot that shares at least a prefill block more than the session does is loaded (loading
   // reads the whole snapshot, so a few tokens more are cheaper to recompute); one refused
   // (damaged) is gone from the store after Load, so the next best is tried.
+  // A hybrid model's recurrent state cannot roll back: only a cache that is wholly a prefix of the
+  // prompt is reused (a shorter cut would recompute everything before it, so counts as a miss).
+  const bool fixed_state = model_.info().state_bytes > 0;
   while (prefix_store_) {
     auto match = prefix_store_->Find(prompt);
     if (!match || std::min(match->second, prompt.size() - 1) < reuse + kPrefillBlock) break;
     const size_t shared = std::min(match->second, prompt.size() - 1);
+    if (fixed_state && match->first->ids.size() > shared) break;
     if (prefix_store_->Load(*match->first, session).ok()) {
       reuse = shared;
       from_disk = true;
@@ -348,7 +352,10 @@ bool Engine::AdmitOne(const std::shared_ptr<Job>& job) {
     metrics_->prefix_snapshots_refused++;
     reuse = 0;  // Load cleared the session
   }
-  if (static_cast<size_t>(session.positions()) > reuse) {
+  if (fixed_state && static_cast<size_t>(session.positions()) > reuse) {
+    (void)session.Clear();
+    reuse = 0;
+  } else if (static_cast<size_t>(session.positions()) > reuse) {
     if (Status s = session.Truncate(static_cast<int64_t>(reuse)); !s.ok()) {
       Log(LogLevel::kWarning, "serve: truncating a cached prefix failed (" + s.message() + "); starting empty");
       (void)session.Clear();

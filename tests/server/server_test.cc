@@ -21,6 +21,7 @@
 #include "server/engine.h"
 #include "server/http_server.h"
 #include "server/load_client.h"
+#include "synth/synth.h"
 
 namespace kvq::server {
 namespace {
@@ -40,13 +41,13 @@ const Model& Bundled() {
 
 class TestServer {
  public:
-  explicit TestServer(EngineOptions engine = {}, ServerOptions http = {}) {
+  explicit TestServer(EngineOptions engine = {}, ServerOptions http = {}, const Model& model = Bundled()) {
     http.port = 0;
     http.model_id = "stories260K";
-    Result<std::unique_ptr<Engine>> e = Engine::Create(Bundled(), engine, &metrics);
+    Result<std::unique_ptr<Engine>> e = Engine::Create(model, engine, &metrics);
     EXPECT_TRUE(e.ok()) << e.status().message();
     engine_ = std::move(e).value();
-    server_ = std::make_unique<HttpServer>(Bundled(), *engine_, metrics, ChatTemplate::ChatMl(), "ChatML", http);
+    server_ = std::make_unique<HttpServer>(model, *engine_, metrics, ChatTemplate::ChatMl(), "ChatML", http);
     Result<int> p = server_->Bind();
     EXPECT_TRUE(p.ok()) << p.status().message();
     port = *p;
@@ -202,6 +203,63 @@ TEST(Serve, PrefixReusedLiveAndAfterARestart) {
     if (f.path().extension() == ".kvqs") ++left;
   }
   EXPECT_EQ(left, 1);  // the damaged ones are gone; the last request saved its own prompt
+  std::filesystem::remove_all(dir);
+}
+
+// A hybrid model (tiny qwen35: Gated DeltaNet layers with a fixed state): its state cannot roll back,
+// so a session is reused only when the prompt extends all it holds — live, and from a snapshot after
+// a restart (the snapshot carries the state) — and a prompt sharing only part of it is a miss, not
+// a "hit" that recomputes the whole prefix. Outputs equal a fresh session's, greedy.
+TEST(Serve, AHybridReusesWholePrefixesLiveAndFromSnapshots) {
+  const std::string dir = testing::TempDir() + "/kvq_serve_hybrid_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/tiny-qwen35.gguf";
+  ASSERT_TRUE(WriteSynthModel(*SynthPreset("tiny-qwen35"), kDir + "stories260K.gguf", path).ok());
+  Result<std::unique_ptr<Model>> model = Model::Load(path, {.threads = 1});
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  // The random model's text has stray bytes, which the server's JSON replaces by U+FFFD (per chunk):
+  // both sides are compared on their ASCII characters.
+  auto ascii = [](const std::string& text) {
+    std::string out;
+    for (const char ch : text) {
+      if (static_cast<unsigned char>(ch) < 0x80) out += ch;
+    }
+    return out;
+  };
+  auto alone = [&](const std::string& prompt, int32_t max_tokens) {
+    Result<std::unique_ptr<Session>> s = (*model)->NewSession();
+    Result<Completion> c = (*s)->Generate(prompt, {.max_tokens = max_tokens, .sampling = {.temperature = 0}});
+    EXPECT_TRUE(c.ok()) << c.status().message();
+    return ascii(c->text);
+  };
+  std::string first = "Once upon a time, there was a little girl named Lily. She liked to play in the park.";
+  first += " " + first + " " + first;  // more than a prefill block of tokens
+  const std::string second = first + " One day she saw a dog.";   // extends what the session holds
+  const std::string third = first.substr(0, 24) + " the cat sat.";  // shares a few tokens
+  const std::string prefix_dir = dir + "/prefixes";
+  {
+    TestServer server({.parallel = 1, .prefix_cache_dir = prefix_dir}, {}, **model);
+    // One new token: the session (and its snapshot) then holds exactly the prompt (the sampled
+    // token is not run), so the next prompt extends all of it.
+    EXPECT_EQ(server.Stream(first, 1).cached_tokens, 0);
+    const StreamResult warm = server.Stream(second, 1);
+    EXPECT_GT(warm.cached_tokens, 60);
+    EXPECT_EQ(ascii(warm.text), alone(second, 1));
+    EXPECT_EQ(server.metrics.prefix_hits_live.load(), 1);
+    const StreamResult part = server.Stream(third, 8);
+    EXPECT_EQ(part.cached_tokens, 0) << "a part of a hybrid's cache cannot be kept";
+    EXPECT_EQ(ascii(part.text), alone(third, 8));
+    EXPECT_EQ(server.metrics.prefix_hits_live.load(), 1);
+  }
+  {
+    TestServer restarted({.parallel = 1, .prefix_cache_dir = prefix_dir}, {}, **model);
+    const StreamResult r = restarted.Stream(second + " It ran.", 8);
+    EXPECT_GT(r.cached_tokens, 60);  // the second request's snapshot, state included
+    EXPECT_EQ(ascii(r.text), alone(second + " It ran.", 8));
+    EXPECT_EQ(restarted.metrics.prefix_hits_disk.load(), 1);
+    EXPECT_EQ(restarted.metrics.prefix_snapshots_refused.load(), 0);
+  }
   std::filesystem::remove_all(dir);
 }
 
