@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <memory>
 #include <random>
@@ -47,6 +48,15 @@ Status FillRandom(KvCache& cache, const LlamaConfig& c, int64_t n, uint64_t seed
   return Status::Ok();
 }
 
+// A layer's matrices a decode step reads whole (empty ones, of the other layer kind, count 0):
+// attention's or the recurrent mixer's projections, the dense FFN or the shared expert, the router
+// and its gate. A MoE layer's stacked experts (of which a step reads a few) are StackedExperts'.
+std::array<const Matrix*, 15> DenseMatrices(const LayerWeights& L) {
+  return {&L.wq, &L.wk, &L.wv, &L.wo, &L.w1, &L.w2, &L.w3, &L.ssm_qkv, &L.ssm_gate, &L.ssm_beta,
+          &L.ssm_alpha, &L.ssm_ba, &L.ssm_out, &L.router, &L.shared_gate};
+}
+std::array<const Matrix*, 3> StackedExperts(const LayerWeights& L) { return {&L.gate_exps, &L.up_exps, &L.down_exps}; }
+
 // Reads one byte of every 4 KiB page of every weight matrix (the stacked experts included), so a
 // mapped file's pages are in memory before the timed steps: otherwise a MoE model's step pays a
 // page fault for each expert not chosen before, and whichever arm runs first after the routing
@@ -55,17 +65,14 @@ void TouchWeights(const LlamaWeights& w) {
   uint8_t sum = 0;
   auto touch = [&](const Matrix& m) {
     const auto* bytes = static_cast<const volatile uint8_t*>(m.data);
-    const int64_t n = MatrixBytes(m);
+    const int64_t n = m.data != nullptr ? MatrixBytes(m) : 0;
     for (int64_t i = 0; i < n; i += 4096) sum += bytes[i];
   };
   touch(w.token_embedding);
   touch(w.classifier);
   for (const LayerWeights& L : w.layers) {
-    for (const Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w1, &L.w2, &L.w3, &L.ssm_qkv, &L.ssm_gate, &L.ssm_beta,
-                            &L.ssm_alpha, &L.ssm_ba, &L.ssm_out, &L.router, &L.shared_gate, &L.gate_exps, &L.up_exps,
-                            &L.down_exps}) {
-      if (m->data != nullptr) touch(*m);
-    }
+    for (const Matrix* m : DenseMatrices(L)) touch(*m);
+    for (const Matrix* m : StackedExperts(L)) touch(*m);
   }
   (void)sum;
 }
@@ -79,12 +86,7 @@ int64_t WeightBytesPerStep(const LlamaWeights& w) {
                   int64_t{c.dim} * 4;  // one embedding row, the classifier, the final norm
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w.layers[l];
-    // Every matrix of the layer but the stacked experts (empty ones count 0): attention's or the
-    // recurrent mixer's projections, the dense FFN or the shared expert, the router and its gate.
-    for (const Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w1, &L.w2, &L.w3, &L.ssm_qkv, &L.ssm_gate, &L.ssm_beta,
-                            &L.ssm_alpha, &L.ssm_ba, &L.ssm_out, &L.router, &L.shared_gate}) {
-      bytes += MatrixBytes(*m);
-    }
+    for (const Matrix* m : DenseMatrices(L)) bytes += MatrixBytes(*m);
     bytes += int64_t{2} * c.dim * 4;                                        // the two norms
     if (L.bq != nullptr) bytes += (int64_t{c.q_dim()} + 2 * c.kv_dim()) * 4;  // q, k, v biases
     if (L.q_norm != nullptr) bytes += int64_t{2} * c.head_dim() * 4;       // q, k head norms
