@@ -23,8 +23,8 @@ class ReferenceForward {
   }
   std::vector<float> Forward(int32_t token, int32_t pos) {
     const int32_t dim = c_.dim, hs = c_.head_dim(), kv = c_.kv_dim(), group = c_.n_heads / c_.n_kv_heads;
-    std::vector<float> x(reinterpret_cast<const float*>(w_.token_embedding.data) + int64_t{token} * dim,
-                         reinterpret_cast<const float*>(w_.token_embedding.data) + int64_t{token + 1} * dim);
+    std::vector<float> x(dim);
+    DecodeWeightRow(w_.token_embedding, token, x.data());  // the embedding row, whatever its type
     std::vector<float> xb(dim), xb2(dim), q(dim), hb(c_.hidden_dim), hb2(c_.hidden_dim), att(pos + 1);
     for (int32_t l = 0; l < c_.n_layers; ++l) {
       const LayerWeights& L = w_.layers[l];

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvq/format.h"
+#include "weights/weight_type.h"
 
 namespace {
 
@@ -124,6 +125,46 @@ int WriteCase(const std::filesystem::path& dir, const kvq::FormatDesc& f, const 
   return 0;
 }
 
+// One weight matrix per type (web/gpu/weight_types.js): rows × cols random weights quantised with
+// kvq's reference quantiser (QuantizeRowRef), every weight decoded by the type's reference decoder
+// (dequantize_block_ref), and an activation x. Section "w" holds the bytes as a GGUF would.
+int WriteMatvecCase(const std::filesystem::path& dir, const std::string& type_name, int64_t rows, int64_t cols,
+                    uint64_t seed, nlohmann::json* manifest) {
+  const kvq::Result<const kvq::WeightTypeDesc*> t = kvq::FindWeightTypeByName(type_name);
+  if (!t.ok()) {
+    fmt::print(stderr, "gpu_attention_fixture: {}\n", t.status().message());
+    return 1;
+  }
+  const kvq::WeightTypeDesc& type = **t;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> w(rows * cols), x(cols), decoded(rows * cols);
+  for (float& v : w) v = normal(rng) / std::sqrt(static_cast<float>(cols));
+  for (float& v : x) v = normal(rng);
+  const int64_t blocks = cols / type.block_elems, row_bytes = blocks * type.block_bytes;
+  std::vector<uint8_t> bytes(rows * row_bytes);
+  for (int64_t r = 0; r < rows; ++r) {
+    kvq::QuantizeRowRef(type, w.data() + r * cols, cols, bytes.data() + r * row_bytes);
+    for (int64_t b = 0; b < blocks; ++b) {
+      type.dequantize_block_ref(bytes.data() + r * row_bytes + b * type.block_bytes,
+                                decoded.data() + r * cols + b * type.block_elems);
+    }
+  }
+  const std::string name = fmt::format("matvec_{}_{}x{}", type.name, rows, cols);
+  std::ofstream out(dir / (name + ".bin"), std::ios::binary | std::ios::trunc);
+  nlohmann::json offsets = nlohmann::json::object();
+  int64_t at = 0;
+  for (const Section& s : {Bytes("w", bytes), Bytes("decoded", decoded), Bytes("x", x)}) {
+    out.write(reinterpret_cast<const char*>(s.bytes.data()), static_cast<std::streamsize>(s.bytes.size()));
+    offsets[s.name] = {{"offset", at}, {"bytes", s.bytes.size()}};
+    at += static_cast<int64_t>(s.bytes.size());
+  }
+  if (!out.flush()) return 1;
+  *manifest = {{"name", name}, {"file", name + ".bin"}, {"type", type.name}, {"rows", rows}, {"cols", cols},
+               {"sections", offsets}};
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -153,7 +194,15 @@ int main(int argc, char** argv) {
     if (WriteCase(dir, **f, {1, 2, 16}, 4100, seed++, &c) != 0) return 1;  // small: SwiftShader is a CPU
     cases.push_back(c);
   }
-  std::ofstream(dir / "manifest.json", std::ios::trunc) << nlohmann::json{{"cases", cases}}.dump(1) << "\n";
-  fmt::print("gpu_attention_fixture: {} cases in {}\n", cases.size(), dir.string());
+  nlohmann::json matvec = nlohmann::json::array();
+  for (const char* type : {"f32", "f16", "bf16", "q8_0", "q4_0", "q1_0"}) {
+    nlohmann::json c;
+    if (WriteMatvecCase(dir, type, 72, 512, seed++, &c) != 0) return 1;
+    matvec.push_back(c);
+  }
+  std::ofstream(dir / "manifest.json", std::ios::trunc) << nlohmann::json{{"cases", cases}, {"matvec", matvec}}.dump(1)
+                                                        << "\n";
+  fmt::print("gpu_attention_fixture: {} attention cases and {} matvec cases in {}\n", cases.size(), matvec.size(),
+             dir.string());
   return 0;
 }

@@ -11,8 +11,12 @@
 //      normalisation at a boundary), each seen by check 2 on two-window and many-window runs;
 //   5. the device budget: GPU KV buffers peak at or under it, with a context 100x what it holds,
 //      and the same bits as one window.
+//   6. the weight matvecs (web/gpu/weight_types.js) for F32, F16, BF16, Q8_0, Q4_0, Q1_0: every weight
+//      the shader decodes == kvq's dequantize_block_ref, bit for bit; y = W x vs double over those
+//      weights within γ_(cols+1)·Σ|w·x| per row (a sum in order of f32 products, u = 2^-24).
 // Returns {cases, checks, failures: [...], seconds}.
 import {GpuKvAttention, kInjectedBugs} from '/web/gpu/kv_attention.js';
+import {GpuMatvec} from '/web/gpu/weight_types.js';
 
 const kLongWindows = [3, 7, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 255, 256, 257, 511, 512, 1000, 2048, 4095];
 
@@ -80,6 +84,52 @@ async function Fetch(url) {
   const r = await fetch(url);
   if (!r.ok) throw new Error(`${url}: HTTP ${r.status}`);
   return r;
+}
+
+async function CheckMatvec(device, c, url, fail) {
+  const bytes = await (await Fetch(url)).arrayBuffer();
+  const section = (name, Type) => new Type(bytes.slice(c.sections[name].offset, c.sections[name].offset + c.sections[name].bytes));
+  const w = section('w', Uint8Array), want = section('decoded', Float32Array), x = section('x', Float32Array);
+  const gpu = await GpuMatvec.Create(device, c.type);
+  const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
+  const buffer = (n) => device.createBuffer({size: Math.ceil(n / 4) * 4, usage});
+  const w_buf = buffer(w.byteLength), x_buf = buffer(x.byteLength);
+  const padded = new Uint8Array(Math.ceil(w.byteLength / 4) * 4);
+  padded.set(w);
+  device.queue.writeBuffer(w_buf, 0, padded);
+  device.queue.writeBuffer(x_buf, 0, x);
+  const run = async (entry, n) => {
+    const out = buffer(n * 4), readback = device.createBuffer({size: n * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
+    const encoder = device.createCommandEncoder();
+    gpu.Record(encoder, 0, w_buf, 0, c.rows, c.cols, x_buf, out, entry);
+    encoder.copyBufferToBuffer(out, 0, readback, 0, n * 4);
+    device.queue.submit([encoder.finish()]);
+    await readback.mapAsync(GPUMapMode.READ);
+    const result = new Float32Array(readback.getMappedRange().slice(0));
+    readback.unmap();
+    out.destroy();
+    readback.destroy();
+    return result;
+  };
+  const decoded = await run('dequantize', c.rows * c.cols);
+  const why = SameBits(decoded, want);
+  if (why) fail(`${c.name}: the shader decodes a weight differently from kvq's dequantize_block_ref (${why})`);
+  const y = await run('matvec', c.rows);
+  const gamma = (c.cols + 1) * 2 ** -24 / (1 - (c.cols + 1) * 2 ** -24);
+  for (let r = 0; r < c.rows; ++r) {
+    let exact = 0, abs = 0;
+    for (let k = 0; k < c.cols; ++k) {
+      exact += want[r * c.cols + k] * x[k];
+      abs += Math.abs(want[r * c.cols + k] * x[k]);
+    }
+    if (!(Math.abs(y[r] - exact) <= gamma * abs)) {
+      fail(`${c.name}: row ${r}: GPU ${y[r]} vs double ${exact}, over the bound ${gamma * abs}`);
+      break;
+    }
+  }
+  w_buf.destroy();
+  x_buf.destroy();
+  return 2;
 }
 
 export async function RunGpuAttentionTests(fixture_url, only) {
@@ -190,6 +240,11 @@ export async function RunGpuAttentionTests(fixture_url, only) {
       if (gpu.WindowRowsFor(budget) !== rows) fail(`${c.name}: the budget holds ${gpu.WindowRowsFor(budget)} rows, not ${rows} (1/100 of ${n})`);
       c.budget = {bytes: budget, rows: gpu.WindowRowsFor(budget)};
     }
+  }
+  for (const c of manifest.matvec) {
+    if (only && !c.name.includes(only)) continue;
+    ++cases;
+    checks += await CheckMatvec(device, c, `${fixture_url}/${c.file}`, fail);
   }
   device.destroy();
   const worst = Math.max(0, ...manifest.cases.filter((c) => c.worst_error_over_bound !== undefined).map((c) => c.worst_error_over_bound));

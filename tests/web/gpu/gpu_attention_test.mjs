@@ -90,7 +90,8 @@ try {
   server.close();
 }
 if (forward) {
-  console.log(`gpu_attention_test --forward: ${result.runs} golden runs, ${result.positions} positions, ` +
+  console.log(`gpu_attention_test --forward: ${result.runs} golden runs and ${result.gguf_models} GGUF models, ` +
+              `${result.positions} positions, ` +
               `${result.failures.length} failures, worst |GPU - native| logit ${result.worst_logit_difference}, ` +
               `${result.tokens_per_second?.toFixed(1)} tok/s on SwiftShader (a CPU emulation: overhead, not GPU speed), ` +
               `${result.seconds.toFixed(1)} s in the page`);

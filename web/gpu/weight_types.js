@@ -1,0 +1,136 @@
+// Weight matrices on a WebGPU device in the bytes a GGUF file holds (kvq's weight-type registry,
+// src/weights/<type>/): WGSL that dequantises element (row, col) inside the shader, and a matvec
+// over it. Every decode is integer and bit work plus at most one f32 multiply of exact operands
+// (an f16 scale times a small integer), so it gives the bits of kvq's scalar DequantizeBlock;
+// tests/web/gpu/gpu_attention_page.js (RunGpuMatvecTests) checks that for every weight.
+//
+// The matvec takes each row's sum in order of the column in f32 (one invocation per row). kvq's
+// CPU matvec for the block types quantises the activation to int8 per 32 numbers instead
+// (weights/matvec.h); this one keeps the activation in f32.
+
+// Per type: [block elements, block bytes, WGSL body of w_elem given the block's byte offset `at`
+// and the element `j` within the block].
+const kTypes = {
+  // IEEE binary32 / binary16 / bfloat16, one element per block.
+  f32: [1, 4, 'return bitcast<f32>(w_u32(at));'],
+  f16: [1, 2, 'return f16_bits_to_f32(w_u16(at));'],
+  bf16: [1, 2, 'return bitcast<f32>(w_u16(at) << 16u);'],
+  // Q8_0: [d: f16][32 × int8]; w = d · q.
+  q8_0: [32, 34, `let d = f16_bits_to_f32(w_u16(at));
+  let q = i32(w_u8(at + 2u + j) << 24u) >> 24u;
+  return d * f32(q);`],
+  // Q4_0: [d: f16][16 bytes]: element j < 16 in the low nibble of byte j, j ≥ 16 in the high
+  // nibble of byte j − 16; w = d · (nibble − 8).
+  q4_0: [32, 18, `let d = f16_bits_to_f32(w_u16(at));
+  let byte = w_u8(at + 2u + j % 16u);
+  let nibble = select(byte >> 4u, byte & 15u, j < 16u);
+  return d * f32(i32(nibble) - 8);`],
+  // Q1_0 (PrismML, Bonsai): [d: f16][16 bytes of sign bits, LSB first]; w = bit ? +d : −d.
+  q1_0: [128, 18, `let d = f16_bits_to_f32(w_u16(at));
+  let bit = (w_u8(at + 2u + j / 8u) >> (j % 8u)) & 1u;
+  return select(-d, d, bit == 1u);`],
+};
+
+/** Weight types the WGSL matvec reads. */
+export const kGpuWeightTypes = Object.keys(kTypes);
+
+/** Bytes of one row of `cols` weights of `type`. */
+export function RowBytes(type, cols) {
+  const [elems, bytes] = kTypes[type];
+  if (cols % elems !== 0) throw new Error(`${type} rows hold multiples of ${elems} weights (got ${cols})`);
+  return cols / elems * bytes;
+}
+
+function MatvecWgsl(type) {
+  const [elems, bytes, body] = kTypes[type];
+  return /* wgsl */ `
+struct Dims { rows: u32, cols: u32, row_bytes: u32, first_byte: u32 }
+@group(0) @binding(0) var<storage, read> w_buf: array<u32>;   // the matrix's bytes as the file holds them
+@group(0) @binding(1) var<storage, read> x: array<f32>;       // [cols]
+@group(0) @binding(2) var<storage, read_write> y: array<f32>; // [rows]
+@group(0) @binding(3) var<uniform> dims: Dims;
+
+fn w_u8(offset: u32) -> u32 { return (w_buf[offset >> 2u] >> ((offset & 3u) * 8u)) & 0xffu; }
+fn w_u16(offset: u32) -> u32 { return w_u8(offset) | (w_u8(offset + 1u) << 8u); }
+fn w_u32(offset: u32) -> u32 {
+  if ((offset & 3u) == 0u) { return w_buf[offset >> 2u]; }
+  return w_u16(offset) | (w_u16(offset + 2u) << 16u);
+}
+fn f16_bits_to_f32(h: u32) -> f32 {
+  let sign = (h >> 15u) << 31u;
+  let e = (h >> 10u) & 0x1fu;
+  let m = h & 0x3ffu;
+  if (e == 0u) {
+    let magnitude = f32(m) * 5.9604644775390625e-8;
+    return select(magnitude, -magnitude, sign != 0u);
+  }
+  if (e == 31u) { return bitcast<f32>(sign | 0x7f800000u | (m << 13u)); }
+  return bitcast<f32>(sign | ((e + 112u) << 23u) | (m << 13u));
+}
+
+// Weight (row, col) of the matrix starting at byte first_byte.
+fn w_elem(row: u32, col: u32) -> f32 {
+  let at = dims.first_byte + row * dims.row_bytes + (col / ${elems}u) * ${bytes}u;
+  let j = col % ${elems}u;
+  ${body}
+}
+
+// y[r] = Σ_c w[r][c] · x[c], in order of c.
+@compute @workgroup_size(64)
+fn matvec(@builtin(global_invocation_id) id: vec3u) {
+  if (id.x >= dims.rows) { return; }
+  var sum = 0.0;
+  for (var c = 0u; c < dims.cols; c++) { sum = sum + w_elem(id.x, c) * x[c]; }
+  y[id.x] = sum;
+}
+
+// y[r · cols + c] = w[r][c]: the decode, for the exactness check.
+@compute @workgroup_size(64)
+fn dequantize(@builtin(global_invocation_id) id: vec3u) {
+  if (id.x >= dims.rows * dims.cols) { return; }
+  y[id.x] = w_elem(id.x / dims.cols, id.x % dims.cols);
+}
+`;
+}
+
+/** A matvec over weights of one type held in GPU buffers as their file's bytes. */
+export class GpuMatvec {
+  static async Create(device, type) {
+    if (!kTypes[type]) throw new Error(`no WGSL matvec for weight type '${type}' (have: ${kGpuWeightTypes.join(', ')})`);
+    const module = device.createShaderModule({code: MatvecWgsl(type)});
+    const info = await module.getCompilationInfo();
+    const errors = info.messages.filter((m) => m.type === 'error');
+    if (errors.length) throw new Error(`matvec WGSL for ${type}: ${errors.map((m) => `${m.lineNum}: ${m.message}`).join('; ')}`);
+    const pipeline = async (entryPoint) => device.createComputePipelineAsync({layout: 'auto', compute: {module, entryPoint}});
+    return new GpuMatvec(device, type, await pipeline('matvec'), await pipeline('dequantize'));
+  }
+
+  constructor(device, type, matvec, dequantize) {
+    this.device = device;
+    this.type = type;
+    this.pipelines = {matvec, dequantize};
+    this.dims = [];  // uniform buffers by dispatch index (reused: queue order keeps them apart)
+  }
+
+  /**
+   * Records y = W x into `encoder`: W the rows × cols matrix at byte `first_byte` of the buffer w
+   * (its rows back to back), x [cols] and y [rows] GPU buffers. `index` picks the uniform buffer:
+   * dispatches recorded into one encoder need different ones.
+   */
+  Record(encoder, index, w, first_byte, rows, cols, x, y, entry = 'matvec') {
+    const device = this.device;
+    if (!this.dims[index]) {
+      this.dims[index] = device.createBuffer({size: 16, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST});
+    }
+    device.queue.writeBuffer(this.dims[index], 0, new Uint32Array([rows, cols, RowBytes(this.type, cols), first_byte]));
+    const pipeline = this.pipelines[entry];
+    const entries = [{binding: 0, resource: {buffer: w}}, {binding: 2, resource: {buffer: y}},
+                     {binding: 3, resource: {buffer: this.dims[index]}}];
+    if (entry === 'matvec') entries.push({binding: 1, resource: {buffer: x}});
+    const pass = encoder.beginComputePass();
+    pass.setPipeline(pipeline);
+    pass.setBindGroup(0, device.createBindGroup({layout: pipeline.getBindGroupLayout(0), entries}));
+    pass.dispatchWorkgroups(Math.ceil((entry === 'matvec' ? rows : rows * cols) / 64));
+    pass.end();
+  }
+}
