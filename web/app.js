@@ -98,8 +98,16 @@ function ShowHeap(heap_bytes) {
       'not available in this browser';
 }
 
+// Which path ran the generation, and why not the GPU when it did not.
+function ShowPath(path) {
+  $('st-path').textContent = path.device === 'gpu'
+      ? `GPU: WebGPU on ${path.adapter} (web/gpu/: WGSL matvecs and attention, KV master in this tab's memory)`
+      : `CPU: ${page.cpu_path}${path.why === 'asked for' ? '' : ` (not the GPU: ${path.why})`}`;
+}
+
 function ShowProgress(m) {
   const t = m.timing;
+  if (m.path) ShowPath(m.path);
   $('text').textContent = m.text;
   const ids = $('ids');
   ids.textContent += (ids.textContent && m.new_ids.length ? ' ' : '') + m.new_ids.join(' ');
@@ -143,7 +151,7 @@ async function Run(p) {
     SetStatus('done', `${done.stopped ? 'Stopped' : 'Done'}: ${t.n_generated} tokens after a ` +
         `${t.n_prompt}-token prompt${done.context_full ? `, stopped at the model's context of ${done.context}` : ''}.`);
     return {ids: done.ids, text: done.text, n_prompt: t.n_prompt, stopped: done.stopped, end_token: done.end_token,
-            timing: t, stats: done.stats};
+            timing: t, stats: done.stats, path: done.path};
   } catch (e) {
     SetStatus('error', 'Failed; see Errors.');
     ShowError(e.message);
@@ -184,6 +192,7 @@ function FormParams() {
     kv_k,
     kv_v,
     device_budget_bytes: NumberField('budget', 'Device budget', {min: 0}) * 1024 * 1024,
+    device: $('device').value,
   };
 }
 
@@ -246,10 +255,12 @@ async function Start() {
   page.build = info.build;
   page.simd_target = info.simd_target;
   page.formats = info.formats;
-  $('st-path').textContent = info.build === 'simd128' ?
+  page.cpu_path = info.build === 'simd128' ?
       `WebAssembly SIMD128 (kvq.js; Highway target ${info.simd_target})` :
       `scalar (kvq-scalar.js; Highway target ${info.simd_target}) — ${info.simd_supported ?
           'SIMD is available but ?simd=0 asked for scalar' : 'this browser has no WebAssembly SIMD'}`;
+  page.gpu = info.gpu;
+  $('st-path').textContent = `CPU: ${page.cpu_path}; GPU: ${info.gpu ? `WebGPU on ${info.gpu}` : info.gpu_why_not}`;
   const list = $('kv-formats');
   for (const f of info.formats) {
     const option = document.createElement('option');
@@ -263,7 +274,8 @@ async function Start() {
   SetStatus('ready', 'Ready.');
   $('generate').disabled = false;
   $('load-bundled').disabled = false;
-  return {build: info.build, simd_target: info.simd_target, formats: info.formats};
+  return {build: info.build, simd_target: info.simd_target, formats: info.formats, gpu: info.gpu,
+          gpu_why_not: info.gpu_why_not};
 }
 
 const ready = Start().catch((e) => {
@@ -273,7 +285,8 @@ const ready = Start().catch((e) => {
 });
 
 // The test hook. opts: {prompt, kv_k, kv_v (default kv_k), n_positions (BOS and prompt included) or
-// max_tokens, temperature (default 0 = greedy), top_k, top_p, min_p, seed, device_budget_bytes}.
+// max_tokens, temperature (default 0 = greedy), top_k, top_p, min_p, seed, device_budget_bytes,
+// device ('auto' default, 'cpu', 'gpu')}; the result's path says which ran.
 window.kvqPage = {
   ready,
   generate: async (opts) => {
@@ -288,6 +301,7 @@ window.kvqPage = {
       min_p: opts.min_p ?? 0,
       seed: opts.seed ?? 0,
       device_budget_bytes: opts.device_budget_bytes ?? 0,
+      device: opts.device ?? 'auto',
     };
     if (opts.n_positions !== undefined) p.n_positions = opts.n_positions;
     else p.max_tokens = opts.max_tokens ?? 256;

@@ -12,6 +12,16 @@ let model_bos = -1;     // its BOS id (-1: none), which also ends a generation
 let session = 0;       // handle of the last generation's session, kept so its stats stay readable
 let busy = false;      // a generation is running
 let stopRequested = false;
+// The WebGPU path (web/gpu/, issue 14): run.c's forward as WGSL kernels, the KV master in this
+// worker's memory, attention streamed through the device. For llama2.c checkpoints and GGUF Llama
+// models with F32, F16, BF16, Q8_0, Q4_0 or Q1_0 matrices, f32 KV and greedy sampling; anything
+// else runs on the WebAssembly CPU path, which is also what runs where the browser offers no
+// WebGPU adapter.
+let gpu = null;              // {device, name} when WebGPU offers an adapter
+let gpu_why_not = 'not probed yet';
+let gpu_model = null;        // the loaded model as web/gpu/forward.js reads it (null: it cannot)
+let gpu_model_why_not = 'no model is loaded';
+let gpu_forward = null;      // its GpuLlamaForward, made on first use
 
 // The smallest module that uses a SIMD instruction: (func (result v128) i32.const 0 i32x4.splat).
 // WebAssembly.validate says whether this engine accepts SIMD128 without running anything.
@@ -41,7 +51,39 @@ function Check(ok, what) {
   if (!ok) throw new KvqError(`${what}: ${LastError()}`);
 }
 
+async function InitGpu() {
+  if (!self.navigator || !navigator.gpu) {
+    gpu_why_not = 'this browser offers no WebGPU (navigator.gpu is missing)';
+    return;
+  }
+  const adapter = await navigator.gpu.requestAdapter();
+  if (!adapter) {
+    gpu_why_not = 'WebGPU offers no adapter';
+    return;
+  }
+  const info = adapter.info || {};
+  // As large a model buffer as the adapter allows (the default limits stop at 128 MiB bindings).
+  const requiredLimits = {maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
+                          maxBufferSize: adapter.limits.maxBufferSize};
+  gpu = {device: await adapter.requestDevice({requiredLimits}),
+         name: [info.vendor, info.architecture, info.description].filter(Boolean).join(' ') || 'an unnamed adapter'};
+  gpu_why_not = '';
+}
+
+// Why a generation with params p cannot take the GPU path ('' when it can).
+function GpuWhyNot(p) {
+  if (!gpu) return gpu_why_not;
+  if (!gpu_model) return gpu_model_why_not;
+  if (p.kv_k !== 'f32' || p.kv_v !== 'f32') return 'the GPU path keeps its KV rows in f32 (K and V format f32)';
+  if (p.temperature !== 0) return 'the GPU path samples greedily only (temperature 0)';
+  return '';
+}
+
 async function Init(want_simd) {
+  await InitGpu().catch((e) => {
+    gpu = null;
+    gpu_why_not = `WebGPU failed to start: ${e.message}`;
+  });
   const simd = want_simd && SimdSupported();
   // Two literal importScripts calls (not one computed URL) so the bundle check can follow both.
   if (simd) {
@@ -87,6 +129,8 @@ async function Init(want_simd) {
     simd_supported: SimdSupported(),
     simd_target: api.simdTarget(),
     formats: JSON.parse(api.formats()),
+    gpu: gpu ? gpu.name : null,
+    gpu_why_not,
   };
 }
 
@@ -96,7 +140,7 @@ function HeapBytes() {
 
 // Writes the files into MEMFS and loads them; the previous model (and its files) is freed first.
 // files: {model: {name, bytes: ArrayBuffer}, tokenizer: {name, bytes} | null}
-function LoadModel(files) {
+async function LoadModel(files) {
   FreeSession();
   if (model) {
     api.modelFree(model);
@@ -108,6 +152,21 @@ function LoadModel(files) {
     kvq.FS.writeFile(path, new Uint8Array(file.bytes));
     return path;
   };
+  // The GPU path reads the model's bytes itself (web/gpu/gguf.js, forward.js).
+  gpu_model = null;
+  gpu_forward = null;
+  gpu_model_why_not = gpu ? '' : gpu_why_not;
+  if (gpu) {
+    try {
+      const bytes = files.model.bytes;
+      const is_gguf = bytes.byteLength >= 4 && new DataView(bytes).getUint32(0, true) === 0x46554747;
+      const {ParseLlama2c} = await import('./gpu/forward.js');
+      const {LlamaFromGguf} = await import('./gpu/gguf.js');
+      gpu_model = is_gguf ? LlamaFromGguf(bytes) : ParseLlama2c(bytes);
+    } catch (e) {
+      gpu_model_why_not = `the GPU path cannot run this model: ${e.message}`;
+    }
+  }
   const model_path = write(files.model);
   const tok_path = files.tokenizer ? write(files.tokenizer) : '';
   model = api.modelLoad(model_path, tok_path);
@@ -211,33 +270,28 @@ async function Generate(id, p) {
   if (prompt_ids.length > model_context) {
     throw new Error(`the prompt's ${prompt_ids.length} tokens do not fit the model's context of ${model_context}`);
   }
-  session = api.sessionNew(model, p.kv_k, p.kv_v, p.device_budget_bytes || 0);
-  Check(session, `creating a session with K "${p.kv_k}", V "${p.kv_v}"`);
-  api.setSampler(session, p.temperature, p.top_k, p.top_p, p.min_p, p.seed | 0);
+  // The path: p.device 'cpu', 'gpu' (an error when it cannot run this), or 'auto' (the GPU when it can).
+  const want = p.device || 'auto';
+  if (!['auto', 'cpu', 'gpu'].includes(want)) throw new Error(`device "${want}": use auto, cpu or gpu`);
+  const why_not = GpuWhyNot(p);
+  if (want === 'gpu' && why_not) throw new Error(`the GPU path cannot run this: ${why_not}`);
+  const on_gpu = want !== 'cpu' && !why_not;
+  const path = on_gpu ? {device: 'gpu', adapter: gpu.name}
+                      : {device: 'cpu', why: want === 'cpu' ? 'asked for' : why_not};
+  const engine = on_gpu ? await GpuEngine(p) : CpuEngine(p);
 
   const ids = prompt_ids.slice();
-  const buf = kvq._malloc(prompt_ids.length * 4);  // [n_prompt] int32
-  let prefill_ms;
-  try {
-    kvq.HEAP32.set(prompt_ids, buf >> 2);
-    const t0 = performance.now();
-    // Cut as `kvq run` cuts it (generate.cc), so greedy ids equal its ids: all but the last prompt
-    // token (prefill runs them in blocks of 64), then the last token alone.
-    const n_head = prompt_ids.length - 1;
-    if (n_head > 0) Check(api.prefill(session, buf, n_head) === 0, 'prefill');
-    Check(api.prefill(session, buf + 4 * n_head, 1) === 0, 'prefill of the last prompt token');
-    prefill_ms = performance.now() - t0;
-  } finally {
-    kvq._free(buf);
-  }
+  const t_prefill = performance.now();
+  await engine.prefill(prompt_ids);
+  const prefill_ms = performance.now() - t_prefill;
   const timing = () => ({n_prompt: prompt_ids.length, prefill_ms, n_generated: ids.length - prompt_ids.length,
                          decode_ms});
   let decode_ms = 0;  // sampling and decode steps, the pauses for messages excluded
   let sent = 0;  // ids already posted: the first post carries BOS and the prompt
   let last_post = performance.now();
   const post = (type, extra) => {
-    self.postMessage({type, id, new_ids: ids.slice(sent), text: Detokenize(ids), timing: timing(), stats: Stats(),
-                      ...extra});
+    self.postMessage({type, id, new_ids: ids.slice(sent), text: Detokenize(ids), timing: timing(),
+                      stats: engine.stats(ids.length - 1), path, ...extra});
     sent = ids.length;
     last_post = performance.now();
   };
@@ -251,14 +305,13 @@ async function Generate(id, p) {
       break;
     }
     const t0 = performance.now();
-    const token = api.sample(session);
-    Check(token >= 0, 'sampling');
+    const token = engine.sample();
     ids.push(token);
     // An end token or BOS ends it, as in `kvq run`; kept in ids, as run.c's golden ids keep it.
     end_token = api.isEnd(model, token) !== 0 || token === model_bos;
     const last = end_token || i + 1 === max_new;
     // The last token needs no decode step: nothing is sampled after it.
-    if (!last) Check(api.decode(session, token) === 0, `decode at position ${ids.length - 1}`);
+    if (!last) await engine.decode(token, ids.length - 1);
     decode_ms += performance.now() - t0;
     if (last) break;
     if (performance.now() - last_post >= kYieldMs) {
@@ -268,6 +321,68 @@ async function Generate(id, p) {
   }
   post('done', {ids, stopped, end_token, context: model_context,
                 context_full: !stopped && !end_token && max_new < asked && ids.length === prompt_ids.length + max_new});
+}
+
+// The WebAssembly CPU path: a kvq session in the module.
+function CpuEngine(p) {
+  session = api.sessionNew(model, p.kv_k, p.kv_v, p.device_budget_bytes || 0);
+  Check(session, `creating a session with K "${p.kv_k}", V "${p.kv_v}"`);
+  api.setSampler(session, p.temperature, p.top_k, p.top_p, p.min_p, p.seed | 0);
+  return {
+    prefill: async (prompt_ids) => {
+      const buf = kvq._malloc(prompt_ids.length * 4);  // [n_prompt] int32
+      try {
+        kvq.HEAP32.set(prompt_ids, buf >> 2);
+        // Cut as `kvq run` cuts it (generate.cc), so greedy ids equal its ids: all but the last
+        // prompt token (prefill runs them in blocks of 64), then the last token alone.
+        const n_head = prompt_ids.length - 1;
+        if (n_head > 0) Check(api.prefill(session, buf, n_head) === 0, 'prefill');
+        Check(api.prefill(session, buf + 4 * n_head, 1) === 0, 'prefill of the last prompt token');
+      } finally {
+        kvq._free(buf);
+      }
+    },
+    sample: () => {
+      const token = api.sample(session);
+      Check(token >= 0, 'sampling');
+      return token;
+    },
+    decode: async (token, position) => Check(api.decode(session, token) === 0, `decode at position ${position}`),
+    stats: () => Stats(),
+  };
+}
+
+// The WebGPU path: web/gpu/forward.js token by token (prompt included), greedy.
+async function GpuEngine(p) {
+  if (!gpu_forward) {
+    const {GpuLlamaForward} = await import('./gpu/forward.js');
+    gpu_forward = await GpuLlamaForward.Create(gpu.device, gpu_model);
+  }
+  const forward = gpu_forward;
+  forward.Reset();
+  const options = p.device_budget_bytes ? {device_budget_bytes: p.device_budget_bytes} : {};
+  let logits = null;
+  const c = forward.config;
+  return {
+    prefill: async (prompt_ids) => {
+      for (const id of prompt_ids) logits = await forward.Forward(id, options);
+    },
+    sample: () => {
+      let best = 0;
+      for (let i = 1; i < logits.length; ++i) if (logits[i] > logits[best]) best = i;
+      return best;
+    },
+    decode: async (token) => {
+      logits = await forward.Forward(token, options);
+    },
+    // What the CPU path's session reports, for the GPU path's f32 rows in host memory.
+    stats: () => ({session: {positions: forward.positions, context: c.seq_len, kv_key_format: 'f32',
+                             kv_value_format: 'f32', kv_bytes_per_token: 2 * c.n_layers * c.kv_dim * 4,
+                             kv_f16_bytes_per_token: 2 * c.n_layers * c.kv_dim * 2,
+                             kv_bytes: forward.positions * 2 * c.n_layers * c.kv_dim * 4,
+                             device_budget_bytes: p.device_budget_bytes || 0},
+                   heap_bytes: HeapBytes()}),
+  };
 }
 
 const handlers = {

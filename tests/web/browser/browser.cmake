@@ -12,7 +12,7 @@ set_tests_properties(web.fetch_playwright PROPERTIES FIXTURES_SETUP playwright T
 add_test(NAME web.browser_golden
          COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/browser_test.mjs" "${KVQ_WEB_BUNDLE_DIR}"
                  "$<TARGET_FILE:kvq_cli>" "${KVQ_PLAYWRIGHT_DIR}")
-set_tests_properties(web.browser_golden PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 120)
+set_tests_properties(web.browser_golden PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 400)
 
 # WebGPU attention (issue 14) on the SwiftShader adapter: the cases written with kvq's codecs by
 # gpu_attention_fixture, checked in the page by tests/web/gpu/gpu_attention_page.js.

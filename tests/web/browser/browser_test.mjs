@@ -170,6 +170,7 @@ async function RunThroughForm(page, prompt, kv) {
   await page.fill('#kv-k', kv);
   await page.fill('#kv-v', kv);
   await page.fill('#budget', '0');
+  await page.selectOption('#device', 'cpu');  // the WebAssembly path (the GPU one has its own runs)
   await page.click('#generate');
   await page.waitForFunction(() => ['done', 'error'].includes(document.getElementById('status').dataset.state) &&
                                    !document.getElementById('generate').disabled);
@@ -184,6 +185,39 @@ async function PageErrors(page, where) {
   for (const e of shown) Fail(`${where}: the page shows an error: ${e}`);
 }
 
+// The page's WebGPU path (issue 14; web/gpu/): the golden runs through it, 'auto' choosing it only
+// where it can run (and saying why not), and decode speed against the WebAssembly path in this same
+// page, arms interleaved. SwiftShader is a CPU emulation: its figure is overhead, not GPU speed.
+async function GpuPath(page, info, golden) {
+  if (!info.gpu) {
+    Fail(`the page found no WebGPU adapter (${info.gpu_why_not}), though Chromium runs with SwiftShader's`);
+    return;
+  }
+  for (const g of golden) {
+    const r = await Hook(page, {prompt: g.prompt, kv_k: 'f32', n_positions: kPositions, device: 'gpu'});
+    if (r.path?.device !== 'gpu') Fail(`gpu f32 "${g.prompt}": ran on ${JSON.stringify(r.path)}`);
+    CompareIds(`gpu f32 "${g.prompt}" (hook)`, r.ids, g.ids);
+  }
+  const auto_gpu = await Hook(page, {prompt: kScalarPrompt, kv_k: 'f32', max_tokens: 4});
+  if (auto_gpu.path?.device !== 'gpu') Fail(`auto with f32 KV, greedy: ran on ${JSON.stringify(auto_gpu.path)}`);
+  const auto_cpu = await Hook(page, {prompt: kScalarPrompt, kv_k: 'int4', max_tokens: 4});
+  if (auto_cpu.path?.device !== 'cpu' || !/f32/.test(auto_cpu.path.why)) {
+    Fail(`auto with int4 KV: expected the CPU path and why, got ${JSON.stringify(auto_cpu.path)}`);
+  }
+  const rates = {cpu: [], gpu: []};
+  for (let rep = 0; rep < 3; ++rep) {
+    for (const device of ['cpu', 'gpu']) {
+      const r = await Hook(page, {prompt: kUiPrompt, kv_k: 'f32', n_positions: kPositions, device});
+      rates[device].push(r.timing.n_generated / r.timing.decode_ms * 1000);
+    }
+  }
+  const median = (v) => v.slice().sort((a, b) => a - b)[Math.floor(v.length / 2)];
+  console.log(`browser_test: decode, f32 KV, "${kUiPrompt}", ${kPositions} positions, 3 interleaved runs each: ` +
+              `WebAssembly ${info.build} ${median(rates.cpu).toFixed(0)} tok/s, WebGPU on ${info.gpu} ` +
+              `${median(rates.gpu).toFixed(1)} tok/s (${(median(rates.gpu) / median(rates.cpu)).toFixed(3)}x; ` +
+              `SwiftShader is a CPU emulation: overhead, not GPU speed)`);
+}
+
 async function Main() {
   const golden = ReadGolden();
   const server = await Serve(bundle);
@@ -191,8 +225,10 @@ async function Main() {
   const browser = await chromium.launch({
     executablePath: kChromium,
     headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-           '--disable-component-update', '--disable-sync'],
+    // WebGPU on SwiftShader's Vulkan (a CPU emulation every machine has), for the page's GPU path.
+    args: ['--no-sandbox', '--disable-quic', '--no-first-run', '--disable-background-networking',
+           '--disable-component-update', '--disable-sync', '--enable-unsafe-webgpu', '--enable-features=Vulkan',
+           '--use-vulkan=swiftshader', '--use-webgpu-adapter=swiftshader'],
   });
   try {
     // SIMD build.
@@ -207,7 +243,7 @@ async function Main() {
       await page.click('details > summary');
     }
     for (const g of golden.filter((g) => g !== ui_golden)) {
-      const r = await Hook(page, {prompt: g.prompt, kv_k: 'f32', kv_v: 'f32', n_positions: kPositions});
+      const r = await Hook(page, {prompt: g.prompt, kv_k: 'f32', kv_v: 'f32', n_positions: kPositions, device: 'cpu'});
       CompareIds(`simd f32 "${g.prompt}" (hook)`, r.ids, g.ids);
       const t = r.timing;
       console.log(`browser_test: simd f32 "${g.prompt}": prefill ${Rate(t.n_prompt, t.prefill_ms)}, ` +
@@ -233,6 +269,7 @@ async function Main() {
                   `decode ${Rate(t.n_generated, t.decode_ms)} (${t.n_generated} tokens), ` +
                   `KV ${s.kv_bytes_per_token} B/token (f16 ${s.kv_f16_bytes_per_token}), ${Date.now() - t0} ms`);
     }
+    await GpuPath(page, info, golden);
     await PageErrors(page, 'simd page');
 
     // Scalar build, as a browser without SIMD gets it.
@@ -242,7 +279,8 @@ async function Main() {
       Fail(`the scalar build reports the SIMD build's Highway target ${info.simd_target}`);
     }
     const sg = golden.find((g) => g.prompt === kScalarPrompt) ?? Fatal(`no golden run for "${kScalarPrompt}"`);
-    const r = await Hook(scalar.page, {prompt: sg.prompt, kv_k: 'f32', kv_v: 'f32', n_positions: kPositions});
+    const r = await Hook(scalar.page, {prompt: sg.prompt, kv_k: 'f32', kv_v: 'f32', n_positions: kPositions,
+                                       device: 'cpu'});
     CompareIds(`scalar f32 "${sg.prompt}" (hook)`, r.ids, sg.ids);
     const t = r.timing;
     console.log(`browser_test: scalar f32 "${sg.prompt}": prefill ${Rate(t.n_prompt, t.prefill_ms)}, ` +
