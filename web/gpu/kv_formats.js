@@ -8,7 +8,8 @@
 
 // Bytes are read from u32 words: blocks need not be 4-byte aligned (int4 at head_dim 8: 6 bytes
 // per head row).
-const kByteHelpers = /* wgsl */ `
+// Shared with weight_types.js: byte_of, f16_bits_to_f32, e4m3_to_f32, e2m1_to_f32.
+export const kByteHelpers = /* wgsl */ `
 fn byte_of(word: u32, offset: u32) -> u32 { return (word >> ((offset & 3u) * 8u)) & 0xffu; }
 // f16 bits to f32 by integer work: exact for normals, subnormals (m · 2^-24 is a normal f32),
 // infinities and NaNs, whatever the device does with f16 subnormals.
@@ -37,8 +38,8 @@ fn e2m1_to_f32(code: u32) -> f32 {
 }
 `;
 
-// Per tensor t: u8 and u16 readers over t_buf at byte offsets.
-function Readers(t) {
+// Per tensor t: u8, u16 and u32 readers over t_buf (array<u32>) at byte offsets.
+export function Readers(t) {
   return /* wgsl */ `
 fn ${t}_u8(offset: u32) -> u32 { return byte_of(${t}_buf[offset >> 2u], offset); }
 fn ${t}_u16(offset: u32) -> u32 { return ${t}_u8(offset) | (${t}_u8(offset + 1u) << 8u); }

@@ -8,6 +8,8 @@
 // CPU matvec for the block types quantises the activation to int8 per 32 numbers instead
 // (weights/matvec.h); this one keeps the activation in f32.
 
+import {kByteHelpers, Readers} from './kv_formats.js';
+
 // Per type: [block elements, block bytes, WGSL body of w_elem given the block's byte offset `at`
 // and the element `j` within the block].
 const kTypes = {
@@ -50,24 +52,8 @@ struct Dims { rows: u32, cols: u32, row_bytes: u32, first_byte: u32 }
 @group(0) @binding(2) var<storage, read_write> y: array<f32>; // [rows]
 @group(0) @binding(3) var<uniform> dims: Dims;
 
-fn w_u8(offset: u32) -> u32 { return (w_buf[offset >> 2u] >> ((offset & 3u) * 8u)) & 0xffu; }
-fn w_u16(offset: u32) -> u32 { return w_u8(offset) | (w_u8(offset + 1u) << 8u); }
-fn w_u32(offset: u32) -> u32 {
-  if ((offset & 3u) == 0u) { return w_buf[offset >> 2u]; }
-  return w_u16(offset) | (w_u16(offset + 2u) << 16u);
-}
-fn f16_bits_to_f32(h: u32) -> f32 {
-  let sign = (h >> 15u) << 31u;
-  let e = (h >> 10u) & 0x1fu;
-  let m = h & 0x3ffu;
-  if (e == 0u) {
-    let magnitude = f32(m) * 5.9604644775390625e-8;
-    return select(magnitude, -magnitude, sign != 0u);
-  }
-  if (e == 31u) { return bitcast<f32>(sign | 0x7f800000u | (m << 13u)); }
-  return bitcast<f32>(sign | ((e + 112u) << 23u) | (m << 13u));
-}
-
+${kByteHelpers}
+${Readers('w')}
 // Weight (row, col) of the matrix starting at byte first_byte.
 fn w_elem(row: u32, col: u32) -> f32 {
   let at = dims.first_byte + row * dims.row_bytes + (col / ${elems}u) * ${bytes}u;
