@@ -22,6 +22,7 @@
 namespace kvq {
 
 struct SnapshotImage;
+class KvDevice;
 
 /// What identifies the model a cache belongs to (checked when a snapshot is loaded): its
 /// attention shape and a hash of its weights.
@@ -149,6 +150,16 @@ class KvCache {
   /// out: [n_tokens][n_heads][head_dim] = acc / l, with a rotated value spec's rotation undone
   /// (once per output row, not per position). kvq::FinishAttention plus that.
   void FinishAttention(int64_t layer, const AttentionState& state, float* out) const;
+
+  /// Attention on a compute device (kvq/kv_device.h) of the queries it holds — n_tokens positions
+  /// from first_query_position — over every cached position of `layer`: the layer's pages in
+  /// order, each written by the host into the next of the device's slots (plan().device_slots of
+  /// plan().slot_bytes; two when the cache has no device budget) with the same bytes and layout a
+  /// streamed Attend reads, then handed to the device to fold into its state; then Finish. The
+  /// device rotates queries and keys itself where the specs say (KvDeviceLayer). Errors: a bad
+  /// layer, n_tokens < 1, or what the device returns (the call stops there).
+  Status AttendOnDevice(int64_t layer, const AttentionOptions& options, int64_t first_query_position,
+                        int32_t n_tokens, KvDevice& device);
 
   /// The fixed per-sequence state (KvCacheConfig::state_floats floats, f32), null when it has none.
   /// The model reads and updates it in place as tokens go through its recurrent layers.

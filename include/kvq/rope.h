@@ -51,6 +51,9 @@ struct RopeConfig {
 
 /// Rotates `n` numbers holding n / head_dim heads, at position `pos`.
 void ApplyRope(float* v, int32_t n, int32_t head_dim, int64_t pos, const RopeParams& params);
+/// The cos and sin ApplyRope rotates pair i by at position `pos`: cos_sin [rot / 2][2] (rot:
+/// rotary_dims, or head_dim when 0) — the same bits, for a device that rotates keys itself.
+void RopeCosSin(int32_t head_dim, int64_t pos, const RopeParams& params, float* cos_sin);
 
 /// Llama 3.1's frequency scaling, as in its reference code: wavelengths shorter than
 /// original_context / high_freq_factor keep their frequency, longer than original_context /

@@ -6,25 +6,46 @@
 
 namespace kvq {
 
+namespace {
+
+// The scaled position is computed once; with no scaling it is the plain float position, so an
+// unscaled model rotates exactly as llama2.c's run.c does.
+float ScaledPosition(int64_t pos, const RopeParams& params) {
+  return params.position_scale == 1.0f ? static_cast<float>(pos)
+                                       : static_cast<float>(pos) * params.position_scale;
+}
+
+// The angle of pair i at scaled position p (frequencies spread over the rot rotated numbers).
+float AngleOf(int32_t i, int32_t rot, float p, const RopeParams& params) {
+  float freq = 1.0f / std::pow(params.theta, static_cast<float>(2 * i) / static_cast<float>(rot));
+  if (params.freq_factors != nullptr) freq /= params.freq_factors[i];
+  return p * freq;
+}
+
+}  // namespace
+
+void RopeCosSin(int32_t head_dim, int64_t pos, const RopeParams& params, float* cos_sin) {
+  const int32_t rot = params.rotary_dims > 0 ? params.rotary_dims : head_dim;
+  const float p = ScaledPosition(pos, params);
+  for (int32_t i = 0; i < rot / 2; ++i) {
+    const float angle = AngleOf(i, rot, p, params);
+    cos_sin[2 * i] = std::cos(angle);
+    cos_sin[2 * i + 1] = std::sin(angle);
+  }
+}
+
 void ApplyRope(float* v, int32_t n, int32_t head_dim, int64_t pos, const RopeParams& params) {
   // Partial rotation: the first `rot` numbers of each head, the frequencies spread over rot.
   const int32_t rot = params.rotary_dims > 0 ? params.rotary_dims : head_dim;
   const int32_t half = rot / 2;
-  // The scaled position is computed once; with no scaling it is the plain float position, so an
-  // unscaled model rotates exactly as llama2.c's run.c does.
-  const float p = params.position_scale == 1.0f ? static_cast<float>(pos)
-                                                : static_cast<float>(pos) * params.position_scale;
+  const float p = ScaledPosition(pos, params);
   // The rotation of pair i depends on i alone, not on the head: cos and sin are computed once per
   // call for every pair (the same expressions, so the same bits as per head) and reused by every
   // head — a prefill spent most of its non-matrix time in these pow/cos/sin calls, once per head.
   constexpr int32_t kMaxHalf = 512;  // head_dim ≤ 1024; larger heads take the per-head path
   float cos_i[kMaxHalf], sin_i[kMaxHalf];  // [half]
   const bool hoisted = half <= kMaxHalf;
-  auto angle_of = [&](int32_t i) {
-    float freq = 1.0f / std::pow(params.theta, static_cast<float>(2 * i) / static_cast<float>(rot));
-    if (params.freq_factors != nullptr) freq /= params.freq_factors[i];
-    return p * freq;
-  };
+  auto angle_of = [&](int32_t i) { return AngleOf(i, rot, p, params); };
   if (hoisted) {
     for (int32_t i = 0; i < half; ++i) {
       const float angle = angle_of(i);

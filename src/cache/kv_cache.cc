@@ -256,6 +256,34 @@ KvWindow KvCache::Impl::Window(int64_t layer, int64_t page, const uint8_t* page_
   return w;
 }
 
+Result<int64_t> KvCache::Impl::FillSlot(int64_t layer, int64_t p, uint8_t* dst) const {
+  const Layer& L = layers[layer];
+  if (SlotHasBlockRows(layer, p)) {
+    if (Status s = store->Read(layer, p, dst); !s.ok()) return s;
+  }
+  int64_t bytes = store->page_bytes(layer);
+  const int64_t elems = row.elems();
+  for (int which = 0; which < 2; ++which) {
+    const PageRows r = RowsOfPage(layer, which, p);
+    const auto copy = [&](const std::vector<float>& rows, int64_t first, int64_t n) {
+      // (memcpy from an empty vector's null data() is undefined even for 0 bytes.)
+      if (n > 0) std::memcpy(dst + bytes, rows.data() + first * elems, n * elems * 4);
+      bytes += n * elems * 4;
+    };
+    copy(L.sinks[which], r.first, r.n_head);
+    copy(L.residual[which], r.residual_first, r.n_rows - r.n_block);
+  }
+  return bytes;
+}
+
+bool KvCache::Impl::SlotHasBlockRows(int64_t layer, int64_t p) const {
+  for (int which = 0; which < 2; ++which) {
+    const PageRows r = RowsOfPage(layer, which, p);
+    if (r.n_block > r.n_head) return true;
+  }
+  return false;
+}
+
 Status KvCache::Attend(int64_t layer, const AttentionOptions& options, const float* q,
                        int64_t first_query_position, AttentionState& state) {
   Impl& m = *impl_;
@@ -309,13 +337,7 @@ Status KvCache::Attend(int64_t layer, const AttentionOptions& options, const flo
     void Release(int64_t p) override {
       if (m_.streamer) m_.streamer->Release(p);
     }
-    static bool HasBlockRows(const Impl& m, int64_t layer, int64_t p) {
-      for (int which = 0; which < 2; ++which) {
-        const Impl::PageRows r = m.RowsOfPage(layer, which, p);
-        if (r.n_block > r.n_head) return true;
-      }
-      return false;
-    }
+    static bool HasBlockRows(const Impl& m, int64_t layer, int64_t p) { return m.SlotHasBlockRows(layer, p); }
 
    private:
     const Impl& m_;
@@ -333,25 +355,7 @@ Status KvCache::Attend(int64_t layer, const AttentionOptions& options, const flo
   }
   Pages pages(m, layer, n_pages);
   if (!m.streamer) return AttendWindows(options, q, first_query_position, pages, state);
-  const int64_t page_bytes = m.store->page_bytes(layer);
-  auto fill = [&m, &L, layer, page_bytes](int64_t p, uint8_t* dst) -> Result<int64_t> {
-    if (Pages::HasBlockRows(m, layer, p)) {
-      if (Status s = m.store->Read(layer, p, dst); !s.ok()) return s;
-    }
-    int64_t bytes = page_bytes;
-    const int64_t elems = m.row.elems();
-    for (int which = 0; which < 2; ++which) {
-      const Impl::PageRows r = m.RowsOfPage(layer, which, p);
-      const auto copy = [&](const std::vector<float>& rows, int64_t first, int64_t n) {
-        // (memcpy from an empty vector's null data() is undefined even for 0 bytes.)
-        if (n > 0) std::memcpy(dst + bytes, rows.data() + first * elems, n * elems * 4);
-        bytes += n * elems * 4;
-      };
-      copy(L.sinks[which], r.first, r.n_head);
-      copy(L.residual[which], r.residual_first, r.n_rows - r.n_block);
-    }
-    return bytes;
-  };
+  auto fill = [&m, layer](int64_t p, uint8_t* dst) { return m.FillSlot(layer, p, dst); };
   m.streamer->Begin(fill, n_pages);
   struct EndGuard {  // the stream ends on every path out, so the next Begin finds it idle
     PageStreamer& streamer;

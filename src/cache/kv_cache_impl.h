@@ -54,6 +54,7 @@ struct KvCache::Impl {
   std::vector<float> state;  // [config.state_floats]: a hybrid model's recurrent state
   std::unique_ptr<StagingArena> arena;      // null when resident
   std::unique_ptr<PageStreamer> streamer;   // null when resident
+  std::vector<uint8_t> device_bounce;       // AttendOnDevice's host copy of one slot: [slot_bytes]
   /// Set by an I/O error that left pages inconsistent; every later call returns it.
   Status broken;
   Status Break(const Status& error);
@@ -84,6 +85,12 @@ struct KvCache::Impl {
   KvWindow Window(int64_t layer, int64_t page, const uint8_t* page_data,
                   const std::array<const float*, 2>& head,
                   const std::array<const float*, 2>& residual) const;
+  /// Writes page p of `layer` into a working-set slot as attention windows read it: the page's
+  /// bytes (when any row of it is in blocks; padded to 64), then K's head rows and residual rows
+  /// of the page, then V's (f32). Returns the bytes written.
+  Result<int64_t> FillSlot(int64_t layer, int64_t p, uint8_t* dst) const;
+  /// Whether page p of `layer` has rows in blocks (else no page bytes are read).
+  bool SlotHasBlockRows(int64_t layer, int64_t p) const;
   /// Encodes tensor `which` of `layer` up to EncodedRows(n) rows, writing pages as they fill.
   Status EncodeAged(int64_t layer, int which, int64_t n);
 };
