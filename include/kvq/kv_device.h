@@ -52,6 +52,7 @@ struct KvDeviceLayer {
   /// bytes): the device allocates them once; it never holds more than slots × slot_bytes of KV.
   int32_t slots = 0;
   int64_t slot_bytes = 0;
+  int32_t window_rows = 0;  ///< the most rows a window has (the cache's page positions)
 };
 
 /// One page of the layer in a slot. The slot holds (byte offsets from its start): the page's

@@ -47,6 +47,7 @@ Status KvCache::AttendOnDevice(int64_t layer, const AttentionOptions& options, i
   // Without a device budget the cache is resident on the host: it streams through two slots.
   d.slots = m.plan.device_slots > 0 ? m.plan.device_slots : 2;
   d.slot_bytes = m.plan.slot_bytes;
+  d.window_rows = m.config.page_positions;
   m.device_bounce.resize(static_cast<size_t>(d.slot_bytes));
   if (Status s = device.Begin(d); !s.ok()) return s;
 

@@ -18,8 +18,13 @@
 #include "kvq/model.h"
 #include "kvq/session.h"
 #include "simd/dispatch.h"
+#include "web/web_common.h"
 
 namespace {
+
+using kvq_web::Fail;
+using kvq_web::Handle;
+using kvq_web::LastError;
 
 struct WebModel {
   std::unique_ptr<kvq::Model> model;
@@ -36,20 +41,6 @@ struct WebSession {
   std::string stats_json;
 };
 
-std::string& LastError() {
-  static std::string error;
-  return error;
-}
-
-int Fail(const std::string& message) {
-  LastError() = message;
-  return -1;
-}
-
-template <typename T>
-int Handle(T* p) {
-  return static_cast<int>(reinterpret_cast<intptr_t>(p));  // addresses < 2^31 (MAXIMUM_MEMORY)
-}
 
 WebModel* ModelOf(int handle) { return reinterpret_cast<WebModel*>(static_cast<intptr_t>(handle)); }
 WebSession* SessionOf(int handle) { return reinterpret_cast<WebSession*>(static_cast<intptr_t>(handle)); }

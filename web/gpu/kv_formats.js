@@ -38,13 +38,17 @@ fn e2m1_to_f32(code: u32) -> f32 {
 }
 `;
 
-// Per tensor t: u8, u16 and u32 readers over t_buf (array<u32>) at byte offsets.
-export function Readers(t) {
+// Per tensor t: u8, u16 and u32 readers over t_buf (array<u32>) at byte offsets, counted from the
+// WGSL expression `base` (bytes; a multiple of 4) when given: where t's blocks start in a buffer
+// that holds more than them (a cache slot: K blocks, V blocks, f32 rows).
+export function Readers(t, base = '') {
+  const at = base ? `offset + ${base}` : 'offset';
   return /* wgsl */ `
-fn ${t}_u8(offset: u32) -> u32 { return byte_of(${t}_buf[offset >> 2u], offset); }
+fn ${t}_u8(offset: u32) -> u32 { let at = ${at}; return byte_of(${t}_buf[at >> 2u], at); }
 fn ${t}_u16(offset: u32) -> u32 { return ${t}_u8(offset) | (${t}_u8(offset + 1u) << 8u); }
 fn ${t}_u32(offset: u32) -> u32 {
-  if ((offset & 3u) == 0u) { return ${t}_buf[offset >> 2u]; }
+  let at = ${at};
+  if ((at & 3u) == 0u) { return ${t}_buf[at >> 2u]; }
   return ${t}_u16(offset) | (${t}_u16(offset + 2u) << 16u);
 }
 `;
@@ -153,11 +157,13 @@ function Decoder(format, tensor) {
 /**
  * WGSL for decoding K (format key_format) and V (value_format): the byte helpers, the readers and
  * each tensor's `<t>_elem`. The caller declares k_buf, v_buf, the consts k_block and v_block
- * (bytes per row) and head_dim.
+ * (bytes per row) and head_dim. bases: {k, v}, WGSL expressions of where each tensor's blocks start
+ * in its buffer (bytes), when not at 0.
  */
-export function DecodeWgsl(key_format, value_format) {
+export function DecodeWgsl(key_format, value_format, bases = {}) {
   for (const f of [key_format, value_format]) {
     if (!kGpuFormats.includes(f)) throw new Error(`no WGSL decoder for KV format '${f}' (have: ${kGpuFormats.join(', ')})`);
   }
-  return [kByteHelpers, Readers('k'), Readers('v'), Decoder(key_format, 'k'), Decoder(value_format, 'v')].join('\n');
+  return [kByteHelpers, Readers('k', bases.k), Readers('v', bases.v), Decoder(key_format, 'k'),
+          Decoder(value_format, 'v')].join('\n');
 }

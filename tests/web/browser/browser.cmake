@@ -39,3 +39,9 @@ add_test(NAME web.gpu_forward
          COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --forward
                  "${KVQ_GPU_FORWARD_DIR}" "${KVQ_PLAYWRIGHT_DIR}")
 set_tests_properties(web.gpu_forward PROPERTIES FIXTURES_REQUIRED "playwright;gpu_forward_cases" TIMEOUT 600)
+# The C++ cache's device tier over WebGPU: kvq.js's KvCache streaming its pages into
+# web/gpu/kv_device.js's GPU slots (tests/web/gpu/gpu_kv_device_page.js), every format and transform.
+add_test(NAME web.gpu_kv_device
+         COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --kv-device
+                 "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}")
+set_tests_properties(web.gpu_kv_device PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 300)

@@ -40,7 +40,7 @@ function SameBits(a, b) {
 //   |out − ref| ≤ Σ_i p_i|v_i| · (2·(2·max δ + (3 + 2R)·2u) + (3n + 5)·u) + |out|·u
 // (twice the weight error: once in acc, once in l). Observed errors are 1-3 orders below it.
 // Query position `pos` attends to positions 0 .. pos; q: its [n_q][head_dim].
-function Reference(c, q, k, v, h, pos) {
+export function Reference(c, q, k, v, h, pos) {
   const d = c.head_dim, kv_head = Math.floor(h / c.q_per_kv), per_row = c.n_kv_heads * d;
   const positions = pos + 1;
   const scale = Math.fround(1 / Math.sqrt(d));

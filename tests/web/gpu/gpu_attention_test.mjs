@@ -3,7 +3,9 @@
 // the checks in the page). A missing Chromium, playwright-core, fixture or WebGPU adapter fails it.
 // With `--forward` (then FIXTURE_DIR is gpu_forward_fixture's), the forward pass instead
 // (tests/web/gpu/gpu_forward_page.js) on the bundled stories260K.
-// Usage: node gpu_attention_test.mjs [--forward] FIXTURE_DIR PLAYWRIGHT_NPM_DIR [CASE_SUBSTRING]
+// With `--kv-device` (then FIXTURE_DIR is the web bundle), the C++ cache's device tier over WebGPU
+// (tests/web/gpu/gpu_kv_device_page.js: kvq.js's KvCache streaming into web/gpu/kv_device.js).
+// Usage: node gpu_attention_test.mjs [--forward|--kv-device] FIXTURE_DIR PLAYWRIGHT_NPM_DIR [CASE_SUBSTRING]
 import fs from 'node:fs';
 import http from 'node:http';
 import {createRequire} from 'node:module';
@@ -22,10 +24,11 @@ function Fatal(message) {
 }
 
 const forward = process.argv[2] === '--forward';
-const [fixture_arg, npm_dir, only] = process.argv.slice(forward ? 3 : 2);
+const kv_device = process.argv[2] === '--kv-device';
+const [fixture_arg, npm_dir, only] = process.argv.slice(forward || kv_device ? 3 : 2);
 if (!fixture_arg || !npm_dir) Fatal('usage: gpu_attention_test.mjs FIXTURE_DIR PLAYWRIGHT_NPM_DIR [CASE]');
 const fixture = path.resolve(fixture_arg);
-if (!fs.existsSync(path.join(fixture, 'manifest.json'))) Fatal(`no manifest.json in ${fixture} (run gpu_attention_fixture)`);
+if (!fs.existsSync(path.join(fixture, kv_device ? 'kvq.js' : 'manifest.json'))) Fatal(`no manifest.json in ${fixture} (run gpu_attention_fixture)`);
 if (!fs.existsSync(kChromium)) Fatal(`no Chromium at ${kChromium} (scripts/setup.sh installs it)`);
 let chromium;
 try {
@@ -37,7 +40,7 @@ try {
 // /web/ -> the source web/, /test/ -> this folder, /fixture/ -> the cases; the page at /.
 const kRoots = {'/web/': path.join(kSourceDir, 'web'), '/test/': path.dirname(fileURLToPath(import.meta.url)),
                 '/fixture/': fixture, '/models/': path.join(kSourceDir, 'models/stories260K')};
-const kTypes = {'.js': 'text/javascript', '.json': 'application/json', '.bin': 'application/octet-stream',
+const kTypes = {'.js': 'text/javascript', '.wasm': 'application/wasm', '.json': 'application/json', '.bin': 'application/octet-stream',
                 '.html': 'text/html'};
 const server = http.createServer((req, res) => {
   const url = decodeURIComponent(new URL(req.url, 'http://x').pathname);
@@ -51,7 +54,9 @@ const server = http.createServer((req, res) => {
     res.end('<!doctype html><meta charset="utf-8"><title>kvq WebGPU attention</title>' +
             '<script type="module">import {RunGpuAttentionTests} from "/test/gpu_attention_page.js";' +
             'import {RunGpuForwardTests} from "/test/gpu_forward_page.js";' +
-            'window.RunGpuAttentionTests = RunGpuAttentionTests; window.RunGpuForwardTests = RunGpuForwardTests;</script>');
+            'import {RunGpuKvDeviceTests} from "/test/gpu_kv_device_page.js";' +
+            'window.RunGpuAttentionTests = RunGpuAttentionTests; window.RunGpuForwardTests = RunGpuForwardTests;' +
+            'window.RunGpuKvDeviceTests = RunGpuKvDeviceTests;</script>');
     return;
   }
   for (const [prefix, root] of Object.entries(kRoots)) {
@@ -80,7 +85,7 @@ try {
   await page.goto(origin + '/');
   await page.waitForFunction(() => typeof window.RunGpuAttentionTests === 'function', null, {timeout: 30000});
   page.setDefaultTimeout(0);
-  result = forward
+  result = kv_device ? await page.evaluate((url) => window.RunGpuKvDeviceTests(url), origin + '/fixture') : forward
       ? await page.evaluate(([url, model]) => window.RunGpuForwardTests(url, model),
                             [origin + '/fixture', origin + '/models/stories260K.bin'])
       : await page.evaluate(([url, only]) => window.RunGpuAttentionTests(url, only), [origin + '/fixture', only || '']);
@@ -89,7 +94,11 @@ try {
   await browser.close();
   server.close();
 }
-if (forward) {
+if (kv_device) {
+  console.log(`gpu_attention_test --kv-device: ${result.cases} cases, ${result.checks} checks, ` +
+              `${result.failures.length} failures, worst error ${result.worst_error_over_bound?.toFixed(4)} of the bound, ` +
+              `${result.seconds.toFixed(1)} s in the page`);
+} else if (forward) {
   console.log(`gpu_attention_test --forward: ${result.runs} golden runs and ${result.gguf_models} GGUF models, ` +
               `${result.positions} positions, ` +
               `${result.failures.length} failures, worst |GPU - native| logit ${result.worst_logit_difference}, ` +
@@ -100,6 +109,6 @@ if (forward) {
               `worst error ${result.worst_error_over_bound?.toFixed(4)} of the bound, ${result.seconds.toFixed(1)} s in the page`);
 }
 for (const f of result.failures.slice(0, 50)) console.error(`gpu_attention_test: FAIL: ${f}`);
-if (!forward && result.cases === 0) Fatal('no case ran');
+if (!forward && result.cases === 0) Fatal('no case ran');  // (--kv-device too)
 if (forward && !result.positions) Fatal('no position ran');
 process.exit(result.failures.length ? 1 : 0);

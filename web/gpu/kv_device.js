@@ -1,0 +1,400 @@
+// kvq's KV device tier over WebGPU (kvq/kv_device.h): the C++ cache (compiled to WebAssembly) keeps
+// the master copy in host memory and calls this object, through src/web/web_kv.cc, to stream a
+// layer's pages into a ring of GPU storage buffers (its slots, within the device budget the cache
+// planned) and attend over each as it arrives; the online-softmax state (m, l, acc) of every query
+// head lives in a GPU buffer across the pages and is normalised once by Finish.
+//
+// Every call only queues GPU work (writeBuffer, dispatch): queue order makes a slot's next write
+// wait for the dispatch reading it, so with two or more slots the next page is in flight while the
+// current one is consumed. The cache decides the slot layout; the kernel reads it as written:
+// K blocks, V blocks, then per tensor f32 head rows (sinks) and residual rows, decoded in registers
+// (web/gpu/kv_formats.js), prerope keys rotated by the window's cos/sin as they are read, queries
+// rotated ("rot") and the output unrotated by the same fast Walsh-Hadamard steps as kvq's
+// hadamard.cc (so the same bits). One invocation per (KV head, query) takes the rows in order and
+// updates the state with the same instructions whatever the pages: the output has the same bits
+// for every page size and budget.
+
+import {DecodeWgsl} from './kv_formats.js';
+
+// The bugs seed 000 found in windowed attention, injectable to show the tests catch them: a row
+// dropped at each boundary, a row counted twice there, the output normalised there.
+export const kDeviceBugs = ['drop_first_row', 'double_count_row', 'normalise_at_boundary'];
+
+function F32Const(x) {  // an exact f32 literal
+  return `bitcast<f32>(${new Uint32Array(new Float32Array([x]).buffer)[0]}u)`;
+}
+
+function AttendWgsl(s) {
+  const half = s.rotary_dims / 2;
+  const rope = !s.pre_rope ? `fn k_value(r: u32, head: u32, i: u32) -> f32 { return k_stored(r, head, i); }` : `
+// cos/sin of the window's positions: [rows][rotary_dims / 2][2] (kvq's RopeCosSin).
+@group(0) @binding(5) var<storage, read> rope: array<f32>;
+// A prerope key rotated at its position as it is read (kvq's ApplyRope, pairing ${s.rope_pairing}).
+fn k_value(r: u32, head: u32, i: u32) -> f32 {
+  if (i >= ${s.rotary_dims}u) { return k_stored(r, head, i); }
+  ${s.rope_pairing === 'adjacent' ? 'let p = i / 2u; let a = 2u * p; let b = a + 1u;'
+                                  : `let p = i % ${half}u; let a = p; let b = p + ${half}u;`}
+  let c = rope[(r * ${half}u + p) * 2u];
+  let sn = rope[(r * ${half}u + p) * 2u + 1u];
+  let x = k_stored(r, head, a);
+  let y = k_stored(r, head, b);
+  if (i == a) { return x * c - y * sn; }
+  return x * sn + y * c;
+}`;
+  return /* wgsl */ `
+const head_dim: u32 = ${s.head_dim}u;
+const n_kv_heads: u32 = ${s.n_kv_heads}u;
+const q_per_kv: u32 = ${s.q_per_kv}u;
+const k_block: u32 = ${s.k_block_bytes}u;
+const v_block: u32 = ${s.v_block_bytes}u;
+// One window (a page in a slot; KvDeviceWindow): rows, absolute positions of row 0 and of query 0;
+// per tensor the byte offsets of its blocks, head rows and residual rows in the slot and where its
+// runs end. start / repeat: the injected bugs (0 when none).
+struct Params {
+  rows: u32, first_pos: u32, query_pos: u32, scale: f32,
+  k_blocks: u32, k_head: u32, k_res: u32, k_n_head: u32, k_n_block: u32,
+  v_blocks: u32, v_head: u32, v_res: u32, v_n_head: u32, v_n_block: u32,
+  start: u32, repeat: u32,
+}
+@group(0) @binding(0) var<storage, read> k_buf: array<u32>;        // the slot
+@group(0) @binding(1) var<storage, read> v_buf: array<u32>;        // the same slot
+@group(0) @binding(2) var<storage, read> q: array<f32>;            // [queries][n_kv_heads · q_per_kv][head_dim]
+@group(0) @binding(3) var<storage, read_write> state: array<f32>;  // per query head [m, l, acc[head_dim]]
+@group(0) @binding(4) var<uniform> params: Params;
+${DecodeWgsl(s.key_format, s.value_format, {k: 'params.k_blocks', v: 'params.v_blocks'})}
+
+fn k_stored(r: u32, head: u32, i: u32) -> f32 {
+  if (r < params.k_n_head) { return bitcast<f32>(k_buf[params.k_head / 4u + (r * n_kv_heads + head) * head_dim + i]); }
+  if (r < params.k_n_block) { return k_elem(r, head, i); }
+  return bitcast<f32>(k_buf[params.k_res / 4u + ((r - params.k_n_block) * n_kv_heads + head) * head_dim + i]);
+}
+fn v_value(r: u32, head: u32, i: u32) -> f32 {
+  if (r < params.v_n_head) { return bitcast<f32>(v_buf[params.v_head / 4u + (r * n_kv_heads + head) * head_dim + i]); }
+  if (r < params.v_n_block) { return v_elem(r, head, i); }
+  return bitcast<f32>(v_buf[params.v_res / 4u + ((r - params.v_n_block) * n_kv_heads + head) * head_dim + i]);
+}
+${rope}
+
+// One invocation per (KV head, query position), the window's rows in order (kvq's update:
+// m' = max(m, s), c = exp(m − m'), e = exp(s − m'), l = l·c + e, acc = acc·c + e·v).
+@compute @workgroup_size(64)
+fn attend(@builtin(global_invocation_id) id: vec3u) {
+  let n_q = n_kv_heads * q_per_kv;
+  let queries = arrayLength(&state) / ((head_dim + 2u) * n_q);
+  if (id.x >= n_kv_heads * queries) { return; }
+  let kv_head = id.x % n_kv_heads;
+  let query = id.x / n_kv_heads;
+  let last = params.query_pos + query;  // causal: rows past this query's position are not its
+  let rows = select(0u, min(params.rows, last + 1u - params.first_pos), last >= params.first_pos);
+  var m: array<f32, ${s.q_per_kv}>;
+  var l: array<f32, ${s.q_per_kv}>;
+  var score: array<f32, ${s.q_per_kv}>;
+  var c: array<f32, ${s.q_per_kv}>;
+  var e: array<f32, ${s.q_per_kv}>;
+  var acc: array<f32, ${s.q_per_kv * s.head_dim}>;  // [q_per_kv][head_dim]
+  let first_head = query * n_q + kv_head * q_per_kv;
+  for (var j = 0u; j < q_per_kv; j++) {
+    let at = (first_head + j) * (head_dim + 2u);
+    m[j] = state[at];
+    l[j] = state[at + 1u];
+    for (var i = 0u; i < head_dim; i++) { acc[j * head_dim + i] = state[at + 2u + i]; }
+  }
+  for (var t = params.start; t < rows + params.repeat; t++) {
+    let r = select(t - params.repeat, 0u, t < params.repeat);
+    for (var j = 0u; j < q_per_kv; j++) { score[j] = 0.0; }
+    for (var i = 0u; i < head_dim; i++) {
+      let k = k_value(r, kv_head, i);
+      for (var j = 0u; j < q_per_kv; j++) { score[j] = score[j] + q[(first_head + j) * head_dim + i] * k; }
+    }
+    for (var j = 0u; j < q_per_kv; j++) {
+      let sc = score[j] * params.scale;
+      let m_new = max(m[j], sc);
+      c[j] = exp(m[j] - m_new);
+      e[j] = exp(sc - m_new);
+      l[j] = l[j] * c[j] + e[j];
+      m[j] = m_new;
+    }
+    for (var i = 0u; i < head_dim; i++) {
+      let v = v_value(r, kv_head, i);
+      for (var j = 0u; j < q_per_kv; j++) { acc[j * head_dim + i] = acc[j * head_dim + i] * c[j] + e[j] * v; }
+    }
+  }
+  for (var j = 0u; j < q_per_kv; j++) {
+    let at = (first_head + j) * (head_dim + 2u);
+    state[at] = m[j];
+    state[at + 1u] = l[j];
+    for (var i = 0u; i < head_dim; i++) { state[at + 2u + i] = acc[j * head_dim + i]; }
+  }
+}
+`;
+}
+
+// Per head vector: rotate (x ← H·diag(s)·x/√d, kvq's RotateHeads), unrotate (x ← diag(s)·H·x/√d
+// in kvq's order: (x·norm)·s), normalise (acc /= l), renormalise (the injected bug: acc /= l, l = 1).
+function HeadOpsWgsl(d) {
+  return /* wgsl */ `
+struct Range { count: u32, stride: u32, offset: u32 }
+@group(0) @binding(0) var<storage, read_write> x: array<f32>;
+@group(0) @binding(1) var<storage, read> signs: array<f32>;
+@group(0) @binding(2) var<uniform> range: Range;
+const d: u32 = ${d}u;
+const norm: f32 = ${F32Const(1 / Math.sqrt(d))};
+fn fwht(v: ptr<function, array<f32, ${d}>>) {
+  for (var half = 1u; half < d; half *= 2u) {
+    for (var block = 0u; block < d; block += 2u * half) {
+      for (var i = block; i < block + half; i++) {
+        let a = (*v)[i];
+        let b = (*v)[i + half];
+        (*v)[i] = a + b;
+        (*v)[i + half] = a - b;
+      }
+    }
+  }
+}
+@compute @workgroup_size(64)
+fn rotate(@builtin(global_invocation_id) id: vec3u) {
+  if (id.x >= range.count) { return; }
+  let at = id.x * range.stride + range.offset;
+  var v: array<f32, ${d}>;
+  for (var i = 0u; i < d; i++) { v[i] = x[at + i] * signs[i]; }
+  fwht(&v);
+  for (var i = 0u; i < d; i++) { x[at + i] = v[i] * norm; }
+}
+@compute @workgroup_size(64)
+fn unrotate(@builtin(global_invocation_id) id: vec3u) {
+  if (id.x >= range.count) { return; }
+  let at = id.x * range.stride + range.offset;
+  var v: array<f32, ${d}>;
+  for (var i = 0u; i < d; i++) { v[i] = x[at + i]; }
+  fwht(&v);
+  for (var i = 0u; i < d; i++) { x[at + i] = v[i] * norm * signs[i]; }
+}
+`;
+}
+
+function NormaliseWgsl(d) {
+  return /* wgsl */ `
+@group(0) @binding(0) var<storage, read_write> state: array<f32>;  // per head [m, l, acc[${d}]]
+@compute @workgroup_size(64)
+fn normalise(@builtin(global_invocation_id) id: vec3u) {
+  if (id.x >= arrayLength(&state) / ${d + 2}u) { return; }
+  let at = id.x * ${d + 2}u;
+  for (var i = 0u; i < ${d}u; i++) { state[at + 2u + i] = state[at + 2u + i] / state[at + 1u]; }
+}
+@compute @workgroup_size(64)
+fn renormalise(@builtin(global_invocation_id) id: vec3u) {
+  if (id.x >= arrayLength(&state) / ${d + 2}u) { return; }
+  let at = id.x * ${d + 2}u;
+  for (var i = 0u; i < ${d}u; i++) { state[at + 2u + i] = state[at + 2u + i] / state[at + 1u]; }
+  state[at + 1u] = 1.0;
+}
+`;
+}
+
+const kStorage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
+
+export class GpuKvDevice {
+  constructor(device) {
+    this.device = device;
+    this.pipelines = new Map();  // by the shape and formats they were generated for
+    this.slots = [];             // [{buffer, params, rope}]
+    this.slot_bytes = 0;
+    /** Bytes of GPU buffers holding KV rows (the slots): counted as they are created. */
+    this.kv_bytes_now = 0;
+    this.peak_kv_bytes = 0;
+    this.bug = undefined;  // one of kDeviceBugs, or undefined
+    this.windows = 0;      // since Begin
+  }
+
+  #Pipeline(key, code, entry) {
+    const id = `${key}|${entry}`;
+    let p = this.pipelines.get(id);
+    if (!p) {
+      const module = this.device.createShaderModule({code});
+      p = this.device.createComputePipeline({layout: 'auto', compute: {module, entryPoint: entry}});
+      this.pipelines.set(id, p);
+    }
+    return p;
+  }
+
+  #Buffer(bytes, usage = kStorage) {
+    return this.device.createBuffer({size: Math.max(16, Math.ceil(bytes / 16) * 16), usage});
+  }
+
+  #Dispatch(pipeline, entries, groups) {
+    const group = this.device.createBindGroup({layout: pipeline.getBindGroupLayout(0),
+                                               entries: entries.map((b, i) => ({binding: i, resource: {buffer: b}}))});
+    const encoder = this.device.createCommandEncoder();
+    const pass = encoder.beginComputePass();
+    pass.setPipeline(pipeline);
+    pass.setBindGroup(0, group);
+    pass.dispatchWorkgroups(Math.max(1, Math.ceil(groups / 64)));
+    pass.end();
+    this.device.queue.submit([encoder.finish()]);
+  }
+
+  /** The queries of the next attention call: Float32Array [n_tokens][n_heads][head_dim]. */
+  SetQueries(q, n_heads) {
+    if (!this.q || this.q.size < q.byteLength) {
+      this.q?.destroy();
+      this.q = this.#Buffer(q.byteLength);
+    }
+    this.device.queue.writeBuffer(this.q, 0, q);
+    this.q_floats = q.length;
+    this.n_heads = n_heads;
+  }
+
+  /** kvq's KvDeviceLayer (as src/web/web_kv.cc writes it). */
+  Begin(layer) {
+    const L = layer;
+    if (L.softcap !== 0) throw new Error(`the WebGPU KV device has no softcap (got ${L.softcap})`);
+    if (!this.q || this.q_floats !== L.n_tokens * this.n_heads * L.head_dim || this.n_heads % L.n_kv_heads) {
+      throw new Error(`the queries given (${this.q_floats} numbers, ${this.n_heads} heads) do not fit ${L.n_tokens} ` +
+                      `tokens of ${L.n_kv_heads} KV heads x head_dim ${L.head_dim}`);
+    }
+    this.L = L;
+    this.shape = {...L, q_per_kv: this.n_heads / L.n_kv_heads};
+    this.key = JSON.stringify([L.key_format, L.value_format, L.n_kv_heads, this.shape.q_per_kv, L.head_dim,
+                               L.k_block_bytes, L.v_block_bytes, L.pre_rope, L.rope_pairing, L.rotary_dims]);
+    // The slots: allocated once per (count, size), within the budget the cache planned.
+    if (this.slots.length !== L.slots || this.slot_bytes !== L.slot_bytes) {
+      for (const s of this.slots) {
+        s.buffer.destroy();
+        this.kv_bytes_now -= s.buffer.size;
+      }
+      this.slots = [];
+      for (let i = 0; i < L.slots; ++i) {
+        const buffer = this.device.createBuffer({size: L.slot_bytes, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST});
+        this.kv_bytes_now += buffer.size;
+        this.slots.push({buffer, params: this.#Buffer(64, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST)});
+      }
+      this.slot_bytes = L.slot_bytes;
+    }
+    this.peak_kv_bytes = Math.max(this.peak_kv_bytes, this.kv_bytes_now);
+    const rope_bytes = L.pre_rope ? L.window_rows * L.rotary_dims * 4 : 0;
+    for (const s of this.slots) {
+      if (rope_bytes && (!s.rope || s.rope.size < rope_bytes)) s.rope = this.#Buffer(rope_bytes);
+    }
+    const n_states = L.n_tokens * this.n_heads;
+    const state_bytes = n_states * (L.head_dim + 2) * 4;
+    if (!this.state || this.state.size !== Math.max(16, Math.ceil(state_bytes / 16) * 16)) {
+      this.state?.destroy();
+      this.state = this.#Buffer(state_bytes);
+    }
+    const initial = new Float32Array(this.state.size / 4);
+    for (let h = 0; h < n_states; ++h) initial[h * (L.head_dim + 2)] = -Infinity;  // m; l, acc 0
+    this.device.queue.writeBuffer(this.state, 0, initial);
+    // The queries as attention reads them: rotated when the keys are.
+    let q = this.q;
+    if (L.rotate_queries || L.unrotate_output) {
+      this.signs = this.#Buffer(L.head_dim * 4);
+      this.device.queue.writeBuffer(this.signs, 0, new Float32Array(L.rotation_signs));
+    }
+    if (L.rotate_queries) {
+      if (!this.q_rotated || this.q_rotated.size < this.q.size) this.q_rotated = this.#Buffer(this.q.size);
+      const encoder = this.device.createCommandEncoder();
+      encoder.copyBufferToBuffer(this.q, 0, this.q_rotated, 0, this.q.size);
+      this.device.queue.submit([encoder.finish()]);
+      this.#HeadOp('rotate', this.q_rotated, n_states, L.head_dim, 0);
+      q = this.q_rotated;
+    }
+    this.attend = this.#Pipeline(this.key, AttendWgsl(this.shape), 'attend');
+    for (const s of this.slots) {
+      const entries = [s.buffer, s.buffer, q, this.state, s.params];
+      if (L.pre_rope) entries.push(s.rope);
+      s.group = this.device.createBindGroup({layout: this.attend.getBindGroupLayout(0),
+                                             entries: entries.map((b, i) => ({binding: i, resource: {buffer: b}}))});
+    }
+    this.windows = 0;
+  }
+
+  #HeadOp(entry, buffer, count, stride, offset) {
+    const range = this.#Buffer(16, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
+    this.device.queue.writeBuffer(range, 0, new Uint32Array([count, stride, offset, 0]));
+    this.#Dispatch(this.#Pipeline(`ops${this.L.head_dim}`, HeadOpsWgsl(this.L.head_dim), entry),
+                   [buffer, this.signs, range], count);
+  }
+
+  #Normalise(entry) {
+    this.#Dispatch(this.#Pipeline(`norm${this.L.head_dim}`, NormaliseWgsl(this.L.head_dim), entry), [this.state],
+                   this.L.n_tokens * this.n_heads);
+  }
+
+  /** n bytes at `offset` of `memory` (the WebAssembly heap's ArrayBuffer) into slot `slot`. */
+  Upload(slot, memory, offset, n) {
+    if (!(slot >= 0 && slot < this.slots.length) || n > this.slot_bytes || n % 4) {
+      throw new Error(`upload of ${n} bytes into slot ${slot} of ${this.slots.length} x ${this.slot_bytes} B`);
+    }
+    this.device.queue.writeBuffer(this.slots[slot].buffer, 0, memory, offset, n);
+  }
+
+  /** kvq's KvDeviceWindow; rope: Float32Array of its cos/sin (prerope keys), else empty. */
+  Attend(w, rope) {
+    const L = this.L, s = this.slots[w.slot];
+    const later = this.windows > 0;
+    if (later && this.bug === 'normalise_at_boundary') this.#Normalise('renormalise');
+    if (L.pre_rope) this.device.queue.writeBuffer(s.rope, 0, rope);
+    const p = new ArrayBuffer(64), u = new Uint32Array(p);
+    u.set([w.n_rows, w.first_position, L.first_query_position, 0, w.k.blocks_offset, w.k.head_offset,
+           w.k.residual_offset, w.k.n_head, w.k.n_block, w.v.blocks_offset, w.v.head_offset, w.v.residual_offset,
+           w.v.n_head, w.v.n_block, later && this.bug === 'drop_first_row' ? 1 : 0,
+           later && this.bug === 'double_count_row' ? 1 : 0]);
+    new Float32Array(p, 12, 1)[0] = L.scale;
+    this.device.queue.writeBuffer(s.params, 0, p);
+    const encoder = this.device.createCommandEncoder();
+    const pass = encoder.beginComputePass();
+    pass.setPipeline(this.attend);
+    pass.setBindGroup(0, s.group);
+    pass.dispatchWorkgroups(Math.ceil(L.n_kv_heads * L.n_tokens / 64));
+    pass.end();
+    this.device.queue.submit([encoder.finish()]);
+    ++this.windows;
+  }
+
+  /**
+   * acc / l in the state buffer; with rotated values, the output unrotated in a copy of it (the
+   * state keeps the rotated output: OutputRotated). Output reads the result.
+   */
+  Finish() {
+    this.#Normalise('normalise');
+    this.result = this.state;
+    if (this.L.unrotate_output) {
+      if (!this.unrotated || this.unrotated.size !== this.state.size) this.unrotated = this.#Buffer(this.state.size);
+      const encoder = this.device.createCommandEncoder();
+      encoder.copyBufferToBuffer(this.state, 0, this.unrotated, 0, this.state.size);
+      this.device.queue.submit([encoder.finish()]);
+      this.#HeadOp('unrotate', this.unrotated, this.L.n_tokens * this.n_heads, this.L.head_dim + 2, 2);
+      this.result = this.unrotated;
+    }
+  }
+
+  async #Read(buffer, bytes) {
+    const readback = this.device.createBuffer({size: bytes, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
+    const encoder = this.device.createCommandEncoder();
+    encoder.copyBufferToBuffer(buffer, 0, readback, 0, bytes);
+    this.device.queue.submit([encoder.finish()]);
+    await readback.mapAsync(GPUMapMode.READ);
+    const out = new Float32Array(readback.getMappedRange().slice(0));
+    readback.unmap();
+    readback.destroy();
+    return out;
+  }
+
+  /** The last call's output: Float32Array [n_tokens][n_heads][head_dim]. */
+  async Output() { return this.#Acc(this.result); }
+  /** Before a value rotation was undone (the same as Output without one). */
+  async OutputRotated() { return this.#Acc(this.state); }
+
+  async #Acc(buffer) {
+    const d = this.L.head_dim, n = this.L.n_tokens * this.n_heads;
+    const all = await this.#Read(buffer, n * (d + 2) * 4);
+    const out = new Float32Array(n * d);
+    for (let h = 0; h < n; ++h) out.set(all.subarray(h * (d + 2) + 2, (h + 1) * (d + 2)), h * d);
+    return out;
+  }
+
+  /** The queries as the last call's attention read them (rotated for a "rot" key spec). */
+  async QueriesRead() {
+    return this.#Read(this.L.rotate_queries ? this.q_rotated : this.q, this.q_floats * 4);
+  }
+}
