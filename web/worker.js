@@ -66,7 +66,9 @@ async function InitGpu() {
   const requiredLimits = {maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
                           maxBufferSize: adapter.limits.maxBufferSize};
   gpu = {device: await adapter.requestDevice({requiredLimits}),
-         name: [info.vendor, info.architecture, info.description].filter(Boolean).join(' ') || 'an unnamed adapter'};
+         name: [info.vendor, info.architecture, info.description].filter(Boolean).join(' ') || 'an unnamed adapter',
+         // A CPU emulation (SwiftShader): 'auto' keeps to WebAssembly, far faster there.
+         emulated: Boolean(info.isFallbackAdapter || adapter.isFallbackAdapter) || /swiftshader/i.test(info.architecture || '')};
   gpu_why_not = '';
 }
 
@@ -74,7 +76,7 @@ async function InitGpu() {
 function GpuWhyNot(p) {
   if (!gpu) return gpu_why_not;
   if (!gpu_model) return gpu_model_why_not;
-  if (p.kv_k !== 'f32' || p.kv_v !== 'f32') return 'the GPU path keeps its KV rows in f32 (K and V format f32)';
+  if (/prerope/.test(p.kv_k)) return 'the GPU path stores keys after RoPE (a "prerope" key spec runs on the CPU)';
   if (p.temperature !== 0) return 'the GPU path samples greedily only (temperature 0)';
   return '';
 }
@@ -118,6 +120,12 @@ async function Init(want_simd) {
     formats: w('kvq_web_formats', 'string', []),
     simdTarget: w('kvq_web_simd_target', 'string', []),
     lastError: w('kvq_web_last_error', 'string', []),
+    kvNew: w('kvq_web_kv_new', 'number', ['string', 'string', 'number', 'number', 'number', 'number', 'number',
+                                          'number', 'number', 'number', 'number']),
+    kvFree: w('kvq_web_kv_free', null, ['number']),
+    kvPlan: w('kvq_web_kv_plan', 'string', ['number']),
+    kvAppend: w('kvq_web_kv_append', 'number', ['number', 'number', 'number', 'number', 'number']),
+    kvAttendDevice: w('kvq_web_kv_attend_device', 'number', ['number', 'number', 'number', 'number']),
   };
   try {
     kvq.FS.mkdir('/models');
@@ -275,9 +283,11 @@ async function Generate(id, p) {
   if (!['auto', 'cpu', 'gpu'].includes(want)) throw new Error(`device "${want}": use auto, cpu or gpu`);
   const why_not = GpuWhyNot(p);
   if (want === 'gpu' && why_not) throw new Error(`the GPU path cannot run this: ${why_not}`);
-  const on_gpu = want !== 'cpu' && !why_not;
+  const emulated = want === 'auto' && !why_not && gpu.emulated ?
+      `the WebGPU adapter (${gpu.name}) is a CPU emulation, slower than WebAssembly here: choose gpu to use it` : '';
+  const on_gpu = want !== 'cpu' && !why_not && !emulated;
   const path = on_gpu ? {device: 'gpu', adapter: gpu.name}
-                      : {device: 'cpu', why: want === 'cpu' ? 'asked for' : why_not};
+                      : {device: 'cpu', why: want === 'cpu' ? 'asked for' : why_not || emulated};
   const engine = on_gpu ? await GpuEngine(p) : CpuEngine(p);
 
   const ids = prompt_ids.slice();
@@ -352,20 +362,59 @@ function CpuEngine(p) {
   };
 }
 
-// The WebGPU path: web/gpu/forward.js token by token (prompt included), greedy.
+// The KV cache of the WebGPU path: kvq's KvCache in the WebAssembly module holds the master rows
+// in host memory, in the page's K and V formats (kvq's codecs encode them), and streams each
+// layer's pages into web/gpu/kv_device.js's GPU slots, within the device budget, for attention
+// (src/web/web_kv.cc). forward.js hands it each position's K and V rows and its queries.
+let kv_device = null;  // the GpuKvDevice, made once per GPU device
+async function GpuKvCache(p, c) {
+  if (!kv_device) {
+    const {GpuKvDevice} = await import('./gpu/kv_device.js');
+    kv_device = new GpuKvDevice(gpu.device);
+  }
+  kvq.kvqDevice = kv_device;
+  const page = Math.min(256, Math.ceil(c.seq_len / 32) * 32);  // kvq's DefaultPagePositions
+  const handle = api.kvNew(p.kv_k, p.kv_v, c.n_layers, c.n_kv_heads, c.head_dim, c.seq_len, page,
+                           p.device_budget_bytes || 0, c.rope_theta, 0, 0);
+  Check(handle !== 0, 'the GPU path\'s KV cache');
+  const plan = JSON.parse(api.kvPlan(handle));
+  const rows = kvq._malloc(2 * c.kv_dim * 4);  // one position's K and V: [2][kv_dim]
+  return {
+    plan,
+    Append: (layer, k, v) => {
+      kvq.HEAPF32.set(k, rows >> 2);
+      kvq.HEAPF32.set(v, (rows >> 2) + c.kv_dim);
+      Check(api.kvAppend(handle, layer, rows, rows + c.kv_dim * 4, 1) === 0, `KV append at layer ${layer}`);
+    },
+    Attend: async (layer, q, position) => {
+      kv_device.SetQueries(q, c.n_heads);
+      Check(api.kvAttendDevice(handle, layer, position, 1) === 0, `attention on the GPU at layer ${layer}`);
+      return kv_device.Output();
+    },
+    Free: () => {
+      api.kvFree(handle);
+      kvq._free(rows);
+    },
+  };
+}
+
+// The WebGPU path: web/gpu/forward.js token by token (prompt included), greedy, its KV in kvq's
+// cache above.
+let gpu_kv = null;
 async function GpuEngine(p) {
   if (!gpu_forward) {
     const {GpuLlamaForward} = await import('./gpu/forward.js');
     gpu_forward = await GpuLlamaForward.Create(gpu.device, gpu_model);
   }
   const forward = gpu_forward;
-  forward.Reset();
-  const options = p.device_budget_bytes ? {device_budget_bytes: p.device_budget_bytes} : {};
-  let logits = null;
   const c = forward.config;
+  gpu_kv?.Free();
+  gpu_kv = await GpuKvCache(p, c);
+  forward.Reset(gpu_kv);
+  let logits = null;
   return {
     prefill: async (prompt_ids) => {
-      for (const id of prompt_ids) logits = await forward.Forward(id, options);
+      for (const id of prompt_ids) logits = await forward.Forward(id);
     },
     sample: () => {
       let best = 0;
@@ -373,14 +422,17 @@ async function GpuEngine(p) {
       return best;
     },
     decode: async (token) => {
-      logits = await forward.Forward(token, options);
+      logits = await forward.Forward(token);
     },
-    // What the CPU path's session reports, for the GPU path's f32 rows in host memory.
-    stats: () => ({session: {positions: forward.positions, context: c.seq_len, kv_key_format: 'f32',
-                             kv_value_format: 'f32', kv_bytes_per_token: 2 * c.n_layers * c.kv_dim * 4,
+    // What the CPU path's session reports; bytes per token are the cache's planned bytes at full
+    // context over the context (its f32 sink and residual rows spread over every position).
+    stats: () => ({session: {positions: forward.positions, context: c.seq_len, kv_key_format: p.kv_k,
+                             kv_value_format: p.kv_v,
+                             kv_bytes_per_token: Math.round(gpu_kv.plan.total_bytes / c.seq_len),
                              kv_f16_bytes_per_token: 2 * c.n_layers * c.kv_dim * 2,
-                             kv_bytes: forward.positions * 2 * c.n_layers * c.kv_dim * 4,
-                             device_budget_bytes: p.device_budget_bytes || 0},
+                             kv_bytes: Math.round(forward.positions * gpu_kv.plan.total_bytes / c.seq_len),
+                             device_budget_bytes: p.device_budget_bytes || 0,
+                             device_slots: gpu_kv.plan.device_slots, device_bytes: gpu_kv.plan.device_bytes},
                    heap_bytes: HeapBytes()}),
   };
 }

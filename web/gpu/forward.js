@@ -2,8 +2,8 @@
 // checkpoint or a GGUF (gguf.js) with matrices in F32, F16, BF16, Q8_0, Q4_0 or Q1_0 (weight_types.js):
 // run.c's transformer — RMSNorm, the q/k/v/o and SwiGLU matvecs, RoPE on adjacent pairs, the
 // residual adds, the classifier — as WGSL kernels over weights in GPU buffers, with the KV master
-// in host memory (kvq's f32 rows, one position per block) and attention by GpuKvAttention, which
-// streams it through the device in windows. One token at a time; after each layer's q, k, v the
+// in host memory and attention streamed through the device in windows: by default its own f32
+// rows and GpuKvAttention; in the page, kvq's KvCache (any format) and kv_device.js (Reset(kv)). One token at a time; after each layer's q, k, v the
 // new K and V rows come back to the host master (the cache's tier model: host master, device
 // working set).
 import {GpuKvAttention} from './kv_attention.js';
@@ -163,12 +163,19 @@ export class GpuLlamaForward {
     this.Reset();
   }
 
-  /** Forgets the sequence: the host KV master is emptied. */
-  Reset() {
+  /**
+   * Forgets the sequence: the host KV master is emptied. kv: where the KV rows go instead of this
+   * object's own f32 master and GpuKvAttention — {Append(layer, k, v), Attend(layer, q, position)
+   * → Promise of the output [n_heads][head_dim]} (the page's: kvq's KvCache streaming into
+   * kv_device.js, web/worker.js) — or undefined.
+   */
+  Reset(kv) {
     const c = this.config;
+    this.kv = kv;
     // Host master, per layer: K and V rows as kvq's f32 format stores them (one position per row).
-    this.k_rows = Array.from({length: c.n_layers}, () => new Float32Array(c.seq_len * c.kv_dim));
-    this.v_rows = Array.from({length: c.n_layers}, () => new Float32Array(c.seq_len * c.kv_dim));
+    const rows = kv ? 0 : c.seq_len * c.kv_dim;
+    this.k_rows = Array.from({length: c.n_layers}, () => new Float32Array(rows));
+    this.v_rows = Array.from({length: c.n_layers}, () => new Float32Array(rows));
     this.positions = 0;
   }
 
@@ -245,12 +252,18 @@ export class GpuLlamaForward {
       await this.readback.mapAsync(GPUMapMode.READ, 0, (c.dim + 2 * c.kv_dim) * 4);
       const qkv = new Float32Array(this.readback.getMappedRange(0, (c.dim + 2 * c.kv_dim) * 4).slice(0));
       this.readback.unmap();
-      this.k_rows[l].set(qkv.subarray(c.dim, c.dim + c.kv_dim), pos * c.kv_dim);
-      this.v_rows[l].set(qkv.subarray(c.dim + c.kv_dim), pos * c.kv_dim);
-      const rows = pos + 1;
-      const out = await this.attention.Run(qkv.subarray(0, c.n_heads * c.head_dim), {
-        k_blocks: new Uint8Array(this.k_rows[l].buffer, 0, rows * c.kv_dim * 4), k_residual: new Float32Array(0),
-        v_blocks: new Uint8Array(this.v_rows[l].buffer, 0, rows * c.kv_dim * 4)}, rows, attention_options);
+      let out;
+      if (this.kv) {
+        this.kv.Append(l, qkv.subarray(c.dim, c.dim + c.kv_dim), qkv.subarray(c.dim + c.kv_dim));
+        out = await this.kv.Attend(l, qkv.subarray(0, c.n_heads * c.head_dim), pos);
+      } else {
+        this.k_rows[l].set(qkv.subarray(c.dim, c.dim + c.kv_dim), pos * c.kv_dim);
+        this.v_rows[l].set(qkv.subarray(c.dim + c.kv_dim), pos * c.kv_dim);
+        const rows = pos + 1;
+        out = await this.attention.Run(qkv.subarray(0, c.n_heads * c.head_dim), {
+          k_blocks: new Uint8Array(this.k_rows[l].buffer, 0, rows * c.kv_dim * 4), k_residual: new Float32Array(0),
+          v_blocks: new Uint8Array(this.v_rows[l].buffer, 0, rows * c.kv_dim * 4)}, rows, attention_options);
+      }
       device.queue.writeBuffer(a.xb, 0, out);
       e = device.createCommandEncoder();
       i = 1;
