@@ -16,6 +16,56 @@
 
 import {DecodeWgsl, KeyRowsPerBlock} from './kv_formats.js';
 
+/**
+ * The online-softmax update of one invocation (a KV head, a query position) over a window's rows,
+ * shared by this file's kernel and kv_device.js's: loads (m, l, acc) of the q_per_kv query heads
+ * from `state` (first_head, head_dim, q_per_kv in scope), takes rows r from `row_loop` (WGSL that
+ * opens a loop binding r) in order — score = Σ_i q·k_value(r, kv_head, i) in order of i, m' = max(m,
+ * s), c = exp(m − m'), e = exp(s − m'), l = l·c + e, acc = acc·c + e·v_value(r, kv_head, i) — and
+ * stores the state back. The same instructions whatever the window: the bits do not depend on it.
+ */
+export function OnlineSoftmaxWgsl(q_per_kv, head_dim, row_loop) {
+  return /* wgsl */ `
+  var m: array<f32, ${q_per_kv}>;
+  var l: array<f32, ${q_per_kv}>;
+  var score: array<f32, ${q_per_kv}>;
+  var c: array<f32, ${q_per_kv}>;
+  var e: array<f32, ${q_per_kv}>;
+  var acc: array<f32, ${q_per_kv * head_dim}>;  // [q_per_kv][head_dim]
+  for (var j = 0u; j < q_per_kv; j++) {
+    let at = (first_head + j) * (head_dim + 2u);
+    m[j] = state[at];
+    l[j] = state[at + 1u];
+    for (var i = 0u; i < head_dim; i++) { acc[j * head_dim + i] = state[at + 2u + i]; }
+  }
+  ${row_loop}
+    for (var j = 0u; j < q_per_kv; j++) { score[j] = 0.0; }
+    for (var i = 0u; i < head_dim; i++) {
+      let k = k_value(r, kv_head, i);
+      for (var j = 0u; j < q_per_kv; j++) { score[j] = score[j] + q[(first_head + j) * head_dim + i] * k; }
+    }
+    for (var j = 0u; j < q_per_kv; j++) {
+      let s = score[j] * params.scale;
+      let m_new = max(m[j], s);
+      c[j] = exp(m[j] - m_new);
+      e[j] = exp(s - m_new);
+      l[j] = l[j] * c[j] + e[j];
+      m[j] = m_new;
+    }
+    for (var i = 0u; i < head_dim; i++) {
+      let v = v_value(r, kv_head, i);
+      for (var j = 0u; j < q_per_kv; j++) { acc[j * head_dim + i] = acc[j * head_dim + i] * c[j] + e[j] * v; }
+    }
+  }
+  for (var j = 0u; j < q_per_kv; j++) {
+    let at = (first_head + j) * (head_dim + 2u);
+    state[at] = m[j];
+    state[at + 1u] = l[j];
+    for (var i = 0u; i < head_dim; i++) { state[at + 2u + i] = acc[j * head_dim + i]; }
+  }
+`;
+}
+
 function AttentionWgsl(shape) {
   const {key_format, value_format, n_kv_heads, q_per_kv, head_dim, k_block_bytes, v_block_bytes} = shape;
   return /* wgsl */ `
@@ -41,6 +91,7 @@ fn k_value(r: u32, head: u32, i: u32) -> f32 {
   if (r < params.k_encoded) { return k_elem(r + params.k_offset, head, i); }
   return k_res[((r - params.k_encoded) * ${n_kv_heads}u + head) * head_dim + i];
 }
+fn v_value(r: u32, head: u32, i: u32) -> f32 { return v_elem(r, head, i); }
 
 // One invocation per (KV head, query position), which takes the window's rows in order: each
 // score a sum in order of i (as kvq's scalar Codec::dot), each row's K and V numbers decoded once
@@ -56,44 +107,8 @@ fn attend(@builtin(global_invocation_id) id: vec3u) {
   // Causal: rows past this query's position are not its.
   let last = params.query_pos + query;
   let rows = select(0u, min(params.rows, last + 1u - params.first_pos), last >= params.first_pos);
-  var m: array<f32, ${q_per_kv}>;
-  var l: array<f32, ${q_per_kv}>;
-  var score: array<f32, ${q_per_kv}>;
-  var c: array<f32, ${q_per_kv}>;
-  var e: array<f32, ${q_per_kv}>;
-  var acc: array<f32, ${q_per_kv * head_dim}>;  // [q_per_kv][head_dim]
   let first_head = query * n_q + kv_head * q_per_kv;
-  for (var j = 0u; j < q_per_kv; j++) {
-    let at = (first_head + j) * (head_dim + 2u);
-    m[j] = state[at];
-    l[j] = state[at + 1u];
-    for (var i = 0u; i < head_dim; i++) { acc[j * head_dim + i] = state[at + 2u + i]; }
-  }
-  for (var r = 0u; r < rows; r++) {
-    for (var j = 0u; j < q_per_kv; j++) { score[j] = 0.0; }
-    for (var i = 0u; i < head_dim; i++) {
-      let k = k_value(r, kv_head, i);
-      for (var j = 0u; j < q_per_kv; j++) { score[j] = score[j] + q[(first_head + j) * head_dim + i] * k; }
-    }
-    for (var j = 0u; j < q_per_kv; j++) {
-      let s = score[j] * params.scale;
-      let m_new = max(m[j], s);
-      c[j] = exp(m[j] - m_new);
-      e[j] = exp(s - m_new);
-      l[j] = l[j] * c[j] + e[j];
-      m[j] = m_new;
-    }
-    for (var i = 0u; i < head_dim; i++) {
-      let v = v_elem(r, kv_head, i);
-      for (var j = 0u; j < q_per_kv; j++) { acc[j * head_dim + i] = acc[j * head_dim + i] * c[j] + e[j] * v; }
-    }
-  }
-  for (var j = 0u; j < q_per_kv; j++) {
-    let at = (first_head + j) * (head_dim + 2u);
-    state[at] = m[j];
-    state[at + 1u] = l[j];
-    for (var i = 0u; i < head_dim; i++) { state[at + 2u + i] = acc[j * head_dim + i]; }
-  }
+${OnlineSoftmaxWgsl(q_per_kv, head_dim, 'for (var r = 0u; r < rows; r++) {')}
 }
 
 // Every K and V number of the window's rows as the shader decodes them (the exactness check of the

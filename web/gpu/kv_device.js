@@ -14,6 +14,7 @@
 // updates the state with the same instructions whatever the pages: the output has the same bits
 // for every page size and budget.
 
+import {OnlineSoftmaxWgsl} from './kv_attention.js';
 import {DecodeWgsl} from './kv_formats.js';
 
 // The bugs seed 000 found in windowed attention, injectable to show the tests catch them: a row
@@ -75,8 +76,7 @@ fn v_value(r: u32, head: u32, i: u32) -> f32 {
 }
 ${rope}
 
-// One invocation per (KV head, query position), the window's rows in order (kvq's update:
-// m' = max(m, s), c = exp(m − m'), e = exp(s − m'), l = l·c + e, acc = acc·c + e·v).
+// One invocation per (KV head, query position), the window's rows in order (OnlineSoftmaxWgsl).
 @compute @workgroup_size(64)
 fn attend(@builtin(global_invocation_id) id: vec3u) {
   let n_q = n_kv_heads * q_per_kv;
@@ -86,45 +86,10 @@ fn attend(@builtin(global_invocation_id) id: vec3u) {
   let query = id.x / n_kv_heads;
   let last = params.query_pos + query;  // causal: rows past this query's position are not its
   let rows = select(0u, min(params.rows, last + 1u - params.first_pos), last >= params.first_pos);
-  var m: array<f32, ${s.q_per_kv}>;
-  var l: array<f32, ${s.q_per_kv}>;
-  var score: array<f32, ${s.q_per_kv}>;
-  var c: array<f32, ${s.q_per_kv}>;
-  var e: array<f32, ${s.q_per_kv}>;
-  var acc: array<f32, ${s.q_per_kv * s.head_dim}>;  // [q_per_kv][head_dim]
   let first_head = query * n_q + kv_head * q_per_kv;
-  for (var j = 0u; j < q_per_kv; j++) {
-    let at = (first_head + j) * (head_dim + 2u);
-    m[j] = state[at];
-    l[j] = state[at + 1u];
-    for (var i = 0u; i < head_dim; i++) { acc[j * head_dim + i] = state[at + 2u + i]; }
-  }
-  for (var t = params.start; t < rows + params.repeat; t++) {
-    let r = select(t - params.repeat, 0u, t < params.repeat);
-    for (var j = 0u; j < q_per_kv; j++) { score[j] = 0.0; }
-    for (var i = 0u; i < head_dim; i++) {
-      let k = k_value(r, kv_head, i);
-      for (var j = 0u; j < q_per_kv; j++) { score[j] = score[j] + q[(first_head + j) * head_dim + i] * k; }
-    }
-    for (var j = 0u; j < q_per_kv; j++) {
-      let sc = score[j] * params.scale;
-      let m_new = max(m[j], sc);
-      c[j] = exp(m[j] - m_new);
-      e[j] = exp(sc - m_new);
-      l[j] = l[j] * c[j] + e[j];
-      m[j] = m_new;
-    }
-    for (var i = 0u; i < head_dim; i++) {
-      let v = v_value(r, kv_head, i);
-      for (var j = 0u; j < q_per_kv; j++) { acc[j * head_dim + i] = acc[j * head_dim + i] * c[j] + e[j] * v; }
-    }
-  }
-  for (var j = 0u; j < q_per_kv; j++) {
-    let at = (first_head + j) * (head_dim + 2u);
-    state[at] = m[j];
-    state[at + 1u] = l[j];
-    for (var i = 0u; i < head_dim; i++) { state[at + 2u + i] = acc[j * head_dim + i]; }
-  }
+  // The injected bugs: start 1 skips row 0; repeat 1 takes row 0 twice.
+${OnlineSoftmaxWgsl(s.q_per_kv, s.head_dim, `for (var t = params.start; t < rows + params.repeat; t++) {
+    let r = select(t - params.repeat, 0u, t < params.repeat);`)}
 }
 `;
 }

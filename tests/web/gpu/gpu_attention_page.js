@@ -20,7 +20,7 @@ import {GpuMatvec} from '/web/gpu/weight_types.js';
 
 const kLongWindows = [3, 7, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 255, 256, 257, 511, 512, 1000, 2048, 4095];
 
-function SameBits(a, b) {
+export function SameBits(a, b) {
   const x = new Uint32Array(a.buffer, a.byteOffset, a.length), y = new Uint32Array(b.buffer, b.byteOffset, b.length);
   if (x.length !== y.length) return `${x.length} vs ${y.length} numbers`;
   for (let i = 0; i < x.length; ++i) {

@@ -13,16 +13,7 @@
 //   4. seed 000's three bugs injected into the device (a row dropped at each boundary, a row counted
 //      twice there, the output normalised there) each change the bits, on two windows and many.
 import {GpuKvDevice} from '/web/gpu/kv_device.js';
-import {Reference} from '/test/gpu_attention_page.js';
-
-function SameBits(a, b) {
-  const x = new Uint32Array(a.buffer, a.byteOffset, a.length), y = new Uint32Array(b.buffer, b.byteOffset, b.length);
-  if (x.length !== y.length) return `${x.length} vs ${y.length} numbers`;
-  for (let i = 0; i < x.length; ++i) {
-    if (x[i] !== y[i]) return `number ${i}: ${a[i]} vs ${b[i]}`;
-  }
-  return '';
-}
+import {Reference, SameBits} from '/test/gpu_attention_page.js';
 
 // mulberry32: the same numbers in every browser.
 function Rng(seed) {
