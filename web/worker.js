@@ -386,10 +386,10 @@ async function GpuKvCache(p, c) {
       kvq.HEAPF32.set(v, (rows >> 2) + c.kv_dim);
       Check(api.kvAppend(handle, layer, rows, rows + c.kv_dim * 4, 1) === 0, `KV append at layer ${layer}`);
     },
-    Attend: async (layer, q, position) => {
-      kv_device.SetQueries(q, c.n_heads);
+    Attend: (layer, q, position, out) => {  // q, out: GPU buffers [n_heads][head_dim]
+      kv_device.SetQueries(q, c.n_heads, c.n_heads * c.head_dim);
       Check(api.kvAttendDevice(handle, layer, position, 1) === 0, `attention on the GPU at layer ${layer}`);
-      return kv_device.Output();
+      kv_device.OutputTo(out);
     },
     Free: () => {
       api.kvFree(handle);

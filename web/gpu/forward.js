@@ -165,9 +165,9 @@ export class GpuLlamaForward {
 
   /**
    * Forgets the sequence: the host KV master is emptied. kv: where the KV rows go instead of this
-   * object's own f32 master and GpuKvAttention — {Append(layer, k, v), Attend(layer, q, position)
-   * → Promise of the output [n_heads][head_dim]} (the page's: kvq's KvCache streaming into
-   * kv_device.js, web/worker.js) — or undefined.
+   * object's own f32 master and GpuKvAttention — {Append(layer, k, v) with Float32Arrays,
+   * Attend(layer, q, position, out): GPU buffers q [n_heads][head_dim] in, out the same shape,
+   * queued} (the page's: kvq's KvCache streaming into kv_device.js, web/worker.js) — or undefined.
    */
   Reset(kv) {
     const c = this.config;
@@ -244,27 +244,34 @@ export class GpuLlamaForward {
       this.#Matvec(e, i++, L.wv, a.xb, a.v, c.kv_dim, c.dim);
       this.#Dispatch(e, i++, 'rope', a.rope, a.xb, a.q, c.dim, c.head_dim);
       this.#Dispatch(e, i++, 'rope', a.rope, a.xb, a.k, c.kv_dim, c.head_dim);
-      // q, k, v back to the host: K and V join the master; q goes to the attention.
-      e.copyBufferToBuffer(a.q, 0, this.readback, 0, c.dim * 4);
-      e.copyBufferToBuffer(a.k, 0, this.readback, c.dim * 4, c.kv_dim * 4);
-      e.copyBufferToBuffer(a.v, 0, this.readback, (c.dim + c.kv_dim) * 4, c.kv_dim * 4);
-      device.queue.submit([e.finish()]);
-      await this.readback.mapAsync(GPUMapMode.READ, 0, (c.dim + 2 * c.kv_dim) * 4);
-      const qkv = new Float32Array(this.readback.getMappedRange(0, (c.dim + 2 * c.kv_dim) * 4).slice(0));
-      this.readback.unmap();
-      let out;
       if (this.kv) {
-        this.kv.Append(l, qkv.subarray(c.dim, c.dim + c.kv_dim), qkv.subarray(c.dim + c.kv_dim));
-        out = await this.kv.Attend(l, qkv.subarray(0, c.n_heads * c.head_dim), pos);
+        // K and V back to the host, into kvq's cache (the master); q stays on the GPU, and the
+        // attention output goes straight into xb.
+        e.copyBufferToBuffer(a.k, 0, this.readback, 0, c.kv_dim * 4);
+        e.copyBufferToBuffer(a.v, 0, this.readback, c.kv_dim * 4, c.kv_dim * 4);
+        device.queue.submit([e.finish()]);
+        await this.readback.mapAsync(GPUMapMode.READ, 0, 2 * c.kv_dim * 4);
+        const kv = new Float32Array(this.readback.getMappedRange(0, 2 * c.kv_dim * 4).slice(0));
+        this.readback.unmap();
+        this.kv.Append(l, kv.subarray(0, c.kv_dim), kv.subarray(c.kv_dim));
+        this.kv.Attend(l, a.q, pos, a.xb);
       } else {
+        // q, k, v back to the host: K and V join the master; q goes to the attention.
+        e.copyBufferToBuffer(a.q, 0, this.readback, 0, c.dim * 4);
+        e.copyBufferToBuffer(a.k, 0, this.readback, c.dim * 4, c.kv_dim * 4);
+        e.copyBufferToBuffer(a.v, 0, this.readback, (c.dim + c.kv_dim) * 4, c.kv_dim * 4);
+        device.queue.submit([e.finish()]);
+        await this.readback.mapAsync(GPUMapMode.READ, 0, (c.dim + 2 * c.kv_dim) * 4);
+        const qkv = new Float32Array(this.readback.getMappedRange(0, (c.dim + 2 * c.kv_dim) * 4).slice(0));
+        this.readback.unmap();
         this.k_rows[l].set(qkv.subarray(c.dim, c.dim + c.kv_dim), pos * c.kv_dim);
         this.v_rows[l].set(qkv.subarray(c.dim + c.kv_dim), pos * c.kv_dim);
         const rows = pos + 1;
-        out = await this.attention.Run(qkv.subarray(0, c.n_heads * c.head_dim), {
+        const out = await this.attention.Run(qkv.subarray(0, c.n_heads * c.head_dim), {
           k_blocks: new Uint8Array(this.k_rows[l].buffer, 0, rows * c.kv_dim * 4), k_residual: new Float32Array(0),
           v_blocks: new Uint8Array(this.v_rows[l].buffer, 0, rows * c.kv_dim * 4)}, rows, attention_options);
+        device.queue.writeBuffer(a.xb, 0, out);
       }
-      device.queue.writeBuffer(a.xb, 0, out);
       e = device.createCommandEncoder();
       i = 1;
       this.#Matvec(e, i++, L.wo, a.xb, a.xb2, c.dim, c.dim);

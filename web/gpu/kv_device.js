@@ -146,6 +146,12 @@ fn normalise(@builtin(global_invocation_id) id: vec3u) {
   let at = id.x * ${d + 2}u;
   for (var i = 0u; i < ${d}u; i++) { state[at + 2u + i] = state[at + 2u + i] / state[at + 1u]; }
 }
+@group(0) @binding(1) var<storage, read_write> out: array<f32>;  // [heads][${d}]
+@compute @workgroup_size(64)
+fn gather(@builtin(global_invocation_id) id: vec3u) {
+  if (id.x >= arrayLength(&state) / ${d + 2}u) { return; }
+  for (var i = 0u; i < ${d}u; i++) { out[id.x * ${d}u + i] = state[id.x * ${d + 2}u + 2u + i]; }
+}
 @compute @workgroup_size(64)
 fn renormalise(@builtin(global_invocation_id) id: vec3u) {
   if (id.x >= arrayLength(&state) / ${d + 2}u) { return; }
@@ -198,14 +204,23 @@ export class GpuKvDevice {
     this.device.queue.submit([encoder.finish()]);
   }
 
-  /** The queries of the next attention call: Float32Array [n_tokens][n_heads][head_dim]. */
-  SetQueries(q, n_heads) {
-    if (!this.q || this.q.size < q.byteLength) {
+  /**
+   * The queries of the next attention call: Float32Array [n_tokens][n_heads][head_dim], or a
+   * GPUBuffer holding `floats` of them.
+   */
+  SetQueries(q, n_heads, floats = q.length) {
+    if (!this.q || this.q.size < floats * 4) {
       this.q?.destroy();
-      this.q = this.#Buffer(q.byteLength);
+      this.q = this.#Buffer(floats * 4);
     }
-    this.device.queue.writeBuffer(this.q, 0, q);
-    this.q_floats = q.length;
+    if (q instanceof GPUBuffer) {  // already on the device (the forward pass's q): copied in queue order
+      const encoder = this.device.createCommandEncoder();
+      encoder.copyBufferToBuffer(q, 0, this.q, 0, floats * 4);
+      this.device.queue.submit([encoder.finish()]);
+    } else {
+      this.device.queue.writeBuffer(this.q, 0, q);
+    }
+    this.q_floats = floats;
     this.n_heads = n_heads;
   }
 
@@ -331,6 +346,15 @@ export class GpuKvDevice {
       this.#HeadOp('unrotate', this.unrotated, this.L.n_tokens * this.n_heads, this.L.head_dim + 2, 2);
       this.result = this.unrotated;
     }
+  }
+
+  /**
+   * The last call's output, [n_tokens][n_heads][head_dim] f32, written into the GPU buffer `out`
+   * (queue order: after Finish) — for a forward pass that goes on on the GPU without reading it.
+   */
+  OutputTo(out) {
+    this.#Dispatch(this.#Pipeline(`norm${this.L.head_dim}`, NormaliseWgsl(this.L.head_dim), 'gather'), [this.result, out],
+                   this.L.n_tokens * this.n_heads);
   }
 
   async #Read(buffer, bytes) {
