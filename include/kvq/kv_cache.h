@@ -4,8 +4,8 @@
 // attention consumes the current one. Attention carries its online-softmax state across the pages,
 // so every tier gives the same bits as a resident cache (DESIGN.md §4).
 //
-// On CPU the "device" is a staging arena of the budgeted size; the streaming interface is where a
-// CUDA working set in VRAM slots in later.
+// On CPU the "device" is a staging arena of the budgeted size. A compute device (WebGPU in the
+// browser build; kvq/kv_device.h) gets the same pages in the same order through AttendOnDevice.
 #pragma once
 
 #include <cstdint>

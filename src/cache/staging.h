@@ -2,7 +2,7 @@
 // a fixed number of page-sized slots, allocated once within the device budget. PageStreamer copies
 // pages into the slots on a background thread, in order, while the consumer works on earlier
 // ones — with two or more slots the next page is in flight while the current one is consumed.
-// A CUDA working set would implement the same two classes over VRAM and pinned host buffers.
+// A compute device's working set (VRAM, WebGPU buffers) is a KvDevice instead (kvq/kv_device.h).
 // Without threads (the WebAssembly build has no pthreads) there is no worker: Acquire copies the
 // pages up to the one asked for itself, in the same order, into the same slots.
 #pragma once
