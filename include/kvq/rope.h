@@ -54,6 +54,9 @@ void ApplyRope(float* v, int32_t n, int32_t head_dim, int64_t pos, const RopePar
 /// The cos and sin ApplyRope rotates pair i by at position `pos`: cos_sin [rot / 2][2] (rot:
 /// rotary_dims, or head_dim when 0) — the same bits, for a device that rotates keys itself.
 void RopeCosSin(int32_t head_dim, int64_t pos, const RopeParams& params, float* cos_sin);
+/// ApplyRope with the cos and sin given (RopeCosSin's): ApplyRope is RopeCosSin then this.
+void RotateByCosSin(float* v, int32_t n, int32_t head_dim, const float* cos_sin, RopePairing pairing,
+                    int32_t rotary_dims);
 
 /// Llama 3.1's frequency scaling, as in its reference code: wavelengths shorter than
 /// original_context / high_freq_factor keep their frequency, longer than original_context /

@@ -34,42 +34,33 @@ void RopeCosSin(int32_t head_dim, int64_t pos, const RopeParams& params, float* 
   }
 }
 
-void ApplyRope(float* v, int32_t n, int32_t head_dim, int64_t pos, const RopeParams& params) {
-  // Partial rotation: the first `rot` numbers of each head, the frequencies spread over rot.
-  const int32_t rot = params.rotary_dims > 0 ? params.rotary_dims : head_dim;
-  const int32_t half = rot / 2;
-  const float p = ScaledPosition(pos, params);
-  // The rotation of pair i depends on i alone, not on the head: cos and sin are computed once per
-  // call for every pair (the same expressions, so the same bits as per head) and reused by every
-  // head — a prefill spent most of its non-matrix time in these pow/cos/sin calls, once per head.
-  constexpr int32_t kMaxHalf = 512;  // head_dim ≤ 1024; larger heads take the per-head path
-  float cos_i[kMaxHalf], sin_i[kMaxHalf];  // [half]
-  const bool hoisted = half <= kMaxHalf;
-  auto angle_of = [&](int32_t i) { return AngleOf(i, rot, p, params); };
-  if (hoisted) {
-    for (int32_t i = 0; i < half; ++i) {
-      const float angle = angle_of(i);
-      cos_i[i] = std::cos(angle);
-      sin_i[i] = std::sin(angle);
-    }
-  }
+void RotateByCosSin(float* v, int32_t n, int32_t head_dim, const float* cos_sin, RopePairing pairing,
+                    int32_t rotary_dims) {
+  const int32_t half = (rotary_dims > 0 ? rotary_dims : head_dim) / 2;
   for (int32_t head = 0; head < n; head += head_dim) {
     float* h = v + head;
     for (int32_t i = 0; i < half; ++i) {
-      float c, s;
-      if (hoisted) {
-        c = cos_i[i], s = sin_i[i];
-      } else {
-        const float angle = angle_of(i);
-        c = std::cos(angle), s = std::sin(angle);
-      }
-      float* a = params.pairing == RopePairing::kAdjacent ? h + 2 * i : h + i;
-      float* b = params.pairing == RopePairing::kAdjacent ? h + 2 * i + 1 : h + i + half;
+      const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+      float* a = pairing == RopePairing::kAdjacent ? h + 2 * i : h + i;
+      float* b = pairing == RopePairing::kAdjacent ? h + 2 * i + 1 : h + i + half;
       const float x = *a, y = *b;
       *a = x * c - y * s;
       *b = x * s + y * c;
     }
   }
+}
+
+void ApplyRope(float* v, int32_t n, int32_t head_dim, int64_t pos, const RopeParams& params) {
+  // The rotation of pair i depends on i alone, not on the head: cos and sin are computed once per
+  // call for every pair and reused by every head — a prefill spent most of its non-matrix time in
+  // these pow/cos/sin calls, once per head.
+  const int32_t rot = params.rotary_dims > 0 ? params.rotary_dims : head_dim;
+  constexpr int32_t kMaxRot = 1024;  // larger heads take a heap buffer
+  float on_stack[kMaxRot];           // [rot / 2][cos, sin]
+  std::vector<float> on_heap(rot > kMaxRot ? rot : 0);
+  float* cos_sin = rot > kMaxRot ? on_heap.data() : on_stack;
+  RopeCosSin(head_dim, pos, params, cos_sin);
+  RotateByCosSin(v, n, head_dim, cos_sin, params.pairing, params.rotary_dims);
 }
 
 std::vector<float> Llama3RopeFreqFactors(int32_t head_dim, float theta, const Llama3RopeScaling& s) {

@@ -146,7 +146,10 @@ class RowsDevice final : public kvq::KvDevice {
         } else {
           std::memcpy(row, slot + t[which]->residual_offset + (r - t[which]->n_block) * elems * 4, elems * 4);
         }
-        if (which == 0 && d_.pre_rope) Rope(row, w.key_rope.data() + r * d_.rotary_dims);
+        if (which == 0 && d_.pre_rope) {  // kvq's ApplyRope with the window's cos/sin
+          kvq::RotateByCosSin(row, static_cast<int32_t>(elems), d_.head_dim, w.key_rope.data() + r * d_.rotary_dims,
+                              d_.rope_pairing, d_.rotary_dims);
+        }
       }
     }
     return kvq::Status::Ok();
@@ -154,19 +157,6 @@ class RowsDevice final : public kvq::KvDevice {
   kvq::Status Finish() override { return kvq::Status::Ok(); }
 
  private:
-  void Rope(float* row, const float* cos_sin) const {  // ApplyRope's arithmetic with its cos/sin
-    const int32_t half = d_.rotary_dims / 2;
-    for (int32_t head = 0; head < d_.n_kv_heads; ++head) {
-      float* h = row + head * d_.head_dim;
-      for (int32_t i = 0; i < half; ++i) {
-        float* a = d_.rope_pairing == kvq::RopePairing::kAdjacent ? h + 2 * i : h + i;
-        float* b = d_.rope_pairing == kvq::RopePairing::kAdjacent ? h + 2 * i + 1 : h + i + half;
-        const float x = *a, y = *b, c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
-        *a = x * c - y * s;
-        *b = x * s + y * c;
-      }
-    }
-  }
   kvq::KvDeviceLayer d_;
   float* out_[2];
   std::vector<std::vector<uint8_t>> slots_;

@@ -92,18 +92,8 @@ class HostKvDevice final : public KvDevice {
         } else {
           std::memcpy(row, k.residual + (r - k.n_block_rows) * kElems, kElems * 4);
         }
-        const float* cs = w.key_rope.data() + r * (d_.rotary_dims / 2) * 2;
-        for (int32_t head = 0; head < d_.n_kv_heads; ++head) {
-          float* h = row + head * d_.head_dim;
-          const int32_t half = d_.rotary_dims / 2;
-          for (int32_t i = 0; i < half; ++i) {
-            float* a = d_.rope_pairing == RopePairing::kAdjacent ? h + 2 * i : h + i;
-            float* b = d_.rope_pairing == RopePairing::kAdjacent ? h + 2 * i + 1 : h + i + half;
-            const float x = *a, y = *b, c = cs[2 * i], s = cs[2 * i + 1];
-            *a = x * c - y * s;
-            *b = x * s + y * c;
-          }
-        }
+        RotateByCosSin(row, static_cast<int32_t>(kElems), d_.head_dim, w.key_rope.data() + r * d_.rotary_dims,
+                       d_.rope_pairing, d_.rotary_dims);
       }
       window.k.head = roped_.data();
       window.k.n_head_rows = window.k.n_block_rows = w.n_rows;
