@@ -278,7 +278,7 @@ async function Generate(id, p) {
   if (prompt_ids.length > model_context) {
     throw new Error(`the prompt's ${prompt_ids.length} tokens do not fit the model's context of ${model_context}`);
   }
-  // The path: p.device 'cpu', 'gpu' (an error when it cannot run this), or 'auto' (the GPU when it can).
+  // The path: p.device 'cpu', 'gpu' (an error when it cannot run this), or 'auto' (the GPU when it can, unless the adapter is an emulation).
   const want = p.device || 'auto';
   if (!['auto', 'cpu', 'gpu'].includes(want)) throw new Error(`device "${want}": use auto, cpu or gpu`);
   const why_not = GpuWhyNot(p);
