@@ -343,11 +343,8 @@ function CpuEngine(p) {
       const buf = kvq._malloc(prompt_ids.length * 4);  // [n_prompt] int32
       try {
         kvq.HEAP32.set(prompt_ids, buf >> 2);
-        // Cut as `kvq run` cuts it (generate.cc), so greedy ids equal its ids: all but the last
-        // prompt token (prefill runs them in blocks of 64), then the last token alone.
-        const n_head = prompt_ids.length - 1;
-        if (n_head > 0) Check(api.prefill(session, buf, n_head) === 0, 'prefill');
-        Check(api.prefill(session, buf + 4 * n_head, 1) === 0, 'prefill of the last prompt token');
+        // One call: however the module cuts the prompt into blocks, the bits are those of `kvq run`.
+        Check(api.prefill(session, buf, prompt_ids.length) === 0, 'prefill');
       } finally {
         kvq._free(buf);
       }

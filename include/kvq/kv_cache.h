@@ -110,9 +110,26 @@ class KvCache {
   const KvTierPlan& plan() const;
   /// Positions appended to `layer`.
   int64_t positions(int64_t layer) const;
+  /// A new cache holding what this one holds (positions, rows, recurrent state), with the same
+  /// configuration, that shares this cache's pages: a page is copied only when one of the caches
+  /// first writes to it (its last, partly filled page, when either appends), so N forks of a long
+  /// prefix hold its full pages once. Either cache may then be used on its own thread. Errors: a
+  /// disk master (its pages live in one file per cache), a cache broken by an I/O error.
+  Result<std::unique_ptr<KvCache>> Fork() const;
+  /// Host RAM held by this cache's pages now, counting the pages it shares with forks; and of
+  /// that, the pages no other cache holds. Summed over a cache and its forks, the unshared bytes
+  /// plus one count of the shared pages are the memory actually used.
+  int64_t page_bytes_held() const;
+  int64_t page_bytes_unshared() const;
+
+  /// Exact bytes of the KV contents now, every layer: K and V blocks of the encoded rows plus the
+  /// f32 residual and sink rows (SpecBytesForRows). Not counted: the recurrent state
+  /// (state_floats() × 4 bytes), page padding, and scratch such as the f32 copies Attend reads.
+  int64_t bytes() const;
 
   /// Appends n positions to one layer: k and v are [n][n_kv_heads][head_dim] f32 (k before RoPE
-  /// where the layer's key spec is "prerope", else after). Rows are
+  /// where the layer's key spec is "prerope", else after), ready for these positions' queries to
+  /// Attend (see there: the rows this call encodes keep an f32 copy until the next Append). Rows are
   /// transformed (rotated), kept in f32 while they are sinks or in the residual, and encoded once
   /// they age out; a calibrated codec (none is registered since fp8 became per-group) takes its
   /// tensor scale from the first rows encoded, sinks excluded. Errors past max_positions (nothing
@@ -145,6 +162,15 @@ class KvCache {
   /// finished: call this cache's FinishAttention). A rotated key spec rotates q first; q is
   /// always roped, and a prerope key spec's keys are roped as they are read. On an error the
   /// state holds the pages before it. One call at a time per cache.
+  ///
+  /// The query at position p reads positions [0, p] as they were when p was appended: rows the
+  /// cache held in f32 then (a KIVI or fp8 key group not yet complete, a "resN" residual) are read
+  /// in f32 even if a later row of the same Append has encoded them since. So a block appended and
+  /// attended at once gives the bits of its tokens appended and attended one at a time, and how a
+  /// prompt is cut into blocks changes nothing (tokens whose reads differ are attended in separate
+  /// passes over the pages). The cache keeps those f32 copies for the last Append's rows only
+  /// (until the next Append: at most that many rows); a query at an earlier position reads the
+  /// layer as it is now.
   Status Attend(int64_t layer, const AttentionOptions& options, const float* q,
                 int64_t first_query_position, AttentionState& state);
   /// out: [n_tokens][n_heads][head_dim] = acc / l, with a rotated value spec's rotation undone
@@ -156,10 +182,17 @@ class KvCache {
   /// order, each written by the host into the next of the device's slots (plan().device_slots of
   /// plan().slot_bytes; two when the cache has no device budget) with the same bytes and layout a
   /// streamed Attend reads, then handed to the device to fold into its state; then Finish. The
-  /// device rotates queries and keys itself where the specs say (KvDeviceLayer). Errors: a bad
-  /// layer, n_tokens < 1, or what the device returns (the call stops there).
+  /// device rotates queries and keys itself where the specs say (KvDeviceLayer). The queries
+  /// must all read the layer in one state (Attend's rule above: true of a single token, and of any
+  /// block of a per-token format without a residual). Errors: a bad layer, n_tokens < 1, queries
+  /// that read the layer in different states (the message says where to split), or what the
+  /// device returns (the call stops there).
   Status AttendOnDevice(int64_t layer, const AttentionOptions& options, int64_t first_query_position,
                         int32_t n_tokens, KvDevice& device);
+  /// How many of n_tokens queries from first_query_position, counted from the first, read `layer`
+  /// in one state (Attend's rule): the most tokens one AttendOnDevice call takes there (≥ 1 when
+  /// n_tokens ≥ 1). A device attends a block in calls of this many tokens each.
+  int32_t QueriesInOneState(int64_t layer, int64_t first_query_position, int32_t n_tokens) const;
 
   /// The fixed per-sequence state (KvCacheConfig::state_floats floats, f32), null when it has none.
   /// The model reads and updates it in place as tokens go through its recurrent layers.

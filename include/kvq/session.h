@@ -56,6 +56,11 @@ struct Completion {
 
 class Session;
 
+/// Tokens per forward pass when a session runs many at once (Prefill, RunBatch): each weight matrix
+/// is read once per block of this many rows. How a sequence is cut into blocks changes no bit of
+/// the logits or the cache (KvCache::Attend), so this is a speed setting only.
+inline constexpr int32_t kPrefillBlock = 64;
+
 /// One session's part of a batched step: `tokens` run after what the session holds.
 struct BatchItem {
   Session* session = nullptr;
@@ -77,13 +82,13 @@ class Session {
   Status Decode(int32_t token);
 
   /// Runs every item's tokens after what its session holds, all items in one forward pass per
-  /// block of 64 tokens: the rows of all items go through each weight matrix together (each
-  /// matrix read once for the whole batch — the point when many sessions decode at once), and
-  /// each item attends over its own session's cache. Each session ends exactly as if it had run
-  /// Prefill(tokens) alone: the same bits in logits() and in the cache, for every KV format, since
-  /// its tokens are cut into the same blocks of 64 (an item of more than 64 tokens takes part in
-  /// one pass per block; a pass holds the items with a block left) and every row of the shared
-  /// products is computed by the same operations whatever the other rows. So a decode step of N
+  /// block of kPrefillBlock tokens: the rows of all items go through each weight matrix together
+  /// (each matrix read once for the whole batch — the point when many sessions decode at once),
+  /// and each item attends over its own session's cache. Each session ends exactly as if it had
+  /// run its tokens alone, cut in any way: the same bits in logits() and in the cache, for every KV
+  /// format (an item of more than kPrefillBlock tokens takes part in one pass per block; a pass
+  /// holds the items with a block left), since every row of the shared products is computed by
+  /// the same operations whatever the other rows. So a decode step of N
   /// sessions is RunBatch of N one-token items, and a new request's prompt chunk can ride along
   /// with them. The sessions must belong to one Model; they may hold different positions and KV
   /// formats. The pass runs on the first item's session's activations and threads (the model's).
@@ -143,6 +148,16 @@ class Session {
   /// these formats; returns the positions loaded. A snapshot of another model or format, or a
   /// damaged file, is refused and the session is unchanged.
   Result<int64_t> LoadPrefix(const std::string& path);
+
+  /// A new session holding what this one holds — its ids, logits and sampler — whose KV cache
+  /// shares this session's pages until either writes them (KvCache::Fork): N sessions forked after
+  /// a long system prompt hold its pages once, and each then generates exactly what a session that
+  /// ran the same tokens alone generates. Errors: a cache with a disk master (--kv-disk).
+  Result<std::unique_ptr<Session>> Fork() const;
+  /// Host RAM this session's KV pages hold now, and of it the pages it shares with no other
+  /// session (KvCache::page_bytes_held / page_bytes_unshared).
+  int64_t kv_page_bytes_held() const;
+  int64_t kv_page_bytes_unshared() const;
 
   struct Impl;  ///< internal
 

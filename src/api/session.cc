@@ -10,9 +10,6 @@
 #include "kvq/format.h"
 
 namespace kvq {
-namespace {
-constexpr size_t kPrefillBlock = 64;  // tokens per block of an item, as generate.cc's prefill
-}  // namespace
 
 Session::Impl::Impl(std::shared_ptr<const Model::Impl> m, KvCacheConfig config, std::unique_ptr<KvCache> c)
     : model(std::move(m)), llama(model->weights, model->options.threads), cache_config(std::move(config)),
@@ -70,13 +67,14 @@ Status Session::RunItems(std::span<const BatchItem> items, std::string_view call
   // The pass runs on the first session's activations; each segment attends over its own cache.
   LlamaModel& llama = items[0].session->impl_->llama;
   std::vector<ForwardSegment>& segments = items[0].session->impl_->segments;
-  for (size_t done = 0;; done += kPrefillBlock) {  // pass p runs block p of every item that has one
+  constexpr size_t kBlock = kPrefillBlock;
+  for (size_t done = 0;; done += kBlock) {  // pass p runs block p of every item that has one
     segments.clear();
     for (const BatchItem& item : items) {
       if (item.tokens.size() <= done) continue;
       Impl& s = *item.session->impl_;
       const int32_t n =
-          static_cast<int32_t>(std::min<size_t>(kPrefillBlock, item.tokens.size() - done));
+          static_cast<int32_t>(std::min<size_t>(kBlock, item.tokens.size() - done));
       const bool last = done + n == item.tokens.size();  // only the last block's logits are kept
       if (last) s.logits.resize(s.model->info.vocab_size);
       segments.push_back({.tokens = item.tokens.data() + done,
@@ -95,7 +93,7 @@ Status Session::RunItems(std::span<const BatchItem> items, std::string_view call
     for (const BatchItem& item : items) {
       if (item.tokens.size() <= done) continue;
       const auto first = item.tokens.begin() + static_cast<std::ptrdiff_t>(done);
-      const size_t n = std::min<size_t>(kPrefillBlock, item.tokens.size() - done);
+      const size_t n = std::min<size_t>(kBlock, item.tokens.size() - done);
       item.session->impl_->tokens.insert(item.session->impl_->tokens.end(), first, first + n);
     }
   }
@@ -108,17 +106,7 @@ std::span<const int32_t> Session::tokens() const { return impl_->tokens; }
 int64_t Session::positions() const { return static_cast<int64_t>(impl_->tokens.size()); }
 int64_t Session::context() const { return impl_->cache_config.max_positions; }
 
-int64_t Session::kv_bytes() const {
-  const Impl& s = *impl_;
-  const KvCacheConfig& c = s.cache_config;
-  int64_t bytes = 0;
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    const LayerFormats& f = c.layers.size() == 1 ? c.layers[0] : c.layers[l];
-    bytes += SpecBytesForRows(f.key->key, f.key_transforms, {c.n_kv_heads, c.head_dim}, s.cache->positions(l)) +
-             SpecBytesForRows(f.value->value, f.value_transforms, {c.n_kv_heads, c.head_dim}, s.cache->positions(l));
-  }
-  return bytes;
-}
+int64_t Session::kv_bytes() const { return impl_->cache->bytes(); }
 
 const KvTierPlan& Session::kv_plan() const { return impl_->cache->plan(); }
 
@@ -231,5 +219,20 @@ Result<int64_t> Session::LoadPrefix(const std::string& path) {
   s.logits.clear();
   return positions();
 }
+
+Result<std::unique_ptr<Session>> Session::Fork() const {
+  const Impl& s = *impl_;
+  Result<std::unique_ptr<KvCache>> cache = s.cache->Fork();
+  if (!cache.ok()) return cache.status();
+  auto impl = std::make_unique<Impl>(s.model, s.cache_config, std::move(cache).value());
+  impl->tokens = s.tokens;
+  impl->logits = s.logits;
+  impl->sampler_options = s.sampler_options;
+  impl->sampler = s.sampler;
+  return std::unique_ptr<Session>(new Session(std::move(impl)));
+}
+
+int64_t Session::kv_page_bytes_held() const { return impl_->cache->page_bytes_held(); }
+int64_t Session::kv_page_bytes_unshared() const { return impl_->cache->page_bytes_unshared(); }
 
 }  // namespace kvq

@@ -1,6 +1,6 @@
-// KvCache (see kvq/kv_cache.h): configuration checks and the tier plan, and attention page by page
-// through the tiers. Rows in (Append, page copies) are in kv_cache_append.cc; snapshots (Export /
-// Import / Save / Load) in kv_cache_snapshot.cc.
+// KvCache (see kvq/kv_cache.h): configuration checks and the tier plan, and how a layer's pages
+// split into attention windows. Attention itself is in kv_cache_attend.cc; rows in (Append, page
+// copies) in kv_cache_append.cc; snapshots (Export / Import / Save / Load) in kv_cache_snapshot.cc.
 #include "cache/kv_cache_impl.h"
 
 #include <fmt/format.h>
@@ -36,18 +36,42 @@ int64_t KvCache::Impl::ResidualBytesMax(int64_t layer) const {
   return (std::min(P, MaxF32Rows(layer, 0)) + std::min(P, MaxF32Rows(layer, 1))) * row.elems() * 4;
 }
 
-KvCache::Impl::PageRows KvCache::Impl::RowsOfPage(int64_t layer, int which, int64_t page) const {
+KvCache::Impl::LayerView KvCache::Impl::CurrentView(int64_t layer) const {
+  const Layer& L = layers[layer];
+  return {.positions = L.positions, .encoded = L.encoded};
+}
+
+KvCache::Impl::LayerView KvCache::Impl::ViewAt(int64_t layer, int64_t n) const {
+  LayerView v{.positions = n};
+  for (int which = 0; which < 2; ++which) {
+    v.encoded[which] = EncodedRows(Tensor(layer, which), Transforms(layer, which), n);
+  }
+  return v;
+}
+
+bool KvCache::Impl::Holds(int64_t layer, const LayerView& view) const {
+  const Layer& L = layers[layer];
+  for (int which = 0; which < 2; ++which) {
+    // Rows the view reads from the residual: [max(encoded, sinks), positions).
+    const int64_t first_f32 = std::max<int64_t>(view.encoded[which], Transforms(layer, which).sinks);
+    if (first_f32 < view.positions && view.encoded[which] < L.held_from[which]) return false;
+  }
+  return view.positions <= L.positions;
+}
+
+KvCache::Impl::PageRows KvCache::Impl::RowsOfPage(int64_t layer, int which, int64_t page,
+                                                  const LayerView& view) const {
   const Layer& L = layers[layer];
   const int64_t P = config.page_positions;
   PageRows r;
   r.first = page * P;
-  r.n_rows = std::clamp<int64_t>(L.positions - r.first, 0, P);
+  r.n_rows = std::clamp<int64_t>(view.positions - r.first, 0, P);
   const int64_t end = r.first + r.n_rows;
   const int64_t head_end = std::clamp<int64_t>(Transforms(layer, which).sinks, r.first, end);
-  const int64_t block_end = std::clamp<int64_t>(L.encoded[which], head_end, end);
+  const int64_t block_end = std::clamp<int64_t>(view.encoded[which], head_end, end);
   r.n_head = head_end - r.first;
   r.n_block = block_end - r.first;
-  r.residual_first = block_end - L.encoded[which];
+  r.residual_first = block_end - L.held_from[which];
   return r;
 }
 
@@ -220,6 +244,35 @@ KvCache::~KvCache() = default;
 const KvCacheConfig& KvCache::config() const { return impl_->config; }
 const KvTierPlan& KvCache::plan() const { return impl_->plan; }
 int64_t KvCache::positions(int64_t layer) const { return impl_->layers[layer].positions; }
+Result<std::unique_ptr<KvCache>> KvCache::Fork() const {
+  const Impl& m = *impl_;
+  if (!m.broken.ok()) return m.broken;
+  if (m.store->on_disk()) {
+    return Bad("a cache whose master is on disk (--kv-disk) cannot be forked: its pages live in "
+               "one file per cache");
+  }
+  Result<std::unique_ptr<KvCache>> fork = Create(m.config);
+  if (!fork.ok()) return fork.status();
+  Impl& f = *(*fork)->impl_;
+  f.layers = m.layers;  // positions, scales, f32 residual and sink rows: copied
+  f.state = m.state;
+  f.store->SharePagesOf(*m.store);
+  return fork;
+}
+
+int64_t KvCache::page_bytes_held() const { return impl_->store->host_bytes(); }
+int64_t KvCache::page_bytes_unshared() const { return impl_->store->unshared_host_bytes(); }
+
+int64_t KvCache::bytes() const {
+  const Impl& m = *impl_;
+  int64_t total = 0;
+  for (int64_t l = 0; l < m.config.n_layers; ++l) {
+    for (int which = 0; which < 2; ++which) {
+      total += SpecBytesForRows(m.Tensor(l, which), m.Transforms(l, which), m.row, m.layers[l].positions);
+    }
+  }
+  return total;
+}
 float* KvCache::state() { return impl_->state.empty() ? nullptr : impl_->state.data(); }
 const float* KvCache::state() const { return impl_->state.empty() ? nullptr : impl_->state.data(); }
 int64_t KvCache::state_floats() const { return static_cast<int64_t>(impl_->state.size()); }
@@ -231,7 +284,7 @@ double KvCache::stream_copy_seconds() const {
   return impl_->streamer ? impl_->streamer->copy_seconds() : 0;
 }
 
-KvWindow KvCache::Impl::Window(int64_t layer, int64_t page, const uint8_t* page_data,
+KvWindow KvCache::Impl::Window(int64_t layer, int64_t page, const LayerView& view, const uint8_t* page_data,
                                const std::array<const float*, 2>& head,
                                const std::array<const float*, 2>& residual) const {
   const Layer& L = layers[layer];
@@ -240,7 +293,7 @@ KvWindow KvCache::Impl::Window(int64_t layer, int64_t page, const uint8_t* page_
   if (formats[layer].key_transforms.pre_rope) w.key_rope = &key_rope;
   RowsView* views[2] = {&w.k, &w.v};
   for (int which = 0; which < 2; ++which) {
-    const PageRows r = RowsOfPage(layer, which, page);
+    const PageRows r = RowsOfPage(layer, which, page, view);
     RowsView& v = *views[which];
     v.codec = &Tensor(layer, which);
     v.args = L.args[which];
@@ -256,15 +309,16 @@ KvWindow KvCache::Impl::Window(int64_t layer, int64_t page, const uint8_t* page_
   return w;
 }
 
-Result<int64_t> KvCache::Impl::FillSlot(int64_t layer, int64_t p, uint8_t* dst) const {
+Result<int64_t> KvCache::Impl::FillSlot(int64_t layer, int64_t p, const LayerView& view,
+                                        uint8_t* dst) const {
   const Layer& L = layers[layer];
-  if (SlotHasBlockRows(layer, p)) {
+  if (SlotHasBlockRows(layer, p, view)) {
     if (Status s = store->Read(layer, p, dst); !s.ok()) return s;
   }
   int64_t bytes = store->page_bytes(layer);
   const int64_t elems = row.elems();
   for (int which = 0; which < 2; ++which) {
-    const PageRows r = RowsOfPage(layer, which, p);
+    const PageRows r = RowsOfPage(layer, which, p, view);
     const auto copy = [&](const std::vector<float>& rows, int64_t first, int64_t n) {
       // (memcpy from an empty vector's null data() is undefined even for 0 bytes.)
       if (n > 0) std::memcpy(dst + bytes, rows.data() + first * elems, n * elems * 4);
@@ -276,100 +330,12 @@ Result<int64_t> KvCache::Impl::FillSlot(int64_t layer, int64_t p, uint8_t* dst) 
   return bytes;
 }
 
-bool KvCache::Impl::SlotHasBlockRows(int64_t layer, int64_t p) const {
+bool KvCache::Impl::SlotHasBlockRows(int64_t layer, int64_t p, const LayerView& view) const {
   for (int which = 0; which < 2; ++which) {
-    const PageRows r = RowsOfPage(layer, which, p);
+    const PageRows r = RowsOfPage(layer, which, p, view);
     if (r.n_block > r.n_head) return true;
   }
   return false;
-}
-
-Status KvCache::Attend(int64_t layer, const AttentionOptions& options, const float* q,
-                       int64_t first_query_position, AttentionState& state) {
-  Impl& m = *impl_;
-  if (!m.broken.ok()) return m.broken;
-  if (layer < 0 || layer >= m.config.n_layers) return Bad(fmt::format("no layer {}", layer));
-  const AttentionShape st = state.shape();
-  if (st.n_kv_heads != m.row.n_kv_heads || st.head_dim != m.row.head_dim || st.n_heads <= 0 ||
-      st.n_heads % st.n_kv_heads != 0) {
-    return Bad(fmt::format("attention state for {} query heads x {} KV heads x head_dim {} does not fit "
-                           "a cache of {} KV heads x head_dim {}", st.n_heads, st.n_kv_heads, st.head_dim,
-                           m.row.n_kv_heads, m.row.head_dim));
-  }
-  // A layer's pages as attention windows, taken by AttendWindows in one dispatch: each of its
-  // threads walks every page, so streamed pages are consumed in order as the copy thread
-  // delivers them (Acquire waits for the page; the last thread done with it frees its slot).
-  // Resident pages are read in place. A streamed slot holds the page (its size padded to 64
-  // bytes), then the page's f32 rows of K (head rows, residual rows), then those of V. A page
-  // none of whose rows are in blocks yet is not read at all.
-  class Pages final : public KvWindowSource {
-   public:
-    Pages(const Impl& m, int64_t layer, int64_t n_pages) : m_(m), layer_(layer), n_pages_(n_pages) {}
-    int64_t n_windows() const override { return n_pages_; }
-    Result<KvWindow> Acquire(int64_t p) override {
-      const Impl::Layer& L = m_.layers[layer_];
-      const int64_t elems = m_.row.elems();
-      if (!m_.streamer) {
-        const uint8_t* page = m_.store->InHost(layer_, p);
-        if (page == nullptr && HasBlockRows(m_, layer_, p)) {
-          return Bad(fmt::format("page {} of layer {} is not resident", p, layer_));
-        }
-        std::array<const float*, 2> head{}, residual{};
-        for (int which = 0; which < 2; ++which) {
-          const Impl::PageRows r = m_.RowsOfPage(layer_, which, p);
-          if (r.n_head > 0) head[which] = L.sinks[which].data() + r.first * elems;
-          if (r.n_block < r.n_rows) residual[which] = L.residual[which].data() + r.residual_first * elems;
-        }
-        return m_.Window(layer_, p, page, head, residual);
-      }
-      Result<const uint8_t*> slot = m_.streamer->Acquire(p);
-      if (!slot.ok()) return slot.status();
-      const auto* f32 = reinterpret_cast<const float*>(*slot + m_.store->page_bytes(layer_));
-      std::array<const float*, 2> head{}, residual{};
-      for (int which = 0; which < 2; ++which) {
-        const Impl::PageRows r = m_.RowsOfPage(layer_, which, p);
-        head[which] = f32;
-        residual[which] = f32 + r.n_head * elems;
-        f32 += r.f32_rows() * elems;
-      }
-      return m_.Window(layer_, p, HasBlockRows(m_, layer_, p) ? *slot : nullptr, head, residual);
-    }
-    void Release(int64_t p) override {
-      if (m_.streamer) m_.streamer->Release(p);
-    }
-    static bool HasBlockRows(const Impl& m, int64_t layer, int64_t p) { return m.SlotHasBlockRows(layer, p); }
-
-   private:
-    const Impl& m_;
-    int64_t layer_, n_pages_;
-  };
-  const Impl::Layer& L = m.layers[layer];
-  const int32_t P = m.config.page_positions;
-  const int64_t n_pages = (L.positions + P - 1) / P;
-  if (m.formats[layer].key_transforms.rotate) {  // scores against rotated keys: rotate q alike
-    const int64_t n = int64_t{state.n_tokens()} * st.n_heads * st.head_dim;
-    m.rotated_q.assign(q, q + n);
-    RotateHeads(m.rotation_signs.data(), st.head_dim, int64_t{state.n_tokens()} * st.n_heads,
-                m.rotated_q.data());
-    q = m.rotated_q.data();
-  }
-  Pages pages(m, layer, n_pages);
-  if (!m.streamer) return AttendWindows(options, q, first_query_position, pages, state);
-  auto fill = [&m, layer](int64_t p, uint8_t* dst) { return m.FillSlot(layer, p, dst); };
-  m.streamer->Begin(fill, n_pages);
-  struct EndGuard {  // the stream ends on every path out, so the next Begin finds it idle
-    PageStreamer& streamer;
-    ~EndGuard() { streamer.End(); }
-  } end_guard{*m.streamer};
-  return AttendWindows(options, q, first_query_position, pages, state);
-}
-
-void KvCache::FinishAttention(int64_t layer, const AttentionState& state, float* out) const {
-  kvq::FinishAttention(state, out);
-  if (impl_->formats[layer].value_transforms.rotate) {
-    const AttentionShape s = state.shape();
-    UnrotateHeads(impl_->rotation_signs.data(), s.head_dim, int64_t{state.n_tokens()} * s.n_heads, out);
-  }
 }
 
 std::string KvTierPlan::Describe() const {

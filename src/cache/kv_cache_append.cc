@@ -16,7 +16,16 @@ Status Bad(const std::string& message) { return Status::Error("KV cache: " + mes
 
 }  // namespace
 
-Status KvCache::Impl::EncodeAged(int64_t layer, int which, int64_t n) {
+void KvCache::Impl::DropEncodedF32(Layer& L) const {
+  const int64_t elems = row.elems();
+  for (int which = 0; which < 2; ++which) {
+    std::vector<float>& held = L.residual[which];
+    held.erase(held.begin(), held.begin() + (L.encoded[which] - L.held_from[which]) * elems);
+    L.held_from[which] = L.encoded[which];
+  }
+}
+
+Status KvCache::Impl::EncodeAged(int64_t layer, int which, int64_t n, int64_t keep_from) {
   Layer& L = layers[layer];
   const Codec& codec = Tensor(layer, which);
   const KvTransforms& t = Transforms(layer, which);
@@ -25,22 +34,22 @@ Status KvCache::Impl::EncodeAged(int64_t layer, int which, int64_t n) {
   const int64_t elems = row.elems();
   const int32_t G = codec.rows_per_block;
   const int32_t P = config.page_positions;
-  std::vector<float>& held = L.residual[which];  // rows [encoded, n)
+  std::vector<float>& held = L.residual[which];  // rows [held_from, n)
+  const int64_t skip_held = L.encoded[which] - L.held_from[which];  // f32 copies of encoded rows
   // Per-tensor scales (fp8) from the rows about to be encoded and those held with them: the
   // first rows written, sinks excluded (a sink never reaches a scale).
   if (codec.calibrated && !L.calibrated[which]) {
     const int64_t skip = std::max<int64_t>(0, t.sinks - L.encoded[which]);
     const int64_t rows = n - L.encoded[which] - skip;
     if (rows > 0) {
-      L.args[which].tensor_scale = codec.calibrate(held.data() + skip * elems, rows * elems);
+      L.args[which].tensor_scale = codec.calibrate(held.data() + (skip_held + skip) * elems, rows * elems);
       L.calibrated[which] = true;
     }
   }
   const int64_t block_bytes = codec.block_bytes(row);
   const int64_t region_offset = which == 0 ? 0 : KeyRegionBytes(layer);
-  int64_t done = 0;  // rows of `held` encoded by this call
-  for (int64_t first = L.encoded[which]; first < target; first += G, done += G) {
-    const float* rows = held.data() + done * elems;  // [G][elems]
+  for (int64_t first = L.encoded[which]; first < target; first += G) {
+    const float* rows = held.data() + (first - L.held_from[which]) * elems;  // [G][elems]
     if (first < t.sinks) {
       // Sink slots in a block hold a stand-in — the block's first non-sink row, or zeros — so
       // the sink's own numbers (often the largest in the tensor) never set a block's scales.
@@ -68,7 +77,9 @@ Status KvCache::Impl::EncodeAged(int64_t layer, int which, int64_t n) {
     }
     L.encoded[which] = end;
   }
-  held.erase(held.begin(), held.begin() + done * elems);
+  const int64_t drop_to = std::clamp(keep_from, L.held_from[which], L.encoded[which]);
+  held.erase(held.begin(), held.begin() + (drop_to - L.held_from[which]) * elems);
+  L.held_from[which] = drop_to;
   return Status::Ok();
 }
 
@@ -81,6 +92,7 @@ Status KvCache::Append(int64_t layer, const float* k, const float* v, int64_t n)
     return Bad(fmt::format("appending {} positions to {} would pass the context of {} positions",
                            n, L.positions, m.config.max_positions));
   }
+  m.DropEncodedF32(L);  // the previous Append's queries have attended
   const int64_t elems = m.row.elems();
   const float* rows[2] = {k, v};  // [n][n_kv_heads][head_dim]
   for (int which = 0; which < 2; ++which) {
@@ -96,8 +108,11 @@ Status KvCache::Append(int64_t layer, const float* k, const float* v, int64_t n)
     L.sinks[which].insert(L.sinks[which].end(), rows[which], rows[which] + n_sinks * elems);
     L.residual[which].insert(L.residual[which].end(), rows[which], rows[which] + n * elems);
   }
+  // The first new row's query reads rows from EncodedRows(positions + 1) on in f32 (Attend's views):
+  // those stay in f32 until the next Append, also once encoded.
   for (int which = 0; which < 2; ++which) {
-    if (Status s = m.EncodeAged(layer, which, L.positions + n); !s.ok()) return s;
+    const int64_t keep_from = EncodedRows(m.Tensor(layer, which), m.Transforms(layer, which), L.positions + 1);
+    if (Status s = m.EncodeAged(layer, which, L.positions + n, keep_from); !s.ok()) return s;
   }
   L.positions += n;
   return Status::Ok();
@@ -117,6 +132,7 @@ Status KvCache::AppendPageCopies(int64_t layer, int64_t first_source, int64_t so
                              layer, LayerFormatsName(m.formats[layer])));
     }
   }
+  m.DropEncodedF32(L);
   if (L.positions % P != 0 || L.encoded[0] != L.positions || L.encoded[1] != L.positions) {
     return Bad(
         fmt::format("page copies need layer {} to end on a page boundary (it holds {} positions, "
@@ -147,7 +163,7 @@ Status KvCache::AppendPageCopies(int64_t layer, int64_t first_source, int64_t so
     std::memcpy(*dst, sources.data() + (i % source_pages) * bytes, static_cast<size_t>(bytes));
     if (Status s = m.store->Filled(layer, page); !s.ok()) return m.Break(s);
     L.positions += P;  // page by page, so an I/O error leaves the count at the pages written
-    L.encoded = {L.positions, L.positions};
+    L.encoded = L.held_from = {L.positions, L.positions};
   }
   return Status::Ok();
 }
@@ -216,7 +232,7 @@ Status KvCache::Truncate(int64_t n) {
       }
     }
     L.positions = n;
-    L.encoded = {n, n};
+    L.encoded = L.held_from = {n, n};
     L.residual[0].clear();
     L.residual[1].clear();
   }

@@ -10,6 +10,12 @@
 
 namespace kvq {
 
+int32_t KvCache::QueriesInOneState(int64_t layer, int64_t first_query_position, int32_t n_tokens) const {
+  if (layer < 0 || layer >= impl_->config.n_layers || n_tokens < 1) return 0;
+  Impl::LayerView view;
+  return impl_->QueryRunEnd(layer, first_query_position, 0, n_tokens, &view);
+}
+
 Status KvCache::AttendOnDevice(int64_t layer, const AttentionOptions& options, int64_t first_query_position,
                                int32_t n_tokens, KvDevice& device) {
   Impl& m = *impl_;
@@ -20,6 +26,18 @@ Status KvCache::AttendOnDevice(int64_t layer, const AttentionOptions& options, i
   if (n_tokens < 1 || first_query_position < 0) {
     return Status::Error(fmt::format("KV cache: {} query tokens at position {}: need at least one, at a "
                                      "position ≥ 0", n_tokens, first_query_position));
+  }
+  // Every query must read the layer through one view (Attend splits a block into runs that do;
+  // a device holds one run's queries per call).
+  Impl::LayerView view;
+  if (const int32_t t1 = m.QueryRunEnd(layer, first_query_position, 0, n_tokens, &view); t1 < n_tokens) {
+    return Status::Error(fmt::format(
+        "KV cache: the queries at positions {}..{} read layer {} in different states (rows still in "
+        "f32 when the query at {} was appended are in blocks for the one at {}): attend positions "
+        "{}..{} and from {} on in separate calls (QueriesInOneState)",
+        first_query_position, first_query_position + n_tokens - 1, layer, first_query_position + t1 - 1,
+        first_query_position + t1, first_query_position, first_query_position + t1 - 1,
+        first_query_position + t1));
   }
   const LayerFormats& f = m.formats[layer];
   const Impl::Layer& L = m.layers[layer];
@@ -52,10 +70,10 @@ Status KvCache::AttendOnDevice(int64_t layer, const AttentionOptions& options, i
   if (Status s = device.Begin(d); !s.ok()) return s;
 
   const int32_t P = m.config.page_positions;
-  const int64_t n_pages = (L.positions + P - 1) / P;
+  const int64_t n_pages = (view.positions + P - 1) / P;
   const int64_t elems = m.row.elems();
   for (int64_t p = 0; p < n_pages; ++p) {
-    Result<int64_t> bytes = m.FillSlot(layer, p, m.device_bounce.data());
+    Result<int64_t> bytes = m.FillSlot(layer, p, view, m.device_bounce.data());
     if (!bytes.ok()) return bytes.status();
     KvDeviceWindow w;
     w.slot = static_cast<int32_t>(p % d.slots);
@@ -65,7 +83,7 @@ Status KvCache::AttendOnDevice(int64_t layer, const AttentionOptions& options, i
     int64_t f32_at = m.store->page_bytes(layer);  // FillSlot's order: K head, K residual, V head, V residual
     KvDeviceWindow::Tensor* tensors[2] = {&w.k, &w.v};
     for (int which = 0; which < 2; ++which) {
-      const Impl::PageRows r = m.RowsOfPage(layer, which, p);
+      const Impl::PageRows r = m.RowsOfPage(layer, which, p, view);
       KvDeviceWindow::Tensor& t = *tensors[which];
       t.blocks_offset = which == 0 ? 0 : m.KeyRegionBytes(layer);
       t.n_head = r.n_head;

@@ -18,13 +18,26 @@ struct KvCache::Impl {
   // One layer's rows. Per tensor (0 = K, 1 = V): rows [0, encoded) are in the pages' blocks,
   // rows [encoded, positions) in `residual` (f32, already transformed), and rows
   // [0, min(positions, sinks)) also in `sinks`, which attention reads instead of their blocks.
+  // `residual` starts at row held_from ≤ encoded: the rows [held_from, encoded) are rows the last
+  // Append encoded that its own queries still read in f32 (LayerView), dropped by the next Append.
   struct Layer {
     int64_t positions = 0;
     std::array<CodecArgs, 2> args{};  // tensor scales
     std::array<bool, 2> calibrated{false, false};
     std::array<int64_t, 2> encoded{0, 0};
-    std::array<std::vector<float>, 2> residual;  // [positions − encoded][n_kv_heads][head_dim]
+    std::array<int64_t, 2> held_from{0, 0};
+    std::array<std::vector<float>, 2> residual;  // [positions − held_from][n_kv_heads][head_dim]
     std::array<std::vector<float>, 2> sinks;     // [min(positions, sinks)][n_kv_heads][head_dim]
+  };
+
+  // A layer as attention reads it for one query: as a cache holding `positions` rows held it, rows
+  // [0, encoded[t]) of tensor t in blocks and the rest in f32. A query at position p reads the view
+  // at p + 1 — what the cache held when p was appended — so how a prompt was cut into Append calls
+  // changes no bit of what it reads. The layer's current view is {positions, encoded}.
+  struct LayerView {
+    int64_t positions = 0;
+    std::array<int64_t, 2> encoded{0, 0};
+    bool operator==(const LayerView&) const = default;
   };
 
   // Where one page's rows of one tensor come from: head rows (sinks) in f32, then rows in the
@@ -48,6 +61,8 @@ struct KvCache::Impl {
   std::vector<float> rotation_signs;  // [head_dim] when a spec rotates (hadamard.h)
   RopeParams key_rope;                // config.key_rope's view, for windows of prerope keys
   std::vector<float> rotated_q;       // Attend's scratch: [n_tokens][n_heads][head_dim]
+  // Attend's states for query runs that read different views, by token count (reused).
+  std::vector<std::unique_ptr<AttentionState>> run_states;
   std::array<std::vector<float>, 2> rotated_rows;  // Append's scratch: [n][n_kv_heads][head_dim]
   std::vector<float> block_rows;      // Append's scratch: [rows_per_block][n_kv_heads][head_dim]
   std::unique_ptr<PageStore> store;
@@ -78,21 +93,39 @@ struct KvCache::Impl {
   int64_t MaxF32Rows(int64_t layer, int which) const;
   /// Largest f32 rows (K and V) one page's window can carry, in bytes (a streamed slot's extra).
   int64_t ResidualBytesMax(int64_t layer) const;
-  /// How page `page` of `layer` splits for tensor `which` at the layer's current length.
-  PageRows RowsOfPage(int64_t layer, int which, int64_t page) const;
+  class Pages;  // a view's pages as attention windows (kv_cache_attend.cc)
+  /// The layer as it is now.
+  LayerView CurrentView(int64_t layer) const;
+  /// The layer as a cache holding its first n rows held it (n ≤ positions).
+  LayerView ViewAt(int64_t layer, int64_t n) const;
+  /// Whether the view's f32 rows are still held (rows from held_from on).
+  bool Holds(int64_t layer, const LayerView& view) const;
+  /// How page `page` of `layer` splits for tensor `which` in `view`.
+  PageRows RowsOfPage(int64_t layer, int which, int64_t page, const LayerView& view) const;
   /// The window for one page: its bytes (null when neither tensor has block rows there) and, per
   /// tensor, where its head rows and its residual rows for this page start.
-  KvWindow Window(int64_t layer, int64_t page, const uint8_t* page_data,
+  KvWindow Window(int64_t layer, int64_t page, const LayerView& view, const uint8_t* page_data,
                   const std::array<const float*, 2>& head,
                   const std::array<const float*, 2>& residual) const;
-  /// Writes page p of `layer` into a working-set slot as attention windows read it: the page's
-  /// bytes (when any row of it is in blocks; padded to 64), then K's head rows and residual rows
-  /// of the page, then V's (f32). Returns the bytes written.
-  Result<int64_t> FillSlot(int64_t layer, int64_t p, uint8_t* dst) const;
-  /// Whether page p of `layer` has rows in blocks (else no page bytes are read).
-  bool SlotHasBlockRows(int64_t layer, int64_t p) const;
-  /// Encodes tensor `which` of `layer` up to EncodedRows(n) rows, writing pages as they fill.
-  Status EncodeAged(int64_t layer, int which, int64_t n);
+  /// Writes page p of `layer` into a working-set slot as attention windows read it in `view`: the
+  /// page's bytes (when any row of it is in blocks; padded to 64), then K's head rows and residual
+  /// rows of the page, then V's (f32). Returns the bytes written.
+  Result<int64_t> FillSlot(int64_t layer, int64_t p, const LayerView& view, uint8_t* dst) const;
+  /// Whether page p of `layer` has rows in blocks in `view` (else no page bytes are read).
+  bool SlotHasBlockRows(int64_t layer, int64_t p, const LayerView& view) const;
+  /// The end t1 of the run of query tokens [t0, t1) (token t at first_query_position + t) that read
+  /// `layer` through one view, and that view: each token reads what the cache held when it was
+  /// appended, as far as the f32 copies are still held (else the layer as it is now).
+  int32_t QueryRunEnd(int64_t layer, int64_t first_query_position, int32_t t0, int32_t n_tokens,
+                      LayerView* view) const;
+  /// Attention of n_tokens query rows that all read `layer` through `view` (Attend's body).
+  Status AttendView(int64_t layer, const LayerView& view, const AttentionOptions& options, const float* q,
+                    int64_t first_query_position, AttentionState& state);
+  /// Encodes tensor `which` of `layer` up to EncodedRows(n) rows, writing pages as they fill;
+  /// keeps the f32 rows from `keep_from` on (the rows the last Append's queries read in f32).
+  Status EncodeAged(int64_t layer, int which, int64_t n, int64_t keep_from);
+  /// Drops the f32 copies of rows already in blocks (held_from = encoded).
+  void DropEncodedF32(Layer& L) const;
 };
 
 }  // namespace kvq

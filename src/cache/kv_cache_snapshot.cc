@@ -54,7 +54,10 @@ Result<SnapshotImage> KvCache::Export(const ModelFingerprint& model) const {
     out.key_scale = L.args[0].tensor_scale;
     out.value_scale = L.args[1].tensor_scale;
     out.scales_calibrated = L.calibrated[0] || L.calibrated[1];
-    out.residual = L.residual;
+    for (int which = 0; which < 2; ++which) {  // rows [encoded, positions): not Attend's f32 copies
+      const std::vector<float>& held = L.residual[which];
+      out.residual[which].assign(held.begin() + (L.encoded[which] - L.held_from[which]) * m.row.elems(), held.end());
+    }
     out.sinks = L.sinks;
     page.resize(m.store->page_bytes(l));
     std::vector<uint8_t>* dst[2] = {&out.key_bytes, &out.value_bytes};
@@ -127,6 +130,7 @@ Status KvCache::Import(const SnapshotImage& image) {
     for (int which = 0; which < 2; ++which) {
       L.encoded[which] = EncodedRows(m.Tensor(l, which), m.Transforms(l, which), n);
     }
+    L.held_from = L.encoded;
     const std::vector<uint8_t>* src[2] = {&in.key_bytes, &in.value_bytes};
     int64_t offset[2] = {0, 0};
     for (int64_t p = 0; p * P < std::max(L.encoded[0], L.encoded[1]); ++p) {

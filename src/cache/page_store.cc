@@ -78,7 +78,15 @@ Result<uint8_t*> PageStore::Writable(int64_t layer, int64_t page) {
   if (!on_disk()) {
     auto& pages = pages_[layer];
     if (static_cast<int64_t>(pages.size()) <= page) pages.resize(page + 1);
-    if (!pages[page]) pages[page] = std::make_unique<uint8_t[]>(bytes);  // zeroed
+    if (!pages[page]) {
+      pages[page] = std::shared_ptr<uint8_t[]>(new uint8_t[static_cast<size_t>(bytes)]());  // zeroed
+    } else if (pages[page].use_count() > 1) {
+      // Shared with a fork: write a copy. Only a thread using this store adds holders to its
+      // pages, so a count of 1 seen here cannot grow while the page is written.
+      std::shared_ptr<uint8_t[]> copy(new uint8_t[static_cast<size_t>(bytes)]);
+      std::memcpy(copy.get(), pages[page].get(), static_cast<size_t>(bytes));
+      pages[page] = std::move(copy);
+    }
     return pages[page].get();
   }
   for (Tail& t : tails_[layer]) {
@@ -145,6 +153,22 @@ void PageStore::Clear(int64_t layer) {
 void PageStore::DropFrom(int64_t layer, int64_t first_page) {
   auto& pages = pages_[layer];
   if (static_cast<int64_t>(pages.size()) > first_page) pages.resize(first_page);
+}
+
+void PageStore::SharePagesOf(const PageStore& from) {
+  pages_ = from.pages_;
+}
+
+int64_t PageStore::unshared_host_bytes() const {
+  int64_t total = 0;
+  for (size_t l = 0; l < page_bytes_.size(); ++l) {
+    if (on_disk()) {
+      total += static_cast<int64_t>(tails_[l].size()) * page_bytes_[l];
+    } else {
+      for (const auto& p : pages_[l]) total += p && p.use_count() == 1 ? page_bytes_[l] : 0;
+    }
+  }
+  return total;
 }
 
 int64_t PageStore::host_bytes() const {

@@ -1,6 +1,8 @@
 // Where a cache's pages live: the master copy, in host RAM (one allocation per page, made on
 // first write) or in a file on disk (each layer's pages at fixed offsets; only the page being
 // filled is held in RAM, written out when full). Mechanism only: the cache decides what to write.
+// Host pages may be shared between stores (a forked cache): a shared page is copied before it is
+// written (copy on write), so a store never changes bytes another one reads.
 #pragma once
 
 #include <cstdint>
@@ -39,15 +41,21 @@ class PageStore {
   void Clear(int64_t layer);
   /// Host master only: frees a layer's pages from `first_page` on (a truncated cache).
   void DropFrom(int64_t layer, int64_t first_page);
-  /// Host bytes held now (pages or tails).
+  /// Host bytes held now (pages or tails), shared pages included.
   int64_t host_bytes() const;
+  /// Of those, the bytes of pages no other store holds.
+  int64_t unshared_host_bytes() const;
+  /// Host master only: refers to every page of `from` (same layers and page sizes), sharing them
+  /// until one side writes. Replaces this store's pages.
+  void SharePagesOf(const PageStore& from);
 
  private:
   PageStore() = default;
   std::vector<int64_t> page_bytes_;
   std::vector<int64_t> layer_offset_;  // disk: byte offset of each layer's page 0
   int64_t max_pages_ = 0;
-  std::vector<std::vector<std::unique_ptr<uint8_t[]>>> pages_;  // host: [layer][page]
+  // host: [layer][page], shared with forks; written only while this store alone holds the page.
+  std::vector<std::vector<std::shared_ptr<uint8_t[]>>> pages_;
   struct Tail {
     int64_t page;
     std::unique_ptr<uint8_t[]> bytes;  // [page_bytes]

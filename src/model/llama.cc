@@ -75,6 +75,13 @@ Status CheckSegments(const LlamaConfig& c, std::span<const ForwardSegment> segme
           "model needs {} attention layers and {} floats of recurrent state",
           i, cc.n_layers, seg.cache.state_floats(), c.n_attention_layers(), c.state_floats()));
     }
+    // The cache owns the position: a segment starting elsewhere would leave a gap or overwrite.
+    if (cc.n_layers > 0 && seg.cache.positions(0) != seg.pos) {
+      return Status::Error(fmt::format(
+          "ForwardBatch: segment {} starts at position {} but its KV cache holds {} positions (a "
+          "segment continues the cache: pos = positions)",
+          i, seg.pos, seg.cache.positions(0)));
+    }
     bool pre_rope = false;  // a "prerope" cache must rope keys as this model does
     for (int32_t l = 0; l < c.n_attention_layers(); ++l)
       pre_rope = pre_rope || KeysBeforeRope(cc, l);

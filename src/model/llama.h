@@ -64,9 +64,9 @@ class LlamaModel {
   /// Runs `n` tokens at positions pos .. pos + n − 1 (pos = the cache's current length) as one
   /// block through every layer — weights read once per block, K and V appended as a block, causal
   /// attention for the whole block — and writes the logits [vocab_size] after the last token.
-  /// For formats without groups or calibration the bits do not depend on how a sequence is cut
-  /// into blocks; a KIVI group completed inside a block, or an fp8 scale calibrated on it, is
-  /// seen quantised by the block's earlier tokens (as a prefill writes it).
+  /// The bits (logits, cache) do not depend on how a sequence is cut into blocks, for every
+  /// format and transform: each query reads the cache as it was when its own row was appended
+  /// (KvCache::Attend), and every row of a matrix product is computed alone.
   Status ForwardBlock(const int32_t* tokens, int32_t n, int64_t pos, KvCache& cache, float* logits);
 
   /// Runs several sequences' blocks as one pass: per layer the norms, projections and feed-forward

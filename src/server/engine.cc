@@ -12,7 +12,6 @@
 namespace kvq::server {
 namespace {
 
-constexpr int32_t kPrefillBlock = 64;  // Session::Prefill's and Generate's block: the same cuts, the same bits
 using Clock = std::chrono::steady_clock;
 
 // Bytes at the end of `text` that may be the start of a stop string, or of a UTF-8 character
@@ -406,10 +405,8 @@ void Engine::Step() {
       continue;
     }
     if (!s.pending.empty()) {
-      // Generate's cut: blocks of 64 up to the prompt's last token, which runs alone (for KIVI's
-      // groups and fp8's scales the cut changes the bits; for per-token formats it does not).
-      const int32_t left = static_cast<int32_t>(s.pending.size());
-      const int32_t n = left > 1 ? std::min<int32_t>(kPrefillBlock, left - 1) : 1;
+      // A chunk of the prompt per step (any cut gives the bits of running the prompt alone).
+      const int32_t n = std::min<int32_t>(kPrefillBlock, static_cast<int32_t>(s.pending.size()));
       if (n > prefill_budget && !items.empty()) continue;  // next step: decodes stay short
       prefill_budget -= n;
       items.push_back({.session = s.session.get(), .tokens = std::span<const int32_t>(s.pending.data(), n)});

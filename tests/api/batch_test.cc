@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "kvq/format.h"
 #include "kvq/model.h"
 #include "kvq/session.h"
 #include "synth/synth.h"
@@ -170,13 +171,12 @@ void ExpectBatchEqualsAlone(const Model& model, int32_t n_sessions,
   }
 }
 
-const char* const kFormats[] = {"f32", "f16", "int8", "int4", "fp4-e2m1", "int4-kivi"};
-
 TEST(RunBatch, EachSessionGetsTheBitsItGetsAlone) {
   std::unique_ptr<Model> m = LoadBundled();
   ASSERT_NE(m, nullptr);
   uint32_t seed = 1;
-  for (const char* f : kFormats) {
+  for (const FormatDesc* desc : Formats()) {  // every registered format
+    const std::string f(desc->name);
     SCOPED_TRACE(f);
     const int32_t n = seed % 2 == 0 ? 8 : 5;
     ExpectBatchEqualsAlone(

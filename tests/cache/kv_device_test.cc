@@ -133,46 +133,70 @@ struct Case {
   int32_t n_tokens = 1;
 };
 
-// Appends `n` random rows (outliers included) to a cache of `c`, then compares AttendOnDevice
-// with Attend for the last n_tokens positions as queries.
-void ExpectDeviceEqualsAttend(const Case& c, int64_t n, uint32_t seed) {
+// Appends `n` random rows (outliers included) to a cache of `c` — the last n_tokens as their own
+// Append, as a forward block appends its rows — then compares AttendOnDevice with Attend for those
+// positions as queries: the device takes them in runs of QueriesInOneState tokens. Returns the
+// number of device calls per layer.
+int32_t ExpectDeviceEqualsAttend(const Case& c, int64_t n, uint32_t seed) {
   SCOPED_TRACE(testing::Message() << c.spec << " page " << c.page << " device " << c.device_bytes << " tokens "
                                   << c.n_tokens << " n " << n);
   Result<KvSpec> spec = ParseKvSpec(c.spec);
-  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_TRUE(spec.ok()) << spec.status().message();
+  if (!spec.ok()) return 0;
   KvCacheConfig config{.n_layers = 2, .n_kv_heads = kShape.n_kv_heads, .head_dim = kShape.head_dim,
                        .layers = {LayerFormats::Both(*spec)}, .key_rope = TestRope(), .max_positions = 200,
                        .page_positions = c.page, .budgets = {.device_bytes = c.device_bytes}};
   Result<std::unique_ptr<KvCache>> cache = KvCache::Create(config);
-  ASSERT_TRUE(cache.ok()) << cache.status().message();
+  EXPECT_TRUE(cache.ok()) << cache.status().message();
+  if (!cache.ok()) return 0;
   std::mt19937 rng(seed);
   for (int64_t layer = 0; layer < 2; ++layer) {
     const std::vector<float> k = Rows(n * kElems, rng, 2.0f);
     const std::vector<float> v = Rows(n * kElems, rng, 2.0f);
-    ASSERT_TRUE((*cache)->Append(layer, k.data(), v.data(), n).ok());
+    const int64_t head = n - c.n_tokens;
+    EXPECT_TRUE((*cache)->Append(layer, k.data(), v.data(), head).ok());
+    EXPECT_TRUE((*cache)->Append(layer, k.data() + head * kElems, v.data() + head * kElems, c.n_tokens).ok());
   }
-  const std::vector<float> q = Rows(int64_t{c.n_tokens} * kShape.n_heads * kShape.head_dim, rng, 1.0f);
+  const int64_t q_row = int64_t{kShape.n_heads} * kShape.head_dim;
+  const std::vector<float> q = Rows(c.n_tokens * q_row, rng, 1.0f);
   const AttentionOptions options{.scale = 0.25f, .threads = 1};
+  int32_t calls = 0;
   for (int64_t layer = 0; layer < 2; ++layer) {
     AttentionState state(kShape, c.n_tokens);
-    ASSERT_TRUE((*cache)->Attend(layer, options, q.data(), n - c.n_tokens, state).ok());
+    EXPECT_TRUE((*cache)->Attend(layer, options, q.data(), n - c.n_tokens, state).ok());
     std::vector<float> expected(q.size());
     (*cache)->FinishAttention(layer, state, expected.data());
-
-    HostKvDevice device(q);
-    const Status s = (*cache)->AttendOnDevice(layer, options, n - c.n_tokens, c.n_tokens, device);
-    ASSERT_TRUE(s.ok()) << s.message();
-    EXPECT_EQ(device.windows(), (n + c.page - 1) / c.page);
-    const KvTierPlan& plan = (*cache)->plan();
-    EXPECT_EQ(device.allocated_bytes(), int64_t{plan.device_slots > 0 ? plan.device_slots : 2} * plan.slot_bytes);
-    if (c.device_bytes > 0) {
-      EXPECT_LE(device.allocated_bytes(), c.device_bytes);
-    }
-    ASSERT_EQ(device.out().size(), expected.size());
-    for (size_t i = 0; i < expected.size(); ++i) {
-      ASSERT_EQ(device.out()[i], expected[i]) << "output " << i;  // strict: the same bits
+    calls = 0;
+    for (int32_t t0 = 0; t0 < c.n_tokens; ++calls) {
+      const int64_t first = n - c.n_tokens + t0;
+      const int32_t run = (*cache)->QueriesInOneState(layer, first, c.n_tokens - t0);
+      EXPECT_GE(run, 1);
+      if (run < 1) return 0;
+      HostKvDevice device(std::vector<float>(q.begin() + t0 * q_row, q.begin() + (t0 + run) * q_row));
+      if (run < c.n_tokens - t0) {  // the whole rest in one call is refused, naming the split
+        HostKvDevice all(std::vector<float>(q.begin() + t0 * q_row, q.end()));
+        const Status refused = (*cache)->AttendOnDevice(layer, options, first, c.n_tokens - t0, all);
+        EXPECT_NE(refused.message().find("separate calls"), std::string::npos) << refused.message();
+      }
+      const Status s = (*cache)->AttendOnDevice(layer, options, first, run, device);
+      EXPECT_TRUE(s.ok()) << s.message();
+      if (!s.ok()) return 0;
+      const KvTierPlan& plan = (*cache)->plan();
+      EXPECT_EQ(device.allocated_bytes(), int64_t{plan.device_slots > 0 ? plan.device_slots : 2} * plan.slot_bytes);
+      if (c.device_bytes > 0) {
+        EXPECT_LE(device.allocated_bytes(), c.device_bytes);
+      }
+      // The run's last query reads the pages holding its own position.
+      EXPECT_EQ(device.windows(), (first + run - 1) / c.page + 1);
+      EXPECT_EQ(device.out().size(), static_cast<size_t>(run * q_row));
+      for (int64_t i = 0; i < run * q_row && i < static_cast<int64_t>(device.out().size()); ++i) {
+        EXPECT_EQ(device.out()[i], expected[t0 * q_row + i]) << "output " << t0 * q_row + i;  // strict: the same bits
+        if (device.out()[i] != expected[t0 * q_row + i]) return 0;
+      }
+      t0 += run;
     }
   }
+  return calls;
 }
 
 TEST(KvDevice, EveryFormatStreamedToADeviceEqualsAttendBitwise) {
@@ -184,6 +208,7 @@ TEST(KvDevice, EveryFormatStreamedToADeviceEqualsAttendBitwise) {
 }
 
 TEST(KvDevice, TransformsStreamedToADeviceEqualAttendBitwise) {
+  int32_t split_blocks = 0;
   for (const std::string spec : {"int4+rot", "int8+sink4", "int4+res40", "int4-kivi+sink4+res16", "int2-kivi+rot",
                                  "fp8-e4m3+sink3", "int4+prerope", "int4-kivi+prerope+sink2+res8", "f32+prerope",
                                  "fp4-e2m1+rot+sink5+res33"}) {
@@ -191,10 +216,14 @@ TEST(KvDevice, TransformsStreamedToADeviceEqualAttendBitwise) {
       for (int32_t n_tokens : {1, 5}) {
         // 161 positions: several pages, sinks in the first, the residual in the last; 30: one
         // page holding head, block and residual rows at once.
-        for (int64_t n : {161, 30}) ExpectDeviceEqualsAttend({.spec = spec, .page = page, .n_tokens = n_tokens}, n, 12);
+        for (int64_t n : {161, 30}) {
+          const int32_t calls = ExpectDeviceEqualsAttend({.spec = spec, .page = page, .n_tokens = n_tokens}, n, 12);
+          split_blocks += calls > 1 ? 1 : 0;
+        }
       }
     }
   }
+  EXPECT_GT(split_blocks, 0);  // some blocks read the cache in more than one state
 }
 
 TEST(KvDevice, StreamsWithinTheDeviceBudget) {

@@ -124,34 +124,44 @@ class Windows final : public KvWindowSource {
   std::vector<std::pair<int64_t, int64_t>> ranges_;
 };
 
+// Each query token t (at p = n − n_tokens + t) reads the rows as a cache holding p + 1 of them
+// holds them (KvCache::Attend): its own tensors of p + 1 rows, the windows cut at p + 1.
 struct Oracle {
   LayerFormats f;
-  OracleTensor k, v;
+  std::vector<float> kx, vx;  // [n][elems] the rows appended
+  int64_t n;
   std::vector<float> signs;
-  Oracle(const LayerFormats& formats, const std::vector<float>& kx, const std::vector<float>& vx, int64_t n)
-      : f(formats), k(f.Key(), true, kx, n, kDefaultRotationSeed), v(f.Value(), false, vx, n, kDefaultRotationSeed),
-        signs(RotationSigns(kDefaultRotationSeed, kRow.head_dim)) {}
+  Oracle(const LayerFormats& formats, const std::vector<float>& k, const std::vector<float>& v, int64_t rows)
+      : f(formats), kx(k), vx(v), n(rows), signs(RotationSigns(kDefaultRotationSeed, kRow.head_dim)) {}
 
   // Attention for the last n_tokens positions over `ranges`; `between` may damage the state
   // between windows (seed 000's third bug).
   std::vector<float> Run(std::vector<float> q, int32_t n_tokens, AttentionKernel kernel,
                          const std::vector<std::pair<int64_t, int64_t>>& ranges, bool normalise_between = false) {
-    const int64_t n = static_cast<int64_t>(k.rows.size()) / kElems;
     if (f.key_transforms.rotate) RotateHeads(signs.data(), kShape.head_dim, int64_t{n_tokens} * kShape.n_heads, q.data());
-    AttentionState state(kShape, n_tokens);
-    for (size_t w = 0; w < ranges.size(); ++w) {
-      Windows one(k.View(), v.View(), {ranges[w]});
-      EXPECT_TRUE(AttendWindows(Options(kernel), q.data(), n - n_tokens, one, state).ok());
-      if (normalise_between && w == 0) {
-        for (size_t h = 0; h < state.l.size(); ++h) {
-          if (state.l[h] == 0.0f) continue;
-          for (int32_t i = 0; i < kShape.head_dim; ++i) state.acc[h * kShape.head_dim + i] /= state.l[h];
-          state.l[h] = 1.0f;
+    const int64_t q_row = int64_t{kShape.n_heads} * kShape.head_dim;
+    std::vector<float> out(q.size());
+    for (int32_t t = 0; t < n_tokens; ++t) {
+      const int64_t p = n - n_tokens + t;
+      const OracleTensor k(f.Key(), true, kx, p + 1, kDefaultRotationSeed);
+      const OracleTensor v(f.Value(), false, vx, p + 1, kDefaultRotationSeed);
+      AttentionState state(kShape, 1);
+      for (size_t w = 0; w < ranges.size(); ++w) {
+        const int64_t a = ranges[w].first, b = std::min(ranges[w].second, p + 1);
+        if (a < b) {
+          Windows one(k.View(), v.View(), {{a, b}});
+          EXPECT_TRUE(AttendWindows(Options(kernel), q.data() + t * q_row, p, one, state).ok());
+        }
+        if (normalise_between && w == 0) {
+          for (size_t h = 0; h < state.l.size(); ++h) {
+            if (state.l[h] == 0.0f) continue;
+            for (int32_t i = 0; i < kShape.head_dim; ++i) state.acc[h * kShape.head_dim + i] /= state.l[h];
+            state.l[h] = 1.0f;
+          }
         }
       }
+      FinishAttention(state, out.data() + t * q_row);
     }
-    std::vector<float> out(q.size());
-    FinishAttention(state, out.data());
     if (f.value_transforms.rotate) {
       UnrotateHeads(signs.data(), kShape.head_dim, int64_t{n_tokens} * kShape.n_heads, out.data());
     }
@@ -179,9 +189,9 @@ std::vector<float> AttendCache(KvCache& cache, const std::vector<float>& q, int3
 
 const char* const kTransformSets[] = {"", "+rot", "+sink4", "+res40", "+sink3+res70", "+rot+sink4+res40", "+sink40"};
 
-// Every format (fp8 excepted: its scale is calibrated on the cache's first encoded rows, which
-// the oracle's single append does not reproduce — the tier and page comparisons below cover it)
-// with every transform set, and pairs whose K and V differ.
+// Every format (a calibrated one excepted: its scale comes from the cache's first encoded rows,
+// which the oracle's single append does not reproduce; none is registered now) with every
+// transform set, and pairs whose K and V differ.
 std::vector<LayerFormats> OraclePairs() {
   std::vector<LayerFormats> pairs;
   for (const FormatDesc* f : Formats()) {
