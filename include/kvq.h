@@ -124,7 +124,19 @@ typedef struct {
   float top_p;        /* default 0.95; 1: off */
   float min_p;        /* default 0.05; 0: off */
   uint64_t seed;      /* default 0 */
+  /* Added after the fields above (appended, so code written for them still compiles and runs): */
+  const char* const* stop; /* NULL, or n_stop non-empty strings: the text ends before the first one */
+  int32_t n_stop;          /* default 0 */
+  int32_t ignore_eos;      /* default 0; non-zero: end tokens do not end the completion */
 } kvq_generate_options;
+
+/* Why a kvq_session_generate ended (kvq::FinishReason). */
+typedef enum {
+  KVQ_FINISH_STOP = 0,      /* an end token (EOS, end-of-turn, BOS) or a stop string */
+  KVQ_FINISH_LENGTH = 1,    /* max_tokens were generated */
+  KVQ_FINISH_CONTEXT = 2,   /* the session's context is full */
+  KVQ_FINISH_CANCELLED = 3  /* on_token returned 0 */
+} kvq_finish_reason;
 
 void kvq_generate_options_init(kvq_generate_options* options);
 
@@ -133,14 +145,19 @@ void kvq_session_set_sampler(kvq_session* session, const kvq_generate_options* o
 /* A token drawn from the session's logits by its sampler chain; -1 on error (no logits yet). */
 int32_t kvq_session_sample(kvq_session* session);
 
-/* Called with each generated token and its text (valid during the call); return 0 to stop. */
+/* Called with each generated token and the text that may be shown now (valid during the call;
+ * text that may begin a stop string, or an incomplete UTF-8 character, arrives with a later
+ * token); return 0 to stop. kvq::TokenCallback says when it is called. */
 typedef int (*kvq_token_fn)(int32_t token, const char* piece, void* user_data);
 
 /* Generates a completion of `prompt` (the whole text; what the session holds is reused when it is a
  * prefix of the prompt's tokens). on_token may be NULL. If n_generated is non-NULL it receives the
- * number of tokens generated (0 on failure). */
+ * number of tokens generated (0 on failure). Why it ended: kvq_session_finish_reason. */
 int kvq_session_generate(kvq_session* session, const char* prompt, const kvq_generate_options* options,
                          kvq_token_fn on_token, void* user_data, int64_t* n_generated);
+/* The kvq_finish_reason of the session's last successful kvq_session_generate; -1 if none (or on a
+ * NULL session). */
+int kvq_session_finish_reason(const kvq_session* session);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -42,6 +42,8 @@ struct KvOptions {
   KvBudgets budgets;
   /// Positions per cache page (a multiple of 32); 0: min(256, context rounded up to 32).
   int32_t page_positions = 0;
+  /// Positions the session holds at most, 1..ModelInfo::context; 0: ModelInfo::context.
+  int64_t context = 0;
 };
 
 struct ModelOptions {

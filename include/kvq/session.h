@@ -5,8 +5,10 @@
 //       [](int32_t id, const std::string& piece) { std::cout << piece; return true; });
 //
 // Two ways to drive it. Generate(prompt) does what `kvq run` does (and gives the same tokens):
-// tokenize, prefill, sample and decode until an end token or max_tokens. Or step by hand:
-// Prefill(ids), then read logits(), pick a token (Sample() or your own rule) and Decode(it).
+// tokenize, prefill, then sample, hand each token to a Generator (kvq/generator.h: end tokens,
+// max_tokens, stop strings, the context) and decode it, until the Generator says it is finished.
+// Or step by hand: Prefill(ids), then read logits(), pick a token (Sample() or your own rule),
+// ask a Generator about it and Decode(it).
 // A session is used by one thread at a time; separate sessions may run concurrently.
 //
 // A server steps many sessions at once with Session::RunBatch: every active session's next
@@ -22,36 +24,39 @@
 #include <string_view>
 #include <vector>
 
+#include "kvq/generator.h"
 #include "kvq/kv_cache.h"
 #include "kvq/sampling.h"
 #include "kvq/status.h"
 
 namespace kvq {
 
-/// Receives each generated token and its text as it is produced; return false to stop there
-/// (the token is kept in the completion).
+/// Receives each generated token and the text that may be shown now (GeneratorStep::text: text
+/// that could begin a stop string, or an incomplete UTF-8 character, is held back and arrives with
+/// a later token); return false to stop there (the token is kept in the completion). Called once
+/// per kept token, and once more with the end token's id when an end token releases held text.
 using TokenCallback = std::function<bool(int32_t token, const std::string& piece)>;
 
 struct GenerateRequest {
   int32_t max_tokens = 256;  ///< new tokens at most; < 0: until an end token or the context is full
   SamplerOptions sampling;   ///< temperature 0 for greedy
-};
-
-enum class StopReason {
-  kEndOfGeneration,  ///< the model produced EOS, an end-of-turn token or BOS (not kept in tokens)
-  kMaxTokens,        ///< max_tokens were generated
-  kContextFull,      ///< the session holds `context()` positions
-  kCancelled,        ///< the callback returned false
+  std::vector<std::string> stop;  ///< the text ends before the first of these (non-empty strings)
+  bool ignore_eos = false;   ///< end tokens do not end the completion (kept, their text "")
+  /// Non-empty: a prompt cache. Once the session holds every prompt token but the last, when some
+  /// of them were computed by this call (not all reused), they are saved there with SavePrefix: a
+  /// later run of a prompt that starts with them LoadPrefix-es the file and Generate reuses it (the
+  /// prompt's last token always runs again, for its logits). A failed save fails the call.
+  std::string save_prefix;
 };
 
 struct Completion {
-  std::string text;              ///< the generated text only
-  std::vector<int32_t> tokens;   ///< the generated ids only
+  std::string text;              ///< the generated text only, cut before a stop string
+  std::vector<int32_t> tokens;   ///< the generated ids only (an end token is not kept)
   int32_t n_prompt = 0;          ///< prompt tokens (with BOS)
   int32_t n_reused = 0;          ///< prompt tokens already in the session's cache, not recomputed
   double prompt_seconds = 0;     ///< prefill time
   double decode_seconds = 0;     ///< decode time
-  StopReason stop = StopReason::kEndOfGeneration;
+  FinishReason finish = FinishReason::kStop;
 };
 
 class Session;
@@ -119,14 +124,20 @@ class Session {
   /// Generates a completion of `prompt`, which is the whole text (BOS added as the vocabulary
   /// says). If what the session holds is a prefix of the prompt's tokens it is reused (a chat that
   /// resends its history recomputes only the new turn, when the history tokenizes as it was
-  /// generated); otherwise the cache is cleared first, so the prefill is cut into blocks as
-  /// `kvq run` cuts it and greedy output equals `kvq run`'s for the same model, prompt and formats.
+  /// generated); otherwise the cache is cleared first. The prompt not yet held runs as
+  /// Prefill(all of it but its last token), then Decode(its last token): the cut `kvq run` makes,
+  /// so greedy output equals `kvq run`'s for the same model, prompt and formats. Then: sample with
+  /// request.sampling (its own sampler chain: Sample()'s is untouched), ask a Generator, Decode.
   /// Afterwards the session holds the prompt and the completion except, when generation stopped
-  /// for max_tokens, cancellation or a full context, the last generated token (sampled, not yet
-  /// run): logits() are those before it, so a caller continuing by hand Decodes it first.
-  /// Errors: an empty or too long prompt (the session is untouched), cache errors (the session
-  /// is cleared).
+  /// for a stop string, max_tokens, cancellation or a full context, the last generated token
+  /// (sampled, not run): logits() are those before it, so a caller continuing by hand Decodes it
+  /// first. Errors: an empty or too long prompt, a bad stop string (the session is untouched);
+  /// cache errors (the session is cleared).
   Result<Completion> Generate(std::string_view prompt, const GenerateRequest& request = {},
+                              const TokenCallback& on_token = {});
+  /// The same for a prompt already tokenized (BOS included when wanted). Errors also: an id
+  /// outside the vocabulary.
+  Result<Completion> Generate(std::span<const int32_t> prompt_ids, const GenerateRequest& request = {},
                               const TokenCallback& on_token = {});
 
   /// Keeps the first `n_positions` positions and drops the rest. Positions are dropped in place
@@ -163,6 +174,7 @@ class Session {
 
  private:
   friend class Model;
+  friend class Generator;  // reads the session's model
   explicit Session(std::unique_ptr<Impl> impl);
   // Prefill and RunBatch: checks every item, then runs them in blocks of 64 tokens per item.
   // `caller` ("Prefill" or "RunBatch") prefixes the messages; RunBatch's name the item index.

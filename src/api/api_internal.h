@@ -14,9 +14,10 @@
 
 namespace kvq {
 
-/// The cache a session of a model with config `c` gets from `kv`, checked (formats by name,
+/// The cache a session of a model with config `c` and context `model_context` (ModelInfo::context)
+/// gets from `kv` (whose context, when set, is at most model_context), checked (formats by name,
 /// per-layer plan length, page size, budgets via KvCache::Plan) but not allocated.
-Result<KvCacheConfig> CacheConfigFor(const LlamaConfig& c, int64_t context, const KvOptions& kv);
+Result<KvCacheConfig> CacheConfigFor(const LlamaConfig& c, int64_t model_context, const KvOptions& kv);
 
 struct Model::Impl {
   ModelInfo info;
@@ -30,6 +31,11 @@ struct Model::Impl {
   mutable std::once_flag fingerprint_once_;
   mutable ModelFingerprint fingerprint_;
 };
+
+/// Model::TokenText and Model::IsEndOfGeneration, for the API's own users (Generator) that hold a
+/// Model::Impl: one definition of each fact.
+std::string TokenText(const Model::Impl& model, int32_t previous, int32_t token);
+bool IsEndOfGeneration(const Model::Impl& model, int32_t id);
 
 struct Session::Impl {
   Impl(std::shared_ptr<const Model::Impl> m, KvCacheConfig config, std::unique_ptr<KvCache> c);

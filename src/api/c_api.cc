@@ -15,6 +15,7 @@ struct kvq_model {
 };
 struct kvq_session {
   std::unique_ptr<kvq::Session> session;
+  int last_finish = -1;  // kvq_finish_reason of the last successful generate; -1: none
 };
 
 namespace {
@@ -53,6 +54,16 @@ std::string Str(const char* s, const char* fallback = "") { return s != nullptr 
 
 kvq::SamplerOptions Sampling(const kvq_generate_options& o) {
   return {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .min_p = o.min_p, .seed = o.seed};
+}
+
+int FinishToC(kvq::FinishReason reason) {
+  switch (reason) {
+    case kvq::FinishReason::kStop: return KVQ_FINISH_STOP;
+    case kvq::FinishReason::kLength: return KVQ_FINISH_LENGTH;
+    case kvq::FinishReason::kContext: return KVQ_FINISH_CONTEXT;
+    case kvq::FinishReason::kCancelled: return KVQ_FINISH_CANCELLED;
+  }
+  return KVQ_FINISH_STOP;
 }
 
 kvq::KvOptions KvFromC(const kvq_model_options& o) {
@@ -268,7 +279,7 @@ void kvq_generate_options_init(kvq_generate_options* o) {
   if (Missing(o, "kvq_generate_options_init: options")) return;
   const kvq::SamplerOptions d;
   *o = {.max_tokens = 256, .temperature = d.temperature, .top_k = d.top_k, .top_p = d.top_p, .min_p = d.min_p,
-        .seed = d.seed};
+        .seed = d.seed, .stop = nullptr, .n_stop = 0, .ignore_eos = 0};
 }
 
 void kvq_session_set_sampler(kvq_session* session, const kvq_generate_options* options) {
@@ -296,6 +307,7 @@ int kvq_session_generate(kvq_session* session, const char* prompt, const kvq_gen
   if (Missing(session, "kvq_session_generate: session") || Missing(prompt, "kvq_session_generate: prompt")) {
     return KVQ_ERROR;
   }
+  session->last_finish = -1;  // until this call succeeds
   return Guard("kvq_session_generate", KVQ_ERROR, [&] {
     kvq_generate_options defaults;
     kvq_generate_options_init(&defaults);
@@ -306,12 +318,25 @@ int kvq_session_generate(kvq_session* session, const char* prompt, const kvq_gen
         return on_token(token, piece.c_str(), user_data) != 0;
       };
     }
-    kvq::Result<kvq::Completion> c =
-        session->session->Generate(prompt, {.max_tokens = o.max_tokens, .sampling = Sampling(o)}, callback);
+    kvq::GenerateRequest request{.max_tokens = o.max_tokens, .sampling = Sampling(o), .ignore_eos = o.ignore_eos != 0};
+    if (o.n_stop < 0 || (o.n_stop > 0 && o.stop == nullptr)) {
+      return Fail("kvq_session_generate: options->n_stop is " + std::to_string(o.n_stop) +
+                  (o.n_stop < 0 ? "; expected 0 or more" : " but options->stop is NULL"));
+    }
+    for (int32_t i = 0; i < o.n_stop; ++i) {
+      if (o.stop[i] == nullptr) return Fail("kvq_session_generate: options->stop[" + std::to_string(i) + "] is NULL");
+      request.stop.emplace_back(o.stop[i]);
+    }
+    kvq::Result<kvq::Completion> c = session->session->Generate(prompt, request, callback);
     if (!c.ok()) return Fail(c.status().message());
     if (n_generated != nullptr) *n_generated = static_cast<int64_t>(c->tokens.size());
+    session->last_finish = FinishToC(c->finish);
     return KVQ_OK;
   });
+}
+
+int kvq_session_finish_reason(const kvq_session* session) {
+  return Missing(session, "kvq_session_finish_reason: session") ? -1 : session->last_finish;
 }
 
 }  // extern "C"

@@ -8,7 +8,12 @@
 
 namespace kvq {
 
-Result<KvCacheConfig> CacheConfigFor(const LlamaConfig& c, int64_t context, const KvOptions& kv) {
+Result<KvCacheConfig> CacheConfigFor(const LlamaConfig& c, int64_t model_context, const KvOptions& kv) {
+  if (kv.context < 0 || kv.context > model_context) {
+    return Status::Error(fmt::format("KvOptions::context must be in 0..{} (the model's context; 0: all of it), "
+                                     "got {}", model_context, kv.context));
+  }
+  const int64_t context = kv.context > 0 ? kv.context : model_context;
   // A hybrid model's cache holds its attention layers and its recurrent layers' fixed state.
   KvCacheConfig config{.n_layers = c.n_attention_layers(),
                        .n_kv_heads = c.n_kv_heads,
@@ -114,20 +119,24 @@ Result<std::string> Model::Detokenize(std::span<const int32_t> ids) const {
   return impl_->tokenizer.Detokenize(ids);
 }
 
-std::string Model::TokenText(int32_t previous, int32_t token) const {
-  const int32_t vocab = impl_->info.vocab_size;
+std::string TokenText(const Model::Impl& model, int32_t previous, int32_t token) {
+  const int32_t vocab = model.info.vocab_size;
   if (token < 0 || token >= vocab || previous < 0 || previous >= vocab) return {};
-  return impl_->tokenizer.Decode(previous, token);
+  return model.tokenizer.Decode(previous, token);
 }
+
+bool IsEndOfGeneration(const Model::Impl& model, int32_t id) {
+  return id >= 0 && id < model.info.vocab_size && model.tokenizer.IsEndOfGeneration(id);
+}
+
+std::string Model::TokenText(int32_t previous, int32_t token) const { return kvq::TokenText(*impl_, previous, token); }
 
 std::string Model::TokenPiece(int32_t id) const {
   if (id < 0 || id >= impl_->info.vocab_size) return {};
   return impl_->tokenizer.piece(id);
 }
 
-bool Model::IsEndOfGeneration(int32_t id) const {
-  return id >= 0 && id < impl_->info.vocab_size && impl_->tokenizer.IsEndOfGeneration(id);
-}
+bool Model::IsEndOfGeneration(int32_t id) const { return kvq::IsEndOfGeneration(*impl_, id); }
 
 Result<std::unique_ptr<Session>> Model::NewSession() const { return NewSession(impl_->options.kv); }
 

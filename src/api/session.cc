@@ -1,12 +1,12 @@
 // Session (see include/kvq/session.h): Prefill/Decode/RunBatch over LlamaModel::ForwardBatch and
-// the caches, Generate through generate/Generate (the loop `kvq run` uses, so their outputs agree),
-// and the cache operations (truncate, clear, snapshots).
+// the caches, Generate (Prefill, then sample, Generator, Decode: the loop `kvq run` runs too), and
+// the cache operations (truncate, clear, snapshots).
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "api/api_internal.h"
-#include "generate/generate.h"
 #include "kvq/format.h"
 
 namespace kvq {
@@ -152,51 +152,83 @@ Status Session::Truncate(int64_t n_positions) {
 
 Result<Completion> Session::Generate(std::string_view prompt, const GenerateRequest& request,
                                      const TokenCallback& on_token) {
+  const Tokenizer& tokenizer = impl_->model->tokenizer;
+  const std::vector<int32_t> ids = tokenizer.Encode(prompt, tokenizer.add_bos());
+  if (ids.empty()) return Status::Error("Generate: the prompt is empty and this vocabulary adds no BOS token");
+  return Generate(std::span<const int32_t>(ids), request, on_token);
+}
+
+Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const GenerateRequest& request,
+                                     const TokenCallback& on_token) {
+  using Clock = std::chrono::steady_clock;
   Impl& s = *impl_;
-  const Tokenizer& tokenizer = s.model->tokenizer;
-  std::vector<int32_t> prompt_ids = tokenizer.Encode(prompt, tokenizer.add_bos());
-  if (prompt_ids.empty()) {
-    return Status::Error("Generate: the prompt is empty and this vocabulary adds no BOS token");
-  }
-  if (static_cast<int64_t>(prompt_ids.size()) > context()) {  // refused before the cache is touched
+  // A copy: the caller's span may be this session's own tokens(), which Clear and Prefill change.
+  const std::vector<int32_t> copy(prompt_ids.begin(), prompt_ids.end());
+  const std::span<const int32_t> prompt(copy);
+  // Refused before the cache is touched.
+  if (prompt.empty()) return Status::Error("Generate: the prompt has no tokens");
+  if (static_cast<int64_t>(prompt.size()) > context()) {
     return Status::Error(fmt::format("Generate: the prompt is {} tokens but the session's context is {}",
-                                     prompt_ids.size(), context()));
+                                     prompt.size(), context()));
   }
+  const int32_t vocab = s.model->info.vocab_size;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= vocab) {
+      return Status::Error(fmt::format("Generate: prompt token {} at index {} is outside the vocabulary [0, {})",
+                                       prompt[i], i, vocab));
+    }
+  }
+  const GeneratorOptions rules{.max_tokens = request.max_tokens, .stop = request.stop,
+                               .ignore_eos = request.ignore_eos};
+  if (Status st = Generator::Check(rules); !st.ok()) return Status::Error("Generate: " + st.message());
   // Reuse what the session holds when it is a prefix of the prompt (never all of the prompt: the
-  // last prompt token is run again, for its logits); otherwise start from an empty cache, so the
-  // prefill is cut into blocks exactly as `kvq run` cuts it.
+  // last prompt token is run again, for its logits); otherwise start from an empty cache.
   const size_t held = s.tokens.size();
-  const bool reuse = held < prompt_ids.size() && std::equal(s.tokens.begin(), s.tokens.end(), prompt_ids.begin());
+  const bool reuse = held < prompt.size() && std::equal(s.tokens.begin(), s.tokens.end(), prompt.begin());
   if (!reuse && held > 0) {
     if (Status st = Clear(); !st.ok()) return st;
   }
-  GenerateOptions options{.prompt = std::string(prompt), .prompt_tokens = std::move(prompt_ids),
-                          .n_new = request.max_tokens, .sampling = request.sampling, .on_token = on_token};
-  Result<GenerateResult> r = kvq::Generate(s.llama, tokenizer, *s.cache, options, {}, s.tokens);
-  if (!r.ok()) {
-    // The cache may have grown before the error: start over rather than guess what it holds.
-    (void)Clear();
-    return r.status();
-  }
   Completion c;
-  c.tokens.assign(r->tokens.begin() + r->n_prompt, r->tokens.end());
-  c.text = r->completion;
-  c.n_prompt = r->n_prompt;
-  c.n_reused = r->n_reused;
-  c.prompt_seconds = r->prompt_seconds;
-  c.decode_seconds = r->decode_seconds;
-  const int32_t generated = static_cast<int32_t>(c.tokens.size());
-  if (r->cancelled) {
-    c.stop = StopReason::kCancelled;
-  } else if (request.max_tokens >= 0 && generated >= request.max_tokens) {
-    c.stop = StopReason::kMaxTokens;
-  } else if (static_cast<int64_t>(r->tokens.size()) > context()) {
-    c.stop = StopReason::kContextFull;
-  } else {
-    c.stop = StopReason::kEndOfGeneration;
+  c.n_prompt = static_cast<int32_t>(prompt.size());
+  c.n_reused = static_cast<int32_t>(s.tokens.size());
+  // Any error from here on: the cache may have grown; start over rather than guess what it holds.
+  auto failed = [&](const Status& st) -> Result<Completion> {
+    (void)Clear();
+    return st;
+  };
+  const auto t0 = Clock::now();
+  // Everything but the last token in blocks, then the last alone: the cut of `kvq run`, so the
+  // prompt cache below holds exactly the prefix that a later prompt reuses.
+  if (Status st = Prefill(prompt.subspan(s.tokens.size(), prompt.size() - 1 - s.tokens.size())); !st.ok()) {
+    return failed(st);
   }
-  s.tokens.assign(r->tokens.begin(), r->tokens.begin() + r->n_cached);
-  s.logits = std::move(r.value().logits);
+  if (!request.save_prefix.empty() && s.tokens.size() > static_cast<size_t>(c.n_reused)) {
+    if (Status st = SavePrefix(request.save_prefix); !st.ok()) {
+      return failed(Status::Error("Generate: saving the prompt's prefix: " + st.message()));
+    }
+  }
+  if (Status st = Decode(prompt.back()); !st.ok()) return failed(st);
+  const auto t1 = Clock::now();
+  c.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
+
+  Result<Generator> generator = Generator::Create(*this, rules);
+  if (!generator.ok()) return failed(generator.status());
+  Generator& g = generator.value();
+  Sampler sampler(request.sampling);
+  while (!g.finished()) {
+    const int32_t token = sampler.Sample(s.logits.data(), vocab);
+    GeneratorStep step = g.Next(token);
+    if (on_token && (step.kept || !step.text.empty()) && !on_token(token, step.text)) {
+      if (!step.finished) step = g.Cancel();
+    }
+    if (step.run) {
+      if (Status st = Decode(token); !st.ok()) return failed(st);
+    }
+  }
+  c.decode_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
+  c.tokens.assign(g.tokens().begin(), g.tokens().end());
+  c.text = g.text();
+  c.finish = g.finish_reason();
   return c;
 }
 

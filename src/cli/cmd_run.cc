@@ -1,17 +1,19 @@
-// `kvq run`: generate text with a Llama-architecture model through the kvq cache. With no -m it
-// runs the bundled stories260K (llama2.c files under models/).
+// `kvq run`: generate text with a model through the kvq cache, as a client of the public API
+// (kvq::Model, Session::Generate). With no -m it runs the bundled stories260K (llama2.c files
+// under models/).
 #include <fmt/core.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "cli/commands.h"
-#include "cli/json_output.h"
 #include "cli/flags.h"
-#include "cache/snapshot.h"
-#include "kvq/kv_cache.h"
+#include "cli/json_output.h"
+#include "kvq/kv_memory.h"
+#include "kvq/model.h"
+#include "kvq/session.h"
 #include "kvq/units.h"
-#include "generate/generate.h"
-#include "model/load_model.h"
 
 namespace kvq::cli {
 namespace {
@@ -29,6 +31,18 @@ struct RunOptions {
   std::string prompt_cache;
 };
 
+// --kv / --kv-k / --kv-v or --kv-plan's specs as the public KvOptions, with the budgets and -c.
+KvOptions KvOptionsOf(const std::vector<LayerFormats>& layers, const SharedOptions& so, int64_t context) {
+  KvOptions kv{.budgets = so.budgets, .context = context};
+  if (layers.size() == 1) {
+    kv.key_format = KvSpecName(layers[0].Key());
+    kv.value_format = KvSpecName(layers[0].Value());
+  } else {
+    for (const LayerFormats& l : layers) kv.layers.push_back({KvSpecName(l.Key()), KvSpecName(l.Value())});
+  }
+  return kv;
+}
+
 int RunGenerate(const RunOptions& o) {
   auto bad = [](const std::string& m) { return BadInput("run", m); };
   const SharedOptions& so = o.shared;
@@ -38,114 +52,94 @@ int RunGenerate(const RunOptions& o) {
   if (o.min_p < 0 || o.min_p >= 1) return bad(fmt::format("--min-p must be in [0, 1) (got {})", o.min_p));
   if (o.top_k < 0) return bad(fmt::format("--top-k must be >= 0 (got {})", o.top_k));
 
-  Result<LoadedModel> loaded_model = LoadModel(model_path, so.TokenizerPath());
-  if (!loaded_model.ok()) return bad(loaded_model.status().message());
-  LlamaWeights* weights = &loaded_model.value().weights;
-  const Tokenizer* tokenizer = &loaded_model.value().tokenizer;
-  const LlamaConfig cfg = weights->config;
-
-  const Result<std::vector<LayerFormats>> kv = so.KvLayers(*weights);  // one for all, or --kv-plan's
-  if (!kv.ok()) return bad(kv.status().message());
-  const int64_t context = o.context == 0 ? cfg.seq_len : o.context;
-  if (context < 0 || context > cfg.seq_len) {
-    return bad(fmt::format("-c {}: the model's context is {} positions", o.context, cfg.seq_len));
+  Result<std::unique_ptr<Model>> loaded = Model::Load(model_path, {.tokenizer_path = so.TokenizerPath(),
+                                                                   .threads = so.threads});
+  if (!loaded.ok()) return bad(loaded.status().message());
+  const Model& model = **loaded;
+  const ModelInfo& info = model.info();
+  // One spec for all layers, or --kv-plan's (checked against the model's fingerprint: only then is
+  // it computed, as it reads every weight).
+  const Result<std::vector<LayerFormats>> layers =
+      so.KvLayers(so.kv_plan.empty() ? ModelFingerprint{} : model.fingerprint());
+  if (!layers.ok()) return bad(layers.status().message());
+  if (o.context < 0 || o.context > info.trained_context) {
+    return bad(fmt::format("-c {}: the model's context is {} positions", o.context, info.trained_context));
   }
-  // A hybrid model's cache holds its attention layers and its recurrent layers' fixed state.
-  KvCacheConfig cache_config{.n_layers = cfg.n_attention_layers(),
-                             .n_kv_heads = cfg.n_kv_heads,
-                             .head_dim = cfg.head_dim(),
-                             .layers = *kv,
-                             .key_rope = ModelRopeConfig(cfg),
-                             .max_positions = context,
-                             .page_positions = DefaultPagePositions(context),
-                             .budgets = so.budgets,
-                             .state_floats = cfg.state_floats()};
-  Result<std::unique_ptr<KvCache>> cache = KvCache::Create(cache_config);
-  if (!cache.ok()) return bad(cache.status().message());
+  Result<std::unique_ptr<Session>> made = model.NewSession(KvOptionsOf(*layers, so, o.context));
+  if (!made.ok()) return bad(made.status().message());
+  Session& session = **made;
 
-  // Prompt cache: a snapshot of the cache after every prompt token but the last, with those ids
-  // (and a hybrid model's recurrent state at that point).
-  const ModelFingerprint fingerprint = o.prompt_cache.empty() ? ModelFingerprint{} : Fingerprint(*weights);
-  std::vector<int32_t> cached_tokens;
+  const std::vector<int32_t> prompt_ids = model.Tokenize(o.prompt);
+  // Prompt cache: a snapshot of the session after every prompt token but the last (SavePrefix),
+  // which Generate reuses when it is a prefix of this prompt and clears when it is not.
   if (!o.prompt_cache.empty() && std::filesystem::exists(o.prompt_cache)) {
-    Result<std::vector<int32_t>> loaded = (*cache)->Load(o.prompt_cache, fingerprint);
-    if (!loaded.ok()) {
-      fmt::print(stderr, "kvq run: error: --prompt-cache {}: {}\n", o.prompt_cache, loaded.status().message());
+    if (Result<int64_t> n = session.LoadPrefix(o.prompt_cache); !n.ok()) {
+      fmt::print(stderr, "kvq run: error: --prompt-cache {}: {}\n", o.prompt_cache, n.status().message());
       return 1;
     }
-    const std::vector<int32_t> prompt_tokens = tokenizer->Encode(o.prompt, tokenizer->add_bos());
-    const bool prefix = loaded->size() < prompt_tokens.size() &&
-                        std::equal(loaded->begin(), loaded->end(), prompt_tokens.begin());
-    if (prefix) {
-      cached_tokens = std::move(loaded).value();
-    } else {  // another prompt: start from an empty cache, and save this prompt's prefix instead
-      if (!so.json) {
-        fmt::print(stderr, "kvq run: --prompt-cache {} holds another prompt's prefix ({} tokens); recomputing\n",
-                   o.prompt_cache, loaded->size());
-      }
-      cache = KvCache::Create(cache_config);
-      if (!cache.ok()) return bad(cache.status().message());
+    const std::span<const int32_t> held = session.tokens();
+    const bool prefix = held.size() < prompt_ids.size() && std::equal(held.begin(), held.end(), prompt_ids.begin());
+    if (!prefix && !so.json) {  // another prompt: this one's prefix is saved instead
+      fmt::print(stderr, "kvq run: --prompt-cache {} holds another prompt's prefix ({} tokens); recomputing\n",
+                 o.prompt_cache, held.size());
     }
   }
-  LlamaModel model(std::move(*weights), so.threads);
-  GenerateOptions g{.prompt = o.prompt, .n_new = o.n,
-                    .sampling = {.temperature = o.temp, .top_k = o.top_k, .top_p = o.top_p,
-                                 .min_p = o.min_p, .seed = o.seed_given ? so.seed : std::random_device{}()}};
-  if (!o.prompt_cache.empty()) {
-    g.on_prefix = [&](const std::vector<int32_t>& prefix) {
-      const Status s = (*cache)->Save(o.prompt_cache, fingerprint, prefix);
-      return s.ok() ? s : Status::Error("--prompt-cache: " + s.message());
-    };
-  }
-  auto stream = [&](const std::string& piece) {
+  const GenerateRequest request{
+      .max_tokens = o.n,
+      .sampling = {.temperature = o.temp, .top_k = o.top_k, .top_p = o.top_p, .min_p = o.min_p,
+                   .seed = o.seed_given ? so.seed : std::random_device{}()},
+      .save_prefix = o.prompt_cache};
+  auto stream = [&](int32_t, const std::string& text) {
     if (!so.json) {
-      fmt::print("{}", piece);
+      fmt::print("{}", text);
       std::fflush(stdout);
     }
+    return true;
   };
   if (!so.json) fmt::print("{}", o.prompt);
-  Result<GenerateResult> r = Generate(model, *tokenizer, **cache, g, stream, cached_tokens);
-  if (!r.ok()) {
-    fmt::print(stderr, "\nkvq run: error: {}\n", r.status().message());
+  Result<Completion> c = session.Generate(prompt_ids, request, stream);
+  if (!c.ok()) {
+    fmt::print(stderr, "\nkvq run: error: {}\n", c.status().message());
     return 1;
   }
+  // Decode passes: the session holds the prompt and every generated token that was run.
+  const int64_t n_decoded = session.positions() - c->n_prompt;
   // The cache's exact bytes, and what f16 (the default) would take for the same positions.
-  const FormatDesc* f16 = FindFormat(FormatId::kF16);
-  int64_t kv_bytes = 0, kv_bytes_f16 = 0;
-  for (int64_t l = 0; l < cache_config.n_layers; ++l) {  // a hybrid's attention layers only
-    const RowShape shape{cfg.n_kv_heads, cfg.head_dim()};
-    const int64_t n = (*cache)->positions(l);
-    const LayerFormats& f = kv->size() == 1 ? kv->front() : (*kv)[static_cast<size_t>(l)];
-    kv_bytes += SpecBytesForRows(f.key->key, f.key_transforms, shape, n) +
-                SpecBytesForRows(f.value->value, f.value_transforms, shape, n);
-    kv_bytes_f16 += BytesForRows(f16->key, shape, n) + BytesForRows(f16->value, shape, n);
-  }
+  const int64_t kv_bytes = session.kv_bytes();
+  const Result<int64_t> f16_bytes = KvBytesForContext(
+      *FindFormat(FormatId::kF16),
+      {.n_layers = info.n_attention_layers, .n_kv_heads = info.n_kv_heads, .head_dim = info.head_dim},
+      session.positions());
+  const int64_t kv_bytes_f16 = f16_bytes.ok() ? *f16_bytes : 0;  // an error: no positions
   // Prompt speed counts the tokens actually run (a prompt cache skips the rest).
-  const double prompt_tps = r->prompt_seconds > 0 ? (r->n_prompt - r->n_reused) / r->prompt_seconds : 0;
-  const double decode_tps = r->decode_seconds > 0 ? r->n_decoded / r->decode_seconds : 0;
+  const double prompt_tps = c->prompt_seconds > 0 ? (c->n_prompt - c->n_reused) / c->prompt_seconds : 0;
+  const double decode_tps = c->decode_seconds > 0 ? n_decoded / c->decode_seconds : 0;
   const std::string format_name = so.KvFormatName();
+  const char* finish = FinishReasonName(c->finish);
   if (so.json) {
-    nlohmann::json out = {{"prompt", o.prompt}, {"completion", r->completion}, {"tokens", r->tokens},
+    std::vector<int32_t> tokens = prompt_ids;
+    tokens.insert(tokens.end(), c->tokens.begin(), c->tokens.end());
+    nlohmann::json out = {{"prompt", o.prompt}, {"completion", c->text}, {"tokens", tokens},
                           {"prompt_tps", prompt_tps}, {"decode_tps", decode_tps}, {"kv_bytes", kv_bytes},
                           {"kv_bytes_f16", kv_bytes_f16},
                           {"kv_format", format_name}, {"model", model_path},
-                          {"prompt_cache_reused_tokens", r->n_reused}};
+                          {"prompt_cache_reused_tokens", c->n_reused}, {"finish_reason", finish}};
     PrintJson(out);
     return 0;
   }
   fmt::print("\n\n");
   std::fflush(stdout);
-  if (r->n_reused > 0) {
+  if (c->n_reused > 0) {
     fmt::print(stderr, "kvq run: prompt cache {}: reused {} of {} prompt tokens (prefill skipped)\n",
-               o.prompt_cache, r->n_reused, r->n_prompt);
+               o.prompt_cache, c->n_reused, c->n_prompt);
   }
   const std::string vs_f16 =
       kv_bytes_f16 > 0 && format_name != "f16"
           ? fmt::format(", {:.1f}% of f16's {} bytes", 100.0 * kv_bytes / kv_bytes_f16, FormatCount(kv_bytes_f16))
           : "";
   fmt::print(stderr, "kvq run: prompt {} tokens at {:.1f} tok/s, decode {} tokens at {:.1f} tok/s; KV cache "
-             "{} bytes ({}) in {}{}\n", r->n_prompt, prompt_tps, r->n_decoded, decode_tps, FormatCount(kv_bytes),
-             FormatBytesIec(kv_bytes), format_name, vs_f16);
+             "{} bytes ({}) in {}{}; finish: {}\n", c->n_prompt, prompt_tps, n_decoded, decode_tps,
+             FormatCount(kv_bytes), FormatBytesIec(kv_bytes), format_name, vs_f16, finish);
   return 0;
 }
 

@@ -1,4 +1,5 @@
-// kvq serve's engine (see engine.h): admission, batched steps, sampling and stop rules.
+// kvq serve's engine (see engine.h): admission, batched steps and sampling; the rules that end a
+// completion are each job's Generator's (kvq/generator.h).
 #include "server/engine.h"
 
 #include <fmt/format.h>
@@ -13,29 +14,6 @@ namespace kvq::server {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Bytes at the end of `text` that may be the start of a stop string, or of a UTF-8 character
-// still missing bytes: held back from the stream until the next token decides.
-size_t HoldBack(const std::string& text, const std::vector<std::string>& stop) {
-  size_t hold = 0;
-  for (const std::string& s : stop) {
-    for (size_t n = std::min(s.size() - 1, text.size()); n > hold; --n) {
-      if (text.compare(text.size() - n, n, s, 0, n) == 0) {
-        hold = n;
-        break;
-      }
-    }
-  }
-  // An incomplete UTF-8 sequence at the end: its lead byte says how many bytes it needs.
-  for (size_t back = 1; back <= std::min<size_t>(3, text.size()); ++back) {
-    const unsigned char c = static_cast<unsigned char>(text[text.size() - back]);
-    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: keep looking for the lead
-    const size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-    if (need > back) hold = std::max(hold, back);
-    break;
-  }
-  return hold;
-}
 
 ApiError Refused(int status, std::string type, std::string code, std::string message) {
   return {.status = status, .type = std::move(type), .message = std::move(message), .param = "", .code = std::move(code)};
@@ -78,7 +56,7 @@ void Job::Publish(std::string piece, bool done, FinishReason reason, std::option
       finish = reason;
       error = std::move(err);
     }
-    usage.completion_tokens = static_cast<int64_t>(generated.size());
+    usage.completion_tokens = generator ? static_cast<int64_t>(generator->tokens().size()) : 0;
   }
   cv.notify_all();
 }
@@ -108,6 +86,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineO
     if (!s.ok()) return s.status();
     e->slots_.push_back(Slot{.session = std::move(s).value()});
   }
+  e->context_ = e->slots_[0].session->context();  // KvOptions::context may hold less than the model's
   if (options.kv_budget_per_session_bytes > 0 && e->KvBytesFor(2) > options.kv_budget_per_session_bytes) {
     return Status::Error(fmt::format("--kv-budget-per-session {} B holds no request: 2 positions take {} B",
                                      options.kv_budget_per_session_bytes, e->KvBytesFor(2)));
@@ -191,6 +170,11 @@ std::variant<std::shared_ptr<Job>, ApiError> Engine::Submit(JobSpec spec) {
     return Refused(400, "invalid_request_error", "context_length_exceeded",
                    fmt::format("the prompt is {} tokens; this server's context is {} (room is needed for at least "
                                "one new token)", n_prompt, context_));
+  }
+  if (Status rules = Generator::Check({.max_tokens = spec.max_tokens, .stop = spec.stop}); !rules.ok()) {
+    ApiError e = Refused(400, "invalid_request_error", "", rules.message());
+    e.param = "stop";
+    return e;
   }
   const int64_t positions = std::min<int64_t>(context_, n_prompt + spec.max_tokens);
   const int64_t need = KvBytesFor(positions);
@@ -397,7 +381,9 @@ void Engine::Step() {
       cancelled = s.job->cancelled;
     }
     if (cancelled) {
-      Finish(s, FinishReason::kStop);
+      const kvq::FinishReason reason =
+          s.job->generator ? s.job->generator->Cancel().finish : kvq::FinishReason::kCancelled;
+      Finish(s, OpenAiFinishReason(reason));
       continue;
     }
     if (Clock::now() > s.job->spec.deadline) {
@@ -466,56 +452,32 @@ void Engine::SavePrefix(Slot& slot) {
 
 void Engine::Advance(Slot& slot) {
   Job& job = *slot.job;
+  if (!job.generator) {  // the prompt has just run: the completion starts after it
+    Result<Generator> made = Generator::Create(*slot.session, job.Rules());
+    if (!made.ok()) {
+      Finish(slot, FinishReason::kStop, Refused(500, "server_error", "", made.status().message()));
+      return;
+    }
+    job.generator = std::move(made).value();
+  }
   Result<int32_t> token = slot.session->Sample();
   if (!token.ok()) {
     Finish(slot, FinishReason::kStop, Refused(500, "server_error", "", token.status().message()));
     return;
   }
-  // As Generate: an end token, or BOS (llama2.c models start a new story with it), ends the text.
-  if ((model_.IsEndOfGeneration(*token) || *token == model_.info().bos) && !job.spec.ignore_eos) {
-    Finish(slot, FinishReason::kStop);
+  const GeneratorStep step = job.generator->Next(*token);
+  if (step.kept) metrics_->generated_tokens++;
+  if (!step.text.empty()) job.Publish(step.text, false, FinishReason::kStop, {});
+  if (step.finished) {
+    Finish(slot, OpenAiFinishReason(step.finish));
     return;
   }
-  const int32_t previous = job.generated.empty() ? job.spec.prompt.back() : job.generated.back();
-  job.generated.push_back(*token);
-  job.text += model_.TokenText(previous, *token);
-  metrics_->generated_tokens++;
-  // A stop string ends the text before it; the search starts where a new match could begin.
-  size_t stop_at = std::string::npos;
-  for (const std::string& s : job.spec.stop) {
-    const size_t from = job.emitted_bytes > s.size() ? job.emitted_bytes - s.size() : 0;
-    stop_at = std::min(stop_at, job.text.find(s, from));
-  }
-  if (stop_at != std::string::npos) {
-    job.Publish(job.text.substr(job.emitted_bytes, stop_at - job.emitted_bytes), false, FinishReason::kStop, {});
-    job.emitted_bytes = stop_at;
-    Finish(slot, FinishReason::kStop, std::nullopt, /*flush_held=*/false);
-    return;
-  }
-  const bool at_max = static_cast<int32_t>(job.generated.size()) >= job.spec.max_tokens;
-  const bool context_full = slot.session->positions() >= context_;  // no room to run it
-  if (at_max || context_full) {
-    job.Publish(job.text.substr(std::min(job.emitted_bytes, job.text.size())), false, FinishReason::kLength, {});
-    job.emitted_bytes = job.text.size();
-    Finish(slot, FinishReason::kLength);
-    return;
-  }
-  const size_t safe = job.text.size() - HoldBack(job.text, job.spec.stop);
-  if (safe > job.emitted_bytes) {
-    job.Publish(job.text.substr(job.emitted_bytes, safe - job.emitted_bytes), false, FinishReason::kStop, {});
-    job.emitted_bytes = safe;
-  }
-  slot.next_token = *token;
+  slot.next_token = *token;  // step.run: the next step runs it
 }
 
-void Engine::Finish(Slot& slot, FinishReason reason, std::optional<ApiError> error, bool flush_held) {
-  Job& job = *slot.job;
+void Engine::Finish(Slot& slot, FinishReason reason, std::optional<ApiError> error) {
   const bool failed = error.has_value();
-  std::string rest;
-  if (!failed && flush_held && job.text.size() > job.emitted_bytes) {
-    rest = job.text.substr(job.emitted_bytes);  // held back for a stop string that never came
-  }
-  job.Publish(std::move(rest), true, reason, std::move(error));
+  slot.job->Publish("", true, reason, std::move(error));
   // The answer is out: now the session's cache (prompt and reply) goes to the prefix store, where a
   // request extending it — the same prompt, or the next turn of the conversation — finds it.
   if (!failed) SavePrefix(slot);

@@ -26,6 +26,7 @@
 #include <variant>
 #include <vector>
 
+#include "kvq/generator.h"
 #include "kvq/model.h"
 #include "kvq/session.h"
 #include "server/metrics.h"
@@ -89,11 +90,14 @@ class Job {
   std::optional<ApiError> error;
   Usage usage;
   double ttft = 0;
+  // The rules rendered into spec (end tokens, max_tokens, stop strings, the context).
+  GeneratorOptions Rules() const {
+    return {.max_tokens = spec.max_tokens, .stop = spec.stop, .ignore_eos = spec.ignore_eos};
+  }
+
   // Scheduler-side state (only the scheduler thread touches these).
-  std::vector<int32_t> generated;  // ids, end tokens excluded
-  std::string text;                // their text, as generation prints it (Model::TokenText)
-  size_t emitted_bytes = 0;        // bytes of the generated text published so far
-  int64_t kv_reserved_bytes = 0;   // what admission counted for it
+  std::optional<Generator> generator;  // made when the prompt has run; decides every sampled token
+  int64_t kv_reserved_bytes = 0;       // what admission counted for it
 };
 
 class Engine {
@@ -138,11 +142,11 @@ class Engine {
   void Step();
   // Saves the slot's cache (prompt and reply) to the prefix store, if there is one.
   void SavePrefix(Slot& slot);
-  // After the session's logits are those after its last token: sample, publish, decide.
+  // After the session's logits are those after its last token: sample, hand the token to the
+  // job's Generator, publish the text it releases, and finish or queue the token to run.
   void Advance(Slot& slot);
-  // Ends the slot's job; `flush_held`: publish text held back for a possible stop string first.
-  void Finish(Slot& slot, FinishReason reason, std::optional<ApiError> error = std::nullopt,
-              bool flush_held = true);
+  // Ends the slot's job: publishes the end (with `error`, if it failed) and frees the slot.
+  void Finish(Slot& slot, FinishReason reason, std::optional<ApiError> error = std::nullopt);
   int64_t ReservedBytes() const;  // active reservations + idle sessions' bytes
   void PublishMetrics();
 

@@ -297,6 +297,11 @@ std::variant<GenerationRequest, ApiError> ParseGenerationRequest(Endpoint endpoi
 
 const char* FinishReasonName(FinishReason reason) { return reason == FinishReason::kStop ? "stop" : "length"; }
 
+FinishReason OpenAiFinishReason(kvq::FinishReason reason) {
+  return reason == kvq::FinishReason::kLength || reason == kvq::FinishReason::kContext ? FinishReason::kLength
+                                                                                         : FinishReason::kStop;
+}
+
 std::string CompletionJson(Endpoint endpoint, const ResponseMeta& meta, const std::string& text, FinishReason finish,
                            const Usage& usage) {
   json r = Envelope(endpoint, meta, false);

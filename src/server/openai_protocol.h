@@ -16,6 +16,7 @@
 #include <variant>
 #include <vector>
 
+#include "kvq/generator.h"
 #include "kvq/sampling.h"
 #include "text/chat_template.h"
 
@@ -63,8 +64,12 @@ struct GenerationRequest {
 std::variant<GenerationRequest, ApiError> ParseGenerationRequest(Endpoint endpoint, std::string_view body,
                                                                  const RequestLimits& limits);
 
+/// OpenAI's finish_reason: "stop" or "length".
 enum class FinishReason { kStop, kLength };
 const char* FinishReasonName(FinishReason reason);
+/// kvq's reason as OpenAI names it: a full context is "length" (OpenAI has no "context"), a
+/// cancelled request "stop" (its client has gone: nobody reads it).
+FinishReason OpenAiFinishReason(kvq::FinishReason reason);
 
 struct Usage {
   int64_t prompt_tokens = 0;

@@ -88,6 +88,9 @@ TEST(CApi, StepByStepEqualsGenerate) {
   int64_t n = 0;
   ASSERT_EQ(kvq_session_generate(a, "Lily and Ben", &go, collect, &generated, &n), KVQ_OK) << kvq_last_error();
   ASSERT_EQ(n, 30);
+  EXPECT_EQ(kvq_session_finish_reason(a), KVQ_FINISH_LENGTH);
+  EXPECT_EQ(kvq_session_finish_reason(b), -1);  // no generate yet
+  EXPECT_EQ(kvq_session_finish_reason(nullptr), -1);
   EXPECT_EQ(kvq_session_logits(b), nullptr);
   EXPECT_EQ(kvq_session_sample(b), -1);
   int32_t ids[16];
@@ -104,6 +107,40 @@ TEST(CApi, StepByStepEqualsGenerate) {
   EXPECT_EQ(kvq_session_positions(b), 3);
   kvq_session_free(a);
   kvq_session_free(b);
+  kvq_model_free(m);
+}
+
+// Stop strings and the finish reason: the text ends before the stop string, with KVQ_FINISH_STOP.
+TEST(CApi, StopStringsEndWithStop) {
+  kvq_model* m = LoadBundled();
+  ASSERT_NE(m, nullptr);
+  kvq_session* s = kvq_session_new(m, nullptr);
+  ASSERT_NE(s, nullptr) << kvq_last_error();
+  kvq_generate_options go;
+  kvq_generate_options_init(&go);
+  go.max_tokens = 40;
+  go.temperature = 0;
+  std::string text;
+  auto append = [](int32_t, const char* piece, void* user) {
+    *static_cast<std::string*>(user) += piece;
+    return 1;
+  };
+  ASSERT_EQ(kvq_session_generate(s, "Once upon a time", &go, append, &text, nullptr), KVQ_OK) << kvq_last_error();
+  const size_t cut = text.find(' ', 10);
+  ASSERT_NE(cut, std::string::npos) << text;
+  const std::string stop = text.substr(cut, 4);
+  const char* stops[] = {stop.c_str()};
+  go.stop = stops;
+  go.n_stop = 1;
+  std::string cut_text;
+  ASSERT_EQ(kvq_session_generate(s, "Once upon a time", &go, append, &cut_text, nullptr), KVQ_OK) << kvq_last_error();
+  EXPECT_EQ(cut_text, text.substr(0, text.find(stop)));
+  EXPECT_EQ(kvq_session_finish_reason(s), KVQ_FINISH_STOP);
+  go.stop = nullptr;
+  EXPECT_EQ(kvq_session_generate(s, "Once upon a time", &go, nullptr, nullptr, nullptr), KVQ_ERROR);
+  EXPECT_NE(std::string(kvq_last_error()).find("n_stop"), std::string::npos) << kvq_last_error();
+  EXPECT_EQ(kvq_session_finish_reason(s), -1);  // the failed call reported nothing
+  kvq_session_free(s);
   kvq_model_free(m);
 }
 

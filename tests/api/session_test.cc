@@ -109,7 +109,7 @@ TEST(SessionApi, StepByStepEqualsGenerate) {
   ASSERT_TRUE(a && b);
   Result<Completion> c = a->Generate("Lily and Ben", kGreedy);
   ASSERT_TRUE(c.ok()) << c.status().message();
-  ASSERT_EQ(c->stop, StopReason::kMaxTokens);
+  ASSERT_EQ(c->finish, FinishReason::kLength);
   EXPECT_TRUE(b->logits().empty());
   EXPECT_FALSE(b->Sample().ok());
   ASSERT_TRUE(b->Prefill(m->Tokenize("Lily and Ben")).ok());
@@ -146,7 +146,7 @@ TEST(SessionApi, CallbackCancels) {
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(calls, 5);
   EXPECT_EQ(c->tokens.size(), 5u);
-  EXPECT_EQ(c->stop, StopReason::kCancelled);
+  EXPECT_EQ(c->finish, FinishReason::kCancelled);
 }
 
 TEST(SessionApi, GenerateReusesTheHeldPrefix) {
@@ -259,7 +259,7 @@ TEST(ApiRefusals, NameWhatIsWrong) {
   // Generation stops when the context is full.
   Result<Completion> c = s->Generate("Once upon a time", {.max_tokens = -1, .sampling = {.temperature = 0}});
   ASSERT_TRUE(c.ok());
-  EXPECT_EQ(c->stop, StopReason::kContextFull);
+  EXPECT_EQ(c->finish, FinishReason::kContext);
   EXPECT_EQ(s->positions(), 40);
 }
 

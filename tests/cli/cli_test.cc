@@ -266,6 +266,18 @@ TEST(Run, JsonOnTheBundledModel) {
   EXPECT_FALSE(j["completion"].get<std::string>().empty());
   // int8 at 5 layers x 4 KV heads x head_dim 8: 2 x 4 x (2 + 8) bytes per layer-position.
   EXPECT_EQ(j["kv_bytes"].get<int64_t>(), 24 * 5 * 80);
+  EXPECT_EQ(j["finish_reason"], "length");
+}
+
+// The finish reason in the stats line and in --json: "stop" at the model's end token (greedy
+// "Once" ends its story within 400 tokens), "context" when -c leaves no room.
+TEST(Run, FinishReasonIsReported) {
+  const KvqRun stopped = Kvq("run -p Once -n 400 --temp 0");
+  EXPECT_EQ(stopped.exit_code, 0) << stopped.err;
+  EXPECT_NE(stopped.err.find("; finish: stop\n"), std::string::npos) << stopped.err;
+  const auto full = Json("run -p \"Once upon a time\" -n 400 --temp 0 -c 12");
+  EXPECT_EQ(full["finish_reason"], "context");
+  EXPECT_EQ(full["tokens"].size(), 13u);  // 12 positions run, and the last token sampled
 }
 
 TEST(Run, BadInputIsRefused) {

@@ -9,7 +9,8 @@
 
 #include <filesystem>
 
-#include "generate/generate.h"
+#include "kvq/model.h"
+#include "kvq/session.h"
 #include "model/load_model.h"
 #include "test_util/llama2c_runc.h"
 #include "test_util/reference_forward.h"
@@ -46,9 +47,11 @@ TEST_F(CharVocabModel, GreedyOutputEqualsRunC) {
   const Tokenizer& tok = loaded->tokenizer;
   EXPECT_FALSE(tok.has_byte_pieces());
   ASSERT_EQ(tok.vocab_size(), shape_.vocab_size);
-  const LlamaConfig c = loaded->weights.config;
-  const FormatDesc* f32 = *FindFormat("f32");
-  LlamaModel llama(loaded->weights, 2);
+  // The same files through the public API, which generates.
+  Result<std::unique_ptr<Model>> model = Model::Load(
+      model_path(), {.tokenizer_path = tokenizer_path(), .threads = 2,
+                     .kv = {.key_format = "f32", .value_format = "f32", .page_positions = 32}});
+  ASSERT_TRUE(model.ok()) << model.status().message();
 
   constexpr int32_t kSteps = 40;  // run.c's -n: positions, BOS included
   int32_t generated_total = 0;
@@ -65,26 +68,23 @@ TEST_F(CharVocabModel, GreedyOutputEqualsRunC) {
     // the bundled model's logits; these sums are shorter): a top-1 margin above twice that cannot
     // flip, so a different id below is a real difference.
     for (size_t i = 0; i < margins.size(); ++i) ASSERT_GT(margins[i], 2e-3f) << "generated token " << i;
-    // kvq stops at EOS (id 2) as well as at BOS (generate.h); run.c goes on past EOS. Compare up
+    // kvq stops at EOS (id 2) as well as at BOS (kvq/generator.h); run.c goes on past EOS. Compare up
     // to where kvq stops.
     const auto eos = std::find(want.begin() + static_cast<int64_t>(ids.size()), want.end(), 2);
     want.erase(eos, want.end());
     generated_total += static_cast<int32_t>(want.size() - ids.size());
 
-    Result<std::unique_ptr<KvCache>> cache =
-        KvCache::Create({.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
-                         .layers = {{f32, f32}}, .max_positions = c.seq_len, .page_positions = 32});
-    ASSERT_TRUE(cache.ok()) << cache.status().message();
-    Result<GenerateResult> r =
-        Generate(llama, tok, **cache,
-                 {.prompt = prompt, .n_new = kSteps + 1 - static_cast<int32_t>(ids.size()),
-                  .sampling = {.temperature = 0}},
-                 nullptr);
+    Result<std::unique_ptr<Session>> session = (*model)->NewSession();
+    ASSERT_TRUE(session.ok()) << session.status().message();
+    Result<Completion> r = (*session)->Generate(
+        prompt, {.max_tokens = kSteps + 1 - static_cast<int32_t>(ids.size()), .sampling = {.temperature = 0}});
     ASSERT_TRUE(r.ok()) << r.status().message();
-    EXPECT_EQ(r->tokens, want);
+    std::vector<int32_t> got = ids;
+    got.insert(got.end(), r->tokens.begin(), r->tokens.end());
+    EXPECT_EQ(got, want);
     std::string text;  // run.c's decode() of each generated id after its predecessor
     for (size_t i = ids.size(); i < want.size(); ++i) text += tok.Decode(want[i - 1], want[i]);
-    EXPECT_EQ(r->completion, text);
+    EXPECT_EQ(r->text, text);
   }
   // The comparison is about generated tokens, not only the forced prompt.
   EXPECT_GE(generated_total, 60);

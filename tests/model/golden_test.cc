@@ -4,8 +4,8 @@
 // from the GGUF copy. Also through a streamed cache, since tiers must not change a bit.
 #include <gtest/gtest.h>
 
-#include "generate/generate.h"
-#include "model/load_model.h"
+#include "kvq/model.h"
+#include "kvq/session.h"
 #include "test_util/golden_runc.h"
 
 namespace kvq {
@@ -16,30 +16,25 @@ const std::string kDir = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/";
 using Golden = test::GoldenRun;
 std::vector<Golden> ReadGolden() { return test::ReadGoldenRuns(); }
 
-// model: "stories260K.bin" (with tok512.bin) or "stories260K.gguf" (its own vocabulary).
+// model: "stories260K.bin" (with tok512.bin) or "stories260K.gguf" (its own vocabulary). Returns
+// the prompt's ids and the generated ones.
 std::vector<int32_t> RunGreedy(const std::string& prompt, int32_t n_total, KvBudgets budgets,
                                const std::string& model = "stories260K.bin") {
-  Result<LoadedModel> loaded = LoadModel(kDir + model, model == "stories260K.bin" ? kDir + "tok512.bin" : "");
-  EXPECT_TRUE(loaded.ok()) << loaded.status().message();
-  if (!loaded.ok()) return {};
-  LlamaWeights* w = &loaded.value().weights;
-  const Tokenizer* tok = &loaded.value().tokenizer;
-  const LlamaConfig c = w->config;
-  const FormatDesc* f32 = *FindFormat("f32");
-  Result<std::unique_ptr<KvCache>> cache =
-      KvCache::Create({.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
-                       .layers = {{f32, f32}}, .max_positions = c.seq_len, .page_positions = 64,
-                       .budgets = budgets});
-  EXPECT_TRUE(cache.ok()) << cache.status().message();
-  if (!cache.ok()) return {};  // the callers compare against non-empty goldens, so this fails them
-  LlamaModel llama(std::move(*w), 2);
-  const int32_t n_prompt = static_cast<int32_t>(tok->Encode(prompt, true).size());
-  Result<GenerateResult> r = Generate(llama, *tok, **cache,
-                                      {.prompt = prompt, .n_new = n_total - n_prompt, .sampling = {.temperature = 0}},
-                                      nullptr);
-  EXPECT_TRUE(r.ok()) << r.status().message();
-  if (!r.ok()) return {};
-  return r->tokens;
+  Result<std::unique_ptr<Model>> m = Model::Load(
+      kDir + model, {.tokenizer_path = model == "stories260K.bin" ? kDir + "tok512.bin" : "", .threads = 2,
+                     .kv = {.key_format = "f32", .value_format = "f32", .budgets = budgets, .page_positions = 64}});
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  if (!m.ok()) return {};
+  Result<std::unique_ptr<Session>> s = (*m)->NewSession();
+  EXPECT_TRUE(s.ok()) << s.status().message();
+  if (!s.ok()) return {};  // the callers compare against non-empty goldens, so this fails them
+  std::vector<int32_t> ids = (*m)->Tokenize(prompt);
+  Result<Completion> c = (*s)->Generate(
+      ids, {.max_tokens = n_total - static_cast<int32_t>(ids.size()), .sampling = {.temperature = 0}});
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  if (!c.ok()) return {};
+  ids.insert(ids.end(), c->tokens.begin(), c->tokens.end());
+  return ids;
 }
 
 TEST(Golden, GreedyMatchesLlama2cRunC) {

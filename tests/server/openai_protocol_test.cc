@@ -129,6 +129,14 @@ TEST(OpenAiProtocol, EveryBadFieldIsA400NamingIt) {
   }
 }
 
+// kvq's four finish reasons in OpenAI's two: a full context is "length", a cancel "stop".
+TEST(OpenAiProtocol, FinishReasonsMapToOpenAis) {
+  EXPECT_EQ(OpenAiFinishReason(kvq::FinishReason::kStop), FinishReason::kStop);
+  EXPECT_EQ(OpenAiFinishReason(kvq::FinishReason::kLength), FinishReason::kLength);
+  EXPECT_EQ(OpenAiFinishReason(kvq::FinishReason::kContext), FinishReason::kLength);
+  EXPECT_EQ(OpenAiFinishReason(kvq::FinishReason::kCancelled), FinishReason::kStop);
+}
+
 TEST(OpenAiProtocol, ResponseAndChunkShapes) {
   const ResponseMeta meta{.id = "cmpl-1", .created = 123, .model = "m"};
   const Usage usage{.prompt_tokens = 5, .completion_tokens = 3, .cached_tokens = 2};

@@ -1,0 +1,113 @@
+// kvq's public C++ API, part 3: the generation rules — when a completion ends, why, and which of
+// its text may be shown yet.
+//
+//   kvq::Result<kvq::Generator> made = kvq::Generator::Create(session, {.max_tokens = 64, .stop = {"\n\n"}});
+//   kvq::Generator& g = made.value();               // (check made.ok() first)
+//   while (!g.finished()) {                         // the session holds the prompt, run
+//     int32_t token = *session.Sample();            // the caller samples (or picks by its own rule)
+//     kvq::GeneratorStep step = g.Next(token);      // the generator decides
+//     show(step.text);                              // text safe to show now
+//     if (step.run) session.Decode(token);          // the caller runs the forward pass
+//   }
+//
+// One Generator per completion. It owns every rule that ends one: end tokens, max_tokens, stop
+// strings, the session's context; and the finish reason. It never runs the model, so a single
+// loop (Session::Generate, `kvq run`) and a server stepping many sessions through
+// Session::RunBatch drive the same object: each keeps a Generator per session and hands it each
+// sampled token. It reads the session's model's vocabulary (end tokens as Model::IsEndOfGeneration
+// says, token text as Model::TokenText gives it) and nothing else.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvq/model.h"
+#include "kvq/status.h"
+
+namespace kvq {
+
+class Session;
+
+/// Why a completion ended.
+enum class FinishReason {
+  kStop,       ///< an end token (EOS, end-of-turn, BOS) or a stop string
+  kLength,     ///< max_tokens were generated
+  kContext,    ///< the session's context is full: the last token has no position to run in
+  kCancelled,  ///< the caller cancelled (a callback returned false, a client went away)
+};
+
+/// "stop", "length", "context" or "cancelled".
+const char* FinishReasonName(FinishReason reason);
+
+struct GeneratorOptions {
+  int32_t max_tokens = 256;  ///< tokens kept at most; < 0: until an end token or the context is full
+  /// The text ends before the first occurrence of any of these (non-empty strings). The token
+  /// that completes one is kept in tokens(), and its text before the stop string is in text().
+  std::vector<std::string> stop;
+  /// End tokens do not end the completion: they are kept like any token (their text is "").
+  bool ignore_eos = false;
+};
+
+/// What one sampled token decided.
+struct GeneratorStep {
+  /// Text that may be shown now: this token's text, plus text held back by earlier tokens that
+  /// this one settled. Bytes that could begin a stop string, and an incomplete UTF-8 character,
+  /// are held back until a later token (or the end) decides them; so the concatenated steps'
+  /// text never shows part of a stop string, and is text() once finished (unless cancelled).
+  std::string text;
+  bool kept = false;      ///< the token is part of the completion (false only for an end token)
+  bool run = false;       ///< the caller runs the token (Decode) before sampling the next
+  bool finished = false;  ///< nothing more is generated; `finish` says why
+  FinishReason finish = FinishReason::kStop;
+};
+
+class Generator {
+ public:
+  /// Checks options without a model: errors name the field ("GeneratorOptions::stop[1] is empty").
+  static Status Check(const GeneratorOptions& options);
+  /// A generator for the completion that follows what `session` holds now: the prompt, run, so
+  /// that its logits give the first token. The session is read here only (its model, last token,
+  /// positions and context); the generator keeps the model's vocabulary alive. With max_tokens 0
+  /// it is finished at once (kLength). Errors: Check's; a session holding no tokens.
+  static Result<Generator> Create(const Session& session, const GeneratorOptions& options);
+
+  /// Hands the generator the token sampled from the logits after the last token run. Tokens
+  /// after finished() are refused with a finished step holding no text.
+  GeneratorStep Next(int32_t token);
+  /// Ends the completion as cancelled (no-op once finished). Held-back text is not released: a
+  /// cancelling caller has stopped reading; text() still has it.
+  GeneratorStep Cancel();
+
+  bool finished() const { return finished_; }
+  FinishReason finish_reason() const { return finish_; }  ///< meaningful once finished()
+  std::span<const int32_t> tokens() const { return tokens_; }  ///< kept tokens, in order
+  /// The completion's text: every kept token's text (Model::TokenText), cut before the first stop
+  /// string.
+  const std::string& text() const { return text_; }
+  /// Bytes of text() released by steps so far (the rest is held back).
+  size_t released_bytes() const { return released_; }
+
+ private:
+  Generator(std::shared_ptr<const Model::Impl> model, GeneratorOptions options, int32_t previous,
+            int64_t positions, int64_t context);
+  // Bytes at the end of text_ that may begin a stop string or are an incomplete UTF-8 character.
+  size_t HeldBytes() const;
+  // Ends with `reason`; `release` = bytes of text_ the final step may release.
+  GeneratorStep Finish(FinishReason reason, bool kept, size_t release);
+
+  std::shared_ptr<const Model::Impl> model_;
+  GeneratorOptions options_;
+  int32_t previous_;           // the token before the next one (its text depends on it)
+  int64_t positions_;          // what the session holds when the next token is sampled
+  int64_t context_;            // the session's positions at most
+  std::vector<int32_t> tokens_;
+  std::string text_;           // generated text; cut at a stop string once one is found
+  size_t released_ = 0;        // bytes of text_ handed out by steps
+  bool finished_ = false;
+  FinishReason finish_ = FinishReason::kStop;
+};
+
+}  // namespace kvq
