@@ -9,13 +9,14 @@
 #include "generate/sampler.h"
 #include "kvq/model.h"
 #include "kvq/session.h"
+#include "model/cache_config.h"
 #include "model/llama.h"
 #include "text/tokenizer.h"
 
 namespace kvq {
 
-/// The cache a session of a model with config `c` gets from `kv`, checked (formats by name,
-/// per-layer plan length, page size, budgets via KvCache::Plan) but not allocated.
+/// The cache a session of a model with config `c` gets from `kv`: the formats parsed by name, then
+/// ModelCacheConfig (model/cache_config.h), which owns the rest; checked but not allocated.
 Result<KvCacheConfig> CacheConfigFor(const LlamaConfig& c, int64_t context, const KvOptions& kv);
 
 struct Model::Impl {
