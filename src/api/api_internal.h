@@ -9,14 +9,15 @@
 #include "generate/sampler.h"
 #include "kvq/model.h"
 #include "kvq/session.h"
+#include "model/cache_config.h"
 #include "model/llama.h"
 #include "text/tokenizer.h"
 
 namespace kvq {
 
 /// The cache a session of a model with config `c` and context `model_context` (ModelInfo::context)
-/// gets from `kv` (whose context, when set, is at most model_context), checked (formats by name,
-/// per-layer plan length, page size, budgets via KvCache::Plan) but not allocated.
+/// gets from `kv` (whose context, when set, is at most model_context): the formats parsed by name,
+/// then ModelCacheConfig (model/cache_config.h), which owns the rest; checked but not allocated.
 Result<KvCacheConfig> CacheConfigFor(const LlamaConfig& c, int64_t model_context, const KvOptions& kv);
 
 struct Model::Impl {

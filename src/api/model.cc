@@ -14,47 +14,33 @@ Result<KvCacheConfig> CacheConfigFor(const LlamaConfig& c, int64_t model_context
                                      "got {}", model_context, kv.context));
   }
   const int64_t context = kv.context > 0 ? kv.context : model_context;
-  // A hybrid model's cache holds its attention layers and its recurrent layers' fixed state.
-  KvCacheConfig config{.n_layers = c.n_attention_layers(),
-                       .n_kv_heads = c.n_kv_heads,
-                       .head_dim = c.head_dim(),
-                       .key_rope = ModelRopeConfig(c),
-                       .max_positions = context,
-                       .budgets = kv.budgets,
-                       .state_floats = c.state_floats()};
   auto find = [](const std::string& name, const std::string& what) -> Result<KvSpec> {
     Result<KvSpec> f = ParseKvSpec(name);
     if (!f.ok()) return Status::Error(fmt::format("KvOptions::{}: {}", what, f.status().message()));
     return f;
   };
+  CacheChoice choice{.budgets = kv.budgets, .page_positions = kv.page_positions};
   if (kv.layers.empty()) {
     Result<KvSpec> k = find(kv.key_format, "key_format"), v = find(kv.value_format, "value_format");
     if (!k.ok()) return k.status();
     if (!v.ok()) return v.status();
-    config.layers = {LayerFormats::Of(*k, *v)};
+    choice.layers = {LayerFormats::Of(*k, *v)};
   } else {
-    if (static_cast<int64_t>(kv.layers.size()) != c.n_attention_layers()) {
-      return Status::Error(fmt::format(
-          "KvOptions::layers has {} entries; the model has {} layers{} (give one per "
-          "layer, or none)",
-          kv.layers.size(), c.n_attention_layers(),
-          c.n_attention_layers() < c.n_layers ? " that attend (the others are recurrent)" : ""));
-    }
     for (size_t l = 0; l < kv.layers.size(); ++l) {
       Result<KvSpec> k = find(kv.layers[l].key, fmt::format("layers[{}].key", l));
       Result<KvSpec> v = find(kv.layers[l].value, fmt::format("layers[{}].value", l));
       if (!k.ok()) return k.status();
       if (!v.ok()) return v.status();
-      config.layers.push_back(LayerFormats::Of(*k, *v));
+      choice.layers.push_back(LayerFormats::Of(*k, *v));
+    }
+    // KvOptions::layers is a per-layer plan: one entry is not "every layer" there.
+    if (choice.layers.size() == 1 && c.n_attention_layers() != 1) {
+      return Status::Error(fmt::format("KvOptions::layers has 1 entry; the model has {} layers that attend "
+                                       "(give one per layer, or none)", c.n_attention_layers()));
     }
   }
-  if (kv.page_positions < 0 || kv.page_positions % 32 != 0) {
-    return Status::Error(fmt::format("KvOptions::page_positions must be 0 or a positive multiple of 32 (got {})",
-                                     kv.page_positions));
-  }
-  config.page_positions = kv.page_positions > 0 ? kv.page_positions
-                                                : DefaultPagePositions(context);
-  if (Result<KvTierPlan> plan = KvCache::Plan(config); !plan.ok()) return plan.status();
+  Result<KvCacheConfig> config = ModelCacheConfig(c, context, choice);
+  if (!config.ok()) return Status::Error("KvOptions: " + config.status().message());
   return config;
 }
 

@@ -13,6 +13,7 @@
 #include "kvq/kv_memory.h"
 #include "kvq/units.h"
 #include "measure/context_bench.h"
+#include "model/cache_config.h"
 #include "model/load_model.h"
 #include "weights/matvec.h"
 
@@ -91,7 +92,7 @@ int RunBenchContext(const BenchContextOptions& o) {
         if (t == CacheTier::kDisk) continue;
         const Result<int64_t> b = KvBytesForContext(
             *f,
-            {.n_layers = cfg.n_layers, .n_kv_heads = cfg.n_kv_heads, .head_dim = cfg.head_dim()},
+            ModelKvShape(cfg),
             n + 1 + o.reps);
         if (!b.ok()) return bad("--context: " + b.status().message());
         host += *b;

@@ -122,8 +122,12 @@ int RunBenchPrefill(const BenchPrefillOptions& o) {
     PrintJson(out);
     return 0;
   }
-  fmt::print("prefill: {} ({} layers, {} query / {} KV heads x {}, context {}), {} threads, matvec SIMD {}\n",
-             model_path, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim(), cfg.seq_len, threads,
+  const bool hybrid = cfg.n_attention_layers() < cfg.n_layers;
+  const std::string layers = hybrid ? fmt::format("{} layers, KV in the {} attention layers", cfg.n_layers,
+                                                  cfg.n_attention_layers())
+                                    : fmt::format("{} layers", cfg.n_layers);
+  fmt::print("prefill: {} ({}, {} query / {} KV heads x {}, context {}), {} threads, matvec SIMD {}\n",
+             model_path, layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim(), cfg.seq_len, threads,
              MatVecTargetName());
   fmt::print("prompt: {}\n", prompt_note);
   fmt::print("each prefill: ForwardBlock over blocks of {} tokens into a fresh cache; arms interleaved, {} reps\n",
@@ -133,8 +137,10 @@ int RunBenchPrefill(const BenchPrefillOptions& o) {
   fmt::print("weights: {} mul-add per token + the classifier's {} once per prompt; ceiling from {}\n",
              FormatCount(macs.per_token()), FormatCount(macs.int8_classifier + macs.f32_classifier),
              weights_instruction);
-  fmt::print("attention: causal, layers x sum_p (p+1) x 2 x heads x head_dim mul-adds; ceiling from {}\n\n",
-             roof.best_f32_instruction);
+  fmt::print("attention: causal, {}layers x sum_p (p+1) x 2 x heads x head_dim mul-adds; ceiling from {}{}\n\n",
+             hybrid ? "attention " : "", roof.best_f32_instruction,
+             hybrid ? "\n  (the attn phase also times the recurrent layers whole, which the ceiling does not count)"
+                    : "");
   fmt::print("{:<7} {:>6} {:>8} {:>15} {:>8} {:>6} {:>6} {:>10} {:>7} {:>9} {:>12} {:>9}\n", "format", "tokens",
              "tok/s", "min-max", "weights", "attn", "rest", "w-ceiling", "of ceil", "w-phase", "attn ceil ms",
              "a-phase");

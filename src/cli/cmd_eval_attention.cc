@@ -1,7 +1,7 @@
 // `kvq eval attention`: attention error vs context per KV spec (a format and its transforms;
 // seed 000's measurement one) — on a model's real q, K, V captured from a text, or on Gaussian rows
 // (--synthetic) — with the log-log slope of the mean error against the context.
-#include <fmt/core.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -14,6 +14,7 @@
 #include "cli/flags.h"
 #include "kvq/attention.h"
 #include "measure/attention_error.h"
+#include "model/cache_config.h"
 #include "model/load_model.h"
 
 namespace kvq::cli {
@@ -143,10 +144,12 @@ int RunEvalAttention(const EvalAttentionOptions& o) {
     if (!m.ok()) return bad(m.status().message());
     loaded.emplace(std::move(m.value()));
   }
-  SyntheticShape shape;
+  SyntheticShape shape;  // n_layers: the layers with KV (a hybrid's attention layers)
   if (loaded) {
     const LlamaConfig& c = loaded->weights.config;
-    shape = {.n_layers = c.n_layers, .n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()};
+    const KvShape kv = ModelKvShape(c);
+    shape = {.n_layers = static_cast<int32_t>(kv.n_layers), .n_heads = c.n_heads, .n_kv_heads = kv.n_kv_heads,
+             .head_dim = kv.head_dim};
   }
   if (o.synthetic) {
     if (o.layers) shape.n_layers = static_cast<int32_t>(o.layers);
@@ -159,7 +162,14 @@ int RunEvalAttention(const EvalAttentionOptions& o) {
     if (shape.head_dim > kMaxHeadDim) return bad(fmt::format("--head-dim must be at most {}", kMaxHeadDim));
   }
   const std::string rows_of = o.synthetic ? "the synthetic rows" : "the model";
-  if (o.layer_given && (o.layer < 0 || o.layer >= shape.n_layers)) {
+  if (!o.synthetic && o.layer_given) {  // the model's layer index: one that attends
+    const LlamaConfig& c = loaded->weights.config;
+    if (o.layer < 0 || o.layer >= c.n_layers || c.is_recurrent(static_cast<int32_t>(o.layer))) {
+      return bad(fmt::format("--layer {}: the model's layers with attention (and KV) are {}{}", o.layer,
+                             fmt::join(ModelLayersOfCache(c), ", "),
+                             c.n_attention_layers() < c.n_layers ? " (the others are recurrent)" : ""));
+    }
+  } else if (o.layer_given && (o.layer < 0 || o.layer >= shape.n_layers)) {
     return bad(fmt::format("--layer {}: {} has {} layers (0..{})", o.layer, rows_of, shape.n_layers, shape.n_layers - 1));
   }
   if (o.head_given && (o.head < 0 || o.head >= shape.n_heads)) {
@@ -256,9 +266,14 @@ int RunEvalAttention(const EvalAttentionOptions& o) {
     src.json["model_context"] = limit;
     src.json["contexts"] = contexts;
     src.json["contexts_note"] = cap_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(cap_note);
-    src.lines = {fmt::format("attention error vs context: model rows from {} ({} layers, {} query heads, {} KV heads, "
+    const int32_t all_layers = loaded->weights.config.n_layers;
+    const std::string layers = shape.n_layers == all_layers
+                                   ? fmt::format("{} layers", all_layers)
+                                   : fmt::format("{} layers, {} of them attention layers with KV, measured",
+                                                 all_layers, shape.n_layers);
+    src.lines = {fmt::format("attention error vs context: model rows from {} ({}, {} query heads, {} KV heads, "
                              "head_dim {}, context {})",
-                             model_path, shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim, limit),
+                             model_path, layers, shape.n_heads, shape.n_kv_heads, shape.head_dim, limit),
                  text_line,
                  "q, K, V after RoPE captured from an f32 run; query at position context - 1; reference: the model's "
                  "own attention output; candidate: each spec's KvCache (rows 0..n-2 appended as a block, the "

@@ -17,6 +17,7 @@
 #include "kvq/kv_cache.h"
 #include "kvq/kv_memory.h"
 #include "kvq/units.h"
+#include "model/cache_config.h"
 #include "model/gguf_llama.h"
 #include "model/llama2c.h"
 
@@ -50,6 +51,7 @@ struct ModelShape {
   int64_t kv_heads = 0;
   int64_t head_dim = 0;
   int64_t state_bytes = 0;       // fixed per-sequence state (a hybrid's recurrent layers), f32
+  LlamaConfig config;            // what ModelCacheConfig plans the model's cache from
 };
 
 Result<ModelShape> ReadModelShape(const std::string& path) {
@@ -63,8 +65,10 @@ Result<ModelShape> ReadModelShape(const std::string& path) {
   }
   if (!weights.ok()) return weights.status();
   const LlamaConfig& c = weights->config;
-  return ModelShape{.arch = c.arch, .layers = c.n_layers, .attention_layers = c.n_attention_layers(),
-                    .kv_heads = c.n_kv_heads, .head_dim = c.head_dim(), .state_bytes = c.state_floats() * 4};
+  const KvShape kv = ModelKvShape(c);
+  return ModelShape{.arch = c.arch, .layers = c.n_layers, .attention_layers = kv.n_layers,
+                    .kv_heads = kv.n_kv_heads, .head_dim = kv.head_dim, .state_bytes = c.state_floats() * 4,
+                    .config = c};
 }
 
 int RunPlan(const PlanOptions& given) {
@@ -129,13 +133,18 @@ int RunPlan(const PlanOptions& given) {
   const KvBudgets& budgets = o.shared.budgets;
   if (budgets.device_bytes != 0 || budgets.host_bytes != 0 || !budgets.disk_dir.empty()) {
     if (contexts.empty()) return bad("budgets need --context (the context to plan the tiers for)");
-    KvCacheConfig config{.n_layers = o.layers, .n_kv_heads = shape.n_kv_heads, .head_dim = shape.head_dim,
-                         .layers = {layer},
-                         .max_positions = *std::max_element(contexts.begin(), contexts.end()),
-                         .page_positions = static_cast<int32_t>(std::clamp<int64_t>(o.page, 0, INT32_MAX)),
-                         .budgets = budgets};
-    config.state_floats = model ? model->state_bytes / 4 : 0;  // a hybrid's state is host memory too
-    const Result<KvTierPlan> plan = KvCache::Plan(config);
+    const int64_t largest = *std::max_element(contexts.begin(), contexts.end());
+    const int32_t page = static_cast<int32_t>(std::clamp<int64_t>(o.page, 0, INT32_MAX));
+    // A model's cache as its sessions get it (a hybrid's state is host memory too); a shape's by hand.
+    const CacheChoice choice{.layers = {layer}, .budgets = budgets, .page_positions = page};
+    Result<KvCacheConfig> config =
+        model ? ModelCacheConfig(model->config, largest, choice)
+              : Result<KvCacheConfig>(KvCacheConfig{.n_layers = o.layers, .n_kv_heads = shape.n_kv_heads,
+                                                    .head_dim = shape.head_dim, .layers = {layer},
+                                                    .max_positions = largest, .page_positions = page,
+                                                    .budgets = budgets});
+    if (!config.ok()) return bad(config.status().message());
+    const Result<KvTierPlan> plan = KvCache::Plan(*config);
     if (!plan.ok()) return bad(plan.status().message());
     tiers = *plan;
   }

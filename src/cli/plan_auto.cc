@@ -12,6 +12,7 @@
 #include "cli/json_output.h"
 #include "kvq/units.h"
 #include "measure/kv_plan.h"
+#include "model/cache_config.h"
 #include "model/load_model.h"
 
 namespace kvq::cli {
@@ -27,30 +28,33 @@ double TensorBits(int64_t bytes, int64_t n, RowShape row) {
 void PrintResult(const AutoPlanResult& r, const LlamaConfig& c, const std::string& model, const std::string& text,
                  const std::string& output) {
   const KvPlan& p = r.plan;
-  const RowShape row{.n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()};
+  const RowShape row = ModelKvShape(c).row();
+  // The plan's tensors are the cache's (a hybrid's attention layers), named by their model layer.
+  const std::vector<int32_t> model_layer = ModelLayersOfCache(c);  // [cache layer]
+  const size_t cache_layers = model_layer.size();
   fmt::print("Automatic KV plan: model {}, text {}, {} positions; budget {} = {} bytes at {} positions "
              "(every byte held there, f32 residual/sink rows and scales included)\n",
              model, text, p.positions, p.budget.Describe(), FormatCount(r.budget_bytes), p.positions);
   for (const std::string& s : r.skipped) fmt::print("  skipped candidate {}\n", s);
   fmt::print("\nSensitivity: mean KL (nats) with one tensor in the spec and every other f32; bits per number of "
              "that tensor\n\n| spec | K bits | V bits |");
-  for (int64_t l = 0; l < c.n_layers; ++l) fmt::print(" L{} K | L{} V |", l, l);
+  for (int32_t l : model_layer) fmt::print(" L{} K | L{} V |", l, l);
   fmt::print("\n| --- | ---: | ---: |");
-  for (int64_t l = 0; l < c.n_layers; ++l) fmt::print(" ---: | ---: |");
+  for (size_t l = 0; l < cache_layers; ++l) fmt::print(" ---: | ---: |");
   fmt::print("\n");
-  const size_t per_tensor = r.costs.size() / static_cast<size_t>(2 * c.n_layers);  // candidates
+  const size_t per_tensor = r.costs.size() / (2 * cache_layers);  // candidates
   for (size_t i = 0; i < per_tensor; ++i) {
     const KvTensorCost& k0 = r.costs[i];
     const KvTensorCost& v0 = r.costs[per_tensor + i];
     fmt::print("| {} | {:.4g} | {:.4g} |", KvSpecName(k0.spec), TensorBits(k0.bytes, p.positions, row),
                TensorBits(v0.bytes, p.positions, row));
-    for (int64_t t = 0; t < 2 * c.n_layers; ++t) fmt::print(" {:.3g} |", r.costs[static_cast<size_t>(t) * per_tensor + i].kl);
+    for (size_t t = 0; t < 2 * cache_layers; ++t) fmt::print(" {:.3g} |", r.costs[t * per_tensor + i].kl);
     fmt::print("\n");
   }
   fmt::print("\nPlan ({}):\n\n| layer | K | V |\n| ---: | --- | --- |\n",
              r.exact ? "exact knapsack over bytes" : "knapsack with bytes rounded up to a coarser unit");
   for (size_t l = 0; l < p.layers.size(); ++l) {
-    fmt::print("| {} | {} | {} |\n", l, KvSpecName(p.layers[l].Key()), KvSpecName(p.layers[l].Value()));
+    fmt::print("| {} | {} | {} |\n", model_layer[l], KvSpecName(p.layers[l].Key()), KvSpecName(p.layers[l].Value()));
   }
   const FidelityRow& m = r.measured;
   fmt::print("\nbits per number {:.4f} ({} bytes, {:.1f}% of f16); predicted KL (sum over tensors) {:.4g}, measured KL "

@@ -15,6 +15,7 @@
 
 #include "formats/transforms/hadamard.h"
 #include "kvq/kv_cache.h"
+#include "model/cache_config.h"
 
 namespace kvq {
 namespace {
@@ -24,11 +25,15 @@ Status Bad(const std::string& message) { return Status::Error("eval attention: "
 // What every measurement reads. K and V are kept for every position (a context's cache is a
 // prefix of them); q and the reference only at the positions queries sit at.
 struct Captured {
-  SyntheticShape shape;
+  SyntheticShape shape;              // n_layers: the layers with KV (a hybrid's attention layers)
+  std::vector<int32_t> model_layer;  // [layer] the model's index of each (synthetic rows: the same)
   std::vector<std::vector<float>> k, v;                   // [layer][position][kv_dim]
   std::map<int64_t, std::vector<float>> q;                // query position -> [layer][q_dim]
   std::map<int64_t, std::vector<float>> model_reference;  // query position -> [layer][q_dim] (model only)
   std::map<int64_t, int32_t> model_top1;                  // query position -> argmax of the f32 logits
+  // query position -> [state_floats] a hybrid's recurrent state before that position's token (the
+  // top-1 rerun starts from it: a state cannot be rebuilt from K and V). Empty without one.
+  std::map<int64_t, std::vector<float>> model_state;
   int64_t kv_dim() const { return int64_t{shape.n_kv_heads} * shape.head_dim; }
   int64_t q_dim() const { return int64_t{shape.n_heads} * shape.head_dim; }
   AttentionShape attention_shape() const {
@@ -173,9 +178,9 @@ double EffectivePositions(const Captured& c, const Selection& sel, int64_t qpos,
   return total / static_cast<double>(count);
 }
 
-AttentionErrorRow Compare(const std::string& format, int64_t context, const Selection& sel, const Outputs& candidate,
-                          const std::vector<std::vector<float>>& reference) {
-  AttentionErrorRow row{.format = format, .context = context, .worst_layer = sel.layers.front(),
+AttentionErrorRow Compare(const Captured& c, const std::string& format, int64_t context, const Selection& sel,
+                          const Outputs& candidate, const std::vector<std::vector<float>>& reference) {
+  AttentionErrorRow row{.format = format, .context = context, .worst_layer = c.model_layer[sel.layers.front()],
                         .positions_attended = candidate.attended};
   double sum_of_means = 0, sum_of_reference = 0;
   for (size_t i = 0; i < sel.layers.size(); ++i) {
@@ -190,7 +195,7 @@ AttentionErrorRow Compare(const std::string& format, int64_t context, const Sele
     sum_of_means += mean;
     if (mean > row.worst_layer_mean_abs_error) {
       row.worst_layer_mean_abs_error = mean;
-      row.worst_layer = sel.layers[i];
+      row.worst_layer = c.model_layer[sel.layers[i]];
     }
   }
   row.mean_abs_error = sum_of_means / static_cast<double>(sel.layers.size());
@@ -290,7 +295,7 @@ Result<std::vector<AttentionErrorRow>> MeasureRows(
       const int64_t qpos = QueryPosition(config, n);
       Result<Outputs> candidate = AttendCaptured(c, f, sel, n, qpos, options);
       if (!candidate.ok()) return candidate.status();
-      rows.push_back(Compare(name, n, sel, *candidate, references.at(n)));
+      rows.push_back(Compare(c, name, n, sel, *candidate, references.at(n)));
       rows.back().effective_positions = effective[n];
       if (LosslessElements(f)) rows.back().rounding_bound = RoundingBound(c, sel, f.transforms, qpos, options);
     }
@@ -322,39 +327,44 @@ int32_t Argmax(const std::vector<float>& logits) {
 }
 
 // Runs tokens 0..N−1 through the model on an f32 cache, keeping K and V of every position and,
-// at each query position, q, the attention output and the next token's top-1.
+// at each query position, q, the attention output, the next token's top-1 and (a hybrid) the
+// recurrent state the position started from. The hooks see model layers; the capture is per
+// cache layer (LlamaConfig::cache_layer), as the cache holds them.
 Result<Captured> CaptureModel(LlamaModel& model, std::span<const int32_t> tokens, int64_t n_positions,
                               const std::vector<int64_t>& query_positions, const ProgressFn& progress) {
   const LlamaConfig& mc = model.config();
-  Captured c;
-  c.shape = {.n_layers = mc.n_layers, .n_heads = mc.n_heads, .n_kv_heads = mc.n_kv_heads, .head_dim = mc.head_dim()};
-  c.k.assign(mc.n_layers, std::vector<float>(n_positions * c.kv_dim()));
-  c.v.assign(mc.n_layers, std::vector<float>(n_positions * c.kv_dim()));
-  for (int64_t p : query_positions) {
-    c.q[p].resize(mc.n_layers * c.q_dim());
-    c.model_reference[p].resize(mc.n_layers * c.q_dim());
-  }
-  const FormatDesc& f32 = *FindFormat(FormatId::kF32);
-  Result<std::unique_ptr<KvCache>> cache = KvCache::Create(
-      {.n_layers = mc.n_layers, .n_kv_heads = mc.n_kv_heads, .head_dim = mc.head_dim(), .layers = {{&f32, &f32}},
-       .max_positions = n_positions, .page_positions = DefaultPagePositions(n_positions)});
+  const FormatDesc* f32 = FindFormat(FormatId::kF32);
+  Result<std::unique_ptr<KvCache>> cache = CreateModelCache(mc, n_positions, {.layers = {{f32, f32}}});
   if (!cache.ok()) return cache.status();
+  Captured c;
+  c.model_layer = ModelLayersOfCache(mc);
+  const int32_t layers = static_cast<int32_t>(c.model_layer.size());
+  c.shape = {.n_layers = layers, .n_heads = mc.n_heads, .n_kv_heads = mc.n_kv_heads, .head_dim = mc.head_dim()};
+  c.k.assign(layers, std::vector<float>(n_positions * c.kv_dim()));
+  c.v.assign(layers, std::vector<float>(n_positions * c.kv_dim()));
+  for (int64_t p : query_positions) {
+    c.q[p].resize(layers * c.q_dim());
+    c.model_reference[p].resize(layers * c.q_dim());
+  }
   ForwardHooks hooks;
-  hooks.on_qkv = [&c](int32_t layer, int64_t pos, const float* q, const float* k, const float* v) {
-    std::copy(k, k + c.kv_dim(), c.k[layer].data() + pos * c.kv_dim());
-    std::copy(v, v + c.kv_dim(), c.v[layer].data() + pos * c.kv_dim());
-    if (auto it = c.q.find(pos); it != c.q.end()) std::copy(q, q + c.q_dim(), it->second.data() + layer * c.q_dim());
+  hooks.on_qkv = [&c, &mc](int32_t layer, int64_t pos, const float* q, const float* k, const float* v) {
+    const int32_t l = mc.cache_layer(layer);
+    std::copy(k, k + c.kv_dim(), c.k[l].data() + pos * c.kv_dim());
+    std::copy(v, v + c.kv_dim(), c.v[l].data() + pos * c.kv_dim());
+    if (auto it = c.q.find(pos); it != c.q.end()) std::copy(q, q + c.q_dim(), it->second.data() + l * c.q_dim());
   };
-  hooks.on_attention_out = [&c](int32_t layer, int64_t pos, float* out) {
+  hooks.on_attention_out = [&c, &mc](int32_t layer, int64_t pos, float* out) {
     if (auto it = c.model_reference.find(pos); it != c.model_reference.end()) {
-      std::copy(out, out + c.q_dim(), it->second.data() + layer * c.q_dim());
+      std::copy(out, out + c.q_dim(), it->second.data() + mc.cache_layer(layer) * c.q_dim());
     }
   };
   model.set_hooks(&hooks);
   std::vector<float> logits(mc.vocab_size);
   const int64_t report_every = std::max<int64_t>(1, n_positions / 4);
+  KvCache& kv = **cache;
   for (int64_t p = 0; p < n_positions; ++p) {
-    if (Status s = model.Forward(tokens[p], p, **cache, logits.data()); !s.ok()) {
+    if (kv.state_floats() > 0 && c.q.count(p)) c.model_state[p].assign(kv.state(), kv.state() + kv.state_floats());
+    if (Status s = model.Forward(tokens[p], p, kv, logits.data()); !s.ok()) {
       model.set_hooks(nullptr);
       return s;
     }
@@ -374,14 +384,21 @@ Result<Captured> CaptureModel(LlamaModel& model, std::span<const int32_t> tokens
 // exactly the measured candidate.
 Result<bool> Top1Changed(LlamaModel& model, const Captured& c, std::span<const int32_t> tokens, const KvSpec& f,
                          const Selection& sel, int64_t n) {
-  std::vector<int32_t> all(c.shape.n_layers);
-  std::iota(all.begin(), all.end(), 0);
-  Result<std::unique_ptr<KvCache>> base = PrefixCache(c, F32Spec(), all, n - 1, n);
+  // The base: the model's own f32 cache holding the captured prefix (and a hybrid's state there).
+  const KvSpec f32 = F32Spec();
+  Result<std::unique_ptr<KvCache>> base = CreateModelCache(model.config(), n, {.layers = {LayerFormats::Both(f32)}});
   if (!base.ok()) return base.status();
+  for (int32_t l = 0; l < c.shape.n_layers && n > 1; ++l) {
+    if (Status s = (*base)->Append(l, c.k[l].data(), c.v[l].data(), n - 1); !s.ok()) return s;
+  }
+  if (auto it = c.model_state.find(n - 1); it != c.model_state.end()) {
+    std::copy(it->second.begin(), it->second.end(), (*base)->state());
+  }
   Result<std::unique_ptr<KvCache>> candidate = PrefixCache(c, f, sel.layers, n - 1, n);
   if (!candidate.ok()) return candidate.status();
-  std::vector<int32_t> slot(c.shape.n_layers, -1);
-  for (size_t i = 0; i < sel.layers.size(); ++i) slot[sel.layers[i]] = static_cast<int32_t>(i);
+  // [model layer] the candidate cache's layer of each selected one, −1 elsewhere (the hooks see model layers).
+  std::vector<int32_t> slot(model.config().n_layers, -1);
+  for (size_t i = 0; i < sel.layers.size(); ++i) slot[c.model_layer[sel.layers[i]]] = static_cast<int32_t>(i);
   std::vector<std::vector<float>> substitute(sel.layers.size(), std::vector<float>(c.q_dim()));
   AttentionState state(c.attention_shape(), 1);
   const AttentionOptions options = model.attention_options();
@@ -443,9 +460,19 @@ Result<AttentionErrorReport> MeasureModelAttentionError(LlamaModel& model, std::
                                                         const AttentionErrorConfig& config,
                                                         const ProgressFn& progress) {
   const LlamaConfig& mc = model.config();
-  const SyntheticShape shape{.n_layers = mc.n_layers, .n_heads = mc.n_heads, .n_kv_heads = mc.n_kv_heads,
-                             .head_dim = mc.head_dim()};
-  if (Status s = Validate(shape, config, mc.seq_len, "the model's context"); !s.ok()) return s;
+  // The rows measured are the cache's: a hybrid's attention layers (its recurrent layers hold no KV).
+  const SyntheticShape shape{.n_layers = mc.n_attention_layers(), .n_heads = mc.n_heads,
+                             .n_kv_heads = mc.n_kv_heads, .head_dim = mc.head_dim()};
+  if (config.layer >= mc.n_layers || (config.layer >= 0 && mc.is_recurrent(config.layer))) {
+    std::vector<int32_t> attending = ModelLayersOfCache(mc);
+    return Bad(fmt::format("layer {} {}: the layers with attention (and KV) are {}", config.layer,
+                           config.layer >= mc.n_layers ? fmt::format("is past the model's {} layers", mc.n_layers)
+                                                       : std::string("is a recurrent layer, with no KV cache"),
+                           fmt::join(attending, ", ")));
+  }
+  AttentionErrorConfig cache_config = config;  // the layer as the capture counts it: its cache layer
+  if (config.layer >= 0) cache_config.layer = mc.cache_layer(config.layer);
+  if (Status s = Validate(shape, cache_config, mc.seq_len, "the model's context"); !s.ok()) return s;
   const int64_t n_positions = config.contexts.back();
   if (static_cast<int64_t>(tokens.size()) < n_positions) {
     return Bad(fmt::format("{} tokens given, the largest context needs {}", tokens.size(), n_positions));
@@ -460,7 +487,7 @@ Result<AttentionErrorReport> MeasureModelAttentionError(LlamaModel& model, std::
   Result<Captured> captured = CaptureModel(model, tokens, n_positions, query_positions, progress);
   if (!captured.ok()) return captured.status();
   const Captured& c = *captured;
-  const Selection sel = Select(shape, config);
+  const Selection sel = Select(shape, cache_config);
   std::map<int64_t, std::vector<std::vector<float>>> references;
   for (int64_t n : config.contexts) {
     const std::vector<float>& all = c.model_reference.at(QueryPosition(config, n));
@@ -495,6 +522,8 @@ Result<AttentionErrorReport> MeasureSyntheticAttentionError(const SyntheticShape
   if (Status s = Validate(shape, config, int64_t{1} << 40, "the synthetic limit"); !s.ok()) return s;
   Captured c;
   c.shape = shape;
+  c.model_layer.resize(shape.n_layers);
+  std::iota(c.model_layer.begin(), c.model_layer.end(), 0);
   const int64_t n_positions = config.contexts.back();
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (int32_t l = 0; l < shape.n_layers; ++l) {

@@ -41,7 +41,9 @@ struct AttentionErrorConfig {
   /// rounding bound (0 without rotation).
   std::vector<KvSpec> formats;
   std::vector<int64_t> contexts;           ///< strictly ascending, each ≥ 1
-  int32_t layer = -1;                      ///< only this layer; −1: every layer (averaged, worst named)
+  /// Only this layer (model rows: the model's layer index, which must be one that attends; a
+  /// hybrid's recurrent layers have no KV); −1: every layer with KV (averaged, worst named).
+  int32_t layer = -1;
   int32_t head = -1;                       ///< only this query head; −1: every query head
   /// Test only: seed 000's fixture bug — the query at position 0 whatever the context. The
   /// harness must refuse what it produces.
@@ -63,7 +65,7 @@ struct AttentionErrorRow {
   int64_t context = 0;
   double mean_abs_error = 0;   ///< per-layer mean abs error, averaged over the measured layers
   double max_abs_error = 0;    ///< largest abs error in any measured layer
-  int32_t worst_layer = 0;     ///< the measured layer with the largest mean abs error
+  int32_t worst_layer = 0;     ///< the measured layer with the largest mean abs error (the model's index)
   double worst_layer_mean_abs_error = 0;
   /// Mean |reference| over the same numbers, averaged over layers like mean_abs_error: the size
   /// the errors are read against.
@@ -105,7 +107,8 @@ struct AttentionTextInput {
 AttentionTextInput MakeAttentionTextInput(const Tokenizer& tokenizer, std::string_view text, int64_t n);
 
 /// Model rows. Runs tokens[0 .. largest context − 1] through `model` with an f32 cache, capturing
-/// q, k and v after RoPE and the attention output at every layer (ForwardHooks), then measures each
+/// q, k and v after RoPE and the attention output at every attention layer (ForwardHooks; a
+/// hybrid's recurrent state is kept at each query position for the reruns), then measures each
 /// format at each context on the captured rows; the reference is the model's own attention output.
 /// top1_changed reruns position context − 1 on an f32 cache of the captured prefix with the
 /// candidate substituted (ForwardHooks::on_attention_out). Requires tokens.size() ≥ the largest

@@ -17,6 +17,7 @@
 #include "kvq/kv_memory.h"
 #include "kvq/units.h"
 #include "measure/read_bandwidth.h"
+#include "model/cache_config.h"
 
 namespace kvq {
 namespace {
@@ -77,22 +78,16 @@ class ColdFile {
   std::string path_;
 };
 
-KvCacheConfig CacheConfig(const LlamaConfig& c, const FormatDesc* f, int64_t positions) {
-  return {.n_layers = c.n_layers,
-          .n_kv_heads = c.n_kv_heads,
-          .head_dim = c.head_dim(),
-          .layers = {{f, f}},
-          .max_positions = positions,
-          .page_positions = DefaultPagePositions(positions)};
-}
 
 // The arm's cache: resident host, host streamed, or disk streamed. A streamed tier's working set
 // is the configured budget, or 8 pages — 2 when 8 would hold the whole cache (it would not stream).
 Result<std::unique_ptr<KvCache>> MakeArmCache(const LlamaConfig& c, const FormatDesc* f,
                                               CacheTier tier, int64_t positions,
                                               const ContextBenchConfig& config) {
-  KvCacheConfig cc = CacheConfig(c, f, positions);
-  cc.budgets.host_bytes = config.host_bytes;
+  Result<KvCacheConfig> model_cc =
+      ModelCacheConfig(c, positions, {.layers = {{f, f}}, .budgets = {.host_bytes = config.host_bytes}});
+  if (!model_cc.ok()) return model_cc.status();
+  KvCacheConfig cc = *model_cc;
   if (tier != CacheTier::kHost) {
     Result<KvTierPlan> resident = KvCache::Plan(cc);
     if (!resident.ok()) return resident.status();
@@ -124,8 +119,10 @@ Result<std::unique_ptr<KvCache>> MakeArmCache(const LlamaConfig& c, const Format
 Result<double> KernelGmacs(const LlamaModel& model, const FormatDesc* format, uint64_t seed) {
   const LlamaConfig& c = model.config();
   constexpr int64_t kPositions = 2048;
-  KvCacheConfig cc = CacheConfig(c, format, kPositions);
-  cc.n_layers = 1;
+  Result<KvCacheConfig> model_cc = ModelCacheConfig(c, kPositions, {.layers = {{format, format}}});
+  if (!model_cc.ok()) return model_cc.status();
+  KvCacheConfig cc = *model_cc;
+  cc.n_layers = 1;  // one layer's attention is the rate
   Result<std::unique_ptr<KvCache>> cache = KvCache::Create(cc);
   if (!cache.ok()) return cache.status();
   if (Status s = FillContext(**cache, kPositions, seed, {}, ""); !s.ok()) return s;
@@ -229,7 +226,7 @@ Result<ContextBenchReport> RunContextBench(LlamaModel& model, const ContextBench
   std::vector<float> logits(c.vocab_size);  // [vocab]
   {  // The step at context 0: the weights and everything but attention over the cache.
     Result<std::unique_ptr<KvCache>> empty =
-        KvCache::Create(CacheConfig(c, config.formats[0], config.reps + 1));
+        CreateModelCache(c, config.reps + 1, {.layers = {{config.formats[0], config.formats[0]}}});
     if (!empty.ok()) return empty.status();
     std::vector<double> ms;
     for (int32_t step = 0; step <= config.reps; ++step) {
@@ -333,10 +330,10 @@ Result<ContextBenchReport> RunContextBench(LlamaModel& model, const ContextBench
       r.device_peak_bytes = arm.cache->device_peak_bytes();
       Result<int64_t> kv = KvBytesForContext(
           *arm.format,
-          {.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()}, n);
+          ModelKvShape(c), n);
       if (!kv.ok()) return kv.status();
       r.kv_bytes = *kv;
-      r.attention_macs = 2.0 * static_cast<double>(n) * c.n_layers * c.n_heads * c.head_dim();
+      r.attention_macs = 2.0 * static_cast<double>(n) * c.n_attention_layers() * c.n_heads * c.head_dim();
       r.compute_gmacs = gmacs[arm.format_index];
       r.memory_ms = r.kv_bytes / (report.read_gbps * 1e6);
       r.disk_ms = arm.tier == CacheTier::kDisk ? r.kv_bytes / (report.disk_read_gbps * 1e6) : 0;

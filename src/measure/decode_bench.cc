@@ -11,6 +11,7 @@
 
 #include "kvq/kv_cache.h"
 #include "kvq/kv_memory.h"
+#include "model/cache_config.h"
 #include "weights/matvec.h"
 
 namespace kvq {
@@ -107,7 +108,7 @@ const KvSpec* DecodeBenchReference(const DecodeBenchConfig& config) {
 Result<int64_t> DecodeKvBytes(const LlamaConfig& c, const KvSpec& spec, int64_t context) {
   if (context == 0) return int64_t{0};
   // A hybrid's recurrent layers hold no KV: only its attention layers count.
-  const KvShape shape{.n_layers = c.n_attention_layers(), .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()};
+  const KvShape shape = ModelKvShape(c);
   if (!spec.transforms.any()) return KvBytesForContext(*spec.format, shape, context);
   // Transforms: the exact rule of kvq/kv_spec.h per tensor, plus per-tensor state, every layer.
   const Result<int64_t> plain = KvBytesForContext(*spec.format, shape, context);  // shape checks
@@ -144,11 +145,8 @@ Result<std::vector<DecodeBenchRow>> RunDecodeBench(LlamaModel& model, const Deco
     for (const KvSpec& f : config.formats) {
       // A hybrid's cache: its attention layers, and the recurrent layers' state (zeros: a step's
       // cost does not depend on the values).
-      KvCacheConfig cc{.n_layers = c.n_attention_layers(), .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
-                       .layers = {LayerFormats::Both(f)}, .key_rope = ModelRopeConfig(c),
-                       .max_positions = positions, .page_positions = 256};
-      cc.state_floats = c.state_floats();  // (set apart: g++ 12 warns on the braced form past `budgets`)
-      Result<std::unique_ptr<KvCache>> cache = KvCache::Create(cc);
+      Result<std::unique_ptr<KvCache>> cache =
+          CreateModelCache(c, positions, {.layers = {LayerFormats::Both(f)}, .page_positions = 256});
       if (!cache.ok()) return cache.status();
       if (Status s = FillRandom(**cache, c, n, config.seed, progress, fmt::format("{} at {}", KvSpecName(f), n)); !s.ok()) {
         return s;

@@ -14,6 +14,7 @@
 
 #include "kvq/kv_cache.h"
 #include "kvq/kv_memory.h"
+#include "model/cache_config.h"
 
 namespace kvq {
 namespace {
@@ -38,23 +39,15 @@ int32_t Argmax(const float* x, int32_t n) {
   return best;
 }
 
-Result<std::unique_ptr<KvCache>> MakeCache(const LlamaConfig& c, const std::vector<LayerFormats>& layers,
-                                           int64_t n) {
-  // Pages are a multiple of 32 positions (KIVI groups never straddle one); one page when n is small.
-  const int32_t page = DefaultPagePositions(n);
-  KvCacheConfig config{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
-                       .layers = layers, .key_rope = ModelRopeConfig(c), .max_positions = n,
-                       .page_positions = page};
-  return KvCache::Create(config);
-}
-
 // One arm: every token through a fresh cache of the arm's specs, one decode step each (so fp8
 // calibrates on the first token's rows, KIVI completes its key groups and residual rows age out as
 // decoding would); `visit` gets position p's logits.
 Status RunArm(LlamaModel& model, std::span<const int32_t> tokens, const FidelityArm& arm,
               const std::function<void(int64_t, const float*)>& visit) {
   const LlamaConfig& c = model.config();
-  Result<std::unique_ptr<KvCache>> cache = MakeCache(c, arm.layers, static_cast<int64_t>(tokens.size()));
+  // The model's cache (a hybrid's attention layers and recurrent state); one page when n is small.
+  Result<std::unique_ptr<KvCache>> cache =
+      CreateModelCache(c, static_cast<int64_t>(tokens.size()), {.layers = arm.layers});
   if (!cache.ok()) return Status::Error(fmt::format("{}: {}", arm.name, cache.status().message()));
   std::vector<float> logits(c.vocab_size);  // [vocab]
   for (size_t p = 0; p < tokens.size(); ++p) {
@@ -123,7 +116,7 @@ Result<FidelityReport> RunFidelity(LlamaModel& model, std::span<const int32_t> t
                                        tokens[p], p, vocab - 1));
     }
   }
-  const KvShape shape{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()};
+  const KvShape shape = ModelKvShape(c);  // a hybrid's KV is in its attention layers only
   // Every arm's specs are checked (and its bytes counted) before the first token runs.
   std::vector<int64_t> arm_bytes;
   for (const FidelityArm& arm : config.arms) {
@@ -161,7 +154,7 @@ Result<FidelityReport> RunFidelity(LlamaModel& model, std::span<const int32_t> t
                   report.reference_ppl, Seconds(t0)));
 
   std::vector<double> lsm(vocab);
-  const double numbers = 2.0 * static_cast<double>(c.n_layers) * static_cast<double>(n) *
+  const double numbers = 2.0 * static_cast<double>(shape.n_layers) * static_cast<double>(n) *
                          static_cast<double>(shape.row().elems());
   for (size_t a = 0; a < config.arms.size(); ++a) {
     const FidelityArm& arm = config.arms[a];

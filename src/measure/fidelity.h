@@ -23,7 +23,8 @@ namespace kvq {
 /// One candidate cache: KV specs per layer (K and V each a format plus transforms).
 struct FidelityArm {
   std::string name;                  ///< the row's name: a spec's canonical text, or a plan's
-  std::vector<LayerFormats> layers;  ///< one for every layer, or exactly n_layers
+  std::vector<LayerFormats> layers;  ///< one for every layer, or one per cache layer
+                                     ///< (a hybrid's attention layers: ModelKvShape)
   /// The arm of one spec for K and V of every layer, named by its canonical text.
   static FidelityArm Uniform(const KvSpec& spec);
   static FidelityArm Uniform(const FormatDesc* format) { return Uniform(KvSpec{format, {}}); }

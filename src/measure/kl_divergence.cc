@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "kvq/kv_cache.h"
+#include "model/cache_config.h"
 
 namespace kvq {
 namespace {
@@ -51,14 +52,6 @@ std::vector<Quantile> Quantiles(std::vector<double> values, bool quartiles) {
   for (double f : {0.10, 0.05, 0.01, 0.001}) q.push_back({fmt::format("{:.1f}%", 100 * f), f, At(values, f)});
   q.push_back({"min", 0.0, values.front()});
   return q;
-}
-
-Result<std::unique_ptr<KvCache>> MakeCache(const LlamaConfig& c, const KlRunConfig& run) {
-  KvCacheConfig config{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
-                       .layers = {{run.key, run.value, run.key_transforms, run.value_transforms}},
-                       .key_rope = ModelRopeConfig(c), .max_positions = run.n_ctx,
-                       .page_positions = DefaultPagePositions(run.n_ctx)};
-  return KvCache::Create(config);
 }
 
 }  // namespace
@@ -210,7 +203,9 @@ Result<KlReport> RunKlDivergence(LlamaModel& model, std::span<const int32_t> tok
     const auto t0 = std::chrono::steady_clock::now();
     std::copy_n(tokens.begin() + static_cast<std::ptrdiff_t>(ci) * n_ctx, n_ctx, chunk.begin());
     if (run.bos >= 0) chunk[0] = run.bos;
-    Result<std::unique_ptr<KvCache>> cache = MakeCache(c, run);
+    // A fresh cache per chunk (a hybrid's recurrent state starts from zero too), as llama.cpp runs one.
+    Result<std::unique_ptr<KvCache>> cache =
+        CreateModelCache(c, n_ctx, {.layers = {{run.key, run.value, run.key_transforms, run.value_transforms}}});
     if (!cache.ok()) return cache.status();
     if (Status s = model.ForwardBlock(chunk.data(), first, 0, **cache, logits.data()); !s.ok()) {
       return Status::Error(fmt::format("chunk {} positions 0..{}: {}", ci, first - 1, s.message()));

@@ -94,7 +94,7 @@ struct AutoPlanConfig {
 /// One tensor's sensitivity: the model with only this layer's K (or V) in `spec`, every other
 /// tensor f32, against the f32 reference.
 struct KvTensorCost {
-  int64_t layer = 0;
+  int64_t layer = 0;   ///< the cache layer (a hybrid counts its attention layers only)
   bool value = false;  ///< false: K, true: V
   KvSpec spec;
   int64_t bytes = 0;   ///< TensorBytesForContext at the evaluated length

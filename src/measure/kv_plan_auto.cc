@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "measure/kv_plan.h"
+#include "model/cache_config.h"
 
 namespace kvq {
 namespace {
@@ -90,7 +91,9 @@ Result<AutoPlanResult> AutoPlan(LlamaModel& model, std::span<const int32_t> toke
                                 const ModelFingerprint& fingerprint, const AutoPlanConfig& config,
                                 const std::function<void(const std::string&)>& progress) {
   const LlamaConfig& c = model.config();
-  const KvShape shape{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()};
+  // The tensors planned are the cache's: a hybrid's recurrent layers hold no KV.
+  const KvShape shape = ModelKvShape(c);
+  const std::vector<int32_t> model_layer = ModelLayersOfCache(c);  // [cache layer] for the arms' names
   const int64_t n = static_cast<int64_t>(tokens.size());
   if ((config.budget.kv_bits > 0) == (config.budget.bytes_per_token > 0)) {
     return Status::Error("give one budget: bits per number or bytes per token");
@@ -112,13 +115,15 @@ Result<AutoPlanResult> AutoPlan(LlamaModel& model, std::span<const int32_t> toke
   const FormatDesc* f32 = FindFormat(FormatId::kF32);
   const LayerFormats all_f32{f32, f32};
   FidelityConfig sensitivity;
-  for (int64_t l = 0; l < c.n_layers; ++l) {
+  for (int64_t l = 0; l < shape.n_layers; ++l) {
     for (const bool value : {false, true}) {
       for (const KvSpec& spec : candidates) {
-        std::vector<LayerFormats> layers(static_cast<size_t>(c.n_layers), all_f32);
+        std::vector<LayerFormats> layers(static_cast<size_t>(shape.n_layers), all_f32);
         LayerFormats& at = layers[static_cast<size_t>(l)];
         at = value ? LayerFormats::Of(at.Key(), spec) : LayerFormats::Of(spec, at.Value());
-        sensitivity.arms.push_back({fmt::format("layer {} {} {}", l, TensorName(value), KvSpecName(spec)), layers});
+        sensitivity.arms.push_back({fmt::format("layer {} {} {}", model_layer[static_cast<size_t>(l)],
+                                                TensorName(value), KvSpecName(spec)),
+                                    layers});
         const Codec& codec = value ? spec.format->value : spec.format->key;
         const Result<int64_t> bytes = TensorBytesForContext(codec, spec.transforms, shape.row(), n);
         if (!bytes.ok()) return bytes.status();
@@ -128,7 +133,7 @@ Result<AutoPlanResult> AutoPlan(LlamaModel& model, std::span<const int32_t> toke
   }
   Result<FidelityReport> measured = RunFidelity(model, tokens, sensitivity, progress);
   if (!measured.ok()) return measured.status();
-  std::vector<std::vector<KvPlanOption>> groups(static_cast<size_t>(2 * c.n_layers));  // [layer·2 + V]
+  std::vector<std::vector<KvPlanOption>> groups(static_cast<size_t>(2 * shape.n_layers));  // [layer·2 + V]
   for (size_t i = 0; i < result.costs.size(); ++i) {
     KvTensorCost& cost = result.costs[i];
     cost.kl = measured->formats[i].kl;
@@ -147,7 +152,7 @@ Result<AutoPlanResult> AutoPlan(LlamaModel& model, std::span<const int32_t> toke
   plan.positions = n;
   plan.budget = config.budget;
   plan.predicted_kl = choice->kl;
-  for (int64_t l = 0; l < c.n_layers; ++l) {
+  for (int64_t l = 0; l < shape.n_layers; ++l) {
     const KvSpec& k = candidates[static_cast<size_t>(choice->option[static_cast<size_t>(2 * l)])];
     const KvSpec& v = candidates[static_cast<size_t>(choice->option[static_cast<size_t>(2 * l + 1)])];
     plan.layers.push_back(LayerFormats::Of(k, v));

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "kvq/kv_cache.h"
+#include "model/cache_config.h"
 #include "weights/weight_type.h"
 
 namespace kvq {
@@ -33,10 +34,8 @@ Result<double> PrefillOnce(LlamaModel& model, const KvSpec& format, const std::v
                            int64_t n, float* logits, ForwardProfile& profile, const std::string& name,
                            const std::function<void(const std::string&)>& progress) {
   const LlamaConfig& c = model.config();
-  KvCacheConfig cc{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
-                   .layers = {LayerFormats::Both(format)}, .key_rope = ModelRopeConfig(c),
-                   .max_positions = n, .page_positions = 256};
-  Result<std::unique_ptr<KvCache>> cache = KvCache::Create(cc);
+  Result<std::unique_ptr<KvCache>> cache =
+      CreateModelCache(c, n, {.layers = {LayerFormats::Both(format)}, .page_positions = 256});
   if (!cache.ok()) return cache.status();
   ForwardProfile mine;
   model.set_profile(&mine);
@@ -74,9 +73,18 @@ Result<double> PrefillOnce(LlamaModel& model, const KvSpec& format, const std::v
 
 WeightMacs CountWeightMacs(const LlamaWeights& w) {
   WeightMacs macs;
+  const MoeConfig& moe = w.config.moe;
+  auto add = [&macs](const Matrix& m, int64_t per_token) {
+    (QuantizedActivation(m) ? macs.int8_per_token : macs.f32_per_token) += per_token;
+  };
   for (const LayerWeights& L : w.layers) {
-    for (const Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w1, &L.w2, &L.w3}) {
-      (QuantizedActivation(*m) ? macs.int8_per_token : macs.f32_per_token) += m->rows * m->cols;
+    // A recurrent layer's projections are empty here (its own are timed with the attention phase).
+    for (const Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w1, &L.w2, &L.w3, &L.router, &L.shared_gate}) {
+      add(*m, m->rows * m->cols);
+    }
+    // Routed experts: each token runs n_experts_used of the n_experts stacked in each matrix.
+    for (const Matrix* m : {&L.gate_exps, &L.up_exps, &L.down_exps}) {
+      if (moe.n_experts > 0) add(*m, m->rows * m->cols / moe.n_experts * moe.n_experts_used);
     }
   }
   (QuantizedActivation(w.classifier) ? macs.int8_classifier : macs.f32_classifier) =
@@ -86,7 +94,7 @@ WeightMacs CountWeightMacs(const LlamaWeights& w) {
 
 int64_t PrefillAttentionMacs(const LlamaConfig& c, int64_t n) {
   // Σ_{p<n} (p + 1) = n (n + 1) / 2 positions attended.
-  return int64_t{c.n_layers} * (n * (n + 1) / 2) * 2 * c.n_heads * c.head_dim();
+  return int64_t{c.n_attention_layers()} * (n * (n + 1) / 2) * 2 * c.n_heads * c.head_dim();
 }
 
 double WeightsCeilingSeconds(const WeightMacs& macs, const ComputeRoofline& r, int64_t n) {

@@ -34,12 +34,16 @@ struct WeightMacs {
   int64_t ForPrompt(int64_t n) const { return n * per_token() + int8_classifier + f32_classifier; }
 };
 
-/// The weight multiply-adds of `weights` (every layer's wq, wk, wv, wo, w1, w2, w3; the classifier).
+/// The weight multiply-adds of `weights` timed in the weights phase: every layer's wq, wk, wv, wo,
+/// w1, w2, w3, a MoE layer's router, shared gate and the n_experts_used routed experts a token
+/// runs; the classifier. A hybrid's recurrent layers are timed in the attention phase
+/// (ForwardProfile) and not counted here.
 WeightMacs CountWeightMacs(const LlamaWeights& weights);
 
 /// Causal attention's multiply-adds over a prompt of `n` tokens: position p attends to p + 1
 /// positions, each costing head_dim multiply-adds per query head for the score and as many for
-/// the value sum: n_layers · Σ_{p<n} (p + 1) · 2 · n_heads · head_dim.
+/// the value sum: attention layers · Σ_{p<n} (p + 1) · 2 · n_heads · head_dim (a hybrid's
+/// recurrent layers, timed in the same phase, are not counted).
 int64_t PrefillAttentionMacs(const LlamaConfig& config, int64_t n);
 
 /// The seconds the weights need at the peaks of `roofline` for a prompt of `n` tokens (the int8

@@ -99,6 +99,26 @@ Status ReadHybridConfig(const GgufFile& file, const std::string& pre, const Hybr
                     path, pre, *rot, c->head_dim()));
   }
   c->rope_dims = *rot == c->head_dim() ? 0 : *rot;
+  // Qwen3.5's multimodal RoPE sections split the rotated pairs among positions (time, height,
+  // width); text gives each the same position, so the rotation is the one above whatever the split,
+  // but the sections must cover exactly the rotated pairs.
+  if (file.Has(pre + "rope.dimension_sections")) {
+    Result<const GgufArray*> a = file.GetArray(pre + "rope.dimension_sections");
+    if (!a.ok()) return a.status();
+    double pairs = 0;
+    bool whole = (*a)->size >= 1 && (*a)->size <= 4 && (*a)->strings.empty() && (*a)->arrays.empty();
+    for (int64_t i = 0; whole && i < (*a)->size; ++i) {
+      const double v = (*a)->NumberAt(i);
+      whole = v >= 0 && v == std::floor(v);
+      pairs += v;
+    }
+    if (!whole || pairs != *rot / 2) {
+      return Status::Error(fmt::format(
+          "{}: {}rope.dimension_sections must be up to 4 non-negative integers that sum to the rotated "
+          "pairs, rope.dimension_count / 2 = {} (Qwen3.5: [11, 11, 10, 0] of 64 rotated dims)",
+          path, pre, *rot / 2));
+    }
+  }
   if (file.Has(pre + "attention.scale")) {
     Result<float> scale = file.GetF32(pre + "attention.scale");
     if (!scale.ok()) return scale.status();

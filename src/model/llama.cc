@@ -320,14 +320,16 @@ Status LlamaModel::ForwardBatch(std::span<const ForwardSegment> segments) {
         seg.cache.FinishAttention(cl, state, xb + r0 * q_dim);  // [seg.n][n_heads·head_dim]
       }
       clock.Charge(kAttention);
-      if (c.attn_output_gate) {  // gated attention: out ⊙ σ(gate), before the output projection
-        for (int64_t i = 0; i < n * q_dim; ++i) xb[i] *= 1.0f / (1.0f + std::exp(-gate_[i]));
-      }
+      // The hook sees (and may replace) what the cache gave, before the gate: a measurement
+      // compares it with attention computed over other caches, which have no gate.
       if (hooks_ && hooks_->on_attention_out) {
         for (int64_t r = 0; const ForwardSegment& seg : segments) {
           for (int32_t t = 0; t < seg.n; ++t, ++r)
             hooks_->on_attention_out(l, seg.pos + t, xb + r * q_dim);
         }
+      }
+      if (c.attn_output_gate) {  // gated attention: out ⊙ σ(gate), before the output projection
+        for (int64_t i = 0; i < n * q_dim; ++i) xb[i] *= 1.0f / (1.0f + std::exp(-gate_[i]));
       }
       clock.Charge(kRest);
       MatMul(L.wo, xb, n, xb2, threads_);

@@ -24,9 +24,9 @@ namespace kvq {
 struct ForwardHooks {
   /// After RoPE, before the cache: q [n_heads·head_dim], k and v [kv_dim] of the token at `pos`.
   std::function<void(int32_t layer, int64_t pos, const float* q, const float* k, const float* v)> on_qkv;
-  /// After attention (and a gated model's σ(gate)), before the output projection: out
-  /// [n_heads·head_dim], which the hook may overwrite (to see what replacing one layer's attention
-  /// does to the logits).
+  /// After attention, before a gated model's σ(gate) and the output projection: out
+  /// [n_heads·head_dim] as the cache's FinishAttention gave it, which the hook may overwrite (to
+  /// see what replacing one layer's attention does to the logits).
   std::function<void(int32_t layer, int64_t pos, float* attention_out)> on_attention_out;
 };
 

@@ -60,10 +60,30 @@ void AppendHybridLayer(const SynthSpec& s, int64_t l, std::vector<SynthTensorEnt
   }
 }
 
+namespace {
+
+// The multimodal RoPE sections (temporal, height, width, extra) of the rotated dims' `pairs`
+// frequencies, as Qwen3.5's config splits them — in three near-equal parts, the remainder to the
+// first ([11, 11, 10] of 32 pairs for 64 rotated dims) — padded to 4 as llama.cpp's converter
+// writes them. A text-only run gives every section the same position, so they rotate as one.
+std::vector<int32_t> RopeSections(int64_t pairs) {
+  std::vector<int32_t> sections(4, 0);
+  for (int i = 0; i < 3; ++i) sections[i] = static_cast<int32_t>(pairs / 3 + (i < pairs % 3 ? 1 : 0));
+  return sections;
+}
+
+}  // namespace
+
 std::vector<Status> WriteHybridKeys(const SynthSpec& s, GgufWriter* w) {
   const std::string a = std::string(SynthGgufArch(s.arch)) + ".";
   const auto u32 = [](int64_t v) { return static_cast<uint32_t>(v); };
   std::vector<Status> st;
+  // Qwen3.5 (qwen35, qwen35moe) is multimodal: llama.cpp's loader requires its RoPE sections.
+  // Qwen3-Next is text only and has none.
+  if (s.arch != SynthArch::kQwen3Next) {
+    const int64_t rotated = s.rope_dims > 0 ? s.rope_dims : s.head_dim();
+    st.push_back(w->SetI32Array(a + "rope.dimension_sections", RopeSections(rotated / 2)));
+  }
   st.push_back(w->SetU32(a + "full_attention_interval", u32(s.full_attention_interval)));
   st.push_back(w->SetU32(a + "ssm.conv_kernel", u32(s.ssm_conv_kernel)));
   st.push_back(w->SetU32(a + "ssm.state_size", u32(s.ssm_key_dim)));

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kvq/format.h"
+#include "model/cache_config.h"
 #include "model/gguf_llama.h"
 #include "model/llama.h"
 #include "test_util/hybrid_model.h"
@@ -34,14 +35,7 @@ Result<LlamaWeights> Load(const std::string& path) {
 
 std::unique_ptr<KvCache> Cache(const LlamaConfig& c, const char* format = "f32") {
   const FormatDesc* f = *FindFormat(format);
-  KvCacheConfig config{.n_layers = c.n_attention_layers(),
-                       .n_kv_heads = c.n_kv_heads,
-                       .head_dim = c.head_dim(),
-                       .layers = {{f, f}},
-                       .max_positions = c.seq_len,
-                       .page_positions = 32};
-  config.state_floats = c.state_floats();  // (set apart: g++ 12 misreads the braced form's string)
-  Result<std::unique_ptr<KvCache>> cache = KvCache::Create(config);
+  Result<std::unique_ptr<KvCache>> cache = CreateModelCache(c, c.seq_len, {.layers = {{f, f}}, .page_positions = 32});
   EXPECT_TRUE(cache.ok()) << cache.status().message();
   return cache.ok() ? std::move(cache).value() : nullptr;
 }

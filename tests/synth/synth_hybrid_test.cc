@@ -14,6 +14,8 @@
 
 #include "kvq/model.h"
 #include "kvq/session.h"
+#include "gguf/gguf_reader.h"
+#include "model/cache_config.h"
 #include "model/llama.h"
 #include "model/load_model.h"
 #include "synth/synth.h"
@@ -86,16 +88,7 @@ TEST(SynthHybrid, TinyPresetsLoadAndRun) {
                 spec.arch == SynthArch::kQwen3Next ? VHeadMap::kDivide : VHeadMap::kModulo);
       LlamaModel m(std::move(loaded->weights), 2);
       const FormatDesc* f16 = *FindFormat("f16");
-      auto cache = [&] {
-        KvCacheConfig config{.n_layers = c.n_attention_layers(),
-                             .n_kv_heads = c.n_kv_heads,
-                             .head_dim = c.head_dim(),
-                             .layers = {{f16, f16}},
-                             .max_positions = 64,
-                             .page_positions = 32};
-        config.state_floats = c.state_floats();
-        return KvCache::Create(config);
-      };
+      auto cache = [&] { return CreateModelCache(c, 64, {.layers = {{f16, f16}}, .page_positions = 32}); };
       auto a = cache(), b = cache();
       ASSERT_TRUE(a.ok() && b.ok());
       std::vector<int32_t> tokens;
@@ -109,6 +102,49 @@ TEST(SynthHybrid, TinyPresetsLoadAndRun) {
       std::filesystem::remove(path);
     }
   }
+}
+
+// llama.cpp refuses a qwen35 or qwen35moe file without its multimodal RoPE sections; Qwen3-Next has
+// none. The sections split the rotated pairs as Qwen3.5's [11, 11, 10] of 32 does (padded to 4).
+TEST(SynthHybrid, Qwen35FilesCarryTheirRopeSections) {
+  for (const std::string& preset : SynthPresetNames()) {
+    SynthSpec spec = *SynthPreset(preset);
+    if (!spec.is_hybrid() || SynthParameterCount(spec) > 10'000'000) continue;
+    SCOPED_TRACE(preset);
+    const std::string path = TempPath(preset + "_sections.gguf");
+    ASSERT_TRUE(WriteSynthModel(spec, kStories, path).ok());
+    Result<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
+    ASSERT_TRUE(file.ok()) << file.status().message();
+    const std::string key = std::string(SynthGgufArch(spec.arch)) + ".rope.dimension_sections";
+    if (spec.arch == SynthArch::kQwen3Next) {
+      EXPECT_FALSE((*file)->Has(key));
+    } else {
+      Result<const GgufArray*> sections = (*file)->GetArray(key);
+      ASSERT_TRUE(sections.ok()) << sections.status().message();
+      ASSERT_EQ((*sections)->size, 4);
+      EXPECT_EQ((*sections)->element_type, GgufValueType::kInt32);
+      std::vector<double> got;
+      for (int64_t i = 0; i < 4; ++i) got.push_back((*sections)->NumberAt(i));
+      EXPECT_EQ(got, (std::vector<double>{3, 3, 2, 0}));  // the 8 pairs of 16 rotated dims
+    }
+    std::filesystem::remove(path);
+  }
+  // Qwen3.5's 64 rotated dims of 256 (a tiny model with those heads): its own [11, 11, 10, 0].
+  SynthSpec wide = *SynthPreset("tiny-qwen35");
+  wide.head_dim_override = 256;
+  wide.rope_dims = 64;
+  const std::string path = TempPath("wide_sections.gguf");
+  ASSERT_TRUE(WriteSynthModel(wide, kStories, path).ok());
+  Result<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  Result<const GgufArray*> sections = (*file)->GetArray("qwen35.rope.dimension_sections");
+  ASSERT_TRUE(sections.ok()) << sections.status().message();
+  std::vector<double> got;
+  for (int64_t i = 0; i < (*sections)->size; ++i) got.push_back((*sections)->NumberAt(i));
+  EXPECT_EQ(got, (std::vector<double>{11, 11, 10, 0}));
+  // kvq reads its own file back (the sections agree with rope.dimension_count).
+  EXPECT_TRUE(LoadModel(path, "").ok());
+  std::filesystem::remove(path);
 }
 
 TEST(SynthHybrid, SessionsRunAHybridAndStartTheStateAgain) {
