@@ -197,8 +197,9 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
     return st;
   };
   const auto t0 = Clock::now();
-  // Everything but the last token in blocks, then the last alone: the cut of `kvq run`, so the
-  // prompt cache below holds exactly the prefix that a later prompt reuses.
+  // Everything but the last token, then the last: the prompt cache below saves exactly the prefix
+  // that a later prompt reuses (its last token always runs again, for the logits). The cut
+  // changes no bit (KvCache::Attend).
   if (Status st = Prefill(prompt.subspan(s.tokens.size(), prompt.size() - 1 - s.tokens.size())); !st.ok()) {
     return failed(st);
   }
