@@ -8,7 +8,7 @@ else()
 endif()
 set(kvq_module_dir "${PROJECT_BINARY_DIR}/module")
 
-# The functions src/web/web_api.cc and web_kv.cc export (WEB_COMMON.md fixes them), and what JS calls them with.
+# The functions src/web/web_api.cc and web_kv.cc export (docs/architecture.md, "The WebAssembly module's boundary"), and what JS calls them with.
 set(kvq_web_exports
   kvq_web_model_load kvq_web_model_info kvq_web_model_free kvq_web_session_new kvq_web_session_free
   kvq_web_tokenize kvq_web_detokenize kvq_web_is_end kvq_web_prefill kvq_web_decode
@@ -25,7 +25,7 @@ set_target_properties(kvq_web PROPERTIES OUTPUT_NAME ${kvq_module_name} SUFFIX "
 target_link_libraries(kvq_web PRIVATE kvq_api kvq_formats kvq_simd nlohmann_json::nlohmann_json)
 kvq_include_root(kvq_web web PRIVATE web_root)
 kvq_apply_warnings(kvq_web)
-# 2 GB at most: handles and buffers cross to JS as signed 32-bit ints (WEB_COMMON.md), so every
+# 2 GB at most: handles and buffers cross to JS as signed 32-bit ints (docs/architecture.md), so every
 # address must stay below 2^31. The model is held twice (its MEMFS file and the loaded copy).
 target_link_options(kvq_web PRIVATE
   -sMODULARIZE=1 -sEXPORT_NAME=createKvq -sENVIRONMENT=web,worker

@@ -8,7 +8,6 @@ let kvq = null;        // the Emscripten module
 let api = null;        // cwrapped kvq_web_* functions
 let model = 0;         // handle of the loaded model (0 = none)
 let model_context = 0;  // the loaded model's context (positions)
-let model_bos = -1;     // its BOS id (-1: none), which also ends a generation
 let session = 0;       // handle of the last generation's session, kept so its stats stay readable
 let busy = false;      // a generation is running
 let stopRequested = false;
@@ -185,7 +184,6 @@ async function LoadModel(files) {
   Check(model, `loading ${files.model.name}${files.tokenizer ? ` with ${files.tokenizer.name}` : ''}`);
   const info = JSON.parse(api.modelInfo(model));
   model_context = info.context;
-  model_bos = info.bos;
   return {name: files.model.name, info, heap_bytes: HeapBytes()};
 }
 
@@ -317,8 +315,9 @@ async function Generate(id, p) {
     const t0 = performance.now();
     const token = engine.sample();
     ids.push(token);
-    // An end token or BOS ends it, as in `kvq run`; kept in ids, as run.c's golden ids keep it.
-    end_token = api.isEnd(model, token) !== 0 || token === model_bos;
+    // An end token ends it, as in `kvq run` (BOS too for llama2.c vocabularies); kept in ids, as
+    // run.c's golden ids keep it.
+    end_token = api.isEnd(model, token) !== 0;
     const last = end_token || i + 1 === max_new;
     // The last token needs no decode step: nothing is sampled after it.
     if (!last) await engine.decode(token, ids.length - 1);

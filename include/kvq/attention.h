@@ -1,4 +1,4 @@
-// Exact attention over windows of a KV cache stored in any format (DESIGN.md §3).
+// Exact attention over windows of a KV cache stored in any format (docs/design.md §3).
 //
 // Online ("flash") softmax after Milakov & Gimelshein 2018 and Rabe & Staats 2021
 // (arXiv 2112.05682): per (query token, query head) the whole state is m (running max score), l

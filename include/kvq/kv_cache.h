@@ -2,7 +2,7 @@
 // may differ), a master copy in host RAM or in a file on disk, and a bounded device working set
 // that pages stream through — double-buffered, the next page copied on a background thread while
 // attention consumes the current one. Attention carries its online-softmax state across the pages,
-// so every tier gives the same bits as a resident cache (DESIGN.md §4).
+// so every tier gives the same bits as a resident cache (docs/design.md §4).
 //
 // On CPU the "device" is a staging arena of the budgeted size. A compute device (WebGPU in the
 // browser build; kvq/kv_device.h) gets the same pages in the same order through AttendOnDevice.
@@ -170,7 +170,7 @@ class KvCache {
   /// prompt is cut into blocks changes nothing (tokens whose reads differ are attended in separate
   /// passes over the pages). The cache keeps those f32 copies for the last Append's rows only
   /// (until the next Append: at most that many rows); a query at an earlier position reads the
-  /// layer as it is now.
+  /// layer as it is now — and so does every query after an Append of 0 rows, which drops them.
   Status Attend(int64_t layer, const AttentionOptions& options, const float* q,
                 int64_t first_query_position, AttentionState& state);
   /// out: [n_tokens][n_heads][head_dim] = acc / l, with a rotated value spec's rotation undone

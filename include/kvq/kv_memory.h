@@ -1,5 +1,5 @@
 // KV-cache memory for a model shape and a format, in exact bytes, and the decode-speed ceiling a
-// smaller format can at most buy (DESIGN.md §5). `kvq plan` prints these.
+// smaller format can at most buy (docs/design.md §5). `kvq plan` prints these.
 #pragma once
 
 #include <cstdint>

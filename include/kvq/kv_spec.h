@@ -1,5 +1,5 @@
 // A KV spec: an element format plus the transforms applied to rows before they are stored
-// (DESIGN.md §7), chosen separately for K and V and per layer. The grammar, wherever a format
+// (docs/design.md §7), chosen separately for K and V and per layer. The grammar, wherever a format
 // name is accepted (--kv, --kv-k, --kv-v, kvq plan / eval / bench, plan files, snapshots):
 //
 //   SPEC      = FORMAT { "+" TRANSFORM }          e.g. int4+rot, int2-kivi+sink4+res64
@@ -16,7 +16,7 @@
 //
 // Each transform may appear once, in any order; KvSpecName prints them in the order above.
 //
-// Why these keep attention exact over windows (DESIGN.md §3): a row is transformed once, when it is
+// Why these keep attention exact over windows (docs/design.md §3): a row is transformed once, when it is
 // appended, and every later read of it is the same whatever window it falls in. Rotation is
 // orthonormal, so rotating the query the same way leaves scores unchanged (up to rounding), and V's
 // rotation is undone once on the attention output. Sinks and the residual only change which rows

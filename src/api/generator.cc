@@ -82,9 +82,9 @@ GeneratorStep Generator::Finish(FinishReason reason, bool kept, size_t release) 
 
 GeneratorStep Generator::Next(int32_t token) {
   if (finished_) return {.finished = true, .finish = finish_};
-  // An end token, or BOS (llama2.c models start a new story with it), ends the text unkept; what
-  // was held back for a stop string that never came is released.
-  const bool end = IsEndOfGeneration(*model_, token) || token == model_->info.bos;
+  // An end token (for llama2.c vocabularies BOS too: Tokenizer::IsEndOfGeneration) ends the text
+  // unkept; what was held back for a stop string that never came is released.
+  const bool end = IsEndOfGeneration(*model_, token);
   if (end && !options_.ignore_eos) return Finish(FinishReason::kStop, /*kept=*/false, text_.size());
 
   tokens_.push_back(token);

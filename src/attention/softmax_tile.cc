@@ -1,7 +1,7 @@
 // Per-target body of the softmax tile step (see softmax_tile.h). Exponentials come from Highway's
 // vector Exp (contrib/math), evaluated over all kMaxTileRows lanes of a tile, so a position's
 // factor is the same whether its tile held 1 or 32 positions; the running max and l recurrences
-// are sequential, one position at a time, exactly as DESIGN.md §3 writes them.
+// are sequential, one position at a time, exactly as docs/design.md §3 writes them.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "attention/softmax_tile.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep

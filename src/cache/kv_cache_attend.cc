@@ -89,28 +89,33 @@ void CopyStateRows(const AttentionState& from, int32_t t0, AttentionState& to, i
 int32_t KvCache::Impl::QueryRunEnd(int64_t layer, int64_t first_query_position, int32_t t0,
                                    int32_t n_tokens, LayerView* view) const {
   const LayerView now = CurrentView(layer);
-  // The run [t0, t1) grows while each token that reads f32 rows reads the same ones as the rest.
+  // What the query at p reads: the layer as it was when p was appended, while the f32 copies of
+  // the rows encoded since are held; else (a query before the last Append's rows, or after an
+  // Append of 0 rows) the layer as it is now.
+  const auto reads = [&](int64_t p) {
+    const LayerView at_p = ViewAt(layer, std::min(p + 1, now.positions));
+    return Holds(layer, at_p) ? at_p : now;
+  };
+  // The run [t0, t1) grows while each token that reads f32 rows reads the same ones as the rest;
+  // its view is what its last token reads.
   std::array<int64_t, 2> pinned{-1, -1};  // per tensor: the encoded rows a token of the run needs
   int32_t t1 = t0;
   for (; t1 < n_tokens; ++t1) {
     const int64_t p = first_query_position + t1;
-    const LayerView at_p = ViewAt(layer, std::min(p + 1, now.positions));
+    const LayerView need = reads(p);
     bool fits = true;
     std::array<int64_t, 2> next = pinned;
     for (int which = 0; which < 2 && fits; ++which) {
-      if (pinned[which] >= 0 && at_p.encoded[which] != pinned[which]) fits = false;
-      // A token that reads only sinks, or rows in blocks once p + 1 rows are held, reads them the
-      // same through any later view; one that reads f32 rows pins the view's encoded rows.
-      const bool fixed_rows = at_p.encoded[which] >= p + 1 || p < Transforms(layer, which).sinks;
-      if (!fixed_rows) next[which] = at_p.encoded[which];
+      if (pinned[which] >= 0 && need.encoded[which] != pinned[which]) fits = false;
+      // A token that reads only sinks, or only rows in blocks, reads them the same through any
+      // view with at least as many rows in blocks; one that reads f32 rows pins the view's.
+      const bool fixed_rows = need.encoded[which] >= p + 1 || p < Transforms(layer, which).sinks;
+      if (!fixed_rows) next[which] = need.encoded[which];
     }
     if (!fits) break;
     pinned = next;
   }
-  *view = ViewAt(layer, std::min(first_query_position + t1, now.positions));
-  // A query before the rows the last Append brought reads the layer as it is now (the f32
-  // copies of what has been encoded since are gone).
-  if (!Holds(layer, *view)) *view = now;
+  *view = reads(first_query_position + t1 - 1);
   return t1;
 }
 

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 
 namespace kvq {
 namespace {
@@ -159,28 +160,19 @@ void PageStore::SharePagesOf(const PageStore& from) {
   pages_ = from.pages_;
 }
 
-int64_t PageStore::unshared_host_bytes() const {
+int64_t PageStore::HeldBytes(long max_holders) const {
   int64_t total = 0;
   for (size_t l = 0; l < page_bytes_.size(); ++l) {
     if (on_disk()) {
       total += static_cast<int64_t>(tails_[l].size()) * page_bytes_[l];
     } else {
-      for (const auto& p : pages_[l]) total += p && p.use_count() == 1 ? page_bytes_[l] : 0;
+      for (const auto& p : pages_[l]) total += p && p.use_count() <= max_holders ? page_bytes_[l] : 0;
     }
   }
   return total;
 }
 
-int64_t PageStore::host_bytes() const {
-  int64_t total = 0;
-  for (size_t l = 0; l < page_bytes_.size(); ++l) {
-    if (on_disk()) {
-      total += static_cast<int64_t>(tails_[l].size()) * page_bytes_[l];
-    } else {
-      for (const auto& p : pages_[l]) total += p ? page_bytes_[l] : 0;
-    }
-  }
-  return total;
-}
+int64_t PageStore::host_bytes() const { return HeldBytes(std::numeric_limits<long>::max()); }
+int64_t PageStore::unshared_host_bytes() const { return HeldBytes(1); }
 
 }  // namespace kvq

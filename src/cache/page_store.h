@@ -51,6 +51,8 @@ class PageStore {
 
  private:
   PageStore() = default;
+  // Bytes of the host pages (or disk tails) held by at most `max_holders` stores.
+  int64_t HeldBytes(long max_holders) const;
   std::vector<int64_t> page_bytes_;
   std::vector<int64_t> layer_offset_;  // disk: byte offset of each layer's page 0
   int64_t max_pages_ = 0;

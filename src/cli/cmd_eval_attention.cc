@@ -296,7 +296,7 @@ void AddEvalAttentionCommand(CLI::App& eval, int* exit_code) {
   auto o = std::make_shared<EvalAttentionOptions>();
   for (const FormatDesc* f : Formats()) o->shared.formats.push_back(f->name);
   CLI::App* cmd = eval.add_subcommand(
-      "attention", "Attention error vs context per KV spec (seed 000): one query at position n-1 over n cached "
+      "attention", "Attention error vs context per KV spec: one query at position n-1 over n cached "
                    "positions, reference f32 rows vs the spec's KvCache");
   AddModelFlag(cmd, &o->shared);
   AddTokenizerFlag(cmd, &o->shared);

@@ -1,5 +1,5 @@
 // Attention benchmark (see attention_bench.h). Each arm is a one-layer KvCache of its spec,
-// filled with random rows (attention time does not depend on the values; DESIGN.md §5) through
+// filled with random rows (attention time does not depend on the values; docs/design.md §5) through
 // KvCache::Append, so rows are rotated, kept as sinks or residual and encoded exactly as kvq
 // stores them when it decodes. A step is what a decode step does per layer: KvCache::Attend
 // (which rotates q for a rotated key spec) and KvCache::FinishAttention (which undoes a rotated

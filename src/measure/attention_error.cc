@@ -211,7 +211,7 @@ bool LosslessElements(const KvSpec& f) {
 // A bound on |candidate − reference| over the measured outputs of the query at qpos when K and V
 // are stored in f32 with transforms t (the same for K and V). Without rotation it is 0: sinks and the residual are the
 // same f32 numbers read from another run, and windowed attention gives the bits of one window
-// (DESIGN.md §3). With rotation, to first order in u = 2⁻²⁴, per output element e of head h
+// (docs/design.md §3). With rotation, to first order in u = 2⁻²⁴, per output element e of head h
 // (weights w_p, output o and the norms from the rows, in double):
 //   rotation, one direction: ‖fl(Rx) − Rx‖ ≤ ε‖x‖, ε = RotationRoundTripBound(d) / 2;
 //   scores: q and k_p each rotated (2ε) and each side's f32 dot and scaling

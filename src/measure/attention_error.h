@@ -1,4 +1,4 @@
-// `kvq eval attention` (seed 000's measurement one, DESIGN.md §5): one query's attention output
+// `kvq eval attention` (seed 000's measurement one, docs/design.md §5): one query's attention output
 // over a cache of n positions, computed over the reference f32 rows and over a KV format's round
 // trip, for several n. Same query, same cache: the query sits at position n − 1, so causal
 // attention covers all n positions. Seed 000's first table was fake because its query sat at

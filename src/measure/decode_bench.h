@@ -1,4 +1,4 @@
-// `kvq bench decode`: whole-model decode speed vs context per KV format (DESIGN.md §5, seed 002).
+// `kvq bench decode`: whole-model decode speed vs context per KV format (docs/design.md §5, seed 002).
 // The cache is filled directly with random rows encoded in each format (decode time does not
 // depend on the values; a real 64K prefill would take hours on 2 cores), then real decode steps
 // (every layer, the classifier) are timed with the formats as paired, interleaved arms, their

@@ -1,5 +1,5 @@
 // `kvq eval fidelity`: what each KV format does to a real model's predictions, teacher-forced
-// (seeds 002 and 004, DESIGN.md §5). One token sequence goes through the model twice per format —
+// (seeds 002 and 004, docs/design.md §5). One token sequence goes through the model twice per format —
 // once with an f32 cache (the reference), once with the candidate format for K and V — one decode
 // step per token, and the logits are compared at every position. Free-run divergence (let both
 // arms generate and see where they part) is greedy chaos, not a fidelity number, and is not measured.

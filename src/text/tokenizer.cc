@@ -171,6 +171,10 @@ Result<Tokenizer> Tokenizer::LoadLlama2c(const std::string& path, int32_t vocab_
   t.unk_ = 0;
   t.Index();
   t.FindEndOfGeneration();
+  // llama2.c's models mark the start of a new story with BOS, and run.c stops there: BOS ends
+  // generation for these vocabularies (not for GGUF ones, as in llama.cpp).
+  t.end_of_generation_.insert(std::lower_bound(t.end_of_generation_.begin(), t.end_of_generation_.end(), t.bos_),
+                              t.bos_);
   return t;
 }
 

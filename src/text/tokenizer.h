@@ -151,7 +151,8 @@ class Tokenizer {
   const std::string& piece(int32_t id) const { return pieces_[id]; }
   /// Whether generation should stop at `id`: EOS, or a control token whose text llama.cpp treats
   /// as an end of turn ("<|eot_id|>", "<|im_end|>", "<|end|>", "<|endoftext|>", "<end_of_turn>",
-  /// "<|end_of_text|>", "<|eom_id|>", ...; the list is kEndOfTurnTexts in tokenizer.cc).
+  /// "<|end_of_text|>", "<|eom_id|>", ...; the list is kEndOfTurnTexts in tokenizer.cc). For a
+  /// llama2.c vocabulary BOS too (its models start a new story with it; run.c stops there).
   bool IsEndOfGeneration(int32_t id) const;
 
  private:

@@ -1,6 +1,6 @@
 // The JS-facing C shim of the WebAssembly build: kvq's public API (kvq/model.h, session.h) behind
 // plain C functions taking ints, floats, doubles and pointers only, as Module.ccall/cwrap can pass
-// them (WEB_COMMON.md fixes the list). Handles are the objects' addresses; 0 means failure and
+// them (docs/architecture.md, "The WebAssembly module's boundary"). Handles are the objects' addresses; 0 means failure and
 // kvq_web_last_error() says why. Returned JSON stays valid until the next call of that function.
 #include <emscripten/emscripten.h>
 #include <sys/stat.h>

@@ -1,4 +1,4 @@
-// The KV cache with a WebGPU device tier, for JS (WEB_COMMON.md's conventions: ints, doubles and
+// The KV cache with a WebGPU device tier, for JS (the module's boundary, docs/architecture.md: ints, doubles and
 // pointers; 0 / -1 on failure with kvq_web_last_error): a kvq::KvCache in this module's memory is
 // the master copy (any format and transforms, encoded by kvq's codecs), and WebGpuKvDevice is its
 // KvDevice (kvq/kv_device.h), forwarding each call to the JS object `Module.kvqDevice` (a
@@ -243,7 +243,12 @@ EMSCRIPTEN_KEEPALIVE int kvq_web_kv_attend_device(int kv, int layer, int first_q
 // The rows of `layer` as attention reads them: k and v [positions][n_kv_heads][head_dim] f32.
 EMSCRIPTEN_KEEPALIVE int kvq_web_kv_rows(int kv, int layer, float* k, float* v) {
   RowsDevice device(k, v);
-  const kvq::Status s = KvOf(kv)->cache->AttendOnDevice(layer, {.scale = 1.0f}, 0, 1, device);
+  kvq::KvCache& cache = *KvOf(kv)->cache;
+  if (layer < 0 || layer >= cache.config().n_layers) return Fail("rows: no such layer");
+  const int64_t n = cache.positions(layer);
+  if (n == 0) return 0;
+  // A query at the last position reads every row as the cache holds it now.
+  const kvq::Status s = cache.AttendOnDevice(layer, {.scale = 1.0f}, n - 1, 1, device);
   return s.ok() ? 0 : Fail(s.message());
 }
 

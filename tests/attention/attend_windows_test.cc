@@ -1,7 +1,7 @@
 // AttendWindows (kvq/attention.h): one dispatch over a whole list of windows gives the same bits
 // as AttendWindow on each window in turn, for every thread count; each window is acquired and
 // released exactly once; a window that fails to arrive stops every query at the same window, so
-// the state holds exactly the windows before it (DESIGN.md §3).
+// the state holds exactly the windows before it (docs/design.md §3).
 #include <gtest/gtest.h>
 
 #include <atomic>

@@ -1,4 +1,4 @@
-// The exactness contract of DESIGN.md §3 / seed 000 ("measurement two"): attention over any
+// The exactness contract of docs/design.md §3 / seed 000 ("measurement two"): attention over any
 // sequence of windows equals attention over one window, bit for bit — every window size 1..96,
 // 23 window sizes at 4,096 positions, four GQA shapes, every format, scalar and SIMD kernels,
 // decode and prefill. The three bugs seed 000 names are injected and must be detected, and a

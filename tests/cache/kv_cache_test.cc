@@ -1,4 +1,4 @@
-// The cache's contract (DESIGN.md §4): attention through every tier — resident, host master +
+// The cache's contract (docs/design.md §4): attention through every tier — resident, host master +
 // a device working set of a few pages, disk master + working set — gives the same bits as one
 // window over the same rows, for every format (KIVI with an incomplete last group included);
 // the working set never holds more than its budget, even at 100x its size in context; the disk

@@ -1,6 +1,6 @@
 // KvCache::Attend with several threads: one dispatch per call walks every page, so resident,
 // host-streamed and disk-streamed tiers give the bits of one single-threaded window for every
-// thread count (DESIGN.md §3, §4); a warm call allocates nothing on a resident cache, and a
+// thread count (docs/design.md §3, §4); a warm call allocates nothing on a resident cache, and a
 // streamed call's allocations do not grow with the number of pages.
 #include <gtest/gtest.h>
 #include <unistd.h>

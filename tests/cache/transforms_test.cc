@@ -1,4 +1,4 @@
-// The KV transforms (kvq/kv_spec.h) keep the cache's contract (DESIGN.md §3, §4): for every
+// The KV transforms (kvq/kv_spec.h) keep the cache's contract (docs/design.md §3, §4): for every
 // format and every combination of rotation, sinks and residual, attention through the cache —
 // every tier, every page size, scalar and SIMD kernels — gives the same bits as one window over
 // an oracle built here from the transform's rules (rows rotated; sink rows and the newest rows

@@ -1,4 +1,4 @@
-// The tiers give the same bits (DESIGN.md §4) where a user sees them: the logits of decode steps on
+// The tiers give the same bits (docs/design.md §4) where a user sees them: the logits of decode steps on
 // a tiny synth model whose cache was filled by FillContext (encoded pool + page copies + a partial
 // page) are bit-identical with the master in host RAM read in place, streamed through a working set
 // of three pages, and on disk — for int4, KIVI int4 (groups, a residual) and fp8 (calibrated).

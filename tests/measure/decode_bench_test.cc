@@ -1,5 +1,5 @@
 // RunDecodeBench on the bundled model: one row per (context, arm) in order, the byte accounting
-// from the registry and the shapes, the ceiling formula of DESIGN.md §5, the speedup relative to
+// from the registry and the shapes, the ceiling formula of docs/design.md §5, the speedup relative to
 // the reference arm, and refusal of a context past the model's limit.
 #include "measure/decode_bench.h"
 
@@ -60,7 +60,7 @@ TEST(DecodeBench, RowsAccountingAndCeilings) {
     EXPECT_EQ(r.kv_bytes, kv_bytes);
     const double share = static_cast<double>(f16_kv) / static_cast<double>(f16_kv + want_weights);
     EXPECT_DOUBLE_EQ(r.kv_share, share);
-    // DESIGN.md §5: 1 / (1 − share · (1 − r)), r = this arm's KV bytes over f16's.
+    // docs/design.md §5: 1 / (1 − share · (1 − r)), r = this arm's KV bytes over f16's.
     EXPECT_DOUBLE_EQ(r.ceiling, 1.0 / (1.0 - share * (1.0 - static_cast<double>(kv_bytes) / f16_kv)));
   }
   EXPECT_EQ((*rows)[4].speedup, 1.0) << "f16 is the reference arm";

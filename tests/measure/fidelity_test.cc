@@ -123,7 +123,7 @@ TEST_F(Fidelity, DamageFallsWithBitsPerNumber) {
   EXPECT_LT(Row("f16").logit_drift, Row("bf16").logit_drift);
   EXPECT_GT(int8.top1_agree, int2.top1_agree);
   // fp8-e4m3 is not ordered against int4 here: its per-tensor scale is calibrated on the first
-  // row written (DESIGN.md §2), which in a decode-only run is the BOS token's, and later values
+  // row written (docs/design.md §2), which in a decode-only run is the BOS token's, and later values
   // above that row's largest saturate; its measured damage lands near int4's, without a clear
   // margin either way.
 }

@@ -82,10 +82,10 @@ const FormatDesc& Int8Format() {
 const FormatDesc& Int4Format() {
   static constexpr FormatDesc kDesc = {
       .id = FormatId::kInt4, .name = "int4",
-      .summary = "int4 per token (seed 000's row format): symmetric, one f16 scale per head row",
+      .summary = "int4 per token: symmetric, one f16 scale per head row",
       .key = IntToken<4>::kCodec, .value = IntToken<4>::kCodec,
-      .note = "scale packed as f16 (2 bytes); seed 000's 544 B/layer-position counts a 4-byte "
-              "slot per scale, kvq stores 528"};
+      .note = "scale packed as f16 (2 bytes): 528 B per layer-position at 4 KV heads x 128 (a "
+              "4-byte slot per scale would make it 544)"};
   return kDesc;
 }
 const FormatDesc& Int2Format() {

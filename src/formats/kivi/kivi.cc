@@ -166,7 +166,7 @@ struct KiviValues {
 };
 
 constexpr const char* kKiviNote =
-    "seed 004 prints the per-token figure for KIVI; exact cost is keys b + 32/G (G = 32), values "
+    "a per-token figure understates KIVI: the exact cost is keys b + 32/G (G = 32), values "
     "b + 32/head_dim (f16 scale + f16 min), plus f32 residual rows of an incomplete key group";
 }  // namespace
 

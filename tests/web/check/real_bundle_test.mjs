@@ -23,7 +23,7 @@ if (!is_dir) {
   process.exit(1);
 }
 
-// The files WEB_COMMON.md's bundle layout promises; the walk must reach each of them.
+// The files docs/architecture.md's bundle layout promises; the walk must reach each of them.
 const kPromised = ['index.html', 'kvq.js', 'kvq.wasm', 'kvq-scalar.js', 'kvq-scalar.wasm', 'models/stories260K.bin',
                    'models/tok512.bin'];
 const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'kvq-check-real-'));

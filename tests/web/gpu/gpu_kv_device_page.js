@@ -1,4 +1,4 @@
-// The C++ cache's device tier over WebGPU (issue 14, item 1), checked in the page: a kvq::KvCache
+// The C++ cache's device tier over WebGPU, checked in the page: a kvq::KvCache
 // in the WebAssembly module (the bundle's kvq.js) holds the master rows in any format and transform,
 // and KvCache::AttendOnDevice streams its pages into the GPU slots of web/gpu/kv_device.js, which
 // attends over them. Checks, per spec (every format, ten transform specs), GQA shape and query
@@ -102,6 +102,9 @@ export async function RunGpuKvDeviceTests(bundle_url) {
     }
     const kp = Floats(k), vp = Floats(v);
     if (M._kvq_web_kv_append(h, 0, kp, vp, n) !== 0) fail(`${spec}: append: ${Error_()}`);
+    // An append of no rows: every query then reads the rows as the cache holds them now (not as
+    // it held them when its own row came, which this single append would otherwise keep).
+    if (M._kvq_web_kv_append(h, 0, kp, vp, 0) !== 0) fail(`${spec}: append: ${Error_()}`);
     M._free(kp);
     M._free(vp);
     return h;
