@@ -107,6 +107,15 @@ int kvq_session_decode(kvq_session* session, int32_t token);
  * every session of the batch. */
 int kvq_session_run_batch(kvq_session* const* sessions, const int32_t* const* tokens,
                           const int64_t* n_tokens, int32_t n_items);
+/* Sets a function that kvq_session_prefill, kvq_session_run_batch and kvq_session_generate ask,
+ * between blocks of 64 prompt tokens and before sampling each generated token, whether to stop
+ * (non-zero: stop); fn NULL removes it. It is called on the thread running the session, with
+ * `user`, and must not use the session (kvq::Session::SetAbortCallback). When it fires, prefill and
+ * run_batch return KVQ_ERROR with a message saying it was aborted and how many positions each
+ * session holds: the sessions stay valid and hold the blocks that ran (running the rest later gives
+ * the bits of an uninterrupted run); generate succeeds with KVQ_FINISH_CANCELLED. */
+typedef int (*kvq_abort_fn)(void* user);
+int kvq_session_set_abort_callback(kvq_session* session, kvq_abort_fn fn, void* user);
 /* [vocab_size] logits after the last token, valid until the session next changes; NULL if none. */
 const float* kvq_session_logits(const kvq_session* session);
 int64_t kvq_session_positions(const kvq_session* session);
@@ -135,7 +144,7 @@ typedef enum {
   KVQ_FINISH_STOP = 0,      /* an end token (EOS, end-of-turn, BOS) or a stop string */
   KVQ_FINISH_LENGTH = 1,    /* max_tokens were generated */
   KVQ_FINISH_CONTEXT = 2,   /* the session's context is full */
-  KVQ_FINISH_CANCELLED = 3  /* on_token returned 0 */
+  KVQ_FINISH_CANCELLED = 3  /* on_token returned 0, or the abort callback fired */
 } kvq_finish_reason;
 
 void kvq_generate_options_init(kvq_generate_options* options);

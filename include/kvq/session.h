@@ -86,6 +86,20 @@ class Session {
   /// One decode step: Prefill of the single token `token`.
   Status Decode(int32_t token);
 
+  /// A function Prefill, RunBatch and Generate ask whether to stop (true: stop), e.g. one reading a
+  /// flag that a Ctrl-C handler or a client disconnect sets; empty (the default) never stops.
+  /// Prefill and RunBatch ask it before each block of kPrefillBlock tokens after the first, so a
+  /// long prompt stops within one block; Generate also asks it before sampling each token. It is
+  /// called on the thread running the session (and, in RunBatch, for every session of the batch
+  /// with a block left); it must not use the session.
+  /// When it fires, Prefill and RunBatch return an error saying it was aborted and how many
+  /// positions each session now holds: every session stays valid and holds the blocks that ran
+  /// (tokens() and the cache agree, bit for bit a session that ran only those tokens), and logits()
+  /// of a session whose last block did not run are empty; running the remaining tokens later gives
+  /// exactly the bits of an uninterrupted run. RunBatch stops every session of the batch when any
+  /// one's callback fires. Generate finishes with FinishReason::kCancelled (not an error).
+  void SetAbortCallback(std::function<bool()> should_abort);
+
   /// Runs every item's tokens after what its session holds, all items in one forward pass per
   /// block of kPrefillBlock tokens: the rows of all items go through each weight matrix together
   /// (each matrix read once for the whole batch — the point when many sessions decode at once),
@@ -129,9 +143,11 @@ class Session {
   /// so greedy output equals `kvq run`'s for the same model, prompt and formats. Then: sample with
   /// request.sampling (its own sampler chain: Sample()'s is untouched), ask a Generator, Decode.
   /// Afterwards the session holds the prompt and the completion except, when generation stopped
-  /// for a stop string, max_tokens, cancellation or a full context, the last generated token
-  /// (sampled, not run): logits() are those before it, so a caller continuing by hand Decodes it
-  /// first. Errors: an empty or too long prompt, a bad stop string (the session is untouched);
+  /// for a stop string, max_tokens, on_token's cancellation or a full context, the last generated
+  /// token (sampled, not run): logits() are those before it, so a caller continuing by hand Decodes
+  /// it first. When the abort callback (SetAbortCallback) fires, the completion finishes as
+  /// kCancelled: during the prompt, with no tokens and the session holding the prompt's blocks
+  /// that ran (no logits); later, with every generated token run. Errors: an empty or too long prompt, a bad stop string (the session is untouched);
   /// cache errors (the session is cleared).
   Result<Completion> Generate(std::string_view prompt, const GenerateRequest& request = {},
                               const TokenCallback& on_token = {});
@@ -176,9 +192,14 @@ class Session {
   friend class Model;
   friend class Generator;  // reads the session's model
   explicit Session(std::unique_ptr<Impl> impl);
-  // Prefill and RunBatch: checks every item, then runs them in blocks of 64 tokens per item.
-  // `caller` ("Prefill" or "RunBatch") prefixes the messages; RunBatch's name the item index.
-  static Status RunItems(std::span<const BatchItem> items, std::string_view caller);
+  enum class Abortable { kNo, kYes };
+  // Prefill and RunBatch: checks every item, then runs them in blocks of 64 tokens per item,
+  // asking the abort callbacks between blocks when `abortable`. `caller` ("Prefill" or
+  // "RunBatch") prefixes the messages; RunBatch's name the item index.
+  static Status RunItems(std::span<const BatchItem> items, std::string_view caller, Abortable abortable);
+  // Before the block starting at token `done` of every item: asks the abort callbacks of the
+  // sessions with a block left; when one fires, marks every session aborted and says so.
+  static Status CheckAbort(std::span<const BatchItem> items, size_t done, std::string_view caller);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -2,6 +2,7 @@
 // weights and tokenizer, and per session a forward pass, a cache and the sequence it holds.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -49,6 +50,8 @@ struct Session::Impl {
   std::vector<float> logits;         // [vocab_size] after tokens.back(); empty when unknown
   SamplerOptions sampler_options;
   Sampler sampler;
+  std::function<bool()> should_abort;  // Session::SetAbortCallback's; empty: never
+  bool aborted = false;                // the last Prefill/RunBatch stopped for should_abort
   // [items] the segments of a pass run on `llama` (Prefill, RunBatch), kept so that a decode step
   // allocates nothing.
   std::vector<ForwardSegment> segments;

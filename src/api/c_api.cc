@@ -230,6 +230,18 @@ int kvq_session_run_batch(kvq_session* const* sessions, const int32_t* const* to
   });
 }
 
+int kvq_session_set_abort_callback(kvq_session* session, kvq_abort_fn fn, void* user) {
+  if (Missing(session, "kvq_session_set_abort_callback: session")) return KVQ_ERROR;
+  return Guard("kvq_session_set_abort_callback", KVQ_ERROR, [&] {
+    if (fn == nullptr) {
+      session->session->SetAbortCallback({});
+    } else {
+      session->session->SetAbortCallback([fn, user] { return fn(user) != 0; });
+    }
+    return KVQ_OK;
+  });
+}
+
 const float* kvq_session_logits(const kvq_session* session) {
   if (Missing(session, "kvq_session_logits: session")) return nullptr;
   const std::span<const float> l = session->session->logits();

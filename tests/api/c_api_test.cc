@@ -237,4 +237,46 @@ TEST(CApi, RunBatchEqualsPrefillAloneAndRefusesBadItems) {
   kvq_model_free(m);
 }
 
+// The abort callback's user pointer: counts calls and fires on call `fire_at`.
+struct AbortCount {
+  int fire_at;
+  int calls;
+};
+int CountAndAbort(void* user) {
+  AbortCount* a = static_cast<AbortCount*>(user);
+  return ++a->calls >= a->fire_at ? 1 : 0;
+}
+
+TEST(CApi, AbortCallbackStopsPrefillBetweenBlocksAndGenerateAsCancelled) {
+  kvq_model* m = LoadBundled();
+  ASSERT_NE(m, nullptr);
+  kvq_session* s = kvq_session_new(m, nullptr);
+  ASSERT_NE(s, nullptr) << kvq_last_error();
+  EXPECT_EQ(kvq_session_set_abort_callback(nullptr, CountAndAbort, nullptr), KVQ_ERROR);
+  std::vector<int32_t> ids(200);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i * 7 % 512);
+  AbortCount a{.fire_at = 2, .calls = 0};
+  ASSERT_EQ(kvq_session_set_abort_callback(s, CountAndAbort, &a), KVQ_OK);
+  EXPECT_EQ(kvq_session_prefill(s, ids.data(), 200), KVQ_ERROR);
+  EXPECT_NE(std::string(kvq_last_error()).find("aborted"), std::string::npos) << kvq_last_error();
+  EXPECT_EQ(a.calls, 2);
+  EXPECT_EQ(kvq_session_positions(s), 128);
+  EXPECT_EQ(kvq_session_logits(s), nullptr);
+  ASSERT_EQ(kvq_session_set_abort_callback(s, nullptr, nullptr), KVQ_OK);  // removed
+  ASSERT_EQ(kvq_session_prefill(s, ids.data() + 128, 72), KVQ_OK) << kvq_last_error();
+  EXPECT_EQ(kvq_session_positions(s), 200);
+
+  a = {.fire_at = 1, .calls = 0};
+  ASSERT_EQ(kvq_session_set_abort_callback(s, CountAndAbort, &a), KVQ_OK);
+  kvq_generate_options go;
+  kvq_generate_options_init(&go);
+  go.temperature = 0;
+  int64_t n = -1;
+  ASSERT_EQ(kvq_session_generate(s, "Once upon a time", &go, nullptr, nullptr, &n), KVQ_OK) << kvq_last_error();
+  EXPECT_EQ(n, 0);
+  EXPECT_EQ(kvq_session_finish_reason(s), KVQ_FINISH_CANCELLED);
+  kvq_session_free(s);
+  kvq_model_free(m);
+}
+
 }  // namespace
