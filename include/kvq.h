@@ -107,6 +107,9 @@ int kvq_session_decode(kvq_session* session, int32_t token);
  * every session of the batch. */
 int kvq_session_run_batch(kvq_session* const* sessions, const int32_t* const* tokens,
                           const int64_t* n_tokens, int32_t n_items);
+/* Threads the session's forward passes use from now on, 1..1024 (sessions start with the model's);
+ * no count changes a bit of the results (kvq::Session::SetThreads). */
+int kvq_session_set_threads(kvq_session* session, int32_t threads);
 /* Sets a function that kvq_session_prefill, kvq_session_run_batch and kvq_session_generate ask,
  * between blocks of 64 prompt tokens and before sampling each generated token, whether to stop
  * (non-zero: stop); fn NULL removes it. It is called on the thread running the session, with

@@ -86,6 +86,14 @@ class Session {
   /// One decode step: Prefill of the single token `token`.
   Status Decode(int32_t token);
 
+  /// Threads this session's forward passes use from now on (matrix products, attention, recurrent
+  /// layers), 1..1024; sessions start with ModelInfo::threads. No count changes a bit of the
+  /// logits or the cache (work is split across rows and heads, never inside a sum), so a server may
+  /// change it between calls. RunBatch runs on its first item's session's threads.
+  /// Errors: a count outside 1..1024 (the session is unchanged).
+  Status SetThreads(int32_t threads);
+  int32_t threads() const;  ///< what SetThreads set, or ModelInfo::threads
+
   /// A function Prefill, RunBatch and Generate ask whether to stop (true: stop), e.g. one reading a
   /// flag that a Ctrl-C handler or a client disconnect sets; empty (the default) never stops.
   /// Prefill and RunBatch ask it before each block of kPrefillBlock tokens after the first, so a

@@ -230,6 +230,12 @@ int kvq_session_run_batch(kvq_session* const* sessions, const int32_t* const* to
   });
 }
 
+int kvq_session_set_threads(kvq_session* session, int32_t threads) {
+  if (Missing(session, "kvq_session_set_threads: session")) return KVQ_ERROR;
+  return Guard("kvq_session_set_threads", KVQ_ERROR,
+               [&] { return Check(session->session->SetThreads(threads)); });
+}
+
 int kvq_session_set_abort_callback(kvq_session* session, kvq_abort_fn fn, void* user) {
   if (Missing(session, "kvq_session_set_abort_callback: session")) return KVQ_ERROR;
   return Guard("kvq_session_set_abort_callback", KVQ_ERROR, [&] {

@@ -29,6 +29,16 @@ int64_t Session::kv_bytes() const { return impl_->cache->bytes(); }
 
 const KvTierPlan& Session::kv_plan() const { return impl_->cache->plan(); }
 
+Status Session::SetThreads(int32_t threads) {
+  if (threads < 1 || threads > 1024) {
+    return Status::Error(fmt::format("SetThreads: threads must be in 1..1024 (got {})", threads));
+  }
+  impl_->llama.set_threads(threads);
+  return Status::Ok();
+}
+
+int32_t Session::threads() const { return impl_->llama.threads(); }
+
 void Session::SetSampler(const SamplerOptions& options) {
   impl_->sampler_options = options;
   impl_->sampler = Sampler(options);

@@ -85,6 +85,12 @@ class LlamaModel {
     return ForwardBlock(&token, 1, pos, cache, logits);
   }
 
+  /// Threads of the matrix products, attention and recurrent layers from the next call on
+  /// (1..1024, checked by the caller). No count changes a bit: work is split across rows, (query
+  /// block, KV head) pairs and value heads, never inside a sum.
+  void set_threads(int32_t threads) { threads_ = threads; }
+  int32_t threads() const { return threads_; }
+
   /// Hooks the forward pass calls from now on (nullptr: none). Not owned; must outlive their use.
   void set_hooks(const ForwardHooks* hooks) { hooks_ = hooks; }
   /// The profile the forward pass adds its phase times to from now on (nullptr: none, and no clock

@@ -279,4 +279,26 @@ TEST(CApi, AbortCallbackStopsPrefillBetweenBlocksAndGenerateAsCancelled) {
   kvq_model_free(m);
 }
 
+TEST(CApi, SetThreadsChangesNoBitAndRefusesBadCounts) {
+  kvq_model* m = LoadBundled();  // 1 thread
+  ASSERT_NE(m, nullptr);
+  kvq_session* one = kvq_session_new(m, nullptr);
+  kvq_session* three = kvq_session_new(m, nullptr);
+  ASSERT_TRUE(one && three) << kvq_last_error();
+  EXPECT_EQ(kvq_session_set_threads(nullptr, 2), KVQ_ERROR);
+  EXPECT_EQ(kvq_session_set_threads(three, 0), KVQ_ERROR);
+  EXPECT_NE(std::string(kvq_last_error()).find("1..1024 (got 0)"), std::string::npos) << kvq_last_error();
+  ASSERT_EQ(kvq_session_set_threads(three, 3), KVQ_OK) << kvq_last_error();
+  int32_t ids[100];
+  for (int i = 0; i < 100; ++i) ids[i] = (i * 13 + 5) % 512;
+  ASSERT_EQ(kvq_session_prefill(one, ids, 100), KVQ_OK);
+  ASSERT_EQ(kvq_session_prefill(three, ids, 100), KVQ_OK);
+  kvq_model_info info;
+  kvq_model_get_info(m, &info);
+  EXPECT_EQ(std::memcmp(kvq_session_logits(one), kvq_session_logits(three), sizeof(float) * info.vocab_size), 0);
+  kvq_session_free(one);
+  kvq_session_free(three);
+  kvq_model_free(m);
+}
+
 }  // namespace
