@@ -94,6 +94,16 @@ void kvq_session_free(kvq_session* session);
 
 /* Runs ids[0..n) after what the session holds. */
 int kvq_session_prefill(kvq_session* session, const int32_t* ids, int64_t n);
+/* The same, also keeping the logits after each token ids[logits_at[j]] for j in [0, n_at): the
+ * indices increase and lie in [0, n) (an error names the one that does not; nothing runs then).
+ * Each row equals, bit for bit, the logits that decoding the tokens one at a time gives after that
+ * token: what a speculative-decoding verifier reads. kvq_session_chosen_logits returns them. */
+int kvq_session_prefill_logits_at(kvq_session* session, const int32_t* ids, int64_t n,
+                                  const int32_t* logits_at, int64_t n_at);
+/* [*n_rows][vocab_size] the rows the session's last prefill_logits_at kept, valid until the session
+ * next changes; NULL (and *n_rows 0) when there are none: after any other call that runs tokens,
+ * and after an error. n_rows may be NULL. */
+const float* kvq_session_chosen_logits(const kvq_session* session, int64_t* n_rows);
 /* One decode step. */
 int kvq_session_decode(kvq_session* session, int32_t token);
 /* Runs tokens[i][0..n_tokens[i]) after what sessions[i] holds, for every i in [0, n_items), in one

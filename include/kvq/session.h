@@ -70,6 +70,10 @@ inline constexpr int32_t kPrefillBlock = 64;
 struct BatchItem {
   Session* session = nullptr;
   std::span<const int32_t> tokens;  ///< ids in [0, vocab_size); at least one
+  /// Indices into `tokens` (in [0, tokens.size()), increasing) whose logits are wanted, besides
+  /// those after the last token that logits() always gives: what a speculative-decoding verifier
+  /// reads for its draft. Session::chosen_logits() holds them after the call. Empty: none.
+  std::span<const int32_t> logits_at;
 };
 
 class Session {
@@ -83,6 +87,11 @@ class Session {
   /// than context() (nothing is appended then); a cache error while running (the session is
   /// cleared, as the layers may hold different lengths).
   Status Prefill(std::span<const int32_t> tokens);
+  /// The same, also keeping the logits after each token tokens[i] for i in `logits_at` (increasing
+  /// indices into tokens), in chosen_logits(): each row bit for bit the logits() that running the
+  /// tokens one Decode at a time gives after that token. Errors also: an index out of range or not
+  /// after the one before it (the message names it; nothing runs).
+  Status Prefill(std::span<const int32_t> tokens, std::span<const int32_t> logits_at);
   /// One decode step: Prefill of the single token `token`.
   Status Decode(int32_t token);
 
@@ -130,6 +139,10 @@ class Session {
   /// [vocab_size] the logits after the last token run; empty before any token has run and right
   /// after LoadPrefix (the snapshot holds the cache, not the logits: run a token first).
   std::span<const float> logits() const;
+  /// [logits_at.size()][vocab_size] the logits after each token the last Prefill or RunBatch item
+  /// of this session named in logits_at, in its order; empty when it named none, after any other
+  /// call that runs tokens, and after an error (an abort included).
+  std::span<const float> chosen_logits() const;
   /// The ids the cache holds, in order.
   std::span<const int32_t> tokens() const;
   int64_t positions() const;  ///< = tokens().size()

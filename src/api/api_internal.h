@@ -48,6 +48,8 @@ struct Session::Impl {
   std::unique_ptr<KvCache> cache;
   std::vector<int32_t> tokens;       // [positions] the ids the cache holds
   std::vector<float> logits;         // [vocab_size] after tokens.back(); empty when unknown
+  std::vector<float> chosen_logits;  // [logits_at.size()][vocab_size] of the last run's BatchItem
+  std::vector<int32_t> block_rows;   // [≤ kPrefillBlock] scratch: logits_at within one block
   SamplerOptions sampler_options;
   Sampler sampler;
   std::function<bool()> should_abort;  // Session::SetAbortCallback's; empty: never

@@ -198,6 +198,28 @@ int kvq_session_prefill(kvq_session* session, const int32_t* ids, int64_t n) {
                [&] { return Check(session->session->Prefill({ids, static_cast<size_t>(n)})); });
 }
 
+int kvq_session_prefill_logits_at(kvq_session* session, const int32_t* ids, int64_t n,
+                                  const int32_t* logits_at, int64_t n_at) {
+  if (Missing(session, "kvq_session_prefill_logits_at: session")) return KVQ_ERROR;
+  if (n < 0 || (ids == nullptr && n > 0)) return Fail("kvq_session_prefill_logits_at: ids is NULL or n is negative");
+  if (n_at < 0 || (logits_at == nullptr && n_at > 0)) {
+    return Fail("kvq_session_prefill_logits_at: logits_at is NULL or n_at is negative");
+  }
+  return Guard("kvq_session_prefill_logits_at", KVQ_ERROR, [&] {
+    return Check(session->session->Prefill({ids, static_cast<size_t>(n)},
+                                           {logits_at, static_cast<size_t>(n_at)}));
+  });
+}
+
+const float* kvq_session_chosen_logits(const kvq_session* session, int64_t* n_rows) {
+  if (n_rows != nullptr) *n_rows = 0;
+  if (Missing(session, "kvq_session_chosen_logits: session")) return nullptr;
+  const std::span<const float> rows = session->session->chosen_logits();
+  if (rows.empty()) return nullptr;
+  if (n_rows != nullptr) *n_rows = static_cast<int64_t>(rows.size()) / session->session->logits().size();
+  return rows.data();
+}
+
 int kvq_session_decode(kvq_session* session, int32_t token) {
   if (Missing(session, "kvq_session_decode: session")) return KVQ_ERROR;
   return Guard("kvq_session_decode", KVQ_ERROR, [&] { return Check(session->session->Decode(token)); });

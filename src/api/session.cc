@@ -21,6 +21,7 @@ Session::~Session() = default;
 Status Session::Decode(int32_t token) { return Prefill(std::span<const int32_t>(&token, 1)); }
 
 std::span<const float> Session::logits() const { return impl_->logits; }
+std::span<const float> Session::chosen_logits() const { return impl_->chosen_logits; }
 std::span<const int32_t> Session::tokens() const { return impl_->tokens; }
 int64_t Session::positions() const { return static_cast<int64_t>(impl_->tokens.size()); }
 int64_t Session::context() const { return impl_->cache_config.max_positions; }
@@ -57,6 +58,7 @@ Status Session::Clear() {
   s.cache = std::move(cache).value();
   s.tokens.clear();
   s.logits.clear();
+  s.chosen_logits.clear();
   return Status::Ok();
 }
 
@@ -191,6 +193,7 @@ Result<int64_t> Session::LoadPrefix(const std::string& path) {
   }
   s.tokens = std::move(ids).value();
   s.logits.clear();
+  s.chosen_logits.clear();
   return positions();
 }
 

@@ -15,6 +15,12 @@ Status Session::Prefill(std::span<const int32_t> ids) {
   return RunItems(std::span<const BatchItem>(&one, 1), "Prefill", Abortable::kYes);
 }
 
+Status Session::Prefill(std::span<const int32_t> ids, std::span<const int32_t> logits_at) {
+  if (ids.empty() && logits_at.empty()) return Status::Ok();
+  const BatchItem one{.session = this, .tokens = ids, .logits_at = logits_at};
+  return RunItems(std::span<const BatchItem>(&one, 1), "Prefill", Abortable::kYes);
+}
+
 Status Session::RunBatch(std::span<const BatchItem> items) {
   return RunItems(items, "RunBatch", Abortable::kYes);
 }
@@ -53,6 +59,19 @@ Status Session::RunItems(std::span<const BatchItem> items, std::string_view call
                                          item.tokens[t], t, vocab));
       }
     }
+    for (size_t j = 0; j < item.logits_at.size(); ++j) {
+      const int32_t at = item.logits_at[j];
+      if (at < 0 || static_cast<size_t>(at) >= item.tokens.size()) {
+        return Status::Error(where(i) + fmt::format("logits_at[{}] is {}; expected an index into the {} "
+                                                    "tokens, [0, {})",
+                                                    j, at, item.tokens.size(), item.tokens.size()));
+      }
+      if (j > 0 && at <= item.logits_at[j - 1]) {
+        return Status::Error(where(i) + fmt::format("logits_at[{}] is {}, not after logits_at[{}] = {} "
+                                                    "(the indices increase)",
+                                                    j, at, j - 1, item.logits_at[j - 1]));
+      }
+    }
     const int64_t held = item.session->positions();
     if (held + static_cast<int64_t>(item.tokens.size()) > item.session->context()) {
       return Status::Error(
@@ -61,7 +80,11 @@ Status Session::RunItems(std::span<const BatchItem> items, std::string_view call
                                  held, item.session->context(), item.tokens.size()));
     }
   }
-  for (const BatchItem& item : items) item.session->impl_->aborted = false;
+  for (const BatchItem& item : items) {
+    Impl& s = *item.session->impl_;
+    s.aborted = false;
+    s.chosen_logits.resize(item.logits_at.size() * static_cast<size_t>(s.model->info.vocab_size));
+  }
   // The pass runs on the first session's activations; each segment attends over its own cache.
   LlamaModel& llama = items[0].session->impl_->llama;
   std::vector<ForwardSegment>& segments = items[0].session->impl_->segments;
@@ -78,12 +101,21 @@ Status Session::RunItems(std::span<const BatchItem> items, std::string_view call
       const int32_t n =
           static_cast<int32_t>(std::min<size_t>(kBlock, item.tokens.size() - done));
       const bool last = done + n == item.tokens.size();  // only the last block's logits are kept
-      if (last) s.logits.resize(s.model->info.vocab_size);
+      const int64_t vocab = s.model->info.vocab_size;
+      if (last) s.logits.resize(vocab);
+      // logits_at within this block, as rows of the block: [first, first + rows) of logits_at.
+      const auto first = std::lower_bound(item.logits_at.begin(), item.logits_at.end(), static_cast<int32_t>(done));
+      const auto end = std::lower_bound(first, item.logits_at.end(), static_cast<int32_t>(done + n));
+      s.block_rows.clear();
+      for (auto at = first; at != end; ++at) s.block_rows.push_back(*at - static_cast<int32_t>(done));
       segments.push_back({.tokens = item.tokens.data() + done,
                           .n = n,
                           .pos = static_cast<int64_t>(s.tokens.size()),
                           .cache = *s.cache,
-                          .logits = last ? s.logits.data() : nullptr});
+                          .logits = last ? s.logits.data() : nullptr,
+                          .logit_rows = s.block_rows.data(),
+                          .n_logit_rows = static_cast<int32_t>(s.block_rows.size()),
+                          .row_logits = s.chosen_logits.data() + (first - item.logits_at.begin()) * vocab});
     }
     if (segments.empty()) return Status::Ok();
     if (Status st = llama.ForwardBatch(segments); !st.ok()) {
@@ -117,6 +149,7 @@ Status Session::CheckAbort(std::span<const BatchItem> items, size_t done, std::s
     s.aborted = true;
     // The last block with logits did not run: those of an earlier call would mislead.
     if (item.tokens.size() > done) s.logits.clear();
+    s.chosen_logits.clear();
     held += fmt::format("{}{}", held.empty() ? "" : ", ", s.tokens.size());
   }
   if (caller != "RunBatch") {

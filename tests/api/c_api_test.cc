@@ -301,4 +301,41 @@ TEST(CApi, SetThreadsChangesNoBitAndRefusesBadCounts) {
   kvq_model_free(m);
 }
 
+TEST(CApi, PrefillLogitsAtEqualsDecodingOneAtATime) {
+  kvq_model* m = LoadBundled();
+  ASSERT_NE(m, nullptr);
+  kvq_model_info info;
+  kvq_model_get_info(m, &info);
+  kvq_session* block = kvq_session_new(m, nullptr);
+  kvq_session* step = kvq_session_new(m, nullptr);
+  ASSERT_TRUE(block && step) << kvq_last_error();
+  int32_t ids[100];
+  for (int i = 0; i < 100; ++i) ids[i] = (i * 31 + 2) % 512;
+  const int32_t at[3] = {3, 64, 99};
+  int64_t rows = -1;
+  EXPECT_EQ(kvq_session_chosen_logits(block, &rows), nullptr);
+  EXPECT_EQ(rows, 0);
+  const int32_t bad[2] = {7, 7};
+  EXPECT_EQ(kvq_session_prefill_logits_at(block, ids, 100, bad, 2), KVQ_ERROR);
+  EXPECT_NE(std::string(kvq_last_error()).find("logits_at[1] is 7"), std::string::npos) << kvq_last_error();
+  EXPECT_EQ(kvq_session_prefill_logits_at(block, ids, 100, nullptr, 2), KVQ_ERROR);
+  ASSERT_EQ(kvq_session_prefill_logits_at(block, ids, 100, at, 3), KVQ_OK) << kvq_last_error();
+  const float* chosen = kvq_session_chosen_logits(block, &rows);
+  ASSERT_NE(chosen, nullptr);
+  ASSERT_EQ(rows, 3);
+  for (int i = 0, j = 0; i < 100; ++i) {
+    ASSERT_EQ(kvq_session_decode(step, ids[i]), KVQ_OK);
+    if (j < 3 && at[j] == i) {
+      EXPECT_EQ(std::memcmp(chosen + j * info.vocab_size, kvq_session_logits(step), sizeof(float) * info.vocab_size), 0)
+          << "row " << j;
+      ++j;
+    }
+  }
+  ASSERT_EQ(kvq_session_decode(block, 1), KVQ_OK);
+  EXPECT_EQ(kvq_session_chosen_logits(block, &rows), nullptr);  // a later call names none
+  kvq_session_free(block);
+  kvq_session_free(step);
+  kvq_model_free(m);
+}
+
 }  // namespace
