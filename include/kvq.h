@@ -35,6 +35,9 @@ extern "C" {
 typedef struct kvq_model kvq_model;     /* a loaded model (kvq::Model) */
 typedef struct kvq_session kvq_session; /* a sequence, its KV cache and logits (kvq::Session) */
 
+/* kvq's version, "MAJOR.MINOR.PATCH" (static storage; kvq::Version()). */
+const char* kvq_version(void);
+
 /* The message of the last failed call on this thread ("" if none). */
 const char* kvq_last_error(void);
 
@@ -71,6 +74,10 @@ typedef struct {
   int32_t n_layers, dim, hidden_dim, n_heads, n_kv_heads, head_dim, vocab_size;
   int64_t trained_context, context;
   int32_t threads, bos, eos; /* bos/eos: -1 when the vocabulary has none */
+  /* Added after the fields above (appended, so code written for them still compiles and runs): */
+  int32_t n_attention_layers; /* layers with a KV cache (a hybrid's full-attention layers); n_layers otherwise */
+  int64_t state_bytes;        /* a hybrid's fixed recurrent state per session, bytes; 0 otherwise */
+  const char* chat_template;  /* the GGUF's tokenizer.chat_template (Jinja source) or ""; owned by the model */
 } kvq_model_info;
 
 void kvq_model_get_info(const kvq_model* model, kvq_model_info* info);

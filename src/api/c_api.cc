@@ -84,6 +84,8 @@ kvq::KvOptions KvFromC(const kvq_model_options& o) {
 
 extern "C" {
 
+const char* kvq_version(void) { return kvq::Version(); }
+
 const char* kvq_last_error(void) { return last_error.c_str(); }
 
 void kvq_set_log_callback(kvq_log_fn fn, void* user_data) {
@@ -131,7 +133,9 @@ void kvq_model_get_info(const kvq_model* model, kvq_model_info* info) {
   *info = {.architecture = i.architecture.c_str(), .n_layers = i.n_layers, .dim = i.dim,
            .hidden_dim = i.hidden_dim, .n_heads = i.n_heads, .n_kv_heads = i.n_kv_heads,
            .head_dim = i.head_dim, .vocab_size = i.vocab_size, .trained_context = i.trained_context,
-           .context = i.context, .threads = i.threads, .bos = i.bos, .eos = i.eos};
+           .context = i.context, .threads = i.threads, .bos = i.bos, .eos = i.eos,
+           .n_attention_layers = i.n_attention_layers, .state_bytes = i.state_bytes,
+           .chat_template = i.chat_template.c_str()};
 }
 
 int64_t kvq_tokenize(const kvq_model* model, const char* text, int add_bos, int32_t* ids, int64_t capacity) {

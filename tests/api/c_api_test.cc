@@ -1,12 +1,18 @@
 // The C API (include/kvq.h) as a C caller sees it: NULL handles and bad buffers are errors with a
-// message, the tokenize/detokenize buffer contracts, a step-by-step decode equal to generate.
+// message, the tokenize/detokenize buffer contracts, a step-by-step decode equal to generate, the
+// abort callback, threads, logits at chosen positions, the version and the model info's fields.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "kvq.h"
+#include "kvq/model.h"
+#include "synth/synth.h"
 
 namespace {
 
@@ -336,6 +342,50 @@ TEST(CApi, PrefillLogitsAtEqualsDecodingOneAtATime) {
   kvq_session_free(block);
   kvq_session_free(step);
   kvq_model_free(m);
+}
+
+TEST(CApi, VersionIsTheCliVersion) {
+  const std::string v = kvq_version();
+  int major = -1, minor = -1, patch = -1;
+  ASSERT_EQ(std::sscanf(v.c_str(), "%d.%d.%d", &major, &minor, &patch), 3) << v;
+  EXPECT_EQ(v, kvq::Version());
+  FILE* p = popen((std::string(KVQ_BINARY) + " --version").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char line[128] = {};
+  ASSERT_NE(std::fgets(line, sizeof(line), p), nullptr);
+  pclose(p);
+  EXPECT_EQ(std::string(line), "kvq " + v + "\n");
+}
+
+TEST(CApi, ModelInfoHasAttentionLayersStateAndChatTemplate) {
+  kvq_model* m = LoadBundled();  // llama2.c: every layer attends, no template
+  ASSERT_NE(m, nullptr);
+  kvq_model_info info;
+  kvq_model_get_info(m, &info);
+  EXPECT_EQ(info.n_attention_layers, info.n_layers);
+  EXPECT_EQ(info.state_bytes, 0);
+  ASSERT_NE(info.chat_template, nullptr);
+  EXPECT_STREQ(info.chat_template, "");
+  kvq_model_free(m);
+
+  // A hybrid: 2 of its 4 layers attend, the others hold a recurrent state.
+  const std::string path = ::testing::TempDir() + "/kvq_c_api_hybrid_" + std::to_string(::getpid()) + ".gguf";
+  kvq::Result<kvq::SynthSpec> spec = kvq::SynthPreset("tiny-qwen35");
+  ASSERT_TRUE(spec.ok());
+  spec.value().type = "f32";
+  ASSERT_TRUE(kvq::WriteSynthModel(*spec, kDir + "stories260K.gguf", path).ok());
+  kvq_model* h = kvq_model_load(path.c_str(), nullptr);
+  kvq::Result<std::unique_ptr<kvq::Model>> cpp = kvq::Model::Load(path);
+  std::filesystem::remove(path);
+  ASSERT_NE(h, nullptr) << kvq_last_error();
+  ASSERT_TRUE(cpp.ok()) << cpp.status().message();
+  kvq_model_get_info(h, &info);
+  EXPECT_EQ(info.n_layers, 4);
+  EXPECT_EQ(info.n_attention_layers, 2);
+  EXPECT_GT(info.state_bytes, 0);
+  EXPECT_EQ(info.state_bytes, (*cpp)->info().state_bytes);
+  EXPECT_EQ(std::string(info.chat_template), (*cpp)->info().chat_template);
+  kvq_model_free(h);
 }
 
 }  // namespace
