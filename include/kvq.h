@@ -75,9 +75,9 @@ typedef struct {
   int64_t trained_context, context;
   int32_t threads, bos, eos; /* bos/eos: -1 when the vocabulary has none */
   /* Added after the fields above (appended, so code written for them still compiles and runs): */
-  int32_t n_attention_layers; /* layers with a KV cache (a hybrid's full-attention layers); n_layers otherwise */
+  int32_t n_attention_layers; /* layers with a KV cache: a hybrid's full-attention layers, else n_layers */
   int64_t state_bytes;        /* a hybrid's fixed recurrent state per session, bytes; 0 otherwise */
-  const char* chat_template;  /* the GGUF's tokenizer.chat_template (Jinja source) or ""; owned by the model */
+  const char* chat_template;  /* tokenizer.chat_template (Jinja source) or ""; owned by the model */
 } kvq_model_info;
 
 void kvq_model_get_info(const kvq_model* model, kvq_model_info* info);

@@ -131,7 +131,8 @@ class Session {
   /// Threads: no session of the batch may be used by another thread during the call.
   /// Errors, before anything runs (every session unchanged; the message names the item index):
   /// no items, a null session, an item without tokens, a session given twice, sessions of
-  /// different models, an id outside the vocabulary, more positions than a session's context().
+  /// different models, an id outside the vocabulary, more positions than a session's context(), a
+  /// bad logits_at index. The abort callbacks (SetAbortCallback) may stop it between passes.
   /// A cache error while running clears every session of the batch (their layers may hold
   /// different lengths) and says so.
   static Status RunBatch(std::span<const BatchItem> items);
@@ -168,8 +169,9 @@ class Session {
   /// token (sampled, not run): logits() are those before it, so a caller continuing by hand Decodes
   /// it first. When the abort callback (SetAbortCallback) fires, the completion finishes as
   /// kCancelled: during the prompt, with no tokens and the session holding the prompt's blocks
-  /// that ran (no logits); later, with every generated token run. Errors: an empty or too long prompt, a bad stop string (the session is untouched);
-  /// cache errors (the session is cleared).
+  /// that ran (no logits); later, with every generated token run.
+  /// Errors: an empty or too long prompt, a bad stop string (the session is untouched); cache
+  /// errors (the session is cleared).
   Result<Completion> Generate(std::string_view prompt, const GenerateRequest& request = {},
                               const TokenCallback& on_token = {});
   /// The same for a prompt already tokenized (BOS included when wanted). Errors also: an id
@@ -215,8 +217,8 @@ class Session {
   explicit Session(std::unique_ptr<Impl> impl);
   enum class Abortable { kNo, kYes };
   // Prefill and RunBatch: checks every item, then runs them in blocks of 64 tokens per item,
-  // asking the abort callbacks between blocks when `abortable`. `caller` ("Prefill" or
-  // "RunBatch") prefixes the messages; RunBatch's name the item index.
+  // asking the abort callbacks between blocks when `abortable`. `caller` ("Prefill", "RunBatch",
+  // "Truncate") prefixes the messages; RunBatch's name the item index.
   static Status RunItems(std::span<const BatchItem> items, std::string_view caller, Abortable abortable);
   // Before the block starting at token `done` of every item: asks the abort callbacks of the
   // sessions with a block left; when one fires, marks every session aborted and says so.

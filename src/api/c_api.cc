@@ -205,7 +205,9 @@ int kvq_session_prefill(kvq_session* session, const int32_t* ids, int64_t n) {
 int kvq_session_prefill_logits_at(kvq_session* session, const int32_t* ids, int64_t n,
                                   const int32_t* logits_at, int64_t n_at) {
   if (Missing(session, "kvq_session_prefill_logits_at: session")) return KVQ_ERROR;
-  if (n < 0 || (ids == nullptr && n > 0)) return Fail("kvq_session_prefill_logits_at: ids is NULL or n is negative");
+  if (n < 0 || (ids == nullptr && n > 0)) {
+    return Fail("kvq_session_prefill_logits_at: ids is NULL or n is negative");
+  }
   if (n_at < 0 || (logits_at == nullptr && n_at > 0)) {
     return Fail("kvq_session_prefill_logits_at: logits_at is NULL or n_at is negative");
   }

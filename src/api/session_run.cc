@@ -29,7 +29,8 @@ void Session::SetAbortCallback(std::function<bool()> should_abort) {
   impl_->should_abort = std::move(should_abort);
 }
 
-Status Session::RunItems(std::span<const BatchItem> items, std::string_view caller, Abortable abortable) {
+Status Session::RunItems(std::span<const BatchItem> items, std::string_view caller,
+                         Abortable abortable) {
   const bool batch = caller == "RunBatch";
   // "Prefill: " or "RunBatch: item 3: ", before what is wrong with the item.
   auto where = [&](size_t i) {
@@ -62,14 +63,16 @@ Status Session::RunItems(std::span<const BatchItem> items, std::string_view call
     for (size_t j = 0; j < item.logits_at.size(); ++j) {
       const int32_t at = item.logits_at[j];
       if (at < 0 || static_cast<size_t>(at) >= item.tokens.size()) {
-        return Status::Error(where(i) + fmt::format("logits_at[{}] is {}; expected an index into the {} "
-                                                    "tokens, [0, {})",
-                                                    j, at, item.tokens.size(), item.tokens.size()));
+        return Status::Error(where(i) +
+                             fmt::format("logits_at[{}] is {}; expected an index into the {} "
+                                         "tokens, [0, {})",
+                                         j, at, item.tokens.size(), item.tokens.size()));
       }
       if (j > 0 && at <= item.logits_at[j - 1]) {
-        return Status::Error(where(i) + fmt::format("logits_at[{}] is {}, not after logits_at[{}] = {} "
-                                                    "(the indices increase)",
-                                                    j, at, j - 1, item.logits_at[j - 1]));
+        return Status::Error(where(i) +
+                             fmt::format("logits_at[{}] is {}, not after logits_at[{}] = {} "
+                                         "(the indices increase)",
+                                         j, at, j - 1, item.logits_at[j - 1]));
       }
     }
     const int64_t held = item.session->positions();
@@ -98,24 +101,27 @@ Status Session::RunItems(std::span<const BatchItem> items, std::string_view call
     for (const BatchItem& item : items) {
       if (item.tokens.size() <= done) continue;
       Impl& s = *item.session->impl_;
-      const int32_t n =
-          static_cast<int32_t>(std::min<size_t>(kBlock, item.tokens.size() - done));
+      const int32_t n = static_cast<int32_t>(std::min<size_t>(kBlock, item.tokens.size() - done));
       const bool last = done + n == item.tokens.size();  // only the last block's logits are kept
       const int64_t vocab = s.model->info.vocab_size;
       if (last) s.logits.resize(vocab);
       // logits_at within this block, as rows of the block: [first, first + rows) of logits_at.
-      const auto first = std::lower_bound(item.logits_at.begin(), item.logits_at.end(), static_cast<int32_t>(done));
-      const auto end = std::lower_bound(first, item.logits_at.end(), static_cast<int32_t>(done + n));
+      const auto first = std::lower_bound(item.logits_at.begin(), item.logits_at.end(),
+                                          static_cast<int32_t>(done));
+      const auto end =
+          std::lower_bound(first, item.logits_at.end(), static_cast<int32_t>(done + n));
       s.block_rows.clear();
-      for (auto at = first; at != end; ++at) s.block_rows.push_back(*at - static_cast<int32_t>(done));
-      segments.push_back({.tokens = item.tokens.data() + done,
-                          .n = n,
-                          .pos = static_cast<int64_t>(s.tokens.size()),
-                          .cache = *s.cache,
-                          .logits = last ? s.logits.data() : nullptr,
-                          .logit_rows = s.block_rows.data(),
-                          .n_logit_rows = static_cast<int32_t>(s.block_rows.size()),
-                          .row_logits = s.chosen_logits.data() + (first - item.logits_at.begin()) * vocab});
+      for (auto at = first; at != end; ++at)
+        s.block_rows.push_back(*at - static_cast<int32_t>(done));
+      segments.push_back(
+          {.tokens = item.tokens.data() + done,
+           .n = n,
+           .pos = static_cast<int64_t>(s.tokens.size()),
+           .cache = *s.cache,
+           .logits = last ? s.logits.data() : nullptr,
+           .logit_rows = s.block_rows.data(),
+           .n_logit_rows = static_cast<int32_t>(s.block_rows.size()),
+           .row_logits = s.chosen_logits.data() + (first - item.logits_at.begin()) * vocab});
     }
     if (segments.empty()) return Status::Ok();
     if (Status st = llama.ForwardBatch(segments); !st.ok()) {
@@ -139,7 +145,8 @@ Status Session::CheckAbort(std::span<const BatchItem> items, size_t done, std::s
   size_t fired = items.size();
   for (size_t i = 0; i < items.size(); ++i) {
     const Impl& s = *items[i].session->impl_;
-    if (items[i].tokens.size() > done && s.should_abort && s.should_abort() && fired == items.size())
+    if (items[i].tokens.size() > done && s.should_abort && s.should_abort() &&
+        fired == items.size())
       fired = i;
   }
   if (fired == items.size()) return Status::Ok();

@@ -62,7 +62,8 @@ Status CheckSegments(const LlamaConfig& c, std::span<const ForwardSegment> segme
                         i, seg.tokens[t], t, c.vocab_size));
       }
     }
-    if (seg.n_logit_rows < 0 || (seg.n_logit_rows > 0 && (seg.logit_rows == nullptr || seg.row_logits == nullptr))) {
+    const bool rows_missing = seg.logit_rows == nullptr || seg.row_logits == nullptr;
+    if (seg.n_logit_rows < 0 || (seg.n_logit_rows > 0 && rows_missing)) {
       return Status::Error(fmt::format(
           "ForwardBatch: segment {}: n_logit_rows is {} but logit_rows or row_logits is null (or "
           "the count is negative)",
@@ -376,7 +377,8 @@ Status LlamaModel::ForwardBatch(std::span<const ForwardSegment> segments) {
   float* last = last_.data();
   for (int64_t r0 = 0, j = 0; const ForwardSegment& seg : segments) {
     for (int32_t i = 0; i < seg.n_logit_rows; ++i)
-      RmsNorm(last + j++ * dim, x + (r0 + seg.logit_rows[i]) * dim, w_.final_norm, c.dim, c.norm_eps);
+      RmsNorm(last + j++ * dim, x + (r0 + seg.logit_rows[i]) * dim, w_.final_norm, c.dim,
+              c.norm_eps);
     r0 += seg.n;
     if (seg.logits != nullptr)
       RmsNorm(last + j++ * dim, x + (r0 - 1) * dim, w_.final_norm, c.dim, c.norm_eps);

@@ -83,7 +83,8 @@ TEST(SessionAbort, RunBatchStopsEverySessionAndNamesTheItem) {
   const int32_t vocab = m->info().vocab_size;
   const std::vector<int32_t> a = RandomIds(200, vocab, 1), b = RandomIds(30, vocab, 2),
                              c = RandomIds(150, vocab, 3);
-  std::unique_ptr<Session> sa = NewSessionOrFail(*m), sb = NewSessionOrFail(*m), sc = NewSessionOrFail(*m);
+  std::unique_ptr<Session> sa = NewSessionOrFail(*m), sb = NewSessionOrFail(*m),
+                           sc = NewSessionOrFail(*m);
   CountingAbort abort{.fire_at = 2};  // c's second check: before the third block
   sc->SetAbortCallback(abort.Callback());
   const BatchItem items[] = {{sa.get(), a}, {sb.get(), b}, {sc.get(), c}};
@@ -106,7 +107,8 @@ TEST(SessionAbort, GenerateFinishesCancelled) {
   std::unique_ptr<Model> m = LoadTinySynth("abort_gen");
   ASSERT_NE(m, nullptr);
   const std::vector<int32_t> prompt = RandomIds(10, m->info().vocab_size, 4);
-  const GenerateRequest greedy{.max_tokens = 20, .sampling = {.temperature = 0}, .ignore_eos = true};
+  const GenerateRequest greedy{
+      .max_tokens = 20, .sampling = {.temperature = 0}, .ignore_eos = true};
 
   // Between decode steps: the first check comes before the first token is sampled.
   std::unique_ptr<Session> s = NewSessionOrFail(*m);
@@ -147,7 +149,8 @@ TEST(SessionAbort, TruncateIsNotAborted) {
   ASSERT_NE(m, nullptr);
   const std::vector<int32_t> ids = RandomIds(300, m->info().vocab_size, 6);
   // A sink spec recomputes every kept position on Truncate: several blocks.
-  Result<std::unique_ptr<Session>> made = m->NewSession({.key_format = "f16+sink4", .value_format = "f16"});
+  Result<std::unique_ptr<Session>> made =
+      m->NewSession({.key_format = "f16+sink4", .value_format = "f16"});
   ASSERT_TRUE(made.ok()) << made.status().message();
   Session& s = **made;
   ASSERT_TRUE(s.Prefill(ids).ok());

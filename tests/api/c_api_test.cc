@@ -301,7 +301,9 @@ TEST(CApi, SetThreadsChangesNoBitAndRefusesBadCounts) {
   ASSERT_EQ(kvq_session_prefill(three, ids, 100), KVQ_OK);
   kvq_model_info info;
   kvq_model_get_info(m, &info);
-  EXPECT_EQ(std::memcmp(kvq_session_logits(one), kvq_session_logits(three), sizeof(float) * info.vocab_size), 0);
+  EXPECT_EQ(std::memcmp(kvq_session_logits(one), kvq_session_logits(three),
+                        sizeof(float) * info.vocab_size),
+            0);
   kvq_session_free(one);
   kvq_session_free(three);
   kvq_model_free(m);
@@ -332,7 +334,9 @@ TEST(CApi, PrefillLogitsAtEqualsDecodingOneAtATime) {
   for (int i = 0, j = 0; i < 100; ++i) {
     ASSERT_EQ(kvq_session_decode(step, ids[i]), KVQ_OK);
     if (j < 3 && at[j] == i) {
-      EXPECT_EQ(std::memcmp(chosen + j * info.vocab_size, kvq_session_logits(step), sizeof(float) * info.vocab_size), 0)
+      EXPECT_EQ(std::memcmp(chosen + j * info.vocab_size, kvq_session_logits(step),
+                            sizeof(float) * info.vocab_size),
+                0)
           << "row " << j;
       ++j;
     }

@@ -21,7 +21,8 @@ using test::RandomIds;
 const std::vector<int32_t> kAt = {0, 1, 5, 63, 64, 65, 127, 128, 149};
 
 // The logits after each token named in `at`, decoding `ids` one at a time: [at.size()][vocab].
-std::vector<float> DecodedRows(Session& s, std::span<const int32_t> ids, std::span<const int32_t> at) {
+std::vector<float> DecodedRows(Session& s, std::span<const int32_t> ids,
+                               std::span<const int32_t> at) {
   std::vector<float> rows;
   size_t next = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -65,9 +66,11 @@ TEST(LogitsAt, RunBatchGivesEachItemItsOwnRows) {
   std::unique_ptr<Model> m = test::LoadTinySynth("logits_at_batch");
   ASSERT_NE(m, nullptr);
   const int32_t vocab = m->info().vocab_size;
-  const std::vector<int32_t> a = RandomIds(150, vocab, 30), b = RandomIds(1, vocab, 31), c = RandomIds(40, vocab, 32);
+  const std::vector<int32_t> a = RandomIds(150, vocab, 30), b = RandomIds(1, vocab, 31),
+                             c = RandomIds(40, vocab, 32);
   const std::vector<int32_t> a_at = kAt, b_at = {0}, c_at = {};
-  std::unique_ptr<Session> sa = NewSessionOrFail(*m), sb = NewSessionOrFail(*m), sc = NewSessionOrFail(*m);
+  std::unique_ptr<Session> sa = NewSessionOrFail(*m), sb = NewSessionOrFail(*m),
+                           sc = NewSessionOrFail(*m);
   ASSERT_TRUE(sa && sb && sc);
   const BatchItem items[] = {{sa.get(), a, a_at}, {sb.get(), b, b_at}, {sc.get(), c, c_at}};
   ASSERT_TRUE(Session::RunBatch(items).ok());

@@ -32,7 +32,8 @@ std::vector<float> LogitsWithThreads(const Model& m, const KvOptions& kv, int32_
     const std::span<const float> l = s.logits();
     out.insert(out.end(), l.begin(), l.end());
     if (step < 3) {
-      EXPECT_TRUE(s.Decode(static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin())).ok());
+      EXPECT_TRUE(
+          s.Decode(static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin())).ok());
     }
   }
   return out;

@@ -21,11 +21,14 @@ namespace kvq::test {
 /// The model `spec` describes, written to a temporary file (`tag` names it: unique per test
 /// program) with stories260K's vocabulary, and loaded with `threads`. Null, with a test failure
 /// added, when it cannot be made.
-inline std::unique_ptr<Model> LoadSynth(const SynthSpec& spec, const std::string& tag, int32_t threads = 2) {
+inline std::unique_ptr<Model> LoadSynth(const SynthSpec& spec, const std::string& tag,
+                                        int32_t threads = 2) {
   namespace fs = std::filesystem;
   const std::string path =
-      (fs::path(::testing::TempDir()) / ("kvq_" + tag + "_" + std::to_string(::getpid()) + ".gguf")).string();
-  const std::string vocab_from = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/stories260K.gguf";
+      (fs::path(::testing::TempDir()) / ("kvq_" + tag + "_" + std::to_string(::getpid()) + ".gguf"))
+          .string();
+  const std::string vocab_from =
+      std::string(KVQ_SOURCE_DIR) + "/models/stories260K/stories260K.gguf";
   if (Status s = WriteSynthModel(spec, vocab_from, path); !s.ok()) {
     ADD_FAILURE() << s.message();
     return nullptr;
@@ -38,8 +41,16 @@ inline std::unique_ptr<Model> LoadSynth(const SynthSpec& spec, const std::string
 
 /// The tiny Llama described at the top of this file.
 inline std::unique_ptr<Model> LoadTinySynth(const std::string& tag, int32_t threads = 2) {
-  const SynthSpec spec{.arch = SynthArch::kLlama, .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
-                       .hidden_dim = 128, .vocab_size = 512, .context = 4096, .type = "f32", .seed = 3};
+  const SynthSpec spec{.arch = SynthArch::kLlama,
+                       .dim = 64,
+                       .n_layers = 2,
+                       .n_heads = 4,
+                       .n_kv_heads = 2,
+                       .hidden_dim = 128,
+                       .vocab_size = 512,
+                       .context = 4096,
+                       .type = "f32",
+                       .seed = 3};
   return LoadSynth(spec, tag, threads);
 }
 
