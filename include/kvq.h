@@ -35,6 +35,9 @@ extern "C" {
 typedef struct kvq_model kvq_model;     /* a loaded model (kvq::Model) */
 typedef struct kvq_session kvq_session; /* a sequence, its KV cache and logits (kvq::Session) */
 
+/* kvq's version, "MAJOR.MINOR.PATCH" (static storage; kvq::Version()). */
+const char* kvq_version(void);
+
 /* The message of the last failed call on this thread ("" if none). */
 const char* kvq_last_error(void);
 
@@ -71,6 +74,10 @@ typedef struct {
   int32_t n_layers, dim, hidden_dim, n_heads, n_kv_heads, head_dim, vocab_size;
   int64_t trained_context, context;
   int32_t threads, bos, eos; /* bos/eos: -1 when the vocabulary has none */
+  /* Added after the fields above (appended, so code written for them still compiles and runs): */
+  int32_t n_attention_layers; /* layers with a KV cache: a hybrid's full-attention layers, else n_layers */
+  int64_t state_bytes;        /* a hybrid's fixed recurrent state per session, bytes; 0 otherwise */
+  const char* chat_template;  /* tokenizer.chat_template (Jinja source) or ""; owned by the model */
 } kvq_model_info;
 
 void kvq_model_get_info(const kvq_model* model, kvq_model_info* info);
@@ -94,6 +101,16 @@ void kvq_session_free(kvq_session* session);
 
 /* Runs ids[0..n) after what the session holds. */
 int kvq_session_prefill(kvq_session* session, const int32_t* ids, int64_t n);
+/* The same, also keeping the logits after each token ids[logits_at[j]] for j in [0, n_at): the
+ * indices increase and lie in [0, n) (an error names the one that does not; nothing runs then).
+ * Each row equals, bit for bit, the logits that decoding the tokens one at a time gives after that
+ * token: what a speculative-decoding verifier reads. kvq_session_chosen_logits returns them. */
+int kvq_session_prefill_logits_at(kvq_session* session, const int32_t* ids, int64_t n,
+                                  const int32_t* logits_at, int64_t n_at);
+/* [*n_rows][vocab_size] the rows the session's last prefill_logits_at kept, valid until the session
+ * next changes; NULL (and *n_rows 0) when there are none: after any other call that runs tokens,
+ * and after an error. n_rows may be NULL. */
+const float* kvq_session_chosen_logits(const kvq_session* session, int64_t* n_rows);
 /* One decode step. */
 int kvq_session_decode(kvq_session* session, int32_t token);
 /* Runs tokens[i][0..n_tokens[i]) after what sessions[i] holds, for every i in [0, n_items), in one
@@ -107,6 +124,18 @@ int kvq_session_decode(kvq_session* session, int32_t token);
  * every session of the batch. */
 int kvq_session_run_batch(kvq_session* const* sessions, const int32_t* const* tokens,
                           const int64_t* n_tokens, int32_t n_items);
+/* Threads the session's forward passes use from now on, 1..1024 (sessions start with the model's);
+ * no count changes a bit of the results (kvq::Session::SetThreads). */
+int kvq_session_set_threads(kvq_session* session, int32_t threads);
+/* Sets a function that kvq_session_prefill, kvq_session_run_batch and kvq_session_generate ask,
+ * between blocks of 64 prompt tokens and before sampling each generated token, whether to stop
+ * (non-zero: stop); fn NULL removes it. It is called on the thread running the session, with
+ * `user`, and must not use the session (kvq::Session::SetAbortCallback). When it fires, prefill and
+ * run_batch return KVQ_ERROR with a message saying it was aborted and how many positions each
+ * session holds: the sessions stay valid and hold the blocks that ran (running the rest later gives
+ * the bits of an uninterrupted run); generate succeeds with KVQ_FINISH_CANCELLED. */
+typedef int (*kvq_abort_fn)(void* user);
+int kvq_session_set_abort_callback(kvq_session* session, kvq_abort_fn fn, void* user);
 /* [vocab_size] logits after the last token, valid until the session next changes; NULL if none. */
 const float* kvq_session_logits(const kvq_session* session);
 int64_t kvq_session_positions(const kvq_session* session);
@@ -135,7 +164,7 @@ typedef enum {
   KVQ_FINISH_STOP = 0,      /* an end token (EOS, end-of-turn, BOS) or a stop string */
   KVQ_FINISH_LENGTH = 1,    /* max_tokens were generated */
   KVQ_FINISH_CONTEXT = 2,   /* the session's context is full */
-  KVQ_FINISH_CANCELLED = 3  /* on_token returned 0 */
+  KVQ_FINISH_CANCELLED = 3  /* on_token returned 0, or the abort callback fired */
 } kvq_finish_reason;
 
 void kvq_generate_options_init(kvq_generate_options* options);

@@ -24,6 +24,9 @@ namespace kvq {
 
 class Session;
 
+/// kvq's version, "MAJOR.MINOR.PATCH" (static storage).
+const char* Version();
+
 /// The K and V specs of one layer: a registry name (`kvq formats` lists them: "f16", "int4", ...)
 /// with optional transforms, FORMAT[+rot][+sinkN][+resN] (kvq/kv_spec.h).
 struct KvLayerSpec {

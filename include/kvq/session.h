@@ -70,6 +70,10 @@ inline constexpr int32_t kPrefillBlock = 64;
 struct BatchItem {
   Session* session = nullptr;
   std::span<const int32_t> tokens;  ///< ids in [0, vocab_size); at least one
+  /// Indices into `tokens` (in [0, tokens.size()), increasing) whose logits are wanted, besides
+  /// those after the last token that logits() always gives: what a speculative-decoding verifier
+  /// reads for its draft. Session::chosen_logits() holds them after the call. Empty: none.
+  std::span<const int32_t> logits_at;
 };
 
 class Session {
@@ -83,8 +87,35 @@ class Session {
   /// than context() (nothing is appended then); a cache error while running (the session is
   /// cleared, as the layers may hold different lengths).
   Status Prefill(std::span<const int32_t> tokens);
+  /// The same, also keeping the logits after each token tokens[i] for i in `logits_at` (increasing
+  /// indices into tokens), in chosen_logits(): each row bit for bit the logits() that running the
+  /// tokens one Decode at a time gives after that token. Errors also: an index out of range or not
+  /// after the one before it (the message names it; nothing runs).
+  Status Prefill(std::span<const int32_t> tokens, std::span<const int32_t> logits_at);
   /// One decode step: Prefill of the single token `token`.
   Status Decode(int32_t token);
+
+  /// Threads this session's forward passes use from now on (matrix products, attention, recurrent
+  /// layers), 1..1024; sessions start with ModelInfo::threads. No count changes a bit of the
+  /// logits or the cache (work is split across rows and heads, never inside a sum), so a server may
+  /// change it between calls. RunBatch runs on its first item's session's threads.
+  /// Errors: a count outside 1..1024 (the session is unchanged).
+  Status SetThreads(int32_t threads);
+  int32_t threads() const;  ///< what SetThreads set, or ModelInfo::threads
+
+  /// A function Prefill, RunBatch and Generate ask whether to stop (true: stop), e.g. one reading a
+  /// flag that a Ctrl-C handler or a client disconnect sets; empty (the default) never stops.
+  /// Prefill and RunBatch ask it before each block of kPrefillBlock tokens after the first, so a
+  /// long prompt stops within one block; Generate also asks it before sampling each token. It is
+  /// called on the thread running the session (and, in RunBatch, for every session of the batch
+  /// with a block left); it must not use the session.
+  /// When it fires, Prefill and RunBatch return an error saying it was aborted and how many
+  /// positions each session now holds: every session stays valid and holds the blocks that ran
+  /// (tokens() and the cache agree, bit for bit a session that ran only those tokens), and logits()
+  /// of a session whose last block did not run are empty; running the remaining tokens later gives
+  /// exactly the bits of an uninterrupted run. RunBatch stops every session of the batch when any
+  /// one's callback fires. Generate finishes with FinishReason::kCancelled (not an error).
+  void SetAbortCallback(std::function<bool()> should_abort);
 
   /// Runs every item's tokens after what its session holds, all items in one forward pass per
   /// block of kPrefillBlock tokens: the rows of all items go through each weight matrix together
@@ -100,7 +131,8 @@ class Session {
   /// Threads: no session of the batch may be used by another thread during the call.
   /// Errors, before anything runs (every session unchanged; the message names the item index):
   /// no items, a null session, an item without tokens, a session given twice, sessions of
-  /// different models, an id outside the vocabulary, more positions than a session's context().
+  /// different models, an id outside the vocabulary, more positions than a session's context(), a
+  /// bad logits_at index. The abort callbacks (SetAbortCallback) may stop it between passes.
   /// A cache error while running clears every session of the batch (their layers may hold
   /// different lengths) and says so.
   static Status RunBatch(std::span<const BatchItem> items);
@@ -108,6 +140,10 @@ class Session {
   /// [vocab_size] the logits after the last token run; empty before any token has run and right
   /// after LoadPrefix (the snapshot holds the cache, not the logits: run a token first).
   std::span<const float> logits() const;
+  /// [logits_at.size()][vocab_size] the logits after each token the last Prefill or RunBatch item
+  /// of this session named in logits_at, in its order; empty when it named none, after any other
+  /// call that runs tokens, and after an error (an abort included).
+  std::span<const float> chosen_logits() const;
   /// The ids the cache holds, in order.
   std::span<const int32_t> tokens() const;
   int64_t positions() const;  ///< = tokens().size()
@@ -129,10 +165,13 @@ class Session {
   /// so greedy output equals `kvq run`'s for the same model, prompt and formats. Then: sample with
   /// request.sampling (its own sampler chain: Sample()'s is untouched), ask a Generator, Decode.
   /// Afterwards the session holds the prompt and the completion except, when generation stopped
-  /// for a stop string, max_tokens, cancellation or a full context, the last generated token
-  /// (sampled, not run): logits() are those before it, so a caller continuing by hand Decodes it
-  /// first. Errors: an empty or too long prompt, a bad stop string (the session is untouched);
-  /// cache errors (the session is cleared).
+  /// for a stop string, max_tokens, on_token's cancellation or a full context, the last generated
+  /// token (sampled, not run): logits() are those before it, so a caller continuing by hand Decodes
+  /// it first. When the abort callback (SetAbortCallback) fires, the completion finishes as
+  /// kCancelled: during the prompt, with no tokens and the session holding the prompt's blocks
+  /// that ran (no logits); later, with every generated token run.
+  /// Errors: an empty or too long prompt, a bad stop string (the session is untouched); cache
+  /// errors (the session is cleared).
   Result<Completion> Generate(std::string_view prompt, const GenerateRequest& request = {},
                               const TokenCallback& on_token = {});
   /// The same for a prompt already tokenized (BOS included when wanted). Errors also: an id
@@ -176,9 +215,14 @@ class Session {
   friend class Model;
   friend class Generator;  // reads the session's model
   explicit Session(std::unique_ptr<Impl> impl);
-  // Prefill and RunBatch: checks every item, then runs them in blocks of 64 tokens per item.
-  // `caller` ("Prefill" or "RunBatch") prefixes the messages; RunBatch's name the item index.
-  static Status RunItems(std::span<const BatchItem> items, std::string_view caller);
+  enum class Abortable { kNo, kYes };
+  // Prefill and RunBatch: checks every item, then runs them in blocks of 64 tokens per item,
+  // asking the abort callbacks between blocks when `abortable`. `caller` ("Prefill", "RunBatch",
+  // "Truncate") prefixes the messages; RunBatch's name the item index.
+  static Status RunItems(std::span<const BatchItem> items, std::string_view caller, Abortable abortable);
+  // Before the block starting at token `done` of every item: asks the abort callbacks of the
+  // sessions with a block left; when one fires, marks every session aborted and says so.
+  static Status CheckAbort(std::span<const BatchItem> items, size_t done, std::string_view caller);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -2,6 +2,7 @@
 // weights and tokenizer, and per session a forward pass, a cache and the sequence it holds.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -47,8 +48,12 @@ struct Session::Impl {
   std::unique_ptr<KvCache> cache;
   std::vector<int32_t> tokens;       // [positions] the ids the cache holds
   std::vector<float> logits;         // [vocab_size] after tokens.back(); empty when unknown
+  std::vector<float> chosen_logits;  // [logits_at.size()][vocab_size] of the last run's BatchItem
+  std::vector<int32_t> block_rows;   // [≤ kPrefillBlock] scratch: logits_at within one block
   SamplerOptions sampler_options;
   Sampler sampler;
+  std::function<bool()> should_abort;  // Session::SetAbortCallback's; empty: never
+  bool aborted = false;                // the last Prefill/RunBatch stopped for should_abort
   // [items] the segments of a pass run on `llama` (Prefill, RunBatch), kept so that a decode step
   // allocates nothing.
   std::vector<ForwardSegment> segments;

@@ -84,6 +84,8 @@ kvq::KvOptions KvFromC(const kvq_model_options& o) {
 
 extern "C" {
 
+const char* kvq_version(void) { return kvq::Version(); }
+
 const char* kvq_last_error(void) { return last_error.c_str(); }
 
 void kvq_set_log_callback(kvq_log_fn fn, void* user_data) {
@@ -131,7 +133,9 @@ void kvq_model_get_info(const kvq_model* model, kvq_model_info* info) {
   *info = {.architecture = i.architecture.c_str(), .n_layers = i.n_layers, .dim = i.dim,
            .hidden_dim = i.hidden_dim, .n_heads = i.n_heads, .n_kv_heads = i.n_kv_heads,
            .head_dim = i.head_dim, .vocab_size = i.vocab_size, .trained_context = i.trained_context,
-           .context = i.context, .threads = i.threads, .bos = i.bos, .eos = i.eos};
+           .context = i.context, .threads = i.threads, .bos = i.bos, .eos = i.eos,
+           .n_attention_layers = i.n_attention_layers, .state_bytes = i.state_bytes,
+           .chat_template = i.chat_template.c_str()};
 }
 
 int64_t kvq_tokenize(const kvq_model* model, const char* text, int add_bos, int32_t* ids, int64_t capacity) {
@@ -198,6 +202,30 @@ int kvq_session_prefill(kvq_session* session, const int32_t* ids, int64_t n) {
                [&] { return Check(session->session->Prefill({ids, static_cast<size_t>(n)})); });
 }
 
+int kvq_session_prefill_logits_at(kvq_session* session, const int32_t* ids, int64_t n,
+                                  const int32_t* logits_at, int64_t n_at) {
+  if (Missing(session, "kvq_session_prefill_logits_at: session")) return KVQ_ERROR;
+  if (n < 0 || (ids == nullptr && n > 0)) {
+    return Fail("kvq_session_prefill_logits_at: ids is NULL or n is negative");
+  }
+  if (n_at < 0 || (logits_at == nullptr && n_at > 0)) {
+    return Fail("kvq_session_prefill_logits_at: logits_at is NULL or n_at is negative");
+  }
+  return Guard("kvq_session_prefill_logits_at", KVQ_ERROR, [&] {
+    return Check(session->session->Prefill({ids, static_cast<size_t>(n)},
+                                           {logits_at, static_cast<size_t>(n_at)}));
+  });
+}
+
+const float* kvq_session_chosen_logits(const kvq_session* session, int64_t* n_rows) {
+  if (n_rows != nullptr) *n_rows = 0;
+  if (Missing(session, "kvq_session_chosen_logits: session")) return nullptr;
+  const std::span<const float> rows = session->session->chosen_logits();
+  if (rows.empty()) return nullptr;
+  if (n_rows != nullptr) *n_rows = static_cast<int64_t>(rows.size()) / session->session->logits().size();
+  return rows.data();
+}
+
 int kvq_session_decode(kvq_session* session, int32_t token) {
   if (Missing(session, "kvq_session_decode: session")) return KVQ_ERROR;
   return Guard("kvq_session_decode", KVQ_ERROR, [&] { return Check(session->session->Decode(token)); });
@@ -227,6 +255,24 @@ int kvq_session_run_batch(kvq_session* const* sessions, const int32_t* const* to
                   .tokens = {tokens[i], static_cast<size_t>(n_tokens[i])}};
     }
     return Check(kvq::Session::RunBatch(items));
+  });
+}
+
+int kvq_session_set_threads(kvq_session* session, int32_t threads) {
+  if (Missing(session, "kvq_session_set_threads: session")) return KVQ_ERROR;
+  return Guard("kvq_session_set_threads", KVQ_ERROR,
+               [&] { return Check(session->session->SetThreads(threads)); });
+}
+
+int kvq_session_set_abort_callback(kvq_session* session, kvq_abort_fn fn, void* user) {
+  if (Missing(session, "kvq_session_set_abort_callback: session")) return KVQ_ERROR;
+  return Guard("kvq_session_set_abort_callback", KVQ_ERROR, [&] {
+    if (fn == nullptr) {
+      session->session->SetAbortCallback({});
+    } else {
+      session->session->SetAbortCallback([fn, user] { return fn(user) != 0; });
+    }
+    return KVQ_OK;
   });
 }
 

@@ -8,6 +8,8 @@
 
 namespace kvq {
 
+const char* Version() { return KVQ_VERSION; }
+
 Result<KvCacheConfig> CacheConfigFor(const LlamaConfig& c, int64_t model_context, const KvOptions& kv) {
   if (kv.context < 0 || kv.context > model_context) {
     return Status::Error(fmt::format("KvOptions::context must be in 0..{} (the model's context; 0: all of it), "

@@ -18,90 +18,10 @@ Session::Impl::Impl(std::shared_ptr<const Model::Impl> m, KvCacheConfig config, 
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session::~Session() = default;
 
-Status Session::Prefill(std::span<const int32_t> ids) {
-  if (ids.empty()) return Status::Ok();
-  const BatchItem one{.session = this, .tokens = ids};
-  return RunItems(std::span<const BatchItem>(&one, 1), "Prefill");
-}
-
-Status Session::RunBatch(std::span<const BatchItem> items) { return RunItems(items, "RunBatch"); }
-
-Status Session::RunItems(std::span<const BatchItem> items, std::string_view caller) {
-  const bool batch = caller == "RunBatch";
-  // "Prefill: " or "RunBatch: item 3: ", before what is wrong with the item.
-  auto where = [&](size_t i) {
-    return batch ? fmt::format("{}: item {}: ", caller, i) : fmt::format("{}: ", caller);
-  };
-  if (items.empty()) return Status::Error(fmt::format("{}: no items", caller));
-  for (size_t i = 0; i < items.size(); ++i) {
-    const BatchItem& item = items[i];
-    if (item.session == nullptr) return Status::Error(where(i) + "the session is null");
-    if (item.tokens.empty()) {
-      return Status::Error(where(i) + "no tokens (an item runs at least one)");
-    }
-    for (size_t j = 0; j < i; ++j) {
-      if (items[j].session == item.session) {
-        return Status::Error(fmt::format("{}: items {} and {} are the same session", caller, j, i));
-      }
-    }
-    const Impl& s = *item.session->impl_;
-    if (s.model.get() != items[0].session->impl_->model.get()) {
-      return Status::Error(where(i) + "the session belongs to another model than item 0's");
-    }
-    const int32_t vocab = s.model->info.vocab_size;
-    for (size_t t = 0; t < item.tokens.size(); ++t) {
-      if (item.tokens[t] < 0 || item.tokens[t] >= vocab) {
-        return Status::Error(where(i) +
-                             fmt::format("token {} at index {} is outside the vocabulary [0, {})",
-                                         item.tokens[t], t, vocab));
-      }
-    }
-    const int64_t held = item.session->positions();
-    if (held + static_cast<int64_t>(item.tokens.size()) > item.session->context()) {
-      return Status::Error(
-          where(i) + fmt::format("the session holds {} positions and its context is {}; {} more "
-                                 "tokens do not fit",
-                                 held, item.session->context(), item.tokens.size()));
-    }
-  }
-  // The pass runs on the first session's activations; each segment attends over its own cache.
-  LlamaModel& llama = items[0].session->impl_->llama;
-  std::vector<ForwardSegment>& segments = items[0].session->impl_->segments;
-  constexpr size_t kBlock = kPrefillBlock;
-  for (size_t done = 0;; done += kBlock) {  // pass p runs block p of every item that has one
-    segments.clear();
-    for (const BatchItem& item : items) {
-      if (item.tokens.size() <= done) continue;
-      Impl& s = *item.session->impl_;
-      const int32_t n =
-          static_cast<int32_t>(std::min<size_t>(kBlock, item.tokens.size() - done));
-      const bool last = done + n == item.tokens.size();  // only the last block's logits are kept
-      if (last) s.logits.resize(s.model->info.vocab_size);
-      segments.push_back({.tokens = item.tokens.data() + done,
-                          .n = n,
-                          .pos = static_cast<int64_t>(s.tokens.size()),
-                          .cache = *s.cache,
-                          .logits = last ? s.logits.data() : nullptr});
-    }
-    if (segments.empty()) return Status::Ok();
-    if (Status st = llama.ForwardBatch(segments); !st.ok()) {
-      // Some layers may hold part of a block: start over rather than guess what the caches hold.
-      for (const BatchItem& item : items) (void)item.session->Clear();
-      return Status::Error(st.message() + (batch ? " (every session of the batch was cleared)"
-                                                 : " (the session was cleared)"));
-    }
-    for (const BatchItem& item : items) {
-      if (item.tokens.size() <= done) continue;
-      const auto first = item.tokens.begin() + static_cast<std::ptrdiff_t>(done);
-      const size_t n = std::min<size_t>(kBlock, item.tokens.size() - done);
-      item.session->impl_->tokens.insert(item.session->impl_->tokens.end(), first, first + n);
-    }
-  }
-}
-
 Status Session::Decode(int32_t token) { return Prefill(std::span<const int32_t>(&token, 1)); }
 
 std::span<const float> Session::logits() const { return impl_->logits; }
+std::span<const float> Session::chosen_logits() const { return impl_->chosen_logits; }
 std::span<const int32_t> Session::tokens() const { return impl_->tokens; }
 int64_t Session::positions() const { return static_cast<int64_t>(impl_->tokens.size()); }
 int64_t Session::context() const { return impl_->cache_config.max_positions; }
@@ -109,6 +29,16 @@ int64_t Session::context() const { return impl_->cache_config.max_positions; }
 int64_t Session::kv_bytes() const { return impl_->cache->bytes(); }
 
 const KvTierPlan& Session::kv_plan() const { return impl_->cache->plan(); }
+
+Status Session::SetThreads(int32_t threads) {
+  if (threads < 1 || threads > 1024) {
+    return Status::Error(fmt::format("SetThreads: threads must be in 1..1024 (got {})", threads));
+  }
+  impl_->llama.set_threads(threads);
+  return Status::Ok();
+}
+
+int32_t Session::threads() const { return impl_->llama.threads(); }
 
 void Session::SetSampler(const SamplerOptions& options) {
   impl_->sampler_options = options;
@@ -128,6 +58,7 @@ Status Session::Clear() {
   s.cache = std::move(cache).value();
   s.tokens.clear();
   s.logits.clear();
+  s.chosen_logits.clear();
   return Status::Ok();
 }
 
@@ -147,7 +78,10 @@ Status Session::Truncate(int64_t n_positions) {
   }
   s.tokens.resize(kept);
   s.logits.clear();
-  return Prefill(redo);
+  if (redo.empty()) return Status::Ok();
+  // Not abortable: a cache operation ends holding what was asked for.
+  const BatchItem item{.session = this, .tokens = redo};
+  return RunItems(std::span<const BatchItem>(&item, 1), "Truncate", Abortable::kNo);
 }
 
 Result<Completion> Session::Generate(std::string_view prompt, const GenerateRequest& request,
@@ -201,7 +135,12 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
   // that a later prompt reuses (its last token always runs again, for the logits). The cut
   // changes no bit (KvCache::Attend).
   if (Status st = Prefill(prompt.subspan(s.tokens.size(), prompt.size() - 1 - s.tokens.size())); !st.ok()) {
-    return failed(st);
+    if (!s.aborted) return failed(st);
+    // Cancelled during the prompt: the session keeps the blocks that ran, which a later Generate
+    // of the same prompt reuses.
+    c.prompt_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    c.finish = FinishReason::kCancelled;
+    return c;
   }
   if (!request.save_prefix.empty() && s.tokens.size() > static_cast<size_t>(c.n_reused)) {
     if (Status st = SavePrefix(request.save_prefix); !st.ok()) {
@@ -217,6 +156,10 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
   Generator& g = generator.value();
   Sampler sampler(request.sampling);
   while (!g.finished()) {
+    if (s.should_abort && s.should_abort()) {  // every token sampled so far has run
+      g.Cancel();
+      break;
+    }
     const int32_t token = sampler.Sample(s.logits.data(), vocab);
     GeneratorStep step = g.Next(token);
     if (on_token && (step.kept || !step.text.empty()) && !on_token(token, step.text)) {
@@ -250,6 +193,7 @@ Result<int64_t> Session::LoadPrefix(const std::string& path) {
   }
   s.tokens = std::move(ids).value();
   s.logits.clear();
+  s.chosen_logits.clear();
   return positions();
 }
 

@@ -3,6 +3,10 @@
 // under models/).
 #include <fmt/core.h>
 
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -29,6 +33,33 @@ struct RunOptions {
   bool seed_given = false;
   int64_t context = 0;
   std::string prompt_cache;
+};
+
+// Ctrl-C during `kvq run`: the first sets the flag the session's abort callback reads (the
+// prompt stops within a block, generation before the next token, and the stats line still
+// prints); a second, while the first is being honoured, exits at once.
+std::atomic<bool> g_interrupted{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "read and written in a signal handler");
+
+extern "C" void OnInterrupt(int) {
+  if (g_interrupted.exchange(true)) _exit(130);  // 128 + SIGINT, as a shell reports it
+}
+
+// Installs OnInterrupt for SIGINT while alive; the previous handler is restored after.
+class InterruptScope {
+ public:
+  InterruptScope() {
+    struct sigaction sa {};
+    sa.sa_handler = OnInterrupt;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &previous_);
+  }
+  ~InterruptScope() { sigaction(SIGINT, &previous_, nullptr); }
+  InterruptScope(const InterruptScope&) = delete;
+  InterruptScope& operator=(const InterruptScope&) = delete;
+
+ private:
+  struct sigaction previous_ {};
 };
 
 // --kv / --kv-k / --kv-v or --kv-plan's specs as the public KvOptions, with the budgets and -c.
@@ -97,13 +128,18 @@ int RunGenerate(const RunOptions& o) {
     return true;
   };
   if (!so.json) fmt::print("{}", o.prompt);
+  g_interrupted = false;
+  session.SetAbortCallback([] { return g_interrupted.load(); });
+  const InterruptScope interrupt_scope;
   Result<Completion> c = session.Generate(prompt_ids, request, stream);
   if (!c.ok()) {
     fmt::print(stderr, "\nkvq run: error: {}\n", c.status().message());
     return 1;
   }
-  // Decode passes: the session holds the prompt and every generated token that was run.
-  const int64_t n_decoded = session.positions() - c->n_prompt;
+  // Decode passes: the session holds the prompt and every generated token that was run (or, when
+  // Ctrl-C stopped the prompt, part of the prompt and none).
+  const int64_t n_decoded = std::max<int64_t>(0, session.positions() - c->n_prompt);
+  const int64_t n_prompt_run = std::min<int64_t>(session.positions(), c->n_prompt) - c->n_reused;
   // The cache's exact bytes, and what f16 (the default) would take for the same positions.
   const int64_t kv_bytes = session.kv_bytes();
   const Result<int64_t> f16_bytes = KvBytesForContext(
@@ -112,7 +148,7 @@ int RunGenerate(const RunOptions& o) {
       session.positions());
   const int64_t kv_bytes_f16 = f16_bytes.ok() ? *f16_bytes : 0;  // an error: no positions
   // Prompt speed counts the tokens actually run (a prompt cache skips the rest).
-  const double prompt_tps = c->prompt_seconds > 0 ? (c->n_prompt - c->n_reused) / c->prompt_seconds : 0;
+  const double prompt_tps = c->prompt_seconds > 0 ? n_prompt_run / c->prompt_seconds : 0;
   const double decode_tps = c->decode_seconds > 0 ? n_decoded / c->decode_seconds : 0;
   const std::string format_name = so.KvFormatName();
   const char* finish = FinishReasonName(c->finish);
@@ -137,8 +173,11 @@ int RunGenerate(const RunOptions& o) {
       kv_bytes_f16 > 0 && format_name != "f16"
           ? fmt::format(", {:.1f}% of f16's {} bytes", 100.0 * kv_bytes / kv_bytes_f16, FormatCount(kv_bytes_f16))
           : "";
-  fmt::print(stderr, "kvq run: prompt {} tokens at {:.1f} tok/s, decode {} tokens at {:.1f} tok/s; KV cache "
-             "{} bytes ({}) in {}{}; finish: {}\n", c->n_prompt, prompt_tps, n_decoded, decode_tps,
+  // Ctrl-C during the prompt: say how much of it ran.
+  const std::string prompt_cut =
+      session.positions() < c->n_prompt ? fmt::format(" ({} run before Ctrl-C)", session.positions()) : "";
+  fmt::print(stderr, "kvq run: prompt {} tokens{} at {:.1f} tok/s, decode {} tokens at {:.1f} tok/s; KV cache "
+             "{} bytes ({}) in {}{}; finish: {}\n", c->n_prompt, prompt_cut, prompt_tps, n_decoded, decode_tps,
              FormatCount(kv_bytes), FormatBytesIec(kv_bytes), format_name, vs_f16, finish);
   return 0;
 }

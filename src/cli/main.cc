@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "kvq/model.h"
 
 #ifndef KVQ_MODELS_DIR
 #define KVQ_MODELS_DIR "models"
@@ -28,7 +29,7 @@ int BadInput(const std::string& command, const std::string& message) {
 int main(int argc, char** argv) {
   CLI::App app{"kvq: a KV-cache-first LLM inference runtime. The KV cache is the wall: kvq stores\n"
                "it in compact number formats and measures what each one saves and costs."};
-  app.set_version_flag("--version", "kvq 0.1.0");
+  app.set_version_flag("--version", std::string("kvq ") + kvq::Version());
   app.require_subcommand(1);
   // Parse errors (a flag's validator among them) read like the commands' own: the command path,
   // then what was wrong, e.g. "kvq run: error: --threads: must be in 1..1024 (got 0)".

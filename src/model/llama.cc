@@ -62,6 +62,22 @@ Status CheckSegments(const LlamaConfig& c, std::span<const ForwardSegment> segme
                         i, seg.tokens[t], t, c.vocab_size));
       }
     }
+    const bool rows_missing = seg.logit_rows == nullptr || seg.row_logits == nullptr;
+    if (seg.n_logit_rows < 0 || (seg.n_logit_rows > 0 && rows_missing)) {
+      return Status::Error(fmt::format(
+          "ForwardBatch: segment {}: n_logit_rows is {} but logit_rows or row_logits is null (or "
+          "the count is negative)",
+          i, seg.n_logit_rows));
+    }
+    for (int32_t j = 0; j < seg.n_logit_rows; ++j) {
+      const int32_t row = seg.logit_rows[j];
+      if (row < 0 || row >= seg.n || (j > 0 && row <= seg.logit_rows[j - 1])) {
+        return Status::Error(fmt::format(
+            "ForwardBatch: segment {}: logit_rows[{}] is {}; expected a row in [0, {}) after the "
+            "previous one (increasing)",
+            i, j, row, seg.n));
+      }
+    }
     for (size_t j = 0; j < i; ++j) {
       if (&segments[j].cache == &seg.cache) {
         return Status::Error(
@@ -115,10 +131,10 @@ RopeConfig ModelRopeConfig(const LlamaConfig& c) {
 }
 
 LlamaModel::LlamaModel(LlamaWeights weights, int32_t threads) : w_(std::move(weights)), threads_(threads) {
-  Reserve(1, 1);
+  Reserve(1, 1, 1);
 }
 
-void LlamaModel::Reserve(int64_t n_rows, size_t n_segments) {
+void LlamaModel::Reserve(int64_t n_rows, size_t n_segments, int64_t n_classified) {
   const LlamaConfig& c = w_.config;
   if (n_rows > row_capacity_) {
     const int64_t q_dim = c.q_dim();
@@ -147,9 +163,9 @@ void LlamaModel::Reserve(int64_t n_rows, size_t n_segments) {
     }
     row_capacity_ = n_rows;
   }
-  const int64_t n = static_cast<int64_t>(n_segments);
-  if (n * c.dim > static_cast<int64_t>(last_.size())) last_.resize(n * c.dim);
-  if (n * c.vocab_size > static_cast<int64_t>(logits_.size())) logits_.resize(n * c.vocab_size);
+  const int64_t m = n_classified;
+  if (m * c.dim > static_cast<int64_t>(last_.size())) last_.resize(m * c.dim);
+  if (m * c.vocab_size > static_cast<int64_t>(logits_.size())) logits_.resize(m * c.vocab_size);
   if (n_segments > states_of_.size()) states_of_.resize(n_segments);
 }
 
@@ -237,12 +253,12 @@ Status LlamaModel::ForwardBatch(std::span<const ForwardSegment> segments) {
   const LlamaConfig& c = w_.config;
   if (Status s = CheckSegments(c, segments); !s.ok()) return s;
   int64_t n = 0;  // rows: every segment's tokens
-  size_t n_logits = 0;
+  int64_t n_logits = 0;  // rows the classifier runs on
   for (const ForwardSegment& seg : segments) {
     n += seg.n;
-    n_logits += seg.logits != nullptr ? 1 : 0;
+    n_logits += seg.n_logit_rows + (seg.logits != nullptr ? 1 : 0);
   }
-  Reserve(n, segments.size());
+  Reserve(n, segments.size(), n_logits);
   AssignStates(segments);
   const int64_t dim = c.dim, kv = c.kv_dim(), hidden = c.hidden_dim;
   const int64_t q_dim = c.q_dim(), hd = c.head_dim();
@@ -356,19 +372,25 @@ Status LlamaModel::ForwardBatch(std::span<const ForwardSegment> segments) {
       for (int64_t i = 0; i < n * dim; ++i) x[i] += xb[i];
     }
   }
-  // The classifier once for every segment's last row (MatMul: the same bits as MatVec per row).
+  // The classifier once over every row asked for: each segment's logit_rows, then its last row
+  // (MatMul: the same bits as MatVec per row, so a row's logits do not depend on the others).
   float* last = last_.data();
   for (int64_t r0 = 0, j = 0; const ForwardSegment& seg : segments) {
+    for (int32_t i = 0; i < seg.n_logit_rows; ++i)
+      RmsNorm(last + j++ * dim, x + (r0 + seg.logit_rows[i]) * dim, w_.final_norm, c.dim,
+              c.norm_eps);
     r0 += seg.n;
     if (seg.logits != nullptr)
       RmsNorm(last + j++ * dim, x + (r0 - 1) * dim, w_.final_norm, c.dim, c.norm_eps);
   }
   clock.Charge(kRest);
-  MatMul(w_.classifier, last, static_cast<int64_t>(n_logits), logits_.data(), threads_);
+  MatMul(w_.classifier, last, n_logits, logits_.data(), threads_);
   clock.Charge(kWeights);
+  const int64_t vocab = c.vocab_size;
   for (int64_t j = 0; const ForwardSegment& seg : segments) {
-    if (seg.logits != nullptr)
-      std::copy_n(logits_.data() + j++ * c.vocab_size, c.vocab_size, seg.logits);
+    std::copy_n(logits_.data() + j * vocab, seg.n_logit_rows * vocab, seg.row_logits);
+    j += seg.n_logit_rows;
+    if (seg.logits != nullptr) std::copy_n(logits_.data() + j++ * vocab, vocab, seg.logits);
   }
   clock.Charge(kRest);
   return Status::Ok();

@@ -48,6 +48,12 @@ struct ForwardSegment {
   int64_t pos = 0;                  ///< position of tokens[0]: the cache's length
   KvCache& cache;                   ///< the segment's own: no two segments of a batch share one
   float* logits = nullptr;          ///< [vocab_size] after the last token; null: not computed
+  /// Rows whose logits are wanted too (a speculative verifier's drafts): [n_logit_rows] indices
+  /// into tokens, in [0, n), increasing; null when none. The classifier runs over these rows and
+  /// every segment's last row together; each row's logits are those a block of its own gives.
+  const int32_t* logit_rows = nullptr;
+  int32_t n_logit_rows = 0;
+  float* row_logits = nullptr;  ///< [n_logit_rows][vocab_size], in logit_rows' order
 };
 
 /// The forward pass: one body, ForwardBatch, over segments; a block is a batch of one segment and
@@ -85,6 +91,12 @@ class LlamaModel {
     return ForwardBlock(&token, 1, pos, cache, logits);
   }
 
+  /// Threads of the matrix products, attention and recurrent layers from the next call on
+  /// (1..1024, checked by the caller). No count changes a bit: work is split across rows, (query
+  /// block, KV head) pairs and value heads, never inside a sum.
+  void set_threads(int32_t threads) { threads_ = threads; }
+  int32_t threads() const { return threads_; }
+
   /// Hooks the forward pass calls from now on (nullptr: none). Not owned; must outlive their use.
   void set_hooks(const ForwardHooks* hooks) { hooks_ = hooks; }
   /// The profile the forward pass adds its phase times to from now on (nullptr: none, and no clock
@@ -99,9 +111,9 @@ class LlamaModel {
   AttentionOptions attention_options() const;
 
  private:
-  // Grows the activations to hold n_rows tokens of n_segments segments (kept between calls: a
-  // decode step allocates nothing).
-  void Reserve(int64_t n_rows, size_t n_segments);
+  // Grows the activations to hold n_rows tokens of n_segments segments, n_classified of whose
+  // rows go through the classifier (kept between calls: a decode step allocates nothing).
+  void Reserve(int64_t n_rows, size_t n_segments, int64_t n_classified);
   // A recurrent layer over the batch's normed rows (xb_): its projections, each segment's tokens
   // through DeltaNetToken on its cache's state slot `slot`, then ssm_out into xb2_ [n][dim].
   void RecurrentMixer(const LayerWeights& L, int32_t slot, std::span<const ForwardSegment> segments,
@@ -132,8 +144,10 @@ class LlamaModel {
   std::vector<float> ssm_out_;               // [n][Cv] gated-normed value heads, ssm_out's input
   DeltaNetScratch delta_scratch_;
   MoeScratch moe_scratch_;
-  std::vector<float> last_;          // [segments with logits][dim] their last rows, final-normed
-  std::vector<float> logits_;        // [segments with logits][vocab_size] the classifier's output
+  // The rows the classifier runs on: per segment its logit_rows, then its last row if it has
+  // `logits`.
+  std::vector<float> last_;          // [classified rows][dim] final-normed
+  std::vector<float> logits_;        // [classified rows][vocab_size] the classifier's output
   // Attention states (m, l, acc and their scratch), kept between calls so that a decode step
   // reuses them rather than building one per token; states_of_[i] is segment i's this call.
   std::vector<std::unique_ptr<AttentionState>> states_;

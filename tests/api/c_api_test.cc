@@ -1,12 +1,18 @@
 // The C API (include/kvq.h) as a C caller sees it: NULL handles and bad buffers are errors with a
-// message, the tokenize/detokenize buffer contracts, a step-by-step decode equal to generate.
+// message, the tokenize/detokenize buffer contracts, a step-by-step decode equal to generate, the
+// abort callback, threads, logits at chosen positions, the version and the model info's fields.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "kvq.h"
+#include "kvq/model.h"
+#include "synth/synth.h"
 
 namespace {
 
@@ -235,6 +241,155 @@ TEST(CApi, RunBatchEqualsPrefillAloneAndRefusesBadItems) {
     kvq_session_free(alone[i]);
   }
   kvq_model_free(m);
+}
+
+// The abort callback's user pointer: counts calls and fires on call `fire_at`.
+struct AbortCount {
+  int fire_at;
+  int calls;
+};
+int CountAndAbort(void* user) {
+  AbortCount* a = static_cast<AbortCount*>(user);
+  return ++a->calls >= a->fire_at ? 1 : 0;
+}
+
+TEST(CApi, AbortCallbackStopsPrefillBetweenBlocksAndGenerateAsCancelled) {
+  kvq_model* m = LoadBundled();
+  ASSERT_NE(m, nullptr);
+  kvq_session* s = kvq_session_new(m, nullptr);
+  ASSERT_NE(s, nullptr) << kvq_last_error();
+  EXPECT_EQ(kvq_session_set_abort_callback(nullptr, CountAndAbort, nullptr), KVQ_ERROR);
+  std::vector<int32_t> ids(200);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i * 7 % 512);
+  AbortCount a{.fire_at = 2, .calls = 0};
+  ASSERT_EQ(kvq_session_set_abort_callback(s, CountAndAbort, &a), KVQ_OK);
+  EXPECT_EQ(kvq_session_prefill(s, ids.data(), 200), KVQ_ERROR);
+  EXPECT_NE(std::string(kvq_last_error()).find("aborted"), std::string::npos) << kvq_last_error();
+  EXPECT_EQ(a.calls, 2);
+  EXPECT_EQ(kvq_session_positions(s), 128);
+  EXPECT_EQ(kvq_session_logits(s), nullptr);
+  ASSERT_EQ(kvq_session_set_abort_callback(s, nullptr, nullptr), KVQ_OK);  // removed
+  ASSERT_EQ(kvq_session_prefill(s, ids.data() + 128, 72), KVQ_OK) << kvq_last_error();
+  EXPECT_EQ(kvq_session_positions(s), 200);
+
+  a = {.fire_at = 1, .calls = 0};
+  ASSERT_EQ(kvq_session_set_abort_callback(s, CountAndAbort, &a), KVQ_OK);
+  kvq_generate_options go;
+  kvq_generate_options_init(&go);
+  go.temperature = 0;
+  int64_t n = -1;
+  ASSERT_EQ(kvq_session_generate(s, "Once upon a time", &go, nullptr, nullptr, &n), KVQ_OK) << kvq_last_error();
+  EXPECT_EQ(n, 0);
+  EXPECT_EQ(kvq_session_finish_reason(s), KVQ_FINISH_CANCELLED);
+  kvq_session_free(s);
+  kvq_model_free(m);
+}
+
+TEST(CApi, SetThreadsChangesNoBitAndRefusesBadCounts) {
+  kvq_model* m = LoadBundled();  // 1 thread
+  ASSERT_NE(m, nullptr);
+  kvq_session* one = kvq_session_new(m, nullptr);
+  kvq_session* three = kvq_session_new(m, nullptr);
+  ASSERT_TRUE(one && three) << kvq_last_error();
+  EXPECT_EQ(kvq_session_set_threads(nullptr, 2), KVQ_ERROR);
+  EXPECT_EQ(kvq_session_set_threads(three, 0), KVQ_ERROR);
+  EXPECT_NE(std::string(kvq_last_error()).find("1..1024 (got 0)"), std::string::npos) << kvq_last_error();
+  ASSERT_EQ(kvq_session_set_threads(three, 3), KVQ_OK) << kvq_last_error();
+  int32_t ids[100];
+  for (int i = 0; i < 100; ++i) ids[i] = (i * 13 + 5) % 512;
+  ASSERT_EQ(kvq_session_prefill(one, ids, 100), KVQ_OK);
+  ASSERT_EQ(kvq_session_prefill(three, ids, 100), KVQ_OK);
+  kvq_model_info info;
+  kvq_model_get_info(m, &info);
+  EXPECT_EQ(std::memcmp(kvq_session_logits(one), kvq_session_logits(three),
+                        sizeof(float) * info.vocab_size),
+            0);
+  kvq_session_free(one);
+  kvq_session_free(three);
+  kvq_model_free(m);
+}
+
+TEST(CApi, PrefillLogitsAtEqualsDecodingOneAtATime) {
+  kvq_model* m = LoadBundled();
+  ASSERT_NE(m, nullptr);
+  kvq_model_info info;
+  kvq_model_get_info(m, &info);
+  kvq_session* block = kvq_session_new(m, nullptr);
+  kvq_session* step = kvq_session_new(m, nullptr);
+  ASSERT_TRUE(block && step) << kvq_last_error();
+  int32_t ids[100];
+  for (int i = 0; i < 100; ++i) ids[i] = (i * 31 + 2) % 512;
+  const int32_t at[3] = {3, 64, 99};
+  int64_t rows = -1;
+  EXPECT_EQ(kvq_session_chosen_logits(block, &rows), nullptr);
+  EXPECT_EQ(rows, 0);
+  const int32_t bad[2] = {7, 7};
+  EXPECT_EQ(kvq_session_prefill_logits_at(block, ids, 100, bad, 2), KVQ_ERROR);
+  EXPECT_NE(std::string(kvq_last_error()).find("logits_at[1] is 7"), std::string::npos) << kvq_last_error();
+  EXPECT_EQ(kvq_session_prefill_logits_at(block, ids, 100, nullptr, 2), KVQ_ERROR);
+  ASSERT_EQ(kvq_session_prefill_logits_at(block, ids, 100, at, 3), KVQ_OK) << kvq_last_error();
+  const float* chosen = kvq_session_chosen_logits(block, &rows);
+  ASSERT_NE(chosen, nullptr);
+  ASSERT_EQ(rows, 3);
+  for (int i = 0, j = 0; i < 100; ++i) {
+    ASSERT_EQ(kvq_session_decode(step, ids[i]), KVQ_OK);
+    if (j < 3 && at[j] == i) {
+      EXPECT_EQ(std::memcmp(chosen + j * info.vocab_size, kvq_session_logits(step),
+                            sizeof(float) * info.vocab_size),
+                0)
+          << "row " << j;
+      ++j;
+    }
+  }
+  ASSERT_EQ(kvq_session_decode(block, 1), KVQ_OK);
+  EXPECT_EQ(kvq_session_chosen_logits(block, &rows), nullptr);  // a later call names none
+  kvq_session_free(block);
+  kvq_session_free(step);
+  kvq_model_free(m);
+}
+
+TEST(CApi, VersionIsTheCliVersion) {
+  const std::string v = kvq_version();
+  int major = -1, minor = -1, patch = -1;
+  ASSERT_EQ(std::sscanf(v.c_str(), "%d.%d.%d", &major, &minor, &patch), 3) << v;
+  EXPECT_EQ(v, kvq::Version());
+  FILE* p = popen((std::string(KVQ_BINARY) + " --version").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char line[128] = {};
+  ASSERT_NE(std::fgets(line, sizeof(line), p), nullptr);
+  pclose(p);
+  EXPECT_EQ(std::string(line), "kvq " + v + "\n");
+}
+
+TEST(CApi, ModelInfoHasAttentionLayersStateAndChatTemplate) {
+  kvq_model* m = LoadBundled();  // llama2.c: every layer attends, no template
+  ASSERT_NE(m, nullptr);
+  kvq_model_info info;
+  kvq_model_get_info(m, &info);
+  EXPECT_EQ(info.n_attention_layers, info.n_layers);
+  EXPECT_EQ(info.state_bytes, 0);
+  ASSERT_NE(info.chat_template, nullptr);
+  EXPECT_STREQ(info.chat_template, "");
+  kvq_model_free(m);
+
+  // A hybrid: 2 of its 4 layers attend, the others hold a recurrent state.
+  const std::string path = ::testing::TempDir() + "/kvq_c_api_hybrid_" + std::to_string(::getpid()) + ".gguf";
+  kvq::Result<kvq::SynthSpec> spec = kvq::SynthPreset("tiny-qwen35");
+  ASSERT_TRUE(spec.ok());
+  spec.value().type = "f32";
+  ASSERT_TRUE(kvq::WriteSynthModel(*spec, kDir + "stories260K.gguf", path).ok());
+  kvq_model* h = kvq_model_load(path.c_str(), nullptr);
+  kvq::Result<std::unique_ptr<kvq::Model>> cpp = kvq::Model::Load(path);
+  std::filesystem::remove(path);
+  ASSERT_NE(h, nullptr) << kvq_last_error();
+  ASSERT_TRUE(cpp.ok()) << cpp.status().message();
+  kvq_model_get_info(h, &info);
+  EXPECT_EQ(info.n_layers, 4);
+  EXPECT_EQ(info.n_attention_layers, 2);
+  EXPECT_GT(info.state_bytes, 0);
+  EXPECT_EQ(info.state_bytes, (*cpp)->info().state_bytes);
+  EXPECT_EQ(std::string(info.chat_template), (*cpp)->info().chat_template);
+  kvq_model_free(h);
 }
 
 }  // namespace

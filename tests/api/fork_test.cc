@@ -11,37 +11,15 @@
 #include "kvq/format.h"
 #include "kvq/model.h"
 #include "kvq/session.h"
-#include "synth/synth.h"
+#include "test_util/synth_model.h"
 
 namespace kvq {
 namespace {
 
-namespace fs = std::filesystem;
-
-const std::string kDir = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/";
-
 // A tiny random-weight Llama with a 4,096-token context.
-std::unique_ptr<Model> LoadSynth() {
-  const std::string path =
-      (fs::path(::testing::TempDir()) / ("kvq_fork_" + std::to_string(::getpid()) + ".gguf")).string();
-  const SynthSpec spec{.arch = SynthArch::kLlama, .dim = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
-                       .hidden_dim = 128, .vocab_size = 512, .context = 4096, .type = "f32", .seed = 3};
-  if (Status s = WriteSynthModel(spec, kDir + "stories260K.gguf", path); !s.ok()) {
-    ADD_FAILURE() << s.message();
-    return nullptr;
-  }
-  Result<std::unique_ptr<Model>> m = Model::Load(path, {.threads = 2});
-  fs::remove(path);
-  EXPECT_TRUE(m.ok()) << m.status().message();
-  return m.ok() ? std::move(m).value() : nullptr;
-}
+std::unique_ptr<Model> LoadSynth() { return test::LoadTinySynth("fork"); }
 
-std::vector<int32_t> RandomIds(int32_t n, int32_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> ids(static_cast<size_t>(n));
-  for (int32_t& id : ids) id = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
-  return ids;
-}
+using test::RandomIds;
 
 // Greedy: the ids of n decode steps after what the session holds, and the logits' bits on the way.
 std::vector<int32_t> Greedy(Session& s, int32_t n, std::vector<float>* logits) {
