@@ -244,6 +244,7 @@ KvCache::~KvCache() = default;
 const KvCacheConfig& KvCache::config() const { return impl_->config; }
 const KvTierPlan& KvCache::plan() const { return impl_->plan; }
 int64_t KvCache::positions(int64_t layer) const { return impl_->layers[layer].positions; }
+
 Result<std::unique_ptr<KvCache>> KvCache::Fork() const {
   const Impl& m = *impl_;
   if (!m.broken.ok()) return m.broken;
@@ -273,6 +274,7 @@ int64_t KvCache::bytes() const {
   }
   return total;
 }
+
 float* KvCache::state() { return impl_->state.empty() ? nullptr : impl_->state.data(); }
 const float* KvCache::state() const { return impl_->state.empty() ? nullptr : impl_->state.data(); }
 int64_t KvCache::state_floats() const { return static_cast<int64_t>(impl_->state.size()); }
