@@ -23,6 +23,7 @@
 #include "kvq/model.h"
 #include "kvq/session.h"
 #include "synth/synth.h"
+#include "test_util/synth_model.h"
 
 namespace kvq {
 namespace {
@@ -43,9 +44,6 @@ std::unique_ptr<Model> LoadBundled(ModelOptions options = {}) {
 // groups). Vocabulary 520 = 32·16 + 8: the classifier has 8 rows past its last 16-row group, so
 // both of MatMul's row paths run.
 std::unique_ptr<Model> LoadSynth(const std::string& type) {
-  const std::string path = (fs::path(::testing::TempDir()) /
-                            ("kvq_batch_" + type + "_" + std::to_string(::getpid()) + ".gguf"))
-                               .string();
   const SynthSpec spec{.arch = SynthArch::kLlama,
                        .dim = 64,
                        .n_layers = 2,
@@ -56,14 +54,7 @@ std::unique_ptr<Model> LoadSynth(const std::string& type) {
                        .context = 256,
                        .type = type,
                        .seed = 11};
-  if (Status s = WriteSynthModel(spec, kDir + "stories260K.gguf", path); !s.ok()) {
-    ADD_FAILURE() << s.message();
-    return nullptr;
-  }
-  Result<std::unique_ptr<Model>> m = Model::Load(path, {.threads = 2});
-  fs::remove(path);  // mapped: the model keeps its pages
-  EXPECT_TRUE(m.ok()) << m.status().message();
-  return m.ok() ? std::move(m).value() : nullptr;
+  return test::LoadSynth(spec, "batch_" + type);
 }
 
 std::unique_ptr<Session> NewSession(const Model& model, const KvOptions& kv) {
