@@ -7,7 +7,11 @@
 // position p therefore reads the layer as a cache holding p + 1 rows held it (Impl::ViewAt); the
 // cache keeps the f32 copies of the rows the last Append encoded until the next one. Consecutive
 // tokens whose reads agree share one pass over the pages, so per-token formats without a residual
-// (every token reads only blocks) take one pass as before.
+// (every token reads only blocks) take one pass as before. Runs that read different views still
+// read the pages before their first difference alike (rows long since in blocks): all the block's
+// tokens take those pages in one pass, then each run its own view's remaining pages. Attention
+// over windows in turn is the same bits as over their union (AttendWindows), so the split changes
+// nothing but the work: a "resN" residual costs each run a few pages, not the whole context.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -22,7 +26,7 @@ Status Bad(const std::string& message) { return Status::Error("KV cache: " + mes
 
 }  // namespace
 
-// The pages of one view as attention windows, taken by AttendWindows in one dispatch: each of its
+// Pages [first_page, first_page + n_pages) of one view as attention windows, taken by AttendWindows in one dispatch: each of its
 // threads walks every page, so streamed pages are consumed in order as the copy thread delivers
 // them (Acquire waits for the page; the last thread done with it frees its slot). Resident pages
 // are read in place. A streamed slot holds the page (its size padded to 64 bytes), then the page's
@@ -31,10 +35,11 @@ Status Bad(const std::string& message) { return Status::Error("KV cache: " + mes
 class KvCache::Impl::Pages final : public KvWindowSource {
  public:
   using View = KvCache::Impl::LayerView;
-  Pages(const KvCache::Impl& m, int64_t layer, const View& view, int64_t n_pages)
-      : m_(m), layer_(layer), view_(view), n_pages_(n_pages) {}
+  Pages(const KvCache::Impl& m, int64_t layer, const View& view, int64_t first_page, int64_t n_pages)
+      : m_(m), layer_(layer), view_(view), first_page_(first_page), n_pages_(n_pages) {}
   int64_t n_windows() const override { return n_pages_; }
-  Result<KvWindow> Acquire(int64_t p) override {
+  Result<KvWindow> Acquire(int64_t i) override {
+    const int64_t p = first_page_ + i;
     const KvCache::Impl::Layer& L = m_.layers[layer_];
     const int64_t elems = m_.row.elems();
     const bool has_blocks = m_.SlotHasBlockRows(layer_, p, view_);
@@ -51,7 +56,7 @@ class KvCache::Impl::Pages final : public KvWindowSource {
       }
       return m_.Window(layer_, p, view_, page, head, residual);
     }
-    Result<const uint8_t*> slot = m_.streamer->Acquire(p);
+    Result<const uint8_t*> slot = m_.streamer->Acquire(i);
     if (!slot.ok()) return slot.status();
     const auto* f32 = reinterpret_cast<const float*>(*slot + m_.store->page_bytes(layer_));
     for (int which = 0; which < 2; ++which) {
@@ -62,14 +67,15 @@ class KvCache::Impl::Pages final : public KvWindowSource {
     }
     return m_.Window(layer_, p, view_, has_blocks ? *slot : nullptr, head, residual);
   }
-  void Release(int64_t p) override {
-    if (m_.streamer) m_.streamer->Release(p);
+  void Release(int64_t i) override {
+    if (m_.streamer) m_.streamer->Release(i);
   }
 
  private:
   const KvCache::Impl& m_;
   int64_t layer_;
   View view_;
+  int64_t first_page_;
   int64_t n_pages_;
 };
 
@@ -119,13 +125,33 @@ int32_t KvCache::Impl::QueryRunEnd(int64_t layer, int64_t first_query_position, 
   return t1;
 }
 
-Status KvCache::Impl::AttendView(int64_t layer, const LayerView& view, const AttentionOptions& options,
-                                 const float* q, int64_t first_query_position, AttentionState& state) {
-  const int32_t P = config.page_positions;
-  const int64_t n_pages = (view.positions + P - 1) / P;
-  Pages pages(*this, layer, view, n_pages);
+int64_t KvCache::Impl::PagesOf(const LayerView& view) const {
+  return (view.positions + config.page_positions - 1) / config.page_positions;
+}
+
+int64_t KvCache::Impl::PagesReadAlike(int64_t layer, std::span<const QueryRun> runs) const {
+  int64_t alike = PagesOf(runs[0].view);
+  for (const QueryRun& run : runs) alike = std::min(alike, PagesOf(run.view));
+  for (int64_t p = 0; p < alike; ++p) {
+    for (const QueryRun& run : runs.subspan(1)) {
+      for (int which = 0; which < 2; ++which) {
+        if (RowsOfPage(layer, which, p, run.view) != RowsOfPage(layer, which, p, runs[0].view)) return p;
+      }
+    }
+  }
+  return alike;
+}
+
+Status KvCache::Impl::AttendView(int64_t layer, const LayerView& view, int64_t first_page,
+                                 int64_t end_page, const AttentionOptions& options, const float* q,
+                                 int64_t first_query_position, AttentionState& state) {
+  const int64_t n_pages = end_page - first_page;
+  if (n_pages <= 0) return Status::Ok();
+  Pages pages(*this, layer, view, first_page, n_pages);
   if (!streamer) return AttendWindows(options, q, first_query_position, pages, state);
-  auto fill = [this, layer, view](int64_t p, uint8_t* dst) { return FillSlot(layer, p, view, dst); };
+  auto fill = [this, layer, view, first_page](int64_t i, uint8_t* dst) {
+    return FillSlot(layer, first_page + i, view, dst);
+  };
   streamer->Begin(fill, n_pages);
   struct EndGuard {  // the stream ends on every path out, so the next Begin finds it idle
     PageStreamer& streamer;
@@ -153,23 +179,36 @@ Status KvCache::Attend(int64_t layer, const AttentionOptions& options, const flo
     RotateHeads(m.rotation_signs.data(), st.head_dim, int64_t{n_tokens} * st.n_heads, m.rotated_q.data());
     q = m.rotated_q.data();
   }
+  std::vector<Impl::QueryRun>& runs = m.query_runs;
+  runs.clear();
   for (int32_t t0 = 0; t0 < n_tokens;) {
-    Impl::LayerView view;
-    const int32_t t1 = m.QueryRunEnd(layer, first_query_position, t0, n_tokens, &view);
-    if (t0 == 0 && t1 == n_tokens) {
-      return m.AttendView(layer, view, options, q, first_query_position, state);
-    }
-    const int32_t n = t1 - t0;
+    Impl::QueryRun& run = runs.emplace_back();
+    run.t0 = t0;
+    run.t1 = t0 = m.QueryRunEnd(layer, first_query_position, t0, n_tokens, &run.view);
+  }
+  if (runs.size() == 1) {
+    return m.AttendView(layer, runs[0].view, 0, m.PagesOf(runs[0].view), options, q, first_query_position,
+                        state);
+  }
+  // Every token through the pages all runs read alike (any run's view reads them so), then each
+  // run through the rest of its own view.
+  const int64_t alike = m.PagesReadAlike(layer, runs);
+  if (Status s = m.AttendView(layer, runs[0].view, 0, alike, options, q, first_query_position, state);
+      !s.ok()) {
+    return s;
+  }
+  for (const Impl::QueryRun& r : runs) {
+    const int32_t n = r.t1 - r.t0;
     AttentionState* run = nullptr;
     for (const auto& s : m.run_states) {
       if (s->n_tokens() == n && s->shape().n_heads == st.n_heads) run = s.get();
     }
     if (run == nullptr) run = m.run_states.emplace_back(std::make_unique<AttentionState>(st, n)).get();
-    CopyStateRows(state, t0, *run, 0, n);
-    const Status s = m.AttendView(layer, view, options, q + t0 * q_row, first_query_position + t0, *run);
-    CopyStateRows(*run, 0, state, t0, n);
+    CopyStateRows(state, r.t0, *run, 0, n);
+    const Status s = m.AttendView(layer, r.view, alike, m.PagesOf(r.view), options, q + r.t0 * q_row,
+                                  first_query_position + r.t0, *run);
+    CopyStateRows(*run, 0, state, r.t0, n);
     if (!s.ok()) return s;
-    t0 = t1;
   }
   return Status::Ok();
 }

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "cache/page_store.h"
@@ -49,6 +50,13 @@ struct KvCache::Impl {
     int64_t n_block = 0;         // [n_head, n_block): blocks
     int64_t residual_first = 0;  // row r ≥ n_block is residual row residual_first + r − n_block
     int64_t f32_rows() const { return n_head + n_rows - n_block; }
+    bool operator==(const PageRows&) const = default;
+  };
+
+  // Query tokens [t0, t1) of an Attend call that read a layer through one view (QueryRunEnd).
+  struct QueryRun {
+    int32_t t0 = 0, t1 = 0;
+    LayerView view;
   };
 
   KvCacheConfig config;
@@ -63,6 +71,7 @@ struct KvCache::Impl {
   std::vector<float> rotated_q;       // Attend's scratch: [n_tokens][n_heads][head_dim]
   // Attend's states for query runs that read different views, by token count (reused).
   std::vector<std::unique_ptr<AttentionState>> run_states;
+  std::vector<QueryRun> query_runs;   // Attend's runs of one call (reused)
   std::array<std::vector<float>, 2> rotated_rows;  // Append's scratch: [n][n_kv_heads][head_dim]
   std::vector<float> block_rows;      // Append's scratch: [rows_per_block][n_kv_heads][head_dim]
   std::unique_ptr<PageStore> store;
@@ -118,9 +127,16 @@ struct KvCache::Impl {
   /// appended, as far as the f32 copies are still held (else the layer as it is now).
   int32_t QueryRunEnd(int64_t layer, int64_t first_query_position, int32_t t0, int32_t n_tokens,
                       LayerView* view) const;
-  /// Attention of n_tokens query rows that all read `layer` through `view` (Attend's body).
-  Status AttendView(int64_t layer, const LayerView& view, const AttentionOptions& options, const float* q,
-                    int64_t first_query_position, AttentionState& state);
+  /// Pages a view spans.
+  int64_t PagesOf(const LayerView& view) const;
+  /// How many of the first pages every run's view reads alike (the same rows from the same
+  /// places, so any of the views gives the same windows there).
+  int64_t PagesReadAlike(int64_t layer, std::span<const QueryRun> runs) const;
+  /// Attention of n_tokens query rows that all read `layer` through `view`, over its pages
+  /// [first_page, end_page) (Attend's body).
+  Status AttendView(int64_t layer, const LayerView& view, int64_t first_page, int64_t end_page,
+                    const AttentionOptions& options, const float* q, int64_t first_query_position,
+                    AttentionState& state);
   /// Encodes tensor `which` of `layer` up to EncodedRows(n) rows, writing pages as they fill;
   /// keeps the f32 rows from `keep_from` on (the rows the last Append's queries read in f32).
   Status EncodeAged(int64_t layer, int which, int64_t n, int64_t keep_from);
