@@ -27,6 +27,7 @@
 #include "kvq/generator.h"
 #include "kvq/kv_cache.h"
 #include "kvq/sampling.h"
+#include "kvq/speculation.h"
 #include "kvq/status.h"
 
 namespace kvq {
@@ -47,6 +48,10 @@ struct GenerateRequest {
   /// later run of a prompt that starts with them LoadPrefix-es the file and Generate reuses it (the
   /// prompt's last token always runs again, for its logits). A failed save fails the call.
   std::string save_prefix;
+  /// Drafted tokens checked in one pass (kvq/speculation.h): the same tokens, fewer passes when
+  /// drafts are kept. Needs a cache whose positions can be dropped (not a hybrid model's recurrent
+  /// state, not a disk master: refused with an error).
+  SpeculationOptions speculation;
 };
 
 struct Completion {
@@ -57,6 +62,7 @@ struct Completion {
   double prompt_seconds = 0;     ///< prefill time
   double decode_seconds = 0;     ///< decode time
   FinishReason finish = FinishReason::kStop;
+  SpeculationStats speculation;  ///< passes, drafted and kept tokens (passes counted without too)
 };
 
 class Session;

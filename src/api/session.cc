@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 
 #include "api/api_internal.h"
 #include "kvq/format.h"
@@ -115,6 +116,16 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
   const GeneratorOptions rules{.max_tokens = request.max_tokens, .stop = request.stop,
                                .ignore_eos = request.ignore_eos};
   if (Status st = Generator::Check(rules); !st.ok()) return Status::Error("Generate: " + st.message());
+  if (request.speculation.source != DraftSource::kNone) {
+    if (Status st = CheckSpeculation(request.speculation); !st.ok()) return Status::Error("Generate: " + st.message());
+    // A rejected draft is dropped from the cache: positions must be droppable in place.
+    if (s.cache_config.state_floats > 0 || !s.cache_config.budgets.disk_dir.empty()) {
+      return Status::Error(fmt::format(
+          "Generate: speculative decoding needs a cache that can drop rejected drafts; this one {}",
+          s.cache_config.state_floats > 0 ? "holds a hybrid model's recurrent state, which cannot be rolled back"
+                                          : "keeps its master on disk (--kv-disk)"));
+    }
+  }
   // Reuse what the session holds when it is a prefix of the prompt (never all of the prompt: the
   // last prompt token is run again, for its logits); otherwise start from an empty cache.
   const size_t held = s.tokens.size();
@@ -155,19 +166,66 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
   if (!generator.ok()) return failed(generator.status());
   Generator& g = generator.value();
   Sampler sampler(request.sampling);
+  const SpeculationOptions& spec = request.speculation;
+  SpeculationGate gate(spec.max_draft);
+  std::vector<int32_t> pass;       // [1 + drafted] the next pass: a drawn token, then its draft
+  std::vector<int32_t> rows;       // [drafted] logits_at: the rows that judge the draft
+  int32_t pending = -1;            // drawn where a draft was rejected: the next pass's first token
   while (!g.finished()) {
-    if (s.should_abort && s.should_abort()) {  // every token sampled so far has run
+    if (s.should_abort && s.should_abort()) {  // every token drawn so far has run
       g.Cancel();
       break;
     }
-    const int32_t token = sampler.Sample(s.logits.data(), vocab);
-    GeneratorStep step = g.Next(token);
-    if (on_token && (step.kept || !step.text.empty()) && !on_token(token, step.text)) {
-      if (!step.finished) step = g.Cancel();
+    const int32_t token = pending >= 0 ? pending : sampler.Sample(s.logits.data(), vocab);
+    pending = -1;
+    // Hands a drawn token to the generator and the caller; whether it is to run.
+    auto keep = [&](int32_t id) {
+      GeneratorStep step = g.Next(id);
+      if (on_token && (step.kept || !step.text.empty()) && !on_token(id, step.text)) {
+        if (!step.finished) step = g.Cancel();
+      }
+      return step.run;
+    };
+    if (!keep(token)) break;
+    pass.assign(1, token);
+    int32_t drafted = 0;
+    bool gated = false;
+    if (spec.source == DraftSource::kNgram) {
+      // A draft fits what the generator can still keep and the context can still hold.
+      const int64_t room = std::min<int64_t>(context() - positions() - 1,
+                                             request.max_tokens < 0 ? INT32_MAX : request.max_tokens - g.tokens().size());
+      s.tokens.push_back(token);  // the sequence the draft continues (popped at once)
+      const std::vector<int32_t> draft =
+          DraftByLookup(s.tokens, static_cast<int32_t>(std::clamp<int64_t>(room, 0, spec.max_draft)), spec);
+      s.tokens.pop_back();
+      drafted = spec.ungated ? static_cast<int32_t>(draft.size()) : gate.Choose(static_cast<int32_t>(draft.size()));
+      gated = drafted < static_cast<int32_t>(draft.size());
+      pass.insert(pass.end(), draft.begin(), draft.begin() + drafted);
     }
-    if (step.run) {
-      if (Status st = Decode(token); !st.ok()) return failed(st);
+    rows.resize(drafted);
+    for (int32_t i = 0; i < drafted; ++i) rows[i] = i;
+    const auto pass_start = Clock::now();
+    if (Status st = Prefill(pass, rows); !st.ok()) return failed(st);
+    // Each drafted token is judged by drawing the token at its position, as decoding one token at
+    // a time would: kept while they agree; the first drawn token that differs runs next.
+    int32_t ran = 1;
+    for (int32_t i = 0; i < drafted && !g.finished(); ++i) {
+      const int32_t drawn = sampler.Sample(s.chosen_logits.data() + int64_t{i} * vocab, vocab);
+      if (drawn != pass[i + 1]) {
+        pending = drawn;
+        break;
+      }
+      if (!keep(drawn)) break;
+      ++ran;
     }
+    if (ran < static_cast<int32_t>(pass.size())) {
+      if (Status st = Truncate(positions() - (static_cast<int64_t>(pass.size()) - ran)); !st.ok()) return failed(st);
+    }
+    gate.Record(drafted, ran - 1, std::chrono::duration<double>(Clock::now() - pass_start).count(), gated);
+    c.speculation.passes += 1;
+    c.speculation.drafted += drafted;
+    c.speculation.accepted += ran - 1;
+    c.speculation.gated += gated ? 1 : 0;
   }
   c.decode_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
   c.tokens.assign(g.tokens().begin(), g.tokens().end());

@@ -44,6 +44,7 @@ Status KvCache::Impl::EncodeAged(int64_t layer, int which, int64_t n, int64_t ke
     if (rows > 0) {
       L.args[which].tensor_scale = codec.calibrate(held.data() + (skip_held + skip) * elems, rows * elems);
       L.calibrated[which] = true;
+      L.calibrated_through[which] = n;
     }
   }
   const int64_t block_bytes = codec.block_bytes(row);
@@ -177,6 +178,7 @@ int64_t KvCache::TruncationPoint(int64_t n) const {
   if (n <= 0 || m.store->on_disk()) return 0;  // a disk master's full pages are in the file
   // A recurrent state holds every position so far folded in: only "drop nothing" keeps it.
   if (!m.state.empty()) return n >= m.layers[0].positions ? n : 0;
+  if (m.CanDropToView(n)) return n;  // within the last Append's rows: exact for every spec
   int64_t point = n;
   for (int64_t l = 0; l < m.config.n_layers; ++l) {
     for (int which = 0; which < 2; ++which) {
@@ -211,6 +213,7 @@ Status KvCache::Truncate(int64_t n) {
                            "residual or a disk master keep rows that depend on later ones)",
                            n, TruncationPoint(n)));
   }
+  if (n != 0 && m.CanDropToView(n)) return m.DropToView(n);
   const int32_t P = m.config.page_positions;
   for (int64_t l = 0; l < m.config.n_layers; ++l) {
     Impl::Layer& L = m.layers[l];
@@ -235,6 +238,56 @@ Status KvCache::Truncate(int64_t n) {
     L.encoded = L.held_from = {n, n};
     L.residual[0].clear();
     L.residual[1].clear();
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvq
+
+namespace kvq {
+
+bool KvCache::Impl::CanDropToView(int64_t n) const {
+  if (n <= 0 || store->on_disk() || !state.empty()) return false;
+  for (int64_t l = 0; l < config.n_layers; ++l) {
+    const Layer& L = layers[l];
+    if (n > L.positions || !Holds(l, ViewAt(l, n))) return false;
+    for (int which = 0; which < 2; ++which) {
+      if (n < L.held_from[which]) return false;
+      if (L.calibrated[which] && L.calibrated_through[which] > n) return false;
+    }
+  }
+  return true;
+}
+
+Status KvCache::Impl::DropToView(int64_t n) {
+  const int32_t P = config.page_positions;
+  const int64_t elems = row.elems();
+  for (int64_t l = 0; l < config.n_layers; ++l) {
+    Layer& L = layers[l];
+    const LayerView v = ViewAt(l, n);
+    // Pages hold encoded rows only: keep those with a row in blocks, and zero what follows each
+    // tensor's blocks in the pages kept, as a cache that appended only n rows has them.
+    const int64_t first_partial = std::min(v.encoded[0], v.encoded[1]) / P;
+    const int64_t keep_pages = (std::max(v.encoded[0], v.encoded[1]) + P - 1) / P;
+    store->DropFrom(l, keep_pages);
+    for (int64_t page = first_partial; page < keep_pages; ++page) {
+      Result<uint8_t*> data = store->Writable(l, page);
+      if (!data.ok()) return Break(data.status());
+      for (int which = 0; which < 2; ++which) {
+        const Codec& codec = Tensor(l, which);
+        const int64_t rows_kept = std::clamp<int64_t>(v.encoded[which] - page * P, 0, P);
+        const int64_t kept = rows_kept / codec.rows_per_block * codec.block_bytes(row);
+        uint8_t* region = *data + (which == 0 ? 0 : KeyRegionBytes(l));
+        std::memset(region + kept, 0, static_cast<size_t>(TensorPageBytes(codec) - kept));
+      }
+    }
+    for (int which = 0; which < 2; ++which) {
+      const int64_t sinks = std::min<int64_t>(n, Transforms(l, which).sinks);
+      L.sinks[which].resize(static_cast<size_t>(std::min<int64_t>(sinks, L.sinks[which].size() / elems) * elems));
+      L.residual[which].resize(static_cast<size_t>((n - L.held_from[which]) * elems));
+      L.encoded[which] = v.encoded[which];
+    }
+    L.positions = n;
   }
   return Status::Ok();
 }

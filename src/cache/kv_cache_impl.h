@@ -25,6 +25,9 @@ struct KvCache::Impl {
     int64_t positions = 0;
     std::array<CodecArgs, 2> args{};  // tensor scales
     std::array<bool, 2> calibrated{false, false};
+    // Per tensor: the positions held when its scale was calibrated (from every row the Append that
+    // calibrated it brought), so a truncation to fewer rows cannot keep that scale.
+    std::array<int64_t, 2> calibrated_through{0, 0};
     std::array<int64_t, 2> encoded{0, 0};
     std::array<int64_t, 2> held_from{0, 0};
     std::array<std::vector<float>, 2> residual;  // [positions − held_from][n_kv_heads][head_dim]
@@ -140,6 +143,12 @@ struct KvCache::Impl {
   /// Encodes tensor `which` of `layer` up to EncodedRows(n) rows, writing pages as they fill;
   /// keeps the f32 rows from `keep_from` on (the rows the last Append's queries read in f32).
   Status EncodeAged(int64_t layer, int which, int64_t n, int64_t keep_from);
+  /// Whether every layer can drop positions [n, positions) by going back to ViewAt(n): the rows
+  /// [encoded at n, n) are still held in f32 (the last Append's), no scale came from the dropped
+  /// rows, and the master is in RAM. Rows encoded since n then count as not encoded again.
+  bool CanDropToView(int64_t n) const;
+  /// Drops positions past n of every layer that way (CanDropToView(n) holds).
+  Status DropToView(int64_t n);
   /// Drops the f32 copies of rows already in blocks (held_from = encoded).
   void DropEncodedF32(Layer& L) const;
 };

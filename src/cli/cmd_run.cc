@@ -33,6 +33,7 @@ struct RunOptions {
   bool seed_given = false;
   int64_t context = 0;
   std::string prompt_cache;
+  SpeculationOptions speculation;
 };
 
 // Ctrl-C during `kvq run`: the first sets the flag the session's abort callback reads (the
@@ -119,7 +120,8 @@ int RunGenerate(const RunOptions& o) {
       .max_tokens = o.n,
       .sampling = {.temperature = o.temp, .top_k = o.top_k, .top_p = o.top_p, .min_p = o.min_p,
                    .seed = o.seed_given ? so.seed : std::random_device{}()},
-      .save_prefix = o.prompt_cache};
+      .save_prefix = o.prompt_cache,
+      .speculation = o.speculation};
   auto stream = [&](int32_t, const std::string& text) {
     if (!so.json) {
       fmt::print("{}", text);
@@ -159,7 +161,9 @@ int RunGenerate(const RunOptions& o) {
                           {"prompt_tps", prompt_tps}, {"decode_tps", decode_tps}, {"kv_bytes", kv_bytes},
                           {"kv_bytes_f16", kv_bytes_f16},
                           {"kv_format", format_name}, {"model", model_path},
-                          {"prompt_cache_reused_tokens", c->n_reused}, {"finish_reason", finish}};
+                          {"prompt_cache_reused_tokens", c->n_reused}, {"finish_reason", finish},
+                          {"decode_passes", c->speculation.passes}, {"drafted_tokens", c->speculation.drafted},
+                          {"accepted_tokens", c->speculation.accepted}};
     PrintJson(out);
     return 0;
   }
@@ -176,9 +180,14 @@ int RunGenerate(const RunOptions& o) {
   // Ctrl-C during the prompt: say how much of it ran.
   const std::string prompt_cut =
       session.positions() < c->n_prompt ? fmt::format(" ({} run before Ctrl-C)", session.positions()) : "";
-  fmt::print(stderr, "kvq run: prompt {} tokens{} at {:.1f} tok/s, decode {} tokens at {:.1f} tok/s; KV cache "
-             "{} bytes ({}) in {}{}; finish: {}\n", c->n_prompt, prompt_cut, prompt_tps, n_decoded, decode_tps,
-             FormatCount(kv_bytes), FormatBytesIec(kv_bytes), format_name, vs_f16, finish);
+  const SpeculationStats& spec = c->speculation;
+  const std::string drafts =
+      o.speculation.source == DraftSource::kNone
+          ? ""
+          : fmt::format(" in {} passes ({} drafted, {} kept)", spec.passes, spec.drafted, spec.accepted);
+  fmt::print(stderr, "kvq run: prompt {} tokens{} at {:.1f} tok/s, decode {} tokens{} at {:.1f} tok/s; KV cache "
+             "{} bytes ({}) in {}{}; finish: {}\n", c->n_prompt, prompt_cut, prompt_tps, n_decoded, drafts,
+             decode_tps, FormatCount(kv_bytes), FormatBytesIec(kv_bytes), format_name, vs_f16, finish);
   return 0;
 }
 
@@ -202,6 +211,7 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   AddScoreArithmeticFlag(cmd);
   AddBudgetFlags(cmd, &o->shared);
   AddThreadsFlag(cmd, &o->shared);
+  AddSpeculationFlags(cmd, &o->speculation);
   cmd->add_option("--prompt-cache", o->prompt_cache,
                   "Save the cache after the prompt to FILE; reuse it when a later prompt starts with it");
   AddJsonFlag(cmd, &o->shared, "Print one JSON document instead of streaming text");

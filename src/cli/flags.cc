@@ -249,6 +249,23 @@ CLI::Option* AddScoreArithmeticFlag(CLI::App* cmd) {
       ->default_str("int");
 }
 
+void AddSpeculationFlags(CLI::App* cmd, SpeculationOptions* spec) {
+  cmd->add_option_function<std::string>(
+         "--spec", [spec](const std::string& v) { spec->source = *ParseDraftSource(v); },
+         "Speculative decoding: ngram drafts tokens by prompt lookup (what followed the text's last "
+         "n-gram earlier) and checks them in one pass; the output is the same, token for token")
+      ->check(CLI::IsMember({"none", "ngram"}))
+      ->default_str("none");
+  cmd->add_option("--draft-max", spec->max_draft, "Drafted tokens per pass at most")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--draft-ngram", spec->max_ngram, "Longest n-gram prompt lookup matches (tries longer first)")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
+  cmd->add_flag("--spec-ungated", spec->ungated,
+                "Run every draft at --draft-max (no gate choosing the length from measured acceptance and pass times)");
+}
+
 std::string ScoreArithmeticLabel() {
   if (GetScoreArithmetic() == ScoreArithmetic::kF32) return "f32";
   return fmt::format("int ({})", int_score::PathName(int_score::Best()));

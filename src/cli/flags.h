@@ -10,6 +10,7 @@
 
 #include "kvq/format.h"
 #include "kvq/kv_cache.h"
+#include "kvq/speculation.h"
 #include "kvq/status.h"
 #include "model/llama_weights.h"
 
@@ -102,6 +103,10 @@ CLI::Option* AddByteSizeFlag(CLI::App* cmd, const std::string& names, int64_t* b
 /// --score-arithmetic int|f32: how scores against int8/int4 keys are computed (kvq/format.h
 /// ScoreArithmetic; default int). Process-wide: applied with SetScoreArithmetic as it is parsed.
 CLI::Option* AddScoreArithmeticFlag(CLI::App* cmd);
+/// --spec none|ngram, --draft-max N, --draft-ngram N, --spec-ungated: speculative decoding
+/// (kvq/speculation.h) into `spec`.
+void AddSpeculationFlags(CLI::App* cmd, SpeculationOptions* spec);
+
 /// "int (AVX-512 VNNI)" / "f32": the choice in force and, for int, the integer path here.
 std::string ScoreArithmeticLabel();
 

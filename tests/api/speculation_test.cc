@@ -1,0 +1,191 @@
+// Speculative decoding (kvq/speculation.h) changes no output: for every registered KV format, with
+// and without sinks and a residual, greedy and sampled generation with prompt-lookup drafts give
+// the tokens, text and finish reason of generation without, and leave the same cache behind. The
+// prompt repeats a story so that drafts are kept (counted, so the test fails if none ever is), and
+// ungated long drafts make rejections (and the rollback they need) frequent.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+
+#include "kvq/format.h"
+#include "kvq/model.h"
+#include "kvq/session.h"
+#include "kvq/speculation.h"
+#include "test_util/synth_model.h"
+
+namespace kvq {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kDir = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/";
+
+std::unique_ptr<Model> LoadBundled() {
+  Result<std::unique_ptr<Model>> m =
+      Model::Load(kDir + "stories260K.bin", {.tokenizer_path = kDir + "tok512.bin", .threads = 2});
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  return m.ok() ? std::move(m).value() : nullptr;
+}
+
+// A story told twice: the second telling is what prompt lookup drafts from.
+const std::string kStory =
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
+    "One day, she saw a big red ball. ";
+
+std::string FileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+struct Outcome {
+  Completion completion;
+  std::string cache;  // the session's snapshot file afterwards (SavePrefix)
+};
+
+Outcome Generate(const Model& m, const KvOptions& kv, const GenerateRequest& request, const std::string& tag) {
+  Outcome out;
+  std::unique_ptr<Session> s = test::NewSessionOrFail(m, kv);
+  if (s == nullptr) return out;
+  Result<Completion> c = s->Generate(kStory + kStory + "Once upon a time", request);
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  if (!c.ok()) return out;
+  out.completion = std::move(c).value();
+  const std::string path = (fs::path(::testing::TempDir()) / ("kvq_spec_" + tag + ".snap")).string();
+  EXPECT_TRUE(s->SavePrefix(path).ok());
+  out.cache = FileBytes(path);
+  fs::remove(path);
+  return out;
+}
+
+void ExpectSame(const Outcome& spec, const Outcome& plain, const std::string& what) {
+  EXPECT_EQ(spec.completion.tokens, plain.completion.tokens) << what;
+  EXPECT_EQ(spec.completion.text, plain.completion.text) << what;
+  EXPECT_EQ(spec.completion.finish, plain.completion.finish) << what;
+  EXPECT_TRUE(spec.cache == plain.cache) << what << ": the caches differ";
+  EXPECT_EQ(plain.completion.speculation.drafted, 0) << what;
+}
+
+TEST(Speculation, EveryFormatGivesTheTokensAndCacheOfPlainDecoding) {
+  std::unique_ptr<Model> m = LoadBundled();
+  ASSERT_NE(m, nullptr);
+  int64_t kept = 0, dropped = 0;
+  for (const FormatDesc* f : Formats()) {
+    for (const std::string transforms : {"", "+sink4+res16"}) {
+      const std::string name = std::string(f->name) + transforms;
+      SCOPED_TRACE(name);
+      const KvOptions kv{.key_format = name, .value_format = name, .page_positions = 64};
+      for (const bool greedy : {true, false}) {
+        GenerateRequest request{.max_tokens = 120, .sampling = {.temperature = greedy ? 0.0f : 0.8f, .seed = 7}};
+        const Outcome plain = Generate(*m, kv, request, "plain");
+        // Ungated, 8 tokens a pass: many rejected drafts, each rolled back.
+        request.speculation = {.source = DraftSource::kNgram, .max_draft = 8, .ungated = true};
+        const Outcome spec = Generate(*m, kv, request, "spec");
+        ExpectSame(spec, plain, greedy ? "greedy" : "sampled");
+        const SpeculationStats& st = spec.completion.speculation;
+        EXPECT_LE(st.accepted, st.drafted);
+        EXPECT_EQ(st.gated, 0);
+        kept += st.accepted;
+        dropped += st.drafted - st.accepted;  // rolled back from the cache
+      }
+    }
+  }
+  // The test means something only if drafts were both kept and rejected.
+  EXPECT_GT(kept, 100);
+  EXPECT_GT(dropped, 100);
+  std::printf("Speculation: %lld drafted tokens kept, %lld dropped\n", static_cast<long long>(kept),
+              static_cast<long long>(dropped));
+}
+
+TEST(Speculation, StopStringsEndTokensAndMaxTokensEndWhereTheyWould) {
+  std::unique_ptr<Model> m = LoadBundled();
+  ASSERT_NE(m, nullptr);
+  for (const int32_t max_tokens : {1, 2, 17, -1}) {
+    for (const std::vector<std::string>& stop : std::vector<std::vector<std::string>>{{}, {"ball"}, {"."}}) {
+      GenerateRequest request{.max_tokens = max_tokens, .sampling = {.temperature = 0}, .stop = stop};
+      const Outcome plain = Generate(*m, {}, request, "plain");
+      request.speculation = {.source = DraftSource::kNgram, .max_draft = 6, .ungated = true};
+      const Outcome spec = Generate(*m, {}, request, "spec");
+      ExpectSame(spec, plain, "max_tokens " + std::to_string(max_tokens));
+    }
+  }
+}
+
+TEST(Speculation, TheGatedRunGivesTheSameTokens) {
+  std::unique_ptr<Model> m = LoadBundled();
+  ASSERT_NE(m, nullptr);
+  GenerateRequest request{.max_tokens = 200, .sampling = {.temperature = 0}};
+  const Outcome plain = Generate(*m, {.key_format = "int4-kivi", .value_format = "int4-kivi"}, request, "plain");
+  request.speculation = {.source = DraftSource::kNgram};
+  const Outcome spec = Generate(*m, {.key_format = "int4-kivi", .value_format = "int4-kivi"}, request, "spec");
+  ExpectSame(spec, plain, "gated");
+}
+
+TEST(Speculation, AHybridModelIsRefusedWithAReason) {
+  const SynthSpec spec{.arch = SynthArch::kQwen35, .dim = 64, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2,
+                       .hidden_dim = 128, .vocab_size = 512, .context = 256, .type = "f32", .seed = 5};
+  std::unique_ptr<Model> m = test::LoadSynth(spec, "spec_hybrid");
+  ASSERT_NE(m, nullptr);
+  std::unique_ptr<Session> s = test::NewSessionOrFail(*m);
+  ASSERT_NE(s, nullptr);
+  GenerateRequest request{.max_tokens = 4, .speculation = {.source = DraftSource::kNgram}};
+  Result<Completion> c = s->Generate(std::vector<int32_t>{1, 2, 3}, request);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("recurrent state"), std::string::npos) << c.status().message();
+  EXPECT_EQ(s->positions(), 0);  // refused before anything ran
+}
+
+TEST(Speculation, BadOptionsNameTheField) {
+  EXPECT_NE(CheckSpeculation({.max_draft = 0}).message().find("max_draft"), std::string::npos);
+  EXPECT_NE(CheckSpeculation({.min_ngram = 3, .max_ngram = 2}).message().find("min_ngram"), std::string::npos);
+  EXPECT_NE(ParseDraftSource("eagle").status().message().find("'eagle'"), std::string::npos);
+}
+
+TEST(DraftByLookup, TakesWhatFollowedTheLongestLatestMatch) {
+  const SpeculationOptions o{.source = DraftSource::kNgram, .min_ngram = 1, .max_ngram = 3};
+  // "1 2 3" ends the sequence and occurred at 0, followed by 9 1 2 3.
+  EXPECT_EQ(DraftByLookup(std::vector<int32_t>{1, 2, 3, 9, 1, 2, 3}, 8, o), (std::vector<int32_t>{9, 1, 2, 3}));
+  EXPECT_EQ(DraftByLookup(std::vector<int32_t>{1, 2, 3, 9, 1, 2, 3}, 2, o), (std::vector<int32_t>{9, 1}));
+  // The latest of two occurrences of the 3-gram 5 6 7 wins (followed by 8, not 4).
+  EXPECT_EQ(DraftByLookup(std::vector<int32_t>{5, 6, 7, 4, 5, 6, 7, 8, 5, 6, 7}, 1, o), (std::vector<int32_t>{8}));
+  // A longer match beats a later shorter one: "2 7" occurs once (then 1), "7" last at index 5 (then 3).
+  EXPECT_EQ(DraftByLookup(std::vector<int32_t>{2, 7, 1, 0, 0, 7, 3, 2, 7}, 1, o), (std::vector<int32_t>{1}));
+  // Nothing recurs: no draft; min_ngram 2 ignores a 1-gram match.
+  EXPECT_TRUE(DraftByLookup(std::vector<int32_t>{1, 2, 3, 4}, 8, o).empty());
+  const SpeculationOptions two{.source = DraftSource::kNgram, .min_ngram = 2, .max_ngram = 3};
+  EXPECT_TRUE(DraftByLookup(std::vector<int32_t>{4, 1, 2, 4}, 8, two).empty());
+  EXPECT_TRUE(DraftByLookup(std::vector<int32_t>{}, 8, o).empty());
+}
+
+TEST(SpeculationGate, DraftsWhileDraftsAreKeptAndStopsWhenTheyAreNot) {
+  SpeculationGate gate(8);
+  // Passes cost little more with more tokens (a memory-bound decode step).
+  for (int32_t k = 0; k <= 8; ++k) gate.Record(k, k, 0.010 + 0.0005 * k, false);
+  EXPECT_EQ(gate.Choose(8), 8);
+  EXPECT_EQ(gate.Choose(3), 3);
+  EXPECT_EQ(gate.Choose(0), 0);
+  // Every draft rejected: the acceptance falls and the gate stops drafting.
+  for (int i = 0; i < 30; ++i) gate.Record(4, 0, 0.012, false);
+  EXPECT_LT(gate.acceptance(), 0.01);
+  EXPECT_EQ(gate.Choose(8), 0);
+  // Passes without a draft that existed bring it back toward trying again.
+  for (int i = 0; i < 400; ++i) gate.Record(0, 0, 0.010, true);
+  EXPECT_GT(gate.Choose(8), 0);
+}
+
+TEST(SpeculationGate, ExpensivePassesAreNotWorthAPoorDraft) {
+  SpeculationGate gate(4);
+  // A pass of k + 1 tokens costs (k + 1)× one token (compute-bound), acceptance about 0.5: a
+  // draft yields fewer tokens per second than no draft (1 + 0.5 + … < k + 1).
+  for (int i = 0; i < 20; ++i) {
+    gate.Record(0, 0, 0.01, false);
+    gate.Record(2, 1, 0.03, false);
+    gate.Record(4, 2, 0.05, false);
+  }
+  EXPECT_EQ(gate.Choose(4), 0);
+}
+
+}  // namespace
+}  // namespace kvq
