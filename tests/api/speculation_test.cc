@@ -4,6 +4,7 @@
 // prompt repeats a story so that drafts are kept (counted, so the test fails if none ever is), and
 // ungated long drafts make rejections (and the rollback they need) frequent.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <cstdio>
@@ -53,7 +54,7 @@ Outcome Generate(const Model& m, const KvOptions& kv, const GenerateRequest& req
   EXPECT_TRUE(c.ok()) << c.status().message();
   if (!c.ok()) return out;
   out.completion = std::move(c).value();
-  const std::string path = (fs::path(::testing::TempDir()) / ("kvq_spec_" + tag + ".snap")).string();
+  const std::string path = (fs::path(::testing::TempDir()) / ("kvq_spec_" + tag + "_" + std::to_string(::getpid()) + ".snap")).string();
   EXPECT_TRUE(s->SavePrefix(path).ok());
   out.cache = FileBytes(path);
   fs::remove(path);
