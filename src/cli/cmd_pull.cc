@@ -21,15 +21,16 @@ struct PullOptions {
 };
 
 nlohmann::json JsonOf(const hub::CachedGguf& g) {
-  return {{"repo", g.repo}, {"file", g.file}, {"quant", g.quant}, {"commit", g.commit}, {"bytes", g.bytes},
-          {"path", g.path}};
+  return {{"repo", g.repo},     {"file", g.file},   {"quant", g.quant},
+          {"commit", g.commit}, {"bytes", g.bytes}, {"path", g.path}};
 }
 
 int RunPull(const PullOptions& o) {
   const Result<hub::RepoRef> ref = hub::ParseRepoRef(o.ref);
   if (!ref.ok()) return BadInput("pull", ref.status().message());
   const hub::HubOptions hub_options = hub::HubOptionsFromEnv();
-  Result<hub::PullResult> pulled = hub::PullGguf(*ref, hub_options, DownloadMessages("pull", o.quiet));
+  Result<hub::PullResult> pulled =
+      hub::PullGguf(*ref, hub_options, DownloadMessages("pull", o.quiet));
   if (!pulled.ok()) {
     fmt::print(stderr, "kvq pull: error: {}\n", pulled.status().message());
     return 1;
@@ -45,9 +46,10 @@ int RunPull(const PullOptions& o) {
   }
   if (!o.quiet) {
     const std::string how = !p.offline_reason.empty() ? "in the cache; " + p.offline_reason
-                            : p.downloaded ? "downloaded and verified (SHA-256)"
-                                           : "already in the cache";
-    fmt::print(stderr, "kvq pull: {} {} ({}): {}\n", p.model.repo, p.model.file, FormatBytesIec(p.model.bytes), how);
+                            : p.downloaded            ? "downloaded and verified (SHA-256)"
+                                                      : "already in the cache";
+    fmt::print(stderr, "kvq pull: {} {} ({}): {}\n", p.model.repo, p.model.file,
+               FormatBytesIec(p.model.bytes), how);
   }
   fmt::print("{}\n", p.model.path);
   return 0;
@@ -73,7 +75,8 @@ int RunList(bool json) {
   }
   fmt::print("{:<{}}  {:<{}}  {:>10}  {}\n", "repo", repo_w, "file", file_w, "size", "path");
   for (const hub::CachedGguf& g : models) {
-    fmt::print("{:<{}}  {:<{}}  {:>10}  {}\n", g.repo, repo_w, g.file, file_w, FormatBytesIec(g.bytes), g.path);
+    fmt::print("{:<{}}  {:<{}}  {:>10}  {}\n", g.repo, repo_w, g.file, file_w,
+               FormatBytesIec(g.bytes), g.path);
   }
   return 0;
 }
@@ -83,16 +86,21 @@ int RunList(bool json) {
 void AddPullCommand(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<PullOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "pull", "Download a GGUF from a Hugging Face repository into the Hugging Face cache ($HF_HUB_CACHE, "
-              "$HF_HOME/hub or ~/.cache/huggingface/hub; $HF_ENDPOINT, $HF_TOKEN) and print its path");
-  cmd->add_option("repo", o->ref, "user/name[:quant]; the quant (e.g. Q8_0, case-insensitive) defaults to Q4_K_M, "
-                                  "else the first Q4, else the first GGUF")->required();
+      "pull",
+      "Download a GGUF from a Hugging Face repository into the Hugging Face cache ($HF_HUB_CACHE, "
+      "$HF_HOME/hub or ~/.cache/huggingface/hub; $HF_ENDPOINT, $HF_TOKEN) and print its path");
+  cmd->add_option("repo", o->ref,
+                  "user/name[:quant]; the quant (e.g. Q8_0, case-insensitive) defaults to Q4_K_M, "
+                  "else the first Q4, else the first GGUF")
+      ->required();
   cmd->add_flag("-q,--quiet", o->quiet, "No progress or messages: only the path (or the error)");
-  cmd->add_flag("--json", o->json, "Print one JSON document (repo, file, quant, commit, bytes, path, downloaded)");
+  cmd->add_flag("--json", o->json,
+                "Print one JSON document (repo, file, quant, commit, bytes, path, downloaded)");
   cmd->callback([o, exit_code] { *exit_code = RunPull(*o); });
 
   auto json = std::make_shared<bool>(false);
-  CLI::App* list = app.add_subcommand("list", "The GGUF models in the Hugging Face cache: repo, file, size, path");
+  CLI::App* list = app.add_subcommand(
+      "list", "The GGUF models in the Hugging Face cache: repo, file, size, path");
   list->add_flag("--json", *json, "Print one JSON document");
   list->callback([json, exit_code] { *exit_code = RunList(*json); });
 }

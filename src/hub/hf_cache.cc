@@ -42,13 +42,18 @@ std::string CacheDirFromEnv() {
 
 RepoCache::RepoCache(std::string cache_dir, const std::string& repo) {
   std::string folder = "models--" + repo;
-  if (const size_t slash = folder.find('/'); slash != std::string::npos) folder.replace(slash, 1, "--");
+  if (const size_t slash = folder.find('/'); slash != std::string::npos)
+    folder.replace(slash, 1, "--");
   dir_ = (fs::path(std::move(cache_dir)) / folder).string();
 }
 
-std::string RepoCache::BlobPath(const std::string& sha256) const { return dir_ + "/blobs/" + sha256; }
+std::string RepoCache::BlobPath(const std::string& sha256) const {
+  return dir_ + "/blobs/" + sha256;
+}
 
-std::string RepoCache::IncompletePath(const std::string& sha256) const { return BlobPath(sha256) + ".incomplete"; }
+std::string RepoCache::IncompletePath(const std::string& sha256) const {
+  return BlobPath(sha256) + ".incomplete";
+}
 
 std::string RepoCache::SnapshotPath(const std::string& commit, const std::string& file) const {
   return dir_ + "/snapshots/" + commit + "/" + file;
@@ -66,27 +71,34 @@ std::vector<std::string> RepoCache::SnapshotFiles(const std::string& commit) con
   const fs::path root = fs::path(dir_) / "snapshots" / commit;
   std::error_code ec;
   if (commit.empty() || !fs::is_directory(root, ec)) return files;
-  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
+  for (auto it = fs::recursive_directory_iterator(root, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
     // lexically: fs::relative would resolve the link to its blob
-    if (fs::is_regular_file(it->path(), ec)) files.push_back(it->path().lexically_relative(root).generic_string());
+    if (fs::is_regular_file(it->path(), ec))
+      files.push_back(it->path().lexically_relative(root).generic_string());
   }
   std::sort(files.begin(), files.end());
   return files;
 }
 
-Status RepoCache::Link(const std::string& commit, const std::string& file, const std::string& sha256) const {
+Status RepoCache::Link(const std::string& commit, const std::string& file,
+                       const std::string& sha256) const {
   const fs::path link = SnapshotPath(commit, file);
   std::error_code ec;
   fs::create_directories(link.parent_path(), ec);
-  if (ec) return Status::Error(fmt::format("cannot create {}: {}", link.parent_path().string(), ec.message()));
+  if (ec)
+    return Status::Error(
+        fmt::format("cannot create {}: {}", link.parent_path().string(), ec.message()));
   // Relative, so the cache can be moved: from snapshots/<commit>/<dirs...>/ up to the repository.
   fs::path target;
-  for (size_t up = 0; up < 2 + static_cast<size_t>(std::count(file.begin(), file.end(), '/')); ++up) target /= "..";
+  for (size_t up = 0; up < 2 + static_cast<size_t>(std::count(file.begin(), file.end(), '/')); ++up)
+    target /= "..";
   target = target / "blobs" / sha256;
   fs::remove(link, ec);
   fs::create_symlink(target, link, ec);
-  if (ec) return Status::Error(fmt::format("cannot link {} -> {}: {}", link.string(), target.string(), ec.message()));
+  if (ec)
+    return Status::Error(
+        fmt::format("cannot link {} -> {}: {}", link.string(), target.string(), ec.message()));
   fs::create_directories(fs::path(dir_) / "refs", ec);
   const std::string ref = dir_ + "/refs/main";
   std::ofstream out(ref, std::ios::trunc);
@@ -113,7 +125,11 @@ std::vector<CachedGguf> ListCachedGgufs(const std::string& cache_dir) {
         if (found.count(key) && commit != main) continue;
         const std::string path = cache.SnapshotPath(commit, file);
         const auto bytes = fs::file_size(path, ec);
-        found[key] = {.repo = repo, .file = file, .quant = QuantTag(file), .commit = commit, .path = path,
+        found[key] = {.repo = repo,
+                      .file = file,
+                      .quant = QuantTag(file),
+                      .commit = commit,
+                      .path = path,
                       .bytes = ec ? 0 : static_cast<int64_t>(bytes)};
       }
     }
@@ -126,14 +142,16 @@ std::vector<CachedGguf> ListCachedGgufs(const std::string& cache_dir) {
 Result<std::string> FileSha256(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::Error("cannot read " + path);
-  const std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  const std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(),
+                                                                    EVP_MD_CTX_free);
   if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
     return Status::Error("OpenSSL could not start a SHA-256");
   }
   std::vector<char> piece(1 << 20);  // [1 MiB] bytes of the file
   while (in) {
     in.read(piece.data(), static_cast<std::streamsize>(piece.size()));
-    if (in.gcount() > 0) EVP_DigestUpdate(ctx.get(), piece.data(), static_cast<size_t>(in.gcount()));
+    if (in.gcount() > 0)
+      EVP_DigestUpdate(ctx.get(), piece.data(), static_cast<size_t>(in.gcount()));
   }
   if (in.bad()) return Status::Error("error reading " + path);
   unsigned char digest[EVP_MAX_MD_SIZE];

@@ -27,7 +27,8 @@ using CurlHeaders = std::unique_ptr<curl_slist, CurlDeleter>;
 // A handle with what every hub request shares: redirects, the token, a user agent, and limits
 // that turn a dead connection into an error instead of a hang (no overall timeout: a large
 // model legitimately takes hours).
-CurlHandle NewHandle(const std::string& url, const std::string& token, CurlHeaders* headers, char* error) {
+CurlHandle NewHandle(const std::string& url, const std::string& token, CurlHeaders* headers,
+                     char* error) {
   InitCurlOnce();
   CurlHandle h(curl_easy_init());
   if (!h) return h;
@@ -113,20 +114,24 @@ Result<HttpReply> HttpGet(const std::string& url, const std::string& token) {
   curl_easy_setopt(h.get(), CURLOPT_WRITEDATA, &reply.body);
   curl_easy_setopt(h.get(), CURLOPT_TIMEOUT, 120L);  // an API reply is a few kB
   const CURLcode code = curl_easy_perform(h.get());
-  if (code != CURLE_OK) return Status::Error(fmt::format("GET {}: {}", url, CurlError(code, error)));
+  if (code != CURLE_OK)
+    return Status::Error(fmt::format("GET {}: {}", url, CurlError(code, error)));
   curl_easy_getinfo(h.get(), CURLINFO_RESPONSE_CODE, &reply.status);
   return reply;
 }
 
-Result<DownloadReply> DownloadFile(const std::string& url, const std::string& token, const std::string& path,
-                                   const DownloadProgress& progress) {
+Result<DownloadReply> DownloadFile(const std::string& url, const std::string& token,
+                                   const std::string& path, const DownloadProgress& progress) {
   char error[CURL_ERROR_SIZE] = {};
   CurlHeaders headers;
   CurlHandle h = NewHandle(url, token, &headers, error);
   if (!h) return Status::Error("GET " + url + ": libcurl could not start a request");
   std::error_code ec;
   const auto held = std::filesystem::exists(path, ec) ? std::filesystem::file_size(path, ec) : 0;
-  Transfer t{.handle = h.get(), .path = path, .offset = static_cast<int64_t>(ec ? 0 : held), .progress = &progress};
+  Transfer t{.handle = h.get(),
+             .path = path,
+             .offset = static_cast<int64_t>(ec ? 0 : held),
+             .progress = &progress};
   // CURLOPT_RANGE rather than RESUME_FROM: libcurl then leaves a 200 reply (a server without
   // ranges) to WriteBody, which starts the file over, instead of failing the transfer.
   const std::string range = fmt::format("{}-", t.offset);
@@ -140,8 +145,10 @@ Result<DownloadReply> DownloadFile(const std::string& url, const std::string& to
   if (t.file) std::fclose(t.file);
   if (t.write_failed) return Status::Error(fmt::format("cannot write {}", path));
   if (t.status == 0) curl_easy_getinfo(h.get(), CURLINFO_RESPONSE_CODE, &t.status);
-  if (code != CURLE_OK) return Status::Error(fmt::format("GET {}: {}", url, CurlError(code, error)));
-  return DownloadReply{.reply = {.status = t.status, .body = t.error_body}, .resumed_from = t.offset};
+  if (code != CURLE_OK)
+    return Status::Error(fmt::format("GET {}: {}", url, CurlError(code, error)));
+  return DownloadReply{.reply = {.status = t.status, .body = t.error_body},
+                       .resumed_from = t.offset};
 }
 
 }  // namespace kvq::hub

@@ -27,15 +27,15 @@ using DownloadProgress = std::function<void(int64_t held, int64_t total)>;
 
 /// What a download did.
 struct DownloadReply {
-  HttpReply reply;          // 200 or 206 on success; another status: the file was left as it was
-  int64_t resumed_from = 0; // the bytes the server skipped (0 when it sent the whole file again)
+  HttpReply reply;           // 200 or 206 on success; another status: the file was left as it was
+  int64_t resumed_from = 0;  // the bytes the server skipped (0 when it sent the whole file again)
 };
 
 /// Downloads `url` into the file at `path`. When the file already holds bytes, asks for the rest
 /// (Range: bytes=<size>-) and appends; a server that sends the whole file instead (200) gets the
 /// file rewritten from the start. An error when the transfer broke off (the file keeps what
 /// arrived, for the next call to resume) or no reply came.
-Result<DownloadReply> DownloadFile(const std::string& url, const std::string& token, const std::string& path,
-                                   const DownloadProgress& progress);
+Result<DownloadReply> DownloadFile(const std::string& url, const std::string& token,
+                                   const std::string& path, const DownloadProgress& progress);
 
 }  // namespace kvq::hub

@@ -22,7 +22,9 @@ struct HubFile {
 };
 
 bool IsHex(const std::string& s, size_t n) {
-  return s.size() == n && std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; });
+  return s.size() == n && std::all_of(s.begin(), s.end(), [](char c) {
+           return std::isxdigit(static_cast<unsigned char>(c)) != 0;
+         });
 }
 
 // A path the server gave, safe to place under snapshots/<commit>/: relative, no "." or "..".
@@ -51,12 +53,18 @@ std::string UrlPath(const std::string& path) {
 }
 
 // The message for an API reply that is not 200.
-std::string HubRefusal(const RepoRef& ref, const HubOptions& o, const std::string& what, long status) {
+std::string HubRefusal(const RepoRef& ref, const HubOptions& o, const std::string& what,
+                       long status) {
   if (status == 401 || status == 403) {
-    return fmt::format("{}: {} refused access to {} (HTTP {}); a private or gated repository needs a token in "
-                       "HF_TOKEN{}", ref.Text(), o.endpoint, what, status, o.token.empty() ? "" : " (the one given was refused)");
+    return fmt::format(
+        "{}: {} refused access to {} (HTTP {}); a private or gated repository needs a token in "
+        "HF_TOKEN{}",
+        ref.Text(), o.endpoint, what, status,
+        o.token.empty() ? "" : " (the one given was refused)");
   }
-  if (status == 404) return fmt::format("{}: no such model repository on {} (HTTP 404 for {})", ref.Text(), o.endpoint, what);
+  if (status == 404)
+    return fmt::format("{}: no such model repository on {} (HTTP 404 for {})", ref.Text(),
+                       o.endpoint, what);
   return fmt::format("{}: {} answered HTTP {} for {}", ref.Text(), o.endpoint, status, what);
 }
 
@@ -65,7 +73,8 @@ Result<nlohmann::json> GetJson(const RepoRef& ref, const HubOptions& o, const st
   if (!reply.ok()) return reply.status();
   if (reply->status != 200) return Status::Error(HubRefusal(ref, o, url, reply->status));
   nlohmann::json doc = nlohmann::json::parse(reply->body, nullptr, false);
-  if (doc.is_discarded()) return Status::Error(fmt::format("{}: {} did not answer JSON", ref.Text(), url));
+  if (doc.is_discarded())
+    return Status::Error(fmt::format("{}: {} did not answer JSON", ref.Text(), url));
   return doc;
 }
 
@@ -85,15 +94,21 @@ Result<HubListing> ListOnHub(const RepoRef& ref, const HubOptions& o, bool* reac
   if (probe->status != 200) return Status::Error(HubRefusal(ref, o, api, probe->status));
   const nlohmann::json info = nlohmann::json::parse(probe->body, nullptr, false);
   HubListing listing;
-  if (info.is_object() && info.contains("sha") && info["sha"].is_string()) listing.commit = info["sha"];
+  if (info.is_object() && info.contains("sha") && info["sha"].is_string())
+    listing.commit = info["sha"];
   if (!IsHex(listing.commit, 40)) {
-    return Status::Error(fmt::format("{}: {} gave no 40-hex-digit commit in \"sha\"", ref.Text(), api));
+    return Status::Error(
+        fmt::format("{}: {} gave no 40-hex-digit commit in \"sha\"", ref.Text(), api));
   }
-  Result<nlohmann::json> tree = GetJson(ref, o, api + "/tree/" + listing.commit + "?recursive=true");
+  Result<nlohmann::json> tree =
+      GetJson(ref, o, api + "/tree/" + listing.commit + "?recursive=true");
   if (!tree.ok()) return tree.status();
-  if (!tree->is_array()) return Status::Error(fmt::format("{}: the tree listing is not a JSON array", ref.Text()));
+  if (!tree->is_array())
+    return Status::Error(fmt::format("{}: the tree listing is not a JSON array", ref.Text()));
   for (const nlohmann::json& e : *tree) {
-    if (!e.is_object() || e.value("type", "") != "file" || !e.contains("path") || !e["path"].is_string()) continue;
+    if (!e.is_object() || e.value("type", "") != "file" || !e.contains("path") ||
+        !e["path"].is_string())
+      continue;
     HubFile f{.path = e["path"], .bytes = e.value("size", int64_t{0})};
     if (e.contains("lfs") && e["lfs"].is_object()) {
       f.sha256 = e["lfs"].value("oid", "");
@@ -105,20 +120,27 @@ Result<HubListing> ListOnHub(const RepoRef& ref, const HubOptions& o, bool* reac
 }
 
 // The pick among refs/main's snapshot, for when the hub is not asked.
-Result<PullResult> PickFromCache(const RepoRef& ref, const HubOptions& o, const std::string& reason) {
+Result<PullResult> PickFromCache(const RepoRef& ref, const HubOptions& o,
+                                 const std::string& reason) {
   const RepoCache cache(o.cache_dir, ref.repo);
   const std::string commit = cache.MainCommit();
   const std::vector<std::string> files = cache.SnapshotFiles(commit);
   if (files.empty()) {
-    return Status::Error(fmt::format("{}: {}, and the cache ({}) has no snapshot of it", ref.Text(), reason, o.cache_dir));
+    return Status::Error(fmt::format("{}: {}, and the cache ({}) has no snapshot of it", ref.Text(),
+                                     reason, o.cache_dir));
   }
   Result<std::string> file = PickGguf(ref, files);
-  if (!file.ok()) return Status::Error(fmt::format("{} (in the cache; {})", file.status().message(), reason));
+  if (!file.ok())
+    return Status::Error(fmt::format("{} (in the cache; {})", file.status().message(), reason));
   const std::string path = cache.SnapshotPath(commit, *file);
   std::error_code ec;
   const auto bytes = fs::file_size(path, ec);
-  return PullResult{.model = {.repo = ref.repo, .file = *file, .quant = QuantTag(*file), .commit = commit,
-                              .path = path, .bytes = ec ? 0 : static_cast<int64_t>(bytes)},
+  return PullResult{.model = {.repo = ref.repo,
+                              .file = *file,
+                              .quant = QuantTag(*file),
+                              .commit = commit,
+                              .path = path,
+                              .bytes = ec ? 0 : static_cast<int64_t>(bytes)},
                     .offline_reason = reason};
 }
 
@@ -131,13 +153,15 @@ void RemoveEmptyFolders(const RepoCache& cache) {
 }
 
 // Downloads `f` into blobs/<sha256>: resumes a .incomplete file, checks size and SHA-256.
-Status DownloadBlob(const RepoRef& ref, const HubOptions& o, const std::string& commit, const HubFile& f,
-                    const PullEvents& events, int64_t* resumed_from) {
+Status DownloadBlob(const RepoRef& ref, const HubOptions& o, const std::string& commit,
+                    const HubFile& f, const PullEvents& events, int64_t* resumed_from) {
   const RepoCache cache(o.cache_dir, ref.repo);
   const std::string part = cache.IncompletePath(f.sha256);
   std::error_code ec;
   fs::create_directories(fs::path(part).parent_path(), ec);
-  if (ec) return Status::Error(fmt::format("cannot create {}: {}", fs::path(part).parent_path().string(), ec.message()));
+  if (ec)
+    return Status::Error(
+        fmt::format("cannot create {}: {}", fs::path(part).parent_path().string(), ec.message()));
   const auto size_of = [&] {
     std::error_code e;
     return fs::exists(part, e) ? static_cast<int64_t>(fs::file_size(part, e)) : int64_t{0};
@@ -146,30 +170,36 @@ Status DownloadBlob(const RepoRef& ref, const HubOptions& o, const std::string& 
   const int64_t held = size_of();
   if (events.on_download) events.on_download(f.path, f.bytes, held);
   if (held < f.bytes) {
-    const std::string url = o.endpoint + "/" + ref.repo + "/resolve/" + commit + "/" + UrlPath(f.path);
+    const std::string url =
+        o.endpoint + "/" + ref.repo + "/resolve/" + commit + "/" + UrlPath(f.path);
     Result<DownloadReply> got = DownloadFile(url, o.token, part, events.on_progress);
     if (!got.ok()) {
-      return Status::Error(fmt::format("{}: downloading {} broke off: {}; run the same command again to resume "
-                                       "from the {} bytes kept in {}", ref.Text(), f.path, got.status().message(),
-                                       size_of(), part));
+      return Status::Error(
+          fmt::format("{}: downloading {} broke off: {}; run the same command again to resume "
+                      "from the {} bytes kept in {}",
+                      ref.Text(), f.path, got.status().message(), size_of(), part));
     }
     if (got->reply.status != 200 && got->reply.status != 206) {
-      return Status::Error(fmt::format("{}: {} answered HTTP {} for {}", ref.Text(), o.endpoint, got->reply.status, url));
+      return Status::Error(fmt::format("{}: {} answered HTTP {} for {}", ref.Text(), o.endpoint,
+                                       got->reply.status, url));
     }
     *resumed_from = got->resumed_from;
   }
   const int64_t have = size_of();
   if (have != f.bytes) {
     fs::remove(part, ec);
-    return Status::Error(fmt::format("{}: {} arrived with {} bytes, the hub lists {}; the partial file was deleted",
-                                     ref.Text(), f.path, have, f.bytes));
+    return Status::Error(
+        fmt::format("{}: {} arrived with {} bytes, the hub lists {}; the partial file was deleted",
+                    ref.Text(), f.path, have, f.bytes));
   }
   Result<std::string> sha = FileSha256(part);
   if (!sha.ok()) return sha.status();
   if (*sha != f.sha256) {
     fs::remove(part, ec);
-    return Status::Error(fmt::format("{}: {} has SHA-256 {}, the hub lists {}: the download is corrupt and was "
-                                     "deleted (nothing was added to the cache)", ref.Text(), f.path, *sha, f.sha256));
+    return Status::Error(
+        fmt::format("{}: {} has SHA-256 {}, the hub lists {}: the download is corrupt and was "
+                    "deleted (nothing was added to the cache)",
+                    ref.Text(), f.path, *sha, f.sha256));
   }
   fs::rename(part, cache.BlobPath(f.sha256), ec);
   if (ec) return Status::Error(fmt::format("cannot rename {}: {}", part, ec.message()));
@@ -186,7 +216,8 @@ HubOptions HubOptionsFromEnv() {
   o.cache_dir = CacheDirFromEnv();
   if (const char* off = std::getenv("HF_HUB_OFFLINE"); off) {
     std::string v(off);
-    std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    std::transform(v.begin(), v.end(), v.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     o.offline = v == "1" || v == "true" || v == "yes" || v == "on";
   }
   return o;
@@ -198,8 +229,11 @@ Result<PullResult> PullGguf(const RepoRef& ref, const HubOptions& o, const PullE
   Result<HubListing> listing = ListOnHub(ref, o, &reached);
   if (!listing.ok()) {
     if (reached) return listing.status();
-    Result<PullResult> cached = PickFromCache(ref, o, "the hub could not be reached (" + listing.status().message() + ")");
-    return cached.ok() ? cached : Status::Error(fmt::format("{}: cannot reach the hub: {}", ref.Text(), listing.status().message()));
+    Result<PullResult> cached =
+        PickFromCache(ref, o, "the hub could not be reached (" + listing.status().message() + ")");
+    return cached.ok() ? cached
+                       : Status::Error(fmt::format("{}: cannot reach the hub: {}", ref.Text(),
+                                                   listing.status().message()));
   }
   std::vector<std::string> paths;
   for (const HubFile& f : listing->files) paths.push_back(f.path);
@@ -208,23 +242,29 @@ Result<PullResult> PullGguf(const RepoRef& ref, const HubOptions& o, const PullE
   const HubFile& f = *std::find_if(listing->files.begin(), listing->files.end(),
                                    [&](const HubFile& h) { return h.path == *picked; });
   if (!IsHex(f.sha256, 64)) {
-    return Status::Error(fmt::format("{}: {} has no LFS SHA-256 in the hub's listing, so it cannot be verified",
-                                     ref.Text(), f.path));
+    return Status::Error(
+        fmt::format("{}: {} has no LFS SHA-256 in the hub's listing, so it cannot be verified",
+                    ref.Text(), f.path));
   }
   const RepoCache cache(o.cache_dir, ref.repo);
   PullResult result;
   std::error_code ec;
   const std::string blob = cache.BlobPath(f.sha256);
   if (!fs::exists(blob, ec) || static_cast<int64_t>(fs::file_size(blob, ec)) != f.bytes) {
-    if (Status s = DownloadBlob(ref, o, listing->commit, f, events, &result.resumed_from); !s.ok()) {
+    if (Status s = DownloadBlob(ref, o, listing->commit, f, events, &result.resumed_from);
+        !s.ok()) {
       RemoveEmptyFolders(cache);
       return s;
     }
     result.downloaded = true;
   }
   if (Status s = cache.Link(listing->commit, f.path, f.sha256); !s.ok()) return s;
-  result.model = {.repo = ref.repo, .file = f.path, .quant = QuantTag(f.path), .commit = listing->commit,
-                  .path = cache.SnapshotPath(listing->commit, f.path), .bytes = f.bytes};
+  result.model = {.repo = ref.repo,
+                  .file = f.path,
+                  .quant = QuantTag(f.path),
+                  .commit = listing->commit,
+                  .path = cache.SnapshotPath(listing->commit, f.path),
+                  .bytes = f.bytes};
   return result;
 }
 

@@ -6,7 +6,8 @@
 //   GET {endpoint}/api/models/{repo}                  -> {"sha": "<commit>", ...}
 //   GET {endpoint}/api/models/{repo}/tree/{commit}?recursive=true
 //                                                     -> [{"type": "file", "path", "size",
-//                                                          "lfs": {"oid": "<sha256>", "size"}}, ...]
+//                                                          "lfs": {"oid": "<sha256>", "size"}},
+//                                                          ...]
 //   GET {endpoint}/{repo}/resolve/{commit}/{path}     -> the bytes (a redirect to the CDN)
 #pragma once
 
@@ -41,8 +42,8 @@ struct PullEvents {
 
 struct PullResult {
   CachedGguf model;
-  bool downloaded = false;  // false: the file was in the cache already
-  int64_t resumed_from = 0; // bytes of an interrupted download that were kept
+  bool downloaded = false;     // false: the file was in the cache already
+  int64_t resumed_from = 0;    // bytes of an interrupted download that were kept
   std::string offline_reason;  // not empty: picked from the cache without the hub, and why
 };
 
@@ -51,6 +52,7 @@ struct PullResult {
 /// by an interrupted pull, and becomes the blob only when its size and SHA-256 are the hub's (a
 /// mismatch deletes it). Offline, or when the hub cannot be reached, the pick is made among the
 /// files of refs/main's snapshot. Errors name the repository (and the quant) and say what to do.
-Result<PullResult> PullGguf(const RepoRef& ref, const HubOptions& options, const PullEvents& events = {});
+Result<PullResult> PullGguf(const RepoRef& ref, const HubOptions& options,
+                            const PullEvents& events = {});
 
 }  // namespace kvq::hub

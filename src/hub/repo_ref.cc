@@ -29,7 +29,8 @@ std::string_view BaseName(std::string_view path) {
 bool ValidName(std::string_view s) {
   if (s.empty() || s.size() > 96) return false;
   for (char c : s) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') return false;
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.')
+      return false;
   }
   const auto edge = [](char c) { return c == '-' || c == '.'; };
   return !edge(s.front()) && !edge(s.back()) && s.find("--") == std::string_view::npos &&
@@ -42,8 +43,10 @@ std::string RepoRef::Text() const { return quant.empty() ? repo : repo + ":" + q
 
 Result<RepoRef> ParseRepoRef(std::string_view text) {
   const auto bad = [&](const std::string& why) {
-    return Status::Error(fmt::format("'{}' is not a model repository: {} (expected user/name or "
-                                     "user/name:quant, e.g. Qwen/Qwen3-0.6B-GGUF:Q8_0)", text, why));
+    return Status::Error(
+        fmt::format("'{}' is not a model repository: {} (expected user/name or "
+                    "user/name:quant, e.g. Qwen/Qwen3-0.6B-GGUF:Q8_0)",
+                    text, why));
   };
   RepoRef ref;
   std::string_view repo = text;
@@ -53,7 +56,8 @@ Result<RepoRef> ParseRepoRef(std::string_view text) {
     if (ref.quant.empty()) return bad("the quant after ':' is empty");
     for (char c : ref.quant) {
       if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.') {
-        return bad(fmt::format("the quant '{}' has a character other than letters, digits, '_', '-', '.'", ref.quant));
+        return bad(fmt::format(
+            "the quant '{}' has a character other than letters, digits, '_', '-', '.'", ref.quant));
       }
     }
   }
@@ -62,8 +66,9 @@ Result<RepoRef> ParseRepoRef(std::string_view text) {
     return bad("it needs exactly one '/'");
   }
   if (!ValidName(repo.substr(0, slash)) || !ValidName(repo.substr(slash + 1))) {
-    return bad("names are 1-96 letters, digits, '-', '_' or '.', without '--' or '..' and not "
-               "starting or ending with '-' or '.'");
+    return bad(
+        "names are 1-96 letters, digits, '-', '_' or '.', without '--' or '..' and not "
+        "starting or ending with '-' or '.'");
   }
   ref.repo = std::string(repo);
   return ref;
@@ -106,16 +111,18 @@ Result<std::string> PickGguf(const RepoRef& ref, const std::vector<std::string>&
   }
   if (picked) return *picked;
   if (ggufs.empty()) {
-    const bool split = std::any_of(paths.begin(), paths.end(), [](const std::string& p) { return EndsWithGguf(p); });
-    return Status::Error(fmt::format("{} has no single-file GGUF model{}", ref.repo,
-                                     split ? " (only split files or mmproj projectors, which kvq does not read)" : ""));
+    const bool split = std::any_of(paths.begin(), paths.end(),
+                                   [](const std::string& p) { return EndsWithGguf(p); });
+    return Status::Error(fmt::format(
+        "{} has no single-file GGUF model{}", ref.repo,
+        split ? " (only split files or mmproj projectors, which kvq does not read)" : ""));
   }
   std::vector<std::string> tags;
   for (const std::string& p : ggufs) {
     if (std::find(tags.begin(), tags.end(), QuantTag(p)) == tags.end()) tags.push_back(QuantTag(p));
   }
-  return Status::Error(fmt::format("{} has no GGUF with quant '{}' (available: {})", ref.repo, ref.quant,
-                                   fmt::join(tags, ", ")));
+  return Status::Error(fmt::format("{} has no GGUF with quant '{}' (available: {})", ref.repo,
+                                   ref.quant, fmt::join(tags, ", ")));
 }
 
 }  // namespace kvq::hub

@@ -5,7 +5,10 @@
 // coreutils' sha256sum, not by the code under test. Nothing leaves the machine.
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -13,6 +16,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <thread>
 
 #include "synth/synth.h"
@@ -20,8 +24,8 @@
 
 namespace {
 namespace fs = std::filesystem;
-using nlohmann::json;
 using kvq_test::RunKvq;
+using nlohmann::json;
 
 const std::string kCommit = "0123456789abcdef0123456789abcdef01234567";
 const std::string kRepo = "kvq-test/tiny-GGUF";
@@ -37,11 +41,18 @@ std::string Sha256Sum(const std::string& path) {
 }
 
 std::string WriteSynth(const std::string& path, uint32_t seed) {
-  const kvq::SynthSpec spec{.arch = kvq::SynthArch::kLlama, .dim = 64, .n_layers = 2, .n_heads = 4,
-                            .n_kv_heads = 2, .hidden_dim = 128, .vocab_size = 512, .context = 256,
-                            .type = "f32", .seed = seed};
-  const kvq::Status s =
-      kvq::WriteSynthModel(spec, std::string(KVQ_SOURCE_DIR) + "/models/stories260K/stories260K.gguf", path);
+  const kvq::SynthSpec spec{.arch = kvq::SynthArch::kLlama,
+                            .dim = 64,
+                            .n_layers = 2,
+                            .n_heads = 4,
+                            .n_kv_heads = 2,
+                            .hidden_dim = 128,
+                            .vocab_size = 512,
+                            .context = 256,
+                            .type = "f32",
+                            .seed = seed};
+  const kvq::Status s = kvq::WriteSynthModel(
+      spec, std::string(KVQ_SOURCE_DIR) + "/models/stories260K/stories260K.gguf", path);
   EXPECT_TRUE(s.ok()) << s.message();
   return kvq_test::Slurp(path);
 }
@@ -56,8 +67,14 @@ struct HubFile {
 class FakeHub {
  public:
   // repo -> path -> file
-  explicit FakeHub(std::map<std::string, std::map<std::string, HubFile>> repos) : repos_(std::move(repos)) {
-    server_.Get(R"(/api/models/([^/]+/[^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+  explicit FakeHub(std::map<std::string, std::map<std::string, HubFile>> repos)
+      : repos_(std::move(repos)) {
+    server_.Get(R"(/api/models/([^/]+/[^/]+))", [this](const httplib::Request& req,
+                                                       httplib::Response& res) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        authorization_ = req.get_header_value("Authorization");
+      }
       if (!repos_.count(req.matches[1])) return NotFound(res);
       res.set_content(json{{"id", req.matches[1]}, {"sha", kCommit}}.dump(), "application/json");
     });
@@ -67,8 +84,10 @@ class FakeHub {
       if (repo == repos_.end() || req.matches[2] != kCommit) return NotFound(res);
       json tree = json::array();
       for (const auto& [path, f] : repo->second) {
-        json e = {{"type", "file"}, {"path", path}, {"oid", "not-a-sha256"}, {"size", f.bytes.size()}};
-        if (!f.listed_sha256.empty()) e["lfs"] = {{"oid", f.listed_sha256}, {"size", f.bytes.size()}, {"pointerSize", 134}};
+        json e = {
+            {"type", "file"}, {"path", path}, {"oid", "not-a-sha256"}, {"size", f.bytes.size()}};
+        if (!f.listed_sha256.empty())
+          e["lfs"] = {{"oid", f.listed_sha256}, {"size", f.bytes.size()}, {"pointerSize", 134}};
         tree.push_back(e);
       }
       res.set_content(tree.dump(), "application/json");
@@ -80,22 +99,25 @@ class FakeHub {
       if (repo == repos_.end() || !repo->second.count(req.matches[3])) return NotFound(res);
       res.set_redirect("/cdn/" + std::string(req.matches[1]) + "/" + std::string(req.matches[3]));
     });
-    server_.Get(R"(/cdn/([^/]+/[^/]+)/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
-      const std::string* bytes = &repos_.at(req.matches[1]).at(req.matches[2]).bytes;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        ranges_seen_.push_back(req.get_header_value("Range"));
-      }
-      // Breaking off: the reply promises every byte but the connection closes at the middle.
-      const bool cut = cut_next.exchange(false);
-      const size_t stop = cut ? bytes->size() / 2 : bytes->size();
-      res.set_content_provider(bytes->size(), "application/octet-stream",
-                               [bytes, stop](size_t offset, size_t length, httplib::DataSink& sink) {
-                                 if (offset >= stop) return false;
-                                 const size_t n = std::min({length, stop - offset, size_t{65536}});
-                                 return sink.write(bytes->data() + offset, n);
-                               });
-    });
+    server_.Get(R"(/cdn/([^/]+/[^/]+)/(.+))",
+                [this](const httplib::Request& req, httplib::Response& res) {
+                  const std::string* bytes = &repos_.at(req.matches[1]).at(req.matches[2]).bytes;
+                  {
+                    std::lock_guard<std::mutex> lock(mu_);
+                    ranges_seen_.push_back(req.get_header_value("Range"));
+                  }
+                  // Breaking off: the reply promises every byte but the connection closes at the
+                  // middle.
+                  const bool cut = cut_next.exchange(false);
+                  const size_t stop = cut ? bytes->size() / 2 : bytes->size();
+                  res.set_content_provider(
+                      bytes->size(), "application/octet-stream",
+                      [bytes, stop](size_t offset, size_t length, httplib::DataSink& sink) {
+                        if (offset >= stop) return false;
+                        const size_t n = std::min({length, stop - offset, size_t{65536}});
+                        return sink.write(bytes->data() + offset, n);
+                      });
+                });
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
     while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -108,6 +130,12 @@ class FakeHub {
   std::vector<std::string> ranges_seen() {
     std::lock_guard<std::mutex> lock(mu_);
     return ranges_seen_;
+  }
+
+  // The Authorization header of the last model-info request ("" when none came).
+  std::string authorization() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return authorization_;
   }
 
   std::atomic<int> resolve_requests{0};
@@ -124,6 +152,7 @@ class FakeHub {
   int port_ = 0;
   std::mutex mu_;
   std::vector<std::string> ranges_seen_;
+  std::string authorization_;
 };
 
 class PullCli : public testing::Test {
@@ -156,7 +185,9 @@ class PullCli : public testing::Test {
     hub_.reset();
     fs::remove_all(dir_);
   }
-  fs::path RepoDir(const std::string& folder = "models--kvq-test--tiny-GGUF") const { return cache_ / folder; }
+  fs::path RepoDir(const std::string& folder = "models--kvq-test--tiny-GGUF") const {
+    return cache_ / folder;
+  }
   // Regular files and links under the cache.
   int FilesInCache() const {
     int n = 0;
@@ -248,6 +279,7 @@ TEST_F(PullCli, AWrongSha256IsRefusedAndLeavesNothingInTheCache) {
 
 TEST_F(PullCli, RunTakesHfAndRunsWhatMWould) {
   const std::string args = " -p 'Once upon' -n 4 --temp 0 -t 1 --json";
+  setenv("HF_TOKEN", "hf_kvq_test_token", 1);
   const kvq_test::KvqRun hf = RunKvq("run -hf " + kRepo + ":q8_0" + args);
   ASSERT_EQ(hf.exit_code, 0) << hf.err;
   EXPECT_NE(hf.err.find("downloading tiny-Q8_0.gguf"), std::string::npos) << hf.err;
@@ -258,6 +290,7 @@ TEST_F(PullCli, RunTakesHfAndRunsWhatMWould) {
   EXPECT_EQ(a["tokens"], b["tokens"]);
   EXPECT_EQ(a["tokens"].size(), b["tokens"].size());
   EXPECT_EQ(a["model"], link.string());
+  EXPECT_EQ(hub_->authorization(), "Bearer hf_kvq_test_token");
 
   // Offline, the pick is made in the cache: no request reaches the hub.
   hub_.reset();
@@ -266,6 +299,47 @@ TEST_F(PullCli, RunTakesHfAndRunsWhatMWould) {
   ASSERT_EQ(offline.exit_code, 0) << offline.err;
   EXPECT_EQ(json::parse(offline.out)["tokens"], b["tokens"]);
   EXPECT_NE(offline.err.find("HF_HUB_OFFLINE"), std::string::npos) << offline.err;
+}
+
+TEST_F(PullCli, ServeTakesHfAndServesTheDownloadedModel) {
+  int err_pipe[2];
+  ASSERT_EQ(pipe(err_pipe), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(err_pipe[1], STDERR_FILENO);
+    close(err_pipe[0]);
+    const std::string ref = kRepo + ":Q8_0";
+    execl(KVQ_BINARY, KVQ_BINARY, "serve", "-hf", ref.c_str(), "--port", "0", "-t", "1", "--web", "",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(err_pipe[1]);
+  std::string log;
+  int port = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (port == 0 && std::chrono::steady_clock::now() < until) {
+    char buf[512];
+    const ssize_t n = read(err_pipe[0], buf, sizeof(buf));
+    if (n <= 0) break;
+    log.append(buf, static_cast<size_t>(n));
+    std::smatch m;
+    if (std::regex_search(log, m, std::regex("listening on http://127\\.0\\.0\\.1:(\\d+)"))) {
+      port = std::stoi(m[1]);
+    }
+  }
+  ASSERT_GT(port, 0) << log;
+  EXPECT_NE(log.find("kvq serve: downloading tiny-Q8_0.gguf"), std::string::npos) << log;
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(std::chrono::seconds(30));
+  const httplib::Result r = client.Get("/v1/models");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(json::parse(r->body)["data"][0]["id"], "tiny-Q8_0") << r->body;
+  kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  close(err_pipe[0]);
 }
 
 TEST_F(PullCli, ErrorsNameTheRepositoryTheQuantAndWhatThereIs) {
@@ -284,17 +358,21 @@ TEST_F(PullCli, ErrorsNameTheRepositoryTheQuantAndWhatThereIs) {
 
   const kvq_test::KvqRun quant = RunKvq("pull " + kRepo + ":Q5_K_S");
   EXPECT_EQ(quant.exit_code, 1);
-  EXPECT_NE(quant.err.find(kRepo + " has no GGUF with quant 'Q5_K_S' (available: Q4_K_M, Q8_0)"), std::string::npos)
+  EXPECT_NE(quant.err.find(kRepo + " has no GGUF with quant 'Q5_K_S' (available: Q4_K_M, Q8_0)"),
+            std::string::npos)
       << quant.err;
   const kvq_test::KvqRun run_quant = RunKvq("run -hf " + kRepo + ":Q5_K_S");
   EXPECT_EQ(run_quant.exit_code, 1);
-  EXPECT_NE(run_quant.err.find("kvq run: error: -hf " + kRepo + " has no GGUF with quant 'Q5_K_S'"), std::string::npos)
+  EXPECT_NE(run_quant.err.find("kvq run: error: -hf " + kRepo + " has no GGUF with quant 'Q5_K_S'"),
+            std::string::npos)
       << run_quant.err;
 
   const kvq_test::KvqRun missing = RunKvq("pull kvq-test/missing-GGUF");
   EXPECT_EQ(missing.exit_code, 1);
-  EXPECT_NE(missing.err.find("kvq-test/missing-GGUF: no such model repository on " + hub_->endpoint()),
-            std::string::npos) << missing.err;
+  EXPECT_NE(
+      missing.err.find("kvq-test/missing-GGUF: no such model repository on " + hub_->endpoint()),
+      std::string::npos)
+      << missing.err;
   EXPECT_EQ(hub_->resolve_requests, 0);
   EXPECT_EQ(FilesInCache(), 0);
 }
