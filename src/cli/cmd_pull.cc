@@ -45,9 +45,12 @@ int RunPull(const PullOptions& o) {
     return 0;
   }
   if (!o.quiet) {
+    const std::string resumed =
+        p.resumed_from > 0 ? fmt::format(" (resumed after {} bytes)", FormatCount(p.resumed_from))
+                           : "";
     const std::string how = !p.offline_reason.empty() ? "in the cache; " + p.offline_reason
-                            : p.downloaded            ? "downloaded and verified (SHA-256)"
-                                                      : "already in the cache";
+                            : p.downloaded ? "downloaded" + resumed + " and verified (SHA-256)"
+                                           : "already in the cache";
     fmt::print(stderr, "kvq pull: {} {} ({}): {}\n", p.model.repo, p.model.file,
                FormatBytesIec(p.model.bytes), how);
   }

@@ -73,10 +73,11 @@ hub::PullEvents DownloadMessages(const std::string& command, bool quiet) {
     line->start = line->last = std::chrono::steady_clock::now();
     line->first_held = held;
     line->finished = false;
-    fmt::print(
-        stderr, "kvq {}: downloading {} ({}){}\n", line->command, file, FormatBytesIec(bytes),
-        held > 0 ? fmt::format(", resuming after the {} bytes already held", FormatCount(held))
-                 : "");
+    fmt::print(stderr, "kvq {}: downloading {} ({}){}\n", line->command, file,
+               FormatBytesIec(bytes),
+               held > 0 ? fmt::format(", asking for the rest after the {} bytes already held",
+                                      FormatCount(held))
+                        : "");
   };
   events.on_progress = [line](int64_t held, int64_t total) { Draw(*line, held, total); };
   return events;

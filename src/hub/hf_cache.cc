@@ -40,11 +40,16 @@ std::string CacheDirFromEnv() {
   return (fs::path(Env("HOME")) / ".cache" / "huggingface" / "hub").string();
 }
 
-RepoCache::RepoCache(std::string cache_dir, const std::string& repo) {
-  std::string folder = "models--" + repo;
-  if (const size_t slash = folder.find('/'); slash != std::string::npos)
-    folder.replace(slash, 1, "--");
-  dir_ = (fs::path(std::move(cache_dir)) / folder).string();
+RepoCache::RepoCache(std::string cache_dir, const std::string& repo)
+    : cache_dir_(std::move(cache_dir)), folder_("models--" + repo) {
+  if (const size_t slash = folder_.find('/'); slash != std::string::npos) {
+    folder_.replace(slash, 1, "--");
+  }
+  dir_ = (fs::path(cache_dir_) / folder_).string();
+}
+
+std::string RepoCache::LockPath(const std::string& sha256) const {
+  return (fs::path(cache_dir_) / ".locks" / folder_ / (sha256 + ".lock")).string();
 }
 
 std::string RepoCache::BlobPath(const std::string& sha256) const {

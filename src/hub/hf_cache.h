@@ -4,6 +4,7 @@
 //   <cache>/models--<user>--<name>/blobs/<sha256>.incomplete  a download in progress (resumed)
 //   <cache>/models--<user>--<name>/snapshots/<commit>/<path>  a relative symlink to the blob
 //   <cache>/models--<user>--<name>/refs/main                  the commit main pointed at
+//   <cache>/.locks/models--<user>--<name>/<sha256>.lock        held while the blob is fetched
 // <cache> is $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub.
 #pragma once
 
@@ -27,6 +28,9 @@ class RepoCache {
   const std::string& dir() const { return dir_; }
   std::string BlobPath(const std::string& sha256) const;
   std::string IncompletePath(const std::string& sha256) const;
+  /// <cache>/.locks/models--user--name/<sha256>.lock: huggingface_hub's lock for that blob (an
+  /// flock), so kvq and Python tools never download into one .incomplete file at once.
+  std::string LockPath(const std::string& sha256) const;
   std::string SnapshotPath(const std::string& commit, const std::string& file) const;
   /// The commit refs/main holds; empty when there is none.
   std::string MainCommit() const;
@@ -37,7 +41,7 @@ class RepoCache {
   Status Link(const std::string& commit, const std::string& file, const std::string& sha256) const;
 
  private:
-  std::string dir_;
+  std::string cache_dir_, folder_, dir_;
 };
 
 /// A GGUF file in the cache.

@@ -1,6 +1,9 @@
 #include "hub/hub_client.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -144,6 +147,31 @@ Result<PullResult> PickFromCache(const RepoRef& ref, const HubOptions& o,
                     .offline_reason = reason};
 }
 
+// An exclusive flock on a blob's lock file while alive (released by close, also when the process
+// dies); the file stays, as huggingface_hub leaves its own: unlinking it could let a waiter lock
+// a file nobody else sees.
+class BlobLock {
+ public:
+  explicit BlobLock(const std::string& path) {
+    std::error_code ec;
+    fs::create_directories(fs::path(path).parent_path(), ec);
+    fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ >= 0 && flock(fd_, LOCK_EX) != 0) {
+      close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~BlobLock() {
+    if (fd_ >= 0) close(fd_);
+  }
+  BlobLock(const BlobLock&) = delete;
+  BlobLock& operator=(const BlobLock&) = delete;
+  bool held() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
 // Removes the repository's folders a failed first pull created and left empty.
 void RemoveEmptyFolders(const RepoCache& cache) {
   std::error_code ec;
@@ -250,13 +278,20 @@ Result<PullResult> PullGguf(const RepoRef& ref, const HubOptions& o, const PullE
   PullResult result;
   std::error_code ec;
   const std::string blob = cache.BlobPath(f.sha256);
-  if (!fs::exists(blob, ec) || static_cast<int64_t>(fs::file_size(blob, ec)) != f.bytes) {
-    if (Status s = DownloadBlob(ref, o, listing->commit, f, events, &result.resumed_from);
-        !s.ok()) {
-      RemoveEmptyFolders(cache);
-      return s;
+  const auto missing = [&] {
+    return !fs::exists(blob, ec) || static_cast<int64_t>(fs::file_size(blob, ec)) != f.bytes;
+  };
+  if (missing()) {
+    const BlobLock lock(cache.LockPath(f.sha256));
+    if (!lock.held()) return Status::Error("cannot lock " + cache.LockPath(f.sha256));
+    if (missing()) {  // another process may have fetched it while this one waited
+      if (Status s = DownloadBlob(ref, o, listing->commit, f, events, &result.resumed_from);
+          !s.ok()) {
+        RemoveEmptyFolders(cache);
+        return s;
+      }
+      result.downloaded = true;
     }
-    result.downloaded = true;
   }
   if (Status s = cache.Link(listing->commit, f.path, f.sha256); !s.ok()) return s;
   result.model = {.repo = ref.repo,

@@ -19,6 +19,7 @@
 #include <regex>
 #include <thread>
 
+#include "kvq/units.h"
 #include "synth/synth.h"
 #include "test_util/run_kvq.h"
 
@@ -188,11 +189,14 @@ class PullCli : public testing::Test {
   fs::path RepoDir(const std::string& folder = "models--kvq-test--tiny-GGUF") const {
     return cache_ / folder;
   }
-  // Regular files and links under the cache.
+  // Regular files and links under the cache, but for .locks/ (lock files stay, as
+  // huggingface_hub's do).
   int FilesInCache() const {
     int n = 0;
     if (fs::exists(cache_)) {
-      for (const auto& e : fs::recursive_directory_iterator(cache_)) n += !e.is_directory();
+      for (const auto& e : fs::recursive_directory_iterator(cache_)) {
+        n += !e.is_directory() && e.path().string().find("/.locks/") == std::string::npos;
+      }
     }
     return n;
   }
@@ -217,6 +221,7 @@ TEST_F(PullCli, PullsIntoTheHfCacheLayoutThenHitsTheCache) {
   EXPECT_EQ(kvq_test::Slurp((RepoDir() / "refs" / "main").string()), kCommit);
   EXPECT_EQ(FilesInCache(), 3);  // the blob, the link, refs/main: no .incomplete left
   EXPECT_EQ(hub_->resolve_requests, 1);
+  EXPECT_TRUE(fs::exists(cache_ / ".locks" / "models--kvq-test--tiny-GGUF" / (q4_sha_ + ".lock")));
 
   const kvq_test::KvqRun again = RunKvq("pull " + kRepo + ":q4_k_m --json");
   ASSERT_EQ(again.exit_code, 0) << again.err;
@@ -258,7 +263,14 @@ TEST_F(PullCli, AnInterruptedDownloadResumesFromTheBytesItHas) {
 
   const kvq_test::KvqRun resumed = RunKvq("pull " + kRepo);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
-  EXPECT_NE(resumed.err.find("resuming after the"), std::string::npos) << resumed.err;
+  EXPECT_NE(resumed.err.find("asking for the rest after the " +
+                             kvq::FormatCount(static_cast<int64_t>(half)) + " bytes already held"),
+            std::string::npos)
+      << resumed.err;
+  EXPECT_NE(resumed.err.find("downloaded (resumed after " +
+                             kvq::FormatCount(static_cast<int64_t>(half)) + " bytes) and verified"),
+            std::string::npos)
+      << resumed.err;
   const std::vector<std::string> ranges = hub_->ranges_seen();
   ASSERT_EQ(ranges.size(), 2u);
   EXPECT_EQ(ranges[0], "");
@@ -310,8 +322,8 @@ TEST_F(PullCli, ServeTakesHfAndServesTheDownloadedModel) {
     dup2(err_pipe[1], STDERR_FILENO);
     close(err_pipe[0]);
     const std::string ref = kRepo + ":Q8_0";
-    execl(KVQ_BINARY, KVQ_BINARY, "serve", "-hf", ref.c_str(), "--port", "0", "-t", "1", "--web", "",
-          static_cast<char*>(nullptr));
+    execl(KVQ_BINARY, KVQ_BINARY, "serve", "-hf", ref.c_str(), "--port", "0", "-t", "1", "--web",
+          "", static_cast<char*>(nullptr));
     _exit(127);
   }
   close(err_pipe[1]);
