@@ -58,10 +58,12 @@ std::string UrlPath(const std::string& path) {
 // The message for an API reply that is not 200.
 std::string HubRefusal(const RepoRef& ref, const HubOptions& o, const std::string& what,
                        long status) {
+  // huggingface.co answers 401 for a repository that does not exist too, so that a private
+  // one's existence does not leak.
   if (status == 401 || status == 403) {
     return fmt::format(
-        "{}: {} refused access to {} (HTTP {}); a private or gated repository needs a token in "
-        "HF_TOKEN{}",
+        "{}: {} refused {} (HTTP {}): no such repository, or a private or gated one, which "
+        "needs a token with access in HF_TOKEN{}",
         ref.Text(), o.endpoint, what, status,
         o.token.empty() ? "" : " (the one given was refused)");
   }
@@ -87,7 +89,7 @@ struct HubListing {
   std::vector<HubFile> files;
 };
 
-// Reachable: whether an error came from the hub (an answer) or from not reaching it.
+// *reached: whether the hub answered at all (then an error is its answer, not the network's).
 Result<HubListing> ListOnHub(const RepoRef& ref, const HubOptions& o, bool* reached) {
   *reached = false;
   const std::string api = o.endpoint + "/api/models/" + ref.repo;
@@ -208,8 +210,7 @@ Status DownloadBlob(const RepoRef& ref, const HubOptions& o, const std::string& 
                       ref.Text(), f.path, got.status().message(), size_of(), part));
     }
     if (got->reply.status != 200 && got->reply.status != 206) {
-      return Status::Error(fmt::format("{}: {} answered HTTP {} for {}", ref.Text(), o.endpoint,
-                                       got->reply.status, url));
+      return Status::Error(HubRefusal(ref, o, url, got->reply.status));
     }
     *resumed_from = got->resumed_from;
   }
