@@ -61,7 +61,8 @@ CLI::Option* AddHfRepoFlag(CLI::App* cmd, SharedOptions* o) {
             const Result<hub::RepoRef> r = hub::ParseRepoRef(s);
             return r.ok() ? std::string() : r.status().message();
           },
-          "USER/NAME[:QUANT]"));
+          ""))
+      ->type_name("USER/NAME[:QUANT]");
 }
 
 hub::PullEvents DownloadMessages(const std::string& command, bool quiet) {
