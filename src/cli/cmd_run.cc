@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "cli/hub_flag.h"
 #include "cli/json_output.h"
 #include "kvq/kv_memory.h"
 #include "kvq/model.h"
@@ -197,6 +198,7 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Generate text with a model (default: the bundled stories260K)");
   AddModelFlag(cmd, &o->shared);
+  AddHfRepoFlag(cmd, &o->shared);
   AddTokenizerFlag(cmd, &o->shared);
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
   cmd->add_option("-n,--n-predict", o->n, "New tokens to generate at most (llama.cpp's -n)")->capture_default_str();
@@ -217,7 +219,8 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   AddJsonFlag(cmd, &o->shared, "Print one JSON document instead of streaming text");
   cmd->callback([o, exit_code, seed] {
     o->seed_given = seed->count() > 0;
-    *exit_code = RunGenerate(*o);
+    *exit_code = ResolveModelFlag("run", &o->shared);
+    if (*exit_code == 0) *exit_code = RunGenerate(*o);
   });
 }
 

@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "cli/hub_flag.h"
 #include "kvq/log.h"
 #include "kvq/model.h"
 #include "kvq/units.h"
@@ -123,6 +124,7 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
       "serve", "OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions (SSE streaming), /v1/models, "
                "/health, /metrics");
   AddModelFlag(cmd, &o->shared);
+  AddHfRepoFlag(cmd, &o->shared);
   AddTokenizerFlag(cmd, &o->shared);
   cmd->add_option("--host", o->http.host, "Address to listen on (loopback by default)")->capture_default_str();
   cmd->add_option("--port", o->http.port, "Port to listen on (0: any free port)")
@@ -164,7 +166,10 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
                   "Folder of the browser page served at / ('auto': the build's web bundle if it exists; '': none)")
       ->capture_default_str();
   AddThreadsFlag(cmd, &o->shared);
-  cmd->callback([o, exit_code] { *exit_code = RunServe(*o); });
+  cmd->callback([o, exit_code] {
+    *exit_code = ResolveModelFlag("serve", &o->shared);
+    if (*exit_code == 0) *exit_code = RunServe(*o);
+  });
 }
 
 }  // namespace kvq::cli

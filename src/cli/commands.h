@@ -18,6 +18,8 @@ void AddTokenizeCommand(CLI::App& app, int* exit_code);
 void AddSynthCommand(CLI::App& app, int* exit_code);
 void AddEvalCommand(CLI::App& app, int* exit_code);
 void AddServeCommand(CLI::App& app, int* exit_code);
+/// `kvq pull` and `kvq list` (cmd_pull.cc).
+void AddPullCommand(CLI::App& app, int* exit_code);
 
 /// Subcommands of `kvq bench` (cmd_bench.cc registers attention and stream itself).
 void AddBenchMatvecCommand(CLI::App& bench, int* exit_code);

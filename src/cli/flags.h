@@ -21,6 +21,7 @@ namespace kvq::cli {
 struct SharedOptions {
   int32_t threads = 2;
   std::string model;      // -m; empty: the bundled stories260K
+  std::string hf_repo;    // -hf user/name[:quant]; ResolveModelFlag (hub_flag.h) turns it into model
   std::string tokenizer;  // --tokenizer; empty: LoadModel's default (the GGUF's vocabulary, ...)
   std::string kv = "f16", kv_k, kv_v;  // --kv, --kv-k, --kv-v
   std::string kv_plan;                 // --kv-plan FILE (excludes --kv, --kv-k, --kv-v)

@@ -1,8 +1,10 @@
 // kvq command line: one binary, one subcommand per job (run, formats, plan, bench, eval, synth, tokenize,
-// serve).
+// serve, pull, list).
 #include <fmt/core.h>
 
 #include <filesystem>
+#include <string_view>
+#include <vector>
 
 #include "cli/commands.h"
 #include "kvq/model.h"
@@ -50,6 +52,7 @@ int main(int argc, char** argv) {
   kvq::cli::AddSynthCommand(app, &exit_code);
   kvq::cli::AddTokenizeCommand(app, &exit_code);
   kvq::cli::AddServeCommand(app, &exit_code);
+  kvq::cli::AddPullCommand(app, &exit_code);
   std::string known;
   bool found = false;
   for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
@@ -61,8 +64,13 @@ int main(int argc, char** argv) {
                known);
     return kvq::cli::kExitBadInput;
   }
+  // llama.cpp's -hf, which CLI11 cannot declare (its short names are one letter), is --hf-repo.
+  std::vector<const char*> args(argv, argv + argc);
+  for (const char*& a : args) {
+    if (std::string_view(a) == "-hf") a = "--hf-repo";
+  }
   try {
-    app.parse(argc, argv);
+    app.parse(argc, args.data());
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : kvq::cli::kExitBadInput;
