@@ -51,6 +51,15 @@ Result<int32_t> Session::Sample() {
   return s.sampler.Sample(s.logits.data(), static_cast<int32_t>(s.logits.size()));
 }
 
+Result<int32_t> Session::Sample(std::span<const float> logits) {
+  Impl& s = *impl_;
+  if (logits.size() != static_cast<size_t>(s.model->info.vocab_size)) {
+    return Status::Error(fmt::format("Sample: {} logits given but the vocabulary has {} tokens", logits.size(),
+                                     s.model->info.vocab_size));
+  }
+  return s.sampler.Sample(logits.data(), static_cast<int32_t>(logits.size()));
+}
+
 Status Session::Clear() {
   Impl& s = *impl_;
   Result<std::unique_ptr<KvCache>> cache = KvCache::Create(s.cache_config);
@@ -113,7 +122,7 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
     }
   }
   const GeneratorOptions rules{.max_tokens = request.max_tokens, .stop = request.stop,
-                               .ignore_eos = request.ignore_eos};
+                               .ignore_eos = request.ignore_eos, .grammar = request.grammar};
   if (Status st = Generator::Check(rules); !st.ok()) return Status::Error("Generate: " + st.message());
   // Reuse what the session holds when it is a prefix of the prompt (never all of the prompt: the
   // last prompt token is run again, for its logits); otherwise start from an empty cache.
@@ -155,12 +164,19 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
   if (!generator.ok()) return failed(generator.status());
   Generator& g = generator.value();
   Sampler sampler(request.sampling);
+  std::vector<float> constrained;  // [vocab] logits as the grammar leaves them (only with one)
   while (!g.finished()) {
     if (s.should_abort && s.should_abort()) {  // every token sampled so far has run
       g.Cancel();
       break;
     }
-    const int32_t token = sampler.Sample(s.logits.data(), vocab);
+    const float* logits = s.logits.data();
+    if (g.has_grammar()) {
+      constrained.assign(s.logits.begin(), s.logits.end());
+      g.Constrain(constrained);
+      logits = constrained.data();
+    }
+    const int32_t token = sampler.Sample(logits, vocab);
     GeneratorStep step = g.Next(token);
     if (on_token && (step.kept || !step.text.empty()) && !on_token(token, step.text)) {
       if (!step.finished) step = g.Cancel();

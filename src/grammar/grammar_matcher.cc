@@ -121,10 +121,18 @@ bool GrammarMatcher::TakesAnyIn(int32_t set, uint32_t lo, uint32_t hi) const {
   return false;
 }
 
-bool GrammarMatcher::PendingPlausible(int32_t set, Utf8 utf8) const {
+std::pair<uint32_t, uint32_t> GrammarMatcher::Reachable(Utf8 utf8) {
+  static constexpr uint32_t kSmallest[5] = {0, 0, 0x80, 0x800, 0x10000};  // [length]
   const uint32_t shift = 6 * utf8.remaining;
-  const uint32_t lo = utf8.value << shift;
-  return TakesAnyIn(set, lo, lo | ((1u << shift) - 1));
+  const uint32_t lo = std::max(utf8.value << shift, kSmallest[utf8.length]);
+  const uint32_t hi = std::min((utf8.value << shift) | ((1u << shift) - 1), uint32_t{0x10FFFF});
+  if (lo >= 0xD800 && hi <= 0xDFFF) return {1, 0};  // only surrogates left
+  return {lo, hi};
+}
+
+bool GrammarMatcher::PendingPlausible(int32_t set, Utf8 utf8) const {
+  const auto [lo, hi] = Reachable(utf8);
+  return lo <= hi && TakesAnyIn(set, lo, hi);
 }
 
 bool GrammarMatcher::StepByte(int32_t set, Utf8 utf8, uint8_t byte, int32_t& next_set, Utf8& next_utf8) {
@@ -138,7 +146,7 @@ bool GrammarMatcher::StepByte(int32_t set, Utf8 utf8, uint8_t byte, int32_t& nex
         // A lead byte: alive (the set stays until the character completes) when some stack takes
         // a character it can begin.
         const uint32_t extra = byte >= 0xF0 ? 3 : byte >= 0xE0 ? 2 : 1;
-        entry = PendingPlausible(set, {byte & (0x3Fu >> extra), extra}) ? set : kDead;
+        entry = PendingPlausible(set, {byte & (0x3Fu >> extra), extra, extra + 1}) ? set : kDead;
       }
       byte_next_[slot] = entry;
     }
@@ -149,17 +157,21 @@ bool GrammarMatcher::StepByte(int32_t set, Utf8 utf8, uint8_t byte, int32_t& nex
       next_utf8 = {};
     } else {
       const uint32_t extra = byte >= 0xF0 ? 3 : byte >= 0xE0 ? 2 : 1;
-      next_utf8 = {byte & (0x3Fu >> extra), extra};
+      next_utf8 = {byte & (0x3Fu >> extra), extra, extra + 1};
     }
     return true;
   }
   if ((byte & 0xC0) != 0x80) return false;
   const uint32_t value = (utf8.value << 6) | (byte & 0x3F);
-  if (utf8.remaining > 1) {
+  const Utf8 next{value, utf8.remaining - 1, utf8.length};
+  const auto [lo, hi] = Reachable(next);
+  if (lo > hi) return false;  // overlong, a surrogate or too large: not UTF-8
+  if (next.remaining > 0) {
     next_set = set;
-    next_utf8 = {value, utf8.remaining - 1};
+    next_utf8 = next;
     return true;
   }
+  if (value >= 0xD800 && value <= 0xDFFF) return false;
   const uint64_t key = (static_cast<uint64_t>(set) << 32) | value;
   auto it = code_point_next_.find(key);
   const int32_t stepped = it != code_point_next_.end() ? it->second : code_point_next_[key] = StepCodePoint(set, value);
@@ -187,7 +199,9 @@ bool GrammarMatcher::CanEnd() const {
 bool GrammarMatcher::Done() const { return CanEnd() && sets_[set_].size() == 1; }
 
 const std::vector<uint64_t>& GrammarMatcher::AllowedTokens(const TokenTrie& trie) {
-  const uint64_t key = (static_cast<uint64_t>(set_) << 24) ^ (static_cast<uint64_t>(utf8_.remaining) << 22) ^ utf8_.value;
+  // value < 2^21, remaining < 4, length < 8: disjoint bit fields.
+  const uint64_t key = (static_cast<uint64_t>(set_) << 26) | (uint64_t{utf8_.length} << 23) |
+                       (uint64_t{utf8_.remaining} << 21) | utf8_.value;
   const size_t words = (static_cast<size_t>(trie.vocab_) + 63) / 64;
   if (auto it = masks_.find(key); it != masks_.end() && it->second.size() == words) {
     mask_ = it->second;

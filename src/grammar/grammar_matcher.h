@@ -63,10 +63,14 @@ class GrammarMatcher {
   const std::vector<uint64_t>& AllowedTokens(const TokenTrie& trie);
 
  private:
-  struct Utf8 {  // a character begun: its bits so far and the continuation bytes still due
+  struct Utf8 {  // a character begun: its bits so far, the continuation bytes still due, its bytes
     uint32_t value = 0;
     uint32_t remaining = 0;
+    uint32_t length = 0;
   };
+  // The code points a character so begun can still become, [lo, hi] with lo > hi when none can
+  // (an overlong form, a surrogate, beyond U+10FFFF: UTF-8 allows one encoding per code point).
+  static std::pair<uint32_t, uint32_t> Reachable(Utf8 utf8);
   static constexpr int32_t kDead = 0;      // the empty stack set: nothing can follow
   static constexpr int32_t kUnknown = -1;  // a table entry not computed yet
 

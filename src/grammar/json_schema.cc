@@ -19,7 +19,7 @@ constexpr const char* kPrimitives = R"(ws ::= ( " " | "\n" [ \t]{0,20} )?
 json-char ::= [^"\\\x7F\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
 json-string ::= "\"" json-char* "\""
 json-integer ::= "-"? ( "0" | [1-9] [0-9]{0,15} )
-json-number ::= json-integer ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?
+json-number ::= json-integer ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?
 json-boolean ::= "true" | "false"
 json-null ::= "null"
 json-value ::= json-object | json-array | json-string | json-number | json-boolean | json-null

@@ -14,7 +14,7 @@
 // Any other keyword (pattern, format, minimum, ...) is refused with an error naming it and where
 // it is, never ignored. The JSON written is compact but may hold bounded whitespace (a space, or a
 // new line and up to 20 spaces or tabs, between tokens); numbers have at most 16 integral and 16
-// fractional digits.
+// fractional digits and a 2-digit exponent (so every one is a finite double).
 #pragma once
 
 #include <string>

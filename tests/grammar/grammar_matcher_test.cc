@@ -84,6 +84,15 @@ TEST(GrammarMatcher, Utf8SplitAcrossTokens) {
   EXPECT_FALSE(lead.Accept("\xE6"));  // a three-byte character: none is in [é-ê]
   EXPECT_FALSE(lead.Accept("\x80"));  // a continuation byte with nothing begun
   EXPECT_FALSE(lead.Accept("\xFF"));  // never UTF-8
+  // Overlong forms of an allowed character are not UTF-8: refused (found by sampling byte tokens).
+  GrammarMatcher o(Compile("root ::= \"o\""));
+  EXPECT_FALSE(o.Accept("\xF0\x80\x81\xAF"));
+  EXPECT_FALSE(o.Accept("\xC1\xAF"));
+  EXPECT_FALSE(o.Accept("\xE0\x81\xAF"));
+  GrammarMatcher any(Compile("root ::= ."));
+  EXPECT_FALSE(any.Accept("\xED\xA0\x80"));      // a surrogate
+  EXPECT_FALSE(any.Accept("\xF4\x90\x80\x80"));  // beyond U+10FFFF
+  EXPECT_TRUE(any.Accept("\xF4\x8F\xBF\xBF"));   // U+10FFFF itself
 }
 
 // The trie walk against the definition: token t is allowed iff a copy of the matcher Accepts it.
@@ -103,7 +112,8 @@ TEST(GrammarMatcher, AllowedTokensEqualTokenByTokenAccept) {
   std::vector<std::string> tokens = {"", "{", "}", "\"", ":", ",", " ", "\n", "{\"", "\":", "\",", "\"}",
                                      "true", "tr", "t", "false", "null", "1", "12", "123", "-", "0", ".5",
                                      "e", "a", "ab", "abc", "name", "\"name", "é", "\xC3", "\xA9", "日",
-                                     "\xE6\x97", "\xA5", "\\", "\\n", "\\u00", "ab", "[", "]", "[]", " \""};
+                                     "\xE6\x97", "\xA5", "\\", "\\n", "\\u00", "ab", "[", "]", "[]", " \"",
+                                     "\xF0", "\x80", "\x81", "\xAF", "\xE0\x81", "\xC1"};
   for (int c = 32; c < 127; ++c) tokens.push_back(std::string(1, static_cast<char>(c)));
   TokenTrie trie(tokens);
   Result<std::string> gbnf = JsonSchemaToGbnf(R"({"type":"object","properties":{
