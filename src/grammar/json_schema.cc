@@ -108,7 +108,9 @@ class SchemaCompiler {
     if (s.contains("$ref")) {
       if (s.size() > 1) {
         for (const auto& [key, value] : s.items()) {
-          if (key != "$ref" && key != "title" && key != "description" && key != "$comment") {
+          static const std::set<std::string> kBeside = {"$ref", "title", "description", "$comment", "$schema",
+                                                        "$id", "$defs", "definitions"};
+          if (kBeside.count(key) == 0) {
             Fail(pointer, fmt::format("'{}' beside '$ref' is not supported", key));
           }
         }
