@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <vector>
 
@@ -98,7 +99,10 @@ int RunBenchGrammar(const BenchGrammarOptions& o) {
   fmt::print("model {}: vocabulary {} tokens, {} threads\n", o.model, vocab, model.info().threads);
   fmt::print("grammar: {} ({} bytes of GBNF)\n", o.schema_file.empty() ? "the default JSON schema" : o.schema_file,
              grammar->size());
-  fmt::print("generated {} tokens ({}): {}\n", g.tokens().size(), FinishReasonName(g.finish_reason()), g.text());
+  const std::string shown = nlohmann::json(g.text().substr(0, 160)).dump(-1, ' ', false,
+                                                                           nlohmann::json::error_handler_t::replace);
+  fmt::print("generated {} tokens ({}), text {}{}\n", g.tokens().size(), FinishReasonName(g.finish_reason()), shown,
+             g.text().size() > 160 ? " ..." : "");
   fmt::print("vocabulary trie (once per model):  {:8.2f} ms\n", trie_ms);
   fmt::print("mask per token:   mean {:8.3f} ms   median {:8.3f} ms   max {:8.3f} ms   ({} masks)\n", mask_mean,
              median(mask_ms), mask_ms.empty() ? 0.0 : *std::max_element(mask_ms.begin(), mask_ms.end()),
