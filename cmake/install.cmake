@@ -5,7 +5,7 @@
 include(CMakePackageConfigHelpers)
 
 set(kvq_installed_layers kvq_base kvq_simd kvq_formats kvq_attention kvq_cache kvq_gguf kvq_text
-    kvq_weights kvq_model kvq_generate kvq_api)
+    kvq_weights kvq_model kvq_generate kvq_grammar kvq_api)
 install(TARGETS ${kvq_installed_layers} kvq_package EXPORT kvqTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})

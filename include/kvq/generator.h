@@ -16,12 +16,19 @@
 // Session::RunBatch drive the same object: each keeps a Generator per session and hands it each
 // sampled token. It reads the session's model's vocabulary (end tokens as Model::IsEndOfGeneration
 // says, token text as Model::TokenText gives it) and nothing else.
+//
+// A grammar (GeneratorOptions::grammar, GBNF) is a rule of the completion like a stop string, so
+// it lives here rather than in the sampler settings: the Generator sees every kept token, knows the
+// vocabulary's texts and end tokens, and owns the finish. The caller asks it to Constrain the logits
+// before sampling (tokens the grammar refuses get -infinity; end tokens stay only where the grammar
+// may end), and the completion finishes (kStop) once the grammar is complete and nothing may follow.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvq/model.h"
@@ -49,7 +56,17 @@ struct GeneratorOptions {
   std::vector<std::string> stop;
   /// End tokens do not end the completion: they are kept like any token (their text is "").
   bool ignore_eos = false;
+  /// GBNF (llama.cpp's grammar syntax, start rule "root") the completion's text must follow when
+  /// the caller Constrains the logits before each sample; empty: none.
+  std::string grammar;
 };
+
+/// The GBNF of the JSON texts a JSON Schema (given as JSON text) accepts, for GeneratorOptions::
+/// grammar. The subset supported, and what is refused: docs/serving.md. Errors name the keyword
+/// and where it is in the schema.
+Result<std::string> JsonSchemaGrammar(std::string_view schema_json);
+/// The GBNF of any JSON object (OpenAI's response_format {"type": "json_object"}).
+std::string JsonObjectGrammar();
 
 /// What one sampled token decided.
 struct GeneratorStep {
@@ -64,8 +81,14 @@ struct GeneratorStep {
   FinishReason finish = FinishReason::kStop;
 };
 
+class GrammarMatcher;
+
 class Generator {
  public:
+  ~Generator();
+  Generator(Generator&&) noexcept;
+  Generator& operator=(Generator&&) noexcept;
+
   /// Checks options without a model: errors name the field ("GeneratorOptions::stop[1] is empty").
   static Status Check(const GeneratorOptions& options);
   /// A generator for the completion that follows what `session` holds now: the prompt, run, so
@@ -74,8 +97,17 @@ class Generator {
   /// it is finished at once (kLength). Errors: Check's; a session holding no tokens.
   static Result<Generator> Create(const Session& session, const GeneratorOptions& options);
 
+  /// With a grammar: sets to -infinity the logits [vocab_size] of every token whose text the
+  /// grammar refuses next (tokens without text included), and of the end tokens unless the grammar
+  /// may end here. If the grammar leaves no token at all (the vocabulary cannot spell what it
+  /// needs), the end tokens are left so that the completion can end. Without a grammar: nothing.
+  void Constrain(std::span<float> logits);
+  bool has_grammar() const { return grammar_ != nullptr; }
+
   /// Hands the generator the token sampled from the logits after the last token run. Tokens
-  /// after finished() are refused with a finished step holding no text.
+  /// after finished() are refused with a finished step holding no text. With a grammar, a token
+  /// whose text it refuses (logits not Constrained) ends the completion (kStop) unkept; a token
+  /// after which the grammar is complete with nothing left to follow ends it (kStop) kept.
   GeneratorStep Next(int32_t token);
   /// Ends the completion as cancelled (no-op once finished). Held-back text is not released: a
   /// cancelling caller has stopped reading; text() still has it.
@@ -92,7 +124,7 @@ class Generator {
 
  private:
   Generator(std::shared_ptr<const Model::Impl> model, GeneratorOptions options, int32_t previous,
-            int64_t positions, int64_t context);
+            int64_t positions, int64_t context, std::unique_ptr<GrammarMatcher> grammar);
   // Bytes at the end of text_ that may begin a stop string or are an incomplete UTF-8 character.
   size_t HeldBytes() const;
   // Ends with `reason`; `release` = bytes of text_ the final step may release.
@@ -108,6 +140,8 @@ class Generator {
   size_t released_ = 0;        // bytes of text_ handed out by steps
   bool finished_ = false;
   FinishReason finish_ = FinishReason::kStop;
+  std::unique_ptr<GrammarMatcher> grammar_;  // null: no grammar
+  std::vector<float> end_logits_;            // [end tokens] Constrain's scratch
 };
 
 }  // namespace kvq

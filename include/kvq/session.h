@@ -43,6 +43,9 @@ struct GenerateRequest {
   SamplerOptions sampling;   ///< temperature 0 for greedy
   std::vector<std::string> stop;  ///< the text ends before the first of these (non-empty strings)
   bool ignore_eos = false;   ///< end tokens do not end the completion (kept, their text "")
+  /// GBNF the completion follows (GeneratorOptions::grammar: logits Constrained before each
+  /// sample); empty: none.
+  std::string grammar;
   /// Non-empty: a prompt cache. Once the session holds every prompt token but the last, when some
   /// of them were computed by this call (not all reused), they are saved there with SavePrefix: a
   /// later run of a prompt that starts with them LoadPrefix-es the file and Generate reuses it (the
@@ -162,6 +165,9 @@ class Session {
   void SetSampler(const SamplerOptions& options);
   /// A token drawn from logits() by the chain. Errors: no logits yet.
   Result<int32_t> Sample();
+  /// A token drawn by the same chain (and generator) from `logits` [vocab_size] instead: logits()
+  /// as Generator::Constrain left them, say. Errors: a size other than the vocabulary's.
+  Result<int32_t> Sample(std::span<const float> logits);
 
   /// Generates a completion of `prompt`, which is the whole text (BOS added as the vocabulary
   /// says). If what the session holds is a prefix of the prompt's tokens it is reused (a chat that

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "generate/sampler.h"
+#include "grammar/grammar_matcher.h"
 #include "kvq/model.h"
 #include "kvq/session.h"
 #include "model/cache_config.h"
@@ -28,10 +29,19 @@ struct Model::Impl {
   Tokenizer tokenizer;
   /// The snapshot fingerprint, hashed on first use (SavePrefix/LoadPrefix), once per model.
   const ModelFingerprint& fingerprint() const;
+  /// The vocabulary as grammars see it (every token's text as it follows a token other than BOS;
+  /// end tokens aside), built on first use (a Generator with a grammar), once per model.
+  const TokenTrie& token_trie() const;
+  /// [end tokens] ids IsEndOfGeneration says end a completion, ascending; built with token_trie().
+  const std::vector<int32_t>& end_tokens() const;
 
  private:
+  void BuildGrammarVocabulary() const;
   mutable std::once_flag fingerprint_once_;
   mutable ModelFingerprint fingerprint_;
+  mutable std::once_flag grammar_once_;
+  mutable std::unique_ptr<TokenTrie> token_trie_;
+  mutable std::vector<int32_t> end_tokens_;
 };
 
 /// Model::TokenText and Model::IsEndOfGeneration, for the API's own users (Generator) that hold a

@@ -5,8 +5,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "api/api_internal.h"
+#include "grammar/grammar.h"
+#include "grammar/grammar_matcher.h"
+#include "grammar/json_schema.h"
 
 namespace kvq {
 
@@ -20,7 +24,20 @@ const char* FinishReasonName(FinishReason reason) {
   return "stop";
 }
 
+Result<std::string> JsonSchemaGrammar(std::string_view schema_json) { return JsonSchemaToGbnf(schema_json); }
+
+std::string JsonObjectGrammar() { return JsonObjectGbnf(); }
+
+Generator::~Generator() = default;
+Generator::Generator(Generator&&) noexcept = default;
+Generator& Generator::operator=(Generator&&) noexcept = default;
+
 Status Generator::Check(const GeneratorOptions& options) {
+  if (!options.grammar.empty()) {
+    if (Result<Grammar> g = ParseGbnf(options.grammar); !g.ok()) {
+      return Status::Error("GeneratorOptions::grammar: " + g.status().message());
+    }
+  }
   for (size_t i = 0; i < options.stop.size(); ++i) {
     if (options.stop[i].empty()) {
       return Status::Error(fmt::format("GeneratorOptions::stop[{}] is empty (a stop string has at least one byte)", i));
@@ -35,12 +52,20 @@ Result<Generator> Generator::Create(const Session& session, const GeneratorOptio
     return Status::Error("Generator: the session holds no tokens (run the prompt first: its logits give the "
                          "first token)");
   }
-  return Generator(session.impl_->model, options, session.tokens().back(), session.positions(), session.context());
+  std::unique_ptr<GrammarMatcher> grammar;
+  if (!options.grammar.empty()) {
+    Result<Grammar> g = ParseGbnf(options.grammar);  // parsed by Check already: cannot fail
+    if (!g.ok()) return Status::Error("GeneratorOptions::grammar: " + g.status().message());
+    grammar = std::make_unique<GrammarMatcher>(std::make_shared<const Grammar>(std::move(g).value()));
+  }
+  return Generator(session.impl_->model, options, session.tokens().back(), session.positions(), session.context(),
+                   std::move(grammar));
 }
 
 Generator::Generator(std::shared_ptr<const Model::Impl> model, GeneratorOptions options, int32_t previous,
-                     int64_t positions, int64_t context)
-    : model_(std::move(model)), options_(std::move(options)), previous_(previous), positions_(positions), context_(context) {
+                     int64_t positions, int64_t context, std::unique_ptr<GrammarMatcher> grammar)
+    : model_(std::move(model)), options_(std::move(options)), previous_(previous), positions_(positions),
+      context_(context), grammar_(std::move(grammar)) {
   if (options_.max_tokens == 0) {
     finished_ = true;
     finish_ = FinishReason::kLength;
@@ -80,6 +105,27 @@ GeneratorStep Generator::Finish(FinishReason reason, bool kept, size_t release) 
   return step;
 }
 
+void Generator::Constrain(std::span<float> logits) {
+  if (!grammar_ || finished_) return;
+  const std::vector<int32_t>& ends = model_->end_tokens();
+  const std::vector<uint64_t>& allowed = grammar_->AllowedTokens(model_->token_trie());
+  const size_t n = std::min(logits.size(), allowed.size() * 64);
+  end_logits_.resize(ends.size());
+  for (size_t i = 0; i < ends.size(); ++i) end_logits_[i] = logits[ends[i]];
+  bool any = false;
+  for (size_t w = 0; w * 64 < n; ++w) {
+    const uint64_t bits = allowed[w];
+    any = any || bits != 0;
+    if (bits == ~uint64_t{0}) continue;
+    for (size_t t = w * 64; t < std::min(n, w * 64 + 64); ++t) {
+      if (!((bits >> (t - w * 64)) & 1)) logits[t] = -std::numeric_limits<float>::infinity();
+    }
+  }
+  if (grammar_->CanEnd() || !any) {
+    for (size_t i = 0; i < ends.size(); ++i) logits[ends[i]] = end_logits_[i];
+  }
+}
+
 GeneratorStep Generator::Next(int32_t token) {
   if (finished_) return {.finished = true, .finish = finish_};
   // An end token (for llama2.c vocabularies BOS too: Tokenizer::IsEndOfGeneration) ends the text
@@ -87,8 +133,10 @@ GeneratorStep Generator::Next(int32_t token) {
   const bool end = IsEndOfGeneration(*model_, token);
   if (end && !options_.ignore_eos) return Finish(FinishReason::kStop, /*kept=*/false, text_.size());
 
+  std::string piece = TokenText(*model_, previous_, token);
+  if (grammar_ && !grammar_->Accept(piece)) return Finish(FinishReason::kStop, /*kept=*/false, text_.size());
   tokens_.push_back(token);
-  text_ += TokenText(*model_, previous_, token);
+  text_ += piece;
   previous_ = token;
   // A stop string ends the text before it. Released text never holds the start of a match (the
   // hold-back keeps every end that is a prefix of one), so the search starts at released_.
@@ -98,6 +146,7 @@ GeneratorStep Generator::Next(int32_t token) {
     text_.resize(stop_at);
     return Finish(FinishReason::kStop, /*kept=*/true, stop_at);
   }
+  if (grammar_ && grammar_->Done()) return Finish(FinishReason::kStop, /*kept=*/true, text_.size());
   if (options_.max_tokens >= 0 && static_cast<int64_t>(tokens_.size()) >= options_.max_tokens) {
     return Finish(FinishReason::kLength, /*kept=*/true, text_.size());
   }

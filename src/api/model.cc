@@ -1,6 +1,7 @@
 // Model (see include/kvq/model.h): LoadModel plus the option checks, metadata and tokenizer calls.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "api/api_internal.h"
@@ -105,6 +106,35 @@ Result<std::string> Model::Detokenize(std::span<const int32_t> ids) const {
     }
   }
   return impl_->tokenizer.Detokenize(ids);
+}
+
+void Model::Impl::BuildGrammarVocabulary() const {
+  std::call_once(grammar_once_, [this] {
+    // Text as a token follows another token: for SentencePiece not after BOS, where Decode drops
+    // the space Encode put in front (a completion's first token after a lone BOS may then differ
+    // from what the mask assumed by that space; Generator::Next refuses it if the grammar does).
+    const int32_t vocab = info.vocab_size;
+    const int32_t previous = tokenizer.bos() == 0 ? std::min(1, vocab - 1) : 0;
+    std::vector<std::string> texts(static_cast<size_t>(vocab));
+    for (int32_t t = 0; t < vocab; ++t) {
+      if (kvq::IsEndOfGeneration(*this, t)) {
+        end_tokens_.push_back(t);  // left out of the trie: Constrain decides them
+      } else {
+        texts[t] = kvq::TokenText(*this, previous, t);
+      }
+    }
+    token_trie_ = std::make_unique<TokenTrie>(texts);
+  });
+}
+
+const TokenTrie& Model::Impl::token_trie() const {
+  BuildGrammarVocabulary();
+  return *token_trie_;
+}
+
+const std::vector<int32_t>& Model::Impl::end_tokens() const {
+  BuildGrammarVocabulary();
+  return end_tokens_;
 }
 
 std::string TokenText(const Model::Impl& model, int32_t previous, int32_t token) {

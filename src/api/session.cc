@@ -52,6 +52,15 @@ Result<int32_t> Session::Sample() {
   return s.sampler.Sample(s.logits.data(), static_cast<int32_t>(s.logits.size()));
 }
 
+Result<int32_t> Session::Sample(std::span<const float> logits) {
+  Impl& s = *impl_;
+  if (logits.size() != static_cast<size_t>(s.model->info.vocab_size)) {
+    return Status::Error(fmt::format("Sample: {} logits given but the vocabulary has {} tokens", logits.size(),
+                                     s.model->info.vocab_size));
+  }
+  return s.sampler.Sample(logits.data(), static_cast<int32_t>(logits.size()));
+}
+
 Status Session::Clear() {
   Impl& s = *impl_;
   Result<std::unique_ptr<KvCache>> cache = KvCache::Create(s.cache_config);
@@ -114,7 +123,7 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
     }
   }
   const GeneratorOptions rules{.max_tokens = request.max_tokens, .stop = request.stop,
-                               .ignore_eos = request.ignore_eos};
+                               .ignore_eos = request.ignore_eos, .grammar = request.grammar};
   if (Status st = Generator::Check(rules); !st.ok()) return Status::Error("Generate: " + st.message());
   if (request.speculation.source != DraftSource::kNone) {
     if (Status st = CheckSpeculation(request.speculation); !st.ok()) return Status::Error("Generate: " + st.message());
@@ -171,12 +180,22 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
   std::vector<int32_t> pass;       // [1 + drafted] the next pass: a drawn token, then its draft
   std::vector<int32_t> rows;       // [drafted] logits_at: the rows that judge the draft
   int32_t pending = -1;            // drawn where a draft was rejected: the next pass's first token
+  std::vector<float> constrained;  // [vocab] logits as the grammar leaves them (only with one)
+  // Draws a token from logits [vocab] after what the generator has kept, as the grammar allows.
+  auto draw = [&](const float* logits) {
+    if (g.has_grammar()) {
+      constrained.assign(logits, logits + vocab);
+      g.Constrain(constrained);
+      logits = constrained.data();
+    }
+    return sampler.Sample(logits, vocab);
+  };
   while (!g.finished()) {
     if (s.should_abort && s.should_abort()) {  // every token drawn so far has run
       g.Cancel();
       break;
     }
-    const int32_t token = pending >= 0 ? pending : sampler.Sample(s.logits.data(), vocab);
+    const int32_t token = pending >= 0 ? pending : draw(s.logits.data());
     pending = -1;
     // Hands a drawn token to the generator and the caller; whether it is to run.
     auto keep = [&](int32_t id) {
@@ -210,7 +229,7 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
     // a time would: kept while they agree; the first drawn token that differs runs next.
     int32_t ran = 1;
     for (int32_t i = 0; i < drafted && !g.finished(); ++i) {
-      const int32_t drawn = sampler.Sample(s.chosen_logits.data() + int64_t{i} * vocab, vocab);
+      const int32_t drawn = draw(s.chosen_logits.data() + int64_t{i} * vocab);
       if (drawn != pass[i + 1]) {
         pending = drawn;
         break;

@@ -317,6 +317,7 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   AddBenchContextCommand(*bench, exit_code);
   AddBenchServeCommand(*bench, exit_code);
   AddBenchBatchCommand(*bench, exit_code);
+  AddBenchGrammarCommand(*bench, exit_code);
 }
 
 }  // namespace kvq::cli

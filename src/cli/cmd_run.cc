@@ -8,6 +8,7 @@
 #include <atomic>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -15,6 +16,7 @@
 #include "cli/flags.h"
 #include "cli/hub_flag.h"
 #include "cli/json_output.h"
+#include "kvq/generator.h"
 #include "kvq/kv_memory.h"
 #include "kvq/model.h"
 #include "kvq/session.h"
@@ -34,8 +36,45 @@ struct RunOptions {
   bool seed_given = false;
   int64_t context = 0;
   std::string prompt_cache;
+  std::string grammar, grammar_file, json_schema, json_schema_file;  // at most one given
   SpeculationOptions speculation;
 };
+
+// The GBNF that --grammar, --grammar-file, --json-schema or --json-schema-file give ("" for none),
+// checked; errors name the flag.
+Result<std::string> GrammarOf(const RunOptions& o) {
+  struct Source {
+    const char* flag;
+    const std::string& value;
+    bool file, schema;
+  };
+  const Source sources[] = {{"--grammar", o.grammar, false, false},
+                            {"--grammar-file", o.grammar_file, true, false},
+                            {"--json-schema", o.json_schema, false, true},
+                            {"--json-schema-file", o.json_schema_file, true, true}};
+  const Source* given = nullptr;
+  for (const Source& s : sources) {
+    if (s.value.empty()) continue;
+    if (given) return Status::Error(fmt::format("{} and {}: give at most one grammar", given->flag, s.flag));
+    given = &s;
+  }
+  if (!given) return std::string();
+  std::string text = given->value;
+  if (given->file) {
+    std::ifstream in(given->value, std::ios::binary);
+    if (!in) return Status::Error(fmt::format("{} {}: cannot read the file", given->flag, given->value));
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  if (given->schema) {
+    Result<std::string> gbnf = JsonSchemaGrammar(text);
+    if (!gbnf.ok()) return Status::Error(fmt::format("{}: {}", given->flag, gbnf.status().message()));
+    text = std::move(gbnf).value();
+  }
+  if (Status s = Generator::Check({.grammar = text}); !s.ok()) {
+    return Status::Error(fmt::format("{}: {}", given->flag, s.message()));
+  }
+  return text;
+}
 
 // Ctrl-C during `kvq run`: the first sets the flag the session's abort callback reads (the
 // prompt stops within a block, generation before the next token, and the stats line still
@@ -84,6 +123,8 @@ int RunGenerate(const RunOptions& o) {
   if (o.top_p <= 0 || o.top_p > 1) return bad(fmt::format("--top-p must be in (0, 1] (got {})", o.top_p));
   if (o.min_p < 0 || o.min_p >= 1) return bad(fmt::format("--min-p must be in [0, 1) (got {})", o.min_p));
   if (o.top_k < 0) return bad(fmt::format("--top-k must be >= 0 (got {})", o.top_k));
+  const Result<std::string> grammar = GrammarOf(o);
+  if (!grammar.ok()) return bad(grammar.status().message());
 
   Result<std::unique_ptr<Model>> loaded = Model::Load(model_path, {.tokenizer_path = so.TokenizerPath(),
                                                                    .threads = so.threads});
@@ -121,6 +162,7 @@ int RunGenerate(const RunOptions& o) {
       .max_tokens = o.n,
       .sampling = {.temperature = o.temp, .top_k = o.top_k, .top_p = o.top_p, .min_p = o.min_p,
                    .seed = o.seed_given ? so.seed : std::random_device{}()},
+      .grammar = *grammar,
       .save_prefix = o.prompt_cache,
       .speculation = o.speculation};
   auto stream = [&](int32_t, const std::string& text) {
@@ -216,6 +258,11 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   AddSpeculationFlags(cmd, &o->speculation);
   cmd->add_option("--prompt-cache", o->prompt_cache,
                   "Save the cache after the prompt to FILE; reuse it when a later prompt starts with it");
+  cmd->add_option("--grammar", o->grammar, "GBNF (llama.cpp's syntax, start rule root) the output follows");
+  cmd->add_option("--grammar-file", o->grammar_file, "Read the --grammar GBNF from FILE");
+  cmd->add_option("--json-schema", o->json_schema,
+                  "A JSON Schema the output follows (JSON text; the subset is in docs/serving.md)");
+  cmd->add_option("--json-schema-file", o->json_schema_file, "Read the --json-schema schema from FILE");
   AddJsonFlag(cmd, &o->shared, "Print one JSON document instead of streaming text");
   cmd->callback([o, exit_code, seed] {
     o->seed_given = seed->count() > 0;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace kvq {
 
@@ -14,7 +15,13 @@ int32_t Sampler::Sample(const float* logits, int32_t n) {
     return static_cast<int32_t>(std::max_element(logits, logits + n) - logits);  // first max wins
   }
   candidates_.clear();
-  for (int32_t i = 0; i < n; ++i) candidates_.emplace_back(logits[i], i);
+  // A token at -infinity (refused by a grammar: Generator::Constrain) can never be drawn; without
+  // one every logit is finite and this keeps them all, as before.
+  constexpr float kRefused = -std::numeric_limits<float>::infinity();
+  for (int32_t i = 0; i < n; ++i) {
+    if (logits[i] != kRefused) candidates_.emplace_back(logits[i], i);
+  }
+  if (candidates_.empty()) return 0;  // every token refused: nothing to draw from
   auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
   size_t keep = candidates_.size();
   if (o_.top_k > 0 && static_cast<size_t>(o_.top_k) < keep) {

@@ -171,9 +171,10 @@ std::variant<std::shared_ptr<Job>, ApiError> Engine::Submit(JobSpec spec) {
                    fmt::format("the prompt is {} tokens; this server's context is {} (room is needed for at least "
                                "one new token)", n_prompt, context_));
   }
-  if (Status rules = Generator::Check({.max_tokens = spec.max_tokens, .stop = spec.stop}); !rules.ok()) {
+  if (Status rules = Generator::Check({.max_tokens = spec.max_tokens, .stop = spec.stop, .grammar = spec.grammar});
+      !rules.ok()) {
     ApiError e = Refused(400, "invalid_request_error", "", rules.message());
-    e.param = "stop";
+    e.param = rules.message().rfind("GeneratorOptions::grammar", 0) == 0 ? "grammar" : "stop";
     return e;
   }
   const int64_t positions = std::min<int64_t>(context_, n_prompt + spec.max_tokens);
@@ -460,7 +461,15 @@ void Engine::Advance(Slot& slot) {
     }
     job.generator = std::move(made).value();
   }
-  Result<int32_t> token = slot.session->Sample();
+  Result<int32_t> token = 0;
+  if (job.generator->has_grammar()) {
+    const std::span<const float> logits = slot.session->logits();
+    job.constrained.assign(logits.begin(), logits.end());
+    job.generator->Constrain(job.constrained);
+    token = slot.session->Sample(job.constrained);
+  } else {
+    token = slot.session->Sample();
+  }
   if (!token.ok()) {
     Finish(slot, FinishReason::kStop, Refused(500, "server_error", "", token.status().message()));
     return;

@@ -54,6 +54,9 @@ struct JobSpec {
   std::vector<std::string> stop;
   SamplerOptions sampling;
   bool ignore_eos = false;      ///< generate max_tokens even past end tokens (benchmarks)
+  /// GBNF the reply follows (from the request's grammar, json_schema or response_format); empty:
+  /// none.
+  std::string grammar;
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
 
@@ -92,11 +95,12 @@ class Job {
   double ttft = 0;
   // The rules rendered into spec (end tokens, max_tokens, stop strings, the context).
   GeneratorOptions Rules() const {
-    return {.max_tokens = spec.max_tokens, .stop = spec.stop, .ignore_eos = spec.ignore_eos};
+    return {.max_tokens = spec.max_tokens, .stop = spec.stop, .ignore_eos = spec.ignore_eos, .grammar = spec.grammar};
   }
 
   // Scheduler-side state (only the scheduler thread touches these).
   std::optional<Generator> generator;  // made when the prompt has run; decides every sampled token
+  std::vector<float> constrained;      // [vocab] the logits as the grammar leaves them (with one)
   int64_t kv_reserved_bytes = 0;       // what admission counted for it
 };
 

@@ -142,6 +142,7 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
   spec.stop = r.stop;
   spec.sampling = r.sampling;
   spec.ignore_eos = r.ignore_eos;
+  spec.grammar = r.grammar;
   spec.deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(options_.request_timeout_seconds * 1e3));
   std::variant<std::shared_ptr<Job>, ApiError> submitted = engine_.Submit(std::move(spec));
   if (auto* e = std::get_if<ApiError>(&submitted)) return Reply(res, *e);

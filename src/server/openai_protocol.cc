@@ -176,8 +176,7 @@ std::optional<ApiError> ReadStop(const json& body, const RequestLimits& limits, 
 
 // Fields kvq does not implement but that change the output: refused unless at their no-op value.
 std::optional<ApiError> RefuseUnsupported(const json& body) {
-  for (const char* field : {"tools", "functions", "tool_choice", "function_call", "logit_bias", "response_format",
-                            "suffix"}) {
+  for (const char* field : {"tools", "functions", "tool_choice", "function_call", "logit_bias", "suffix"}) {
     if (body.contains(field) && !body[field].is_null() && !(body[field].is_object() && body[field].empty()) &&
         !(body[field].is_array() && body[field].empty()) && !(body[field] == "none") && !(body[field] == "")) {
       return Invalid(field, fmt::format("'{}' is not supported by kvq serve", field));
@@ -196,6 +195,59 @@ std::optional<ApiError> RefuseUnsupported(const json& body) {
   for (const char* field : {"presence_penalty", "frequency_penalty"}) {
     if (body.contains(field) && !body[field].is_null() && !(body[field].is_number() && body[field] == 0)) {
       return Invalid(field, fmt::format("'{}' is not supported by kvq serve (only 0)", field));
+    }
+  }
+  return std::nullopt;
+}
+
+// grammar (GBNF), json_schema (a schema) or response_format ({"type": "text" | "json_object" |
+// "json_schema", "json_schema": {"schema": ...}}): at most one, turned into r->grammar and checked,
+// so that a bad one is a 400 naming its field.
+std::optional<ApiError> ReadGrammar(const json& body, GenerationRequest* r) {
+  auto given = [&](const char* field) { return body.contains(field) && !body[field].is_null(); };
+  int count = 0;
+  for (const char* field : {"grammar", "json_schema", "response_format"}) count += given(field) ? 1 : 0;
+  if (count > 1) {
+    return Invalid("grammar", "give at most one of 'grammar', 'json_schema' and 'response_format'");
+  }
+  std::string field;
+  auto from_schema = [&](const json& schema, const std::string& where) -> std::optional<ApiError> {
+    if (!schema.is_object() && !schema.is_boolean()) return WrongType(where, schema, "a JSON Schema (an object)");
+    Result<std::string> gbnf = JsonSchemaGrammar(schema.dump());
+    if (!gbnf.ok()) return Invalid(where, fmt::format("'{}': {}", where, gbnf.status().message()));
+    r->grammar = std::move(gbnf).value();
+    return std::nullopt;
+  };
+  if (given("grammar")) {
+    field = "grammar";
+    if (!body["grammar"].is_string()) return WrongType("grammar", body["grammar"], "a string (GBNF)");
+    r->grammar = body["grammar"].get<std::string>();
+  } else if (given("json_schema")) {
+    field = "json_schema";
+    if (auto e = from_schema(body["json_schema"], "json_schema")) return e;
+  } else if (given("response_format")) {
+    field = "response_format";
+    const json& rf = body["response_format"];
+    if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string()) {
+      return WrongType("response_format", rf, "an object with a 'type' string");
+    }
+    const std::string type = rf["type"].get<std::string>();
+    if (type == "text") return std::nullopt;
+    if (type == "json_object") {
+      r->grammar = JsonObjectGrammar();
+    } else if (type == "json_schema") {
+      if (!rf.contains("json_schema") || !rf["json_schema"].is_object() || !rf["json_schema"].contains("schema")) {
+        return Invalid("response_format", "'response_format' of type 'json_schema' needs 'json_schema': {\"schema\": {...}}");
+      }
+      if (auto e = from_schema(rf["json_schema"]["schema"], "response_format.json_schema.schema")) return e;
+    } else {
+      return Invalid("response_format",
+                     fmt::format("'response_format.type' is '{}'; expected 'text', 'json_object' or 'json_schema'", type));
+    }
+  }
+  if (!r->grammar.empty()) {
+    if (Status s = Generator::Check({.grammar = r->grammar}); !s.ok()) {
+      return Invalid(field, fmt::format("'{}': {}", field, s.message()));
     }
   }
   return std::nullopt;
@@ -221,6 +273,7 @@ std::optional<ApiError> Parse(Endpoint endpoint, const json& body, const Request
   }
   if (max_tokens) r->max_tokens = static_cast<int32_t>(*max_tokens);
   if (auto e = ReadStop(body, limits, r)) return e;
+  if (auto e = ReadGrammar(body, r)) return e;
   if (body.contains("stream") && !body["stream"].is_null()) {
     if (!body["stream"].is_boolean()) return WrongType("stream", body["stream"], "a boolean");
     r->stream = body["stream"].get<bool>();

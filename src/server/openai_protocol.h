@@ -6,7 +6,9 @@
 // Field names and defaults follow OpenAI's API reference; kvq adds top_k and min_p (as llama.cpp's
 // server does) and chat_template_kwargs.enable_thinking (Qwen 3's switch, as vLLM takes it).
 // Anything that would change the output and that kvq does not do (n > 1, logprobs, tools, echo,
-// best_of, suffix, response_format) is refused with a 400 naming the field rather than ignored.
+// best_of, suffix) is refused with a 400 naming the field rather than ignored. Constrained output:
+// llama.cpp's `grammar` (GBNF) and `json_schema`, and OpenAI's `response_format` (json_object,
+// json_schema), at most one of them, become the request's grammar.
 #pragma once
 
 #include <cstdint>
@@ -56,6 +58,7 @@ struct GenerationRequest {
   bool include_usage = false;         ///< stream_options.include_usage: a final usage-only chunk
   bool ignore_eos = false;            ///< kvq's (and llama.cpp's) extension: run to max_tokens
   SamplerOptions sampling;            ///< temperature 0: greedy
+  std::string grammar;                ///< GBNF the reply follows (checked); "" none
   bool seed_given = false;            ///< sampling.seed came from the request
 };
 

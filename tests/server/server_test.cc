@@ -16,6 +16,9 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "grammar/grammar.h"
+#include "grammar/grammar_matcher.h"
+#include "kvq/generator.h"
 #include "kvq/model.h"
 #include "kvq/session.h"
 #include "server/engine.h"
@@ -295,6 +298,68 @@ TEST(Serve, BadRequestsGetTheirStatusAndTheServerKeepsServing) {
   EXPECT_EQ(status(server.Get("/health")), 200);
   const std::string metrics = server.Get("/metrics")->body;
   EXPECT_NE(metrics.find("kvq_requests_total{route=\"/v1/completions\",code=\"400\"} 5"), std::string::npos) << metrics;
+}
+
+// Constrained output: llama.cpp's grammar and json_schema, OpenAI's response_format, on both
+// endpoints (sampled at temperature 1, so the grammar decides the shape); bad ones are 400s naming
+// the field.
+TEST(Serve, GrammarJsonSchemaAndResponseFormat) {
+  TestServer server;
+  const json schema = json::parse(R"({"type":"object","properties":{"n":{"type":"integer"},
+      "tag":{"enum":["a","b"]}},"required":["n","tag"]})");
+  auto valid = [](const std::string& text) {
+    const json v = json::parse(text, nullptr, false);
+    return !v.is_discarded() && v.is_object() && v.size() == 2 && v["n"].is_number_integer() &&
+           (v["tag"] == "a" || v["tag"] == "b");
+  };
+  const json chat_messages = {{{"role", "user"}, {"content", "Give me JSON."}}};
+  for (int seed = 0; seed < 3; ++seed) {
+    json c = {{"prompt", "Once upon a time"}, {"max_tokens", 200}, {"temperature", 1}, {"seed", seed},
+              {"grammar", "root ::= \"yes\" | \"no\""}};
+    json j = Body(server.Post("/v1/completions", c.dump()));
+    const std::string yes_no = j["choices"][0]["text"];
+    EXPECT_TRUE(yes_no == "yes" || yes_no == "no") << j.dump();
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+    c.erase("grammar");
+    c["json_schema"] = schema;
+    j = Body(server.Post("/v1/completions", c.dump()));
+    EXPECT_TRUE(valid(j["choices"][0]["text"])) << j.dump();
+    json chat = {{"messages", chat_messages}, {"max_tokens", 200}, {"temperature", 1}, {"seed", seed},
+                 {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "t"}, {"schema", schema}}}}}};
+    j = Body(server.Post("/v1/chat/completions", chat.dump()));
+    EXPECT_TRUE(valid(j["choices"][0]["message"]["content"])) << j.dump();
+    // Any object: its strings are unbounded, so the story model may still be inside one at
+    // max_tokens; the text is then a prefix of an object (the matcher takes it), else an object.
+    chat["response_format"] = {{"type", "json_object"}};
+    j = Body(server.Post("/v1/chat/completions", chat.dump()));
+    const std::string content = j["choices"][0]["message"]["content"];
+    Result<Grammar> any_object = ParseGbnf(JsonObjectGrammar());
+    ASSERT_TRUE(any_object.ok());
+    GrammarMatcher m(std::make_shared<const Grammar>(std::move(any_object).value()));
+    EXPECT_TRUE(m.Accept(content)) << j.dump();
+    if (j["choices"][0]["finish_reason"] == "stop") {
+      EXPECT_TRUE(json::parse(content, nullptr, false).is_object()) << j.dump();
+    } else {
+      EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+    }
+  }
+  const std::pair<json, std::string> bad[] = {
+      {{{"grammar", "root ::= ("}}, "grammar"},
+      {{{"grammar", 5}}, "grammar"},
+      {{{"json_schema", {{"type", "string"}, {"pattern", "a+"}}}}, "json_schema"},
+      {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", {{"type", "nope"}}}}}}}},
+       "response_format.json_schema.schema"},
+      {{{"response_format", {{"type", "yaml"}}}}, "response_format"},
+      {{{"grammar", "root ::= \"a\""}, {"json_schema", json::object()}}, "grammar"},
+  };
+  for (const auto& [fields, param] : bad) {
+    json body = {{"prompt", "x"}, {"max_tokens", 4}};
+    body.update(fields);
+    httplib::Result r = server.Post("/v1/completions", body.dump());
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << body.dump() << " " << r->body;
+    EXPECT_EQ(Body(r)["error"]["param"], param) << r->body;
+  }
 }
 
 TEST(Serve, AFullQueueGets429) {
