@@ -62,9 +62,11 @@ KVQ_MATVEC_X86_ATTR inline void ChunkScales(const uint8_t* const* a, int64_t c0,
 // of that activation block, exactly (|lane| ≤ 32·127). The activation vectors and −Σq serve four
 // rows; per row and 512 weights that is 8 affine maps, 8 dots, the weight loads and permutes and
 // one convert, multiply and FMA — against 8 ANDs, 8 byte popcounts, 8 dots and 2 corrections per
-// 512 weights for the bit-serial dots against the activation's bit planes this replaced (measured
-// with `kvq bench matvec`, docs/performance.md). Measured no better before (bit-serial kernel):
-// rows in groups of 8 (slower from memory); prefetch distances 2-64 KiB, or into L1.
+// 512 weights for the bit-serial dots against the activation's bit planes this replaced, with the
+// same integers and float operations (so the same results). `kvq bench matvec` on a heavily
+// loaded machine did not resolve the difference (docs/performance.md). Measured no better with
+// the bit-serial kernel: rows in groups of 8 (slower from memory); prefetch distances 2-64 KiB,
+// or into L1.
 constexpr int64_t kGroupBlocks = 4;  // weight blocks per vector
 // KVQ_MATVEC_X86_ATTR (quant_rows-inl.h) and GFNI, which Highway's AVX3_DL target string lacks.
 #if defined(__clang__)
