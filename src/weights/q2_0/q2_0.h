@@ -15,9 +15,7 @@
 // then ≤ n_wb − 1 more, n_wb = cols / 64), then a sum over 8 lanes (3): at most
 // 2 + n_wb + 3 = n_blocks/2 + 5 ≤ n_blocks + 4 roundings per term (n_blocks = cols / 32 ≥ 2),
 // each relative to a partial of magnitude ≤ |d_w·d_x|·Σ|code·q| over its lane: the matvec.h
-// bound γ_{n_blocks+4}·abs_sum, abs_i = |w_i|. AVX3_DL (a weight block per 512-bit vector): the
-// scale product d_w·d_x (1), acc += it·(lane partial of I_b) by FMA (1, then ≤ n_wb − 1 more),
-// a sum over 16 lanes (4): ≤ n_wb + 5 ≤ n_blocks + 4. Scalar targets: s = d_w·d_x, acc += s·I_b.
+// bound γ_{n_blocks+4}·abs_sum, abs_i = |w_i|. Scalar targets: s = d_w·d_x, acc += s·I_b.
 #pragma once
 
 #include <cstdint>

@@ -1,9 +1,8 @@
 // Q2_0 row kernels for every compiled target. Per activation block of 32 the weight codes c − 1
 // ∈ {−1, 0, 1, 2} are multiplied as the unsigned c ∈ [0, 3] (one byte dot) from a start of −Σq
-// (the offset trick); two activation blocks share a weight scale: AVX3_DL takes a whole weight
-// block per 512-bit vector and one FMA by d_w·d_x per block, AVX2/AVX3 one FMA by d_x per
-// activation block and one by d_w per weight block (q2_0.h, "Kernel numerics"). AVX3_DL is
-// compiled for vpdpbusd and vpmultishiftqb.
+// (the offset trick); two activation blocks share a weight scale, so per block one FMA by d_x
+// and per weight block one FMA by d_w (q2_0.h, "Kernel numerics"). AVX3_DL is compiled for
+// vpdpbusd and vpmultishiftqb.
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL
 #endif
@@ -32,76 +31,30 @@ constexpr int64_t kSub = kBlockElems / 32;  // activation blocks per weight bloc
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 
-// Each row's f16 scales of weight blocks c0 .. c0+nb−1 -> dw[i][0 .. nb) in f32 (F16C, 8 at a
-// time), and a prefetch kPrefetchBytes ahead in each row into L2, as quant_rows-inl.h does (a
-// prefetch past the matrix never faults; the address is an integer until then).
-template <int R>
-KVQ_MATVEC_X86_ATTR inline void ChunkScales(const uint8_t* const* a, int64_t c0, int64_t nb, float (*dw)[kChunk]) {
-  for (int i = 0; i < R; ++i) {
-    const uintptr_t ahead = reinterpret_cast<uintptr_t>(a[i] + c0 * kBlockBytes) + kPrefetchBytes;
-    for (int64_t at = 0; at < kChunk * kBlockBytes; at += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(ahead + at), _MM_HINT_T1);
-    }
-    alignas(16) uint16_t half[kChunk] = {};
-    for (int64_t j = 0; j < nb; ++j) std::memcpy(&half[j], a[i] + (c0 + j) * kBlockBytes, 2);
-    for (int64_t h = 0; h < kChunk; h += 8) {
-      _mm256_store_ps(&dw[i][h], _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(half + h))));
-    }
-  }
-}
-
 #if HWY_TARGET <= HWY_AVX3_DL
-// AVX-512 VBMI, 512-bit, one weight block (64 elements, two activation blocks) per vector and row:
-// the block's two code qwords broadcast to the low and high four qwords, one multishift puts each
-// element's 2-bit code at the bottom of its own byte in element order (byte m of qword k takes
-// the 8 bits from bit 2·(8·(k % 4) + m) of its source qword), an AND clears the rest, and
-// vpdpbusd multiplies the unsigned codes c ∈ [0, 3] by q, started from the lane's −Σq
-// (QuantizedX::offset): lanes 0-7 hold Σ (c − 1)·q of the first activation block, 8-15 of the
-// second, exactly. Then acc += (d_w ⊙ d_x) ⊙ f32(lanes), one product and one FMA per 64 weights
-// and row: about half the instructions of the 256-bit loop with one activation block per vector.
-// Measured slower: the block's 16 bytes broadcast to all four 128-bit lanes by one load (and q
-// permuted to match per block), an unaligned 16-byte load per block at an 18-byte stride.
-// Per term: the scale product (1), its FMA (1), ≤ n_wb − 1 later FMAs into the lane, 16 lanes
-// summed (4): ≤ n_wb + 5 = n_blocks/2 + 5 ≤ n_blocks + 4 roundings (n_blocks = 2·n_wb ≥ 2).
-inline int64_t LaneElement(int64_t l, int64_t m) { return 4 * l + m; }  // lane l of a block: 4l .. 4l+3
-
-template <int R>
-KVQ_MATVEC_X86_ATTR void RowGroup(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r) {
-  const int64_t n_wb = cols / kBlockElems;
-  const int64_t row_bytes = n_wb * kBlockBytes;
-  const uint8_t* a[R];
-  __m512 acc[R];  // lane l: lane l of every weight block (elements 4l .. 4l+3 of it)
-  for (int i = 0; i < R; ++i) {
-    a[i] = w + (r + i) * row_bytes;
-    acc[i] = _mm512_setzero_ps();
-  }
-  const __m512i ctrl = _mm512_set_epi64(0x3E3C3A3836343230, 0x2E2C2A2826242220, 0x1E1C1A1816141210, 0x0E0C0A0806040200,
-                                        0x3E3C3A3836343230, 0x2E2C2A2826242220, 0x1E1C1A1816141210, 0x0E0C0A0806040200);
-  const __m512i three = _mm512_set1_epi8(3);
-  for (int64_t c0 = 0; c0 < n_wb; c0 += kChunk) {
-    const int64_t nb = std::min(kChunk, n_wb - c0);
-    alignas(32) float dw[R][kChunk];  // the chunk's weight scales, f32
-    ChunkScales<R>(a, c0, nb, dw);
-    for (int64_t j = 0; j < nb; ++j) {
-      const int64_t wb = c0 + j;
-      const __m512i q = _mm512_loadu_si512(x.q + wb * kBlockElems);   // [64] codes
-      const __m512i off = _mm512_loadu_si512(x.offset + wb * 2 * 8);  // [16] lane offsets
-      const __m512 dx = _mm512_insertf32x8(_mm512_set1_ps(x.d[2 * wb]), _mm256_set1_ps(x.d[2 * wb + 1]), 1);
-      for (int i = 0; i < R; ++i) {
-        uint64_t lo, hi;  // the block's codes of elements 0-31 and 32-63 (little-endian host)
-        std::memcpy(&lo, a[i] + wb * kBlockBytes + 2, 8);
-        std::memcpy(&hi, a[i] + wb * kBlockBytes + 10, 8);
-        const __m512i src = _mm512_mask_set1_epi64(_mm512_set1_epi64(static_cast<int64_t>(lo)), 0xF0,
-                                                   static_cast<int64_t>(hi));
-        const __m512i c = _mm512_and_si512(_mm512_multishift_epi64_epi8(ctrl, src), three);
-        const __m512i dot = _mm512_dpbusd_epi32(off, c, q);
-        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(dw[i][j]), dx), _mm512_cvtepi32_ps(dot), acc[i]);
-      }
-    }
-  }
-  for (int i = 0; i < R; ++i) y[r + i] = _mm512_reduce_add_ps(acc[i]);
+// AVX-512 VBMI: one multishift puts each element's 2-bit code at the bottom of its own byte in
+// element order (byte m of qword k takes the 8 bits from bit 2·(8k + m) of the block's 8 bytes),
+// an AND clears the rest, and vpdpbusd multiplies the unsigned codes c ∈ [0, 3] by q, started
+// from the lane's −Σq (QuantizedX::offset): Σ (c − 1)·q, exactly. Measured no faster (thread CPU
+// time per matvec, in L2, one core): a whole weight block per 512-bit vector (the two code qwords
+// broadcast to the halves, one multishift, AND and vpdpbusd, then one scale product and one FMA
+// per 64 weights and row) — half the instructions, but 512-bit ones on two ports instead of three;
+// also the block's 16 bytes broadcast to all four 128-bit lanes by one load (slower).
+struct Shared {
+  __m256i q;  // [32] the activation block's codes
+};
+KVQ_MATVEC_X86_ATTR inline Shared Prepare(__m256i xv) { return {xv}; }
+KVQ_MATVEC_X86_ATTR inline __m256i Dot(const uint8_t* codes, const Shared& xs, __m256i off) {
+  uint64_t word;
+  std::memcpy(&word, codes, 8);  // little-endian host
+  const __m256i ctrl = _mm256_set_epi64x(0x3E3C3A3836343230, 0x2E2C2A2826242220, 0x1E1C1A1816141210,
+                                         0x0E0C0A0806040200);
+  const __m256i c = _mm256_and_si256(_mm256_multishift_epi64_epi8(ctrl, _mm256_set1_epi64x(static_cast<int64_t>(word))),
+                                     _mm256_set1_epi8(3));
+  return _mm256_dpbusd_epi32(off, c, xs.q);
 }
-
+// Lane l of a block: elements 4l .. 4l+3.
+inline int64_t LaneElement(int64_t l, int64_t m) { return 4 * l + m; }
 #else
 // AVX2 / AVX3: the block's 8 bytes broadcast to 4 qwords, qword k shifted right by 2k and ANDed
 // with 3, so byte p = 8k + m holds the code of element 4m + k (a transposed order). The
@@ -130,6 +83,8 @@ KVQ_MATVEC_X86_ATTR inline __m256i Dot(const uint8_t* codes, const Shared& xs, _
 // Lane l = 2k + L of a block: elements 4m + k for m = 4L .. 4L+3 (byte 4l + m' is element
 // 4(4L + m') + k).
 inline int64_t LaneElement(int64_t l, int64_t m) { return 4 * (4 * (l % 2) + m) + l / 2; }
+#endif
+constexpr bool kUsesOffset = true;
 
 // R consecutive rows from r, sharing each activation load. Per weight block and row:
 // t = Σ_{2 activation blocks} d_x·(int32 lanes → f32), then acc += d_w·t.
@@ -145,15 +100,30 @@ KVQ_MATVEC_X86_ATTR void RowGroup(const uint8_t* w, const QuantizedX& x, float* 
   }
   for (int64_t c0 = 0; c0 < n_wb; c0 += kChunk) {
     const int64_t nb = std::min(kChunk, n_wb - c0);
+    // Prefetch kPrefetchBytes ahead in each row into L2, as quant_rows-inl.h does (a prefetch
+    // past the matrix never faults; the address is an integer until then).
+    for (int i = 0; i < R; ++i) {
+      const uintptr_t ahead = reinterpret_cast<uintptr_t>(a[i] + c0 * kBlockBytes) + kPrefetchBytes;
+      for (int64_t at = 0; at < kChunk * kBlockBytes; at += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + at), _MM_HINT_T1);
+      }
+    }
     alignas(32) float dw[R][kChunk];  // the chunk's weight scales, f32
-    ChunkScales<R>(a, c0, nb, dw);
+    for (int i = 0; i < R; ++i) {
+      alignas(16) uint16_t half[kChunk] = {};
+      for (int64_t j = 0; j < nb; ++j) std::memcpy(&half[j], a[i] + (c0 + j) * kBlockBytes, 2);
+      for (int64_t h = 0; h < kChunk; h += 8) {
+        _mm256_store_ps(&dw[i][h], _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(half + h))));
+      }
+    }
     for (int64_t j = 0; j < nb; ++j) {
       const int64_t wb = c0 + j;
       __m256 t[R];
       for (int64_t s = 0; s < kSub; ++s) {
         const int64_t b = wb * kSub + s;  // activation block
         const Shared xs = Prepare(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + b * 32)));
-        const __m256i off = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.offset + b * 8));
+        const __m256i off = kUsesOffset ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.offset + b * 8))
+                                        : _mm256_setzero_si256();
         const __m256 dx = _mm256_set1_ps(x.d[b]);
         for (int i = 0; i < R; ++i) {
           const __m256 dot = _mm256_cvtepi32_ps(Dot(a[i] + wb * kBlockBytes + 2 + 8 * s, xs, off));
@@ -165,7 +135,6 @@ KVQ_MATVEC_X86_ATTR void RowGroup(const uint8_t* w, const QuantizedX& x, float* 
   }
   for (int i = 0; i < R; ++i) y[r + i] = HorizontalSumX86(acc[i]);
 }
-#endif
 
 // QuantizedX::offset as this target's Dot starts its lanes: lane l of block b (offset[8b + l])
 // at −Σq over the lane's 4 elements (LaneElement).
@@ -178,6 +147,7 @@ void ActivationOffsets(const int8_t* q, int64_t n, int32_t* offset) {
     }
   }
 }
+
 #else  // not x86 AVX2 or better: plain integer loops
 
 template <int R>
