@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <vector>
 
 #include "base/thread_pool.h"
@@ -33,6 +34,7 @@ double MeasureReadBandwidthGbps(int64_t bytes, int32_t threads, int32_t reps) {
   const int64_t size = (std::max<int64_t>(bytes, 1) + kHugePage - 1) / kHugePage * kHugePage;
   const int64_t n = size / 4;
   std::unique_ptr<float, FreeDeleter> buffer(static_cast<float*>(std::aligned_alloc(kHugePage, size)));  // [n]
+  if (buffer == nullptr) throw std::bad_alloc();
   madvise(buffer.get(), size, MADV_HUGEPAGE);  // a hint: without it (or where refused) 4 KiB pages
   // Thread t's part: elements [t·n/threads, (t+1)·n/threads), written once by that thread so
   // every page is resident (and, on a machine with several memory nodes, local to it).
