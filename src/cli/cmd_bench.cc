@@ -122,7 +122,7 @@ int RunBenchAttention(const BenchAttentionOptions& o) {
   }
 
   // Ceiling first: a buffer 4x the largest f32 KV (at least 512 MiB) defeats the caches.
-  const int64_t bw_bytes = std::max<int64_t>(int64_t{512} << 20, std::min<int64_t>(4 * f32_bytes, int64_t{2} << 30));
+  const int64_t bw_bytes = std::max<int64_t>(kMinReadBandwidthBytes, std::min<int64_t>(4 * f32_bytes, int64_t{2} << 30));
   if (!o.shared.json) fmt::print(stderr, "measuring read bandwidth over {} on {} threads...\n", FormatBytesIec(bw_bytes), c.threads);
   const double read_gbps = MeasureReadBandwidthGbps(bw_bytes, c.threads, 5);
   if (!o.shared.json) fmt::print(stderr, "measuring f32 FMA and int8 dot peaks on {} threads...\n", c.threads);

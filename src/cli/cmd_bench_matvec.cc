@@ -47,9 +47,9 @@ int RunBenchMatvec(const BenchMatvecOptions& o) {
   c.tokens = static_cast<int32_t>(o.tokens);
   if (Status s = CheckMatVecBenchConfig(c); !s.ok()) return bad(s.message());
 
-  // The ceiling reads a buffer as large as one arm's working set (at least 512 MiB), so both face
+  // The ceiling reads a buffer as large as one arm's working set (at least kMinReadBandwidthBytes), so both face
   // the caches alike.
-  const int64_t bw_bytes = std::max<int64_t>(c.working_set_bytes, int64_t{512} << 20);
+  const int64_t bw_bytes = std::max(c.working_set_bytes, kMinReadBandwidthBytes);
   auto progress = [](const std::string& line) { fmt::print(stderr, "bench matvec: {}\n", line); };
   progress(fmt::format("measuring read bandwidth over {} on {} threads...", FormatBytesIec(bw_bytes),
                        c.threads));

@@ -28,7 +28,7 @@ int RunBenchRoofline(const BenchRooflineOptions& o) {
   const int32_t threads = o.shared.threads;
   const int32_t reps = static_cast<int32_t>(o.reps);
   const ComputeRoofline peak = MeasureComputeRoofline(threads, reps);
-  const int64_t bw_bytes = int64_t{512} << 20;
+  const int64_t bw_bytes = kMinReadBandwidthBytes;
   const double bw = MeasureReadBandwidthGbps(bw_bytes, threads, reps);
   if (o.shared.json) {
     nlohmann::json out = {{"threads", threads}, {"weights_isa", MatVecTargetName()},

@@ -248,7 +248,9 @@ void QuantizeActivationFor(const WeightKernels& k, const float* x, int64_t cols,
     for (int64_t i = 0; i < kActivationBlockElems; ++i) sum += out->q[b * kActivationBlockElems + i];
     out->sum[b] = sum;
   }
-  k.activation_offsets(out->q.data(), n, out->offset.data());
+  for (int64_t token = 0; token < n_tokens; ++token) {  // per token: a layout may group a row's blocks
+    k.activation_offsets(out->q.data() + token * cols, cols, out->offset.data() + token * (cols / kActivationLaneElems));
+  }
 }
 
 void QuantizeActivation(const float* x, int64_t cols, int8_t* q, float* d) {

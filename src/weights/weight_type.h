@@ -31,7 +31,7 @@ struct QuantizedX {
   // (WeightKernels::activation_offsets of the matrix's type fills it). Mostly what each int32 lane
   // of the x86 kernels starts from: minus the unsigned-byte bias times the sum of the 4 codes the
   // lane covers, so the lane ends exactly at Σ code·q (or a fixed power-of-two multiple of it);
-  // Q1_0 on AVX3_DL: the codes' 8 bit planes (q1_0.h).
+  // Q1_0 on AVX3_DL: the codes permuted by bit position (q1_0.h).
   const int32_t* offset = nullptr;
 };
 
@@ -42,8 +42,9 @@ struct WeightKernels {
   /// Plain types (quantized_activation false): y[r] = Σ_c W[r][c]·x[c] for r in [r0, r1).
   /// w is the whole matrix [rows][row bytes]; x [cols]; y [rows].
   void (*rows)(const uint8_t* w, const float* x, float* y, int64_t cols, int64_t r0, int64_t r1);
-  /// Quantised-activation types: fills x.offset [n / 4] from the codes q [n] as this type's
-  /// kernels on this target start their int32 lanes (a no-op where they do not use it).
+  /// Quantised-activation types: fills x.offset [n / 4] from the codes q [n] of one token (n =
+  /// cols) as this type's kernels on this target start their int32 lanes (a no-op where they do
+  /// not use it).
   void (*activation_offsets)(const int8_t* q, int64_t n, int32_t* offset);
   /// Quantised-activation types: rows [r0, r1) of y = W x from the quantised x.
   void (*quant_rows)(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r0, int64_t r1);

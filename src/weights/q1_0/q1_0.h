@@ -16,13 +16,13 @@
 // takes at most n_wb + 7 ≤ n_blocks + 4 roundings (n_blocks = cols / 32 = 4·n_wb), each relative to
 // a partial of magnitude ≤ |d_w·d_x|·Σ|code·q| over its lane, so the matvec.h bound
 // γ_{n_blocks+4}·abs_sum holds (abs_i = |w_i| = |d|). The scalar targets take s = d_w·d_x, then
-// acc += s·I_b: ≤ 3 + n_blocks − 1 roundings. AVX3_DL (bit-serial): I_b from popcounts of the
-// sign bits against the activation's bit planes, exact; per group of four weight blocks
+// acc += s·I_b: ≤ 3 + n_blocks − 1 roundings. AVX3_DL (one bit position at a time): I_b from
+// byte dots of 2·(sign bit) against the activation codes of the same elements, exact; per group of four weight blocks
 // acc += (d_w·d_x)·I_b in lane b (2 roundings), ≤ n_wb/4 later FMAs, 16 lanes summed (4): a term
 // takes ≤ n_wb/4 + 6 ≤ n_blocks + 4 roundings.
-// On AVX3_DL, QuantizedX::offset holds the activation codes' bit planes, not lane offsets
-// (q1_0_kernels.cc, ActivationOffsets): per 128 elements c, int32 word 32c + 4k + s has bit i =
-// bit k (two's complement) of code 128c + 32s + i. AVX2 reads lane offsets (−Σ of 4 codes) there,
+// On AVX3_DL, QuantizedX::offset holds the activation codes permuted by bit position, not lane
+// offsets (q1_0_kernels.cc, ActivationOffsets): per group g of m ≤ 4 weight blocks of a token,
+// byte 512g + 16m·t + 16L + 4s + j = code 512g + 128L + 32s + 8j + t. AVX2 reads lane offsets (−Σ of 4 codes) there,
 // AVX3 and the scalar targets nothing.
 #pragma once
 

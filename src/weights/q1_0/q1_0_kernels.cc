@@ -1,8 +1,9 @@
-// Q1_0 row kernels for every compiled target. AVX3_DL: bit-serial popcount dots against the
-// activation's bit planes (QuantizedX::offset), 512 weights per vector. AVX3: Σ ±q as one masked
+// Q1_0 row kernels for every compiled target. AVX3_DL: one weight bit position at a time (a GF(2)
+// affine map and a byte dot against the activation permuted by bit position, QuantizedX::offset),
+// 512 weights per vector. AVX3: Σ ±q as one masked
 // byte blend (the sign bits are the mask register) and one byte dot, four rows' integer lanes
 // folded before the float work. AVX2: bits spread to bytes, maddubs/madd. Four activation blocks
-// share a weight scale (q1_0.h, "Kernel numerics"). AVX3_DL is compiled for vpdpbusd/vpopcnt.
+// share a weight scale (q1_0.h, "Kernel numerics"). AVX3_DL is compiled for vpdpbusd and GFNI.
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL
 #endif
@@ -51,61 +52,45 @@ KVQ_MATVEC_X86_ATTR inline void ChunkScales(const uint8_t* const* a, int64_t c0,
 }
 
 #if HWY_TARGET <= HWY_AVX3_DL
-// AVX3_DL (AVX-512 VPOPCNTDQ, guaranteed by Highway's AVX3_DL target): bit-serial popcount dots.
-// QuantizedX::offset holds the activation codes' bit planes (ActivationOffsets below): with q's
-// two's-complement bits b_k, q = Σ_{k<7} 2^k·b_k − 128·b_7, so for a weight word w of 32 sign
-// bits Σ_{bit set} q = Σ_{k<7} 2^k·popcount(w & plane_k) − 128·popcount(w & plane_7), and
-// Σ ±q = 2·Σ_{bit set} q − Σq. One 512-bit vector holds 16 activation blocks (four weight
-// blocks, 512 weights): per plane one AND, one byte popcount and one vpdpbusd, all exact in int32
-// lanes (|lane| ≤ 32·128); the planes' loads and 128-bit transposes serve four rows; the float
-// work is one convert, one multiply and one FMA per 512 weights. Measured against the AVX3 blend
-// + dot with the four-row fold on AVX3_DL (a private harness, one core): 8.2 against 10.3 ns per
-// 512 weights and row with the weights in L2; from memory about the same (~5 GB/s; the kernel is
-// still compute-bound enough that little of the memory time overlaps). Measured no better: rows
-// in groups of 8 (slower from memory); prefetch distances 2-64 KiB, or into L1.
-constexpr int64_t kPlaneWords = 32;  // int32 words of bit planes per weight block (128 × 8 bits)
+// AVX3_DL (AVX-512 GFNI, VBMI, VNNI, all guaranteed by Highway's AVX3_DL target): one bit plane
+// of the weights at a time. One 512-bit vector holds four weight blocks' sign bits (512 weights,
+// 16 activation blocks), byte 4(4L + s) + j = byte j of activation block s of weight block L
+// (elements 8j .. 8j+7 of it). For each bit position t one GF(2) affine map turns every byte into
+// 2·(its bit t), i.e. 0 or 2, and one vpdpbusd multiplies those by the activation codes of the
+// same elements (8j + t, permuted once per token into QuantizedX::offset, ActivationOffsets
+// below): after the 8 positions, started from −Σq, lane 4L + s holds 2·Σ_{bit set} q − Σq = Σ ±q
+// of that activation block, exactly (|lane| ≤ 32·127). The activation vectors and −Σq serve four
+// rows; per row and 512 weights that is 8 affine maps, 8 dots, the weight loads and permutes and
+// one convert, multiply and FMA — against 8 ANDs, 8 byte popcounts, 8 dots and 2 corrections per
+// 512 weights for the bit-serial dots against the activation's bit planes this replaced, with the
+// same integers and float operations (so the same results). `kvq bench matvec` on a heavily
+// loaded machine did not resolve the difference (docs/performance.md). Measured no better with
+// the bit-serial kernel: rows in groups of 8 (slower from memory); prefetch distances 2-64 KiB,
+// or into L1.
+constexpr int64_t kGroupBlocks = 4;  // weight blocks per vector
+// KVQ_MATVEC_X86_ATTR (quant_rows-inl.h) and GFNI, which Highway's AVX3_DL target string lacks.
+#if defined(__clang__)
+#define KVQ_Q1_0_GFNI_ATTR __attribute__((target(HWY_TARGET_STR ",avx512vnni,gfni")))
+#else
+#define KVQ_Q1_0_GFNI_ATTR __attribute__((target("avx512vnni,no-avxvnni,gfni")))
+#endif
 
-// QuantizedX::offset [n / 4] as this target's kernels read it, the bit planes of q [n]: per
-// weight block c (elements 128c .. 128c+127), word 32c + 4k + s has bit i = bit k of code
-// 128c + 32s + i. Exactly n bytes, the offset buffer's size; position-local per 128 elements, so
-// each token's planes start at its own offset (MatMul's tokens lie back to back).
-KVQ_MATVEC_X86_ATTR void ActivationOffsets(const int8_t* q, int64_t n, int32_t* offset) {
-  for (int64_t c = 0; c < n / kBlockElems; ++c) {
-    uint32_t* out = reinterpret_cast<uint32_t*>(offset + c * kPlaneWords);  // [8 planes][4 blocks]
-    for (int h = 0; h < 2; ++h) {  // elements 64h .. 64h+63: activation blocks 2h and 2h+1
-      const __m512i v = _mm512_loadu_si512(q + c * kBlockElems + 64 * h);
-      for (int k = 0; k < 8; ++k) {
-        const uint64_t m = _cvtmask64_u64(_mm512_test_epi8_mask(v, _mm512_set1_epi8(static_cast<char>(1 << k))));
-        out[4 * k + 2 * h] = static_cast<uint32_t>(m);
-        out[4 * k + 2 * h + 1] = static_cast<uint32_t>(m >> 32);
+// QuantizedX::offset [n / 4] as this target's kernels read it, the codes q [n] of one token
+// (QuantizeActivationFor calls this per token) permuted: per group g of m ≤ 4 weight blocks
+// (elements 512g .. 512g + 128m − 1; m = 4 but for a row's last group), byte
+// 512g + 16m·t + 16L + 4s + j = code 512g + 128L + 32s + 8j + t (bit position t, weight block L,
+// activation block s, byte j). Exactly n bytes, the offset buffer's size.
+KVQ_Q1_0_GFNI_ATTR void ActivationOffsets(const int8_t* q, int64_t n, int32_t* offset) {
+  int8_t* out = reinterpret_cast<int8_t*>(offset);
+  const int64_t n_wb = n / kBlockElems;
+  for (int64_t wb = 0; wb < n_wb; wb += kGroupBlocks) {
+    const int64_t m = std::min(kGroupBlocks, n_wb - wb);
+    for (int64_t t = 0; t < 8; ++t) {
+      for (int64_t k = 0; k < 16 * m; ++k) {  // k = 16L + 4s + j = 4·(activation block) + j
+        out[wb * kBlockElems + 16 * m * t + k] = q[wb * kBlockElems + 32 * (k / 4) + 8 * (k % 4) + t];
       }
     }
   }
-}
-
-// 128-bit lane L of out[j] = lane j of in[L] (a 4 × 4 transpose of 128-bit lanes).
-KVQ_MATVEC_X86_ATTR inline void Transpose4(const __m512i* in, __m512i* out) {
-  const __m512i t0 = _mm512_shuffle_i64x2(in[0], in[1], 0x44), t1 = _mm512_shuffle_i64x2(in[0], in[1], 0xEE);
-  const __m512i t2 = _mm512_shuffle_i64x2(in[2], in[3], 0x44), t3 = _mm512_shuffle_i64x2(in[2], in[3], 0xEE);
-  out[0] = _mm512_shuffle_i64x2(t0, t2, 0x88);
-  out[1] = _mm512_shuffle_i64x2(t0, t2, 0xDD);
-  out[2] = _mm512_shuffle_i64x2(t1, t3, 0x88);
-  out[3] = _mm512_shuffle_i64x2(t1, t3, 0xDD);
-}
-
-// The planes of weight blocks wb .. wb+m−1 (m ≤ 4) -> p[k], dword 4L + s = plane k of activation
-// block s of weight block wb + L (zero for L ≥ m; the masked loads read nothing there).
-template <bool kFull>
-KVQ_MATVEC_X86_ATTR inline void LoadPlanes(const int32_t* planes, int m, __m512i* p) {
-  __m512i lo[4], hi[4];  // planes 0-3 and 4-7 of each weight block
-  for (int l = 0; l < 4; ++l) {
-    const int32_t* at = planes + l * kPlaneWords;
-    const __mmask16 keep = kFull || l < m ? 0xFFFF : 0;
-    lo[l] = kFull ? _mm512_loadu_si512(at) : _mm512_maskz_loadu_epi32(keep, at);
-    hi[l] = kFull ? _mm512_loadu_si512(at + 16) : _mm512_maskz_loadu_epi32(keep, at + 16);
-  }
-  Transpose4(lo, p);
-  Transpose4(hi, p + 4);
 }
 
 // Weight blocks wb .. wb+m−1 of one row (block = the first one's bytes, 18-byte stride), from
@@ -115,7 +100,7 @@ KVQ_MATVEC_X86_ATTR inline void LoadPlanes(const int32_t* planes, int m, __m512i
 // zero. Measured slower: the scales copied to a stack array per chunk and converted from there
 // (the narrow stores stall the wide load that converts them).
 template <bool kFull>
-KVQ_MATVEC_X86_ATTR inline void WeightBlocks(const uint8_t* block, int m, __m512i* bits, __m512* scale) {
+KVQ_Q1_0_GFNI_ATTR inline void WeightBlocks(const uint8_t* block, int m, __m512i* bits, __m512* scale) {
   // Byte j (lane L = j / 16, byte b = j % 16) sits at 2 + 18L + b: from the first load (at 0)
   // for L < 3, from the second (at 8, index 64 + 48 + b) for L = 3.
   const __m512i idx = _mm512_set_epi8(127, 126, 125, 124, 123, 122, 121, 120, 119, 118, 117, 116, 115, 114, 113, 112,
@@ -138,33 +123,31 @@ KVQ_MATVEC_X86_ATTR inline void WeightBlocks(const uint8_t* block, int m, __m512
   *scale = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(didx, z0)));
 }
 
-// Σ ±q per activation block, lane 4L + s of the group, exact: per plane k the byte popcounts of
-// w & plane_k (≤ 8 each), summed over the lane's 4 bytes with weight 2^k (−128 for plane 7) by
-// one vpdpbusd, then 2·Σ_{bit set} q − Σq. Measured about as fast, within the noise: dword
-// popcounts combined by Horner steps (more instructions, fewer on port 0), and half of each.
-KVQ_MATVEC_X86_ATTR inline __m512i SignedSums(__m512i w, const __m512i* p, __m512i sum) {
-  __m512i set = _mm512_setzero_si512();
-  for (int k = 0; k < 8; ++k) {
-    const __m512i weight = _mm512_set1_epi8(static_cast<char>(k == 7 ? -128 : 1 << k));
-    set = _mm512_dpbusd_epi32(set, _mm512_popcnt_epi8(_mm512_and_si512(w, p[k])), weight);
-  }
-  return _mm512_sub_epi32(_mm512_add_epi32(set, set), sum);
-}
-
 // One group of m ≤ 4 weight blocks (wb .. wb+m−1) for R rows: acc[i] += (d_w ⊙ d_x) ⊙
-// f32(Σ ±q), lane 4L + s (1 rounding for the product, 1 for the FMA).
+// f32(Σ ±q), lane 4L + s (1 rounding for the product, 1 for the FMA). Lanes past 4m: zero bits,
+// zero codes and zero −Σq, so 0.
 template <bool kFull, int R>
-KVQ_MATVEC_X86_ATTR inline void Group(const uint8_t* const* a, const QuantizedX& x, int64_t wb, int m, __m512* acc) {
+KVQ_Q1_0_GFNI_ATTR inline void Group(const uint8_t* const* a, const QuantizedX& x, int64_t wb, int m, __m512* acc) {
   const __mmask16 lanes = kFull ? 0xFFFF : static_cast<__mmask16>((1u << (4 * m)) - 1);
-  __m512i p[8];
-  LoadPlanes<kFull>(x.offset + wb * kPlaneWords, m, p);
-  const __m512i sum = _mm512_maskz_loadu_epi32(lanes, x.sum + wb * kSub);
+  const int8_t* perm = reinterpret_cast<const int8_t*>(x.offset) + wb * kBlockElems;  // ActivationOffsets
+  __m512i q[8];  // q[t]: byte 4(4L + s) + j = code 128L + 32s + 8j + t of the group
+  for (int t = 0; t < 8; ++t) {
+    q[t] = kFull ? _mm512_loadu_si512(perm + 64 * t)
+                 : _mm512_maskz_loadu_epi8(_bzhi_u64(~0ULL, static_cast<unsigned>(16 * m)), perm + 16 * m * t);
+  }
+  const __m512i neg_sum = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_maskz_loadu_epi32(lanes, x.sum + wb * kSub));
   const __m512 dx = _mm512_maskz_loadu_ps(lanes, x.d + wb * kSub);
   for (int i = 0; i < R; ++i) {
     __m512i bits;
     __m512 dw;
     WeightBlocks<kFull>(a[i] + wb * kBlockBytes, m, &bits, &dw);
-    const __m512i dot = SignedSums(bits, p, sum);
+    __m512i dot = neg_sum;
+    for (int t = 0; t < 8; ++t) {
+      // Output bit 1 of each byte = input bit t: the affine matrix's byte 6 (the row of output bit
+      // 1) is 1 << t, every other row 0.
+      const __m512i two_bits = _mm512_gf2p8affine_epi64_epi8(bits, _mm512_set1_epi64(static_cast<int64_t>((1ULL << t) << 48)), 0);
+      dot = _mm512_dpbusd_epi32(dot, two_bits, q[t]);
+    }
     acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(dot), acc[i]);
   }
 }
@@ -174,7 +157,7 @@ KVQ_MATVEC_X86_ATTR inline void Group(const uint8_t* const* a, const QuantizedX&
 // Each row's arithmetic depends on that row alone, so grouping (R, threads, MatMul) changes no
 // bit. A prefetch kPrefetchBytes ahead per kChunk blocks and row, as quant_rows-inl.h does.
 template <int R>
-KVQ_MATVEC_X86_ATTR void RowGroup(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r) {
+KVQ_Q1_0_GFNI_ATTR void RowGroup(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r) {
   const int64_t n_wb = cols / kBlockElems;
   const int64_t row_bytes = n_wb * kBlockBytes;
   const uint8_t* a[R];
@@ -399,6 +382,16 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace kvq::weights_q1_0 {
 HWY_EXPORT(Q1_0WeightKernelsHere);
-const WeightKernels& Kernels() { return HWY_DYNAMIC_DISPATCH(Q1_0WeightKernelsHere)(); }
+const WeightKernels& Kernels() {
+  const WeightKernels& k = HWY_DYNAMIC_DISPATCH(Q1_0WeightKernelsHere)();
+#if HWY_ARCH_X86 && (HWY_TARGETS & HWY_AVX3)
+  // Highway's AVX3_DL check does not ask for GFNI, which that target's kernels use (every CPU with
+  // AVX3_DL so far has it); without it, the AVX3 kernels.
+  if (std::strcmp(k.target, hwy::TargetName(HWY_AVX3_DL)) == 0 && !__builtin_cpu_supports("gfni")) {
+    return N_AVX3::Q1_0WeightKernelsHere();
+  }
+#endif
+  return k;
+}
 }  // namespace kvq::weights_q1_0
 #endif
