@@ -9,6 +9,7 @@
 #include <hwy/highway.h>
 
 #include "weights/kquant_rows-inl.h"
+#include "weights/kquant_interleaved-inl.h"
 #include "weights/q4_k/q4_k.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -54,7 +55,78 @@ struct Q4_KBlock {
 #endif
 };
 
-const WeightKernels& Q4_KWeightKernelsHere() { return MakeKQuantKernels<Q4_KBlock>(); }
+// The 16-row interleaved layout (weights/kquant_repack.h) for KQuantInterleavedRows.
+struct Q4_KInterleaved {
+  static constexpr int64_t kBytes = 144;
+  static constexpr bool kSub16 = false;
+  static constexpr int64_t kGroupBlock = kKqIlRows * kBytes;  // a group's super-block
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  // Per super-block: the rows' d and dmin, their 6-bit scales and mins unpacked four sub-blocks
+  // to a vector (kquant.h's KQuantScalesMins6 on 32-bit lanes: byte k of lane j is row j's sc or m
+  // of sub-block 4v+k); per sub-block the 8 code vectors' nibbles, then per token 8 byte dots.
+  template <class V, int T>
+  static KVQ_KQUANT_X86_ATTR void Step(const uint8_t* g, const QuantizedX& x0, int64_t cols, int64_t t0, float* y,
+                                       int64_t y_stride, int64_t r, int half) {
+    using I = typename V::I;
+    using F = typename V::F;
+    const int64_t n_super = cols / kKQuantBlockElems;
+    const int64_t n_blocks = cols / 32;
+    const int8_t* q[T];     // token t's codes [cols]
+    const float* dx[T];     // [n_blocks]
+    const int32_t* sum[T];  // [n_blocks]
+    F acc[T], macc[T];
+    for (int t = 0; t < T; ++t) {
+      q[t] = x0.q + (t0 + t) * cols;
+      dx[t] = x0.d + (t0 + t) * n_blocks;
+      sum[t] = x0.sum + (t0 + t) * n_blocks;
+      acc[t] = V::Zero();
+      macc[t] = V::Zero();
+    }
+    const I low = V::Set32(0x0F0F0F0F), six = V::Set32(0x3F3F3F3F), top = V::Set32(0x30303030),
+            byte = V::Set32(0xFF);
+    for (int64_t sb = 0; sb < n_super; ++sb) {
+      const uint8_t* blk = g + sb * kGroupBlock;
+      KqPrefetch<T>(blk, kGroupBlock);
+      const F d = V::Halves(blk, half), dmin = V::Halves(blk + 32, half);
+      const I a = V::Load(blk + 64, half), b = V::Load(blk + 128, half), c = V::Load(blk + 192, half);
+      const I sc[2] = {V::And(a, six), V::Or(V::And(c, low), V::And(V::Srl32(a, 2), top))};
+      const I mn[2] = {V::And(b, six), V::Or(V::And(V::Srl32(c, 4), low), V::And(V::Srl32(b, 2), top))};
+      for (int sub = 0; sub < 8; ++sub) {
+        const int shift = 8 * (sub % 4);
+        const F dsc = V::Mul(d, V::Cvt(V::And(V::Srl32(sc[sub / 4], shift), byte)));     // exact
+        const F dm = V::Mul(dmin, V::Cvt(V::And(V::Srl32(mn[sub / 4], shift), byte)));  // exact
+        const uint8_t* codes = blk + kQ4_KGroupScaleBytes + (sub / 2) * 8 * 64;
+        I u[8];  // u[k]: elements 4k..4k+3 of the sub-block, per row
+        for (int k = 0; k < 8; ++k) {
+          const I v = V::Load(codes + 64 * k, half);
+          u[k] = (sub & 1) ? V::And(V::template Srli16<4>(v), low) : V::And(v, low);
+        }
+        const int64_t ab = sb * 8 + sub;  // activation block
+        for (int t = 0; t < T; ++t) {
+          const int8_t* qb = q[t] + ab * 32;
+          I dot = V::Set32(0);
+          for (int k = 0; k < 8; ++k) dot = V::Dot(dot, u[k], qb + 4 * k);
+          const F xs = V::Set1(dx[t][ab]);
+          acc[t] = V::Fma(V::Mul(dsc, xs), V::Cvt(dot), acc[t]);
+          macc[t] = V::Fma(V::Mul(dm, xs), V::Set1(static_cast<float>(sum[t][ab])), macc[t]);
+        }
+      }
+    }
+    for (int t = 0; t < T; ++t) V::Store(y + (t0 + t) * y_stride + r + V::kLanes * half, V::Sub(acc[t], macc[t]));
+  }
+#else
+  static void Ints(const uint8_t* block, KQuantInts* out) { weights_q4_k::Ints(block, out); }
+#endif
+};
+
+const WeightKernels& Q4_KWeightKernelsHere() {
+  static const WeightKernels kKernels = [] {
+    WeightKernels k = MakeKQuantKernels<Q4_KBlock>();
+    k.interleaved_rows = &KQuantInterleavedRows<Q4_KInterleaved>;
+    return k;
+  }();
+  return kKernels;
+}
 
 }  // namespace HWY_NAMESPACE
 }  // namespace kvq

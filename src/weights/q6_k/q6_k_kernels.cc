@@ -9,6 +9,7 @@
 #include <hwy/highway.h>
 
 #include "weights/kquant_rows-inl.h"
+#include "weights/kquant_interleaved-inl.h"
 #include "weights/q6_k/q6_k.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -71,7 +72,85 @@ struct Q6_KBlock {
 #endif
 };
 
-const WeightKernels& Q6_KWeightKernelsHere() { return MakeKQuantKernels<Q6_KBlock>(); }
+// The 16-row interleaved layout (weights/kquant_repack.h) for KQuantInterleavedRows.
+struct Q6_KInterleaved {
+  static constexpr int64_t kBytes = 210;
+  static constexpr bool kSub16 = true;
+  static constexpr int64_t kGroupBlock = kKqIlRows * kBytes;  // a group's super-block
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  // Per sub-block of 16 (4 chunks of 4 elements): each chunk's unsigned code u = code + 32 is
+  // its low-nibble vector's nibble | its high-bit vector's bit pair moved to bits 4-5 (16-bit
+  // shifts: the bits that cross a byte land outside 0x30 and are masked off). The lanes start at
+  // −32·Σq over the 16 elements (Q6_KBlock's activation offsets, 4 of them), so each ends at the
+  // exact Σ (u − 32)·q; sub-blocks 2b and 2b+1 of activation block b go to acc_0 and acc_1.
+  template <class V, int T>
+  static KVQ_KQUANT_X86_ATTR void Step(const uint8_t* g, const QuantizedX& x0, int64_t cols, int64_t t0, float* y,
+                                       int64_t y_stride, int64_t r, int half) {
+    using I = typename V::I;
+    using F = typename V::F;
+    const int64_t n_super = cols / kKQuantBlockElems;
+    const int64_t n_blocks = cols / 32;
+    const int8_t* q[T];      // token t's codes [cols]
+    const float* dx[T];      // [n_blocks]
+    const int32_t* off[T];   // [cols / 4] −32·Σq per 4 codes
+    F acc[2][T];
+    for (int t = 0; t < T; ++t) {
+      q[t] = x0.q + (t0 + t) * cols;
+      dx[t] = x0.d + (t0 + t) * n_blocks;
+      off[t] = x0.offset + (t0 + t) * (cols / 4);
+      acc[0][t] = V::Zero();
+      acc[1][t] = V::Zero();
+    }
+    const I low = V::Set32(0x0F0F0F0F), two = V::Set32(0x30303030);
+    for (int64_t sb = 0; sb < n_super; ++sb) {
+      const uint8_t* blk = g + sb * kGroupBlock;
+      KqPrefetch<T>(blk, kGroupBlock);
+      const F d = V::Halves(blk, half);
+      for (int sub = 0; sub < 16; ++sub) {
+        const int p = sub / 4, a = (sub / 2) % 2, e = sub % 2;  // 64-element part, its block, half
+        const I scales = V::Load(blk + 32 + 64 * (sub / 4), half);
+        const F dsc = V::Mul(d, V::Cvt(V::Srai32_24(V::Sll32(scales, 24 - 8 * (sub % 4)))));  // exact
+        I u[4];  // u[kk]: elements 4kk..4kk+3 of the sub-block, per row
+        for (int kk = 0; kk < 4; ++kk) {
+          const I lv = V::Load(blk + kQ6_KGroupScaleBytes + (8 * p + 4 * e + kk) * 64, half);
+          const I nib = a ? V::And(V::template Srli16<4>(lv), low) : V::And(lv, low);
+          const I hv = V::Load(blk + kQ6_KGroupHighAt + (4 * p + kk) * 64, half);
+          I hi;
+          switch (2 * a + e) {  // the chunk's bit pair t
+            case 0: hi = V::template Slli16<4>(hv); break;
+            case 1: hi = V::template Slli16<2>(hv); break;
+            case 2: hi = hv; break;
+            default: hi = V::template Srli16<2>(hv); break;
+          }
+          u[kk] = V::Or(nib, V::And(hi, two));
+        }
+        const int64_t ab = sb * 8 + sub / 2;  // activation block
+        for (int t = 0; t < T; ++t) {
+          const int64_t at = ab * 32 + 16 * e;  // the sub-block's first element
+          const int32_t* o = off[t] + at / 4;
+          I dot = V::Set32(o[0] + o[1] + o[2] + o[3]);
+          for (int kk = 0; kk < 4; ++kk) dot = V::Dot(dot, u[kk], q[t] + at + 4 * kk);
+          acc[e][t] = V::Fma(V::Mul(dsc, V::Set1(dx[t][ab])), V::Cvt(dot), acc[e][t]);
+        }
+      }
+    }
+    for (int t = 0; t < T; ++t) {
+      V::Store(y + (t0 + t) * y_stride + r + V::kLanes * half, V::Add(acc[0][t], acc[1][t]));
+    }
+  }
+#else
+  static void Ints(const uint8_t* block, KQuantInts* out) { weights_q6_k::Ints(block, out); }
+#endif
+};
+
+const WeightKernels& Q6_KWeightKernelsHere() {
+  static const WeightKernels kKernels = [] {
+    WeightKernels k = MakeKQuantKernels<Q6_KBlock>();
+    k.interleaved_rows = &KQuantInterleavedRows<Q6_KInterleaved>;
+    return k;
+  }();
+  return kKernels;
+}
 
 }  // namespace HWY_NAMESPACE
 }  // namespace kvq
