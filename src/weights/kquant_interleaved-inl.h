@@ -16,8 +16,9 @@
 // Per row j (int32 lane j), token and activation block b (32 elements): sub-block dots I exact in
 // int32 (512-bit vpdpbusd on AVX3_DL; 256-bit maddubs + madd on AVX2 / AVX3, the group's two
 // 8-row halves in turn; plain integers elsewhere), then in f32
-//   Q4_K:  acc  = fma(fl(fl(d·sc)·d_x), I, acc),  macc = fma(fl(fl(dmin·m)·d_x), Σq, macc),
-//          y = acc − macc
+//   Q4_K:  acc  = fma(fl(d·sc·d_x), I, acc),  macc = fma(dmin·m, fl(d_x·Σq), macc),  y = acc − macc
+//          (an odd block — the high nibbles — as fma(fl((d·sc/16)·d_x), 16·I, acc): VNNI reads the
+//          nibbles unshifted; the same value barring underflow, and the same operations everywhere)
 //   Q6_K:  acc_e = fma(fl(fl(d·sc_e)·d_x), I_e, acc_e) for the block's sub-blocks e = 0, 1 of 16,
 //          y = acc_0 + acc_1
 // d·sc and dmin·m are exact (11 × ≤ 8 significant bits), I and Σq exact in f32 (< 2^24). Each term
@@ -80,6 +81,10 @@ struct KqRowsVec {
     __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*reinterpret_cast<const int32_t*>(q)));
     return acc;
   }
+  /// The high nibbles as they stand (16·n: vpdpbusd takes any unsigned byte), one AND; the
+  /// dot is then 16× the nibbles' dot, which Q4_K's scale of 1/16 undoes exactly.
+  static KVQ_KQUANT_X86_ATTR inline I HighNibbles(I v) { return _mm512_and_si512(v, _mm512_set1_epi8(static_cast<char>(0xF0))); }
+  static KVQ_KQUANT_X86_ATTR inline I SixteenTimes(I dot) { return dot; }
   static KVQ_KQUANT_X86_ATTR inline F Zero() { return _mm512_setzero_ps(); }
   static KVQ_KQUANT_X86_ATTR inline F Cvt(I v) { return _mm512_cvtepi32_ps(v); }
   static KVQ_KQUANT_X86_ATTR inline F Set1(float v) { return _mm512_set1_ps(v); }
@@ -120,6 +125,10 @@ struct KqRowsVec {
     return _mm256_add_epi32(
         acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_set1_epi32(four)), _mm256_set1_epi16(1)));
   }
+  /// The high nibbles shifted down (16·n pairs would saturate maddubs), and the dot scaled by 16
+  /// after: the same 16·Σ n·q as the VNNI path, exact.
+  static inline I HighNibbles(I v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F)); }
+  static inline I SixteenTimes(I dot) { return _mm256_slli_epi32(dot, 4); }
   static inline F Zero() { return _mm256_setzero_ps(); }
   static inline F Cvt(I v) { return _mm256_cvtepi32_ps(v); }
   static inline F Set1(float v) { return _mm256_set1_ps(v); }
@@ -131,13 +140,14 @@ struct KqRowsVec {
 };
 #endif  // KVQ_KQUANT_VNNI
 
-/// MatVec (T = 1): software prefetch of the group's super-block kKQuantPrefetchBytes ahead, as the
-/// row kernels do; MatMul's later steps find the group in cache. An integer address: it may lie
-/// past the matrix (a prefetch never faults).
+/// MatVec (T = 1): software prefetch kKQuantPrefetchBytes ahead of bytes [from, from + bytes) of
+/// the group's stream, as the row kernels do, spread over the super-block's steps (a burst of a
+/// whole super-block's lines at once measured slower); MatMul's later steps find the group in
+/// cache. An integer address: it may lie past the matrix (a prefetch never faults).
 template <int T>
-inline void KqPrefetch(const uint8_t* blk, int64_t bytes) {
+inline void KqPrefetch(const uint8_t* from, int64_t bytes) {
   if constexpr (T == 1) {
-    const uintptr_t ahead = reinterpret_cast<uintptr_t>(blk) + kKQuantPrefetchBytes;
+    const uintptr_t ahead = reinterpret_cast<uintptr_t>(from) + kKQuantPrefetchBytes;
     for (int64_t at = 0; at < bytes; at += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + at), _MM_HINT_T1);
   }
 }
@@ -196,8 +206,11 @@ void KQuantInterleavedRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tok
               acc = std::fma((k.d * static_cast<float>(k.sc[2 * b])) * dx[ab], static_cast<float>(dot[0]), acc);
               macc = std::fma((k.d * static_cast<float>(k.sc[2 * b + 1])) * dx[ab], static_cast<float>(dot[1]), macc);
             } else {
-              acc = std::fma((k.d * static_cast<float>(k.sc[2 * b])) * dx[ab], static_cast<float>(dot[0] + dot[1]), acc);
-              macc = std::fma((k.dmin * static_cast<float>(k.m[2 * b])) * dx[ab], static_cast<float>(sum[ab]), macc);
+              // As the x86 kernels: an odd block's dot 16× and its scale / 16 (both exact).
+              const bool odd = b % 2 == 1;
+              const float dsc = (k.d * static_cast<float>(k.sc[2 * b])) * (odd ? 0.0625f : 1.0f);
+              acc = std::fma(dsc * dx[ab], static_cast<float>((odd ? 16 : 1) * (dot[0] + dot[1])), acc);
+              macc = std::fma(k.dmin * static_cast<float>(k.m[2 * b]), dx[ab] * static_cast<float>(sum[ab]), macc);
             }
           }
         }
