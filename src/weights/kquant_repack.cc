@@ -56,16 +56,26 @@ void InterleaveKQuantBlock(WeightType type, const uint8_t* rows, int64_t row_byt
     }
     return;
   }
-  std::memset(out, 0, 16 * 210);
   for (int64_t j = 0; j < kRows; ++j) {
     const uint8_t* src = rows + j * row_bytes + sb * 210;
     std::memcpy(out + 2 * j, src + 208, 2);  // d
     for (int64_t v = 0; v < 4; ++v) std::memcpy(out + 32 + v * kVector + 4 * j, src + 192 + 4 * v, 4);
-    for (int e = 0; e < 256; ++e) {
-      const int code = Q6Code(src, e);
-      const Q6Place at = Q6Where(j, e);
-      out[at.low_byte] |= static_cast<uint8_t>((code & 15) << at.low_shift);
-      out[at.high_byte] |= static_cast<uint8_t>((code >> 4) << at.high_shift);
+    uint8_t code[256];  // [element] the 6-bit codes
+    for (int e = 0; e < 256; ++e) code[e] = static_cast<uint8_t>(Q6Code(src, e));
+    // Q6Where's places, written a byte at a time.
+    for (int p = 0; p < 4; ++p) {
+      const uint8_t* c = code + 64 * p;
+      for (int i = 0; i < 4; ++i) {
+        for (int k = 0; k < 8; ++k) {
+          out[kQ6_KGroupScaleBytes + (8 * p + k) * kVector + 4 * j + i] =
+              static_cast<uint8_t>((c[4 * k + i] & 15) | (c[32 + 4 * k + i] & 15) << 4);
+        }
+        for (int h = 0; h < 4; ++h) {
+          int high = 0;
+          for (int t = 0; t < 4; ++t) high |= (c[4 * (4 * t + h) + i] >> 4) << (2 * t);
+          out[kQ6_KGroupHighAt + (4 * p + h) * kVector + 4 * j + i] = static_cast<uint8_t>(high);
+        }
+      }
     }
   }
 }
