@@ -158,9 +158,10 @@ struct LlamaWeights {
 };
 
 /// Repacks every Q4_0 / Q8_0 / Q4_K / Q6_K projection and the classifier into
-/// MatrixLayout::kInterleaved16 for the interleaved kernels (one allocation, `repacked`), once at load; the file is unchanged and
-/// the fingerprint still hashes its bytes. The token embedding stays row-major (it is read by
-/// rows); a tied classifier gets its own repacked copy. With release_mapped_pages (only for
+/// MatrixLayout::kInterleaved16 for the interleaved kernels (one allocation, `repacked`), once at
+/// load; the file is unchanged and the fingerprint still hashes its bytes. The token embedding stays row-major (it is read by
+/// rows), as does a Q4_K / Q6_K classifier (one token at a time the row kernels are faster); a
+/// tied Q4_0 / Q8_0 classifier gets its own repacked copy. With release_mapped_pages (only for
 /// matrices viewing a read-only file mapping, as LoadModel's do: on writable memory MADV_DONTNEED
 /// would zero them), the pages of each repacked matrix are released (madvise MADV_DONTNEED: clean
 /// file pages, re-read from the page cache if anything — the fingerprint, a tied embedding's rows
