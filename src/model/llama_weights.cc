@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/checksum.h"
+#include "weights/kquant_repack.h"
 #include "weights/repack.h"
 
 namespace kvq {
@@ -47,7 +48,10 @@ int64_t RepackWeights(LlamaWeights* w, bool release_mapped_pages) {
       if (CanRepack(*m)) todo.push_back(m);
     }
   }
-  if (CanRepack(w->classifier)) todo.push_back(&w->classifier);
+  // A K-quant classifier (Q6_K in llama.cpp's K-quant mixes) stays row-major: it serves one token
+  // per step (prefill needs only the last position's logits), and one token at a time the row
+  // kernels measured faster than the interleaved Q6_K kernel (docs/performance.md).
+  if (CanRepack(w->classifier) && !IsInterleavedKQuant(w->classifier.type)) todo.push_back(&w->classifier);
   constexpr int64_t kAlign = 64;  // each matrix starts on a cache line
   int64_t total = 0;
   for (const Matrix* m : todo) total += (MatrixDataBytes(*m) + kAlign - 1) / kAlign * kAlign;

@@ -28,8 +28,9 @@ const WeightTypeDesc& Desc(const char* what, WeightType type) {
   return *d;
 }
 
-// Room for one plain block gathered from a repacked matrix (Q4_0 or Q8_0: 18 or 34 bytes).
-constexpr int64_t kScratchBytes = 64;
+// Room for one plain block gathered from a repacked matrix (Q4_0, Q8_0, Q4_K, Q6_K: 18, 34, 144
+// or 210 bytes).
+constexpr int64_t kScratchBytes = 256;
 
 // The plain bytes of the block of `row` holding element `block`·block_elems, in either layout.
 const uint8_t* BlockAt(const Matrix& w, const WeightTypeDesc&, int64_t row, int64_t block,

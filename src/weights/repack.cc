@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "weights/kquant_repack.h"
 #include "weights/matvec.h"
 #include "weights/weight_type.h"
 
@@ -22,13 +23,40 @@ int64_t BlockBytes(WeightType type) { return type == WeightType::kQ4_0 ? 18 : 34
 }  // namespace
 
 bool CanRepack(const Matrix& w) {
-  return w.layout == MatrixLayout::kRowMajor && (w.type == WeightType::kQ4_0 || w.type == WeightType::kQ8_0) &&
-         w.rows >= kInterleaveRows && w.cols % 32 == 0;
+  const bool legacy = w.type == WeightType::kQ4_0 || w.type == WeightType::kQ8_0;
+  return w.layout == MatrixLayout::kRowMajor && (legacy || IsInterleavedKQuant(w.type)) &&
+         w.rows >= kInterleaveRows && w.cols % (legacy ? 32 : 256) == 0;
 }
 
 int64_t MatrixDataBytes(const Matrix& w) { return w.rows * MatrixRowBytes(w.type, w.cols); }
 
+// The K-quants' groups (weights/kquant_repack.h), super-block by super-block.
+namespace {
+void RepackKQuantGroups(const Matrix& w, uint8_t* out) {
+  const int64_t bb = FindWeightType(w.type)->block_bytes;
+  const int64_t n_super = w.cols / 256;
+  const int64_t row_bytes = n_super * bb;
+  for (int64_t g = 0; g < w.rows / kInterleaveRows; ++g) {
+    const uint8_t* rows = w.data + g * kInterleaveRows * row_bytes;  // [16][row_bytes] plain
+    uint8_t* group = out + g * kInterleaveRows * row_bytes;          // [n_super][16·bb] interleaved
+    for (int64_t sb = 0; sb < n_super; ++sb) {
+      InterleaveKQuantBlock(w.type, rows, row_bytes, sb, group + sb * kInterleaveRows * bb);
+    }
+  }
+}
+}  // namespace
+
 Matrix RepackMatrix(const Matrix& w, uint8_t* out) {
+  if (IsInterleavedKQuant(w.type)) {
+    RepackKQuantGroups(w, out);
+    const int64_t row_bytes = MatrixRowBytes(w.type, w.cols);
+    const int64_t tail_at = w.rows / kInterleaveRows * kInterleaveRows * row_bytes;
+    std::memcpy(out + tail_at, w.data + tail_at, w.rows * row_bytes - tail_at);
+    Matrix r = w;
+    r.data = out;
+    r.layout = MatrixLayout::kInterleaved16;
+    return r;
+  }
   const int64_t bb = BlockBytes(w.type);
   const int64_t code_bytes = bb - kScaleBytes;  // 16 (Q4_0) or 32 (Q8_0) per row and block
   const int64_t n_blocks = w.cols / 32;
@@ -63,6 +91,12 @@ const uint8_t* PlainBlock(const Matrix& w, int64_t row, int64_t block, uint8_t* 
   if (w.layout == MatrixLayout::kRowMajor || row >= interleaved_rows) {
     const WeightTypeDesc* d = FindWeightType(w.type);
     return w.data + row * row_bytes + block * d->block_bytes;
+  }
+  if (IsInterleavedKQuant(w.type)) {
+    const int64_t bb = FindWeightType(w.type)->block_bytes;
+    const int64_t j = row % kInterleaveRows;
+    GatherKQuantBlock(w.type, w.data + (row - j) * row_bytes + block * kInterleaveRows * bb, j, scratch);
+    return scratch;
   }
   const int64_t bb = BlockBytes(w.type);
   const int64_t j = row % kInterleaveRows;

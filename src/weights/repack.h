@@ -26,7 +26,8 @@ namespace kvq {
 
 inline constexpr int64_t kInterleaveRows = 16;
 
-/// Whether `w` (row-major) has a repacked layout: Q4_0 or Q8_0 with at least kInterleaveRows rows.
+/// Whether `w` (row-major) has a repacked layout: Q4_0 or Q8_0 (or Q4_K or Q6_K, whose groups are
+/// in weights/kquant_repack.h) with at least kInterleaveRows rows.
 bool CanRepack(const Matrix& w);
 
 /// Writes the kInterleaved16 form of the row-major `w` (CanRepack) to out [MatrixBytes of w] and

@@ -1,7 +1,8 @@
-// Q4_0 / Q8_0 repacked into MatrixLayout::kInterleaved16 (weights/repack.h) on every SIMD target:
-// the repack round-trips (each block's plain bytes, the decoded rows, the quantised reference);
-// MatVec on the repacked layout is within γ_{n_blocks+1}·abs_sum of MatVecQuantizedReference (the
-// interleaved kernels round each term at most n_blocks + 1 times: interleaved_rows-inl.h) and, in
+// Q4_0 / Q8_0 (weights/repack.h) and Q4_K / Q6_K (weights/kquant_repack.h) repacked into
+// MatrixLayout::kInterleaved16 on every SIMD target: the repack round-trips (each block's plain
+// bytes, the decoded rows, the quantised reference); MatVec on the repacked layout is within
+// γ_{n_blocks+r}·abs_sum of MatVecQuantizedReference (the interleaved kernels round each term at
+// most n_blocks + r times: r = 1 in interleaved_rows-inl.h, 2 in kquant_interleaved-inl.h) and, in
 // the 16-row groups, the same bits on every target; MatMul equals MatVec bit for bit for 1..9 tokens and row counts that
 // are not multiples of 16; the thread count changes no bit; special activations as in matvec.h.
 #ifndef HWY_WANT_AVX3_DL
@@ -28,8 +29,19 @@ namespace {
 using test::QuantTolerance;
 using test::TargetScope;
 
-constexpr WeightType kTypes[] = {WeightType::kQ4_0, WeightType::kQ8_0};
-constexpr int64_t kInterleavedRoundings = 1;  // beyond one per block (interleaved_rows-inl.h)
+constexpr WeightType kTypes[] = {WeightType::kQ4_0, WeightType::kQ8_0, WeightType::kQ4_K, WeightType::kQ6_K};
+
+bool IsKQuant(WeightType type) { return type == WeightType::kQ4_K || type == WeightType::kQ6_K; }
+
+// Roundings per term beyond one per activation block: interleaved_rows-inl.h (Q4_0, Q8_0) and
+// kquant_interleaved-inl.h (Q4_K, Q6_K: a second accumulator and the add that joins them).
+int64_t InterleavedRoundings(WeightType type) { return IsKQuant(type) ? 2 : 1; }
+
+// Row lengths: whole blocks of 32, or of 256 for the K-quants (`small` for the byte checks).
+std::vector<int64_t> ColsFor(WeightType type, bool small) {
+  if (IsKQuant(type)) return small ? std::vector<int64_t>{256, 512, 768} : std::vector<int64_t>{256, 768, 1024, 2048};
+  return small ? std::vector<int64_t>{32, 64, 96, 256} : std::vector<int64_t>{32, 96, 256, 1024};
+}
 
 // A plain matrix of N(0, 1) rows by the type's quantiser, and its repacked copy.
 struct Pair {
@@ -72,6 +84,10 @@ TEST(Repack, OnlyRowMajorQ4_0AndQ8_0WithAWholeGroup) {
   EXPECT_TRUE(CanRepack(Matrix{.type = WeightType::kQ8_0, .rows = 17, .cols = 64}));
   EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ4_0, .rows = 15, .cols = 32}));
   EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ4_1, .rows = 16, .cols = 32}));
+  EXPECT_TRUE(CanRepack(Matrix{.type = WeightType::kQ4_K, .rows = 16, .cols = 256}));
+  EXPECT_TRUE(CanRepack(Matrix{.type = WeightType::kQ6_K, .rows = 33, .cols = 512}));
+  EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ5_K, .rows = 16, .cols = 256}));
+  EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ6_K, .rows = 15, .cols = 256}));
   EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kF32, .rows = 16, .cols = 32}));
   EXPECT_FALSE(CanRepack(
       Matrix{.type = WeightType::kQ4_0, .rows = 16, .cols = 32, .layout = MatrixLayout::kInterleaved16}));
@@ -82,15 +98,15 @@ TEST(Repack, RoundTripsEveryBlockAndRow) {
   for (WeightType type : kTypes) {
     const WeightTypeDesc& d = *FindWeightType(type);
     for (int64_t rows : {16, 17, 31, 32, 37}) {
-      for (int64_t cols : {32, 64, 96, 256}) {
+      for (int64_t cols : ColsFor(type, true)) {
         SCOPED_TRACE(::testing::Message() << d.label << " " << rows << "x" << cols);
         const Pair p = MakePair(type, rows, cols, seed++);
         ASSERT_EQ(p.packed.layout, MatrixLayout::kInterleaved16);
         // The layout really moved bytes (a copy would pass the checks below trivially).
         EXPECT_NE(std::memcmp(p.plain_bytes.data(), p.packed_bytes.data(), 16 * MatrixRowBytes(type, cols)), 0);
-        uint8_t scratch_a[64], scratch_b[64];
+        uint8_t scratch_a[256], scratch_b[256];  // one plain block (≤ 210 bytes)
         for (int64_t r = 0; r < rows; ++r) {
-          for (int64_t b = 0; b < cols / 32; ++b) {
+          for (int64_t b = 0; b < cols / d.block_elems; ++b) {
             ASSERT_EQ(std::memcmp(PlainBlock(p.plain, r, b, scratch_a), PlainBlock(p.packed, r, b, scratch_b),
                                   d.block_bytes), 0) << "row " << r << " block " << b;
           }
@@ -122,7 +138,7 @@ TEST(Repack, EveryTargetWithinTheBoundAndTheSameBits) {
     const WeightTypeDesc& d = *FindWeightType(type);
     double worst_ratio = 0;
     for (int64_t rows : {16, 21, 32, 37}) {
-      for (int64_t cols : {32, 96, 256, 1024}) {
+      for (int64_t cols : ColsFor(type, false)) {
         SCOPED_TRACE(::testing::Message() << d.label << " " << rows << "x" << cols);
         const Pair p = MakePair(type, rows, cols, seed++);
         const std::vector<float> x = RandomX(cols, seed++);
@@ -138,7 +154,7 @@ TEST(Repack, EveryTargetWithinTheBoundAndTheSameBits) {
           const int64_t grouped = rows / kInterleaveRows * kInterleaveRows;
           for (int64_t r = 0; r < rows; ++r) {
             // Grouped rows: the interleaved kernel's bound; the plain tail: the row kernel's.
-            const int64_t roundings = r < grouped ? kInterleavedRoundings : d.matvec_roundings;
+            const int64_t roundings = r < grouped ? InterleavedRoundings(type) : d.matvec_roundings;
             const double tol = QuantTolerance(cols, ref[r].abs_sum, roundings);
             const double err = std::fabs(static_cast<double>(y[r]) - ref[r].y);
             ASSERT_LE(err, tol) << "row " << r << ": kernel " << y[r] << " reference " << ref[r].y;

@@ -1,0 +1,229 @@
+// Per-target driver of the repacked K-quants (MatrixLayout::kInterleaved16, weights/kquant_repack.h):
+// 16 rows × T tokens per step, for MatVec (T = 1) and MatMul (T up to kKqMaxTokens, each unpacked
+// weight vector used for every token of the step, so prefill reads a group's weights once per T
+// tokens instead of once per token). Include after kquant_rows-inl.h (its KVQ_KQUANT_X86_ATTR); a
+// type supplies a policy B:
+//   static constexpr int64_t kBytes     bytes per plain super-block (144, 210)
+//   static constexpr bool kSub16        scales per 16 elements (Q6_K) rather than per 32 with mins
+//   x86 AVX2 or better:
+//     template <class V, int T> static void Step(g, x0, cols, t0, y, y_stride, r, half)
+//         the group at g (rows r..r+15, or the half's 8 of them where V has 8 lanes) times
+//         tokens t0..t0+T−1, written to y[t][r + ...] — V is KqRowsVec below
+//   other targets:
+//     static void Ints(const uint8_t* block, KQuantInts* out)   the integer form (kquant.h)
+// and gets KQuantInterleavedRows<B> for WeightKernels::interleaved_rows.
+//
+// Per row j (int32 lane j), token and activation block b (32 elements): sub-block dots I exact in
+// int32 (512-bit vpdpbusd on AVX3_DL; 256-bit maddubs + madd on AVX2 / AVX3, the group's two
+// 8-row halves in turn; plain integers elsewhere), then in f32
+//   Q4_K:  acc  = fma(fl(d·sc·d_x), I, acc),  macc = fma(dmin·m, fl(d_x·Σq), macc),  y = acc − macc
+//          (an odd block — the high nibbles — as fma(fl((d·sc/16)·d_x), 16·I, acc): VNNI reads the
+//          nibbles unshifted; the same value barring underflow, and the same operations everywhere)
+//   Q6_K:  acc_e = fma(fl(fl(d·sc_e)·d_x), I_e, acc_e) for the block's sub-blocks e = 0, 1 of 16,
+//          y = acc_0 + acc_1
+// d·sc and dmin·m are exact (11 × ≤ 8 significant bits), I and Σq exact in f32 (< 2^24). Each term
+// is rounded once for its scale, once per activation block by its accumulator's FMA (n_blocks)
+// and once by the final add: at most n_blocks + 2 roundings (matvec.h). Every target does these
+// operations (the scalar path with std::fma), so the grouped rows give the same bits on every
+// target, whatever T and the threads.
+#if defined(KVQ_WEIGHTS_KQUANT_INTERLEAVED_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KVQ_WEIGHTS_KQUANT_INTERLEAVED_INL_H_
+#undef KVQ_WEIGHTS_KQUANT_INTERLEAVED_INL_H_
+#else
+#define KVQ_WEIGHTS_KQUANT_INTERLEAVED_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "weights/kquant.h"
+#include "weights/kquant_repack.h"
+#include "weights/weight_type.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvq {
+namespace HWY_NAMESPACE {
+
+constexpr int64_t kKqIlRows = 16;  // rows per group (weights/repack.h kInterleaveRows)
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+
+#if KVQ_KQUANT_VNNI
+// Tokens per step: 8 unpacked weight vectors and two f32 accumulators per token within AVX-512's
+// 32 vector registers; AVX2's 16 at 2.
+constexpr int kKqMaxTokens = 4;
+
+/// The group's 16 rows in one 512-bit vector (lane j = row j); half is always 0.
+struct KqRowsVec {
+  using I = __m512i;
+  using F = __m512;
+  static constexpr int kHalves = 1;
+  static constexpr int kLanes = 16;
+  static KVQ_KQUANT_X86_ATTR inline I Load(const uint8_t* vec64, int) { return _mm512_loadu_si512(vec64); }
+  /// 16 f16 at p (row j at 2j) -> f32 lanes.
+  static KVQ_KQUANT_X86_ATTR inline F Halves(const uint8_t* p, int) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static KVQ_KQUANT_X86_ATTR inline I Set32(int32_t v) { return _mm512_set1_epi32(v); }
+  static KVQ_KQUANT_X86_ATTR inline I And(I a, I b) { return _mm512_and_si512(a, b); }
+  static KVQ_KQUANT_X86_ATTR inline I Or(I a, I b) { return _mm512_or_si512(a, b); }
+  template <int N> static KVQ_KQUANT_X86_ATTR inline I Srli16(I v) { return _mm512_srli_epi16(v, N); }
+  template <int N> static KVQ_KQUANT_X86_ATTR inline I Slli16(I v) { return _mm512_slli_epi16(v, N); }
+  static KVQ_KQUANT_X86_ATTR inline I Srl32(I v, int n) { return _mm512_srl_epi32(v, _mm_cvtsi32_si128(n)); }
+  static KVQ_KQUANT_X86_ATTR inline I Sll32(I v, int n) { return _mm512_sll_epi32(v, _mm_cvtsi32_si128(n)); }
+  static KVQ_KQUANT_X86_ATTR inline I Srai32_24(I v) { return _mm512_srai_epi32(v, 24); }
+  /// acc + Σ over each lane's 4 bytes of u (unsigned, ≤ 63) times the 4 codes at q.
+  static KVQ_KQUANT_X86_ATTR inline I Dot(I acc, I u, const int8_t* q) {
+    // vpdpbusd with the 32-bit memory operand broadcast ({1to16}), as interleaved_rows-inl.h.
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*reinterpret_cast<const int32_t*>(q)));
+    return acc;
+  }
+  /// The high nibbles as they stand (16·n: vpdpbusd takes any unsigned byte), one AND; the
+  /// dot is then 16× the nibbles' dot, which Q4_K's scale of 1/16 undoes exactly.
+  static KVQ_KQUANT_X86_ATTR inline I HighNibbles(I v) { return _mm512_and_si512(v, _mm512_set1_epi8(static_cast<char>(0xF0))); }
+  static KVQ_KQUANT_X86_ATTR inline I SixteenTimes(I dot) { return dot; }
+  static KVQ_KQUANT_X86_ATTR inline F Zero() { return _mm512_setzero_ps(); }
+  static KVQ_KQUANT_X86_ATTR inline F Cvt(I v) { return _mm512_cvtepi32_ps(v); }
+  static KVQ_KQUANT_X86_ATTR inline F Set1(float v) { return _mm512_set1_ps(v); }
+  static KVQ_KQUANT_X86_ATTR inline F Mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static KVQ_KQUANT_X86_ATTR inline F Add(F a, F b) { return _mm512_add_ps(a, b); }
+  static KVQ_KQUANT_X86_ATTR inline F Sub(F a, F b) { return _mm512_sub_ps(a, b); }
+  static KVQ_KQUANT_X86_ATTR inline F Fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static KVQ_KQUANT_X86_ATTR inline void Store(float* y, F v) { _mm512_storeu_ps(y, v); }
+};
+#else
+constexpr int kKqMaxTokens = 2;
+
+/// Half the group's rows (8 × 32 bits) in one 256-bit vector: half h is rows 8h..8h+7, the
+/// upper or lower 32 bytes of each 64-byte vector.
+struct KqRowsVec {
+  using I = __m256i;
+  using F = __m256;
+  static constexpr int kHalves = 2;
+  static constexpr int kLanes = 8;
+  static inline I Load(const uint8_t* vec64, int half) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vec64 + 32 * half));
+  }
+  static inline F Halves(const uint8_t* p, int half) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * half)));
+  }
+  static inline I Set32(int32_t v) { return _mm256_set1_epi32(v); }
+  static inline I And(I a, I b) { return _mm256_and_si256(a, b); }
+  static inline I Or(I a, I b) { return _mm256_or_si256(a, b); }
+  template <int N> static inline I Srli16(I v) { return _mm256_srli_epi16(v, N); }
+  template <int N> static inline I Slli16(I v) { return _mm256_slli_epi16(v, N); }
+  static inline I Srl32(I v, int n) { return _mm256_srl_epi32(v, _mm_cvtsi32_si128(n)); }
+  static inline I Sll32(I v, int n) { return _mm256_sll_epi32(v, _mm_cvtsi32_si128(n)); }
+  static inline I Srai32_24(I v) { return _mm256_srai_epi32(v, 24); }
+  /// maddubs: u ≤ 63, |q| ≤ 127, so a pair is at most 16002 (no saturation).
+  static inline I Dot(I acc, I u, const int8_t* q) {
+    int32_t four;
+    std::memcpy(&four, q, 4);
+    return _mm256_add_epi32(
+        acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_set1_epi32(four)), _mm256_set1_epi16(1)));
+  }
+  /// The high nibbles shifted down (16·n pairs would saturate maddubs), and the dot scaled by 16
+  /// after: the same 16·Σ n·q as the VNNI path, exact.
+  static inline I HighNibbles(I v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F)); }
+  static inline I SixteenTimes(I dot) { return _mm256_slli_epi32(dot, 4); }
+  static inline F Zero() { return _mm256_setzero_ps(); }
+  static inline F Cvt(I v) { return _mm256_cvtepi32_ps(v); }
+  static inline F Set1(float v) { return _mm256_set1_ps(v); }
+  static inline F Mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static inline F Add(F a, F b) { return _mm256_add_ps(a, b); }
+  static inline F Sub(F a, F b) { return _mm256_sub_ps(a, b); }
+  static inline F Fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  static inline void Store(float* y, F v) { _mm256_storeu_ps(y, v); }
+};
+#endif  // KVQ_KQUANT_VNNI
+
+/// MatVec (T = 1): software prefetch kKQuantPrefetchBytes ahead of bytes [from, from + bytes) of
+/// the group's stream, as the row kernels do, spread over the super-block's steps (a burst of a
+/// whole super-block's lines at once measured slower); MatMul's later steps find the group in
+/// cache. An integer address: it may lie past the matrix (a prefetch never faults).
+template <int T>
+inline void KqPrefetch(const uint8_t* from, int64_t bytes) {
+  if constexpr (T == 1) {
+    const uintptr_t ahead = reinterpret_cast<uintptr_t>(from) + kKQuantPrefetchBytes;
+    for (int64_t at = 0; at < bytes; at += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + at), _MM_HINT_T1);
+  }
+}
+
+template <class B>
+void KQuantInterleavedRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tokens, float* y, int64_t y_stride,
+                           int64_t cols, int64_t r0, int64_t r1) {
+  using V = KqRowsVec;
+  const int64_t row_bytes = cols / kKQuantBlockElems * B::kBytes;
+  for (int64_t r = r0; r < r1; r += kKqIlRows) {
+    const uint8_t* g = w + r * row_bytes;
+    for (int half = 0; half < V::kHalves; ++half) {
+      int64_t t = 0;
+      for (; t + kKqMaxTokens <= n_tokens; t += kKqMaxTokens) {
+        B::template Step<V, kKqMaxTokens>(g, x0, cols, t, y, y_stride, r, half);
+      }
+      switch (n_tokens - t) {
+        case 1: B::template Step<V, 1>(g, x0, cols, t, y, y_stride, r, half); break;
+#if KVQ_KQUANT_VNNI
+        case 2: B::template Step<V, 2>(g, x0, cols, t, y, y_stride, r, half); break;
+        case 3: B::template Step<V, 3>(g, x0, cols, t, y, y_stride, r, half); break;
+#endif
+        default: break;
+      }
+    }
+  }
+}
+
+#else  // not x86 AVX2 or better: plain integer loops over each row's gathered block, std::fma
+
+template <class B>
+void KQuantInterleavedRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tokens, float* y, int64_t y_stride,
+                           int64_t cols, int64_t r0, int64_t r1) {
+  constexpr WeightType kType = B::kSub16 ? WeightType::kQ6_K : WeightType::kQ4_K;
+  const int64_t n_super = cols / kKQuantBlockElems;
+  const int64_t n_blocks = cols / 32;
+  const int64_t row_bytes = n_super * B::kBytes;
+  uint8_t plain[B::kBytes];
+  KQuantInts k;
+  for (int64_t r = r0; r < r1; r += kKqIlRows) {
+    const uint8_t* g = w + r * row_bytes;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const int8_t* q = x0.q + t * cols;           // [cols]
+      const float* dx = x0.d + t * n_blocks;       // [n_blocks]
+      const int32_t* sum = x0.sum + t * n_blocks;  // [n_blocks]
+      for (int64_t j = 0; j < kKqIlRows; ++j) {
+        float acc = 0.0f, macc = 0.0f;  // Q6_K: acc and macc are acc_0 and acc_1
+        for (int64_t sb = 0; sb < n_super; ++sb) {
+          GatherKQuantBlock(kType, g + sb * kKqIlRows * B::kBytes, j, plain);
+          B::Ints(plain, &k);
+          for (int64_t b = 0; b < 8; ++b) {
+            const int64_t ab = sb * 8 + b;
+            int32_t dot[2] = {0, 0};  // the two 16-element halves
+            for (int64_t l = 0; l < 32; ++l) dot[l / 16] += k.code[32 * b + l] * q[32 * ab + l];
+            if constexpr (B::kSub16) {
+              acc = std::fma((k.d * static_cast<float>(k.sc[2 * b])) * dx[ab], static_cast<float>(dot[0]), acc);
+              macc = std::fma((k.d * static_cast<float>(k.sc[2 * b + 1])) * dx[ab], static_cast<float>(dot[1]), macc);
+            } else {
+              // As the x86 kernels: an odd block's dot 16× and its scale / 16 (both exact).
+              const bool odd = b % 2 == 1;
+              const float dsc = (k.d * static_cast<float>(k.sc[2 * b])) * (odd ? 0.0625f : 1.0f);
+              acc = std::fma(dsc * dx[ab], static_cast<float>((odd ? 16 : 1) * (dot[0] + dot[1])), acc);
+              macc = std::fma(k.dmin * static_cast<float>(k.m[2 * b]), dx[ab] * static_cast<float>(sum[ab]), macc);
+            }
+          }
+        }
+        y[t * y_stride + r + j] = B::kSub16 ? acc + macc : acc - macc;
+      }
+    }
+  }
+}
+
+#endif  // HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kvq
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard toggle

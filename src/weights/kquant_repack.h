@@ -1,0 +1,45 @@
+// Q4_K / Q6_K matrices repacked at load for the interleaved K-quant kernels
+// (MatrixLayout::kInterleaved16, as Q4_0 / Q8_0 in weights/repack.h): 16 rows per group, per
+// super-block of 256 the 16 rows' scales together and their codes 4 elements per row in turn, so
+// one 512-bit byte dot (vpdpbusd) makes int32 lane j = row j's partial dot of 4 elements with the
+// activation's 4 codes broadcast; lane j ends as row j's exact sub-block dot. The group's bytes are
+// the 16 plain super-blocks' bytes moved (a matrix repacked keeps its size; the file is unchanged).
+// Every "vector" below is 64 bytes, byte 4j+i belonging to row j (its halves are rows 0..7 and
+// 8..15: what a 256-bit kernel loads).
+//
+// Q4_K (kquant.h's 6-bit scales; q4_k.h), a group's super-block, 2304 bytes:
+//   bytes 0-31      d of rows 0..15, IEEE binary16
+//   bytes 32-63     dmin of rows 0..15
+//   bytes 64-255    3 vectors: vector v, byte 4j+i = row j's scales[4v+i] (the packed 12 bytes)
+//   bytes 256-2303  32 vectors: vector 8c+k, byte 4j+i = row j's qs[32c+4k+i] (low nibble element
+//                   64c+4k+i, of sub-block 2c; high nibble element 64c+32+4k+i, sub-block 2c+1)
+// Q6_K (q6_k.h), a group's super-block, 3360 bytes; codes re-cut (the same bits, other bytes):
+//   bytes 0-31      d of rows 0..15
+//   bytes 32-287    4 vectors: vector v, byte 4j+i = row j's scales[4v+i] (int8)
+//   bytes 288-2335  32 vectors, per 64 elements p = 0..3 and k = 0..7: vector 8p+k, byte 4j+i =
+//                   the low 4 bits of row j's code of element 64p+4k+i | those of 64p+32+4k+i << 4
+//   bytes 2336-3359 16 vectors, per p and h = 0..3: vector 4p+h, byte 4j+i, bits 2t..2t+1 = the
+//                   high 2 bits of row j's code of element 64p+4(4t+h)+i (t = 0..3)
+// The last rows % 16 rows follow the groups row-major, as in repack.h.
+#pragma once
+
+#include <cstdint>
+
+#include "weights/matrix.h"
+
+namespace kvq {
+
+inline constexpr int64_t kQ4_KGroupScaleBytes = 256;  // d, dmin, the 3 scale vectors
+inline constexpr int64_t kQ6_KGroupScaleBytes = 288;  // d, the 4 scale vectors
+inline constexpr int64_t kQ6_KGroupHighAt = 2336;     // the high-bit vectors
+
+/// Whether `type` has an interleaved K-quant layout (Q4_K, Q6_K).
+bool IsInterleavedKQuant(WeightType type);
+
+/// rows [16][row_bytes] plain, super-block sb of each -> the group's super-block (bytes above).
+void InterleaveKQuantBlock(WeightType type, const uint8_t* rows, int64_t row_bytes, int64_t sb, uint8_t* out);
+
+/// The plain super-block of row j (0..15) from a group's super-block `group_block`.
+void GatherKQuantBlock(WeightType type, const uint8_t* group_block, int64_t j, uint8_t* out);
+
+}  // namespace kvq
