@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "generate/sampler.h"
@@ -12,6 +13,7 @@
 #include "kvq/session.h"
 #include "model/cache_config.h"
 #include "model/llama.h"
+#include "text/chat_template.h"
 #include "text/tokenizer.h"
 
 namespace kvq {
@@ -28,8 +30,16 @@ struct Model::Impl {
   Tokenizer tokenizer;
   /// The snapshot fingerprint, hashed on first use (SavePrefix/LoadPrefix), once per model.
   const ModelFingerprint& fingerprint() const;
+  /// The template ApplyChatTemplate renders with (info.chat_template, or ChatML), parsed on first
+  /// use, and which one it is (api/chat.cc).
+  const ChatTemplate& chat_template() const;
+  const ChatTemplateChoice& chat_template_choice() const;
 
  private:
+  void ChooseChatTemplate() const;
+  mutable std::once_flag chat_once_;
+  mutable std::optional<ChatTemplate> chat_template_;
+  mutable ChatTemplateChoice chat_choice_;
   mutable std::once_flag fingerprint_once_;
   mutable ModelFingerprint fingerprint_;
 };
