@@ -135,9 +135,10 @@ class Model {
                                         const ChatTemplateOptions& options = {}) const;
   /// Which template ApplyChatTemplate renders with when no override is given.
   const ChatTemplateChoice& chat_template_choice() const;
-  /// The ids of a prompt ApplyChatTemplate rendered: Tokenize(text), except that a text that
-  /// already starts with the BOS token's text (a template that writes BOS itself, as Llama 3's
-  /// does) gets no second BOS from the vocabulary.
+  /// The ids of a prompt ApplyChatTemplate rendered: Tokenize(text), except that a text starting
+  /// with the BOS token's text (a template that writes BOS itself, as Llama 2's and 3's do) is
+  /// BOS then Tokenize(the rest, AddBos::kNo): one BOS, whatever the vocabulary's rule, and the
+  /// BOS id even where Tokenize does not parse that text (SentencePiece's "<s>").
   std::vector<int32_t> TokenizeChatPrompt(std::string_view text) const;
   /// Whether `source` is a chat template kvq can run (template_override's check, made before a
   /// conversation starts); the error names the construct and its line:column.

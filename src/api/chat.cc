@@ -53,9 +53,13 @@ Result<std::string> Model::ApplyChatTemplate(std::span<const ChatMessage> messag
 const ChatTemplateChoice& Model::chat_template_choice() const { return impl_->chat_template_choice(); }
 
 std::vector<int32_t> Model::TokenizeChatPrompt(std::string_view text) const {
+  // The BOS text becomes the BOS id here rather than in Tokenize: a SentencePiece vocabulary
+  // parses only user-defined pieces out of text, so "<s>" would be spelled out as "▁<", "s", ">".
+  // What follows is tokenized as llama.cpp tokenizes the text after a special token.
   const int32_t bos = impl_->info.bos;
-  const bool has_bos = bos >= 0 && !TokenPiece(bos).empty() && text.starts_with(TokenPiece(bos));
-  return Tokenize(text, has_bos ? AddBos::kNo : AddBos::kModelDefault);
+  const std::string bos_text = bos >= 0 ? TokenPiece(bos) : "";
+  if (!bos_text.empty() && text.starts_with(bos_text)) return Tokenize(text.substr(bos_text.size()), AddBos::kYes);
+  return Tokenize(text, AddBos::kModelDefault);
 }
 
 Status Model::CheckChatTemplate(std::string_view source) {

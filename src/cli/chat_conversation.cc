@@ -63,7 +63,7 @@ size_t ChatConversation::FirstDroppable() const {
 Status ChatConversation::RenderFitting(std::string* text, std::vector<int32_t>* ids, int32_t* dropped) {
   const int64_t context = session_.context();
   const int64_t room = std::max<int32_t>(reply_room_, 0);
-  for (*dropped = 0;; ++*dropped) {
+  for (*dropped = 0;;) {
     Result<std::string> rendered = model_.ApplyChatTemplate(messages_, render_);
     if (!rendered.ok()) return rendered.status();
     *ids = model_.TokenizeChatPrompt(*rendered);
@@ -83,6 +83,7 @@ Status ChatConversation::RenderFitting(std::string* text, std::vector<int32_t>* 
     const size_t n = messages_[first + 1].role == "assistant" && messages_.size() - first > 2 ? 2 : 1;
     messages_.erase(messages_.begin() + static_cast<std::ptrdiff_t>(first),
                     messages_.begin() + static_cast<std::ptrdiff_t>(first + n));
+    *dropped += static_cast<int32_t>(n);
   }
 }
 
@@ -91,7 +92,7 @@ Result<ChatTurn> ChatConversation::Reply(const std::string& user, const Generate
   const std::vector<ChatMessage> before = messages_;
   messages_.push_back({"user", ValidUtf8(user)});
   ChatTurn turn;
-  if (Status s = RenderFitting(&turn.prompt, &turn.prompt_ids, &turn.dropped_turns); !s.ok()) {
+  if (Status s = RenderFitting(&turn.prompt, &turn.prompt_ids, &turn.dropped_messages); !s.ok()) {
     messages_ = before;
     return s;
   }

@@ -25,7 +25,7 @@ struct ChatTurn {
   std::string reply;                 // the assistant's text, as kept in the conversation
   Completion completion;             // Generate's result (ids, timings, finish reason)
   int32_t prefilled = 0;             // prompt tokens run this turn (the rest were reused)
-  int32_t dropped_turns = 0;         // oldest user/assistant pairs dropped to fit the context
+  int32_t dropped_messages = 0;      // oldest messages (user, then its reply) dropped to fit the context
   int64_t positions = 0;             // what the session holds after the turn
 };
 
@@ -61,7 +61,7 @@ class ChatConversation {
 
  private:
   // The prompt of messages_ and its ids, dropping the oldest turns until it fits the context.
-  Status RenderFitting(std::string* text, std::vector<int32_t>* ids, int32_t* dropped);
+  Status RenderFitting(std::string* text, std::vector<int32_t>* ids, int32_t* dropped_messages);
   // The index of the first message a drop may remove (after the system prompt).
   size_t FirstDroppable() const;
 

@@ -60,15 +60,15 @@ void PrintTurn(const ChatTurn& t, const std::string& user, int turn, bool json, 
   const Completion& c = t.completion;
   const double prompt_tps = c.prompt_seconds > 0 ? t.prefilled / c.prompt_seconds : 0;
   const double decode_tps = c.decode_seconds > 0 ? static_cast<double>(c.tokens.size()) / c.decode_seconds : 0;
-  if (t.dropped_turns > 0) {
-    fmt::print(stderr, "kvq {}: the conversation would overflow the context; dropped its {} oldest message(s)\n",
-               command, t.dropped_turns);
+  if (t.dropped_messages > 0) {
+    fmt::print(stderr, "kvq {}: the conversation would overflow the context; dropped its {} oldest messages\n",
+               command, t.dropped_messages);
   }
   if (json) {
     const nlohmann::json doc = {{"turn", turn}, {"user", user}, {"reply", t.reply}, {"prompt", t.prompt},
                                 {"prompt_ids", t.prompt_ids}, {"reply_ids", c.tokens},
                                 {"prompt_tokens", c.n_prompt}, {"prefilled", t.prefilled}, {"reused", c.n_reused},
-                                {"dropped_messages", t.dropped_turns}, {"positions", t.positions},
+                                {"dropped_messages", t.dropped_messages}, {"positions", t.positions},
                                 {"generated", c.tokens.size()}, {"prompt_tps", prompt_tps},
                                 {"decode_tps", decode_tps}, {"finish_reason", FinishReasonName(c.finish)}};
     fmt::print("{}\n", doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
