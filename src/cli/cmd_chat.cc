@@ -169,6 +169,12 @@ void AddChatCommand(CLI::App& app, int* exit_code) {
       "not a terminal, or from -f FILE. Commands: /clear (forget the conversation), /save FILE (the conversation "
       "as JSON, and its KV cache in FILE.kv), /load FILE, /exit. Ctrl-C stops a reply. When the context would "
       "overflow, the oldest messages (after the system prompt) are dropped and the stats say so.");
+  cmd->footer(
+      "Examples:\n"
+      "  kvq chat -m MODEL.gguf -sys \"You are terse.\" --kv int8\n"
+      "  echo \"What is a KV cache?\" | kvq chat -m MODEL.gguf --temp 0 --json\n"
+      "  kvq run -cnv -m MODEL.gguf -p \"You are terse.\"     (llama.cpp's spelling: -p is the system message)\n"
+      "Each turn prints a stats line on stderr: prompt tokens prefilled and reused, reply tokens, tok/s.");
   AddGenerateFlags(cmd, &o->gen);
   cmd->add_option("--system-prompt", o->system_prompt, "System message opening the conversation (also -sys)");
   cmd->add_option("--chat-template", o->chat_template_file,
