@@ -117,7 +117,8 @@ int RunChat(const ChatFlags& o, const std::string& command) {
                o.gen.shared.ModelPath(), session.context(), kCommands);
   }
   ChatConversation chat(model, session, render, o.system_prompt, o.gen.n);
-  const GenerateRequest request{.max_tokens = o.gen.n, .sampling = o.gen.Sampling(), .speculation = o.gen.speculation};
+  const GenerateRequest request{
+      .max_tokens = o.gen.n, .sampling = o.gen.Sampling(), .speculation = o.gen.speculation};
   session.SetAbortCallback([] { return g_interrupted.load(); });
   auto stream = [&](int32_t, const std::string& text) {
     if (!o.gen.shared.json) {
