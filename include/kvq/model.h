@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvq/chat.h"
 #include "kvq/kv_cache.h"
 #include "kvq/status.h"
 
@@ -122,6 +123,26 @@ class Model {
   std::string TokenPiece(int32_t id) const;
   /// Whether generation stops at `id` (EOS, end-of-turn tokens such as <|eot_id|> or <|im_end|>).
   bool IsEndOfGeneration(int32_t id) const;
+
+  /// The prompt text of a conversation: `messages` rendered by the model's chat template
+  /// (ModelInfo::chat_template, parsed on first use), or by ChatML when the model has none kvq can
+  /// run (chat_template_choice() says which), or by options.template_override; the vocabulary's
+  /// BOS and EOS texts are the template's bos_token and eos_token. kvq's Jinja renders as
+  /// transformers' apply_chat_template does (tested byte for byte against @huggingface/jinja).
+  /// Errors: an override that does not parse ("chat template LINE:COLUMN: what"), a conversation
+  /// the template refuses (exactly its raise_exception text), a render past its limits.
+  Result<std::string> ApplyChatTemplate(std::span<const ChatMessage> messages,
+                                        const ChatTemplateOptions& options = {}) const;
+  /// Which template ApplyChatTemplate renders with when no override is given.
+  const ChatTemplateChoice& chat_template_choice() const;
+  /// The ids of a prompt ApplyChatTemplate rendered: Tokenize(text), except that a text starting
+  /// with the BOS token's text (a template that writes BOS itself, as Llama 2's and 3's do) is
+  /// BOS then Tokenize(the rest, AddBos::kNo): one BOS, whatever the vocabulary's rule, and the
+  /// BOS id even where Tokenize does not parse that text (SentencePiece's "<s>").
+  std::vector<int32_t> TokenizeChatPrompt(std::string_view text) const;
+  /// Whether `source` is a chat template kvq can run (template_override's check, made before a
+  /// conversation starts); the error names the construct and its line:column.
+  static Status CheckChatTemplate(std::string_view source);
 
   /// What snapshots and plan files are checked against: the attention shape and a hash of the
   /// weights (computed on first use, once per model; it reads every weight byte).

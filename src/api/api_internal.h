@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "generate/sampler.h"
@@ -13,6 +14,7 @@
 #include "kvq/session.h"
 #include "model/cache_config.h"
 #include "model/llama.h"
+#include "text/chat_template.h"
 #include "text/tokenizer.h"
 
 namespace kvq {
@@ -34,9 +36,17 @@ struct Model::Impl {
   const TokenTrie& token_trie() const;
   /// [end tokens] ids IsEndOfGeneration says end a completion, ascending; built with token_trie().
   const std::vector<int32_t>& end_tokens() const;
+  /// The template ApplyChatTemplate renders with (info.chat_template, or ChatML), parsed on first
+  /// use, and which one it is (api/chat.cc).
+  const ChatTemplate& chat_template() const;
+  const ChatTemplateChoice& chat_template_choice() const;
 
  private:
   void BuildGrammarVocabulary() const;
+  void ChooseChatTemplate() const;
+  mutable std::once_flag chat_once_;
+  mutable std::optional<ChatTemplate> chat_template_;
+  mutable ChatTemplateChoice chat_choice_;
   mutable std::once_flag fingerprint_once_;
   mutable ModelFingerprint fingerprint_;
   mutable std::once_flag grammar_once_;

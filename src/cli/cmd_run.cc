@@ -1,22 +1,24 @@
 // `kvq run`: generate text with a model through the kvq cache, as a client of the public API
 // (kvq::Model, Session::Generate). With no -m it runs the bundled stories260K (llama2.c files
-// under models/).
+// under models/). The prompt is -p TEXT, -f FILE, or stdin (-p -, or piped with no -p); -cnv and
+// -i (as llama.cpp users type them) run `kvq chat` instead.
 #include <fmt/core.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
-#include <random>
+#include <sstream>
 
+#include "cli/cmd_chat.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "cli/generate_flags.h"
 #include "cli/hub_flag.h"
 #include "cli/json_output.h"
-#include "kvq/generator.h"
 #include "kvq/kv_memory.h"
 #include "kvq/model.h"
 #include "kvq/session.h"
@@ -26,124 +28,52 @@ namespace kvq::cli {
 namespace {
 
 struct RunOptions {
-  SharedOptions shared;  // -m, --tokenizer, --kv*, budgets, --seed, -t, --json
-  std::string prompt;
-  int32_t n = 256;
-  float temp = 0.8f;
-  int32_t top_k = 40;
-  float top_p = 0.95f;
-  float min_p = 0.05f;
-  bool seed_given = false;
-  int64_t context = 0;
-  std::string prompt_cache;
-  std::string grammar, grammar_file, json_schema, json_schema_file;  // at most one given
-  SpeculationOptions speculation;
+  GenerateFlags gen;         // -m, sampling, -c, the KV flags, -t (shared with kvq chat)
+  std::string prompt;        // -p; "-": stdin
+  std::string prompt_file;   // -f
+  std::string prompt_cache;  // --prompt-cache
+  bool conversation = false; // -cnv / --conversation or -i / --interactive: run kvq chat
+  std::string system_prompt; // -sys / --system-prompt, with -cnv
+  std::string chat_template_file;
 };
 
-// The GBNF that --grammar, --grammar-file, --json-schema or --json-schema-file give ("" for none),
-// checked; errors name the flag.
-Result<std::string> GrammarOf(const RunOptions& o) {
-  struct Source {
-    const char* flag;
-    const std::string& value;
-    bool file, schema;
-  };
-  const Source sources[] = {{"--grammar", o.grammar, false, false},
-                            {"--grammar-file", o.grammar_file, true, false},
-                            {"--json-schema", o.json_schema, false, true},
-                            {"--json-schema-file", o.json_schema_file, true, true}};
-  const Source* given = nullptr;
-  for (const Source& s : sources) {
-    if (s.value.empty()) continue;
-    if (given) return Status::Error(fmt::format("{} and {}: give at most one grammar", given->flag, s.flag));
-    given = &s;
-  }
-  if (!given) return std::string();
-  std::string text = given->value;
-  if (given->file) {
-    std::ifstream in(given->value, std::ios::binary);
-    if (!in) return Status::Error(fmt::format("{} {}: cannot read the file", given->flag, given->value));
-    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  if (given->schema) {
-    Result<std::string> gbnf = JsonSchemaGrammar(text);
-    if (!gbnf.ok()) return Status::Error(fmt::format("{}: {}", given->flag, gbnf.status().message()));
-    text = std::move(gbnf).value();
-  }
-  if (Status s = Generator::Check({.grammar = text}); !s.ok()) {
-    return Status::Error(fmt::format("{}: {}", given->flag, s.message()));
-  }
-  return text;
+// Whether stdin is a pipe or a file (not a terminal, nor /dev/null or another device): then a
+// run without -p reads its prompt there, as `echo text | kvq run` means.
+bool StdinIsPipeOrFile() {
+  struct stat st {};
+  return fstat(STDIN_FILENO, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISREG(st.st_mode));
 }
 
-// Ctrl-C during `kvq run`: the first sets the flag the session's abort callback reads (the
-// prompt stops within a block, generation before the next token, and the stats line still
-// prints); a second, while the first is being honoured, exits at once.
-std::atomic<bool> g_interrupted{false};
-static_assert(std::atomic<bool>::is_always_lock_free, "read and written in a signal handler");
-
-extern "C" void OnInterrupt(int) {
-  if (g_interrupted.exchange(true)) _exit(130);  // 128 + SIGINT, as a shell reports it
+// The prompt: -f FILE, -p TEXT, -p - (stdin), or piped stdin when neither is given.
+Result<std::string> PromptText(const RunOptions& o) {
+  if (!o.prompt_file.empty()) {
+    std::ifstream in(o.prompt_file, std::ios::binary);
+    if (!in) return Status::Error(fmt::format("-f {}: cannot read the file", o.prompt_file));
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+  if (o.prompt == "-" || (o.prompt.empty() && StdinIsPipeOrFile())) {
+    std::stringstream text;
+    text << std::cin.rdbuf();
+    return text.str();
+  }
+  return o.prompt;
 }
 
-// Installs OnInterrupt for SIGINT while alive; the previous handler is restored after.
-class InterruptScope {
- public:
-  InterruptScope() {
-    struct sigaction sa {};
-    sa.sa_handler = OnInterrupt;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &previous_);
-  }
-  ~InterruptScope() { sigaction(SIGINT, &previous_, nullptr); }
-  InterruptScope(const InterruptScope&) = delete;
-  InterruptScope& operator=(const InterruptScope&) = delete;
-
- private:
-  struct sigaction previous_ {};
-};
-
-// --kv / --kv-k / --kv-v or --kv-plan's specs as the public KvOptions, with the budgets and -c.
-KvOptions KvOptionsOf(const std::vector<LayerFormats>& layers, const SharedOptions& so, int64_t context) {
-  KvOptions kv{.budgets = so.budgets, .context = context};
-  if (layers.size() == 1) {
-    kv.key_format = KvSpecName(layers[0].Key());
-    kv.value_format = KvSpecName(layers[0].Value());
-  } else {
-    for (const LayerFormats& l : layers) kv.layers.push_back({KvSpecName(l.Key()), KvSpecName(l.Value())});
-  }
-  return kv;
-}
-
-int RunGenerate(const RunOptions& o) {
+int RunGenerate(const RunOptions& o, const std::string& prompt) {
   auto bad = [](const std::string& m) { return BadInput("run", m); };
-  const SharedOptions& so = o.shared;
+  const SharedOptions& so = o.gen.shared;
   const std::string model_path = so.ModelPath();
-  if (o.temp < 0) return bad(fmt::format("--temp must be >= 0 (got {})", o.temp));
-  if (o.top_p <= 0 || o.top_p > 1) return bad(fmt::format("--top-p must be in (0, 1] (got {})", o.top_p));
-  if (o.min_p < 0 || o.min_p >= 1) return bad(fmt::format("--min-p must be in [0, 1) (got {})", o.min_p));
-  if (o.top_k < 0) return bad(fmt::format("--top-k must be >= 0 (got {})", o.top_k));
-  const Result<std::string> grammar = GrammarOf(o);
+  const Result<std::string> grammar = o.gen.Grammar();
   if (!grammar.ok()) return bad(grammar.status().message());
-
-  Result<std::unique_ptr<Model>> loaded = Model::Load(model_path, {.tokenizer_path = so.TokenizerPath(),
-                                                                   .threads = so.threads});
+  Result<ModelSession> loaded = LoadModelSession(o.gen);
   if (!loaded.ok()) return bad(loaded.status().message());
-  const Model& model = **loaded;
+  const Model& model = *loaded->model;
   const ModelInfo& info = model.info();
-  // One spec for all layers, or --kv-plan's (checked against the model's fingerprint: only then is
-  // it computed, as it reads every weight).
-  const Result<std::vector<LayerFormats>> layers =
-      so.KvLayers(so.kv_plan.empty() ? ModelFingerprint{} : model.fingerprint());
-  if (!layers.ok()) return bad(layers.status().message());
-  if (o.context < 0 || o.context > info.trained_context) {
-    return bad(fmt::format("-c {}: the model's context is {} positions", o.context, info.trained_context));
-  }
-  Result<std::unique_ptr<Session>> made = model.NewSession(KvOptionsOf(*layers, so, o.context));
-  if (!made.ok()) return bad(made.status().message());
-  Session& session = **made;
+  Session& session = *loaded->session;
 
-  const std::vector<int32_t> prompt_ids = model.Tokenize(o.prompt);
+  const std::vector<int32_t> prompt_ids = model.Tokenize(prompt);
   // Prompt cache: a snapshot of the session after every prompt token but the last (SavePrefix),
   // which Generate reuses when it is a prefix of this prompt and clears when it is not.
   if (!o.prompt_cache.empty() && std::filesystem::exists(o.prompt_cache)) {
@@ -159,12 +89,11 @@ int RunGenerate(const RunOptions& o) {
     }
   }
   const GenerateRequest request{
-      .max_tokens = o.n,
-      .sampling = {.temperature = o.temp, .top_k = o.top_k, .top_p = o.top_p, .min_p = o.min_p,
-                   .seed = o.seed_given ? so.seed : std::random_device{}()},
+      .max_tokens = o.gen.n,
+      .sampling = o.gen.Sampling(),
       .grammar = *grammar,
       .save_prefix = o.prompt_cache,
-      .speculation = o.speculation};
+      .speculation = o.gen.speculation};
   auto stream = [&](int32_t, const std::string& text) {
     if (!so.json) {
       fmt::print("{}", text);
@@ -172,8 +101,7 @@ int RunGenerate(const RunOptions& o) {
     }
     return true;
   };
-  if (!so.json) fmt::print("{}", o.prompt);
-  g_interrupted = false;
+  if (!so.json) fmt::print("{}", prompt);
   session.SetAbortCallback([] { return g_interrupted.load(); });
   const InterruptScope interrupt_scope;
   Result<Completion> c = session.Generate(prompt_ids, request, stream);
@@ -200,7 +128,7 @@ int RunGenerate(const RunOptions& o) {
   if (so.json) {
     std::vector<int32_t> tokens = prompt_ids;
     tokens.insert(tokens.end(), c->tokens.begin(), c->tokens.end());
-    nlohmann::json out = {{"prompt", o.prompt}, {"completion", c->text}, {"tokens", tokens},
+    nlohmann::json out = {{"prompt", prompt}, {"completion", c->text}, {"tokens", tokens},
                           {"prompt_tps", prompt_tps}, {"decode_tps", decode_tps}, {"kv_bytes", kv_bytes},
                           {"kv_bytes_f16", kv_bytes_f16},
                           {"kv_format", format_name}, {"model", model_path},
@@ -225,7 +153,7 @@ int RunGenerate(const RunOptions& o) {
       session.positions() < c->n_prompt ? fmt::format(" ({} run before Ctrl-C)", session.positions()) : "";
   const SpeculationStats& spec = c->speculation;
   const std::string drafts =
-      o.speculation.source == DraftSource::kNone
+      o.gen.speculation.source == DraftSource::kNone
           ? ""
           : fmt::format(" in {} passes ({} drafted, {} kept)", spec.passes, spec.drafted, spec.accepted);
   fmt::print(stderr, "kvq run: prompt {} tokens{} at {:.1f} tok/s, decode {} tokens{} at {:.1f} tok/s; KV cache "
@@ -239,35 +167,51 @@ int RunGenerate(const RunOptions& o) {
 void AddRunCommand(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Generate text with a model (default: the bundled stories260K)");
-  AddModelFlag(cmd, &o->shared);
-  AddHfRepoFlag(cmd, &o->shared);
-  AddTokenizerFlag(cmd, &o->shared);
-  cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
-  cmd->add_option("-n,--n-predict", o->n, "New tokens to generate at most (llama.cpp's -n)")->capture_default_str();
-  cmd->add_option("--temp", o->temp, "Temperature; 0 = greedy")->capture_default_str();
-  cmd->add_option("--top-k", o->top_k, "Top-k (0 = off)")->capture_default_str();
-  cmd->add_option("--top-p", o->top_p, "Top-p / nucleus (1 = off)")->capture_default_str();
-  cmd->add_option("--min-p", o->min_p, "Min-p (0 = off)")->capture_default_str();
-  CLI::Option* seed = AddSeedFlag(cmd, &o->shared, "Sampling seed (default: random)");
-  cmd->add_option("-c,--ctx-size", o->context, "Context size (default: the model's)");
-  AddKvFormatFlags(cmd, &o->shared);
-  AddKvPlanFlags(cmd, &o->shared);
-  AddScoreArithmeticFlag(cmd);
-  AddBudgetFlags(cmd, &o->shared);
-  AddThreadsFlag(cmd, &o->shared);
-  AddSpeculationFlags(cmd, &o->speculation);
+  AddGenerateFlags(cmd, &o->gen);
+  cmd->add_option("-p,--prompt", o->prompt, "Prompt text; - reads stdin (as does a piped stdin without -p)");
+  cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from FILE")->type_name("FILE");
   cmd->add_option("--prompt-cache", o->prompt_cache,
                   "Save the cache after the prompt to FILE; reuse it when a later prompt starts with it");
-  cmd->add_option("--grammar", o->grammar, "GBNF (llama.cpp's syntax, start rule root) the output follows");
-  cmd->add_option("--grammar-file", o->grammar_file, "Read the --grammar GBNF from FILE");
-  cmd->add_option("--json-schema", o->json_schema,
-                  "A JSON Schema the output follows (JSON text; the subset is in docs/serving.md)");
-  cmd->add_option("--json-schema-file", o->json_schema_file, "Read the --json-schema schema from FILE");
-  AddJsonFlag(cmd, &o->shared, "Print one JSON document instead of streaming text");
-  cmd->callback([o, exit_code, seed] {
-    o->seed_given = seed->count() > 0;
-    *exit_code = ResolveModelFlag("run", &o->shared);
-    if (*exit_code == 0) *exit_code = RunGenerate(*o);
+  CLI::Option* cnv = cmd->add_flag("-i,--interactive,--conversation", o->conversation,
+                                   "Chat instead (kvq chat; also -cnv): the prompt (-p, -f) is the system message");
+  CLI::Option* sys = cmd->add_option("--system-prompt", o->system_prompt, "With -cnv: the system message (also -sys)");
+  CLI::Option* tpl = cmd->add_option("--chat-template", o->chat_template_file,
+                                     "With -cnv: a Jinja chat template FILE instead of the model's")
+                         ->type_name("FILE");
+  sys->needs(cnv);
+  tpl->needs(cnv);
+  AddJsonFlag(cmd, &o->gen.shared, "Print one JSON document instead of streaming text (with -cnv: one per turn)");
+  cmd->callback([o, exit_code] {
+    if (*exit_code = ResolveModelFlag("run", &o->gen.shared); *exit_code != 0) return;
+    if (!o->prompt_file.empty() && !o->prompt.empty()) {
+      *exit_code = BadInput("run", "-p and -f both give the prompt; give one");
+      return;
+    }
+    if (o->conversation) {
+      if (!o->prompt_cache.empty()) {
+        *exit_code = BadInput("run", "--prompt-cache does not apply to -cnv (the chat keeps its cache; /save FILE)");
+        return;
+      }
+      // llama.cpp's conversation mode: -p (or -f) is the system message; the turns come from stdin.
+      ChatFlags chat{.gen = o->gen, .system_prompt = o->system_prompt, .chat_template_file = o->chat_template_file,
+                     .input_file = ""};
+      if (chat.system_prompt.empty()) {
+        if (!o->prompt_file.empty()) {
+          Result<std::string> text = PromptText(*o);
+          if (!text.ok()) {
+            *exit_code = BadInput("run", text.status().message());
+            return;
+          }
+          chat.system_prompt = *text;
+        } else if (o->prompt != "-") {
+          chat.system_prompt = o->prompt;
+        }
+      }
+      *exit_code = RunChat(chat, "run");
+      return;
+    }
+    Result<std::string> prompt = PromptText(*o);
+    *exit_code = prompt.ok() ? RunGenerate(*o, *prompt) : BadInput("run", prompt.status().message());
   });
 }
 

@@ -62,18 +62,8 @@ int RunServe(ServeOptions& o) {
     }
   }
 
-  // The chat template: the file's own when kvq can run it, else ChatML, and the log says which.
-  ChatTemplate chat = ChatTemplate::ChatMl();
-  std::string chat_origin = "ChatML (the model file has no tokenizer.chat_template)";
-  if (!info.chat_template.empty()) {
-    Result<ChatTemplate> parsed = ChatTemplate::Parse(info.chat_template);
-    if (parsed.ok()) {
-      chat = std::move(parsed).value();
-      chat_origin = "the model's tokenizer.chat_template";
-    } else {
-      chat_origin = "ChatML (the model's template is not supported: " + parsed.status().message() + ")";
-    }
-  }
+  // The chat template (the file's own when kvq can run it, else ChatML): the log says which.
+  const std::string chat_origin = (*model)->chat_template_choice().origin;
 
   if (o.web == "auto") o.web = std::filesystem::is_directory(KVQ_WEB_BUNDLE_DIR) ? KVQ_WEB_BUNDLE_DIR : "";
   o.http.web_root = o.web;
@@ -83,7 +73,7 @@ int RunServe(ServeOptions& o) {
   server::Metrics metrics;
   Result<std::unique_ptr<server::Engine>> engine = server::Engine::Create(**model, o.engine, &metrics);
   if (!engine.ok()) return bad(engine.status().message());
-  server::HttpServer http(**model, **engine, metrics, std::move(chat), chat_origin, o.http);
+  server::HttpServer http(**model, **engine, metrics, o.http);
   Result<int> port = http.Bind();
   if (!port.ok()) return bad(port.status().message());
 

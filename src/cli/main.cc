@@ -1,7 +1,8 @@
-// kvq command line: one binary, one subcommand per job (run, formats, plan, bench, eval, synth, tokenize,
-// serve, pull, list).
+// kvq command line: one binary, one subcommand per job (run, chat, formats, plan, bench, eval, synth,
+// tokenize, serve, pull, list).
 #include <fmt/core.h>
 
+#include <cstring>
 #include <filesystem>
 #include <string_view>
 #include <vector>
@@ -26,6 +27,21 @@ int BadInput(const std::string& command, const std::string& message) {
   fmt::print(stderr, "kvq {}: error: {}\n", command, message);
   return kExitBadInput;
 }
+// llama.cpp's single-dash long flags, which kvq run and kvq chat accept as llama.cpp users type
+// them; CLI11 takes one letter after a single dash (it would read "-cnv" as "-c nv"), so they
+// are rewritten to their long names before parsing. An argument right after a flag that takes
+// text (-p, -sys) is that text, not a flag.
+void RewriteLlamaCppFlags(int argc, char** argv) {
+  static char conversation[] = "--conversation";
+  static char system_prompt[] = "--system-prompt";
+  if (argc < 2 || (std::strcmp(argv[1], "run") != 0 && std::strcmp(argv[1], "chat") != 0)) return;
+  for (int i = 2; i < argc; ++i) {
+    const std::string_view previous = argv[i - 1];
+    if (previous == "-p" || previous == "--prompt" || previous == "--system-prompt" || previous == "-sys") continue;
+    if (std::strcmp(argv[i], "-cnv") == 0) argv[i] = conversation;
+    else if (std::strcmp(argv[i], "-sys") == 0) argv[i] = system_prompt;
+  }
+}
 }  // namespace kvq::cli
 
 int main(int argc, char** argv) {
@@ -44,7 +60,9 @@ int main(int argc, char** argv) {
     return fmt::format("{}: error: {}\nRun `{} --help` for more information.\n", path, e.what(), path);
   });
   int exit_code = 0;
+  kvq::cli::RewriteLlamaCppFlags(argc, argv);
   kvq::cli::AddRunCommand(app, &exit_code);
+  kvq::cli::AddChatCommand(app, &exit_code);
   kvq::cli::AddFormatsCommand(app, &exit_code);
   kvq::cli::AddPlanCommand(app, &exit_code);
   kvq::cli::AddBenchCommand(app, &exit_code);

@@ -71,13 +71,10 @@ void WidenListenBacklog(int port) {
 
 }  // namespace
 
-HttpServer::HttpServer(const Model& model, Engine& engine, Metrics& metrics, ChatTemplate chat_template,
-                       std::string chat_template_origin, ServerOptions options)
+HttpServer::HttpServer(const Model& model, Engine& engine, Metrics& metrics, ServerOptions options)
     : model_(model),
       engine_(engine),
       metrics_(metrics),
-      chat_template_(std::move(chat_template)),
-      chat_template_origin_(std::move(chat_template_origin)),
       options_(std::move(options)),
       http_(std::make_unique<httplib::Server>()) {
   Routes();
@@ -106,20 +103,14 @@ void HttpServer::Stop() { http_->stop(); }
 
 std::variant<std::vector<int32_t>, ApiError> HttpServer::PromptIds(const GenerationRequest& r) const {
   if (r.endpoint == Endpoint::kCompletions) return model_.Tokenize(r.prompt);
-  const ModelInfo& info = model_.info();
-  ChatRenderOptions render{.add_generation_prompt = true,
-                           .bos_token = info.bos >= 0 ? model_.TokenPiece(info.bos) : "",
-                           .eos_token = info.eos >= 0 ? model_.TokenPiece(info.eos) : "",
-                           .enable_thinking = r.enable_thinking};
-  Result<std::string> text = chat_template_.Render(r.messages, render);
+  Result<std::string> text =
+      model_.ApplyChatTemplate(r.messages, {.add_generation_prompt = true, .enable_thinking = r.enable_thinking});
   if (!text.ok()) {
     return Error(400, "invalid_request_error",
-                 fmt::format("the chat template ({}) refused the messages: {}", chat_template_origin_,
-                             text.status().message()));
+                 fmt::format("the chat template ({}) refused the messages: {}",
+                             model_.chat_template_choice().origin, text.status().message()));
   }
-  // A template that writes BOS itself (Llama 3's does) gets no second one from the tokenizer.
-  const bool has_bos = !render.bos_token.empty() && text->starts_with(render.bos_token);
-  return model_.Tokenize(*text, has_bos ? AddBos::kNo : AddBos::kModelDefault);
+  return model_.TokenizeChatPrompt(*text);
 }
 
 void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::Response& res) {

@@ -14,7 +14,6 @@
 #include "server/engine.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
-#include "text/chat_template.h"
 
 namespace httplib {
 class Server;
@@ -39,8 +38,8 @@ struct ServerOptions {
 
 class HttpServer {
  public:
-  HttpServer(const Model& model, Engine& engine, Metrics& metrics, ChatTemplate chat_template,
-             std::string chat_template_origin, ServerOptions options);
+  /// Chat requests are rendered by model.ApplyChatTemplate (the model's template, or ChatML).
+  HttpServer(const Model& model, Engine& engine, Metrics& metrics, ServerOptions options);
   ~HttpServer();
 
   /// Binds host:port; returns the port (the one chosen when options.port is 0). Errors: the
@@ -59,8 +58,6 @@ class HttpServer {
   const Model& model_;
   Engine& engine_;
   Metrics& metrics_;
-  ChatTemplate chat_template_;
-  std::string chat_template_origin_;
   ServerOptions options_;
   std::unique_ptr<httplib::Server> http_;
 };

@@ -20,7 +20,7 @@
 
 #include "kvq/generator.h"
 #include "kvq/sampling.h"
-#include "text/chat_template.h"
+#include "kvq/chat.h"
 
 namespace kvq::server {
 

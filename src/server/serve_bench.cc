@@ -27,7 +27,7 @@ class RunningServer {
     s->engine_ = std::move(engine).value();
     ServerOptions http{.port = 0, .model_id = "bench",
                        .http_threads = options.parallel + options.max_queue + 8};
-    s->http_ = std::make_unique<HttpServer>(model, *s->engine_, s->metrics_, ChatTemplate::ChatMl(), "ChatML", http);
+    s->http_ = std::make_unique<HttpServer>(model, *s->engine_, s->metrics_, http);
     Result<int> port = s->http_->Bind();
     if (!port.ok()) return port.status();
     s->port_ = *port;

@@ -25,6 +25,7 @@
 #include <string>
 #include <string_view>
 
+#include "kvq/chat.h"  // ChatMessage
 #include "kvq/status.h"
 
 namespace kvq {
@@ -32,12 +33,6 @@ namespace kvq {
 namespace jinja {
 struct Program;
 }
-
-/// One message of a conversation, as the OpenAI chat API and the templates see it.
-struct ChatMessage {
-  std::string role;     ///< "system", "user", "assistant" (templates decide what else they accept)
-  std::string content;  ///< UTF-8 text
-};
 
 /// The limits of one render, so that a hostile template fails cleanly instead of running away. The
 /// defaults are far above what any real template needs for a conversation of a few megabytes,

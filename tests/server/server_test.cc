@@ -50,7 +50,7 @@ class TestServer {
     Result<std::unique_ptr<Engine>> e = Engine::Create(model, engine, &metrics);
     EXPECT_TRUE(e.ok()) << e.status().message();
     engine_ = std::move(e).value();
-    server_ = std::make_unique<HttpServer>(model, *engine_, metrics, ChatTemplate::ChatMl(), "ChatML", http);
+    server_ = std::make_unique<HttpServer>(model, *engine_, metrics, http);
     Result<int> p = server_->Bind();
     EXPECT_TRUE(p.ok()) << p.status().message();
     port = *p;

@@ -29,11 +29,14 @@ inline std::string Slurp(const std::string& path) {
 }
 
 /// `args` are pasted into a shell command line (quote what needs quoting). The output goes through
-/// per-process temporary files: CTest runs test programs in parallel processes.
+/// per-process temporary files: CTest runs test programs in parallel processes. Without a "<" in
+/// `args`, stdin is /dev/null: `kvq run` without -p and `kvq chat` read a piped stdin, which would
+/// wait on a test runner's open pipe.
 inline KvqRun RunKvq(const std::string& args) {
   const std::string stem = testing::TempDir() + "/kvq_run_" + std::to_string(getpid());
   const std::string out = stem + ".out", err = stem + ".err";
-  const std::string cmd = std::string(KVQ_BINARY) + " " + args + " >" + out + " 2>" + err;
+  const std::string in = args.find('<') == std::string::npos ? " </dev/null" : "";
+  const std::string cmd = std::string(KVQ_BINARY) + " " + args + in + " >" + out + " 2>" + err;
   const int status = std::system(cmd.c_str());
   KvqRun run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, Slurp(out), Slurp(err)};
   std::remove(out.c_str());

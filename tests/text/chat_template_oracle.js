@@ -4,15 +4,17 @@
 // (messages, add_generation_prompt, tools and documents null, bos_token, eos_token) and, for
 // templates that read it, enable_thinking unset/true/false. Writes DIR/oracle.json for
 // chat_template_oracle_test.cc: the templates as they were rendered, and each output or error.
-// Usage: node chat_template_oracle.js CASES.json DIR   (DIR: where fetch_chat_templates.sh put them)
+// Usage: node chat_template_oracle.js CASES.json DIR [OUT.json]   (DIR: where
+// fetch_chat_templates.sh put them; OUT.json, default DIR/oracle.json: where the renders go, for
+// a test that renders its own conversations, as tests/cli/chat_cli_test.cc does)
 "use strict";
 const fs = require("fs");
 const path = require("path");
 const vm = require("vm");
 
-const [casesPath, dir] = process.argv.slice(2);
+const [casesPath, dir, outArg] = process.argv.slice(2);
 if (!casesPath || !dir) {
-  console.error("usage: node chat_template_oracle.js CASES.json DIR");
+  console.error("usage: node chat_template_oracle.js CASES.json DIR [OUT.json]");
   process.exit(2);
 }
 const { Template } = require(path.join(dir, "node_modules", "@huggingface", "jinja"));
@@ -88,6 +90,7 @@ for (const [name, t] of Object.entries(templates)) {
   }
 }
 const out = { jinja_version: jinjaVersion, templates, conversations, renders };
-fs.writeFileSync(path.join(dir, "oracle.json"), JSON.stringify(out, null, 1));
+const outPath = outArg || path.join(dir, "oracle.json");
+fs.writeFileSync(outPath, JSON.stringify(out, null, 1));
 console.log(`chat_template_oracle: ${renders.length} renders of ${Object.keys(templates).length} templates ` +
-            `by @huggingface/jinja ${jinjaVersion} -> ${path.join(dir, "oracle.json")}`);
+            `by @huggingface/jinja ${jinjaVersion} -> ${outPath}`);

