@@ -10,8 +10,12 @@
 // format: KvCache::Truncate) and the drawn token is the next one run. So greedy output is the
 // output without speculation, token for token, and sampled output too for the same seed.
 //
-// Drafts come from the sequence itself (prompt lookup): the longest recent n-gram that ends the
-// sequence is found earlier in it, and the tokens that followed it then are the draft. A gate
+// Drafts come from the sequence itself. Prompt lookup ("ngram"): the longest recent n-gram that
+// ends the sequence is found earlier in it, and the tokens that followed it then are the draft.
+// Suffix drafts ("suffix", SuffixDecoding's idea): a tree of every short substring of the sequence
+// with how often each occurred; the longest suffix of the sequence found in it is continued by the
+// most frequent next token, token by token, while the continuation stays likely — so a draft
+// follows what usually came next rather than what came last, and stops where the text branched. A gate
 // chooses the draft length each step from what it has measured — the share of drafted tokens kept
 // and the time of a pass per number of tokens in it — and drafts nothing when a longer pass would
 // not pay (at long context a pass also reads the whole cache, so a rejected draft costs time).
@@ -20,6 +24,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kvq/status.h"
@@ -28,19 +33,26 @@ namespace kvq {
 
 enum class DraftSource {
   kNone,   ///< no speculation
-  kNgram,  ///< prompt lookup: what followed the sequence's last n-gram the last time it occurred
+  kNgram,   ///< prompt lookup: what followed the sequence's last n-gram the last time it occurred
+  kSuffix,  ///< suffix tree: the most frequent continuation of the sequence's longest known suffix
 };
 
-/// "none" or "ngram".
+/// Every draft source, kNone first (the registry flags and tests iterate).
+std::span<const DraftSource> DraftSources();
+/// "none", "ngram" or "suffix".
 const char* DraftSourceName(DraftSource source);
-/// Parses "none" or "ngram"; the error names the value and the choices.
+/// Parses a DraftSourceName; the error names the value and the choices.
 Result<DraftSource> ParseDraftSource(const std::string& name);
 
 struct SpeculationOptions {
   DraftSource source = DraftSource::kNone;
   int32_t max_draft = 8;  ///< drafted tokens per pass at most, 1..64
-  int32_t min_ngram = 1;  ///< shortest n-gram matched, 1..max_ngram
-  int32_t max_ngram = 4;  ///< longest n-gram matched (longer matches are tried first), ≤ 16
+  int32_t min_ngram = 1;  ///< shortest n-gram (or suffix) matched, 1..max_ngram
+  int32_t max_ngram = 4;  ///< longest n-gram (or suffix) matched (longer matches are tried first), ≤ 16
+  /// Suffix drafts: a draft goes on while the product of its tokens' shares of the continuations
+  /// seen after their contexts stays at least this, in (0, 1]. (1: only continuations that never
+  /// varied.)
+  double min_draft_probability = 0.1;
   /// Draft whenever a draft exists, max_draft tokens (no gate): for measuring what the gate saves.
   bool ungated = false;
 };
@@ -60,6 +72,44 @@ struct SpeculationStats {
 /// longest n-gram (min_ngram ≤ n ≤ max_ngram) that ends `sequence`; empty when none occurs.
 std::vector<int32_t> DraftByLookup(std::span<const int32_t> sequence, int32_t max_tokens,
                                    const SpeculationOptions& options);
+
+/// The suffix drafter's tree: every substring of up to `depth` tokens of the sequences appended
+/// (each token's node counts the substring's occurrences and how many of them something followed),
+/// built a token at a time in O(depth). Memory: at most depth nodes per token appended, fewer
+/// where the text repeats.
+class SuffixTree {
+ public:
+  explicit SuffixTree(int32_t depth);
+  /// Continues the current sequence by `token`.
+  void Append(int32_t token);
+  void Append(std::span<const int32_t> tokens) {
+    for (const int32_t t : tokens) Append(t);
+  }
+  /// The next Append starts a new sequence (no substring spans the two).
+  void EndSequence();
+  /// Up to `max_tokens` ids continuing `sequence`: its longest suffix of min_ngram..max_ngram
+  /// tokens (and below depth) that occurred followed by something, then, one token at a time, the
+  /// most frequent continuation (the smaller id on a tie) while the product of their shares stays
+  /// ≥ min_draft_probability and the tree is deep enough. Empty when no suffix matches.
+  std::vector<int32_t> Draft(std::span<const int32_t> sequence, int32_t max_tokens,
+                             const SpeculationOptions& options) const;
+  int64_t nodes() const { return static_cast<int64_t>(nodes_.size()); }
+
+ private:
+  struct Node {
+    int32_t token = -1;
+    int32_t first_child = -1;   // children form a list through next_sibling
+    int32_t next_sibling = -1;
+    int64_t count = 0;          // occurrences of the substring ending here
+    int64_t continued = 0;      // of those, followed by a token (the sum of the children's counts)
+  };
+  int32_t Child(int32_t node, int32_t token) const;  // -1 when absent
+  int32_t ChildOrNew(int32_t node, int32_t token);
+  int32_t depth_;
+  std::vector<Node> nodes_;                          // [0] the root: the empty substring
+  std::unordered_map<uint64_t, int32_t> edges_;      // (parent << 32 | token) → child
+  std::vector<int32_t> open_;                        // nodes of the current sequence's suffixes shorter than depth
+};
 
 /// The gate: chooses how many of the drafted tokens to run in the next pass from the share of
 /// drafted tokens kept so far and the measured seconds of a pass per token count. Before a count

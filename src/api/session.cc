@@ -177,6 +177,9 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
   Sampler sampler(request.sampling);
   const SpeculationOptions& spec = request.speculation;
   SpeculationGate gate(spec.max_draft);
+  // Suffix drafts: the tree over the session's tokens, extended as they are kept (in_tree of them).
+  SuffixTree tree(spec.source == DraftSource::kSuffix ? spec.max_ngram + spec.max_draft : 1);
+  size_t in_tree = 0;
   std::vector<int32_t> pass;       // [1 + drafted] the next pass: a drawn token, then its draft
   std::vector<int32_t> rows;       // [drafted] logits_at: the rows that judge the draft
   int32_t pending = -1;            // drawn where a draft was rejected: the next pass's first token
@@ -209,13 +212,19 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
     pass.assign(1, token);
     int32_t drafted = 0;
     bool gated = false;
-    if (spec.source == DraftSource::kNgram) {
+    if (spec.source != DraftSource::kNone) {
       // A draft fits what the generator can still keep and the context can still hold.
       const int64_t room = std::min<int64_t>(context() - positions() - 1,
                                              request.max_tokens < 0 ? INT32_MAX : request.max_tokens - g.tokens().size());
+      const int32_t most = static_cast<int32_t>(std::clamp<int64_t>(room, 0, spec.max_draft));
       s.tokens.push_back(token);  // the sequence the draft continues (popped at once)
-      const std::vector<int32_t> draft =
-          DraftByLookup(s.tokens, static_cast<int32_t>(std::clamp<int64_t>(room, 0, spec.max_draft)), spec);
+      std::vector<int32_t> draft;
+      if (spec.source == DraftSource::kSuffix) {
+        for (; in_tree < s.tokens.size(); ++in_tree) tree.Append(s.tokens[in_tree]);
+        draft = tree.Draft(s.tokens, most, spec);
+      } else {
+        draft = DraftByLookup(s.tokens, most, spec);
+      }
       s.tokens.pop_back();
       drafted = spec.ungated ? static_cast<int32_t>(draft.size()) : gate.Choose(static_cast<int32_t>(draft.size()));
       gated = drafted < static_cast<int32_t>(draft.size());

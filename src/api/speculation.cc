@@ -1,5 +1,5 @@
 // Speculative decoding's parts that do not run the model (see include/kvq/speculation.h): the
-// prompt-lookup drafter and the gate. Session::Generate runs the passes.
+// prompt-lookup and suffix-tree drafters and the gate. Session::Generate runs the passes.
 #include "kvq/speculation.h"
 
 #include <fmt/format.h>
@@ -21,14 +21,27 @@ constexpr double kRecovery = 0.02;
 constexpr double kPriorAcceptance = 0.5;
 }  // namespace
 
+std::span<const DraftSource> DraftSources() {
+  static constexpr DraftSource kAll[] = {DraftSource::kNone, DraftSource::kNgram, DraftSource::kSuffix};
+  return kAll;
+}
+
 const char* DraftSourceName(DraftSource source) {
-  return source == DraftSource::kNgram ? "ngram" : "none";
+  switch (source) {
+    case DraftSource::kNone: return "none";
+    case DraftSource::kNgram: return "ngram";
+    case DraftSource::kSuffix: return "suffix";
+  }
+  return "none";
 }
 
 Result<DraftSource> ParseDraftSource(const std::string& name) {
-  if (name == "none") return DraftSource::kNone;
-  if (name == "ngram") return DraftSource::kNgram;
-  return Status::Error(fmt::format("unknown draft source '{}' (expected none or ngram)", name));
+  std::string choices;
+  for (const DraftSource s : DraftSources()) {
+    if (name == DraftSourceName(s)) return s;
+    choices += fmt::format("{}{}", choices.empty() ? "" : ", ", DraftSourceName(s));
+  }
+  return Status::Error(fmt::format("unknown draft source '{}' (expected one of {})", name, choices));
 }
 
 Status CheckSpeculation(const SpeculationOptions& o) {
@@ -41,6 +54,10 @@ Status CheckSpeculation(const SpeculationOptions& o) {
   if (o.min_ngram < 1 || o.min_ngram > o.max_ngram) {
     return Status::Error(fmt::format("SpeculationOptions::min_ngram must be in 1..max_ngram ({}) (got {})",
                                      o.max_ngram, o.min_ngram));
+  }
+  if (!(o.min_draft_probability > 0 && o.min_draft_probability <= 1)) {
+    return Status::Error(fmt::format("SpeculationOptions::min_draft_probability must be in (0, 1] (got {})",
+                                     o.min_draft_probability));
   }
   return Status::Ok();
 }
@@ -58,6 +75,70 @@ std::vector<int32_t> DraftByLookup(std::span<const int32_t> seq, int32_t max_tok
       const int64_t count = std::min<int64_t>(max_tokens, size - from);
       return {seq.begin() + from, seq.begin() + from + count};
     }
+  }
+  return {};
+}
+
+SuffixTree::SuffixTree(int32_t depth) : depth_(depth), nodes_(1), open_{0} {}
+
+int32_t SuffixTree::Child(int32_t node, int32_t token) const {
+  const auto it = edges_.find(static_cast<uint64_t>(node) << 32 | static_cast<uint32_t>(token));
+  return it == edges_.end() ? -1 : it->second;
+}
+
+int32_t SuffixTree::ChildOrNew(int32_t node, int32_t token) {
+  const auto [it, added] = edges_.try_emplace(static_cast<uint64_t>(node) << 32 | static_cast<uint32_t>(token),
+                                              static_cast<int32_t>(nodes_.size()));
+  if (added) {
+    Node child{.token = token, .next_sibling = nodes_[node].first_child};
+    nodes_[node].first_child = it->second;
+    nodes_.push_back(child);
+  }
+  return it->second;
+}
+
+void SuffixTree::Append(int32_t token) {
+  // open_[i] is the suffix of i tokens: each grows by the token; the longest falls off at depth.
+  std::vector<int32_t> grown{0};
+  grown.reserve(open_.size() + 1);
+  for (const int32_t node : open_) {
+    const int32_t child = ChildOrNew(node, token);
+    nodes_[node].continued += 1;
+    nodes_[child].count += 1;
+    if (static_cast<int32_t>(grown.size()) < depth_) grown.push_back(child);
+  }
+  nodes_[0].count += 1;
+  open_ = std::move(grown);
+}
+
+void SuffixTree::EndSequence() { open_.assign(1, 0); }
+
+std::vector<int32_t> SuffixTree::Draft(std::span<const int32_t> seq, int32_t max_tokens,
+                                       const SpeculationOptions& o) const {
+  const int64_t size = static_cast<int64_t>(seq.size());
+  if (max_tokens <= 0) return {};
+  for (int64_t n = std::min<int64_t>({o.max_ngram, size, depth_ - 1}); n >= o.min_ngram; --n) {
+    int32_t node = 0;
+    for (int64_t i = size - n; i < size && node >= 0; ++i) node = Child(node, seq[i]);
+    if (node < 0 || nodes_[node].continued == 0) continue;
+    std::vector<int32_t> draft;
+    double probability = 1.0;
+    for (int64_t length = n; static_cast<int32_t>(draft.size()) < max_tokens && length < depth_; ++length) {
+      const Node& at = nodes_[node];
+      int32_t best = -1;
+      for (int32_t c = at.first_child; c >= 0; c = nodes_[c].next_sibling) {
+        if (best < 0 || nodes_[c].count > nodes_[best].count ||
+            (nodes_[c].count == nodes_[best].count && nodes_[c].token < nodes_[best].token)) {
+          best = c;
+        }
+      }
+      if (best < 0) break;
+      probability *= static_cast<double>(nodes_[best].count) / static_cast<double>(at.continued);
+      if (probability < o.min_draft_probability) break;
+      draft.push_back(nodes_[best].token);
+      node = best;
+    }
+    return draft;
   }
   return {};
 }

@@ -250,17 +250,24 @@ CLI::Option* AddScoreArithmeticFlag(CLI::App* cmd) {
 }
 
 void AddSpeculationFlags(CLI::App* cmd, SpeculationOptions* spec) {
+  std::vector<std::string> sources;
+  for (const DraftSource s : DraftSources()) sources.push_back(DraftSourceName(s));
   cmd->add_option_function<std::string>(
          "--spec", [spec](const std::string& v) { spec->source = *ParseDraftSource(v); },
-         "Speculative decoding: ngram drafts tokens by prompt lookup (what followed the text's last "
-         "n-gram earlier) and checks them in one pass; the output is the same, token for token")
-      ->check(CLI::IsMember({"none", "ngram"}))
+         "Speculative decoding: draft tokens cheaply and check them in one pass; the output is the same, "
+         "token for token. ngram: what followed the text's last n-gram earlier (prompt lookup); suffix: "
+         "the most frequent continuation of the text's longest suffix seen before, while it stays likely")
+      ->check(CLI::IsMember(sources))
       ->default_str("none");
   cmd->add_option("--draft-max", spec->max_draft, "Drafted tokens per pass at most")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  cmd->add_option("--draft-ngram", spec->max_ngram, "Longest n-gram prompt lookup matches (tries longer first)")
+  cmd->add_option("--draft-ngram", spec->max_ngram, "Longest n-gram (or suffix) a draft matches (tries longer first)")
       ->check(CLI::Range(1, 16))
+      ->capture_default_str();
+  cmd->add_option("--draft-p-min", spec->min_draft_probability,
+                  "Suffix drafts go on while their tokens' product of observed continuation shares stays at least this")
+      ->check(CLI::Range(1e-6, 1.0))
       ->capture_default_str();
   cmd->add_flag("--spec-ungated", spec->ungated,
                 "Run every draft at --draft-max (no gate choosing the length from measured acceptance and pass times)");

@@ -81,15 +81,18 @@ TEST(Speculation, EveryFormatGivesTheTokensAndCacheOfPlainDecoding) {
       for (const bool greedy : {true, false}) {
         GenerateRequest request{.max_tokens = 120, .sampling = {.temperature = greedy ? 0.0f : 0.8f, .seed = 7}};
         const Outcome plain = Generate(*m, kv, request, "plain");
-        // Ungated, 8 tokens a pass: many rejected drafts, each rolled back.
-        request.speculation = {.source = DraftSource::kNgram, .max_draft = 8, .ungated = true};
-        const Outcome spec = Generate(*m, kv, request, "spec");
-        ExpectSame(spec, plain, greedy ? "greedy" : "sampled");
-        const SpeculationStats& st = spec.completion.speculation;
-        EXPECT_LE(st.accepted, st.drafted);
-        EXPECT_EQ(st.gated, 0);
-        kept += st.accepted;
-        dropped += st.drafted - st.accepted;  // rolled back from the cache
+        for (const DraftSource source : DraftSources()) {
+          if (source == DraftSource::kNone) continue;
+          // Ungated, 8 tokens a pass: many rejected drafts, each rolled back.
+          request.speculation = {.source = source, .max_draft = 8, .ungated = true};
+          const Outcome spec = Generate(*m, kv, request, "spec");
+          ExpectSame(spec, plain, std::string(greedy ? "greedy " : "sampled ") + DraftSourceName(source));
+          const SpeculationStats& st = spec.completion.speculation;
+          EXPECT_LE(st.accepted, st.drafted);
+          EXPECT_EQ(st.gated, 0);
+          kept += st.accepted;
+          dropped += st.drafted - st.accepted;  // rolled back from the cache
+        }
       }
     }
   }
@@ -107,9 +110,11 @@ TEST(Speculation, StopStringsEndTokensAndMaxTokensEndWhereTheyWould) {
     for (const std::vector<std::string>& stop : std::vector<std::vector<std::string>>{{}, {"ball"}, {"."}}) {
       GenerateRequest request{.max_tokens = max_tokens, .sampling = {.temperature = 0}, .stop = stop};
       const Outcome plain = Generate(*m, {}, request, "plain");
-      request.speculation = {.source = DraftSource::kNgram, .max_draft = 6, .ungated = true};
-      const Outcome spec = Generate(*m, {}, request, "spec");
-      ExpectSame(spec, plain, "max_tokens " + std::to_string(max_tokens));
+      for (const DraftSource source : {DraftSource::kNgram, DraftSource::kSuffix}) {
+        request.speculation = {.source = source, .max_draft = 6, .ungated = true};
+        const Outcome spec = Generate(*m, {}, request, "spec");
+        ExpectSame(spec, plain, "max_tokens " + std::to_string(max_tokens) + " " + DraftSourceName(source));
+      }
     }
   }
 }
@@ -158,6 +163,55 @@ TEST(DraftByLookup, TakesWhatFollowedTheLongestLatestMatch) {
   const SpeculationOptions two{.source = DraftSource::kNgram, .min_ngram = 2, .max_ngram = 3};
   EXPECT_TRUE(DraftByLookup(std::vector<int32_t>{4, 1, 2, 4}, 8, two).empty());
   EXPECT_TRUE(DraftByLookup(std::vector<int32_t>{}, 8, o).empty());
+}
+
+TEST(DraftSources, EveryNameParsesBackAndAnUnknownOneListsThem) {
+  for (const DraftSource s : DraftSources()) EXPECT_EQ(*ParseDraftSource(DraftSourceName(s)), s);
+  const std::string why = ParseDraftSource("eagle").status().message();
+  for (const DraftSource s : DraftSources()) EXPECT_NE(why.find(DraftSourceName(s)), std::string::npos) << why;
+}
+
+// The suffix tree's counts, by hand: in 1 2 3 · 1 2 4 · 1 2 3 · 1 2, "1 2" was followed by 3 twice
+// and by 4 once, so the draft after "... 1 2" is 3, with share 2/3.
+TEST(SuffixTree, DraftsTheMostFrequentContinuationWhileItStaysLikely) {
+  const std::vector<int32_t> seq{1, 2, 3, 9, 1, 2, 4, 9, 1, 2, 3, 9, 1, 2};
+  const SpeculationOptions o{.source = DraftSource::kSuffix, .min_ngram = 1, .max_ngram = 2,
+                             .min_draft_probability = 0.5};
+  SuffixTree tree(8);
+  tree.Append(seq);
+  // 3 (share 2/3), then what followed "1 2 3" both times it occurred: 9, 1, 2 (shares 1).
+  EXPECT_EQ(tree.Draft(seq, 4, o), (std::vector<int32_t>{3, 9, 1, 2}));
+  // Where the latest occurrence is not the most frequent, prompt lookup follows the latest (8)
+  // and the tree the most frequent (7, share 2/3).
+  const std::vector<int32_t> seq2{5, 6, 7, 5, 6, 7, 5, 6, 8, 5, 6};
+  SuffixTree tree2(8);
+  tree2.Append(seq2);
+  EXPECT_EQ(tree2.Draft(seq2, 1, o), (std::vector<int32_t>{7}));
+  EXPECT_EQ(DraftByLookup(seq2, 1, {.source = DraftSource::kNgram, .min_ngram = 1, .max_ngram = 2}),
+            (std::vector<int32_t>{8}));
+  // A continuation share of 2/3 is below 0.7: no draft.
+  SpeculationOptions strict = o;
+  strict.min_draft_probability = 0.7;
+  EXPECT_TRUE(tree2.Draft(seq2, 4, strict).empty());
+  // The depth bounds suffix + draft: a tree of depth 3 matched on 2 tokens drafts 1.
+  SuffixTree shallow(3);
+  shallow.Append(seq);
+  EXPECT_EQ(shallow.Draft(seq, 4, o).size(), 1u);
+  // An unseen suffix drafts nothing; so does max_tokens 0.
+  EXPECT_TRUE(tree.Draft(std::vector<int32_t>{7, 7}, 4, o).empty());
+  EXPECT_TRUE(tree.Draft(seq, 0, o).empty());
+}
+
+TEST(SuffixTree, NoSubstringSpansTwoSequences) {
+  const SpeculationOptions o{.source = DraftSource::kSuffix, .min_ngram = 1, .max_ngram = 2};
+  SuffixTree tree(6);
+  tree.Append(std::vector<int32_t>{1, 2});
+  tree.EndSequence();
+  tree.Append(std::vector<int32_t>{3, 4});
+  EXPECT_TRUE(tree.Draft(std::vector<int32_t>{2}, 2, o).empty());  // 2 was never followed
+  EXPECT_EQ(tree.Draft(std::vector<int32_t>{3}, 2, o), (std::vector<int32_t>{4}));
+  // Nodes: root, then 1, 2, "1 2" | 3, 4, "3 4".
+  EXPECT_EQ(tree.nodes(), 7);
 }
 
 TEST(SpeculationGate, DraftsWhileDraftsAreKeptAndStopsWhenTheyAreNot) {
