@@ -318,6 +318,7 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   AddBenchServeCommand(*bench, exit_code);
   AddBenchBatchCommand(*bench, exit_code);
   AddBenchGrammarCommand(*bench, exit_code);
+  AddBenchSpecCommand(*bench, exit_code);
 }
 
 }  // namespace kvq::cli

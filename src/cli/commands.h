@@ -31,6 +31,7 @@ void AddBenchContextCommand(CLI::App& bench, int* exit_code);
 void AddBenchServeCommand(CLI::App& bench, int* exit_code);
 void AddBenchBatchCommand(CLI::App& bench, int* exit_code);
 void AddBenchGrammarCommand(CLI::App& bench, int* exit_code);
+void AddBenchSpecCommand(CLI::App& bench, int* exit_code);
 /// Subcommands of `kvq eval` (cmd_eval.cc creates the group).
 void AddEvalAttentionCommand(CLI::App& eval, int* exit_code);
 void AddEvalFidelityCommand(CLI::App& eval, int* exit_code);
