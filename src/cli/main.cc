@@ -27,20 +27,27 @@ int BadInput(const std::string& command, const std::string& message) {
   fmt::print(stderr, "kvq {}: error: {}\n", command, message);
   return kExitBadInput;
 }
-// llama.cpp's single-dash long flags, which kvq run and kvq chat accept as llama.cpp users type
-// them; CLI11 takes one letter after a single dash (it would read "-cnv" as "-c nv"), so they
-// are rewritten to their long names before parsing. An argument right after a flag that takes
-// text (-p, -sys) is that text, not a flag.
-void RewriteLlamaCppFlags(int argc, char** argv) {
-  static char conversation[] = "--conversation";
-  static char system_prompt[] = "--system-prompt";
-  if (argc < 2 || (std::strcmp(argv[1], "run") != 0 && std::strcmp(argv[1], "chat") != 0)) return;
+// llama.cpp's flags of several letters after one dash, accepted as llama.cpp users type them.
+// CLI11 takes one letter after a single dash (it would read "-cnv" as "-c nv"), so they are
+// rewritten to their long names before parsing. An argument right after a flag that takes text
+// (-p, -sys) is that text, not a flag.
+struct LlamaCppFlag {
+  std::string_view llama_cpp;
+  const char* kvq;
+};
+constexpr LlamaCppFlag kLlamaCppFlags[] = {
+    {"-cnv", "--conversation"}, {"-sys", "--system-prompt"}, {"-hf", "--hf-repo"}};
+
+std::vector<const char*> RewriteLlamaCppFlags(int argc, char** argv) {
+  std::vector<const char*> args(argv, argv + argc);
   for (int i = 2; i < argc; ++i) {
-    const std::string_view previous = argv[i - 1];
-    if (previous == "-p" || previous == "--prompt" || previous == "--system-prompt" || previous == "-sys") continue;
-    if (std::strcmp(argv[i], "-cnv") == 0) argv[i] = conversation;
-    else if (std::strcmp(argv[i], "-sys") == 0) argv[i] = system_prompt;
+    const std::string_view previous = args[i - 1];
+    if (previous == "-p" || previous == "--prompt" || previous == "--system-prompt") continue;
+    for (const LlamaCppFlag& f : kLlamaCppFlags) {
+      if (args[i] == f.llama_cpp) args[i] = f.kvq;
+    }
   }
+  return args;
 }
 }  // namespace kvq::cli
 
@@ -60,7 +67,6 @@ int main(int argc, char** argv) {
     return fmt::format("{}: error: {}\nRun `{} --help` for more information.\n", path, e.what(), path);
   });
   int exit_code = 0;
-  kvq::cli::RewriteLlamaCppFlags(argc, argv);
   kvq::cli::AddRunCommand(app, &exit_code);
   kvq::cli::AddChatCommand(app, &exit_code);
   kvq::cli::AddFormatsCommand(app, &exit_code);
@@ -82,11 +88,7 @@ int main(int argc, char** argv) {
                known);
     return kvq::cli::kExitBadInput;
   }
-  // llama.cpp's -hf, which CLI11 cannot declare (its short names are one letter), is --hf-repo.
-  std::vector<const char*> args(argv, argv + argc);
-  for (const char*& a : args) {
-    if (std::string_view(a) == "-hf") a = "--hf-repo";
-  }
+  std::vector<const char*> args = kvq::cli::RewriteLlamaCppFlags(argc, argv);
   try {
     app.parse(argc, args.data());
   } catch (const CLI::ParseError& e) {
