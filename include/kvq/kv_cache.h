@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -156,6 +157,12 @@ class KvCache {
   /// Errors: n past what a layer holds, or n != TruncationPoint(n) (nothing changed then); with a
   /// fixed state, any 0 < n < positions (a recurrent state cannot roll back). n = 0 zeroes it.
   Status Truncate(int64_t n);
+  /// For a cache with a fixed state: keeps positions [0, n), 1 ≤ n, wherever TruncationPoint would
+  /// allow it if the cache held no state (always within the last Append's rows), and sets the
+  /// state to `state` [state_floats()], which the caller copied when the cache held exactly n
+  /// positions (a speculative verifier's checkpoint before its pass). Errors: a cache without a
+  /// state, a state of another size, or as Truncate (nothing changed then).
+  Status Truncate(int64_t n, std::span<const float> state);
 
   /// Attention of q ([n_tokens][n_heads][head_dim], token t at first_query_position + t) over
   /// every cached position of `layer`, page by page through the tiers, into `state` (not
@@ -221,6 +228,8 @@ class KvCache {
   Result<std::vector<int32_t>> Load(const std::string& path, const ModelFingerprint& model);
 
  private:
+  int64_t RowsTruncationPoint(int64_t n) const;  // TruncationPoint's rules for the rows alone
+  Status DropRows(int64_t n);                      // Truncate's work once a state allows it
   struct Impl;
   static Result<std::unique_ptr<Impl>> Prepare(const KvCacheConfig& config);
   explicit KvCache(std::unique_ptr<Impl> impl);

@@ -128,11 +128,27 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
   if (request.speculation.source != DraftSource::kNone) {
     if (Status st = CheckSpeculation(request.speculation); !st.ok()) return Status::Error("Generate: " + st.message());
     // A rejected draft is dropped from the cache: positions must be droppable in place.
-    if (s.cache_config.state_floats > 0 || !s.cache_config.budgets.disk_dir.empty()) {
-      return Status::Error(fmt::format(
-          "Generate: speculative decoding needs a cache that can drop rejected drafts; this one {}",
-          s.cache_config.state_floats > 0 ? "holds a hybrid model's recurrent state, which cannot be rolled back"
-                                          : "keeps its master on disk (--kv-disk)"));
+    if (!s.cache_config.budgets.disk_dir.empty()) {
+      return Status::Error(
+          "Generate: speculative decoding needs a cache that can drop rejected drafts; this one keeps its "
+          "master on disk (--kv-disk)");
+    }
+    // A hybrid restores its state saved before the pass: the KV rows must drop at any position
+    // (a per-token codec, no sinks or residual), as the state cannot be recomputed from an earlier point.
+    if (s.cache_config.state_floats > 0) {
+      for (const LayerFormats& f : s.cache_config.layers) {
+        const std::pair<const Codec*, const KvTransforms*> tensors[] = {{&f.key->key, &f.key_transforms},
+                                                                         {&f.value->value, &f.value_transforms}};
+        for (const auto& [codec, transforms] : tensors) {
+          if (codec->rows_per_block > 1 || codec->calibrated || transforms->sinks > 0 || transforms->residual > 0) {
+            return Status::Error(fmt::format(
+                "Generate: speculative decoding on a hybrid model needs KV specs that drop rows one at a time "
+                "(a rejected draft is dropped and the recurrent state restored); {}/{} stores rows in groups or "
+                "keeps sink or residual rows: use a per-token format such as f16, int8 or int4",
+                KvSpecName(f.Key()), KvSpecName(f.Value())));
+          }
+        }
+      }
     }
   }
   // Reuse what the session holds when it is a prefix of the prompt (never all of the prompt: the
@@ -180,6 +196,10 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
   // Suffix drafts: the tree over the session's tokens, extended as they are kept (in_tree of them).
   SuffixTree tree(spec.source == DraftSource::kSuffix ? spec.max_ngram + spec.max_draft : 1);
   size_t in_tree = 0;
+  // A hybrid's recurrent state cannot drop a rejected draft's tokens: it is copied before each pass
+  // with a draft, and on a rejection restored while the KV rows are dropped, and the kept tokens
+  // run again from it. checkpoint: [state_floats] the state before the pass.
+  std::vector<float> checkpoint;
   std::vector<int32_t> pass;       // [1 + drafted] the next pass: a drawn token, then its draft
   std::vector<int32_t> rows;       // [drafted] logits_at: the rows that judge the draft
   int32_t pending = -1;            // drawn where a draft was rejected: the next pass's first token
@@ -233,6 +253,10 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
     rows.resize(drafted);
     for (int32_t i = 0; i < drafted; ++i) rows[i] = i;
     const auto pass_start = Clock::now();
+    const int64_t before = positions();
+    if (drafted > 0 && s.cache->state_floats() > 0) {
+      checkpoint.assign(s.cache->state(), s.cache->state() + s.cache->state_floats());
+    }
     if (Status st = Prefill(pass, rows); !st.ok()) return failed(st);
     // Each drafted token is judged by drawing the token at its position, as decoding one token at
     // a time would: kept while they agree; the first drawn token that differs runs next.
@@ -247,7 +271,13 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
       ++ran;
     }
     if (ran < static_cast<int32_t>(pass.size())) {
-      if (Status st = Truncate(positions() - (static_cast<int64_t>(pass.size()) - ran)); !st.ok()) return failed(st);
+      if (s.cache->state_floats() == 0) {
+        if (Status st = Truncate(before + ran); !st.ok()) return failed(st);
+      } else {
+        if (Status st = s.cache->Truncate(before, checkpoint); !st.ok()) return failed(st);
+        s.tokens.resize(before);
+        if (Status st = Prefill(std::span<const int32_t>(pass).first(ran)); !st.ok()) return failed(st);
+      }
     }
     gate.Record(drafted, ran - 1, std::chrono::duration<double>(Clock::now() - pass_start).count(), gated);
     c.speculation.passes += 1;

@@ -175,9 +175,14 @@ namespace kvq {
 
 int64_t KvCache::TruncationPoint(int64_t n) const {
   const Impl& m = *impl_;
-  if (n <= 0 || m.store->on_disk()) return 0;  // a disk master's full pages are in the file
   // A recurrent state holds every position so far folded in: only "drop nothing" keeps it.
-  if (!m.state.empty()) return n >= m.layers[0].positions ? n : 0;
+  if (!m.state.empty()) return n > 0 && !m.store->on_disk() && n >= m.layers[0].positions ? n : 0;
+  return RowsTruncationPoint(n);
+}
+
+int64_t KvCache::RowsTruncationPoint(int64_t n) const {
+  const Impl& m = *impl_;
+  if (n <= 0 || m.store->on_disk()) return 0;  // a disk master's full pages are in the file
   if (m.CanDropToView(n)) return n;  // within the last Append's rows: exact for every spec
   int64_t point = n;
   for (int64_t l = 0; l < m.config.n_layers; ++l) {
@@ -204,14 +209,38 @@ Status KvCache::Truncate(int64_t n) {
   if (!m.state.empty() && n != 0 && n < m.layers[0].positions) {
     return Bad(fmt::format(
         "cannot truncate to {} of {} positions: the cache holds a model's recurrent state "
-        "({} floats), which cannot be rolled back (truncate to 0 to start again)",
-        n, m.layers[0].positions, m.state.size()));
+        "({} floats), which cannot be rolled back without a copy of it at {} positions (truncate to 0 "
+        "to start again)", n, m.layers[0].positions, m.state.size(), n));
   }
   if (n == 0) std::fill(m.state.begin(), m.state.end(), 0.0f);
-  if (n != 0 && TruncationPoint(n) != n) {
+  return DropRows(n);
+}
+
+Status KvCache::Truncate(int64_t n, std::span<const float> state) {
+  Impl& m = *impl_;
+  if (!m.broken.ok()) return m.broken;
+  if (m.state.empty()) return Bad("cannot restore a recurrent state: this cache holds none");
+  if (state.size() != m.state.size()) {
+    return Bad(fmt::format("cannot restore a recurrent state of {} floats: the cache holds {}", state.size(),
+                           m.state.size()));
+  }
+  for (const Impl::Layer& L : m.layers) {
+    if (n < 1 || n > L.positions) {
+      return Bad(fmt::format("cannot truncate to {} positions with a saved state: a layer holds {} (and 0 "
+                             "needs no state)", n, L.positions));
+    }
+  }
+  if (Status st = DropRows(n); !st.ok()) return st;
+  std::copy(state.begin(), state.end(), m.state.begin());
+  return Status::Ok();
+}
+
+Status KvCache::DropRows(int64_t n) {
+  Impl& m = *impl_;
+  if (n != 0 && RowsTruncationPoint(n) != n) {
     return Bad(fmt::format("cannot drop positions in place at {} (the nearest point is {}: groups, sinks, a "
                            "residual or a disk master keep rows that depend on later ones)",
-                           n, TruncationPoint(n)));
+                           n, RowsTruncationPoint(n)));
   }
   if (n != 0 && m.CanDropToView(n)) return m.DropToView(n);
   const int32_t P = m.config.page_positions;
@@ -247,7 +276,7 @@ Status KvCache::Truncate(int64_t n) {
 namespace kvq {
 
 bool KvCache::Impl::CanDropToView(int64_t n) const {
-  if (n <= 0 || store->on_disk() || !state.empty()) return false;
+  if (n <= 0 || store->on_disk()) return false;
   for (int64_t l = 0; l < config.n_layers; ++l) {
     const Layer& L = layers[l];
     if (n > L.positions || !Holds(l, ViewAt(l, n))) return false;

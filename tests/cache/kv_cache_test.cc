@@ -356,6 +356,59 @@ TEST(KvCache, TierPlanCountsTheFixedStateInHostMemory) {
   EXPECT_EQ(disk_hybrid->host_bytes, disk->host_bytes + 4000);
 }
 
+// Truncate with a saved state (a speculative verifier's rollback on a hybrid): where a twin cache
+// without a state could drop to n in place, the rows past n go and the state becomes the saved one
+// exactly; elsewhere (a grouped codec outside the last Append's rows) it is refused, changing
+// nothing. A cache without a state, a state of another size and n = 0 are refused; plain Truncate
+// of a state cache still refuses to roll back.
+TEST(KvCache, TruncateWithASavedStateRestoresIt) {
+  int restored_count = 0;
+  for (const LayerFormats& f : FormatPairs()) {
+    SCOPED_TRACE(::testing::Message() << f.key->name << "/" << f.value->name);
+    KvCacheConfig c{.n_layers = 2, .n_kv_heads = 2, .head_dim = 16, .layers = {f}, .max_positions = 256,
+                    .page_positions = 64, .state_floats = 10};
+    Result<std::unique_ptr<KvCache>> made = KvCache::Create(c);
+    c.state_floats = 0;
+    Result<std::unique_ptr<KvCache>> twin = KvCache::Create(c);
+    ASSERT_TRUE(made.ok() && twin.ok());
+    KvCache& cache = **made;
+    const std::vector<float> x = Random(50 * kRow.elems(), 7);
+    for (int l = 0; l < 2; ++l) {
+      ASSERT_TRUE(cache.Append(l, x.data(), x.data(), 45).ok());
+      ASSERT_TRUE((*twin)->Append(l, x.data(), x.data(), 45).ok());
+    }
+    std::vector<float> saved(10);
+    for (int i = 0; i < 10; ++i) saved[i] = 0.5f + i;
+    std::copy(saved.begin(), saved.end(), cache.state());
+    for (int l = 0; l < 2; ++l) {
+      ASSERT_TRUE(cache.Append(l, x.data(), x.data(), 5).ok());
+      ASSERT_TRUE((*twin)->Append(l, x.data(), x.data(), 5).ok());
+    }
+    for (int i = 0; i < 10; ++i) cache.state()[i] = -1.0f;  // what the 5 rows folded in
+    EXPECT_FALSE(cache.Truncate(45).ok());                    // no saved state: cannot roll back
+    EXPECT_FALSE(cache.Truncate(45, std::vector<float>(9)).ok());
+    EXPECT_FALSE(cache.Truncate(0, saved).ok());
+    EXPECT_EQ(cache.positions(0), 50);
+    const Status restored = cache.Truncate(45, saved);
+    if ((*twin)->TruncationPoint(45) == 45) {
+      ASSERT_TRUE(restored.ok()) << restored.message();
+      EXPECT_EQ(cache.positions(0), 45);
+      EXPECT_EQ(cache.positions(1), 45);
+      EXPECT_EQ(std::vector<float>(cache.state(), cache.state() + 10), saved);
+      ++restored_count;
+    } else {
+      EXPECT_FALSE(restored.ok());
+      EXPECT_EQ(cache.positions(0), 50);
+      EXPECT_EQ(cache.state()[0], -1.0f);
+    }
+  }
+  EXPECT_GT(restored_count, 0);
+  auto plain = MakeCache({*FindFormat("f16"), *FindFormat("f16")}, 1, 10, {});
+  ASSERT_NE(plain, nullptr);
+  const Status refused = plain->Truncate(0, std::vector<float>(3));
+  EXPECT_NE(refused.message().find("holds none"), std::string::npos) << refused.message();
+}
+
 // Save after a prefix, load into a fresh cache, continue: the same bits as never stopping.
 TEST(KvCacheSnapshot, SaveLoadContinueEqualsUninterrupted) {
   const ModelFingerprint model{.n_layers = 2, .n_kv_heads = 2, .head_dim = 16, .weights_hash = 0x1234};
