@@ -26,6 +26,22 @@ bool Missing(const void* p, const char* what) {
   return true;
 }
 
+int64_t CopyIds(const std::vector<int32_t>& ids, int32_t* out, int64_t capacity) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  if (n > 0 && capacity > 0) std::memcpy(out, ids.data(), sizeof(int32_t) * std::min(n, capacity));
+  return n;
+}
+
+int64_t CopyText(const std::string& text, char* out, int64_t capacity) {
+  const int64_t len = static_cast<int64_t>(text.size());
+  if (capacity > 0) {
+    const int64_t copied = std::min(len, capacity - 1);
+    std::memcpy(out, text.data(), copied);
+    out[copied] = '\0';
+  }
+  return len;
+}
+
 bool CheckStructSize(const char* what, const char* name, size_t got, size_t first_size, size_t size) {
   if (got >= first_size && got <= size) return true;
   if (got > size) {
@@ -148,10 +164,7 @@ int64_t kvq_tokenize(const kvq_model* model, const char* text, int add_bos, int3
   return Guard("kvq_tokenize", int64_t{-1}, [&] {
     const kvq::AddBos bos =
         add_bos < 0 ? kvq::AddBos::kModelDefault : add_bos ? kvq::AddBos::kYes : kvq::AddBos::kNo;
-    const std::vector<int32_t> t = model->model->Tokenize(text, bos);
-    const int64_t n = static_cast<int64_t>(t.size());
-    if (n > 0 && capacity > 0) std::memcpy(ids, t.data(), sizeof(int32_t) * std::min(n, capacity));
-    return n;
+    return kvq::capi::CopyIds(model->model->Tokenize(text, bos), ids, capacity);
   });
 }
 
@@ -167,13 +180,7 @@ int64_t kvq_detokenize(const kvq_model* model, const int32_t* ids, int64_t n, ch
       Fail(text.status().message());
       return -1;
     }
-    const int64_t len = static_cast<int64_t>(text->size());
-    if (capacity > 0) {
-      const int64_t copied = std::min(len, capacity - 1);
-      std::memcpy(out, text->data(), copied);
-      out[copied] = '\0';
-    }
-    return len;
+    return kvq::capi::CopyText(*text, out, capacity);
   });
 }
 

@@ -142,13 +142,6 @@ bool RenderChat(const char* what, const kvq::Model& model, const kvq_chat_messag
   return true;
 }
 
-// Copies ids into ids_out[0..capacity) and returns their count (kvq_tokenize's contract).
-int64_t CopyIds(const std::vector<int32_t>& ids, int32_t* out, int64_t capacity) {
-  const int64_t n = static_cast<int64_t>(ids.size());
-  if (n > 0 && capacity > 0) std::memcpy(out, ids.data(), sizeof(int32_t) * std::min(n, capacity));
-  return n;
-}
-
 }  // namespace
 
 extern "C" {
@@ -222,13 +215,7 @@ int64_t kvq_apply_chat_template(const kvq_model* model, const kvq_chat_message* 
   return Guard("kvq_apply_chat_template", int64_t{-1}, [&]() -> int64_t {
     std::string text;
     if (!RenderChat("kvq_apply_chat_template", *model->model, messages, n_messages, options, text)) return -1;
-    const int64_t len = static_cast<int64_t>(text.size());
-    if (capacity > 0) {
-      const int64_t copied = std::min(len, capacity - 1);
-      std::memcpy(out, text.data(), copied);
-      out[copied] = '\0';
-    }
-    return len;
+    return kvq::capi::CopyText(text, out, capacity);
   });
 }
 
@@ -241,7 +228,7 @@ int64_t kvq_tokenize_chat_prompt(const kvq_model* model, const char* text, int32
     return -1;
   }
   return Guard("kvq_tokenize_chat_prompt", int64_t{-1},
-               [&] { return CopyIds(model->model->TokenizeChatPrompt(text), ids, capacity); });
+               [&] { return kvq::capi::CopyIds(model->model->TokenizeChatPrompt(text), ids, capacity); });
 }
 
 int kvq_session_generate_chat(kvq_session* session, const kvq_chat_message* messages, int64_t n_messages,

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kvq.h"
 #include "kvq/model.h"
@@ -47,6 +48,11 @@ bool Missing(const void* p, const char* what);
 
 /// `s`, or `fallback` when s is NULL.
 inline std::string Str(const char* s, const char* fallback = "") { return s != nullptr ? s : fallback; }
+
+/// The size-then-fill buffer contracts of kvq_tokenize and kvq_detokenize: copies what fits
+/// (text: with a terminating NUL) and returns the whole count, which may exceed capacity.
+int64_t CopyIds(const std::vector<int32_t>& ids, int32_t* out, int64_t capacity);
+int64_t CopyText(const std::string& text, char* out, int64_t capacity);
 
 /// Checks a caller's struct_size against what this library knows of struct `name`: at least
 /// `first_size` (the struct's first version), at most sizeof. The message names the call (`what`),
