@@ -23,6 +23,7 @@ install(FILES ${PROJECT_BINARY_DIR}/kvqConfig.cmake ${PROJECT_BINARY_DIR}/kvqCon
 if(TARGET kvq_shared)
   install(TARGETS kvq_shared EXPORT kvqTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
   file(RELATIVE_PATH kvq_pc_to_prefix "/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/")
+  string(REGEX REPLACE "/$" "" kvq_pc_to_prefix "${kvq_pc_to_prefix}")  # "../..", not "../../"
   configure_file(cmake/kvq.pc.in ${PROJECT_BINARY_DIR}/kvq.pc @ONLY)
   install(FILES ${PROJECT_BINARY_DIR}/kvq.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 endif()

@@ -49,9 +49,10 @@ bool CheckStructSize(const char* what, const char* name, size_t got, size_t firs
                      "built against a newer kvq.h than the library it loaded",
                      what, got, Version(), name, size));
   } else {
-    Fail(fmt::format("{}: struct_size is {}; this libkvq {} reads {} of {} to {} bytes (set struct_size = "
-                     "sizeof({}), as {}_init does)",
-                     what, got, Version(), name, first_size, size, name, name));
+    const std::string older = first_size < size ? fmt::format(", or {} as first published", first_size) : "";
+    Fail(fmt::format("{}: struct_size is {}; this libkvq {} takes {} ({} bytes{}): set struct_size = sizeof({}), "
+                     "as {}_init does",
+                     what, got, Version(), name, size, older, name, name));
   }
   return false;
 }

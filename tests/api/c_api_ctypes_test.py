@@ -21,8 +21,9 @@ import tempfile
 failures = []
 
 
-def check(ok, what):
-    print(("ok: " if ok else "FAIL: ") + what)
+def check(ok, what, why=""):
+    """Records a check; `why` (the library's last error, say) is printed only when it fails."""
+    print(("ok: " if ok else "FAIL: ") + what + ("" if ok or not why else f": {why}"))
     if not ok:
         failures.append(what)
 
@@ -107,7 +108,9 @@ def install(build_dir, prefix):
     libdir, includedir = pc("--variable=libdir"), pc("--variable=includedir")
     check(os.path.realpath(libdir) == os.path.realpath(os.path.join(prefix, "lib")),
           f"pkg-config's libdir {libdir} is the install's lib folder")
-    check(f"-L{libdir}" in pc("--libs").split() and "-lkvq" in pc("--libs").split(), "pkg-config --libs: -L.. -lkvq")
+    libs = pc("--libs").split()
+    check(any(a.startswith("-L") and os.path.realpath(a[2:]) == os.path.realpath(libdir) for a in libs) and
+          "-lkvq" in libs, f"pkg-config --libs: {' '.join(libs)}")
     return os.path.join(libdir, "libkvq.so"), os.path.join(includedir, "kvq.h")
 
 
@@ -156,7 +159,7 @@ def main(build_dir, source_dir, kvq):
               f"a wrong struct_size is refused: {lib.kvq_last_error().decode()!r}")
         mo.struct_size = ctypes.sizeof(ModelOptions)
         m = lib.kvq_model_load(model.encode(), ctypes.byref(mo))
-        check(m is not None, f"kvq_model_load({model}): {lib.kvq_last_error().decode()}")
+        check(m is not None, f"kvq_model_load({model})", lib.kvq_last_error().decode())
         if m is None:
             return 1
         info = ModelInfo()
@@ -185,7 +188,7 @@ def main(build_dir, source_dir, kvq):
             n = ctypes.c_int64(0)
             rc = lib.kvq_session_generate(s, prompt.encode(), ctypes.byref(go), callback, None, ctypes.byref(n))
             text = b"".join(pieces).decode("utf-8")
-            check(rc == 0, f"generate {prompt!r}: {lib.kvq_last_error().decode()}")
+            check(rc == 0, f"generate {prompt!r}", lib.kvq_last_error().decode())
             check(tokens[:len(want_ids)] == want_ids and n.value == len(want_ids),
                   f"{prompt!r}: the streamed ids are run.c's golden ids ({n.value} tokens)")
             ref = kvq_run(kvq, model, tok, prompt, max_tokens)
