@@ -130,7 +130,7 @@ KVQ_API int kvq_session_prefill(kvq_session* session, const int32_t* ids, int64_
  * Each row equals, bit for bit, the logits that decoding the tokens one at a time gives after that
  * token: what a speculative-decoding verifier reads. kvq_session_chosen_logits returns them. */
 KVQ_API int kvq_session_prefill_logits_at(kvq_session* session, const int32_t* ids, int64_t n,
-                                  const int32_t* logits_at, int64_t n_at);
+                                          const int32_t* logits_at, int64_t n_at);
 /* [*n_rows][vocab_size] the rows the session's last prefill_logits_at kept, valid until the session
  * next changes; NULL (and *n_rows 0) when there are none: after any other call that runs tokens,
  * and after an error. n_rows may be NULL. */
@@ -147,7 +147,7 @@ KVQ_API int kvq_session_decode(kvq_session* session, int32_t token);
  * of another model, more positions than a session's context. A cache error while running clears
  * every session of the batch. */
 KVQ_API int kvq_session_run_batch(kvq_session* const* sessions, const int32_t* const* tokens,
-                          const int64_t* n_tokens, int32_t n_items);
+                                  const int64_t* n_tokens, int32_t n_items);
 /* Threads the session's forward passes use from now on, 1..1024 (sessions start with the model's);
  * no count changes a bit of the results (kvq::Session::SetThreads). */
 KVQ_API int kvq_session_set_threads(kvq_session* session, int32_t threads);
@@ -214,7 +214,7 @@ typedef int (*kvq_token_fn)(int32_t token, const char* piece, void* user_data);
  * prefix of the prompt's tokens). on_token may be NULL. If n_generated is non-NULL it receives the
  * number of tokens generated (0 on failure). Why it ended: kvq_session_finish_reason. */
 KVQ_API int kvq_session_generate(kvq_session* session, const char* prompt, const kvq_generate_options* options,
-                         kvq_token_fn on_token, void* user_data, int64_t* n_generated);
+                                 kvq_token_fn on_token, void* user_data, int64_t* n_generated);
 /* The same for a prompt already tokenized: ids[0..n) (BOS included when wanted), e.g. from
  * kvq_tokenize_chat_prompt. */
 KVQ_API int kvq_session_generate_tokens(kvq_session* session, const int32_t* ids, int64_t n,

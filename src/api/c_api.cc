@@ -146,12 +146,23 @@ int kvq_model_get_info(const kvq_model* model, kvq_model_info* info) {
   }
   const kvq::ModelInfo& i = model->model->info();
   // Filled whole here, then copied as far as the caller's struct reaches.
-  const kvq_model_info full{.struct_size = info->struct_size, .architecture = i.architecture.c_str(), .n_layers = i.n_layers, .dim = i.dim,
-           .hidden_dim = i.hidden_dim, .n_heads = i.n_heads, .n_kv_heads = i.n_kv_heads,
-           .head_dim = i.head_dim, .vocab_size = i.vocab_size, .trained_context = i.trained_context,
-           .context = i.context, .threads = i.threads, .bos = i.bos, .eos = i.eos,
-           .n_attention_layers = i.n_attention_layers, .state_bytes = i.state_bytes,
-           .chat_template = i.chat_template.c_str()};
+  const kvq_model_info full{.struct_size = info->struct_size,
+                            .architecture = i.architecture.c_str(),
+                            .n_layers = i.n_layers,
+                            .dim = i.dim,
+                            .hidden_dim = i.hidden_dim,
+                            .n_heads = i.n_heads,
+                            .n_kv_heads = i.n_kv_heads,
+                            .head_dim = i.head_dim,
+                            .vocab_size = i.vocab_size,
+                            .trained_context = i.trained_context,
+                            .context = i.context,
+                            .threads = i.threads,
+                            .bos = i.bos,
+                            .eos = i.eos,
+                            .n_attention_layers = i.n_attention_layers,
+                            .state_bytes = i.state_bytes,
+                            .chat_template = i.chat_template.c_str()};
   std::memcpy(static_cast<void*>(info), &full, info->struct_size);
   return KVQ_OK;
 }

@@ -47,7 +47,9 @@ T Guard(const char* what, T on_error, F&& body) {
 bool Missing(const void* p, const char* what);
 
 /// `s`, or `fallback` when s is NULL.
-inline std::string Str(const char* s, const char* fallback = "") { return s != nullptr ? s : fallback; }
+inline std::string Str(const char* s, const char* fallback = "") {
+  return s != nullptr ? s : fallback;
+}
 
 /// The size-then-fill buffer contracts of kvq_tokenize and kvq_detokenize: copies what fits
 /// (text: with a terminating NUL) and returns the whole count, which may exceed capacity.
@@ -57,11 +59,13 @@ int64_t CopyText(const std::string& text, char* out, int64_t capacity);
 /// Checks a caller's struct_size against what this library knows of struct `name`: at least
 /// `first_size` (the struct's first version), at most sizeof. The message names the call (`what`),
 /// the struct and both sizes. True if it is acceptable.
-bool CheckStructSize(const char* what, const char* name, size_t got, size_t first_size, size_t size);
+bool CheckStructSize(const char* what, const char* name, size_t got, size_t first_size,
+                     size_t size);
 
 /// A caller's input struct read as this library's T: `defaults` (from the struct's *_init) with the
 /// fields the caller's struct_size covers copied over, so a caller built against an older kvq.h
-/// gets defaults for the fields appended since. False (error set) for a size CheckStructSize refuses.
+/// gets defaults for the fields appended since. False (error set) for a size CheckStructSize
+/// refuses.
 template <typename T>
 bool ReadStruct(const char* what, const char* name, size_t first_size, const T& in, T& defaults) {
   if (!CheckStructSize(what, name, in.struct_size, first_size, sizeof(T))) return false;

@@ -19,8 +19,8 @@ const std::string kDir = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/";
 
 const Model& Bundled() {
   static std::unique_ptr<Model> model = [] {
-    Result<std::unique_ptr<Model>> m =
-        Model::Load(kDir + "stories260K.bin", {.tokenizer_path = kDir + "tok512.bin", .threads = 1});
+    Result<std::unique_ptr<Model>> m = Model::Load(
+        kDir + "stories260K.bin", {.tokenizer_path = kDir + "tok512.bin", .threads = 1});
     EXPECT_TRUE(m.ok()) << m.status().message();
     return std::move(m).value();
   }();
@@ -31,8 +31,8 @@ const Model& Bundled() {
 std::string Alone(const std::vector<int32_t>& prompt, int32_t max_tokens, bool ignore_eos) {
   Result<std::unique_ptr<Session>> s = Bundled().NewSession();
   EXPECT_TRUE(s.ok());
-  Result<Completion> c =
-      (*s)->Generate(prompt, {.max_tokens = max_tokens, .sampling = {.temperature = 0}, .ignore_eos = ignore_eos});
+  Result<Completion> c = (*s)->Generate(
+      prompt, {.max_tokens = max_tokens, .sampling = {.temperature = 0}, .ignore_eos = ignore_eos});
   EXPECT_TRUE(c.ok()) << c.status().message();
   return c.ok() ? c->text : "<error>";
 }
@@ -55,7 +55,8 @@ Reply ReadAll(Job& job, std::string text = "") {
 
 TEST(EngineFork, ARequestSharingARunningRequestsPrefixForksItsSession) {
   const Model& model = Bundled();
-  std::string prefix = "Once upon a time, there was a little girl named Lily. She liked to play in the park. ";
+  std::string prefix =
+      "Once upon a time, there was a little girl named Lily. She liked to play in the park. ";
   prefix += prefix;
   prefix += prefix;  // about 80 tokens
   const std::vector<int32_t> running = model.Tokenize(prefix + "One day she saw a dog.");
@@ -71,7 +72,9 @@ TEST(EngineFork, ARequestSharingARunningRequestsPrefixForksItsSession) {
   Metrics metrics;
   Result<std::unique_ptr<Engine>> engine = Engine::Create(model, {.parallel = 2}, &metrics);
   ASSERT_TRUE(engine.ok()) << engine.status().message();
-  auto a = (*engine)->Submit({.prompt = running, .max_tokens = long_reply, .sampling = {.temperature = 0},
+  auto a = (*engine)->Submit({.prompt = running,
+                              .max_tokens = long_reply,
+                              .sampling = {.temperature = 0},
                               .ignore_eos = true});
   ASSERT_TRUE(std::holds_alternative<std::shared_ptr<Job>>(a));
   Job& first = *std::get<std::shared_ptr<Job>>(a);
@@ -81,7 +84,8 @@ TEST(EngineFork, ARequestSharingARunningRequestsPrefixForksItsSession) {
     started = first.Wait(std::chrono::milliseconds(100));
   }
   ASSERT_FALSE(started.text.empty());
-  ASSERT_FALSE(started.finished) << "the first request ended before the second could share its prefix";
+  ASSERT_FALSE(started.finished)
+      << "the first request ended before the second could share its prefix";
 
   auto b = (*engine)->Submit({.prompt = joining, .max_tokens = 32, .sampling = {.temperature = 0}});
   ASSERT_TRUE(std::holds_alternative<std::shared_ptr<Job>>(b));
@@ -89,8 +93,10 @@ TEST(EngineFork, ARequestSharingARunningRequestsPrefixForksItsSession) {
   const Reply first_reply = ReadAll(first, started.text);
 
   EXPECT_EQ(second.text, Alone(joining, 32, false));
-  EXPECT_EQ(second.last.usage.cached_tokens, static_cast<int64_t>(shared)) << "the shared prefix, forked";
-  EXPECT_EQ(first_reply.text, Alone(running, long_reply, true)) << "the session forked from is unchanged";
+  EXPECT_EQ(second.last.usage.cached_tokens, static_cast<int64_t>(shared))
+      << "the shared prefix, forked";
+  EXPECT_EQ(first_reply.text, Alone(running, long_reply, true))
+      << "the session forked from is unchanged";
   EXPECT_EQ(first_reply.last.usage.cached_tokens, 0);
   EXPECT_EQ(metrics.prefix_hits_live.load(), 1);
   EXPECT_EQ(metrics.prompt_tokens_reused.load(), static_cast<int64_t>(shared));
