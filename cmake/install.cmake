@@ -4,9 +4,7 @@
 # a C++ and a C program against such an install.
 include(CMakePackageConfigHelpers)
 
-set(kvq_installed_layers kvq_base kvq_simd kvq_formats kvq_attention kvq_cache kvq_gguf kvq_text
-    kvq_weights kvq_model kvq_generate kvq_grammar kvq_api)
-install(TARGETS ${kvq_installed_layers} kvq_package EXPORT kvqTargets
+install(TARGETS ${kvq_api_layers} kvq_package EXPORT kvqTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES include/kvq.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
@@ -18,3 +16,14 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/kvqConfigVersion.cmake
                                  COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/kvqConfig.cmake ${PROJECT_BINARY_DIR}/kvqConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/kvq)
+
+# libkvq.so (cmake/shared_library.cmake), as the CMake target kvq::shared and for pkg-config
+# (`pkg-config --cflags --libs kvq`). The .pc file finds the prefix from its own place
+# (${pcfiledir}), so an install moved or made with --prefix still points at itself.
+if(TARGET kvq_shared)
+  install(TARGETS kvq_shared EXPORT kvqTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  file(RELATIVE_PATH kvq_pc_to_prefix "/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/")
+  string(REGEX REPLACE "/$" "" kvq_pc_to_prefix "${kvq_pc_to_prefix}")  # "../..", not "../../"
+  configure_file(cmake/kvq.pc.in ${PROJECT_BINARY_DIR}/kvq.pc @ONLY)
+  install(FILES ${PROJECT_BINARY_DIR}/kvq.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+endif()

@@ -8,8 +8,19 @@
  * Handles are freed with their *_free function (NULL is accepted); a NULL handle passed anywhere
  * else is an error (KVQ_ERROR, -1 or NULL, with a message), not a crash, and no C++ exception ever
  * leaves these functions. A model may be shared by sessions used on different threads; one session
- * is used by one thread at a time. kvq's libraries are C++: a C program's CMake project enables
- * CXX too (project(app LANGUAGES C CXX)) so that kvq::kvq links the C++ runtime.
+ * is used by one thread at a time.
+ *
+ * Linking. libkvq.so holds all of kvq and exports these functions only (`pkg-config --cflags --libs
+ * kvq`, CMake's kvq::shared, or dlopen/ctypes.CDLL at run time). The static libraries (CMake's
+ * kvq::kvq) are C++: a C program's CMake project then enables CXX too (project(app LANGUAGES C
+ * CXX)) so that they link the C++ runtime.
+ *
+ * Struct sizes. Every options and info struct starts with `struct_size`, the size of the struct
+ * as the caller's kvq.h declares it; its *_init function sets it (and the defaults). Fields are
+ * only ever appended, so a newer libkvq reads the fields the caller's size covers and gives the
+ * rest their defaults; a size it does not know (0, not set; smaller than the struct's first
+ * version; larger than this library's struct: a kvq.h newer than the library) is an error naming
+ * the struct and both sizes. Arrays of kvq_chat_message carry no size: their two fields are fixed.
  *
  *   kvq_model_options mo; kvq_model_options_init(&mo);
  *   kvq_model* m = kvq_model_load("model.gguf", &mo);
@@ -29,6 +40,13 @@
 extern "C" {
 #endif
 
+/* Marks the functions libkvq.so exports (it is built with hidden visibility otherwise). */
+#if defined(__GNUC__) || defined(__clang__)
+#define KVQ_API __attribute__((visibility("default")))
+#else
+#define KVQ_API
+#endif
+
 #define KVQ_OK 0
 #define KVQ_ERROR 1
 
@@ -36,17 +54,18 @@ typedef struct kvq_model kvq_model;     /* a loaded model (kvq::Model) */
 typedef struct kvq_session kvq_session; /* a sequence, its KV cache and logits (kvq::Session) */
 
 /* kvq's version, "MAJOR.MINOR.PATCH" (static storage; kvq::Version()). */
-const char* kvq_version(void);
+KVQ_API const char* kvq_version(void);
 
 /* The message of the last failed call on this thread ("" if none). */
-const char* kvq_last_error(void);
+KVQ_API const char* kvq_last_error(void);
 
 /* Diagnostics: level 0 info, 1 warning, 2 error; `message` is valid during the call only.
  * NULL restores the default (stderr). */
 typedef void (*kvq_log_fn)(int level, const char* message, void* user_data);
-void kvq_set_log_callback(kvq_log_fn fn, void* user_data);
+KVQ_API void kvq_set_log_callback(kvq_log_fn fn, void* user_data);
 
 typedef struct {
+  size_t struct_size;               /* sizeof(kvq_model_options) (kvq_model_options_init sets it) */
   const char* tokenizer_path;       /* NULL or "": the model file's own / tok512.bin beside it */
   int32_t threads;                  /* 0: hardware threads */
   int64_t context;                  /* 0: the model's trained context */
@@ -62,14 +81,15 @@ typedef struct {
   const char* const* kv_layer_value_formats;
 } kvq_model_options;
 
-/* Fills `options` with the defaults above. */
-void kvq_model_options_init(kvq_model_options* options);
+/* Fills `options` with struct_size and the defaults above. */
+KVQ_API void kvq_model_options_init(kvq_model_options* options);
 
 /* Loads a GGUF or llama2.c model; NULL on failure (kvq_last_error says why). options may be NULL. */
-kvq_model* kvq_model_load(const char* path, const kvq_model_options* options);
-void kvq_model_free(kvq_model* model);
+KVQ_API kvq_model* kvq_model_load(const char* path, const kvq_model_options* options);
+KVQ_API void kvq_model_free(kvq_model* model);
 
 typedef struct {
+  size_t struct_size;       /* set by the caller: sizeof(kvq_model_info) (kvq_model_info_init sets it) */
   const char* architecture; /* owned by the model */
   int32_t n_layers, dim, hidden_dim, n_heads, n_kv_heads, head_dim, vocab_size;
   int64_t trained_context, context;
@@ -80,39 +100,43 @@ typedef struct {
   const char* chat_template;  /* tokenizer.chat_template (Jinja source) or ""; owned by the model */
 } kvq_model_info;
 
-void kvq_model_get_info(const kvq_model* model, kvq_model_info* info);
+/* Zeroes `info` and sets its struct_size. */
+KVQ_API void kvq_model_info_init(kvq_model_info* info);
+/* Fills the fields info->struct_size covers. KVQ_ERROR for a NULL argument or a size it does not
+ * know (nothing written then). */
+KVQ_API int kvq_model_get_info(const kvq_model* model, kvq_model_info* info);
 
 /* Tokenizes `text` (add_bos: -1 the vocabulary's default, 0 no, 1 yes) into ids[0..capacity).
  * Returns the number of tokens, which may exceed capacity (then call again with a larger buffer),
  * or -1 on error. */
-int64_t kvq_tokenize(const kvq_model* model, const char* text, int add_bos, int32_t* ids, int64_t capacity);
+KVQ_API int64_t kvq_tokenize(const kvq_model* model, const char* text, int add_bos, int32_t* ids, int64_t capacity);
 
 /* The text of ids[0..n) into out[0..capacity) with a terminating NUL. Returns the text's length in
  * bytes (without the NUL; if >= capacity the text was cut: call again), or -1 on error. */
-int64_t kvq_detokenize(const kvq_model* model, const int32_t* ids, int64_t n, char* out, int64_t capacity);
+KVQ_API int64_t kvq_detokenize(const kvq_model* model, const int32_t* ids, int64_t n, char* out, int64_t capacity);
 
 /* Non-zero if generation stops at `token` (EOS, end-of-turn). */
-int kvq_is_end_of_generation(const kvq_model* model, int32_t token);
+KVQ_API int kvq_is_end_of_generation(const kvq_model* model, int32_t token);
 
 /* A session with the model's KV options; or, with kv_override, with its kv_* fields instead (formats,
  * NULL meaning f16; budgets; disk folder — its other fields are ignored). NULL on failure. */
-kvq_session* kvq_session_new(const kvq_model* model, const kvq_model_options* kv_override);
-void kvq_session_free(kvq_session* session);
+KVQ_API kvq_session* kvq_session_new(const kvq_model* model, const kvq_model_options* kv_override);
+KVQ_API void kvq_session_free(kvq_session* session);
 
 /* Runs ids[0..n) after what the session holds. */
-int kvq_session_prefill(kvq_session* session, const int32_t* ids, int64_t n);
+KVQ_API int kvq_session_prefill(kvq_session* session, const int32_t* ids, int64_t n);
 /* The same, also keeping the logits after each token ids[logits_at[j]] for j in [0, n_at): the
  * indices increase and lie in [0, n) (an error names the one that does not; nothing runs then).
  * Each row equals, bit for bit, the logits that decoding the tokens one at a time gives after that
  * token: what a speculative-decoding verifier reads. kvq_session_chosen_logits returns them. */
-int kvq_session_prefill_logits_at(kvq_session* session, const int32_t* ids, int64_t n,
-                                  const int32_t* logits_at, int64_t n_at);
+KVQ_API int kvq_session_prefill_logits_at(kvq_session* session, const int32_t* ids, int64_t n,
+                                          const int32_t* logits_at, int64_t n_at);
 /* [*n_rows][vocab_size] the rows the session's last prefill_logits_at kept, valid until the session
  * next changes; NULL (and *n_rows 0) when there are none: after any other call that runs tokens,
  * and after an error. n_rows may be NULL. */
-const float* kvq_session_chosen_logits(const kvq_session* session, int64_t* n_rows);
+KVQ_API const float* kvq_session_chosen_logits(const kvq_session* session, int64_t* n_rows);
 /* One decode step. */
-int kvq_session_decode(kvq_session* session, int32_t token);
+KVQ_API int kvq_session_decode(kvq_session* session, int32_t token);
 /* Runs tokens[i][0..n_tokens[i]) after what sessions[i] holds, for every i in [0, n_items), in one
  * forward pass per block of 64 tokens (kvq::Session::RunBatch): each weight matrix is read once for
  * the whole batch, and each session ends with exactly the logits and cache that
@@ -122,11 +146,11 @@ int kvq_session_decode(kvq_session* session, int32_t token);
  * session or token list, n_tokens[i] < 1, an id outside the vocabulary, a session given twice or
  * of another model, more positions than a session's context. A cache error while running clears
  * every session of the batch. */
-int kvq_session_run_batch(kvq_session* const* sessions, const int32_t* const* tokens,
-                          const int64_t* n_tokens, int32_t n_items);
+KVQ_API int kvq_session_run_batch(kvq_session* const* sessions, const int32_t* const* tokens,
+                                  const int64_t* n_tokens, int32_t n_items);
 /* Threads the session's forward passes use from now on, 1..1024 (sessions start with the model's);
  * no count changes a bit of the results (kvq::Session::SetThreads). */
-int kvq_session_set_threads(kvq_session* session, int32_t threads);
+KVQ_API int kvq_session_set_threads(kvq_session* session, int32_t threads);
 /* Sets a function that kvq_session_prefill, kvq_session_run_batch and kvq_session_generate ask,
  * between blocks of 64 prompt tokens and before sampling each generated token, whether to stop
  * (non-zero: stop); fn NULL removes it. It is called on the thread running the session, with
@@ -135,18 +159,19 @@ int kvq_session_set_threads(kvq_session* session, int32_t threads);
  * session holds: the sessions stay valid and hold the blocks that ran (running the rest later gives
  * the bits of an uninterrupted run); generate succeeds with KVQ_FINISH_CANCELLED. */
 typedef int (*kvq_abort_fn)(void* user);
-int kvq_session_set_abort_callback(kvq_session* session, kvq_abort_fn fn, void* user);
+KVQ_API int kvq_session_set_abort_callback(kvq_session* session, kvq_abort_fn fn, void* user);
 /* [vocab_size] logits after the last token, valid until the session next changes; NULL if none. */
-const float* kvq_session_logits(const kvq_session* session);
-int64_t kvq_session_positions(const kvq_session* session);
-int64_t kvq_session_kv_bytes(const kvq_session* session);
-int kvq_session_truncate(kvq_session* session, int64_t n_positions);
-int kvq_session_clear(kvq_session* session);
-int kvq_session_save_prefix(const kvq_session* session, const char* path);
+KVQ_API const float* kvq_session_logits(const kvq_session* session);
+KVQ_API int64_t kvq_session_positions(const kvq_session* session);
+KVQ_API int64_t kvq_session_kv_bytes(const kvq_session* session);
+KVQ_API int kvq_session_truncate(kvq_session* session, int64_t n_positions);
+KVQ_API int kvq_session_clear(kvq_session* session);
+KVQ_API int kvq_session_save_prefix(const kvq_session* session, const char* path);
 /* Returns the positions loaded, or -1 on error (the session is unchanged then). */
-int64_t kvq_session_load_prefix(kvq_session* session, const char* path);
+KVQ_API int64_t kvq_session_load_prefix(kvq_session* session, const char* path);
 
 typedef struct {
+  size_t struct_size; /* sizeof(kvq_generate_options) (kvq_generate_options_init sets it) */
   int32_t max_tokens; /* default 256; < 0: until an end token or the context is full */
   float temperature;  /* default 0.8; 0: greedy */
   int32_t top_k;      /* default 40; 0: off */
@@ -157,6 +182,12 @@ typedef struct {
   const char* const* stop; /* NULL, or n_stop non-empty strings: the text ends before the first one */
   int32_t n_stop;          /* default 0 */
   int32_t ignore_eos;      /* default 0; non-zero: end tokens do not end the completion */
+  /* Output constrained to a grammar (kvq::GenerateRequest::grammar): at most one of the two, NULL
+   * or "" meaning none. grammar: GBNF, llama.cpp's syntax, start rule "root". json_schema: a JSON
+   * Schema as JSON text, turned into GBNF (kvq::JsonSchemaGrammar; the subset supported is in
+   * docs/serving.md). A bad grammar or schema fails the call with a message naming it. */
+  const char* grammar;
+  const char* json_schema;
 } kvq_generate_options;
 
 /* Why a kvq_session_generate ended (kvq::FinishReason). */
@@ -167,12 +198,12 @@ typedef enum {
   KVQ_FINISH_CANCELLED = 3  /* on_token returned 0, or the abort callback fired */
 } kvq_finish_reason;
 
-void kvq_generate_options_init(kvq_generate_options* options);
+KVQ_API void kvq_generate_options_init(kvq_generate_options* options);
 
 /* Sets the sampler chain kvq_session_sample uses (temperature .. seed; its generator re-seeded). */
-void kvq_session_set_sampler(kvq_session* session, const kvq_generate_options* options);
+KVQ_API void kvq_session_set_sampler(kvq_session* session, const kvq_generate_options* options);
 /* A token drawn from the session's logits by its sampler chain; -1 on error (no logits yet). */
-int32_t kvq_session_sample(kvq_session* session);
+KVQ_API int32_t kvq_session_sample(kvq_session* session);
 
 /* Called with each generated token and the text that may be shown now (valid during the call;
  * text that may begin a stop string, or an incomplete UTF-8 character, arrives with a later
@@ -182,11 +213,54 @@ typedef int (*kvq_token_fn)(int32_t token, const char* piece, void* user_data);
 /* Generates a completion of `prompt` (the whole text; what the session holds is reused when it is a
  * prefix of the prompt's tokens). on_token may be NULL. If n_generated is non-NULL it receives the
  * number of tokens generated (0 on failure). Why it ended: kvq_session_finish_reason. */
-int kvq_session_generate(kvq_session* session, const char* prompt, const kvq_generate_options* options,
-                         kvq_token_fn on_token, void* user_data, int64_t* n_generated);
-/* The kvq_finish_reason of the session's last successful kvq_session_generate; -1 if none (or on a
+KVQ_API int kvq_session_generate(kvq_session* session, const char* prompt, const kvq_generate_options* options,
+                                 kvq_token_fn on_token, void* user_data, int64_t* n_generated);
+/* The same for a prompt already tokenized: ids[0..n) (BOS included when wanted), e.g. from
+ * kvq_tokenize_chat_prompt. */
+KVQ_API int kvq_session_generate_tokens(kvq_session* session, const int32_t* ids, int64_t n,
+                                        const kvq_generate_options* options, kvq_token_fn on_token,
+                                        void* user_data, int64_t* n_generated);
+
+/* Chat. A conversation becomes prompt text through the model's chat template (Jinja, from the
+ * model file's tokenizer.chat_template; ChatML when it has none kvq can run) and that text becomes
+ * ids through kvq_tokenize_chat_prompt: kvq::Model::ApplyChatTemplate and TokenizeChatPrompt. */
+typedef struct {
+  const char* role;    /* "system", "user", "assistant" (the template decides what else it accepts) */
+  const char* content; /* UTF-8 text */
+} kvq_chat_message;
+
+typedef struct {
+  size_t struct_size;            /* sizeof(kvq_chat_options) (kvq_chat_options_init sets it) */
+  int32_t add_generation_prompt; /* default 1: end with the header of the assistant's turn */
+  int32_t enable_thinking;       /* default -1: the template decides; 0 or 1: its enable_thinking */
+  const char* template_override; /* NULL or "" (default): the model's template; else Jinja source */
+} kvq_chat_options;
+
+KVQ_API void kvq_chat_options_init(kvq_chat_options* options);
+
+/* The prompt text of messages[0..n_messages) into out[0..capacity) with a terminating NUL (options
+ * may be NULL: the defaults). Returns the text's length in bytes (if >= capacity the text was cut:
+ * call again with a larger buffer), or -1 on error (a template that does not parse, a conversation
+ * the template refuses: its message). */
+KVQ_API int64_t kvq_apply_chat_template(const kvq_model* model, const kvq_chat_message* messages,
+                                        int64_t n_messages, const kvq_chat_options* options, char* out,
+                                        int64_t capacity);
+/* The ids of a prompt kvq_apply_chat_template rendered (one BOS, whether the template writes it or
+ * the vocabulary adds it), into ids[0..capacity); returns the count (may exceed capacity: call
+ * again) or -1 on error. */
+KVQ_API int64_t kvq_tokenize_chat_prompt(const kvq_model* model, const char* text, int32_t* ids,
+                                         int64_t capacity);
+/* Renders messages[0..n_messages) with chat_options (NULL: the defaults), tokenizes the text as
+ * kvq_tokenize_chat_prompt does and generates the reply as kvq_session_generate_tokens does: the
+ * assistant's next message. */
+KVQ_API int kvq_session_generate_chat(kvq_session* session, const kvq_chat_message* messages,
+                                      int64_t n_messages, const kvq_chat_options* chat_options,
+                                      const kvq_generate_options* options, kvq_token_fn on_token,
+                                      void* user_data, int64_t* n_generated);
+
+/* The kvq_finish_reason of the session's last successful kvq_session_generate*; -1 if none (or on a
  * NULL session). */
-int kvq_session_finish_reason(const kvq_session* session);
+KVQ_API int kvq_session_finish_reason(const kvq_session* session);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -1,70 +1,71 @@
 // The C API (include/kvq.h) over the C++ API: handles wrap Model and Session; errors land in a
-// thread-local string that kvq_last_error returns.
-#include "kvq.h"
+// thread-local string that kvq_last_error returns. Generation and chat: c_api_generate.cc.
+#include <fmt/format.h>
 
-#include <cstring>
 #include <string>
 #include <vector>
 
+#include "api/c_api_internal.h"
 #include "kvq/log.h"
-#include "kvq/model.h"
-#include "kvq/session.h"
 
-struct kvq_model {
-  std::unique_ptr<kvq::Model> model;
-};
-struct kvq_session {
-  std::unique_ptr<kvq::Session> session;
-  int last_finish = -1;  // kvq_finish_reason of the last successful generate; -1: none
-};
-
+namespace kvq::capi {
 namespace {
-
 thread_local std::string last_error;
+}  // namespace
 
 int Fail(const std::string& message) {
   last_error = message;
   return KVQ_ERROR;
 }
 
-int Check(const kvq::Status& s) { return s.ok() ? KVQ_OK : Fail(s.message()); }
+int Check(const Status& s) { return s.ok() ? KVQ_OK : Fail(s.message()); }
 
-// Every entry point runs its body through Guard: a C++ exception (std::bad_alloc, a throwing
-// callback) never crosses into C; it becomes the call's error.
-template <typename T, typename F>
-T Guard(const char* what, T on_error, F&& body) {
-  try {
-    return body();
-  } catch (const std::exception& e) {
-    Fail(std::string(what) + ": " + e.what());
-  } catch (...) {
-    Fail(std::string(what) + ": unknown C++ exception");
-  }
-  return on_error;
-}
-
-// For handles and option structs: NULL is an error with a message, not a crash.
 bool Missing(const void* p, const char* what) {
   if (p != nullptr) return false;
   Fail(std::string(what) + " is NULL");
   return true;
 }
 
-std::string Str(const char* s, const char* fallback = "") { return s != nullptr ? s : fallback; }
-
-kvq::SamplerOptions Sampling(const kvq_generate_options& o) {
-  return {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .min_p = o.min_p, .seed = o.seed};
+int64_t CopyIds(const std::vector<int32_t>& ids, int32_t* out, int64_t capacity) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  if (n > 0 && capacity > 0) std::memcpy(out, ids.data(), sizeof(int32_t) * std::min(n, capacity));
+  return n;
 }
 
-int FinishToC(kvq::FinishReason reason) {
-  switch (reason) {
-    case kvq::FinishReason::kStop: return KVQ_FINISH_STOP;
-    case kvq::FinishReason::kLength: return KVQ_FINISH_LENGTH;
-    case kvq::FinishReason::kContext: return KVQ_FINISH_CONTEXT;
-    case kvq::FinishReason::kCancelled: return KVQ_FINISH_CANCELLED;
+int64_t CopyText(const std::string& text, char* out, int64_t capacity) {
+  const int64_t len = static_cast<int64_t>(text.size());
+  if (capacity > 0) {
+    const int64_t copied = std::min(len, capacity - 1);
+    std::memcpy(out, text.data(), copied);
+    out[copied] = '\0';
   }
-  return KVQ_FINISH_STOP;
+  return len;
 }
+
+bool CheckStructSize(const char* what, const char* name, size_t got, size_t first_size, size_t size) {
+  if (got >= first_size && got <= size) return true;
+  if (got > size) {
+    Fail(fmt::format("{}: struct_size is {}, larger than this libkvq {}'s {} ({} bytes): the program was "
+                     "built against a newer kvq.h than the library it loaded",
+                     what, got, Version(), name, size));
+  } else {
+    const std::string older = first_size < size ? fmt::format(", or {} as first published", first_size) : "";
+    Fail(fmt::format("{}: struct_size is {}; this libkvq {} takes {} ({} bytes{}): set struct_size = sizeof({}), "
+                     "as {}_init does",
+                     what, got, Version(), name, size, older, name, name));
+  }
+  return false;
+}
+
+}  // namespace kvq::capi
+
+namespace {
+
+using kvq::capi::Check;
+using kvq::capi::Fail;
+using kvq::capi::Guard;
+using kvq::capi::Missing;
+using kvq::capi::Str;
 
 kvq::KvOptions KvFromC(const kvq_model_options& o) {
   kvq::KvOptions kv;
@@ -86,7 +87,7 @@ extern "C" {
 
 const char* kvq_version(void) { return kvq::Version(); }
 
-const char* kvq_last_error(void) { return last_error.c_str(); }
+const char* kvq_last_error(void) { return kvq::capi::last_error.c_str(); }
 
 void kvq_set_log_callback(kvq_log_fn fn, void* user_data) {
   Guard("kvq_set_log_callback", 0, [&] {
@@ -104,6 +105,7 @@ void kvq_set_log_callback(kvq_log_fn fn, void* user_data) {
 void kvq_model_options_init(kvq_model_options* o) {
   if (Missing(o, "kvq_model_options_init: options")) return;
   *o = {};
+  o->struct_size = sizeof(kvq_model_options);
   o->kv_key_format = "f16";
   o->kv_value_format = "f16";
 }
@@ -111,9 +113,12 @@ void kvq_model_options_init(kvq_model_options* o) {
 kvq_model* kvq_model_load(const char* path, const kvq_model_options* options) {
   if (Missing(path, "kvq_model_load: path")) return nullptr;
   return Guard("kvq_model_load", static_cast<kvq_model*>(nullptr), [&]() -> kvq_model* {
-    kvq_model_options defaults;
-    kvq_model_options_init(&defaults);
-    const kvq_model_options& o = options != nullptr ? *options : defaults;
+    kvq_model_options o;
+    kvq_model_options_init(&o);
+    if (options != nullptr && !kvq::capi::ReadStruct("kvq_model_load: options", "kvq_model_options",
+                                                     kvq::capi::kModelOptionsFirstSize, *options, o)) {
+      return nullptr;
+    }
     const kvq::ModelOptions mo{.tokenizer_path = Str(o.tokenizer_path), .threads = o.threads,
                                .context = o.context, .kv = KvFromC(o)};
     kvq::Result<std::unique_ptr<kvq::Model>> m = kvq::Model::Load(path, mo);
@@ -127,15 +132,39 @@ kvq_model* kvq_model_load(const char* path, const kvq_model_options* options) {
 
 void kvq_model_free(kvq_model* model) { delete model; }
 
-void kvq_model_get_info(const kvq_model* model, kvq_model_info* info) {
-  if (Missing(model, "kvq_model_get_info: model") || Missing(info, "kvq_model_get_info: info")) return;
+void kvq_model_info_init(kvq_model_info* info) {
+  if (Missing(info, "kvq_model_info_init: info")) return;
+  *info = {};
+  info->struct_size = sizeof(kvq_model_info);
+}
+
+int kvq_model_get_info(const kvq_model* model, kvq_model_info* info) {
+  if (Missing(model, "kvq_model_get_info: model") || Missing(info, "kvq_model_get_info: info")) return KVQ_ERROR;
+  if (!kvq::capi::CheckStructSize("kvq_model_get_info: info", "kvq_model_info", info->struct_size,
+                                  kvq::capi::kModelInfoFirstSize, sizeof(kvq_model_info))) {
+    return KVQ_ERROR;
+  }
   const kvq::ModelInfo& i = model->model->info();
-  *info = {.architecture = i.architecture.c_str(), .n_layers = i.n_layers, .dim = i.dim,
-           .hidden_dim = i.hidden_dim, .n_heads = i.n_heads, .n_kv_heads = i.n_kv_heads,
-           .head_dim = i.head_dim, .vocab_size = i.vocab_size, .trained_context = i.trained_context,
-           .context = i.context, .threads = i.threads, .bos = i.bos, .eos = i.eos,
-           .n_attention_layers = i.n_attention_layers, .state_bytes = i.state_bytes,
-           .chat_template = i.chat_template.c_str()};
+  // Filled whole here, then copied as far as the caller's struct reaches.
+  const kvq_model_info full{.struct_size = info->struct_size,
+                            .architecture = i.architecture.c_str(),
+                            .n_layers = i.n_layers,
+                            .dim = i.dim,
+                            .hidden_dim = i.hidden_dim,
+                            .n_heads = i.n_heads,
+                            .n_kv_heads = i.n_kv_heads,
+                            .head_dim = i.head_dim,
+                            .vocab_size = i.vocab_size,
+                            .trained_context = i.trained_context,
+                            .context = i.context,
+                            .threads = i.threads,
+                            .bos = i.bos,
+                            .eos = i.eos,
+                            .n_attention_layers = i.n_attention_layers,
+                            .state_bytes = i.state_bytes,
+                            .chat_template = i.chat_template.c_str()};
+  std::memcpy(static_cast<void*>(info), &full, info->struct_size);
+  return KVQ_OK;
 }
 
 int64_t kvq_tokenize(const kvq_model* model, const char* text, int add_bos, int32_t* ids, int64_t capacity) {
@@ -147,10 +176,7 @@ int64_t kvq_tokenize(const kvq_model* model, const char* text, int add_bos, int3
   return Guard("kvq_tokenize", int64_t{-1}, [&] {
     const kvq::AddBos bos =
         add_bos < 0 ? kvq::AddBos::kModelDefault : add_bos ? kvq::AddBos::kYes : kvq::AddBos::kNo;
-    const std::vector<int32_t> t = model->model->Tokenize(text, bos);
-    const int64_t n = static_cast<int64_t>(t.size());
-    if (n > 0 && capacity > 0) std::memcpy(ids, t.data(), sizeof(int32_t) * std::min(n, capacity));
-    return n;
+    return kvq::capi::CopyIds(model->model->Tokenize(text, bos), ids, capacity);
   });
 }
 
@@ -166,13 +192,7 @@ int64_t kvq_detokenize(const kvq_model* model, const int32_t* ids, int64_t n, ch
       Fail(text.status().message());
       return -1;
     }
-    const int64_t len = static_cast<int64_t>(text->size());
-    if (capacity > 0) {
-      const int64_t copied = std::min(len, capacity - 1);
-      std::memcpy(out, text->data(), copied);
-      out[copied] = '\0';
-    }
-    return len;
+    return kvq::capi::CopyText(*text, out, capacity);
   });
 }
 
@@ -183,13 +203,19 @@ int kvq_is_end_of_generation(const kvq_model* model, int32_t token) {
 kvq_session* kvq_session_new(const kvq_model* model, const kvq_model_options* kv_override) {
   if (Missing(model, "kvq_session_new: model")) return nullptr;
   return Guard("kvq_session_new", static_cast<kvq_session*>(nullptr), [&]() -> kvq_session* {
+    kvq_model_options kv;
+    kvq_model_options_init(&kv);
+    if (kv_override != nullptr && !kvq::capi::ReadStruct("kvq_session_new: kv_override", "kvq_model_options",
+                                                         kvq::capi::kModelOptionsFirstSize, *kv_override, kv)) {
+      return nullptr;
+    }
     kvq::Result<std::unique_ptr<kvq::Session>> s =
-        kv_override != nullptr ? model->model->NewSession(KvFromC(*kv_override)) : model->model->NewSession();
+        kv_override != nullptr ? model->model->NewSession(KvFromC(kv)) : model->model->NewSession();
     if (!s.ok()) {
       Fail(s.status().message());
       return nullptr;
     }
-    return new kvq_session{std::move(s).value()};
+    return new kvq_session{.model = model->model, .session = std::move(s).value()};
   });
 }
 
@@ -319,70 +345,6 @@ int64_t kvq_session_load_prefix(kvq_session* session, const char* path) {
     }
     return *n;
   });
-}
-
-void kvq_generate_options_init(kvq_generate_options* o) {
-  if (Missing(o, "kvq_generate_options_init: options")) return;
-  const kvq::SamplerOptions d;
-  *o = {.max_tokens = 256, .temperature = d.temperature, .top_k = d.top_k, .top_p = d.top_p, .min_p = d.min_p,
-        .seed = d.seed, .stop = nullptr, .n_stop = 0, .ignore_eos = 0};
-}
-
-void kvq_session_set_sampler(kvq_session* session, const kvq_generate_options* options) {
-  if (Missing(session, "kvq_session_set_sampler: session") || Missing(options, "kvq_session_set_sampler: options")) {
-    return;
-  }
-  session->session->SetSampler(Sampling(*options));
-}
-
-int32_t kvq_session_sample(kvq_session* session) {
-  if (Missing(session, "kvq_session_sample: session")) return -1;
-  return Guard("kvq_session_sample", int32_t{-1}, [&]() -> int32_t {
-    kvq::Result<int32_t> t = session->session->Sample();
-    if (!t.ok()) {
-      Fail(t.status().message());
-      return -1;
-    }
-    return *t;
-  });
-}
-
-int kvq_session_generate(kvq_session* session, const char* prompt, const kvq_generate_options* options,
-                         kvq_token_fn on_token, void* user_data, int64_t* n_generated) {
-  if (n_generated != nullptr) *n_generated = 0;
-  if (Missing(session, "kvq_session_generate: session") || Missing(prompt, "kvq_session_generate: prompt")) {
-    return KVQ_ERROR;
-  }
-  session->last_finish = -1;  // until this call succeeds
-  return Guard("kvq_session_generate", KVQ_ERROR, [&] {
-    kvq_generate_options defaults;
-    kvq_generate_options_init(&defaults);
-    const kvq_generate_options& o = options != nullptr ? *options : defaults;
-    kvq::TokenCallback callback;
-    if (on_token != nullptr) {
-      callback = [on_token, user_data](int32_t token, const std::string& piece) {
-        return on_token(token, piece.c_str(), user_data) != 0;
-      };
-    }
-    kvq::GenerateRequest request{.max_tokens = o.max_tokens, .sampling = Sampling(o), .ignore_eos = o.ignore_eos != 0};
-    if (o.n_stop < 0 || (o.n_stop > 0 && o.stop == nullptr)) {
-      return Fail("kvq_session_generate: options->n_stop is " + std::to_string(o.n_stop) +
-                  (o.n_stop < 0 ? "; expected 0 or more" : " but options->stop is NULL"));
-    }
-    for (int32_t i = 0; i < o.n_stop; ++i) {
-      if (o.stop[i] == nullptr) return Fail("kvq_session_generate: options->stop[" + std::to_string(i) + "] is NULL");
-      request.stop.emplace_back(o.stop[i]);
-    }
-    kvq::Result<kvq::Completion> c = session->session->Generate(prompt, request, callback);
-    if (!c.ok()) return Fail(c.status().message());
-    if (n_generated != nullptr) *n_generated = static_cast<int64_t>(c->tokens.size());
-    session->last_finish = FinishToC(c->finish);
-    return KVQ_OK;
-  });
-}
-
-int kvq_session_finish_reason(const kvq_session* session) {
-  return Missing(session, "kvq_session_finish_reason: session") ? -1 : session->last_finish;
 }
 
 }  // extern "C"

@@ -313,16 +313,20 @@ bool Engine::AdmitOne(const std::shared_ptr<Job>& job) {
     }
     if (reserved + job->kv_reserved_bytes > options_.kv_budget_bytes) return false;
   }
-  Session& session = *best->session;
   // Never reuse all of the prompt: its last token runs again, for the logits.
   size_t reuse = std::min(best_common, prompt.size() - 1);
   bool from_disk = false;
-  // A snapshot that shares at least a prefill block more than the session does is loaded (loading
-  // reads the whole snapshot, so a few tokens more are cheaper to recompute); one refused
-  // (damaged) is gone from the store after Load, so the next best is tried.
   // A hybrid model's recurrent state cannot roll back: only a cache that is wholly a prefix of the
   // prompt is reused (a shorter cut would recompute everything before it, so counts as a miss).
   const bool fixed_state = model_.info().state_bytes > 0;
+  if (ForkLongerPrefix(*best, prompt, fixed_state)) {
+    reuse = static_cast<size_t>(best->session->positions());
+    best->from_disk = false;
+  }
+  Session& session = *best->session;
+  // A snapshot that shares at least a prefill block more than the session does is loaded (loading
+  // reads the whole snapshot, so a few tokens more are cheaper to recompute); one refused
+  // (damaged) is gone from the store after Load, so the next best is tried.
   while (prefix_store_) {
     auto match = prefix_store_->Find(prompt);
     if (!match || std::min(match->second, prompt.size() - 1) < reuse + kPrefillBlock) break;
@@ -365,6 +369,33 @@ bool Engine::AdmitOne(const std::shared_ptr<Job>& job) {
   best->pending.assign(prompt.begin() + static_cast<ptrdiff_t>(reuse), prompt.end());
   best->next_token = -1;
   best->last_used = step_;
+  return true;
+}
+
+bool Engine::ForkLongerPrefix(Slot& slot, const std::vector<int32_t>& prompt, bool fixed_state) {
+  if (!options_.kv.budgets.disk_dir.empty()) return false;  // Session::Fork refuses a disk master
+  const size_t most = prompt.size() - 1;  // the prompt's last token always runs, for its logits
+  Slot* donor = nullptr;
+  size_t donor_shared = std::min(CommonPrefix(slot.session->tokens(), prompt), most);
+  for (Slot& s : slots_) {
+    if (&s == &slot) continue;
+    const size_t shared = std::min(CommonPrefix(s.session->tokens(), prompt), most);
+    if (shared <= donor_shared) continue;
+    if (fixed_state && static_cast<size_t>(s.session->positions()) > shared) continue;
+    donor = &s;
+    donor_shared = shared;
+  }
+  if (donor == nullptr) return false;
+  Result<std::unique_ptr<Session>> forked = donor->session->Fork();
+  Status cut = forked.ok() ? Status::Ok() : forked.status();
+  if (cut.ok() && static_cast<size_t>((*forked)->positions()) > donor_shared) {
+    cut = (*forked)->Truncate(static_cast<int64_t>(donor_shared));
+  }
+  if (!cut.ok()) {
+    Log(LogLevel::kWarning, "serve: forking a live session's prefix failed (" + cut.message() + "); prefilling it");
+    return false;
+  }
+  slot.session = std::move(forked).value();
   return true;
 }
 

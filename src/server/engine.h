@@ -7,7 +7,9 @@
 //
 // Prefix reuse: an idle slot keeps its session's cache; a new request goes to the idle slot whose
 // tokens share the longest prefix with its prompt, which is truncated to that prefix in place
-// (KvCache::Truncate) and only the rest is prefilled. With a prefix-cache folder, prompts are also
+// (KvCache::Truncate) and only the rest is prefilled. When a busy slot shares more of the prompt
+// than any idle one (a request still running with the same system prompt), its session is forked
+// instead (Session::Fork: pages shared copy-on-write). With a prefix-cache folder, prompts are also
 // saved as verified snapshots (PrefixStore) that survive restarts.
 //
 // Threads: Submit and Job's methods are called from HTTP threads; everything touching sessions
@@ -144,6 +146,13 @@ class Engine {
   void Admit();
   bool AdmitOne(const std::shared_ptr<Job>& job);
   void Step();
+  // When another slot's session (one running a request with the same system prompt, say) shares
+  // more of `prompt` than `slot`'s own cache does, replaces slot's session with a Fork of it cut to
+  // the shared tokens: its pages shared, copied only where either writes, so the prefix is neither
+  // recomputed nor read back from a snapshot, and the bits are those of a session that ran the
+  // tokens alone. `fixed_state` (a hybrid): only a session wholly a prefix of the prompt is forked.
+  // Returns whether it forked.
+  bool ForkLongerPrefix(Slot& slot, const std::vector<int32_t>& prompt, bool fixed_state);
   // Saves the slot's cache (prompt and reply) to the prefix store, if there is one.
   void SavePrefix(Slot& slot);
   // After the session's logits are those after its last token: sample, hand the token to the

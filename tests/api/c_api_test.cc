@@ -1,6 +1,7 @@
 // The C API (include/kvq.h) as a C caller sees it: NULL handles and bad buffers are errors with a
 // message, the tokenize/detokenize buffer contracts, a step-by-step decode equal to generate, the
-// abort callback, threads, logits at chosen positions, the version and the model info's fields.
+// abort callback, threads, logits at chosen positions, the version, the model info's fields and
+// the struct_size checks.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -70,7 +71,8 @@ TEST(CApi, TokenizeAndDetokenizeBufferContracts) {
   EXPECT_EQ(kvq_detokenize(m, &bad, 1, buf, sizeof buf), -1);
   EXPECT_NE(std::string(kvq_last_error()).find("outside the vocabulary"), std::string::npos);
   kvq_model_info info;
-  kvq_model_get_info(m, &info);
+  kvq_model_info_init(&info);
+  ASSERT_EQ(kvq_model_get_info(m, &info), KVQ_OK) << kvq_last_error();
   EXPECT_EQ(info.vocab_size, 512);
   EXPECT_EQ(std::string(info.architecture), "llama");
   kvq_model_free(m);
@@ -203,7 +205,8 @@ TEST(CApi, RunBatchEqualsPrefillAloneAndRefusesBadItems) {
   const int64_t ones[3] = {1, 1, 1};
   ASSERT_EQ(kvq_session_run_batch(batched, decode, ones, 3), KVQ_OK) << kvq_last_error();
   kvq_model_info info;
-  kvq_model_get_info(m, &info);
+  kvq_model_info_init(&info);
+  ASSERT_EQ(kvq_model_get_info(m, &info), KVQ_OK) << kvq_last_error();
   for (int i = 0; i < 3; ++i) {
     ASSERT_EQ(kvq_session_prefill(alone[i], ids[i], n[i]), KVQ_OK);
     ASSERT_EQ(kvq_session_decode(alone[i], next[i]), KVQ_OK);
@@ -300,7 +303,8 @@ TEST(CApi, SetThreadsChangesNoBitAndRefusesBadCounts) {
   ASSERT_EQ(kvq_session_prefill(one, ids, 100), KVQ_OK);
   ASSERT_EQ(kvq_session_prefill(three, ids, 100), KVQ_OK);
   kvq_model_info info;
-  kvq_model_get_info(m, &info);
+  kvq_model_info_init(&info);
+  ASSERT_EQ(kvq_model_get_info(m, &info), KVQ_OK) << kvq_last_error();
   EXPECT_EQ(std::memcmp(kvq_session_logits(one), kvq_session_logits(three),
                         sizeof(float) * info.vocab_size),
             0);
@@ -313,7 +317,8 @@ TEST(CApi, PrefillLogitsAtEqualsDecodingOneAtATime) {
   kvq_model* m = LoadBundled();
   ASSERT_NE(m, nullptr);
   kvq_model_info info;
-  kvq_model_get_info(m, &info);
+  kvq_model_info_init(&info);
+  ASSERT_EQ(kvq_model_get_info(m, &info), KVQ_OK) << kvq_last_error();
   kvq_session* block = kvq_session_new(m, nullptr);
   kvq_session* step = kvq_session_new(m, nullptr);
   ASSERT_TRUE(block && step) << kvq_last_error();
@@ -365,7 +370,8 @@ TEST(CApi, ModelInfoHasAttentionLayersStateAndChatTemplate) {
   kvq_model* m = LoadBundled();  // llama2.c: every layer attends, no template
   ASSERT_NE(m, nullptr);
   kvq_model_info info;
-  kvq_model_get_info(m, &info);
+  kvq_model_info_init(&info);
+  ASSERT_EQ(kvq_model_get_info(m, &info), KVQ_OK) << kvq_last_error();
   EXPECT_EQ(info.n_attention_layers, info.n_layers);
   EXPECT_EQ(info.state_bytes, 0);
   ASSERT_NE(info.chat_template, nullptr);
@@ -383,13 +389,65 @@ TEST(CApi, ModelInfoHasAttentionLayersStateAndChatTemplate) {
   std::filesystem::remove(path);
   ASSERT_NE(h, nullptr) << kvq_last_error();
   ASSERT_TRUE(cpp.ok()) << cpp.status().message();
-  kvq_model_get_info(h, &info);
+  ASSERT_EQ(kvq_model_get_info(h, &info), KVQ_OK) << kvq_last_error();
   EXPECT_EQ(info.n_layers, 4);
   EXPECT_EQ(info.n_attention_layers, 2);
   EXPECT_GT(info.state_bytes, 0);
   EXPECT_EQ(info.state_bytes, (*cpp)->info().state_bytes);
   EXPECT_EQ(std::string(info.chat_template), (*cpp)->info().chat_template);
   kvq_model_free(h);
+}
+
+// Every options and info struct is read only at a struct_size the library knows: a missing size
+// (0), a smaller one and a larger one (a newer kvq.h) are errors naming the call, the struct and
+// both sizes, and nothing is loaded, made or written.
+TEST(CApi, StructSizesTheLibraryDoesNotKnowAreErrors) {
+  const std::string model = kDir + "stories260K.bin", tok = kDir + "tok512.bin";
+  kvq_model_options mo;
+  kvq_model_options_init(&mo);
+  EXPECT_EQ(mo.struct_size, sizeof(kvq_model_options));
+  mo.tokenizer_path = tok.c_str();
+  for (const size_t bad : {size_t{0}, sizeof(kvq_model_options) - 8, sizeof(kvq_model_options) + 8}) {
+    mo.struct_size = bad;
+    EXPECT_EQ(kvq_model_load(model.c_str(), &mo), nullptr);
+    const std::string e = kvq_last_error();
+    EXPECT_NE(e.find("kvq_model_load: options: struct_size is " + std::to_string(bad)), std::string::npos) << e;
+    EXPECT_NE(e.find("kvq_model_options (" + std::to_string(sizeof(kvq_model_options)) + " bytes)"),
+              std::string::npos) << e;
+    EXPECT_EQ(e.find("newer kvq.h") != std::string::npos, bad > sizeof(kvq_model_options)) << e;
+  }
+  mo.struct_size = sizeof(kvq_model_options);
+  kvq_model* m = kvq_model_load(model.c_str(), &mo);
+  ASSERT_NE(m, nullptr) << kvq_last_error();
+
+  mo.struct_size = 0;
+  EXPECT_EQ(kvq_session_new(m, &mo), nullptr);
+  EXPECT_NE(std::string(kvq_last_error()).find("kvq_session_new: kv_override: struct_size is 0"), std::string::npos)
+      << kvq_last_error();
+
+  kvq_model_info info;
+  kvq_model_info_init(&info);
+  EXPECT_EQ(info.struct_size, sizeof(kvq_model_info));
+  info.struct_size = sizeof(kvq_model_info) + 1;
+  info.n_layers = -7;
+  EXPECT_EQ(kvq_model_get_info(m, &info), KVQ_ERROR);
+  EXPECT_NE(std::string(kvq_last_error()).find("kvq_model_get_info: info: struct_size is"), std::string::npos);
+  EXPECT_EQ(info.n_layers, -7);  // nothing written
+
+  kvq_session* s = kvq_session_new(m, nullptr);
+  ASSERT_NE(s, nullptr) << kvq_last_error();
+  kvq_generate_options go;
+  kvq_generate_options_init(&go);
+  EXPECT_EQ(go.struct_size, sizeof(kvq_generate_options));
+  go.struct_size = 4;
+  int64_t n = -1;
+  EXPECT_EQ(kvq_session_generate(s, "Once", &go, nullptr, nullptr, &n), KVQ_ERROR);
+  EXPECT_NE(std::string(kvq_last_error()).find("kvq_session_generate: options: struct_size is 4"), std::string::npos)
+      << kvq_last_error();
+  EXPECT_EQ(n, 0);
+  EXPECT_EQ(kvq_session_positions(s), 0);  // nothing ran
+  kvq_session_free(s);
+  kvq_model_free(m);
 }
 
 }  // namespace

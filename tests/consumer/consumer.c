@@ -29,7 +29,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   kvq_model_info info;
-  kvq_model_get_info(model, &info);
+  kvq_model_info_init(&info);
+  if (kvq_model_get_info(model, &info) != KVQ_OK) {
+    fprintf(stderr, "consumer_c: %s\n", kvq_last_error());
+    kvq_model_free(model);
+    return 1;
+  }
   kvq_session* session = kvq_session_new(model, NULL);
   if (session == NULL) {
     fprintf(stderr, "consumer_c: %s\n", kvq_last_error());

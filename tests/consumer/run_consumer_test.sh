@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The installed-package test: install the build tree into a temporary prefix, build the consumer
-# project (C++ and C) against it, run both on the bundled model and compare their output with
-# `kvq run`'s, byte for byte. Usage: run_consumer_test.sh BUILD_DIR SOURCE_DIR KVQ_BINARY [FLAGS]
+# project (C++ and C, the C program also against libkvq.so) against it, run them on the bundled
+# model and compare their output with `kvq run`'s, byte for byte. Usage: run_consumer_test.sh BUILD_DIR SOURCE_DIR KVQ_BINARY [FLAGS]
 # (FLAGS: extra compile and link flags, e.g. the sanitizer flags the build was made with).
 set -euo pipefail
 build=$1 src=$2 kvq=$3 flags=${4:-}
@@ -14,11 +14,17 @@ cmake -S "$src/tests/consumer" -B "$tmp/build" -G Ninja -DCMAKE_PREFIX_PATH="$tm
 cmake --build "$tmp/build" > "$tmp/build.log" || { cat "$tmp/build.log"; exit 1; }
 model="$src/models/stories260K/stories260K.bin"
 tok="$src/models/stories260K/tok512.bin"
+programs="consumer_cpp consumer_c"
+if [ -f "$tmp/prefix/lib/libkvq.so" ]; then
+  programs="$programs consumer_c_shared"
+else
+  echo "note: no libkvq.so in the install (built with KVQ_BUILD_SHARED=OFF): consumer_c_shared not built"
+fi
 status=0
 for kv in f32 f16 int4-kivi; do
   for prompt in "Once upon a time" "Lily and Ben"; do
     "$kvq" run -m "$model" --tokenizer "$tok" -p "$prompt" -n 80 --temp 0 --kv "$kv" -t 1 > "$tmp/want.txt" 2>/dev/null
-    for program in consumer_cpp consumer_c; do
+    for program in $programs; do
       "$tmp/build/$program" "$model" "$tok" "$prompt" 80 "$kv" > "$tmp/got.txt"
       if cmp -s "$tmp/want.txt" "$tmp/got.txt"; then
         echo "ok: $program --kv $kv \"$prompt\" equals kvq run ($(wc -c < "$tmp/got.txt") bytes)"

@@ -1,0 +1,106 @@
+// kvq serve's engine reuses a prefix from a busy session by forking it (Engine::ForkLongerPrefix,
+// Session::Fork): a request that shares a long prompt prefix with a request still running gets
+// that prefix without recomputing it, counted as reused prompt tokens, and both replies are, bit
+// for bit, what each prompt gives alone (greedy) — the fork changes neither the borrower nor the
+// session it borrowed from.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+#include "kvq/model.h"
+#include "kvq/session.h"
+#include "server/engine.h"
+
+namespace kvq::server {
+namespace {
+
+const std::string kDir = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/";
+
+const Model& Bundled() {
+  static std::unique_ptr<Model> model = [] {
+    Result<std::unique_ptr<Model>> m = Model::Load(
+        kDir + "stories260K.bin", {.tokenizer_path = kDir + "tok512.bin", .threads = 1});
+    EXPECT_TRUE(m.ok()) << m.status().message();
+    return std::move(m).value();
+  }();
+  return *model;
+}
+
+// What a fresh session generates for `prompt`, greedy.
+std::string Alone(const std::vector<int32_t>& prompt, int32_t max_tokens, bool ignore_eos) {
+  Result<std::unique_ptr<Session>> s = Bundled().NewSession();
+  EXPECT_TRUE(s.ok());
+  Result<Completion> c = (*s)->Generate(
+      prompt, {.max_tokens = max_tokens, .sampling = {.temperature = 0}, .ignore_eos = ignore_eos});
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return c.ok() ? c->text : "<error>";
+}
+
+struct Reply {
+  std::string text;
+  Job::News last;
+};
+
+// Reads a job to its end (each Wait bounded; 600 waits of 100 ms at most).
+Reply ReadAll(Job& job, std::string text = "") {
+  for (int i = 0; i < 600; ++i) {
+    Job::News n = job.Wait(std::chrono::milliseconds(100));
+    text += n.text;
+    if (n.finished) return {text, n};
+  }
+  ADD_FAILURE() << "the job did not finish";
+  return {text, {}};
+}
+
+TEST(EngineFork, ARequestSharingARunningRequestsPrefixForksItsSession) {
+  const Model& model = Bundled();
+  std::string prefix =
+      "Once upon a time, there was a little girl named Lily. She liked to play in the park. ";
+  prefix += prefix;
+  prefix += prefix;  // about 80 tokens
+  const std::vector<int32_t> running = model.Tokenize(prefix + "One day she saw a dog.");
+  const std::vector<int32_t> joining = model.Tokenize(prefix + "One day she found a ball.");
+  size_t shared = 0;
+  while (shared < running.size() && running[shared] == joining[shared]) ++shared;
+  ASSERT_GT(shared, 70u);
+  // The running request generates to near the end of the context, so it is still running when the
+  // second one arrives (it is admitted at the scheduler's next step).
+  const int32_t long_reply = static_cast<int32_t>(model.info().context - running.size() - 1);
+  ASSERT_GT(long_reply, 300);
+
+  Metrics metrics;
+  Result<std::unique_ptr<Engine>> engine = Engine::Create(model, {.parallel = 2}, &metrics);
+  ASSERT_TRUE(engine.ok()) << engine.status().message();
+  auto a = (*engine)->Submit({.prompt = running,
+                              .max_tokens = long_reply,
+                              .sampling = {.temperature = 0},
+                              .ignore_eos = true});
+  ASSERT_TRUE(std::holds_alternative<std::shared_ptr<Job>>(a));
+  Job& first = *std::get<std::shared_ptr<Job>>(a);
+  // Its first text: its prompt is in its session's cache now.
+  Job::News started;
+  for (int i = 0; i < 600 && started.text.empty() && !started.finished; ++i) {
+    started = first.Wait(std::chrono::milliseconds(100));
+  }
+  ASSERT_FALSE(started.text.empty());
+  ASSERT_FALSE(started.finished)
+      << "the first request ended before the second could share its prefix";
+
+  auto b = (*engine)->Submit({.prompt = joining, .max_tokens = 32, .sampling = {.temperature = 0}});
+  ASSERT_TRUE(std::holds_alternative<std::shared_ptr<Job>>(b));
+  const Reply second = ReadAll(*std::get<std::shared_ptr<Job>>(b));
+  const Reply first_reply = ReadAll(first, started.text);
+
+  EXPECT_EQ(second.text, Alone(joining, 32, false));
+  EXPECT_EQ(second.last.usage.cached_tokens, static_cast<int64_t>(shared))
+      << "the shared prefix, forked";
+  EXPECT_EQ(first_reply.text, Alone(running, long_reply, true))
+      << "the session forked from is unchanged";
+  EXPECT_EQ(first_reply.last.usage.cached_tokens, 0);
+  EXPECT_EQ(metrics.prefix_hits_live.load(), 1);
+  EXPECT_EQ(metrics.prompt_tokens_reused.load(), static_cast<int64_t>(shared));
+}
+
+}  // namespace
+}  // namespace kvq::server
