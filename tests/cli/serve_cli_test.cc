@@ -31,7 +31,7 @@ TEST(ServeCli, BadFlagsAreRefusedBeforeAnythingStarts) {
       {"serve --kv nope", "--kv"},
       {"serve --kv-plan /nonexistent/plan.json", "--kv-plan"},
       {"serve --kv int4 --kv-plan " + kPlan, "excludes"},
-      {"serve --kv-budget-per-session 100B", "--kv-budget-per-session"},
+      {"serve --port 0 --kv-budget-per-session 100B", "--kv-budget-per-session"},
       {"serve --host 999.1.1.1 --port 1", "cannot listen"},
       {"serve -m /nonexistent.gguf", "nonexistent"},
   };
