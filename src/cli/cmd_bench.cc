@@ -266,9 +266,7 @@ int RunBenchStream(const BenchStreamOptions& o) {
 }  // namespace
 
 void AddBenchCommand(CLI::App& app, int* exit_code) {
-  CLI::App* bench = app.add_subcommand("bench",
-                                       "Benchmarks that print numbers (attention, stream, matvec, "
-                                       "decode, prefill, context, roofline, batch)");
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks that print numbers");
   bench->require_subcommand(1);
   auto o = std::make_shared<BenchAttentionOptions>();
   CLI::App* cmd = bench->add_subcommand("attention", "Decode-attention time per KV spec vs context");
@@ -318,6 +316,12 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   AddBenchServeCommand(*bench, exit_code);
   AddBenchBatchCommand(*bench, exit_code);
   AddBenchGrammarCommand(*bench, exit_code);
+  // The description lists the subcommands as added, so a new one is never left out.
+  std::string names;
+  for (const CLI::App* sub : bench->get_subcommands([](CLI::App*) { return true; })) {
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+  }
+  bench->description(fmt::format("Benchmarks that print numbers ({})", names));
 }
 
 }  // namespace kvq::cli
