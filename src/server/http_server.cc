@@ -123,8 +123,8 @@ HttpServer::HttpServer(const Model& model, Engine& engine, Metrics& metrics, Ser
 }
 
 void HttpServer::Attach(const Model& model, Engine& engine) {
-  model_ = &model;
   engine_ = &engine;
+  model_ = &model;  // last: a non-null model_ is what lets requests through to both
   ServerState loading = ServerState::kLoading;
   state_.compare_exchange_strong(loading, ServerState::kReady);  // a drain begun while loading stays
 }
@@ -325,7 +325,7 @@ void HttpServer::Routes() {
       return httplib::Server::HandlerResponse::Handled;
     }
     if (options_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-    const bool api = model_route || req.path == "/metrics";
+    const bool api = model_route || req.path.starts_with("/v1/") || req.path == "/metrics";
     if (!api) return httplib::Server::HandlerResponse::Unhandled;  // the page: static files
     const std::string given = req.get_header_value("Authorization");
     if (!SameSecret(given, "Bearer " + options_.api_key)) {
