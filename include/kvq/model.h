@@ -87,6 +87,12 @@ struct ModelInfo {
   int32_t eos = -1;             ///< -1 when the vocabulary has none
   /// The GGUF's tokenizer.chat_template (Jinja source), or "" (llama2.c files have none).
   std::string chat_template;
+  /// Numbers in the weight matrices (a tied classifier counted once; norms and biases aside).
+  int64_t parameters = 0;
+  /// The matrices' types by their share of those numbers, largest first: "q4_0 96%, q6_k 4%".
+  std::string weight_types;
+  /// The SIMD target the matrix kernels run on this machine ("AVX3_ZEN4", "AVX2", "WASM").
+  std::string simd_target;
 };
 
 enum class AddBos {

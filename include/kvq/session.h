@@ -55,6 +55,12 @@ struct GenerateRequest {
   /// drafts are kept. Needs a cache whose positions can be dropped (not a hybrid model's recurrent
   /// state, not a disk master: refused with an error).
   SpeculationOptions speculation;
+  /// Called on the calling thread as the prompt runs, after each block of kPrefillBlock tokens:
+  /// (prompt tokens the session holds now, the prompt's tokens). Reused tokens count as held, so
+  /// the first call's `held` may start past 0; the last call says held == total. A caller shows
+  /// progress with it (`kvq run` draws a bar when a prompt takes over a second); it must not use
+  /// the session. Empty: none.
+  std::function<void(int64_t held, int64_t total)> on_prompt_progress;
 };
 
 struct Completion {

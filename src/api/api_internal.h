@@ -74,6 +74,8 @@ struct Session::Impl {
   Sampler sampler;
   std::function<bool()> should_abort;  // Session::SetAbortCallback's; empty: never
   bool aborted = false;                // the last Prefill/RunBatch stopped for should_abort
+  // Set by Generate while its prompt runs: called with positions() after each block.
+  std::function<void(int64_t positions)> after_block;
   // [items] the segments of a pass run on `llama` (Prefill, RunBatch), kept so that a decode step
   // allocates nothing.
   std::vector<ForwardSegment> segments;

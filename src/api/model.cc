@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "api/api_internal.h"
+#include "weights/matvec.h"
 #include "model/load_model.h"
 
 namespace kvq {
@@ -82,7 +83,9 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& path, const ModelO
                 .head_dim = c.head_dim(), .vocab_size = c.vocab_size, .trained_context = c.seq_len,
                 .context = options.context > 0 ? options.context : c.seq_len,
                 .rope_theta = c.rope_theta, .threads = threads, .bos = impl->tokenizer.bos(),
-                .eos = impl->tokenizer.eos(), .chat_template = std::move(loaded.value().chat_template)};
+                .eos = impl->tokenizer.eos(), .chat_template = std::move(loaded.value().chat_template),
+                .parameters = loaded->parameters, .weight_types = loaded->weight_types,
+                .simd_target = MatVecTargetName()};
   // Check the default KV options now, so a bad format or budget is reported by Load.
   if (Result<KvCacheConfig> kv = CacheConfigFor(c, impl->info.context, options.kv); !kv.ok()) {
     return kv.status();

@@ -167,6 +167,16 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
     return st;
   };
   const auto t0 = Clock::now();
+  // Progress through the prompt, block by block, while it runs (the last token's Decode included).
+  struct ProgressScope {
+    Impl& s;
+    ~ProgressScope() { s.after_block = nullptr; }
+  } progress_scope{s};
+  if (request.on_prompt_progress) {
+    s.after_block = [&request, total = static_cast<int64_t>(prompt.size())](int64_t held) {
+      request.on_prompt_progress(std::min(held, total), total);
+    };
+  }
   // Everything but the last token, then the last: the prompt cache below saves exactly the prefix
   // that a later prompt reuses (its last token always runs again, for the logits). The cut
   // changes no bit (KvCache::Attend).
@@ -184,6 +194,7 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
     }
   }
   if (Status st = Decode(prompt.back()); !st.ok()) return failed(st);
+  s.after_block = nullptr;  // generation's passes are not the prompt's
   const auto t1 = Clock::now();
   c.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
 

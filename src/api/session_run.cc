@@ -134,7 +134,9 @@ Status Session::RunItems(std::span<const BatchItem> items, std::string_view call
       if (item.tokens.size() <= done) continue;
       const auto first = item.tokens.begin() + static_cast<std::ptrdiff_t>(done);
       const size_t n = std::min<size_t>(kBlock, item.tokens.size() - done);
-      item.session->impl_->tokens.insert(item.session->impl_->tokens.end(), first, first + n);
+      Impl& s = *item.session->impl_;
+      s.tokens.insert(s.tokens.end(), first, first + n);
+      if (s.after_block) s.after_block(static_cast<int64_t>(s.tokens.size()));
     }
   }
 }

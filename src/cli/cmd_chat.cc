@@ -15,6 +15,7 @@
 #include "cli/chat_conversation.h"
 #include "cli/commands.h"
 #include "cli/hub_flag.h"
+#include "cli/run_report.h"
 
 namespace kvq::cli {
 namespace {
@@ -110,6 +111,7 @@ int RunChat(const ChatFlags& o, const std::string& command) {
   if (!loaded.ok()) return bad(loaded.status().message());
   const Model& model = *loaded->model;
   Session& session = *loaded->session;
+  if (!o.gen.quiet) fmt::print(stderr, "{}", ModelBanner(command, model, session, o.gen.shared.KvFormatName()));
   if (render.template_override.empty() && model.chat_template_choice().chatml_fallback) {
     fmt::print(stderr, "kvq {}: {}\n", command,
                model.info().chat_template.empty() ? "no chat template in the model; using ChatML"
@@ -120,8 +122,15 @@ int RunChat(const ChatFlags& o, const std::string& command) {
                o.gen.shared.ModelPath(), session.context(), kCommands);
   }
   ChatConversation chat(model, session, render, o.system_prompt, o.gen.n);
+  // A long turn (a pasted document, a loaded history) shows its prompt's progress.
+  PromptProgress progress(command, isatty(STDERR_FILENO) != 0);
   const GenerateRequest request{
-      .max_tokens = o.gen.n, .sampling = o.gen.Sampling(), .grammar = *grammar, .speculation = o.gen.speculation};
+      .max_tokens = o.gen.n, .sampling = o.gen.Sampling(), .grammar = *grammar, .speculation = o.gen.speculation,
+      .on_prompt_progress = [&](int64_t held, int64_t total) {
+        if (o.gen.quiet) return;
+        progress.Update(held, total);
+        if (held == total) progress.Finish();
+      }};
   session.SetAbortCallback([] { return g_interrupted.load(); });
   auto stream = [&](int32_t, const std::string& text) {
     if (!o.gen.shared.json) {
@@ -148,6 +157,7 @@ int RunChat(const ChatFlags& o, const std::string& command) {
     }
     const InterruptScope interrupt_scope;  // Ctrl-C from here on stops the reply, not kvq
     Result<ChatTurn> t = chat.Reply(line, request, stream);
+    progress.Finish();  // a prompt stopped by Ctrl-C leaves no bar behind
     if (!t.ok()) {
       fmt::print(stderr, "kvq {}: error: {}\n", command, t.status().message());
       if (!interactive) return 1;

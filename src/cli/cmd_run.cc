@@ -19,6 +19,7 @@
 #include "cli/generate_flags.h"
 #include "cli/hub_flag.h"
 #include "cli/json_output.h"
+#include "cli/run_report.h"
 #include "kvq/kv_memory.h"
 #include "kvq/model.h"
 #include "kvq/session.h"
@@ -61,6 +62,17 @@ Result<std::string> PromptText(const RunOptions& o) {
   return o.prompt;
 }
 
+// Why the reply ended, for the last line of a run.
+std::string StopText(FinishReason finish, int32_t max_tokens, int64_t context) {
+  switch (finish) {
+    case FinishReason::kStop: return "finish: stop (an end token or a stop string)";
+    case FinishReason::kLength: return fmt::format("finish: length (-n {} tokens generated)", max_tokens);
+    case FinishReason::kContext: return fmt::format("finish: context (all {} positions are full)", context);
+    case FinishReason::kCancelled: return "finish: cancelled (Ctrl-C); the stats above are those so far";
+  }
+  return "";
+}
+
 int RunGenerate(const RunOptions& o, const std::string& prompt) {
   auto bad = [](const std::string& m) { return BadInput("run", m); };
   const SharedOptions& so = o.gen.shared;
@@ -72,6 +84,7 @@ int RunGenerate(const RunOptions& o, const std::string& prompt) {
   const Model& model = *loaded->model;
   const ModelInfo& info = model.info();
   Session& session = *loaded->session;
+  if (!o.gen.quiet) fmt::print(stderr, "{}", ModelBanner("run", model, session, so.KvFormatName()));
 
   const std::vector<int32_t> prompt_ids = model.Tokenize(prompt);
   // Prompt cache: a snapshot of the session after every prompt token but the last (SavePrefix),
@@ -88,12 +101,23 @@ int RunGenerate(const RunOptions& o, const std::string& prompt) {
                  o.prompt_cache, held.size());
     }
   }
+  // The prompt is echoed once it has run: a long one's progress bar is drawn (and erased) first,
+  // and a prompt the session refuses is never echoed.
+  PromptProgress progress("run", isatty(STDERR_FILENO) != 0);
+  bool echoed = false;
   const GenerateRequest request{
       .max_tokens = o.gen.n,
       .sampling = o.gen.Sampling(),
       .grammar = *grammar,
       .save_prefix = o.prompt_cache,
-      .speculation = o.gen.speculation};
+      .speculation = o.gen.speculation,
+      .on_prompt_progress = [&](int64_t held, int64_t total) {
+        if (!o.gen.quiet) progress.Update(held, total);
+        if (held < total) return;
+        progress.Finish();
+        if (!so.json && !echoed) fmt::print("{}", prompt);
+        echoed = true;
+      }};
   auto stream = [&](int32_t, const std::string& text) {
     if (!so.json) {
       fmt::print("{}", text);
@@ -101,17 +125,17 @@ int RunGenerate(const RunOptions& o, const std::string& prompt) {
     }
     return true;
   };
-  if (!so.json) fmt::print("{}", prompt);
   session.SetAbortCallback([] { return g_interrupted.load(); });
   const InterruptScope interrupt_scope;
   Result<Completion> c = session.Generate(prompt_ids, request, stream);
+  progress.Finish();
   if (!c.ok()) {
     fmt::print(stderr, "\nkvq run: error: {}\n", c.status().message());
     return 1;
   }
-  // Decode passes: the session holds the prompt and every generated token that was run (or, when
-  // Ctrl-C stopped the prompt, part of the prompt and none).
-  const int64_t n_decoded = std::max<int64_t>(0, session.positions() - c->n_prompt);
+  // Tokens generated: every kept one, the last included (sampled but not run when -n, a stop
+  // string or a full context ended the reply), so -n 10 says 10.
+  const int64_t n_decoded = static_cast<int64_t>(c->tokens.size());
   const int64_t n_prompt_run = std::min<int64_t>(session.positions(), c->n_prompt) - c->n_reused;
   // The cache's exact bytes, and what f16 (the default) would take for the same positions.
   const int64_t kv_bytes = session.kv_bytes();
@@ -156,9 +180,12 @@ int RunGenerate(const RunOptions& o, const std::string& prompt) {
       o.gen.speculation.source == DraftSource::kNone
           ? ""
           : fmt::format(" in {} passes ({} drafted, {} kept)", spec.passes, spec.drafted, spec.accepted);
-  fmt::print(stderr, "kvq run: prompt {} tokens{} at {:.1f} tok/s, decode {} tokens{} at {:.1f} tok/s; KV cache "
-             "{} bytes ({}) in {}{}; finish: {}\n", c->n_prompt, prompt_cut, prompt_tps, n_decoded, drafts,
-             decode_tps, FormatCount(kv_bytes), FormatBytesIec(kv_bytes), format_name, vs_f16, finish);
+  // Prompt speed over the tokens computed: with a prompt cache, only those after the reused ones.
+  const std::string reused = c->n_reused > 0 ? fmt::format(" ({} reused, {} computed)", c->n_reused, n_prompt_run) : "";
+  fmt::print(stderr, "kvq run: prompt {} tokens{}{} at {:.1f} tok/s, decode {} tokens{} at {:.1f} tok/s; KV cache "
+             "{} bytes ({}) in {}{}\nkvq run: {}\n", c->n_prompt, reused, prompt_cut, prompt_tps, n_decoded, drafts,
+             decode_tps, FormatCount(kv_bytes), FormatBytesIec(kv_bytes), format_name, vs_f16,
+             StopText(c->finish, o.gen.n, session.context()));
   return 0;
 }
 

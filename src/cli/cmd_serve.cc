@@ -1,9 +1,10 @@
 // `kvq serve`: the OpenAI-compatible HTTP server (src/server/): POST /v1/completions and
 // /v1/chat/completions (streamed as Server-Sent Events with "stream": true), GET /v1/models,
-// /health, /metrics, and the browser page at / when a web bundle is given. This file maps flags
-// onto the engine's and the server's options, loads the model and its chat template, and runs
-// until SIGINT or SIGTERM, on which it stops accepting, lets running requests finish (up to
-// --shutdown-grace seconds) and exits.
+// /health, /metrics, /tokenize, /detokenize, /apply-template, /props, /slots, and the browser page
+// at / when a web bundle is given. This file maps flags onto the engine's and the server's
+// options, binds the port (refusing one in use), loads the model and its chat template while
+// /health says "loading", and runs until SIGINT or SIGTERM, on which /health says "draining", new
+// requests get 503, running ones finish (up to --shutdown-grace seconds) and it exits.
 #include <fmt/format.h>
 #include <signal.h>
 
@@ -49,48 +50,70 @@ int RunServe(ServeOptions& o) {
   o.engine.kv.value_format = KvSpecName(kv->Value());
   o.engine.kv.budgets = so.budgets;
   const std::string model_path = so.ModelPath();
-  Result<std::unique_ptr<Model>> model = Model::Load(
-      model_path, {.tokenizer_path = so.TokenizerPath(), .threads = so.threads, .context = o.context, .kv = o.engine.kv});
-  if (!model.ok()) return bad(model.status().message());
-  const ModelInfo& info = (*model)->info();
-  if (!so.kv_plan.empty()) {
-    // A per-layer plan (kvq plan --auto), checked against this model; its specs for every session.
-    Result<std::vector<LayerFormats>> layers = so.KvLayers((*model)->fingerprint());
-    if (!layers.ok()) return bad(layers.status().message());
-    for (const LayerFormats& l : *layers) {
-      o.engine.kv.layers.push_back({.key = KvSpecName(l.Key()), .value = KvSpecName(l.Value())});
-    }
+  // Paths are checked before the port is taken and the model loads.
+  if (!std::filesystem::is_regular_file(model_path)) return bad(fmt::format("-m {}: no such file", model_path));
+  if (const std::string tok = so.TokenizerPath(); !tok.empty() && !std::filesystem::is_regular_file(tok)) {
+    return bad(fmt::format("--tokenizer {}: no such file", tok));
   }
-
-  // The chat template (the file's own when kvq can run it, else ChatML): the log says which.
-  const std::string chat_origin = (*model)->chat_template_choice().origin;
-
   if (o.web == "auto") o.web = std::filesystem::is_directory(KVQ_WEB_BUNDLE_DIR) ? KVQ_WEB_BUNDLE_DIR : "";
   o.http.web_root = o.web;
   o.http.model_id = o.alias.empty() ? std::filesystem::path(model_path).stem().string() : o.alias;
   o.http.http_threads = o.engine.parallel + o.engine.max_queue + 8;  // each waiting request holds one
 
+  // The port first: a taken one is refused before the model loads, and while it loads /health
+  // says so (503 "loading") to whoever polls it.
   server::Metrics metrics;
-  Result<std::unique_ptr<server::Engine>> engine = server::Engine::Create(**model, o.engine, &metrics);
-  if (!engine.ok()) return bad(engine.status().message());
-  server::HttpServer http(**model, **engine, metrics, o.http);
+  server::HttpServer http(metrics, o.http);
   Result<int> port = http.Bind();
   if (!port.ok()) return bad(port.status().message());
-
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client that went away is an error on its write, not a crash
+  std::thread serving([&] { http.Serve(); });
+  std::atomic<server::Engine*> running_engine{nullptr};
   std::thread watcher([&] {
     while (g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (g_signal > 0) {
       fmt::print(stderr, "kvq serve: signal {}: not accepting new requests, finishing running ones (up to {} s)\n",
                  g_signal.load(), o.shutdown_grace_seconds);
     }
-    (*engine)->Drain(std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_grace_seconds * 1e3)));
+    http.SetDraining();  // /health: 503 "draining" from now on
+    if (server::Engine* e = running_engine.load()) {
+      e->Drain(std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_grace_seconds * 1e3)));
+    }
     http.Stop();
   });
+  // Ends both threads (Serve returns once the watcher has stopped the server).
+  auto finish = [&](int code) {
+    if (g_signal == 0) g_signal = -1;  // no signal: let the watcher go
+    watcher.join();
+    serving.join();
+    return code;
+  };
+  fmt::print(stderr, "kvq serve: loading {} (GET http://{}:{}/health says \"loading\" until it is ready)\n",
+             model_path, o.http.host, *port);
+
+  Result<std::unique_ptr<Model>> model = Model::Load(
+      model_path, {.tokenizer_path = so.TokenizerPath(), .threads = so.threads, .context = o.context, .kv = o.engine.kv});
+  if (!model.ok()) return finish(bad(model.status().message()));
+  const ModelInfo& info = (*model)->info();
+  if (!so.kv_plan.empty()) {
+    // A per-layer plan (kvq plan --auto), checked against this model; its specs for every session.
+    Result<std::vector<LayerFormats>> layers = so.KvLayers((*model)->fingerprint());
+    if (!layers.ok()) return finish(bad(layers.status().message()));
+    for (const LayerFormats& l : *layers) {
+      o.engine.kv.layers.push_back({.key = KvSpecName(l.Key()), .value = KvSpecName(l.Value())});
+    }
+  }
+  // The chat template (the file's own when kvq can run it, else ChatML): the log says which.
+  const std::string chat_origin = (*model)->chat_template_choice().origin;
+  Result<std::unique_ptr<server::Engine>> engine = server::Engine::Create(**model, o.engine, &metrics);
+  if (!engine.ok()) return finish(bad(engine.status().message()));
+  running_engine = engine->get();
+  http.Attach(**model, **engine);
+  if (g_signal > 0) (*engine)->Drain(std::chrono::milliseconds(0));  // a signal came while it loaded
 
   fmt::print(stderr,
              "kvq serve: model {} ({}, {} layers, context {}), KV {}, {} sessions, {} threads\n"
@@ -99,8 +122,8 @@ int RunServe(ServeOptions& o) {
              o.http.model_id, info.architecture, info.n_layers, info.context, so.KvFormatName(), o.engine.parallel,
              info.threads, chat_origin, o.http.host, *port, o.http.api_key.empty() ? "" : " (API key required)",
              o.http.web_root.empty() ? "" : fmt::format("; the page at http://{}:{}/", o.http.host, *port));
-  http.Serve();
-  if (g_signal == 0) g_signal = -1;  // Serve ended without a signal: let the watcher go
+  serving.join();
+  if (g_signal == 0) g_signal = -1;
   watcher.join();
   fmt::print(stderr, "kvq serve: stopped\n");
   return 0;
@@ -112,7 +135,7 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand(
       "serve", "OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions (SSE streaming), /v1/models, "
-               "/health, /metrics");
+               "/health, /metrics, /tokenize, /detokenize, /apply-template, /props, /slots");
   AddModelFlag(cmd, &o->shared);
   AddHfRepoFlag(cmd, &o->shared);
   AddTokenizerFlag(cmd, &o->shared);

@@ -4,9 +4,11 @@
 // shows progress per layer on stderr.
 #include <fmt/format.h>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -59,6 +61,63 @@ std::string Shape(const SynthSummary& s) {
   }
   return text;
 }
+
+// SIGINT or SIGTERM while the model is written: GgufWriter::Write's temporary file beside the
+// output ("OUT.gguf.tmp-PID-N") is removed and the program exits 128 + the signal, so an
+// interrupted run leaves no partial file. The handler only writes the signal's number to a pipe
+// (what a handler may safely do, whichever thread the signal lands on); a thread reading the pipe
+// removes the file and exits.
+int g_signal_pipe[2] = {-1, -1};
+
+void ForwardSignal(int sig) {
+  const unsigned char byte = static_cast<unsigned char>(sig);
+  [[maybe_unused]] const ssize_t n = write(g_signal_pipe[1], &byte, 1);
+}
+
+class RemoveTemporaryOnSignal {
+ public:
+  explicit RemoveTemporaryOnSignal(std::string out) : out_(std::move(out)) {
+    if (pipe(g_signal_pipe) != 0) return;  // no pipe: signals keep their default action
+    thread_ = std::thread([this] {
+      unsigned char sig = 0;
+      if (read(g_signal_pipe[0], &sig, 1) != 1 || sig == 0) return;  // 0: the destructor's "done"
+      Remove();
+      fmt::print(stderr, "\nkvq synth: interrupted (signal {}); removed the partial {}\n", sig, out_);
+      std::_Exit(128 + sig);
+    });
+    struct sigaction sa {};
+    sa.sa_handler = ForwardSignal;
+    for (const int sig : {SIGINT, SIGTERM}) sigaction(sig, &sa, &previous_[sig == SIGINT ? 0 : 1]);
+  }
+  ~RemoveTemporaryOnSignal() {
+    if (!thread_.joinable()) return;
+    sigaction(SIGINT, &previous_[0], nullptr);
+    sigaction(SIGTERM, &previous_[1], nullptr);
+    const unsigned char done = 0;
+    [[maybe_unused]] const ssize_t n = write(g_signal_pipe[1], &done, 1);
+    thread_.join();
+    close(g_signal_pipe[0]);
+    close(g_signal_pipe[1]);
+  }
+  RemoveTemporaryOnSignal(const RemoveTemporaryOnSignal&) = delete;
+  RemoveTemporaryOnSignal& operator=(const RemoveTemporaryOnSignal&) = delete;
+
+ private:
+  // This process's temporary files of the output: OUT.tmp-PID-*.
+  void Remove() const {
+    namespace fs = std::filesystem;
+    const fs::path out(out_);
+    const std::string prefix = fmt::format("{}.tmp-{}-", out.filename().string(), ::getpid());
+    std::error_code ec;
+    const fs::path dir = out.has_parent_path() ? out.parent_path() : fs::path(".");
+    for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+      if (e.path().filename().string().rfind(prefix, 0) == 0) fs::remove(e.path(), ec);
+    }
+  }
+  std::string out_;
+  struct sigaction previous_[2] {};
+  std::thread thread_;
+};
 
 int RunSynth(const SynthOptions& o) {
   auto bad = [](const std::string& m) { return BadInput("synth", m); };
@@ -145,6 +204,7 @@ int RunSynth(const SynthOptions& o) {
              FormatBytesIec(summary->file_bytes), FormatCount(summary->file_bytes));
   std::fflush(stdout);
 
+  const RemoveTemporaryOnSignal cleanup(o.out);
   const auto start = std::chrono::steady_clock::now();
   const Status written = WriteSynthModel(spec, vocab, o.out, [&](const SynthProgress& p) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

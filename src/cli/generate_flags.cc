@@ -108,6 +108,7 @@ void AddGenerateFlags(CLI::App* cmd, GenerateFlags* o) {
   cmd->add_option("--min-p", o->min_p, "Min-p (0 = off)")->capture_default_str();
   o->seed = AddSeedFlag(cmd, &o->shared, "Sampling seed (default: random)");
   cmd->add_option("-c,--ctx-size", o->context, "Context size (default: the model's)");
+  cmd->add_flag("-q,--quiet", o->quiet, "No banner after loading and no prompt progress on stderr");
   AddKvFormatFlags(cmd, &o->shared);
   AddKvPlanFlags(cmd, &o->shared);
   AddScoreArithmeticFlag(cmd);

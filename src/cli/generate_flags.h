@@ -23,6 +23,7 @@ struct GenerateFlags {
   float top_p = 0.95f;
   float min_p = 0.05f;
   int64_t context = 0;              // -c; 0: the model's
+  bool quiet = false;               // -q: no banner, no prompt progress
   SpeculationOptions speculation;   // --spec, --draft-max, --draft-ngram, --spec-ungated
   std::string grammar, grammar_file, json_schema, json_schema_file;  // at most one given
   const CLI::Option* seed = nullptr;  // --seed, to tell a given seed from the default

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/run_report.h"
 #include "kvq/units.h"
 
 namespace kvq::cli {
@@ -38,10 +39,8 @@ void Draw(ProgressLine& p, int64_t held, int64_t total) {
   const std::string text = fmt::format("{}{} at {}/s", FormatBytesIec(held), of_total,
                                        FormatBytesIec(static_cast<int64_t>(rate)));
   if (p.terminal) {
-    constexpr int kWidth = 30;
-    const int filled = total > 0 ? static_cast<int>(kWidth * held / total) : 0;
-    fmt::print(stderr, "\r[{}{}] {}\x1b[K", std::string(static_cast<size_t>(filled), '#'),
-               std::string(static_cast<size_t>(kWidth - filled), ' '), text);
+    const double fraction = total > 0 ? static_cast<double>(held) / static_cast<double>(total) : 0;
+    fmt::print(stderr, "\r{} {}\x1b[K", ProgressBar(fraction), text);
     if (done) fmt::print(stderr, "\n");
   } else {
     fmt::print(stderr, "kvq {}: {}\n", p.command, text);

@@ -1,9 +1,16 @@
 // LoadModel (see load_model.h).
 #include "model/load_model.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "gguf/gguf_reader.h"
 #include "model/gguf_llama.h"
@@ -11,6 +18,28 @@
 #include "weights/weight_type.h"
 
 namespace kvq {
+namespace {
+
+// The numbers per weight type of every matrix (before repacking: a tied classifier still views
+// the embedding's bytes, so it is counted once).
+std::map<WeightType, int64_t> NumbersByType(const LlamaWeights& w) {
+  std::map<WeightType, int64_t> numbers;
+  auto add = [&](const Matrix& m) {
+    if (m.data != nullptr) numbers[m.type] += m.rows * m.cols;
+  };
+  add(w.token_embedding);
+  if (w.classifier.data != w.token_embedding.data) add(w.classifier);
+  for (const LayerWeights& L : w.layers) {
+    for (const Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w1, &L.w2, &L.w3, &L.ssm_qkv, &L.ssm_gate, &L.ssm_beta,
+                            &L.ssm_alpha, &L.ssm_ba, &L.ssm_out, &L.router, &L.gate_exps, &L.up_exps,
+                            &L.down_exps, &L.shared_gate}) {
+      add(*m);
+    }
+  }
+  return numbers;
+}
+
+}  // namespace
 
 Result<LoadedModel> LoadModel(const std::string& model_path, const std::string& tokenizer_path) {
   const bool gguf = std::filesystem::path(model_path).extension() == ".gguf";
@@ -33,6 +62,19 @@ Result<LoadedModel> LoadModel(const std::string& model_path, const std::string& 
     weights = LoadLlama2c(model_path);
   }
   if (!weights.ok()) return weights.status();
+  const std::map<WeightType, int64_t> numbers = NumbersByType(*weights);
+  int64_t parameters = 0;
+  for (const auto& [type, n] : numbers) parameters += n;
+  std::vector<std::pair<int64_t, WeightType>> shares;
+  for (const auto& [type, n] : numbers) shares.push_back({n, type});
+  std::sort(shares.rbegin(), shares.rend());
+  std::string weight_types;
+  for (const auto& [n, type] : shares) {
+    std::string name = WeightTypeName(type);  // "Q4_0": written as the --type flags take it, "q4_0"
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return std::tolower(ch); });
+    weight_types += fmt::format("{}{} {:.0f}%", weight_types.empty() ? "" : ", ", name,
+                                parameters > 0 ? 100.0 * static_cast<double>(n) / static_cast<double>(parameters) : 0.0);
+  }
   // The loaders' matrices view a read-only mapping (base/mapped_file.h): its pages can be released.
   // KVQ_NO_REPACK=1 keeps the file's row-major layout (the row kernels): the before arm of a
   // measurement, in the same binary.
@@ -58,7 +100,8 @@ Result<LoadedModel> LoadModel(const std::string& model_path, const std::string& 
   if (file) {
     if (Result<std::string> t = file->GetString("tokenizer.chat_template"); t.ok()) chat_template = std::move(t).value();
   }
-  return LoadedModel{std::move(weights).value(), std::move(tokenizer).value(), std::move(chat_template)};
+  return LoadedModel{std::move(weights).value(), std::move(tokenizer).value(), std::move(chat_template), parameters,
+                     std::move(weight_types)};
 }
 
 }  // namespace kvq

@@ -14,6 +14,11 @@ struct LoadedModel {
   LlamaWeights weights;
   Tokenizer tokenizer;
   std::string chat_template;  ///< the GGUF's tokenizer.chat_template, or ""
+  /// Numbers in the weight matrices, as the file stores them (a tied classifier counted once;
+  /// norm weights and biases aside).
+  int64_t parameters = 0;
+  /// The matrices' types by their share of those numbers, largest first: "q4_0 96%, q6_k 4%".
+  std::string weight_types;
 };
 
 /// Loads `model_path` (".gguf": GGUF; anything else: llama2.c). `tokenizer_path` empty: the GGUF

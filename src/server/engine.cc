@@ -102,6 +102,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineO
                                      e->prefix_store_->folder()));
     e->Preload();
   }
+  e->PublishMetrics();  // the slots as they start (idle, or holding preloaded snapshots)
   e->thread_ = std::thread([raw = e.get()] { raw->Loop(); });
   return e;
 }
@@ -157,6 +158,15 @@ int64_t Engine::KvBytesFor(int64_t positions) const {
       layer_formats_, {.n_layers = info.n_attention_layers, .n_kv_heads = info.n_kv_heads, .head_dim = info.head_dim},
       std::max<int64_t>(1, positions));
   return bytes.ok() ? *bytes + info.state_bytes : INT64_MAX;
+}
+
+int64_t Engine::KvCapacityBytes() const {
+  return options_.kv_budget_bytes > 0 ? options_.kv_budget_bytes : options_.parallel * KvBytesFor(context_);
+}
+
+std::vector<SlotState> Engine::Slots() const {
+  std::lock_guard<std::mutex> lock(slot_states_mu_);
+  return slot_states_;
 }
 
 int64_t Engine::SessionBytes(const Session& session) const {
@@ -529,16 +539,34 @@ void Engine::Finish(Slot& slot, FinishReason reason, std::optional<ApiError> err
 
 void Engine::PublishMetrics() {
   int64_t active = 0, bytes = 0, device = 0;
+  std::vector<SlotState> states;
   for (const Slot& s : slots_) {
     active += s.job ? 1 : 0;
     bytes += s.session->kv_bytes();
     device += s.session->kv_plan().device_bytes;
+    SlotState& state = states.emplace_back(SlotState{.id = static_cast<int32_t>(states.size()),
+                                                     .positions = s.session->positions(),
+                                                     .context = s.session->context(),
+                                                     .kv_bytes = s.session->kv_bytes()});
+    if (s.job) {
+      state.state = s.pending.empty() ? "generating" : "prompt";
+      state.prompt_tokens = static_cast<int64_t>(s.job->spec.prompt.size());
+      state.prompt_tokens_left = static_cast<int64_t>(s.pending.size());
+      std::lock_guard<std::mutex> lock(s.job->mu);
+      state.reused_tokens = s.job->usage.cached_tokens;
+      state.generated_tokens = s.job->generator ? static_cast<int64_t>(s.job->generator->tokens().size()) : 0;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(slot_states_mu_);
+    slot_states_ = std::move(states);
   }
   metrics_->active_sessions = active;
   (options_.kv.budgets.disk_dir.empty() ? metrics_->kv_bytes_host : metrics_->kv_bytes_disk) = bytes;
   metrics_->kv_bytes_device = device;
   const int64_t reserved = ReservedBytes();
   metrics_->kv_bytes_reserved = reserved;
+  metrics_->kv_bytes_capacity = KvCapacityBytes();
   if (reserved > metrics_->kv_bytes_reserved_peak.load()) metrics_->kv_bytes_reserved_peak = reserved;
 }
 

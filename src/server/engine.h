@@ -106,6 +106,19 @@ class Job {
   int64_t kv_reserved_bytes = 0;       // what admission counted for it
 };
 
+/// One session slot as /slots shows it: a snapshot the scheduler takes after each step.
+struct SlotState {
+  int32_t id = 0;
+  const char* state = "idle";    ///< "idle", "prompt" (prefilling) or "generating"
+  int64_t positions = 0;         ///< tokens the session's cache holds
+  int64_t context = 0;           ///< positions it may hold at most
+  int64_t prompt_tokens = 0;     ///< the running request's prompt (0 when idle)
+  int64_t prompt_tokens_left = 0;  ///< of which still to prefill
+  int64_t reused_tokens = 0;     ///< of which a cached prefix skipped
+  int64_t generated_tokens = 0;  ///< kept so far by the running request
+  int64_t kv_bytes = 0;          ///< exact bytes of the session's KV cache now
+};
+
 class Engine {
  public:
   /// Starts the scheduler thread. Errors: options out of range, a KV spec or budget the model's
@@ -121,6 +134,11 @@ class Engine {
   void Drain(std::chrono::milliseconds grace);
 
   int64_t context() const { return context_; }
+  const EngineOptions& options() const { return options_; }
+  /// Every slot as of the scheduler's last step.
+  std::vector<SlotState> Slots() const;
+  /// The KV bytes the sessions may hold together: --kv-budget, or every slot at full context.
+  int64_t KvCapacityBytes() const;
   /// Exact bytes a session of `positions` holds: K and V of every attention layer, plus a hybrid
   /// model's fixed recurrent state (held whatever the length: budgets count it too).
   int64_t KvBytesFor(int64_t positions) const;
@@ -171,6 +189,9 @@ class Engine {
   std::unique_ptr<PrefixStore> prefix_store_;
   std::vector<Slot> slots_;
   int64_t step_ = 0;
+
+  mutable std::mutex slot_states_mu_;  // guards slot_states_
+  std::vector<SlotState> slot_states_;  // [parallel] PublishMetrics' snapshot, for Slots()
 
   std::mutex mu_;  // guards queue_, draining_, stop_
   std::condition_variable wake_;

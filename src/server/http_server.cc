@@ -4,14 +4,19 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <random>
+#include <thread>
 
 #include "kvq/log.h"
 
@@ -41,11 +46,47 @@ std::string ResponseId(Endpoint endpoint) {
   return fmt::format("{}-{:016x}", endpoint == Endpoint::kChatCompletions ? "chatcmpl" : "cmpl", rng());
 }
 
-std::string RouteLabel(const std::string& path) {
-  for (const char* known : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"}) {
-    if (path == known) return path;
+// What one request did, for its log line. The handler, the stream's content provider and the
+// logger of one request run on the same HTTP thread, one after another, so a thread-local record
+// carries it from the first to the last; the pre-routing handler starts it afresh.
+struct RequestRecord {
+  int64_t id = 0;
+  Clock::time_point start = Clock::now();
+  bool generation = false;
+  Usage usage;
+  double ttft_seconds = 0;  // submit to first text; 0: none came
+};
+thread_local RequestRecord t_record;
+
+// httplib's default socket options set SO_REUSEPORT, with which a second server binds the same
+// port and the kernel splits connections between them. SO_REUSEADDR alone lets a restart bind
+// while old connections linger in TIME_WAIT, but never beside a live listener.
+void ExclusiveSocketOptions(int sock) {
+  int yes = 1;
+  setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+}
+
+// Why host:port cannot be bound, as the system says it (a probe bind with the same options).
+std::string BindFailure(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (const int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); rc != 0) {
+    return fmt::format("the address {} is not valid ({})", host, gai_strerror(rc));
   }
-  return "other";
+  std::string why = "cannot bind";
+  const int sock = socket(found->ai_family, found->ai_socktype, found->ai_protocol);
+  if (sock >= 0) {
+    ExclusiveSocketOptions(sock);
+    if (bind(sock, found->ai_addr, found->ai_addrlen) != 0) {
+      why = errno == EADDRINUSE ? fmt::format("port {} is in use (another server listens on it)", port)
+                                : std::strerror(errno);
+    }
+    close(sock);
+  }
+  freeaddrinfo(found);
+  return why;
 }
 
 // Debian's cpp-httplib is a compiled library whose listen() backlog is its default of 5: a burst
@@ -71,13 +112,36 @@ void WidenListenBacklog(int port) {
 
 }  // namespace
 
-HttpServer::HttpServer(const Model& model, Engine& engine, Metrics& metrics, ServerOptions options)
-    : model_(model),
-      engine_(engine),
-      metrics_(metrics),
-      options_(std::move(options)),
-      http_(std::make_unique<httplib::Server>()) {
+HttpServer::HttpServer(Metrics& metrics, ServerOptions options)
+    : metrics_(metrics), options_(std::move(options)), http_(std::make_unique<httplib::Server>()) {
   Routes();
+}
+
+HttpServer::HttpServer(const Model& model, Engine& engine, Metrics& metrics, ServerOptions options)
+    : HttpServer(metrics, std::move(options)) {
+  Attach(model, engine);
+}
+
+void HttpServer::Attach(const Model& model, Engine& engine) {
+  engine_ = &engine;
+  model_ = &model;  // last: a non-null model_ is what lets requests through to both
+  ServerState loading = ServerState::kLoading;
+  state_.compare_exchange_strong(loading, ServerState::kReady);  // a drain begun while loading stays
+}
+
+void HttpServer::SetDraining() { state_ = ServerState::kDraining; }
+
+void HttpServer::Handle(const std::string& method, const std::string& path, Handler handler) {
+  routes_.push_back({method, path});
+  if (method == "GET") http_->Get(path, std::move(handler));
+  if (method == "POST") http_->Post(path, std::move(handler));
+}
+
+std::string HttpServer::RouteLabel(const std::string& path) const {
+  for (const Route& r : routes_) {
+    if (r.path == path) return path;
+  }
+  return "other";
 }
 
 HttpServer::~HttpServer() = default;
@@ -88,32 +152,73 @@ Result<int> HttpServer::Bind() {
       return Status::Error(fmt::format("--web {}: not a folder", options_.web_root));
     }
   }
+  http_->set_socket_options(ExclusiveSocketOptions);
   const int port = options_.port == 0 ? http_->bind_to_any_port(options_.host)
                                       : (http_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
   if (port < 0) {
-    return Status::Error(fmt::format("cannot listen on {}:{} (is the address valid and the port free?)",
-                                     options_.host, options_.port));
+    return Status::Error(fmt::format("cannot listen on {}:{}: {}", options_.host, options_.port,
+                                     BindFailure(options_.host, options_.port)));
   }
   WidenListenBacklog(port);
   return port;
 }
 
-void HttpServer::Serve() { http_->listen_after_bind(); }
-void HttpServer::Stop() { http_->stop(); }
+void HttpServer::Serve() {
+  http_->listen_after_bind();
+  serve_returned_ = true;
+}
 
-std::variant<std::vector<int32_t>, ApiError> HttpServer::PromptIds(const GenerationRequest& r) const {
-  if (r.endpoint == Endpoint::kCompletions) return model_.Tokenize(r.prompt);
+void HttpServer::Stop() {
+  // httplib's stop() does nothing before the listening loop has started, which would then run on:
+  // wait (boundedly) until Serve is under way or over.
+  const auto until = Clock::now() + std::chrono::seconds(5);
+  while (!http_->is_running() && !serve_returned_ && Clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  http_->stop();
+}
+
+std::variant<std::string, ApiError> HttpServer::ChatPrompt(const GenerationRequest& r) const {
   Result<std::string> text =
-      model_.ApplyChatTemplate(r.messages, {.add_generation_prompt = true, .enable_thinking = r.enable_thinking});
+      model().ApplyChatTemplate(r.messages, {.add_generation_prompt = true, .enable_thinking = r.enable_thinking});
   if (!text.ok()) {
     return Error(400, "invalid_request_error",
                  fmt::format("the chat template ({}) refused the messages: {}",
-                             model_.chat_template_choice().origin, text.status().message()));
+                             model().chat_template_choice().origin, text.status().message()));
   }
-  return model_.TokenizeChatPrompt(*text);
+  return std::move(text).value();
+}
+
+std::variant<std::vector<int32_t>, ApiError> HttpServer::PromptIds(const GenerationRequest& r) const {
+  if (r.endpoint == Endpoint::kCompletions) return model().Tokenize(r.prompt);
+  std::variant<std::string, ApiError> text = ChatPrompt(r);
+  if (auto* e = std::get_if<ApiError>(&text)) return *e;
+  return model().TokenizeChatPrompt(std::get<std::string>(text));
+}
+
+void HttpServer::LogRequest(const httplib::Request& req, const httplib::Response& res) {
+  RequestRecord& r = t_record;
+  if (r.id == 0) r.id = next_request_id_++;  // refused before routing (a malformed request)
+  const double seconds = std::chrono::duration<double>(Clock::now() - r.start).count();
+  std::string line = fmt::format("kvq serve: request {} {} {} {} in {:.3f} s", r.id, req.method, req.path,
+                                 res.status, seconds);
+  if (r.generation) {
+    const int64_t generated = r.usage.completion_tokens;
+    // Decode speed: the tokens after the first over the time after the first.
+    const double decode_seconds = seconds - r.ttft_seconds;
+    line += fmt::format("; prompt {} tokens ({} reused), generated {}", r.usage.prompt_tokens,
+                        r.usage.cached_tokens, generated);
+    if (r.ttft_seconds > 0) line += fmt::format(", TTFT {:.3f} s", r.ttft_seconds);
+    if (generated > 1 && r.ttft_seconds > 0 && decode_seconds > 0) {
+      line += fmt::format(", {:.1f} tok/s", static_cast<double>(generated - 1) / decode_seconds);
+    }
+  }
+  fmt::print(stderr, "{}\n", line);
+  r = RequestRecord{};
 }
 
 void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::Response& res) {
+  t_record.generation = true;
   std::variant<GenerationRequest, ApiError> parsed = ParseGenerationRequest(endpoint, body, options_.limits);
   if (auto* e = std::get_if<ApiError>(&parsed)) return Reply(res, *e);
   GenerationRequest& r = std::get<GenerationRequest>(parsed);
@@ -127,7 +232,8 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
   if (auto* e = std::get_if<ApiError>(&ids)) return Reply(res, *e);
   JobSpec spec;
   spec.prompt = std::move(std::get<std::vector<int32_t>>(ids));
-  const int64_t room = engine_.context() - static_cast<int64_t>(spec.prompt.size());
+  t_record.usage.prompt_tokens = static_cast<int64_t>(spec.prompt.size());
+  const int64_t room = engine().context() - static_cast<int64_t>(spec.prompt.size());
   spec.max_tokens = r.max_tokens.value_or(static_cast<int32_t>(
       std::clamp<int64_t>(room, 1, options_.limits.max_tokens_limit)));
   spec.stop = r.stop;
@@ -135,7 +241,7 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
   spec.ignore_eos = r.ignore_eos;
   spec.grammar = r.grammar;
   spec.deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(options_.request_timeout_seconds * 1e3));
-  std::variant<std::shared_ptr<Job>, ApiError> submitted = engine_.Submit(std::move(spec));
+  std::variant<std::shared_ptr<Job>, ApiError> submitted = engine().Submit(std::move(spec));
   if (auto* e = std::get_if<ApiError>(&submitted)) return Reply(res, *e);
   std::shared_ptr<Job> job = std::get<std::shared_ptr<Job>>(submitted);
   const ResponseMeta meta{.id = ResponseId(endpoint), .created = static_cast<int64_t>(std::time(nullptr)),
@@ -146,6 +252,8 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
       Job::News news = job->Wait(std::chrono::milliseconds(500));
       text += news.text;
       if (!news.finished) continue;
+      t_record.usage = news.usage;
+      t_record.ttft_seconds = job->ttft_seconds();
       if (news.error) return Reply(res, *news.error);
       res.set_content(CompletionJson(endpoint, meta, text, news.finish, news.usage), "application/json");
       return;
@@ -177,6 +285,8 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
         }
         const std::string& text = news.text;
         if (news.finished) {
+          t_record.usage = news.usage;  // this runs on the request's thread, before its log line
+          t_record.ttft_seconds = job->ttft_seconds();
           std::optional<FinishReason> finish = news.finish;
           if (!write(SseEvent(StreamChunkJson(endpoint, meta, text, false, finish, &news.usage)))) return false;
           if (include_usage && !write(SseEvent(UsageChunkJson(endpoint, meta, news.usage)))) return false;
@@ -207,8 +317,15 @@ void HttpServer::Routes() {
   s.set_keep_alive_timeout(std::min(5, options_.read_timeout_seconds));
   s.set_write_timeout(options_.write_timeout_seconds, 0);
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    t_record = RequestRecord{.id = next_request_id_++};
+    res.set_header("X-Request-Id", std::to_string(t_record.id));
+    const bool model_route = req.path != "/health" && req.path != "/metrics" && RouteLabel(req.path) != "other";
+    if (model_route && model_.load() == nullptr) {
+      Reply(res, Error(503, "server_error", "the model is still loading; retry when GET /health says ok", "loading"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (options_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-    const bool api = req.path.starts_with("/v1/") || req.path == "/metrics";
+    const bool api = model_route || req.path.starts_with("/v1/") || req.path == "/metrics";
     if (!api) return httplib::Server::HandlerResponse::Unhandled;  // the page: static files
     const std::string given = req.get_header_value("Authorization");
     if (!SameSecret(given, "Bearer " + options_.api_key)) {
@@ -223,6 +340,20 @@ void HttpServer::Routes() {
   s.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
                                                                    httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    if (res.status == 404) {  // a known path asked with another method: 405 and the methods it takes
+      std::string allow;
+      for (const Route& r : routes_) {
+        if (r.path == req.path) allow += (allow.empty() ? "" : ", ") + r.method;
+      }
+      if (!allow.empty()) {
+        res.status = 405;
+        res.set_header("Allow", allow);
+        Reply(res, Error(405, "invalid_request_error",
+                         fmt::format("{} does not take {}; it takes {}", req.path, req.method, allow),
+                         "method_not_allowed"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
     ApiError e = Error(res.status, "invalid_request_error", fmt::format("HTTP {}", res.status));
     if (res.status == 404) e.message = fmt::format("no route {} {}", req.method, req.path);
     if (res.status == 413) {
@@ -245,22 +376,31 @@ void HttpServer::Routes() {
   });
   s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     metrics_.CountRequest(RouteLabel(req.path), res.status);
+    if (options_.log_requests) LogRequest(req, res);
   });
-  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  Handle("POST", "/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     Generate(Endpoint::kCompletions, req.body, res);
   });
-  s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  Handle("POST", "/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     Generate(Endpoint::kChatCompletions, req.body, res);
   });
-  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+  Handle("GET", "/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(ModelsJson(options_.model_id, static_cast<int64_t>(std::time(nullptr))), "application/json");
   });
-  s.Get("/health", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(R"({"status":"ok"})", "application/json");
+  // A load balancer routes only where this says 200: not before the model is loaded, nor once a
+  // drain has begun (while running requests finish and new ones get 503).
+  Handle("GET", "/health", [this](const httplib::Request&, httplib::Response& res) {
+    const ServerState state = state_.load();
+    res.status = state == ServerState::kReady ? 200 : 503;
+    res.set_content(state == ServerState::kReady     ? R"({"status":"ok"})"
+                    : state == ServerState::kLoading ? R"({"status":"loading"})"
+                                                     : R"({"status":"draining"})",
+                    "application/json");
   });
-  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  Handle("GET", "/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.Render(), "text/plain; version=0.0.4");
   });
+  InfoRoutes();
 }
 
 }  // namespace kvq::server

@@ -1,13 +1,17 @@
 // kvq serve's HTTP side (cpp-httplib, Debian's libcpp-httplib-dev): the OpenAI routes, health,
-// metrics and the browser page, API keys, body and time limits. Requests are parsed and tokenized
+// metrics, the model's tools (tokenize, detokenize, apply-template, props, slots) and the browser
+// page, API keys, body and time limits, and one log line per request. Requests are parsed and tokenized
 // on the HTTP threads and handed to the Engine; a streamed response is written as Server-Sent
 // Events as tokens arrive, and a client that goes away cancels its job (detected by the next
 // write: an SSE comment is sent every second while a job waits, so a silent disconnect is found).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kvq/model.h"
 #include "kvq/status.h"
@@ -17,6 +21,7 @@
 
 namespace httplib {
 class Server;
+struct Request;
 struct Response;
 }
 
@@ -34,31 +39,65 @@ struct ServerOptions {
   std::string web_root;            ///< "": no page at /
   RequestLimits limits;
   int32_t http_threads = 32;       ///< connections served at once (each streaming client holds one)
+  bool log_requests = true;        ///< one line per request on stderr (id, route, status, tokens, timings)
 };
+
+/// What /health says: 503 "loading" until the model is attached, 200 "ok", 503 "draining" once
+/// shutdown has begun (a load balancer stops routing here while running requests finish).
+enum class ServerState { kLoading, kReady, kDraining };
 
 class HttpServer {
  public:
-  /// Chat requests are rendered by model.ApplyChatTemplate (the model's template, or ChatML).
+  /// A server that is loading: it can Bind and Serve (/health says "loading", the model's routes
+  /// answer 503) until Attach gives it the model and engine.
+  HttpServer(Metrics& metrics, ServerOptions options);
+  /// A server ready at once. Chat requests are rendered by model.ApplyChatTemplate (the model's
+  /// template, or ChatML).
   HttpServer(const Model& model, Engine& engine, Metrics& metrics, ServerOptions options);
   ~HttpServer();
 
-  /// Binds host:port; returns the port (the one chosen when options.port is 0). Errors: the
-  /// address is taken or not valid, a web root that is not a folder.
+  /// Binds host:port exclusively (a port another process listens on is refused, never shared);
+  /// returns the port (the one chosen when options.port is 0). Errors: the port is in use (the
+  /// message names it), the address is not valid, a web root that is not a folder.
   Result<int> Bind();
   /// Serves until Stop(); returns when the listening socket is closed and connections are done.
   void Serve();
+  /// Ends Serve (from another thread; called before Serve has begun, it waits up to 5 s for it).
   void Stop();
+  /// The model is loaded: its routes answer from now on. Call once; both outlive the server.
+  void Attach(const Model& model, Engine& engine);
+  /// Shutdown has begun: /health answers 503 "draining" (the engine refuses new work itself).
+  void SetDraining();
+  ServerState state() const { return state_.load(); }
 
  private:
+  // One route: its method and path (for 405 on another method and the metrics' route label).
+  struct Route {
+    std::string method;
+    std::string path;
+  };
+  using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
   void Routes();
+  void InfoRoutes();  // /tokenize, /detokenize, /apply-template, /props, /slots
+  void Handle(const std::string& method, const std::string& path, Handler handler);
+  std::string RouteLabel(const std::string& path) const;
   void Generate(Endpoint endpoint, const std::string& body, httplib::Response& res);
   // The prompt's text and ids for a checked request, or an error.
   std::variant<std::vector<int32_t>, ApiError> PromptIds(const GenerationRequest& request) const;
+  // The chat prompt text of a checked chat request (the model's template, or ChatML), or an error.
+  std::variant<std::string, ApiError> ChatPrompt(const GenerationRequest& request) const;
+  void LogRequest(const httplib::Request& req, const httplib::Response& res);
+  const Model& model() const { return *model_.load(); }
+  Engine& engine() const { return *engine_.load(); }
 
-  const Model& model_;
-  Engine& engine_;
+  std::atomic<const Model*> model_{nullptr};  // null while loading
+  std::atomic<Engine*> engine_{nullptr};
   Metrics& metrics_;
   ServerOptions options_;
+  std::atomic<ServerState> state_{ServerState::kLoading};
+  std::atomic<int64_t> next_request_id_{1};
+  std::atomic<bool> serve_returned_{false};
+  std::vector<Route> routes_;
   std::unique_ptr<httplib::Server> http_;
 };
 

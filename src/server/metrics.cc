@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace kvq::server {
 namespace {
 
@@ -55,6 +57,21 @@ std::string Metrics::Render() const {
   out += fmt::format("kvq_kv_bytes{{tier=\"device\"}} {}\n", kv_bytes_device.load());
   out += fmt::format("kvq_kv_bytes{{tier=\"host\"}} {}\n", kv_bytes_host.load());
   out += fmt::format("kvq_kv_bytes{{tier=\"disk\"}} {}\n", kv_bytes_disk.load());
+  // vLLM's names for the same facts. Its prefix-cache counters count tokens: queries are prompt
+  // tokens looked up, hits those found cached.
+  Metric(out, "vllm:num_requests_running", "gauge", "Requests generating now (kvq_active_sessions).",
+         active_sessions.load());
+  Metric(out, "vllm:num_requests_waiting", "gauge", "Requests waiting for a session (kvq_queued_requests).",
+         queued_requests.load());
+  const int64_t capacity = kv_bytes_capacity.load();
+  Metric(out, "vllm:kv_cache_usage_perc", "gauge",
+         "KV cache use as a fraction in [0, 1]: kvq_kv_bytes_reserved over --kv-budget (or every session at "
+         "full context).",
+         capacity > 0 ? std::min(1.0, static_cast<double>(kv_bytes_reserved.load()) / capacity) : 0.0);
+  Metric(out, "vllm:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.",
+         prompt_tokens.load());
+  Metric(out, "vllm:prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.",
+         prompt_tokens_reused.load());
   return out;
 }
 

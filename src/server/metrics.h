@@ -34,11 +34,14 @@ class Metrics {
   /// plus idle sessions' caches — what --kv-budget bounds — now and at most so far.
   std::atomic<int64_t> kv_bytes_reserved{0};
   std::atomic<int64_t> kv_bytes_reserved_peak{0};
+  /// What kv_bytes_reserved is a fraction of: --kv-budget, or every session at full context.
+  std::atomic<int64_t> kv_bytes_capacity{0};
   /// Decode tokens per second over the last few seconds (the scheduler updates it each step).
   std::atomic<double> decode_tokens_per_second{0};
   std::atomic<double> step_seconds_total{0};
 
-  /// The Prometheus text of everything above.
+  /// The Prometheus text of everything above; a few also under the names vLLM gives them
+  /// (vllm:num_requests_running, ...), which load balancers and autoscalers for LLM servers read.
   std::string Render() const;
 
  private:

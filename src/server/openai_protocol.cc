@@ -3,10 +3,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <string_view>
 
 namespace kvq::server {
 namespace {
@@ -115,6 +118,12 @@ std::optional<ApiError> ReadMessages(const json& body, const RequestLimits& limi
       return Invalid(where, fmt::format("'{}': tool and function calls are not supported", where));
     }
     ChatMessage message{.role = m["role"].get<std::string>(), .content = {}};
+    // OpenAI's roles; anything else is a client's mistake a template would render silently.
+    constexpr std::array<std::string_view, 5> kRoles = {"system", "developer", "user", "assistant", "tool"};
+    if (std::find(kRoles.begin(), kRoles.end(), message.role) == kRoles.end()) {
+      return Invalid(where + ".role", fmt::format("'{}.role' is '{}'; expected one of system, developer, user, "
+                                                  "assistant, tool", where, message.role));
+    }
     if (!m.contains("content")) return Invalid(where + ".content", fmt::format("'{}.content' is required", where));
     if (auto e = ReadContent(m["content"], where + ".content", &message.content)) return e;
     r->messages.push_back(std::move(message));

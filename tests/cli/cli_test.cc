@@ -274,7 +274,7 @@ TEST(Run, JsonOnTheBundledModel) {
 TEST(Run, FinishReasonIsReported) {
   const KvqRun stopped = Kvq("run -p Once -n 400 --temp 0");
   EXPECT_EQ(stopped.exit_code, 0) << stopped.err;
-  EXPECT_NE(stopped.err.find("; finish: stop\n"), std::string::npos) << stopped.err;
+  EXPECT_NE(stopped.err.find("kvq run: finish: stop ("), std::string::npos) << stopped.err;
   const auto full = Json("run -p \"Once upon a time\" -n 400 --temp 0 -c 12");
   EXPECT_EQ(full["finish_reason"], "context");
   EXPECT_EQ(full["tokens"].size(), 13u);  // 12 positions run, and the last token sampled

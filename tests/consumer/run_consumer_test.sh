@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# The installed-package test: install the build tree into a temporary prefix, build the consumer
-# project (C++ and C, the C program also against libkvq.so) against it, run them on the bundled
-# model and compare their output with `kvq run`'s, byte for byte. Usage: run_consumer_test.sh BUILD_DIR SOURCE_DIR KVQ_BINARY [FLAGS]
+# The installed-package test: install the build tree into a temporary prefix (bin/kvq runs from
+# there), build the consumer project (C++ and C, the C program also against libkvq.so) against it,
+# run them on the bundled model and compare their output with `kvq run`'s, byte for byte.
+# Usage: run_consumer_test.sh BUILD_DIR SOURCE_DIR KVQ_BINARY [FLAGS]
 # (FLAGS: extra compile and link flags, e.g. the sanitizer flags the build was made with).
 set -euo pipefail
 build=$1 src=$2 kvq=$3 flags=${4:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" > "$tmp/install.log"
+# The program is installed too, and runs from there.
+"$tmp/prefix/bin/kvq" --help > "$tmp/help.txt" || { echo "FAIL: the installed bin/kvq does not run"; exit 1; }
+echo "ok: the installed bin/kvq runs ($(head -c 40 "$tmp/help.txt")...)"
 cmake -S "$src/tests/consumer" -B "$tmp/build" -G Ninja -DCMAKE_PREFIX_PATH="$tmp/prefix" \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
   -DCMAKE_EXE_LINKER_FLAGS="$flags" > "$tmp/configure.log" || { cat "$tmp/configure.log"; exit 1; }
