@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kvq/chat.h"
+#include "kvq/model.h"
 #include "kvq/status.h"
 
 namespace kvq {
@@ -49,6 +50,9 @@ std::span<const ToolCallFormat> ToolCallFormats();
 /// The format a chat template's model writes: the first row whose `detect` text the template
 /// holds, else Hermes. An empty template (ChatML) is Hermes.
 const ToolCallFormat& ToolCallFormatFor(std::string_view template_source);
+/// The format of the template `model` renders with: `template_override` when non-empty, else the
+/// model's own (Hermes when it falls back to ChatML).
+const ToolCallFormat& ToolCallFormatOf(const Model& model, std::string_view template_override = "");
 /// The row named `name`, or nullptr.
 const ToolCallFormat* FindToolCallFormat(std::string_view name);
 

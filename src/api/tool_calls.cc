@@ -79,6 +79,12 @@ const ToolCallFormat& ToolCallFormatFor(std::string_view template_source) {
   return kFormats[0];
 }
 
+const ToolCallFormat& ToolCallFormatOf(const Model& model, std::string_view template_override) {
+  if (!template_override.empty()) return ToolCallFormatFor(template_override);
+  if (model.chat_template_choice().chatml_fallback) return kFormats[0];
+  return ToolCallFormatFor(model.info().chat_template);
+}
+
 const ToolCallFormat* FindToolCallFormat(std::string_view name) {
   for (const ToolCallFormat& f : kFormats) {
     if (name == f.name) return &f;

@@ -14,6 +14,7 @@
 #include <random>
 
 #include "kvq/log.h"
+#include "kvq/tool_calls.h"
 
 namespace kvq::server {
 namespace {
@@ -104,7 +105,8 @@ void HttpServer::Stop() { http_->stop(); }
 std::variant<std::vector<int32_t>, ApiError> HttpServer::PromptIds(const GenerationRequest& r) const {
   if (r.endpoint == Endpoint::kCompletions) return model_.Tokenize(r.prompt);
   Result<std::string> text =
-      model_.ApplyChatTemplate(r.messages, {.add_generation_prompt = true, .enable_thinking = r.enable_thinking});
+      model_.ApplyChatTemplate(r.messages, {.add_generation_prompt = true, .enable_thinking = r.enable_thinking,
+                                            .tools_json = r.has_tools ? r.tools.tools_json : ""});
   if (!text.ok()) {
     return Error(400, "invalid_request_error",
                  fmt::format("the chat template ({}) refused the messages: {}",
@@ -134,6 +136,18 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
   spec.sampling = r.sampling;
   spec.ignore_eos = r.ignore_eos;
   spec.grammar = r.grammar;
+  // Tools: the model's format decides the grammar of a forced call and how calls are found in the reply.
+  const ToolCallFormat& tool_format = ToolCallFormatOf(model_);
+  const bool parse_calls = r.has_tools && r.tools.choice != ToolChoice::kNone;
+  if (r.has_tools) {
+    Result<std::string> forced = ToolCallGrammar(tool_format, r.tools);
+    if (!forced.ok()) {
+      ApiError e = Error(400, "invalid_request_error", forced.status().message());
+      e.param = "tools";
+      return Reply(res, e);
+    }
+    if (!forced->empty()) spec.grammar = std::move(forced).value();
+  }
   spec.deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(options_.request_timeout_seconds * 1e3));
   std::variant<std::shared_ptr<Job>, ApiError> submitted = engine_.Submit(std::move(spec));
   if (auto* e = std::get_if<ApiError>(&submitted)) return Reply(res, *e);
@@ -147,7 +161,15 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
       text += news.text;
       if (!news.finished) continue;
       if (news.error) return Reply(res, *news.error);
-      res.set_content(CompletionJson(endpoint, meta, text, news.finish, news.usage), "application/json");
+      std::vector<ToolCall> calls;
+      FinishReason finish = news.finish;
+      if (parse_calls) {
+        ToolCallParser::Delta split = ParseToolCalls(tool_format, text);
+        text = std::move(split.content);
+        calls = std::move(split.calls);
+        if (!calls.empty()) finish = FinishReason::kToolCalls;
+      }
+      res.set_content(CompletionJson(endpoint, meta, text, finish, news.usage, calls), "application/json");
       return;
     }
   }
@@ -155,9 +177,12 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
   res.set_header("X-Accel-Buffering", "no");
   const bool include_usage = r.include_usage;
   auto first = std::make_shared<bool>(true);
+  // With tools, the reply's text goes through a parser that holds back what may be a call and
+  // releases each call whole, as a delta.tool_calls entry.
+  std::shared_ptr<ToolCallParser> parser = parse_calls ? std::make_shared<ToolCallParser>(tool_format) : nullptr;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [job, meta, endpoint, include_usage, first](size_t, httplib::DataSink& sink) {
+      [job, meta, endpoint, include_usage, first, parser](size_t, httplib::DataSink& sink) {
         auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
         if (*first) {
           *first = false;
@@ -175,18 +200,35 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
           sink.done();
           return true;
         }
-        const std::string& text = news.text;
+        std::string text = std::move(news.text);
+        std::vector<ToolCall> calls;
+        const int first_call = parser ? parser->calls() : 0;
+        if (parser) {
+          ToolCallParser::Delta d = parser->Add(text);
+          if (news.finished) {
+            ToolCallParser::Delta end = parser->Finish();
+            d.content += end.content;
+            d.calls.insert(d.calls.end(), end.calls.begin(), end.calls.end());
+          }
+          text = std::move(d.content);
+          calls = std::move(d.calls);
+        }
         if (news.finished) {
           std::optional<FinishReason> finish = news.finish;
-          if (!write(SseEvent(StreamChunkJson(endpoint, meta, text, false, finish, &news.usage)))) return false;
+          if (parser && parser->calls() > 0) finish = FinishReason::kToolCalls;
+          if (!write(SseEvent(StreamChunkJson(endpoint, meta, text, false, finish, &news.usage, calls, first_call)))) {
+            return false;
+          }
           if (include_usage && !write(SseEvent(UsageChunkJson(endpoint, meta, news.usage)))) return false;
           write("data: [DONE]\n\n");
           sink.done();
           return true;
         }
         // Nothing new: an SSE comment, which clients ignore, finds a client that went away.
-        const std::string event = text.empty() ? std::string(": waiting\n\n")
-                                               : SseEvent(StreamChunkJson(endpoint, meta, text, false, std::nullopt, nullptr));
+        const std::string event =
+            text.empty() && calls.empty()
+                ? std::string(": waiting\n\n")
+                : SseEvent(StreamChunkJson(endpoint, meta, text, false, std::nullopt, nullptr, calls, first_call));
         if (!write(event)) {
           job->Cancel();
           return false;

@@ -95,6 +95,97 @@ std::optional<ApiError> ReadContent(const json& content, const std::string& fiel
   return std::nullopt;
 }
 
+// A message's tool_calls ([{id, type: "function", function: {name, arguments}}]; arguments as
+// OpenAI sends them, a string of JSON, or an object), tool_call_id and name.
+std::optional<ApiError> ReadToolFields(const json& m, const std::string& where, ChatMessage* message) {
+  if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+    const json& calls = m["tool_calls"];
+    const std::string field = where + ".tool_calls";
+    if (!calls.is_array()) return WrongType(field, calls, "an array");
+    for (size_t k = 0; k < calls.size(); ++k) {
+      const json& c = calls[k];
+      const std::string at = fmt::format("{}[{}]", field, k);
+      if (!c.is_object()) return WrongType(at, c, "an object");
+      if (c.contains("type") && c["type"] != "function") {
+        return Invalid(at + ".type", fmt::format("'{}.type' must be \"function\"", at));
+      }
+      if (!c.contains("function") || !c["function"].is_object()) {
+        return Invalid(at + ".function", fmt::format("'{}.function' must be an object", at));
+      }
+      const json& f = c["function"];
+      if (!f.contains("name") || !f["name"].is_string()) {
+        return Invalid(at + ".function.name", fmt::format("'{}.function.name' must be a string", at));
+      }
+      ToolCall call{.id = "", .name = f["name"].get<std::string>(), .arguments = "{}"};
+      if (c.contains("id") && !c["id"].is_null()) {
+        if (!c["id"].is_string()) return WrongType(at + ".id", c["id"], "a string");
+        call.id = c["id"].get<std::string>();
+      }
+      if (f.contains("arguments") && !f["arguments"].is_null()) {
+        const json& a = f["arguments"];
+        if (!a.is_string() && !a.is_object()) return WrongType(at + ".function.arguments", a, "a string of JSON");
+        call.arguments = a.is_string() ? a.get<std::string>() : a.dump();
+      }
+      message->tool_calls.push_back(std::move(call));
+    }
+  }
+  for (auto [key, out] : {std::pair{"tool_call_id", &message->tool_call_id}, std::pair{"name", &message->name}}) {
+    if (!m.contains(key) || m[key].is_null()) continue;
+    if (!m[key].is_string()) return WrongType(where + "." + key, m[key], "a string");
+    *out = m[key].get<std::string>();
+  }
+  if (message->role == "tool" && message->tool_call_id.empty()) {
+    return Invalid(where + ".tool_call_id", fmt::format("'{}.tool_call_id' is required in a message of role 'tool'", where));
+  }
+  return std::nullopt;
+}
+
+// tools, tool_choice ("auto", "none", "required" or {"type": "function", "function": {"name"}})
+// and parallel_tool_calls, checked against each other (kvq/tool_calls.h's CheckTools).
+std::optional<ApiError> ReadTools(const json& body, GenerationRequest* r) {
+  auto given = [&](const char* field) { return body.contains(field) && !body[field].is_null(); };
+  ToolOptions& t = r->tools;
+  if (given("tools")) {
+    if (!body["tools"].is_array()) return WrongType("tools", body["tools"], "an array of tool definitions");
+    r->has_tools = !body["tools"].empty();
+    t.tools_json = body["tools"].dump();
+  }
+  if (given("tool_choice")) {
+    const json& c = body["tool_choice"];
+    if (c == "auto") {
+      t.choice = ToolChoice::kAuto;
+    } else if (c == "none") {
+      t.choice = ToolChoice::kNone;
+    } else if (c == "required") {
+      t.choice = ToolChoice::kRequired;
+    } else if (c.is_object() && c.contains("function") && c["function"].is_object() && c["function"].contains("name") &&
+               c["function"]["name"].is_string()) {
+      t.choice = ToolChoice::kFunction;
+      t.function = c["function"]["name"].get<std::string>();
+    } else {
+      return Invalid("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or "
+                                    "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+  }
+  if (given("parallel_tool_calls")) {
+    if (!body["parallel_tool_calls"].is_boolean()) {
+      return WrongType("parallel_tool_calls", body["parallel_tool_calls"], "a boolean");
+    }
+    t.parallel = body["parallel_tool_calls"].get<bool>();
+  }
+  if (!r->has_tools) {
+    if (t.choice == ToolChoice::kRequired || t.choice == ToolChoice::kFunction) {
+      return Invalid("tool_choice", "'tool_choice' asks for a call but 'tools' declares no function");
+    }
+    return std::nullopt;
+  }
+  if (Result<std::vector<std::string>> names = CheckTools(t); !names.ok()) {
+    const bool choice = names.status().message().starts_with("tool_choice");
+    return Invalid(choice ? "tool_choice" : "tools", names.status().message());
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> ReadMessages(const json& body, const RequestLimits& limits, GenerationRequest* r) {
   if (!body.contains("messages")) return Invalid("messages", "'messages' is required");
   const json& messages = body["messages"];
@@ -111,12 +202,19 @@ std::optional<ApiError> ReadMessages(const json& body, const RequestLimits& limi
     if (!m.contains("role") || !m["role"].is_string()) {
       return Invalid(where + ".role", fmt::format("'{}.role' must be a string", where));
     }
-    if (m.contains("tool_calls") || m.contains("function_call")) {
-      return Invalid(where, fmt::format("'{}': tool and function calls are not supported", where));
+    if (m.contains("function_call") && !m["function_call"].is_null()) {
+      return Invalid(where + ".function_call",
+                     fmt::format("'{}.function_call' (the deprecated form) is not supported; use 'tool_calls'", where));
     }
     ChatMessage message{.role = m["role"].get<std::string>(), .content = {}};
-    if (!m.contains("content")) return Invalid(where + ".content", fmt::format("'{}.content' is required", where));
-    if (auto e = ReadContent(m["content"], where + ".content", &message.content)) return e;
+    if (auto e = ReadToolFields(m, where, &message)) return e;
+    // An assistant message that calls tools may leave content out (OpenAI sends null).
+    if (!m.contains("content") && message.tool_calls.empty()) {
+      return Invalid(where + ".content", fmt::format("'{}.content' is required", where));
+    }
+    if (m.contains("content")) {
+      if (auto e = ReadContent(m["content"], where + ".content", &message.content)) return e;
+    }
     r->messages.push_back(std::move(message));
   }
   if (body.contains("chat_template_kwargs")) {
@@ -176,7 +274,7 @@ std::optional<ApiError> ReadStop(const json& body, const RequestLimits& limits, 
 
 // Fields kvq does not implement but that change the output: refused unless at their no-op value.
 std::optional<ApiError> RefuseUnsupported(const json& body) {
-  for (const char* field : {"tools", "functions", "tool_choice", "function_call", "logit_bias", "suffix"}) {
+  for (const char* field : {"functions", "function_call", "logit_bias", "suffix"}) {
     if (body.contains(field) && !body[field].is_null() && !(body[field].is_object() && body[field].empty()) &&
         !(body[field].is_array() && body[field].empty()) && !(body[field] == "none") && !(body[field] == "")) {
       return Invalid(field, fmt::format("'{}' is not supported by kvq serve", field));
@@ -261,6 +359,15 @@ std::optional<ApiError> Parse(Endpoint endpoint, const json& body, const Request
   }
   if (auto e = RefuseUnsupported(body)) return e;
   if (auto e = endpoint == Endpoint::kChatCompletions ? ReadMessages(body, limits, r) : ReadPrompt(body, r)) return e;
+  if (endpoint == Endpoint::kChatCompletions) {
+    if (auto e = ReadTools(body, r)) return e;
+  } else {
+    for (const char* field : {"tools", "tool_choice", "parallel_tool_calls"}) {
+      if (body.contains(field) && !body[field].is_null()) {
+        return Invalid(field, fmt::format("'{}' belongs to /v1/chat/completions", field));
+      }
+    }
+  }
   std::optional<int64_t> max_tokens;
   // max_completion_tokens is the chat endpoint's newer name for max_tokens.
   for (const char* field : {"max_tokens", "max_completion_tokens"}) {
@@ -274,6 +381,11 @@ std::optional<ApiError> Parse(Endpoint endpoint, const json& body, const Request
   if (max_tokens) r->max_tokens = static_cast<int32_t>(*max_tokens);
   if (auto e = ReadStop(body, limits, r)) return e;
   if (auto e = ReadGrammar(body, r)) return e;
+  if (!r->grammar.empty() && r->has_tools &&
+      (r->tools.choice == ToolChoice::kRequired || r->tools.choice == ToolChoice::kFunction)) {
+    return Invalid("tool_choice", "a forced tool call has its own grammar: give 'tool_choice' \"required\" or a "
+                                  "function, or a grammar/json_schema/response_format, not both");
+  }
   if (body.contains("stream") && !body["stream"].is_null()) {
     if (!body["stream"].is_boolean()) return WrongType("stream", body["stream"], "a boolean");
     r->stream = body["stream"].get<bool>();
@@ -327,6 +439,19 @@ json Envelope(Endpoint endpoint, const ResponseMeta& meta, bool chunk) {
           {"system_fingerprint", "kvq"}};
 }
 
+// OpenAI's tool_calls: [{id, type, function: {name, arguments}}], with "index" in stream deltas.
+json ToolCallsJson(std::span<const ToolCall> calls, int first_index, bool indexed) {
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json c = {{"id", calls[i].id},
+              {"type", "function"},
+              {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (indexed) c["index"] = first_index + static_cast<int>(i);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 // Invalid UTF-8 (a model can emit any bytes) is replaced, never thrown on.
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
@@ -348,7 +473,14 @@ std::variant<GenerationRequest, ApiError> ParseGenerationRequest(Endpoint endpoi
   return r;
 }
 
-const char* FinishReasonName(FinishReason reason) { return reason == FinishReason::kStop ? "stop" : "length"; }
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kToolCalls: return "tool_calls";
+  }
+  return "stop";
+}
 
 FinishReason OpenAiFinishReason(kvq::FinishReason reason) {
   return reason == kvq::FinishReason::kLength || reason == kvq::FinishReason::kContext ? FinishReason::kLength
@@ -356,11 +488,12 @@ FinishReason OpenAiFinishReason(kvq::FinishReason reason) {
 }
 
 std::string CompletionJson(Endpoint endpoint, const ResponseMeta& meta, const std::string& text, FinishReason finish,
-                           const Usage& usage) {
+                           const Usage& usage, std::span<const ToolCall> calls) {
   json r = Envelope(endpoint, meta, false);
   json choice = {{"index", 0}, {"finish_reason", FinishReasonName(finish)}};
   if (endpoint == Endpoint::kChatCompletions) {
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
+    choice["message"] = {{"role", "assistant"}, {"content", calls.empty() || !text.empty() ? json(text) : json(nullptr)}};
+    if (!calls.empty()) choice["message"]["tool_calls"] = ToolCallsJson(calls, 0, false);
   } else {
     choice["text"] = text;
     choice["logprobs"] = nullptr;
@@ -371,13 +504,15 @@ std::string CompletionJson(Endpoint endpoint, const ResponseMeta& meta, const st
 }
 
 std::string StreamChunkJson(Endpoint endpoint, const ResponseMeta& meta, const std::string& text, bool role_chunk,
-                            std::optional<FinishReason> finish, const Usage* usage) {
+                            std::optional<FinishReason> finish, const Usage* usage, std::span<const ToolCall> calls,
+                            int first_call_index) {
   json r = Envelope(endpoint, meta, true);
   json choice = {{"index", 0}, {"finish_reason", finish ? json(FinishReasonName(*finish)) : json(nullptr)}};
   if (endpoint == Endpoint::kChatCompletions) {
     json delta = json::object();
     if (role_chunk) delta["role"] = "assistant";
     if (!text.empty() || role_chunk) delta["content"] = text;
+    if (!calls.empty()) delta["tool_calls"] = ToolCallsJson(calls, first_call_index, true);
     choice["delta"] = delta;
   } else {
     choice["text"] = text;
