@@ -272,7 +272,8 @@ void ToolCallParser::Drain(bool final, Delta* out) {
         return;
       }
       // Hold a possible start of `open`, and trailing whitespace (it may precede a call).
-      const size_t hold = std::max(PartialMarker(buffer_, open), TrailingSpace(buffer_));
+      const size_t partial = PartialMarker(buffer_, open);
+      const size_t hold = partial + TrailingSpace(std::string_view(buffer_).substr(0, buffer_.size() - partial));
       if (buffer_.size() > hold) {
         out->content += buffer_.substr(0, buffer_.size() - hold);
         buffer_.erase(0, buffer_.size() - hold);

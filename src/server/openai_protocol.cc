@@ -11,7 +11,8 @@
 namespace kvq::server {
 namespace {
 
-using json = nlohmann::json;
+// Ordered: tool definitions reach the template, which prints them with tojson, in the order sent.
+using json = nlohmann::ordered_json;
 
 ApiError Invalid(std::string param, std::string message) {
   return {.status = 400, .type = "invalid_request_error", .message = std::move(message), .param = std::move(param)};
