@@ -25,10 +25,12 @@ ApiError Refused(int status, std::string type, std::string code, std::string mes
 
 Job::News Job::Wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu);
-  cv.wait_for(lock, timeout, [&] { return finished || !unread.empty(); });
+  cv.wait_for(lock, timeout, [&] { return finished || !unread.empty() || !unread_logprobs.empty(); });
   News news;
   news.text = std::move(unread);
   unread.clear();
+  news.logprobs = std::move(unread_logprobs);
+  unread_logprobs.clear();
   news.finished = finished && unread.empty();
   news.finish = finish;
   news.usage = usage;
@@ -46,9 +48,11 @@ double Job::ttft_seconds() const {
   return ttft;
 }
 
-void Job::Publish(std::string piece, bool done, FinishReason reason, std::optional<ApiError> err) {
+void Job::Publish(std::string piece, bool done, FinishReason reason, std::optional<ApiError> err,
+                  std::optional<LogprobEntry> logprob) {
   {
     std::lock_guard<std::mutex> lock(mu);
+    if (logprob) unread_logprobs.push_back(std::move(*logprob));
     if (!piece.empty() && ttft == 0) ttft = std::chrono::duration<double>(Clock::now() - submitted).count();
     unread += piece;
     if (done) {
@@ -474,9 +478,20 @@ void Engine::Advance(Slot& slot) {
     Finish(slot, FinishReason::kStop, Refused(500, "server_error", "", token.status().message()));
     return;
   }
+  // Logprobs are the model's (the logits before grammar, bias and penalties), read before the
+  // token runs; each token's text is as it follows the one before.
+  std::optional<LogprobEntry> logprob;
+  if (job.spec.top_logprobs >= 0) {
+    const std::span<const int32_t> held = slot.session->tokens();
+    const int32_t previous = held.empty() ? -1 : held.back();
+    const TokenLogprobs lp = LogprobsOf(slot.session->logits(), *token, job.spec.top_logprobs);
+    logprob = LogprobEntry{.token = model_.TokenText(previous, *token), .logprob = lp.chosen.logprob, .top = {}};
+    for (const TokenLogprob& t : lp.top) logprob->top.emplace_back(model_.TokenText(previous, t.id), t.logprob);
+  }
   const GeneratorStep step = job.generator->Next(*token);
   if (step.kept) metrics_->generated_tokens++;
-  if (!step.text.empty()) job.Publish(step.text, false, FinishReason::kStop, {});
+  if (!step.kept) logprob.reset();
+  if (!step.text.empty() || logprob) job.Publish(step.text, false, FinishReason::kStop, {}, std::move(logprob));
   if (step.finished) {
     Finish(slot, OpenAiFinishReason(step.finish));
     return;

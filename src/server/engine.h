@@ -57,6 +57,8 @@ struct JobSpec {
   /// GBNF the reply follows (from the request's grammar, json_schema or response_format); empty:
   /// none.
   std::string grammar;
+  /// ≥ 0: each kept token's logprob and this many alternatives are published with its text.
+  int32_t top_logprobs = -1;
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
 
@@ -69,6 +71,7 @@ class Job {
     FinishReason finish = FinishReason::kStop;
     Usage usage;
     std::optional<ApiError> error;  ///< set when it failed (finished is then true too)
+    std::vector<LogprobEntry> logprobs;  ///< kept tokens since the last Wait (JobSpec::top_logprobs)
   };
   /// Waits up to `timeout` for new text or the end, and takes what arrived.
   News Wait(std::chrono::milliseconds timeout);
@@ -80,13 +83,15 @@ class Job {
  private:
   friend class Engine;
   explicit Job(JobSpec s) : spec(std::move(s)) {}
-  void Publish(std::string piece, bool finished, FinishReason finish, std::optional<ApiError> error);
+  void Publish(std::string piece, bool finished, FinishReason finish, std::optional<ApiError> error,
+               std::optional<LogprobEntry> logprob = std::nullopt);
 
   JobSpec spec;
   std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();
   mutable std::mutex mu;
   std::condition_variable cv;
   std::string unread;     // text not yet taken by Wait
+  std::vector<LogprobEntry> unread_logprobs;
   bool finished = false;
   bool cancelled = false;
   FinishReason finish = FinishReason::kStop;

@@ -149,40 +149,78 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
     if (!forced->empty()) spec.grammar = std::move(forced).value();
   }
   spec.deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(options_.request_timeout_seconds * 1e3));
-  std::variant<std::shared_ptr<Job>, ApiError> submitted = engine_.Submit(std::move(spec));
-  if (auto* e = std::get_if<ApiError>(&submitted)) return Reply(res, *e);
-  std::shared_ptr<Job> job = std::get<std::shared_ptr<Job>>(submitted);
+  for (const auto& [id, bias] : spec.sampling.logit_bias) {
+    if (id >= model_.info().vocab_size) {
+      ApiError e = Error(400, "invalid_request_error",
+                         fmt::format("'logit_bias' names token {}; the vocabulary has {} tokens", id,
+                                     model_.info().vocab_size));
+      e.param = "logit_bias";
+      return Reply(res, e);
+    }
+  }
+  spec.top_logprobs = r.logprobs ? r.top_logprobs : -1;
+  if (r.n > 1 && r.stream) {
+    ApiError e = Error(400, "invalid_request_error", "'n' > 1 is not streamed by kvq serve: set 'stream' false");
+    e.param = "n";
+    return Reply(res, e);
+  }
+  // n choices: choice i samples with seed + i (so it equals a request with that seed and n 1).
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (int32_t i = 0; i < r.n; ++i) {
+    JobSpec choice = spec;
+    choice.sampling.seed = spec.sampling.seed + static_cast<uint64_t>(i);
+    std::variant<std::shared_ptr<Job>, ApiError> submitted = engine_.Submit(std::move(choice));
+    if (auto* e = std::get_if<ApiError>(&submitted)) {
+      for (const auto& j : jobs) j->Cancel();
+      return Reply(res, *e);
+    }
+    jobs.push_back(std::get<std::shared_ptr<Job>>(submitted));
+  }
+  std::shared_ptr<Job> job = jobs[0];
   const ResponseMeta meta{.id = ResponseId(endpoint), .created = static_cast<int64_t>(std::time(nullptr)),
                           .model = options_.model_id};
   if (!r.stream) {
-    std::string text;
-    for (;;) {
-      Job::News news = job->Wait(std::chrono::milliseconds(500));
-      text += news.text;
-      if (!news.finished) continue;
-      if (news.error) return Reply(res, *news.error);
-      std::vector<ToolCall> calls;
-      FinishReason finish = news.finish;
-      if (parse_calls) {
-        ToolCallParser::Delta split = ParseToolCalls(tool_format, text);
-        text = std::move(split.content);
-        calls = std::move(split.calls);
-        if (!calls.empty()) finish = FinishReason::kToolCalls;
+    std::vector<ChoiceResult> choices(jobs.size());
+    Usage usage;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      ChoiceResult& c = choices[i];
+      for (;;) {
+        Job::News news = jobs[i]->Wait(std::chrono::milliseconds(500));
+        c.text += news.text;
+        c.logprobs.insert(c.logprobs.end(), news.logprobs.begin(), news.logprobs.end());
+        if (!news.finished) continue;
+        if (news.error) {
+          for (const auto& j : jobs) j->Cancel();
+          return Reply(res, *news.error);
+        }
+        c.finish = news.finish;
+        usage.prompt_tokens = news.usage.prompt_tokens;
+        usage.completion_tokens += news.usage.completion_tokens;
+        if (i == 0) usage.cached_tokens = news.usage.cached_tokens;
+        break;
       }
-      res.set_content(CompletionJson(endpoint, meta, text, finish, news.usage, calls), "application/json");
-      return;
+      if (parse_calls) {
+        ToolCallParser::Delta split = ParseToolCalls(tool_format, c.text);
+        c.text = std::move(split.content);
+        c.calls = std::move(split.calls);
+        if (!c.calls.empty()) c.finish = FinishReason::kToolCalls;
+      }
     }
+    res.set_content(CompletionJson(endpoint, meta, choices, usage, r.logprobs), "application/json");
+    return;
   }
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   const bool include_usage = r.include_usage;
+  const bool with_logprobs = r.logprobs;
   auto first = std::make_shared<bool>(true);
+  auto text_offset = std::make_shared<size_t>(0);  // completions' logprobs.text_offset
   // With tools, the reply's text goes through a parser that holds back what may be a call and
   // releases each call whole, as a delta.tool_calls entry.
   std::shared_ptr<ToolCallParser> parser = parse_calls ? std::make_shared<ToolCallParser>(tool_format) : nullptr;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [job, meta, endpoint, include_usage, first, parser](size_t, httplib::DataSink& sink) {
+      [job, meta, endpoint, include_usage, first, parser, with_logprobs, text_offset](size_t, httplib::DataSink& sink) {
         auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
         if (*first) {
           *first = false;
@@ -216,7 +254,8 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
         if (news.finished) {
           std::optional<FinishReason> finish = news.finish;
           if (parser && parser->calls() > 0) finish = FinishReason::kToolCalls;
-          if (!write(SseEvent(StreamChunkJson(endpoint, meta, text, false, finish, &news.usage, calls, first_call)))) {
+          if (!write(SseEvent(StreamChunkJson(endpoint, meta, text, false, finish, &news.usage, calls, first_call,
+                                              news.logprobs, with_logprobs, *text_offset)))) {
             return false;
           }
           if (include_usage && !write(SseEvent(UsageChunkJson(endpoint, meta, news.usage)))) return false;
@@ -226,9 +265,11 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
         }
         // Nothing new: an SSE comment, which clients ignore, finds a client that went away.
         const std::string event =
-            text.empty() && calls.empty()
+            text.empty() && calls.empty() && news.logprobs.empty()
                 ? std::string(": waiting\n\n")
-                : SseEvent(StreamChunkJson(endpoint, meta, text, false, std::nullopt, nullptr, calls, first_call));
+                : SseEvent(StreamChunkJson(endpoint, meta, text, false, std::nullopt, nullptr, calls, first_call,
+                                           news.logprobs, with_logprobs, *text_offset));
+        for (const LogprobEntry& e : news.logprobs) *text_offset += e.token.size();
         if (!write(event)) {
           job->Cancel();
           return false;

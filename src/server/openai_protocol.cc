@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -274,28 +275,106 @@ std::optional<ApiError> ReadStop(const json& body, const RequestLimits& limits, 
 }
 
 // Fields kvq does not implement but that change the output: refused unless at their no-op value.
+// OpenAI's, then llama.cpp's server's sampler fields (with the value that leaves its chain as is).
 std::optional<ApiError> RefuseUnsupported(const json& body) {
-  for (const char* field : {"functions", "function_call", "logit_bias", "suffix"}) {
+  for (const char* field : {"functions", "function_call", "suffix"}) {
     if (body.contains(field) && !body[field].is_null() && !(body[field].is_object() && body[field].empty()) &&
         !(body[field].is_array() && body[field].empty()) && !(body[field] == "none") && !(body[field] == "")) {
       return Invalid(field, fmt::format("'{}' is not supported by kvq serve", field));
     }
   }
-  for (const char* field : {"logprobs", "top_logprobs", "echo"}) {
+  for (const char* field : {"echo"}) {
     if (body.contains(field) && !body[field].is_null() && body[field] != false && body[field] != 0) {
       return Invalid(field, fmt::format("'{}' is not supported by kvq serve", field));
     }
   }
-  for (const char* field : {"n", "best_of"}) {
-    if (body.contains(field) && !body[field].is_null() && body[field] != 1) {
-      return Invalid(field, fmt::format("'{}' must be 1: kvq serve returns one choice", field));
+  if (body.contains("best_of") && !body["best_of"].is_null() && body["best_of"] != 1) {
+    return Invalid("best_of", "'best_of' must be 1: kvq serve does not rank candidates (use 'n')");
+  }
+  static const std::pair<const char*, double> kLlamaNoOps[] = {
+      {"typical_p", 1},       {"tfs_z", 1},          {"mirostat", 0},        {"dry_multiplier", 0},
+      {"xtc_probability", 0}, {"top_n_sigma", -1},   {"dynatemp_range", 0},  {"n_probs", 0},
+      {"penalty_last_n_dry", 0},
+  };
+  for (const auto& [field, no_op] : kLlamaNoOps) {
+    if (body.contains(field) && !body[field].is_null() && !(body[field].is_number() && body[field].get<double>() == no_op)) {
+      return Invalid(field, fmt::format("'{}' is not supported by kvq serve (only {})", field, no_op));
     }
   }
-  for (const char* field : {"presence_penalty", "frequency_penalty"}) {
-    if (body.contains(field) && !body[field].is_null() && !(body[field].is_number() && body[field] == 0)) {
-      return Invalid(field, fmt::format("'{}' is not supported by kvq serve (only 0)", field));
+  for (const char* field : {"samplers", "dry_sequence_breakers", "lora", "image_data"}) {
+    if (body.contains(field) && !body[field].is_null()) {
+      return Invalid(field, fmt::format("'{}' is not supported by kvq serve", field));
     }
   }
+  return std::nullopt;
+}
+
+// Penalties (OpenAI's frequency/presence, llama.cpp's repeat_penalty and repeat_last_n),
+// logit_bias ({"id": bias} as OpenAI sends it, or llama.cpp's [[id, bias], ...]; ids are checked
+// against the vocabulary by the server), logprobs/top_logprobs and n.
+std::optional<ApiError> ReadSamplingExtras(Endpoint endpoint, const json& body, GenerationRequest* r) {
+  SamplerOptions& s = r->sampling;
+  if (auto e = ReadNumber(body, "frequency_penalty", -2, 2, false, false, &s.frequency_penalty)) return e;
+  if (auto e = ReadNumber(body, "presence_penalty", -2, 2, false, false, &s.presence_penalty)) return e;
+  if (auto e = ReadNumber(body, "repeat_penalty", 0, 100, true, false, &s.repeat_penalty)) return e;
+  std::optional<int64_t> last_n, n;
+  if (auto e = ReadInteger(body, "repeat_last_n", -1, std::numeric_limits<int32_t>::max(), &last_n)) return e;
+  if (last_n) s.repeat_last_n = static_cast<int32_t>(*last_n);
+  if (body.contains("logit_bias") && !body["logit_bias"].is_null()) {
+    const json& b = body["logit_bias"];
+    auto add = [&](const json& id, const json& bias, const std::string& where) -> std::optional<ApiError> {
+      int64_t token = -1;
+      if (id.is_number_integer()) {
+        token = id.get<int64_t>();
+      } else if (id.is_string()) {
+        const std::string text = id.get<std::string>();
+        char* end = nullptr;
+        token = std::strtoll(text.c_str(), &end, 10);
+        if (text.empty() || *end != '\0') token = -1;
+      }
+      if (token < 0 || token > std::numeric_limits<int32_t>::max()) {
+        return Invalid("logit_bias", fmt::format("'{}': a key must be a token id (got {})", where, id.dump()));
+      }
+      if (bias.is_boolean()) {
+        return Invalid("logit_bias", fmt::format("'{}': a boolean (llama.cpp's ban) is not supported; use -100", where));
+      }
+      if (!bias.is_number() || !std::isfinite(bias.get<double>()) || bias.get<double>() < -100 || bias.get<double>() > 100) {
+        return Invalid("logit_bias", fmt::format("'{}' must be a number in [-100, 100] (got {})", where, bias.dump()));
+      }
+      s.logit_bias.emplace_back(static_cast<int32_t>(token), bias.get<float>());
+      return std::nullopt;
+    };
+    if (b.is_object()) {
+      for (const auto& [key, value] : b.items()) {
+        if (auto e = add(json(key), value, "logit_bias." + key)) return e;
+      }
+    } else if (b.is_array()) {
+      for (size_t i = 0; i < b.size(); ++i) {
+        const std::string where = fmt::format("logit_bias[{}]", i);
+        if (!b[i].is_array() || b[i].size() != 2) return Invalid("logit_bias", fmt::format("'{}' must be [token id, bias]", where));
+        if (auto e = add(b[i][0], b[i][1], where)) return e;
+      }
+    } else {
+      return WrongType("logit_bias", b, "an object mapping token ids to biases");
+    }
+  }
+  if (endpoint == Endpoint::kChatCompletions) {
+    if (body.contains("logprobs") && !body["logprobs"].is_null()) {
+      if (!body["logprobs"].is_boolean()) return WrongType("logprobs", body["logprobs"], "a boolean");
+      r->logprobs = body["logprobs"].get<bool>();
+    }
+    std::optional<int64_t> top;
+    if (auto e = ReadInteger(body, "top_logprobs", 0, 20, &top)) return e;
+    if (top && !r->logprobs) return Invalid("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    r->top_logprobs = static_cast<int32_t>(top.value_or(0));
+  } else {
+    std::optional<int64_t> top;
+    if (auto e = ReadInteger(body, "logprobs", 0, 5, &top)) return e;
+    r->logprobs = top.has_value();
+    r->top_logprobs = static_cast<int32_t>(top.value_or(0));
+  }
+  if (auto e = ReadInteger(body, "n", 1, 16, &n)) return e;
+  if (n) r->n = static_cast<int32_t>(*n);
   return std::nullopt;
 }
 
@@ -371,6 +450,12 @@ std::optional<ApiError> Parse(Endpoint endpoint, const json& body, const Request
   }
   std::optional<int64_t> max_tokens;
   // max_completion_tokens is the chat endpoint's newer name for max_tokens.
+  // n_predict is llama.cpp's name for it (-1 there: no limit, as leaving it out is here).
+  if (body.contains("n_predict") && body["n_predict"] == -1) {
+    // the default
+  } else if (auto e = ReadInteger(body, "n_predict", 1, limits.max_tokens_limit, &max_tokens)) {
+    return e;
+  }
   for (const char* field : {"max_tokens", "max_completion_tokens"}) {
     if (auto e = ReadInteger(body, field, 1, limits.max_tokens_limit, &max_tokens)) {
       if (e->message.find("must be in") != std::string::npos) {
@@ -412,6 +497,7 @@ std::optional<ApiError> Parse(Endpoint endpoint, const json& body, const Request
   std::optional<int64_t> top_k, seed;
   if (auto e = ReadInteger(body, "top_k", 0, std::numeric_limits<int32_t>::max(), &top_k)) return e;
   if (top_k) s.top_k = static_cast<int32_t>(*top_k);
+  if (auto e = ReadSamplingExtras(endpoint, body, r)) return e;
   if (auto e = ReadInteger(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
                            &seed)) {
     return e;
@@ -488,25 +574,68 @@ FinishReason OpenAiFinishReason(kvq::FinishReason reason) {
                                                                                          : FinishReason::kStop;
 }
 
-std::string CompletionJson(Endpoint endpoint, const ResponseMeta& meta, const std::string& text, FinishReason finish,
-                           const Usage& usage, std::span<const ToolCall> calls) {
-  json r = Envelope(endpoint, meta, false);
-  json choice = {{"index", 0}, {"finish_reason", FinishReasonName(finish)}};
+json LogprobsJson(Endpoint endpoint, std::span<const LogprobEntry> entries, size_t text_offset) {
+  auto bytes = [](const std::string& t) {
+    json b = json::array();
+    for (unsigned char c : t) b.push_back(c);
+    return b;
+  };
   if (endpoint == Endpoint::kChatCompletions) {
-    choice["message"] = {{"role", "assistant"}, {"content", calls.empty() || !text.empty() ? json(text) : json(nullptr)}};
-    if (!calls.empty()) choice["message"]["tool_calls"] = ToolCallsJson(calls, 0, false);
-  } else {
-    choice["text"] = text;
-    choice["logprobs"] = nullptr;
+    json content = json::array();
+    for (const LogprobEntry& e : entries) {
+      json top = json::array();
+      for (const auto& [t, lp] : e.top) top.push_back({{"token", t}, {"logprob", lp}, {"bytes", bytes(t)}});
+      content.push_back({{"token", e.token}, {"logprob", e.logprob}, {"bytes", bytes(e.token)}, {"top_logprobs", top}});
+    }
+    return {{"content", content}};
   }
-  r["choices"] = json::array({choice});
+  json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  for (const LogprobEntry& e : entries) {
+    tokens.push_back(e.token);
+    lps.push_back(e.logprob);
+    json top = json::object();
+    for (const auto& [t, lp] : e.top) {
+      if (!top.contains(t)) top[t] = lp;  // an object: two tokens of one text keep the likelier
+    }
+    tops.push_back(top);
+    offsets.push_back(text_offset);
+    text_offset += e.token.size();
+  }
+  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+std::string CompletionJson(Endpoint endpoint, const ResponseMeta& meta, std::span<const ChoiceResult> choices,
+                           const Usage& usage, bool with_logprobs) {
+  json r = Envelope(endpoint, meta, false);
+  json list = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceResult& c = choices[i];
+    json choice = {{"index", i}, {"finish_reason", FinishReasonName(c.finish)}};
+    if (endpoint == Endpoint::kChatCompletions) {
+      choice["message"] = {{"role", "assistant"},
+                           {"content", c.calls.empty() || !c.text.empty() ? json(c.text) : json(nullptr)}};
+      if (!c.calls.empty()) choice["message"]["tool_calls"] = ToolCallsJson(c.calls, 0, false);
+    } else {
+      choice["text"] = c.text;
+    }
+    choice["logprobs"] = with_logprobs ? LogprobsJson(endpoint, c.logprobs, 0) : json(nullptr);
+    list.push_back(std::move(choice));
+  }
+  r["choices"] = std::move(list);
   r["usage"] = UsageObject(usage);
   return Dump(r);
 }
 
+std::string CompletionJson(Endpoint endpoint, const ResponseMeta& meta, const std::string& text, FinishReason finish,
+                           const Usage& usage, std::span<const ToolCall> calls) {
+  const ChoiceResult choice{.text = text, .finish = finish, .calls = {calls.begin(), calls.end()}, .logprobs = {}};
+  return CompletionJson(endpoint, meta, std::span<const ChoiceResult>(&choice, 1), usage, false);
+}
+
 std::string StreamChunkJson(Endpoint endpoint, const ResponseMeta& meta, const std::string& text, bool role_chunk,
                             std::optional<FinishReason> finish, const Usage* usage, std::span<const ToolCall> calls,
-                            int first_call_index) {
+                            int first_call_index, std::span<const LogprobEntry> logprobs, bool with_logprobs,
+                            size_t text_offset) {
   json r = Envelope(endpoint, meta, true);
   json choice = {{"index", 0}, {"finish_reason", finish ? json(FinishReasonName(*finish)) : json(nullptr)}};
   if (endpoint == Endpoint::kChatCompletions) {
@@ -515,9 +644,10 @@ std::string StreamChunkJson(Endpoint endpoint, const ResponseMeta& meta, const s
     if (!text.empty() || role_chunk) delta["content"] = text;
     if (!calls.empty()) delta["tool_calls"] = ToolCallsJson(calls, first_call_index, true);
     choice["delta"] = delta;
+    if (with_logprobs && !logprobs.empty()) choice["logprobs"] = LogprobsJson(endpoint, logprobs, text_offset);
   } else {
     choice["text"] = text;
-    choice["logprobs"] = nullptr;
+    choice["logprobs"] = with_logprobs ? LogprobsJson(endpoint, logprobs, text_offset) : json(nullptr);
   }
   r["choices"] = json::array({choice});
   if (usage != nullptr) r["usage"] = UsageObject(*usage);
