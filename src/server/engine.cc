@@ -121,12 +121,16 @@ void Engine::StopAndFailRemaining() {
   if (thread_.joinable()) thread_.join();
   // The scheduler has stopped: whoever still waits gets an answer rather than waiting forever.
   const ApiError gone = Refused(503, "server_error", "shutting_down", "the server is shutting down");
+  auto fail = [&](const std::shared_ptr<Job>& job) {
+    job->Publish("", true, FinishReason::kStop, gone);
+    for (const auto& f : job->followers) f->Publish("", true, FinishReason::kStop, gone);
+  };
   for (Slot& s : slots_) {
-    if (s.job) s.job->Publish("", true, FinishReason::kStop, gone);
+    if (s.job) fail(s.job);
     s.job.reset();
   }
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& job : queue_) job->Publish("", true, FinishReason::kStop, gone);
+  for (const auto& job : queue_) fail(job);
   queue_.clear();
 }
 
@@ -167,7 +171,9 @@ int64_t Engine::SessionBytes(const Session& session) const {
   return session.kv_bytes() + model_.info().state_bytes;
 }
 
-std::variant<std::shared_ptr<Job>, ApiError> Engine::Submit(JobSpec spec) {
+std::variant<std::shared_ptr<Job>, ApiError> Engine::Submit(JobSpec spec) { return SubmitWith(std::move(spec), {}); }
+
+std::variant<std::shared_ptr<Job>, ApiError> Engine::SubmitWith(JobSpec spec, std::vector<std::shared_ptr<Job>> followers) {
   const int64_t n_prompt = static_cast<int64_t>(spec.prompt.size());
   if (n_prompt == 0) return Refused(400, "invalid_request_error", "", "the prompt has no tokens");
   if (n_prompt >= context_) {
@@ -197,6 +203,7 @@ std::variant<std::shared_ptr<Job>, ApiError> Engine::Submit(JobSpec spec) {
   }
   std::shared_ptr<Job> job(new Job(std::move(spec)));
   job->kv_reserved_bytes = need;
+  job->followers = std::move(followers);
   job->usage.prompt_tokens = n_prompt;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -211,6 +218,71 @@ std::variant<std::shared_ptr<Job>, ApiError> Engine::Submit(JobSpec spec) {
   }
   wake_.notify_all();
   return job;
+}
+
+std::variant<std::vector<std::shared_ptr<Job>>, ApiError> Engine::SubmitChoices(JobSpec spec, int32_t n) {
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (int32_t i = 1; i < n; ++i) {
+    JobSpec choice = spec;
+    choice.sampling.seed = spec.sampling.seed + static_cast<uint64_t>(i);
+    std::shared_ptr<Job> follower(new Job(std::move(choice)));
+    follower->usage.prompt_tokens = static_cast<int64_t>(follower->spec.prompt.size());
+    jobs.push_back(std::move(follower));
+  }
+  // The followers hang on the leader before it is queued: the scheduler may take it at once.
+  std::vector<std::shared_ptr<Job>> followers = jobs;
+  std::variant<std::shared_ptr<Job>, ApiError> leader = SubmitWith(std::move(spec), std::move(followers));
+  if (auto* e = std::get_if<ApiError>(&leader)) return *e;
+  jobs.insert(jobs.begin(), std::get<std::shared_ptr<Job>>(leader));
+  for (size_t i = 1; i < jobs.size(); ++i) jobs[i]->kv_reserved_bytes = jobs[0]->kv_reserved_bytes;
+  return jobs;
+}
+
+void Engine::QueueFront(std::vector<std::shared_ptr<Job>> jobs) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = jobs.rbegin(); it != jobs.rend(); ++it) queue_.push_front(*it);
+    metrics_->queued_requests = static_cast<int64_t>(queue_.size());
+  }
+  wake_.notify_all();
+}
+
+void Engine::StartFollowers(Slot& leader) {
+  std::vector<std::shared_ptr<Job>> followers = std::move(leader.job->followers);
+  leader.job->followers.clear();
+  std::vector<std::shared_ptr<Job>> queued;
+  for (std::shared_ptr<Job>& f : followers) {
+    Slot* idle = nullptr;
+    if (options_.kv_budget_bytes == 0) {
+      for (Slot& s : slots_) {
+        if (!s.job && &s != &leader) {
+          idle = &s;
+          break;
+        }
+      }
+    }
+    Result<std::unique_ptr<Session>> fork =
+        idle != nullptr ? leader.session->Fork() : Result<std::unique_ptr<Session>>(Status::Error("no idle slot"));
+    if (!fork.ok()) {
+      queued.push_back(std::move(f));
+      continue;
+    }
+    idle->session = std::move(fork).value();
+    idle->session->SetSampler(f->spec.sampling);
+    idle->from_disk = false;
+    idle->pending.clear();
+    idle->next_token = -1;
+    idle->last_used = step_;
+    {
+      std::lock_guard<std::mutex> lock(f->mu);
+      f->usage.cached_tokens = f->usage.prompt_tokens;  // shared with the leader, not prefilled
+    }
+    metrics_->prompt_tokens += f->usage.prompt_tokens;
+    metrics_->prompt_tokens_reused += f->usage.prompt_tokens;
+    idle->job = std::move(f);
+    Advance(*idle);
+  }
+  if (!queued.empty()) QueueFront(std::move(queued));
 }
 
 void Engine::Drain(std::chrono::milliseconds grace) {
@@ -464,6 +536,7 @@ void Engine::Advance(Slot& slot) {
       return;
     }
     job.generator = std::move(made).value();
+    if (!job.followers.empty()) StartFollowers(slot);
   }
   Result<int32_t> token = 0;
   if (job.generator->has_grammar()) {
@@ -501,6 +574,11 @@ void Engine::Advance(Slot& slot) {
 
 void Engine::Finish(Slot& slot, FinishReason reason, std::optional<ApiError> error) {
   const bool failed = error.has_value();
+  // Followers whose leader ended before its prompt ran start on their own.
+  if (!slot.job->followers.empty()) {
+    QueueFront(std::move(slot.job->followers));
+    slot.job->followers.clear();
+  }
   slot.job->Publish("", true, reason, std::move(error));
   // The answer is out: now the session's cache (prompt and reply) goes to the prefix store, where a
   // request extending it — the same prompt, or the next turn of the conversation — finds it.

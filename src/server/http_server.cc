@@ -165,17 +165,9 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
     return Reply(res, e);
   }
   // n choices: choice i samples with seed + i (so it equals a request with that seed and n 1).
-  std::vector<std::shared_ptr<Job>> jobs;
-  for (int32_t i = 0; i < r.n; ++i) {
-    JobSpec choice = spec;
-    choice.sampling.seed = spec.sampling.seed + static_cast<uint64_t>(i);
-    std::variant<std::shared_ptr<Job>, ApiError> submitted = engine_.Submit(std::move(choice));
-    if (auto* e = std::get_if<ApiError>(&submitted)) {
-      for (const auto& j : jobs) j->Cancel();
-      return Reply(res, *e);
-    }
-    jobs.push_back(std::get<std::shared_ptr<Job>>(submitted));
-  }
+  std::variant<std::vector<std::shared_ptr<Job>>, ApiError> submitted = engine_.SubmitChoices(std::move(spec), r.n);
+  if (auto* e = std::get_if<ApiError>(&submitted)) return Reply(res, *e);
+  const std::vector<std::shared_ptr<Job>> jobs = std::get<std::vector<std::shared_ptr<Job>>>(submitted);
   std::shared_ptr<Job> job = jobs[0];
   const ResponseMeta meta{.id = ResponseId(endpoint), .created = static_cast<int64_t>(std::time(nullptr)),
                           .model = options_.model_id};

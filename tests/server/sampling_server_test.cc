@@ -1,7 +1,8 @@
 // kvq serve's sampling fields end to end, on the bundled stories260K in process: logprobs (the
 // completions and chat shapes, streamed too) against a log-softmax recomputed here from the
 // session's logits; penalties and logit_bias against Session::Generate with the same options and
-// a scalar recomputation of the first token; n = 4 equals four requests seeded seed .. seed + 3;
+// a scalar recomputation of the first token; n = 4 equals four requests seeded seed .. seed + 3,
+// its other choices forked from the first's session after the prompt (not prefilled again);
 // llama.cpp's n_predict honoured and its samplers kvq lacks refused with a 400 naming them.
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -34,8 +35,8 @@ const Model& Bundled() {
 
 class Server {
  public:
-  Server() {
-    Result<std::unique_ptr<Engine>> e = Engine::Create(Bundled(), {.parallel = 2}, &metrics_);
+  explicit Server(int32_t parallel = 2) {
+    Result<std::unique_ptr<Engine>> e = Engine::Create(Bundled(), {.parallel = parallel}, &metrics_);
     EXPECT_TRUE(e.ok()) << e.status().message();
     engine_ = std::move(e).value();
     http_ = std::make_unique<HttpServer>(Bundled(), *engine_, metrics_, ServerOptions{.port = 0, .model_id = "m"});
@@ -57,6 +58,7 @@ class Server {
     return json::parse(r->body);
   }
   // The data events of a streamed request, parsed ([DONE] left out).
+  const Metrics& metrics() const { return metrics_; }
   std::vector<json> Stream(const std::string& path, json body) {
     body["stream"] = true;
     httplib::Client c("127.0.0.1", port_);
@@ -172,7 +174,7 @@ TEST(ServeSampling, PenaltiesAndLogitBiasAreTheCoresAndTheirDefinitions) {
 }
 
 TEST(ServeSampling, NChoicesEqualSeparateSeededRequests) {
-  Server server;
+  Server server(4);
   const json base = {{"prompt", kPrompt}, {"max_tokens", 12}, {"temperature", 1.0}, {"top_k", 0}, {"top_p", 1.0},
                      {"min_p", 0}};
   json four = base;
@@ -180,6 +182,11 @@ TEST(ServeSampling, NChoicesEqualSeparateSeededRequests) {
   four["seed"] = 41;
   const json together = server.Post("/v1/completions", four);
   ASSERT_EQ(together["choices"].size(), 4u);
+  // With four idle slots, choices 1..3 ran from forks of choice 0's session: their prompts were
+  // reused whole, not prefilled.
+  const int64_t prompt = static_cast<int64_t>(Bundled().Tokenize(kPrompt).size());
+  EXPECT_EQ(server.metrics().prompt_tokens.load(), 4 * prompt);
+  EXPECT_EQ(server.metrics().prompt_tokens_reused.load(), 3 * prompt);
   std::set<std::string> distinct;
   int64_t tokens = 0;
   for (int i = 0; i < 4; ++i) {
