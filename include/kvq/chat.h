@@ -9,13 +9,28 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace kvq {
 
+/// A function call an assistant message makes (OpenAI's `tool_calls[i]`, of type "function").
+struct ToolCall {
+  std::string id;         ///< the call's id, which the `tool` message answering it repeats
+  std::string name;       ///< the function's name
+  std::string arguments;  ///< JSON text, normally an object (templates get it parsed when it parses)
+};
+
 /// One message of a conversation, as the OpenAI chat API and the templates see it.
 struct ChatMessage {
-  std::string role;     ///< "system", "user", "assistant" (templates decide what else they accept)
-  std::string content;  ///< UTF-8 text
+  std::string role;     ///< "system", "user", "assistant", "tool" (templates decide what they accept)
+  std::string content;  ///< UTF-8 text ("" for an assistant message that only calls tools)
+  /// An assistant message's function calls; templates see `message.tool_calls` only when non-empty
+  /// (Mistral's tests `is defined`).
+  std::vector<ToolCall> tool_calls = {};
+  /// A `tool` message: the id of the call it answers (`message.tool_call_id`, defined when non-empty).
+  std::string tool_call_id = {};
+  /// A `tool` message: the function's name (`message.name`, defined when non-empty).
+  std::string name = {};
 };
 
 /// How Model::ApplyChatTemplate renders a conversation.
@@ -31,6 +46,10 @@ struct ChatTemplateOptions {
   /// What the template's `strftime_now(format)` formats (UTC); unset: the clock at the render.
   /// Llama 3.x's templates print the date with it, so a fixed time makes a render reproducible.
   std::optional<std::chrono::sys_seconds> now;
+  /// The tools the model may call, as the template's `tools`: JSON text of an array of OpenAI tool
+  /// definitions ({"type": "function", "function": {"name", "description", "parameters"}}); empty:
+  /// none (the template sees `tools` as none).
+  std::string tools_json;
 };
 
 /// Which template Model::ApplyChatTemplate renders with when no override is given.

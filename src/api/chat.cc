@@ -43,7 +43,8 @@ Result<std::string> Model::ApplyChatTemplate(std::span<const ChatMessage> messag
                                  .bos_token = i.bos >= 0 ? TokenPiece(i.bos) : "",
                                  .eos_token = i.eos >= 0 ? TokenPiece(i.eos) : "",
                                  .enable_thinking = options.enable_thinking,
-                                 .now = options.now};
+                                 .now = options.now,
+                                 .tools_json = options.tools_json};
   if (options.template_override.empty()) return impl_->chat_template().Render(messages, render);
   Result<ChatTemplate> t = ChatTemplate::Parse(options.template_override);
   if (!t.ok()) return t.status();

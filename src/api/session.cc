@@ -49,7 +49,7 @@ void Session::SetSampler(const SamplerOptions& options) {
 Result<int32_t> Session::Sample() {
   Impl& s = *impl_;
   if (s.logits.empty()) return Status::Error("Sample: no logits yet (run a token with Prefill or Decode first)");
-  return s.sampler.Sample(s.logits.data(), static_cast<int32_t>(s.logits.size()));
+  return s.sampler.Sample(s.logits.data(), static_cast<int32_t>(s.logits.size()), s.tokens);
 }
 
 Result<int32_t> Session::Sample(std::span<const float> logits) {
@@ -58,7 +58,7 @@ Result<int32_t> Session::Sample(std::span<const float> logits) {
     return Status::Error(fmt::format("Sample: {} logits given but the vocabulary has {} tokens", logits.size(),
                                      s.model->info.vocab_size));
   }
-  return s.sampler.Sample(logits.data(), static_cast<int32_t>(logits.size()));
+  return s.sampler.Sample(logits.data(), static_cast<int32_t>(logits.size()), s.tokens);
 }
 
 Status Session::Clear() {
@@ -215,21 +215,23 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
   std::vector<int32_t> rows;       // [drafted] logits_at: the rows that judge the draft
   int32_t pending = -1;            // drawn where a draft was rejected: the next pass's first token
   std::vector<float> constrained;  // [vocab] logits as the grammar leaves them (only with one)
-  // Draws a token from logits [vocab] after what the generator has kept, as the grammar allows.
-  auto draw = [&](const float* logits) {
+  // Draws a token from logits [vocab] after what the generator has kept, as the grammar allows;
+  // `unrun` of the tokens the session holds come after those logits (a draft being judged), so
+  // the penalties' window ends before them.
+  auto draw = [&](const float* logits, size_t unrun) {
     if (g.has_grammar()) {
       constrained.assign(logits, logits + vocab);
       g.Constrain(constrained);
       logits = constrained.data();
     }
-    return sampler.Sample(logits, vocab);
+    return sampler.Sample(logits, vocab, std::span<const int32_t>(s.tokens).first(s.tokens.size() - unrun));
   };
   while (!g.finished()) {
     if (s.should_abort && s.should_abort()) {  // every token drawn so far has run
       g.Cancel();
       break;
     }
-    const int32_t token = pending >= 0 ? pending : draw(s.logits.data());
+    const int32_t token = pending >= 0 ? pending : draw(s.logits.data(), 0);
     pending = -1;
     // Hands a drawn token to the generator and the caller; whether it is to run.
     auto keep = [&](int32_t id) {
@@ -273,7 +275,7 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
     // a time would: kept while they agree; the first drawn token that differs runs next.
     int32_t ran = 1;
     for (int32_t i = 0; i < drafted && !g.finished(); ++i) {
-      const int32_t drawn = draw(s.chosen_logits.data() + int64_t{i} * vocab);
+      const int32_t drawn = draw(s.chosen_logits.data() + int64_t{i} * vocab, static_cast<size_t>(drafted - i));
       if (drawn != pass[i + 1]) {
         pending = drawn;
         break;

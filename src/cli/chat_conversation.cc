@@ -12,6 +12,12 @@
 
 namespace kvq::cli {
 
+void ChatConversation::SetLastReplyCalls(std::string content, std::vector<ToolCall> calls) {
+  if (messages_.empty() || messages_.back().role != "assistant") return;
+  messages_.back().content = std::move(content);
+  messages_.back().tool_calls = std::move(calls);
+}
+
 std::string ValidUtf8(std::string_view text) {
   // Strict UTF-8 (RFC 3629: no overlong forms, surrogates or code points past U+10FFFF), as JSON
   // writers demand, so that a saved or printed reply is the text the template rendered.

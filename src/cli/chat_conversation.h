@@ -57,6 +57,10 @@ class ChatConversation {
   Status Load(const std::string& path, std::string* note);
 
   const std::vector<ChatMessage>& messages() const { return messages_; }
+  /// The last reply, as a tool-calling reply splits it: `content` and the calls it made (so the
+  /// next turn renders them as the template writes calls). Nothing when the last message is not
+  /// the assistant's.
+  void SetLastReplyCalls(std::string content, std::vector<ToolCall> calls);
   static std::string SnapshotPath(const std::string& path) { return path + ".kv"; }
 
  private:

@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/hub_flag.h"
 #include "cli/run_report.h"
+#include "kvq/tool_calls.h"
 
 namespace kvq::cli {
 namespace {
@@ -58,7 +59,15 @@ Next RunCommand(const std::string& line, ChatConversation& chat, const std::stri
   return fail(fmt::format("unknown command '{}' (commands: {})", name, kCommands));
 }
 
-void PrintTurn(const ChatTurn& t, const std::string& user, int turn, bool json, const std::string& command) {
+// The calls a reply made, as JSON objects ({id, name, arguments}).
+nlohmann::json CallsJson(const std::vector<ToolCall>& calls) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const ToolCall& c : calls) out.push_back({{"id", c.id}, {"name", c.name}, {"arguments", c.arguments}});
+  return out;
+}
+
+void PrintTurn(const ChatTurn& t, const std::string& user, int turn, bool json, const std::string& command,
+               const std::vector<ToolCall>& calls) {
   const Completion& c = t.completion;
   const double prompt_tps = c.prompt_seconds > 0 ? t.prefilled / c.prompt_seconds : 0;
   const double decode_tps = c.decode_seconds > 0 ? static_cast<double>(c.tokens.size()) / c.decode_seconds : 0;
@@ -72,7 +81,8 @@ void PrintTurn(const ChatTurn& t, const std::string& user, int turn, bool json, 
                                 {"prompt_tokens", c.n_prompt}, {"prefilled", t.prefilled}, {"reused", c.n_reused},
                                 {"dropped_messages", t.dropped_messages}, {"positions", t.positions},
                                 {"generated", c.tokens.size()}, {"prompt_tps", prompt_tps},
-                                {"decode_tps", decode_tps}, {"finish_reason", FinishReasonName(c.finish)}};
+                                {"decode_tps", decode_tps}, {"finish_reason", FinishReasonName(c.finish)},
+                                {"tool_calls", CallsJson(calls)}};
     fmt::print("{}\n", doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     std::fflush(stdout);
   }
@@ -103,15 +113,47 @@ int RunChat(const ChatFlags& o, const std::string& command) {
     if (!file) return bad(fmt::format("-f {}: cannot read the file", o.input_file));
   }
   std::istream& input = o.input_file.empty() ? std::cin : file;
+  ToolOptions tools;
+  if (!o.tools_file.empty()) {
+    std::ifstream in(o.tools_file, std::ios::binary);
+    if (!in) return bad(fmt::format("--tools {}: cannot read the file", o.tools_file));
+    std::stringstream text;
+    text << in.rdbuf();
+    tools.tools_json = text.str();
+    if (o.tool_choice == "auto" || o.tool_choice == "none" || o.tool_choice == "required") {
+      tools.choice = o.tool_choice == "auto" ? ToolChoice::kAuto
+                     : o.tool_choice == "none" ? ToolChoice::kNone : ToolChoice::kRequired;
+    } else {
+      tools.choice = ToolChoice::kFunction;
+      tools.function = o.tool_choice;
+    }
+    if (Result<std::vector<std::string>> names = CheckTools(tools); !names.ok()) {
+      return bad(fmt::format("--tools {}: {}", o.tools_file, names.status().message()));
+    }
+    render.tools_json = tools.tools_json;
+  } else if (o.tool_choice != "auto") {
+    return bad("--tool-choice needs --tools FILE");
+  }
   const bool interactive = o.input_file.empty() && isatty(STDIN_FILENO);
 
-  const Result<std::string> grammar = o.gen.Grammar();
+  Result<std::string> grammar = o.gen.Grammar();
   if (!grammar.ok()) return bad(grammar.status().message());
   Result<ModelSession> loaded = LoadModelSession(o.gen);
   if (!loaded.ok()) return bad(loaded.status().message());
   const Model& model = *loaded->model;
   Session& session = *loaded->session;
   if (!o.gen.quiet) fmt::print(stderr, "{}", ModelBanner(command, model, session, o.gen.shared.KvFormatName()));
+  // Tools: the template's format decides the grammar of a forced call and how replies are split.
+  const ToolCallFormat& tool_format = ToolCallFormatOf(model, render.template_override);
+  const bool parse_calls = !tools.tools_json.empty() && tools.choice != ToolChoice::kNone;
+  if (!tools.tools_json.empty()) {
+    Result<std::string> forced = ToolCallGrammar(tool_format, tools);
+    if (!forced.ok()) return bad(fmt::format("--tools {}: {}", o.tools_file, forced.status().message()));
+    if (!forced->empty() && !grammar->empty()) {
+      return bad("--tool-choice " + o.tool_choice + " forces a call with its own grammar: drop --grammar/--json-schema");
+    }
+    if (!forced->empty()) grammar = std::move(forced);
+  }
   if (render.template_override.empty() && model.chat_template_choice().chatml_fallback) {
     fmt::print(stderr, "kvq {}: {}\n", command,
                model.info().chat_template.empty() ? "no chat template in the model; using ChatML"
@@ -163,11 +205,18 @@ int RunChat(const ChatFlags& o, const std::string& command) {
       if (!interactive) return 1;
       continue;
     }
+    std::vector<ToolCall> calls;
+    if (parse_calls) {
+      ToolCallParser::Delta split = ParseToolCalls(tool_format, t->reply);
+      calls = std::move(split.calls);
+      if (!calls.empty()) chat.SetLastReplyCalls(std::move(split.content), calls);
+    }
     if (!o.gen.shared.json) {
       fmt::print("\n");
+      for (const ToolCall& c : calls) fmt::print("[tool call {}: {}({})]\n", c.id, c.name, c.arguments);
       std::fflush(stdout);
     }
-    PrintTurn(*t, line, ++turn, o.gen.shared.json, command);
+    PrintTurn(*t, line, ++turn, o.gen.shared.json, command, calls);
   }
   if (interactive) fmt::print("\n");
   return 0;
@@ -195,6 +244,15 @@ void AddChatCommand(CLI::App& app, int* exit_code) {
                   "Jinja chat template FILE to use instead of the model's (default: the model's "
                   "tokenizer.chat_template, or ChatML when it has none)")
       ->type_name("FILE");
+  cmd->add_option("--tools", o->tools_file,
+                  "JSON FILE holding an array of OpenAI tool definitions ({\"type\": \"function\", \"function\": "
+                  "{name, description, parameters}}) shown to the model through its template; the calls a reply "
+                  "makes are printed (and kept in the conversation as calls)")
+      ->type_name("FILE");
+  cmd->add_option("--tool-choice", o->tool_choice,
+                  "auto (the model decides), none (no calls), required (a call is forced by a grammar), or a "
+                  "function's name (that call is forced)")
+      ->type_name("CHOICE")->default_str("auto");
   cmd->add_option("-f,--file", o->input_file, "Read the user messages from FILE, one per line (slash commands too)")
       ->type_name("FILE");
   AddJsonFlag(cmd, &o->gen.shared,

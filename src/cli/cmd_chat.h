@@ -12,6 +12,8 @@ struct ChatFlags {
   std::string system_prompt;       // -sys / --system-prompt
   std::string chat_template_file;  // --chat-template FILE: Jinja source replacing the model's
   std::string input_file;          // -f FILE: user messages, one per line (else stdin)
+  std::string tools_file;          // --tools FILE: a JSON array of OpenAI tool definitions
+  std::string tool_choice = "auto";  // --tool-choice: auto, none, required, or a function's name
 };
 
 /// Runs the chat: interactive when the messages come from a terminal, else one message per line

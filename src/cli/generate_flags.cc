@@ -5,6 +5,7 @@
 #include <fmt/core.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <fstream>
 #include <iterator>
 #include <random>
@@ -49,13 +50,24 @@ InterruptScope::InterruptScope() {
 InterruptScope::~InterruptScope() { sigaction(SIGINT, &previous_, nullptr); }
 
 SamplerOptions GenerateFlags::Sampling() const {
-  const bool seed_given = seed != nullptr && seed->count() > 0;
+  // --seed -1 (llama.cpp's spelling of "random") arrives as the largest 64-bit value.
+  const bool seed_given = seed != nullptr && seed->count() > 0 && shared.seed != UINT64_MAX;
   return {.temperature = temp, .top_k = top_k, .top_p = top_p, .min_p = min_p,
-          .seed = seed_given ? shared.seed : std::random_device{}()};
+          .seed = seed_given ? shared.seed : std::random_device{}(), .repeat_penalty = repeat_penalty,
+          .frequency_penalty = frequency_penalty, .presence_penalty = presence_penalty,
+          .repeat_last_n = repeat_last_n, .logit_bias = {}};
 }
 
 Status GenerateFlags::Check() const {
+  // NaN passes every comparison below: refused first, with the infinities.
+  for (const auto& [flag, value] : {std::pair{"--temp", temp}, {"--top-p", top_p}, {"--min-p", min_p},
+                                    {"--repeat-penalty", repeat_penalty}, {"--frequency-penalty", frequency_penalty},
+                                    {"--presence-penalty", presence_penalty}}) {
+    if (!std::isfinite(value)) return Status::Error(fmt::format("{} must be a finite number (got {})", flag, value));
+  }
   if (temp < 0) return Status::Error(fmt::format("--temp must be >= 0 (got {})", temp));
+  if (repeat_penalty <= 0) return Status::Error(fmt::format("--repeat-penalty must be > 0 (got {})", repeat_penalty));
+  if (repeat_last_n < -1) return Status::Error(fmt::format("--repeat-last-n must be >= -1 (got {})", repeat_last_n));
   if (top_p <= 0 || top_p > 1) return Status::Error(fmt::format("--top-p must be in (0, 1] (got {})", top_p));
   if (min_p < 0 || min_p >= 1) return Status::Error(fmt::format("--min-p must be in [0, 1) (got {})", min_p));
   if (top_k < 0) return Status::Error(fmt::format("--top-k must be >= 0 (got {})", top_k));
@@ -106,7 +118,19 @@ void AddGenerateFlags(CLI::App* cmd, GenerateFlags* o) {
   cmd->add_option("--top-k", o->top_k, "Top-k (0 = off)")->capture_default_str();
   cmd->add_option("--top-p", o->top_p, "Top-p / nucleus (1 = off)")->capture_default_str();
   cmd->add_option("--min-p", o->min_p, "Min-p (0 = off)")->capture_default_str();
-  o->seed = AddSeedFlag(cmd, &o->shared, "Sampling seed (default: random)");
+  cmd->add_option("--repeat-penalty", o->repeat_penalty,
+                  "Divide the logit of a token in the last --repeat-last-n by this (multiply when negative); 1 = off")
+      ->capture_default_str();
+  cmd->add_option("--frequency-penalty", o->frequency_penalty,
+                  "Subtract this times a token's count in the last --repeat-last-n from its logit; 0 = off")
+      ->capture_default_str();
+  cmd->add_option("--presence-penalty", o->presence_penalty,
+                  "Subtract this from the logit of each token in the last --repeat-last-n; 0 = off")
+      ->capture_default_str();
+  cmd->add_option("--repeat-last-n", o->repeat_last_n,
+                  "The penalties' window: the last N tokens held, prompt included (0 = off, -1 = all)")
+      ->capture_default_str();
+  o->seed = AddSeedFlag(cmd, &o->shared, "Sampling seed (default, or -1: random)");
   cmd->add_option("-c,--ctx-size", o->context, "Context size (default: the model's)");
   cmd->add_flag("-q,--quiet", o->quiet, "No banner after loading and no prompt progress on stderr");
   AddKvFormatFlags(cmd, &o->shared);

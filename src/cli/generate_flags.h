@@ -22,6 +22,10 @@ struct GenerateFlags {
   int32_t top_k = 40;
   float top_p = 0.95f;
   float min_p = 0.05f;
+  float repeat_penalty = 1.0f;     // --repeat-penalty (1 = off)
+  float frequency_penalty = 0.0f;  // --frequency-penalty
+  float presence_penalty = 0.0f;   // --presence-penalty
+  int32_t repeat_last_n = 64;      // --repeat-last-n: the penalties' window (0 off, -1 all)
   int64_t context = 0;              // -c; 0: the model's
   bool quiet = false;               // -q: no banner, no prompt progress
   SpeculationOptions speculation;   // --spec, --draft-max, --draft-ngram, --spec-ungated

@@ -25,10 +25,12 @@ ApiError Refused(int status, std::string type, std::string code, std::string mes
 
 Job::News Job::Wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu);
-  cv.wait_for(lock, timeout, [&] { return finished || !unread.empty(); });
+  cv.wait_for(lock, timeout, [&] { return finished || !unread.empty() || !unread_logprobs.empty(); });
   News news;
   news.text = std::move(unread);
   unread.clear();
+  news.logprobs = std::move(unread_logprobs);
+  unread_logprobs.clear();
   news.finished = finished && unread.empty();
   news.finish = finish;
   news.usage = usage;
@@ -46,9 +48,11 @@ double Job::ttft_seconds() const {
   return ttft;
 }
 
-void Job::Publish(std::string piece, bool done, FinishReason reason, std::optional<ApiError> err) {
+void Job::Publish(std::string piece, bool done, FinishReason reason, std::optional<ApiError> err,
+                  std::optional<LogprobEntry> logprob) {
   {
     std::lock_guard<std::mutex> lock(mu);
+    if (logprob) unread_logprobs.push_back(std::move(*logprob));
     if (!piece.empty() && ttft == 0) ttft = std::chrono::duration<double>(Clock::now() - submitted).count();
     unread += piece;
     if (done) {
@@ -118,12 +122,16 @@ void Engine::StopAndFailRemaining() {
   if (thread_.joinable()) thread_.join();
   // The scheduler has stopped: whoever still waits gets an answer rather than waiting forever.
   const ApiError gone = Refused(503, "server_error", "shutting_down", "the server is shutting down");
+  auto fail = [&](const std::shared_ptr<Job>& job) {
+    job->Publish("", true, FinishReason::kStop, gone);
+    for (const auto& f : job->followers) f->Publish("", true, FinishReason::kStop, gone);
+  };
   for (Slot& s : slots_) {
-    if (s.job) s.job->Publish("", true, FinishReason::kStop, gone);
+    if (s.job) fail(s.job);
     s.job.reset();
   }
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& job : queue_) job->Publish("", true, FinishReason::kStop, gone);
+  for (const auto& job : queue_) fail(job);
   queue_.clear();
 }
 
@@ -173,7 +181,9 @@ int64_t Engine::SessionBytes(const Session& session) const {
   return session.kv_bytes() + model_.info().state_bytes;
 }
 
-std::variant<std::shared_ptr<Job>, ApiError> Engine::Submit(JobSpec spec) {
+std::variant<std::shared_ptr<Job>, ApiError> Engine::Submit(JobSpec spec) { return SubmitWith(std::move(spec), {}); }
+
+std::variant<std::shared_ptr<Job>, ApiError> Engine::SubmitWith(JobSpec spec, std::vector<std::shared_ptr<Job>> followers) {
   const int64_t n_prompt = static_cast<int64_t>(spec.prompt.size());
   if (n_prompt == 0) return Refused(400, "invalid_request_error", "", "the prompt has no tokens");
   if (n_prompt >= context_) {
@@ -203,6 +213,7 @@ std::variant<std::shared_ptr<Job>, ApiError> Engine::Submit(JobSpec spec) {
   }
   std::shared_ptr<Job> job(new Job(std::move(spec)));
   job->kv_reserved_bytes = need;
+  job->followers = std::move(followers);
   job->usage.prompt_tokens = n_prompt;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -501,6 +512,7 @@ void Engine::Advance(Slot& slot) {
       return;
     }
     job.generator = std::move(made).value();
+    if (!job.followers.empty()) StartFollowers(slot);
   }
   Result<int32_t> token = 0;
   if (job.generator->has_grammar()) {
@@ -515,9 +527,20 @@ void Engine::Advance(Slot& slot) {
     Finish(slot, FinishReason::kStop, Refused(500, "server_error", "", token.status().message()));
     return;
   }
+  // Logprobs are the model's (the logits before grammar, bias and penalties), read before the
+  // token runs; each token's text is as it follows the one before.
+  std::optional<LogprobEntry> logprob;
+  if (job.spec.top_logprobs >= 0) {
+    const std::span<const int32_t> held = slot.session->tokens();
+    const int32_t previous = held.empty() ? -1 : held.back();
+    const TokenLogprobs lp = LogprobsOf(slot.session->logits(), *token, job.spec.top_logprobs);
+    logprob = LogprobEntry{.token = model_.TokenText(previous, *token), .logprob = lp.chosen.logprob, .top = {}};
+    for (const TokenLogprob& t : lp.top) logprob->top.emplace_back(model_.TokenText(previous, t.id), t.logprob);
+  }
   const GeneratorStep step = job.generator->Next(*token);
   if (step.kept) metrics_->generated_tokens++;
-  if (!step.text.empty()) job.Publish(step.text, false, FinishReason::kStop, {});
+  if (!step.kept) logprob.reset();
+  if (!step.text.empty() || logprob) job.Publish(step.text, false, FinishReason::kStop, {}, std::move(logprob));
   if (step.finished) {
     Finish(slot, OpenAiFinishReason(step.finish));
     return;
@@ -527,6 +550,11 @@ void Engine::Advance(Slot& slot) {
 
 void Engine::Finish(Slot& slot, FinishReason reason, std::optional<ApiError> error) {
   const bool failed = error.has_value();
+  // Followers whose leader ended before its prompt ran start on their own.
+  if (!slot.job->followers.empty()) {
+    QueueFront(std::move(slot.job->followers));
+    slot.job->followers.clear();
+  }
   slot.job->Publish("", true, reason, std::move(error));
   // The answer is out: now the session's cache (prompt and reply) goes to the prefix store, where a
   // request extending it — the same prompt, or the next turn of the conversation — finds it.

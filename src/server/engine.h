@@ -59,6 +59,8 @@ struct JobSpec {
   /// GBNF the reply follows (from the request's grammar, json_schema or response_format); empty:
   /// none.
   std::string grammar;
+  /// ≥ 0: each kept token's logprob and this many alternatives are published with its text.
+  int32_t top_logprobs = -1;
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
 
@@ -71,6 +73,7 @@ class Job {
     FinishReason finish = FinishReason::kStop;
     Usage usage;
     std::optional<ApiError> error;  ///< set when it failed (finished is then true too)
+    std::vector<LogprobEntry> logprobs;  ///< kept tokens since the last Wait (JobSpec::top_logprobs)
   };
   /// Waits up to `timeout` for new text or the end, and takes what arrived.
   News Wait(std::chrono::milliseconds timeout);
@@ -82,13 +85,15 @@ class Job {
  private:
   friend class Engine;
   explicit Job(JobSpec s) : spec(std::move(s)) {}
-  void Publish(std::string piece, bool finished, FinishReason finish, std::optional<ApiError> error);
+  void Publish(std::string piece, bool finished, FinishReason finish, std::optional<ApiError> error,
+               std::optional<LogprobEntry> logprob = std::nullopt);
 
   JobSpec spec;
   std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();
   mutable std::mutex mu;
   std::condition_variable cv;
   std::string unread;     // text not yet taken by Wait
+  std::vector<LogprobEntry> unread_logprobs;
   bool finished = false;
   bool cancelled = false;
   FinishReason finish = FinishReason::kStop;
@@ -104,6 +109,9 @@ class Job {
   std::optional<Generator> generator;  // made when the prompt has run; decides every sampled token
   std::vector<float> constrained;      // [vocab] the logits as the grammar leaves them (with one)
   int64_t kv_reserved_bytes = 0;       // what admission counted for it
+  // A request's other choices (SubmitChoices), started from forks of this job's session once its
+  // prompt has run; they are in no queue until then.
+  std::vector<std::shared_ptr<Job>> followers;
 };
 
 /// One session slot as /slots shows it: a snapshot the scheduler takes after each step.
@@ -129,6 +137,12 @@ class Engine {
   /// Queues a job. Errors: the queue is full (429), the request can never fit a budget (413),
   /// the engine is draining (503).
   std::variant<std::shared_ptr<Job>, ApiError> Submit(JobSpec spec);
+  /// Queues the n choices of one request (n ≥ 1): choice i is `spec` sampled with seed + i. The
+  /// first runs the prompt; when its prompt has run, each other choice takes an idle slot with a
+  /// fork of its session (Session::Fork: the prompt's pages shared, not prefilled again) and
+  /// draws its own tokens; one that finds no idle slot (or a total KV budget, which forks would
+  /// bypass) is queued as a request of its own. Errors: Submit's.
+  std::variant<std::vector<std::shared_ptr<Job>>, ApiError> SubmitChoices(JobSpec spec, int32_t n);
   /// Refuses new jobs and waits up to `grace` for queued and running ones to finish; the rest are
   /// cancelled.
   void Drain(std::chrono::milliseconds grace);
@@ -144,6 +158,8 @@ class Engine {
   int64_t KvBytesFor(int64_t positions) const;
 
  private:
+  // Submit, with the choices that follow the job (SubmitChoices).
+  std::variant<std::shared_ptr<Job>, ApiError> SubmitWith(JobSpec spec, std::vector<std::shared_ptr<Job>> followers);
   // What a session holds now: its KV bytes and the model's fixed state.
   int64_t SessionBytes(const Session& session) const;
   struct Slot {
@@ -178,6 +194,11 @@ class Engine {
   void Advance(Slot& slot);
   // Ends the slot's job: publishes the end (with `error`, if it failed) and frees the slot.
   void Finish(Slot& slot, FinishReason reason, std::optional<ApiError> error = std::nullopt);
+  // Starts `leader`'s followers in idle slots from forks of its session (whose prompt has just
+  // run); the rest are queued.
+  void StartFollowers(Slot& leader);
+  // Queues jobs at the head of the queue (followers that could not fork).
+  void QueueFront(std::vector<std::shared_ptr<Job>> jobs);
   int64_t ReservedBytes() const;  // active reservations + idle sessions' bytes
   void PublishMetrics();
 

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "kvq/log.h"
+#include "kvq/tool_calls.h"
 
 namespace kvq::server {
 namespace {
@@ -180,7 +181,8 @@ void HttpServer::Stop() {
 
 std::variant<std::string, ApiError> HttpServer::ChatPrompt(const GenerationRequest& r) const {
   Result<std::string> text =
-      model().ApplyChatTemplate(r.messages, {.add_generation_prompt = true, .enable_thinking = r.enable_thinking});
+      model().ApplyChatTemplate(r.messages, {.add_generation_prompt = true, .enable_thinking = r.enable_thinking,
+                                            .tools_json = r.has_tools ? r.tools.tools_json : ""});
   if (!text.ok()) {
     return Error(400, "invalid_request_error",
                  fmt::format("the chat template ({}) refused the messages: {}",
@@ -240,32 +242,85 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
   spec.sampling = r.sampling;
   spec.ignore_eos = r.ignore_eos;
   spec.grammar = r.grammar;
+  // Tools: the model's format decides the grammar of a forced call and how calls are found in the reply.
+  const ToolCallFormat& tool_format = ToolCallFormatOf(model());
+  const bool parse_calls = r.has_tools && r.tools.choice != ToolChoice::kNone;
+  if (r.has_tools) {
+    Result<std::string> forced = ToolCallGrammar(tool_format, r.tools);
+    if (!forced.ok()) {
+      ApiError e = Error(400, "invalid_request_error", forced.status().message());
+      e.param = "tools";
+      return Reply(res, e);
+    }
+    if (!forced->empty()) spec.grammar = std::move(forced).value();
+  }
   spec.deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(options_.request_timeout_seconds * 1e3));
-  std::variant<std::shared_ptr<Job>, ApiError> submitted = engine().Submit(std::move(spec));
+  for (const auto& [id, bias] : spec.sampling.logit_bias) {
+    if (id >= model().info().vocab_size) {
+      ApiError e = Error(400, "invalid_request_error",
+                         fmt::format("'logit_bias' names token {}; the vocabulary has {} tokens", id,
+                                     model().info().vocab_size));
+      e.param = "logit_bias";
+      return Reply(res, e);
+    }
+  }
+  spec.top_logprobs = r.logprobs ? r.top_logprobs : -1;
+  if (r.n > 1 && r.stream) {
+    ApiError e = Error(400, "invalid_request_error", "'n' > 1 is not streamed by kvq serve: set 'stream' false");
+    e.param = "n";
+    return Reply(res, e);
+  }
+  // n choices: choice i samples with seed + i (so it equals a request with that seed and n 1).
+  std::variant<std::vector<std::shared_ptr<Job>>, ApiError> submitted = engine().SubmitChoices(std::move(spec), r.n);
   if (auto* e = std::get_if<ApiError>(&submitted)) return Reply(res, *e);
-  std::shared_ptr<Job> job = std::get<std::shared_ptr<Job>>(submitted);
+  const std::vector<std::shared_ptr<Job>> jobs = std::get<std::vector<std::shared_ptr<Job>>>(submitted);
+  std::shared_ptr<Job> job = jobs[0];
   const ResponseMeta meta{.id = ResponseId(endpoint), .created = static_cast<int64_t>(std::time(nullptr)),
                           .model = options_.model_id};
   if (!r.stream) {
-    std::string text;
-    for (;;) {
-      Job::News news = job->Wait(std::chrono::milliseconds(500));
-      text += news.text;
-      if (!news.finished) continue;
-      t_record.usage = news.usage;
-      t_record.ttft_seconds = job->ttft_seconds();
-      if (news.error) return Reply(res, *news.error);
-      res.set_content(CompletionJson(endpoint, meta, text, news.finish, news.usage), "application/json");
-      return;
+    std::vector<ChoiceResult> choices(jobs.size());
+    Usage usage;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      ChoiceResult& c = choices[i];
+      for (;;) {
+        Job::News news = jobs[i]->Wait(std::chrono::milliseconds(500));
+        c.text += news.text;
+        c.logprobs.insert(c.logprobs.end(), news.logprobs.begin(), news.logprobs.end());
+        if (!news.finished) continue;
+        if (news.error) {
+          for (const auto& j : jobs) j->Cancel();
+          return Reply(res, *news.error);
+        }
+        c.finish = news.finish;
+        usage.prompt_tokens = news.usage.prompt_tokens;
+        usage.completion_tokens += news.usage.completion_tokens;
+        if (i == 0) usage.cached_tokens = news.usage.cached_tokens;
+        break;
+      }
+      if (parse_calls) {
+        ToolCallParser::Delta split = ParseToolCalls(tool_format, c.text);
+        c.text = std::move(split.content);
+        c.calls = std::move(split.calls);
+        if (!c.calls.empty()) c.finish = FinishReason::kToolCalls;
+      }
     }
+    t_record.usage = usage;
+    t_record.ttft_seconds = jobs[0]->ttft_seconds();
+    res.set_content(CompletionJson(endpoint, meta, choices, usage, r.logprobs), "application/json");
+    return;
   }
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   const bool include_usage = r.include_usage;
+  const bool with_logprobs = r.logprobs;
   auto first = std::make_shared<bool>(true);
+  auto text_offset = std::make_shared<size_t>(0);  // completions' logprobs.text_offset
+  // With tools, the reply's text goes through a parser that holds back what may be a call and
+  // releases each call whole, as a delta.tool_calls entry.
+  std::shared_ptr<ToolCallParser> parser = parse_calls ? std::make_shared<ToolCallParser>(tool_format) : nullptr;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [job, meta, endpoint, include_usage, first](size_t, httplib::DataSink& sink) {
+      [job, meta, endpoint, include_usage, first, parser, with_logprobs, text_offset](size_t, httplib::DataSink& sink) {
         auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
         if (*first) {
           *first = false;
@@ -283,20 +338,40 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
           sink.done();
           return true;
         }
-        const std::string& text = news.text;
+        std::string text = std::move(news.text);
+        std::vector<ToolCall> calls;
+        const int first_call = parser ? parser->calls() : 0;
+        if (parser) {
+          ToolCallParser::Delta d = parser->Add(text);
+          if (news.finished) {
+            ToolCallParser::Delta end = parser->Finish();
+            d.content += end.content;
+            d.calls.insert(d.calls.end(), end.calls.begin(), end.calls.end());
+          }
+          text = std::move(d.content);
+          calls = std::move(d.calls);
+        }
         if (news.finished) {
           t_record.usage = news.usage;  // this runs on the request's thread, before its log line
           t_record.ttft_seconds = job->ttft_seconds();
           std::optional<FinishReason> finish = news.finish;
-          if (!write(SseEvent(StreamChunkJson(endpoint, meta, text, false, finish, &news.usage)))) return false;
+          if (parser && parser->calls() > 0) finish = FinishReason::kToolCalls;
+          if (!write(SseEvent(StreamChunkJson(endpoint, meta, text, false, finish, &news.usage, calls, first_call,
+                                              news.logprobs, with_logprobs, *text_offset)))) {
+            return false;
+          }
           if (include_usage && !write(SseEvent(UsageChunkJson(endpoint, meta, news.usage)))) return false;
           write("data: [DONE]\n\n");
           sink.done();
           return true;
         }
         // Nothing new: an SSE comment, which clients ignore, finds a client that went away.
-        const std::string event = text.empty() ? std::string(": waiting\n\n")
-                                               : SseEvent(StreamChunkJson(endpoint, meta, text, false, std::nullopt, nullptr));
+        const std::string event =
+            text.empty() && calls.empty() && news.logprobs.empty()
+                ? std::string(": waiting\n\n")
+                : SseEvent(StreamChunkJson(endpoint, meta, text, false, std::nullopt, nullptr, calls, first_call,
+                                           news.logprobs, with_logprobs, *text_offset));
+        for (const LogprobEntry& e : news.logprobs) *text_offset += e.token.size();
         if (!write(event)) {
           job->Cancel();
           return false;

@@ -1,4 +1,4 @@
-// The OpenAI wire format (see openai_protocol.h).
+// The OpenAI wire format (see openai_protocol.h): request bodies parsed and checked.
 #include "server/openai_protocol.h"
 
 #include <fmt/format.h>
@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -14,7 +15,8 @@
 namespace kvq::server {
 namespace {
 
-using json = nlohmann::json;
+// Ordered: tool definitions reach the template, which prints them with tojson, in the order sent.
+using json = nlohmann::ordered_json;
 
 ApiError Invalid(std::string param, std::string message) {
   return {.status = 400, .type = "invalid_request_error", .message = std::move(message), .param = std::move(param)};
@@ -98,6 +100,97 @@ std::optional<ApiError> ReadContent(const json& content, const std::string& fiel
   return std::nullopt;
 }
 
+// A message's tool_calls ([{id, type: "function", function: {name, arguments}}]; arguments as
+// OpenAI sends them, a string of JSON, or an object), tool_call_id and name.
+std::optional<ApiError> ReadToolFields(const json& m, const std::string& where, ChatMessage* message) {
+  if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+    const json& calls = m["tool_calls"];
+    const std::string field = where + ".tool_calls";
+    if (!calls.is_array()) return WrongType(field, calls, "an array");
+    for (size_t k = 0; k < calls.size(); ++k) {
+      const json& c = calls[k];
+      const std::string at = fmt::format("{}[{}]", field, k);
+      if (!c.is_object()) return WrongType(at, c, "an object");
+      if (c.contains("type") && c["type"] != "function") {
+        return Invalid(at + ".type", fmt::format("'{}.type' must be \"function\"", at));
+      }
+      if (!c.contains("function") || !c["function"].is_object()) {
+        return Invalid(at + ".function", fmt::format("'{}.function' must be an object", at));
+      }
+      const json& f = c["function"];
+      if (!f.contains("name") || !f["name"].is_string()) {
+        return Invalid(at + ".function.name", fmt::format("'{}.function.name' must be a string", at));
+      }
+      ToolCall call{.id = "", .name = f["name"].get<std::string>(), .arguments = "{}"};
+      if (c.contains("id") && !c["id"].is_null()) {
+        if (!c["id"].is_string()) return WrongType(at + ".id", c["id"], "a string");
+        call.id = c["id"].get<std::string>();
+      }
+      if (f.contains("arguments") && !f["arguments"].is_null()) {
+        const json& a = f["arguments"];
+        if (!a.is_string() && !a.is_object()) return WrongType(at + ".function.arguments", a, "a string of JSON");
+        call.arguments = a.is_string() ? a.get<std::string>() : a.dump();
+      }
+      message->tool_calls.push_back(std::move(call));
+    }
+  }
+  for (auto [key, out] : {std::pair{"tool_call_id", &message->tool_call_id}, std::pair{"name", &message->name}}) {
+    if (!m.contains(key) || m[key].is_null()) continue;
+    if (!m[key].is_string()) return WrongType(where + "." + key, m[key], "a string");
+    *out = m[key].get<std::string>();
+  }
+  if (message->role == "tool" && message->tool_call_id.empty()) {
+    return Invalid(where + ".tool_call_id", fmt::format("'{}.tool_call_id' is required in a message of role 'tool'", where));
+  }
+  return std::nullopt;
+}
+
+// tools, tool_choice ("auto", "none", "required" or {"type": "function", "function": {"name"}})
+// and parallel_tool_calls, checked against each other (kvq/tool_calls.h's CheckTools).
+std::optional<ApiError> ReadTools(const json& body, GenerationRequest* r) {
+  auto given = [&](const char* field) { return body.contains(field) && !body[field].is_null(); };
+  ToolOptions& t = r->tools;
+  if (given("tools")) {
+    if (!body["tools"].is_array()) return WrongType("tools", body["tools"], "an array of tool definitions");
+    r->has_tools = !body["tools"].empty();
+    t.tools_json = body["tools"].dump();
+  }
+  if (given("tool_choice")) {
+    const json& c = body["tool_choice"];
+    if (c == "auto") {
+      t.choice = ToolChoice::kAuto;
+    } else if (c == "none") {
+      t.choice = ToolChoice::kNone;
+    } else if (c == "required") {
+      t.choice = ToolChoice::kRequired;
+    } else if (c.is_object() && c.contains("function") && c["function"].is_object() && c["function"].contains("name") &&
+               c["function"]["name"].is_string()) {
+      t.choice = ToolChoice::kFunction;
+      t.function = c["function"]["name"].get<std::string>();
+    } else {
+      return Invalid("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or "
+                                    "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+  }
+  if (given("parallel_tool_calls")) {
+    if (!body["parallel_tool_calls"].is_boolean()) {
+      return WrongType("parallel_tool_calls", body["parallel_tool_calls"], "a boolean");
+    }
+    t.parallel = body["parallel_tool_calls"].get<bool>();
+  }
+  if (!r->has_tools) {
+    if (t.choice == ToolChoice::kRequired || t.choice == ToolChoice::kFunction) {
+      return Invalid("tool_choice", "'tool_choice' asks for a call but 'tools' declares no function");
+    }
+    return std::nullopt;
+  }
+  if (Result<std::vector<std::string>> names = CheckTools(t); !names.ok()) {
+    const bool choice = names.status().message().starts_with("tool_choice");
+    return Invalid(choice ? "tool_choice" : "tools", names.status().message());
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> ReadMessages(const json& body, const RequestLimits& limits, GenerationRequest* r) {
   if (!body.contains("messages")) return Invalid("messages", "'messages' is required");
   const json& messages = body["messages"];
@@ -114,8 +207,9 @@ std::optional<ApiError> ReadMessages(const json& body, const RequestLimits& limi
     if (!m.contains("role") || !m["role"].is_string()) {
       return Invalid(where + ".role", fmt::format("'{}.role' must be a string", where));
     }
-    if (m.contains("tool_calls") || m.contains("function_call")) {
-      return Invalid(where, fmt::format("'{}': tool and function calls are not supported", where));
+    if (m.contains("function_call") && !m["function_call"].is_null()) {
+      return Invalid(where + ".function_call",
+                     fmt::format("'{}.function_call' (the deprecated form) is not supported; use 'tool_calls'", where));
     }
     ChatMessage message{.role = m["role"].get<std::string>(), .content = {}};
     // OpenAI's roles; anything else is a client's mistake a template would render silently.
@@ -124,8 +218,14 @@ std::optional<ApiError> ReadMessages(const json& body, const RequestLimits& limi
       return Invalid(where + ".role", fmt::format("'{}.role' is '{}'; expected one of system, developer, user, "
                                                   "assistant, tool", where, message.role));
     }
-    if (!m.contains("content")) return Invalid(where + ".content", fmt::format("'{}.content' is required", where));
-    if (auto e = ReadContent(m["content"], where + ".content", &message.content)) return e;
+    if (auto e = ReadToolFields(m, where, &message)) return e;
+    // An assistant message that calls tools may leave content out (OpenAI sends null).
+    if (!m.contains("content") && message.tool_calls.empty()) {
+      return Invalid(where + ".content", fmt::format("'{}.content' is required", where));
+    }
+    if (m.contains("content")) {
+      if (auto e = ReadContent(m["content"], where + ".content", &message.content)) return e;
+    }
     r->messages.push_back(std::move(message));
   }
   if (body.contains("chat_template_kwargs")) {
@@ -184,28 +284,106 @@ std::optional<ApiError> ReadStop(const json& body, const RequestLimits& limits, 
 }
 
 // Fields kvq does not implement but that change the output: refused unless at their no-op value.
+// OpenAI's, then llama.cpp's server's sampler fields (with the value that leaves its chain as is).
 std::optional<ApiError> RefuseUnsupported(const json& body) {
-  for (const char* field : {"tools", "functions", "tool_choice", "function_call", "logit_bias", "suffix"}) {
+  for (const char* field : {"functions", "function_call", "suffix"}) {
     if (body.contains(field) && !body[field].is_null() && !(body[field].is_object() && body[field].empty()) &&
         !(body[field].is_array() && body[field].empty()) && !(body[field] == "none") && !(body[field] == "")) {
       return Invalid(field, fmt::format("'{}' is not supported by kvq serve", field));
     }
   }
-  for (const char* field : {"logprobs", "top_logprobs", "echo"}) {
+  for (const char* field : {"echo"}) {
     if (body.contains(field) && !body[field].is_null() && body[field] != false && body[field] != 0) {
       return Invalid(field, fmt::format("'{}' is not supported by kvq serve", field));
     }
   }
-  for (const char* field : {"n", "best_of"}) {
-    if (body.contains(field) && !body[field].is_null() && body[field] != 1) {
-      return Invalid(field, fmt::format("'{}' must be 1: kvq serve returns one choice", field));
+  if (body.contains("best_of") && !body["best_of"].is_null() && body["best_of"] != 1) {
+    return Invalid("best_of", "'best_of' must be 1: kvq serve does not rank candidates (use 'n')");
+  }
+  static const std::pair<const char*, double> kLlamaNoOps[] = {
+      {"typical_p", 1},       {"tfs_z", 1},          {"mirostat", 0},        {"dry_multiplier", 0},
+      {"xtc_probability", 0}, {"top_n_sigma", -1},   {"dynatemp_range", 0},  {"n_probs", 0},
+      {"penalty_last_n_dry", 0},
+  };
+  for (const auto& [field, no_op] : kLlamaNoOps) {
+    if (body.contains(field) && !body[field].is_null() && !(body[field].is_number() && body[field].get<double>() == no_op)) {
+      return Invalid(field, fmt::format("'{}' is not supported by kvq serve (only {})", field, no_op));
     }
   }
-  for (const char* field : {"presence_penalty", "frequency_penalty"}) {
-    if (body.contains(field) && !body[field].is_null() && !(body[field].is_number() && body[field] == 0)) {
-      return Invalid(field, fmt::format("'{}' is not supported by kvq serve (only 0)", field));
+  for (const char* field : {"samplers", "dry_sequence_breakers", "lora", "image_data"}) {
+    if (body.contains(field) && !body[field].is_null()) {
+      return Invalid(field, fmt::format("'{}' is not supported by kvq serve", field));
     }
   }
+  return std::nullopt;
+}
+
+// Penalties (OpenAI's frequency/presence, llama.cpp's repeat_penalty and repeat_last_n),
+// logit_bias ({"id": bias} as OpenAI sends it, or llama.cpp's [[id, bias], ...]; ids are checked
+// against the vocabulary by the server), logprobs/top_logprobs and n.
+std::optional<ApiError> ReadSamplingExtras(Endpoint endpoint, const json& body, GenerationRequest* r) {
+  SamplerOptions& s = r->sampling;
+  if (auto e = ReadNumber(body, "frequency_penalty", -2, 2, false, false, &s.frequency_penalty)) return e;
+  if (auto e = ReadNumber(body, "presence_penalty", -2, 2, false, false, &s.presence_penalty)) return e;
+  if (auto e = ReadNumber(body, "repeat_penalty", 0, 100, true, false, &s.repeat_penalty)) return e;
+  std::optional<int64_t> last_n, n;
+  if (auto e = ReadInteger(body, "repeat_last_n", -1, std::numeric_limits<int32_t>::max(), &last_n)) return e;
+  if (last_n) s.repeat_last_n = static_cast<int32_t>(*last_n);
+  if (body.contains("logit_bias") && !body["logit_bias"].is_null()) {
+    const json& b = body["logit_bias"];
+    auto add = [&](const json& id, const json& bias, const std::string& where) -> std::optional<ApiError> {
+      int64_t token = -1;
+      if (id.is_number_integer()) {
+        token = id.get<int64_t>();
+      } else if (id.is_string()) {
+        const std::string text = id.get<std::string>();
+        char* end = nullptr;
+        token = std::strtoll(text.c_str(), &end, 10);
+        if (text.empty() || *end != '\0') token = -1;
+      }
+      if (token < 0 || token > std::numeric_limits<int32_t>::max()) {
+        return Invalid("logit_bias", fmt::format("'{}': a key must be a token id (got {})", where, id.dump()));
+      }
+      if (bias.is_boolean()) {
+        return Invalid("logit_bias", fmt::format("'{}': a boolean (llama.cpp's ban) is not supported; use -100", where));
+      }
+      if (!bias.is_number() || !std::isfinite(bias.get<double>()) || bias.get<double>() < -100 || bias.get<double>() > 100) {
+        return Invalid("logit_bias", fmt::format("'{}' must be a number in [-100, 100] (got {})", where, bias.dump()));
+      }
+      s.logit_bias.emplace_back(static_cast<int32_t>(token), bias.get<float>());
+      return std::nullopt;
+    };
+    if (b.is_object()) {
+      for (const auto& [key, value] : b.items()) {
+        if (auto e = add(json(key), value, "logit_bias." + key)) return e;
+      }
+    } else if (b.is_array()) {
+      for (size_t i = 0; i < b.size(); ++i) {
+        const std::string where = fmt::format("logit_bias[{}]", i);
+        if (!b[i].is_array() || b[i].size() != 2) return Invalid("logit_bias", fmt::format("'{}' must be [token id, bias]", where));
+        if (auto e = add(b[i][0], b[i][1], where)) return e;
+      }
+    } else {
+      return WrongType("logit_bias", b, "an object mapping token ids to biases");
+    }
+  }
+  if (endpoint == Endpoint::kChatCompletions) {
+    if (body.contains("logprobs") && !body["logprobs"].is_null()) {
+      if (!body["logprobs"].is_boolean()) return WrongType("logprobs", body["logprobs"], "a boolean");
+      r->logprobs = body["logprobs"].get<bool>();
+    }
+    std::optional<int64_t> top;
+    if (auto e = ReadInteger(body, "top_logprobs", 0, 20, &top)) return e;
+    if (top && !r->logprobs) return Invalid("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    r->top_logprobs = static_cast<int32_t>(top.value_or(0));
+  } else {
+    std::optional<int64_t> top;
+    if (auto e = ReadInteger(body, "logprobs", 0, 5, &top)) return e;
+    r->logprobs = top.has_value();
+    r->top_logprobs = static_cast<int32_t>(top.value_or(0));
+  }
+  if (auto e = ReadInteger(body, "n", 1, 16, &n)) return e;
+  if (n) r->n = static_cast<int32_t>(*n);
   return std::nullopt;
 }
 
@@ -270,8 +448,23 @@ std::optional<ApiError> Parse(Endpoint endpoint, const json& body, const Request
   }
   if (auto e = RefuseUnsupported(body)) return e;
   if (auto e = endpoint == Endpoint::kChatCompletions ? ReadMessages(body, limits, r) : ReadPrompt(body, r)) return e;
+  if (endpoint == Endpoint::kChatCompletions) {
+    if (auto e = ReadTools(body, r)) return e;
+  } else {
+    for (const char* field : {"tools", "tool_choice", "parallel_tool_calls"}) {
+      if (body.contains(field) && !body[field].is_null()) {
+        return Invalid(field, fmt::format("'{}' belongs to /v1/chat/completions", field));
+      }
+    }
+  }
   std::optional<int64_t> max_tokens;
   // max_completion_tokens is the chat endpoint's newer name for max_tokens.
+  // n_predict is llama.cpp's name for it (-1 there: no limit, as leaving it out is here).
+  if (body.contains("n_predict") && body["n_predict"] == -1) {
+    // the default
+  } else if (auto e = ReadInteger(body, "n_predict", 1, limits.max_tokens_limit, &max_tokens)) {
+    return e;
+  }
   for (const char* field : {"max_tokens", "max_completion_tokens"}) {
     if (auto e = ReadInteger(body, field, 1, limits.max_tokens_limit, &max_tokens)) {
       if (e->message.find("must be in") != std::string::npos) {
@@ -283,6 +476,11 @@ std::optional<ApiError> Parse(Endpoint endpoint, const json& body, const Request
   if (max_tokens) r->max_tokens = static_cast<int32_t>(*max_tokens);
   if (auto e = ReadStop(body, limits, r)) return e;
   if (auto e = ReadGrammar(body, r)) return e;
+  if (!r->grammar.empty() && r->has_tools &&
+      (r->tools.choice == ToolChoice::kRequired || r->tools.choice == ToolChoice::kFunction)) {
+    return Invalid("tool_choice", "a forced tool call has its own grammar: give 'tool_choice' \"required\" or a "
+                                  "function, or a grammar/json_schema/response_format, not both");
+  }
   if (body.contains("stream") && !body["stream"].is_null()) {
     if (!body["stream"].is_boolean()) return WrongType("stream", body["stream"], "a boolean");
     r->stream = body["stream"].get<bool>();
@@ -308,6 +506,7 @@ std::optional<ApiError> Parse(Endpoint endpoint, const json& body, const Request
   std::optional<int64_t> top_k, seed;
   if (auto e = ReadInteger(body, "top_k", 0, std::numeric_limits<int32_t>::max(), &top_k)) return e;
   if (top_k) s.top_k = static_cast<int32_t>(*top_k);
+  if (auto e = ReadSamplingExtras(endpoint, body, r)) return e;
   if (auto e = ReadInteger(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
                            &seed)) {
     return e;
@@ -322,30 +521,7 @@ std::optional<ApiError> Parse(Endpoint endpoint, const json& body, const Request
   return std::nullopt;
 }
 
-json UsageObject(const Usage& u) {
-  return {{"prompt_tokens", u.prompt_tokens},
-          {"completion_tokens", u.completion_tokens},
-          {"total_tokens", u.prompt_tokens + u.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
-}
-
-json Envelope(Endpoint endpoint, const ResponseMeta& meta, bool chunk) {
-  const char* object = endpoint == Endpoint::kChatCompletions ? (chunk ? "chat.completion.chunk" : "chat.completion")
-                                                               : "text_completion";
-  return {{"id", meta.id}, {"object", object}, {"created", meta.created}, {"model", meta.model},
-          {"system_fingerprint", "kvq"}};
-}
-
-// Invalid UTF-8 (a model can emit any bytes) is replaced, never thrown on.
-std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
 }  // namespace
-
-std::string ApiError::Json() const {
-  json error = {{"message", message}, {"type", type}, {"param", param.empty() ? json(nullptr) : json(param)},
-                {"code", code.empty() ? json(nullptr) : json(code)}};
-  return Dump(json{{"error", error}});
-}
 
 std::variant<GenerationRequest, ApiError> ParseGenerationRequest(Endpoint endpoint, std::string_view body,
                                                                  const RequestLimits& limits) {
@@ -355,60 +531,6 @@ std::variant<GenerationRequest, ApiError> ParseGenerationRequest(Endpoint endpoi
   GenerationRequest r;
   if (std::optional<ApiError> e = Parse(endpoint, parsed, limits, &r)) return *e;
   return r;
-}
-
-const char* FinishReasonName(FinishReason reason) { return reason == FinishReason::kStop ? "stop" : "length"; }
-
-FinishReason OpenAiFinishReason(kvq::FinishReason reason) {
-  return reason == kvq::FinishReason::kLength || reason == kvq::FinishReason::kContext ? FinishReason::kLength
-                                                                                         : FinishReason::kStop;
-}
-
-std::string CompletionJson(Endpoint endpoint, const ResponseMeta& meta, const std::string& text, FinishReason finish,
-                           const Usage& usage) {
-  json r = Envelope(endpoint, meta, false);
-  json choice = {{"index", 0}, {"finish_reason", FinishReasonName(finish)}};
-  if (endpoint == Endpoint::kChatCompletions) {
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-  } else {
-    choice["text"] = text;
-    choice["logprobs"] = nullptr;
-  }
-  r["choices"] = json::array({choice});
-  r["usage"] = UsageObject(usage);
-  return Dump(r);
-}
-
-std::string StreamChunkJson(Endpoint endpoint, const ResponseMeta& meta, const std::string& text, bool role_chunk,
-                            std::optional<FinishReason> finish, const Usage* usage) {
-  json r = Envelope(endpoint, meta, true);
-  json choice = {{"index", 0}, {"finish_reason", finish ? json(FinishReasonName(*finish)) : json(nullptr)}};
-  if (endpoint == Endpoint::kChatCompletions) {
-    json delta = json::object();
-    if (role_chunk) delta["role"] = "assistant";
-    if (!text.empty() || role_chunk) delta["content"] = text;
-    choice["delta"] = delta;
-  } else {
-    choice["text"] = text;
-    choice["logprobs"] = nullptr;
-  }
-  r["choices"] = json::array({choice});
-  if (usage != nullptr) r["usage"] = UsageObject(*usage);
-  return Dump(r);
-}
-
-std::string UsageChunkJson(Endpoint endpoint, const ResponseMeta& meta, const Usage& usage) {
-  json r = Envelope(endpoint, meta, true);
-  r["choices"] = json::array();
-  r["usage"] = UsageObject(usage);
-  return Dump(r);
-}
-
-std::string SseEvent(std::string_view json_text) { return fmt::format("data: {}\n\n", json_text); }
-
-std::string ModelsJson(const std::string& id, int64_t created) {
-  json model = {{"id", id}, {"object", "model"}, {"created", created}, {"owned_by", "kvq"}};
-  return Dump(json{{"object", "list"}, {"data", json::array({model})}});
 }
 
 }  // namespace kvq::server

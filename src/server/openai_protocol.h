@@ -5,22 +5,29 @@
 //
 // Field names and defaults follow OpenAI's API reference; kvq adds top_k and min_p (as llama.cpp's
 // server does) and chat_template_kwargs.enable_thinking (Qwen 3's switch, as vLLM takes it).
-// Anything that would change the output and that kvq does not do (n > 1, logprobs, tools, echo,
-// best_of, suffix) is refused with a 400 naming the field rather than ignored. Constrained output:
+// Tool calls: `tools`, `tool_choice` and `parallel_tool_calls`, and messages carrying `tool_calls`
+// or of role "tool", checked here and rendered through the model's template (kvq/tool_calls.h).
+// Sampling beyond OpenAI's: penalties (frequency_penalty, presence_penalty, and llama.cpp's
+// repeat_penalty and repeat_last_n), logit_bias, logprobs, n. Anything that would change the output
+// and that kvq does not do (functions, echo, best_of, suffix, llama.cpp's other samplers) is refused with a 400 naming the field rather than ignored. Constrained output:
 // llama.cpp's `grammar` (GBNF) and `json_schema`, and OpenAI's `response_format` (json_object,
 // json_schema), at most one of them, become the request's grammar.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "kvq/generator.h"
 #include "kvq/sampling.h"
 #include "kvq/chat.h"
+#include "kvq/tool_calls.h"
 
 namespace kvq::server {
 
@@ -60,6 +67,14 @@ struct GenerationRequest {
   SamplerOptions sampling;            ///< temperature 0: greedy
   std::string grammar;                ///< GBNF the reply follows (checked); "" none
   bool seed_given = false;            ///< sampling.seed came from the request
+  /// chat: `logprobs`; completions: `logprobs` given (an integer, the alternatives per token).
+  bool logprobs = false;
+  int32_t top_logprobs = 0;           ///< alternatives per token (chat: top_logprobs; completions: logprobs)
+  /// Choices (`n`, 1..16): choice i samples with seed + i from a session forked after the prompt.
+  int32_t n = 1;
+  /// chat: `tools` given (even with tool_choice "none": the template still shows them).
+  bool has_tools = false;
+  ToolOptions tools;                  ///< tools_json, tool_choice, parallel_tool_calls (checked)
 };
 
 /// Parses and checks a request body. Errors: malformed JSON, a field of the wrong type or out of
@@ -67,8 +82,8 @@ struct GenerationRequest {
 std::variant<GenerationRequest, ApiError> ParseGenerationRequest(Endpoint endpoint, std::string_view body,
                                                                  const RequestLimits& limits);
 
-/// OpenAI's finish_reason: "stop" or "length".
-enum class FinishReason { kStop, kLength };
+/// OpenAI's finish_reason: "stop", "length", or "tool_calls" (a chat reply that called tools).
+enum class FinishReason { kStop, kLength, kToolCalls };
 const char* FinishReasonName(FinishReason reason);
 /// kvq's reason as OpenAI names it: a full context is "length" (OpenAI has no "context"), a
 /// cancelled request "stop" (its client has gone: nobody reads it).
@@ -87,13 +102,40 @@ struct ResponseMeta {
   std::string model;
 };
 
-/// The whole (non-streamed) response body.
+/// One sampled token's logprob and the most likely alternatives, with their texts (logprobs).
+struct LogprobEntry {
+  std::string token;   ///< the token's text
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;  ///< (text, logprob), most likely first
+};
+
+/// One choice of a response.
+struct ChoiceResult {
+  std::string text;
+  FinishReason finish = FinishReason::kStop;
+  std::vector<ToolCall> calls;
+  std::vector<LogprobEntry> logprobs;
+};
+
+/// The whole (non-streamed) response body. `calls`: the chat reply's tool calls (its message's
+/// `tool_calls`; its content is then null when `text` is empty).
 std::string CompletionJson(Endpoint endpoint, const ResponseMeta& meta, const std::string& text,
-                           FinishReason finish, const Usage& usage);
+                           FinishReason finish, const Usage& usage, std::span<const ToolCall> calls = {});
+/// The whole response of several choices (n), `logprobs` shown when `with_logprobs`.
+std::string CompletionJson(Endpoint endpoint, const ResponseMeta& meta, std::span<const ChoiceResult> choices,
+                           const Usage& usage, bool with_logprobs);
+/// A choice's `logprobs` object in the endpoint's shape (chat: {"content": [...]}; completions:
+/// tokens, token_logprobs, top_logprobs, text_offset).
+nlohmann::ordered_json LogprobsJson(Endpoint endpoint, std::span<const LogprobEntry> entries, size_t text_offset);
 /// One stream chunk's JSON (without the "data: " framing). `role_chunk`: chat's first chunk,
 /// whose delta carries the role. `finish` set: the last content chunk, with its reason and usage.
+/// `calls`: tool calls completed in this chunk, as delta.tool_calls entries numbered from
+/// `first_call_index` (each whole: id, type, function name and arguments).
 std::string StreamChunkJson(Endpoint endpoint, const ResponseMeta& meta, const std::string& text,
-                            bool role_chunk, std::optional<FinishReason> finish, const Usage* usage);
+                            bool role_chunk, std::optional<FinishReason> finish, const Usage* usage,
+                            std::span<const ToolCall> calls = {}, int first_call_index = 0,
+                            std::span<const LogprobEntry> logprobs = {}, bool with_logprobs = false,
+                            size_t text_offset = 0);
 /// The usage-only chunk of stream_options.include_usage (choices empty).
 std::string UsageChunkJson(Endpoint endpoint, const ResponseMeta& meta, const Usage& usage);
 /// "data: <json>\n\n"

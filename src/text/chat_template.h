@@ -47,7 +47,8 @@ struct ChatRenderLimits {
 };
 
 /// The variables a template is rendered with, besides `messages` (a list of {role, content}
-/// dicts). `tools` and `documents` are always none: kvq passes no tool definitions yet.
+/// dicts, with tool_calls [{id, type: "function", function: {name, arguments}}], tool_call_id and
+/// name where a message has them). `documents` is always none.
 struct ChatRenderOptions {
   /// Ends the prompt with the header of the assistant's turn, so the model writes the reply.
   bool add_generation_prompt = true;
@@ -59,6 +60,10 @@ struct ChatRenderOptions {
   /// What `strftime_now(format)` formats (UTC); unset: the system clock at the render. Llama 3.x's
   /// templates print the date with it, so a fixed time makes a render reproducible.
   std::optional<std::chrono::sys_seconds> now;
+  /// `tools`: JSON text of an array (OpenAI tool definitions), converted to lists and dicts; empty:
+  /// none. A call's arguments reach the template as a dict when they parse as a JSON object (as
+  /// transformers documents them; Llama 3.1's template applies tojson to them), else as the string.
+  std::string tools_json;
   ChatRenderLimits limits;
 };
 

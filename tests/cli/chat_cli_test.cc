@@ -164,6 +164,40 @@ TEST_F(ChatCli, SaveThenLoadInANewProcessContinuesIdentically) {
   fs::remove(saved);
 }
 
+// --tools with a forced call: the random-weight model's reply is a call of the declared function
+// (the grammar), printed in the turn's JSON, and kept as a call: the next turn's prompt renders it
+// as Qwen 3's template writes calls. Bad tool files are refused naming the flag.
+TEST_F(ChatCli, ToolsForcedCallIsPrintedAndKeptAsACall) {
+  const std::string tools = WriteFile("tools.json", R"([{"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]}},
+                     "required": ["city"]}}}])");
+  const std::string input = WriteFile("tools_stdin.txt", "Weather in Paris?\nAnd Oslo?\n");
+  const KvqRun r = RunKvq("chat -m " + *model_ + " --temp 0 -n 300 -t 2 --json --tools " + tools +
+                          " --tool-choice required < " + input);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<json> turns = Turns(r.out);
+  ASSERT_EQ(turns.size(), 2u) << r.out;
+  ASSERT_GE(turns[0]["tool_calls"].size(), 1u) << turns[0].dump();
+  const json call = turns[0]["tool_calls"][0];
+  EXPECT_EQ(call["name"], "get_weather");
+  const json args = json::parse(call["arguments"].get<std::string>());
+  EXPECT_TRUE(args["city"] == "Paris" || args["city"] == "Oslo") << args.dump();
+  const std::string prompt2 = turns[1]["prompt"];
+  EXPECT_NE(prompt2.find("# Tools\n"), std::string::npos);
+  // The arguments are rendered by the template's tojson (Python's separators).
+  EXPECT_NE(prompt2.find("<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"" +
+                         args["city"].get<std::string>() + "\"}}\n</tool_call><|im_end|>"),
+            std::string::npos) << prompt2;
+  const std::string bad_tools = WriteFile("bad_tools.json", R"([{"type": "function", "function": {}}])");
+  const KvqRun bad = RunKvq("chat -m " + *model_ + " --tools " + bad_tools + " < " + input);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--tools " + bad_tools + ": tools[0].function.name must be a non-empty string"),
+            std::string::npos) << bad.err;
+  const KvqRun undeclared = RunKvq("chat -m " + *model_ + " --tools " + tools + " --tool-choice get_time < " + input);
+  EXPECT_EQ(undeclared.exit_code, 2);
+  EXPECT_NE(undeclared.err.find("'get_time', which tools does not declare"), std::string::npos) << undeclared.err;
+}
+
 TEST_F(ChatCli, RunConversationFlagChats) {
   const std::string input = WriteFile("cnv.txt", "Hello there\n");
   const KvqRun r = RunKvq("run -cnv -m " + *model_ + " -sys 'You are terse.' --temp 0 -n 4 -t 2 --json < " + input);

@@ -99,11 +99,37 @@ TEST(OpenAiProtocol, EveryBadFieldIsA400NamingIt) {
       {C, R"({"prompt":"x","stop":["a","b","c","d","e"]})", "stop", "at most 4"},
       {C, R"({"prompt":"x","stop":[""]})", "stop", "must not be empty"},
       {C, R"({"prompt":"x","model":3})", "model", "must be a string"},
-      {C, R"({"prompt":"x","n":2})", "n", "must be 1"},
-      {C, R"({"prompt":"x","logprobs":3})", "logprobs", "not supported"},
+      {C, R"({"prompt":"x","n":17})", "n", "must be in 1..16"},
+      {C, R"({"prompt":"x","logprobs":6})", "logprobs", "must be in 0..5"},
+      {C, R"({"prompt":"x","best_of":2})", "best_of", "must be 1"},
+      {H, R"({"messages":[{"role":"user","content":"x"}],"logprobs":1})", "logprobs", "must be a boolean"},
+      {H, R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})", "top_logprobs", "needs 'logprobs'"},
+      {C, R"({"prompt":"x","logit_bias":{"a":1}})", "logit_bias", "a key must be a token id"},
+      {C, R"({"prompt":"x","logit_bias":{"5":101}})", "logit_bias", "in [-100, 100]"},
+      {C, R"({"prompt":"x","logit_bias":[[5,false]]})", "logit_bias", "use -100"},
+      {C, R"({"prompt":"x","repeat_last_n":-2})", "repeat_last_n", "must be in -1.."},
+      {C, R"({"prompt":"x","samplers":["top_k"]})", "samplers", "not supported"},
       {C, R"({"prompt":"x","echo":true})", "echo", "not supported"},
-      {C, R"({"prompt":"x","presence_penalty":0.5})", "presence_penalty", "not supported"},
-      {H, R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})", "tools", "not supported"},
+      {C, R"({"prompt":"x","presence_penalty":2.5})", "presence_penalty", "must be in [-2, 2]"},
+      {H, R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})", "tools",
+       "tools[0].function must be an object"},
+      {H, R"({"messages":[{"role":"user","content":"x"}],"tools":{}})", "tools", "must be an array"},
+      {H, R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required"})", "tool_choice",
+       "'tools' declares no function"},
+      {H, R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"maybe","tools":[]})", "tool_choice",
+       "must be \"auto\""},
+      {H, R"({"messages":[{"role":"user","content":"x"}],"tool_choice":{"type":"function","function":{"name":"g"}},
+              "tools":[{"type":"function","function":{"name":"f"}}]})", "tool_choice", "'g', which tools does not declare"},
+      {H, R"({"messages":[{"role":"user","content":"x"}],"parallel_tool_calls":1})", "parallel_tool_calls",
+       "must be a boolean"},
+      {H, R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required","json_schema":{},
+              "tools":[{"type":"function","function":{"name":"f"}}]})", "tool_choice", "not both"},
+      {H, R"({"messages":[{"role":"tool","content":"x"}]})", "messages[0].tool_call_id", "is required"},
+      {H, R"({"messages":[{"role":"assistant","tool_calls":[{"type":"function","function":{"arguments":"{}"}}]}]})",
+       "messages[0].tool_calls[0].function.name", "must be a string"},
+      {H, R"({"messages":[{"role":"assistant","function_call":{"name":"f"}}]})", "messages[0].function_call",
+       "use 'tool_calls'"},
+      {C, R"({"prompt":"x","tools":[]})", "tools", "belongs to /v1/chat/completions"},
       {H, R"({})", "messages", "'messages' is required"},
       {H, R"({"messages":{}})", "messages", "must be an array"},
       {H, R"({"messages":[]})", "messages", "at least one"},
@@ -127,6 +153,43 @@ TEST(OpenAiProtocol, EveryBadFieldIsA400NamingIt) {
     EXPECT_EQ(j["error"]["message"], e.message);
     EXPECT_EQ(j["error"]["type"], "invalid_request_error");
   }
+}
+
+// An OpenAI tool loop's messages: the assistant's calls (arguments a string, content null) and the
+// tool's result reach the template's messages; tools, tool_choice and parallel_tool_calls the options.
+TEST(OpenAiProtocol, ToolLoopMessagesAndOptions) {
+  GenerationRequest r = Ok(Endpoint::kChatCompletions, R"({"messages":[
+      {"role":"user","content":"Weather?"},
+      {"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function",
+        "function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}}]},
+      {"role":"tool","tool_call_id":"call_1","name":"get_weather","content":"21 C"}],
+    "tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}],
+    "tool_choice":{"type":"function","function":{"name":"get_weather"}},"parallel_tool_calls":false})");
+  ASSERT_EQ(r.messages.size(), 3u);
+  EXPECT_EQ(r.messages[1].content, "");
+  ASSERT_EQ(r.messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(r.messages[1].tool_calls[0].id, "call_1");
+  EXPECT_EQ(r.messages[1].tool_calls[0].name, "get_weather");
+  EXPECT_EQ(r.messages[1].tool_calls[0].arguments, R"({"city": "Paris"})");
+  EXPECT_EQ(r.messages[2].tool_call_id, "call_1");
+  EXPECT_EQ(r.messages[2].name, "get_weather");
+  EXPECT_TRUE(r.has_tools);
+  EXPECT_EQ(r.tools.choice, ToolChoice::kFunction);
+  EXPECT_EQ(r.tools.function, "get_weather");
+  EXPECT_FALSE(r.tools.parallel);
+  // The definitions keep the order they were sent in (templates print them).
+  EXPECT_EQ(r.tools.tools_json, R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}])");
+  // Responses: tool_calls in the message (content null), and as indexed stream deltas.
+  const ResponseMeta meta{.id = "chatcmpl-1", .created = 1, .model = "m"};
+  const std::vector<ToolCall> calls = {{.id = "call_2", .name = "f", .arguments = "{}"}};
+  json whole = json::parse(CompletionJson(Endpoint::kChatCompletions, meta, "", FinishReason::kToolCalls, {}, calls));
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_TRUE(whole["choices"][0]["message"]["content"].is_null());
+  EXPECT_EQ(whole["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "f");
+  EXPECT_EQ(whole["choices"][0]["message"]["tool_calls"][0]["id"], "call_2");
+  json chunk = json::parse(StreamChunkJson(Endpoint::kChatCompletions, meta, "", false, std::nullopt, nullptr, calls, 3));
+  EXPECT_EQ(chunk["choices"][0]["delta"]["tool_calls"][0]["index"], 3);
+  EXPECT_EQ(chunk["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"], "{}");
 }
 
 // kvq's four finish reasons in OpenAI's two: a full context is "length", a cancel "stop".

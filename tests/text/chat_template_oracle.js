@@ -1,7 +1,8 @@
 // The independent oracle for kvq's chat templates: @huggingface/jinja, the Jinja of
 // transformers.js, renders each real template (fetched by fetch_chat_templates.sh) over every
 // conversation of data/chat_template_cases.json, with the variables transformers.js passes
-// (messages, add_generation_prompt, tools and documents null, bos_token, eos_token) and, for
+// (messages, add_generation_prompt, tools — null unless a conversation is {messages, tools} —,
+// documents null, bos_token, eos_token) and, for
 // templates that read it, enable_thinking unset/true/false. Writes DIR/oracle.json for
 // chat_template_oracle_test.cc: the templates as they were rendered, and each output or error.
 // Usage: node chat_template_oracle.js CASES.json DIR [OUT.json]   (DIR: where
@@ -71,10 +72,13 @@ const renders = [];
 for (const [name, t] of Object.entries(templates)) {
   const compiled = new Template(t.source);
   const thinking = t.source.includes("enable_thinking") ? [null, true, false] : [null];
-  for (const [conversation, messages] of Object.entries(conversations)) {
+  for (const [conversation, c] of Object.entries(conversations)) {
+    // A conversation is its messages, or {messages, tools} to render with tool definitions.
+    const messages = Array.isArray(c) ? c : c.messages;
+    const tools = Array.isArray(c) ? null : c.tools ?? null;
     for (const addGenerationPrompt of [true, false]) {
       for (const enableThinking of thinking) {
-        const variables = { messages, add_generation_prompt: addGenerationPrompt, tools: null,
+        const variables = { messages, add_generation_prompt: addGenerationPrompt, tools,
                             documents: null, bos_token: t.bos_token, eos_token: t.eos_token };
         if (enableThinking !== null) variables.enable_thinking = enableThinking;
         const render = { template: name, conversation, add_generation_prompt: addGenerationPrompt,

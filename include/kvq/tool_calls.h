@@ -1,0 +1,123 @@
+// kvq's public C++ API: function calling — the formats in which chat models write tool calls, the
+// grammar that forces a call, and the parser that finds calls in a reply (whole or streamed).
+//
+//   const kvq::ToolCallFormat& format = kvq::ToolCallFormatFor(model->info().chat_template);
+//   kvq::ToolOptions tools{.tools_json = R"([{"type": "function", "function": {...}}])",
+//                          .choice = kvq::ToolChoice::kRequired};
+//   std::string gbnf = *kvq::ToolCallGrammar(format, tools);   // GeneratorOptions::grammar
+//   kvq::ToolCallParser parser(format);
+//   kvq::ToolCallParser::Delta d = parser.Add(step.text);      // per step; then parser.Finish()
+//
+// The tools reach the model through its chat template (ChatTemplateOptions::tools_json, and
+// ChatMessage::tool_calls / role "tool" for the history); the template decides how they are
+// shown. What the model writes back differs per family, so each format is one row of a table
+// (ToolCallFormats) that tests iterate: Hermes' `<tool_call>{json}</tool_call>` (Qwen 2.5, Qwen 3,
+// and kvq's choice for ChatML and templates without a format of their own), Llama 3.1's bare JSON
+// object `{"name": ..., "parameters": ...}`, and Mistral's `[TOOL_CALLS][{...}, ...]`.
+//
+// A reply that starts a call and does not finish it well-formed keeps that text as content: the
+// parser never invents or drops text.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvq/chat.h"
+#include "kvq/model.h"
+#include "kvq/status.h"
+
+namespace kvq {
+
+/// How one family of models writes its tool calls.
+struct ToolCallFormat {
+  const char* name;           ///< "hermes", "llama3_json", "mistral"
+  const char* models;         ///< who writes it, for logs and help
+  /// A chat template holding this text uses the format; "" for the fallback (the table's first row).
+  const char* detect;
+  const char* open;           ///< text before the calls ("" for llama3_json: the reply is the call)
+  const char* close;          ///< text after each call (Hermes), "" when the calls run to the end
+  const char* arguments_key;  ///< the call object's key for the arguments
+  bool array;                 ///< calls are one JSON array after `open` (Mistral)
+  /// Length of the ids kvq gives calls: 9 (Mistral's template refuses other lengths), or 0 for
+  /// OpenAI's "call_" and 24 letters and digits.
+  int id_length;
+};
+
+/// Every format, the fallback (Hermes) first.
+std::span<const ToolCallFormat> ToolCallFormats();
+/// The format a chat template's model writes: the first row whose `detect` text the template
+/// holds, else Hermes. An empty template (ChatML) is Hermes.
+const ToolCallFormat& ToolCallFormatFor(std::string_view template_source);
+/// The format of the template `model` renders with: `template_override` when non-empty, else the
+/// model's own (Hermes when it falls back to ChatML).
+const ToolCallFormat& ToolCallFormatOf(const Model& model, std::string_view template_override = "");
+/// The row named `name`, or nullptr.
+const ToolCallFormat* FindToolCallFormat(std::string_view name);
+
+/// OpenAI's tool_choice.
+enum class ToolChoice {
+  kAuto,      ///< the model decides; calls in the reply are parsed
+  kNone,      ///< no calls: the tools are shown to the template but the reply is text only
+  kRequired,  ///< at least one call, of a declared function (forced by a grammar)
+  kFunction,  ///< exactly one call of ToolOptions::function (forced by a grammar)
+};
+
+struct ToolOptions {
+  /// JSON text of an array of OpenAI tool definitions: {"type": "function", "function": {"name",
+  /// "description", "parameters": a JSON Schema}}.
+  std::string tools_json;
+  ToolChoice choice = ToolChoice::kAuto;
+  std::string function;   ///< kFunction: the function's name
+  bool parallel = true;   ///< kRequired: more than one call may follow the first
+};
+
+/// The declared functions' names, in order. Errors name the field at fault ("tools[1].function.name
+/// is missing"): tools_json not an array, a tool not of type "function", a name missing or
+/// repeated, parameters not an object, a kFunction naming an undeclared function.
+Result<std::vector<std::string>> CheckTools(const ToolOptions& options);
+
+/// The GBNF (GeneratorOptions::grammar) of a reply that is exactly the calls `options.choice`
+/// demands, in `format`: for kRequired one call (or more when parallel; one for llama3_json, which
+/// has no parallel calls) of any declared function, for kFunction one call of that function, each
+/// call's arguments following its function's parameters schema. "" for kAuto and kNone. Errors:
+/// CheckTools', and a parameters schema JsonSchemaGrammar refuses (named by its tool).
+Result<std::string> ToolCallGrammar(const ToolCallFormat& format, const ToolOptions& options);
+
+/// Finds the tool calls in a reply's text as it streams: Add each piece of text, then Finish.
+/// Content (text that is not a call) is released as soon as it cannot be the start of a call;
+/// a call is released once it is complete and parses. The deltas together hold every byte of the
+/// reply as content or as a call.
+class ToolCallParser {
+ public:
+  struct Delta {
+    std::string content;          ///< text to show
+    std::vector<ToolCall> calls;  ///< calls completed by this piece, with fresh ids
+  };
+  explicit ToolCallParser(const ToolCallFormat& format);
+  Delta Add(std::string_view text);
+  Delta Finish();
+  /// Calls released so far.
+  int calls() const { return calls_; }
+
+ private:
+  // Moves what buffer_ settles into `out`; `final`: no more text follows.
+  void Drain(bool final, Delta* out);
+  // Parses `text` (a call, or the array of calls) into out->calls; false if it is not well-formed.
+  bool ParseCalls(std::string_view text, Delta* out);
+
+  const ToolCallFormat* format_;
+  std::string buffer_;    // text not yet released
+  bool in_call_ = false;  // buffer_ follows an opening (`open`, or a llama3_json reply's start)
+  bool decided_ = false;  // llama3_json: whether the reply is a call has been decided
+  int calls_ = 0;
+};
+
+/// A reply's text split at once: content and calls (ToolCallParser on the whole text).
+ToolCallParser::Delta ParseToolCalls(const ToolCallFormat& format, std::string_view text);
+
+/// A fresh call id in `format`'s style.
+std::string NewToolCallId(const ToolCallFormat& format);
+
+}  // namespace kvq

@@ -1,0 +1,261 @@
+// Tool calls in the core (include/kvq/tool_calls.h), every row of the format table: a reply in the
+// format parses into its calls, whole or streamed a byte at a time (the same calls and content);
+// a call that is not well-formed stays content; the grammar of a forced call accepts exactly the
+// format's calls of declared functions; the template each fixture model ships is detected as its
+// format. And the two-step tool loop rendered through the real Qwen 3, Qwen 2.5, Mistral Nemo
+// and Llama 3.1 templates (the messages parsed from an OpenAI request body, as kvq serve parses
+// them) equals @huggingface/jinja's render of the same conversation, byte for byte.
+#include "kvq/tool_calls.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "grammar/grammar.h"
+#include "grammar/grammar_matcher.h"
+#include "server/openai_protocol.h"
+#include "text/chat_template.h"
+
+namespace kvq {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+const char* kTools = R"([
+  {"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+   "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]}},
+                  "required": ["city"]}}},
+  {"type": "function", "function": {"name": "add", "parameters": {"type": "object",
+   "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}])";
+
+// A reply holding `calls` ({name, arguments-object}) as `format` writes it.
+std::string Written(const ToolCallFormat& f, const std::vector<std::pair<std::string, std::string>>& calls) {
+  std::string out;
+  if (f.array) {
+    out = std::string(f.open) + "[";
+    for (size_t i = 0; i < calls.size(); ++i) {
+      if (i > 0) out += ", ";
+      out += std::string("{\"name\": \"") + calls[i].first + "\", \"" + f.arguments_key +
+             "\": " + calls[i].second + "}";
+    }
+    return out + "]";
+  }
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const std::string object = "{\"name\": \"" + calls[i].first + "\", \"" + f.arguments_key + "\": " + calls[i].second + "}";
+    if (*f.open == '\0') {
+      out += object;
+      continue;
+    }
+    if (i > 0) out += "\n";
+    out += std::string(f.open) + "\n" + object + "\n" + f.close;
+  }
+  return out;
+}
+
+// Streams `text` a byte at a time.
+ToolCallParser::Delta Streamed(const ToolCallFormat& f, std::string_view text) {
+  ToolCallParser p(f);
+  ToolCallParser::Delta all;
+  auto take = [&](ToolCallParser::Delta d) {
+    all.content += d.content;
+    all.calls.insert(all.calls.end(), d.calls.begin(), d.calls.end());
+  };
+  for (char c : text) take(p.Add(std::string_view(&c, 1)));
+  take(p.Finish());
+  return all;
+}
+
+// gtest names a row by its name rather than dumping its bytes.
+void PrintTo(const ToolCallFormat& f, std::ostream* os) { *os << f.name; }
+
+class EveryFormat : public ::testing::TestWithParam<ToolCallFormat> {};
+
+TEST_P(EveryFormat, ParsesItsCallsWholeAndStreamed) {
+  const ToolCallFormat& f = GetParam();
+  // llama3_json has no parallel calls: one per reply.
+  std::vector<std::pair<std::string, std::string>> calls = {{"get_weather", R"({"city": "Paris"})"}};
+  if (*f.open != '\0') calls.push_back({"add", R"({"a": 1, "b": 2})"});
+  const std::string text = Written(f, calls);
+  for (const ToolCallParser::Delta& d : {ParseToolCalls(f, text), Streamed(f, text)}) {
+    EXPECT_EQ(d.content, "") << f.name << ": " << text;
+    ASSERT_EQ(d.calls.size(), calls.size()) << f.name << ": " << text;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      EXPECT_EQ(d.calls[i].name, calls[i].first);
+      EXPECT_EQ(json::parse(d.calls[i].arguments), json::parse(calls[i].second));
+      EXPECT_EQ(d.calls[i].id.size(), f.id_length > 0 ? size_t(f.id_length) : size_t(29)) << d.calls[i].id;
+    }
+  }
+}
+
+TEST_P(EveryFormat, TextWithoutCallsIsContentAndBrokenCallsStayContent) {
+  const ToolCallFormat& f = GetParam();
+  for (const std::string& text : {std::string("It is sunny in Paris."), std::string("a < b and [x] {y}")}) {
+    EXPECT_EQ(ParseToolCalls(f, text).content, text) << f.name;
+    EXPECT_EQ(Streamed(f, text).content, text) << f.name;
+    EXPECT_TRUE(Streamed(f, text).calls.empty()) << f.name;
+  }
+  // A call cut short, and one whose JSON lacks a name: every byte comes back as content.
+  const std::string whole = Written(f, {{"add", R"({"a": 1, "b": 2})"}});
+  for (const std::string& text : {whole.substr(0, whole.size() - 3), [&] {
+         std::string t = whole;
+         t.replace(t.find("\"name\""), 6, "\"nome\"");
+         return t;
+       }()}) {
+    EXPECT_EQ(ParseToolCalls(f, text).content, text) << f.name;
+    EXPECT_EQ(Streamed(f, text).content, text) << f.name;
+    EXPECT_TRUE(ParseToolCalls(f, text).calls.empty()) << f.name;
+  }
+}
+
+// Whether `grammar` (GBNF) accepts exactly `text`.
+bool Accepts(const std::string& gbnf, const std::string& text) {
+  Result<Grammar> g = ParseGbnf(gbnf);
+  EXPECT_TRUE(g.ok()) << g.status().message() << "\n" << gbnf;
+  if (!g.ok()) return false;
+  GrammarMatcher m(std::make_shared<const Grammar>(std::move(g).value()));
+  return m.Accept(text) && m.CanEnd();
+}
+
+// The grammar's own spelling of a call: compact JSON, as a forced reply may write it.
+std::string Compact(const ToolCallFormat& f, const std::vector<std::pair<std::string, std::string>>& calls) {
+  std::vector<std::pair<std::string, std::string>> c;
+  for (const auto& [name, args] : calls) c.push_back({name, json::parse(args).dump()});
+  std::string text = Written(f, c);
+  // Written puts a space after each ':' and ','; the grammar allows that whitespace too.
+  return text;
+}
+
+TEST_P(EveryFormat, ForcedCallGrammarAcceptsDeclaredCallsOnly) {
+  const ToolCallFormat& f = GetParam();
+  Result<std::string> required = ToolCallGrammar(f, {.tools_json = kTools, .choice = ToolChoice::kRequired});
+  ASSERT_TRUE(required.ok()) << required.status().message();
+  Result<std::string> named =
+      ToolCallGrammar(f, {.tools_json = kTools, .choice = ToolChoice::kFunction, .function = "add"});
+  ASSERT_TRUE(named.ok()) << named.status().message();
+  const std::string weather = Compact(f, {{"get_weather", R"({"city": "Oslo"})"}});
+  const std::string add = Compact(f, {{"add", R"({"a": 1, "b": -2})"}});
+  EXPECT_TRUE(Accepts(*required, weather)) << f.name << ": " << weather;
+  EXPECT_TRUE(Accepts(*required, add)) << f.name << ": " << add;
+  EXPECT_FALSE(Accepts(*named, weather)) << f.name;
+  EXPECT_TRUE(Accepts(*named, add)) << f.name;
+  // Undeclared function, an argument outside its enum, text instead of a call.
+  EXPECT_FALSE(Accepts(*required, Compact(f, {{"get_time", R"({"city": "Oslo"})"}}))) << f.name;
+  EXPECT_FALSE(Accepts(*required, Compact(f, {{"get_weather", R"({"city": "Rome"})"}}))) << f.name;
+  EXPECT_FALSE(Accepts(*required, "It is sunny.")) << f.name;
+  // Parallel calls where the format has them, and only when asked.
+  if (*f.open != '\0') {
+    const std::string both = Compact(f, {{"get_weather", R"({"city": "Oslo"})"}, {"add", R"({"a": 1, "b": 2})"}});
+    EXPECT_TRUE(Accepts(*required, both)) << f.name << ": " << both;
+    Result<std::string> single =
+        ToolCallGrammar(f, {.tools_json = kTools, .choice = ToolChoice::kRequired, .parallel = false});
+    ASSERT_TRUE(single.ok());
+    EXPECT_FALSE(Accepts(*single, both)) << f.name;
+  }
+  // What the grammar accepts, the parser reads back.
+  EXPECT_EQ(ParseToolCalls(f, add).calls.size(), 1u);
+  // auto and none force nothing.
+  EXPECT_EQ(*ToolCallGrammar(f, {.tools_json = kTools, .choice = ToolChoice::kAuto}), "");
+  EXPECT_EQ(*ToolCallGrammar(f, {.tools_json = kTools, .choice = ToolChoice::kNone}), "");
+}
+
+std::string FormatName(const ::testing::TestParamInfo<ToolCallFormat>& p) { return p.param.name; }
+INSTANTIATE_TEST_SUITE_P(Table, EveryFormat, ::testing::ValuesIn(ToolCallFormats().begin(), ToolCallFormats().end()),
+                         FormatName);
+
+TEST(ToolCalls, BadToolsAreNamed) {
+  auto error = [](const std::string& tools, ToolChoice choice = ToolChoice::kAuto, std::string function = "") {
+    Result<std::vector<std::string>> r = CheckTools({.tools_json = tools, .choice = choice, .function = function});
+    return r.ok() ? std::string("ok") : r.status().message();
+  };
+  EXPECT_EQ(error("{}"), "tools must be a JSON array of tool definitions");
+  EXPECT_EQ(error(R"([{"type": "retrieval"}])"), "tools[0].type must be \"function\" (the only kind of tool)");
+  EXPECT_EQ(error(R"([{"type": "function", "function": {}}])"), "tools[0].function.name must be a non-empty string");
+  EXPECT_EQ(error(R"([{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "f"}}])"),
+            "tools[1].function.name 'f' is declared twice");
+  EXPECT_EQ(error(kTools, ToolChoice::kFunction, "nope"),
+            "tool_choice names the function 'nope', which tools does not declare");
+  EXPECT_EQ(error(kTools), "ok");
+  Result<std::string> g = ToolCallGrammar(
+      ToolCallFormats()[0],
+      {.tools_json = R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "string", "format": "uri"}}}])",
+       .choice = ToolChoice::kRequired});
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().message().rfind("tools[0].function.parameters: ", 0), 0u) << g.status().message();
+}
+
+const json& Oracle() {
+  // The two-step loop as OpenAI's clients send it (arguments as a string of JSON, content null
+  // beside tool_calls), and as transformers' templates expect it (arguments an object, content "").
+  static const json oracle = [] {
+    const json tools = json::parse(kTools);
+    const json call = {{"id", "Ab3De6Gh9"}, {"type", "function"},
+                       {"function", {{"name", "get_weather"}, {"arguments", R"({"city": "Paris"})"}}}};
+    json template_call = call;
+    template_call["function"]["arguments"] = json::parse(R"({"city": "Paris"})");
+    const json user = {{"role", "user"}, {"content", "Weather in Paris?"}};
+    const json result = {{"role", "tool"}, {"tool_call_id", "Ab3De6Gh9"}, {"content", R"({"temp": 21})"}};
+    json cases = json::object();
+    cases["step1"] = {{"messages", {user}}, {"tools", tools}};
+    cases["step2"] = {{"messages", {user, {{"role", "assistant"}, {"content", ""}, {"tool_calls", {template_call}}}, result}},
+                      {"tools", tools}};
+    const std::string stem = testing::TempDir() + "/kvq_tool_calls_" + std::to_string(getpid());
+    std::ofstream(stem + "_cases.json") << json{{"conversations", cases}}.dump();
+    const std::string cmd = std::string(KVQ_NODE) + " " + KVQ_SOURCE_DIR + "/tests/text/chat_template_oracle.js " +
+                            stem + "_cases.json " + KVQ_CHAT_TEMPLATES_DIR + " " + stem + "_oracle.json > /dev/null";
+    if (std::system(cmd.c_str()) != 0) return json();
+    json out = json::parse(std::ifstream(stem + "_oracle.json"));
+    out["openai_step2"] = json::array({user, {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {call}}}, result});
+    return out;
+  }();
+  return oracle;
+}
+
+TEST(ToolCallTemplates, TwoStepLoopRendersAsTheOracle) {
+  ASSERT_TRUE(Oracle().is_object()) << "the oracle (node tests/text/chat_template_oracle.js) did not run";
+  const json openai_messages = {{"step1", json::array({Oracle()["openai_step2"][0]})},
+                                {"step2", Oracle()["openai_step2"]}};
+  int compared = 0;
+  for (const char* name : {"qwen3", "qwen2_5", "mistral_nemo", "llama3_1"}) {
+    const json& t = Oracle()["templates"][name];
+    Result<ChatTemplate> parsed = ChatTemplate::Parse(t["source"].get<std::string>());
+    ASSERT_TRUE(parsed.ok()) << name;
+    for (const char* step : {"step1", "step2"}) {
+      // The messages as kvq serve reads them from a request.
+      const json body = {{"messages", openai_messages[step]}, {"tools", json::parse(kTools)}};
+      auto request = server::ParseGenerationRequest(server::Endpoint::kChatCompletions, body.dump(), {});
+      ASSERT_TRUE(std::holds_alternative<server::GenerationRequest>(request))
+          << std::get<server::ApiError>(request).message;
+      const server::GenerationRequest& r = std::get<server::GenerationRequest>(request);
+      for (const json& render : Oracle()["renders"]) {
+        if (render["template"] != name || render["conversation"] != step || !render["enable_thinking"].is_null()) continue;
+        ChatRenderOptions options{.add_generation_prompt = render["add_generation_prompt"].get<bool>(),
+                                  .bos_token = t["bos_token"].get<std::string>(), .eos_token = t["eos_token"].get<std::string>(),
+                                  .tools_json = r.tools.tools_json};
+        Result<std::string> got = parsed->Render(r.messages, options);
+        const std::string where = std::string(name) + " " + step + " agp=" + render["add_generation_prompt"].dump();
+        ASSERT_TRUE(render.contains("output")) << where << ": the oracle refused: " << render["error"];
+        ASSERT_TRUE(got.ok()) << where << ": " << got.status().message();
+        EXPECT_EQ(*got, render["output"].get<std::string>()) << where;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 4 * 2 * 2);
+}
+
+TEST(ToolCallTemplates, FixtureTemplatesAreDetected) {
+  ASSERT_TRUE(Oracle().is_object());
+  EXPECT_STREQ(ToolCallFormatFor(Oracle()["templates"]["qwen3"]["source"].get<std::string>()).name, "hermes");
+  EXPECT_STREQ(ToolCallFormatFor(Oracle()["templates"]["qwen2_5"]["source"].get<std::string>()).name, "hermes");
+  EXPECT_STREQ(ToolCallFormatFor(Oracle()["templates"]["mistral_nemo"]["source"].get<std::string>()).name, "mistral");
+  EXPECT_STREQ(ToolCallFormatFor("{{ '<|python_tag|>' }}").name, "llama3_json");
+  EXPECT_STREQ(ToolCallFormatFor("").name, "hermes");
+}
+
+}  // namespace
+}  // namespace kvq

@@ -1,0 +1,184 @@
+// A two-step tool loop with OpenAI's own JavaScript client (npm `openai`) against `kvq serve` on a
+// tiny random-weight Qwen 3 carrying Qwen 3's real vocabulary and chat template: a request with
+// `tools` and tool_choice "required" (grammar-forced, so even random weights produce a call that
+// parses and names a declared function), the call run here, its result sent back as a `tool`
+// message, and the final answer. Non-streamed and streamed (the streamed deltas rebuild the same
+// calls). Each step's prompt is checked against @huggingface/jinja's render of the same
+// conversation: sent as a plain completion, the oracle's text has the same token count and the
+// same greedy continuation as the chat request (tool_choice "none": no grammar, no parsing).
+// Usage: node openai_tools_test.mjs KVQ_BINARY OPENAI_NPM_DIR QWEN3_TOKENIZER_DIR CHAT_TEMPLATES_DIR
+import { spawn, execFileSync } from 'node:child_process';
+import { createRequire } from 'node:module';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import assert from 'node:assert/strict';
+
+const [kvq, npmDir, tokenizerDir, templatesDir] = process.argv.slice(2).map((a) => a && path.resolve(a));
+if (!kvq || !npmDir || !tokenizerDir || !templatesDir) {
+  console.error('usage: node openai_tools_test.mjs KVQ_BINARY OPENAI_NPM_DIR QWEN3_TOKENIZER_DIR CHAT_TEMPLATES_DIR');
+  process.exit(2);
+}
+const require = createRequire(path.join(npmDir, 'node_modules', 'x.js'));
+const OpenAI = require('openai');
+const { Template } = createRequire(path.join(templatesDir, 'node_modules', 'x.js'))('@huggingface/jinja');
+
+// The synth model: Qwen 3's tokenizer.json (its tokenizer_config.json beside it gives the template).
+const model = path.join(os.tmpdir(), `kvq_openai_tools_${process.pid}.gguf`);
+execFileSync(kvq, ['synth', '--arch', 'qwen3', '--dim', '64', '--layers', '2', '--heads', '4', '--kv-heads', '2',
+                   '--ffn', '128', '--context', '2048', '--embeddings', 'tied', '--type', 'f16', '--seed', '5',
+                   '--vocab', path.join(tokenizerDir, 'tokenizer.json'), '-o', model, '--force', '-t', '2'],
+             { stdio: ['ignore', 'ignore', 'inherit'] });
+const qwen3Template = JSON.parse(fs.readFileSync(path.join(tokenizerDir, 'tokenizer_config.json'), 'utf8')).chat_template;
+
+const server = spawn(kvq, ['serve', '-m', model, '--port', '0', '--parallel', '1', '-t', '2', '--web', ''], {
+  stdio: ['ignore', 'inherit', 'pipe'],
+});
+let log = '';
+const port = await new Promise((resolve, reject) => {
+  const timer = setTimeout(() => reject(new Error(`kvq serve did not start:\n${log}`)), 60000);
+  server.stderr.on('data', (d) => {
+    log += d;
+    const m = log.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
+    if (m) {
+      clearTimeout(timer);
+      resolve(Number(m[1]));
+    }
+  });
+  server.on('exit', (code) => reject(new Error(`kvq serve exited with ${code}:\n${log}`)));
+});
+
+let failed = false;
+async function check(name, fn) {
+  try {
+    await fn();
+    console.log(`ok   ${name}`);
+  } catch (e) {
+    failed = true;
+    console.log(`FAIL ${name}: ${e.stack || e}`);
+  }
+}
+
+const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'none', maxRetries: 0 });
+const modelId = path.basename(model, '.gguf');
+
+const tools = [
+  { type: 'function', function: { name: 'get_weather', description: 'The weather in a city',
+    parameters: { type: 'object', properties: { city: { type: 'string', enum: ['Paris', 'Oslo', 'Lima'] },
+                                                unit: { type: 'string', enum: ['celsius', 'fahrenheit'] } },
+                  required: ['city', 'unit'] } } },
+  { type: 'function', function: { name: 'get_time', description: 'The time in a time zone',
+    parameters: { type: 'object', properties: { zone: { type: 'string', enum: ['UTC', 'CET'] } }, required: ['zone'] } } },
+];
+const run = {  // the tools, run here
+  get_weather: (a) => JSON.stringify({ city: a.city, temperature: 21, unit: a.unit }),
+  get_time: (a) => JSON.stringify({ zone: a.zone, time: '12:00' }),
+};
+const question = [{ role: 'system', content: 'Use the tools.' }, { role: 'user', content: 'What is the weather in Paris?' }];
+const sampling = { model: modelId, temperature: 0, max_tokens: 400 };
+
+// A call as the server returned it must name a declared function with arguments its schema accepts.
+function checkCall(call) {
+  assert.equal(call.type, 'function');
+  assert.match(call.id, /^call_[A-Za-z0-9]{24}$/);
+  const tool = tools.find((t) => t.function.name === call.function.name);
+  assert.ok(tool, `undeclared function ${call.function.name}`);
+  const args = JSON.parse(call.function.arguments);
+  for (const key of tool.function.parameters.required) {
+    assert.ok(tool.function.parameters.properties[key].enum.includes(args[key]), `${key}: ${args[key]}`);
+  }
+  return args;
+}
+
+// The messages as a transformers template sees them: arguments parsed, null content as "".
+function templateMessages(messages) {
+  return messages.map((m) => {
+    const t = { ...m, content: m.content ?? '' };
+    if (m.tool_calls) {
+      t.tool_calls = m.tool_calls.map((c) => ({ ...c, function: { ...c.function, arguments: JSON.parse(c.function.arguments) } }));
+    }
+    return t;
+  });
+}
+
+// The oracle's prompt for `messages` gives the same tokens as kvq's: as a completion, the same count
+// and the same greedy continuation as the chat request without a grammar.
+async function checkPromptIsTheOracles(messages) {
+  const oracle = new Template(qwen3Template).render({ messages: templateMessages(messages), tools,
+    add_generation_prompt: true, bos_token: '', eos_token: '<|im_end|>' });
+  assert.ok(oracle.includes('<tools>') && oracle.endsWith('<|im_start|>assistant\n'));
+  const chat = await client.chat.completions.create({ ...sampling, max_tokens: 12, messages, tools, tool_choice: 'none' });
+  const plain = await client.completions.create({ ...sampling, max_tokens: 12, prompt: oracle });
+  assert.equal(chat.usage.prompt_tokens, plain.usage.prompt_tokens);
+  assert.equal(chat.choices[0].message.content, plain.choices[0].text);
+  return oracle;
+}
+
+for (const stream of [false, true]) {
+  await check(`two-step tool loop (${stream ? 'streamed' : 'not streamed'})`, async () => {
+    const messages = [...question];
+    await checkPromptIsTheOracles(messages);
+    // Step 1: a forced call.
+    const request = { ...sampling, messages, tools, tool_choice: 'required', parallel_tool_calls: false };
+    let message, finish;
+    if (!stream) {
+      const r = await client.chat.completions.create(request);
+      message = r.choices[0].message;
+      finish = r.choices[0].finish_reason;
+      assert.equal(message.content, null);
+    } else {
+      const calls = [];
+      let content = '';
+      for await (const chunk of await client.chat.completions.create({ ...request, stream: true })) {
+        const choice = chunk.choices[0];
+        if (!choice) continue;
+        content += choice.delta.content || '';
+        for (const d of choice.delta.tool_calls || []) {
+          calls[d.index] ??= { id: '', type: 'function', function: { name: '', arguments: '' } };
+          calls[d.index].id += d.id || '';
+          calls[d.index].function.name += d.function?.name || '';
+          calls[d.index].function.arguments += d.function?.arguments || '';
+        }
+        finish = choice.finish_reason || finish;
+      }
+      assert.equal(content, '');
+      message = { role: 'assistant', content: null, tool_calls: calls };
+      // The same calls as the request unstreamed (greedy): only the ids differ.
+      const whole = await client.chat.completions.create(request);
+      assert.deepEqual(calls.map((c) => c.function), whole.choices[0].message.tool_calls.map((c) => c.function));
+    }
+    assert.equal(finish, 'tool_calls');
+    assert.equal(message.tool_calls.length, 1);
+    const args = checkCall(message.tool_calls[0]);
+    // Step 2: the call's result goes back; the reply is the answer.
+    messages.push({ role: 'assistant', content: null, tool_calls: message.tool_calls });
+    messages.push({ role: 'tool', tool_call_id: message.tool_calls[0].id, content: run[message.tool_calls[0].function.name](args) });
+    const oracle = await checkPromptIsTheOracles(messages);
+    assert.ok(oracle.includes('<tool_call>\n{"name": "' + message.tool_calls[0].function.name + '"'));
+    assert.ok(oracle.includes('<tool_response>\n'));
+    const answer = await client.chat.completions.create({ ...sampling, max_tokens: 16, messages, tools, tool_choice: 'auto' });
+    assert.ok(['stop', 'length', 'tool_calls'].includes(answer.choices[0].finish_reason));
+    if (answer.choices[0].finish_reason !== 'tool_calls') assert.equal(typeof answer.choices[0].message.content, 'string');
+  });
+}
+
+await check('a named function is the one called', async () => {
+  const r = await client.chat.completions.create({ ...sampling, messages: question, tools,
+    tool_choice: { type: 'function', function: { name: 'get_time' } } });
+  assert.equal(r.choices[0].finish_reason, 'tool_calls');
+  assert.equal(r.choices[0].message.tool_calls.length, 1);
+  assert.equal(r.choices[0].message.tool_calls[0].function.name, 'get_time');
+  checkCall(r.choices[0].message.tool_calls[0]);
+});
+
+await check('a bad tool definition is a BadRequestError naming tools', async () => {
+  await assert.rejects(
+    client.chat.completions.create({ ...sampling, messages: question, tools: [{ type: 'function', function: {} }] }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'tools' && /function.name/.test(e.message),
+  );
+});
+
+server.kill('SIGTERM');
+await new Promise((r) => server.on('exit', r));
+fs.rmSync(model, { force: true });
+process.exit(failed ? 1 : 0);
