@@ -268,16 +268,19 @@ async function Generate(id, p) {
   if (prompt_ids.length > model_context) {
     throw new Error(`the prompt's ${prompt_ids.length} tokens do not fit the model's context of ${model_context}`);
   }
-  // The path: p.device 'cpu', 'gpu' (an error when it cannot run this), or 'auto' (the GPU when it can, unless the adapter is an emulation).
+  // The path: p.device 'cpu', 'gpu', or 'auto' (the GPU when it can, unless the adapter is an
+  // emulation). What the GPU path cannot run (a hybrid model, a weight type its kernels do not
+  // read, temperature > 0) runs on WebAssembly instead, with the reason in path.why: nothing the
+  // CPU can run errors for want of the GPU.
   const want = p.device || 'auto';
   if (!['auto', 'cpu', 'gpu'].includes(want)) throw new Error(`device "${want}": use auto, cpu or gpu`);
   const why_not = GpuWhyNot(p);
-  if (want === 'gpu' && why_not) throw new Error(`the GPU path cannot run this: ${why_not}`);
   const emulated = want === 'auto' && !why_not && gpu.emulated ?
       `the WebGPU adapter (${gpu.name}) is a CPU emulation, slower than WebAssembly here: choose gpu to use it` : '';
   const on_gpu = want !== 'cpu' && !why_not && !emulated;
   const path = on_gpu ? {device: 'gpu', adapter: gpu.name}
-                      : {device: 'cpu', why: want === 'cpu' ? 'asked for' : why_not || emulated};
+                      : {device: 'cpu', why: want === 'cpu' ? 'asked for' :
+                           `${why_not || emulated}${want === 'gpu' ? '; running on WebAssembly instead' : ''}`};
   const engine = on_gpu ? await GpuEngine(p) : CpuEngine(p);
 
   const ids = prompt_ids.slice();

@@ -135,6 +135,34 @@ fn argmax(@builtin(local_invocation_id) l: vec3u) {
   if (l.x == 0u) { out_id[0] = part_i[0]; }
 }
 
+// WGSL's division is accurate to 2.5 ulp, not correctly rounded; the CPU's quotients (d = amax /
+// 127, then x / d, IEEE divisions) are found here exactly: among the f32 next to the approximate
+// quotient, the one whose residual x − c·d is smallest, ties to the even one. The residual is
+// exact up to its last rounding: c·d = p + err by Dekker's product (12-bit halves: every partial
+// product exact), and x − p is exact where it matters (x and p within a factor 2: Sterbenz).
+fn split_hi(a: f32) -> f32 { return bitcast<f32>(bitcast<u32>(a) & 0xfffff000u); }
+fn residual(x: f32, c: f32, d: f32) -> f32 {
+  let p = c * d;
+  let ch = split_hi(c);
+  let cl = c - ch;
+  let dh = split_hi(d);
+  let dl = d - dh;
+  let err = ((ch * dh - p) + ch * dl + cl * dh) + cl * dl;
+  return (x - p) - err;
+}
+// x / d correctly rounded (round to nearest, ties to even), for finite x and d ≠ 0.
+fn div_rn(x: f32, d: f32) -> f32 {
+  let q = x / d;
+  var best = q;
+  var best_r = abs(residual(x, q, d));
+  for (var k = -2; k <= 2; k++) {
+    let c = bitcast<f32>(u32(i32(bitcast<u32>(q)) + k));
+    let r = abs(residual(x, c, d));
+    if (r < best_r || (r == best_r && (bitcast<u32>(c) & 1u) == 0u)) { best = c; best_r = r; }
+  }
+  return best;
+}
+
 // QuantizeActivation (weights/matvec.h) of x [n]: per block of 32, d = amax / 127, codes
 // round-half-even(x / d) clamped to ±127; a zero block gets d = 0 and codes 0.
 @compute @workgroup_size(64)
@@ -143,10 +171,11 @@ fn quantize(@builtin(global_invocation_id) id: vec3u) {
   let base = id.x * 32u;
   var amax = 0.0;
   for (var i = 0u; i < 32u; i++) { amax = max(amax, abs(x[base + i])); }
-  let d = amax / 127.0;
+  let d = div_rn(amax, 127.0);
   xd[id.x] = d;
   for (var i = 0u; i < 32u; i++) {
-    xq[base + i] = select(i32(round(clamp(x[base + i] / d, -127.0, 127.0))), 0, d == 0.0);
+    // round-half-even of the clamped quotient, as the CPU's magic-number rounding.
+    xq[base + i] = select(i32(round(clamp(div_rn(x[base + i], d), -127.0, 127.0))), 0, d == 0.0);
   }
 }
 `;

@@ -91,7 +91,8 @@ try {
   await page.waitForFunction(() => typeof window.RunGpuAttentionTests === 'function', null, {timeout: 30000});
   page.setDefaultTimeout(0);
   result = kv_device ? await page.evaluate((url) => window.RunGpuKvDeviceTests(url), origin + '/fixture') : forward
-      ? await page.evaluate(([url, bundle]) => window.RunGpuForwardTests(url, bundle), [origin + '/fixture', origin + '/bundle'])
+      ? await page.evaluate(([url, bundle, only]) => window.RunGpuForwardTests(url, bundle, only),
+                            [origin + '/fixture', origin + '/bundle', only || ''])
       : await page.evaluate(([url, only]) => window.RunGpuAttentionTests(url, only), [origin + '/fixture', only || '']);
   result.failures.push(...errors);
 } finally {
@@ -105,8 +106,9 @@ if (kv_device) {
 } else if (forward) {
   console.log(`gpu_attention_test --forward: ${result.models} models, ${result.runs} runs, ${result.positions} positions, ` +
               `${result.failures.length} failures, worst |GPU - native| logit ${result.worst_logit_difference}, ` +
-              `${result.near_ties} near-ties, per step ${JSON.stringify(result.per_step)}, ` +
-              `hybrid refused: "${result.hybrid_refusal}", ${result.seconds?.toFixed(1)} s in the page`);
+              `${result.near_ties} near-ties, bounds ${JSON.stringify(result.bounds)}, per step ${JSON.stringify(result.per_step)}, ` +
+              `weights ${JSON.stringify(result.tensor_types)}, hybrid refused: "${result.hybrid_refusal}", ` +
+              `${result.seconds?.toFixed(1)} s in the page`);
 } else {
   console.log(`gpu_attention_test: ${result.cases} cases, ${result.checks} checks, ${result.failures.length} failures, ` +
               `worst error ${result.worst_error_over_bound?.toFixed(4)} of the bound, ${result.seconds.toFixed(1)} s in the page`);

@@ -3,22 +3,26 @@
 // and weight type: per-head q/k RMSNorm, NeoX RoPE, head_dim · n_heads ≠ dim) and a tiny qwen3 with
 // Q4_0 matrices (repacked at load: the interleaved layout), both from kvq synth — and for 3 prompts
 // × the KV specs below, native kvq's greedy run through the public API (Model, Session; one
-// thread): the ids (BOS and prompt, then kNewTokens greedy ids: the first largest logit) and the
-// logits after every id but the last. For stories260K the manifest also carries run.c's golden ids
-// (golden-runc-ids.txt), which native kvq's f32 run reproduces. And a tiny qwen35 hybrid, which the
-// GPU path must refuse by name.
+// thread; f32 score arithmetic, as the GPU scores): the ids (BOS and prompt, then kNewTokens
+// greedy ids: the first largest logit) and the logits after every id but the last. For
+// stories260K the manifest also carries run.c's golden ids (golden-runc-ids.txt), which native
+// kvq's f32 run reproduces. And a tiny qwen35 hybrid, which the GPU path must refuse by name.
 // Output: DIR/manifest.json, DIR/<model>.<prompt>.<spec>.bin ([n − 1][vocab] f32), the synth GGUFs.
 // Usage: gpu_forward_fixture DIR
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <hwy/targets.h>
 #include <nlohmann/json.hpp>
 
+#include "kvq/format.h"
 #include "kvq/model.h"
 #include "kvq/session.h"
 #include "synth/synth.h"
@@ -26,7 +30,7 @@
 
 namespace {
 
-constexpr int kNewTokens = 10;
+constexpr int kNewTokens = 6;
 // The KV specs every model runs with: f32 and the common compact formats, a transform among them.
 const char* const kSpecs[] = {"f32", "int8", "int4", "int4-kivi", "int4+rot"};
 
@@ -52,6 +56,9 @@ int main(int argc, char** argv) {
   }
   const std::filesystem::path dir = argv[1];
   std::filesystem::create_directories(dir);
+  // The GPU scores queries against dequantised keys in f32: native runs with the same arithmetic
+  // (the default, integer scores for int8/int4 keys, rounds the query to int8 first).
+  kvq::SetScoreArithmetic(kvq::ScoreArithmetic::kF32);
   const std::string stories = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/";
   struct ModelCase {
     std::string name, path, tokenizer, served;  // served: the page's URL path of the file
@@ -86,6 +93,10 @@ int main(int argc, char** argv) {
   hybrid.type = "q4_0";
   if (kvq::Status s = kvq::WriteSynthModel(hybrid, stories + "stories260K.gguf", (dir / "qwen35.gguf").string()); !s.ok())
     return Fail(s.message());
+  // kvq's best SIMD target here (what native runs on) and its lowest one.
+  const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  if (targets.size() < 2) return Fail("this build has one SIMD target: no second arithmetic order to compare");
+  const int64_t alt_target = targets.back();
   nlohmann::json models = nlohmann::json::array();
   for (const ModelCase& mc : cases) {
     kvq::Result<std::unique_ptr<kvq::Model>> model =
@@ -111,11 +122,26 @@ int main(int argc, char** argv) {
           if (kvq::Status st = s.Decode(ids.back()); !st.ok()) return Fail(st.message());
           logits.insert(logits.end(), s.logits().begin(), s.logits().end());
         }
+        // The same ids (teacher-forced) on kvq's lowest SIMD target: the spread between two of
+        // kvq's own arithmetic orders, which the page's bound for this model and spec builds on.
+        hwy::SetSupportedTargetsForTest(alt_target);
+        double spread = 0;
+        {
+          kvq::Result<std::unique_ptr<kvq::Session>> alt = (*model)->NewSession({.key_format = spec, .value_format = spec});
+          if (!alt.ok()) return Fail(alt.status().message());
+          const std::vector<int32_t> run_ids(ids.begin(), ids.end() - 1);
+          std::vector<int32_t> every(run_ids.size());
+          for (size_t i = 0; i < every.size(); ++i) every[i] = static_cast<int32_t>(i);
+          if (kvq::Status st = (*alt)->Prefill(run_ids, every); !st.ok()) return Fail(st.message());
+          const std::span<const float> l = (*alt)->chosen_logits();
+          for (size_t i = 0; i < l.size(); ++i) spread = std::max(spread, std::abs(double{l[i]} - logits[i]));
+        }
+        hwy::SetSupportedTargetsForTest(0);
         const std::string file = fmt::format("{}.{}.{}.bin", mc.name, pi, spec);
         std::ofstream(dir / file, std::ios::binary | std::ios::trunc)
             .write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * 4));
         runs.push_back({{"prompt", mc.prompts[pi]}, {"spec", spec}, {"ids", ids},
-                        {"n_prompt", prompt.size()}, {"file", file}});
+                        {"n_prompt", prompt.size()}, {"file", file}, {"target_spread", spread}});
       }
     }
     nlohmann::json m{{"name", mc.name}, {"model", mc.served}, {"vocab", vocab}, {"runs", runs},
@@ -125,7 +151,10 @@ int main(int argc, char** argv) {
     models.push_back(std::move(m));
   }
   std::ofstream(dir / "manifest.json", std::ios::trunc)
-      << nlohmann::json{{"models", models}, {"hybrid", "/fixture/qwen35.gguf"}}.dump() << "\n";
+      << nlohmann::json{{"models", models}, {"hybrid", "/fixture/qwen35.gguf"},
+                        {"targets", {hwy::TargetName(targets.front()), hwy::TargetName(alt_target)}}}
+             .dump()
+      << "\n";
   fmt::print("gpu_forward_fixture: {} models x 3 prompts x {} KV specs in {}\n", models.size(), std::size(kSpecs),
              dir.string());
   return 0;
