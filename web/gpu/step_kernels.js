@@ -1,14 +1,15 @@
 // The WGSL kernels of the step program (web/gpu/step_program.js): one module of the ops that need
 // no weight decoding, and per (weight type, layout) one module of the weight ops (matvec, the
-// embedding row). Each mirrors the kvq op named beside it; f32 throughout. Reductions (norm
-// sums, matvec rows, argmax) are workgroup trees: the order of a sum is fixed by the workgroup
-// size, not by scheduling, so a step gives the same bits every time on one device.
+// embedding row). Each mirrors the kvq op named beside it; f32 throughout. Norm sums and the argmax
+// are workgroup trees, matvec rows one invocation each (its sum in order, as kvq's scalar kernels
+// add): every order is fixed by the code, not by scheduling, so a step gives the same bits every
+// time on one device. (Rows split across a workgroup, tiled and subgroup kernels: later.)
 
 import {kByteHelpers, Readers} from './kv_formats.js';
 import {WeightBlock, WeightReaderWgsl} from './weight_types.js';
 
-/** Lanes of the reduction workgroups (norms, argmax) and of the matvec rows. */
-export const kNormLanes = 256;
+/** Lanes of the reduction workgroups (norms, argmax); invocations per matvec workgroup (a row each). */
+export const kNormLanes = 64;
 export const kRowLanes = 64;
 
 // Bindings (auto layouts hold only those an entry point uses): the weights as u32 words, the
@@ -191,30 +192,30 @@ export function WeightOpsWgsl(type, layout) {
   const {elems, quantized_activation} = WeightBlock(type);
   const matvec_q = `
 // MatVec with the activation quantised (weights/matvec.h): per activation block b of 32 the exact
-// integer I_b = Σ code·q, then Σ_b (d_w · d_x) · I_b in f32 — lanes take blocks b ≡ lane, then a tree.
+// integer I_b = Σ code·q, then Σ_b (d_w · d_x) · I_b in f32 in order of b. One invocation per row.
 @compute @workgroup_size(${kRowLanes})
-fn matvec(@builtin(local_invocation_id) l: vec3u, @builtin(workgroup_id) g: vec3u) {
-  let row = g.x + g.y * 32768u;
+fn matvec(@builtin(global_invocation_id) id: vec3u) {
+  let row = id.x + id.y * ${kRowLanes}u * 32768u;
   if (row >= dims.rows) { return; }
   var sum = 0.0;
-  for (var b = l.x; b < dims.cols / 32u; b += ${kRowLanes}u) {
+  for (var b = 0u; b < dims.cols / 32u; b++) {
     let block = (b * 32u) / ${elems}u;
     let first = (b * 32u) % ${elems}u;
     var dot = 0;
     for (var j = 0u; j < 32u; j++) { dot = dot + w_code(row, block, first + j) * xq[b * 32u + j]; }
     sum = sum + (w_scale(row, block) * xd[b]) * f32(dot);
   }
-  row_sum(l.x, row, sum);
+  y[row] = sum;
 }`;
   const matvec_f32 = `
-// MatVec, f32 activation: lanes take columns c ≡ lane, then a tree.
+// MatVec, f32 activation: one invocation per row, its products summed in order of the column.
 @compute @workgroup_size(${kRowLanes})
-fn matvec(@builtin(local_invocation_id) l: vec3u, @builtin(workgroup_id) g: vec3u) {
-  let row = g.x + g.y * 32768u;
+fn matvec(@builtin(global_invocation_id) id: vec3u) {
+  let row = id.x + id.y * ${kRowLanes}u * 32768u;
   if (row >= dims.rows) { return; }
   var sum = 0.0;
-  for (var c = l.x; c < dims.cols; c += ${kRowLanes}u) { sum = sum + w_elem(row, c) * x[c]; }
-  row_sum(l.x, row, sum);
+  for (var c = 0u; c < dims.cols; c++) { sum = sum + w_elem(row, c) * x[c]; }
+  y[row] = sum;
 }`;
   return /* wgsl */ `
 struct Dims { rows: u32, cols: u32, row_bytes: u32, first_byte: u32 }
@@ -229,18 +230,6 @@ ${kByteHelpers}
 ${Readers('w')}
 ${WeightReaderWgsl(type, layout)}
 
-var<workgroup> part: array<f32, ${kRowLanes}>;
-// The workgroup's partial sums added as a tree; lane 0 writes y[row]. (The early return above
-// is uniform: every lane of a workgroup has the same row.)
-fn row_sum(lane: u32, row: u32, sum: f32) {
-  part[lane] = sum;
-  workgroupBarrier();
-  for (var s = ${kRowLanes / 2}u; s > 0u; s >>= 1u) {
-    if (lane < s) { part[lane] = part[lane] + part[lane + s]; }
-    workgroupBarrier();
-  }
-  if (lane == 0u) { y[row] = part[0]; }
-}
 ${quantized_activation ? matvec_q : matvec_f32}
 
 // DecodeWeightRow: y = row step[0] of w.

@@ -147,7 +147,8 @@ export class GpuStepProgram {
         const dims = this.#Uniform([t.rows, t.cols, row_bytes, this.offset_of(op.w)]);
         const group = this.#Group(kernels[entry], WeightOpsBindings(t.type)[entry],
                                   {...base, 1: B[op.x], 2: B[op.y], 3: dims});
-        const groups = entry === 'embed' ? [Math.ceil(t.cols / 64), 1] : [Math.min(t.rows, 32768), Math.ceil(t.rows / 32768)];
+        const row_groups = Math.ceil(t.rows / kRowLanes);  // matvec: a row per invocation
+        const groups = entry === 'embed' ? [Math.ceil(t.cols / 64), 1] : [Math.min(row_groups, 32768), Math.ceil(row_groups / 32768)];
         const out = [];
         if (entry === 'matvec' && WeightOpsBindings(t.type).matvec.includes(7)) {  // quantised activation
           out.push(...simple('quantize', [t.cols, 0, 0, 0], op.x, op.y, [Math.ceil(t.cols / 32 / 64), 1]));
