@@ -10,7 +10,7 @@
 // kv_device.js and attends (its own submits); the next span follows. The last span ends with the
 // argmax, whose id is the step's final readback. `counts` tallies them (the device's too).
 
-import {kNormLanes, kOpsBindings, kOpsWgsl, kRowLanes, WeightOpsBindings, WeightOpsWgsl} from './step_kernels.js';
+import {kOpsBindings, kOpsWgsl, kRowLanes, WeightOpsBindings, WeightOpsWgsl} from './step_kernels.js';
 import {kGpuWeightTypes} from './weight_types.js';
 
 const kStorage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
@@ -231,4 +231,3 @@ export class GpuStepProgram {
   }
 }
 
-export {kNormLanes, kRowLanes};

@@ -38,7 +38,7 @@ const kTypes = {
 // The repacked layout (MatrixLayout::kInterleaved16, weights/repack.h) of the types that have one
 // here: per group of 16 rows and block, the 16 rows' f16 scales, then vectors of 64 bytes whose
 // byte 4r + i is row r's code byte 4k + i (k: the vector). The last rows % 16 rows stay row-major.
-// WGSL: the byte offset of the scale and of code byte s of (row, block).
+// The types WeightReaderWgsl reads in that layout:
 const kInterleaved16 = {
   q8_0: true,
   q4_0: true,
