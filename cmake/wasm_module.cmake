@@ -8,18 +8,20 @@ else()
 endif()
 set(kvq_module_dir "${PROJECT_BINARY_DIR}/module")
 
-# The functions src/web/web_api.cc and web_kv.cc export (docs/architecture.md, "The WebAssembly module's boundary"), and what JS calls them with.
+# The functions src/web/*.cc export (docs/architecture.md, "The WebAssembly module's boundary"), and what JS calls them with.
 set(kvq_web_exports
   kvq_web_model_load kvq_web_model_info kvq_web_model_free kvq_web_session_new kvq_web_session_free
   kvq_web_tokenize kvq_web_detokenize kvq_web_is_end kvq_web_prefill kvq_web_decode
   kvq_web_set_sampler kvq_web_sample kvq_web_session_stats kvq_web_formats kvq_web_simd_target
   kvq_web_last_error kvq_web_kv_new kvq_web_kv_free kvq_web_kv_plan kvq_web_kv_append
-  kvq_web_kv_attend_device kvq_web_kv_rows malloc free)
+  kvq_web_kv_attend_device kvq_web_kv_rows kvq_web_kv_new_for_model kvq_web_gpu_program kvq_web_gpu_rope
+  malloc free)
 list(TRANSFORM kvq_web_exports PREPEND "'_")
 list(TRANSFORM kvq_web_exports APPEND "'")
 list(JOIN kvq_web_exports "," kvq_web_exports)
 
-add_executable(kvq_web "${PROJECT_SOURCE_DIR}/src/web/web_api.cc" "${PROJECT_SOURCE_DIR}/src/web/web_kv.cc")
+file(GLOB kvq_web_srcs CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/src/web/*.cc")
+add_executable(kvq_web ${kvq_web_srcs})
 set_target_properties(kvq_web PROPERTIES OUTPUT_NAME ${kvq_module_name} SUFFIX ".js"
                                          RUNTIME_OUTPUT_DIRECTORY "${kvq_module_dir}")
 target_link_libraries(kvq_web PRIVATE kvq_api kvq_formats kvq_simd nlohmann_json::nlohmann_json)

@@ -87,6 +87,11 @@ function ShowModel(loaded) {
   $('model-info').textContent = `${i.architecture}, ${i.n_layers} layers, dim ${i.dim}, ${i.n_heads} heads ` +
       `(${i.n_kv_heads} KV, head_dim ${i.head_dim}), vocab ${i.vocab_size}, context ${i.context}, ` +
       `weights ${Bytes(i.weight_bytes)}`;
+  // Whether the GPU path runs this model, or why it falls back to WebAssembly.
+  if (page.gpu) {
+    $('st-path').textContent = loaded.gpu === 'supported' ? `GPU path: runs ${loaded.name} (WebGPU on ${page.gpu})` :
+        `CPU: ${page.cpu_path} for ${loaded.name} (${loaded.gpu}; it runs on WebAssembly)`;
+  }
   ShowHeap(loaded.heap_bytes);
 }
 
@@ -101,7 +106,7 @@ function ShowHeap(heap_bytes) {
 // Which path ran the generation, and why not the GPU when it did not.
 function ShowPath(path) {
   $('st-path').textContent = path.device === 'gpu'
-      ? `GPU: WebGPU on ${path.adapter} (web/gpu/: WGSL matvecs and attention, KV master in this tab's memory)`
+      ? `GPU: WebGPU on ${path.adapter} (the module's forward pass as WGSL kernels, KV master in this tab's memory)`
       : `CPU: ${page.cpu_path}${path.why === 'asked for' ? '' : ` (not the GPU: ${path.why})`}`;
 }
 

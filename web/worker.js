@@ -11,16 +11,18 @@ let model_context = 0;  // the loaded model's context (positions)
 let session = 0;       // handle of the last generation's session, kept so its stats stay readable
 let busy = false;      // a generation is running
 let stopRequested = false;
-// The WebGPU path (web/gpu/, issue 14): run.c's forward as WGSL kernels, the KV master in this
-// worker's memory, attention streamed through the device. For llama2.c checkpoints and GGUF Llama
-// models with F32, F16, BF16, Q8_0, Q4_0 or Q1_0 matrices, f32 KV and greedy sampling; anything
-// else runs on the WebAssembly CPU path, which is also what runs where the browser offers no
-// WebGPU adapter.
+// The WebGPU path (web/gpu/): the module's step program of the loaded model (its forward pass as
+// ops over a tensor table, src/web/gpu_program.h) run by web/gpu/step_program.js's WGSL kernels,
+// the KV master in the module's KvCache, attention streamed through the device. For attention-only
+// models (llama, mistral, qwen2, qwen3: Bonsai) with F32, F16, BF16, Q8_0, Q4_0 or Q1_0 matrices,
+// any KV spec the device decodes, greedy sampling; anything else (hybrid Gated DeltaNet or
+// mixture-of-experts layers, other weight types, temperature > 0) runs on the WebAssembly CPU path,
+// which is also what runs where the browser offers no WebGPU adapter.
 let gpu = null;              // {device, name} when WebGPU offers an adapter
 let gpu_why_not = 'not probed yet';
-let gpu_model = null;        // the loaded model as web/gpu/forward.js reads it (null: it cannot)
+let gpu_program = null;      // the loaded model's step program (null: the GPU path cannot run it)
 let gpu_model_why_not = 'no model is loaded';
-let gpu_forward = null;      // its GpuLlamaForward, made on first use
+let gpu_step = null;         // its GpuModelRunner (web/gpu/gpu_engine.js), made on first use
 
 // The smallest module that uses a SIMD instruction: (func (result v128) i32.const 0 i32x4.splat).
 // WebAssembly.validate says whether this engine accepts SIMD128 without running anything.
@@ -74,8 +76,7 @@ async function InitGpu() {
 // Why a generation with params p cannot take the GPU path ('' when it can).
 function GpuWhyNot(p) {
   if (!gpu) return gpu_why_not;
-  if (!gpu_model) return gpu_model_why_not;
-  if (/prerope/.test(p.kv_k)) return 'the GPU path stores keys after RoPE (a "prerope" key spec runs on the CPU)';
+  if (!gpu_program) return gpu_model_why_not;
   if (p.temperature !== 0) return 'the GPU path samples greedily only (temperature 0)';
   return '';
 }
@@ -119,12 +120,6 @@ async function Init(want_simd) {
     formats: w('kvq_web_formats', 'string', []),
     simdTarget: w('kvq_web_simd_target', 'string', []),
     lastError: w('kvq_web_last_error', 'string', []),
-    kvNew: w('kvq_web_kv_new', 'number', ['string', 'string', 'number', 'number', 'number', 'number', 'number',
-                                          'number', 'number', 'number', 'number']),
-    kvFree: w('kvq_web_kv_free', null, ['number']),
-    kvPlan: w('kvq_web_kv_plan', 'string', ['number']),
-    kvAppend: w('kvq_web_kv_append', 'number', ['number', 'number', 'number', 'number', 'number']),
-    kvAttendDevice: w('kvq_web_kv_attend_device', 'number', ['number', 'number', 'number', 'number']),
   };
   try {
     kvq.FS.mkdir('/models');
@@ -159,21 +154,9 @@ async function LoadModel(files) {
     kvq.FS.writeFile(path, new Uint8Array(file.bytes));
     return path;
   };
-  // The GPU path reads the model's bytes itself (web/gpu/gguf.js, forward.js).
-  gpu_model = null;
-  gpu_forward = null;
-  gpu_model_why_not = gpu ? '' : gpu_why_not;
-  if (gpu) {
-    try {
-      const bytes = files.model.bytes;
-      const is_gguf = bytes.byteLength >= 4 && new DataView(bytes).getUint32(0, true) === 0x46554747;
-      const {ParseLlama2c} = await import('./gpu/forward.js');
-      const {LlamaFromGguf} = await import('./gpu/gguf.js');
-      gpu_model = is_gguf ? LlamaFromGguf(bytes) : ParseLlama2c(bytes);
-    } catch (e) {
-      gpu_model_why_not = `the GPU path cannot run this model: ${e.message}`;
-    }
-  }
+  gpu_program = null;
+  gpu_step?.Destroy();
+  gpu_step = null;
   const model_path = write(files.model);
   const tok_path = files.tokenizer ? write(files.tokenizer) : '';
   model = api.modelLoad(model_path, tok_path);
@@ -184,7 +167,16 @@ async function LoadModel(files) {
   Check(model, `loading ${files.model.name}${files.tokenizer ? ` with ${files.tokenizer.name}` : ''}`);
   const info = JSON.parse(api.modelInfo(model));
   model_context = info.context;
-  return {name: files.model.name, info, heap_bytes: HeapBytes()};
+  // The GPU path runs the module's step program of this model, if the module builds one (it says
+  // why not: hybrid layers) and the kernels read its weights.
+  gpu_model_why_not = gpu ? '' : gpu_why_not;
+  if (gpu) {
+    const {GpuProgramOf} = await import('./gpu/gpu_engine.js');
+    const {program, why_not} = GpuProgramOf(kvq, model);
+    gpu_program = program || null;
+    if (why_not) gpu_model_why_not = `the GPU path cannot run this model: ${why_not}`;
+  }
+  return {name: files.model.name, info, heap_bytes: HeapBytes(), gpu: gpu_program ? 'supported' : gpu_model_why_not};
 }
 
 async function LoadBundled() {
@@ -276,16 +268,19 @@ async function Generate(id, p) {
   if (prompt_ids.length > model_context) {
     throw new Error(`the prompt's ${prompt_ids.length} tokens do not fit the model's context of ${model_context}`);
   }
-  // The path: p.device 'cpu', 'gpu' (an error when it cannot run this), or 'auto' (the GPU when it can, unless the adapter is an emulation).
+  // The path: p.device 'cpu', 'gpu', or 'auto' (the GPU when it can, unless the adapter is an
+  // emulation). What the GPU path cannot run (a hybrid model, a weight type its kernels do not
+  // read, temperature > 0) runs on WebAssembly instead, with the reason in path.why: nothing the
+  // CPU can run errors for want of the GPU.
   const want = p.device || 'auto';
   if (!['auto', 'cpu', 'gpu'].includes(want)) throw new Error(`device "${want}": use auto, cpu or gpu`);
   const why_not = GpuWhyNot(p);
-  if (want === 'gpu' && why_not) throw new Error(`the GPU path cannot run this: ${why_not}`);
   const emulated = want === 'auto' && !why_not && gpu.emulated ?
       `the WebGPU adapter (${gpu.name}) is a CPU emulation, slower than WebAssembly here: choose gpu to use it` : '';
   const on_gpu = want !== 'cpu' && !why_not && !emulated;
   const path = on_gpu ? {device: 'gpu', adapter: gpu.name}
-                      : {device: 'cpu', why: want === 'cpu' ? 'asked for' : why_not || emulated};
+                      : {device: 'cpu', why: want === 'cpu' ? 'asked for' :
+                           `${why_not || emulated}${want === 'gpu' ? '; running on WebAssembly instead' : ''}`};
   const engine = on_gpu ? await GpuEngine(p) : CpuEngine(p);
 
   const ids = prompt_ids.slice();
@@ -358,78 +353,45 @@ function CpuEngine(p) {
   };
 }
 
-// The KV cache of the WebGPU path: kvq's KvCache in the WebAssembly module holds the master rows
-// in host memory, in the page's K and V formats (kvq's codecs encode them), and streams each
-// layer's pages into web/gpu/kv_device.js's GPU slots, within the device budget, for attention
-// (src/web/web_kv.cc). forward.js hands it each position's K and V rows and its queries.
-let kv_device = null;  // the GpuKvDevice, made once per GPU device
-async function GpuKvCache(p, c) {
-  if (!kv_device) {
-    const {GpuKvDevice} = await import('./gpu/kv_device.js');
-    kv_device = new GpuKvDevice(gpu.device);
-  }
-  kvq.kvqDevice = kv_device;
-  const page = Math.min(256, Math.ceil(c.seq_len / 32) * 32);  // kvq's DefaultPagePositions
-  const handle = api.kvNew(p.kv_k, p.kv_v, c.n_layers, c.n_kv_heads, c.head_dim, c.seq_len, page,
-                           p.device_budget_bytes || 0, c.rope_theta, 0, 0);
-  Check(handle !== 0, 'the GPU path\'s KV cache');
-  const plan = JSON.parse(api.kvPlan(handle));
-  const rows = kvq._malloc(2 * c.kv_dim * 4);  // one position's K and V: [2][kv_dim]
-  return {
-    plan,
-    Append: (layer, k, v) => {
-      kvq.HEAPF32.set(k, rows >> 2);
-      kvq.HEAPF32.set(v, (rows >> 2) + c.kv_dim);
-      Check(api.kvAppend(handle, layer, rows, rows + c.kv_dim * 4, 1) === 0, `KV append at layer ${layer}`);
-    },
-    Attend: (layer, q, position, out) => {  // q, out: GPU buffers [n_heads][head_dim]
-      kv_device.SetQueries(q, c.n_heads, c.n_heads * c.head_dim);
-      Check(api.kvAttendDevice(handle, layer, position, 1) === 0, `attention on the GPU at layer ${layer}`);
-      kv_device.OutputTo(out);
-    },
-    Free: () => {
-      api.kvFree(handle);
-      kvq._free(rows);
-    },
-  };
-}
-
-// The WebGPU path: web/gpu/forward.js token by token (prompt included), greedy, its KV in kvq's
-// cache above.
-let gpu_kv = null;
+// The WebGPU path: web/gpu/gpu_engine.js runs the module's step program of the model token by
+// token (prompt included: prefill is not batched on the GPU yet), greedy, its KV master in the
+// module's KvCache, streamed to the GPU's slots for attention.
 async function GpuEngine(p) {
-  if (!gpu_forward) {
-    const {GpuLlamaForward} = await import('./gpu/forward.js');
-    gpu_forward = await GpuLlamaForward.Create(gpu.device, gpu_model);
+  if (!gpu_step) {
+    const {GpuModelRunner} = await import('./gpu/gpu_engine.js');
+    gpu_step = await GpuModelRunner.Create(kvq, gpu.device, model, gpu_program);
   }
-  const forward = gpu_forward;
-  const c = forward.config;
-  gpu_kv?.Free();
-  gpu_kv = await GpuKvCache(p, c);
-  forward.Reset(gpu_kv);
-  let logits = null;
+  const runner = gpu_step;
+  const c = gpu_program.config;
+  const plan = runner.NewSequence(p.kv_k, p.kv_v, p.device_budget_bytes || 0);
+  const counts0 = {...runner.counts};
+  let last = null;
   return {
     prefill: async (prompt_ids) => {
-      for (const id of prompt_ids) logits = await forward.Forward(id);
+      for (const id of prompt_ids) last = await runner.Step(id);
     },
-    sample: () => {
-      let best = 0;
-      for (let i = 1; i < logits.length; ++i) if (logits[i] > logits[best]) best = i;
-      return best;
-    },
+    sample: () => last.token,
     decode: async (token) => {
-      logits = await forward.Forward(token);
+      last = await runner.Step(token);
     },
     // What the CPU path's session reports; bytes per token are the cache's planned bytes at full
-    // context over the context (its f32 sink and residual rows spread over every position).
-    stats: () => ({session: {positions: forward.positions, context: c.seq_len, kv_key_format: p.kv_k,
-                             kv_value_format: p.kv_v,
-                             kv_bytes_per_token: Math.round(gpu_kv.plan.total_bytes / c.seq_len),
-                             kv_f16_bytes_per_token: 2 * c.n_layers * c.kv_dim * 2,
-                             kv_bytes: Math.round(forward.positions * gpu_kv.plan.total_bytes / c.seq_len),
-                             device_budget_bytes: p.device_budget_bytes || 0,
-                             device_slots: gpu_kv.plan.device_slots, device_bytes: gpu_kv.plan.device_bytes},
-                   heap_bytes: HeapBytes()}),
+    // context over the context (its f32 sink and residual rows spread over every position). gpu:
+    // this generation's steps and, per step, the submits and readbacks of the step program and the
+    // submits of the KV device.
+    stats: () => {
+      const counts = runner.counts, steps = counts.steps - counts0.steps;
+      const per = (k) => steps ? (counts[k] - counts0[k]) / steps : 0;
+      const positions = runner.positions;
+      return {session: {positions, context: model_context, kv_key_format: p.kv_k, kv_value_format: p.kv_v,
+                        kv_bytes_per_token: Math.round(plan.total_bytes / model_context),
+                        kv_f16_bytes_per_token: 2 * c.n_layers * c.kv_dim * 2,
+                        kv_bytes: Math.round(positions * plan.total_bytes / model_context),
+                        device_budget_bytes: p.device_budget_bytes || 0,
+                        device_slots: plan.device_slots, device_bytes: plan.device_bytes},
+              gpu: {steps, submits_per_step: per('submits'), readbacks_per_step: per('readbacks'),
+                    kv_device_submits_per_step: per('device_submits'), weight_bytes: runner.weight_bytes},
+              heap_bytes: HeapBytes()};
+    },
   };
 }
 

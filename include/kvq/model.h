@@ -160,6 +160,9 @@ class Model {
   Result<std::unique_ptr<Session>> NewSession(const KvOptions& kv) const;
 
   struct Impl;  ///< internal
+  /// The loaded state (api/api_internal.h), read-only: for the WebAssembly shim, which builds its
+  /// WebGPU step program from the weights this model already holds (no second copy).
+  const Impl& impl() const { return *impl_; }
 
  private:
   explicit Model(std::shared_ptr<Impl> impl);

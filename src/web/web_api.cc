@@ -25,12 +25,8 @@ namespace {
 using kvq_web::Fail;
 using kvq_web::Handle;
 using kvq_web::LastError;
-
-struct WebModel {
-  std::unique_ptr<kvq::Model> model;
-  int64_t file_bytes = 0;
-  std::string info_json;
-};
+using kvq_web::ModelOf;
+using kvq_web::WebModel;
 
 struct WebSession {
   std::unique_ptr<kvq::Session> session;
@@ -42,7 +38,6 @@ struct WebSession {
 };
 
 
-WebModel* ModelOf(int handle) { return reinterpret_cast<WebModel*>(static_cast<intptr_t>(handle)); }
 WebSession* SessionOf(int handle) { return reinterpret_cast<WebSession*>(static_cast<intptr_t>(handle)); }
 
 // Steady-state K+V bytes per token over all layers for these specs (transform rows held in f32

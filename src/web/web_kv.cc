@@ -18,6 +18,8 @@
 #include "kvq/kv_cache.h"
 #include "kvq/kv_device.h"
 #include "kvq/kv_spec.h"
+#include "api/api_internal.h"
+#include "model/cache_config.h"
 #include "web/web_common.h"
 
 // The JS side of WebGpuKvDevice: each returns 0, or 1 with the JS error kept for kvq_js_kv_error.
@@ -210,6 +212,36 @@ EMSCRIPTEN_KEEPALIVE int kvq_web_kv_new(const char* key_spec, const char* value_
   return kvq_web::Handle(web.release());
 }
 
+// The cache a loaded model's sessions would make (model/cache_config.h: its attention layers,
+// its RoPE for a "prerope" key spec, its context, the default page size) with these specs and
+// device budget — the cache of the WebGPU path's attention ops. Returns a handle, or 0.
+EMSCRIPTEN_KEEPALIVE int kvq_web_kv_new_for_model(int model, const char* key_spec, const char* value_spec,
+                                                  double device_budget_bytes) {
+  kvq::Result<kvq::KvSpec> k = kvq::ParseKvSpec(key_spec);
+  kvq::Result<kvq::KvSpec> v = kvq::ParseKvSpec(value_spec);
+  if (!k.ok() || !v.ok()) {
+    Fail((k.ok() ? v.status() : k.status()).message());
+    return 0;
+  }
+  if (!(device_budget_bytes >= 0) || device_budget_bytes > 9.0e15) {
+    Fail("device_budget_bytes must be 0 (none) or a positive byte count");
+    return 0;
+  }
+  const kvq::Model& m = *kvq_web::ModelOf(model)->model;
+  kvq::CacheChoice choice{.layers = {std::string(key_spec) == value_spec ? kvq::LayerFormats::Both(*k)
+                                                                         : kvq::LayerFormats::Of(*k, *v)}};
+  choice.budgets.device_bytes = static_cast<int64_t>(device_budget_bytes);
+  kvq::Result<std::unique_ptr<kvq::KvCache>> cache =
+      kvq::CreateModelCache(m.impl().weights.config, m.info().context, choice);
+  if (!cache.ok()) {
+    Fail(cache.status().message());
+    return 0;
+  }
+  auto web = std::make_unique<WebKv>();
+  web->cache = std::move(cache).value();
+  return kvq_web::Handle(web.release());
+}
+
 EMSCRIPTEN_KEEPALIVE void kvq_web_kv_free(int kv) { delete KvOf(kv); }
 
 // {total_bytes, slot_bytes, device_slots, device_bytes, positions}
@@ -234,7 +266,8 @@ EMSCRIPTEN_KEEPALIVE int kvq_web_kv_append(int kv, int layer, const float* k, co
 // first_query_position), scale 1/√head_dim, over every cached position of `layer`.
 EMSCRIPTEN_KEEPALIVE int kvq_web_kv_attend_device(int kv, int layer, int first_query_position, int n_tokens) {
   kvq::KvCache& cache = *KvOf(kv)->cache;
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(cache.config().head_dim)));
+  // LlamaModel::attention_options' scale, computed as it computes it (f32 sqrt and division).
+  const float scale = 1.0f / std::sqrt(static_cast<float>(cache.config().head_dim));
   WebGpuKvDevice device;
   const kvq::Status s = cache.AttendOnDevice(layer, {.scale = scale}, first_query_position, n_tokens, device);
   return s.ok() ? 0 : Fail(s.message());

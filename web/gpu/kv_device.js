@@ -175,6 +175,7 @@ export class GpuKvDevice {
     this.peak_kv_bytes = 0;
     this.bug = undefined;  // one of kDeviceBugs, or undefined
     this.windows = 0;      // since Begin
+    this.submits = 0;      // command buffers submitted, since construction
   }
 
   #Pipeline(key, code, entry) {
@@ -186,6 +187,12 @@ export class GpuKvDevice {
       this.pipelines.set(id, p);
     }
     return p;
+  }
+
+  // Every command buffer this device submits goes through here, counted (`submits`).
+  #Submit(encoder) {
+    this.device.queue.submit([encoder.finish()]);
+    ++this.submits;
   }
 
   #Buffer(bytes, usage = kStorage) {
@@ -201,7 +208,7 @@ export class GpuKvDevice {
     pass.setBindGroup(0, group);
     pass.dispatchWorkgroups(Math.max(1, Math.ceil(groups / 64)));
     pass.end();
-    this.device.queue.submit([encoder.finish()]);
+    this.#Submit(encoder);
   }
 
   /**
@@ -216,7 +223,7 @@ export class GpuKvDevice {
     if (q instanceof GPUBuffer) {  // already on the device (the forward pass's q): copied in queue order
       const encoder = this.device.createCommandEncoder();
       encoder.copyBufferToBuffer(q, 0, this.q, 0, floats * 4);
-      this.device.queue.submit([encoder.finish()]);
+      this.#Submit(encoder);
     } else {
       this.device.queue.writeBuffer(this.q, 0, q);
     }
@@ -274,7 +281,7 @@ export class GpuKvDevice {
       if (!this.q_rotated || this.q_rotated.size < this.q.size) this.q_rotated = this.#Buffer(this.q.size);
       const encoder = this.device.createCommandEncoder();
       encoder.copyBufferToBuffer(this.q, 0, this.q_rotated, 0, this.q.size);
-      this.device.queue.submit([encoder.finish()]);
+      this.#Submit(encoder);
       this.#HeadOp('rotate', this.q_rotated, n_states, L.head_dim, 0);
       q = this.q_rotated;
     }
@@ -327,7 +334,7 @@ export class GpuKvDevice {
     pass.setBindGroup(0, s.group);
     pass.dispatchWorkgroups(Math.ceil(L.n_kv_heads * L.n_tokens / 64));
     pass.end();
-    this.device.queue.submit([encoder.finish()]);
+    this.#Submit(encoder);
     ++this.windows;
   }
 
@@ -342,7 +349,7 @@ export class GpuKvDevice {
       if (!this.unrotated || this.unrotated.size !== this.state.size) this.unrotated = this.#Buffer(this.state.size);
       const encoder = this.device.createCommandEncoder();
       encoder.copyBufferToBuffer(this.state, 0, this.unrotated, 0, this.state.size);
-      this.device.queue.submit([encoder.finish()]);
+      this.#Submit(encoder);
       this.#HeadOp('unrotate', this.unrotated, this.L.n_tokens * this.n_heads, this.L.head_dim + 2, 2);
       this.result = this.unrotated;
     }
@@ -361,7 +368,7 @@ export class GpuKvDevice {
     const readback = this.device.createBuffer({size: bytes, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
     const encoder = this.device.createCommandEncoder();
     encoder.copyBufferToBuffer(buffer, 0, readback, 0, bytes);
-    this.device.queue.submit([encoder.finish()]);
+    this.#Submit(encoder);
     await readback.mapAsync(GPUMapMode.READ);
     const out = new Float32Array(readback.getMappedRange().slice(0));
     readback.unmap();

@@ -11,7 +11,8 @@
 import {kByteHelpers, Readers} from './kv_formats.js';
 
 // Per type: [block elements, block bytes, WGSL body of w_elem given the block's byte offset `at`
-// and the element `j` within the block].
+// and the element `j` within the block, and for the types whose CPU matvec quantises the
+// activation (weights/matvec.h) the WGSL of the integer code of element j (weight = d · code)].
 const kTypes = {
   // IEEE binary32 / binary16 / bfloat16, one element per block.
   f32: [1, 4, 'return bitcast<f32>(w_u32(at));'],
@@ -20,18 +21,91 @@ const kTypes = {
   // Q8_0: [d: f16][32 × int8]; w = d · q.
   q8_0: [32, 34, `let d = f16_bits_to_f32(w_u16(at));
   let q = i32(w_u8(at + 2u + j) << 24u) >> 24u;
-  return d * f32(q);`],
+  return d * f32(q);`, 'return i32(w_u8(at + 2u + j) << 24u) >> 24u;'],
   // Q4_0: [d: f16][16 bytes]: element j < 16 in the low nibble of byte j, j ≥ 16 in the high
   // nibble of byte j − 16; w = d · (nibble − 8).
   q4_0: [32, 18, `let d = f16_bits_to_f32(w_u16(at));
   let byte = w_u8(at + 2u + j % 16u);
   let nibble = select(byte >> 4u, byte & 15u, j < 16u);
-  return d * f32(i32(nibble) - 8);`],
+  return d * f32(i32(nibble) - 8);`, `let byte = w_u8(at + 2u + j % 16u);
+  return i32(select(byte >> 4u, byte & 15u, j < 16u)) - 8;`],
   // Q1_0 (PrismML, Bonsai): [d: f16][16 bytes of sign bits, LSB first]; w = bit ? +d : −d.
   q1_0: [128, 18, `let d = f16_bits_to_f32(w_u16(at));
   let bit = (w_u8(at + 2u + j / 8u) >> (j % 8u)) & 1u;
-  return select(-d, d, bit == 1u);`],
+  return select(-d, d, bit == 1u);`, 'return select(-1, 1, ((w_u8(at + 2u + j / 8u) >> (j % 8u)) & 1u) == 1u);'],
 };
+
+// The repacked layout (MatrixLayout::kInterleaved16, weights/repack.h) of the types that have one
+// here: per group of 16 rows and block, the 16 rows' f16 scales, then vectors of 64 bytes whose
+// byte 4r + i is row r's code byte 4k + i (k: the vector). The last rows % 16 rows stay row-major.
+// The types WeightReaderWgsl reads in that layout:
+const kInterleaved16 = {
+  q8_0: true,
+  q4_0: true,
+};
+
+/**
+ * WGSL for the weights of `type` in `layout` ('rows' or 'interleaved16') in w_buf (array<u32>):
+ *   w_elem(row, col) -> f32    the weight, decoded exactly
+ * and, for the types whose CPU matvec quantises the activation, per block of the type
+ *   w_scale(row, block) -> f32 and w_code(row, block, j) -> i32 (weight = scale · code)
+ * over uniform `dims` {rows, cols, row_bytes, first_byte}.
+ */
+export function WeightReaderWgsl(type, layout) {
+  const info = kTypes[type];
+  if (!info) throw new Error(`no WGSL for weight type '${type}' (have: ${kGpuWeightTypes.join(', ')})`);
+  if (layout !== 'rows' && !(layout === 'interleaved16' && kInterleaved16[type])) {
+    throw new Error(`no WGSL for weight type '${type}' in layout ${layout}`);
+  }
+  const [elems, bytes, body, code] = info;
+  // Row-major: block `block` of `row` at first_byte + row · row_bytes + block · bytes.
+  const rows_at = `dims.first_byte + row * dims.row_bytes + block * ${bytes}u`;
+  let locate;
+  if (layout === 'rows') {
+    locate = `fn w_block_at(row: u32, block: u32) -> u32 { return ${rows_at}; }
+// A block's scale and code bytes in the row-major layout: contiguous after the scale.
+fn w_scale_at(row: u32, block: u32) -> u32 { return w_block_at(row, block); }
+fn w_code_byte(row: u32, block: u32, s: u32) -> u32 { return w_block_at(row, block) + 2u + s; }`;
+  } else {
+    locate = `fn w_grouped(row: u32) -> bool { return row < dims.rows - dims.rows % 16u; }
+fn w_group_block(row: u32, block: u32) -> u32 {
+  return dims.first_byte + (row / 16u) * 16u * dims.row_bytes + block * 16u * ${bytes}u;
+}
+fn w_scale_at(row: u32, block: u32) -> u32 {
+  if (!w_grouped(row)) { return ${rows_at}; }
+  return w_group_block(row, block) + 2u * (row % 16u);
+}
+fn w_code_byte(row: u32, block: u32, s: u32) -> u32 {
+  if (!w_grouped(row)) { return ${rows_at} + 2u + s; }
+  return w_group_block(row, block) + 32u + (s / 4u) * 64u + 4u * (row % 16u) + s % 4u;
+}`;
+  }
+  // Element j's code read through w_code_byte: the bodies above address `at + 2u + s`, so they are
+  // rewritten to read code byte s of (row, block) wherever the layout put it.
+  const through = (wgsl) => wgsl.replace(/w_u8\(at \+ 2u \+ ([^)]*\))\)/g, 'w_u8(w_code_byte(row, block, $1))')
+                                .replace(/w_u8\(at \+ 2u \+ ([^)]*)\)/g, 'w_u8(w_code_byte(row, block, $1))')
+                                .replace(/w_u16\(at\)/g, 'w_u16(w_scale_at(row, block))');
+  const plain = elems === 1;
+  return /* wgsl */ `
+${locate}
+fn w_elem(row: u32, col: u32) -> f32 {
+  let block = col / ${elems}u;
+  let j = col % ${elems}u;
+  ${plain ? `let at = dims.first_byte + row * dims.row_bytes + block * ${bytes}u;
+  ${body}` : through(body)}
+}
+${code ? `fn w_scale(row: u32, block: u32) -> f32 { return f16_bits_to_f32(w_u16(w_scale_at(row, block))); }
+fn w_code(row: u32, block: u32, j: u32) -> i32 {
+  ${through(code)}
+}` : ''}`;
+}
+
+/** Elements per block of `type`, and whether its CPU matvec quantises the activation. */
+export function WeightBlock(type) {
+  const info = kTypes[type];
+  if (!info) throw new Error(`no WGSL for weight type '${type}' (have: ${kGpuWeightTypes.join(', ')})`);
+  return {elems: info[0], bytes: info[1], quantized_activation: info.length > 3};
+}
 
 /** Weight types the WGSL matvec reads. */
 export const kGpuWeightTypes = Object.keys(kTypes);

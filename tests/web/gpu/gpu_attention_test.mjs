@@ -1,11 +1,12 @@
 // WebGPU attention (web/gpu/kv_attention.js) in headless Chromium on the SwiftShader adapter, over
 // the cases gpu_attention_fixture wrote with kvq's codecs (tests/web/gpu/gpu_attention_page.js runs
 // the checks in the page). A missing Chromium, playwright-core, fixture or WebGPU adapter fails it.
-// With `--forward` (then FIXTURE_DIR is gpu_forward_fixture's), the forward pass instead
-// (tests/web/gpu/gpu_forward_page.js) on the bundled stories260K.
+// With `--forward` (then FIXTURE_DIR is gpu_forward_fixture's, followed by the web bundle's folder),
+// the page's GPU path instead (tests/web/gpu/gpu_forward_page.js: the module's step program).
 // With `--kv-device` (then FIXTURE_DIR is the web bundle), the C++ cache's device tier over WebGPU
 // (tests/web/gpu/gpu_kv_device_page.js: kvq.js's KvCache streaming into web/gpu/kv_device.js).
-// Usage: node gpu_attention_test.mjs [--forward|--kv-device] FIXTURE_DIR PLAYWRIGHT_NPM_DIR [CASE_SUBSTRING]
+// Usage: node gpu_attention_test.mjs [--forward|--kv-device] FIXTURE_DIR [BUNDLE_DIR (--forward)] PLAYWRIGHT_NPM_DIR
+//        [CASE_SUBSTRING]
 import fs from 'node:fs';
 import http from 'node:http';
 import {createRequire} from 'node:module';
@@ -25,7 +26,10 @@ function Fatal(message) {
 
 const forward = process.argv[2] === '--forward';
 const kv_device = process.argv[2] === '--kv-device';
-const [fixture_arg, npm_dir, only] = process.argv.slice(forward || kv_device ? 3 : 2);
+const rest = process.argv.slice(forward || kv_device ? 3 : 2);
+const bundle_arg = forward ? rest.splice(1, 1)[0] : undefined;
+const [fixture_arg, npm_dir, only] = rest;
+if (forward && !fs.existsSync(path.join(path.resolve(bundle_arg || ''), 'kvq.js'))) Fatal(`no kvq.js in the bundle folder ${bundle_arg}`);
 if (!fixture_arg || !npm_dir) Fatal('usage: gpu_attention_test.mjs FIXTURE_DIR PLAYWRIGHT_NPM_DIR [CASE]');
 const fixture = path.resolve(fixture_arg);
 if (!fs.existsSync(path.join(fixture, kv_device ? 'kvq.js' : 'manifest.json'))) Fatal(`no manifest.json in ${fixture} (run gpu_attention_fixture)`);
@@ -40,6 +44,7 @@ try {
 // /web/ -> the source web/, /test/ -> this folder, /fixture/ -> the cases; the page at /.
 const kRoots = {'/web/': path.join(kSourceDir, 'web'), '/test/': path.dirname(fileURLToPath(import.meta.url)),
                 '/fixture/': fixture, '/models/': path.join(kSourceDir, 'models/stories260K')};
+if (forward) kRoots['/bundle/'] = path.resolve(bundle_arg);
 const kTypes = {'.js': 'text/javascript', '.wasm': 'application/wasm', '.json': 'application/json', '.bin': 'application/octet-stream',
                 '.html': 'text/html'};
 const server = http.createServer((req, res) => {
@@ -86,8 +91,8 @@ try {
   await page.waitForFunction(() => typeof window.RunGpuAttentionTests === 'function', null, {timeout: 30000});
   page.setDefaultTimeout(0);
   result = kv_device ? await page.evaluate((url) => window.RunGpuKvDeviceTests(url), origin + '/fixture') : forward
-      ? await page.evaluate(([url, model]) => window.RunGpuForwardTests(url, model),
-                            [origin + '/fixture', origin + '/models/stories260K.bin'])
+      ? await page.evaluate(([url, bundle, only]) => window.RunGpuForwardTests(url, bundle, only),
+                            [origin + '/fixture', origin + '/bundle', only || ''])
       : await page.evaluate(([url, only]) => window.RunGpuAttentionTests(url, only), [origin + '/fixture', only || '']);
   result.failures.push(...errors);
 } finally {
@@ -99,11 +104,11 @@ if (kv_device) {
               `${result.failures.length} failures, worst error ${result.worst_error_over_bound?.toFixed(4)} of the bound, ` +
               `${result.seconds.toFixed(1)} s in the page`);
 } else if (forward) {
-  console.log(`gpu_attention_test --forward: ${result.runs} golden runs and ${result.gguf_models} GGUF models, ` +
-              `${result.positions} positions, ` +
+  console.log(`gpu_attention_test --forward: ${result.models} models, ${result.runs} runs, ${result.positions} positions, ` +
               `${result.failures.length} failures, worst |GPU - native| logit ${result.worst_logit_difference}, ` +
-              `${result.tokens_per_second?.toFixed(1)} tok/s on SwiftShader (a CPU emulation: overhead, not GPU speed), ` +
-              `${result.seconds.toFixed(1)} s in the page`);
+              `${result.near_ties} near-ties, bounds ${JSON.stringify(result.bounds)}, per step ${JSON.stringify(result.per_step)}, ` +
+              `weights ${JSON.stringify(result.tensor_types)}, hybrid refused: "${result.hybrid_refusal}", ` +
+              `${result.seconds?.toFixed(1)} s in the page`);
 } else {
   console.log(`gpu_attention_test: ${result.cases} cases, ${result.checks} checks, ${result.failures.length} failures, ` +
               `worst error ${result.worst_error_over_bound?.toFixed(4)} of the bound, ${result.seconds.toFixed(1)} s in the page`);

@@ -1,33 +1,53 @@
-// Writes the WebGPU forward test's inputs (tests/web/gpu/gpu_forward_page.js):
-// - for each of run.c's golden greedy runs of the bundled stories260K (golden-runc-ids.txt), its ids,
-//   how many of them are BOS + prompt (kvq's tokenizer), and native kvq's logits after each id but
-//   the last (LlamaModel, f32 KV, one thread);
-// - tiny Llama GGUFs kvq synth writes with every matrix in F16, BF16, Q8_0, Q4_0 and Q1_0 (random
-//   weights, the bundled vocabulary), and the logits of the run.c-style reference forward
-//   (test_util/reference_forward.h: scalar decode, f32 activations, sums in order — what the GPU
-//   computes; kvq's fast matvec quantises the activation to int8 for the block types instead)
-//   along the first golden run's first 48 ids.
-// The page compares the GPU's logits with them within the tolerance it states.
-// Output: DIR/manifest.json, DIR/golden<i>.bin and DIR/<type>.bin ([n − 1][vocab] f32 logits), DIR/<type>.gguf.
+// Writes the WebGPU forward test's inputs (tests/web/gpu/gpu_forward_page.js): for each model —
+// the bundled stories260K (llama2.c, F32), a tiny qwen3 with Q1_0 matrices (Bonsai's architecture
+// and weight type: per-head q/k RMSNorm, NeoX RoPE, head_dim · n_heads ≠ dim) and a tiny qwen3 with
+// Q4_0 matrices (repacked at load: the interleaved layout), both from kvq synth — and for 3 prompts
+// × the KV specs below, native kvq's greedy run through the public API (Model, Session; one
+// thread; f32 score arithmetic, as the GPU scores): the ids (BOS and prompt, then kNewTokens
+// greedy ids: the first largest logit) and the logits after every id but the last. For
+// stories260K the manifest also carries run.c's golden ids (golden-runc-ids.txt), which native
+// kvq's f32 run reproduces. And a tiny qwen35 hybrid, which the GPU path must refuse by name.
+// Output: DIR/manifest.json, DIR/<model>.<prompt>.<spec>.bin ([n − 1][vocab] f32), the synth GGUFs.
 // Usage: gpu_forward_fixture DIR
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <hwy/targets.h>
 #include <nlohmann/json.hpp>
 
 #include "kvq/format.h"
-#include "kvq/kv_cache.h"
-#include "model/llama.h"
-#include "model/load_model.h"
+#include "kvq/model.h"
+#include "kvq/session.h"
 #include "synth/synth.h"
 #include "test_util/golden_runc.h"
-#include "test_util/reference_forward.h"
+
+namespace {
+
+constexpr int kNewTokens = 4;  // few: each model's test stays near a minute on SwiftShader
+// The KV specs every model runs with: f32 and the common compact formats, a transform among them.
+const char* const kSpecs[] = {"f32", "int8", "int4", "int4-kivi", "int4+rot"};
+
+int Fail(const std::string& what) {
+  fmt::print(stderr, "gpu_forward_fixture: {}\n", what);
+  return 1;
+}
+
+// First index of the largest value: the GPU's argmax rule.
+int32_t Argmax(std::span<const float> x) {
+  size_t best = 0;
+  for (size_t i = 1; i < x.size(); ++i)
+    if (x[i] > x[best]) best = i;
+  return static_cast<int32_t>(best);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -36,75 +56,106 @@ int main(int argc, char** argv) {
   }
   const std::filesystem::path dir = argv[1];
   std::filesystem::create_directories(dir);
-  const std::string models = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/";
-  kvq::Result<kvq::LoadedModel> loaded = kvq::LoadModel(models + "stories260K.bin", models + "tok512.bin");
-  if (!loaded.ok()) {
-    fmt::print(stderr, "gpu_forward_fixture: {}\n", loaded.status().message());
-    return 1;
+  // The GPU scores queries against dequantised keys in f32: native runs with the same arithmetic
+  // (the default, integer scores for int8/int4 keys, rounds the query to int8 first).
+  kvq::SetScoreArithmetic(kvq::ScoreArithmetic::kF32);
+  const std::string stories = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/";
+  struct ModelCase {
+    std::string name, path, tokenizer, served;  // served: the page's URL path of the file
+    std::vector<std::string> prompts;
+  };
+  std::vector<ModelCase> cases;
+  std::vector<std::string> golden_prompts;
+  nlohmann::json golden = nlohmann::json::array();
+  for (const kvq::test::GoldenRun& run : kvq::test::ReadGoldenRuns()) {
+    golden_prompts.push_back(run.prompt);
+    golden.push_back({{"prompt", run.prompt}, {"ids", run.ids}});
   }
-  const kvq::Tokenizer tokenizer = loaded->tokenizer;
-  kvq::LlamaModel model(std::move(loaded->weights), 1);
-  const kvq::LlamaConfig& c = model.config();
-  const kvq::FormatDesc* f32 = *kvq::FindFormat("f32");
-  nlohmann::json runs = nlohmann::json::array();
-  const std::vector<kvq::test::GoldenRun> golden = kvq::test::ReadGoldenRuns();
-  if (golden.empty()) {
-    fmt::print(stderr, "gpu_forward_fixture: no golden runs in {}golden-runc-ids.txt\n", models);
-    return 1;
+  if (golden_prompts.size() < 3) return Fail("fewer than 3 golden runs in " + stories + "golden-runc-ids.txt");
+  golden_prompts.resize(3);
+  cases.push_back({"stories260K", stories + "stories260K.bin", stories + "tok512.bin", "/models/stories260K.bin",
+                   golden_prompts});
+  for (const char* type : {"q1_0", "q4_0"}) {
+    kvq::SynthSpec spec{.name = fmt::format("tiny-qwen3-{}", type), .arch = kvq::SynthArch::kQwen3, .dim = 128,
+                        .n_layers = 2, .n_heads = 4, .head_dim_override = 64, .n_kv_heads = 2, .hidden_dim = 256,
+                        .context = 256};
+    spec.type = type;  // (set apart: g++ 12 warns on the braced form's strings)
+    const std::string file = fmt::format("qwen3-{}.gguf", type);
+    if (kvq::Status s = kvq::WriteSynthModel(spec, stories + "stories260K.gguf", (dir / file).string()); !s.ok())
+      return Fail(s.message());
+    cases.push_back({fmt::format("qwen3-{}", type), (dir / file).string(), "", "/fixture/" + file,
+                     {"Once upon a time", "The cat", "A little dog ran"}});
   }
-  for (size_t r = 0; r < golden.size(); ++r) {
-    const kvq::test::GoldenRun& run = golden[r];
-    const int64_t n = static_cast<int64_t>(run.ids.size());
-    kvq::Result<std::unique_ptr<kvq::KvCache>> cache = kvq::KvCache::Create(
-        {.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(), .layers = {{f32, f32}},
-         .max_positions = c.seq_len, .page_positions = 64});
-    if (!cache.ok()) {
-      fmt::print(stderr, "gpu_forward_fixture: {}\n", cache.status().message());
-      return 1;
-    }
-    std::vector<float> logits((n - 1) * c.vocab_size);
-    for (int64_t p = 0; p + 1 < n; ++p) {
-      if (kvq::Status s = model.Forward(run.ids[p], p, **cache, logits.data() + p * c.vocab_size); !s.ok()) {
-        fmt::print(stderr, "gpu_forward_fixture: {}\n", s.message());
-        return 1;
+  // A hybrid (Gated DeltaNet layers), which the GPU path refuses with a message the page shows.
+  kvq::SynthSpec hybrid{.name = "tiny-qwen35", .arch = kvq::SynthArch::kQwen35, .dim = 128, .n_layers = 2,
+                        .n_heads = 4, .head_dim_override = 64, .n_kv_heads = 2, .hidden_dim = 256, .context = 256,
+                        .full_attention_interval = 2, .ssm_key_dim = 32, .ssm_k_heads = 2, .ssm_v_heads = 4};
+  hybrid.type = "q4_0";
+  if (kvq::Status s = kvq::WriteSynthModel(hybrid, stories + "stories260K.gguf", (dir / "qwen35.gguf").string()); !s.ok())
+    return Fail(s.message());
+  // kvq's best SIMD target here (what native runs on) and its lowest one.
+  const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  if (targets.size() < 2) return Fail("this build has one SIMD target: no second arithmetic order to compare");
+  const int64_t alt_target = targets.back();
+  nlohmann::json models = nlohmann::json::array();
+  for (const ModelCase& mc : cases) {
+    kvq::Result<std::unique_ptr<kvq::Model>> model =
+        kvq::Model::Load(mc.path, {.tokenizer_path = mc.tokenizer, .threads = 1});
+    if (!model.ok()) return Fail(model.status().message());
+    const int32_t vocab = (*model)->info().vocab_size;
+    nlohmann::json runs = nlohmann::json::array();
+    for (size_t pi = 0; pi < mc.prompts.size(); ++pi) {
+      const std::vector<int32_t> prompt = (*model)->Tokenize(mc.prompts[pi]);
+      if (prompt.empty()) return Fail(mc.name + ": prompt \"" + mc.prompts[pi] + "\" gave no tokens");
+      for (const char* spec : kSpecs) {
+        kvq::Result<std::unique_ptr<kvq::Session>> session = (*model)->NewSession({.key_format = spec, .value_format = spec});
+        if (!session.ok()) return Fail(session.status().message());
+        kvq::Session& s = **session;
+        std::vector<int32_t> all(prompt.size());
+        for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int32_t>(i);
+        if (kvq::Status st = s.Prefill(prompt, all); !st.ok()) return Fail(st.message());
+        std::vector<float> logits(s.chosen_logits().begin(), s.chosen_logits().end());  // [n_prompt][vocab]
+        std::vector<int32_t> ids = prompt;
+        for (int i = 0; i < kNewTokens; ++i) {
+          ids.push_back(Argmax(s.logits()));
+          if (i + 1 == kNewTokens) break;  // the last id is not run
+          if (kvq::Status st = s.Decode(ids.back()); !st.ok()) return Fail(st.message());
+          logits.insert(logits.end(), s.logits().begin(), s.logits().end());
+        }
+        // The same ids (teacher-forced) on kvq's lowest SIMD target: the spread between two of
+        // kvq's own arithmetic orders, which the page's bound for this model and spec builds on.
+        hwy::SetSupportedTargetsForTest(alt_target);
+        double spread = 0;
+        {
+          kvq::Result<std::unique_ptr<kvq::Session>> alt = (*model)->NewSession({.key_format = spec, .value_format = spec});
+          if (!alt.ok()) return Fail(alt.status().message());
+          const std::vector<int32_t> run_ids(ids.begin(), ids.end() - 1);
+          std::vector<int32_t> every(run_ids.size());
+          for (size_t i = 0; i < every.size(); ++i) every[i] = static_cast<int32_t>(i);
+          if (kvq::Status st = (*alt)->Prefill(run_ids, every); !st.ok()) return Fail(st.message());
+          const std::span<const float> l = (*alt)->chosen_logits();
+          for (size_t i = 0; i < l.size(); ++i) spread = std::max(spread, std::abs(double{l[i]} - logits[i]));
+        }
+        hwy::SetSupportedTargetsForTest(0);
+        const std::string file = fmt::format("{}.{}.{}.bin", mc.name, pi, spec);
+        std::ofstream(dir / file, std::ios::binary | std::ios::trunc)
+            .write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * 4));
+        runs.push_back({{"prompt", mc.prompts[pi]}, {"spec", spec}, {"ids", ids},
+                        {"n_prompt", prompt.size()}, {"file", file}, {"target_spread", spread}});
       }
     }
-    const std::string file = fmt::format("golden{}.bin", r);
-    std::ofstream(dir / file, std::ios::binary | std::ios::trunc)
-        .write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * 4));
-    const int64_t n_prompt = static_cast<int64_t>(tokenizer.Encode(run.prompt, tokenizer.add_bos()).size());
-    runs.push_back({{"prompt", run.prompt}, {"ids", run.ids}, {"n_prompt", n_prompt}, {"file", file},
-                    {"vocab", c.vocab_size}});
+    nlohmann::json m{{"name", mc.name}, {"model", mc.served}, {"vocab", vocab}, {"runs", runs},
+                     {"architecture", (*model)->info().architecture}};
+    if (!mc.tokenizer.empty()) m["tokenizer"] = "/models/tok512.bin";
+    if (mc.name == "stories260K") m["golden"] = golden;
+    models.push_back(std::move(m));
   }
-  nlohmann::json ggufs = nlohmann::json::array();
-  const std::vector<int32_t> ids(golden[0].ids.begin(), golden[0].ids.begin() + std::min<size_t>(48, golden[0].ids.size()));
-  for (const char* type : {"f16", "bf16", "q8_0", "q4_0", "q1_0"}) {
-    kvq::SynthSpec spec{.name = fmt::format("tiny-llama-{}", type), .dim = 128, .n_layers = 2, .n_heads = 4,
-                        .n_kv_heads = 2, .hidden_dim = 256, .context = 128};
-    spec.type = type;  // (set apart: g++ 12 warns on the braced form's strings)
-    const std::string gguf = fmt::format("{}.gguf", type);
-    if (kvq::Status s = kvq::WriteSynthModel(spec, models + "stories260K.gguf", (dir / gguf).string()); !s.ok()) {
-      fmt::print(stderr, "gpu_forward_fixture: {}\n", s.message());
-      return 1;
-    }
-    kvq::Result<kvq::LoadedModel> m = kvq::LoadModel((dir / gguf).string(), "");
-    if (!m.ok()) {
-      fmt::print(stderr, "gpu_forward_fixture: {}\n", m.status().message());
-      return 1;
-    }
-    kvq::test::ReferenceForward reference(m->weights);
-    const int32_t vocab = m->weights.config.vocab_size;
-    std::vector<float> logits;
-    for (size_t p = 0; p + 1 < ids.size(); ++p) {
-      const std::vector<float> l = reference.Forward(ids[p], static_cast<int32_t>(p));
-      logits.insert(logits.end(), l.begin(), l.end());
-    }
-    const std::string file = fmt::format("{}.bin", type);
-    std::ofstream(dir / file, std::ios::binary | std::ios::trunc)
-        .write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * 4));
-    ggufs.push_back({{"type", type}, {"model", gguf}, {"file", file}, {"ids", ids}, {"vocab", vocab}});
-  }
-  std::ofstream(dir / "manifest.json", std::ios::trunc) << nlohmann::json{{"runs", runs}, {"gguf", ggufs}}.dump() << "\n";
-  fmt::print("gpu_forward_fixture: {} golden runs and {} GGUF models in {}\n", runs.size(), ggufs.size(), dir.string());
+  std::ofstream(dir / "manifest.json", std::ios::trunc)
+      << nlohmann::json{{"models", models}, {"hybrid", "/fixture/qwen35.gguf"},
+                        {"targets", {hwy::TargetName(targets.front()), hwy::TargetName(alt_target)}}}
+             .dump()
+      << "\n";
+  fmt::print("gpu_forward_fixture: {} models x 3 prompts x {} KV specs in {}\n", models.size(), std::size(kSpecs),
+             dir.string());
   return 0;
 }

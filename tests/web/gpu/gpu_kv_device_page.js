@@ -54,7 +54,8 @@ function RotateF32(x, d, signs, inverse) {
   return out;
 }
 
-async function LoadModule(bundle_url) {
+/** The bundle's kvq.js module (SIMD build), loaded into this page. */
+export async function LoadModule(bundle_url) {
   await new Promise((ok, bad) => {
     const s = document.createElement('script');
     s.src = `${bundle_url}/kvq.js`;

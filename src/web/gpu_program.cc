@@ -1,0 +1,132 @@
+// BuildGpuProgram (gpu_program.h): LlamaModel::ForwardBatch's ops for one token, in its order.
+#include "web/gpu_program.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "weights/repack.h"
+#include "weights/weight_type.h"
+
+namespace kvq_web {
+namespace {
+
+class Builder {
+ public:
+  explicit Builder(GpuProgram* p) : p_(p) {}
+
+  int32_t Matrix(const std::string& name, const kvq::Matrix& m) {
+    const kvq::WeightTypeDesc* d = kvq::FindWeightType(m.type);
+    return Add({.name = name, .type = d != nullptr ? d->name : "?",
+                .layout = m.layout == kvq::MatrixLayout::kRowMajor ? "rows" : "interleaved16",
+                .address = reinterpret_cast<uintptr_t>(m.data), .bytes = kvq::MatrixDataBytes(m),
+                .rows = m.rows, .cols = m.cols});
+  }
+  int32_t Vector(const std::string& name, const float* v, int64_t n) {
+    return Add({.name = name, .type = "f32", .layout = "rows", .address = reinterpret_cast<uintptr_t>(v),
+                .bytes = n * 4, .rows = 1, .cols = n});
+  }
+  void Op(GpuOp op) { p_->ops.push_back(std::move(op)); }
+
+ private:
+  int32_t Add(GpuTensor t) {
+    p_->tensors.push_back(std::move(t));
+    return static_cast<int32_t>(p_->tensors.size() - 1);
+  }
+  GpuProgram* p_;
+};
+
+}  // namespace
+
+kvq::Result<GpuProgram> BuildGpuProgram(const kvq::LlamaWeights& w) {
+  const kvq::LlamaConfig& c = w.config;
+  if (c.n_attention_layers() < c.n_layers) {
+    return kvq::Status::Error("the GPU path runs attention layers only (this " + c.arch +
+                              " model has Gated DeltaNet layers)");
+  }
+  if (c.moe.n_experts > 0) {
+    return kvq::Status::Error("the GPU path runs dense feed-forward layers only (this " + c.arch +
+                              " model has mixture-of-experts layers)");
+  }
+  if (c.attn_output_gate) {
+    return kvq::Status::Error("the GPU path does not run gated attention output (this " + c.arch + " model)");
+  }
+  GpuProgram p;
+  p.config = c;
+  const int64_t dim = c.dim, q_dim = c.q_dim(), kv = c.kv_dim(), hidden = c.hidden_dim, hd = c.head_dim();
+  // [f32 elements] each: the residual stream, the normed input / attention output (q_dim may
+  // exceed dim), projections, the keys before RoPE, the feed-forward's gate and up, the logits.
+  p.buffers = {{"x", dim}, {"xb", std::max(dim, q_dim)}, {"xb2", dim}, {"q", q_dim}, {"k", kv},
+               {"k_pre", kv}, {"v", kv}, {"hb", hidden}, {"hb2", hidden}, {"logits", c.vocab_size}};
+  Builder b(&p);
+  b.Op({.kind = "embed", .w = b.Matrix("token_embd", w.token_embedding), .y = "x"});
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    const kvq::LayerWeights& L = w.layers[l];
+    const std::string blk = "blk." + std::to_string(l) + ".";
+    b.Op({.kind = "rmsnorm", .w = b.Vector(blk + "attn_norm", L.attn_norm, dim), .x = "x", .y = "xb", .n = dim});
+    b.Op({.kind = "matvec", .w = b.Matrix(blk + "attn_q", L.wq), .x = "xb", .y = "q"});
+    b.Op({.kind = "matvec", .w = b.Matrix(blk + "attn_k", L.wk), .x = "xb", .y = "k"});
+    b.Op({.kind = "matvec", .w = b.Matrix(blk + "attn_v", L.wv), .x = "xb", .y = "v"});
+    if (L.bq != nullptr) b.Op({.kind = "bias", .w = b.Vector(blk + "attn_q.bias", L.bq, q_dim), .y = "q", .n = q_dim});
+    if (L.bk != nullptr) b.Op({.kind = "bias", .w = b.Vector(blk + "attn_k.bias", L.bk, kv), .y = "k", .n = kv});
+    if (L.bv != nullptr) b.Op({.kind = "bias", .w = b.Vector(blk + "attn_v.bias", L.bv, kv), .y = "v", .n = kv});
+    if (c.qk_norm) {
+      b.Op({.kind = "head_rmsnorm", .w = b.Vector(blk + "attn_q_norm", L.q_norm, hd), .y = "q",
+            .heads = c.n_heads});
+      b.Op({.kind = "head_rmsnorm", .w = b.Vector(blk + "attn_k_norm", L.k_norm, hd), .y = "k",
+            .heads = c.n_kv_heads});
+    }
+    b.Op({.kind = "rope", .y = "q", .n = q_dim});
+    b.Op({.kind = "copy", .x = "k", .y = "k_pre", .n = kv});
+    b.Op({.kind = "rope", .y = "k", .n = kv});
+    b.Op({.kind = "attention", .x = "q", .y = "xb", .k = "k", .k_pre = "k_pre", .v = "v",
+          .layer = c.cache_layer(l)});
+    b.Op({.kind = "matvec", .w = b.Matrix(blk + "attn_output", L.wo), .x = "xb", .y = "xb2"});
+    b.Op({.kind = "add", .x = "xb2", .y = "x", .n = dim});
+    b.Op({.kind = "rmsnorm", .w = b.Vector(blk + "ffn_norm", L.ffn_norm, dim), .x = "x", .y = "xb", .n = dim});
+    b.Op({.kind = "matvec", .w = b.Matrix(blk + "ffn_gate", L.w1), .x = "xb", .y = "hb"});
+    b.Op({.kind = "matvec", .w = b.Matrix(blk + "ffn_up", L.w3), .x = "xb", .y = "hb2"});
+    b.Op({.kind = "swiglu", .x = "hb2", .y = "hb", .n = hidden});
+    b.Op({.kind = "matvec", .w = b.Matrix(blk + "ffn_down", L.w2), .x = "hb", .y = "xb"});
+    b.Op({.kind = "add", .x = "xb", .y = "x", .n = dim});
+  }
+  b.Op({.kind = "rmsnorm", .w = b.Vector("output_norm", w.final_norm, dim), .x = "x", .y = "xb", .n = dim});
+  b.Op({.kind = "matvec", .w = b.Matrix("output", w.classifier), .x = "xb", .y = "logits"});
+  b.Op({.kind = "argmax", .x = "logits", .n = c.vocab_size});
+  return p;
+}
+
+std::string GpuProgramJson(const GpuProgram& p) {
+  const kvq::LlamaConfig& c = p.config;
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const GpuTensor& t : p.tensors) {
+    tensors.push_back({{"name", t.name}, {"type", t.type}, {"layout", t.layout},
+                       {"address", static_cast<double>(t.address)}, {"bytes", t.bytes}, {"rows", t.rows},
+                       {"cols", t.cols}});
+  }
+  nlohmann::json buffers = nlohmann::json::object();
+  for (const auto& [name, n] : p.buffers) buffers[name] = n;
+  nlohmann::json ops = nlohmann::json::array();
+  for (const GpuOp& o : p.ops) {
+    nlohmann::json j{{"kind", o.kind}};
+    if (o.w >= 0) j["w"] = o.w;
+    if (!o.x.empty()) j["x"] = o.x;
+    if (!o.y.empty()) j["y"] = o.y;
+    if (!o.k.empty()) j["k"] = o.k;
+    if (!o.k_pre.empty()) j["k_pre"] = o.k_pre;
+    if (!o.v.empty()) j["v"] = o.v;
+    if (o.n > 0) j["n"] = o.n;
+    if (o.heads > 0) j["heads"] = o.heads;
+    if (o.layer >= 0) j["layer"] = o.layer;
+    ops.push_back(std::move(j));
+  }
+  const int32_t rot = c.rope_dims > 0 ? c.rope_dims : c.head_dim();
+  nlohmann::json config{{"arch", c.arch}, {"dim", c.dim}, {"hidden_dim", c.hidden_dim}, {"n_layers", c.n_layers},
+                        {"n_heads", c.n_heads}, {"n_kv_heads", c.n_kv_heads}, {"head_dim", c.head_dim()},
+                        {"q_dim", c.q_dim()}, {"kv_dim", c.kv_dim()}, {"vocab_size", c.vocab_size},
+                        {"norm_eps", c.norm_eps},
+                        {"rope_pairing", c.rope_pairing == kvq::RopePairing::kAdjacent ? "adjacent" : "halves"},
+                        {"rotary_dims", rot}};
+  return nlohmann::json{{"config", config}, {"tensors", tensors}, {"buffers", buffers}, {"ops", ops}}.dump();
+}
+
+}  // namespace kvq_web

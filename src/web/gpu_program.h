@@ -1,0 +1,65 @@
+// The WebGPU step program: one decode step of a loaded model as an ordered list of ops over named
+// activation buffers and a tensor table (each weight's type, layout and bytes in this module's
+// memory), built once from LlamaConfig / LlamaWeights in LlamaModel::ForwardBatch's order, so
+// the page's WGSL kernels (web/gpu/step_program.js) run the forward pass this module defines
+// rather than a copy of it. Attention stays with the module's KvCache (a KvDevice streams its
+// pages into GPU slots); the page hands each layer's new K and V rows to it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvq/status.h"
+#include "model/llama_weights.h"
+
+namespace kvq_web {
+
+/// One weight of the program: a matrix (rows × cols of `type` in `layout`) or a vector of f32
+/// (a norm's weights, a bias: rows 1).
+struct GpuTensor {
+  std::string name;     ///< "blk.3.wq", "token_embd", ... (for messages)
+  std::string type;     ///< the weight registry's name: "f32", "q4_0", "q1_0", ...
+  std::string layout;   ///< "rows" (the file's) or "interleaved16" (weights/repack.h)
+  uintptr_t address;    ///< where its bytes start in this module's memory
+  int64_t bytes = 0;
+  int64_t rows = 0, cols = 0;
+};
+
+/// One op. Kinds and fields (buffers by name, tensors by index into the table):
+///   embed        w, y            y = row `token` of w, decoded
+///   rmsnorm      w, x, y, n      y = x / sqrt(mean(x²) + eps) · w           (RmsNorm)
+///   matvec       w, x, y         y = W x                                     (MatVec)
+///   bias         w, y, n         y += w                                      (AddBias)
+///   head_rmsnorm w, y, heads     each head of y RMS-normed in place by w [head_dim]
+///   copy         x, y, n         y = x (the keys before RoPE, for a "prerope" cache)
+///   rope         y, n            y's heads rotated at the step's position (RopeCosSin)
+///   attention    layer, q, k, k_pre, v, y   the cache layer appends k (k_pre for a prerope
+///                                key spec) and v, then y = attention of q over its positions
+///   add          x, y, n         y += x
+///   swiglu       x, y, n         y = silu(y) · x                             (SwiGlu)
+///   argmax       x, n            the step's token: the first index of the largest x
+struct GpuOp {
+  std::string kind;
+  int32_t w = -1;
+  std::string x, y, k, k_pre, v;
+  int64_t n = 0;
+  int32_t heads = 0;
+  int32_t layer = -1;  ///< the cache layer (attention)
+};
+
+struct GpuProgram {
+  kvq::LlamaConfig config;
+  std::vector<GpuTensor> tensors;
+  std::vector<std::pair<std::string, int64_t>> buffers;  ///< name, f32 elements
+  std::vector<GpuOp> ops;
+};
+
+/// The program of one decode step of `w`, or an error naming what the GPU path does not run
+/// (recurrent Gated DeltaNet layers, mixture-of-experts feed-forward, gated attention output).
+kvq::Result<GpuProgram> BuildGpuProgram(const kvq::LlamaWeights& w);
+
+/// The program as JSON: {config, tensors, buffers, ops} (the page's web/gpu/step_program.js).
+std::string GpuProgramJson(const GpuProgram& p);
+
+}  // namespace kvq_web

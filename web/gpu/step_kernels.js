@@ -1,0 +1,246 @@
+// The WGSL kernels of the step program (web/gpu/step_program.js): one module of the ops that need
+// no weight decoding, and per (weight type, layout) one module of the weight ops (matvec, the
+// embedding row). Each mirrors the kvq op named beside it; f32 throughout. Norm sums and the argmax
+// are workgroup trees, matvec rows one invocation each (its sum in order, as kvq's scalar kernels
+// add): every order is fixed by the code, not by scheduling, so a step gives the same bits every
+// time on one device. (Rows split across a workgroup, tiled and subgroup kernels: later.)
+
+import {kByteHelpers, Readers} from './kv_formats.js';
+import {WeightBlock, WeightReaderWgsl} from './weight_types.js';
+
+/** Lanes of the reduction workgroups (norms, argmax); invocations per matvec workgroup (a row each). */
+export const kNormLanes = 64;
+export const kRowLanes = 64;
+
+// Bindings (auto layouts hold only those an entry point uses): the weights as u32 words, the
+// input x, the output y, the op's uniform, the step's [token, position], the RoPE table, the
+// argmax output, the quantised activation.
+export const kOpsWgsl = /* wgsl */ `
+// n: elements; a: a weight vector's first word in w (norms, biases) or head_dim (rope);
+// b: eps's bits (norms) or rotary dims (rope); c: the RoPE pairing (0 adjacent, 1 halves).
+struct P { n: u32, a: u32, b: u32, c: u32 }
+@group(0) @binding(0) var<storage, read> w: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@group(0) @binding(3) var<uniform> p: P;
+@group(0) @binding(5) var<storage, read> rope_table: array<f32>;  // [rotary_dims / 2][cos, sin]
+@group(0) @binding(6) var<storage, read_write> out_id: array<u32>; // [1] the argmax
+@group(0) @binding(7) var<storage, read_write> xq: array<i32>;     // [cols] activation codes
+@group(0) @binding(8) var<storage, read_write> xd: array<f32>;     // [cols / 32] their scales
+
+fn wf(i: u32) -> f32 { return bitcast<f32>(w[i]); }
+
+var<workgroup> part: array<f32, ${kNormLanes}>;
+var<workgroup> part_i: array<u32, ${kNormLanes}>;
+
+fn tree_sum(lid: u32) -> f32 {
+  for (var s = ${kNormLanes / 2}u; s > 0u; s >>= 1u) {
+    if (lid < s) { part[lid] = part[lid] + part[lid + s]; }
+    workgroupBarrier();
+  }
+  return part[0];
+}
+
+// RmsNorm: y = w · (x / sqrt(mean(x²) + eps)), the sum of squares a workgroup tree.
+@compute @workgroup_size(${kNormLanes})
+fn rmsnorm(@builtin(local_invocation_id) l: vec3u) {
+  var ss = 0.0;
+  for (var i = l.x; i < p.n; i += ${kNormLanes}u) { ss = ss + x[i] * x[i]; }
+  part[l.x] = ss;
+  workgroupBarrier();
+  let scale = 1.0 / sqrt(tree_sum(l.x) / f32(p.n) + bitcast<f32>(p.b));
+  for (var i = l.x; i < p.n; i += ${kNormLanes}u) { y[i] = wf(p.a + i) * (scale * x[i]); }
+}
+
+// Qwen3's per-head RmsNorm of y in place: one workgroup per head of p.n numbers.
+@compute @workgroup_size(${kNormLanes})
+fn head_rmsnorm(@builtin(local_invocation_id) l: vec3u, @builtin(workgroup_id) g: vec3u) {
+  let base = g.x * p.n;
+  var ss = 0.0;
+  for (var i = l.x; i < p.n; i += ${kNormLanes}u) { ss = ss + y[base + i] * y[base + i]; }
+  part[l.x] = ss;
+  workgroupBarrier();
+  let scale = 1.0 / sqrt(tree_sum(l.x) / f32(p.n) + bitcast<f32>(p.b));
+  for (var i = l.x; i < p.n; i += ${kNormLanes}u) { y[base + i] = wf(p.a + i) * (scale * y[base + i]); }
+}
+
+// RotateByCosSin: pair i of each head (adjacent: 2i, 2i+1; halves: i, i + rot/2) by the table's
+// cos and sin (kvq's RopeCosSin, computed by the module for this position).
+@compute @workgroup_size(64)
+fn rope(@builtin(global_invocation_id) id: vec3u) {
+  let half = p.b / 2u;
+  if (id.x >= (p.n / p.a) * half) { return; }
+  let head = id.x / half;
+  let i = id.x % half;
+  let h = head * p.a;
+  let ia = select(h + i, h + 2u * i, p.c == 0u);
+  let ib = select(h + i + half, h + 2u * i + 1u, p.c == 0u);
+  let c = rope_table[2u * i];
+  let s = rope_table[2u * i + 1u];
+  let xa = y[ia];
+  let xb = y[ib];
+  y[ia] = xa * c - xb * s;
+  y[ib] = xa * s + xb * c;
+}
+
+// y += x (the residual adds).
+@compute @workgroup_size(64)
+fn add(@builtin(global_invocation_id) id: vec3u) {
+  if (id.x < p.n) { y[id.x] = y[id.x] + x[id.x]; }
+}
+
+// y += w[a ..] (AddBias).
+@compute @workgroup_size(64)
+fn bias(@builtin(global_invocation_id) id: vec3u) {
+  if (id.x < p.n) { y[id.x] = y[id.x] + wf(p.a + id.x); }
+}
+
+// y = x.
+@compute @workgroup_size(64)
+fn copy(@builtin(global_invocation_id) id: vec3u) {
+  if (id.x < p.n) { y[id.x] = x[id.x]; }
+}
+
+// SwiGlu: y = (g · σ(g)) · x with g = y, σ(g) = 1 / (1 + exp(−g)).
+@compute @workgroup_size(64)
+fn swiglu(@builtin(global_invocation_id) id: vec3u) {
+  if (id.x >= p.n) { return; }
+  let g = y[id.x];
+  let sig = 1.0 / (1.0 + exp(-g));
+  y[id.x] = (g * sig) * x[id.x];
+}
+
+// The first index of the largest x (greedy sampling): each lane its stride, then a tree that
+// keeps the larger value and, on a tie, the smaller index.
+@compute @workgroup_size(${kNormLanes})
+fn argmax(@builtin(local_invocation_id) l: vec3u) {
+  var best = -3.4028234663852886e38;
+  var best_i = 0xffffffffu;
+  for (var i = l.x; i < p.n; i += ${kNormLanes}u) {
+    if (x[i] > best || best_i == 0xffffffffu) { best = x[i]; best_i = i; }
+  }
+  part[l.x] = best;
+  part_i[l.x] = best_i;
+  workgroupBarrier();
+  for (var s = ${kNormLanes / 2}u; s > 0u; s >>= 1u) {
+    if (l.x < s) {
+      let o = l.x + s;
+      if (part_i[o] != 0xffffffffu &&
+          (part_i[l.x] == 0xffffffffu || part[o] > part[l.x] || (part[o] == part[l.x] && part_i[o] < part_i[l.x]))) {
+        part[l.x] = part[o];
+        part_i[l.x] = part_i[o];
+      }
+    }
+    workgroupBarrier();
+  }
+  if (l.x == 0u) { out_id[0] = part_i[0]; }
+}
+
+// WGSL's division is accurate to 2.5 ulp, not correctly rounded; the CPU's quotients (d = amax /
+// 127, then x / d, IEEE divisions) are found here exactly: among the f32 next to the approximate
+// quotient, the one whose residual x − c·d is smallest, ties to the even one. The residual is
+// exact up to its last rounding: c·d = p + err by Dekker's product (12-bit halves: every partial
+// product exact), and x − p is exact where it matters (x and p within a factor 2: Sterbenz).
+fn split_hi(a: f32) -> f32 { return bitcast<f32>(bitcast<u32>(a) & 0xfffff000u); }
+fn residual(x: f32, c: f32, d: f32) -> f32 {
+  let p = c * d;
+  let ch = split_hi(c);
+  let cl = c - ch;
+  let dh = split_hi(d);
+  let dl = d - dh;
+  let err = ((ch * dh - p) + ch * dl + cl * dh) + cl * dl;
+  return (x - p) - err;
+}
+// x / d correctly rounded (round to nearest, ties to even), for finite x and d ≠ 0.
+fn div_rn(x: f32, d: f32) -> f32 {
+  let q = x / d;
+  var best = q;
+  var best_r = abs(residual(x, q, d));
+  for (var k = -2; k <= 2; k++) {
+    let c = bitcast<f32>(u32(i32(bitcast<u32>(q)) + k));
+    let r = abs(residual(x, c, d));
+    if (r < best_r || (r == best_r && (bitcast<u32>(c) & 1u) == 0u)) { best = c; best_r = r; }
+  }
+  return best;
+}
+
+// QuantizeActivation (weights/matvec.h) of x [n]: per block of 32, d = amax / 127, codes
+// round-half-even(x / d) clamped to ±127; a zero block gets d = 0 and codes 0.
+@compute @workgroup_size(64)
+fn quantize(@builtin(global_invocation_id) id: vec3u) {
+  if (id.x >= p.n / 32u) { return; }
+  let base = id.x * 32u;
+  var amax = 0.0;
+  for (var i = 0u; i < 32u; i++) { amax = max(amax, abs(x[base + i])); }
+  let d = div_rn(amax, 127.0);
+  xd[id.x] = d;
+  for (var i = 0u; i < 32u; i++) {
+    // round-half-even of the clamped quotient, as the CPU's magic-number rounding.
+    xq[base + i] = select(i32(round(clamp(div_rn(x[base + i], d), -127.0, 127.0))), 0, d == 0.0);
+  }
+}
+`;
+
+/** Bindings each entry point of kOpsWgsl uses. */
+export const kOpsBindings = {
+  rmsnorm: [0, 1, 2, 3], head_rmsnorm: [0, 2, 3], rope: [2, 3, 5], add: [1, 2, 3], bias: [0, 2, 3], copy: [1, 2, 3],
+  swiglu: [1, 2, 3], argmax: [1, 3, 6], quantize: [1, 3, 7, 8],
+};
+
+/** The weight ops of `type` in `layout`: matvec (f32 activation or quantised), embed. */
+export function WeightOpsWgsl(type, layout) {
+  const {elems, quantized_activation} = WeightBlock(type);
+  const matvec_q = `
+// MatVec with the activation quantised (weights/matvec.h): per activation block b of 32 the exact
+// integer I_b = Σ code·q, then Σ_b (d_w · d_x) · I_b in f32 in order of b. One invocation per row.
+@compute @workgroup_size(${kRowLanes})
+fn matvec(@builtin(global_invocation_id) id: vec3u) {
+  let row = id.x + id.y * ${kRowLanes}u * 32768u;
+  if (row >= dims.rows) { return; }
+  var sum = 0.0;
+  for (var b = 0u; b < dims.cols / 32u; b++) {
+    let block = (b * 32u) / ${elems}u;
+    let first = (b * 32u) % ${elems}u;
+    var dot = 0;
+    for (var j = 0u; j < 32u; j++) { dot = dot + w_code(row, block, first + j) * xq[b * 32u + j]; }
+    sum = sum + (w_scale(row, block) * xd[b]) * f32(dot);
+  }
+  y[row] = sum;
+}`;
+  const matvec_f32 = `
+// MatVec, f32 activation: one invocation per row, its products summed in order of the column.
+@compute @workgroup_size(${kRowLanes})
+fn matvec(@builtin(global_invocation_id) id: vec3u) {
+  let row = id.x + id.y * ${kRowLanes}u * 32768u;
+  if (row >= dims.rows) { return; }
+  var sum = 0.0;
+  for (var c = 0u; c < dims.cols; c++) { sum = sum + w_elem(row, c) * x[c]; }
+  y[row] = sum;
+}`;
+  return /* wgsl */ `
+struct Dims { rows: u32, cols: u32, row_bytes: u32, first_byte: u32 }
+@group(0) @binding(0) var<storage, read> w_buf: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;        // [cols]
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;  // [rows]
+@group(0) @binding(3) var<uniform> dims: Dims;
+@group(0) @binding(4) var<storage, read> step: array<u32>;     // [token, position]
+@group(0) @binding(7) var<storage, read> xq: array<i32>;       // [cols] activation codes
+@group(0) @binding(8) var<storage, read> xd: array<f32>;       // [cols / 32] their scales
+${kByteHelpers}
+${Readers('w')}
+${WeightReaderWgsl(type, layout)}
+
+${quantized_activation ? matvec_q : matvec_f32}
+
+// DecodeWeightRow: y = row step[0] of w.
+@compute @workgroup_size(64)
+fn embed(@builtin(global_invocation_id) id: vec3u) {
+  if (id.x < dims.cols) { y[id.x] = w_elem(step[0], id.x); }
+}
+`;
+}
+
+/** Bindings of WeightOpsWgsl's entry points. */
+export function WeightOpsBindings(type) {
+  return {matvec: WeightBlock(type).quantized_activation ? [0, 2, 3, 7, 8] : [0, 1, 2, 3], embed: [0, 2, 3, 4]};
+}

@@ -1,0 +1,233 @@
+// Runs the WebAssembly module's step program (src/web/gpu_program.h: one decode step of the loaded
+// model as ops over named buffers and a tensor table) on a WebGPU device with the kernels of
+// step_kernels.js. The module defines the forward pass; this file only executes it. Weights are
+// copied once from the module's memory into one GPU buffer; bind groups and uniforms are made once,
+// so a step writes only its token, position and RoPE table before encoding its ops.
+//
+// Submits and readbacks per step: the ops up to a layer's attention are encoded into one command
+// encoder and submitted; that layer's new K and V rows come back to the module (its KvCache, the
+// master copy, encodes them with kvq's codecs), the cache streams its pages to the GPU through
+// kv_device.js and attends (its own submits); the next span follows. The last span ends with the
+// argmax, whose id is the step's final readback. `counts` tallies them (the device's too).
+
+import {kOpsBindings, kOpsWgsl, kRowLanes, WeightOpsBindings, WeightOpsWgsl} from './step_kernels.js';
+import {kGpuWeightTypes} from './weight_types.js';
+
+const kStorage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
+const Ceil4 = (n) => Math.ceil(n / 4) * 4;
+
+/**
+ * Why the GPU kernels here cannot run `program` ('' when they can): a weight type or layout
+ * they do not read, named with its tensor.
+ */
+export function StepProgramWhyNot(program) {
+  for (const t of program.tensors) {
+    if (!kGpuWeightTypes.includes(t.type)) {
+      return `the GPU kernels do not read ${t.type.toUpperCase()} weights (tensor ${t.name}; they read ` +
+             `${kGpuWeightTypes.map((s) => s.toUpperCase()).join(', ')})`;
+    }
+    if (t.layout !== 'rows' && !(t.layout === 'interleaved16' && ['q4_0', 'q8_0'].includes(t.type))) {
+      return `the GPU kernels do not read ${t.type.toUpperCase()} in the ${t.layout} layout (tensor ${t.name})`;
+    }
+  }
+  return '';
+}
+
+export class GpuStepProgram {
+  /**
+   * program: the module's kvq_web_gpu_program JSON, parsed; heap: the module's HEAPU8 (the tensor
+   * table's addresses index it); rope(pos): Float32Array [rotary_dims / 2][2] for a position
+   * (kvq_web_gpu_rope); kv_device: the GpuKvDevice attention streams through (for its counts).
+   */
+  static async Create(device, program, heap, rope, kv_device) {
+    const why_not = StepProgramWhyNot(program);
+    if (why_not) throw new Error(why_not);
+    const compile = async (code, entries, what) => {
+      const module = device.createShaderModule({code});
+      const info = await module.getCompilationInfo();
+      const errors = info.messages.filter((m) => m.type === 'error');
+      if (errors.length) throw new Error(`${what} WGSL: ${errors.map((m) => `${m.lineNum}: ${m.message}`).join('; ')}`);
+      const pipelines = {};
+      for (const e of entries) {
+        pipelines[e] = await device.createComputePipelineAsync({layout: 'auto', compute: {module, entryPoint: e}});
+      }
+      return pipelines;
+    };
+    const ops = await compile(kOpsWgsl, Object.keys(kOpsBindings), 'step ops');
+    const weight_ops = {};  // by `${type}/${layout}`
+    for (const t of program.tensors) {
+      const key = `${t.type}/${t.layout}`;
+      if (t.rows > 1 || t.type !== 'f32') {
+        weight_ops[key] ??= await compile(WeightOpsWgsl(t.type, t.layout), ['matvec', 'embed'], `${key} weights`);
+      }
+    }
+    return new GpuStepProgram(device, program, heap, rope, kv_device, ops, weight_ops);
+  }
+
+  constructor(device, program, heap, rope, kv_device, ops, weight_ops) {
+    this.device = device;
+    this.program = program;
+    this.config = program.config;
+    this.rope = rope;
+    this.kv_device = kv_device;
+    this.counts = {steps: 0, submits: 0, readbacks: 0, device_submits: 0};
+    // The weights: each distinct tensor (a tied classifier is the embedding) once, 4-byte aligned.
+    const placed = new Map();  // address -> byte offset in the GPU buffer
+    let size = 0;
+    for (const t of program.tensors) {
+      if (placed.has(t.address)) continue;
+      placed.set(t.address, size);
+      size += Ceil4(t.bytes);
+    }
+    this.weight_bytes = size;
+    this.weights = device.createBuffer({size: Math.max(16, size), usage: kStorage});
+    for (const [address, offset] of placed) {
+      const t = program.tensors.find((u) => u.address === address);
+      device.queue.writeBuffer(this.weights, offset, heap.buffer, heap.byteOffset + address, Ceil4(t.bytes));
+    }
+    this.offset_of = (t) => placed.get(program.tensors[t].address);
+    // Activations [f32 elements] by name (program.buffers), the step's [token, position], the RoPE
+    // table, the argmax id, the quantised activation [max cols] codes and [max cols / 32] scales.
+    this.buffers = {};
+    for (const [name, n] of Object.entries(program.buffers)) this.buffers[name] = this.#Buffer(n * 4);
+    const max_cols = Math.max(...program.tensors.map((t) => t.cols));
+    this.step = this.#Buffer(8);
+    this.rope_table = this.#Buffer(this.config.rotary_dims * 4);
+    this.out_id = this.#Buffer(4);
+    this.xq = this.#Buffer(max_cols * 4);
+    this.xd = this.#Buffer(Math.ceil(max_cols / 32) * 4);
+    const c = this.config;
+    const kv_floats = 2 * c.kv_dim;
+    this.staging = device.createBuffer({size: Math.max(kv_floats * 4, 4 + c.vocab_size * 4),
+                                        usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
+    // Each op recorded once: [{pipeline, group, groups: [x, y]}], and the attention ops apart.
+    this.records = program.ops.map((op) => this.#Record(op, ops, weight_ops));
+  }
+
+  /** Frees the GPU buffers (the weights and activations). */
+  Destroy() {
+    this.weights.destroy();
+    for (const b of Object.values(this.buffers)) b.destroy();
+    for (const b of [this.step, this.rope_table, this.out_id, this.xq, this.xd, this.staging]) b.destroy();
+  }
+
+  #Buffer(bytes) {
+    return this.device.createBuffer({size: Math.max(16, Ceil4(bytes)), usage: kStorage});
+  }
+
+  #Uniform(words) {
+    const b = this.device.createBuffer({size: 16, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST});
+    this.device.queue.writeBuffer(b, 0, new Uint32Array(words));
+    return b;
+  }
+
+  #Group(pipeline, bindings, resources) {
+    return this.device.createBindGroup({layout: pipeline.getBindGroupLayout(0),
+      entries: bindings.map((b) => ({binding: b, resource: {buffer: resources[b]}}))});
+  }
+
+  // One dispatch (or two: a quantised matvec's activation first) of `op`.
+  #Record(op, ops, weight_ops) {
+    const c = this.config, B = this.buffers;
+    const eps_bits = new Uint32Array(new Float32Array([c.norm_eps]).buffer)[0];
+    const base = {0: this.weights, 5: this.rope_table, 6: this.out_id, 7: this.xq, 8: this.xd, 4: this.step};
+    const simple = (entry, words, x, y, groups) => {
+      const pipeline = ops[entry];
+      return [{pipeline, groups, group: this.#Group(pipeline, kOpsBindings[entry],
+                                                    {...base, 1: B[x], 2: B[y], 3: this.#Uniform(words)})}];
+    };
+    const word = (t) => this.offset_of(t) / 4;
+    const t = op.w !== undefined ? this.program.tensors[op.w] : null;
+    switch (op.kind) {
+      case 'embed':
+      case 'matvec': {
+        const kernels = weight_ops[`${t.type}/${t.layout}`];
+        const entry = op.kind;
+        const row_bytes = t.bytes / t.rows;
+        const dims = this.#Uniform([t.rows, t.cols, row_bytes, this.offset_of(op.w)]);
+        const group = this.#Group(kernels[entry], WeightOpsBindings(t.type)[entry],
+                                  {...base, 1: B[op.x], 2: B[op.y], 3: dims});
+        const row_groups = Math.ceil(t.rows / kRowLanes);  // matvec: a row per invocation
+        const groups = entry === 'embed' ? [Math.ceil(t.cols / 64), 1] : [Math.min(row_groups, 32768), Math.ceil(row_groups / 32768)];
+        const out = [];
+        if (entry === 'matvec' && WeightOpsBindings(t.type).matvec.includes(7)) {  // quantised activation
+          out.push(...simple('quantize', [t.cols, 0, 0, 0], op.x, op.y, [Math.ceil(t.cols / 32 / 64), 1]));
+        }
+        out.push({pipeline: kernels[entry], group, groups});
+        return out;
+      }
+      case 'rmsnorm': return simple('rmsnorm', [op.n, word(op.w), eps_bits, 0], op.x, op.y, [1, 1]);
+      case 'head_rmsnorm': return simple('head_rmsnorm', [c.head_dim, word(op.w), eps_bits, 0], 'x', op.y, [op.heads, 1]);
+      case 'rope': {
+        const pairs = (op.n / c.head_dim) * (c.rotary_dims / 2);
+        return simple('rope', [op.n, c.head_dim, c.rotary_dims, c.rope_pairing === 'adjacent' ? 0 : 1], 'x', op.y,
+                      [Math.ceil(pairs / 64), 1]);
+      }
+      case 'add': return simple('add', [op.n, 0, 0, 0], op.x, op.y, [Math.ceil(op.n / 64), 1]);
+      case 'bias': return simple('bias', [op.n, word(op.w), 0, 0], 'x', op.y, [Math.ceil(op.n / 64), 1]);
+      case 'copy': return simple('copy', [op.n, 0, 0, 0], op.x, op.y, [Math.ceil(op.n / 64), 1]);
+      case 'swiglu': return simple('swiglu', [op.n, 0, 0, 0], op.x, op.y, [Math.ceil(op.n / 64), 1]);
+      case 'argmax': return simple('argmax', [op.n, 0, 0, 0], op.x, 'x', [1, 1]);
+      case 'attention': return null;  // the cache's, at run time
+      default: throw new Error(`step program: unknown op '${op.kind}'`);
+    }
+  }
+
+  #Submit(encoder) {
+    this.device.queue.submit([encoder.finish()]);
+    ++this.counts.submits;
+  }
+
+  async #ReadBack(encoder, bytes) {
+    this.#Submit(encoder);
+    await this.staging.mapAsync(GPUMapMode.READ, 0, bytes);
+    const out = this.staging.getMappedRange(0, bytes).slice(0);
+    this.staging.unmap();
+    ++this.counts.readbacks;
+    return out;
+  }
+
+  /**
+   * One decode step: `token` at position `pos` through every op; kv: the module's cache for the
+   * attention ops ({prerope, Append(layer, k, v) with Float32Arrays, Attend(layer, q, pos, out):
+   * GPU buffers q [n_heads·head_dim] in, out the same shape}). Returns {token: the argmax, logits:
+   * Float32Array [vocab] when options.logits}.
+   */
+  async Step(token, pos, kv, options = {}) {
+    const c = this.config, device = this.device, B = this.buffers;
+    if (!(token >= 0 && token < c.vocab_size)) throw new Error(`token ${token} is outside the vocabulary of ${c.vocab_size}`);
+    const device_submits = this.kv_device ? this.kv_device.submits : 0;
+    device.queue.writeBuffer(this.step, 0, new Uint32Array([token, pos]));
+    device.queue.writeBuffer(this.rope_table, 0, this.rope(pos));
+    let encoder = device.createCommandEncoder();
+    let pass = encoder.beginComputePass();
+    for (let i = 0; i < this.program.ops.length; ++i) {
+      const op = this.program.ops[i];
+      if (op.kind === 'attention') {
+        pass.end();
+        const k = kv.prerope ? op.k_pre : op.k;
+        encoder.copyBufferToBuffer(B[k], 0, this.staging, 0, c.kv_dim * 4);
+        encoder.copyBufferToBuffer(B[op.v], 0, this.staging, c.kv_dim * 4, c.kv_dim * 4);
+        const rows = new Float32Array(await this.#ReadBack(encoder, 2 * c.kv_dim * 4));
+        kv.Append(op.layer, rows.subarray(0, c.kv_dim), rows.subarray(c.kv_dim));
+        kv.Attend(op.layer, B[op.x], pos, B[op.y]);
+        encoder = device.createCommandEncoder();
+        pass = encoder.beginComputePass();
+        continue;
+      }
+      for (const r of this.records[i]) {
+        pass.setPipeline(r.pipeline);
+        pass.setBindGroup(0, r.group);
+        pass.dispatchWorkgroups(r.groups[0], r.groups[1]);
+      }
+    }
+    pass.end();
+    encoder.copyBufferToBuffer(this.out_id, 0, this.staging, 0, 4);
+    if (options.logits) encoder.copyBufferToBuffer(B.logits, 0, this.staging, 4, c.vocab_size * 4);
+    const bytes = await this.#ReadBack(encoder, options.logits ? 4 + c.vocab_size * 4 : 4);
+    ++this.counts.steps;
+    if (this.kv_device) this.counts.device_submits += this.kv_device.submits - device_submits;
+    return {token: new Uint32Array(bytes, 0, 1)[0], logits: options.logits ? new Float32Array(bytes, 4) : null};
+  }
+}
+
