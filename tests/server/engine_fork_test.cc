@@ -11,21 +11,13 @@
 #include "kvq/model.h"
 #include "kvq/session.h"
 #include "server/engine.h"
+#include "test_util/bundled_model.h"
 
 namespace kvq::server {
 namespace {
 
-const std::string kDir = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/";
 
-const Model& Bundled() {
-  static std::unique_ptr<Model> model = [] {
-    Result<std::unique_ptr<Model>> m = Model::Load(
-        kDir + "stories260K.bin", {.tokenizer_path = kDir + "tok512.bin", .threads = 1});
-    EXPECT_TRUE(m.ok()) << m.status().message();
-    return std::move(m).value();
-  }();
-  return *model;
-}
+const Model& Bundled() { return test::BundledModel(); }
 
 // What a fresh session generates for `prompt`, greedy.
 std::string Alone(const std::vector<int32_t>& prompt, int32_t max_tokens, bool ignore_eos) {

@@ -13,6 +13,7 @@
 
 #include "kvq/model.h"
 #include "server/engine.h"
+#include "test_util/bundled_model.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 
@@ -20,17 +21,8 @@ namespace kvq::server {
 namespace {
 
 using json = nlohmann::json;
-const std::string kDir = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/";
 
-const Model& Bundled() {
-  static std::unique_ptr<Model> model = [] {
-    Result<std::unique_ptr<Model>> m =
-        Model::Load(kDir + "stories260K.bin", {.tokenizer_path = kDir + "tok512.bin", .threads = 1});
-    EXPECT_TRUE(m.ok()) << m.status().message();
-    return std::move(m).value();
-  }();
-  return *model;
-}
+const Model& Bundled() { return test::BundledModel(); }
 
 // A server that starts loading (no model); Attach makes it ready.
 class LoadingServer {

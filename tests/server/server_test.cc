@@ -22,6 +22,7 @@
 #include "kvq/model.h"
 #include "kvq/session.h"
 #include "server/engine.h"
+#include "test_util/bundled_model.h"
 #include "server/http_server.h"
 #include "server/load_client.h"
 #include "synth/synth.h"
@@ -32,15 +33,7 @@ namespace {
 using json = nlohmann::json;
 const std::string kDir = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/";
 
-const Model& Bundled() {
-  static std::unique_ptr<Model> model = [] {
-    Result<std::unique_ptr<Model>> m =
-        Model::Load(kDir + "stories260K.bin", {.tokenizer_path = kDir + "tok512.bin", .threads = 1});
-    EXPECT_TRUE(m.ok()) << m.status().message();
-    return std::move(m).value();
-  }();
-  return *model;
-}
+const Model& Bundled() { return test::BundledModel(); }
 
 class TestServer {
  public:
