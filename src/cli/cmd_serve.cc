@@ -75,12 +75,15 @@ int RunServe(ServeOptions& o) {
   std::atomic<server::Engine*> running_engine{nullptr};
   std::thread watcher([&] {
     while (g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // Draining before the log line says so: whoever reads the line and asks finds it true.
+    http.SetDraining();  // /health: 503 "draining" from now on
+    server::Engine* e = running_engine.load();
+    if (e != nullptr) e->StopAccepting();
     if (g_signal > 0) {
       fmt::print(stderr, "kvq serve: signal {}: not accepting new requests, finishing running ones (up to {} s)\n",
                  g_signal.load(), o.shutdown_grace_seconds);
     }
-    http.SetDraining();  // /health: 503 "draining" from now on
-    if (server::Engine* e = running_engine.load()) {
+    if (e != nullptr) {
       e->Drain(std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_grace_seconds * 1e3)));
     }
     http.Stop();

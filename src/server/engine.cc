@@ -230,11 +230,13 @@ std::variant<std::shared_ptr<Job>, ApiError> Engine::SubmitWith(JobSpec spec, st
   return job;
 }
 
+void Engine::StopAccepting() {
+  std::lock_guard<std::mutex> lock(mu_);
+  draining_ = true;
+}
+
 void Engine::Drain(std::chrono::milliseconds grace) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    draining_ = true;
-  }
+  StopAccepting();
   const auto until = Clock::now() + grace;
   while (Clock::now() < until) {
     bool busy = false;

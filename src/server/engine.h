@@ -143,6 +143,8 @@ class Engine {
   /// draws its own tokens; one that finds no idle slot (or a total KV budget, which forks would
   /// bypass) is queued as a request of its own. Errors: Submit's.
   std::variant<std::vector<std::shared_ptr<Job>>, ApiError> SubmitChoices(JobSpec spec, int32_t n);
+  /// Refuses new jobs (503) from now on; queued and running ones go on.
+  void StopAccepting();
   /// Refuses new jobs and waits up to `grace` for queued and running ones to finish; the rest are
   /// cancelled.
   void Drain(std::chrono::milliseconds grace);
