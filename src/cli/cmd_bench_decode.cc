@@ -1,6 +1,6 @@
 // `kvq bench decode`: whole-model decode tok/s vs context per KV format, with the KV share of the
-// bytes a step reads, the ceiling it allows and the measured speedup beside it, and seed 002's
-// kill criterion as a verdict.
+// bytes a step reads, the ceiling it allows and the measured speedup beside it, and a verdict on
+// whether each smaller format is worth a kernel (its ceiling at 32K clears 10%).
 #include <fmt/core.h>
 #include <unistd.h>
 
@@ -20,8 +20,8 @@
 namespace kvq::cli {
 namespace {
 
-constexpr int64_t kKillContext = 32768;  // seed 002: the ceiling at 32K decides
-constexpr double kKillThreshold = 0.10;  // under a 10% ceiling: close not-planned
+constexpr int64_t kVerdictContext = 32768;  // the ceiling at 32K decides
+constexpr double kVerdictThreshold = 0.10;  // under a 10% ceiling: not worth a kernel
 
 struct BenchDecodeOptions {
   // -m, --format, --context (empty: 4K, 16K, 32K, 64K bounded by the model and memory), -t,
@@ -114,23 +114,23 @@ int RunBenchDecode(const BenchDecodeOptions& o) {
   expert_bytes /= std::max<int64_t>(ref_rows, 1);
   const int64_t state_bytes = cfg.state_floats() * 4;
 
-  // Seed 002's kill criterion from the shapes: the ceiling at 32K of every smaller arm.
+  // Worth a kernel? From the shapes: the ceiling at 32K of every smaller arm.
   nlohmann::json verdicts = nlohmann::json::array();
   std::vector<std::string> verdict_lines;
-  const Result<int64_t> ref32 = DecodeKvBytes(cfg, *reference, kKillContext);
+  const Result<int64_t> ref32 = DecodeKvBytes(cfg, *reference, kVerdictContext);
   for (const KvSpec& spec : config.formats) {
     const KvSpec* f = &spec;
-    const Result<int64_t> kv32 = DecodeKvBytes(cfg, spec, kKillContext);
+    const Result<int64_t> kv32 = DecodeKvBytes(cfg, spec, kVerdictContext);
     if (f == reference || !ref32.ok() || !kv32.ok()) continue;
     const double share = static_cast<double>(*ref32) / static_cast<double>(*ref32 + other_bytes);
     const double ceiling = SpeedupCeiling(share, static_cast<double>(*kv32) / static_cast<double>(*ref32));
-    const bool clears = ceiling - 1.0 >= kKillThreshold;
-    verdicts.push_back({{"format", KvSpecName(*f)}, {"context", kKillContext}, {"kv_share", share}, {"ceiling", ceiling},
-                        {"verdict", clears ? "clears" : "kill"}});
+    const bool clears = ceiling - 1.0 >= kVerdictThreshold;
+    verdicts.push_back({{"format", KvSpecName(*f)}, {"context", kVerdictContext}, {"kv_share", share}, {"ceiling", ceiling},
+                        {"verdict", clears ? "worth a kernel" : "not worth a kernel"}});
     verdict_lines.push_back(fmt::format(
         "{} vs {} at 32K: KV share {:.1f}%, ceiling {:.3f}x (+{:.1f}%) -> {}", KvSpecName(*f), KvSpecName(*reference),
         100 * share, ceiling, 100 * (ceiling - 1),
-        clears ? "clears the 10% kill criterion" : "under 10%: not worth a kernel (the kill criterion)"));
+        clears ? "clears 10%: worth a kernel" : "under 10%: not worth a kernel"));
   }
   const std::string fill = "random rows encoded in each format (not a prefill)";
   if (o.shared.json) {
@@ -139,8 +139,8 @@ int RunBenchDecode(const BenchDecodeOptions& o) {
                           {"expert_bytes_per_step", expert_bytes}, {"state_bytes", state_bytes},
                           {"attention_layers", cfg.n_attention_layers()}, {"layers", cfg.n_layers},
                           {"reference", KvSpecName(*reference)}, {"fill", fill},
-                          {"reps", o.reps}, {"results", nlohmann::json::array()}, {"kill_criterion", verdicts}};
-    if (cfg.seq_len < kKillContext) out["kill_criterion_note"] = "computed from shapes past the model's context";
+                          {"reps", o.reps}, {"results", nlohmann::json::array()}, {"kernel_verdicts", verdicts}};
+    if (cfg.seq_len < kVerdictContext) out["kernel_verdicts_note"] = "computed from shapes past the model's context";
     for (const DecodeBenchRow& r : *rows) {
       out["results"].push_back({{"format", r.format}, {"context", r.context}, {"ms_median", r.ms_median},
                                 {"ms_min", r.ms_min}, {"ms_max", r.ms_max}, {"tokens_per_second", r.tokens_per_second},
@@ -172,8 +172,8 @@ int RunBenchDecode(const BenchDecodeOptions& o) {
                FormatBytesIec(r.kv_bytes), 100 * r.kv_share, r.ceiling, r.speedup);
   }
   if (!verdict_lines.empty()) {
-    fmt::print("\nkill criterion (a smaller format is worth a kernel only if its ceiling at 32K clears 10%){}:\n",
-               cfg.seq_len < kKillContext ? ", from shapes past this model's context" : "");
+    fmt::print("\nworth a kernel? (a smaller format is, only if its ceiling at 32K clears 10%){}:\n",
+               cfg.seq_len < kVerdictContext ? ", from shapes past this model's context" : "");
     for (const std::string& line : verdict_lines) fmt::print("  {}\n", line);
   }
   return 0;
