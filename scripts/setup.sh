@@ -9,6 +9,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config
   libhwy-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libcpp-httplib-dev  # kvq serve (its pkg-config pulls libssl-dev, zlib1g-dev, libbrotli-dev)
+  curl  # README's server example, run by tests/cli/readme_commands_test.cc
   libcurl4-openssl-dev  # kvq pull / -hf: downloads from a Hugging Face hub (libssl-dev: their SHA-256)
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   gnuplot-nox
