@@ -132,16 +132,14 @@ TEST(PrefillBench, LogitsAreThoseOfForwardBlockAndSharesTileTheTime) {
     ASSERT_EQ(r.logits.size(), logits.size());
     for (size_t v = 0; v < logits.size(); ++v) ASSERT_EQ(r.logits[v], logits[v]) << "logit " << v;
 
-    // The phases tile each ForwardBlock call; what they leave out is the call's entry and return
-    // and the bench loop's few lines per block — under a microsecond, so 50 µs a block is slack
-    // for a preempted thread on a shared machine yet far below one block's milliseconds.
-    const int64_t blocks = config.reps * ((r.length + 63) / 64);
+    // The phases are timed inside each ForwardBlock call, so they never exceed the total. How much
+    // of the total they leave out (the call's entry and return) is a wall-clock quantity a preempted
+    // thread can stretch at will on a shared machine: it is printed by `kvq bench prefill`, not bounded here.
     const double phases = r.weights_s + r.attention_s + r.rest_s;
     EXPECT_GT(r.weights_s, 0.0);
     EXPECT_GT(r.attention_s, 0.0);
     EXPECT_GT(r.rest_s, 0.0);
     EXPECT_LE(phases, r.total_s);
-    EXPECT_LE(r.total_s - phases, blocks * 50e-6) << "total " << r.total_s << " s, phases " << phases << " s";
     EXPECT_DOUBLE_EQ(r.weights_share + r.attention_share + r.rest_share, phases / r.total_s);
 
     EXPECT_LE(r.s_min, r.s_median);
