@@ -270,7 +270,7 @@ void Engine::Loop() {
 
 int64_t Engine::ReservedBytes() const {
   int64_t total = 0;
-  for (const Slot& s : slots_) total += s.job ? s.job->kv_reserved_bytes : SessionBytes(*s.session);
+  for (const Slot& s : slots_) total += SlotReservedBytes(s);
   return total;
 }
 
@@ -321,28 +321,41 @@ bool Engine::AdmitOne(const std::shared_ptr<Job>& job) {
     }
   }
   if (best == nullptr) return false;
-  // Room in the total budget: idle sessions' caches are evicted, least recently used first.
+  // A hybrid model's recurrent state cannot roll back: only a cache that is wholly a prefix of the
+  // prompt is reused (a shorter cut would recompute everything before it, so counts as a miss).
+  const bool fixed_state = model_.info().state_bytes > 0;
+  // A running request still prefilling a prompt that shares more with this one: wait for its
+  // prefix (this job keeps the queue's head), then fork it, rather than compute it twice.
+  if (WaitsForRunningPrefix(prompt, best_common, fixed_state)) return false;
+  const Donor donor = FindDonor(*best, prompt, fixed_state);
+  // A fork holds the donor's pages of the shared prefix once: its reservation is what it adds.
+  const int64_t borrowed = donor.slot != nullptr ? KvBytesFor(static_cast<int64_t>(donor.shared)) -
+                                                       model_.info().state_bytes
+                                                 : 0;
+  const int64_t need = job->kv_reserved_bytes - borrowed;  // what a fork adds
+  // Room in the total budget: idle sessions' caches are evicted, least recently used first. A
+  // cache sharing pages with another session frees less than it holds, so it is left alone.
   if (options_.kv_budget_bytes > 0) {
-    int64_t reserved = ReservedBytes() - SessionBytes(*best->session);
+    int64_t reserved = ReservedBytes() - SlotReservedBytes(*best);
     std::vector<Slot*> idle;
     for (Slot& s : slots_) {
-      if (!s.job && &s != best && s.session->positions() > 0) idle.push_back(&s);
+      if (!s.job && &s != best && s.session->positions() > 0 && s.session->kv_page_bytes_held() ==
+                                                                      s.session->kv_page_bytes_unshared()) {
+        idle.push_back(&s);
+      }
     }
     std::sort(idle.begin(), idle.end(), [](const Slot* a, const Slot* b) { return a->last_used < b->last_used; });
     for (Slot* s : idle) {
-      if (reserved + job->kv_reserved_bytes <= options_.kv_budget_bytes) break;
+      if (reserved + need <= options_.kv_budget_bytes) break;
       reserved -= s->session->kv_bytes();  // its KV only: a session always holds the model's state
       (void)s->session->Clear();
     }
-    if (reserved + job->kv_reserved_bytes > options_.kv_budget_bytes) return false;
+    if (reserved + need > options_.kv_budget_bytes) return false;
   }
   // Never reuse all of the prompt: its last token runs again, for the logits.
   size_t reuse = std::min(best_common, prompt.size() - 1);
   bool from_disk = false;
-  // A hybrid model's recurrent state cannot roll back: only a cache that is wholly a prefix of the
-  // prompt is reused (a shorter cut would recompute everything before it, so counts as a miss).
-  const bool fixed_state = model_.info().state_bytes > 0;
-  if (ForkLongerPrefix(*best, prompt, fixed_state)) {
+  if (donor.slot != nullptr && ForkFrom(*best, *donor.slot, donor.shared)) {
     reuse = static_cast<size_t>(best->session->positions());
     best->from_disk = false;
   }
@@ -392,33 +405,6 @@ bool Engine::AdmitOne(const std::shared_ptr<Job>& job) {
   best->pending.assign(prompt.begin() + static_cast<ptrdiff_t>(reuse), prompt.end());
   best->next_token = -1;
   best->last_used = step_;
-  return true;
-}
-
-bool Engine::ForkLongerPrefix(Slot& slot, const std::vector<int32_t>& prompt, bool fixed_state) {
-  if (!options_.kv.budgets.disk_dir.empty()) return false;  // Session::Fork refuses a disk master
-  const size_t most = prompt.size() - 1;  // the prompt's last token always runs, for its logits
-  Slot* donor = nullptr;
-  size_t donor_shared = std::min(CommonPrefix(slot.session->tokens(), prompt), most);
-  for (Slot& s : slots_) {
-    if (&s == &slot) continue;
-    const size_t shared = std::min(CommonPrefix(s.session->tokens(), prompt), most);
-    if (shared <= donor_shared) continue;
-    if (fixed_state && static_cast<size_t>(s.session->positions()) > shared) continue;
-    donor = &s;
-    donor_shared = shared;
-  }
-  if (donor == nullptr) return false;
-  Result<std::unique_ptr<Session>> forked = donor->session->Fork();
-  Status cut = forked.ok() ? Status::Ok() : forked.status();
-  if (cut.ok() && static_cast<size_t>((*forked)->positions()) > donor_shared) {
-    cut = (*forked)->Truncate(static_cast<int64_t>(donor_shared));
-  }
-  if (!cut.ok()) {
-    Log(LogLevel::kWarning, "serve: forking a live session's prefix failed (" + cut.message() + "); prefilling it");
-    return false;
-  }
-  slot.session = std::move(forked).value();
   return true;
 }
 

@@ -171,6 +171,12 @@ class Engine {
     int32_t next_token = -1;           // sampled, to run next step
     int64_t last_used = 0;             // step of last use (LRU eviction)
     bool from_disk = false;            // holds a snapshot preloaded at start, not yet reused
+    // A session forked from another slot's shares that slot's pages of its first borrowed_tokens
+    // tokens (borrowed_bytes of KV), counted once: by the slot it came from, while that one still
+    // holds them (BorrowStillHeld).
+    const Slot* borrowed_from = nullptr;
+    size_t borrowed_tokens = 0;
+    int64_t borrowed_bytes = 0;
   };
 
   Engine(const Model& model, const EngineOptions& options, Metrics* metrics);
@@ -182,13 +188,29 @@ class Engine {
   void Admit();
   bool AdmitOne(const std::shared_ptr<Job>& job);
   void Step();
-  // When another slot's session (one running a request with the same system prompt, say) shares
-  // more of `prompt` than `slot`'s own cache does, replaces slot's session with a Fork of it cut to
-  // the shared tokens: its pages shared, copied only where either writes, so the prefix is neither
-  // recomputed nor read back from a snapshot, and the bits are those of a session that ran the
-  // tokens alone. `fixed_state` (a hybrid): only a session wholly a prefix of the prompt is forked.
-  // Returns whether it forked.
-  bool ForkLongerPrefix(Slot& slot, const std::vector<int32_t>& prompt, bool fixed_state);
+  // Another slot whose session shares more of `prompt` than `slot`'s own cache does (one running a
+  // request with the same system prompt, say), and how many tokens it shares (never the prompt's
+  // last, which runs for its logits). `fixed_state` (a hybrid): only a session wholly a prefix of
+  // the prompt qualifies. No donor with a disk master (Session::Fork refuses it).
+  struct Donor {
+    Slot* slot = nullptr;
+    size_t shared = 0;
+  };
+  Donor FindDonor(const Slot& slot, const std::vector<int32_t>& prompt, bool fixed_state);
+  // Replaces slot's session with a Fork of donor's cut to `shared` tokens: its pages shared, copied
+  // only where either writes, so the prefix is neither recomputed nor read back from a snapshot,
+  // and the bits are those of a session that ran the tokens alone. Returns whether it forked.
+  bool ForkFrom(Slot& slot, const Slot& donor, size_t shared);
+  // Whether a running job is still prefilling a prompt that shares at least a prefill block more
+  // of `prompt` than `have` tokens (what an idle cache offers): then the job waits and forks it.
+  bool WaitsForRunningPrefix(const std::vector<int32_t>& prompt, size_t have, bool fixed_state) const;
+  // Notes that slot's session is now a fork of donor's sharing its first `tokens` tokens; sessions
+  // that borrowed from slot's previous session are counted whole from now on.
+  void RecordBorrow(Slot& slot, const Slot* donor, size_t tokens);
+  bool BorrowStillHeld(const Slot& slot) const;
+  // What a slot counts against the total budget: its job's reservation, or its idle session's
+  // bytes, less the borrowed prefix its donor still holds.
+  int64_t SlotReservedBytes(const Slot& slot) const;
   // Saves the slot's cache (prompt and reply) to the prefix store, if there is one.
   void SavePrefix(Slot& slot);
   // After the session's logits are those after its last token: sample, hand the token to the

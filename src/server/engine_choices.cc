@@ -53,6 +53,7 @@ void Engine::StartFollowers(Slot& leader) {
       continue;
     }
     idle->session = std::move(fork).value();
+    RecordBorrow(*idle, &leader, static_cast<size_t>(idle->session->positions()));
     idle->session->SetSampler(f->spec.sampling);
     idle->from_disk = false;
     idle->pending.clear();

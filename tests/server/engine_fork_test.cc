@@ -12,6 +12,7 @@
 #include "kvq/session.h"
 #include "server/engine.h"
 #include "test_util/bundled_model.h"
+#include "test_util/synth_model.h"
 
 namespace kvq::server {
 namespace {
@@ -92,6 +93,64 @@ TEST(EngineFork, ARequestSharingARunningRequestsPrefixForksItsSession) {
   EXPECT_EQ(first_reply.last.usage.cached_tokens, 0);
   EXPECT_EQ(metrics.prefix_hits_live.load(), 1);
   EXPECT_EQ(metrics.prompt_tokens_reused.load(), static_cast<int64_t>(shared));
+}
+
+}  // namespace
+}  // namespace kvq::server
+
+namespace kvq::server {
+namespace {
+
+// Eight requests arriving together with one long system prompt: the first prefills it, the other
+// seven wait for it and fork its session (not compute it eight times), so the engine's peak
+// reservation is about one prefix plus eight suffixes — and each reply is what its prompt gives
+// alone, bit for bit.
+TEST(EngineFork, SimultaneousRequestsSharingASystemPromptHoldItOnce) {
+  std::unique_ptr<Model> model = test::LoadTinySynth("engine_fork_simultaneous_" + std::to_string(getpid()), 1);
+  ASSERT_NE(model, nullptr);
+  std::vector<int32_t> system;  // [2000] a long system prompt: a cycle of the vocabulary's ordinary tokens
+  for (int i = 0; i < 2000; ++i) system.push_back(3 + (i * 37) % 500);
+  constexpr int kRequests = 8;
+  constexpr int32_t kMaxTokens = 8;
+  std::vector<std::vector<int32_t>> prompts;  // [8][2000 + 4] each with its own question
+  for (int r = 0; r < kRequests; ++r) {
+    prompts.push_back(system);
+    for (int i = 0; i < 4; ++i) prompts.back().push_back(3 + (r * 11 + i * 5) % 500);
+  }
+  Metrics metrics;
+  Result<std::unique_ptr<Engine>> engine = Engine::Create(*model, {.parallel = kRequests}, &metrics);
+  ASSERT_TRUE(engine.ok()) << engine.status().message();
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (const std::vector<int32_t>& p : prompts) {
+    auto j = (*engine)->Submit({.prompt = p, .max_tokens = kMaxTokens, .sampling = {.temperature = 0}});
+    ASSERT_TRUE(std::holds_alternative<std::shared_ptr<Job>>(j));
+    jobs.push_back(std::get<std::shared_ptr<Job>>(j));
+  }
+  int forked = 0;
+  for (int r = 0; r < kRequests; ++r) {
+    const Reply reply = ReadAll(*jobs[r]);
+    std::unique_ptr<Session> alone = test::NewSessionOrFail(*model);
+    ASSERT_NE(alone, nullptr);
+    Result<Completion> c = alone->Generate(prompts[r], {.max_tokens = kMaxTokens, .sampling = {.temperature = 0}});
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    EXPECT_EQ(reply.text, c->text) << "request " << r;
+    if (reply.last.usage.cached_tokens == static_cast<int64_t>(system.size())) ++forked;
+  }
+  EXPECT_EQ(forked, kRequests - 1) << "all but the first forked the system prompt";
+  // Reservations: one prefix (the first request's) and each request's own tokens past it.
+  // Exact bytes of a cache holding n positions, from a session that ran them.
+  const auto kv_bytes = [&](size_t n) {
+    std::unique_ptr<Session> s = test::NewSessionOrFail(*model);
+    std::vector<int32_t> ids = prompts[0];  // [n] the first prompt, extended
+    ids.resize(n, 3);
+    EXPECT_TRUE(s != nullptr && s->Prefill(ids).ok());
+    return s == nullptr ? int64_t{0} : s->kv_bytes();
+  };
+  const int64_t prefix = kv_bytes(system.size());
+  const int64_t whole = kv_bytes(prompts[0].size() + kMaxTokens);
+  const int64_t suffix = whole - prefix;
+  EXPECT_LE(metrics.kv_bytes_reserved_peak.load(), static_cast<int64_t>(1.25 * prefix) + kRequests * suffix)
+      << "prefix " << prefix << " B, suffix " << suffix << " B";
 }
 
 }  // namespace
