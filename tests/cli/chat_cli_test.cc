@@ -6,7 +6,14 @@
 // a model without a template says it uses ChatML, once; a conversation past the context drops its
 // oldest messages; bad input (a missing file, an unknown slash command) exits 2 naming what was wrong.
 #include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <regex>
+#include <thread>
 
 #include <cstdlib>
 #include <filesystem>
@@ -133,6 +140,46 @@ TEST_F(ChatCli, ThreeTurnsRenderAsTheOracleAndPrefillOnlyWhatIsNew) {
   EXPECT_NE(r.err.find("turn 3: prompt " + std::to_string(prompt3.size()) + " tokens (" +
                        std::to_string(turns[2]["prefilled"].get<size_t>()) + " prefilled, "),
             std::string::npos) << r.err;
+}
+
+// `kvq serve`'s /apply-template on the same model renders a conversation (system, user, an
+// assistant reply, a second user turn) as the oracle does: the route is a client of the one renderer.
+TEST_F(ChatCli, ServeApplyTemplateRendersAsTheOracle) {
+  const json conversation = json::array({{{"role", "system"}, {"content", "You are terse."}},
+                                         {{"role", "user"}, {"content", "Hello there"}},
+                                         {{"role", "assistant"}, {"content", "Hi. What now?"}},
+                                         {{"role", "user"}, {"content", "Tell me more about caches."}}});
+  kvq::Result<std::unique_ptr<kvq::Model>> model = kvq::Model::Load(*model_, {.threads = 1});
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  const std::map<std::string, std::string> oracle =
+      OracleRenders(json{{"four_messages", conversation}}, (*model)->info().chat_template);
+  ASSERT_EQ(oracle.count("four_messages"), 1u);
+
+  const std::string log = Stem() + "_serve.log";
+  const pid_t server = fork();
+  if (server == 0) {
+    const std::string cmd = std::string("exec ") + KVQ_BINARY + " serve -m " + *model_ + " --port 0 -t 1 --web '' 2>" + log;
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  static const std::regex listening("listening on http://127\\.0\\.0\\.1:(\\d+)");
+  std::smatch m;
+  std::string text;
+  for (int i = 0; i < 600 && !std::regex_search(text, m, listening); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    text = kvq_test::Slurp(log);
+  }
+  ASSERT_TRUE(std::regex_search(text, m, listening)) << text;
+  httplib::Client client("127.0.0.1", std::stoi(m[1]));
+  client.set_read_timeout(std::chrono::seconds(60));
+  httplib::Result r = client.Post("/apply-template", json{{"messages", conversation}}.dump(), "application/json");
+  kill(server, SIGTERM);
+  int status = 0;
+  waitpid(server, &status, 0);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["prompt"].get<std::string>(), oracle.at("four_messages"));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
 TEST_F(ChatCli, SaveThenLoadInANewProcessContinuesIdentically) {
