@@ -270,7 +270,7 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   bench->require_subcommand(1);
   auto o = std::make_shared<BenchAttentionOptions>();
   CLI::App* cmd = bench->add_subcommand("attention", "Decode-attention time per KV spec vs context");
-  AddFormatListFlag(cmd, &o->shared, "--format",
+  AddFormatListFlag(cmd, &o->shared, "--format,--formats",
                     "KV specs (FORMAT[+rot][+sinkN][+resN]), comma-separated; run as interleaved arms, with the plain "
                     "format of each transformed spec");
   AddScoreArithmeticFlag(cmd);
@@ -295,7 +295,7 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   auto so = std::make_shared<BenchStreamOptions>();
   CLI::App* stream = bench->add_subcommand(
       "stream", "Decode attention streamed through a device working set vs resident");
-  AddFormatListFlag(stream, &so->shared, "--format", "KV formats, comma-separated");
+  AddFormatListFlag(stream, &so->shared, "--format,--formats", "KV formats, comma-separated");
   AddContextListFlag(stream, &so->shared, "--context", "Context lengths, comma-separated", 1, kMaxStreamContext);
   AddByteSizeFlag(stream, "--kv-device-budget", &so->device_budget, "Working-set budget (e.g. 64MiB)")
       ->default_str("8MiB");

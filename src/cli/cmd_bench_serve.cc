@@ -130,7 +130,7 @@ void AddBenchServeCommand(CLI::App& bench, int* exit_code) {
       ->check(IntInRange(1, 100000))->capture_default_str();
   cmd->add_option("--prefix-tokens", c.prefix_tokens, "Prefix: tokens of the shared prefix (clamped to the context)")
       ->check(IntInRange(64, 1 << 24))->capture_default_str();
-  cmd->add_option("-c,--context", o->context, "Positions a session holds at most (0: the model's)")
+  cmd->add_option("-c,--ctx-size,--context", o->context, "Positions a session holds at most (0: the model's)")
       ->check(IntInRange(0, int64_t{1} << 31))->capture_default_str();
   AddThreadsFlag(cmd, &o->shared);
   AddJsonFlag(cmd, &o->shared);

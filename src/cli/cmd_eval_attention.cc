@@ -302,12 +302,12 @@ void AddEvalAttentionCommand(CLI::App& eval, int* exit_code) {
   AddTokenizerFlag(cmd, &o->shared);
   cmd->add_option("-f,--file", o->text, "Text to run (default data/eval/tinystories-eval.txt); repeated when shorter "
                                         "than the largest context");
-  AddFormatListFlag(cmd, &o->shared, "--format",
+  AddFormatListFlag(cmd, &o->shared, "--format,--formats",
                     "KV specs (FORMAT[+rot][+sinkN][+resN]), comma-separated, each for K and V (default: every "
                     "format, plain)");
   AddScoreArithmeticFlag(cmd);
   CLI::Option* contexts = AddContextListFlag(
-      cmd, &o->shared, "--contexts", "Context lengths, comma-separated (default 16,64,256,1024,2787; model rows cap "
+      cmd, &o->shared, "--context,--contexts", "Context lengths, comma-separated (default 16,64,256,1024,2787; model rows cap "
                                      "the defaults at the model's context)", 1, INT64_MAX);
   CLI::Option* layer = cmd->add_option("--layer", o->layer, "Measure only this layer (default: every layer, averaged)");
   CLI::Option* head = cmd->add_option("--head", o->head, "Measure only this query head (default: every head)");

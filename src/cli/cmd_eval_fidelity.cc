@@ -374,7 +374,7 @@ void AddEvalFidelityCommand(CLI::App& eval, int* exit_code) {
   AddTokenizerFlag(cmd, &o->shared);
   cmd->add_option("-f,--file", o->text,
                   "Text to evaluate on (default: data/eval/tinystories-eval.txt); cut to the model's context");
-  AddFormatListFlag(cmd, &o->shared, "--format",
+  AddFormatListFlag(cmd, &o->shared, "--format,--formats",
                     "KV specs to compare, comma-separated, each for K and V of every layer: FORMAT[+rot][+sinkN]"
                     "[+resN]\n(default: every format, or none beside --kv-plan; see kvq formats)");
   AddJsonFlag(cmd, &o->shared,
@@ -383,7 +383,8 @@ void AddEvalFidelityCommand(CLI::App& eval, int* exit_code) {
                 "--kl-divergence-base(-out): model, text, kv, n_ctx, n_chunk, positions, ppl, the two files and\n"
                 "comparison{count, ppl, ppl_base, ln_ppl_ratio, ppl_ratio, ppl_diff (value, error), kl and\n"
                 "p_diff (mean, error, quantiles; p_diff.rms), same_top (fraction, error, count)}");
-  cmd->add_option("--plot", o->plot, "Also draw memory (x) vs damage (y, log) to FILE.png or FILE.svg (needs gnuplot)");
+  cmd->add_option("--plot", o->plot, "Also draw memory (x) vs damage (y, log) to FILE.png or FILE.svg (needs gnuplot)")
+      ->check(OutputFilePath());
   cmd->add_option("--plot-y", o->plot_y, "The plot's y axis: kl or drift")->capture_default_str();
   AddThreadsFlag(cmd, &o->shared, "Threads (the numbers do not depend on it)");
   cmd->add_option("--kl-divergence-base", o->kl_base,
@@ -393,7 +394,8 @@ void AddEvalFidelityCommand(CLI::App& eval, int* exit_code) {
                   "--kl-divergence does; the text must tokenize to the file's ids");
   cmd->add_option("--kl-divergence-base-out", o->kl_base_out,
                   "Write kvq's log-probabilities to FILE in llama.cpp's layout (chunks of -c tokens of the\n"
-                  "text), for llama-perplexity --kl-divergence --kl-divergence-base FILE");
+                  "text), for llama-perplexity --kl-divergence --kl-divergence-base FILE")
+      ->check(OutputFilePath());
   cmd->add_option("-c,--ctx-size", o->ctx_size,
                   "Chunk length for --kl-divergence-base-out (default: 512 as llama-perplexity, or the model's\n"
                   "context when smaller); with --kl-divergence-base the file's n_ctx is used")

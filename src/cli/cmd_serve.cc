@@ -164,7 +164,7 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--api-key", o->http.api_key,
                   "Require 'Authorization: Bearer KEY' on /v1/* and /metrics (default: $KVQ_API_KEY if set)")
       ->envname("KVQ_API_KEY");
-  cmd->add_option("-c,--context", o->context, "Positions a session holds at most (0: the model's)")
+  cmd->add_option("-c,--ctx-size,--context", o->context, "Positions a session holds at most (0: the model's)")
       ->check(IntInRange(0, int64_t{1} << 31))->capture_default_str();
   cmd->add_option("--max-tokens", o->http.limits.max_tokens_limit, "The most max_tokens a request may ask for")
       ->check(IntInRange(1, 1 << 24))->capture_default_str();

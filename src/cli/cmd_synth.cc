@@ -259,7 +259,7 @@ void AddSynthCommand(CLI::App& app, int* exit_code) {
                   "stories260K.gguf, 512 tokens)");
   AddSeedFlag(cmd, &o->shared, "Seed: the same seed writes the same bytes")->capture_default_str();
   AddThreadsOrAllCoresFlag(cmd, &o->shared, "Threads (default: all cores; never changes the bytes)");
-  cmd->add_option("-o,--output", o->out, "Output .gguf file");
+  cmd->add_option("-o,--output", o->out, "Output .gguf file")->check(OutputFilePath());
   cmd->add_flag("--force", o->force, "Overwrite an existing output file");
   cmd->callback([o, exit_code] { *exit_code = RunSynth(*o); });
 }

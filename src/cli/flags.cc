@@ -4,7 +4,10 @@
 
 #include <fmt/core.h>
 
+#include <unistd.h>
+
 #include <cctype>
+#include <filesystem>
 #include <charconv>
 
 #include "cli/commands.h"
@@ -121,6 +124,24 @@ CLI::Validator ByteSize() {
         return "";
       },
       "");
+}
+
+CLI::Validator OutputFilePath() {
+  return CLI::Validator(
+      [](std::string& path) -> std::string {
+        if (path.empty()) return "";
+        std::error_code ec;
+        if (std::filesystem::is_directory(path, ec)) return fmt::format("'{}' is a folder; give a file name", path);
+        const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+        if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
+          return fmt::format("the folder '{}' does not exist", parent.string());
+        }
+        if (::access(parent.empty() ? "." : parent.c_str(), W_OK) != 0) {
+          return fmt::format("the folder '{}' is not writable", parent.empty() ? "." : parent.string());
+        }
+        return "";
+      },
+      "FILE");
 }
 
 CLI::Validator KvFormatName() {

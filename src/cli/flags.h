@@ -61,6 +61,9 @@ CLI::Validator IntInRange(int64_t lo, int64_t hi);
 CLI::Validator ByteSize();
 /// A validator: a KV spec, FORMAT[+TRANSFORM...] (ParseKvSpec's error lists what is known).
 CLI::Validator KvFormatName();
+/// A validator for a file the command will write: its folder exists and is writable, so a bad
+/// path is refused before any work, not after it ("the folder 'd' does not exist").
+CLI::Validator OutputFilePath();
 
 /// -t,--threads into o->threads: 1..1024 (the default shown is the value there now).
 CLI::Option* AddThreadsFlag(CLI::App* cmd, SharedOptions* o, const std::string& help = "Threads");

@@ -104,7 +104,7 @@ CLI::Option* AddAutoPlanFlags(CLI::App* cmd, SharedOptions* shared, AutoPlanOpti
                              "evaluated length"));
   only_auto.push_back(AddByteSizeFlag(cmd, "--bytes-per-token", &o->bytes_per_token,
                   "--auto: the budget, KV bytes (all layers, K + V) per position held at the evaluated length"));
-  only_auto.push_back(cmd->add_option("-o,--output", o->output, "--auto: write the plan file (JSON) here")->type_name("PLAN"));
+  only_auto.push_back(cmd->add_option("-o,--output", o->output, "--auto: write the plan file (JSON) here")->check(OutputFilePath())->type_name("PLAN"));
   only_auto.push_back(AddFormatListFlag(cmd, shared, "--candidates",
                     "--auto: KV specs to try on each tensor, comma-separated (default: int8, fp8-e4m3, int4,\n"
                     "int4+rot, int4+rot+sink4, int4-kivi, int4-kivi+sink4, fp4-e2m1, int2, int2+rot,\n"
