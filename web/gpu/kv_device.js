@@ -243,7 +243,14 @@ export class GpuKvDevice {
     this.shape = {...L, q_per_kv: this.n_heads / L.n_kv_heads};
     this.key = JSON.stringify([L.key_format, L.value_format, L.n_kv_heads, this.shape.q_per_kv, L.head_dim,
                                L.k_block_bytes, L.v_block_bytes, L.pre_rope, L.rope_pairing, L.rotary_dims]);
-    // The slots: allocated once per (count, size), within the budget the cache planned.
+    // The slots: allocated once per (count, size), within the budget the cache planned, each one
+    // binding (so within the device's limits: refused here, before allocating, if not).
+    for (const limit of ['maxStorageBufferBindingSize', 'maxBufferSize']) {
+      if (L.slot_bytes > this.device.limits[limit]) {
+        throw new Error(`a KV slot of ${L.slot_bytes} bytes (one page of layer ${L.layer}) is over this WebGPU ` +
+                        `device's ${limit} of ${this.device.limits[limit]} bytes`);
+      }
+    }
     if (this.slots.length !== L.slots || this.slot_bytes !== L.slot_bytes) {
       for (const s of this.slots) {
         s.buffer.destroy();

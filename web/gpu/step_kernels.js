@@ -205,7 +205,7 @@ fn matvec(@builtin(global_invocation_id) id: vec3u) {
     for (var j = 0u; j < 32u; j++) { dot = dot + w_code(row, block, first + j) * xq[b * 32u + j]; }
     sum = sum + (w_scale(row, block) * xd[b]) * f32(dot);
   }
-  y[row] = sum;
+  y[dims.row0 + row] = sum;
 }`;
   const matvec_f32 = `
 // MatVec, f32 activation: one invocation per row, its products summed in order of the column.
@@ -215,13 +215,15 @@ fn matvec(@builtin(global_invocation_id) id: vec3u) {
   if (row >= dims.rows) { return; }
   var sum = 0.0;
   for (var c = 0u; c < dims.cols; c++) { sum = sum + w_elem(row, c) * x[c]; }
-  y[row] = sum;
+  y[dims.row0 + row] = sum;
 }`;
   return /* wgsl */ `
-struct Dims { rows: u32, cols: u32, row_bytes: u32, first_byte: u32 }
+// One piece of a weight (step_program.js's WeightPlacement): its rows row0 .. row0 + rows of the
+// matrix, starting at byte first_byte of the bound buffer.
+struct Dims { rows: u32, cols: u32, row_bytes: u32, first_byte: u32, row0: u32, pad0: u32, pad1: u32, pad2: u32 }
 @group(0) @binding(0) var<storage, read> w_buf: array<u32>;
 @group(0) @binding(1) var<storage, read> x: array<f32>;        // [cols]
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;  // [rows]
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;  // [row0 + rows]
 @group(0) @binding(3) var<uniform> dims: Dims;
 @group(0) @binding(4) var<storage, read> step: array<u32>;     // [token, position]
 @group(0) @binding(7) var<storage, read> xq: array<i32>;       // [cols] activation codes
@@ -232,10 +234,12 @@ ${WeightReaderWgsl(type, layout)}
 
 ${quantized_activation ? matvec_q : matvec_f32}
 
-// DecodeWeightRow: y = row step[0] of w.
+// DecodeWeightRow: y = row step[0] of w, by the piece that holds it.
 @compute @workgroup_size(64)
 fn embed(@builtin(global_invocation_id) id: vec3u) {
-  if (id.x < dims.cols) { y[id.x] = w_elem(step[0], id.x); }
+  let token = step[0];
+  if (token < dims.row0 || token - dims.row0 >= dims.rows) { return; }
+  if (id.x < dims.cols) { y[id.x] = w_elem(token - dims.row0, id.x); }
 }
 `;
 }

@@ -43,6 +43,8 @@ const kInterleaved16 = {
   q8_0: true,
   q4_0: true,
 };
+/** Weight types WeightReaderWgsl also reads in the interleaved16 layout. */
+export const kInterleavedTypes = Object.keys(kInterleaved16);
 
 /**
  * WGSL for the weights of `type` in `layout` ('rows' or 'interleaved16') in w_buf (array<u32>):

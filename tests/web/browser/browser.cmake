@@ -50,3 +50,18 @@ add_test(NAME web.gpu_kv_device
          COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --kv-device
                  "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}")
 set_tests_properties(web.gpu_kv_device PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 300)
+# The page's GPU path losing its device mid-conversation: re-acquired (same ids), or the rest on
+# the module's CPU forward over the same master cache (tests/web/gpu/gpu_device_loss_page.js).
+# One test per KV spec (each under a minute on SwiftShader).
+foreach(kv_spec int8 int4-kivi)
+  add_test(NAME web.gpu_device_loss.${kv_spec}
+           COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --device-loss
+                   "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}" ${kv_spec})
+  set_tests_properties(web.gpu_device_loss.${kv_spec} PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 300)
+endforeach()
+# The page's GPU path within forced device limits: weights split across bindings give the same
+# logits; what cannot fit is refused before any allocation, naming the limit and the model.
+add_test(NAME web.gpu_limits
+         COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --limits
+                 "${KVQ_GPU_FORWARD_DIR}" "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}")
+set_tests_properties(web.gpu_limits PROPERTIES FIXTURES_REQUIRED "playwright;gpu_forward_cases" TIMEOUT 300)
