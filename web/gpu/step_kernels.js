@@ -189,7 +189,39 @@ export const kOpsBindings = {
 
 /** The weight ops of `type` in `layout`: matvec (f32 activation or quantised), embed. */
 export function WeightOpsWgsl(type, layout) {
-  const {elems, quantized_activation} = WeightBlock(type);
+  const {elems, quantized_activation, kquant} = WeightBlock(type);
+  const matvec_k = `
+// MatVec of a K-quant (weights/kquant_rows-inl.h's scalar kernel): per activation block b of 32
+// (half a Q4_K sub-block pair, two Q6_K sub-blocks of 16) the exact integers dot = Σ_j sc_j·Σ code·q
+// and mins = Σ_j m_j·Σ q over its two 16-element sub-blocks j, then acc += (d·d_x)·dot and
+// macc += (dmin·d_x)·mins in f32 in order of b; y = acc − macc. One invocation per row.
+@compute @workgroup_size(${kRowLanes})
+fn matvec(@builtin(global_invocation_id) id: vec3u) {
+  let row = id.x + id.y * ${kRowLanes}u * 32768u;
+  if (row >= dims.rows) { return; }
+  var acc = 0.0;
+  var macc = 0.0;
+  for (var b = 0u; b < dims.cols / 32u; b++) {
+    let sb = b / 8u;
+    var dot = 0;
+    var mins = 0;
+    for (var h = 0u; h < 2u; h++) {
+      let j = (b % 8u) * 2u + h;
+      var sub = 0;
+      var sum16 = 0;
+      for (var l = 0u; l < 16u; l++) {
+        let q = xq[b * 32u + 16u * h + l];
+        sub = sub + kq_code(row, sb, 16u * j + l) * q;
+        sum16 = sum16 + q;
+      }
+      dot = dot + kq_sc(row, sb, j) * sub;
+      mins = mins + kq_m(row, sb, j) * sum16;
+    }
+    acc = acc + (kq_d(row, sb) * xd[b]) * f32(dot);
+    macc = macc + (kq_dmin(row, sb) * xd[b]) * f32(mins);
+  }
+  y[dims.row0 + row] = acc - macc;
+}`;
   const matvec_q = `
 // MatVec with the activation quantised (weights/matvec.h): per activation block b of 32 the exact
 // integer I_b = Σ code·q, then Σ_b (d_w · d_x) · I_b in f32 in order of b. One invocation per row.
@@ -232,7 +264,7 @@ ${kByteHelpers}
 ${Readers('w')}
 ${WeightReaderWgsl(type, layout)}
 
-${quantized_activation ? matvec_q : matvec_f32}
+${kquant ? matvec_k : quantized_activation ? matvec_q : matvec_f32}
 
 // DecodeWeightRow: y = row step[0] of w, by the piece that holds it.
 @compute @workgroup_size(64)

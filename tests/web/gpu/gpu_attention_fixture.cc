@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
     cases.push_back(c);
   }
   nlohmann::json matvec = nlohmann::json::array();
-  for (const char* type : {"f32", "f16", "bf16", "q8_0", "q4_0", "q1_0"}) {
+  for (const char* type : {"f32", "f16", "bf16", "q8_0", "q4_0", "q1_0", "q4_k", "q6_k"}) {
     nlohmann::json c;
     if (WriteMatvecCase(dir, type, 72, 512, seed++, &c) != 0) return 1;
     matvec.push_back(c);

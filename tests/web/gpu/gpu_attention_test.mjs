@@ -127,7 +127,7 @@ if (limits) {
 } else if (forward) {
   console.log(`gpu_attention_test --forward: ${result.models} models, ${result.runs} runs, ${result.positions} positions, ` +
               `${result.failures.length} failures, worst |GPU - native| logit ${result.worst_logit_difference}, ` +
-              `${result.near_ties} near-ties, bounds ${JSON.stringify(result.bounds)}, per step ${JSON.stringify(result.per_step)}, ` +
+              `${result.near_ties} near-ties, bounds ${JSON.stringify(result.bounds)}, worst by KV spec ${JSON.stringify(result.worst_by_spec)}, per step ${JSON.stringify(result.per_step)}, ` +
               `weights ${JSON.stringify(result.tensor_types)}, hybrid refused: "${result.hybrid_refusal}", ` +
               `${result.seconds?.toFixed(1)} s in the page`);
 } else {

@@ -2,7 +2,8 @@
 // step program of the loaded model on step_program.js's kernels, the KV master in the module's
 // KvCache, attention streamed through kv_device.js) against native kvq (gpu_forward_fixture: the
 // public API, greedy), for stories260K (llama2.c, F32), a tiny qwen3 with Q1_0 matrices (Bonsai's
-// architecture) and one with Q4_0 (repacked: the interleaved layout), 3 prompts × KV specs
+// architecture), one with Q4_0 (repacked: the interleaved layout) and a Q4_K_M mix (Q4_K and Q6_K,
+// repacked into the K-quant groups; the GPU runs kvq's scalar K-quant kernel's arithmetic), 3 prompts × KV specs
 // {f32, int8, int4, int4-kivi, int4+rot}. Teacher-forced along native's ids, at every position:
 //   - the logits agree with native's within the model's bound (kBound or kBound + 2·S, below);
 //   - from the last prompt position on, the id the GPU returns (its argmax, the only number a step
@@ -21,7 +22,8 @@
 // magnitude up to ~15; kBound = 2e-3 holds that with margin (measured: ~1e-5), while a real bug
 // (a RoPE pairing, a head mapping, a dropped position, a wrong weight block) moves logits by
 // O(0.1–1) (tests/model's reference-forward tests reason the same way).
-// Q1_0 / Q4_0 weights: the matvec quantises its activation to int8 per 32 exactly as kvq's CPU
+// Block-quantised weights (Q1_0, Q4_0, Q4_K, Q6_K: every type whose WeightBlock says
+// quantized_activation): the matvec quantises its activation to int8 per 32 exactly as kvq's CPU
 // does (weights/matvec.h; the GPU's quotients are correctly rounded as the CPU's IEEE divisions),
 // so equal activations give equal codes. But the activations themselves differ in their last bits
 // (the orders above), and a value whose x/d lies at a rounding boundary then gets a code one
@@ -32,10 +34,10 @@
 // is a third arithmetic order, allowed twice the disagreement kvq's own two show. (An empirical
 // anchor, not a derivation: the flips' effect on logits is not bounded analytically here.)
 import {GpuModelRunner, GpuProgramOf} from '/web/gpu/gpu_engine.js';
+import {WeightBlock} from '/web/gpu/weight_types.js';
 import {LoadModule} from '/test/gpu_kv_device_page.js';
 
 const kBound = 2e-3;
-const kQuantizedTypes = ['q8_0', 'q4_0', 'q1_0'];
 
 async function Bytes(url) {
   const r = await fetch(url);
@@ -75,7 +77,7 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
   const manifest = await (await fetch(`${fixture_url}/manifest.json`)).json();
   const origin = new URL(fixture_url).origin;
   let positions = 0, worst = 0, runs = 0, near_ties = 0;
-  const per_step = {}, tensor_types = {}, bounds = {};
+  const per_step = {}, tensor_types = {}, bounds = {}, worst_by_spec = {};
   const models = manifest.models.filter((m) => !only || m.name === only);
   if (!models.length) fail(`no model named "${only}" in the manifest`);
   for (const m of models) {
@@ -88,7 +90,7 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
     const runner = await GpuModelRunner.Create(M, device, model, program);
     tensor_types[m.name] = [...new Set(program.tensors.map((t) => `${t.type}/${t.layout}`))].join(' ');
     const n_layers = program.config.n_layers;
-    const quantized = program.tensors.some((t) => kQuantizedTypes.includes(t.type));
+    const quantized = program.tensors.some((t) => WeightBlock(t.type).quantized_activation);
     const spread = Math.max(...manifest.models.filter((o) => o.name !== 'stories260K')
                                  .flatMap((o) => o.runs.map((r) => r.target_spread)));
     const bound = quantized ? kBound + 2 * spread : kBound;
@@ -117,6 +119,7 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
         }
         for (let i = 0; i < m.vocab; ++i) if (i !== best) second = Math.max(second, want[i]);
         worst = Math.max(worst, diff);
+        worst_by_spec[`${m.name} ${run.spec}`] = Math.max(worst_by_spec[`${m.name} ${run.spec}`] || 0, diff);
         if (!(diff <= bound)) {
           fail(`${what} position ${p}: logits differ from native kvq's by ${diff} (> ${bound})`);
           break;
@@ -151,5 +154,5 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
   }
   device.destroy();
   return {models: models.length, runs, positions, near_ties, failures, worst_logit_difference: worst, per_step,
-          hybrid_refusal: refusal.why_not, tensor_types, bounds, seconds: (performance.now() - t0) / 1000};
+          hybrid_refusal: refusal.why_not, tensor_types, bounds, worst_by_spec, seconds: (performance.now() - t0) / 1000};
 }
