@@ -221,10 +221,11 @@ EMSCRIPTEN_KEEPALIVE int kvq_web_kv_new(const char* key_spec, const char* value_
 }
 
 // The cache a loaded model's sessions would make (model/cache_config.h: its attention layers,
-// its RoPE for a "prerope" key spec, its context, the default page size) with these specs and
-// device budget — the cache of the WebGPU path's attention ops. Returns a handle, or 0.
+// its RoPE for a "prerope" key spec, its context) with these specs, device budget and page size
+// (page_positions 0: the default; else a multiple of 32) — the cache of the WebGPU path's
+// attention ops. Returns a handle, or 0.
 EMSCRIPTEN_KEEPALIVE int kvq_web_kv_new_for_model(int model, const char* key_spec, const char* value_spec,
-                                                  double device_budget_bytes) {
+                                                  double device_budget_bytes, int page_positions) {
   kvq::Result<kvq::KvSpec> k = kvq::ParseKvSpec(key_spec);
   kvq::Result<kvq::KvSpec> v = kvq::ParseKvSpec(value_spec);
   if (!k.ok() || !v.ok()) {
@@ -239,6 +240,7 @@ EMSCRIPTEN_KEEPALIVE int kvq_web_kv_new_for_model(int model, const char* key_spe
   kvq::CacheChoice choice{.layers = {std::string(key_spec) == value_spec ? kvq::LayerFormats::Both(*k)
                                                                          : kvq::LayerFormats::Of(*k, *v)}};
   choice.budgets.device_bytes = static_cast<int64_t>(device_budget_bytes);
+  choice.page_positions = page_positions;
   kvq::Result<std::unique_ptr<kvq::KvCache>> cache =
       kvq::CreateModelCache(m.impl().weights.config, m.info().context, choice);
   if (!cache.ok()) {

@@ -104,10 +104,11 @@ export class GpuModelRunner {
   }
 
   /**
-   * Starts a sequence: a new cache with key and value specs as kvq's --kv-k / --kv-v and a device
-   * budget in bytes (0: none). Returns the cache's plan {total_bytes, slot_bytes, device_slots, ...}.
+   * Starts a sequence: a new cache with key and value specs as kvq's --kv-k / --kv-v, a device
+   * budget in bytes (0: none) and positions per page (0: the cache's default; else a multiple of
+   * 32). Returns the cache's plan {total_bytes, slot_bytes, device_slots, ...}.
    */
-  NewSequence(kv_k, kv_v, device_budget_bytes = 0) {
+  NewSequence(kv_k, kv_v, device_budget_bytes = 0, page_positions = 0) {
     const M = this.M;
     this.FreeSequence();
     const str = (s) => {
@@ -117,7 +118,7 @@ export class GpuModelRunner {
     };
     const k = str(kv_k), v = str(kv_v);
     try {
-      this.kv = M._kvq_web_kv_new_for_model(this.model, k, v, device_budget_bytes);
+      this.kv = M._kvq_web_kv_new_for_model(this.model, k, v, device_budget_bytes, page_positions);
     } finally {
       M._free(k);
       M._free(v);

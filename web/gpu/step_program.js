@@ -15,8 +15,11 @@
 // Submits and readbacks per step: the ops up to a layer's attention are encoded into one command
 // encoder and submitted; that layer's new K and V rows come back to the module (its KvCache, the
 // master copy, encodes them with kvq's codecs), the cache streams its pages to the GPU through
-// kv_device.js and attends (its own submits); the next span follows. The last span ends with the
-// argmax, whose id is the step's final readback. `counts` tallies them (the device's too).
+// kv_device.js, whose attention commands go into the encoder of the next span (no submit of its
+// own while the layer's pages fit its slots); the next span follows. The last span ends with the
+// argmax, whose id is the step's final readback. So a step is n_layers + 1 submits and as many
+// readbacks (the K and V rows must reach the module's master cache before attention reads it).
+// `counts` tallies them (the device's too).
 
 import {kOpsBindings, kOpsWgsl, kRowLanes, WeightOpsBindings, WeightOpsWgsl} from './step_kernels.js';
 import {kGpuWeightTypes, kInterleavedTypes} from './weight_types.js';
@@ -316,8 +319,16 @@ export class GpuStepProgram {
         encoder.copyBufferToBuffer(B[op.v], 0, this.staging, c.kv_dim * 4, c.kv_dim * 4);
         const rows = new Float32Array(await this.#ReadBack(encoder, 2 * c.kv_dim * 4));
         kv.Append(op.layer, rows.subarray(0, c.kv_dim), rows.subarray(c.kv_dim));
-        kv.Attend(op.layer, B[op.x], pos, B[op.y]);
-        encoder = device.createCommandEncoder();
+        // The attention's commands go into the encoder the next ops continue (one submit for
+        // both) unless the KV device must submit to reuse a slot (it then hands back a new one).
+        const sink = {encoder: device.createCommandEncoder()};
+        if (this.kv_device) this.kv_device.sink = sink;
+        try {
+          kv.Attend(op.layer, B[op.x], pos, B[op.y]);
+        } finally {
+          if (this.kv_device) this.kv_device.sink = null;
+        }
+        encoder = sink.encoder;
         pass = encoder.beginComputePass();
         continue;
       }

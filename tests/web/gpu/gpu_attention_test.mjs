@@ -117,7 +117,7 @@ if (limits) {
   if (!result.models) Fatal('no model ran');
 } else if (device_loss) {
   console.log(`gpu_attention_test --device-loss: ${result.runs} runs, ${result.losses} devices lost, ` +
-              `${result.failures.length} failures, smallest top-2 logit gap ${result.min_gap}, ` +
+              `${result.failures.length} failures, smallest top-2 logit gap ${result.min_gap}, ${result.flushes} KV device submits with pages of 32, ` +
               `moved to the CPU because: "${result.cpu_event}", ${result.seconds?.toFixed(1)} s in the page`);
   if (!result.runs) Fatal('no run');
 } else if (kv_device) {

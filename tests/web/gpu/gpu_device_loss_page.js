@@ -10,6 +10,8 @@
 //     master; int4-kivi): the redone step keeps the rows that got through and gives the same ids;
 //   - the device destroyed after 40 ids with no device coming back (acquire forced to give
 //     none): the rest runs on the module's C++ forward over the same cache.
+// And one int8 run with pages of 32 positions (the KV device reusing its slots within a step, so it
+// submits part of the step's commands itself) gives the logits of the one-page run bit for bit.
 // The CPU continuation is not the GPU's arithmetic bit for bit: the C++ forward sums matvecs,
 // norms and attention in its SIMD lanes' order where the GPU sums per row in column order and
 // per workgroup in trees, and its exp is Highway's. Both quantise activations for Q-type weights
@@ -59,14 +61,16 @@ function Tokenize(M, model, text) {
 // kNew greedy ids after `prompt` on `runner`; hook(i) is called before generated id i runs.
 // Returns {ids, min_gap: the smallest gap between the two largest logits where ids were chosen
 // (with_logits only)}.
-async function Generate(runner, spec, prompt, hook = () => {}, with_logits = false) {
-  runner.NewSequence(spec, spec);
+async function Generate(runner, spec, prompt, hook = () => {}, with_logits = false, page_positions = 0) {
+  runner.NewSequence(spec, spec, 0, page_positions);
   let last;
   for (const id of prompt) last = await runner.Step(id, {logits: with_logits});
   const ids = [];
   let min_gap = Infinity;
+  const logits = [];
   for (let i = 0; i < kNew; ++i) {
     if (with_logits) {
+      logits.push(last.logits);
       let best = -Infinity, second = -Infinity;
       for (const v of last.logits) {
         if (v > best) [best, second] = [v, best];
@@ -79,7 +83,7 @@ async function Generate(runner, spec, prompt, hook = () => {}, with_logits = fal
     await hook(i + 1);
     last = await runner.Step(last.token, {logits: with_logits});
   }
-  return {ids, min_gap};
+  return {ids, min_gap, logits};
 }
 
 function FirstDifference(a, b) {
@@ -149,6 +153,20 @@ export async function RunGpuDeviceLossTests(bundle_url, only = '') {
     survivor.after_append = null;
     Check(`${what}, device lost in the middle of a step`, got, references[what]);
   }
+  // Pages of 32 positions through the KV device's two slots: each layer's attention streams 4–5
+  // windows, so the device submits the step's encoder before reusing a slot (kv_device.js's sink).
+  // The attention has the same bits for every page size: the logits equal the one-page run's.
+  let flushes = 0;
+  if (specs.includes('int8')) {  // (one spec: each test stays near a minute on SwiftShader)
+    const spec = 'int8', what = `"${kPrompts[2]}" ${spec}`;
+    const before = reference.counts.device_submits;
+    const got = await Generate(reference, spec, prompts[2], () => {}, true, 32);
+    flushes = reference.counts.device_submits - before;
+    const want = references[what];
+    const at = got.logits.findIndex((l, i) => l.some((v, j) => !Object.is(v, want.logits[i][j])));
+    if (at >= 0) fail(`${what}: pages of 32 positions change the logits after generated id ${at}`);
+    if (!(flushes > 0)) fail(`${what}: pages of 32 positions through 2 slots, yet the KV device never submitted`);
+  }
   const gpu_events = survivor.events.length;
   if (acquired !== losses) fail(`${losses} devices lost, ${acquired} asked for`);
   if (survivor.cpu_steps !== 0) fail(`${survivor.cpu_steps} steps ran on the CPU with a device coming back`);
@@ -171,5 +189,5 @@ export async function RunGpuDeviceLossTests(bundle_url, only = '') {
   const cpu_event = stranded.events[0]?.why;
   stranded.Destroy();
   reference.Destroy();
-  return {runs, losses, gpu_events, cpu_event, failures, min_gap, seconds: (performance.now() - t0) / 1000};
+  return {runs, losses, gpu_events, cpu_event, flushes, failures, min_gap, seconds: (performance.now() - t0) / 1000};
 }
