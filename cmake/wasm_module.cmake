@@ -15,6 +15,7 @@ set(kvq_web_exports
   kvq_web_set_sampler kvq_web_sample kvq_web_session_stats kvq_web_formats kvq_web_simd_target
   kvq_web_last_error kvq_web_kv_new kvq_web_kv_free kvq_web_kv_plan kvq_web_kv_append
   kvq_web_kv_attend_device kvq_web_kv_rows kvq_web_kv_new_for_model kvq_web_gpu_program kvq_web_gpu_rope
+  kvq_web_kv_positions kvq_web_kv_rewind kvq_web_kv_cpu_step
   malloc free)
 list(TRANSFORM kvq_web_exports PREPEND "'_")
 list(TRANSFORM kvq_web_exports APPEND "'")

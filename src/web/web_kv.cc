@@ -5,8 +5,11 @@
 // web/gpu/kv_device.js GpuKvDevice the page made) — the cache's pages are written from this
 // module's heap straight into the GPU slots. kvq_web_kv_rows gives the rows as attention reads
 // them, through a KvDevice that decodes instead of attending, for a reference to compare with.
+// kvq_web_kv_cpu_step runs a step of the model's C++ forward on the same cache: where the GPU
+// path goes on when its device is lost and none comes back (web/gpu/gpu_engine.js).
 #include <emscripten/emscripten.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -15,11 +18,13 @@
 #include <string>
 #include <vector>
 
+#include "kvq/format.h"
 #include "kvq/kv_cache.h"
 #include "kvq/kv_device.h"
 #include "kvq/kv_spec.h"
 #include "api/api_internal.h"
 #include "model/cache_config.h"
+#include "model/llama.h"
 #include "web/web_common.h"
 
 // The JS side of WebGpuKvDevice: each returns 0, or 1 with the JS error kept for kvq_js_kv_error.
@@ -167,6 +172,9 @@ class RowsDevice final : public kvq::KvDevice {
 struct WebKv {
   std::unique_ptr<kvq::KvCache> cache;
   std::string plan_json;
+  // The CPU forward over `cache` (kvq_web_kv_cpu_step), made on first use, and its logits [vocab].
+  std::unique_ptr<kvq::LlamaModel> cpu;
+  std::vector<float> logits;
 };
 
 WebKv* KvOf(int handle) { return reinterpret_cast<WebKv*>(static_cast<intptr_t>(handle)); }
@@ -213,10 +221,11 @@ EMSCRIPTEN_KEEPALIVE int kvq_web_kv_new(const char* key_spec, const char* value_
 }
 
 // The cache a loaded model's sessions would make (model/cache_config.h: its attention layers,
-// its RoPE for a "prerope" key spec, its context, the default page size) with these specs and
-// device budget — the cache of the WebGPU path's attention ops. Returns a handle, or 0.
+// its RoPE for a "prerope" key spec, its context) with these specs, device budget and page size
+// (page_positions 0: the default; else a multiple of 32) — the cache of the WebGPU path's
+// attention ops. Returns a handle, or 0.
 EMSCRIPTEN_KEEPALIVE int kvq_web_kv_new_for_model(int model, const char* key_spec, const char* value_spec,
-                                                  double device_budget_bytes) {
+                                                  double device_budget_bytes, int page_positions) {
   kvq::Result<kvq::KvSpec> k = kvq::ParseKvSpec(key_spec);
   kvq::Result<kvq::KvSpec> v = kvq::ParseKvSpec(value_spec);
   if (!k.ok() || !v.ok()) {
@@ -231,6 +240,7 @@ EMSCRIPTEN_KEEPALIVE int kvq_web_kv_new_for_model(int model, const char* key_spe
   kvq::CacheChoice choice{.layers = {std::string(key_spec) == value_spec ? kvq::LayerFormats::Both(*k)
                                                                          : kvq::LayerFormats::Of(*k, *v)}};
   choice.budgets.device_bytes = static_cast<int64_t>(device_budget_bytes);
+  choice.page_positions = page_positions;
   kvq::Result<std::unique_ptr<kvq::KvCache>> cache =
       kvq::CreateModelCache(m.impl().weights.config, m.info().context, choice);
   if (!cache.ok()) {
@@ -283,6 +293,45 @@ EMSCRIPTEN_KEEPALIVE int kvq_web_kv_rows(int kv, int layer, float* k, float* v) 
   // A query at the last position reads every row as the cache holds it now.
   const kvq::Status s = cache.AttendOnDevice(layer, {.scale = 1.0f}, n - 1, 1, device);
   return s.ok() ? 0 : Fail(s.message());
+}
+
+// Positions `layer` holds (the GPU path checks it to redo a step its lost device left half done).
+EMSCRIPTEN_KEEPALIVE double kvq_web_kv_positions(int kv, int layer) {
+  kvq::KvCache& cache = *KvOf(kv)->cache;
+  if (layer < 0 || layer >= cache.config().n_layers) return Fail("positions: no such layer");
+  return static_cast<double>(cache.positions(layer));
+}
+
+// Drops every layer back to at most n positions, where the formats can drop rows in place
+// (KvCache::TruncationPoint: n itself for per-token formats, a group boundary for grouped ones, 0
+// for sinks and residuals). Returns the positions kept: the caller runs the ids after them again.
+EMSCRIPTEN_KEEPALIVE double kvq_web_kv_rewind(int kv, double n) {
+  kvq::KvCache& cache = *KvOf(kv)->cache;
+  if (!(n >= 0) || n > static_cast<double>(cache.positions(0))) return Fail("rewind: n must be in [0, positions]");
+  const int64_t keep = cache.TruncationPoint(static_cast<int64_t>(n));
+  const kvq::Status s = cache.Truncate(keep);
+  return s.ok() ? static_cast<double>(keep) : Fail(s.message());
+}
+
+// One decode step of the model's C++ forward (LlamaModel::Forward) on this cache: `token` at the
+// cache's next position. Returns the greedy next id (the first largest logit: the GPU's argmax
+// rule), or -1. logits: [vocab_size] out, or null. Scores run in f32 (ScoreArithmetic::kF32) for
+// the call, as the GPU scores, so a conversation the GPU began goes on in the GPU's arithmetic
+// as far as the CPU can give it (the setting is the process's, restored on return).
+EMSCRIPTEN_KEEPALIVE int kvq_web_kv_cpu_step(int model, int kv, int token, float* logits) {
+  WebKv& w = *KvOf(kv);
+  const kvq::Model& m = *kvq_web::ModelOf(model)->model;
+  const int32_t vocab = m.info().vocab_size;
+  if (token < 0 || token >= vocab) return Fail("cpu step: token outside the vocabulary");
+  if (!w.cpu) w.cpu = std::make_unique<kvq::LlamaModel>(m.impl().weights, std::max(1, m.info().threads));
+  w.logits.resize(static_cast<size_t>(vocab));
+  const kvq::ScoreArithmetic before = kvq::GetScoreArithmetic();
+  kvq::SetScoreArithmetic(kvq::ScoreArithmetic::kF32);
+  const kvq::Status s = w.cpu->Forward(token, w.cache->positions(0), *w.cache, w.logits.data());
+  kvq::SetScoreArithmetic(before);
+  if (!s.ok()) return Fail(s.message());
+  if (logits != nullptr) std::copy(w.logits.begin(), w.logits.end(), logits);
+  return static_cast<int>(std::max_element(w.logits.begin(), w.logits.end()) - w.logits.begin());
 }
 
 }  // extern "C"

@@ -3,9 +3,23 @@
 // module's KvCache made for the model (kvq_web_kv_new_for_model), attention through kv_device.js.
 // The page's worker (web/worker.js) and the tests (tests/web/gpu/gpu_forward_page.js) both run
 // models through this file. M: the Emscripten module; model: a kvq_web_model_load handle.
+//
+// A lost device (device.lost, or a step whose readback fails because the device went away) does
+// not end the conversation: the master cache is the module's, so the runner asks for a new
+// device, uploads the weights again from the module's memory and redoes the step at the same
+// position (attention streams its pages from the master on every call, so the GPU working set
+// is rebuilt by the next attention call). If no device comes back, the rest of the conversation
+// runs on the module's C++ forward over the same cache (kvq_web_kv_cpu_step).
 
 import {GpuKvDevice} from './kv_device.js';
-import {GpuStepProgram, StepProgramWhyNot} from './step_program.js';
+import {GpuLimitsFor, GpuStepProgram, StepProgramWhyNot} from './step_program.js';
+
+// A step is redone at most this many times after losing its device (a device lost again and
+// again is a broken one: the error then reaches the caller).
+const kMaxRecoveries = 3;
+// How long a failed step waits for device.lost to say whether the device went away (the
+// rejected readback and the lost promise settle in either order).
+const kLostWaitMs = 2000;
 
 function LastError(M) {
   return M.UTF8ToString(M._kvq_web_last_error()) || 'kvq reported a failure without a message';
@@ -23,37 +37,78 @@ export function GpuProgramOf(M, model) {
   return why_not ? {why_not} : {program};
 }
 
+/**
+ * A device for `program` from `adapter` (navigator.gpu's first when not given), requesting the
+ * limits the program needs (GpuLimitsFor), or null when WebGPU offers no adapter. Throws, naming
+ * the limit and the model, when the adapter cannot give them.
+ */
+export async function RequestGpuDevice(program, adapter = null) {
+  adapter ??= await globalThis.navigator?.gpu?.requestAdapter();
+  if (!adapter) return null;
+  const {requiredLimits, requiredFeatures, why_not} = GpuLimitsFor(program, adapter.limits, adapter.features);
+  if (why_not) throw new Error(why_not);
+  return adapter.requestDevice({requiredLimits, requiredFeatures});
+}
+
 export class GpuModelRunner {
-  /** The runner of `model` (program from GpuProgramOf) on `device`; compiles every pipeline. */
-  static async Create(M, device, model, program) {
-    const kv_device = new GpuKvDevice(device);
-    M.kvqDevice = kv_device;
-    const rope_ptr = M._malloc(program.config.rotary_dims * 4);  // [rotary_dims / 2][cos, sin]
-    const rope = (pos) => {
-      if (M._kvq_web_gpu_rope(model, pos, rope_ptr) !== 0) throw new Error(`RoPE at position ${pos}: ${LastError(M)}`);
-      return M.HEAPF32.slice(rope_ptr >> 2, (rope_ptr >> 2) + program.config.rotary_dims);
-    };
-    const step = await GpuStepProgram.Create(device, program, M.HEAPU8, rope, kv_device);
-    return new GpuModelRunner(M, model, program, kv_device, step, rope_ptr);
+  /**
+   * The runner of `model` (program from GpuProgramOf) on `device`; compiles every pipeline.
+   * options.acquire: async () => a new GPUDevice or null, asked when the device is lost (default:
+   * RequestGpuDevice on navigator.gpu's adapter); options.step: GpuStepProgram.Create's options
+   * (forced limits, the model's name for a refusal).
+   */
+  static async Create(M, device, model, program, options = {}) {
+    const runner = new GpuModelRunner(M, model, program, options.acquire || (() => RequestGpuDevice(program)));
+    runner.step_options = options.step || {};
+    await runner.#Attach(device);
+    return runner;
   }
 
-  constructor(M, model, program, kv_device, step, rope_ptr) {
+  constructor(M, model, program, acquire) {
     this.M = M;
     this.model = model;
+    this.program = program;
     this.config = program.config;
-    this.kv_device = kv_device;
-    this.step = step;
-    this.rope_ptr = rope_ptr;
+    this.acquire = acquire;
+    this.rope_ptr = M._malloc(program.config.rotary_dims * 4);  // [rotary_dims / 2][cos, sin]
+    this.rope = (pos) => {
+      if (M._kvq_web_gpu_rope(model, pos, this.rope_ptr) !== 0) throw new Error(`RoPE at position ${pos}: ${LastError(M)}`);
+      return M.HEAPF32.slice(this.rope_ptr >> 2, (this.rope_ptr >> 2) + program.config.rotary_dims);
+    };
     this.kv = 0;        // the module's KvCache handle of the current sequence
     this.rows = M._malloc(2 * this.config.kv_dim * 4);  // one position's K and V: [2][kv_dim]
+    this.logits_ptr = 0;  // [vocab] the CPU step's logits, made on first use
     this.positions = 0;
+    this.ids = [];        // [positions] the ids the sequence holds (a CPU rewind runs them again)
+    this.device = null;
+    this.lost = null;     // device.lost's info once the current device is lost
+    this.on_cpu = false;  // no device came back: steps run on the module's C++ forward
+    /** What happened to the device: [{position, to: 'gpu' | 'cpu', why}] (why: the loss, and for 'cpu' the failed re-acquire). */
+    this.events = [];
+    this.retired = {steps: 0, submits: 0, readbacks: 0, device_submits: 0};  // of step programs of lost devices
+    this.cpu_steps = 0;
+    /** Test hook: called after each layer's K and V rows reach the master (layer, position). */
+    this.after_append = null;
+  }
+
+  async #Attach(device) {
+    this.device = device;
+    this.lost = null;
+    device.lost.then((info) => {
+      if (this.device === device) this.lost = info;
+    });
+    this.kv_device = new GpuKvDevice(device);
+    this.M.kvqDevice = this.kv_device;
+    this.step = await GpuStepProgram.Create(device, this.program, this.M.HEAPU8, this.rope, this.kv_device,
+                                           this.step_options);
   }
 
   /**
-   * Starts a sequence: a new cache with key and value specs as kvq's --kv-k / --kv-v and a device
-   * budget in bytes (0: none). Returns the cache's plan {total_bytes, slot_bytes, device_slots, ...}.
+   * Starts a sequence: a new cache with key and value specs as kvq's --kv-k / --kv-v, a device
+   * budget in bytes (0: none) and positions per page (0: the cache's default; else a multiple of
+   * 32). Returns the cache's plan {total_bytes, slot_bytes, device_slots, ...}.
    */
-  NewSequence(kv_k, kv_v, device_budget_bytes = 0) {
+  NewSequence(kv_k, kv_v, device_budget_bytes = 0, page_positions = 0) {
     const M = this.M;
     this.FreeSequence();
     const str = (s) => {
@@ -63,7 +118,7 @@ export class GpuModelRunner {
     };
     const k = str(kv_k), v = str(kv_v);
     try {
-      this.kv = M._kvq_web_kv_new_for_model(this.model, k, v, device_budget_bytes);
+      this.kv = M._kvq_web_kv_new_for_model(this.model, k, v, device_budget_bytes, page_positions);
     } finally {
       M._free(k);
       M._free(v);
@@ -71,6 +126,7 @@ export class GpuModelRunner {
     if (!this.kv) throw new Error(`the GPU path's KV cache (K "${kv_k}", V "${kv_v}"): ${LastError(M)}`);
     this.prerope = /prerope/.test(kv_k);  // the cache stores keys before RoPE: it gets k_pre
     this.positions = 0;
+    this.ids = [];
     this.M.kvqDevice = this.kv_device;
     this.plan = JSON.parse(M.UTF8ToString(M._kvq_web_kv_plan(this.kv)));
     return this.plan;
@@ -84,17 +140,44 @@ export class GpuModelRunner {
   /** Runs `token` at the next position: {token: the greedy next id, logits (options.logits)}. */
   async Step(token, options = {}) {
     if (!this.kv) throw new Error('GpuModelRunner: no sequence (NewSequence first)');
+    const pos = this.positions;
+    let out;
+    for (let recoveries = 0; ; ++recoveries) {
+      if (!this.on_cpu && this.lost) await this.#Recover(pos);
+      if (this.on_cpu) {
+        out = this.#CpuStep(token, pos, options);
+        break;
+      }
+      try {
+        out = await this.step.Step(token, pos, this.#Cache(pos), options);
+        break;
+      } catch (e) {
+        if (recoveries >= kMaxRecoveries || !(await this.#DeviceLost())) throw e;
+      }
+    }
+    this.ids.push(token);
+    ++this.positions;
+    return out;
+  }
+
+  // The step program's view of the master cache at position `pos`.
+  #Cache(pos) {
     const M = this.M, c = this.config, kv = this.kv, rows = this.rows;
-    const cache = {
+    return {
       prerope: this.prerope,
       Append: (layer, k, v) => {
+        // A step redone after a lost device: the layers it got through hold this position's rows
+        // already (read back whole before the loss; the same kernels give the same bits).
+        if (M._kvq_web_kv_positions(kv, layer) > pos) return;
         M.HEAPF32.set(k, rows >> 2);
         M.HEAPF32.set(v, (rows >> 2) + c.kv_dim);
         if (M._kvq_web_kv_append(kv, layer, rows, rows + c.kv_dim * 4, 1) !== 0) {
           throw new Error(`KV append at layer ${layer}: ${LastError(M)}`);
         }
+        this.after_append?.(layer, pos);
       },
       Attend: (layer, q, position, out) => {  // q, out: GPU buffers [n_heads][head_dim]
+        M.kvqDevice = this.kv_device;  // the module's cache calls it (another runner may have set its own)
         this.kv_device.SetQueries(q, c.n_heads, c.n_heads * c.head_dim);
         if (M._kvq_web_kv_attend_device(kv, layer, position, 1) !== 0) {
           throw new Error(`attention on the GPU at layer ${layer}: ${LastError(M)}`);
@@ -102,19 +185,89 @@ export class GpuModelRunner {
         this.kv_device.OutputTo(out);
       },
     };
-    const out = await this.step.Step(token, this.positions, cache, options);
-    ++this.positions;
-    return out;
   }
 
-  /** Submits, readbacks and steps so far ({steps, submits, readbacks, device_submits}). */
-  get counts() { return this.step.counts; }
-  get weight_bytes() { return this.step.weight_bytes; }
+  // Whether the current device is lost (waiting a little for device.lost to settle).
+  async #DeviceLost() {
+    if (this.lost) return true;
+    const device = this.device;
+    const lost = await Promise.race([device.lost.then(() => true),
+                                     new Promise((ok) => setTimeout(() => ok(false), kLostWaitMs))]);
+    if (lost && this.device === device) this.lost ??= {message: 'the device was lost'};
+    return lost;
+  }
+
+  // A new device with the weights uploaded again, or the CPU when none comes.
+  async #Recover(pos) {
+    const why = `the WebGPU device was lost (${this.lost.reason || 'unknown'}: ${this.lost.message || 'no message'})`;
+    for (const k of Object.keys(this.retired)) this.retired[k] += this.step.counts[k];
+    try {
+      this.step.Destroy();
+    } catch {
+      // Its buffers went with the device.
+    }
+    this.step = null;
+    let device = null, failed = '';
+    try {
+      device = await this.acquire();
+      if (!device) failed = 'no WebGPU device came back';
+    } catch (e) {
+      failed = `asking for a new WebGPU device failed: ${e.message}`;
+    }
+    if (device) {
+      try {
+        await this.#Attach(device);
+        this.events.push({position: pos, to: 'gpu', why});
+        return;
+      } catch (e) {
+        failed = `the new WebGPU device failed: ${e.message}`;
+        device.destroy();
+      }
+    }
+    this.on_cpu = true;
+    this.device = null;
+    this.M.kvqDevice = null;
+    this.events.push({position: pos, to: 'cpu', why: `${why}; ${failed}`});
+  }
+
+  // `token` at `pos` on the module's C++ forward over the same master cache.
+  #CpuStep(token, pos, options) {
+    const M = this.M, kv = this.kv, model = this.model;
+    const Fail = (what) => new Error(`${what} on the CPU: ${LastError(M)}`);
+    // A step the lost device left half done: some layers hold position `pos` already. The C++
+    // forward appends to every layer, so the cache goes back to where the formats can drop rows
+    // (TruncationPoint) and the ids from there run again.
+    let uneven = false;
+    for (let l = 0; l < this.config.n_layers; ++l) uneven ||= M._kvq_web_kv_positions(kv, l) !== pos;
+    if (uneven) {
+      const kept = M._kvq_web_kv_rewind(kv, pos);
+      if (kept < 0) throw Fail(`dropping the half-done position ${pos}`);
+      for (let p = kept; p < pos; ++p) {
+        if (M._kvq_web_kv_cpu_step(model, kv, this.ids[p], 0) < 0) throw Fail(`running position ${p} again`);
+      }
+    }
+    if (options.logits && !this.logits_ptr) this.logits_ptr = M._malloc(this.config.vocab_size * 4);
+    const id = M._kvq_web_kv_cpu_step(model, kv, token, options.logits ? this.logits_ptr : 0);
+    if (id < 0) throw Fail(`position ${pos}`);
+    ++this.cpu_steps;
+    const logits = options.logits ?
+        M.HEAPF32.slice(this.logits_ptr >> 2, (this.logits_ptr >> 2) + this.config.vocab_size) : null;
+    return {token: id, logits};
+  }
+
+  /** Submits, readbacks and GPU steps so far ({steps, submits, readbacks, device_submits}), every device's. */
+  get counts() {
+    const out = {...this.retired};
+    if (this.step) for (const k of Object.keys(out)) out[k] += this.step.counts[k];
+    return out;
+  }
+  get weight_bytes() { return this.step ? this.step.weight_bytes : 0; }
 
   Destroy() {
     this.FreeSequence();
     this.M._free(this.rows);
     this.M._free(this.rope_ptr);
-    this.step.Destroy();
+    if (this.logits_ptr) this.M._free(this.logits_ptr);
+    this.step?.Destroy();
   }
 }

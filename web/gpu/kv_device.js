@@ -176,6 +176,28 @@ export class GpuKvDevice {
     this.bug = undefined;  // one of kDeviceBugs, or undefined
     this.windows = 0;      // since Begin
     this.submits = 0;      // command buffers submitted, since construction
+    /**
+     * Where the commands go: null (each call submits its own command buffer), or {encoder} of a
+     * caller that submits it later with its own work (a step program: attention then costs no
+     * submit of its own). Uploads are queue writes, applied at once, so a slot written twice
+     * before the encoder is submitted would lose its first window: the device then submits the
+     * encoder and puts a new one in sink.encoder (counted in `submits`; never when the layer's
+     * pages fit its slots).
+     */
+    this.sink = null;
+  }
+
+  // An encoder for the next commands, and the end of them: the sink's, or one submitted now.
+  #Encoder() { return this.sink ? this.sink.encoder : this.device.createCommandEncoder(); }
+  #Done(encoder) {
+    if (!this.sink) this.#Submit(encoder);
+  }
+  // The sink's commands so far submitted, and a new encoder in their place.
+  #Flush() {
+    this.#Submit(this.sink.encoder);
+    this.sink.encoder = this.device.createCommandEncoder();
+    this.sink.slots = new Set();  // the slots written since
+    this.sink.begun = false;      // a layer begun since
   }
 
   #Pipeline(key, code, entry) {
@@ -202,13 +224,13 @@ export class GpuKvDevice {
   #Dispatch(pipeline, entries, groups) {
     const group = this.device.createBindGroup({layout: pipeline.getBindGroupLayout(0),
                                                entries: entries.map((b, i) => ({binding: i, resource: {buffer: b}}))});
-    const encoder = this.device.createCommandEncoder();
+    const encoder = this.#Encoder();
     const pass = encoder.beginComputePass();
     pass.setPipeline(pipeline);
     pass.setBindGroup(0, group);
     pass.dispatchWorkgroups(Math.max(1, Math.ceil(groups / 64)));
     pass.end();
-    this.#Submit(encoder);
+    this.#Done(encoder);
   }
 
   /**
@@ -221,9 +243,9 @@ export class GpuKvDevice {
       this.q = this.#Buffer(floats * 4);
     }
     if (q instanceof GPUBuffer) {  // already on the device (the forward pass's q): copied in queue order
-      const encoder = this.device.createCommandEncoder();
+      const encoder = this.#Encoder();
       encoder.copyBufferToBuffer(q, 0, this.q, 0, floats * 4);
-      this.#Submit(encoder);
+      this.#Done(encoder);
     } else {
       this.device.queue.writeBuffer(this.q, 0, q);
     }
@@ -234,6 +256,10 @@ export class GpuKvDevice {
   /** kvq's KvDeviceLayer (as src/web/web_kv.cc writes it). */
   Begin(layer) {
     const L = layer;
+    if (this.sink) {  // a second layer into one sink: the first's commands read buffers reset below
+      if (this.sink.begun) this.#Flush();
+      this.sink.begun = true;
+    }
     if (L.softcap !== 0) throw new Error(`the WebGPU KV device has no softcap (got ${L.softcap})`);
     if (!this.q || this.q_floats !== L.n_tokens * this.n_heads * L.head_dim || this.n_heads % L.n_kv_heads) {
       throw new Error(`the queries given (${this.q_floats} numbers, ${this.n_heads} heads) do not fit ${L.n_tokens} ` +
@@ -243,7 +269,14 @@ export class GpuKvDevice {
     this.shape = {...L, q_per_kv: this.n_heads / L.n_kv_heads};
     this.key = JSON.stringify([L.key_format, L.value_format, L.n_kv_heads, this.shape.q_per_kv, L.head_dim,
                                L.k_block_bytes, L.v_block_bytes, L.pre_rope, L.rope_pairing, L.rotary_dims]);
-    // The slots: allocated once per (count, size), within the budget the cache planned.
+    // The slots: allocated once per (count, size), within the budget the cache planned, each one
+    // binding (so within the device's limits: refused here, before allocating, if not).
+    for (const limit of ['maxStorageBufferBindingSize', 'maxBufferSize']) {
+      if (L.slot_bytes > this.device.limits[limit]) {
+        throw new Error(`a KV slot of ${L.slot_bytes} bytes (one page of layer ${L.layer}) is over this WebGPU ` +
+                        `device's ${limit} of ${this.device.limits[limit]} bytes`);
+      }
+    }
     if (this.slots.length !== L.slots || this.slot_bytes !== L.slot_bytes) {
       for (const s of this.slots) {
         s.buffer.destroy();
@@ -279,9 +312,9 @@ export class GpuKvDevice {
     }
     if (L.rotate_queries) {
       if (!this.q_rotated || this.q_rotated.size < this.q.size) this.q_rotated = this.#Buffer(this.q.size);
-      const encoder = this.device.createCommandEncoder();
+      const encoder = this.#Encoder();
       encoder.copyBufferToBuffer(this.q, 0, this.q_rotated, 0, this.q.size);
-      this.#Submit(encoder);
+      this.#Done(encoder);
       this.#HeadOp('rotate', this.q_rotated, n_states, L.head_dim, 0);
       q = this.q_rotated;
     }
@@ -312,6 +345,11 @@ export class GpuKvDevice {
     if (!(slot >= 0 && slot < this.slots.length) || n > this.slot_bytes || n % 4) {
       throw new Error(`upload of ${n} bytes into slot ${slot} of ${this.slots.length} x ${this.slot_bytes} B`);
     }
+    if (this.sink) {  // the slot's last window not yet submitted: submit it before overwriting
+      this.sink.slots ??= new Set();
+      if (this.sink.slots.has(slot)) this.#Flush();
+      this.sink.slots.add(slot);
+    }
     this.device.queue.writeBuffer(this.slots[slot].buffer, 0, memory, offset, n);
   }
 
@@ -328,13 +366,13 @@ export class GpuKvDevice {
            later && this.bug === 'double_count_row' ? 1 : 0]);
     new Float32Array(p, 12, 1)[0] = L.scale;
     this.device.queue.writeBuffer(s.params, 0, p);
-    const encoder = this.device.createCommandEncoder();
+    const encoder = this.#Encoder();
     const pass = encoder.beginComputePass();
     pass.setPipeline(this.attend);
     pass.setBindGroup(0, s.group);
     pass.dispatchWorkgroups(Math.ceil(L.n_kv_heads * L.n_tokens / 64));
     pass.end();
-    this.#Submit(encoder);
+    this.#Done(encoder);
     ++this.windows;
   }
 
@@ -347,9 +385,9 @@ export class GpuKvDevice {
     this.result = this.state;
     if (this.L.unrotate_output) {
       if (!this.unrotated || this.unrotated.size !== this.state.size) this.unrotated = this.#Buffer(this.state.size);
-      const encoder = this.device.createCommandEncoder();
+      const encoder = this.#Encoder();
       encoder.copyBufferToBuffer(this.state, 0, this.unrotated, 0, this.state.size);
-      this.#Submit(encoder);
+      this.#Done(encoder);
       this.#HeadOp('unrotate', this.unrotated, this.L.n_tokens * this.n_heads, this.L.head_dim + 2, 2);
       this.result = this.unrotated;
     }

@@ -189,7 +189,39 @@ export const kOpsBindings = {
 
 /** The weight ops of `type` in `layout`: matvec (f32 activation or quantised), embed. */
 export function WeightOpsWgsl(type, layout) {
-  const {elems, quantized_activation} = WeightBlock(type);
+  const {elems, quantized_activation, kquant} = WeightBlock(type);
+  const matvec_k = `
+// MatVec of a K-quant (weights/kquant_rows-inl.h's scalar kernel): per activation block b of 32
+// (half a Q4_K sub-block pair, two Q6_K sub-blocks of 16) the exact integers dot = Σ_j sc_j·Σ code·q
+// and mins = Σ_j m_j·Σ q over its two 16-element sub-blocks j, then acc += (d·d_x)·dot and
+// macc += (dmin·d_x)·mins in f32 in order of b; y = acc − macc. One invocation per row.
+@compute @workgroup_size(${kRowLanes})
+fn matvec(@builtin(global_invocation_id) id: vec3u) {
+  let row = id.x + id.y * ${kRowLanes}u * 32768u;
+  if (row >= dims.rows) { return; }
+  var acc = 0.0;
+  var macc = 0.0;
+  for (var b = 0u; b < dims.cols / 32u; b++) {
+    let sb = b / 8u;
+    var dot = 0;
+    var mins = 0;
+    for (var h = 0u; h < 2u; h++) {
+      let j = (b % 8u) * 2u + h;
+      var sub = 0;
+      var sum16 = 0;
+      for (var l = 0u; l < 16u; l++) {
+        let q = xq[b * 32u + 16u * h + l];
+        sub = sub + kq_code(row, sb, 16u * j + l) * q;
+        sum16 = sum16 + q;
+      }
+      dot = dot + kq_sc(row, sb, j) * sub;
+      mins = mins + kq_m(row, sb, j) * sum16;
+    }
+    acc = acc + (kq_d(row, sb) * xd[b]) * f32(dot);
+    macc = macc + (kq_dmin(row, sb) * xd[b]) * f32(mins);
+  }
+  y[dims.row0 + row] = acc - macc;
+}`;
   const matvec_q = `
 // MatVec with the activation quantised (weights/matvec.h): per activation block b of 32 the exact
 // integer I_b = Σ code·q, then Σ_b (d_w · d_x) · I_b in f32 in order of b. One invocation per row.
@@ -205,7 +237,7 @@ fn matvec(@builtin(global_invocation_id) id: vec3u) {
     for (var j = 0u; j < 32u; j++) { dot = dot + w_code(row, block, first + j) * xq[b * 32u + j]; }
     sum = sum + (w_scale(row, block) * xd[b]) * f32(dot);
   }
-  y[row] = sum;
+  y[dims.row0 + row] = sum;
 }`;
   const matvec_f32 = `
 // MatVec, f32 activation: one invocation per row, its products summed in order of the column.
@@ -215,13 +247,15 @@ fn matvec(@builtin(global_invocation_id) id: vec3u) {
   if (row >= dims.rows) { return; }
   var sum = 0.0;
   for (var c = 0u; c < dims.cols; c++) { sum = sum + w_elem(row, c) * x[c]; }
-  y[row] = sum;
+  y[dims.row0 + row] = sum;
 }`;
   return /* wgsl */ `
-struct Dims { rows: u32, cols: u32, row_bytes: u32, first_byte: u32 }
+// One piece of a weight (step_program.js's WeightPlacement): its rows row0 .. row0 + rows of the
+// matrix, starting at byte first_byte of the bound buffer.
+struct Dims { rows: u32, cols: u32, row_bytes: u32, first_byte: u32, row0: u32, pad0: u32, pad1: u32, pad2: u32 }
 @group(0) @binding(0) var<storage, read> w_buf: array<u32>;
 @group(0) @binding(1) var<storage, read> x: array<f32>;        // [cols]
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;  // [rows]
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;  // [row0 + rows]
 @group(0) @binding(3) var<uniform> dims: Dims;
 @group(0) @binding(4) var<storage, read> step: array<u32>;     // [token, position]
 @group(0) @binding(7) var<storage, read> xq: array<i32>;       // [cols] activation codes
@@ -230,12 +264,14 @@ ${kByteHelpers}
 ${Readers('w')}
 ${WeightReaderWgsl(type, layout)}
 
-${quantized_activation ? matvec_q : matvec_f32}
+${kquant ? matvec_k : quantized_activation ? matvec_q : matvec_f32}
 
-// DecodeWeightRow: y = row step[0] of w.
+// DecodeWeightRow: y = row step[0] of w, by the piece that holds it.
 @compute @workgroup_size(64)
 fn embed(@builtin(global_invocation_id) id: vec3u) {
-  if (id.x < dims.cols) { y[id.x] = w_elem(step[0], id.x); }
+  let token = step[0];
+  if (token < dims.row0 || token - dims.row0 >= dims.rows) { return; }
+  if (id.x < dims.cols) { y[id.x] = w_elem(token - dims.row0, id.x); }
 }
 `;
 }

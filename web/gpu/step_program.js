@@ -1,20 +1,34 @@
 // Runs the WebAssembly module's step program (src/web/gpu_program.h: one decode step of the loaded
 // model as ops over named buffers and a tensor table) on a WebGPU device with the kernels of
 // step_kernels.js. The module defines the forward pass; this file only executes it. Weights are
-// copied once from the module's memory into one GPU buffer; bind groups and uniforms are made once,
+// copied once from the module's memory into GPU buffers; bind groups and uniforms are made once,
 // so a step writes only its token, position and RoPE table before encoding its ops.
+//
+// Limits: a storage binding holds at most maxStorageBufferBindingSize bytes (128 MiB by default)
+// and a buffer at most maxBufferSize, so the weights go into "chunks" of at most the smaller of
+// the two (WeightPlacement), a tensor whole where it fits and otherwise cut into row ranges
+// ("pieces", each a matrix of its own: a matvec or embedding dispatch per piece), which is how a
+// 151,936 × 2,048 embedding or classifier runs under the default binding limit. GpuLimitsFor
+// gives the limits to request for a program, or the sentence refusing it before anything is
+// allocated. The kernels decode f16 from its bits, so the shader-f16 feature is not needed.
 //
 // Submits and readbacks per step: the ops up to a layer's attention are encoded into one command
 // encoder and submitted; that layer's new K and V rows come back to the module (its KvCache, the
 // master copy, encodes them with kvq's codecs), the cache streams its pages to the GPU through
-// kv_device.js and attends (its own submits); the next span follows. The last span ends with the
-// argmax, whose id is the step's final readback. `counts` tallies them (the device's too).
+// kv_device.js, whose attention commands go into the encoder of the next span (no submit of its
+// own while the layer's pages fit its slots); the next span follows. The last span ends with the
+// argmax, whose id is the step's final readback. So a step is n_layers + 1 submits and as many
+// readbacks (the K and V rows must reach the module's master cache before attention reads it).
+// `counts` tallies them (the device's too).
 
 import {kOpsBindings, kOpsWgsl, kRowLanes, WeightOpsBindings, WeightOpsWgsl} from './step_kernels.js';
-import {kGpuWeightTypes} from './weight_types.js';
+import {kGpuWeightTypes, kInterleavedTypes} from './weight_types.js';
 
 const kStorage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
 const Ceil4 = (n) => Math.ceil(n / 4) * 4;
+// WebGPU's default limits: what a device has when nothing more is requested.
+const kDefaultBindingBytes = 134217728;
+const kDefaultBufferBytes = 268435456;
 
 /**
  * Why the GPU kernels here cannot run `program` ('' when they can): a weight type or layout
@@ -26,11 +40,95 @@ export function StepProgramWhyNot(program) {
       return `the GPU kernels do not read ${t.type.toUpperCase()} weights (tensor ${t.name}; they read ` +
              `${kGpuWeightTypes.map((s) => s.toUpperCase()).join(', ')})`;
     }
-    if (t.layout !== 'rows' && !(t.layout === 'interleaved16' && ['q4_0', 'q8_0'].includes(t.type))) {
+    if (t.layout !== 'rows' && !(t.layout === 'interleaved16' && kInterleavedTypes.includes(t.type))) {
       return `the GPU kernels do not read ${t.type.toUpperCase()} in the ${t.layout} layout (tensor ${t.name})`;
     }
   }
   return '';
+}
+
+/** "this qwen3 model (28 layers, dim 1024, vocabulary 151936)": how a refusal names the model. */
+export function ProgramName(program) {
+  const c = program.config;
+  return `this ${c.arch} model (${c.n_layers} layers, dim ${c.dim}, vocabulary ${c.vocab_size})`;
+}
+
+/**
+ * Where each weight goes in GPU buffers of at most `cap` bytes: {chunks: [bytes] per buffer,
+ * pieces: Map address -> [{chunk, offset (bytes in the chunk), row0, rows, bytes}] (a tensor's
+ * row ranges in order; one piece when it fits whole), why_not: '' or the tensor that cannot be
+ * cut to fit (a row, or an interleaved group of 16 rows, over the cap)}. A tied classifier is
+ * the embedding: each address placed once.
+ */
+export function WeightPlacement(program, cap) {
+  const chunks = [], pieces = new Map();
+  let why_not = '';
+  const Put = (bytes) => {  // the chunk and offset of `bytes` more, first fit in the last chunk
+    if (!chunks.length || chunks[chunks.length - 1] + Ceil4(bytes) > cap) chunks.push(0);
+    const offset = chunks[chunks.length - 1];
+    chunks[chunks.length - 1] += Ceil4(bytes);
+    return {chunk: chunks.length - 1, offset};
+  };
+  for (const t of program.tensors) {
+    if (pieces.has(t.address)) continue;
+    const row_bytes = t.bytes / t.rows;
+    // A piece starts at a row its layout can start from: any row, or a group of 16 (interleaved).
+    const unit = t.layout === 'interleaved16' ? 16 : 1;
+    const list = [];
+    if (Ceil4(t.bytes) <= cap) {
+      list.push({...Put(t.bytes), row0: 0, rows: t.rows, bytes: t.bytes});
+    } else {
+      const most = Math.floor(cap / (unit * row_bytes)) * unit;  // rows in a full piece
+      if (most === 0 || Ceil4(Math.min(unit, t.rows) * row_bytes) > cap) {
+        why_not ||= `tensor ${t.name} has ${unit > 1 ? 'groups of 16 rows' : 'rows'} of ` +
+                    `${unit * row_bytes} bytes, which cannot be cut to fit`;
+        continue;
+      }
+      for (let row0 = 0; row0 < t.rows;) {
+        const rows = Math.min(most, t.rows - row0);
+        if (Ceil4(rows * row_bytes) > cap) {  // an interleaved tail that does not fit beside its last group
+          why_not ||= `tensor ${t.name}'s last rows cannot be cut to fit`;
+          break;
+        }
+        list.push({...Put(rows * row_bytes), row0, rows, bytes: rows * row_bytes});
+        row0 += rows;
+      }
+    }
+    pieces.set(t.address, list);
+  }
+  return {chunks, pieces, why_not};
+}
+
+// Bytes of the step program's buffers besides the weights, by what they hold.
+function OtherBuffers(program) {
+  const c = program.config;
+  const max_cols = Math.max(...program.tensors.map((t) => t.cols));
+  const out = Object.entries(program.buffers).map(([name, n]) => [`the ${name} activation`, n * 4]);
+  out.push(['the readback buffer', Math.max(2 * c.kv_dim * 4, 4 + c.vocab_size * 4)], ['the quantised activation', max_cols * 4]);
+  return out;
+}
+
+/**
+ * The limits a device needs to run `program` given the adapter's (or forced) `limits`
+ * ({maxStorageBufferBindingSize, maxBufferSize}): {requiredLimits, requiredFeatures, why_not}.
+ * why_not names the limit and the model when something cannot fit (name: how to call the model;
+ * default ProgramName); then nothing should be allocated.
+ */
+export function GpuLimitsFor(program, limits, name = ProgramName(program)) {
+  const binding = Number(limits.maxStorageBufferBindingSize), buffer = Number(limits.maxBufferSize);
+  const cap = Math.min(binding, buffer);
+  const limit_name = binding <= buffer ? 'maxStorageBufferBindingSize' : 'maxBufferSize';
+  const Refuse = (what) => ({why_not: `${name} cannot run on this WebGPU device: ${what}, over its ${limit_name} ` +
+                                      `of ${cap.toLocaleString('en')} bytes`});
+  for (const [what, bytes] of OtherBuffers(program)) {
+    if (Ceil4(bytes) > cap) return Refuse(`${what} needs ${Ceil4(bytes).toLocaleString('en')} bytes`);
+  }
+  const placed = WeightPlacement(program, cap);
+  if (placed.why_not) return Refuse(placed.why_not);
+  const largest = Math.max(16, ...placed.chunks, ...OtherBuffers(program).map(([, b]) => Ceil4(b)));
+  return {requiredLimits: {maxStorageBufferBindingSize: Math.max(kDefaultBindingBytes, largest),
+                           maxBufferSize: Math.max(kDefaultBufferBytes, largest)},
+          requiredFeatures: [], why_not: '', placement: placed};
 }
 
 export class GpuStepProgram {
@@ -38,10 +136,18 @@ export class GpuStepProgram {
    * program: the module's kvq_web_gpu_program JSON, parsed; heap: the module's HEAPU8 (the tensor
    * table's addresses index it); rope(pos): Float32Array [rotary_dims / 2][2] for a position
    * (kvq_web_gpu_rope); kv_device: the GpuKvDevice attention streams through (for its counts).
+   * options: {max_binding_bytes, max_buffer_bytes}: limits lower than the device's to plan with
+   * (tests: a small model's tensors split as a large one's are), and model_name for a refusal.
+   * Refuses (throws, naming the limit and the model) before compiling or allocating anything.
    */
-  static async Create(device, program, heap, rope, kv_device) {
+  static async Create(device, program, heap, rope, kv_device, options = {}) {
     const why_not = StepProgramWhyNot(program);
     if (why_not) throw new Error(why_not);
+    const limits = {
+      maxStorageBufferBindingSize: Math.min(device.limits.maxStorageBufferBindingSize, options.max_binding_bytes ?? Infinity),
+      maxBufferSize: Math.min(device.limits.maxBufferSize, options.max_buffer_bytes ?? Infinity)};
+    const fit = GpuLimitsFor(program, limits, options.model_name);
+    if (fit.why_not) throw new Error(fit.why_not);
     const compile = async (code, entries, what) => {
       const module = device.createShaderModule({code});
       const info = await module.getCompilationInfo();
@@ -61,31 +167,30 @@ export class GpuStepProgram {
         weight_ops[key] ??= await compile(WeightOpsWgsl(t.type, t.layout), ['matvec', 'embed'], `${key} weights`);
       }
     }
-    return new GpuStepProgram(device, program, heap, rope, kv_device, ops, weight_ops);
+    return new GpuStepProgram(device, program, heap, rope, kv_device, ops, weight_ops, fit.placement);
   }
 
-  constructor(device, program, heap, rope, kv_device, ops, weight_ops) {
+  constructor(device, program, heap, rope, kv_device, ops, weight_ops, placement) {
     this.device = device;
     this.program = program;
     this.config = program.config;
     this.rope = rope;
     this.kv_device = kv_device;
     this.counts = {steps: 0, submits: 0, readbacks: 0, device_submits: 0};
-    // The weights: each distinct tensor (a tied classifier is the embedding) once, 4-byte aligned.
-    const placed = new Map();  // address -> byte offset in the GPU buffer
-    let size = 0;
+    // The weights: each distinct tensor once, in its pieces (WeightPlacement), 4-byte aligned.
+    this.chunks = placement.chunks.map((bytes) => device.createBuffer({size: Math.max(16, bytes), usage: kStorage}));
+    this.weight_bytes = placement.chunks.reduce((a, b) => a + b, 0);
+    this.pieces_of = (t) => placement.pieces.get(program.tensors[t].address);
     for (const t of program.tensors) {
-      if (placed.has(t.address)) continue;
-      placed.set(t.address, size);
-      size += Ceil4(t.bytes);
+      const pieces = placement.pieces.get(t.address);
+      if (pieces.written) continue;
+      pieces.written = true;
+      const row_bytes = t.bytes / t.rows;
+      for (const p of pieces) {
+        device.queue.writeBuffer(this.chunks[p.chunk], p.offset, heap.buffer, heap.byteOffset + t.address + p.row0 * row_bytes,
+                                 Ceil4(p.bytes));
+      }
     }
-    this.weight_bytes = size;
-    this.weights = device.createBuffer({size: Math.max(16, size), usage: kStorage});
-    for (const [address, offset] of placed) {
-      const t = program.tensors.find((u) => u.address === address);
-      device.queue.writeBuffer(this.weights, offset, heap.buffer, heap.byteOffset + address, Ceil4(t.bytes));
-    }
-    this.offset_of = (t) => placed.get(program.tensors[t].address);
     // Activations [f32 elements] by name (program.buffers), the step's [token, position], the RoPE
     // table, the argmax id, the quantised activation [max cols] codes and [max cols / 32] scales.
     this.buffers = {};
@@ -106,7 +211,7 @@ export class GpuStepProgram {
 
   /** Frees the GPU buffers (the weights and activations). */
   Destroy() {
-    this.weights.destroy();
+    for (const b of this.chunks) b.destroy();
     for (const b of Object.values(this.buffers)) b.destroy();
     for (const b of [this.step, this.rope_table, this.out_id, this.xq, this.xd, this.staging]) b.destroy();
   }
@@ -116,7 +221,7 @@ export class GpuStepProgram {
   }
 
   #Uniform(words) {
-    const b = this.device.createBuffer({size: 16, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST});
+    const b = this.device.createBuffer({size: Math.max(16, Math.ceil(words.length / 4) * 16), usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST});
     this.device.queue.writeBuffer(b, 0, new Uint32Array(words));
     return b;
   }
@@ -126,17 +231,19 @@ export class GpuStepProgram {
       entries: bindings.map((b) => ({binding: b, resource: {buffer: resources[b]}}))});
   }
 
-  // One dispatch (or two: a quantised matvec's activation first) of `op`.
+  // One dispatch (or two: a quantised matvec's activation first; or one per piece of a split weight) of `op`.
   #Record(op, ops, weight_ops) {
     const c = this.config, B = this.buffers;
     const eps_bits = new Uint32Array(new Float32Array([c.norm_eps]).buffer)[0];
-    const base = {0: this.weights, 5: this.rope_table, 6: this.out_id, 7: this.xq, 8: this.xd, 4: this.step};
+    const base = {5: this.rope_table, 6: this.out_id, 7: this.xq, 8: this.xd, 4: this.step};
+    const pieces = op.w !== undefined ? this.pieces_of(op.w) : [{chunk: 0, offset: 0}];
+    const weights = this.chunks[pieces[0].chunk];  // a vector (norm, bias) is one piece
     const simple = (entry, words, x, y, groups) => {
       const pipeline = ops[entry];
       return [{pipeline, groups, group: this.#Group(pipeline, kOpsBindings[entry],
-                                                    {...base, 1: B[x], 2: B[y], 3: this.#Uniform(words)})}];
+                                                    {...base, 0: weights, 1: B[x], 2: B[y], 3: this.#Uniform(words)})}];
     };
-    const word = (t) => this.offset_of(t) / 4;
+    const word = () => pieces[0].offset / 4;
     const t = op.w !== undefined ? this.program.tensors[op.w] : null;
     switch (op.kind) {
       case 'embed':
@@ -144,27 +251,29 @@ export class GpuStepProgram {
         const kernels = weight_ops[`${t.type}/${t.layout}`];
         const entry = op.kind;
         const row_bytes = t.bytes / t.rows;
-        const dims = this.#Uniform([t.rows, t.cols, row_bytes, this.offset_of(op.w)]);
-        const group = this.#Group(kernels[entry], WeightOpsBindings(t.type)[entry],
-                                  {...base, 1: B[op.x], 2: B[op.y], 3: dims});
-        const row_groups = Math.ceil(t.rows / kRowLanes);  // matvec: a row per invocation
-        const groups = entry === 'embed' ? [Math.ceil(t.cols / 64), 1] : [Math.min(row_groups, 32768), Math.ceil(row_groups / 32768)];
         const out = [];
         if (entry === 'matvec' && WeightOpsBindings(t.type).matvec.includes(7)) {  // quantised activation
           out.push(...simple('quantize', [t.cols, 0, 0, 0], op.x, op.y, [Math.ceil(t.cols / 32 / 64), 1]));
         }
-        out.push({pipeline: kernels[entry], group, groups});
+        for (const p of pieces) {  // rows p.row0 .. p.row0 + p.rows of the weight, each its own matrix
+          const dims = this.#Uniform([p.rows, t.cols, row_bytes, p.offset, p.row0, 0, 0, 0]);
+          const group = this.#Group(kernels[entry], WeightOpsBindings(t.type)[entry],
+                                    {...base, 0: this.chunks[p.chunk], 1: B[op.x], 2: B[op.y], 3: dims});
+          const row_groups = Math.ceil(p.rows / kRowLanes);  // matvec: a row per invocation
+          const groups = entry === 'embed' ? [Math.ceil(t.cols / 64), 1] : [Math.min(row_groups, 32768), Math.ceil(row_groups / 32768)];
+          out.push({pipeline: kernels[entry], group, groups});
+        }
         return out;
       }
-      case 'rmsnorm': return simple('rmsnorm', [op.n, word(op.w), eps_bits, 0], op.x, op.y, [1, 1]);
-      case 'head_rmsnorm': return simple('head_rmsnorm', [c.head_dim, word(op.w), eps_bits, 0], 'x', op.y, [op.heads, 1]);
+      case 'rmsnorm': return simple('rmsnorm', [op.n, word(), eps_bits, 0], op.x, op.y, [1, 1]);
+      case 'head_rmsnorm': return simple('head_rmsnorm', [c.head_dim, word(), eps_bits, 0], 'x', op.y, [op.heads, 1]);
       case 'rope': {
         const pairs = (op.n / c.head_dim) * (c.rotary_dims / 2);
         return simple('rope', [op.n, c.head_dim, c.rotary_dims, c.rope_pairing === 'adjacent' ? 0 : 1], 'x', op.y,
                       [Math.ceil(pairs / 64), 1]);
       }
       case 'add': return simple('add', [op.n, 0, 0, 0], op.x, op.y, [Math.ceil(op.n / 64), 1]);
-      case 'bias': return simple('bias', [op.n, word(op.w), 0, 0], 'x', op.y, [Math.ceil(op.n / 64), 1]);
+      case 'bias': return simple('bias', [op.n, word(), 0, 0], 'x', op.y, [Math.ceil(op.n / 64), 1]);
       case 'copy': return simple('copy', [op.n, 0, 0, 0], op.x, op.y, [Math.ceil(op.n / 64), 1]);
       case 'swiglu': return simple('swiglu', [op.n, 0, 0, 0], op.x, op.y, [Math.ceil(op.n / 64), 1]);
       case 'argmax': return simple('argmax', [op.n, 0, 0, 0], op.x, 'x', [1, 1]);
@@ -210,8 +319,16 @@ export class GpuStepProgram {
         encoder.copyBufferToBuffer(B[op.v], 0, this.staging, c.kv_dim * 4, c.kv_dim * 4);
         const rows = new Float32Array(await this.#ReadBack(encoder, 2 * c.kv_dim * 4));
         kv.Append(op.layer, rows.subarray(0, c.kv_dim), rows.subarray(c.kv_dim));
-        kv.Attend(op.layer, B[op.x], pos, B[op.y]);
-        encoder = device.createCommandEncoder();
+        // The attention's commands go into the encoder the next ops continue (one submit for
+        // both) unless the KV device must submit to reuse a slot (it then hands back a new one).
+        const sink = {encoder: device.createCommandEncoder()};
+        if (this.kv_device) this.kv_device.sink = sink;
+        try {
+          kv.Attend(op.layer, B[op.x], pos, B[op.y]);
+        } finally {
+          if (this.kv_device) this.kv_device.sink = null;
+        }
+        encoder = sink.encoder;
         pass = encoder.beginComputePass();
         continue;
       }

@@ -1,13 +1,15 @@
 // Weight matrices on a WebGPU device in the bytes a GGUF file holds (kvq's weight-type registry,
 // src/weights/<type>/): WGSL that dequantises element (row, col) inside the shader, and a matvec
-// over it. Every decode is integer and bit work plus at most one f32 multiply of exact operands
-// (an f16 scale times a small integer), so it gives the bits of kvq's scalar DequantizeBlock;
+// over it. Every decode is integer and bit work plus f32 multiplies of exact operands (an f16
+// scale times small integers; Q4_K then subtracts its min, one rounding, as ggml does), so it
+// gives the bits of kvq's scalar DequantizeBlock;
 // tests/web/gpu/gpu_attention_page.js (RunGpuMatvecTests) checks that for every weight.
 //
 // The matvec takes each row's sum in order of the column in f32 (one invocation per row). kvq's
 // CPU matvec for the block types quantises the activation to int8 per 32 numbers instead
 // (weights/matvec.h); this one keeps the activation in f32.
 
+import {kKQuantBytes, KQuantWgsl} from './kquant_weights.js';
 import {kByteHelpers, Readers} from './kv_formats.js';
 
 // Per type: [block elements, block bytes, WGSL body of w_elem given the block's byte offset `at`
@@ -42,7 +44,12 @@ const kTypes = {
 const kInterleaved16 = {
   q8_0: true,
   q4_0: true,
+  // The K-quants' groups (weights/kquant_repack.h) are read by kquant_weights.js.
+  q4_k: true,
+  q6_k: true,
 };
+/** Weight types WeightReaderWgsl also reads in the interleaved16 layout. */
+export const kInterleavedTypes = Object.keys(kInterleaved16);
 
 /**
  * WGSL for the weights of `type` in `layout` ('rows' or 'interleaved16') in w_buf (array<u32>):
@@ -52,6 +59,7 @@ const kInterleaved16 = {
  * over uniform `dims` {rows, cols, row_bytes, first_byte}.
  */
 export function WeightReaderWgsl(type, layout) {
+  if (kKQuantBytes[type]) return KQuantWgsl(type, layout);
   const info = kTypes[type];
   if (!info) throw new Error(`no WGSL for weight type '${type}' (have: ${kGpuWeightTypes.join(', ')})`);
   if (layout !== 'rows' && !(layout === 'interleaved16' && kInterleaved16[type])) {
@@ -100,25 +108,28 @@ fn w_code(row: u32, block: u32, j: u32) -> i32 {
 }` : ''}`;
 }
 
-/** Elements per block of `type`, and whether its CPU matvec quantises the activation. */
+/**
+ * Elements and bytes per block of `type`, whether its CPU matvec quantises the activation, and
+ * whether it is a K-quant (super-blocks with sub-block scales: kquant_weights.js).
+ */
 export function WeightBlock(type) {
+  if (kKQuantBytes[type]) return {elems: 256, bytes: kKQuantBytes[type], quantized_activation: true, kquant: true};
   const info = kTypes[type];
   if (!info) throw new Error(`no WGSL for weight type '${type}' (have: ${kGpuWeightTypes.join(', ')})`);
   return {elems: info[0], bytes: info[1], quantized_activation: info.length > 3};
 }
 
 /** Weight types the WGSL matvec reads. */
-export const kGpuWeightTypes = Object.keys(kTypes);
+export const kGpuWeightTypes = [...Object.keys(kTypes), ...Object.keys(kKQuantBytes)];
 
 /** Bytes of one row of `cols` weights of `type`. */
 export function RowBytes(type, cols) {
-  const [elems, bytes] = kTypes[type];
+  const {elems, bytes} = WeightBlock(type);
   if (cols % elems !== 0) throw new Error(`${type} rows hold multiples of ${elems} weights (got ${cols})`);
   return cols / elems * bytes;
 }
 
 function MatvecWgsl(type) {
-  const [elems, bytes, body] = kTypes[type];
   return /* wgsl */ `
 struct Dims { rows: u32, cols: u32, row_bytes: u32, first_byte: u32 }
 @group(0) @binding(0) var<storage, read> w_buf: array<u32>;   // the matrix's bytes as the file holds them
@@ -128,12 +139,8 @@ struct Dims { rows: u32, cols: u32, row_bytes: u32, first_byte: u32 }
 
 ${kByteHelpers}
 ${Readers('w')}
-// Weight (row, col) of the matrix starting at byte first_byte.
-fn w_elem(row: u32, col: u32) -> f32 {
-  let at = dims.first_byte + row * dims.row_bytes + (col / ${elems}u) * ${bytes}u;
-  let j = col % ${elems}u;
-  ${body}
-}
+// Weight (row, col) of the matrix starting at byte first_byte, rows back to back.
+${WeightReaderWgsl(type, 'rows')}
 
 // y[r] = Σ_c w[r][c] · x[c], in order of c.
 @compute @workgroup_size(64)
@@ -156,7 +163,7 @@ fn dequantize(@builtin(global_invocation_id) id: vec3u) {
 /** A matvec over weights of one type held in GPU buffers as their file's bytes. */
 export class GpuMatvec {
   static async Create(device, type) {
-    if (!kTypes[type]) throw new Error(`no WGSL matvec for weight type '${type}' (have: ${kGpuWeightTypes.join(', ')})`);
+    if (!kGpuWeightTypes.includes(type)) throw new Error(`no WGSL matvec for weight type '${type}' (have: ${kGpuWeightTypes.join(', ')})`);
     const module = device.createShaderModule({code: MatvecWgsl(type)});
     const info = await module.getCompilationInfo();
     const errors = info.messages.filter((m) => m.type === 'error');

@@ -27,7 +27,7 @@ add_test(NAME web.gpu_attention
                  "${KVQ_PLAYWRIGHT_DIR}")
 set_tests_properties(web.gpu_attention PROPERTIES FIXTURES_REQUIRED "playwright;gpu_attention_cases" TIMEOUT 600)
 # The page's GPU path (the module's step program on WebGPU) against native kvq's greedy runs and
-# logits, three models x three prompts x five KV specs (gpu_forward_fixture).
+# logits, four models x three prompts x five KV specs (gpu_forward_fixture).
 add_executable(gpu_forward_fixture "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_forward_fixture.cc")
 target_link_libraries(gpu_forward_fixture PRIVATE kvq nlohmann_json::nlohmann_json)
 target_include_directories(gpu_forward_fixture PRIVATE "${PROJECT_SOURCE_DIR}/tests")
@@ -37,7 +37,7 @@ set(KVQ_GPU_FORWARD_DIR "${PROJECT_BINARY_DIR}/gpu_forward_fixture")
 add_test(NAME web.gpu_forward_fixture COMMAND gpu_forward_fixture "${KVQ_GPU_FORWARD_DIR}")
 set_tests_properties(web.gpu_forward_fixture PROPERTIES FIXTURES_SETUP gpu_forward_cases)
 # One test per model (each well under a minute on SwiftShader); the hybrid's refusal with stories260K.
-foreach(gpu_model stories260K qwen3-q1_0 qwen3-q4_0)
+foreach(gpu_model stories260K qwen3-q1_0 qwen3-q4_0 qwen3-q4_k_m)
   add_test(NAME web.gpu_forward.${gpu_model}
            COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --forward
                    "${KVQ_GPU_FORWARD_DIR}" "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}" ${gpu_model})
@@ -50,3 +50,18 @@ add_test(NAME web.gpu_kv_device
          COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --kv-device
                  "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}")
 set_tests_properties(web.gpu_kv_device PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 300)
+# The page's GPU path losing its device mid-conversation: re-acquired (same ids), or the rest on
+# the module's CPU forward over the same master cache (tests/web/gpu/gpu_device_loss_page.js).
+# One test per KV spec (each under a minute on SwiftShader).
+foreach(kv_spec int8 int4-kivi)
+  add_test(NAME web.gpu_device_loss.${kv_spec}
+           COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --device-loss
+                   "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}" ${kv_spec})
+  set_tests_properties(web.gpu_device_loss.${kv_spec} PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 300)
+endforeach()
+# The page's GPU path within forced device limits: weights split across bindings give the same
+# logits; what cannot fit is refused before any allocation, naming the limit and the model.
+add_test(NAME web.gpu_limits
+         COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --limits
+                 "${KVQ_GPU_FORWARD_DIR}" "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}")
+set_tests_properties(web.gpu_limits PROPERTIES FIXTURES_REQUIRED "playwright;gpu_forward_cases" TIMEOUT 300)

@@ -18,9 +18,12 @@
 #include <string>
 #include <vector>
 
+#include <hwy/targets.h>
 #include <nlohmann/json.hpp>
 
 #include "kvq/format.h"
+#include "weights/matvec.h"
+#include "weights/repack.h"
 #include "weights/weight_type.h"
 
 namespace {
@@ -151,10 +154,28 @@ int WriteMatvecCase(const std::filesystem::path& dir, const std::string& type_na
     }
   }
   const std::string name = fmt::format("matvec_{}_{}x{}", type.name, rows, cols);
+  std::vector<Section> sections = {Bytes("w", bytes), Bytes("decoded", decoded), Bytes("x", x)};
+  if (type.quantized_activation) {
+    // kvq's MatVec on its SCALAR target (x quantised per 32, integer block dots, f32 block sums
+    // in order): the arithmetic the GPU's quantised matvec runs, for a bit-for-bit check.
+    std::vector<float> y(rows);
+    hwy::SetSupportedTargetsForTest(HWY_SCALAR);
+    kvq::MatVec({.type = type.type, .data = bytes.data(), .rows = rows, .cols = cols}, x.data(), y.data(), 1);
+    hwy::SetSupportedTargetsForTest(0);
+    sections.push_back(Bytes("y_scalar", y));
+    // The same matrix as LoadModel repacks it (16-row groups, the last rows % 16 row-major): the
+    // GPU reads it there with the same arithmetic, so it must give y_scalar's bits again.
+    const kvq::Matrix plain{.type = type.type, .data = bytes.data(), .rows = rows, .cols = cols};
+    if (kvq::CanRepack(plain)) {
+      std::vector<uint8_t> repacked(bytes.size());
+      kvq::RepackMatrix(plain, repacked.data());
+      sections.push_back(Bytes("w_interleaved", repacked));
+    }
+  }
   std::ofstream out(dir / (name + ".bin"), std::ios::binary | std::ios::trunc);
   nlohmann::json offsets = nlohmann::json::object();
   int64_t at = 0;
-  for (const Section& s : {Bytes("w", bytes), Bytes("decoded", decoded), Bytes("x", x)}) {
+  for (const Section& s : sections) {
     out.write(reinterpret_cast<const char*>(s.bytes.data()), static_cast<std::streamsize>(s.bytes.size()));
     offsets[s.name] = {{"offset", at}, {"bytes", s.bytes.size()}};
     at += static_cast<int64_t>(s.bytes.size());
@@ -195,7 +216,7 @@ int main(int argc, char** argv) {
     cases.push_back(c);
   }
   nlohmann::json matvec = nlohmann::json::array();
-  for (const char* type : {"f32", "f16", "bf16", "q8_0", "q4_0", "q1_0"}) {
+  for (const char* type : {"f32", "f16", "bf16", "q8_0", "q4_0", "q1_0", "q4_k", "q6_k"}) {
     nlohmann::json c;
     if (WriteMatvecCase(dir, type, 72, 512, seed++, &c) != 0) return 1;
     matvec.push_back(c);

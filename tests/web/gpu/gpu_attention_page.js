@@ -13,10 +13,15 @@
 //      and the same bits as one window.
 //   6. the weight matvecs (web/gpu/weight_types.js) for F32, F16, BF16, Q8_0, Q4_0, Q1_0: every weight
 //      the shader decodes == kvq's dequantize_block_ref, bit for bit; y = W x vs double over those
-//      weights within γ_(cols+1)·Σ|w·x| per row (a sum in order of f32 products, u = 2^-24).
+//      weights within γ_(cols+1)·Σ|w·x| per row (a sum in order of f32 products, u = 2^-24); and
+//      for the types whose matvec quantises its activation (Q8_0, Q4_0, Q1_0, Q4_K, Q6_K), the
+//      step program's kernels (step_kernels.js: quantize, then the matvec) == kvq's MatVec on its
+//      SCALAR target, bit for bit (the same quantisation, integer dots and f32 sums in order), over
+//      the file's rows and, for Q8_0, Q4_0, Q4_K and Q6_K, over kvq's repacked 16-row groups.
 // Returns {cases, checks, failures: [...], seconds}.
 import {GpuKvAttention, kInjectedBugs} from '/web/gpu/kv_attention.js';
-import {GpuMatvec} from '/web/gpu/weight_types.js';
+import {kOpsBindings, kOpsWgsl, WeightOpsBindings, WeightOpsWgsl} from '/web/gpu/step_kernels.js';
+import {GpuMatvec, RowBytes} from '/web/gpu/weight_types.js';
 
 const kLongWindows = [3, 7, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 255, 256, 257, 511, 512, 1000, 2048, 4095];
 
@@ -127,9 +132,62 @@ async function CheckMatvec(device, c, url, fail) {
       break;
     }
   }
+  let checks = 2;
+  if (c.sections.y_scalar) {
+    const want_y = section('y_scalar', Float32Array);
+    const got_y = await QuantizedMatvec(device, c, w_buf, x_buf, 'rows');
+    const why_q = SameBits(got_y, want_y);
+    if (why_q) fail(`${c.name}: the step program's quantised matvec differs from kvq's SCALAR MatVec (${why_q})`);
+    ++checks;
+    if (c.sections.w_interleaved) {  // kvq's repacked bytes of the same matrix: the same bits
+      const wi = section('w_interleaved', Uint8Array);
+      const wi_buf = buffer(wi.byteLength);
+      const wi_padded = new Uint8Array(Math.ceil(wi.byteLength / 4) * 4);
+      wi_padded.set(wi);
+      device.queue.writeBuffer(wi_buf, 0, wi_padded);
+      const why_i = SameBits(await QuantizedMatvec(device, c, wi_buf, x_buf, 'interleaved16'), want_y);
+      if (why_i) fail(`${c.name}: the quantised matvec over kvq's repacked 16-row groups differs (${why_i})`);
+      wi_buf.destroy();
+      ++checks;
+    }
+  }
   w_buf.destroy();
   x_buf.destroy();
-  return 2;
+  return checks;
+}
+
+// y [rows] = the step program's quantize then matvec over the weights in w_buf, in `layout`.
+async function QuantizedMatvec(device, c, w_buf, x_buf, layout) {
+  const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
+  const Pipeline = (code, entry) => device.createComputePipeline({layout: 'auto', compute: {module: device.createShaderModule({code}), entryPoint: entry}});
+  const Uniform = (words) => {
+    const b = device.createBuffer({size: Math.max(16, words.length * 4), usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST});
+    device.queue.writeBuffer(b, 0, new Uint32Array(words));
+    return b;
+  };
+  const Group = (pipeline, bindings, resources) => device.createBindGroup({layout: pipeline.getBindGroupLayout(0),
+    entries: bindings.map((b) => ({binding: b, resource: {buffer: resources[b]}}))});
+  const xq = device.createBuffer({size: c.cols * 4, usage}), xd = device.createBuffer({size: Math.max(16, c.cols / 32 * 4), usage});
+  const y = device.createBuffer({size: c.rows * 4, usage});
+  const readback = device.createBuffer({size: c.rows * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
+  const quantize = Pipeline(kOpsWgsl, 'quantize'), matvec = Pipeline(WeightOpsWgsl(c.type, layout), 'matvec');
+  const encoder = device.createCommandEncoder();
+  const pass = encoder.beginComputePass();
+  pass.setPipeline(quantize);
+  pass.setBindGroup(0, Group(quantize, kOpsBindings.quantize, {1: x_buf, 3: Uniform([c.cols, 0, 0, 0]), 7: xq, 8: xd}));
+  pass.dispatchWorkgroups(Math.ceil(c.cols / 32 / 64));
+  pass.setPipeline(matvec);
+  pass.setBindGroup(0, Group(matvec, WeightOpsBindings(c.type).matvec,
+                             {0: w_buf, 2: y, 3: Uniform([c.rows, c.cols, RowBytes(c.type, c.cols), 0, 0, 0, 0, 0]), 7: xq, 8: xd}));
+  pass.dispatchWorkgroups(Math.ceil(c.rows / 64));
+  pass.end();
+  encoder.copyBufferToBuffer(y, 0, readback, 0, c.rows * 4);
+  device.queue.submit([encoder.finish()]);
+  await readback.mapAsync(GPUMapMode.READ);
+  const out = new Float32Array(readback.getMappedRange().slice(0));
+  readback.unmap();
+  for (const b of [xq, xd, y, readback]) b.destroy();
+  return out;
 }
 
 export async function RunGpuAttentionTests(fixture_url, only) {

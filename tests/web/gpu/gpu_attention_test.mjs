@@ -5,7 +5,11 @@
 // the page's GPU path instead (tests/web/gpu/gpu_forward_page.js: the module's step program).
 // With `--kv-device` (then FIXTURE_DIR is the web bundle), the C++ cache's device tier over WebGPU
 // (tests/web/gpu/gpu_kv_device_page.js: kvq.js's KvCache streaming into web/gpu/kv_device.js).
-// Usage: node gpu_attention_test.mjs [--forward|--kv-device] FIXTURE_DIR [BUNDLE_DIR (--forward)] PLAYWRIGHT_NPM_DIR
+// With `--device-loss` (FIXTURE_DIR is the web bundle), the GPU path losing its device
+// (tests/web/gpu/gpu_device_loss_page.js). With `--limits` (arguments as --forward), the GPU path
+// within forced device limits (tests/web/gpu/gpu_limits_page.js).
+// Usage: node gpu_attention_test.mjs [--forward|--limits|--kv-device|--device-loss] FIXTURE_DIR
+//        [BUNDLE_DIR (--forward, --limits)] PLAYWRIGHT_NPM_DIR
 //        [CASE_SUBSTRING]
 import fs from 'node:fs';
 import http from 'node:http';
@@ -24,8 +28,10 @@ function Fatal(message) {
   process.exit(1);
 }
 
-const forward = process.argv[2] === '--forward';
-const kv_device = process.argv[2] === '--kv-device';
+const limits = process.argv[2] === '--limits';
+const forward = process.argv[2] === '--forward' || limits;  // both take gpu_forward_fixture's cases and the bundle
+const device_loss = process.argv[2] === '--device-loss';
+const kv_device = process.argv[2] === '--kv-device' || device_loss;  // both take the bundle as FIXTURE_DIR
 const rest = process.argv.slice(forward || kv_device ? 3 : 2);
 const bundle_arg = forward ? rest.splice(1, 1)[0] : undefined;
 const [fixture_arg, npm_dir, only] = rest;
@@ -60,8 +66,11 @@ const server = http.createServer((req, res) => {
             '<script type="module">import {RunGpuAttentionTests} from "/test/gpu_attention_page.js";' +
             'import {RunGpuForwardTests} from "/test/gpu_forward_page.js";' +
             'import {RunGpuKvDeviceTests} from "/test/gpu_kv_device_page.js";' +
+            'import {RunGpuDeviceLossTests} from "/test/gpu_device_loss_page.js";' +
+            'import {RunGpuLimitsTests} from "/test/gpu_limits_page.js";' +
+            'window.RunGpuLimitsTests = RunGpuLimitsTests;' +
             'window.RunGpuAttentionTests = RunGpuAttentionTests; window.RunGpuForwardTests = RunGpuForwardTests;' +
-            'window.RunGpuKvDeviceTests = RunGpuKvDeviceTests;</script>');
+            'window.RunGpuKvDeviceTests = RunGpuKvDeviceTests; window.RunGpuDeviceLossTests = RunGpuDeviceLossTests;</script>');
     return;
   }
   for (const [prefix, root] of Object.entries(kRoots)) {
@@ -90,7 +99,10 @@ try {
   await page.goto(origin + '/');
   await page.waitForFunction(() => typeof window.RunGpuAttentionTests === 'function', null, {timeout: 30000});
   page.setDefaultTimeout(0);
-  result = kv_device ? await page.evaluate((url) => window.RunGpuKvDeviceTests(url), origin + '/fixture') : forward
+  result = device_loss ? await page.evaluate(([url, only]) => window.RunGpuDeviceLossTests(url, only), [origin + '/fixture', only || ''])
+      : kv_device ? await page.evaluate((url) => window.RunGpuKvDeviceTests(url), origin + '/fixture')
+      : limits ? await page.evaluate(([url, bundle, only]) => window.RunGpuLimitsTests(url, bundle, only),
+                                     [origin + '/fixture', origin + '/bundle', only || '']) : forward
       ? await page.evaluate(([url, bundle, only]) => window.RunGpuForwardTests(url, bundle, only),
                             [origin + '/fixture', origin + '/bundle', only || ''])
       : await page.evaluate(([url, only]) => window.RunGpuAttentionTests(url, only), [origin + '/fixture', only || '']);
@@ -99,14 +111,23 @@ try {
   await browser.close();
   server.close();
 }
-if (kv_device) {
+if (limits) {
+  console.log(`gpu_attention_test --limits: ${result.models} models, ${result.failures.length} failures, ` +
+              `${JSON.stringify(result.report)}, ${result.seconds?.toFixed(1)} s in the page`);
+  if (!result.models) Fatal('no model ran');
+} else if (device_loss) {
+  console.log(`gpu_attention_test --device-loss: ${result.runs} runs, ${result.losses} devices lost, ` +
+              `${result.failures.length} failures, smallest top-2 logit gap ${result.min_gap}, ${result.flushes} KV device submits with pages of 32, ` +
+              `moved to the CPU because: "${result.cpu_event}", ${result.seconds?.toFixed(1)} s in the page`);
+  if (!result.runs) Fatal('no run');
+} else if (kv_device) {
   console.log(`gpu_attention_test --kv-device: ${result.cases} cases, ${result.checks} checks, ` +
               `${result.failures.length} failures, worst error ${result.worst_error_over_bound?.toFixed(4)} of the bound, ` +
               `${result.seconds.toFixed(1)} s in the page`);
 } else if (forward) {
   console.log(`gpu_attention_test --forward: ${result.models} models, ${result.runs} runs, ${result.positions} positions, ` +
               `${result.failures.length} failures, worst |GPU - native| logit ${result.worst_logit_difference}, ` +
-              `${result.near_ties} near-ties, bounds ${JSON.stringify(result.bounds)}, per step ${JSON.stringify(result.per_step)}, ` +
+              `${result.near_ties} near-ties, bounds ${JSON.stringify(result.bounds)}, worst by KV spec ${JSON.stringify(result.worst_by_spec)}, per step ${JSON.stringify(result.per_step)}, ` +
               `weights ${JSON.stringify(result.tensor_types)}, hybrid refused: "${result.hybrid_refusal}", ` +
               `${result.seconds?.toFixed(1)} s in the page`);
 } else {
@@ -114,6 +135,6 @@ if (kv_device) {
               `worst error ${result.worst_error_over_bound?.toFixed(4)} of the bound, ${result.seconds.toFixed(1)} s in the page`);
 }
 for (const f of result.failures.slice(0, 50)) console.error(`gpu_attention_test: FAIL: ${f}`);
-if (!forward && result.cases === 0) Fatal('no case ran');  // (--kv-device too)
-if (forward && !result.positions) Fatal('no position ran');
+if (!forward && !device_loss && result.cases === 0) Fatal('no case ran');  // (--kv-device too)
+if (forward && !limits && !result.positions) Fatal('no position ran');
 process.exit(result.failures.length ? 1 : 0);

@@ -2,7 +2,8 @@
 // step program of the loaded model on step_program.js's kernels, the KV master in the module's
 // KvCache, attention streamed through kv_device.js) against native kvq (gpu_forward_fixture: the
 // public API, greedy), for stories260K (llama2.c, F32), a tiny qwen3 with Q1_0 matrices (Bonsai's
-// architecture) and one with Q4_0 (repacked: the interleaved layout), 3 prompts × KV specs
+// architecture), one with Q4_0 (repacked: the interleaved layout) and a Q4_K_M mix (Q4_K and Q6_K,
+// repacked into the K-quant groups; the GPU runs kvq's scalar K-quant kernel's arithmetic), 3 prompts × KV specs
 // {f32, int8, int4, int4-kivi, int4+rot}. Teacher-forced along native's ids, at every position:
 //   - the logits agree with native's within the model's bound (kBound or kBound + 2·S, below);
 //   - from the last prompt position on, the id the GPU returns (its argmax, the only number a step
@@ -11,7 +12,9 @@
 //     other (a near-tie the bound cannot order: counted and reported);
 //   - stories260K with f32 KV: those ids are run.c's golden ids (golden-runc-ids.txt);
 //   - structure: each step reads back exactly n_layers + 1 times (each layer's K and V rows for
-//     the module's cache, then the id) and submits n_layers + 1 command buffers of its own.
+//     the module's cache, then the id) and submits n_layers + 1 command buffers, attention's
+//     included: the KV device submits none of its own (these contexts fit its slots, so its
+//     commands ride in the step program's encoders).
 // And the tiny qwen35 hybrid is refused with a message naming its Gated DeltaNet layers.
 //
 // kBound, the largest |GPU − native| logit allowed for F32 weights: both sides compute in f32 and
@@ -21,7 +24,8 @@
 // magnitude up to ~15; kBound = 2e-3 holds that with margin (measured: ~1e-5), while a real bug
 // (a RoPE pairing, a head mapping, a dropped position, a wrong weight block) moves logits by
 // O(0.1–1) (tests/model's reference-forward tests reason the same way).
-// Q1_0 / Q4_0 weights: the matvec quantises its activation to int8 per 32 exactly as kvq's CPU
+// Block-quantised weights (Q1_0, Q4_0, Q4_K, Q6_K: every type whose WeightBlock says
+// quantized_activation): the matvec quantises its activation to int8 per 32 exactly as kvq's CPU
 // does (weights/matvec.h; the GPU's quotients are correctly rounded as the CPU's IEEE divisions),
 // so equal activations give equal codes. But the activations themselves differ in their last bits
 // (the orders above), and a value whose x/d lies at a rounding boundary then gets a code one
@@ -32,10 +36,10 @@
 // is a third arithmetic order, allowed twice the disagreement kvq's own two show. (An empirical
 // anchor, not a derivation: the flips' effect on logits is not bounded analytically here.)
 import {GpuModelRunner, GpuProgramOf} from '/web/gpu/gpu_engine.js';
+import {WeightBlock} from '/web/gpu/weight_types.js';
 import {LoadModule} from '/test/gpu_kv_device_page.js';
 
 const kBound = 2e-3;
-const kQuantizedTypes = ['q8_0', 'q4_0', 'q1_0'];
 
 async function Bytes(url) {
   const r = await fetch(url);
@@ -75,7 +79,7 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
   const manifest = await (await fetch(`${fixture_url}/manifest.json`)).json();
   const origin = new URL(fixture_url).origin;
   let positions = 0, worst = 0, runs = 0, near_ties = 0;
-  const per_step = {}, tensor_types = {}, bounds = {};
+  const per_step = {}, tensor_types = {}, bounds = {}, worst_by_spec = {};
   const models = manifest.models.filter((m) => !only || m.name === only);
   if (!models.length) fail(`no model named "${only}" in the manifest`);
   for (const m of models) {
@@ -88,7 +92,7 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
     const runner = await GpuModelRunner.Create(M, device, model, program);
     tensor_types[m.name] = [...new Set(program.tensors.map((t) => `${t.type}/${t.layout}`))].join(' ');
     const n_layers = program.config.n_layers;
-    const quantized = program.tensors.some((t) => kQuantizedTypes.includes(t.type));
+    const quantized = program.tensors.some((t) => WeightBlock(t.type).quantized_activation);
     const spread = Math.max(...manifest.models.filter((o) => o.name !== 'stories260K')
                                  .flatMap((o) => o.runs.map((r) => r.target_spread)));
     const bound = quantized ? kBound + 2 * spread : kBound;
@@ -105,10 +109,12 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
         const {token, logits} = await runner.Step(run.ids[p], {logits: true});
         ++positions;
         const readbacks = runner.counts.readbacks - before.readbacks, submits = runner.counts.submits - before.submits;
-        if (readbacks !== n_layers + 1 || submits !== n_layers + 1) {
-          fail(`${what} position ${p}: ${readbacks} readbacks and ${submits} submits (expected ${n_layers + 1} each)`);
+        const kv_device_submits = runner.counts.device_submits - before.device_submits;
+        if (readbacks !== n_layers + 1 || submits !== n_layers + 1 || kv_device_submits !== 0) {
+          fail(`${what} position ${p}: ${readbacks} readbacks, ${submits} submits and ${kv_device_submits} KV device ` +
+               `submits (expected ${n_layers + 1}, ${n_layers + 1} and 0)`);
         }
-        per_step[m.name] = {readbacks, submits, kv_device_submits: runner.counts.device_submits - before.device_submits};
+        per_step[m.name] = {readbacks, submits, kv_device_submits};
         const want = native.subarray(p * m.vocab, (p + 1) * m.vocab);
         let diff = 0, best = 0, second = -Infinity;
         for (let i = 0; i < m.vocab; ++i) {
@@ -117,6 +123,7 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
         }
         for (let i = 0; i < m.vocab; ++i) if (i !== best) second = Math.max(second, want[i]);
         worst = Math.max(worst, diff);
+        worst_by_spec[`${m.name} ${run.spec}`] = Math.max(worst_by_spec[`${m.name} ${run.spec}`] || 0, diff);
         if (!(diff <= bound)) {
           fail(`${what} position ${p}: logits differ from native kvq's by ${diff} (> ${bound})`);
           break;
@@ -151,5 +158,5 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
   }
   device.destroy();
   return {models: models.length, runs, positions, near_ties, failures, worst_logit_difference: worst, per_step,
-          hybrid_refusal: refusal.why_not, tensor_types, bounds, seconds: (performance.now() - t0) / 1000};
+          hybrid_refusal: refusal.why_not, tensor_types, bounds, worst_by_spec, seconds: (performance.now() - t0) / 1000};
 }

@@ -1,0 +1,193 @@
+// In the page: the WebGPU path (web/gpu/gpu_engine.js) survives losing its device. The bundled
+// stories260K, 3 prompts × KV specs {int8, int4-kivi} (one spec per call: `only`), 120 greedy ids
+// after each prompt:
+//   - uninterrupted: the reference ids;
+//   - the device destroyed (device.destroy(), as a lost device behaves) after 40 generated ids:
+//     the runner asks for a new device, uploads the weights again from the module's memory and
+//     goes on at the same position over the module's master cache — the 120 ids equal the
+//     reference, exactly (the same kernels on the same adapter give the same bits);
+//   - the device destroyed in the middle of a step (after layer 1's K and V rows reached the
+//     master; int4-kivi): the redone step keeps the rows that got through and gives the same ids;
+//   - the device destroyed after 40 ids with no device coming back (acquire forced to give
+//     none): the rest runs on the module's C++ forward over the same cache.
+// And one int8 run with pages of 32 positions (the KV device reusing its slots within a step, so it
+// submits part of the step's commands itself) gives the logits of the one-page run bit for bit.
+// The CPU continuation is not the GPU's arithmetic bit for bit: the C++ forward sums matvecs,
+// norms and attention in its SIMD lanes' order where the GPU sums per row in column order and
+// per workgroup in trees, and its exp is Highway's. Both quantise activations for Q-type weights
+// by the same rule and score attention in f32 (kvq_web_kv_cpu_step sets it), and stories260K's
+// weights are F32, so the logits differ by rounding only (~1e-5, gpu_forward's kBound reasoning),
+// while the smallest gap between the two largest logits along these runs is reported (min_gap):
+// the ids can only part where that gap is within rounding, and the test fails with that gap
+// printed if they do. The test also asserts where the steps ran (events, cpu_steps).
+import {GpuModelRunner, GpuProgramOf, RequestGpuDevice} from '/web/gpu/gpu_engine.js';
+import {LoadModule} from '/test/gpu_kv_device_page.js';
+
+const kSpecs = ['int8', 'int4-kivi'];
+const kPrompts = ['Once upon a time', 'The little dog', 'Lily wanted to'];
+const kNew = 120, kLoseAt = 40, kMidStepAt = 60;
+
+async function Bytes(url) {
+  const r = await fetch(url);
+  if (!r.ok) throw new Error(`fetching ${url}: HTTP ${r.status}`);
+  return new Uint8Array(await r.arrayBuffer());
+}
+
+/** Loads the model at `url` (and a llama2.c tokenizer) into the module; returns its handle. */
+export async function LoadModel(M, url, tokenizer_url) {
+  const path = `/${url.split('/').pop()}`;
+  M.FS.writeFile(path, await Bytes(url));
+  let tok = '';
+  if (tokenizer_url) {
+    tok = `/${tokenizer_url.split('/').pop()}`;
+    M.FS.writeFile(tok, await Bytes(tokenizer_url));
+  }
+  const model = M.ccall('kvq_web_model_load', 'number', ['string', 'string'], [path, tok]);
+  M.FS.unlink(path);
+  if (tok) M.FS.unlink(tok);
+  if (!model) throw new Error(`loading ${url}: ${M.UTF8ToString(M._kvq_web_last_error())}`);
+  return model;
+}
+
+function Tokenize(M, model, text) {
+  const n = M.ccall('kvq_web_tokenize', 'number', ['number', 'string', 'number', 'number', 'number'], [model, text, -1, 0, 0]);
+  const p = M._malloc(n * 4);
+  M.ccall('kvq_web_tokenize', 'number', ['number', 'string', 'number', 'number', 'number'], [model, text, -1, p, n]);
+  const ids = Array.from(M.HEAP32.subarray(p >> 2, (p >> 2) + n));
+  M._free(p);
+  return ids;
+}
+
+// kNew greedy ids after `prompt` on `runner`; hook(i) is called before generated id i runs.
+// Returns {ids, min_gap: the smallest gap between the two largest logits where ids were chosen
+// (with_logits only)}.
+async function Generate(runner, spec, prompt, hook = () => {}, with_logits = false, page_positions = 0) {
+  runner.NewSequence(spec, spec, 0, page_positions);
+  let last;
+  for (const id of prompt) last = await runner.Step(id, {logits: with_logits});
+  const ids = [];
+  let min_gap = Infinity;
+  const logits = [];
+  for (let i = 0; i < kNew; ++i) {
+    if (with_logits) {
+      logits.push(last.logits);
+      let best = -Infinity, second = -Infinity;
+      for (const v of last.logits) {
+        if (v > best) [best, second] = [v, best];
+        else if (v > second) second = v;
+      }
+      min_gap = Math.min(min_gap, best - second);
+    }
+    ids.push(last.token);
+    if (i + 1 === kNew) break;
+    await hook(i + 1);
+    last = await runner.Step(last.token, {logits: with_logits});
+  }
+  return {ids, min_gap, logits};
+}
+
+function FirstDifference(a, b) {
+  for (let i = 0; i < Math.max(a.length, b.length); ++i) if (a[i] !== b[i]) return i;
+  return -1;
+}
+
+export async function RunGpuDeviceLossTests(bundle_url, only = '') {
+  const t0 = performance.now();
+  const failures = [];
+  const fail = (m) => failures.push(m);
+  if (!navigator.gpu) return {failures: ['navigator.gpu is missing (WebGPU not enabled)'], runs: 0};
+  const M = await LoadModule(bundle_url);
+  const model = await LoadModel(M, '/models/stories260K.bin', '/models/tok512.bin');
+  const {program, why_not} = GpuProgramOf(M, model);
+  if (!program) return {failures: [`the GPU path refused stories260K: ${why_not}`], runs: 0};
+  let acquired = 0;
+  const acquire = async () => {
+    ++acquired;
+    return RequestGpuDevice(program);
+  };
+  const reference = await GpuModelRunner.Create(M, await RequestGpuDevice(program), model, program);
+  const survivor = await GpuModelRunner.Create(M, await RequestGpuDevice(program), model, program, {acquire});
+  let runs = 0, losses = 0, min_gap = Infinity;
+  const prompts = kPrompts.map((text) => Tokenize(M, model, text));
+  const Check = (what, got, want) => {
+    ++runs;
+    const at = FirstDifference(got.ids, want.ids);
+    if (at >= 0) fail(`${what}: id ${at} is ${got.ids[at]}, the uninterrupted run's ${want.ids[at]}`);
+  };
+  const references = {};
+  const specs = kSpecs.filter((s) => !only || s === only);
+  if (!specs.length) fail(`no KV spec "${only}" here (${kSpecs.join(', ')})`);
+  for (const spec of specs) {
+    for (let pi = 0; pi < prompts.length; ++pi) {
+      const what = `"${kPrompts[pi]}" ${spec}`;
+      const want = references[what] = await Generate(reference, spec, prompts[pi], () => {}, true);
+      min_gap = Math.min(min_gap, want.min_gap);
+      const events = survivor.events.length;
+      const got = await Generate(survivor, spec, prompts[pi], (i) => {
+        if (i === kLoseAt) {
+          survivor.device.destroy();
+          ++losses;
+        }
+      });
+      Check(`${what}, device lost after ${kLoseAt} ids`, got, want);
+      const e = survivor.events.slice(events);
+      if (e.length !== 1 || e[0].to !== 'gpu' || e[0].position !== prompts[pi].length + kLoseAt - 1) {
+        fail(`${what}: expected one re-acquired device at position ${prompts[pi].length + kLoseAt - 1}, got ${JSON.stringify(e)}`);
+      }
+    }
+  }
+  // Lost in the middle of a step: after layer 1's rows reached the master.
+  if (specs.includes('int4-kivi')) {
+    const spec = 'int4-kivi', what = `"${kPrompts[0]}" ${spec}`;
+    let armed = false;
+    survivor.after_append = (layer) => {
+      if (armed && layer === 1) {
+        armed = false;
+        survivor.device.destroy();
+        ++losses;
+      }
+    };
+    const got = await Generate(survivor, spec, prompts[0], (i) => {
+      armed = i === kMidStepAt;
+    });
+    survivor.after_append = null;
+    Check(`${what}, device lost in the middle of a step`, got, references[what]);
+  }
+  // Pages of 32 positions through the KV device's two slots: each layer's attention streams 4–5
+  // windows, so the device submits the step's encoder before reusing a slot (kv_device.js's sink).
+  // The attention has the same bits for every page size: the logits equal the one-page run's.
+  let flushes = 0;
+  if (specs.includes('int8')) {  // (one spec: each test stays near a minute on SwiftShader)
+    const spec = 'int8', what = `"${kPrompts[2]}" ${spec}`;
+    const before = reference.counts.device_submits;
+    const got = await Generate(reference, spec, prompts[2], () => {}, true, 32);
+    flushes = reference.counts.device_submits - before;
+    const want = references[what];
+    const at = got.logits.findIndex((l, i) => l.some((v, j) => !Object.is(v, want.logits[i][j])));
+    if (at >= 0) fail(`${what}: pages of 32 positions change the logits after generated id ${at}`);
+    if (!(flushes > 0)) fail(`${what}: pages of 32 positions through 2 slots, yet the KV device never submitted`);
+  }
+  const gpu_events = survivor.events.length;
+  if (acquired !== losses) fail(`${losses} devices lost, ${acquired} asked for`);
+  if (survivor.cpu_steps !== 0) fail(`${survivor.cpu_steps} steps ran on the CPU with a device coming back`);
+  survivor.Destroy();
+  // No device comes back: the rest on the CPU.
+  const stranded = await GpuModelRunner.Create(M, await RequestGpuDevice(program), model, program, {acquire: async () => null});
+  for (const spec of specs) {
+    const what = `"${kPrompts[1]}" ${spec}`;
+    const before = stranded.cpu_steps;
+    const got = await Generate(stranded, spec, prompts[1], (i) => {
+      if (i === kLoseAt && stranded.device) stranded.device.destroy();
+    });
+    Check(`${what}, device lost after ${kLoseAt} ids and none back (the rest on the CPU)`, got, references[what]);
+    const on_cpu = stranded.cpu_steps - before;
+    if (on_cpu !== kNew - kLoseAt) fail(`${what}: ${on_cpu} steps on the CPU, expected ${kNew - kLoseAt}`);
+  }
+  if (specs.length && (stranded.events.length !== 1 || stranded.events[0].to !== 'cpu')) {
+    fail(`expected one move to the CPU, got ${JSON.stringify(stranded.events)}`);
+  }
+  const cpu_event = stranded.events[0]?.why;
+  stranded.Destroy();
+  reference.Destroy();
+  return {runs, losses, gpu_events, cpu_event, flushes, failures, min_gap, seconds: (performance.now() - t0) / 1000};
+}

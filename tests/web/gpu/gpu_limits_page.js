@@ -1,0 +1,123 @@
+// In the page: the WebGPU path within a device's limits (web/gpu/step_program.js: WeightPlacement,
+// GpuLimitsFor). For each model of gpu_forward_fixture's manifest:
+//   - split: the binding limit forced below the model's largest tensor of each layout (2.5× under
+//     it, so such a tensor runs as three or more pieces, each its own binding, as a 151,936-row embedding or
+//     classifier does under the default 128 MiB): one prompt's steps give the logits of the
+//     unforced run bit for bit (a piece is a row range: every row's arithmetic is unchanged)
+//     and so the same ids;
+//   - refused: maxBufferSize forced 4 bytes under the logits buffer: GpuStepProgram refuses with a
+//     sentence naming maxBufferSize and the model before creating any buffer or shader, and
+//     RequestGpuDevice refuses before asking the adapter for a device;
+//   - a binding limit under the readback buffer: refused naming maxStorageBufferBindingSize; a
+//     piece under one row (or 16-row group) of the largest weight: no placement, naming the tensor.
+import {GpuModelRunner, GpuProgramOf, RequestGpuDevice} from '/web/gpu/gpu_engine.js';
+import {GpuLimitsFor, GpuStepProgram, ProgramName, WeightPlacement} from '/web/gpu/step_program.js';
+import {LoadModel} from '/test/gpu_device_loss_page.js';
+import {LoadModule} from '/test/gpu_kv_device_page.js';
+
+const kSpec = 'int8';
+const kSteps = 12;
+
+async function Run(runner, ids) {
+  runner.NewSequence(kSpec, kSpec);
+  const out = [];
+  for (let i = 0; i < kSteps; ++i) {
+    const {token, logits} = await runner.Step(i < ids.length ? ids[i] : out[out.length - 1].token, {logits: true});
+    out.push({token, logits});
+  }
+  return out;
+}
+
+export async function RunGpuLimitsTests(fixture_url, bundle_url, only = '') {
+  const t0 = performance.now();
+  const failures = [];
+  const fail = (m) => failures.push(m);
+  if (!navigator.gpu) return {failures: ['navigator.gpu is missing (WebGPU not enabled)'], models: 0};
+  const M = await LoadModule(bundle_url);
+  const manifest = await (await fetch(`${fixture_url}/manifest.json`)).json();
+  const origin = new URL(fixture_url).origin;
+  const report = {};
+  let models = 0;
+  for (const m of manifest.models.filter((o) => !only || o.name === only)) {
+    ++models;
+    const model = await LoadModel(M, origin + m.model, m.tokenizer ? origin + m.tokenizer : '');
+    const {program, why_not} = GpuProgramOf(M, model);
+    if (!program) {
+      fail(`${m.name}: the GPU path refused it: ${why_not}`);
+      continue;
+    }
+    const device = await RequestGpuDevice(program);
+    device.addEventListener('uncapturederror', (e) => fail(`${m.name}: WebGPU error: ${e.error.message}`));
+    // Split: the largest tensor of each layout in three or more pieces.
+    const largest = program.tensors.reduce((a, t) => (t.bytes > a.bytes ? t : a));
+    const targets = [...new Set(program.tensors.map((t) => t.layout))].map((layout) =>
+      program.tensors.filter((t) => t.layout === layout).reduce((a, t) => (t.bytes > a.bytes ? t : a)));
+    const cap = Math.min(...targets.map((t) => Math.floor(t.bytes / 2.5 / 4) * 4));
+    const placed = WeightPlacement(program, cap);
+    const pieces = {};
+    for (const t of targets) {
+      pieces[t.name] = placed.pieces.get(t.address)?.length;
+      if (placed.why_not || !(pieces[t.name] >= 3)) fail(`${m.name}: a ${cap}-byte binding cuts ${t.name} into ${pieces[t.name]} pieces (${placed.why_not})`);
+    }
+    const ids = m.runs[0].ids;
+    const whole = await GpuModelRunner.Create(M, device, model, program);
+    const want = await Run(whole, ids);
+    whole.Destroy();
+    const split = await GpuModelRunner.Create(M, device, model, program, {step: {max_binding_bytes: cap}});
+    const got = await Run(split, ids);
+    const buffers = split.step.chunks.length;
+    split.Destroy();
+    for (let i = 0; i < kSteps; ++i) {
+      const a = got[i].logits, b = want[i].logits;
+      const at = a.findIndex((v, j) => !Object.is(v, b[j]));
+      if (at >= 0 || got[i].token !== want[i].token) {
+        fail(`${m.name}: step ${i} with ${JSON.stringify(pieces)} split at ${cap} B: id ${got[i].token} vs ${want[i].token}, ` +
+             `logit ${at}: ${a[at]} vs ${b[at]}`);
+        break;
+      }
+    }
+    report[m.name] = {binding_bytes: cap, pieces, weight_buffers: buffers};
+    // Refused: maxBufferSize under the logits buffer, before any allocation.
+    const max_buffer = 4 + program.config.vocab_size * 4 - 4;
+    let created = 0;
+    const counted = {  // the device's limits; anything created is counted (and not usable)
+      limits: {maxStorageBufferBindingSize: device.limits.maxStorageBufferBindingSize, maxBufferSize: device.limits.maxBufferSize},
+      createBuffer: () => ++created, createShaderModule: () => ++created, createComputePipelineAsync: async () => ++created,
+    };
+    const name = ProgramName(program);
+    try {
+      await GpuStepProgram.Create(counted, program, M.HEAPU8, () => new Float32Array(program.config.rotary_dims), null,
+                                  {max_buffer_bytes: max_buffer});
+      fail(`${m.name}: a ${max_buffer}-byte maxBufferSize was not refused`);
+    } catch (e) {
+      if (!e.message.includes('maxBufferSize') || !e.message.includes(name)) {
+        fail(`${m.name}: the refusal does not name maxBufferSize and ${name}: ${e.message}`);
+      }
+      if (created) fail(`${m.name}: ${created} buffers or shaders created before the refusal`);
+      report[m.name].refusal = e.message;
+    }
+    let asked = 0;
+    const small_adapter = {limits: {maxStorageBufferBindingSize: 1 << 30, maxBufferSize: max_buffer},
+                           features: new Set(), requestDevice: async () => ++asked};
+    try {
+      await RequestGpuDevice(program, small_adapter);
+      fail(`${m.name}: RequestGpuDevice took an adapter whose maxBufferSize is ${max_buffer}`);
+    } catch (e) {
+      if (!e.message.includes('maxBufferSize') || asked) fail(`${m.name}: RequestGpuDevice: ${e.message} (${asked} devices asked for)`);
+    }
+    // A binding under the readback buffer: refused naming the binding limit; a piece under one
+    // row (or 16-row group) of the largest weight: no placement, naming the tensor.
+    const narrow = GpuLimitsFor(program, {maxStorageBufferBindingSize: max_buffer, maxBufferSize: 1 << 30});
+    if (!narrow.why_not.includes('maxStorageBufferBindingSize') || !narrow.why_not.includes(name)) {
+      fail(`${m.name}: a ${max_buffer}-byte binding limit: expected a refusal naming it and ${name}, got "${narrow.why_not}"`);
+    }
+    const unit = (largest.layout === 'interleaved16' ? 16 : 1) * largest.bytes / largest.rows;
+    const under = WeightPlacement(program, unit - 4);
+    if (!under.why_not.includes(largest.name)) {
+      fail(`${m.name}: ${unit - 4}-byte pieces: expected ${largest.name} named as not fitting, got "${under.why_not}"`);
+    }
+    device.destroy();
+    M._kvq_web_model_free(model);
+  }
+  return {models, report, failures, seconds: (performance.now() - t0) / 1000};
+}

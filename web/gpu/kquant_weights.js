@@ -1,0 +1,136 @@
+// The K-quant weight types on a WebGPU device (ggml's super-blocks of 256 elements; kvq's
+// src/weights/q4_k/q4_k.h and q6_k/q6_k.h), in either layout the module holds them in: the file's
+// rows, or the 16-row groups LoadModel repacks projections and the classifier into
+// (weights/kquant_repack.h; the last rows % 16 rows stay row-major after the groups). WGSL over
+// w_u8 / w_u16 (kv_formats.js's Readers) and the uniform `dims` {rows, cols, row_bytes,
+// first_byte} of one matrix (or piece of one):
+//   kq_d(row, sb), kq_dmin(row, sb) -> f32        super-block sb's scale and min scale
+//   kq_sc(row, sb, j), kq_m(row, sb, j) -> i32    the scale and min of its 16-element sub-block j
+//   kq_code(row, sb, e) -> i32                     element e's code: weight = d·sc·code − dmin·m
+//   w_elem(row, col) -> f32                        the weight, as ggml's dequantize_row_* makes it
+// (Q6_K has no mins: kq_dmin 0, kq_m 0, and its code is the stored 6 bits − 32.) The matvec over
+// them is step_kernels.js's, the scalar K-quant kernel's arithmetic (weights/kquant_rows-inl.h).
+
+/** Bytes per super-block of each K-quant type read here. */
+export const kKQuantBytes = {q4_k: 144, q6_k: 210};
+
+// Where super-block sb of `row` starts, row-major; and in the grouped layout, the group's
+// super-block (16 rows' worth) and whether the row is in a group at all.
+function Locate(bytes, layout) {
+  const rows = `fn kq_at(row: u32, sb: u32) -> u32 { return dims.first_byte + row * dims.row_bytes + sb * ${bytes}u; }`;
+  if (layout === 'rows') return `${rows}\nfn kq_grouped(row: u32) -> bool { return false; }\nfn kq_group(row: u32, sb: u32) -> u32 { return 0u; }`;
+  return `${rows}
+fn kq_grouped(row: u32) -> bool { return row < dims.rows - dims.rows % 16u; }
+fn kq_group(row: u32, sb: u32) -> u32 {
+  return dims.first_byte + (row / 16u) * 16u * dims.row_bytes + sb * ${16 * bytes}u;
+}`;
+}
+
+// Q4_K: [d f16][dmin f16][scales 12 bytes, 6-bit sc and m packed][qs 128: per 64 elements c, 32
+// bytes whose low nibbles are elements 64c..64c+31 and high nibbles 64c+32..64c+63]. Grouped:
+// d of rows 0..15, dmin of rows 0..15, then 3 vectors of scale bytes and 32 of qs, 64 bytes each,
+// byte 4j + i of vector v being row j's byte 4v + i.
+const kQ4K = /* wgsl */ `
+fn kq_d(row: u32, sb: u32) -> f32 {
+  if (kq_grouped(row)) { return f16_bits_to_f32(w_u16(kq_group(row, sb) + 2u * (row % 16u))); }
+  return f16_bits_to_f32(w_u16(kq_at(row, sb)));
+}
+fn kq_dmin(row: u32, sb: u32) -> f32 {
+  if (kq_grouped(row)) { return f16_bits_to_f32(w_u16(kq_group(row, sb) + 32u + 2u * (row % 16u))); }
+  return f16_bits_to_f32(w_u16(kq_at(row, sb) + 2u));
+}
+// Byte s of the 12 packed scale bytes, byte q of the 128 code bytes.
+fn kq_vector_byte(row: u32, sb: u32, first: u32, n: u32) -> u32 {
+  return w_u8(kq_group(row, sb) + first + (n / 4u) * 64u + 4u * (row % 16u) + n % 4u);
+}
+fn kq_scale_byte(row: u32, sb: u32, s: u32) -> u32 {
+  if (kq_grouped(row)) { return kq_vector_byte(row, sb, 64u, s); }
+  return w_u8(kq_at(row, sb) + 4u + s);
+}
+fn kq_qs(row: u32, sb: u32, q: u32) -> u32 {
+  if (kq_grouped(row)) { return kq_vector_byte(row, sb, 256u, q); }
+  return w_u8(kq_at(row, sb) + 16u + q);
+}
+// ggml's get_scale_min_k4 for the 32-element sub-block j / 2.
+fn kq_sc(row: u32, sb: u32, j: u32) -> i32 {
+  let k = j / 2u;
+  if (k < 4u) { return i32(kq_scale_byte(row, sb, k) & 63u); }
+  return i32((kq_scale_byte(row, sb, k + 4u) & 15u) | ((kq_scale_byte(row, sb, k - 4u) >> 6u) << 4u));
+}
+fn kq_m(row: u32, sb: u32, j: u32) -> i32 {
+  let k = j / 2u;
+  if (k < 4u) { return i32(kq_scale_byte(row, sb, k + 4u) & 63u); }
+  return i32((kq_scale_byte(row, sb, k + 4u) >> 4u) | ((kq_scale_byte(row, sb, k) >> 6u) << 4u));
+}
+fn kq_code(row: u32, sb: u32, e: u32) -> i32 {
+  let r = e % 64u;
+  let byte = kq_qs(row, sb, 32u * (e / 64u) + r % 32u);
+  return i32(select(byte >> 4u, byte & 15u, r < 32u));
+}
+// dequantize_row_q4_K: d1 = d·sc, m1 = dmin·m (exact), then d1·code (exact) − m1.
+fn w_elem(row: u32, col: u32) -> f32 {
+  let sb = col / 256u;
+  let e = col % 256u;
+  let d1 = kq_d(row, sb) * f32(kq_sc(row, sb, e / 16u));
+  let m1 = kq_dmin(row, sb) * f32(kq_m(row, sb, e / 16u));
+  return d1 * f32(kq_code(row, sb, e)) - m1;
+}
+`;
+
+// Q6_K: [ql 128: low 4 bits][qh 64: high 2 bits][scales 16 × int8][d f16]; element 128h + 32k + l
+// (k = 0..3) has the low nibble (k ≥ 2: high nibble) of ql[64h + 32(k % 2) + l] and bits 2k, 2k+1
+// of qh[32h + l]. Grouped (the codes re-cut): d of rows 0..15, 4 vectors of scales, then per 64
+// elements p the low bits (vector 8p + k, byte 4j + i: elements 64p + 4k + i | 64p + 32 + 4k + i
+// << 4) and from byte 2336 the high bits (vector 4p + h, bits 2t of byte 4j + i: element
+// 64p + 4(4t + h) + i).
+const kQ6K = /* wgsl */ `
+fn kq_d(row: u32, sb: u32) -> f32 {
+  if (kq_grouped(row)) { return f16_bits_to_f32(w_u16(kq_group(row, sb) + 2u * (row % 16u))); }
+  return f16_bits_to_f32(w_u16(kq_at(row, sb) + 208u));
+}
+fn kq_dmin(row: u32, sb: u32) -> f32 { return 0.0; }
+fn kq_m(row: u32, sb: u32, j: u32) -> i32 { return 0; }
+fn kq_sc(row: u32, sb: u32, j: u32) -> i32 {
+  var byte: u32;
+  if (kq_grouped(row)) {
+    byte = w_u8(kq_group(row, sb) + 32u + (j / 4u) * 64u + 4u * (row % 16u) + j % 4u);
+  } else {
+    byte = w_u8(kq_at(row, sb) + 192u + j);
+  }
+  return i32(byte << 24u) >> 24u;
+}
+fn kq_code(row: u32, sb: u32, e: u32) -> i32 {
+  var low: u32;
+  var high: u32;
+  if (kq_grouped(row)) {
+    let g = kq_group(row, sb) + 4u * (row % 16u);
+    let p = e / 64u;
+    let ch = (e % 64u) / 4u;
+    let i = e % 4u;
+    low = (w_u8(g + 288u + (8u * p + ch % 8u) * 64u + i) >> (4u * (ch / 8u))) & 15u;
+    high = (w_u8(g + 2336u + (4u * p + ch % 4u) * 64u + i) >> (2u * (ch / 4u))) & 3u;
+  } else {
+    let at = kq_at(row, sb);
+    let h = e / 128u;
+    let k = (e % 128u) / 32u;
+    let l = e % 32u;
+    low = (w_u8(at + 64u * h + 32u * (k % 2u) + l) >> select(4u, 0u, k < 2u)) & 15u;
+    high = (w_u8(at + 128u + 32u * h + l) >> (2u * k)) & 3u;
+  }
+  return i32(low | (high << 4u)) - 32;
+}
+// dequantize_row_q6_K: (d·sc)·code, exact.
+fn w_elem(row: u32, col: u32) -> f32 {
+  let sb = col / 256u;
+  let e = col % 256u;
+  return (kq_d(row, sb) * f32(kq_sc(row, sb, e / 16u))) * f32(kq_code(row, sb, e));
+}
+`;
+
+/** WGSL of kq_* and w_elem for K-quant `type` in `layout` ('rows' or 'interleaved16'). */
+export function KQuantWgsl(type, layout) {
+  const body = {q4_k: kQ4K, q6_k: kQ6K}[type];
+  if (!body) throw new Error(`no WGSL for K-quant weight type '${type}'`);
+  if (layout !== 'rows' && layout !== 'interleaved16') throw new Error(`no WGSL for ${type} in layout ${layout}`);
+  return `${Locate(kKQuantBytes[type], layout)}\n${body}`;
+}
