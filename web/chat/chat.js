@@ -1,8 +1,8 @@
 // The chat page: the conversation, its settings and each reply's figures. It talks to a transport
 // (transport.js): the kvq serve that served it, or the in-tab runtime (?runtime=tab, or where no
 // server answers). Text is shown as text (textContent), never parsed as HTML.
-// window.kvqChat is the hook a test driver uses: ready (a promise of {runtime}), render(messages)
-// (the prompt text the model is given), state() (what the page shows).
+// window.kvqChat is the hook a test driver uses: ready (a promise of {runtime}), render(messages,
+// template_override) (the prompt text the model is given; an override only in the tab), load(files).
 import {ServerTransport, TabTransport} from './transport.js';
 
 const $ = (id) => document.getElementById(id);
@@ -206,7 +206,7 @@ function SetupServer() {
   $('switch').href = '?runtime=tab';
   $('switch').textContent = 'Run a model in this tab instead';
   // Offered only where the in-tab runtime was built (the web bundle is served beside this page).
-  fetch('../worker.js', {method: 'HEAD'}).then((r) => {
+  fetch('../worker.js').then((r) => {
     $('switch').hidden = !r.ok;
   }, () => {});
   $('api-key').addEventListener('change', async () => {
@@ -254,6 +254,6 @@ const ready = Start().catch((e) => {
 
 window.kvqChat = {
   ready,
-  render: async (messages) => (await ready, transport.RenderPrompt(messages)),
+  render: async (messages, template_override) => (await ready, transport.RenderPrompt(messages, template_override)),
   load: async (files) => (await ready, LoadInTab(files)),
 };

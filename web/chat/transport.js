@@ -60,7 +60,7 @@ export class ServerTransport {
       kv_format: `K ${props.kv.key}, V ${props.kv.value}`,
       kv_bytes,
       kv_note: `${positions} positions in ${slots.length} session${slots.length === 1 ? '' : 's'}; ` +
-               `${props.kv.bytes_at_full_context} bytes per session at full context`,
+               `${props.kv.bytes_at_full_context.toLocaleString('en-US')} bytes per session at full context`,
     };
   }
 
@@ -192,8 +192,9 @@ export class TabTransport {
     };
   }
 
-  async RenderPrompt(messages) {
-    return (await this.Ask('apply_template', {messages, add_generation_prompt: true})).prompt;
+  // template_override: Jinja source to render with instead of the model's ('' : the model's).
+  async RenderPrompt(messages, template_override = '') {
+    return (await this.Ask('apply_template', {messages, add_generation_prompt: true, template_override})).prompt;
   }
 
   // The whole conversation is rendered and run again each turn: the worker's generate starts a

@@ -198,14 +198,13 @@ async function InTheTab(browser, base) {
     Expect(server.status === 200 && tab === server.json.prompt,
            `conversation ${i}: the module's Qwen 3 render equals /apply-template byte for byte (${tab.length} chars)`);
   }
-  // A template's raise_exception (Qwen 3 wants a user message) is an error returned by the module,
-  // the same text as the server's; the module renders again afterwards.
-  const refused = [{role: 'assistant', content: 'no user here'}];
-  const server_error = await Api(base, '/apply-template', {messages: refused});
-  const tab_error = await page.evaluate((m) => window.kvqChat.render(m).then(() => '', (e) => e.message), refused);
-  Expect(server_error.status === 400 && tab_error !== '' &&
-         tab_error.endsWith(server_error.json.error.message.split('refused the messages: ')[1]),
-         `a template error comes back from the module (${tab_error})`);
+  // A template's raise_exception, and an error the interpreter throws (a string plus an int), come
+  // back from the module as errors (not an abort); the module renders again afterwards.
+  const TabError = (m, t) => page.evaluate(([m, t]) => window.kvqChat.render(m, t).then(() => '', (e) => e.message), [m, t]);
+  const raised = await TabError(conversations[0], "{{ raise_exception('no ' + messages[0].role + ' wanted') }}");
+  Expect(raised.endsWith('refused the messages: no user wanted'), `a template's raise_exception comes back (${raised})`);
+  const thrown = await TabError(conversations[0], '{{ messages[0].content + 1 }}');
+  Expect(/refused the messages: chat template 1:\d+: /.test(thrown), `an interpreter error comes back (${thrown})`);
   Expect(await page.evaluate((m) => window.kvqChat.render(m), conversations[0]) ===
          (await Api(base, '/apply-template', {messages: conversations[0]})).json.prompt, 'the module renders after an error');
   // A reply streams in the tab.
