@@ -34,15 +34,15 @@ export class ServerTransport {
     return h;
   }
 
-  // The page is served at /chat/: the API is one folder up.
+  // The API is the serving origin's: kvq serve's routes are at its root (the page at /chat/).
   async Get(path) {
-    const response = await fetch(new URL(`../${path}`, location.href), {headers: this.Headers(false)});
+    const response = await fetch(new URL(`/${path}`, location.origin), {headers: this.Headers(false)});
     if (!response.ok) throw await HttpError(response, `GET /${path}`);
     return response.json();
   }
 
   async Post(path, body, signal) {
-    const response = await fetch(new URL(`../${path}`, location.href),
+    const response = await fetch(new URL(`/${path}`, location.origin),
                                  {method: 'POST', headers: this.Headers(true), body: JSON.stringify(body), signal});
     if (!response.ok) throw await HttpError(response, `POST /${path}`);
     return response;
