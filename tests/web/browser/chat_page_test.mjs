@@ -6,11 +6,14 @@
 //     session goes idle and the page takes the next message;
 //   - on the in-tab runtime (the WebAssembly module, the same page with ?runtime=tab): the module
 //     renders the Qwen 3 template byte for byte as the server's /apply-template does, a template's
-//     raise_exception comes back as that error (the module keeps working), and a reply streams.
+//     raise_exception comes back as that error (the module keeps working), and a reply streams;
+//   - standalone (the bundle from a plain static server, no kvq serve): the page finds no server,
+//     starts the in-tab runtime with the bundled stories260K, renders ChatML (its fallback) and replies.
 // Page errors, console errors and failed requests fail it. Screenshots: OUT_DIR/chat_page_*.png.
 // Usage: node chat_page_test.mjs KVQ_CLI BUNDLE_DIR PLAYWRIGHT_NPM_DIR QWEN3_TOKENIZER_JSON OUT_DIR
 import {spawn, execFileSync} from 'node:child_process';
 import fs from 'node:fs';
+import http from 'node:http';
 import {createRequire} from 'node:module';
 import path from 'node:path';
 
@@ -78,7 +81,25 @@ async function Api(base, route, body) {
 const Sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 const KvBytesHeld = async (base) => (await Api(base, '/slots')).json.reduce((sum, s) => sum + s.kv_bytes, 0);
 
-async function OpenPage(browser, url, where) {
+// A plain static server of the bundle folder (GET only), as a user would host the page.
+function ServeStatic(root) {
+  const kMime = {'.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8',
+                 '.css': 'text/css; charset=utf-8', '.wasm': 'application/wasm', '.bin': 'application/octet-stream'};
+  const server = http.createServer((req, res) => {
+    let rel = decodeURIComponent(new URL(req.url, 'http://127.0.0.1').pathname);
+    if (rel.endsWith('/')) rel += 'index.html';
+    const file = path.join(root, path.normalize(rel));
+    if (!file.startsWith(root + path.sep) || !fs.existsSync(file) || !fs.statSync(file).isFile()) {
+      return res.writeHead(404, {'Content-Type': 'text/plain'}).end('not found');
+    }
+    res.writeHead(200, {'Content-Type': kMime[path.extname(file)] ?? 'application/octet-stream'});
+    fs.createReadStream(file).pipe(res);
+  });
+  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(server)));
+}
+
+// allowed_404: URLs a page may find missing (the standalone page asks for a server that is not there).
+async function OpenPage(browser, url, where, allowed_404 = /\/favicon\.ico$/) {
   const page = await browser.newPage();
   page.on('pageerror', (e) => Fail(`${where}: page error: ${e.message}`));
   page.on('requestfailed', (r) => {
@@ -87,7 +108,7 @@ async function OpenPage(browser, url, where) {
   });
   page.on('console', (msg) => {
     // The browser asks for a favicon on its own; the page has none and needs none.
-    if (msg.type() === 'error' && !/\/favicon\.ico$/.test(msg.location()?.url ?? '')) {
+    if (msg.type() === 'error' && !allowed_404.test(msg.location()?.url ?? '')) {
       Fail(`${where}: console error: ${msg.text()}`);
     }
   });
@@ -222,6 +243,32 @@ async function InTheTab(browser, base) {
   await page.close();
 }
 
+async function Standalone(browser) {
+  const server = await ServeStatic(path.resolve(bundle));
+  const base = `http://127.0.0.1:${server.address().port}`;
+  try {
+    const page = await OpenPage(browser, `${base}/chat/`, 'standalone page', /\/(favicon\.ico|props|slots)$/);
+    const info = await page.evaluate(() => window.kvqChat.ready);
+    Expect(info.runtime === 'tab', `with no kvq serve the page runs the model in the tab (${JSON.stringify(info)})`);
+    await page.waitForFunction(() => document.getElementById('model-name').textContent === 'stories260K.bin',
+                               null, {timeout: 30000});
+    const messages = [{role: 'system', content: 'Be brief.'}, {role: 'user', content: 'Hi'}];
+    const chatml = '<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n';
+    Expect(await page.evaluate((m) => window.kvqChat.render(m), messages) === chatml,
+           'stories260K (no template) is rendered as ChatML, kvq/chat.h\'s fallback');
+    await page.fill('#temperature', '0');
+    await page.fill('#max-tokens', '16');
+    await Send(page, 'Once upon a time');
+    await WaitIdle(page);
+    const reply = await LastReply(page);
+    Expect(reply.state === 'done' && reply.text.length > 0, `the standalone page replies (${JSON.stringify(reply.text)})`);
+    await page.screenshot({path: path.join(out_dir, 'chat_page_standalone.png'), fullPage: true});
+    await page.close();
+  } finally {
+    server.close();
+  }
+}
+
 async function Main() {
   const {child, base} = await StartServer();
   const browser = await chromium.launch({executablePath: kChromium, headless: true,
@@ -232,6 +279,7 @@ async function Main() {
     for (let i = 0; i < 100 && (await fetch(`${base}/health`)).status !== 200; ++i) await Sleep(100);
     await ThroughTheServer(browser, base);
     await InTheTab(browser, base);
+    await Standalone(browser);
   } finally {
     await browser.close();
     child.kill('SIGTERM');
@@ -240,7 +288,8 @@ async function Main() {
 }
 
 await Main().catch((e) => Fail(`${e.stack ?? e}`));
-for (const shot of ['chat_page_server.png', 'chat_page_server_stopped.png', 'chat_page_tab.png']) {
+for (const shot of ['chat_page_server.png', 'chat_page_server_stopped.png', 'chat_page_tab.png',
+                    'chat_page_standalone.png']) {
   if (fs.existsSync(path.join(out_dir, shot))) console.log(`chat_page_test: screenshot ${path.join(out_dir, shot)}`);
 }
 const seconds = ((Date.now() - t_start) / 1000).toFixed(1);
