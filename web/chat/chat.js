@@ -223,7 +223,17 @@ async function Start() {
     try {
       transport = server;
       SetupServer();
-      await ShowModel();
+      // A server still loading its model answers 503 until it is ready: wait for it.
+      for (;;) {
+        try {
+          await ShowModel();
+          break;
+        } catch (e) {
+          if (!/HTTP 503/.test(e.message)) throw e;
+          SetStatus('loading', 'The server is loading its model…');
+          await new Promise((resolve) => setTimeout(resolve, 1000));
+        }
+      }
       SetStatus('ready', 'Ready.');
       SetRunning(false);
       return {runtime: 'server'};
