@@ -182,11 +182,13 @@ async function LoadInTab(files) {
   }
 }
 
-function SetupTab() {
+// chosen: the page was asked for the tab (?runtime=tab) rather than falling back to it, so there is
+// a server to go back to.
+function SetupTab(chosen) {
   $('tab-settings').hidden = false;
   $('switch').href = '?';
   $('switch').textContent = 'Chat with the server instead';
-  $('switch').hidden = false;
+  $('switch').hidden = !chosen;
   $('load-bundled').addEventListener('click', () => LoadInTab(null));
   $('load-picked').addEventListener('click', async () => {
     try {
@@ -249,7 +251,7 @@ async function Start() {
     }
   }
   transport = new TabTransport();
-  SetupTab();
+  SetupTab(params.get('runtime') === 'tab');
   const build = await transport.Start(params.get('simd') !== '0');
   SetStatus('ready', `In-tab runtime ready (WebAssembly ${build.build}): load a model.`);
   if (params.get('model') !== 'none') await LoadInTab(null);

@@ -250,6 +250,7 @@ async function Standalone(browser) {
     const page = await OpenPage(browser, `${base}/chat/`, 'standalone page', /\/(favicon\.ico|props|slots)$/);
     const info = await page.evaluate(() => window.kvqChat.ready);
     Expect(info.runtime === 'tab', `with no kvq serve the page runs the model in the tab (${JSON.stringify(info)})`);
+    Expect(await page.$eval('#switch', (a) => a.hidden), 'it offers no server to switch to');
     await page.waitForFunction(() => document.getElementById('model-name').textContent === 'stories260K.bin',
                                null, {timeout: 30000});
     const messages = [{role: 'system', content: 'Be brief.'}, {role: 'user', content: 'Hi'}];
