@@ -209,7 +209,7 @@ function SetupServer() {
   $('switch').textContent = 'Run a model in this tab instead';
   // Offered only where the in-tab runtime was built (the web bundle is served beside this page).
   fetch('../worker.js').then((r) => {
-    $('switch').hidden = !r.ok;
+    if (transport.kind === 'server') $('switch').hidden = !r.ok;  // not if the page fell back to the tab
   }, () => {});
   $('api-key').addEventListener('change', async () => {
     transport.api_key = $('api-key').value.trim();
