@@ -16,7 +16,7 @@ set(kvq_web_exports
   kvq_web_last_error kvq_web_kv_new kvq_web_kv_free kvq_web_kv_plan kvq_web_kv_append
   kvq_web_kv_attend_device kvq_web_kv_rows kvq_web_kv_new_for_model kvq_web_gpu_program kvq_web_gpu_rope
   kvq_web_kv_positions kvq_web_kv_rewind kvq_web_kv_cpu_step
-  malloc free)
+  kvq_web_apply_template malloc free)
 list(TRANSFORM kvq_web_exports PREPEND "'_")
 list(TRANSFORM kvq_web_exports APPEND "'")
 list(JOIN kvq_web_exports "," kvq_web_exports)
@@ -34,6 +34,8 @@ target_link_options(kvq_web PRIVATE
   -sMODULARIZE=1 -sEXPORT_NAME=createKvq -sENVIRONMENT=web,worker
   -sALLOW_MEMORY_GROWTH=1 -sINITIAL_MEMORY=33554432 -sMAXIMUM_MEMORY=2147483648
   -sFORCE_FILESYSTEM=1
+  # The chat template's interpreter catches its own exceptions (text/chat_template.cc): catching on.
+  -fexceptions
   "-sEXPORTED_FUNCTIONS=[${kvq_web_exports}]"
   "-sEXPORTED_RUNTIME_METHODS=['FS','ccall','cwrap','UTF8ToString','stringToUTF8','lengthBytesUTF8','HEAPU8','HEAP32','HEAPF32']")
 # emcc's JS optimiser needs Debian's acorn, which the node on PATH may not search.

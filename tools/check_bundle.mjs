@@ -1,7 +1,9 @@
 // check_bundle.mjs: the web bundle verifies its own output. Starting from the entry HTML it walks everything
 // the page loads (HTML, CSS, classic and module scripts, workers, the Emscripten glue's .wasm, fetched files)
 // and fails, naming the referring file:line, when a reference is missing from BUNDLE, points outside it, or
-// is dynamic with an argument it cannot verify. Seed 000's lesson: a copy step that can report success over a
+// is dynamic with an argument it cannot verify. A fetch of `new URL(path, location.origin)` is a request to the
+// serving origin's own routes (a server's API, as the chat page makes to kvq serve), not a file of the bundle,
+// which may be served from any folder: it is not followed. Seed 000's lesson: a copy step that can report success over a
 // broken tree is worse than none. Usage: node tools/check_bundle.mjs BUNDLE [--entry index.html] [--list]
 import fs from 'node:fs';
 import path from 'node:path';
@@ -56,6 +58,17 @@ function IsGlobal(node, name) {
 function IsImportMetaUrl(node) {
   return node.type === 'MemberExpression' && !node.computed && node.property.name === 'url' &&
          node.object.type === 'MetaProperty' && node.object.meta.name === 'import';
+}
+
+// new URL(x, location.origin) (or self./window./globalThis.location.origin): a route of the serving origin.
+function IsOriginRoute(node) {
+  if (!node || node.type !== 'NewExpression' || !IsGlobal(node.callee, 'URL') || node.arguments.length !== 2) return false;
+  const base = node.arguments[1];
+  if (base.type !== 'MemberExpression' || base.computed || base.property.name !== 'origin') return false;
+  const object = base.object;
+  return (object.type === 'Identifier' && object.name === 'location') ||
+         (object.type === 'MemberExpression' && !object.computed && object.property.name === 'location' &&
+          object.object.type === 'Identifier' && kGlobalObjects.has(object.object.name));
 }
 
 // location.href, self.location(.href), document.baseURI, document.URL: the global scope's base URL.
@@ -487,7 +500,8 @@ class Checker {
       } else if (node.type === 'CallExpression' && IsGlobal(node.callee, 'importScripts')) {
         for (const arg of node.arguments) Load(node, arg, global_base, 'worker-classic');
       } else if (node.type === 'CallExpression' && IsGlobal(node.callee, 'fetch')) {
-        Load(node, node.arguments[0], global_base, 'file');
+        if (IsOriginRoute(node.arguments[0])) consumed.add(node.arguments[0]);  // the server's route, not a file
+        else Load(node, node.arguments[0], global_base, 'file');
       } else if (node.type === 'NewExpression' &&
                  (IsGlobal(node.callee, 'Worker') || IsGlobal(node.callee, 'SharedWorker'))) {
         Load(node, node.arguments[0], global_base, WorkerKind(node.arguments[1]), {new_global: true});

@@ -402,6 +402,17 @@ const handlers = {
   tokenize: (m) => ({ids: Tokenize(m.text, m.add_bos === undefined ? -1 : m.add_bos)}),
   generate: (m) => Generate(m.id, m.params),
   stats: () => Stats(),
+  // The chat page's in-tab runtime (chat/transport.js): the loaded model's chat template rendered
+  // in the module. m: {messages: [{role, content}], add_generation_prompt, template_override (Jinja
+  // source; '' or absent: the model's)} → {prompt, template}.
+  apply_template: (m) => {
+    RequireModel();
+    const request = JSON.stringify({messages: m.messages, add_generation_prompt: m.add_generation_prompt ?? true,
+                                    template_override: m.template_override ?? ''});
+    const answer = kvq.ccall('kvq_web_apply_template', 'string', ['number', 'string'], [model, request]);
+    Check(answer, 'rendering the chat template');
+    return JSON.parse(answer);
+  },
 };
 
 self.onmessage = async (event) => {

@@ -1,7 +1,7 @@
 // `kvq serve`: the OpenAI-compatible HTTP server (src/server/): POST /v1/completions and
 // /v1/chat/completions (streamed as Server-Sent Events with "stream": true), GET /v1/models,
-// /health, /metrics, /tokenize, /detokenize, /apply-template, /props, /slots, and the browser page
-// at / when a web bundle is given. This file maps flags onto the engine's and the server's
+// /health, /metrics, /tokenize, /detokenize, /apply-template, /props, /slots, the chat page at /
+// (compiled in) and the web bundle's files beside it when there is one. This file maps flags onto the engine's and the server's
 // options, binds the port (refusing one in use), loads the model and its chat template while
 // /health says "loading", and runs until SIGINT or SIGTERM, on which /health says "draining", new
 // requests get 503, running ones finish (up to --shutdown-grace seconds) and it exits.
@@ -121,10 +121,11 @@ int RunServe(ServeOptions& o) {
   fmt::print(stderr,
              "kvq serve: model {} ({}, {} layers, context {}), KV {}, {} sessions, {} threads\n"
              "kvq serve: chat template: {}\n"
-             "kvq serve: listening on http://{}:{}/v1{}{}\n",
+             "kvq serve: listening on http://{}:{}/v1{}; the chat page at http://{}:{}/{}\n",
              o.http.model_id, info.architecture, info.n_layers, info.context, so.KvFormatName(), o.engine.parallel,
              info.threads, chat_origin, o.http.host, *port, o.http.api_key.empty() ? "" : " (API key required)",
-             o.http.web_root.empty() ? "" : fmt::format("; the page at http://{}:{}/", o.http.host, *port));
+             o.http.host, *port,
+             o.http.web_root.empty() ? "" : fmt::format(", the in-tab runtime at http://{}:{}/index.html", o.http.host, *port));
   serving.join();
   if (g_signal == 0) g_signal = -1;
   watcher.join();
@@ -179,7 +180,8 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0.0, 86400.0))->capture_default_str();
   cmd->add_option("--alias", o->alias, "The model id /v1/models lists (default: the model file's name)");
   cmd->add_option("--web", o->web,
-                  "Folder of the browser page served at / ('auto': the build's web bundle if it exists; '': none)")
+                  "Folder of the web bundle (the in-tab runtime) served beside the chat page, which is built in "
+                  "('auto': the build's bundle if it exists; '': none)")
       ->capture_default_str();
   AddThreadsFlag(cmd, &o->shared);
   cmd->callback([o, exit_code] {

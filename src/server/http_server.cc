@@ -20,6 +20,7 @@
 
 #include "kvq/log.h"
 #include "kvq/tool_calls.h"
+#include "server/chat_page.h"
 
 namespace kvq::server {
 namespace {
@@ -205,15 +206,12 @@ void HttpServer::LogRequest(const httplib::Request& req, const httplib::Response
   std::string line = fmt::format("kvq serve: request {} {} {} {} in {:.3f} s", r.id, req.method, req.path,
                                  res.status, seconds);
   if (r.generation) {
-    const int64_t generated = r.usage.completion_tokens;
-    // Decode speed: the tokens after the first over the time after the first.
-    const double decode_seconds = seconds - r.ttft_seconds;
     line += fmt::format("; prompt {} tokens ({} reused), generated {}", r.usage.prompt_tokens,
-                        r.usage.cached_tokens, generated);
+                        r.usage.cached_tokens, r.usage.completion_tokens);
     if (r.ttft_seconds > 0) line += fmt::format(", TTFT {:.3f} s", r.ttft_seconds);
-    if (generated > 1 && r.ttft_seconds > 0 && decode_seconds > 0) {
-      line += fmt::format(", {:.1f} tok/s", static_cast<double>(generated - 1) / decode_seconds);
-    }
+    // Decode speed: the tokens after the first over the time after the first.
+    const double per_second = TimingsOf(r.usage, r.ttft_seconds, seconds).predicted_per_second();
+    if (r.ttft_seconds > 0 && per_second > 0) line += fmt::format(", {:.1f} tok/s", per_second);
   }
   fmt::print(stderr, "{}\n", line);
   r = RequestRecord{};
@@ -271,6 +269,7 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
     return Reply(res, e);
   }
   // n choices: choice i samples with seed + i (so it equals a request with that seed and n 1).
+  const Clock::time_point submit_time = Clock::now();  // the reply's timings count from here
   std::variant<std::vector<std::shared_ptr<Job>>, ApiError> submitted = engine().SubmitChoices(std::move(spec), r.n);
   if (auto* e = std::get_if<ApiError>(&submitted)) return Reply(res, *e);
   const std::vector<std::shared_ptr<Job>> jobs = std::get<std::vector<std::shared_ptr<Job>>>(submitted);
@@ -306,7 +305,9 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
     }
     t_record.usage = usage;
     t_record.ttft_seconds = jobs[0]->ttft_seconds();
-    res.set_content(CompletionJson(endpoint, meta, choices, usage, r.logprobs), "application/json");
+    const Timings timings = TimingsOf(usage, t_record.ttft_seconds,
+                                      std::chrono::duration<double>(Clock::now() - submit_time).count());
+    res.set_content(CompletionJson(endpoint, meta, choices, usage, r.logprobs, &timings), "application/json");
     return;
   }
   res.set_header("Cache-Control", "no-cache");
@@ -320,7 +321,8 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
   std::shared_ptr<ToolCallParser> parser = parse_calls ? std::make_shared<ToolCallParser>(tool_format) : nullptr;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [job, meta, endpoint, include_usage, first, parser, with_logprobs, text_offset](size_t, httplib::DataSink& sink) {
+      [job, meta, endpoint, include_usage, first, parser, with_logprobs, text_offset, submit_time](size_t,
+                                                                                              httplib::DataSink& sink) {
         auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
         if (*first) {
           *first = false;
@@ -354,10 +356,12 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
         if (news.finished) {
           t_record.usage = news.usage;  // this runs on the request's thread, before its log line
           t_record.ttft_seconds = job->ttft_seconds();
+          const Timings timings = TimingsOf(news.usage, t_record.ttft_seconds,
+                                            std::chrono::duration<double>(Clock::now() - submit_time).count());
           std::optional<FinishReason> finish = news.finish;
           if (parser && parser->calls() > 0) finish = FinishReason::kToolCalls;
           if (!write(SseEvent(StreamChunkJson(endpoint, meta, text, false, finish, &news.usage, calls, first_call,
-                                              news.logprobs, with_logprobs, *text_offset)))) {
+                                              news.logprobs, with_logprobs, *text_offset, &timings)))) {
             return false;
           }
           if (include_usage && !write(SseEvent(UsageChunkJson(endpoint, meta, news.usage)))) return false;
@@ -394,6 +398,8 @@ void HttpServer::Routes() {
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     t_record = RequestRecord{.id = next_request_id_++};
     res.set_header("X-Request-Id", std::to_string(t_record.id));
+    // The chat page is static and holds no secrets: no key, and before the model has loaded.
+    if (ServeChatPage(req, res)) return httplib::Server::HandlerResponse::Handled;
     const bool model_route = req.path != "/health" && req.path != "/metrics" && RouteLabel(req.path) != "other";
     if (model_route && model_.load() == nullptr) {
       Reply(res, Error(503, "server_error", "the model is still loading; retry when GET /health says ok", "loading"));

@@ -95,6 +95,23 @@ struct Usage {
   int64_t cached_tokens = 0;  ///< prompt tokens whose prefill a cached prefix skipped
 };
 
+/// llama-server's `timings` object of a finished response (what its web UI shows per reply), on
+/// the HTTP side's clock: prompt_ms runs from the request's submission to its first generated text
+/// (waiting for a session included), predicted_ms from then to the end. Rates are over intervals:
+/// predicted_n tokens are predicted_n - 1 steps after the first.
+struct Timings {
+  int64_t cache_n = 0;      ///< prompt tokens a cached prefix supplied (not prefilled)
+  int64_t prompt_n = 0;     ///< prompt tokens prefilled
+  double prompt_ms = 0;
+  int64_t predicted_n = 0;  ///< tokens generated
+  double predicted_ms = 0;
+  /// (predicted_n - 1) / predicted_ms in tokens per second; 0 with fewer than two tokens.
+  double predicted_per_second() const;
+};
+/// A finished response's timings from its usage, its seconds from submission to the first text
+/// (0: none came) and its seconds in all.
+Timings TimingsOf(const Usage& usage, double ttft_seconds, double total_seconds);
+
 /// Identity of one response: its id ("cmpl-…" / "chatcmpl-…"), creation time and model id.
 struct ResponseMeta {
   std::string id;
@@ -122,20 +139,22 @@ struct ChoiceResult {
 std::string CompletionJson(Endpoint endpoint, const ResponseMeta& meta, const std::string& text,
                            FinishReason finish, const Usage& usage, std::span<const ToolCall> calls = {});
 /// The whole response of several choices (n), `logprobs` shown when `with_logprobs`.
+/// `timings` given: written beside `usage`, as llama-server does.
 std::string CompletionJson(Endpoint endpoint, const ResponseMeta& meta, std::span<const ChoiceResult> choices,
-                           const Usage& usage, bool with_logprobs);
+                           const Usage& usage, bool with_logprobs, const Timings* timings = nullptr);
 /// A choice's `logprobs` object in the endpoint's shape (chat: {"content": [...]}; completions:
 /// tokens, token_logprobs, top_logprobs, text_offset).
 nlohmann::ordered_json LogprobsJson(Endpoint endpoint, std::span<const LogprobEntry> entries, size_t text_offset);
 /// One stream chunk's JSON (without the "data: " framing). `role_chunk`: chat's first chunk,
 /// whose delta carries the role. `finish` set: the last content chunk, with its reason and usage.
 /// `calls`: tool calls completed in this chunk, as delta.tool_calls entries numbered from
-/// `first_call_index` (each whole: id, type, function name and arguments).
+/// `first_call_index` (each whole: id, type, function name and arguments). `timings`: the last
+/// chunk's, beside its usage.
 std::string StreamChunkJson(Endpoint endpoint, const ResponseMeta& meta, const std::string& text,
                             bool role_chunk, std::optional<FinishReason> finish, const Usage* usage,
                             std::span<const ToolCall> calls = {}, int first_call_index = 0,
                             std::span<const LogprobEntry> logprobs = {}, bool with_logprobs = false,
-                            size_t text_offset = 0);
+                            size_t text_offset = 0, const Timings* timings = nullptr);
 /// The usage-only chunk of stream_options.include_usage (choices empty).
 std::string UsageChunkJson(Endpoint endpoint, const ResponseMeta& meta, const Usage& usage);
 /// "data: <json>\n\n"

@@ -1,6 +1,8 @@
 // The OpenAI wire format's responses (see openai_protocol.h): bodies, stream chunks, errors.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "server/openai_protocol.h"
@@ -16,6 +18,20 @@ json UsageObject(const Usage& u) {
           {"completion_tokens", u.completion_tokens},
           {"total_tokens", u.prompt_tokens + u.completion_tokens},
           {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+// llama-server's field names; the per-token and per-second figures derived here, once.
+json TimingsObject(const Timings& t) {
+  const int64_t steps = t.predicted_n - 1;
+  return {{"cache_n", t.cache_n},
+          {"prompt_n", t.prompt_n},
+          {"prompt_ms", t.prompt_ms},
+          {"prompt_per_token_ms", t.prompt_n > 0 ? t.prompt_ms / static_cast<double>(t.prompt_n) : 0.0},
+          {"prompt_per_second", t.prompt_ms > 0 ? static_cast<double>(t.prompt_n) * 1e3 / t.prompt_ms : 0.0},
+          {"predicted_n", t.predicted_n},
+          {"predicted_ms", t.predicted_ms},
+          {"predicted_per_token_ms", steps > 0 ? t.predicted_ms / static_cast<double>(steps) : 0.0},
+          {"predicted_per_second", t.predicted_per_second()}};
 }
 
 json Envelope(Endpoint endpoint, const ResponseMeta& meta, bool chunk) {
@@ -42,6 +58,19 @@ json ToolCallsJson(std::span<const ToolCall> calls, int first_index, bool indexe
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 }  // namespace
+
+double Timings::predicted_per_second() const {
+  return predicted_n > 1 && predicted_ms > 0 ? static_cast<double>(predicted_n - 1) * 1e3 / predicted_ms : 0.0;
+}
+
+Timings TimingsOf(const Usage& usage, double ttft_seconds, double total_seconds) {
+  const double first_ms = (ttft_seconds > 0 ? ttft_seconds : total_seconds) * 1e3;
+  return {.cache_n = usage.cached_tokens,
+          .prompt_n = usage.prompt_tokens - usage.cached_tokens,
+          .prompt_ms = first_ms,
+          .predicted_n = usage.completion_tokens,
+          .predicted_ms = std::max(0.0, total_seconds * 1e3 - first_ms)};
+}
 
 std::string ApiError::Json() const {
   json error = {{"message", message}, {"type", type}, {"param", param.empty() ? json(nullptr) : json(param)},
@@ -94,7 +123,7 @@ json LogprobsJson(Endpoint endpoint, std::span<const LogprobEntry> entries, size
 }
 
 std::string CompletionJson(Endpoint endpoint, const ResponseMeta& meta, std::span<const ChoiceResult> choices,
-                           const Usage& usage, bool with_logprobs) {
+                           const Usage& usage, bool with_logprobs, const Timings* timings) {
   json r = Envelope(endpoint, meta, false);
   json list = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
@@ -112,6 +141,7 @@ std::string CompletionJson(Endpoint endpoint, const ResponseMeta& meta, std::spa
   }
   r["choices"] = std::move(list);
   r["usage"] = UsageObject(usage);
+  if (timings != nullptr) r["timings"] = TimingsObject(*timings);
   return Dump(r);
 }
 
@@ -124,7 +154,7 @@ std::string CompletionJson(Endpoint endpoint, const ResponseMeta& meta, const st
 std::string StreamChunkJson(Endpoint endpoint, const ResponseMeta& meta, const std::string& text, bool role_chunk,
                             std::optional<FinishReason> finish, const Usage* usage, std::span<const ToolCall> calls,
                             int first_call_index, std::span<const LogprobEntry> logprobs, bool with_logprobs,
-                            size_t text_offset) {
+                            size_t text_offset, const Timings* timings) {
   json r = Envelope(endpoint, meta, true);
   json choice = {{"index", 0}, {"finish_reason", finish ? json(FinishReasonName(*finish)) : json(nullptr)}};
   if (endpoint == Endpoint::kChatCompletions) {
@@ -140,6 +170,7 @@ std::string StreamChunkJson(Endpoint endpoint, const ResponseMeta& meta, const s
   }
   r["choices"] = json::array({choice});
   if (usage != nullptr) r["usage"] = UsageObject(*usage);
+  if (timings != nullptr) r["timings"] = TimingsObject(*timings);
   return Dump(r);
 }
 

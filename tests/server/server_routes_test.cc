@@ -2,12 +2,18 @@
 // loading, ready and draining; /tokenize and /detokenize against the model's own tokenizer;
 // /apply-template against ChatML as kvq/chat.h defines it; /props and /slots; 405 for a known path
 // asked with another method; an unknown chat role refused by name; the vLLM metric names carrying
-// the same numbers as kvq's own.
+// the same numbers as kvq's own; the chat page compiled into the program, served at / with no web
+// bundle; llama-server's timings in a reply.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <regex>
 #include <thread>
 
@@ -27,9 +33,12 @@ const Model& Bundled() { return test::BundledModel(); }
 // A server that starts loading (no model); Attach makes it ready.
 class LoadingServer {
  public:
-  explicit LoadingServer(EngineOptions engine_options = {}) : engine_options_(engine_options) {
-    server_ = std::make_unique<HttpServer>(
-        metrics, ServerOptions{.port = 0, .model_id = "stories260K", .log_requests = false});
+  explicit LoadingServer(EngineOptions engine_options = {}, ServerOptions options = {})
+      : engine_options_(engine_options) {
+    options.port = 0;
+    options.model_id = "stories260K";
+    options.log_requests = false;
+    server_ = std::make_unique<HttpServer>(metrics, options);
     Result<int> p = server_->Bind();
     EXPECT_TRUE(p.ok()) << p.status().message();
     port = p.ok() ? *p : 0;
@@ -177,6 +186,111 @@ TEST(ServeRoutes, UnknownRoleWrongMethodPropsSlotsAndMetrics) {
   const double usage = value("vllm:kv_cache_usage_perc");
   EXPECT_GT(usage, 0);
   EXPECT_LE(usage, 1);
+}
+
+}  // namespace
+}  // namespace kvq::server
+
+namespace kvq::server {
+namespace {
+
+std::string ReadFile(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+// The page needs no web bundle (the release build has none) and no API key; / leads to it while
+// the model loads, and every file of web/chat/ is served as it is in the source tree.
+TEST(ServeRoutes, TheChatPageIsCompiledInAndServedAtTheRoot) {
+  LoadingServer server({}, {.api_key = "k"});
+  for (const char* path : {"/", "/chat"}) {
+    httplib::Result root = server.Get(path);
+    ASSERT_TRUE(root);
+    EXPECT_EQ(root->status, 302) << path;
+    EXPECT_EQ(root->get_header_value("Location"), "/chat/") << path;
+  }
+  const std::filesystem::path dir = std::filesystem::path(KVQ_SOURCE_DIR) / "web" / "chat";
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    httplib::Result r = server.Get("/chat/" + name);
+    ASSERT_TRUE(r) << name;
+    EXPECT_EQ(r->status, 200) << name;
+    EXPECT_EQ(r->body, ReadFile(entry.path())) << name << ": the served bytes are not the source's";
+    EXPECT_FALSE(r->get_header_value("Content-Type").empty()) << name;
+    ++files;
+  }
+  EXPECT_GE(files, 2);
+  httplib::Result index = server.Get("/chat/");
+  ASSERT_TRUE(index);
+  EXPECT_EQ(index->body, ReadFile(dir / "index.html"));
+  EXPECT_EQ(index->get_header_value("Content-Type"), "text/html; charset=utf-8");
+  EXPECT_EQ(server.Get("/chat/missing.js")->status, 404);
+  server.Attach();
+  EXPECT_EQ(server.Get("/props")->status, 401);  // the API still needs the key
+}
+
+// With a web bundle (--web), its own files answer beside the page; / still leads to the chat.
+TEST(ServeRoutes, TheWebBundleIsServedBesideTheChatPage) {
+  const std::string dir = testing::TempDir() + "/kvq_routes_web_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/index.html") << "<!doctype html><title>runtime</title>";
+  {
+    LoadingServer server({}, {.web_root = dir});
+    EXPECT_EQ(server.Get("/")->status, 302);
+    httplib::Result runtime = server.Get("/index.html");
+    ASSERT_TRUE(runtime);
+    EXPECT_EQ(runtime->status, 200);
+    EXPECT_EQ(runtime->body, "<!doctype html><title>runtime</title>");
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// The last chunk of a streamed reply, and a whole reply, carry llama-server's timings, agreeing
+// with their usage; a follow-up turn's reused prompt tokens are its cache_n.
+TEST(ServeRoutes, RepliesCarryTimingsThatAgreeWithTheirUsage) {
+  LoadingServer server(EngineOptions{.parallel = 1});
+  server.Attach();
+  auto check = [](const json& reply, const std::string& what) {
+    ASSERT_TRUE(reply.contains("timings")) << what << ": " << reply;
+    const json& t = reply["timings"];
+    const json& u = reply["usage"];
+    EXPECT_EQ(t["predicted_n"], u["completion_tokens"]) << what;
+    EXPECT_EQ(t["cache_n"], u["prompt_tokens_details"]["cached_tokens"]) << what;
+    EXPECT_EQ(t["prompt_n"].get<int64_t>() + t["cache_n"].get<int64_t>(), u["prompt_tokens"].get<int64_t>()) << what;
+    EXPECT_GT(t["prompt_ms"].get<double>(), 0) << what;
+    EXPECT_GE(t["predicted_ms"].get<double>(), 0) << what;
+    const int64_t n = t["predicted_n"].get<int64_t>();
+    const double ms = t["predicted_ms"].get<double>();
+    EXPECT_EQ(t["predicted_per_second"].get<double>(), n > 1 && ms > 0 ? static_cast<double>(n - 1) * 1e3 / ms : 0.0)
+        << what;
+  };
+  json chat = {{"messages", {{{"role", "user"}, {"content", "Tell me a story."}}}},
+               {"max_tokens", 12}, {"temperature", 0}, {"ignore_eos", true}};
+  const json whole = Body(server.Post("/v1/chat/completions", chat.dump()));
+  check(whole, "whole reply");
+  EXPECT_EQ(whole["usage"]["completion_tokens"], 12);
+  // The conversation continued, streamed: the slot holds the first turn, so its tokens are reused.
+  chat["messages"].push_back({{"role", "assistant"}, {"content", whole["choices"][0]["message"]["content"]}});
+  chat["messages"].push_back({{"role", "user"}, {"content", "Go on."}});
+  chat["stream"] = true;
+  httplib::Result streamed = server.Post("/v1/chat/completions", chat.dump());
+  ASSERT_TRUE(streamed);
+  json last;
+  std::istringstream lines(streamed->body);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.starts_with("data: {")) continue;
+    const json chunk = json::parse(line.substr(6));
+    if (!chunk["choices"].empty() && !chunk["choices"][0]["finish_reason"].is_null()) last = chunk;
+    if (last.is_null()) {
+      EXPECT_FALSE(chunk.contains("timings")) << "only the last chunk has timings: " << line;
+    }
+  }
+  ASSERT_FALSE(last.is_null()) << streamed->body;
+  check(last, "streamed reply");
+  EXPECT_GT(last["timings"]["cache_n"].get<int64_t>(), 0) << last;
 }
 
 }  // namespace

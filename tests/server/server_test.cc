@@ -421,12 +421,12 @@ TEST(Serve, ARequestPastItsTimeoutGets504) {
   EXPECT_EQ(Body(r)["error"]["code"], "timeout");
 }
 
-TEST(Serve, ServesThePageAtTheRoot) {
+TEST(Serve, ServesTheWebBundleBesideTheChatPage) {
   const std::string dir = testing::TempDir() + "/kvq_serve_web_" + std::to_string(getpid());
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/index.html") << "<!doctype html><title>kvq</title>";
   TestServer server({}, {.api_key = "k", .web_root = dir});
-  httplib::Result page = server.Get("/");
+  httplib::Result page = server.Get("/index.html");
   ASSERT_TRUE(page);
   EXPECT_EQ(page->status, 200);  // static files need no key: the page holds no secrets
   EXPECT_NE(page->body.find("<title>kvq</title>"), std::string::npos);

