@@ -543,14 +543,17 @@ void Engine::Finish(Slot& slot, FinishReason reason, std::optional<ApiError> err
     QueueFront(std::move(slot.job->followers));
     slot.job->followers.clear();
   }
-  slot.job->Publish("", true, reason, std::move(error));
-  // The answer is out: now the session's cache (prompt and reply) goes to the prefix store, where a
-  // request extending it — the same prompt, or the next turn of the conversation — finds it.
-  if (!failed) SavePrefix(slot);
-  slot.job.reset();
+  const std::shared_ptr<Job> job = std::move(slot.job);
   slot.pending.clear();
   slot.next_token = -1;
   if (failed) (void)slot.session->Clear();  // what it holds is not known to be whole
+  // The slot is idle before the answer goes out, so /slots and /metrics read right after a reply
+  // already say so.
+  PublishMetrics();
+  job->Publish("", true, reason, std::move(error));
+  // The answer is out: now the session's cache (prompt and reply) goes to the prefix store, where a
+  // request extending it — the same prompt, or the next turn of the conversation — finds it.
+  if (!failed) SavePrefix(slot);
 }
 
 void Engine::PublishMetrics() {
