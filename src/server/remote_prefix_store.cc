@@ -173,8 +173,7 @@ std::optional<RemotePrefixStore::Match> RemotePrefixStore::Find(std::span<const 
     std::istringstream value(std::string(e->str, e->len));
     Match m;
     std::string snapshot_hex;
-    size_t blocks = 0;
-    if (!(value >> snapshot_hex >> blocks >> m.tokens) || blocks < i + 1) continue;  // malformed: skip
+    if (!(value >> snapshot_hex >> m.snapshot_blocks >> m.tokens) || m.snapshot_blocks < i + 1) continue;  // malformed
     m.snapshot = std::strtoull(snapshot_hex.c_str(), nullptr, 16);
     m.blocks = i + 1;
     return m;

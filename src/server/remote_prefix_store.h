@@ -62,6 +62,7 @@ class RemotePrefixStore {
   struct Match {
     size_t blocks = 0;          ///< full blocks of the prompt the snapshot holds
     uint64_t snapshot = 0;      ///< its key's hash
+    size_t snapshot_blocks = 0;  ///< full blocks the snapshot holds in all
     int64_t tokens = 0;         ///< positions the snapshot holds in all
   };
   /// The stored snapshot holding the most leading full blocks of `prompt`; nullopt when none (or
