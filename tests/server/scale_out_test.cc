@@ -43,11 +43,18 @@ using Clock = std::chrono::steady_clock;
 
 // A tiny Llama (dim 128, 4 layers, 4,096 positions) with stories260K's vocabulary; `seed` makes
 // another model of the same shape.
-std::string WriteModel(const std::string& tag, uint32_t seed) {
+// A hybrid (`hybrid`: Qwen3.5's tiny preset, Gated DeltaNet layers holding a recurrent state).
+std::string WriteModel(const std::string& tag, uint32_t seed, bool hybrid = false) {
   const std::string path = (std::filesystem::path(::testing::TempDir()) /
                             ("kvq_scale_out_" + tag + "_" + std::to_string(getpid()) + ".gguf")).string();
-  const SynthSpec spec{.arch = SynthArch::kLlama, .dim = 128, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2,
-                       .hidden_dim = 256, .context = 4096, .type = "q8_0", .seed = seed};
+  SynthSpec spec{.arch = SynthArch::kLlama, .dim = 128, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2,
+                 .hidden_dim = 256, .context = 4096, .type = "q8_0", .seed = seed};
+  if (hybrid) {
+    Result<SynthSpec> preset = SynthPreset("tiny-qwen35");
+    EXPECT_TRUE(preset.ok());
+    if (preset.ok()) spec = *preset;
+    spec.seed = seed;
+  }
   const Status s = WriteSynthModel(spec, std::string(KVQ_SOURCE_DIR) + "/models/stories260K/stories260K.gguf", path);
   EXPECT_TRUE(s.ok()) << s.message();
   return path;
@@ -63,6 +70,7 @@ struct Reply {
 
 // A greedy completion of `prompt`, with the prompt and reused token counts of its log line.
 Reply Complete(Replica& r, const std::string& prompt, int max_tokens = 8) {
+  // ignore_eos: replies of the same length whatever the random weights make of the prompt.
   const size_t from = r.log.size();
   httplib::Client c("127.0.0.1", r.port);
   c.set_read_timeout(std::chrono::seconds(60));
@@ -302,6 +310,35 @@ TEST(ScaleOut, DamagedAndForeignValuesAreRefusedRecomputedAndReplaced) {
     EXPECT_TRUE(x.ReadUntil(std::regex("prefix store: \\S+ refused: "))) << x.log;
   }
   redisFree(c);
+}
+
+// A recurrent state cannot be cut back to a block: a hybrid restores only a snapshot whose every
+// token starts the prompt (a conversation's next turn), never one it would have to cut.
+TEST(ScaleOut, AHybridRestoresOnlyASnapshotThatIsAllAPrefixOfThePrompt) {
+  RedisServer redis;
+  const std::string model = WriteModel("h", 5, /*hybrid=*/true);
+  Replica a(ReplicaFlags(model, redis.url())), b(ReplicaFlags(model, redis.url()));
+  ASSERT_GT(a.port, 0) << a.log;
+  ASSERT_GT(b.port, 0) << b.log;
+  const std::string text = Text(a.port, 100, 6);
+  // max_tokens 1: the snapshot holds the prompt alone (the sampled token never ran).
+  const Reply a1 = Complete(a, text, 1);
+  ASSERT_EQ(a1.status, 200);
+  ASSERT_TRUE(WaitSaved(a, 1));
+  const std::string longer = text + " and then they went home to sleep";
+  const std::vector<int32_t> longer_ids = Tokenize(a.port, longer);
+  ASSERT_GT(longer_ids.size(), static_cast<size_t>(a1.prompt_tokens));
+  ASSERT_EQ(std::vector<int32_t>(longer_ids.begin(), longer_ids.begin() + a1.prompt_tokens), Tokenize(a.port, text));
+  const Reply b1 = Complete(b, longer);
+  EXPECT_EQ(b1.reused, a1.prompt_tokens) << b.log;
+  EXPECT_EQ(b1.text, Complete(a, longer).text);
+  // The same prompt again on a fresh replica: A's snapshot now ends past it (the reply's
+  // tokens), so it would need cutting: not restored, computed, the same reply.
+  ASSERT_TRUE(WaitSaved(a, 2));
+  Replica c(ReplicaFlags(model, redis.url()));
+  const Reply c1 = Complete(c, text, 1);
+  EXPECT_EQ(c1.reused, 0) << c.log;
+  EXPECT_EQ(c1.text, a1.text);
 }
 
 }  // namespace
