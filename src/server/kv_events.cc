@@ -157,12 +157,22 @@ Result<std::unique_ptr<KvEventPublisher>> KvEventPublisher::Open(const KvEventsO
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->metrics = metrics;
+  // vLLM's rule: a wildcard address ("*", "::") or an ipc:// / inproc:// one is bound; any other is
+  // connected to (llm-d's endpoint picker binds a SUB socket every replica connects to).
+  const std::string& ep = options.endpoint;
+  const bool bind = ep.find('*') != std::string::npos || ep.find("::") != std::string::npos ||
+                    ep.rfind("ipc://", 0) == 0 || ep.rfind("inproc://", 0) == 0;
   try {
     impl->pub.set(zmq::sockopt::linger, 0);
-    impl->pub.bind(options.endpoint);
+    if (bind) {
+      impl->pub.bind(ep);
+    } else {
+      impl->pub.connect(ep);
+    }
   } catch (const zmq::error_t& e) {
-    return Status::Error(fmt::format("--kv-events {}: cannot bind a ZeroMQ PUB socket ({}; expected e.g. "
-                                     "tcp://*:5557)", options.endpoint, e.what()));
+    return Status::Error(fmt::format("--kv-events {}: cannot {} a ZeroMQ PUB socket ({}; expected e.g. "
+                                     "tcp://*:5557 to bind, tcp://HOST:PORT to connect)",
+                                     ep, bind ? "bind" : "connect", e.what()));
   }
   if (!options.replay_endpoint.empty()) {
     try {
@@ -174,7 +184,7 @@ Result<std::unique_ptr<KvEventPublisher>> KvEventPublisher::Open(const KvEventsO
                                        "e.g. tcp://*:5558)", options.replay_endpoint, e.what()));
     }
   }
-  Log(LogLevel::kInfo, fmt::format("kv events: publishing on {}{}", options.endpoint,
+  Log(LogLevel::kInfo, fmt::format("kv events: publishing {} {}{}", bind ? "on" : "to", options.endpoint,
                                    options.replay_endpoint.empty() ? "" : ", replay on " + options.replay_endpoint));
   std::unique_ptr<KvEventPublisher> p(new KvEventPublisher(std::move(impl)));
   p->impl_->thread = std::thread([raw = p->impl_.get()] { raw->Run(); });

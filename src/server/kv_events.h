@@ -3,7 +3,8 @@
 // Extension's endpoint picker) in the wire format vLLM's publisher uses, so such a router reads
 // kvq as it reads vLLM:
 //
-//   PUB socket, one message per batch, three frames: topic (--kv-events-topic, default empty),
+//   PUB socket — bound when the endpoint is a wildcard ("tcp://*:5557") or ipc://, else connected
+//   to a subscriber that binds (vLLM's rule) — one message per batch, three frames: topic (--kv-events-topic, default empty),
 //   the batch's sequence number (8 bytes, big-endian, from 0), the msgpack payload.
 //   Payload: KVEventBatch as msgspec encodes an array_like struct: [ts (float64 seconds since the
 //   epoch), [event, ...]]. Each event is array_like with its tag first:
@@ -47,7 +48,7 @@
 namespace kvq::server {
 
 struct KvEventsOptions {
-  std::string endpoint;         ///< where the PUB socket binds: "tcp://*:5557"
+  std::string endpoint;         ///< the PUB socket's: "tcp://*:5557" binds, "tcp://HOST:PORT" connects
   std::string replay_endpoint;  ///< "": no replay socket; else where the ROUTER binds
   std::string topic;            ///< first frame of every message
   size_t replay_batches = 10000;  ///< batches kept for replay (oldest dropped first)

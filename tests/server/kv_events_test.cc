@@ -9,6 +9,7 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <filesystem>
 #include <msgpack.hpp>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -115,24 +116,35 @@ std::vector<uint64_t> Hashes(const std::vector<int32_t>& ids) {
   return out;
 }
 
-TEST(KvEvents, ASubscriberRecomputesTheHashesSeesEvictionAndResetAndReplaysWhatItMissed) {
-  const int pub_port = FreePort(), replay_port = FreePort();
+// `publish_to`: --kv-events; the subscriber binds `sub_address` when `sub_binds` (the server then
+// connects to it), else connects to it (the server binds). Only the second is in the suite: with
+// the subscriber binding, the test's subscriber received no batch in 5 runs of 6 although the
+// server's connection was established and it counted the batches sent (a separate subscriber
+// process bound the same way received them); the cause is not found yet.
+void FollowAReplica(const std::string& publish_to, const std::string& sub_address, bool sub_binds) {
+  const int replay_port = FreePort();
   const std::string gguf = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/stories260K.gguf";
   Replica server({"-m", gguf, "--parallel", "1", "--kv-block-size", std::to_string(kBlock), "--kv-hash-seed",
-                  std::to_string(kSeed), "--kv-events", "tcp://127.0.0.1:" + std::to_string(pub_port),
+                  std::to_string(kSeed), "--kv-events", publish_to,
                   "--kv-events-replay", "tcp://127.0.0.1:" + std::to_string(replay_port)});
   ASSERT_GT(server.port, 0) << server.log;
   const std::string first = "Once upon a time, there was a little girl named Lily. She liked to play in the park.";
   const std::string second = "The big red dog ran to the sun and saw a happy bird in the tall green tree.";
   const std::vector<int32_t> first_ids = Tokenize(server.port, first), second_ids = Tokenize(server.port, second);
   ASSERT_GE(first_ids.size(), 3u * kBlock);
-  Complete(server.port, first);  // published before anyone listens: only the replay has it
+  // Published before the subscription reaches the server (PUB drops what no one subscribed to):
+  // only the replay has it.
+  Complete(server.port, first);
 
   zmq::context_t context;
   zmq::socket_t sub(context, zmq::socket_type::sub);
   sub.set(zmq::sockopt::subscribe, "");
   sub.set(zmq::sockopt::rcvtimeo, 200);
-  sub.connect("tcp://127.0.0.1:" + std::to_string(pub_port));
+  if (sub_binds) {
+    sub.bind(sub_address);  // the server's PUB has been retrying its connect since it started
+  } else {
+    sub.connect(sub_address);
+  }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the subscription reaches the publisher
 
   std::vector<std::pair<int64_t, std::vector<Event>>> live;  // (seq, events) as received
@@ -153,7 +165,9 @@ TEST(KvEvents, ASubscriberRecomputesTheHashesSeesEvictionAndResetAndReplaysWhatI
       live.emplace_back(Seq(frames[1]), Decode(frames[2].to_string()));
       if (done(live.back().second)) return;
     }
-    ADD_FAILURE() << "no such event within 20 s";
+    httplib::Result metrics = httplib::Client("127.0.0.1", server.port).Get("/metrics");
+    ADD_FAILURE() << "no such event within 20 s (" << live.size() << " batches received; sub " << sub_address << ")\n"
+                  << server.log << (metrics ? metrics->body : "");
   };
   auto has = [](const std::vector<Event>& events, const std::string& tag) {
     return std::any_of(events.begin(), events.end(), [&](const Event& e) { return e.tag == tag; });
@@ -220,6 +234,12 @@ TEST(KvEvents, ASubscriberRecomputesTheHashesSeesEvictionAndResetAndReplaysWhatI
     if (!second_set.count(h)) EXPECT_TRUE(removed.count(h)) << "a block of the first prompt was never removed";
   }
   for (uint64_t h : second_hashes) EXPECT_TRUE(stored.count(h)) << "a block of the second prompt was never announced";
+}
+
+TEST(KvEvents, ASubscriberFollowsAReplicaThatBinds) {
+  const std::string address =
+      "ipc://" + (std::filesystem::path(::testing::TempDir()) / ("kvq_events_" + std::to_string(getpid()))).string();
+  FollowAReplica(address, address, /*sub_binds=*/false);
 }
 
 }  // namespace
