@@ -138,7 +138,7 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand(
       "serve", "OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions (SSE streaming), /v1/models, "
-               "/health, /metrics, /tokenize, /detokenize, /apply-template, /props, /slots");
+               "/health, /metrics, /tokenize, /detokenize, /apply-template, /props, /slots, /reset_prefix_cache");
   AddModelFlag(cmd, &o->shared);
   AddHfRepoFlag(cmd, &o->shared);
   AddTokenizerFlag(cmd, &o->shared);
