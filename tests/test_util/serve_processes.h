@@ -121,14 +121,25 @@ class Replica : public Child {
 /// redis-server on a free port, nothing saved to disk, bounded memory with LRU eviction.
 class RedisServer {
  public:
-  RedisServer() : port(FreePort()) { Start(); }
-  void Start() {
+  // Another process may take a free port before redis-server binds it (CTest runs tests side by
+  // side, and replicas listen on port 0): a few ports are tried.
+  RedisServer() {
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      port = FreePort();
+      if (Start(/*report=*/attempt == 3)) return;
+    }
+  }
+  /// Starts it on `port` (again, after Kill); false when it did not say it was ready.
+  bool Start(bool report = true) {
     dir_ = std::filesystem::path(::testing::TempDir()) / ("kvq_redis_" + std::to_string(getpid()));
     std::filesystem::create_directories(dir_);
     child_ = std::make_unique<Child>(std::vector<std::string>{
         "/usr/bin/redis-server", "--port", std::to_string(port), "--bind", "127.0.0.1", "--save", "",
         "--appendonly", "no", "--dir", dir_.string(), "--maxmemory", "256mb", "--maxmemory-policy", "allkeys-lru"});
-    EXPECT_TRUE(child_->ReadUntil(std::regex("Ready to accept connections"), nullptr, 0, 20)) << child_->log;
+    const bool ready = child_->ReadUntil(std::regex("Ready to accept connections"), nullptr, 0, 10);
+    if (report) EXPECT_TRUE(ready) << child_->log;
+    if (!ready) child_.reset();
+    return ready;
   }
   void Kill() { child_.reset(); }
   std::string url() const { return "redis://127.0.0.1:" + std::to_string(port); }
@@ -143,7 +154,7 @@ class RedisServer {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }
-  const int port;
+  int port = 0;
 
  private:
   std::filesystem::path dir_;
