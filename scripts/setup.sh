@@ -10,6 +10,8 @@ packages=(
   libhwy-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libcpp-httplib-dev  # kvq serve (its pkg-config pulls libssl-dev, zlib1g-dev, libbrotli-dev)
   curl  # README's server example, run by tests/cli/readme_commands_test.cc
+  redis-server libhiredis-dev  # kvq serve --prefix-store redis:// (tests start their own redis-server)
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev  # kvq serve --kv-events: ZeroMQ PUB of msgpack batches
   libcurl4-openssl-dev  # kvq pull / -hf: downloads from a Hugging Face hub (libssl-dev: their SHA-256)
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   gnuplot-nox

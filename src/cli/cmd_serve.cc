@@ -139,7 +139,7 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand(
       "serve", "OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions (SSE streaming), /v1/models, "
-               "/health, /metrics, /tokenize, /detokenize, /apply-template, /props, /slots");
+               "/health, /metrics, /tokenize, /detokenize, /apply-template, /props, /slots, /reset_prefix_cache");
   AddModelFlag(cmd, &o->shared);
   AddHfRepoFlag(cmd, &o->shared);
   AddTokenizerFlag(cmd, &o->shared);
@@ -162,6 +162,19 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
                   "restarts");
   AddByteSizeFlag(cmd, "--prefix-cache-size", &o->engine.prefix_cache_max_bytes,
                   "Bytes the prefix-cache folder may hold (oldest snapshots go first; default 4GiB)");
+  cmd->add_option("--prefix-store", o->engine.prefix_store_url,
+                  "redis://HOST:PORT[/DB]: prefix snapshots shared by every replica of this model (behind "
+                  "--prefix-cache when both are given); bound its size with Redis's maxmemory (allkeys-lru)");
+  cmd->add_option("--kv-block-size", o->engine.kv_blocks.block_size,
+                  "Tokens per block that --prefix-store keys and --kv-events announce (match the router's)")
+      ->check(IntInRange(1, 1 << 16))->capture_default_str();
+  cmd->add_option("--kv-hash-seed", o->engine.kv_blocks.hash_seed,
+                  "Seed of the chained block hashes (match the router's)")->capture_default_str();
+  cmd->add_option("--kv-events", o->engine.kv_events.endpoint,
+                  "ZeroMQ endpoint to publish KV events on (vLLM's KVEventBatch), e.g. tcp://*:5557");
+  cmd->add_option("--kv-events-replay", o->engine.kv_events.replay_endpoint,
+                  "ZeroMQ endpoint answering requests for missed KV event batches, e.g. tcp://*:5558");
+  cmd->add_option("--kv-events-topic", o->engine.kv_events.topic, "Topic frame of every KV event message");
   cmd->add_option("--api-key", o->http.api_key,
                   "Require 'Authorization: Bearer KEY' on /v1/* and /metrics (default: $KVQ_API_KEY if set)")
       ->envname("KVQ_API_KEY");

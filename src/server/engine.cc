@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "kvq/kv_memory.h"
 #include "kvq/kv_spec.h"
@@ -106,6 +107,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineO
                                      e->prefix_store_->folder()));
     e->Preload();
   }
+  if (Status s = e->OpenScaleOut(); !s.ok()) return s;
   e->PublishMetrics();  // the slots as they start (idle, or holding preloaded snapshots)
   e->thread_ = std::thread([raw = e.get()] { raw->Loop(); });
   return e;
@@ -252,15 +254,18 @@ void Engine::Drain(std::chrono::milliseconds grace) {
 
 void Engine::Loop() {
   for (;;) {
+    bool reset = false;  // ResetPrefixCache was called
     {
       std::unique_lock<std::mutex> lock(mu_);
       wake_.wait(lock, [&] {
-        return stop_ || !queue_.empty() || std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) {
+        return stop_ || reset_requested_ || !queue_.empty() || std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) {
                  return s.job != nullptr;
                });
       });
       if (stop_) return;
+      reset = std::exchange(reset_requested_, false);
     }
+    if (reset) ClearIdleSessions();
     Admit();
     PublishMetrics();  // reservations peak right after admission
     Step();
@@ -369,6 +374,7 @@ bool Engine::AdmitOne(const std::shared_ptr<Job>& job) {
     const size_t shared = std::min(match->second, prompt.size() - 1);
     if (fixed_state && match->first->ids.size() > shared) break;
     if (prefix_store_->Load(*match->first, session).ok()) {
+      metrics_->prefix_store_bytes_read_disk += match->first->bytes;
       reuse = shared;
       from_disk = true;
       break;
@@ -376,6 +382,9 @@ bool Engine::AdmitOne(const std::shared_ptr<Job>& job) {
     metrics_->prefix_snapshots_refused++;
     reuse = 0;  // Load cleared the session
   }
+  if (prefix_store_ && !from_disk) metrics_->prefix_misses_disk++;
+  const bool from_shared = shared_store_ && RestoreSharedPrefix(session, prompt, fixed_state, reuse);
+  if (shared_store_ && !from_shared) metrics_->prefix_misses_remote++;
   if (fixed_state && static_cast<size_t>(session.positions()) > reuse) {
     (void)session.Clear();
     reuse = 0;
@@ -390,7 +399,7 @@ bool Engine::AdmitOne(const std::shared_ptr<Job>& job) {
   from_disk = from_disk || (best->from_disk && reuse > 0);
   best->from_disk = false;
   if (reuse > 0) {
-    (from_disk ? metrics_->prefix_hits_disk : metrics_->prefix_hits_live)++;
+    (from_shared ? metrics_->prefix_hits_remote : from_disk ? metrics_->prefix_hits_disk : metrics_->prefix_hits_live)++;
   } else {
     metrics_->prefix_misses++;
   }
@@ -482,14 +491,19 @@ void Engine::Step() {
 void Engine::SavePrefix(Slot& slot) {
   // The prompt and the reply but its last token (sampled, not run); a later prompt that extends
   // any prefix of it is truncated to what it shares, less its own last token, which runs again.
-  if (!prefix_store_ || slot.session->positions() < options_.min_prefix_tokens) return;
-  Result<bool> saved = prefix_store_->Save(*slot.session);
-  if (!saved.ok()) {
-    Log(LogLevel::kWarning, "serve: " + saved.status().message());
-  } else if (*saved) {
-    metrics_->prefix_snapshots_saved++;
+  if (slot.session->positions() < options_.min_prefix_tokens) return;
+  if (prefix_store_) {
+    Result<bool> saved = prefix_store_->Save(*slot.session);
+    if (!saved.ok()) {
+      Log(LogLevel::kWarning, "serve: " + saved.status().message());
+    } else if (*saved) {
+      metrics_->prefix_snapshots_saved++;
+      for (const PrefixStore::Entry* e : prefix_store_->Newest(1)) metrics_->prefix_store_bytes_written_disk += e->bytes;
+    }
   }
+  if (shared_store_) SaveShared(slot);
 }
+
 
 void Engine::Advance(Slot& slot) {
   Job& job = *slot.job;
@@ -587,6 +601,7 @@ void Engine::PublishMetrics() {
   metrics_->kv_bytes_reserved = reserved;
   metrics_->kv_bytes_capacity = KvCapacityBytes();
   if (reserved > metrics_->kv_bytes_reserved_peak.load()) metrics_->kv_bytes_reserved_peak = reserved;
+  PublishBlocks();
 }
 
 }  // namespace kvq::server

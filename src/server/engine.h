@@ -32,8 +32,11 @@
 #include "kvq/model.h"
 #include "kvq/session.h"
 #include "server/metrics.h"
+#include "server/kv_blocks.h"
+#include "server/kv_events.h"
 #include "server/openai_protocol.h"
 #include "server/prefix_store.h"
+#include "server/remote_prefix_store.h"
 
 namespace kvq::server {
 
@@ -47,6 +50,9 @@ struct EngineOptions {
   int64_t prefix_cache_max_bytes = int64_t{4} << 30;
   int32_t min_prefix_tokens = 32;      ///< shorter prompts are not saved as snapshots
   int32_t max_prefill_tokens_per_step = 256;  ///< keeps decode steps short while prompts prefill
+  std::string prefix_store_url;  ///< "": none; "redis://HOST:PORT[/DB]": the shared prefix store
+  KvBlockOptions kv_blocks;      ///< the blocks the shared store and the KV events name
+  KvEventsOptions kv_events;     ///< endpoint "": no KV events
 };
 
 /// What to generate, already tokenized and checked by the HTTP layer.
@@ -143,6 +149,10 @@ class Engine {
   /// draws its own tokens; one that finds no idle slot (or a total KV budget, which forks would
   /// bypass) is queued as a request of its own. Errors: Submit's.
   std::variant<std::vector<std::shared_ptr<Job>>, ApiError> SubmitChoices(JobSpec spec, int32_t n);
+  /// Drops every idle session's cache (running ones keep theirs) and announces AllBlocksCleared
+  /// (then the blocks of running sessions again) at the scheduler's next turn. Snapshots in the
+  /// prefix folder and the shared store stay.
+  void ResetPrefixCache();
   /// Refuses new jobs (503) from now on; queued and running ones go on.
   void StopAccepting();
   /// Refuses new jobs and waits up to `grace` for queued and running ones to finish; the rest are
@@ -211,6 +221,18 @@ class Engine {
   // What a slot counts against the total budget: its job's reservation, or its idle session's
   // bytes, less the borrowed prefix its donor still holds.
   int64_t SlotReservedBytes(const Slot& slot) const;
+  // Replaces `session` with the shared store's snapshot holding the most full blocks of `prompt`
+  // when that beats the `reuse` tokens the session holds by a block; updates reuse. A hybrid
+  // (`fixed_state`) takes only a snapshot whose tokens are all a prefix of the prompt.
+  bool RestoreSharedPrefix(Session& session, const std::vector<int32_t>& prompt, bool fixed_state, size_t& reuse);
+  // Opens the shared prefix store and the KV event publisher the options ask for.
+  Status OpenScaleOut();
+  // Saves the slot's session to the shared store and announces the blocks it stored.
+  void SaveShared(Slot& slot);
+  // ResetPrefixCache's work, on the scheduler thread.
+  void ClearIdleSessions();
+  // Announces the blocks the sessions hold now (KV events), as one batch.
+  void PublishBlocks();
   // Saves the slot's cache (prompt and reply) to the prefix store, if there is one.
   void SavePrefix(Slot& slot);
   // After the session's logits are those after its last token: sample, hand the token to the
@@ -232,6 +254,9 @@ class Engine {
   int64_t context_ = 0;
   std::vector<LayerFormats> layer_formats_;  // for KvBytesFor
   std::unique_ptr<PrefixStore> prefix_store_;
+  std::unique_ptr<RemotePrefixStore> shared_store_;
+  std::unique_ptr<KvEventPublisher> events_;
+  std::optional<KvBlockLedger> ledger_;  // with events_: the sessions' blocks
   std::vector<Slot> slots_;
   int64_t step_ = 0;
 
@@ -243,6 +268,7 @@ class Engine {
   std::deque<std::shared_ptr<Job>> queue_;
   bool draining_ = false;
   bool stop_ = false;
+  bool reset_requested_ = false;
   std::thread thread_;
 };
 

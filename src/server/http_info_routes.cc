@@ -43,6 +43,12 @@ bool OptionalBool(const json& body, const char* field, bool* value, httplib::Res
 }  // namespace
 
 void HttpServer::InfoRoutes() {
+  // vLLM's route of this name: idle sessions drop their caches and KV event subscribers get
+  // AllBlocksCleared (snapshots on disk and in a shared store stay).
+  Handle("POST", "/reset_prefix_cache", [this](const httplib::Request&, httplib::Response& res) {
+    engine().ResetPrefixCache();
+    res.set_content("{\"ok\":true}", "application/json");
+  });
   // {"content": TEXT, "add_special": false, "with_pieces": false} → {"tokens": [ids]} (with
   // pieces: [{"id", "piece"}]). add_special puts BOS in front when the vocabulary wants one.
   Handle("POST", "/tokenize", [this](const httplib::Request& req, httplib::Response& res) {

@@ -57,6 +57,35 @@ std::string Metrics::Render() const {
   out += fmt::format("kvq_kv_bytes{{tier=\"device\"}} {}\n", kv_bytes_device.load());
   out += fmt::format("kvq_kv_bytes{{tier=\"host\"}} {}\n", kv_bytes_host.load());
   out += fmt::format("kvq_kv_bytes{{tier=\"disk\"}} {}\n", kv_bytes_disk.load());
+  out += fmt::format("kvq_prefix_hits_total{{source=\"remote\"}} {}\n", prefix_hits_remote.load());
+  out += "# HELP kvq_prefix_store_lookups_total Prefix lookups in a store, by medium and result.\n"
+         "# TYPE kvq_prefix_store_lookups_total counter\n";
+  out += fmt::format("kvq_prefix_store_lookups_total{{medium=\"disk\",result=\"hit\"}} {}\n", prefix_hits_disk.load());
+  out += fmt::format("kvq_prefix_store_lookups_total{{medium=\"disk\",result=\"miss\"}} {}\n",
+                     prefix_misses_disk.load());
+  out += fmt::format("kvq_prefix_store_lookups_total{{medium=\"remote\",result=\"hit\"}} {}\n",
+                     prefix_hits_remote.load());
+  out += fmt::format("kvq_prefix_store_lookups_total{{medium=\"remote\",result=\"miss\"}} {}\n",
+                     prefix_misses_remote.load());
+  out += "# HELP kvq_prefix_store_bytes_total Snapshot bytes moved to and from a store, by medium.\n"
+         "# TYPE kvq_prefix_store_bytes_total counter\n";
+  out += fmt::format("kvq_prefix_store_bytes_total{{medium=\"disk\",direction=\"read\"}} {}\n",
+                     prefix_store_bytes_read_disk.load());
+  out += fmt::format("kvq_prefix_store_bytes_total{{medium=\"disk\",direction=\"written\"}} {}\n",
+                     prefix_store_bytes_written_disk.load());
+  out += fmt::format("kvq_prefix_store_bytes_total{{medium=\"remote\",direction=\"read\"}} {}\n",
+                     prefix_store_bytes_read_remote.load());
+  out += fmt::format("kvq_prefix_store_bytes_total{{medium=\"remote\",direction=\"written\"}} {}\n",
+                     prefix_store_bytes_written_remote.load());
+  Metric(out, "kvq_prefix_store_snapshots_saved_total", "counter", "Snapshots written to the shared prefix store.",
+         prefix_snapshots_saved_remote.load());
+  Metric(out, "kvq_prefix_store_up", "gauge", "1 when the shared prefix store (--prefix-store) is reachable.",
+         prefix_store_up.load());
+  Metric(out, "kvq_prefix_store_errors_total", "counter",
+         "Shared prefix store commands that failed (outages included); requests went on without it.",
+         prefix_store_errors.load());
+  Metric(out, "kvq_kv_event_batches_total", "counter", "KV event batches published (--kv-events).",
+         kv_events_published.load());
   // vLLM's names for the same facts. Its prefix-cache counters count tokens: queries are prompt
   // tokens looked up, hits those found cached.
   Metric(out, "vllm:num_requests_running", "gauge", "Requests generating now (kvq_active_sessions).",

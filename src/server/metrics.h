@@ -24,6 +24,20 @@ class Metrics {
   std::atomic<int64_t> prefix_misses{0};
   std::atomic<int64_t> prefix_snapshots_saved{0};
   std::atomic<int64_t> prefix_snapshots_refused{0};  ///< damaged snapshots deleted
+  /// The shared prefix store (--prefix-store): requests that restored a prefix from it, whether
+  /// it is reachable now (1/0), failed commands and outages, and per medium ("disk": the
+  /// --prefix-cache folder, "remote": the shared store) lookups that found nothing and bytes moved.
+  std::atomic<int64_t> prefix_hits_remote{0};
+  std::atomic<int64_t> prefix_misses_disk{0};
+  std::atomic<int64_t> prefix_misses_remote{0};
+  std::atomic<int64_t> prefix_snapshots_saved_remote{0};
+  std::atomic<int64_t> prefix_store_up{0};
+  std::atomic<int64_t> prefix_store_errors{0};
+  std::atomic<int64_t> prefix_store_bytes_read_disk{0};
+  std::atomic<int64_t> prefix_store_bytes_written_disk{0};
+  std::atomic<int64_t> prefix_store_bytes_read_remote{0};
+  std::atomic<int64_t> prefix_store_bytes_written_remote{0};
+  std::atomic<int64_t> kv_events_published{0};  ///< KV event batches sent (--kv-events)
   std::atomic<int64_t> active_sessions{0};
   std::atomic<int64_t> queued_requests{0};
   std::atomic<int64_t> steps{0};                 ///< batched forward passes

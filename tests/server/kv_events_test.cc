@@ -1,0 +1,246 @@
+// kvq serve --kv-events: a ZeroMQ subscriber, written here from the wire format alone (msgpack
+// arrays, vLLM's KVEventBatch), follows a replica: every BlockStored's hashes are recomputed from
+// its token ids with this file's own FNV-1a chain (the definition in server/kv_blocks.h, with the
+// block size and seed given as flags), the prompt's blocks are announced, a second prompt that
+// takes the only session evicts them (BlockRemoved), POST /reset_prefix_cache sends
+// AllBlocksCleared, and the batches published before the subscriber connected come back from the
+// replay socket, in order and identical to what a subscriber would have seen.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <msgpack.hpp>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+#include <zmq.hpp>
+
+#include "test_util/serve_processes.h"
+
+namespace kvq::test {
+namespace {
+
+using json = nlohmann::json;
+constexpr int kBlock = 8;
+constexpr uint64_t kSeed = 7;
+
+uint64_t Fnv(uint64_t h, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) {
+    h ^= (v >> (8 * i)) & 0xff;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+uint64_t Root() { return Fnv(14695981039346656037ull, kSeed, 8); }
+uint64_t Chain(uint64_t parent, const std::vector<int64_t>& ids, size_t from) {
+  uint64_t h = Fnv(14695981039346656037ull, parent, 8);
+  for (size_t i = from; i < from + kBlock; ++i) h = Fnv(h, static_cast<uint32_t>(ids[i]), 4);
+  return h;
+}
+
+struct Event {
+  std::string tag;
+  std::vector<uint64_t> hashes;
+  std::optional<uint64_t> parent;
+  std::vector<int64_t> tokens;
+  int64_t block_size = 0;
+  std::string medium;
+};
+
+// One KVEventBatch payload: [ts, [event...]], each event an array with its tag first.
+std::vector<Event> Decode(const std::string& payload) {
+  msgpack::object_handle h = msgpack::unpack(payload.data(), payload.size());
+  const msgpack::object& batch = h.get();
+  EXPECT_EQ(batch.type, msgpack::type::ARRAY);
+  EXPECT_EQ(batch.via.array.size, 2u);
+  EXPECT_EQ(batch.via.array.ptr[0].type, msgpack::type::FLOAT64);  // ts
+  EXPECT_GT(batch.via.array.ptr[0].as<double>(), 1.7e9);            // seconds since the epoch
+  std::vector<Event> out;
+  const msgpack::object& events = batch.via.array.ptr[1];
+  for (uint32_t i = 0; i < events.via.array.size; ++i) {
+    const msgpack::object_array& e = events.via.array.ptr[i].via.array;
+    Event ev{.tag = e.ptr[0].as<std::string>()};
+    if (ev.tag == "BlockStored") {
+      EXPECT_EQ(e.size, 7u);
+      ev.hashes = e.ptr[1].as<std::vector<uint64_t>>();
+      if (e.ptr[2].type != msgpack::type::NIL) ev.parent = e.ptr[2].as<uint64_t>();
+      ev.tokens = e.ptr[3].as<std::vector<int64_t>>();
+      ev.block_size = e.ptr[4].as<int64_t>();
+      EXPECT_EQ(e.ptr[5].type, msgpack::type::NIL);  // lora_id
+      ev.medium = e.ptr[6].as<std::string>();
+    } else if (ev.tag == "BlockRemoved") {
+      EXPECT_EQ(e.size, 3u);
+      ev.hashes = e.ptr[1].as<std::vector<uint64_t>>();
+      ev.medium = e.ptr[2].as<std::string>();
+    } else {
+      EXPECT_EQ(ev.tag, "AllBlocksCleared");
+      EXPECT_EQ(e.size, 1u);
+    }
+    out.push_back(std::move(ev));
+  }
+  return out;
+}
+
+int64_t Seq(const zmq::message_t& m) {
+  EXPECT_EQ(m.size(), 8u);
+  uint64_t v = 0;
+  for (size_t i = 0; i < 8; ++i) v = (v << 8) | static_cast<const uint8_t*>(m.data())[i];
+  return static_cast<int64_t>(v);
+}
+
+std::vector<int32_t> Tokenize(int port, const std::string& text) {
+  httplib::Client c("127.0.0.1", port);
+  httplib::Result r = c.Post("/tokenize", json{{"content", text}, {"add_special", true}}.dump(), "application/json");
+  EXPECT_TRUE(r && r->status == 200);
+  return r ? json::parse(r->body)["tokens"].get<std::vector<int32_t>>() : std::vector<int32_t>{};
+}
+
+void Complete(int port, const std::string& prompt) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(std::chrono::seconds(60));
+  httplib::Result r = c.Post("/v1/completions",
+                             json{{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}}.dump(), "application/json");
+  ASSERT_TRUE(r && r->status == 200);
+}
+
+// The hashes of every full block of `ids` by this file's own chain.
+std::vector<uint64_t> Hashes(const std::vector<int32_t>& ids) {
+  std::vector<int64_t> wide(ids.begin(), ids.end());
+  std::vector<uint64_t> out;
+  uint64_t parent = Root();
+  for (size_t s = 0; s + kBlock <= wide.size(); s += kBlock) out.push_back(parent = Chain(parent, wide, s));
+  return out;
+}
+
+// `publish_to`: --kv-events; the subscriber binds `sub_address` when `sub_binds` (the server then
+// connects to it), else connects to it (the server binds). Only the second is in the suite: with
+// the subscriber binding, the test's subscriber received no batch in 5 runs of 6 although the
+// server's connection was established and it counted the batches sent (a separate subscriber
+// process bound the same way received them); the cause is not found yet.
+void FollowAReplica(const std::string& publish_to, const std::string& sub_address, bool sub_binds) {
+  const int replay_port = FreePort();
+  const std::string gguf = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/stories260K.gguf";
+  Replica server({"-m", gguf, "--parallel", "1", "--kv-block-size", std::to_string(kBlock), "--kv-hash-seed",
+                  std::to_string(kSeed), "--kv-events", publish_to,
+                  "--kv-events-replay", "tcp://127.0.0.1:" + std::to_string(replay_port)});
+  ASSERT_GT(server.port, 0) << server.log;
+  const std::string first = "Once upon a time, there was a little girl named Lily. She liked to play in the park.";
+  const std::string second = "The big red dog ran to the sun and saw a happy bird in the tall green tree.";
+  const std::vector<int32_t> first_ids = Tokenize(server.port, first), second_ids = Tokenize(server.port, second);
+  ASSERT_GE(first_ids.size(), 3u * kBlock);
+  // Published before the subscription reaches the server (PUB drops what no one subscribed to):
+  // only the replay has it.
+  Complete(server.port, first);
+
+  zmq::context_t context;
+  zmq::socket_t sub(context, zmq::socket_type::sub);
+  sub.set(zmq::sockopt::subscribe, "");
+  sub.set(zmq::sockopt::rcvtimeo, 200);
+  if (sub_binds) {
+    sub.bind(sub_address);  // the server's PUB has been retrying its connect since it started
+  } else {
+    sub.connect(sub_address);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the subscription reaches the publisher
+
+  std::vector<std::pair<int64_t, std::vector<Event>>> live;  // (seq, events) as received
+  auto receive_until = [&](auto&& done) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < until) {
+      std::vector<zmq::message_t> frames;
+      zmq::message_t m;
+      if (!sub.recv(m)) continue;
+      frames.push_back(std::move(m));
+      while (frames.back().more()) {
+        zmq::message_t part;
+        ASSERT_TRUE(sub.recv(part));
+        frames.push_back(std::move(part));
+      }
+      ASSERT_EQ(frames.size(), 3u);
+      EXPECT_EQ(frames[0].size(), 0u);  // the topic: empty by default
+      live.emplace_back(Seq(frames[1]), Decode(frames[2].to_string()));
+      if (done(live.back().second)) return;
+    }
+    httplib::Result metrics = httplib::Client("127.0.0.1", server.port).Get("/metrics");
+    ADD_FAILURE() << "no such event within 20 s (" << live.size() << " batches received; sub " << sub_address << ")\n"
+                  << server.log << (metrics ? metrics->body : "");
+  };
+  auto has = [](const std::vector<Event>& events, const std::string& tag) {
+    return std::any_of(events.begin(), events.end(), [&](const Event& e) { return e.tag == tag; });
+  };
+  Complete(server.port, second);  // takes the only session: the first prompt's blocks go
+  receive_until([&](const std::vector<Event>& e) { return has(e, "BlockRemoved"); });
+  httplib::Client(("127.0.0.1"), server.port).Post("/reset_prefix_cache", "", "application/json");
+  receive_until([&](const std::vector<Event>& e) { return has(e, "AllBlocksCleared"); });
+  ASSERT_FALSE(live.empty());
+  ASSERT_GT(live.front().first, 0);  // the first prompt's batches came before we subscribed
+
+  // The replay: everything from 0, in order, ending with seq -1 and an empty payload.
+  zmq::socket_t replay(context, zmq::socket_type::dealer);
+  replay.set(zmq::sockopt::rcvtimeo, 5000);
+  replay.connect("tcp://127.0.0.1:" + std::to_string(replay_port));
+  replay.send(zmq::message_t(), zmq::send_flags::sndmore);  // REQ's empty delimiter
+  replay.send(zmq::buffer(std::string(8, '\0')), zmq::send_flags::none);  // from seq 0
+  std::vector<std::pair<int64_t, std::string>> replayed;
+  for (;;) {
+    std::vector<zmq::message_t> frames;
+    do {
+      zmq::message_t part;
+      ASSERT_TRUE(replay.recv(part)) << "the replay socket did not answer within 5 s";
+      frames.push_back(std::move(part));
+    } while (frames.back().more());
+    ASSERT_EQ(frames.size(), 3u);  // delimiter, seq, payload
+    if (Seq(frames[1]) == -1) {
+      EXPECT_EQ(frames[2].size(), 0u);
+      break;
+    }
+    replayed.emplace_back(Seq(frames[1]), frames[2].to_string());
+  }
+  ASSERT_GE(replayed.size(), static_cast<size_t>(live.back().first + 1));
+  for (size_t i = 0; i < replayed.size(); ++i) EXPECT_EQ(replayed[i].first, static_cast<int64_t>(i));
+
+  // Every event, from the replay (which holds what the live socket saw too): hashes recomputed.
+  std::set<uint64_t> stored, removed;
+  bool cleared = false;
+  for (const auto& [seq, payload] : replayed) {
+    for (const Event& e : Decode(payload)) {
+      if (e.tag == "BlockStored") {
+        EXPECT_EQ(e.block_size, kBlock);
+        EXPECT_EQ(e.medium, "CPU");
+        ASSERT_EQ(e.tokens.size(), e.hashes.size() * kBlock);
+        uint64_t parent = e.parent.value_or(Root());
+        for (size_t b = 0; b < e.hashes.size(); ++b) {
+          parent = Chain(parent, e.tokens, b * kBlock);
+          EXPECT_EQ(e.hashes[b], parent) << "seq " << seq << " block " << b;
+        }
+        if (!cleared) stored.insert(e.hashes.begin(), e.hashes.end());
+      } else if (e.tag == "BlockRemoved") {
+        EXPECT_EQ(e.medium, "CPU");
+        removed.insert(e.hashes.begin(), e.hashes.end());
+      } else {
+        cleared = true;
+      }
+    }
+  }
+  EXPECT_TRUE(cleared);
+  const std::vector<uint64_t> first_hashes = Hashes(first_ids), second_hashes = Hashes(second_ids);
+  const std::set<uint64_t> second_set(second_hashes.begin(), second_hashes.end());
+  for (uint64_t h : first_hashes) {
+    EXPECT_TRUE(stored.count(h)) << "a block of the first prompt was never announced";
+    if (!second_set.count(h)) EXPECT_TRUE(removed.count(h)) << "a block of the first prompt was never removed";
+  }
+  for (uint64_t h : second_hashes) EXPECT_TRUE(stored.count(h)) << "a block of the second prompt was never announced";
+}
+
+TEST(KvEvents, ASubscriberFollowsAReplicaThatBinds) {
+  const std::string address =
+      "ipc://" + (std::filesystem::path(::testing::TempDir()) / ("kvq_events_" + std::to_string(getpid()))).string();
+  FollowAReplica(address, address, /*sub_binds=*/false);
+}
+
+}  // namespace
+}  // namespace kvq::test
