@@ -125,6 +125,8 @@ async function Init(m) {
     // The threaded module's pool of Web Workers, started before it resolves: one per thread of
     // kvq's pool beyond the caller's, and one for a KV staging thread.
     kvqPoolSize: choice.threads,
+    // What the pool's workers import (beside them): a module loaded by importScripts cannot tell.
+    mainScriptUrlOrBlob: './kvq-threads.js',
     // kvq's own log lines go to stderr; they are information, errors come back through last_error.
     print: (line) => console.log(`kvq: ${line}`),
     printErr: (line) => console.log(`kvq(stderr): ${line}`),

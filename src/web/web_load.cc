@@ -96,6 +96,12 @@ EMSCRIPTEN_KEEPALIVE int kvq_web_model_load_bytes(uint8_t* bytes, double n, cons
     return 0;
   }
   kvq::ModelOptions options{.tokenizer_path = tokenizer_path != nullptr ? tokenizer_path : "", .threads = threads};
+  // The file's row-major layout, not the interleaved copy kvq makes at load (model/load_model.cc):
+  // natively that copy replaces the mapped pages (madvise releases them), but a WebAssembly heap
+  // cannot release memory, so the copy would hold the weights twice. The row kernels sum a Q4_0 /
+  // Q8_0 dot in another order than the interleaved ones, so the page's ids are those of native
+  // `KVQ_NO_REPACK=1 kvq run` (tests/web/browser/threads_test.mjs compares them).
+  setenv("KVQ_NO_REPACK", "1", 1);
   kvq::Result<std::unique_ptr<kvq::Model>> model = kvq::Model::Load(path, options);
   // The mapping holds the heap bytes, not the node: the name goes at once.
   kvq_js_unlink(path.c_str());

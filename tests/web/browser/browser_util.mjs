@@ -74,7 +74,7 @@ export async function LaunchChromium(checks, npm_dir) {
 
 // The bundle on 127.0.0.1 (any free port); isolation: the COOP/COEP headers. Returns {server, base}.
 export async function Serve(checks, bundle, isolation = true) {
-  for (const file of ['index.html', 'kvq.js', 'kvq-scalar.js']) {
+  for (const file of ['index.html', 'kvq.js', 'kvq-threads.js', 'kvq-threads.worker.js', 'kvq-scalar.js']) {
     if (!fs.existsSync(path.join(bundle, file))) checks.Fatal(`the bundle ${bundle} has no ${file}`);
   }
   const server = await ServeStatic(bundle, {
@@ -111,10 +111,13 @@ export function Synth(kvq_cli, dir, name, args) {
   return file;
 }
 
-// Native `kvq run`'s greedy ids (BOS and prompt included) for `positions` positions in all.
-export function NativeIds(kvq_cli, model, prompt, n_new, kv = 'f16', threads = 1) {
+// Native `kvq run`'s greedy ids (BOS and prompt included) with n_new new tokens. The page keeps
+// a model's matrices in the file's layout (src/web/web_load.cc: a WebAssembly heap cannot release
+// the mapped copy that repacking replaces), so `row_layout` runs native the same way (KVQ_NO_REPACK).
+export function NativeIds(kvq_cli, model, prompt, n_new, {kv = 'f16', threads = 1, row_layout = true} = {}) {
   const out = execFileSync(kvq_cli, ['run', '-m', model, '--prompt', prompt, '--temp', '0', '-n', String(n_new),
-                                     '--kv', kv, '-t', String(threads), '--json'], {encoding: 'utf8'});
+                                     '--kv', kv, '-t', String(threads), '--json'],
+                           {encoding: 'utf8', env: {...process.env, KVQ_NO_REPACK: row_layout ? '1' : '0'}});
   return JSON.parse(out).tokens;
 }
 

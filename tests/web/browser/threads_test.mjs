@@ -1,6 +1,7 @@
 // The page's threaded build in headless Chromium: served cross-origin isolated (tools/serve_web.mjs)
 // it runs kvq-threads.js with a thread per core; greedy ids with 2 threads equal 1 thread's and
-// native `kvq run`'s on a small synth (a prompt of several prefill blocks); tok/s of 2 threads
+// native `kvq run`'s (with the page's matrix layout: browser_util.mjs NativeIds) on a small synth
+// (a prompt of several prefill blocks); tok/s of 2 threads
 // against 1, interleaved in the same page, is printed, not asserted (the machine is shared). Served
 // without the headers, the page runs the one-thread kvq.js and says why.
 // Usage: node threads_test.mjs BUNDLE_DIR KVQ_CLI PLAYWRIGHT_NPM_DIR
@@ -40,13 +41,20 @@ async function Main() {
     const n_prompt = (await page.evaluate((p) => window.kvqPage.tokenize(p), kPrompt)).length;
     checks.Expect(n_prompt > 2 * 64, `the prompt has ${n_prompt} tokens (over two prefill blocks)`);
     const native = NativeIds(kvq_cli, synth, kPrompt, kNew);
+    const repacked = NativeIds(kvq_cli, synth, kPrompt, kNew, {row_layout: false});
     const rates = {1: {prefill: [], decode: []}, 2: {prefill: [], decode: []}};
     for (let rep = 0; rep < 3; ++rep) {
       for (const threads of [1, 2]) {
         if (threads > info.threads) continue;
         const r = await page.evaluate((o) => window.kvqPage.generate(o),
                                       {prompt: kPrompt, max_tokens: kNew, threads, kv_k: 'f16'});
-        if (rep === 0) checks.SameIds(`${threads} thread(s) vs native kvq run -t 1`, r.ids, native);
+        if (rep === 0) {
+          checks.SameIds(`${threads} thread(s) vs native KVQ_NO_REPACK=1 kvq run -t 1`, r.ids, native);
+          let agree = 0;
+          while (agree < r.ids.length && r.ids[agree] === repacked[agree]) ++agree;
+          checks.Log(`${threads} thread(s): ${agree} of ${repacked.length} ids as native's default (repacked ` +
+                     'matrices, their dots summed in another order)');
+        }
         rates[threads].prefill.push(r.timing.n_prompt / r.timing.prefill_ms * 1000);
         rates[threads].decode.push(r.timing.n_generated / r.timing.decode_ms * 1000);
       }
