@@ -1,7 +1,8 @@
 // Loading a model from bytes the page already put in this module's memory (kvq_web_file_alloc,
-// filled by JS a chunk at a time from the picked File or the fetch stream), so the file is held
-// once: a MEMFS node is made whose contents *are* those heap bytes, and kvq's MapFile maps it
-// without copying (base/mapped_file.cc maps shared under Emscripten; MEMFS copies private maps).
+// filled by JS a chunk at a time from the picked File or the fetched body), so the file's bytes
+// are not also kept in JS or in a MEMFS file: a MEMFS node is made whose contents *are* those heap
+// bytes, and kvq's MapFile maps it without copying (base/mapped_file.cc maps shared under
+// Emscripten; MEMFS copies private maps).
 // The bytes belong to the loaded model and are freed with it (kvq_web_model_free).
 // Also: the threads this build runs (pthreads or not) and the KV formats' bits for a model's shape.
 #include <emscripten/emscripten.h>
@@ -96,12 +97,10 @@ EMSCRIPTEN_KEEPALIVE int kvq_web_model_load_bytes(uint8_t* bytes, double n, cons
     return 0;
   }
   kvq::ModelOptions options{.tokenizer_path = tokenizer_path != nullptr ? tokenizer_path : "", .threads = threads};
-  // The file's row-major layout, not the interleaved copy kvq makes at load (model/load_model.cc):
-  // natively that copy replaces the mapped pages (madvise releases them), but a WebAssembly heap
-  // cannot release memory, so the copy would hold the weights twice. The row kernels sum a Q4_0 /
-  // Q8_0 dot in another order than the interleaved ones, so the page's ids are those of native
-  // `KVQ_NO_REPACK=1 kvq run` (tests/web/browser/threads_test.mjs compares them).
-  setenv("KVQ_NO_REPACK", "1", 1);
+  // kvq repacks Q4_0 / Q8_0 matrices at load into a copy (the layout whose dots give the same bits
+  // on every SIMD target, so the page's ids are native `kvq run`'s). Natively madvise then releases
+  // the mapped pages; a WebAssembly heap cannot release memory, so for such a model the heap holds
+  // the file and the repacked copy (repacking in place would need the loader's help).
   kvq::Result<std::unique_ptr<kvq::Model>> model = kvq::Model::Load(path, options);
   // The mapping holds the heap bytes, not the node: the name goes at once.
   kvq_js_unlink(path.c_str());

@@ -111,13 +111,10 @@ export function Synth(kvq_cli, dir, name, args) {
   return file;
 }
 
-// Native `kvq run`'s greedy ids (BOS and prompt included) with n_new new tokens. The page keeps
-// a model's matrices in the file's layout (src/web/web_load.cc: a WebAssembly heap cannot release
-// the mapped copy that repacking replaces), so `row_layout` runs native the same way (KVQ_NO_REPACK).
-export function NativeIds(kvq_cli, model, prompt, n_new, {kv = 'f16', threads = 1, row_layout = true} = {}) {
+// Native `kvq run`'s greedy ids (BOS and prompt included) with n_new new tokens.
+export function NativeIds(kvq_cli, model, prompt, n_new, {kv = 'f16', threads = 1} = {}) {
   const out = execFileSync(kvq_cli, ['run', '-m', model, '--prompt', prompt, '--temp', '0', '-n', String(n_new),
-                                     '--kv', kv, '-t', String(threads), '--json'],
-                           {encoding: 'utf8', env: {...process.env, KVQ_NO_REPACK: row_layout ? '1' : '0'}});
+                                     '--kv', kv, '-t', String(threads), '--json'], {encoding: 'utf8'});
   return JSON.parse(out).tokens;
 }
 
