@@ -97,10 +97,8 @@ EMSCRIPTEN_KEEPALIVE int kvq_web_model_load_bytes(uint8_t* bytes, double n, cons
     return 0;
   }
   kvq::ModelOptions options{.tokenizer_path = tokenizer_path != nullptr ? tokenizer_path : "", .threads = threads};
-  // kvq repacks Q4_0 / Q8_0 matrices at load into a copy (the layout whose dots give the same bits
-  // on every SIMD target, so the page's ids are native `kvq run`'s). Natively madvise then releases
-  // the mapped pages; a WebAssembly heap cannot release memory, so for such a model the heap holds
-  // the file and the repacked copy (repacking in place would need the loader's help).
+  // kvq repacks Q4_0 / Q8_0 matrices over these bytes at load (RepackWeightsInPlace, as a
+  // WebAssembly heap cannot release a mapped copy), so the file is held once.
   kvq::Result<std::unique_ptr<kvq::Model>> model = kvq::Model::Load(path, options);
   // The mapping holds the heap bytes, not the node: the name goes at once.
   kvq_js_unlink(path.c_str());
