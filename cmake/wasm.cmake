@@ -2,8 +2,9 @@
 # build gets from find_package, made here for wasm32 — Highway compiled from its Debian source
 # and fmt compiled from their Debian sources (scripts/setup.sh fetches them into .deps/),
 # nlohmann-json from Debian's headers (only its own folder exposed, not all of /usr/include) — and
-# no threads.
+# threads only in the pthreads variant.
 option(KVQ_WASM_SIMD "WebAssembly SIMD128 (kvq.js); OFF: Highway's scalar fallback (kvq-scalar.js)" ON)
+option(KVQ_WASM_THREADS "Emscripten pthreads over a SharedArrayBuffer (kvq-threads.js, SIMD128 only)" OFF)
 option(KVQ_WASM_BUNDLE "Assemble the web bundle (this build's module, the scalar variant, page, models)" ON)
 
 # kvq_deps_source(VAR NAME PREFIX MARKER): VAR (a cache path) = the newest .deps/PREFIX-* folder that
@@ -23,6 +24,14 @@ kvq_deps_source(KVQ_HWY_SOURCE_DIR Highway highway hwy/targets.cc)
 
 if(KVQ_WASM_SIMD)
   add_compile_options(-msimd128)
+endif()
+if(KVQ_WASM_THREADS)
+  if(NOT KVQ_WASM_SIMD)
+    message(FATAL_ERROR "KVQ_WASM_THREADS: the threaded variant is built with SIMD128 only (KVQ_WASM_SIMD=ON)")
+  endif()
+  # Every object: atomics and shared memory are a property of the whole module.
+  add_compile_options(-pthread)
+  add_link_options(-pthread)
 endif()
 # One Highway target per variant (WASM with -msimd128, else EMU128): a wasm module cannot hold code
 # its engine does not validate, so the variants are separate modules and runtime dispatch inside
@@ -66,6 +75,7 @@ add_library(fmt::fmt ALIAS kvq_fmt)
 set(KVQ_WASM_HEADERS /usr/include CACHE PATH "Where Debian's nlohmann headers are")
 kvq_wasm_header_target(kvq_json_headers "${KVQ_WASM_HEADERS}/nlohmann")
 add_library(nlohmann_json::nlohmann_json ALIAS kvq_json_headers)
-# No pthreads: every thread pool runs with one thread (the caller's), which spawns nothing.
-add_library(kvq_no_threads INTERFACE)
-add_library(Threads::Threads ALIAS kvq_no_threads)
+# Without pthreads every thread pool runs with one thread (the caller's), which spawns nothing; the
+# pthreads variant's -pthread is on every object and link above.
+add_library(kvq_wasm_threads INTERFACE)
+add_library(Threads::Threads ALIAS kvq_wasm_threads)

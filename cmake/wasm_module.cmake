@@ -1,7 +1,10 @@
-# The WebAssembly module (kvq.js + kvq.wasm, or kvq-scalar.*) and, in the SIMD build, the web bundle:
-# BUNDLE = ${CMAKE_BINARY_DIR}/web with the page (web/), both modules and the bundled model, checked
-# by tools/check_bundle.mjs as the last step. Included by CMakeLists.txt after the layers.
-if(KVQ_WASM_SIMD)
+# The WebAssembly module (kvq.js + kvq.wasm, kvq-threads.* with pthreads, or kvq-scalar.*) and, in
+# the SIMD build, the web bundle: BUNDLE = ${CMAKE_BINARY_DIR}/web with the page (web/), the three
+# modules and the bundled model, checked by tools/check_bundle.mjs as the last step. Included by
+# CMakeLists.txt after the layers.
+if(KVQ_WASM_THREADS)
+  set(kvq_module_name kvq-threads)
+elseif(KVQ_WASM_SIMD)
   set(kvq_module_name kvq)
 else()
   set(kvq_module_name kvq-scalar)
@@ -15,8 +18,9 @@ set(kvq_web_exports
   kvq_web_set_sampler kvq_web_sample kvq_web_session_stats kvq_web_formats kvq_web_simd_target
   kvq_web_last_error kvq_web_kv_new kvq_web_kv_free kvq_web_kv_plan kvq_web_kv_append
   kvq_web_kv_attend_device kvq_web_kv_rows kvq_web_kv_new_for_model kvq_web_gpu_program kvq_web_gpu_rope
-  kvq_web_kv_positions kvq_web_kv_rewind kvq_web_kv_cpu_step
-  kvq_web_apply_template malloc free)
+  kvq_web_kv_positions kvq_web_kv_rewind kvq_web_kv_cpu_step kvq_web_apply_template
+  kvq_web_max_threads kvq_web_file_alloc kvq_web_file_free kvq_web_model_load_bytes kvq_web_session_set_threads
+  malloc free)
 list(TRANSFORM kvq_web_exports PREPEND "'_")
 list(TRANSFORM kvq_web_exports APPEND "'")
 list(JOIN kvq_web_exports "," kvq_web_exports)
@@ -38,6 +42,14 @@ target_link_options(kvq_web PRIVATE
   -fexceptions
   "-sEXPORTED_FUNCTIONS=[${kvq_web_exports}]"
   "-sEXPORTED_RUNTIME_METHODS=['FS','ccall','cwrap','UTF8ToString','stringToUTF8','lengthBytesUTF8','HEAPU8','HEAP32','HEAPF32']")
+if(KVQ_WASM_THREADS)
+  # The pool of Web Workers that pthreads run on, started (and waited for) before createKvq resolves,
+  # sized by the page (worker.js's kvqPoolSize: kvq's pool threads and a KV staging thread): a
+  # thread started when the pool is empty would wait for the event loop that the blocked caller holds.
+  # Growth of a shared memory is allowed; the page's JS re-reads the buffer after it (worker.js).
+  target_link_options(kvq_web PRIVATE "-sPTHREAD_POOL_SIZE=Module.kvqPoolSize" -sPTHREAD_POOL_SIZE_STRICT=2
+                                      -Wno-pthreads-mem-growth)
+endif()
 # emcc's JS optimiser needs Debian's acorn, which the node on PATH may not search.
 set_property(TARGET kvq_web PROPERTY RULE_LAUNCH_LINK "${CMAKE_COMMAND} -E env NODE_PATH=/usr/share/nodejs")
 
@@ -45,24 +57,34 @@ if(NOT KVQ_WASM_SIMD OR NOT KVQ_WASM_BUNDLE)
   return()
 endif()
 
-# The scalar variant: the same sources configured again without -msimd128 (each variant's objects
-# differ throughout), built after the SIMD module so the two builds do not share the cores.
+# kvq_wasm_variant(TARGET DIR OPTIONS...): the same sources configured again in DIR with these
+# options (each variant's objects differ throughout) and its kvq_web built there.
+function(kvq_wasm_variant target dir)
+  add_custom_target(${target}
+    COMMAND "${CMAKE_COMMAND}" -S "${PROJECT_SOURCE_DIR}" -B "${dir}" -G "${CMAKE_GENERATOR}"
+            "-DCMAKE_TOOLCHAIN_FILE=${CMAKE_TOOLCHAIN_FILE}" "-DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE}"
+            ${ARGN} -DKVQ_WASM_BUNDLE=OFF "-DKVQ_HWY_SOURCE_DIR=${KVQ_HWY_SOURCE_DIR}"
+            "-DKVQ_FMT_SOURCE_DIR=${KVQ_FMT_SOURCE_DIR}" "-DKVQ_WASM_HEADERS=${KVQ_WASM_HEADERS}"
+            "-DCMAKE_CXX_COMPILER_LAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER}" --log-level=WARNING
+    COMMAND "${CMAKE_COMMAND}" --build "${dir}" --target kvq_web
+    COMMENT "Building the WebAssembly variant in ${dir}"
+    USES_TERMINAL VERBATIM)
+endfunction()
+
+# The scalar variant (no -msimd128) and the pthreads one, built one after another after the SIMD
+# module so that the builds do not share the cores.
 set(kvq_scalar_dir "${PROJECT_BINARY_DIR}/scalar")
-add_custom_target(kvq_web_scalar
-  COMMAND "${CMAKE_COMMAND}" -S "${PROJECT_SOURCE_DIR}" -B "${kvq_scalar_dir}" -G "${CMAKE_GENERATOR}"
-          "-DCMAKE_TOOLCHAIN_FILE=${CMAKE_TOOLCHAIN_FILE}" "-DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE}"
-          -DKVQ_WASM_SIMD=OFF -DKVQ_WASM_BUNDLE=OFF "-DKVQ_HWY_SOURCE_DIR=${KVQ_HWY_SOURCE_DIR}" "-DKVQ_FMT_SOURCE_DIR=${KVQ_FMT_SOURCE_DIR}"
-          "-DKVQ_WASM_HEADERS=${KVQ_WASM_HEADERS}" --log-level=WARNING
-  COMMAND "${CMAKE_COMMAND}" --build "${kvq_scalar_dir}" --target kvq_web
-  COMMENT "Building the scalar WebAssembly variant (kvq-scalar.js) in ${kvq_scalar_dir}"
-  USES_TERMINAL VERBATIM)
+kvq_wasm_variant(kvq_web_scalar "${kvq_scalar_dir}" -DKVQ_WASM_SIMD=OFF)
 add_dependencies(kvq_web_scalar kvq_web)
+set(kvq_threads_dir "${PROJECT_BINARY_DIR}/threads")
+kvq_wasm_variant(kvq_web_threads "${kvq_threads_dir}" -DKVQ_WASM_THREADS=ON)
+add_dependencies(kvq_web_threads kvq_web_scalar)
 
 set(KVQ_WEB_BUNDLE_DIR "${PROJECT_BINARY_DIR}/web")
 add_custom_target(kvq_web_bundle ALL
   COMMAND "${CMAKE_COMMAND}" "-DBUNDLE=${KVQ_WEB_BUNDLE_DIR}" "-DSOURCE=${PROJECT_SOURCE_DIR}"
-          "-DMODULES=${kvq_module_dir}/kvq.js;${kvq_module_dir}/kvq.wasm;${kvq_scalar_dir}/module/kvq-scalar.js;${kvq_scalar_dir}/module/kvq-scalar.wasm"
+          "-DMODULES=${kvq_module_dir}/kvq.js;${kvq_module_dir}/kvq.wasm;${kvq_scalar_dir}/module/kvq-scalar.js;${kvq_scalar_dir}/module/kvq-scalar.wasm;${kvq_threads_dir}/module/kvq-threads.js;${kvq_threads_dir}/module/kvq-threads.wasm;${kvq_threads_dir}/module/kvq-threads.worker.js"
           -P "${PROJECT_SOURCE_DIR}/cmake/assemble_bundle.cmake"
   COMMENT "Assembling the web bundle in ${KVQ_WEB_BUNDLE_DIR}"
   VERBATIM)
-add_dependencies(kvq_web_bundle kvq_web kvq_web_scalar)
+add_dependencies(kvq_web_bundle kvq_web kvq_web_scalar kvq_web_threads)

@@ -1,23 +1,36 @@
 // The page's UI: the form, the streamed output, the numbers and the errors. The model runs in
 // worker.js; this module only talks to it. window.kvqPage is the hook a test driver uses
-// (tests/web/browser/): ready (a promise), generate(opts) → {ids, text, ...}, tokenize(text).
+// (tests/web/browser/): ready (a promise), generate(opts) → {ids, text, ...}, tokenize(text),
+// loadProgress() (the last load's progress events), stop().
 
 const $ = (id) => document.getElementById(id);
+
+// ---- settings from the address, for reproducible runs: ?simd=0 ?threads=N ?gpu=0 ----
 const params = new URLSearchParams(location.search);
 const want_simd = params.get('simd') !== '0';
-
-// ---- errors, shown in the page (and the console) ----
-let n_errors = 0;
-function ShowError(message) {
-  console.error(message);
-  const list = $('errors');
-  if (n_errors++ === 0) list.textContent = '';
-  const item = document.createElement('li');
-  item.textContent = `${new Date().toLocaleTimeString()}: ${message}`;
-  list.append(item);
+const want_gpu = params.get('gpu') !== '0';
+let want_threads = null;  // null: every core the browser reports
+let settings_error = '';
+if (params.has('threads')) {
+  const n = Number(params.get('threads'));
+  if (Number.isInteger(n) && n >= 1 && n <= 256) want_threads = n;
+  else settings_error = `?threads=${params.get('threads')}: use a whole number of threads from 1 to 256`;
 }
-window.addEventListener('error', (e) => ShowError(`page: ${e.message}`));
-window.addEventListener('unhandledrejection', (e) => ShowError(`page: ${e.reason?.message ?? e.reason}`));
+
+// ---- errors: each beside the control that caused it, until dismissed or that control runs again ----
+// where: 'load' (the model buttons), 'generate' (the form), 'page' (anything else).
+function ShowError(where, message) {
+  console.warn(message);  // shown to the user; not a fault of the page
+  const box = $(`${where}-error`);
+  box.querySelector('.msg').textContent = message;
+  box.hidden = false;
+}
+const ClearError = (where) => ($(`${where}-error`).hidden = true);
+for (const box of document.querySelectorAll('.error-box')) {
+  box.querySelector('.dismiss').addEventListener('click', () => (box.hidden = true));
+}
+window.addEventListener('error', (e) => ShowError('page', e.message));
+window.addEventListener('unhandledrejection', (e) => ShowError('page', `${e.reason?.message ?? e.reason}`));
 
 function SetStatus(state, text) {
   const status = $('status');
@@ -34,7 +47,7 @@ worker.onmessage = (event) => {
   const m = event.data;
   const request = pending.get(m.id);
   if (!request) {
-    if (m.type === 'error') ShowError(m.message);
+    if (m.type === 'error') ShowError('page', m.message);
     return;
   }
   if (m.type === 'progress') {
@@ -50,11 +63,11 @@ worker.onmessage = (event) => {
 };
 worker.onerror = (e) => {
   e.preventDefault();
-  const message = `worker: ${e.message || 'failed to start (is the page served over HTTP?)'}`;
-  ShowError(message);
+  const message = `The model runner stopped: ${e.message || 'it failed to start (is the page served over HTTP?)'}`;
+  ShowError('page', message);
   for (const request of pending.values()) request.reject(new Error(message));
   pending.clear();
-  SetStatus('error', 'The worker failed; see Errors.');
+  SetStatus('error', 'The model runner failed.');
 };
 
 function Ask(type, fields = {}, transfer = [], on_progress = null) {
@@ -75,14 +88,44 @@ function Bytes(n) {
   while (v >= 1024 && u + 1 < units.length) v /= 1024, ++u;
   return `${v.toFixed(v < 10 ? 2 : 1)} ${units[u]} (${Int(n)} B)`;
 }
-const Rate = (n, ms) => (ms > 0 ? `${Int(n / (ms / 1000))} tok/s` : '–');
+// Three significant digits at least: 0.52 tok/s is not "1 tok/s", nor 0.4 "0 tok/s".
+function Rate(n, ms) {
+  if (!(ms > 0)) return '–';
+  const v = n / (ms / 1000);
+  return `${v.toFixed(v >= 100 ? 0 : v >= 10 ? 1 : 2)} tok/s`;
+}
 
 // ---- state shown on the page ----
-const page = {build: null, simd_target: null, formats: [], model: null};
+const page = {build: null, simd_target: null, formats: [], model: null, load_progress: []};
+
+// The figures of a run: cleared when the model changes, so none of them describes another model.
+const kRunFigures = ['st-prefill', 'st-decode', 'st-positions', 'st-kv-token', 'st-kv-total', 'st-kv-held', 'st-gpu'];
+function ClearNumbers() {
+  for (const id of kRunFigures) $(id).textContent = '–';
+  $('text').textContent = '';
+  $('ids').textContent = '';
+}
+
+// The KV formats this model can use, with their bits per number at its head size.
+function ShowFormats(formats, head_dim) {
+  page.formats = formats;
+  const list = $('kv-formats');
+  list.textContent = '';
+  for (const f of formats) {
+    const option = document.createElement('option');
+    option.value = f.name;
+    option.label = `${f.name}: ${Number(f.bits_per_value.toFixed(3))} bits per value`;
+    list.append(option);
+  }
+  $('format-list').textContent = `(bits per number at head size ${head_dim}) ` +
+      formats.map((f) => `${f.name} (${Number(f.bits_per_value.toFixed(3))} bits)`).join(', ');
+}
 
 function ShowModel(loaded) {
   page.model = loaded;
   const i = loaded.info;
+  ClearNumbers();
+  ShowFormats(loaded.formats, i.head_dim);
   $('model-name').textContent = loaded.name;
   $('model-info').textContent = `${i.architecture}, ${i.n_layers} layers, dim ${i.dim}, ${i.n_heads} heads ` +
       `(${i.n_kv_heads} KV, head_dim ${i.head_dim}), vocab ${i.vocab_size}, context ${i.context}, ` +
@@ -92,6 +135,7 @@ function ShowModel(loaded) {
     $('st-path').textContent = loaded.gpu === 'supported' ? `GPU path: runs ${loaded.name} (WebGPU on ${page.gpu})` :
         `CPU: ${page.cpu_path} for ${loaded.name} (${loaded.gpu}; it runs on WebAssembly)`;
   }
+  $('st-file').textContent = Bytes(loaded.file_bytes);
   ShowHeap(loaded.heap_bytes);
 }
 
@@ -113,10 +157,16 @@ function ShowPath(path) {
 function ShowProgress(m) {
   const t = m.timing;
   if (m.path) ShowPath(m.path);
+  if (m.prefill) {  // a block of the prompt has run
+    $('st-prefill').textContent = `${Int(m.prefill.held)} of ${Int(m.prefill.total)} prompt tokens… ` +
+        `(${Rate(t.n_prompt_held, t.prefill_ms)})`;
+    return;
+  }
   $('text').textContent = m.text;
   const ids = $('ids');
   ids.textContent += (ids.textContent && m.new_ids.length ? ' ' : '') + m.new_ids.join(' ');
-  $('st-prefill').textContent = `${Rate(t.n_prompt, t.prefill_ms)} (${t.n_prompt} tokens in ${t.prefill_ms.toFixed(1)} ms)`;
+  $('st-prefill').textContent = `${Rate(t.n_prompt_held, t.prefill_ms)} (${t.n_prompt_held} tokens in ${t.prefill_ms.toFixed(1)} ms` +
+      `${t.n_prompt_held < t.n_prompt ? `, stopped with ${t.n_prompt - t.n_prompt_held} of the prompt left` : ''})`;
   $('st-decode').textContent = t.n_generated ?
       `${Rate(t.n_generated, t.decode_ms)} (${t.n_generated} tokens in ${t.decode_ms.toFixed(1)} ms)` : '–';
   const s = m.stats.session;
@@ -129,6 +179,9 @@ function ShowProgress(m) {
     $('st-kv-held').textContent = `${Bytes(s.kv_bytes)}` +
         (s.device_budget_bytes ? ` (device budget ${Bytes(s.device_budget_bytes)})` : '');
   }
+  const g = m.stats.gpu;
+  $('st-gpu').textContent = g ? `${Bytes(g.weight_bytes + (s?.device_bytes ?? 0))} (weights ${Bytes(g.weight_bytes)}, ` +
+      `KV slots ${Bytes(s?.device_bytes ?? 0)})` : 'none (this run is on the CPU)';
   ShowHeap(m.stats.heap_bytes);
 }
 
@@ -137,7 +190,7 @@ let running = false;
 
 function SetRunning(on) {
   running = on;
-  $('generate').disabled = on;
+  $('generate').disabled = on || !page.model;
   $('stop').disabled = !on;
   $('load-picked').disabled = on;
   $('load-bundled').disabled = on;
@@ -146,6 +199,7 @@ function SetRunning(on) {
 async function Run(p) {
   if (running) throw new Error('a generation is running');
   SetRunning(true);
+  ClearError('generate');
   SetStatus('running', 'Generating…');
   $('text').textContent = '';
   $('ids').textContent = '';
@@ -153,13 +207,15 @@ async function Run(p) {
     const done = await Ask('generate', {params: p}, [], ShowProgress);
     ShowProgress(done);
     const t = done.timing;
-    SetStatus('done', `${done.stopped ? 'Stopped' : 'Done'}: ${t.n_generated} tokens after a ` +
+    SetStatus('done', t.n_prompt_held < t.n_prompt ?
+        `Stopped during the prompt: ${t.n_prompt_held} of its ${t.n_prompt} tokens ran.` :
+        `${done.stopped ? 'Stopped' : 'Done'}: ${t.n_generated} tokens after a ` +
         `${t.n_prompt}-token prompt${done.context_full ? `, stopped at the model's context of ${done.context}` : ''}.`);
     return {ids: done.ids, text: done.text, n_prompt: t.n_prompt, stopped: done.stopped, end_token: done.end_token,
-            timing: t, stats: done.stats, path: done.path};
+            timing: t, stats: done.stats, path: done.path, threads: done.threads};
   } catch (e) {
-    SetStatus('error', 'Failed; see Errors.');
-    ShowError(e.message);
+    SetStatus('error', 'Generating failed.');
+    ShowError('generate', e.message);
     throw e;
   } finally {
     SetRunning(false);
@@ -207,13 +263,14 @@ $('gen-form').addEventListener('submit', async (event) => {
   try {
     p = FormParams();
   } catch (e) {
-    ShowError(e.message);
+    ShowError('generate', e.message);
     return;
   }
   if ($('seed').value.trim() === '') $('seed').placeholder = `random (last: ${p.seed})`;
   await Run(p).catch(() => {});  // shown already
 });
-$('stop').addEventListener('click', () => worker.postMessage({type: 'stop'}));
+const Stop = () => worker.postMessage({type: 'stop'});
+$('stop').addEventListener('click', Stop);
 
 // ---- picking a model: picker.js is only needed by someone who brings their own files ----
 let picker = null;
@@ -227,65 +284,68 @@ const UpdatePicked = () => {
 $('model-file').addEventListener('change', UpdatePicked);
 $('tok-file').addEventListener('change', UpdatePicked);
 
-async function Load(type, fields, transfer, what) {
+// Progress of a load: the share of the file's bytes in the module, then the model's preparation.
+function ShowLoadProgress(what, load) {
+  page.load_progress.push(load.percent);
+  $('load-progress').value = load.percent;
+  SetStatus('loading', load.percent < 100 ? `Loading ${what}: ${load.percent.toFixed(1)}% ` +
+      `(${Bytes(load.bytes)} of ${Bytes(load.total)})` : `Loading ${what}: read, preparing the model…`);
+}
+
+// Loads a model; the one in use stays until the new one has loaded (a failed load changes nothing).
+// files: a promise of the worker's files (what the picker checked), or null for the bundled model.
+async function Load(what, files) {
   SetRunning(true);
-  SetStatus('loading', `Loading ${what}…`);
+  ClearError('load');
+  page.load_progress = [];
+  $('load-progress').value = 0;
+  $('load-progress').hidden = false;
+  SetStatus('loading', `Loading ${what}: 0%`);  // at once: reading a large file takes a while
   try {
-    ShowModel(await Ask(type, fields, transfer));
+    const [type, fields] = files ? ['load', {files: await files}] : ['load_bundled', {}];
+    ShowModel(await Ask(type, fields, [], (m) => ShowLoadProgress(what, m.load)));
     SetStatus('ready', 'Ready.');
   } catch (e) {
-    SetStatus('error', 'Loading failed; see Errors.');
-    ShowError(e.message);
+    SetStatus(page.model ? 'ready' : 'error', page.model ? `Not loaded; still using ${page.model.name}.` : 'No model.');
+    ShowError('load', e.message);
   } finally {
+    $('load-progress').hidden = true;
     SetRunning(false);
     UpdatePicked();
   }
 }
 
-$('load-picked').addEventListener('click', async () => {
-  try {
-    const {ReadModelFiles} = await Picker();
-    const files = await ReadModelFiles($('model-file').files[0], $('tok-file').files[0] ?? null);
-    const transfer = [files.model.bytes, ...(files.tokenizer ? [files.tokenizer.bytes] : [])];
-    await Load('load', {files}, transfer, files.model.name);
-  } catch (e) {
-    ShowError(e.message);
-  }
+$('load-picked').addEventListener('click', () => {
+  const model_file = $('model-file').files[0];
+  const files = Picker().then(({CheckModelFiles}) => CheckModelFiles(model_file, $('tok-file').files[0] ?? null));
+  return Load(model_file?.name ?? 'the picked file', files);
 });
-$('load-bundled').addEventListener('click', () => Load('load_bundled', {}, [], 'stories260K'));
+$('load-bundled').addEventListener('click', () => Load('stories260K', null));
 
-// ---- start: the module, its formats, the bundled model ----
+// ---- start: the module, its threads, the bundled model ----
 async function Start() {
-  const info = await Ask('init', {simd: want_simd});
+  if (settings_error) ShowError('page', settings_error);
+  const info = await Ask('init', {simd: want_simd, threads: want_threads, gpu: want_gpu});
   page.build = info.build;
   page.simd_target = info.simd_target;
-  page.formats = info.formats;
+  const threads = info.threads > 1 ? `${info.threads} threads` : `one thread (${info.threads_why_not})`;
   page.cpu_path = info.build === 'simd128' ?
-      `WebAssembly SIMD128 (kvq.js; Highway target ${info.simd_target})` :
-      `scalar (kvq-scalar.js; Highway target ${info.simd_target}) — ${info.simd_supported ?
+      `WebAssembly SIMD128, ${threads} (${info.module}; Highway target ${info.simd_target})` :
+      `scalar, ${threads} (${info.module}; Highway target ${info.simd_target}) — ${info.simd_supported ?
           'SIMD is available but ?simd=0 asked for scalar' : 'this browser has no WebAssembly SIMD'}`;
   page.gpu = info.gpu;
   $('st-path').textContent = `CPU: ${page.cpu_path}; GPU: ${info.gpu ? `WebGPU on ${info.gpu}` : info.gpu_why_not}`;
-  const list = $('kv-formats');
-  for (const f of info.formats) {
-    const option = document.createElement('option');
-    option.value = f.name;
-    option.label = `${f.name}: ${Number(f.bits_per_value.toFixed(3))} bits per value`;
-    list.append(option);
-  }
-  $('format-list').textContent = info.formats.map((f) => `${f.name} (${Number(f.bits_per_value.toFixed(3))} bits)`).join(', ');
-  SetStatus('loading', 'Loading the bundled stories260K…');
-  ShowModel(await Ask('load_bundled'));
-  SetStatus('ready', 'Ready.');
-  $('generate').disabled = false;
-  $('load-bundled').disabled = false;
-  return {build: info.build, simd_target: info.simd_target, formats: info.formats, gpu: info.gpu,
-          gpu_why_not: info.gpu_why_not};
+  $('st-threads').textContent = threads;
+  ShowFormats(info.formats, 64);
+  await Load('the bundled stories260K', null);
+  if (!page.model) throw new Error('the bundled model did not load');
+  return {build: info.build, module: info.module, threads: info.threads, threads_why_not: info.threads_why_not,
+          simd_target: info.simd_target, formats: info.formats, gpu: info.gpu, gpu_why_not: info.gpu_why_not};
 }
 
 const ready = Start().catch((e) => {
-  SetStatus('error', 'Could not start; see Errors.');
-  ShowError(e.message);
+  SetStatus('error', 'Could not start.');
+  ShowError('page', e.message);
   throw e;
 });
 
@@ -308,9 +368,13 @@ window.kvqPage = {
       device_budget_bytes: opts.device_budget_bytes ?? 0,
       device: opts.device ?? 'auto',
     };
+    if (opts.threads !== undefined) p.threads = opts.threads;
     if (opts.n_positions !== undefined) p.n_positions = opts.n_positions;
     else p.max_tokens = opts.max_tokens ?? 256;
     return Run(p);
   },
   tokenize: async (text) => (await ready, (await Ask('tokenize', {text})).ids),
+  loadProgress: () => page.load_progress.slice(),
+  formats: () => page.formats.slice(),
+  stop: Stop,
 };

@@ -1,5 +1,6 @@
-// Reads the model files a user picked (File API) into memory and checks what they are, before they
-// go to the worker. Loaded by app.js with import() on first use: the bundled model never needs it.
+// Checks what the model files a user picked (File API) are from their first bytes, before they go
+// to the worker, which reads them into the module a chunk at a time (no whole copy is made here).
+// Loaded by app.js with import() on first use: the bundled model never needs it.
 
 const kGgufMagic = 0x46554747;  // "GGUF", little-endian
 
@@ -23,18 +24,17 @@ function Kind(file, bytes) {
 }
 
 // model_file: File; tokenizer_file: File or null.
-// Returns {model: {name, kind, bytes: ArrayBuffer}, tokenizer: {name, bytes} | null}.
-export async function ReadModelFiles(model_file, tokenizer_file) {
+// Returns {model: {name, kind, file: File}, tokenizer: {name, file: File} | null}.
+export async function CheckModelFiles(model_file, tokenizer_file) {
   if (!model_file) throw new Error('pick a model file first');
-  const bytes = await model_file.arrayBuffer();
-  const kind = Kind(model_file, bytes);
+  const kind = Kind(model_file, await model_file.slice(0, 28).arrayBuffer());
   let tokenizer = null;
   if (kind === 'llama2c') {
     if (!tokenizer_file) {
       Fail(model_file, 'a llama2.c checkpoint has no vocabulary: pick its tokenizer .bin too (e.g. tok512.bin)');
     }
-    tokenizer = {name: tokenizer_file.name, bytes: await tokenizer_file.arrayBuffer()};
+    tokenizer = {name: tokenizer_file.name, file: tokenizer_file};
   }
   // A GGUF carries its own vocabulary: a picked tokenizer is not used.
-  return {model: {name: model_file.name, kind, bytes}, tokenizer};
+  return {model: {name: model_file.name, kind, file: model_file}, tokenizer};
 }

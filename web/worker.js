@@ -1,6 +1,8 @@
-// kvq's model runner for the page: a classic Web Worker that loads kvq.js (WebAssembly SIMD128) or
-// kvq-scalar.js (no SIMD: the feature test fails, or the page asked with ?simd=0), keeps the model in
-// MEMFS and runs prefill/sample/decode, so the page's main thread stays responsive while it generates.
+// kvq's model runner for the page: a classic Web Worker that loads kvq-threads.js (SIMD128 and
+// pthreads: the page is cross-origin isolated, so SharedArrayBuffer exists), kvq.js (SIMD128, one
+// thread) or kvq-scalar.js (no SIMD: the feature test fails, or the page asked with ?simd=0), reads
+// a model file into the module's memory a chunk at a time (held there once: the model maps it in
+// place) and runs prefill/sample/decode, so the page's main thread stays responsive while it generates.
 // Protocol: the page posts {type, id, ...}; every reply carries the request's id (see app.js).
 'use strict';
 
@@ -8,8 +10,10 @@ let kvq = null;        // the Emscripten module
 let api = null;        // cwrapped kvq_web_* functions
 let model = 0;         // handle of the loaded model (0 = none)
 let model_context = 0;  // the loaded model's context (positions)
+let threads = 1;       // threads the module runs models with
+let heap_view = null;  // [heap bytes] Uint8Array over the module's memory, refreshed when it grows
 let session = 0;       // handle of the last generation's session, kept so its stats stay readable
-let busy = false;      // a generation is running
+let busy = false;      // what is running ('a generation', 'a model load'), or false
 let stopRequested = false;
 // The WebGPU path (web/gpu/): the module's step program of the loaded model (its forward pass as
 // ops over a tensor table, src/web/gpu_program.h) run by web/gpu/step_program.js's WGSL kernels,
@@ -81,23 +85,48 @@ function GpuWhyNot(p) {
   return '';
 }
 
-async function Init(want_simd) {
-  await InitGpu().catch((e) => {
-    gpu = null;
-    gpu_why_not = `WebGPU failed to start: ${e.message}`;
-  });
+// Which module runs, and with how many threads: threads need SharedArrayBuffer, which a browser
+// gives only to a cross-origin isolated page (served with COOP same-origin and COEP require-corp).
+// want_threads: the page's ?threads=N, or null for every core the browser reports.
+function ChooseModule(want_simd, want_threads) {
   const simd = want_simd && SimdSupported();
-  // Two literal importScripts calls (not one computed URL) so the bundle check can follow both.
-  if (simd) {
+  const cores = Math.max(1, navigator.hardwareConcurrency || 1);
+  const asked = want_threads ?? cores;
+  const isolated = self.crossOriginIsolated === true && typeof SharedArrayBuffer === 'function';
+  let why = '';
+  if (asked === 1) why = want_threads === 1 ? 'asked for one thread (?threads=1)' : 'the browser reports one core';
+  else if (!simd) why = 'the scalar build has no threaded variant';
+  else if (!isolated) why = 'the page is not cross-origin isolated (its server sends no COOP/COEP headers), so the browser offers no SharedArrayBuffer';
+  return {simd, threads: why ? 1 : asked, why};
+}
+
+async function Init(m) {
+  if (m.gpu === false) {
+    gpu_why_not = 'turned off by ?gpu=0';
+  } else {
+    await InitGpu().catch((e) => {
+      gpu = null;
+      gpu_why_not = `WebGPU failed to start: ${e.message}`;
+    });
+  }
+  const choice = ChooseModule(m.simd, m.threads);
+  const file = choice.threads > 1 ? 'kvq-threads.js' : choice.simd ? 'kvq.js' : 'kvq-scalar.js';
+  // Literal importScripts calls (not one computed URL) so the bundle check can follow each.
+  if (choice.threads > 1) {
+    importScripts('./kvq-threads.js');
+  } else if (choice.simd) {
     importScripts('./kvq.js');
   } else {
     importScripts('./kvq-scalar.js');
   }
   const factory = self.createKvq;
-  if (typeof factory !== 'function') {
-    throw new Error(`${simd ? 'kvq.js' : 'kvq-scalar.js'} loaded but defines no createKvq()`);
-  }
+  if (typeof factory !== 'function') throw new Error(`${file} loaded but defines no createKvq()`);
   kvq = await factory({
+    // The threaded module's pool of Web Workers, started before it resolves: one per thread of
+    // kvq's pool beyond the caller's, and one for a KV staging thread.
+    kvqPoolSize: choice.threads,
+    // What the pool's workers import (beside them): a module loaded by importScripts cannot tell.
+    mainScriptUrlOrBlob: './kvq-threads.js',
     // kvq's own log lines go to stderr; they are information, errors come back through last_error.
     print: (line) => console.log(`kvq: ${line}`),
     printErr: (line) => console.log(`kvq(stderr): ${line}`),
@@ -117,7 +146,12 @@ async function Init(want_simd) {
     setSampler: w('kvq_web_set_sampler', null, ['number', 'number', 'number', 'number', 'number', 'number']),
     sample: w('kvq_web_sample', 'number', ['number']),
     sessionStats: w('kvq_web_session_stats', 'string', ['number']),
-    formats: w('kvq_web_formats', 'string', []),
+    formats: w('kvq_web_formats', 'string', ['number']),
+    maxThreads: w('kvq_web_max_threads', 'number', []),
+    fileAlloc: w('kvq_web_file_alloc', 'number', ['number']),
+    fileFree: w('kvq_web_file_free', null, ['number']),
+    modelLoadBytes: w('kvq_web_model_load_bytes', 'number', ['number', 'number', 'string', 'string', 'number']),
+    sessionSetThreads: w('kvq_web_session_set_threads', 'number', ['number', 'number']),
     simdTarget: w('kvq_web_simd_target', 'string', []),
     lastError: w('kvq_web_last_error', 'string', []),
   };
@@ -126,69 +160,133 @@ async function Init(want_simd) {
   } catch (e) {
     // already there
   }
+  threads = Math.min(choice.threads, api.maxThreads());
   return {
-    build: simd ? 'simd128' : 'scalar',
+    build: choice.simd ? 'simd128' : 'scalar',
+    module: file,
+    threads,
+    threads_why_not: choice.why,
     simd_supported: SimdSupported(),
     simd_target: api.simdTarget(),
-    formats: JSON.parse(api.formats()),
+    formats: JSON.parse(api.formats(0)),
     gpu: gpu ? gpu.name : null,
     gpu_why_not,
   };
 }
 
+// The module's memory as bytes. The threaded module's memory is a SharedArrayBuffer that growth
+// replaces; its HEAP views follow only when its own JS touches them, so this checks the memory.
+function Heap8() {
+  const buffer = kvq.wasmMemory ? kvq.wasmMemory.buffer : kvq.HEAPU8.buffer;
+  if (!heap_view || heap_view.buffer !== buffer) heap_view = new Uint8Array(buffer);
+  return heap_view;
+}
+const Heap32 = () => new Int32Array(Heap8().buffer);
+
 function HeapBytes() {
-  return kvq.HEAPU8.length;
+  return Heap8().length;
 }
 
-// Writes the files into MEMFS and loads them; the previous model (and its files) is freed first.
-// files: {model: {name, bytes: ArrayBuffer}, tokenizer: {name, bytes} | null}
-async function LoadModel(files) {
-  FreeSession();
-  if (model) {
-    api.modelFree(model);
-    model = 0;
+// Bytes read per step from a picked file: only this much is ever held outside the module's memory.
+const kChunkBytes = 1 << 20;
+
+// Chunks ([n] Uint8Array each) of a File, read as they are needed.
+async function* FileChunks(file) {
+  for (let offset = 0; offset < file.size; offset += kChunkBytes) {
+    yield new Uint8Array(await file.slice(offset, offset + kChunkBytes).arrayBuffer());
   }
-  const write = (file) => {
-    // MEMFS names: the picked name without folders, so a path in it cannot leave /models.
-    const path = `/models/${file.name.replace(/[\/\\]/g, '_')}`;
-    kvq.FS.writeFile(path, new Uint8Array(file.bytes));
-    return path;
+}
+
+// A fetched file (the bundled model, 1 MiB) as one chunk: streaming its body saves nothing at this
+// size, and Chromium intermittently reported a streamed read of it as an aborted request.
+async function FetchChunks(pending) {
+  const response = await pending;
+  if (!response.ok) throw new Error(`fetching ${response.url}: HTTP ${response.status}`);
+  const bytes = new Uint8Array(await response.arrayBuffer());
+  return {total: bytes.length, chunks: [bytes]};
+}
+
+// Copies `total` bytes of chunks into memory from the module ([total] bytes, page-aligned), calling
+// on_bytes(read so far) after each chunk; returns the address (the caller hands it on or frees it).
+async function ReadIntoModule(name, total, chunks, on_bytes) {
+  const ptr = api.fileAlloc(total);
+  Check(ptr, `reading ${name} (${total} bytes)`);
+  let done = 0;
+  try {
+    for await (const chunk of chunks) {
+      if (done + chunk.length > total) throw new Error(`${name} grew while it was read (over ${total} bytes)`);
+      Heap8().set(chunk, ptr + done);
+      done += chunk.length;
+      on_bytes(done);
+    }
+    if (done !== total) throw new Error(`${name}: read ${done} of its ${total} bytes`);
+  } catch (e) {
+    api.fileFree(ptr);
+    throw e;
+  }
+  return ptr;
+}
+
+// Loads a model and makes it the one in use only once it has loaded: a failed load leaves the
+// previous model, its session and its GPU program as they were. The model file is read into the
+// module a chunk at a time (progress posted as {type: 'progress', load: {bytes, total, percent}});
+// the tokenizer, a few KiB, goes through MEMFS.
+// files: {model: {name, file: File} | {name, response: a fetch's promise}, tokenizer: the same | null}
+async function LoadModel(id, files) {
+  const source = files.model.file ? {total: files.model.file.size, chunks: FileChunks(files.model.file)}
+                                   : await FetchChunks(files.model.response);
+  let last_percent = -1;
+  const on_bytes = (bytes) => {
+    // Whole-file progress in steps of a tenth of a percent: strictly increasing, 100 at the end.
+    const percent = Math.floor(1000 * bytes / source.total) / 10;
+    if (percent === last_percent) return;
+    last_percent = percent;
+    self.postMessage({type: 'progress', id, load: {bytes, total: source.total, percent}});
   };
-  gpu_program = null;
-  gpu_step?.Destroy();
-  gpu_step = null;
-  const model_path = write(files.model);
-  const tok_path = files.tokenizer ? write(files.tokenizer) : '';
-  model = api.modelLoad(model_path, tok_path);
-  // The loaded model holds its own copy (Emscripten's mmap of a MEMFS file copies it; kvq closes
-  // the file after mapping): the files go at once, so a model is not held twice.
-  kvq.FS.unlink(model_path);
+  const ptr = await ReadIntoModule(files.model.name, source.total, source.chunks, on_bytes);
+  let tok_path = '';
+  if (files.tokenizer) {
+    const t = files.tokenizer;
+    const bytes = t.file ? await t.file.arrayBuffer() : await (await t.response).arrayBuffer();
+    tok_path = `/models/${t.name.replace(/[\/\\]/g, '_')}`;
+    kvq.FS.writeFile(tok_path, new Uint8Array(bytes));
+  }
+  // kvq_web_model_load_bytes takes the bytes: the model keeps them, or the failed load frees them.
+  const next = api.modelLoadBytes(ptr, source.total, files.model.name, tok_path, threads);
   if (tok_path) kvq.FS.unlink(tok_path);
-  Check(model, `loading ${files.model.name}${files.tokenizer ? ` with ${files.tokenizer.name}` : ''}`);
-  const info = JSON.parse(api.modelInfo(model));
-  model_context = info.context;
+  Check(next, `loading ${files.model.name}${files.tokenizer ? ` with ${files.tokenizer.name}` : ''}`);
+  const info = JSON.parse(api.modelInfo(next));
   // The GPU path runs the module's step program of this model, if the module builds one (it says
   // why not: hybrid layers) and the kernels read its weights.
-  gpu_model_why_not = gpu ? '' : gpu_why_not;
+  let program = null;
+  let why_not = gpu ? '' : gpu_why_not;
   if (gpu) {
-    const {GpuProgramOf} = await import('./gpu/gpu_engine.js');
-    const {program, why_not} = GpuProgramOf(kvq, model);
-    gpu_program = program || null;
-    if (why_not) gpu_model_why_not = `the GPU path cannot run this model: ${why_not}`;
+    try {
+      const {GpuProgramOf} = await import('./gpu/gpu_engine.js');
+      const made = GpuProgramOf(kvq, next);
+      program = made.program || null;
+      if (made.why_not) why_not = `the GPU path cannot run this model: ${made.why_not}`;
+    } catch (e) {
+      api.modelFree(next);
+      throw e;
+    }
   }
-  return {name: files.model.name, info, heap_bytes: HeapBytes(), gpu: gpu_program ? 'supported' : gpu_model_why_not};
+  // Loaded: the previous model goes now.
+  FreeSession();
+  if (model) api.modelFree(model);
+  gpu_step?.Destroy();
+  gpu_step = null;
+  model = next;
+  model_context = info.context;
+  gpu_program = program;
+  gpu_model_why_not = why_not;
+  return {name: files.model.name, info, file_bytes: source.total, threads, heap_bytes: HeapBytes(),
+          formats: JSON.parse(api.formats(info.head_dim)), gpu: gpu_program ? 'supported' : gpu_model_why_not};
 }
 
-async function LoadBundled() {
-  const body = async (response) => {
-    if (!response.ok) throw new Error(`fetching ${response.url}: HTTP ${response.status}`);
-    return response.arrayBuffer();
-  };
-  // Literal URLs, so the bundle check sees what the page loads.
-  const [bin, tok] = await Promise.all([fetch('./models/stories260K.bin').then(body),
-                                        fetch('./models/tok512.bin').then(body)]);
-  return LoadModel({model: {name: 'stories260K.bin', bytes: bin}, tokenizer: {name: 'tok512.bin', bytes: tok}});
-}
+// Literal URLs, so the bundle check sees what the page loads.
+const LoadBundled = (id) => LoadModel(id, {model: {name: 'stories260K.bin', response: fetch('./models/stories260K.bin')},
+                                           tokenizer: {name: 'tok512.bin', response: fetch('./models/tok512.bin')}});
 
 function RequireModel() {
   if (!model) throw new Error('no model is loaded');
@@ -203,7 +301,7 @@ function Tokenize(text, add_bos) {
     try {
       const n = api.tokenize(model, text, add_bos, ptr, capacity);
       Check(n >= 0, 'tokenizing the prompt');
-      if (n <= capacity) return Array.from(kvq.HEAP32.subarray(ptr >> 2, (ptr >> 2) + n));
+      if (n <= capacity) return Array.from(Heap32().subarray(ptr >> 2, (ptr >> 2) + n));
       capacity = n;
     } finally {
       kvq._free(ptr);
@@ -217,14 +315,14 @@ function Detokenize(ids) {
   RequireModel();
   const ids_ptr = kvq._malloc(Math.max(1, ids.length) * 4);  // [ids.length] int32
   try {
-    kvq.HEAP32.set(ids, ids_ptr >> 2);
+    Heap32().set(ids, ids_ptr >> 2);
     let capacity = ids.length * 16 + 64;
     for (;;) {
       const out = kvq._malloc(capacity + 1);  // [capacity + 1] bytes: text and its NUL
       try {
         const n = api.detokenize(model, ids_ptr, ids.length, out, capacity + 1);
         Check(n >= 0, 'detokenizing');
-        if (n <= capacity) return decoder.decode(kvq.HEAPU8.slice(out, out + n));
+        if (n <= capacity) return decoder.decode(Heap8().slice(out, out + n));
         capacity = n;
       } finally {
         kvq._free(out);
@@ -248,6 +346,8 @@ function Stats() {
 // A macrotask break, so the Stop message (queued behind this loop) is seen. Taken at most every
 // kYieldMs: setTimeout's clamp would cost more than a token if it came after every one.
 const kYieldMs = 40;
+// kvq's prefill block (kPrefillBlock in kvq/session.h): weights are read once per block.
+const kPrefillBlock = 64;
 const Pause = () => new Promise((resolve) => setTimeout(resolve, 0));
 
 // p: {prompt, kv_k, kv_v, device_budget_bytes, temperature, top_k, top_p, min_p, seed,
@@ -256,6 +356,10 @@ async function Generate(id, p) {
   RequireModel();
   stopRequested = false;
   FreeSession();
+  p = {...p, threads: p.threads ?? threads};
+  if (!(Number.isInteger(p.threads) && p.threads >= 1 && p.threads <= threads)) {
+    throw new Error(`threads ${p.threads}: this page runs 1${threads > 1 ? ` to ${threads}` : ''}`);
+  }
   const prompt_ids = Tokenize(p.prompt, -1);
   if (prompt_ids.length === 0) throw new Error('the prompt gave no tokens (and the model adds no BOS)');
   const asked = p.n_positions !== undefined ? p.n_positions - prompt_ids.length : p.max_tokens;
@@ -284,23 +388,42 @@ async function Generate(id, p) {
   const engine = on_gpu ? await GpuEngine(p) : CpuEngine(p);
 
   const ids = prompt_ids.slice();
-  const t_prefill = performance.now();
-  await engine.prefill(prompt_ids);
-  const prefill_ms = performance.now() - t_prefill;
-  const timing = () => ({n_prompt: prompt_ids.length, prefill_ms, n_generated: ids.length - prompt_ids.length,
-                         decode_ms});
-  let decode_ms = 0;  // sampling and decode steps, the pauses for messages excluded
+  let prefill_ms = 0;  // the prompt's blocks, the pauses between them excluded
+  let held = 0;        // prompt tokens the session holds
+  let decode_ms = 0;   // sampling and decode steps, the pauses for messages excluded
+  const timing = () => ({n_prompt: prompt_ids.length, n_prompt_held: held, prefill_ms,
+                         n_generated: ids.length - prompt_ids.length, decode_ms});
   let sent = 0;  // ids already posted: the first post carries BOS and the prompt
   let last_post = performance.now();
   const post = (type, extra) => {
     self.postMessage({type, id, new_ids: ids.slice(sent), text: Detokenize(ids), timing: timing(),
-                      stats: engine.stats(ids.length - 1), path, ...extra});
+                      stats: engine.stats(ids.length - 1), path, threads: p.threads, ...extra});
     sent = ids.length;
     last_post = performance.now();
   };
+  let stopped = false;
+  // The prompt in kvq's own blocks (how a prompt is cut changes no bit of the cache or logits:
+  // kvq/session.h), with a pause after each so that Stop is seen within one block.
+  while (held < prompt_ids.length) {
+    const t0 = performance.now();
+    const block = prompt_ids.slice(held, held + kPrefillBlock);
+    await engine.prefill(block);
+    held += block.length;
+    prefill_ms += performance.now() - t0;
+    if (held === prompt_ids.length) break;
+    self.postMessage({type: 'progress', id, prefill: {held, total: prompt_ids.length}, timing: timing(), path});
+    await Pause();
+    if (stopRequested) {
+      stopped = true;
+      break;
+    }
+  }
+  if (stopped) {
+    post('done', {ids, stopped, end_token: false, context: model_context, context_full: false});
+    return;
+  }
   post('progress');
   await Pause();
-  let stopped = false;
   let end_token = false;
   for (let i = 0; i < max_new; ++i) {
     if (stopRequested) {
@@ -332,12 +455,13 @@ function CpuEngine(p) {
   session = api.sessionNew(model, p.kv_k, p.kv_v, p.device_budget_bytes || 0);
   Check(session, `creating a session with K "${p.kv_k}", V "${p.kv_v}"`);
   api.setSampler(session, p.temperature, p.top_k, p.top_p, p.min_p, p.seed | 0);
+  // No count changes a bit of the logits (kvq/session.h): ?threads=N and a test's threads: 1 vs 2.
+  Check(api.sessionSetThreads(session, p.threads) === 0, `running with ${p.threads} threads`);
   return {
     prefill: async (prompt_ids) => {
       const buf = kvq._malloc(prompt_ids.length * 4);  // [n_prompt] int32
       try {
-        kvq.HEAP32.set(prompt_ids, buf >> 2);
-        // One call: however the module cuts the prompt into blocks, the bits are those of `kvq run`.
+        Heap32().set(prompt_ids, buf >> 2);
         Check(api.prefill(session, buf, prompt_ids.length) === 0, 'prefill');
       } finally {
         kvq._free(buf);
@@ -396,9 +520,9 @@ async function GpuEngine(p) {
 }
 
 const handlers = {
-  init: (m) => Init(m.simd),
-  load_bundled: () => LoadBundled(),
-  load: (m) => LoadModel(m.files),
+  init: (m) => Init(m),
+  load_bundled: (m) => LoadBundled(m.id),
+  load: (m) => LoadModel(m.id, m.files),
   tokenize: (m) => ({ids: Tokenize(m.text, m.add_bos === undefined ? -1 : m.add_bos)}),
   generate: (m) => Generate(m.id, m.params),
   stats: () => Stats(),
@@ -425,10 +549,11 @@ self.onmessage = async (event) => {
   let owns_busy = false;
   try {
     if (!handler) throw new Error(`worker: unknown request "${m.type}"`);
-    if (busy) throw new Error('a generation is running: stop it first');
+    if (busy) throw new Error(`${busy} is running: wait for it${busy === 'a generation' ? ' or stop it' : ''}`);
     if (m.type !== 'init' && !api) throw new Error('the WebAssembly module is not loaded');
-    // Every request but generate runs to its end before the next message is read; generate pauses.
-    busy = owns_busy = m.type === 'generate';
+    // Generating and loading pause (for Stop, for the file's chunks): nothing else runs meanwhile.
+    busy = {generate: 'a generation', load: 'a model load', load_bundled: 'a model load'}[m.type] || false;
+    owns_busy = Boolean(busy);
     const result = await handler(m);
     // generate posts its own 'done'; the others answer with their result.
     if (m.type !== 'generate') self.postMessage({type: 'result', id: m.id, result});

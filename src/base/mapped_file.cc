@@ -27,7 +27,15 @@ Result<std::shared_ptr<MappedFile>> MapFile(const std::string& path, std::string
   });
   file->size = st.st_size;
   if (file->size > 0) {
-    void* p = ::mmap(nullptr, static_cast<size_t>(file->size), PROT_READ, MAP_PRIVATE, fd, 0);
+#if defined(__EMSCRIPTEN__)
+    // Read-only either way; Emscripten's in-memory files copy a private map into the heap but
+    // hand out a shared one in place when the file's bytes already lie there (src/web/web_load.cc
+    // puts a page's model file in the heap so that it is held once).
+    constexpr int kMapFlags = MAP_SHARED;
+#else
+    constexpr int kMapFlags = MAP_PRIVATE;
+#endif
+    void* p = ::mmap(nullptr, static_cast<size_t>(file->size), PROT_READ, kMapFlags, fd, 0);
     if (p == MAP_FAILED) {
       const int err = errno;  // close may overwrite errno
       ::close(fd);

@@ -4,7 +4,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "base/checksum.h"
@@ -71,6 +73,37 @@ int64_t RepackWeights(LlamaWeights* w, bool release_mapped_pages) {
   }
   w->repacked = std::move(buffer);
   return at;
+}
+
+int64_t RepackWeightsInPlace(LlamaWeights* w) {
+  const bool tied = w->classifier.data == w->token_embedding.data;
+  std::vector<Matrix*> todo;  // as RepackWeights, but a tied classifier, whose bytes are the embedding's
+  for (LayerWeights& L : w->layers) {
+    for (Matrix* m :
+         {&L.wq, &L.wk, &L.wv, &L.wo, &L.w1, &L.w2, &L.w3, &L.ssm_qkv, &L.ssm_gate, &L.ssm_out}) {
+      if (CanRepack(*m)) todo.push_back(m);
+    }
+  }
+  if (!tied && CanRepack(w->classifier) && !IsInterleavedKQuant(w->classifier.type)) todo.push_back(&w->classifier);
+  int64_t largest = 0, total = 0;
+  for (const Matrix* m : todo) largest = std::max(largest, MatrixDataBytes(*m));
+  std::vector<uint8_t> scratch(static_cast<size_t>(largest));  // [largest matrix bytes] one repacked matrix
+  for (Matrix* m : todo) {
+    const Matrix plain = *m;
+    Matrix packed = RepackMatrix(plain, scratch.data());
+    // The caller owns the bytes (LoadModel's WebAssembly mapping is heap memory): written over.
+    std::memcpy(const_cast<uint8_t*>(plain.data), scratch.data(), static_cast<size_t>(MatrixDataBytes(plain)));
+    packed.data = plain.data;
+    *m = packed;
+    total += MatrixDataBytes(plain);
+  }
+  if (!tied || !CanRepack(w->classifier) || IsInterleavedKQuant(w->classifier.type)) return total;
+  // The tied classifier gets its own copy, as RepackWeights gives it: the embedding stays row-major.
+  LlamaWeights classifier_only{.classifier = w->classifier};
+  const int64_t copied = RepackWeights(&classifier_only, /*release_mapped_pages=*/false);
+  w->classifier = classifier_only.classifier;
+  w->repacked = std::move(classifier_only.repacked);
+  return total + copied;
 }
 
 }  // namespace kvq

@@ -168,6 +168,13 @@ struct LlamaWeights {
 /// — reads them again), so the repacked copy replaces the mapped one in resident memory rather
 /// than doubling it. Returns the bytes repacked.
 int64_t RepackWeights(LlamaWeights* weights, bool release_mapped_pages);
+/// RepackWeights for a WebAssembly build, whose heap cannot release memory: each matrix is
+/// repacked through one scratch the size of the largest and written over its own bytes (the
+/// mapping is heap memory that the loader owns), so the file is held once; a tied classifier still
+/// gets its own copy (the embedding is read by rows). The layout, and so every bit of the logits,
+/// is RepackWeights'. The snapshot fingerprint then hashes the repacked bytes (deterministic, but
+/// not native's). Returns the bytes repacked.
+int64_t RepackWeightsInPlace(LlamaWeights* weights);
 
 /// The snapshot fingerprint of `weights`: its attention shape and Checksum64 chained over
 /// fingerprint_bytes from fingerprint_seed. Reads every byte it covers.

@@ -80,7 +80,11 @@ Result<LoadedModel> LoadModel(const std::string& model_path, const std::string& 
   // measurement, in the same binary.
   const char* no_repack = std::getenv("KVQ_NO_REPACK");
   if (no_repack == nullptr || std::string_view(no_repack) != "1") {
+#if defined(__EMSCRIPTEN__)
+    RepackWeightsInPlace(&weights.value());  // a wasm heap cannot release the mapped copy
+#else
     RepackWeights(&weights.value(), /*release_mapped_pages=*/true);
+#endif
   }
   Result<Tokenizer> tokenizer = Status::Error("unreachable");
   if (!tokenizer_path.empty()) {

@@ -153,6 +153,12 @@ Result<int> HttpServer::Bind() {
     if (!std::filesystem::is_directory(options_.web_root) || !http_->set_mount_point("/", options_.web_root)) {
       return Status::Error(fmt::format("--web {}: not a folder", options_.web_root));
     }
+    // Cross-origin isolation for the page's files: without it a browser withholds SharedArrayBuffer,
+    // and the page falls back to its one-thread WebAssembly build. The page loads nothing cross-origin.
+    http_->set_file_request_handler([](const httplib::Request&, httplib::Response& res) {
+      res.set_header("Cross-Origin-Opener-Policy", "same-origin");
+      res.set_header("Cross-Origin-Embedder-Policy", "require-corp");
+    });
   }
   http_->set_socket_options(ExclusiveSocketOptions);
   const int port = options_.port == 0 ? http_->bind_to_any_port(options_.host)

@@ -11,6 +11,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kvq/kv_memory.h"
@@ -105,6 +106,18 @@ EMSCRIPTEN_KEEPALIVE int kvq_web_session_new(int model, const char* kv_k, const 
     Fail("device_budget_bytes must be 0 (none) or a positive byte count");
     return 0;
   }
+  // Each spec checked here first, so a bad one is named as the page names it (K format, V format)
+  // rather than by the option it would have filled.
+  const kvq::RowShape shape{.n_kv_heads = m->model->info().n_kv_heads, .head_dim = m->model->info().head_dim};
+  for (const auto& [label, text, is_value] : {std::tuple{"K format", kv_k, false}, std::tuple{"V format", kv_v, true}}) {
+    kvq::Result<kvq::KvSpec> spec = kvq::ParseKvSpec(text);
+    kvq::Status fits = spec.ok() ? (is_value ? kvq::CheckValueSpec(*spec, shape) : kvq::CheckKvSpec(*spec, shape))
+                                 : spec.status();
+    if (!fits.ok()) {
+      Fail(std::string(label) + " \"" + text + "\": " + fits.message());
+      return 0;
+    }
+  }
   kvq::KvOptions kv{.key_format = kv_k, .value_format = kv_v};
   kv.budgets.device_bytes = static_cast<int64_t>(device_budget_bytes);
   kvq::Result<std::unique_ptr<kvq::Session>> session = m->model->NewSession(kv);
@@ -130,6 +143,16 @@ EMSCRIPTEN_KEEPALIVE int kvq_web_session_new(int model, const char* kv_k, const 
 }
 
 EMSCRIPTEN_KEEPALIVE void kvq_web_session_free(int session) { delete SessionOf(session); }
+
+// Threads the session's forward passes use (1..the module's kvq_web_max_threads()); 0 or -1.
+EMSCRIPTEN_KEEPALIVE int kvq_web_session_set_threads(int session, int threads) {
+  // Checked here: kvq's pool would start threads that a build without pthreads cannot run.
+  if (threads < 1 || threads > kvq_web_max_threads()) {
+    return Fail("threads must be between 1 and " + std::to_string(kvq_web_max_threads()) + " in this build");
+  }
+  const kvq::Status s = SessionOf(session)->session->SetThreads(threads);
+  return s.ok() ? 0 : Fail(s.message());
+}
 
 EMSCRIPTEN_KEEPALIVE int kvq_web_tokenize(int model, const char* text, int add_bos, int32_t* ids, int capacity) {
   if (add_bos < -1 || add_bos > 1) return Fail("add_bos must be -1 (model default), 0 or 1");
@@ -184,6 +207,7 @@ EMSCRIPTEN_KEEPALIVE const char* kvq_web_session_stats(int session) {
   WebSession* s = SessionOf(session);
   s->stats_json = nlohmann::json{{"positions", s->session->positions()},
                                  {"context", s->session->context()},
+                                 {"threads", s->session->threads()},
                                  {"kv_bytes", s->session->kv_bytes()},
                                  {"kv_bytes_per_token", s->kv_bytes_per_token},
                                  {"kv_f16_bytes_per_token", s->kv_f16_bytes_per_token},
@@ -192,20 +216,6 @@ EMSCRIPTEN_KEEPALIVE const char* kvq_web_session_stats(int session) {
                                  {"device_budget_bytes", s->device_budget_bytes}}
                       .dump();
   return s->stats_json.c_str();
-}
-
-// Bits per stored number (K and V averaged) for one head of 64 numbers (a common head size);
-// a format's scales make this shape-dependent, so a model's own figure is kv_bytes_per_token.
-EMSCRIPTEN_KEEPALIVE const char* kvq_web_formats(void) {
-  static std::string json;
-  nlohmann::json list = nlohmann::json::array();
-  const kvq::RowShape shape{.n_kv_heads = 1, .head_dim = 64};
-  for (const kvq::FormatDesc* f : kvq::Formats()) {
-    const double bits = (kvq::BitsPerNumber(f->key, shape) + kvq::BitsPerNumber(f->value, shape)) / 2;
-    list.push_back({{"name", f->name}, {"bits_per_value", bits}});
-  }
-  json = list.dump();
-  return json.c_str();
 }
 
 EMSCRIPTEN_KEEPALIVE const char* kvq_web_simd_target(void) { return kvq::simd::DispatchedTargetName(); }

@@ -3,10 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
 #include "kvq/model.h"
+
+/// Threads a model can run with in this build (web_load.cc): 1 without pthreads.
+extern "C" int kvq_web_max_threads(void);
 
 namespace kvq_web {
 
@@ -29,6 +33,9 @@ int Handle(T* p) {
 
 /// A loaded model (kvq_web_model_load's handle), shared by the shim's files.
 struct WebModel {
+  /// The model file's bytes when kvq_web_model_load_bytes loaded it (the model maps them: declared
+  /// first, so freed after the model); null for a model loaded from a MEMFS path.
+  std::unique_ptr<uint8_t, void (*)(void*)> file_data{nullptr, &std::free};
   std::unique_ptr<kvq::Model> model;
   int64_t file_bytes = 0;
   std::string info_json;

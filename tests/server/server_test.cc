@@ -430,6 +430,9 @@ TEST(Serve, ServesTheWebBundleBesideTheChatPage) {
   ASSERT_TRUE(page);
   EXPECT_EQ(page->status, 200);  // static files need no key: the page holds no secrets
   EXPECT_NE(page->body.find("<title>kvq</title>"), std::string::npos);
+  // Cross-origin isolated, so the page may use SharedArrayBuffer (its threaded build).
+  EXPECT_EQ(page->get_header_value("Cross-Origin-Opener-Policy"), "same-origin");
+  EXPECT_EQ(page->get_header_value("Cross-Origin-Embedder-Policy"), "require-corp");
   EXPECT_EQ(server.Get("/v1/models")->status, 401);
   std::filesystem::remove_all(dir);
 }

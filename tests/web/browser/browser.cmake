@@ -13,6 +13,14 @@ add_test(NAME web.browser_golden
          COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/browser_test.mjs" "${KVQ_WEB_BUNDLE_DIR}"
                  "$<TARGET_FILE:kvq_cli>" "${KVQ_PLAYWRIGHT_DIR}")
 set_tests_properties(web.browser_golden PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 400)
+# The page's state (failed loads, progress, errors, Stop in a prefill, ?threads/?gpu) and its
+# threaded build (ids with 2 threads = 1 = native kvq run), and a 325 MiB model held once.
+foreach(case page_state threads memory)
+  add_test(NAME web.${case}
+           COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/${case}_test.mjs" "${KVQ_WEB_BUNDLE_DIR}"
+                   "$<TARGET_FILE:kvq_cli>" "${KVQ_PLAYWRIGHT_DIR}")
+  set_tests_properties(web.${case} PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 300)
+endforeach()
 
 # WebGPU attention (issue 14) on the SwiftShader adapter: the cases written with kvq's codecs by
 # gpu_attention_fixture, checked in the page by tests/web/gpu/gpu_attention_page.js.

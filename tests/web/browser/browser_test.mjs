@@ -5,10 +5,11 @@
 // Usage: node browser_test.mjs BUNDLE_DIR KVQ_CLI PLAYWRIGHT_NPM_DIR   (env KVQ_BROWSER_SCREENSHOT=FILE.png)
 import {execFileSync} from 'node:child_process';
 import fs from 'node:fs';
-import http from 'node:http';
 import {createRequire} from 'node:module';
 import path from 'node:path';
 import {fileURLToPath} from 'node:url';
+
+import {ServeStatic} from '../../../tools/serve_web.mjs';
 
 const kChromium = process.env.KVQ_CHROMIUM || '/usr/bin/chromium';
 const kSourceDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
@@ -80,47 +81,8 @@ function CompareIds(what, got, want) {
   return false;
 }
 
-// ---- the static server: the bundle folder only ----
-const kMime = {
-  '.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8',
-  '.mjs': 'text/javascript; charset=utf-8', '.css': 'text/css; charset=utf-8', '.wasm': 'application/wasm',
-  '.json': 'application/json', '.bin': 'application/octet-stream', '.gguf': 'application/octet-stream',
-  '.png': 'image/png', '.svg': 'image/svg+xml', '.txt': 'text/plain; charset=utf-8',
-};
-
-function Serve(root) {
-  const real_root = fs.realpathSync(root);
-  const server = http.createServer((req, res) => {
-    const reply = (code, why) => {
-      Fail(`server: ${req.method} ${req.url}: ${code} ${why}`);
-      res.writeHead(code, {'Content-Type': 'text/plain; charset=utf-8'});
-      res.end(`${code} ${why}\n`);
-    };
-    if (req.method !== 'GET' && req.method !== 'HEAD') return reply(405, 'only GET and HEAD');
-    // The browser asks for a favicon on its own; the page has none and needs none.
-    if (req.url === '/favicon.ico') return res.writeHead(204).end();
-    let rel;
-    try {
-      rel = decodeURIComponent(new URL(req.url, 'http://127.0.0.1').pathname);
-    } catch (e) {
-      return reply(400, 'bad URL');
-    }
-    if (rel.endsWith('/')) rel += 'index.html';
-    let file;
-    try {
-      file = fs.realpathSync(path.join(real_root, path.normalize(rel)));
-    } catch (e) {
-      return reply(404, 'not in the bundle');
-    }
-    if (!file.startsWith(real_root + path.sep) || !fs.statSync(file).isFile()) return reply(404, 'not in the bundle');
-    const mime = kMime[path.extname(file).toLowerCase()];
-    if (!mime) return reply(415, `no MIME type known for ${path.extname(file) || 'a file without extension'}`);
-    res.writeHead(200, {'Content-Type': mime, 'Content-Length': fs.statSync(file).size, 'Cache-Control': 'no-store'});
-    if (req.method === 'HEAD') return res.end();
-    fs.createReadStream(file).pipe(res);
-  });
-  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(server)));
-}
+// ---- the static server: the bundle folder only, cross-origin isolated (the threaded build) ----
+const Serve = (root) => ServeStatic(root, {on_refusal: (method, url, code, why) => Fail(`server: ${method} ${url}: ${code} ${why}`)});
 
 // ---- the native binary: int4 ids for the same prompt and positions ----
 function NativeIds(prompt, n_prompt, kv, extra = []) {
@@ -151,7 +113,8 @@ async function OpenPage(browser, base, query) {
   page.on('worker', (w) => w.on('console', OnConsole(`worker ${w.url()}`)));
   await page.goto(`${base}/index.html${query}`);
   const info = await page.evaluate(() => window.kvqPage.ready);
-  console.log(`browser_test: ${where}: build ${info.build}, Highway target ${info.simd_target}, ` +
+  console.log(`browser_test: ${where}: build ${info.build} (${info.module}, ${info.threads} thread(s)` +
+              `${info.threads_why_not ? `: ${info.threads_why_not}` : ''}), Highway target ${info.simd_target}, ` +
               `${info.formats.length} KV formats`);
   return {page, info};
 }
@@ -181,7 +144,7 @@ async function RunThroughForm(page, prompt, kv) {
 }
 
 async function PageErrors(page, where) {
-  const shown = await page.$$eval('#errors li:not(.muted)', (items) => items.map((li) => li.textContent));
+  const shown = await page.$$eval('.error-box:not([hidden]) .msg', (items) => items.map((e) => e.textContent));
   for (const e of shown) Fail(`${where}: the page shows an error: ${e}`);
 }
 

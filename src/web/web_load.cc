@@ -1,0 +1,136 @@
+// Loading a model from bytes the page already put in this module's memory (kvq_web_file_alloc,
+// filled by JS a chunk at a time from the picked File or the fetched body), so the file's bytes
+// are not also kept in JS or in a MEMFS file: a MEMFS node is made whose contents *are* those heap
+// bytes, and kvq's MapFile maps it without copying (base/mapped_file.cc maps shared under
+// Emscripten; MEMFS copies private maps).
+// The bytes belong to the loaded model and are freed with it (kvq_web_model_free).
+// Also: the threads this build runs (pthreads or not) and the KV formats' bits for a model's shape.
+#include <emscripten/emscripten.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "kvq/kv_memory.h"
+#include "kvq/kv_spec.h"
+#include "kvq/model.h"
+#include "web/web_common.h"
+
+// Makes PATH a MEMFS file whose contents view [bytes, bytes + n) of the module's memory.
+EM_JS(int, kvq_js_file_over_heap, (const char* path, uint8_t* bytes, double n), {
+  try {
+    const name = UTF8ToString(path);
+    FS.writeFile(name, new Uint8Array(0));
+    const node = FS.lookupPath(name).node;
+    node.contents = HEAPU8.subarray(bytes, bytes + n);
+    node.usedBytes = n;
+    return 0;
+  } catch (e) {
+    return 1;
+  }
+});
+
+EM_JS(void, kvq_js_unlink, (const char* path), {
+  try {
+    FS.unlink(UTF8ToString(path));
+  } catch (e) {
+    // already gone
+  }
+});
+
+namespace {
+
+using kvq_web::Fail;
+
+// Page alignment, as a mapping has: GGUF tensor offsets are aligned relative to the file start.
+constexpr size_t kFileAlignment = 65536;
+
+}  // namespace
+
+extern "C" {
+
+// Threads a model can run with in this build: 1 without pthreads (kvq's pool then runs every job on
+// the caller's thread), else the hardware threads the browser reports.
+EMSCRIPTEN_KEEPALIVE int kvq_web_max_threads(void) {
+#if defined(__EMSCRIPTEN_PTHREADS__)
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+#else
+  return 1;
+#endif
+}
+
+// [n] bytes for a file, aligned as a mapping; 0 with kvq_web_last_error when the module cannot hold them.
+EMSCRIPTEN_KEEPALIVE uint8_t* kvq_web_file_alloc(double n) {
+  constexpr double kMax = 2147483648.0;  // the module's memory (MAXIMUM_MEMORY)
+  if (!(n > 0) || n >= kMax) {
+    Fail("the file is empty or larger than this page's 2 GiB memory");
+    return nullptr;
+  }
+  const size_t bytes = (static_cast<size_t>(n) + kFileAlignment - 1) / kFileAlignment * kFileAlignment;
+  auto* p = static_cast<uint8_t*>(std::aligned_alloc(kFileAlignment, bytes));
+  if (p == nullptr) Fail("the file does not fit this page's memory (2 GiB at most, less what is in use)");
+  return p;
+}
+
+EMSCRIPTEN_KEEPALIVE void kvq_web_file_free(uint8_t* bytes) { std::free(bytes); }
+
+// Loads the model file held at [bytes, bytes + n) (named `name` in errors), with the tokenizer file
+// at tokenizer_path ('' for none), running `threads` threads (1..kvq_web_max_threads()). Takes the
+// bytes: the model frees them, or this call does when the load fails. Returns a handle, or 0.
+EMSCRIPTEN_KEEPALIVE int kvq_web_model_load_bytes(uint8_t* bytes, double n, const char* name,
+                                                  const char* tokenizer_path, int threads) {
+  std::unique_ptr<uint8_t, void (*)(void*)> owned(bytes, &std::free);
+  if (threads < 1 || threads > kvq_web_max_threads()) {
+    Fail("threads must be between 1 and " + std::to_string(kvq_web_max_threads()) + " in this build");
+    return 0;
+  }
+  // The picked name without folders, so a path in it cannot leave /models.
+  std::string file = name;
+  std::replace(file.begin(), file.end(), '/', '_');
+  const std::string path = "/models/" + file;
+  if (kvq_js_file_over_heap(path.c_str(), bytes, n) != 0) {
+    kvq_web::Fail(path + ": could not be made in the module's file system");
+    return 0;
+  }
+  kvq::ModelOptions options{.tokenizer_path = tokenizer_path != nullptr ? tokenizer_path : "", .threads = threads};
+  // kvq repacks Q4_0 / Q8_0 matrices over these bytes at load (RepackWeightsInPlace, as a
+  // WebAssembly heap cannot release a mapped copy), so the file is held once.
+  kvq::Result<std::unique_ptr<kvq::Model>> model = kvq::Model::Load(path, options);
+  // The mapping holds the heap bytes, not the node: the name goes at once.
+  kvq_js_unlink(path.c_str());
+  if (!model.ok()) {
+    // The file as the user named it, not the module's internal path.
+    std::string message = model.status().message();
+    for (size_t at = message.find(path); at != std::string::npos; at = message.find(path, at + file.size())) {
+      message.replace(at, path.size(), file);
+    }
+    Fail(message);
+    return 0;
+  }
+  auto web = std::make_unique<kvq_web::WebModel>();
+  web->model = std::move(model).value();
+  web->file_bytes = static_cast<int64_t>(n);
+  web->file_data = std::move(owned);
+  return kvq_web::Handle(web.release());
+}
+
+// [{name, bits_per_value}]: bits per stored number (K and V averaged) for heads of head_dim numbers
+// (a format's scales make this shape-dependent); head_dim <= 0 means 64, a common head size.
+EMSCRIPTEN_KEEPALIVE const char* kvq_web_formats(int head_dim) {
+  static std::string json;
+  nlohmann::json list = nlohmann::json::array();
+  const kvq::RowShape shape{.n_kv_heads = 1, .head_dim = head_dim > 0 ? head_dim : 64};
+  for (const kvq::FormatDesc* f : kvq::Formats()) {
+    if (!kvq::CheckKvSpec(kvq::KvSpec(f), shape).ok()) continue;  // cannot store this head size
+    const double bits = (kvq::BitsPerNumber(f->key, shape) + kvq::BitsPerNumber(f->value, shape)) / 2;
+    list.push_back({{"name", f->name}, {"bits_per_value", bits}});
+  }
+  json = list.dump();
+  return json.c_str();
+}
+
+}  // extern "C"
