@@ -307,7 +307,7 @@ void AddEvalAttentionCommand(CLI::App& eval, int* exit_code) {
                     "format, plain)");
   AddScoreArithmeticFlag(cmd);
   CLI::Option* contexts = AddContextListFlag(
-      cmd, &o->shared, "--context,--contexts", "Context lengths, comma-separated (default 16,64,256,1024,2787; model rows cap "
+      cmd, &o->shared, "--contexts,--context", "Context lengths, comma-separated (default 16,64,256,1024,2787; model rows cap "
                                      "the defaults at the model's context)", 1, INT64_MAX);
   CLI::Option* layer = cmd->add_option("--layer", o->layer, "Measure only this layer (default: every layer, averaged)");
   CLI::Option* head = cmd->add_option("--head", o->head, "Measure only this query head (default: every head)");

@@ -21,8 +21,9 @@ namespace {
 namespace fs = std::filesystem;
 
 // Each command waits this long at most: an unreachable Redis costs a request this, once, and
-// then nothing until the next retry.
-constexpr timeval kTimeout{.tv_sec = 0, .tv_usec = 300 * 1000};
+// then nothing until the next retry. Long enough that a loaded host's slow reply is not taken for
+// an outage (which would drop the save).
+constexpr timeval kTimeout{.tv_sec = 1, .tv_usec = 0};
 constexpr auto kRetryEvery = std::chrono::seconds(1);
 
 struct ReplyDeleter {

@@ -192,8 +192,8 @@ function SetupTab(chosen) {
   $('load-bundled').addEventListener('click', () => LoadInTab(null));
   $('load-picked').addEventListener('click', async () => {
     try {
-      const {ReadModelFiles} = await import('../picker.js');
-      await LoadInTab(await ReadModelFiles($('model-file').files[0], $('tok-file').files[0] ?? null));
+      const {CheckModelFiles} = await import('../picker.js');
+      await LoadInTab(await CheckModelFiles($('model-file').files[0], $('tok-file').files[0] ?? null));
     } catch (e) {
       ShowError(e.message);
     }

@@ -166,10 +166,10 @@ export class TabTransport {
     return this.build;
   }
 
-  // files: null (the bundled stories260K) or {model: {name, bytes}, tokenizer: {name, bytes} | null}.
+  // files: null (the bundled stories260K) or picker.js's CheckModelFiles result ({model: {name,
+  // kind, file: File}, tokenizer}); the worker reads the File into the module in chunks.
   async Load(files) {
-    const transfer = files ? [files.model.bytes, ...(files.tokenizer ? [files.tokenizer.bytes] : [])] : [];
-    this.model = files ? await this.Ask('load', {files}, transfer) : await this.Ask('load_bundled');
+    this.model = files ? await this.Ask('load', {files}, []) : await this.Ask('load_bundled');
     this.last_stats = null;
     return this.model;
   }
