@@ -157,7 +157,7 @@ async function ThroughTheServer(browser, base) {
          await page.$$eval('#messages script, #messages b', (e) => e.length) === 0, 'messages are shown as text');
   const held = await KvBytesHeld(base);
   await page.waitForFunction((want) => document.getElementById('kv-bytes').dataset.bytes === String(want), held,
-                             {timeout: 5000}).catch(() => {});
+                             {timeout: 20000}).catch(() => {});
   const shown = Number(await page.$eval('#kv-bytes', (e) => e.dataset.bytes));
   Expect(held > 0 && shown === held, `the KV bytes shown (${shown}) are the server's sessions' (${held})`);
 
