@@ -34,7 +34,8 @@ namespace kvq {
 struct ToolCallFormat {
   const char* name;           ///< "hermes", "llama3_json", "mistral"
   const char* models;         ///< who writes it, for logs and help
-  /// A chat template holding this text uses the format; "" for the fallback (the table's first row).
+  /// A chat template holding one of these texts (separated by newlines) uses the format; "" for the
+  /// fallback (the table's first row).
   const char* detect;
   const char* open;           ///< text before the calls ("" for llama3_json: the reply is the call)
   const char* close;          ///< text after each call (Hermes), "" when the calls run to the end
@@ -47,8 +48,8 @@ struct ToolCallFormat {
 
 /// Every format, the fallback (Hermes) first.
 std::span<const ToolCallFormat> ToolCallFormats();
-/// The format a chat template's model writes: the first row whose `detect` text the template
-/// holds, else Hermes. An empty template (ChatML) is Hermes.
+/// The format a chat template's model writes: the first row one of whose `detect` texts the
+/// template holds, else Hermes. An empty template (ChatML) is Hermes.
 const ToolCallFormat& ToolCallFormatFor(std::string_view template_source);
 /// The format of the template `model` renders with: `template_override` when non-empty, else the
 /// model's own (Hermes when it falls back to ChatML).

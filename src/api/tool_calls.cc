@@ -29,7 +29,9 @@ constexpr ToolCallFormat kFormats[] = {
      .id_length = 0},
     {.name = "llama3_json",
      .models = "Llama 3.1, 3.2, 3.3",
-     .detect = "<|python_tag|>",
+     // Llama 3.1's template names the built-in tools' tag; 3.2's has no built-in tools, and both
+     // (3.3's too) ask for calls in this one sentence.
+     .detect = "<|python_tag|>\n\"parameters\": dictionary of argument name",
      .open = "",
      .close = "",
      .arguments_key = "parameters",
@@ -74,7 +76,12 @@ std::span<const ToolCallFormat> ToolCallFormats() { return kFormats; }
 
 const ToolCallFormat& ToolCallFormatFor(std::string_view template_source) {
   for (const ToolCallFormat& f : kFormats) {
-    if (*f.detect != '\0' && template_source.find(f.detect) != std::string_view::npos) return f;
+    std::string_view texts = f.detect;
+    while (!texts.empty()) {
+      const size_t end = std::min(texts.find('\n'), texts.size());
+      if (template_source.find(texts.substr(0, end)) != std::string_view::npos) return f;
+      texts.remove_prefix(std::min(end + 1, texts.size()));
+    }
   }
   return kFormats[0];
 }

@@ -97,16 +97,11 @@ int RunChat(const ChatFlags& o, const std::string& command) {
   auto bad = [&](const std::string& m) { return BadInput(command, m); };
   ChatTemplateOptions render{.add_generation_prompt = true};
   if (!o.chat_template_file.empty()) {
-    std::ifstream in(o.chat_template_file, std::ios::binary);
-    if (!in) return bad(fmt::format("--chat-template {}: cannot read the file", o.chat_template_file));
-    std::stringstream source;
-    source << in.rdbuf();
-    render.template_override = source.str();
-    if (render.template_override.empty()) return bad(fmt::format("--chat-template {}: the file is empty", o.chat_template_file));
-    if (Status s = Model::CheckChatTemplate(render.template_override); !s.ok()) {
-      return bad(fmt::format("--chat-template {}: {}", o.chat_template_file, s.message()));
-    }
+    Result<std::string> source = ReadChatTemplateFile("--chat-template", o.chat_template_file);
+    if (!source.ok()) return bad(source.status().message());
+    render.template_override = std::move(source).value();
   }
+
   std::ifstream file;
   if (!o.input_file.empty()) {
     file.open(o.input_file, std::ios::binary);

@@ -35,6 +35,7 @@ struct ServeOptions {
   int64_t context = 0;
   std::string alias;
   std::string web = "auto";
+  std::string chat_template_file;  // --chat-template FILE: Jinja source replacing the model's
   double shutdown_grace_seconds = 30;
 };
 
@@ -54,6 +55,12 @@ int RunServe(ServeOptions& o) {
   if (!std::filesystem::is_regular_file(model_path)) return bad(fmt::format("-m {}: no such file", model_path));
   if (const std::string tok = so.TokenizerPath(); !tok.empty() && !std::filesystem::is_regular_file(tok)) {
     return bad(fmt::format("--tokenizer {}: no such file", tok));
+  }
+  if (!o.chat_template_file.empty()) {
+    Result<std::string> source = ReadChatTemplateFile("--chat-template", o.chat_template_file);
+    if (!source.ok()) return bad(source.status().message());
+    o.http.chat_template = std::move(source).value();
+    o.http.chat_template_origin = fmt::format("{} (--chat-template)", o.chat_template_file);
   }
   if (o.web == "auto") o.web = std::filesystem::is_directory(KVQ_WEB_BUNDLE_DIR) ? KVQ_WEB_BUNDLE_DIR : "";
   o.http.web_root = o.web;
@@ -111,7 +118,8 @@ int RunServe(ServeOptions& o) {
     }
   }
   // The chat template (the file's own when kvq can run it, else ChatML): the log says which.
-  const std::string chat_origin = (*model)->chat_template_choice().origin;
+  const std::string chat_origin =
+      o.http.chat_template.empty() ? (*model)->chat_template_choice().origin : o.http.chat_template_origin;
   Result<std::unique_ptr<server::Engine>> engine = server::Engine::Create(**model, o.engine, &metrics);
   if (!engine.ok()) return finish(bad(engine.status().message()));
   running_engine = engine->get();
@@ -191,6 +199,10 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--shutdown-grace", o->shutdown_grace_seconds,
                   "On SIGTERM/SIGINT, seconds running requests get to finish")
       ->check(CLI::Range(0.0, 86400.0))->capture_default_str();
+  cmd->add_option("--chat-template,--chat-template-file", o->chat_template_file,
+                  "Jinja chat template FILE rendering chat requests instead of the model's (its tool-call format "
+                  "too; default: the model's tokenizer.chat_template, or ChatML when it has none)")
+      ->type_name("FILE");
   cmd->add_option("--alias", o->alias, "The model id /v1/models lists (default: the model file's name)");
   cmd->add_option("--web", o->web,
                   "Folder of the web bundle (the in-tab runtime) served beside the chat page, which is built in "

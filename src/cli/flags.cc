@@ -9,9 +9,12 @@
 #include <cctype>
 #include <filesystem>
 #include <charconv>
+#include <fstream>
+#include <sstream>
 
 #include "cli/commands.h"
 #include "formats/int_score.h"
+#include "kvq/model.h"
 #include "kvq/units.h"
 #include "measure/kv_plan.h"
 
@@ -297,6 +300,18 @@ void AddSpeculationFlags(CLI::App* cmd, SpeculationOptions* spec) {
 std::string ScoreArithmeticLabel() {
   if (GetScoreArithmetic() == ScoreArithmetic::kF32) return "f32";
   return fmt::format("int ({})", int_score::PathName(int_score::Best()));
+}
+
+Result<std::string> ReadChatTemplateFile(const std::string& flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::Error(fmt::format("{} {}: cannot read the file", flag, path));
+  std::stringstream source;
+  source << in.rdbuf();
+  if (source.str().empty()) return Status::Error(fmt::format("{} {}: the file is empty", flag, path));
+  if (Status s = Model::CheckChatTemplate(source.str()); !s.ok()) {
+    return Status::Error(fmt::format("{} {}: {}", flag, path, s.message()));
+  }
+  return source.str();
 }
 
 }  // namespace kvq::cli

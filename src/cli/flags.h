@@ -16,6 +16,10 @@
 
 namespace kvq::cli {
 
+/// The Jinja chat template in FILE (a --chat-template flag's value), read and parsed; the error
+/// names `flag`, the file and what is wrong (unreadable, empty, or the construct kvq cannot run).
+Result<std::string> ReadChatTemplateFile(const std::string& flag, const std::string& path);
+
 /// The values of the shared flags. A command embeds one, with its own defaults set by designated
 /// initializers (e.g. `SharedOptions shared{.threads = 1}`), and adds the flags it takes.
 struct SharedOptions {

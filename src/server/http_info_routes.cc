@@ -124,7 +124,11 @@ void HttpServer::InfoRoutes() {
         {"trained_context", info.trained_context},
         {"context", context},
         {"vocab_size", info.vocab_size},
-        {"chat_template", model().chat_template_choice().origin},
+        {"chat_template", ChatTemplateOrigin()},
+        // The texts a chat template sees as bos_token and eos_token ("" when the vocabulary has
+        // none), as llama-server's /props gives them.
+        {"bos_token", info.bos >= 0 ? model().TokenPiece(info.bos) : ""},
+        {"eos_token", info.eos >= 0 ? model().TokenPiece(info.eos) : ""},
         {"kv", {{"key", eo.kv.key_format}, {"value", eo.kv.value_format}, {"layers", layers},
                 {"bytes_at_full_context", engine().KvBytesFor(context)}}},
         {"sessions", eo.parallel},

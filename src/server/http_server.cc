@@ -189,13 +189,18 @@ void HttpServer::Stop() {
 std::variant<std::string, ApiError> HttpServer::ChatPrompt(const GenerationRequest& r) const {
   Result<std::string> text =
       model().ApplyChatTemplate(r.messages, {.add_generation_prompt = true, .enable_thinking = r.enable_thinking,
+                                            .template_override = options_.chat_template,
                                             .tools_json = r.has_tools ? r.tools.tools_json : ""});
   if (!text.ok()) {
     return Error(400, "invalid_request_error",
-                 fmt::format("the chat template ({}) refused the messages: {}",
-                             model().chat_template_choice().origin, text.status().message()));
+                 fmt::format("the chat template ({}) refused the messages: {}", ChatTemplateOrigin(),
+                             text.status().message()));
   }
   return std::move(text).value();
+}
+
+std::string HttpServer::ChatTemplateOrigin() const {
+  return options_.chat_template.empty() ? model().chat_template_choice().origin : options_.chat_template_origin;
 }
 
 std::variant<std::vector<int32_t>, ApiError> HttpServer::PromptIds(const GenerationRequest& r) const {
@@ -247,7 +252,7 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
   spec.ignore_eos = r.ignore_eos;
   spec.grammar = r.grammar;
   // Tools: the model's format decides the grammar of a forced call and how calls are found in the reply.
-  const ToolCallFormat& tool_format = ToolCallFormatOf(model());
+  const ToolCallFormat& tool_format = ToolCallFormatOf(model(), options_.chat_template);
   const bool parse_calls = r.has_tools && r.tools.choice != ToolChoice::kNone;
   if (r.has_tools) {
     Result<std::string> forced = ToolCallGrammar(tool_format, r.tools);

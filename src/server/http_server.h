@@ -40,6 +40,10 @@ struct ServerOptions {
   RequestLimits limits;
   int32_t http_threads = 32;       ///< connections served at once (each streaming client holds one)
   bool log_requests = true;        ///< one line per request on stderr (id, route, status, tokens, timings)
+  /// Jinja source rendering chat requests instead of the model's template (its tool-call format
+  /// too); "": the model's (or ChatML). chat_template_origin says where it came from, for /props.
+  std::string chat_template;
+  std::string chat_template_origin;
 };
 
 /// What /health says: 503 "loading" until the model is attached, 200 "ok", 503 "draining" once
@@ -86,6 +90,8 @@ class HttpServer {
   std::variant<std::vector<int32_t>, ApiError> PromptIds(const GenerationRequest& request) const;
   // The chat prompt text of a checked chat request (the model's template, or ChatML), or an error.
   std::variant<std::string, ApiError> ChatPrompt(const GenerationRequest& request) const;
+  /// Which template renders chat requests, in words (the --chat-template file, or the model's choice).
+  std::string ChatTemplateOrigin() const;
   void LogRequest(const httplib::Request& req, const httplib::Response& res);
   const Model& model() const { return *model_.load(); }
   Engine& engine() const { return *engine_.load(); }

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -220,7 +221,7 @@ TEST(ToolCallTemplates, TwoStepLoopRendersAsTheOracle) {
   const json openai_messages = {{"step1", json::array({Oracle()["openai_step2"][0]})},
                                 {"step2", Oracle()["openai_step2"]}};
   int compared = 0;
-  for (const char* name : {"qwen3", "qwen2_5", "mistral_nemo", "llama3_1"}) {
+  for (const char* name : {"qwen3", "qwen2_5", "mistral_nemo", "llama3_1", "llama3_2"}) {
     const json& t = Oracle()["templates"][name];
     Result<ChatTemplate> parsed = ChatTemplate::Parse(t["source"].get<std::string>());
     ASSERT_TRUE(parsed.ok()) << name;
@@ -235,6 +236,7 @@ TEST(ToolCallTemplates, TwoStepLoopRendersAsTheOracle) {
         if (render["template"] != name || render["conversation"] != step || !render["enable_thinking"].is_null()) continue;
         ChatRenderOptions options{.add_generation_prompt = render["add_generation_prompt"].get<bool>(),
                                   .bos_token = t["bos_token"].get<std::string>(), .eos_token = t["eos_token"].get<std::string>(),
+                                  .now = std::chrono::sys_days{std::chrono::year{2024} / 7 / 26},  // the oracle's
                                   .tools_json = r.tools.tools_json};
         Result<std::string> got = parsed->Render(r.messages, options);
         const std::string where = std::string(name) + " " + step + " agp=" + render["add_generation_prompt"].dump();
@@ -245,7 +247,7 @@ TEST(ToolCallTemplates, TwoStepLoopRendersAsTheOracle) {
       }
     }
   }
-  EXPECT_EQ(compared, 4 * 2 * 2);
+  EXPECT_EQ(compared, 5 * 2 * 2);
 }
 
 TEST(ToolCallTemplates, FixtureTemplatesAreDetected) {
@@ -253,6 +255,7 @@ TEST(ToolCallTemplates, FixtureTemplatesAreDetected) {
   EXPECT_STREQ(ToolCallFormatFor(Oracle()["templates"]["qwen3"]["source"].get<std::string>()).name, "hermes");
   EXPECT_STREQ(ToolCallFormatFor(Oracle()["templates"]["qwen2_5"]["source"].get<std::string>()).name, "hermes");
   EXPECT_STREQ(ToolCallFormatFor(Oracle()["templates"]["mistral_nemo"]["source"].get<std::string>()).name, "mistral");
+  EXPECT_STREQ(ToolCallFormatFor(Oracle()["templates"]["llama3_2"]["source"].get<std::string>()).name, "llama3_json");
   EXPECT_STREQ(ToolCallFormatFor("{{ '<|python_tag|>' }}").name, "llama3_json");
   EXPECT_STREQ(ToolCallFormatFor("").name, "hermes");
 }

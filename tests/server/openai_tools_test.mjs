@@ -1,5 +1,7 @@
 // A two-step tool loop with OpenAI's own JavaScript client (npm `openai`) against `kvq serve` on a
-// tiny random-weight Qwen 3 carrying Qwen 3's real vocabulary and chat template: a request with
+// tiny random-weight Qwen 3 carrying Qwen 3's real vocabulary, once per tool-call format: Qwen 3's
+// own template (Hermes `<tool_call>`), Llama 3.2's (Llama 3.1's JSON format, `ipython` results) and
+// Mistral Nemo's (`[TOOL_CALLS]`), the last two given by `--chat-template`. Each run: a request with
 // `tools` and tool_choice "required" (grammar-forced, so even random weights produce a call that
 // parses and names a declared function), the call run here, its result sent back as a `tool`
 // message, and the final answer. Non-streamed and streamed (the streamed deltas rebuild the same
@@ -7,6 +9,7 @@
 // conversation: sent as a plain completion, the oracle's text has the same token count and the
 // same greedy continuation as the chat request (tool_choice "none": no grammar, no parsing).
 // Usage: node openai_tools_test.mjs KVQ_BINARY OPENAI_NPM_DIR QWEN3_TOKENIZER_DIR CHAT_TEMPLATES_DIR
+// (CHAT_TEMPLATES_DIR: tests/text/fetch_chat_templates.sh's folder, with templates/ and @huggingface/jinja)
 import { spawn, execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
@@ -29,24 +32,48 @@ execFileSync(kvq, ['synth', '--arch', 'qwen3', '--dim', '64', '--layers', '2', '
                    '--ffn', '128', '--context', '2048', '--embeddings', 'tied', '--type', 'f16', '--seed', '5',
                    '--vocab', path.join(tokenizerDir, 'tokenizer.json'), '-o', model, '--force', '-t', '2'],
              { stdio: ['ignore', 'ignore', 'inherit'] });
-const qwen3Template = JSON.parse(fs.readFileSync(path.join(tokenizerDir, 'tokenizer_config.json'), 'utf8')).chat_template;
 
-const server = spawn(kvq, ['serve', '-m', model, '--port', '0', '--parallel', '1', '-t', '2', '--web', ''], {
-  stdio: ['ignore', 'inherit', 'pipe'],
-});
-let log = '';
-const port = await new Promise((resolve, reject) => {
-  const timer = setTimeout(() => reject(new Error(`kvq serve did not start:\n${log}`)), 60000);
-  server.stderr.on('data', (d) => {
-    log += d;
-    const m = log.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
-    if (m) {
-      clearTimeout(timer);
-      resolve(Number(m[1]));
-    }
+// The formats: the template (the model's own, or a file given by --chat-template), what the
+// oracle's renders must hold, and the ids the server gives calls.
+const packaged = (name) =>
+  JSON.parse(fs.readFileSync(path.join(templatesDir, 'templates', `${name}.tokenizer_config.json`), 'utf8')).chat_template;
+const formats = [
+  { name: 'Qwen 3 (the model\'s own template)', template: JSON.parse(fs.readFileSync(path.join(tokenizerDir,
+      'tokenizer_config.json'), 'utf8')).chat_template, own: true, id: /^call_[A-Za-z0-9]{24}$/,
+    step1: (t) => t.includes('<tools>') && t.endsWith('<|im_start|>assistant\n'),
+    step2: (t, name) => t.includes('<tool_call>\n{"name": "' + name + '"') && t.includes('<tool_response>\n') },
+  { name: 'Llama 3.2 (--chat-template)', template: packaged('llama3_2'), id: /^call_[A-Za-z0-9]{24}$/,
+    step1: (t) => t.includes('"parameters": dictionary of argument name') &&
+                  t.endsWith('<|start_header_id|>assistant<|end_header_id|>\n\n'),
+    step2: (t, name) => t.includes('{"name": "' + name + '", "parameters": ') &&
+                        t.includes('<|start_header_id|>ipython<|end_header_id|>') },
+  { name: 'Mistral Nemo (--chat-template)', template: packaged('mistral_nemo'), id: /^[A-Za-z0-9]{9}$/,
+    step1: (t) => t.includes('[AVAILABLE_TOOLS]') && t.endsWith('[/INST]'),
+    step2: (t, name) => t.includes('[TOOL_CALLS][{"name": "' + name + '"') && t.includes('[TOOL_RESULTS]') },
+];
+
+async function startServer(templateFile) {
+  const args = ['serve', '-m', model, '--port', '0', '--parallel', '1', '-t', '2', '--web', ''];
+  if (templateFile) args.push('--chat-template', templateFile);
+  const server = spawn(kvq, args, { stdio: ['ignore', 'inherit', 'pipe'] });
+  let log = '';
+  const port = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`kvq serve did not start:\n${log}`)), 60000);
+    server.stderr.on('data', (d) => {
+      log += d;
+      const m = log.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
+      if (m) {
+        clearTimeout(timer);
+        resolve(Number(m[1]));
+      }
+    });
+    server.on('exit', (code) => reject(new Error(`kvq serve exited with ${code}:\n${log}`)));
   });
-  server.on('exit', (code) => reject(new Error(`kvq serve exited with ${code}:\n${log}`)));
-});
+  return { server, port, stop: async () => {
+    server.kill('SIGTERM');
+    await new Promise((r) => server.on('exit', r));
+  } };
+}
 
 let failed = false;
 async function check(name, fn) {
@@ -59,9 +86,7 @@ async function check(name, fn) {
   }
 }
 
-const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'none', maxRetries: 0 });
 const modelId = path.basename(model, '.gguf');
-
 const tools = [
   { type: 'function', function: { name: 'get_weather', description: 'The weather in a city',
     parameters: { type: 'object', properties: { city: { type: 'string', enum: ['Paris', 'Oslo', 'Lima'] },
@@ -78,9 +103,9 @@ const question = [{ role: 'system', content: 'Use the tools.' }, { role: 'user',
 const sampling = { model: modelId, temperature: 0, max_tokens: 400 };
 
 // A call as the server returned it must name a declared function with arguments its schema accepts.
-function checkCall(call) {
+function checkCall(format, call) {
   assert.equal(call.type, 'function');
-  assert.match(call.id, /^call_[A-Za-z0-9]{24}$/);
+  assert.match(call.id, format.id);
   const tool = tools.find((t) => t.function.name === call.function.name);
   assert.ok(tool, `undeclared function ${call.function.name}`);
   const args = JSON.parse(call.function.arguments);
@@ -102,83 +127,104 @@ function templateMessages(messages) {
 }
 
 // The oracle's prompt for `messages` gives the same tokens as kvq's: as a completion, the same count
-// and the same greedy continuation as the chat request without a grammar.
-async function checkPromptIsTheOracles(messages) {
-  const oracle = new Template(qwen3Template).render({ messages: templateMessages(messages), tools,
-    add_generation_prompt: true, bos_token: '', eos_token: '<|im_end|>' });
-  assert.ok(oracle.includes('<tools>') && oracle.endsWith('<|im_start|>assistant\n'));
-  const chat = await client.chat.completions.create({ ...sampling, max_tokens: 12, messages, tools, tool_choice: 'none' });
-  const plain = await client.completions.create({ ...sampling, max_tokens: 12, prompt: oracle });
-  assert.equal(chat.usage.prompt_tokens, plain.usage.prompt_tokens);
-  assert.equal(chat.choices[0].message.content, plain.choices[0].text);
+// and the same greedy continuation as the chat request without a grammar. bos_token and eos_token:
+// the server's (/props), as transformers takes them from the tokenizer.
+async function checkPromptIsTheOracles(client, format, messages) {
+  const props = await (await fetch(client.baseURL.replace(/\/v1$/, '/props'))).json();
+  const oracle = new Template(format.template).render({ messages: templateMessages(messages), tools,
+    add_generation_prompt: true, bos_token: props.bos_token, eos_token: props.eos_token });
+  // The text: byte for byte what the server renders (/apply-template takes a chat request's body).
+  const rendered = await (await fetch(client.baseURL.replace(/\/v1$/, '/apply-template'), {
+    method: 'POST', body: JSON.stringify({ messages, tools }) })).json();
+  assert.equal(rendered.prompt, oracle);
+  // The tokens: a template that writes BOS's text gets BOS's id (Model::TokenizeChatPrompt), which
+  // a plain completion of the same text does not; otherwise the same count and continuation.
+  if (props.bos_token === '' || !oracle.startsWith(props.bos_token)) {
+    const chat = await client.chat.completions.create({ ...sampling, max_tokens: 12, messages, tools, tool_choice: 'none' });
+    const plain = await client.completions.create({ ...sampling, max_tokens: 12, prompt: oracle });
+    assert.equal(chat.usage.prompt_tokens, plain.usage.prompt_tokens);
+    assert.equal(chat.choices[0].message.content, plain.choices[0].text);
+  }
   return oracle;
 }
 
-for (const stream of [false, true]) {
-  await check(`two-step tool loop (${stream ? 'streamed' : 'not streamed'})`, async () => {
-    const messages = [...question];
-    await checkPromptIsTheOracles(messages);
-    // Step 1: a forced call.
-    const request = { ...sampling, messages, tools, tool_choice: 'required', parallel_tool_calls: false };
-    let message, finish;
-    if (!stream) {
-      const r = await client.chat.completions.create(request);
-      message = r.choices[0].message;
-      finish = r.choices[0].finish_reason;
-      assert.equal(message.content, null);
-    } else {
-      const calls = [];
-      let content = '';
-      for await (const chunk of await client.chat.completions.create({ ...request, stream: true })) {
-        const choice = chunk.choices[0];
-        if (!choice) continue;
-        content += choice.delta.content || '';
-        for (const d of choice.delta.tool_calls || []) {
-          calls[d.index] ??= { id: '', type: 'function', function: { name: '', arguments: '' } };
-          calls[d.index].id += d.id || '';
-          calls[d.index].function.name += d.function?.name || '';
-          calls[d.index].function.arguments += d.function?.arguments || '';
-        }
-        finish = choice.finish_reason || finish;
+async function toolLoop(client, format, stream) {
+  const messages = [...question];
+  assert.ok(format.step1(await checkPromptIsTheOracles(client, format, messages)), 'the step-1 render lacks the tools');
+  // Step 1: a forced call.
+  const request = { ...sampling, messages, tools, tool_choice: 'required', parallel_tool_calls: false };
+  let message, finish;
+  if (!stream) {
+    const r = await client.chat.completions.create(request);
+    message = r.choices[0].message;
+    finish = r.choices[0].finish_reason;
+    assert.equal(message.content, null);
+  } else {
+    const calls = [];
+    let content = '';
+    for await (const chunk of await client.chat.completions.create({ ...request, stream: true })) {
+      const choice = chunk.choices[0];
+      if (!choice) continue;
+      content += choice.delta.content || '';
+      for (const d of choice.delta.tool_calls || []) {
+        calls[d.index] ??= { id: '', type: 'function', function: { name: '', arguments: '' } };
+        calls[d.index].id += d.id || '';
+        calls[d.index].function.name += d.function?.name || '';
+        calls[d.index].function.arguments += d.function?.arguments || '';
       }
-      assert.equal(content, '');
-      message = { role: 'assistant', content: null, tool_calls: calls };
-      // The same calls as the request unstreamed (greedy): only the ids differ.
-      const whole = await client.chat.completions.create(request);
-      assert.deepEqual(calls.map((c) => c.function), whole.choices[0].message.tool_calls.map((c) => c.function));
+      finish = choice.finish_reason || finish;
     }
-    assert.equal(finish, 'tool_calls');
-    assert.equal(message.tool_calls.length, 1);
-    const args = checkCall(message.tool_calls[0]);
-    // Step 2: the call's result goes back; the reply is the answer.
-    messages.push({ role: 'assistant', content: null, tool_calls: message.tool_calls });
-    messages.push({ role: 'tool', tool_call_id: message.tool_calls[0].id, content: run[message.tool_calls[0].function.name](args) });
-    const oracle = await checkPromptIsTheOracles(messages);
-    assert.ok(oracle.includes('<tool_call>\n{"name": "' + message.tool_calls[0].function.name + '"'));
-    assert.ok(oracle.includes('<tool_response>\n'));
-    const answer = await client.chat.completions.create({ ...sampling, max_tokens: 16, messages, tools, tool_choice: 'auto' });
-    assert.ok(['stop', 'length', 'tool_calls'].includes(answer.choices[0].finish_reason));
-    if (answer.choices[0].finish_reason !== 'tool_calls') assert.equal(typeof answer.choices[0].message.content, 'string');
-  });
+    assert.equal(content, '');
+    message = { role: 'assistant', content: null, tool_calls: calls };
+    // The same calls as the request unstreamed (greedy): only the ids differ.
+    const whole = await client.chat.completions.create(request);
+    assert.deepEqual(calls.map((c) => c.function), whole.choices[0].message.tool_calls.map((c) => c.function));
+  }
+  assert.equal(finish, 'tool_calls');
+  assert.equal(message.tool_calls.length, 1);
+  const call = message.tool_calls[0];
+  const args = checkCall(format, call);
+  // Step 2: the call's result goes back; the reply is the answer.
+  messages.push({ role: 'assistant', content: null, tool_calls: message.tool_calls });
+  messages.push({ role: 'tool', tool_call_id: call.id, content: run[call.function.name](args) });
+  const oracle = await checkPromptIsTheOracles(client, format, messages);
+  assert.ok(format.step2(oracle, call.function.name), `the step-2 render lacks the call or its result:\n${oracle}`);
+  const answer = await client.chat.completions.create({ ...sampling, max_tokens: 16, messages, tools, tool_choice: 'auto' });
+  assert.ok(['stop', 'length', 'tool_calls'].includes(answer.choices[0].finish_reason));
+  if (answer.choices[0].finish_reason !== 'tool_calls') assert.equal(typeof answer.choices[0].message.content, 'string');
 }
 
-await check('a named function is the one called', async () => {
-  const r = await client.chat.completions.create({ ...sampling, messages: question, tools,
-    tool_choice: { type: 'function', function: { name: 'get_time' } } });
-  assert.equal(r.choices[0].finish_reason, 'tool_calls');
-  assert.equal(r.choices[0].message.tool_calls.length, 1);
-  assert.equal(r.choices[0].message.tool_calls[0].function.name, 'get_time');
-  checkCall(r.choices[0].message.tool_calls[0]);
-});
+for (const format of formats) {
+  let file = null;
+  if (!format.own) {
+    file = path.join(os.tmpdir(), `kvq_openai_tools_${process.pid}.jinja`);
+    fs.writeFileSync(file, format.template);
+  }
+  const s = await startServer(file);
+  const client = new OpenAI({ baseURL: `http://127.0.0.1:${s.port}/v1`, apiKey: 'none', maxRetries: 0 });
+  for (const stream of [false, true]) {
+    await check(`${format.name}: two-step tool loop (${stream ? 'streamed' : 'not streamed'})`,
+                () => toolLoop(client, format, stream));
+  }
+  await check(`${format.name}: a named function is the one called`, async () => {
+    const r = await client.chat.completions.create({ ...sampling, messages: question, tools,
+      tool_choice: { type: 'function', function: { name: 'get_time' } } });
+    assert.equal(r.choices[0].finish_reason, 'tool_calls');
+    assert.equal(r.choices[0].message.tool_calls.length, 1);
+    assert.equal(r.choices[0].message.tool_calls[0].function.name, 'get_time');
+    checkCall(format, r.choices[0].message.tool_calls[0]);
+  });
+  if (format.own) {
+    await check('a bad tool definition is a BadRequestError naming tools', async () => {
+      await assert.rejects(
+        client.chat.completions.create({ ...sampling, messages: question, tools: [{ type: 'function', function: {} }] }),
+        (e) => e instanceof OpenAI.BadRequestError && e.param === 'tools' && /function.name/.test(e.message),
+      );
+    });
+  }
+  await s.stop();
+  if (file) fs.rmSync(file, { force: true });
+}
 
-await check('a bad tool definition is a BadRequestError naming tools', async () => {
-  await assert.rejects(
-    client.chat.completions.create({ ...sampling, messages: question, tools: [{ type: 'function', function: {} }] }),
-    (e) => e instanceof OpenAI.BadRequestError && e.param === 'tools' && /function.name/.test(e.message),
-  );
-});
-
-server.kill('SIGTERM');
-await new Promise((r) => server.on('exit', r));
 fs.rmSync(model, { force: true });
 process.exit(failed ? 1 : 0);

@@ -58,10 +58,25 @@ function llama2Template(useDefaultPrompt) {
            origin: "@xenova/transformers 2.17.2 src/tokenizers.js LlamaTokenizer" };
 }
 
+// strftime_now() at a fixed time, 2024-07-26 12:00 UTC (the C++ tests give kvq's renders the same
+// day through ChatRenderOptions::now): Llama 3.2's template prints the date, and a render must not
+// depend on the day the fixture ran. @huggingface/jinja reads the clock through Date.
+const kOracleTime = Date.UTC(2024, 6, 26, 12);
+const RealDate = Date;
+globalThis.Date = class extends RealDate {
+  constructor(...args) {
+    super(...(args.length ? args : [kOracleTime]));
+  }
+  static now() {
+    return kOracleTime;
+  }
+};
+
 const templates = {
   qwen3: packagedTemplate("qwen3"),
   qwen2_5: packagedTemplate("qwen2_5"),
   llama3_1: packagedTemplate("llama3_1"),
+  llama3_2: packagedTemplate("llama3_2"),
   gemma3: packagedTemplate("gemma3"),
   mistral_nemo: packagedTemplate("mistral_nemo"),
   llama2: llama2Template(false),

@@ -8,6 +8,7 @@
 // renderer) rather than @huggingface/jinja.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -21,9 +22,13 @@ namespace {
 
 using nlohmann::json;
 
+// The day the oracle's strftime_now() formats (chat_template_oracle.js fixes its clock at 2024-07-26).
+constexpr std::chrono::sys_seconds kOracleNow{std::chrono::sys_days{std::chrono::year{2024} / 7 / 26}};
+
 constexpr const char* kTemplates[] = {"qwen3",
                                       "qwen2_5",
                                       "llama3_1",
+                                      "llama3_2",
                                       "gemma3",
                                       "mistral_nemo",
                                       "llama2",
@@ -64,6 +69,7 @@ class ChatTemplateOracle : public ::testing::TestWithParam<const char*> {
     options.bos_token = entry_.at("bos_token");
     options.eos_token = entry_.at("eos_token");
     if (!enable_thinking.is_null()) options.enable_thinking = enable_thinking.get<bool>();
+    options.now = kOracleNow;
     return options;
   }
 
