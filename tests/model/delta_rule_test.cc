@@ -61,6 +61,27 @@ DeltaRuleHead Head(const StepInputs& in, int32_t dk, int32_t dv, float* S, float
           .scale = 1.0f / std::sqrt(static_cast<float>(dk)), .S = S, .o = o};
 }
 
+// The reference with its sums fused (u = fma(s, k, u), o = fma(s, q, o)): what a kernel using
+// MulAdd, or a compiler contracting a·b + c, would compute. The test below must tell it apart.
+void StepFused(const DeltaRuleHead& h) {
+  for (int32_t j = 0; j < h.dv; ++j) {
+    float u = 0.0f;
+    for (int32_t i = 0; i < h.dk; ++i) {
+      float& s = h.S[int64_t{i} * h.dv + j];
+      s = s * h.gamma;
+      u = std::fma(s, h.k[i], u);
+    }
+    const float delta = h.beta * (h.v[j] - u);
+    float o = 0.0f;
+    for (int32_t i = 0; i < h.dk; ++i) {
+      float& s = h.S[int64_t{i} * h.dv + j];
+      s = std::fma(h.k[i], delta, s);
+      o = std::fma(s, h.q[i], o);
+    }
+    h.o[j] = o * h.scale;
+  }
+}
+
 // dv 3, 37 and 67 leave a scalar tail on every vector width; 16 and 128 are whole vectors (128:
 // the shipped models' dk = dv); dk 1 and 5 are short scans.
 const int32_t kShapes[][2] = {{16, 16}, {128, 128}, {64, 37}, {5, 3}, {1, 67}, {32, 96}};
@@ -91,6 +112,19 @@ TEST(DeltaRule, KernelIsBitIdenticalToTheScalarReferenceOnEveryTarget) {
             << ": the states differ";
       }
     }
+    // The same steps fused differ from the reference: these inputs would expose a contraction.
+    // (Not with dk 1: a unit k is ±1 there, so every product is exact and fusing changes nothing.)
+    if (dk == 1) continue;
+    std::mt19937 rng(dk * 1000 + dv);
+    std::vector<float> S_ref = Random(rng, int64_t{dk} * dv, -1.0f, 1.0f), S_fused = S_ref;
+    std::vector<float> o_ref(dv), o_fused(dv);
+    for (int step = 0; step < 6; ++step) {
+      const StepInputs in = RandomStep(rng, dk, dv);
+      DeltaRuleStepReference(Head(in, dk, dv, S_ref.data(), o_ref.data()));
+      StepFused(Head(in, dk, dv, S_fused.data(), o_fused.data()));
+    }
+    EXPECT_NE(std::memcmp(S_ref.data(), S_fused.data(), S_ref.size() * sizeof(float)), 0)
+        << "dk " << dk << " dv " << dv << ": a fused kernel would pass unseen";
   }
 }
 
