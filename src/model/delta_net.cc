@@ -94,7 +94,8 @@ void DeltaNetBlock(const DeltaNetConfig& c, const LayerWeights& L, float eps,
       const float* yt = y + t * C;
       const float gamma =  // g ≤ 0, so γ ∈ (0, 1]
           std::exp(L.ssm_a[h] * Softplus(in.alpha[t * Hv + h] + L.ssm_dt_bias[h]));
-      DeltaRuleStep({.dk = dk, .dv = dv,
+      DeltaRuleStep({.dk = dk,
+                     .dv = dv,
                      .q = yt + int64_t{g} * dk,
                      .k = yt + Ck + int64_t{g} * dk,
                      .v = yt + 2 * Ck + int64_t{h} * dv,

@@ -1,6 +1,6 @@
-// The gated delta rule of one value head for one token (docs/hybrid_models_spec.md §4.2 step 7), the
-// inner loop of a Gated DeltaNet layer: a scalar f32 reference and a Highway kernel that gives the
-// reference's bits on every SIMD target.
+// The gated delta rule of one value head for one token (docs/hybrid_models_spec.md §4.2 step 7),
+// the inner loop of a Gated DeltaNet layer: a scalar f32 reference and a Highway kernel that gives
+// the reference's bits on every SIMD target.
 //
 // Order of operations, the same in both (and so the same bits; no fused multiply-add anywhere):
 //   for each column j < dv:
@@ -19,8 +19,8 @@ namespace kvq {
 
 /// One value head's inputs and state for one step.
 struct DeltaRuleHead {
-  int32_t dk = 0;           ///< key dim: rows of S
-  int32_t dv = 0;           ///< value dim: columns of S
+  int32_t dk = 0;            ///< key dim: rows of S
+  int32_t dv = 0;            ///< value dim: columns of S
   const float* q = nullptr;  ///< [dk] L2-normed query of the head's key head
   const float* k = nullptr;  ///< [dk] L2-normed key
   const float* v = nullptr;  ///< [dv] value

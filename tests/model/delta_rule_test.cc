@@ -2,6 +2,8 @@
 // bit for bit, on every SIMD target compiled in and for widths that are and are not whole vectors;
 // the reference against the recurrence in double within a bound derived below; and the layer
 // (DeltaNetBlock) giving the same bits for a block as token by token, on 1, 2 and 3 threads.
+#include "model/delta_rule.h"
+
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
 
@@ -12,7 +14,6 @@
 #include <vector>
 
 #include "model/delta_net.h"
-#include "model/delta_rule.h"
 
 namespace kvq {
 namespace {
@@ -56,9 +57,16 @@ StepInputs RandomStep(std::mt19937& rng, int32_t dk, int32_t dv) {
 }
 
 DeltaRuleHead Head(const StepInputs& in, int32_t dk, int32_t dv, float* S, float* o) {
-  return {.dk = dk, .dv = dv, .q = in.q.data(), .k = in.k.data(), .v = in.v.data(),
-          .beta = in.beta, .gamma = in.gamma,
-          .scale = 1.0f / std::sqrt(static_cast<float>(dk)), .S = S, .o = o};
+  return {.dk = dk,
+          .dv = dv,
+          .q = in.q.data(),
+          .k = in.k.data(),
+          .v = in.v.data(),
+          .beta = in.beta,
+          .gamma = in.gamma,
+          .scale = 1.0f / std::sqrt(static_cast<float>(dk)),
+          .S = S,
+          .o = o};
 }
 
 // The reference with its sums fused (u = fma(s, k, u), o = fma(s, q, o)): what a kernel using
@@ -133,7 +141,8 @@ TEST(DeltaRule, KernelIsBitIdenticalToTheScalarReferenceOnEveryTarget) {
 //   P = γS (1 rounding);  u_j = Σ_i P_ij k_i in order: |Δu_j| ≤ γ_{dk+1} A_j, A_j = Σ_i |P_ij k_i|
 //   δ_j = β(v_j − u_j):  |Δδ_j| ≤ |β|(|Δu_j| + u(|v_j| + A_j)) + u|δ_j|
 //   S'_ij = P_ij + k_i δ_j:  |ΔS'_ij| ≤ u|P_ij| + |k_i| (|Δδ_j| + u|δ_j|) + u|S'_ij|
-//   o_j = scale · Σ_i S'_ij q_i:  |Δo_j| ≤ scale (Σ_i |q_i| |ΔS'_ij| + γ_dk Σ_i |S'_ij q_i|) + u|o_j|
+//   o_j = scale · Σ_i S'_ij q_i:  |Δo_j| ≤ scale (Σ_i |q_i| |ΔS'_ij| + γ_dk Σ_i |S'_ij q_i|) +
+//   u|o_j|
 // (scale = 1/√dk rounded once more: + u|o_j|). Doubled for second-order terms. Reading the decay
 // after the update instead (a wrong order) moves o by far more, so the bound can catch it.
 TEST(DeltaRule, ReferenceIsWithinItsRoundingBoundOfTheRecurrenceInDouble) {
@@ -156,14 +165,17 @@ TEST(DeltaRule, ReferenceIsWithinItsRoundingBoundOfTheRecurrenceInDouble) {
         A += std::fabs(P[i] * in.k[i]);
       }
       const double delta = double{in.beta} * (in.v[j] - u);
-      const double d_delta = std::fabs(in.beta) * (gamma_n(dk + 1) * A + kU * (std::fabs(in.v[j]) + A)) +
-                             kU * std::fabs(delta);
+      const double d_delta =
+          std::fabs(in.beta) * (gamma_n(dk + 1) * A + kU * (std::fabs(in.v[j]) + A)) +
+          kU * std::fabs(delta);
       double o_exact = 0, o_wrong = 0, o_bound = 0, mag = 0;
       for (int32_t i = 0; i < dk; ++i) {
         Sn[i] = P[i] + double{in.k[i]} * delta;
-        const double dS = kU * std::fabs(P[i]) + std::fabs(in.k[i]) * (d_delta + kU * std::fabs(delta)) +
+        const double dS = kU * std::fabs(P[i]) +
+                          std::fabs(in.k[i]) * (d_delta + kU * std::fabs(delta)) +
                           kU * std::fabs(Sn[i]);
-        ASSERT_LE(std::fabs(S[int64_t{i} * dv + j] - Sn[i]), 2 * dS) << "S[" << i << "][" << j << "]";
+        ASSERT_LE(std::fabs(S[int64_t{i} * dv + j] - Sn[i]), 2 * dS)
+            << "S[" << i << "][" << j << "]";
         o_exact += Sn[i] * in.q[i];
         o_wrong += (double{S0[int64_t{i} * dv + j]} + in.k[i] * delta) * in.q[i];  // decay skipped
         o_bound += std::fabs(in.q[i]) * dS;
@@ -171,13 +183,15 @@ TEST(DeltaRule, ReferenceIsWithinItsRoundingBoundOfTheRecurrenceInDouble) {
       }
       o_exact *= scale;
       o_wrong *= scale;
-      const double bound = 2 * (scale * (o_bound + gamma_n(dk) * mag) + 2 * kU * std::fabs(o_exact));
-      ASSERT_LE(std::fabs(o[j] - o_exact), bound) << "dk " << dk << " dv " << dv << " o[" << j << "]";
+      const double bound =
+          2 * (scale * (o_bound + gamma_n(dk) * mag) + 2 * kU * std::fabs(o_exact));
+      ASSERT_LE(std::fabs(o[j] - o_exact), bound)
+          << "dk " << dk << " dv " << dv << " o[" << j << "]";
       worst_ratio = std::max(worst_ratio, std::fabs(o[j] - o_exact) / bound);
       wrong_worst = std::max(wrong_worst, std::fabs(o_wrong - o_exact) / bound);
     }
-    std::printf("dk %d dv %d: worst error %.3g of the bound; skipping the decay: %.3g bounds\n", dk, dv,
-                worst_ratio, wrong_worst);
+    std::printf("dk %d dv %d: worst error %.3g of the bound; skipping the decay: %.3g bounds\n", dk,
+                dv, worst_ratio, wrong_worst);
     EXPECT_GT(wrong_worst, 10.0) << "the bound is too loose to see a skipped decay";
   }
 }
@@ -185,7 +199,11 @@ TEST(DeltaRule, ReferenceIsWithinItsRoundingBoundOfTheRecurrenceInDouble) {
 // A small layer's weights and inputs: dv is not a whole vector, and 100 tokens × 104 channels
 // take the conv phase through the pool.
 struct TinyLayer {
-  DeltaNetConfig c{.conv_kernel = 4, .key_dim = 8, .n_k_heads = 2, .n_v_heads = 6, .value_dim = 12,
+  DeltaNetConfig c{.conv_kernel = 4,
+                   .key_dim = 8,
+                   .n_k_heads = 2,
+                   .n_v_heads = 6,
+                   .value_dim = 12,
                    .v_head_map = VHeadMap::kModulo};
   std::vector<float> conv, dt_bias, a, norm;
   LayerWeights L;
@@ -206,22 +224,28 @@ TEST(DeltaNetBlock, ABlockGivesTheBitsOfItsTokensOneAtATimeOnAnyThreadCount) {
   const TinyLayer layer(rng);
   const DeltaNetConfig& c = layer.c;
   const int64_t n = 100, C = c.conv_channels(), Cv = c.v_channels(), Hv = c.n_v_heads;
-  const std::vector<float> qkv = Random(rng, n * C, -2.0f, 2.0f), z = Random(rng, n * Cv, -2.0f, 2.0f);
-  const std::vector<float> beta = Random(rng, n * Hv, -3.0f, 3.0f), alpha = Random(rng, n * Hv, -3.0f, 3.0f);
+  const std::vector<float> qkv = Random(rng, n * C, -2.0f, 2.0f),
+                           z = Random(rng, n * Cv, -2.0f, 2.0f);
+  const std::vector<float> beta = Random(rng, n * Hv, -3.0f, 3.0f),
+                           alpha = Random(rng, n * Hv, -3.0f, 3.0f);
   const std::vector<float> state0 = Random(rng, c.state_floats(), -0.5f, 0.5f);
   auto input = [&](int64_t t) {
-    return DeltaNetInput{.qkv = qkv.data() + t * C, .z = z.data() + t * Cv,
-                         .beta = beta.data() + t * Hv, .alpha = alpha.data() + t * Hv};
+    return DeltaNetInput{.qkv = qkv.data() + t * C,
+                         .z = z.data() + t * Cv,
+                         .beta = beta.data() + t * Hv,
+                         .alpha = alpha.data() + t * Hv};
   };
   // Token by token on one thread: the baseline.
   std::vector<float> state_one = state0, out_one(n * Cv);
   DeltaNetScratch scratch;
   for (int64_t t = 0; t < n; ++t)
-    DeltaNetBlock(c, layer.L, 1e-6f, input(t), 1, state_one.data(), out_one.data() + t * Cv, &scratch, 1);
+    DeltaNetBlock(c, layer.L, 1e-6f, input(t), 1, state_one.data(), out_one.data() + t * Cv,
+                  &scratch, 1);
   for (int32_t threads : {1, 2, 3}) {
     std::vector<float> state = state0, out(n * Cv);
     DeltaNetBlock(c, layer.L, 1e-6f, input(0), n, state.data(), out.data(), &scratch, threads);
-    EXPECT_EQ(std::memcmp(out.data(), out_one.data(), out.size() * sizeof(float)), 0) << threads << " threads";
+    EXPECT_EQ(std::memcmp(out.data(), out_one.data(), out.size() * sizeof(float)), 0)
+        << threads << " threads";
     EXPECT_EQ(std::memcmp(state.data(), state_one.data(), state.size() * sizeof(float)), 0)
         << threads << " threads";
   }
