@@ -233,17 +233,16 @@ void LlamaModel::RecurrentMixer(const LayerWeights& L, int32_t slot,
     MatMul(L.ssm_beta, xb, n, ssm_beta_.data(), threads_);
     MatMul(L.ssm_alpha, xb, n, ssm_alpha_.data(), threads_);
   }
-  // Each segment's tokens in order through its own state: the scan is strictly left to right.
+  // Each segment's tokens through its own state (the scan inside is strictly left to right).
   for (int64_t r = 0; const ForwardSegment& seg : segments) {
     float* state = seg.cache.state() + int64_t{slot} * d.state_floats();
-    for (int32_t t = 0; t < seg.n; ++t, ++r) {
-      const DeltaNetInput in{.qkv = ssm_qkv_.data() + r * C,
-                             .z = ssm_z_.data() + r * Cv,
-                             .beta = ssm_beta_.data() + r * Hv,
-                             .alpha = ssm_alpha_.data() + r * Hv};
-      DeltaNetToken(d, L, c.norm_eps, in, state, ssm_out_.data() + r * Cv, &delta_scratch_,
-                    threads_);
-    }
+    const DeltaNetInput in{.qkv = ssm_qkv_.data() + r * C,
+                           .z = ssm_z_.data() + r * Cv,
+                           .beta = ssm_beta_.data() + r * Hv,
+                           .alpha = ssm_alpha_.data() + r * Hv};
+    DeltaNetBlock(d, L, c.norm_eps, in, seg.n, state, ssm_out_.data() + r * Cv, &delta_scratch_,
+                  threads_);
+    r += seg.n;
   }
   MatMul(L.ssm_out, ssm_out_.data(), n, xb2_.data(), threads_);
 }

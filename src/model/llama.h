@@ -58,7 +58,7 @@ struct ForwardSegment {
 
 /// The forward pass: one body, ForwardBatch, over segments; a block is a batch of one segment and
 /// a decode step a block of one token. Hybrid models (LlamaConfig::layer_kinds) run their
-/// recurrent layers through DeltaNetToken on the state each segment's cache carries
+/// recurrent layers through DeltaNetBlock on the state each segment's cache carries
 /// (KvCacheConfig::state_floats = LlamaConfig::state_floats(), n_layers = n_attention_layers()),
 /// token by token, so a block gives the bits of decoding its tokens one at a time.
 class LlamaModel {
@@ -115,7 +115,7 @@ class LlamaModel {
   // rows go through the classifier (kept between calls: a decode step allocates nothing).
   void Reserve(int64_t n_rows, size_t n_segments, int64_t n_classified);
   // A recurrent layer over the batch's normed rows (xb_): its projections, each segment's tokens
-  // through DeltaNetToken on its cache's state slot `slot`, then ssm_out into xb2_ [n][dim].
+  // through DeltaNetBlock on its cache's state slot `slot`, then ssm_out into xb2_ [n][dim].
   void RecurrentMixer(const LayerWeights& L, int32_t slot, std::span<const ForwardSegment> segments,
                       int64_t n);
   // Points states_of_[i] at a pooled attention state sized for segment i, reusing states of the
