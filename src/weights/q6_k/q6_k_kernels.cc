@@ -119,7 +119,7 @@ struct Q6_KInterleaved {
                              _mm256_mullo_epi32(sums, _mm256_set1_epi32(V::kQ6StartScale)));
         }
       }
-      const F d = V::Halves(blk, half);
+      const F d_quarter = V::Mul(V::Halves(blk, half), quarter);  // exact
       for (int blk8 = 0; blk8 < 8; ++blk8) {  // activation block sb·8 + blk8
         KqPrefetch<T>(blk + blk8 * (kGroupBlock / 8), kGroupBlock / 8);
         const int64_t ab = sb * 8 + blk8;
@@ -128,7 +128,7 @@ struct Q6_KInterleaved {
           const uint8_t* codes = blk + kQ6_KGroupScaleBytes + 3 * s * 64;
           const I v0 = V::Load(codes, half), v1 = V::Load(codes + 64, half), v2 = V::Load(codes + 128, half);
           const I u[4] = {V::Q6Codes(v0), V::Q6Codes(v1), V::Q6Codes(v2), V::Q6Last(v0, v1, v2)};
-          const F dsc = V::Mul(V::Mul(d, V::Cvt(V::ScalesI8(blk + kQ6_KGroupScalesAt + 16 * s, half))), quarter);  // exact
+          const F dsc = V::Mul(d_quarter, V::Cvt(V::ScalesI8(blk + kQ6_KGroupScalesAt + 16 * s, half)));  // exact
           for (int t = 0; t < T; ++t) {
             const int8_t* qs = q[t] + ab * 32 + 16 * e;
             I dot = V::Set32(start[t][s]);
