@@ -51,13 +51,13 @@ void InterleaveKQuantBlock(WeightType type, const uint8_t* rows, int64_t row_byt
     const uint8_t* src = rows + j * row_bytes + sb * 210;
     std::memcpy(out + 2 * j, src + 208, 2);  // d
     for (int64_t s = 0; s < 16; ++s) out[kQ6_KGroupScalesAt + 16 * s + j] = src[192 + s];
-    // In element order, so each byte has its code (bits 2-7) before its bit pair (bits 0-1).
-    for (int e = 0; e < 256; ++e) {
-      const int code = Q6Code(src, e);
-      if ((e % 16) / 4 < 3) {
-        out[Q6CodeByte(j, e)] = static_cast<uint8_t>(code << 2);
-      } else {  // its three bit pairs go to bits 0-1 of the bytes of elements e − 12, e − 8, e − 4
-        for (int w = 0; w < 3; ++w) out[Q6CodeByte(j, e - 12 + 4 * w)] |= static_cast<uint8_t>((code >> (2 * w)) & 3);
+    uint8_t code[256];  // [element] the 6-bit codes
+    for (int e = 0; e < 256; ++e) code[e] = static_cast<uint8_t>(Q6Code(src, e));
+    for (int s = 0; s < 16; ++s) {
+      const uint8_t* c = code + 16 * s;  // the sub-block's codes; c[12..15] give the bit pairs
+      for (int v = 0; v < 3; ++v) {
+        uint8_t* at = out + kQ6_KGroupScaleBytes + (3 * s + v) * kVector + 4 * j;
+        for (int i = 0; i < 4; ++i) at[i] = static_cast<uint8_t>(c[4 * v + i] << 2 | ((c[12 + i] >> (2 * v)) & 3));
       }
     }
   }
