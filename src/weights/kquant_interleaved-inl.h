@@ -19,8 +19,9 @@
 //   Q4_K:  acc  = fma(fl(d·sc·d_x), I, acc),  macc = fma(dmin·m, fl(d_x·Σq), macc),  y = acc − macc
 //          (an odd block — the high nibbles — as fma(fl((d·sc/16)·d_x), 16·I, acc): VNNI reads the
 //          nibbles unshifted; the same value barring underflow, and the same operations everywhere)
-//   Q6_K:  acc_e = fma(fl(fl(d·sc_e)·d_x), I_e, acc_e) for the block's sub-blocks e = 0, 1 of 16,
-//          y = acc_0 + acc_1
+//   Q6_K:  acc_e = fma(fl((d·sc_e/4)·d_x), 4·I_e, acc_e) for the block's sub-blocks e = 0, 1 of 16,
+//          y = acc_0 + acc_1 (VNNI reads the codes as 4·u, unshifted; the value of
+//          fma(fl(d·sc_e·d_x), I_e, acc_e) barring underflow, and the same operations everywhere)
 // d·sc and dmin·m are exact (11 × ≤ 8 significant bits), I and Σq exact in f32 (< 2^24). Each term
 // is rounded once for its scale, once per activation block by its accumulator's FMA (n_blocks)
 // and once by the final add: at most n_blocks + 2 roundings (matvec.h). Every target does these
@@ -85,6 +86,24 @@ struct KqRowsVec {
   /// dot is then 16× the nibbles' dot, which Q4_K's scale of 1/16 undoes exactly.
   static KVQ_KQUANT_X86_ATTR inline I HighNibbles(I v) { return _mm512_and_si512(v, _mm512_set1_epi8(static_cast<char>(0xF0))); }
   static KVQ_KQUANT_X86_ATTR inline I SixteenTimes(I dot) { return dot; }
+  /// Q6_K (kquant_repack.h): 4·u of a code vector's elements, its bit pairs masked off (4·u ≤ 252:
+  /// vpdpbusd takes any unsigned byte).
+  static KVQ_KQUANT_X86_ATTR inline I Q6Codes(I v) { return _mm512_and_si512(v, _mm512_set1_epi8(static_cast<char>(0xFC))); }
+  /// 4·u of the sub-block's last chunk from the bit pairs of its 3 vectors: bits 2-3 from v0, 4-5
+  /// from v1, 6-7 from v2 (16-bit shifts; two bit selects, ternary logic 0xCA = A ? B : C).
+  static KVQ_KQUANT_X86_ATTR inline I Q6Last(I v0, I v1, I v2) {
+    const I high = _mm512_ternarylogic_epi32(_mm512_set1_epi8(static_cast<char>(0xC0)), _mm512_slli_epi16(v2, 6),
+                                             _mm512_slli_epi16(v1, 4), 0xCA);
+    const I low = _mm512_slli_epi16(_mm512_and_si512(v0, _mm512_set1_epi8(3)), 2);
+    return _mm512_ternarylogic_epi32(_mm512_set1_epi8(static_cast<char>(0xF0)), high, low, 0xCA);
+  }
+  /// The dot of Q6Codes / Q6Last bytes, as 4·Σ u·q: already.
+  static KVQ_KQUANT_X86_ATTR inline I Q6FourTimes(I dot) { return dot; }
+  static constexpr int32_t kQ6StartScale = 4;  // the lanes start at 4·(−32·Σq)
+  /// Sub-block scales: 16 int8 at p (row j at j) -> int32 lanes.
+  static KVQ_KQUANT_X86_ATTR inline I ScalesI8(const uint8_t* p, int) {
+    return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
   static KVQ_KQUANT_X86_ATTR inline F Zero() { return _mm512_setzero_ps(); }
   static KVQ_KQUANT_X86_ATTR inline F Cvt(I v) { return _mm512_cvtepi32_ps(v); }
   static KVQ_KQUANT_X86_ATTR inline F Set1(float v) { return _mm512_set1_ps(v); }
@@ -129,6 +148,20 @@ struct KqRowsVec {
   /// after: the same 16·Σ n·q as the VNNI path, exact.
   static inline I HighNibbles(I v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F)); }
   static inline I SixteenTimes(I dot) { return _mm256_slli_epi32(dot, 4); }
+  /// Q6_K: u itself (4·u pairs would saturate maddubs), and the dot scaled by 4 after: the same
+  /// 4·Σ u·q as the VNNI path, exact.
+  static inline I Q6Codes(I v) { return _mm256_and_si256(_mm256_srli_epi16(v, 2), _mm256_set1_epi8(0x3F)); }
+  static inline I Q6Last(I v0, I v1, I v2) {
+    const I three = _mm256_set1_epi8(3);
+    return _mm256_or_si256(_mm256_or_si256(_mm256_and_si256(v0, three),
+                                           _mm256_slli_epi16(_mm256_and_si256(v1, three), 2)),
+                           _mm256_slli_epi16(_mm256_and_si256(v2, three), 4));
+  }
+  static inline I Q6FourTimes(I dot) { return _mm256_slli_epi32(dot, 2); }
+  static constexpr int32_t kQ6StartScale = 1;
+  static inline I ScalesI8(const uint8_t* p, int half) {
+    return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * half)));
+  }
   static inline F Zero() { return _mm256_setzero_ps(); }
   static inline F Cvt(I v) { return _mm256_cvtepi32_ps(v); }
   static inline F Set1(float v) { return _mm256_set1_ps(v); }
@@ -203,8 +236,11 @@ void KQuantInterleavedRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tok
             int32_t dot[2] = {0, 0};  // the two 16-element halves
             for (int64_t l = 0; l < 32; ++l) dot[l / 16] += k.code[32 * b + l] * q[32 * ab + l];
             if constexpr (B::kSub16) {
-              acc = std::fma((k.d * static_cast<float>(k.sc[2 * b])) * dx[ab], static_cast<float>(dot[0]), acc);
-              macc = std::fma((k.d * static_cast<float>(k.sc[2 * b + 1])) * dx[ab], static_cast<float>(dot[1]), macc);
+              // As the x86 kernels: each sub-block's dot 4× and its scale / 4 (both exact).
+              const float ds0 = (k.d * static_cast<float>(k.sc[2 * b])) * 0.25f;
+              const float ds1 = (k.d * static_cast<float>(k.sc[2 * b + 1])) * 0.25f;
+              acc = std::fma(ds0 * dx[ab], static_cast<float>(4 * dot[0]), acc);
+              macc = std::fma(ds1 * dx[ab], static_cast<float>(4 * dot[1]), macc);
             } else {
               // As the x86 kernels: an odd block's dot 16× and its scale / 16 (both exact).
               const bool odd = b % 2 == 1;

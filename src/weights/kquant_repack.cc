@@ -25,20 +25,11 @@ void Q6SetCode(uint8_t* block, int e, int code) {
   block[128 + 32 * h + l] |= static_cast<uint8_t>((code >> 4) << (2 * k));
 }
 
-// Q6_K group layout: where element e of row j has its low 4 bits (byte, shift) and its high 2 bits.
-struct Q6Place {
-  int64_t low_byte, low_shift, high_byte, high_shift;
-};
-
-Q6Place Q6Where(int64_t j, int e) {
-  const int p = e / 64, r = e % 64;       // 64-element part, element within it
-  const int ch = r / 4, i = r % 4;         // chunk of 4 (0..15), element within it
-  const int k = ch % 8, nib = ch / 8;      // code vector, nibble
-  const int h = ch % 4, t = ch / 4;        // high-bit vector, bit pair
-  return {.low_byte = kQ6_KGroupScaleBytes + (8 * p + k) * kVector + 4 * j + i,
-          .low_shift = 4 * nib,
-          .high_byte = kQ6_KGroupHighAt + (4 * p + h) * kVector + 4 * j + i,
-          .high_shift = 2 * t};
+// Q6_K group layout: the byte of row j holding element e's code (shifted left by 2) and, for
+// the last 4 elements of each sub-block of 16, the bytes holding its bit pairs.
+int64_t Q6CodeByte(int64_t j, int e) {
+  const int s = e / 16, v = (e % 16) / 4, i = e % 4;  // sub-block, vector, element in the chunk
+  return kQ6_KGroupScaleBytes + (3 * s + v) * kVector + 4 * j + i;
 }
 
 }  // namespace
@@ -59,22 +50,14 @@ void InterleaveKQuantBlock(WeightType type, const uint8_t* rows, int64_t row_byt
   for (int64_t j = 0; j < kRows; ++j) {
     const uint8_t* src = rows + j * row_bytes + sb * 210;
     std::memcpy(out + 2 * j, src + 208, 2);  // d
-    for (int64_t v = 0; v < 4; ++v) std::memcpy(out + 32 + v * kVector + 4 * j, src + 192 + 4 * v, 4);
+    for (int64_t s = 0; s < 16; ++s) out[kQ6_KGroupScalesAt + 16 * s + j] = src[192 + s];
     uint8_t code[256];  // [element] the 6-bit codes
     for (int e = 0; e < 256; ++e) code[e] = static_cast<uint8_t>(Q6Code(src, e));
-    // Q6Where's places, written a byte at a time.
-    for (int p = 0; p < 4; ++p) {
-      const uint8_t* c = code + 64 * p;
-      for (int i = 0; i < 4; ++i) {
-        for (int k = 0; k < 8; ++k) {
-          out[kQ6_KGroupScaleBytes + (8 * p + k) * kVector + 4 * j + i] =
-              static_cast<uint8_t>((c[4 * k + i] & 15) | (c[32 + 4 * k + i] & 15) << 4);
-        }
-        for (int h = 0; h < 4; ++h) {
-          int high = 0;
-          for (int t = 0; t < 4; ++t) high |= (c[4 * (4 * t + h) + i] >> 4) << (2 * t);
-          out[kQ6_KGroupHighAt + (4 * p + h) * kVector + 4 * j + i] = static_cast<uint8_t>(high);
-        }
+    for (int s = 0; s < 16; ++s) {
+      const uint8_t* c = code + 16 * s;  // the sub-block's codes; c[12..15] give the bit pairs
+      for (int v = 0; v < 3; ++v) {
+        uint8_t* at = out + kQ6_KGroupScaleBytes + (3 * s + v) * kVector + 4 * j;
+        for (int i = 0; i < 4; ++i) at[i] = static_cast<uint8_t>(c[4 * v + i] << 2 | ((c[12 + i] >> (2 * v)) & 3));
       }
     }
   }
@@ -90,11 +73,15 @@ void GatherKQuantBlock(WeightType type, const uint8_t* group_block, int64_t j, u
   }
   std::memset(out, 0, 192);
   std::memcpy(out + 208, group_block + 2 * j, 2);
-  for (int64_t v = 0; v < 4; ++v) std::memcpy(out + 192 + 4 * v, group_block + 32 + v * kVector + 4 * j, 4);
+  for (int64_t s = 0; s < 16; ++s) out[192 + s] = group_block[kQ6_KGroupScalesAt + 16 * s + j];
   for (int e = 0; e < 256; ++e) {
-    const Q6Place at = Q6Where(j, e);
-    const int code = ((group_block[at.low_byte] >> at.low_shift) & 15) |
-                     ((group_block[at.high_byte] >> at.high_shift) & 3) << 4;
+    const int v = (e % 16) / 4;
+    int code = 0;
+    if (v < 3) {
+      code = group_block[Q6CodeByte(j, e)] >> 2;
+    } else {
+      for (int w = 0; w < 3; ++w) code |= (group_block[Q6CodeByte(j, e - 12 + 4 * w)] & 3) << (2 * w);
+    }
     Q6SetCode(out, e, code);
   }
 }

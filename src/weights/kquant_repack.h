@@ -13,13 +13,14 @@
 //   bytes 64-255    3 vectors: vector v, byte 4j+i = row j's scales[4v+i] (the packed 12 bytes)
 //   bytes 256-2303  32 vectors: vector 8c+k, byte 4j+i = row j's qs[32c+4k+i] (low nibble element
 //                   64c+4k+i, of sub-block 2c; high nibble element 64c+32+4k+i, sub-block 2c+1)
-// Q6_K (q6_k.h), a group's super-block, 3360 bytes; codes re-cut (the same bits, other bytes):
+// Q6_K (q6_k.h), a group's super-block, 3360 bytes; codes re-cut (the same bits, other bytes) so
+// that a sub-block of 16 elements is 3 vectors and unpacks with few operations (u = the unsigned
+// 6-bit code, code + 32):
 //   bytes 0-31      d of rows 0..15
-//   bytes 32-287    4 vectors: vector v, byte 4j+i = row j's scales[4v+i] (int8)
-//   bytes 288-2335  32 vectors, per 64 elements p = 0..3 and k = 0..7: vector 8p+k, byte 4j+i =
-//                   the low 4 bits of row j's code of element 64p+4k+i | those of 64p+32+4k+i << 4
-//   bytes 2336-3359 16 vectors, per p and h = 0..3: vector 4p+h, byte 4j+i, bits 2t..2t+1 = the
-//                   high 2 bits of row j's code of element 64p+4(4t+h)+i (t = 0..3)
+//   bytes 32-287    16 vectors of 16 bytes: vector s, byte j = row j's scales[s] (int8)
+//   bytes 288-3359  per sub-block s = 0..15, 3 vectors v = 0..2 at 288 + (3s + v)·64: byte 4j+i =
+//                   u of row j's element 16s+4v+i, shifted left by 2, | bits 2v..2v+1 of u of
+//                   its element 16s+12+i (in bits 0-1)
 // The last rows % 16 rows follow the groups row-major, as in repack.h.
 #pragma once
 
@@ -30,8 +31,8 @@
 namespace kvq {
 
 inline constexpr int64_t kQ4_KGroupScaleBytes = 256;  // d, dmin, the 3 scale vectors
-inline constexpr int64_t kQ6_KGroupScaleBytes = 288;  // d, the 4 scale vectors
-inline constexpr int64_t kQ6_KGroupHighAt = 2336;     // the high-bit vectors
+inline constexpr int64_t kQ6_KGroupScaleBytes = 288;  // d, the 16 scale vectors; the codes follow
+inline constexpr int64_t kQ6_KGroupScalesAt = 32;     // the scale vectors
 
 /// Whether `type` has an interleaved K-quant layout (Q4_K, Q6_K).
 bool IsInterleavedKQuant(WeightType type);

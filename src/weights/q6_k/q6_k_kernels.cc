@@ -78,31 +78,13 @@ struct Q6_KInterleaved {
   static constexpr bool kSub16 = true;
   static constexpr int64_t kGroupBlock = kKqIlRows * kBytes;  // a group's super-block
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-  // Per activation block (two sub-blocks of 16, 8 chunks of 4 elements): each chunk's unsigned
-  // code u = code + 32 is its low-nibble vector's nibble | its high-bit vector's bit pair moved to
-  // bits 4-5 (16-bit shifts: the bits that cross a byte land outside 0x30 and are masked off). A
-  // sub-block's lanes start at −32·Σq over its 16 elements (the sum of 4 of Q6_KBlock's activation
-  // offsets, summed per super-block and token up front), so each ends at the exact Σ (u − 32)·q;
-  // sub-blocks 2b and 2b+1 of activation block b go to acc_0 and acc_1.
-  // The 8 chunks of the low (A = 0) or high (A = 1) 32 elements of 64-element part p, per row:
-  // u[4e + kk] = elements 4kk..4kk+3 of the part's sub-block 2A + e.
-  template <class V, int A>
-  static KVQ_KQUANT_X86_ATTR inline void Unpack(const uint8_t* blk, int p, int half, typename V::I* u) {
-    using I = typename V::I;
-    const I low = V::Set32(0x0F0F0F0F), two = V::Set32(0x30303030);
-    for (int kk = 0; kk < 4; ++kk) {
-      const I hv = V::Load(blk + kQ6_KGroupHighAt + (4 * p + kk) * 64, half);
-      // Bit pair 2A + e of each byte moved to bits 4-5.
-      const I hi[2] = {A ? hv : V::template Slli16<4>(hv),
-                       A ? V::template Srli16<2>(hv) : V::template Slli16<2>(hv)};
-      for (int e = 0; e < 2; ++e) {
-        const I lv = V::Load(blk + kQ6_KGroupScaleBytes + (8 * p + 4 * e + kk) * 64, half);
-        const I nib = A ? V::And(V::template Srli16<4>(lv), low) : V::And(lv, low);
-        u[4 * e + kk] = V::Or(nib, V::And(hi[e], two));
-      }
-    }
-  }
-
+  // Per sub-block of 16 (4 chunks of 4 elements, kquant_repack.h): its 3 code vectors give the
+  // first 3 chunks' unsigned codes u = code + 32 by a mask and the last chunk's from their bit
+  // pairs (V::Q6Codes, V::Q6Last: 4·u on VNNI, u elsewhere, the dot then scaled by 4 exactly). A
+  // sub-block's lanes start at −32·Σq over its 16 codes (times the same factor; the sum of 4 of
+  // Q6_KBlock's activation offsets, summed per super-block and token up front), so each ends at
+  // the exact 4·Σ (u − 32)·q, taken with the scale fl(d·sc)/4 (exact); sub-blocks 2b and 2b+1 of
+  // activation block b go to acc_0 and acc_1.
   template <class V, int T>
   static KVQ_KQUANT_X86_ATTR void Step(const uint8_t* g, const QuantizedX& x0, int64_t cols, int64_t t0, float* y,
                                        int64_t y_stride, int64_t r, int half) {
@@ -123,40 +105,35 @@ struct Q6_KInterleaved {
     }
     // hadd of hadd leaves the 4-sums of 8 consecutive groups in the order 0, 2, 4, 6, 1, 3, 5, 7.
     const __m256i quad_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const F quarter = V::Set1(0.25f);
     for (int64_t sb = 0; sb < n_super; ++sb) {
       const uint8_t* blk = g + sb * kGroupBlock;
-      alignas(32) int32_t start[T][16];  // [token][sub-block] −32·Σq over its 16 codes
+      alignas(32) int32_t start[T][16];  // [token][sub-block] −32·Σq over its 16 codes, × V::kQ6StartScale
       for (int t = 0; t < T; ++t) {
         for (int h = 0; h < 2; ++h) {
           const __m256i* o = reinterpret_cast<const __m256i*>(off[t] + sb * 64 + 32 * h);
           const __m256i s01 = _mm256_hadd_epi32(_mm256_loadu_si256(o), _mm256_loadu_si256(o + 1));
           const __m256i s23 = _mm256_hadd_epi32(_mm256_loadu_si256(o + 2), _mm256_loadu_si256(o + 3));
+          const __m256i sums = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(s01, s23), quad_order);
           _mm256_store_si256(reinterpret_cast<__m256i*>(start[t] + 8 * h),
-                             _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(s01, s23), quad_order));
+                             _mm256_mullo_epi32(sums, _mm256_set1_epi32(V::kQ6StartScale)));
         }
       }
-      const F d = V::Halves(blk, half);
+      const F d_quarter = V::Mul(V::Halves(blk, half), quarter);  // exact
       for (int blk8 = 0; blk8 < 8; ++blk8) {  // activation block sb·8 + blk8
         KqPrefetch<T>(blk + blk8 * (kGroupBlock / 8), kGroupBlock / 8);
-        I u[8];  // u[4e + kk]: elements 4kk..4kk+3 of sub-block e of the block, per row
-        if (blk8 % 2 == 0) {
-          Unpack<V, 0>(blk, blk8 / 2, half, u);
-        } else {
-          Unpack<V, 1>(blk, blk8 / 2, half, u);
-        }
-        const I scales = V::Load(blk + 32 + 64 * (blk8 / 2), half);  // its sub-blocks at bytes 2(blk8 % 2), +1
-        F dsc[2];
-        for (int e = 0; e < 2; ++e) {
-          dsc[e] = V::Mul(d, V::Cvt(V::Srai32_24(V::Sll32(scales, 24 - 8 * (2 * (blk8 % 2) + e)))));  // exact
-        }
         const int64_t ab = sb * 8 + blk8;
-        for (int t = 0; t < T; ++t) {
-          const F xs = V::Set1(dx[t][ab]);
-          for (int e = 0; e < 2; ++e) {
+        for (int e = 0; e < 2; ++e) {  // sub-block s = 2·blk8 + e
+          const int s = 2 * blk8 + e;
+          const uint8_t* codes = blk + kQ6_KGroupScaleBytes + 3 * s * 64;
+          const I v0 = V::Load(codes, half), v1 = V::Load(codes + 64, half), v2 = V::Load(codes + 128, half);
+          const I u[4] = {V::Q6Codes(v0), V::Q6Codes(v1), V::Q6Codes(v2), V::Q6Last(v0, v1, v2)};
+          const F dsc = V::Mul(d_quarter, V::Cvt(V::ScalesI8(blk + kQ6_KGroupScalesAt + 16 * s, half)));  // exact
+          for (int t = 0; t < T; ++t) {
             const int8_t* qs = q[t] + ab * 32 + 16 * e;
-            I dot = V::Set32(start[t][2 * blk8 + e]);
-            for (int kk = 0; kk < 4; ++kk) dot = V::Dot(dot, u[4 * e + kk], qs + 4 * kk);
-            acc[e][t] = V::Fma(V::Mul(dsc[e], xs), V::Cvt(dot), acc[e][t]);
+            I dot = V::Set32(start[t][s]);
+            for (int kk = 0; kk < 4; ++kk) dot = V::Dot(dot, u[kk], qs + 4 * kk);
+            acc[e][t] = V::Fma(V::Mul(dsc, V::Set1(dx[t][ab])), V::Cvt(V::Q6FourTimes(dot)), acc[e][t]);
           }
         }
       }
