@@ -223,7 +223,8 @@ async function Run(p) {
         `${done.stopped ? 'Stopped' : 'Done'}: ${t.n_generated} tokens after a ${t.n_prompt}-token prompt ` +
         `(finish: ${FinishText(done)}).`);
     return {ids: done.ids, text: done.text, completion: done.completion, n_prompt: t.n_prompt, stopped: done.stopped,
-            end_token: done.end_token, finish_reason: done.finish_reason, timing: t, stats: done.stats,
+            end_token: done.end_token, finish_reason: done.finish_reason, context_full: done.context_full,
+            timing: t, stats: done.stats,
             path: done.path, threads: done.threads};
   } catch (e) {
     SetStatus('error', 'Generating failed.');

@@ -41,8 +41,9 @@ const Generate = (page, opts) => page.evaluate((o) => window.kvqPage.generate(o)
 function SameRun(what, r, native, device) {
   checks.Expect(r.path?.device === device, `${what}: ran on ${device} (${JSON.stringify(r.path)})`);
   checks.SameIds(`${what}: ids`, r.end_token ? r.ids.slice(0, -1) : r.ids, native.tokens);
-  checks.Expect(r.completion === native.completion,
-                `${what}: text ${JSON.stringify(r.completion)} (kvq run: ${JSON.stringify(native.completion)})`);
+  const Show = (t) => JSON.stringify(t.length > 48 ? `${t.slice(0, 48)}…` : t) + ` (${t.length} chars)`;
+  checks.Expect(r.completion === native.completion, `${what}: text ${Show(r.completion)} ` +
+                (r.completion === native.completion ? "equals kvq run's" : `(kvq run: ${Show(native.completion)})`));
   checks.Expect(r.finish_reason === native.finish_reason,
                 `${what}: finish_reason ${r.finish_reason} (kvq run: ${native.finish_reason})`);
   checks.Expect(r.text.endsWith(r.completion), `${what}: the page's text ends with the completion`);
