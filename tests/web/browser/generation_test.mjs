@@ -2,9 +2,9 @@
 // generation rule of its own), on the WebAssembly path and the WebGPU path alike, in headless
 // Chromium: a stop string ends the bundled stories260K's greedy text with native `kvq run --stop`'s
 // text, tokens and finish reason (through the hook, and through the form, whose status names the
-// finish); an end token ends it with "stop", max tokens with "length", and on a synth of 40
-// positions a full context with "context", each as `kvq run` reports it. Bad stop strings are
-// refused naming the field, before the prompt runs.
+// finish); an end token ends it with "stop" (with ignore_eos it is kept and the run goes on), max
+// tokens with "length", and on a synth of 40 positions a full context with "context", each as
+// `kvq run` reports it. Bad stop strings are refused naming the field, before the prompt runs.
 // Usage: node generation_test.mjs BUNDLE_DIR KVQ_CLI PLAYWRIGHT_NPM_DIR
 import {execFileSync} from 'node:child_process';
 import fs from 'node:fs';
@@ -91,6 +91,11 @@ async function EndTokenAndLength(page) {
   const r = await Generate(page, {prompt: 'Once', max_tokens: 400, device: 'cpu'});
   SameRun('cpu, end token', r, ended, 'cpu');
   checks.Expect(r.end_token && r.ids.length === ended.tokens.length + 1, 'cpu: the end token is in the ids, as run.c keeps it');
+  // ignore_eos: the end token is kept like any token and the run goes on to max tokens.
+  const on = await Generate(page, {prompt: 'Once', max_tokens: 400, ignore_eos: true, device: 'cpu'});
+  checks.Expect(on.finish_reason === 'length' && !on.end_token && on.ids.length === on.n_prompt + 400 &&
+                r.ids.every((id, i) => on.ids[i] === id),
+                `cpu, ignore_eos: "${on.finish_reason}" after ${on.ids.length - r.n_prompt} tokens, the end token kept`);
   const short = Native(kStories, kPrompt, 7);
   for (const device of ['cpu', 'gpu']) {
     SameRun(`${device}, 7 tokens`, await Generate(page, {prompt: kPrompt, max_tokens: 7, device}), short, device);
