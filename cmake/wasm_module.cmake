@@ -14,12 +14,14 @@ set(kvq_module_dir "${PROJECT_BINARY_DIR}/module")
 # The functions src/web/*.cc export (docs/architecture.md, "The WebAssembly module's boundary"), and what JS calls them with.
 set(kvq_web_exports
   kvq_web_model_load kvq_web_model_info kvq_web_model_free kvq_web_session_new kvq_web_session_free
-  kvq_web_tokenize kvq_web_detokenize kvq_web_is_end kvq_web_prefill kvq_web_decode
+  kvq_web_tokenize kvq_web_detokenize kvq_web_prefill kvq_web_decode
   kvq_web_set_sampler kvq_web_sample kvq_web_session_stats kvq_web_formats kvq_web_simd_target
   kvq_web_last_error kvq_web_kv_new kvq_web_kv_free kvq_web_kv_plan kvq_web_kv_append
   kvq_web_kv_attend_device kvq_web_kv_rows kvq_web_kv_new_for_model kvq_web_gpu_program kvq_web_gpu_rope
   kvq_web_kv_positions kvq_web_kv_rewind kvq_web_kv_cpu_step kvq_web_apply_template
   kvq_web_max_threads kvq_web_file_alloc kvq_web_file_free kvq_web_model_load_bytes kvq_web_session_set_threads
+  kvq_web_generator_check kvq_web_generator_new kvq_web_generator_new_for_sequence kvq_web_generator_next
+  kvq_web_generator_cancel kvq_web_generator_free
   malloc free)
 list(TRANSFORM kvq_web_exports PREPEND "'_")
 list(TRANSFORM kvq_web_exports APPEND "'")

@@ -1,6 +1,6 @@
 // The page's UI: the form, the streamed output, the numbers and the errors. The model runs in
 // worker.js; this module only talks to it. window.kvqPage is the hook a test driver uses
-// (tests/web/browser/): ready (a promise), generate(opts) → {ids, text, ...}, tokenize(text),
+// (tests/web/browser/): ready (a promise), generate(opts) → {ids, text, completion, finish_reason, ...}, tokenize(text),
 // loadProgress() (the last load's progress events), stop().
 
 const $ = (id) => document.getElementById(id);
@@ -185,6 +185,17 @@ function ShowProgress(m) {
   ShowHeap(m.stats.heap_bytes);
 }
 
+// Why a generation ended, in words (its finish_reason first, as kvq run and kvq serve name it).
+function FinishText(done) {
+  switch (done.finish_reason) {
+    case 'stop': return done.end_token ? 'stop, an end token' : 'stop, a stop string';
+    case 'length': return 'length, the tokens asked for';
+    case 'context': return `context, the model's context of ${Int(done.context)} is full`;
+    case 'cancelled': return 'cancelled';
+  }
+  return done.finish_reason;
+}
+
 // ---- generation: the form and the hook both come here ----
 let running = false;
 
@@ -208,11 +219,13 @@ async function Run(p) {
     ShowProgress(done);
     const t = done.timing;
     SetStatus('done', t.n_prompt_held < t.n_prompt ?
-        `Stopped during the prompt: ${t.n_prompt_held} of its ${t.n_prompt} tokens ran.` :
-        `${done.stopped ? 'Stopped' : 'Done'}: ${t.n_generated} tokens after a ` +
-        `${t.n_prompt}-token prompt${done.context_full ? `, stopped at the model's context of ${done.context}` : ''}.`);
-    return {ids: done.ids, text: done.text, n_prompt: t.n_prompt, stopped: done.stopped, end_token: done.end_token,
-            timing: t, stats: done.stats, path: done.path, threads: done.threads};
+        `Stopped during the prompt: ${t.n_prompt_held} of its ${t.n_prompt} tokens ran (finish: cancelled).` :
+        `${done.stopped ? 'Stopped' : 'Done'}: ${t.n_generated} tokens after a ${t.n_prompt}-token prompt ` +
+        `(finish: ${FinishText(done)}).`);
+    return {ids: done.ids, text: done.text, completion: done.completion, n_prompt: t.n_prompt, stopped: done.stopped,
+            end_token: done.end_token, finish_reason: done.finish_reason, context_full: done.context_full,
+            timing: t, stats: done.stats,
+            path: done.path, threads: done.threads};
   } catch (e) {
     SetStatus('error', 'Generating failed.');
     ShowError('generate', e.message);
@@ -250,6 +263,7 @@ function FormParams() {
     min_p: NumberField('min-p', 'Min-p', {min: 0, max: 1}),
     seed,
     max_tokens: NumberField('max-tokens', 'Max new tokens', {integer: true, min: 1}),
+    stop: $('stop-text').value ? [$('stop-text').value] : [],  // the text ends before it
     kv_k,
     kv_v,
     device_budget_bytes: NumberField('budget', 'Device budget', {min: 0}) * 1024 * 1024,
@@ -350,8 +364,9 @@ const ready = Start().catch((e) => {
 });
 
 // The test hook. opts: {prompt, kv_k, kv_v (default kv_k), n_positions (BOS and prompt included) or
-// max_tokens, temperature (default 0 = greedy), top_k, top_p, min_p, seed, device_budget_bytes,
-// device ('auto' default, 'cpu', 'gpu')}; the result's path says which ran.
+// max_tokens, stop (strings the text ends before), ignore_eos, temperature (default 0 = greedy),
+// top_k, top_p, min_p, seed, device_budget_bytes, device ('auto' default, 'cpu', 'gpu')}; the
+// result's path says which ran, its finish_reason why it ended (stop, length, context, cancelled).
 window.kvqPage = {
   ready,
   generate: async (opts) => {
@@ -369,6 +384,8 @@ window.kvqPage = {
       device: opts.device ?? 'auto',
     };
     if (opts.threads !== undefined) p.threads = opts.threads;
+    if (opts.stop !== undefined) p.stop = opts.stop;
+    if (opts.ignore_eos !== undefined) p.ignore_eos = opts.ignore_eos;
     if (opts.n_positions !== undefined) p.n_positions = opts.n_positions;
     else p.max_tokens = opts.max_tokens ?? 256;
     return Run(p);

@@ -3,6 +3,8 @@
 // thread) or kvq-scalar.js (no SIMD: the feature test fails, or the page asked with ?simd=0), reads
 // a model file into the module's memory a chunk at a time (held there once: the model maps it in
 // place) and runs prefill/sample/decode, so the page's main thread stays responsive while it generates.
+// When a generation ends, and what text it shows, kvq's Generator in the module decides (Completion
+// below): this file only moves tokens between the model runner and the rules, and posts progress.
 // Protocol: the page posts {type, id, ...}; every reply carries the request's id (see app.js).
 'use strict';
 
@@ -140,7 +142,6 @@ async function Init(m) {
     sessionFree: w('kvq_web_session_free', null, ['number']),
     tokenize: w('kvq_web_tokenize', 'number', ['number', 'string', 'number', 'number', 'number']),
     detokenize: w('kvq_web_detokenize', 'number', ['number', 'number', 'number', 'number', 'number']),
-    isEnd: w('kvq_web_is_end', 'number', ['number', 'number']),
     prefill: w('kvq_web_prefill', 'number', ['number', 'number', 'number']),
     decode: w('kvq_web_decode', 'number', ['number', 'number']),
     setSampler: w('kvq_web_set_sampler', null, ['number', 'number', 'number', 'number', 'number', 'number']),
@@ -153,6 +154,12 @@ async function Init(m) {
     modelLoadBytes: w('kvq_web_model_load_bytes', 'number', ['number', 'number', 'string', 'string', 'number']),
     sessionSetThreads: w('kvq_web_session_set_threads', 'number', ['number', 'number']),
     simdTarget: w('kvq_web_simd_target', 'string', []),
+    generatorCheck: w('kvq_web_generator_check', 'number', ['string']),
+    generatorNew: w('kvq_web_generator_new', 'number', ['number', 'string']),
+    generatorNewForSequence: w('kvq_web_generator_new_for_sequence', 'number', ['number', 'number', 'number', 'string']),
+    generatorNext: w('kvq_web_generator_next', 'string', ['number', 'number']),
+    generatorCancel: w('kvq_web_generator_cancel', 'string', ['number']),
+    generatorFree: w('kvq_web_generator_free', null, ['number']),
     lastError: w('kvq_web_last_error', 'string', []),
   };
   try {
@@ -350,8 +357,25 @@ const kYieldMs = 40;
 const kPrefillBlock = 64;
 const Pause = () => new Promise((resolve) => setTimeout(resolve, 0));
 
+// The completion's rules: kvq's Generator in the module (src/web/web_generate.cc), handed each
+// sampled token. It decides what text may be shown (a possible stop string or a cut UTF-8
+// character held back), whether the token runs, and when and why the completion ends, as in
+// `kvq run` and kvq serve. A step: {text, kept, run, finished, finish_reason, completion (once
+// finished: the whole text)}.
+function Completion(handle) {
+  Check(handle, 'starting the completion');
+  return {
+    next: (token) => JSON.parse(api.generatorNext(handle, token)),
+    cancel: () => JSON.parse(api.generatorCancel(handle)),
+    free: () => api.generatorFree(handle),
+  };
+}
+
 // p: {prompt, kv_k, kv_v, device_budget_bytes, temperature, top_k, top_p, min_p, seed,
-//     max_tokens | n_positions (positions in all, BOS and prompt included, as run.c's -n)}
+//     max_tokens | n_positions (positions in all, BOS and prompt included, as run.c's -n),
+//     stop (strings the text ends before), ignore_eos}
+// Posts progress and a 'done' whose finish_reason is stop (an end token or a stop string),
+// length, context (the model's context is full) or cancelled (Stop).
 async function Generate(id, p) {
   RequireModel();
   stopRequested = false;
@@ -362,16 +386,17 @@ async function Generate(id, p) {
   }
   const prompt_ids = Tokenize(p.prompt, -1);
   if (prompt_ids.length === 0) throw new Error('the prompt gave no tokens (and the model adds no BOS)');
-  const asked = p.n_positions !== undefined ? p.n_positions - prompt_ids.length : p.max_tokens;
-  // The cache holds the model's context; the token sampled after the last position is kept, not run.
-  const max_new = Math.min(asked, model_context + 1 - prompt_ids.length);
-  if (!(asked >= 1)) {
+  const max_tokens = p.n_positions !== undefined ? p.n_positions - prompt_ids.length : p.max_tokens;
+  if (!(max_tokens >= 1)) {
     throw new Error(`nothing to generate: ${p.n_positions !== undefined ?
       `n_positions ${p.n_positions} <= the prompt's ${prompt_ids.length} tokens` : `max tokens ${p.max_tokens}`}`);
   }
   if (prompt_ids.length > model_context) {
     throw new Error(`the prompt's ${prompt_ids.length} tokens do not fit the model's context of ${model_context}`);
   }
+  // Checked before the prompt runs, so a bad stop string costs no prefill.
+  const options = JSON.stringify({max_tokens, stop: p.stop ?? [], ignore_eos: p.ignore_eos ?? false});
+  Check(api.generatorCheck(options) === 0, 'the generation options');
   // The path: p.device 'cpu', 'gpu', or 'auto' (the GPU when it can, unless the adapter is an
   // emulation). What the GPU path cannot run (a hybrid model, a weight type its kernels do not
   // read, temperature > 0) runs on WebAssembly instead, with the reason in path.why: nothing the
@@ -387,7 +412,9 @@ async function Generate(id, p) {
                            `${why_not || emulated}${want === 'gpu' ? '; running on WebAssembly instead' : ''}`};
   const engine = on_gpu ? await GpuEngine(p) : CpuEngine(p);
 
-  const ids = prompt_ids.slice();
+  const ids = prompt_ids.slice();  // the prompt and every token sampled (an end token too, as run.c's ids)
+  const prompt_text = Detokenize(prompt_ids);
+  let completion = '';  // the text the completion's rules have released so far
   let prefill_ms = 0;  // the prompt's blocks, the pauses between them excluded
   let held = 0;        // prompt tokens the session holds
   let decode_ms = 0;   // sampling and decode steps, the pauses for messages excluded
@@ -396,12 +423,14 @@ async function Generate(id, p) {
   let sent = 0;  // ids already posted: the first post carries BOS and the prompt
   let last_post = performance.now();
   const post = (type, extra) => {
-    self.postMessage({type, id, new_ids: ids.slice(sent), text: Detokenize(ids), timing: timing(),
-                      stats: engine.stats(ids.length - 1), path, threads: p.threads, ...extra});
+    self.postMessage({type, id, new_ids: ids.slice(sent), text: prompt_text + completion, completion,
+                      timing: timing(), stats: engine.stats(), path, threads: p.threads, ...extra});
     sent = ids.length;
     last_post = performance.now();
   };
-  let stopped = false;
+  const done = (finish_reason, end_token) => post('done', {
+    ids, finish_reason, stopped: finish_reason === 'cancelled', end_token, context: model_context,
+    context_full: finish_reason === 'context'});
   // The prompt in kvq's own blocks (how a prompt is cut changes no bit of the cache or logits:
   // kvq/session.h), with a pause after each so that Stop is seen within one block.
   while (held < prompt_ids.length) {
@@ -413,41 +442,35 @@ async function Generate(id, p) {
     if (held === prompt_ids.length) break;
     self.postMessage({type: 'progress', id, prefill: {held, total: prompt_ids.length}, timing: timing(), path});
     await Pause();
-    if (stopRequested) {
-      stopped = true;
-      break;
-    }
-  }
-  if (stopped) {
-    post('done', {ids, stopped, end_token: false, context: model_context, context_full: false});
-    return;
+    if (stopRequested) return done('cancelled', false);
   }
   post('progress');
   await Pause();
-  let end_token = false;
-  for (let i = 0; i < max_new; ++i) {
-    if (stopRequested) {
-      stopped = true;
-      break;
+  // Each sampled token goes to the rules, which say whether it runs and when the completion ends.
+  const rules = Completion(engine.completion(options, prompt_ids));
+  try {
+    for (;;) {
+      let step;
+      if (stopRequested) {
+        step = rules.cancel();
+      } else {
+        const t0 = performance.now();
+        const token = engine.sample();
+        ids.push(token);
+        step = rules.next(token);
+        if (step.run) await engine.decode(token, ids.length - 1);
+        decode_ms += performance.now() - t0;
+      }
+      completion = step.finished ? step.completion : completion + step.text;
+      if (step.finished) return done(step.finish_reason, !step.kept && step.finish_reason === 'stop');
+      if (performance.now() - last_post >= kYieldMs) {
+        post('progress');
+        await Pause();
+      }
     }
-    const t0 = performance.now();
-    const token = engine.sample();
-    ids.push(token);
-    // An end token ends it, as in `kvq run` (BOS too for llama2.c vocabularies); kept in ids, as
-    // run.c's golden ids keep it.
-    end_token = api.isEnd(model, token) !== 0;
-    const last = end_token || i + 1 === max_new;
-    // The last token needs no decode step: nothing is sampled after it.
-    if (!last) await engine.decode(token, ids.length - 1);
-    decode_ms += performance.now() - t0;
-    if (last) break;
-    if (performance.now() - last_post >= kYieldMs) {
-      post('progress');
-      await Pause();
-    }
+  } finally {
+    rules.free();
   }
-  post('done', {ids, stopped, end_token, context: model_context,
-                context_full: !stopped && !end_token && max_new < asked && ids.length === prompt_ids.length + max_new});
 }
 
 // The WebAssembly CPU path: a kvq session in the module.
@@ -473,6 +496,8 @@ function CpuEngine(p) {
       return token;
     },
     decode: async (token, position) => Check(api.decode(session, token) === 0, `decode at position ${position}`),
+    // The rules of the completion that follows what the session holds.
+    completion: (options) => api.generatorNew(session, options),
     stats: () => Stats(),
   };
 }
@@ -498,6 +523,8 @@ async function GpuEngine(p) {
     decode: async (token) => {
       last = await runner.Step(token);
     },
+    // The rules of the completion that follows the runner's sequence (the prompt, run).
+    completion: (options, prompt_ids) => api.generatorNewForSequence(model, prompt_ids.at(-1), runner.positions, options),
     // What the CPU path's session reports; bytes per token are the cache's planned bytes at full
     // context over the context (its f32 sink and residual rows spread over every position). gpu:
     // this generation's steps and, per step, the submits and readbacks of the step program and the

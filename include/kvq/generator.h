@@ -96,6 +96,12 @@ class Generator {
   /// positions and context); the generator keeps the model's vocabulary alive. With max_tokens 0
   /// it is finished at once (kLength). Errors: Check's; a session holding no tokens.
   static Result<Generator> Create(const Session& session, const GeneratorOptions& options);
+  /// The same for a sequence that a runner other than a Session holds (the page's WebGPU path
+  /// keeps its own cache): `model`'s vocabulary, the last token run (its logits give the first
+  /// token), the positions held (>= 1) and the most the sequence can hold (>= positions).
+  /// Errors: Check's; a last token outside the vocabulary; positions outside [1, context].
+  static Result<Generator> Create(const Model& model, int32_t last_token, int64_t positions, int64_t context,
+                                  const GeneratorOptions& options);
 
   /// With a grammar: sets to -infinity the logits [vocab_size] of every token whose text the
   /// grammar refuses next (tokens without text included), and of the end tokens unless the grammar
@@ -125,6 +131,9 @@ class Generator {
  private:
   Generator(std::shared_ptr<const Model::Impl> model, GeneratorOptions options, int32_t previous,
             int64_t positions, int64_t context, std::unique_ptr<GrammarMatcher> grammar);
+  // Both Creates, once their inputs are checked.
+  static Result<Generator> Make(std::shared_ptr<const Model::Impl> model, int32_t last_token, int64_t positions,
+                                int64_t context, const GeneratorOptions& options);
   // Bytes at the end of text_ that may begin a stop string or are an incomplete UTF-8 character.
   size_t HeldBytes() const;
   // Ends with `reason`; `release` = bytes of text_ the final step may release.

@@ -23,6 +23,7 @@
 
 namespace kvq {
 
+class Generator;
 class Session;
 
 /// kvq's version, "MAJOR.MINOR.PATCH" (static storage).
@@ -165,6 +166,7 @@ class Model {
   const Impl& impl() const { return *impl_; }
 
  private:
+  friend class Generator;  // keeps the vocabulary alive for a completion
   explicit Model(std::shared_ptr<Impl> impl);
   std::shared_ptr<Impl> impl_;
 };

@@ -47,19 +47,37 @@ Status Generator::Check(const GeneratorOptions& options) {
 }
 
 Result<Generator> Generator::Create(const Session& session, const GeneratorOptions& options) {
-  if (Status s = Check(options); !s.ok()) return s;
   if (session.tokens().empty()) {
     return Status::Error("Generator: the session holds no tokens (run the prompt first: its logits give the "
                          "first token)");
   }
+  return Make(session.impl_->model, session.tokens().back(), session.positions(), session.context(), options);
+}
+
+Result<Generator> Generator::Create(const Model& model, int32_t last_token, int64_t positions, int64_t context,
+                                   const GeneratorOptions& options) {
+  if (last_token < 0 || last_token >= model.info().vocab_size) {
+    return Status::Error(fmt::format("Generator: the last token run, {}, is outside the vocabulary [0, {})",
+                                     last_token, model.info().vocab_size));
+  }
+  if (positions < 1 || context < positions) {
+    return Status::Error(fmt::format("Generator: {} positions held in a context of {} (expected 1 <= positions <= "
+                                     "context: the prompt runs first, its logits give the first token)",
+                                     positions, context));
+  }
+  return Make(model.impl_, last_token, positions, context, options);
+}
+
+Result<Generator> Generator::Make(std::shared_ptr<const Model::Impl> model, int32_t last_token, int64_t positions,
+                                  int64_t context, const GeneratorOptions& options) {
+  if (Status s = Check(options); !s.ok()) return s;
   std::unique_ptr<GrammarMatcher> grammar;
   if (!options.grammar.empty()) {
     Result<Grammar> g = ParseGbnf(options.grammar);  // parsed by Check already: cannot fail
     if (!g.ok()) return Status::Error("GeneratorOptions::grammar: " + g.status().message());
     grammar = std::make_unique<GrammarMatcher>(std::make_shared<const Grammar>(std::move(g).value()));
   }
-  return Generator(session.impl_->model, options, session.tokens().back(), session.positions(), session.context(),
-                   std::move(grammar));
+  return Generator(std::move(model), options, last_token, positions, context, std::move(grammar));
 }
 
 Generator::Generator(std::shared_ptr<const Model::Impl> model, GeneratorOptions options, int32_t previous,

@@ -108,6 +108,7 @@ int RunGenerate(const RunOptions& o, const std::string& prompt) {
   const GenerateRequest request{
       .max_tokens = o.gen.n,
       .sampling = o.gen.Sampling(),
+      .stop = o.gen.stop,
       .grammar = *grammar,
       .save_prefix = o.prompt_cache,
       .speculation = o.gen.speculation,

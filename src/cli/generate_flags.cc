@@ -71,6 +71,9 @@ Status GenerateFlags::Check() const {
   if (top_p <= 0 || top_p > 1) return Status::Error(fmt::format("--top-p must be in (0, 1] (got {})", top_p));
   if (min_p < 0 || min_p >= 1) return Status::Error(fmt::format("--min-p must be in [0, 1) (got {})", min_p));
   if (top_k < 0) return Status::Error(fmt::format("--top-k must be >= 0 (got {})", top_k));
+  for (const std::string& s : stop) {
+    if (s.empty()) return Status::Error("--stop: a stop string has at least one byte (got \"\")");
+  }
   return Status::Ok();
 }
 
@@ -114,6 +117,10 @@ void AddGenerateFlags(CLI::App* cmd, GenerateFlags* o) {
   AddTokenizerFlag(cmd, &o->shared);
   cmd->add_option("-n,--n-predict", o->n, "New tokens to generate at most (llama.cpp's -n; < 0: until an end token)")
       ->capture_default_str();
+  cmd->add_option("--stop", o->stop,
+                  "Text that ends a reply before it (repeatable; the first found ends it, as llama-server's stop)")
+      ->type_name("TEXT")
+      ->allow_extra_args(false);
   cmd->add_option("--temp", o->temp, "Temperature; 0 = greedy")->capture_default_str();
   cmd->add_option("--top-k", o->top_k, "Top-k (0 = off)")->capture_default_str();
   cmd->add_option("--top-p", o->top_p, "Top-p / nucleus (1 = off)")->capture_default_str();

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/flags.h"
 #include "kvq/model.h"
@@ -30,6 +31,7 @@ struct GenerateFlags {
   bool quiet = false;               // -q: no banner, no prompt progress
   SpeculationOptions speculation;   // --spec, --draft-max, --draft-ngram, --spec-ungated
   std::string grammar, grammar_file, json_schema, json_schema_file;  // at most one given
+  std::vector<std::string> stop;    // --stop (repeatable): the reply ends before the first of these
   const CLI::Option* seed = nullptr;  // --seed, to tell a given seed from the default
 
   /// The sampling flags as the API takes them; without --seed, a random seed.
@@ -41,7 +43,7 @@ struct GenerateFlags {
   Result<std::string> Grammar() const;
 };
 
-/// -m, -hf, --tokenizer, -n, --temp, --top-k, --top-p, --min-p, --seed, -c, the KV flags (--kv*,
+/// -m, -hf, --tokenizer, -n, --stop, --temp, --top-k, --top-p, --min-p, --seed, -c, the KV flags (--kv*,
 /// --kv-plan, --kv-bits, --score-arithmetic, the budgets), -t, the speculative-decoding flags and
 /// the grammar flags. A command calls ResolveModelFlag (cli/hub_flag.h) before it loads -hf's model.
 void AddGenerateFlags(CLI::App* cmd, GenerateFlags* o);

@@ -27,19 +27,9 @@ using kvq_web::Fail;
 using kvq_web::Handle;
 using kvq_web::LastError;
 using kvq_web::ModelOf;
+using kvq_web::SessionOf;
 using kvq_web::WebModel;
-
-struct WebSession {
-  std::unique_ptr<kvq::Session> session;
-  const WebModel* model = nullptr;
-  std::string key_spec, value_spec;
-  double device_budget_bytes = 0;
-  int64_t kv_bytes_per_token = 0, kv_f16_bytes_per_token = 0;
-  std::string stats_json;
-};
-
-
-WebSession* SessionOf(int handle) { return reinterpret_cast<WebSession*>(static_cast<intptr_t>(handle)); }
+using kvq_web::WebSession;
 
 // Steady-state K+V bytes per token over all layers for these specs (transform rows held in f32
 // — sinks, residual — are not per-token costs): seed 000's 2·layers·kv_heads·head_dim·bits/8 with
@@ -175,10 +165,6 @@ EMSCRIPTEN_KEEPALIVE int kvq_web_detokenize(int model, const int32_t* ids, int n
     out[written] = '\0';
   }
   return static_cast<int>(text->size());
-}
-
-EMSCRIPTEN_KEEPALIVE int kvq_web_is_end(int model, int token) {
-  return ModelOf(model)->model->IsEndOfGeneration(token) ? 1 : 0;
 }
 
 EMSCRIPTEN_KEEPALIVE int kvq_web_prefill(int session, const int32_t* ids, int n) {

@@ -1,5 +1,5 @@
-// What the WebAssembly shim's files share: the last error (kvq_web_last_error), handles and the
-// loaded model.
+// What the WebAssembly shim's files share: the last error (kvq_web_last_error), handles, the
+// loaded model and its sessions.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kvq/model.h"
+#include "kvq/session.h"
 
 /// Threads a model can run with in this build (web_load.cc): 1 without pthreads.
 extern "C" int kvq_web_max_threads(void);
@@ -43,5 +44,17 @@ struct WebModel {
 };
 
 inline WebModel* ModelOf(int handle) { return reinterpret_cast<WebModel*>(static_cast<intptr_t>(handle)); }
+
+/// A session of a loaded model (kvq_web_session_new's handle): the page's WebAssembly path.
+struct WebSession {
+  std::unique_ptr<kvq::Session> session;
+  const WebModel* model = nullptr;
+  std::string key_spec, value_spec;
+  double device_budget_bytes = 0;
+  int64_t kv_bytes_per_token = 0, kv_f16_bytes_per_token = 0;
+  std::string stats_json;
+};
+
+inline WebSession* SessionOf(int handle) { return reinterpret_cast<WebSession*>(static_cast<intptr_t>(handle)); }
 
 }  // namespace kvq_web

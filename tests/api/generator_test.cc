@@ -1,7 +1,8 @@
 // The Generator (kvq/generator.h) on the bundled stories260K's vocabulary, fed chosen tokens by
 // hand: stop strings (split across tokens, at the very start, the earliest of several), the
 // hold-back of a stop string's first bytes and of a split UTF-8 character and its release, end
-// tokens with and without ignore_eos, max_tokens, a full context, cancellation, and its refusals.
+// tokens with and without ignore_eos, max_tokens, a full context, cancellation, and its refusals;
+// the same rules for a sequence held outside a Session.
 // Then Session::Generate, which drives it, against a hand loop of Prefill/Decode/Sample/Generator
 // for every KV format in the registry, and with stop strings against a run without them.
 #include <gtest/gtest.h>
@@ -208,6 +209,42 @@ TEST(Generator, RefusalsNameWhatIsWrong) {
   EXPECT_NE(none.status().message().find("holds no tokens"), std::string::npos) << none.status().message();
   EXPECT_EQ(std::string(FinishReasonName(FinishReason::kContext)), "context");
   EXPECT_EQ(std::string(FinishReasonName(FinishReason::kCancelled)), "cancelled");
+}
+
+// A sequence held outside a Session (the page's WebGPU runner) gets the same rules from the
+// model, its last token and its positions: the same steps, token for token, as the session's
+// generator over the same prompt, up to the full context; bad inputs are refused, named.
+TEST(Generator, ASequenceOutsideASessionFollowsTheSameRules) {
+  std::unique_ptr<Session> s = Prompted("Once upon a time");
+  const GeneratorOptions options{.max_tokens = -1, .stop = {"e x"}};
+  Generator from_session = Make(*s, options);
+  Result<Generator> made = Generator::Create(Bundled(), s->tokens().back(), s->positions(), s->context(), options);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  Generator& outside = made.value();
+  const int32_t tokens[] = {Id(" the"), Byte(0xC3), Byte(0xA9), Id(" a")};
+  for (int i = 0; !from_session.finished(); ++i) {
+    const int32_t token = tokens[i % 4];
+    const GeneratorStep a = from_session.Next(token), b = outside.Next(token);
+    ASSERT_EQ(a.text, b.text) << "step " << i;
+    ASSERT_EQ(a.kept, b.kept) << "step " << i;
+    ASSERT_EQ(a.run, b.run) << "step " << i;
+    ASSERT_EQ(a.finished, b.finished) << "step " << i;
+    ASSERT_EQ(a.finish, b.finish) << "step " << i;
+  }
+  EXPECT_TRUE(outside.finished());
+  EXPECT_EQ(outside.finish_reason(), FinishReason::kContext);
+  EXPECT_EQ(outside.text(), from_session.text());
+  const struct { int32_t last; int64_t positions, context; const char* says; } bad[] = {
+      {-1, 5, 64, "outside the vocabulary"}, {512, 5, 64, "outside the vocabulary"},
+      {1, 0, 64, "0 positions held"}, {1, 65, 64, "65 positions held in a context of 64"}};
+  for (const auto& b : bad) {
+    Result<Generator> refused = Generator::Create(Bundled(), b.last, b.positions, b.context, {});
+    ASSERT_FALSE(refused.ok()) << b.says;
+    EXPECT_NE(refused.status().message().find(b.says), std::string::npos) << refused.status().message();
+  }
+  Result<Generator> empty_stop = Generator::Create(Bundled(), 1, 5, 64, {.stop = {""}});
+  ASSERT_FALSE(empty_stop.ok());
+  EXPECT_NE(empty_stop.status().message().find("stop[0] is empty"), std::string::npos);
 }
 
 // A prompt longer than a prefill block, so the hand loop's cut (blocks of 64, then the last token

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "kvq/format.h"
 #include "test_util/run_kvq.h"
@@ -278,6 +280,32 @@ TEST(Run, FinishReasonIsReported) {
   const auto full = Json("run -p \"Once upon a time\" -n 400 --temp 0 -c 12");
   EXPECT_EQ(full["finish_reason"], "context");
   EXPECT_EQ(full["tokens"].size(), 13u);  // 12 positions run, and the last token sampled
+}
+
+// --stop ends the text before the first occurrence of any of its strings (repeatable), as the
+// core's GenerateRequest::stop does: the completion is the unstopped one cut there, finish "stop".
+TEST(Run, StopStringsEndTheText) {
+  const auto free_run = Json("run -p \"Once upon a time\" -n 60 --temp 0 -t 1");
+  const std::string text = free_run["completion"].get<std::string>();
+  ASSERT_GT(text.size(), 40u) << text;
+  // Two stop strings from the unstopped text: the one that occurs first wins.
+  const std::string late = text.substr(30, 4), early = text.substr(12, 3);
+  const size_t cut = std::min(text.find(late), text.find(early));
+  auto quote = [](const std::string& t) {  // for the shell: '...' with each ' as '\''
+    std::string q = "'";
+    for (char c : t) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+  };
+  const auto stopped =
+      Json("run -p \"Once upon a time\" -n 60 --temp 0 -t 1 --stop " + quote(late) + " --stop " + quote(early));
+  EXPECT_EQ(stopped["completion"].get<std::string>(), text.substr(0, cut));
+  EXPECT_EQ(stopped["finish_reason"], "stop");
+  const auto ids = stopped["tokens"].get<std::vector<int>>(), all = free_run["tokens"].get<std::vector<int>>();
+  ASSERT_LT(ids.size(), all.size());
+  EXPECT_TRUE(std::equal(ids.begin(), ids.end(), all.begin()));  // the same tokens, up to the stop
+  const KvqRun empty = Kvq("run -n 2 --stop ''");
+  EXPECT_EQ(empty.exit_code, 2);
+  EXPECT_NE(empty.err.find("--stop"), std::string::npos) << empty.err;
 }
 
 TEST(Run, BadInputIsRefused) {

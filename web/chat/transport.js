@@ -6,7 +6,8 @@
 // Both have: Describe() → {model, runtime, kv_format, kv_bytes, kv_note}; Chat(messages, params,
 // on_text) → {text, stopped, finish, prompt_tokens, reused_tokens, completion_tokens,
 // tokens_per_second}; Stop(); and RenderPrompt(messages) (the prompt text the model is given).
-// params: {temperature, top_p, max_tokens, seed (null: random)}.
+// params: {temperature, top_p, max_tokens, seed (null: random), stop (optional: strings the reply
+// ends before)}.
 
 // An HTTP error's message: OpenAI's {"error": {"message"}} when the body has it.
 async function HttpError(response, what) {
@@ -77,6 +78,7 @@ export class ServerTransport {
     const body = {messages, stream: true, temperature: params.temperature, top_p: params.top_p,
                   max_tokens: params.max_tokens};
     if (params.seed !== null) body.seed = params.seed;
+    if (params.stop?.length) body.stop = params.stop;
     const result = {text: '', stopped: false, finish: null, prompt_tokens: null, reused_tokens: null,
                     completion_tokens: null, tokens_per_second: null};
     try {
@@ -202,22 +204,23 @@ export class TabTransport {
   async Chat(messages, params, on_text) {
     const prompt = await this.RenderPrompt(messages);
     const seed = params.seed ?? (crypto.getRandomValues(new Uint32Array(1))[0] & 0x7fffffff);
-    let prompt_text = null;  // the first post's text: the prompt's tokens, detokenized
+    // The worker's posts carry the reply so far (completion: text its rules have released);
+    // those of the prompt's blocks carry none.
     let shown = 0;
     const reply = (m) => {
-      prompt_text ??= m.text;
-      const text = m.text.slice(prompt_text.length);
-      if (text.length > shown) on_text(text.slice(shown));
-      shown = text.length;
-      return text;
+      if (m.completion === undefined) return '';
+      if (m.completion.length > shown) on_text(m.completion.slice(shown));
+      shown = m.completion.length;
+      return m.completion;
     };
     const done = await this.Ask('generate', {params: {
       prompt, kv_k: this.kv.key, kv_v: this.kv.value, temperature: params.temperature, top_k: 0,
-      top_p: params.top_p, min_p: 0, seed, max_tokens: params.max_tokens, device: 'cpu'}}, [], reply);
+      top_p: params.top_p, min_p: 0, seed, max_tokens: params.max_tokens, stop: params.stop ?? [], device: 'cpu'}},
+      [], reply);
     const text = reply(done);
     this.last_stats = done.stats.session;
     const t = done.timing;
-    return {text, stopped: done.stopped, finish: done.end_token ? 'stop' : done.stopped ? null : 'length',
+    return {text, stopped: done.stopped, finish: done.stopped ? null : done.finish_reason,
             prompt_tokens: t.n_prompt, reused_tokens: 0, completion_tokens: t.n_generated,
             tokens_per_second: t.decode_ms > 0 && t.n_generated > 0 ? t.n_generated / (t.decode_ms / 1000) : null};
   }

@@ -14,8 +14,9 @@ add_test(NAME web.browser_golden
                  "$<TARGET_FILE:kvq_cli>" "${KVQ_PLAYWRIGHT_DIR}")
 set_tests_properties(web.browser_golden PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 400)
 # The page's state (failed loads, progress, errors, Stop in a prefill, ?threads/?gpu) and its
-# threaded build (ids with 2 threads = 1 = native kvq run), and a 325 MiB model held once.
-foreach(case page_state threads memory)
+# threaded build (ids with 2 threads = 1 = native kvq run), a 325 MiB model held once, and how its
+# generations end (stop strings, end tokens, length, a full context: as native kvq run, both paths).
+foreach(case page_state threads memory generation)
   add_test(NAME web.${case}
            COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/${case}_test.mjs" "${KVQ_WEB_BUNDLE_DIR}"
                    "$<TARGET_FILE:kvq_cli>" "${KVQ_PLAYWRIGHT_DIR}")

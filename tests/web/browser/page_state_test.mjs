@@ -107,8 +107,9 @@ async function StopDuringPrefill(page) {
   });
   const r = await page.evaluate(() => window.long_run.then((r) => ({...r, answer_ms: performance.now() - window.stop_ms})));
   const t = r.timing;
-  checks.Expect(r.stopped && t.n_prompt_held < t.n_prompt && t.n_prompt_held - at_stop <= kBlock,
-                `Stop at ${at_stop} of ${t.n_prompt} prompt tokens: stopped with ${t.n_prompt_held} held (at most one ` +
+  checks.Expect(r.stopped && r.finish_reason === 'cancelled' && t.n_prompt_held < t.n_prompt &&
+                t.n_prompt_held - at_stop <= kBlock,
+                `Stop at ${at_stop} of ${t.n_prompt} prompt tokens: "${r.finish_reason}", ${t.n_prompt_held} held (at most one ` +
                 `block of ${kBlock} more), answered in ${r.answer_ms.toFixed(0)} ms; a block took ` +
                 `${(t.prefill_ms / (t.n_prompt_held / kBlock)).toFixed(0)} ms`);
   await Screenshot(page, 'stopped-in-prefill');

@@ -1,0 +1,152 @@
+// The page's completions end by kvq's own rules (the module's Generator: web/worker.js keeps no
+// generation rule of its own), on the WebAssembly path and the WebGPU path alike, in headless
+// Chromium: a stop string ends the bundled stories260K's greedy text with native `kvq run --stop`'s
+// text, tokens and finish reason (through the hook, and through the form, whose status names the
+// finish); an end token ends it with "stop" (with ignore_eos it is kept and the run goes on), max
+// tokens with "length", and on a synth of 40 positions a full context with "context", each as
+// `kvq run` reports it. Bad stop strings are refused naming the field, before the prompt runs.
+// Usage: node generation_test.mjs BUNDLE_DIR KVQ_CLI PLAYWRIGHT_NPM_DIR
+import {execFileSync} from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+import {Checks, LaunchChromium, OpenPage, Serve, Synth, Text} from './browser_util.mjs';
+
+const checks = new Checks('generation_test');
+const [bundle, kvq_cli, npm_dir] = process.argv.slice(2);
+if (!bundle || !kvq_cli || !npm_dir) checks.Fatal('usage: generation_test.mjs BUNDLE_DIR KVQ_CLI PLAYWRIGHT_NPM_DIR');
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), `kvq-generation-${process.pid}-`));
+process.on('exit', () => fs.rmSync(tmp, {recursive: true, force: true}));
+
+const kPrompt = 'Once upon a time';
+const kStories = ['-m', path.join(bundle, 'models/stories260K.bin'), '--tokenizer', path.join(bundle, 'models/tok512.bin')];
+// A llama small enough that 40 positions fill its context within a second on either path; q8_0
+// matrices, which the GPU path reads.
+const kSynthContext = 40;
+const kSynthArgs = ['--arch', 'llama', '--dim', '64', '--layers', '2', '--heads', '4', '--kv-heads', '2',
+                    '--ffn', '128', '--context', String(kSynthContext), '--type', 'q8_0'];
+
+// Native `kvq run --json`, greedy, f32 KV (as the page runs below), one thread.
+function Native(model_args, prompt, n, extra = []) {
+  const out = execFileSync(kvq_cli, ['run', ...model_args, '--prompt', prompt, '--temp', '0', '-n', String(n),
+                                     '--kv', 'f32', '-t', '1', '--json', ...extra], {encoding: 'utf8'});
+  return JSON.parse(out);
+}
+
+const Generate = (page, opts) => page.evaluate((o) => window.kvqPage.generate(o), {kv_k: 'f32', ...opts});
+
+// The page's run against native's: the ids (the page keeps an end token it stopped on, kvq run
+// does not), the completion's text and the finish reason, strictly equal.
+function SameRun(what, r, native, device) {
+  checks.Expect(r.path?.device === device, `${what}: ran on ${device} (${JSON.stringify(r.path)})`);
+  checks.SameIds(`${what}: ids`, r.end_token ? r.ids.slice(0, -1) : r.ids, native.tokens);
+  const Show = (t) => JSON.stringify(t.length > 48 ? `${t.slice(0, 48)}…` : t) + ` (${t.length} chars)`;
+  checks.Expect(r.completion === native.completion, `${what}: text ${Show(r.completion)} ` +
+                (r.completion === native.completion ? "equals kvq run's" : `(kvq run: ${Show(native.completion)})`));
+  checks.Expect(r.finish_reason === native.finish_reason,
+                `${what}: finish_reason ${r.finish_reason} (kvq run: ${native.finish_reason})`);
+  checks.Expect(r.text.endsWith(r.completion), `${what}: the page's text ends with the completion`);
+}
+
+async function StopStrings(page) {
+  // Stop strings taken from the unstopped text, so that they occur (and likely span tokens).
+  const free_run = Native(kStories, kPrompt, 60);
+  const text = free_run.completion;
+  if (text.length < 40) checks.Fatal(`kvq run's 60 tokens gave only ${JSON.stringify(text)}`);
+  const stop = [text.slice(30, 34), text.slice(14, 17)];
+  const native = Native(kStories, kPrompt, 60, stop.flatMap((s) => ['--stop', s]));
+  checks.Expect(native.finish_reason === 'stop' && native.completion.length < text.length,
+                `kvq run --stop ${JSON.stringify(stop)}: "${native.finish_reason}" after ${native.completion.length} ` +
+                `of ${text.length} chars`);
+  for (const device of ['cpu', 'gpu']) {
+    const r = await Generate(page, {prompt: kPrompt, max_tokens: 60, stop, device});
+    SameRun(`${device}, stop ${JSON.stringify(stop)}`, r, native, device);
+    checks.Expect(!r.end_token && !stop.some((s) => r.completion.includes(s)), `${device}: no stop string is shown`);
+  }
+  // The form: its stop field, and the status naming the finish.
+  const hook = await Generate(page, {prompt: kPrompt, max_tokens: 60, stop: [stop[0]], device: 'cpu'});
+  const one = Native(kStories, kPrompt, 60, ['--stop', stop[0]]);
+  SameRun(`cpu, stop ${JSON.stringify(stop[0])}`, hook, one, 'cpu');
+  await page.fill('#prompt', kPrompt);
+  await page.fill('#temperature', '0');
+  await page.fill('#max-tokens', '60');
+  await page.fill('#kv-k', 'f32');
+  await page.fill('#kv-v', 'f32');
+  await page.fill('#stop-text', stop[0]);
+  await page.selectOption('#device', 'cpu');
+  await page.click('#generate');
+  await page.waitForFunction(() => ['done', 'error'].includes(document.getElementById('status').dataset.state) &&
+                                   !document.getElementById('generate').disabled);
+  const status = await Text(page, '#status');
+  checks.Expect(/finish: stop, a stop string/.test(status), `the form's run says why it ended: "${status}"`);
+  checks.Expect(await Text(page, '#text') === hook.text, `the form's run shows the hook's text: ${JSON.stringify(hook.text)}`);
+  await page.fill('#stop-text', '');
+}
+
+async function EndTokenAndLength(page) {
+  // Greedy "Once" ends its story with an end token within 400 tokens (kvq's CLI test says so too).
+  const ended = Native(kStories, 'Once', 400);
+  checks.Expect(ended.finish_reason === 'stop', `kvq run "Once" -n 400: ${ended.finish_reason}`);
+  const r = await Generate(page, {prompt: 'Once', max_tokens: 400, device: 'cpu'});
+  SameRun('cpu, end token', r, ended, 'cpu');
+  checks.Expect(r.end_token && r.ids.length === ended.tokens.length + 1, 'cpu: the end token is in the ids, as run.c keeps it');
+  // ignore_eos: the end token is kept like any token and the run goes on to max tokens.
+  const on = await Generate(page, {prompt: 'Once', max_tokens: 400, ignore_eos: true, device: 'cpu'});
+  checks.Expect(on.finish_reason === 'length' && !on.end_token && on.ids.length === on.n_prompt + 400 &&
+                r.ids.every((id, i) => on.ids[i] === id),
+                `cpu, ignore_eos: "${on.finish_reason}" after ${on.ids.length - r.n_prompt} tokens, the end token kept`);
+  const short = Native(kStories, kPrompt, 7);
+  for (const device of ['cpu', 'gpu']) {
+    SameRun(`${device}, 7 tokens`, await Generate(page, {prompt: kPrompt, max_tokens: 7, device}), short, device);
+  }
+}
+
+async function BadOptions(page) {
+  for (const [stop, field] of [[[''], 'stop[0]'], [['a', 3], 'stop[1]'], ['text', 'stop']]) {
+    const error = await Generate(page, {prompt: kPrompt, max_tokens: 4, stop, device: 'cpu'}).then(
+        () => null, (e) => e.message);
+    checks.Expect(error && error.includes(field) && !error.includes('::'),
+                  `stop ${JSON.stringify(stop)} is refused naming ${field}: ${error}`);
+  }
+  await page.click('#generate-error .dismiss');
+}
+
+async function FullContext(page, synth) {
+  await page.setInputFiles('#model-file', synth);
+  await page.click('#load-picked');
+  await page.waitForFunction(() => document.getElementById('status').dataset.state !== 'loading');
+  checks.Expect(await Text(page, '#model-name') === path.basename(synth), 'the synth is loaded');
+  const native = Native(['-m', synth], kPrompt, 100);
+  checks.Expect(native.finish_reason === 'context' && native.tokens.length === kSynthContext + 1,
+                `kvq run on ${kSynthContext} positions: "${native.finish_reason}", ${native.tokens.length} ids`);
+  for (const device of ['cpu', 'gpu']) {
+    const r = await Generate(page, {prompt: kPrompt, max_tokens: 100, device});
+    SameRun(`${device}, full context`, r, native, device);
+    checks.Expect(r.context_full, `${device}: context_full is set with finish_reason context`);
+    // n_positions counts BOS and the prompt, as run.c's -n: 30 positions end with "length".
+    const n = await Generate(page, {prompt: kPrompt, n_positions: 30, device});
+    checks.Expect(n.finish_reason === 'length' && n.ids.length === 30,
+                  `${device}: n_positions 30 gives ${n.ids.length} ids, "${n.finish_reason}"`);
+  }
+}
+
+async function Main() {
+  const synth = Synth(kvq_cli, tmp, 'synth-llama-ctx40.gguf', kSynthArgs);
+  const {server, base} = await Serve(checks, bundle);
+  const browser = await LaunchChromium(checks, npm_dir);
+  try {
+    const {page, info} = await OpenPage(checks, browser, base, '');
+    if (!info.gpu) checks.Fail(`no WebGPU adapter (${info.gpu_why_not}), though Chromium runs with SwiftShader's`);
+    await StopStrings(page);
+    await EndTokenAndLength(page);
+    await BadOptions(page);
+    await FullContext(page, synth);
+  } finally {
+    await browser.close();
+    server.close();
+  }
+}
+
+await Main().catch((e) => checks.Fail(`${e.stack ?? e}`));
+checks.Finish();
