@@ -44,9 +44,7 @@ Result RunSource(const Cache& cache, const AttentionOptions& o, ListSource& sour
   AttentionState state(cache.shape(), static_cast<int32_t>(cache.q().size() / (cache.shape().n_heads *
                                                                                 cache.shape().head_dim)));
   *status = AttendWindows(o, cache.q().data(), cache.first_query_position(), source, state);
-  Result r{std::vector<float>(cache.q().size()), state.m, state.l, state.acc, state.attended};
-  FinishAttention(state, r.out.data());
-  return r;
+  return ResultOf(state);
 }
 
 constexpr AttentionShape kShape{.n_heads = 8, .n_kv_heads = 4, .head_dim = 32};
@@ -122,9 +120,7 @@ TEST(AttendWindows, ReusedStateGivesTheSameBits) {
       state.Reset();
       ListSource source(*c, c == &big ? Even(300, 32) : Even(70, 64));
       ASSERT_TRUE(AttendWindows(o, c->q().data(), c->first_query_position(), source, state).ok());
-      Result r{std::vector<float>(c->q().size()), state.m, state.l, state.acc, state.attended};
-      FinishAttention(state, r.out.data());
-      EXPECT_TRUE(BitIdentical(r, c == &big ? want_big : want_small)) << "round " << round;
+      EXPECT_TRUE(BitIdentical(ResultOf(state), c == &big ? want_big : want_small)) << "round " << round;
     }
   }
 }
