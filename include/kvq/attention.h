@@ -5,9 +5,19 @@
 // (running denominator) and acc (unnormalised weighted sum of V). A position updates it as
 //     s = softcap(scale · q·k_p);  m' = max(m, s);  c = exp(m − m');  e = exp(s − m')
 //     l = l·c + e;  acc = acc·c + e·v_p;  m = m'
-// and normalisation (acc / l) happens once, in FinishAttention. Nothing depends on where a window
-// starts or ends, so feeding any sequence of windows that covers the positions once, in order,
-// gives the same bits as one window over all of them — for the scalar and the SIMD kernel alike.
+// and normalisation (acc / l) happens once, in FinishAttention.
+//
+// Positions are split into chunks of a fixed size (AttentionOptions::position_chunk, absolute:
+// chunk k holds positions [k·C, (k+1)·C)), each with its own state, FlashInfer style (Ye et al.
+// 2025, arXiv 2501.01005): the state a query carries is the open chunk's (m, l, acc) and the
+// earlier chunks merged, in order, into (merged_m, merged_l, merged_acc). When the first position
+// of chunk k > 0 arrives, the open state is merged into the merged one and starts again empty:
+//     m* = max(m₁, m₂);  l* = l₁·exp(m₁ − m*) + l₂·exp(m₂ − m*);  acc* likewise.
+// Chunks let threads share one query's positions (AttendWindows); the result depends on the chunk
+// size, never on the thread count. A context within one chunk gives the bits of one unsplit
+// recurrence. Nothing depends on where a window starts or ends, so feeding any sequence of
+// windows that covers the positions once, in order, gives the same bits as one window over all of
+// them — for the scalar and the SIMD kernel alike, and for any number of threads.
 //
 // Causality uses absolute positions: a query at position p attends to [0, p]; the state counts
 // the positions each query token attended.
@@ -37,7 +47,13 @@ struct AttentionOptions {
   float scale = 0.0f;    ///< softmax scale, usually 1/sqrt(head_dim)
   float softcap = 0.0f;  ///< 0: off; else score = softcap · tanh(score / softcap)
   AttentionKernel kernel = AttentionKernel::kSimd;
-  int32_t threads = 1;   ///< work is split across (query block, KV head) pairs, never positions
+  /// Work is split across (query block, KV heads, position chunk) items; any count gives the
+  /// same bits.
+  int32_t threads = 1;
+  /// Positions per chunk (see above); 0: kDefaultPositionChunk. Every call on one state must use
+  /// the same value. The bits depend on it (chunks are merged in a different order of rounding
+  /// than one recurrence), so it is fixed, never derived from the thread count.
+  int64_t position_chunk = 0;
   /// kSimd: query tokens per work item. Each K/V tile a block reads is scored and accumulated
   /// for all of the block's query rows at once, so it is read and dequantised once per block
   /// instead of once per token. 0: kDefaultQueryBlock; 1: one token per item (the per-token
@@ -49,6 +65,11 @@ struct AttentionOptions {
 /// The query block AttentionOptions::query_block = 0 stands for (measured: `kvq bench attention
 /// --queries 64`, docs/performance.md).
 inline constexpr int32_t kDefaultQueryBlock = 32;
+
+/// The position chunk AttentionOptions::position_chunk = 0 stands for: a multiple of the cache's
+/// default page (256 positions), so a chunk is a whole number of pages; large enough that the
+/// merges (one per chunk per query head) cost nothing beside the chunk's positions.
+inline constexpr int64_t kDefaultPositionChunk = 2048;
 
 class KvWindowSource;
 
@@ -63,9 +84,15 @@ class AttentionState {
   AttentionShape shape() const { return shape_; }
   int32_t n_tokens() const { return n_tokens_; }
 
+  // The open chunk's state: the positions of the latest chunk attended so far.
   std::vector<float> m;             ///< [n_tokens][n_heads]
   std::vector<float> l;             ///< [n_tokens][n_heads]
   std::vector<float> acc;           ///< [n_tokens][n_heads][head_dim]
+  // Every chunk before the open one, merged in order (m = −inf, l = 0, acc = 0 while there is
+  // none: a context within one chunk never touches them).
+  std::vector<float> merged_m;      ///< [n_tokens][n_heads]
+  std::vector<float> merged_l;      ///< [n_tokens][n_heads]
+  std::vector<float> merged_acc;    ///< [n_tokens][n_heads][head_dim]
   std::vector<int64_t> attended;    ///< [n_tokens]: positions each query token has attended
 
   /// Buffers of one attention call (per-thread tiles, the windows handed out, their users) and
@@ -124,13 +151,16 @@ class KvWindowSource {
 };
 
 /// Feeds windows [0, n_windows) to the state, in order, in one dispatch across the threads: the
-/// same bits as AttendWindow on each window in turn. Each (query token, KV heads) item stays on
-/// one thread and walks every window. If Acquire(i) fails, the state holds exactly windows
+/// same bits as AttendWindow on each window in turn. The windows must be consecutive (window
+/// i + 1 starts where window i ends). Items are (query block, KV heads) pairs, and when those are
+/// fewer than the threads, (query block, KV heads, position chunk) triples whose chunk states are
+/// merged in chunk order after the dispatch. If Acquire(i) fails, the state holds exactly windows
 /// [0, i) for every query token and the error is returned.
 Status AttendWindows(const AttentionOptions& options, const float* q, int64_t first_query_position,
                      KvWindowSource& windows, AttentionState& state);
 
-/// out: [n_tokens][n_heads][head_dim] = acc / l (zeros where nothing was attended).
+/// out: [n_tokens][n_heads][head_dim] = acc / l of the merged and the open chunk's state merged
+/// (zeros where nothing was attended).
 void FinishAttention(const AttentionState& state, float* out);
 
 /// The SIMD target the kSimd kernel runs on here.

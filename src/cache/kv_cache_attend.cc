@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "cache/kv_cache_impl.h"
 #include "formats/transforms/hadamard.h"
@@ -84,9 +85,13 @@ namespace {
 // Copies query rows [t0, t0 + n) of `from` into rows [to_t0, to_t0 + n) of `to` (same shape).
 void CopyStateRows(const AttentionState& from, int32_t t0, AttentionState& to, int32_t to_t0, int32_t n) {
   const int64_t heads = from.shape().n_heads, hd = from.shape().head_dim;
-  std::copy_n(from.m.begin() + t0 * heads, n * heads, to.m.begin() + to_t0 * heads);
-  std::copy_n(from.l.begin() + t0 * heads, n * heads, to.l.begin() + to_t0 * heads);
-  std::copy_n(from.acc.begin() + t0 * heads * hd, n * heads * hd, to.acc.begin() + to_t0 * heads * hd);
+  for (auto [x, y] : {std::pair{&from.m, &to.m}, {&from.l, &to.l}, {&from.merged_m, &to.merged_m},
+                      {&from.merged_l, &to.merged_l}}) {
+    std::copy_n(x->begin() + t0 * heads, n * heads, y->begin() + to_t0 * heads);
+  }
+  for (auto [x, y] : {std::pair{&from.acc, &to.acc}, {&from.merged_acc, &to.merged_acc}}) {
+    std::copy_n(x->begin() + t0 * heads * hd, n * heads * hd, y->begin() + to_t0 * heads * hd);
+  }
   std::copy_n(from.attended.begin() + t0, n, to.attended.begin() + to_t0);
 }
 

@@ -28,7 +28,7 @@ struct BenchAttentionOptions {
   SharedOptions shared{.formats = {"f32", "f16", "int8", "int4"}, .contexts = {4096, 16384}};
   int64_t head_dim = 128;
   int64_t q_heads = 32;
-  int64_t kv_heads = 8;
+  std::vector<int64_t> kv_heads = {8};  // each its own table, against the same ceilings
   int64_t reps = 9;
   int64_t queries = 1;
   std::vector<int64_t> query_blocks = {0};
@@ -79,16 +79,20 @@ double RatioToFirstBlock(const std::vector<AttentionBenchRow>& rows, const Atten
 
 int RunBenchAttention(const BenchAttentionOptions& o) {
   auto bad = [](const std::string& m) { return BadInput("bench attention", m); };
-  if (o.kv_heads <= 0 || o.kv_heads > 4096) return bad(fmt::format("--kv-heads must be in 1..4096 (got {})", o.kv_heads));
-  if (o.q_heads <= 0 || o.q_heads % o.kv_heads != 0) {
-    return bad(fmt::format("--q-heads must be a positive multiple of --kv-heads {} (got {})", o.kv_heads, o.q_heads));
+  if (o.kv_heads.empty()) return bad("--kv-heads needs at least one count");
+  for (int64_t kv : o.kv_heads) {
+    if (kv <= 0 || kv > 4096) return bad(fmt::format("--kv-heads must each be in 1..4096 (got {})", kv));
+    if (o.q_heads <= 0 || o.q_heads % kv != 0) {
+      return bad(fmt::format("--q-heads must be a positive multiple of --kv-heads {} (got {})", kv, o.q_heads));
+    }
   }
+  const int64_t most_kv_heads = *std::max_element(o.kv_heads.begin(), o.kv_heads.end());
   if (o.reps <= 0 || o.reps > 10000) return bad(fmt::format("--reps must be in 1..10000 (got {})", o.reps));
   for (int64_t n : o.shared.contexts) {
     if (o.queries > n) return bad(fmt::format("--queries {} exceeds --context {}: the queries sit at its last positions", o.queries, n));
   }
   AttentionBenchConfig c;
-  c.shape = {.n_heads = static_cast<int32_t>(o.q_heads), .n_kv_heads = static_cast<int32_t>(o.kv_heads),
+  c.shape = {.n_heads = static_cast<int32_t>(o.q_heads), .n_kv_heads = static_cast<int32_t>(most_kv_heads),
              .head_dim = static_cast<int32_t>(o.head_dim)};
   c.threads = o.shared.threads;
   c.reps = static_cast<int32_t>(o.reps);
@@ -96,9 +100,11 @@ int RunBenchAttention(const BenchAttentionOptions& o) {
   c.query_blocks.assign(o.query_blocks.begin(), o.query_blocks.end());
   const Result<std::vector<KvSpec>> specs = o.shared.FormatList();
   if (!specs.ok()) return bad(specs.status().message());
-  const RowShape row{.n_kv_heads = c.shape.n_kv_heads, .head_dim = c.shape.head_dim};
   for (const KvSpec& s : *specs) {
-    if (Status st = CheckKvSpec(s, row); !st.ok()) return bad("--format: " + st.message());
+    for (int64_t kv : o.kv_heads) {
+      const RowShape row{.n_kv_heads = static_cast<int32_t>(kv), .head_dim = c.shape.head_dim};
+      if (Status st = CheckKvSpec(s, row); !st.ok()) return bad("--format: " + st.message());
+    }
     if (std::find(c.specs.begin(), c.specs.end(), s) == c.specs.end()) c.specs.push_back(s);
   }
   // A transform's cost is read against its plain format in the same run: add the plain arm of
@@ -128,9 +134,13 @@ int RunBenchAttention(const BenchAttentionOptions& o) {
   if (!o.shared.json) fmt::print(stderr, "measuring f32 FMA and int8 dot peaks on {} threads...\n", c.threads);
   const ComputeRoofline peak = MeasureComputeRoofline(c.threads, 5);
   auto progress = [&](const std::string& line) { fmt::print(stderr, "bench attention: {}\n", line); };
-  const Result<std::vector<AttentionBenchRow>> run = RunAttentionBench(c, progress);
-  if (!run.ok()) return bad(run.status().message());
-  const std::vector<AttentionBenchRow>& rows = *run;
+  std::vector<std::vector<AttentionBenchRow>> tables;  // [kv_heads given]: that count's rows
+  for (int64_t kv : o.kv_heads) {
+    c.shape.n_kv_heads = static_cast<int32_t>(kv);
+    const Result<std::vector<AttentionBenchRow>> run = RunAttentionBench(c, progress);
+    if (!run.ok()) return bad(run.status().message());
+    tables.push_back(*run);
+  }
 
   if (o.shared.json) {
     nlohmann::json out = {{"isa", AttentionSimdTarget()}, {"score_arithmetic", ScoreArithmeticLabel()},
@@ -143,30 +153,36 @@ int RunBenchAttention(const BenchAttentionOptions& o) {
                           {"step", "KvCache::Attend + KvCache::FinishAttention (q rotation, V unrotation included)"},
                           {"pages", "resident, DefaultPagePositions(context) positions each (256, or the context rounded up to 32)"},
                           {"plain_arms_added", added}, {"results", nlohmann::json::array()}};
-    for (const AttentionBenchRow& r : rows) {
-      const Floor f = RowFloor(r, read_gbps, peak);
-      const AttentionBenchRow* plain = PlainArm(rows, r);
-      out["results"].push_back({{"format", r.format}, {"context", r.context}, {"queries", r.queries},
-                                {"query_block", r.query_block}, {"ns_per_step", r.ns_per_step},
-                                {"ns_min", r.ns_min}, {"ns_max", r.ns_max}, {"kv_bytes", r.kv_bytes},
-                                {"gbps", r.gbps}, {"score_macs", r.score_macs}, {"value_macs", r.value_macs},
-                                {"int8_scores", r.int8_scores}, {"bytes_floor_ns", f.bytes_ns},
-                                {"macs_floor_ns", f.macs_ns}, {"time_over_floor", r.ns_per_step / f.ns()},
-                                {"vs_f32", RatioToF32(rows, r)},
-                                {"plain_format", plain ? nlohmann::json(plain->format) : nlohmann::json(nullptr)},
-                                {"vs_plain", plain ? nlohmann::json(r.ns_per_step / plain->ns_per_step)
-                                                   : nlohmann::json(nullptr)},
-                                {"transform_ns", plain ? nlohmann::json(r.ns_per_step - plain->ns_per_step)
-                                                       : nlohmann::json(nullptr)},
-                                {"min_vs_plain", plain ? nlohmann::json(r.ns_min / plain->ns_min)
-                                                       : nlohmann::json(nullptr)}});
+    for (size_t t = 0; t < tables.size(); ++t) {
+      const std::vector<AttentionBenchRow>& rows = tables[t];
+      for (const AttentionBenchRow& r : rows) {
+        const Floor f = RowFloor(r, read_gbps, peak);
+        const AttentionBenchRow* plain = PlainArm(rows, r);
+        out["results"].push_back({{"format", r.format}, {"kv_heads", o.kv_heads[t]}, {"context", r.context},
+                                  {"queries", r.queries},
+                                  {"query_block", r.query_block}, {"ns_per_step", r.ns_per_step},
+                                  {"ns_min", r.ns_min}, {"ns_max", r.ns_max}, {"kv_bytes", r.kv_bytes},
+                                  {"gbps", r.gbps}, {"score_macs", r.score_macs}, {"value_macs", r.value_macs},
+                                  {"int8_scores", r.int8_scores}, {"bytes_floor_ns", f.bytes_ns},
+                                  {"macs_floor_ns", f.macs_ns}, {"time_over_floor", r.ns_per_step / f.ns()},
+                                  {"vs_f32", RatioToF32(rows, r)},
+                                  {"plain_format", plain ? nlohmann::json(plain->format) : nlohmann::json(nullptr)},
+                                  {"vs_plain", plain ? nlohmann::json(r.ns_per_step / plain->ns_per_step)
+                                                     : nlohmann::json(nullptr)},
+                                  {"transform_ns", plain ? nlohmann::json(r.ns_per_step - plain->ns_per_step)
+                                                         : nlohmann::json(nullptr)},
+                                  {"min_vs_plain", plain ? nlohmann::json(r.ns_min / plain->ns_min)
+                                                         : nlohmann::json(nullptr)}});
+      }
     }
     PrintJson(out);
     return 0;
   }
+  std::string kv_list;
+  for (int64_t kv : o.kv_heads) kv_list += (kv_list.empty() ? "" : ", ") + std::to_string(kv);
   fmt::print("{}: {} query heads, {} KV heads, head_dim {}, {} threads, SIMD target {}, int8/int4 scores {}\n",
              c.queries == 1 ? "decode attention" : fmt::format("prefill attention, {} query tokens at the context's end", c.queries),
-             o.q_heads, o.kv_heads, o.head_dim, c.threads, AttentionSimdTarget(), ScoreArithmeticLabel());
+             o.q_heads, kv_list, o.head_dim, c.threads, AttentionSimdTarget(), ScoreArithmeticLabel());
   fmt::print("measured in this run: read bandwidth {:.1f} GB/s, f32 FMA peak {:.1f} GMAC/s ({}), int8 dot peak "
              "{:.1f} GMAC/s ({}); cache filled with random rows\n",
              read_gbps, peak.best_f32_gmacs, peak.best_f32_instruction, peak.best_int8_gmacs, peak.best_int8_instruction);
@@ -184,23 +200,27 @@ int RunBenchAttention(const BenchAttentionOptions& o) {
   fmt::print("floor = max(KV bytes / bandwidth, multiply-adds / peak; integer-scored formats' score half at the "
              "int8 peak); block 0 = the default ({})\n\n",
              kDefaultQueryBlock);
-  size_t width = 10;
-  for (const AttentionBenchRow& r : rows) width = std::max(width, r.format.size());
-  fmt::print("{:<{}} {:>7} {:>5} {:>11} {:>19} {:>12} {:>7} {:>6} {:>10} {:>10} {:>7} {:>7} {:>8} {:>8} {:>8} {:>8}\n",
-             "format", width, "context", "block", "us/step", "min-max us", "KV bytes", "GB/s", "of bw", "bytes us",
-             "MACs us", "/floor", "vs f32", "vs 1st b", "vs plain", "+us", "min vs");
-  for (const AttentionBenchRow& r : rows) {
-    const Floor f = RowFloor(r, read_gbps, peak);
-    const AttentionBenchRow* plain = PlainArm(rows, r);
-    fmt::print("{:<{}} {:>7} {:>5} {:>11.1f} {:>19} {:>12} {:>7.2f} {:>5.0f}% {:>10.1f} {:>10.1f} {:>6.2f}x {:>6.3f}x "
-               "{:>7.3f}x {:>8} {:>8} {:>8}\n",
-               r.format, width, r.context, r.query_block, r.ns_per_step / 1e3,
-               fmt::format("{:.1f}-{:.1f}", r.ns_min / 1e3, r.ns_max / 1e3), FormatCount(r.kv_bytes), r.gbps,
-               100.0 * r.gbps / read_gbps, f.bytes_ns / 1e3, f.macs_ns / 1e3,
-               r.ns_per_step / f.ns(), RatioToF32(rows, r), RatioToFirstBlock(rows, r),
-               plain ? fmt::format("{:.3f}x", r.ns_per_step / plain->ns_per_step) : std::string("-"),
-               plain ? fmt::format("{:+.1f}", (r.ns_per_step - plain->ns_per_step) / 1e3) : std::string("-"),
-               plain ? fmt::format("{:.3f}x", r.ns_min / plain->ns_min) : std::string("-"));
+  for (size_t t = 0; t < tables.size(); ++t) {
+    const std::vector<AttentionBenchRow>& rows = tables[t];
+    if (tables.size() > 1) fmt::print("{}{} KV heads:\n", t == 0 ? "" : "\n", o.kv_heads[t]);
+    size_t width = 10;
+    for (const AttentionBenchRow& r : rows) width = std::max(width, r.format.size());
+    fmt::print("{:<{}} {:>7} {:>5} {:>11} {:>19} {:>12} {:>7} {:>6} {:>10} {:>10} {:>7} {:>7} {:>8} {:>8} {:>8} {:>8}\n",
+               "format", width, "context", "block", "us/step", "min-max us", "KV bytes", "GB/s", "of bw", "bytes us",
+               "MACs us", "/floor", "vs f32", "vs 1st b", "vs plain", "+us", "min vs");
+    for (const AttentionBenchRow& r : rows) {
+      const Floor f = RowFloor(r, read_gbps, peak);
+      const AttentionBenchRow* plain = PlainArm(rows, r);
+      fmt::print("{:<{}} {:>7} {:>5} {:>11.1f} {:>19} {:>12} {:>7.2f} {:>5.0f}% {:>10.1f} {:>10.1f} {:>6.2f}x {:>6.3f}x "
+                 "{:>7.3f}x {:>8} {:>8} {:>8}\n",
+                 r.format, width, r.context, r.query_block, r.ns_per_step / 1e3,
+                 fmt::format("{:.1f}-{:.1f}", r.ns_min / 1e3, r.ns_max / 1e3), FormatCount(r.kv_bytes), r.gbps,
+                 100.0 * r.gbps / read_gbps, f.bytes_ns / 1e3, f.macs_ns / 1e3,
+                 r.ns_per_step / f.ns(), RatioToF32(rows, r), RatioToFirstBlock(rows, r),
+                 plain ? fmt::format("{:.3f}x", r.ns_per_step / plain->ns_per_step) : std::string("-"),
+                 plain ? fmt::format("{:+.1f}", (r.ns_per_step - plain->ns_per_step) / 1e3) : std::string("-"),
+                 plain ? fmt::format("{:.3f}x", r.ns_min / plain->ns_min) : std::string("-"));
+    }
   }
   return 0;
 }
@@ -277,7 +297,9 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   AddContextListFlag(cmd, &o->shared, "--context", "Context lengths, comma-separated", 1, kMaxAttentionContext);
   AddHeadDimFlag(cmd, &o->head_dim);
   cmd->add_option("--q-heads", o->q_heads, "Query heads")->capture_default_str();
-  cmd->add_option("--kv-heads", o->kv_heads, "KV heads")->capture_default_str();
+  cmd->add_option("--kv-heads", o->kv_heads, "KV heads, comma-separated; each count its own table")
+      ->delimiter(',')
+      ->capture_default_str();
   AddThreadsFlag(cmd, &o->shared);
   cmd->add_option("--reps", o->reps, "Timed steps per format and context (median reported)")->capture_default_str();
   cmd->add_option("--queries", o->queries,

@@ -44,9 +44,7 @@ Result RunSource(const Cache& cache, const AttentionOptions& o, ListSource& sour
   AttentionState state(cache.shape(), static_cast<int32_t>(cache.q().size() / (cache.shape().n_heads *
                                                                                 cache.shape().head_dim)));
   *status = AttendWindows(o, cache.q().data(), cache.first_query_position(), source, state);
-  Result r{std::vector<float>(cache.q().size()), state.m, state.l, state.acc, state.attended};
-  FinishAttention(state, r.out.data());
-  return r;
+  return ResultOf(state);
 }
 
 constexpr AttentionShape kShape{.n_heads = 8, .n_kv_heads = 4, .head_dim = 32};
@@ -106,6 +104,39 @@ TEST(AttendWindows, AWindowThatFailsStopsEveryQueryBeforeIt) {
   }
 }
 
+// The same with position chunks shared by the threads (chunks of 64, windows of 50 that straddle
+// them): chunk states are merged only for the windows that arrived.
+TEST(AttendWindows, AWindowThatFailsStopsEveryQueryBeforeItWithChunks) {
+  for (int32_t kv_heads : {1, 2}) {
+    const AttentionShape shape{.n_heads = 4 * kv_heads, .n_kv_heads = kv_heads, .head_dim = 32};
+    for (int32_t tokens : {1, 5}) {
+      const Cache cache(**FindFormat("int8"), shape, 300, tokens, 15);
+      const Windows windows = Even(300, 50);  // 6 windows
+      for (AttentionKernel kernel : {AttentionKernel::kScalar, AttentionKernel::kSimd}) {
+        AttentionOptions o = Options(shape, kernel);
+        o.position_chunk = 64;
+        for (int64_t fail_at : {1, 3, 5}) {
+          const Result want = cache.Run(o, Windows(windows.begin(), windows.begin() + fail_at));
+          for (int32_t threads : {2, 3, 8}) {
+            SCOPED_TRACE(::testing::Message() << "kv heads " << kv_heads << " tokens " << tokens << " fail at "
+                                              << fail_at << " threads " << threads);
+            AttentionOptions ot = o;
+            ot.threads = threads;
+            ListSource source(cache, windows, fail_at, 50);
+            Status s;
+            const Result got = RunSource(cache, ot, source, &s);
+            ASSERT_FALSE(s.ok());
+            EXPECT_TRUE(BitIdentical(got, want));
+            for (int64_t i = 0; i < source.n_windows(); ++i) {
+              EXPECT_EQ(source.releases(i), i < fail_at ? 1 : 0) << "window " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The state's scratch is reused: a second call with the same state gives the same bits as the
 // first (nothing left over from the first call leaks in), also after a call with other sizes.
 TEST(AttendWindows, ReusedStateGivesTheSameBits) {
@@ -122,9 +153,7 @@ TEST(AttendWindows, ReusedStateGivesTheSameBits) {
       state.Reset();
       ListSource source(*c, c == &big ? Even(300, 32) : Even(70, 64));
       ASSERT_TRUE(AttendWindows(o, c->q().data(), c->first_query_position(), source, state).ok());
-      Result r{std::vector<float>(c->q().size()), state.m, state.l, state.acc, state.attended};
-      FinishAttention(state, r.out.data());
-      EXPECT_TRUE(BitIdentical(r, c == &big ? want_big : want_small)) << "round " << round;
+      EXPECT_TRUE(BitIdentical(ResultOf(state), c == &big ? want_big : want_small)) << "round " << round;
     }
   }
 }

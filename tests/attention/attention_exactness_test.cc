@@ -168,7 +168,8 @@ TEST(ExactnessShapes, OtherHeadDims) {
   }
 }
 
-// Threads split (query token, KV head) pairs, never positions: any thread count, same bits.
+// Threads split (query block, KV heads) pairs, and position chunks when those are fewer than the
+// threads (tests/attention/position_chunk_test.cc): any thread count, same bits.
 TEST(ExactnessThreads, ThreadCountDoesNotChangeBits) {
   const AttentionShape shape{.n_heads = 16, .n_kv_heads = 4, .head_dim = 16};
   for (const FormatDesc* f : Formats()) {

@@ -29,7 +29,17 @@ inline Windows Even(int64_t n, int64_t size) {
 struct Result {
   std::vector<float> out, m, l, acc;
   std::vector<int64_t> attended;
+  std::vector<float> merged_m, merged_l, merged_acc;  // the chunks before the open one
 };
+
+/// A state's numbers and its FinishAttention output.
+inline Result ResultOf(const AttentionState& state) {
+  const AttentionShape s = state.shape();
+  Result r{std::vector<float>(int64_t{state.n_tokens()} * s.n_heads * s.head_dim), state.m, state.l, state.acc,
+           state.attended, state.merged_m, state.merged_l, state.merged_acc};
+  FinishAttention(state, r.out.data());
+  return r;
+}
 
 class Cache {
  public:
@@ -73,9 +83,7 @@ class Cache {
       AttendWindow(o, q_.data(), first_query_position(), Window(windows[i].first, windows[i].second),
                    state);
     }
-    Result r{std::vector<float>(q_.size()), state.m, state.l, state.acc, state.attended};
-    FinishAttention(state, r.out.data());
-    return r;
+    return ResultOf(state);
   }
   Result Run(const AttentionOptions& o, const Windows& windows) const {
     return Run(o, windows, [](AttentionState&) {});
@@ -100,9 +108,10 @@ template <class Same>
 ::testing::AssertionResult CompareResults(const Result& a, const Result& b, const Same& same) {
   if (a.attended != b.attended) return ::testing::AssertionFailure() << "attended counts differ";
   const std::pair<const std::vector<float>*, const std::vector<float>*> pairs[] = {
-      {&a.out, &b.out}, {&a.m, &b.m}, {&a.l, &b.l}, {&a.acc, &b.acc}};
-  const char* names[] = {"out", "m", "l", "acc"};
-  for (int p = 0; p < 4; ++p) {
+      {&a.out, &b.out}, {&a.m, &b.m}, {&a.l, &b.l}, {&a.acc, &b.acc},
+      {&a.merged_m, &b.merged_m}, {&a.merged_l, &b.merged_l}, {&a.merged_acc, &b.merged_acc}};
+  const char* names[] = {"out", "m", "l", "acc", "merged_m", "merged_l", "merged_acc"};
+  for (int p = 0; p < 7; ++p) {
     const auto& x = *pairs[p].first;
     const auto& y = *pairs[p].second;
     if (x.size() != y.size()) return ::testing::AssertionFailure() << names[p] << " sizes differ";

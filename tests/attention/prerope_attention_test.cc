@@ -43,8 +43,8 @@ std::vector<RopeConfig> Ropes() {
 // Everything attention leaves for a query block: out, then m, l, acc.
 std::vector<float> Attend(const RowSequence& k, const RowSequence& v, const RopeParams* rope,
                           const Windows& windows, const std::vector<float>& q, int32_t n_tokens,
-                          AttentionKernel kernel, int32_t threads = 1) {
-  const AttentionOptions o{.scale = 0.25f, .kernel = kernel, .threads = threads};
+                          AttentionKernel kernel, int32_t threads = 1, int64_t position_chunk = 0) {
+  const AttentionOptions o{.scale = 0.25f, .kernel = kernel, .threads = threads, .position_chunk = position_chunk};
   AttentionState state(kShape, n_tokens);
   const int64_t first_query = k.size() - n_tokens;
   for (const auto& [b, e] : windows) {
@@ -53,7 +53,9 @@ std::vector<float> Attend(const RowSequence& k, const RowSequence& v, const Rope
   }
   std::vector<float> all(q.size());
   FinishAttention(state, all.data());
-  for (const std::vector<float>* x : {&state.m, &state.l, &state.acc}) all.insert(all.end(), x->begin(), x->end());
+  for (const std::vector<float>* x : {&state.m, &state.l, &state.acc, &state.merged_m, &state.merged_l, &state.merged_acc}) {
+    all.insert(all.end(), x->begin(), x->end());
+  }
   return all;
 }
 
@@ -120,6 +122,35 @@ TEST(PreRopeAttention, AnyWindowsEqualOneWindowForEveryFormat) {
         EXPECT_EQ(Attend(ks, vs, &rope, Even(n, 13), q, tokens, kernel, 3), whole) << "3 threads";
         // Without RoPE on read the scores are those of unroped keys: it must show.
         EXPECT_NE(Attend(ks, vs, nullptr, {{0, n}}, q, tokens, kernel), whole);
+      }
+    }
+  }
+}
+
+// Position chunks split among threads (kvq/attention.h): pre-RoPE keys are roped at their absolute
+// positions whichever thread reads their chunk, so 2, 3 and 8 threads, one window or many, give one
+// thread's bits — every format, both kernels, decode and a prefill block, 300 positions in chunks of
+// 64 (not a multiple).
+TEST(PreRopeAttention, ChunksOnAnyThreadsGiveTheSameBits) {
+  const int64_t n = 300, chunk = 64;
+  const std::vector<float> k = Random(n * kRow.elems(), 6), v = Random(n * kRow.elems(), 7);
+  const RopeConfig rc = Ropes()[1];  // the params point into it
+  const RopeParams rope = rc.Params();
+  for (const FormatDesc* f : Formats()) {
+    RowSequence ks(f->key, kRow), vs(f->value, kRow);
+    ks.Append(k.data(), n);
+    vs.Append(v.data(), n);
+    for (int32_t tokens : {1, 5}) {
+      const std::vector<float> q = Random(int64_t{tokens} * kShape.n_heads * kShape.head_dim, 8);
+      for (AttentionKernel kernel : {AttentionKernel::kScalar, AttentionKernel::kSimd}) {
+        const std::vector<float> want = Attend(ks, vs, &rope, {{0, n}}, q, tokens, kernel, 1, chunk);
+        for (int32_t threads : {2, 3, 8}) {
+          for (const Windows& w : {Windows{{0, n}}, Even(n, 50)}) {
+            EXPECT_EQ(Attend(ks, vs, &rope, w, q, tokens, kernel, threads, chunk), want)
+                << f->name << " tokens " << tokens << " threads " << threads << " windows " << w.size()
+                << (kernel == AttentionKernel::kSimd ? " simd" : " scalar");
+          }
+        }
       }
     }
   }

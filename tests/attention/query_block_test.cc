@@ -21,9 +21,7 @@ Result RunAt(const Cache& cache, const AttentionOptions& o, int64_t first_query,
   for (const auto& [begin, end] : windows) {
     AttendWindow(o, cache.q().data(), first_query, cache.Window(begin, end), state);
   }
-  Result r{std::vector<float>(cache.q().size()), state.m, state.l, state.acc, state.attended};
-  FinishAttention(state, r.out.data());
-  return r;
+  return ResultOf(state);
 }
 
 struct Case {
