@@ -29,11 +29,11 @@ void L2Normalize(float* x, int32_t n, float eps) {
 
 void DeltaNetToken(const DeltaNetConfig& c, const LayerWeights& L, float eps,
                    const DeltaNetInput& in, float* state, float* out, DeltaNetScratch* scratch,
-                   int32_t threads) {
+                   ThreadPool& pool) {
   const int64_t C = c.conv_channels(), Ck = c.k_channels();
   const int32_t K = c.conv_kernel, dk = c.key_dim, dv = c.value_dim;
   scratch->conv_out.resize(static_cast<size_t>(C));
-  threads = std::max(1, std::min(threads, c.n_v_heads));
+  const int32_t threads = std::max(1, std::min(pool.threads(), c.n_v_heads));  // Run's thread indices
   scratch->head_out.resize(static_cast<size_t>(2 * dv) * threads);
   float* y = scratch->conv_out.data();  // [C]
   // Conv: window = the channel's K−1 stored raw inputs (oldest first) then this token's; tap 0
@@ -98,7 +98,7 @@ void DeltaNetToken(const DeltaNetConfig& c, const LayerWeights& L, float eps,
   if (threads == 1) {
     for (int32_t h = 0; h < c.n_v_heads; ++h) head(h, 0);
   } else {
-    ThreadPool::Shared(threads).Run(c.n_v_heads, head);
+    pool.Run(c.n_v_heads, head);
   }
 }
 

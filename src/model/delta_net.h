@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/thread_pool.h"
 #include "model/llama_weights.h"
 
 namespace kvq {
@@ -33,10 +34,10 @@ struct DeltaNetScratch {
 /// floats: the conv window [C][K−1], then S [Hv][dk][dv]) in place and writes out [Cv], the
 /// gated-normed value heads that ssm_out projects. `eps` is the model's RMS epsilon, used by the
 /// L2 norm (llama.cpp's floor form x / max(‖x‖, eps)) and the gated RMSNorm. The value heads are
-/// split across `threads` (each head's arithmetic is the same on any thread: the bits do not
-/// depend on the thread count).
+/// split across the pool's threads (each head's arithmetic is the same on any thread: the bits do
+/// not depend on the thread count).
 void DeltaNetToken(const DeltaNetConfig& c, const LayerWeights& L, float eps,
                    const DeltaNetInput& in, float* state, float* out, DeltaNetScratch* scratch,
-                   int32_t threads);
+                   ThreadPool& pool);
 
 }  // namespace kvq
