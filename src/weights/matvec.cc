@@ -186,6 +186,10 @@ void MatMulGroup(std::span<const MatMulOutput> products, const float* x, int64_t
   for (const MatMulOutput& out : products) {
     const Matrix& w = *out.w;
     if (w.rows <= 0) continue;
+    if (n_products > 0 && w.cols != group[0].w->cols) {  // a caller bug: one input, so one width
+      fmt::print(stderr, "kvq: MatMulGroup: a product has {} columns, the first {}\n", w.cols, group[0].w->cols);
+      std::abort();
+    }
     const WeightTypeDesc& desc = DescOrDie("MatMulGroup", w.type);
     GroupProduct& p = group[n_products++];
     p = {.w = &w, .y = out.y, .k = &desc.kernels(), .first_item = items};

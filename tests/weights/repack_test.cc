@@ -232,5 +232,44 @@ TEST(Repack, NonFiniteActivationGivesNaNAndZeroGivesZero) {
   }
 }
 
+TEST(Repack, MatMulGroupEqualsEachMatMulAloneBitForBit) {
+  // One input, several matrices of mixed types and layouts (so more than one quantised activation
+  // form), handed out as one job: each output must equal MatMul of its matrix alone, for any
+  // thread count and token count, whatever the order of the group.
+  constexpr int64_t kCols = 512;
+  std::vector<Pair> pairs;
+  pairs.push_back(MakePair(WeightType::kQ4_0, 48, kCols, 1));
+  pairs.push_back(MakePair(WeightType::kQ6_K, 33, kCols, 2));
+  pairs.push_back(MakePair(WeightType::kQ4_K, 20, kCols, 3));
+  pairs.push_back(MakePair(WeightType::kQ8_0, 40, kCols, 4));
+  std::vector<Matrix> matrices = {pairs[0].packed, pairs[1].packed, pairs[2].plain, pairs[3].plain};
+  ThreadPool one(1);
+  for (int64_t n : {1, 3, 7}) {
+    const std::vector<float> x = RandomX(n * kCols, 10 + static_cast<uint32_t>(n));
+    std::vector<std::vector<float>> alone(matrices.size());
+    for (size_t i = 0; i < matrices.size(); ++i) {
+      alone[i].resize(n * matrices[i].rows);
+      MatMul(matrices[i], x.data(), n, alone[i].data(), one);
+    }
+    for (int32_t threads : {1, 2, 3}) {
+      ThreadPool pool(threads);
+      for (const bool reversed : {false, true}) {
+        std::vector<std::vector<float>> grouped(matrices.size());
+        std::vector<MatMulOutput> outs;
+        for (size_t j = 0; j < matrices.size(); ++j) {
+          const size_t i = reversed ? matrices.size() - 1 - j : j;
+          grouped[i].assign(n * matrices[i].rows, -1.0f);
+          outs.push_back({.w = &matrices[i], .y = grouped[i].data()});
+        }
+        MatMulGroup(outs, x.data(), n, pool);
+        for (size_t i = 0; i < matrices.size(); ++i) {
+          EXPECT_TRUE(SameBits(grouped[i], alone[i]))
+              << "matrix " << i << ", " << n << " tokens, " << threads << " threads, reversed " << reversed;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvq
