@@ -95,9 +95,10 @@ int RunBenchBatch(const BenchBatchOptions& o) {
     }
     PrintJson(out);
   } else {
-    fmt::print("{} decode: {} ({}, {} layers, dim {}), KV {}, {} threads{}, matvec SIMD {}\n",
+    fmt::print("{} decode: {} ({}, {} layers, dim {}), KV {}, {} thread{}{}, matvec SIMD {}\n",
                o.concurrent ? "concurrent" : "batched", model_path, info.architecture, info.n_layers,
-               info.dim, kv, threads, o.concurrent ? " per session" : "", MatVecTargetName());
+               info.dim, kv, threads, threads == 1 ? "" : "s", o.concurrent ? " per session" : "",
+               MatVecTargetName());
     fmt::print(
         "a step = {}; arms interleaved over {} rounds of {} timed steps (order rotated each "
         "round); tok/s = "
