@@ -42,8 +42,9 @@ void BM_MatVec(benchmark::State& state, kvq::WeightType type) {
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (float& v : x) v = normal(rng);
+  kvq::ThreadPool pool(threads);
   for (auto _ : state) {
-    kvq::MatVec(w, x.data(), y.data(), threads);
+    kvq::MatVec(w, x.data(), y.data(), pool);
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }

@@ -32,6 +32,8 @@
 
 namespace kvq {
 
+class ThreadPool;  // base/thread_pool.h: internal, handed through AttentionOptions::pool
+
 struct AttentionShape {
   int32_t n_heads = 0;     ///< query heads; query head h reads KV head h / (n_heads / n_kv_heads)
   int32_t n_kv_heads = 0;
@@ -54,6 +56,10 @@ struct AttentionOptions {
   /// the same value. The bits depend on it (chunks are merged in a different order of rounding
   /// than one recurrence), so it is fixed, never derived from the thread count.
   int64_t position_chunk = 0;
+  /// The pool to run on (not owned; its thread count replaces `threads`): a forward pass hands
+  /// its own, so concurrent sessions share no workers. Null: a process-wide pool of `threads`
+  /// (for tools and tests; looked up once per state and count).
+  ThreadPool* pool = nullptr;
   /// kSimd: query tokens per work item. Each K/V tile a block reads is scored and accumulated
   /// for all of the block's query rows at once, so it is read and dequantised once per block
   /// instead of once per token. 0: kDefaultQueryBlock; 1: one token per item (the per-token

@@ -59,7 +59,7 @@ struct BlockRows {
 // reach window i acquires it (one at a time: `acquiring`), the others read it from `windows` once
 // `acquired` passes i, and the last thread through window i releases it.
 struct AttentionState::Scratch {
-  ThreadPool* pool = nullptr;  // ThreadPool::Shared(pool_threads), looked up once per count
+  ThreadPool* pool = nullptr;  // AttentionOptions::pool, or ThreadPool::Shared(pool_threads) looked up once per count
   int32_t pool_threads = 0;
   std::vector<float> tiles;       // [shares][2][group][kMaxTileRows]: SIMD scores/e, then c
   // [shares][BlockFloats]: a query block's q, acc ([block·group][head_dim] each), m, l
@@ -406,8 +406,11 @@ Status AttendWindows(const AttentionOptions& o, const float* q, int64_t first_qu
   const AttentionShape shape = state.shape();
   assert(shape.n_heads % shape.n_kv_heads == 0);
   AttentionState::Scratch& scratch = state.scratch_.Get();
-  const int32_t threads = std::max(1, o.threads);
-  if (scratch.pool_threads != threads) {
+  const int32_t threads = o.pool != nullptr ? o.pool->threads() : std::max(1, o.threads);
+  if (o.pool != nullptr) {
+    scratch.pool = o.pool;
+    scratch.pool_threads = 0;  // not a Shared pool: the next call without one looks its up
+  } else if (scratch.pool_threads != threads) {
     scratch.pool = &ThreadPool::Shared(threads);
     scratch.pool_threads = threads;
   }

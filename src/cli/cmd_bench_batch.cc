@@ -1,5 +1,5 @@
-// `kvq bench batch`: total decode tok/s of N sessions stepping together through Session::RunBatch,
-// per session count, as interleaved arms (measure/batch_bench.h), with each count's speed over the
+// `kvq bench batch`: total decode tok/s of N sessions stepping together through Session::RunBatch
+// (or, with --concurrent, each on its own OS thread and pool), per session count, as interleaved arms (measure/batch_bench.h), with each count's speed over the
 // first count's and the bit-identity check beside it.
 #include <fmt/core.h>
 
@@ -22,6 +22,8 @@ struct BenchBatchOptions {
   std::vector<int64_t> sessions = {1, 2, 4, 8};
   int32_t steps = 16;
   int32_t rounds = 5;
+  bool concurrent = false;
+  int32_t session_threads = 1;
 };
 
 int RunBenchBatch(const BenchBatchOptions& o) {
@@ -32,6 +34,8 @@ int RunBenchBatch(const BenchBatchOptions& o) {
   config.contexts = o.shared.contexts;
   config.steps = o.steps;
   config.rounds = o.rounds;
+  config.concurrent = o.concurrent;
+  config.session_threads = o.session_threads;
   const Result<LayerFormats> layer = o.shared.KvLayer();  // prerope given by --kv goes to K alone
   if (!layer.ok()) return bad(layer.status().message());
   config.kv.key_format = KvSpecName(layer->Key());
@@ -59,13 +63,19 @@ int RunBenchBatch(const BenchBatchOptions& o) {
   if (!rows.ok()) return bad(rows.status().message());
   const std::string kv = LayerFormatsName(*layer);
   const std::string step =
-      "Session::RunBatch of one decode token per session (each weight matrix read once per step)";
+      o.concurrent
+          ? fmt::format("one decode token per session, every session on its own OS thread at once "
+                        "with {} thread{} of its own (no batching: the weights read once per session)",
+                        o.session_threads, o.session_threads == 1 ? "" : "s")
+          : "Session::RunBatch of one decode token per session (each weight matrix read once per step)";
+  const int32_t threads = o.concurrent ? o.session_threads : info.threads;
   if (o.shared.json) {
     nlohmann::json out = {{"model", model_path},
                           {"architecture", info.architecture},
                           {"n_layers", info.n_layers},
                           {"dim", info.dim},
-                          {"threads", info.threads},
+                          {"threads", threads},
+                          {"concurrent", o.concurrent},
                           {"matvec_isa", MatVecTargetName()},
                           {"kv", kv},
                           {"steps", config.steps},
@@ -85,8 +95,9 @@ int RunBenchBatch(const BenchBatchOptions& o) {
     }
     PrintJson(out);
   } else {
-    fmt::print("batched decode: {} ({}, {} layers, dim {}), KV {}, {} threads, matvec SIMD {}\n",
-               model_path, info.architecture, info.n_layers, info.dim, kv, info.threads,
+    fmt::print("{} decode: {} ({}, {} layers, dim {}), KV {}, {} thread{}{}, matvec SIMD {}\n",
+               o.concurrent ? "concurrent" : "batched", model_path, info.architecture, info.n_layers,
+               info.dim, kv, threads, threads == 1 ? "" : "s", o.concurrent ? " per session" : "",
                MatVecTargetName());
     fmt::print(
         "a step = {}; arms interleaved over {} rounds of {} timed steps (order rotated each "
@@ -142,6 +153,13 @@ void AddBenchBatchCommand(CLI::App& bench, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--rounds", o->rounds, "Rounds: each runs every arm once (medians over rounds)")
       ->check(IntInRange(1, 1000))
+      ->capture_default_str();
+  cmd->add_flag("--concurrent", o->concurrent,
+                "Each session decodes on its own OS thread at once, with --session-threads threads of "
+                "its own, instead of the sessions stepping together through one batched pass (tok/s "
+                "is then the sessions' aggregate; the 1-session arm is one session alone)");
+  cmd->add_option("--session-threads", o->session_threads, "With --concurrent: each session's threads")
+      ->check(IntInRange(1, 1024))
       ->capture_default_str();
   AddThreadsFlag(cmd, &o->shared);
   AddJsonFlag(cmd, &o->shared);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <thread>
 
 #include "kvq/session.h"
 
@@ -54,6 +55,30 @@ Status Fill(std::vector<Arm>& arms, int64_t context, int32_t vocab,
   return status;
 }
 
+// One step of every session of the arm, `steps` times: one RunBatch of all its items per step,
+// or (concurrent) each session on its own OS thread running its own steps, all at once.
+Status StepArm(Arm& arm, int32_t steps, bool concurrent) {
+  if (!concurrent) {
+    for (int32_t step = 0; step < steps; ++step) {
+      if (Status s = Session::RunBatch(arm.items); !s.ok()) return s;
+    }
+    return Status::Ok();
+  }
+  std::vector<Status> status(arm.items.size(), Status::Ok());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < arm.items.size(); ++i) {
+    threads.emplace_back([&, i] {
+      for (int32_t step = 0; step < steps && status[i].ok(); ++step)
+        status[i] = Session::RunBatch(std::span<const BatchItem>(&arm.items[i], 1));
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const Status& s : status) {
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 int64_t BatchBenchPositions(const BatchBenchConfig& config, int64_t context) {
@@ -72,6 +97,10 @@ Result<std::vector<BatchBenchRow>> RunBatchBench(
   }
   if (config.steps < 1 || config.rounds < 1)
     return Status::Error("steps and rounds must be at least 1");
+  if (config.concurrent && (config.session_threads < 1 || config.session_threads > 1024)) {
+    return Status::Error(
+        fmt::format("session_threads must be in 1..1024 (got {})", config.session_threads));
+  }
   const int32_t vocab = model.info().vocab_size;
   const int32_t token = 1 % vocab;  // any token will do: a step's cost does not depend on which one
   std::vector<BatchBenchRow> rows;
@@ -88,6 +117,9 @@ Result<std::vector<BatchBenchRow>> RunBatchBench(
       for (int32_t i = 0; i < config.sessions[a]; ++i) {
         Result<std::unique_ptr<Session>> s = model.NewSession(config.kv);
         if (!s.ok()) return s.status();
+        if (config.concurrent) {
+          if (Status t = (*s)->SetThreads(config.session_threads); !t.ok()) return t;
+        }
         arms[a].sessions.push_back(std::move(s).value());
       }
     }
@@ -96,7 +128,7 @@ Result<std::vector<BatchBenchRow>> RunBatchBench(
       for (std::unique_ptr<Session>& s : arm.sessions) {
         arm.items.push_back({.session = s.get(), .tokens = std::span<const int32_t>(&token, 1)});
       }
-      if (Status s = Session::RunBatch(arm.items); !s.ok())
+      if (Status s = StepArm(arm, 1, config.concurrent); !s.ok())
         return s;  // warm-up: pools, scratch, pages
     }
     for (int32_t round = 0; round < config.rounds; ++round) {
@@ -104,9 +136,7 @@ Result<std::vector<BatchBenchRow>> RunBatchBench(
            ++j) {  // rotated: each arm takes every place in the order
         Arm& arm = arms[(j + round) % arms.size()];
         const auto t0 = std::chrono::steady_clock::now();
-        for (int32_t step = 0; step < config.steps; ++step) {
-          if (Status s = Session::RunBatch(arm.items); !s.ok()) return s;
-        }
+        if (Status s = StepArm(arm, config.steps, config.concurrent); !s.ok()) return s;
         arm.seconds.push_back(
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       }

@@ -156,15 +156,16 @@ std::vector<MatVecBenchRow> RunMatVecBench(const MatVecBenchConfig& c,
       y(c.tokens * std::max(c.rows, c.cols));
   for (float& v : x_first) v = normal(rng);
   for (float& v : x_second) v = normal(rng);
+  ThreadPool pool(c.threads);  // the benchmark's own, as a session owns one
   for (int32_t rep = 0; rep <= c.reps; ++rep) {
     for (Arm& a : arms) {
       const auto t0 = std::chrono::steady_clock::now();
       for (const Matrix& m : a.matrices) {
         const float* x = m.rows == c.rows && m.cols == c.cols ? x_first.data() : x_second.data();
         if (c.tokens == 1) {
-          MatVec(m, x, y.data(), c.threads);
+          MatVec(m, x, y.data(), pool);
         } else {
-          MatMul(m, x, c.tokens, y.data(), c.threads);
+          MatMul(m, x, c.tokens, y.data(), pool);
         }
       }
       const auto t1 = std::chrono::steady_clock::now();

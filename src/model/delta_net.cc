@@ -36,11 +36,11 @@ constexpr int64_t kMinParallelConv = 8192;
 
 void DeltaNetBlock(const DeltaNetConfig& c, const LayerWeights& L, float eps,
                    const DeltaNetInput& in, int64_t n, float* state, float* out,
-                   DeltaNetScratch* scratch, int32_t threads) {
+                   DeltaNetScratch* scratch, ThreadPool& pool) {
   const int64_t C = c.conv_channels(), Ck = c.k_channels(), Cv = c.v_channels();
   const int32_t K = c.conv_kernel, dk = c.key_dim, dv = c.value_dim, Hk = c.n_k_heads;
   const int32_t Hv = c.n_v_heads;
-  threads = std::max(1, std::min(threads, Hv));  // no more threads than value heads
+  const int32_t threads = std::max(1, std::min(pool.threads(), Hv));  // Run's thread indices
   scratch->conv_out.resize(static_cast<size_t>(n * C));
   scratch->head_out.resize(static_cast<size_t>(dv) * threads);
   float* y = scratch->conv_out.data();  // [n][C]
@@ -80,7 +80,7 @@ void DeltaNetBlock(const DeltaNetConfig& c, const LayerWeights& L, float eps,
   if (threads == 1 || n * C < kMinParallelConv) {
     for (int32_t g = 0; g < n_groups; ++g) group(g, 0);
   } else {
-    ThreadPool::Shared(threads).Run(n_groups, group);
+    pool.Run(n_groups, group);
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
   float* S_all = state + c.conv_state_floats();  // [Hv][dk][dv]
@@ -114,7 +114,7 @@ void DeltaNetBlock(const DeltaNetConfig& c, const LayerWeights& L, float eps,
   if (threads == 1) {
     for (int32_t h = 0; h < Hv; ++h) head(h, 0);
   } else {
-    ThreadPool::Shared(threads).Run(Hv, head);
+    pool.Run(Hv, head);
   }
 }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/thread_pool.h"
 #include "model/llama_weights.h"
 
 namespace kvq {
@@ -35,10 +36,10 @@ struct DeltaNetScratch {
 /// (DeltaNetConfig::state_floats floats: the conv window [C][K−1], then S [Hv][dk][dv]) in place
 /// and writes out [n][Cv], the gated-normed value heads that ssm_out projects. `eps` is the
 /// model's RMS epsilon, used by the L2 norm (llama.cpp's floor form x / max(‖x‖, eps)) and the
-/// gated RMSNorm. Channels, then value heads, are split across `threads`; each channel's and each
-/// head's arithmetic is the same on any thread, so the bits do not depend on the thread count.
+/// gated RMSNorm. Channels, then value heads, are split across the pool's threads; each channel's
+/// and each head's arithmetic is the same on any thread, so the bits do not depend on the thread count.
 void DeltaNetBlock(const DeltaNetConfig& c, const LayerWeights& L, float eps,
                    const DeltaNetInput& in, int64_t n, float* state, float* out,
-                   DeltaNetScratch* scratch, int32_t threads);
+                   DeltaNetScratch* scratch, ThreadPool& pool);
 
 }  // namespace kvq

@@ -200,9 +200,14 @@ void LlamaModel::AssignStates(std::span<const ForwardSegment> segments) {
   }
 }
 
+ThreadPool& LlamaModel::pool() const {
+  if (pool_ == nullptr || pool_->threads() != threads_) pool_ = std::make_unique<ThreadPool>(threads_);
+  return *pool_;
+}
+
 AttentionOptions LlamaModel::attention_options() const {
   return {.scale = 1.0f / std::sqrt(static_cast<float>(w_.config.head_dim())),
-          .kernel = AttentionKernel::kSimd, .threads = threads_};
+          .kernel = AttentionKernel::kSimd, .threads = threads_, .pool = &pool()};
 }
 
 Status LlamaModel::ForwardBlock(const int32_t* tokens, int32_t n, int64_t pos, KvCache& cache,
@@ -217,10 +222,14 @@ void LlamaModel::RecurrentMixer(const LayerWeights& L, int32_t slot,
   const DeltaNetConfig& d = c.delta_net;
   const int64_t C = d.conv_channels(), Cv = d.v_channels(), Hv = d.n_v_heads;
   const float* xb = xb_.data();  // [n][dim] the normed rows
-  MatMul(L.ssm_qkv, xb, n, ssm_qkv_.data(), threads_);
-  MatMul(L.ssm_gate, xb, n, ssm_z_.data(), threads_);
-  if (L.ssm_ba.data != nullptr) {  // qwen3next: per key head g, [b of its r heads][a of them]
-    MatMul(L.ssm_ba, xb, n, ssm_ba_.data(), threads_);
+  ThreadPool& pool = this->pool();
+  // Every input projection of the layer reads the same normed rows: one hand-off for them all.
+  const bool fused_ba = L.ssm_ba.data != nullptr;  // qwen3next: per key head g, [b of its r heads][a of them]
+  const MatMulOutput fused[] = {{&L.ssm_qkv, ssm_qkv_.data()}, {&L.ssm_gate, ssm_z_.data()}, {&L.ssm_ba, ssm_ba_.data()}};
+  const MatMulOutput apart[] = {{&L.ssm_qkv, ssm_qkv_.data()}, {&L.ssm_gate, ssm_z_.data()},
+                                {&L.ssm_beta, ssm_beta_.data()}, {&L.ssm_alpha, ssm_alpha_.data()}};
+  MatMulGroup(fused_ba ? std::span<const MatMulOutput>(fused) : std::span<const MatMulOutput>(apart), xb, n, pool);
+  if (fused_ba) {
     const int64_t r_per_k = Hv / d.n_k_heads;
     for (int64_t r = 0; r < n; ++r) {
       for (int64_t h = 0; h < Hv; ++h) {
@@ -229,9 +238,6 @@ void LlamaModel::RecurrentMixer(const LayerWeights& L, int32_t slot,
         ssm_alpha_[r * Hv + h] = ssm_ba_[r * 2 * Hv + g * 2 * r_per_k + r_per_k + j];
       }
     }
-  } else {
-    MatMul(L.ssm_beta, xb, n, ssm_beta_.data(), threads_);
-    MatMul(L.ssm_alpha, xb, n, ssm_alpha_.data(), threads_);
   }
   // Each segment's tokens through its own state (the scan inside is strictly left to right).
   for (int64_t r = 0; const ForwardSegment& seg : segments) {
@@ -240,11 +246,10 @@ void LlamaModel::RecurrentMixer(const LayerWeights& L, int32_t slot,
                            .z = ssm_z_.data() + r * Cv,
                            .beta = ssm_beta_.data() + r * Hv,
                            .alpha = ssm_alpha_.data() + r * Hv};
-    DeltaNetBlock(d, L, c.norm_eps, in, seg.n, state, ssm_out_.data() + r * Cv, &delta_scratch_,
-                  threads_);
+    DeltaNetBlock(d, L, c.norm_eps, in, seg.n, state, ssm_out_.data() + r * Cv, &delta_scratch_, pool);
     r += seg.n;
   }
-  MatMul(L.ssm_out, ssm_out_.data(), n, xb2_.data(), threads_);
+  MatMul(L.ssm_out, ssm_out_.data(), n, xb2_.data(), pool);
 }
 
 Status LlamaModel::ForwardBatch(std::span<const ForwardSegment> segments) {
@@ -274,6 +279,7 @@ Status LlamaModel::ForwardBatch(std::span<const ForwardSegment> segments) {
       DecodeWeightRow(w_.token_embedding, seg.tokens[t], x + r * dim);
   }
   const RopeParams rope = ModelRopeParams(c);
+  ThreadPool& pool = this->pool();
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w_.layers[l];
     const int32_t cl = c.cache_layer(l);  // its layer in the cache, or its slot in the state
@@ -284,8 +290,11 @@ Status LlamaModel::ForwardBatch(std::span<const ForwardSegment> segments) {
       RecurrentMixer(L, cl, segments, n);  // xb2 = its output, ssm_out included
       clock.Charge(kAttention);
     } else {
-      if (c.attn_output_gate) {  // attn_q gives per head [q, gate]: split them
-        MatMul(L.wq, xb, n, qg_.data(), threads_);
+      // q, k and v read the same normed rows: one hand-off for the three (attn_q gives per head
+      // [q, gate] on a gated model: split below).
+      const MatMulOutput qkv[] = {{&L.wq, c.attn_output_gate ? qg_.data() : q}, {&L.wk, k}, {&L.wv, v}};
+      MatMulGroup(qkv, xb, n, pool);
+      if (c.attn_output_gate) {
         for (int64_t r = 0; r < n; ++r) {
           for (int64_t h = 0; h < c.n_heads; ++h) {
             const float* from = qg_.data() + (r * c.n_heads + h) * 2 * hd;
@@ -293,11 +302,7 @@ Status LlamaModel::ForwardBatch(std::span<const ForwardSegment> segments) {
             std::copy_n(from + hd, hd, gate_.data() + r * q_dim + h * hd);
           }
         }
-      } else {
-        MatMul(L.wq, xb, n, q, threads_);
       }
-      MatMul(L.wk, xb, n, k, threads_);
-      MatMul(L.wv, xb, n, v, threads_);
       clock.Charge(kWeights);
       for (int64_t r = 0; const ForwardSegment& seg : segments) {
         const bool pre_rope = KeysBeforeRope(seg.cache.config(), cl);
@@ -347,7 +352,7 @@ Status LlamaModel::ForwardBatch(std::span<const ForwardSegment> segments) {
         for (int64_t i = 0; i < n * q_dim; ++i) xb[i] *= 1.0f / (1.0f + std::exp(-gate_[i]));
       }
       clock.Charge(kRest);
-      MatMul(L.wo, xb, n, xb2, threads_);
+      MatMul(L.wo, xb, n, xb2, pool);
       clock.Charge(kWeights);
     }
     for (int64_t i = 0; i < n * dim; ++i) x[i] += xb2[i];
@@ -355,18 +360,18 @@ Status LlamaModel::ForwardBatch(std::span<const ForwardSegment> segments) {
     for (int64_t r = 0; r < n; ++r)
       RmsNorm(xb + r * dim, x + r * dim, L.ffn_norm, c.dim, c.norm_eps);
     clock.Charge(kRest);
-    MatMul(L.w1, xb, n, hb, threads_);
-    MatMul(L.w3, xb, n, hb2, threads_);
+    const MatMulOutput gate_up[] = {{&L.w1, hb}, {&L.w3, hb2}};  // one hand-off for both
+    MatMulGroup(gate_up, xb, n, pool);
     clock.Charge(kWeights);
     SwiGlu(hb, hb2, n * hidden);  // silu(w1 x) · (w3 x)
     clock.Charge(kRest);
     if (c.moe.n_experts > 0) {  // hb: the shared expert's; then per row the routed experts
-      MatMul(L.w2, hb, n, xb2, threads_);
-      expert_bytes_read_ += MoeRows(c, L, xb, n, xb2, xb2, &moe_scratch_, threads_);  // in place: σ(gate)·shared + routed
+      MatMul(L.w2, hb, n, xb2, pool);
+      expert_bytes_read_ += MoeRows(c, L, xb, n, xb2, xb2, &moe_scratch_, pool);  // in place: σ(gate)·shared + routed
       clock.Charge(kWeights);
       for (int64_t i = 0; i < n * dim; ++i) x[i] += xb2[i];
     } else {
-      MatMul(L.w2, hb, n, xb, threads_);
+      MatMul(L.w2, hb, n, xb, pool);
       clock.Charge(kWeights);
       for (int64_t i = 0; i < n * dim; ++i) x[i] += xb[i];
     }
@@ -383,7 +388,7 @@ Status LlamaModel::ForwardBatch(std::span<const ForwardSegment> segments) {
       RmsNorm(last + j++ * dim, x + (r0 - 1) * dim, w_.final_norm, c.dim, c.norm_eps);
   }
   clock.Charge(kRest);
-  MatMul(w_.classifier, last, n_logits, logits_.data(), threads_);
+  MatMul(w_.classifier, last, n_logits, logits_.data(), pool);
   clock.Charge(kWeights);
   const int64_t vocab = c.vocab_size;
   for (int64_t j = 0; const ForwardSegment& seg : segments) {

@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "base/thread_pool.h"
 #include "kvq/kv_cache.h"
 #include "kvq/status.h"
 #include "model/delta_net.h"
@@ -97,6 +98,11 @@ class LlamaModel {
   void set_threads(int32_t threads) { threads_ = threads; }
   int32_t threads() const { return threads_; }
 
+  /// The model's own pool of threads() threads, made on first use (and remade after set_threads
+  /// changes the count): every product, attention and recurrent layer of a pass runs on it, so
+  /// passes of separate LlamaModels (separate sessions) share no workers and no lock.
+  ThreadPool& pool() const;
+
   /// Hooks the forward pass calls from now on (nullptr: none). Not owned; must outlive their use.
   void set_hooks(const ForwardHooks* hooks) { hooks_ = hooks; }
   /// The profile the forward pass adds its phase times to from now on (nullptr: none, and no clock
@@ -124,6 +130,7 @@ class LlamaModel {
 
   LlamaWeights w_;
   int32_t threads_;
+  mutable std::unique_ptr<ThreadPool> pool_;  // of threads_ threads once used; null before
   const ForwardHooks* hooks_ = nullptr;
   ForwardProfile* profile_ = nullptr;
   int64_t expert_bytes_read_ = 0;

@@ -17,7 +17,7 @@ Matrix ExpertMatrix(const Matrix& stacked, int64_t expert, int64_t rows) {
 }
 
 int64_t MoeRows(const LlamaConfig& c, const LayerWeights& L, const float* x, int64_t n,
-                const float* shared, float* out, MoeScratch* s, int32_t threads) {
+                const float* shared, float* out, MoeScratch* s, ThreadPool& pool) {
   const int64_t n_experts = c.moe.n_experts, k = c.moe.n_experts_used, fe = c.moe.expert_hidden_dim;
   const int64_t dim = c.dim;
   s->probs.resize(n * n_experts);
@@ -28,9 +28,11 @@ int64_t MoeRows(const LlamaConfig& c, const LayerWeights& L, const float* x, int
   s->first.assign(n_experts + 1, 0);
   s->slots.resize(n * k);
   s->routed.resize(n * k * dim);
+  // The router and the shared expert's gate read the same rows: one hand-off for both.
+  const MatMulOutput router_and_gate[] = {{&L.router, s->probs.data()}, {&L.shared_gate, s->shared_logit.data()}};
+  MatMulGroup(router_and_gate, x, n, pool);
   // Routing: a softmax over all experts first, then the top k renormalised (not a softmax of the
   // top k).
-  MatMul(L.router, x, n, s->probs.data(), threads);
   for (int64_t r = 0; r < n; ++r) {
     float* p = s->probs.data() + r * n_experts;
     float top = -INFINITY;
@@ -67,16 +69,15 @@ int64_t MoeRows(const LlamaConfig& c, const LayerWeights& L, const float* x, int
       std::copy_n(x + slots[i] / k * dim, dim, s->x_rows.data() + i * dim);
     const Matrix gate = ExpertMatrix(L.gate_exps, e, fe), up = ExpertMatrix(L.up_exps, e, fe);
     const Matrix down = ExpertMatrix(L.down_exps, e, dim);
-    MatMul(gate, s->x_rows.data(), m, s->gate.data(), threads);
-    MatMul(up, s->x_rows.data(), m, s->up.data(), threads);
+    const MatMulOutput gate_up[] = {{&gate, s->gate.data()}, {&up, s->up.data()}};
+    MatMulGroup(gate_up, s->x_rows.data(), m, pool);
     SwiGlu(s->gate.data(), s->up.data(), m * fe);
-    MatMul(down, s->gate.data(), m, s->y_rows.data(), threads);
+    MatMul(down, s->gate.data(), m, s->y_rows.data(), pool);
     for (const Matrix* w : {&gate, &up, &down}) bytes_read += w->rows * MatrixRowBytes(w->type, w->cols);
     for (int64_t i = 0; i < m; ++i)
       std::copy_n(s->y_rows.data() + i * dim, dim, s->routed.data() + slots[i] * dim);
   }
   // The shared expert scaled by its gate, then the routed experts added in rank order.
-  MatMul(L.shared_gate, x, n, s->shared_logit.data(), threads);
   for (int64_t r = 0; r < n; ++r) {
     const float shared_weight = 1.0f / (1.0f + std::exp(-s->shared_logit[r]));
     float* o = out + r * dim;

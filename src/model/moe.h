@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/thread_pool.h"
 #include "model/llama_weights.h"
 
 namespace kvq {
@@ -40,6 +41,6 @@ struct MoeScratch {
 /// expert weights read: the chosen experts' gate, up and down slices, each expert once however
 /// many rows chose it (kvq bench decode's per-step weight bytes).
 int64_t MoeRows(const LlamaConfig& c, const LayerWeights& L, const float* x, int64_t n,
-             const float* shared, float* out, MoeScratch* scratch, int32_t threads);
+             const float* shared, float* out, MoeScratch* scratch, ThreadPool& pool);
 
 }  // namespace kvq

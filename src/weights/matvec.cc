@@ -89,6 +89,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #include <fmt/format.h>
 
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <vector>
@@ -124,34 +125,6 @@ const WeightTypeDesc& DescOrDie(const char* what, WeightType type) {
 constexpr int64_t kRowsPerItem = 16;
 static_assert(kRowsPerItem % kInterleaveRows == 0);
 
-// Calls fn(r0, r1) for each item of kRowsPerItem rows of [0, rows), on t threads (inline when
-// t ≤ 1; MatMul relies on items to keep a block of rows in cache for all its tokens). Items are
-// handed out from a shared counter rather than split into fixed runs: on a loaded machine a worker
-// that wakes late finds most items done by the threads already running, instead of the others
-// waiting while it does a fixed share. Which thread computes an item does not change a bit: every
-// item is the same kernel call on the same rows.
-template <class F>
-void ForEachRowItem(int64_t rows, int32_t t, const F& fn) {
-  const int64_t items = (rows + kRowsPerItem - 1) / kRowsPerItem;
-  if (t <= 1 || items <= 1) {
-    for (int64_t b = 0; b < items; ++b) fn(b * kRowsPerItem, std::min<int64_t>(rows, (b + 1) * kRowsPerItem));
-    return;
-  }
-  // The job captures one pointer, so std::function holds it in place instead of allocating per call
-  // (a batched decode step makes seven threaded products per layer).
-  struct Job {
-    std::atomic<int64_t> next{0};
-    int64_t rows, items;
-    const F* fn;
-  } job{.rows = rows, .items = items, .fn = &fn};
-  ThreadPool::Shared(t).Run(t, [j = &job](int64_t, int32_t) {
-    for (int64_t b = j->next.fetch_add(1, std::memory_order_relaxed); b < j->items;
-         b = j->next.fetch_add(1, std::memory_order_relaxed)) {
-      (*j->fn)(b * kRowsPerItem, std::min<int64_t>(j->rows, (b + 1) * kRowsPerItem));
-    }
-  });
-}
-
 // Rows [r0, r1) of a kInterleaved16 matrix for n_tokens tokens: the 16-row groups by the
 // interleaved kernel, the rows % 8 plain tail rows by the row kernel, token by token.
 void InterleavedItem(const WeightKernels& k, const Matrix& w, const QuantizedActivation& s, int64_t n_tokens,
@@ -166,66 +139,104 @@ void InterleavedItem(const WeightKernels& k, const Matrix& w, const QuantizedAct
   }
 }
 
+// One product of a group, resolved once per call: its kernels, the quantised activation it reads
+// (null for plain types) and where its items start in the group's numbering.
+struct GroupProduct {
+  const Matrix* w = nullptr;
+  float* y = nullptr;
+  const WeightKernels* k = nullptr;
+  const QuantizedActivation* s = nullptr;
+  int64_t first_item = 0;
+};
+
+// Rows [r0, r1) of product p for n_tokens tokens of x: per row and token the kernel MatVec would
+// run, on the same quantised activation, so an item's bits do not depend on the group, the item
+// boundaries or the thread.
+void ProductItem(const GroupProduct& p, const float* x, int64_t n_tokens, int64_t r0, int64_t r1) {
+  const Matrix& w = *p.w;
+  if (p.s == nullptr) {
+    for (int64_t j = 0; j < n_tokens; ++j) p.k->rows(w.data, x + j * w.cols, p.y + j * w.rows, w.cols, r0, r1);
+  } else if (w.layout == MatrixLayout::kInterleaved16) {
+    // Per row and token the interleaved kernel does the same operations whatever n_tokens (it
+    // steps 16 rows × up to 4 tokens), so this equals n_tokens MatVec calls bit for bit.
+    InterleavedItem(*p.k, w, *p.s, n_tokens, p.y, r0, r1);
+  } else {
+    for (int64_t j = 0; j < n_tokens; ++j) p.k->quant_rows(w.data, p.s->Token(j), p.y + j * w.rows, w.cols, r0, r1);
+  }
+}
+
 }  // namespace
 
-void MatVec(const Matrix& w, const float* x, float* y, int32_t threads) {
-  if (w.rows <= 0) return;
-  InitDispatch();
-  const WeightTypeDesc& desc = DescOrDie("MatVec", w.type);
-  const WeightKernels& k = desc.kernels();
-  const int32_t t = w.rows * w.cols >= (1 << 16) ? threads : 1;
-  if (desc.quantized_activation) {
-    const auto rows_fn = k.quant_rows;
-    // Per calling thread, reused across calls (a decode step makes seven MatVec calls per layer;
-    // none should allocate once the sizes have been seen).
-    thread_local QuantizedActivation s;
-    QuantizeActivationFor(k, x, w.cols, 1, &s);
-    if (w.layout == MatrixLayout::kInterleaved16) {
-      const QuantizedActivation& qa = s;  // the caller's, not each worker's thread_local
-      ForEachRowItem(w.rows, t, [&](int64_t r0, int64_t r1) { InterleavedItem(k, w, qa, 1, y, r0, r1); });
-      return;
-    }
-    const QuantizedX qx = s.Token(0);
-    ForEachRowItem(w.rows, t, [&](int64_t r0, int64_t r1) { rows_fn(w.data, qx, y, w.cols, r0, r1); });
-    return;
+void MatMulGroup(std::span<const MatMulOutput> products, const float* x, int64_t n_tokens, ThreadPool& pool) {
+  if (n_tokens <= 0 || products.empty()) return;
+  if (products.size() > kMaxMatMulGroup) {  // a caller bug: the group's scratch is fixed
+    fmt::print(stderr, "kvq: MatMulGroup: {} products, at most {}\n", products.size(), kMaxMatMulGroup);
+    std::abort();
   }
-  const auto rows_fn = k.rows;
-  ForEachRowItem(w.rows, t, [&](int64_t r0, int64_t r1) { rows_fn(w.data, x, y, w.cols, r0, r1); });
-}
-
-void MatMul(const Matrix& w, const float* x, int64_t n_tokens, float* y, int32_t threads) {
-  if (w.rows <= 0 || n_tokens <= 0) return;
   InitDispatch();
-  const WeightTypeDesc& desc = DescOrDie("MatMul", w.type);
-  const WeightKernels& k = desc.kernels();
-  // Each item of 16 rows meets every token while those rows are in cache, so the weights are read
-  // from memory once per call, not once per token. Per row and token it is MatVec's own kernel on
-  // the same quantised activation: the results equal n_tokens MatVec calls bit for bit.
-  const int32_t t = w.rows * w.cols * n_tokens >= (1 << 16) ? threads : 1;
-  if (desc.quantized_activation) {
-    const auto rows_fn = k.quant_rows;
-    thread_local QuantizedActivation scratch;
-    QuantizeActivationFor(k, x, w.cols, n_tokens, &scratch);
-    // A named reference: inside the lambda, `scratch` would be each worker's own thread_local.
-    const QuantizedActivation& s = scratch;
-    if (w.layout == MatrixLayout::kInterleaved16) {
-      // Per row and token the interleaved kernel does the same operations whatever n_tokens (it
-      // steps 16 rows × up to 4 tokens), so this equals n_tokens MatVec calls bit for bit.
-      ForEachRowItem(w.rows, t, [&](int64_t r0, int64_t r1) { InterleavedItem(k, w, s, n_tokens, y, r0, r1); });
-      return;
+  // Per calling thread, reused across calls (a decode step makes a few groups per layer; none
+  // should allocate once the sizes have been seen). A quantised activation is made once per
+  // distinct activation_offsets function among the products: the codes, scales and sums are the
+  // same for every type; only the offsets the kernels start from differ.
+  thread_local std::array<QuantizedActivation, kMaxMatMulGroup> scratch;
+  std::array<GroupProduct, kMaxMatMulGroup> group;
+  std::array<decltype(WeightKernels::activation_offsets), kMaxMatMulGroup> offsets_of{};  // [scratch used]
+  size_t n_products = 0, n_scratch = 0;
+  int64_t items = 0, work = 0;  // row items in all; multiply-adds in all
+  for (const MatMulOutput& out : products) {
+    const Matrix& w = *out.w;
+    if (w.rows <= 0) continue;
+    if (n_products > 0 && w.cols != group[0].w->cols) {  // a caller bug: one input, so one width
+      fmt::print(stderr, "kvq: MatMulGroup: a product has {} columns, the first {}\n", w.cols, group[0].w->cols);
+      std::abort();
     }
-    ForEachRowItem(w.rows, t, [&](int64_t r0, int64_t r1) {
-      for (int64_t j = 0; j < n_tokens; ++j) {
-        rows_fn(w.data, s.Token(j), y + j * w.rows, w.cols, r0, r1);
+    const WeightTypeDesc& desc = DescOrDie("MatMulGroup", w.type);
+    GroupProduct& p = group[n_products++];
+    p = {.w = &w, .y = out.y, .k = &desc.kernels(), .first_item = items};
+    if (desc.quantized_activation) {
+      size_t i = 0;
+      while (i < n_scratch && offsets_of[i] != p.k->activation_offsets) ++i;
+      if (i == n_scratch) {
+        offsets_of[n_scratch++] = p.k->activation_offsets;
+        QuantizeActivationFor(*p.k, x, w.cols, n_tokens, &scratch[i]);
       }
-    });
+      p.s = &scratch[i];  // the caller's, not each worker's thread_local
+    }
+    items += (w.rows + kRowsPerItem - 1) / kRowsPerItem;
+    work += w.rows * w.cols * n_tokens;
+  }
+  if (items == 0) return;
+  // Small products stay on the calling thread: a hand-off costs more than they do.
+  if (pool.threads() <= 1 || items <= 1 || work < (1 << 16)) {
+    for (size_t i = 0; i < n_products; ++i) ProductItem(group[i], x, n_tokens, 0, group[i].w->rows);
     return;
   }
-  const auto rows_fn = k.rows;
-  ForEachRowItem(w.rows, t, [&](int64_t r0, int64_t r1) {
-    for (int64_t j = 0; j < n_tokens; ++j) rows_fn(w.data, x + j * w.cols, y + j * w.rows, w.cols, r0, r1);
+  // Items (kRowsPerItem rows of one product) are handed out from a shared counter rather than
+  // split into fixed runs: on a loaded machine a worker that wakes late finds most items done by
+  // the threads already running, instead of the others waiting while it does a fixed share. Which
+  // thread computes an item does not change a bit: every item is the same kernel call on the same
+  // rows. Each item meets every token while its rows are in cache, so a product's weights are read
+  // from memory once per call, not once per token.
+  std::atomic<int64_t> next{0};
+  const GroupProduct* const first = group.data();
+  const GroupProduct* const last = first + n_products;
+  pool.Run(pool.threads(), [&](int64_t, int32_t) {
+    const GroupProduct* p = first;
+    for (int64_t b = next.fetch_add(1, std::memory_order_relaxed); b < items;
+         b = next.fetch_add(1, std::memory_order_relaxed)) {
+      while (p + 1 < last && b >= p[1].first_item) ++p;  // items are taken in increasing order
+      const int64_t r0 = (b - p->first_item) * kRowsPerItem;
+      ProductItem(*p, x, n_tokens, r0, std::min(p->w->rows, r0 + kRowsPerItem));
+    }
   });
 }
+
+void MatMul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
+  const MatMulOutput one{.w = &w, .y = y};
+  MatMulGroup(std::span<const MatMulOutput>(&one, 1), x, n_tokens, pool);
+}
+
+void MatVec(const Matrix& w, const float* x, float* y, ThreadPool& pool) { MatMul(w, x, 1, y, pool); }
 
 QuantizedX QuantizedActivation::Token(int64_t token) const {
   return {.q = q.data() + token * cols, .d = d.data() + token * (cols / kActivationBlockElems),

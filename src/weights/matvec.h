@@ -65,8 +65,10 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
+#include "base/thread_pool.h"
 #include "kvq/status.h"
 #include "weights/matrix.h"
 #include "weights/weight_type.h"
@@ -81,13 +83,30 @@ Status CheckMatrix(const Matrix& w);
 /// type outside the registry.
 int64_t MatrixRowBytes(WeightType type, int64_t cols);
 
-/// y[r] = Σ_c W[r][c] · x[c], rows split across `threads`. `w` must pass CheckMatrix (not
-/// re-checked here); x has w.cols floats, y w.rows. Q8_0/Q4_0 quantise x first (see above).
-void MatVec(const Matrix& w, const float* x, float* y, int32_t threads);
+/// y[r] = Σ_c W[r][c] · x[c], rows split across the pool's threads. `w` must pass CheckMatrix
+/// (not re-checked here); x has w.cols floats, y w.rows. Q8_0/Q4_0 quantise x first (see above).
+void MatVec(const Matrix& w, const float* x, float* y, ThreadPool& pool);
 
 /// Y = X Wᵀ for a block of tokens: x [n_tokens][cols] -> y [n_tokens][rows], the weights read
 /// once per call (prefill). Equal, bit for bit, to n_tokens calls of MatVec.
-void MatMul(const Matrix& w, const float* x, int64_t n_tokens, float* y, int32_t threads);
+void MatMul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool);
+
+/// One product of a MatMulGroup: y [n_tokens][w->rows] = X W.
+struct MatMulOutput {
+  const Matrix* w = nullptr;
+  float* y = nullptr;
+};
+
+/// The most products one MatMulGroup takes.
+inline constexpr size_t kMaxMatMulGroup = 8;
+
+/// Several products of one input — x [n_tokens][cols], every matrix with cols columns (q/k/v of a
+/// layer, its gate and up) — as one hand-off to the pool instead of one per matrix: the
+/// activation is quantised once (once per distinct kernel set when the types differ) and the
+/// row items of all the matrices are handed out together. Each product equals MatMul of it alone
+/// bit for bit (the same quantised activation, the same kernel per row and token), whatever the
+/// pool's thread count. At most kMaxMatMulGroup products; a matrix with no rows is skipped.
+void MatMulGroup(std::span<const MatMulOutput> products, const float* x, int64_t n_tokens, ThreadPool& pool);
 
 /// The unquantised product, one row at a time in plain C++ (scalar decode, x as given, products
 /// summed in column order in f32): the oracle for the plain types and the "true" product the

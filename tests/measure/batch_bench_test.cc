@@ -58,6 +58,26 @@ TEST(BatchBench, Refusals) {
   EXPECT_NE(message({.sessions = {1}, .contexts = {90}, .steps = 5, .rounds = 2})
                 .find("model's context of 100"),
             std::string::npos);
+  EXPECT_NE(message({.sessions = {1}, .concurrent = true, .session_threads = 0}).find("session_threads must be in 1..1024 (got 0)"),
+            std::string::npos);
+}
+
+TEST(BatchBench, ConcurrentArmsAreBitIdenticalToOneSessionAlone) {
+  // Each session of an arm decodes on its own OS thread at once (1 and 2 threads of its own); its
+  // logits after the run must equal the 1-session arm's, a session run alone.
+  std::unique_ptr<Model> m = Bundled();
+  ASSERT_NE(m, nullptr);
+  for (int32_t threads : {1, 2}) {
+    const BatchBenchConfig config{.sessions = {1, 2, 3}, .contexts = {30}, .steps = 4, .rounds = 2,
+                                  .concurrent = true, .session_threads = threads};
+    Result<std::vector<BatchBenchRow>> rows = RunBatchBench(*m, config, {});
+    ASSERT_TRUE(rows.ok()) << rows.status().message();
+    ASSERT_EQ(rows->size(), 3u);
+    for (const BatchBenchRow& r : *rows) {
+      EXPECT_TRUE(r.bit_identical) << r.sessions << " sessions, " << threads << " threads each";
+      EXPECT_GT(r.tokens_per_second, 0);
+    }
+  }
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "base/thread_pool.h"
 #include "model/delta_net.h"
 
 namespace kvq {
@@ -240,10 +241,10 @@ TEST(DeltaNetBlock, ABlockGivesTheBitsOfItsTokensOneAtATimeOnAnyThreadCount) {
   DeltaNetScratch scratch;
   for (int64_t t = 0; t < n; ++t)
     DeltaNetBlock(c, layer.L, 1e-6f, input(t), 1, state_one.data(), out_one.data() + t * Cv,
-                  &scratch, 1);
+                  &scratch, ThreadPool::Shared(1));
   for (int32_t threads : {1, 2, 3}) {
     std::vector<float> state = state0, out(n * Cv);
-    DeltaNetBlock(c, layer.L, 1e-6f, input(0), n, state.data(), out.data(), &scratch, threads);
+    DeltaNetBlock(c, layer.L, 1e-6f, input(0), n, state.data(), out.data(), &scratch, ThreadPool::Shared(threads));
     EXPECT_EQ(std::memcmp(out.data(), out_one.data(), out.size() * sizeof(float)), 0)
         << threads << " threads";
     EXPECT_EQ(std::memcmp(state.data(), state_one.data(), state.size() * sizeof(float)), 0)
@@ -256,7 +257,7 @@ TEST(DeltaNetBlock, ABlockGivesTheBitsOfItsTokensOneAtATimeOnAnyThreadCount) {
   std::vector<float> state = state0, out(n * Cv);
   DeltaNetInput moved = input(0);
   moved.z = z2.data();
-  DeltaNetBlock(c, layer.L, 1e-6f, moved, n, state.data(), out.data(), &scratch, 2);
+  DeltaNetBlock(c, layer.L, 1e-6f, moved, n, state.data(), out.data(), &scratch, ThreadPool::Shared(2));
   EXPECT_NE(std::memcmp(out.data(), out_one.data(), out.size() * sizeof(float)), 0);
 }
 

@@ -23,9 +23,9 @@ TEST(Prefill, MatMulEqualsMatVecPerToken) {
   const int64_t n = 9;
   std::vector<float> x(n * m.cols), y(n * m.rows), one(m.rows);
   for (float& v : x) v = dist(rng);
-  MatMul(m, x.data(), n, y.data(), 2);
+  MatMul(m, x.data(), n, y.data(), ThreadPool::Shared(2));
   for (int64_t t = 0; t < n; ++t) {
-    MatVec(m, x.data() + t * m.cols, one.data(), 2);
+    MatVec(m, x.data() + t * m.cols, one.data(), ThreadPool::Shared(2));
     for (int64_t r = 0; r < m.rows; ++r) ASSERT_EQ(y[t * m.rows + r], one[r]) << t << " " << r;
   }
 }

@@ -234,11 +234,11 @@ TEST(KQuantKernels, TheToleranceCatchesLayoutBugs) {
     std::vector<QuantizedProductReference> ref(kRows);
     MatVecQuantizedReference(good, x.data(), ref.data());
     std::vector<float> y(kRows);
-    MatVec(good, x.data(), y.data(), 1);  // the true kernel is within the tolerance
+    MatVec(good, x.data(), y.data(), ThreadPool::Shared(1));  // the true kernel is within the tolerance
     std::vector<uint8_t> wrong = bytes;
     for (int64_t b = 0; b < kRows * kCols / 256; ++b) bug.apply(wrong.data() + b * d.block_bytes);
     std::vector<float> y_bug(kRows);
-    MatVec(Matrix{.type = d.type, .data = wrong.data(), .rows = kRows, .cols = kCols}, x.data(), y_bug.data(), 1);
+    MatVec(Matrix{.type = d.type, .data = wrong.data(), .rows = kRows, .cols = kCols}, x.data(), y_bug.data(), ThreadPool::Shared(1));
     for (int64_t r = 0; r < kRows; ++r) {
       const double tol = test::QuantTolerance(kCols, ref[r].abs_sum, d.matvec_roundings);
       EXPECT_LE(std::fabs(y[r] - ref[r].y), tol) << "row " << r;

@@ -167,7 +167,7 @@ void ExpectWrongDecodingsCaught(const char* name, Layout l, int offset,
     test::TargetScope scope(target);
     SCOPED_TRACE(hwy::TargetName(target));
     std::vector<float> y(rows);
-    MatVec(w, x.data(), y.data(), 1);
+    MatVec(w, x.data(), y.data(), ThreadPool::Shared(1));
     for (int64_t r = 0; r < rows; ++r) ASSERT_LE(std::fabs(y[r] - ref[r].y), tol[r]) << "row " << r;
   }
 }

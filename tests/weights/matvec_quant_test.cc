@@ -222,7 +222,7 @@ void ExpectHandBuilt(const Stored& w, const std::vector<float>& x, const int32_t
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     TargetScope scope(target);
     float y[2] = {NAN, NAN};
-    MatVec(w.m, x.data(), y, 1);
+    MatVec(w.m, x.data(), y, ThreadPool::Shared(1));
     for (int r = 0; r < 2; ++r) EXPECT_EQ(y[r], want_y[r]) << hwy::TargetName(target) << " row " << r;
   }
 }
@@ -286,9 +286,9 @@ TEST(QuantizedMatVec, LargestIntegerDots) {
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     TargetScope scope(target);
     float y = 0;
-    MatVec(w8.m, x.data(), &y, 1);
+    MatVec(w8.m, x.data(), &y, ThreadPool::Shared(1));
     EXPECT_EQ(y, 520192.0f) << hwy::TargetName(target);
-    MatVec(w4.m, x.data(), &y, 1);
+    MatVec(w4.m, x.data(), &y, ThreadPool::Shared(1));
     EXPECT_EQ(y, 32512.0f) << hwy::TargetName(target);  // (−8)·(−127)·32
   }
 }
@@ -335,7 +335,7 @@ TEST(QuantizedMatVec, EveryTargetWithinTheRoundingBoundAndThreadIndependent) {
         TargetScope scope(target);
         ASSERT_STREQ(MatVecTargetName(), hwy::TargetName(target));
         std::vector<float> y1(shape.rows, NAN);
-        MatVec(w.m, x.data(), y1.data(), 1);
+        MatVec(w.m, x.data(), y1.data(), ThreadPool::Shared(1));
         for (int64_t r = 0; r < shape.rows; ++r) {
           const double tol = RoundingTolerance(shape.cols, ref[r]);
           const double err = std::fabs(static_cast<double>(y1[r]) - ref[r].y);
@@ -345,7 +345,7 @@ TEST(QuantizedMatVec, EveryTargetWithinTheRoundingBoundAndThreadIndependent) {
         }
         for (int32_t threads = 2; threads <= 4; ++threads) {
           std::vector<float> yt(shape.rows, NAN);
-          MatVec(w.m, x.data(), yt.data(), threads);
+          MatVec(w.m, x.data(), yt.data(), ThreadPool::Shared(threads));
           ASSERT_EQ(std::memcmp(y1.data(), yt.data(), 4 * shape.rows), 0)
               << hwy::TargetName(target) << ": 1 thread and " << threads << " threads differ";
         }
@@ -367,9 +367,9 @@ TEST(QuantizedMatVec, MatMulEqualsMatVecPerToken) {
         TargetScope scope(target);
         for (int32_t threads = 1; threads <= 4; ++threads) {
           std::vector<float> y(n * shape.rows, NAN), one(shape.rows, NAN);
-          MatMul(w.m, x.data(), n, y.data(), threads);
+          MatMul(w.m, x.data(), n, y.data(), ThreadPool::Shared(threads));
           for (int64_t t = 0; t < n; ++t) {
-            MatVec(w.m, x.data() + t * shape.cols, one.data(), threads);
+            MatVec(w.m, x.data() + t * shape.cols, one.data(), ThreadPool::Shared(threads));
             ASSERT_EQ(std::memcmp(y.data() + t * shape.rows, one.data(), 4 * shape.rows), 0)
                 << WeightTypeName(type) << " " << hwy::TargetName(target) << " threads " << threads
                 << " token " << t;
@@ -394,7 +394,7 @@ TEST(QuantizedMatVec, BoundAgainstTheUnquantisedProductHoldsAndIsTight) {
       std::vector<QuantizedProductReference> ref(rows);
       MatVecQuantizedReference(w.m, x.data(), ref.data());
       std::vector<float> y(rows), row(cols);
-      MatVec(w.m, x.data(), y.data(), 2);
+      MatVec(w.m, x.data(), y.data(), ThreadPool::Shared(2));
       double worst = 0.0;
       for (int64_t r = 0; r < rows; ++r) {
         DecodeWeightRow(w.m, r, row.data());
@@ -449,7 +449,7 @@ TEST(QuantizedMatVec, BoundIsReachedByHalfwayActivations) {
     for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
       TargetScope scope(target);
       float y = 0;
-      MatVec(w.m, x.data(), &y, 1);
+      MatVec(w.m, x.data(), &y, ThreadPool::Shared(1));
       EXPECT_EQ(y, ref.y) << hwy::TargetName(target);  // small integers: exact on every target
     }
   }
@@ -513,13 +513,13 @@ TEST(QuantizedMatVec, NonFiniteActivationGivesNaNAndZeroGivesZero) {
       for (float bad : {kInf, -kInf, std::numeric_limits<float>::quiet_NaN()}) {
         x[70] = bad;
         std::vector<float> y(9, 0.0f);
-        MatVec(w.m, x.data(), y.data(), 1);
+        MatVec(w.m, x.data(), y.data(), ThreadPool::Shared(1));
         for (float v : y) {
           EXPECT_TRUE(std::isnan(v)) << WeightTypeName(type) << " " << hwy::TargetName(target);
         }
       }
       std::vector<float> y(9, 1.0f);
-      MatVec(w.m, zero.data(), y.data(), 1);
+      MatVec(w.m, zero.data(), y.data(), ThreadPool::Shared(1));
       for (float v : y) EXPECT_EQ(v, 0.0f) << WeightTypeName(type) << " " << hwy::TargetName(target);
     }
   }

@@ -60,7 +60,7 @@ float ColumnFactor(WeightType type) { return IsBlockType(type) ? 127.0f : 1.0f; 
 std::vector<float> ColumnViaMatVec(const Matrix& w, int64_t c) {
   std::vector<float> x(w.cols, 0.0f), y(w.rows, -1.0f);
   x[c] = ColumnFactor(w.type);
-  MatVec(w, x.data(), y.data(), 1);
+  MatVec(w, x.data(), y.data(), ThreadPool::Shared(1));
   return y;
 }
 
@@ -316,7 +316,7 @@ TEST(MatVec, PlainTypesMatchTheReferenceOnEveryTarget) {
         TargetScope scope(target);
         ASSERT_STREQ(MatVecTargetName(), hwy::TargetName(target));
         std::vector<float> y1(shape.rows, NAN);
-        MatVec(w.m, x.data(), y1.data(), 1);
+        MatVec(w.m, x.data(), y1.data(), ThreadPool::Shared(1));
         for (int64_t r = 0; r < shape.rows; ++r) {
           const double tol = Tolerance(shape.cols, sums[r].abs_sum);
           const double err = std::fabs(static_cast<double>(y1[r]) - ref[r]);
@@ -327,7 +327,7 @@ TEST(MatVec, PlainTypesMatchTheReferenceOnEveryTarget) {
         // Rows are computed alike whatever the thread count: bit-identical results.
         for (int32_t threads = 2; threads <= 4; ++threads) {
           std::vector<float> yt(shape.rows, NAN);
-          MatVec(w.m, x.data(), yt.data(), threads);
+          MatVec(w.m, x.data(), yt.data(), ThreadPool::Shared(threads));
           ASSERT_EQ(std::memcmp(y1.data(), yt.data(), 4 * shape.rows), 0)
               << hwy::TargetName(target) << ": 1 thread and " << threads << " threads differ";
         }

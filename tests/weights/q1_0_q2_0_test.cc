@@ -94,7 +94,7 @@ void CheckKernelsAndVariants(const WeightTypeDesc& d, const std::vector<Variant>
         TargetScope scope(target);
         SCOPED_TRACE(hwy::TargetName(target));
         std::vector<float> y(rows, NAN);
-        MatVec(w, x.data(), y.data(), 1);
+        MatVec(w, x.data(), y.data(), ThreadPool::Shared(1));
         for (int64_t r = 0; r < rows; ++r) {
           ASSERT_LE(std::fabs(y[r] - ref[r].y), tol[r]) << "row " << r << ": kernel " << y[r] << " ref " << ref[r].y;
         }

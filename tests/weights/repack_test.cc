@@ -150,7 +150,7 @@ TEST(Repack, EveryTargetWithinTheBoundAndTheSameBits) {
           SCOPED_TRACE(hwy::TargetName(target));
           ASSERT_NE(d.kernels().interleaved_rows, nullptr);
           std::vector<float> y(rows, NAN);
-          MatVec(p.packed, x.data(), y.data(), 1);
+          MatVec(p.packed, x.data(), y.data(), ThreadPool::Shared(1));
           const int64_t grouped = rows / kInterleaveRows * kInterleaveRows;
           for (int64_t r = 0; r < rows; ++r) {
             // Grouped rows: the interleaved kernel's bound; the plain tail: the row kernel's.
@@ -162,7 +162,7 @@ TEST(Repack, EveryTargetWithinTheBoundAndTheSameBits) {
           }
           // The tail rows are the row kernels' result on the plain rows, bit for bit.
           std::vector<float> plain(rows, NAN);
-          MatVec(p.plain, x.data(), plain.data(), 1);
+          MatVec(p.plain, x.data(), plain.data(), ThreadPool::Shared(1));
           ASSERT_EQ(std::memcmp(plain.data() + grouped, y.data() + grouped, 4 * (rows - grouped)), 0);
           // The grouped rows (the tail's row kernels depend on the target, as matvec.h says).
           if (first.empty()) {
@@ -191,15 +191,15 @@ TEST(Repack, MatMulIsMatVecPerTokenBitForBitAndThreadsChangeNoBit) {
         SCOPED_TRACE(hwy::TargetName(target));
         std::vector<std::vector<float>> per_token(9, std::vector<float>(rows));
         for (int64_t t = 0; t < 9; ++t) {
-          MatVec(p.packed, x.data() + t * cols, per_token[t].data(), 1);
+          MatVec(p.packed, x.data() + t * cols, per_token[t].data(), ThreadPool::Shared(1));
           std::vector<float> threaded(rows, NAN);
-          MatVec(p.packed, x.data() + t * cols, threaded.data(), 3);
+          MatVec(p.packed, x.data() + t * cols, threaded.data(), ThreadPool::Shared(3));
           ASSERT_TRUE(SameBits(per_token[t], threaded)) << "token " << t;
         }
         for (int64_t n = 1; n <= 9; ++n) {
           for (int32_t threads : {1, 2}) {
             std::vector<float> mm(n * rows, NAN);  // [n][rows]
-            MatMul(p.packed, x.data(), n, mm.data(), threads);
+            MatMul(p.packed, x.data(), n, mm.data(), ThreadPool::Shared(threads));
             for (int64_t t = 0; t < n; ++t) {
               ASSERT_EQ(std::memcmp(mm.data() + t * rows, per_token[t].data(), 4 * rows), 0)
                   << n << " tokens, token " << t << ", " << threads << " threads";
@@ -219,15 +219,54 @@ TEST(Repack, NonFiniteActivationGivesNaNAndZeroGivesZero) {
       SCOPED_TRACE(hwy::TargetName(target));
       std::vector<float> x = RandomX(256, 401), y(17, 0.0f);
       x[100] = std::numeric_limits<float>::infinity();
-      MatVec(p.packed, x.data(), y.data(), 1);
+      MatVec(p.packed, x.data(), y.data(), ThreadPool::Shared(1));
       for (float v : y) ASSERT_TRUE(std::isnan(v));
       x[100] = std::numeric_limits<float>::quiet_NaN();
-      MatVec(p.packed, x.data(), y.data(), 1);
+      MatVec(p.packed, x.data(), y.data(), ThreadPool::Shared(1));
       for (float v : y) ASSERT_TRUE(std::isnan(v));
       std::vector<float> zero(256, 0.0f);
       std::fill(y.begin(), y.end(), 1.0f);
-      MatVec(p.packed, zero.data(), y.data(), 1);
+      MatVec(p.packed, zero.data(), y.data(), ThreadPool::Shared(1));
       for (float v : y) ASSERT_EQ(v, 0.0f);
+    }
+  }
+}
+
+TEST(Repack, MatMulGroupEqualsEachMatMulAloneBitForBit) {
+  // One input, several matrices of mixed types and layouts (so more than one quantised activation
+  // form), handed out as one job: each output must equal MatMul of its matrix alone, for any
+  // thread count and token count, whatever the order of the group.
+  constexpr int64_t kCols = 512;
+  std::vector<Pair> pairs;
+  pairs.push_back(MakePair(WeightType::kQ4_0, 48, kCols, 1));
+  pairs.push_back(MakePair(WeightType::kQ6_K, 33, kCols, 2));
+  pairs.push_back(MakePair(WeightType::kQ4_K, 20, kCols, 3));
+  pairs.push_back(MakePair(WeightType::kQ8_0, 40, kCols, 4));
+  std::vector<Matrix> matrices = {pairs[0].packed, pairs[1].packed, pairs[2].plain, pairs[3].plain};
+  ThreadPool one(1);
+  for (int64_t n : {1, 3, 7}) {
+    const std::vector<float> x = RandomX(n * kCols, 10 + static_cast<uint32_t>(n));
+    std::vector<std::vector<float>> alone(matrices.size());
+    for (size_t i = 0; i < matrices.size(); ++i) {
+      alone[i].resize(n * matrices[i].rows);
+      MatMul(matrices[i], x.data(), n, alone[i].data(), one);
+    }
+    for (int32_t threads : {1, 2, 3}) {
+      ThreadPool pool(threads);
+      for (const bool reversed : {false, true}) {
+        std::vector<std::vector<float>> grouped(matrices.size());
+        std::vector<MatMulOutput> outs;
+        for (size_t j = 0; j < matrices.size(); ++j) {
+          const size_t i = reversed ? matrices.size() - 1 - j : j;
+          grouped[i].assign(n * matrices[i].rows, -1.0f);
+          outs.push_back({.w = &matrices[i], .y = grouped[i].data()});
+        }
+        MatMulGroup(outs, x.data(), n, pool);
+        for (size_t i = 0; i < matrices.size(); ++i) {
+          EXPECT_TRUE(SameBits(grouped[i], alone[i]))
+              << "matrix " << i << ", " << n << " tokens, " << threads << " threads, reversed " << reversed;
+        }
+      }
     }
   }
 }

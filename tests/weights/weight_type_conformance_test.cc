@@ -389,7 +389,7 @@ TEST(WeightTypeKernels, EveryTargetMatchesTheReferenceWithinTheMatVecBounds) {
           }
           // MatVec runs these kernels: the same bits.
           std::vector<float> via_matvec(rows, NAN);
-          MatVec(w.m, x.data(), via_matvec.data(), 1);
+          MatVec(w.m, x.data(), via_matvec.data(), ThreadPool::Shared(1));
           ASSERT_EQ(std::memcmp(via_matvec.data(), y.data(), 4 * rows), 0);
           // A sub-range writes exactly its rows, with the same bits.
           if (rows >= 3) {
@@ -424,10 +424,10 @@ TEST(WeightTypeKernels, QuantizedTypesThreadsMatMulUnquantisedBoundAndSpecialVal
       TargetScope scope(target);
       SCOPED_TRACE(hwy::TargetName(target));
       std::vector<float> y1(rows), yt(rows), mm(n_tokens * rows);
-      MatMul(w.m, x.data(), n_tokens, mm.data(), 3);
+      MatMul(w.m, x.data(), n_tokens, mm.data(), ThreadPool::Shared(3));
       for (int64_t t = 0; t < n_tokens; ++t) {
-        MatVec(w.m, x.data() + t * cols, y1.data(), 1);
-        MatVec(w.m, x.data() + t * cols, yt.data(), 4);
+        MatVec(w.m, x.data() + t * cols, y1.data(), ThreadPool::Shared(1));
+        MatVec(w.m, x.data() + t * cols, yt.data(), ThreadPool::Shared(4));
         ASSERT_EQ(std::memcmp(y1.data(), yt.data(), 4 * rows), 0);
         ASSERT_EQ(std::memcmp(y1.data(), mm.data() + t * rows, 4 * rows), 0) << "token " << t;
         std::vector<QuantizedProductReference> ref(rows);
@@ -449,14 +449,14 @@ TEST(WeightTypeKernels, QuantizedTypesThreadsMatMulUnquantisedBoundAndSpecialVal
       }
       std::vector<float> bad(x.begin(), x.begin() + cols), y(rows, 0.0f);
       bad[cols / 2] = std::numeric_limits<float>::quiet_NaN();
-      MatVec(w.m, bad.data(), y.data(), 1);
+      MatVec(w.m, bad.data(), y.data(), ThreadPool::Shared(1));
       for (float v : y) ASSERT_TRUE(std::isnan(v));
       bad[cols / 2] = kInf;
-      MatVec(w.m, bad.data(), y.data(), 1);
+      MatVec(w.m, bad.data(), y.data(), ThreadPool::Shared(1));
       for (float v : y) ASSERT_TRUE(std::isnan(v));
       std::vector<float> zero(cols, 0.0f);
       std::fill(y.begin(), y.end(), 1.0f);
-      MatVec(w.m, zero.data(), y.data(), 1);
+      MatVec(w.m, zero.data(), y.data(), ThreadPool::Shared(1));
       for (float v : y) ASSERT_EQ(v, 0.0f);
     }
   }

@@ -160,7 +160,7 @@ int WriteMatvecCase(const std::filesystem::path& dir, const std::string& type_na
     // in order): the arithmetic the GPU's quantised matvec runs, for a bit-for-bit check.
     std::vector<float> y(rows);
     hwy::SetSupportedTargetsForTest(HWY_SCALAR);
-    kvq::MatVec({.type = type.type, .data = bytes.data(), .rows = rows, .cols = cols}, x.data(), y.data(), 1);
+    kvq::MatVec({.type = type.type, .data = bytes.data(), .rows = rows, .cols = cols}, x.data(), y.data(), kvq::ThreadPool::Shared(1));
     hwy::SetSupportedTargetsForTest(0);
     sections.push_back(Bytes("y_scalar", y));
     // The same matrix as LoadModel repacks it (16-row groups, the last rows % 16 row-major): the
