@@ -79,10 +79,10 @@ fn w_elem(row: u32, col: u32) -> f32 {
 
 // Q6_K: [ql 128: low 4 bits][qh 64: high 2 bits][scales 16 × int8][d f16]; element 128h + 32k + l
 // (k = 0..3) has the low nibble (k ≥ 2: high nibble) of ql[64h + 32(k % 2) + l] and bits 2k, 2k+1
-// of qh[32h + l]. Grouped (the codes re-cut): d of rows 0..15, 4 vectors of scales, then per 64
-// elements p the low bits (vector 8p + k, byte 4j + i: elements 64p + 4k + i | 64p + 32 + 4k + i
-// << 4) and from byte 2336 the high bits (vector 4p + h, bits 2t of byte 4j + i: element
-// 64p + 4(4t + h) + i).
+// of qh[32h + l]. Grouped (the codes re-cut; u = the stored 6 bits, code + 32): d of rows 0..15,
+// then 16 scale vectors of 16 bytes (vector s, byte j: row j's scales[s]), then per 16-element
+// sub-block s three vectors v at 288 + (3s + v)·64, byte 4j + i: u of element 16s + 4v + i shifted
+// left by 2, with bits 2v..2v+1 of u of element 16s + 12 + i in bits 0-1.
 const kQ6K = /* wgsl */ `
 fn kq_d(row: u32, sb: u32) -> f32 {
   if (kq_grouped(row)) { return f16_bits_to_f32(w_u16(kq_group(row, sb) + 2u * (row % 16u))); }
@@ -93,30 +93,27 @@ fn kq_m(row: u32, sb: u32, j: u32) -> i32 { return 0; }
 fn kq_sc(row: u32, sb: u32, j: u32) -> i32 {
   var byte: u32;
   if (kq_grouped(row)) {
-    byte = w_u8(kq_group(row, sb) + 32u + (j / 4u) * 64u + 4u * (row % 16u) + j % 4u);
+    byte = w_u8(kq_group(row, sb) + 32u + 16u * j + row % 16u);
   } else {
     byte = w_u8(kq_at(row, sb) + 192u + j);
   }
   return i32(byte << 24u) >> 24u;
 }
 fn kq_code(row: u32, sb: u32, e: u32) -> i32 {
-  var low: u32;
-  var high: u32;
   if (kq_grouped(row)) {
-    let g = kq_group(row, sb) + 4u * (row % 16u);
-    let p = e / 64u;
-    let ch = (e % 64u) / 4u;
-    let i = e % 4u;
-    low = (w_u8(g + 288u + (8u * p + ch % 8u) * 64u + i) >> (4u * (ch / 8u))) & 15u;
-    high = (w_u8(g + 2336u + (4u * p + ch % 4u) * 64u + i) >> (2u * (ch / 4u))) & 3u;
-  } else {
-    let at = kq_at(row, sb);
-    let h = e / 128u;
-    let k = (e % 128u) / 32u;
-    let l = e % 32u;
-    low = (w_u8(at + 64u * h + 32u * (k % 2u) + l) >> select(4u, 0u, k < 2u)) & 15u;
-    high = (w_u8(at + 128u + 32u * h + l) >> (2u * k)) & 3u;
+    let g = kq_group(row, sb) + 288u + (e / 16u) * 192u + 4u * (row % 16u);
+    let r = e % 16u;
+    if (r < 12u) { return i32(w_u8(g + (r / 4u) * 64u + r % 4u) >> 2u) - 32; }
+    var u = 0u;
+    for (var v = 0u; v < 3u; v++) { u |= (w_u8(g + v * 64u + r - 12u) & 3u) << (2u * v); }
+    return i32(u) - 32;
   }
+  let at = kq_at(row, sb);
+  let h = e / 128u;
+  let k = (e % 128u) / 32u;
+  let l = e % 32u;
+  let low = (w_u8(at + 64u * h + 32u * (k % 2u) + l) >> select(4u, 0u, k < 2u)) & 15u;
+  let high = (w_u8(at + 128u + 32u * h + l) >> (2u * k)) & 3u;
   return i32(low | (high << 4u)) - 32;
 }
 // dequantize_row_q6_K: (d·sc)·code, exact.
