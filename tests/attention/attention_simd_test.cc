@@ -8,16 +8,14 @@
 #include <cmath>
 
 #include "attention_fixture.h"
+#include "test_util/target_scope.h"
 
 namespace kvq::testing_attention {
 namespace {
 
 constexpr double kU = 0x1p-24;
 
-struct TargetScope {
-  explicit TargetScope(int64_t t) { hwy::SetSupportedTargetsForTest(t); }
-  ~TargetScope() { hwy::SetSupportedTargetsForTest(0); }
-};
+using test::TargetScope;  // test_util/target_scope.h
 
 // Tolerance on |out_simd − out_scalar| for one cache, derived from what differs between them:
 //  1. Scores. Both kernels decode K identically (tests/format/kernels_test.cc); only the order of

@@ -11,16 +11,14 @@
 
 #include "formats/row_sequence.h"
 #include "kvq/format.h"
+#include "test_util/target_scope.h"
 
 namespace kvq {
 namespace {
 
 constexpr double kU = 0x1p-24;  // unit roundoff of f32
 
-struct TargetScope {  // routes dynamic dispatch to one target for the scope's lifetime
-  explicit TargetScope(int64_t t) { hwy::SetSupportedTargetsForTest(t); }
-  ~TargetScope() { hwy::SetSupportedTargetsForTest(0); }
-};
+using test::TargetScope;  // test_util/target_scope.h
 
 struct Stored {
   std::vector<float> x;        // the input rows

@@ -15,18 +15,14 @@
 
 #include "base/thread_pool.h"
 #include "model/delta_net.h"
+#include "test_util/target_scope.h"
 
 namespace kvq {
 namespace {
 
 constexpr double kU = 0x1p-24;  // unit roundoff of f32
 
-struct TargetScope {  // routes dynamic dispatch to one target for the scope's lifetime
-  explicit TargetScope(int64_t t) { hwy::SetSupportedTargetsForTest(t); }
-  ~TargetScope() { hwy::SetSupportedTargetsForTest(0); }
-  TargetScope(const TargetScope&) = delete;
-  TargetScope& operator=(const TargetScope&) = delete;
-};
+using test::TargetScope;  // test_util/target_scope.h
 
 std::vector<float> Random(std::mt19937& rng, int64_t n, float lo, float hi) {
   std::uniform_real_distribution<float> u(lo, hi);

@@ -1,11 +1,10 @@
-// The MatVec error bounds of src/weights/matvec.h as the weight tests compute them, and a scope
-// that routes Highway dispatch to one SIMD target. Derivations: tests/weights/matvec_test.cc
+// The MatVec error bounds of src/weights/matvec.h as the weight tests compute them. Derivations: tests/weights/matvec_test.cc
 // (plain types) and tests/weights/matvec_quant_test.cc (quantised activation).
 #pragma once
 
-#include <hwy/targets.h>
-
 #include <cstdint>
+
+#include "test_util/target_scope.h"  // TargetScope, which the weight tests use beside the bounds
 
 namespace kvq::test {
 
@@ -25,13 +24,5 @@ inline double QuantTolerance(int64_t cols, double abs_sum, int64_t roundings = 4
   const int64_t n_blocks = cols / 32;
   return (Gamma(n_blocks + roundings) + Gamma(cols + n_blocks, kUd)) * abs_sum;
 }
-
-/// Routes dynamic dispatch to one target for the scope's lifetime.
-struct TargetScope {
-  explicit TargetScope(int64_t t) { hwy::SetSupportedTargetsForTest(t); }
-  ~TargetScope() { hwy::SetSupportedTargetsForTest(0); }
-  TargetScope(const TargetScope&) = delete;
-  TargetScope& operator=(const TargetScope&) = delete;
-};
 
 }  // namespace kvq::test

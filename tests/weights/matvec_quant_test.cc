@@ -29,6 +29,7 @@
 #include "base/float_codes.h"
 #include "weights/matvec.h"
 #include "weights/weight_type.h"
+#include "test_util/target_scope.h"
 
 namespace kvq {
 namespace {
@@ -37,10 +38,7 @@ constexpr double kU = 0x1p-24;   // unit roundoff of f32
 constexpr double kUd = 0x1p-53;  // unit roundoff of double
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-struct TargetScope {  // routes dynamic dispatch to one target for the scope's lifetime
-  explicit TargetScope(int64_t t) { hwy::SetSupportedTargetsForTest(t); }
-  ~TargetScope() { hwy::SetSupportedTargetsForTest(0); }
-};
+using test::TargetScope;  // test_util/target_scope.h
 
 void PutU16(std::vector<uint8_t>& bytes, uint16_t v) {  // little-endian, as in a GGUF file
   bytes.push_back(static_cast<uint8_t>(v & 0xFF));

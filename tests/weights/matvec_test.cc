@@ -29,16 +29,14 @@
 #include "base/float_codes.h"
 #include "weights/matvec.h"
 #include "weights/weight_type.h"
+#include "test_util/target_scope.h"
 
 namespace kvq {
 namespace {
 
 constexpr double kU = 0x1p-24;  // unit roundoff of f32
 
-struct TargetScope {  // routes dynamic dispatch to one target for the scope's lifetime
-  explicit TargetScope(int64_t t) { hwy::SetSupportedTargetsForTest(t); }
-  ~TargetScope() { hwy::SetSupportedTargetsForTest(0); }
-};
+using test::TargetScope;  // test_util/target_scope.h
 
 Matrix View(WeightType type, const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols) {
   return Matrix{.type = type, .data = bytes.data(), .rows = rows, .cols = cols};
