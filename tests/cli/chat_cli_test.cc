@@ -356,4 +356,24 @@ TEST(ChatCliStories, ChatTemplateFileReplacesTheModels) {
   EXPECT_EQ(turns[0]["prompt"], "user: Hi\nassistant:");
 }
 
+TEST(ChatCliStories, StopStringsEndAReplyAndTheNextTurnGoesOn) {
+  const std::string input = WriteFile("stop_turns.txt", "Hi\nAgain\n");
+  const KvqRun free_run = RunKvq("chat --temp 0 -n 40 -t 1 --json < " + input);
+  ASSERT_EQ(free_run.exit_code, 0) << free_run.err;
+  const std::vector<json> free_turns = Turns(free_run.out);
+  ASSERT_EQ(free_turns.size(), 2u);
+  const std::string reply = free_turns[0]["reply"];
+  ASSERT_GT(reply.size(), 20u) << reply;
+  // A stop string from inside the unstopped reply (its first occurrence is where the reply ends).
+  const std::string stop = reply.substr(10, 3);
+  ASSERT_EQ(stop.find('\''), std::string::npos) << stop;  // quoted with '...' for the shell
+  const KvqRun stopped = RunKvq("chat --temp 0 -n 40 -t 1 --json --stop '" + stop + "' < " + input);
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.err;
+  const std::vector<json> turns = Turns(stopped.out);
+  ASSERT_EQ(turns.size(), 2u);  // the conversation goes on after a stopped reply
+  EXPECT_EQ(turns[0]["reply"], reply.substr(0, reply.find(stop)));
+  EXPECT_EQ(turns[0]["finish_reason"], "stop");
+  EXPECT_EQ(free_turns[0]["finish_reason"], "length");
+}
+
 }  // namespace
