@@ -1,7 +1,8 @@
 // What `kvq run` says on stderr around a generation: the banner after loading (gone with
 // --quiet), the tokens generated counted as -n counts them, why the run stopped; a long prompt's
 // progress as a bar redrawn in place on a terminal (a pseudo-terminal here) and as lines in a pipe;
-// and `kvq synth` interrupted while writing leaves no temporary file.
+// Ctrl-C during a reply prints the stats so far; and `kvq synth` interrupted while writing leaves
+// no temporary file.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <pty.h>
@@ -92,6 +93,60 @@ TEST_F(LongPrompt, ABarOnATerminalAndLinesInAPipe) {
   EXPECT_TRUE(std::regex_search(piped.err, kProgressLine)) << piped.err;
   EXPECT_EQ(piped.err.find('\r'), std::string::npos) << piped.err;
   EXPECT_TRUE(piped.out.starts_with("Once upon a time Once")) << piped.out.substr(0, 100);
+}
+
+// Ctrl-C during the reply: the stats so far, why it stopped, exit 0 (the text printed is kept).
+// A synth model decodes a few ms a token with a context of 4096, so the reply is still going when
+// the signal comes (-n -1: until an end token or the context is full).
+TEST(RunInterrupted, CtrlCPrintsTheStatsSoFar) {
+  const std::string model = Temp("interrupt.gguf");
+  const KvqRun synth = RunKvq("synth --dim 256 --layers 4 --heads 4 --ffn 512 --context 4096 --type f32 -t 1 -o " + model);
+  ASSERT_EQ(synth.exit_code, 0) << synth.err;
+  int out_pipe[2], err_pipe[2];
+  ASSERT_EQ(pipe(out_pipe), 0);
+  ASSERT_EQ(pipe(err_pipe), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(out_pipe[1], STDOUT_FILENO);
+    dup2(err_pipe[1], STDERR_FILENO);
+    const int null = open("/dev/null", O_RDONLY);
+    dup2(null, STDIN_FILENO);
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    execl(KVQ_BINARY, KVQ_BINARY, "run", "-m", model.c_str(), "-p", "Once", "-n", "-1", "--temp", "0", "-t", "1",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  // Once 200 bytes of reply have come (the prompt is echoed first), SIGINT; then read to the end.
+  std::string out, err;
+  char buf[4096];
+  bool sent = false;
+  for (ssize_t n; (n = read(out_pipe[0], buf, sizeof(buf))) > 0;) {
+    out.append(buf, static_cast<size_t>(n));
+    if (!sent && out.size() > 200) {
+      kill(pid, SIGINT);
+      sent = true;
+    }
+  }
+  for (ssize_t n; (n = read(err_pipe[0], buf, sizeof(buf))) > 0;) err.append(buf, static_cast<size_t>(n));
+  close(out_pipe[0]);
+  close(err_pipe[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  fs::remove(model);
+  ASSERT_TRUE(sent) << "the reply ended before it could be interrupted:\n" << err;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << err;
+  EXPECT_TRUE(out.starts_with("Once")) << out.substr(0, 100);
+  EXPECT_NE(err.find("kvq run: finish: cancelled (Ctrl-C); the stats above are those so far"), std::string::npos) << err;
+  // The stats line counts the tokens decoded before the signal: at least one, fewer than the context.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(err, m, std::regex("decode ([0-9]+) tokens at [0-9.]+ tok/s"))) << err;
+  const int decoded = std::stoi(m[1]);
+  EXPECT_GT(decoded, 0) << err;
+  EXPECT_LT(decoded, 4096) << err;
 }
 
 TEST(SynthInterrupted, LeavesNoTemporaryFile) {
