@@ -4,7 +4,8 @@
 // turn prefilling only what the session did not hold; /save then /load in a new process continues
 // with the same greedy reply; `kvq run -f FILE` and `-p -` equal `-p TEXT`; `kvq run -cnv` chats;
 // a model without a template says it uses ChatML, once; a conversation past the context drops its
-// oldest messages; bad input (a missing file, an unknown slash command) exits 2 naming what was wrong.
+// oldest messages; Ctrl-C ends a reply, not the chat; bad input (a missing file, an unknown slash
+// command) exits 2 naming what was wrong.
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
@@ -255,6 +256,57 @@ TEST_F(ChatCli, RunConversationFlagChats) {
   const KvqRun i = RunKvq("run -i -m " + *model_ + " --temp 0 -n 4 -t 2 --json < " + input);
   ASSERT_EQ(i.exit_code, 0) << i.err;
   EXPECT_EQ(Turns(i.out).size(), 1u);
+}
+
+// Ctrl-C while a reply streams ends that reply (finish: cancelled) and the chat goes on: the next
+// message gets its own turn, and kvq exits 0 at the end of the input. The first reply would run
+// 300 tokens; the signal comes once 60 bytes of it have arrived.
+TEST_F(ChatCli, CtrlCStopsTheReplyNotTheProgram) {
+  int in_pipe[2], out_pipe[2], err_pipe[2];
+  ASSERT_EQ(pipe(in_pipe), 0);
+  ASSERT_EQ(pipe(out_pipe), 0);
+  ASSERT_EQ(pipe(err_pipe), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(in_pipe[0], STDIN_FILENO);
+    dup2(out_pipe[1], STDOUT_FILENO);
+    dup2(err_pipe[1], STDERR_FILENO);
+    for (int fd : {in_pipe[0], in_pipe[1], out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) close(fd);
+    execl(KVQ_BINARY, KVQ_BINARY, "chat", "-m", model_->c_str(), "--temp", "0", "-n", "300", "-t", "1",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(in_pipe[0]);
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  const std::string first = "Hello\n", second = "Again\n";
+  ASSERT_EQ(write(in_pipe[1], first.data(), first.size()), static_cast<ssize_t>(first.size()));
+  std::string out, err;
+  char buf[4096];
+  bool sent = false;
+  for (ssize_t n; !sent && (n = read(out_pipe[0], buf, sizeof(buf))) > 0;) {
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() >= 60) {
+      kill(pid, SIGINT);
+      sent = true;
+    }
+  }
+  ASSERT_TRUE(sent) << out;
+  ASSERT_EQ(write(in_pipe[1], second.data(), second.size()), static_cast<ssize_t>(second.size()));
+  close(in_pipe[1]);
+  for (ssize_t n; (n = read(out_pipe[0], buf, sizeof(buf))) > 0;) out.append(buf, static_cast<size_t>(n));
+  for (ssize_t n; (n = read(err_pipe[0], buf, sizeof(buf))) > 0;) err.append(buf, static_cast<size_t>(n));
+  close(out_pipe[0]);
+  close(err_pipe[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(err, m, std::regex("turn 1: [^\n]* reply ([0-9]+) tokens [^\n]*finish: cancelled")))
+      << err;
+  EXPECT_LT(std::stoi(m[1]), 300) << err;
+  EXPECT_TRUE(std::regex_search(err, std::regex("turn 2: [^\n]* reply 300 tokens [^\n]*finish: length"))) << err;
 }
 
 TEST(ChatCliStories, RunPromptFromFileOrStdinEqualsPromptText) {
