@@ -169,7 +169,8 @@ void AddBenchPrefillCommand(CLI::App& bench, int* exit_code) {
                      "Prompt lengths in tokens, comma-separated (default: 512,4096,16384 within the model's "
                      "context)", 1, INT64_MAX);
   cmd->add_option("-f,--file", o->prompt_file,
-                  "Text whose tokens, repeated, make the prompt (default: data/eval/tinystories-eval.txt)");
+                  "Text whose tokens, repeated, make the prompt (default: data/eval/tinystories-eval.txt)")
+      ->type_name("FILE");
   AddThreadsFlag(cmd, &o->shared);
   cmd->add_option("--reps", o->reps, "Timed prefills per arm and length (median reported)")->capture_default_str();
   AddJsonFlag(cmd, &o->shared);

@@ -203,7 +203,8 @@ void AddBenchSpecCommand(CLI::App& bench, int* exit_code) {
   cmd->add_option("--spec", o->sources, "Draft sources to compare, comma-separated (default: all; none always runs)")
       ->delimiter(',')
       ->check(CLI::IsMember(names));
-  cmd->add_option("--text", o->text_file, "Text FILE the prompt is made of (default: built-in code with repeated spans)");
+  cmd->add_option("--text", o->text_file, "Text FILE the prompt is made of (default: built-in code with repeated spans)")
+      ->type_name("FILE");
   cmd->add_option("--tokens", o->tokens, "Greedy tokens each arm generates")->capture_default_str();
   cmd->add_option("--reps", o->reps, "Rounds; each arm's median tok/s is reported")->capture_default_str();
   cmd->add_option("--draft-max", o->spec.max_draft, "Drafted tokens per pass at most")->check(CLI::Range(1, 64))

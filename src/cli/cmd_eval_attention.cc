@@ -301,7 +301,8 @@ void AddEvalAttentionCommand(CLI::App& eval, int* exit_code) {
   AddModelFlag(cmd, &o->shared);
   AddTokenizerFlag(cmd, &o->shared);
   cmd->add_option("-f,--file", o->text, "Text to run (default data/eval/tinystories-eval.txt); repeated when shorter "
-                                        "than the largest context");
+                                        "than the largest context")
+      ->type_name("FILE");
   AddFormatListFlag(cmd, &o->shared, "--format,--formats",
                     "KV specs (FORMAT[+rot][+sinkN][+resN]), comma-separated, each for K and V (default: every "
                     "format, plain)");

@@ -373,7 +373,8 @@ void AddEvalFidelityCommand(CLI::App& eval, int* exit_code) {
   AddModelFlag(cmd, &o->shared);
   AddTokenizerFlag(cmd, &o->shared);
   cmd->add_option("-f,--file", o->text,
-                  "Text to evaluate on (default: data/eval/tinystories-eval.txt); cut to the model's context");
+                  "Text to evaluate on (default: data/eval/tinystories-eval.txt); cut to the model's context")
+      ->type_name("FILE");
   AddFormatListFlag(cmd, &o->shared, "--format,--formats",
                     "KV specs to compare, comma-separated, each for K and V of every layer: FORMAT[+rot][+sinkN]"
                     "[+resN]\n(default: every format, or none beside --kv-plan; see kvq formats)");
@@ -384,18 +385,19 @@ void AddEvalFidelityCommand(CLI::App& eval, int* exit_code) {
                 "comparison{count, ppl, ppl_base, ln_ppl_ratio, ppl_ratio, ppl_diff (value, error), kl and\n"
                 "p_diff (mean, error, quantiles; p_diff.rms), same_top (fraction, error, count)}");
   cmd->add_option("--plot", o->plot, "Also draw memory (x) vs damage (y, log) to FILE.png or FILE.svg (needs gnuplot)")
-      ->check(OutputFilePath());
+      ->check(OutputFilePath())->type_name("FILE");
   cmd->add_option("--plot-y", o->plot_y, "The plot's y axis: kl or drift")->capture_default_str();
   AddThreadsFlag(cmd, &o->shared, "Threads (the numbers do not depend on it)");
   cmd->add_option("--kl-divergence-base", o->kl_base,
                   "Compare with llama.cpp: read FILE, written by llama-perplexity --kl-divergence-base FILE on\n"
                   "the same text, and report KL divergence, same-top-token share and delta-p of kvq's logits\n"
                   "(KV spec from --kv/--kv-k/--kv-v) against it over its chunks, as llama-perplexity\n"
-                  "--kl-divergence does; the text must tokenize to the file's ids");
+                  "--kl-divergence does; the text must tokenize to the file's ids")
+      ->type_name("FILE");
   cmd->add_option("--kl-divergence-base-out", o->kl_base_out,
                   "Write kvq's log-probabilities to FILE in llama.cpp's layout (chunks of -c tokens of the\n"
                   "text), for llama-perplexity --kl-divergence --kl-divergence-base FILE")
-      ->check(OutputFilePath());
+      ->check(OutputFilePath())->type_name("FILE");
   cmd->add_option("-c,--ctx-size", o->ctx_size,
                   "Chunk length for --kl-divergence-base-out (default: 512 as llama-perplexity, or the model's\n"
                   "context when smaller); with --kl-divergence-base the file's n_ctx is used")

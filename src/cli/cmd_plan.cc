@@ -312,6 +312,7 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
                                         "KV spec, FORMAT[+rot][+sinkN][+resN] (see `kvq formats`); its element "
                                         "format is the reference for ceilings")
       ->check(KvFormatName())
+      ->type_name("SPEC")
       ->capture_default_str();
   // No upper bound here: KvBytesForContext refuses a context whose bytes overflow, naming it.
   AddContextListFlag(cmd, &o->shared, "--context", "Positions to size, comma-separated", 1, INT64_MAX);

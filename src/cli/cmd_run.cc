@@ -200,7 +200,7 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from FILE")->type_name("FILE");
   cmd->add_option("--prompt-cache", o->prompt_cache,
                   "Save the cache after the prompt to FILE; reuse it when a later prompt starts with it")
-      ->check(OutputFilePath());
+      ->check(OutputFilePath())->type_name("FILE");
   CLI::Option* cnv = cmd->add_flag("-i,--interactive,--conversation", o->conversation,
                                    "Chat instead (kvq chat; also -cnv): the prompt (-p, -f) is the system message");
   CLI::Option* sys = cmd->add_option("--system-prompt", o->system_prompt, "With -cnv: the system message (also -sys)");

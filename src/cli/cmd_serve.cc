@@ -167,25 +167,31 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
                   "KV bytes of all sessions together; a request waits for room (413 if it alone needs more)");
   cmd->add_option("--prefix-cache", o->engine.prefix_cache_dir,
                   "Folder of prompt-prefix snapshots: prompts that extend a saved one skip its prefill, across "
-                  "restarts");
+                  "restarts")
+      ->type_name("DIR");
   AddByteSizeFlag(cmd, "--prefix-cache-size", &o->engine.prefix_cache_max_bytes,
                   "Bytes the prefix-cache folder may hold (oldest snapshots go first; default 4GiB)");
   cmd->add_option("--prefix-store", o->engine.prefix_store_url,
                   "redis://HOST:PORT[/DB]: prefix snapshots shared by every replica of this model (behind "
-                  "--prefix-cache when both are given); bound its size with Redis's maxmemory (allkeys-lru)");
+                  "--prefix-cache when both are given); bound its size with Redis's maxmemory (allkeys-lru)")
+      ->type_name("URL");
   cmd->add_option("--kv-block-size", o->engine.kv_blocks.block_size,
                   "Tokens per block that --prefix-store keys and --kv-events announce (match the router's)")
       ->check(IntInRange(1, 1 << 16))->capture_default_str();
   cmd->add_option("--kv-hash-seed", o->engine.kv_blocks.hash_seed,
                   "Seed of the chained block hashes (match the router's)")->capture_default_str();
   cmd->add_option("--kv-events", o->engine.kv_events.endpoint,
-                  "ZeroMQ endpoint to publish KV events on (vLLM's KVEventBatch), e.g. tcp://*:5557");
+                  "ZeroMQ endpoint to publish KV events on (vLLM's KVEventBatch), e.g. tcp://*:5557")
+      ->type_name("ENDPOINT");
   cmd->add_option("--kv-events-replay", o->engine.kv_events.replay_endpoint,
-                  "ZeroMQ endpoint answering requests for missed KV event batches, e.g. tcp://*:5558");
-  cmd->add_option("--kv-events-topic", o->engine.kv_events.topic, "Topic frame of every KV event message");
+                  "ZeroMQ endpoint answering requests for missed KV event batches, e.g. tcp://*:5558")
+      ->type_name("ENDPOINT");
+  cmd->add_option("--kv-events-topic", o->engine.kv_events.topic, "Topic frame of every KV event message")
+      ->type_name("TOPIC");
   cmd->add_option("--api-key", o->http.api_key,
                   "Require 'Authorization: Bearer KEY' on /v1/* and /metrics (default: $KVQ_API_KEY if set)")
-      ->envname("KVQ_API_KEY");
+      ->envname("KVQ_API_KEY")
+      ->type_name("KEY");
   cmd->add_option("-c,--ctx-size,--context", o->context, "Positions a session holds at most (0: the model's)")
       ->check(IntInRange(0, int64_t{1} << 31))->capture_default_str();
   cmd->add_option("--max-tokens", o->http.limits.max_tokens_limit, "The most max_tokens a request may ask for")
@@ -203,11 +209,13 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
                   "Jinja chat template FILE rendering chat requests instead of the model's (its tool-call format "
                   "too; default: the model's tokenizer.chat_template, or ChatML when it has none)")
       ->type_name("FILE");
-  cmd->add_option("--alias", o->alias, "The model id /v1/models lists (default: the model file's name)");
+  cmd->add_option("--alias", o->alias, "The model id /v1/models lists (default: the model file's name)")
+      ->type_name("NAME");
   cmd->add_option("--web", o->web,
                   "Folder of the web bundle (the in-tab runtime) served beside the chat page, which is built in "
                   "('auto': the build's bundle if it exists; '': none)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->type_name("DIR");
   AddThreadsFlag(cmd, &o->shared);
   cmd->callback([o, exit_code] {
     *exit_code = ResolveModelFlag("serve", &o->shared);

@@ -256,10 +256,11 @@ void AddSynthCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--vocab", o->vocab,
                   "GGUF file whose tokenizer.* metadata is copied, or a Hugging Face tokenizer.json "
                   "(byte-level BPE) written as llama.cpp's converter would (default: the bundled "
-                  "stories260K.gguf, 512 tokens)");
+                  "stories260K.gguf, 512 tokens)")
+      ->type_name("FILE");
   AddSeedFlag(cmd, &o->shared, "Seed: the same seed writes the same bytes")->capture_default_str();
   AddThreadsOrAllCoresFlag(cmd, &o->shared, "Threads (default: all cores; never changes the bytes)");
-  cmd->add_option("-o,--output", o->out, "Output .gguf file")->check(OutputFilePath());
+  cmd->add_option("-o,--output", o->out, "Output .gguf file")->check(OutputFilePath())->type_name("FILE");
   cmd->add_flag("--force", o->force, "Overwrite an existing output file");
   cmd->callback([o, exit_code] { *exit_code = RunSynth(*o); });
 }

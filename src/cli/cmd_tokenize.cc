@@ -124,8 +124,10 @@ void AddTokenizeCommand(CLI::App& app, int* exit_code) {
   });
   cmd->add_option("--vocab", o->vocab,
                   "A Hugging Face tokenizer.json (byte-level BPE; tokenizer_config.json beside it is read "
-                  "too) instead of -m");
-  cmd->add_option("-f,--file", o->file, "Read the text from FILE (as it is, bytes included)");
+                  "too) instead of -m")
+      ->type_name("FILE");
+  cmd->add_option("-f,--file", o->file, "Read the text from FILE (as it is, bytes included)")
+      ->type_name("FILE");
   cmd->add_flag("--ids", o->ids,
                 "Print only the ids, space-separated on one line, without BOS (the form of llama.cpp's "
                 "ggml-vocab-*.gguf.out test files)");

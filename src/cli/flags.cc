@@ -144,7 +144,7 @@ CLI::Validator OutputFilePath() {
         }
         return "";
       },
-      "FILE");
+      "");
 }
 
 CLI::Validator KvFormatName() {
@@ -174,13 +174,15 @@ CLI::Option* AddModelFlag(CLI::App* cmd, SharedOptions* o, const std::string& he
   return cmd->add_option("-m,--model", o->model,
                          help.empty() ? "GGUF (.gguf) or llama2.c checkpoint (.bin); default: the "
                                         "bundled stories260K (models/stories260K)"
-                                      : help);
+                                      : help)
+      ->type_name("FILE");
 }
 
 CLI::Option* AddTokenizerFlag(CLI::App* cmd, SharedOptions* o) {
   return cmd->add_option(
       "--tokenizer", o->tokenizer,
-      "llama2.c tokenizer file (default: the GGUF's vocabulary, or tok512.bin beside a .bin)");
+      "llama2.c tokenizer file (default: the GGUF's vocabulary, or tok512.bin beside a .bin)")
+      ->type_name("FILE");
 }
 
 void AddKvFormatFlags(CLI::App* cmd, SharedOptions* o) {
@@ -188,10 +190,12 @@ void AddKvFormatFlags(CLI::App* cmd, SharedOptions* o) {
                   "KV cache spec for K and V: FORMAT[+rot][+sinkN][+resN][+prerope] (see kvq formats; "
                   "prerope goes to K only)")
       ->check(KvFormatName())
+      ->type_name("SPEC")
       ->capture_default_str();
-  cmd->add_option("--kv-k", o->kv_k, "KV spec for keys (overrides --kv)")->check(KvFormatName());
+  cmd->add_option("--kv-k", o->kv_k, "KV spec for keys (overrides --kv)")->check(KvFormatName())->type_name("SPEC");
   cmd->add_option("--kv-v", o->kv_v, "KV spec for values (overrides --kv)")
-      ->check(KvFormatName());
+      ->check(KvFormatName())
+      ->type_name("SPEC");
 }
 
 void AddKvPlanFlags(CLI::App* cmd, SharedOptions* o) {
@@ -221,13 +225,14 @@ void AddBudgetFlags(CLI::App* cmd, SharedOptions* o, const std::string& help_pre
   AddByteSizeFlag(cmd, "--kv-host-budget", &o->budgets.host_bytes,
                   help("Host RAM budget for the KV master copy"));
   cmd->add_option("--kv-disk", o->budgets.disk_dir,
-                  help("Keep the KV master copy in a file in DIR"));
+                  help("Keep the KV master copy in a file in DIR"))
+      ->type_name("DIR");
 }
 
 CLI::Option* AddFormatListFlag(CLI::App* cmd, SharedOptions* o, const std::string& names,
                                const std::string& help) {
   CLI::Option* opt =
-      cmd->add_option(names, o->formats, help)->delimiter(',')->check(KvFormatName());
+      cmd->add_option(names, o->formats, help)->delimiter(',')->check(KvFormatName())->type_name("SPEC,...");
   if (!o->formats.empty()) opt->capture_default_str();
   return opt;
 }

@@ -96,7 +96,8 @@ CLI::Option* AddAutoPlanFlags(CLI::App* cmd, SharedOptions* shared, AutoPlanOpti
                "KV cache, KV heads, head_dim) and show its fixed state; with --auto, the model to plan specs for\n"
                "(default: the bundled stories260K)");
   only_auto.push_back(AddTokenizerFlag(cmd, shared));
-  only_auto.push_back(cmd->add_option("-f,--file", o->text, "--auto: text to evaluate on (default: data/eval/tinystories-eval.txt)"));
+  only_auto.push_back(cmd->add_option("-f,--file", o->text, "--auto: text to evaluate on (default: data/eval/tinystories-eval.txt)")
+                          ->type_name("FILE"));
   only_auto.push_back(cmd->add_option("-c,--ctx-size", o->context, "--auto: positions to evaluate (default: the whole text, up to the "
                                                "model's context)")
       ->check(IntInRange(2, int64_t{1} << 30)));

@@ -1,6 +1,7 @@
 // Every subcommand's --help, found from the CLI's own listing (never a hand list): it answers with
 // exit 0 and a usage line, and no help text carries a project-internal label (an issue or seed
-// number, a planning term) that a user could not look up.
+// number, a planning term) that a user could not look up, and an option that takes a path says so
+// in its placeholder (FILE or DIR, not CLI11's TEXT).
 #include <regex>
 #include <set>
 #include <sstream>
@@ -39,6 +40,21 @@ const std::regex& InternalLabel() {
   return label;
 }
 
+// "  -m,--model TEXT   GGUF (.gguf) or ..." where the option's own line or description names a file
+// or folder: the options whose placeholder should say FILE or DIR. A description continued on the
+// next lines is not read (the first line names what the value is).
+std::vector<std::string> PathOptionsShownAsText(const std::string& help) {
+  static const std::regex option("^\\s+(-[^ ]+) (TEXT[^ ]*)\\s+(.*)$");
+  static const std::regex path_word("\\b(file|folder|directory|FILE|DIR)\\b|\\(\\.gguf\\)", std::regex::icase);
+  std::vector<std::string> found;
+  std::istringstream in(help);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_match(line, m, option) && std::regex_search(m[3].str(), path_word)) found.push_back(m[1]);
+  }
+  return found;
+}
+
 TEST(HelpCli, EverySubcommandAnswersHelpWithoutInternalLabels) {
   std::vector<std::string> pending = {""};  // command paths, "" = kvq itself
   std::set<std::string> seen;
@@ -53,12 +69,24 @@ TEST(HelpCli, EverySubcommandAnswersHelpWithoutInternalLabels) {
     std::smatch m;
     EXPECT_FALSE(std::regex_search(r.out, m, InternalLabel()))
         << shown << " shows an internal label: \"" << m.str() << "\"";
+    for (const std::string& name : PathOptionsShownAsText(r.out)) {
+      ADD_FAILURE() << shown << ": " << name << " takes a path but shows the placeholder TEXT (type_name FILE or DIR)";
+    }
     for (const std::string& name : ListedSubcommands(r.out)) pending.push_back(path.empty() ? name : path + " " + name);
   }
   // The walk reached nested commands (bench and eval have their own), so the listing parse works.
   EXPECT_TRUE(seen.count("bench decode")) << "the walk did not reach `kvq bench decode`";
   EXPECT_TRUE(seen.count("eval fidelity")) << "the walk did not reach `kvq eval fidelity`";
   EXPECT_GE(seen.size(), 20u);
+}
+
+TEST(HelpCli, ThePathPlaceholderRuleCatchesWhatItShould) {
+  const std::vector<std::string> found = PathOptionsShownAsText(
+      "  -m,--model TEXT             GGUF (.gguf) or llama2.c checkpoint (.bin)\n"
+      "  --kv-disk TEXT              Keep the KV master copy in a file in DIR\n"
+      "  -m,--model FILE             GGUF (.gguf) or llama2.c checkpoint (.bin)\n"
+      "  --grammar TEXT              GBNF (llama.cpp's syntax) the output follows\n");
+  EXPECT_EQ(found, (std::vector<std::string>{"-m,--model", "--kv-disk"}));
 }
 
 TEST(HelpCli, TheLabelPatternCatchesWhatItShould) {
