@@ -154,7 +154,7 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--host", o->http.host, "Address to listen on (loopback by default)")->capture_default_str();
   cmd->add_option("--port", o->http.port, "Port to listen on (0: any free port)")
       ->check(IntInRange(0, 65535))->capture_default_str();
-  cmd->add_option("--parallel", o->engine.parallel, "Sessions generating at once; more requests queue")
+  cmd->add_option("--parallel", o->engine.parallel, "Sessions generating at once; more requests queue (also -np)")
       ->check(IntInRange(1, 256))->capture_default_str();
   cmd->add_option("--queue", o->engine.max_queue, "Requests waiting for a session at most; beyond: 429")
       ->check(IntInRange(0, 4096))->capture_default_str();
@@ -209,7 +209,7 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
                   "Jinja chat template FILE rendering chat requests instead of the model's (its tool-call format "
                   "too; default: the model's tokenizer.chat_template, or ChatML when it has none)")
       ->type_name("FILE");
-  cmd->add_option("--alias", o->alias, "The model id /v1/models lists (default: the model file's name)")
+  cmd->add_option("-a,--alias", o->alias, "The model id /v1/models lists (default: the model file's name)")
       ->type_name("NAME");
   cmd->add_option("--web", o->web,
                   "Folder of the web bundle (the in-tab runtime) served beside the chat page, which is built in "

@@ -246,7 +246,7 @@ CLI::Option* AddContextListFlag(CLI::App* cmd, SharedOptions* o, const std::stri
 }
 
 CLI::Option* AddSeedFlag(CLI::App* cmd, SharedOptions* o, const std::string& help) {
-  return cmd->add_option("--seed", o->seed, help);
+  return cmd->add_option("-s,--seed", o->seed, help);  // -s: llama.cpp's short name
 }
 
 CLI::Option* AddJsonFlag(CLI::App* cmd, SharedOptions* o, const std::string& help) {

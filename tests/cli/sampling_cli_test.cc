@@ -64,4 +64,13 @@ TEST(SamplingCli, SeedMinusOneIsRandom) {
   EXPECT_FALSE(a.out == b.out && b.out == c.out) << a.out;
 }
 
+// -s is llama.cpp's short name of --seed: the same seed, the same text (and another seed, another).
+TEST(SamplingCli, ShortSeedFlagIsTheSeed) {
+  const std::string cmd = "run -p '" + kPrompt + "' -n 24 --temp 1.5 --top-k 0 --top-p 1 --min-p 0 -t 1 ";
+  const KvqRun s = RunKvq(cmd + "-s 7"), seed = RunKvq(cmd + "--seed 7"), other = RunKvq(cmd + "-s 8");
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  EXPECT_EQ(s.out, seed.out);
+  EXPECT_NE(s.out, other.out);
+}
+
 }  // namespace

@@ -33,6 +33,8 @@ TEST(ServeCli, BadFlagsAreRefusedBeforeAnythingStarts) {
   };
   const Case cases[] = {
       {"serve --parallel 0", "--parallel"},
+      {"serve -np 0", "--parallel"},  // llama-server's spelling, read as --parallel
+      {"serve -a", "--alias"},
       {"serve --port 70000", "--port"},
       {"serve --kv nope", "--kv"},
       {"serve --kv-plan /nonexistent/plan.json", "--kv-plan"},
