@@ -21,7 +21,7 @@ set(kvq_web_exports
   kvq_web_kv_positions kvq_web_kv_rewind kvq_web_kv_cpu_step kvq_web_apply_template
   kvq_web_max_threads kvq_web_file_alloc kvq_web_file_free kvq_web_model_load_bytes kvq_web_session_set_threads
   kvq_web_generator_check kvq_web_generator_new kvq_web_generator_new_for_sequence kvq_web_generator_next
-  kvq_web_generator_cancel kvq_web_generator_free
+  kvq_web_generator_cancel kvq_web_generator_free kvq_web_prefill_block
   malloc free)
 list(TRANSFORM kvq_web_exports PREPEND "'_")
 list(TRANSFORM kvq_web_exports APPEND "'")

@@ -160,6 +160,7 @@ async function Init(m) {
     generatorNext: w('kvq_web_generator_next', 'string', ['number', 'number']),
     generatorCancel: w('kvq_web_generator_cancel', 'string', ['number']),
     generatorFree: w('kvq_web_generator_free', null, ['number']),
+    prefillBlock: w('kvq_web_prefill_block', 'number', []),
     lastError: w('kvq_web_last_error', 'string', []),
   };
   try {
@@ -353,8 +354,6 @@ function Stats() {
 // A macrotask break, so the Stop message (queued behind this loop) is seen. Taken at most every
 // kYieldMs: setTimeout's clamp would cost more than a token if it came after every one.
 const kYieldMs = 40;
-// kvq's prefill block (kPrefillBlock in kvq/session.h): weights are read once per block.
-const kPrefillBlock = 64;
 const Pause = () => new Promise((resolve) => setTimeout(resolve, 0));
 
 // The completion's rules: kvq's Generator in the module (src/web/web_generate.cc), handed each
@@ -431,11 +430,13 @@ async function Generate(id, p) {
   const done = (finish_reason, end_token) => post('done', {
     ids, finish_reason, stopped: finish_reason === 'cancelled', end_token, context: model_context,
     context_full: finish_reason === 'context'});
-  // The prompt in kvq's own blocks (how a prompt is cut changes no bit of the cache or logits:
-  // kvq/session.h), with a pause after each so that Stop is seen within one block.
+  // The prompt in kvq's own blocks (the module's kPrefillBlock: weights are read once per block,
+  // and how a prompt is cut changes no bit of the cache or logits), with a pause after each so
+  // that Stop is seen within one block.
+  const prefill_block = api.prefillBlock();
   while (held < prompt_ids.length) {
     const t0 = performance.now();
-    const block = prompt_ids.slice(held, held + kPrefillBlock);
+    const block = prompt_ids.slice(held, held + prefill_block);
     await engine.prefill(block);
     held += block.length;
     prefill_ms += performance.now() - t0;

@@ -91,6 +91,10 @@ const char* Answer(WebGenerator& w, const kvq::GeneratorStep& step) {
 
 extern "C" {
 
+// Prompt tokens per prefill call as kvq cuts a prompt (kPrefillBlock): the page cuts its prompt
+// the same way, pausing between blocks so Stop is seen, and reads the size from here.
+EMSCRIPTEN_KEEPALIVE int kvq_web_prefill_block() { return kvq::kPrefillBlock; }
+
 // 0 when the options are valid (checked before the prompt runs), else -1 with the error.
 EMSCRIPTEN_KEEPALIVE int kvq_web_generator_check(const char* options_json) {
   kvq::Result<kvq::GeneratorOptions> o = ParseOptions(options_json);
