@@ -36,7 +36,7 @@ struct LlamaCppFlag {
   const char* kvq;
 };
 constexpr LlamaCppFlag kLlamaCppFlags[] = {
-    {"-cnv", "--conversation"}, {"-sys", "--system-prompt"}, {"-hf", "--hf-repo"}};
+    {"-cnv", "--conversation"}, {"-sys", "--system-prompt"}, {"-hf", "--hf-repo"}, {"-md", "--draft-model"}};
 
 std::vector<const char*> RewriteLlamaCppFlags(int argc, char** argv) {
   std::vector<const char*> args(argv, argv + argc);
