@@ -157,6 +157,35 @@ TEST(DraftModel, TheTargetAsItsOwnDraftKeepsEveryToken) {
   }
 }
 
+// A chat: the session keeps its draft session between calls, and the next turn's prompt (the
+// history, the reply, a new line) finds it holding the last turn's tokens and a rejected draft's;
+// it is brought in step by dropping those and running only the new tokens. Each turn gives what a
+// fresh session without speculation gives for the same prompt.
+TEST(DraftModel, TheDraftSessionFollowsAConversation) {
+  std::unique_ptr<Model> target = test::LoadSynth(TinyLlama(4), "draft_chat_target");
+  std::unique_ptr<Model> draft = test::LoadSynth(TinyLlama(1), "draft_chat_small");
+  ASSERT_NE(target, nullptr);
+  ASSERT_NE(draft, nullptr);
+  std::unique_ptr<Session> chat = test::NewSessionOrFail(*target);
+  ASSERT_NE(chat, nullptr);
+  std::vector<int32_t> history = Prompts(*target)[0];
+  int64_t drafted = 0;
+  for (int turn = 0; turn < 3; ++turn) {
+    SCOPED_TRACE(turn);
+    GenerateRequest request{.max_tokens = 24, .sampling = {.temperature = 0}};
+    const Outcome plain = Generate(*target, {}, history, request);
+    request.speculation = DraftWith(*draft);
+    Result<Completion> c = chat->Generate(history, request);
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    EXPECT_EQ(c->tokens, plain.completion.tokens);
+    drafted += c->speculation.drafted;
+    history.insert(history.end(), c->tokens.begin(), c->tokens.end());
+    const std::vector<int32_t> more = target->Tokenize(" And then", AddBos::kNo);
+    history.insert(history.end(), more.begin(), more.end());
+  }
+  EXPECT_GT(drafted, 20);
+}
+
 // A draft stops where the draft model is unsure: with min_draft_probability 1 no token is ever
 // certain enough, so nothing is drafted (and the output is still the target's).
 TEST(DraftModel, AnUnsureDraftModelDraftsNothing) {
