@@ -276,8 +276,12 @@ CLI::Option* AddScoreArithmeticFlag(CLI::App* cmd) {
 void AddDraftModelFlags(CLI::App* cmd, DraftModelFlags* draft) {
   cmd->add_option("--draft-model", draft->path,
                   "(also -md) Draft model FILE for --spec draft: a smaller model with the same vocabulary that "
-                  "drafts greedily (given alone, it means --spec draft)");
-  cmd->add_option("--draft-kv", draft->kv, "KV spec of the draft model's cache (K and V)")->capture_default_str();
+                  "drafts greedily (given alone, it means --spec draft)")
+      ->type_name("FILE");
+  cmd->add_option("--draft-kv", draft->kv, "KV spec of the draft model's cache (K and V)")
+      ->check(KvFormatName())
+      ->type_name("SPEC")
+      ->capture_default_str();
 }
 
 Result<std::unique_ptr<Model>> LoadDraftModel(const DraftModelFlags& draft, const Model& target, int32_t threads,
