@@ -275,8 +275,8 @@ class Engine {
   void PrepareDraft(Slot& slot);
   // After a decode step that took `seconds`: judges the slot's draft row by row, keeps the
   // tokens drawn while they equal it, drops the rest from the cache (Session::Truncate) and
-  // queues the first that differs; without a draft, Advance.
-  void AdvanceDrafted(Slot& slot, double seconds);
+  // queues the first that differs; without a draft, Advance. Returns the drafted tokens kept.
+  int32_t AdvanceDrafted(Slot& slot, double seconds);
   // Ends the slot's job: publishes the end (with `error`, if it failed) and frees the slot.
   void Finish(Slot& slot, FinishReason reason, std::optional<ApiError> error = std::nullopt);
   // Starts `leader`'s followers in idle slots from forks of its session (whose prompt has just

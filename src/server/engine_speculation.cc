@@ -95,13 +95,13 @@ void Engine::PrepareDraft(Slot& slot) {
   if (drafted < static_cast<int32_t>(draft.size())) metrics_->spec_gated_steps++;
 }
 
-void Engine::AdvanceDrafted(Slot& slot, double seconds) {
+int32_t Engine::AdvanceDrafted(Slot& slot, double seconds) {
   Job& job = *slot.job;
   const int32_t drafted = static_cast<int32_t>(slot.pass.size()) - 1;
   if (drafted == 0) {
     if (job.gate) job.gate->Record(0, 0, seconds, false);
     Advance(slot);
-    return;
+    return 0;
   }
   Session& session = *slot.session;
   const int64_t before = session.positions() - (drafted + 1);  // held before the step
@@ -127,27 +127,28 @@ void Engine::AdvanceDrafted(Slot& slot, double seconds) {
     const Result<int32_t> token = Draw(slot, job.row);
     if (!token.ok()) {
       Finish(slot, FinishReason::kStop, ServerError(token.status().message()));
-      return;
+      return accepted;
     }
     if (*token != slot.pass[i + 1]) {  // rejected: the drawn token runs next instead
-      if (!settle()) return;
+      if (!settle()) return accepted;
       const GeneratorStep step = Take(slot, *token, job.row, slot.pass[i]);
       if (step.finished) {
         Finish(slot, OpenAiFinishReason(step.finish));
       } else {
         slot.next_token = *token;
       }
-      return;
+      return accepted;
     }
     const GeneratorStep step = Take(slot, *token, job.row, slot.pass[i]);
     if (step.finished) {  // it ran, but the completion ends before it: not kept in the cache
       if (settle()) Finish(slot, OpenAiFinishReason(step.finish));
-      return;
+      return accepted;
     }
     ++accepted;
   }
   // Every drafted token kept: the next is drawn from the logits after the last.
   if (settle()) Advance(slot);
+  return accepted;
 }
 
 }  // namespace kvq::server
