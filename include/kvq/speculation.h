@@ -19,6 +19,14 @@
 // chooses the draft length each step from what it has measured — the share of drafted tokens kept
 // and the time of a pass per number of tokens in it — and drafts nothing when a longer pass would
 // not pay (at long context a pass also reads the whole cache, so a rejected draft costs time).
+//
+// A draft model ("draft"): a second, smaller model sharing the target's vocabulary (the same
+// tokens with the same texts and types: CheckDraftVocabulary) drafts greedily, token by token,
+// from its own session (its own KV cache and formats, draft_kv). That session is kept in step with
+// the tokens the target keeps: a rejected draft is dropped from its cache (Session::Truncate) and
+// only the tokens it has not seen run, so a long completion runs each kept token through the
+// draft once. A draft stops early where the draft model's most likely token falls below
+// min_draft_probability (it is then unsure, and a rejection likely).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kvq/model.h"
 #include "kvq/status.h"
 
 namespace kvq {
@@ -35,11 +44,12 @@ enum class DraftSource {
   kNone,   ///< no speculation
   kNgram,   ///< prompt lookup: what followed the sequence's last n-gram the last time it occurred
   kSuffix,  ///< suffix tree: the most frequent continuation of the sequence's longest known suffix
+  kModel,   ///< a draft model's greedy continuation (SpeculationOptions::draft_model)
 };
 
 /// Every draft source, kNone first (the registry flags and tests iterate).
 std::span<const DraftSource> DraftSources();
-/// "none", "ngram" or "suffix".
+/// "none", "ngram", "suffix" or "draft".
 const char* DraftSourceName(DraftSource source);
 /// Parses a DraftSourceName; the error names the value and the choices.
 Result<DraftSource> ParseDraftSource(const std::string& name);
@@ -51,14 +61,28 @@ struct SpeculationOptions {
   int32_t max_ngram = 4;  ///< longest n-gram (or suffix) matched (longer matches are tried first), ≤ 16
   /// Suffix drafts: a draft goes on while the product of its tokens' shares of the continuations
   /// seen after their contexts stays at least this, in (0, 1]. (1: only continuations that never
-  /// varied.)
+  /// varied.) Draft-model drafts: a draft goes on while the draft model's probability of its most
+  /// likely next token is at least this.
   double min_draft_probability = 0.1;
   /// Draft whenever a draft exists, max_draft tokens (no gate): for measuring what the gate saves.
   bool ungated = false;
+  /// DraftSource::kModel: the draft model (not owned; it must outlive the Generate calls that use
+  /// it, and may be shared by sessions on different threads, as any Model). Its vocabulary must be
+  /// the target's (CheckDraftVocabulary). Ignored by the other sources.
+  const Model* draft_model = nullptr;
+  /// DraftSource::kModel: the draft session's KV cache (f16 by default; context 0: the draft
+  /// model's). A session keeps its draft session between Generate calls while the draft model
+  /// and these formats stay the same, so a chat runs each turn's new tokens through the draft once.
+  KvOptions draft_kv;
 };
 
-/// Checks options; errors name the field.
+/// Checks options; errors name the field (a kModel source without a draft_model included).
 Status CheckSpeculation(const SpeculationOptions& options);
+
+/// Whether `draft` can draft for `target`: the same number of tokens, and every token the same
+/// text and type. The error names both files (ModelInfo::path) and the first id that differs
+/// (the first id one of them lacks when the counts differ).
+Status CheckDraftVocabulary(const Model& target, const Model& draft);
 
 /// What speculation did in one completion.
 struct SpeculationStats {

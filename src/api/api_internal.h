@@ -79,6 +79,28 @@ struct Session::Impl {
   // [items] the segments of a pass run on `llama` (Prefill, RunBatch), kept so that a decode step
   // allocates nothing.
   std::vector<ForwardSegment> segments;
+  // DraftSource::kModel: the draft model's session, kept between Generate calls while the draft
+  // model and its KV formats stay the same (PrepareDraftSession); null until first needed.
+  std::unique_ptr<Session> draft;
+  const Model::Impl* draft_model = nullptr;  // the model of `draft`
+  std::string draft_kv_key, draft_kv_value;  // the formats `draft` was made with
+  int64_t draft_kv_context = 0;
 };
+
+/// Makes s.draft for `spec`'s draft model unless the one it holds fits: checks the vocabulary
+/// (CheckDraftVocabulary) and creates the session with spec.draft_kv.
+Status PrepareDraftSession(const SpeculationOptions& spec, Session::Impl& s);
+/// CheckDraftVocabulary (kvq/speculation.h) for the loaded state a session holds.
+Status CheckDraftVocabulary(const Model::Impl& target, const Model::Impl& draft);
+
+/// Brings the draft session in step with `sequence`: its longest prefix of it kept
+/// (Session::Truncate) and the rest run, at least the last token, for the logits after it.
+/// Nothing when `sequence` does not fit the draft's context.
+Status SyncDraft(Session& draft, std::span<const int32_t> sequence);
+/// Up to `max_tokens` ids continuing `sequence`, drawn greedily by the draft session: SyncDraft,
+/// then each most likely token is taken while its probability is at least `min_probability`, and
+/// run when another is wanted. Fewer when the draft's context runs out.
+Result<std::vector<int32_t>> DraftByModel(Session& draft, std::span<const int32_t> sequence, int32_t max_tokens,
+                                          double min_probability);
 
 }  // namespace kvq

@@ -150,6 +150,9 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
         }
       }
     }
+    if (request.speculation.source == DraftSource::kModel) {
+      if (Status st = PrepareDraftSession(request.speculation, s); !st.ok()) return Status::Error("Generate: " + st.message());
+    }
   }
   // Reuse what the session holds when it is a prefix of the prompt (never all of the prompt: the
   // last prompt token is run again, for its logits); otherwise start from an empty cache.
@@ -195,6 +198,11 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
   }
   if (Status st = Decode(prompt.back()); !st.ok()) return failed(st);
   s.after_block = nullptr;  // generation's passes are not the prompt's
+  if (request.speculation.source == DraftSource::kModel) {  // the draft model reads the prompt too
+    if (Status st = SyncDraft(*s.draft, prompt); !st.ok()) {
+      return failed(Status::Error("Generate: the draft model: " + st.message()));
+    }
+  }
   const auto t1 = Clock::now();
   c.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
 
@@ -243,6 +251,8 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
     };
     if (!keep(token)) break;
     pass.assign(1, token);
+    // The gate weighs a pass with what made its draft: a draft model's passes count.
+    const auto step_start = Clock::now();
     int32_t drafted = 0;
     bool gated = false;
     if (spec.source != DraftSource::kNone) {
@@ -252,20 +262,34 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
       const int32_t most = static_cast<int32_t>(std::clamp<int64_t>(room, 0, spec.max_draft));
       s.tokens.push_back(token);  // the sequence the draft continues (popped at once)
       std::vector<int32_t> draft;
-      if (spec.source == DraftSource::kSuffix) {
+      if (spec.source == DraftSource::kModel) {
+        // A model's draft costs a pass of the draft per token: the gate chooses the length first.
+        const int32_t want = spec.ungated ? most : gate.Choose(most);
+        gated = want < most;
+        Result<std::vector<int32_t>> d = DraftByModel(*s.draft, s.tokens, want, spec.min_draft_probability);
+        if (!d.ok()) {
+          s.tokens.pop_back();
+          return failed(Status::Error("Generate: the draft model: " + d.status().message()));
+        }
+        draft = std::move(d).value();
+      } else if (spec.source == DraftSource::kSuffix) {
         for (; in_tree < s.tokens.size(); ++in_tree) tree.Append(s.tokens[in_tree]);
         draft = tree.Draft(s.tokens, most, spec);
       } else {
         draft = DraftByLookup(s.tokens, most, spec);
       }
       s.tokens.pop_back();
-      drafted = spec.ungated ? static_cast<int32_t>(draft.size()) : gate.Choose(static_cast<int32_t>(draft.size()));
-      gated = drafted < static_cast<int32_t>(draft.size());
+      if (spec.source == DraftSource::kModel) {
+        drafted = static_cast<int32_t>(draft.size());
+      } else {
+        drafted = spec.ungated ? static_cast<int32_t>(draft.size()) : gate.Choose(static_cast<int32_t>(draft.size()));
+        gated = drafted < static_cast<int32_t>(draft.size());
+      }
       pass.insert(pass.end(), draft.begin(), draft.begin() + drafted);
     }
     rows.resize(drafted);
     for (int32_t i = 0; i < drafted; ++i) rows[i] = i;
-    const auto pass_start = Clock::now();
+    const auto pass_start = spec.source == DraftSource::kModel ? step_start : Clock::now();
     const int64_t before = positions();
     if (drafted > 0 && s.cache->state_floats() > 0) {
       checkpoint.assign(s.cache->state(), s.cache->state() + s.cache->state_floats());

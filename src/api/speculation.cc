@@ -22,7 +22,8 @@ constexpr double kPriorAcceptance = 0.5;
 }  // namespace
 
 std::span<const DraftSource> DraftSources() {
-  static constexpr DraftSource kAll[] = {DraftSource::kNone, DraftSource::kNgram, DraftSource::kSuffix};
+  static constexpr DraftSource kAll[] = {DraftSource::kNone, DraftSource::kNgram, DraftSource::kSuffix,
+                                         DraftSource::kModel};
   return kAll;
 }
 
@@ -31,6 +32,7 @@ const char* DraftSourceName(DraftSource source) {
     case DraftSource::kNone: return "none";
     case DraftSource::kNgram: return "ngram";
     case DraftSource::kSuffix: return "suffix";
+    case DraftSource::kModel: return "draft";
   }
   return "none";
 }
@@ -58,6 +60,9 @@ Status CheckSpeculation(const SpeculationOptions& o) {
   if (!(o.min_draft_probability > 0 && o.min_draft_probability <= 1)) {
     return Status::Error(fmt::format("SpeculationOptions::min_draft_probability must be in (0, 1] (got {})",
                                      o.min_draft_probability));
+  }
+  if (o.source == DraftSource::kModel && o.draft_model == nullptr) {
+    return Status::Error("SpeculationOptions::draft_model is null (the \"draft\" source drafts with a draft model)");
   }
   return Status::Ok();
 }

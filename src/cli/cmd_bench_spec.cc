@@ -41,6 +41,7 @@ struct BenchSpecOptions {
   int32_t tokens = 128;
   int32_t reps = 3;
   SpeculationOptions spec;  // --draft-max, --draft-ngram, --draft-p-min, --spec-ungated
+  DraftModelFlags draft;    // --draft-model, --draft-kv
 };
 
 struct Arm {  // one (context, format, source) row, summed over the reps
@@ -68,7 +69,14 @@ int RunBenchSpec(const BenchSpecOptions& o) {
     if (!s.ok()) return bad("--spec: " + s.status().message());
     if (std::find(sources.begin(), sources.end(), *s) == sources.end()) sources.push_back(*s);
   }
-  if (sources.empty()) sources.assign(DraftSources().begin(), DraftSources().end());
+  if (sources.empty()) {
+    sources.assign(DraftSources().begin(), DraftSources().end());
+    // Every source by default; a draft model's only when one is given.
+    if (o.draft.path.empty()) std::erase(sources, DraftSource::kModel);
+  }
+  const bool with_model = std::find(sources.begin(), sources.end(), DraftSource::kModel) != sources.end();
+  if (with_model && o.draft.path.empty()) return bad("--spec draft needs a draft model: --draft-model FILE");
+  if (!with_model && !o.draft.path.empty()) return bad("--draft-model is given but --spec does not list draft");
   // The reference arm (no speculation) runs first in each round; its tokens are what every arm must give.
   std::erase(sources, DraftSource::kNone);
   sources.insert(sources.begin(), DraftSource::kNone);
@@ -86,6 +94,14 @@ int RunBenchSpec(const BenchSpecOptions& o) {
       Model::Load(o.shared.ModelPath(), {.tokenizer_path = o.shared.TokenizerPath(), .threads = o.shared.threads});
   if (!loaded.ok()) return bad(loaded.status().message());
   const Model& model = **loaded;
+  SpeculationOptions spec = o.spec;
+  std::unique_ptr<Model> draft_model;
+  if (with_model) {
+    spec.source = DraftSource::kModel;
+    Result<std::unique_ptr<Model>> draft = LoadDraftModel(o.draft, model, o.shared.threads, &spec);
+    if (!draft.ok()) return bad(draft.status().message());
+    draft_model = std::move(draft).value();
+  }
   const std::vector<int32_t> text_ids = model.Tokenize(text);
   if (text_ids.size() < 2) return bad("--text: the text is shorter than two tokens");
   const int64_t context = model.info().context;
@@ -122,7 +138,7 @@ int RunBenchSpec(const BenchSpecOptions& o) {
           Result<std::unique_ptr<Session>> fork = (*base)->Fork();
           if (!fork.ok()) return bad(fork.status().message());
           GenerateRequest request{.max_tokens = o.tokens, .sampling = {.temperature = 0}, .ignore_eos = true};
-          request.speculation = o.spec;
+          request.speculation = spec;
           request.speculation.source = arm.source;
           Result<Completion> c = (*fork)->Generate(prompt, request);
           if (!c.ok()) return bad(c.status().message());
@@ -212,10 +228,12 @@ void AddBenchSpecCommand(CLI::App& bench, int* exit_code) {
   cmd->add_option("--draft-ngram", o->spec.max_ngram, "Longest n-gram (or suffix) a draft matches")
       ->check(CLI::Range(1, 16))
       ->capture_default_str();
-  cmd->add_option("--draft-p-min", o->spec.min_draft_probability, "Suffix drafts' least continuation probability")
+  cmd->add_option("--draft-p-min", o->spec.min_draft_probability,
+                  "Suffix drafts' least continuation probability; a draft model's least top-token probability")
       ->check(CLI::Range(1e-6, 1.0))
       ->capture_default_str();
   cmd->add_flag("--spec-ungated", o->spec.ungated, "Run every draft at --draft-max (no gate)");
+  AddDraftModelFlags(cmd, &o->draft);
   AddThreadsFlag(cmd, &o->shared);
   AddJsonFlag(cmd, &o->shared);
   cmd->callback([o, exit_code] { *exit_code = RunBenchSpec(*o); });

@@ -162,7 +162,7 @@ int RunChat(const ChatFlags& o, const std::string& command) {
   // A long turn (a pasted document, a loaded history) shows its prompt's progress.
   PromptProgress progress(command, isatty(STDERR_FILENO) != 0);
   const GenerateRequest request{
-      .max_tokens = o.gen.n, .sampling = o.gen.Sampling(), .stop = o.gen.stop, .grammar = *grammar, .speculation = o.gen.speculation,
+      .max_tokens = o.gen.n, .sampling = o.gen.Sampling(), .stop = o.gen.stop, .grammar = *grammar, .speculation = loaded->speculation,
       .on_prompt_progress = [&](int64_t held, int64_t total) {
         if (o.gen.quiet) return;
         progress.Update(held, total);

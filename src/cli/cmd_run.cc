@@ -111,7 +111,7 @@ int RunGenerate(const RunOptions& o, const std::string& prompt) {
       .stop = o.gen.stop,
       .grammar = *grammar,
       .save_prefix = o.prompt_cache,
-      .speculation = o.gen.speculation,
+      .speculation = loaded->speculation,
       .on_prompt_progress = [&](int64_t held, int64_t total) {
         if (!o.gen.quiet) progress.Update(held, total);
         if (held < total) return;
@@ -178,7 +178,7 @@ int RunGenerate(const RunOptions& o, const std::string& prompt) {
       session.positions() < c->n_prompt ? fmt::format(" ({} run before Ctrl-C)", session.positions()) : "";
   const SpeculationStats& spec = c->speculation;
   const std::string drafts =
-      o.gen.speculation.source == DraftSource::kNone
+      loaded->speculation.source == DraftSource::kNone
           ? ""
           : fmt::format(" in {} passes ({} drafted, {} kept)", spec.passes, spec.drafted, spec.accepted);
   // Prompt speed over the tokens computed: with a prompt cache, only those after the reused ones.

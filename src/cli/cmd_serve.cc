@@ -37,6 +37,7 @@ struct ServeOptions {
   std::string web = "auto";
   std::string chat_template_file;  // --chat-template FILE: Jinja source replacing the model's
   double shutdown_grace_seconds = 30;
+  DraftModelFlags draft;  // refused: the server drafts without a model
 };
 
 std::atomic<int> g_signal{0};
@@ -50,6 +51,9 @@ int RunServe(ServeOptions& o) {
   o.engine.kv.key_format = KvSpecName(kv->Key());
   o.engine.kv.value_format = KvSpecName(kv->Value());
   o.engine.kv.budgets = so.budgets;
+  if (o.engine.speculation.source == DraftSource::kModel || !o.draft.path.empty()) {
+    return bad("--spec draft / --draft-model: kvq serve drafts without a draft model; give --spec ngram or suffix");
+  }
   const std::string model_path = so.ModelPath();
   // Paths are checked before the port is taken and the model loads.
   if (!std::filesystem::is_regular_file(model_path)) return bad(fmt::format("-m {}: no such file", model_path));
@@ -216,6 +220,8 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
                   "('auto': the build's bundle if it exists; '': none)")
       ->capture_default_str()
       ->type_name("DIR");
+  // The default for requests that do not set spec / speculative.n_max themselves.
+  AddSpeculationFlags(cmd, &o->engine.speculation, &o->draft);
   AddThreadsFlag(cmd, &o->shared);
   cmd->callback([o, exit_code] {
     *exit_code = ResolveModelFlag("serve", &o->shared);

@@ -278,14 +278,47 @@ CLI::Option* AddScoreArithmeticFlag(CLI::App* cmd) {
       ->default_str("int");
 }
 
-void AddSpeculationFlags(CLI::App* cmd, SpeculationOptions* spec) {
+void AddDraftModelFlags(CLI::App* cmd, DraftModelFlags* draft) {
+  cmd->add_option("--draft-model", draft->path,
+                  "(also -md) Draft model FILE for --spec draft: a smaller model with the same vocabulary that "
+                  "drafts greedily (given alone, it means --spec draft)")
+      ->type_name("FILE");
+  cmd->add_option("--draft-kv", draft->kv, "KV spec of the draft model's cache (K and V)")
+      ->check(KvFormatName())
+      ->type_name("SPEC")
+      ->capture_default_str();
+}
+
+Result<std::unique_ptr<Model>> LoadDraftModel(const DraftModelFlags& draft, const Model& target, int32_t threads,
+                                              SpeculationOptions* spec) {
+  spec->draft_model = nullptr;
+  if (!draft.path.empty() && spec->source == DraftSource::kNone) spec->source = DraftSource::kModel;
+  if (spec->source != DraftSource::kModel) {
+    if (!draft.path.empty()) {
+      return Status::Error(fmt::format("--draft-model {}: drafts come from --spec {}, not a draft model (drop one of "
+                                       "the two, or give --spec draft)", draft.path, DraftSourceName(spec->source)));
+    }
+    return std::unique_ptr<Model>();
+  }
+  if (draft.path.empty()) return Status::Error("--spec draft needs a draft model: --draft-model FILE");
+  Result<std::unique_ptr<Model>> loaded = Model::Load(draft.path, {.threads = threads});
+  if (!loaded.ok()) return Status::Error("--draft-model: " + loaded.status().message());
+  if (Status st = CheckDraftVocabulary(target, **loaded); !st.ok()) return Status::Error("--draft-model: " + st.message());
+  spec->draft_model = loaded->get();
+  spec->draft_kv.key_format = draft.kv;
+  spec->draft_kv.value_format = draft.kv;
+  return loaded;
+}
+
+void AddSpeculationFlags(CLI::App* cmd, SpeculationOptions* spec, DraftModelFlags* draft) {
   std::vector<std::string> sources;
   for (const DraftSource s : DraftSources()) sources.push_back(DraftSourceName(s));
   cmd->add_option_function<std::string>(
          "--spec", [spec](const std::string& v) { spec->source = *ParseDraftSource(v); },
          "Speculative decoding: draft tokens cheaply and check them in one pass; the output is the same, "
          "token for token. ngram: what followed the text's last n-gram earlier (prompt lookup); suffix: "
-         "the most frequent continuation of the text's longest suffix seen before, while it stays likely")
+         "the most frequent continuation of the text's longest suffix seen before, while it stays likely; "
+         "draft: a smaller model's greedy continuation (--draft-model)")
       ->check(CLI::IsMember(sources))
       ->default_str("none");
   cmd->add_option("--draft-max", spec->max_draft, "Drafted tokens per pass at most")
@@ -295,11 +328,13 @@ void AddSpeculationFlags(CLI::App* cmd, SpeculationOptions* spec) {
       ->check(CLI::Range(1, 16))
       ->capture_default_str();
   cmd->add_option("--draft-p-min", spec->min_draft_probability,
-                  "Suffix drafts go on while their tokens' product of observed continuation shares stays at least this")
+                  "Suffix drafts go on while their tokens' product of observed continuation shares stays at least "
+                  "this; a draft model's while its most likely token's probability does")
       ->check(CLI::Range(1e-6, 1.0))
       ->capture_default_str();
   cmd->add_flag("--spec-ungated", spec->ungated,
                 "Run every draft at --draft-max (no gate choosing the length from measured acceptance and pass times)");
+  AddDraftModelFlags(cmd, draft);
 }
 
 std::string ScoreArithmeticLabel() {

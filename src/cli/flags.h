@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -111,9 +112,21 @@ CLI::Option* AddByteSizeFlag(CLI::App* cmd, const std::string& names, int64_t* b
 /// --score-arithmetic int|f32: how scores against int8/int4 keys are computed (kvq/format.h
 /// ScoreArithmetic; default int). Process-wide: applied with SetScoreArithmetic as it is parsed.
 CLI::Option* AddScoreArithmeticFlag(CLI::App* cmd);
-/// --spec none|ngram, --draft-max N, --draft-ngram N, --spec-ungated: speculative decoding
-/// (kvq/speculation.h) into `spec`.
-void AddSpeculationFlags(CLI::App* cmd, SpeculationOptions* spec);
+/// The draft model flags: --draft-model FILE (-md, as llama.cpp spells it) and --draft-kv SPEC.
+struct DraftModelFlags {
+  std::string path;         // --draft-model; empty: none
+  std::string kv = "f16";   // --draft-kv: the draft session's K and V spec
+};
+/// --draft-model/-md FILE and --draft-kv SPEC into `draft`.
+void AddDraftModelFlags(CLI::App* cmd, DraftModelFlags* draft);
+/// --spec none|ngram|suffix|draft, --draft-max N, --draft-ngram N, --draft-p-min P, --spec-ungated
+/// and the draft model flags: speculative decoding (kvq/speculation.h) into `spec` and `draft`.
+void AddSpeculationFlags(CLI::App* cmd, SpeculationOptions* spec, DraftModelFlags* draft);
+/// Loads --draft-model for `target` when `spec` asks for one (or --draft-model is given with no
+/// other --spec: it means --spec draft), checks its vocabulary against the target's and points
+/// spec->draft_model at it (null when no draft model is used). Errors name the flag or the files.
+Result<std::unique_ptr<Model>> LoadDraftModel(const DraftModelFlags& draft, const Model& target, int32_t threads,
+                                              SpeculationOptions* spec);
 
 /// "int (AVX-512 VNNI)" / "f32": the choice in force and, for int, the integer path here.
 std::string ScoreArithmeticLabel();

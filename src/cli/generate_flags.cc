@@ -145,7 +145,7 @@ void AddGenerateFlags(CLI::App* cmd, GenerateFlags* o) {
   AddScoreArithmeticFlag(cmd);
   AddBudgetFlags(cmd, &o->shared);
   AddThreadsFlag(cmd, &o->shared);
-  AddSpeculationFlags(cmd, &o->speculation);
+  AddSpeculationFlags(cmd, &o->speculation, &o->draft);
   cmd->add_option("--grammar", o->grammar, "GBNF (llama.cpp's syntax, start rule root) the output follows");
   cmd->add_option("--grammar-file", o->grammar_file, "Read the --grammar GBNF from FILE")->type_name("FILE");
   cmd->add_option("--json-schema", o->json_schema,
@@ -173,6 +173,10 @@ Result<ModelSession> LoadModelSession(const GenerateFlags& o) {
   Result<std::unique_ptr<Session>> made = ms.model->NewSession(KvOptionsOf(*layers, so, o.context));
   if (!made.ok()) return made.status();
   ms.session = std::move(made).value();
+  ms.speculation = o.speculation;
+  Result<std::unique_ptr<Model>> draft = LoadDraftModel(o.draft, *ms.model, so.threads, &ms.speculation);
+  if (!draft.ok()) return draft.status();
+  ms.draft_model = std::move(draft).value();
   return ms;
 }
 

@@ -30,6 +30,7 @@ struct GenerateFlags {
   int64_t context = 0;              // -c; 0: the model's
   bool quiet = false;               // -q: no banner, no prompt progress
   SpeculationOptions speculation;   // --spec, --draft-max, --draft-ngram, --spec-ungated
+  DraftModelFlags draft;            // --draft-model, --draft-kv
   std::string grammar, grammar_file, json_schema, json_schema_file;  // at most one given
   std::vector<std::string> stop;    // --stop (repeatable): the reply ends before the first of these
   const CLI::Option* seed = nullptr;  // --seed, to tell a given seed from the default
@@ -52,8 +53,10 @@ void AddGenerateFlags(CLI::App* cmd, GenerateFlags* o);
 struct ModelSession {
   std::unique_ptr<Model> model;
   std::unique_ptr<Session> session;
+  std::unique_ptr<Model> draft_model;  // --draft-model; null without
+  SpeculationOptions speculation;      // the flags' options, draft_model pointing at draft_model
 };
-/// Loads -m and makes the session; the error names the file or flag at fault.
+/// Loads -m (and --draft-model) and makes the session; the error names the file or flag at fault.
 Result<ModelSession> LoadModelSession(const GenerateFlags& o);
 
 /// Set by the first Ctrl-C while an InterruptScope is alive (a session's abort callback reads it:

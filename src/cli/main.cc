@@ -36,7 +36,8 @@ struct LlamaCppFlag {
   const char* kvq;
 };
 constexpr LlamaCppFlag kLlamaCppFlags[] = {
-    {"-cnv", "--conversation"}, {"-sys", "--system-prompt"}, {"-hf", "--hf-repo"}, {"-np", "--parallel"}};
+    {"-cnv", "--conversation"}, {"-sys", "--system-prompt"}, {"-hf", "--hf-repo"}, {"-np", "--parallel"},
+    {"-md", "--draft-model"}};
 
 std::vector<const char*> RewriteLlamaCppFlags(int argc, char** argv) {
   std::vector<const char*> args(argv, argv + argc);

@@ -448,7 +448,8 @@ void Engine::Step() {
       items.push_back({.session = s.session.get(), .tokens = std::span<const int32_t>(s.pending.data(), n)});
       chunk_sizes.push_back(n);
     } else if (s.next_token >= 0) {
-      items.push_back({.session = s.session.get(), .tokens = std::span<const int32_t>(&s.next_token, 1)});
+      PrepareDraft(s);  // the token, and its draft when the request speculates
+      items.push_back({.session = s.session.get(), .tokens = s.pass, .logits_at = s.rows});
       chunk_sizes.push_back(0);
     } else {
       continue;
@@ -475,10 +476,10 @@ void Engine::Step() {
     if (chunk_sizes[i] > 0) {
       s.pending.erase(s.pending.begin(), s.pending.begin() + chunk_sizes[i]);
       if (!s.pending.empty()) continue;
+      Advance(s);
     } else {
-      ++decoded;
+      decoded += 1 + AdvanceDrafted(s, seconds);  // the token run, and the drafted ones kept
     }
-    Advance(s);
   }
   // tokens per second over this step, smoothed (a gauge for dashboards, not a benchmark)
   if (decoded > 0 && seconds > 0) {
@@ -516,33 +517,13 @@ void Engine::Advance(Slot& slot) {
     job.generator = std::move(made).value();
     if (!job.followers.empty()) StartFollowers(slot);
   }
-  Result<int32_t> token = 0;
-  if (job.generator->has_grammar()) {
-    const std::span<const float> logits = slot.session->logits();
-    job.constrained.assign(logits.begin(), logits.end());
-    job.generator->Constrain(job.constrained);
-    token = slot.session->Sample(job.constrained);
-  } else {
-    token = slot.session->Sample();
-  }
+  const Result<int32_t> token = Draw(slot, slot.session->logits());
   if (!token.ok()) {
     Finish(slot, FinishReason::kStop, Refused(500, "server_error", "", token.status().message()));
     return;
   }
-  // Logprobs are the model's (the logits before grammar, bias and penalties), read before the
-  // token runs; each token's text is as it follows the one before.
-  std::optional<LogprobEntry> logprob;
-  if (job.spec.top_logprobs >= 0) {
-    const std::span<const int32_t> held = slot.session->tokens();
-    const int32_t previous = held.empty() ? -1 : held.back();
-    const TokenLogprobs lp = LogprobsOf(slot.session->logits(), *token, job.spec.top_logprobs);
-    logprob = LogprobEntry{.token = model_.TokenText(previous, *token), .logprob = lp.chosen.logprob, .top = {}};
-    for (const TokenLogprob& t : lp.top) logprob->top.emplace_back(model_.TokenText(previous, t.id), t.logprob);
-  }
-  const GeneratorStep step = job.generator->Next(*token);
-  if (step.kept) metrics_->generated_tokens++;
-  if (!step.kept) logprob.reset();
-  if (!step.text.empty() || logprob) job.Publish(step.text, false, FinishReason::kStop, {}, std::move(logprob));
+  const std::span<const int32_t> held = slot.session->tokens();
+  const GeneratorStep step = Take(slot, *token, slot.session->logits(), held.empty() ? -1 : held.back());
   if (step.finished) {
     Finish(slot, OpenAiFinishReason(step.finish));
     return;

@@ -53,6 +53,9 @@ struct EngineOptions {
   std::string prefix_store_url;  ///< "": none; "redis://HOST:PORT[/DB]": the shared prefix store
   KvBlockOptions kv_blocks;      ///< the blocks the shared store and the KV events name
   KvEventsOptions kv_events;     ///< endpoint "": no KV events
+  /// Requests' speculative decoding unless they ask otherwise (kvq serve --spec): draft-free
+  /// sources only (ngram, suffix); source kNone: none.
+  SpeculationOptions speculation;
 };
 
 /// What to generate, already tokenized and checked by the HTTP layer.
@@ -67,8 +70,22 @@ struct JobSpec {
   std::string grammar;
   /// ≥ 0: each kept token's logprob and this many alternatives are published with its text.
   int32_t top_logprobs = -1;
+  /// Draft-free speculative decoding (ngram or suffix; kNone: none): a decode step runs the
+  /// sampled token and its draft as the session's segment of the batch, and the draft's tokens are
+  /// kept while they equal the tokens drawn at their positions (the output is unchanged). Not
+  /// drafted: hybrid models (their recurrent state cannot drop a rejected draft here) and requests
+  /// whose penalties read the tokens before each position.
+  SpeculationOptions speculation;
+  /// Drafts shorter than this are not run (llama.cpp's speculative.n_min).
+  int32_t min_draft = 0;
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
+
+/// The speculation a request runs with: the server's default (EngineOptions::speculation) with
+/// the request's fields over it (GenerationRequest::spec, spec_n_max, spec_p_min).
+/// speculative.n_max 0 turns speculation off; above 0 with no source in force, it drafts by
+/// prompt lookup (ngram).
+SpeculationOptions SpeculationOf(const GenerationRequest& request, const SpeculationOptions& server_default);
 
 /// One request's progress, shared by its HTTP thread (Wait, Cancel) and the scheduler.
 class Job {
@@ -114,6 +131,13 @@ class Job {
   // Scheduler-side state (only the scheduler thread touches these).
   std::optional<Generator> generator;  // made when the prompt has run; decides every sampled token
   std::vector<float> constrained;      // [vocab] the logits as the grammar leaves them (with one)
+  // Speculation (spec.speculation): the gate and the suffix tree over the session's tokens
+  // (in_tree of them), made at the first decode step; row: [vocab] a judged position's logits.
+  std::optional<SpeculationGate> gate;
+  std::optional<SuffixTree> tree;
+  size_t in_tree = 0;
+  std::vector<int32_t> history;  // [positions + 1] scratch: the session's tokens and the next one
+  std::vector<float> row;
   int64_t kv_reserved_bytes = 0;       // what admission counted for it
   // A request's other choices (SubmitChoices), started from forks of this job's session once its
   // prompt has run; they are in no queue until then.
@@ -179,6 +203,10 @@ class Engine {
     std::shared_ptr<Job> job;          // null: idle
     std::vector<int32_t> pending;      // prompt tokens still to prefill
     int32_t next_token = -1;           // sampled, to run next step
+    // The next decode step's segment: next_token, then its draft; rows: logits_at, the positions
+    // whose logits judge the draft (0..drafted-1). pass: [1 + drafted]; rows: [drafted].
+    std::vector<int32_t> pass;
+    std::vector<int32_t> rows;
     int64_t last_used = 0;             // step of last use (LRU eviction)
     bool from_disk = false;            // holds a snapshot preloaded at start, not yet reused
     // A session forked from another slot's shares that slot's pages of its first borrowed_tokens
@@ -238,6 +266,17 @@ class Engine {
   // After the session's logits are those after its last token: sample, hand the token to the
   // job's Generator, publish the text it releases, and finish or queue the token to run.
   void Advance(Slot& slot);
+  // Hands `token`, drawn from `logits` [vocab] after `previous`, to the job's Generator and
+  // publishes what it releases (with its logprobs when asked); the caller finishes or runs it.
+  GeneratorStep Take(Slot& slot, int32_t token, std::span<const float> logits, int32_t previous);
+  // A token drawn by the session's sampler from `logits` [vocab], as the job's grammar allows.
+  Result<int32_t> Draw(Slot& slot, std::span<const float> logits);
+  // Speculation (engine_speculation.cc): fills slot.pass and slot.rows for the next decode step.
+  void PrepareDraft(Slot& slot);
+  // After a decode step that took `seconds`: judges the slot's draft row by row, keeps the
+  // tokens drawn while they equal it, drops the rest from the cache (Session::Truncate) and
+  // queues the first that differs; without a draft, Advance. Returns the drafted tokens kept.
+  int32_t AdvanceDrafted(Slot& slot, double seconds);
   // Ends the slot's job: publishes the end (with `error`, if it failed) and frees the slot.
   void Finish(Slot& slot, FinishReason reason, std::optional<ApiError> error = std::nullopt);
   // Starts `leader`'s followers in idle slots from forks of its session (whose prompt has just

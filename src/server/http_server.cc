@@ -251,6 +251,8 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
   spec.sampling = r.sampling;
   spec.ignore_eos = r.ignore_eos;
   spec.grammar = r.grammar;
+  spec.speculation = SpeculationOf(r, engine().options().speculation);
+  spec.min_draft = r.spec_n_min.value_or(0);
   // Tools: the model's format decides the grammar of a forced call and how calls are found in the reply.
   const ToolCallFormat& tool_format = ToolCallFormatOf(model(), options_.chat_template);
   const bool parse_calls = r.has_tools && r.tools.choice != ToolChoice::kNone;

@@ -86,6 +86,13 @@ std::string Metrics::Render() const {
          prefix_store_errors.load());
   Metric(out, "kvq_kv_event_batches_total", "counter", "KV event batches published (--kv-events).",
          kv_events_published.load());
+  Metric(out, "kvq_spec_drafts_total", "counter", "Decode steps in which a session ran a draft (speculation).",
+         spec_drafts.load());
+  Metric(out, "kvq_spec_draft_tokens_total", "counter", "Drafted tokens run (speculation).", spec_draft_tokens.load());
+  Metric(out, "kvq_spec_accepted_tokens_total", "counter", "Drafted tokens kept: equal to the tokens drawn at their "
+         "positions.", spec_accepted_tokens.load());
+  Metric(out, "kvq_spec_gated_steps_total", "counter",
+         "Decode steps in which the speculation gate shortened or dropped an available draft.", spec_gated_steps.load());
   // vLLM's names for the same facts. Its prefix-cache counters count tokens: queries are prompt
   // tokens looked up, hits those found cached.
   Metric(out, "vllm:num_requests_running", "gauge", "Requests generating now (kvq_active_sessions).",
@@ -101,6 +108,11 @@ std::string Metrics::Render() const {
          prompt_tokens.load());
   Metric(out, "vllm:prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.",
          prompt_tokens_reused.load());
+  Metric(out, "vllm:spec_decode_num_drafts_total", "counter", "Drafts run (kvq_spec_drafts_total).", spec_drafts.load());
+  Metric(out, "vllm:spec_decode_num_draft_tokens_total", "counter", "Drafted tokens run (kvq_spec_draft_tokens_total).",
+         spec_draft_tokens.load());
+  Metric(out, "vllm:spec_decode_num_accepted_tokens_total", "counter",
+         "Drafted tokens kept (kvq_spec_accepted_tokens_total).", spec_accepted_tokens.load());
   return out;
 }
 

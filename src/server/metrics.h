@@ -41,6 +41,10 @@ class Metrics {
   std::atomic<int64_t> active_sessions{0};
   std::atomic<int64_t> queued_requests{0};
   std::atomic<int64_t> steps{0};                 ///< batched forward passes
+  std::atomic<int64_t> spec_drafts{0};           ///< decode steps of a session that ran a draft
+  std::atomic<int64_t> spec_draft_tokens{0};     ///< drafted tokens run
+  std::atomic<int64_t> spec_accepted_tokens{0};  ///< of those, kept
+  std::atomic<int64_t> spec_gated_steps{0};      ///< steps where the gate shortened or dropped a draft
   std::atomic<int64_t> kv_bytes_host{0};         ///< every session's KV contents, master in RAM
   std::atomic<int64_t> kv_bytes_disk{0};         ///< the same with a disk master (--kv-disk)
   std::atomic<int64_t> kv_bytes_device{0};       ///< device working sets allocated

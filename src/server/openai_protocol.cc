@@ -390,6 +390,33 @@ std::optional<ApiError> ReadSamplingExtras(Endpoint endpoint, const json& body, 
 // grammar (GBNF), json_schema (a schema) or response_format ({"type": "text" | "json_object" |
 // "json_schema", "json_schema": {"schema": ...}}): at most one, turned into r->grammar and checked,
 // so that a bad one is a 400 naming its field.
+// `spec` and llama-server's `speculative.n_max`, `.n_min`, `.p_min` (keys with a dot in them).
+std::optional<ApiError> ReadSpeculation(const json& body, GenerationRequest* r) {
+  if (body.contains("spec") && !body["spec"].is_null()) {
+    const json& v = body["spec"];
+    if (!v.is_string()) return WrongType("spec", v, "a string");
+    Result<DraftSource> source = ParseDraftSource(v.get<std::string>());
+    if (!source.ok() || *source == DraftSource::kModel) {
+      return Invalid("spec", fmt::format("'spec' must be \"none\", \"ngram\" or \"suffix\" (got \"{}\")",
+                                         v.get<std::string>()));
+    }
+    r->spec = *source;
+  }
+  std::optional<int64_t> n_max, n_min;
+  if (auto e = ReadInteger(body, "speculative.n_max", 0, 64, &n_max)) return e;
+  if (auto e = ReadInteger(body, "speculative.n_min", 0, 64, &n_min)) return e;
+  if (n_max && n_min && *n_min > *n_max) {
+    return Invalid("speculative.n_min", fmt::format("'speculative.n_min' ({}) must be at most 'speculative.n_max' ({})",
+                                                    *n_min, *n_max));
+  }
+  if (n_max) r->spec_n_max = static_cast<int32_t>(*n_max);
+  if (n_min) r->spec_n_min = static_cast<int32_t>(*n_min);
+  float p_min = 0;
+  if (auto e = ReadNumber(body, "speculative.p_min", 0, 1, true, false, &p_min)) return e;
+  if (body.contains("speculative.p_min") && !body["speculative.p_min"].is_null()) r->spec_p_min = p_min;
+  return std::nullopt;
+}
+
 std::optional<ApiError> ReadGrammar(const json& body, GenerationRequest* r) {
   auto given = [&](const char* field) { return body.contains(field) && !body[field].is_null(); };
   int count = 0;
@@ -485,6 +512,7 @@ std::optional<ApiError> Parse(Endpoint endpoint, const json& body, const Request
     if (!body["stream"].is_boolean()) return WrongType("stream", body["stream"], "a boolean");
     r->stream = body["stream"].get<bool>();
   }
+  if (auto e = ReadSpeculation(body, r)) return e;
   if (body.contains("ignore_eos") && !body["ignore_eos"].is_null()) {
     if (!body["ignore_eos"].is_boolean()) return WrongType("ignore_eos", body["ignore_eos"], "a boolean");
     r->ignore_eos = body["ignore_eos"].get<bool>();

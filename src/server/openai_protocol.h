@@ -26,6 +26,7 @@
 
 #include "kvq/generator.h"
 #include "kvq/sampling.h"
+#include "kvq/speculation.h"
 #include "kvq/chat.h"
 #include "kvq/tool_calls.h"
 
@@ -75,6 +76,14 @@ struct GenerationRequest {
   /// chat: `tools` given (even with tool_choice "none": the template still shows them).
   bool has_tools = false;
   ToolOptions tools;                  ///< tools_json, tool_choice, parallel_tool_calls (checked)
+  /// Speculative decoding asked for by the request (unset: the server's default). `spec`
+  /// ("none", "ngram", "suffix"): the draft source; llama-server's fields: `speculative.n_max`
+  /// (drafted tokens per step at most, 0..64; 0 turns speculation off), `speculative.n_min`
+  /// (shorter drafts are not run, 0..n_max) and `speculative.p_min` (suffix drafts' least
+  /// probability, (0, 1]).
+  std::optional<DraftSource> spec;
+  std::optional<int32_t> spec_n_max, spec_n_min;
+  std::optional<float> spec_p_min;
 };
 
 /// Parses and checks a request body. Errors: malformed JSON, a field of the wrong type or out of

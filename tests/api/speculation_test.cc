@@ -1,5 +1,5 @@
 // Speculative decoding (kvq/speculation.h) changes no output: for every registered KV format, with
-// and without sinks and a residual, greedy and sampled generation with prompt-lookup drafts give
+// and without sinks and a residual, greedy and sampled generation with every draft source give
 // the tokens, text and finish reason of generation without, and leave the same cache behind. The
 // prompt repeats a story so that drafts are kept (counted, so the test fails if none ever is), and
 // ungated long drafts make rejections (and the rollback they need) frequent.
@@ -86,6 +86,9 @@ TEST(Speculation, EveryFormatGivesTheTokensAndCacheOfPlainDecoding) {
           if (source == DraftSource::kNone) continue;
           // Ungated, 8 tokens a pass: many rejected drafts, each rolled back.
           request.speculation = {.source = source, .max_draft = 8, .ungated = true};
+          // The draft model: the model itself with an int8 cache, so that some drafts differ.
+          request.speculation.draft_model = m.get();
+          request.speculation.draft_kv = {.key_format = "int8", .value_format = "int8"};
           const Outcome spec = Generate(*m, kv, request, "spec");
           ExpectSame(spec, plain, std::string(greedy ? "greedy " : "sampled ") + DraftSourceName(source));
           const SpeculationStats& st = spec.completion.speculation;

@@ -308,6 +308,25 @@ TEST(Run, StopStringsEndTheText) {
   EXPECT_NE(empty.err.find("--stop"), std::string::npos) << empty.err;
 }
 
+// --spec draft with --draft-model (-md): the bundled model drafting for itself with an int8 cache
+// gives the tokens of the run without speculation, and keeps drafts; a draft source without its
+// model, or a model with another source, is refused naming the flag.
+TEST(Run, ADraftModelGivesTheSameTokens) {
+  const std::string draft = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/stories260K.bin";
+  const auto plain = Json("run -p \"Once upon a time\" -n 60 --temp 0");
+  const auto spec = Json("run -p \"Once upon a time\" -n 60 --temp 0 --spec draft -md " + draft +
+                         " --draft-kv int8 --spec-ungated");
+  EXPECT_EQ(spec["tokens"], plain["tokens"]);
+  EXPECT_EQ(spec["completion"], plain["completion"]);
+  EXPECT_GT(spec["accepted_tokens"].get<int64_t>(), 0) << spec.dump();
+  const KvqRun missing = Kvq("run -n 2 --spec draft");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("--draft-model"), std::string::npos) << missing.err;
+  const KvqRun both = Kvq("run -n 2 --spec ngram -md " + draft);
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("--draft-model"), std::string::npos) << both.err;
+}
+
 TEST(Run, BadInputIsRefused) {
   const struct { const char* args; const char* must_mention; int exit_code; } cases[] = {
       {"run -m /nonexistent/model.bin", "/nonexistent/model.bin", 2},

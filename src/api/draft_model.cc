@@ -1,0 +1,102 @@
+// Draft-model speculation's parts outside Session::Generate (see include/kvq/speculation.h): the
+// vocabulary check, and keeping the draft session in step with the target's tokens while it
+// drafts greedily.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "api/api_internal.h"
+
+namespace kvq {
+
+Status CheckDraftVocabulary(const Model& target, const Model& draft) {
+  return CheckDraftVocabulary(target.impl(), draft.impl());
+}
+
+Status CheckDraftVocabulary(const Model::Impl& target, const Model::Impl& draft) {
+  const Tokenizer& t = target.tokenizer;
+  const Tokenizer& d = draft.tokenizer;
+  const std::string& tp = target.info.path;
+  const std::string& dp = draft.info.path;
+  const int32_t common = std::min(t.vocab_size(), d.vocab_size());
+  for (int32_t id = 0; id < common; ++id) {
+    if (t.piece(id) != d.piece(id) || t.type(id) != d.type(id)) {
+      return Status::Error(fmt::format(
+          "the draft model {} does not share the vocabulary of {}: token {} is \"{}\" (type {}) there and \"{}\" "
+          "(type {}) here",
+          dp, tp, id, d.piece(id), static_cast<int>(d.type(id)), t.piece(id), static_cast<int>(t.type(id))));
+    }
+  }
+  if (t.vocab_size() != d.vocab_size()) {
+    return Status::Error(fmt::format(
+        "the draft model {} does not share the vocabulary of {}: it has {} tokens and {} has {} (the first id "
+        "one of them lacks is {})",
+        dp, tp, d.vocab_size(), tp, t.vocab_size(), common));
+  }
+  return Status::Ok();
+}
+
+Status PrepareDraftSession(const SpeculationOptions& spec, Session::Impl& s) {
+  const Model& draft = *spec.draft_model;
+  const KvOptions& kv = spec.draft_kv;
+  // While s.draft lives it keeps its model alive, so no other model can be at that address.
+  if (s.draft != nullptr && s.draft_model == &draft.impl() && s.draft_kv_key == kv.key_format &&
+      s.draft_kv_value == kv.value_format && s.draft_kv_context == kv.context && kv.layers.empty()) {
+    return Status::Ok();  // the draft session of an earlier call, still in step with its tokens
+  }
+  s.draft.reset();
+  s.draft_model = nullptr;
+  if (Status st = CheckDraftVocabulary(*s.model, draft.impl()); !st.ok()) return st;
+  Result<std::unique_ptr<Session>> session = draft.NewSession(kv);
+  if (!session.ok()) {
+    return Status::Error(fmt::format("the draft model {}: {}", draft.info().path, session.status().message()));
+  }
+  s.draft = std::move(session).value();
+  s.draft_model = &draft.impl();
+  s.draft_kv_key = kv.key_format;
+  s.draft_kv_value = kv.value_format;
+  s.draft_kv_context = kv.context;
+  return Status::Ok();
+}
+
+Status SyncDraft(Session& draft, std::span<const int32_t> sequence) {
+  const int64_t size = static_cast<int64_t>(sequence.size());
+  if (size == 0 || size > draft.context()) return Status::Ok();  // nothing to draft after
+  // Keep the longest prefix of `sequence` the draft holds (its tokens after it are a rejected
+  // draft's) and run the rest, at least the last token, for the logits after it.
+  const std::span<const int32_t> held = draft.tokens();
+  const int64_t same = std::mismatch(held.begin(), held.end(), sequence.begin(), sequence.end()).first - held.begin();
+  if (same == size && draft.positions() == size && !draft.logits().empty()) return Status::Ok();
+  const int64_t keep = std::min(same, size - 1);
+  if (draft.positions() > keep) {
+    if (Status st = draft.Truncate(keep); !st.ok()) return st;
+  }
+  return draft.Prefill(sequence.subspan(static_cast<size_t>(draft.positions())));
+}
+
+Result<std::vector<int32_t>> DraftByModel(Session& draft, std::span<const int32_t> sequence, int32_t max_tokens,
+                                          double min_probability) {
+  std::vector<int32_t> out;
+  const int64_t size = static_cast<int64_t>(sequence.size());
+  // Every drafted token but the last runs through the draft: they must fit its context.
+  const int64_t room = draft.context() - size + 1;
+  max_tokens = static_cast<int32_t>(std::min<int64_t>(max_tokens, room));
+  if (max_tokens <= 0 || size == 0) return out;
+  if (Status st = SyncDraft(draft, sequence); !st.ok()) return st;
+  while (true) {
+    // Greedy: the most likely token (the smaller id on a tie) and its probability,
+    // 1 / Σ exp(logit − max).
+    const std::span<const float> logits = draft.logits();
+    const int32_t best = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    double sum = 0;
+    for (const float l : logits) sum += std::exp(static_cast<double>(l) - logits[best]);
+    if (1.0 / sum < min_probability) break;
+    out.push_back(best);
+    if (static_cast<int32_t>(out.size()) >= max_tokens) break;
+    if (Status st = draft.Decode(best); !st.ok()) return st;
+  }
+  return out;
+}
+
+}  // namespace kvq
