@@ -76,6 +76,7 @@ struct Q6_KBlock {
 struct Q6_KInterleaved {
   static constexpr int64_t kBytes = 210;
   static constexpr bool kSub16 = true;
+  static constexpr int kVnniTokens = 8;  // 4 unpacked vectors, 16 accumulators
   static constexpr int64_t kGroupBlock = kKqIlRows * kBytes;  // a group's super-block
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
   // Per sub-block of 16 (4 chunks of 4 elements, kquant_repack.h): its 3 code vectors give the
@@ -108,7 +109,7 @@ struct Q6_KInterleaved {
     const F quarter = V::Set1(0.25f);
     for (int64_t sb = 0; sb < n_super; ++sb) {
       const uint8_t* blk = g + sb * kGroupBlock;
-      alignas(32) int32_t start[T][16];  // [token][sub-block] −32·Σq over its 16 codes, × V::kQ6StartScale
+      alignas(32) int32_t start[T][16];  // [token][sub-block] −32·Σq over its 16 codes, × 2^V::kQ6StartShift
       for (int t = 0; t < T; ++t) {
         for (int h = 0; h < 2; ++h) {
           const __m256i* o = reinterpret_cast<const __m256i*>(off[t] + sb * 64 + 32 * h);
@@ -116,7 +117,7 @@ struct Q6_KInterleaved {
           const __m256i s23 = _mm256_hadd_epi32(_mm256_loadu_si256(o + 2), _mm256_loadu_si256(o + 3));
           const __m256i sums = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(s01, s23), quad_order);
           _mm256_store_si256(reinterpret_cast<__m256i*>(start[t] + 8 * h),
-                             _mm256_mullo_epi32(sums, _mm256_set1_epi32(V::kQ6StartScale)));
+                             _mm256_slli_epi32(sums, V::kQ6StartShift));
         }
       }
       const F d_quarter = V::Mul(V::Halves(blk, half), quarter);  // exact
@@ -129,6 +130,8 @@ struct Q6_KInterleaved {
           const I v0 = V::Load(codes, half), v1 = V::Load(codes + 64, half), v2 = V::Load(codes + 128, half);
           const I u[4] = {V::Q6Codes(v0), V::Q6Codes(v1), V::Q6Codes(v2), V::Q6Last(v0, v1, v2)};
           const F dsc = V::Mul(d_quarter, V::Cvt(V::ScalesI8(blk + kQ6_KGroupScalesAt + 16 * s, half)));  // exact
+          // Unrolled, so each token's accumulators stay in registers and the T dot chains overlap.
+#pragma GCC unroll 16
           for (int t = 0; t < T; ++t) {
             const int8_t* qs = q[t] + ab * 32 + 16 * e;
             I dot = V::Set32(start[t][s]);
