@@ -5,8 +5,8 @@
 // type supplies a policy B:
 //   static constexpr int64_t kBytes     bytes per plain super-block (144, 210)
 //   static constexpr bool kSub16        scales per 16 elements (Q6_K) rather than per 32 with mins
-//   static constexpr int kVnniTokens    tokens per step on AVX3_DL (its 32 vector registers hold the
-//                                       step's unpacked weights and per-token accumulators); 2 elsewhere
+//   static constexpr int kVnniTokens    tokens per step on AVX3_DL, as many as its 32 vector
+//                                       registers hold accumulators for (AVX2: 2)
 //   x86 AVX2 or better:
 //     template <class V, int T> static void Step(g, x0, cols, t0, y, y_stride, r, half)
 //         the group at g (rows r..r+15, or the half's 8 of them where V has 8 lanes) times
@@ -69,6 +69,7 @@ struct KqRowsVec {
   static KVQ_KQUANT_X86_ATTR inline I Set32(int32_t v) { return _mm512_set1_epi32(v); }
   static KVQ_KQUANT_X86_ATTR inline I And(I a, I b) { return _mm512_and_si512(a, b); }
   static KVQ_KQUANT_X86_ATTR inline I Or(I a, I b) { return _mm512_or_si512(a, b); }
+  static KVQ_KQUANT_X86_ATTR inline I Add32(I a, I b) { return _mm512_add_epi32(a, b); }
   template <int N> static KVQ_KQUANT_X86_ATTR inline I Srli16(I v) { return _mm512_srli_epi16(v, N); }
   template <int N> static KVQ_KQUANT_X86_ATTR inline I Slli16(I v) { return _mm512_slli_epi16(v, N); }
   static KVQ_KQUANT_X86_ATTR inline I Srl32(I v, int n) { return _mm512_srl_epi32(v, _mm_cvtsi32_si128(n)); }
@@ -128,6 +129,7 @@ struct KqRowsVec {
   static inline I Set32(int32_t v) { return _mm256_set1_epi32(v); }
   static inline I And(I a, I b) { return _mm256_and_si256(a, b); }
   static inline I Or(I a, I b) { return _mm256_or_si256(a, b); }
+  static inline I Add32(I a, I b) { return _mm256_add_epi32(a, b); }
   template <int N> static inline I Srli16(I v) { return _mm256_srli_epi16(v, N); }
   template <int N> static inline I Slli16(I v) { return _mm256_slli_epi16(v, N); }
   static inline I Srl32(I v, int n) { return _mm256_srl_epi32(v, _mm_cvtsi32_si128(n)); }

@@ -126,8 +126,19 @@ struct Q4_KInterleaved {
             I dot[kNibs];
             for (int n = 0; n < kNibs; ++n) {
               const int8_t* qb = q0 + t * cols + (ab0 + nib0 + n) * 32;
-              dot[n] = V::Set32(0);
-              for (int k = 0; k < 8; ++k) dot[n] = V::Dot(dot[n], u[n][k], qb + 4 * k);
+              if constexpr (kNibs == 1) {
+                // Two chains of 4 byte dots and an exact add: half the latency of one chain of 8,
+                // which with one sub-block in flight per token bounded the step.
+                I first = V::Set32(0), second = V::Set32(0);
+                for (int k = 0; k < 4; ++k) {
+                  first = V::Dot(first, u[n][k], qb + 4 * k);
+                  second = V::Dot(second, u[n][k + 4], qb + 16 + 4 * k);
+                }
+                dot[n] = V::Add32(first, second);
+              } else {
+                dot[n] = V::Set32(0);
+                for (int k = 0; k < 8; ++k) dot[n] = V::Dot(dot[n], u[n][k], qb + 4 * k);
+              }
             }
             for (int n = 0; n < kNibs; ++n) {
               const int nib = nib0 + n;
