@@ -3,8 +3,9 @@
 // bytes, the decoded rows, the quantised reference); MatVec on the repacked layout is within
 // γ_{n_blocks+r}·abs_sum of MatVecQuantizedReference (the interleaved kernels round each term at
 // most n_blocks + r times: r = 1 in interleaved_rows-inl.h, 2 in kquant_interleaved-inl.h) and, in
-// the 16-row groups, the same bits on every target; MatMul equals MatVec bit for bit for 1..9 tokens and row counts that
-// are not multiples of 16; the thread count changes no bit; special activations as in matvec.h.
+// the 16-row groups, the same bits on every target; MatMul equals MatVec bit for bit for 1..9
+// tokens and row counts that are not multiples of 16, and for the K-quants' 8-token steps at up
+// to 23 tokens; the thread count changes no bit; special activations as in matvec.h.
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL  // as the weight kernels, so the target list below includes AVX3_DL
 #endif
@@ -265,6 +266,41 @@ TEST(Repack, MatMulGroupEqualsEachMatMulAloneBitForBit) {
         for (size_t i = 0; i < matrices.size(); ++i) {
           EXPECT_TRUE(SameBits(grouped[i], alone[i]))
               << "matrix " << i << ", " << n << " tokens, " << threads << " threads, reversed " << reversed;
+        }
+      }
+    }
+  }
+}
+
+TEST(Repack, KQuantMatMulTilesAtOddTokenAndRowCountsAreTokenByTokenBitForBit) {
+  // The K-quant MatMul steps up to 8 tokens at a time (kquant_interleaved-inl.h): token counts
+  // that fill whole steps, leave every remainder 1..7 after them, or fall short of one step, on
+  // odd row counts (a 16-row group or more, plus a tail the row kernels serve) and a single
+  // super-block or several per row. Each token's row must equal MatVec of that token alone.
+  uint32_t seed = 500;
+  for (WeightType type : {WeightType::kQ4_K, WeightType::kQ6_K}) {
+    const WeightTypeDesc& d = *FindWeightType(type);
+    for (int64_t rows : {17, 35, 48}) {
+      for (int64_t cols : {256, 768}) {
+        SCOPED_TRACE(::testing::Message() << d.label << " " << rows << "x" << cols);
+        const Pair p = MakePair(type, rows, cols, seed++);
+        constexpr int64_t kMaxTokens = 23;
+        const std::vector<float> x = RandomX(kMaxTokens * cols, seed++);  // [kMaxTokens][cols]
+        for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+          TargetScope scope(target);
+          SCOPED_TRACE(hwy::TargetName(target));
+          std::vector<float> per_token(kMaxTokens * rows, NAN);  // [kMaxTokens][rows]
+          for (int64_t t = 0; t < kMaxTokens; ++t) {
+            MatVec(p.packed, x.data() + t * cols, per_token.data() + t * rows, ThreadPool::Shared(1));
+          }
+          for (int64_t n : {5, 8, 9, 11, 13, 15, 16, 19, 23}) {
+            std::vector<float> mm(n * rows, NAN);  // [n][rows]
+            MatMul(p.packed, x.data(), n, mm.data(), ThreadPool::Shared(1));
+            for (int64_t t = 0; t < n; ++t) {
+              ASSERT_EQ(std::memcmp(mm.data() + t * rows, per_token.data() + t * rows, 4 * rows), 0)
+                  << n << " tokens, token " << t;
+            }
+          }
         }
       }
     }
