@@ -7,6 +7,7 @@
 
 #include "weights/kquant_repack.h"
 #include "weights/matvec.h"
+#include "weights/q1_0/q1_0.h"
 #include "weights/weight_type.h"
 
 namespace kvq {
@@ -24,7 +25,7 @@ int64_t BlockBytes(WeightType type) { return type == WeightType::kQ8_0 ? 34 : 18
 
 bool CanRepack(const Matrix& w) {
   const bool legacy = w.type == WeightType::kQ4_0 || w.type == WeightType::kQ8_0;
-  const bool q1_0 = w.type == WeightType::kQ1_0;
+  const bool q1_0 = w.type == WeightType::kQ1_0 && weights_q1_0::RepackPays();  // q1_0.h
   return w.layout == MatrixLayout::kRowMajor && (legacy || q1_0 || IsInterleavedKQuant(w.type)) &&
          w.rows >= kInterleaveRows && w.cols % (legacy ? 32 : q1_0 ? 128 : 256) == 0;
 }

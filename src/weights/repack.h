@@ -29,7 +29,9 @@ namespace kvq {
 inline constexpr int64_t kInterleaveRows = 16;
 
 /// Whether `w` (row-major) has a repacked layout: Q4_0, Q8_0 or Q1_0 (or Q4_K or Q6_K, whose groups
-/// are in weights/kquant_repack.h) with at least kInterleaveRows rows.
+/// are in weights/kquant_repack.h) with at least kInterleaveRows rows; Q1_0 only where its
+/// dispatched kernels make the layout pay (weights_q1_0::RepackPays). RepackMatrix serves every
+/// such type on any target.
 bool CanRepack(const Matrix& w);
 
 /// Writes the kInterleaved16 form of the row-major `w` (CanRepack) to out [MatrixBytes of w] and

@@ -21,6 +21,7 @@
 
 #include "test_util/matvec_bounds.h"
 #include "weights/matvec.h"
+#include "weights/q1_0/q1_0.h"
 #include "weights/weight_type.h"
 
 namespace kvq {
@@ -100,7 +101,12 @@ TEST(Repack, OnlyRowMajorQ4_0AndQ8_0WithAWholeGroup) {
   EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ5_K, .rows = 16, .cols = 256}));
   EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ6_K, .rows = 15, .cols = 256}));
   EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kF32, .rows = 16, .cols = 32}));
-  EXPECT_TRUE(CanRepack(Matrix{.type = WeightType::kQ1_0, .rows = 19, .cols = 128}));
+  // Q1_0: only on the target with the lookup-table kernels (elsewhere the plain rows are faster).
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    TargetScope scope(target);
+    const bool lookup = std::strcmp(weights_q1_0::Kernels().target, "AVX3_DL") == 0;
+    EXPECT_EQ(CanRepack(Matrix{.type = WeightType::kQ1_0, .rows = 19, .cols = 128}), lookup) << hwy::TargetName(target);
+  }
   EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ1_0, .rows = 15, .cols = 128}));
   EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ2_0, .rows = 16, .cols = 128}));
   EXPECT_FALSE(CanRepack(

@@ -25,7 +25,7 @@
 // byte 512g + 16m·t + 16L + 4s + j = code 512g + 128L + 32s + 8j + t. AVX2 reads lane offsets (−Σ of 4 codes) there,
 // AVX3 and the scalar targets nothing; on AVX3_DL the bytes that follow (cols·8 of them) hold the
 // lookup tables below.
-// Repacked (MatrixLayout::kInterleaved16, repack.h; LoadModel repacks every Q1_0 projection):
+// Repacked (MatrixLayout::kInterleaved16, repack.h; LoadModel repacks Q1_0 where RepackPays):
 // AVX3_DL looks up partial sums instead of multiplying bit by bit: per token and activation block,
 // for each 4 consecutive elements, the sums of their codes' low nibbles and high parts over every
 // subset (16 entries each, twice the sums, exact in a byte), built once per token in
@@ -52,4 +52,8 @@ void QuantizeBlock(const float* x, uint8_t* block);
 /// w[j] = ±d in double (exact), abs[j] = |w[j]|, j < 128.
 void ExactBlock(const uint8_t* block, double* w, double* abs);
 const WeightKernels& Kernels();  ///< row kernels, best target here
+/// Whether the kernels dispatched here read the repacked layout with lookup tables (AVX3_DL with
+/// GFNI), so repacking at load pays: elsewhere a repacked group is copied back to plain rows per
+/// call, slower than reading the plain rows.
+bool RepackPays();
 }  // namespace kvq::weights_q1_0

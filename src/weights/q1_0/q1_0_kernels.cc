@@ -553,5 +553,6 @@ const WeightKernels& Kernels() {
 #endif
   return k;
 }
+bool RepackPays() { return Kernels().offset_bytes_per_elem > 1; }  // only the lookup-table kernels ask for tables
 }  // namespace kvq::weights_q1_0
 #endif
