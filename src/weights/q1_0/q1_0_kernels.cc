@@ -289,9 +289,9 @@ KVQ_Q1_0_GFNI_ATTR void InterleavedGroup(const uint8_t* g, const QuantizedX& x, 
   _mm512_storeu_ps(y, _mm512_add_ps(s0, s1));
 }
 
-// WeightKernels::interleaved_rows: rows [r0, r1) (whole groups) × n_tokens, group by group.
-KVQ_Q1_0_GFNI_ATTR void InterleavedRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tokens, float* y,
-                                        int64_t y_stride, int64_t cols, int64_t r0, int64_t r1) {
+// Rows [r0, r1) (whole groups) × n_tokens by the lookup tables, group by group.
+KVQ_Q1_0_GFNI_ATTR void LookupRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tokens, float* y,
+                                   int64_t y_stride, int64_t cols, int64_t r0, int64_t r1) {
   const int64_t n_wb = cols / kBlockElems;
   const int64_t row_bytes = n_wb * kBlockBytes;
   const int64_t n_blocks = cols / 32;
@@ -490,12 +490,15 @@ void QuantRows(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, in
 }
 
 #ifndef KVQ_Q1_0_HAS_LUT
-// Targets without the lookup-table kernel: each 16-row group of the repacked layout copied back to
-// plain rows (repack.h) and run through QuantRows, so a repacked matrix gives this target's row
-// kernel bits.
 constexpr int64_t kOffsetBytesPerElem = 1;
-void InterleavedRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tokens, float* y, int64_t y_stride,
-                     int64_t cols, int64_t r0, int64_t r1) {
+#endif
+
+// Each 16-row group of the repacked layout copied back to plain rows (repack.h) and run through
+// QuantRows for every token: this target's row-kernel bits. What targets without the lookup-table
+// kernel run, and AVX3_DL for a block of tokens (prefill), where one copy serves every token and
+// the row kernel reads each token's cols bytes of codes instead of its 8·cols bytes of tables.
+void CopyBackRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tokens, float* y, int64_t y_stride,
+                  int64_t cols, int64_t r0, int64_t r1) {
   const int64_t n_wb = cols / kBlockElems;
   const int64_t row_bytes = n_wb * kBlockBytes;
   const int64_t n_blocks = cols / 32;
@@ -513,12 +516,22 @@ void InterleavedRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tokens, f
     }
     for (int64_t t = 0; t < n_tokens; ++t) {
       const QuantizedX x = {.q = x0.q + t * cols, .d = x0.d + t * n_blocks, .sum = x0.sum + t * n_blocks,
-                            .offset = x0.offset + t * (cols / 4)};
+                            .offset = x0.offset + t * (cols / 4 * kOffsetBytesPerElem)};
       QuantRows(plain.data(), x, y + t * y_stride + r, cols, 0, 16);
     }
   }
 }
+
+// WeightKernels::interleaved_rows. The same bits either way (the row kernel's), so the choice by
+// n_tokens changes none (MatMul = n_tokens MatVec calls, bit for bit).
+void InterleavedRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tokens, float* y, int64_t y_stride,
+                     int64_t cols, int64_t r0, int64_t r1) {
+#ifdef KVQ_Q1_0_HAS_LUT
+  constexpr int64_t kLookupMaxTokens = 4;  // 4 tokens' tables (32·cols bytes) stay in L2 beside a group
+  if (n_tokens <= kLookupMaxTokens) return LookupRows(w, x0, n_tokens, y, y_stride, cols, r0, r1);
 #endif
+  CopyBackRows(w, x0, n_tokens, y, y_stride, cols, r0, r1);
+}
 #undef KVQ_Q1_0_HAS_LUT
 
 }  // namespace q1_0_detail
