@@ -250,7 +250,7 @@ void MatVec(const Matrix& w, const float* x, float* y, ThreadPool& pool) { MatMu
 QuantizedX QuantizedActivation::Token(int64_t token) const {
   return {.q = q.data() + token * cols, .d = d.data() + token * (cols / kActivationBlockElems),
           .sum = sum.data() + token * (cols / kActivationBlockElems),
-          .offset = offset.data() + token * (cols / kActivationLaneElems)};
+          .offset = offset.data() + token * offset_stride};
 }
 
 void QuantizeActivationFor(const WeightKernels& k, const float* x, int64_t cols, int64_t n_tokens,
@@ -261,7 +261,8 @@ void QuantizeActivationFor(const WeightKernels& k, const float* x, int64_t cols,
   out->q.resize(n);
   out->d.resize(n / kActivationBlockElems);
   out->sum.resize(n / kActivationBlockElems);
-  out->offset.resize(n / kActivationLaneElems);
+  out->offset_stride = cols / kActivationLaneElems * k.offset_bytes_per_elem;
+  out->offset.resize(n_tokens * out->offset_stride);
   HWY_DYNAMIC_DISPATCH(QuantizeActivationHere)(x, n, out->q.data(), out->d.data());
   for (int64_t b = 0; b < n / kActivationBlockElems; ++b) {
     int32_t sum = 0;
@@ -269,7 +270,7 @@ void QuantizeActivationFor(const WeightKernels& k, const float* x, int64_t cols,
     out->sum[b] = sum;
   }
   for (int64_t token = 0; token < n_tokens; ++token) {  // per token: a layout may group a row's blocks
-    k.activation_offsets(out->q.data() + token * cols, cols, out->offset.data() + token * (cols / kActivationLaneElems));
+    k.activation_offsets(out->q.data() + token * cols, cols, out->offset.data() + token * out->offset_stride);
   }
 }
 

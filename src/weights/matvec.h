@@ -58,6 +58,8 @@
 //   second accumulator per row (Q4_K's mins, Q6_K's odd sub-blocks of 16) and the add joining the
 //   two: at most n_blocks + 2 roundings per term, within γ_{n_blocks+5} (matvec_roundings = 5);
 //   tests/weights/repack_test.cc checks γ_{n_blocks+2} and the same bits on every target.
+//   Repacked Q1_0 (the same 16-row groups): lookup tables of partial sums on AVX3_DL, giving
+//   each target's row-kernel bits (q1_0.h), so matvec_roundings = 4 covers it.
 //
 // Results depend on the SIMD target (lane count) and the layout, but not on the thread count, and
 // MatMul equals n_tokens MatVec calls bit for bit (the same activation quantisation, and per row
@@ -130,7 +132,8 @@ struct QuantizedActivation {
   std::vector<int8_t> q;        // [n_tokens][cols]
   std::vector<float> d;         // [n_tokens][cols / 32]
   std::vector<int32_t> sum;     // [n_tokens][cols / 32]
-  std::vector<int32_t> offset;  // [n_tokens][cols / 4]
+  std::vector<int32_t> offset;  // [n_tokens][offset_stride]
+  int64_t offset_stride = 0;    // int32 words of offset per token: cols·offset_bytes_per_elem / 4
   QuantizedX Token(int64_t token) const;
 };
 

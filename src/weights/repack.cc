@@ -7,25 +7,27 @@
 
 #include "weights/kquant_repack.h"
 #include "weights/matvec.h"
+#include "weights/q1_0/q1_0.h"
 #include "weights/weight_type.h"
 
 namespace kvq {
 namespace {
 
-constexpr int64_t kScaleBytes = 2;  // f16 d at the start of a Q4_0 / Q8_0 block
+constexpr int64_t kScaleBytes = 2;  // f16 d at the start of a Q4_0 / Q8_0 / Q1_0 block
 
 // Bytes of a group's block b that hold d of its rows; bytes of one code vector (4 per row).
 constexpr int64_t kGroupScaleBytes = kInterleaveRows * kScaleBytes;
 constexpr int64_t kVectorBytes = kInterleaveRows * 4;
 
-int64_t BlockBytes(WeightType type) { return type == WeightType::kQ4_0 ? 18 : 34; }
+int64_t BlockBytes(WeightType type) { return type == WeightType::kQ8_0 ? 34 : 18; }  // Q4_0, Q1_0: 18
 
 }  // namespace
 
 bool CanRepack(const Matrix& w) {
   const bool legacy = w.type == WeightType::kQ4_0 || w.type == WeightType::kQ8_0;
-  return w.layout == MatrixLayout::kRowMajor && (legacy || IsInterleavedKQuant(w.type)) &&
-         w.rows >= kInterleaveRows && w.cols % (legacy ? 32 : 256) == 0;
+  const bool q1_0 = w.type == WeightType::kQ1_0 && weights_q1_0::RepackPays();  // q1_0.h
+  return w.layout == MatrixLayout::kRowMajor && (legacy || q1_0 || IsInterleavedKQuant(w.type)) &&
+         w.rows >= kInterleaveRows && w.cols % (legacy ? 32 : q1_0 ? 128 : 256) == 0;
 }
 
 int64_t MatrixDataBytes(const Matrix& w) { return w.rows * MatrixRowBytes(w.type, w.cols); }
@@ -58,8 +60,8 @@ Matrix RepackMatrix(const Matrix& w, uint8_t* out) {
     return r;
   }
   const int64_t bb = BlockBytes(w.type);
-  const int64_t code_bytes = bb - kScaleBytes;  // 16 (Q4_0) or 32 (Q8_0) per row and block
-  const int64_t n_blocks = w.cols / 32;
+  const int64_t code_bytes = bb - kScaleBytes;  // 16 (Q4_0, Q1_0) or 32 (Q8_0) per row and block
+  const int64_t n_blocks = w.cols / FindWeightType(w.type)->block_elems;
   const int64_t row_bytes = n_blocks * bb;
   const int64_t groups = w.rows / kInterleaveRows;
   for (int64_t g = 0; g < groups; ++g) {

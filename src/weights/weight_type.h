@@ -27,11 +27,12 @@ struct QuantizedX {
   // [cols / 32] Σ q over each block of 32 (exact int32): the term a weight type with an offset
   // (Q4_1's min, a K-quant's sub-block min, Q1_0's −d) multiplies, so no kernel re-sums codes.
   const int32_t* sum = nullptr;
-  // [cols / 4] (cols bytes) type-defined side data the type's kernels derive from q once per call
-  // (WeightKernels::activation_offsets of the matrix's type fills it). Mostly what each int32 lane
+  // [cols · offset_bytes_per_elem / 4] (cols bytes unless the kernels ask for more) type-defined
+  // side data the type's kernels derive from q once per call (WeightKernels::activation_offsets
+  // of the matrix's type fills it). Mostly what each int32 lane
   // of the x86 kernels starts from: minus the unsigned-byte bias times the sum of the 4 codes the
   // lane covers, so the lane ends exactly at Σ code·q (or a fixed power-of-two multiple of it);
-  // Q1_0 on AVX3_DL: the codes permuted by bit position (q1_0.h).
+  // Q1_0 on AVX3_DL: the codes permuted by bit position, then lookup tables of partial sums (q1_0.h).
   const int32_t* offset = nullptr;
 };
 
@@ -42,9 +43,9 @@ struct WeightKernels {
   /// Plain types (quantized_activation false): y[r] = Σ_c W[r][c]·x[c] for r in [r0, r1).
   /// w is the whole matrix [rows][row bytes]; x [cols]; y [rows].
   void (*rows)(const uint8_t* w, const float* x, float* y, int64_t cols, int64_t r0, int64_t r1);
-  /// Quantised-activation types: fills x.offset [n / 4] from the codes q [n] of one token (n =
-  /// cols) as this type's kernels on this target start their int32 lanes (a no-op where they do
-  /// not use it).
+  /// Quantised-activation types: fills x.offset [n · offset_bytes_per_elem / 4] from the codes q
+  /// [n] of one token (n = cols) as this type's kernels on this target start their int32 lanes
+  /// (a no-op where they do not use it).
   void (*activation_offsets)(const int8_t* q, int64_t n, int32_t* offset);
   /// Quantised-activation types: rows [r0, r1) of y = W x from the quantised x.
   void (*quant_rows)(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r0, int64_t r1);
@@ -54,6 +55,9 @@ struct WeightKernels {
   /// y [n_tokens][y_stride] at column r. Per row and token the same operations whatever n_tokens.
   void (*interleaved_rows)(const uint8_t* w, const QuantizedX& x0, int64_t n_tokens, float* y, int64_t y_stride,
                            int64_t cols, int64_t r0, int64_t r1) = nullptr;
+  /// Bytes of x.offset per activation element that activation_offsets fills (≥ 1;
+  /// token t's offsets start at t·cols·offset_bytes_per_elem / 4 int32 words).
+  int64_t offset_bytes_per_elem = 1;
 };
 
 /// A registered weight type. A row of `cols` elements is cols / block_elems blocks of

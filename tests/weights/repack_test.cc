@@ -22,6 +22,7 @@
 
 #include "test_util/matvec_bounds.h"
 #include "weights/matvec.h"
+#include "weights/q1_0/q1_0.h"
 #include "weights/weight_type.h"
 
 namespace kvq {
@@ -30,16 +31,27 @@ namespace {
 using test::QuantTolerance;
 using test::TargetScope;
 
-constexpr WeightType kTypes[] = {WeightType::kQ4_0, WeightType::kQ8_0, WeightType::kQ4_K, WeightType::kQ6_K};
+constexpr WeightType kTypes[] = {WeightType::kQ4_0, WeightType::kQ8_0, WeightType::kQ4_K, WeightType::kQ6_K,
+                                 WeightType::kQ1_0};
 
 bool IsKQuant(WeightType type) { return type == WeightType::kQ4_K || type == WeightType::kQ6_K; }
 
-// Roundings per term beyond one per activation block: interleaved_rows-inl.h (Q4_0, Q8_0) and
-// kquant_interleaved-inl.h (Q4_K, Q6_K: a second accumulator and the add that joins them).
-int64_t InterleavedRoundings(WeightType type) { return IsKQuant(type) ? 2 : 1; }
+// Q1_0's repacked kernels give each target's row-kernel bits (q1_0.h), not one result for all targets.
+bool RowKernelBits(WeightType type) { return type == WeightType::kQ1_0; }
 
-// Row lengths: whole blocks of 32, or of 256 for the K-quants (`small` for the byte checks).
+// Roundings per term beyond one per activation block: interleaved_rows-inl.h (Q4_0, Q8_0),
+// kquant_interleaved-inl.h (Q4_K, Q6_K: a second accumulator and the add that joins them), and
+// Q1_0's row kernels' count (its repacked kernels repeat their float operations).
+int64_t InterleavedRoundings(WeightType type) {
+  if (RowKernelBits(type)) return FindWeightType(type)->matvec_roundings;
+  return IsKQuant(type) ? 2 : 1;
+}
+
+// Row lengths: whole blocks of 32, 128 for Q1_0 (1 to 17 blocks: odd counts, and counts that are
+// and are not multiples of the kernels' 4-block groups), or of 256 for the K-quants (`small` for
+// the byte checks).
 std::vector<int64_t> ColsFor(WeightType type, bool small) {
+  if (type == WeightType::kQ1_0) return small ? std::vector<int64_t>{128, 384, 512} : std::vector<int64_t>{128, 384, 512, 640, 2176};
   if (IsKQuant(type)) return small ? std::vector<int64_t>{256, 512, 768} : std::vector<int64_t>{256, 768, 1024, 2048};
   return small ? std::vector<int64_t>{32, 64, 96, 256} : std::vector<int64_t>{32, 96, 256, 1024};
 }
@@ -90,6 +102,14 @@ TEST(Repack, OnlyRowMajorQ4_0AndQ8_0WithAWholeGroup) {
   EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ5_K, .rows = 16, .cols = 256}));
   EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ6_K, .rows = 15, .cols = 256}));
   EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kF32, .rows = 16, .cols = 32}));
+  // Q1_0: only on the target with the lookup-table kernels (elsewhere the plain rows are faster).
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    TargetScope scope(target);
+    const bool lookup = std::strcmp(weights_q1_0::Kernels().target, "AVX3_DL") == 0;
+    EXPECT_EQ(CanRepack(Matrix{.type = WeightType::kQ1_0, .rows = 19, .cols = 128}), lookup) << hwy::TargetName(target);
+  }
+  EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ1_0, .rows = 15, .cols = 128}));
+  EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ2_0, .rows = 16, .cols = 128}));
   EXPECT_FALSE(CanRepack(
       Matrix{.type = WeightType::kQ4_0, .rows = 16, .cols = 32, .layout = MatrixLayout::kInterleaved16}));
 }
@@ -166,7 +186,9 @@ TEST(Repack, EveryTargetWithinTheBoundAndTheSameBits) {
           MatVec(p.plain, x.data(), plain.data(), ThreadPool::Shared(1));
           ASSERT_EQ(std::memcmp(plain.data() + grouped, y.data() + grouped, 4 * (rows - grouped)), 0);
           // The grouped rows (the tail's row kernels depend on the target, as matvec.h says).
-          if (first.empty()) {
+          if (RowKernelBits(type)) {
+            ASSERT_EQ(std::memcmp(plain.data(), y.data(), 4 * grouped), 0);  // this target's row kernel
+          } else if (first.empty()) {
             first = y;
           } else {
             ASSERT_EQ(std::memcmp(first.data(), y.data(), 4 * grouped), 0);
@@ -243,7 +265,9 @@ TEST(Repack, MatMulGroupEqualsEachMatMulAloneBitForBit) {
   pairs.push_back(MakePair(WeightType::kQ6_K, 33, kCols, 2));
   pairs.push_back(MakePair(WeightType::kQ4_K, 20, kCols, 3));
   pairs.push_back(MakePair(WeightType::kQ8_0, 40, kCols, 4));
-  std::vector<Matrix> matrices = {pairs[0].packed, pairs[1].packed, pairs[2].plain, pairs[3].plain};
+  pairs.push_back(MakePair(WeightType::kQ1_0, 35, kCols, 5));
+  std::vector<Matrix> matrices = {pairs[0].packed, pairs[1].packed, pairs[2].plain, pairs[3].plain, pairs[4].packed,
+                                  pairs[4].plain};
   ThreadPool one(1);
   for (int64_t n : {1, 3, 7}) {
     const std::vector<float> x = RandomX(n * kCols, 10 + static_cast<uint32_t>(n));

@@ -23,7 +23,19 @@
 // On AVX3_DL, QuantizedX::offset holds the activation codes permuted by bit position, not lane
 // offsets (q1_0_kernels.cc, ActivationOffsets): per group g of m ≤ 4 weight blocks of a token,
 // byte 512g + 16m·t + 16L + 4s + j = code 512g + 128L + 32s + 8j + t. AVX2 reads lane offsets (−Σ of 4 codes) there,
-// AVX3 and the scalar targets nothing.
+// AVX3 and the scalar targets nothing; on AVX3_DL the bytes that follow (cols·8 of them) hold the
+// lookup tables below.
+// Repacked (MatrixLayout::kInterleaved16, repack.h; LoadModel repacks Q1_0 where RepackPays):
+// AVX3_DL looks up partial sums instead of multiplying bit by bit: per token and activation block,
+// for each 4 consecutive elements, the sums of their codes' low nibbles and high parts over every
+// subset (16 entries each, twice the sums, exact in a byte), built once per token in
+// activation_offsets; per 16 rows × 32 weights one vector of sign bytes gives the tables' indices
+// (a shift and two ternary-logic ops), 4 byte permutes (vpermb) and 4 byte dots (vpdpbusd by 1 and
+// by 16) make each row's I_b exactly, and the float operations are the row kernel's on the same
+// values in the same order, lane for lane (row j's 16 lanes in 16 accumulators, summed as
+// _mm512_reduce_add_ps sums them): the same bits as RowGroup on the plain rows, so the bound above
+// holds unchanged. Other targets copy each 16-row group back to plain rows and run their row
+// kernel: their row kernel's bits too.
 #pragma once
 
 #include <cstdint>
@@ -40,4 +52,8 @@ void QuantizeBlock(const float* x, uint8_t* block);
 /// w[j] = ±d in double (exact), abs[j] = |w[j]|, j < 128.
 void ExactBlock(const uint8_t* block, double* w, double* abs);
 const WeightKernels& Kernels();  ///< row kernels, best target here
+/// Whether the kernels dispatched here read the repacked layout with lookup tables (AVX3_DL with
+/// GFNI), so repacking at load pays: elsewhere a repacked group is copied back to plain rows per
+/// call, slower than reading the plain rows.
+bool RepackPays();
 }  // namespace kvq::weights_q1_0

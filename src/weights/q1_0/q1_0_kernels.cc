@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "base/float_codes.h"
 #include "weights/q1_0/q1_0.h"
@@ -75,11 +76,58 @@ constexpr int64_t kGroupBlocks = 4;  // weight blocks per vector
 #define KVQ_Q1_0_GFNI_ATTR __attribute__((target("avx512vnni,no-avxvnni,gfni")))
 #endif
 
-// QuantizedX::offset [n / 4] as this target's kernels read it, the codes q [n] of one token
-// (QuantizeActivationFor calls this per token) permuted: per group g of m ≤ 4 weight blocks
+// QuantizedX::offset [n · kOffsetBytesPerElem / 4] as this target's kernels read it: the codes q
+// [n] of one token (QuantizeActivationFor calls this per token) permuted for the row kernel, per group g of m ≤ 4 weight blocks
 // (elements 512g .. 512g + 128m − 1; m = 4 but for a row's last group), byte
 // 512g + 16m·t + 16L + 4s + j = code 512g + 128L + 32s + 8j + t (bit position t, weight block L,
-// activation block s, byte j). Exactly n bytes, the offset buffer's size.
+// activation block s, byte j), n bytes; then the lookup tables of the interleaved kernel.
+// ---- Lookup tables for the repacked layout (MatrixLayout::kInterleaved16, repack.h) ----
+// A code q ∈ [−127, 127] is 16·h + l with l = q & 15 ∈ [0, 15] and h = q >> 4 ∈ [−8, 7] (exact).
+// Per activation block b (32 codes) and byte position i < 4 of a row's 4 code bytes (elements
+// 8i .. 8i+7 of the block), the nibble half u ∈ {0: bits 0-3, 1: bits 4-7} covers the 4 codes
+// 8i + 4u + m (m < 4). Tables of block b, at byte kTableBytes·b after the permuted codes:
+//   [u][part][16i + n], part 0 = 2·Σ_{m: bit m of n} l, part 1 = 2·Σ_{m: bit m of n} h
+// (2·Σ l ∈ [0, 120] read as unsigned bytes, 2·Σ h ∈ [−64, 56] as signed: both exact in a byte).
+// One vpermb of a table by the index byte 16i + (nibble) then gives, per weight byte, twice the
+// partial sums over its 4 set bits, and vpdpbusd by 1 (part 0) and by 16 (part 1) adds
+// 2·Σ_{bit set} q; started from −Σq the lane ends at I_b = Σ ±q exactly.
+constexpr int64_t kTableBytes = 256;                              // per activation block: [2][2][64]
+constexpr int64_t kOffsetBytesPerElem = 1 + kTableBytes / 32;     // the permuted codes, then the tables
+
+// tables [n / 32][2][2][64] (above) from the codes q [n] of one token: per table 4 masked byte
+// permutes of the block's doubled l or h (vpermb picks code 8i + 4u + m into entry 16i + n where
+// bit m of n is set, 0 elsewhere) and 3 byte adds, none of which can wrap.
+KVQ_Q1_0_GFNI_ATTR void LookupTables(const int8_t* q, int64_t n, uint8_t* tables) {
+  alignas(64) uint8_t idx_bytes[2][4][64];  // [u][m][entry 16i + n] = 8i + 4u + m
+  uint64_t mask_bits[4] = {};               // [m] bit e set: bit m of e % 16
+  for (int u = 0; u < 2; ++u) {
+    for (int m = 0; m < 4; ++m) {
+      for (int e = 0; e < 64; ++e) idx_bytes[u][m][e] = static_cast<uint8_t>(8 * (e / 16) + 4 * u + m);
+    }
+  }
+  for (int m = 0; m < 4; ++m) {
+    for (int e = 0; e < 64; ++e) mask_bits[m] |= static_cast<uint64_t>((e % 16) >> m & 1) << e;
+  }
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const __m512i codes = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * b)));
+    const __m512i l = _mm512_and_si512(codes, _mm512_set1_epi8(15));
+    // (q + 128) >> 4 = h + 8 (l < 16): a 16-bit shift, the bits from the next byte masked off.
+    const __m512i h8 = _mm512_and_si512(
+        _mm512_srli_epi16(_mm512_xor_si512(codes, _mm512_set1_epi8(static_cast<char>(0x80))), 4), _mm512_set1_epi8(15));
+    const __m512i part[2] = {_mm512_add_epi8(l, l), _mm512_sub_epi8(_mm512_add_epi8(h8, h8), _mm512_set1_epi8(16))};
+    for (int u = 0; u < 2; ++u) {
+      for (int p = 0; p < 2; ++p) {
+        __m512i t = _mm512_setzero_si512();
+        for (int m = 0; m < 4; ++m) {
+          const __m512i idx = _mm512_load_si512(idx_bytes[u][m]);
+          t = _mm512_add_epi8(t, _mm512_maskz_permutexvar_epi8(_cvtu64_mask64(mask_bits[m]), idx, part[p]));
+        }
+        _mm512_storeu_si512(tables + kTableBytes * b + 128 * u + 64 * p, t);
+      }
+    }
+  }
+}
+
 KVQ_Q1_0_GFNI_ATTR void ActivationOffsets(const int8_t* q, int64_t n, int32_t* offset) {
   int8_t* out = reinterpret_cast<int8_t*>(offset);
   const int64_t n_wb = n / kBlockElems;
@@ -90,7 +138,7 @@ KVQ_Q1_0_GFNI_ATTR void ActivationOffsets(const int8_t* q, int64_t n, int32_t* o
         out[wb * kBlockElems + 16 * m * t + k] = q[wb * kBlockElems + 32 * (k / 4) + 8 * (k % 4) + t];
       }
     }
-  }
+  }  LookupTables(q, n, reinterpret_cast<uint8_t*>(offset) + n);
 }
 
 // Weight blocks wb .. wb+m−1 of one row (block = the first one's bytes, 18-byte stride), from
@@ -180,6 +228,84 @@ KVQ_Q1_0_GFNI_ATTR void RowGroup(const uint8_t* w, const QuantizedX& x, float* y
   }
   for (int i = 0; i < R; ++i) y[r + i] = _mm512_reduce_add_ps(acc[i]);
 }
+
+// Repacked (repack.h) Q1_0: weight block wb = 4G + L of a 16-row group (blk, 16·18 bytes),
+// its activation blocks b = 4wb + k into acc[4L + k], lane j = row j: per vector of 16 rows × 32
+// weights one shift, two ternary-logic ops (the index bytes 16i + nibble), 4 table permutes and 4
+// byte dots (the tables above) make I_b exactly, then the row kernel's float operations on the
+// same values: acc += (d_w·d_x)·f32(I_b), the row kernel's lane 4L + k being acc[4L + k]'s lane j.
+template <int L>
+KVQ_Q1_0_GFNI_ATTR inline void InterleavedBlock(const uint8_t* blk, const QuantizedX& x, const uint8_t* tables,
+                                                int64_t wb, __m512* acc) {
+  const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+  const __m512i nibble = _mm512_set1_epi8(15);
+  const __m512i sel = _mm512_set1_epi32(0x30201000);  // byte 4j + i: 16i
+  const __m512i ones = _mm512_set1_epi8(1);
+  const __m512i sixteen = _mm512_set1_epi8(16);
+  for (int k = 0; k < kSub; ++k) {
+    const int64_t b = kSub * wb + k;
+    const __m512i z = _mm512_loadu_si512(blk + 32 + 64 * k);  // byte 4j + i: row j's qs[4k + i]
+    // (z & 15) | 16i and ((z >> 4) & 15) | 16i: ternary-logic 0xEA is (A & B) | C.
+    const __m512i lo = _mm512_ternarylogic_epi32(z, nibble, sel, 0xEA);
+    const __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(z, 4), nibble, sel, 0xEA);
+    const uint8_t* t = tables + kTableBytes * b;
+    __m512i dot = _mm512_set1_epi32(-x.sum[b]);
+    dot = _mm512_dpbusd_epi32(dot, _mm512_permutexvar_epi8(lo, _mm512_loadu_si512(t)), ones);
+    dot = _mm512_dpbusd_epi32(dot, sixteen, _mm512_permutexvar_epi8(lo, _mm512_loadu_si512(t + 64)));
+    dot = _mm512_dpbusd_epi32(dot, _mm512_permutexvar_epi8(hi, _mm512_loadu_si512(t + 128)), ones);
+    dot = _mm512_dpbusd_epi32(dot, sixteen, _mm512_permutexvar_epi8(hi, _mm512_loadu_si512(t + 192)));
+    acc[4 * L + k] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(x.d[b])), _mm512_cvtepi32_ps(dot), acc[4 * L + k]);
+  }
+}
+
+// One 16-row group g (n_wb weight blocks) for one token -> y[0..15]. The 16 accumulators are the
+// row kernel's 16 lanes (every lane starts at +0 and an exact sum of ±0 terms stays +0, so the
+// row kernel's additions of +0 for the lanes past a short last group change nothing), summed in
+// the order of _mm512_reduce_add_ps (GCC's: lanes ℓ + 8 onto ℓ, then ℓ + 4, then 2, then 1), so
+// every row's bits equal the row kernel's (RowGroup above) on the plain rows.
+KVQ_Q1_0_GFNI_ATTR void InterleavedGroup(const uint8_t* g, const QuantizedX& x, int64_t n_wb, float* y) {
+  constexpr int64_t kGroupBlock = kBlockBytes * 16;  // one weight block of 16 rows
+  const uint8_t* tables = reinterpret_cast<const uint8_t*>(x.offset) + n_wb * kBlockElems;
+  __m512 acc[16];  // [lane of the row kernel], lane j = row j
+  for (__m512& a : acc) a = _mm512_setzero_ps();
+  int64_t wb = 0;
+  for (; wb < n_wb; wb += 4) {
+    const uint8_t* blk = g + wb * kGroupBlock;
+    // Software prefetch kPrefetchBytes ahead into L2, as the row kernels do (an integer address:
+    // it may lie past the matrix; a prefetch never faults).
+    const uintptr_t ahead = reinterpret_cast<uintptr_t>(blk) + kPrefetchBytes;
+    for (int64_t at = 0; at < 4 * kGroupBlock; at += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + at), _MM_HINT_T1);
+    InterleavedBlock<0>(blk, x, tables, wb, acc);
+    if (wb + 1 < n_wb) InterleavedBlock<1>(blk + kGroupBlock, x, tables, wb + 1, acc);
+    if (wb + 2 < n_wb) InterleavedBlock<2>(blk + 2 * kGroupBlock, x, tables, wb + 2, acc);
+    if (wb + 3 < n_wb) InterleavedBlock<3>(blk + 3 * kGroupBlock, x, tables, wb + 3, acc);
+  }
+  __m512 s8[8];
+  for (int i = 0; i < 8; ++i) s8[i] = _mm512_add_ps(acc[8 + i], acc[i]);
+  __m512 s4[4];
+  for (int i = 0; i < 4; ++i) s4[i] = _mm512_add_ps(s8[4 + i], s8[i]);
+  const __m512 s0 = _mm512_add_ps(s4[0], s4[2]);
+  const __m512 s1 = _mm512_add_ps(s4[1], s4[3]);
+  _mm512_storeu_ps(y, _mm512_add_ps(s0, s1));
+}
+
+// Rows [r0, r1) (whole groups) × n_tokens by the lookup tables, group by group.
+KVQ_Q1_0_GFNI_ATTR void LookupRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tokens, float* y,
+                                   int64_t y_stride, int64_t cols, int64_t r0, int64_t r1) {
+  const int64_t n_wb = cols / kBlockElems;
+  const int64_t row_bytes = n_wb * kBlockBytes;
+  const int64_t n_blocks = cols / 32;
+  alignas(64) float out[16];  // [row of the group]
+  for (int64_t r = r0; r < r1; r += 16) {
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const QuantizedX x = {.q = x0.q + t * cols, .d = x0.d + t * n_blocks, .sum = x0.sum + t * n_blocks,
+                            .offset = x0.offset + t * (cols / 4 * kOffsetBytesPerElem)};
+      InterleavedGroup(w + r * row_bytes, x, n_wb, out);
+      std::memcpy(y + t * y_stride + r, out, sizeof(out));
+    }
+  }
+}
+#define KVQ_Q1_0_HAS_LUT 1
 
 #elif HWY_TARGET <= HWY_AVX3
 // AVX-512BW, 512-bit: two activation blocks (64 elements, 8 bytes of bits) per vector. The 64
@@ -363,6 +489,51 @@ void QuantRows(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, in
   for (; r < r1; ++r) RowGroup<1>(w, x, y, cols, r);
 }
 
+#ifndef KVQ_Q1_0_HAS_LUT
+constexpr int64_t kOffsetBytesPerElem = 1;
+#endif
+
+// Each 16-row group of the repacked layout copied back to plain rows (repack.h) and run through
+// QuantRows for every token: this target's row-kernel bits. What targets without the lookup-table
+// kernel run, and AVX3_DL for a block of tokens (prefill), where one copy serves every token and
+// the row kernel reads each token's cols bytes of codes instead of its 8·cols bytes of tables.
+void CopyBackRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tokens, float* y, int64_t y_stride,
+                  int64_t cols, int64_t r0, int64_t r1) {
+  const int64_t n_wb = cols / kBlockElems;
+  const int64_t row_bytes = n_wb * kBlockBytes;
+  const int64_t n_blocks = cols / 32;
+  thread_local std::vector<uint8_t> plain;  // [16][row_bytes]
+  plain.resize(16 * row_bytes);
+  for (int64_t r = r0; r < r1; r += 16) {
+    const uint8_t* g = w + r * row_bytes;
+    for (int64_t wb = 0; wb < n_wb; ++wb) {
+      const uint8_t* blk = g + wb * 16 * kBlockBytes;
+      for (int64_t j = 0; j < 16; ++j) {
+        uint8_t* dst = plain.data() + j * row_bytes + wb * kBlockBytes;
+        std::memcpy(dst, blk + 2 * j, 2);
+        for (int64_t k = 0; k < kSub; ++k) std::memcpy(dst + 2 + 4 * k, blk + 32 + 64 * k + 4 * j, 4);
+      }
+    }
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const QuantizedX x = {.q = x0.q + t * cols, .d = x0.d + t * n_blocks, .sum = x0.sum + t * n_blocks,
+                            .offset = x0.offset + t * (cols / 4 * kOffsetBytesPerElem)};
+      QuantRows(plain.data(), x, y + t * y_stride + r, cols, 0, 16);
+    }
+  }
+}
+
+// WeightKernels::interleaved_rows. The same bits either way (the row kernel's), so the choice by
+// n_tokens changes none (MatMul = n_tokens MatVec calls, bit for bit).
+void InterleavedRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tokens, float* y, int64_t y_stride,
+                     int64_t cols, int64_t r0, int64_t r1) {
+#ifdef KVQ_Q1_0_HAS_LUT
+  constexpr int64_t kLookupMaxTokens = 4;  // 4 tokens' tables (32·cols bytes) stay in L2 beside a group
+  if (n_tokens <= kLookupMaxTokens) return LookupRows(w, x0, n_tokens, y, y_stride, cols, r0, r1);
+#endif
+  CopyBackRows(w, x0, n_tokens, y, y_stride, cols, r0, r1);
+}
+#undef KVQ_Q1_0_HAS_LUT
+
 }  // namespace q1_0_detail
 
 const WeightKernels& Q1_0WeightKernelsHere() {
@@ -371,6 +542,8 @@ const WeightKernels& Q1_0WeightKernelsHere() {
       .rows = nullptr,
       .activation_offsets = &q1_0_detail::ActivationOffsets,
       .quant_rows = &q1_0_detail::QuantRows,
+      .interleaved_rows = &q1_0_detail::InterleavedRows,
+      .offset_bytes_per_elem = q1_0_detail::kOffsetBytesPerElem,
   };
   return kKernels;
 }
@@ -393,5 +566,6 @@ const WeightKernels& Kernels() {
 #endif
   return k;
 }
+bool RepackPays() { return Kernels().offset_bytes_per_elem > 1; }  // only the lookup-table kernels ask for tables
 }  // namespace kvq::weights_q1_0
 #endif
