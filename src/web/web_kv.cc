@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "kvq/attention.h"
 #include "kvq/format.h"
 #include "kvq/kv_cache.h"
 #include "kvq/kv_device.h"
@@ -103,7 +104,10 @@ class WebGpuKvDevice final : public kvq::KvDevice {
                      {"pre_rope", d.pre_rope},
                      {"rope_pairing", d.rope_pairing == kvq::RopePairing::kAdjacent ? "adjacent" : "halves"},
                      {"rotary_dims", d.rotary_dims}, {"slots", d.slots}, {"slot_bytes", d.slot_bytes},
-                     {"window_rows", d.window_rows}};
+                     {"window_rows", d.window_rows},
+                     // The positions per chunk whose states are merged in a fixed order, as kvq's CPU
+                     // attention splits them (its default: the forward passes use it).
+                     {"position_chunk", kvq::kDefaultPositionChunk}};
     if (d.key_args.tensor_scale != 1.0f || d.value_args.tensor_scale != 1.0f) {
       return kvq::Status::Error("WebGPU KV device: calibrated (tensor-scaled) codecs are not decoded on the GPU");
     }

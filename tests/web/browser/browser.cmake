@@ -59,6 +59,12 @@ add_test(NAME web.gpu_kv_device
          COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --kv-device
                  "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}")
 set_tests_properties(web.gpu_kv_device PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 300)
+# The KV device's decode attention split over 2048-position chunks, at three chunks, every format:
+# bit for bit kvq's chunked attention (tests/web/gpu/gpu_chunk_attention_page.js).
+add_test(NAME web.gpu_chunk_attention
+         COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --chunks
+                 "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}")
+set_tests_properties(web.gpu_chunk_attention PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 300)
 # The page's GPU path losing its device mid-conversation: re-acquired (same ids), or the rest on
 # the module's CPU forward over the same master cache (tests/web/gpu/gpu_device_loss_page.js).
 # One test per KV spec (each under a minute on SwiftShader).
