@@ -35,6 +35,11 @@ add_test(NAME web.gpu_attention
          COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" "${KVQ_GPU_FIXTURE_DIR}"
                  "${KVQ_PLAYWRIGHT_DIR}")
 set_tests_properties(web.gpu_attention PROPERTIES FIXTURES_REQUIRED "playwright;gpu_attention_cases" TIMEOUT 600)
+# The WGSL KV encoders (web/gpu/kv_encoders.js) against kvq's codecs' bytes, edge values included.
+add_test(NAME web.gpu_kv_encode
+         COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --encode "${KVQ_GPU_FIXTURE_DIR}"
+                 "${KVQ_PLAYWRIGHT_DIR}")
+set_tests_properties(web.gpu_kv_encode PROPERTIES FIXTURES_REQUIRED "playwright;gpu_attention_cases" TIMEOUT 300)
 # The page's GPU path (the module's step program on WebGPU) against native kvq's greedy runs and
 # logits, four models x three prompts x five KV specs (gpu_forward_fixture).
 add_executable(gpu_forward_fixture "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_forward_fixture.cc")

@@ -9,8 +9,9 @@
 // (tests/web/gpu/gpu_device_loss_page.js). With `--limits` (arguments as --forward), the GPU path
 // within forced device limits (tests/web/gpu/gpu_limits_page.js). With `--chunks` (FIXTURE_DIR is the
 // web bundle), the KV device's attention split over position chunks against kvq's chunked
-// attention (tests/web/gpu/gpu_chunk_attention_page.js).
-// Usage: node gpu_attention_test.mjs [--forward|--limits|--kv-device|--device-loss|--chunks] FIXTURE_DIR
+// attention (tests/web/gpu/gpu_chunk_attention_page.js). With `--encode` (FIXTURE_DIR as without a
+// flag), the WGSL KV encoders against kvq's codecs (tests/web/gpu/gpu_kv_encode_page.js).
+// Usage: node gpu_attention_test.mjs [--forward|--limits|--kv-device|--device-loss|--chunks|--encode] FIXTURE_DIR
 //        [BUNDLE_DIR (--forward, --limits)] PLAYWRIGHT_NPM_DIR
 //        [CASE_SUBSTRING]
 import fs from 'node:fs';
@@ -34,8 +35,9 @@ const limits = process.argv[2] === '--limits';
 const forward = process.argv[2] === '--forward' || limits;  // both take gpu_forward_fixture's cases and the bundle
 const device_loss = process.argv[2] === '--device-loss';
 const chunks = process.argv[2] === '--chunks';
+const encode = process.argv[2] === '--encode';
 const kv_device = process.argv[2] === '--kv-device' || device_loss || chunks;  // all take the bundle as FIXTURE_DIR
-const rest = process.argv.slice(forward || kv_device ? 3 : 2);
+const rest = process.argv.slice(forward || kv_device || encode ? 3 : 2);
 const bundle_arg = forward ? rest.splice(1, 1)[0] : undefined;
 const [fixture_arg, npm_dir, only] = rest;
 if (forward && !fs.existsSync(path.join(path.resolve(bundle_arg || ''), 'kvq.js'))) Fatal(`no kvq.js in the bundle folder ${bundle_arg}`);
@@ -73,6 +75,8 @@ const server = http.createServer((req, res) => {
             'import {RunGpuLimitsTests} from "/test/gpu_limits_page.js";' +
             'import {RunGpuChunkAttentionTests} from "/test/gpu_chunk_attention_page.js";' +
             'window.RunGpuChunkAttentionTests = RunGpuChunkAttentionTests;' +
+            'import {RunGpuKvEncodeTests} from "/test/gpu_kv_encode_page.js";' +
+            'window.RunGpuKvEncodeTests = RunGpuKvEncodeTests;' +
             'window.RunGpuLimitsTests = RunGpuLimitsTests;' +
             'window.RunGpuAttentionTests = RunGpuAttentionTests; window.RunGpuForwardTests = RunGpuForwardTests;' +
             'window.RunGpuKvDeviceTests = RunGpuKvDeviceTests; window.RunGpuDeviceLossTests = RunGpuDeviceLossTests;</script>');
@@ -104,7 +108,8 @@ try {
   await page.goto(origin + '/');
   await page.waitForFunction(() => typeof window.RunGpuAttentionTests === 'function', null, {timeout: 30000});
   page.setDefaultTimeout(0);
-  result = chunks ? await page.evaluate((url) => window.RunGpuChunkAttentionTests(url), origin + '/fixture')
+  result = encode ? await page.evaluate((url) => window.RunGpuKvEncodeTests(url), origin + '/fixture')
+      : chunks ? await page.evaluate((url) => window.RunGpuChunkAttentionTests(url), origin + '/fixture')
       : device_loss ? await page.evaluate(([url, only]) => window.RunGpuDeviceLossTests(url, only), [origin + '/fixture', only || ''])
       : kv_device ? await page.evaluate((url) => window.RunGpuKvDeviceTests(url), origin + '/fixture')
       : limits ? await page.evaluate(([url, bundle, only]) => window.RunGpuLimitsTests(url, bundle, only),
@@ -126,6 +131,10 @@ if (limits) {
               `${result.failures.length} failures, smallest top-2 logit gap ${result.min_gap}, ${result.flushes} KV device submits with pages of 32, ` +
               `moved to the CPU because: "${result.cpu_event}", ${result.seconds?.toFixed(1)} s in the page`);
   if (!result.runs) Fatal('no run');
+} else if (encode) {
+  console.log(`gpu_attention_test --encode: ${result.cases} formats encoded on the GPU, ${result.checks} checks, ` +
+              `${result.failures.length} failures, without a GPU encoder: ${result.without_encoder?.join(', ')}, ` +
+              `${result.seconds?.toFixed(1)} s in the page`);
 } else if (chunks) {
   console.log(`gpu_attention_test --chunks: ${result.cases} formats, ${result.checks} checks, ${result.failures.length} failures, ` +
               `${result.unchunked_differs} runs where an unchunked walk differs, ${result.seconds?.toFixed(1)} s in the page`);
