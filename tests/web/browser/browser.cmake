@@ -35,7 +35,7 @@ add_test(NAME web.gpu_attention
          COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" "${KVQ_GPU_FIXTURE_DIR}"
                  "${KVQ_PLAYWRIGHT_DIR}")
 set_tests_properties(web.gpu_attention PROPERTIES FIXTURES_REQUIRED "playwright;gpu_attention_cases" TIMEOUT 600)
-# The WGSL KV encoders (web/gpu/kv_encoders.js) against kvq's codecs' bytes, edge values included.
+# The WGSL KV encoders (web/gpu/kv_formats.js) against kvq's codecs' bytes, edge values included.
 add_test(NAME web.gpu_kv_encode
          COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --encode "${KVQ_GPU_FIXTURE_DIR}"
                  "${KVQ_PLAYWRIGHT_DIR}")

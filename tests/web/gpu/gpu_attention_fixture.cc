@@ -190,7 +190,7 @@ int WriteMatvecCase(const std::filesystem::path& dir, const std::string& type_na
   return 0;
 }
 
-// Rows for the GPU encoders (web/gpu/kv_encoders.js) and kvq's bytes for them, per format whose
+// Rows for the GPU encoders (web/gpu/kv_formats.js) and kvq's bytes for them, per format whose
 // K and V are one row per block: random rows, then rows of edge values per head (zeros and −0;
 // f32 subnormals; f16's subnormal range, its rounding ties and overflow; huge numbers; ±inf;
 // NaNs, one with a payload; an int8 scale of 0.25 with x / s ties; a head too small for a nonzero

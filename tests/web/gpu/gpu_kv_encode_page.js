@@ -1,4 +1,4 @@
-// In the page (headless Chromium, WebGPU on SwiftShader): web/gpu/kv_encoders.js's WGSL encoders
+// In the page (headless Chromium, WebGPU on SwiftShader): web/gpu/kv_formats.js's WGSL encoders
 // against kvq's C++ codecs, on the rows gpu_attention_fixture wrote for every registered format
 // whose K and V are one row per block (random rows and rows of edge values: ±0, subnormals, f16
 // ties and overflow, huge numbers, ±inf, NaNs, int8 rounding ties, scales that round to 0 or
@@ -8,8 +8,7 @@
 //      u32 words, as a page's rows do) == those bytes there, and the bytes around them untouched.
 // Formats without a GPU encoder are listed (their rows go through the module's C++ codecs).
 // Returns {cases, checks, failures, without_encoder, seconds}.
-import {kByteHelpers} from '/web/gpu/kv_formats.js';
-import {GpuKvEncoder, kEncoderFormats} from '/web/gpu/kv_encoders.js';
+import {GpuKvEncoder, kEncoderFormats} from '/web/gpu/kv_formats.js';
 
 async function Read(device, buffer, bytes) {
   const readback = device.createBuffer({size: bytes, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
@@ -54,8 +53,7 @@ export async function RunGpuKvEncodeTests(fixture_url) {
     const row_floats = c.n_kv_heads * c.head_dim;
     for (const [tensor, block_bytes] of [['k', c.k_block_bytes], ['v', c.v_block_bytes]]) {
       const want = section(`${tensor}_blocks`), name = `${c.format} ${tensor}`;
-      const gpu = new GpuKvEncoder(device, c.format, {n_kv_heads: c.n_kv_heads, head_dim: c.head_dim, block_bytes},
-                                   kByteHelpers);
+      const gpu = new GpuKvEncoder(device, c.format, {n_kv_heads: c.n_kv_heads, head_dim: c.head_dim, block_bytes});
       // 1. every row at once.
       const size = Math.ceil((want.length + 8) / 16) * 16;
       const out = device.createBuffer({size, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST});
