@@ -175,7 +175,8 @@ class RowsDevice final : public kvq::KvDevice {
 
 struct WebKv {
   std::unique_ptr<kvq::KvCache> cache;
-  std::string plan_json;
+  std::string plan_json;  // the last JSON returned (kvq_web_kv_plan, kvq_web_kv_page_layout), alive
+                          // until the next
   // The CPU forward over `cache` (kvq_web_kv_cpu_step), made on first use, and its logits [vocab].
   std::unique_ptr<kvq::LlamaModel> cpu;
   std::vector<float> logits;
@@ -273,6 +274,32 @@ EMSCRIPTEN_KEEPALIVE const char* kvq_web_kv_plan(int kv) {
 EMSCRIPTEN_KEEPALIVE int kvq_web_kv_append(int kv, int layer, const float* k, const float* v, int n) {
   if (n < 0) return Fail("append: negative row count");
   const kvq::Status s = KvOf(kv)->cache->Append(layer, k, v, n);
+  return s.ok() ? 0 : Fail(s.message());
+}
+
+// {page_bytes, value_offset, page_positions}: one page of `layer` as the cache stores it (K blocks
+// from 0, V blocks from value_offset), the layout pages written behind by the GPU's encoders take.
+EMSCRIPTEN_KEEPALIVE const char* kvq_web_kv_page_layout(int kv, int layer) {
+  WebKv* w = KvOf(kv);
+  const kvq::KvCache::PageLayout l = w->cache->LayerPageLayout(layer);
+  w->plan_json = nlohmann::json{{"page_bytes", l.page_bytes},
+                                {"value_offset", l.value_offset},
+                                {"page_positions", w->cache->config().page_positions}}
+                     .dump();
+  return w->plan_json.c_str();
+}
+
+// n_pages whole pages of encoded bytes ([n_pages][page_bytes]) onto `layer`
+// (KvCache::AppendEncodedPages).
+EMSCRIPTEN_KEEPALIVE int kvq_web_kv_append_pages(int kv, int layer, const uint8_t* pages,
+                                                 int n_pages) {
+  const kvq::Status s = KvOf(kv)->cache->AppendEncodedPages(layer, pages, n_pages);
+  return s.ok() ? 0 : Fail(s.message());
+}
+
+// Page `page` of `layer` as the master holds it, into out ([page_bytes]).
+EMSCRIPTEN_KEEPALIVE int kvq_web_kv_read_page(int kv, int layer, int page, uint8_t* out) {
+  const kvq::Status s = KvOf(kv)->cache->ReadPage(layer, page, out);
   return s.ok() ? 0 : Fail(s.message());
 }
 

@@ -40,6 +40,12 @@ add_test(NAME web.gpu_kv_encode
          COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --encode "${KVQ_GPU_FIXTURE_DIR}"
                  "${KVQ_PLAYWRIGHT_DIR}")
 set_tests_properties(web.gpu_kv_encode PROPERTIES FIXTURES_REQUIRED "playwright;gpu_attention_cases" TIMEOUT 300)
+# Pages those encoders write, handed whole to the module's KvCache (AppendEncodedPages): the
+# master's bytes equal a CPU-only cache's.
+add_test(NAME web.gpu_kv_write_behind
+         COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --write-behind
+                 "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}")
+set_tests_properties(web.gpu_kv_write_behind PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 300)
 # The page's GPU path (the module's step program on WebGPU) against native kvq's greedy runs and
 # logits, four models x three prompts x five KV specs (gpu_forward_fixture).
 add_executable(gpu_forward_fixture "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_forward_fixture.cc")

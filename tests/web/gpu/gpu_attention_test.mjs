@@ -10,8 +10,9 @@
 // within forced device limits (tests/web/gpu/gpu_limits_page.js). With `--chunks` (FIXTURE_DIR is the
 // web bundle), the KV device's attention split over position chunks against kvq's chunked
 // attention (tests/web/gpu/gpu_chunk_attention_page.js). With `--encode` (FIXTURE_DIR as without a
-// flag), the WGSL KV encoders against kvq's codecs (tests/web/gpu/gpu_kv_encode_page.js).
-// Usage: node gpu_attention_test.mjs [--forward|--limits|--kv-device|--device-loss|--chunks|--encode] FIXTURE_DIR
+// flag), the WGSL KV encoders against kvq's codecs (tests/web/gpu/gpu_kv_encode_page.js); with
+// `--write-behind` (FIXTURE_DIR is the web bundle), pages they encode handed to the module's master.
+// Usage: node gpu_attention_test.mjs [--forward|--limits|--kv-device|--device-loss|--chunks|--encode|--write-behind] FIXTURE_DIR
 //        [BUNDLE_DIR (--forward, --limits)] PLAYWRIGHT_NPM_DIR
 //        [CASE_SUBSTRING]
 import fs from 'node:fs';
@@ -36,7 +37,8 @@ const forward = process.argv[2] === '--forward' || limits;  // both take gpu_for
 const device_loss = process.argv[2] === '--device-loss';
 const chunks = process.argv[2] === '--chunks';
 const encode = process.argv[2] === '--encode';
-const kv_device = process.argv[2] === '--kv-device' || device_loss || chunks;  // all take the bundle as FIXTURE_DIR
+const write_behind = process.argv[2] === '--write-behind';
+const kv_device = process.argv[2] === '--kv-device' || device_loss || chunks || write_behind;  // all take the bundle as FIXTURE_DIR
 const rest = process.argv.slice(forward || kv_device || encode ? 3 : 2);
 const bundle_arg = forward ? rest.splice(1, 1)[0] : undefined;
 const [fixture_arg, npm_dir, only] = rest;
@@ -75,8 +77,8 @@ const server = http.createServer((req, res) => {
             'import {RunGpuLimitsTests} from "/test/gpu_limits_page.js";' +
             'import {RunGpuChunkAttentionTests} from "/test/gpu_chunk_attention_page.js";' +
             'window.RunGpuChunkAttentionTests = RunGpuChunkAttentionTests;' +
-            'import {RunGpuKvEncodeTests} from "/test/gpu_kv_encode_page.js";' +
-            'window.RunGpuKvEncodeTests = RunGpuKvEncodeTests;' +
+            'import {RunGpuKvEncodeTests, RunGpuWriteBehindTests} from "/test/gpu_kv_encode_page.js";' +
+            'window.RunGpuKvEncodeTests = RunGpuKvEncodeTests; window.RunGpuWriteBehindTests = RunGpuWriteBehindTests;' +
             'window.RunGpuLimitsTests = RunGpuLimitsTests;' +
             'window.RunGpuAttentionTests = RunGpuAttentionTests; window.RunGpuForwardTests = RunGpuForwardTests;' +
             'window.RunGpuKvDeviceTests = RunGpuKvDeviceTests; window.RunGpuDeviceLossTests = RunGpuDeviceLossTests;</script>');
@@ -108,7 +110,8 @@ try {
   await page.goto(origin + '/');
   await page.waitForFunction(() => typeof window.RunGpuAttentionTests === 'function', null, {timeout: 30000});
   page.setDefaultTimeout(0);
-  result = encode ? await page.evaluate((url) => window.RunGpuKvEncodeTests(url), origin + '/fixture')
+  result = write_behind ? await page.evaluate((url) => window.RunGpuWriteBehindTests(url), origin + '/fixture')
+      : encode ? await page.evaluate((url) => window.RunGpuKvEncodeTests(url), origin + '/fixture')
       : chunks ? await page.evaluate((url) => window.RunGpuChunkAttentionTests(url), origin + '/fixture')
       : device_loss ? await page.evaluate(([url, only]) => window.RunGpuDeviceLossTests(url, only), [origin + '/fixture', only || ''])
       : kv_device ? await page.evaluate((url) => window.RunGpuKvDeviceTests(url), origin + '/fixture')
@@ -131,8 +134,8 @@ if (limits) {
               `${result.failures.length} failures, smallest top-2 logit gap ${result.min_gap}, ${result.flushes} KV device submits with pages of 32, ` +
               `moved to the CPU because: "${result.cpu_event}", ${result.seconds?.toFixed(1)} s in the page`);
   if (!result.runs) Fatal('no run');
-} else if (encode) {
-  console.log(`gpu_attention_test --encode: ${result.cases} formats encoded on the GPU, ${result.checks} checks, ` +
+} else if (encode || write_behind) {
+  console.log(`gpu_attention_test ${process.argv[2]}: ${result.cases} formats encoded on the GPU, ${result.checks} checks, ` +
               `${result.failures.length} failures, without a GPU encoder: ${result.without_encoder?.join(', ')}, ` +
               `${result.seconds?.toFixed(1)} s in the page`);
 } else if (chunks) {

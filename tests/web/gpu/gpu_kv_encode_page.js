@@ -86,3 +86,106 @@ export async function RunGpuKvEncodeTests(fixture_url) {
   device.destroy();
   return {cases, checks, failures, without_encoder, seconds: (performance.now() - t0) / 1000};
 }
+
+// Write-behind in miniature, per format with a GPU encoder: a kvq::KvCache in the module (the
+// bundle's kvq.js) gets 3 pages of rows whose bytes the GPU encoded into page images in the
+// cache's layout (kvq_web_kv_page_layout: K rows from 0, V rows from value_offset), each page
+// copied into a staging buffer, mapped after its commands were submitted and handed to the
+// master whole (kvq_web_kv_append_pages), then 10 more rows by Append; the master's bytes, page
+// by page, equal a cache that appended every row with kvq's codecs. Returns as RunGpuKvEncodeTests.
+export async function RunGpuWriteBehindTests(bundle_url) {
+  const {LoadModule, Rng, Rows} = await import('/test/gpu_kv_device_page.js');
+  const t0 = performance.now();
+  const failures = [];
+  const fail = (m) => failures.push(m);
+  let checks = 0, cases = 0;
+  const adapter = await navigator.gpu?.requestAdapter();
+  if (!adapter) return {cases, checks, failures: ['no WebGPU adapter'], without_encoder: [], seconds: 0};
+  const device = await adapter.requestDevice();
+  device.addEventListener('uncapturederror', (e) => fail(`WebGPU error: ${e.error.message}`));
+  const M = await LoadModule(bundle_url);
+  const Error_ = () => M.UTF8ToString(M._kvq_web_last_error());
+  const s = {n_kv_heads: 2, head_dim: 16}, elems = s.n_kv_heads * s.head_dim, kPage = 64, kPages = 3, kTail = 10;
+  const n = kPages * kPage + kTail;
+  const formats = JSON.parse(M.UTF8ToString(M._kvq_web_formats())).map((x) => x.name);
+  const without_encoder = formats.filter((f) => !kEncoderFormats.includes(f));
+  const Cache = (spec) => {
+    const p = M._malloc(spec.length + 1);
+    M.stringToUTF8(spec, p, spec.length + 1);
+    const h = M._kvq_web_kv_new(p, p, 1, s.n_kv_heads, s.head_dim, n, kPage, 0, 10000.0, 1, s.head_dim);
+    M._free(p);
+    if (!h) fail(`${spec}: ${Error_()}`);
+    return h;
+  };
+  const Append = (h, k, v, first, rows) => {
+    const kp = M._malloc(Math.max(4, rows * elems * 4)), vp = M._malloc(Math.max(4, rows * elems * 4));
+    M.HEAPF32.set(k.subarray(first * elems, (first + rows) * elems), kp >> 2);
+    M.HEAPF32.set(v.subarray(first * elems, (first + rows) * elems), vp >> 2);
+    if (M._kvq_web_kv_append(h, 0, kp, vp, rows) !== 0) fail(`append: ${Error_()}`);
+    M._free(kp);
+    M._free(vp);
+  };
+  for (const spec of formats.filter((f) => kEncoderFormats.includes(f))) {
+    ++cases;
+    const rng = Rng(spec.length * 131 + 7);
+    const k = Rows(n * elems, rng, 2), v = Rows(n * elems, rng, 2);
+    const cpu = Cache(spec), gpu_master = Cache(spec);
+    if (!cpu || !gpu_master) continue;
+    Append(cpu, k, v, 0, n);
+    const layout = JSON.parse(M.UTF8ToString(M._kvq_web_kv_page_layout(gpu_master, 0)));
+    // One row's block: V's region is page_positions blocks (K's the same codec, then padding).
+    const block_bytes = (layout.page_bytes - layout.value_offset) / kPage;
+    ++checks;
+    if (!Number.isInteger(block_bytes) || layout.value_offset < kPage * block_bytes) {
+      fail(`${spec}: page layout ${JSON.stringify(layout)} is not ${kPage} one-row blocks per tensor`);
+      continue;
+    }
+    const page_size = Math.ceil(layout.page_bytes / 16) * 16;
+    const page_image = device.createBuffer({size: page_size, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST});
+    const gpu = new GpuKvEncoder(device, spec, {...s, block_bytes});
+    const xs = ['k', 'v'].map(() => device.createBuffer({size: kPage * elems * 4, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST}));
+    const staging = [];
+    for (let page = 0; page < kPages; ++page) {
+      // The page's K and V rows, encoded into the page image (zeros elsewhere), copied to staging.
+      const encoder = device.createCommandEncoder();
+      encoder.clearBuffer(page_image);
+      const out = device.createBuffer({size: page_size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
+      [k, v].forEach((x, i) => device.queue.writeBuffer(xs[i], 0, x, page * kPage * elems, kPage * elems));
+      gpu.Record(encoder, xs[0], kPage, page_image, 0);
+      // A second Record reuses the encoder's params and scales: its own command buffer, after.
+      device.queue.submit([encoder.finish()]);
+      const second = device.createCommandEncoder();
+      gpu.Record(second, xs[1], kPage, page_image, layout.value_offset);
+      second.copyBufferToBuffer(page_image, 0, out, 0, page_size);
+      device.queue.submit([second.finish()]);
+      staging.push(out.mapAsync(GPUMapMode.READ).then(() => out));  // mapped later: write-behind
+    }
+    for (const pending of staging) {
+      const out = await pending;
+      const bytes = new Uint8Array(out.getMappedRange(), 0, layout.page_bytes);
+      const p = M._malloc(layout.page_bytes);
+      M.HEAPU8.set(bytes, p);
+      if (M._kvq_web_kv_append_pages(gpu_master, 0, p, 1) !== 0) fail(`${spec}: append_pages: ${Error_()}`);
+      M._free(p);
+      out.unmap();
+      out.destroy();
+    }
+    Append(gpu_master, k, v, kPages * kPage, kTail);
+    for (let page = 0; page <= kPages; ++page) {
+      const a = M._malloc(layout.page_bytes), b = M._malloc(layout.page_bytes);
+      if (M._kvq_web_kv_read_page(gpu_master, 0, page, a) !== 0 || M._kvq_web_kv_read_page(cpu, 0, page, b) !== 0) {
+        fail(`${spec}: read_page: ${Error_()}`);
+      }
+      ++checks;
+      const why = FirstDifference(M.HEAPU8.slice(a, a + layout.page_bytes), M.HEAPU8.slice(b, b + layout.page_bytes));
+      if (why) fail(`${spec}: page ${page} of the master written behind from the GPU differs from the CPU's (${why})`);
+      M._free(a);
+      M._free(b);
+    }
+    for (const b of [page_image, ...xs]) b.destroy();
+    M._kvq_web_kv_free(cpu);
+    M._kvq_web_kv_free(gpu_master);
+  }
+  device.destroy();
+  return {cases, checks, failures, without_encoder, seconds: (performance.now() - t0) / 1000};
+}
