@@ -145,6 +145,24 @@ class KvCache {
   Status AppendPageCopies(int64_t layer, int64_t first_source, int64_t source_pages,
                           int64_t n_pages);
 
+  /// Where a page of `layer` holds what (one page as the cache stores it; ReadPage's bytes): K
+  /// blocks of page_positions rows from byte 0, V blocks from value_offset, page_bytes in all
+  /// (the bytes between the two regions are 0).
+  struct PageLayout {
+    int64_t page_bytes = 0;
+    int64_t value_offset = 0;
+  };
+  PageLayout LayerPageLayout(int64_t layer) const;
+  /// Appends n_pages full pages to one layer, their bytes encoded elsewhere in this layout: a
+  /// device that encodes new rows with kvq's codecs (the WebGPU path's WGSL encoders) and writes
+  /// them behind to this master copy in whole pages. The same bits as Append of the rows those
+  /// bytes encode; only for specs without transforms (rot, sinks, residual, prerope: they need
+  /// rows, not bytes) and codecs that are not calibrated. The layer must end on a page boundary.
+  /// Errors as Append.
+  Status AppendEncodedPages(int64_t layer, const uint8_t* pages, int64_t n_pages);
+  /// Copies page `page` of `layer` (one holding rows) into out: LayerPageLayout(layer).page_bytes.
+  Status ReadPage(int64_t layer, int64_t page, uint8_t* out) const;
+
   /// The most positions m ≤ n that Truncate can keep: n itself for per-token formats, n rounded
   /// down to a whole group where a codec stores rows in groups (KIVI keys, fp8's 32-key groups);
   /// 0 when positions cannot be dropped in place — a sink or residual transform (rows already

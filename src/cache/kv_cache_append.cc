@@ -169,6 +169,59 @@ Status KvCache::AppendPageCopies(int64_t layer, int64_t first_source, int64_t so
   return Status::Ok();
 }
 
+KvCache::PageLayout KvCache::LayerPageLayout(int64_t layer) const {
+  const Impl& m = *impl_;
+  if (layer < 0 || layer >= m.config.n_layers) return {};
+  return {.page_bytes = m.store->page_bytes(layer), .value_offset = m.KeyRegionBytes(layer)};
+}
+
+Status KvCache::AppendEncodedPages(int64_t layer, const uint8_t* pages, int64_t n_pages) {
+  Impl& m = *impl_;
+  if (!m.broken.ok()) return m.broken;
+  if (layer < 0 || layer >= m.config.n_layers) return Bad(fmt::format("no layer {}", layer));
+  Impl::Layer& L = m.layers[layer];
+  const int32_t P = m.config.page_positions;
+  for (int which = 0; which < 2; ++which) {
+    if (m.Transforms(layer, which).any() || m.Tensor(layer, which).calibrated) {
+      return Bad(fmt::format(
+          "encoded pages need specs without transforms or a calibrated codec (layer {} has {})",
+          layer, LayerFormatsName(m.formats[layer])));
+    }
+    L.args[which].shape = m.row;
+  }
+  m.DropEncodedF32(L);
+  if (L.positions % P != 0 || L.encoded[0] != L.positions || L.encoded[1] != L.positions) {
+    return Bad(
+        fmt::format("encoded pages need layer {} to end on a page boundary (it holds {} positions, "
+                    "pages of {})",
+                    layer, L.positions, P));
+  }
+  if (n_pages < 0 || L.positions + n_pages * P > m.config.max_positions) {
+    return Bad(fmt::format(
+        "appending {} pages of {} positions to {} would pass the context of {} positions", n_pages,
+        P, L.positions, m.config.max_positions));
+  }
+  const int64_t bytes = m.store->page_bytes(layer);
+  for (int64_t i = 0; i < n_pages; ++i) {
+    Result<uint8_t*> dst = m.store->Writable(layer, L.positions / P);
+    if (!dst.ok()) return m.Break(dst.status());
+    std::memcpy(*dst, pages + i * bytes, static_cast<size_t>(bytes));
+    if (Status s = m.store->Filled(layer, L.positions / P); !s.ok()) return m.Break(s);
+    L.positions += P;  // page by page, so an I/O error leaves the count at the pages written
+    L.encoded = L.held_from = {L.positions, L.positions};
+  }
+  return Status::Ok();
+}
+
+Status KvCache::ReadPage(int64_t layer, int64_t page, uint8_t* out) const {
+  const Impl& m = *impl_;
+  if (layer < 0 || layer >= m.config.n_layers) return Bad(fmt::format("no layer {}", layer));
+  const int64_t P = m.config.page_positions, held = (m.layers[layer].positions + P - 1) / P;
+  if (page < 0 || page >= held)
+    return Bad(fmt::format("layer {} holds {} pages (asked for page {})", layer, held, page));
+  return m.store->Read(layer, page, out);
+}
+
 }  // namespace kvq
 
 namespace kvq {

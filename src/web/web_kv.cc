@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "kvq/attention.h"
 #include "kvq/format.h"
 #include "kvq/kv_cache.h"
 #include "kvq/kv_device.h"
@@ -103,7 +104,10 @@ class WebGpuKvDevice final : public kvq::KvDevice {
                      {"pre_rope", d.pre_rope},
                      {"rope_pairing", d.rope_pairing == kvq::RopePairing::kAdjacent ? "adjacent" : "halves"},
                      {"rotary_dims", d.rotary_dims}, {"slots", d.slots}, {"slot_bytes", d.slot_bytes},
-                     {"window_rows", d.window_rows}};
+                     {"window_rows", d.window_rows},
+                     // The positions per chunk whose states are merged in a fixed order, as kvq's CPU
+                     // attention splits them (its default: the forward passes use it).
+                     {"position_chunk", kvq::kDefaultPositionChunk}};
     if (d.key_args.tensor_scale != 1.0f || d.value_args.tensor_scale != 1.0f) {
       return kvq::Status::Error("WebGPU KV device: calibrated (tensor-scaled) codecs are not decoded on the GPU");
     }
@@ -171,7 +175,8 @@ class RowsDevice final : public kvq::KvDevice {
 
 struct WebKv {
   std::unique_ptr<kvq::KvCache> cache;
-  std::string plan_json;
+  std::string plan_json;  // the last JSON returned (kvq_web_kv_plan, kvq_web_kv_page_layout), alive
+                          // until the next
   // The CPU forward over `cache` (kvq_web_kv_cpu_step), made on first use, and its logits [vocab].
   std::unique_ptr<kvq::LlamaModel> cpu;
   std::vector<float> logits;
@@ -269,6 +274,32 @@ EMSCRIPTEN_KEEPALIVE const char* kvq_web_kv_plan(int kv) {
 EMSCRIPTEN_KEEPALIVE int kvq_web_kv_append(int kv, int layer, const float* k, const float* v, int n) {
   if (n < 0) return Fail("append: negative row count");
   const kvq::Status s = KvOf(kv)->cache->Append(layer, k, v, n);
+  return s.ok() ? 0 : Fail(s.message());
+}
+
+// {page_bytes, value_offset, page_positions}: one page of `layer` as the cache stores it (K blocks
+// from 0, V blocks from value_offset), the layout pages written behind by the GPU's encoders take.
+EMSCRIPTEN_KEEPALIVE const char* kvq_web_kv_page_layout(int kv, int layer) {
+  WebKv* w = KvOf(kv);
+  const kvq::KvCache::PageLayout l = w->cache->LayerPageLayout(layer);
+  w->plan_json = nlohmann::json{{"page_bytes", l.page_bytes},
+                                {"value_offset", l.value_offset},
+                                {"page_positions", w->cache->config().page_positions}}
+                     .dump();
+  return w->plan_json.c_str();
+}
+
+// n_pages whole pages of encoded bytes ([n_pages][page_bytes]) onto `layer`
+// (KvCache::AppendEncodedPages).
+EMSCRIPTEN_KEEPALIVE int kvq_web_kv_append_pages(int kv, int layer, const uint8_t* pages,
+                                                 int n_pages) {
+  const kvq::Status s = KvOf(kv)->cache->AppendEncodedPages(layer, pages, n_pages);
+  return s.ok() ? 0 : Fail(s.message());
+}
+
+// Page `page` of `layer` as the master holds it, into out ([page_bytes]).
+EMSCRIPTEN_KEEPALIVE int kvq_web_kv_read_page(int kv, int layer, int page, uint8_t* out) {
+  const kvq::Status s = KvOf(kv)->cache->ReadPage(layer, page, out);
   return s.ok() ? 0 : Fail(s.message());
 }
 

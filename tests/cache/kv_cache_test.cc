@@ -265,6 +265,78 @@ TEST(KvCache, PageCopiesAreTheSameBitsAsAppendingTheRowsAgain) {
   }
 }
 
+// Pages encoded elsewhere (how the WebGPU path's encoders write behind to the master): for every
+// registered format without a calibrated codec, pages built here with the codecs' encode_block in
+// LayerPageLayout's layout, appended whole, then rows by Append: the master's bytes, page by page,
+// and attention equal a cache that appended every row; refused off a page boundary, past the
+// context, and for a spec with a transform.
+TEST(KvCache, EncodedPagesAreTheSameBitsAsAppendingTheirRows) {
+  constexpr int64_t kPage = 64, kPages = 3, kTail = 10, n = kPages * kPage + kTail;
+  const int64_t elems = kRow.elems();
+  const std::vector<float> k = Random(n * elems, 31), v = Random(n * elems, 32);
+  const std::vector<float> q = Random(kShape.n_heads * kShape.head_dim, 33);
+  int formats = 0;
+  for (const FormatDesc* f : Formats()) {
+    if (f->key.calibrated || f->value.calibrated) continue;
+    ++formats;
+    SCOPED_TRACE(f->name);
+    auto encoded = MakeCache({f, f}, 1, n, {}), appended = MakeCache({f, f}, 1, n, {});
+    ASSERT_NE(encoded, nullptr);
+    ASSERT_NE(appended, nullptr);
+    const KvCache::PageLayout layout = encoded->LayerPageLayout(0);
+    ASSERT_GT(layout.page_bytes, layout.value_offset);
+    std::vector<uint8_t> pages(kPages * layout.page_bytes, 0);  // [kPages][page_bytes]
+    const CodecArgs args{.shape = kRow};
+    for (int which = 0; which < 2; ++which) {
+      const Codec& codec = which == 0 ? f->key : f->value;
+      const std::vector<float>& x = which == 0 ? k : v;
+      const int32_t g = codec.rows_per_block;
+      for (int64_t first = 0; first < kPages * kPage; first += g) {
+        uint8_t* page = pages.data() + (first / kPage) * layout.page_bytes +
+                        (which == 0 ? 0 : layout.value_offset);
+        codec.encode_block(x.data() + first * elems,
+                           page + (first % kPage) / g * codec.block_bytes(kRow), args);
+      }
+    }
+    ASSERT_TRUE(encoded->AppendEncodedPages(0, pages.data(), kPages).ok());
+    ASSERT_TRUE(
+        encoded
+            ->Append(0, k.data() + kPages * kPage * elems, v.data() + kPages * kPage * elems, kTail)
+            .ok());
+    ASSERT_TRUE(appended->Append(0, k.data(), v.data(), n).ok());
+    ASSERT_EQ(encoded->positions(0), n);
+    for (int64_t page = 0; page <= kPages; ++page) {
+      std::vector<uint8_t> a(layout.page_bytes), b(layout.page_bytes);
+      ASSERT_TRUE(encoded->ReadPage(0, page, a.data()).ok());
+      ASSERT_TRUE(appended->ReadPage(0, page, b.data()).ok());
+      EXPECT_TRUE(a == b) << "page " << page << " differs";
+    }
+    EXPECT_EQ(AttendAll(*encoded, q, 1, AttentionKernel::kSimd),
+              AttendAll(*appended, q, 1, AttentionKernel::kSimd));
+    // Refusals: 10 rows into a page; past the context; nothing appended by either.
+    Status s = encoded->AppendEncodedPages(0, pages.data(), 1);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("page boundary"), std::string::npos) << s.message();
+    auto small = MakeCache({f, f}, 1, 2 * kPage, {});
+    ASSERT_NE(small, nullptr);
+    s = small->AppendEncodedPages(0, pages.data(), 3);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("would pass the context"), std::string::npos) << s.message();
+    EXPECT_EQ(small->positions(0), 0);
+    EXPECT_FALSE(small->ReadPage(0, 0, pages.data()).ok()) << "a page of an empty layer was read";
+  }
+  EXPECT_GE(formats, 8);
+  const Result<KvSpec> rot = ParseKvSpec("int4+rot");
+  ASSERT_TRUE(rot.ok());
+  auto rotated = MakeCache(LayerFormats::Both(*rot), 1, n, {});
+  ASSERT_NE(rotated, nullptr);
+  std::vector<uint8_t> page(rotated->LayerPageLayout(0).page_bytes, 0);
+  const Status s = rotated->AppendEncodedPages(0, page.data(), 1);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("without transforms"), std::string::npos) << s.message();
+  EXPECT_EQ(rotated->positions(0), 0);
+}
+
 // A disk master that loses bytes (here: truncated under the cache) gives an error naming the file,
 // not garbage attention.
 TEST(KvCache, ShortDiskReadIsAnErrorNamingTheFile) {

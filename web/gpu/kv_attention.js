@@ -24,7 +24,9 @@ import {DecodeWgsl, KeyRowsPerBlock} from './kv_formats.js';
  * s), c = exp(m − m'), e = exp(s − m'), l = l·c + e, acc = acc·c + e·v_value(r, kv_head, i) — and
  * stores the state back. The same instructions whatever the window: the bits do not depend on it.
  */
-export function OnlineSoftmaxWgsl(q_per_kv, head_dim, row_loop) {
+export function OnlineSoftmaxWgsl(q_per_kv, head_dim, row_loop, {base = '0u', fresh = 'false'} = {}) {
+  // base: the float index in `state` of this state region's head 0; fresh: start from the empty
+  // state (m = −inf, l = 0, acc = 0) instead of loading it (a position chunk of its own).
   return /* wgsl */ `
   var m: array<f32, ${q_per_kv}>;
   var l: array<f32, ${q_per_kv}>;
@@ -32,11 +34,15 @@ export function OnlineSoftmaxWgsl(q_per_kv, head_dim, row_loop) {
   var c: array<f32, ${q_per_kv}>;
   var e: array<f32, ${q_per_kv}>;
   var acc: array<f32, ${q_per_kv * head_dim}>;  // [q_per_kv][head_dim]
+  let state_base = ${base};
+  let state_fresh = ${fresh};
+  var neg_inf_bits = 0xff800000u;  // a var: a runtime −inf (a constant one is a WGSL error)
+  let neg_inf = bitcast<f32>(neg_inf_bits);
   for (var j = 0u; j < q_per_kv; j++) {
-    let at = (first_head + j) * (head_dim + 2u);
-    m[j] = state[at];
-    l[j] = state[at + 1u];
-    for (var i = 0u; i < head_dim; i++) { acc[j * head_dim + i] = state[at + 2u + i]; }
+    let at = state_base + (first_head + j) * (head_dim + 2u);
+    m[j] = select(state[at], neg_inf, state_fresh);
+    l[j] = select(state[at + 1u], 0.0, state_fresh);
+    for (var i = 0u; i < head_dim; i++) { acc[j * head_dim + i] = select(state[at + 2u + i], 0.0, state_fresh); }
   }
   ${row_loop}
     for (var j = 0u; j < q_per_kv; j++) { score[j] = 0.0; }
@@ -58,7 +64,7 @@ export function OnlineSoftmaxWgsl(q_per_kv, head_dim, row_loop) {
     }
   }
   for (var j = 0u; j < q_per_kv; j++) {
-    let at = (first_head + j) * (head_dim + 2u);
+    let at = state_base + (first_head + j) * (head_dim + 2u);
     state[at] = m[j];
     state[at + 1u] = l[j];
     for (var i = 0u; i < head_dim; i++) { state[at + 2u + i] = acc[j * head_dim + i]; }

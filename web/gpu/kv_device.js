@@ -10,9 +10,13 @@
 // K blocks, V blocks, then per tensor f32 head rows (sinks) and residual rows, decoded in registers
 // (web/gpu/kv_formats.js), prerope keys rotated by the window's cos/sin as they are read, queries
 // rotated ("rot") and the output unrotated by the same fast Walsh-Hadamard steps as kvq's
-// hadamard.cc (so the same bits). One invocation per (KV head, query) takes the rows in order and
-// updates the state with the same instructions whatever the pages: the output has the same bits
-// for every page size and budget.
+// hadamard.cc (so the same bits). Positions are split into chunks of a fixed size (absolute, as
+// kvq's CPU attention splits them: kvq/attention.h's position_chunk); one invocation per (KV head,
+// query, chunk the window touches) takes that chunk's rows in order, a chunk's state is merged
+// into the earlier chunks' at its end in chunk order (kvq's MergeState), and the layer ends as
+// kvq's FinishAttention does. The same instructions whatever the pages: the output has the same
+// bits for every page size and budget, and kvq's CPU attention's structure (which positions share
+// a running state, which merges, in which order) past one chunk.
 
 import {OnlineSoftmaxWgsl} from './kv_attention.js';
 import {DecodeWgsl} from './kv_formats.js';
@@ -51,16 +55,23 @@ const v_block: u32 = ${s.v_block_bytes}u;
 // One window (a page in a slot; KvDeviceWindow): rows, absolute positions of row 0 and of query 0;
 // per tensor the byte offsets of its blocks, head rows and residual rows in the slot and where its
 // runs end. start / repeat: the injected bugs (0 when none).
+// chunk: positions per chunk (absolute: chunk c holds [c·chunk, (c + 1)·chunk)); pieces: the chunks
+// the window touches; first_fresh: 1 when its first piece starts a chunk after position 0 (then it
+// too fills a state of its own), else 0 (it continues the open chunk's state); n_tokens: queries.
 struct Params {
   rows: u32, first_pos: u32, query_pos: u32, scale: f32,
   k_blocks: u32, k_head: u32, k_res: u32, k_n_head: u32, k_n_block: u32,
   v_blocks: u32, v_head: u32, v_res: u32, v_n_head: u32, v_n_block: u32,
   start: u32, repeat: u32,
+  chunk: u32, pieces: u32, first_fresh: u32, n_tokens: u32,
 }
 @group(0) @binding(0) var<storage, read> k_buf: array<u32>;        // the slot
 @group(0) @binding(1) var<storage, read> v_buf: array<u32>;        // the same slot
 @group(0) @binding(2) var<storage, read> q: array<f32>;            // [queries][n_kv_heads · q_per_kv][head_dim]
-@group(0) @binding(3) var<storage, read_write> state: array<f32>;  // per query head [m, l, acc[head_dim]]
+// Per query state h (n_states = n_tokens · n_q of them) [m, l, acc[head_dim]], in regions of n_states
+// states: region 0 the open chunk's (what Finish normalises), region 1 the merge of the chunks before
+// it (kvq's AttentionState merged_*), regions 2 + p the window's pieces that start a chunk.
+@group(0) @binding(3) var<storage, read_write> state: array<f32>;
 @group(0) @binding(4) var<uniform> params: Params;
 ${DecodeWgsl(s.key_format, s.value_format, {k: 'params.k_blocks', v: 'params.v_blocks'})}
 
@@ -76,26 +87,56 @@ fn v_value(r: u32, head: u32, i: u32) -> f32 {
 }
 ${rope}
 
-// One invocation per (KV head, query position), the window's rows in order (OnlineSoftmaxWgsl).
+// One invocation per (KV head, query position, piece: the window's rows within one position
+// chunk), the piece's rows in order (OnlineSoftmaxWgsl) — the chunks of a window in parallel.
 @compute @workgroup_size(64)
 fn attend(@builtin(global_invocation_id) id: vec3u) {
   let n_q = n_kv_heads * q_per_kv;
-  let queries = arrayLength(&state) / ((head_dim + 2u) * n_q);
-  if (id.x >= n_kv_heads * queries) { return; }
+  let queries = params.n_tokens;
+  if (id.x >= n_kv_heads * queries * params.pieces) { return; }
   let kv_head = id.x % n_kv_heads;
-  let query = id.x / n_kv_heads;
+  let query = (id.x / n_kv_heads) % queries;
+  let piece = id.x / (n_kv_heads * queries);
   let last = params.query_pos + query;  // causal: rows past this query's position are not its
   let rows = select(0u, min(params.rows, last + 1u - params.first_pos), last >= params.first_pos);
+  // The piece's rows [lo, hi) of the window: those of chunk first_pos / chunk + piece.
+  let chunk_index = params.first_pos / params.chunk + piece;
+  let lo = max(chunk_index * params.chunk, params.first_pos) - params.first_pos;
+  let hi = min(min((chunk_index + 1u) * params.chunk - params.first_pos, rows), params.rows);
   let first_head = query * n_q + kv_head * q_per_kv;
-  // The injected bugs: start 1 skips row 0; repeat 1 takes row 0 twice.
-${OnlineSoftmaxWgsl(s.q_per_kv, s.head_dim, `for (var t = params.start; t < rows + params.repeat; t++) {
-    let r = select(t - params.repeat, 0u, t < params.repeat);`)}
+  let n_states = queries * n_q;
+  let fresh = piece > 0u || params.first_fresh == 1u;
+  // The injected bugs, in the window's first piece: start 1 skips its row 0; repeat 1 takes it twice.
+  let start = select(0u, params.start, piece == 0u);
+  let repeat = select(0u, params.repeat, piece == 0u);
+${OnlineSoftmaxWgsl(s.q_per_kv, s.head_dim, `for (var t = lo + start; t < hi + repeat; t++) {
+    let r = select(t - repeat, lo, t < lo + repeat);`,
+    {base: 'select(0u, (2u + piece) * n_states * (head_dim + 2u), fresh)', fresh: 'fresh'})}
+}
+
+${MergeWgsl()}
+
+// After a window: for each piece that started a chunk, in chunk order, the open state is merged
+// into the merged one and the piece's becomes the open one (kvq's FoldOpenChunk at the chunk's
+// first position, then the chunk's state: its MergeChunkStates). One invocation per query state.
+@compute @workgroup_size(64)
+fn fold(@builtin(global_invocation_id) id: vec3u) {
+  let n_states = params.n_tokens * n_kv_heads * q_per_kv;
+  if (id.x >= n_states) { return; }
+  let stride = head_dim + 2u;
+  let open = id.x * stride;
+  let merged = (n_states + id.x) * stride;
+  for (var p = select(1u, 0u, params.first_fresh == 1u); p < params.pieces; p++) {
+    merge_into(merged, open);
+    let src = ((2u + p) * n_states + id.x) * stride;
+    for (var i = 0u; i < stride; i++) { state[open + i] = state[src + i]; }
+  }
 }
 `;
 }
 
 // Per head vector: rotate (x ← H·diag(s)·x/√d, kvq's RotateHeads), unrotate (x ← diag(s)·H·x/√d
-// in kvq's order: (x·norm)·s), normalise (acc /= l), renormalise (the injected bug: acc /= l, l = 1).
+// in kvq's order: (x·norm)·s), renormalise (the injected bug: acc /= l, l = 1).
 function HeadOpsWgsl(d) {
   return /* wgsl */ `
 struct Range { count: u32, stride: u32, offset: u32 }
@@ -137,14 +178,51 @@ fn unrotate(@builtin(global_invocation_id) id: vec3u) {
 `;
 }
 
+// kvq's MergeState (attention/chunk_merge.cc) on `state` at float indices a (the earlier positions'
+// state, updated) and b: m = max(m1, m2), c = 1 for a state whose max is m else exp(m_i − m),
+// l = l1·c1 + l2·c2, acc = acc1·c1 + acc2·c2; an empty b (m2 = −inf) adds nothing, an empty a takes
+// b's numbers as they are. Needs head_dim in scope.
+function MergeWgsl() {
+  return /* wgsl */ `
+fn merge_into(a: u32, b: u32) {
+  let m1 = state[a];
+  let m2 = state[b];
+  // An empty state's m is −inf, told by its bits (a device may assume floats finite).
+  if (bitcast<u32>(m2) == 0xff800000u) { return; }
+  if (bitcast<u32>(m1) == 0xff800000u) {
+    for (var i = 0u; i < head_dim + 2u; i++) { state[a + i] = state[b + i]; }
+    return;
+  }
+  let m = select(m2, m1, m1 > m2);
+  let c1 = select(exp(m1 - m), 1.0, m1 == m);
+  let c2 = select(exp(m2 - m), 1.0, m2 == m);
+  state[a + 1u] = state[a + 1u] * c1 + state[b + 1u] * c2;
+  for (var i = 0u; i < head_dim; i++) { state[a + 2u + i] = state[a + 2u + i] * c1 + state[b + 2u + i] * c2; }
+  state[a] = m;
+}
+`;
+}
+
 function NormaliseWgsl(d) {
   return /* wgsl */ `
+const head_dim: u32 = ${d}u;
+// Bound to region 0 (the open states) for every entry point but finish, which sees regions 0 and 1.
 @group(0) @binding(0) var<storage, read_write> state: array<f32>;  // per head [m, l, acc[${d}]]
+${MergeWgsl()}
+// The layer's end (kvq's FinishAttention): the open chunk merged into a copy of the merged state
+// (region 1, when it holds any chunk), then acc / l, 0 where l is 0 — into region 0.
 @compute @workgroup_size(64)
-fn normalise(@builtin(global_invocation_id) id: vec3u) {
-  if (id.x >= arrayLength(&state) / ${d + 2}u) { return; }
-  let at = id.x * ${d + 2}u;
-  for (var i = 0u; i < ${d}u; i++) { state[at + 2u + i] = state[at + 2u + i] / state[at + 1u]; }
+fn finish(@builtin(global_invocation_id) id: vec3u) {
+  let n_states = arrayLength(&state) / (2u * ${d + 2}u);
+  if (id.x >= n_states) { return; }
+  let open = id.x * ${d + 2}u;
+  let merged = (n_states + id.x) * ${d + 2}u;
+  if (bitcast<u32>(state[merged]) != 0xff800000u) {
+    merge_into(merged, open);
+    for (var i = 0u; i < ${d + 2}u; i++) { state[open + i] = state[merged + i]; }
+  }
+  let l = state[open + 1u];
+  for (var i = 0u; i < ${d}u; i++) { state[open + 2u + i] = select(0.0, state[open + 2u + i] / l, l > 0.0); }
 }
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;  // [heads][${d}]
 @compute @workgroup_size(64)
@@ -221,9 +299,11 @@ export class GpuKvDevice {
     return this.device.createBuffer({size: Math.max(16, Math.ceil(bytes / 16) * 16), usage});
   }
 
+  // entries: per binding a GPUBuffer (bound whole) or a GPUBufferBinding ({buffer, size}).
   #Dispatch(pipeline, entries, groups) {
-    const group = this.device.createBindGroup({layout: pipeline.getBindGroupLayout(0),
-                                               entries: entries.map((b, i) => ({binding: i, resource: {buffer: b}}))});
+    const group = this.device.createBindGroup({
+      layout: pipeline.getBindGroupLayout(0),
+      entries: entries.map((b, i) => ({binding: i, resource: b instanceof GPUBuffer ? {buffer: b} : b}))});
     const encoder = this.#Encoder();
     const pass = encoder.beginComputePass();
     pass.setPipeline(pipeline);
@@ -286,7 +366,7 @@ export class GpuKvDevice {
       for (let i = 0; i < L.slots; ++i) {
         const buffer = this.device.createBuffer({size: L.slot_bytes, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST});
         this.kv_bytes_now += buffer.size;
-        this.slots.push({buffer, params: this.#Buffer(64, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST)});
+        this.slots.push({buffer, params: this.#Buffer(80, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST)});
       }
       this.slot_bytes = L.slot_bytes;
     }
@@ -295,15 +375,22 @@ export class GpuKvDevice {
     for (const s of this.slots) {
       if (rope_bytes && (!s.rope || s.rope.size < rope_bytes)) s.rope = this.#Buffer(rope_bytes);
     }
+    // The state regions (AttendWgsl): the open chunk's, the merged chunks', one per piece of a
+    // window that can start a chunk (a window of window_rows rows touches at most
+    // ceil(window_rows / chunk) + 1 chunks).
+    if (!(L.position_chunk > 0)) throw new Error(`the KV device layer carries no position_chunk (got ${L.position_chunk})`);
+    this.max_pieces = Math.ceil(L.window_rows / L.position_chunk) + 1;
     const n_states = L.n_tokens * this.n_heads;
-    const state_bytes = n_states * (L.head_dim + 2) * 4;
+    this.region_bytes = n_states * (L.head_dim + 2) * 4;
+    const state_bytes = (2 + this.max_pieces) * this.region_bytes;
     if (!this.state || this.state.size !== Math.max(16, Math.ceil(state_bytes / 16) * 16)) {
       this.state?.destroy();
       this.state = this.#Buffer(state_bytes);
     }
-    const initial = new Float32Array(this.state.size / 4);
-    for (let h = 0; h < n_states; ++h) initial[h * (L.head_dim + 2)] = -Infinity;  // m; l, acc 0
+    const initial = new Float32Array(2 * this.region_bytes / 4);
+    for (let h = 0; h < 2 * n_states; ++h) initial[h * (L.head_dim + 2)] = -Infinity;  // m; l, acc 0
     this.device.queue.writeBuffer(this.state, 0, initial);
+    this.open_state = {buffer: this.state, size: this.region_bytes};  // region 0
     // The queries as attention reads them: rotated when the keys are.
     let q = this.q;
     if (L.rotate_queries || L.unrotate_output) {
@@ -319,11 +406,14 @@ export class GpuKvDevice {
       q = this.q_rotated;
     }
     this.attend = this.#Pipeline(this.key, AttendWgsl(this.shape), 'attend');
+    this.fold = this.#Pipeline(this.key, AttendWgsl(this.shape), 'fold');
     for (const s of this.slots) {
       const entries = [s.buffer, s.buffer, q, this.state, s.params];
       if (L.pre_rope) entries.push(s.rope);
       s.group = this.device.createBindGroup({layout: this.attend.getBindGroupLayout(0),
                                              entries: entries.map((b, i) => ({binding: i, resource: {buffer: b}}))});
+      s.fold_group = this.device.createBindGroup({layout: this.fold.getBindGroupLayout(0), entries: [
+        {binding: 3, resource: {buffer: this.state}}, {binding: 4, resource: {buffer: s.params}}]});
     }
     this.windows = 0;
   }
@@ -336,8 +426,9 @@ export class GpuKvDevice {
   }
 
   #Normalise(entry) {
-    this.#Dispatch(this.#Pipeline(`norm${this.L.head_dim}`, NormaliseWgsl(this.L.head_dim), entry), [this.state],
-                   this.L.n_tokens * this.n_heads);
+    const regions = entry === 'finish' ? 2 : 1;  // finish merges region 1 into region 0
+    this.#Dispatch(this.#Pipeline(`norm${this.L.head_dim}`, NormaliseWgsl(this.L.head_dim), entry),
+                   [{buffer: this.state, size: regions * this.region_bytes}], this.L.n_tokens * this.n_heads);
   }
 
   /** n bytes at `offset` of `memory` (the WebAssembly heap's ArrayBuffer) into slot `slot`. */
@@ -359,18 +450,29 @@ export class GpuKvDevice {
     const later = this.windows > 0;
     if (later && this.bug === 'normalise_at_boundary') this.#Normalise('renormalise');
     if (L.pre_rope) this.device.queue.writeBuffer(s.rope, 0, rope);
-    const p = new ArrayBuffer(64), u = new Uint32Array(p);
+    // The chunks the window touches (pieces); its first starts a chunk of its own when the window
+    // begins at a chunk's first position after 0 (else it continues the open chunk).
+    const chunk = L.position_chunk, first = w.first_position;
+    const pieces = w.n_rows > 0 ? Math.floor((first + w.n_rows - 1) / chunk) - Math.floor(first / chunk) + 1 : 0;
+    if (pieces > this.max_pieces) throw new Error(`a window of ${w.n_rows} rows over ${pieces} chunks (at most ${this.max_pieces})`);
+    const first_fresh = first > 0 && first % chunk === 0 ? 1 : 0;
+    const p = new ArrayBuffer(80), u = new Uint32Array(p);
     u.set([w.n_rows, w.first_position, L.first_query_position, 0, w.k.blocks_offset, w.k.head_offset,
            w.k.residual_offset, w.k.n_head, w.k.n_block, w.v.blocks_offset, w.v.head_offset, w.v.residual_offset,
            w.v.n_head, w.v.n_block, later && this.bug === 'drop_first_row' ? 1 : 0,
-           later && this.bug === 'double_count_row' ? 1 : 0]);
+           later && this.bug === 'double_count_row' ? 1 : 0, chunk, pieces, first_fresh, L.n_tokens]);
     new Float32Array(p, 12, 1)[0] = L.scale;
     this.device.queue.writeBuffer(s.params, 0, p);
     const encoder = this.#Encoder();
     const pass = encoder.beginComputePass();
     pass.setPipeline(this.attend);
     pass.setBindGroup(0, s.group);
-    pass.dispatchWorkgroups(Math.ceil(L.n_kv_heads * L.n_tokens / 64));
+    pass.dispatchWorkgroups(Math.max(1, Math.ceil(L.n_kv_heads * L.n_tokens * pieces / 64)));
+    if (pieces > 1 || first_fresh) {  // pieces that started a chunk: folded in chunk order
+      pass.setPipeline(this.fold);
+      pass.setBindGroup(0, s.fold_group);
+      pass.dispatchWorkgroups(Math.ceil(L.n_tokens * this.n_heads / 64));
+    }
     pass.end();
     this.#Done(encoder);
     ++this.windows;
@@ -381,12 +483,15 @@ export class GpuKvDevice {
    * state keeps the rotated output: OutputRotated). Output reads the result.
    */
   Finish() {
-    this.#Normalise('normalise');
+    this.#Normalise('finish');
     this.result = this.state;
     if (this.L.unrotate_output) {
-      if (!this.unrotated || this.unrotated.size !== this.state.size) this.unrotated = this.#Buffer(this.state.size);
+      if (!this.unrotated || this.unrotated.size !== Math.max(16, Math.ceil(this.region_bytes / 16) * 16)) {
+        this.unrotated?.destroy();
+        this.unrotated = this.#Buffer(this.region_bytes);
+      }
       const encoder = this.#Encoder();
-      encoder.copyBufferToBuffer(this.state, 0, this.unrotated, 0, this.state.size);
+      encoder.copyBufferToBuffer(this.state, 0, this.unrotated, 0, this.region_bytes);
       this.#Done(encoder);
       this.#HeadOp('unrotate', this.unrotated, this.L.n_tokens * this.n_heads, this.L.head_dim + 2, 2);
       this.result = this.unrotated;
@@ -398,7 +503,8 @@ export class GpuKvDevice {
    * (queue order: after Finish) — for a forward pass that goes on on the GPU without reading it.
    */
   OutputTo(out) {
-    this.#Dispatch(this.#Pipeline(`norm${this.L.head_dim}`, NormaliseWgsl(this.L.head_dim), 'gather'), [this.result, out],
+    const result = this.result === this.state ? this.open_state : this.result;
+    this.#Dispatch(this.#Pipeline(`norm${this.L.head_dim}`, NormaliseWgsl(this.L.head_dim), 'gather'), [result, out],
                    this.L.n_tokens * this.n_heads);
   }
 

@@ -35,6 +35,17 @@ add_test(NAME web.gpu_attention
          COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" "${KVQ_GPU_FIXTURE_DIR}"
                  "${KVQ_PLAYWRIGHT_DIR}")
 set_tests_properties(web.gpu_attention PROPERTIES FIXTURES_REQUIRED "playwright;gpu_attention_cases" TIMEOUT 600)
+# The WGSL KV encoders (web/gpu/kv_formats.js) against kvq's codecs' bytes, edge values included.
+add_test(NAME web.gpu_kv_encode
+         COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --encode "${KVQ_GPU_FIXTURE_DIR}"
+                 "${KVQ_PLAYWRIGHT_DIR}")
+set_tests_properties(web.gpu_kv_encode PROPERTIES FIXTURES_REQUIRED "playwright;gpu_attention_cases" TIMEOUT 300)
+# Pages those encoders write, handed whole to the module's KvCache (AppendEncodedPages): the
+# master's bytes equal a CPU-only cache's.
+add_test(NAME web.gpu_kv_write_behind
+         COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --write-behind
+                 "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}")
+set_tests_properties(web.gpu_kv_write_behind PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 300)
 # The page's GPU path (the module's step program on WebGPU) against native kvq's greedy runs and
 # logits, four models x three prompts x five KV specs (gpu_forward_fixture).
 add_executable(gpu_forward_fixture "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_forward_fixture.cc")
@@ -59,6 +70,12 @@ add_test(NAME web.gpu_kv_device
          COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --kv-device
                  "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}")
 set_tests_properties(web.gpu_kv_device PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 300)
+# The KV device's decode attention split over 2048-position chunks, at three chunks, every format:
+# bit for bit kvq's chunked attention (tests/web/gpu/gpu_chunk_attention_page.js).
+add_test(NAME web.gpu_chunk_attention
+         COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --chunks
+                 "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}")
+set_tests_properties(web.gpu_chunk_attention PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 300)
 # The page's GPU path losing its device mid-conversation: re-acquired (same ids), or the rest on
 # the module's CPU forward over the same master cache (tests/web/gpu/gpu_device_loss_page.js).
 # One test per KV spec (each under a minute on SwiftShader).

@@ -3,17 +3,21 @@
 // (format × GQA shape × positions) random q, k, v rows, the K and V rows encoded block by block
 // (one position per block, or groups of 32 keys with the newest incomplete group kept as f32
 // residual rows, as the cache stores them), and kvq's scalar decode of every row
-// (Codec::decode_row), which the shader's in-register dequantisation must reproduce bit for bit.
+// (Codec::decode_row), which the shader's in-register dequantisation must reproduce bit for bit;
+// and per format whose K and V are one row per block, rows with edge values and kvq's encoding of
+// them, which the WGSL encoders must reproduce (tests/web/gpu/gpu_kv_encode_page.js).
 // Output: DIR/manifest.json and one DIR/<case>.bin per case (little-endian, sections back to back
 // at the offsets the manifest gives). Usage: gpu_attention_fixture DIR
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -186,6 +190,74 @@ int WriteMatvecCase(const std::filesystem::path& dir, const std::string& type_na
   return 0;
 }
 
+// Rows for the GPU encoders (web/gpu/kv_formats.js) and kvq's bytes for them, per format whose
+// K and V are one row per block: random rows, then rows of edge values per head (zeros and −0;
+// f32 subnormals; f16's subnormal range, its rounding ties and overflow; huge numbers; ±inf;
+// NaNs, one with a payload; an int8 scale of 0.25 with x / s ties; a head too small for a nonzero
+// f16 scale; a head whose max overflows f16). x: [rows][n_kv_heads][head_dim]; k_blocks,
+// v_blocks: the codecs' encode_block of each row.
+int WriteEncodeCase(const std::filesystem::path& dir, const kvq::FormatDesc& f, uint64_t seed,
+                    nlohmann::json* manifest) {
+  const kvq::RowShape row{.n_kv_heads = 2, .head_dim = 16};
+  const kvq::CodecArgs args{.shape = row};
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const float payload_nan = std::bit_cast<float>(0xffc12345u);
+  const std::vector<std::vector<float>> edge_heads = {
+      {0.0f, -0.0f},
+      {1e-45f, -1e-40f, 1.17e-38f, 1.0f, -1.0f},
+      {0x1p-25f, -0x1p-25f, 0x3p-25f, 0x1p-24f, 0x1.8p-24f, 3e-8f, 6e-8f, 6.1e-5f, 0x1.ffcp-15f, 0x1p-14f},
+      {1.0f + 0x1p-11f, 1.0f + 0x3p-11f, -(1.0f + 0x1p-11f), 65504.0f, 65519.0f, 65520.0f, -65520.0f, 1e5f},
+      {1e30f, -3.4e38f, 2.0f},
+      {inf, 1.0f, -2.0f, 0.5f},
+      {-inf, 3.0f},
+      {nan, 1.0f, -4.0f, payload_nan, -nan},
+      {31.75f, 0.125f, 0.375f, -0.125f, -0.375f, 0.625f, -0.625f, 31.625f, -31.75f},
+      {1e-9f, -2e-9f, 5e-10f},
+      {1e38f, -2e38f, 1e30f, 65504.0f},
+  };
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  constexpr int64_t kRandomRows = 24;
+  const int64_t elems = row.elems(), d = row.head_dim;
+  const int64_t edge_rows = (static_cast<int64_t>(edge_heads.size()) + row.n_kv_heads - 1) / row.n_kv_heads;
+  const int64_t rows = kRandomRows + edge_rows;
+  std::vector<float> x(rows * elems);
+  for (int64_t i = 0; i < kRandomRows * elems; ++i) x[i] = normal(rng) * (i % 7 == 3 ? 40.0f : 1.0f);
+  for (size_t h = 0; h < edge_heads.size(); ++h) {  // each edge head padded with small random numbers
+    float* head = x.data() + kRandomRows * elems + static_cast<int64_t>(h) * d;
+    for (int64_t i = 0; i < d; ++i) {
+      head[i] = i < static_cast<int64_t>(edge_heads[h].size()) ? edge_heads[h][i] : 0.01f * normal(rng);
+    }
+  }
+  std::vector<Section> sections = {Bytes("x", x)};
+  for (int which = 0; which < 2; ++which) {
+    const kvq::Codec& codec = which == 0 ? f.key : f.value;
+    const int64_t block = codec.block_bytes(row);
+    std::vector<uint8_t> encoded(rows * block);
+    for (int64_t r = 0; r < rows; ++r) codec.encode_block(x.data() + r * elems, encoded.data() + r * block, args);
+    sections.push_back(Bytes(which == 0 ? "k_blocks" : "v_blocks", encoded));
+    (*manifest)[which == 0 ? "k_block_bytes" : "v_block_bytes"] = block;
+  }
+  const std::string name = fmt::format("encode_{}", f.name);
+  std::ofstream out(dir / (name + ".bin"), std::ios::binary | std::ios::trunc);
+  nlohmann::json offsets = nlohmann::json::object();
+  int64_t at = 0;
+  for (const Section& sec : sections) {
+    out.write(reinterpret_cast<const char*>(sec.bytes.data()), static_cast<std::streamsize>(sec.bytes.size()));
+    offsets[sec.name] = {{"offset", at}, {"bytes", sec.bytes.size()}};
+    at += static_cast<int64_t>(sec.bytes.size());
+  }
+  if (!out.flush()) return 1;
+  (*manifest)["name"] = name;
+  (*manifest)["file"] = name + ".bin";
+  (*manifest)["format"] = f.name;
+  (*manifest)["n_kv_heads"] = row.n_kv_heads;
+  (*manifest)["head_dim"] = row.head_dim;
+  (*manifest)["rows"] = rows;
+  (*manifest)["sections"] = offsets;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -221,8 +293,16 @@ int main(int argc, char** argv) {
     if (WriteMatvecCase(dir, type, 72, 512, seed++, &c) != 0) return 1;
     matvec.push_back(c);
   }
-  std::ofstream(dir / "manifest.json", std::ios::trunc) << nlohmann::json{{"cases", cases}, {"matvec", matvec}}.dump(1)
-                                                        << "\n";
+  // Every registered format whose K and V are one row per block: the encoder cases.
+  nlohmann::json encode = nlohmann::json::array();
+  for (const kvq::FormatDesc* f : kvq::Formats()) {
+    if (f->key.rows_per_block != 1 || f->value.rows_per_block != 1 || f->key.calibrated || f->value.calibrated) continue;
+    nlohmann::json c;
+    if (WriteEncodeCase(dir, *f, seed++, &c) != 0) return 1;
+    encode.push_back(c);
+  }
+  std::ofstream(dir / "manifest.json", std::ios::trunc)
+      << nlohmann::json{{"cases", cases}, {"matvec", matvec}, {"encode", encode}}.dump(1) << "\n";
   fmt::print("gpu_attention_fixture: {} attention cases and {} matvec cases in {}\n", cases.size(), matvec.size(),
              dir.string());
   return 0;

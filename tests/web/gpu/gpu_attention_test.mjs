@@ -7,8 +7,12 @@
 // (tests/web/gpu/gpu_kv_device_page.js: kvq.js's KvCache streaming into web/gpu/kv_device.js).
 // With `--device-loss` (FIXTURE_DIR is the web bundle), the GPU path losing its device
 // (tests/web/gpu/gpu_device_loss_page.js). With `--limits` (arguments as --forward), the GPU path
-// within forced device limits (tests/web/gpu/gpu_limits_page.js).
-// Usage: node gpu_attention_test.mjs [--forward|--limits|--kv-device|--device-loss] FIXTURE_DIR
+// within forced device limits (tests/web/gpu/gpu_limits_page.js). With `--chunks` (FIXTURE_DIR is the
+// web bundle), the KV device's attention split over position chunks against kvq's chunked
+// attention (tests/web/gpu/gpu_chunk_attention_page.js). With `--encode` (FIXTURE_DIR as without a
+// flag), the WGSL KV encoders against kvq's codecs (tests/web/gpu/gpu_kv_encode_page.js); with
+// `--write-behind` (FIXTURE_DIR is the web bundle), pages they encode handed to the module's master.
+// Usage: node gpu_attention_test.mjs [--forward|--limits|--kv-device|--device-loss|--chunks|--encode|--write-behind] FIXTURE_DIR
 //        [BUNDLE_DIR (--forward, --limits)] PLAYWRIGHT_NPM_DIR
 //        [CASE_SUBSTRING]
 import fs from 'node:fs';
@@ -31,8 +35,11 @@ function Fatal(message) {
 const limits = process.argv[2] === '--limits';
 const forward = process.argv[2] === '--forward' || limits;  // both take gpu_forward_fixture's cases and the bundle
 const device_loss = process.argv[2] === '--device-loss';
-const kv_device = process.argv[2] === '--kv-device' || device_loss;  // both take the bundle as FIXTURE_DIR
-const rest = process.argv.slice(forward || kv_device ? 3 : 2);
+const chunks = process.argv[2] === '--chunks';
+const encode = process.argv[2] === '--encode';
+const write_behind = process.argv[2] === '--write-behind';
+const kv_device = process.argv[2] === '--kv-device' || device_loss || chunks || write_behind;  // all take the bundle as FIXTURE_DIR
+const rest = process.argv.slice(forward || kv_device || encode ? 3 : 2);
 const bundle_arg = forward ? rest.splice(1, 1)[0] : undefined;
 const [fixture_arg, npm_dir, only] = rest;
 if (forward && !fs.existsSync(path.join(path.resolve(bundle_arg || ''), 'kvq.js'))) Fatal(`no kvq.js in the bundle folder ${bundle_arg}`);
@@ -68,6 +75,10 @@ const server = http.createServer((req, res) => {
             'import {RunGpuKvDeviceTests} from "/test/gpu_kv_device_page.js";' +
             'import {RunGpuDeviceLossTests} from "/test/gpu_device_loss_page.js";' +
             'import {RunGpuLimitsTests} from "/test/gpu_limits_page.js";' +
+            'import {RunGpuChunkAttentionTests} from "/test/gpu_chunk_attention_page.js";' +
+            'window.RunGpuChunkAttentionTests = RunGpuChunkAttentionTests;' +
+            'import {RunGpuKvEncodeTests, RunGpuWriteBehindTests} from "/test/gpu_kv_encode_page.js";' +
+            'window.RunGpuKvEncodeTests = RunGpuKvEncodeTests; window.RunGpuWriteBehindTests = RunGpuWriteBehindTests;' +
             'window.RunGpuLimitsTests = RunGpuLimitsTests;' +
             'window.RunGpuAttentionTests = RunGpuAttentionTests; window.RunGpuForwardTests = RunGpuForwardTests;' +
             'window.RunGpuKvDeviceTests = RunGpuKvDeviceTests; window.RunGpuDeviceLossTests = RunGpuDeviceLossTests;</script>');
@@ -99,7 +110,10 @@ try {
   await page.goto(origin + '/');
   await page.waitForFunction(() => typeof window.RunGpuAttentionTests === 'function', null, {timeout: 30000});
   page.setDefaultTimeout(0);
-  result = device_loss ? await page.evaluate(([url, only]) => window.RunGpuDeviceLossTests(url, only), [origin + '/fixture', only || ''])
+  result = write_behind ? await page.evaluate((url) => window.RunGpuWriteBehindTests(url), origin + '/fixture')
+      : encode ? await page.evaluate((url) => window.RunGpuKvEncodeTests(url), origin + '/fixture')
+      : chunks ? await page.evaluate((url) => window.RunGpuChunkAttentionTests(url), origin + '/fixture')
+      : device_loss ? await page.evaluate(([url, only]) => window.RunGpuDeviceLossTests(url, only), [origin + '/fixture', only || ''])
       : kv_device ? await page.evaluate((url) => window.RunGpuKvDeviceTests(url), origin + '/fixture')
       : limits ? await page.evaluate(([url, bundle, only]) => window.RunGpuLimitsTests(url, bundle, only),
                                      [origin + '/fixture', origin + '/bundle', only || '']) : forward
@@ -120,6 +134,13 @@ if (limits) {
               `${result.failures.length} failures, smallest top-2 logit gap ${result.min_gap}, ${result.flushes} KV device submits with pages of 32, ` +
               `moved to the CPU because: "${result.cpu_event}", ${result.seconds?.toFixed(1)} s in the page`);
   if (!result.runs) Fatal('no run');
+} else if (encode || write_behind) {
+  console.log(`gpu_attention_test ${process.argv[2]}: ${result.cases} formats encoded on the GPU, ${result.checks} checks, ` +
+              `${result.failures.length} failures, without a GPU encoder: ${result.without_encoder?.join(', ')}, ` +
+              `${result.seconds?.toFixed(1)} s in the page`);
+} else if (chunks) {
+  console.log(`gpu_attention_test --chunks: ${result.cases} formats, ${result.checks} checks, ${result.failures.length} failures, ` +
+              `${result.unchunked_differs} runs where an unchunked walk differs, ${result.seconds?.toFixed(1)} s in the page`);
 } else if (kv_device) {
   console.log(`gpu_attention_test --kv-device: ${result.cases} cases, ${result.checks} checks, ` +
               `${result.failures.length} failures, worst error ${result.worst_error_over_bound?.toFixed(4)} of the bound, ` +

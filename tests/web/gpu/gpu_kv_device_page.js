@@ -16,7 +16,7 @@ import {GpuKvDevice} from '/web/gpu/kv_device.js';
 import {Reference, SameBits} from '/test/gpu_attention_page.js';
 
 // mulberry32: the same numbers in every browser.
-function Rng(seed) {
+export function Rng(seed) {
   return () => {
     seed = (seed + 0x6d2b79f5) | 0;
     let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
@@ -25,7 +25,7 @@ function Rng(seed) {
   };
 }
 // n numbers, roughly N(0, scale²) (sum of uniforms), every 37th a 6-sigma outlier.
-function Rows(n, rng, scale) {
+export function Rows(n, rng, scale) {
   const x = new Float32Array(n);
   for (let i = 0; i < n; ++i) x[i] = i % 37 === 5 ? 6 * scale : (rng() + rng() + rng() - 1.5) * 2 * scale;
   return x;
