@@ -65,6 +65,7 @@ ToolCallParser::Delta Streamed(const ToolCallFormat& f, std::string_view text) {
   auto take = [&](ToolCallParser::Delta d) {
     all.content += d.content;
     all.calls.insert(all.calls.end(), d.calls.begin(), d.calls.end());
+    all.chunks.insert(all.chunks.end(), d.chunks.begin(), d.chunks.end());
   };
   for (char c : text) take(p.Add(std::string_view(&c, 1)));
   take(p.Finish());
@@ -100,9 +101,10 @@ TEST_P(EveryFormat, TextWithoutCallsIsContentAndBrokenCallsStayContent) {
     EXPECT_EQ(Streamed(f, text).content, text) << f.name;
     EXPECT_TRUE(Streamed(f, text).calls.empty()) << f.name;
   }
-  // A call cut short, and one whose JSON lacks a name: every byte comes back as content.
+  // A call cut before its name is known, and one whose JSON lacks a name: every byte comes back
+  // as content.
   const std::string whole = Written(f, {{"add", R"({"a": 1, "b": 2})"}});
-  for (const std::string& text : {whole.substr(0, whole.size() - 3), [&] {
+  for (const std::string& text : {whole.substr(0, whole.find("\"add\"") + 3), [&] {
          std::string t = whole;
          t.replace(t.find("\"name\""), 6, "\"nome\"");
          return t;
@@ -110,7 +112,70 @@ TEST_P(EveryFormat, TextWithoutCallsIsContentAndBrokenCallsStayContent) {
     EXPECT_EQ(ParseToolCalls(f, text).content, text) << f.name;
     EXPECT_EQ(Streamed(f, text).content, text) << f.name;
     EXPECT_TRUE(ParseToolCalls(f, text).calls.empty()) << f.name;
+    EXPECT_TRUE(Streamed(f, text).chunks.empty()) << f.name;
   }
+}
+
+// The concatenated chunks of each call, by index, checked against `calls`: the first chunk of a
+// call carries its id and name, later ones neither.
+void ExpectChunksAreTheCalls(const ToolCallParser::Delta& d, const std::string& why) {
+  std::vector<ToolCall> assembled;
+  for (const ToolCallChunk& c : d.chunks) {
+    if (c.index == static_cast<int>(assembled.size())) {
+      EXPECT_FALSE(c.id.empty()) << why;
+      EXPECT_FALSE(c.name.empty()) << why;
+      assembled.push_back({.id = c.id, .name = c.name, .arguments = c.arguments});
+    } else {
+      ASSERT_EQ(c.index, static_cast<int>(assembled.size()) - 1) << why;  // in order, never going back
+      EXPECT_EQ(c.id, "") << why;
+      EXPECT_EQ(c.name, "") << why;
+      assembled.back().arguments += c.arguments;
+    }
+  }
+  ASSERT_EQ(assembled.size(), d.calls.size()) << why;
+  for (size_t i = 0; i < assembled.size(); ++i) {
+    EXPECT_EQ(assembled[i].id, d.calls[i].id) << why;
+    EXPECT_EQ(assembled[i].name, d.calls[i].name) << why;
+    EXPECT_EQ(assembled[i].arguments, d.calls[i].arguments) << why;
+  }
+}
+
+TEST_P(EveryFormat, ArgumentsStreamAsWrittenAndConcatenateToTheWholeCall) {
+  const ToolCallFormat& f = GetParam();
+  std::vector<std::pair<std::string, std::string>> calls = {{"get_weather", R"({"city": "Par\"is}", "n": [1, {"x": 2}]})"}};
+  if (*f.open != '\0') calls.push_back({"add", R"({"a": 1,  "b": 2})"});
+  const std::string text = Written(f, calls);
+  const ToolCallParser::Delta whole = ParseToolCalls(f, text);
+  const ToolCallParser::Delta streamed = Streamed(f, text);
+  for (const ToolCallParser::Delta* d : {&whole, &streamed}) {
+    ExpectChunksAreTheCalls(*d, std::string(f.name) + ": " + text);
+    ASSERT_EQ(d->calls.size(), calls.size());
+    // The model's own text of the arguments, spacing and all (not a re-serialisation).
+    for (size_t i = 0; i < calls.size(); ++i) EXPECT_EQ(d->calls[i].arguments, calls[i].second) << f.name;
+    EXPECT_EQ(d->content, "") << f.name;
+  }
+  // Streamed a byte at a time, the arguments come in many pieces, the first with the name.
+  EXPECT_GT(streamed.chunks.size(), 2 * calls.size()) << f.name;
+  EXPECT_EQ(streamed.chunks[0].arguments, "") << f.name;
+
+  // Cut inside the arguments (max_tokens): the call was committed by its first chunk, and keeps
+  // what was written, whole or streamed alike.
+  const std::string cut = text.substr(0, text.find("\"n\"") + 4);
+  for (const ToolCallParser::Delta& d : {ParseToolCalls(f, cut), Streamed(f, cut)}) {
+    ExpectChunksAreTheCalls(d, std::string(f.name) + ": " + cut);
+    ASSERT_EQ(d.calls.size(), 1u) << f.name;
+    EXPECT_EQ(d.calls[0].arguments, R"({"city": "Par\"is}", "n":)") << f.name;
+    EXPECT_EQ(d.content, "") << f.name;
+  }
+  // Arguments written before the name cannot stream: the call comes whole at its end, as one chunk.
+  std::string backwards = Written(f, {{"add", R"({"a": 1})"}});
+  const std::string name_first = "{\"name\": \"add\", \"" + std::string(f.arguments_key) + "\": {\"a\": 1}}";
+  backwards.replace(backwards.find(name_first), name_first.size(),
+                    "{\"" + std::string(f.arguments_key) + "\": {\"a\": 1}, \"name\": \"add\"}");
+  const ToolCallParser::Delta late = Streamed(f, backwards);
+  ExpectChunksAreTheCalls(late, std::string(f.name) + ": " + backwards);
+  ASSERT_EQ(late.chunks.size(), 1u) << f.name << ": " << backwards;
+  EXPECT_EQ(json::parse(late.calls[0].arguments), json::parse(R"({"a": 1})"));
 }
 
 // Whether `grammar` (GBNF) accepts exactly `text`.
