@@ -148,10 +148,12 @@ int RunChat(const ChatFlags& o, const std::string& command) {
   if (!tools.tools_json.empty()) {
     Result<std::string> forced = ToolCallGrammar(tool_format, tools);
     if (!forced.ok()) return bad(fmt::format("--tools {}: {}", o.tools_file, forced.status().message()));
-    if (!forced->empty() && !grammar->empty()) {
+    const bool forcing = tools.choice == ToolChoice::kRequired || tools.choice == ToolChoice::kFunction;
+    if (forcing && !grammar->empty()) {
       return bad("--tool-choice " + o.tool_choice + " forces a call with its own grammar: drop --grammar/--json-schema");
     }
-    if (!forced->empty()) grammar = std::move(forced);
+    // auto: the lazy grammar (free text, then only declared calls), unless --grammar constrains the reply.
+    if (!forced->empty() && grammar->empty()) grammar = std::move(forced);
   }
   if (render.template_override.empty() && model.chat_template_choice().chatml_fallback) {
     fmt::print(stderr, "kvq {}: {}\n", command,

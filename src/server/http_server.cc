@@ -270,7 +270,12 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
       e.param = "tools";
       return Reply(res, e);
     }
-    if (!forced->empty()) spec.grammar = std::move(forced).value();
+    // tool_choice auto: the lazy grammar (free text, then only declared calls once one opens)
+    // unless the request constrains the reply itself; a forced call: its grammar (the request
+    // parser refused a grammar beside it).
+    if (!forced->empty() && (spec.grammar.empty() || r.tools.choice != ToolChoice::kAuto)) {
+      spec.grammar = std::move(forced).value();
+    }
   }
   spec.deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(options_.request_timeout_seconds * 1e3));
   for (const auto& [id, bias] : spec.sampling.logit_bias) {

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -224,9 +225,89 @@ TEST_P(EveryFormat, ForcedCallGrammarAcceptsDeclaredCallsOnly) {
   }
   // What the grammar accepts, the parser reads back.
   EXPECT_EQ(ParseToolCalls(f, add).calls.size(), 1u);
-  // auto and none force nothing.
-  EXPECT_EQ(*ToolCallGrammar(f, {.tools_json = kTools, .choice = ToolChoice::kAuto}), "");
+  // none forces nothing (auto: the lazy grammar below).
   EXPECT_EQ(*ToolCallGrammar(f, {.tools_json = kTools, .choice = ToolChoice::kNone}), "");
+}
+
+TEST_P(EveryFormat, AutoGrammarIsFreeUntilTheOpeningThenOnlyDeclaredCalls) {
+  const ToolCallFormat& f = GetParam();
+  Result<std::string> lazy = ToolCallGrammar(f, {.tools_json = kTools, .choice = ToolChoice::kAuto});
+  ASSERT_TRUE(lazy.ok()) << lazy.status().message();
+  const std::string open = *f.open != '\0' ? f.open : "{";  // llama3_json: a reply starting with '{'
+  const std::string weather = Compact(f, {{"get_weather", R"({"city": "Oslo"})"}});
+  // Free text, with pieces of the opening that never complete it, however long.
+  std::string text = "It is sunny. a < b, [x] {y}: " + open.substr(0, open.size() - 1) + " and on";
+  if (*f.open == '\0') text = "Sunny. {y}";  // llama3_json: text is any reply not starting with '{'
+  EXPECT_TRUE(Accepts(*lazy, text)) << f.name << ": " << text;
+  std::string long_text;
+  for (int i = 0; i < 2000; ++i) long_text += "word <t [T ";
+  EXPECT_TRUE(Accepts(*lazy, long_text)) << f.name;
+  EXPECT_TRUE(Accepts(*lazy, weather)) << f.name << ": " << weather;
+  EXPECT_TRUE(Accepts(*lazy, "")) << f.name;
+  if (*f.open != '\0') {
+    EXPECT_TRUE(Accepts(*lazy, "Let me look.\n" + weather)) << f.name;
+    // A thought may name the opening: it is not a call there.
+    EXPECT_TRUE(Accepts(*lazy, "<think>\nI may write " + open + " now.\n</think>\n\nSunny.")) << f.name;
+  }
+  // Once the opening is written, only a declared call may follow.
+  const std::string before = *f.open != '\0' ? "Let me look.\n" : "";
+  EXPECT_FALSE(Accepts(*lazy, before + open + " maybe not")) << f.name;
+  EXPECT_FALSE(Accepts(*lazy, before + Compact(f, {{"get_time", R"({"city": "Oslo"})"}}))) << f.name;
+  EXPECT_FALSE(Accepts(*lazy, before + Compact(f, {{"get_weather", R"({"city": "Rome"})"}}))) << f.name;
+  EXPECT_FALSE(Accepts(*lazy, weather + " and more text")) << f.name;
+}
+
+// The grammar's state machine fed the opening, then left to pick: a random walk over a small
+// vocabulary (bytes and a few multi-byte tokens), each step a token the mask allows, ends in text
+// that parses as declared calls whose arguments follow their schemas, every time.
+TEST_P(EveryFormat, AfterTheOpeningEveryAllowedPathIsADeclaredCall) {
+  const ToolCallFormat& f = GetParam();
+  Result<std::string> lazy = ToolCallGrammar(f, {.tools_json = kTools, .choice = ToolChoice::kAuto});
+  ASSERT_TRUE(lazy.ok());
+  Result<Grammar> g = ParseGbnf(*lazy);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  auto grammar = std::make_shared<const Grammar>(std::move(g).value());
+  std::vector<std::string> vocab;
+  for (int c = 32; c < 127; ++c) vocab.push_back(std::string(1, static_cast<char>(c)));
+  for (const char* t : {"\n", "\"name\"", "\"city\"", "Paris", "Oslo", "get_weather", "add", ": ", ", ", "{\"", "\"}"}) {
+    vocab.push_back(t);
+  }
+  const TokenTrie trie(vocab);
+  const std::string prefix = *f.open != '\0' ? std::string("Sure.\n") + f.open : "{";
+  std::mt19937 rng(7);
+  int calls = 0;
+  for (int walk = 0; walk < 40; ++walk) {
+    GrammarMatcher m(grammar);
+    ASSERT_TRUE(m.Accept(prefix));
+    std::string text = prefix;
+    for (int step = 0; step < 4000 && !m.Done(); ++step) {
+      if (m.CanEnd()) break;  // a reply may end here: the walk ends it
+      const std::vector<uint64_t>& allowed = m.AllowedTokens(trie);
+      std::vector<int> choices;
+      for (int t = 0; t < static_cast<int>(vocab.size()); ++t) {
+        if ((allowed[t / 64] >> (t % 64)) & 1) choices.push_back(t);
+      }
+      ASSERT_FALSE(choices.empty()) << f.name << ": stuck after " << text;
+      const std::string& token = vocab[choices[std::uniform_int_distribution<size_t>(0, choices.size() - 1)(rng)]];
+      ASSERT_TRUE(m.Accept(token));
+      text += token;
+    }
+    ASSERT_TRUE(m.CanEnd()) << f.name << ": unfinished " << text;
+    const ToolCallParser::Delta d = ParseToolCalls(f, text);
+    EXPECT_EQ(d.content, *f.open != '\0' ? "Sure." : "") << f.name << ": " << text;
+    ASSERT_GE(d.calls.size(), 1u) << f.name << ": " << text;
+    for (const ToolCall& c : d.calls) {
+      const json args = json::parse(c.arguments);
+      if (c.name == "get_weather") {
+        EXPECT_TRUE(args["city"] == "Paris" || args["city"] == "Oslo") << text;
+      } else {
+        ASSERT_EQ(c.name, "add") << text;
+        EXPECT_TRUE(args["a"].is_number_integer() && args["b"].is_number_integer()) << text;
+      }
+      ++calls;
+    }
+  }
+  EXPECT_GE(calls, 40);
 }
 
 std::string FormatName(const ::testing::TestParamInfo<ToolCallFormat>& p) { return p.param.name; }

@@ -238,6 +238,22 @@ for (const format of formats) {
     checkCall(format, r.choices[0].message.tool_calls[0]);
   });
   if (format.own) {
+    await check('tool_choice auto: after a forced opening only a declared call can follow (lazy grammar)', async () => {
+      const tok = await (await fetch(`http://127.0.0.1:${s.port}/tokenize`, {
+        method: 'POST', body: JSON.stringify({ content: '<tool_call>' }) })).json();
+      assert.equal(tok.tokens.length, 1);
+      const bias = { [tok.tokens[0]]: 100 };  // the opening is the greedy choice wherever it is allowed
+      const r = await client.chat.completions.create({ ...sampling, messages: question, tools, tool_choice: 'auto',
+                                                       parallel_tool_calls: false, logit_bias: bias });
+      assert.equal(r.choices[0].finish_reason, 'tool_calls');
+      assert.equal(r.choices[0].message.tool_calls.length, 1);
+      checkCall(format, r.choices[0].message.tool_calls[0]);
+      // The same bias with no grammar (tool_choice none): the opening and no call that parses.
+      const free = await client.chat.completions.create({ ...sampling, max_tokens: 24, messages: question, tools,
+                                                          tool_choice: 'none', logit_bias: bias });
+      assert.equal(free.choices[0].message.tool_calls, undefined);
+      assert.ok(free.choices[0].message.content.startsWith('<tool_call>'), free.choices[0].message.content);
+    });
     await check('a bad tool definition is a BadRequestError naming tools', async () => {
       await assert.rejects(
         client.chat.completions.create({ ...sampling, messages: question, tools: [{ type: 'function', function: {} }] }),
