@@ -73,7 +73,10 @@ struct ToolOptions {
   std::string tools_json;
   ToolChoice choice = ToolChoice::kAuto;
   std::string function;   ///< kFunction: the function's name
-  bool parallel = true;   ///< kRequired: more than one call may follow the first
+  bool parallel = true;   ///< kRequired and kAuto: more than one call may follow the first
+  /// kAuto: the prompt leaves the model inside a thought (PromptOpensThinking), so the reply
+  /// starts in it, free until `</think>`.
+  bool starts_thinking = false;
 };
 
 /// The declared functions' names, in order. Errors name the field at fault ("tools[1].function.name

@@ -127,7 +127,9 @@ Result<std::string> ToolCallGrammar(const ToolCallFormat& format, const ToolOpti
     lazy += "root ::= [ \\t\\n]* ( \"<|python_tag|>\"? " + calls + " | [^{ \\t\\n<] tool-any | \"<\" tool-any )?\n";
     lazy += "tool-any ::= .*\n";
   } else {
-    lazy += "root ::= tool-think? tool-free-0 ( " + calls + " [ \\t\\n]* )?\n";
+    const std::string answer = "tool-free-0 ( " + calls + " [ \\t\\n]* )?";
+    lazy += options.starts_thinking ? "root ::= tool-free-think-0 ( \"</think>\" " + answer + " )?\n"
+                                    : "root ::= tool-think? " + answer + "\n";
   }
   return lazy + gbnf;
 }

@@ -142,10 +142,16 @@ int RunChat(const ChatFlags& o, const std::string& command) {
   const Model& model = *loaded->model;
   Session& session = *loaded->session;
   if (!o.gen.quiet) fmt::print(stderr, "{}", ModelBanner(command, model, session, o.gen.shared.KvFormatName()));
+  // Whether the template opens the model's thoughts in the prompt (DeepSeek R1's does): the reply
+  // then starts inside them.
+  const std::vector<ChatMessage> probe_chat = {{.role = "user", .content = "x"}};
+  Result<std::string> probe = model.ApplyChatTemplate(probe_chat, render);
+  const bool starts_thinking = probe.ok() && PromptOpensThinking(*probe);
   // Tools: the template's format decides the grammar of a forced call and how replies are split.
   const ToolCallFormat& tool_format = ToolCallFormatOf(model, render.template_override);
   const bool parse_calls = !tools.tools_json.empty() && tools.choice != ToolChoice::kNone;
   if (!tools.tools_json.empty()) {
+    tools.starts_thinking = *reasoning_format != ReasoningFormat::kNone && starts_thinking;
     Result<std::string> forced = ToolCallGrammar(tool_format, tools);
     if (!forced.ok()) return bad(fmt::format("--tools {}: {}", o.tools_file, forced.status().message()));
     const bool forcing = tools.choice == ToolChoice::kRequired || tools.choice == ToolChoice::kFunction;
@@ -165,11 +171,6 @@ int RunChat(const ChatFlags& o, const std::string& command) {
                o.gen.shared.ModelPath(), session.context(), kCommands);
   }
   ChatConversation chat(model, session, render, o.system_prompt, o.gen.n);
-  // Whether the template opens the model's thoughts in the prompt (DeepSeek R1's does): the reply
-  // then starts inside them.
-  const std::vector<ChatMessage> probe_chat = {{.role = "user", .content = "x"}};
-  Result<std::string> probe = model.ApplyChatTemplate(probe_chat, render);
-  const bool starts_thinking = probe.ok() && PromptOpensThinking(*probe);
   // Each reply streams through a parser that splits thoughts from the answer (and calls from it);
   // thoughts are shown dimmed on a terminal, else between "[thinking]" and "[/thinking]" lines.
   const bool dim = isatty(STDOUT_FILENO) != 0;

@@ -264,7 +264,9 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
   const bool starts_thinking = PromptOpensThinking(rendered);
   const ToolCallFormat* call_format = parse_calls ? &tool_format : nullptr;
   if (r.has_tools) {
-    Result<std::string> forced = ToolCallGrammar(tool_format, r.tools);
+    ToolOptions tools = r.tools;
+    tools.starts_thinking = reasoning != ReasoningFormat::kNone && starts_thinking;
+    Result<std::string> forced = ToolCallGrammar(tool_format, tools);
     if (!forced.ok()) {
       ApiError e = Error(400, "invalid_request_error", forced.status().message());
       e.param = "tools";

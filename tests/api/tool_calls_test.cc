@@ -255,6 +255,15 @@ TEST_P(EveryFormat, AutoGrammarIsFreeUntilTheOpeningThenOnlyDeclaredCalls) {
   EXPECT_FALSE(Accepts(*lazy, before + Compact(f, {{"get_time", R"({"city": "Oslo"})"}}))) << f.name;
   EXPECT_FALSE(Accepts(*lazy, before + Compact(f, {{"get_weather", R"({"city": "Rome"})"}}))) << f.name;
   EXPECT_FALSE(Accepts(*lazy, weather + " and more text")) << f.name;
+  if (*f.open != '\0') {
+    // A prompt that opens the thought: the reply starts in it, free (openings too) until </think>.
+    Result<std::string> thinking =
+        ToolCallGrammar(f, {.tools_json = kTools, .choice = ToolChoice::kAuto, .starts_thinking = true});
+    ASSERT_TRUE(thinking.ok());
+    EXPECT_TRUE(Accepts(*thinking, "I may write " + open + " now.\n</think>\n\n" + weather)) << f.name;
+    EXPECT_TRUE(Accepts(*thinking, "cut mid-thought " + open)) << f.name;
+    EXPECT_FALSE(Accepts(*thinking, "hm</think>\n" + open + " maybe not")) << f.name;
+  }
 }
 
 // The grammar's state machine fed the opening, then left to pick: a random walk over a small
