@@ -286,7 +286,7 @@ void AddChatCommand(CLI::App& app, int* exit_code) {
                   "How a reply's thoughts (<think>...</think>) are shown: 'deepseek' (or 'auto') apart from the "
                   "answer (dimmed on a terminal, else between [thinking] lines; --json: the turn's 'reasoning'), "
                   "'none' as part of the reply")
-      ->capture_default_str();
+      ->capture_default_str()->type_name("FORMAT");
   cmd->add_option("-f,--file", o->input_file, "Read the user messages from FILE, one per line (slash commands too)")
       ->type_name("FILE");
   AddJsonFlag(cmd, &o->gen.shared,

@@ -204,15 +204,15 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--shutdown-grace", o->shutdown_grace_seconds,
                   "On SIGTERM/SIGINT, seconds running requests get to finish")
       ->check(CLI::Range(0.0, 86400.0))->capture_default_str();
-  cmd->add_option("--chat-template,--chat-template-file", o->chat_template_file,
-                  "Jinja chat template FILE rendering chat requests instead of the model's (its tool-call format "
-                  "too; default: the model's tokenizer.chat_template, or ChatML when it has none)")
-      ->type_name("FILE");
   cmd->add_option("--reasoning-format", o->reasoning_format,
                   "How chat replies' thoughts (<think>...</think>) are returned: 'deepseek' (or 'auto') in "
                   "message.reasoning_content and delta.reasoning_content, 'none' left in the content; a "
                   "request's reasoning_format overrides it")
-      ->capture_default_str();
+      ->capture_default_str()->type_name("FORMAT");
+  cmd->add_option("--chat-template,--chat-template-file", o->chat_template_file,
+                  "Jinja chat template FILE rendering chat requests instead of the model's (its tool-call format "
+                  "too; default: the model's tokenizer.chat_template, or ChatML when it has none)")
+      ->type_name("FILE");
   cmd->add_option("--alias", o->alias, "The model id /v1/models lists (default: the model file's name)");
   cmd->add_option("--web", o->web,
                   "Folder of the web bundle (the in-tab runtime) served beside the chat page, which is built in "
