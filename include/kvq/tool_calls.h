@@ -15,8 +15,9 @@
 // and kvq's choice for ChatML and templates without a format of their own), Llama 3.1's bare JSON
 // object `{"name": ..., "parameters": ...}`, and Mistral's `[TOOL_CALLS][{...}, ...]`.
 //
-// A reply that starts a call and does not finish it well-formed keeps that text as content: the
-// parser never invents or drops text.
+// A call streams as it is written (ToolCallParser's chunks), so one cut short keeps the arguments
+// it wrote; a reply that opens a call it never names keeps that text as content. tool_choice auto
+// gets a lazy grammar: free text until the format's opening, then only declared calls.
 #pragma once
 
 #include <optional>

@@ -127,7 +127,9 @@ Result<std::string> ToolCallGrammar(const ToolCallFormat& format, const ToolOpti
     lazy += "root ::= [ \\t\\n]* ( \"<|python_tag|>\"? " + calls + " | [^{ \\t\\n<] tool-any | \"<\" tool-any )?\n";
     lazy += "tool-any ::= .*\n";
   } else {
-    const std::string answer = "tool-free-0 ( " + calls + " [ \\t\\n]* )?";
+    // Nothing after the calls: once they close the grammar is done and the reply ends (free
+    // whitespace there would let a model pad to max_tokens).
+    const std::string answer = "tool-free-0 ( " + calls + " )?";
     lazy += options.starts_thinking ? "root ::= tool-free-think-0 ( \"</think>\" " + answer + " )?\n"
                                     : "root ::= tool-think? " + answer + "\n";
   }

@@ -322,7 +322,8 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
         c.text = std::move(split.content);
         c.reasoning = std::move(split.reasoning);
         c.calls = std::move(split.calls);
-        if (!c.calls.empty()) c.finish = FinishReason::kToolCalls;
+        // A reply cut short keeps "length", so a client knows a call's arguments may be cut too.
+        if (!c.calls.empty() && c.finish != FinishReason::kLength) c.finish = FinishReason::kToolCalls;
       }
     }
     t_record.usage = usage;
@@ -407,7 +408,7 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
           stream->usage.completion_tokens += news.usage.completion_tokens;
           if (index == 0) stream->usage.cached_tokens = news.usage.cached_tokens;
           std::optional<FinishReason> finish = news.finish;
-          if (c.parser.calls() > 0) finish = FinishReason::kToolCalls;
+          if (c.parser.calls() > 0 && finish != FinishReason::kLength) finish = FinishReason::kToolCalls;
           bool all_done = true;
           for (const Choice& other : stream->choices) all_done = all_done && other.finished;
           // The last choice to finish carries the usage and timings of the whole request.

@@ -254,6 +254,25 @@ for (const format of formats) {
       assert.equal(free.choices[0].message.tool_calls, undefined);
       assert.ok(free.choices[0].message.content.startsWith('<tool_call>'), free.choices[0].message.content);
     });
+    await check('a call cut by max_tokens keeps its arguments so far, streamed or not, with finish_reason length', async () => {
+      const request = { ...sampling, messages: question, tools, tool_choice: 'required', parallel_tool_calls: false };
+      const whole = await client.chat.completions.create(request);
+      const full = whole.choices[0].message.tool_calls[0].function;
+      const cutRequest = { ...request, max_tokens: whole.usage.completion_tokens - 3 };
+      const cut = await client.chat.completions.create(cutRequest);
+      assert.equal(cut.choices[0].finish_reason, 'length');
+      assert.equal(cut.choices[0].message.tool_calls.length, 1);
+      const part = cut.choices[0].message.tool_calls[0].function;
+      assert.equal(part.name, full.name);
+      assert.ok(full.arguments.startsWith(part.arguments), `${part.arguments} | ${full.arguments}`);
+      let streamed = '', finish = null;
+      for await (const chunk of await client.chat.completions.create({ ...cutRequest, stream: true })) {
+        for (const d of chunk.choices[0]?.delta?.tool_calls || []) streamed += d.function?.arguments || '';
+        finish = chunk.choices[0]?.finish_reason || finish;
+      }
+      assert.equal(streamed, part.arguments);
+      assert.equal(finish, 'length');
+    });
     await check('a bad tool definition is a BadRequestError naming tools', async () => {
       await assert.rejects(
         client.chat.completions.create({ ...sampling, messages: question, tools: [{ type: 'function', function: {} }] }),
