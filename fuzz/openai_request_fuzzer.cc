@@ -56,8 +56,9 @@ void CheckAccepted(const GenerationRequest& r) {
   const server::Usage usage{.prompt_tokens = 1, .completion_tokens = 2, .cached_tokens = 0};
   const json whole = MustParse(CompletionJson(r.endpoint, meta, text, server::FinishReason::kStop, usage), "a response");
   if (whole["choices"].size() != 1) Fail("openai_request", "a response without one choice");
-  (void)MustParse(StreamChunkJson(r.endpoint, meta, text, true, std::nullopt, nullptr), "a stream chunk");
-  (void)MustParse(StreamChunkJson(r.endpoint, meta, text, false, server::FinishReason::kLength, &usage), "a last chunk");
+  const server::ChunkDelta delta{.text = text, .reasoning = text, .calls = {}, .logprobs = {}};
+  (void)MustParse(StreamChunkJson(r.endpoint, meta, delta, true, std::nullopt, nullptr), "a stream chunk");
+  (void)MustParse(StreamChunkJson(r.endpoint, meta, delta, false, server::FinishReason::kLength, &usage), "a last chunk");
   (void)MustParse(UsageChunkJson(r.endpoint, meta, usage), "a usage chunk");
 }
 

@@ -15,10 +15,12 @@
 // and kvq's choice for ChatML and templates without a format of their own), Llama 3.1's bare JSON
 // object `{"name": ..., "parameters": ...}`, and Mistral's `[TOOL_CALLS][{...}, ...]`.
 //
-// A reply that starts a call and does not finish it well-formed keeps that text as content: the
-// parser never invents or drops text.
+// A call streams as it is written (ToolCallParser's chunks), so one cut short keeps the arguments
+// it wrote; a reply that opens a call it never names keeps that text as content. tool_choice auto
+// gets a lazy grammar: free text until the format's opening, then only declared calls.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -26,6 +28,7 @@
 
 #include "kvq/chat.h"
 #include "kvq/model.h"
+#include "kvq/reasoning.h"
 #include "kvq/status.h"
 
 namespace kvq {
@@ -71,7 +74,10 @@ struct ToolOptions {
   std::string tools_json;
   ToolChoice choice = ToolChoice::kAuto;
   std::string function;   ///< kFunction: the function's name
-  bool parallel = true;   ///< kRequired: more than one call may follow the first
+  bool parallel = true;   ///< kRequired and kAuto: more than one call may follow the first
+  /// kAuto: the prompt leaves the model inside a thought (PromptOpensThinking), so the reply
+  /// starts in it, free until `</think>`.
+  bool starts_thinking = false;
 };
 
 /// The declared functions' names, in order. Errors name the field at fault ("tools[1].function.name
@@ -86,37 +92,102 @@ Result<std::vector<std::string>> CheckTools(const ToolOptions& options);
 /// CheckTools', and a parameters schema JsonSchemaGrammar refuses (named by its tool).
 Result<std::string> ToolCallGrammar(const ToolCallFormat& format, const ToolOptions& options);
 
+/// One piece of a streamed call, as OpenAI streams `tool_calls[i]`: the call's first chunk carries
+/// its id and name (and maybe the arguments' first bytes), later ones more bytes of its arguments.
+struct ToolCallChunk {
+  int index = 0;          ///< the call's place among the reply's calls, from 0
+  std::string id;         ///< first chunk only, else ""
+  std::string name;       ///< first chunk only, else ""
+  std::string arguments;  ///< the next bytes of the arguments' JSON text
+};
+
 /// Finds the tool calls in a reply's text as it streams: Add each piece of text, then Finish.
-/// Content (text that is not a call) is released as soon as it cannot be the start of a call;
-/// a call is released once it is complete and parses. The deltas together hold every byte of the
-/// reply as content or as a call.
+/// Content (text that is not a call) is released as soon as it cannot be the start of a call.
+/// A call written name first (`{"name": "f", "arguments": {...`, as every format's models write
+/// it) is released as it is written: a chunk once its name and the start of its arguments are
+/// known, then its arguments' bytes as they come. Its arguments are the model's own JSON text of
+/// the object, so the chunks of a call concatenate to exactly its ToolCall::arguments, and a
+/// reply parsed whole gives what its chunks give. Such a call is committed once its first chunk
+/// is out: cut short (the reply ran out of tokens), it keeps the arguments written so far. A call
+/// written otherwise (arguments first, or as a string) is released whole when it ends, as one
+/// chunk; one that does not parse stays content. The deltas together hold every byte of the
+/// reply as content or as a call, but for the format's framing around calls.
 class ToolCallParser {
  public:
   struct Delta {
-    std::string content;          ///< text to show
-    std::vector<ToolCall> calls;  ///< calls completed by this piece, with fresh ids
+    std::string content;                ///< text to show
+    std::vector<ToolCall> calls;        ///< calls completed by this piece
+    std::vector<ToolCallChunk> chunks;  ///< calls' pieces released by this piece, in order
   };
   explicit ToolCallParser(const ToolCallFormat& format);
   Delta Add(std::string_view text);
   Delta Finish();
-  /// Calls released so far.
+  /// Calls begun so far (the next call's index).
   int calls() const { return calls_; }
 
  private:
+  // Where the text of a call region stands.
+  enum class Part {
+    kArrayOpen,  // Mistral: before the array's '['
+    kHeader,     // before a call's arguments: `{"name": "...", "arguments": ` not yet all seen
+    kArguments,  // inside the arguments' JSON object, released as it comes
+    kTail,       // after the arguments: the call's '}' and the format's framing
+    kWhole,      // a call not written name first: held until it ends, then parsed whole
+  };
   // Moves what buffer_ settles into `out`; `final`: no more text follows.
   void Drain(bool final, Delta* out);
+  // Drains inside a call region; returns whether the region ended (buffer_ holds what follows).
+  bool DrainCall(bool final, Delta* out);
   // Parses `text` (a call, or the array of calls) into out->calls; false if it is not well-formed.
   bool ParseCalls(std::string_view text, Delta* out);
+  // Ends the region: its unparsed text becomes content, the parser returns to content.
+  void LeaveCall(Delta* out);
 
   const ToolCallFormat* format_;
   std::string buffer_;    // text not yet released
   bool in_call_ = false;  // buffer_ follows an opening (`open`, or a llama3_json reply's start)
   bool decided_ = false;  // llama3_json: whether the reply is a call has been decided
+  Part part_ = Part::kHeader;
+  std::string region_;    // kWhole: the region's text so far, `open` included (content if it fails)
+  ToolCall current_;      // kArguments / kTail: the call being streamed
+  int depth_ = 0;         // kArguments: nesting depth of the arguments' JSON
+  bool in_string_ = false, escape_ = false;  // kArguments: inside a JSON string, after a backslash
+  bool closed_brace_ = false;  // kTail: the call object's '}' has been seen
+  bool streamed_any_ = false;  // Mistral: a call of the array has been streamed
   int calls_ = 0;
 };
 
 /// A reply's text split at once: content and calls (ToolCallParser on the whole text).
 ToolCallParser::Delta ParseToolCalls(const ToolCallFormat& format, std::string_view text);
+
+/// A chat reply split as it streams into its reasoning, its content and its tool calls: the
+/// ReasoningParser first, then the ToolCallParser on the answer only (a call the model thinks
+/// about is not a call). Surfaces (kvq serve, kvq chat) split replies with this.
+class ReplyParser {
+ public:
+  struct Delta {
+    std::string reasoning;
+    std::string content;
+    std::vector<ToolCall> calls;
+    std::vector<ToolCallChunk> chunks;
+    bool empty() const { return reasoning.empty() && content.empty() && calls.empty() && chunks.empty(); }
+  };
+  /// `calls`: the format to find calls in, or nullptr (no calls: the answer is all content).
+  ReplyParser(ReasoningFormat reasoning, bool starts_thinking, const ToolCallFormat* calls);
+  Delta Add(std::string_view text);
+  Delta Finish();
+  /// Calls begun so far.
+  int calls() const { return calls_ ? calls_->calls() : 0; }
+
+ private:
+  Delta Split(ReasoningParser::Delta r, bool final);
+  ReasoningParser reasoning_;
+  std::optional<ToolCallParser> calls_;
+};
+
+/// A whole reply split at once (ReplyParser on the whole text).
+ReplyParser::Delta SplitReply(ReasoningFormat reasoning, bool starts_thinking, const ToolCallFormat* calls,
+                              std::string_view text);
 
 /// A fresh call id in `format`'s style.
 std::string NewToolCallId(const ToolCallFormat& format);

@@ -1,14 +1,13 @@
-// Tool-call formats, grammars and parsing (include/kvq/tool_calls.h).
+// Tool-call formats and parsing (include/kvq/tool_calls.h); their grammars: tool_call_grammar.cc.
 #include "kvq/tool_calls.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
-
-#include "kvq/generator.h"
 
 namespace kvq {
 namespace {
@@ -51,9 +50,6 @@ constexpr ToolCallFormat kFormats[] = {
 // JSON call too.
 constexpr std::string_view kPythonTag = "<|python_tag|>";
 
-// The rule the schema compiler's "root" becomes inside a tool-call grammar.
-constexpr std::string_view kCallRule = "tool-call-json";
-
 bool IsSpace(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
 // Length of the longest suffix of `text` that is a proper prefix of `marker`.
@@ -68,6 +64,80 @@ size_t TrailingSpace(std::string_view text) {
   size_t n = 0;
   while (n < text.size() && IsSpace(text[text.size() - 1 - n])) ++n;
   return n;
+}
+
+size_t LeadingSpace(std::string_view text) {
+  size_t n = 0;
+  while (n < text.size() && IsSpace(text[n])) ++n;
+  return n;
+}
+
+// The start of a call written name first: `{"name": "f", "arguments": ` up to the arguments'
+// opening '{' (whitespace anywhere JSON allows it; the arguments key may be either family's).
+struct CallHeader {
+  enum Match { kNeedMore, kNo, kYes } match = kNeedMore;
+  size_t arguments_at = 0;  // offset of the arguments' '{'
+  std::string name;
+};
+
+CallHeader MatchCallHeader(std::string_view s, const ToolCallFormat& format) {
+  size_t i = 0;
+  auto space = [&] { i += LeadingSpace(s.substr(i)); };
+  auto expect = [&](char c) {
+    space();
+    if (i >= s.size()) return CallHeader::kNeedMore;
+    if (s[i] != c) return CallHeader::kNo;
+    ++i;
+    return CallHeader::kYes;
+  };
+  auto string = [&](std::string* out) {
+    space();
+    if (i >= s.size()) return CallHeader::kNeedMore;
+    if (s[i] != '"') return CallHeader::kNo;
+    size_t j = i + 1;
+    for (bool escaped = false; j < s.size(); ++j) {
+      if (escaped) {
+        escaped = false;
+      } else if (s[j] == '\\') {
+        escaped = true;
+      } else if (s[j] == '"') {
+        break;
+      }
+    }
+    if (j >= s.size()) return CallHeader::kNeedMore;
+    const Json v = Json::parse(s.substr(i, j + 1 - i), nullptr, false);
+    if (v.is_discarded() || !v.is_string()) return CallHeader::kNo;
+    *out = v.get<std::string>();
+    i = j + 1;
+    return CallHeader::kYes;
+  };
+  CallHeader h;
+  std::string key, arguments_key;
+  for (auto step : std::initializer_list<std::function<CallHeader::Match()>>{
+           [&] { return expect('{'); },
+           [&] { return string(&key); },
+           [&] { return key == "name" ? CallHeader::kYes : CallHeader::kNo; },
+           [&] { return expect(':'); },
+           [&] { return string(&h.name); },
+           [&] { return h.name.empty() ? CallHeader::kNo : CallHeader::kYes; },
+           [&] { return expect(','); },
+           [&] { return string(&arguments_key); },
+           [&] {
+             return arguments_key == format.arguments_key || arguments_key == "arguments" ||
+                            arguments_key == "parameters"
+                        ? CallHeader::kYes
+                        : CallHeader::kNo;
+           },
+           [&] { return expect(':'); },
+           [&] {
+             space();
+             return i >= s.size() ? CallHeader::kNeedMore : s[i] == '{' ? CallHeader::kYes : CallHeader::kNo;
+           }}) {
+    h.match = step();
+    if (h.match != CallHeader::kYes) return h;
+  }
+  h.arguments_at = i;
+  return h;
 }
 
 }  // namespace
@@ -142,57 +212,6 @@ Result<std::vector<std::string>> CheckTools(const ToolOptions& options) {
   return names;
 }
 
-Result<std::string> ToolCallGrammar(const ToolCallFormat& format, const ToolOptions& options) {
-  Result<std::vector<std::string>> names = CheckTools(options);
-  if (!names.ok()) return names.status();
-  if (options.choice == ToolChoice::kAuto || options.choice == ToolChoice::kNone) return std::string();
-  // One schema for a call object: {"name": one of the functions, arguments: its parameters}, as
-  // anyOf over the functions, so each name is followed by its own arguments.
-  const Json tools = Json::parse(options.tools_json);
-  Json branches = Json::array();
-  for (size_t i = 0; i < tools.size(); ++i) {
-    const Json& f = tools[i]["function"];
-    const std::string name = f["name"].get<std::string>();
-    if (options.choice == ToolChoice::kFunction && name != options.function) continue;
-    const Json parameters = f.contains("parameters") ? f["parameters"] : Json{{"type", "object"}};
-    if (Result<std::string> alone = JsonSchemaGrammar(parameters.dump()); !alone.ok()) {
-      return Status::Error(fmt::format("tools[{}].function.parameters: {}", i, alone.status().message()));
-    }
-    Json call = {{"type", "object"},
-                 {"properties", {{"name", {{"const", name}}}, {format.arguments_key, parameters}}},
-                 {"required", {"name", format.arguments_key}}};
-    branches.push_back(std::move(call));
-  }
-  const Json schema = branches.size() == 1 ? branches[0] : Json{{"anyOf", branches}};
-  Result<std::string> compiled = JsonSchemaGrammar(schema.dump());
-  if (!compiled.ok()) return Status::Error("tools: " + compiled.status().message());
-  std::string gbnf = std::move(compiled).value();
-  // The compiler's start rule becomes the call's rule; the new root writes the format around it.
-  if (gbnf.find(std::string(kCallRule) + " ::=") != std::string::npos) {
-    return Status::Error(fmt::format("tools: a parameters schema yields a rule named '{}'", kCallRule));
-  }
-  const size_t root = gbnf.rfind("root ::= ", 0) == 0 ? 0 : gbnf.find("\nroot ::= ");
-  if (root == std::string::npos) return Status::Error("tools: the schema's grammar has no root rule");
-  gbnf.replace(root == 0 ? 0 : root + 1, 4, kCallRule);
-  const bool many = options.choice == ToolChoice::kRequired && options.parallel;
-  auto literal = [](std::string_view text) {
-    std::string out = "\"";
-    for (char c : text) out += c == '\n' ? std::string("\\n") : c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
-    return out + "\"";
-  };
-  const std::string call(kCallRule);
-  std::string top;
-  if (format.array) {
-    top = literal(std::string(format.open) + "[") + " " + call + (many ? " ( \", \" " + call + " )*" : "") + " \"]\"";
-  } else if (*format.open == '\0') {
-    top = call;  // llama3_json: one call, the whole reply
-  } else {
-    const std::string one = literal(std::string(format.open) + "\n") + " " + call + " " + literal(std::string("\n") + format.close);
-    top = one + (many ? " ( \"\\n\" " + one + " )*" : "");
-  }
-  return "root ::= " + top + "\n" + gbnf;
-}
-
 ToolCallParser::ToolCallParser(const ToolCallFormat& format) : format_(&format) {}
 
 ToolCallParser::Delta ToolCallParser::Add(std::string_view text) {
@@ -235,84 +254,200 @@ bool ToolCallParser::ParseCalls(std::string_view text, Delta* out) {
     if (arguments != nullptr) call.arguments = arguments->is_string() ? arguments->get<std::string>() : arguments->dump();
     calls.push_back(std::move(call));
   }
-  calls_ += static_cast<int>(calls.size());
+  for (const ToolCall& c : calls) {
+    out->chunks.push_back({.index = calls_++, .id = c.id, .name = c.name, .arguments = c.arguments});
+  }
   out->calls.insert(out->calls.end(), calls.begin(), calls.end());
   return true;
 }
 
-void ToolCallParser::Drain(bool final, Delta* out) {
+bool ToolCallParser::DrainCall(bool final, Delta* out) {
   const std::string_view open = format_->open, close = format_->close;
+  for (;;) {
+    switch (part_) {
+      case Part::kArrayOpen: {
+        const size_t at = LeadingSpace(buffer_);
+        if (at == buffer_.size() && !final) return false;
+        if (at == buffer_.size() || buffer_[at] != '[') {
+          part_ = Part::kWhole;
+          continue;
+        }
+        region_ += buffer_.substr(0, at + 1);
+        buffer_.erase(0, at + 1);
+        part_ = Part::kHeader;
+        continue;
+      }
+      case Part::kHeader: {
+        if (open.empty()) {  // llama3_json: the tag some replies put before the call is framing
+          const size_t at = LeadingSpace(buffer_);
+          if (std::string_view(buffer_).substr(at).starts_with(kPythonTag)) {
+            region_ += buffer_.substr(0, at + kPythonTag.size());
+            buffer_.erase(0, at + kPythonTag.size());
+          }
+        }
+        const CallHeader h = MatchCallHeader(buffer_, *format_);
+        if (h.match == CallHeader::kNeedMore && !final) return false;
+        if (h.match != CallHeader::kYes) {
+          part_ = Part::kWhole;
+          continue;
+        }
+        // Committed: the call's id and name go out now, its arguments as they come.
+        current_ = ToolCall{.id = NewToolCallId(*format_), .name = h.name, .arguments = ""};
+        out->chunks.push_back({.index = calls_++, .id = current_.id, .name = current_.name, .arguments = ""});
+        buffer_.erase(0, h.arguments_at);
+        region_.clear();
+        depth_ = 0;
+        in_string_ = escape_ = false;
+        part_ = Part::kArguments;
+        continue;
+      }
+      case Part::kArguments: {
+        size_t n = 0;
+        bool done = false;
+        while (n < buffer_.size() && !done) {
+          const char c = buffer_[n++];
+          if (in_string_) {
+            if (escape_) {
+              escape_ = false;
+            } else if (c == '\\') {
+              escape_ = true;
+            } else if (c == '"') {
+              in_string_ = false;
+            }
+          } else if (c == '"') {
+            in_string_ = true;
+          } else if (c == '{' || c == '[') {
+            ++depth_;
+          } else if ((c == '}' || c == ']') && --depth_ == 0) {
+            done = true;
+          }
+        }
+        if (n > 0) {
+          current_.arguments += buffer_.substr(0, n);
+          // The call's first chunk holds no arguments, as OpenAI's first delta of a call.
+          if (out->chunks.empty() || out->chunks.back().index != calls_ - 1 || !out->chunks.back().id.empty()) {
+            out->chunks.push_back({.index = calls_ - 1});
+          }
+          out->chunks.back().arguments += buffer_.substr(0, n);
+          buffer_.erase(0, n);
+        }
+        if (!done && !final) return false;
+        out->calls.push_back(current_);  // cut short at the end: the arguments written so far
+        if (!done) return true;
+        part_ = Part::kTail;
+        closed_brace_ = false;
+        streamed_any_ = true;
+        continue;
+      }
+      case Part::kTail: {  // the call's '}', then the framing; anything else ends the region
+        const size_t at = LeadingSpace(buffer_);
+        if (at == buffer_.size()) {
+          if (!final) return false;
+          buffer_.clear();
+          return true;
+        }
+        const std::string_view rest = std::string_view(buffer_).substr(at);
+        if (!closed_brace_) {
+          if (rest[0] != '}') return true;
+          closed_brace_ = true;
+          buffer_.erase(0, at + 1);
+          continue;
+        }
+        if (format_->array) {
+          if (rest[0] == ',' || rest[0] == ']') {
+            part_ = rest[0] == ',' ? Part::kHeader : part_;
+            buffer_.erase(0, at + 1);
+            if (part_ == Part::kHeader) continue;
+          }
+          return true;
+        }
+        if (!close.empty()) {
+          if (rest.starts_with(close)) {
+            buffer_.erase(0, at + close.size());
+            return true;
+          }
+          if (close.starts_with(rest)) {  // the closing tag, begun
+            if (!final) return false;
+            buffer_.clear();
+          }
+        }
+        return true;
+      }
+      case Part::kWhole: {  // held until the region ends, then parsed whole
+        region_ += buffer_;
+        buffer_.clear();
+        const size_t body = !open.empty() && region_.starts_with(open) ? open.size() : 0;
+        if (!close.empty()) {
+          const size_t at = region_.find(close, body);
+          if (at == std::string::npos) {
+            if (!final) return false;
+            out->content += region_;  // never closed: what was written is content
+            return true;
+          }
+          const size_t end = at + close.size();
+          if (!ParseCalls(std::string_view(region_).substr(body, at - body), out)) out->content += region_.substr(0, end);
+          buffer_ = region_.substr(end);
+          return true;
+        }
+        if (!final) return false;  // the calls run to the end of the reply
+        std::string_view text(region_);
+        text.remove_prefix(body);
+        text.remove_prefix(LeadingSpace(text));
+        if (open.empty() && text.starts_with(kPythonTag)) text.remove_prefix(kPythonTag.size());
+        if (!ParseCalls(text, out)) out->content += region_;
+        return true;
+      }
+    }
+  }
+}
+
+void ToolCallParser::Drain(bool final, Delta* out) {
+  const std::string_view open = format_->open;
   // Content is released as soon as it cannot begin a call; whitespace just before a call or at
   // the end of a reply that called (the separator models put around calls) is not content.
   auto release = [&](size_t n, bool drop_trailing_space) {
     std::string_view text(buffer_.data(), n);
-    const size_t space = TrailingSpace(text);
-    if (drop_trailing_space) text.remove_suffix(space);
+    if (drop_trailing_space) text.remove_suffix(TrailingSpace(text));
     out->content += text;
     buffer_.erase(0, n);
   };
   for (;;) {
-    if (!in_call_) {
-      if (open.empty()) {  // llama3_json: the reply is a call when it starts with one
-        if (!decided_) {
-          const size_t first = buffer_.find_first_not_of(" \n\t\r");
-          if (first == std::string::npos && !final) return;
-          const std::string_view rest = first == std::string::npos ? "" : std::string_view(buffer_).substr(first);
-          if (!final && kPythonTag.starts_with(rest) && rest.size() < kPythonTag.size()) return;
-          decided_ = true;
-          if (rest.starts_with(kPythonTag) || rest.starts_with("{")) {
-            in_call_ = true;
-            continue;
-          }
-        }
-        release(buffer_.size(), false);
-        return;
-      }
-      const size_t at = buffer_.find(open);
-      if (at != std::string::npos) {
-        release(at, true);
-        in_call_ = true;
-        continue;
-      }
-      if (final) {
-        release(buffer_.size(), calls_ > 0 && TrailingSpace(buffer_) == buffer_.size());
-        return;
-      }
-      // Hold a possible start of `open`, and trailing whitespace (it may precede a call).
-      const size_t partial = PartialMarker(buffer_, open);
-      const size_t hold = partial + TrailingSpace(std::string_view(buffer_).substr(0, buffer_.size() - partial));
-      if (buffer_.size() > hold) {
-        out->content += buffer_.substr(0, buffer_.size() - hold);
-        buffer_.erase(0, buffer_.size() - hold);
-      }
-      return;
-    }
-    if (!close.empty()) {  // one call between `open` and `close`
-      const size_t at = buffer_.find(close, open.size());
-      if (at == std::string::npos) {
-        if (final) {  // never closed: what was written is content
-          out->content += buffer_;
-          buffer_.clear();
-          in_call_ = false;
-        }
-        return;
-      }
-      const size_t end = at + close.size();
-      if (!ParseCalls(std::string_view(buffer_).substr(open.size(), at - open.size()), out)) {
-        out->content += buffer_.substr(0, end);
-      }
-      buffer_.erase(0, end);
+    if (in_call_) {
+      if (!DrainCall(final, out)) return;
       in_call_ = false;
+      region_.clear();
       continue;
     }
-    if (!final) return;  // the calls run to the end of the reply
-    std::string_view body(buffer_);
-    body.remove_prefix(std::min(body.size(), open.size()));
-    while (!body.empty() && IsSpace(body.front())) body.remove_prefix(1);
-    if (open.empty() && body.starts_with(kPythonTag)) body.remove_prefix(kPythonTag.size());
-    if (!ParseCalls(body, out)) out->content += buffer_;
-    buffer_.clear();
-    in_call_ = false;
+    if (open.empty() && !decided_) {  // llama3_json: the reply is a call when it starts with one
+      const size_t first = buffer_.find_first_not_of(" \n\t\r");
+      if (first == std::string::npos && !final) return;
+      const std::string_view rest = first == std::string::npos ? "" : std::string_view(buffer_).substr(first);
+      if (!final && kPythonTag.starts_with(rest) && rest.size() < kPythonTag.size()) return;
+      decided_ = true;
+      if (rest.starts_with(kPythonTag) || rest.starts_with("{")) {
+        in_call_ = true;
+        part_ = Part::kHeader;
+        continue;
+      }
+    }
+    const size_t at = open.empty() ? std::string::npos : buffer_.find(open);
+    if (at != std::string::npos) {
+      release(at, true);
+      region_ = std::string(open);
+      buffer_.erase(0, open.size());
+      in_call_ = true;
+      part_ = format_->array ? Part::kArrayOpen : Part::kHeader;
+      continue;
+    }
+    if (final) {
+      release(buffer_.size(), calls_ > 0 && TrailingSpace(buffer_) == buffer_.size());
+      return;
+    }
+    // Hold a possible start of `open`, and trailing whitespace (it may precede a call, or end a
+    // reply that called).
+    const size_t partial = open.empty() ? 0 : PartialMarker(buffer_, open);
+    const size_t hold = partial + TrailingSpace(std::string_view(buffer_).substr(0, buffer_.size() - partial));
+    if (buffer_.size() > hold) release(buffer_.size() - hold, false);
     return;
   }
 }
@@ -323,6 +458,44 @@ ToolCallParser::Delta ParseToolCalls(const ToolCallFormat& format, std::string_v
   ToolCallParser::Delta end = parser.Finish();
   all.content += end.content;
   all.calls.insert(all.calls.end(), end.calls.begin(), end.calls.end());
+  all.chunks.insert(all.chunks.end(), end.chunks.begin(), end.chunks.end());
+  return all;
+}
+
+ReplyParser::ReplyParser(ReasoningFormat reasoning, bool starts_thinking, const ToolCallFormat* calls)
+    : reasoning_(reasoning, starts_thinking) {
+  if (calls != nullptr) calls_.emplace(*calls);
+}
+
+ReplyParser::Delta ReplyParser::Split(ReasoningParser::Delta r, bool final) {
+  Delta d{.reasoning = std::move(r.reasoning), .content = std::move(r.content), .calls = {}, .chunks = {}};
+  if (!calls_) return d;
+  ToolCallParser::Delta c = calls_->Add(d.content);
+  if (final) {
+    ToolCallParser::Delta end = calls_->Finish();
+    c.content += end.content;
+    c.calls.insert(c.calls.end(), end.calls.begin(), end.calls.end());
+    c.chunks.insert(c.chunks.end(), end.chunks.begin(), end.chunks.end());
+  }
+  d.content = std::move(c.content);
+  d.calls = std::move(c.calls);
+  d.chunks = std::move(c.chunks);
+  return d;
+}
+
+ReplyParser::Delta ReplyParser::Add(std::string_view text) { return Split(reasoning_.Add(text), false); }
+
+ReplyParser::Delta ReplyParser::Finish() { return Split(reasoning_.Finish(), true); }
+
+ReplyParser::Delta SplitReply(ReasoningFormat reasoning, bool starts_thinking, const ToolCallFormat* calls,
+                              std::string_view text) {
+  ReplyParser parser(reasoning, starts_thinking, calls);
+  ReplyParser::Delta all = parser.Add(text);
+  ReplyParser::Delta end = parser.Finish();
+  all.reasoning += end.reasoning;
+  all.content += end.content;
+  all.calls.insert(all.calls.end(), end.calls.begin(), end.calls.end());
+  all.chunks.insert(all.chunks.end(), end.chunks.begin(), end.chunks.end());
   return all;
 }
 

@@ -10,12 +10,14 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "cli/chat_conversation.h"
 #include "cli/commands.h"
 #include "cli/hub_flag.h"
 #include "cli/run_report.h"
+#include "kvq/reasoning.h"
 #include "kvq/tool_calls.h"
 
 namespace kvq::cli {
@@ -67,7 +69,7 @@ nlohmann::json CallsJson(const std::vector<ToolCall>& calls) {
 }
 
 void PrintTurn(const ChatTurn& t, const std::string& user, int turn, bool json, const std::string& command,
-               const std::vector<ToolCall>& calls) {
+               const std::vector<ToolCall>& calls, const std::string& reasoning) {
   const Completion& c = t.completion;
   const double prompt_tps = c.prompt_seconds > 0 ? t.prefilled / c.prompt_seconds : 0;
   const double decode_tps = c.decode_seconds > 0 ? static_cast<double>(c.tokens.size()) / c.decode_seconds : 0;
@@ -82,7 +84,7 @@ void PrintTurn(const ChatTurn& t, const std::string& user, int turn, bool json, 
                                 {"dropped_messages", t.dropped_messages}, {"positions", t.positions},
                                 {"generated", c.tokens.size()}, {"prompt_tps", prompt_tps},
                                 {"decode_tps", decode_tps}, {"finish_reason", FinishReasonName(c.finish)},
-                                {"tool_calls", CallsJson(calls)}};
+                                {"tool_calls", CallsJson(calls)}, {"reasoning", reasoning}};
     fmt::print("{}\n", doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     std::fflush(stdout);
   }
@@ -130,6 +132,8 @@ int RunChat(const ChatFlags& o, const std::string& command) {
     return bad("--tool-choice needs --tools FILE");
   }
   const bool interactive = o.input_file.empty() && isatty(STDIN_FILENO);
+  Result<ReasoningFormat> reasoning_format = ParseReasoningFormat(o.reasoning_format);
+  if (!reasoning_format.ok()) return bad("--reasoning-format: " + reasoning_format.status().message());
 
   Result<std::string> grammar = o.gen.Grammar();
   if (!grammar.ok()) return bad(grammar.status().message());
@@ -138,16 +142,24 @@ int RunChat(const ChatFlags& o, const std::string& command) {
   const Model& model = *loaded->model;
   Session& session = *loaded->session;
   if (!o.gen.quiet) fmt::print(stderr, "{}", ModelBanner(command, model, session, o.gen.shared.KvFormatName()));
+  // Whether the template opens the model's thoughts in the prompt (DeepSeek R1's does): the reply
+  // then starts inside them.
+  const std::vector<ChatMessage> probe_chat = {{.role = "user", .content = "x"}};
+  Result<std::string> probe = model.ApplyChatTemplate(probe_chat, render);
+  const bool starts_thinking = probe.ok() && PromptOpensThinking(*probe);
   // Tools: the template's format decides the grammar of a forced call and how replies are split.
   const ToolCallFormat& tool_format = ToolCallFormatOf(model, render.template_override);
   const bool parse_calls = !tools.tools_json.empty() && tools.choice != ToolChoice::kNone;
   if (!tools.tools_json.empty()) {
+    tools.starts_thinking = *reasoning_format != ReasoningFormat::kNone && starts_thinking;
     Result<std::string> forced = ToolCallGrammar(tool_format, tools);
     if (!forced.ok()) return bad(fmt::format("--tools {}: {}", o.tools_file, forced.status().message()));
-    if (!forced->empty() && !grammar->empty()) {
+    const bool forcing = tools.choice == ToolChoice::kRequired || tools.choice == ToolChoice::kFunction;
+    if (forcing && !grammar->empty()) {
       return bad("--tool-choice " + o.tool_choice + " forces a call with its own grammar: drop --grammar/--json-schema");
     }
-    if (!forced->empty()) grammar = std::move(forced);
+    // auto: the lazy grammar (free text, then only declared calls), unless --grammar constrains the reply.
+    if (!forced->empty() && grammar->empty()) grammar = std::move(forced);
   }
   if (render.template_override.empty() && model.chat_template_choice().chatml_fallback) {
     fmt::print(stderr, "kvq {}: {}\n", command,
@@ -159,6 +171,29 @@ int RunChat(const ChatFlags& o, const std::string& command) {
                o.gen.shared.ModelPath(), session.context(), kCommands);
   }
   ChatConversation chat(model, session, render, o.system_prompt, o.gen.n);
+  // Each reply streams through a parser that splits thoughts from the answer (and calls from it);
+  // thoughts are shown dimmed on a terminal, else between "[thinking]" and "[/thinking]" lines.
+  const bool dim = isatty(STDOUT_FILENO) != 0;
+  std::optional<ReplyParser> parser;
+  ReplyParser::Delta split;  // the reply so far, split
+  bool in_thought = false;
+  auto show = [&](const ReplyParser::Delta& d) {
+    split.reasoning += d.reasoning;
+    split.content += d.content;
+    split.calls.insert(split.calls.end(), d.calls.begin(), d.calls.end());
+    if (o.gen.shared.json) return;
+    if (!d.reasoning.empty()) {
+      if (!in_thought) fmt::print("{}", dim ? "\x1b[2m" : "[thinking]\n");
+      in_thought = true;
+      fmt::print("{}", d.reasoning);
+    }
+    if (!d.content.empty() && in_thought) {
+      fmt::print("{}", dim ? "\x1b[0m\n" : "\n[/thinking]\n");
+      in_thought = false;
+    }
+    fmt::print("{}", d.content);
+    std::fflush(stdout);
+  };
   // A long turn (a pasted document, a loaded history) shows its prompt's progress.
   PromptProgress progress(command, isatty(STDERR_FILENO) != 0);
   const GenerateRequest request{
@@ -170,10 +205,7 @@ int RunChat(const ChatFlags& o, const std::string& command) {
       }};
   session.SetAbortCallback([] { return g_interrupted.load(); });
   auto stream = [&](int32_t, const std::string& text) {
-    if (!o.gen.shared.json) {
-      fmt::print("{}", text);
-      std::fflush(stdout);
-    }
+    show(parser->Add(text));
     return true;
   };
   int turn = 0;
@@ -193,6 +225,9 @@ int RunChat(const ChatFlags& o, const std::string& command) {
       continue;
     }
     const InterruptScope interrupt_scope;  // Ctrl-C from here on stops the reply, not kvq
+    parser.emplace(*reasoning_format, starts_thinking, parse_calls ? &tool_format : nullptr);
+    split = {};
+    in_thought = false;
     Result<ChatTurn> t = chat.Reply(line, request, stream);
     progress.Finish();  // a prompt stopped by Ctrl-C leaves no bar behind
     if (!t.ok()) {
@@ -200,18 +235,17 @@ int RunChat(const ChatFlags& o, const std::string& command) {
       if (!interactive) return 1;
       continue;
     }
-    std::vector<ToolCall> calls;
-    if (parse_calls) {
-      ToolCallParser::Delta split = ParseToolCalls(tool_format, t->reply);
-      calls = std::move(split.calls);
-      if (!calls.empty()) chat.SetLastReplyCalls(std::move(split.content), calls);
-    }
+    // The reply as the parser split it while it streamed; the calls are kept in the conversation.
+    show(parser->Finish());
+    if (in_thought && !o.gen.shared.json) fmt::print("{}", dim ? "\x1b[0m" : "\n[/thinking]");
+    const std::vector<ToolCall> calls = split.calls;
+    if (!calls.empty()) chat.SetLastReplyCalls(split.content, calls);
     if (!o.gen.shared.json) {
       fmt::print("\n");
       for (const ToolCall& c : calls) fmt::print("[tool call {}: {}({})]\n", c.id, c.name, c.arguments);
       std::fflush(stdout);
     }
-    PrintTurn(*t, line, ++turn, o.gen.shared.json, command, calls);
+    PrintTurn(*t, line, ++turn, o.gen.shared.json, command, calls, split.reasoning);
   }
   if (interactive) fmt::print("\n");
   return 0;
@@ -248,6 +282,11 @@ void AddChatCommand(CLI::App& app, int* exit_code) {
                   "auto (the model decides), none (no calls), required (a call is forced by a grammar), or a "
                   "function's name (that call is forced)")
       ->type_name("CHOICE")->default_str("auto");
+  cmd->add_option("--reasoning-format", o->reasoning_format,
+                  "How a reply's thoughts (<think>...</think>) are shown: 'deepseek' (or 'auto') apart from the "
+                  "answer (dimmed on a terminal, else between [thinking] lines; --json: the turn's 'reasoning'), "
+                  "'none' as part of the reply")
+      ->capture_default_str()->type_name("FORMAT");
   cmd->add_option("-f,--file", o->input_file, "Read the user messages from FILE, one per line (slash commands too)")
       ->type_name("FILE");
   AddJsonFlag(cmd, &o->gen.shared,

@@ -14,6 +14,7 @@ struct ChatFlags {
   std::string input_file;          // -f FILE: user messages, one per line (else stdin)
   std::string tools_file;          // --tools FILE: a JSON array of OpenAI tool definitions
   std::string tool_choice = "auto";  // --tool-choice: auto, none, required, or a function's name
+  std::string reasoning_format = "deepseek";  // --reasoning-format: deepseek (auto) or none
 };
 
 /// Runs the chat: interactive when the messages come from a terminal, else one message per line

@@ -17,6 +17,7 @@
 #include "cli/hub_flag.h"
 #include "kvq/log.h"
 #include "kvq/model.h"
+#include "kvq/reasoning.h"
 #include "kvq/units.h"
 #include "server/engine.h"
 #include "server/http_server.h"
@@ -36,6 +37,7 @@ struct ServeOptions {
   std::string alias;
   std::string web = "auto";
   std::string chat_template_file;  // --chat-template FILE: Jinja source replacing the model's
+  std::string reasoning_format = "deepseek";
   double shutdown_grace_seconds = 30;
   DraftModelFlags draft;  // refused: the server drafts without a model
 };
@@ -66,6 +68,9 @@ int RunServe(ServeOptions& o) {
     o.http.chat_template = std::move(source).value();
     o.http.chat_template_origin = fmt::format("{} (--chat-template)", o.chat_template_file);
   }
+  Result<ReasoningFormat> reasoning = ParseReasoningFormat(o.reasoning_format);
+  if (!reasoning.ok()) return bad("--reasoning-format: " + reasoning.status().message());
+  o.http.reasoning_format = *reasoning;
   if (o.web == "auto") o.web = std::filesystem::is_directory(KVQ_WEB_BUNDLE_DIR) ? KVQ_WEB_BUNDLE_DIR : "";
   o.http.web_root = o.web;
   o.http.model_id = o.alias.empty() ? std::filesystem::path(model_path).stem().string() : o.alias;
@@ -209,6 +214,11 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--shutdown-grace", o->shutdown_grace_seconds,
                   "On SIGTERM/SIGINT, seconds running requests get to finish")
       ->check(CLI::Range(0.0, 86400.0))->capture_default_str();
+  cmd->add_option("--reasoning-format", o->reasoning_format,
+                  "How chat replies' thoughts (<think>...</think>) are returned: 'deepseek' (or 'auto') in "
+                  "message.reasoning_content and delta.reasoning_content, 'none' left in the content; a "
+                  "request's reasoning_format overrides it")
+      ->capture_default_str()->type_name("FORMAT");
   cmd->add_option("--chat-template,--chat-template-file", o->chat_template_file,
                   "Jinja chat template FILE rendering chat requests instead of the model's (its tool-call format "
                   "too; default: the model's tokenizer.chat_template, or ChatML when it has none)")

@@ -203,10 +203,12 @@ std::string HttpServer::ChatTemplateOrigin() const {
   return options_.chat_template.empty() ? model().chat_template_choice().origin : options_.chat_template_origin;
 }
 
-std::variant<std::vector<int32_t>, ApiError> HttpServer::PromptIds(const GenerationRequest& r) const {
+std::variant<std::vector<int32_t>, ApiError> HttpServer::PromptIds(const GenerationRequest& r,
+                                                                   std::string* rendered) const {
   if (r.endpoint == Endpoint::kCompletions) return model().Tokenize(r.prompt);
   std::variant<std::string, ApiError> text = ChatPrompt(r);
   if (auto* e = std::get_if<ApiError>(&text)) return *e;
+  if (rendered != nullptr) *rendered = std::get<std::string>(text);
   return model().TokenizeChatPrompt(std::get<std::string>(text));
 }
 
@@ -239,7 +241,8 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
                                         options_.model_id),
                             "model_not_found"));
   }
-  std::variant<std::vector<int32_t>, ApiError> ids = PromptIds(r);
+  std::string rendered;
+  std::variant<std::vector<int32_t>, ApiError> ids = PromptIds(r, &rendered);
   if (auto* e = std::get_if<ApiError>(&ids)) return Reply(res, *e);
   JobSpec spec;
   spec.prompt = std::move(std::get<std::vector<int32_t>>(ids));
@@ -256,14 +259,27 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
   // Tools: the model's format decides the grammar of a forced call and how calls are found in the reply.
   const ToolCallFormat& tool_format = ToolCallFormatOf(model(), options_.chat_template);
   const bool parse_calls = r.has_tools && r.tools.choice != ToolChoice::kNone;
+  // A chat reply is split into reasoning, content and calls (kvq/tool_calls.h's ReplyParser); a
+  // completion's text is the model's text as is.
+  const bool chat = endpoint == Endpoint::kChatCompletions;
+  const ReasoningFormat reasoning = chat ? r.reasoning_format.value_or(options_.reasoning_format) : ReasoningFormat::kNone;
+  const bool starts_thinking = PromptOpensThinking(rendered);
+  const ToolCallFormat* call_format = parse_calls ? &tool_format : nullptr;
   if (r.has_tools) {
-    Result<std::string> forced = ToolCallGrammar(tool_format, r.tools);
+    ToolOptions tools = r.tools;
+    tools.starts_thinking = reasoning != ReasoningFormat::kNone && starts_thinking;
+    Result<std::string> forced = ToolCallGrammar(tool_format, tools);
     if (!forced.ok()) {
       ApiError e = Error(400, "invalid_request_error", forced.status().message());
       e.param = "tools";
       return Reply(res, e);
     }
-    if (!forced->empty()) spec.grammar = std::move(forced).value();
+    // tool_choice auto: the lazy grammar (free text, then only declared calls once one opens)
+    // unless the request constrains the reply itself; a forced call: its grammar (the request
+    // parser refused a grammar beside it).
+    if (!forced->empty() && (spec.grammar.empty() || r.tools.choice != ToolChoice::kAuto)) {
+      spec.grammar = std::move(forced).value();
+    }
   }
   spec.deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(options_.request_timeout_seconds * 1e3));
   for (const auto& [id, bias] : spec.sampling.logit_bias) {
@@ -276,17 +292,11 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
     }
   }
   spec.top_logprobs = r.logprobs ? r.top_logprobs : -1;
-  if (r.n > 1 && r.stream) {
-    ApiError e = Error(400, "invalid_request_error", "'n' > 1 is not streamed by kvq serve: set 'stream' false");
-    e.param = "n";
-    return Reply(res, e);
-  }
   // n choices: choice i samples with seed + i (so it equals a request with that seed and n 1).
   const Clock::time_point submit_time = Clock::now();  // the reply's timings count from here
   std::variant<std::vector<std::shared_ptr<Job>>, ApiError> submitted = engine().SubmitChoices(std::move(spec), r.n);
   if (auto* e = std::get_if<ApiError>(&submitted)) return Reply(res, *e);
   const std::vector<std::shared_ptr<Job>> jobs = std::get<std::vector<std::shared_ptr<Job>>>(submitted);
-  std::shared_ptr<Job> job = jobs[0];
   const ResponseMeta meta{.id = ResponseId(endpoint), .created = static_cast<int64_t>(std::time(nullptr)),
                           .model = options_.model_id};
   if (!r.stream) {
@@ -309,11 +319,13 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
         if (i == 0) usage.cached_tokens = news.usage.cached_tokens;
         break;
       }
-      if (parse_calls) {
-        ToolCallParser::Delta split = ParseToolCalls(tool_format, c.text);
+      if (chat) {
+        ReplyParser::Delta split = SplitReply(reasoning, starts_thinking, call_format, c.text);
         c.text = std::move(split.content);
+        c.reasoning = std::move(split.reasoning);
         c.calls = std::move(split.calls);
-        if (!c.calls.empty()) c.finish = FinishReason::kToolCalls;
+        // A reply cut short keeps "length", so a client knows a call's arguments may be cut too.
+        if (!c.calls.empty() && c.finish != FinishReason::kLength) c.finish = FinishReason::kToolCalls;
       }
     }
     t_record.usage = usage;
@@ -325,78 +337,117 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
   }
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
+  // One stream for all choices: each chunk is one choice's (choices[0].index says which), and each
+  // choice ends with its own finish_reason. A chat reply's text goes through its ReplyParser, which
+  // holds back what may be a tag or a call and releases reasoning, content and call chunks.
+  struct Choice {
+    std::shared_ptr<Job> job;
+    ReplyParser parser;
+    size_t text_offset = 0;  // completions' logprobs.text_offset
+    bool finished = false;
+  };
+  struct Stream {
+    std::vector<Choice> choices;
+    bool first = true;
+    size_t next = 0;  // the choice waited on next, round robin
+    Usage usage;      // summed over the finished choices
+  };
+  auto stream = std::make_shared<Stream>();
+  for (const auto& j : jobs) {
+    stream->choices.push_back({.job = j, .parser = ReplyParser(reasoning, starts_thinking, call_format)});
+  }
   const bool include_usage = r.include_usage;
   const bool with_logprobs = r.logprobs;
-  auto first = std::make_shared<bool>(true);
-  auto text_offset = std::make_shared<size_t>(0);  // completions' logprobs.text_offset
-  // With tools, the reply's text goes through a parser that holds back what may be a call and
-  // releases each call whole, as a delta.tool_calls entry.
-  std::shared_ptr<ToolCallParser> parser = parse_calls ? std::make_shared<ToolCallParser>(tool_format) : nullptr;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [job, meta, endpoint, include_usage, first, parser, with_logprobs, text_offset, submit_time](size_t,
-                                                                                              httplib::DataSink& sink) {
+      [stream, meta, endpoint, chat, include_usage, with_logprobs, submit_time](size_t, httplib::DataSink& sink) {
         auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-        if (*first) {
-          *first = false;
-          if (endpoint == Endpoint::kChatCompletions &&
-              !write(SseEvent(StreamChunkJson(endpoint, meta, "", true, std::nullopt, nullptr)))) {
-            job->Cancel();
-            return false;
+        auto cancel_all = [&] {
+          for (Choice& c : stream->choices) c.job->Cancel();
+        };
+        if (stream->first) {
+          stream->first = false;
+          for (size_t i = 0; chat && i < stream->choices.size(); ++i) {
+            if (!write(SseEvent(StreamChunkJson(endpoint, meta, ChunkDelta{}, true, std::nullopt, nullptr, false, 0,
+                                                nullptr, static_cast<int>(i))))) {
+              cancel_all();
+              return false;
+            }
           }
         }
-        Job::News news = job->Wait(std::chrono::milliseconds(1000));
+        const size_t n = stream->choices.size();
+        size_t index = stream->next;
+        while (stream->choices[index].finished) index = (index + 1) % n;
+        stream->next = (index + 1) % n;
+        Choice& c = stream->choices[index];
+        Job::News news = c.job->Wait(std::chrono::milliseconds(std::max<int64_t>(1000 / static_cast<int64_t>(n), 50)));
         if (news.error) {
           // Headers are out: the error travels as an event in OpenAI's error shape, then the end.
+          cancel_all();
           write(SseEvent(news.error->Json()));
           write("data: [DONE]\n\n");
           sink.done();
           return true;
         }
-        std::string text = std::move(news.text);
-        std::vector<ToolCall> calls;
-        const int first_call = parser ? parser->calls() : 0;
-        if (parser) {
-          ToolCallParser::Delta d = parser->Add(text);
+        ChunkDelta delta{.text = std::move(news.text), .reasoning = "", .calls = {}, .logprobs = std::move(news.logprobs)};
+        if (chat) {
+          ReplyParser::Delta d = c.parser.Add(delta.text);
           if (news.finished) {
-            ToolCallParser::Delta end = parser->Finish();
+            ReplyParser::Delta end = c.parser.Finish();
+            d.reasoning += end.reasoning;
             d.content += end.content;
-            d.calls.insert(d.calls.end(), end.calls.begin(), end.calls.end());
+            d.chunks.insert(d.chunks.end(), end.chunks.begin(), end.chunks.end());
           }
-          text = std::move(d.content);
-          calls = std::move(d.calls);
+          delta.text = std::move(d.content);
+          delta.reasoning = std::move(d.reasoning);
+          delta.calls = std::move(d.chunks);
         }
+        const size_t text_offset = c.text_offset;
+        for (const LogprobEntry& e : delta.logprobs) c.text_offset += e.token.size();
         if (news.finished) {
-          t_record.usage = news.usage;  // this runs on the request's thread, before its log line
-          t_record.ttft_seconds = job->ttft_seconds();
-          const Timings timings = TimingsOf(news.usage, t_record.ttft_seconds,
-                                            std::chrono::duration<double>(Clock::now() - submit_time).count());
+          c.finished = true;
+          stream->usage.prompt_tokens = news.usage.prompt_tokens;
+          stream->usage.completion_tokens += news.usage.completion_tokens;
+          if (index == 0) stream->usage.cached_tokens = news.usage.cached_tokens;
           std::optional<FinishReason> finish = news.finish;
-          if (parser && parser->calls() > 0) finish = FinishReason::kToolCalls;
-          if (!write(SseEvent(StreamChunkJson(endpoint, meta, text, false, finish, &news.usage, calls, first_call,
-                                              news.logprobs, with_logprobs, *text_offset, &timings)))) {
+          if (c.parser.calls() > 0 && finish != FinishReason::kLength) finish = FinishReason::kToolCalls;
+          bool all_done = true;
+          for (const Choice& other : stream->choices) all_done = all_done && other.finished;
+          // The last choice to finish carries the usage and timings of the whole request.
+          std::optional<Timings> timings;
+          if (all_done) {
+            t_record.usage = stream->usage;  // this runs on the request's thread, before its log line
+            t_record.ttft_seconds = stream->choices[0].job->ttft_seconds();
+            timings = TimingsOf(stream->usage, t_record.ttft_seconds,
+                                std::chrono::duration<double>(Clock::now() - submit_time).count());
+          }
+          if (!write(SseEvent(StreamChunkJson(endpoint, meta, delta, false, finish, all_done ? &stream->usage : nullptr,
+                                              with_logprobs, text_offset, timings ? &*timings : nullptr,
+                                              static_cast<int>(index))))) {
+            cancel_all();
             return false;
           }
-          if (include_usage && !write(SseEvent(UsageChunkJson(endpoint, meta, news.usage)))) return false;
+          if (!all_done) return true;
+          if (include_usage && !write(SseEvent(UsageChunkJson(endpoint, meta, stream->usage)))) return false;
           write("data: [DONE]\n\n");
           sink.done();
           return true;
         }
         // Nothing new: an SSE comment, which clients ignore, finds a client that went away.
-        const std::string event =
-            text.empty() && calls.empty() && news.logprobs.empty()
-                ? std::string(": waiting\n\n")
-                : SseEvent(StreamChunkJson(endpoint, meta, text, false, std::nullopt, nullptr, calls, first_call,
-                                           news.logprobs, with_logprobs, *text_offset));
-        for (const LogprobEntry& e : news.logprobs) *text_offset += e.token.size();
+        const bool nothing = delta.text.empty() && delta.reasoning.empty() && delta.calls.empty() && delta.logprobs.empty();
+        const std::string event = nothing ? std::string(": waiting\n\n")
+                                          : SseEvent(StreamChunkJson(endpoint, meta, delta, false, std::nullopt, nullptr,
+                                                                     with_logprobs, text_offset, nullptr,
+                                                                     static_cast<int>(index)));
         if (!write(event)) {
-          job->Cancel();
+          cancel_all();
           return false;
         }
         return true;
       },
-      [job](bool success) {
-        if (!success) job->Cancel();  // the connection ended before the stream did
+      [stream](bool success) {
+        if (success) return;
+        for (Choice& c : stream->choices) c.job->Cancel();  // the connection ended before the stream did
       });
 }
 

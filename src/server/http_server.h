@@ -17,6 +17,7 @@
 #include "kvq/status.h"
 #include "server/engine.h"
 #include "server/metrics.h"
+#include "kvq/reasoning.h"
 #include "server/openai_protocol.h"
 
 namespace httplib {
@@ -44,6 +45,9 @@ struct ServerOptions {
   /// too); "": the model's (or ChatML). chat_template_origin says where it came from, for /props.
   std::string chat_template;
   std::string chat_template_origin;
+  /// How chat replies' thoughts are returned (--reasoning-format; a request's `reasoning_format`
+  /// overrides it): llama-server's default splits them into reasoning_content.
+  ReasoningFormat reasoning_format = ReasoningFormat::kDeepSeek;
 };
 
 /// What /health says: 503 "loading" until the model is attached, 200 "ok", 503 "draining" once
@@ -87,7 +91,9 @@ class HttpServer {
   std::string RouteLabel(const std::string& path) const;
   void Generate(Endpoint endpoint, const std::string& body, httplib::Response& res);
   // The prompt's text and ids for a checked request, or an error.
-  std::variant<std::vector<int32_t>, ApiError> PromptIds(const GenerationRequest& request) const;
+  /// `rendered` (when given): the chat prompt's text, "" for completions.
+  std::variant<std::vector<int32_t>, ApiError> PromptIds(const GenerationRequest& request,
+                                                         std::string* rendered = nullptr) const;
   // The chat prompt text of a checked chat request (the model's template, or ChatML), or an error.
   std::variant<std::string, ApiError> ChatPrompt(const GenerationRequest& request) const;
   /// Which template renders chat requests, in words (the --chat-template file, or the model's choice).

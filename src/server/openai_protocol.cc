@@ -228,6 +228,13 @@ std::optional<ApiError> ReadMessages(const json& body, const RequestLimits& limi
     }
     r->messages.push_back(std::move(message));
   }
+  if (body.contains("reasoning_format") && !body["reasoning_format"].is_null()) {
+    const json& f = body["reasoning_format"];
+    if (!f.is_string()) return WrongType("reasoning_format", f, "a string");
+    Result<ReasoningFormat> format = ParseReasoningFormat(f.get<std::string>());
+    if (!format.ok()) return Invalid("reasoning_format", "'reasoning_format': " + format.status().message());
+    r->reasoning_format = *format;
+  }
   if (body.contains("chat_template_kwargs")) {
     const json& kw = body["chat_template_kwargs"];
     if (!kw.is_object()) return WrongType("chat_template_kwargs", kw, "an object");

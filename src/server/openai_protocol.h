@@ -28,6 +28,7 @@
 #include "kvq/sampling.h"
 #include "kvq/speculation.h"
 #include "kvq/chat.h"
+#include "kvq/reasoning.h"
 #include "kvq/tool_calls.h"
 
 namespace kvq::server {
@@ -84,6 +85,8 @@ struct GenerationRequest {
   std::optional<DraftSource> spec;
   std::optional<int32_t> spec_n_max, spec_n_min;
   std::optional<float> spec_p_min;
+  /// chat: llama-server's `reasoning_format` ("none", "deepseek", "auto"); unset: the server's.
+  std::optional<ReasoningFormat> reasoning_format;
 };
 
 /// Parses and checks a request body. Errors: malformed JSON, a field of the wrong type or out of
@@ -138,6 +141,7 @@ struct LogprobEntry {
 /// One choice of a response.
 struct ChoiceResult {
   std::string text;
+  std::string reasoning;  ///< chat: the message's reasoning_content (written when non-empty)
   FinishReason finish = FinishReason::kStop;
   std::vector<ToolCall> calls;
   std::vector<LogprobEntry> logprobs;
@@ -154,16 +158,21 @@ std::string CompletionJson(Endpoint endpoint, const ResponseMeta& meta, std::spa
 /// A choice's `logprobs` object in the endpoint's shape (chat: {"content": [...]}; completions:
 /// tokens, token_logprobs, top_logprobs, text_offset).
 nlohmann::ordered_json LogprobsJson(Endpoint endpoint, std::span<const LogprobEntry> entries, size_t text_offset);
-/// One stream chunk's JSON (without the "data: " framing). `role_chunk`: chat's first chunk,
-/// whose delta carries the role. `finish` set: the last content chunk, with its reason and usage.
-/// `calls`: tool calls completed in this chunk, as delta.tool_calls entries numbered from
-/// `first_call_index` (each whole: id, type, function name and arguments). `timings`: the last
-/// chunk's, beside its usage.
-std::string StreamChunkJson(Endpoint endpoint, const ResponseMeta& meta, const std::string& text,
-                            bool role_chunk, std::optional<FinishReason> finish, const Usage* usage,
-                            std::span<const ToolCall> calls = {}, int first_call_index = 0,
-                            std::span<const LogprobEntry> logprobs = {}, bool with_logprobs = false,
-                            size_t text_offset = 0, const Timings* timings = nullptr);
+/// What one stream chunk of a choice carries.
+struct ChunkDelta {
+  std::string text;
+  std::string reasoning;                    ///< chat: delta.reasoning_content (written when non-empty)
+  std::vector<ToolCallChunk> calls;         ///< chat: delta.tool_calls entries, by their call index
+  std::vector<LogprobEntry> logprobs;
+};
+/// One stream chunk's JSON (without the "data: " framing), of choice `choice_index`. `role_chunk`:
+/// chat's first chunk, whose delta carries the role. `finish` set: the choice's last chunk, with
+/// its reason (and `usage`, `timings` when given). A tool call's first entry carries its id,
+/// type and name with `arguments` "", as OpenAI streams it; later entries of the call carry
+/// only their index and more of its arguments.
+std::string StreamChunkJson(Endpoint endpoint, const ResponseMeta& meta, const ChunkDelta& delta, bool role_chunk,
+                            std::optional<FinishReason> finish, const Usage* usage, bool with_logprobs = false,
+                            size_t text_offset = 0, const Timings* timings = nullptr, int choice_index = 0);
 /// The usage-only chunk of stream_options.include_usage (choices empty).
 std::string UsageChunkJson(Endpoint endpoint, const ResponseMeta& meta, const Usage& usage);
 /// "data: <json>\n\n"

@@ -132,6 +132,7 @@ std::string CompletionJson(Endpoint endpoint, const ResponseMeta& meta, std::spa
     if (endpoint == Endpoint::kChatCompletions) {
       choice["message"] = {{"role", "assistant"},
                            {"content", c.calls.empty() || !c.text.empty() ? json(c.text) : json(nullptr)}};
+      if (!c.reasoning.empty()) choice["message"]["reasoning_content"] = c.reasoning;
       if (!c.calls.empty()) choice["message"]["tool_calls"] = ToolCallsJson(c.calls, 0, false);
     } else {
       choice["text"] = c.text;
@@ -151,22 +152,36 @@ std::string CompletionJson(Endpoint endpoint, const ResponseMeta& meta, const st
   return CompletionJson(endpoint, meta, std::span<const ChoiceResult>(&choice, 1), usage, false);
 }
 
-std::string StreamChunkJson(Endpoint endpoint, const ResponseMeta& meta, const std::string& text, bool role_chunk,
-                            std::optional<FinishReason> finish, const Usage* usage, std::span<const ToolCall> calls,
-                            int first_call_index, std::span<const LogprobEntry> logprobs, bool with_logprobs,
-                            size_t text_offset, const Timings* timings) {
+std::string StreamChunkJson(Endpoint endpoint, const ResponseMeta& meta, const ChunkDelta& delta, bool role_chunk,
+                            std::optional<FinishReason> finish, const Usage* usage, bool with_logprobs,
+                            size_t text_offset, const Timings* timings, int choice_index) {
   json r = Envelope(endpoint, meta, true);
-  json choice = {{"index", 0}, {"finish_reason", finish ? json(FinishReasonName(*finish)) : json(nullptr)}};
+  json choice = {{"index", choice_index}, {"finish_reason", finish ? json(FinishReasonName(*finish)) : json(nullptr)}};
   if (endpoint == Endpoint::kChatCompletions) {
-    json delta = json::object();
-    if (role_chunk) delta["role"] = "assistant";
-    if (!text.empty() || role_chunk) delta["content"] = text;
-    if (!calls.empty()) delta["tool_calls"] = ToolCallsJson(calls, first_call_index, true);
-    choice["delta"] = delta;
-    if (with_logprobs && !logprobs.empty()) choice["logprobs"] = LogprobsJson(endpoint, logprobs, text_offset);
+    json d = json::object();
+    if (role_chunk) d["role"] = "assistant";
+    if (!delta.text.empty() || role_chunk) d["content"] = delta.text;
+    if (!delta.reasoning.empty()) d["reasoning_content"] = delta.reasoning;
+    if (!delta.calls.empty()) {
+      json calls = json::array();
+      for (const ToolCallChunk& c : delta.calls) {
+        json entry = {{"index", c.index}};
+        if (!c.id.empty()) {  // the call's first entry
+          entry["id"] = c.id;
+          entry["type"] = "function";
+          entry["function"] = {{"name", c.name}, {"arguments", c.arguments}};
+        } else {
+          entry["function"] = {{"arguments", c.arguments}};
+        }
+        calls.push_back(std::move(entry));
+      }
+      d["tool_calls"] = std::move(calls);
+    }
+    choice["delta"] = d;
+    if (with_logprobs && !delta.logprobs.empty()) choice["logprobs"] = LogprobsJson(endpoint, delta.logprobs, text_offset);
   } else {
-    choice["text"] = text;
-    choice["logprobs"] = with_logprobs ? LogprobsJson(endpoint, logprobs, text_offset) : json(nullptr);
+    choice["text"] = delta.text;
+    choice["logprobs"] = with_logprobs ? LogprobsJson(endpoint, delta.logprobs, text_offset) : json(nullptr);
   }
   r["choices"] = json::array({choice});
   if (usage != nullptr) r["usage"] = UsageObject(*usage);

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -65,6 +66,7 @@ ToolCallParser::Delta Streamed(const ToolCallFormat& f, std::string_view text) {
   auto take = [&](ToolCallParser::Delta d) {
     all.content += d.content;
     all.calls.insert(all.calls.end(), d.calls.begin(), d.calls.end());
+    all.chunks.insert(all.chunks.end(), d.chunks.begin(), d.chunks.end());
   };
   for (char c : text) take(p.Add(std::string_view(&c, 1)));
   take(p.Finish());
@@ -100,9 +102,10 @@ TEST_P(EveryFormat, TextWithoutCallsIsContentAndBrokenCallsStayContent) {
     EXPECT_EQ(Streamed(f, text).content, text) << f.name;
     EXPECT_TRUE(Streamed(f, text).calls.empty()) << f.name;
   }
-  // A call cut short, and one whose JSON lacks a name: every byte comes back as content.
+  // A call cut before its name is known, and one whose JSON lacks a name: every byte comes back
+  // as content.
   const std::string whole = Written(f, {{"add", R"({"a": 1, "b": 2})"}});
-  for (const std::string& text : {whole.substr(0, whole.size() - 3), [&] {
+  for (const std::string& text : {whole.substr(0, whole.find("\"add\"") + 3), [&] {
          std::string t = whole;
          t.replace(t.find("\"name\""), 6, "\"nome\"");
          return t;
@@ -110,7 +113,70 @@ TEST_P(EveryFormat, TextWithoutCallsIsContentAndBrokenCallsStayContent) {
     EXPECT_EQ(ParseToolCalls(f, text).content, text) << f.name;
     EXPECT_EQ(Streamed(f, text).content, text) << f.name;
     EXPECT_TRUE(ParseToolCalls(f, text).calls.empty()) << f.name;
+    EXPECT_TRUE(Streamed(f, text).chunks.empty()) << f.name;
   }
+}
+
+// The concatenated chunks of each call, by index, checked against `calls`: the first chunk of a
+// call carries its id and name, later ones neither.
+void ExpectChunksAreTheCalls(const ToolCallParser::Delta& d, const std::string& why) {
+  std::vector<ToolCall> assembled;
+  for (const ToolCallChunk& c : d.chunks) {
+    if (c.index == static_cast<int>(assembled.size())) {
+      EXPECT_FALSE(c.id.empty()) << why;
+      EXPECT_FALSE(c.name.empty()) << why;
+      assembled.push_back({.id = c.id, .name = c.name, .arguments = c.arguments});
+    } else {
+      ASSERT_EQ(c.index, static_cast<int>(assembled.size()) - 1) << why;  // in order, never going back
+      EXPECT_EQ(c.id, "") << why;
+      EXPECT_EQ(c.name, "") << why;
+      assembled.back().arguments += c.arguments;
+    }
+  }
+  ASSERT_EQ(assembled.size(), d.calls.size()) << why;
+  for (size_t i = 0; i < assembled.size(); ++i) {
+    EXPECT_EQ(assembled[i].id, d.calls[i].id) << why;
+    EXPECT_EQ(assembled[i].name, d.calls[i].name) << why;
+    EXPECT_EQ(assembled[i].arguments, d.calls[i].arguments) << why;
+  }
+}
+
+TEST_P(EveryFormat, ArgumentsStreamAsWrittenAndConcatenateToTheWholeCall) {
+  const ToolCallFormat& f = GetParam();
+  std::vector<std::pair<std::string, std::string>> calls = {{"get_weather", R"({"city": "Par\"is}", "n": [1, {"x": 2}]})"}};
+  if (*f.open != '\0') calls.push_back({"add", R"({"a": 1,  "b": 2})"});
+  const std::string text = Written(f, calls);
+  const ToolCallParser::Delta whole = ParseToolCalls(f, text);
+  const ToolCallParser::Delta streamed = Streamed(f, text);
+  for (const ToolCallParser::Delta* d : {&whole, &streamed}) {
+    ExpectChunksAreTheCalls(*d, std::string(f.name) + ": " + text);
+    ASSERT_EQ(d->calls.size(), calls.size());
+    // The model's own text of the arguments, spacing and all (not a re-serialisation).
+    for (size_t i = 0; i < calls.size(); ++i) EXPECT_EQ(d->calls[i].arguments, calls[i].second) << f.name;
+    EXPECT_EQ(d->content, "") << f.name;
+  }
+  // Streamed a byte at a time, the arguments come in many pieces, the first with the name.
+  EXPECT_GT(streamed.chunks.size(), 2 * calls.size()) << f.name;
+  EXPECT_EQ(streamed.chunks[0].arguments, "") << f.name;
+
+  // Cut inside the arguments (max_tokens): the call was committed by its first chunk, and keeps
+  // what was written, whole or streamed alike.
+  const std::string cut = text.substr(0, text.find("\"n\"") + 4);
+  for (const ToolCallParser::Delta& d : {ParseToolCalls(f, cut), Streamed(f, cut)}) {
+    ExpectChunksAreTheCalls(d, std::string(f.name) + ": " + cut);
+    ASSERT_EQ(d.calls.size(), 1u) << f.name;
+    EXPECT_EQ(d.calls[0].arguments, R"({"city": "Par\"is}", "n":)") << f.name;
+    EXPECT_EQ(d.content, "") << f.name;
+  }
+  // Arguments written before the name cannot stream: the call comes whole at its end, as one chunk.
+  std::string backwards = Written(f, {{"add", R"({"a": 1})"}});
+  const std::string name_first = "{\"name\": \"add\", \"" + std::string(f.arguments_key) + "\": {\"a\": 1}}";
+  backwards.replace(backwards.find(name_first), name_first.size(),
+                    "{\"" + std::string(f.arguments_key) + "\": {\"a\": 1}, \"name\": \"add\"}");
+  const ToolCallParser::Delta late = Streamed(f, backwards);
+  ExpectChunksAreTheCalls(late, std::string(f.name) + ": " + backwards);
+  ASSERT_EQ(late.chunks.size(), 1u) << f.name << ": " << backwards;
+  EXPECT_EQ(json::parse(late.calls[0].arguments), json::parse(R"({"a": 1})"));
 }
 
 // Whether `grammar` (GBNF) accepts exactly `text`.
@@ -159,9 +225,98 @@ TEST_P(EveryFormat, ForcedCallGrammarAcceptsDeclaredCallsOnly) {
   }
   // What the grammar accepts, the parser reads back.
   EXPECT_EQ(ParseToolCalls(f, add).calls.size(), 1u);
-  // auto and none force nothing.
-  EXPECT_EQ(*ToolCallGrammar(f, {.tools_json = kTools, .choice = ToolChoice::kAuto}), "");
+  // none forces nothing (auto: the lazy grammar below).
   EXPECT_EQ(*ToolCallGrammar(f, {.tools_json = kTools, .choice = ToolChoice::kNone}), "");
+}
+
+TEST_P(EveryFormat, AutoGrammarIsFreeUntilTheOpeningThenOnlyDeclaredCalls) {
+  const ToolCallFormat& f = GetParam();
+  Result<std::string> lazy = ToolCallGrammar(f, {.tools_json = kTools, .choice = ToolChoice::kAuto});
+  ASSERT_TRUE(lazy.ok()) << lazy.status().message();
+  const std::string open = *f.open != '\0' ? f.open : "{";  // llama3_json: a reply starting with '{'
+  const std::string weather = Compact(f, {{"get_weather", R"({"city": "Oslo"})"}});
+  // Free text, with pieces of the opening that never complete it, however long.
+  std::string text = "It is sunny. a < b, [x] {y}: " + open.substr(0, open.size() - 1) + " and on";
+  if (*f.open == '\0') text = "Sunny. {y}";  // llama3_json: text is any reply not starting with '{'
+  EXPECT_TRUE(Accepts(*lazy, text)) << f.name << ": " << text;
+  std::string long_text;
+  for (int i = 0; i < 2000; ++i) long_text += "word <t [T ";
+  EXPECT_TRUE(Accepts(*lazy, long_text)) << f.name;
+  EXPECT_TRUE(Accepts(*lazy, weather)) << f.name << ": " << weather;
+  EXPECT_TRUE(Accepts(*lazy, "")) << f.name;
+  if (*f.open != '\0') {
+    EXPECT_TRUE(Accepts(*lazy, "Let me look.\n" + weather)) << f.name;
+    // A thought may name the opening: it is not a call there.
+    EXPECT_TRUE(Accepts(*lazy, "<think>\nI may write " + open + " now.\n</think>\n\nSunny.")) << f.name;
+  }
+  // Once the opening is written, only a declared call may follow.
+  const std::string before = *f.open != '\0' ? "Let me look.\n" : "";
+  EXPECT_FALSE(Accepts(*lazy, before + open + " maybe not")) << f.name;
+  EXPECT_FALSE(Accepts(*lazy, before + Compact(f, {{"get_time", R"({"city": "Oslo"})"}}))) << f.name;
+  EXPECT_FALSE(Accepts(*lazy, before + Compact(f, {{"get_weather", R"({"city": "Rome"})"}}))) << f.name;
+  EXPECT_FALSE(Accepts(*lazy, weather + " and more text")) << f.name;
+  if (*f.open != '\0') {
+    // A prompt that opens the thought: the reply starts in it, free (openings too) until </think>.
+    Result<std::string> thinking =
+        ToolCallGrammar(f, {.tools_json = kTools, .choice = ToolChoice::kAuto, .starts_thinking = true});
+    ASSERT_TRUE(thinking.ok());
+    EXPECT_TRUE(Accepts(*thinking, "I may write " + open + " now.\n</think>\n\n" + weather)) << f.name;
+    EXPECT_TRUE(Accepts(*thinking, "cut mid-thought " + open)) << f.name;
+    EXPECT_FALSE(Accepts(*thinking, "hm</think>\n" + open + " maybe not")) << f.name;
+  }
+}
+
+// The grammar's state machine fed the opening, then left to pick: a random walk over a small
+// vocabulary (bytes and a few multi-byte tokens), each step a token the mask allows, ends in text
+// that parses as declared calls whose arguments follow their schemas, every time.
+TEST_P(EveryFormat, AfterTheOpeningEveryAllowedPathIsADeclaredCall) {
+  const ToolCallFormat& f = GetParam();
+  Result<std::string> lazy = ToolCallGrammar(f, {.tools_json = kTools, .choice = ToolChoice::kAuto});
+  ASSERT_TRUE(lazy.ok());
+  Result<Grammar> g = ParseGbnf(*lazy);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  auto grammar = std::make_shared<const Grammar>(std::move(g).value());
+  std::vector<std::string> vocab;
+  for (int c = 32; c < 127; ++c) vocab.push_back(std::string(1, static_cast<char>(c)));
+  for (const char* t : {"\n", "\"name\"", "\"city\"", "Paris", "Oslo", "get_weather", "add", ": ", ", ", "{\"", "\"}"}) {
+    vocab.push_back(t);
+  }
+  const TokenTrie trie(vocab);
+  const std::string prefix = *f.open != '\0' ? std::string("Sure.\n") + f.open : "{";
+  std::mt19937 rng(7);
+  int calls = 0;
+  for (int walk = 0; walk < 40; ++walk) {
+    GrammarMatcher m(grammar);
+    ASSERT_TRUE(m.Accept(prefix));
+    std::string text = prefix;
+    for (int step = 0; step < 4000 && !m.Done(); ++step) {
+      if (m.CanEnd()) break;  // a reply may end here: the walk ends it
+      const std::vector<uint64_t>& allowed = m.AllowedTokens(trie);
+      std::vector<int> choices;
+      for (int t = 0; t < static_cast<int>(vocab.size()); ++t) {
+        if ((allowed[t / 64] >> (t % 64)) & 1) choices.push_back(t);
+      }
+      ASSERT_FALSE(choices.empty()) << f.name << ": stuck after " << text;
+      const std::string& token = vocab[choices[std::uniform_int_distribution<size_t>(0, choices.size() - 1)(rng)]];
+      ASSERT_TRUE(m.Accept(token));
+      text += token;
+    }
+    ASSERT_TRUE(m.CanEnd()) << f.name << ": unfinished " << text;
+    const ToolCallParser::Delta d = ParseToolCalls(f, text);
+    EXPECT_EQ(d.content, *f.open != '\0' ? "Sure." : "") << f.name << ": " << text;
+    ASSERT_GE(d.calls.size(), 1u) << f.name << ": " << text;
+    for (const ToolCall& c : d.calls) {
+      const json args = json::parse(c.arguments);
+      if (c.name == "get_weather") {
+        EXPECT_TRUE(args["city"] == "Paris" || args["city"] == "Oslo") << text;
+      } else {
+        ASSERT_EQ(c.name, "add") << text;
+        EXPECT_TRUE(args["a"].is_number_integer() && args["b"].is_number_integer()) << text;
+      }
+      ++calls;
+    }
+  }
+  EXPECT_GE(calls, 40);
 }
 
 std::string FormatName(const ::testing::TestParamInfo<ToolCallFormat>& p) { return p.param.name; }

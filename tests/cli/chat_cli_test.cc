@@ -246,6 +246,39 @@ TEST_F(ChatCli, ToolsForcedCallIsPrintedAndKeptAsACall) {
   EXPECT_NE(undeclared.err.find("'get_time', which tools does not declare"), std::string::npos) << undeclared.err;
 }
 
+// A grammar makes the random model think two words and answer two: --json gives the thought as
+// the turn's "reasoning" (the reply keeps the raw text), the streamed text shows it between
+// [thinking] lines (stdout is not a terminal here), and --reasoning-format none leaves it inline.
+TEST_F(ChatCli, ThoughtsAreShownApartFromTheAnswer) {
+  const std::string word = "[a-z] [a-z] [a-z]?";
+  const std::string grammar = WriteFile("think.gbnf", "root ::= \"<think>\\n\" " + word + " \" \" " + word +
+                                                      " \"\\n</think>\\n\\n\" " + word + "\n");
+  const std::string input = WriteFile("think.txt", "Why?\n");
+  const std::string base = "chat -m " + *model_ + " --temp 0 -n 40 -t 2 --grammar-file " + grammar;
+  const KvqRun json_run = RunKvq(base + " --json < " + input);
+  ASSERT_EQ(json_run.exit_code, 0) << json_run.err;
+  const std::vector<json> turns = Turns(json_run.out);
+  ASSERT_EQ(turns.size(), 1u) << json_run.out;
+  const std::string thought = turns[0]["reasoning"];
+  EXPECT_TRUE(std::regex_match(thought, std::regex("[a-z]{2,3} [a-z]{2,3}"))) << thought;
+  const std::string reply = turns[0]["reply"];
+  const std::string framed = "<think>\n" + thought + "\n</think>\n\n";
+  ASSERT_EQ(reply.rfind(framed, 0), 0u) << reply;
+  const std::string answer = reply.substr(framed.size());
+  ASSERT_FALSE(answer.empty());
+  const KvqRun shown = RunKvq(base + " < " + input);
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_NE(shown.out.find("[thinking]\n" + thought + "\n[/thinking]\n" + answer), std::string::npos) << shown.out;
+  const KvqRun inline_run = RunKvq(base + " --reasoning-format none < " + input);
+  ASSERT_EQ(inline_run.exit_code, 0) << inline_run.err;
+  EXPECT_NE(inline_run.out.find(reply), std::string::npos) << inline_run.out;
+  EXPECT_EQ(inline_run.out.find("[thinking]"), std::string::npos) << inline_run.out;
+  const KvqRun bad = RunKvq(base + " --reasoning-format r1 < " + input);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--reasoning-format: reasoning format 'r1': expected none, deepseek or auto"),
+            std::string::npos) << bad.err;
+}
+
 TEST_F(ChatCli, RunConversationFlagChats) {
   const std::string input = WriteFile("cnv.txt", "Hello there\n");
   const KvqRun r = RunKvq("run -cnv -m " + *model_ + " -sys 'You are terse.' --temp 0 -n 4 -t 2 --json < " + input);

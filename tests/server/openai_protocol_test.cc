@@ -187,9 +187,15 @@ TEST(OpenAiProtocol, ToolLoopMessagesAndOptions) {
   EXPECT_TRUE(whole["choices"][0]["message"]["content"].is_null());
   EXPECT_EQ(whole["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "f");
   EXPECT_EQ(whole["choices"][0]["message"]["tool_calls"][0]["id"], "call_2");
-  json chunk = json::parse(StreamChunkJson(Endpoint::kChatCompletions, meta, "", false, std::nullopt, nullptr, calls, 3));
-  EXPECT_EQ(chunk["choices"][0]["delta"]["tool_calls"][0]["index"], 3);
-  EXPECT_EQ(chunk["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"], "{}");
+  // A call streamed: its first entry names it (arguments ""), the next carries only arguments.
+  const ChunkDelta delta{.text = "", .reasoning = "", .calls = {{.index = 3, .id = "call_2", .name = "f", .arguments = ""},
+                                                                {.index = 3, .id = "", .name = "", .arguments = "{}"}},
+                         .logprobs = {}};
+  json chunk = json::parse(StreamChunkJson(Endpoint::kChatCompletions, meta, delta, false, std::nullopt, nullptr));
+  const json& entries = chunk["choices"][0]["delta"]["tool_calls"];
+  EXPECT_EQ(entries[0], json::parse(R"({"index": 3, "id": "call_2", "type": "function",
+                                        "function": {"name": "f", "arguments": ""}})"));
+  EXPECT_EQ(entries[1], json::parse(R"({"index": 3, "function": {"arguments": "{}"}})"));
 }
 
 // kvq's four finish reasons in OpenAI's two: a full context is "length", a cancel "stop".
@@ -213,11 +219,11 @@ TEST(OpenAiProtocol, ResponseAndChunkShapes) {
   EXPECT_EQ(h["object"], "chat.completion");
   EXPECT_EQ(h["choices"][0]["message"]["role"], "assistant");
   EXPECT_EQ(h["choices"][0]["message"]["content"], "hi");
-  json role = json::parse(StreamChunkJson(Endpoint::kChatCompletions, meta, "", true, std::nullopt, nullptr));
+  json role = json::parse(StreamChunkJson(Endpoint::kChatCompletions, meta, ChunkDelta{}, true, std::nullopt, nullptr));
   EXPECT_EQ(role["object"], "chat.completion.chunk");
   EXPECT_EQ(role["choices"][0]["delta"]["role"], "assistant");
   EXPECT_TRUE(role["choices"][0]["finish_reason"].is_null());
-  json last = json::parse(StreamChunkJson(Endpoint::kChatCompletions, meta, "", false, FinishReason::kStop, &usage));
+  json last = json::parse(StreamChunkJson(Endpoint::kChatCompletions, meta, ChunkDelta{}, false, FinishReason::kStop, &usage));
   EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
   EXPECT_TRUE(last["choices"][0]["delta"].empty());
   EXPECT_EQ(last["usage"]["completion_tokens"], 3);

@@ -5,7 +5,7 @@
 // `tools` and tool_choice "required" (grammar-forced, so even random weights produce a call that
 // parses and names a declared function), the call run here, its result sent back as a `tool`
 // message, and the final answer. Non-streamed and streamed (the streamed deltas rebuild the same
-// calls). Each step's prompt is checked against @huggingface/jinja's render of the same
+// calls, by hand and by the client's stream helper; the arguments come in pieces as written). Each step's prompt is checked against @huggingface/jinja's render of the same
 // conversation: sent as a plain completion, the oracle's text has the same token count and the
 // same greedy continuation as the chat request (tool_choice "none": no grammar, no parsing).
 // Usage: node openai_tools_test.mjs KVQ_BINARY OPENAI_NPM_DIR QWEN3_TOKENIZER_DIR CHAT_TEMPLATES_DIR
@@ -161,24 +161,47 @@ async function toolLoop(client, format, stream) {
     assert.equal(message.content, null);
   } else {
     const calls = [];
+    const pieces = [];  // per call, its arguments' deltas
     let content = '';
     for await (const chunk of await client.chat.completions.create({ ...request, stream: true })) {
       const choice = chunk.choices[0];
       if (!choice) continue;
       content += choice.delta.content || '';
       for (const d of choice.delta.tool_calls || []) {
+        // OpenAI's shape: a call's first delta has its id, type and name with arguments "";
+        // the arguments follow in later deltas, which carry neither id nor name.
+        if (!calls[d.index]) {
+          assert.equal(d.type, 'function');
+          assert.equal(d.function.arguments, '', 'the first delta of a call carries no arguments');
+          assert.ok(d.id && d.function.name, 'the first delta of a call names it');
+        } else {
+          assert.equal(d.id, undefined);
+          assert.equal(d.function.name, undefined);
+        }
         calls[d.index] ??= { id: '', type: 'function', function: { name: '', arguments: '' } };
         calls[d.index].id += d.id || '';
         calls[d.index].function.name += d.function?.name || '';
         calls[d.index].function.arguments += d.function?.arguments || '';
+        (pieces[d.index] ??= []).push(d.function?.arguments || '');
       }
       finish = choice.finish_reason || finish;
     }
     assert.equal(content, '');
+    // The arguments streamed as the model wrote them, in several pieces rather than whole at the end.
+    assert.ok(pieces[0].filter((p) => p !== '').length > 1, `arguments in one piece: ${JSON.stringify(pieces[0])}`);
     message = { role: 'assistant', content: null, tool_calls: calls };
     // The same calls as the request unstreamed (greedy): only the ids differ.
     const whole = await client.chat.completions.create(request);
     assert.deepEqual(calls.map((c) => c.function), whole.choices[0].message.tool_calls.map((c) => c.function));
+    // The client's own stream helper assembles the same calls from the deltas.
+    const helper = client.beta.chat.completions.stream(request);
+    let helperDeltas = 0;
+    helper.on('tool_calls.function.arguments.delta', (e) => { helperDeltas += e.arguments_delta !== '' ? 1 : 0; });
+    const assembled = await helper.finalChatCompletion();
+    assert.equal(assembled.choices[0].finish_reason, 'tool_calls');
+    assert.deepEqual(assembled.choices[0].message.tool_calls.map((c) => c.function),
+                     whole.choices[0].message.tool_calls.map((c) => c.function));
+    assert.ok(helperDeltas > 1);
   }
   assert.equal(finish, 'tool_calls');
   assert.equal(message.tool_calls.length, 1);
@@ -215,6 +238,41 @@ for (const format of formats) {
     checkCall(format, r.choices[0].message.tool_calls[0]);
   });
   if (format.own) {
+    await check('tool_choice auto: after a forced opening only a declared call can follow (lazy grammar)', async () => {
+      const tok = await (await fetch(`http://127.0.0.1:${s.port}/tokenize`, {
+        method: 'POST', body: JSON.stringify({ content: '<tool_call>' }) })).json();
+      assert.equal(tok.tokens.length, 1);
+      const bias = { [tok.tokens[0]]: 100 };  // the opening is the greedy choice wherever it is allowed
+      const r = await client.chat.completions.create({ ...sampling, messages: question, tools, tool_choice: 'auto',
+                                                       parallel_tool_calls: false, logit_bias: bias });
+      assert.equal(r.choices[0].finish_reason, 'tool_calls');
+      assert.equal(r.choices[0].message.tool_calls.length, 1);
+      checkCall(format, r.choices[0].message.tool_calls[0]);
+      // The same bias with no grammar (tool_choice none): the opening and no call that parses.
+      const free = await client.chat.completions.create({ ...sampling, max_tokens: 24, messages: question, tools,
+                                                          tool_choice: 'none', logit_bias: bias });
+      assert.equal(free.choices[0].message.tool_calls, undefined);
+      assert.ok(free.choices[0].message.content.startsWith('<tool_call>'), free.choices[0].message.content);
+    });
+    await check('a call cut by max_tokens keeps its arguments so far, streamed or not, with finish_reason length', async () => {
+      const request = { ...sampling, messages: question, tools, tool_choice: 'required', parallel_tool_calls: false };
+      const whole = await client.chat.completions.create(request);
+      const full = whole.choices[0].message.tool_calls[0].function;
+      const cutRequest = { ...request, max_tokens: whole.usage.completion_tokens - 3 };
+      const cut = await client.chat.completions.create(cutRequest);
+      assert.equal(cut.choices[0].finish_reason, 'length');
+      assert.equal(cut.choices[0].message.tool_calls.length, 1);
+      const part = cut.choices[0].message.tool_calls[0].function;
+      assert.equal(part.name, full.name);
+      assert.ok(full.arguments.startsWith(part.arguments), `${part.arguments} | ${full.arguments}`);
+      let streamed = '', finish = null;
+      for await (const chunk of await client.chat.completions.create({ ...cutRequest, stream: true })) {
+        for (const d of chunk.choices[0]?.delta?.tool_calls || []) streamed += d.function?.arguments || '';
+        finish = chunk.choices[0]?.finish_reason || finish;
+      }
+      assert.equal(streamed, part.arguments);
+      assert.equal(finish, 'length');
+    });
     await check('a bad tool definition is a BadRequestError naming tools', async () => {
       await assert.rejects(
         client.chat.completions.create({ ...sampling, messages: question, tools: [{ type: 'function', function: {} }] }),

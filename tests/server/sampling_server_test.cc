@@ -192,7 +192,31 @@ TEST(ServeSampling, NChoicesEqualSeparateSeededRequests) {
   }
   EXPECT_GT(distinct.size(), 1u) << "four seeds gave one text: the seeds are not used";
   EXPECT_EQ(together["usage"]["completion_tokens"], tokens);
-  EXPECT_EQ(server.Post("/v1/completions", {{"prompt", "x"}, {"n", 2}, {"stream", true}}, 400)["error"]["param"], "n");
+  // Streamed: each chunk is one choice's (choices[0].index), and the pieces of choice i make the
+  // same text as choice i unstreamed, each choice ending once with its own finish_reason; the usage
+  // (stream_options.include_usage) counts all four.
+  json streamed = four;
+  streamed["stream_options"] = {{"include_usage", true}};
+  std::vector<std::string> texts(4);
+  std::vector<int> finishes(4, 0);
+  json usage;
+  for (const json& e : server.Stream("/v1/completions", streamed)) {
+    if (e["choices"].empty()) {
+      usage = e["usage"];
+      continue;
+    }
+    ASSERT_EQ(e["choices"].size(), 1u);
+    const int index = e["choices"][0]["index"].get<int>();
+    ASSERT_TRUE(index >= 0 && index < 4) << e.dump();
+    EXPECT_EQ(finishes[index], 0) << "choice " << index << " goes on after its finish_reason";
+    texts[index] += e["choices"][0]["text"].get<std::string>();
+    if (!e["choices"][0]["finish_reason"].is_null()) ++finishes[index];
+  }
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(texts[i], together["choices"][i]["text"]) << i;
+    EXPECT_EQ(finishes[i], 1) << i;
+  }
+  EXPECT_EQ(usage["completion_tokens"], tokens);
 }
 
 TEST(ServeSampling, LlamaCppFieldsAreHonouredOrRefused) {

@@ -75,8 +75,10 @@ export class ServerTransport {
   async Chat(messages, params, on_text) {
     const controller = new AbortController();
     this.controller = controller;
+    // reasoning_format none: a thought stays in the reply's text, as the in-tab runtime shows it
+    // (the server's default would move it to delta.reasoning_content, which this page does not show).
     const body = {messages, stream: true, temperature: params.temperature, top_p: params.top_p,
-                  max_tokens: params.max_tokens};
+                  max_tokens: params.max_tokens, reasoning_format: 'none'};
     if (params.seed !== null) body.seed = params.seed;
     if (params.stop?.length) body.stop = params.stop;
     const result = {text: '', stopped: false, finish: null, prompt_tokens: null, reused_tokens: null,
