@@ -170,7 +170,9 @@ int WriteMatvecCase(const std::filesystem::path& dir, const std::string& type_na
     // The same matrix as LoadModel repacks it (16-row groups, the last rows % 16 row-major): the
     // GPU reads it there with the same arithmetic, so it must give y_scalar's bits again.
     const kvq::Matrix plain{.type = type.type, .data = bytes.data(), .rows = rows, .cols = cols};
-    if (kvq::CanRepack(plain)) {
+    // Q1_0 is repacked only where this host's SIMD target runs its lookup-table kernel (AVX3_DL),
+    // never in the WebAssembly module, so the page never reads that layout.
+    if (kvq::CanRepack(plain) && type.type != kvq::WeightType::kQ1_0) {
       std::vector<uint8_t> repacked(bytes.size());
       kvq::RepackMatrix(plain, repacked.data());
       sections.push_back(Bytes("w_interleaved", repacked));
