@@ -30,19 +30,19 @@ kvq_model* LoadBundled(int64_t context = 0) {
 }
 
 // What a completion gave a C caller.
-struct Run {
+struct Completion {
   std::vector<int32_t> tokens;  // kept tokens
   std::string streamed;         // the text of every step (or callback), concatenated
   std::string text;             // the whole text
   int finish = -1;
 };
 
-Run ThroughGenerate(kvq_model* m, const kvq_generate_options& go) {
-  Run r;
+Completion ThroughGenerate(kvq_model* m, const kvq_generate_options& go) {
+  Completion r;
   kvq_session* s = kvq_session_new(m, nullptr);
   EXPECT_NE(s, nullptr) << kvq_last_error();
   auto collect = [](int32_t token, const char* piece, void* user) {
-    Run& run = *static_cast<Run*>(user);
+    Completion& run = *static_cast<Completion*>(user);
     run.tokens.push_back(token);
     run.streamed += piece;
     return 1;
@@ -58,8 +58,8 @@ int32_t Argmax(const float* logits, int64_t n) { return static_cast<int32_t>(std
 
 // The caller's loop: prefill, then greedy sample → kvq_generator_next → decode while it says run.
 // `sequence` makes the generator with kvq_generator_new_for_sequence instead of from the session.
-Run ThroughGenerator(kvq_model* m, const kvq_generate_options& go, bool sequence) {
-  Run r;
+Completion ThroughGenerator(kvq_model* m, const kvq_generate_options& go, bool sequence) {
+  Completion r;
   kvq_model_info info;
   kvq_model_info_init(&info);
   EXPECT_EQ(kvq_model_get_info(m, &info), KVQ_OK);
@@ -86,7 +86,9 @@ Run ThroughGenerator(kvq_model* m, const kvq_generate_options& go, bool sequence
       break;
     }
     EXPECT_EQ(step.finish_reason, -1);
-    if (step.run) EXPECT_EQ(kvq_session_decode(s, token), KVQ_OK) << kvq_last_error();
+    if (step.run) {
+      EXPECT_EQ(kvq_session_decode(s, token), KVQ_OK) << kvq_last_error();
+    }
   }
   int64_t bytes = -1;
   const char* text = kvq_generator_text(g, &bytes);
@@ -100,7 +102,7 @@ Run ThroughGenerator(kvq_model* m, const kvq_generate_options& go, bool sequence
   return r;
 }
 
-void ExpectSame(const Run& want, const Run& got) {
+void ExpectSame(const Completion& want, const Completion& got) {
   EXPECT_EQ(got.tokens, want.tokens);
   EXPECT_EQ(got.streamed, want.streamed);
   EXPECT_EQ(got.text, want.text);
@@ -114,7 +116,7 @@ TEST(CApiGenerator, AHandLoopEqualsGenerateForEveryWayACompletionEnds) {
   kvq_generate_options_init(&go);
   go.temperature = 0;
   go.max_tokens = 40;
-  const Run length = ThroughGenerate(m, go);
+  const Completion length = ThroughGenerate(m, go);
   ASSERT_EQ(length.finish, KVQ_FINISH_LENGTH);
   ASSERT_EQ(length.tokens.size(), 40u);
   for (bool sequence : {false, true}) ExpectSame(length, ThroughGenerator(m, go, sequence));
@@ -126,7 +128,7 @@ TEST(CApiGenerator, AHandLoopEqualsGenerateForEveryWayACompletionEnds) {
   const char* stops[] = {stop.c_str()};
   go.stop = stops;
   go.n_stop = 1;
-  const Run stopped = ThroughGenerate(m, go);
+  const Completion stopped = ThroughGenerate(m, go);
   ASSERT_EQ(stopped.finish, KVQ_FINISH_STOP);
   ASSERT_EQ(stopped.text, length.text.substr(0, length.text.find(stop)));
   for (bool sequence : {false, true}) ExpectSame(stopped, ThroughGenerator(m, go, sequence));
@@ -135,7 +137,7 @@ TEST(CApiGenerator, AHandLoopEqualsGenerateForEveryWayACompletionEnds) {
 
   // Until the end token (stories260K ends its stories) or the context.
   go.max_tokens = -1;
-  const Run open = ThroughGenerate(m, go);
+  const Completion open = ThroughGenerate(m, go);
   ASSERT_NE(open.finish, KVQ_FINISH_LENGTH);
   for (bool sequence : {false, true}) ExpectSame(open, ThroughGenerator(m, go, sequence));
   kvq_model_free(m);
@@ -144,7 +146,7 @@ TEST(CApiGenerator, AHandLoopEqualsGenerateForEveryWayACompletionEnds) {
   kvq_model* small = LoadBundled(24);
   ASSERT_NE(small, nullptr);
   go.ignore_eos = 1;
-  const Run full = ThroughGenerate(small, go);
+  const Completion full = ThroughGenerate(small, go);
   ASSERT_EQ(full.finish, KVQ_FINISH_CONTEXT);
   for (bool sequence : {false, true}) ExpectSame(full, ThroughGenerator(small, go, sequence));
   kvq_model_free(small);
@@ -158,9 +160,9 @@ TEST(CApiGenerator, AGrammarAppliedThroughConstrainEqualsGenerateWithIt) {
   go.temperature = 0;
   go.max_tokens = 30;
   go.grammar = "root ::= \"The \" [a-z]+ (\" \" [a-z]+)* \".\"";
-  const Run want = ThroughGenerate(m, go);
+  const Completion want = ThroughGenerate(m, go);
   ASSERT_EQ(want.text.rfind("The ", 0), 0u) << want.text;
-  const Run plain = [&] {
+  const Completion plain = [&] {
     kvq_generate_options p = go;
     p.grammar = nullptr;
     return ThroughGenerate(m, p);
