@@ -221,6 +221,49 @@ KVQ_API int kvq_session_generate_tokens(kvq_session* session, const int32_t* ids
                                         const kvq_generate_options* options, kvq_token_fn on_token,
                                         void* user_data, int64_t* n_generated);
 
+/* A generator: the rules of kvq_session_generate (end tokens, ignore_eos, max_tokens, stop strings,
+ * whole UTF-8 characters, the context, a grammar) for a caller that runs its own loop — samples
+ * with its own code, or runs the model elsewhere (kvq::Generator). options' max_tokens, stop,
+ * n_stop, ignore_eos, grammar and json_schema apply; the sampler fields are not used (the caller
+ * samples). Free with kvq_generator_free; a generator keeps its model's vocabulary alive. */
+typedef struct kvq_generator kvq_generator;
+
+/* What one token handed to kvq_generator_next decided (kvq::GeneratorStep). */
+typedef struct {
+  size_t struct_size;    /* sizeof(kvq_generator_step): set it before the call */
+  const char* text;      /* text that may be shown now (text_bytes bytes, NUL-terminated), valid
+                          * until the next call on the generator; bytes that may begin a stop
+                          * string, or an incomplete UTF-8 character, come with a later step */
+  int64_t text_bytes;
+  int32_t kept;          /* the token is part of the completion (0 only for an end token) */
+  int32_t run;           /* run the token (kvq_session_decode) before sampling the next */
+  int32_t finished;      /* nothing more is generated */
+  int32_t finish_reason; /* a kvq_finish_reason once finished; -1 before */
+} kvq_generator_step;
+
+/* A generator for the completion that follows what `session` holds now (its prompt run, so that
+ * its logits give the first token). NULL on error (a session holding no tokens, bad options). */
+KVQ_API kvq_generator* kvq_generator_new(const kvq_session* session, const kvq_generate_options* options);
+/* The same for a sequence a runner other than a kvq_session holds: `model`'s vocabulary, the last
+ * token run, the positions held (1..context) and the most the sequence can hold. */
+KVQ_API kvq_generator* kvq_generator_new_for_sequence(const kvq_model* model, int32_t last_token,
+                                                      int64_t positions, int64_t context,
+                                                      const kvq_generate_options* options);
+KVQ_API void kvq_generator_free(kvq_generator* generator);
+/* With a grammar: sets to -infinity the logits[0..n) (n = the vocabulary size) of every token the
+ * grammar refuses next; without one: nothing. Call it before sampling each token. */
+KVQ_API int kvq_generator_constrain(kvq_generator* generator, float* logits, int64_t n);
+/* Hands the generator the token sampled after the last token run; `step` receives what it decided.
+ * A token after the end gives a finished step with no text. */
+KVQ_API int kvq_generator_next(kvq_generator* generator, int32_t token, kvq_generator_step* step);
+/* Ends the completion as cancelled (held-back text is not released). */
+KVQ_API int kvq_generator_cancel(kvq_generator* generator, kvq_generator_step* step);
+/* The completion's whole text so far (cut before a stop string), NUL-terminated, valid until the
+ * next call on the generator; *bytes (if non-NULL) receives its length. NULL on error. */
+KVQ_API const char* kvq_generator_text(const kvq_generator* generator, int64_t* bytes);
+/* The kept tokens into ids[0..capacity); returns their count (may exceed capacity), -1 on error. */
+KVQ_API int64_t kvq_generator_tokens(const kvq_generator* generator, int32_t* ids, int64_t capacity);
+
 /* Chat. A conversation becomes prompt text through the model's chat template (Jinja, from the
  * model file's tokenizer.chat_template; ChatML when it has none kvq can run) and that text becomes
  * ids through kvq_tokenize_chat_prompt: kvq::Model::ApplyChatTemplate and TokenizeChatPrompt. */

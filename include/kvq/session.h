@@ -113,7 +113,8 @@ class Session {
   /// Threads this session's forward passes use from now on (matrix products, attention, recurrent
   /// layers), 1..1024; sessions start with ModelInfo::threads. No count changes a bit of the
   /// logits or the cache (work is split across rows and heads, never inside a sum), so a server may
-  /// change it between calls. RunBatch runs on its first item's session's threads.
+  /// change it between calls. RunBatch runs with its first item's session's thread count, on
+  /// workers the model lends for the call (one set per concurrent RunBatch, not one per session).
   /// Errors: a count outside 1..1024 (the session is unchanged).
   Status SetThreads(int32_t threads);
   int32_t threads() const;  ///< what SetThreads set, or ModelInfo::threads

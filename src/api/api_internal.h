@@ -41,7 +41,42 @@ struct Model::Impl {
   const ChatTemplate& chat_template() const;
   const ChatTemplateChoice& chat_template_choice() const;
 
+  /// A forward pass of its own (activations, thread pool, segment list) for Session::RunBatch.
+  struct BatchPass {
+    LlamaModel llama;
+    std::vector<ForwardSegment> segments;  // [items] of the pass running now
+  };
+  /// The pass lent for one RunBatch call, handed back when it goes out of scope.
+  class LentPass {
+   public:
+    LentPass(const Impl& owner, std::unique_ptr<BatchPass> pass) : owner_(owner), pass_(std::move(pass)) {}
+    ~LentPass() {
+      if (pass_ != nullptr) owner_.ReturnBatchPass(std::move(pass_));
+    }
+    LentPass(LentPass&& other) noexcept : owner_(other.owner_), pass_(std::move(other.pass_)) {}
+    LentPass(const LentPass&) = delete;
+    LentPass& operator=(const LentPass&) = delete;
+    BatchPass& operator*() const { return *pass_; }
+    BatchPass* operator->() const { return pass_.get(); }
+
+   private:
+    const Impl& owner_;
+    std::unique_ptr<BatchPass> pass_;
+  };
+  /// A batch pass set to `threads` threads: a kept one when one is free, else a new one. RunBatch
+  /// runs on these rather than on its first item's session, so a server that steps its sessions
+  /// through RunBatch holds one set of batch activations and one pool of workers per concurrent
+  /// call, whichever session comes first — not one per session that was ever first.
+  LentPass LendBatchPass(int32_t threads) const;
+  /// Batch passes made so far (lent or kept), for tests.
+  size_t batch_passes_made() const;
+
  private:
+  void ReturnBatchPass(std::unique_ptr<BatchPass> pass) const;
+  mutable std::mutex batch_passes_mutex_;
+  mutable std::vector<std::unique_ptr<BatchPass>> free_batch_passes_;  // kept for the next call
+  mutable size_t batch_passes_made_ = 0;
+
   void BuildGrammarVocabulary() const;
   void ChooseChatTemplate() const;
   mutable std::once_flag chat_once_;
@@ -63,7 +98,7 @@ struct Session::Impl {
   Impl(std::shared_ptr<const Model::Impl> m, KvCacheConfig config, std::unique_ptr<KvCache> c);
 
   std::shared_ptr<const Model::Impl> model;
-  LlamaModel llama;                  // its own copy of the weight views and activations
+  LlamaModel llama;                  // Prefill's: its own copy of the weight views and activations
   KvCacheConfig cache_config;        // to make an empty cache again (Clear, Truncate)
   std::unique_ptr<KvCache> cache;
   std::vector<int32_t> tokens;       // [positions] the ids the cache holds
@@ -76,8 +111,7 @@ struct Session::Impl {
   bool aborted = false;                // the last Prefill/RunBatch stopped for should_abort
   // Set by Generate while its prompt runs: called with positions() after each block.
   std::function<void(int64_t positions)> after_block;
-  // [items] the segments of a pass run on `llama` (Prefill, RunBatch), kept so that a decode step
-  // allocates nothing.
+  // [items] the segments of a Prefill run on `llama`, kept so that a decode step allocates nothing.
   std::vector<ForwardSegment> segments;
   // DraftSource::kModel: the draft model's session, kept between Generate calls while the draft
   // model and its KV formats stay the same (PrepareDraftSession); null until first needed.

@@ -7,13 +7,7 @@
 #include "kvq/chat.h"
 #include "kvq/generator.h"
 
-namespace {
-
-using kvq::capi::Check;
-using kvq::capi::Fail;
-using kvq::capi::Guard;
-using kvq::capi::Missing;
-using kvq::capi::Str;
+namespace kvq::capi {
 
 kvq::SamplerOptions Sampling(const kvq_generate_options& o) {
   return {.temperature = o.temperature,
@@ -43,8 +37,8 @@ bool ReadGenerateOptions(const char* what, const kvq_generate_options* in,
                          kvq_generate_options& out) {
   kvq_generate_options_init(&out);
   if (in == nullptr) return true;
-  return kvq::capi::ReadStruct((std::string(what) + ": options").c_str(), "kvq_generate_options",
-                               kvq::capi::kGenerateOptionsFirstSize, *in, out);
+  return ReadStruct((std::string(what) + ": options").c_str(), "kvq_generate_options",
+                               kGenerateOptionsFirstSize, *in, out);
 }
 
 // The GenerateRequest of `o`; false with the error set (naming the field) for a bad stop list,
@@ -85,6 +79,20 @@ bool RequestFromC(const char* what, const kvq_generate_options& o, kvq::Generate
   }
   return true;
 }
+
+}  // namespace kvq::capi
+
+namespace {
+
+using kvq::capi::Check;
+using kvq::capi::Fail;
+using kvq::capi::Guard;
+using kvq::capi::Missing;
+using kvq::capi::FinishToC;
+using kvq::capi::ReadGenerateOptions;
+using kvq::capi::RequestFromC;
+using kvq::capi::Sampling;
+using kvq::capi::Str;
 
 kvq::TokenCallback CallbackFromC(kvq_token_fn on_token, void* user_data) {
   if (on_token == nullptr) return {};

@@ -1,4 +1,4 @@
-// What the C API's files (c_api.cc, c_api_generate.cc) share: the handles behind kvq.h's opaque
+// What the C API's files (c_api*.cc) share: the handles behind kvq.h's opaque
 // types, the thread's last error, and the checks every entry point makes.
 #pragma once
 
@@ -10,6 +10,7 @@
 
 #include "kvq.h"
 #include "kvq/model.h"
+#include "kvq/generator.h"
 #include "kvq/session.h"
 
 // Shared so that a session's chat calls may reach its model after kvq_model_free.
@@ -80,5 +81,17 @@ inline constexpr size_t kModelOptionsFirstSize = sizeof(kvq_model_options);
 inline constexpr size_t kModelInfoFirstSize = sizeof(kvq_model_info);
 inline constexpr size_t kGenerateOptionsFirstSize = sizeof(kvq_generate_options);
 inline constexpr size_t kChatOptionsFirstSize = sizeof(kvq_chat_options);
+
+// kvq_generate_options as the C++ API reads them (c_api_generate.cc), for every call that takes them.
+/// The sampler fields (temperature .. seed).
+kvq::SamplerOptions Sampling(const kvq_generate_options& o);
+/// A kvq_finish_reason.
+int FinishToC(kvq::FinishReason reason);
+/// The caller's options (NULL: the defaults) read as this library's struct; false with the error
+/// set.
+bool ReadGenerateOptions(const char* what, const kvq_generate_options* in, kvq_generate_options& out);
+/// The GenerateRequest of `o`; false with the error set (naming the field) for a bad stop list,
+/// grammar or schema.
+bool RequestFromC(const char* what, const kvq_generate_options& o, kvq::GenerateRequest& request);
 
 }  // namespace kvq::capi

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "api/api_internal.h"
 
@@ -88,9 +89,12 @@ Status Session::RunItems(std::span<const BatchItem> items, std::string_view call
     s.aborted = false;
     s.chosen_logits.resize(item.logits_at.size() * static_cast<size_t>(s.model->info.vocab_size));
   }
-  // The pass runs on the first session's activations; each segment attends over its own cache.
-  LlamaModel& llama = items[0].session->impl_->llama;
-  std::vector<ForwardSegment>& segments = items[0].session->impl_->segments;
+  // Prefill runs on its session's own forward pass, RunBatch on one lent by the model (with the
+  // first item's thread count); each segment attends over its own cache.
+  std::optional<Model::Impl::LentPass> lent;
+  if (batch) lent.emplace(items[0].session->impl_->model->LendBatchPass(items[0].session->threads()));
+  LlamaModel& llama = batch ? (*lent)->llama : items[0].session->impl_->llama;
+  std::vector<ForwardSegment>& segments = batch ? (*lent)->segments : items[0].session->impl_->segments;
   constexpr size_t kBlock = kPrefillBlock;
   for (size_t done = 0;; done += kBlock) {  // pass p runs block p of every item that has one
     // Between blocks, never inside one: what ran stays a whole number of blocks in every cache.
@@ -139,6 +143,32 @@ Status Session::RunItems(std::span<const BatchItem> items, std::string_view call
       if (s.after_block) s.after_block(static_cast<int64_t>(s.tokens.size()));
     }
   }
+}
+
+Model::Impl::LentPass Model::Impl::LendBatchPass(int32_t threads) const {
+  std::unique_ptr<BatchPass> pass;
+  {
+    std::lock_guard<std::mutex> lock(batch_passes_mutex_);
+    if (!free_batch_passes_.empty()) {
+      pass = std::move(free_batch_passes_.back());
+      free_batch_passes_.pop_back();
+    } else {
+      ++batch_passes_made_;
+    }
+  }
+  if (pass == nullptr) pass.reset(new BatchPass{.llama = LlamaModel(weights, threads), .segments = {}});
+  pass->llama.set_threads(threads);
+  return LentPass(*this, std::move(pass));
+}
+
+void Model::Impl::ReturnBatchPass(std::unique_ptr<BatchPass> pass) const {
+  std::lock_guard<std::mutex> lock(batch_passes_mutex_);
+  free_batch_passes_.push_back(std::move(pass));
+}
+
+size_t Model::Impl::batch_passes_made() const {
+  std::lock_guard<std::mutex> lock(batch_passes_mutex_);
+  return batch_passes_made_;
 }
 
 Status Session::CheckAbort(std::span<const BatchItem> items, size_t done, std::string_view caller) {

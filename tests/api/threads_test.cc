@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "kvq/format.h"
@@ -83,6 +85,41 @@ TEST(SessionThreads, OutOfRangeCountsAreRefused) {
     EXPECT_EQ(s->threads(), 2);  // unchanged
   }
   EXPECT_TRUE(s->SetThreads(1024).ok());
+}
+
+// The OS threads of this process now (/proc/self/status).
+int ProcessThreads() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  }
+  ADD_FAILURE() << "no Threads: line in /proc/self/status";
+  return -1;
+}
+
+// A server steps its sessions through RunBatch with whichever session comes first. The pass runs
+// on workers the model lends per call, so sessions taking turns at being first start no pool each:
+// 4 sessions × 4 batches, each led by another session, start one pool's workers (threads − 1).
+TEST(SessionThreads, RunBatchLedByEachSessionInTurnStartsOnePoolNotOnePerSession) {
+  constexpr int32_t kThreads = 3;
+  std::unique_ptr<Model> m = test::LoadTinySynth("threads_batch_pool", kThreads);
+  ASSERT_NE(m, nullptr);
+  std::vector<std::unique_ptr<Session>> sessions;
+  for (int i = 0; i < 4; ++i) {
+    sessions.push_back(test::NewSessionOrFail(*m));
+    ASSERT_NE(sessions.back(), nullptr);
+  }
+  const int before = ProcessThreads();
+  const std::vector<int32_t> ids = RandomIds(4 * 4, m->info().vocab_size, 5);
+  for (size_t lead = 0; lead < sessions.size(); ++lead) {
+    std::vector<BatchItem> items;
+    for (size_t k = 0; k < sessions.size(); ++k) {
+      const size_t i = (lead + k) % sessions.size();
+      items.push_back({.session = sessions[i].get(), .tokens = std::span<const int32_t>(&ids[lead * 4 + i], 1)});
+    }
+    ASSERT_TRUE(Session::RunBatch(items).ok());
+  }
+  EXPECT_EQ(ProcessThreads() - before, kThreads - 1);
 }
 
 }  // namespace
