@@ -1,5 +1,5 @@
 // kvq bench serve (see serve_bench.h).
-#include "server/serve_bench.h"
+#include "measure/serve_bench.h"
 
 #include <fmt/format.h>
 
@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "server/http_server.h"
-#include "server/load_client.h"
+#include "measure/load_client.h"
 
 namespace kvq::server {
 namespace {
