@@ -3,8 +3,9 @@
 // Extension's endpoint picker) in the wire format vLLM's publisher uses, so such a router reads
 // kvq as it reads vLLM:
 //
-//   PUB socket — bound when the endpoint is a wildcard ("tcp://*:5557") or ipc://, else connected
-//   to a subscriber that binds (vLLM's rule) — one message per batch, three frames: topic (--kv-events-topic, default empty),
+//   PUB socket (an XPUB: the same to a subscriber, and it counts subscriptions) — bound when the
+//   endpoint is a wildcard ("tcp://*:5557") or ipc://, else connected to a subscriber that binds
+//   (vLLM's rule) — one message per batch, three frames: topic (--kv-events-topic, default empty),
 //   the batch's sequence number (8 bytes, big-endian, from 0), the msgpack payload.
 //   Payload: KVEventBatch as msgspec encodes an array_like struct: [ts (float64 seconds since the
 //   epoch), [event, ...]]. Each event is array_like with its tag first:

@@ -38,6 +38,7 @@ class Metrics {
   std::atomic<int64_t> prefix_store_bytes_read_remote{0};
   std::atomic<int64_t> prefix_store_bytes_written_remote{0};
   std::atomic<int64_t> kv_events_published{0};  ///< KV event batches sent (--kv-events)
+  std::atomic<int64_t> kv_events_subscriptions{0};  ///< subscribe messages received (--kv-events)
   std::atomic<int64_t> active_sessions{0};
   std::atomic<int64_t> queued_requests{0};
   std::atomic<int64_t> steps{0};                 ///< batched forward passes
