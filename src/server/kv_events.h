@@ -16,8 +16,9 @@
 //   Hashes are the chained block hashes of server/kv_blocks.h (unsigned 64-bit integers); a
 //   BlockStored holds a run of consecutive blocks, parent_block_hash the block before the run (nil
 //   for a run from the prompt's start). medium: "CPU" for sessions' caches in host RAM ("DISK"
-//   with a disk master), "REMOTE" for the shared prefix store (which evicts on its own: no
-//   BlockRemoved follows for REMOTE).
+//   with a disk master), "DISK" for the snapshots in the --prefix-cache folder (BlockRemoved when
+//   one is evicted, saved over or refused), "REMOTE" for the shared prefix store (which evicts on
+//   its own: no BlockRemoved follows for REMOTE).
 //   Replay (--kv-events-replay tcp://*:PORT): a ROUTER socket; a REQ (or DEALER) client sends one
 //   frame, the first sequence number it missed (8 bytes, big-endian), and gets every buffered batch
 //   from there as [seq, payload], then [seq = -1, empty payload] as the end.
