@@ -4,7 +4,9 @@
 // block size and seed given as flags), the prompt's blocks are announced, a second prompt that
 // takes the only session evicts them (BlockRemoved), POST /reset_prefix_cache sends
 // AllBlocksCleared, and the batches published before the subscriber connected come back from the
-// replay socket, in order and identical to what a subscriber would have seen.
+// replay socket, in order and identical to what a subscriber would have seen. Both ways round:
+// the replica binds, or it connects to a subscriber that binds. And the --prefix-cache folder's
+// snapshots arrive as DISK blocks, stored when saved and removed when the folder's limit evicts them.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
