@@ -1,7 +1,8 @@
-// `kvq bench serve`: kvq serve measured over loopback HTTP in one process (src/server/serve_bench.h):
+// `kvq bench serve`: kvq serve measured over loopback HTTP in one process (src/measure/serve_bench.h):
 // a load test (concurrent streaming clients: failures, outputs vs the same request alone, time to
 // first token, tokens/s), batching (decode tokens/s with 1 and with N sessions, interleaved) and
-// prefix reuse (time to first token cold, warm, and after a restart from --prefix-cache).
+// prefix reuse (time to first token cold, warm, and after a restart from --prefix-cache), and two
+// replicas under a round-robin and a prefix-affinity client.
 #include <fmt/format.h>
 
 #include <unistd.h>
@@ -13,7 +14,7 @@
 #include "cli/flags.h"
 #include "cli/json_output.h"
 #include "kvq/model.h"
-#include "server/serve_bench.h"
+#include "measure/serve_bench.h"
 
 namespace kvq::cli {
 namespace {
@@ -63,6 +64,19 @@ int RunBenchServe(BenchServeOptions& o) {
                         {"restart_start_s", r.restart_start_seconds},
                         {"cached_warm", r.cached_warm}, {"cached_restart", r.cached_restart},
                         {"prefix_outputs_equal", r.prefix_outputs_equal}};
+    if (!r.replica_arms.empty()) {
+      j["replicas"] = {{"conversations", c.conversations}, {"system_prompts", c.system_prompts},
+                       {"system_tokens", r.system_tokens}, {"turns", c.turns},
+                       {"outputs_equal", r.replica_outputs_equal}, {"arms", nlohmann::json::array()}};
+      for (const auto& a : r.replica_arms) {
+        j["replicas"]["arms"].push_back({{"client", a.client}, {"requests", a.requests}, {"failed", a.failed},
+                                         {"ttft_p50_s", a.ttft_seconds.p50}, {"ttft_p99_s", a.ttft_seconds.p99},
+                                         {"tokens_per_second", a.tokens_per_second},
+                                         {"prompt_tokens", a.prompt_tokens},
+                                         {"prefix_hit_tokens", a.prefix_hit_tokens},
+                                         {"requests_per_replica", a.per_replica}});
+      }
+    }
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
@@ -100,7 +114,24 @@ int RunBenchServe(BenchServeOptions& o) {
                "sessions before it listens)\n", r.restart_start_seconds * 1e3);
     fmt::print("  outputs cold == warm == restart: {}\n", r.prefix_outputs_equal ? "yes" : "NO");
   }
-  return r.failed == 0 && r.mismatched == 0 && (!has("prefix") || r.prefix_outputs_equal) ? 0 : 1;
+  bool replicas_ok = true;
+  if (has("replicas")) {
+    fmt::print("\nreplicas: 2 replicas x {} sessions; {} conversations over {} system prompts of {} tokens, {} turns "
+               "each, greedy, max_tokens {}; fresh replicas per client\n", c.conversations, c.conversations,
+               c.system_prompts, r.system_tokens, c.turns, c.max_tokens);
+    fmt::print("  {:<16} {:>9} {:>7} {:>14} {:>14} {:>9} {:>22} {:>10}\n", "client", "requests", "failed",
+               "TTFT p50 ms", "TTFT p99 ms", "tok/s", "prefix hits (tokens)", "per replica");
+    for (const auto& a : r.replica_arms) {
+      replicas_ok = replicas_ok && a.failed == 0;
+      fmt::print("  {:<16} {:>9} {:>7} {:>14.1f} {:>14.1f} {:>9.1f} {:>22} {:>10}\n", a.client, a.requests, a.failed,
+                 a.ttft_seconds.p50 * 1e3, a.ttft_seconds.p99 * 1e3, a.tokens_per_second,
+                 fmt::format("{} of {}", a.prefix_hit_tokens, a.prompt_tokens),
+                 fmt::format("{} / {}", a.per_replica[0], a.per_replica[1]));
+    }
+    fmt::print("  outputs equal under both clients: {}\n", r.replica_outputs_equal ? "yes" : "NO");
+    replicas_ok = replicas_ok && r.replica_outputs_equal;
+  }
+  return r.failed == 0 && r.mismatched == 0 && (!has("prefix") || r.prefix_outputs_equal) && replicas_ok ? 0 : 1;
 }
 
 }  // namespace
@@ -109,12 +140,12 @@ void AddBenchServeCommand(CLI::App& bench, int* exit_code) {
   auto o = std::make_shared<BenchServeOptions>();
   CLI::App* cmd = bench.add_subcommand(
       "serve", "kvq serve over loopback HTTP: a load test, batching (1 vs N sessions), prefix reuse (cold, warm, "
-               "after a restart)");
+               "after a restart), two replicas under a round-robin and a prefix-affinity client (--phases replicas)");
   AddModelFlag(cmd, &o->shared);
   AddTokenizerFlag(cmd, &o->shared);
   AddKvFormatFlags(cmd, &o->shared);
   server::ServeBenchConfig& c = o->config;
-  cmd->add_option("--phases", c.phases, "Which measurements: load, batch, prefix")->delimiter(',')
+  cmd->add_option("--phases", c.phases, "Which measurements: load, batch, prefix, replicas")->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--clients", c.clients, "Load: concurrent streaming clients")->check(IntInRange(1, 256))
       ->capture_default_str();
@@ -130,6 +161,14 @@ void AddBenchServeCommand(CLI::App& bench, int* exit_code) {
       ->check(IntInRange(1, 100000))->capture_default_str();
   cmd->add_option("--prefix-tokens", c.prefix_tokens, "Prefix: tokens of the shared prefix (clamped to the context)")
       ->check(IntInRange(64, 1 << 24))->capture_default_str();
+  cmd->add_option("--conversations", c.conversations, "Replicas: conversations at once")
+      ->check(IntInRange(1, 256))->capture_default_str();
+  cmd->add_option("--system-prompts", c.system_prompts, "Replicas: distinct system prompts the conversations share")
+      ->check(IntInRange(1, 64))->capture_default_str();
+  cmd->add_option("--system-tokens", c.system_tokens, "Replicas: tokens of each system prompt (clamped to the context)")
+      ->check(IntInRange(32, 1 << 24))->capture_default_str();
+  cmd->add_option("--turns", c.turns, "Replicas: requests per conversation, each extending the one before")
+      ->check(IntInRange(1, 100))->capture_default_str();
   cmd->add_option("-c,--ctx-size,--context", o->context, "Positions a session holds at most (0: the model's)")
       ->check(IntInRange(0, int64_t{1} << 31))->capture_default_str();
   AddThreadsFlag(cmd, &o->shared);

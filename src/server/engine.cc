@@ -581,6 +581,10 @@ void Engine::PublishMetrics() {
   const int64_t reserved = ReservedBytes();
   metrics_->kv_bytes_reserved = reserved;
   metrics_->kv_bytes_capacity = KvCapacityBytes();
+  if (prefix_store_) {
+    metrics_->kv_bytes_folder = prefix_store_->bytes();
+    metrics_->kv_bytes_folder_capacity = prefix_store_->max_bytes();
+  }
   if (reserved > metrics_->kv_bytes_reserved_peak.load()) metrics_->kv_bytes_reserved_peak = reserved;
   PublishBlocks();
 }

@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -296,6 +297,13 @@ class Engine {
   std::unique_ptr<RemotePrefixStore> shared_store_;
   std::unique_ptr<KvEventPublisher> events_;
   std::optional<KvBlockLedger> ledger_;  // with events_: the sessions' blocks
+  // With events_ and prefix_store_: the --prefix-cache folder's blocks (medium DISK), one ledger
+  // holder per snapshot file; holder numbers of removed snapshots are reused.
+  std::optional<KvBlockLedger> folder_ledger_;
+  std::map<std::string, size_t> folder_holders_;  // snapshot path → holder
+  std::vector<size_t> free_folder_holders_;
+  int64_t folder_version_ = -1;                   // prefix_store_->version() last announced
+  void PublishFolderBlocks();
   std::vector<Slot> slots_;
   int64_t step_ = 0;
 

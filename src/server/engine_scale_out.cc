@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 
 #include "kvq/log.h"
 #include "server/engine.h"
@@ -90,13 +91,46 @@ void Engine::ClearIdleSessions() {
   if (events_) {
     events_->AllBlocksCleared();
     ledger_->Reset();  // PublishBlocks announces the running sessions' blocks again
+    // The folder keeps its snapshots: announced again too.
+    folder_ledger_.reset();
+    folder_holders_.clear();
+    free_folder_holders_.clear();
+    folder_version_ = -1;
   }
 }
 
 void Engine::PublishBlocks() {
   if (!events_) return;
   for (size_t i = 0; i < slots_.size(); ++i) ledger_->Sync(i, slots_[i].session->tokens(), *events_);
+  PublishFolderBlocks();
   events_->Flush();
+}
+
+void Engine::PublishFolderBlocks() {
+  if (!prefix_store_ || prefix_store_->version() == folder_version_) return;
+  folder_version_ = prefix_store_->version();
+  if (!folder_ledger_) folder_ledger_.emplace(options_.kv_blocks, "DISK");
+  std::map<std::string, const PrefixStore::Entry*> now;
+  for (const PrefixStore::Entry* e : prefix_store_->Newest(prefix_store_->size())) now[e->snapshot] = e;
+  for (auto it = folder_holders_.begin(); it != folder_holders_.end();) {  // gone: saved over, evicted, refused
+    if (now.count(it->first)) {
+      ++it;
+      continue;
+    }
+    folder_ledger_->Sync(it->second, {}, *events_);
+    free_folder_holders_.push_back(it->second);
+    it = folder_holders_.erase(it);
+  }
+  for (const auto& [path, entry] : now) {
+    if (folder_holders_.count(path)) continue;  // a snapshot file's ids never change
+    size_t holder = folder_holders_.size() + free_folder_holders_.size();
+    if (!free_folder_holders_.empty()) {
+      holder = free_folder_holders_.back();
+      free_folder_holders_.pop_back();
+    }
+    folder_holders_[path] = holder;
+    folder_ledger_->Sync(holder, entry->ids, *events_);
+  }
 }
 
 }  // namespace kvq::server

@@ -72,7 +72,10 @@ struct KvEventPublisher::Impl {
   KvEventsOptions options;
   Metrics* metrics = nullptr;
   zmq::context_t context{1};
-  zmq::socket_t pub{context, zmq::socket_type::pub};
+  // XPUB rather than PUB: the same wire behaviour for subscribers, and the sending thread sees each
+  // subscription arrive (counted in /metrics, so a router's operator, or a test, can tell that a
+  // subscriber is connected before relying on the live stream: PUB drops what is sent before).
+  zmq::socket_t pub{context, zmq::socket_type::xpub};
   std::optional<zmq::socket_t> replay;
   std::vector<Event> pending;  // scheduler thread only
 
@@ -88,6 +91,7 @@ struct KvEventPublisher::Impl {
 
   void Run();
   void ServeReplay();
+  void TakeSubscriptions();
 };
 
 void KvEventPublisher::Impl::Run() {
@@ -96,16 +100,12 @@ void KvEventPublisher::Impl::Run() {
     bool stopping = false;
     {
       std::unique_lock<std::mutex> lock(mu);
-      // With a replay socket the thread wakes every 20 ms to answer it; without, only for batches.
-      const auto ready = [&] { return stop || !outbox.empty(); };
-      if (replay) {
-        wake.wait_for(lock, std::chrono::milliseconds(20), ready);
-      } else {
-        wake.wait(lock, ready);
-      }
+      // The thread wakes every 20 ms to take subscriptions and answer the replay socket.
+      wake.wait_for(lock, std::chrono::milliseconds(20), [&] { return stop || !outbox.empty(); });
       batches.swap(outbox);
       stopping = stop;
     }
+    TakeSubscriptions();  // before sending: a subscriber that has arrived receives this batch
     for (std::string& payload : batches) {
       const int64_t seq = next_seq++;
       const std::string seq_bytes = SequenceBytes(seq);
@@ -120,6 +120,20 @@ void KvEventPublisher::Impl::Run() {
     }
     if (replay) ServeReplay();
     if (stopping) return;
+  }
+}
+
+void KvEventPublisher::Impl::TakeSubscriptions() {
+  for (;;) {
+    zmq::message_t m;
+    if (!pub.recv(m, zmq::recv_flags::dontwait)) return;
+    // A subscription message is one byte, 1 (subscribe) or 0 (unsubscribe), then the topic prefix.
+    if (m.size() >= 1 && static_cast<const uint8_t*>(m.data())[0] == 1) {
+      metrics->kv_events_subscriptions++;
+      Log(LogLevel::kInfo, fmt::format("kv events: a subscriber subscribed on {} (topic prefix \"{}\")",
+                                       options.endpoint, std::string(static_cast<const char*>(m.data()) + 1,
+                                                                     m.size() - 1)));
+    }
   }
 }
 
@@ -164,6 +178,8 @@ Result<std::unique_ptr<KvEventPublisher>> KvEventPublisher::Open(const KvEventsO
                     ep.rfind("ipc://", 0) == 0 || ep.rfind("inproc://", 0) == 0;
   try {
     impl->pub.set(zmq::sockopt::linger, 0);
+    // Every subscription is passed up, a second subscriber's identical one too (each is counted).
+    impl->pub.set(zmq::sockopt::xpub_verbose, 1);
     if (bind) {
       impl->pub.bind(ep);
     } else {

@@ -3,8 +3,9 @@
 // Extension's endpoint picker) in the wire format vLLM's publisher uses, so such a router reads
 // kvq as it reads vLLM:
 //
-//   PUB socket — bound when the endpoint is a wildcard ("tcp://*:5557") or ipc://, else connected
-//   to a subscriber that binds (vLLM's rule) — one message per batch, three frames: topic (--kv-events-topic, default empty),
+//   PUB socket (an XPUB: the same to a subscriber, and it counts subscriptions) — bound when the
+//   endpoint is a wildcard ("tcp://*:5557") or ipc://, else connected to a subscriber that binds
+//   (vLLM's rule) — one message per batch, three frames: topic (--kv-events-topic, default empty),
 //   the batch's sequence number (8 bytes, big-endian, from 0), the msgpack payload.
 //   Payload: KVEventBatch as msgspec encodes an array_like struct: [ts (float64 seconds since the
 //   epoch), [event, ...]]. Each event is array_like with its tag first:
@@ -15,8 +16,9 @@
 //   Hashes are the chained block hashes of server/kv_blocks.h (unsigned 64-bit integers); a
 //   BlockStored holds a run of consecutive blocks, parent_block_hash the block before the run (nil
 //   for a run from the prompt's start). medium: "CPU" for sessions' caches in host RAM ("DISK"
-//   with a disk master), "REMOTE" for the shared prefix store (which evicts on its own: no
-//   BlockRemoved follows for REMOTE).
+//   with a disk master), "DISK" for the snapshots in the --prefix-cache folder (BlockRemoved when
+//   one is evicted, saved over or refused), "REMOTE" for the shared prefix store (which evicts on
+//   its own: no BlockRemoved follows for REMOTE).
 //   Replay (--kv-events-replay tcp://*:PORT): a ROUTER socket; a REQ (or DEALER) client sends one
 //   frame, the first sequence number it missed (8 bytes, big-endian), and gets every buffered batch
 //   from there as [seq, payload], then [seq = -1, empty payload] as the end.

@@ -41,6 +41,8 @@ std::string Metrics::Render() const {
          "# TYPE kvq_prefix_hits_total counter\n";
   out += fmt::format("kvq_prefix_hits_total{{source=\"live\"}} {}\n", prefix_hits_live.load());
   out += fmt::format("kvq_prefix_hits_total{{source=\"disk\"}} {}\n", prefix_hits_disk.load());
+  // With its family: the exposition format wants a metric's lines in one group.
+  out += fmt::format("kvq_prefix_hits_total{{source=\"remote\"}} {}\n", prefix_hits_remote.load());
   Metric(out, "kvq_prefix_misses_total", "counter", "Requests with no cached prefix.", prefix_misses.load());
   Metric(out, "kvq_prefix_snapshots_saved_total", "counter", "Prompt prefixes saved to the prefix cache.",
          prefix_snapshots_saved.load());
@@ -57,7 +59,20 @@ std::string Metrics::Render() const {
   out += fmt::format("kvq_kv_bytes{{tier=\"device\"}} {}\n", kv_bytes_device.load());
   out += fmt::format("kvq_kv_bytes{{tier=\"host\"}} {}\n", kv_bytes_host.load());
   out += fmt::format("kvq_kv_bytes{{tier=\"disk\"}} {}\n", kv_bytes_disk.load());
-  out += fmt::format("kvq_prefix_hits_total{{source=\"remote\"}} {}\n", prefix_hits_remote.load());
+  out += fmt::format("kvq_kv_bytes{{tier=\"folder\"}} {}\n", kv_bytes_folder.load());
+  // Each tier's use of what it may hold, where that is bounded: the device working set (reserved
+  // KV bytes over --kv-budget or every session at full context, vllm:kv_cache_usage_perc's
+  // definition) and the --prefix-cache folder (over --prefix-cache-size). Host RAM and a disk
+  // master hold what the sessions spill, bounded by the sessions' contexts rather than a budget of
+  // their own; the shared store is bounded by Redis's maxmemory, which kvq does not read.
+  const int64_t device_capacity = kv_bytes_capacity.load(), folder_capacity = kv_bytes_folder_capacity.load();
+  out += "# HELP kvq_kv_usage_perc KV bytes held over what the tier may hold, in [0, 1], by tier.\n"
+         "# TYPE kvq_kv_usage_perc gauge\n";
+  auto share = [](int64_t held, int64_t capacity) {
+    return capacity > 0 ? std::min(1.0, static_cast<double>(held) / static_cast<double>(capacity)) : 0.0;
+  };
+  out += fmt::format("kvq_kv_usage_perc{{tier=\"device\"}} {}\n", share(kv_bytes_reserved.load(), device_capacity));
+  out += fmt::format("kvq_kv_usage_perc{{tier=\"folder\"}} {}\n", share(kv_bytes_folder.load(), folder_capacity));
   out += "# HELP kvq_prefix_store_lookups_total Prefix lookups in a store, by medium and result.\n"
          "# TYPE kvq_prefix_store_lookups_total counter\n";
   out += fmt::format("kvq_prefix_store_lookups_total{{medium=\"disk\",result=\"hit\"}} {}\n", prefix_hits_disk.load());
@@ -86,6 +101,9 @@ std::string Metrics::Render() const {
          prefix_store_errors.load());
   Metric(out, "kvq_kv_event_batches_total", "counter", "KV event batches published (--kv-events).",
          kv_events_published.load());
+  Metric(out, "kvq_kv_event_subscriptions_total", "counter",
+         "Subscriptions received on the KV event socket (--kv-events): a subscriber receives the batches sent "
+         "after its subscription arrived.", kv_events_subscriptions.load());
   Metric(out, "kvq_spec_drafts_total", "counter", "Decode steps in which a session ran a draft (speculation).",
          spec_drafts.load());
   Metric(out, "kvq_spec_draft_tokens_total", "counter", "Drafted tokens run (speculation).", spec_draft_tokens.load());

@@ -38,6 +38,7 @@ class Metrics {
   std::atomic<int64_t> prefix_store_bytes_read_remote{0};
   std::atomic<int64_t> prefix_store_bytes_written_remote{0};
   std::atomic<int64_t> kv_events_published{0};  ///< KV event batches sent (--kv-events)
+  std::atomic<int64_t> kv_events_subscriptions{0};  ///< subscribe messages received (--kv-events)
   std::atomic<int64_t> active_sessions{0};
   std::atomic<int64_t> queued_requests{0};
   std::atomic<int64_t> steps{0};                 ///< batched forward passes
@@ -54,6 +55,8 @@ class Metrics {
   std::atomic<int64_t> kv_bytes_reserved_peak{0};
   /// What kv_bytes_reserved is a fraction of: --kv-budget, or every session at full context.
   std::atomic<int64_t> kv_bytes_capacity{0};
+  std::atomic<int64_t> kv_bytes_folder{0};           ///< snapshot bytes in the --prefix-cache folder
+  std::atomic<int64_t> kv_bytes_folder_capacity{0};  ///< --prefix-cache-size; 0: no folder
   /// Decode tokens per second over the last few seconds (the scheduler updates it each step).
   std::atomic<double> decode_tokens_per_second{0};
   std::atomic<double> step_seconds_total{0};

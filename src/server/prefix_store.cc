@@ -202,6 +202,7 @@ Result<bool> PrefixStore::Save(const Session& session) {
   std::erase_if(entries_, [&](const Entry& e) { return e.snapshot == stem + ".kvqs"; });
   entries_.push_back({.snapshot = stem + ".kvqs", .ids = {ids.begin(), ids.end()},
                       .bytes = static_cast<int64_t>(fs::file_size(stem + ".kvqs", ec)), .sequence = next_sequence_++});
+  ++version_;
   Evict();
   return true;
 }
@@ -211,11 +212,17 @@ void PrefixStore::Remove(const std::string& snapshot) {
   fs::remove(snapshot, ec);
   fs::remove(fs::path(snapshot).replace_extension(".ids"), ec);
   std::erase_if(entries_, [&](const Entry& e) { return e.snapshot == snapshot; });
+  ++version_;
+}
+
+int64_t PrefixStore::bytes() const {
+  int64_t total = 0;
+  for (const Entry& e : entries_) total += e.bytes;
+  return total;
 }
 
 void PrefixStore::Evict() {
-  int64_t total = 0;
-  for (const Entry& e : entries_) total += e.bytes;
+  int64_t total = bytes();
   while (total > max_bytes_ && !entries_.empty()) {
     auto oldest = std::min_element(entries_.begin(), entries_.end(),
                                    [](const Entry& a, const Entry& b) { return a.sequence < b.sequence; });

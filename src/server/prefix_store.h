@@ -52,6 +52,9 @@ class PrefixStore {
   Result<bool> Save(const Session& session);
 
   size_t size() const { return entries_.size(); }
+  int64_t version() const { return version_; }  ///< changes whenever an entry comes or goes
+  int64_t bytes() const;                          ///< the snapshot files' sizes, summed
+  int64_t max_bytes() const { return max_bytes_; }
   const std::string& folder() const { return folder_; }
   int64_t refused() const { return refused_; }  ///< snapshots deleted as damaged since Open
 
@@ -64,6 +67,7 @@ class PrefixStore {
   int64_t max_bytes_ = 0;
   int64_t next_sequence_ = 0;
   int64_t refused_ = 0;
+  int64_t version_ = 0;
   std::vector<Entry> entries_;
 };
 

@@ -4,15 +4,19 @@
 // block size and seed given as flags), the prompt's blocks are announced, a second prompt that
 // takes the only session evicts them (BlockRemoved), POST /reset_prefix_cache sends
 // AllBlocksCleared, and the batches published before the subscriber connected come back from the
-// replay socket, in order and identical to what a subscriber would have seen.
+// replay socket, in order and identical to what a subscriber would have seen. Both ways round:
+// the replica binds, or it connects to a subscriber that binds. And the --prefix-cache folder's
+// snapshots arrive as DISK blocks, stored when saved and removed when the folder's limit evicts them.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <msgpack.hpp>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <regex>
 #include <set>
 #include <string>
 #include <thread>
@@ -116,11 +120,22 @@ std::vector<uint64_t> Hashes(const std::vector<int32_t>& ids) {
   return out;
 }
 
+// The subscriptions the server has taken (kvq_kv_event_subscriptions_total).
+int64_t Subscriptions(int port) {
+  httplib::Result r = httplib::Client("127.0.0.1", port).Get("/metrics");
+  std::smatch m;
+  static const std::regex kLine("\nkvq_kv_event_subscriptions_total (\\d+)\n");
+  if (!r || !std::regex_search(r->body, m, kLine)) return -1;
+  return std::stoll(m[1]);
+}
+
 // `publish_to`: --kv-events; the subscriber binds `sub_address` when `sub_binds` (the server then
-// connects to it), else connects to it (the server binds). Only the second is in the suite: with
-// the subscriber binding, the test's subscriber received no batch in 5 runs of 6 although the
-// server's connection was established and it counted the batches sent (a separate subscriber
-// process bound the same way received them); the cause is not found yet.
+// connects to it, as a replica does to llm-d's endpoint picker), else connects to it (the server
+// binds). Either way the test goes on once the server has counted the subscription: a batch sent
+// before that is dropped by ZeroMQ, by design. A binding SUB sends its subscription to a peer that
+// connected only when its own thread next enters libzmq (the new connection's pipe is attached by
+// a command the socket processes in its owner's calls), so the wait keeps receiving; a test that
+// slept instead, with the socket idle, published its events before the subscription left.
 void FollowAReplica(const std::string& publish_to, const std::string& sub_address, bool sub_binds) {
   const int replay_port = FreePort();
   const std::string gguf = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/stories260K.gguf";
@@ -145,7 +160,13 @@ void FollowAReplica(const std::string& publish_to, const std::string& sub_addres
   } else {
     sub.connect(sub_address);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the subscription reaches the publisher
+  const auto subscribed_by = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (Subscriptions(server.port) < 1) {
+    ASSERT_LT(std::chrono::steady_clock::now(), subscribed_by) << "no subscription reached the server in 20 s\n"
+                                                                << server.log;
+    zmq::message_t m;
+    ASSERT_FALSE(sub.recv(m)) << "a batch arrived with nothing published";  // 200 ms: the socket takes commands
+  }
 
   std::vector<std::pair<int64_t, std::vector<Event>>> live;  // (seq, events) as received
   auto receive_until = [&](auto&& done) {
@@ -240,6 +261,129 @@ TEST(KvEvents, ASubscriberFollowsAReplicaThatBinds) {
   const std::string address =
       "ipc://" + (std::filesystem::path(::testing::TempDir()) / ("kvq_events_" + std::to_string(getpid()))).string();
   FollowAReplica(address, address, /*sub_binds=*/false);
+}
+
+TEST(KvEvents, AReplicaConnectsToASubscriberThatBinds) {
+  const std::string address = "tcp://127.0.0.1:" + std::to_string(FreePort());
+  FollowAReplica(address, address, /*sub_binds=*/true);
+}
+
+// The snapshot files (.kvqs) under `dir`, by size.
+std::vector<int64_t> SnapshotSizes(const std::filesystem::path& dir) {
+  std::vector<int64_t> sizes;
+  std::error_code ec;
+  for (const auto& f : std::filesystem::recursive_directory_iterator(dir, ec)) {
+    if (f.path().extension() == ".kvqs") sizes.push_back(static_cast<int64_t>(f.file_size()));
+  }
+  return sizes;
+}
+
+// The --prefix-cache folder's snapshots are announced with medium DISK: BlockStored when one is
+// saved, BlockRemoved when the folder's byte limit evicts it (blocks another snapshot still holds
+// stay). The limit is set from a first server's two snapshot sizes so that the second evicts the
+// first.
+TEST(KvEvents, TheFolderAnnouncesItsSnapshotsAsDisk) {
+  const std::string gguf = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/stories260K.gguf";
+  const std::filesystem::path base = std::filesystem::path(::testing::TempDir()) /
+                                     ("kvq_events_disk_" + std::to_string(getpid()));
+  std::filesystem::remove_all(base);
+  // Both longer than the 32 positions below which no snapshot is saved; no block in common.
+  const std::string first = "Once upon a time, there was a little girl named Lily. She liked to play in the park "
+                            "with her big red ball and her small brown dog every sunny day.";
+  const std::string second = "The big red dog ran to the sun and saw a happy bird in the tall green tree. Then "
+                             "the bird sang a song and the dog barked at the moon all night long.";
+  auto wait_for_snapshots = [](const std::filesystem::path& dir, size_t n) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (SnapshotSizes(dir).size() < n && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return SnapshotSizes(dir);
+  };
+  int64_t limit = 0;
+  {
+    Replica measure({"-m", gguf, "--parallel", "1", "--prefix-cache", (base / "measure").string()});
+    ASSERT_GT(measure.port, 0) << measure.log;
+    Complete(measure.port, first);
+    Complete(measure.port, second);
+    const std::vector<int64_t> sizes = wait_for_snapshots(base / "measure", 2);
+    ASSERT_EQ(sizes.size(), 2u) << measure.log;
+    limit = sizes[0] + sizes[1] - 1;  // one fits, both do not
+  }
+  const std::string address = "ipc://" + (base.parent_path() / ("kvq_events_disk_" + std::to_string(getpid()) +
+                                                                ".sock")).string();
+  Replica server({"-m", gguf, "--parallel", "1", "--kv-block-size", std::to_string(kBlock), "--kv-hash-seed",
+                  std::to_string(kSeed), "--kv-events", address, "--prefix-cache", (base / "events").string(),
+                  "--prefix-cache-size", std::to_string(limit)});
+  ASSERT_GT(server.port, 0) << server.log;
+  zmq::context_t context;
+  zmq::socket_t sub(context, zmq::socket_type::sub);
+  sub.set(zmq::sockopt::subscribe, "");
+  sub.set(zmq::sockopt::rcvtimeo, 200);
+  sub.connect(address);
+  const auto subscribed_by = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (Subscriptions(server.port) < 1) {
+    ASSERT_LT(std::chrono::steady_clock::now(), subscribed_by) << "no subscription in 20 s\n" << server.log;
+    zmq::message_t m;
+    ASSERT_FALSE(sub.recv(m)) << "a batch arrived with nothing published";
+  }
+  std::set<uint64_t> stored, removed;  // DISK only
+  // Receives until `done()` holds, gathering DISK events (and checking each BlockStored's chain).
+  auto receive_until = [&](auto&& done) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!done()) {
+      ASSERT_LT(std::chrono::steady_clock::now(), until) << "no such DISK event within 20 s\n" << server.log;
+      std::vector<zmq::message_t> frames;
+      zmq::message_t m;
+      if (!sub.recv(m)) continue;
+      frames.push_back(std::move(m));
+      while (frames.back().more()) {
+        zmq::message_t part;
+        ASSERT_TRUE(sub.recv(part));
+        frames.push_back(std::move(part));
+      }
+      ASSERT_EQ(frames.size(), 3u);
+      for (const Event& e : Decode(frames[2].to_string())) {
+        if (e.medium != "DISK") continue;
+        if (e.tag == "BlockStored") {
+          ASSERT_EQ(e.tokens.size(), e.hashes.size() * kBlock);
+          uint64_t parent = e.parent.value_or(Root());
+          for (size_t b = 0; b < e.hashes.size(); ++b) {
+            parent = Chain(parent, e.tokens, b * kBlock);
+            EXPECT_EQ(e.hashes[b], parent) << "block " << b;
+          }
+          stored.insert(e.hashes.begin(), e.hashes.end());
+        } else if (e.tag == "BlockRemoved") {
+          removed.insert(e.hashes.begin(), e.hashes.end());
+        }
+      }
+    }
+  };
+  auto all_in = [](const std::vector<uint64_t>& hashes, const std::set<uint64_t>& set) {
+    return std::all_of(hashes.begin(), hashes.end(), [&](uint64_t h) { return set.count(h) > 0; });
+  };
+  const std::vector<uint64_t> first_hashes = Hashes(Tokenize(server.port, first));
+  const std::vector<uint64_t> second_hashes = Hashes(Tokenize(server.port, second));
+  ASSERT_GE(first_hashes.size(), 4u);
+  Complete(server.port, first);
+  receive_until([&] { return all_in(first_hashes, stored); });
+  EXPECT_TRUE(removed.empty());
+  Complete(server.port, second);  // saved; the folder's limit then evicts the first's snapshot
+  receive_until([&] { return all_in(second_hashes, stored) && all_in(first_hashes, removed); });
+  for (uint64_t h : second_hashes) EXPECT_FALSE(removed.count(h)) << "a block of the kept snapshot was removed";
+  const std::vector<int64_t> left = SnapshotSizes(base / "events");
+  ASSERT_EQ(left.size(), 1u);
+  // The folder's tier in /metrics, updated in the step that sent the events: bytes and use.
+  httplib::Result metrics = httplib::Client("127.0.0.1", server.port).Get("/metrics");
+  ASSERT_TRUE(metrics && metrics->status == 200);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(metrics->body, m, std::regex("\nkvq_kv_bytes\\{tier=\"folder\"\\} (\\d+)\n")))
+      << metrics->body;
+  EXPECT_EQ(std::stoll(m[1]), left[0]);
+  const std::regex usage("\nkvq_kv_usage_perc\\{tier=\"folder\"\\} ([0-9.e-]+)\n");
+  ASSERT_TRUE(std::regex_search(metrics->body, m, usage)) << metrics->body;
+  // fmt prints the shortest text that reads back as the same double: the quotient compares exactly.
+  EXPECT_EQ(std::stod(m[1]), static_cast<double>(left[0]) / static_cast<double>(limit));
+  std::filesystem::remove_all(base);
 }
 
 }  // namespace

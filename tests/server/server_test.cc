@@ -25,7 +25,7 @@
 #include "server/engine.h"
 #include "test_util/bundled_model.h"
 #include "server/http_server.h"
-#include "server/load_client.h"
+#include "measure/load_client.h"
 #include "synth/synth.h"
 
 namespace kvq::server {

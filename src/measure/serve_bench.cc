@@ -1,16 +1,21 @@
 // kvq bench serve (see serve_bench.h).
-#include "server/serve_bench.h"
+#include "measure/serve_bench.h"
 
 #include <fmt/format.h>
+#include <httplib.h>
 
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <mutex>
+#include <regex>
 #include <thread>
+#include <unordered_set>
 
 #include "server/http_server.h"
-#include "server/load_client.h"
+#include "measure/load_client.h"
+#include "server/kv_blocks.h"
 
 namespace kvq::server {
 namespace {
@@ -248,6 +253,152 @@ Status PrefixPhase(const Model& model, const ServeBenchConfig& c, ServeBenchResu
   return Status::Ok();
 }
 
+// A counter's value on a server's /metrics (`name` is a regex-safe metric name); -1: not found.
+int64_t MetricValue(int port, const std::string& name) {
+  httplib::Result got = httplib::Client("127.0.0.1", port).Get("/metrics");
+  std::smatch m;
+  const std::regex line("\n" + name + " ([0-9.e+]+)\n");
+  if (!got || got->status != 200 || !std::regex_search(got->body, m, line)) return -1;
+  return static_cast<int64_t>(std::stod(m[1]));
+}
+
+// Picks the replica for each request of one arm; thread-safe.
+class ReplicaRouter {
+ public:
+  ReplicaRouter(bool affinity, KvBlockOptions blocks) : affinity_(affinity), blocks_(blocks) {}
+  // Affinity: the replica holding the most leading blocks of `tokens` (ties: fewer requests in
+  // flight, then the lower index), which is then taken to hold all of them. It counts what it
+  // routed, not what the replica kept (an approximation: sessions evict, the index never does).
+  int Pick(std::span<const int32_t> tokens) {
+    std::lock_guard<std::mutex> lock(mu_);
+    int best = static_cast<int>(next_++ % kReplicas);
+    if (affinity_) {
+      const std::vector<uint64_t> hashes = KvBlockHashes(tokens, blocks_);
+      size_t best_blocks = 0;
+      best = -1;
+      for (int r = 0; r < kReplicas; ++r) {
+        size_t n = 0;
+        while (n < hashes.size() && held_[r].count(hashes[n])) ++n;
+        if (best < 0 || n > best_blocks || (n == best_blocks && in_flight_[r] < in_flight_[best])) {
+          best = r;
+          best_blocks = n;
+        }
+      }
+      held_[best].insert(hashes.begin(), hashes.end());
+    }
+    ++in_flight_[best];
+    ++sent_[best];
+    return best;
+  }
+  void Done(int replica) {
+    std::lock_guard<std::mutex> lock(mu_);
+    --in_flight_[replica];
+  }
+  std::vector<int32_t> Sent() const { return {sent_, sent_ + kReplicas}; }
+  static constexpr int kReplicas = 2;
+
+ private:
+  const bool affinity_;
+  const KvBlockOptions blocks_;
+  std::mutex mu_;
+  uint64_t next_ = 0;
+  std::unordered_set<uint64_t> held_[kReplicas];  // block hashes routed to each replica
+  int32_t in_flight_[kReplicas] = {};
+  int32_t sent_[kReplicas] = {};
+};
+
+// The system prompts: distinct from their first token (no blocks shared between them).
+std::vector<std::string> SystemPrompts(const Model& model, int32_t count, int32_t tokens) {
+  static const char* const kNames[] = {"Lily", "Tom", "Sue", "Ben", "Mia", "Sam", "Zoe", "Max"};
+  std::vector<std::string> out;
+  for (int32_t k = 0; k < count; ++k) {
+    const char* name = kNames[k % 8];
+    std::string text = fmt::format("{} lived in house number {}. ", name, k + 1);
+    while (static_cast<int32_t>(model.Tokenize(text).size()) < tokens) {
+      text += fmt::format("{} went to the park with a friend and played with a big red ball. ", name);
+    }
+    out.push_back(std::move(text));
+  }
+  return out;
+}
+
+Status ReplicasPhase(const Model& model, const ServeBenchConfig& c, ServeBenchResult& r) {
+  // Room for the system prompt, every turn's question and reply.
+  const int64_t room = model.info().context - c.turns * (c.max_tokens + 24) - 16;
+  const int32_t system_tokens = static_cast<int32_t>(std::min<int64_t>(c.system_tokens, room));
+  if (system_tokens < 32) {
+    return Status::Error(fmt::format("replicas: the context ({}) is too short for {} turns of {} tokens",
+                                     model.info().context, c.turns, c.max_tokens));
+  }
+  const std::vector<std::string> systems = SystemPrompts(model, c.system_prompts, system_tokens);
+  r.system_tokens = static_cast<int32_t>(model.Tokenize(systems[0]).size());
+  EngineOptions options = c.engine;
+  options.parallel = c.conversations;  // no request waits for a session: the arms differ in routing only
+  options.max_queue = std::max(options.max_queue, c.conversations);
+  std::vector<std::vector<std::string>> texts_by_arm;  // [arm][conversation * turns + turn]
+  for (const bool affinity : {false, true}) {
+    ServeBenchResult::ReplicaArm arm{.client = affinity ? "prefix-affinity" : "round-robin"};
+    std::vector<std::unique_ptr<RunningServer>> replicas;  // fresh: nothing cached from the other arm
+    for (int i = 0; i < ReplicaRouter::kReplicas; ++i) {
+      Result<std::unique_ptr<RunningServer>> s = RunningServer::Start(model, options);
+      if (!s.ok()) return s.status();
+      replicas.push_back(std::move(s).value());
+    }
+    ReplicaRouter router(affinity, options.kv_blocks);
+    std::vector<std::vector<StreamResult>> results(c.conversations);  // [conversation][turn]
+    std::vector<std::thread> clients;
+    const Clock::time_point start = Clock::now();
+    for (int32_t j = 0; j < c.conversations; ++j) {
+      clients.emplace_back([&, j] {
+        std::string prompt = systems[j % systems.size()];
+        for (int32_t t = 0; t < c.turns; ++t) {
+          prompt += fmt::format("Then friend {} asked question {}. ", j + 1, t + 1);
+          const int replica = router.Pick(model.Tokenize(prompt));
+          results[j].push_back(StreamCompletion(Request(replicas[replica]->port(), prompt, c.max_tokens, false)));
+          router.Done(replica);
+          prompt += results[j].back().text + " ";
+        }
+      });
+    }
+    for (std::thread& t : clients) t.join();
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    std::vector<double> ttft;
+    int64_t generated = 0;
+    std::vector<std::string> texts;
+    for (const std::vector<StreamResult>& conversation : results) {
+      for (const StreamResult& s : conversation) {
+        ++arm.requests;
+        texts.push_back(s.text);
+        if (s.status != 200 || !s.error.empty()) {
+          ++arm.failed;
+          continue;
+        }
+        ttft.push_back(s.ttft_seconds);
+        generated += s.completion_tokens;
+      }
+    }
+    arm.ttft_seconds = NearestRank(ttft);
+    arm.tokens_per_second = static_cast<double>(generated) / seconds;
+    for (const std::unique_ptr<RunningServer>& s : replicas) {
+      const int64_t queries = MetricValue(s->port(), "vllm:prefix_cache_queries_total");
+      const int64_t hits = MetricValue(s->port(), "vllm:prefix_cache_hits_total");
+      if (queries < 0 || hits < 0) return Status::Error("replicas: /metrics lacks vllm:prefix_cache_*_total");
+      arm.prompt_tokens += queries;
+      arm.prefix_hit_tokens += hits;
+    }
+    arm.per_replica = router.Sent();
+    if (c.progress) {
+      c.progress(fmt::format("replicas: {}: {} requests ({} / {}), {} failed, {} of {} prompt tokens from a cached "
+                             "prefix", arm.client, arm.requests, arm.per_replica[0], arm.per_replica[1], arm.failed,
+                             arm.prefix_hit_tokens, arm.prompt_tokens));
+    }
+    r.replica_arms.push_back(std::move(arm));
+    texts_by_arm.push_back(std::move(texts));
+  }
+  r.replica_outputs_equal = texts_by_arm[0] == texts_by_arm[1];
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<ServeBenchResult> RunServeBench(const Model& model, const ServeBenchConfig& config) {
@@ -256,7 +407,9 @@ Result<ServeBenchResult> RunServeBench(const Model& model, const ServeBenchConfi
     Status s = phase == "load"     ? LoadPhase(model, config, r)
                : phase == "batch"  ? BatchPhase(model, config, r)
                : phase == "prefix" ? PrefixPhase(model, config, r)
-                                   : Status::Error("unknown phase '" + phase + "' (load, batch, prefix)");
+               : phase == "replicas"
+                   ? ReplicasPhase(model, config, r)
+                   : Status::Error("unknown phase '" + phase + "' (load, batch, prefix, replicas)");
     if (!s.ok()) return s;
   }
   return r;

@@ -8,6 +8,12 @@
 //   prefix   time to first token of a request whose prompt extends a P-token prefix: cold (nothing
 //            cached), warm (an idle session holds the prefix) and after a restart (a new server
 //            on the same --prefix-cache folder).
+//   replicas two servers, each with its own sessions, and conversations sharing long system prompts
+//            sent by two clients in turn on fresh replicas: round-robin, and prefix affinity (each
+//            request to the replica whose blocks, by the chained block hashes of server/kv_blocks.h,
+//            cover the longest prefix of its prompt, as llm-d's approximate prefix scorer does from
+//            what it routed): time to first token (p50, p99), tokens/s, and the prefix cache hits
+//            the replicas report on /metrics.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +37,10 @@ struct ServeBenchConfig {
   int32_t batch_tokens = 64;
   int32_t prefix_tokens = 1000;   ///< clamped to what the context allows
   std::string prefix_dir;         ///< a scratch folder for the restart measurement
+  int32_t conversations = 8;      ///< replicas: conversations at once, one client thread each
+  int32_t system_prompts = 2;     ///< replicas: distinct system prompts the conversations share
+  int32_t system_tokens = 1000;   ///< replicas: tokens of each system prompt (clamped to the context)
+  int32_t turns = 3;              ///< replicas: requests per conversation, each extending the last
   std::vector<std::string> phases{"load", "batch", "prefix"};
   std::function<void(const std::string&)> progress;  ///< one line per step, or empty
 };
@@ -55,6 +65,19 @@ struct ServeBenchResult {
   double restart_start_seconds = 0;  ///< starting the restarted server (it loads snapshots first)
   int64_t cached_warm = 0, cached_restart = 0;  ///< prompt tokens the server reported reusing
   bool prefix_outputs_equal = false;            ///< cold, warm and restart gave the same text
+  // replicas: one arm per client, round-robin first
+  struct ReplicaArm {
+    std::string client;             ///< "round-robin", "prefix-affinity"
+    int32_t requests = 0, failed = 0;
+    Percentiles ttft_seconds;
+    double tokens_per_second = 0;   ///< generated tokens over the arm's wall time
+    int64_t prompt_tokens = 0;      ///< vllm:prefix_cache_queries_total, both replicas
+    int64_t prefix_hit_tokens = 0;  ///< vllm:prefix_cache_hits_total, both replicas
+    std::vector<int32_t> per_replica;  ///< requests each replica was sent
+  };
+  std::vector<ReplicaArm> replica_arms;
+  int32_t system_tokens = 0;             ///< tokens of a system prompt as run
+  bool replica_outputs_equal = false;    ///< every turn's text the same under both clients
 };
 
 /// Runs the phases on `model`. Errors: the server cannot start, a phase's request fails outright.
