@@ -2,7 +2,8 @@
 // and chat template, three turns whose rendered prompts are byte for byte what @huggingface/jinja
 // renders for the same conversations (tests/text/chat_template_oracle.js, run here on them), each
 // turn prefilling only what the session did not hold; /save then /load in a new process continues
-// with the same greedy reply; `kvq run -f FILE` and `-p -` equal `-p TEXT`; `kvq run -cnv` chats;
+// with the same greedy reply; a tool call answered with /tool continues with the prompt the oracle
+// renders for the same messages; `kvq run -f FILE` and `-p -` equal `-p TEXT`; `kvq run -cnv` chats;
 // a model without a template says it uses ChatML, once; a conversation past the context drops its
 // oldest messages; Ctrl-C ends a reply, not the chat; bad input (a missing file, an unknown slash
 // command) exits 2 naming what was wrong.
@@ -246,6 +247,191 @@ TEST_F(ChatCli, ToolsForcedCallIsPrintedAndKeptAsACall) {
   EXPECT_NE(undeclared.err.find("'get_time', which tools does not declare"), std::string::npos) << undeclared.err;
 }
 
+// A `kvq chat` the test talks to as a user would: a line written, the turn it ran read back (--json
+// prints one line per turn), so a later line can name what an earlier reply made (a call's id).
+class ChatProcess {
+ public:
+  explicit ChatProcess(const std::vector<std::string>& args) {
+    int in[2], out[2], err[2];
+    if (pipe(in) != 0 || pipe(out) != 0 || pipe(err) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(in[0], STDIN_FILENO);
+      dup2(out[1], STDOUT_FILENO);
+      dup2(err[1], STDERR_FILENO);
+      for (int fd : {in[0], in[1], out[0], out[1], err[0], err[1]}) close(fd);
+      std::vector<char*> argv = {const_cast<char*>(KVQ_BINARY), const_cast<char*>("chat")};
+      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(KVQ_BINARY, argv.data());
+      _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    close(err[1]);
+    in_ = in[1];
+    out_ = out[0];
+    err_ = err[0];
+  }
+  // Sends `line`, which runs no turn.
+  bool Write(const std::string& line) {
+    const std::string text = line + "\n";
+    return write(in_, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  }
+  // Sends `line` and returns the turn it ran (null when kvq printed none and ended).
+  json Send(const std::string& line) {
+    if (!Write(line)) return nullptr;
+    char buf[4096];
+    size_t end;
+    while ((end = pending_.find('\n')) == std::string::npos) {
+      const ssize_t n = read(out_, buf, sizeof(buf));
+      if (n <= 0) return nullptr;
+      pending_.append(buf, static_cast<size_t>(n));
+    }
+    const json turn = json::parse(pending_.substr(0, end));
+    pending_.erase(0, end + 1);
+    return turn;
+  }
+  // Ends the input; kvq's exit code, its stderr in `err`.
+  int Finish(std::string* err) {
+    close(in_);
+    char buf[4096];
+    for (ssize_t n; (n = read(out_, buf, sizeof(buf))) > 0;) pending_.append(buf, static_cast<size_t>(n));
+    for (ssize_t n; (n = read(err_, buf, sizeof(buf))) > 0;) err->append(buf, static_cast<size_t>(n));
+    close(out_);
+    close(err_);
+    int status = 0;
+    if (waitpid(pid_, &status, 0) != pid_ || !WIFEXITED(status)) return -1;
+    return WEXITSTATUS(status);
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int in_ = -1, out_ = -1, err_ = -1;
+  std::string pending_;  // stdout read past the last turn
+};
+
+// Keys in sorted order: the oracle's cases are written by nlohmann::json, which sorts them, and the
+// template prints the tools in the order it gets them.
+const char* kWeatherTools = R"([{"function": {"name": "get_weather",
+    "parameters": {"properties": {"city": {"enum": ["Paris", "Oslo"], "type": "string"}},
+                   "required": ["city"], "type": "object"}}, "type": "function"}])";
+
+// The assistant message a tool-calling turn left in the conversation, as OpenAI writes it (the
+// arguments as an object: kvq hands the template parsed arguments, as the test's tojson check shows).
+json AssistantWithCalls(const json& turn) {
+  json calls = json::array();
+  for (const json& c : turn["tool_calls"]) {
+    calls.push_back({{"id", c["id"]}, {"type", "function"},
+                     {"function", {{"name", c["name"]}, {"arguments", json::parse(c["arguments"].get<std::string>())}}}});
+  }
+  return {{"role", "assistant"}, {"content", turn["content"]}, {"tool_calls", calls}};
+}
+
+// /tool answers each call by its id (the random model makes several, in parallel): with the last
+// result the model goes on from the conversation with one `role: tool` message per call, and the
+// prompt rendered for that turn is byte for byte the oracle's rendering of the same messages with
+// the same tools; only the tokens the session did not hold are prefilled.
+TEST_F(ChatCli, ToolResultByIdContinuesAsTheOracleRendersIt) {
+  const std::string tools = WriteFile("result_tools.json", kWeatherTools);
+  ChatProcess chat({"-m", *model_, "--temp", "0", "-n", "300", "-t", "2", "--json", "--tools", tools,
+                    "--tool-choice", "required"});
+  const json turn1 = chat.Send("Weather in Paris?");
+  ASSERT_TRUE(turn1.is_object());
+  const size_t n_calls = turn1["tool_calls"].size();
+  ASSERT_GE(n_calls, 1u) << turn1.dump();
+  // The results, answered in the reverse of the calls' order: the messages follow the answers.
+  const json user = {{"role", "user"}, {"content", "Weather in Paris?"}};
+  json messages = json::array({user, AssistantWithCalls(turn1)});
+  json turn2;
+  for (size_t k = n_calls; k-- > 0;) {
+    const std::string id = turn1["tool_calls"][k]["id"];
+    const std::string result = "{\"temperature\": " + std::to_string(20 + k) + ", \"sky\": \"clear\"}";
+    messages.push_back({{"role", "tool"}, {"tool_call_id", id}, {"name", "get_weather"}, {"content", result}});
+    if (k > 0) {
+      ASSERT_TRUE(chat.Write("/tool " + id + " " + result));
+    } else {
+      turn2 = chat.Send("/tool " + id + " " + result);
+    }
+  }
+  std::string err;
+  ASSERT_EQ(chat.Finish(&err), 0) << err;
+  ASSERT_TRUE(turn2.is_object()) << err;
+  ASSERT_EQ(turn2["tool_results"].size(), n_calls);
+  for (size_t k = 0; k < n_calls; ++k) {
+    const json& m = messages[2 + k];
+    EXPECT_EQ(turn2["tool_results"][k],
+              json({{"tool_call_id", m["tool_call_id"]}, {"name", "get_weather"}, {"content", m["content"]}}));
+  }
+  const json conversations = {
+      {"call", {{"messages", json::array({user})}, {"tools", json::parse(kWeatherTools)}}},
+      {"result", {{"messages", messages}, {"tools", json::parse(kWeatherTools)}}}};
+  kvq::Result<std::unique_ptr<kvq::Model>> model = kvq::Model::Load(*model_, {.threads = 1});
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  const std::map<std::string, std::string> oracle = OracleRenders(conversations, (*model)->info().chat_template);
+  EXPECT_EQ(turn1["prompt"].get<std::string>(), oracle.at("call"));
+  const std::string& expected = oracle.at("result");
+  EXPECT_EQ(turn2["prompt"].get<std::string>(), expected);
+  EXPECT_NE(expected.find("<tool_response>\n" + messages[2]["content"].get<std::string>() + "\n</tool_response>"),
+            std::string::npos) << expected;
+  const std::vector<int32_t> prompt2 = turn2["prompt_ids"].get<std::vector<int32_t>>();
+  EXPECT_EQ(prompt2, (*model)->TokenizeChatPrompt(expected));
+  // What the session held after turn 1, and the part of turn 2's prompt it shares: exactly that is
+  // reused and only the rest prefilled. (The template re-renders the calls with its own spacing, so
+  // the random reply's text is shared only up to where its spacing first differs.)
+  std::vector<int32_t> held = turn1["prompt_ids"].get<std::vector<int32_t>>();
+  const std::vector<int32_t> reply1 = turn1["reply_ids"].get<std::vector<int32_t>>();
+  held.insert(held.end(), reply1.begin(), reply1.end());
+  held.resize(turn1["positions"].get<size_t>());
+  size_t common = 0;
+  while (common < held.size() && common < prompt2.size() && held[common] == prompt2[common]) ++common;
+  EXPECT_GE(common, turn1["prompt_ids"].size() - 1) << "turn 2's prompt should extend turn 1's";
+  EXPECT_EQ(turn2["reused"].get<size_t>(), std::min(common, prompt2.size() - 1));
+  EXPECT_EQ(turn2["prefilled"].get<size_t>(), prompt2.size() - turn2["reused"].get<size_t>());
+}
+
+// /tool by the function's name, read from stdin, answers the first of the calls awaiting a result;
+// a user message before the others are answered goes after the results given so far. /save keeps
+// the calls and results, so a /load in a new process renders the next turn as the first process
+// did. A /tool naming no awaited call, or sent when none awaits, is bad input naming those that do.
+TEST_F(ChatCli, ToolResultByNameIsSavedAndLoaded) {
+  const std::string tools = WriteFile("name_tools.json", kWeatherTools);
+  const std::string saved = Stem() + "_tools_saved.json";
+  auto chat = [&](const std::string& stdin_text) {
+    return RunKvq("chat -m " + *model_ + " --temp 0 -n 300 -t 2 --json --tools " + tools +
+                  " --tool-choice required < " + WriteFile("name_stdin.txt", stdin_text));
+  };
+  const KvqRun a = chat("Weather in Oslo?\n/tool get_weather 3 degrees, snow\nThanks.\n/save " + saved + "\nMore?\n");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  const std::vector<json> ta = Turns(a.out);
+  ASSERT_EQ(ta.size(), 3u) << a.out;
+  ASSERT_GE(ta[0]["tool_calls"].size(), 2u) << "the case needs calls left unanswered";
+  EXPECT_NE(a.err.find("more calls await results"), std::string::npos) << a.err;
+  EXPECT_EQ(ta[1]["user"], "Thanks.");
+  EXPECT_EQ(ta[1]["tool_results"],
+            json::array({{{"tool_call_id", ta[0]["tool_calls"][0]["id"]}, {"name", "get_weather"},
+                          {"content", "3 degrees, snow"}}}));
+  const KvqRun b = chat("/load " + saved + "\nMore?\n");
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  const std::vector<json> tb = Turns(b.out);
+  ASSERT_EQ(tb.size(), 1u);
+  EXPECT_EQ(tb[0]["prompt"], ta[2]["prompt"]);
+  EXPECT_EQ(tb[0]["reused"], ta[2]["reused"]);
+  fs::remove(saved);
+  fs::remove(saved + ".kv");
+
+  const KvqRun unknown = chat("Weather in Oslo?\n/tool get_time 12:00\n");
+  EXPECT_EQ(unknown.exit_code, 2);
+  const std::vector<json> tu = Turns(unknown.out);
+  ASSERT_EQ(tu.size(), 1u) << unknown.out;
+  EXPECT_NE(unknown.err.find("/tool get_time: no call awaiting a result has that id or name; awaiting: " +
+                             tu[0]["tool_calls"][0]["id"].get<std::string>() + " (get_weather)"),
+            std::string::npos) << unknown.err;
+  const KvqRun none = chat("/tool get_weather 3 degrees\n");
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.err.find("/tool: no call awaits a result"), std::string::npos) << none.err;
+}
+
 // A grammar makes the random model think two words and answer two: --json gives the thought as
 // the turn's "reasoning" (the reply keeps the raw text), the streamed text shows it between
 // [thinking] lines (stdout is not a terminal here), and --reasoning-format none leaves it inline.
@@ -411,7 +597,7 @@ TEST(ChatCliStories, BadInputIsNamed) {
   const std::string input = WriteFile("bad.txt", "/bogus\nHi\n");
   const KvqRun unknown = RunKvq("chat --temp 0 -n 4 < " + input);
   EXPECT_EQ(unknown.exit_code, 2);
-  EXPECT_NE(unknown.err.find("unknown command '/bogus' (commands: /clear, /save FILE, /load FILE, /exit)"),
+  EXPECT_NE(unknown.err.find("unknown command '/bogus' (commands: /clear, /save FILE, /load FILE, /tool ID-or-NAME RESULT, /exit)"),
             std::string::npos) << unknown.err;
   EXPECT_EQ(unknown.out, "");  // stopped there: no turn ran
   const std::string no_file = WriteFile("nofile.txt", "/save\n");
