@@ -86,6 +86,7 @@ int RunBenchGrammar(const BenchGrammarOptions& o) {
   const Model& model = **loaded;
   const ToolCallFormat& format = ToolCallFormatOf(model);
   if (o.tool_calls) {
+    if (Status s = CheckToolCallTemplate(model); !s.ok()) return bad("--tool-calls: " + s.message());
     grammar = ToolCallGrammar(format, tools);
     if (!grammar.ok()) return bad(fmt::format("--tools {}: {}", o.tools_file.empty() ? "(built-in)" : o.tools_file,
                                               grammar.status().message()));

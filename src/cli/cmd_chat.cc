@@ -188,6 +188,9 @@ int RunChat(const ChatFlags& o, const std::string& command) {
   const ToolCallFormat& tool_format = ToolCallFormatOf(model, render.template_override);
   const bool parse_calls = !tools.tools_json.empty() && tools.choice != ToolChoice::kNone;
   if (!tools.tools_json.empty()) {
+    if (Status s = CheckToolCallTemplate(model, render.template_override); !s.ok()) {
+      return bad(fmt::format("--tools {}: {}", o.tools_file, s.message()));
+    }
     tools.starts_thinking = *reasoning_format != ReasoningFormat::kNone && starts_thinking;
     Result<std::string> forced = ToolCallGrammar(tool_format, tools);
     if (!forced.ok()) return bad(fmt::format("--tools {}: {}", o.tools_file, forced.status().message()));

