@@ -57,6 +57,10 @@ const ToolCallFormat& ToolCallFormatFor(std::string_view template_source);
 /// The format of the template `model` renders with: `template_override` when non-empty, else the
 /// model's own (Hermes when it falls back to ChatML).
 const ToolCallFormat& ToolCallFormatOf(const Model& model, std::string_view template_override = "");
+/// Ok when kvq can force and parse the tool calls of the template `model` renders with (as
+/// ToolCallFormatOf picks it); an error naming the format and why otherwise (DeepSeek V2.5/V3's
+/// `<｜tool▁calls▁begin｜>` calls), so that tools are refused instead of asked in another format.
+Status CheckToolCallTemplate(const Model& model, std::string_view template_override = "");
 /// The row named `name`, or nullptr.
 const ToolCallFormat* FindToolCallFormat(std::string_view name);
 

@@ -162,6 +162,39 @@ const ToolCallFormat& ToolCallFormatOf(const Model& model, std::string_view temp
   return ToolCallFormatFor(model.info().chat_template);
 }
 
+namespace {
+
+// Formats kvq recognises in a template but cannot force or parse: tools are refused for them
+// rather than asked of the model in a format it was not trained on (the fallback's).
+struct UnsupportedToolFormat {
+  const char* name;
+  const char* detect;  // text of the template that uses it
+  const char* why;
+};
+constexpr UnsupportedToolFormat kUnsupported[] = {
+    {.name = "deepseek",
+     .detect = "<｜tool▁calls▁begin｜>",
+     .why = "DeepSeek V2.5/V3 write each call as <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME, then the "
+            "arguments in a ```json block, then <｜tool▁call▁end｜> (the name outside the JSON), which kvq's "
+            "call grammar and parser do not read yet; and their template renders an earlier call only for a "
+            "message whose content is null and whose arguments are a string"},
+};
+
+}  // namespace
+
+Status CheckToolCallTemplate(const Model& model, std::string_view template_override) {
+  const std::string_view source = !template_override.empty()                    ? template_override
+                                  : model.chat_template_choice().chatml_fallback ? std::string_view()
+                                                                                 : model.info().chat_template;
+  for (const UnsupportedToolFormat& f : kUnsupported) {
+    if (source.find(f.detect) != std::string_view::npos) {
+      return Status::Error(fmt::format("the chat template writes tool calls in the '{}' format (it holds {}), "
+                                       "which kvq does not support: {}", f.name, f.detect, f.why));
+    }
+  }
+  return Status::Ok();
+}
+
 const ToolCallFormat* FindToolCallFormat(std::string_view name) {
   for (const ToolCallFormat& f : kFormats) {
     if (name == f.name) return &f;

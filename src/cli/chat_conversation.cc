@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 namespace kvq::cli {
@@ -16,6 +17,23 @@ void ChatConversation::SetLastReplyCalls(std::string content, std::vector<ToolCa
   if (messages_.empty() || messages_.back().role != "assistant") return;
   messages_.back().content = std::move(content);
   messages_.back().tool_calls = std::move(calls);
+}
+
+std::vector<ToolCall> ChatConversation::PendingCalls() const {
+  std::set<std::string> answered;  // tool_call_id of each result after the last reply
+  for (auto m = messages_.rbegin(); m != messages_.rend(); ++m) {
+    if (m->role == "tool") {
+      answered.insert(m->tool_call_id);
+      continue;
+    }
+    if (m->role != "assistant") return {};
+    std::vector<ToolCall> pending;
+    for (const ToolCall& c : m->tool_calls) {
+      if (!answered.contains(c.id)) pending.push_back(c);
+    }
+    return pending;
+  }
+  return {};
 }
 
 std::string ValidUtf8(std::string_view text) {
@@ -79,24 +97,31 @@ Status ChatConversation::RenderFitting(std::string* text, std::vector<int32_t>* 
       *text = std::move(rendered).value();
       return Status::Ok();
     }
-    // Drop the oldest user message and the reply after it; the newest message stays.
+    // Drop the oldest exchange: a user message and all that answers it (replies, their calls and
+    // the calls' results) up to the next user message, so no result outlives its call. The newest
+    // exchange stays.
     const size_t first = FirstDroppable();
-    if (messages_.size() - first <= 1) {
+    size_t next = first + 1;
+    while (next < messages_.size() && messages_[next].role != "user") ++next;
+    if (next >= messages_.size()) {
       return Status::Error(fmt::format("the message does not fit the context: the prompt is {} tokens, {} more "
                                        "are kept for the reply (-n), the context holds {} (-c)",
                                        ids->size(), std::max<int64_t>(room, 1), context));
     }
-    const size_t n = messages_[first + 1].role == "assistant" && messages_.size() - first > 2 ? 2 : 1;
     messages_.erase(messages_.begin() + static_cast<std::ptrdiff_t>(first),
-                    messages_.begin() + static_cast<std::ptrdiff_t>(first + n));
-    *dropped += static_cast<int32_t>(n);
+                    messages_.begin() + static_cast<std::ptrdiff_t>(next));
+    *dropped += static_cast<int32_t>(next - first);
   }
 }
 
-Result<ChatTurn> ChatConversation::Reply(const std::string& user, const GenerateRequest& request,
+Result<ChatTurn> ChatConversation::Reply(std::vector<ChatMessage> added, const GenerateRequest& request,
                                          const TokenCallback& on_token) {
   const std::vector<ChatMessage> before = messages_;
-  messages_.push_back({"user", ValidUtf8(user)});
+  const size_t n_added = added.size();
+  for (ChatMessage& m : added) {
+    m.content = ValidUtf8(m.content);
+    messages_.push_back(std::move(m));
+  }
   ChatTurn turn;
   if (Status s = RenderFitting(&turn.prompt, &turn.prompt_ids, &turn.dropped_messages); !s.ok()) {
     messages_ = before;
@@ -128,7 +153,8 @@ Result<ChatTurn> ChatConversation::Reply(const std::string& user, const Generate
   turn.positions = session_.positions();
   turn.reply = ValidUtf8(turn.completion.text);
   if (turn.completion.finish == FinishReason::kCancelled && turn.completion.tokens.empty()) {
-    messages_.pop_back();  // stopped before the reply began: as if the message was not sent
+    // Stopped before the reply began: as if the messages were not sent.
+    messages_.resize(messages_.size() - n_added);
   } else {
     messages_.push_back({"assistant", turn.reply});
   }
@@ -143,7 +169,16 @@ Status ChatConversation::Clear() {
 
 Status ChatConversation::Save(const std::string& path) const {
   nlohmann::json messages = nlohmann::json::array();
-  for (const ChatMessage& m : messages_) messages.push_back({{"role", m.role}, {"content", m.content}});
+  for (const ChatMessage& m : messages_) {
+    nlohmann::json message = {{"role", m.role}, {"content", m.content}};
+    for (const ToolCall& c : m.tool_calls) {
+      message["tool_calls"].push_back(
+          {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+    }
+    if (!m.tool_call_id.empty()) message["tool_call_id"] = m.tool_call_id;
+    if (!m.name.empty()) message["name"] = m.name;
+    messages.push_back(std::move(message));
+  }
   const nlohmann::json doc = {{"messages", messages},
                               {"kv_snapshot", std::filesystem::path(SnapshotPath(path)).filename().string()}};
   {
@@ -161,6 +196,37 @@ Status ChatConversation::Save(const std::string& path) const {
   }
   return Status::Ok();
 }
+
+namespace {
+
+// A saved message's tool fields, as Save writes them; `where` names the message in errors.
+Status ReadToolFields(const nlohmann::json& m, const std::string& where, ChatMessage* message) {
+  if (m.contains("tool_calls")) {
+    if (!m["tool_calls"].is_array()) return Status::Error(where + ".tool_calls must be an array");
+    for (size_t k = 0; k < m["tool_calls"].size(); ++k) {
+      const nlohmann::json& c = m["tool_calls"][k];
+      const bool ok = c.is_object() && c.contains("id") && c["id"].is_string() && c.contains("function") &&
+                      c["function"].is_object() && c["function"].contains("name") &&
+                      c["function"]["name"].is_string() && c["function"].contains("arguments") &&
+                      c["function"]["arguments"].is_string();
+      if (!ok) {
+        return Status::Error(fmt::format("{}.tool_calls[{}] must be {{\"id\", \"function\": {{\"name\", "
+                                         "\"arguments\"}}}} with string values", where, k));
+      }
+      message->tool_calls.push_back({.id = c["id"].get<std::string>(),
+                                     .name = c["function"]["name"].get<std::string>(),
+                                     .arguments = c["function"]["arguments"].get<std::string>()});
+    }
+  }
+  for (auto [key, out] : {std::pair{"tool_call_id", &message->tool_call_id}, std::pair{"name", &message->name}}) {
+    if (!m.contains(key)) continue;
+    if (!m[key].is_string()) return Status::Error(fmt::format("{}.{} must be a string", where, key));
+    *out = m[key].get<std::string>();
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 Status ChatConversation::Load(const std::string& path, std::string* note) {
   std::ifstream in(path, std::ios::binary);
@@ -180,7 +246,9 @@ Status ChatConversation::Load(const std::string& path, std::string* note) {
       return Status::Error(fmt::format("{}: messages[{}] must be an object with string \"role\" and \"content\"",
                                        path, i));
     }
-    messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+    ChatMessage message{m["role"].get<std::string>(), m["content"].get<std::string>()};
+    if (Status s = ReadToolFields(m, fmt::format("{}: messages[{}]", path, i), &message); !s.ok()) return s;
+    messages.push_back(std::move(message));
   }
   messages_ = std::move(messages);
   note->clear();

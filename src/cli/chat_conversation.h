@@ -37,17 +37,19 @@ class ChatConversation {
   ChatConversation(const Model& model, Session& session, ChatTemplateOptions render, std::string system_prompt,
                    int32_t reply_room);
 
-  /// Adds `user`'s message, fits the conversation into the context (dropping the oldest turns,
-  /// which the turn reports), renders and prefills what the session does not hold, and generates
-  /// the reply, streaming it to on_token. A reply cut by Ctrl-C is kept as far as it got; one
-  /// cancelled before its first token removes the user message again. Errors: the template
-  /// refuses the conversation, the new message alone does not fit, a session error; the
-  /// conversation is then as before the call.
-  Result<ChatTurn> Reply(const std::string& user, const GenerateRequest& request, const TokenCallback& on_token);
+  /// Adds `added` (a user message, or the `tool` results of the last reply's calls), fits the
+  /// conversation into the context (dropping the oldest exchanges, which the turn reports),
+  /// renders and prefills what the session does not hold, and generates the reply, streaming it
+  /// to on_token. A reply cut by Ctrl-C is kept as far as it got; one cancelled before its first
+  /// token removes the added messages again. Errors: the template refuses the conversation, the
+  /// newest exchange alone does not fit, a session error; the conversation is then as before.
+  Result<ChatTurn> Reply(std::vector<ChatMessage> added, const GenerateRequest& request,
+                         const TokenCallback& on_token);
 
   /// Back to the system prompt alone, and an empty cache.
   Status Clear();
-  /// Writes the conversation to `path` (JSON: {"messages": [{"role", "content"}...]}) and the
+  /// Writes the conversation to `path` (JSON: {"messages": [{"role", "content"}...]}, with an
+  /// assistant's "tool_calls" and a tool result's "tool_call_id" and "name", as OpenAI writes them) and the
   /// session's KV cache beside it, `path`.kv (Session::SavePrefix: checksummed, tied to the model
   /// and KV formats).
   Status Save(const std::string& path) const;
@@ -61,6 +63,9 @@ class ChatConversation {
   /// next turn renders them as the template writes calls). Nothing when the last message is not
   /// the assistant's.
   void SetLastReplyCalls(std::string content, std::vector<ToolCall> calls);
+  /// The calls of the last assistant message that no `tool` message after it answers yet, in the
+  /// order the reply made them.
+  std::vector<ToolCall> PendingCalls() const;
   static std::string SnapshotPath(const std::string& path) { return path + ".kv"; }
 
  private:

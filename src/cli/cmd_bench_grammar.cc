@@ -2,11 +2,15 @@
 // JSON-schema grammar; each step times Generator::Constrain (the allowed-token mask over the whole
 // vocabulary, and -infinity written into the logits) apart from the decode step (Session::Decode),
 // and prints both and their ratio. The vocabulary trie is built once per model, before the loop,
-// and timed on its own line.
+// and timed on its own line. With --tool-calls the grammar is instead tool_choice auto's lazy
+// tool grammar (free text until the model's call opening, then only declared calls), and the reply
+// is a fixed text that opens a call (a random-weight model would seldom write one), fed token by
+// token through the same mask: the mask is timed before the opening and after it, apart.
 #include <fmt/core.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -16,6 +20,7 @@
 #include "kvq/generator.h"
 #include "kvq/model.h"
 #include "kvq/session.h"
+#include "kvq/tool_calls.h"
 
 namespace kvq::cli {
 namespace {
@@ -29,6 +34,15 @@ constexpr const char* kDefaultSchema = R"({"type":"object","properties":{
   "tags":{"type":"array","items":{"type":"string","maxLength":12},"maxItems":6}},
   "required":["name","age","role","address","tags"]})";
 
+// --tool-calls' tools and reply: one function, and a sentence then a call of it in Qwen 3's
+// (Hermes) format; another model's format needs --reply in its own spelling.
+constexpr const char* kDefaultTools = R"([{"type": "function", "function": {"name": "get_weather",
+  "description": "The weather in a city now", "parameters": {"type": "object", "properties": {
+  "city": {"type": "string", "maxLength": 40}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+  "required": ["city"]}}}])";
+constexpr const char* kDefaultReply = "I will look the weather up for you.\n<tool_call>\n{\"name\": \"get_weather\", "
+                                      "\"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n</tool_call>";
+
 struct BenchGrammarOptions {
   std::string model;
   std::string schema_file;  // empty: kDefaultSchema
@@ -36,6 +50,9 @@ struct BenchGrammarOptions {
   int32_t tokens = 64;
   int32_t threads = 0;
   uint64_t seed = 1;
+  bool tool_calls = false;   // the lazy tool grammar, on a fixed reply
+  std::string tools_file;    // empty: kDefaultTools
+  std::string reply = kDefaultReply;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -44,19 +61,42 @@ double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::durati
 int RunBenchGrammar(const BenchGrammarOptions& o) {
   auto bad = [](const std::string& m) { return BadInput("bench grammar", m); };
   if (o.tokens < 1 || o.tokens > 100000) return bad(fmt::format("--tokens must be in 1..100000 (got {})", o.tokens));
+  if (o.tool_calls && !o.schema_file.empty()) return bad("--tool-calls and --json-schema-file: choose one grammar");
+  if (!o.tool_calls && (!o.tools_file.empty() || o.reply != kDefaultReply)) {
+    return bad("--tools and --reply need --tool-calls");
+  }
   std::string schema = kDefaultSchema;
   if (!o.schema_file.empty()) {
     std::ifstream in(o.schema_file, std::ios::binary);
     if (!in) return bad(fmt::format("--json-schema-file {}: cannot read the file", o.schema_file));
     schema.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
-  Result<std::string> grammar = JsonSchemaGrammar(schema);
+  ToolOptions tools{.tools_json = kDefaultTools, .choice = ToolChoice::kAuto};
+  if (!o.tools_file.empty()) {
+    std::ifstream in(o.tools_file, std::ios::binary);
+    if (!in) return bad(fmt::format("--tools {}: cannot read the file", o.tools_file));
+    tools.tools_json.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  Result<std::string> grammar = o.tool_calls ? Result<std::string>(std::string()) : JsonSchemaGrammar(schema);
   if (!grammar.ok()) return bad("--json-schema-file: " + grammar.status().message());
   ModelOptions mo;
   if (o.threads > 0) mo.threads = o.threads;
   Result<std::unique_ptr<Model>> loaded = Model::Load(o.model, mo);
   if (!loaded.ok()) return bad(loaded.status().message());
   const Model& model = **loaded;
+  const ToolCallFormat& format = ToolCallFormatOf(model);
+  if (o.tool_calls) {
+    if (Status s = CheckToolCallTemplate(model); !s.ok()) return bad("--tool-calls: " + s.message());
+    grammar = ToolCallGrammar(format, tools);
+    if (!grammar.ok()) return bad(fmt::format("--tools {}: {}", o.tools_file.empty() ? "(built-in)" : o.tools_file,
+                                              grammar.status().message()));
+  }
+  // --tool-calls: the reply's tokens, fed in place of sampled ones.
+  const std::vector<int32_t> script = o.tool_calls ? model.Tokenize(o.reply, AddBos::kNo) : std::vector<int32_t>{};
+  if (o.tool_calls && o.reply.find(format.open) == std::string::npos) {
+    return bad(fmt::format("--reply must open a call as the model's format ({}) does: with '{}'", format.name,
+                           format.open));
+  }
   Result<std::unique_ptr<Session>> made = model.NewSession();
   if (!made.ok()) return bad(made.status().message());
   Session& session = **made;
@@ -66,22 +106,38 @@ int RunBenchGrammar(const BenchGrammarOptions& o) {
   std::vector<float> logits(session.logits().begin(), session.logits().end());  // [vocab]
 
   // The trie: built by the first Constrain of any generator of this model.
-  Result<Generator> first = Generator::Create(session, {.max_tokens = o.tokens, .grammar = *grammar});
+  // --tool-calls runs the whole reply (and one step past it) whatever --tokens says.
+  const int32_t max_tokens = o.tool_calls ? static_cast<int32_t>(script.size()) + 1 : o.tokens;
+  Result<Generator> first = Generator::Create(session, {.max_tokens = max_tokens, .grammar = *grammar});
   if (!first.ok()) return bad(first.status().message());
   const auto t_trie = Clock::now();
   first.value().Constrain(logits);
   const double trie_ms = Ms(t_trie, Clock::now());
 
-  Result<Generator> made_g = Generator::Create(session, {.max_tokens = o.tokens, .grammar = *grammar});
+  Result<Generator> made_g = Generator::Create(session, {.max_tokens = max_tokens, .grammar = *grammar});
   if (!made_g.ok()) return bad(made_g.status().message());
   Generator& g = made_g.value();
   std::vector<double> mask_ms, decode_ms;
+  std::vector<double> free_ms, call_ms;  // --tool-calls: masks before the call's opening, and from it
   while (!g.finished()) {
     logits.assign(session.logits().begin(), session.logits().end());
+    const bool opened = o.tool_calls && g.text().find(format.open) != std::string::npos;
     const auto t0 = Clock::now();
     g.Constrain(logits);
     mask_ms.push_back(Ms(t0, Clock::now()));
-    Result<int32_t> token = session.Sample(logits);
+    if (o.tool_calls) (opened ? call_ms : free_ms).push_back(mask_ms.back());
+    Result<int32_t> token = 0;
+    if (o.tool_calls) {
+      if (g.tokens().size() >= script.size()) break;  // the reply is all fed
+      token = script[g.tokens().size()];
+      if (!std::isfinite(logits[static_cast<size_t>(*token)])) {
+        return bad(fmt::format("--reply: the grammar refuses its token {} (id {}) after {}", g.tokens().size(),
+                               *token, nlohmann::json(g.text()).dump(-1, ' ', false,
+                                                                      nlohmann::json::error_handler_t::replace)));
+      }
+    } else {
+      token = session.Sample(logits);
+    }
     if (!token.ok()) return bad(token.status().message());
     const GeneratorStep step = g.Next(*token);
     if (!step.run) break;
@@ -97,8 +153,11 @@ int RunBenchGrammar(const BenchGrammarOptions& o) {
   };
   const double mask_mean = mean(mask_ms), decode_mean = mean(decode_ms);
   fmt::print("model {}: vocabulary {} tokens, {} threads\n", o.model, vocab, model.info().threads);
-  fmt::print("grammar: {} ({} bytes of GBNF)\n", o.schema_file.empty() ? "the default JSON schema" : o.schema_file,
-             grammar->size());
+  const std::string grammar_name =
+      o.tool_calls ? fmt::format("tool_choice auto's lazy tool grammar, format {}, tools {}", format.name,
+                                 o.tools_file.empty() ? "(built-in)" : o.tools_file)
+      : o.schema_file.empty() ? "the default JSON schema" : o.schema_file;
+  fmt::print("grammar: {} ({} bytes of GBNF)\n", grammar_name, grammar->size());
   const std::string shown = nlohmann::json(g.text().substr(0, 160)).dump(-1, ' ', false,
                                                                            nlohmann::json::error_handler_t::replace);
   fmt::print("generated {} tokens ({}), text {}{}\n", g.tokens().size(), FinishReasonName(g.finish_reason()), shown,
@@ -112,6 +171,13 @@ int RunBenchGrammar(const BenchGrammarOptions& o) {
   fmt::print("mask / decode step: {:.1f}% (mean), {:.1f}% (median)\n",
              decode_mean > 0 ? 100 * mask_mean / decode_mean : 0.0,
              median(decode_ms) > 0 ? 100 * median(mask_ms) / median(decode_ms) : 0.0);
+  if (o.tool_calls) {
+    for (const auto& [phase, v] : {std::pair{"before the opening", &free_ms}, std::pair{"after the opening ", &call_ms}}) {
+      fmt::print("mask {}: mean {:8.3f} ms   median {:8.3f} ms   max {:8.3f} ms   ({} masks); mean / decode step "
+                 "{:.1f}%\n", phase, mean(*v), median(*v), v->empty() ? 0.0 : *std::max_element(v->begin(), v->end()),
+                 v->size(), decode_mean > 0 ? 100 * mean(*v) / decode_mean : 0.0);
+    }
+  }
   return 0;
 }
 
@@ -127,6 +193,13 @@ void AddBenchGrammarCommand(CLI::App& bench, int* exit_code) {
   cmd->add_option("--tokens", o->tokens, "Tokens to generate at most")->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "Threads (default: the model's)");
   cmd->add_option("--seed", o->seed, "Sampling seed")->capture_default_str();
+  cmd->add_flag("--tool-calls", o->tool_calls,
+                "Time tool_choice auto's lazy tool grammar instead, on a fixed reply that opens a call (--reply), "
+                "its masks before the call's opening and after it apart");
+  cmd->add_option("--tools", o->tools_file, "With --tool-calls: a JSON FILE of OpenAI tool definitions "
+                                            "(default: a built-in get_weather)")->type_name("FILE");
+  cmd->add_option("--reply", o->reply, "With --tool-calls: the reply fed through the mask, in the model's call "
+                                       "format (default: a sentence, then a Hermes <tool_call> of get_weather)");
   cmd->callback([o, exit_code] { *exit_code = RunBenchGrammar(*o); });
 }
 

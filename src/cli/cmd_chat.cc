@@ -1,17 +1,22 @@
 // `kvq chat`: a multi-turn conversation with a model through its chat template, as a client of the
 // public API (Model::ApplyChatTemplate, Session::Generate, Truncate, SavePrefix/LoadPrefix). The
 // conversation stays in the session's KV cache between turns (chat_conversation.h), so each turn
-// prefills only its new tokens. Slash commands: /clear, /save FILE, /load FILE, /exit.
+// prefills only its new tokens. Slash commands: /clear, /save FILE, /load FILE, /tool ID-or-NAME
+// RESULT (answers a call the last reply made; once every call has its result the model goes on),
+// /exit.
 #include "cli/cmd_chat.h"
 
 #include <fmt/core.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
+#include <string_view>
+#include <utility>
 
 #include "cli/chat_conversation.h"
 #include "cli/commands.h"
@@ -23,7 +28,7 @@
 namespace kvq::cli {
 namespace {
 
-constexpr const char* kCommands = "/clear, /save FILE, /load FILE, /exit";
+constexpr const char* kCommands = "/clear, /save FILE, /load FILE, /tool ID-or-NAME RESULT, /exit";
 
 // A slash command's outcome: go on, end the chat, or end it as bad input.
 enum class Next { kContinue, kExit, kBadInput };
@@ -68,8 +73,36 @@ nlohmann::json CallsJson(const std::vector<ToolCall>& calls) {
   return out;
 }
 
+// The `tool` message answering one of `pending` (the last reply's calls not yet answered), named by
+// the call's id or, failing that, its function's name (the first such call). `arg` is "ID-or-NAME
+// RESULT"; RESULT (JSON or text) is the message's content as typed.
+Result<ChatMessage> ToolResult(std::string_view arg, const std::vector<ToolCall>& pending) {
+  arg.remove_prefix(std::min(arg.size(), arg.find_first_not_of(' ')));
+  const std::string key(arg.substr(0, arg.find(' ')));
+  arg.remove_prefix(key.size());
+  arg.remove_prefix(std::min(arg.size(), arg.find_first_not_of(' ')));
+  const std::string result(arg);
+  if (pending.empty()) return Status::Error("/tool: no call awaits a result (the last reply made none, or all are answered)");
+  std::string names;
+  for (const ToolCall& c : pending) names += fmt::format("{}{} ({})", names.empty() ? "" : ", ", c.id, c.name);
+  if (key.empty() || result.empty()) {
+    return Status::Error(fmt::format("/tool needs a call's id or name and its result (/tool ID-or-NAME RESULT); "
+                                     "awaiting: {}", names));
+  }
+  auto call = std::find_if(pending.begin(), pending.end(), [&](const ToolCall& c) { return c.id == key; });
+  if (call == pending.end()) {
+    call = std::find_if(pending.begin(), pending.end(), [&](const ToolCall& c) { return c.name == key; });
+  }
+  if (call == pending.end()) {
+    return Status::Error(fmt::format("/tool {}: no call awaiting a result has that id or name; awaiting: {}", key,
+                                     names));
+  }
+  return ChatMessage{.role = "tool", .content = result, .tool_call_id = call->id, .name = call->name};
+}
+
 void PrintTurn(const ChatTurn& t, const std::string& user, int turn, bool json, const std::string& command,
-               const std::vector<ToolCall>& calls, const std::string& reasoning) {
+               const std::vector<ToolCall>& calls, const std::string& reasoning,
+               const std::vector<ChatMessage>& tool_results, const std::string& content) {
   const Completion& c = t.completion;
   const double prompt_tps = c.prompt_seconds > 0 ? t.prefilled / c.prompt_seconds : 0;
   const double decode_tps = c.decode_seconds > 0 ? static_cast<double>(c.tokens.size()) / c.decode_seconds : 0;
@@ -78,13 +111,17 @@ void PrintTurn(const ChatTurn& t, const std::string& user, int turn, bool json, 
                command, t.dropped_messages);
   }
   if (json) {
-    const nlohmann::json doc = {{"turn", turn}, {"user", user}, {"reply", t.reply}, {"prompt", t.prompt},
+    nlohmann::json doc = {{"turn", turn}, {"user", user}, {"reply", t.reply}, {"prompt", t.prompt},
                                 {"prompt_ids", t.prompt_ids}, {"reply_ids", c.tokens},
                                 {"prompt_tokens", c.n_prompt}, {"prefilled", t.prefilled}, {"reused", c.n_reused},
                                 {"dropped_messages", t.dropped_messages}, {"positions", t.positions},
                                 {"generated", c.tokens.size()}, {"prompt_tps", prompt_tps},
                                 {"decode_tps", decode_tps}, {"finish_reason", FinishReasonName(c.finish)},
-                                {"tool_calls", CallsJson(calls)}, {"reasoning", reasoning}};
+                                {"tool_calls", CallsJson(calls)}, {"reasoning", reasoning},
+                                {"content", content}, {"tool_results", nlohmann::json::array()}};
+    for (const ChatMessage& m : tool_results) {
+      doc["tool_results"].push_back({{"tool_call_id", m.tool_call_id}, {"name", m.name}, {"content", m.content}});
+    }
     fmt::print("{}\n", doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     std::fflush(stdout);
   }
@@ -151,6 +188,9 @@ int RunChat(const ChatFlags& o, const std::string& command) {
   const ToolCallFormat& tool_format = ToolCallFormatOf(model, render.template_override);
   const bool parse_calls = !tools.tools_json.empty() && tools.choice != ToolChoice::kNone;
   if (!tools.tools_json.empty()) {
+    if (Status s = CheckToolCallTemplate(model, render.template_override); !s.ok()) {
+      return bad(fmt::format("--tools {}: {}", o.tools_file, s.message()));
+    }
     tools.starts_thinking = *reasoning_format != ReasoningFormat::kNone && starts_thinking;
     Result<std::string> forced = ToolCallGrammar(tool_format, tools);
     if (!forced.ok()) return bad(fmt::format("--tools {}: {}", o.tools_file, forced.status().message()));
@@ -209,31 +249,21 @@ int RunChat(const ChatFlags& o, const std::string& command) {
     return true;
   };
   int turn = 0;
-  std::string line;
-  while (true) {
-    if (interactive) {
-      fmt::print("> ");
-      std::fflush(stdout);
-    }
-    if (!std::getline(input, line)) break;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    if (line[0] == '/') {
-      const Next next = RunCommand(line, chat, command, interactive);
-      if (next == Next::kExit) break;
-      if (next == Next::kBadInput) return kExitBadInput;
-      continue;
-    }
+  // Results given by /tool for the last reply's calls, sent with the last of them (or with the next
+  // user message, which then follows them).
+  std::vector<ChatMessage> results;
+  // One turn: `added` goes into the conversation and the model replies. False: kvq is to exit 1.
+  auto reply = [&](std::vector<ChatMessage> added, const std::string& line) {
     const InterruptScope interrupt_scope;  // Ctrl-C from here on stops the reply, not kvq
     parser.emplace(*reasoning_format, starts_thinking, parse_calls ? &tool_format : nullptr);
     split = {};
     in_thought = false;
-    Result<ChatTurn> t = chat.Reply(line, request, stream);
+    const std::vector<ChatMessage> tool_results(added.begin(), added.end() - (added.back().role == "user" ? 1 : 0));
+    Result<ChatTurn> t = chat.Reply(std::move(added), request, stream);
     progress.Finish();  // a prompt stopped by Ctrl-C leaves no bar behind
     if (!t.ok()) {
       fmt::print(stderr, "kvq {}: error: {}\n", command, t.status().message());
-      if (!interactive) return 1;
-      continue;
+      return interactive;
     }
     // The reply as the parser split it while it streamed; the calls are kept in the conversation.
     show(parser->Finish());
@@ -245,7 +275,53 @@ int RunChat(const ChatFlags& o, const std::string& command) {
       for (const ToolCall& c : calls) fmt::print("[tool call {}: {}({})]\n", c.id, c.name, c.arguments);
       std::fflush(stdout);
     }
-    PrintTurn(*t, line, ++turn, o.gen.shared.json, command, calls, split.reasoning);
+    const std::string content =
+        !chat.messages().empty() && chat.messages().back().role == "assistant" ? chat.messages().back().content : "";
+    PrintTurn(*t, line, ++turn, o.gen.shared.json, command, calls, split.reasoning, tool_results, content);
+    return true;
+  };
+  std::string line;
+  while (true) {
+    if (interactive) {
+      fmt::print("> ");
+      std::fflush(stdout);
+    }
+    if (!std::getline(input, line)) break;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    if (line.rfind("/tool ", 0) == 0 || line == "/tool") {
+      // The calls still awaiting a result: the last reply's, less those answered since.
+      std::vector<ToolCall> pending;
+      for (const ToolCall& c : chat.PendingCalls()) {
+        if (std::none_of(results.begin(), results.end(), [&](const ChatMessage& m) { return m.tool_call_id == c.id; })) {
+          pending.push_back(c);
+        }
+      }
+      Result<ChatMessage> result = ToolResult(line.substr(std::min<size_t>(line.size(), 6)), pending);
+      if (!result.ok()) {
+        fmt::print(stderr, "kvq {}: error: {}\n", command, result.status().message());
+        if (!interactive) return kExitBadInput;
+        continue;
+      }
+      results.push_back(std::move(result).value());
+      if (pending.size() > 1) {
+        fmt::print(stderr, "kvq {}: result for {} kept; {} more calls await results\n", command,
+                   results.back().tool_call_id, pending.size() - 1);
+        continue;
+      }
+      if (!reply(std::exchange(results, {}), "")) return 1;
+      continue;
+    }
+    if (line[0] == '/') {
+      const Next next = RunCommand(line, chat, command, interactive);
+      if (next == Next::kExit) break;
+      if (next == Next::kBadInput) return kExitBadInput;
+      if (line.rfind("/clear", 0) == 0 || line.rfind("/load", 0) == 0) results.clear();
+      continue;
+    }
+    std::vector<ChatMessage> added = std::exchange(results, {});
+    added.push_back({.role = "user", .content = line});
+    if (!reply(std::move(added), line)) return 1;
   }
   if (interactive) fmt::print("\n");
   return 0;
@@ -259,7 +335,8 @@ void AddChatCommand(CLI::App& app, int* exit_code) {
       "Chat with a model through its chat template (multi-turn; the conversation stays in the KV cache, so each "
       "turn prefills only its new tokens). Reads one message per line from the terminal, from stdin when it is "
       "not a terminal, or from -f FILE. Commands: /clear (forget the conversation), /save FILE (the conversation "
-      "as JSON, and its KV cache in FILE.kv), /load FILE, /exit. Ctrl-C stops a reply. When the context would "
+      "as JSON, and its KV cache in FILE.kv), /load FILE, /tool ID-or-NAME RESULT (the result of a call the last "
+      "reply made, named by its id or its function's name; once every call has one, the model goes on), /exit. Ctrl-C stops a reply. When the context would "
       "overflow, the oldest messages (after the system prompt) are dropped and the stats say so.");
   cmd->footer(
       "Examples:\n"
@@ -276,7 +353,7 @@ void AddChatCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--tools", o->tools_file,
                   "JSON FILE holding an array of OpenAI tool definitions ({\"type\": \"function\", \"function\": "
                   "{name, description, parameters}}) shown to the model through its template; the calls a reply "
-                  "makes are printed (and kept in the conversation as calls)")
+                  "makes are printed (and kept in the conversation as calls); answer them with /tool")
       ->type_name("FILE");
   cmd->add_option("--tool-choice", o->tool_choice,
                   "auto (the model decides), none (no calls), required (a call is forced by a grammar), or a "

@@ -266,6 +266,11 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
   const bool starts_thinking = PromptOpensThinking(rendered);
   const ToolCallFormat* call_format = parse_calls ? &tool_format : nullptr;
   if (r.has_tools) {
+    if (Status s = CheckToolCallTemplate(model(), options_.chat_template); !s.ok()) {
+      ApiError e = Error(400, "invalid_request_error", "'tools': " + s.message());
+      e.param = "tools";
+      return Reply(res, e);
+    }
     ToolOptions tools = r.tools;
     tools.starts_thinking = reasoning != ReasoningFormat::kNone && starts_thinking;
     Result<std::string> forced = ToolCallGrammar(tool_format, tools);

