@@ -188,7 +188,9 @@ void AddBenchGrammarCommand(CLI::App& bench, int* exit_code) {
   CLI::App* cmd = bench.add_subcommand("grammar", "Constrained output: the allowed-token mask's time per token "
                                                   "beside the decode step's, under a JSON-schema grammar");
   cmd->add_option("-m,--model", o->model, "Model file (GGUF)")->required()->type_name("FILE");
-  cmd->add_option("--json-schema-file", o->schema_file, "A JSON Schema (default: a built-in user-record schema)");
+  cmd->add_option("--json-schema-file", o->schema_file, "A JSON Schema (default: a built-in user-record schema)")
+      ->check(CLI::ExistingFile)
+      ->type_name("FILE");
   cmd->add_option("-p,--prompt", o->prompt, "Prompt")->capture_default_str();
   cmd->add_option("--tokens", o->tokens, "Tokens to generate at most")->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "Threads (default: the model's)");

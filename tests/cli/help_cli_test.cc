@@ -41,16 +41,19 @@ const std::regex& InternalLabel() {
 }
 
 // "  -m,--model TEXT   GGUF (.gguf) or ..." where the option's own line or description names a file
-// or folder: the options whose placeholder should say FILE or DIR. A description continued on the
-// next lines is not read (the first line names what the value is).
+// or folder, or whose name ends in -file, -dir, -folder or -path: the options whose placeholder
+// should say FILE or DIR. A description continued on the next lines is not read (the first line
+// names what the value is).
 std::vector<std::string> PathOptionsShownAsText(const std::string& help) {
   static const std::regex option("^\\s+(-[^ ]+) (TEXT[^ ]*)\\s+(.*)$");
   static const std::regex path_word("\\b(file|folder|directory|FILE|DIR)\\b|\\(\\.gguf\\)", std::regex::icase);
+  static const std::regex path_name("-(file|dir|folder|path)(,|$)");  // --json-schema-file, --kv-disk-dir
   std::vector<std::string> found;
   std::istringstream in(help);
   for (std::string line; std::getline(in, line);) {
     std::smatch m;
-    if (std::regex_match(line, m, option) && std::regex_search(m[3].str(), path_word)) found.push_back(m[1]);
+    if (!std::regex_match(line, m, option)) continue;
+    if (std::regex_search(m[3].str(), path_word) || std::regex_search(m[1].str(), path_name)) found.push_back(m[1]);
   }
   return found;
 }
