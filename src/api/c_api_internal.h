@@ -1,4 +1,4 @@
-// What the C API's files (c_api.cc, c_api_generate.cc) share: the handles behind kvq.h's opaque
+// What the C API's files (c_api.cc, c_api_generate.cc, c_api_speculation.cc) share: the handles behind kvq.h's opaque
 // types, the thread's last error, and the checks every entry point makes.
 #pragma once
 
@@ -11,6 +11,7 @@
 #include "kvq.h"
 #include "kvq/model.h"
 #include "kvq/session.h"
+#include "kvq/speculation.h"
 
 // Shared so that a session's chat calls may reach its model after kvq_model_free.
 struct kvq_model {
@@ -20,6 +21,11 @@ struct kvq_session {
   std::shared_ptr<const kvq::Model> model;
   std::unique_ptr<kvq::Session> session;
   int last_finish = -1;  // kvq_finish_reason of the last successful generate; -1: none
+  // kvq_session_set_speculation's (c_api_speculation.cc): what every generate runs with, the draft
+  // model it points to kept alive here, and the last successful generate's counts.
+  kvq::SpeculationOptions speculation;
+  std::shared_ptr<const kvq::Model> draft_model;
+  kvq::SpeculationStats last_speculation;
 };
 
 namespace kvq::capi {
@@ -80,5 +86,7 @@ inline constexpr size_t kModelOptionsFirstSize = sizeof(kvq_model_options);
 inline constexpr size_t kModelInfoFirstSize = sizeof(kvq_model_info);
 inline constexpr size_t kGenerateOptionsFirstSize = sizeof(kvq_generate_options);
 inline constexpr size_t kChatOptionsFirstSize = sizeof(kvq_chat_options);
+inline constexpr size_t kSpeculationOptionsFirstSize = sizeof(kvq_speculation_options);
+inline constexpr size_t kSpeculationStatsFirstSize = sizeof(kvq_speculation_stats);
 
 }  // namespace kvq::capi
