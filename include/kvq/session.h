@@ -52,8 +52,9 @@ struct GenerateRequest {
   /// prompt's last token always runs again, for its logits). A failed save fails the call.
   std::string save_prefix;
   /// Drafted tokens checked in one pass (kvq/speculation.h): the same tokens, fewer passes when
-  /// drafts are kept. Needs a cache whose positions can be dropped (not a hybrid model's recurrent
-  /// state, not a disk master: refused with an error).
+  /// drafts are kept. Needs a cache that can drop a rejected draft (CheckDropsDrafts: not a disk
+  /// master; a hybrid's KV rows one at a time, its recurrent state restored from a copy). Refused
+  /// with an error otherwise.
   SpeculationOptions speculation;
   /// Called on the calling thread as the prompt runs, after each block of kPrefillBlock tokens:
   /// (prompt tokens the session holds now, the prompt's tokens). Reused tokens count as held, so

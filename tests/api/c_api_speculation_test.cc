@@ -26,7 +26,7 @@ kvq_model* LoadBundled() {
   return m;
 }
 
-struct Run {
+struct Outcome {
   std::vector<int32_t> tokens;
   std::string text;
   int finish = -1;
@@ -34,15 +34,15 @@ struct Run {
 };
 
 int Collect(int32_t token, const char* piece, void* user) {
-  Run* run = static_cast<Run*>(user);
+  Outcome* run = static_cast<Outcome*>(user);
   run->tokens.push_back(token);
   run->text += piece;
   return 1;
 }
 
 // Greedy, 96 tokens, on a fresh session with `spec` (NULL: none).
-Run Generate(kvq_model* m, const char* prompt, const kvq_speculation_options* spec) {
-  Run run;
+Outcome Generate(kvq_model* m, const char* prompt, const kvq_speculation_options* spec) {
+  Outcome run;
   kvq_session* s = kvq_session_new(m, nullptr);
   EXPECT_NE(s, nullptr) << kvq_last_error();
   if (s == nullptr) return run;
@@ -82,8 +82,8 @@ TEST(CApiSpeculation, GreedyWithEachDrafterIsGreedyWithout) {
     }
     int64_t drafted = 0, accepted = 0;
     for (const char* prompt : prompts) {
-      const Run plain = Generate(m, prompt, nullptr);
-      const Run drafting = Generate(m, prompt, &spec);
+      const Outcome plain = Generate(m, prompt, nullptr);
+      const Outcome drafting = Generate(m, prompt, &spec);
       EXPECT_EQ(drafting.tokens, plain.tokens) << prompt;
       EXPECT_EQ(drafting.text, plain.text) << prompt;
       EXPECT_EQ(drafting.finish, plain.finish) << prompt;

@@ -117,9 +117,16 @@ TEST(Serve, AHybridSpeculatesAndGivesWhatItGivesAlone) {
   const std::vector<std::string> prompts = {"Once upon a time", "The cat sat on the mat. The cat sat",
                                             "Lily went to the park"};
   const int32_t kTokens = 40;
-  for (const DraftSource source : {DraftSource::kNgram, DraftSource::kSuffix}) {
+  // The random model's text seldom repeats: prompt-lookup drafts are mostly rejected; the model
+  // drafting for itself with a 2-bit cache mostly, not always, agrees with itself.
+  for (const DraftSource source : {DraftSource::kNgram, DraftSource::kModel}) {
     SCOPED_TRACE(DraftSourceName(source));
-    TestServer server({.parallel = 3, .speculation = {.source = source, .max_draft = 4, .ungated = true}}, {}, **model);
+    SpeculationOptions spec = {.source = source, .max_draft = 4, .ungated = true};
+    if (source == DraftSource::kModel) {
+      spec = {.source = source, .max_draft = 4, .min_draft_probability = 1e-6, .ungated = true,
+              .draft_model = model->get(), .draft_kv = {.key_format = "int2", .value_format = "int2"}};
+    }
+    TestServer server({.parallel = 3, .speculation = spec}, {}, **model);
     std::vector<json> replies(2 * prompts.size());
     std::vector<std::thread> threads;
     for (size_t i = 0; i < replies.size(); ++i) {
@@ -142,8 +149,10 @@ TEST(Serve, AHybridSpeculatesAndGivesWhatItGivesAlone) {
     }
     const int64_t drafted = server.metrics.spec_draft_tokens.load();
     const int64_t kept = server.metrics.spec_accepted_tokens.load();
-    EXPECT_GT(kept, 0);
-    EXPECT_LT(kept, drafted);
+    std::printf("hybrid, %s drafts: kept %lld of %lld drafted tokens\n", DraftSourceName(source),
+                static_cast<long long>(kept), static_cast<long long>(drafted));
+    EXPECT_LT(kept, drafted);  // rejected drafts, so states were restored
+    if (source == DraftSource::kModel) EXPECT_GT(kept, 0);
   }
   const EngineOptions grouped = {.kv = {.key_format = "int4+sink4+res64", .value_format = "int4+sink4+res64"},
                                  .speculation = {.source = DraftSource::kNgram}};
