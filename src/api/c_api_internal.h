@@ -1,4 +1,4 @@
-// What the C API's files (c_api.cc, c_api_generate.cc, c_api_speculation.cc) share: the handles behind kvq.h's opaque
+// What the C API's files (c_api*.cc) share: the handles behind kvq.h's opaque
 // types, the thread's last error, and the checks every entry point makes.
 #pragma once
 
@@ -11,7 +11,6 @@
 #include "kvq.h"
 #include "kvq/model.h"
 #include "kvq/session.h"
-#include "kvq/speculation.h"
 
 // Shared so that a session's chat calls may reach its model after kvq_model_free.
 struct kvq_model {
@@ -86,7 +85,5 @@ inline constexpr size_t kModelOptionsFirstSize = sizeof(kvq_model_options);
 inline constexpr size_t kModelInfoFirstSize = sizeof(kvq_model_info);
 inline constexpr size_t kGenerateOptionsFirstSize = sizeof(kvq_generate_options);
 inline constexpr size_t kChatOptionsFirstSize = sizeof(kvq_chat_options);
-inline constexpr size_t kSpeculationOptionsFirstSize = sizeof(kvq_speculation_options);
-inline constexpr size_t kSpeculationStatsFirstSize = sizeof(kvq_speculation_stats);
 
 }  // namespace kvq::capi

@@ -3,6 +3,7 @@
 // every kvq_session_generate* call (c_api_generate.cc reads it), which Session::Generate runs.
 #include <fmt/format.h>
 
+#include <cstring>
 #include <string>
 
 #include "api/c_api_internal.h"
@@ -13,6 +14,10 @@ namespace {
 using kvq::capi::Fail;
 using kvq::capi::Guard;
 using kvq::capi::Missing;
+
+// The first published sizes (kvq::capi::ReadStruct): fields appended later get their defaults.
+constexpr size_t kSpeculationOptionsFirstSize = sizeof(kvq_speculation_options);
+constexpr size_t kSpeculationStatsFirstSize = sizeof(kvq_speculation_stats);
 
 }  // namespace
 
@@ -43,7 +48,7 @@ int kvq_session_set_speculation(kvq_session* session, const kvq_speculation_opti
     kvq_speculation_options o;
     kvq_speculation_options_init(&o);
     if (!kvq::capi::ReadStruct("kvq_session_set_speculation: options", "kvq_speculation_options",
-                               kvq::capi::kSpeculationOptionsFirstSize, *options, o)) {
+                               kSpeculationOptionsFirstSize, *options, o)) {
       return KVQ_ERROR;
     }
     // kvq_draft_source's values are the indices of kvq::DraftSources().
@@ -98,7 +103,7 @@ int kvq_session_speculation_stats(const kvq_session* session, kvq_speculation_st
     return KVQ_ERROR;
   }
   if (!kvq::capi::CheckStructSize("kvq_session_speculation_stats: stats", "kvq_speculation_stats",
-                                  stats->struct_size, kvq::capi::kSpeculationStatsFirstSize,
+                                  stats->struct_size, kSpeculationStatsFirstSize,
                                   sizeof(kvq_speculation_stats))) {
     return KVQ_ERROR;
   }
