@@ -305,6 +305,50 @@ KVQ_API int kvq_session_generate_chat(kvq_session* session, const kvq_chat_messa
  * NULL session). */
 KVQ_API int kvq_session_finish_reason(const kvq_session* session);
 
+/* Speculative decoding (kvq/speculation.h): tokens are drafted cheaply and checked in one pass; the
+ * output is the same, token for token (greedy; sampled too for the same seed), in fewer passes
+ * when drafts are kept. The session's setting applies to its kvq_session_generate* calls from now
+ * on. Sources, in kvq::DraftSources()'s order: */
+typedef enum {
+  KVQ_DRAFT_NONE = 0,   /* no speculation (the default) */
+  KVQ_DRAFT_NGRAM = 1,  /* prompt lookup: what followed the text's last n-gram earlier in it */
+  KVQ_DRAFT_SUFFIX = 2, /* the most frequent continuation of the text's longest suffix seen before */
+  KVQ_DRAFT_MODEL = 3   /* a draft model's greedy continuation (draft_model) */
+} kvq_draft_source;
+
+typedef struct {
+  size_t struct_size;             /* sizeof(kvq_speculation_options) (kvq_speculation_options_init sets it) */
+  int32_t source;                 /* a kvq_draft_source; default KVQ_DRAFT_NONE */
+  int32_t max_draft;              /* drafted tokens per pass at most, 1..64; default 8 */
+  int32_t max_ngram;              /* longest n-gram (or suffix) a draft matches, 1..16; default 4 */
+  int32_t ungated;                /* default 0; non-zero: every draft runs whole (no gate choosing its length) */
+  double min_draft_probability;   /* in (0, 1]; default 0.1: where a suffix or model draft stops */
+  /* KVQ_DRAFT_MODEL: a smaller model sharing the session's model's vocabulary (checked here). The
+   * session keeps it loaded (kvq_model_free may come first) until another setting replaces it. */
+  const kvq_model* draft_model;
+  const char* draft_kv;           /* the draft session's KV spec for keys and values; NULL or "": "f16" */
+} kvq_speculation_options;
+
+KVQ_API void kvq_speculation_options_init(kvq_speculation_options* options);
+/* Sets the session's speculation (options NULL: none). KVQ_ERROR, the session's setting unchanged,
+ * for a bad field (named), a draft model of another vocabulary (naming the first id that differs)
+ * or a draft KV spec that does not parse. */
+KVQ_API int kvq_session_set_speculation(kvq_session* session, const kvq_speculation_options* options);
+
+/* What speculation did in the session's last successful kvq_session_generate* (kvq::SpeculationStats). */
+typedef struct {
+  size_t struct_size; /* sizeof(kvq_speculation_stats) (kvq_speculation_stats_init sets it) */
+  int64_t passes;     /* forward passes during decode, with or without a draft */
+  int64_t drafted;    /* drafted tokens run */
+  int64_t accepted;   /* of those, kept */
+  int64_t gated;      /* passes where a draft existed but the gate ran without it */
+} kvq_speculation_stats;
+
+/* Zeroes `stats` and sets its struct_size. */
+KVQ_API void kvq_speculation_stats_init(kvq_speculation_stats* stats);
+/* Fills the fields stats->struct_size covers (zeros before any generate). */
+KVQ_API int kvq_session_speculation_stats(const kvq_session* session, kvq_speculation_stats* stats);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

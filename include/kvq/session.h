@@ -52,8 +52,9 @@ struct GenerateRequest {
   /// prompt's last token always runs again, for its logits). A failed save fails the call.
   std::string save_prefix;
   /// Drafted tokens checked in one pass (kvq/speculation.h): the same tokens, fewer passes when
-  /// drafts are kept. Needs a cache whose positions can be dropped (not a hybrid model's recurrent
-  /// state, not a disk master: refused with an error).
+  /// drafts are kept. Needs a cache that can drop a rejected draft (CheckDropsDrafts: not a disk
+  /// master; a hybrid's KV rows one at a time, its recurrent state restored from a copy). Refused
+  /// with an error otherwise.
   SpeculationOptions speculation;
   /// Called on the calling thread as the prompt runs, after each block of kPrefillBlock tokens:
   /// (prompt tokens the session holds now, the prompt's tokens). Reused tokens count as held, so
@@ -175,6 +176,10 @@ class Session {
   /// A token drawn by the same chain (and generator) from `logits` [vocab_size] instead: logits()
   /// as Generator::Constrain left them, say. Errors: a size other than the vocabulary's.
   Result<int32_t> Sample(std::span<const float> logits);
+  /// The same, where the session holds `unrun` tokens after the position of `logits` (a draft
+  /// being judged): the penalties read the tokens held but those, as decoding one token at a time
+  /// would. Errors also: `unrun` past positions().
+  Result<int32_t> Sample(std::span<const float> logits, int64_t unrun);
 
   /// Generates a completion of `prompt`, which is the whole text (BOS added as the vocabulary
   /// says). If what the session holds is a prefix of the prompt's tokens it is reused (a chat that
@@ -206,6 +211,19 @@ class Session {
   /// the last recomputed token (none when nothing was recomputed: run a token first).
   /// Errors: n_positions < 0 or > positions().
   Status Truncate(int64_t n_positions);
+  /// Whether a speculative verifier can drop a rejected draft from this session: not with a disk
+  /// master (--kv-disk); a hybrid's KV rows must drop one at a time (per-token codecs, no sinks or
+  /// residual), as its recurrent state is restored from a checkpoint (recurrent_state) rather than
+  /// recomputed. The error says why, naming the formats.
+  Status CheckDropsDrafts() const;
+  /// A hybrid model's recurrent state now, [state floats] (empty without one): a verifier copies
+  /// it before a pass with a draft, to roll back to with Truncate(n, state).
+  std::span<const float> recurrent_state() const;
+  /// For a hybrid: keeps the first n positions (1 ≤ n ≤ positions(), within the last pass's tokens)
+  /// and sets the recurrent state to `state`, which recurrent_state() held when the session held
+  /// exactly n positions. The logits are then empty (run a token first). Errors: no recurrent
+  /// state, a state of another size, n out of range (the session is unchanged).
+  Status Truncate(int64_t n_positions, std::span<const float> state);
   /// Drops everything (an empty cache of the same formats and budgets). Fails only if the new
   /// cache cannot be made (e.g. its disk folder went away); the session is then unusable.
   Status Clear();

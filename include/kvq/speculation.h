@@ -97,6 +97,14 @@ struct SpeculationStats {
 std::vector<int32_t> DraftByLookup(std::span<const int32_t> sequence, int32_t max_tokens,
                                    const SpeculationOptions& options);
 
+/// A draft model's draft: up to `max_tokens` ids continuing `sequence`, drawn greedily by `draft`
+/// (a session of the draft model, kept between calls): first brought in step with `sequence` (the
+/// longest prefix of it that it holds kept, Session::Truncate, and the rest run), then each most
+/// likely token is taken while its probability is at least `min_probability`, and run when another
+/// is wanted. Fewer when the draft's context runs out. Session::Generate and kvq serve draft with it.
+Result<std::vector<int32_t>> DraftByModel(Session& draft, std::span<const int32_t> sequence, int32_t max_tokens,
+                                          double min_probability);
+
 /// The suffix drafter's tree: every substring of up to `depth` tokens of the sequences appended
 /// (each token's node counts the substring's occurrences and how many of them something followed),
 /// built a token at a time in O(depth). Memory: at most depth nodes per token appended, fewer

@@ -131,10 +131,5 @@ Status CheckDraftVocabulary(const Model::Impl& target, const Model::Impl& draft)
 /// (Session::Truncate) and the rest run, at least the last token, for the logits after it.
 /// Nothing when `sequence` does not fit the draft's context.
 Status SyncDraft(Session& draft, std::span<const int32_t> sequence);
-/// Up to `max_tokens` ids continuing `sequence`, drawn greedily by the draft session: SyncDraft,
-/// then each most likely token is taken while its probability is at least `min_probability`, and
-/// run when another is wanted. Fewer when the draft's context runs out.
-Result<std::vector<int32_t>> DraftByModel(Session& draft, std::span<const int32_t> sequence, int32_t max_tokens,
-                                          double min_probability);
 
 }  // namespace kvq

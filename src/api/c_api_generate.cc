@@ -112,9 +112,11 @@ int Generate(const char* what, kvq_session* session, const Prompt& prompt,
     kvq_generate_options o;
     kvq::GenerateRequest request;
     if (!ReadGenerateOptions(what, options, o) || !RequestFromC(what, o, request)) return KVQ_ERROR;
+    request.speculation = session->speculation;  // kvq_session_set_speculation's
     kvq::Result<kvq::Completion> c =
         session->session->Generate(prompt, request, CallbackFromC(on_token, user_data));
     if (!c.ok()) return Fail(c.status().message());
+    session->last_speculation = c->speculation;
     if (n_generated != nullptr) *n_generated = static_cast<int64_t>(c->tokens.size());
     session->last_finish = FinishToC(c->finish);
     return KVQ_OK;

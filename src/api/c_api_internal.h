@@ -21,6 +21,11 @@ struct kvq_session {
   std::shared_ptr<const kvq::Model> model;
   std::unique_ptr<kvq::Session> session;
   int last_finish = -1;  // kvq_finish_reason of the last successful generate; -1: none
+  // kvq_session_set_speculation's (c_api_speculation.cc): what every generate runs with, the draft
+  // model it points to kept alive here, and the last successful generate's counts.
+  kvq::SpeculationOptions speculation;
+  std::shared_ptr<const kvq::Model> draft_model;
+  kvq::SpeculationStats last_speculation;
 };
 
 namespace kvq::capi {

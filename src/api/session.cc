@@ -61,6 +61,62 @@ Result<int32_t> Session::Sample(std::span<const float> logits) {
   return s.sampler.Sample(logits.data(), static_cast<int32_t>(logits.size()), s.tokens);
 }
 
+Result<int32_t> Session::Sample(std::span<const float> logits, int64_t unrun) {
+  Impl& s = *impl_;
+  if (unrun < 0 || unrun > positions()) {
+    return Status::Error(fmt::format("Sample: {} unrun tokens given but the session holds {}", unrun, positions()));
+  }
+  if (logits.size() != static_cast<size_t>(s.model->info.vocab_size)) {
+    return Status::Error(fmt::format("Sample: {} logits given but the vocabulary has {} tokens", logits.size(),
+                                     s.model->info.vocab_size));
+  }
+  return s.sampler.Sample(logits.data(), static_cast<int32_t>(logits.size()),
+                          std::span<const int32_t>(s.tokens).first(s.tokens.size() - static_cast<size_t>(unrun)));
+}
+
+Status Session::CheckDropsDrafts() const {
+  const Impl& s = *impl_;
+  if (!s.cache_config.budgets.disk_dir.empty()) {
+    return Status::Error(
+        "speculative decoding needs a cache that can drop rejected drafts; this one keeps its master on disk "
+        "(--kv-disk)");
+  }
+  if (s.cache_config.state_floats == 0) return Status::Ok();
+  for (const LayerFormats& f : s.cache_config.layers) {
+    const std::pair<const Codec*, const KvTransforms*> tensors[] = {{&f.key->key, &f.key_transforms},
+                                                                     {&f.value->value, &f.value_transforms}};
+    for (const auto& [codec, transforms] : tensors) {
+      if (codec->rows_per_block > 1 || codec->calibrated || transforms->sinks > 0 || transforms->residual > 0) {
+        return Status::Error(fmt::format(
+            "speculative decoding on a hybrid model needs KV specs that drop rows one at a time (a rejected "
+            "draft is dropped and the recurrent state restored); {}/{} stores rows in groups or keeps sink or "
+            "residual rows: use a per-token format such as f16, int8 or int4",
+            KvSpecName(f.Key()), KvSpecName(f.Value())));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+std::span<const float> Session::recurrent_state() const {
+  const KvCache& cache = *impl_->cache;
+  if (cache.state_floats() == 0) return {};
+  return {cache.state(), static_cast<size_t>(cache.state_floats())};
+}
+
+Status Session::Truncate(int64_t n_positions, std::span<const float> state) {
+  Impl& s = *impl_;
+  if (n_positions < 1 || n_positions > positions()) {
+    return Status::Error(fmt::format("Truncate: {} positions asked; the session holds {} (1 at least)", n_positions,
+                                     positions()));
+  }
+  if (Status st = s.cache->Truncate(n_positions, state); !st.ok()) return Status::Error("Truncate: " + st.message());
+  s.tokens.resize(n_positions);
+  s.logits.clear();
+  s.chosen_logits.clear();
+  return Status::Ok();
+}
+
 Status Session::Clear() {
   Impl& s = *impl_;
   Result<std::unique_ptr<KvCache>> cache = KvCache::Create(s.cache_config);
@@ -127,29 +183,9 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
   if (Status st = Generator::Check(rules); !st.ok()) return Status::Error("Generate: " + st.message());
   if (request.speculation.source != DraftSource::kNone) {
     if (Status st = CheckSpeculation(request.speculation); !st.ok()) return Status::Error("Generate: " + st.message());
-    // A rejected draft is dropped from the cache: positions must be droppable in place.
-    if (!s.cache_config.budgets.disk_dir.empty()) {
-      return Status::Error(
-          "Generate: speculative decoding needs a cache that can drop rejected drafts; this one keeps its "
-          "master on disk (--kv-disk)");
-    }
-    // A hybrid restores its state saved before the pass: the KV rows must drop at any position
-    // (a per-token codec, no sinks or residual), as the state cannot be recomputed from an earlier point.
-    if (s.cache_config.state_floats > 0) {
-      for (const LayerFormats& f : s.cache_config.layers) {
-        const std::pair<const Codec*, const KvTransforms*> tensors[] = {{&f.key->key, &f.key_transforms},
-                                                                         {&f.value->value, &f.value_transforms}};
-        for (const auto& [codec, transforms] : tensors) {
-          if (codec->rows_per_block > 1 || codec->calibrated || transforms->sinks > 0 || transforms->residual > 0) {
-            return Status::Error(fmt::format(
-                "Generate: speculative decoding on a hybrid model needs KV specs that drop rows one at a time "
-                "(a rejected draft is dropped and the recurrent state restored); {}/{} stores rows in groups or "
-                "keeps sink or residual rows: use a per-token format such as f16, int8 or int4",
-                KvSpecName(f.Key()), KvSpecName(f.Value())));
-          }
-        }
-      }
-    }
+    // A rejected draft is dropped from the cache: positions must be droppable in place (a hybrid
+    // restores its state saved before the pass).
+    if (Status st = CheckDropsDrafts(); !st.ok()) return Status::Error("Generate: " + st.message());
     if (request.speculation.source == DraftSource::kModel) {
       if (Status st = PrepareDraftSession(request.speculation, s); !st.ok()) return Status::Error("Generate: " + st.message());
     }
@@ -311,8 +347,7 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
       if (s.cache->state_floats() == 0) {
         if (Status st = Truncate(before + ran); !st.ok()) return failed(st);
       } else {
-        if (Status st = s.cache->Truncate(before, checkpoint); !st.ok()) return failed(st);
-        s.tokens.resize(before);
+        if (Status st = Truncate(before, checkpoint); !st.ok()) return failed(st);
         if (Status st = Prefill(std::span<const int32_t>(pass).first(ran)); !st.ok()) return failed(st);
       }
     }

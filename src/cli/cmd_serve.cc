@@ -39,7 +39,7 @@ struct ServeOptions {
   std::string chat_template_file;  // --chat-template FILE: Jinja source replacing the model's
   std::string reasoning_format = "deepseek";
   double shutdown_grace_seconds = 30;
-  DraftModelFlags draft;  // refused: the server drafts without a model
+  DraftModelFlags draft;  // --draft-model: what requests with spec "draft" draft with
 };
 
 std::atomic<int> g_signal{0};
@@ -53,9 +53,6 @@ int RunServe(ServeOptions& o) {
   o.engine.kv.key_format = KvSpecName(kv->Key());
   o.engine.kv.value_format = KvSpecName(kv->Value());
   o.engine.kv.budgets = so.budgets;
-  if (o.engine.speculation.source == DraftSource::kModel || !o.draft.path.empty()) {
-    return bad("--spec draft / --draft-model: kvq serve drafts without a draft model; give --spec ngram or suffix");
-  }
   const std::string model_path = so.ModelPath();
   // Paths are checked before the port is taken and the model loads.
   if (!std::filesystem::is_regular_file(model_path)) return bad(fmt::format("-m {}: no such file", model_path));
@@ -129,6 +126,10 @@ int RunServe(ServeOptions& o) {
   // The chat template (the file's own when kvq can run it, else ChatML): the log says which.
   const std::string chat_origin =
       o.http.chat_template.empty() ? (*model)->chat_template_choice().origin : o.http.chat_template_origin;
+  // --spec draft --draft-model FILE: every slot drafts with a session of it (checked to share the
+  // vocabulary); it outlives the engine, declared before it.
+  Result<std::unique_ptr<Model>> draft_model = LoadDraftModel(o.draft, **model, so.threads, &o.engine.speculation);
+  if (!draft_model.ok()) return finish(bad(draft_model.status().message()));
   Result<std::unique_ptr<server::Engine>> engine = server::Engine::Create(**model, o.engine, &metrics);
   if (!engine.ok()) return finish(bad(engine.status().message()));
   running_engine = engine->get();
@@ -232,6 +233,11 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
       ->type_name("DIR");
   // The default for requests that do not set spec / speculative.n_max themselves.
   AddSpeculationFlags(cmd, &o->engine.speculation, &o->draft);
+  cmd->add_option("--spec-index-tokens", o->engine.spec_index_tokens,
+                  "Suffix drafts also continue recent requests' prompts and replies: a server-wide suffix index of "
+                  "at most this many tokens, oldest dropped first (0: off)")
+      ->check(IntInRange(0, int64_t{1} << 30))
+      ->capture_default_str();
   AddThreadsFlag(cmd, &o->shared);
   cmd->callback([o, exit_code] {
     *exit_code = ResolveModelFlag("serve", &o->shared);

@@ -92,6 +92,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineO
     e->slots_.push_back(Slot{.session = std::move(s).value()});
   }
   e->context_ = e->slots_[0].session->context();  // KvOptions::context may hold less than the model's
+  if (Status s = e->CheckSpeculationSetup(); !s.ok()) return s;
   if (options.kv_budget_per_session_bytes > 0 && e->KvBytesFor(2) > options.kv_budget_per_session_bytes) {
     return Status::Error(fmt::format("--kv-budget-per-session {} B holds no request: 2 positions take {} B",
                                      options.kv_budget_per_session_bytes, e->KvBytesFor(2)));
@@ -549,6 +550,10 @@ void Engine::Finish(Slot& slot, FinishReason reason, std::optional<ApiError> err
   // The answer is out: now the session's cache (prompt and reply) goes to the prefix store, where a
   // request extending it — the same prompt, or the next turn of the conversation — finds it.
   if (!failed) SavePrefix(slot);
+  if (!failed && suffix_index_) {  // later requests' suffix drafts may continue what this one wrote
+    suffix_index_->Add(slot.session->tokens());
+    metrics_->spec_index_tokens = suffix_index_->tokens();
+  }
 }
 
 void Engine::PublishMetrics() {

@@ -38,6 +38,7 @@
 #include "server/openai_protocol.h"
 #include "server/prefix_store.h"
 #include "server/remote_prefix_store.h"
+#include "server/suffix_index.h"
 
 namespace kvq::server {
 
@@ -54,9 +55,14 @@ struct EngineOptions {
   std::string prefix_store_url;  ///< "": none; "redis://HOST:PORT[/DB]": the shared prefix store
   KvBlockOptions kv_blocks;      ///< the blocks the shared store and the KV events name
   KvEventsOptions kv_events;     ///< endpoint "": no KV events
-  /// Requests' speculative decoding unless they ask otherwise (kvq serve --spec): draft-free
-  /// sources only (ngram, suffix); source kNone: none.
+  /// Requests' speculative decoding unless they ask otherwise (kvq serve --spec); source kNone:
+  /// none. Its draft_model (not owned; kvq serve --draft-model), when set, is what requests with
+  /// `spec` "draft" draft with: each slot keeps a session of it (draft_kv), in step with its own.
   SpeculationOptions speculation;
+  /// > 0: a server-wide suffix index over recent requests' tokens, at most this many
+  /// (server/suffix_index.h), which requests drafting with "suffix" consult besides their own
+  /// tree; its trees' depth is speculation's max_ngram + max_draft. 0: none.
+  int64_t spec_index_tokens = 0;
 };
 
 /// What to generate, already tokenized and checked by the HTTP layer.
@@ -71,11 +77,11 @@ struct JobSpec {
   std::string grammar;
   /// ≥ 0: each kept token's logprob and this many alternatives are published with its text.
   int32_t top_logprobs = -1;
-  /// Draft-free speculative decoding (ngram or suffix; kNone: none): a decode step runs the
-  /// sampled token and its draft as the session's segment of the batch, and the draft's tokens are
-  /// kept while they equal the tokens drawn at their positions (the output is unchanged). Not
-  /// drafted: hybrid models (their recurrent state cannot drop a rejected draft here) and requests
-  /// whose penalties read the tokens before each position.
+  /// Speculative decoding (kNone: none): a decode step runs the sampled token and its draft as
+  /// the session's segment of the batch, and the draft's tokens are kept while they equal the
+  /// tokens drawn at their positions, each drawn with the penalties over the tokens before it (the
+  /// output is unchanged). A hybrid's recurrent state is restored from a copy taken before the
+  /// pass when a draft is rejected (Session::Truncate(n, state)).
   SpeculationOptions speculation;
   /// Drafts shorter than this are not run (llama.cpp's speculative.n_min).
   int32_t min_draft = 0;
@@ -139,6 +145,8 @@ class Job {
   size_t in_tree = 0;
   std::vector<int32_t> history;  // [positions + 1] scratch: the session's tokens and the next one
   std::vector<float> row;
+  std::vector<float> checkpoint;  // [state floats] a hybrid's recurrent state before a drafted pass
+  bool gated = false;             // the gate shortened or dropped this step's draft
   int64_t kv_reserved_bytes = 0;       // what admission counted for it
   // A request's other choices (SubmitChoices), started from forks of this job's session once its
   // prompt has run; they are in no queue until then.
@@ -185,6 +193,9 @@ class Engine {
   void Drain(std::chrono::milliseconds grace);
 
   int64_t context() const { return context_; }
+  /// Why this engine's sessions cannot speculate ("" when they can): their KV cache cannot drop a
+  /// rejected draft (Session::CheckDropsDrafts). A request asking for speculation then gets a 400.
+  const std::string& speculation_refusal() const { return speculation_refusal_; }
   const EngineOptions& options() const { return options_; }
   /// Every slot as of the scheduler's last step.
   std::vector<SlotState> Slots() const;
@@ -208,6 +219,9 @@ class Engine {
     // whose logits judge the draft (0..drafted-1). pass: [1 + drafted]; rows: [drafted].
     std::vector<int32_t> pass;
     std::vector<int32_t> rows;
+    // A session of EngineOptions::speculation.draft_model, made at the first draft it makes; kept
+    // between requests and brought in step with the slot's tokens before each draft (DraftByModel).
+    std::unique_ptr<Session> draft;
     int64_t last_used = 0;             // step of last use (LRU eviction)
     bool from_disk = false;            // holds a snapshot preloaded at start, not yet reused
     // A session forked from another slot's shares that slot's pages of its first borrowed_tokens
@@ -270,8 +284,13 @@ class Engine {
   // Hands `token`, drawn from `logits` [vocab] after `previous`, to the job's Generator and
   // publishes what it releases (with its logprobs when asked); the caller finishes or runs it.
   GeneratorStep Take(Slot& slot, int32_t token, std::span<const float> logits, int32_t previous);
-  // A token drawn by the session's sampler from `logits` [vocab], as the job's grammar allows.
-  Result<int32_t> Draw(Slot& slot, std::span<const float> logits);
+  // A token drawn by the session's sampler from `logits` [vocab], as the job's grammar allows;
+  // the session holds `unrun` tokens after their position (a draft being judged), which the
+  // penalties do not read.
+  Result<int32_t> Draw(Slot& slot, std::span<const float> logits, int64_t unrun = 0);
+  // Create: fills speculation_refusal_; errors when the server's default speculation cannot run
+  // (a cache that cannot drop drafts, "draft" without a draft model or with another vocabulary).
+  Status CheckSpeculationSetup();
   // Speculation (engine_speculation.cc): fills slot.pass and slot.rows for the next decode step.
   void PrepareDraft(Slot& slot);
   // After a decode step that took `seconds`: judges the slot's draft row by row, keeps the
@@ -306,6 +325,8 @@ class Engine {
   void PublishFolderBlocks();
   std::vector<Slot> slots_;
   int64_t step_ = 0;
+  std::string speculation_refusal_;
+  std::unique_ptr<SuffixIndex> suffix_index_;  // EngineOptions::spec_index_tokens > 0
 
   mutable std::mutex slot_states_mu_;  // guards slot_states_
   std::vector<SlotState> slot_states_;  // [parallel] PublishMetrics' snapshot, for Slots()

@@ -1,24 +1,23 @@
 // Speculative decoding in the engine (see server/engine.h, JobSpec::speculation): a decoding
-// session's segment of the batched step is its sampled token and a draft-free draft of what
-// follows (kvq/speculation.h's drafters and gate), and the draft is judged as Session::Generate
-// judges it — each position's token drawn by the request's sampler from that position's logits,
-// in order, kept while it equals the drafted one — so a request's output is the same with or
-// without speculation, alone or among others. Drawing a token and handing it to the request's
-// Generator (Draw, Take) are here too: plain decoding (Engine::Advance) shares them.
+// session's segment of the batched step is its sampled token and a draft of what follows
+// (kvq/speculation.h's drafters and gate: prompt lookup, the suffix tree, or a draft model whose
+// session each slot keeps), and the draft is judged as Session::Generate judges it — each
+// position's token drawn by the request's sampler from that position's logits, with the penalties
+// over the tokens before that position, in order, kept while it equals the drafted one — so a
+// request's output is the same with or without speculation, alone or among others. Drawing a
+// token and handing it to the request's Generator (Draw, Take) are here too: plain decoding
+// (Engine::Advance) shares them.
+
+#include <fmt/format.h>
 
 #include <algorithm>
 
+#include "kvq/log.h"
 #include "server/engine.h"
 
 namespace kvq::server {
 
 namespace {
-// Penalties read the tokens before each position; a judged position would see the draft's
-// unrun tokens after it in the session, so such requests decode one token per step.
-bool PenaltiesReadHistory(const SamplerOptions& s) {
-  return s.repeat_last_n != 0 && (s.repeat_penalty != 1.0f || s.frequency_penalty != 0.0f || s.presence_penalty != 0.0f);
-}
-
 ApiError ServerError(std::string message) {
   return {.status = 500, .type = "server_error", .message = std::move(message), .param = "", .code = ""};
 }
@@ -39,12 +38,31 @@ SpeculationOptions SpeculationOf(const GenerationRequest& request, const Specula
   return o;
 }
 
-Result<int32_t> Engine::Draw(Slot& slot, std::span<const float> logits) {
+Status Engine::CheckSpeculationSetup() {
+  const SpeculationOptions& o = options_.speculation;
+  if (Status st = slots_[0].session->CheckDropsDrafts(); !st.ok()) speculation_refusal_ = st.message();
+  if (options_.spec_index_tokens < 0) {
+    return Status::Error(fmt::format("--spec-index-tokens must be ≥ 0 (got {})", options_.spec_index_tokens));
+  }
+  if (options_.spec_index_tokens > 0) {
+    suffix_index_ = std::make_unique<SuffixIndex>(std::max<int64_t>(2, options_.spec_index_tokens),
+                                                  o.max_ngram + o.max_draft);
+  }
+  if (o.source == DraftSource::kNone) return Status::Ok();
+  if (Status st = CheckSpeculation(o); !st.ok()) return st;
+  if (!speculation_refusal_.empty()) {
+    return Status::Error(fmt::format("--spec {}: {}", DraftSourceName(o.source), speculation_refusal_));
+  }
+  if (o.draft_model != nullptr) return CheckDraftVocabulary(model_, *o.draft_model);
+  return Status::Ok();
+}
+
+Result<int32_t> Engine::Draw(Slot& slot, std::span<const float> logits, int64_t unrun) {
   Job& job = *slot.job;
-  if (!job.generator->has_grammar()) return slot.session->Sample(logits);
+  if (!job.generator->has_grammar()) return slot.session->Sample(logits, unrun);
   job.constrained.assign(logits.begin(), logits.end());
   job.generator->Constrain(job.constrained);
-  return slot.session->Sample(job.constrained);
+  return slot.session->Sample(job.constrained, unrun);
 }
 
 GeneratorStep Engine::Take(Slot& slot, int32_t token, std::span<const float> logits, int32_t previous) {
@@ -68,9 +86,9 @@ void Engine::PrepareDraft(Slot& slot) {
   slot.pass.assign(1, slot.next_token);
   slot.rows.clear();
   Job& job = *slot.job;
+  job.gated = false;
   const SpeculationOptions& o = job.spec.speculation;
-  if (o.source != DraftSource::kNgram && o.source != DraftSource::kSuffix) return;
-  if (model_.info().state_bytes > 0 || PenaltiesReadHistory(job.spec.sampling)) return;
+  if (o.source == DraftSource::kNone) return;
   Session& session = *slot.session;
   // A draft fits what the generator can still keep and the context can still hold.
   const int64_t room = std::min<int64_t>(session.context() - session.positions() - 1,
@@ -81,25 +99,63 @@ void Engine::PrepareDraft(Slot& slot) {
   job.history.assign(held.begin(), held.end());
   job.history.push_back(slot.next_token);
   std::vector<int32_t> draft;
-  if (o.source == DraftSource::kSuffix) {
-    if (!job.tree) job.tree.emplace(o.max_ngram + o.max_draft);
-    for (; job.in_tree < job.history.size(); ++job.in_tree) job.tree->Append(job.history[job.in_tree]);
-    draft = job.tree->Draft(job.history, most, o);
+  int32_t drafted = 0;
+  if (o.source == DraftSource::kModel) {
+    // A model's draft costs a pass of the draft per token: the gate chooses the length first.
+    const int32_t want = o.ungated ? most : job.gate->Choose(most);
+    job.gated = want < most;
+    if (!slot.draft) {
+      Result<std::unique_ptr<Session>> made = o.draft_model->NewSession(o.draft_kv);
+      if (!made.ok()) {  // no draft: the request decodes a token per step, as it would without
+        Log(LogLevel::kWarning, "serve: the draft model's session: " + made.status().message());
+        job.spec.speculation.source = DraftSource::kNone;
+        return;
+      }
+      slot.draft = std::move(made).value();
+    }
+    Result<std::vector<int32_t>> d = DraftByModel(*slot.draft, job.history, want, o.min_draft_probability);
+    if (!d.ok()) {
+      Log(LogLevel::kWarning, "serve: the draft model: " + d.status().message());
+      slot.draft.reset();  // what it holds is unknown: a new one next time
+      return;
+    }
+    draft = std::move(d).value();
+    drafted = static_cast<int32_t>(draft.size());
   } else {
-    draft = DraftByLookup(job.history, most, o);
+    if (o.source == DraftSource::kSuffix) {
+      if (!job.tree) job.tree.emplace(o.max_ngram + o.max_draft);
+      for (; job.in_tree < job.history.size(); ++job.in_tree) job.tree->Append(job.history[job.in_tree]);
+      draft = job.tree->Draft(job.history, most, o);
+      if (suffix_index_ && static_cast<int32_t>(draft.size()) < most) {  // the longer draft of the two
+        std::vector<int32_t> shared = suffix_index_->Draft(job.history, most, o);
+        if (shared.size() > draft.size()) {
+          draft = std::move(shared);
+          metrics_->spec_index_drafts++;
+        }
+      }
+    } else {
+      draft = DraftByLookup(job.history, most, o);
+    }
+    drafted = o.ungated ? static_cast<int32_t>(draft.size()) : job.gate->Choose(static_cast<int32_t>(draft.size()));
+    job.gated = drafted < static_cast<int32_t>(draft.size());
   }
-  int32_t drafted = o.ungated ? static_cast<int32_t>(draft.size()) : job.gate->Choose(static_cast<int32_t>(draft.size()));
   if (drafted < job.spec.min_draft) drafted = 0;
   slot.pass.insert(slot.pass.end(), draft.begin(), draft.begin() + drafted);
   for (int32_t i = 0; i < drafted; ++i) slot.rows.push_back(i);
-  if (drafted < static_cast<int32_t>(draft.size())) metrics_->spec_gated_steps++;
+  if (job.gated) metrics_->spec_gated_steps++;
+  // A hybrid's recurrent state cannot drop the draft's tokens: the state before the pass is kept
+  // to go back to (AdvanceDrafted).
+  if (drafted > 0 && model_.info().state_bytes > 0) {
+    const std::span<const float> state = session.recurrent_state();
+    job.checkpoint.assign(state.begin(), state.end());
+  }
 }
 
 int32_t Engine::AdvanceDrafted(Slot& slot, double seconds) {
   Job& job = *slot.job;
   const int32_t drafted = static_cast<int32_t>(slot.pass.size()) - 1;
   if (drafted == 0) {
-    if (job.gate) job.gate->Record(0, 0, seconds, false);
+    if (job.gate) job.gate->Record(0, 0, seconds, job.gated);
     Advance(slot);
     return 0;
   }
@@ -113,8 +169,20 @@ int32_t Engine::AdvanceDrafted(Slot& slot, double seconds) {
     metrics_->spec_drafts++;
     metrics_->spec_draft_tokens += drafted;
     metrics_->spec_accepted_tokens += accepted;
-    if (session.positions() == before + 1 + accepted) return true;
-    if (Status st = session.Truncate(before + 1 + accepted); !st.ok()) {
+    const int64_t kept = before + 1 + accepted;
+    if (session.positions() == kept) return true;
+    // A hybrid goes back to its state before the pass and runs the kept tokens again (alone: a
+    // session's bits do not depend on the batch it ran in).
+    const Status st = model_.info().state_bytes == 0 ? session.Truncate(kept)
+                      : !job.checkpoint.empty()     ? session.Truncate(before, job.checkpoint)
+                                                    : Status::Error("no recurrent state saved before the pass");
+    if (st.ok() && session.positions() < kept) {
+      if (Status run = session.Prefill(std::span<const int32_t>(slot.pass).first(1 + accepted)); !run.ok()) {
+        Finish(slot, FinishReason::kStop, ServerError("dropping a rejected draft: " + run.message()));
+        return false;
+      }
+    }
+    if (!st.ok()) {
       Finish(slot, FinishReason::kStop, ServerError("dropping a rejected draft: " + st.message()));
       return false;
     }
@@ -124,7 +192,7 @@ int32_t Engine::AdvanceDrafted(Slot& slot, double seconds) {
     // A copy: dropping the draft (Truncate) may run tokens again and replace chosen_logits.
     const std::span<const float> chosen = session.chosen_logits();
     job.row.assign(chosen.begin() + int64_t{i} * vocab, chosen.begin() + int64_t{i + 1} * vocab);
-    const Result<int32_t> token = Draw(slot, job.row);
+    const Result<int32_t> token = Draw(slot, job.row, drafted - i);  // the penalties end before position i
     if (!token.ok()) {
       Finish(slot, FinishReason::kStop, ServerError(token.status().message()));
       return accepted;

@@ -255,6 +255,19 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
   spec.ignore_eos = r.ignore_eos;
   spec.grammar = r.grammar;
   spec.speculation = SpeculationOf(r, engine().options().speculation);
+  if (spec.speculation.source != DraftSource::kNone) {
+    // This server's sessions or options cannot draft: refused rather than silently not drafted.
+    std::string why = engine().speculation_refusal();
+    if (why.empty() && spec.speculation.source == DraftSource::kModel && spec.speculation.draft_model == nullptr) {
+      why = "this server has no draft model (kvq serve --spec draft --draft-model FILE)";
+    }
+    if (!why.empty()) {
+      ApiError e = Error(400, "invalid_request_error",
+                         fmt::format("'spec' \"{}\": {}", DraftSourceName(spec.speculation.source), why));
+      e.param = "spec";
+      return Reply(res, e);
+    }
+  }
   spec.min_draft = r.spec_n_min.value_or(0);
   // Tools: the model's format decides the grammar of a forced call and how calls are found in the reply.
   const ToolCallFormat& tool_format = ToolCallFormatOf(model(), options_.chat_template);

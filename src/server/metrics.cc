@@ -111,6 +111,11 @@ std::string Metrics::Render() const {
          "positions.", spec_accepted_tokens.load());
   Metric(out, "kvq_spec_gated_steps_total", "counter",
          "Decode steps in which the speculation gate shortened or dropped an available draft.", spec_gated_steps.load());
+  Metric(out, "kvq_spec_index_drafts_total", "counter",
+         "Decode steps whose draft came from the server-wide suffix index (--spec-index-tokens).",
+         spec_index_drafts.load());
+  Metric(out, "kvq_spec_index_tokens", "gauge", "Tokens of recent requests the server-wide suffix index holds.",
+         spec_index_tokens.load());
   // vLLM's names for the same facts. Its prefix-cache counters count tokens: queries are prompt
   // tokens looked up, hits those found cached.
   Metric(out, "vllm:num_requests_running", "gauge", "Requests generating now (kvq_active_sessions).",

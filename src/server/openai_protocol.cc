@@ -403,10 +403,7 @@ std::optional<ApiError> ReadSpeculation(const json& body, GenerationRequest* r) 
     const json& v = body["spec"];
     if (!v.is_string()) return WrongType("spec", v, "a string");
     Result<DraftSource> source = ParseDraftSource(v.get<std::string>());
-    if (!source.ok() || *source == DraftSource::kModel) {
-      return Invalid("spec", fmt::format("'spec' must be \"none\", \"ngram\" or \"suffix\" (got \"{}\")",
-                                         v.get<std::string>()));
-    }
+    if (!source.ok()) return Invalid("spec", "'spec': " + source.status().message());
     r->spec = *source;
   }
   std::optional<int64_t> n_max, n_min;

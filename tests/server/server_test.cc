@@ -1,6 +1,6 @@
 // kvq serve end to end on loopback, in process, with the bundled stories260K: greedy completions
-// equal Session::Generate's, streams equal the whole response, concurrent requests equal the same
-// requests alone, prefixes are reused live and from a snapshot folder after a restart (a damaged
+// equal Session::Generate's, streams equal the whole response (concurrent requests equal the same
+// requests alone in server_speculation_test.cc, with and without speculation), prefixes are reused live and from a snapshot folder after a restart (a damaged
 // snapshot refused and deleted), and every bad request gets its status while the server keeps
 // serving: malformed bodies, unknown models, budgets, a full queue, API keys, a body over the
 // limit, a client that disconnects mid-stream and one that sends half its headers and stalls.
@@ -24,6 +24,7 @@
 #include "kvq/session.h"
 #include "server/engine.h"
 #include "test_util/bundled_model.h"
+#include "test_util/serve_in_process.h"
 #include "server/http_server.h"
 #include "measure/load_client.h"
 #include "synth/synth.h"
@@ -32,63 +33,11 @@ namespace kvq::server {
 namespace {
 
 using json = nlohmann::json;
-const std::string kDir = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/";
-
-const Model& Bundled() { return test::BundledModel(); }
-
-class TestServer {
- public:
-  explicit TestServer(EngineOptions engine = {}, ServerOptions http = {}, const Model& model = Bundled()) {
-    http.port = 0;
-    http.model_id = "stories260K";
-    Result<std::unique_ptr<Engine>> e = Engine::Create(model, engine, &metrics);
-    EXPECT_TRUE(e.ok()) << e.status().message();
-    engine_ = std::move(e).value();
-    server_ = std::make_unique<HttpServer>(model, *engine_, metrics, http);
-    Result<int> p = server_->Bind();
-    EXPECT_TRUE(p.ok()) << p.status().message();
-    port = *p;
-    thread_ = std::thread([this] { server_->Serve(); });
-  }
-  ~TestServer() {
-    server_->Stop();
-    thread_.join();
-  }
-  httplib::Result Post(const std::string& path, const std::string& body, httplib::Headers headers = {}) {
-    httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(std::chrono::seconds(60));
-    return c.Post(path, headers, body, "application/json");
-  }
-  httplib::Result Get(const std::string& path, httplib::Headers headers = {}) {
-    httplib::Client c("127.0.0.1", port);
-    return c.Get(path, headers);
-  }
-  StreamResult Stream(const std::string& prompt, int32_t max_tokens, bool ignore_eos = false) {
-    return StreamCompletion({.port = port, .prompt = prompt, .max_tokens = max_tokens, .ignore_eos = ignore_eos});
-  }
-  Engine& engine() { return *engine_; }
-
-  Metrics metrics;
-  int port = 0;
-
- private:
-  std::unique_ptr<Engine> engine_;
-  std::unique_ptr<HttpServer> server_;
-  std::thread thread_;
-};
-
-// What Session::Generate gives for the prompt, greedy: the server must give the same.
-std::string Alone(const std::string& prompt, int32_t max_tokens) {
-  Result<std::unique_ptr<Session>> s = Bundled().NewSession();
-  Result<Completion> c = (*s)->Generate(prompt, {.max_tokens = max_tokens, .sampling = {.temperature = 0}});
-  EXPECT_TRUE(c.ok()) << c.status().message();
-  return c->text;
-}
-
-json Body(const httplib::Result& r) {
-  EXPECT_TRUE(r) << "no response";
-  return r ? json::parse(r->body, nullptr, false) : json();
-}
+using test::Alone;
+using test::Body;
+using test::Bundled;
+using test::kDir;
+using test::TestServer;
 
 TEST(Serve, GreedyCompletionEqualsGenerate) {
   TestServer server;
@@ -133,104 +82,6 @@ TEST(Serve, ChatCompletionAndStop) {
                                                           {"temperature", 0}, {"stop", stop}}.dump()));
   EXPECT_EQ(c["choices"][0]["text"], full.substr(0, full.find(stop)));
   EXPECT_EQ(c["choices"][0]["finish_reason"], "stop");
-}
-
-// Without speculation and with each draft-free source as the server's default (ungated, so that
-// drafts run and are rejected often): a session's draft is its segment of the batched step, and
-// every request gives what it gives alone.
-TEST(Serve, ConcurrentRequestsEqualTheSameRequestsAlone) {
-  const std::vector<std::string> prompts = {"Once upon a time", "The cat sat", "Lily went to the park",
-                                            "Tom had a red ball", "One day, a bird", "The sun was hot"};
-  std::vector<std::string> alone;
-  for (const std::string& p : prompts) alone.push_back(Alone(p, 48));
-  for (const DraftSource source : DraftSources()) {
-    if (source == DraftSource::kModel) continue;  // the server drafts without a model
-    SCOPED_TRACE(DraftSourceName(source));
-    TestServer server({.parallel = 4, .speculation = {.source = source, .max_draft = 6, .ungated = true}});
-    std::vector<StreamResult> results(3 * prompts.size());
-    std::vector<std::thread> threads;
-    for (size_t i = 0; i < results.size(); ++i) {
-      threads.emplace_back([&, i] { results[i] = server.Stream(prompts[i % prompts.size()], 48); });
-    }
-    for (std::thread& t : threads) t.join();
-    for (size_t i = 0; i < results.size(); ++i) {
-      EXPECT_EQ(results[i].error, "") << i;
-      EXPECT_EQ(results[i].text, alone[i % prompts.size()]) << prompts[i % prompts.size()];
-    }
-    EXPECT_GT(server.metrics.steps.load(), 0);
-    const int64_t drafted = server.metrics.spec_draft_tokens.load();
-    const int64_t kept = server.metrics.spec_accepted_tokens.load();
-    if (source == DraftSource::kNone) {
-      EXPECT_EQ(drafted, 0);
-    } else {  // drafts both kept and rejected, or the comparison proved little
-      EXPECT_GT(kept, 0);
-      EXPECT_LT(kept, drafted);
-    }
-  }
-}
-
-// Per request: kvq's `spec` and llama-server's `speculative.*` fields on a server without a
-// default; the text is the request's alone, /metrics counts the drafts under vLLM's names, and a
-// bad field is a 400 naming it.
-TEST(Serve, ARequestAsksForSpeculation) {
-  TestServer server({.parallel = 2});
-  const std::string prompt = "Once upon a time, there was a little dog";
-  const std::string want = Alone(prompt, 40);
-  const std::vector<json> asks = {{{"spec", "suffix"}, {"speculative.n_max", 5}},
-                                  {{"speculative.n_max", 3}, {"speculative.n_min", 2}},
-                                  {{"spec", "ngram"}, {"speculative.n_max", 0}}};
-  int64_t drafted = 0;
-  for (const json& ask : asks) {
-    json body = {{"prompt", prompt}, {"max_tokens", 40}, {"temperature", 0}};
-    body.update(ask);
-    const json j = Body(server.Post("/v1/completions", body.dump()));
-    EXPECT_EQ(j["choices"][0]["text"], want) << ask.dump();
-    const int64_t now = server.metrics.spec_draft_tokens.load();
-    if (ask.value("speculative.n_max", 1) == 0) {
-      EXPECT_EQ(now, drafted) << ask.dump();  // n_max 0: none
-    } else {
-      EXPECT_GT(now, drafted) << ask.dump();
-    }
-    drafted = now;
-  }
-  const json chat = {{"messages", {{{"role", "user"}, {"content", "Tell me a story."}}}}, {"max_tokens", 30},
-                     {"temperature", 0}, {"spec", "ngram"}};
-  const json c = Body(server.Post("/v1/chat/completions", chat.dump()));
-  EXPECT_EQ(c["choices"][0]["message"]["content"],
-            Alone("<|im_start|>user\nTell me a story.<|im_end|>\n<|im_start|>assistant\n", 30));
-  // Sampled (seeded) and with logprobs: the same draws and the same logprobs as without a draft.
-  for (const json& extra : {json{{"temperature", 0.9}, {"seed", 17}}, json{{"temperature", 0}, {"logprobs", 3}}}) {
-    json body = {{"prompt", prompt + ". " + prompt}, {"max_tokens", 40}};
-    body.update(extra);
-    const json plain = Body(server.Post("/v1/completions", body.dump()));
-    body.update(json{{"spec", "ngram"}, {"speculative.n_max", 6}});
-    const int64_t before = server.metrics.spec_draft_tokens.load();
-    const json spec = Body(server.Post("/v1/completions", body.dump()));
-    EXPECT_GT(server.metrics.spec_draft_tokens.load(), before) << extra.dump();
-    EXPECT_EQ(spec["choices"][0]["text"], plain["choices"][0]["text"]) << extra.dump();
-    EXPECT_EQ(spec["choices"][0]["logprobs"], plain["choices"][0]["logprobs"]) << extra.dump();
-  }
-  httplib::Result m = server.Get("/metrics");
-  ASSERT_TRUE(m);
-  for (const char* name : {"vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
-                           "vllm:spec_decode_num_accepted_tokens_total", "kvq_spec_draft_tokens_total"}) {
-    EXPECT_NE(m->body.find(std::string(name) + " "), std::string::npos) << name;
-  }
-  EXPECT_NE(m->body.find(fmt::format("vllm:spec_decode_num_draft_tokens_total {}", server.metrics.spec_draft_tokens.load())),
-            std::string::npos);
-  const std::vector<std::pair<json, std::string>> bad = {{{{"spec", "eagle"}}, "spec"},
-                                                         {{{"spec", "draft"}}, "spec"},
-                                                         {{{"speculative.n_max", 65}}, "speculative.n_max"},
-                                                         {{{"speculative.n_max", 2}, {"speculative.n_min", 3}}, "speculative.n_min"},
-                                                         {{{"speculative.p_min", 0}}, "speculative.p_min"}};
-  for (const auto& [fields, param] : bad) {
-    json body = {{"prompt", prompt}, {"max_tokens", 4}};
-    body.update(fields);
-    httplib::Result r = server.Post("/v1/completions", body.dump());
-    ASSERT_TRUE(r);
-    EXPECT_EQ(r->status, 400) << fields.dump();
-    EXPECT_EQ(Body(r)["error"]["param"], param) << r->body;
-  }
 }
 
 TEST(Serve, PrefixReusedLiveAndAfterARestart) {
