@@ -193,7 +193,12 @@ export class GpuResidentKv {
   }
 
   Destroy() {
-    for (const L of this.layers) for (const p of L.pages) p.buffer.destroy();
+    for (const L of this.layers) {
+      for (const p of L.pages) {
+        p.buffer.destroy();
+        p.params.destroy();
+      }
+    }
     this.state.destroy();
     this.initial.destroy();
   }
