@@ -211,6 +211,10 @@ export class GpuModelRunner {
         out = this.#CpuStep(token, pos, options);
         break;
       }
+      if (this.resident?.broken) {  // a page written behind failed: the master lacks it
+        if (!(await this.#DeviceLost())) throw new Error(`writing a page behind failed: ${this.resident.broken.message}`);
+        continue;  // the loss is handled at the loop's top
+      }
       try {
         out = await this.step.Step(token, pos, this.#Cache(pos), options);
         break;
