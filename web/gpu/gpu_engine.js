@@ -10,8 +10,16 @@
 // position (attention streams its pages from the master on every call, so the GPU working set
 // is rebuilt by the next attention call). If no device comes back, the rest of the conversation
 // runs on the module's C++ forward over the same cache (kvq_web_kv_cpu_step).
+//
+// Two paths for a sequence's KV (`path`, and `path_why` for the other): "resident" (the specs
+// have WGSL encoders and the device budget holds the whole context: kv_resident.js keeps the
+// working set on the GPU, a step is one submit and one readback, full pages reach the master
+// behind it; a lost device costs the tail page, whose ids run again on the next device or the
+// CPU), else "stream" (each layer's rows read back into the master, whose pages stream through
+// kv_device.js: n_layers + 1 submits and readbacks a step).
 
 import {GpuKvDevice} from './kv_device.js';
+import {GpuResidentKv, ResidentWhyNot} from './kv_resident.js';
 import {GpuLimitsFor, GpuStepProgram, StepProgramWhyNot} from './step_program.js';
 
 // A step is redone at most this many times after losing its device (a device lost again and
@@ -86,6 +94,10 @@ export class GpuModelRunner {
     /** What happened to the device: [{position, to: 'gpu' | 'cpu', why}] (why: the loss, and for 'cpu' the failed re-acquire). */
     this.events = [];
     this.retired = {steps: 0, submits: 0, readbacks: 0, device_submits: 0};  // of step programs of lost devices
+    this.retired_write_backs = 0;  // pages written behind by resident caches gone since
+    this.resident = null;  // the sequence's GpuResidentKv on the resident path
+    this.path = '';        // 'resident' or 'stream' (NewSequence)
+    this.path_why = '';    // why not the other path
     this.cpu_steps = 0;
     /** Test hook: called after each layer's K and V rows reach the master (layer, position). */
     this.after_append = null;
@@ -108,7 +120,9 @@ export class GpuModelRunner {
    * budget in bytes (0: none) and positions per page (0: the cache's default; else a multiple of
    * 32). Returns the cache's plan {total_bytes, slot_bytes, device_slots, ...}.
    */
-  NewSequence(kv_k, kv_v, device_budget_bytes = 0, page_positions = 0) {
+  //
+  // options.path: 'auto' (resident where it can, else stream) or 'stream' (forced).
+  NewSequence(kv_k, kv_v, device_budget_bytes = 0, page_positions = 0, options = {}) {
     const M = this.M;
     this.FreeSequence();
     const str = (s) => {
@@ -129,10 +143,55 @@ export class GpuModelRunner {
     this.ids = [];
     this.M.kvqDevice = this.kv_device;
     this.plan = JSON.parse(M.UTF8ToString(M._kvq_web_kv_plan(this.kv)));
+    this.kv_specs = {key: kv_k, value: kv_v};
+    const want = options.path || 'auto';
+    if (!['auto', 'stream'].includes(want)) throw new Error(`KV path "${want}": use auto or stream`);
+    const why_not = want === 'stream' ? 'the stream path was asked for' : ResidentWhyNot(kv_k, kv_v) ||
+        (device_budget_bytes > 0 && device_budget_bytes < this.plan.total_bytes ?
+         `the device budget (${device_budget_bytes} bytes) is under the context's ${this.plan.total_bytes}` : '');
+    this.path = why_not || this.on_cpu ? 'stream' : 'resident';
+    this.path_why = why_not ? `KV streamed from the module: ${why_not}` :
+        'KV resident on the GPU: the specs have WGSL encoders and the budget holds the context';
+    if (this.path === 'resident') this.resident = this.#NewResident();
     return this.plan;
   }
 
+  // A resident cache on the current device for the sequence, its pages appended to the master.
+  #NewResident() {
+    const M = this.M, kv = this.kv;
+    const layout = JSON.parse(M.UTF8ToString(M._kvq_web_kv_page_layout(kv, 0)));
+    if (this.page_ptr) M._free(this.page_ptr);
+    this.page_ptr = M._malloc(layout.page_bytes);
+    const resident = new GpuResidentKv(this.device, this.config, layout, this.kv_specs, (layer, bytes) => {
+      if (this.resident !== resident) return;  // a sequence or device gone since
+      M.HEAPU8.set(bytes, this.page_ptr);
+      if (M._kvq_web_kv_append_pages(kv, layer, this.page_ptr, 1) !== 0) {
+        throw new Error(`writing a page of layer ${layer} behind: ${LastError(M)}`);
+      }
+    });
+    return resident;
+  }
+
+  // Drops the resident cache (its write-backs go on landing only while it is current).
+  #DropResident() {
+    if (!this.resident) return;
+    this.retired_write_backs += this.resident.counts.write_backs;
+    try {
+      this.resident.Destroy();
+    } catch {
+      // Its buffers went with the device.
+    }
+    this.resident = null;
+  }
+
+  /** Waits until every page written behind so far is in the master (tests read it then). */
+  async Drain() {
+    const failed = await this.resident?.Drain();
+    if (failed) throw failed;
+  }
+
   FreeSequence() {
+    this.#DropResident();
     if (this.kv) this.M._kvq_web_kv_free(this.kv);
     this.kv = 0;
   }
@@ -145,8 +204,16 @@ export class GpuModelRunner {
     for (let recoveries = 0; ; ++recoveries) {
       if (!this.on_cpu && this.lost) await this.#Recover(pos);
       if (this.on_cpu) {
+        if (this.resident) {  // the pages that reached the master before the loss, then the CPU
+          await this.resident.behind;
+          this.#DropResident();
+        }
         out = this.#CpuStep(token, pos, options);
         break;
+      }
+      if (this.resident?.broken) {  // a page written behind failed: the master lacks it
+        if (!(await this.#DeviceLost())) throw new Error(`writing a page behind failed: ${this.resident.broken.message}`);
+        continue;  // the loss is handled at the loop's top
       }
       try {
         out = await this.step.Step(token, pos, this.#Cache(pos), options);
@@ -165,6 +232,7 @@ export class GpuModelRunner {
     const M = this.M, c = this.config, kv = this.kv, rows = this.rows;
     return {
       prerope: this.prerope,
+      resident: this.resident,
       Append: (layer, k, v) => {
         // A step redone after a lost device: the layers it got through hold this position's rows
         // already (read back whole before the loss; the same kernels give the same bits).
@@ -217,6 +285,7 @@ export class GpuModelRunner {
     if (device) {
       try {
         await this.#Attach(device);
+        if (this.resident) await this.#Rebuild(pos);
         this.events.push({position: pos, to: 'gpu', why});
         return;
       } catch (e) {
@@ -230,6 +299,43 @@ export class GpuModelRunner {
     this.events.push({position: pos, to: 'cpu', why: `${why}; ${failed}`});
   }
 
+  // The resident cache on the new device: the master's pages (those written behind before the
+  // loss; every layer cut back to the fewest) uploaded, then the ids after them run again.
+  async #Rebuild(pos) {
+    const M = this.M, kv = this.kv, c = this.config;
+    await this.resident.behind;
+    this.#DropResident();
+    const kept = this.#RewindTo(pos);
+    this.resident = this.#NewResident();
+    const P = this.resident.P, bytes = this.resident.page_bytes;
+    for (let layer = 0; layer < c.n_layers; ++layer) {
+      for (let page = 0; page < kept / P; ++page) {
+        if (M._kvq_web_kv_read_page(kv, layer, page, this.page_ptr) !== 0) {
+          throw new Error(`reading page ${page} of layer ${layer} from the master: ${LastError(M)}`);
+        }
+        this.resident.Restore(layer, M.HEAPU8.slice(this.page_ptr, this.page_ptr + bytes));
+      }
+    }
+    for (let p = kept; p < pos; ++p) await this.step.Step(this.ids[p], p, this.#Cache(p));
+  }
+
+  // Every layer cut back to at most `pos` positions and to the fewest any layer holds, where the
+  // formats can drop rows (kvq_web_kv_rewind); returns the positions kept (the ids after them run
+  // again). A half-done step leaves layers one apart; a lost resident cache, a page or more.
+  #RewindTo(pos) {
+    const M = this.M, kv = this.kv;
+    let fewest = pos, uneven = false;
+    for (let l = 0; l < this.config.n_layers; ++l) {
+      const n = M._kvq_web_kv_positions(kv, l);
+      uneven ||= n !== pos;
+      fewest = Math.min(fewest, n);
+    }
+    if (!uneven) return pos;
+    const kept = M._kvq_web_kv_rewind(kv, fewest);
+    if (kept < 0) throw new Error(`dropping the positions after ${fewest}: ${LastError(M)}`);
+    return kept;
+  }
+
   // `token` at `pos` on the module's C++ forward over the same master cache.
   #CpuStep(token, pos, options) {
     const M = this.M, kv = this.kv, model = this.model;
@@ -237,14 +343,9 @@ export class GpuModelRunner {
     // A step the lost device left half done: some layers hold position `pos` already. The C++
     // forward appends to every layer, so the cache goes back to where the formats can drop rows
     // (TruncationPoint) and the ids from there run again.
-    let uneven = false;
-    for (let l = 0; l < this.config.n_layers; ++l) uneven ||= M._kvq_web_kv_positions(kv, l) !== pos;
-    if (uneven) {
-      const kept = M._kvq_web_kv_rewind(kv, pos);
-      if (kept < 0) throw Fail(`dropping the half-done position ${pos}`);
-      for (let p = kept; p < pos; ++p) {
-        if (M._kvq_web_kv_cpu_step(model, kv, this.ids[p], 0) < 0) throw Fail(`running position ${p} again`);
-      }
+    const kept = this.#RewindTo(pos);
+    for (let p = kept; p < pos; ++p) {
+      if (M._kvq_web_kv_cpu_step(model, kv, this.ids[p], 0) < 0) throw Fail(`running position ${p} again`);
     }
     if (options.logits && !this.logits_ptr) this.logits_ptr = M._malloc(this.config.vocab_size * 4);
     const id = M._kvq_web_kv_cpu_step(model, kv, token, options.logits ? this.logits_ptr : 0);
@@ -255,10 +356,14 @@ export class GpuModelRunner {
     return {token: id, logits};
   }
 
-  /** Submits, readbacks and GPU steps so far ({steps, submits, readbacks, device_submits}), every device's. */
+  /**
+   * Submits, readbacks and GPU steps so far ({steps, submits, readbacks, device_submits}), every
+   * device's, and write_backs: pages a resident cache wrote behind into the master.
+   */
   get counts() {
     const out = {...this.retired};
     if (this.step) for (const k of Object.keys(out)) out[k] += this.step.counts[k];
+    out.write_backs = this.retired_write_backs + (this.resident ? this.resident.counts.write_backs : 0);
     return out;
   }
   get weight_bytes() { return this.step ? this.step.weight_bytes : 0; }
@@ -267,6 +372,7 @@ export class GpuModelRunner {
     this.FreeSequence();
     this.M._free(this.rows);
     this.M._free(this.rope_ptr);
+    if (this.page_ptr) this.M._free(this.page_ptr);
     if (this.logits_ptr) this.M._free(this.logits_ptr);
     this.step?.Destroy();
   }

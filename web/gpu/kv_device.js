@@ -29,7 +29,8 @@ function F32Const(x) {  // an exact f32 literal
   return `bitcast<f32>(${new Uint32Array(new Float32Array([x]).buffer)[0]}u)`;
 }
 
-function AttendWgsl(s) {
+/** The attention kernels (attend, fold) of one layer shape (also kv_resident.js's). */
+export function AttendWgsl(s) {
   const half = s.rotary_dims / 2;
   const rope = !s.pre_rope ? `fn k_value(r: u32, head: u32, i: u32) -> f32 { return k_stored(r, head, i); }` : `
 // cos/sin of the window's positions: [rows][rotary_dims / 2][2] (kvq's RopeCosSin).
@@ -203,7 +204,8 @@ fn merge_into(a: u32, b: u32) {
 `;
 }
 
-function NormaliseWgsl(d) {
+/** The layer-end kernels (finish, gather, renormalise) at head_dim d. */
+export function NormaliseWgsl(d) {
   return /* wgsl */ `
 const head_dim: u32 = ${d}u;
 // Bound to region 0 (the open states) for every entry point but finish, which sees regions 0 and 1.

@@ -19,7 +19,9 @@
 // own while the layer's pages fit its slots); the next span follows. The last span ends with the
 // argmax, whose id is the step's final readback. So a step is n_layers + 1 submits and as many
 // readbacks (the K and V rows must reach the module's master cache before attention reads it).
-// `counts` tallies them (the device's too).
+// With a resident cache (kv_resident.js: formats with a WGSL encoder) the rows are encoded and
+// attended on the GPU inside the one encoder instead: one submit and one readback per step, full
+// pages reaching the master behind it. `counts` tallies them (the device's too).
 
 import {kOpsBindings, kOpsWgsl, kRowLanes, WeightOpsBindings, WeightOpsWgsl} from './step_kernels.js';
 import {kGpuWeightTypes, kInterleavedTypes} from './weight_types.js';
@@ -287,8 +289,10 @@ export class GpuStepProgram {
     ++this.counts.submits;
   }
 
-  async #ReadBack(encoder, bytes) {
+  // after_submit: called between the submit and the wait (a resident cache maps its written-back pages).
+  async #ReadBack(encoder, bytes, after_submit = () => {}) {
     this.#Submit(encoder);
+    after_submit();
     await this.staging.mapAsync(GPUMapMode.READ, 0, bytes);
     const out = this.staging.getMappedRange(0, bytes).slice(0);
     this.staging.unmap();
@@ -299,8 +303,10 @@ export class GpuStepProgram {
   /**
    * One decode step: `token` at position `pos` through every op; kv: the module's cache for the
    * attention ops ({prerope, Append(layer, k, v) with Float32Arrays, Attend(layer, q, pos, out):
-   * GPU buffers q [n_heads·head_dim] in, out the same shape}). Returns {token: the argmax, logits:
-   * Float32Array [vocab] when options.logits}.
+   * GPU buffers q [n_heads·head_dim] in, out the same shape}), or with kv.resident (a
+   * kv_resident.js GpuResidentKv) the cache's working set on the GPU: then the whole step is one
+   * submit and one readback. Returns {token: the argmax, logits: Float32Array [vocab] when
+   * options.logits}.
    */
   async Step(token, pos, kv, options = {}) {
     const c = this.config, device = this.device, B = this.buffers;
@@ -312,6 +318,12 @@ export class GpuStepProgram {
     let pass = encoder.beginComputePass();
     for (let i = 0; i < this.program.ops.length; ++i) {
       const op = this.program.ops[i];
+      if (op.kind === 'attention' && kv.resident) {  // encoded and attended on the GPU: no readback
+        pass.end();
+        kv.resident.Record(encoder, op.layer, B[op.k], B[op.v], B[op.x], pos, B[op.y]);
+        pass = encoder.beginComputePass();
+        continue;
+      }
       if (op.kind === 'attention') {
         pass.end();
         const k = kv.prerope ? op.k_pre : op.k;
@@ -341,7 +353,8 @@ export class GpuStepProgram {
     pass.end();
     encoder.copyBufferToBuffer(this.out_id, 0, this.staging, 0, 4);
     if (options.logits) encoder.copyBufferToBuffer(B.logits, 0, this.staging, 4, c.vocab_size * 4);
-    const bytes = await this.#ReadBack(encoder, options.logits ? 4 + c.vocab_size * 4 : 4);
+    const bytes = await this.#ReadBack(encoder, options.logits ? 4 + c.vocab_size * 4 : 4,
+                                       () => kv.resident?.Submitted());
     ++this.counts.steps;
     if (this.kv_device) this.counts.device_submits += this.kv_device.submits - device_submits;
     return {token: new Uint32Array(bytes, 0, 1)[0], logits: options.logits ? new Float32Array(bytes, 4) : null};

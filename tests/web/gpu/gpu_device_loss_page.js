@@ -10,8 +10,12 @@
 //     master; int4-kivi): the redone step keeps the rows that got through and gives the same ids;
 //   - the device destroyed after 40 ids with no device coming back (acquire forced to give
 //     none): the rest runs on the module's C++ forward over the same cache.
-// And one int8 run with pages of 32 positions (the KV device reusing its slots within a step, so it
-// submits part of the step's commands itself) gives the logits of the one-page run bit for bit.
+// And one int8 run streamed with pages of 32 positions (the KV device reusing its slots within a
+// step, so it submits part of the step's commands itself) gives the logits of the one-page run bit
+// for bit. int8 has a WGSL encoder, so its runs hold the KV resident on the GPU (kv_resident.js):
+// a loss drops the tail page the master has not got yet, and the runner runs its ids again — one
+// more int8 run with pages of 32 loses its device with a page written behind (rebuilt from the
+// master) and must give the same ids too.
 // The CPU continuation is not the GPU's arithmetic bit for bit: the C++ forward sums matvecs,
 // norms and attention in its SIMD lanes' order where the GPU sums per row in column order and
 // per workgroup in trees, and its exp is Highway's. Both quantise activations for Q-type weights
@@ -61,8 +65,8 @@ function Tokenize(M, model, text) {
 // kNew greedy ids after `prompt` on `runner`; hook(i) is called before generated id i runs.
 // Returns {ids, min_gap: the smallest gap between the two largest logits where ids were chosen
 // (with_logits only)}.
-async function Generate(runner, spec, prompt, hook = () => {}, with_logits = false, page_positions = 0) {
-  runner.NewSequence(spec, spec, 0, page_positions);
+async function Generate(runner, spec, prompt, hook = () => {}, with_logits = false, page_positions = 0, path = 'auto') {
+  runner.NewSequence(spec, spec, 0, page_positions, {path});
   let last;
   for (const id of prompt) last = await runner.Step(id, {logits: with_logits});
   const ids = [];
@@ -153,6 +157,20 @@ export async function RunGpuDeviceLossTests(bundle_url, only = '') {
     survivor.after_append = null;
     Check(`${what}, device lost in the middle of a step`, got, references[what]);
   }
+  // Resident with pages of 32: lost after 40 ids, a whole page already in the master.
+  if (specs.includes('int8')) {
+    const spec = 'int8', what = `"${kPrompts[0]}" ${spec} pages of 32`;
+    const events = survivor.events.length;
+    const got = await Generate(survivor, spec, prompts[0], (i) => {
+      if (i === kLoseAt) {
+        if (survivor.path !== 'resident') fail(`${what}: the ${survivor.path} path ran (${survivor.path_why})`);
+        survivor.device.destroy();
+        ++losses;
+      }
+    }, false, 32);
+    Check(`${what}, device lost after ${kLoseAt} ids`, got, references[`"${kPrompts[0]}" ${spec}`]);
+    if (survivor.events.length !== events + 1) fail(`${what}: expected one re-acquired device`);
+  }
   // Pages of 32 positions through the KV device's two slots: each layer's attention streams 4–5
   // windows, so the device submits the step's encoder before reusing a slot (kv_device.js's sink).
   // The attention has the same bits for every page size: the logits equal the one-page run's.
@@ -160,7 +178,7 @@ export async function RunGpuDeviceLossTests(bundle_url, only = '') {
   if (specs.includes('int8')) {  // (one spec: each test stays near a minute on SwiftShader)
     const spec = 'int8', what = `"${kPrompts[2]}" ${spec}`;
     const before = reference.counts.device_submits;
-    const got = await Generate(reference, spec, prompts[2], () => {}, true, 32);
+    const got = await Generate(reference, spec, prompts[2], () => {}, true, 32, 'stream');
     flushes = reference.counts.device_submits - before;
     const want = references[what];
     const at = got.logits.findIndex((l, i) => l.some((v, j) => !Object.is(v, want.logits[i][j])));

@@ -11,10 +11,14 @@
 //     native's ids — except where native's two best logits are within twice the bound of each
 //     other (a near-tie the bound cannot order: counted and reported);
 //   - stories260K with f32 KV: those ids are run.c's golden ids (golden-runc-ids.txt);
-//   - structure: each step reads back exactly n_layers + 1 times (each layer's K and V rows for
-//     the module's cache, then the id) and submits n_layers + 1 command buffers, attention's
-//     included: the KV device submits none of its own (these contexts fit its slots, so its
-//     commands ride in the step program's encoders).
+//   - structure: a spec whose formats have a WGSL encoder (kv_formats.js's registry) runs on the
+//     resident path: each step is 1 submit and 1 readback; any other runs streamed: each step
+//     reads back exactly n_layers + 1 times (each layer's K and V rows for the module's cache,
+//     then the id) and submits n_layers + 1 command buffers, attention's included. Either way the
+//     KV device submits none of its own (these contexts fit its slots, so its commands ride in
+//     the step program's encoders);
+//   - every encoder format, resident against streamed: the same logits bit for bit and the same
+//     master pages byte for byte (gpu_resident_check.js), with each path's step time printed.
 // And the tiny qwen35 hybrid is refused with a message naming its Gated DeltaNet layers.
 //
 // kBound, the largest |GPU − native| logit allowed for F32 weights: both sides compute in f32 and
@@ -38,6 +42,8 @@
 import {GpuModelRunner, GpuProgramOf} from '/web/gpu/gpu_engine.js';
 import {WeightBlock} from '/web/gpu/weight_types.js';
 import {LoadModule} from '/test/gpu_kv_device_page.js';
+import {CheckResidentPath} from '/test/gpu_resident_check.js';
+import {ResidentWhyNot} from '/web/gpu/kv_resident.js';
 
 const kBound = 2e-3;
 
@@ -79,7 +85,8 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
   const manifest = await (await fetch(`${fixture_url}/manifest.json`)).json();
   const origin = new URL(fixture_url).origin;
   let positions = 0, worst = 0, runs = 0, near_ties = 0;
-  const per_step = {}, tensor_types = {}, bounds = {}, worst_by_spec = {};
+  const per_step = {}, tensor_types = {}, bounds = {}, worst_by_spec = {}, step_ms = {};
+  let resident_checks = 0;
   const models = manifest.models.filter((m) => !only || m.name === only);
   if (!models.length) fail(`no model named "${only}" in the manifest`);
   for (const m of models) {
@@ -102,6 +109,9 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
       const native = new Float32Array((await Bytes(`${fixture_url}/${run.file}`)).buffer);
       const what = `${m.name} "${run.prompt}" ${run.spec}`;
       runner.NewSequence(run.spec, run.spec);
+      const want_path = ResidentWhyNot(run.spec, run.spec) ? 'stream' : 'resident';
+      if (runner.path !== want_path) fail(`${what}: the ${runner.path} path ran, expected ${want_path} (${runner.path_why})`);
+      const per_token = want_path === 'resident' ? 1 : n_layers + 1;
       const golden = run.spec === 'f32' ? m.golden?.find((g) => g.prompt === run.prompt)?.ids : undefined;
       if (m.golden && run.spec === 'f32' && !golden) fail(`${what}: no golden run for this prompt`);
       for (let p = 0; p + 1 < run.ids.length; ++p) {
@@ -110,11 +120,11 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
         ++positions;
         const readbacks = runner.counts.readbacks - before.readbacks, submits = runner.counts.submits - before.submits;
         const kv_device_submits = runner.counts.device_submits - before.device_submits;
-        if (readbacks !== n_layers + 1 || submits !== n_layers + 1 || kv_device_submits !== 0) {
+        if (readbacks !== per_token || submits !== per_token || kv_device_submits !== 0) {
           fail(`${what} position ${p}: ${readbacks} readbacks, ${submits} submits and ${kv_device_submits} KV device ` +
-               `submits (expected ${n_layers + 1}, ${n_layers + 1} and 0)`);
+               `submits (expected ${per_token}, ${per_token} and 0: the ${runner.path} path)`);
         }
-        per_step[m.name] = {readbacks, submits, kv_device_submits};
+        per_step[`${m.name} ${runner.path}`] = {readbacks, submits, kv_device_submits};
         const want = native.subarray(p * m.vocab, (p + 1) * m.vocab);
         let diff = 0, best = 0, second = -Infinity;
         for (let i = 0; i < m.vocab; ++i) {
@@ -144,6 +154,9 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
       }
     }
     runner.Destroy();
+    const resident = await CheckResidentPath(M, device, model, program, m.runs[0].ids, m.name, fail);
+    resident_checks += resident.checks;
+    step_ms[m.name] = resident.timing;
     M._kvq_web_model_free(model);
   }
   // The hybrid: refused, by name.
@@ -158,5 +171,6 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
   }
   device.destroy();
   return {models: models.length, runs, positions, near_ties, failures, worst_logit_difference: worst, per_step,
-          hybrid_refusal: refusal.why_not, tensor_types, bounds, worst_by_spec, seconds: (performance.now() - t0) / 1000};
+          hybrid_refusal: refusal.why_not, tensor_types, bounds, worst_by_spec, resident_checks, step_ms,
+          seconds: (performance.now() - t0) / 1000};
 }
