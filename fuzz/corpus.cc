@@ -21,7 +21,7 @@
 #include "gguf/gguf_writer.h"
 #include "synth/synth.h"
 #include "text/bpe_vocabulary.h"
-#include "text/chat_template.h"
+#include "jinja/chat_template.h"
 #include "weights/weight_type.h"
 
 namespace kvq::fuzz {

@@ -11,7 +11,7 @@
 
 #include "fuzz/fuzz_util.h"
 #include "server/openai_protocol.h"
-#include "text/chat_template.h"
+#include "jinja/chat_template.h"
 
 namespace kvq::fuzz {
 namespace {

@@ -14,7 +14,7 @@
 #include "kvq/session.h"
 #include "model/cache_config.h"
 #include "model/llama.h"
-#include "text/chat_template.h"
+#include "jinja/chat_template.h"
 #include "text/tokenizer.h"
 
 namespace kvq {

@@ -21,7 +21,7 @@
 #include "grammar/grammar.h"
 #include "grammar/grammar_matcher.h"
 #include "server/openai_protocol.h"
-#include "text/chat_template.h"
+#include "jinja/chat_template.h"
 
 namespace kvq {
 namespace {
