@@ -14,6 +14,7 @@
 #include <memory>
 #include <random>
 
+#include "cache/page_copies.h"
 #include "kvq/kv_memory.h"
 #include "kvq/units.h"
 #include "measure/read_bandwidth.h"
@@ -189,7 +190,7 @@ Status FillContext(KvCache& cache, int64_t n, uint64_t seed, const ProgressFn& p
     if (Status s = cache.Append(l, k.data(), v.data(), first); !s.ok()) return s;
     for (int64_t done = pool_pages; pool_pages > 0 && done < pages;) {
       const int64_t chunk = std::min<int64_t>(1024, pages - done);
-      if (Status s = cache.AppendPageCopies(l, 0, pool_pages, chunk); !s.ok()) return s;
+      if (Status s = AppendPageCopies(cache, l, 0, pool_pages, chunk); !s.ok()) return s;
       done += chunk;
       const double seconds = SecondsSince(t0);
       if (progress && seconds - last_report >= 5) {
