@@ -4,7 +4,7 @@
 # Header visibility is part of the layering. Every target gets its own include root under the build
 # tree holding only a link DIR -> src/DIR and links to its public headers in include/kvq/; the root
 # is a PUBLIC include directory, so a target sees its own headers and those of the targets it links
-# (transitively) and nothing else. An upward include ("model/llama.h" from formats/) is then a
+# (transitively) and nothing else. An upward include ("model/decoder.h" from formats/) is then a
 # "No such file" error at compile time, which tests/layering/ checks.
 function(kvq_layer name dir)
   cmake_parse_arguments(PARSE_ARGV 2 arg "" "" "DEPS;PUBLIC_HEADERS")

@@ -61,7 +61,7 @@ struct KvCacheConfig {
   /// Seed of the "rot" transform's sign pattern (the same for every layer and head); stored in
   /// snapshots, which a cache with another seed refuses.
   uint64_t rotation_seed = kDefaultRotationSeed;
-  /// The model's RoPE (LlamaModel: ModelRopeConfig), required when a key spec is "prerope": those
+  /// The model's RoPE (DecoderModel: ModelRopeConfig), required when a key spec is "prerope": those
   /// keys are stored before RoPE and attention ropes each one at its position with these
   /// parameters (the model's own ApplyRope); Create refuses such a spec without them (Plan, which
   /// only counts bytes, does not). Ignored by every other spec.

@@ -1,5 +1,5 @@
 // Session::Prefill and Session::RunBatch (see include/kvq/session.h): the items checked, then run
-// in blocks of kPrefillBlock tokens per item through LlamaModel::ForwardBatch, with the abort
+// in blocks of kPrefillBlock tokens per item through DecoderModel::ForwardBatch, with the abort
 // callbacks asked between blocks.
 #include <fmt/format.h>
 
@@ -89,7 +89,7 @@ Status Session::RunItems(std::span<const BatchItem> items, std::string_view call
     s.chosen_logits.resize(item.logits_at.size() * static_cast<size_t>(s.model->info.vocab_size));
   }
   // The pass runs on the first session's activations; each segment attends over its own cache.
-  LlamaModel& llama = items[0].session->impl_->llama;
+  DecoderModel& llama = items[0].session->impl_->llama;
   std::vector<ForwardSegment>& segments = items[0].session->impl_->segments;
   constexpr size_t kBlock = kPrefillBlock;
   for (size_t done = 0;; done += kBlock) {  // pass p runs block p of every item that has one

@@ -15,7 +15,7 @@
 #include "kvq/format.h"
 #include "kvq/kv_cache.h"
 #include "kvq/status.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 
 namespace kvq {
 
@@ -82,7 +82,7 @@ struct ContextBenchReport {
 
 /// Runs the benchmark. Errors: a context past the model's (unless past_model_context), a cache
 /// that cannot be created (budgets, disk space), I/O.
-Result<ContextBenchReport> RunContextBench(LlamaModel& model, const ContextBenchConfig& config,
+Result<ContextBenchReport> RunContextBench(DecoderModel& model, const ContextBenchConfig& config,
                                            const ProgressFn& progress);
 
 }  // namespace kvq

@@ -15,7 +15,7 @@
 #include "kvq/kv_spec.h"
 #include "kvq/status.h"
 #include "measure/fidelity.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 
 namespace kvq {
 
@@ -113,7 +113,7 @@ struct AutoPlanResult {
 
 /// Measures every candidate on every tensor (one RunFidelity: 2 · n_layers · candidates arms),
 /// chooses with ChooseKvPlan, and runs the chosen plan once more for its measured KL.
-Result<AutoPlanResult> AutoPlan(LlamaModel& model, std::span<const int32_t> tokens,
+Result<AutoPlanResult> AutoPlan(DecoderModel& model, std::span<const int32_t> tokens,
                                 const ModelFingerprint& fingerprint, const AutoPlanConfig& config,
                                 const std::function<void(const std::string&)>& progress);
 

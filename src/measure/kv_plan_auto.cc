@@ -87,10 +87,10 @@ std::vector<KvSpec> DefaultKvPlanCandidates() {
   return out;
 }
 
-Result<AutoPlanResult> AutoPlan(LlamaModel& model, std::span<const int32_t> tokens,
+Result<AutoPlanResult> AutoPlan(DecoderModel& model, std::span<const int32_t> tokens,
                                 const ModelFingerprint& fingerprint, const AutoPlanConfig& config,
                                 const std::function<void(const std::string&)>& progress) {
-  const LlamaConfig& c = model.config();
+  const DecoderConfig& c = model.config();
   // The tensors planned are the cache's: a hybrid's recurrent layers hold no KV.
   const KvShape shape = ModelKvShape(c);
   const std::vector<int32_t> model_layer = ModelLayersOfCache(c);  // [cache layer] for the arms' names

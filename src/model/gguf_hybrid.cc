@@ -46,7 +46,7 @@ const HybridArch* FindHybridArch(const std::string& arch) {
 }
 
 Status ReadHybridConfig(const GgufFile& file, const std::string& pre, const HybridArch& arch,
-                        LlamaConfig* c) {
+                        DecoderConfig* c) {
   const std::string& path = file.path();
   c->qk_norm = true;
   c->attn_output_gate = true;
@@ -178,7 +178,7 @@ Status ReadHybridConfig(const GgufFile& file, const std::string& pre, const Hybr
   return Status::Ok();
 }
 
-Status LoadHybridLayer(GgufTensorReader& t, const LlamaConfig& c, const HybridArch& arch,
+Status LoadHybridLayer(GgufTensorReader& t, const DecoderConfig& c, const HybridArch& arch,
                        int32_t layer, LayerWeights* L) {
   const std::string blk = fmt::format("blk.{}.", layer);
   const int64_t E = c.dim;

@@ -8,8 +8,8 @@
 
 #include "gguf/gguf_reader.h"
 #include "kvq/status.h"
+#include "model/decoder_weights.h"
 #include "model/gguf_tensors.h"
-#include "model/llama_weights.h"
 
 namespace kvq {
 
@@ -28,11 +28,11 @@ const HybridArch* FindHybridArch(const std::string& arch);
 /// and MoE sizes, partial RoPE, the output gate, qk norms and (MoE) hidden_dim = the shared
 /// expert's width. Errors name the file and the key.
 Status ReadHybridConfig(const GgufFile& file, const std::string& pre, const HybridArch& arch,
-                        LlamaConfig* c);
+                        DecoderConfig* c);
 
 /// Layer `layer`'s tensors: the norms, its token mixer (Gated DeltaNet or gated attention) and
 /// its FFN (dense or experts + shared expert).
-Status LoadHybridLayer(GgufTensorReader& t, const LlamaConfig& c, const HybridArch& arch,
+Status LoadHybridLayer(GgufTensorReader& t, const DecoderConfig& c, const HybridArch& arch,
                        int32_t layer, LayerWeights* L);
 
 }  // namespace kvq

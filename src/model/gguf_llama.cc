@@ -45,7 +45,7 @@ std::string ArchNameList() {
 
 }  // namespace
 
-Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
+Result<DecoderWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
   const std::string& path = file->path();
   Result<std::string> arch_name = file->GetString("general.architecture");
   if (!arch_name.ok()) return arch_name.status();
@@ -76,7 +76,7 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
     }
     return value;
   };
-  LlamaConfig c;
+  DecoderConfig c;
   c.arch = arch->name;
   c.rope_pairing = arch->pairing;
   c.qkv_bias = arch->qkv_bias;
@@ -184,7 +184,7 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
     if (*v > 0 && static_cast<int32_t>(*v) < c.seq_len) c.seq_len = static_cast<int32_t>(*v);
   }
 
-  LlamaWeights w;
+  DecoderWeights w;
   w.fingerprint_seed = Checksum64(path.data(), 0);  // the hash of no bytes, as snapshots have always used
   GgufTensorReader reader(*file, &w);
   auto tensor = [&](const std::string& name, int64_t cols, int64_t rows) {
