@@ -16,7 +16,7 @@
 #include "formats/int_score.h"
 #include "kvq/model.h"
 #include "kvq/units.h"
-#include "measure/kv_plan.h"
+#include "plan/kv_plan.h"
 
 namespace kvq::cli {
 

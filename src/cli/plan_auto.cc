@@ -11,7 +11,7 @@
 #include "cli/eval_text.h"
 #include "cli/json_output.h"
 #include "kvq/units.h"
-#include "measure/kv_plan.h"
+#include "measure/kv_plan_auto.h"
 #include "model/cache_config.h"
 #include "model/load_model.h"
 

@@ -1,4 +1,4 @@
-// `kvq plan --auto` (see kv_plan.h): each tensor's sensitivity to each candidate spec measured
+// `kvq plan --auto` (see kv_plan_auto.h): each tensor's sensitivity to each candidate spec measured
 // alone with the teacher-forced harness, then the multiple-choice knapsack over the tensors. The
 // predicted KL sums the per-tensor KLs (damage assumed additive); the measured KL is the plan's own
 // fidelity run, printed beside it so the assumption can be judged.
@@ -9,7 +9,7 @@
 #include <limits>
 #include <numeric>
 
-#include "measure/kv_plan.h"
+#include "measure/kv_plan_auto.h"
 #include "model/cache_config.h"
 
 namespace kvq {

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "measure/kv_plan.h"
+#include "measure/kv_plan_auto.h"
 #include "model/load_model.h"
 
 namespace kvq {
