@@ -1,5 +1,7 @@
-// The Llama forward pass (llama2.c run.c's transformer, top to bottom), with the KV path going
-// through a kvq KvCache: each layer appends its K and V rows and attends over the cache's pages.
+// The decoder-only transformer's forward pass, for every architecture kvq runs (gguf/architectures.h):
+// llama2.c run.c's transformer, top to bottom, with what the others add behind DecoderConfig's
+// fields. The KV path goes through a kvq KvCache: each layer appends its K and V rows and attends
+// over the cache's pages.
 #pragma once
 
 #include <cstdint>
