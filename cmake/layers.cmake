@@ -20,6 +20,8 @@ function(kvq_layer name dir)
   target_include_directories(${name} PUBLIC $<BUILD_INTERFACE:${root}>)
   target_link_libraries(${name} PUBLIC ${arg_DEPS})
   set_property(GLOBAL APPEND PROPERTY KVQ_LAYERS ${name})
+  # The layer's folder and public headers, for the layering probes (tests/layering/).
+  set_target_properties(${name} PROPERTIES KVQ_LAYER_DIR "${dir}" KVQ_PUBLIC_HEADERS "${arg_PUBLIC_HEADERS}")
   kvq_apply_warnings(${name})
   if(KVQ_SANITIZE)
     target_compile_options(${name} PRIVATE ${KVQ_SANITIZE_FLAGS})  # cmake/sanitizers.cmake
