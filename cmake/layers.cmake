@@ -4,7 +4,7 @@
 # Header visibility is part of the layering. Every target gets its own include root under the build
 # tree holding only a link DIR -> src/DIR and links to its public headers in include/kvq/; the root
 # is a PUBLIC include directory, so a target sees its own headers and those of the targets it links
-# (transitively) and nothing else. An upward include ("model/llama.h" from formats/) is then a
+# (transitively) and nothing else. An upward include ("model/decoder.h" from formats/) is then a
 # "No such file" error at compile time, which tests/layering/ checks.
 function(kvq_layer name dir)
   cmake_parse_arguments(PARSE_ARGV 2 arg "" "" "DEPS;PUBLIC_HEADERS")
@@ -20,6 +20,8 @@ function(kvq_layer name dir)
   target_include_directories(${name} PUBLIC $<BUILD_INTERFACE:${root}>)
   target_link_libraries(${name} PUBLIC ${arg_DEPS})
   set_property(GLOBAL APPEND PROPERTY KVQ_LAYERS ${name})
+  # The layer's folder and public headers, for the layering probes (tests/layering/).
+  set_target_properties(${name} PROPERTIES KVQ_LAYER_DIR "${dir}" KVQ_PUBLIC_HEADERS "${arg_PUBLIC_HEADERS}")
   kvq_apply_warnings(${name})
   if(KVQ_SANITIZE)
     target_compile_options(${name} PRIVATE ${KVQ_SANITIZE_FLAGS})  # cmake/sanitizers.cmake

@@ -40,7 +40,7 @@ target_link_options(kvq_web PRIVATE
   -sMODULARIZE=1 -sEXPORT_NAME=createKvq -sENVIRONMENT=web,worker
   -sALLOW_MEMORY_GROWTH=1 -sINITIAL_MEMORY=33554432 -sMAXIMUM_MEMORY=2147483648
   -sFORCE_FILESYSTEM=1
-  # The chat template's interpreter catches its own exceptions (text/chat_template.cc): catching on.
+  # The chat template's interpreter catches its own exceptions (jinja/chat_template.cc): catching on.
   -fexceptions
   "-sEXPORTED_FUNCTIONS=[${kvq_web_exports}]"
   "-sEXPORTED_RUNTIME_METHODS=['FS','ccall','cwrap','UTF8ToString','stringToUTF8','lengthBytesUTF8','HEAPU8','HEAP32','HEAPF32']")

@@ -1,4 +1,4 @@
-// Fuzz target: chat templates (text/chat_template.h), which come from downloaded model files. The
+// Fuzz target: chat templates (jinja/chat_template.h), which come from downloaded model files. The
 // input is a template, then, after the first NUL byte if there is one, the text of a user message.
 // ChatTemplate::Parse, then Render of a four-message conversation with small limits (so that a
 // render stays fast and its allocations within the resource property). Properties: both return,
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "fuzz/fuzz_util.h"
-#include "text/chat_template.h"
+#include "jinja/chat_template.h"
 
 namespace kvq::fuzz {
 

@@ -19,9 +19,9 @@
 #include "fuzz/fuzz_util.h"
 #include "fuzz/snapshot_caches.h"
 #include "gguf/gguf_writer.h"
+#include "jinja/chat_template.h"
 #include "synth/synth.h"
 #include "text/bpe_vocabulary.h"
-#include "text/chat_template.h"
 #include "weights/weight_type.h"
 
 namespace kvq::fuzz {

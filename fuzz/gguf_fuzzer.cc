@@ -14,7 +14,7 @@
 #include "gguf/gguf_reader.h"
 #include "kvq/format.h"
 #include "kvq/kv_cache.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "model/load_model.h"
 #include "text/tokenizer.h"
 
@@ -58,7 +58,7 @@ void ExerciseReader(const GgufFile& file) {
 
 // One token through the loaded model into a 2-position f32 cache.
 void RunOneToken(LoadedModel& loaded) {
-  const LlamaConfig c = loaded.weights.config;
+  const DecoderConfig c = loaded.weights.config;
   // Bound the work per input (a tiny seed has dim 16): bigger models are only loaded.
   if (static_cast<int64_t>(c.dim) * c.n_layers > (int64_t{1} << 16) || c.vocab_size > 4096) return;
   Result<const FormatDesc*> f32 = FindFormat("f32");
@@ -74,7 +74,7 @@ void RunOneToken(LoadedModel& loaded) {
   cc.page_positions = 32;
   Result<std::unique_ptr<KvCache>> cache = KvCache::Create(cc);
   if (!cache.ok()) return;  // a shape the cache refuses is refused by name, not run
-  LlamaModel model(std::move(loaded.weights), 1);
+  DecoderModel model(std::move(loaded.weights), 1);
   std::vector<float> logits(static_cast<size_t>(c.vocab_size));  // [vocab_size]
   const std::vector<int32_t> ids = loaded.tokenizer.Encode("Once", /*add_bos=*/true);
   const int32_t token = ids.empty() ? 0 : ids.back();

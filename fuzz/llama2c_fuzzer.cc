@@ -25,7 +25,7 @@ int FuzzLlama2c(const uint8_t* data, size_t size) {
   const size_t body_size = size - std::min<size_t>(size, 4);
   const size_t checkpoint_size = std::min<size_t>(n, body_size);
   const std::string checkpoint = WriteInput(body, checkpoint_size, "checkpoint.bin");
-  Result<LlamaWeights> weights = LoadLlama2c(checkpoint);
+  Result<DecoderWeights> weights = LoadLlama2c(checkpoint);
   if (checkpoint_size == body_size) return 0;
 
   int32_t vocab_size = 0;

@@ -10,8 +10,8 @@
 #include <string_view>
 
 #include "fuzz/fuzz_util.h"
+#include "jinja/chat_template.h"
 #include "server/openai_protocol.h"
-#include "text/chat_template.h"
 
 namespace kvq::fuzz {
 namespace {

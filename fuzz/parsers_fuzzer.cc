@@ -12,7 +12,7 @@
 #include "fuzz/fuzz_util.h"
 #include "kvq/kv_spec.h"
 #include "kvq/units.h"
-#include "measure/kv_plan.h"
+#include "plan/kv_plan.h"
 
 namespace kvq::fuzz {
 

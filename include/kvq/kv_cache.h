@@ -61,7 +61,7 @@ struct KvCacheConfig {
   /// Seed of the "rot" transform's sign pattern (the same for every layer and head); stored in
   /// snapshots, which a cache with another seed refuses.
   uint64_t rotation_seed = kDefaultRotationSeed;
-  /// The model's RoPE (LlamaModel: ModelRopeConfig), required when a key spec is "prerope": those
+  /// The model's RoPE (DecoderModel: ModelRopeConfig), required when a key spec is "prerope": those
   /// keys are stored before RoPE and attention ropes each one at its position with these
   /// parameters (the model's own ApplyRope); Create refuses such a spec without them (Plan, which
   /// only counts bytes, does not). Ignored by every other spec.
@@ -136,14 +136,6 @@ class KvCache {
   /// tensor scale from the first rows encoded, sinks excluded. Errors past max_positions (nothing
   /// appended) or on I/O (the cache is then unusable: every later call returns the error).
   Status Append(int64_t layer, const float* k, const float* v, int64_t n);
-
-  /// Appends n_pages full pages to one layer whose bytes are copies of its own full pages
-  /// [first_source, first_source + source_pages), taken in turn: page i copies first_source +
-  /// i % source_pages. The same bits as appending those pages' rows again (the layer's scales
-  /// are already set by the rows that made them), without encoding: how a benchmark fills a
-  /// million positions in seconds. The layer must end on a page boundary. Errors as Append.
-  Status AppendPageCopies(int64_t layer, int64_t first_source, int64_t source_pages,
-                          int64_t n_pages);
 
   /// Where a page of `layer` holds what (one page as the cache stores it; ReadPage's bytes): K
   /// blocks of page_positions rows from byte 0, V blocks from value_offset, page_bytes in all
@@ -246,6 +238,9 @@ class KvCache {
   Result<std::vector<int32_t>> Load(const std::string& path, const ModelFingerprint& model);
 
  private:
+  // kvq's own hooks into the cache (src/cache/kv_cache_impl.h): benchmark shortcuts that are no
+  // part of this interface.
+  friend struct KvCacheInternal;
   int64_t RowsTruncationPoint(int64_t n) const;  // TruncationPoint's rules for the rows alone
   Status DropRows(int64_t n);                      // Truncate's work once a state allows it
   struct Impl;

@@ -10,11 +10,11 @@
 
 #include "generate/sampler.h"
 #include "grammar/grammar_matcher.h"
+#include "jinja/chat_template.h"
 #include "kvq/model.h"
 #include "kvq/session.h"
 #include "model/cache_config.h"
-#include "model/llama.h"
-#include "text/chat_template.h"
+#include "model/decoder.h"
 #include "text/tokenizer.h"
 
 namespace kvq {
@@ -22,12 +22,12 @@ namespace kvq {
 /// The cache a session of a model with config `c` and context `model_context` (ModelInfo::context)
 /// gets from `kv` (whose context, when set, is at most model_context): the formats parsed by name,
 /// then ModelCacheConfig (model/cache_config.h), which owns the rest; checked but not allocated.
-Result<KvCacheConfig> CacheConfigFor(const LlamaConfig& c, int64_t model_context, const KvOptions& kv);
+Result<KvCacheConfig> CacheConfigFor(const DecoderConfig& c, int64_t model_context, const KvOptions& kv);
 
 struct Model::Impl {
   ModelInfo info;
   ModelOptions options;
-  LlamaWeights weights;
+  DecoderWeights weights;
   Tokenizer tokenizer;
   /// The snapshot fingerprint, hashed on first use (SavePrefix/LoadPrefix), once per model.
   const ModelFingerprint& fingerprint() const;
@@ -43,7 +43,7 @@ struct Model::Impl {
 
   /// A forward pass of its own (activations, thread pool, segment list) for Session::RunBatch.
   struct BatchPass {
-    LlamaModel llama;
+    DecoderModel llama;
     std::vector<ForwardSegment> segments;  // [items] of the pass running now
   };
   /// The pass lent for one RunBatch call, handed back when it goes out of scope.
@@ -98,7 +98,7 @@ struct Session::Impl {
   Impl(std::shared_ptr<const Model::Impl> m, KvCacheConfig config, std::unique_ptr<KvCache> c);
 
   std::shared_ptr<const Model::Impl> model;
-  LlamaModel llama;                  // Prefill's: its own copy of the weight views and activations
+  DecoderModel llama;                // Prefill's: its own copy of the weight views and activations
   KvCacheConfig cache_config;        // to make an empty cache again (Clear, Truncate)
   std::unique_ptr<KvCache> cache;
   std::vector<int32_t> tokens;       // [positions] the ids the cache holds

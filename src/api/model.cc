@@ -12,7 +12,7 @@ namespace kvq {
 
 const char* Version() { return KVQ_VERSION; }
 
-Result<KvCacheConfig> CacheConfigFor(const LlamaConfig& c, int64_t model_context, const KvOptions& kv) {
+Result<KvCacheConfig> CacheConfigFor(const DecoderConfig& c, int64_t model_context, const KvOptions& kv) {
   if (kv.context < 0 || kv.context > model_context) {
     return Status::Error(fmt::format("KvOptions::context must be in 0..{} (the model's context; 0: all of it), "
                                      "got {}", model_context, kv.context));
@@ -69,7 +69,7 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& path, const ModelO
   impl->weights = std::move(loaded.value().weights);
   impl->tokenizer = std::move(loaded.value().tokenizer);
   impl->options = options;
-  const LlamaConfig& c = impl->weights.config;
+  const DecoderConfig& c = impl->weights.config;
   if (options.context > c.seq_len) {
     return Status::Error(fmt::format("{}: ModelOptions::context {} is past the model's context of {} positions",
                                      path, options.context, c.seq_len));

@@ -1,4 +1,4 @@
-// Session (see include/kvq/session.h): Prefill/Decode/RunBatch over LlamaModel::ForwardBatch and
+// Session (see include/kvq/session.h): Prefill/Decode/RunBatch over DecoderModel::ForwardBatch and
 // the caches, Generate (Prefill, then sample, Generator, Decode: the loop `kvq run` runs too), and
 // the cache operations (truncate, clear, snapshots).
 #include <fmt/format.h>

@@ -1,5 +1,5 @@
 // Session::Prefill and Session::RunBatch (see include/kvq/session.h): the items checked, then run
-// in blocks of kPrefillBlock tokens per item through LlamaModel::ForwardBatch, with the abort
+// in blocks of kPrefillBlock tokens per item through DecoderModel::ForwardBatch, with the abort
 // callbacks asked between blocks.
 #include <fmt/format.h>
 
@@ -93,7 +93,7 @@ Status Session::RunItems(std::span<const BatchItem> items, std::string_view call
   // first item's thread count); each segment attends over its own cache.
   std::optional<Model::Impl::LentPass> lent;
   if (batch) lent.emplace(items[0].session->impl_->model->LendBatchPass(items[0].session->threads()));
-  LlamaModel& llama = batch ? (*lent)->llama : items[0].session->impl_->llama;
+  DecoderModel& llama = batch ? (*lent)->llama : items[0].session->impl_->llama;
   std::vector<ForwardSegment>& segments = batch ? (*lent)->segments : items[0].session->impl_->segments;
   constexpr size_t kBlock = kPrefillBlock;
   for (size_t done = 0;; done += kBlock) {  // pass p runs block p of every item that has one
@@ -156,7 +156,7 @@ Model::Impl::LentPass Model::Impl::LendBatchPass(int32_t threads) const {
       ++batch_passes_made_;
     }
   }
-  if (pass == nullptr) pass.reset(new BatchPass{.llama = LlamaModel(weights, threads), .segments = {}});
+  if (pass == nullptr) pass.reset(new BatchPass{.llama = DecoderModel(weights, threads), .segments = {}});
   pass->llama.set_threads(threads);
   return LentPass(*this, std::move(pass));
 }

@@ -1,5 +1,5 @@
 // A small fixed pool of worker threads, owned by whoever runs a forward pass (each session's
-// LlamaModel owns one), so concurrent sessions never share workers or a lock.
+// DecoderModel owns one), so concurrent sessions never share workers or a lock.
 //
 // Hand-off: Run publishes the job and bumps an atomic generation; a worker that finished its last
 // job spins on that counter for a bounded time (thread_pool.cc: kSpinPause of pause instructions,

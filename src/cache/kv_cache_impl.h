@@ -153,4 +153,10 @@ struct KvCache::Impl {
   void DropEncodedF32(Layer& L) const;
 };
 
+// The one door to a cache's private state from outside its members (a friend of KvCache), for
+// kvq's internal hooks (page_copies.h).
+struct KvCacheInternal {
+  static KvCache::Impl& Of(KvCache& cache) { return *cache.impl_; }
+};
+
 }  // namespace kvq

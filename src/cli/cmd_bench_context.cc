@@ -65,7 +65,7 @@ int RunBenchContext(const BenchContextOptions& o) {
   const std::string model_path = o.shared.ModelPath();
   Result<LoadedModel> loaded = LoadModel(model_path, o.shared.TokenizerPath());
   if (!loaded.ok()) return bad(loaded.status().message());
-  const LlamaConfig cfg = loaded->weights.config;
+  const DecoderConfig cfg = loaded->weights.config;
   std::vector<std::string> notes;
   for (int64_t n : config.contexts) {
     if (n + 1 + o.reps <= cfg.seq_len) continue;
@@ -106,7 +106,7 @@ int RunBenchContext(const BenchContextOptions& o) {
     }
   }
 
-  LlamaModel model(std::move(loaded->weights), o.shared.threads);
+  DecoderModel model(std::move(loaded->weights), o.shared.threads);
   auto progress = [](const std::string& line) { fmt::print(stderr, "bench context: {}\n", line); };
   const Result<ContextBenchReport> report = RunContextBench(model, config, progress);
   if (!report.ok()) return bad(report.status().message());

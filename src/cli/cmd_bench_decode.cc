@@ -50,7 +50,7 @@ int RunBenchDecode(const BenchDecodeOptions& o) {
   const std::string model_path = o.shared.ModelPath();
   Result<LoadedModel> loaded = LoadModel(model_path, o.shared.TokenizerPath());
   if (!loaded.ok()) return bad(loaded.status().message());
-  const LlamaConfig cfg = loaded->weights.config;
+  const DecoderConfig cfg = loaded->weights.config;
   for (const KvSpec& f : config.formats) {
     if (Status s = CheckKvSpec(f, {.n_kv_heads = cfg.n_kv_heads, .head_dim = cfg.head_dim()}); !s.ok()) {
       return bad("--format: " + s.message());
@@ -95,7 +95,7 @@ int RunBenchDecode(const BenchDecodeOptions& o) {
     if (config.contexts.empty()) config.contexts.push_back(std::max<int64_t>(limit, 0));
   }
 
-  LlamaModel model(std::move(loaded->weights), o.shared.threads);
+  DecoderModel model(std::move(loaded->weights), o.shared.threads);
   auto progress = [](const std::string& line) { fmt::print(stderr, "bench decode: {}\n", line); };
   const Result<std::vector<DecodeBenchRow>> rows = RunDecodeBench(model, config, progress);
   if (!rows.ok()) return bad(rows.status().message());

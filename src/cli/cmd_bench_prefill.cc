@@ -58,7 +58,7 @@ int RunBenchPrefill(const BenchPrefillOptions& o) {
   const std::string model_path = o.shared.ModelPath();
   Result<LoadedModel> loaded = LoadModel(model_path, o.shared.TokenizerPath());
   if (!loaded.ok()) return bad(loaded.status().message());
-  const LlamaConfig cfg = loaded->weights.config;
+  const DecoderConfig cfg = loaded->weights.config;
   for (const KvSpec& f : config.formats) {
     if (Status s = CheckKvSpec(f, {.n_kv_heads = cfg.n_kv_heads, .head_dim = cfg.head_dim()}); !s.ok()) {
       return bad("--format: " + s.message());
@@ -91,7 +91,7 @@ int RunBenchPrefill(const BenchPrefillOptions& o) {
   fmt::print(stderr, "bench prefill: measuring the compute roofline on {} threads\n", threads);
   config.roofline = MeasureComputeRoofline(threads, kRooflineReps);
   const ComputeRoofline& roof = config.roofline;
-  LlamaModel model(std::move(loaded->weights), threads);
+  DecoderModel model(std::move(loaded->weights), threads);
   const WeightMacs macs = CountWeightMacs(model.weights());
   auto progress = [](const std::string& line) { fmt::print(stderr, "bench prefill: {}\n", line); };
   const Result<std::vector<PrefillBenchRow>> rows = RunPrefillBench(model, config, progress);

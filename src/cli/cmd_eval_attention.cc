@@ -146,7 +146,7 @@ int RunEvalAttention(const EvalAttentionOptions& o) {
   }
   SyntheticShape shape;  // n_layers: the layers with KV (a hybrid's attention layers)
   if (loaded) {
-    const LlamaConfig& c = loaded->weights.config;
+    const DecoderConfig& c = loaded->weights.config;
     const KvShape kv = ModelKvShape(c);
     shape = {.n_layers = static_cast<int32_t>(kv.n_layers), .n_heads = c.n_heads, .n_kv_heads = kv.n_kv_heads,
              .head_dim = kv.head_dim};
@@ -163,7 +163,7 @@ int RunEvalAttention(const EvalAttentionOptions& o) {
   }
   const std::string rows_of = o.synthetic ? "the synthetic rows" : "the model";
   if (!o.synthetic && o.layer_given) {  // the model's layer index: one that attends
-    const LlamaConfig& c = loaded->weights.config;
+    const DecoderConfig& c = loaded->weights.config;
     if (o.layer < 0 || o.layer >= c.n_layers || c.is_recurrent(static_cast<int32_t>(o.layer))) {
       return bad(fmt::format("--layer {}: the model's layers with attention (and KV) are {}{}", o.layer,
                              fmt::join(ModelLayersOfCache(c), ", "),
@@ -282,7 +282,7 @@ int RunEvalAttention(const EvalAttentionOptions& o) {
                  fmt::format("contexts: {}; attention kernel: SIMD {}; int8/int4 scores {}", JoinContexts(contexts),
                              AttentionSimdTarget(), ScoreArithmeticLabel())};
     if (!cap_note.empty()) src.lines.push_back(cap_note);
-    LlamaModel model(std::move(loaded->weights), o.shared.threads);
+    DecoderModel model(std::move(loaded->weights), o.shared.threads);
     report = MeasureModelAttentionError(model, input.tokens, config, progress);
   }
   if (!report.ok()) return fail(report.status().message());

@@ -200,7 +200,7 @@ int RunKl(const FidelityOptions& o, const std::string& text_path, const std::str
   Result<LoadedModel> loaded = LoadModel(model_path, o.shared.TokenizerPath());
   if (!loaded.ok()) return bad(loaded.status().message());
   const Tokenizer tokenizer = std::move(loaded.value().tokenizer);
-  const LlamaConfig cfg = loaded->weights.config;
+  const DecoderConfig cfg = loaded->weights.config;
   const int64_t n_ctx = base ? base->layout().n_ctx
                              : o.ctx_size != 0 ? o.ctx_size : std::min<int64_t>(kLlamaPerplexityCtx, cfg.seq_len);
   if (n_ctx > cfg.seq_len) {
@@ -233,7 +233,7 @@ int RunKl(const FidelityOptions& o, const std::string& text_path, const std::str
     if (!w.ok()) return fail("--kl-divergence-base-out " + w.status().message());
     out = std::move(w.value());
   }
-  LlamaModel model(std::move(loaded.value().weights), o.shared.threads);
+  DecoderModel model(std::move(loaded.value().weights), o.shared.threads);
   const KlRunConfig run{.key = kv->key, .value = kv->value, .key_transforms = kv->key_transforms,
                         .value_transforms = kv->value_transforms, .n_ctx = static_cast<int32_t>(n_ctx),
                         .bos = tokenizer.add_bos() ? tokenizer.bos() : -1,
@@ -310,7 +310,7 @@ int RunEvalFidelity(const FidelityOptions& o) {
   Result<LoadedModel> loaded = LoadModel(model_path, o.shared.TokenizerPath());
   if (!loaded.ok()) return bad(loaded.status().message());
   const Tokenizer tokenizer = std::move(loaded.value().tokenizer);
-  const LlamaConfig cfg = loaded->weights.config;
+  const DecoderConfig cfg = loaded->weights.config;
   const FidelityInput input = MakeFidelityInput(tokenizer, *text, cfg.seq_len);
   if (input.full_count > static_cast<int64_t>(input.tokens.size())) {
     fmt::print(stderr, "kvq {}: {} gives {} tokens; using the first {} (the model's context)\n", kCommand,
@@ -334,7 +334,7 @@ int RunEvalFidelity(const FidelityOptions& o) {
     return bad("--kv-bits: needs --kv-plan (the plan whose bits it bounds)");
   }
 
-  LlamaModel model(std::move(loaded.value().weights), o.shared.threads);
+  DecoderModel model(std::move(loaded.value().weights), o.shared.threads);
   Result<FidelityReport> report = RunFidelity(model, input.tokens, config, [](const std::string& line) {
     fmt::print(stderr, "kvq {}: {}\n", kCommand, line);
   });

@@ -51,11 +51,11 @@ struct ModelShape {
   int64_t kv_heads = 0;
   int64_t head_dim = 0;
   int64_t state_bytes = 0;       // fixed per-sequence state (a hybrid's recurrent layers), f32
-  LlamaConfig config;            // what ModelCacheConfig plans the model's cache from
+  DecoderConfig config;            // what ModelCacheConfig plans the model's cache from
 };
 
 Result<ModelShape> ReadModelShape(const std::string& path) {
-  Result<LlamaWeights> weights = Status::Error("");
+  Result<DecoderWeights> weights = Status::Error("");
   if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".gguf") == 0) {
     Result<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
     if (!file.ok()) return file.status();
@@ -64,7 +64,7 @@ Result<ModelShape> ReadModelShape(const std::string& path) {
     weights = LoadLlama2c(path);
   }
   if (!weights.ok()) return weights.status();
-  const LlamaConfig& c = weights->config;
+  const DecoderConfig& c = weights->config;
   const KvShape kv = ModelKvShape(c);
   return ModelShape{.arch = c.arch, .layers = c.n_layers, .attention_layers = kv.n_layers,
                     .kv_heads = kv.n_kv_heads, .head_dim = kv.head_dim, .state_bytes = c.state_floats() * 4,

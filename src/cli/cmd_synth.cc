@@ -147,7 +147,7 @@ int RunSynth(const SynthOptions& o) {
     // The architecture brings its own conventions: qwen2 has Q/K/V biases and a smaller epsilon.
     if (*a != spec.arch || o.preset.empty()) {
       spec.arch = *a;
-      spec.qkv_bias = *a == SynthArch::kQwen2;
+      spec.qkv_bias = ArchitectureOf(*a).qkv_bias;
       spec.norm_eps =
           *a == SynthArch::kQwen2 || *a == SynthArch::kQwen3 || spec.is_hybrid() ? 1e-6f : 1e-5f;
     }

@@ -16,7 +16,7 @@
 #include "formats/int_score.h"
 #include "kvq/model.h"
 #include "kvq/units.h"
-#include "measure/kv_plan.h"
+#include "plan/kv_plan.h"
 
 namespace kvq::cli {
 
@@ -54,7 +54,7 @@ std::string SharedOptions::KvFormatName() const {
   return k == v ? k : k + "/" + v;
 }
 
-Result<std::vector<LayerFormats>> SharedOptions::KvLayers(const LlamaWeights& weights) const {
+Result<std::vector<LayerFormats>> SharedOptions::KvLayers(const DecoderWeights& weights) const {
   if (kv_plan.empty()) return KvLayers(ModelFingerprint{});  // no plan: the fingerprint is not read
   return KvLayers(Fingerprint(weights));
 }

@@ -13,7 +13,7 @@
 #include "kvq/kv_cache.h"
 #include "kvq/speculation.h"
 #include "kvq/status.h"
-#include "model/llama_weights.h"
+#include "model/decoder_weights.h"
 
 namespace kvq::cli {
 
@@ -50,7 +50,7 @@ struct SharedOptions {
   /// The cache's specs per layer: --kv-plan's layers (read and checked against this model's
   /// fingerprint, and against --kv-bits when given), else KvLayer() for every layer (one entry).
   /// Errors name the flag and the file.
-  Result<std::vector<LayerFormats>> KvLayers(const LlamaWeights& weights) const;
+  Result<std::vector<LayerFormats>> KvLayers(const DecoderWeights& weights) const;
   /// The same for a model known by its fingerprint (kvq::Model::fingerprint()).
   Result<std::vector<LayerFormats>> KvLayers(const ModelFingerprint& fingerprint) const;
   /// The specs of the --format list, in the order given; the error names the flag.

@@ -11,7 +11,7 @@
 #include "cli/eval_text.h"
 #include "cli/json_output.h"
 #include "kvq/units.h"
-#include "measure/kv_plan.h"
+#include "measure/kv_plan_auto.h"
 #include "model/cache_config.h"
 #include "model/load_model.h"
 
@@ -25,7 +25,7 @@ double TensorBits(int64_t bytes, int64_t n, RowShape row) {
   return 8.0 * static_cast<double>(bytes) / (static_cast<double>(n) * static_cast<double>(row.elems()));
 }
 
-void PrintResult(const AutoPlanResult& r, const LlamaConfig& c, const std::string& model, const std::string& text,
+void PrintResult(const AutoPlanResult& r, const DecoderConfig& c, const std::string& model, const std::string& text,
                  const std::string& output) {
   const KvPlan& p = r.plan;
   const RowShape row = ModelKvShape(c).row();
@@ -135,7 +135,7 @@ int RunAutoPlan(const SharedOptions& shared, const AutoPlanOptions& o) {
   const std::string model_path = shared.ModelPath();
   Result<LoadedModel> loaded = LoadModel(model_path, shared.TokenizerPath());
   if (!loaded.ok()) return bad(loaded.status().message());
-  const LlamaConfig cfg = loaded->weights.config;
+  const DecoderConfig cfg = loaded->weights.config;
   if (o.context > cfg.seq_len) {
     return bad(fmt::format("-c {}: more than the model's context of {} positions", o.context, cfg.seq_len));
   }
@@ -148,7 +148,7 @@ int RunAutoPlan(const SharedOptions& shared, const AutoPlanOptions& o) {
                input.tokens.size());
   }
   const ModelFingerprint fingerprint = Fingerprint(loaded->weights);
-  LlamaModel model(std::move(loaded.value().weights), shared.threads);
+  DecoderModel model(std::move(loaded.value().weights), shared.threads);
   Result<AutoPlanResult> r = AutoPlan(model, input.tokens, fingerprint, config, [](const std::string& line) {
     fmt::print(stderr, "kvq {}: {}\n", kCommand, line);
   });

@@ -1,5 +1,5 @@
 // `kvq plan --auto`: KV specs per layer and per K/V chosen from a model's measured fidelity under
-// a budget (measure/kv_plan.h), printed and written as a plan file for --kv-plan. Its flags live
+// a budget (measure/kv_plan_auto.h), printed and written as a plan file for --kv-plan. Its flags live
 // on `kvq plan`; cmd_plan.cc declares the command.
 #pragma once
 

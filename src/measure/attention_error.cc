@@ -329,10 +329,10 @@ int32_t Argmax(const std::vector<float>& logits) {
 // Runs tokens 0..N−1 through the model on an f32 cache, keeping K and V of every position and,
 // at each query position, q, the attention output, the next token's top-1 and (a hybrid) the
 // recurrent state the position started from. The hooks see model layers; the capture is per
-// cache layer (LlamaConfig::cache_layer), as the cache holds them.
-Result<Captured> CaptureModel(LlamaModel& model, std::span<const int32_t> tokens, int64_t n_positions,
+// cache layer (DecoderConfig::cache_layer), as the cache holds them.
+Result<Captured> CaptureModel(DecoderModel& model, std::span<const int32_t> tokens, int64_t n_positions,
                               const std::vector<int64_t>& query_positions, const ProgressFn& progress) {
-  const LlamaConfig& mc = model.config();
+  const DecoderConfig& mc = model.config();
   const FormatDesc* f32 = FindFormat(FormatId::kF32);
   Result<std::unique_ptr<KvCache>> cache = CreateModelCache(mc, n_positions, {.layers = {{f32, f32}}});
   if (!cache.ok()) return cache.status();
@@ -382,7 +382,7 @@ Result<Captured> CaptureModel(LlamaModel& model, std::span<const int32_t> tokens
 // cache of format f holding the captured prefix plus the live k and v. With one layer selected
 // the live q, k, v equal the captured ones (the layers before it are f32), so the substitute is
 // exactly the measured candidate.
-Result<bool> Top1Changed(LlamaModel& model, const Captured& c, std::span<const int32_t> tokens, const KvSpec& f,
+Result<bool> Top1Changed(DecoderModel& model, const Captured& c, std::span<const int32_t> tokens, const KvSpec& f,
                          const Selection& sel, int64_t n) {
   // The base: the model's own f32 cache holding the captured prefix (and a hybrid's state there).
   const KvSpec f32 = F32Spec();
@@ -456,10 +456,10 @@ AttentionTextInput MakeAttentionTextInput(const Tokenizer& tokenizer, std::strin
   return in;
 }
 
-Result<AttentionErrorReport> MeasureModelAttentionError(LlamaModel& model, std::span<const int32_t> tokens,
+Result<AttentionErrorReport> MeasureModelAttentionError(DecoderModel& model, std::span<const int32_t> tokens,
                                                         const AttentionErrorConfig& config,
                                                         const ProgressFn& progress) {
-  const LlamaConfig& mc = model.config();
+  const DecoderConfig& mc = model.config();
   // The rows measured are the cache's: a hybrid's attention layers (its recurrent layers hold no KV).
   const SyntheticShape shape{.n_layers = mc.n_attention_layers(), .n_heads = mc.n_heads,
                              .n_kv_heads = mc.n_kv_heads, .head_dim = mc.head_dim()};

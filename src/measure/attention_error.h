@@ -31,7 +31,7 @@
 #include "kvq/format.h"
 #include "kvq/kv_spec.h"
 #include "kvq/status.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "text/tokenizer.h"
 
 namespace kvq {
@@ -114,7 +114,7 @@ AttentionTextInput MakeAttentionTextInput(const Tokenizer& tokenizer, std::strin
 /// candidate substituted (ForwardHooks::on_attention_out). Requires tokens.size() ≥ the largest
 /// context ≤ seq_len. Clears the model's hooks when done. `progress` (may be empty) gets a line per
 /// stage.
-Result<AttentionErrorReport> MeasureModelAttentionError(LlamaModel& model, std::span<const int32_t> tokens,
+Result<AttentionErrorReport> MeasureModelAttentionError(DecoderModel& model, std::span<const int32_t> tokens,
                                                         const AttentionErrorConfig& config,
                                                         const ProgressFn& progress);
 

@@ -14,6 +14,7 @@
 #include <memory>
 #include <random>
 
+#include "cache/page_copies.h"
 #include "kvq/kv_memory.h"
 #include "kvq/units.h"
 #include "measure/read_bandwidth.h"
@@ -81,7 +82,7 @@ class ColdFile {
 
 // The arm's cache: resident host, host streamed, or disk streamed. A streamed tier's working set
 // is the configured budget, or 8 pages — 2 when 8 would hold the whole cache (it would not stream).
-Result<std::unique_ptr<KvCache>> MakeArmCache(const LlamaConfig& c, const FormatDesc* f,
+Result<std::unique_ptr<KvCache>> MakeArmCache(const DecoderConfig& c, const FormatDesc* f,
                                               CacheTier tier, int64_t positions,
                                               const ContextBenchConfig& config) {
   Result<KvCacheConfig> model_cc =
@@ -116,8 +117,8 @@ Result<std::unique_ptr<KvCache>> MakeArmCache(const LlamaConfig& c, const Format
 
 // Multiply-adds per second of the model's attention on `format`, with a 2,048-position window in
 // cache: the kernel's compute rate when bytes are not what it waits for.
-Result<double> KernelGmacs(const LlamaModel& model, const FormatDesc* format, uint64_t seed) {
-  const LlamaConfig& c = model.config();
+Result<double> KernelGmacs(const DecoderModel& model, const FormatDesc* format, uint64_t seed) {
+  const DecoderConfig& c = model.config();
   constexpr int64_t kPositions = 2048;
   Result<KvCacheConfig> model_cc = ModelCacheConfig(c, kPositions, {.layers = {{format, format}}});
   if (!model_cc.ok()) return model_cc.status();
@@ -189,7 +190,7 @@ Status FillContext(KvCache& cache, int64_t n, uint64_t seed, const ProgressFn& p
     if (Status s = cache.Append(l, k.data(), v.data(), first); !s.ok()) return s;
     for (int64_t done = pool_pages; pool_pages > 0 && done < pages;) {
       const int64_t chunk = std::min<int64_t>(1024, pages - done);
-      if (Status s = cache.AppendPageCopies(l, 0, pool_pages, chunk); !s.ok()) return s;
+      if (Status s = AppendPageCopies(cache, l, 0, pool_pages, chunk); !s.ok()) return s;
       done += chunk;
       const double seconds = SecondsSince(t0);
       if (progress && seconds - last_report >= 5) {
@@ -209,9 +210,9 @@ Status FillContext(KvCache& cache, int64_t n, uint64_t seed, const ProgressFn& p
   return Status::Ok();
 }
 
-Result<ContextBenchReport> RunContextBench(LlamaModel& model, const ContextBenchConfig& config,
+Result<ContextBenchReport> RunContextBench(DecoderModel& model, const ContextBenchConfig& config,
                                            const ProgressFn& progress) {
-  const LlamaConfig& c = model.config();
+  const DecoderConfig& c = model.config();
   if (config.formats.empty() || config.tiers.empty() || config.contexts.empty() ||
       config.reps <= 0) {
     return Status::Error("bench context: give at least one format, tier and context, and reps > 0");

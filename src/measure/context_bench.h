@@ -15,7 +15,7 @@
 #include "kvq/format.h"
 #include "kvq/kv_cache.h"
 #include "kvq/status.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 
 namespace kvq {
 
@@ -27,7 +27,7 @@ Result<CacheTier> ParseCacheTier(std::string_view name);
 using ProgressFn = std::function<void(const std::string&)>;
 
 /// Fills every layer of an empty `cache` with n positions of random rows, fast: a pool of a few
-/// pages encoded once by Append, then byte copies of those pages (KvCache::AppendPageCopies),
+/// pages encoded once by Append, then byte copies of those pages (AppendPageCopies, cache/page_copies.h),
 /// then the last partial page by Append. The step's cost and every tier's bits do not depend on
 /// the values repeating. `progress` (may be empty) gets a line every few seconds with an ETA.
 Status FillContext(KvCache& cache, int64_t n, uint64_t seed, const ProgressFn& progress,
@@ -82,7 +82,7 @@ struct ContextBenchReport {
 
 /// Runs the benchmark. Errors: a context past the model's (unless past_model_context), a cache
 /// that cannot be created (budgets, disk space), I/O.
-Result<ContextBenchReport> RunContextBench(LlamaModel& model, const ContextBenchConfig& config,
+Result<ContextBenchReport> RunContextBench(DecoderModel& model, const ContextBenchConfig& config,
                                            const ProgressFn& progress);
 
 }  // namespace kvq

@@ -26,7 +26,7 @@ double Median(std::vector<double> v) {
 
 // Appends `n` positions of random rows to every layer, in chunks from a pool of random rows (the
 // values repeat every chunk; only their encoding's cost and size matter here).
-Status FillRandom(KvCache& cache, const LlamaConfig& c, int64_t n, uint64_t seed,
+Status FillRandom(KvCache& cache, const DecoderConfig& c, int64_t n, uint64_t seed,
                   const std::function<void(const std::string&)>& progress, const std::string& name) {
   constexpr int64_t kChunk = 256;
   const int64_t row = c.kv_dim();
@@ -62,7 +62,7 @@ std::array<const Matrix*, 3> StackedExperts(const LayerWeights& L) { return {&L.
 // mapped file's pages are in memory before the timed steps: otherwise a MoE model's step pays a
 // page fault for each expert not chosen before, and whichever arm runs first after the routing
 // changes pays it for the others (the reads are volatile: not optimised away).
-void TouchWeights(const LlamaWeights& w) {
+void TouchWeights(const DecoderWeights& w) {
   uint8_t sum = 0;
   auto touch = [&](const Matrix& m) {
     const auto* bytes = static_cast<const volatile uint8_t*>(m.data);
@@ -80,8 +80,8 @@ void TouchWeights(const LlamaWeights& w) {
 
 }  // namespace
 
-int64_t WeightBytesPerStep(const LlamaWeights& w) {
-  const LlamaConfig& c = w.config;
+int64_t WeightBytesPerStep(const DecoderWeights& w) {
+  const DecoderConfig& c = w.config;
   const DeltaNetConfig& d = c.delta_net;
   int64_t bytes = MatrixRowBytes(w.token_embedding.type, w.token_embedding.cols) + MatrixBytes(w.classifier) +
                   int64_t{c.dim} * 4;  // one embedding row, the classifier, the final norm
@@ -105,7 +105,7 @@ const KvSpec* DecodeBenchReference(const DecodeBenchConfig& config) {
   return &config.formats.front();
 }
 
-Result<int64_t> DecodeKvBytes(const LlamaConfig& c, const KvSpec& spec, int64_t context) {
+Result<int64_t> DecodeKvBytes(const DecoderConfig& c, const KvSpec& spec, int64_t context) {
   if (context == 0) return int64_t{0};
   // A hybrid's recurrent layers hold no KV: only its attention layers count.
   const KvShape shape = ModelKvShape(c);
@@ -120,9 +120,9 @@ Result<int64_t> DecodeKvBytes(const LlamaConfig& c, const KvSpec& spec, int64_t 
   return per_layer * shape.n_layers;
 }
 
-Result<std::vector<DecodeBenchRow>> RunDecodeBench(LlamaModel& model, const DecodeBenchConfig& config,
+Result<std::vector<DecodeBenchRow>> RunDecodeBench(DecoderModel& model, const DecodeBenchConfig& config,
                                                    const std::function<void(const std::string&)>& progress) {
-  const LlamaConfig& c = model.config();
+  const DecoderConfig& c = model.config();
   const int64_t weight_bytes = WeightBytesPerStep(model.weights());
   const int64_t state_bytes = c.state_floats() * 4;
   const KvSpec* reference = DecodeBenchReference(config);

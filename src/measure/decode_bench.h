@@ -15,7 +15,7 @@
 #include "kvq/format.h"
 #include "kvq/kv_spec.h"
 #include "kvq/status.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 
 namespace kvq {
 
@@ -44,18 +44,18 @@ struct DecodeBenchRow {
 /// token and are measured per step): every layer's matrices, norms and biases — attention's or the
 /// recurrent mixer's, the dense FFN or the shared expert and the router — the classifier, and one
 /// embedding row.
-int64_t WeightBytesPerStep(const LlamaWeights& weights);
+int64_t WeightBytesPerStep(const DecoderWeights& weights);
 
 /// The arm the ceiling and speedup are relative to: f16 when it is an arm, else the first.
 const KvSpec* DecodeBenchReference(const DecodeBenchConfig& config);
 
 /// KV bytes a step reads at `context` for `format` (every attention layer — a hybrid's recurrent
 /// layers hold none — K and V; 0 at context 0).
-Result<int64_t> DecodeKvBytes(const LlamaConfig& model, const KvSpec& format, int64_t context);
+Result<int64_t> DecodeKvBytes(const DecoderConfig& model, const KvSpec& format, int64_t context);
 
 /// Runs the benchmark on `model` (its thread count is the model's). Errors: a context past the
 /// model's limit, a cache that cannot be created. `progress` (may be empty) gets a line per stage.
-Result<std::vector<DecodeBenchRow>> RunDecodeBench(LlamaModel& model, const DecodeBenchConfig& config,
+Result<std::vector<DecodeBenchRow>> RunDecodeBench(DecoderModel& model, const DecodeBenchConfig& config,
                                                    const std::function<void(const std::string&)>& progress);
 
 }  // namespace kvq

@@ -42,9 +42,9 @@ int32_t Argmax(const float* x, int32_t n) {
 // One arm: every token through a fresh cache of the arm's specs, one decode step each (so fp8
 // calibrates on the first token's rows, KIVI completes its key groups and residual rows age out as
 // decoding would); `visit` gets position p's logits.
-Status RunArm(LlamaModel& model, std::span<const int32_t> tokens, const FidelityArm& arm,
+Status RunArm(DecoderModel& model, std::span<const int32_t> tokens, const FidelityArm& arm,
               const std::function<void(int64_t, const float*)>& visit) {
-  const LlamaConfig& c = model.config();
+  const DecoderConfig& c = model.config();
   // The model's cache (a hybrid's attention layers and recurrent state); one page when n is small.
   Result<std::unique_ptr<KvCache>> cache =
       CreateModelCache(c, static_cast<int64_t>(tokens.size()), {.layers = arm.layers});
@@ -100,10 +100,10 @@ FidelityInput MakeFidelityInput(const Tokenizer& tokenizer, std::string_view tex
   return in;
 }
 
-Result<FidelityReport> RunFidelity(LlamaModel& model, std::span<const int32_t> tokens,
+Result<FidelityReport> RunFidelity(DecoderModel& model, std::span<const int32_t> tokens,
                                    const FidelityConfig& config,
                                    const std::function<void(const std::string&)>& progress) {
-  const LlamaConfig& c = model.config();
+  const DecoderConfig& c = model.config();
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int32_t vocab = c.vocab_size;
   if (n < 2) return Status::Error(fmt::format("fidelity needs at least 2 tokens (got {})", n));

@@ -15,7 +15,7 @@
 #include "kvq/format.h"
 #include "kvq/kv_spec.h"
 #include "kvq/status.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "text/tokenizer.h"
 
 namespace kvq {
@@ -68,7 +68,7 @@ FidelityInput MakeFidelityInput(const Tokenizer& tokenizer, std::string_view tex
 /// cache and then through a cache of each arm, one Forward per token, and compares the
 /// logits position by position. Softmax, KL and perplexity are computed in double. The result
 /// does not depend on the model's thread count. `progress` (may be empty) gets one line per arm.
-Result<FidelityReport> RunFidelity(LlamaModel& model, std::span<const int32_t> tokens,
+Result<FidelityReport> RunFidelity(DecoderModel& model, std::span<const int32_t> tokens,
                                    const FidelityConfig& config,
                                    const std::function<void(const std::string&)>& progress);
 

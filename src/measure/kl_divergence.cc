@@ -156,9 +156,9 @@ Status CheckBaseMatches(const LlamaLogitsReader& base, int32_t vocab_size, int64
   return Status::Ok();
 }
 
-Result<KlReport> RunKlDivergence(LlamaModel& model, std::span<const int32_t> tokens, const KlRunConfig& run,
+Result<KlReport> RunKlDivergence(DecoderModel& model, std::span<const int32_t> tokens, const KlRunConfig& run,
                                  const std::function<void(const std::string&)>& progress) {
-  const LlamaConfig& c = model.config();
+  const DecoderConfig& c = model.config();
   const int32_t vocab = c.vocab_size, n_ctx = run.n_ctx;
   if (run.key == nullptr || run.value == nullptr) return Status::Error("no KV format given");
   if (n_ctx < 3 || n_ctx > c.seq_len) {

@@ -15,7 +15,7 @@
 #include "kvq/kv_spec.h"
 #include "kvq/status.h"
 #include "measure/llama_logits_file.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 
 namespace kvq {
 
@@ -99,7 +99,7 @@ struct KlReport {
 /// Runs `tokens` [n_chunk][n_ctx] chunk by chunk: a fresh cache, positions 0..first−1 as one
 /// block, then one decode step per scored position (its logits compared and/or written; position
 /// n_ctx − 1 predicts nothing and is not run). `progress` (may be empty) gets a line per chunk.
-Result<KlReport> RunKlDivergence(LlamaModel& model, std::span<const int32_t> tokens, const KlRunConfig& config,
+Result<KlReport> RunKlDivergence(DecoderModel& model, std::span<const int32_t> tokens, const KlRunConfig& config,
                                  const std::function<void(const std::string&)>& progress);
 
 }  // namespace kvq

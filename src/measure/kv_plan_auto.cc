@@ -1,4 +1,4 @@
-// `kvq plan --auto` (see kv_plan.h): each tensor's sensitivity to each candidate spec measured
+// `kvq plan --auto` (see kv_plan_auto.h): each tensor's sensitivity to each candidate spec measured
 // alone with the teacher-forced harness, then the multiple-choice knapsack over the tensors. The
 // predicted KL sums the per-tensor KLs (damage assumed additive); the measured KL is the plan's own
 // fidelity run, printed beside it so the assumption can be judged.
@@ -9,7 +9,7 @@
 #include <limits>
 #include <numeric>
 
-#include "measure/kv_plan.h"
+#include "measure/kv_plan_auto.h"
 #include "model/cache_config.h"
 
 namespace kvq {
@@ -87,10 +87,10 @@ std::vector<KvSpec> DefaultKvPlanCandidates() {
   return out;
 }
 
-Result<AutoPlanResult> AutoPlan(LlamaModel& model, std::span<const int32_t> tokens,
+Result<AutoPlanResult> AutoPlan(DecoderModel& model, std::span<const int32_t> tokens,
                                 const ModelFingerprint& fingerprint, const AutoPlanConfig& config,
                                 const std::function<void(const std::string&)>& progress) {
-  const LlamaConfig& c = model.config();
+  const DecoderConfig& c = model.config();
   // The tensors planned are the cache's: a hybrid's recurrent layers hold no KV.
   const KvShape shape = ModelKvShape(c);
   const std::vector<int32_t> model_layer = ModelLayersOfCache(c);  // [cache layer] for the arms' names

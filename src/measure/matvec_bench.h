@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kvq/status.h"
-#include "model/llama_weights.h"
+#include "model/decoder_weights.h"
 
 namespace kvq {
 

@@ -30,10 +30,10 @@ bool QuantizedActivation(const Matrix& m) {
 // profile added to `profile`; returns its seconds. `progress` gets a line about every 10 s with an
 // ETA from the rates so far: the weights and the rest per token, the attention per multiply-add
 // (which grows with the position, so a per-token rate would promise too early an end).
-Result<double> PrefillOnce(LlamaModel& model, const KvSpec& format, const std::vector<int32_t>& prompt,
+Result<double> PrefillOnce(DecoderModel& model, const KvSpec& format, const std::vector<int32_t>& prompt,
                            int64_t n, float* logits, ForwardProfile& profile, const std::string& name,
                            const std::function<void(const std::string&)>& progress) {
-  const LlamaConfig& c = model.config();
+  const DecoderConfig& c = model.config();
   Result<std::unique_ptr<KvCache>> cache =
       CreateModelCache(c, n, {.layers = {LayerFormats::Both(format)}, .page_positions = 256});
   if (!cache.ok()) return cache.status();
@@ -71,7 +71,7 @@ Result<double> PrefillOnce(LlamaModel& model, const KvSpec& format, const std::v
 
 }  // namespace
 
-WeightMacs CountWeightMacs(const LlamaWeights& w) {
+WeightMacs CountWeightMacs(const DecoderWeights& w) {
   WeightMacs macs;
   const MoeConfig& moe = w.config.moe;
   auto add = [&macs](const Matrix& m, int64_t per_token) {
@@ -92,7 +92,7 @@ WeightMacs CountWeightMacs(const LlamaWeights& w) {
   return macs;
 }
 
-int64_t PrefillAttentionMacs(const LlamaConfig& c, int64_t n) {
+int64_t PrefillAttentionMacs(const DecoderConfig& c, int64_t n) {
   // Σ_{p<n} (p + 1) = n (n + 1) / 2 positions attended.
   return int64_t{c.n_attention_layers()} * (n * (n + 1) / 2) * 2 * c.n_heads * c.head_dim();
 }
@@ -120,9 +120,9 @@ std::vector<int32_t> RepeatPrompt(int32_t bos, const std::vector<int32_t>& text,
   return prompt;
 }
 
-Result<std::vector<PrefillBenchRow>> RunPrefillBench(LlamaModel& model, const PrefillBenchConfig& config,
+Result<std::vector<PrefillBenchRow>> RunPrefillBench(DecoderModel& model, const PrefillBenchConfig& config,
                                                      const std::function<void(const std::string&)>& progress) {
-  const LlamaConfig& c = model.config();
+  const DecoderConfig& c = model.config();
   if (config.formats.empty()) return Status::Error("prefill bench: no formats");
   if (config.lengths.empty()) return Status::Error("prefill bench: no prompt lengths");
   if (config.reps < 1) {

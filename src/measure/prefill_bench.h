@@ -1,5 +1,5 @@
 // `kvq bench prefill`: real prefill speed per KV format and prompt length (issue 16). A prompt of
-// real tokens is run through LlamaModel::ForwardBlock in kvq's blocks of 64 into a fresh KvCache
+// real tokens is run through DecoderModel::ForwardBlock in kvq's blocks of 64 into a fresh KvCache
 // of each format (formats as interleaved arms), the forward pass's ForwardProfile splitting the
 // time into weights, attention and the rest, and each figure is set beside its compute ceiling:
 // the multiply-adds it needs over the peak rate measured in the same run (measure/roofline.h).
@@ -14,7 +14,7 @@
 #include "kvq/kv_spec.h"
 #include "kvq/status.h"
 #include "measure/roofline.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 
 namespace kvq {
 
@@ -38,13 +38,13 @@ struct WeightMacs {
 /// w1, w2, w3, a MoE layer's router, shared gate and the n_experts_used routed experts a token
 /// runs; the classifier. A hybrid's recurrent layers are timed in the attention phase
 /// (ForwardProfile) and not counted here.
-WeightMacs CountWeightMacs(const LlamaWeights& weights);
+WeightMacs CountWeightMacs(const DecoderWeights& weights);
 
 /// Causal attention's multiply-adds over a prompt of `n` tokens: position p attends to p + 1
 /// positions, each costing head_dim multiply-adds per query head for the score and as many for
 /// the value sum: attention layers · Σ_{p<n} (p + 1) · 2 · n_heads · head_dim (a hybrid's
 /// recurrent layers, timed in the same phase, are not counted).
-int64_t PrefillAttentionMacs(const LlamaConfig& config, int64_t n);
+int64_t PrefillAttentionMacs(const DecoderConfig& config, int64_t n);
 
 /// The seconds the weights need at the peaks of `roofline` for a prompt of `n` tokens (the int8
 /// part at best_int8_gmacs, the f32 part at best_f32_gmacs).
@@ -87,7 +87,7 @@ struct PrefillBenchRow {
 /// Runs the benchmark on `model` (its thread count is the model's). Errors: no formats or
 /// lengths, reps under 1, a length past the model's context or the prompt, a cache that cannot
 /// be created. `progress` (may be empty) gets a line about every 10 s of a prefill, with an ETA.
-Result<std::vector<PrefillBenchRow>> RunPrefillBench(LlamaModel& model, const PrefillBenchConfig& config,
+Result<std::vector<PrefillBenchRow>> RunPrefillBench(DecoderModel& model, const PrefillBenchConfig& config,
                                                      const std::function<void(const std::string&)>& progress);
 
 }  // namespace kvq

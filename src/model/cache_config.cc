@@ -3,11 +3,11 @@
 
 #include <fmt/format.h>
 
-#include "model/llama.h"
+#include "model/decoder.h"
 
 namespace kvq {
 
-Result<KvCacheConfig> ModelCacheConfig(const LlamaConfig& c, int64_t max_positions,
+Result<KvCacheConfig> ModelCacheConfig(const DecoderConfig& c, int64_t max_positions,
                                        const CacheChoice& choice) {
   const int32_t attending = c.n_attention_layers();
   if (choice.layers.empty()) return Status::Error("no KV spec given for the cache's layers");
@@ -40,18 +40,18 @@ Result<KvCacheConfig> ModelCacheConfig(const LlamaConfig& c, int64_t max_positio
   return config;
 }
 
-Result<std::unique_ptr<KvCache>> CreateModelCache(const LlamaConfig& c, int64_t max_positions,
+Result<std::unique_ptr<KvCache>> CreateModelCache(const DecoderConfig& c, int64_t max_positions,
                                                   const CacheChoice& choice) {
   Result<KvCacheConfig> config = ModelCacheConfig(c, max_positions, choice);
   if (!config.ok()) return config.status();
   return KvCache::Create(*config);
 }
 
-KvShape ModelKvShape(const LlamaConfig& c) {
+KvShape ModelKvShape(const DecoderConfig& c) {
   return {.n_layers = c.n_attention_layers(), .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()};
 }
 
-std::vector<int32_t> ModelLayersOfCache(const LlamaConfig& c) {
+std::vector<int32_t> ModelLayersOfCache(const DecoderConfig& c) {
   std::vector<int32_t> layers;  // [cache layer] model layer
   for (int32_t l = 0; l < c.n_layers; ++l) {
     if (!c.is_recurrent(l)) layers.push_back(l);

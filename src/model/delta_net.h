@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
-#include "model/llama_weights.h"
+#include "model/decoder_weights.h"
 
 namespace kvq {
 

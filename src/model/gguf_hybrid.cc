@@ -9,17 +9,6 @@
 namespace kvq {
 namespace {
 
-constexpr struct {
-  const char* name;
-  HybridArch arch;
-} kHybrids[] = {
-    // §3.4: the qwen35* converter tiles the V heads (v head h reads q/k head h mod Hk);
-    // qwen3next keeps HF's grouped order (h div r) and fuses b and a into ssm_ba.
-    {"qwen35", {VHeadMap::kModulo, false, false}},
-    {"qwen35moe", {VHeadMap::kModulo, true, false}},
-    {"qwen3next", {VHeadMap::kDivide, true, true}},
-};
-
 // An unsigned key in 1..max, or `fallback` when absent and fallback ≥ 0 (required otherwise).
 Result<int32_t> Count(const GgufFile& file, const std::string& key, int64_t fallback,
                       int64_t max = 1 << 24) {
@@ -38,15 +27,8 @@ Result<int32_t> Count(const GgufFile& file, const std::string& key, int64_t fall
 
 }  // namespace
 
-const HybridArch* FindHybridArch(const std::string& arch) {
-  for (const auto& h : kHybrids) {
-    if (arch == h.name) return &h.arch;
-  }
-  return nullptr;
-}
-
-Status ReadHybridConfig(const GgufFile& file, const std::string& pre, const HybridArch& arch,
-                        LlamaConfig* c) {
+Status ReadHybridConfig(const GgufFile& file, const std::string& pre, const Architecture& arch,
+                        DecoderConfig* c) {
   const std::string& path = file.path();
   c->qk_norm = true;
   c->attn_output_gate = true;
@@ -131,7 +113,7 @@ Status ReadHybridConfig(const GgufFile& file, const std::string& pre, const Hybr
   }
   // §2: the Gated DeltaNet sizes, all required.
   DeltaNetConfig& d = c->delta_net;
-  d.v_head_map = arch.v_head_map;
+  d.v_head_map = arch.v_heads_grouped ? VHeadMap::kDivide : VHeadMap::kModulo;
   const std::pair<const char*, int32_t*> ssm[] = {{"ssm.conv_kernel", &d.conv_kernel},
                                                   {"ssm.state_size", &d.key_dim},
                                                   {"ssm.group_count", &d.n_k_heads},
@@ -178,7 +160,7 @@ Status ReadHybridConfig(const GgufFile& file, const std::string& pre, const Hybr
   return Status::Ok();
 }
 
-Status LoadHybridLayer(GgufTensorReader& t, const LlamaConfig& c, const HybridArch& arch,
+Status LoadHybridLayer(GgufTensorReader& t, const DecoderConfig& c, const Architecture& arch,
                        int32_t layer, LayerWeights* L) {
   const std::string blk = fmt::format("blk.{}.", layer);
   const int64_t E = c.dim;

@@ -6,33 +6,25 @@
 
 #include <string>
 
+#include "gguf/architectures.h"
 #include "gguf/gguf_reader.h"
 #include "kvq/status.h"
+#include "model/decoder_weights.h"
 #include "model/gguf_tensors.h"
-#include "model/llama_weights.h"
 
 namespace kvq {
-
-/// Which hybrid an architecture name is: its V-head order and whether its FFN is experts.
-struct HybridArch {
-  VHeadMap v_head_map;
-  bool moe;
-  bool fused_ba;  ///< qwen3next: ssm_ba, b and a interleaved per key head; else ssm_beta, ssm_alpha
-};
-/// The hybrid `arch` is ("qwen35", "qwen35moe", "qwen3next"), or null.
-const HybridArch* FindHybridArch(const std::string& arch);
 
 /// Reads the hybrid keys under `pre` ("qwen35moe.") into `c`, whose common keys (dims, heads,
 /// head size, rope base, epsilon) are read already; block_count is reduced by
 /// nextn_predict_layers (the MTP layers kvq does not run). Sets the layer kinds, the Gated DeltaNet
 /// and MoE sizes, partial RoPE, the output gate, qk norms and (MoE) hidden_dim = the shared
 /// expert's width. Errors name the file and the key.
-Status ReadHybridConfig(const GgufFile& file, const std::string& pre, const HybridArch& arch,
-                        LlamaConfig* c);
+Status ReadHybridConfig(const GgufFile& file, const std::string& pre, const Architecture& arch,
+                        DecoderConfig* c);
 
 /// Layer `layer`'s tensors: the norms, its token mixer (Gated DeltaNet or gated attention) and
 /// its FFN (dense or experts + shared expert).
-Status LoadHybridLayer(GgufTensorReader& t, const LlamaConfig& c, const HybridArch& arch,
+Status LoadHybridLayer(GgufTensorReader& t, const DecoderConfig& c, const Architecture& arch,
                        int32_t layer, LayerWeights* L);
 
 }  // namespace kvq

@@ -11,51 +11,23 @@
 #include <cmath>
 
 #include "base/checksum.h"
+#include "gguf/architectures.h"
 #include "kvq/format.h"
 #include "model/gguf_hybrid.h"
 #include "model/gguf_tensors.h"
 
 namespace kvq {
-namespace {
 
-// The architectures kvq runs: the Llama block with three differences between them, and the
-// hybrids (gguf_hybrid.h), whose layers differ more.
-struct ArchSpec {
-  const char* name;
-  RopePairing pairing;  // llama.cpp's converters permute llama/mistral Q, K rows to adjacent pairs
-  bool qkv_bias;        // qwen2: q, k, v projections carry biases
-  bool qk_norm;         // qwen3: attn_q_norm / attn_k_norm, a per-head RMSNorm before RoPE
-  bool hybrid;          // Gated DeltaNet + gated attention layers (FindHybridArch has the rest)
-};
-constexpr ArchSpec kArchs[] = {
-    {"llama", RopePairing::kAdjacent, false, false, false},
-    {"mistral", RopePairing::kAdjacent, false, false, false},
-    {"qwen2", RopePairing::kHalves, true, false, false},
-    {"qwen3", RopePairing::kHalves, false, true, false},
-    {"qwen35", RopePairing::kHalves, false, true, true},
-    {"qwen35moe", RopePairing::kHalves, false, true, true},
-    {"qwen3next", RopePairing::kHalves, false, true, true},
-};
-
-std::string ArchNameList() {
-  std::string out;
-  for (const ArchSpec& a : kArchs) out += out.empty() ? a.name : fmt::format(", {}", a.name);
-  return out;
-}
-
-}  // namespace
-
-Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
+Result<DecoderWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
   const std::string& path = file->path();
   Result<std::string> arch_name = file->GetString("general.architecture");
   if (!arch_name.ok()) return arch_name.status();
-  const ArchSpec* arch = nullptr;
-  for (const ArchSpec& a : kArchs) arch = *arch_name == a.name ? &a : arch;
+  const Architecture* arch = FindArchitecture(*arch_name);
   if (arch == nullptr) {
     return Status::Error(fmt::format("{}: architecture '{}' is not supported (supported: {})", path,
-                                     *arch_name, ArchNameList()));
+                                     *arch_name, ArchitectureNames()));
   }
-  const HybridArch* hybrid = arch->hybrid ? FindHybridArch(arch->name) : nullptr;
+  const Architecture* hybrid = arch->hybrid() ? arch : nullptr;
   const std::string pre = std::string(arch->name) + ".";
   // A count, or a per-layer array of it (some hybrid GGUFs store head counts per layer, 0 for the
   // layers without attention): the array's non-zero entries must agree, and are the count.
@@ -76,7 +48,7 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
     }
     return value;
   };
-  LlamaConfig c;
+  DecoderConfig c;
   c.arch = arch->name;
   c.rope_pairing = arch->pairing;
   c.qkv_bias = arch->qkv_bias;
@@ -184,7 +156,7 @@ Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
     if (*v > 0 && static_cast<int32_t>(*v) < c.seq_len) c.seq_len = static_cast<int32_t>(*v);
   }
 
-  LlamaWeights w;
+  DecoderWeights w;
   w.fingerprint_seed = Checksum64(path.data(), 0);  // the hash of no bytes, as snapshots have always used
   GgufTensorReader reader(*file, &w);
   auto tensor = [&](const std::string& name, int64_t cols, int64_t rows) {

@@ -7,7 +7,7 @@
 
 #include "kvq/status.h"
 #include "gguf/gguf_reader.h"
-#include "model/llama_weights.h"
+#include "model/decoder_weights.h"
 
 namespace kvq {
 
@@ -17,6 +17,6 @@ namespace kvq {
 /// rope_freqs.weight tensor) are applied; other scalings are refused. qwen2: q/k/v biases and
 /// half-split rotation. A sliding window (mistral) caps the usable context at the window. Every tensor's presence,
 /// type and shape is checked against the metadata; errors name the file and the tensor.
-Result<LlamaWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file);
+Result<DecoderWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file);
 
 }  // namespace kvq

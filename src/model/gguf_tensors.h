@@ -9,14 +9,14 @@
 
 #include "gguf/gguf_reader.h"
 #include "kvq/status.h"
-#include "model/llama_weights.h"
+#include "model/decoder_weights.h"
 
 namespace kvq {
 
 class GgufTensorReader {
  public:
   /// Views point into `file`; each tensor read is added to `weights`' fingerprint bytes.
-  GgufTensorReader(const GgufFile& file, LlamaWeights* weights) : file_(file), weights_(weights) {}
+  GgufTensorReader(const GgufFile& file, DecoderWeights* weights) : file_(file), weights_(weights) {}
   const std::string& path() const { return file_.path(); }
   bool Has(const std::string& name) const;
   /// A tensor of GGUF dims exactly `dims` (ne0 first) as a row-major Matrix of dims[0] columns and
@@ -31,7 +31,7 @@ class GgufTensorReader {
 
  private:
   const GgufFile& file_;
-  LlamaWeights* weights_;
+  DecoderWeights* weights_;
 };
 
 }  // namespace kvq

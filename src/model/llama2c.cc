@@ -13,7 +13,7 @@
 
 namespace kvq {
 
-Result<LlamaWeights> LoadLlama2c(const std::string& path) {
+Result<DecoderWeights> LoadLlama2c(const std::string& path) {
   Result<std::shared_ptr<MappedFile>> file = MapFile(path);
   if (!file.ok()) return file.status();
   const MappedFile& f = **file;
@@ -27,7 +27,7 @@ Result<LlamaWeights> LoadLlama2c(const std::string& path) {
   // A negative vocab_size means a separate classifier; INT32_MIN has no positive counterpart
   // (negating it is undefined: fuzz/regressions/llama2c/vocab-int32-min.bin) and reads as 0, refused below.
   const int32_t vocab = h[5] == std::numeric_limits<int32_t>::min() ? 0 : (h[5] < 0 ? -h[5] : h[5]);
-  LlamaConfig c{.dim = h[0], .hidden_dim = h[1], .n_layers = h[2], .n_heads = h[3],
+  DecoderConfig c{.dim = h[0], .hidden_dim = h[1], .n_layers = h[2], .n_heads = h[3],
                 .n_kv_heads = h[4], .vocab_size = vocab, .seq_len = h[6]};
   const bool shared = h[5] > 0;
   const auto bad = [&](const std::string& why) {
@@ -53,7 +53,7 @@ Result<LlamaWeights> LoadLlama2c(const std::string& path) {
     return bad(fmt::format("the file is {} bytes; this header needs {} (28 + {} floats)", f.size,
                            kHeader + floats * 4, floats));
   }
-  LlamaWeights w;
+  DecoderWeights w;
   w.config = c;
   w.storage = *file;
   w.source = path;

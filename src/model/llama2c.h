@@ -5,13 +5,13 @@
 #include <string>
 
 #include "kvq/status.h"
-#include "model/llama_weights.h"
+#include "model/decoder_weights.h"
 
 namespace kvq {
 
 /// Loads a checkpoint: header {dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size
 /// (negative: a separate classifier follows), seq_len}, then the weights in run.c's order. The
 /// file size must match the header exactly; errors name the file and what was expected.
-Result<LlamaWeights> LoadLlama2c(const std::string& path);
+Result<DecoderWeights> LoadLlama2c(const std::string& path);
 
 }  // namespace kvq

@@ -22,7 +22,7 @@ namespace {
 
 // The numbers per weight type of every matrix (before repacking: a tied classifier still views
 // the embedding's bytes, so it is counted once).
-std::map<WeightType, int64_t> NumbersByType(const LlamaWeights& w) {
+std::map<WeightType, int64_t> NumbersByType(const DecoderWeights& w) {
   std::map<WeightType, int64_t> numbers;
   auto add = [&](const Matrix& m) {
     if (m.data != nullptr) numbers[m.type] += m.rows * m.cols;
@@ -43,7 +43,7 @@ std::map<WeightType, int64_t> NumbersByType(const LlamaWeights& w) {
 
 Result<LoadedModel> LoadModel(const std::string& model_path, const std::string& tokenizer_path) {
   const bool gguf = std::filesystem::path(model_path).extension() == ".gguf";
-  Result<LlamaWeights> weights = Status::Error("unreachable");
+  Result<DecoderWeights> weights = Status::Error("unreachable");
   std::shared_ptr<GgufFile> file;
   if (gguf) {
     Result<std::unique_ptr<GgufFile>> opened = GgufFile::Open(model_path);

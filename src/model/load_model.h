@@ -5,13 +5,13 @@
 #include <string>
 
 #include "kvq/status.h"
+#include "model/decoder_weights.h"
 #include "text/tokenizer.h"
-#include "model/llama_weights.h"
 
 namespace kvq {
 
 struct LoadedModel {
-  LlamaWeights weights;
+  DecoderWeights weights;
   Tokenizer tokenizer;
   std::string chat_template;  ///< the GGUF's tokenizer.chat_template, or ""
   /// Numbers in the weight matrices, as the file stores them (a tied classifier counted once;

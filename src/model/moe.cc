@@ -16,7 +16,7 @@ Matrix ExpertMatrix(const Matrix& stacked, int64_t expert, int64_t rows) {
   return m;
 }
 
-int64_t MoeRows(const LlamaConfig& c, const LayerWeights& L, const float* x, int64_t n,
+int64_t MoeRows(const DecoderConfig& c, const LayerWeights& L, const float* x, int64_t n,
                 const float* shared, float* out, MoeScratch* s, ThreadPool& pool) {
   const int64_t n_experts = c.moe.n_experts, k = c.moe.n_experts_used, fe = c.moe.expert_hidden_dim;
   const int64_t dim = c.dim;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
-#include "model/llama_weights.h"
+#include "model/decoder_weights.h"
 
 namespace kvq {
 
@@ -40,7 +40,7 @@ struct MoeScratch {
 /// may alias shared. Ties in probability go to the lower expert index. Returns the bytes of routed
 /// expert weights read: the chosen experts' gate, up and down slices, each expert once however
 /// many rows chose it (kvq bench decode's per-step weight bytes).
-int64_t MoeRows(const LlamaConfig& c, const LayerWeights& L, const float* x, int64_t n,
+int64_t MoeRows(const DecoderConfig& c, const LayerWeights& L, const float* x, int64_t n,
              const float* shared, float* out, MoeScratch* scratch, ThreadPool& pool);
 
 }  // namespace kvq

@@ -345,37 +345,14 @@ Result<SynthSummary> Summarize(const SynthSpec& spec, const Vocabulary& vocab) {
 
 }  // namespace
 
-const char* SynthArchName(SynthArch arch) {
-  switch (arch) {
-    case SynthArch::kLlama: return "llama";
-    case SynthArch::kQwen2: return "qwen2";
-    case SynthArch::kMistral: return "mistral";
-    case SynthArch::kQwen3: return "qwen3";
-    case SynthArch::kQwen35:
-      return "qwen35";
-    case SynthArch::kQwen35Moe:
-      return "qwen35moe";
-    case SynthArch::kQwen3Next:
-      return "qwen3next";
-  }
-  return "unknown";
-}
+const char* SynthArchName(SynthArch arch) { return ArchitectureOf(arch).name; }
 
-const char* SynthGgufArch(SynthArch arch) {
-  return arch == SynthArch::kMistral ? "llama" : SynthArchName(arch);
-}
+const char* SynthGgufArch(SynthArch arch) { return ArchitectureOf(arch).written_as; }
 
 Result<SynthArch> ParseSynthArch(std::string_view name) {
-  constexpr SynthArch kAll[] = {SynthArch::kLlama,    SynthArch::kQwen2,  SynthArch::kMistral,
-                                SynthArch::kQwen3,    SynthArch::kQwen35, SynthArch::kQwen35Moe,
-                                SynthArch::kQwen3Next};
-  std::vector<std::string> names;
-  for (SynthArch a : kAll) {
-    if (name == SynthArchName(a)) return a;
-    names.emplace_back(SynthArchName(a));
-  }
+  if (const Architecture* a = FindArchitecture(name)) return a->id;
   return Status::Error(
-      fmt::format("unknown architecture '{}' (expected one of {})", name, fmt::join(names, ", ")));
+      fmt::format("unknown architecture '{}' (expected one of {})", name, ArchitectureNames()));
 }
 
 const WeightTypeDesc* SynthWeightType(GgmlType type) {

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "kvq/status.h"
+#include "gguf/architectures.h"
 #include "gguf/gguf_reader.h"
 #include "kvq/rope.h"
 #include "synth/type_mix.h"
@@ -46,17 +47,18 @@
 
 namespace kvq {
 
-/// The model families synth writes. kMistral is Llama's architecture in GGUF (llama.cpp's
-/// converter writes Mistral checkpoints as "llama"), so its files say general.architecture "llama".
-/// kQwen3: per-head q/k RMSNorm weights, no biases, attention.key_length / value_length.
-/// The hybrids (docs/hybrid_models_spec.md): Gated DeltaNet layers with a gated full-attention layer
-/// every full_attention_interval; kQwen35 a dense FFN, kQwen35Moe and kQwen3Next experts plus a
-/// shared expert (kQwen3Next: b and a fused in ssm_ba).
-enum class SynthArch { kLlama, kQwen2, kMistral, kQwen3, kQwen35, kQwen35Moe, kQwen3Next };
+/// The model families synth writes: one per entry of the architecture table
+/// (gguf/architectures.h), which says what each is. kMistral is Llama's architecture in GGUF
+/// (llama.cpp's converter writes Mistral checkpoints as "llama"), so its files say
+/// general.architecture "llama". The hybrids (docs/hybrid_models_spec.md): Gated DeltaNet layers
+/// with a gated full-attention layer every full_attention_interval; kQwen35 a dense FFN, kQwen35Moe
+/// and kQwen3Next experts plus a shared expert (kQwen3Next: b and a fused in ssm_ba).
+using SynthArch = ArchId;
 
-/// "llama", "qwen2", "mistral", "qwen3", "qwen35", "qwen35moe", "qwen3next".
+/// The table's name: "llama", "qwen2", "mistral", "qwen3", "qwen35", "qwen35moe", "qwen3next".
 const char* SynthArchName(SynthArch arch);
-/// The general.architecture a file of `arch` carries: "llama" (llama, mistral), else its name.
+/// The general.architecture a file of `arch` carries (the table's written_as): "llama" (llama,
+/// mistral), else its name.
 const char* SynthGgufArch(SynthArch arch);
 /// One of SynthArchName's names; the error lists them.
 Result<SynthArch> ParseSynthArch(std::string_view name);
@@ -111,12 +113,9 @@ struct SynthSpec {
   int64_t head_dim() const { return head_dim_override > 0 ? head_dim_override : dim / n_heads; }
   int64_t q_dim() const { return n_heads * head_dim(); }
   int64_t kv_dim() const { return head_dim() * kv_heads(); }
-  bool is_hybrid() const {
-    return arch == SynthArch::kQwen35 || arch == SynthArch::kQwen35Moe ||
-           arch == SynthArch::kQwen3Next;
-  }
-  bool moe() const { return arch == SynthArch::kQwen35Moe || arch == SynthArch::kQwen3Next; }
-  bool qk_norm() const { return arch == SynthArch::kQwen3 || is_hybrid(); }
+  bool is_hybrid() const { return ArchitectureOf(arch).hybrid(); }
+  bool moe() const { return ArchitectureOf(arch).moe; }
+  bool qk_norm() const { return ArchitectureOf(arch).qk_norm; }
   bool is_recurrent(int64_t layer) const {
     return is_hybrid() && (layer + 1) % full_attention_interval != 0;
   }

@@ -21,7 +21,7 @@ void AppendHybridLayer(const SynthSpec& s, int64_t l, std::vector<SynthTensorEnt
     const int64_t C = s.ssm_conv_channels(), Cv = s.ssm_v_channels(), Hv = s.ssm_v_heads;
     add(E::kMatrix, "attn_qkv.weight", d, C, R::kAttnQ);
     add(E::kMatrix, "attn_gate.weight", d, Cv, R::kAttnQ);
-    if (s.arch == SynthArch::kQwen3Next) {
+    if (ArchitectureOf(s.arch).fused_ba) {
       add(E::kF32Matrix, "ssm_ba.weight", d, 2 * Hv, R::kAttnQ);
     } else {
       add(E::kF32Matrix, "ssm_beta.weight", d, Hv, R::kAttnQ);

@@ -1,4 +1,4 @@
-// BuildGpuProgram (gpu_program.h): LlamaModel::ForwardBatch's ops for one token, in its order.
+// BuildGpuProgram (gpu_program.h): DecoderModel::ForwardBatch's ops for one token, in its order.
 #include "web/gpu_program.h"
 
 #include <algorithm>
@@ -37,8 +37,8 @@ class Builder {
 
 }  // namespace
 
-kvq::Result<GpuProgram> BuildGpuProgram(const kvq::LlamaWeights& w) {
-  const kvq::LlamaConfig& c = w.config;
+kvq::Result<GpuProgram> BuildGpuProgram(const kvq::DecoderWeights& w) {
+  const kvq::DecoderConfig& c = w.config;
   if (c.n_attention_layers() < c.n_layers) {
     return kvq::Status::Error("the GPU path runs attention layers only (this " + c.arch +
                               " model has Gated DeltaNet layers)");
@@ -96,7 +96,7 @@ kvq::Result<GpuProgram> BuildGpuProgram(const kvq::LlamaWeights& w) {
 }
 
 std::string GpuProgramJson(const GpuProgram& p) {
-  const kvq::LlamaConfig& c = p.config;
+  const kvq::DecoderConfig& c = p.config;
   nlohmann::json tensors = nlohmann::json::array();
   for (const GpuTensor& t : p.tensors) {
     tensors.push_back({{"name", t.name}, {"type", t.type}, {"layout", t.layout},

@@ -1,6 +1,6 @@
 // The WebGPU step program: one decode step of a loaded model as an ordered list of ops over named
 // activation buffers and a tensor table (each weight's type, layout and bytes in this module's
-// memory), built once from LlamaConfig / LlamaWeights in LlamaModel::ForwardBatch's order, so
+// memory), built once from DecoderConfig / DecoderWeights in DecoderModel::ForwardBatch's order, so
 // the page's WGSL kernels (web/gpu/step_program.js) run the forward pass this module defines
 // rather than a copy of it. Attention stays with the module's KvCache (a KvDevice streams its
 // pages into GPU slots); the page hands each layer's new K and V rows to it.
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kvq/status.h"
-#include "model/llama_weights.h"
+#include "model/decoder_weights.h"
 
 namespace kvq_web {
 
@@ -49,7 +49,7 @@ struct GpuOp {
 };
 
 struct GpuProgram {
-  kvq::LlamaConfig config;
+  kvq::DecoderConfig config;
   std::vector<GpuTensor> tensors;
   std::vector<std::pair<std::string, int64_t>> buffers;  ///< name, f32 elements
   std::vector<GpuOp> ops;
@@ -57,7 +57,7 @@ struct GpuProgram {
 
 /// The program of one decode step of `w`, or an error naming what the GPU path does not run
 /// (recurrent Gated DeltaNet layers, mixture-of-experts feed-forward, gated attention output).
-kvq::Result<GpuProgram> BuildGpuProgram(const kvq::LlamaWeights& w);
+kvq::Result<GpuProgram> BuildGpuProgram(const kvq::DecoderWeights& w);
 
 /// The program as JSON: {config, tensors, buffers, ops} (the page's web/gpu/step_program.js).
 std::string GpuProgramJson(const GpuProgram& p);

@@ -1,7 +1,7 @@
 // The WebAssembly module's chat template call (see web_api.cc for the shim's conventions): the
 // loaded model's template rendered by kvq's Jinja interpreter in the module, so a chat page in the
 // tab gives the model the prompt kvq serve and kvq chat give it. A template's error comes back
-// through kvq_web_last_error; the interpreter's exceptions stay inside text/chat_template.cc.
+// through kvq_web_last_error; the interpreter's exceptions stay inside jinja/chat_template.cc.
 #include <emscripten/emscripten.h>
 
 #include <nlohmann/json.hpp>

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "api/api_internal.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "web/gpu_program.h"
 #include "web/web_common.h"
 
@@ -34,7 +34,7 @@ EMSCRIPTEN_KEEPALIVE const char* kvq_web_gpu_program(int model) {
 
 // cos_sin [rotary_dims / 2][2]: what the model's ApplyRope rotates pair i by at `pos`.
 EMSCRIPTEN_KEEPALIVE int kvq_web_gpu_rope(int model, double pos, float* cos_sin) {
-  const kvq::LlamaConfig& c = ModelOf(model)->model->impl().weights.config;
+  const kvq::DecoderConfig& c = ModelOf(model)->model->impl().weights.config;
   if (!(pos >= 0) || pos > 9.0e15) return Fail("rope: the position must be a non-negative integer");
   kvq::RopeCosSin(c.head_dim(), static_cast<int64_t>(pos), kvq::ModelRopeParams(c), cos_sin);
   return 0;

@@ -25,7 +25,7 @@
 #include "kvq/kv_spec.h"
 #include "api/api_internal.h"
 #include "model/cache_config.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "web/web_common.h"
 
 // The JS side of WebGpuKvDevice: each returns 0, or 1 with the JS error kept for kvq_js_kv_error.
@@ -178,7 +178,7 @@ struct WebKv {
   std::string plan_json;  // the last JSON returned (kvq_web_kv_plan, kvq_web_kv_page_layout), alive
                           // until the next
   // The CPU forward over `cache` (kvq_web_kv_cpu_step), made on first use, and its logits [vocab].
-  std::unique_ptr<kvq::LlamaModel> cpu;
+  std::unique_ptr<kvq::DecoderModel> cpu;
   std::vector<float> logits;
 };
 
@@ -307,7 +307,7 @@ EMSCRIPTEN_KEEPALIVE int kvq_web_kv_read_page(int kv, int layer, int page, uint8
 // first_query_position), scale 1/√head_dim, over every cached position of `layer`.
 EMSCRIPTEN_KEEPALIVE int kvq_web_kv_attend_device(int kv, int layer, int first_query_position, int n_tokens) {
   kvq::KvCache& cache = *KvOf(kv)->cache;
-  // LlamaModel::attention_options' scale, computed as it computes it (f32 sqrt and division).
+  // DecoderModel::attention_options' scale, computed as it computes it (f32 sqrt and division).
   const float scale = 1.0f / std::sqrt(static_cast<float>(cache.config().head_dim));
   WebGpuKvDevice device;
   const kvq::Status s = cache.AttendOnDevice(layer, {.scale = scale}, first_query_position, n_tokens, device);
@@ -344,7 +344,7 @@ EMSCRIPTEN_KEEPALIVE double kvq_web_kv_rewind(int kv, double n) {
   return s.ok() ? static_cast<double>(keep) : Fail(s.message());
 }
 
-// One decode step of the model's C++ forward (LlamaModel::Forward) on this cache: `token` at the
+// One decode step of the model's C++ forward (DecoderModel::Forward) on this cache: `token` at the
 // cache's next position. Returns the greedy next id (the first largest logit: the GPU's argmax
 // rule), or -1. logits: [vocab_size] out, or null. Scores run in f32 (ScoreArithmetic::kF32) for
 // the call, as the GPU scores, so a conversation the GPU began goes on in the GPU's arithmetic
@@ -354,7 +354,7 @@ EMSCRIPTEN_KEEPALIVE int kvq_web_kv_cpu_step(int model, int kv, int token, float
   const kvq::Model& m = *kvq_web::ModelOf(model)->model;
   const int32_t vocab = m.info().vocab_size;
   if (token < 0 || token >= vocab) return Fail("cpu step: token outside the vocabulary");
-  if (!w.cpu) w.cpu = std::make_unique<kvq::LlamaModel>(m.impl().weights, std::max(1, m.info().threads));
+  if (!w.cpu) w.cpu = std::make_unique<kvq::DecoderModel>(m.impl().weights, std::max(1, m.info().threads));
   w.logits.resize(static_cast<size_t>(vocab));
   const kvq::ScoreArithmetic before = kvq::GetScoreArithmetic();
   kvq::SetScoreArithmetic(kvq::ScoreArithmetic::kF32);

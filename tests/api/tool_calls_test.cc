@@ -20,8 +20,8 @@
 
 #include "grammar/grammar.h"
 #include "grammar/grammar_matcher.h"
+#include "jinja/chat_template.h"
 #include "server/openai_protocol.h"
-#include "text/chat_template.h"
 
 namespace kvq {
 namespace {

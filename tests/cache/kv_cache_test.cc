@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <random>
 
+#include "cache/page_copies.h"
 #include "cache/snapshot.h"
 #include "formats/row_sequence.h"
 
@@ -229,7 +230,7 @@ TEST(KvCache, PageCopiesAreTheSameBitsAsAppendingTheRowsAgain) {
       ASSERT_NE(appended, nullptr);
       // copied: the pool (pages 0, 1), then 3 copies (pages 0, 1, 0), then 10 rows by Append.
       ASSERT_TRUE(copied->Append(0, k.data(), v.data(), kPool).ok());
-      ASSERT_TRUE(copied->AppendPageCopies(0, 0, 2, 3).ok());
+      ASSERT_TRUE(AppendPageCopies(*copied, 0, 0, 2, 3).ok());
       ASSERT_TRUE(copied->Append(0, k.data(), v.data(), kTail).ok());
       // appended: the same rows, every one encoded (the pool first, as the block fp8 calibrates
       // on).
@@ -245,21 +246,21 @@ TEST(KvCache, PageCopiesAreTheSameBitsAsAppendingTheRowsAgain) {
                 AttendAll(*appended, q, 1, AttentionKernel::kSimd));
 
       // Refusals: off a page boundary (10 rows into page 5), a page that is not there, the context.
-      Status s = copied->AppendPageCopies(0, 0, 1, 1);
+      Status s = AppendPageCopies(*copied, 0, 0, 1, 1);
       ASSERT_FALSE(s.ok());
       EXPECT_NE(s.message().find("page boundary"), std::string::npos) << s.message();
       auto fresh = MakeCache(f, 1, 4 * kPage, budgets);
       ASSERT_NE(fresh, nullptr);
       ASSERT_TRUE(fresh->Append(0, k.data(), v.data(), kPage).ok());
-      s = fresh->AppendPageCopies(0, 0, 2, 1);
+      s = AppendPageCopies(*fresh, 0, 0, 2, 1);
       ASSERT_FALSE(s.ok());
       EXPECT_NE(s.message().find("are not among layer 0's 1 full pages"), std::string::npos)
           << s.message();
-      s = fresh->AppendPageCopies(0, 0, 1, 4);
+      s = AppendPageCopies(*fresh, 0, 0, 1, 4);
       ASSERT_FALSE(s.ok());
       EXPECT_NE(s.message().find("would pass the context"), std::string::npos) << s.message();
       EXPECT_EQ(fresh->positions(0), kPage) << "a refused copy appended something";
-      ASSERT_TRUE(fresh->AppendPageCopies(0, 0, 1, 3).ok());
+      ASSERT_TRUE(AppendPageCopies(*fresh, 0, 0, 1, 3).ok());
       EXPECT_EQ(fresh->positions(0), 4 * kPage);
     }
   }

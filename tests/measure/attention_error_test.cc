@@ -271,10 +271,10 @@ class AttentionErrorModel : public testing::Test {
     Result<LoadedModel> m = LoadModel(kDir + "stories260K.bin", kDir + "tok512.bin");
     ASSERT_TRUE(m.ok()) << m.status().message();
     tokenizer_ = std::make_unique<Tokenizer>(m->tokenizer);
-    model_ = std::make_unique<LlamaModel>(std::move(m.value().weights), 1);
+    model_ = std::make_unique<DecoderModel>(std::move(m.value().weights), 1);
   }
   std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<DecoderModel> model_;
 };
 
 TEST_F(AttentionErrorModel, TextIsRepeatedToFillTheLargestContext) {

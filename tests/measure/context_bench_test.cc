@@ -39,7 +39,7 @@ struct TempDir {
 
 // A tiny Q4_0 llama (dim 64, 2 layers, 4 query heads over 2 KV heads of 16), or null (the failure
 // recorded): callers ASSERT.
-std::unique_ptr<LlamaModel> TinyModel(const TempDir& dir) {
+std::unique_ptr<DecoderModel> TinyModel(const TempDir& dir) {
   const SynthSpec spec{.arch = SynthArch::kLlama,
                        .dim = 64,
                        .n_layers = 2,
@@ -57,10 +57,10 @@ std::unique_ptr<LlamaModel> TinyModel(const TempDir& dir) {
   Result<LoadedModel> loaded = LoadModel(path, "");
   EXPECT_TRUE(loaded.ok()) << loaded.status().message();
   if (!loaded.ok()) return nullptr;
-  return std::make_unique<LlamaModel>(std::move(loaded->weights), 2);
+  return std::make_unique<DecoderModel>(std::move(loaded->weights), 2);
 }
 
-std::unique_ptr<KvCache> Cache(const LlamaConfig& c, const FormatDesc* f, KvBudgets budgets) {
+std::unique_ptr<KvCache> Cache(const DecoderConfig& c, const FormatDesc* f, KvBudgets budgets) {
   Result<std::unique_ptr<KvCache>> cache = KvCache::Create({.n_layers = c.n_layers,
                                                             .n_kv_heads = c.n_kv_heads,
                                                             .head_dim = c.head_dim(),
@@ -73,7 +73,7 @@ std::unique_ptr<KvCache> Cache(const LlamaConfig& c, const FormatDesc* f, KvBudg
 }
 
 // The logits [3][vocab] of three decode steps (tokens 5, 6, 7) after the fill.
-std::vector<std::vector<float>> ThreeSteps(LlamaModel& model, KvCache& cache) {
+std::vector<std::vector<float>> ThreeSteps(DecoderModel& model, KvCache& cache) {
   std::vector<std::vector<float>> logits(3, std::vector<float>(model.config().vocab_size));
   for (int32_t s = 0; s < 3; ++s) {
     const Status st = model.Forward(5 + s, kContext + s, cache, logits[s].data());
@@ -94,9 +94,9 @@ bool BitIdentical(const std::vector<std::vector<float>>& a,
 
 TEST(ContextBench, DecodeLogitsAreBitIdenticalAcrossTiers) {
   TempDir dir;
-  const std::unique_ptr<LlamaModel> model = TinyModel(dir);
+  const std::unique_ptr<DecoderModel> model = TinyModel(dir);
   ASSERT_NE(model, nullptr);
-  const LlamaConfig& c = model->config();
+  const DecoderConfig& c = model->config();
   for (const char* name : {"int4", "int4-kivi", "fp8-e4m3"}) {
     SCOPED_TRACE(name);
     const FormatDesc* f = *FindFormat(name);
@@ -130,9 +130,9 @@ TEST(ContextBench, DecodeLogitsAreBitIdenticalAcrossTiers) {
 
 TEST(ContextBench, ReportsBytesPerTierBoundsAndIdentity) {
   TempDir dir;
-  const std::unique_ptr<LlamaModel> model = TinyModel(dir);
+  const std::unique_ptr<DecoderModel> model = TinyModel(dir);
   ASSERT_NE(model, nullptr);
-  const LlamaConfig& c = model->config();
+  const DecoderConfig& c = model->config();
   ContextBenchConfig config{.formats = {*FindFormat("int4"), *FindFormat("int8")},
                             .tiers = {CacheTier::kHost, CacheTier::kStreamed, CacheTier::kDisk},
                             .contexts = {kContext},
@@ -182,7 +182,7 @@ TEST(ContextBench, ReportsBytesPerTierBoundsAndIdentity) {
 
 TEST(ContextBench, ContextPastTheModelNeedsTheFlag) {
   TempDir dir;
-  const std::unique_ptr<LlamaModel> model = TinyModel(dir);
+  const std::unique_ptr<DecoderModel> model = TinyModel(dir);
   ASSERT_NE(model, nullptr);
   ContextBenchConfig config{.formats = {*FindFormat("int4")},
                             .tiers = {CacheTier::kHost},

@@ -15,18 +15,18 @@ namespace kvq {
 namespace {
 
 // The bundled model, or null (the failure recorded) when it does not load: callers ASSERT.
-std::unique_ptr<LlamaModel> BundledModel() {
-  Result<LlamaWeights> w = LoadLlama2c(std::string(KVQ_SOURCE_DIR) + "/models/stories260K/stories260K.bin");
+std::unique_ptr<DecoderModel> BundledModel() {
+  Result<DecoderWeights> w = LoadLlama2c(std::string(KVQ_SOURCE_DIR) + "/models/stories260K/stories260K.bin");
   EXPECT_TRUE(w.ok()) << w.status().message();
   if (!w.ok()) return nullptr;
-  return std::make_unique<LlamaModel>(std::move(w).value(), 1);
+  return std::make_unique<DecoderModel>(std::move(w).value(), 1);
 }
 
 TEST(DecodeBench, RowsAccountingAndCeilings) {
-  const std::unique_ptr<LlamaModel> bundled = BundledModel();
+  const std::unique_ptr<DecoderModel> bundled = BundledModel();
   ASSERT_NE(bundled, nullptr);
-  LlamaModel& model = *bundled;
-  const LlamaConfig& c = model.config();
+  DecoderModel& model = *bundled;
+  const DecoderConfig& c = model.config();
   DecodeBenchConfig config{.formats = {*FindFormat("int4"), *FindFormat("f16"), *FindFormat("int8")},
                            .contexts = {0, 100}, .reps = 2};
   ASSERT_EQ(KvSpecName(*DecodeBenchReference(config)), "f16");
@@ -76,9 +76,9 @@ TEST(DecodeBench, HybridCountsAttentionLayersStateAndTheExpertsRead) {
   const std::string path = WriteHybrid("decode_bench", {.arch = "qwen35moe"});
   Result<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
   ASSERT_TRUE(file.ok()) << file.status().message();
-  Result<LlamaWeights> w = LoadGgufLlama(std::shared_ptr<GgufFile>(std::move(file).value()));
+  Result<DecoderWeights> w = LoadGgufLlama(std::shared_ptr<GgufFile>(std::move(file).value()));
   ASSERT_TRUE(w.ok()) << w.status().message();
-  LlamaModel model(std::move(w).value(), 1);
+  DecoderModel model(std::move(w).value(), 1);
   DecodeBenchConfig config{.formats = {*FindFormat("f16"), *FindFormat("int8")}, .contexts = {20}, .reps = 3};
   Result<std::vector<DecodeBenchRow>> rows = RunDecodeBench(model, config, {});
   ASSERT_TRUE(rows.ok()) << rows.status().message();
@@ -109,9 +109,9 @@ TEST(DecodeBench, HybridCountsAttentionLayersStateAndTheExpertsRead) {
 }
 
 TEST(DecodeBench, ContextPastTheModelIsRefused) {
-  const std::unique_ptr<LlamaModel> bundled = BundledModel();
+  const std::unique_ptr<DecoderModel> bundled = BundledModel();
   ASSERT_NE(bundled, nullptr);
-  LlamaModel& model = *bundled;
+  DecoderModel& model = *bundled;
   DecodeBenchConfig config{.formats = {*FindFormat("f16")}, .contexts = {model.config().seq_len - 2}, .reps = 2};
   Result<std::vector<DecodeBenchRow>> rows = RunDecodeBench(model, config, {});
   ASSERT_FALSE(rows.ok());

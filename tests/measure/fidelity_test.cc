@@ -31,7 +31,7 @@ std::string Slurp(const std::string& path) {
 
 struct Bundled {
   Tokenizer tokenizer;
-  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<DecoderModel> model;
   std::vector<int32_t> tokens;
 };
 
@@ -41,7 +41,7 @@ Bundled Load(int32_t threads) {
   if (!loaded.ok()) return {};  // b.model null: the callers ASSERT
   Bundled b{std::move(loaded.value().tokenizer), nullptr, {}};
   const int32_t seq_len = loaded->weights.config.seq_len;
-  b.model = std::make_unique<LlamaModel>(std::move(loaded.value().weights), threads);
+  b.model = std::make_unique<DecoderModel>(std::move(loaded.value().weights), threads);
   b.tokens = MakeFidelityInput(b.tokenizer, Slurp(kText), seq_len).tokens;
   return b;
 }
@@ -138,7 +138,7 @@ TEST(FidelityColumns, MemoryAndBitsAreTheRegistrysAccounting) {
   const Result<FidelityReport> r = RunFidelity(*b.model, std::span(b.tokens).first(45), config, {});
   ASSERT_TRUE(r.ok()) << r.status().message();
   ASSERT_EQ(r->formats.size(), Formats().size());
-  const LlamaConfig& c = b.model->config();
+  const DecoderConfig& c = b.model->config();
   const KvShape shape{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()};
   const int64_t f16_bytes = *KvBytesForContext(**FindFormat("f16"), shape, 45);
   for (size_t i = 0; i < Formats().size(); ++i) {
@@ -167,12 +167,12 @@ TEST(FidelityColumns, MemoryAndBitsAreTheRegistrysAccounting) {
 // logits against the reference's, p predicting token p + 1. Summation orders match the library's,
 // but the tolerance (1e-12 relative) allows for a different but equally valid order.
 TEST_F(Fidelity, MetricsMatchAnIndependentComputation) {
-  LlamaModel& model = *bundled_->model;
+  DecoderModel& model = *bundled_->model;
   const std::vector<int32_t>& ids = bundled_->tokens;
   const int64_t n = static_cast<int64_t>(ids.size());
   const int32_t vocab = model.config().vocab_size;
   auto run = [&](const char* format) {
-    const LlamaConfig& c = model.config();
+    const DecoderConfig& c = model.config();
     KvCacheConfig cc{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
                      .layers = {{*FindFormat(format), *FindFormat(format)}}, .max_positions = c.seq_len};
     std::unique_ptr<KvCache> cache = std::move(KvCache::Create(cc)).value();
@@ -245,7 +245,7 @@ TEST(FidelityRepeat, TwoRunsAndTwoThreadCountsGiveIdenticalNumbers) {
 TEST(FidelityArms, SpecsPerLayerAreRunAndCountedExactly) {
   Bundled b = Load(1);
   ASSERT_NE(b.model, nullptr);
-  const LlamaConfig& c = b.model->config();
+  const DecoderConfig& c = b.model->config();
   const KvShape shape{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()};
   const FormatDesc* f32 = *FindFormat("f32");
   const KvSpec int2 = *ParseKvSpec("int2");

@@ -29,7 +29,7 @@ std::string Slurp(const std::string& path) {
 }
 
 struct Bundled {
-  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<DecoderModel> model;
   std::vector<int32_t> text_tokens;  // the whole text, BOS first
   int32_t bos = -1;
 };
@@ -41,7 +41,7 @@ Bundled Load() {
   Bundled b;
   b.text_tokens = MakeFidelityInput(loaded->tokenizer, Slurp(kText), -1).tokens;
   b.bos = loaded->tokenizer.add_bos() ? loaded->tokenizer.bos() : -1;
-  b.model = std::make_unique<LlamaModel>(std::move(loaded.value().weights), 1);
+  b.model = std::make_unique<DecoderModel>(std::move(loaded.value().weights), 1);
   return b;
 }
 

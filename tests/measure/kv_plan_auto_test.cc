@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "measure/kv_plan.h"
+#include "measure/kv_plan_auto.h"
 #include "model/load_model.h"
 
 namespace kvq {
@@ -25,8 +25,8 @@ TEST(AutoPlan, BeatsEveryUniformSpecWithinItsBudget) {
   const std::vector<int32_t> tokens =
       MakeFidelityInput(loaded->tokenizer, text.str(), loaded->weights.config.seq_len).tokens;
   const ModelFingerprint fingerprint = Fingerprint(loaded->weights);
-  LlamaModel model(std::move(loaded.value().weights), 1);
-  const LlamaConfig& c = model.config();
+  DecoderModel model(std::move(loaded.value().weights), 1);
+  const DecoderConfig& c = model.config();
   const KvShape shape{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()};
   const int64_t n = static_cast<int64_t>(tokens.size());
 
@@ -90,7 +90,7 @@ TEST(AutoPlan, RefusesABudgetNoChoiceFits) {
   Result<LoadedModel> loaded = LoadModel(kModelDir + "stories260K.bin", kModelDir + "tok512.bin");
   ASSERT_TRUE(loaded.ok());
   const ModelFingerprint fingerprint = Fingerprint(loaded->weights);
-  LlamaModel model(std::move(loaded.value().weights), 1);
+  DecoderModel model(std::move(loaded.value().weights), 1);
   const std::vector<int32_t> tokens = {1, 403, 407, 261, 378, 39, 261, 410};
   AutoPlanConfig config{.candidates = {*ParseKvSpec("int2")}, .budget = {.kv_bits = 3}};  // int2 is 4 bits
   const Result<AutoPlanResult> r = AutoPlan(model, tokens, fingerprint, config, {});

@@ -32,7 +32,7 @@ std::string TestFile(const std::string& stem) {
 }
 
 // The tiny synth model of `type`, or null with the failure recorded.
-std::unique_ptr<LlamaModel> TinyModel(const std::string& type, int32_t threads) {
+std::unique_ptr<DecoderModel> TinyModel(const std::string& type, int32_t threads) {
   const std::string path = TestFile(type + ".gguf");
   const Status written = WriteSynthModel(Tiny(type), kStories, path);
   EXPECT_TRUE(written.ok()) << written.message();
@@ -40,7 +40,7 @@ std::unique_ptr<LlamaModel> TinyModel(const std::string& type, int32_t threads) 
   Result<LoadedModel> loaded = LoadModel(path, "");
   EXPECT_TRUE(loaded.ok()) << loaded.status().message();
   if (!loaded.ok()) return nullptr;
-  return std::make_unique<LlamaModel>(std::move(loaded->weights), threads);
+  return std::make_unique<DecoderModel>(std::move(loaded->weights), threads);
 }
 
 // Peaks with round numbers, so every ceiling is a hand-checkable quotient.
@@ -67,8 +67,8 @@ TEST(PrefillBench, RepeatPromptIsBosThenTheTextCycled) {
 }
 
 TEST(PrefillBench, MacCountsMatchAHandCount) {
-  const std::unique_ptr<LlamaModel> q4 = TinyModel("q4_0", 1);
-  const std::unique_ptr<LlamaModel> f16 = TinyModel("f16", 1);
+  const std::unique_ptr<DecoderModel> q4 = TinyModel("q4_0", 1);
+  const std::unique_ptr<DecoderModel> f16 = TinyModel("f16", 1);
   ASSERT_NE(q4, nullptr);
   ASSERT_NE(f16, nullptr);
   // Per layer: wq 64·64, wk and wv 32·64 each, wo 64·64, w1 and w3 128·64 each, w2 64·128
@@ -100,11 +100,11 @@ TEST(PrefillBench, MacCountsMatchAHandCount) {
 }
 
 TEST(PrefillBench, LogitsAreThoseOfForwardBlockAndSharesTileTheTime) {
-  const std::unique_ptr<LlamaModel> bench_model = TinyModel("q4_0", 2);
-  const std::unique_ptr<LlamaModel> own_model = TinyModel("q4_0", 2);
+  const std::unique_ptr<DecoderModel> bench_model = TinyModel("q4_0", 2);
+  const std::unique_ptr<DecoderModel> own_model = TinyModel("q4_0", 2);
   ASSERT_NE(bench_model, nullptr);
   ASSERT_NE(own_model, nullptr);
-  const LlamaConfig& c = bench_model->config();
+  const DecoderConfig& c = bench_model->config();
   // 150 = two whole blocks of 64 and a partial one of 22; 40: a single partial block.
   PrefillBenchConfig config{.formats = {*FindFormat("f16"), *FindFormat("int4")}, .lengths = {150, 40},
                             .prompt = Prompt(150, c.vocab_size), .reps = 2, .roofline = FakeRoofline()};
@@ -160,7 +160,7 @@ TEST(PrefillBench, LogitsAreThoseOfForwardBlockAndSharesTileTheTime) {
 }
 
 TEST(PrefillBench, BadConfigurationsAreRefused) {
-  const std::unique_ptr<LlamaModel> model = TinyModel("q4_0", 1);
+  const std::unique_ptr<DecoderModel> model = TinyModel("q4_0", 1);
   ASSERT_NE(model, nullptr);
   const PrefillBenchConfig good{.formats = {*FindFormat("int8")}, .lengths = {8},
                                 .prompt = Prompt(300, 512), .reps = 1, .roofline = FakeRoofline()};

@@ -16,7 +16,7 @@
 
 #include "gguf/gguf_writer.h"
 #include "model/gguf_llama.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "weights/matvec.h"
 #include "kvq/rope.h"
 
@@ -109,12 +109,12 @@ struct ReferenceRope {
 // A scalar forward: plain loops, the rotation in double, a two-pass softmax over plain arrays.
 class ReferenceForward {
  public:
-  ReferenceForward(const LlamaWeights& w, ReferenceRope rope) : w_(w), rope_(std::move(rope)) {
+  ReferenceForward(const DecoderWeights& w, ReferenceRope rope) : w_(w), rope_(std::move(rope)) {
     k_.resize(int64_t{kLayers} * kContext * kKv);
     v_.resize(k_.size());
   }
   std::vector<float> Forward(int32_t token, int32_t pos) {
-    const LlamaConfig& c = w_.config;
+    const DecoderConfig& c = w_.config;
     std::vector<float> x(kDim), xb(kDim), xb2(kDim), q(kDim), hb(kHidden), hb2(kHidden), att(pos + 1);
     DecodeWeightRow(w_.token_embedding, token, x.data());
     for (int l = 0; l < kLayers; ++l) {
@@ -179,18 +179,18 @@ class ReferenceForward {
       }
     }
   }
-  const LlamaWeights& w_;
+  const DecoderWeights& w_;
   ReferenceRope rope_;
   std::vector<float> k_, v_;
 };
 
-Result<LlamaWeights> Load(const std::string& path) {
+Result<DecoderWeights> Load(const std::string& path) {
   Result<std::unique_ptr<GgufFile>> f = GgufFile::Open(path);
   if (!f.ok()) return f.status();
   return LoadGgufLlama(std::shared_ptr<GgufFile>(std::move(f).value()));
 }
 
-std::unique_ptr<KvCache> F32Cache(const LlamaConfig& c) {
+std::unique_ptr<KvCache> F32Cache(const DecoderConfig& c) {
   const FormatDesc* f32 = *FindFormat("f32");
   Result<std::unique_ptr<KvCache>> cache =
       KvCache::Create({.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
@@ -207,8 +207,8 @@ struct Agreement {
   double worst = 0;        // fast vs reference
   double wrong_worst = 0;  // reference vs the reference without the feature
 };
-Agreement Compare(const LlamaWeights& w, const ReferenceRope& right, const ReferenceRope& wrong) {
-  LlamaModel model(w, 2);
+Agreement Compare(const DecoderWeights& w, const ReferenceRope& right, const ReferenceRope& wrong) {
+  DecoderModel model(w, 2);
   std::unique_ptr<KvCache> cache = F32Cache(w.config);
   // No cache (the failure is recorded): agreement infinitely bad, so the caller's checks fail too.
   if (cache == nullptr) return {.worst = std::numeric_limits<double>::infinity()};
@@ -237,7 +237,7 @@ constexpr double kTolerance = 1e-3;
 
 TEST(ArchForward, Qwen2BiasesAndHalfSplitRotationMatchTheReference) {
   const std::string path = WriteTiny("qwen2", {.arch = "qwen2", .biases = true, .theta = 1e6f});
-  Result<LlamaWeights> w = Load(path);
+  Result<DecoderWeights> w = Load(path);
   ASSERT_TRUE(w.ok()) << w.status().message();
   EXPECT_EQ(w->config.rope_pairing, RopePairing::kHalves);
   ASSERT_NE(w->layers[1].bv, nullptr);
@@ -251,7 +251,7 @@ TEST(ArchForward, Qwen2BiasesAndHalfSplitRotationMatchTheReference) {
 
 TEST(ArchForward, Qwen2WithoutBiasTensorsIsRefusedByName) {
   const std::string path = WriteTiny("qwen2_nobias", {.arch = "qwen2", .biases = false});
-  Result<LlamaWeights> w = Load(path);
+  Result<DecoderWeights> w = Load(path);
   ASSERT_FALSE(w.ok());
   EXPECT_NE(w.status().message().find("blk.0.attn_q.bias"), std::string::npos) << w.status().message();
   EXPECT_NE(w.status().message().find(path), std::string::npos);
@@ -260,7 +260,7 @@ TEST(ArchForward, Qwen2WithoutBiasTensorsIsRefusedByName) {
 
 TEST(ArchForward, MistralMatchesTheReferenceAndItsWindowCapsTheContext) {
   const std::string path = WriteTiny("mistral", {.arch = "mistral", .sliding_window = 100});
-  Result<LlamaWeights> w = Load(path);
+  Result<DecoderWeights> w = Load(path);
   ASSERT_TRUE(w.ok()) << w.status().message();
   EXPECT_EQ(w->config.seq_len, 100) << "attending to every position equals the window only within it";
   const Agreement a = Compare(*w, {}, {.halves = true});
@@ -275,7 +275,7 @@ TEST(ArchForward, Llama3FrequencyFactorsMatchTheReference) {
   const Llama3RopeScaling scaling{.factor = 8, .low_freq_factor = 1, .high_freq_factor = 4, .original_context = 16};
   const std::vector<float> factors = Llama3RopeFreqFactors(kHeadDim, 500000.0f, scaling);
   const std::string path = WriteTiny("llama3", {.freq_factors = factors, .theta = 500000.0f});
-  Result<LlamaWeights> w = Load(path);
+  Result<DecoderWeights> w = Load(path);
   ASSERT_TRUE(w.ok()) << w.status().message();
   ASSERT_EQ(w->config.rope_freq_factors, factors);
   const Agreement a = Compare(*w, {.freq_factors = {factors.begin(), factors.end()}}, {});
@@ -300,7 +300,7 @@ TEST(ArchForward, Llama3FactorsFollowTheDefinition) {
 
 TEST(ArchForward, LinearRopeScalingMatchesTheReference) {
   const std::string path = WriteTiny("linear", {.linear_factor = 4.0f});
-  Result<LlamaWeights> w = Load(path);
+  Result<DecoderWeights> w = Load(path);
   ASSERT_TRUE(w.ok()) << w.status().message();
   const Agreement a = Compare(*w, {.position_scale = 0.25}, {});
   EXPECT_LT(a.worst, kTolerance);
@@ -310,9 +310,9 @@ TEST(ArchForward, LinearRopeScalingMatchesTheReference) {
 
 TEST(ArchForward, BlockForwardEqualsTokenForwardForQwen2) {
   const std::string path = WriteTiny("qwen2_block", {.arch = "qwen2", .biases = true});
-  Result<LlamaWeights> w = Load(path);
+  Result<DecoderWeights> w = Load(path);
   ASSERT_TRUE(w.ok()) << w.status().message();
-  LlamaModel model(*w, 2);
+  DecoderModel model(*w, 2);
   std::unique_ptr<KvCache> a = F32Cache(w->config), b = F32Cache(w->config);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
@@ -338,7 +338,7 @@ TEST(ArchForward, UnsupportedScalingAndPartialRotationAreRefused) {
     (void)w.SetU32("llama.context_length", kContext);
     const std::string p = ::testing::TempDir() + "/arch_refuse_" + std::to_string(getpid()) + ".gguf";
     ASSERT_TRUE(w.Write(p).ok());
-    Result<LlamaWeights> r = Load(p);
+    Result<DecoderWeights> r = Load(p);
     ASSERT_FALSE(r.ok()) << key;
     EXPECT_NE(r.status().message().find(expect), std::string::npos) << r.status().message();
     std::remove(p.c_str());

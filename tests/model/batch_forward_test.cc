@@ -1,4 +1,4 @@
-// LlamaModel::ForwardBatch: several segments (own caches, own positions, blocks of 1..64 tokens)
+// DecoderModel::ForwardBatch: several segments (own caches, own positions, blocks of 1..64 tokens)
 // in one pass give each segment the logits and the cache bytes of ForwardBlock of it alone; a
 // segment without a logits pointer skips the classifier; the hooks see every segment's tokens at
 // their positions; every refusal comes before anything runs; and a steady decode batch allocates
@@ -11,7 +11,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "model/llama2c.h"
 #include "test_util/largest_allocation.h"
 
@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 
 const std::string kDir = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/";
 
-std::unique_ptr<KvCache> MakeCache(const LlamaConfig& c, const std::string& spec, int64_t n) {
+std::unique_ptr<KvCache> MakeCache(const DecoderConfig& c, const std::string& spec, int64_t n) {
   Result<KvSpec> k = ParseKvSpec(spec);
   EXPECT_TRUE(k.ok()) << k.status().message();
   if (!k.ok()) return nullptr;
@@ -57,14 +57,14 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
 class BatchForward : public ::testing::Test {
  protected:
   void SetUp() override {
-    Result<LlamaWeights> w = LoadLlama2c(kDir + "stories260K.bin");
+    Result<DecoderWeights> w = LoadLlama2c(kDir + "stories260K.bin");
     ASSERT_TRUE(w.ok());
     weights_ = std::move(w).value();
     tokens_.resize(600);
     for (size_t i = 0; i < tokens_.size(); ++i)
       tokens_[i] = static_cast<int32_t>((i * 37 + 11) % 512);
   }
-  LlamaWeights weights_;
+  DecoderWeights weights_;
   std::vector<int32_t> tokens_;
 };
 
@@ -72,11 +72,11 @@ class BatchForward : public ::testing::Test {
 // 17, 64 and 1 tokens, and decode steps of all four: each segment's logits and cache equal those
 // of the same blocks run alone, for per-token formats, a rotated spec, prerope keys and KIVI.
 TEST_F(BatchForward, EachSegmentGetsTheBitsOfItsBlockAlone) {
-  const LlamaConfig& c = weights_.config;
+  const DecoderConfig& c = weights_.config;
   for (const char* spec :
        {"f32", "f16", "int8", "int4", "fp4-e2m1", "int4-kivi", "int4+rot", "f16+prerope"}) {
     SCOPED_TRACE(spec);
-    LlamaModel batch_model(weights_, 2), alone_model(weights_, 2);
+    DecoderModel batch_model(weights_, 2), alone_model(weights_, 2);
     constexpr int kSeqs = 4;
     std::unique_ptr<KvCache> batched[kSeqs], alone[kSeqs];
     const int64_t start[kSeqs] = {0, 5, 37, 70};
@@ -130,8 +130,8 @@ TEST_F(BatchForward, EachSegmentGetsTheBitsOfItsBlockAlone) {
 }
 
 TEST_F(BatchForward, SegmentsWithoutLogitsPointerSkipTheClassifierAndHooksSeeEveryToken) {
-  const LlamaConfig& c = weights_.config;
-  LlamaModel model(weights_, 1);
+  const DecoderConfig& c = weights_.config;
+  DecoderModel model(weights_, 1);
   std::unique_ptr<KvCache> a = MakeCache(c, "f16", 100), b = MakeCache(c, "f16", 100);
   ASSERT_TRUE(a && b);
   std::vector<std::pair<int32_t, int64_t>> seen;  // (layer, pos) per on_qkv call
@@ -157,8 +157,8 @@ TEST_F(BatchForward, SegmentsWithoutLogitsPointerSkipTheClassifierAndHooksSeeEve
 }
 
 TEST_F(BatchForward, RefusalsComeBeforeAnythingRuns) {
-  const LlamaConfig& c = weights_.config;
-  LlamaModel model(weights_, 1);
+  const DecoderConfig& c = weights_.config;
+  DecoderModel model(weights_, 1);
   std::unique_ptr<KvCache> a = MakeCache(c, "f16", 100), b = MakeCache(c, "f16", 100);
   ASSERT_TRUE(a && b);
   Result<KvSpec> pre = ParseKvSpec("f16+prerope");
@@ -212,10 +212,10 @@ TEST_F(BatchForward, RefusalsComeBeforeAnythingRuns) {
 // Once the pool holds a state per segment size, a decode step of a steady batch allocates nothing
 // (the steps stay inside one cache page: a new page is one allocation by design).
 TEST_F(BatchForward, SteadyDecodeBatchAllocatesNothing) {
-  const LlamaConfig& c = weights_.config;
+  const DecoderConfig& c = weights_.config;
   for (int32_t threads : {1, 2}) {
     SCOPED_TRACE(threads);
-    LlamaModel model(weights_, threads);
+    DecoderModel model(weights_, threads);
     constexpr int kSeqs = 3;
     std::unique_ptr<KvCache> caches[kSeqs];
     std::vector<float> logits[kSeqs];

@@ -12,7 +12,7 @@
 #include <random>
 
 #include "gguf/gguf_writer.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "weights/weight_type.h"
 
 namespace kvq {
@@ -77,7 +77,7 @@ std::string WriteTinyModel(const std::string& name, const std::function<void(Ggu
   return path;
 }
 
-Result<LlamaWeights> Load(const std::string& path) {
+Result<DecoderWeights> Load(const std::string& path) {
   Result<std::unique_ptr<GgufFile>> f = GgufFile::Open(path);
   if (!f.ok()) return f.status();
   return LoadGgufLlama(std::shared_ptr<GgufFile>(std::move(f).value()));
@@ -85,7 +85,7 @@ Result<LlamaWeights> Load(const std::string& path) {
 
 TEST(GgufLlama, TinyModelLoadsAndRuns) {
   const std::string path = WriteTinyModel("tiny");
-  Result<LlamaWeights> w = Load(path);
+  Result<DecoderWeights> w = Load(path);
   ASSERT_TRUE(w.ok()) << w.status().message();
   EXPECT_EQ(w->config.vocab_size, kVocab);
   EXPECT_EQ(w->config.n_kv_heads, kKvHeads);
@@ -94,7 +94,7 @@ TEST(GgufLlama, TinyModelLoadsAndRuns) {
   auto cache = KvCache::Create({.n_layers = kLayers, .n_kv_heads = kKvHeads, .head_dim = kDim / kHeads,
                                 .layers = {{f16, f16}}, .max_positions = 64, .page_positions = 32});
   ASSERT_TRUE(cache.ok());
-  LlamaModel model(std::move(w).value(), 1);
+  DecoderModel model(std::move(w).value(), 1);
   std::vector<float> logits(kVocab);
   for (int pos = 0; pos < 5; ++pos) ASSERT_TRUE(model.Forward(pos % kVocab, pos, **cache, logits.data()).ok());
   for (float x : logits) EXPECT_TRUE(std::isfinite(x));
@@ -113,7 +113,7 @@ TEST(GgufLlama, DisagreementsAreRefusedByName) {
       {WriteTinyModel("nokey", [](GgufWriter& w) { (void)w.SetU32("llama.block_count", 0); }), "llama.block_count"},
   };
   for (const auto& c : cases) {
-    Result<LlamaWeights> w = Load(c.path);
+    Result<DecoderWeights> w = Load(c.path);
     ASSERT_FALSE(w.ok()) << c.must_mention;
     EXPECT_NE(w.status().message().find(c.must_mention), std::string::npos) << w.status().message();
     EXPECT_NE(w.status().message().find(c.path), std::string::npos) << w.status().message();
@@ -125,7 +125,7 @@ TEST(GgufLlama, DisagreementsAreRefusedByName) {
 // type and its GGUF id, and lists the registry's types.
 TEST(GgufLlama, TensorTypeOutsideTheRegistryIsRefusedByName) {
   const std::string path = WriteTinyModel("iq4_nl", {}, "", "", "blk.1.ffn_up.weight");
-  Result<LlamaWeights> w = Load(path);
+  Result<DecoderWeights> w = Load(path);
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.status().message(),
             path + ": tensor 'blk.1.ffn_up.weight' has type IQ4_NL (GGUF type id 20), which kvq does not support "

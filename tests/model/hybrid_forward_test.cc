@@ -16,8 +16,8 @@
 
 #include "kvq/format.h"
 #include "model/cache_config.h"
+#include "model/decoder.h"
 #include "model/gguf_llama.h"
-#include "model/llama.h"
 #include "test_util/hybrid_model.h"
 
 namespace kvq {
@@ -27,13 +27,13 @@ using test::HybridReading;
 using test::HybridReference;
 using test::TinyHybrid;
 
-Result<LlamaWeights> Load(const std::string& path) {
+Result<DecoderWeights> Load(const std::string& path) {
   Result<std::unique_ptr<GgufFile>> f = GgufFile::Open(path);
   if (!f.ok()) return f.status();
   return LoadGgufLlama(std::shared_ptr<GgufFile>(std::move(f).value()));
 }
 
-std::unique_ptr<KvCache> Cache(const LlamaConfig& c, const char* format = "f32") {
+std::unique_ptr<KvCache> Cache(const DecoderConfig& c, const char* format = "f32") {
   const FormatDesc* f = *FindFormat(format);
   Result<std::unique_ptr<KvCache>> cache = CreateModelCache(c, c.seq_len, {.layers = {{f, f}}, .page_positions = 32});
   EXPECT_TRUE(cache.ok()) << cache.status().message();
@@ -89,11 +89,11 @@ void CheckArch(const std::string& arch, bool q8_0) {
   }
   for (const WrongReading& wr : wrongs) {
     SCOPED_TRACE(wr.what);
-    Result<LlamaWeights> w = Load(path);
+    Result<DecoderWeights> w = Load(path);
     ASSERT_TRUE(w.ok()) << w.status().message();
     Result<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
     ASSERT_TRUE(file.ok());
-    LlamaModel model(*w, 2);
+    DecoderModel model(*w, 2);
     std::unique_ptr<KvCache> cache = Cache(w->config);
     ASSERT_NE(cache, nullptr);
     HybridReference right(**file, spec, base), reading(**file, spec, wr.reading);
@@ -131,9 +131,9 @@ TEST(HybridForward, BlockAndBatchEqualTokenByToken) {
       SCOPED_TRACE(std::string(arch) + (q8_0 ? " q8_0" : " f32"));
       const std::string path =
           test::WriteHybrid(std::string("block_") + arch, {.arch = arch, .q8_0 = q8_0});
-      Result<LlamaWeights> w = Load(path);
+      Result<DecoderWeights> w = Load(path);
       ASSERT_TRUE(w.ok()) << w.status().message();
-      LlamaModel model(*w, 2);
+      DecoderModel model(*w, 2);
       std::unique_ptr<KvCache> a = Cache(w->config), b = Cache(w->config), c = Cache(w->config),
                                d = Cache(w->config);
       const std::vector<int32_t> tokens = Tokens(13), other = {5, 1, 9, 33, 2};
@@ -161,9 +161,9 @@ TEST(HybridForward, BlockAndBatchEqualTokenByToken) {
 
 TEST(HybridForward, CacheHoldsOnlyAttentionLayersAndTheState) {
   const std::string path = test::WriteHybrid("bytes", {.arch = "qwen35moe"});
-  Result<LlamaWeights> w = Load(path);
+  Result<DecoderWeights> w = Load(path);
   ASSERT_TRUE(w.ok()) << w.status().message();
-  const LlamaConfig& c = w->config;
+  const DecoderConfig& c = w->config;
   EXPECT_EQ(c.n_layers, 4);
   EXPECT_EQ(c.n_attention_layers(), 2);  // layers 1 and 3 (interval 2)
   EXPECT_FALSE(c.is_recurrent(1));
@@ -185,7 +185,7 @@ TEST(HybridForward, CacheHoldsOnlyAttentionLayersAndTheState) {
                                                             .max_positions = c.seq_len,
                                                             .page_positions = 32});
   ASSERT_TRUE(plain.ok());
-  LlamaModel model(*w, 1);
+  DecoderModel model(*w, 1);
   std::vector<float> logits(test::kHVocab);
   const Status s = model.Forward(1, 0, **plain, logits.data());
   ASSERT_FALSE(s.ok());
@@ -195,9 +195,9 @@ TEST(HybridForward, CacheHoldsOnlyAttentionLayersAndTheState) {
 
 TEST(HybridForward, TruncateIsRefusedWithAState) {
   const std::string path = test::WriteHybrid("truncate", {.arch = "qwen3next"});
-  Result<LlamaWeights> w = Load(path);
+  Result<DecoderWeights> w = Load(path);
   ASSERT_TRUE(w.ok()) << w.status().message();
-  LlamaModel model(*w, 1);
+  DecoderModel model(*w, 1);
   std::unique_ptr<KvCache> cache = Cache(w->config), fresh = Cache(w->config);
   const std::vector<int32_t> tokens = Tokens(6);
   std::vector<float> logits(test::kHVocab), again(test::kHVocab);
@@ -226,10 +226,10 @@ TEST(HybridForward, SnapshotRestoreThenContinueEqualsUninterrupted) {
     for (const char* format : {"f32", "int8"}) {
       SCOPED_TRACE(testing::Message() << arch << " " << format);
       const std::string path = test::WriteHybrid(std::string("snapshot_") + arch, {.arch = arch});
-      Result<LlamaWeights> w = Load(path);
+      Result<DecoderWeights> w = Load(path);
       ASSERT_TRUE(w.ok()) << w.status().message();
       const ModelFingerprint fingerprint = Fingerprint(*w);
-      LlamaModel model(*w, 1);
+      DecoderModel model(*w, 1);
       const std::vector<int32_t> tokens = Tokens(20);
       std::unique_ptr<KvCache> whole = Cache(w->config, format);
       std::vector<float> logits(test::kHVocab);
@@ -260,7 +260,7 @@ TEST(HybridForward, SnapshotRestoreThenContinueEqualsUninterrupted) {
         }
       }
       // A cache of a model without this state (or with another) refuses the file, naming both.
-      LlamaConfig plain = w->config;
+      DecoderConfig plain = w->config;
       plain.delta_net.n_v_heads = 2;
       std::unique_ptr<KvCache> other = Cache(plain, format);
       Result<std::vector<int32_t>> refused = other->Load(snapshot, fingerprint);
@@ -277,13 +277,13 @@ TEST(HybridForward, SnapshotRestoreThenContinueEqualsUninterrupted) {
 TEST(HybridLoader, PerLayerKvHeadCounts) {
   const std::string path =
       test::WriteHybrid("kv_array", {.arch = "qwen35", .kv_heads = {0, 2, 0, 2}});
-  Result<LlamaWeights> w = Load(path);
+  Result<DecoderWeights> w = Load(path);
   ASSERT_TRUE(w.ok()) << w.status().message();
   EXPECT_EQ(w->config.n_kv_heads, 2);
   std::remove(path.c_str());
   const std::string bad =
       test::WriteHybrid("kv_array_bad", {.arch = "qwen35", .kv_heads = {0, 2, 0, 1}});
-  Result<LlamaWeights> refused = Load(bad);
+  Result<DecoderWeights> refused = Load(bad);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("qwen35.attention.head_count_kv holds 2 and 1"),
             std::string::npos)
@@ -295,7 +295,7 @@ TEST(HybridLoader, PerLayerKvHeadCounts) {
 TEST(HybridForward, RecurrentLayersArrayAndMtpLayers) {
   const std::string path =
       test::WriteHybrid("layers", {.arch = "qwen35", .recurrent = {1, 1, 0, 1, 0}, .nextn = 1});
-  Result<LlamaWeights> w = Load(path);
+  Result<DecoderWeights> w = Load(path);
   ASSERT_TRUE(w.ok()) << w.status().message();
   EXPECT_EQ(w->config.n_layers, 4);  // block_count 5 − 1 MTP block
   EXPECT_EQ(w->config.n_attention_layers(), 1);
@@ -328,7 +328,7 @@ TEST(HybridLoader, BadFilesAreRefusedByName) {
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
     const std::string path = test::WriteHybrid(c.name, c.spec);
-    Result<LlamaWeights> w = Load(path);
+    Result<DecoderWeights> w = Load(path);
     ASSERT_FALSE(w.ok());
     EXPECT_NE(w.status().message().find(c.must_mention), std::string::npos) << w.status().message();
     EXPECT_NE(w.status().message().find(path), std::string::npos) << w.status().message();
@@ -342,7 +342,7 @@ TEST(HybridLoader, UnknownArchitectureListsTheHybrids) {
   const std::string path =
       ::testing::TempDir() + "/hybrid_unknown_" + std::to_string(getpid()) + ".gguf";
   ASSERT_TRUE(w.Write(path).ok());
-  Result<LlamaWeights> loaded = Load(path);
+  Result<DecoderWeights> loaded = Load(path);
   ASSERT_FALSE(loaded.ok());
   for (const char* name : {"qwen35", "qwen35moe", "qwen3next", path.c_str()}) {
     EXPECT_NE(loaded.status().message().find(name), std::string::npos) << loaded.status().message();

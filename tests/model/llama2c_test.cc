@@ -26,9 +26,9 @@ std::string CopyTruncated(const std::string& from, int64_t bytes, const std::str
 }
 
 TEST(Llama2c, BundledModelShape) {
-  Result<LlamaWeights> w = LoadLlama2c(kDir + "stories260K.bin");
+  Result<DecoderWeights> w = LoadLlama2c(kDir + "stories260K.bin");
   ASSERT_TRUE(w.ok()) << w.status().message();
-  const LlamaConfig& c = w->config;
+  const DecoderConfig& c = w->config;
   EXPECT_EQ(c.dim, 64);
   EXPECT_EQ(c.hidden_dim, 172);
   EXPECT_EQ(c.n_layers, 5);
@@ -44,7 +44,7 @@ TEST(Llama2c, TruncatedOrCorruptCheckpointsAreRefused) {
   const int64_t size = static_cast<int64_t>(fs::file_size(kDir + "stories260K.bin"));
   for (int64_t cut : {int64_t{0}, int64_t{3}, int64_t{27}, int64_t{28}, int64_t{100}, size / 2, size - 4, size - 1}) {
     const std::string path = CopyTruncated(kDir + "stories260K.bin", cut, "trunc.bin");
-    Result<LlamaWeights> w = LoadLlama2c(path);
+    Result<DecoderWeights> w = LoadLlama2c(path);
     EXPECT_FALSE(w.ok()) << "cut at " << cut;
     if (!w.ok()) {
       EXPECT_NE(w.status().message().find(path), std::string::npos) << w.status().message();
@@ -59,7 +59,7 @@ TEST(Llama2c, TruncatedOrCorruptCheckpointsAreRefused) {
     f.seekp(12);
     f.write(reinterpret_cast<const char*>(&seven), 4);
   }
-  Result<LlamaWeights> w = LoadLlama2c(path);
+  Result<DecoderWeights> w = LoadLlama2c(path);
   ASSERT_FALSE(w.ok());
   EXPECT_NE(w.status().message().find("heads"), std::string::npos) << w.status().message();
   fs::remove(path);

@@ -5,7 +5,7 @@
 
 #include <random>
 
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "model/llama2c.h"
 #include "weights/matvec.h"
 
@@ -15,7 +15,7 @@ namespace {
 const std::string kDir = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/";
 
 TEST(Prefill, MatMulEqualsMatVecPerToken) {
-  Result<LlamaWeights> w = LoadLlama2c(kDir + "stories260K.bin");
+  Result<DecoderWeights> w = LoadLlama2c(kDir + "stories260K.bin");
   ASSERT_TRUE(w.ok());
   const Matrix& m = w->layers[0].w1;  // [172][64]
   std::mt19937 rng(1);
@@ -31,9 +31,9 @@ TEST(Prefill, MatMulEqualsMatVecPerToken) {
 }
 
 TEST(Prefill, BlockForwardEqualsTokenByToken) {
-  Result<LlamaWeights> w = LoadLlama2c(kDir + "stories260K.bin");
+  Result<DecoderWeights> w = LoadLlama2c(kDir + "stories260K.bin");
   ASSERT_TRUE(w.ok());
-  const LlamaConfig c = w->config;
+  const DecoderConfig c = w->config;
   std::vector<int32_t> tokens(150);
   std::mt19937 rng(2);
   for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % c.vocab_size);
@@ -51,7 +51,7 @@ TEST(Prefill, BlockForwardEqualsTokenByToken) {
     auto block_cache = make(), token_cache = make();
     ASSERT_NE(block_cache, nullptr);
     ASSERT_NE(token_cache, nullptr);
-    LlamaModel model(*w, 2);
+    DecoderModel model(*w, 2);
     std::vector<float> block_logits(c.vocab_size), token_logits(c.vocab_size);
     // Two blocks (64 + 86 positions) against 150 single-token forwards.
     ASSERT_TRUE(model.ForwardBlock(tokens.data(), 64, 0, *block_cache, block_logits.data()).ok());

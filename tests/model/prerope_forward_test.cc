@@ -9,7 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "model/llama2c.h"
 #include "model/load_model.h"
 
@@ -25,7 +25,7 @@ KvSpec Spec(const std::string& text) {
 }
 
 // A cache for keys of spec `key` and values of its format alone (prerope is a key transform).
-std::unique_ptr<KvCache> MakeCache(const LlamaConfig& c, const std::string& key, int64_t n,
+std::unique_ptr<KvCache> MakeCache(const DecoderConfig& c, const std::string& key, int64_t n,
                                    std::optional<RopeConfig> rope) {
   const KvSpec k = Spec(key);
   Result<std::unique_ptr<KvCache>> r = KvCache::Create(
@@ -37,10 +37,10 @@ std::unique_ptr<KvCache> MakeCache(const LlamaConfig& c, const std::string& key,
 }
 
 TEST(PreRopeForward, F32PreRopeLogitsEqualF32InBlocksAndSteps) {
-  Result<LlamaWeights> w = LoadLlama2c(kDir + "stories260K.bin");
+  Result<DecoderWeights> w = LoadLlama2c(kDir + "stories260K.bin");
   ASSERT_TRUE(w.ok());
-  const LlamaConfig c = w->config;
-  LlamaModel model(*w, 2);
+  const DecoderConfig c = w->config;
+  DecoderModel model(*w, 2);
   std::vector<int32_t> tokens(150);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 37 + 11) % c.vocab_size);
   auto plain = MakeCache(c, "f32", 256, std::nullopt);
@@ -71,9 +71,9 @@ struct Fidelity {
 };
 
 // Teacher-forced, one decode step per token (as `kvq eval fidelity` runs an arm).
-Result<std::vector<std::vector<float>>> RunArm(LlamaModel& model, const std::vector<int32_t>& tokens,
+Result<std::vector<std::vector<float>>> RunArm(DecoderModel& model, const std::vector<int32_t>& tokens,
                                                const std::string& key) {
-  const LlamaConfig& c = model.config();
+  const DecoderConfig& c = model.config();
   const KvSpec k = Spec(key);
   std::unique_ptr<KvCache> cache = MakeCache(c, key, static_cast<int64_t>(tokens.size()),
                                              k.transforms.pre_rope ? std::optional(ModelRopeConfig(c)) : std::nullopt);
@@ -116,7 +116,7 @@ TEST(PreRopeForward, TeacherForcedFidelityOnTheBundledModel) {
   std::stringstream text;
   text << in.rdbuf();
   std::vector<int32_t> tokens = loaded->tokenizer.Encode(text.str(), loaded->tokenizer.add_bos());
-  LlamaModel model(loaded->weights, 2);
+  DecoderModel model(loaded->weights, 2);
   tokens.resize(std::min<size_t>(tokens.size(), model.config().seq_len));
   Result<std::vector<std::vector<float>>> ref = RunArm(model, tokens, "f32");
   ASSERT_TRUE(ref.ok()) << ref.status().message();

@@ -7,7 +7,7 @@
 #include <random>
 
 #include "cache/snapshot.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "model/llama2c.h"
 
 namespace kvq {
@@ -38,13 +38,13 @@ struct Prefilled {
 };
 
 // Prefills the prompt in blocks of `cut` (the last block takes what is left), then decodes one token.
-Prefilled PrefillInCuts(LlamaModel& model, const KvCacheConfig& config, const std::vector<int32_t>& prompt,
+Prefilled PrefillInCuts(DecoderModel& model, const KvCacheConfig& config, const std::vector<int32_t>& prompt,
                         int32_t cut) {
   Prefilled out;
   Result<std::unique_ptr<KvCache>> cache = KvCache::Create(config);
   EXPECT_TRUE(cache.ok()) << cache.status().message();
   if (!cache.ok()) return out;
-  const LlamaConfig& c = model.config();
+  const DecoderConfig& c = model.config();
   out.logits.resize(c.vocab_size);
   out.next_logits.resize(c.vocab_size);
   for (int32_t pos = 0; pos < kPrompt; pos += cut) {
@@ -78,10 +78,10 @@ void ExpectSameCache(const SnapshotImage& a, const SnapshotImage& b, const std::
 }
 
 TEST(PromptCut, EveryFormatAndTransformGivesTheSameBitsForEveryCut) {
-  Result<LlamaWeights> w = LoadLlama2c(kDir + "stories260K.bin");
+  Result<DecoderWeights> w = LoadLlama2c(kDir + "stories260K.bin");
   ASSERT_TRUE(w.ok()) << w.status().message();
-  const LlamaConfig& c = w->config;
-  LlamaModel model(*w, 1);  // one model for every run: its activations and attention states are reused
+  const DecoderConfig& c = w->config;
+  DecoderModel model(*w, 1);  // one model for every run: its activations and attention states are reused
   std::vector<int32_t> prompt(kPrompt);
   std::mt19937 rng(5);
   for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % c.vocab_size);

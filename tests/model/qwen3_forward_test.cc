@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "gguf/gguf_writer.h"
+#include "model/decoder.h"
 #include "model/gguf_llama.h"
-#include "model/llama.h"
 #include "weights/matvec.h"
 
 namespace kvq {
@@ -105,7 +105,7 @@ struct Qwen3Reading {
 // over plain K/V arrays [layer][pos][kKv].
 class Qwen3Reference {
  public:
-  Qwen3Reference(const LlamaWeights& w, Qwen3Reading r) : w_(w), r_(r) {
+  Qwen3Reference(const DecoderWeights& w, Qwen3Reading r) : w_(w), r_(r) {
     k_.resize(int64_t{kLayers} * kContext * kKv);
     v_.resize(k_.size());
   }
@@ -181,18 +181,18 @@ class Qwen3Reference {
       *b = static_cast<float>(x * std::sin(angle) + y * std::cos(angle));
     }
   }
-  const LlamaWeights& w_;
+  const DecoderWeights& w_;
   Qwen3Reading r_;
   std::vector<float> k_, v_;
 };
 
-Result<LlamaWeights> Load(const std::string& path) {
+Result<DecoderWeights> Load(const std::string& path) {
   Result<std::unique_ptr<GgufFile>> f = GgufFile::Open(path);
   if (!f.ok()) return f.status();
   return LoadGgufLlama(std::shared_ptr<GgufFile>(std::move(f).value()));
 }
 
-std::unique_ptr<KvCache> F32Cache(const LlamaConfig& c) {
+std::unique_ptr<KvCache> F32Cache(const DecoderConfig& c) {
   const FormatDesc* f32 = *FindFormat("f32");
   Result<std::unique_ptr<KvCache>> cache =
       KvCache::Create({.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
@@ -208,8 +208,8 @@ struct Agreement {
   double worst = 0;
   double wrong_worst = 0;
 };
-Agreement Compare(const LlamaWeights& w, const Qwen3Reading& right, const Qwen3Reading& wrong) {
-  LlamaModel model(w, 2);
+Agreement Compare(const DecoderWeights& w, const Qwen3Reading& right, const Qwen3Reading& wrong) {
+  DecoderModel model(w, 2);
   std::unique_ptr<KvCache> cache = F32Cache(w.config);
   if (cache == nullptr) return {.worst = std::numeric_limits<double>::infinity()};
   Qwen3Reference reference(w, right), without(w, wrong);
@@ -240,9 +240,9 @@ constexpr double kTolerance = 1e-3;
 
 TEST(Qwen3Forward, LoadsHeadDimFromKeyLengthAndTheNorms) {
   const std::string path = WriteQwen3("load", {});
-  Result<LlamaWeights> w = Load(path);
+  Result<DecoderWeights> w = Load(path);
   ASSERT_TRUE(w.ok()) << w.status().message();
-  const LlamaConfig& c = w->config;
+  const DecoderConfig& c = w->config;
   EXPECT_EQ(c.arch, "qwen3");
   EXPECT_EQ(c.head_dim(), kHeadDim);
   EXPECT_EQ(c.q_dim(), kQ);
@@ -265,7 +265,7 @@ TEST(Qwen3Forward, MatchesTheReferenceAndTheReferenceSeesEachFeatureDropped) {
   for (bool tied : {true, false}) {
     SCOPED_TRACE(tied ? "tied classifier" : "separate output.weight");
     const std::string path = WriteQwen3(tied ? "tied" : "separate", {.tied = tied});
-    Result<LlamaWeights> w = Load(path);
+    Result<DecoderWeights> w = Load(path);
     ASSERT_TRUE(w.ok()) << w.status().message();
     EXPECT_EQ(w->classifier.data == w->token_embedding.data, tied);
     const struct {
@@ -291,9 +291,9 @@ TEST(Qwen3Forward, MatchesTheReferenceAndTheReferenceSeesEachFeatureDropped) {
 
 TEST(Qwen3Forward, BlockForwardEqualsTokenForward) {
   const std::string path = WriteQwen3("block", {});
-  Result<LlamaWeights> w = Load(path);
+  Result<DecoderWeights> w = Load(path);
   ASSERT_TRUE(w.ok()) << w.status().message();
-  LlamaModel model(*w, 2);
+  DecoderModel model(*w, 2);
   std::unique_ptr<KvCache> a = F32Cache(w->config), b = F32Cache(w->config);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
@@ -320,7 +320,7 @@ TEST(Qwen3Forward, BadFilesAreRefusedByName) {
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
     const std::string path = WriteQwen3(c.name, c.spec);
-    Result<LlamaWeights> w = Load(path);
+    Result<DecoderWeights> w = Load(path);
     ASSERT_FALSE(w.ok());
     EXPECT_NE(w.status().message().find(c.must_mention), std::string::npos) << w.status().message();
     EXPECT_NE(w.status().message().find(path), std::string::npos) << w.status().message();

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "model/llama2c.h"
 #include "weights/matvec.h"
 #include "test_util/reference_forward.h"
@@ -19,16 +19,16 @@ using test::ReferenceForward;
 
 TEST(ReferenceForward, FastPathLogitsMatchAtEveryPositionOf200Tokens) {
   const std::string dir = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/";
-  Result<LlamaWeights> w = LoadLlama2c(dir + "stories260K.bin");
+  Result<DecoderWeights> w = LoadLlama2c(dir + "stories260K.bin");
   ASSERT_TRUE(w.ok()) << w.status().message();
   ReferenceForward reference(*w);
-  const LlamaConfig c = w->config;
+  const DecoderConfig c = w->config;
   const FormatDesc* f32 = *FindFormat("f32");
   Result<std::unique_ptr<KvCache>> cache =
       KvCache::Create({.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
                        .layers = {{f32, f32}}, .max_positions = c.seq_len, .page_positions = 64});
   ASSERT_TRUE(cache.ok());
-  LlamaModel model(*w, 2);
+  DecoderModel model(*w, 2);
   std::vector<float> fast(c.vocab_size);
   int32_t token = 1;
   double worst = 0;

@@ -17,7 +17,7 @@
 #include "kvq/kv_cache.h"
 #include "kvq/format.h"
 #include "gguf/gguf_reader.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "model/load_model.h"
 #include "synth/synth.h"
 
@@ -82,10 +82,10 @@ TEST(SynthBonsai, TheFileRunsAndItsTruncationsAndCorruptionsAreRefusedNamingIt) 
     // kvq runs it: the qwen3 forward over Q1_0 weights (embedding rows included), finite logits.
     Result<LoadedModel> loaded = LoadModel(path, "");
     ASSERT_TRUE(loaded.ok()) << loaded.status().message();
-    const LlamaConfig c = loaded->weights.config;
+    const DecoderConfig c = loaded->weights.config;
     EXPECT_EQ(c.head_dim(), 128);
     EXPECT_EQ(c.vocab_size, 151936);
-    LlamaModel m(std::move(loaded->weights), 2);
+    DecoderModel m(std::move(loaded->weights), 2);
     const FormatDesc* f16 = *FindFormat("f16");
     auto cache = KvCache::Create({.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
                                   .layers = {{f16, f16}}, .max_positions = 32, .page_positions = 32});

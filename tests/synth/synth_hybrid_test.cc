@@ -16,7 +16,7 @@
 #include "kvq/session.h"
 #include "gguf/gguf_reader.h"
 #include "model/cache_config.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "model/load_model.h"
 #include "synth/synth.h"
 
@@ -79,14 +79,14 @@ TEST(SynthHybrid, TinyPresetsLoadAndRun) {
       ASSERT_TRUE(WriteSynthModel(spec, kStories, path).ok());
       Result<LoadedModel> loaded = LoadModel(path, "");  // repacks Q8_0 matrices, as kvq run does
       ASSERT_TRUE(loaded.ok()) << loaded.status().message();
-      const LlamaConfig c = loaded->weights.config;
+      const DecoderConfig c = loaded->weights.config;
       EXPECT_EQ(c.arch, SynthGgufArch(spec.arch));
       EXPECT_EQ(c.n_attention_layers(), 2);
       EXPECT_EQ(c.rope_dims, 16);
       EXPECT_EQ(c.moe.n_experts, spec.moe() ? 6 : 0);
       EXPECT_EQ(c.delta_net.v_head_map,
                 spec.arch == SynthArch::kQwen3Next ? VHeadMap::kDivide : VHeadMap::kModulo);
-      LlamaModel m(std::move(loaded->weights), 2);
+      DecoderModel m(std::move(loaded->weights), 2);
       const FormatDesc* f16 = *FindFormat("f16");
       auto cache = [&] { return CreateModelCache(c, 64, {.layers = {{f16, f16}}, .page_positions = 32}); };
       auto a = cache(), b = cache();

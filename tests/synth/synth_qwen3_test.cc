@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "kvq/model.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "model/load_model.h"
 #include "synth/synth.h"
 #include "weights/weight_type.h"
@@ -172,8 +172,8 @@ TEST(SynthQwen3, TinyFileHasQwen3TensorsAndKeysAndKvqRunsIt) {
   Result<LoadedModel> loaded = LoadModel(path, "");
   ASSERT_TRUE(loaded.ok()) << loaded.status().message();
   EXPECT_TRUE(loaded->weights.config.qk_norm);
-  const LlamaConfig c = loaded->weights.config;
-  LlamaModel m(std::move(loaded->weights), 1);
+  const DecoderConfig c = loaded->weights.config;
+  DecoderModel m(std::move(loaded->weights), 1);
   const FormatDesc* f16 = *FindFormat("f16");
   auto cache = KvCache::Create({.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim(),
                                 .layers = {{f16, f16}}, .max_positions = 64, .page_positions = 32});

@@ -20,7 +20,7 @@
 #include "base/float_codes.h"
 #include "kvq/format.h"
 #include "gguf/gguf_writer.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "model/load_model.h"
 #include "weights/matvec.h"
 #include "weights/weight_type.h"
@@ -136,13 +136,13 @@ void ExpectVocabularyCopied(const GgufFile& src, const GgufFile& out,
 
 // Runs a few tokens through the model; returns the last logits.
 std::vector<float> RunTokens(LoadedModel loaded, int n_tokens) {
-  const LlamaConfig c = loaded.weights.config;
+  const DecoderConfig c = loaded.weights.config;
   const FormatDesc* f32 = *FindFormat("f32");
   auto cache = KvCache::Create({.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads,
                                 .head_dim = c.head_dim(), .layers = {{f32, f32}},
                                 .max_positions = 64, .page_positions = 32});
   EXPECT_TRUE(cache.ok());
-  LlamaModel model(std::move(loaded.weights), 1);
+  DecoderModel model(std::move(loaded.weights), 1);
   std::vector<float> logits(c.vocab_size);
   const std::vector<int32_t> ids = loaded.tokenizer.Encode("Once upon a time", true);
   for (int pos = 0; pos < n_tokens; ++pos) {
@@ -572,7 +572,7 @@ TEST_F(SynthTest, Qwen2AndRopeScaledLlamaFilesHaveTheirTensorsKeysAndRun) {
     // kvq's loader reads both: qwen2's biases and halves pairing, llama's frequency factors.
     Result<LoadedModel> m = LoadModel(path, "");
     ASSERT_TRUE(m.ok()) << m.status().message();
-    const LlamaConfig& c = m->weights.config;
+    const DecoderConfig& c = m->weights.config;
     EXPECT_EQ(c.arch, a);
     EXPECT_EQ(c.qkv_bias, s.qkv_bias);
     EXPECT_EQ(c.rope_pairing, s.arch == SynthArch::kQwen2 ? RopePairing::kHalves : RopePairing::kAdjacent);

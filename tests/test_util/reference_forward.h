@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "weights/matvec.h"
 
 namespace kvq::test {
@@ -17,7 +17,7 @@ namespace kvq::test {
 // K/V arrays: [n_layers][seq_len][kv_dim] each.
 class ReferenceForward {
  public:
-  explicit ReferenceForward(const LlamaWeights& w) : w_(w), c_(w.config) {
+  explicit ReferenceForward(const DecoderWeights& w) : w_(w), c_(w.config) {
     kcache_.resize(int64_t{c_.n_layers} * c_.seq_len * c_.kv_dim());
     vcache_.resize(kcache_.size());
   }
@@ -71,8 +71,8 @@ class ReferenceForward {
   }
 
  private:
-  const LlamaWeights& w_;
-  LlamaConfig c_;
+  const DecoderWeights& w_;
+  DecoderConfig c_;
   std::vector<float> kcache_, vcache_;
 };
 

@@ -1,7 +1,7 @@
 // Plan files (see kv_plan.h): written and read with nlohmann-json without exceptions (parse with
 // allow_exceptions = false, every field's type checked before it is read), so a damaged file is an
 // error that names what was wrong, never a crash.
-#include "measure/kv_plan.h"
+#include "plan/kv_plan.h"
 
 #include <fmt/core.h>
 

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "text/jinja_builtins.h"
+#include "jinja/jinja_builtins.h"
 
 namespace kvq::jinja {
 namespace {

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "text/jinja_ast.h"
-#include "text/jinja_builtins.h"
-#include "text/jinja_value.h"
+#include "jinja/jinja_ast.h"
+#include "jinja/jinja_builtins.h"
+#include "jinja/jinja_value.h"
 
 namespace kvq::jinja {
 

@@ -1,5 +1,5 @@
 // Values and their Python semantics (jinja_value.h).
-#include "text/jinja_value.h"
+#include "jinja/jinja_value.h"
 
 #include <fmt/format.h>
 

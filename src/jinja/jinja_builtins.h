@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "text/jinja_ast.h"
-#include "text/jinja_value.h"
+#include "jinja/jinja_ast.h"
+#include "jinja/jinja_value.h"
 
 namespace kvq::jinja {
 

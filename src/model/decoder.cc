@@ -1,9 +1,9 @@
-// LlamaModel::ForwardBatch (see llama.h): per layer RMSNorm, q/k/v projections (+ bias for qwen2,
+// DecoderModel::ForwardBatch (see decoder.h): per layer RMSNorm, q/k/v projections (+ bias for qwen2,
 // + a per-head RMSNorm of q and k for qwen3), RoPE, the cache (append, then attend), output
 // projection, SwiGLU feed-forward; then the final norm and the classifier on the last token —
 // run.c's order, for the rows of every segment at once, each segment attending over its own cache.
 // ForwardBlock is the batch of one segment.
-#include "model/llama.h"
+#include "model/decoder.h"
 
 #include <fmt/format.h>
 
@@ -45,8 +45,8 @@ bool KeysBeforeRope(const KvCacheConfig& cc, int32_t layer) {
   return spec < cc.layers.size() && cc.layers[spec].key_transforms.pre_rope;
 }
 
-// What ForwardBatch refuses before it runs anything (llama.h).
-Status CheckSegments(const LlamaConfig& c, std::span<const ForwardSegment> segments) {
+// What ForwardBatch refuses before it runs anything (decoder.h).
+Status CheckSegments(const DecoderConfig& c, std::span<const ForwardSegment> segments) {
   if (segments.empty()) return Status::Error("ForwardBatch: no segments");
   for (size_t i = 0; i < segments.size(); ++i) {
     const ForwardSegment& seg = segments[i];
@@ -114,7 +114,7 @@ Status CheckSegments(const LlamaConfig& c, std::span<const ForwardSegment> segme
 
 }  // namespace
 
-RopeParams ModelRopeParams(const LlamaConfig& c) {
+RopeParams ModelRopeParams(const DecoderConfig& c) {
   return {.theta = c.rope_theta,
           .pairing = c.rope_pairing,
           .position_scale = c.rope_position_scale,
@@ -122,7 +122,7 @@ RopeParams ModelRopeParams(const LlamaConfig& c) {
           .rotary_dims = c.rope_dims};
 }
 
-RopeConfig ModelRopeConfig(const LlamaConfig& c) {
+RopeConfig ModelRopeConfig(const DecoderConfig& c) {
   return {.theta = c.rope_theta,
           .pairing = c.rope_pairing,
           .position_scale = c.rope_position_scale,
@@ -130,12 +130,12 @@ RopeConfig ModelRopeConfig(const LlamaConfig& c) {
           .rotary_dims = c.rope_dims};
 }
 
-LlamaModel::LlamaModel(LlamaWeights weights, int32_t threads) : w_(std::move(weights)), threads_(threads) {
+DecoderModel::DecoderModel(DecoderWeights weights, int32_t threads) : w_(std::move(weights)), threads_(threads) {
   Reserve(1, 1, 1);
 }
 
-void LlamaModel::Reserve(int64_t n_rows, size_t n_segments, int64_t n_classified) {
-  const LlamaConfig& c = w_.config;
+void DecoderModel::Reserve(int64_t n_rows, size_t n_segments, int64_t n_classified) {
+  const DecoderConfig& c = w_.config;
   if (n_rows > row_capacity_) {
     const int64_t q_dim = c.q_dim();
     x_.resize(n_rows * int64_t{c.dim});
@@ -169,8 +169,8 @@ void LlamaModel::Reserve(int64_t n_rows, size_t n_segments, int64_t n_classified
   if (n_segments > states_of_.size()) states_of_.resize(n_segments);
 }
 
-void LlamaModel::AssignStates(std::span<const ForwardSegment> segments) {
-  const LlamaConfig& c = w_.config;
+void DecoderModel::AssignStates(std::span<const ForwardSegment> segments) {
+  const DecoderConfig& c = w_.config;
   const AttentionShape shape{
       .n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim()};
   state_taken_.assign(states_.size(), 0);
@@ -200,25 +200,25 @@ void LlamaModel::AssignStates(std::span<const ForwardSegment> segments) {
   }
 }
 
-ThreadPool& LlamaModel::pool() const {
+ThreadPool& DecoderModel::pool() const {
   if (pool_ == nullptr || pool_->threads() != threads_) pool_ = std::make_unique<ThreadPool>(threads_);
   return *pool_;
 }
 
-AttentionOptions LlamaModel::attention_options() const {
+AttentionOptions DecoderModel::attention_options() const {
   return {.scale = 1.0f / std::sqrt(static_cast<float>(w_.config.head_dim())),
           .kernel = AttentionKernel::kSimd, .threads = threads_, .pool = &pool()};
 }
 
-Status LlamaModel::ForwardBlock(const int32_t* tokens, int32_t n, int64_t pos, KvCache& cache,
+Status DecoderModel::ForwardBlock(const int32_t* tokens, int32_t n, int64_t pos, KvCache& cache,
                                 float* logits) {
   const ForwardSegment one{.tokens = tokens, .n = n, .pos = pos, .cache = cache, .logits = logits};
   return ForwardBatch(std::span<const ForwardSegment>(&one, 1));
 }
 
-void LlamaModel::RecurrentMixer(const LayerWeights& L, int32_t slot,
+void DecoderModel::RecurrentMixer(const LayerWeights& L, int32_t slot,
                                 std::span<const ForwardSegment> segments, int64_t n) {
-  const LlamaConfig& c = w_.config;
+  const DecoderConfig& c = w_.config;
   const DeltaNetConfig& d = c.delta_net;
   const int64_t C = d.conv_channels(), Cv = d.v_channels(), Hv = d.n_v_heads;
   const float* xb = xb_.data();  // [n][dim] the normed rows
@@ -252,9 +252,9 @@ void LlamaModel::RecurrentMixer(const LayerWeights& L, int32_t slot,
   MatMul(L.ssm_out, ssm_out_.data(), n, xb2_.data(), pool);
 }
 
-Status LlamaModel::ForwardBatch(std::span<const ForwardSegment> segments) {
+Status DecoderModel::ForwardBatch(std::span<const ForwardSegment> segments) {
   PhaseClock clock(profile_);
-  const LlamaConfig& c = w_.config;
+  const DecoderConfig& c = w_.config;
   if (Status s = CheckSegments(c, segments); !s.ok()) return s;
   int64_t n = 0;  // rows: every segment's tokens
   int64_t n_logits = 0;  // rows the classifier runs on

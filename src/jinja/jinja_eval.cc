@@ -1,11 +1,11 @@
 // The Jinja interpreter (jinja_eval.h): one switch over statement kinds, one over expression
 // kinds. Recursion follows the tree, whose height the parser bounds; every evaluation charges the
 // budget, so a template that loops or allocates without end stops with an error.
-#include "text/jinja_eval.h"
+#include "jinja/jinja_eval.h"
 
 #include <fmt/format.h>
 
-#include "text/jinja_builtins.h"
+#include "jinja/jinja_builtins.h"
 
 namespace kvq::jinja {
 namespace {

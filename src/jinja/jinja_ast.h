@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "text/jinja_value.h"
+#include "jinja/jinja_value.h"
 
 namespace kvq::jinja {
 

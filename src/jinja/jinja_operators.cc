@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "text/jinja_builtins.h"
+#include "jinja/jinja_builtins.h"
 #include "text/unicode.h"
 
 namespace kvq::jinja {

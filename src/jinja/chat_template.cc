@@ -1,15 +1,15 @@
 // ChatTemplate (chat_template.h): the boundary between kvq's Status world and the interpreter,
 // which throws jinja::Error internally; nothing is thrown past this file.
-#include "text/chat_template.h"
+#include "jinja/chat_template.h"
 
 #include <fmt/format.h>
 
 #include <new>
 #include <nlohmann/json.hpp>
 
-#include "text/jinja_eval.h"
-#include "text/jinja_lexer.h"
-#include "text/jinja_parser.h"
+#include "jinja/jinja_eval.h"
+#include "jinja/jinja_lexer.h"
+#include "jinja/jinja_parser.h"
 
 namespace kvq {
 namespace {

@@ -1,5 +1,7 @@
-// The Llama forward pass (llama2.c run.c's transformer, top to bottom), with the KV path going
-// through a kvq KvCache: each layer appends its K and V rows and attends over the cache's pages.
+// The decoder-only transformer's forward pass, for every architecture kvq runs (gguf/architectures.h):
+// llama2.c run.c's transformer, top to bottom, with what the others add behind DecoderConfig's
+// fields. The KV path goes through a kvq KvCache: each layer appends its K and V rows and attends
+// over the cache's pages.
 #pragma once
 
 #include <cstdint>
@@ -11,8 +13,8 @@
 #include "base/thread_pool.h"
 #include "kvq/kv_cache.h"
 #include "kvq/status.h"
+#include "model/decoder_weights.h"
 #include "model/delta_net.h"
-#include "model/llama_weights.h"
 #include "model/moe.h"
 #include "weights/ops.h"
 
@@ -58,15 +60,15 @@ struct ForwardSegment {
 };
 
 /// The forward pass: one body, ForwardBatch, over segments; a block is a batch of one segment and
-/// a decode step a block of one token. Hybrid models (LlamaConfig::layer_kinds) run their
+/// a decode step a block of one token. Hybrid models (DecoderConfig::layer_kinds) run their
 /// recurrent layers through DeltaNetBlock on the state each segment's cache carries
-/// (KvCacheConfig::state_floats = LlamaConfig::state_floats(), n_layers = n_attention_layers()),
+/// (KvCacheConfig::state_floats = DecoderConfig::state_floats(), n_layers = n_attention_layers()),
 /// token by token, so a block gives the bits of decoding its tokens one at a time.
-class LlamaModel {
+class DecoderModel {
  public:
-  LlamaModel(LlamaWeights weights, int32_t threads);
-  const LlamaConfig& config() const { return w_.config; }
-  const LlamaWeights& weights() const { return w_; }
+  DecoderModel(DecoderWeights weights, int32_t threads);
+  const DecoderConfig& config() const { return w_.config; }
+  const DecoderWeights& weights() const { return w_; }
 
   /// Runs `n` tokens at positions pos .. pos + n − 1 (pos = the cache's current length) as one
   /// block through every layer — weights read once per block, K and V appended as a block, causal
@@ -100,7 +102,7 @@ class LlamaModel {
 
   /// The model's own pool of threads() threads, made on first use (and remade after set_threads
   /// changes the count): every product, attention and recurrent layer of a pass runs on it, so
-  /// passes of separate LlamaModels (separate sessions) share no workers and no lock.
+  /// passes of separate DecoderModels (separate sessions) share no workers and no lock.
   ThreadPool& pool() const;
 
   /// Hooks the forward pass calls from now on (nullptr: none). Not owned; must outlive their use.
@@ -128,7 +130,7 @@ class LlamaModel {
   // right size (a steady batch shape builds none).
   void AssignStates(std::span<const ForwardSegment> segments);
 
-  LlamaWeights w_;
+  DecoderWeights w_;
   int32_t threads_;
   mutable std::unique_ptr<ThreadPool> pool_;  // of threads_ threads once used; null before
   const ForwardHooks* hooks_ = nullptr;
@@ -164,8 +166,8 @@ class LlamaModel {
 
 /// The model's rotary parameters (pairing, scaling; `config` must outlive them: they point at
 /// its frequency factors).
-RopeParams ModelRopeParams(const LlamaConfig& config);
+RopeParams ModelRopeParams(const DecoderConfig& config);
 /// The same parameters, owned: what KvCacheConfig::key_rope needs for "prerope" key specs.
-RopeConfig ModelRopeConfig(const LlamaConfig& config);
+RopeConfig ModelRopeConfig(const DecoderConfig& config);
 
 }  // namespace kvq

@@ -1,5 +1,5 @@
-// Fingerprint and RepackWeights (see llama_weights.h).
-#include "model/llama_weights.h"
+// Fingerprint and RepackWeights (see decoder_weights.h).
+#include "model/decoder_weights.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -15,23 +15,23 @@
 
 namespace kvq {
 
-int32_t LlamaConfig::n_attention_layers() const {
+int32_t DecoderConfig::n_attention_layers() const {
   int32_t n = 0;
   for (int32_t l = 0; l < n_layers; ++l) n += is_recurrent(l) ? 0 : 1;
   return n;
 }
 
-int32_t LlamaConfig::cache_layer(int32_t layer) const {
+int32_t DecoderConfig::cache_layer(int32_t layer) const {
   int32_t same_kind = 0;
   for (int32_t l = 0; l < layer; ++l) same_kind += is_recurrent(l) == is_recurrent(layer) ? 1 : 0;
   return same_kind;
 }
 
-int64_t LlamaConfig::state_floats() const {
+int64_t DecoderConfig::state_floats() const {
   return int64_t{n_layers - n_attention_layers()} * delta_net.state_floats();
 }
 
-ModelFingerprint Fingerprint(const LlamaWeights& w) {
+ModelFingerprint Fingerprint(const DecoderWeights& w) {
   uint64_t hash = w.fingerprint_seed;
   for (const std::span<const uint8_t> bytes : w.fingerprint_bytes) {
     hash = Checksum64(bytes.data(), bytes.size(), hash);
@@ -42,7 +42,7 @@ ModelFingerprint Fingerprint(const LlamaWeights& w) {
           .weights_hash = hash};
 }
 
-int64_t RepackWeights(LlamaWeights* w, bool release_mapped_pages) {
+int64_t RepackWeights(DecoderWeights* w, bool release_mapped_pages) {
   std::vector<Matrix*> todo;  // the matrices the interleaved kernels will read
   for (LayerWeights& L : w->layers) {
     for (Matrix* m :
@@ -75,7 +75,7 @@ int64_t RepackWeights(LlamaWeights* w, bool release_mapped_pages) {
   return at;
 }
 
-int64_t RepackWeightsInPlace(LlamaWeights* w) {
+int64_t RepackWeightsInPlace(DecoderWeights* w) {
   const bool tied = w->classifier.data == w->token_embedding.data;
   std::vector<Matrix*> todo;  // as RepackWeights, but a tied classifier, whose bytes are the embedding's
   for (LayerWeights& L : w->layers) {
@@ -99,7 +99,7 @@ int64_t RepackWeightsInPlace(LlamaWeights* w) {
   }
   if (!tied || !CanRepack(w->classifier) || IsInterleavedKQuant(w->classifier.type)) return total;
   // The tied classifier gets its own copy, as RepackWeights gives it: the embedding stays row-major.
-  LlamaWeights classifier_only{.classifier = w->classifier};
+  DecoderWeights classifier_only{.classifier = w->classifier};
   const int64_t copied = RepackWeights(&classifier_only, /*release_mapped_pages=*/false);
   w->classifier = classifier_only.classifier;
   w->repacked = std::move(classifier_only.repacked);

@@ -1,11 +1,11 @@
-// kvq's Jinja interpreter for chat templates (text/chat_template.h) on hand-written templates:
+// kvq's Jinja interpreter for chat templates (jinja/chat_template.h) on hand-written templates:
 // every expected string here is what jinja2 3.1 (transformers' renderer,
 // ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks) prints for the same template,
 // checked by hand when the test was written. Also the errors (line:column of syntax errors and
 // refused constructs, raise_exception's own message) and the limits that keep a hostile template
 // from crashing or running away. The real templates of six models, against @huggingface/jinja, are
 // in chat_template_oracle_test.cc.
-#include "text/chat_template.h"
+#include "jinja/chat_template.h"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 #include <chrono>
 #include <limits>
 
-#include "text/jinja_builtins.h"
+#include "jinja/jinja_builtins.h"
 #include "text/unicode.h"
 
 namespace kvq::jinja {

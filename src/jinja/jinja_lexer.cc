@@ -1,7 +1,7 @@
 // The Jinja lexer (jinja_lexer.h), written after jinja2's lexer.py: the same tag,
 // whitespace-control and literal rules, so that a template's text comes out byte for byte as
 // transformers renders it.
-#include "text/jinja_lexer.h"
+#include "jinja/jinja_lexer.h"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <limits>
 
-#include "text/jinja_value.h"
+#include "jinja/jinja_value.h"
 #include "text/unicode.h"
 
 namespace kvq::jinja {

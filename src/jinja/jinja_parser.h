@@ -8,8 +8,8 @@
 
 #include <vector>
 
-#include "text/jinja_ast.h"
-#include "text/jinja_lexer.h"
+#include "jinja/jinja_ast.h"
+#include "jinja/jinja_lexer.h"
 
 namespace kvq::jinja {
 

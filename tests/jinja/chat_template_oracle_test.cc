@@ -1,7 +1,7 @@
 // kvq's chat templates on the real templates of Qwen 3, Qwen 2.5, Llama 3.1, Gemma 3, Mistral Nemo
-// and Llama 2 (fetched into the build folder by fetch_chat_templates.sh, a CTest fixture) against
+// and Llama 2 (fetched into the build folder by tests/text/fetch_chat_templates.sh, a CTest fixture) against
 // an independent oracle: @huggingface/jinja, transformers.js's Jinja, run by node over every
-// conversation of data/chat_template_cases.json (chat_template_oracle.js, a fixture too, writes
+// conversation of tests/text/data/chat_template_cases.json (tests/text/chat_template_oracle.js, a fixture too, writes
 // oracle.json). Strict equality of the rendered bytes, and of raise_exception's message where the
 // template refuses a conversation. Plus hand-written expected prompts, so that the test does not
 // rest on the oracle alone, and the places where kvq follows jinja2 (transformers' Python
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "text/chat_template.h"
+#include "jinja/chat_template.h"
 
 namespace kvq {
 namespace {

@@ -1,11 +1,11 @@
 // Chat templates: the Jinja template a model ships (GGUF `tokenizer.chat_template`, or
 // tokenizer_config.json's `chat_template`) that turns a conversation into the prompt text the
-// model was trained on. kvq renders them itself, with a Jinja interpreter (src/text/jinja_*.cc)
+// model was trained on. kvq renders them itself, with a Jinja interpreter (src/jinja/jinja_*.cc)
 // that does what transformers' apply_chat_template does: jinja2 with trim_blocks and
 // lstrip_blocks, Python semantics for values, the variables below. Tested byte for byte against
 // @huggingface/jinja (transformers.js) on the real templates of Llama 2, Llama 3.1, Qwen 2.5,
-// Qwen 3, Gemma 3 and Mistral Nemo (tests/text/chat_template_oracle_test.cc), and against jinja2's
-// output on hand-written templates (tests/text/chat_template_test.cc).
+// Qwen 3, Gemma 3 and Mistral Nemo (tests/jinja/chat_template_oracle_test.cc), and against jinja2's
+// output on hand-written templates (tests/jinja/chat_template_test.cc).
 //
 // Where @huggingface/jinja and jinja2 differ (JavaScript's loose == and object identity,
 // `{{ none }}` printing "" and `{{ true }}` "true", str.strip/lstrip/rstrip ignoring their

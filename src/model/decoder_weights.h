@@ -61,7 +61,7 @@ struct MoeConfig {
   int32_t shared_hidden_dim = 0;
 };
 
-struct LlamaConfig {
+struct DecoderConfig {
   int32_t dim = 0;         ///< residual stream width
   int32_t hidden_dim = 0;  ///< FFN width
   int32_t n_layers = 0;
@@ -139,8 +139,8 @@ struct LayerWeights {
 };
 
 /// Owns the mapping the views point into.
-struct LlamaWeights {
-  LlamaConfig config;
+struct DecoderWeights {
+  DecoderConfig config;
   Matrix token_embedding;            // [vocab][dim]
   std::vector<LayerWeights> layers;
   const float* final_norm = nullptr; // [dim]
@@ -167,17 +167,17 @@ struct LlamaWeights {
 /// file pages, re-read from the page cache if anything — the fingerprint, a tied embedding's rows
 /// — reads them again), so the repacked copy replaces the mapped one in resident memory rather
 /// than doubling it. Returns the bytes repacked.
-int64_t RepackWeights(LlamaWeights* weights, bool release_mapped_pages);
+int64_t RepackWeights(DecoderWeights* weights, bool release_mapped_pages);
 /// RepackWeights for a WebAssembly build, whose heap cannot release memory: each matrix is
 /// repacked through one scratch the size of the largest and written over its own bytes (the
 /// mapping is heap memory that the loader owns), so the file is held once; a tied classifier still
 /// gets its own copy (the embedding is read by rows). The layout, and so every bit of the logits,
 /// is RepackWeights'. The snapshot fingerprint then hashes the repacked bytes (deterministic, but
 /// not native's). Returns the bytes repacked.
-int64_t RepackWeightsInPlace(LlamaWeights* weights);
+int64_t RepackWeightsInPlace(DecoderWeights* weights);
 
 /// The snapshot fingerprint of `weights`: its attention shape and Checksum64 chained over
 /// fingerprint_bytes from fingerprint_seed. Reads every byte it covers.
-ModelFingerprint Fingerprint(const LlamaWeights& weights);
+ModelFingerprint Fingerprint(const DecoderWeights& weights);
 
 }  // namespace kvq

@@ -2,7 +2,7 @@
 //   a if b else c  <  or  <  and  <  not  <  comparisons (== != < <= > >= in, not in; chained)
 //   <  + -  <  ~  <  * / // %  <  **  <  unary - +  <  primary with postfix . [] () | is
 // so `not x is defined` is not (x is defined), and `'a' + x | trim` trims only x.
-#include "text/jinja_parser.h"
+#include "jinja/jinja_parser.h"
 
 #include <fmt/format.h>
 
@@ -11,7 +11,7 @@
 #include <initializer_list>
 #include <string_view>
 
-#include "text/jinja_builtins.h"
+#include "jinja/jinja_builtins.h"
 
 namespace kvq::jinja {
 namespace {
