@@ -1,12 +1,10 @@
 // Per-target driver of the repacked K-quants (MatrixLayout::kInterleaved16, weights/kquant_repack.h):
-// 16 rows × T tokens per step, for MatVec (T = 1) and MatMul (T up to B::kVnniTokens, each unpacked
+// 16 rows × T tokens per step, for MatVec (T = 1) and MatMul (T up to kKqMaxTokens, each unpacked
 // weight vector used for every token of the step, so prefill reads a group's weights once per T
 // tokens instead of once per token). Include after kquant_rows-inl.h (its KVQ_KQUANT_X86_ATTR); a
 // type supplies a policy B:
 //   static constexpr int64_t kBytes     bytes per plain super-block (144, 210)
 //   static constexpr bool kSub16        scales per 16 elements (Q6_K) rather than per 32 with mins
-//   static constexpr int kVnniTokens    tokens per step on AVX3_DL, as many as its 32 vector
-//                                       registers hold accumulators for (AVX2: 2)
 //   x86 AVX2 or better:
 //     template <class V, int T> static void Step(g, x0, cols, t0, y, y_stride, r, half)
 //         the group at g (rows r..r+15, or the half's 8 of them where V has 8 lanes) times
@@ -55,6 +53,10 @@ constexpr int64_t kKqIlRows = 16;  // rows per group (weights/repack.h kInterlea
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 
 #if KVQ_KQUANT_VNNI
+// Tokens per step: 8 unpacked weight vectors and two f32 accumulators per token within AVX-512's
+// 32 vector registers; AVX2's 16 at 2.
+constexpr int kKqMaxTokens = 4;
+
 /// The group's 16 rows in one 512-bit vector (lane j = row j); half is always 0.
 struct KqRowsVec {
   using I = __m512i;
@@ -69,7 +71,6 @@ struct KqRowsVec {
   static KVQ_KQUANT_X86_ATTR inline I Set32(int32_t v) { return _mm512_set1_epi32(v); }
   static KVQ_KQUANT_X86_ATTR inline I And(I a, I b) { return _mm512_and_si512(a, b); }
   static KVQ_KQUANT_X86_ATTR inline I Or(I a, I b) { return _mm512_or_si512(a, b); }
-  static KVQ_KQUANT_X86_ATTR inline I Add32(I a, I b) { return _mm512_add_epi32(a, b); }
   template <int N> static KVQ_KQUANT_X86_ATTR inline I Srli16(I v) { return _mm512_srli_epi16(v, N); }
   template <int N> static KVQ_KQUANT_X86_ATTR inline I Slli16(I v) { return _mm512_slli_epi16(v, N); }
   static KVQ_KQUANT_X86_ATTR inline I Srl32(I v, int n) { return _mm512_srl_epi32(v, _mm_cvtsi32_si128(n)); }
@@ -98,7 +99,7 @@ struct KqRowsVec {
   }
   /// The dot of Q6Codes / Q6Last bytes, as 4·Σ u·q: already.
   static KVQ_KQUANT_X86_ATTR inline I Q6FourTimes(I dot) { return dot; }
-  static constexpr int kQ6StartShift = 2;  // the lanes start at 4·(−32·Σq)
+  static constexpr int32_t kQ6StartScale = 4;  // the lanes start at 4·(−32·Σq)
   /// Sub-block scales: 16 int8 at p (row j at j) -> int32 lanes.
   static KVQ_KQUANT_X86_ATTR inline I ScalesI8(const uint8_t* p, int) {
     return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -113,6 +114,8 @@ struct KqRowsVec {
   static KVQ_KQUANT_X86_ATTR inline void Store(float* y, F v) { _mm512_storeu_ps(y, v); }
 };
 #else
+constexpr int kKqMaxTokens = 2;
+
 /// Half the group's rows (8 × 32 bits) in one 256-bit vector: half h is rows 8h..8h+7, the
 /// upper or lower 32 bytes of each 64-byte vector.
 struct KqRowsVec {
@@ -129,7 +132,6 @@ struct KqRowsVec {
   static inline I Set32(int32_t v) { return _mm256_set1_epi32(v); }
   static inline I And(I a, I b) { return _mm256_and_si256(a, b); }
   static inline I Or(I a, I b) { return _mm256_or_si256(a, b); }
-  static inline I Add32(I a, I b) { return _mm256_add_epi32(a, b); }
   template <int N> static inline I Srli16(I v) { return _mm256_srli_epi16(v, N); }
   template <int N> static inline I Slli16(I v) { return _mm256_slli_epi16(v, N); }
   static inline I Srl32(I v, int n) { return _mm256_srl_epi32(v, _mm_cvtsi32_si128(n)); }
@@ -156,7 +158,7 @@ struct KqRowsVec {
                            _mm256_slli_epi16(_mm256_and_si256(v2, three), 4));
   }
   static inline I Q6FourTimes(I dot) { return _mm256_slli_epi32(dot, 2); }
-  static constexpr int kQ6StartShift = 0;
+  static constexpr int32_t kQ6StartScale = 1;
   static inline I ScalesI8(const uint8_t* p, int half) {
     return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * half)));
   }
@@ -183,34 +185,26 @@ inline void KqPrefetch(const uint8_t* from, int64_t bytes) {
   }
 }
 
-/// The last n_tokens − t (< T) tokens of a group: one step of exactly that many.
-template <class B, class V, int T>
-inline void KqLastStep(int64_t left, const uint8_t* g, const QuantizedX& x0, int64_t cols, int64_t t, float* y,
-                       int64_t y_stride, int64_t r, int half) {
-  if constexpr (T >= 1) {
-    if (left == T) {
-      B::template Step<V, T>(g, x0, cols, t, y, y_stride, r, half);
-    } else {
-      KqLastStep<B, V, T - 1>(left, g, x0, cols, t, y, y_stride, r, half);
-    }
-  }
-}
-
 template <class B>
 void KQuantInterleavedRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tokens, float* y, int64_t y_stride,
                            int64_t cols, int64_t r0, int64_t r1) {
   using V = KqRowsVec;
-  // AVX2's 16 vector registers hold a step's unpacked weights and accumulators for 2 tokens.
-  constexpr int kMaxTokens = KVQ_KQUANT_VNNI ? B::kVnniTokens : 2;
   const int64_t row_bytes = cols / kKQuantBlockElems * B::kBytes;
   for (int64_t r = r0; r < r1; r += kKqIlRows) {
     const uint8_t* g = w + r * row_bytes;
     for (int half = 0; half < V::kHalves; ++half) {
       int64_t t = 0;
-      for (; t + kMaxTokens <= n_tokens; t += kMaxTokens) {
-        B::template Step<V, kMaxTokens>(g, x0, cols, t, y, y_stride, r, half);
+      for (; t + kKqMaxTokens <= n_tokens; t += kKqMaxTokens) {
+        B::template Step<V, kKqMaxTokens>(g, x0, cols, t, y, y_stride, r, half);
       }
-      KqLastStep<B, V, kMaxTokens - 1>(n_tokens - t, g, x0, cols, t, y, y_stride, r, half);
+      switch (n_tokens - t) {
+        case 1: B::template Step<V, 1>(g, x0, cols, t, y, y_stride, r, half); break;
+#if KVQ_KQUANT_VNNI
+        case 2: B::template Step<V, 2>(g, x0, cols, t, y, y_stride, r, half); break;
+        case 3: B::template Step<V, 3>(g, x0, cols, t, y, y_stride, r, half); break;
+#endif
+        default: break;
+      }
     }
   }
 }

@@ -158,7 +158,7 @@ void ProductItem(const GroupProduct& p, const float* x, int64_t n_tokens, int64_
     for (int64_t j = 0; j < n_tokens; ++j) p.k->rows(w.data, x + j * w.cols, p.y + j * w.rows, w.cols, r0, r1);
   } else if (w.layout == MatrixLayout::kInterleaved16) {
     // Per row and token the interleaved kernel does the same operations whatever n_tokens (it
-    // steps 16 rows × up to 6 or 8 tokens), so this equals n_tokens MatVec calls bit for bit.
+    // steps 16 rows × up to 4 tokens), so this equals n_tokens MatVec calls bit for bit.
     InterleavedItem(*p.k, w, *p.s, n_tokens, p.y, r0, r1);
   } else {
     for (int64_t j = 0; j < n_tokens; ++j) p.k->quant_rows(w.data, p.s->Token(j), p.y + j * w.rows, w.cols, r0, r1);

@@ -54,7 +54,7 @@
 //   covers the rows % 16 tail rows the row kernels serve; the tests check the tighter
 //   γ_{n_blocks+1}. The 16-row groups give the same bits on every target (std::fma on scalar).
 //   Repacked Q4_K / Q6_K (weights/kquant_repack.h, kquant_interleaved-inl.h): the same per-32
-//   activation quantisation (so the same x_error_bound), 16 rows × up to 8 tokens per step; a
+//   activation quantisation (so the same x_error_bound), 16 rows × up to 4 tokens per step; a
 //   second accumulator per row (Q4_K's mins, Q6_K's odd sub-blocks of 16) and the add joining the
 //   two: at most n_blocks + 2 roundings per term, within γ_{n_blocks+5} (matvec_roundings = 5);
 //   tests/weights/repack_test.cc checks γ_{n_blocks+2} and the same bits on every target.

@@ -4,8 +4,8 @@
 // γ_{n_blocks+r}·abs_sum of MatVecQuantizedReference (the interleaved kernels round each term at
 // most n_blocks + r times: r = 1 in interleaved_rows-inl.h, 2 in kquant_interleaved-inl.h) and, in
 // the 16-row groups, the same bits on every target; MatMul equals MatVec bit for bit for 1..9
-// tokens and row counts that are not multiples of 16, and for the K-quants' 8-token steps at up
-// to 23 tokens; the thread count changes no bit; special activations as in matvec.h.
+// tokens and row counts that are not multiples of 16, and for the K-quants' multi-token steps
+// at up to 23 tokens; the thread count changes no bit; special activations as in matvec.h.
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL  // as the weight kernels, so the target list below includes AVX3_DL
 #endif
@@ -297,8 +297,8 @@ TEST(Repack, MatMulGroupEqualsEachMatMulAloneBitForBit) {
 }
 
 TEST(Repack, KQuantMatMulTilesAtOddTokenAndRowCountsAreTokenByTokenBitForBit) {
-  // The K-quant MatMul steps up to 8 tokens at a time (kquant_interleaved-inl.h): token counts
-  // that fill whole steps, leave every remainder 1..7 after them, or fall short of one step, on
+  // The K-quant MatMul steps several tokens at a time (kquant_interleaved-inl.h): token counts
+  // that fill whole steps, leave every remainder after them, or fall short of one step, on
   // odd row counts (a 16-row group or more, plus a tail the row kernels serve) and a single
   // super-block or several per row. Each token's row must equal MatVec of that token alone.
   uint32_t seed = 500;

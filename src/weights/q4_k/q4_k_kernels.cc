@@ -59,18 +59,12 @@ struct Q4_KBlock {
 struct Q4_KInterleaved {
   static constexpr int64_t kBytes = 144;
   static constexpr bool kSub16 = false;
-  static constexpr int kVnniTokens = 8;  // 8 unpacked vectors, 16 accumulators
   static constexpr int64_t kGroupBlock = kKqIlRows * kBytes;  // a group's super-block
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
   // Per super-block: the rows' d and dmin, their 6-bit scales and mins unpacked four sub-blocks
   // to a vector (kquant.h's KQuantScalesMins6 on 32-bit lanes: byte k of lane j is row j's sc or m
-  // of sub-block 4v+k), per token fl(d_x·Σq) of its 8 blocks; per sub-block (32 elements: the low
-  // or the high nibbles of a pair's 8 code vectors) its 8 unpacked vectors, then per token 8 byte
-  // dots into one int32 lane per row. One sub-block's vectors at a time (8 registers rather than
-  // a pair's 16) leaves AVX-512's registers to kVnniTokens tokens' two accumulators, so each
-  // unpacked vector serves that many tokens. Per token the f32 operations are those of T = 1 in
-  // the same order (acc and macc take sub-block 2·pair's terms, then 2·pair+1's): any T gives the
-  // one-token bits.
+  // of sub-block 4v+k), per token fl(d_x·Σq) of its 8 blocks; per pair of sub-blocks (64
+  // elements) the 8 code vectors' low and high nibbles, then per token 16 byte dots.
   template <class V, int T>
   static KVQ_KQUANT_X86_ATTR void Step(const uint8_t* g, const QuantizedX& x0, int64_t cols, int64_t t0, float* y,
                                        int64_t y_stride, int64_t r, int half) {
@@ -78,27 +72,26 @@ struct Q4_KInterleaved {
     using F = typename V::F;
     const int64_t n_super = cols / kKQuantBlockElems;
     const int64_t n_blocks = cols / 32;
-    const int8_t* q0 = x0.q + t0 * cols;                // token t's codes at q0 + t·cols [cols]
-    const float* dx0 = x0.d + t0 * n_blocks;            // token t's at dx0 + t·n_blocks [n_blocks]
-    const int32_t* sum0 = x0.sum + t0 * n_blocks;       // [n_blocks] per token, as dx0
+    const int8_t* q[T];     // token t's codes [cols]
+    const float* dx[T];     // [n_blocks]
+    const int32_t* sum[T];  // [n_blocks]
     F acc[T], macc[T];
     for (int t = 0; t < T; ++t) {
+      q[t] = x0.q + (t0 + t) * cols;
+      dx[t] = x0.d + (t0 + t) * n_blocks;
+      sum[t] = x0.sum + (t0 + t) * n_blocks;
       acc[t] = V::Zero();
       macc[t] = V::Zero();
     }
     const I low = V::Set32(0x0F0F0F0F), six = V::Set32(0x3F3F3F3F), top = V::Set32(0x30303030),
             byte = V::Set32(0xFF);
     const F sixteenth = V::Set1(0.0625f);
-    // Sub-blocks unpacked at once: both of a pair (16 vectors) for a few tokens, whose dot chains
-    // then interleave (MatVec's one token); one (8 vectors) for many, leaving registers to their
-    // accumulators.
-    constexpr int kNibs = T <= 4 ? 2 : 1;
     for (int64_t sb = 0; sb < n_super; ++sb) {
       const uint8_t* blk = g + sb * kGroupBlock;
       alignas(32) float dxs[T][8];  // [token][block of the super-block] fl(d_x·Σq)
       for (int t = 0; t < T; ++t) {
-        const __m256i s8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sum0 + t * n_blocks + sb * 8));
-        _mm256_store_ps(dxs[t], _mm256_mul_ps(_mm256_loadu_ps(dx0 + t * n_blocks + sb * 8), _mm256_cvtepi32_ps(s8)));
+        const __m256i s8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sum[t] + sb * 8));
+        _mm256_store_ps(dxs[t], _mm256_mul_ps(_mm256_loadu_ps(dx[t] + sb * 8), _mm256_cvtepi32_ps(s8)));
       }
       const F d = V::Halves(blk, half), dmin = V::Halves(blk + 32, half);
       const I a = V::Load(blk + 64, half), b = V::Load(blk + 128, half), c = V::Load(blk + 192, half);
@@ -107,46 +100,30 @@ struct Q4_KInterleaved {
       for (int pair = 0; pair < 4; ++pair) {  // sub-blocks 2·pair (low nibbles) and 2·pair+1 (high)
         const int shift = 16 * (pair % 2);
         const I sc_pair = V::Srl32(sc[pair / 2], shift), mn_pair = V::Srl32(mn[pair / 2], shift);
+        const F dsc0 = V::Mul(d, V::Cvt(V::And(sc_pair, byte)));                                    // exact
+        const F dsc1 = V::Mul(V::Mul(d, V::Cvt(V::And(V::Srl32(sc_pair, 8), byte))), sixteenth);  // exact
+        const F dm0 = V::Mul(dmin, V::Cvt(V::And(mn_pair, byte)));                                  // exact
+        const F dm1 = V::Mul(dmin, V::Cvt(V::And(V::Srl32(mn_pair, 8), byte)));                     // exact
         const uint8_t* codes = blk + kQ4_KGroupScaleBytes + pair * 8 * 64;
         KqPrefetch<T>(blk + pair * (kGroupBlock / 4), kGroupBlock / 4);
-        // Low: d·sc; high: (d·sc)/16 against the 16× dot of the unshifted nibbles (all exact).
-        const F dsc[2] = {V::Mul(d, V::Cvt(V::And(sc_pair, byte))),
-                          V::Mul(V::Mul(d, V::Cvt(V::And(V::Srl32(sc_pair, 8), byte))), sixteenth)};
-        const F dm[2] = {V::Mul(dmin, V::Cvt(V::And(mn_pair, byte))),
-                         V::Mul(dmin, V::Cvt(V::And(V::Srl32(mn_pair, 8), byte)))};
-        for (int nib0 = 0; nib0 < 2; nib0 += kNibs) {  // sub-blocks 2·pair + nib, activation blocks ab0 + nib
-          const int64_t ab0 = sb * 8 + 2 * pair;
-          I u[kNibs][8];  // [nib][k]: elements 4k..4k+3 of sub-block 2·pair + nib0 + nib, per row
+        I lo[8], hi[8];  // [k]: elements 4k..4k+3 of sub-block 2·pair, 2·pair+1, per row
+        for (int k = 0; k < 8; ++k) {
+          const I v = V::Load(codes + 64 * k, half);
+          lo[k] = V::And(v, low);
+          hi[k] = V::HighNibbles(v);
+        }
+        const int64_t ab = sb * 8 + 2 * pair;  // the low nibbles' activation block
+        for (int t = 0; t < T; ++t) {
+          const int8_t* qb = q[t] + ab * 32;
+          I dot0 = V::Set32(0), dot1 = V::Set32(0);
           for (int k = 0; k < 8; ++k) {
-            const I v = V::Load(codes + 64 * k, half);
-            for (int n = 0; n < kNibs; ++n) u[n][k] = nib0 + n == 0 ? V::And(v, low) : V::HighNibbles(v);
+            dot0 = V::Dot(dot0, lo[k], qb + 4 * k);
+            dot1 = V::Dot(dot1, hi[k], qb + 32 + 4 * k);
           }
-#pragma GCC unroll 16
-          for (int t = 0; t < T; ++t) {
-            I dot[kNibs];
-            for (int n = 0; n < kNibs; ++n) {
-              const int8_t* qb = q0 + t * cols + (ab0 + nib0 + n) * 32;
-              if constexpr (kNibs == 1) {
-                // Two chains of 4 byte dots and an exact add: half the latency of one chain of 8,
-                // which with one sub-block in flight per token bounded the step.
-                I first = V::Set32(0), second = V::Set32(0);
-                for (int k = 0; k < 4; ++k) {
-                  first = V::Dot(first, u[n][k], qb + 4 * k);
-                  second = V::Dot(second, u[n][k + 4], qb + 16 + 4 * k);
-                }
-                dot[n] = V::Add32(first, second);
-              } else {
-                dot[n] = V::Set32(0);
-                for (int k = 0; k < 8; ++k) dot[n] = V::Dot(dot[n], u[n][k], qb + 4 * k);
-              }
-            }
-            for (int n = 0; n < kNibs; ++n) {
-              const int nib = nib0 + n;
-              const F i_dot = nib == 0 ? V::Cvt(dot[n]) : V::Cvt(V::SixteenTimes(dot[n]));
-              acc[t] = V::Fma(V::Mul(dsc[nib], V::Set1(dx0[t * n_blocks + ab0 + nib])), i_dot, acc[t]);
-              macc[t] = V::Fma(dm[nib], V::Set1(dxs[t][2 * pair + nib]), macc[t]);
-            }
-          }
+          acc[t] = V::Fma(V::Mul(dsc0, V::Set1(dx[t][ab])), V::Cvt(dot0), acc[t]);
+          macc[t] = V::Fma(dm0, V::Set1(dxs[t][2 * pair]), macc[t]);
+          acc[t] = V::Fma(V::Mul(dsc1, V::Set1(dx[t][ab + 1])), V::Cvt(V::SixteenTimes(dot1)), acc[t]);
+          macc[t] = V::Fma(dm1, V::Set1(dxs[t][2 * pair + 1]), macc[t]);
         }
       }
     }

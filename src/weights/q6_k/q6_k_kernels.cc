@@ -76,7 +76,6 @@ struct Q6_KBlock {
 struct Q6_KInterleaved {
   static constexpr int64_t kBytes = 210;
   static constexpr bool kSub16 = true;
-  static constexpr int kVnniTokens = 8;  // 4 unpacked vectors, 16 accumulators
   static constexpr int64_t kGroupBlock = kKqIlRows * kBytes;  // a group's super-block
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
   // Per sub-block of 16 (4 chunks of 4 elements, kquant_repack.h): its 3 code vectors give the
@@ -107,10 +106,9 @@ struct Q6_KInterleaved {
     // hadd of hadd leaves the 4-sums of 8 consecutive groups in the order 0, 2, 4, 6, 1, 3, 5, 7.
     const __m256i quad_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     const F quarter = V::Set1(0.25f);
-    constexpr int kSubs = T <= 4 ? 1 : 2;
     for (int64_t sb = 0; sb < n_super; ++sb) {
       const uint8_t* blk = g + sb * kGroupBlock;
-      alignas(32) int32_t start[T][16];  // [token][sub-block] −32·Σq over its 16 codes, × 2^V::kQ6StartShift
+      alignas(32) int32_t start[T][16];  // [token][sub-block] −32·Σq over its 16 codes, × V::kQ6StartScale
       for (int t = 0; t < T; ++t) {
         for (int h = 0; h < 2; ++h) {
           const __m256i* o = reinterpret_cast<const __m256i*>(off[t] + sb * 64 + 32 * h);
@@ -118,38 +116,24 @@ struct Q6_KInterleaved {
           const __m256i s23 = _mm256_hadd_epi32(_mm256_loadu_si256(o + 2), _mm256_loadu_si256(o + 3));
           const __m256i sums = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(s01, s23), quad_order);
           _mm256_store_si256(reinterpret_cast<__m256i*>(start[t] + 8 * h),
-                             _mm256_slli_epi32(sums, V::kQ6StartShift));
+                             _mm256_mullo_epi32(sums, _mm256_set1_epi32(V::kQ6StartScale)));
         }
       }
       const F d_quarter = V::Mul(V::Halves(blk, half), quarter);  // exact
       for (int blk8 = 0; blk8 < 8; ++blk8) {  // activation block sb·8 + blk8
         KqPrefetch<T>(blk + blk8 * (kGroupBlock / 8), kGroupBlock / 8);
         const int64_t ab = sb * 8 + blk8;
-        // Sub-blocks 2·blk8 + e unpacked at once (kSubs): one for a few tokens (MatVec's one),
-        // both for many, so each token's two dot chains (its acc_0 and acc_1) overlap.
-        for (int e0 = 0; e0 < 2; e0 += kSubs) {
-          I u[kSubs][4];  // [e][chunk]: 4 codes of each row
-          F dsc[kSubs];
-          for (int n = 0; n < kSubs; ++n) {
-            const int s = 2 * blk8 + e0 + n;
-            const uint8_t* codes = blk + kQ6_KGroupScaleBytes + 3 * s * 64;
-            const I v0 = V::Load(codes, half), v1 = V::Load(codes + 64, half), v2 = V::Load(codes + 128, half);
-            u[n][0] = V::Q6Codes(v0);
-            u[n][1] = V::Q6Codes(v1);
-            u[n][2] = V::Q6Codes(v2);
-            u[n][3] = V::Q6Last(v0, v1, v2);
-            dsc[n] = V::Mul(d_quarter, V::Cvt(V::ScalesI8(blk + kQ6_KGroupScalesAt + 16 * s, half)));  // exact
-          }
-          // Unrolled, so each token's accumulators stay in registers and the T dot chains overlap.
-#pragma GCC unroll 16
+        for (int e = 0; e < 2; ++e) {  // sub-block s = 2·blk8 + e
+          const int s = 2 * blk8 + e;
+          const uint8_t* codes = blk + kQ6_KGroupScaleBytes + 3 * s * 64;
+          const I v0 = V::Load(codes, half), v1 = V::Load(codes + 64, half), v2 = V::Load(codes + 128, half);
+          const I u[4] = {V::Q6Codes(v0), V::Q6Codes(v1), V::Q6Codes(v2), V::Q6Last(v0, v1, v2)};
+          const F dsc = V::Mul(d_quarter, V::Cvt(V::ScalesI8(blk + kQ6_KGroupScalesAt + 16 * s, half)));  // exact
           for (int t = 0; t < T; ++t) {
-            for (int n = 0; n < kSubs; ++n) {
-              const int e = e0 + n;
-              const int8_t* qs = q[t] + ab * 32 + 16 * e;
-              I dot = V::Set32(start[t][2 * blk8 + e]);
-              for (int kk = 0; kk < 4; ++kk) dot = V::Dot(dot, u[n][kk], qs + 4 * kk);
-              acc[e][t] = V::Fma(V::Mul(dsc[n], V::Set1(dx[t][ab])), V::Cvt(V::Q6FourTimes(dot)), acc[e][t]);
-            }
+            const int8_t* qs = q[t] + ab * 32 + 16 * e;
+            I dot = V::Set32(start[t][s]);
+            for (int kk = 0; kk < 4; ++kk) dot = V::Dot(dot, u[kk], qs + 4 * kk);
+            acc[e][t] = V::Fma(V::Mul(dsc, V::Set1(dx[t][ab])), V::Cvt(V::Q6FourTimes(dot)), acc[e][t]);
           }
         }
       }
