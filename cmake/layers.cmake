@@ -32,6 +32,9 @@ endfunction()
 # a link DIR -> src/DIR, added to TARGET's include directories; OUT_VAR receives its path.
 function(kvq_include_root target dir scope out_var)
   set(root "${PROJECT_BINARY_DIR}/include_roots/${target}")
+  # Made afresh at every configure: a public header that moved to another layer must not stay
+  # visible here through a link left by an earlier configure of this build tree.
+  file(REMOVE_RECURSE "${root}")
   file(MAKE_DIRECTORY "${root}/kvq")
   file(CREATE_LINK "${PROJECT_SOURCE_DIR}/src/${dir}" "${root}/${dir}" SYMBOLIC)
   if(scope STREQUAL "PRIVATE")

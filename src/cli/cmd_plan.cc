@@ -29,7 +29,9 @@ struct PlanOptions {
   int64_t layers = 0;
   int64_t kv_heads = 0;
   int64_t head_dim = 0;
-  std::string format = "f16";
+  std::string format = "f16";             // the spec RunPlan plans
+  std::vector<std::string> formats = {"f16"};  // --format: one plan per spec, in order
+  bool json_lines = false;  // several specs with --json: each plan one compact line (JSON Lines)
   int64_t kv_bytes = 0;      // 0: not given
   int64_t weight_bytes = 0;  // 0: not given
   int64_t page = 256;
@@ -88,6 +90,12 @@ int RunPlan(const PlanOptions& given) {
     o.layers = model->attention_layers;
     o.kv_heads = model->kv_heads;
     o.head_dim = model->head_dim;
+  }
+  if (model && o.shared.contexts.empty() && o.kv_bytes == 0) {
+    if (model->config.seq_len <= 0) {
+      return bad(fmt::format("-m {}: the file states no context length; give --context N", o.shared.model));
+    }
+    o.shared.contexts = {model->config.seq_len};  // the model's own context, as kvq run sizes it
   }
   const std::vector<int64_t>& contexts = o.shared.contexts;
   if (o.layers == 0 || o.kv_heads == 0 || o.head_dim == 0) {
@@ -230,7 +238,11 @@ int RunPlan(const PlanOptions& given) {
                       {"host_positions", tiers->host_positions}, {"disk_bytes", tiers->disk_bytes},
                       {"disk_positions", tiers->disk_positions}};
     }
-    PrintJson(out);
+    if (o.json_lines) {
+      fmt::print("{}\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    } else {
+      PrintJson(out);
+    }
     return 0;
   }
 
@@ -308,14 +320,17 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
   CLI::Option* layers = cmd->add_option("--layers", o->layers, "Layers that hold a KV cache");
   CLI::Option* heads = cmd->add_option("--kv-heads", o->kv_heads, "KV heads per layer");
   CLI::Option* dim = AddHeadDimFlag(cmd, &o->head_dim);
-  CLI::Option* format = cmd->add_option("--format", o->format,
-                                        "KV spec, FORMAT[+rot][+sinkN][+resN] (see `kvq formats`); its element "
-                                        "format is the reference for ceilings")
+  CLI::Option* format = cmd->add_option("--format,--formats", o->formats,
+                                        "KV specs, FORMAT[+rot][+sinkN][+resN] (see `kvq formats`), "
+                                        "comma-separated: one plan each, in order (with --json, one "
+                                        "object per line); a spec's element format is the reference for "
+                                        "its ceilings")
+      ->delimiter(',')
       ->check(KvFormatName())
       ->type_name("SPEC")
       ->capture_default_str();
   // No upper bound here: KvBytesForContext refuses a context whose bytes overflow, naming it.
-  AddContextListFlag(cmd, &o->shared, "--context", "Positions to size, comma-separated", 1, INT64_MAX);
+  AddContextListFlag(cmd, &o->shared, "--context", "Positions to size, comma-separated (default with -m: the model's context)", 1, INT64_MAX);
   AddByteSizeFlag(cmd, "--kv-bytes", &o->kv_bytes,
                   "KV bytes read per decode step in --format (e.g. 718MB), for the KV share");
   AddByteSizeFlag(cmd, "--weight-bytes", &o->weight_bytes,
@@ -326,7 +341,17 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
   CLI::Option* automatic = AddAutoPlanFlags(cmd, &o->shared, &o->automatic);
   for (CLI::Option* shape_flag : {layers, heads, dim, format}) automatic->excludes(shape_flag);
   cmd->callback([o, exit_code] {
-    *exit_code = o->automatic.enabled ? RunAutoPlan(o->shared, o->automatic) : RunPlan(*o);
+    if (o->automatic.enabled) {
+      *exit_code = RunAutoPlan(o->shared, o->automatic);
+      return;
+    }
+    for (size_t i = 0; i < o->formats.size(); ++i) {
+      if (i > 0 && !o->shared.json) fmt::print("\n");
+      PlanOptions one = *o;
+      one.format = o->formats[i];
+      one.json_lines = o->formats.size() > 1;
+      if ((*exit_code = RunPlan(one)) != 0) return;
+    }
   });
 }
 

@@ -161,7 +161,9 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   AddModelFlag(cmd, &o->shared);
   AddHfRepoFlag(cmd, &o->shared);
   AddTokenizerFlag(cmd, &o->shared);
-  cmd->add_option("--host", o->http.host, "Address to listen on (loopback by default)")->capture_default_str();
+  cmd->add_option("--host", o->http.host, "Address to listen on (loopback by default)")
+      ->capture_default_str()
+      ->type_name("HOST");
   cmd->add_option("--port", o->http.port, "Port to listen on (0: any free port)")
       ->check(IntInRange(0, 65535))->capture_default_str();
   cmd->add_option("--parallel", o->engine.parallel, "Sessions generating at once; more requests queue (also -np)")

@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "gguf/architectures.h"
 #include "kvq/units.h"
 #include "synth/synth.h"
 
@@ -230,12 +231,14 @@ void AddSynthCommand(CLI::App& app, int* exit_code) {
       "synth", "Write a GGUF model at a real model's shape with random weights (for speed work)");
   auto o = std::make_shared<SynthOptions>();
   cmd->add_option("--preset", o->preset,
-                  fmt::format("A published shape: {}", fmt::join(SynthPresetNames(), ", ")));
+                  fmt::format("A published shape: {}", fmt::join(SynthPresetNames(), ", ")))
+      ->type_name("NAME");
   cmd->add_option("--arch", o->arch,
-                  "llama | qwen2 | mistral | qwen3 | qwen35 | qwen35moe | qwen3next (mistral "
-                  "is written as llama, as llama.cpp does; the hybrids take their other sizes "
-                  "from the preset, or the defaults of Qwen3.5's Gated DeltaNet); default llama "
-                  "or the preset's");
+                  fmt::format("One of {} (mistral is written as llama, as llama.cpp does; the hybrids take "
+                              "their other sizes from the preset, or the defaults of Qwen3.5's Gated "
+                              "DeltaNet); default llama or the preset's",
+                              ArchitectureNames()))
+      ->type_name("NAME");
   o->dim_opt = cmd->add_option("--dim", o->dim, "Embedding width");
   o->layers_opt = cmd->add_option("--layers", o->layers, "Transformer blocks");
   o->heads_opt = cmd->add_option("--heads", o->heads, "Attention heads (head_dim = dim / heads unless --head-dim)");
@@ -249,10 +252,12 @@ void AddSynthCommand(CLI::App& app, int* exit_code) {
       "--vocab-size", o->vocab_size,
       "Vocabulary size (default: the vocabulary's; larger pads it with control tokens)");
   cmd->add_option("--embeddings", o->embeddings,
-                  "tied | separate output.weight (default: the preset's, else separate)");
+                  "tied | separate output.weight (default: the preset's, else separate)")
+      ->type_name("tied|separate");
   o->type_opt = cmd->add_option("--type", o->type,
                                 fmt::format("Matrix type, one of {}, or a llama.cpp mix ({}; docs/weight-types.md); "
-                                            "default q4_0 or the preset's", SynthTypeNameList(), TypeMixNameList()));
+                                            "default q4_0 or the preset's", SynthTypeNameList(), TypeMixNameList()))
+                    ->type_name("NAME");
   cmd->add_option("--vocab", o->vocab,
                   "GGUF file whose tokenizer.* metadata is copied, or a Hugging Face tokenizer.json "
                   "(byte-level BPE) written as llama.cpp's converter would (default: the bundled "

@@ -114,6 +114,31 @@ TEST(Plan, ModelFileGivesTheHybridShapeAndItsFixedState) {
   std::remove(model.c_str());
 }
 
+// plan takes a list of specs as eval and bench do (one plan each; with --json one object per line),
+// and with -m and no --context it plans the model's own context.
+TEST(Plan, AListOfSpecsAndTheModelsContextByDefault) {
+  const KvqRun list = Kvq("plan --layers 2 --kv-heads 4 --head-dim 64 --format f16,int4,int8+rot --context 100 --json");
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  std::istringstream lines(list.out);
+  std::vector<std::string> formats;
+  for (std::string line; std::getline(lines, line);) {
+    formats.push_back(nlohmann::json::parse(line)["format"].get<std::string>());
+  }
+  EXPECT_EQ(formats, (std::vector<std::string>{"f16", "int4", "int8+rot"}));
+  const KvqRun table = Kvq("plan --layers 2 --kv-heads 4 --head-dim 64 --formats f16,int4 --context 100");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("format f16"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("format int4"), std::string::npos) << table.out;
+  EXPECT_EQ(Kvq("plan --layers 2 --kv-heads 4 --head-dim 64 --format f16,nope --context 100").exit_code, 2);
+
+  const std::string model = ::testing::TempDir() + "/kvq_plan_ctx_" + std::to_string(::getpid()) + ".gguf";
+  ASSERT_EQ(Kvq("synth --preset tiny-qwen35 --context 3000 -o " + model).exit_code, 0);
+  const auto j = Json("plan -m " + model + " --json");
+  ASSERT_EQ(j["contexts"].size(), 1u);
+  EXPECT_EQ(j["contexts"][0]["context"].get<int64_t>(), 3000);
+  std::remove(model.c_str());
+}
+
 TEST(Plan, CeilingFromAContextAndWeights) {
   const auto j = Json("plan --layers 10 --kv-heads 2 --head-dim 256 --format f16 --context 32768 "
                       "--weight-bytes 566MB");

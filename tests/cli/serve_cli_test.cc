@@ -42,7 +42,7 @@ TEST(ServeCli, BadFlagsAreRefusedBeforeAnythingStarts) {
       {"serve --port 0 --kv-budget-per-session 100B", "--kv-budget-per-session"},
       {"serve --host 999.1.1.1 --port 1", "cannot listen"},
       {"serve -m /nonexistent.gguf", "nonexistent"},
-      {"serve --spec draft", "--spec ngram or suffix"},
+      {"serve --spec draft", "--spec draft needs a draft model: --draft-model FILE"},
       {"serve --spec eagle", "--spec"},
   };
   for (const Case& c : cases) {
