@@ -182,7 +182,9 @@ function ShowProgress(m) {
   const g = m.stats.gpu;
   $('st-gpu').textContent = g ? `${Bytes(g.weight_bytes + (s?.device_bytes ?? 0))} (weights ${Bytes(g.weight_bytes)}, ` +
       `KV slots ${Bytes(s?.device_bytes ?? 0)}); ${g.kv_path_why} — ${g.submits_per_step.toFixed(1)} submits and ` +
-      `${g.readbacks_per_step.toFixed(1)} readbacks a token` : 'none (this run is on the CPU)';
+      `${g.readbacks_per_step.toFixed(1)} readbacks a token` +
+      (g.kv_streamed_bytes_per_step ? `, ${Bytes(g.kv_streamed_bytes_per_step)} of KV streamed from the master a token` : '') :
+      'none (this run is on the CPU)';
   ShowHeap(m.stats.heap_bytes);
 }
 

@@ -506,7 +506,9 @@ function CpuEngine(p) {
 // The WebGPU path: web/gpu/gpu_engine.js runs the module's step program of the model token by
 // token (prompt included: prefill is not batched on the GPU yet), greedy, its KV master in the
 // module's KvCache: resident on the GPU for specs with WGSL encoders (one submit and readback a
-// token), else streamed to the GPU's slots for attention (stats().gpu.kv_path says which, and why).
+// token), mixed when such a context is over the device budget (the newest pages resident, older
+// ones streamed from the master: still one readback a token), else streamed to the GPU's slots
+// for attention (stats().gpu.kv_path says which, and why).
 async function GpuEngine(p) {
   if (!gpu_step) {
     const {GpuModelRunner} = await import('./gpu/gpu_engine.js');
@@ -544,7 +546,8 @@ async function GpuEngine(p) {
               gpu: {steps, submits_per_step: per('submits'), readbacks_per_step: per('readbacks'),
                     kv_device_submits_per_step: per('device_submits'), weight_bytes: runner.weight_bytes,
                     kv_path: runner.path, kv_path_why: runner.path_why,
-                    pages_written_behind: counts.write_backs - counts0.write_backs},
+                    pages_written_behind: counts.write_backs - counts0.write_backs,
+                    kv_streamed_bytes_per_step: per('streamed_bytes')},
               heap_bytes: HeapBytes()};
     },
   };

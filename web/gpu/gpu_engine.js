@@ -11,15 +11,19 @@
 // is rebuilt by the next attention call). If no device comes back, the rest of the conversation
 // runs on the module's C++ forward over the same cache (kvq_web_kv_cpu_step).
 //
-// Two paths for a sequence's KV (`path`, and `path_why` for the other): "resident" (the specs
+// Three paths for a sequence's KV (`path`, and `path_why` saying why): "resident" (the specs
 // have WGSL encoders and the device budget holds the whole context: kv_resident.js keeps the
 // working set on the GPU, a step is one submit and one readback, full pages reach the master
 // behind it; a lost device costs the tail page, whose ids run again on the next device or the
-// CPU), else "stream" (each layer's rows read back into the master, whose pages stream through
-// kv_device.js: n_layers + 1 submits and readbacks a step).
+// CPU); "mixed" (encoders, but the context is over the budget: the newest pages that fit the
+// budget stay resident as above, older ones, once written behind, are evicted from the GPU and
+// streamed from the master each step through kv_resident.js's slots with the same window kernels
+// in position order: the same bits, one readback a step, a submit more per reused slot); else
+// "stream" (each layer's rows read back into the master, whose pages stream through kv_device.js:
+// n_layers + 1 submits and readbacks a step).
 
 import {GpuKvDevice} from './kv_device.js';
-import {GpuResidentKv, ResidentWhyNot} from './kv_resident.js';
+import {GpuResidentKv, kStreamSlots, PageBufferBytes, ResidentPagesFor, ResidentWhyNot} from './kv_resident.js';
 import {GpuLimitsFor, GpuStepProgram, StepProgramWhyNot} from './step_program.js';
 
 // A step is redone at most this many times after losing its device (a device lost again and
@@ -95,9 +99,11 @@ export class GpuModelRunner {
     this.events = [];
     this.retired = {steps: 0, submits: 0, readbacks: 0, device_submits: 0};  // of step programs of lost devices
     this.retired_write_backs = 0;  // pages written behind by resident caches gone since
-    this.resident = null;  // the sequence's GpuResidentKv on the resident path
-    this.path = '';        // 'resident' or 'stream' (NewSequence)
-    this.path_why = '';    // why not the other path
+    this.retired_streamed_bytes = 0;  // bytes streamed from the master by mixed-mode caches gone since
+    this.resident = null;  // the sequence's GpuResidentKv on the resident and mixed paths
+    this.resident_pages = Infinity;  // pages per layer kept on the GPU (mixed: fewer than the context's)
+    this.path = '';        // 'resident', 'mixed' or 'stream' (NewSequence)
+    this.path_why = '';    // why this path
     this.cpu_steps = 0;
     /** Test hook: called after each layer's K and V rows reach the master (layer, position). */
     this.after_append = null;
@@ -146,29 +152,51 @@ export class GpuModelRunner {
     this.kv_specs = {key: kv_k, value: kv_v};
     const want = options.path || 'auto';
     if (!['auto', 'stream'].includes(want)) throw new Error(`KV path "${want}": use auto or stream`);
+    /** The cache's page: {page_bytes, value_offset, page_positions} (one spec for every layer). */
+    this.layout = JSON.parse(M.UTF8ToString(M._kvq_web_kv_page_layout(this.kv, 0)));
+    const budget = device_budget_bytes, total = this.plan.total_bytes;
+    const over = budget > 0 && budget < total;  // the context does not fit the device budget
+    this.resident_pages = over ? ResidentPagesFor(budget, this.layout.page_bytes, this.config.n_layers) : Infinity;
+    const unit = PageBufferBytes(this.layout.page_bytes);
     const why_not = want === 'stream' ? 'the stream path was asked for' : ResidentWhyNot(kv_k, kv_v) ||
-        (device_budget_bytes > 0 && device_budget_bytes < this.plan.total_bytes ?
-         `the device budget (${device_budget_bytes} bytes) is under the context's ${this.plan.total_bytes}` : '');
-    this.path = why_not || this.on_cpu ? 'stream' : 'resident';
-    this.path_why = why_not ? `KV streamed from the module: ${why_not}` :
-        'KV resident on the GPU: the specs have WGSL encoders and the budget holds the context';
-    if (this.path === 'resident') this.resident = this.#NewResident();
+        (over && this.resident_pages < 1 ?
+         `the device budget (${budget} bytes) is under the context's ${total} and holds less than ${kStreamSlots} ` +
+         `streaming slots and one page per layer (${(kStreamSlots + this.config.n_layers) * unit} bytes)` : '');
+    this.path = why_not || this.on_cpu ? 'stream' : over ? 'mixed' : 'resident';
+    this.path_why = why_not ? `KV streamed from the module: ${why_not}` : !over ?
+        'KV resident on the GPU: the specs have WGSL encoders and the budget holds the context' :
+        `KV mixed: the device budget (${budget} bytes) is under the context's ${total}, so the newest ` +
+        `${this.resident_pages} page${this.resident_pages === 1 ? '' : 's'} of ${this.layout.page_positions} positions ` +
+        `per layer stay resident on the GPU (encoded there) and older pages stream from the module's master through ` +
+        `${kStreamSlots} slots`;
+    if (this.path !== 'stream') this.resident = this.#NewResident();
     return this.plan;
   }
 
-  // A resident cache on the current device for the sequence, its pages appended to the master.
+  // A resident cache on the current device for the sequence, its pages appended to the master;
+  // in mixed mode its older pages read back from the master to stream.
   #NewResident() {
-    const M = this.M, kv = this.kv;
-    const layout = JSON.parse(M.UTF8ToString(M._kvq_web_kv_page_layout(kv, 0)));
+    const M = this.M, kv = this.kv, layout = this.layout;
+    const bytes = PageBufferBytes(layout.page_bytes);  // whole words: the GPU copies take them
     if (this.page_ptr) M._free(this.page_ptr);
-    this.page_ptr = M._malloc(layout.page_bytes);
+    if (this.read_ptr) M._free(this.read_ptr);
+    this.page_ptr = M._malloc(bytes);
+    this.read_ptr = M._malloc(bytes);
+    const mixed = this.path !== 'mixed' ? null : {
+      resident_pages: this.resident_pages,
+      read: (layer, page) => {
+        if (M._kvq_web_kv_read_page(kv, layer, page, this.read_ptr) !== 0) {
+          throw new Error(`reading page ${page} of layer ${layer} from the master to stream it: ${LastError(M)}`);
+        }
+        return M.HEAPU8.subarray(this.read_ptr, this.read_ptr + bytes);
+      }};
     const resident = new GpuResidentKv(this.device, this.config, layout, this.kv_specs, (layer, bytes) => {
       if (this.resident !== resident) return;  // a sequence or device gone since
       M.HEAPU8.set(bytes, this.page_ptr);
       if (M._kvq_web_kv_append_pages(kv, layer, this.page_ptr, 1) !== 0) {
         throw new Error(`writing a page of layer ${layer} behind: ${LastError(M)}`);
       }
-    });
+    }, mixed);
     return resident;
   }
 
@@ -176,6 +204,7 @@ export class GpuModelRunner {
   #DropResident() {
     if (!this.resident) return;
     this.retired_write_backs += this.resident.counts.write_backs;
+    this.retired_streamed_bytes += this.resident.counts.streamed_bytes;
     try {
       this.resident.Destroy();
     } catch {
@@ -216,7 +245,7 @@ export class GpuModelRunner {
         continue;  // the loss is handled at the loop's top
       }
       try {
-        out = await this.step.Step(token, pos, this.#Cache(pos), options);
+        out = await this.#GpuStep(token, pos, options);
         break;
       } catch (e) {
         if (recoveries >= kMaxRecoveries || !(await this.#DeviceLost())) throw e;
@@ -225,6 +254,17 @@ export class GpuModelRunner {
     this.ids.push(token);
     ++this.positions;
     return out;
+  }
+
+  // A step on the GPU. In mixed mode the pages it evicts must be in the master first (it streams
+  // them from there): their write-backs were submitted by earlier steps, so this waits on those
+  // maps only, not on the GPU's work of this step.
+  async #GpuStep(token, pos, options = {}) {
+    if (this.resident?.WaitsFor(pos)) {
+      const failed = await this.resident.Drain();
+      if (failed) throw new Error(`writing a page behind failed: ${failed.message}`);
+    }
+    return this.step.Step(token, pos, this.#Cache(pos), options);
   }
 
   // The step program's view of the master cache at position `pos`.
@@ -313,10 +353,10 @@ export class GpuModelRunner {
         if (M._kvq_web_kv_read_page(kv, layer, page, this.page_ptr) !== 0) {
           throw new Error(`reading page ${page} of layer ${layer} from the master: ${LastError(M)}`);
         }
-        this.resident.Restore(layer, M.HEAPU8.slice(this.page_ptr, this.page_ptr + bytes));
+        this.resident.Restore(layer, M.HEAPU8.slice(this.page_ptr, this.page_ptr + bytes), kept);
       }
     }
-    for (let p = kept; p < pos; ++p) await this.step.Step(this.ids[p], p, this.#Cache(p));
+    for (let p = kept; p < pos; ++p) await this.#GpuStep(this.ids[p], p);
   }
 
   // Every layer cut back to at most `pos` positions and to the fewest any layer holds, where the
@@ -358,12 +398,14 @@ export class GpuModelRunner {
 
   /**
    * Submits, readbacks and GPU steps so far ({steps, submits, readbacks, device_submits}), every
-   * device's, and write_backs: pages a resident cache wrote behind into the master.
+   * device's, write_backs: pages a resident cache wrote behind into the master, and streamed_bytes:
+   * page bytes a mixed-mode cache streamed from the master to the GPU.
    */
   get counts() {
     const out = {...this.retired};
     if (this.step) for (const k of Object.keys(out)) out[k] += this.step.counts[k];
     out.write_backs = this.retired_write_backs + (this.resident ? this.resident.counts.write_backs : 0);
+    out.streamed_bytes = this.retired_streamed_bytes + (this.resident ? this.resident.counts.streamed_bytes : 0);
     return out;
   }
   get weight_bytes() { return this.step ? this.step.weight_bytes : 0; }
@@ -373,6 +415,7 @@ export class GpuModelRunner {
     this.M._free(this.rows);
     this.M._free(this.rope_ptr);
     if (this.page_ptr) this.M._free(this.page_ptr);
+    if (this.read_ptr) this.M._free(this.read_ptr);
     if (this.logits_ptr) this.M._free(this.logits_ptr);
     this.step?.Destroy();
   }

@@ -13,6 +13,15 @@
 // encoders' params), and the attention state shared by the layers is reset by a copy recorded in
 // the encoder, in command order. The window kernels are the KV device's: the same instructions
 // for any split of the positions into windows, so the bits equal the streamed path's.
+//
+// Mixed mode (a context over the device budget, seed 000's architecture): each layer keeps its
+// newest `resident_pages` pages on the GPU (the tail among them, encoded there as above); an older
+// page is evicted once its write-back has landed in the master, and the step's attention reads it
+// from the master (read(layer, page)) through a ring of `slots` streaming buffers, in position
+// order before the resident pages, all into the one state: the same windows in the same order as
+// the whole-context run, so the same bits. A slot written again within a step would lose its first
+// window (queue writes land before the whole command buffer), so the step's commands so far are
+// submitted first (sink.flush): readbacks stay one a token, submits grow with the streamed pages.
 
 import {AttendWgsl, NormaliseWgsl} from './kv_device.js';
 import {GpuKvEncoder, kEncoderFormats} from './kv_formats.js';
@@ -20,6 +29,21 @@ import {GpuKvEncoder, kEncoderFormats} from './kv_formats.js';
 const Ceil4 = (n) => Math.ceil(n / 4) * 4;
 // kvq's kDefaultPositionChunk (kvq/attention.h), which the module gives the KV device too.
 const kPositionChunk = 2048;
+
+/** GPU bytes of one page buffer (resident or streaming slot): whole words, at least 16. */
+export function PageBufferBytes(page_bytes) { return Math.max(16, Ceil4(page_bytes)); }
+
+/** Streaming slots a mixed-mode cache uses: two, so consecutive streamed windows use different buffers. */
+export const kStreamSlots = 2;
+
+/**
+ * Pages per layer a device budget keeps resident when it is under the context: what is left of
+ * `budget_bytes` after kStreamSlots streaming slots, over n_layers (0: not even the tail fits).
+ */
+export function ResidentPagesFor(budget_bytes, page_bytes, n_layers) {
+  const unit = PageBufferBytes(page_bytes);
+  return Math.max(0, Math.floor((budget_bytes - kStreamSlots * unit) / (n_layers * unit)));
+}
 
 /**
  * Why the resident path cannot hold a cache of these specs ('' when it can): both tensors need a
@@ -39,9 +63,11 @@ export class GpuResidentKv {
    * device: the GPUDevice; c: the step program's config; layout: kvq_web_kv_page_layout's
    * {page_bytes, value_offset, page_positions} (the same for every layer: one spec for all);
    * formats: {key, value} format names; append(layer, Uint8Array page): hands a full page to the
-   * master (throws on failure).
+   * master (throws on failure). mixed: {resident_pages (per layer, ≥ 1), read(layer, page) →
+   * Uint8Array [page_bytes] of the master's page (valid until the next call)} for a context over
+   * the device budget; omitted: every page stays resident.
    */
-  constructor(device, c, layout, formats, append) {
+  constructor(device, c, layout, formats, append, mixed = null) {
     const P = layout.page_positions;
     this.device = device;
     this.c = c;
@@ -54,9 +80,21 @@ export class GpuResidentKv {
       throw new Error(`a page of ${layout.page_bytes} bytes (V from ${layout.value_offset}) is not ${P} rows of K and V blocks`);
     }
     this.append = append;
+    this.resident_pages = mixed ? mixed.resident_pages : Infinity;
+    if (!(this.resident_pages >= 1)) throw new Error(`a mixed-mode KV cache needs at least 1 resident page per layer (got ${this.resident_pages})`);
+    this.read = mixed?.read;
+    this.unit = PageBufferBytes(this.page_bytes);
+    this.counts = {write_backs: 0, kv_bytes: 0, kv_bytes_now: 0, peak_kv_bytes: 0, streamed_bytes: 0,
+                   streamed_pages: 0, evictions: 0, flushes: 0};
+    // The streaming ring (mixed mode): [{buffer [page_bytes], params (uniform, 80 bytes)}], the
+    // next slot to write, and the slots the commands not yet submitted read.
+    this.slots = mixed ? Array.from({length: kStreamSlots}, () => this.#NewBuffers()) : [];
+    this.next_slot = 0;
+    this.pending = new Set();
     const shape = {n_kv_heads: c.n_kv_heads, head_dim: c.head_dim};
     this.layers = Array.from({length: c.n_layers}, () => ({
-      pages: [],  // [{buffer [page_bytes], params (uniform, 80 bytes)}]
+      pages: [],  // [{buffer [page_bytes], params (uniform, 80 bytes)}, or null once evicted]
+      landed: 0,  // pages of this layer whose write-back reached the master (they fill in order)
       k: new GpuKvEncoder(device, formats.key, {...shape, block_bytes: this.k_block}),
       v: new GpuKvEncoder(device, formats.value, {...shape, block_bytes: this.v_block})}));
     const s = {head_dim: c.head_dim, n_kv_heads: c.n_kv_heads, q_per_kv: c.n_heads / c.n_kv_heads,
@@ -84,7 +122,6 @@ export class GpuResidentKv {
     this.staged = [];        // pages copied out in the step being recorded: [{layer, staging}]
     this.behind = Promise.resolve();  // the write-backs, in order
     this.broken = null;      // the first write-back that failed (later ones are then not appended)
-    this.counts = {write_backs: 0, kv_bytes: 0};
   }
 
   #Storage(bytes) {
@@ -92,40 +129,105 @@ export class GpuResidentKv {
                                      usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC});
   }
 
+  // A page's buffers (a resident page or a streaming slot), its KV bytes counted.
+  #NewBuffers() {
+    const b = {buffer: this.#Storage(this.page_bytes),
+               params: this.device.createBuffer({size: 80, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST})};
+    this.counts.kv_bytes += b.buffer.size;
+    this.counts.kv_bytes_now += b.buffer.size;
+    this.counts.peak_kv_bytes = Math.max(this.counts.peak_kv_bytes, this.counts.kv_bytes_now);
+    return b;
+  }
+
   #NewPage(L) {
-    const page = {buffer: this.#Storage(this.page_bytes),
-                  params: this.device.createBuffer({size: 80, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST})};
-    this.counts.kv_bytes += page.buffer.size;
+    const page = this.#NewBuffers();
     L.pages.push(page);
     return page;
   }
 
-  /** Master page `bytes` (Uint8Array [page_bytes]) as layer `layer`'s next resident page (after a lost device). */
-  Restore(layer, bytes) {
-    const page = this.#NewPage(this.layers[layer]);
+  #FreeBuffers(b) {
+    this.counts.kv_bytes_now -= b.buffer.size;
+    b.buffer.destroy();
+    b.params.destroy();
+  }
+
+  /**
+   * Master page `bytes` (Uint8Array [page_bytes]) as layer `layer`'s next page (after a lost
+   * device): uploaded, or, when the next step at position `next_pos` streams it (mixed mode),
+   * only recorded as evicted. Either way it is in the master (landed).
+   */
+  Restore(layer, bytes, next_pos) {
+    const L = this.layers[layer];
+    ++L.landed;
+    if (L.pages.length < this.#FirstResident(next_pos)) {
+      L.pages.push(null);
+      return;
+    }
+    const page = this.#NewPage(L);
     const padded = new Uint8Array(Ceil4(bytes.byteLength));  // writeBuffer takes whole words
     padded.set(bytes);
     this.device.queue.writeBuffer(page.buffer, 0, padded);
   }
 
+  // The first page a step at `pos` keeps resident: the newest resident_pages up to pos's page.
+  #FirstResident(pos) { return Math.max(0, Math.floor(pos / this.P) + 1 - this.resident_pages); }
+
   /**
-   * Records layer `layer` at position `pos` into `encoder` (no compute pass open): the rows k, v
-   * (GPU buffers [n_kv_heads][head_dim] f32) encoded into the tail page, then out = attention of
-   * q ([n_heads][head_dim]) over positions 0..pos (out the same shape as q).
+   * Whether a step at `pos` would evict a page whose write-back has not landed yet (the runner
+   * then waits for `behind` first: the streamed windows read the master).
    */
-  Record(encoder, layer, k, v, q, pos, out) {
+  WaitsFor(pos) {
+    const first = this.#FirstResident(pos);
+    return this.layers.some((L) => L.landed < Math.min(first, L.pages.length));
+  }
+
+  /**
+   * Records layer `layer` at position `pos` into sink.encoder (no compute pass open): the rows k, v
+   * (GPU buffers [n_kv_heads][head_dim] f32) encoded into the tail page, then out = attention of
+   * q ([n_heads][head_dim]) over positions 0..pos (out the same shape as q). sink.flush(): submits
+   * sink.encoder and puts a new one there (mixed mode, before a slot is written again).
+   */
+  Record(sink, layer, k, v, q, pos, out) {
     const L = this.layers[layer], P = this.P, c = this.c;
     const row = pos % P, index = Math.floor(pos / P);
     if (index !== L.pages.length - (row === 0 ? 0 : 1)) {
-      throw new Error(`layer ${layer} holds ${L.pages.length} resident pages; position ${pos} needs ${index + 1}`);
+      throw new Error(`layer ${layer} holds ${L.pages.length} pages; position ${pos} needs ${index + 1}`);
+    }
+    // Evictions: pages older than the newest resident_pages, each in the master already (the
+    // runner waited for their write-backs: WaitsFor).
+    const first_resident = this.#FirstResident(pos);
+    for (let i = 0; i < first_resident; ++i) {
+      if (!L.pages[i]) continue;
+      if (i >= L.landed) throw new Error(`layer ${layer}'s page ${i} is not in the master yet; it cannot be evicted`);
+      this.#FreeBuffers(L.pages[i]);  // (destroy waits for the submitted commands that read it)
+      L.pages[i] = null;
+      ++this.counts.evictions;
     }
     const tail = row === 0 ? this.#NewPage(L) : L.pages[index];
-    L.k.Record(encoder, k, 1, tail.buffer, row * this.k_block);
-    L.v.Record(encoder, v, 1, tail.buffer, this.value_offset + row * this.v_block);
-    encoder.copyBufferToBuffer(this.initial, 0, this.state, 0, this.initial.size);
-    const pass = encoder.beginComputePass();
+    L.k.Record(sink.encoder, k, 1, tail.buffer, row * this.k_block);
+    L.v.Record(sink.encoder, v, 1, tail.buffer, this.value_offset + row * this.v_block);
+    sink.encoder.copyBufferToBuffer(this.initial, 0, this.state, 0, this.initial.size);
+    let pass = sink.encoder.beginComputePass();
     for (let i = 0; i <= index; ++i) {  // one window per page, in position order
-      const page = L.pages[i], first = i * P, rows = i < index ? P : row + 1;
+      let page = L.pages[i];
+      if (!page) {  // evicted: streamed from the master into the next slot
+        const slot = this.next_slot;
+        this.next_slot = (slot + 1) % this.slots.length;
+        if (this.pending.has(slot)) {  // its last window is not submitted yet: submit it first
+          pass.end();
+          sink.flush();
+          ++this.counts.flushes;
+          this.pending.clear();
+          pass = sink.encoder.beginComputePass();
+        }
+        this.pending.add(slot);
+        page = this.slots[slot];
+        const bytes = this.read(layer, i);
+        this.device.queue.writeBuffer(page.buffer, 0, bytes.buffer, bytes.byteOffset, Ceil4(this.page_bytes));
+        this.counts.streamed_bytes += this.page_bytes;
+        ++this.counts.streamed_pages;
+      }
+      const first = i * P, rows = i < index ? P : row + 1;
       const pieces = Math.floor((first + rows - 1) / kPositionChunk) - Math.floor(first / kPositionChunk) + 1;
       const first_fresh = first > 0 && first % kPositionChunk === 0 ? 1 : 0;
       const p = new ArrayBuffer(80), u = new Uint32Array(p);
@@ -154,7 +256,7 @@ export class GpuResidentKv {
     pass.end();
     if (row === P - 1) {  // the page is full: copied out in this submit, appended once mapped
       const staging = this.device.createBuffer({size: tail.buffer.size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
-      encoder.copyBufferToBuffer(tail.buffer, 0, staging, 0, tail.buffer.size);
+      sink.encoder.copyBufferToBuffer(tail.buffer, 0, staging, 0, tail.buffer.size);
       this.staged.push({layer, staging});
     }
   }
@@ -167,6 +269,7 @@ export class GpuResidentKv {
 
   /** After the step's submit: maps this step's full pages and queues their appends, in order. */
   Submitted() {
+    this.pending.clear();  // the step's commands are all submitted: a slot may be written again
     for (const {layer, staging} of this.staged) {
       const mapped = staging.mapAsync(GPUMapMode.READ);
       this.behind = this.behind.then(async () => {
@@ -175,6 +278,7 @@ export class GpuResidentKv {
           if (this.broken) return;
           this.append(layer, new Uint8Array(staging.getMappedRange(), 0, this.page_bytes));
           ++this.counts.write_backs;
+          ++this.layers[layer].landed;
         } catch (e) {
           this.broken ??= e;
         } finally {
@@ -194,11 +298,9 @@ export class GpuResidentKv {
 
   Destroy() {
     for (const L of this.layers) {
-      for (const p of L.pages) {
-        p.buffer.destroy();
-        p.params.destroy();
-      }
+      for (const p of L.pages) if (p) this.#FreeBuffers(p);
     }
+    for (const s of this.slots) this.#FreeBuffers(s);
     this.state.destroy();
     this.initial.destroy();
   }

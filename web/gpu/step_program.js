@@ -21,7 +21,9 @@
 // readbacks (the K and V rows must reach the module's master cache before attention reads it).
 // With a resident cache (kv_resident.js: formats with a WGSL encoder) the rows are encoded and
 // attended on the GPU inside the one encoder instead: one submit and one readback per step, full
-// pages reaching the master behind it. `counts` tallies them (the device's too).
+// pages reaching the master behind it; in its mixed mode (a context over the device budget) the
+// pages it streams from the master add a submit each time a streaming slot is reused within the
+// step, and still one readback. `counts` tallies them (the device's too).
 
 import {kOpsBindings, kOpsWgsl, kRowLanes, WeightOpsBindings, WeightOpsWgsl} from './step_kernels.js';
 import {kGpuWeightTypes, kInterleavedTypes} from './weight_types.js';
@@ -320,7 +322,13 @@ export class GpuStepProgram {
       const op = this.program.ops[i];
       if (op.kind === 'attention' && kv.resident) {  // encoded and attended on the GPU: no readback
         pass.end();
-        kv.resident.Record(encoder, op.layer, B[op.k], B[op.v], B[op.x], pos, B[op.y]);
+        // A mixed-mode cache submits the commands so far before writing a streaming slot again.
+        const sink = {encoder, flush: () => {
+          this.#Submit(sink.encoder);
+          sink.encoder = device.createCommandEncoder();
+        }};
+        kv.resident.Record(sink, op.layer, B[op.k], B[op.v], B[op.x], pos, B[op.y]);
+        encoder = sink.encoder;
         pass = encoder.beginComputePass();
         continue;
       }
