@@ -83,7 +83,6 @@ export class GpuResidentKv {
     this.resident_pages = mixed ? mixed.resident_pages : Infinity;
     if (!(this.resident_pages >= 1)) throw new Error(`a mixed-mode KV cache needs at least 1 resident page per layer (got ${this.resident_pages})`);
     this.read = mixed?.read;
-    this.unit = PageBufferBytes(this.page_bytes);
     this.counts = {write_backs: 0, kv_bytes: 0, kv_bytes_now: 0, peak_kv_bytes: 0, streamed_bytes: 0,
                    streamed_pages: 0, evictions: 0, flushes: 0};
     // The streaming ring (mixed mode): [{buffer [page_bytes], params (uniform, 80 bytes)}], the

@@ -12,8 +12,10 @@
 // attention (tests/web/gpu/gpu_chunk_attention_page.js). With `--encode` (FIXTURE_DIR as without a
 // flag), the WGSL KV encoders against kvq's codecs (tests/web/gpu/gpu_kv_encode_page.js); with
 // `--write-behind` (FIXTURE_DIR is the web bundle), pages they encode handed to the module's master.
-// Usage: node gpu_attention_test.mjs [--forward|--limits|--kv-device|--device-loss|--chunks|--encode|--write-behind] FIXTURE_DIR
-//        [BUNDLE_DIR (--forward, --limits)] PLAYWRIGHT_NPM_DIR
+// With `--mixed` (arguments as --forward; CASE is a KV format), the mixed KV mode on a context 8×
+// the device budget (tests/web/gpu/gpu_kv_mixed_page.js).
+// Usage: node gpu_attention_test.mjs [--forward|--limits|--mixed|--kv-device|--device-loss|--chunks|--encode|--write-behind]
+//        FIXTURE_DIR [BUNDLE_DIR (--forward, --limits, --mixed)] PLAYWRIGHT_NPM_DIR
 //        [CASE_SUBSTRING]
 import fs from 'node:fs';
 import http from 'node:http';
@@ -33,7 +35,8 @@ function Fatal(message) {
 }
 
 const limits = process.argv[2] === '--limits';
-const forward = process.argv[2] === '--forward' || limits;  // both take gpu_forward_fixture's cases and the bundle
+const mixed = process.argv[2] === '--mixed';
+const forward = process.argv[2] === '--forward' || limits || mixed;  // all take gpu_forward_fixture's cases and the bundle
 const device_loss = process.argv[2] === '--device-loss';
 const chunks = process.argv[2] === '--chunks';
 const encode = process.argv[2] === '--encode';
@@ -75,6 +78,8 @@ const server = http.createServer((req, res) => {
             'import {RunGpuKvDeviceTests} from "/test/gpu_kv_device_page.js";' +
             'import {RunGpuDeviceLossTests} from "/test/gpu_device_loss_page.js";' +
             'import {RunGpuLimitsTests} from "/test/gpu_limits_page.js";' +
+            'import {RunGpuKvMixedTests} from "/test/gpu_kv_mixed_page.js";' +
+            'window.RunGpuKvMixedTests = RunGpuKvMixedTests;' +
             'import {RunGpuChunkAttentionTests} from "/test/gpu_chunk_attention_page.js";' +
             'window.RunGpuChunkAttentionTests = RunGpuChunkAttentionTests;' +
             'import {RunGpuKvEncodeTests, RunGpuWriteBehindTests} from "/test/gpu_kv_encode_page.js";' +
@@ -115,6 +120,8 @@ try {
       : chunks ? await page.evaluate((url) => window.RunGpuChunkAttentionTests(url), origin + '/fixture')
       : device_loss ? await page.evaluate(([url, only]) => window.RunGpuDeviceLossTests(url, only), [origin + '/fixture', only || ''])
       : kv_device ? await page.evaluate((url) => window.RunGpuKvDeviceTests(url), origin + '/fixture')
+      : mixed ? await page.evaluate(([url, bundle, only]) => window.RunGpuKvMixedTests(url, bundle, only),
+                                    [origin + '/fixture', origin + '/bundle', only || ''])
       : limits ? await page.evaluate(([url, bundle, only]) => window.RunGpuLimitsTests(url, bundle, only),
                                      [origin + '/fixture', origin + '/bundle', only || '']) : forward
       ? await page.evaluate(([url, bundle, only]) => window.RunGpuForwardTests(url, bundle, only),
@@ -125,7 +132,13 @@ try {
   await browser.close();
   server.close();
 }
-if (limits) {
+if (mixed) {
+  console.log(`gpu_attention_test --mixed: formats ${result.formats?.join(', ')}, ${result.positions} positions, ` +
+              `${result.checks} checks, ${result.failures.length} failures, context ${result.ratio}x the device budget, ` +
+              `${result.streamed_bytes} bytes streamed from the master, ${result.submits} submits, ` +
+              `${result.seconds?.toFixed(1)} s in the page`);
+  if (!result.positions) Fatal('no position ran');
+} else if (limits) {
   console.log(`gpu_attention_test --limits: ${result.models} models, ${result.failures.length} failures, ` +
               `${JSON.stringify(result.report)}, ${result.seconds?.toFixed(1)} s in the page`);
   if (!result.models) Fatal('no model ran');
@@ -159,5 +172,5 @@ if (limits) {
 }
 for (const f of result.failures.slice(0, 50)) console.error(`gpu_attention_test: FAIL: ${f}`);
 if (!forward && !device_loss && result.cases === 0) Fatal('no case ran');  // (--kv-device too)
-if (forward && !limits && !result.positions) Fatal('no position ran');
+if (forward && !limits && !mixed && !result.positions) Fatal('no position ran');
 process.exit(result.failures.length ? 1 : 0);

@@ -15,7 +15,9 @@
 // for bit. int8 has a WGSL encoder, so its runs hold the KV resident on the GPU (kv_resident.js):
 // a loss drops the tail page the master has not got yet, and the runner runs its ids again — one
 // more int8 run with pages of 32 loses its device with a page written behind (rebuilt from the
-// master) and must give the same ids too.
+// master) and must give the same ids too; and so must one in the mixed KV mode (a device budget of
+// 2 streaming slots and one resident page per layer, under the context: the page written behind is
+// evicted and streamed from the master, before the loss and after it).
 // The CPU continuation is not the GPU's arithmetic bit for bit: the C++ forward sums matvecs,
 // norms and attention in its SIMD lanes' order where the GPU sums per row in column order and
 // per workgroup in trees, and its exp is Highway's. Both quantise activations for Q-type weights
@@ -25,6 +27,7 @@
 // the ids can only part where that gap is within rounding, and the test fails with that gap
 // printed if they do. The test also asserts where the steps ran (events, cpu_steps).
 import {GpuModelRunner, GpuProgramOf, RequestGpuDevice} from '/web/gpu/gpu_engine.js';
+import {kStreamSlots, PageBufferBytes} from '/web/gpu/kv_resident.js';
 import {LoadModule} from '/test/gpu_kv_device_page.js';
 
 const kSpecs = ['int8', 'int4-kivi'];
@@ -65,8 +68,9 @@ function Tokenize(M, model, text) {
 // kNew greedy ids after `prompt` on `runner`; hook(i) is called before generated id i runs.
 // Returns {ids, min_gap: the smallest gap between the two largest logits where ids were chosen
 // (with_logits only)}.
-async function Generate(runner, spec, prompt, hook = () => {}, with_logits = false, page_positions = 0, path = 'auto') {
-  runner.NewSequence(spec, spec, 0, page_positions, {path});
+async function Generate(runner, spec, prompt, hook = () => {}, with_logits = false, page_positions = 0, path = 'auto',
+                        budget = 0) {
+  runner.NewSequence(spec, spec, budget, page_positions, {path});
   let last;
   for (const id of prompt) last = await runner.Step(id, {logits: with_logits});
   const ids = [];
@@ -170,6 +174,25 @@ export async function RunGpuDeviceLossTests(bundle_url, only = '') {
     }, false, 32);
     Check(`${what}, device lost after ${kLoseAt} ids`, got, references[`"${kPrompts[0]}" ${spec}`]);
     if (survivor.events.length !== events + 1) fail(`${what}: expected one re-acquired device`);
+    // Mixed: lost after 40 ids (position ≥ 32: page 0 of every layer already evicted, streamed).
+    const budget = (kStreamSlots + program.config.n_layers) * PageBufferBytes(survivor.layout.page_bytes);
+    const mixed_what = `"${kPrompts[0]}" ${spec} pages of 32, mixed KV (budget ${budget} bytes)`;
+    const streamed_before = survivor.counts.streamed_bytes;
+    let streamed_at_loss = 0;
+    const mixed = await Generate(survivor, spec, prompts[0], (i) => {
+      if (i === kLoseAt) {
+        if (survivor.path !== 'mixed') fail(`${mixed_what}: the ${survivor.path} path ran (${survivor.path_why})`);
+        streamed_at_loss = survivor.counts.streamed_bytes - streamed_before;
+        survivor.device.destroy();
+        ++losses;
+      }
+    }, false, 32, 'auto', budget);
+    Check(`${mixed_what}, device lost after ${kLoseAt} ids`, mixed, references[`"${kPrompts[0]}" ${spec}`]);
+    if (survivor.events.length !== events + 2) fail(`${mixed_what}: expected one re-acquired device`);
+    if (!(streamed_at_loss > 0) || !(survivor.counts.streamed_bytes - streamed_before > streamed_at_loss)) {
+      fail(`${mixed_what}: ${streamed_at_loss} bytes streamed before the loss, ` +
+           `${survivor.counts.streamed_bytes - streamed_before} in all (expected some before and more after)`);
+    }
   }
   // Pages of 32 positions through the KV device's two slots: each layer's attention streams 4–5
   // windows, so the device submits the step's encoder before reusing a slot (kv_device.js's sink).

@@ -7,7 +7,8 @@
 // thread; f32 score arithmetic, as the GPU scores): the ids (BOS and prompt, then kNewTokens
 // greedy ids: the first largest logit) and the logits after every id but the last. For
 // stories260K the manifest also carries run.c's golden ids (golden-runc-ids.txt), which native
-// kvq's f32 run reproduces. And a tiny qwen35 hybrid, which the GPU path must refuse by name.
+// kvq's f32 run reproduces. And a tiny qwen35 hybrid, which the GPU path must refuse by name, and
+// the qwen3 Q1_0 model with a longer context for the mixed KV mode (manifest "mixed").
 // Output: DIR/manifest.json, DIR/<model>.<prompt>.<spec>.bin ([n − 1][vocab] f32), the synth GGUFs.
 // Usage: gpu_forward_fixture DIR
 #include <fmt/format.h>
@@ -110,6 +111,18 @@ int main(int argc, char** argv) {
   hybrid.type = "q4_0";
   if (kvq::Status s = kvq::WriteSynthModel(hybrid, stories + "stories260K.gguf", (dir / "qwen35.gguf").string()); !s.ok())
     return Fail(s.message());
+  // The Bonsai-shaped qwen3 Q1_0 model again with a context of 512 positions, for the mixed KV
+  // mode (tests/web/gpu/gpu_kv_mixed_page.js): 16 pages of 32 per layer, so a device budget of
+  // 2 streaming slots and one resident page per layer is 1/8 of the context (no native run: the
+  // page compares its GPU paths with each other, bit for bit).
+  {
+    kvq::SynthSpec spec{.name = "tiny-qwen3-q1_0-ctx512", .arch = kvq::SynthArch::kQwen3, .dim = 128, .n_layers = 2,
+                        .n_heads = 4, .head_dim_override = 64, .n_kv_heads = 2, .hidden_dim = 256, .context = 512};
+    spec.type = "q1_0";
+    if (kvq::Status s = kvq::WriteSynthModel(spec, stories + "stories260K.gguf", (dir / "qwen3-q1_0-ctx512.gguf").string());
+        !s.ok())
+      return Fail(s.message());
+  }
   // kvq's best SIMD target here (what native runs on) and its lowest one.
   const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
   if (targets.size() < 2) return Fail("this build has one SIMD target: no second arithmetic order to compare");
@@ -170,6 +183,7 @@ int main(int argc, char** argv) {
   }
   std::ofstream(dir / "manifest.json", std::ios::trunc)
       << nlohmann::json{{"models", models}, {"hybrid", "/fixture/qwen35.gguf"},
+                        {"mixed", "/fixture/qwen3-q1_0-ctx512.gguf"},
                         {"targets", {hwy::TargetName(targets.front()), hwy::TargetName(alt_target)}}}
              .dump()
       << "\n";

@@ -1,0 +1,146 @@
+// In the page: the GPU path's mixed KV mode (web/gpu/kv_resident.js) on a context 8× the device
+// budget. The model is the Bonsai-shaped qwen3 Q1_0 synth with a context of 512 positions
+// (gpu_forward_fixture's manifest "mixed": 2 layers, 2 KV heads × 64); pages of 32 positions, so
+// 16 pages per layer, 32 in all. The budget is kStreamSlots streaming slots plus one resident page
+// per layer: 4 page buffers, so the 512 positions run hold 8× the budget (asserted from the plan).
+// Per KV spec in kv_formats.js's encoder registry (kEncoderFormats; one per call: `only`, given as
+// "FORMAT:LIST" with LIST the formats the ctest family runs, which must be the registry's), the
+// same ids (the q1_0 model's first prompt, then the whole-context run's greedy ids, 512 in all)
+// run on three runners:
+//   - whole: budget 0 (path 'resident': every page stays on the GPU);
+//   - stream: path 'stream' (rows read back into the master each layer, pages through kv_device.js);
+//   - mixed: the budget above (path 'mixed': the tail page per layer resident, older ones evicted
+//     and streamed from the master).
+// Checked at every position: the mixed step's id equals both others' and its logits equal theirs
+// bit for bit (Object.is: the same windows of the same kernels in the same order); counted by the
+// resident cache and the step program: 1 readback; no KV device submit; streamed bytes equal the
+// evicted pages' bytes — n_layers × (the pages before the position's own) × page_bytes, resident
+// pages never uploaded again; submits 1 + one per reuse of a streaming slot within the step
+// (⌈W / 2⌉ for W ≥ 2 windows streamed, else 1); the whole run streams nothing and submits once.
+// After the run: the mixed cache's GPU KV bytes never went over the budget, and its master pages
+// (written behind) equal the streamed run's byte for byte.
+import {GpuModelRunner, GpuProgramOf} from '/web/gpu/gpu_engine.js';
+import {kEncoderFormats} from '/web/gpu/kv_formats.js';
+import {kStreamSlots, PageBufferBytes} from '/web/gpu/kv_resident.js';
+import {LoadModule} from '/test/gpu_kv_device_page.js';
+import {LoadModel} from '/test/gpu_device_loss_page.js';
+
+const kPage = 32;
+
+// Returns {format, positions, checks, streamed_bytes, submits, ratio, failures, seconds}.
+export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
+  const t0 = performance.now();
+  const failures = [];
+  const fail = (what) => failures.push(what);
+  if (!navigator.gpu) return {failures: ['navigator.gpu is missing (WebGPU not enabled)'], positions: 0};
+  const adapter = await navigator.gpu.requestAdapter();
+  if (!adapter) return {failures: ['no WebGPU adapter'], positions: 0};
+  const device = await adapter.requestDevice();
+  device.addEventListener('uncapturederror', (e) => fail(`WebGPU error: ${e.error.message}`));
+  const M = await LoadModule(bundle_url);
+  const manifest = await (await fetch(`${fixture_url}/manifest.json`)).json();
+  const origin = new URL(fixture_url).origin;
+  if (!manifest.mixed) return {failures: ['the manifest names no "mixed" model (gpu_forward_fixture)'], positions: 0};
+  const model = await LoadModel(M, origin + manifest.mixed, '');
+  const {program, why_not} = GpuProgramOf(M, model);
+  if (!program) return {failures: [`the GPU path refused the mixed-mode model: ${why_not}`], positions: 0};
+  const c = program.config;
+  const prompt_run = manifest.models.find((m) => m.name === 'qwen3-q1_0')?.runs[0];
+  if (!prompt_run) return {failures: ['no qwen3-q1_0 run in the manifest for a prompt'], positions: 0};
+  const [one, list] = only.split(':');
+  if (list !== undefined && list !== kEncoderFormats.join(',')) {
+    fail(`the tests run formats ${list}; the encoder registry has ${kEncoderFormats.join(',')}`);
+  }
+  const formats = kEncoderFormats.filter((f) => !one || f === one);
+  if (!formats.length) fail(`no encoder format "${one}" (${kEncoderFormats.join(', ')})`);
+  const whole = await GpuModelRunner.Create(M, device, model, program);
+  const stream = await GpuModelRunner.Create(M, device, model, program);
+  const mixed = await GpuModelRunner.Create(M, device, model, program);
+  let positions = 0, checks = 0, streamed = 0, submits = 0, ratio = 0;
+  for (const format of formats) {
+    const what = `${format} (mixed vs whole-context resident and streamed)`;
+    whole.NewSequence(format, format, 0, kPage);
+    stream.NewSequence(format, format, 0, kPage, {path: 'stream'});
+    const page_bytes = whole.layout.page_bytes, unit = PageBufferBytes(page_bytes);
+    const budget = (kStreamSlots + c.n_layers) * unit;  // the slots and one page per layer
+    const plan = mixed.NewSequence(format, format, budget, kPage);
+    const context = JSON.parse(M.UTF8ToString(M._kvq_web_model_info(model))).context;  // the positions run
+    if (whole.path !== 'resident' || stream.path !== 'stream' || mixed.path !== 'mixed' || mixed.resident_pages !== 1) {
+      fail(`${what}: paths ${whole.path}, ${stream.path}, ${mixed.path} with ${mixed.resident_pages} resident pages ` +
+           `(${mixed.path_why})`);
+      continue;
+    }
+    // The run's KV as the cache plans it (the model's whole context) over the budget.
+    ratio = plan.total_bytes / budget;
+    if (context !== 512 || !(ratio >= 8)) {
+      fail(`${what}: the ${context} positions run hold ${ratio}× the budget of ${budget} bytes, not 8× (plan ` +
+           `${plan.total_bytes} bytes)`);
+    }
+    const ids = prompt_run.ids.slice(0, prompt_run.n_prompt);
+    for (let p = 0; p < context; ++p) {
+      const w0 = whole.counts;
+      const a = await whole.Step(ids[p], {logits: true});
+      const w1 = whole.counts;
+      const b = await stream.Step(ids[p], {logits: true});
+      const before = mixed.counts;
+      const m = await mixed.Step(ids[p], {logits: true});
+      const after = mixed.counts;
+      ++positions;
+      for (const [name, o] of [['whole-context resident', a], ['streamed', b]]) {
+        const at = m.logits.findIndex((v, i) => !Object.is(v, o.logits[i]));
+        if (at >= 0 || m.token !== o.token) {
+          fail(`${what} position ${p}: logit ${at} is ${m.logits[at]}, the ${name} run's ${o.logits[at]} ` +
+               `(ids ${m.token}, ${o.token})`);
+        }
+      }
+      const evicted = Math.floor(p / kPage);  // every page before the position's own (1 resident page)
+      const windows = c.n_layers * evicted;
+      const want = {readbacks: 1, device_submits: 0, streamed_bytes: windows * page_bytes,
+                    submits: windows >= 2 ? Math.ceil(windows / kStreamSlots) : 1};
+      const got = {};
+      for (const k of Object.keys(want)) got[k] = after[k] - before[k];
+      if (Object.keys(want).some((k) => got[k] !== want[k])) {
+        fail(`${what} position ${p}: ${JSON.stringify(got)}, expected ${JSON.stringify(want)}`);
+      }
+      if (w1.submits - w0.submits !== 1 || w1.readbacks - w0.readbacks !== 1 || w1.streamed_bytes !== w0.streamed_bytes) {
+        fail(`${what} position ${p}: the whole-context run took ${w1.submits - w0.submits} submits, ` +
+             `${w1.readbacks - w0.readbacks} readbacks and streamed ${w1.streamed_bytes - w0.streamed_bytes} bytes`);
+      }
+      streamed += got.streamed_bytes;
+      submits += got.submits;
+      if (failures.length > 20) break;
+      ++checks;
+      if (ids.length <= p + 1) ids.push(a.token);
+    }
+    await mixed.Drain();
+    await whole.Drain();
+    const peak = mixed.resident.counts.peak_kv_bytes;
+    if (!(peak <= budget)) fail(`${what}: the mixed cache held ${peak} bytes of KV on the GPU, over the budget of ${budget}`);
+    const evictions = mixed.resident.counts.evictions, want_evictions = c.n_layers * (context / kPage - 1);
+    if (evictions !== want_evictions) fail(`${what}: ${evictions} pages evicted, expected ${want_evictions}`);
+    const a = M._malloc(page_bytes), b = M._malloc(page_bytes);
+    for (let layer = 0; layer < c.n_layers; ++layer) {
+      const held = M._kvq_web_kv_positions(mixed.kv, layer);
+      if (held !== context) fail(`${what}: layer ${layer}'s master holds ${held} positions, expected ${context}`);
+      for (let page = 0; page < held / kPage; ++page) {
+        if (M._kvq_web_kv_read_page(stream.kv, layer, page, a) !== 0 || M._kvq_web_kv_read_page(mixed.kv, layer, page, b) !== 0) {
+          fail(`${what}: read_page ${layer}/${page}: ${M.UTF8ToString(M._kvq_web_last_error())}`);
+          continue;
+        }
+        const x = M.HEAPU8.subarray(a, a + page_bytes), y = M.HEAPU8.subarray(b, b + page_bytes);
+        const at = x.findIndex((v, i) => v !== y[i]);
+        if (at >= 0) fail(`${what}: layer ${layer} page ${page}: master byte ${at} is ${y[at]}, streamed ${x[at]}`);
+        ++checks;
+      }
+    }
+    M._free(a);
+    M._free(b);
+  }
+  whole.Destroy();
+  stream.Destroy();
+  mixed.Destroy();
+  M._kvq_web_model_free(model);
+  device.destroy();
+  return {formats, positions, checks, streamed_bytes: streamed, submits, ratio, failures,
+          seconds: (performance.now() - t0) / 1000};
+}
