@@ -547,7 +547,10 @@ async function GpuEngine(p) {
                     kv_device_submits_per_step: per('device_submits'), weight_bytes: runner.weight_bytes,
                     kv_path: runner.path, kv_path_why: runner.path_why,
                     pages_written_behind: counts.write_backs - counts0.write_backs,
-                    kv_streamed_bytes_per_step: per('streamed_bytes')},
+                    kv_streamed_bytes_per_step: per('streamed_bytes'),
+                    // KV bytes in GPU buffers now: the resident and mixed paths' pages and slots,
+                    // else the KV device's slots.
+                    kv_gpu_bytes: runner.resident ? runner.resident.counts.kv_bytes_now : runner.kv_device?.kv_bytes_now ?? 0},
               heap_bytes: HeapBytes()};
     },
   };
