@@ -1,7 +1,8 @@
 // A two-step tool loop with OpenAI's own JavaScript client (npm `openai`) against `kvq serve` on a
 // tiny random-weight Qwen 3 carrying Qwen 3's real vocabulary, once per tool-call format: Qwen 3's
-// own template (Hermes `<tool_call>`), Llama 3.2's (Llama 3.1's JSON format, `ipython` results) and
-// Mistral Nemo's (`[TOOL_CALLS]`), the last two given by `--chat-template`. Each run: a request with
+// own template (Hermes `<tool_call>`), Llama 3.2's (Llama 3.1's JSON format, `ipython` results),
+// Mistral Nemo's (`[TOOL_CALLS]`) and DeepSeek V3's (`<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME` and a
+// ```json block), the last three given by `--chat-template`. Each run: a request with
 // `tools` and tool_choice "required" (grammar-forced, so even random weights produce a call that
 // parses and names a declared function), the call run here, its result sent back as a `tool`
 // message, and the final answer. Non-streamed and streamed (the streamed deltas rebuild the same
@@ -50,6 +51,13 @@ const formats = [
   { name: 'Mistral Nemo (--chat-template)', template: packaged('mistral_nemo'), id: /^[A-Za-z0-9]{9}$/,
     step1: (t) => t.includes('[AVAILABLE_TOOLS]') && t.endsWith('[/INST]'),
     step2: (t, name) => t.includes('[TOOL_CALLS][{"name": "' + name + '"') && t.includes('[TOOL_RESULTS]') },
+  // DeepSeek V3's template shows no tool definitions, and renders an earlier call only from a message
+  // whose content is null and whose arguments are a string (textCalls: the oracle gets them so).
+  { name: 'DeepSeek V3 (--chat-template)', template: packaged('deepseek_v3'), id: /^call_[A-Za-z0-9]{24}$/,
+    textCalls: true,
+    step1: (t) => t.endsWith('<｜Assistant｜>'),
+    step2: (t, name) => t.includes('<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>' + name +
+                                   '\n```json\n{') && t.includes('<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>') },
 ];
 
 async function startServer(templateFile) {
@@ -115,8 +123,10 @@ function checkCall(format, call) {
   return args;
 }
 
-// The messages as a transformers template sees them: arguments parsed, null content as "".
-function templateMessages(messages) {
+// The messages as a transformers template sees them: arguments parsed, null content as "" (for a
+// textCalls template, as the client sent them).
+function templateMessages(format, messages) {
+  if (format.textCalls) return messages;
   return messages.map((m) => {
     const t = { ...m, content: m.content ?? '' };
     if (m.tool_calls) {
@@ -131,7 +141,7 @@ function templateMessages(messages) {
 // the server's (/props), as transformers takes them from the tokenizer.
 async function checkPromptIsTheOracles(client, format, messages) {
   const props = await (await fetch(client.baseURL.replace(/\/v1$/, '/props'))).json();
-  const oracle = new Template(format.template).render({ messages: templateMessages(messages), tools,
+  const oracle = new Template(format.template).render({ messages: templateMessages(format, messages), tools,
     add_generation_prompt: true, bos_token: props.bos_token, eos_token: props.eos_token });
   // The text: byte for byte what the server renders (/apply-template takes a chat request's body).
   const rendered = await (await fetch(client.baseURL.replace(/\/v1$/, '/apply-template'), {
