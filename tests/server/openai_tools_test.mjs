@@ -8,7 +8,8 @@
 // message, and the final answer. Non-streamed and streamed (the streamed deltas rebuild the same
 // calls, by hand and by the client's stream helper; the arguments come in pieces as written). Each step's prompt is checked against @huggingface/jinja's render of the same
 // conversation: sent as a plain completion, the oracle's text has the same token count and the
-// same greedy continuation as the chat request (tool_choice "none": no grammar, no parsing).
+// same greedy continuation as the chat request (tool_choice "none": no grammar, no parsing). Last, a
+// vocabulary in which [TOOL_CALLS] is a control token, as in Mistral's: a forced call opens with it.
 // Usage: node openai_tools_test.mjs KVQ_BINARY OPENAI_NPM_DIR QWEN3_TOKENIZER_DIR CHAT_TEMPLATES_DIR
 // (CHAT_TEMPLATES_DIR: tests/text/fetch_chat_templates.sh's folder, with templates/ and @huggingface/jinja)
 import { spawn, execFileSync } from 'node:child_process';
@@ -60,8 +61,8 @@ const formats = [
                                    '\n```json\n{') && t.includes('<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>') },
 ];
 
-async function startServer(templateFile) {
-  const args = ['serve', '-m', model, '--port', '0', '--parallel', '1', '-t', '2', '--web', ''];
+async function startServer(templateFile, modelFile = model) {
+  const args = ['serve', '-m', modelFile, '--port', '0', '--parallel', '1', '-t', '2', '--web', ''];
   if (templateFile) args.push('--chat-template', templateFile);
   const server = spawn(kvq, args, { stdio: ['ignore', 'inherit', 'pipe'] });
   let log = '';
@@ -292,6 +293,58 @@ for (const format of formats) {
   }
   await s.stop();
   if (file) fs.rmSync(file, { force: true });
+}
+
+// Mistral's [TOOL_CALLS] as the control token it is in Mistral's own vocabularies (text "" when
+// detokenised): Qwen 3's vocabulary with its unused control token <|box_start|> renamed so. A forced
+// call opens with that token (its logprob entry's text is the control token's "", not "[" of the
+// text spelled in pieces), and the reply still parses into tool_calls with no content.
+{
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kvq_openai_tools_control_'));
+  const vocab = JSON.parse(fs.readFileSync(path.join(tokenizerDir, 'tokenizer.json'), 'utf8'));
+  const renamed = vocab.added_tokens.find((t) => t.content === '<|box_start|>');
+  assert.ok(renamed && renamed.special);
+  renamed.content = '[TOOL_CALLS]';
+  fs.writeFileSync(path.join(dir, 'tokenizer.json'), JSON.stringify(vocab));
+  fs.copyFileSync(path.join(tokenizerDir, 'tokenizer_config.json'), path.join(dir, 'tokenizer_config.json'));
+  const controlModel = path.join(dir, 'model.gguf');
+  execFileSync(kvq, ['synth', '--arch', 'qwen3', '--dim', '64', '--layers', '2', '--heads', '4', '--kv-heads', '2',
+                     '--ffn', '128', '--context', '2048', '--embeddings', 'tied', '--type', 'f16', '--seed', '5',
+                     '--vocab', path.join(dir, 'tokenizer.json'), '-o', controlModel, '--force', '-t', '2'],
+               { stdio: ['ignore', 'ignore', 'inherit'] });
+  const format = formats.find((f) => f.name.startsWith('Mistral'));
+  const file = path.join(dir, 'mistral.jinja');
+  fs.writeFileSync(file, format.template);
+  const s = await startServer(file, controlModel);
+  const client = new OpenAI({ baseURL: `http://127.0.0.1:${s.port}/v1`, apiKey: 'none', maxRetries: 0 });
+  const controlSampling = { ...sampling, model: path.basename(controlModel, '.gguf') };
+  await check('Mistral Nemo, [TOOL_CALLS] a control token: a forced call opens with it and parses', async () => {
+    const tok = await (await fetch(`http://127.0.0.1:${s.port}/tokenize`, {
+      method: 'POST', body: JSON.stringify({ content: '[TOOL_CALLS]' }) })).json();
+    assert.deepEqual(tok.tokens, [renamed.id]);
+    const r = await client.chat.completions.create({ ...controlSampling, messages: question, tools,
+      tool_choice: 'required', parallel_tool_calls: false, logprobs: true });
+    assert.equal(r.choices[0].logprobs.content[0].token, '');
+    assert.equal(r.choices[0].finish_reason, 'tool_calls');
+    assert.equal(r.choices[0].message.content, null);
+    assert.equal(r.choices[0].message.tool_calls.length, 1);
+    checkCall(format, r.choices[0].message.tool_calls[0]);
+    // Streamed: the same call, and no content (the control text is never shown).
+    let content = '', name = '', args = '';
+    for await (const chunk of await client.chat.completions.create({ ...controlSampling, messages: question, tools,
+      tool_choice: 'required', parallel_tool_calls: false, stream: true })) {
+      content += chunk.choices[0]?.delta?.content || '';
+      for (const d of chunk.choices[0]?.delta?.tool_calls || []) {
+        name += d.function?.name || '';
+        args += d.function?.arguments || '';
+      }
+    }
+    assert.equal(content, '');
+    assert.equal(name, r.choices[0].message.tool_calls[0].function.name);
+    assert.equal(args, r.choices[0].message.tool_calls[0].function.arguments);
+  });
+  await s.stop();
+  fs.rmSync(dir, { recursive: true, force: true });
 }
 
 fs.rmSync(model, { force: true });
