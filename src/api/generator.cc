@@ -45,8 +45,10 @@ Status Generator::Check(const GeneratorOptions& options) {
   }
   for (size_t i = 0; i < options.preserved_tokens.size(); ++i) {
     if (options.preserved_tokens[i].empty()) {
-      return Status::Error(fmt::format("GeneratorOptions::preserved_tokens[{}] is empty (expected a control "
-                                       "token's text, e.g. \"[TOOL_CALLS]\")", i));
+      return Status::Error(
+          fmt::format("GeneratorOptions::preserved_tokens[{}] is empty (expected a control "
+                      "token's text, e.g. \"[TOOL_CALLS]\")",
+                      i));
     }
   }
   return Status::Ok();
@@ -170,10 +172,13 @@ void Generator::Constrain(std::span<float> logits) {
     // for that control token (the format's opening): spelling its text in pieces would give a
     // reply the model's own tokenizer never writes, so the pieces are refused.
     auto begins_kept = [&](int32_t t) {
-      if (std::any_of(preserved_.begin(), preserved_.end(), [&](const auto& p) { return p.first == t; })) return true;
+      if (std::any_of(preserved_.begin(), preserved_.end(), [&](const auto& p) { return p.first == t; })) {
+        return true;
+      }
       const std::string text = TokenText(*model_, previous_, t);
-      return std::any_of(kept.begin(), kept.end(),
-                         [&](std::string_view k) { return text.size() < k.size() && k.starts_with(text); });
+      return std::any_of(kept.begin(), kept.end(), [&](std::string_view k) {
+        return text.size() < k.size() && k.starts_with(text);
+      });
     };
     bool only_pieces = true;
     for (size_t t = 0; t < n && only_pieces; ++t) {
@@ -183,8 +188,9 @@ void Generator::Constrain(std::span<float> logits) {
     }
     if (only_pieces) {
       for (size_t t = 0; t < n; ++t) {
-        const bool control = std::any_of(preserved_.begin(), preserved_.end(),
-                                         [&](const auto& p) { return p.first == static_cast<int32_t>(t); });
+        const bool control = std::any_of(preserved_.begin(), preserved_.end(), [&](const auto& p) {
+          return p.first == static_cast<int32_t>(t);
+        });
         if (!control && logits[t] != kRefused) logits[t] = kRefused;
       }
     }

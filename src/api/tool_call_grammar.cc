@@ -40,12 +40,14 @@ std::string ClassChar(char c) {
 
 constexpr std::string_view kThinkClose = "</think>";
 
-// The UTF-8 characters of `text`, each as its bytes (a grammar's classes hold characters, not bytes).
+// The UTF-8 characters of `text`, each as its bytes (a grammar's classes hold characters, not
+// bytes).
 std::vector<std::string> Characters(std::string_view text) {
   std::vector<std::string> out;
   for (size_t i = 0; i < text.size();) {
     const auto lead = static_cast<unsigned char>(text[i]);
-    const size_t n = std::min(text.size() - i, size_t{lead >= 0xF0 ? 4u : lead >= 0xE0 ? 3u : lead >= 0xC0 ? 2u : 1u});
+    const size_t length = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    const size_t n = std::min(text.size() - i, length);
     out.emplace_back(text.substr(i, n));
     i += n;
   }
@@ -68,7 +70,8 @@ std::string NotContaining(std::string_view name, std::string_view marker_text) {
     std::vector<std::string> text(marker.begin(), marker.begin() + static_cast<std::ptrdiff_t>(i));
     text.push_back(c);
     for (size_t k = std::min(text.size(), m); k > 0; --k) {
-      if (std::equal(marker.begin(), marker.begin() + static_cast<std::ptrdiff_t>(k), text.end() - static_cast<std::ptrdiff_t>(k))) {
+      if (std::equal(marker.begin(), marker.begin() + static_cast<std::ptrdiff_t>(k),
+                     text.end() - static_cast<std::ptrdiff_t>(k))) {
         return k;
       }
     }
@@ -96,16 +99,18 @@ std::string NotContaining(std::string_view name, std::string_view marker_text) {
 // The rule `rule` of a call whose name is outside the JSON (NamedCalls): one alternative per
 // function, its name then its own arguments' grammar, appended to `gbnf` (the compiled anyOf of the
 // functions' parameters, whose branch i is the rule "schema-anyOf-i").
-Status AddNamedCallRule(const ToolCallFormat& format, const std::vector<std::string>& names, std::string_view rule,
-                        std::string* gbnf) {
+Status AddNamedCallRule(const ToolCallFormat& format, const std::vector<std::string>& names,
+                        std::string_view rule, std::string* gbnf) {
   std::string alternatives;
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string arguments = fmt::format("schema-anyOf-{}", i);
     if (gbnf->find("\n" + arguments + " ::= ") == std::string::npos) {
-      return Status::Error(fmt::format("tools: the grammar of {}'s parameters has no rule {}", names[i], arguments));
+      return Status::Error(
+          fmt::format("tools: the grammar of {}'s parameters has no rule {}", names[i], arguments));
     }
-    alternatives += fmt::format("{}{} {} {}", i ? " | " : "", Literal(format.call_open + names[i] + format.name_end),
-                                arguments, Literal(format.call_close));
+    alternatives += fmt::format("{}{} {} {}", i ? " | " : "",
+                                Literal(format.call_open + names[i] + format.name_end), arguments,
+                                Literal(format.call_close));
   }
   *gbnf += fmt::format("{} ::= {}\n", rule, alternatives);
   return Status::Ok();
@@ -161,7 +166,8 @@ Result<std::string> ToolCallGrammar(const ToolCallFormat& format, const ToolOpti
   }
   std::string calls;  // the calls, as the format frames them
   if (named) {  // DeepSeek: the calls one per line, all between the format's open and close
-    calls = Literal(format.open) + " " + call + (many ? " ( \"\\n\" " + call + " )*" : "") + " " + Literal(format.close);
+    calls = Literal(format.open) + " " + call + (many ? " ( \"\\n\" " + call + " )*" : "") + " " +
+            Literal(format.close);
   } else if (format.array) {
     calls = Literal(std::string(format.open) + "[") + " " + call + (many ? " ( \", \" " + call + " )*" : "") + " \"]\"";
   } else if (*format.open == '\0') {

@@ -57,7 +57,8 @@ CallHeader MatchNamedHeader(std::string_view s, const ToolCallFormat& format) {
   const size_t at = LeadingSpace(s);
   const std::string_view rest = s.substr(at);
   if (rest.size() < open.size() || !rest.starts_with(open)) {
-    h.match = rest.size() < open.size() && open.starts_with(rest) ? CallHeader::kNeedMore : CallHeader::kNo;
+    h.match = rest.size() < open.size() && open.starts_with(rest) ? CallHeader::kNeedMore
+                                                                  : CallHeader::kNo;
     return h;
   }
   const std::string_view after = rest.substr(open.size());

@@ -74,7 +74,8 @@ jinja::Value MessageValue(const ChatMessage& m, bool calls_as_text) {
     for (const ToolCall& c : m.tool_calls) {
       jinja::Dict function;
       function.Set("name", jinja::Value::String(c.name));
-      function.Set("arguments", calls_as_text ? jinja::Value::String(c.arguments) : Arguments(c.arguments));
+      function.Set("arguments",
+                   calls_as_text ? jinja::Value::String(c.arguments) : Arguments(c.arguments));
       jinja::Dict call;
       call.Set("id", jinja::Value::String(c.id));
       call.Set("type", jinja::Value::String("function"));
