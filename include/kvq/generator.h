@@ -59,6 +59,14 @@ struct GeneratorOptions {
   /// GBNF (llama.cpp's grammar syntax, start rule "root") the completion's text must follow when
   /// the caller Constrains the logits before each sample; empty: none.
   std::string grammar;
+  /// Control tokens whose text the completion keeps, by text (Mistral's "[TOOL_CALLS]"), as
+  /// llama.cpp's preserved tokens: a control token's text is "", so without this a grammar could
+  /// never ask for it and a reply parser would never see it. Each text that is a control token of
+  /// the model's vocabulary puts that text in text() and the steps, and a grammar allows the
+  /// token where it allows the text; where the grammar can go on only by writing that text, the
+  /// control token is the one allowed (the text spelled in ordinary pieces is refused). A text the
+  /// vocabulary has no control token for is ignored: there it is ordinary text.
+  std::vector<std::string> preserved_tokens;
 };
 
 /// The GBNF of the JSON texts a JSON Schema (given as JSON text) accepts, for GeneratorOptions::
@@ -151,6 +159,9 @@ class Generator {
   FinishReason finish_ = FinishReason::kStop;
   std::unique_ptr<GrammarMatcher> grammar_;  // null: no grammar
   std::vector<float> end_logits_;            // [end tokens] Constrain's scratch
+  // options_.preserved_tokens that are control tokens of the vocabulary: (id, text).
+  std::vector<std::pair<int32_t, std::string>> preserved_;
+  std::vector<float> preserved_logits_;      // [preserved_] Constrain's scratch
 };
 
 }  // namespace kvq

@@ -46,6 +46,9 @@ struct GenerateRequest {
   /// GBNF the completion follows (GeneratorOptions::grammar: logits Constrained before each
   /// sample); empty: none.
   std::string grammar;
+  /// Control tokens kept as text (GeneratorOptions::preserved_tokens: a tool-call format's
+  /// opening, ToolCallFormat::preserved).
+  std::vector<std::string> preserved_tokens;
   /// Non-empty: a prompt cache. Once the session holds every prompt token but the last, when some
   /// of them were computed by this call (not all reused), they are saved there with SavePrefix: a
   /// later run of a prompt that starts with them LoadPrefix-es the file and Generate reuses it (the

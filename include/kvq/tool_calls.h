@@ -13,7 +13,14 @@
 // shown. What the model writes back differs per family, so each format is one row of a table
 // (ToolCallFormats) that tests iterate: Hermes' `<tool_call>{json}</tool_call>` (Qwen 2.5, Qwen 3,
 // and kvq's choice for ChatML and templates without a format of their own), Llama 3.1's bare JSON
-// object `{"name": ..., "parameters": ...}`, and Mistral's `[TOOL_CALLS][{...}, ...]`.
+// object `{"name": ..., "parameters": ...}`, Mistral's `[TOOL_CALLS][{...}, ...]`, and DeepSeek V3's
+// `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME` + a ```json block per call
+// (the name outside the JSON).
+//
+// Some openings are control tokens (Mistral's `[TOOL_CALLS]`, Llama's `<|python_tag|>`), whose
+// text is "" when detokenised: ToolCallFormat::preserved names them, and a surface passes them to
+// GeneratorOptions::preserved_tokens, so that the grammar can ask for the token and the parser sees
+// its text (which is never shown as content).
 //
 // A call streams as it is written (ToolCallParser's chunks), so one cut short keeps the arguments
 // it wrote; a reply that opens a call it never names keeps that text as content. tool_choice auto
@@ -47,7 +54,27 @@ struct ToolCallFormat {
   /// Length of the ids kvq gives calls: 9 (Mistral's template refuses other lengths), or 0 for
   /// OpenAI's "call_" and 24 letters and digits.
   int id_length;
+  /// Calls written with the name outside the JSON (DeepSeek V3): each call is `call_open` NAME
+  /// `name_end` ARGUMENTS `call_close`, the calls separated by whitespace, all of them between
+  /// `open` and `close` (which then frame the calls together, not each call). "" for the formats
+  /// whose calls are JSON objects `{"name": ..., arguments_key: ...}`.
+  const char* call_open = "";
+  const char* name_end = "";
+  const char* call_close = "";
+  /// Texts of the format's framing that are control tokens in its family's vocabularies (text ""
+  /// when detokenised), separated by newlines: GeneratorOptions::preserved_tokens keeps them as
+  /// text, and the parser never releases them as content. "" when the framing is plain text.
+  const char* preserved = "";
+  /// The template renders an earlier call only from a message whose content is none and whose
+  /// arguments are a string (DeepSeek V3: it concatenates them); ApplyChatTemplate passes such
+  /// messages so.
+  bool calls_as_text = false;
 };
+
+/// Whether `format` writes the name outside the JSON (ToolCallFormat::call_open is not "").
+inline bool NamedCalls(const ToolCallFormat& format) { return *format.call_open != '\0'; }
+/// ToolCallFormat::preserved as a list (for GeneratorOptions::preserved_tokens).
+std::vector<std::string> PreservedTokens(const ToolCallFormat& format);
 
 /// Every format, the fallback (Hermes) first.
 std::span<const ToolCallFormat> ToolCallFormats();
@@ -58,8 +85,9 @@ const ToolCallFormat& ToolCallFormatFor(std::string_view template_source);
 /// model's own (Hermes when it falls back to ChatML).
 const ToolCallFormat& ToolCallFormatOf(const Model& model, std::string_view template_override = "");
 /// Ok when kvq can force and parse the tool calls of the template `model` renders with (as
-/// ToolCallFormatOf picks it); an error naming the format and why otherwise (DeepSeek V2.5/V3's
-/// `<｜tool▁calls▁begin｜>` calls), so that tools are refused instead of asked in another format.
+/// ToolCallFormatOf picks it); an error naming the format and why otherwise (a DeepSeek template
+/// other than V3's and R1's, e.g. V3.1's `NAME<｜tool▁sep｜>{json}` calls), so that tools are refused
+/// instead of asked in another format.
 Status CheckToolCallTemplate(const Model& model, std::string_view template_override = "");
 /// The row named `name`, or nullptr.
 const ToolCallFormat* FindToolCallFormat(std::string_view name);
@@ -144,6 +172,9 @@ class ToolCallParser {
   bool DrainCall(bool final, Delta* out);
   // Parses `text` (a call, or the array of calls) into out->calls; false if it is not well-formed.
   bool ParseCalls(std::string_view text, Delta* out);
+  // kTail of a named call (DeepSeek): its `call_close`, then the next call or the calls' `close`.
+  // -1: more text is needed; 0: the region ended (buffer_ holds what follows); 1: a call follows.
+  int NamedTail(bool final);
   // Ends the region: its unparsed text becomes content, the parser returns to content.
   void LeaveCall(Delta* out);
 
@@ -159,6 +190,9 @@ class ToolCallParser {
   bool closed_brace_ = false;  // kTail: the call object's '}' has been seen
   bool streamed_any_ = false;  // Mistral: a call of the array has been streamed
   int calls_ = 0;
+  std::vector<std::string> preserved_;  // format_->preserved: never content
+  // Appends `text` to out->content without the preserved texts in it.
+  void AddContent(std::string_view text, Delta* out) const;
 };
 
 /// A reply's text split at once: content and calls (ToolCallParser on the whole text).

@@ -6,6 +6,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "generate/sampler.h"
@@ -36,6 +39,9 @@ struct Model::Impl {
   const TokenTrie& token_trie() const;
   /// [end tokens] ids IsEndOfGeneration says end a completion, ascending; built with token_trie().
   const std::vector<int32_t>& end_tokens() const;
+  /// The control token (text "": Tokenizer::Decode) whose piece is `text`, or -1; for
+  /// GeneratorOptions::preserved_tokens. Indexed on first use, once per model.
+  int32_t ControlToken(std::string_view text) const;
   /// The template ApplyChatTemplate renders with (info.chat_template, or ChatML), parsed on first
   /// use, and which one it is (api/chat.cc).
   const ChatTemplate& chat_template() const;
@@ -87,6 +93,8 @@ struct Model::Impl {
   mutable std::once_flag grammar_once_;
   mutable std::unique_ptr<TokenTrie> token_trie_;
   mutable std::vector<int32_t> end_tokens_;
+  mutable std::once_flag control_once_;
+  mutable std::unordered_map<std::string, int32_t> control_tokens_;  // piece -> id; first id wins
 };
 
 /// Model::TokenText and Model::IsEndOfGeneration, for the API's own users (Generator) that hold a

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "api/api_internal.h"
+#include "kvq/tool_calls.h"
 
 namespace kvq {
 
@@ -39,12 +40,15 @@ const ChatTemplateChoice& Model::Impl::chat_template_choice() const {
 Result<std::string> Model::ApplyChatTemplate(std::span<const ChatMessage> messages,
                                              const ChatTemplateOptions& options) const {
   const ModelInfo& i = impl_->info;
+  // The template's tool-call format says how it wants earlier calls (DeepSeek V3's: as text).
+  const ToolCallFormat& calls = ToolCallFormatOf(*this, options.template_override);
   const ChatRenderOptions render{.add_generation_prompt = options.add_generation_prompt,
                                  .bos_token = i.bos >= 0 ? TokenPiece(i.bos) : "",
                                  .eos_token = i.eos >= 0 ? TokenPiece(i.eos) : "",
                                  .enable_thinking = options.enable_thinking,
                                  .now = options.now,
-                                 .tools_json = options.tools_json};
+                                 .tools_json = options.tools_json,
+                                 .calls_as_text = calls.calls_as_text};
   if (options.template_override.empty()) return impl_->chat_template().Render(messages, render);
   Result<ChatTemplate> t = ChatTemplate::Parse(options.template_override);
   if (!t.ok()) return t.status();

@@ -43,6 +43,14 @@ Status Generator::Check(const GeneratorOptions& options) {
       return Status::Error(fmt::format("GeneratorOptions::stop[{}] is empty (a stop string has at least one byte)", i));
     }
   }
+  for (size_t i = 0; i < options.preserved_tokens.size(); ++i) {
+    if (options.preserved_tokens[i].empty()) {
+      return Status::Error(
+          fmt::format("GeneratorOptions::preserved_tokens[{}] is empty (expected a control "
+                      "token's text, e.g. \"[TOOL_CALLS]\")",
+                      i));
+    }
+  }
   return Status::Ok();
 }
 
@@ -77,7 +85,15 @@ Result<Generator> Generator::Make(std::shared_ptr<const Model::Impl> model, int3
     if (!g.ok()) return Status::Error("GeneratorOptions::grammar: " + g.status().message());
     grammar = std::make_unique<GrammarMatcher>(std::make_shared<const Grammar>(std::move(g).value()));
   }
-  return Generator(std::move(model), options, last_token, positions, context, std::move(grammar));
+  std::vector<std::pair<int32_t, std::string>> preserved;
+  for (const std::string& text : options.preserved_tokens) {
+    if (const int32_t id = model->ControlToken(text); id >= 0 && !IsEndOfGeneration(*model, id)) {
+      preserved.emplace_back(id, text);
+    }
+  }
+  Generator g(std::move(model), options, last_token, positions, context, std::move(grammar));
+  g.preserved_ = std::move(preserved);
+  return g;
 }
 
 Generator::Generator(std::shared_ptr<const Model::Impl> model, GeneratorOptions options, int32_t previous,
@@ -128,17 +144,58 @@ void Generator::Constrain(std::span<float> logits) {
   const std::vector<int32_t>& ends = model_->end_tokens();
   const std::vector<uint64_t>& allowed = grammar_->AllowedTokens(model_->token_trie());
   const size_t n = std::min(logits.size(), allowed.size() * 64);
+  constexpr float kRefused = -std::numeric_limits<float>::infinity();
   end_logits_.resize(ends.size());
   for (size_t i = 0; i < ends.size(); ++i) end_logits_[i] = logits[ends[i]];
+  preserved_logits_.resize(preserved_.size());
+  for (size_t i = 0; i < preserved_.size(); ++i) preserved_logits_[i] = logits[preserved_[i].first];
   bool any = false;
   for (size_t w = 0; w * 64 < n; ++w) {
     const uint64_t bits = allowed[w];
     any = any || bits != 0;
     if (bits == ~uint64_t{0}) continue;
     for (size_t t = w * 64; t < std::min(n, w * 64 + 64); ++t) {
-      if (!((bits >> (t - w * 64)) & 1)) logits[t] = -std::numeric_limits<float>::infinity();
+      if (!((bits >> (t - w * 64)) & 1)) logits[t] = kRefused;
     }
   }
+  // Kept control tokens are not in the trie (their text is ""): each is allowed where the grammar
+  // takes its text.
+  std::vector<std::string_view> kept;  // the texts of the control tokens allowed here
+  for (size_t i = 0; i < preserved_.size(); ++i) {
+    if (grammar_->Allows(preserved_[i].second)) {
+      logits[preserved_[i].first] = preserved_logits_[i];
+      kept.push_back(preserved_[i].second);
+    }
+  }
+  if (!kept.empty() && !grammar_->CanEnd()) {
+    // Where every other token allowed only begins a control token's text, the grammar is asking
+    // for that control token (the format's opening): spelling its text in pieces would give a
+    // reply the model's own tokenizer never writes, so the pieces are refused.
+    auto begins_kept = [&](int32_t t) {
+      if (std::any_of(preserved_.begin(), preserved_.end(), [&](const auto& p) { return p.first == t; })) {
+        return true;
+      }
+      const std::string text = TokenText(*model_, previous_, t);
+      return std::any_of(kept.begin(), kept.end(), [&](std::string_view k) {
+        return text.size() < k.size() && k.starts_with(text);
+      });
+    };
+    bool only_pieces = true;
+    for (size_t t = 0; t < n && only_pieces; ++t) {
+      if (logits[t] != kRefused && !IsEndOfGeneration(*model_, static_cast<int32_t>(t))) {
+        only_pieces = begins_kept(static_cast<int32_t>(t));
+      }
+    }
+    if (only_pieces) {
+      for (size_t t = 0; t < n; ++t) {
+        const bool control = std::any_of(preserved_.begin(), preserved_.end(), [&](const auto& p) {
+          return p.first == static_cast<int32_t>(t);
+        });
+        if (!control && logits[t] != kRefused) logits[t] = kRefused;
+      }
+    }
+  }
+  any = any || !kept.empty();
   if (grammar_->CanEnd() || !any) {
     for (size_t i = 0; i < ends.size(); ++i) logits[ends[i]] = end_logits_[i];
   }
@@ -152,6 +209,11 @@ GeneratorStep Generator::Next(int32_t token) {
   if (end && !options_.ignore_eos) return Finish(FinishReason::kStop, /*kept=*/false, text_.size());
 
   std::string piece = TokenText(*model_, previous_, token);
+  if (piece.empty()) {  // a control token kept as text (GeneratorOptions::preserved_tokens)
+    for (const auto& [id, text] : preserved_) {
+      if (id == token) piece = text;
+    }
+  }
   if (grammar_ && !grammar_->Accept(piece)) return Finish(FinishReason::kStop, /*kept=*/false, text_.size());
   tokens_.push_back(token);
   text_ += piece;

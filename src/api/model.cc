@@ -140,6 +140,18 @@ const std::vector<int32_t>& Model::Impl::end_tokens() const {
   return end_tokens_;
 }
 
+int32_t Model::Impl::ControlToken(std::string_view text) const {
+  std::call_once(control_once_, [this] {
+    const int32_t vocab = info.vocab_size;
+    for (int32_t t = 0; t < vocab; ++t) {
+      const std::string& piece = tokenizer.piece(t);
+      if (!piece.empty() && tokenizer.Decode(0, t).empty()) control_tokens_.emplace(piece, t);
+    }
+  });
+  const auto it = control_tokens_.find(std::string(text));
+  return it == control_tokens_.end() ? -1 : it->second;
+}
+
 std::string TokenText(const Model::Impl& model, int32_t previous, int32_t token) {
   const int32_t vocab = model.info.vocab_size;
   if (token < 0 || token >= vocab || previous < 0 || previous >= vocab) return {};

@@ -179,7 +179,8 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
     }
   }
   const GeneratorOptions rules{.max_tokens = request.max_tokens, .stop = request.stop,
-                               .ignore_eos = request.ignore_eos, .grammar = request.grammar};
+                               .ignore_eos = request.ignore_eos, .grammar = request.grammar,
+                               .preserved_tokens = request.preserved_tokens};
   if (Status st = Generator::Check(rules); !st.ok()) return Status::Error("Generate: " + st.message());
   if (request.speculation.source != DraftSource::kNone) {
     if (Status st = CheckSpeculation(request.speculation); !st.ok()) return Status::Error("Generate: " + st.message());

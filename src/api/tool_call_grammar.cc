@@ -2,8 +2,11 @@
 // tool_choice auto's lazy grammar (free text until the format's opening, then only calls).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "kvq/generator.h"
 #include "kvq/tool_calls.h"
@@ -37,38 +40,80 @@ std::string ClassChar(char c) {
 
 constexpr std::string_view kThinkClose = "</think>";
 
-// Rules `name`-0 .. `name`-(m-1) matching any text that does not contain `marker` (m bytes of
-// ASCII), started at `name`-0: the states of a Knuth-Morris-Pratt matcher of `marker`, rule i
-// having matched its first i bytes; the byte that would complete it has no transition. Each rule
-// may end (the text may stop anywhere), and each recursion is last in its alternative, so a long
-// text keeps the matcher's stacks flat.
-std::string NotContaining(std::string_view name, std::string_view marker) {
+// The UTF-8 characters of `text`, each as its bytes (a grammar's classes hold characters, not
+// bytes).
+std::vector<std::string> Characters(std::string_view text) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < text.size();) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    const size_t length = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    const size_t n = std::min(text.size() - i, length);
+    out.emplace_back(text.substr(i, n));
+    i += n;
+  }
+  return out;
+}
+
+// A character inside [...]: ClassChar for ASCII, the character itself otherwise.
+std::string ClassCharacter(const std::string& c) { return c.size() == 1 ? ClassChar(c[0]) : c; }
+
+// Rules `name`-0 .. `name`-(m-1) matching any text that does not contain `marker` (m characters),
+// started at `name`-0: the states of a Knuth-Morris-Pratt matcher of `marker`, rule i having
+// matched its first i characters; the character that would complete it has no transition. Each
+// rule may end (the text may stop anywhere), and each recursion is last in its alternative, so a
+// long text keeps the matcher's stacks flat.
+std::string NotContaining(std::string_view name, std::string_view marker_text) {
+  const std::vector<std::string> marker = Characters(marker_text);
   const size_t m = marker.size();
   // next(i, c): the longest prefix of marker that is a suffix of marker[0, i) + c.
-  auto next = [&](size_t i, char c) {
-    std::string text = std::string(marker.substr(0, i)) + c;
+  auto next = [&](size_t i, const std::string& c) {
+    std::vector<std::string> text(marker.begin(), marker.begin() + static_cast<std::ptrdiff_t>(i));
+    text.push_back(c);
     for (size_t k = std::min(text.size(), m); k > 0; --k) {
-      if (marker.substr(0, k) == std::string_view(text).substr(text.size() - k)) return k;
+      if (std::equal(marker.begin(), marker.begin() + static_cast<std::ptrdiff_t>(k),
+                     text.end() - static_cast<std::ptrdiff_t>(k))) {
+        return k;
+      }
     }
     return size_t{0};
   };
   std::string out;
   for (size_t i = 0; i < m; ++i) {
     std::string special, alternatives;
-    std::set<char> seen;
-    for (size_t j = 0; j <= i; ++j) {  // only marker's bytes can lead anywhere but state 0
-      const char c = marker[j];
+    std::set<std::string> seen;
+    for (size_t j = 0; j <= i; ++j) {  // only marker's characters can lead anywhere but state 0
+      const std::string& c = marker[j];
       if (!seen.insert(c).second) continue;
-      special += ClassChar(c);
+      special += ClassCharacter(c);
       if (const size_t to = next(i, c); to > 0 && to < m) {
-        alternatives += fmt::format(" | {} {}-{}", Literal(std::string(1, c)), name, to);
+        alternatives += fmt::format(" | {} {}-{}", Literal(c), name, to);
       } else if (to == 0) {
-        alternatives += fmt::format(" | {} {}-0", Literal(std::string(1, c)), name);
+        alternatives += fmt::format(" | {} {}-0", Literal(c), name);
       }
     }
     out += fmt::format("{}-{} ::= ( [^{}] {}-0{} )?\n", name, i, special, name, alternatives);
   }
   return out;
+}
+
+// The rule `rule` of a call whose name is outside the JSON (NamedCalls): one alternative per
+// function, its name then its own arguments' grammar, appended to `gbnf` (the compiled anyOf of the
+// functions' parameters, whose branch i is the rule "schema-anyOf-i").
+Status AddNamedCallRule(const ToolCallFormat& format, const std::vector<std::string>& names,
+                        std::string_view rule, std::string* gbnf) {
+  std::string alternatives;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string arguments = fmt::format("schema-anyOf-{}", i);
+    if (gbnf->find("\n" + arguments + " ::= ") == std::string::npos) {
+      return Status::Error(
+          fmt::format("tools: the grammar of {}'s parameters has no rule {}", names[i], arguments));
+    }
+    alternatives += fmt::format("{}{} {} {}", i ? " | " : "",
+                                Literal(format.call_open + names[i] + format.name_end), arguments,
+                                Literal(format.call_close));
+  }
+  *gbnf += fmt::format("{} ::= {}\n", rule, alternatives);
+  return Status::Ok();
 }
 
 }  // namespace
@@ -80,6 +125,8 @@ Result<std::string> ToolCallGrammar(const ToolCallFormat& format, const ToolOpti
   // One schema for a call object: {"name": one of the functions, arguments: its parameters}, as
   // anyOf over the functions, so each name is followed by its own arguments.
   const Json tools = Json::parse(options.tools_json);
+  const bool named = NamedCalls(format);
+  std::vector<std::string> chosen;  // the functions a call may name, in order
   Json branches = Json::array();
   for (size_t i = 0; i < tools.size(); ++i) {
     const Json& f = tools[i]["function"];
@@ -89,12 +136,18 @@ Result<std::string> ToolCallGrammar(const ToolCallFormat& format, const ToolOpti
     if (Result<std::string> alone = JsonSchemaGrammar(parameters.dump()); !alone.ok()) {
       return Status::Error(fmt::format("tools[{}].function.parameters: {}", i, alone.status().message()));
     }
+    chosen.push_back(name);
+    if (named) {  // the name is written before the JSON: the JSON is the arguments alone
+      branches.push_back(parameters);
+      continue;
+    }
     Json call = {{"type", "object"},
                  {"properties", {{"name", {{"const", name}}}, {format.arguments_key, parameters}}},
                  {"required", {"name", format.arguments_key}}};
     branches.push_back(std::move(call));
   }
-  const Json schema = branches.size() == 1 ? branches[0] : Json{{"anyOf", branches}};
+  // Named calls: one anyOf, so that each function's arguments get a rule of their own.
+  const Json schema = branches.size() == 1 && !named ? branches[0] : Json{{"anyOf", branches}};
   Result<std::string> compiled = JsonSchemaGrammar(schema.dump());
   if (!compiled.ok()) return Status::Error("tools: " + compiled.status().message());
   std::string gbnf = std::move(compiled).value();
@@ -106,9 +159,16 @@ Result<std::string> ToolCallGrammar(const ToolCallFormat& format, const ToolOpti
   if (root == std::string::npos) return Status::Error("tools: the schema's grammar has no root rule");
   gbnf.replace(root == 0 ? 0 : root + 1, 4, kCallRule);
   const bool many = options.choice != ToolChoice::kFunction && options.parallel;
-  const std::string call(kCallRule);
+  std::string call(kCallRule);
+  if (named) {
+    call = "tool-call-named";
+    if (Status s = AddNamedCallRule(format, chosen, call, &gbnf); !s.ok()) return s;
+  }
   std::string calls;  // the calls, as the format frames them
-  if (format.array) {
+  if (named) {  // DeepSeek: the calls one per line, all between the format's open and close
+    calls = Literal(format.open) + " " + call + (many ? " ( \"\\n\" " + call + " )*" : "") + " " +
+            Literal(format.close);
+  } else if (format.array) {
     calls = Literal(std::string(format.open) + "[") + " " + call + (many ? " ( \", \" " + call + " )*" : "") + " \"]\"";
   } else if (*format.open == '\0') {
     calls = call;  // llama3_json: one call, the whole reply

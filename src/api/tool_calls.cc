@@ -1,4 +1,5 @@
-// Tool-call formats and parsing (include/kvq/tool_calls.h); their grammars: tool_call_grammar.cc.
+// Finding tool calls in replies (include/kvq/tool_calls.h's parsers); the formats' table:
+// tool_call_formats.cc; their grammars: tool_call_grammar.cc.
 #include "kvq/tool_calls.h"
 
 #include <fmt/format.h>
@@ -6,45 +7,12 @@
 #include <algorithm>
 #include <functional>
 #include <nlohmann/json.hpp>
-#include <random>
-#include <set>
 
 namespace kvq {
 namespace {
 
-// Ordered: a call's arguments keep the model's key order, and the schema built for a grammar keeps
-// "name" before the arguments.
+// Ordered: a call's arguments keep the model's key order.
 using Json = nlohmann::ordered_json;
-
-// The table. A new family is a row here (and its template in the tests' oracle).
-constexpr ToolCallFormat kFormats[] = {
-    {.name = "hermes",
-     .models = "Qwen 2.5, Qwen 3, Hermes (and ChatML models)",
-     .detect = "<tool_call>",
-     .open = "<tool_call>",
-     .close = "</tool_call>",
-     .arguments_key = "arguments",
-     .array = false,
-     .id_length = 0},
-    {.name = "llama3_json",
-     .models = "Llama 3.1, 3.2, 3.3",
-     // Llama 3.1's template names the built-in tools' tag; 3.2's has no built-in tools, and both
-     // (3.3's too) ask for calls in this one sentence.
-     .detect = "<|python_tag|>\n\"parameters\": dictionary of argument name",
-     .open = "",
-     .close = "",
-     .arguments_key = "parameters",
-     .array = false,
-     .id_length = 0},
-    {.name = "mistral",
-     .models = "Mistral Nemo, Mistral Small, Mixtral (v3 tokenizers)",
-     .detect = "[TOOL_CALLS]",
-     .open = "[TOOL_CALLS]",
-     .close = "",
-     .arguments_key = "arguments",
-     .array = true,
-     .id_length = 9},
-};
 
 // Llama 3.x writes a call after this tag when it calls a built-in tool, and sometimes before a
 // JSON call too.
@@ -80,7 +48,42 @@ struct CallHeader {
   std::string name;
 };
 
+// The start of a call whose name is outside the JSON (NamedCalls): `call_open` NAME `name_end`, up
+// to the arguments' first byte; the name runs to name_end's first byte.
+CallHeader MatchNamedHeader(std::string_view s, const ToolCallFormat& format) {
+  constexpr size_t kMaxName = 256;  // longer, it is not a function's name
+  CallHeader h;
+  const std::string_view open = format.call_open, end = format.name_end;
+  const size_t at = LeadingSpace(s);
+  const std::string_view rest = s.substr(at);
+  if (rest.size() < open.size() || !rest.starts_with(open)) {
+    h.match = rest.size() < open.size() && open.starts_with(rest) ? CallHeader::kNeedMore
+                                                                  : CallHeader::kNo;
+    return h;
+  }
+  const std::string_view after = rest.substr(open.size());
+  const size_t name_size = after.find(end[0]);
+  if (name_size == std::string_view::npos) {
+    h.match = after.size() > kMaxName ? CallHeader::kNo : CallHeader::kNeedMore;
+    return h;
+  }
+  const std::string_view tail = after.substr(name_size);
+  if (tail.size() < end.size()) {
+    h.match = end.starts_with(tail) ? CallHeader::kNeedMore : CallHeader::kNo;
+    return h;
+  }
+  if (!tail.starts_with(end) || name_size == 0 || name_size > kMaxName) {
+    h.match = CallHeader::kNo;
+    return h;
+  }
+  h.name = std::string(after.substr(0, name_size));
+  h.arguments_at = at + open.size() + name_size + end.size();
+  h.match = CallHeader::kYes;
+  return h;
+}
+
 CallHeader MatchCallHeader(std::string_view s, const ToolCallFormat& format) {
+  if (NamedCalls(format)) return MatchNamedHeader(s, format);
   size_t i = 0;
   auto space = [&] { i += LeadingSpace(s.substr(i)); };
   auto expect = [&](char c) {
@@ -142,110 +145,24 @@ CallHeader MatchCallHeader(std::string_view s, const ToolCallFormat& format) {
 
 }  // namespace
 
-std::span<const ToolCallFormat> ToolCallFormats() { return kFormats; }
+ToolCallParser::ToolCallParser(const ToolCallFormat& format)
+    : format_(&format), preserved_(PreservedTokens(format)) {}
 
-const ToolCallFormat& ToolCallFormatFor(std::string_view template_source) {
-  for (const ToolCallFormat& f : kFormats) {
-    std::string_view texts = f.detect;
-    while (!texts.empty()) {
-      const size_t end = std::min(texts.find('\n'), texts.size());
-      if (template_source.find(texts.substr(0, end)) != std::string_view::npos) return f;
-      texts.remove_prefix(std::min(end + 1, texts.size()));
+void ToolCallParser::AddContent(std::string_view text, Delta* out) const {
+  for (;;) {
+    size_t at = std::string_view::npos, size = 0;
+    for (const std::string& p : preserved_) {
+      if (const size_t i = text.find(p); i < at) {
+        at = i;
+        size = p.size();
+      }
     }
+    if (at == std::string_view::npos) break;
+    out->content += text.substr(0, at);
+    text.remove_prefix(at + size);
   }
-  return kFormats[0];
+  out->content += text;
 }
-
-const ToolCallFormat& ToolCallFormatOf(const Model& model, std::string_view template_override) {
-  if (!template_override.empty()) return ToolCallFormatFor(template_override);
-  if (model.chat_template_choice().chatml_fallback) return kFormats[0];
-  return ToolCallFormatFor(model.info().chat_template);
-}
-
-namespace {
-
-// Formats kvq recognises in a template but cannot force or parse: tools are refused for them
-// rather than asked of the model in a format it was not trained on (the fallback's).
-struct UnsupportedToolFormat {
-  const char* name;
-  const char* detect;  // text of the template that uses it
-  const char* why;
-};
-constexpr UnsupportedToolFormat kUnsupported[] = {
-    {.name = "deepseek",
-     .detect = "<｜tool▁calls▁begin｜>",
-     .why = "DeepSeek V2.5/V3 write each call as <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME, then the "
-            "arguments in a ```json block, then <｜tool▁call▁end｜> (the name outside the JSON), which kvq's "
-            "call grammar and parser do not read yet; and their template renders an earlier call only for a "
-            "message whose content is null and whose arguments are a string"},
-};
-
-}  // namespace
-
-Status CheckToolCallTemplate(const Model& model, std::string_view template_override) {
-  const std::string_view source = !template_override.empty()                    ? template_override
-                                  : model.chat_template_choice().chatml_fallback ? std::string_view()
-                                                                                 : model.info().chat_template;
-  for (const UnsupportedToolFormat& f : kUnsupported) {
-    if (source.find(f.detect) != std::string_view::npos) {
-      return Status::Error(fmt::format("the chat template writes tool calls in the '{}' format (it holds {}), "
-                                       "which kvq does not support: {}", f.name, f.detect, f.why));
-    }
-  }
-  return Status::Ok();
-}
-
-const ToolCallFormat* FindToolCallFormat(std::string_view name) {
-  for (const ToolCallFormat& f : kFormats) {
-    if (name == f.name) return &f;
-  }
-  return nullptr;
-}
-
-std::string NewToolCallId(const ToolCallFormat& format) {
-  static constexpr std::string_view kAlphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  std::uniform_int_distribution<size_t> pick(0, kAlphabet.size() - 1);
-  const int n = format.id_length > 0 ? format.id_length : 24;
-  std::string id = format.id_length > 0 ? "" : "call_";
-  for (int i = 0; i < n; ++i) id += kAlphabet[pick(rng)];
-  return id;
-}
-
-Result<std::vector<std::string>> CheckTools(const ToolOptions& options) {
-  const Json tools = Json::parse(options.tools_json, nullptr, false);
-  if (tools.is_discarded() || !tools.is_array()) return Status::Error("tools must be a JSON array of tool definitions");
-  std::vector<std::string> names;
-  std::set<std::string> seen;
-  for (size_t i = 0; i < tools.size(); ++i) {
-    const std::string where = fmt::format("tools[{}]", i);
-    const Json& t = tools[i];
-    if (!t.is_object()) return Status::Error(where + " must be an object");
-    if (!t.contains("type") || t["type"] != "function") {
-      return Status::Error(where + ".type must be \"function\" (the only kind of tool)");
-    }
-    if (!t.contains("function") || !t["function"].is_object()) return Status::Error(where + ".function must be an object");
-    const Json& f = t["function"];
-    if (!f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty()) {
-      return Status::Error(where + ".function.name must be a non-empty string");
-    }
-    const std::string name = f["name"].get<std::string>();
-    if (!seen.insert(name).second) return Status::Error(fmt::format("{}.function.name '{}' is declared twice", where, name));
-    if (f.contains("parameters") && !f["parameters"].is_object()) {
-      return Status::Error(where + ".function.parameters must be a JSON Schema object");
-    }
-    names.push_back(name);
-  }
-  if (options.choice == ToolChoice::kFunction && !seen.contains(options.function)) {
-    return Status::Error(fmt::format("tool_choice names the function '{}', which tools does not declare", options.function));
-  }
-  if (options.choice == ToolChoice::kRequired && names.empty()) {
-    return Status::Error("tool_choice is \"required\" but tools declares no function");
-  }
-  return names;
-}
-
-ToolCallParser::ToolCallParser(const ToolCallFormat& format) : format_(&format) {}
 
 ToolCallParser::Delta ToolCallParser::Add(std::string_view text) {
   buffer_ += text;
@@ -261,6 +178,8 @@ ToolCallParser::Delta ToolCallParser::Finish() {
 }
 
 bool ToolCallParser::ParseCalls(std::string_view text, Delta* out) {
+  // A named call (DeepSeek) is only ever read as it streams: its header matched or it is not one.
+  if (NamedCalls(*format_)) return false;
   const Json parsed = Json::parse(text, nullptr, false);
   if (parsed.is_discarded()) return false;
   std::vector<Json> objects;
@@ -373,6 +292,13 @@ bool ToolCallParser::DrainCall(bool final, Delta* out) {
         continue;
       }
       case Part::kTail: {  // the call's '}', then the framing; anything else ends the region
+        if (NamedCalls(*format_)) {
+          const int state = NamedTail(final);
+          if (state < 0) return false;
+          if (state == 0) return true;
+          part_ = Part::kHeader;
+          continue;
+        }
         const size_t at = LeadingSpace(buffer_);
         if (at == buffer_.size()) {
           if (!final) return false;
@@ -414,11 +340,13 @@ bool ToolCallParser::DrainCall(bool final, Delta* out) {
           const size_t at = region_.find(close, body);
           if (at == std::string::npos) {
             if (!final) return false;
-            out->content += region_;  // never closed: what was written is content
+            AddContent(region_, out);  // never closed: what was written is content
             return true;
           }
           const size_t end = at + close.size();
-          if (!ParseCalls(std::string_view(region_).substr(body, at - body), out)) out->content += region_.substr(0, end);
+          if (!ParseCalls(std::string_view(region_).substr(body, at - body), out)) {
+            AddContent(std::string_view(region_).substr(0, end), out);
+          }
           buffer_ = region_.substr(end);
           return true;
         }
@@ -427,11 +355,38 @@ bool ToolCallParser::DrainCall(bool final, Delta* out) {
         text.remove_prefix(body);
         text.remove_prefix(LeadingSpace(text));
         if (open.empty() && text.starts_with(kPythonTag)) text.remove_prefix(kPythonTag.size());
-        if (!ParseCalls(text, out)) out->content += region_;
+        if (!ParseCalls(text, out)) AddContent(region_, out);
         return true;
       }
     }
   }
+}
+
+int ToolCallParser::NamedTail(bool final) {
+  // call_close begins with the line break before the ```; whitespace is free around the framing.
+  std::string_view call_close = format_->call_close;
+  call_close.remove_prefix(LeadingSpace(call_close));
+  const std::string_view call_open = format_->call_open, close = format_->close;
+  const size_t at = LeadingSpace(buffer_);
+  const std::string_view rest = std::string_view(buffer_).substr(at);
+  if (!closed_brace_) {  // here: the call's closing
+    if (rest.starts_with(call_close)) {
+      buffer_.erase(0, at + call_close.size());
+      closed_brace_ = true;
+      return NamedTail(final);
+    }
+    if (call_close.starts_with(rest) && !final) return -1;
+    if (final && call_close.starts_with(rest)) buffer_.clear();
+    return 0;
+  }
+  if (rest.starts_with(close)) {
+    buffer_.erase(0, at + close.size());
+    return 0;
+  }
+  if (rest.starts_with(call_open)) return 1;
+  if ((close.starts_with(rest) || call_open.starts_with(rest)) && !final) return -1;
+  if (final && (rest.empty() || close.starts_with(rest))) buffer_.clear();
+  return 0;
 }
 
 void ToolCallParser::Drain(bool final, Delta* out) {
@@ -441,7 +396,7 @@ void ToolCallParser::Drain(bool final, Delta* out) {
   auto release = [&](size_t n, bool drop_trailing_space) {
     std::string_view text(buffer_.data(), n);
     if (drop_trailing_space) text.remove_suffix(TrailingSpace(text));
-    out->content += text;
+    AddContent(text, out);
     buffer_.erase(0, n);
   };
   for (;;) {
@@ -478,7 +433,8 @@ void ToolCallParser::Drain(bool final, Delta* out) {
     }
     // Hold a possible start of `open`, and trailing whitespace (it may precede a call, or end a
     // reply that called).
-    const size_t partial = open.empty() ? 0 : PartialMarker(buffer_, open);
+    size_t partial = open.empty() ? 0 : PartialMarker(buffer_, open);
+    for (const std::string& p : preserved_) partial = std::max(partial, PartialMarker(buffer_, p));
     const size_t hold = partial + TrailingSpace(std::string_view(buffer_).substr(0, buffer_.size() - partial));
     if (buffer_.size() > hold) release(buffer_.size() - hold, false);
     return;

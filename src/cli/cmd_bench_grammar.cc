@@ -105,16 +105,21 @@ int RunBenchGrammar(const BenchGrammarOptions& o) {
   const int32_t vocab = model.info().vocab_size;
   std::vector<float> logits(session.logits().begin(), session.logits().end());  // [vocab]
 
+  // A forced call's control-token opening (Mistral's [TOOL_CALLS]) is the token, as in kvq serve.
+  const std::vector<std::string> preserved =
+      o.tool_calls ? PreservedTokens(format) : std::vector<std::string>{};
   // The trie: built by the first Constrain of any generator of this model.
   // --tool-calls runs the whole reply (and one step past it) whatever --tokens says.
   const int32_t max_tokens = o.tool_calls ? static_cast<int32_t>(script.size()) + 1 : o.tokens;
-  Result<Generator> first = Generator::Create(session, {.max_tokens = max_tokens, .grammar = *grammar});
+  Result<Generator> first = Generator::Create(
+      session, {.max_tokens = max_tokens, .grammar = *grammar, .preserved_tokens = preserved});
   if (!first.ok()) return bad(first.status().message());
   const auto t_trie = Clock::now();
   first.value().Constrain(logits);
   const double trie_ms = Ms(t_trie, Clock::now());
 
-  Result<Generator> made_g = Generator::Create(session, {.max_tokens = max_tokens, .grammar = *grammar});
+  Result<Generator> made_g = Generator::Create(
+      session, {.max_tokens = max_tokens, .grammar = *grammar, .preserved_tokens = preserved});
   if (!made_g.ok()) return bad(made_g.status().message());
   Generator& g = made_g.value();
   std::vector<double> mask_ms, decode_ms;

@@ -237,7 +237,10 @@ int RunChat(const ChatFlags& o, const std::string& command) {
   // A long turn (a pasted document, a loaded history) shows its prompt's progress.
   PromptProgress progress(command, isatty(STDERR_FILENO) != 0);
   const GenerateRequest request{
-      .max_tokens = o.gen.n, .sampling = o.gen.Sampling(), .stop = o.gen.stop, .grammar = *grammar, .speculation = loaded->speculation,
+      .max_tokens = o.gen.n, .sampling = o.gen.Sampling(), .stop = o.gen.stop, .grammar = *grammar,
+      // The format's control-token openings reach the parser as text (and the grammar can ask for them).
+      .preserved_tokens = parse_calls ? PreservedTokens(tool_format) : std::vector<std::string>{},
+      .speculation = loaded->speculation,
       .on_prompt_progress = [&](int64_t held, int64_t total) {
         if (o.gen.quiet) return;
         progress.Update(held, total);

@@ -192,6 +192,15 @@ bool GrammarMatcher::Accept(std::string_view bytes) {
   return true;
 }
 
+bool GrammarMatcher::Allows(std::string_view bytes) {
+  int32_t set = set_;
+  Utf8 utf8 = utf8_;
+  for (char b : bytes) {
+    if (!StepByte(set, utf8, static_cast<uint8_t>(b), set, utf8)) return false;
+  }
+  return true;
+}
+
 bool GrammarMatcher::CanEnd() const {
   return utf8_.remaining == 0 && !sets_[set_].empty() && sets_[set_].front() == -1;
 }

@@ -54,6 +54,9 @@ class GrammarMatcher {
   /// Advances over `bytes` if the grammar allows all of them (they may end inside a UTF-8
   /// character); otherwise returns false and changes nothing.
   bool Accept(std::string_view bytes);
+  /// Whether Accept(bytes) would take them; changes nothing (Generator asks it of control tokens
+  /// kept as text, which the trie leaves out).
+  bool Allows(std::string_view bytes);
   /// Whether the text so far is a complete sentence of the grammar.
   bool CanEnd() const;
   /// Whether the text is complete and nothing may follow it.

@@ -64,16 +64,18 @@ jinja::Value Arguments(const std::string& text) {
   return FromJson(parsed, 1);
 }
 
-jinja::Value MessageValue(const ChatMessage& m) {
+jinja::Value MessageValue(const ChatMessage& m, bool calls_as_text) {
   jinja::Dict d;
   d.Set("role", jinja::Value::String(m.role));
-  d.Set("content", jinja::Value::String(m.content));
+  const bool no_content = calls_as_text && m.content.empty() && !m.tool_calls.empty();
+  d.Set("content", no_content ? jinja::Value::None() : jinja::Value::String(m.content));
   if (!m.tool_calls.empty()) {
     std::vector<jinja::Value> calls;
     for (const ToolCall& c : m.tool_calls) {
       jinja::Dict function;
       function.Set("name", jinja::Value::String(c.name));
-      function.Set("arguments", Arguments(c.arguments));
+      function.Set("arguments",
+                   calls_as_text ? jinja::Value::String(c.arguments) : Arguments(c.arguments));
       jinja::Dict call;
       call.Set("id", jinja::Value::String(c.id));
       call.Set("type", jinja::Value::String("function"));
@@ -119,7 +121,7 @@ Result<std::string> ChatTemplate::Render(std::span<const ChatMessage> messages,
   try {
     std::vector<jinja::Value> list;
     list.reserve(messages.size());
-    for (const ChatMessage& m : messages) list.push_back(MessageValue(m));
+    for (const ChatMessage& m : messages) list.push_back(MessageValue(m, options.calls_as_text));
     jinja::Dict variables;
     variables.Set("messages", jinja::Value::List(std::move(list)));
     variables.Set("add_generation_prompt", jinja::Value::Bool(options.add_generation_prompt));

@@ -64,6 +64,10 @@ struct ChatRenderOptions {
   /// none. A call's arguments reach the template as a dict when they parse as a JSON object (as
   /// transformers documents them; Llama 3.1's template applies tojson to them), else as the string.
   std::string tools_json;
+  /// An assistant message with calls and no content has content none, and each call's arguments
+  /// are their JSON text, not a dict: DeepSeek V3's template renders an earlier call only so (it
+  /// tests `content is none` and concatenates the arguments; ToolCallFormat::calls_as_text).
+  bool calls_as_text = false;
   ChatRenderLimits limits;
 };
 

@@ -75,6 +75,8 @@ struct JobSpec {
   /// GBNF the reply follows (from the request's grammar, json_schema or response_format); empty:
   /// none.
   std::string grammar;
+  /// Control tokens kept as text (GeneratorOptions::preserved_tokens): the tool-call format's.
+  std::vector<std::string> preserved_tokens;
   /// ≥ 0: each kept token's logprob and this many alternatives are published with its text.
   int32_t top_logprobs = -1;
   /// Speculative decoding (kNone: none): a decode step runs the sampled token and its draft as
@@ -132,7 +134,8 @@ class Job {
   double ttft = 0;
   // The rules rendered into spec (end tokens, max_tokens, stop strings, the context).
   GeneratorOptions Rules() const {
-    return {.max_tokens = spec.max_tokens, .stop = spec.stop, .ignore_eos = spec.ignore_eos, .grammar = spec.grammar};
+    return {.max_tokens = spec.max_tokens, .stop = spec.stop, .ignore_eos = spec.ignore_eos, .grammar = spec.grammar,
+            .preserved_tokens = spec.preserved_tokens};
   }
 
   // Scheduler-side state (only the scheduler thread touches these).

@@ -278,6 +278,8 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
   const ReasoningFormat reasoning = chat ? r.reasoning_format.value_or(options_.reasoning_format) : ReasoningFormat::kNone;
   const bool starts_thinking = PromptOpensThinking(rendered);
   const ToolCallFormat* call_format = parse_calls ? &tool_format : nullptr;
+  // The format's control-token openings reach the parser as text (and the grammar can ask for them).
+  if (parse_calls) spec.preserved_tokens = PreservedTokens(tool_format);
   if (r.has_tools) {
     if (Status s = CheckToolCallTemplate(model(), options_.chat_template); !s.ok()) {
       ApiError e = Error(400, "invalid_request_error", "'tools': " + s.message());

@@ -202,6 +202,16 @@ TEST(Generator, RefusalsNameWhatIsWrong) {
   const Status empty = Generator::Check({.stop = {"ok", ""}});
   ASSERT_FALSE(empty.ok());
   EXPECT_NE(empty.message().find("GeneratorOptions::stop[1] is empty"), std::string::npos) << empty.message();
+  const Status no_text = Generator::Check({.preserved_tokens = {"[TOOL_CALLS]", ""}});
+  ASSERT_FALSE(no_text.ok());
+  EXPECT_EQ(no_text.message(),
+            "GeneratorOptions::preserved_tokens[1] is empty (expected a control token's text, e.g. \"[TOOL_CALLS]\")");
+  // A preserved text the vocabulary has no control token for is accepted (ordinary text there).
+  Result<std::unique_ptr<Session>> held = Bundled().NewSession();
+  ASSERT_TRUE(held.ok());
+  ASSERT_TRUE((*held)->Prefill(Bundled().Tokenize("Once upon")).ok());
+  Result<Generator> plain = Generator::Create(**held, {.preserved_tokens = {"[TOOL_CALLS]"}});
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
   Result<std::unique_ptr<Session>> fresh = Bundled().NewSession();
   ASSERT_TRUE(fresh.ok());
   Result<Generator> none = Generator::Create(**fresh, {});

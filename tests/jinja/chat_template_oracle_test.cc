@@ -31,6 +31,7 @@ constexpr const char* kTemplates[] = {"qwen3",
                                       "llama3_2",
                                       "gemma3",
                                       "mistral_nemo",
+                                      "deepseek_v3",
                                       "llama2",
                                       "llama2_default_system_prompt"};
 

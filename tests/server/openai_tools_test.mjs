@@ -1,13 +1,15 @@
 // A two-step tool loop with OpenAI's own JavaScript client (npm `openai`) against `kvq serve` on a
 // tiny random-weight Qwen 3 carrying Qwen 3's real vocabulary, once per tool-call format: Qwen 3's
-// own template (Hermes `<tool_call>`), Llama 3.2's (Llama 3.1's JSON format, `ipython` results) and
-// Mistral Nemo's (`[TOOL_CALLS]`), the last two given by `--chat-template`. Each run: a request with
+// own template (Hermes `<tool_call>`), Llama 3.2's (Llama 3.1's JSON format, `ipython` results),
+// Mistral Nemo's (`[TOOL_CALLS]`) and DeepSeek V3's (`<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME` and a
+// ```json block), the last three given by `--chat-template`. Each run: a request with
 // `tools` and tool_choice "required" (grammar-forced, so even random weights produce a call that
 // parses and names a declared function), the call run here, its result sent back as a `tool`
 // message, and the final answer. Non-streamed and streamed (the streamed deltas rebuild the same
 // calls, by hand and by the client's stream helper; the arguments come in pieces as written). Each step's prompt is checked against @huggingface/jinja's render of the same
 // conversation: sent as a plain completion, the oracle's text has the same token count and the
-// same greedy continuation as the chat request (tool_choice "none": no grammar, no parsing).
+// same greedy continuation as the chat request (tool_choice "none": no grammar, no parsing). Last, a
+// vocabulary in which [TOOL_CALLS] is a control token, as in Mistral's: a forced call opens with it.
 // Usage: node openai_tools_test.mjs KVQ_BINARY OPENAI_NPM_DIR QWEN3_TOKENIZER_DIR CHAT_TEMPLATES_DIR
 // (CHAT_TEMPLATES_DIR: tests/text/fetch_chat_templates.sh's folder, with templates/ and @huggingface/jinja)
 import { spawn, execFileSync } from 'node:child_process';
@@ -50,10 +52,17 @@ const formats = [
   { name: 'Mistral Nemo (--chat-template)', template: packaged('mistral_nemo'), id: /^[A-Za-z0-9]{9}$/,
     step1: (t) => t.includes('[AVAILABLE_TOOLS]') && t.endsWith('[/INST]'),
     step2: (t, name) => t.includes('[TOOL_CALLS][{"name": "' + name + '"') && t.includes('[TOOL_RESULTS]') },
+  // DeepSeek V3's template shows no tool definitions, and renders an earlier call only from a message
+  // whose content is null and whose arguments are a string (textCalls: the oracle gets them so).
+  { name: 'DeepSeek V3 (--chat-template)', template: packaged('deepseek_v3'), id: /^call_[A-Za-z0-9]{24}$/,
+    textCalls: true,
+    step1: (t) => t.endsWith('<｜Assistant｜>'),
+    step2: (t, name) => t.includes('<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>' + name +
+                                   '\n```json\n{') && t.includes('<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>') },
 ];
 
-async function startServer(templateFile) {
-  const args = ['serve', '-m', model, '--port', '0', '--parallel', '1', '-t', '2', '--web', ''];
+async function startServer(templateFile, modelFile = model) {
+  const args = ['serve', '-m', modelFile, '--port', '0', '--parallel', '1', '-t', '2', '--web', ''];
   if (templateFile) args.push('--chat-template', templateFile);
   const server = spawn(kvq, args, { stdio: ['ignore', 'inherit', 'pipe'] });
   let log = '';
@@ -115,8 +124,10 @@ function checkCall(format, call) {
   return args;
 }
 
-// The messages as a transformers template sees them: arguments parsed, null content as "".
-function templateMessages(messages) {
+// The messages as a transformers template sees them: arguments parsed, null content as "" (for a
+// textCalls template, as the client sent them).
+function templateMessages(format, messages) {
+  if (format.textCalls) return messages;
   return messages.map((m) => {
     const t = { ...m, content: m.content ?? '' };
     if (m.tool_calls) {
@@ -131,7 +142,7 @@ function templateMessages(messages) {
 // the server's (/props), as transformers takes them from the tokenizer.
 async function checkPromptIsTheOracles(client, format, messages) {
   const props = await (await fetch(client.baseURL.replace(/\/v1$/, '/props'))).json();
-  const oracle = new Template(format.template).render({ messages: templateMessages(messages), tools,
+  const oracle = new Template(format.template).render({ messages: templateMessages(format, messages), tools,
     add_generation_prompt: true, bos_token: props.bos_token, eos_token: props.eos_token });
   // The text: byte for byte what the server renders (/apply-template takes a chat request's body).
   const rendered = await (await fetch(client.baseURL.replace(/\/v1$/, '/apply-template'), {
@@ -282,6 +293,58 @@ for (const format of formats) {
   }
   await s.stop();
   if (file) fs.rmSync(file, { force: true });
+}
+
+// Mistral's [TOOL_CALLS] as the control token it is in Mistral's own vocabularies (text "" when
+// detokenised): Qwen 3's vocabulary with its unused control token <|box_start|> renamed so. A forced
+// call opens with that token (its logprob entry's text is the control token's "", not "[" of the
+// text spelled in pieces), and the reply still parses into tool_calls with no content.
+{
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kvq_openai_tools_control_'));
+  const vocab = JSON.parse(fs.readFileSync(path.join(tokenizerDir, 'tokenizer.json'), 'utf8'));
+  const renamed = vocab.added_tokens.find((t) => t.content === '<|box_start|>');
+  assert.ok(renamed && renamed.special);
+  renamed.content = '[TOOL_CALLS]';
+  fs.writeFileSync(path.join(dir, 'tokenizer.json'), JSON.stringify(vocab));
+  fs.copyFileSync(path.join(tokenizerDir, 'tokenizer_config.json'), path.join(dir, 'tokenizer_config.json'));
+  const controlModel = path.join(dir, 'model.gguf');
+  execFileSync(kvq, ['synth', '--arch', 'qwen3', '--dim', '64', '--layers', '2', '--heads', '4', '--kv-heads', '2',
+                     '--ffn', '128', '--context', '2048', '--embeddings', 'tied', '--type', 'f16', '--seed', '5',
+                     '--vocab', path.join(dir, 'tokenizer.json'), '-o', controlModel, '--force', '-t', '2'],
+               { stdio: ['ignore', 'ignore', 'inherit'] });
+  const format = formats.find((f) => f.name.startsWith('Mistral'));
+  const file = path.join(dir, 'mistral.jinja');
+  fs.writeFileSync(file, format.template);
+  const s = await startServer(file, controlModel);
+  const client = new OpenAI({ baseURL: `http://127.0.0.1:${s.port}/v1`, apiKey: 'none', maxRetries: 0 });
+  const controlSampling = { ...sampling, model: path.basename(controlModel, '.gguf') };
+  await check('Mistral Nemo, [TOOL_CALLS] a control token: a forced call opens with it and parses', async () => {
+    const tok = await (await fetch(`http://127.0.0.1:${s.port}/tokenize`, {
+      method: 'POST', body: JSON.stringify({ content: '[TOOL_CALLS]' }) })).json();
+    assert.deepEqual(tok.tokens, [renamed.id]);
+    const r = await client.chat.completions.create({ ...controlSampling, messages: question, tools,
+      tool_choice: 'required', parallel_tool_calls: false, logprobs: true });
+    assert.equal(r.choices[0].logprobs.content[0].token, '');
+    assert.equal(r.choices[0].finish_reason, 'tool_calls');
+    assert.equal(r.choices[0].message.content, null);
+    assert.equal(r.choices[0].message.tool_calls.length, 1);
+    checkCall(format, r.choices[0].message.tool_calls[0]);
+    // Streamed: the same call, and no content (the control text is never shown).
+    let content = '', name = '', args = '';
+    for await (const chunk of await client.chat.completions.create({ ...controlSampling, messages: question, tools,
+      tool_choice: 'required', parallel_tool_calls: false, stream: true })) {
+      content += chunk.choices[0]?.delta?.content || '';
+      for (const d of chunk.choices[0]?.delta?.tool_calls || []) {
+        name += d.function?.name || '';
+        args += d.function?.arguments || '';
+      }
+    }
+    assert.equal(content, '');
+    assert.equal(name, r.choices[0].message.tool_calls[0].function.name);
+    assert.equal(args, r.choices[0].message.tool_calls[0].function.arguments);
+  });
+  await s.stop();
+  fs.rmSync(dir, { recursive: true, force: true });
 }
 
 fs.rmSync(model, { force: true });

