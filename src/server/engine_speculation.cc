@@ -48,6 +48,16 @@ Status Engine::CheckSpeculationSetup() {
     suffix_index_ = std::make_unique<SuffixIndex>(std::max<int64_t>(2, options_.spec_index_tokens),
                                                   o.max_ngram + o.max_draft);
   }
+  if (o.draft_model != nullptr) {
+    // Requests drafting with it reserve its session's bytes (DraftKvBytesFor): its formats and
+    // context, from a session made now, so a draft KV spec it cannot have is refused at start.
+    Result<std::unique_ptr<Session>> probe = o.draft_model->NewSession(o.draft_kv);
+    if (!probe.ok()) return Status::Error("the draft model's KV cache (--draft-kv): " + probe.status().message());
+    draft_context_ = (*probe)->context();
+    Result<std::vector<LayerFormats>> formats = FormatsOf(o.draft_kv);
+    if (!formats.ok()) return Status::Error("the draft model's KV cache (--draft-kv): " + formats.status().message());
+    draft_layer_formats_ = std::move(formats).value();
+  }
   if (o.source == DraftSource::kNone) return Status::Ok();
   if (Status st = CheckSpeculation(o); !st.ok()) return st;
   if (!speculation_refusal_.empty()) {

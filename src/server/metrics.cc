@@ -55,6 +55,11 @@ std::string Metrics::Render() const {
          kv_bytes_reserved.load());
   Metric(out, "kvq_kv_bytes_reserved_peak", "gauge", "The most kvq_kv_bytes_reserved has been.",
          kv_bytes_reserved_peak.load());
+  Metric(out, "kvq_kv_bytes_reserved_draft", "gauge",
+         "The part of kvq_kv_bytes_reserved that draft-model sessions (spec \"draft\") hold or may reach.",
+         kv_bytes_reserved_draft.load());
+  Metric(out, "kvq_kv_bytes_draft", "gauge", "KV bytes draft-model sessions hold now (in kvq_kv_bytes too).",
+         kv_bytes_draft.load());
   out += "# HELP kvq_kv_bytes KV cache bytes held, by tier.\n# TYPE kvq_kv_bytes gauge\n";
   out += fmt::format("kvq_kv_bytes{{tier=\"device\"}} {}\n", kv_bytes_device.load());
   out += fmt::format("kvq_kv_bytes{{tier=\"host\"}} {}\n", kv_bytes_host.load());

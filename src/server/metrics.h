@@ -55,6 +55,10 @@ class Metrics {
   /// plus idle sessions' caches — what --kv-budget bounds — now and at most so far.
   std::atomic<int64_t> kv_bytes_reserved{0};
   std::atomic<int64_t> kv_bytes_reserved_peak{0};
+  /// Draft-model sessions (requests with spec "draft"): the KV bytes they hold now (counted in
+  /// the tiers above too) and the part of kv_bytes_reserved that is theirs.
+  std::atomic<int64_t> kv_bytes_draft{0};
+  std::atomic<int64_t> kv_bytes_reserved_draft{0};
   /// What kv_bytes_reserved is a fraction of: --kv-budget, or every session at full context.
   std::atomic<int64_t> kv_bytes_capacity{0};
   std::atomic<int64_t> kv_bytes_folder{0};           ///< snapshot bytes in the --prefix-cache folder

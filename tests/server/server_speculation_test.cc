@@ -2,7 +2,8 @@
 // the server's default (a draft model included) concurrent requests, greedy and greedy with
 // penalties, give what they give alone; a hybrid speculates (its recurrent state restored from a
 // copy when a draft is rejected) and a hybrid cache that cannot drop a row at a time is refused;
-// requests ask for speculation with kvq's and llama-server's fields, and bad ones get a 400.
+// requests ask for speculation with kvq's and llama-server's fields, and bad ones get a 400; a
+// request's draft-model session counts against the KV budgets.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "kvq/kv_memory.h"
 #include "kvq/model.h"
 #include "kvq/session.h"
 #include "kvq/speculation.h"
@@ -285,6 +287,91 @@ TEST(Serve, TheSuffixIndexDraftsFromEarlierRequestsAndChangesNoOutput) {
     }
   }
   EXPECT_GT(kept_second[1], kept_second[0]);
+}
+
+// Exact bytes a session of `model` holding `positions` takes with every layer's K and V in
+// `format`: the library's byte count (kvq/kv_memory.h) from the model's shape, not the engine's.
+int64_t SessionBytesFor(const Model& model, const std::string& format, int64_t positions) {
+  const Result<KvSpec> spec = ParseKvSpec(format);
+  EXPECT_TRUE(spec.ok()) << format;
+  const LayerFormats layer = LayerFormats::Of(*spec, *spec);
+  const ModelInfo& info = model.info();
+  const Result<int64_t> kv = KvBytesForContext(
+      std::span<const LayerFormats>(&layer, 1),
+      {.n_layers = info.n_attention_layers, .n_kv_heads = info.n_kv_heads, .head_dim = info.head_dim}, positions);
+  EXPECT_TRUE(kv.ok()) << kv.status().message();
+  return *kv + info.state_bytes;
+}
+
+int64_t Gauge(const std::string& metrics, const std::string& name) {
+  const size_t at = metrics.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stoll(metrics.substr(at + name.size() + 2));
+}
+
+// A request drafting with the draft model holds a session of it besides its own: its reservation
+// is the target's bytes for prompt + max_tokens positions plus the draft session's for as many
+// (the draft model with a 2-bit cache here), read back from /metrics; the draft session it leaves
+// behind holds no more than was reserved for it and is counted in the KV gauges. A budget one byte
+// short of the two together refuses it with a 413 naming both parts (per session and in all),
+// while the same request without the draft model fits and runs.
+TEST(Serve, ADraftModelsSessionCountsAgainstTheKvBudgets) {
+  const std::string prompt = "Once upon a time";
+  const int32_t kTokens = 40;
+  const SpeculationOptions spec = {.source = DraftSource::kModel, .max_draft = 4, .min_draft_probability = 1e-6,
+                                   .ungated = true, .draft_model = &Bundled(),
+                                   .draft_kv = {.key_format = "int2", .value_format = "int2"}};
+  const json body = {{"prompt", prompt}, {"max_tokens", kTokens}, {"temperature", 0}, {"ignore_eos", true}};
+  int64_t target = 0, draft = 0;
+  {
+    TestServer server({.parallel = 1, .speculation = spec});
+    const json j = Body(server.Post("/v1/completions", body.dump()));
+    ASSERT_EQ(j["usage"].value("completion_tokens", -1), kTokens) << j.dump();
+    const int64_t positions = j["usage"].value("prompt_tokens", 0) + kTokens;
+    target = SessionBytesFor(Bundled(), "f16", positions);
+    draft = SessionBytesFor(Bundled(), "int2", positions);
+    ASSERT_GT(draft, 0);
+    EXPECT_GT(server.metrics.spec_draft_tokens.load(), 0);  // it did draft with the model
+    httplib::Result m = server.Get("/metrics");
+    ASSERT_TRUE(m);
+    EXPECT_EQ(Gauge(m->body, "kvq_kv_bytes_reserved_peak"), target + draft) << m->body;
+    // Idle now: the slot's sessions are what it counts, the draft's bytes within its reservation.
+    const json slots = Body(server.Get("/slots"));
+    const int64_t held_draft = slots[0].value("draft_kv_bytes", int64_t{-1});
+    EXPECT_GT(held_draft, 0) << slots.dump();
+    EXPECT_LE(held_draft, draft) << slots.dump();
+    EXPECT_EQ(Gauge(m->body, "kvq_kv_bytes_draft"), held_draft);
+    EXPECT_EQ(Gauge(m->body, "kvq_kv_bytes_reserved_draft"), held_draft);
+    EXPECT_EQ(Gauge(m->body, "kvq_kv_bytes_reserved"), slots[0].value("kv_bytes", int64_t{0}) + held_draft);
+    EXPECT_EQ(slots[0].value("kv_reserved_bytes", int64_t{-1}), Gauge(m->body, "kvq_kv_bytes_reserved"));
+  }
+  for (const bool per_session : {true, false}) {
+    SCOPED_TRACE(per_session ? "--kv-budget-per-session" : "--kv-budget");
+    EngineOptions o = {.parallel = 1, .speculation = spec};
+    (per_session ? o.kv_budget_per_session_bytes : o.kv_budget_bytes) = target + draft - 1;
+    TestServer server(o);
+    httplib::Result r = server.Post("/v1/completions", body.dump());
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 413) << r->body;
+    const json error = Body(r).value("error", json::object());
+    EXPECT_EQ(error.value("code", ""), "kv_budget_exceeded") << r->body;
+    const std::string message = error.value("message", "");
+    for (const std::string& part : {fmt::format("need {} B of KV cache", target),
+                                    fmt::format("the draft model's session (spec \"draft\") {} B more", draft),
+                                    fmt::format("{} B in all", target + draft),
+                                    std::string(per_session ? "--kv-budget-per-session" : "--kv-budget)")}) {
+      EXPECT_NE(message.find(part), std::string::npos) << part << " in: " << message;
+    }
+    EXPECT_EQ(server.metrics.spec_draft_tokens.load(), 0);
+    // Without the draft model it fits: prompt lookup, or no speculation.
+    for (const json& ask : {json{{"spec", "ngram"}}, json{{"speculative.n_max", 0}}}) {
+      json plain = body;
+      plain.update(ask);
+      httplib::Result ok = server.Post("/v1/completions", plain.dump());
+      ASSERT_TRUE(ok);
+      EXPECT_EQ(ok->status, 200) << ask.dump() << ": " << ok->body;
+    }
+  }
 }
 
 }  // namespace
