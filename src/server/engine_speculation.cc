@@ -179,6 +179,11 @@ int32_t Engine::AdvanceDrafted(Slot& slot, double seconds) {
     metrics_->spec_drafts++;
     metrics_->spec_draft_tokens += drafted;
     metrics_->spec_accepted_tokens += accepted;
+    {
+      std::lock_guard<std::mutex> lock(job.mu);  // the request's own counts, read by its HTTP thread
+      job.usage.drafted_tokens += drafted;
+      job.usage.accepted_tokens += accepted;
+    }
     const int64_t kept = before + 1 + accepted;
     if (session.positions() == kept) return true;
     // A hybrid goes back to its state before the pass and runs the kept tokens again (alone: a

@@ -141,6 +141,13 @@ std::string Metrics::Render() const {
          spec_draft_tokens.load());
   Metric(out, "vllm:spec_decode_num_accepted_tokens_total", "counter",
          "Drafted tokens kept (kvq_spec_accepted_tokens_total).", spec_accepted_tokens.load());
+  // llama-server's names for the same three counts (its verification steps are kvq's drafts).
+  Metric(out, "llamacpp:spec_decode_num_drafts_total", "counter", "Drafts run (kvq_spec_drafts_total).",
+         spec_drafts.load());
+  Metric(out, "llamacpp:spec_decode_num_draft_tokens_total", "counter",
+         "Drafted tokens run (kvq_spec_draft_tokens_total).", spec_draft_tokens.load());
+  Metric(out, "llamacpp:spec_decode_num_accepted_tokens_total", "counter",
+         "Drafted tokens kept (kvq_spec_accepted_tokens_total).", spec_accepted_tokens.load());
   return out;
 }
 

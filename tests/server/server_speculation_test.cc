@@ -176,8 +176,10 @@ TEST(Serve, AHybridSpeculatesAndGivesWhatItGivesAlone) {
 }
 
 // Per request: kvq's `spec` and llama-server's `speculative.*` fields on a server without a
-// default; the text is the request's alone, /metrics counts the drafts under vLLM's names, and a
-// bad field is a 400 naming it.
+// default; the text is the request's alone, its timings carry its drafted and kept tokens under
+// llama-server's names (draft_n, draft_n_accepted; absent when nothing was drafted), streamed
+// too, /metrics counts the drafts under kvq's, vLLM's and llama-server's names, and a bad field is
+// a 400 naming it.
 TEST(Serve, ARequestAsksForSpeculation) {
   TestServer server({.parallel = 2});
   const std::string prompt = "Once upon a time, there was a little dog";
@@ -185,19 +187,33 @@ TEST(Serve, ARequestAsksForSpeculation) {
   const std::vector<json> asks = {{{"spec", "suffix"}, {"speculative.n_max", 5}},
                                   {{"speculative.n_max", 3}, {"speculative.n_min", 2}},
                                   {{"spec", "ngram"}, {"speculative.n_max", 0}}};
-  int64_t drafted = 0;
+  int64_t drafted = 0, accepted = 0;
   for (const json& ask : asks) {
-    json body = {{"prompt", prompt}, {"max_tokens", 40}, {"temperature", 0}};
-    body.update(ask);
-    const json j = Body(server.Post("/v1/completions", body.dump()));
-    EXPECT_EQ(j["choices"][0]["text"], want) << ask.dump();
-    const int64_t now = server.metrics.spec_draft_tokens.load();
-    if (ask.value("speculative.n_max", 1) == 0) {
-      EXPECT_EQ(now, drafted) << ask.dump();  // n_max 0: none
-    } else {
-      EXPECT_GT(now, drafted) << ask.dump();
+    for (const bool stream : {false, true}) {
+      json body = {{"prompt", prompt}, {"max_tokens", 40}, {"temperature", 0}, {"stream", stream}};
+      body.update(ask);
+      httplib::Result r = server.Post("/v1/completions", body.dump());
+      ASSERT_TRUE(r);
+      // Streamed, the last chunk carries the timings.
+      const size_t last = r->body.rfind("data: {");
+      const json j = stream ? json::parse(r->body.substr(last + 6, r->body.find('\n', last) - last - 6), nullptr, false)
+                            : Body(r);
+      if (!stream) EXPECT_EQ(j["choices"][0]["text"], want) << ask.dump();
+      const int64_t now = server.metrics.spec_draft_tokens.load();
+      const int64_t now_accepted = server.metrics.spec_accepted_tokens.load();
+      // The request's own counts under llama-server's names, as it writes them: only when a draft ran.
+      const json timings = j.value("timings", json::object());
+      if (ask.value("speculative.n_max", 1) == 0) {
+        EXPECT_EQ(now, drafted) << ask.dump();  // n_max 0: none
+        EXPECT_FALSE(timings.contains("draft_n")) << timings.dump();
+      } else {
+        EXPECT_GT(now, drafted) << ask.dump();
+        EXPECT_EQ(timings.value("draft_n", int64_t{-1}), now - drafted) << ask.dump() << " " << timings.dump();
+        EXPECT_EQ(timings.value("draft_n_accepted", int64_t{-1}), now_accepted - accepted) << timings.dump();
+      }
+      drafted = now;
+      accepted = now_accepted;
     }
-    drafted = now;
   }
   const json chat = {{"messages", {{{"role", "user"}, {"content", "Tell me a story."}}}}, {"max_tokens", 30},
                      {"temperature", 0}, {"spec", "ngram"}};
@@ -222,8 +238,16 @@ TEST(Serve, ARequestAsksForSpeculation) {
                            "vllm:spec_decode_num_accepted_tokens_total", "kvq_spec_draft_tokens_total"}) {
     EXPECT_NE(m->body.find(std::string(name) + " "), std::string::npos) << name;
   }
-  EXPECT_NE(m->body.find(fmt::format("vllm:spec_decode_num_draft_tokens_total {}", server.metrics.spec_draft_tokens.load())),
-            std::string::npos);
+  // Every name of the same count gives it: kvq's, vLLM's and llama-server's.
+  for (const auto& [suffix, count] : std::vector<std::pair<std::string, int64_t>>{
+           {"num_drafts_total", server.metrics.spec_drafts.load()},
+           {"num_draft_tokens_total", server.metrics.spec_draft_tokens.load()},
+           {"num_accepted_tokens_total", server.metrics.spec_accepted_tokens.load()}}) {
+    for (const char* prefix : {"vllm:", "llamacpp:"}) {
+      EXPECT_NE(m->body.find(fmt::format("\n{}spec_decode_{} {}\n", prefix, suffix, count)), std::string::npos)
+          << prefix << suffix;
+    }
+  }
   const std::vector<std::pair<json, std::string>> bad = {{{{"spec", "eagle"}}, "spec"},
                                                          {{{"spec", "draft"}}, "spec"},
                                                          {{{"speculative.n_max", 65}}, "speculative.n_max"},
