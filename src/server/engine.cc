@@ -244,7 +244,7 @@ std::variant<std::shared_ptr<Job>, ApiError> Engine::SubmitWith(JobSpec spec, st
   }
   const int64_t positions = std::min<int64_t>(context_, n_prompt + spec.max_tokens);
   // A request drafting with the draft model holds a session of it too, as many positions as its
-  // own at most (DraftByModel runs the kept tokens and the draft but its last): counted with it.
+  // own at most (DraftByModels runs the kept tokens and the draft but its last): counted with it.
   const bool drafts = spec.speculation.source == DraftSource::kModel && spec.speculation.draft_model != nullptr;
   const int64_t target = KvBytesFor(positions);
   const int64_t draft = drafts ? DraftKvBytesFor(positions) : 0;
@@ -478,6 +478,7 @@ void Engine::Step() {
   std::vector<BatchItem> items;
   std::vector<Slot*> in_batch;
   std::vector<int32_t> chunk_sizes;
+  std::vector<Slot*> model_drafts;  // decoding slots whose draft is the draft model's
   int32_t prefill_budget = options_.max_prefill_tokens_per_step;
   for (Slot& s : slots_) {
     if (!s.job) continue;
@@ -504,8 +505,9 @@ void Engine::Step() {
       items.push_back({.session = s.session.get(), .tokens = std::span<const int32_t>(s.pending.data(), n)});
       chunk_sizes.push_back(n);
     } else if (s.next_token >= 0) {
-      PrepareDraft(s);  // the token, and its draft when the request speculates
-      items.push_back({.session = s.session.get(), .tokens = s.pass, .logits_at = s.rows});
+      // The token, and its draft when the request speculates; draft-model drafts below.
+      if (PrepareDraft(s)) model_drafts.push_back(&s);
+      items.push_back({.session = s.session.get()});  // its pass, once drafted
       chunk_sizes.push_back(0);
     } else {
       continue;
@@ -513,6 +515,11 @@ void Engine::Step() {
     in_batch.push_back(&s);
   }
   if (items.empty()) return;
+  DraftWithModel(model_drafts);  // every slot's draft-model draft in the same passes of it
+  for (size_t i = 0; i < in_batch.size(); ++i) {
+    if (chunk_sizes[i] == 0) items[i] = {.session = in_batch[i]->session.get(), .tokens = in_batch[i]->pass,
+                                         .logits_at = in_batch[i]->rows};
+  }
   const auto t0 = Clock::now();
   const Status st = Session::RunBatch(items);
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();

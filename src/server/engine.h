@@ -152,6 +152,7 @@ class Job {
   std::vector<float> row;
   std::vector<float> checkpoint;  // [state floats] a hybrid's recurrent state before a drafted pass
   bool gated = false;             // the gate shortened or dropped this step's draft
+  int32_t model_draft_want = 0;   // draft-model drafts: this step's length at most (PrepareDraft)
   int64_t kv_reserved_bytes = 0;       // what admission counted for it, its draft session's included
   int64_t kv_reserved_draft_bytes = 0; // of which its draft-model session's (0: it drafts no other way)
   // A request's other choices (SubmitChoices), started from forks of this job's session once its
@@ -236,7 +237,7 @@ class Engine {
     std::vector<int32_t> pass;
     std::vector<int32_t> rows;
     // A session of EngineOptions::speculation.draft_model, made at the first draft it makes; kept
-    // between requests and brought in step with the slot's tokens before each draft (DraftByModel).
+    // between requests and brought in step with the slot's tokens before each draft (DraftByModels).
     std::unique_ptr<Session> draft;
     int64_t last_used = 0;             // step of last use (LRU eviction)
     bool from_disk = false;            // holds a snapshot preloaded at start, not yet reused
@@ -313,8 +314,14 @@ class Engine {
   // Create: fills speculation_refusal_; errors when the server's default speculation cannot run
   // (a cache that cannot drop drafts, "draft" without a draft model or with another vocabulary).
   Status CheckSpeculationSetup();
-  // Speculation (engine_speculation.cc): fills slot.pass and slot.rows for the next decode step.
-  void PrepareDraft(Slot& slot);
+  // Speculation (engine_speculation.cc): fills slot.pass and slot.rows for the next decode step;
+  // true when its draft is the draft model's, which DraftWithModel then makes with the step's
+  // other slots' (their draft sessions' passes batched: Session::RunBatch through DraftByModels).
+  bool PrepareDraft(Slot& slot);
+  void DraftWithModel(std::span<Slot* const> slots);
+  // Adds `draft` (unless shorter than the request's min_draft) to the slot's pass and its rows,
+  // and copies a hybrid's recurrent state to restore on a rejection.
+  void FinishDraft(Slot& slot, std::span<const int32_t> draft);
   // After a decode step that took `seconds`: judges the slot's draft row by row, keeps the
   // tokens drawn while they equal it, drops the rest from the cache (Session::Truncate) and
   // queues the first that differs; without a draft, Advance. Returns the drafted tokens kept.

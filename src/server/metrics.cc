@@ -121,6 +121,9 @@ std::string Metrics::Render() const {
          spec_index_drafts.load());
   Metric(out, "kvq_spec_index_tokens", "gauge", "Tokens of recent requests the server-wide suffix index holds.",
          spec_index_tokens.load());
+  Metric(out, "kvq_spec_draft_model_passes_total", "counter",
+         "Forward passes of the draft model (spec \"draft\"), every slot drafting at the time in each.",
+         spec_draft_model_passes.load());
   // vLLM's names for the same facts. Its prefix-cache counters count tokens: queries are prompt
   // tokens looked up, hits those found cached.
   Metric(out, "vllm:num_requests_running", "gauge", "Requests generating now (kvq_active_sessions).",

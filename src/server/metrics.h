@@ -48,6 +48,9 @@ class Metrics {
   std::atomic<int64_t> spec_gated_steps{0};      ///< steps where the gate shortened or dropped a draft
   std::atomic<int64_t> spec_index_drafts{0};     ///< steps whose draft came from the server-wide suffix index
   std::atomic<int64_t> spec_index_tokens{0};     ///< tokens that index holds now
+  /// Forward passes of the draft model (spec "draft"): one per round of drafted tokens for every
+  /// slot drafting then, and one catching their sessions up.
+  std::atomic<int64_t> spec_draft_model_passes{0};
   std::atomic<int64_t> kv_bytes_host{0};         ///< every session's KV contents, master in RAM
   std::atomic<int64_t> kv_bytes_disk{0};         ///< the same with a disk master (--kv-disk)
   std::atomic<int64_t> kv_bytes_device{0};       ///< device working sets allocated

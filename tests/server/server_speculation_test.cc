@@ -398,5 +398,71 @@ TEST(Serve, ADraftModelsSessionCountsAgainstTheKvBudgets) {
   }
 }
 
+// A request run through the engine to its end: its text and its final usage.
+struct Ran {
+  std::string text;
+  Usage usage;
+};
+Ran RunToEnd(const std::shared_ptr<Job>& job) {
+  Ran out;
+  Job::News news;
+  do {
+    news = job->Wait(std::chrono::seconds(60));
+    out.text += news.text;
+  } while (!news.finished);
+  EXPECT_FALSE(news.error.has_value()) << news.error->message;
+  out.usage = news.usage;
+  return out;
+}
+
+// The engine drafts every slot's draft-model draft in the same passes of the draft model
+// (DraftByModels: one RunBatch per round of drafted tokens), and each draft is the one it makes
+// alone: four requests at once give each the text, drafted tokens and kept tokens it gets alone
+// (ungated: the draft lengths do not depend on timing), in fewer passes of the draft model than
+// the four alone took together.
+TEST(Serve, DraftModelPassesAreBatchedAcrossSlotsAndEachDraftIsItsAlone) {
+  const std::vector<std::string> prompts = {"Once upon a time", "The cat sat", "Lily went to the park",
+                                            "Tom had a red ball"};
+  const SpeculationOptions spec = {.source = DraftSource::kModel, .max_draft = 4, .min_draft_probability = 1e-6,
+                                   .ungated = true, .draft_model = &Bundled(),
+                                   .draft_kv = {.key_format = "int2", .value_format = "int2"}};
+  auto job_spec = [&](const std::string& prompt) {
+    return JobSpec{.prompt = Bundled().Tokenize(prompt), .max_tokens = 40, .sampling = {.temperature = 0},
+                   .ignore_eos = true, .speculation = spec};
+  };
+  std::vector<Ran> alone;
+  int64_t alone_passes = 0;
+  for (const std::string& p : prompts) {
+    Metrics metrics;
+    Result<std::unique_ptr<Engine>> e = Engine::Create(Bundled(), {.parallel = 1, .speculation = spec}, &metrics);
+    ASSERT_TRUE(e.ok()) << e.status().message();
+    auto job = (*e)->Submit(job_spec(p));
+    ASSERT_TRUE(std::holds_alternative<std::shared_ptr<Job>>(job));
+    alone.push_back(RunToEnd(std::get<std::shared_ptr<Job>>(job)));
+    alone_passes += metrics.spec_draft_model_passes.load();
+  }
+  Metrics metrics;
+  Result<std::unique_ptr<Engine>> e = Engine::Create(Bundled(), {.parallel = 4, .speculation = spec}, &metrics);
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (const std::string& p : prompts) {
+    auto job = (*e)->Submit(job_spec(p));
+    ASSERT_TRUE(std::holds_alternative<std::shared_ptr<Job>>(job));
+    jobs.push_back(std::get<std::shared_ptr<Job>>(job));
+  }
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const Ran together = RunToEnd(jobs[i]);
+    EXPECT_EQ(together.text, alone[i].text) << prompts[i];
+    EXPECT_EQ(together.usage.completion_tokens, 40) << prompts[i];
+    EXPECT_GT(alone[i].usage.drafted_tokens, alone[i].usage.accepted_tokens) << prompts[i];  // kept and rejected
+    EXPECT_GT(alone[i].usage.accepted_tokens, 0) << prompts[i];
+    EXPECT_EQ(together.usage.drafted_tokens, alone[i].usage.drafted_tokens) << prompts[i];
+    EXPECT_EQ(together.usage.accepted_tokens, alone[i].usage.accepted_tokens) << prompts[i];
+  }
+  std::printf("draft-model passes: %lld for four requests at once, %lld for the four alone\n",
+              static_cast<long long>(metrics.spec_draft_model_passes.load()), static_cast<long long>(alone_passes));
+  EXPECT_LT(metrics.spec_draft_model_passes.load(), alone_passes);
+}
+
 }  // namespace
 }  // namespace kvq::server
