@@ -113,9 +113,13 @@ Result<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineO
   }
   e->context_ = e->slots_[0].session->context();  // KvOptions::context may hold less than the model's
   if (Status s = e->CheckSpeculationSetup(); !s.ok()) return s;
-  if (options.kv_budget_per_session_bytes > 0 && e->KvBytesFor(2) > options.kv_budget_per_session_bytes) {
-    return Status::Error(fmt::format("--kv-budget-per-session {} B holds no request: 2 positions take {} B",
-                                     options.kv_budget_per_session_bytes, e->KvBytesFor(2)));
+  // The smallest request, with its draft session when requests draft with the draft model by default.
+  const bool draft_default = options.speculation.source == DraftSource::kModel;
+  const int64_t smallest = e->KvBytesFor(2) + (draft_default ? e->DraftKvBytesFor(2) : 0);
+  if (options.kv_budget_per_session_bytes > 0 && smallest > options.kv_budget_per_session_bytes) {
+    return Status::Error(fmt::format("--kv-budget-per-session {} B holds no request: 2 positions take {} B{}",
+                                     options.kv_budget_per_session_bytes, smallest,
+                                     draft_default ? " (the draft model's session for --spec draft included)" : ""));
   }
   if (!options.prefix_cache_dir.empty()) {
     Result<std::unique_ptr<PrefixStore>> store = PrefixStore::Open(

@@ -369,6 +369,16 @@ TEST(Serve, ADraftModelsSessionCountsAgainstTheKvBudgets) {
     EXPECT_EQ(Gauge(m->body, "kvq_kv_bytes_reserved"), slots[0].value("kv_bytes", int64_t{0}) + held_draft);
     EXPECT_EQ(slots[0].value("kv_reserved_bytes", int64_t{-1}), Gauge(m->body, "kvq_kv_bytes_reserved"));
   }
+  // A per-session budget that holds the target's smallest request but not with its draft: a server
+  // drafting with the draft model by default is refused at start.
+  {
+    Metrics metrics;
+    const Result<std::unique_ptr<Engine>> refused = Engine::Create(
+        Bundled(), {.kv_budget_per_session_bytes = SessionBytesFor(Bundled(), "f16", 2), .speculation = spec}, &metrics);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("the draft model's session"), std::string::npos)
+        << refused.status().message();
+  }
   for (const bool per_session : {true, false}) {
     SCOPED_TRACE(per_session ? "--kv-budget-per-session" : "--kv-budget");
     EngineOptions o = {.parallel = 1, .speculation = spec};
