@@ -101,9 +101,27 @@ std::vector<int32_t> DraftByLookup(std::span<const int32_t> sequence, int32_t ma
 /// (a session of the draft model, kept between calls): first brought in step with `sequence` (the
 /// longest prefix of it that it holds kept, Session::Truncate, and the rest run), then each most
 /// likely token is taken while its probability is at least `min_probability`, and run when another
-/// is wanted. Fewer when the draft's context runs out. Session::Generate and kvq serve draft with it.
+/// is wanted. Fewer when the draft's context runs out. Session::Generate drafts with it; kvq serve
+/// with DraftByModels, its slots' drafts together.
 Result<std::vector<int32_t>> DraftByModel(Session& draft, std::span<const int32_t> sequence, int32_t max_tokens,
                                           double min_probability);
+
+/// One session's draft in DraftByModels.
+struct ModelDraft {
+  Session* draft = nullptr;           ///< a session of the draft model, kept between calls
+  std::span<const int32_t> sequence;  ///< what the draft continues
+  int32_t max_tokens = 0;             ///< drafted tokens at most
+  double min_probability = 0.1;       ///< a draft stops where its most likely token's is below
+  std::vector<int32_t> tokens;        ///< out: the draft (DraftByModel's for the same arguments)
+};
+
+/// DraftByModel for several sessions of one draft model at once (no session twice): their
+/// catch-up runs are one Session::RunBatch, and so is each round of drafted tokens, so the draft
+/// model's weights are read once per pass for all of them. Each draft is the one DraftByModel
+/// gives alone (RunBatch leaves each session the bits of running its tokens alone). Returns the
+/// passes run. Errors: a session that cannot drop a rejected draft's tokens, or a failed pass
+/// (which clears every session of it).
+Result<int32_t> DraftByModels(std::span<ModelDraft> drafts);
 
 /// The suffix drafter's tree: every substring of up to `depth` tokens of the sequences appended
 /// (each token's node counts the substring's occurrences and how many of them something followed),

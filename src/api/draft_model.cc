@@ -60,43 +60,85 @@ Status PrepareDraftSession(const SpeculationOptions& spec, Session::Impl& s) {
   return Status::Ok();
 }
 
-Status SyncDraft(Session& draft, std::span<const int32_t> sequence) {
+namespace {
+
+// SyncDraft's first half: the draft keeps the longest prefix of `sequence` it holds (its tokens
+// after it are a rejected draft's; at least the last token runs again, for the logits after it)
+// and the rest of `sequence`, to run, is returned. Empty when the draft is in step already.
+Result<std::span<const int32_t>> CatchUp(Session& draft, std::span<const int32_t> sequence) {
   const int64_t size = static_cast<int64_t>(sequence.size());
-  if (size == 0 || size > draft.context()) return Status::Ok();  // nothing to draft after
-  // Keep the longest prefix of `sequence` the draft holds (its tokens after it are a rejected
-  // draft's) and run the rest, at least the last token, for the logits after it.
   const std::span<const int32_t> held = draft.tokens();
   const int64_t same = std::mismatch(held.begin(), held.end(), sequence.begin(), sequence.end()).first - held.begin();
-  if (same == size && draft.positions() == size && !draft.logits().empty()) return Status::Ok();
+  if (same == size && draft.positions() == size && !draft.logits().empty()) return std::span<const int32_t>();
   const int64_t keep = std::min(same, size - 1);
   if (draft.positions() > keep) {
     if (Status st = draft.Truncate(keep); !st.ok()) return st;
   }
-  return draft.Prefill(sequence.subspan(static_cast<size_t>(draft.positions())));
+  return sequence.subspan(static_cast<size_t>(draft.positions()));
+}
+
+}  // namespace
+
+Status SyncDraft(Session& draft, std::span<const int32_t> sequence) {
+  const int64_t size = static_cast<int64_t>(sequence.size());
+  if (size == 0 || size > draft.context()) return Status::Ok();  // nothing to draft after
+  Result<std::span<const int32_t>> rest = CatchUp(draft, sequence);
+  if (!rest.ok()) return rest.status();
+  return rest->empty() ? Status::Ok() : draft.Prefill(*rest);
+}
+
+Result<int32_t> DraftByModels(std::span<ModelDraft> drafts) {
+  int32_t passes = 0;
+  std::vector<int32_t> limit(drafts.size(), 0);  // [drafts] tokens each may draft at most
+  std::vector<size_t> active, next;              // drafts still drafting (indices into drafts)
+  std::vector<BatchItem> items;                  // [≤ drafts] one pass's sessions and tokens
+  for (size_t i = 0; i < drafts.size(); ++i) {
+    ModelDraft& d = drafts[i];
+    d.tokens.clear();
+    const int64_t size = static_cast<int64_t>(d.sequence.size());
+    // Every drafted token but the last runs through the draft: they must fit its context.
+    limit[i] = static_cast<int32_t>(std::min<int64_t>(d.max_tokens, d.draft->context() - size + 1));
+    if (limit[i] <= 0 || size == 0) continue;
+    Result<std::span<const int32_t>> rest = CatchUp(*d.draft, d.sequence);
+    if (!rest.ok()) return rest.status();
+    if (!rest->empty()) items.push_back({.session = d.draft, .tokens = *rest});
+    active.push_back(i);
+  }
+  // Each pass runs every session that needs it together: the draft's weights read once per pass.
+  auto run = [&]() -> Status {
+    if (items.empty()) return Status::Ok();
+    ++passes;
+    return Session::RunBatch(items);
+  };
+  if (Status st = run(); !st.ok()) return st;
+  while (!active.empty()) {
+    next.clear();
+    for (const size_t i : active) {
+      ModelDraft& d = drafts[i];
+      // Greedy: the most likely token (the smaller id on a tie) and its probability,
+      // 1 / Σ exp(logit − max).
+      const std::span<const float> logits = d.draft->logits();
+      const int32_t best = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      double sum = 0;
+      for (const float l : logits) sum += std::exp(static_cast<double>(l) - logits[best]);
+      if (1.0 / sum < d.min_probability) continue;
+      d.tokens.push_back(best);
+      if (static_cast<int32_t>(d.tokens.size()) < limit[i]) next.push_back(i);
+    }
+    items.clear();  // after every push_back above: the spans point into the drafts' tokens
+    for (const size_t i : next) items.push_back({.session = drafts[i].draft, .tokens = std::span(drafts[i].tokens).last(1)});
+    if (Status st = run(); !st.ok()) return st;
+    active.swap(next);
+  }
+  return passes;
 }
 
 Result<std::vector<int32_t>> DraftByModel(Session& draft, std::span<const int32_t> sequence, int32_t max_tokens,
                                           double min_probability) {
-  std::vector<int32_t> out;
-  const int64_t size = static_cast<int64_t>(sequence.size());
-  // Every drafted token but the last runs through the draft: they must fit its context.
-  const int64_t room = draft.context() - size + 1;
-  max_tokens = static_cast<int32_t>(std::min<int64_t>(max_tokens, room));
-  if (max_tokens <= 0 || size == 0) return out;
-  if (Status st = SyncDraft(draft, sequence); !st.ok()) return st;
-  while (true) {
-    // Greedy: the most likely token (the smaller id on a tie) and its probability,
-    // 1 / Σ exp(logit − max).
-    const std::span<const float> logits = draft.logits();
-    const int32_t best = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    double sum = 0;
-    for (const float l : logits) sum += std::exp(static_cast<double>(l) - logits[best]);
-    if (1.0 / sum < min_probability) break;
-    out.push_back(best);
-    if (static_cast<int32_t>(out.size()) >= max_tokens) break;
-    if (Status st = draft.Decode(best); !st.ok()) return st;
-  }
-  return out;
+  ModelDraft one{.draft = &draft, .sequence = sequence, .max_tokens = max_tokens, .min_probability = min_probability,
+                 .tokens = {}};
+  if (Result<int32_t> passes = DraftByModels(std::span(&one, 1)); !passes.ok()) return passes.status();
+  return std::move(one.tokens);
 }
 
 }  // namespace kvq

@@ -22,6 +22,31 @@ ApiError Refused(int status, std::string type, std::string code, std::string mes
 
 }  // namespace
 
+Result<std::vector<LayerFormats>> FormatsOf(const KvOptions& kv) {
+  std::vector<LayerFormats> out;
+  for (const KvLayerSpec& l :
+       kv.layers.empty() ? std::vector<KvLayerSpec>{{kv.key_format, kv.value_format}} : kv.layers) {
+    Result<KvSpec> k = ParseKvSpec(l.key), v = ParseKvSpec(l.value);
+    if (!k.ok()) return k.status();
+    if (!v.ok()) return v.status();
+    out.push_back(LayerFormats::Of(*k, *v));
+  }
+  return out;
+}
+
+namespace {
+
+// Exact bytes a session of `info`'s model holding `positions` in `formats` takes: K and V of every
+// attention layer and the model's fixed recurrent state. INT64_MAX when it cannot be counted.
+int64_t BytesFor(const ModelInfo& info, std::span<const LayerFormats> formats, int64_t positions) {
+  Result<int64_t> bytes = KvBytesForContext(
+      formats, {.n_layers = info.n_attention_layers, .n_kv_heads = info.n_kv_heads, .head_dim = info.head_dim},
+      std::max<int64_t>(1, positions));
+  return bytes.ok() ? *bytes + info.state_bytes : INT64_MAX;
+}
+
+}  // namespace
+
 // ---- Job ----
 
 Job::News Job::Wait(std::chrono::milliseconds timeout) {
@@ -78,14 +103,9 @@ Result<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineO
   std::unique_ptr<Engine> e(new Engine(model, options, metrics));
   // The specs, for exact byte counts (kvq/kv_memory.h), and one session made now so a bad spec or
   // budget is refused at start, not at the first request.
-  for (const KvLayerSpec& l : options.kv.layers.empty()
-                                  ? std::vector<KvLayerSpec>{{options.kv.key_format, options.kv.value_format}}
-                                  : options.kv.layers) {
-    Result<KvSpec> k = ParseKvSpec(l.key), v = ParseKvSpec(l.value);
-    if (!k.ok()) return k.status();
-    if (!v.ok()) return v.status();
-    e->layer_formats_.push_back(LayerFormats::Of(*k, *v));
-  }
+  Result<std::vector<LayerFormats>> formats = FormatsOf(options.kv);
+  if (!formats.ok()) return formats.status();
+  e->layer_formats_ = std::move(formats).value();
   for (int32_t i = 0; i < options.parallel; ++i) {
     Result<std::unique_ptr<Session>> s = model.NewSession(options.kv);
     if (!s.ok()) return s.status();
@@ -93,9 +113,13 @@ Result<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineO
   }
   e->context_ = e->slots_[0].session->context();  // KvOptions::context may hold less than the model's
   if (Status s = e->CheckSpeculationSetup(); !s.ok()) return s;
-  if (options.kv_budget_per_session_bytes > 0 && e->KvBytesFor(2) > options.kv_budget_per_session_bytes) {
-    return Status::Error(fmt::format("--kv-budget-per-session {} B holds no request: 2 positions take {} B",
-                                     options.kv_budget_per_session_bytes, e->KvBytesFor(2)));
+  // The smallest request, with its draft session when requests draft with the draft model by default.
+  const bool draft_default = options.speculation.source == DraftSource::kModel;
+  const int64_t smallest = e->KvBytesFor(2) + (draft_default ? e->DraftKvBytesFor(2) : 0);
+  if (options.kv_budget_per_session_bytes > 0 && smallest > options.kv_budget_per_session_bytes) {
+    return Status::Error(fmt::format("--kv-budget-per-session {} B holds no request: 2 positions take {} B{}",
+                                     options.kv_budget_per_session_bytes, smallest,
+                                     draft_default ? " (the draft model's session for --spec draft included)" : ""));
   }
   if (!options.prefix_cache_dir.empty()) {
     Result<std::unique_ptr<PrefixStore>> store = PrefixStore::Open(
@@ -163,16 +187,18 @@ void Engine::Preload() {
   if (slot > 0) Log(LogLevel::kInfo, fmt::format("prefix cache: {} snapshots loaded into idle sessions", slot));
 }
 
-int64_t Engine::KvBytesFor(int64_t positions) const {
-  const ModelInfo& info = model_.info();
-  Result<int64_t> bytes = KvBytesForContext(
-      layer_formats_, {.n_layers = info.n_attention_layers, .n_kv_heads = info.n_kv_heads, .head_dim = info.head_dim},
-      std::max<int64_t>(1, positions));
-  return bytes.ok() ? *bytes + info.state_bytes : INT64_MAX;
+int64_t Engine::KvBytesFor(int64_t positions) const { return BytesFor(model_.info(), layer_formats_, positions); }
+
+int64_t Engine::DraftKvBytesFor(int64_t positions) const {
+  const Model* draft = options_.speculation.draft_model;
+  if (draft == nullptr || draft_layer_formats_.empty()) return 0;
+  return BytesFor(draft->info(), draft_layer_formats_, std::min(positions, draft_context_));
 }
 
 int64_t Engine::KvCapacityBytes() const {
-  return options_.kv_budget_bytes > 0 ? options_.kv_budget_bytes : options_.parallel * KvBytesFor(context_);
+  // Without a budget: every slot at full context, with its draft session when requests may draft.
+  return options_.kv_budget_bytes > 0 ? options_.kv_budget_bytes
+                                      : options_.parallel * (KvBytesFor(context_) + DraftKvBytesFor(context_));
 }
 
 std::vector<SlotState> Engine::Slots() const {
@@ -182,6 +208,26 @@ std::vector<SlotState> Engine::Slots() const {
 
 int64_t Engine::SessionBytes(const Session& session) const {
   return session.kv_bytes() + model_.info().state_bytes;
+}
+
+int64_t Engine::DraftBytes(const Slot& slot) const {
+  return slot.draft ? slot.draft->kv_bytes() + options_.speculation.draft_model->info().state_bytes : 0;
+}
+
+void Engine::FitDraftSession(Slot& slot, const Job& job) {
+  if (!slot.draft) return;
+  if (!DraftsByModel(job)) {
+    slot.draft.reset();
+    return;
+  }
+  Session& draft = *slot.draft;
+  const size_t common = std::min(CommonPrefix(draft.tokens(), job.spec.prompt), job.spec.prompt.size() - 1);
+  if (static_cast<size_t>(draft.positions()) <= common) return;
+  // A draft model with recurrent state cannot go back without a copy: it starts empty.
+  const Status st = options_.speculation.draft_model->info().state_bytes > 0
+                        ? draft.Clear()
+                        : draft.Truncate(static_cast<int64_t>(common));
+  if (!st.ok()) slot.draft.reset();  // what it holds is unknown: a new one at the first draft
 }
 
 std::variant<std::shared_ptr<Job>, ApiError> Engine::Submit(JobSpec spec) { return SubmitWith(std::move(spec), {}); }
@@ -201,21 +247,31 @@ std::variant<std::shared_ptr<Job>, ApiError> Engine::SubmitWith(JobSpec spec, st
     return e;
   }
   const int64_t positions = std::min<int64_t>(context_, n_prompt + spec.max_tokens);
-  const int64_t need = KvBytesFor(positions);
+  // A request drafting with the draft model holds a session of it too, as many positions as its
+  // own at most (DraftByModels runs the kept tokens and the draft but its last): counted with it.
+  const bool drafts = spec.speculation.source == DraftSource::kModel && spec.speculation.draft_model != nullptr;
+  const int64_t target = KvBytesFor(positions);
+  const int64_t draft = drafts ? DraftKvBytesFor(positions) : 0;
+  const int64_t need = target > INT64_MAX - draft ? INT64_MAX : target + draft;
+  auto too_big = [&](const char* budget, int64_t bytes) {
+    std::string what = fmt::format("the prompt ({} tokens) and max_tokens ({}) need {} B of KV cache", n_prompt,
+                                   spec.max_tokens, target);
+    if (drafts) {
+      what += fmt::format(" and the draft model's session (spec \"draft\") {} B more, {} B in all", draft, need);
+    }
+    what += fmt::format("; {} is {} B", budget, bytes);
+    if (drafts && target <= bytes) what += " (without the draft model, spec \"none\" or \"ngram\", it fits)";
+    return Refused(413, "invalid_request_error", "kv_budget_exceeded", std::move(what));
+  };
   if (options_.kv_budget_per_session_bytes > 0 && need > options_.kv_budget_per_session_bytes) {
-    return Refused(413, "invalid_request_error", "kv_budget_exceeded",
-                   fmt::format("the prompt ({} tokens) and max_tokens ({}) need {} B of KV cache; the per-session "
-                               "budget (--kv-budget-per-session) is {} B", n_prompt, spec.max_tokens, need,
-                               options_.kv_budget_per_session_bytes));
+    return too_big("the per-session budget (--kv-budget-per-session)", options_.kv_budget_per_session_bytes);
   }
   if (options_.kv_budget_bytes > 0 && need > options_.kv_budget_bytes) {
-    return Refused(413, "invalid_request_error", "kv_budget_exceeded",
-                   fmt::format("the prompt ({} tokens) and max_tokens ({}) need {} B of KV cache; the server's "
-                               "whole budget (--kv-budget) is {} B", n_prompt, spec.max_tokens, need,
-                               options_.kv_budget_bytes));
+    return too_big("the server's whole budget (--kv-budget)", options_.kv_budget_bytes);
   }
   std::shared_ptr<Job> job(new Job(std::move(spec)));
   job->kv_reserved_bytes = need;
+  job->kv_reserved_draft_bytes = draft;
   job->followers = std::move(followers);
   job->usage.prompt_tokens = n_prompt;
   {
@@ -345,19 +401,22 @@ bool Engine::AdmitOne(const std::shared_ptr<Job>& job) {
     int64_t reserved = ReservedBytes() - SlotReservedBytes(*best);
     std::vector<Slot*> idle;
     for (Slot& s : slots_) {
-      if (!s.job && &s != best && s.session->positions() > 0 && s.session->kv_page_bytes_held() ==
-                                                                      s.session->kv_page_bytes_unshared()) {
+      if (!s.job && &s != best && (s.session->positions() > 0 || s.draft) &&
+          s.session->kv_page_bytes_held() == s.session->kv_page_bytes_unshared()) {
         idle.push_back(&s);
       }
     }
     std::sort(idle.begin(), idle.end(), [](const Slot* a, const Slot* b) { return a->last_used < b->last_used; });
     for (Slot* s : idle) {
       if (reserved + need <= options_.kv_budget_bytes) break;
-      reserved -= s->session->kv_bytes();  // its KV only: a session always holds the model's state
+      // Its KV only (a session always holds the model's state), and its draft session whole.
+      reserved -= s->session->kv_bytes() + DraftBytes(*s);
       (void)s->session->Clear();
+      s->draft.reset();
     }
     if (reserved + need > options_.kv_budget_bytes) return false;
   }
+  FitDraftSession(*best, *job);
   // Never reuse all of the prompt: its last token runs again, for the logits.
   size_t reuse = std::min(best_common, prompt.size() - 1);
   bool from_disk = false;
@@ -423,6 +482,7 @@ void Engine::Step() {
   std::vector<BatchItem> items;
   std::vector<Slot*> in_batch;
   std::vector<int32_t> chunk_sizes;
+  std::vector<Slot*> model_drafts;  // decoding slots whose draft is the draft model's
   int32_t prefill_budget = options_.max_prefill_tokens_per_step;
   for (Slot& s : slots_) {
     if (!s.job) continue;
@@ -449,8 +509,9 @@ void Engine::Step() {
       items.push_back({.session = s.session.get(), .tokens = std::span<const int32_t>(s.pending.data(), n)});
       chunk_sizes.push_back(n);
     } else if (s.next_token >= 0) {
-      PrepareDraft(s);  // the token, and its draft when the request speculates
-      items.push_back({.session = s.session.get(), .tokens = s.pass, .logits_at = s.rows});
+      // The token, and its draft when the request speculates; draft-model drafts below.
+      if (PrepareDraft(s)) model_drafts.push_back(&s);
+      items.push_back({.session = s.session.get()});  // its pass, once drafted
       chunk_sizes.push_back(0);
     } else {
       continue;
@@ -458,6 +519,11 @@ void Engine::Step() {
     in_batch.push_back(&s);
   }
   if (items.empty()) return;
+  DraftWithModel(model_drafts);  // every slot's draft-model draft in the same passes of it
+  for (size_t i = 0; i < in_batch.size(); ++i) {
+    if (chunk_sizes[i] == 0) items[i] = {.session = in_batch[i]->session.get(), .tokens = in_batch[i]->pass,
+                                         .logits_at = in_batch[i]->rows};
+  }
   const auto t0 = Clock::now();
   const Status st = Session::RunBatch(items);
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -557,16 +623,23 @@ void Engine::Finish(Slot& slot, FinishReason reason, std::optional<ApiError> err
 }
 
 void Engine::PublishMetrics() {
-  int64_t active = 0, bytes = 0, device = 0;
+  int64_t active = 0, bytes = 0, device = 0, draft_bytes = 0, draft_device = 0, draft_reserved = 0;
   std::vector<SlotState> states;
   for (const Slot& s : slots_) {
     active += s.job ? 1 : 0;
     bytes += s.session->kv_bytes();
     device += s.session->kv_plan().device_bytes;
+    if (s.draft) {
+      draft_bytes += s.draft->kv_bytes();
+      draft_device += s.draft->kv_plan().device_bytes;
+    }
+    draft_reserved += s.job ? s.job->kv_reserved_draft_bytes : DraftBytes(s);
     SlotState& state = states.emplace_back(SlotState{.id = static_cast<int32_t>(states.size()),
                                                      .positions = s.session->positions(),
                                                      .context = s.session->context(),
-                                                     .kv_bytes = s.session->kv_bytes()});
+                                                     .kv_bytes = s.session->kv_bytes(),
+                                                     .draft_kv_bytes = s.draft ? s.draft->kv_bytes() : 0,
+                                                     .kv_reserved_bytes = SlotReservedBytes(s)});
     if (s.job) {
       state.state = s.pending.empty() ? "generating" : "prompt";
       state.prompt_tokens = static_cast<int64_t>(s.job->spec.prompt.size());
@@ -581,8 +654,14 @@ void Engine::PublishMetrics() {
     slot_states_ = std::move(states);
   }
   metrics_->active_sessions = active;
-  (options_.kv.budgets.disk_dir.empty() ? metrics_->kv_bytes_host : metrics_->kv_bytes_disk) = bytes;
-  metrics_->kv_bytes_device = device;
+  // Draft sessions' KV under their own tiers' names.
+  const bool draft_on_disk = !options_.speculation.draft_kv.budgets.disk_dir.empty();
+  const bool on_disk = !options_.kv.budgets.disk_dir.empty();
+  metrics_->kv_bytes_host = (on_disk ? 0 : bytes) + (draft_on_disk ? 0 : draft_bytes);
+  metrics_->kv_bytes_disk = (on_disk ? bytes : 0) + (draft_on_disk ? draft_bytes : 0);
+  metrics_->kv_bytes_device = device + draft_device;
+  metrics_->kv_bytes_draft = draft_bytes;
+  metrics_->kv_bytes_reserved_draft = draft_reserved;
   const int64_t reserved = ReservedBytes();
   metrics_->kv_bytes_reserved = reserved;
   metrics_->kv_bytes_capacity = KvCapacityBytes();

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "kvq/generator.h"
+#include "kvq/kv_spec.h"
 #include "kvq/model.h"
 #include "kvq/session.h"
 #include "server/metrics.h"
@@ -96,6 +97,10 @@ struct JobSpec {
 /// prompt lookup (ngram).
 SpeculationOptions SpeculationOf(const GenerationRequest& request, const SpeculationOptions& server_default);
 
+/// A KV option's formats, one per layer spec (one for every layer when it gives none per layer),
+/// for exact byte counts (kvq/kv_memory.h). Errors: a spec that does not parse.
+Result<std::vector<LayerFormats>> FormatsOf(const KvOptions& kv);
+
 /// One request's progress, shared by its HTTP thread (Wait, Cancel) and the scheduler.
 class Job {
  public:
@@ -150,7 +155,9 @@ class Job {
   std::vector<float> row;
   std::vector<float> checkpoint;  // [state floats] a hybrid's recurrent state before a drafted pass
   bool gated = false;             // the gate shortened or dropped this step's draft
-  int64_t kv_reserved_bytes = 0;       // what admission counted for it
+  int32_t model_draft_want = 0;   // draft-model drafts: this step's length at most (PrepareDraft)
+  int64_t kv_reserved_bytes = 0;       // what admission counted for it, its draft session's included
+  int64_t kv_reserved_draft_bytes = 0; // of which its draft-model session's (0: it drafts no other way)
   // A request's other choices (SubmitChoices), started from forks of this job's session once its
   // prompt has run; they are in no queue until then.
   std::vector<std::shared_ptr<Job>> followers;
@@ -167,6 +174,8 @@ struct SlotState {
   int64_t reused_tokens = 0;     ///< of which a cached prefix skipped
   int64_t generated_tokens = 0;  ///< kept so far by the running request
   int64_t kv_bytes = 0;          ///< exact bytes of the session's KV cache now
+  int64_t draft_kv_bytes = 0;    ///< the same for the slot's draft-model session (0: none)
+  int64_t kv_reserved_bytes = 0; ///< what it counts against --kv-budget, its draft's included
 };
 
 class Engine {
@@ -207,12 +216,20 @@ class Engine {
   /// Exact bytes a session of `positions` holds: K and V of every attention layer, plus a hybrid
   /// model's fixed recurrent state (held whatever the length: budgets count it too).
   int64_t KvBytesFor(int64_t positions) const;
+  /// The same for a session of the draft model (EngineOptions::speculation.draft_model, its
+  /// draft_kv formats) holding `positions`, capped at its context: what a request drafting with
+  /// "draft" reserves besides KvBytesFor. 0 without a draft model.
+  int64_t DraftKvBytesFor(int64_t positions) const;
 
  private:
   // Submit, with the choices that follow the job (SubmitChoices).
   std::variant<std::shared_ptr<Job>, ApiError> SubmitWith(JobSpec spec, std::vector<std::shared_ptr<Job>> followers);
   // What a session holds now: its KV bytes and the model's fixed state.
   int64_t SessionBytes(const Session& session) const;
+  // Whether the job drafts with the draft model (it then holds a draft session besides its own).
+  static bool DraftsByModel(const Job& job) {
+    return job.spec.speculation.source == DraftSource::kModel && job.spec.speculation.draft_model != nullptr;
+  }
   struct Slot {
     std::unique_ptr<Session> session;
     std::shared_ptr<Job> job;          // null: idle
@@ -223,7 +240,7 @@ class Engine {
     std::vector<int32_t> pass;
     std::vector<int32_t> rows;
     // A session of EngineOptions::speculation.draft_model, made at the first draft it makes; kept
-    // between requests and brought in step with the slot's tokens before each draft (DraftByModel).
+    // between requests and brought in step with the slot's tokens before each draft (DraftByModels).
     std::unique_ptr<Session> draft;
     int64_t last_used = 0;             // step of last use (LRU eviction)
     bool from_disk = false;            // holds a snapshot preloaded at start, not yet reused
@@ -265,8 +282,14 @@ class Engine {
   void RecordBorrow(Slot& slot, const Slot* donor, size_t tokens);
   bool BorrowStillHeld(const Slot& slot) const;
   // What a slot counts against the total budget: its job's reservation, or its idle session's
-  // bytes, less the borrowed prefix its donor still holds.
+  // bytes, less the borrowed prefix its donor still holds; its draft session's included.
   int64_t SlotReservedBytes(const Slot& slot) const;
+  // What the slot's draft-model session holds now (KV and the draft model's fixed state; 0: none).
+  int64_t DraftBytes(const Slot& slot) const;
+  // Before `job` runs in `slot`: a job that does not draft by model frees the slot's draft
+  // session; one that does keeps only the part of it that is a prefix of its prompt, so the
+  // session holds no more than the job reserved for it.
+  void FitDraftSession(Slot& slot, const Job& job);
   // Replaces `session` with the shared store's snapshot holding the most full blocks of `prompt`
   // when that beats the `reuse` tokens the session holds by a block; updates reuse. A hybrid
   // (`fixed_state`) takes only a snapshot whose tokens are all a prefix of the prompt.
@@ -294,8 +317,14 @@ class Engine {
   // Create: fills speculation_refusal_; errors when the server's default speculation cannot run
   // (a cache that cannot drop drafts, "draft" without a draft model or with another vocabulary).
   Status CheckSpeculationSetup();
-  // Speculation (engine_speculation.cc): fills slot.pass and slot.rows for the next decode step.
-  void PrepareDraft(Slot& slot);
+  // Speculation (engine_speculation.cc): fills slot.pass and slot.rows for the next decode step;
+  // true when its draft is the draft model's, which DraftWithModel then makes with the step's
+  // other slots' (their draft sessions' passes batched: Session::RunBatch through DraftByModels).
+  bool PrepareDraft(Slot& slot);
+  void DraftWithModel(std::span<Slot* const> slots);
+  // Adds `draft` (unless shorter than the request's min_draft) to the slot's pass and its rows,
+  // and copies a hybrid's recurrent state to restore on a rejection.
+  void FinishDraft(Slot& slot, std::span<const int32_t> draft);
   // After a decode step that took `seconds`: judges the slot's draft row by row, keeps the
   // tokens drawn while they equal it, drops the rest from the cache (Session::Truncate) and
   // queues the first that differs; without a draft, Advance. Returns the drafted tokens kept.
@@ -315,6 +344,8 @@ class Engine {
   Metrics* metrics_;
   int64_t context_ = 0;
   std::vector<LayerFormats> layer_formats_;  // for KvBytesFor
+  std::vector<LayerFormats> draft_layer_formats_;  // for DraftKvBytesFor (empty: no draft model)
+  int64_t draft_context_ = 0;                      // a draft session's positions at most
   std::unique_ptr<PrefixStore> prefix_store_;
   std::unique_ptr<RemotePrefixStore> shared_store_;
   std::unique_ptr<KvEventPublisher> events_;

@@ -19,7 +19,10 @@ std::variant<std::vector<std::shared_ptr<Job>>, ApiError> Engine::SubmitChoices(
   std::variant<std::shared_ptr<Job>, ApiError> leader = SubmitWith(std::move(spec), std::move(followers));
   if (auto* e = std::get_if<ApiError>(&leader)) return *e;
   jobs.insert(jobs.begin(), std::get<std::shared_ptr<Job>>(leader));
-  for (size_t i = 1; i < jobs.size(); ++i) jobs[i]->kv_reserved_bytes = jobs[0]->kv_reserved_bytes;
+  for (size_t i = 1; i < jobs.size(); ++i) {
+    jobs[i]->kv_reserved_bytes = jobs[0]->kv_reserved_bytes;
+    jobs[i]->kv_reserved_draft_bytes = jobs[0]->kv_reserved_draft_bytes;
+  }
   return jobs;
 }
 
@@ -55,6 +58,7 @@ void Engine::StartFollowers(Slot& leader) {
     idle->session = std::move(fork).value();
     RecordBorrow(*idle, &leader, static_cast<size_t>(idle->session->positions()));
     idle->session->SetSampler(f->spec.sampling);
+    FitDraftSession(*idle, *f);
     idle->from_disk = false;
     idle->pending.clear();
     idle->next_token = -1;

@@ -54,7 +54,7 @@ bool Engine::BorrowStillHeld(const Slot& slot) const {
 }
 
 int64_t Engine::SlotReservedBytes(const Slot& slot) const {
-  const int64_t whole = slot.job ? slot.job->kv_reserved_bytes : SessionBytes(*slot.session);
+  const int64_t whole = slot.job ? slot.job->kv_reserved_bytes : SessionBytes(*slot.session) + DraftBytes(slot);
   return BorrowStillHeld(slot) ? std::max<int64_t>(0, whole - slot.borrowed_bytes) : whole;
 }
 

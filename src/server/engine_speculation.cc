@@ -48,6 +48,16 @@ Status Engine::CheckSpeculationSetup() {
     suffix_index_ = std::make_unique<SuffixIndex>(std::max<int64_t>(2, options_.spec_index_tokens),
                                                   o.max_ngram + o.max_draft);
   }
+  if (o.draft_model != nullptr) {
+    // Requests drafting with it reserve its session's bytes (DraftKvBytesFor): its formats and
+    // context, from a session made now, so a draft KV spec it cannot have is refused at start.
+    Result<std::unique_ptr<Session>> probe = o.draft_model->NewSession(o.draft_kv);
+    if (!probe.ok()) return Status::Error("the draft model's KV cache (--draft-kv): " + probe.status().message());
+    draft_context_ = (*probe)->context();
+    Result<std::vector<LayerFormats>> formats = FormatsOf(o.draft_kv);
+    if (!formats.ok()) return Status::Error("the draft model's KV cache (--draft-kv): " + formats.status().message());
+    draft_layer_formats_ = std::move(formats).value();
+  }
   if (o.source == DraftSource::kNone) return Status::Ok();
   if (Status st = CheckSpeculation(o); !st.ok()) return st;
   if (!speculation_refusal_.empty()) {
@@ -82,13 +92,13 @@ GeneratorStep Engine::Take(Slot& slot, int32_t token, std::span<const float> log
   return step;
 }
 
-void Engine::PrepareDraft(Slot& slot) {
+bool Engine::PrepareDraft(Slot& slot) {
   slot.pass.assign(1, slot.next_token);
   slot.rows.clear();
   Job& job = *slot.job;
   job.gated = false;
   const SpeculationOptions& o = job.spec.speculation;
-  if (o.source == DraftSource::kNone) return;
+  if (o.source == DraftSource::kNone) return false;
   Session& session = *slot.session;
   // A draft fits what the generator can still keep and the context can still hold.
   const int64_t room = std::min<int64_t>(session.context() - session.positions() - 1,
@@ -98,55 +108,72 @@ void Engine::PrepareDraft(Slot& slot) {
   const std::span<const int32_t> held = session.tokens();
   job.history.assign(held.begin(), held.end());
   job.history.push_back(slot.next_token);
-  std::vector<int32_t> draft;
-  int32_t drafted = 0;
   if (o.source == DraftSource::kModel) {
     // A model's draft costs a pass of the draft per token: the gate chooses the length first.
-    const int32_t want = o.ungated ? most : job.gate->Choose(most);
-    job.gated = want < most;
+    job.model_draft_want = o.ungated ? most : job.gate->Choose(most);
+    job.gated = job.model_draft_want < most;
     if (!slot.draft) {
       Result<std::unique_ptr<Session>> made = o.draft_model->NewSession(o.draft_kv);
       if (!made.ok()) {  // no draft: the request decodes a token per step, as it would without
         Log(LogLevel::kWarning, "serve: the draft model's session: " + made.status().message());
         job.spec.speculation.source = DraftSource::kNone;
-        return;
+        return false;
       }
       slot.draft = std::move(made).value();
     }
-    Result<std::vector<int32_t>> d = DraftByModel(*slot.draft, job.history, want, o.min_draft_probability);
-    if (!d.ok()) {
-      Log(LogLevel::kWarning, "serve: the draft model: " + d.status().message());
-      slot.draft.reset();  // what it holds is unknown: a new one next time
-      return;
-    }
-    draft = std::move(d).value();
-    drafted = static_cast<int32_t>(draft.size());
-  } else {
-    if (o.source == DraftSource::kSuffix) {
-      if (!job.tree) job.tree.emplace(o.max_ngram + o.max_draft);
-      for (; job.in_tree < job.history.size(); ++job.in_tree) job.tree->Append(job.history[job.in_tree]);
-      draft = job.tree->Draft(job.history, most, o);
-      if (suffix_index_ && static_cast<int32_t>(draft.size()) < most) {  // the longer draft of the two
-        std::vector<int32_t> shared = suffix_index_->Draft(job.history, most, o);
-        if (shared.size() > draft.size()) {
-          draft = std::move(shared);
-          metrics_->spec_index_drafts++;
-        }
-      }
-    } else {
-      draft = DraftByLookup(job.history, most, o);
-    }
-    drafted = o.ungated ? static_cast<int32_t>(draft.size()) : job.gate->Choose(static_cast<int32_t>(draft.size()));
-    job.gated = drafted < static_cast<int32_t>(draft.size());
+    return true;  // DraftWithModel drafts it with the other slots' drafts
   }
-  if (drafted < job.spec.min_draft) drafted = 0;
+  std::vector<int32_t> draft;
+  if (o.source == DraftSource::kSuffix) {
+    if (!job.tree) job.tree.emplace(o.max_ngram + o.max_draft);
+    for (; job.in_tree < job.history.size(); ++job.in_tree) job.tree->Append(job.history[job.in_tree]);
+    draft = job.tree->Draft(job.history, most, o);
+    if (suffix_index_ && static_cast<int32_t>(draft.size()) < most) {  // the longer draft of the two
+      std::vector<int32_t> shared = suffix_index_->Draft(job.history, most, o);
+      if (shared.size() > draft.size()) {
+        draft = std::move(shared);
+        metrics_->spec_index_drafts++;
+      }
+    }
+  } else {
+    draft = DraftByLookup(job.history, most, o);
+  }
+  const int32_t drafted =
+      o.ungated ? static_cast<int32_t>(draft.size()) : job.gate->Choose(static_cast<int32_t>(draft.size()));
+  job.gated = drafted < static_cast<int32_t>(draft.size());
+  FinishDraft(slot, std::span<const int32_t>(draft).first(drafted));
+  return false;
+}
+
+void Engine::DraftWithModel(std::span<Slot* const> slots) {
+  if (slots.empty()) return;
+  std::vector<ModelDraft> drafts;  // [slots]
+  for (Slot* s : slots) {
+    drafts.push_back({.draft = s->draft.get(), .sequence = s->job->history, .max_tokens = s->job->model_draft_want,
+                      .min_probability = s->job->spec.speculation.min_draft_probability, .tokens = {}});
+  }
+  const Result<int32_t> passes = DraftByModels(drafts);
+  if (!passes.ok()) {
+    // Which session failed is not known, and a failed pass clears them all: new ones next time;
+    // this step runs without drafts.
+    Log(LogLevel::kWarning, "serve: the draft model: " + passes.status().message());
+    for (Slot* s : slots) s->draft.reset();
+    return;
+  }
+  metrics_->spec_draft_model_passes += *passes;
+  for (size_t i = 0; i < slots.size(); ++i) FinishDraft(*slots[i], drafts[i].tokens);
+}
+
+void Engine::FinishDraft(Slot& slot, std::span<const int32_t> draft) {
+  Job& job = *slot.job;
+  const int32_t drafted = static_cast<int32_t>(draft.size()) < job.spec.min_draft ? 0 : static_cast<int32_t>(draft.size());
   slot.pass.insert(slot.pass.end(), draft.begin(), draft.begin() + drafted);
   for (int32_t i = 0; i < drafted; ++i) slot.rows.push_back(i);
   if (job.gated) metrics_->spec_gated_steps++;
   // A hybrid's recurrent state cannot drop the draft's tokens: the state before the pass is kept
   // to go back to (AdvanceDrafted).
   if (drafted > 0 && model_.info().state_bytes > 0) {
-    const std::span<const float> state = session.recurrent_state();
+    const std::span<const float> state = slot.session->recurrent_state();
     job.checkpoint.assign(state.begin(), state.end());
   }
 }
@@ -169,6 +196,11 @@ int32_t Engine::AdvanceDrafted(Slot& slot, double seconds) {
     metrics_->spec_drafts++;
     metrics_->spec_draft_tokens += drafted;
     metrics_->spec_accepted_tokens += accepted;
+    {
+      std::lock_guard<std::mutex> lock(job.mu);  // the request's own counts, read by its HTTP thread
+      job.usage.drafted_tokens += drafted;
+      job.usage.accepted_tokens += accepted;
+    }
     const int64_t kept = before + 1 + accepted;
     if (session.positions() == kept) return true;
     // A hybrid goes back to its state before the pass and runs the kept tokens again (alone: a

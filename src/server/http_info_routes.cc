@@ -145,7 +145,8 @@ void HttpServer::InfoRoutes() {
       slots.push_back({{"id", s.id}, {"state", s.state}, {"positions", s.positions}, {"context", s.context},
                        {"prompt_tokens", s.prompt_tokens}, {"prompt_tokens_left", s.prompt_tokens_left},
                        {"reused_tokens", s.reused_tokens}, {"generated_tokens", s.generated_tokens},
-                       {"kv_bytes", s.kv_bytes}});
+                       {"kv_bytes", s.kv_bytes}, {"draft_kv_bytes", s.draft_kv_bytes},
+                       {"kv_reserved_bytes", s.kv_reserved_bytes}});
     }
     res.set_content(slots.dump(), "application/json");
   });

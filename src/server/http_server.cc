@@ -336,6 +336,8 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
         c.finish = news.finish;
         usage.prompt_tokens = news.usage.prompt_tokens;
         usage.completion_tokens += news.usage.completion_tokens;
+        usage.drafted_tokens += news.usage.drafted_tokens;
+        usage.accepted_tokens += news.usage.accepted_tokens;
         if (i == 0) usage.cached_tokens = news.usage.cached_tokens;
         break;
       }
@@ -428,6 +430,8 @@ void HttpServer::Generate(Endpoint endpoint, const std::string& body, httplib::R
           c.finished = true;
           stream->usage.prompt_tokens = news.usage.prompt_tokens;
           stream->usage.completion_tokens += news.usage.completion_tokens;
+          stream->usage.drafted_tokens += news.usage.drafted_tokens;
+          stream->usage.accepted_tokens += news.usage.accepted_tokens;
           if (index == 0) stream->usage.cached_tokens = news.usage.cached_tokens;
           std::optional<FinishReason> finish = news.finish;
           if (c.parser.calls() > 0 && finish != FinishReason::kLength) finish = FinishReason::kToolCalls;

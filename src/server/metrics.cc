@@ -55,6 +55,11 @@ std::string Metrics::Render() const {
          kv_bytes_reserved.load());
   Metric(out, "kvq_kv_bytes_reserved_peak", "gauge", "The most kvq_kv_bytes_reserved has been.",
          kv_bytes_reserved_peak.load());
+  Metric(out, "kvq_kv_bytes_reserved_draft", "gauge",
+         "The part of kvq_kv_bytes_reserved that draft-model sessions (spec \"draft\") hold or may reach.",
+         kv_bytes_reserved_draft.load());
+  Metric(out, "kvq_kv_bytes_draft", "gauge", "KV bytes draft-model sessions hold now (in kvq_kv_bytes too).",
+         kv_bytes_draft.load());
   out += "# HELP kvq_kv_bytes KV cache bytes held, by tier.\n# TYPE kvq_kv_bytes gauge\n";
   out += fmt::format("kvq_kv_bytes{{tier=\"device\"}} {}\n", kv_bytes_device.load());
   out += fmt::format("kvq_kv_bytes{{tier=\"host\"}} {}\n", kv_bytes_host.load());
@@ -116,6 +121,9 @@ std::string Metrics::Render() const {
          spec_index_drafts.load());
   Metric(out, "kvq_spec_index_tokens", "gauge", "Tokens of recent requests the server-wide suffix index holds.",
          spec_index_tokens.load());
+  Metric(out, "kvq_spec_draft_model_passes_total", "counter",
+         "Forward passes of the draft model (spec \"draft\"), every slot drafting at the time in each.",
+         spec_draft_model_passes.load());
   // vLLM's names for the same facts. Its prefix-cache counters count tokens: queries are prompt
   // tokens looked up, hits those found cached.
   Metric(out, "vllm:num_requests_running", "gauge", "Requests generating now (kvq_active_sessions).",
@@ -135,6 +143,13 @@ std::string Metrics::Render() const {
   Metric(out, "vllm:spec_decode_num_draft_tokens_total", "counter", "Drafted tokens run (kvq_spec_draft_tokens_total).",
          spec_draft_tokens.load());
   Metric(out, "vllm:spec_decode_num_accepted_tokens_total", "counter",
+         "Drafted tokens kept (kvq_spec_accepted_tokens_total).", spec_accepted_tokens.load());
+  // llama-server's names for the same three counts (its verification steps are kvq's drafts).
+  Metric(out, "llamacpp:spec_decode_num_drafts_total", "counter", "Drafts run (kvq_spec_drafts_total).",
+         spec_drafts.load());
+  Metric(out, "llamacpp:spec_decode_num_draft_tokens_total", "counter",
+         "Drafted tokens run (kvq_spec_draft_tokens_total).", spec_draft_tokens.load());
+  Metric(out, "llamacpp:spec_decode_num_accepted_tokens_total", "counter",
          "Drafted tokens kept (kvq_spec_accepted_tokens_total).", spec_accepted_tokens.load());
   return out;
 }

@@ -48,6 +48,9 @@ class Metrics {
   std::atomic<int64_t> spec_gated_steps{0};      ///< steps where the gate shortened or dropped a draft
   std::atomic<int64_t> spec_index_drafts{0};     ///< steps whose draft came from the server-wide suffix index
   std::atomic<int64_t> spec_index_tokens{0};     ///< tokens that index holds now
+  /// Forward passes of the draft model (spec "draft"): one per round of drafted tokens for every
+  /// slot drafting then, and one catching their sessions up.
+  std::atomic<int64_t> spec_draft_model_passes{0};
   std::atomic<int64_t> kv_bytes_host{0};         ///< every session's KV contents, master in RAM
   std::atomic<int64_t> kv_bytes_disk{0};         ///< the same with a disk master (--kv-disk)
   std::atomic<int64_t> kv_bytes_device{0};       ///< device working sets allocated
@@ -55,6 +58,10 @@ class Metrics {
   /// plus idle sessions' caches — what --kv-budget bounds — now and at most so far.
   std::atomic<int64_t> kv_bytes_reserved{0};
   std::atomic<int64_t> kv_bytes_reserved_peak{0};
+  /// Draft-model sessions (requests with spec "draft"): the KV bytes they hold now (counted in
+  /// the tiers above too) and the part of kv_bytes_reserved that is theirs.
+  std::atomic<int64_t> kv_bytes_draft{0};
+  std::atomic<int64_t> kv_bytes_reserved_draft{0};
   /// What kv_bytes_reserved is a fraction of: --kv-budget, or every session at full context.
   std::atomic<int64_t> kv_bytes_capacity{0};
   std::atomic<int64_t> kv_bytes_folder{0};           ///< snapshot bytes in the --prefix-cache folder

@@ -105,6 +105,10 @@ struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;  ///< prompt tokens whose prefill a cached prefix skipped
+  /// Speculation (kvq run --json's names): drafted tokens run, and of those, kept. Not in OpenAI's
+  /// usage object: the response's timings carry them as llama-server's draft_n, draft_n_accepted.
+  int64_t drafted_tokens = 0;
+  int64_t accepted_tokens = 0;
 };
 
 /// llama-server's `timings` object of a finished response (what its web UI shows per reply), on
@@ -117,6 +121,10 @@ struct Timings {
   double prompt_ms = 0;
   int64_t predicted_n = 0;  ///< tokens generated
   double predicted_ms = 0;
+  /// Speculation: drafted tokens run and, of those, kept (Usage::drafted_tokens,
+  /// accepted_tokens); written, as llama-server writes them, only when draft_n > 0.
+  int64_t draft_n = 0;
+  int64_t draft_n_accepted = 0;
   /// (predicted_n - 1) / predicted_ms in tokens per second; 0 with fewer than two tokens.
   double predicted_per_second() const;
 };

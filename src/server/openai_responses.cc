@@ -20,18 +20,24 @@ json UsageObject(const Usage& u) {
           {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
-// llama-server's field names; the per-token and per-second figures derived here, once.
+// llama-server's field names; the per-token and per-second figures derived here, once. The
+// speculation counts only when a draft ran, as llama-server does.
 json TimingsObject(const Timings& t) {
   const int64_t steps = t.predicted_n - 1;
-  return {{"cache_n", t.cache_n},
-          {"prompt_n", t.prompt_n},
-          {"prompt_ms", t.prompt_ms},
-          {"prompt_per_token_ms", t.prompt_n > 0 ? t.prompt_ms / static_cast<double>(t.prompt_n) : 0.0},
-          {"prompt_per_second", t.prompt_ms > 0 ? static_cast<double>(t.prompt_n) * 1e3 / t.prompt_ms : 0.0},
-          {"predicted_n", t.predicted_n},
-          {"predicted_ms", t.predicted_ms},
-          {"predicted_per_token_ms", steps > 0 ? t.predicted_ms / static_cast<double>(steps) : 0.0},
-          {"predicted_per_second", t.predicted_per_second()}};
+  json out = {{"cache_n", t.cache_n},
+                 {"prompt_n", t.prompt_n},
+                 {"prompt_ms", t.prompt_ms},
+                 {"prompt_per_token_ms", t.prompt_n > 0 ? t.prompt_ms / static_cast<double>(t.prompt_n) : 0.0},
+                 {"prompt_per_second", t.prompt_ms > 0 ? static_cast<double>(t.prompt_n) * 1e3 / t.prompt_ms : 0.0},
+                 {"predicted_n", t.predicted_n},
+                 {"predicted_ms", t.predicted_ms},
+                 {"predicted_per_token_ms", steps > 0 ? t.predicted_ms / static_cast<double>(steps) : 0.0},
+                 {"predicted_per_second", t.predicted_per_second()}};
+  if (t.draft_n > 0) {
+    out["draft_n"] = t.draft_n;
+    out["draft_n_accepted"] = t.draft_n_accepted;
+  }
+  return out;
 }
 
 json Envelope(Endpoint endpoint, const ResponseMeta& meta, bool chunk) {
@@ -69,7 +75,9 @@ Timings TimingsOf(const Usage& usage, double ttft_seconds, double total_seconds)
           .prompt_n = usage.prompt_tokens - usage.cached_tokens,
           .prompt_ms = first_ms,
           .predicted_n = usage.completion_tokens,
-          .predicted_ms = std::max(0.0, total_seconds * 1e3 - first_ms)};
+          .predicted_ms = std::max(0.0, total_seconds * 1e3 - first_ms),
+          .draft_n = usage.drafted_tokens,
+          .draft_n_accepted = usage.accepted_tokens};
 }
 
 std::string ApiError::Json() const {

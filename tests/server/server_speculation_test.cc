@@ -2,7 +2,8 @@
 // the server's default (a draft model included) concurrent requests, greedy and greedy with
 // penalties, give what they give alone; a hybrid speculates (its recurrent state restored from a
 // copy when a draft is rejected) and a hybrid cache that cannot drop a row at a time is refused;
-// requests ask for speculation with kvq's and llama-server's fields, and bad ones get a 400.
+// requests ask for speculation with kvq's and llama-server's fields, and bad ones get a 400; a
+// request's draft-model session counts against the KV budgets.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "kvq/kv_memory.h"
 #include "kvq/model.h"
 #include "kvq/session.h"
 #include "kvq/speculation.h"
@@ -174,8 +176,10 @@ TEST(Serve, AHybridSpeculatesAndGivesWhatItGivesAlone) {
 }
 
 // Per request: kvq's `spec` and llama-server's `speculative.*` fields on a server without a
-// default; the text is the request's alone, /metrics counts the drafts under vLLM's names, and a
-// bad field is a 400 naming it.
+// default; the text is the request's alone, its timings carry its drafted and kept tokens under
+// llama-server's names (draft_n, draft_n_accepted; absent when nothing was drafted), streamed
+// too, /metrics counts the drafts under kvq's, vLLM's and llama-server's names, and a bad field is
+// a 400 naming it.
 TEST(Serve, ARequestAsksForSpeculation) {
   TestServer server({.parallel = 2});
   const std::string prompt = "Once upon a time, there was a little dog";
@@ -183,19 +187,33 @@ TEST(Serve, ARequestAsksForSpeculation) {
   const std::vector<json> asks = {{{"spec", "suffix"}, {"speculative.n_max", 5}},
                                   {{"speculative.n_max", 3}, {"speculative.n_min", 2}},
                                   {{"spec", "ngram"}, {"speculative.n_max", 0}}};
-  int64_t drafted = 0;
+  int64_t drafted = 0, accepted = 0;
   for (const json& ask : asks) {
-    json body = {{"prompt", prompt}, {"max_tokens", 40}, {"temperature", 0}};
-    body.update(ask);
-    const json j = Body(server.Post("/v1/completions", body.dump()));
-    EXPECT_EQ(j["choices"][0]["text"], want) << ask.dump();
-    const int64_t now = server.metrics.spec_draft_tokens.load();
-    if (ask.value("speculative.n_max", 1) == 0) {
-      EXPECT_EQ(now, drafted) << ask.dump();  // n_max 0: none
-    } else {
-      EXPECT_GT(now, drafted) << ask.dump();
+    for (const bool stream : {false, true}) {
+      json body = {{"prompt", prompt}, {"max_tokens", 40}, {"temperature", 0}, {"stream", stream}};
+      body.update(ask);
+      httplib::Result r = server.Post("/v1/completions", body.dump());
+      ASSERT_TRUE(r);
+      // Streamed, the last chunk carries the timings.
+      const size_t last = r->body.rfind("data: {");
+      const json j = stream ? json::parse(r->body.substr(last + 6, r->body.find('\n', last) - last - 6), nullptr, false)
+                            : Body(r);
+      if (!stream) EXPECT_EQ(j["choices"][0]["text"], want) << ask.dump();
+      const int64_t now = server.metrics.spec_draft_tokens.load();
+      const int64_t now_accepted = server.metrics.spec_accepted_tokens.load();
+      // The request's own counts under llama-server's names, as it writes them: only when a draft ran.
+      const json timings = j.value("timings", json::object());
+      if (ask.value("speculative.n_max", 1) == 0) {
+        EXPECT_EQ(now, drafted) << ask.dump();  // n_max 0: none
+        EXPECT_FALSE(timings.contains("draft_n")) << timings.dump();
+      } else {
+        EXPECT_GT(now, drafted) << ask.dump();
+        EXPECT_EQ(timings.value("draft_n", int64_t{-1}), now - drafted) << ask.dump() << " " << timings.dump();
+        EXPECT_EQ(timings.value("draft_n_accepted", int64_t{-1}), now_accepted - accepted) << timings.dump();
+      }
+      drafted = now;
+      accepted = now_accepted;
     }
-    drafted = now;
   }
   const json chat = {{"messages", {{{"role", "user"}, {"content", "Tell me a story."}}}}, {"max_tokens", 30},
                      {"temperature", 0}, {"spec", "ngram"}};
@@ -220,8 +238,16 @@ TEST(Serve, ARequestAsksForSpeculation) {
                            "vllm:spec_decode_num_accepted_tokens_total", "kvq_spec_draft_tokens_total"}) {
     EXPECT_NE(m->body.find(std::string(name) + " "), std::string::npos) << name;
   }
-  EXPECT_NE(m->body.find(fmt::format("vllm:spec_decode_num_draft_tokens_total {}", server.metrics.spec_draft_tokens.load())),
-            std::string::npos);
+  // Every name of the same count gives it: kvq's, vLLM's and llama-server's.
+  for (const auto& [suffix, count] : std::vector<std::pair<std::string, int64_t>>{
+           {"num_drafts_total", server.metrics.spec_drafts.load()},
+           {"num_draft_tokens_total", server.metrics.spec_draft_tokens.load()},
+           {"num_accepted_tokens_total", server.metrics.spec_accepted_tokens.load()}}) {
+    for (const char* prefix : {"vllm:", "llamacpp:"}) {
+      EXPECT_NE(m->body.find(fmt::format("\n{}spec_decode_{} {}\n", prefix, suffix, count)), std::string::npos)
+          << prefix << suffix;
+    }
+  }
   const std::vector<std::pair<json, std::string>> bad = {{{{"spec", "eagle"}}, "spec"},
                                                          {{{"spec", "draft"}}, "spec"},
                                                          {{{"speculative.n_max", 65}}, "speculative.n_max"},
@@ -285,6 +311,167 @@ TEST(Serve, TheSuffixIndexDraftsFromEarlierRequestsAndChangesNoOutput) {
     }
   }
   EXPECT_GT(kept_second[1], kept_second[0]);
+}
+
+// Exact bytes a session of `model` holding `positions` takes with every layer's K and V in
+// `format`: the library's byte count (kvq/kv_memory.h) from the model's shape, not the engine's.
+int64_t SessionBytesFor(const Model& model, const std::string& format, int64_t positions) {
+  const Result<KvSpec> spec = ParseKvSpec(format);
+  EXPECT_TRUE(spec.ok()) << format;
+  const LayerFormats layer = LayerFormats::Of(*spec, *spec);
+  const ModelInfo& info = model.info();
+  const Result<int64_t> kv = KvBytesForContext(
+      std::span<const LayerFormats>(&layer, 1),
+      {.n_layers = info.n_attention_layers, .n_kv_heads = info.n_kv_heads, .head_dim = info.head_dim}, positions);
+  EXPECT_TRUE(kv.ok()) << kv.status().message();
+  return *kv + info.state_bytes;
+}
+
+int64_t Gauge(const std::string& metrics, const std::string& name) {
+  const size_t at = metrics.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stoll(metrics.substr(at + name.size() + 2));
+}
+
+// A request drafting with the draft model holds a session of it besides its own: its reservation
+// is the target's bytes for prompt + max_tokens positions plus the draft session's for as many
+// (the draft model with a 2-bit cache here), read back from /metrics; the draft session it leaves
+// behind holds no more than was reserved for it and is counted in the KV gauges. A budget one byte
+// short of the two together refuses it with a 413 naming both parts (per session and in all),
+// while the same request without the draft model fits and runs.
+TEST(Serve, ADraftModelsSessionCountsAgainstTheKvBudgets) {
+  const std::string prompt = "Once upon a time";
+  const int32_t kTokens = 40;
+  const SpeculationOptions spec = {.source = DraftSource::kModel, .max_draft = 4, .min_draft_probability = 1e-6,
+                                   .ungated = true, .draft_model = &Bundled(),
+                                   .draft_kv = {.key_format = "int2", .value_format = "int2"}};
+  const json body = {{"prompt", prompt}, {"max_tokens", kTokens}, {"temperature", 0}, {"ignore_eos", true}};
+  int64_t target = 0, draft = 0;
+  {
+    TestServer server({.parallel = 1, .speculation = spec});
+    const json j = Body(server.Post("/v1/completions", body.dump()));
+    ASSERT_EQ(j["usage"].value("completion_tokens", -1), kTokens) << j.dump();
+    const int64_t positions = j["usage"].value("prompt_tokens", 0) + kTokens;
+    target = SessionBytesFor(Bundled(), "f16", positions);
+    draft = SessionBytesFor(Bundled(), "int2", positions);
+    ASSERT_GT(draft, 0);
+    EXPECT_GT(server.metrics.spec_draft_tokens.load(), 0);  // it did draft with the model
+    httplib::Result m = server.Get("/metrics");
+    ASSERT_TRUE(m);
+    EXPECT_EQ(Gauge(m->body, "kvq_kv_bytes_reserved_peak"), target + draft) << m->body;
+    // Idle now: the slot's sessions are what it counts, the draft's bytes within its reservation.
+    const json slots = Body(server.Get("/slots"));
+    const int64_t held_draft = slots[0].value("draft_kv_bytes", int64_t{-1});
+    EXPECT_GT(held_draft, 0) << slots.dump();
+    EXPECT_LE(held_draft, draft) << slots.dump();
+    EXPECT_EQ(Gauge(m->body, "kvq_kv_bytes_draft"), held_draft);
+    EXPECT_EQ(Gauge(m->body, "kvq_kv_bytes_reserved_draft"), held_draft);
+    EXPECT_EQ(Gauge(m->body, "kvq_kv_bytes_reserved"), slots[0].value("kv_bytes", int64_t{0}) + held_draft);
+    EXPECT_EQ(slots[0].value("kv_reserved_bytes", int64_t{-1}), Gauge(m->body, "kvq_kv_bytes_reserved"));
+  }
+  // A per-session budget that holds the target's smallest request but not with its draft: a server
+  // drafting with the draft model by default is refused at start.
+  {
+    Metrics metrics;
+    const Result<std::unique_ptr<Engine>> refused = Engine::Create(
+        Bundled(), {.kv_budget_per_session_bytes = SessionBytesFor(Bundled(), "f16", 2), .speculation = spec}, &metrics);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("the draft model's session"), std::string::npos)
+        << refused.status().message();
+  }
+  for (const bool per_session : {true, false}) {
+    SCOPED_TRACE(per_session ? "--kv-budget-per-session" : "--kv-budget");
+    EngineOptions o = {.parallel = 1, .speculation = spec};
+    (per_session ? o.kv_budget_per_session_bytes : o.kv_budget_bytes) = target + draft - 1;
+    TestServer server(o);
+    httplib::Result r = server.Post("/v1/completions", body.dump());
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 413) << r->body;
+    const json error = Body(r).value("error", json::object());
+    EXPECT_EQ(error.value("code", ""), "kv_budget_exceeded") << r->body;
+    const std::string message = error.value("message", "");
+    for (const std::string& part : {fmt::format("need {} B of KV cache", target),
+                                    fmt::format("the draft model's session (spec \"draft\") {} B more", draft),
+                                    fmt::format("{} B in all", target + draft),
+                                    std::string(per_session ? "--kv-budget-per-session" : "--kv-budget)")}) {
+      EXPECT_NE(message.find(part), std::string::npos) << part << " in: " << message;
+    }
+    EXPECT_EQ(server.metrics.spec_draft_tokens.load(), 0);
+    // Without the draft model it fits: prompt lookup, or no speculation.
+    for (const json& ask : {json{{"spec", "ngram"}}, json{{"speculative.n_max", 0}}}) {
+      json plain = body;
+      plain.update(ask);
+      httplib::Result ok = server.Post("/v1/completions", plain.dump());
+      ASSERT_TRUE(ok);
+      EXPECT_EQ(ok->status, 200) << ask.dump() << ": " << ok->body;
+    }
+  }
+}
+
+// A request run through the engine to its end: its text and its final usage.
+struct Ran {
+  std::string text;
+  Usage usage;
+};
+Ran RunToEnd(const std::shared_ptr<Job>& job) {
+  Ran out;
+  Job::News news;
+  do {
+    news = job->Wait(std::chrono::seconds(60));
+    out.text += news.text;
+  } while (!news.finished);
+  EXPECT_FALSE(news.error.has_value()) << news.error->message;
+  out.usage = news.usage;
+  return out;
+}
+
+// The engine drafts every slot's draft-model draft in the same passes of the draft model
+// (DraftByModels: one RunBatch per round of drafted tokens), and each draft is the one it makes
+// alone: four requests at once give each the text, drafted tokens and kept tokens it gets alone
+// (ungated: the draft lengths do not depend on timing), in fewer passes of the draft model than
+// the four alone took together.
+TEST(Serve, DraftModelPassesAreBatchedAcrossSlotsAndEachDraftIsItsAlone) {
+  const std::vector<std::string> prompts = {"Once upon a time", "The cat sat", "Lily went to the park",
+                                            "Tom had a red ball"};
+  const SpeculationOptions spec = {.source = DraftSource::kModel, .max_draft = 4, .min_draft_probability = 1e-6,
+                                   .ungated = true, .draft_model = &Bundled(),
+                                   .draft_kv = {.key_format = "int2", .value_format = "int2"}};
+  auto job_spec = [&](const std::string& prompt) {
+    return JobSpec{.prompt = Bundled().Tokenize(prompt), .max_tokens = 40, .sampling = {.temperature = 0},
+                   .ignore_eos = true, .speculation = spec};
+  };
+  std::vector<Ran> alone;
+  int64_t alone_passes = 0;
+  for (const std::string& p : prompts) {
+    Metrics metrics;
+    Result<std::unique_ptr<Engine>> e = Engine::Create(Bundled(), {.parallel = 1, .speculation = spec}, &metrics);
+    ASSERT_TRUE(e.ok()) << e.status().message();
+    auto job = (*e)->Submit(job_spec(p));
+    ASSERT_TRUE(std::holds_alternative<std::shared_ptr<Job>>(job));
+    alone.push_back(RunToEnd(std::get<std::shared_ptr<Job>>(job)));
+    alone_passes += metrics.spec_draft_model_passes.load();
+  }
+  Metrics metrics;
+  Result<std::unique_ptr<Engine>> e = Engine::Create(Bundled(), {.parallel = 4, .speculation = spec}, &metrics);
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (const std::string& p : prompts) {
+    auto job = (*e)->Submit(job_spec(p));
+    ASSERT_TRUE(std::holds_alternative<std::shared_ptr<Job>>(job));
+    jobs.push_back(std::get<std::shared_ptr<Job>>(job));
+  }
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const Ran together = RunToEnd(jobs[i]);
+    EXPECT_EQ(together.text, alone[i].text) << prompts[i];
+    EXPECT_EQ(together.usage.completion_tokens, 40) << prompts[i];
+    EXPECT_GT(alone[i].usage.drafted_tokens, alone[i].usage.accepted_tokens) << prompts[i];  // kept and rejected
+    EXPECT_GT(alone[i].usage.accepted_tokens, 0) << prompts[i];
+    EXPECT_EQ(together.usage.drafted_tokens, alone[i].usage.drafted_tokens) << prompts[i];
+    EXPECT_EQ(together.usage.accepted_tokens, alone[i].usage.accepted_tokens) << prompts[i];
+  }
+  std::printf("draft-model passes: %lld for four requests at once, %lld for the four alone\n",
+              static_cast<long long>(metrics.spec_draft_model_passes.load()), static_cast<long long>(alone_passes));
+  EXPECT_LT(metrics.spec_draft_model_passes.load(), alone_passes);
 }
 
 }  // namespace
