@@ -94,51 +94,33 @@ void Engine::PrepareDraft(Slot& slot) {
   const int64_t room = std::min<int64_t>(session.context() - session.positions() - 1,
                                          job.spec.max_tokens - static_cast<int64_t>(job.generator->tokens().size()));
   const int32_t most = static_cast<int32_t>(std::clamp<int64_t>(room, 0, o.max_draft));
-  if (!job.gate) job.gate.emplace(o.max_draft);
+  if (!job.drafter) job.drafter.emplace(o);
   const std::span<const int32_t> held = session.tokens();
   job.history.assign(held.begin(), held.end());
   job.history.push_back(slot.next_token);
-  std::vector<int32_t> draft;
-  int32_t drafted = 0;
-  if (o.source == DraftSource::kModel) {
-    // A model's draft costs a pass of the draft per token: the gate chooses the length first.
-    const int32_t want = o.ungated ? most : job.gate->Choose(most);
-    job.gated = want < most;
-    if (!slot.draft) {
-      Result<std::unique_ptr<Session>> made = o.draft_model->NewSession(o.draft_kv);
-      if (!made.ok()) {  // no draft: the request decodes a token per step, as it would without
-        Log(LogLevel::kWarning, "serve: the draft model's session: " + made.status().message());
-        job.spec.speculation.source = DraftSource::kNone;
-        return;
-      }
-      slot.draft = std::move(made).value();
-    }
-    Result<std::vector<int32_t>> d = DraftByModel(*slot.draft, job.history, want, o.min_draft_probability);
-    if (!d.ok()) {
-      Log(LogLevel::kWarning, "serve: the draft model: " + d.status().message());
-      slot.draft.reset();  // what it holds is unknown: a new one next time
+  if (o.source == DraftSource::kModel && !slot.draft) {
+    Result<std::unique_ptr<Session>> made = o.draft_model->NewSession(o.draft_kv);
+    if (!made.ok()) {  // no draft: the request decodes a token per step, as it would without
+      Log(LogLevel::kWarning, "serve: the draft model's session: " + made.status().message());
+      job.spec.speculation.source = DraftSource::kNone;
       return;
     }
-    draft = std::move(d).value();
-    drafted = static_cast<int32_t>(draft.size());
-  } else {
-    if (o.source == DraftSource::kSuffix) {
-      if (!job.tree) job.tree.emplace(o.max_ngram + o.max_draft);
-      for (; job.in_tree < job.history.size(); ++job.in_tree) job.tree->Append(job.history[job.in_tree]);
-      draft = job.tree->Draft(job.history, most, o);
-      if (suffix_index_ && static_cast<int32_t>(draft.size()) < most) {  // the longer draft of the two
-        std::vector<int32_t> shared = suffix_index_->Draft(job.history, most, o);
-        if (shared.size() > draft.size()) {
-          draft = std::move(shared);
-          metrics_->spec_index_drafts++;
-        }
-      }
-    } else {
-      draft = DraftByLookup(job.history, most, o);
-    }
-    drafted = o.ungated ? static_cast<int32_t>(draft.size()) : job.gate->Choose(static_cast<int32_t>(draft.size()));
-    job.gated = drafted < static_cast<int32_t>(draft.size());
+    slot.draft = std::move(made).value();
   }
+  Drafter::ExtraDrafter shared;  // the index over recent requests, for suffix drafts
+  if (o.source == DraftSource::kSuffix && suffix_index_) {
+    shared = [&](std::span<const int32_t> seq, int32_t n) { return suffix_index_->Draft(seq, n, o); };
+  }
+  Result<Drafter::Draft> d = job.drafter->Next(job.history, most, slot.draft.get(), shared);
+  if (!d.ok()) {
+    Log(LogLevel::kWarning, "serve: the draft model: " + d.status().message());
+    slot.draft.reset();  // what it holds is unknown: a new one next time
+    return;
+  }
+  if (d->from_extra) metrics_->spec_index_drafts++;
+  job.gated = d->gated;
+  int32_t drafted = static_cast<int32_t>(d->tokens.size());
+  const std::vector<int32_t>& draft = d->tokens;
   if (drafted < job.spec.min_draft) drafted = 0;
   slot.pass.insert(slot.pass.end(), draft.begin(), draft.begin() + drafted);
   for (int32_t i = 0; i < drafted; ++i) slot.rows.push_back(i);
@@ -155,7 +137,7 @@ int32_t Engine::AdvanceDrafted(Slot& slot, double seconds) {
   Job& job = *slot.job;
   const int32_t drafted = static_cast<int32_t>(slot.pass.size()) - 1;
   if (drafted == 0) {
-    if (job.gate) job.gate->Record(0, 0, seconds, job.gated);
+    if (job.drafter) job.drafter->Record(0, 0, seconds, job.gated);
     Advance(slot);
     return 0;
   }
@@ -165,24 +147,11 @@ int32_t Engine::AdvanceDrafted(Slot& slot, double seconds) {
   int32_t accepted = 0;
   // Ends the judging: records the pass and drops the drafted tokens not kept from the cache.
   auto settle = [&]() -> bool {
-    job.gate->Record(drafted, accepted, seconds, false);
+    job.drafter->Record(drafted, accepted, seconds, false);
     metrics_->spec_drafts++;
     metrics_->spec_draft_tokens += drafted;
     metrics_->spec_accepted_tokens += accepted;
-    const int64_t kept = before + 1 + accepted;
-    if (session.positions() == kept) return true;
-    // A hybrid goes back to its state before the pass and runs the kept tokens again (alone: a
-    // session's bits do not depend on the batch it ran in).
-    const Status st = model_.info().state_bytes == 0 ? session.Truncate(kept)
-                      : !job.checkpoint.empty()     ? session.Truncate(before, job.checkpoint)
-                                                    : Status::Error("no recurrent state saved before the pass");
-    if (st.ok() && session.positions() < kept) {
-      if (Status run = session.Prefill(std::span<const int32_t>(slot.pass).first(1 + accepted)); !run.ok()) {
-        Finish(slot, FinishReason::kStop, ServerError("dropping a rejected draft: " + run.message()));
-        return false;
-      }
-    }
-    if (!st.ok()) {
+    if (Status st = KeepDraftedPrefix(session, before, slot.pass, 1 + accepted, job.checkpoint); !st.ok()) {
       Finish(slot, FinishReason::kStop, ServerError("dropping a rejected draft: " + st.message()));
       return false;
     }
