@@ -190,6 +190,10 @@ class Drafter {
   /// only); errors are the draft model's.
   Result<Draft> Next(std::span<const int32_t> sequence, int32_t most, Session* draft_session,
                      const ExtraDrafter& extra = {});
+  /// A draft model's draft length for the next pass, chosen before it is drafted (Next does this;
+  /// kvq serve drafts every slot's draft in one batched pass of the draft model, DraftByModels):
+  /// at most `most`; *gated: fewer than `most`.
+  int32_t ModelDraftLength(int32_t most, bool* gated) const;
   /// Records a pass (SpeculationGate::Record).
   void Record(int32_t drafted, int32_t accepted, double seconds, bool gated) {
     gate_.Record(drafted, accepted, seconds, gated);

@@ -216,15 +216,20 @@ Drafter::Drafter(const SpeculationOptions& options) : options_(options), gate_(o
   if (options.source == DraftSource::kSuffix) tree_.emplace(options.max_ngram + options.max_draft);
 }
 
+int32_t Drafter::ModelDraftLength(int32_t most, bool* gated) const {
+  // A model's draft costs a pass of the draft per token: the gate chooses the length first.
+  const int32_t want = options_.ungated || most <= 0 ? std::max(most, 0) : gate_.Choose(most);
+  *gated = want < most;
+  return want;
+}
+
 Result<Drafter::Draft> Drafter::Next(std::span<const int32_t> sequence, int32_t most, Session* draft_session,
                                      const ExtraDrafter& extra) {
   Draft d;
   const SpeculationOptions& o = options_;
   if (o.source == DraftSource::kNone || most <= 0) return d;
   if (o.source == DraftSource::kModel) {
-    // A model's draft costs a pass of the draft per token: the gate chooses the length first.
-    const int32_t want = o.ungated ? most : gate_.Choose(most);
-    d.gated = want < most;
+    const int32_t want = ModelDraftLength(most, &d.gated);
     if (draft_session == nullptr) return Status::Error("Drafter: a draft model's source needs the draft session");
     Result<std::vector<int32_t>> tokens = DraftByModel(*draft_session, sequence, want, o.min_draft_probability);
     if (!tokens.ok()) return tokens.status();
