@@ -30,6 +30,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -182,5 +184,53 @@ class SpeculationGate {
   double acceptance_ = 0.5;             // prior until drafts are seen
   std::vector<double> seconds_;         // [max_draft + 1]: smoothed seconds of a pass of i + 1 tokens; 0 unknown
 };
+
+
+/// One sequence's drafting, as Session::Generate and kvq serve both draft: the source chosen by the
+/// options (prompt lookup, the sequence's suffix tree, or a draft model's session), the gate that
+/// decides how many drafted tokens a pass runs, and what the gate has learnt. One per sequence
+/// being generated; a draft model's session is the caller's (it outlives a completion).
+class Drafter {
+ public:
+  explicit Drafter(const SpeculationOptions& options);
+  struct Draft {
+    std::vector<int32_t> tokens;  ///< to run after the sequence's last token, in order
+    bool gated = false;           ///< the gate ran fewer than were drafted (or none)
+    bool from_extra = false;      ///< the tokens are the `extra` drafter's
+  };
+  /// Another suffix drafter consulted after the sequence's own (kvq serve's index over recent
+  /// requests): its draft of (sequence, most) replaces the own one when longer.
+  using ExtraDrafter = std::function<std::vector<int32_t>(std::span<const int32_t>, int32_t)>;
+  /// The next pass's draft after `sequence` (every token the session holds, then the token about
+  /// to run): at most `most` tokens. A draft model's draft is as long as the gate chooses before
+  /// it is drafted (each of its tokens costs a pass of the draft model); the others are drafted
+  /// first and then cut by the gate. `draft_session`: the draft model's session (DraftSource::kModel
+  /// only); errors are the draft model's.
+  Result<Draft> Next(std::span<const int32_t> sequence, int32_t most, Session* draft_session,
+                     const ExtraDrafter& extra = {});
+  /// A draft model's draft length for the next pass, chosen before it is drafted (Next does this;
+  /// kvq serve drafts every slot's draft in one batched pass of the draft model, DraftByModels):
+  /// at most `most`; *gated: fewer than `most`.
+  int32_t ModelDraftLength(int32_t most, bool* gated) const;
+  /// Records a pass (SpeculationGate::Record).
+  void Record(int32_t drafted, int32_t accepted, double seconds, bool gated) {
+    gate_.Record(drafted, accepted, seconds, gated);
+  }
+  const SpeculationOptions& options() const { return options_; }
+
+ private:
+  SpeculationOptions options_;
+  SpeculationGate gate_;
+  std::optional<SuffixTree> tree_;  // DraftSource::kSuffix: over the sequence's tokens
+  size_t in_tree_ = 0;              // how many of the sequence's tokens tree_ holds
+};
+
+/// After a pass of `pass` tokens run from position `before` (a token, then its draft), keeps the
+/// first `kept` of them in `session` and drops the rest, exactly: KV rows by Session::Truncate; a
+/// hybrid's recurrent state, which cannot drop tokens, goes back to `checkpoint` (the state before
+/// the pass, [state floats]; required when the session has a recurrent state) and the kept tokens
+/// run again (alone: a session's bits do not depend on the pass they ran in).
+Status KeepDraftedPrefix(Session& session, int64_t before, std::span<const int32_t> pass, int32_t kept,
+                         std::span<const float> checkpoint);
 
 }  // namespace kvq

@@ -248,13 +248,9 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
   Generator& g = generator.value();
   Sampler sampler(request.sampling);
   const SpeculationOptions& spec = request.speculation;
-  SpeculationGate gate(spec.max_draft);
-  // Suffix drafts: the tree over the session's tokens, extended as they are kept (in_tree of them).
-  SuffixTree tree(spec.source == DraftSource::kSuffix ? spec.max_ngram + spec.max_draft : 1);
-  size_t in_tree = 0;
+  Drafter drafter(spec);
   // A hybrid's recurrent state cannot drop a rejected draft's tokens: it is copied before each pass
-  // with a draft, and on a rejection restored while the KV rows are dropped, and the kept tokens
-  // run again from it. checkpoint: [state_floats] the state before the pass.
+  // with a draft, to go back to (KeepDraftedPrefix). checkpoint: [state_floats] the state before the pass.
   std::vector<float> checkpoint;
   std::vector<int32_t> pass;       // [1 + drafted] the next pass: a drawn token, then its draft
   std::vector<int32_t> rows;       // [drafted] logits_at: the rows that judge the draft
@@ -298,31 +294,12 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
                                              request.max_tokens < 0 ? INT32_MAX : request.max_tokens - g.tokens().size());
       const int32_t most = static_cast<int32_t>(std::clamp<int64_t>(room, 0, spec.max_draft));
       s.tokens.push_back(token);  // the sequence the draft continues (popped at once)
-      std::vector<int32_t> draft;
-      if (spec.source == DraftSource::kModel) {
-        // A model's draft costs a pass of the draft per token: the gate chooses the length first.
-        const int32_t want = spec.ungated ? most : gate.Choose(most);
-        gated = want < most;
-        Result<std::vector<int32_t>> d = DraftByModel(*s.draft, s.tokens, want, spec.min_draft_probability);
-        if (!d.ok()) {
-          s.tokens.pop_back();
-          return failed(Status::Error("Generate: the draft model: " + d.status().message()));
-        }
-        draft = std::move(d).value();
-      } else if (spec.source == DraftSource::kSuffix) {
-        for (; in_tree < s.tokens.size(); ++in_tree) tree.Append(s.tokens[in_tree]);
-        draft = tree.Draft(s.tokens, most, spec);
-      } else {
-        draft = DraftByLookup(s.tokens, most, spec);
-      }
+      Result<Drafter::Draft> draft = drafter.Next(s.tokens, most, s.draft.get());
       s.tokens.pop_back();
-      if (spec.source == DraftSource::kModel) {
-        drafted = static_cast<int32_t>(draft.size());
-      } else {
-        drafted = spec.ungated ? static_cast<int32_t>(draft.size()) : gate.Choose(static_cast<int32_t>(draft.size()));
-        gated = drafted < static_cast<int32_t>(draft.size());
-      }
-      pass.insert(pass.end(), draft.begin(), draft.begin() + drafted);
+      if (!draft.ok()) return failed(Status::Error("Generate: the draft model: " + draft.status().message()));
+      drafted = static_cast<int32_t>(draft->tokens.size());
+      gated = draft->gated;
+      pass.insert(pass.end(), draft->tokens.begin(), draft->tokens.end());
     }
     rows.resize(drafted);
     for (int32_t i = 0; i < drafted; ++i) rows[i] = i;
@@ -344,15 +321,8 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
       if (!keep(drawn)) break;
       ++ran;
     }
-    if (ran < static_cast<int32_t>(pass.size())) {
-      if (s.cache->state_floats() == 0) {
-        if (Status st = Truncate(before + ran); !st.ok()) return failed(st);
-      } else {
-        if (Status st = Truncate(before, checkpoint); !st.ok()) return failed(st);
-        if (Status st = Prefill(std::span<const int32_t>(pass).first(ran)); !st.ok()) return failed(st);
-      }
-    }
-    gate.Record(drafted, ran - 1, std::chrono::duration<double>(Clock::now() - pass_start).count(), gated);
+    if (Status st = KeepDraftedPrefix(*this, before, pass, ran, checkpoint); !st.ok()) return failed(st);
+    drafter.Record(drafted, ran - 1, std::chrono::duration<double>(Clock::now() - pass_start).count(), gated);
     c.speculation.passes += 1;
     c.speculation.drafted += drafted;
     c.speculation.accepted += ran - 1;

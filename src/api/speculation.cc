@@ -1,6 +1,9 @@
-// Speculative decoding's parts that do not run the model (see include/kvq/speculation.h): the
-// prompt-lookup and suffix-tree drafters and the gate. Session::Generate runs the passes.
+// Speculative decoding's drafting (see include/kvq/speculation.h): the prompt-lookup and
+// suffix-tree drafters, the gate, the Drafter that chooses a sequence's next draft with them, and
+// dropping a pass's rejected tokens. Session::Generate and kvq serve run the passes.
 #include "kvq/speculation.h"
+
+#include "kvq/session.h"
 
 #include <fmt/format.h>
 
@@ -206,6 +209,61 @@ void SpeculationGate::Record(int32_t drafted, int32_t accepted, double seconds, 
   } else if (gated) {
     acceptance_ += kRecovery * (kPriorAcceptance - acceptance_);
   }
+}
+
+
+Drafter::Drafter(const SpeculationOptions& options) : options_(options), gate_(options.max_draft) {
+  if (options.source == DraftSource::kSuffix) tree_.emplace(options.max_ngram + options.max_draft);
+}
+
+int32_t Drafter::ModelDraftLength(int32_t most, bool* gated) const {
+  // A model's draft costs a pass of the draft per token: the gate chooses the length first.
+  const int32_t want = options_.ungated || most <= 0 ? std::max(most, 0) : gate_.Choose(most);
+  *gated = want < most;
+  return want;
+}
+
+Result<Drafter::Draft> Drafter::Next(std::span<const int32_t> sequence, int32_t most, Session* draft_session,
+                                     const ExtraDrafter& extra) {
+  Draft d;
+  const SpeculationOptions& o = options_;
+  if (o.source == DraftSource::kNone || most <= 0) return d;
+  if (o.source == DraftSource::kModel) {
+    const int32_t want = ModelDraftLength(most, &d.gated);
+    if (draft_session == nullptr) return Status::Error("Drafter: a draft model's source needs the draft session");
+    Result<std::vector<int32_t>> tokens = DraftByModel(*draft_session, sequence, want, o.min_draft_probability);
+    if (!tokens.ok()) return tokens.status();
+    d.tokens = std::move(tokens).value();
+    return d;
+  }
+  if (o.source == DraftSource::kSuffix) {
+    for (; in_tree_ < sequence.size(); ++in_tree_) tree_->Append(sequence[in_tree_]);
+    d.tokens = tree_->Draft(sequence, most, o);
+  } else {
+    d.tokens = DraftByLookup(sequence, most, o);
+  }
+  if (extra && static_cast<int32_t>(d.tokens.size()) < most) {  // the longer draft of the two
+    std::vector<int32_t> other = extra(sequence, most);
+    if (other.size() > d.tokens.size()) {
+      d.tokens = std::move(other);
+      d.from_extra = true;
+    }
+  }
+  const int32_t available = static_cast<int32_t>(d.tokens.size());
+  const int32_t run = o.ungated ? available : gate_.Choose(available);
+  d.gated = run < available;
+  d.tokens.resize(run);
+  return d;
+}
+
+Status KeepDraftedPrefix(Session& session, int64_t before, std::span<const int32_t> pass, int32_t kept,
+                         std::span<const float> checkpoint) {
+  const int64_t keep_to = before + kept;
+  if (session.positions() == keep_to) return Status::Ok();
+  if (session.recurrent_state().empty()) return session.Truncate(keep_to);
+  if (checkpoint.empty()) return Status::Error("dropping a rejected draft: no recurrent state saved before the pass");
+  if (Status st = session.Truncate(before, checkpoint); !st.ok()) return st;
+  return session.Prefill(pass.first(kept));
 }
 
 }  // namespace kvq

@@ -146,11 +146,9 @@ class Job {
   // Scheduler-side state (only the scheduler thread touches these).
   std::optional<Generator> generator;  // made when the prompt has run; decides every sampled token
   std::vector<float> constrained;      // [vocab] the logits as the grammar leaves them (with one)
-  // Speculation (spec.speculation): the gate and the suffix tree over the session's tokens
-  // (in_tree of them), made at the first decode step; row: [vocab] a judged position's logits.
-  std::optional<SpeculationGate> gate;
-  std::optional<SuffixTree> tree;
-  size_t in_tree = 0;
+  // Speculation (spec.speculation): the request's drafter (source, gate, suffix tree), made at
+  // the first decode step; row: [vocab] a judged position's logits.
+  std::optional<Drafter> drafter;
   std::vector<int32_t> history;  // [positions + 1] scratch: the session's tokens and the next one
   std::vector<float> row;
   std::vector<float> checkpoint;  // [state floats] a hybrid's recurrent state before a drafted pass
