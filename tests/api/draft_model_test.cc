@@ -32,11 +32,6 @@ SynthSpec TinyLlama(int64_t n_layers, int64_t vocab_size = 0) {
           .hidden_dim = 128, .vocab_size = vocab_size, .context = 1024, .type = "f32", .seed = 3};
 }
 
-std::string FileBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 // Three prompts: a story told twice (text that repeats), plain text, random ids.
 std::vector<std::vector<int32_t>> Prompts(const Model& m) {
   const std::string story = "Once upon a time, there was a little girl named Lily. She loved to play outside. ";
@@ -44,26 +39,11 @@ std::vector<std::vector<int32_t>> Prompts(const Model& m) {
           test::RandomIds(40, m.info().vocab_size, 11)};
 }
 
-struct Outcome {
-  Completion completion;
-  std::string cache;  // the session's snapshot file afterwards (SavePrefix)
-};
+using Outcome = test::GenerateOutcome;
 
 Outcome Generate(const Model& m, const KvOptions& kv, std::span<const int32_t> prompt,
                  const GenerateRequest& request) {
-  Outcome out;
-  std::unique_ptr<Session> s = test::NewSessionOrFail(m, kv);
-  if (s == nullptr) return out;
-  Result<Completion> c = s->Generate(prompt, request);
-  EXPECT_TRUE(c.ok()) << c.status().message();
-  if (!c.ok()) return out;
-  out.completion = std::move(c).value();
-  const std::string path =
-      (fs::path(::testing::TempDir()) / ("kvq_draft_" + std::to_string(::getpid()) + ".snap")).string();
-  EXPECT_TRUE(s->SavePrefix(path).ok());
-  out.cache = FileBytes(path);
-  fs::remove(path);
-  return out;
+  return test::GenerateAndSnapshot(m, kv, prompt, request, "kvq_draft");
 }
 
 void ExpectSame(const Outcome& spec, const Outcome& plain, const std::string& what) {

@@ -33,26 +33,10 @@ namespace fs = std::filesystem;
 constexpr int32_t kDraft = kPrefillBlock;  // drafted tokens per pass: the pass is one block and one token
 constexpr int32_t kTokens = 160;
 
-struct Outcome {
-  Completion completion;
-  std::string cache;  // the session's snapshot file afterwards (SavePrefix): KV and recurrent state
-};
+using Outcome = test::GenerateOutcome;
 
 Outcome Generate(const Model& m, const std::vector<int32_t>& prompt, const GenerateRequest& request) {
-  Outcome out;
-  std::unique_ptr<Session> s = test::NewSessionOrFail(m, {.page_positions = 64});
-  if (s == nullptr) return out;
-  Result<Completion> c = s->Generate(prompt, request);
-  EXPECT_TRUE(c.ok()) << c.status().message();
-  if (!c.ok()) return out;
-  out.completion = std::move(c).value();
-  const std::string path =
-      (fs::path(::testing::TempDir()) / ("kvq_hybrid_spec_" + std::to_string(::getpid()) + ".snap")).string();
-  EXPECT_TRUE(s->SavePrefix(path).ok());
-  std::ifstream in(path, std::ios::binary);
-  out.cache.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  fs::remove(path);
-  return out;
+  return test::GenerateAndSnapshot(m, {.page_positions = 64}, prompt, request, "kvq_hybrid_spec");
 }
 
 // The tiny synth preset of `arch`; none is a failure (a hybrid architecture nobody can test).
@@ -121,7 +105,9 @@ TEST(HybridSpeculation, VerifyPassesAcrossABlockBoundaryGiveTheTokensOfPlainDeco
             long_passes += st.passes;
             // Every draft kept; the last drafted token is the completion's last, kept but never
             // run, so not counted as accepted.
-            if (std::string(draft_kv) == "f16") EXPECT_EQ(st.accepted, st.drafted - 1) << arm;
+            if (std::string(draft_kv) == "f16") {
+              EXPECT_EQ(st.accepted, st.drafted - 1) << arm;
+            }
           }
           std::printf("%s %s: %lld passes, %lld drafted, %lld kept\n", arch.name, arm.c_str(),
                       static_cast<long long>(st.passes), static_cast<long long>(st.drafted),
@@ -186,7 +172,9 @@ TEST(HybridSpeculation, TheEnginesLongPassesGiveTheTextOfPlainDecoding) {
       }
       // Long drafts ran; from the f16 cache all were kept, from the int8 one some were not.
       EXPECT_GE(metrics.spec_draft_tokens.load(), 2 * kDraft);
-      if (std::string(draft_kv) == "int8") EXPECT_LT(metrics.spec_accepted_tokens.load(), metrics.spec_draft_tokens.load());
+      if (std::string(draft_kv) == "int8") {
+        EXPECT_LT(metrics.spec_accepted_tokens.load(), metrics.spec_draft_tokens.load());
+      }
       std::printf("%s engine, drafts from a %s cache: %lld drafts, %lld drafted, %lld kept\n", arch.name, draft_kv,
                   static_cast<long long>(metrics.spec_drafts.load()),
                   static_cast<long long>(metrics.spec_draft_tokens.load()),

@@ -7,8 +7,11 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -59,6 +62,33 @@ inline std::unique_ptr<Session> NewSessionOrFail(const Model& m, const KvOptions
   Result<std::unique_ptr<Session>> s = m.NewSession(kv);
   EXPECT_TRUE(s.ok()) << s.status().message();
   return s.ok() ? std::move(s).value() : nullptr;
+}
+
+/// What a completion left: the completion, and the session's snapshot afterwards (SavePrefix: its
+/// KV and any recurrent state) as bytes, for comparing two runs cache for cache.
+struct GenerateOutcome {
+  Completion completion;
+  std::string cache;
+};
+
+/// Generate(prompt, request) on a new session of `m` with `kv`; `tag` names the snapshot's temporary
+/// file. Failures are added to the test (and leave the outcome empty).
+inline GenerateOutcome GenerateAndSnapshot(const Model& m, const KvOptions& kv, std::span<const int32_t> prompt,
+                                           const GenerateRequest& request, const std::string& tag) {
+  GenerateOutcome out;
+  std::unique_ptr<Session> s = NewSessionOrFail(m, kv);
+  if (s == nullptr) return out;
+  Result<Completion> c = s->Generate(prompt, request);
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  if (!c.ok()) return out;
+  out.completion = std::move(c).value();
+  const std::string path =
+      (std::filesystem::path(::testing::TempDir()) / (tag + "_" + std::to_string(::getpid()) + ".snap")).string();
+  EXPECT_TRUE(s->SavePrefix(path).ok());
+  std::ifstream in(path, std::ios::binary);
+  out.cache.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  std::filesystem::remove(path);
+  return out;
 }
 
 /// `n` ids drawn uniformly from [0, vocab) by a generator seeded with `seed`.
