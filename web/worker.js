@@ -503,12 +503,13 @@ function CpuEngine(p) {
   };
 }
 
-// The WebGPU path: web/gpu/gpu_engine.js runs the module's step program of the model token by
-// token (prompt included: prefill is not batched on the GPU yet), greedy, its KV master in the
-// module's KvCache: resident on the GPU for specs with WGSL encoders (one submit and readback a
-// token), mixed when such a context is over the device budget (the newest pages resident, older
-// ones streamed from the master: still one readback a token), else streamed to the GPU's slots
-// for attention (stats().gpu.kv_path says which, and why).
+// The WebGPU path: web/gpu/gpu_engine.js runs the module's step program of the model, greedy, the
+// prompt in blocks (one submit and one readback a block on the resident and mixed paths; token by
+// token on the stream path), its KV master in the module's KvCache: resident on the GPU for specs
+// with WGSL encoders (one submit and readback a token), mixed when such a context is over the
+// device budget (the newest pages resident, older ones streamed from the master: still one
+// readback a token), else streamed to the GPU's slots for attention (stats().gpu.kv_path says
+// which, and why).
 async function GpuEngine(p) {
   if (!gpu_step) {
     const {GpuModelRunner} = await import('./gpu/gpu_engine.js');
@@ -518,10 +519,12 @@ async function GpuEngine(p) {
   const c = gpu_program.config;
   const plan = runner.NewSequence(p.kv_k, p.kv_v, p.device_budget_bytes || 0);
   const counts0 = {...runner.counts};
+  let decode0 = counts0;  // the counts when the prompt was in: per-step figures are the decode's
   let last = null;
   return {
     prefill: async (prompt_ids) => {
-      for (const id of prompt_ids) last = await runner.Step(id);
+      last = await runner.Prefill(prompt_ids);
+      decode0 = {...runner.counts};
     },
     sample: () => last.token,
     decode: async (token) => {
@@ -531,11 +534,11 @@ async function GpuEngine(p) {
     completion: (options, prompt_ids) => api.generatorNewForSequence(model, prompt_ids.at(-1), runner.positions, options),
     // What the CPU path's session reports; bytes per token are the cache's planned bytes at full
     // context over the context (its f32 sink and residual rows spread over every position). gpu:
-    // this generation's steps and, per step, the submits and readbacks of the step program and the
-    // submits of the KV device.
+    // this generation's decode steps and, per step, the submits and readbacks of the step program
+    // and the submits of the KV device; the prompt's tokens, submits and readbacks (its blocks).
     stats: () => {
-      const counts = runner.counts, steps = counts.steps - counts0.steps;
-      const per = (k) => steps ? (counts[k] - counts0[k]) / steps : 0;
+      const counts = runner.counts, steps = counts.steps - decode0.steps;
+      const per = (k) => steps ? (counts[k] - decode0[k]) / steps : 0;
       const positions = runner.positions;
       return {session: {positions, context: model_context, kv_key_format: p.kv_k, kv_value_format: p.kv_v,
                         kv_bytes_per_token: Math.round(plan.total_bytes / model_context),
@@ -545,6 +548,8 @@ async function GpuEngine(p) {
                         device_slots: plan.device_slots, device_bytes: plan.device_bytes},
               gpu: {steps, submits_per_step: per('submits'), readbacks_per_step: per('readbacks'),
                     kv_device_submits_per_step: per('device_submits'), weight_bytes: runner.weight_bytes,
+                    prefill: {tokens: decode0.steps - counts0.steps, submits: decode0.submits - counts0.submits,
+                              readbacks: decode0.readbacks - counts0.readbacks},
                     kv_path: runner.path, kv_path_why: runner.path_why,
                     pages_written_behind: counts.write_backs - counts0.write_backs,
                     kv_streamed_bytes_per_step: per('streamed_bytes'),

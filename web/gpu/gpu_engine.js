@@ -21,6 +21,13 @@
 // in position order: the same bits, one readback a step, a submit more per reused slot); else
 // "stream" (each layer's rows read back into the master, whose pages stream through kv_device.js:
 // n_layers + 1 submits and readbacks a step).
+//
+// Prefill (a prompt's ids) runs in blocks on the resident and mixed paths: a block's tokens are
+// encoded one after another into one command encoder (step_program.js's Steps: the same kernels,
+// so the same bits as token-by-token steps), one submit and one readback per block (the mixed
+// path adds its submits per streaming-slot reuse, and cuts its blocks where a page would be
+// evicted: a page read by a block's earlier tokens cannot be freed before the block's submit).
+// The stream path reads each layer's rows back, so it prefills token by token.
 
 import {GpuKvDevice} from './kv_device.js';
 import {GpuResidentKv, kStreamSlots, PageBufferBytes, ResidentPagesFor, ResidentWhyNot} from './kv_resident.js';
@@ -29,6 +36,8 @@ import {GpuLimitsFor, GpuStepProgram, StepProgramWhyNot} from './step_program.js
 // A step is redone at most this many times after losing its device (a device lost again and
 // again is a broken one: the error then reaches the caller).
 const kMaxRecoveries = 3;
+// Tokens per prefill block at most: kvq's kPrefillBlock (kvq/session.h), the page's block too.
+export const kGpuPrefillBlock = 64;
 // How long a failed step waits for device.lost to say whether the device went away (the
 // rejected readback and the lost promise settle in either order).
 const kLostWaitMs = 2000;
@@ -163,7 +172,8 @@ export class GpuModelRunner {
          `the device budget (${budget} bytes) is under the context's ${total} and holds less than ${kStreamSlots} ` +
          `streaming slots and one page per layer (${(kStreamSlots + this.config.n_layers) * unit} bytes)` : '');
     this.path = why_not || this.on_cpu ? 'stream' : over ? 'mixed' : 'resident';
-    this.path_why = why_not ? `KV streamed from the module: ${why_not}` : !over ?
+    this.path_why = why_not ? `KV streamed from the module: ${why_not}; prefill runs token by token (each layer's ` +
+                              'K and V rows are read back into the master before its attention)' : !over ?
         'KV resident on the GPU: the specs have WGSL encoders and the budget holds the context' :
         `KV mixed: the device budget (${budget} bytes) is under the context's ${total}, so the newest ` +
         `${this.resident_pages} page${this.resident_pages === 1 ? '' : 's'} of ${this.layout.page_positions} positions ` +
@@ -226,7 +236,41 @@ export class GpuModelRunner {
   }
 
   /** Runs `token` at the next position: {token: the greedy next id, logits (options.logits)}. */
-  async Step(token, options = {}) {
+  async Step(token, options = {}) { return this.#Run([token], options); }
+
+  /**
+   * Runs `ids` at the next positions, in blocks (kGpuPrefillBlock tokens at most, or
+   * options.block) where the path batches them: the last id's {token, logits (options.logits)},
+   * as many Steps would give.
+   */
+  async Prefill(ids, options = {}) {
+    if (!ids.length) throw new Error('GpuModelRunner: a prefill of no ids');
+    const most = options.block ?? kGpuPrefillBlock;
+    if (!(Number.isInteger(most) && most >= 1)) throw new Error(`prefill block ${most}: a whole number ≥ 1`);
+    let out = null;
+    for (let i = 0; i < ids.length;) {
+      const n = this.#BlockLength(ids.length - i, most);
+      out = await this.#Run(ids.slice(i, i + n), i + n === ids.length ? options : {});
+      i += n;
+    }
+    return out;
+  }
+
+  // Tokens the next block takes: 1 on the stream path (or the CPU); on the mixed path up to the
+  // end of the current page when the next page's first token evicts a page (FirstResident moves).
+  #BlockLength(left, most) {
+    if (this.on_cpu || !this.resident) return 1;
+    let n = Math.min(left, most);
+    if (this.path === 'mixed') {
+      const P = this.resident.P, page = Math.floor(this.positions / P);
+      if (page + 2 > this.resident_pages) n = Math.min(n, (page + 1) * P - this.positions);
+    }
+    return n;
+  }
+
+  // `tokens` at the next positions on the GPU (one block), redone after a lost device from the
+  // block's first position, or on the CPU when no device came back.
+  async #Run(tokens, options) {
     if (!this.kv) throw new Error('GpuModelRunner: no sequence (NewSequence first)');
     const pos = this.positions;
     let out;
@@ -237,34 +281,38 @@ export class GpuModelRunner {
           await this.resident.behind;
           this.#DropResident();
         }
-        out = this.#CpuStep(token, pos, options);
-        break;
+        for (let i = 0; i < tokens.length; ++i) {
+          out = this.#CpuStep(tokens[i], this.positions, i + 1 === tokens.length ? options : {});
+          this.ids.push(tokens[i]);
+          ++this.positions;
+        }
+        return out;
       }
       if (this.resident?.broken) {  // a page written behind failed: the master lacks it
         if (!(await this.#DeviceLost())) throw new Error(`writing a page behind failed: ${this.resident.broken.message}`);
         continue;  // the loss is handled at the loop's top
       }
       try {
-        out = await this.#GpuStep(token, pos, options);
+        out = await this.#GpuSteps(tokens, pos, options);
         break;
       } catch (e) {
         if (recoveries >= kMaxRecoveries || !(await this.#DeviceLost())) throw e;
       }
     }
-    this.ids.push(token);
-    ++this.positions;
+    this.ids.push(...tokens);
+    this.positions += tokens.length;
     return out;
   }
 
-  // A step on the GPU. In mixed mode the pages it evicts must be in the master first (it streams
+  // A block on the GPU. In mixed mode the pages it evicts must be in the master first (it streams
   // them from there): their write-backs were submitted by earlier steps, so this waits on those
-  // maps only, not on the GPU's work of this step.
-  async #GpuStep(token, pos, options = {}) {
-    if (this.resident?.WaitsFor(pos)) {
+  // maps only, not on the GPU's work of this block.
+  async #GpuSteps(tokens, pos, options = {}) {
+    if (this.resident?.WaitsFor(pos + tokens.length - 1)) {
       const failed = await this.resident.Drain();
       if (failed) throw new Error(`writing a page behind failed: ${failed.message}`);
     }
-    return this.step.Step(token, pos, this.#Cache(pos), options);
+    return this.step.Steps(tokens, pos, (p) => this.#Cache(p), options);
   }
 
   // The step program's view of the master cache at position `pos`.
@@ -356,7 +404,7 @@ export class GpuModelRunner {
         this.resident.Restore(layer, M.HEAPU8.slice(this.page_ptr, this.page_ptr + bytes), kept);
       }
     }
-    for (let p = kept; p < pos; ++p) await this.#GpuStep(this.ids[p], p);
+    for (let p = kept; p < pos; ++p) await this.#GpuSteps([this.ids[p]], p);
   }
 
   // Every layer cut back to at most `pos` positions and to the fewest any layer holds, where the

@@ -342,10 +342,20 @@ export class GpuKvEncoder {
     this.scale_buffer = null;
   }
 
-  /** rows rows of x (GPUBuffer, f32 bits) into out from first_byte; commands into `encoder`. */
-  Record(encoder, x, rows, out, first_byte) {
+  /**
+   * rows rows of x (GPUBuffer, f32 bits) into out from first_byte; commands into `encoder`. arena:
+   * a UniformArena (uniform_arena.js) for the parameters when the command buffer holds more than
+   * one call (a prefill block); without one they are queue-written to this encoder's own buffer.
+   */
+  Record(encoder, x, rows, out, first_byte, arena = null) {
     const {n_kv_heads, block_bytes} = this.shape;
-    this.device.queue.writeBuffer(this.params, 0, new Uint32Array([rows, first_byte, 0, 0]));
+    const values = new Uint32Array([rows, first_byte, 0, 0]);
+    let params = {buffer: this.params};
+    if (arena) {
+      params = arena.Take(values);
+    } else {
+      this.device.queue.writeBuffer(this.params, 0, values);
+    }
     const scale_bytes = Math.max(16, rows * n_kv_heads * 4);
     if (!this.scale_buffer || this.scale_buffer.size < scale_bytes) {
       this.scale_buffer?.destroy();
@@ -355,13 +365,13 @@ export class GpuKvEncoder {
     if (this.scales) {
       pass.setPipeline(this.scales);
       pass.setBindGroup(0, this.device.createBindGroup({layout: this.scales.getBindGroupLayout(0), entries: [
-        {binding: 0, resource: {buffer: x}}, {binding: 2, resource: {buffer: this.params}},
+        {binding: 0, resource: {buffer: x}}, {binding: 2, resource: params},
         {binding: 3, resource: {buffer: this.scale_buffer}}]}));
       pass.dispatchWorkgroups(Math.max(1, Math.ceil(rows * n_kv_heads / 64)));
     }
     pass.setPipeline(this.encode);
     const entries = [{binding: 0, resource: {buffer: x}}, {binding: 1, resource: {buffer: out}},
-                     {binding: 2, resource: {buffer: this.params}}];
+                     {binding: 2, resource: params}];
     if (this.scales) entries.push({binding: 3, resource: {buffer: this.scale_buffer}});
     pass.setBindGroup(0, this.device.createBindGroup({layout: this.encode.getBindGroupLayout(0), entries}));
     const words = Math.floor((first_byte + rows * block_bytes + 3) / 4) - Math.floor(first_byte / 4);

@@ -9,9 +9,10 @@
 // tail, and a lost device costs at most the tail (the runner replays it, gpu_engine.js).
 //
 // Why one submit works: queue writes (writeBuffer) land before the command buffer they precede
-// runs, so everything a layer writes by queue is in buffers of its own (its pages' params, its
-// encoders' params), and the attention state shared by the layers is reset by a copy recorded in
-// the encoder, in command order. The window kernels are the KV device's: the same instructions
+// runs, so every dispatch's parameters take a slot of their own in a uniform arena
+// (uniform_arena.js, written once before the submit: BeforeSubmit), which also lets one command
+// buffer hold several tokens (a prefill block), and the attention state shared by the layers is
+// reset by a copy recorded in the encoder, in command order. The window kernels are the KV device's: the same instructions
 // for any split of the positions into windows, so the bits equal the streamed path's.
 //
 // Mixed mode (a context over the device budget, seed 000's architecture): each layer keeps its
@@ -25,6 +26,7 @@
 
 import {AttendWgsl, NormaliseWgsl} from './kv_device.js';
 import {GpuKvEncoder, kEncoderFormats} from './kv_formats.js';
+import {UniformArena} from './uniform_arena.js';
 
 const Ceil4 = (n) => Math.ceil(n / 4) * 4;
 // kvq's kDefaultPositionChunk (kvq/attention.h), which the module gives the KV device too.
@@ -85,14 +87,14 @@ export class GpuResidentKv {
     this.read = mixed?.read;
     this.counts = {write_backs: 0, kv_bytes: 0, kv_bytes_now: 0, peak_kv_bytes: 0, streamed_bytes: 0,
                    streamed_pages: 0, evictions: 0, flushes: 0};
-    // The streaming ring (mixed mode): [{buffer [page_bytes], params (uniform, 80 bytes)}], the
+    // The streaming ring (mixed mode): [{buffer [page_bytes]}], the
     // next slot to write, and the slots the commands not yet submitted read.
     this.slots = mixed ? Array.from({length: kStreamSlots}, () => this.#NewBuffers()) : [];
     this.next_slot = 0;
     this.pending = new Set();
     const shape = {n_kv_heads: c.n_kv_heads, head_dim: c.head_dim};
     this.layers = Array.from({length: c.n_layers}, () => ({
-      pages: [],  // [{buffer [page_bytes], params (uniform, 80 bytes)}, or null once evicted]
+      pages: [],  // [{buffer [page_bytes]}, or null once evicted]
       landed: 0,  // pages of this layer whose write-back reached the master (they fill in order)
       k: new GpuKvEncoder(device, formats.key, {...shape, block_bytes: this.k_block}),
       v: new GpuKvEncoder(device, formats.value, {...shape, block_bytes: this.v_block})}));
@@ -118,6 +120,8 @@ export class GpuResidentKv {
     device.queue.writeBuffer(this.initial, 0, initial);
     // LlamaModel's attention scale, as f32: 1 / sqrtf(head_dim) (f64 then rounded: the same bits).
     this.scale = Math.fround(1 / Math.fround(Math.sqrt(c.head_dim)));
+    // Every dispatch's parameters (AttendWgsl's Params: 80 bytes; the encoders' 16) until the submit.
+    this.uniforms = new UniformArena(device, 80);
     this.staged = [];        // pages copied out in the step being recorded: [{layer, staging}]
     this.behind = Promise.resolve();  // the write-backs, in order
     this.broken = null;      // the first write-back that failed (later ones are then not appended)
@@ -130,8 +134,7 @@ export class GpuResidentKv {
 
   // A page's buffers (a resident page or a streaming slot), its KV bytes counted.
   #NewBuffers() {
-    const b = {buffer: this.#Storage(this.page_bytes),
-               params: this.device.createBuffer({size: 80, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST})};
+    const b = {buffer: this.#Storage(this.page_bytes)};
     this.counts.kv_bytes += b.buffer.size;
     this.counts.kv_bytes_now += b.buffer.size;
     this.counts.peak_kv_bytes = Math.max(this.counts.peak_kv_bytes, this.counts.kv_bytes_now);
@@ -147,7 +150,6 @@ export class GpuResidentKv {
   #FreeBuffers(b) {
     this.counts.kv_bytes_now -= b.buffer.size;
     b.buffer.destroy();
-    b.params.destroy();
   }
 
   /**
@@ -203,8 +205,8 @@ export class GpuResidentKv {
       ++this.counts.evictions;
     }
     const tail = row === 0 ? this.#NewPage(L) : L.pages[index];
-    L.k.Record(sink.encoder, k, 1, tail.buffer, row * this.k_block);
-    L.v.Record(sink.encoder, v, 1, tail.buffer, this.value_offset + row * this.v_block);
+    L.k.Record(sink.encoder, k, 1, tail.buffer, row * this.k_block, this.uniforms);
+    L.v.Record(sink.encoder, v, 1, tail.buffer, this.value_offset + row * this.v_block, this.uniforms);
     sink.encoder.copyBufferToBuffer(this.initial, 0, this.state, 0, this.initial.size);
     let pass = sink.encoder.beginComputePass();
     for (let i = 0; i <= index; ++i) {  // one window per page, in position order
@@ -214,7 +216,9 @@ export class GpuResidentKv {
         this.next_slot = (slot + 1) % this.slots.length;
         if (this.pending.has(slot)) {  // its last window is not submitted yet: submit it first
           pass.end();
+          this.uniforms.Write();
           sink.flush();
+          this.uniforms.Reset();
           ++this.counts.flushes;
           this.pending.clear();
           pass = sink.encoder.beginComputePass();
@@ -235,14 +239,14 @@ export class GpuResidentKv {
       u.set([rows, first, pos, 0, 0, 0, 0, 0, rows, this.value_offset, 0, 0, 0, rows, 0, 0, kPositionChunk, pieces,
              first_fresh, 1]);
       new Float32Array(p, 12, 1)[0] = this.scale;
-      this.device.queue.writeBuffer(page.params, 0, p);
+      const params = this.uniforms.Take(p);
       pass.setPipeline(this.attend);
-      pass.setBindGroup(0, this.#Group(this.attend, [page.buffer, page.buffer, q, this.state, page.params]));
+      pass.setBindGroup(0, this.#Group(this.attend, [page.buffer, page.buffer, q, this.state, params]));
       pass.dispatchWorkgroups(Math.ceil(c.n_kv_heads * pieces / 64));
       if (pieces > 1 || first_fresh) {
         pass.setPipeline(this.fold);
         pass.setBindGroup(0, this.device.createBindGroup({layout: this.fold.getBindGroupLayout(0), entries: [
-          {binding: 3, resource: {buffer: this.state}}, {binding: 4, resource: {buffer: page.params}}]}));
+          {binding: 3, resource: {buffer: this.state}}, {binding: 4, resource: params}]}));
         pass.dispatchWorkgroups(Math.ceil(c.n_heads / 64));
       }
     }
@@ -266,8 +270,12 @@ export class GpuResidentKv {
       entries: entries.map((b, i) => ({binding: i, resource: b instanceof GPUBuffer ? {buffer: b} : b}))});
   }
 
+  /** Before the step's (or block's) submit: its parameters to the GPU. */
+  BeforeSubmit() { this.uniforms.Write(); }
+
   /** After the step's submit: maps this step's full pages and queues their appends, in order. */
   Submitted() {
+    this.uniforms.Reset();
     this.pending.clear();  // the step's commands are all submitted: a slot may be written again
     for (const {layer, staging} of this.staged) {
       const mapped = staging.mapAsync(GPUMapMode.READ);
@@ -302,5 +310,6 @@ export class GpuResidentKv {
     for (const s of this.slots) this.#FreeBuffers(s);
     this.state.destroy();
     this.initial.destroy();
+    this.uniforms.Destroy();
   }
 }

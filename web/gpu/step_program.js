@@ -24,6 +24,13 @@
 // pages reaching the master behind it; in its mixed mode (a context over the device budget) the
 // pages it streams from the master add a submit each time a streaming slot is reused within the
 // step, and still one readback. `counts` tallies them (the device's too).
+//
+// A block of tokens (a prefill block: Steps) is the same ops per token, one token after another
+// in one command encoder: each token's id, position and RoPE table are copied, by commands in
+// that encoder, from block buffers written once per block into the buffers the kernels read, so
+// the kernels are the per-token step's and so are the bits. With a resident cache the block is
+// one submit (plus the mixed mode's slot reuses) and one readback (the last token's id, and its
+// logits when asked for).
 
 import {kOpsBindings, kOpsWgsl, kRowLanes, WeightOpsBindings, WeightOpsWgsl} from './step_kernels.js';
 import {kGpuWeightTypes, kInterleavedTypes} from './weight_types.js';
@@ -202,6 +209,10 @@ export class GpuStepProgram {
     const max_cols = Math.max(...program.tensors.map((t) => t.cols));
     this.step = this.#Buffer(8);
     this.rope_table = this.#Buffer(this.config.rotary_dims * 4);
+    // A block's tokens' [n][token, position] and [n][rotary_dims] RoPE tables (grown to the block).
+    this.block_capacity = 0;
+    this.block_steps = null;
+    this.block_rope = null;
     this.out_id = this.#Buffer(4);
     this.xq = this.#Buffer(max_cols * 4);
     this.xd = this.#Buffer(Math.ceil(max_cols / 32) * 4);
@@ -218,6 +229,8 @@ export class GpuStepProgram {
     for (const b of this.chunks) b.destroy();
     for (const b of Object.values(this.buffers)) b.destroy();
     for (const b of [this.step, this.rope_table, this.out_id, this.xq, this.xd, this.staging]) b.destroy();
+    this.block_steps?.destroy();
+    this.block_rope?.destroy();
   }
 
   #Buffer(bytes) {
@@ -310,13 +323,65 @@ export class GpuStepProgram {
    * submit and one readback. Returns {token: the argmax, logits: Float32Array [vocab] when
    * options.logits}.
    */
-  async Step(token, pos, kv, options = {}) {
-    const c = this.config, device = this.device, B = this.buffers;
-    if (!(token >= 0 && token < c.vocab_size)) throw new Error(`token ${token} is outside the vocabulary of ${c.vocab_size}`);
+  async Step(token, pos, kv, options = {}) { return this.Steps([token], pos, kv, options); }
+
+  /**
+   * `tokens` at positions pos, pos + 1, ... one after another, as that many Steps would run them
+   * (the same commands per token, so the same bits); returns the last token's {token, logits}.
+   * With kv.resident: one submit (and one per streaming-slot reuse in mixed mode) and one readback
+   * for the whole block. kv(p): the cache's view at position p (Step's kv) for each token.
+   */
+  async Steps(tokens, pos, kv_at, options = {}) {
+    const c = this.config, device = this.device, B = this.buffers, n = tokens.length;
+    const kv_of = typeof kv_at === 'function' ? kv_at : () => kv_at;
+    for (const token of tokens) {
+      if (!(token >= 0 && token < c.vocab_size)) throw new Error(`token ${token} is outside the vocabulary of ${c.vocab_size}`);
+    }
+    if (!n) throw new Error('a block of no tokens');
     const device_submits = this.kv_device ? this.kv_device.submits : 0;
-    device.queue.writeBuffer(this.step, 0, new Uint32Array([token, pos]));
-    device.queue.writeBuffer(this.rope_table, 0, this.rope(pos));
+    this.#BlockBuffers(n);
+    const ids = new Uint32Array(2 * n);  // [n][token, position]
+    const rope = new Float32Array(n * c.rotary_dims);  // [n][rotary_dims]
+    for (let i = 0; i < n; ++i) {
+      ids.set([tokens[i], pos + i], 2 * i);
+      rope.set(this.rope(pos + i), i * c.rotary_dims);
+    }
+    device.queue.writeBuffer(this.block_steps, 0, ids);
+    device.queue.writeBuffer(this.block_rope, 0, rope);
     let encoder = device.createCommandEncoder();
+    let kv = null;
+    for (let t = 0; t < n; ++t) {
+      const p = pos + t;
+      kv = kv_of(p);
+      encoder.copyBufferToBuffer(this.block_steps, 8 * t, this.step, 0, 8);
+      encoder.copyBufferToBuffer(this.block_rope, 4 * t * c.rotary_dims, this.rope_table, 0, 4 * c.rotary_dims);
+      encoder = await this.#RecordToken(encoder, p, kv);
+    }
+    encoder.copyBufferToBuffer(this.out_id, 0, this.staging, 0, 4);
+    if (options.logits) encoder.copyBufferToBuffer(B.logits, 0, this.staging, 4, c.vocab_size * 4);
+    kv.resident?.BeforeSubmit();
+    const bytes = await this.#ReadBack(encoder, options.logits ? 4 + c.vocab_size * 4 : 4,
+                                       () => kv.resident?.Submitted());
+    this.counts.steps += n;
+    if (this.kv_device) this.counts.device_submits += this.kv_device.submits - device_submits;
+    return {token: new Uint32Array(bytes, 0, 1)[0], logits: options.logits ? new Float32Array(bytes, 4) : null};
+  }
+
+  // The block buffers for n tokens.
+  #BlockBuffers(n) {
+    if (n <= this.block_capacity) return;
+    this.block_steps?.destroy();
+    this.block_rope?.destroy();
+    this.block_capacity = n;
+    this.block_steps = this.#Buffer(8 * n);
+    this.block_rope = this.#Buffer(4 * n * this.config.rotary_dims);
+  }
+
+  // Every op of one token at `pos` into `encoder` (no pass open); returns the encoder the token's
+  // commands end in (the stream path submits and reads back at each attention; a mixed-mode cache
+  // may submit before reusing a slot).
+  async #RecordToken(encoder, pos, kv) {
+    const c = this.config, device = this.device, B = this.buffers;
     let pass = encoder.beginComputePass();
     for (let i = 0; i < this.program.ops.length; ++i) {
       const op = this.program.ops[i];
@@ -359,13 +424,7 @@ export class GpuStepProgram {
       }
     }
     pass.end();
-    encoder.copyBufferToBuffer(this.out_id, 0, this.staging, 0, 4);
-    if (options.logits) encoder.copyBufferToBuffer(B.logits, 0, this.staging, 4, c.vocab_size * 4);
-    const bytes = await this.#ReadBack(encoder, options.logits ? 4 + c.vocab_size * 4 : 4,
-                                       () => kv.resident?.Submitted());
-    ++this.counts.steps;
-    if (this.kv_device) this.counts.device_submits += this.kv_device.submits - device_submits;
-    return {token: new Uint32Array(bytes, 0, 1)[0], logits: options.logits ? new Float32Array(bytes, 4) : null};
+    return encoder;
   }
 }
 

@@ -17,7 +17,10 @@
 // more int8 run with pages of 32 loses its device with a page written behind (rebuilt from the
 // master) and must give the same ids too; and so must one in the mixed KV mode (a device budget of
 // 2 streaming slots and one resident page per layer, under the context: the page written behind is
-// evicted and streamed from the master, before the loss and after it).
+// evicted and streamed from the master, before the loss and after it). And one int8 run with pages
+// of 32 prefills the prompt and the reference's first kLoseAt ids in blocks of kBlock
+// (GpuModelRunner.Prefill) and loses its device while the block after the first page is being
+// recorded: the block is redone from its first position and the ids equal the reference.
 // The CPU continuation is not the GPU's arithmetic bit for bit: the C++ forward sums matvecs,
 // norms and attention in its SIMD lanes' order where the GPU sums per row in column order and
 // per workgroup in trees, and its exp is Highway's. Both quantise activations for Q-type weights
@@ -33,6 +36,7 @@ import {LoadModule} from '/test/gpu_kv_device_page.js';
 const kSpecs = ['int8', 'int4-kivi'];
 const kPrompts = ['Once upon a time', 'The little dog', 'Lily wanted to'];
 const kNew = 120, kLoseAt = 40, kMidStepAt = 60;
+const kBlock = 16;  // prefill block of the mid-block loss: the third block starts at position 32
 
 async function Bytes(url) {
   const r = await fetch(url);
@@ -189,6 +193,27 @@ export async function RunGpuDeviceLossTests(bundle_url, only = '') {
     }, false, 32, 'auto', budget);
     Check(`${mixed_what}, device lost after ${kLoseAt} ids`, mixed, references[`"${kPrompts[0]}" ${spec}`]);
     if (survivor.events.length !== events + 2) fail(`${mixed_what}: expected one re-acquired device`);
+    // Lost while a prefill block is being recorded (the synchronous part of Prefill records the
+    // block's first token; the destroy lands before the rest and the submit).
+    const block_what = `"${kPrompts[0]}" ${spec} pages of 32, lost in a prefill block`;
+    const want = references[`"${kPrompts[0]}" ${spec}`];
+    const fed = [...prompts[0], ...want.ids.slice(0, kLoseAt)];
+    survivor.NewSequence(spec, spec, 0, 32);
+    await survivor.Prefill(fed.slice(0, 32), {block: kBlock});
+    const pending = survivor.Prefill(fed.slice(32), {block: kBlock});
+    survivor.device.destroy();
+    ++losses;
+    let last = await pending;
+    const block_ids = want.ids.slice(0, kLoseAt);
+    while (block_ids.length < kNew) {
+      block_ids.push(last.token);
+      if (block_ids.length < kNew) last = await survivor.Step(last.token);
+    }
+    Check(block_what, {ids: block_ids}, want);
+    const e = survivor.events.slice(events + 2);
+    if (e.length !== 1 || e[0].to !== 'gpu' || e[0].position !== 32) {
+      fail(`${block_what}: expected one re-acquired device at position 32, got ${JSON.stringify(e)}`);
+    }
     if (!(streamed_at_loss > 0) || !(survivor.counts.streamed_bytes - streamed_before > streamed_at_loss)) {
       fail(`${mixed_what}: ${streamed_at_loss} bytes streamed before the loss, ` +
            `${survivor.counts.streamed_bytes - streamed_before} in all (expected some before and more after)`);

@@ -19,6 +19,12 @@
 // (⌈W / 2⌉ for W ≥ 2 windows streamed, else 1); the whole run streams nothing and submits once.
 // After the run: the mixed cache's GPU KV bytes never went over the budget, and its master pages
 // (written behind) equal the streamed run's byte for byte.
+// A fourth runner on the same budget prefills the first kBlockPositions ids in calls of kBlockCall
+// (GpuModelRunner.Prefill, which cuts its blocks at every page boundary here: one resident page
+// per layer, so a new page evicts one): after each call its logits equal the mixed token-by-token
+// step's bit for bit; counted per call: readbacks = the blocks (the pages the call touches),
+// streamed bytes = the evicted pages' as token by token, submits ≤ blocks + ⌊W / 2⌋ with W the
+// windows streamed (a slot is written again, so submitted first, at most every second window).
 import {GpuModelRunner, GpuProgramOf} from '/web/gpu/gpu_engine.js';
 import {kEncoderFormats} from '/web/gpu/kv_formats.js';
 import {kStreamSlots, PageBufferBytes} from '/web/gpu/kv_resident.js';
@@ -26,6 +32,8 @@ import {LoadModule} from '/test/gpu_kv_device_page.js';
 import {LoadModel} from '/test/gpu_device_loss_page.js';
 
 const kPage = 32;
+const kBlockPositions = 128;  // four pages: the block runner streams evicted pages from the second on
+const kBlockCall = 24;        // ids per Prefill call (its blocks cross no page boundary)
 
 // Returns {format, positions, checks, streamed_bytes, submits, ratio, failures, seconds}.
 export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
@@ -56,6 +64,7 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
   const whole = await GpuModelRunner.Create(M, device, model, program);
   const stream = await GpuModelRunner.Create(M, device, model, program);
   const mixed = await GpuModelRunner.Create(M, device, model, program);
+  const blocks = await GpuModelRunner.Create(M, device, model, program);
   let positions = 0, checks = 0, streamed = 0, submits = 0, ratio = 0;
   for (const format of formats) {
     const what = `${format} (mixed vs whole-context resident and streamed)`;
@@ -64,6 +73,8 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
     const page_bytes = whole.layout.page_bytes, unit = PageBufferBytes(page_bytes);
     const budget = (kStreamSlots + c.n_layers) * unit;  // the slots and one page per layer
     const plan = mixed.NewSequence(format, format, budget, kPage);
+    blocks.NewSequence(format, format, budget, kPage);
+    let block_from = 0;  // the block runner's next position
     const context = JSON.parse(M.UTF8ToString(M._kvq_web_model_info(model))).context;  // the positions run
     if (whole.path !== 'resident' || stream.path !== 'stream' || mixed.path !== 'mixed' || mixed.resident_pages !== 1) {
       fail(`${what}: paths ${whole.path}, ${stream.path}, ${mixed.path} with ${mixed.resident_pages} resident pages ` +
@@ -111,6 +122,28 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
       if (failures.length > 20) break;
       ++checks;
       if (ids.length <= p + 1) ids.push(a.token);
+      if (p < kBlockPositions && ((p + 1) % kBlockCall === 0 || p + 1 === kBlockPositions)) {
+        const b0 = blocks.counts;
+        const got_block = await blocks.Prefill(ids.slice(block_from, p + 1), {logits: true});
+        const b1 = blocks.counts;
+        const at = got_block.logits.findIndex((v, i) => !Object.is(v, m.logits[i]));
+        if (blocks.path !== 'mixed' || at >= 0 || got_block.token !== m.token) {
+          fail(`${what} prefill of positions ${block_from}-${p} on the ${blocks.path} path: logit ${at} is ` +
+               `${got_block.logits[at]}, token by token ${m.logits[at]} (ids ${got_block.token}, ${m.token})`);
+        }
+        let windows = 0;
+        for (let q = block_from; q <= p; ++q) windows += c.n_layers * Math.floor(q / kPage);
+        const block_count = Math.floor(p / kPage) - Math.floor(block_from / kPage) + 1;
+        const d = (k) => b1[k] - b0[k];
+        if (d('readbacks') !== block_count || d('streamed_bytes') !== windows * page_bytes ||
+            !(d('submits') >= block_count && d('submits') <= block_count + Math.floor(windows / 2))) {
+          fail(`${what} prefill of positions ${block_from}-${p}: ${d('readbacks')} readbacks, ${d('submits')} submits, ` +
+               `${d('streamed_bytes')} bytes streamed; expected ${block_count} blocks, ≤ ${block_count} + ` +
+               `${Math.floor(windows / 2)} submits, ${windows * page_bytes} bytes`);
+        }
+        block_from = p + 1;
+        ++checks;
+      }
     }
     await mixed.Drain();
     await whole.Drain();
@@ -139,6 +172,7 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
   whole.Destroy();
   stream.Destroy();
   mixed.Destroy();
+  blocks.Destroy();
   M._kvq_web_model_free(model);
   device.destroy();
   return {formats, positions, checks, streamed_bytes: streamed, submits, ratio, failures,

@@ -11,6 +11,11 @@
 // for any windows); after the run, every full page of every layer in the resident run's master
 // (written behind from the GPU) equals the streamed run's master page byte for byte
 // (kvq_web_kv_read_page), and as many pages were written behind as the run filled.
+// A third runner prefills the same ids in blocks (GpuModelRunner.Prefill: kBlocks, one crossing a
+// page boundary and filling a page inside the block): each block is exactly 1 submit and 1
+// readback (no KV device submit), its last position's logits equal the resident token-by-token
+// run's bit for bit (the same kernels per token, only their parameters copied from block
+// buffers), and its master pages equal the streamed run's byte for byte.
 // The per-token step time of each path is measured and returned for printing: under load on
 // SwiftShader (a CPU emulation of a GPU) it shows dispatch overhead, not a claim.
 import {GpuModelRunner} from '/web/gpu/gpu_engine.js';
@@ -18,11 +23,13 @@ import {kEncoderFormats} from '/web/gpu/kv_formats.js';
 
 const kPage = 32;       // positions per page (the smallest the cache takes)
 const kPositions = 72;  // two full pages and a partial tail
+const kBlocks = [5, 40, 27];  // prefill blocks over the kPositions: positions 0-4, 5-44, 45-71
 
 // Returns {checks, timing: {format: {stream_ms, resident_ms}}}; failures go to fail(what).
 export async function CheckResidentPath(M, device, model, program, prompt_ids, name, fail) {
   const stream = await GpuModelRunner.Create(M, device, model, program);
   const resident = await GpuModelRunner.Create(M, device, model, program);
+  const blocks = await GpuModelRunner.Create(M, device, model, program);
   const c = program.config;
   const timing = {};
   let checks = 0;
@@ -31,13 +38,16 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
     const what = `${name} ${format} (resident vs streamed)`;
     stream.NewSequence(format, format, 0, kPage, {path: 'stream'});
     resident.NewSequence(format, format, 0, kPage);
-    if (stream.path !== 'stream' || resident.path !== 'resident') {
+    blocks.NewSequence(format, format, 0, kPage);
+    if (stream.path !== 'stream' || resident.path !== 'resident' || blocks.path !== 'resident') {
       fail(`${what}: paths ${stream.path} and ${resident.path} (${resident.path_why})`);
       continue;
     }
     const ids = prompt_ids.slice(0, kPositions);
-    const written_before = resident.counts.write_backs;
+    const written_before = resident.counts.write_backs, block_written_before = blocks.counts.write_backs;
     let ms_stream = 0, ms_resident = 0;
+    const ends = new Map();  // the last position of each block -> the resident step's {token, logits} there
+    for (let i = 0, end = -1; i < kBlocks.length; ++i) ends.set(end += kBlocks[i], null);
     for (let p = 0; p < kPositions; ++p) {
       let t = performance.now();
       const a = await stream.Step(ids[p], {logits: true});
@@ -59,31 +69,58 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
         fail(`${what} position ${p}: logit ${at} is ${b.logits[at]}, streamed ${a.logits[at]} (ids ${b.token}, ${a.token})`);
         break;
       }
+      if (ends.has(p)) ends.set(p, b);
       if (ids.length <= p + 1) ids.push(a.token);
       ++checks;
     }
+    let first = 0;
+    for (const [end, want] of ends) {
+      if (!want) break;  // the token-by-token run stopped before it (its failure says why)
+      const before = blocks.counts;
+      const got = await blocks.Prefill(ids.slice(first, end + 1), {logits: true});
+      const after = blocks.counts;
+      const counts = ['submits', 'readbacks', 'device_submits'].map((k) => after[k] - before[k]);
+      if (counts.join() !== '1,1,0') {
+        fail(`${what}: the prefill block of positions ${first}-${end} took ${counts.join(', ')} submits, readbacks ` +
+             'and KV device submits (expected 1, 1, 0)');
+      }
+      const at = got.logits.findIndex((v, i) => !Object.is(v, want.logits[i]));
+      if (at >= 0 || got.token !== want.token) {
+        fail(`${what}: after the prefill block of positions ${first}-${end}, logit ${at} is ${got.logits[at]}, ` +
+             `token by token ${want.logits[at]} (ids ${got.token}, ${want.token})`);
+      }
+      ++checks;
+      first = end + 1;
+    }
     timing[format] = {stream_ms: +(ms_stream / kPositions).toFixed(2), resident_ms: +(ms_resident / kPositions).toFixed(2)};
     await resident.Drain();
+    await blocks.Drain();
     const full = Math.floor(kPositions / kPage);
     const written = resident.counts.write_backs - written_before;
     if (written !== full * c.n_layers) {
       fail(`${what}: ${written} pages written behind, the run filled ${full * c.n_layers}`);
     }
+    const block_written = blocks.counts.write_backs - block_written_before;
+    if (block_written !== full * c.n_layers) {
+      fail(`${what}: the block run wrote ${block_written} pages behind, it filled ${full * c.n_layers}`);
+    }
     const bytes = page_bytes(stream);
     const a = M._malloc(bytes), b = M._malloc(bytes);
-    for (let layer = 0; layer < c.n_layers; ++layer) {
-      const held = M._kvq_web_kv_positions(resident.kv, layer);
-      if (held !== full * kPage) fail(`${what}: layer ${layer}'s master holds ${held} positions, expected ${full * kPage}`);
-      for (let page = 0; page < full; ++page) {
-        if (M._kvq_web_kv_read_page(stream.kv, layer, page, a) !== 0 ||
-            M._kvq_web_kv_read_page(resident.kv, layer, page, b) !== 0) {
-          fail(`${what}: read_page ${layer}/${page}: ${M.UTF8ToString(M._kvq_web_last_error())}`);
-          continue;
+    for (const [run, name] of [[resident, 'resident'], [blocks, 'block-prefilled']]) {
+      for (let layer = 0; layer < c.n_layers; ++layer) {
+        const held = M._kvq_web_kv_positions(run.kv, layer);
+        if (held !== full * kPage) fail(`${what}: the ${name} run's layer ${layer} master holds ${held} positions, expected ${full * kPage}`);
+        for (let page = 0; page < full; ++page) {
+          if (M._kvq_web_kv_read_page(stream.kv, layer, page, a) !== 0 ||
+              M._kvq_web_kv_read_page(run.kv, layer, page, b) !== 0) {
+            fail(`${what}: read_page ${layer}/${page}: ${M.UTF8ToString(M._kvq_web_last_error())}`);
+            continue;
+          }
+          const x = M.HEAPU8.subarray(a, a + bytes), y = M.HEAPU8.subarray(b, b + bytes);
+          const at = x.findIndex((v, i) => v !== y[i]);
+          if (at >= 0) fail(`${what}: the ${name} run's layer ${layer} page ${page}: master byte ${at} is ${y[at]}, streamed ${x[at]}`);
+          ++checks;
         }
-        const x = M.HEAPU8.subarray(a, a + bytes), y = M.HEAPU8.subarray(b, b + bytes);
-        const at = x.findIndex((v, i) => v !== y[i]);
-        if (at >= 0) fail(`${what}: layer ${layer} page ${page}: master byte ${at} is ${y[at]}, streamed ${x[at]}`);
-        ++checks;
       }
     }
     M._free(a);
@@ -91,5 +128,6 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
   }
   stream.Destroy();
   resident.Destroy();
+  blocks.Destroy();
   return {checks, timing};
 }
