@@ -1,7 +1,7 @@
 // The page's UI: the form, the streamed output, the numbers and the errors. The model runs in
 // worker.js; this module only talks to it. window.kvqPage is the hook a test driver uses
 // (tests/web/browser/): ready (a promise), generate(opts) → {ids, text, completion, finish_reason, ...}, tokenize(text),
-// loadProgress() (the last load's progress events), stop().
+// loadProgress() (the last load's progress events), stop(), bench(opts) → the benchmark's JSON.
 
 const $ = (id) => document.getElementById(id);
 
@@ -206,6 +206,7 @@ let running = false;
 function SetRunning(on) {
   running = on;
   $('generate').disabled = on || !page.model;
+  $('bench-run').disabled = on || !page.model;
   $('stop').disabled = !on;
   $('load-picked').disabled = on;
   $('load-bundled').disabled = on;
@@ -289,6 +290,43 @@ $('gen-form').addEventListener('submit', async (event) => {
 });
 const Stop = () => worker.postMessage({type: 'stop'});
 $('stop').addEventListener('click', Stop);
+
+// ---- the benchmark (web/bench.js in the worker): the form's fields or the hook's options ----
+async function Bench(opts) {
+  if (running) throw new Error('a generation is running');
+  SetRunning(true);
+  ClearError('bench');
+  SetStatus('running', 'Benchmarking…');
+  $('bench-out').textContent = '';
+  try {
+    const result = await Ask('bench', {params: opts}, [], (m) => SetStatus('running', `Benchmarking: ${m.bench}…`));
+    $('bench-out').textContent = JSON.stringify(result, null, 1);
+    SetStatus('done', 'Benchmark done.');
+    return result;
+  } catch (e) {
+    SetStatus('error', 'The benchmark failed.');
+    ShowError('bench', e.message);
+    throw e;
+  } finally {
+    SetRunning(false);
+  }
+}
+
+$('bench-run').addEventListener('click', async () => {
+  let opts;
+  try {
+    const depths = $('bench-depths').value.split(',').map((d) => d.trim());
+    if (depths.some((d) => !/^\d+$/.test(d))) throw new Error(`Depths: "${$('bench-depths').value}" is not whole numbers`);
+    const kv = $('bench-kv').value.trim();
+    opts = {prompt_tokens: NumberField('bench-prompt', 'Prompt tokens', {integer: true, min: 1}),
+            new_tokens: NumberField('bench-new', 'New tokens', {integer: true, min: 1}),
+            depths: depths.map(Number), kv_k: kv, kv_v: kv};
+  } catch (e) {
+    ShowError('bench', e.message);
+    return;
+  }
+  await Bench(opts).catch(() => {});  // shown already
+});
 
 // ---- picking a model: picker.js is only needed by someone who brings their own files ----
 let picker = null;
@@ -394,6 +432,8 @@ window.kvqPage = {
     else p.max_tokens = opts.max_tokens ?? 256;
     return Run(p);
   },
+  // The benchmark (web/bench.js: kBenchDefaults' fields) → its JSON.
+  bench: async (opts = {}) => (await ready, Bench(opts)),
   tokenize: async (text) => (await ready, (await Ask('tokenize', {text})).ids),
   loadProgress: () => page.load_progress.slice(),
   formats: () => page.formats.slice(),

@@ -523,7 +523,7 @@ async function GpuEngine(p) {
   let last = null;
   return {
     prefill: async (prompt_ids) => {
-      last = await runner.Prefill(prompt_ids);
+      last = await runner.Prefill(prompt_ids, p.gpu_prefill_block ? {block: p.gpu_prefill_block} : {});
       decode0 = {...runner.counts};
     },
     sample: () => last.token,
@@ -561,12 +561,28 @@ async function GpuEngine(p) {
   };
 }
 
+// The page's benchmark (web/bench.js) on the loaded model: the GPU path (forced, even on an
+// emulated adapter) and the WebAssembly path, greedy, each over its own fresh sequence.
+async function Bench(id, p) {
+  RequireModel();
+  const {RunBench} = await import('./bench.js');
+  const info = JSON.parse(api.modelInfo(model));
+  return RunBench(p, {
+    vocab: info.vocab_size, context: model_context, block: api.prefillBlock(),
+    why_not: (path) => (path === 'gpu' ? GpuWhyNot({temperature: 0}) : ''),
+    Engine: (path, q) => (path === 'gpu' ? GpuEngine(q) : CpuEngine({...q, threads})),
+    Free: FreeSession,
+    progress: (what) => self.postMessage({type: 'progress', id, bench: what}),
+    describe: {model: info, adapter: gpu ? gpu.name : null, cpu: `WebAssembly (Highway target ${api.simdTarget()}), ${threads} thread(s)`}});
+}
+
 const handlers = {
   init: (m) => Init(m),
   load_bundled: (m) => LoadBundled(m.id),
   load: (m) => LoadModel(m.id, m.files),
   tokenize: (m) => ({ids: Tokenize(m.text, m.add_bos === undefined ? -1 : m.add_bos)}),
   generate: (m) => Generate(m.id, m.params),
+  bench: (m) => Bench(m.id, m.params ?? {}),
   stats: () => Stats(),
   // The chat page's in-tab runtime (chat/transport.js): the loaded model's chat template rendered
   // in the module. m: {messages: [{role, content}], add_generation_prompt, template_override (Jinja
@@ -594,7 +610,7 @@ self.onmessage = async (event) => {
     if (busy) throw new Error(`${busy} is running: wait for it${busy === 'a generation' ? ' or stop it' : ''}`);
     if (m.type !== 'init' && !api) throw new Error('the WebAssembly module is not loaded');
     // Generating and loading pause (for Stop, for the file's chunks): nothing else runs meanwhile.
-    busy = {generate: 'a generation', load: 'a model load', load_bundled: 'a model load'}[m.type] || false;
+    busy = {generate: 'a generation', bench: 'a benchmark', load: 'a model load', load_bundled: 'a model load'}[m.type] || false;
     owns_busy = Boolean(busy);
     const result = await handler(m);
     // generate posts its own 'done'; the others answer with their result.

