@@ -11,6 +11,10 @@ import {WeightBlock, WeightReaderWgsl} from './weight_types.js';
 /** Lanes of the reduction workgroups (norms, argmax); invocations per matvec workgroup (a row each). */
 export const kNormLanes = 64;
 export const kRowLanes = 64;
+/** Tokens a matmul invocation keeps sums for: each weight block is read once per this many tokens. */
+export const kMatmulTokens = 8;
+/** Weight types (in the row-major layout) with a matmul entry point: Bonsai's Q1_0. */
+export const kMatmulTypes = ['q1_0'];
 
 // Bindings (auto layouts hold only those an entry point uses): the weights as u32 words, the
 // input x, the output y, the op's uniform, the step's [token, position], the RoPE table, the
@@ -239,6 +243,41 @@ fn matvec(@builtin(global_invocation_id) id: vec3u) {
   }
   y[dims.row0 + row] = sum;
 }`;
+  // Q1_0's 32 weights of an activation block are 32 sign bits: 4 code bytes, read once per group of
+  // kMatmulTokens tokens as one word. Each token's sum is matvec_q's expression in matvec_q's
+  // order (the integer dot is exact, so its order is free), so each y equals that token's matvec.
+  const matmul_q1 = `
+// MatMul over a block of dims.tokens tokens (their activations quantised per token: xq
+// [tokens][cols], xd [tokens][cols / 32]; y [tokens][dims.y_stride], rows at row0 of each): one
+// invocation per row, the tokens in groups of ${kMatmulTokens}; per activation block b the row's
+// scale and 32 sign bits are read once for the group, and each token's y is the matvec's
+// Σ_b (d_w · d_x) · I_b in f32 in order of b (I_b = Σ code·q, exact).
+@compute @workgroup_size(${kRowLanes})
+fn matmul(@builtin(global_invocation_id) id: vec3u) {
+  let row = id.x + id.y * ${kRowLanes}u * 32768u;
+  if (row >= dims.rows) { return; }
+  let nb = dims.cols / 32u;
+  for (var t0 = 0u; t0 < dims.tokens; t0 += ${kMatmulTokens}u) {
+    var sum = array<f32, ${kMatmulTokens}>();  // one sum per token of the group, from zero
+    for (var b = 0u; b < nb; b++) {
+      let block = (b * 32u) / ${elems}u;
+      let s = ((b * 32u) % ${elems}u) / 8u;  // the first of the 4 code bytes
+      let bits = w_u8(w_code_byte(row, block, s)) | (w_u8(w_code_byte(row, block, s + 1u)) << 8u) |
+                 (w_u8(w_code_byte(row, block, s + 2u)) << 16u) | (w_u8(w_code_byte(row, block, s + 3u)) << 24u);
+      let d = w_scale(row, block);
+      for (var t = 0u; t < ${kMatmulTokens}u; t++) {
+        if (t0 + t >= dims.tokens) { break; }
+        let xo = (t0 + t) * dims.cols + b * 32u;
+        var dot = 0;
+        for (var j = 0u; j < 32u; j++) { dot = dot + select(-1, 1, ((bits >> j) & 1u) == 1u) * xq[xo + j]; }
+        sum[t] = sum[t] + (d * xd[(t0 + t) * nb + b]) * f32(dot);
+      }
+    }
+    for (var t = 0u; t < ${kMatmulTokens}u; t++) {
+      if (t0 + t < dims.tokens) { y[(t0 + t) * dims.y_stride + dims.row0 + row] = sum[t]; }
+    }
+  }
+}`;
   const matvec_f32 = `
 // MatVec, f32 activation: one invocation per row, its products summed in order of the column.
 @compute @workgroup_size(${kRowLanes})
@@ -252,7 +291,8 @@ fn matvec(@builtin(global_invocation_id) id: vec3u) {
   return /* wgsl */ `
 // One piece of a weight (step_program.js's WeightPlacement): its rows row0 .. row0 + rows of the
 // matrix, starting at byte first_byte of the bound buffer.
-struct Dims { rows: u32, cols: u32, row_bytes: u32, first_byte: u32, row0: u32, pad0: u32, pad1: u32, pad2: u32 }
+// matmul only: tokens, and y_stride: floats per token in y.
+struct Dims { rows: u32, cols: u32, row_bytes: u32, first_byte: u32, row0: u32, tokens: u32, y_stride: u32, pad: u32 }
 @group(0) @binding(0) var<storage, read> w_buf: array<u32>;
 @group(0) @binding(1) var<storage, read> x: array<f32>;        // [cols]
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;  // [row0 + rows]
@@ -265,6 +305,7 @@ ${Readers('w')}
 ${WeightReaderWgsl(type, layout)}
 
 ${kquant ? matvec_k : quantized_activation ? matvec_q : matvec_f32}
+${kMatmulTypes.includes(type) && layout === 'rows' ? matmul_q1 : ''}
 
 // DecodeWeightRow: y = row step[0] of w, by the piece that holds it.
 @compute @workgroup_size(64)
@@ -276,7 +317,8 @@ fn embed(@builtin(global_invocation_id) id: vec3u) {
 `;
 }
 
-/** Bindings of WeightOpsWgsl's entry points. */
+/** Bindings of WeightOpsWgsl's entry points (matmul: the kMatmulTypes'). */
 export function WeightOpsBindings(type) {
-  return {matvec: WeightBlock(type).quantized_activation ? [0, 2, 3, 7, 8] : [0, 1, 2, 3], embed: [0, 2, 3, 4]};
+  return {matvec: WeightBlock(type).quantized_activation ? [0, 2, 3, 7, 8] : [0, 1, 2, 3], embed: [0, 2, 3, 4],
+          matmul: [0, 2, 3, 7, 8]};
 }

@@ -17,10 +17,13 @@
 //      for the types whose matvec quantises its activation (Q8_0, Q4_0, Q1_0, Q4_K, Q6_K), the
 //      step program's kernels (step_kernels.js: quantize, then the matvec) == kvq's MatVec on its
 //      SCALAR target, bit for bit (the same quantisation, integer dots and f32 sums in order), over
-//      the file's rows and, for Q8_0, Q4_0, Q4_K and Q6_K, over kvq's repacked 16-row groups.
+//      the file's rows and, for Q8_0, Q4_0, Q4_K and Q6_K, over kvq's repacked 16-row groups;
+//      for the types with a matmul (step_kernels.js's kMatmulTypes: Q1_0), its y for a block of
+//      kMatmulCheckTokens tokens (the case's x and variations of it; more than one group of
+//      kMatmulTokens, the last partial) == the matvec's for each token, bit for bit.
 // Returns {cases, checks, failures: [...], seconds}.
 import {GpuKvAttention, kInjectedBugs} from '/web/gpu/kv_attention.js';
-import {kOpsBindings, kOpsWgsl, WeightOpsBindings, WeightOpsWgsl} from '/web/gpu/step_kernels.js';
+import {kMatmulTypes, kOpsBindings, kOpsWgsl, WeightOpsBindings, WeightOpsWgsl} from '/web/gpu/step_kernels.js';
 import {GpuMatvec, RowBytes} from '/web/gpu/weight_types.js';
 
 const kLongWindows = [3, 7, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 255, 256, 257, 511, 512, 1000, 2048, 4095];
@@ -139,6 +142,7 @@ async function CheckMatvec(device, c, url, fail) {
     const why_q = SameBits(got_y, want_y);
     if (why_q) fail(`${c.name}: the step program's quantised matvec differs from kvq's SCALAR MatVec (${why_q})`);
     ++checks;
+    if (kMatmulTypes.includes(c.type)) checks += await CheckMatmul(device, c, w_buf, x, fail);
     if (c.sections.w_interleaved) {  // kvq's repacked bytes of the same matrix: the same bits
       const wi = section('w_interleaved', Uint8Array);
       const wi_buf = buffer(wi.byteLength);
@@ -156,8 +160,55 @@ async function CheckMatvec(device, c, url, fail) {
   return checks;
 }
 
+const kMatmulCheckTokens = 11;
+
+// The matmul over kMatmulCheckTokens tokens (token 0: x; token t: x rotated by 37·t columns and
+// scaled by 1 + t/16) against QuantizedMatvec per token, bit for bit. Returns the checks made.
+async function CheckMatmul(device, c, w_buf, x, fail) {
+  const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
+  const T = kMatmulCheckTokens, nb = c.cols / 32;
+  const xq_all = device.createBuffer({size: T * c.cols * 4, usage});  // [T][cols]
+  const xd_all = device.createBuffer({size: T * nb * 4, usage});      // [T][cols / 32]
+  const y_all = device.createBuffer({size: T * c.rows * 4, usage});   // [T][rows]
+  const want = [];
+  for (let t = 0; t < T; ++t) {
+    const xt = new Float32Array(c.cols);  // [cols]
+    for (let k = 0; k < c.cols; ++k) xt[k] = Math.fround(x[(k + 37 * t) % c.cols] * (1 + t / 16));
+    const xt_buf = device.createBuffer({size: c.cols * 4, usage});
+    device.queue.writeBuffer(xt_buf, 0, xt);
+    want.push(await QuantizedMatvec(device, c, w_buf, xt_buf, 'rows', {xq: xq_all, xd: xd_all, t}));
+    xt_buf.destroy();
+  }
+  const pipeline = device.createComputePipeline({layout: 'auto', compute: {
+    module: device.createShaderModule({code: WeightOpsWgsl(c.type, 'rows')}), entryPoint: 'matmul'}});
+  const dims = device.createBuffer({size: 32, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST});
+  device.queue.writeBuffer(dims, 0, new Uint32Array([c.rows, c.cols, RowBytes(c.type, c.cols), 0, 0, T, c.rows, 0]));
+  const resources = {0: w_buf, 2: y_all, 3: dims, 7: xq_all, 8: xd_all};
+  const readback = device.createBuffer({size: T * c.rows * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
+  const encoder = device.createCommandEncoder();
+  const pass = encoder.beginComputePass();
+  pass.setPipeline(pipeline);
+  pass.setBindGroup(0, device.createBindGroup({layout: pipeline.getBindGroupLayout(0),
+    entries: WeightOpsBindings(c.type).matmul.map((b) => ({binding: b, resource: {buffer: resources[b]}}))}));
+  pass.dispatchWorkgroups(Math.ceil(c.rows / 64));
+  pass.end();
+  encoder.copyBufferToBuffer(y_all, 0, readback, 0, T * c.rows * 4);
+  device.queue.submit([encoder.finish()]);
+  await readback.mapAsync(GPUMapMode.READ);
+  const got = new Float32Array(readback.getMappedRange().slice(0));
+  readback.unmap();
+  for (const b of [xq_all, xd_all, y_all, dims, readback]) b.destroy();
+  for (let t = 0; t < T; ++t) {
+    const why = SameBits(got.subarray(t * c.rows, (t + 1) * c.rows), want[t]);
+    if (why) fail(`${c.name}: the matmul's token ${t} of ${T} differs from its matvec (${why})`);
+  }
+  return T;
+}
+
 // y [rows] = the step program's quantize then matvec over the weights in w_buf, in `layout`.
-async function QuantizedMatvec(device, c, w_buf, x_buf, layout) {
+// keep: {xq, xd, t}: the activation's codes and scales also copied to token t of xq [][cols] and
+// xd [][cols / 32].
+async function QuantizedMatvec(device, c, w_buf, x_buf, layout, keep = null) {
   const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
   const Pipeline = (code, entry) => device.createComputePipeline({layout: 'auto', compute: {module: device.createShaderModule({code}), entryPoint: entry}});
   const Uniform = (words) => {
@@ -182,6 +233,10 @@ async function QuantizedMatvec(device, c, w_buf, x_buf, layout) {
   pass.dispatchWorkgroups(Math.ceil(c.rows / 64));
   pass.end();
   encoder.copyBufferToBuffer(y, 0, readback, 0, c.rows * 4);
+  if (keep) {
+    encoder.copyBufferToBuffer(xq, 0, keep.xq, keep.t * c.cols * 4, c.cols * 4);
+    encoder.copyBufferToBuffer(xd, 0, keep.xd, keep.t * (c.cols / 32) * 4, (c.cols / 32) * 4);
+  }
   device.queue.submit([encoder.finish()]);
   await readback.mapAsync(GPUMapMode.READ);
   const out = new Float32Array(readback.getMappedRange().slice(0));
