@@ -38,6 +38,10 @@ import {GpuLimitsFor, GpuStepProgram, StepProgramWhyNot} from './step_program.js
 const kMaxRecoveries = 3;
 // Tokens per prefill block at most: kvq's kPrefillBlock (kvq/session.h), the page's block too.
 export const kGpuPrefillBlock = 64;
+// Uniform slots (uniform_arena.js: 256 bytes each on most devices) a block may take: each token
+// takes n_layers × (2 + the pages it attends over), so a long context gets shorter blocks (4 MiB
+// of parameters at most) rather than an arena that grows with the block times the context.
+const kBlockUniformSlots = 16384;
 // How long a failed step waits for device.lost to say whether the device went away (the
 // rejected readback and the lost promise settle in either order).
 const kLostWaitMs = 2000;
@@ -256,11 +260,14 @@ export class GpuModelRunner {
     return out;
   }
 
-  // Tokens the next block takes: 1 on the stream path (or the CPU); on the mixed path up to the
-  // end of the current page when the next page's first token evicts a page (FirstResident moves).
+  // Tokens the next block takes: 1 on the stream path (or the CPU); at most kBlockUniformSlots of
+  // parameters; on the mixed path up to the end of the current page when the next page's first
+  // token evicts a page (FirstResident moves).
   #BlockLength(left, most) {
     if (this.on_cpu || !this.resident) return 1;
     let n = Math.min(left, most);
+    const pages = Math.ceil((this.positions + n) / this.resident.P);
+    n = Math.max(1, Math.min(n, Math.floor(kBlockUniformSlots / (this.config.n_layers * (2 + pages)))));
     if (this.path === 'mixed') {
       const P = this.resident.P, page = Math.floor(this.positions / P);
       if (page + 2 > this.resident_pages) n = Math.min(n, (page + 1) * P - this.positions);
