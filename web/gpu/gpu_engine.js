@@ -244,8 +244,8 @@ export class GpuModelRunner {
 
   /**
    * Runs `ids` at the next positions, in blocks (kGpuPrefillBlock tokens at most, or
-   * options.block) where the path batches them: the last id's {token, logits (options.logits)},
-   * as many Steps would give.
+   * options.block; options.uniform_slots: kBlockUniformSlots unless given) where the path batches
+   * them: the last id's {token, logits (options.logits)}, as many Steps would give.
    */
   async Prefill(ids, options = {}) {
     if (!ids.length) throw new Error('GpuModelRunner: a prefill of no ids');
@@ -253,7 +253,7 @@ export class GpuModelRunner {
     if (!(Number.isInteger(most) && most >= 1)) throw new Error(`prefill block ${most}: a whole number ≥ 1`);
     let out = null;
     for (let i = 0; i < ids.length;) {
-      const n = this.#BlockLength(ids.length - i, most);
+      const n = this.#BlockLength(ids.length - i, most, options.uniform_slots ?? kBlockUniformSlots);
       out = await this.#Run(ids.slice(i, i + n), i + n === ids.length ? options : {});
       i += n;
     }
@@ -263,11 +263,11 @@ export class GpuModelRunner {
   // Tokens the next block takes: 1 on the stream path (or the CPU); at most kBlockUniformSlots of
   // parameters; on the mixed path up to the end of the current page when the next page's first
   // token evicts a page (FirstResident moves).
-  #BlockLength(left, most) {
+  #BlockLength(left, most, slots) {
     if (this.on_cpu || !this.resident) return 1;
     let n = Math.min(left, most);
     const pages = Math.ceil((this.positions + n) / this.resident.P);
-    n = Math.max(1, Math.min(n, Math.floor(kBlockUniformSlots / (this.config.n_layers * (2 + pages)))));
+    n = Math.max(1, Math.min(n, Math.floor(slots / (this.config.n_layers * (2 + pages)))));
     if (this.path === 'mixed') {
       const P = this.resident.P, page = Math.floor(this.positions / P);
       if (page + 2 > this.resident_pages) n = Math.min(n, (page + 1) * P - this.positions);
