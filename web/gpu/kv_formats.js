@@ -343,12 +343,13 @@ export class GpuKvEncoder {
   }
 
   /**
-   * rows rows of x (GPUBuffer, f32 bits) into out from first_byte; commands into `encoder`. arena:
+   * rows rows of x (a GPUBuffer or a binding of one, f32 bits) into out from first_byte; commands into `encoder`. arena:
    * a UniformArena (uniform_arena.js) for the parameters when the command buffer holds more than
    * one call (a prefill block); without one they are queue-written to this encoder's own buffer.
    */
-  Record(encoder, x, rows, out, first_byte, arena = null) {
+  Record(encoder, x_in, rows, out, first_byte, arena = null) {
     const {n_kv_heads, block_bytes} = this.shape;
+    const x = x_in instanceof GPUBuffer ? {buffer: x_in} : x_in;  // a buffer or a binding of one
     const values = new Uint32Array([rows, first_byte, 0, 0]);
     let params = {buffer: this.params};
     if (arena) {
@@ -365,12 +366,12 @@ export class GpuKvEncoder {
     if (this.scales) {
       pass.setPipeline(this.scales);
       pass.setBindGroup(0, this.device.createBindGroup({layout: this.scales.getBindGroupLayout(0), entries: [
-        {binding: 0, resource: {buffer: x}}, {binding: 2, resource: params},
+        {binding: 0, resource: x}, {binding: 2, resource: params},
         {binding: 3, resource: {buffer: this.scale_buffer}}]}));
       pass.dispatchWorkgroups(Math.max(1, Math.ceil(rows * n_kv_heads / 64)));
     }
     pass.setPipeline(this.encode);
-    const entries = [{binding: 0, resource: {buffer: x}}, {binding: 1, resource: {buffer: out}},
+    const entries = [{binding: 0, resource: x}, {binding: 1, resource: {buffer: out}},
                      {binding: 2, resource: params}];
     if (this.scales) entries.push({binding: 3, resource: {buffer: this.scale_buffer}});
     pass.setBindGroup(0, this.device.createBindGroup({layout: this.encode.getBindGroupLayout(0), entries}));

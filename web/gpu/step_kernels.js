@@ -248,7 +248,7 @@ fn matvec(@builtin(global_invocation_id) id: vec3u) {
   // order (the integer dot is exact, so its order is free), so each y equals that token's matvec.
   const matmul_q1 = `
 // MatMul over a block of dims.tokens tokens (their activations quantised per token: xq
-// [tokens][cols], xd [tokens][cols / 32]; y [tokens][dims.y_stride], rows at row0 of each): one
+// [tokens][cols], xd [tokens][dims.xd_stride]; y [tokens][dims.y_stride], rows at row0 of each): one
 // invocation per row, the tokens in groups of ${kMatmulTokens}; per activation block b the row's
 // scale and 32 sign bits are read once for the group, and each token's y is the matvec's
 // Σ_b (d_w · d_x) · I_b in f32 in order of b (I_b = Σ code·q, exact).
@@ -270,7 +270,7 @@ fn matmul(@builtin(global_invocation_id) id: vec3u) {
         let xo = (t0 + t) * dims.cols + b * 32u;
         var dot = 0;
         for (var j = 0u; j < 32u; j++) { dot = dot + select(-1, 1, ((bits >> j) & 1u) == 1u) * xq[xo + j]; }
-        sum[t] = sum[t] + (d * xd[(t0 + t) * nb + b]) * f32(dot);
+        sum[t] = sum[t] + (d * xd[(t0 + t) * dims.xd_stride + b]) * f32(dot);
       }
     }
     for (var t = 0u; t < ${kMatmulTokens}u; t++) {
@@ -291,8 +291,9 @@ fn matvec(@builtin(global_invocation_id) id: vec3u) {
   return /* wgsl */ `
 // One piece of a weight (step_program.js's WeightPlacement): its rows row0 .. row0 + rows of the
 // matrix, starting at byte first_byte of the bound buffer.
-// matmul only: tokens, and y_stride: floats per token in y.
-struct Dims { rows: u32, cols: u32, row_bytes: u32, first_byte: u32, row0: u32, tokens: u32, y_stride: u32, pad: u32 }
+// matmul only: tokens, and per token the floats of y (y_stride) and of the scales xd (xd_stride).
+struct Dims { rows: u32, cols: u32, row_bytes: u32, first_byte: u32, row0: u32, tokens: u32, y_stride: u32,
+              xd_stride: u32 }
 @group(0) @binding(0) var<storage, read> w_buf: array<u32>;
 @group(0) @binding(1) var<storage, read> x: array<f32>;        // [cols]
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;  // [row0 + rows]

@@ -32,7 +32,8 @@
 // one submit (plus the mixed mode's slot reuses) and one readback (the last token's id, and its
 // logits when asked for).
 
-import {kOpsBindings, kOpsWgsl, kRowLanes, WeightOpsBindings, WeightOpsWgsl} from './step_kernels.js';
+import {BlockRecorder} from './block_steps.js';
+import {kMatmulTypes, kOpsBindings, kOpsWgsl, kRowLanes, WeightOpsBindings, WeightOpsWgsl} from './step_kernels.js';
 import {kGpuWeightTypes, kInterleavedTypes} from './weight_types.js';
 
 const kStorage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
@@ -175,7 +176,8 @@ export class GpuStepProgram {
     for (const t of program.tensors) {
       const key = `${t.type}/${t.layout}`;
       if (t.rows > 1 || t.type !== 'f32') {
-        weight_ops[key] ??= await compile(WeightOpsWgsl(t.type, t.layout), ['matvec', 'embed'], `${key} weights`);
+        const matmul = kMatmulTypes.includes(t.type) && t.layout === 'rows' ? ['matmul'] : [];
+        weight_ops[key] ??= await compile(WeightOpsWgsl(t.type, t.layout), ['matvec', 'embed', ...matmul], `${key} weights`);
       }
     }
     return new GpuStepProgram(device, program, heap, rope, kv_device, ops, weight_ops, fit.placement);
@@ -220,8 +222,11 @@ export class GpuStepProgram {
     const kv_floats = 2 * c.kv_dim;
     this.staging = device.createBuffer({size: Math.max(kv_floats * 4, 4 + c.vocab_size * 4),
                                         usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
+    this.pipelines = {ops, weight_ops};
+    this.uniforms = new Map();  // op uniforms by their words: read-only, so shared by every record
     // Each op recorded once: [{pipeline, group, groups: [x, y]}], and the attention ops apart.
-    this.records = program.ops.map((op) => this.#Record(op, ops, weight_ops));
+    this.records = program.ops.map((op) => this.RecordOp(op));
+    this.block = new BlockRecorder(this);  // a block's ops op by op (kv.resident blocks)
   }
 
   /** Frees the GPU buffers (the weights and activations). */
@@ -231,34 +236,49 @@ export class GpuStepProgram {
     for (const b of [this.step, this.rope_table, this.out_id, this.xq, this.xd, this.staging]) b.destroy();
     this.block_steps?.destroy();
     this.block_rope?.destroy();
+    for (const b of this.uniforms.values()) b.destroy();
+    this.block.Destroy();
   }
 
   #Buffer(bytes) {
     return this.device.createBuffer({size: Math.max(16, Ceil4(bytes)), usage: kStorage});
   }
 
-  #Uniform(words) {
-    const b = this.device.createBuffer({size: Math.max(16, Math.ceil(words.length / 4) * 16), usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST});
-    this.device.queue.writeBuffer(b, 0, new Uint32Array(words));
+  /** A uniform buffer holding `words` (u32), shared by every record that needs the same words. */
+  Uniform(words) {
+    const key = words.join(',');
+    let b = this.uniforms.get(key);
+    if (!b) {
+      b = this.device.createBuffer({size: Math.max(16, Math.ceil(words.length / 4) * 16), usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST});
+      this.device.queue.writeBuffer(b, 0, new Uint32Array(words));
+      this.uniforms.set(key, b);
+    }
     return b;
   }
 
-  #Group(pipeline, bindings, resources) {
-    return this.device.createBindGroup({layout: pipeline.getBindGroupLayout(0),
-      entries: bindings.map((b) => ({binding: b, resource: {buffer: resources[b]}}))});
+  /** A bind group of `pipeline`: per binding a GPUBuffer or a GPUBufferBinding. */
+  Group(pipeline, bindings, resources) {
+    return this.device.createBindGroup({layout: pipeline.getBindGroupLayout(0), entries: bindings.map((b) => (
+      {binding: b, resource: resources[b] instanceof GPUBuffer ? {buffer: resources[b]} : resources[b]}))});
   }
 
-  // One dispatch (or two: a quantised matvec's activation first; or one per piece of a split weight) of `op`.
-  #Record(op, ops, weight_ops) {
-    const c = this.config, B = this.buffers;
+  /**
+   * One dispatch (or two: a quantised matvec's activation first; or one per piece of a split
+   * weight) of `op`: [{pipeline, group, groups}]. view: where a block's token keeps its
+   * activations ({buf(name), step, rope}: GPUBufferBindings; block_steps.js), or the step's own.
+   */
+  RecordOp(op, view = null) {
+    const c = this.config, ops = this.pipelines.ops, weight_ops = this.pipelines.weight_ops;
+    const B = view ? new Proxy({}, {get: (_, name) => view.buf(name)}) : this.buffers;
     const eps_bits = new Uint32Array(new Float32Array([c.norm_eps]).buffer)[0];
-    const base = {5: this.rope_table, 6: this.out_id, 7: this.xq, 8: this.xd, 4: this.step};
+    const base = {5: view ? view.rope : this.rope_table, 6: this.out_id, 7: this.xq, 8: this.xd,
+                  4: view ? view.step : this.step};
     const pieces = op.w !== undefined ? this.pieces_of(op.w) : [{chunk: 0, offset: 0}];
     const weights = this.chunks[pieces[0].chunk];  // a vector (norm, bias) is one piece
     const simple = (entry, words, x, y, groups) => {
       const pipeline = ops[entry];
-      return [{pipeline, groups, group: this.#Group(pipeline, kOpsBindings[entry],
-                                                    {...base, 0: weights, 1: B[x], 2: B[y], 3: this.#Uniform(words)})}];
+      return [{pipeline, groups, group: this.Group(pipeline, kOpsBindings[entry],
+                                                    {...base, 0: weights, 1: B[x], 2: B[y], 3: this.Uniform(words)})}];
     };
     const word = () => pieces[0].offset / 4;
     const t = op.w !== undefined ? this.program.tensors[op.w] : null;
@@ -273,8 +293,8 @@ export class GpuStepProgram {
           out.push(...simple('quantize', [t.cols, 0, 0, 0], op.x, op.y, [Math.ceil(t.cols / 32 / 64), 1]));
         }
         for (const p of pieces) {  // rows p.row0 .. p.row0 + p.rows of the weight, each its own matrix
-          const dims = this.#Uniform([p.rows, t.cols, row_bytes, p.offset, p.row0, 0, 0, 0]);
-          const group = this.#Group(kernels[entry], WeightOpsBindings(t.type)[entry],
+          const dims = this.Uniform([p.rows, t.cols, row_bytes, p.offset, p.row0, 0, 0, 0]);
+          const group = this.Group(kernels[entry], WeightOpsBindings(t.type)[entry],
                                     {...base, 0: this.chunks[p.chunk], 1: B[op.x], 2: B[op.y], 3: dims});
           const row_groups = Math.ceil(p.rows / kRowLanes);  // matvec: a row per invocation
           const groups = entry === 'embed' ? [Math.ceil(t.cols / 64), 1] : [Math.min(row_groups, 32768), Math.ceil(row_groups / 32768)];
@@ -299,14 +319,15 @@ export class GpuStepProgram {
     }
   }
 
-  #Submit(encoder) {
+  /** Submits `encoder`'s commands, counted. */
+  Submit(encoder) {
     this.device.queue.submit([encoder.finish()]);
     ++this.counts.submits;
   }
 
   // after_submit: called between the submit and the wait (a resident cache maps its written-back pages).
   async #ReadBack(encoder, bytes, after_submit = () => {}) {
-    this.#Submit(encoder);
+    this.Submit(encoder);
     after_submit();
     await this.staging.mapAsync(GPUMapMode.READ, 0, bytes);
     const out = this.staging.getMappedRange(0, bytes).slice(0);
@@ -346,19 +367,23 @@ export class GpuStepProgram {
       ids.set([tokens[i], pos + i], 2 * i);
       rope.set(this.rope(pos + i), i * c.rotary_dims);
     }
-    device.queue.writeBuffer(this.block_steps, 0, ids);
-    device.queue.writeBuffer(this.block_rope, 0, rope);
     let encoder = device.createCommandEncoder();
-    let kv = null;
-    for (let t = 0; t < n; ++t) {
-      const p = pos + t;
-      kv = kv_of(p);
-      encoder.copyBufferToBuffer(this.block_steps, 8 * t, this.step, 0, 8);
-      encoder.copyBufferToBuffer(this.block_rope, 4 * t * c.rotary_dims, this.rope_table, 0, 4 * c.rotary_dims);
-      encoder = await this.#RecordToken(encoder, p, kv);
+    let kv = kv_of(pos), logits = {buffer: B.logits, offset: 0};
+    if (n > 1 && kv.resident) {  // op by op (block_steps.js)
+      ({encoder, logits} = this.block.Record(encoder, tokens, pos, kv, rope));
+    } else {
+      device.queue.writeBuffer(this.block_steps, 0, ids);
+      device.queue.writeBuffer(this.block_rope, 0, rope);
+      for (let t = 0; t < n; ++t) {
+        const p = pos + t;
+        kv = kv_of(p);
+        encoder.copyBufferToBuffer(this.block_steps, 8 * t, this.step, 0, 8);
+        encoder.copyBufferToBuffer(this.block_rope, 4 * t * c.rotary_dims, this.rope_table, 0, 4 * c.rotary_dims);
+        encoder = await this.#RecordToken(encoder, p, kv);
+      }
     }
     encoder.copyBufferToBuffer(this.out_id, 0, this.staging, 0, 4);
-    if (options.logits) encoder.copyBufferToBuffer(B.logits, 0, this.staging, 4, c.vocab_size * 4);
+    if (options.logits) encoder.copyBufferToBuffer(logits.buffer, logits.offset, this.staging, 4, c.vocab_size * 4);
     kv.resident?.BeforeSubmit();
     const bytes = await this.#ReadBack(encoder, options.logits ? 4 + c.vocab_size * 4 : 4,
                                        () => kv.resident?.Submitted());
@@ -389,7 +414,7 @@ export class GpuStepProgram {
         pass.end();
         // A mixed-mode cache submits the commands so far before writing a streaming slot again.
         const sink = {encoder, flush: () => {
-          this.#Submit(sink.encoder);
+          this.Submit(sink.encoder);
           sink.encoder = device.createCommandEncoder();
         }};
         kv.resident.Record(sink, op.layer, B[op.k], B[op.v], B[op.x], pos, B[op.y]);

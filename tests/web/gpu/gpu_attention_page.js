@@ -182,7 +182,7 @@ async function CheckMatmul(device, c, w_buf, x, fail) {
   const pipeline = device.createComputePipeline({layout: 'auto', compute: {
     module: device.createShaderModule({code: WeightOpsWgsl(c.type, 'rows')}), entryPoint: 'matmul'}});
   const dims = device.createBuffer({size: 32, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST});
-  device.queue.writeBuffer(dims, 0, new Uint32Array([c.rows, c.cols, RowBytes(c.type, c.cols), 0, 0, T, c.rows, 0]));
+  device.queue.writeBuffer(dims, 0, new Uint32Array([c.rows, c.cols, RowBytes(c.type, c.cols), 0, 0, T, c.rows, nb]));
   const resources = {0: w_buf, 2: y_all, 3: dims, 7: xq_all, 8: xd_all};
   const readback = device.createBuffer({size: T * c.rows * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
   const encoder = device.createCommandEncoder();

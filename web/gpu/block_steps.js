@@ -1,0 +1,157 @@
+// A block of tokens through the step program op by op (step_program.js's Steps, resident KV): each
+// op is recorded for every token of the block before the next op, each token's activations a
+// slice of a [tokens][stride] buffer per activation, bound at the token's offset, so the kernels
+// are the per-token step's. Attention runs per token in position order (kv_resident.js records
+// token t's rows before token t + 1 attends), the ops after the last attention only for the last
+// token (nothing else reads them), and a matvec over a weight type with a matmul
+// (step_kernels.js's kMatmulTypes: Q1_0) is one dispatch for the block: each activation quantised
+// into its token's slice, then the matmul, which reads each weight block once per 8 tokens and
+// gives each token the matvec's bits. So a block gives the bits of as many token-by-token steps.
+
+import {kMatmulTypes, kRowLanes, WeightOpsBindings} from './step_kernels.js';
+
+const kStorage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
+// Floats per token slice: a multiple of 64 (256 bytes, the largest minStorageBufferOffsetAlignment).
+const Stride = (n) => Math.ceil(n / 64) * 64;
+
+export class BlockRecorder {
+  /** program: the GpuStepProgram whose ops, buffers and kernels a block runs. */
+  constructor(program) {
+    this.p = program;
+    const ops = program.program.ops;
+    this.last_attention = ops.map((op) => op.kind).lastIndexOf('attention');
+    // Activations a token before the last needs: those the ops up to the last attention use.
+    this.per_token = new Set();
+    for (const op of ops.slice(0, this.last_attention + 1)) {
+      for (const k of ['x', 'y', 'k', 'v', 'k_pre']) if (op[k] !== undefined) this.per_token.add(op[k]);
+    }
+    this.per_token.add('x');  // head_rmsnorm, rope and bias name 'x' for an unused binding
+    this.capacity = 0;
+    this.buffers = null;
+  }
+
+  // Buffers for `n` tokens: per activation [n or 1][Stride], [n][64] u32 steps, [n][Stride(rotary)]
+  // RoPE tables, the matmuls' [n][max cols] codes and [n][Stride(max cols / 32)] scales.
+  #Grow(n) {
+    if (n <= this.capacity) return;
+    this.Destroy();
+    const p = this.p, c = p.config, device = p.device;
+    const Buffer = (floats) => device.createBuffer({size: Math.max(16, floats * 4), usage: kStorage});
+    const max_cols = Math.max(...p.program.tensors.map((t) => t.cols));
+    this.act = {};
+    for (const [name, size] of Object.entries(p.program.buffers)) {
+      this.act[name] = Buffer((this.per_token.has(name) ? n : 1) * Stride(size));
+    }
+    this.steps = Buffer(n * 64);
+    this.rope = Buffer(n * Stride(c.rotary_dims));
+    this.xq = Buffer(n * max_cols);
+    this.xd = Buffer(n * Stride(Math.ceil(max_cols / 32)));
+    this.capacity = n;
+    this.records = [];  // [token][op]: that token's records (made on first use)
+    this.matmuls = new Map();  // `${op}/${tokens}` -> its records
+  }
+
+  // Where token t keeps its activations, steps and RoPE table.
+  #View(t) {
+    const p = this.p, c = p.config;
+    const buf = (name) => {
+      const n = p.program.buffers[name], at = this.per_token.has(name) ? t * Stride(n) * 4 : 0;
+      return {buffer: this.act[name], offset: at, size: n * 4};
+    };
+    return {buf, step: {buffer: this.steps, offset: t * 256, size: 8},
+            rope: {buffer: this.rope, offset: t * Stride(c.rotary_dims) * 4, size: c.rotary_dims * 4}};
+  }
+
+  #Records(t, i) {
+    this.records[t] ??= [];
+    return (this.records[t][i] ??= this.p.RecordOp(this.p.program.ops[i], this.#View(t)) || []);
+  }
+
+  // The block's matmul of op i over `n` tokens: each token's quantisation into its slice, then
+  // one matmul dispatch per piece of the weight.
+  #Matmul(i, n) {
+    const key = `${i}/${n}`;
+    if (this.matmuls.has(key)) return this.matmuls.get(key);
+    const p = this.p, op = p.program.ops[i], t = p.program.tensors[op.w];
+    const xd_stride = Stride(t.cols / 32), out = [];
+    const quantize = p.pipelines.ops.quantize, kernel = p.pipelines.weight_ops[`${t.type}/${t.layout}`].matmul;
+    for (let k = 0; k < n; ++k) {
+      const view = this.#View(k);
+      out.push({pipeline: quantize, groups: [Math.ceil(t.cols / 32 / 64), 1], group: p.Group(quantize, [1, 3, 7, 8], {
+        1: view.buf(op.x), 3: p.Uniform([t.cols, 0, 0, 0]), 7: {buffer: this.xq, offset: k * t.cols * 4, size: t.cols * 4},
+        8: {buffer: this.xd, offset: k * xd_stride * 4, size: xd_stride * 4}})});
+    }
+    const y = this.#View(0).buf(op.y);
+    for (const piece of p.pieces_of(op.w)) {
+      const dims = p.Uniform([piece.rows, t.cols, t.bytes / t.rows, piece.offset, piece.row0, n,
+                              Stride(p.program.buffers[op.y]), xd_stride]);
+      const row_groups = Math.ceil(piece.rows / kRowLanes);
+      out.push({pipeline: kernel, groups: [Math.min(row_groups, 32768), Math.ceil(row_groups / 32768)],
+                group: p.Group(kernel, WeightOpsBindings(t.type).matmul,
+                               {0: p.chunks[piece.chunk], 2: {buffer: y.buffer}, 3: dims, 7: this.xq, 8: this.xd})});
+    }
+    this.matmuls.set(key, out);
+    return out;
+  }
+
+  /**
+   * Records `ids` (rows [n][token, position]) with RoPE tables `rope` ([n][rotary_dims]) at
+   * positions pos.. into `encoder` (no pass open), kv: the step's cache view with kv.resident.
+   * Returns {encoder (the one the commands end in), logits: {buffer, offset} of the last token's}.
+   */
+  Record(encoder, tokens, pos, kv, rope) {
+    const p = this.p, c = p.config, device = p.device, n = tokens.length, ops = p.program.ops;
+    this.#Grow(n);
+    const steps = new Uint32Array(n * 64), tables = new Float32Array(n * Stride(c.rotary_dims));
+    for (let t = 0; t < n; ++t) {
+      steps.set([tokens[t], pos + t], t * 64);
+      tables.set(rope.subarray(t * c.rotary_dims, (t + 1) * c.rotary_dims), t * Stride(c.rotary_dims));
+    }
+    device.queue.writeBuffer(this.steps, 0, steps);
+    device.queue.writeBuffer(this.rope, 0, tables);
+    let pass = encoder.beginComputePass();
+    const Dispatch = (records) => {
+      for (const r of records) {
+        pass.setPipeline(r.pipeline);
+        pass.setBindGroup(0, r.group);
+        pass.dispatchWorkgroups(r.groups[0], r.groups[1]);
+      }
+    };
+    for (let i = 0; i < ops.length; ++i) {
+      const op = ops[i];
+      if (op.kind === 'attention') {
+        pass.end();
+        const sink = {encoder, flush: () => {
+          p.Submit(sink.encoder);
+          sink.encoder = device.createCommandEncoder();
+        }};
+        for (let t = 0; t < n; ++t) {
+          const v = this.#View(t);
+          kv.resident.Record(sink, op.layer, v.buf(op.k), v.buf(op.v), v.buf(op.x), pos + t, v.buf(op.y));
+        }
+        encoder = sink.encoder;
+        pass = encoder.beginComputePass();
+        continue;
+      }
+      if (i > this.last_attention) {
+        Dispatch(this.#Records(n - 1, i));
+        continue;
+      }
+      const t = op.kind === 'matvec' ? p.program.tensors[op.w] : null;
+      if (t && kMatmulTypes.includes(t.type) && t.layout === 'rows') {
+        Dispatch(this.#Matmul(i, n));
+        continue;
+      }
+      for (let k = 0; k < n; ++k) Dispatch(this.#Records(k, i));
+    }
+    pass.end();
+    const logits = this.#View(n - 1).buf('logits');
+    return {encoder, logits: {buffer: logits.buffer, offset: logits.offset}};
+  }
+
+  Destroy() {
+    if (!this.capacity) return;
+    for (const b of [...Object.values(this.act), this.steps, this.rope, this.xq, this.xd]) b.destroy();
+    this.capacity = 0;
+  }
+}
