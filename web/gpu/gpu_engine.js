@@ -22,9 +22,9 @@
 // "stream" (each layer's rows read back into the master, whose pages stream through kv_device.js:
 // n_layers + 1 submits and readbacks a step).
 //
-// Prefill (a prompt's ids) runs in blocks on the resident and mixed paths: a block's tokens are
-// encoded one after another into one command encoder (step_program.js's Steps: the same kernels,
-// so the same bits as token-by-token steps), one submit and one readback per block (the mixed
+// Prefill (a prompt's ids) runs in blocks on the resident and mixed paths: a block's ops are
+// encoded op by op for all its tokens into one command encoder (step_program.js's Steps,
+// block_steps.js: the same bits as token-by-token steps), one submit and one readback per block (the mixed
 // path adds its submits per streaming-slot reuse, and cuts its blocks where a page would be
 // evicted: a page read by a block's earlier tokens cannot be freed before the block's submit).
 // The stream path reads each layer's rows back, so it prefills token by token.

@@ -25,12 +25,12 @@
 // pages it streams from the master add a submit each time a streaming slot is reused within the
 // step, and still one readback. `counts` tallies them (the device's too).
 //
-// A block of tokens (a prefill block: Steps) is the same ops per token, one token after another
-// in one command encoder: each token's id, position and RoPE table are copied, by commands in
-// that encoder, from block buffers written once per block into the buffers the kernels read, so
-// the kernels are the per-token step's and so are the bits. With a resident cache the block is
-// one submit (plus the mixed mode's slot reuses) and one readback (the last token's id, and its
-// logits when asked for).
+// A block of tokens (a prefill block: Steps) with a resident cache runs op by op in one command
+// encoder (block_steps.js: each token's activations a slice of block buffers, the kernels the
+// per-token step's, Q1_0 matvecs one matmul per block): the bits of as many steps, one submit
+// (plus the mixed mode's slot reuses) and one readback (the last token's id, and its logits when
+// asked for). Without one (the stream path) a block's tokens run one after another, each token's
+// id, position and RoPE table copied by commands in the encoder from block buffers.
 
 import {BlockRecorder} from './block_steps.js';
 import {kMatmulTypes, kOpsBindings, kOpsWgsl, kRowLanes, WeightOpsBindings, WeightOpsWgsl} from './step_kernels.js';

@@ -19,8 +19,8 @@
 // 2 streaming slots and one resident page per layer, under the context: the page written behind is
 // evicted and streamed from the master, before the loss and after it). And one int8 run with pages
 // of 32 prefills the prompt and the reference's first kLoseAt ids in blocks of kBlock
-// (GpuModelRunner.Prefill) and loses its device while the block after the first page is being
-// recorded: the block is redone from its first position and the ids equal the reference.
+// (GpuModelRunner.Prefill) and loses its device in the block after the first page (submitted, its
+// readback not back): the block is redone from its first position and the ids equal the reference.
 // The CPU continuation is not the GPU's arithmetic bit for bit: the C++ forward sums matvecs,
 // norms and attention in its SIMD lanes' order where the GPU sums per row in column order and
 // per workgroup in trees, and its exp is Highway's. Both quantise activations for Q-type weights
@@ -193,8 +193,8 @@ export async function RunGpuDeviceLossTests(bundle_url, only = '') {
     }, false, 32, 'auto', budget);
     Check(`${mixed_what}, device lost after ${kLoseAt} ids`, mixed, references[`"${kPrompts[0]}" ${spec}`]);
     if (survivor.events.length !== events + 2) fail(`${mixed_what}: expected one re-acquired device`);
-    // Lost while a prefill block is being recorded (the synchronous part of Prefill records the
-    // block's first token; the destroy lands before the rest and the submit).
+    // Lost in a prefill block (the synchronous part of Prefill records and submits the block; the
+    // destroy lands before its readback).
     const block_what = `"${kPrompts[0]}" ${spec} pages of 32, lost in a prefill block`;
     const want = references[`"${kPrompts[0]}" ${spec}`];
     const fed = [...prompts[0], ...want.ids.slice(0, kLoseAt)];
