@@ -4,7 +4,8 @@
 //     it, so such a tensor runs as three or more pieces, each its own binding, as a 151,936-row embedding or
 //     classifier does under the default 128 MiB): one prompt's steps give the logits of the
 //     unforced run bit for bit (a piece is a row range: every row's arithmetic is unchanged)
-//     and so the same ids;
+//     and so the same ids; and the same ids prefilled as one block (GpuModelRunner.Prefill: op by
+//     op, a matmul per piece for Q1_0) give the last step's logits bit for bit;
 //   - refused: maxBufferSize forced 4 bytes under the logits buffer: GpuStepProgram refuses with a
 //     sentence naming maxBufferSize and the model before creating any buffer or shader, and
 //     RequestGpuDevice refuses before asking the adapter for a device;
@@ -66,6 +67,14 @@ export async function RunGpuLimitsTests(fixture_url, bundle_url, only = '') {
     const split = await GpuModelRunner.Create(M, device, model, program, {step: {max_binding_bytes: cap}});
     const got = await Run(split, ids);
     const buffers = split.step.chunks.length;
+    split.NewSequence(kSpec, kSpec);
+    const fed = got.slice(0, kSteps - 1).map((g, i) => (i + 1 < ids.length ? ids[i + 1] : g.token));
+    const block = await split.Prefill([ids[0], ...fed], {logits: true});
+    const at_block = block.logits.findIndex((v, j) => !Object.is(v, want[kSteps - 1].logits[j]));
+    if (at_block >= 0 || block.token !== want[kSteps - 1].token) {
+      fail(`${m.name}: ${kSteps} ids prefilled as one block split at ${cap} B: id ${block.token} vs ` +
+           `${want[kSteps - 1].token}, logit ${at_block}: ${block.logits[at_block]} vs ${want[kSteps - 1].logits[at_block]}`);
+    }
     split.Destroy();
     for (let i = 0; i < kSteps; ++i) {
       const a = got[i].logits, b = want[i].logits;
