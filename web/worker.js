@@ -573,7 +573,8 @@ async function Bench(id, p) {
     Engine: (path, q) => (path === 'gpu' ? GpuEngine(q) : CpuEngine({...q, threads})),
     Free: FreeSession,
     progress: (what) => self.postMessage({type: 'progress', id, bench: what}),
-    describe: {model: info, adapter: gpu ? gpu.name : null, cpu: `WebAssembly (Highway target ${api.simdTarget()}), ${threads} thread(s)`}});
+    describe: {model: info, adapter: gpu ? gpu.name : null,
+               cpu: `WebAssembly (Highway target ${api.simdTarget()}), ${threads} thread(s)`}});
 }
 
 const handlers = {

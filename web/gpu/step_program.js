@@ -249,7 +249,8 @@ export class GpuStepProgram {
     const key = words.join(',');
     let b = this.uniforms.get(key);
     if (!b) {
-      b = this.device.createBuffer({size: Math.max(16, Math.ceil(words.length / 4) * 16), usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST});
+      b = this.device.createBuffer({size: Math.max(16, Math.ceil(words.length / 4) * 16),
+                                    usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST});
       this.device.queue.writeBuffer(b, 0, new Uint32Array(words));
       this.uniforms.set(key, b);
     }

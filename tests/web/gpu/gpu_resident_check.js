@@ -114,7 +114,9 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
     for (const [run, name] of [[resident, 'resident'], [blocks, 'block-prefilled']]) {
       for (let layer = 0; layer < c.n_layers; ++layer) {
         const held = M._kvq_web_kv_positions(run.kv, layer);
-        if (held !== full * kPage) fail(`${what}: the ${name} run's layer ${layer} master holds ${held} positions, expected ${full * kPage}`);
+        if (held !== full * kPage) {
+          fail(`${what}: the ${name} run's layer ${layer} master holds ${held} positions, expected ${full * kPage}`);
+        }
         for (let page = 0; page < full; ++page) {
           if (M._kvq_web_kv_read_page(stream.kv, layer, page, a) !== 0 ||
               M._kvq_web_kv_read_page(run.kv, layer, page, b) !== 0) {
@@ -123,7 +125,9 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
           }
           const x = M.HEAPU8.subarray(a, a + bytes), y = M.HEAPU8.subarray(b, b + bytes);
           const at = x.findIndex((v, i) => v !== y[i]);
-          if (at >= 0) fail(`${what}: the ${name} run's layer ${layer} page ${page}: master byte ${at} is ${y[at]}, streamed ${x[at]}`);
+          if (at >= 0) {
+            fail(`${what}: the ${name} run's layer ${layer} page ${page}: master byte ${at} is ${y[at]}, streamed ${x[at]}`);
+          }
           ++checks;
         }
       }
