@@ -16,8 +16,8 @@ namespace kvq::fuzz {
 
 struct FuzzVocab {
   Tokenizer tokenizer;
-  /// Texts Encode cuts out as single tokens (user-defined; byte-level BPE: control too): an input
-  /// holding one does not round-trip, as documented at Tokenizer::Encode.
+  /// Texts Encode cuts out as single tokens (Tokenizer::literal_tokens()): an input holding one
+  /// does not round-trip, as documented at Tokenizer::Encode.
   std::vector<std::string> literals;
   /// Byte-level BPE: bytes with no token of their own, dropped by Encode (Falcon lacks 28).
   std::array<bool, 256> missing_byte{};
@@ -40,14 +40,14 @@ inline FuzzVocab LoadFuzzVocab(std::string_view relative, int32_t llama2c_vocab 
   v.tokenizer.set_notice_sink([](std::string_view) {});
   const bool bpe = v.tokenizer.kind() == Tokenizer::Kind::kBytePairs;
   std::array<bool, 256> has_byte{};
+  for (const int32_t id : v.tokenizer.literal_tokens()) v.literals.push_back(v.tokenizer.piece(id));
   for (int32_t id = 0; id < v.tokenizer.vocab_size(); ++id) {
     const Tokenizer::TokenType type = v.tokenizer.type(id);
     const std::string& piece = v.tokenizer.piece(id);
-    if (type == Tokenizer::TokenType::kUserDefined || (bpe && type == Tokenizer::TokenType::kControl)) {
-      if (!piece.empty()) v.literals.push_back(piece);
-    } else if (bpe && piece.size() == 1) {
-      has_byte[static_cast<uint8_t>(piece[0])] = true;
-    }
+    const bool literal = type == Tokenizer::TokenType::kUserDefined ||
+                         type == Tokenizer::TokenType::kControl ||
+                         type == Tokenizer::TokenType::kUnknown;
+    if (bpe && !literal && piece.size() == 1) has_byte[static_cast<uint8_t>(piece[0])] = true;
   }
   for (int b = 0; b < 256; ++b) v.missing_byte[b] = bpe && !has_byte[b];
   return v;

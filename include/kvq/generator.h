@@ -130,11 +130,15 @@ class Generator {
   bool finished() const { return finished_; }
   FinishReason finish_reason() const { return finish_; }  ///< meaningful once finished()
   std::span<const int32_t> tokens() const { return tokens_; }  ///< kept tokens, in order
-  /// The completion's text: every kept token's text (Model::TokenText), cut before the first stop
+  /// The completion's text: every kept token's text (TokenText below), cut before the first stop
   /// string.
   const std::string& text() const { return text_; }
   /// Bytes of text() released by steps so far (the rest is held back).
   size_t released_bytes() const { return released_; }
+  /// The text `token` adds to text() when it follows `previous`: Model::TokenText, or for a
+  /// control token kept as text (GeneratorOptions::preserved_tokens) that text. What a server
+  /// shows as a token's text in logprobs, so that they spell the output.
+  std::string TokenText(int32_t previous, int32_t token) const;
 
  private:
   Generator(std::shared_ptr<const Model::Impl> model, GeneratorOptions options, int32_t previous,

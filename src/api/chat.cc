@@ -58,9 +58,9 @@ Result<std::string> Model::ApplyChatTemplate(std::span<const ChatMessage> messag
 const ChatTemplateChoice& Model::chat_template_choice() const { return impl_->chat_template_choice(); }
 
 std::vector<int32_t> Model::TokenizeChatPrompt(std::string_view text) const {
-  // The BOS text becomes the BOS id here rather than in Tokenize: a SentencePiece vocabulary
-  // parses only user-defined pieces out of text, so "<s>" would be spelled out as "▁<", "s", ">".
-  // What follows is tokenized as llama.cpp tokenizes the text after a special token.
+  // A template that writes the BOS text itself stands for the BOS the vocabulary adds: that text
+  // is taken as the added BOS, so the prompt has one (Tokenize would add one and parse the text's
+  // as a second). What follows is tokenized as llama.cpp tokenizes the text after a special token.
   const int32_t bos = impl_->info.bos;
   const std::string bos_text = bos >= 0 ? TokenPiece(bos) : "";
   if (!bos_text.empty() && text.starts_with(bos_text)) return Tokenize(text.substr(bos_text.size()), AddBos::kYes);

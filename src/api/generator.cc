@@ -175,7 +175,7 @@ void Generator::Constrain(std::span<float> logits) {
       if (std::any_of(preserved_.begin(), preserved_.end(), [&](const auto& p) { return p.first == t; })) {
         return true;
       }
-      const std::string text = TokenText(*model_, previous_, t);
+      const std::string text = kvq::TokenText(*model_, previous_, t);
       return std::any_of(kept.begin(), kept.end(), [&](std::string_view k) {
         return text.size() < k.size() && k.starts_with(text);
       });
@@ -201,6 +201,16 @@ void Generator::Constrain(std::span<float> logits) {
   }
 }
 
+std::string Generator::TokenText(int32_t previous, int32_t token) const {
+  std::string piece = kvq::TokenText(*model_, previous, token);
+  if (piece.empty()) {  // a control token kept as text (GeneratorOptions::preserved_tokens)
+    for (const auto& [id, text] : preserved_) {
+      if (id == token) piece = text;
+    }
+  }
+  return piece;
+}
+
 GeneratorStep Generator::Next(int32_t token) {
   if (finished_) return {.finished = true, .finish = finish_};
   // An end token (for llama2.c vocabularies BOS too: Tokenizer::IsEndOfGeneration) ends the text
@@ -208,12 +218,7 @@ GeneratorStep Generator::Next(int32_t token) {
   const bool end = IsEndOfGeneration(*model_, token);
   if (end && !options_.ignore_eos) return Finish(FinishReason::kStop, /*kept=*/false, text_.size());
 
-  std::string piece = TokenText(*model_, previous_, token);
-  if (piece.empty()) {  // a control token kept as text (GeneratorOptions::preserved_tokens)
-    for (const auto& [id, text] : preserved_) {
-      if (id == token) piece = text;
-    }
-  }
+  const std::string piece = TokenText(previous_, token);
   if (grammar_ && !grammar_->Accept(piece)) return Finish(FinishReason::kStop, /*kept=*/false, text_.size());
   tokens_.push_back(token);
   text_ += piece;

@@ -78,12 +78,17 @@ Result<int32_t> Engine::Draw(Slot& slot, std::span<const float> logits, int64_t 
 GeneratorStep Engine::Take(Slot& slot, int32_t token, std::span<const float> logits, int32_t previous) {
   Job& job = *slot.job;
   // Logprobs are the model's (the logits before grammar, bias and penalties), read before the
-  // token runs; each token's text is as it follows the one before.
+  // token runs; each token's text is as it follows the one before, and as the output spells it
+  // (Generator::TokenText: a preserved control token such as "[TOOL_CALLS]" has its text).
   std::optional<LogprobEntry> logprob;
   if (job.spec.top_logprobs >= 0) {
     const TokenLogprobs lp = LogprobsOf(logits, token, job.spec.top_logprobs);
-    logprob = LogprobEntry{.token = model_.TokenText(previous, token), .logprob = lp.chosen.logprob, .top = {}};
-    for (const TokenLogprob& t : lp.top) logprob->top.emplace_back(model_.TokenText(previous, t.id), t.logprob);
+    const Generator& g = *job.generator;
+    logprob = LogprobEntry{
+        .token = g.TokenText(previous, token), .logprob = lp.chosen.logprob, .top = {}};
+    for (const TokenLogprob& t : lp.top) {
+      logprob->top.emplace_back(g.TokenText(previous, t.id), t.logprob);
+    }
   }
   const GeneratorStep step = job.generator->Next(token);
   if (step.kept) metrics_->generated_tokens++;

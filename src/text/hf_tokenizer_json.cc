@@ -26,6 +26,8 @@ constexpr int32_t kNormal = 1, kControl = 3, kUserDefined = 4, kUnused = 5;  // 
 // tells them apart by hashing a tokenization; here the regex itself must match).
 constexpr std::string_view kLlama3Regex =
     R"re((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
+constexpr std::string_view kTekkenRegex =
+    R"re([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
 constexpr std::string_view kQwen2Regex =
     R"re((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
 
@@ -91,9 +93,12 @@ Result<bool> ReadNormalizer(const std::string& path, const json& root) {
 Result<std::string> ReadPreTokenizer(const std::string& path, const json& root) {
   const json p = root.contains("pre_tokenizer") ? root["pre_tokenizer"] : json();
   const auto refuse = [&] {
-    return Bad(path, fmt::format("pre_tokenizer {} is not one kvq implements: it reads ByteLevel (GPT-2's "
-                                 "regex) and a Split by Llama 3's or Qwen 2's regex then ByteLevel",
-                                 Shown(p)));
+    return Bad(
+        path,
+        fmt::format(
+            "pre_tokenizer {} is not one kvq implements: it reads ByteLevel (GPT-2's "
+            "regex) and a Split by Llama 3's, Qwen 2's or Mistral's Tekken regex then ByteLevel",
+            Shown(p)));
   };
   const auto byte_level = [](const json& b, bool use_regex) {
     return TypeOf(b) == "ByteLevel" && b.value("add_prefix_space", false) == false &&
@@ -114,6 +119,7 @@ Result<std::string> ReadPreTokenizer(const std::string& path, const json& root) 
   const std::string regex = split["pattern"]["Regex"].get<std::string>();
   if (regex == kLlama3Regex) return std::string("llama-bpe");
   if (regex == kQwen2Regex) return std::string("qwen2");
+  if (regex == kTekkenRegex) return std::string("tekken");
   return refuse();
 }
 

@@ -18,9 +18,9 @@ namespace kvq {
 ///    either "left right" strings or ["left", "right"] pairs; unk_token.
 ///  - normalizer: none, or NFC (alone or in a Sequence); anything else is refused.
 ///  - pre_tokenizer: ByteLevel with its GPT-2 regex (pre "gpt-2"), or a Sequence of a Split by
-///    Llama 3's or Qwen 2's regex (pre "llama-bpe", "qwen2"; the regex must be exactly that
-///    model's) then ByteLevel without its regex; model.ignore_merges must be what llama.cpp
-///    assumes for that pre (true for llama-bpe). decoder: ByteLevel.
+///    Llama 3's, Qwen 2's or Mistral Nemo's Tekken regex (pre "llama-bpe", "qwen2", "tekken"; the
+///    regex must be exactly that model's) then ByteLevel without its regex; model.ignore_merges
+///    must be what llama.cpp assumes for that pre (true for llama-bpe). decoder: ByteLevel.
 ///  - added_tokens: each becomes its id's token as plain text, type CONTROL when "special" (or
 ///    when it looks special, "<|...|>", as the converter decides) else USER_DEFINED; lstrip,
 ///    rstrip and single_word are refused. Ids no token has become "[PAD<id>]" (UNUSED).

@@ -18,6 +18,7 @@ using unicode::Category;
 
 constexpr uint8_t kCategoryMask = 0x7;
 constexpr uint8_t kWhitespaceFlag = 0x8;
+constexpr uint8_t kCaseShift = 4;  // bits 4-5: unicode::LetterCase (only where a regex asks for it)
 constexpr uint32_t kNone = 0xFFFFFFFF;  // "past the end of the piece": matches no class
 
 // The text as characters: code point, flags (Category | kWhitespaceFlag) and byte offset.
@@ -27,7 +28,9 @@ struct Chars {
   std::vector<size_t> offset;  // [cp.size() + 1]: byte offset of each character, then the end
 };
 
-Chars DecodeText(std::string_view text) {
+/// With `cases`, each letter's flags hold its LetterCase too (a table lookup per letter, so only
+/// for the regexes that tell cases apart).
+Chars DecodeText(std::string_view text, bool cases) {
   Chars c;
   c.cp.reserve(text.size());
   c.flags.reserve(text.size());
@@ -35,8 +38,13 @@ Chars DecodeText(std::string_view text) {
   for (size_t at = 0; at < text.size();) {
     const unicode::Decoded d = unicode::DecodeUtf8(text, at);
     c.cp.push_back(d.code_point);
-    c.flags.push_back(static_cast<uint8_t>(static_cast<uint8_t>(unicode::GetCategory(d.code_point)) |
-                                           (unicode::IsWhitespace(d.code_point) ? kWhitespaceFlag : 0)));
+    const Category category = unicode::GetCategory(d.code_point);
+    const uint8_t letter_case = cases && category == Category::kLetter
+                                    ? static_cast<uint8_t>(unicode::GetLetterCase(d.code_point))
+                                    : 0;
+    c.flags.push_back(
+        static_cast<uint8_t>(static_cast<uint8_t>(category) | (letter_case << kCaseShift) |
+                             (unicode::IsWhitespace(d.code_point) ? kWhitespaceFlag : 0)));
     c.offset.push_back(at);
     at += d.n_bytes;
   }
@@ -57,6 +65,18 @@ struct Piece {
   /// [^\s\p{L}\p{N}]
   bool Other(size_t i) const { return i < end && !Space(i) && !Letter(i) && !Number(i); }
   bool Newline(size_t i) const { return Cp(i) == '\r' || Cp(i) == '\n'; }
+  bool Mark(size_t i) const { return i < end && Cat(i) == Category::kMark; }
+  unicode::LetterCase Case(size_t i) const {
+    return static_cast<unicode::LetterCase>((chars.flags[i] >> kCaseShift) & 3);
+  }
+  /// [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] (needs DecodeText's cases)
+  bool Upper(size_t i) const {
+    return Mark(i) || (Letter(i) && Case(i) != unicode::LetterCase::kLower);
+  }
+  /// [\p{Ll}\p{Lm}\p{Lo}\p{M}] (needs DecodeText's cases)
+  bool Lower(size_t i) const {
+    return Mark(i) || (Letter(i) && Case(i) != unicode::LetterCase::kUpper);
+  }
   /// The first position >= i where pred fails.
   template <typename Pred>
   size_t RunEnd(size_t i, Pred pred) const {
@@ -99,6 +119,8 @@ size_t MatchGpt2(const Piece& p, size_t pos) {
   return n;
 }
 
+size_t MatchSpaces(const Piece& p, size_t pos);
+
 // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,max_digits}|
 //  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 template <size_t kMaxDigits>
@@ -118,8 +140,13 @@ size_t MatchLlama3(const Piece& p, size_t pos) {
     const size_t e = p.RunEnd(s, [&](size_t i) { return p.Other(i); });
     return p.RunEnd(e, [&](size_t i) { return p.Newline(i); }) - pos;
   }
-  // pos is whitespace. \s*[\r\n]+: \s* gives back characters until a newline follows, so the
-  // match ends just after the last \r or \n of the whitespace run.
+  return MatchSpaces(p, pos);
+}
+
+// \s*[\r\n]+|\s+(?!\S)|\s+ at a whitespace character (the end of Llama 3's and Tekken's regexes).
+size_t MatchSpaces(const Piece& p, size_t pos) {
+  // \s*[\r\n]+: \s* gives back characters until a newline follows, so the match ends just
+  // after the last \r or \n of the whitespace run.
   const size_t e = p.RunEnd(pos, [&](size_t i) { return p.Space(i); });
   for (size_t i = e; i > pos; --i) {
     if (p.Newline(i - 1)) return i - pos;
@@ -127,6 +154,50 @@ size_t MatchLlama3(const Piece& p, size_t pos) {
   const size_t n = e - pos;
   if (n > 1 && e < p.end) return n - 1;  // \s+(?!\S)
   return n;                              // \s+
+}
+
+// Mistral's Tekken (Nemo's tokenizer.json):
+//   [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|
+//   [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}|
+//    ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// with Upper = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and Lower = [\p{Ll}\p{Lm}\p{Lo}\p{M}] (the two
+// classes share Lm, Lo and M), so a word splits before an upper-case letter that follows a
+// lower-case one ("camelCase" is "camel", "Case").
+size_t MatchTekken(const Piece& p, size_t pos) {
+  const auto upper = [&](size_t i) { return p.Upper(i); };
+  const auto lower = [&](size_t i) { return p.Lower(i); };
+  // Upper*Lower+ from s: the end, or 0. Upper* is greedy and gives back characters until Lower+
+  // can start: at its end if a Lower follows, else at its last character that is also Lower.
+  const auto upper_then_lower = [&](size_t s) -> size_t {
+    const size_t e = p.RunEnd(s, upper);
+    if (p.Lower(e)) return p.RunEnd(e, lower);
+    for (size_t k = e; k > s; --k) {
+      // Lower+ from k - 1 stops at k (not Lower, or past Upper*'s end).
+      if (p.Lower(k - 1)) return k;
+    }
+    return 0;
+  };
+  // Upper+Lower* from s: the end, or 0 (no backtracking needed: Lower* always matches).
+  const auto upper_run_then_lower = [&](size_t s) -> size_t {
+    return p.Upper(s) ? p.RunEnd(p.RunEnd(s, upper), lower) : 0;
+  };
+  // Each of the two letter alternatives with its optional leading character, taken first.
+  const bool lead = pos < p.end && !p.Newline(pos) && !p.Letter(pos) && !p.Number(pos);
+  if (lead) {
+    if (const size_t e = upper_then_lower(pos + 1)) return e - pos;
+  }
+  if (const size_t e = upper_then_lower(pos)) return e - pos;
+  if (lead) {
+    if (const size_t e = upper_run_then_lower(pos + 1)) return e - pos;
+  }
+  if (const size_t e = upper_run_then_lower(pos)) return e - pos;
+  if (p.Number(pos)) return 1;
+  const size_t s = p.Cp(pos) == ' ' ? pos + 1 : pos;
+  if (p.Other(s)) {
+    const size_t e = p.RunEnd(s, [&](size_t i) { return p.Other(i); });
+    return p.RunEnd(e, [&](size_t i) { return p.Newline(i) || p.Cp(i) == '/'; }) - pos;
+  }
+  return MatchSpaces(p, pos);  // every other character is whitespace
 }
 
 // A run of one class: [class]+.
@@ -274,6 +345,8 @@ StageList StagesFor(PreTokenizer kind) {
               3};
     case PreTokenizer::kStarcoder:
       return {{SplitByMatches<MatchOne<AnyNumber>>, SplitByMatches<MatchGpt2>}, 2};
+    case PreTokenizer::kTekken:
+      return {{SplitByMatches<MatchTekken>}, 1};
     case PreTokenizer::kDeepseekLlm:
       return {{SplitByMatches<MatchOne<CrOrLf>>, SplitByMatches<MatchSpaceThenRun<DeepseekLetter>>,
                SplitByMatches<MatchSpaceThenRun<DeepseekPunct>>, SplitTrailingSpace,
@@ -320,6 +393,7 @@ constexpr NameEntry kNames[] = {
     {"exaone", {PreTokenizer::kStarcoder}},
     {"minerva-7b", {PreTokenizer::kStarcoder}},
     {"deepseek-llm", {PreTokenizer::kDeepseekLlm}},
+    {"tekken", {PreTokenizer::kTekken, true, true}},
 };
 
 }  // namespace
@@ -350,7 +424,7 @@ const char* PreTokenizerName(PreTokenizer kind) {
 std::vector<std::string_view> PreTokenize(PreTokenizer kind, std::string_view text) {
   std::vector<std::string_view> words;
   if (text.empty()) return words;
-  const Chars chars = DecodeText(text);
+  const Chars chars = DecodeText(text, /*cases=*/kind == PreTokenizer::kTekken);
   Lengths lengths{chars.cp.size()};
   Lengths next;
   const StageList list = StagesFor(kind);

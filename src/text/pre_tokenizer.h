@@ -34,6 +34,10 @@ enum class PreTokenizer : uint8_t {
   /// U+2018..U+201F, U+3000..U+3002]+ ; \s+$ ; [U+4E00-U+9FA5 U+0800-U+4E00 U+AC00-U+D7FF]+ ;
   /// \p{N}+.
   kDeepseekLlm,
+  /// Mistral's Tekken (Mistral Nemo): [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*
+  ///   [\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+
+  ///   [\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+  kTekken,
 };
 
 /// What a tokenizer.ggml.pre value means, as llama.cpp reads it.
@@ -52,7 +56,7 @@ std::optional<PreTokenizerSpec> FindPreTokenizer(std::string_view ggml_pre);
 /// Every supported tokenizer.ggml.pre value, comma-separated (for error messages).
 std::string SupportedPreTokenizers();
 /// The canonical name: "default", "gpt-2", "llama-bpe", "qwen2", "falcon", "starcoder",
-/// "deepseek-llm".
+/// "deepseek-llm", "tekken".
 const char* PreTokenizerName(PreTokenizer kind);
 
 /// Splits `text` into words: non-empty views into `text` that cover it in order. Text that is not

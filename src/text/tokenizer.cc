@@ -266,7 +266,6 @@ Result<Tokenizer> Tokenizer::LoadGguf(const GgufFile& file) {
 void Tokenizer::Index() {
   ids_.clear();
   byte_ids_.fill(-1);
-  literals_.clear();
   const int32_t n = vocab_size();
   for (int32_t id = 0; id < n; ++id) {
     const TokenInfo& info = info_[id];
@@ -276,7 +275,6 @@ void Tokenizer::Index() {
       case TokenType::kUserDefined:
         if (pieces_[id].empty() || !info.matchable) break;
         ids_.emplace(pieces_[id], id);  // the first id wins
-        if (info.type == TokenType::kUserDefined) literals_.push_back(id);
         break;
       case TokenType::kByte:
         if (byte_ids_[info.byte] < 0) byte_ids_[info.byte] = id;
@@ -294,6 +292,19 @@ void Tokenizer::Index() {
     const char c = static_cast<char>(b);
     const auto it = ids_.find(std::string_view(&c, 1));
     if (it != ids_.end()) byte_ids_[b] = it->second;
+  }
+  IndexLiterals();
+}
+
+void Tokenizer::IndexLiterals() {
+  // llama.cpp's special-token cache (tokenizer_st_partition with parse_special): control,
+  // user-defined and unknown tokens, for every kind of vocabulary.
+  literals_.clear();
+  for (int32_t id = 0; id < vocab_size(); ++id) {
+    const TokenType type = info_[id].type;
+    const bool literal = type == TokenType::kControl || type == TokenType::kUserDefined ||
+                         type == TokenType::kUnknown;
+    if (literal && !pieces_[id].empty()) literals_.push_back(id);  // an empty text matches nowhere
   }
   // Longest first, as llama.cpp matches them; equal lengths by id.
   std::stable_sort(literals_.begin(), literals_.end(),
@@ -356,7 +367,8 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos) cons
   if (add_bos && bos_ >= 0) tokens.push_back(bos_);
   if (text.empty()) return tokens;
 
-  // Cut user-defined pieces out of the text, longest first (token >= 0 marks a cut piece).
+  // Cut control, user-defined and unknown pieces out of the text, longest first (token >= 0
+  // marks a cut piece); the text after one gets the space prefix again, as llama.cpp's.
   const std::vector<Fragment> fragments = CutLiterals(text);
   bool after_special = true;  // the start counts as following a special token
   std::string stretch;

@@ -37,9 +37,8 @@ class Tokenizer {
   /// tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
   enum class TokenType : uint8_t {
     kNormal = 1,
-    kUnknown = 2,
+    kUnknown = 2,      ///< decoded to ""; matched literally in the text, as control tokens
     kControl = 3,      ///< BOS, EOS, chat markers: decoded to ""; matched literally in the text
-                       ///< by byte-level BPE only (SentencePiece never produces them from text)
     kUserDefined = 4,  ///< matched literally in the text before anything else (as llama.cpp does)
     kUnused = 5,
     kByte = 6,  ///< "<0xXX>": one raw byte, for text the pieces do not cover
@@ -106,21 +105,22 @@ class Tokenizer {
 
   /// Token ids for `text`: optionally BOS first (when the vocabulary has one); then the text.
   ///
-  /// Byte-level BPE, as llama.cpp with special tokens parsed: control and user-defined tokens are
-  /// cut out of the text first (longest first) and become their ids; each remaining stretch is
-  /// pre-tokenized into words, each word's bytes become symbols in GPT-2's byte alphabet, and
-  /// adjacent symbols are merged lowest merge rank first (leftmost on ties) until no pair is a
-  /// merge (with ignore_merges, a word that is itself a token is taken whole). A final symbol that
-  /// is no token becomes the tokens of its bytes; a byte the vocabulary has no token for is
-  /// dropped, as llama.cpp drops it (GPT-2's vocabulary has all 256; Falcon's lacks 28 bytes,
-  /// e.g. 0x0B and 0xC0, StarCoder's 14). Invalid UTF-8 is pre-tokenized as U+FFFD per bad byte
-  /// (pre_tokenizer.h) but keeps its bytes (llama.cpp replaces them by U+FFFD's three bytes), so
-  /// Detokenize(Encode(s)) == s for any bytes s that hold no control or user-defined token's text
-  /// and no byte the vocabulary lacks. With normalizes_nfc(), each stretch between literals is put
-  /// in NFC (nfc.h) before it is split, so Detokenize(Encode(s)) is then NFC(s).
+  /// Byte-level BPE, as llama.cpp with special tokens parsed: control, user-defined and unknown
+  /// tokens (literal_tokens()) are cut out of the text first (longest first) and become their
+  /// ids; each remaining stretch is pre-tokenized into words, each word's bytes become symbols in
+  /// GPT-2's byte alphabet, and adjacent symbols are merged lowest merge rank first (leftmost on
+  /// ties) until no pair is a merge (with ignore_merges, a word that is itself a token is taken
+  /// whole). A final symbol that is no token becomes the tokens of its bytes; a byte the vocabulary
+  /// has no token for is dropped, as llama.cpp drops it (GPT-2's vocabulary has all 256; Falcon's
+  /// lacks 28 bytes, e.g. 0x0B and 0xC0, StarCoder's 14). Invalid UTF-8 is pre-tokenized as U+FFFD
+  /// per bad byte (pre_tokenizer.h) but keeps its bytes (llama.cpp replaces them by U+FFFD's three
+  /// bytes), so Detokenize(Encode(s)) == s for any bytes s that hold no literal_tokens() token's
+  /// text and no byte the vocabulary lacks. With normalizes_nfc(), each stretch between literals is
+  /// put in NFC (nfc.h) before it is split, so Detokenize(Encode(s)) is then NFC(s).
   ///
-  /// SentencePiece, as llama.cpp: user-defined pieces are cut out of the text first; each
-  /// remaining stretch at the start or after such a piece gets a leading space (if
+  /// SentencePiece, as llama.cpp with special tokens parsed: control, user-defined and unknown
+  /// pieces (literal_tokens()) are cut out of the text first, e.g. Mistral's "[INST]" or Llama 2's
+  /// "<s>"; each remaining stretch at the start or after such a piece gets a leading space (if
   /// add_space_prefix()), is split into UTF-8 characters (a lead byte and as many bytes as it
   /// announces, whatever they are), and adjacent
   /// symbols are merged best score first (leftmost on ties); a symbol that is no piece becomes
@@ -139,8 +139,8 @@ class Tokenizer {
   std::string Decode(int32_t previous, int32_t token) const;
   /// The text of a whole sequence: Decode of each id, the first as if it followed BOS (so the
   /// space Encode put in front is dropped, with or without a leading BOS).
-  /// Detokenize(Encode(s, b)) == s for any bytes s without a user-defined piece in them (and, for
-  /// byte-level BPE, without control token texts and bytes the vocabulary lacks: see Encode). For
+  /// Detokenize(Encode(s, b)) == s for any bytes s without the text of a literal_tokens() token
+  /// in them (and, for byte-level BPE, without bytes the vocabulary lacks: see Encode). For
   /// SentencePiece this needs a piece that a lone space can become (llama's 29871): in a
   /// vocabulary without one, the space put in front becomes the byte piece <0x20>, which Decode
   /// keeps, so the text comes back with a space in front (found by fuzz/llama2c_fuzzer.cc).
@@ -154,6 +154,9 @@ class Tokenizer {
   /// "<|end_of_text|>", "<|eom_id|>", ...; the list is kEndOfTurnTexts in tokenizer.cc). For a
   /// llama2.c vocabulary BOS too (its models start a new story with it; run.c stops there).
   bool IsEndOfGeneration(int32_t id) const;
+  /// The tokens Encode cuts out of the text as themselves, longest text first: every control,
+  /// user-defined and unknown token with a non-empty text (llama.cpp's special-token cache).
+  std::span<const int32_t> literal_tokens() const { return literals_; }
 
  private:
   struct TokenInfo {
@@ -198,6 +201,8 @@ class Tokenizer {
   void Index();
   /// Builds bpe_ids_, byte_ids_ and literals_ from bpe_text_, pieces_ and info_ (byte-level BPE).
   void IndexBpe();
+  /// Builds literals_ from pieces_ and info_ (both kinds, one rule).
+  void IndexLiterals();
   /// Fills end_of_generation_ (both kinds).
   void FindEndOfGeneration();
   /// `text` cut at every occurrence of a literals_ piece, longest pieces first.
@@ -217,8 +222,8 @@ class Tokenizer {
   /// Pieces that merges may produce (normal, user-defined, unused), by text; first id wins.
   std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> ids_;
   std::array<int32_t, 256> byte_ids_{};  // the token of one raw byte; -1 where there is none
-  /// Pieces cut out of the text before anything else, longest text first: user-defined pieces
-  /// (SentencePiece) or control and user-defined tokens (byte-level BPE).
+  /// Pieces cut out of the text before anything else, longest text first: control, user-defined
+  /// and unknown tokens (IndexLiterals).
   std::vector<int32_t> literals_;
   std::vector<int32_t> end_of_generation_;  // sorted
   int32_t bos_ = 1, eos_ = 2, unk_ = 0;

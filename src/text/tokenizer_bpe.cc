@@ -194,20 +194,15 @@ void Tokenizer::IndexBpe() {
   const ByteAlphabet& alphabet = Alphabet();
   bpe_ids_.clear();
   bpe_ids_.reserve(bpe_text_.size());
-  literals_.clear();
   for (int32_t id = 0; id < vocab_size(); ++id) {
     if (bpe_text_[id].empty()) continue;
     bpe_ids_.emplace(bpe_text_[id], id);  // the first id wins
-    const TokenType type = info_[id].type;
-    if (type == TokenType::kControl || type == TokenType::kUserDefined) literals_.push_back(id);
   }
   for (int b = 0; b < 256; ++b) {
     const auto it = bpe_ids_.find(alphabet.utf8[b]);
     byte_ids_[b] = it == bpe_ids_.end() ? -1 : it->second;
   }
-  // Longest first, as llama.cpp matches them; equal lengths by id.
-  std::stable_sort(literals_.begin(), literals_.end(),
-                   [&](int32_t a, int32_t b) { return pieces_[a].size() > pieces_[b].size(); });
+  IndexLiterals();
 }
 
 std::vector<int32_t> Tokenizer::EncodeBpe(std::string_view text, bool add_bos) const {

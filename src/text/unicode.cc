@@ -52,6 +52,15 @@ void AppendUtf8(uint32_t cp, std::string& out) {
   }
 }
 
+LetterCase GetLetterCase(uint32_t cp) {
+  if (cp > 0x10FFFF) return LetterCase::kNone;
+  const uint32_t* end = detail::kLetterCaseRanges + detail::kLetterCaseRangeCount;
+  // The last run whose first code point is <= cp: (cp << 2) | 3 sorts after every run starting at
+  // cp.
+  const uint32_t* run = std::upper_bound(detail::kLetterCaseRanges, end, (cp << 2) | 3) - 1;
+  return static_cast<LetterCase>(*run & 3);
+}
+
 Category GetCategory(uint32_t cp) {
   // ASCII is most of most text: answer it from a small table built once from the ranges.
   static const auto ascii = [] {

@@ -72,8 +72,8 @@ TEST(ChatTemplateApi, OverrideWritingBosGetsOneBos) {
   Result<std::string> text = m->ApplyChatTemplate(chat, {.template_override = source});
   ASSERT_TRUE(text.ok()) << text.status().message();
   EXPECT_EQ(*text, "<s>[user] Once upon a time");
-  // BOS then the rest: Tokenize does not parse SentencePiece's "<s>" out of text (it would be
-  // spelled out as "▁<", "s", ">"), so the BOS text must not simply go to the tokenizer.
+  // BOS then the rest: the "<s>" the template wrote is the BOS the vocabulary adds, not a second
+  // one (Tokenize with BOS added would give two: the added one and the text's control token).
   const std::vector<int32_t> ids = m->TokenizeChatPrompt(*text);
   std::vector<int32_t> expected = {bos};
   const std::vector<int32_t> rest = m->Tokenize("[user] Once upon a time", AddBos::kNo);

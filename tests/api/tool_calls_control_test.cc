@@ -31,6 +31,8 @@ namespace {
 using json = nlohmann::ordered_json;
 namespace fs = std::filesystem;
 
+const char* kPrompt = "What is the weather in Paris?";  // Generate's prompt
+
 const char* kTools = R"([
   {"type": "function", "function": {"name": "get_weather",
    "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]}},
@@ -106,7 +108,7 @@ class ControlTokens : public ::testing::Test {
     Result<std::unique_ptr<Session>> s = model_->NewSession();
     EXPECT_TRUE(s.ok());
     Session& session = **s;
-    EXPECT_TRUE(session.Prefill(model_->Tokenize("What is the weather in Paris?", AddBos::kNo)).ok());
+    EXPECT_TRUE(session.Prefill(model_->Tokenize(kPrompt, AddBos::kNo)).ok());
     Result<Generator> made = Generator::Create(session, options);
     EXPECT_TRUE(made.ok()) << made.status().message();
     Generator g = std::move(made).value();
@@ -143,6 +145,16 @@ TEST_F(ControlTokens, ForcedCallOpensWithTheControlTokenAndParses) {
     ASSERT_FALSE(g.tokens().empty());
     EXPECT_EQ(g.tokens()[0], open) << name << ": " << g.text();
     EXPECT_TRUE(g.text().starts_with(f.open)) << g.text();
+    // Each kept token's text as the Generator gives it (what kvq serve's logprobs show) spells the
+    // reply: the control token's is its preserved text, where Model::TokenText gives "".
+    EXPECT_EQ(g.TokenText(0, open), f.open) << name;
+    std::string spelled_out;
+    int32_t previous = model_->Tokenize(kPrompt, AddBos::kNo).back();
+    for (const int32_t t : g.tokens()) {
+      spelled_out += g.TokenText(previous, t);
+      previous = t;
+    }
+    EXPECT_EQ(spelled_out, g.text()) << name;
     if (NamedCalls(f)) {  // DeepSeek: the call's own opening follows, as its control token too
       ASSERT_GE(g.tokens().size(), 2u);
       EXPECT_EQ(g.tokens()[1], ControlId("<｜tool▁call▁begin｜>")) << g.text();

@@ -9,7 +9,8 @@
 // calls, by hand and by the client's stream helper; the arguments come in pieces as written). Each step's prompt is checked against @huggingface/jinja's render of the same
 // conversation: sent as a plain completion, the oracle's text has the same token count and the
 // same greedy continuation as the chat request (tool_choice "none": no grammar, no parsing). Last, a
-// vocabulary in which [TOOL_CALLS] is a control token, as in Mistral's: a forced call opens with it.
+// vocabulary in which [TOOL_CALLS] is a control token, as in Mistral's: a forced call opens with it,
+// and its logprob entry shows "[TOOL_CALLS]".
 // Usage: node openai_tools_test.mjs KVQ_BINARY OPENAI_NPM_DIR QWEN3_TOKENIZER_DIR CHAT_TEMPLATES_DIR
 // (CHAT_TEMPLATES_DIR: tests/text/fetch_chat_templates.sh's folder, with templates/ and @huggingface/jinja)
 import { spawn, execFileSync } from 'node:child_process';
@@ -297,8 +298,9 @@ for (const format of formats) {
 
 // Mistral's [TOOL_CALLS] as the control token it is in Mistral's own vocabularies (text "" when
 // detokenised): Qwen 3's vocabulary with its unused control token <|box_start|> renamed so. A forced
-// call opens with that token (its logprob entry's text is the control token's "", not "[" of the
-// text spelled in pieces), and the reply still parses into tool_calls with no content.
+// call opens with that token (its logprob entry's text is "[TOOL_CALLS]" whole, with its bytes, as
+// the output spells it: not "" and not "[" of the text spelled in pieces), and the reply still parses
+// into tool_calls with no content.
 {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kvq_openai_tools_control_'));
   const vocab = JSON.parse(fs.readFileSync(path.join(tokenizerDir, 'tokenizer.json'), 'utf8'));
@@ -324,7 +326,12 @@ for (const format of formats) {
     assert.deepEqual(tok.tokens, [renamed.id]);
     const r = await client.chat.completions.create({ ...controlSampling, messages: question, tools,
       tool_choice: 'required', parallel_tool_calls: false, logprobs: true });
-    assert.equal(r.choices[0].logprobs.content[0].token, '');
+    const entries = r.choices[0].logprobs.content;
+    assert.equal(entries[0].token, '[TOOL_CALLS]');
+    assert.deepEqual(entries[0].bytes, [...Buffer.from('[TOOL_CALLS]', 'utf8')]);
+    // The entries spell the reply the parser read: the control token's text, then the call.
+    const spelled = entries.map((e) => e.token).join('');
+    assert.ok(spelled.startsWith('[TOOL_CALLS][{') && spelled.includes(r.choices[0].message.tool_calls[0].function.name), spelled);
     assert.equal(r.choices[0].finish_reason, 'tool_calls');
     assert.equal(r.choices[0].message.content, null);
     assert.equal(r.choices[0].message.tool_calls.length, 1);

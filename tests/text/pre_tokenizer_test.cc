@@ -100,6 +100,23 @@ TEST(PreTokenizer, DeepseekLlm) {
   EXPECT_EQ(Split("deepseek-llm", "x\xE3\x80\x80\xE3\x80\x80!"), (Words{"x", "\xE3\x80\x80\xE3\x80\x80", "!"}));
 }
 
+TEST(PreTokenizer, Tekken) {
+  // [^\r\n\p{L}\p{N}]?Upper*Lower+ first: a word ends before an upper-case letter that follows a
+  // lower-case one; Upper* takes "HTTPS" and Lower+ "erver".
+  EXPECT_EQ(Split("tekken", "camelCase HTTPServer"), (Words{"camel", "Case", " HTTPServer"}));
+  EXPECT_EQ(Split("tekken", " iPhone"), (Words{" i", "Phone"}));
+  // All upper case: Upper*Lower+ finds no Lower to end on; Upper+Lower* takes the run.
+  EXPECT_EQ(Split("tekken", "ÉCOLE École"), (Words{"ÉCOLE", " École"}));
+  // Lo (CJK) is in both classes; a mark (M) too, even after a space that leads it.
+  EXPECT_EQ(Split("tekken", "日本語 \xCC\x81x"), (Words{"日本語", " \xCC\x81x"}));
+  // Title case (Lt, U+01C5) is upper; a modifier letter (Lm, U+02B0) is both.
+  EXPECT_EQ(Split("tekken", "a\u01C5b a\u02B0B"), (Words{"a", "\u01C5b", " a\u02B0", "B"}));
+  // Any non-letter, non-digit but \r and \n may lead a letter word; \p{N} is one digit.
+  EXPECT_EQ(Split("tekken", "a/b 2024"), (Words{"a", "/b", " ", "2", "0", "2", "4"}));
+  // ` ?[^\s\p{L}\p{N}]+[\r\n/]*`, then the whitespace rules as Llama 3's.
+  EXPECT_EQ(Split("tekken", "x //\n\n y  "), (Words{"x", " //\n\n", " y", "  "}));
+}
+
 TEST(PreTokenizer, Falcon) {
   // [\p{P}\$\+<=>\^~\|`]+ first, then GPT-2's regex inside each piece, then [0-9]{3}.
   EXPECT_EQ(Split("falcon", "hello... world!!"), (Words{"hello", "...", " world", "!!"}));
@@ -132,7 +149,8 @@ TEST(PreTokenizer, InvalidUtf8IsSplitAsReplacementCharacters) {
 }
 
 TEST(PreTokenizer, WordsCoverTheTextAndLongRunsAreLinear) {
-  const char* kinds[] = {"default", "gpt-2", "llama-bpe", "qwen2", "falcon", "starcoder", "deepseek-llm"};
+  const char* kinds[] = {"default", "gpt-2",     "llama-bpe",    "qwen2",
+                         "falcon",  "starcoder", "deepseek-llm", "tekken"};
   std::mt19937 rng(5);
   for (int i = 0; i < 300; ++i) {
     std::string s;
@@ -150,9 +168,10 @@ TEST(PreTokenizer, WordsCoverTheTextAndLongRunsAreLinear) {
   // 200,000 characters of one class, then something else: each regex must stay linear (a
   // quadratic scan would take minutes; linear takes milliseconds, so 10 s is generous).
   const auto start = std::chrono::steady_clock::now();
-  for (const std::string& s : {std::string(200'000, ' ') + "a", std::string(200'000, 'a') + " ",
-                               std::string(200'000, '1') + "x", std::string(200'000, '!') + "\n",
-                               std::string(100'000, '\n') + " x"}) {
+  for (const std::string& s :
+       {std::string(200'000, ' ') + "a", std::string(200'000, 'a') + " ",
+        std::string(200'000, '1') + "x", std::string(200'000, '!') + "\n",
+        std::string(100'000, '\n') + " x", std::string(200'000, 'A') + "1"}) {
     for (const char* kind : kinds) {
       size_t total = 0;
       for (const std::string& w : Split(kind, s)) total += w.size();
@@ -170,9 +189,13 @@ TEST(PreTokenizer, Names) {
   EXPECT_TRUE(llama->add_bos);
   EXPECT_EQ(FindPreTokenizer("qwen2")->kind, PreTokenizer::kQwen2);
   EXPECT_FALSE(FindPreTokenizer("qwen2")->ignore_merges);
-  EXPECT_FALSE(FindPreTokenizer("tekken").has_value());
+  EXPECT_EQ(FindPreTokenizer("tekken")->kind, PreTokenizer::kTekken);
+  EXPECT_TRUE(FindPreTokenizer("tekken")->ignore_merges);  // as llama.cpp sets for Tekken
+  EXPECT_TRUE(FindPreTokenizer("tekken")->add_bos);
+  EXPECT_FALSE(FindPreTokenizer("mistral").has_value());
   EXPECT_FALSE(FindPreTokenizer("").has_value());
-  for (const char* name : {"default", "gpt-2", "llama-bpe", "qwen2", "falcon", "starcoder", "deepseek-llm"}) {
+  for (const char* name : {"default", "gpt-2", "llama-bpe", "qwen2", "falcon", "starcoder",
+                           "deepseek-llm", "tekken"}) {
     EXPECT_NE(SupportedPreTokenizers().find(name), std::string::npos) << name;
     EXPECT_STREQ(PreTokenizerName(FindPreTokenizer(name)->kind), name);
   }
@@ -198,6 +221,17 @@ TEST(Unicode, Categories) {
   EXPECT_EQ(GetCategory(0x20000), Category::kLetter);    // CJK extension B
   EXPECT_EQ(GetCategory(0x3000), Category::kSeparator);  // ideographic space
   EXPECT_EQ(GetCategory(0x2028), Category::kSeparator);  // line separator (Zl)
+  using unicode::GetLetterCase;
+  using unicode::LetterCase;
+  EXPECT_EQ(GetLetterCase('A'), LetterCase::kUpper);
+  EXPECT_EQ(GetLetterCase('z'), LetterCase::kLower);
+  EXPECT_EQ(GetLetterCase(0x01C5), LetterCase::kUpper);   // ǅ (Lt)
+  EXPECT_EQ(GetLetterCase(0x02B0), LetterCase::kOther);   // ʰ (Lm)
+  EXPECT_EQ(GetLetterCase(0x4E2D), LetterCase::kOther);   // 中 (Lo)
+  EXPECT_EQ(GetLetterCase(0x1D400), LetterCase::kUpper);  // mathematical bold A (Lu)
+  EXPECT_EQ(GetLetterCase(0x0301), LetterCase::kNone);    // a mark is no letter
+  EXPECT_EQ(GetLetterCase('1'), LetterCase::kNone);
+  EXPECT_EQ(GetLetterCase(0x110000), LetterCase::kNone);
   EXPECT_EQ(GetCategory(0xE000), Category::kControl);    // private use (Co)
   EXPECT_EQ(GetCategory(0xD800), Category::kControl);    // surrogate (Cs)
   EXPECT_EQ(GetCategory(0x200B), Category::kControl);    // zero width space (Cf)

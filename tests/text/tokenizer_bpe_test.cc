@@ -349,7 +349,8 @@ class TokenizerBpeFiles : public testing::Test {
 // Every supported pre-tokenizer over the GPT-2 vocabulary: the whole pipeline runs, the words are
 // the pre-tokenizer's (BPE never merges across them), and random text round-trips.
 TEST_F(TokenizerBpeFiles, EveryPreTokenizerOverTheGpt2Vocabulary) {
-  for (const char* pre : {"default", "gpt-2", "llama-bpe", "qwen2", "falcon", "starcoder", "deepseek-llm"}) {
+  for (const char* pre : {"default", "gpt-2", "llama-bpe", "qwen2", "falcon", "starcoder",
+                          "deepseek-llm", "tekken"}) {
     auto [path, t] = WriteAndLoad(Gpt2With(pre), std::string(pre) + ".gguf");
     ASSERT_TRUE(t.ok()) << t.status().message();
     EXPECT_STREQ(PreTokenizerName(t->pre_tokenizer()), pre);
@@ -437,7 +438,8 @@ TEST_F(TokenizerBpeFiles, FlagsAndDefaults) {
 }
 
 TEST_F(TokenizerBpeFiles, UnknownPreTokenizerAndModelAreRefused) {
-  ExpectRefused(Small({}, {}, "tekken"), "tekken.gguf", {"tokenizer.ggml.pre", "\"tekken\"", "llama-bpe", "qwen2"});
+  ExpectRefused(Small({}, {}, "chatglm-bpe"), "chatglm-bpe.gguf",
+                {"tokenizer.ggml.pre", "\"chatglm-bpe\"", "llama-bpe", "qwen2", "tekken"});
   GgufWriter w;
   ASSERT_TRUE(w.SetString("tokenizer.ggml.model", "bert").ok());
   ASSERT_TRUE(w.SetStringArray("tokenizer.ggml.tokens", {"a", "b"}).ok());

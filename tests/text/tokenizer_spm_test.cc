@@ -1,25 +1,28 @@
 // SentencePiece ("llama") GGUF vocabularies: every test input of llama.cpp's vocabulary tests
 // encodes (without BOS) to the ids the models' original tokenizers give; arbitrary bytes
 // (space runs, newlines, emoji, CJK, invalid UTF-8) round-trip through Encode and Detokenize;
-// special ids come from the metadata; control tokens never come out of text; the llama2.c and
+// special ids come from the metadata; control, user-defined and unknown pieces written in the text
+// become their tokens, as llama.cpp parses special tokens (known answers joined); the llama2.c and
 // GGUF loaders of the same vocabulary agree; other tokenizer models and damaged vocabularies are
 // refused with the file named.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "gguf/gguf_reader.h"
 #include "gguf/gguf_writer.h"
-#include "text/tokenizer.h"
 #include "test_util/vocab_cases.h"
+#include "text/tokenizer.h"
 
 namespace kvq {
 namespace {
@@ -155,9 +158,11 @@ TEST(TokenizerSpm, ArbitraryBytesRoundTrip) {
   for (const char* name : {"ggml-vocab-llama-spm.gguf", "ggml-vocab-phi-3.gguf"}) {
     const Loaded v = Load(kVocabDir + name);
     for (const std::string& s : RoundTripTexts()) {
-      // phi-3 holds "</s>" as a user-defined piece: cut out of the text, with a space prefix
-      // after it, as llama.cpp does, so that text does not round-trip there.
-      if (s.find("</s>") != std::string::npos && std::string(name).find("phi") != std::string::npos) continue;
+      // A text holding a literal piece ("<s>", "</s>", "<unk>") has it cut out, with a space prefix
+      // after it, as llama.cpp does, so that text does not round-trip (ControlPiecesInText).
+      const auto holds = [&](int32_t id) { return s.find(v.tok.piece(id)) != std::string::npos; };
+      const std::span<const int32_t> literals = v.tok.literal_tokens();
+      if (std::any_of(literals.begin(), literals.end(), holds)) continue;
       for (const bool bos : {false, true}) {
         const std::vector<int32_t> ids = v.tok.Encode(s, bos);
         EXPECT_EQ(v.tok.Detokenize(ids), s) << name << " \"" << Escaped(s) << "\" bos " << bos;
@@ -187,8 +192,8 @@ TEST(TokenizerSpm, ByteFallbackAndInvalidUtf8) {
   EXPECT_EQ(v.tok.Encode("\xe0" "ab", false),
             (std::vector<int32_t>{29871, byte_id(0xe0), byte_id('a'), byte_id('b')}));
   EXPECT_EQ(v.tok.Encode("a\xf0\x9f", false).back(), byte_id(0x9f));
-  // Text that looks like a byte or control piece is text.
-  const std::vector<int32_t> ids = v.tok.Encode("<0x41><s>", false);
+  // Text that looks like a byte piece is text.
+  const std::vector<int32_t> ids = v.tok.Encode("<0x41>", false);
   for (const int32_t id : ids) EXPECT_EQ(v.tok.type(id), Tokenizer::TokenType::kNormal) << id;
   // Decode of each piece kind.
   EXPECT_EQ(v.tok.Decode(0, byte_id(0xff)), "\xff");
@@ -207,6 +212,47 @@ TEST(TokenizerSpm, UserDefinedPiecesAreCutOutFirst) {
   EXPECT_EQ(phi.tok.Encode("a</s>b", false), want);
   EXPECT_EQ(phi.tok.Encode("</s>", false), std::vector<int32_t>{2});
   EXPECT_EQ(phi.tok.Decode(5, 2), "</s>");
+}
+
+// Control and unknown pieces written in the text become their tokens, as llama.cpp's
+// tokenizer_st_partition cuts them out with special tokens parsed (what a rendered chat template
+// such as "<s>[INST] ..." needs), and each stretch after one starts with the space prefix again.
+// So the ids of known inputs joined by "<s>", "</s>" and "<unk>" are the known ids of each input
+// joined by 1, 2 and 0: answers from the .out file, not written here.
+TEST(TokenizerSpm, ControlPiecesInText) {
+  const std::string name = "ggml-vocab-llama-spm.gguf";
+  const Loaded v = Load(kVocabDir + name);
+  const std::vector<std::string> in = ReadInputs(kVocabDir + name + ".inp");
+  const std::vector<std::vector<int32_t>> out = ReadOutputs(kVocabDir + name + ".out");
+  ASSERT_EQ(in.size(), 46u);
+  ASSERT_EQ(in[23], "Hello");
+  ASSERT_EQ(v.tok.type(0), Tokenizer::TokenType::kUnknown);
+  ASSERT_EQ(v.tok.type(1), Tokenizer::TokenType::kControl);
+  ASSERT_EQ(v.tok.type(2), Tokenizer::TokenType::kControl);
+  const std::vector<std::pair<std::string, int32_t>> literals = {
+      {"<s>", 1}, {"</s>", 2}, {"<unk>", 0}};
+  // Inputs with a space, newline, tab, emoji, Cyrillic and digits at their edges.
+  const std::vector<size_t> parts = {23, 12, 7, 28, 20, 0, 44, 3, 18, 36, 10, 33};
+  for (size_t k = 0; k + 1 < parts.size(); ++k) {
+    const auto& [literal, id] = literals[k % literals.size()];
+    const size_t a = parts[k], b = parts[k + 1];
+    std::vector<int32_t> want = out[a];
+    want.push_back(id);
+    want.insert(want.end(), out[b].begin(), out[b].end());
+    EXPECT_EQ(v.tok.Encode(in[a] + literal + in[b], false), want)
+        << "\"" << Escaped(in[a] + literal + in[b]) << "\"";
+    // At the ends and doubled: nothing between two literals, the prefix after the last.
+    std::vector<int32_t> doubled = {id, id};
+    doubled.insert(doubled.end(), out[b].begin(), out[b].end());
+    EXPECT_EQ(v.tok.Encode(literal + literal + in[b], false), doubled) << literal << " " << b;
+  }
+  // BOS added and "<s>" written: two BOS, as llama.cpp gives (Model::TokenizeChatPrompt avoids it).
+  EXPECT_EQ(v.tok.Encode("<s>", true), (std::vector<int32_t>{1, 1}));
+  // Decoding drops control and unknown tokens, as before.
+  EXPECT_EQ(v.tok.Detokenize(v.tok.Encode("Hello</s>", false)), "Hello");
+  // The literal set is the one rule for every vocabulary: these three, longest first.
+  EXPECT_EQ(std::vector<int32_t>(v.tok.literal_tokens().begin(), v.tok.literal_tokens().end()),
+            (std::vector<int32_t>{0, 2, 1}));
 }
 
 TEST(TokenizerSpm, LongTextIsFast) {
@@ -229,7 +275,15 @@ TEST(TokenizerSpm, Llama2cAndGgufLoadersAgree) {
   EXPECT_EQ(bin->bos(), gguf.tok.bos());
   EXPECT_EQ(bin->eos(), gguf.tok.eos());
   for (int32_t id = 3; id < 512; ++id) EXPECT_EQ(bin->piece(id), gguf.tok.piece(id)) << id;
+  // The control texts differ ("\n<s>\n" in tok512.bin, "<s>" in the GGUF) and are cut out of text,
+  // so texts holding either file's are left out.
+  const auto holds_literal = [](const Tokenizer& t, const std::string& s) {
+    const std::span<const int32_t> literals = t.literal_tokens();
+    return std::any_of(literals.begin(), literals.end(),
+                       [&](int32_t id) { return s.find(t.piece(id)) != std::string::npos; });
+  };
   for (const std::string& s : RoundTripTexts()) {
+    if (holds_literal(*bin, s) || holds_literal(gguf.tok, s)) continue;
     const std::vector<int32_t> ids = bin->Encode(s, true);
     EXPECT_EQ(ids, gguf.tok.Encode(s, true)) << "\"" << Escaped(s) << "\"";
     EXPECT_EQ(bin->Detokenize(ids), s);
