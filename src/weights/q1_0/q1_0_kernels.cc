@@ -77,7 +77,9 @@ constexpr int64_t kGroupBlocks = 4;  // weight blocks per vector
 // group g of m ≤ 4 weight blocks (elements 512g .. 512g + 128m − 1; m = 4 but for a row's last
 // group), byte 512g + 16m·t + 16L + 4s + j = code 512g + 128L + 32s + 8j + t (bit position t,
 // weight block L, activation block s, byte j), n bytes; then the lookup tables of the interleaved
-// kernel. One whole group's permutation (below) as a transpose of 64 × 8 bytes: out[64t + k] =
+// kernel (q1_0_lookup-inl.h).
+//
+// PermuteGroup: one whole group's permutation as a transpose of 64 × 8 bytes, out[64t + k] =
 // in[8k + t]. Each input vector's 8 × 8 bytes are transposed by one byte permute (qword t of w[s]
 // = out vector t's qword s), then the 8 × 8 qwords by unpacks and 128-bit shuffles: 32 vector
 // instructions for 512 codes where a byte loop took 512 loads and stores.
@@ -88,7 +90,7 @@ KVQ_Q1_0_GFNI_ATTR inline void PermuteGroup(const int8_t* in, int8_t* out) {
     return r;
   }();
   const __m512i bt = _mm512_load_si512(kByteTranspose.data());
-  __m512i w[8];
+  __m512i w[8];  // w[s]: input vector s with its 8 × 8 bytes transposed
   for (int s = 0; s < 8; ++s) w[s] = _mm512_permutexvar_epi8(bt, _mm512_loadu_si512(in + 64 * s));
   for (int odd = 0; odd < 2; ++odd) {  // out vectors t = 2·(128-bit lane) + odd
     __m512i a[4];                      // a[p], lane L: (w[2p], w[2p+1]) qwords 2L + odd

@@ -133,7 +133,7 @@ KVQ_Q1_0_GFNI_ATTR void InterleavedGroups(const uint8_t* g0, const QuantizedX& x
         _mm_prefetch(reinterpret_cast<const char*>(next + step * G * kGroupBlock + at),
                      _MM_HINT_T0);
       }
-      __m512 dw[G];
+      __m512 dw[G];  // [group], lane j: row j's d_w of weight block wb
       for (int g = 0; g < G; ++g) {
         dw[g] = _mm512_cvtph_ps(_mm256_loadu_si256(
             reinterpret_cast<const __m256i*>(g0 + g * group_bytes + wb * kGroupBlock)));
@@ -170,8 +170,9 @@ KVQ_Q1_0_GFNI_ATTR void InterleavedGroups(const uint8_t* g0, const QuantizedX& x
   }
   for (int g = 0; g < G; ++g) {
     __m512 s8[8];
-    for (int i = 0; i < 8; ++i)
+    for (int i = 0; i < 8; ++i) {
       s8[i] = _mm512_add_ps(_mm512_load_ps(lanes[g][8 + i]), _mm512_load_ps(lanes[g][i]));
+    }
     __m512 s4[4];
     for (int i = 0; i < 4; ++i) s4[i] = _mm512_add_ps(s8[4 + i], s8[i]);
     const __m512 s0 = _mm512_add_ps(s4[0], s4[2]);
