@@ -230,10 +230,18 @@ void MatMulGroup(std::span<const MatMulOutput> products, const float* x, int64_t
     while (b < items) {
       const int64_t take = std::max<int64_t>(1, (items - b) / share);
       if (!next.compare_exchange_weak(b, b + take, std::memory_order_relaxed)) continue;  // b reloaded
-      for (const int64_t end = b + take; b < end; ++b) {
+      for (const int64_t end = b + take; b < end;) {
         while (p + 1 < last && b >= p[1].first_item) ++p;  // items are taken in increasing order
+        // The claim's items of this product in one call where that reads each weight once: a
+        // kernel then sees runs of rows longer than an item (Q1_0's shares its table loads
+        // across 4 groups of 16). With several tokens a row-major kernel reads its rows once per
+        // token, so there each item stays a call of its own, meeting every token while in cache.
+        const bool run = n_tokens == 1 || p->w->layout == MatrixLayout::kInterleaved16;
+        const int64_t stop = run ? std::min(end, p + 1 < last ? p[1].first_item : end) : b + 1;
         const int64_t r0 = (b - p->first_item) * kRowsPerItem;
-        ProductItem(*p, x, n_tokens, r0, std::min(p->w->rows, r0 + kRowsPerItem));
+        ProductItem(*p, x, n_tokens, r0,
+                    std::min(p->w->rows, (stop - p->first_item) * kRowsPerItem));
+        b = stop;
       }
       b = next.load(std::memory_order_relaxed);
     }

@@ -32,9 +32,10 @@
 // activation_offsets; per 16 rows × 32 weights one vector of sign bytes gives the tables' indices
 // (a shift and two ternary-logic ops), 4 byte permutes (vpermb) and 4 byte dots (vpdpbusd by 1 and
 // by 16) make each row's I_b exactly, and the float operations are the row kernel's on the same
-// values in the same order, lane for lane (row j's 16 lanes in 16 accumulators, summed as
-// _mm512_reduce_add_ps sums them): the same bits as RowGroup on the plain rows, so the bound above
-// holds unchanged. Other targets copy each 16-row group back to plain rows and run their row
+// values in the same order, lane for lane (row j's 16 lanes, visited 4 at a time so that up to 4
+// groups of 16 rows share each table load, summed as _mm512_reduce_add_ps sums them; the kernel is
+// in q1_0_lookup-inl.h): the same bits as RowGroup on the plain rows, so the bound above holds
+// unchanged. Other targets copy each 16-row group back to plain rows and run their row
 // kernel: their row kernel's bits too.
 #pragma once
 

@@ -13,13 +13,15 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "base/float_codes.h"
 #include "weights/q1_0/q1_0.h"
-#include "weights/quant_rows-inl.h"  // KVQ_MATVEC_X86_ATTR, kPrefetchBytes, HorizontalSumX86
+#include "weights/q1_0/q1_0_lookup-inl.h"  // AVX3_DL: LookupTables, LookupRows, KVQ_Q1_0_GFNI_ATTR
+#include "weights/quant_rows-inl.h"        // KVQ_MATVEC_X86_ATTR, kPrefetchBytes, HorizontalSumX86
 
 HWY_BEFORE_NAMESPACE();
 namespace kvq {
@@ -69,62 +71,44 @@ KVQ_MATVEC_X86_ATTR inline void ChunkScales(const uint8_t* const* a, int64_t c0,
 // the bit-serial kernel: rows in groups of 8 (slower from memory); prefetch distances 2-64 KiB,
 // or into L1.
 constexpr int64_t kGroupBlocks = 4;  // weight blocks per vector
-// KVQ_MATVEC_X86_ATTR (quant_rows-inl.h) and GFNI, which Highway's AVX3_DL target string lacks.
-#if defined(__clang__)
-#define KVQ_Q1_0_GFNI_ATTR __attribute__((target(HWY_TARGET_STR ",avx512vnni,gfni")))
-#else
-#define KVQ_Q1_0_GFNI_ATTR __attribute__((target("avx512vnni,no-avxvnni,gfni")))
-#endif
 
 // QuantizedX::offset [n · kOffsetBytesPerElem / 4] as this target's kernels read it: the codes q
-// [n] of one token (QuantizeActivationFor calls this per token) permuted for the row kernel, per group g of m ≤ 4 weight blocks
-// (elements 512g .. 512g + 128m − 1; m = 4 but for a row's last group), byte
-// 512g + 16m·t + 16L + 4s + j = code 512g + 128L + 32s + 8j + t (bit position t, weight block L,
-// activation block s, byte j), n bytes; then the lookup tables of the interleaved kernel.
-// ---- Lookup tables for the repacked layout (MatrixLayout::kInterleaved16, repack.h) ----
-// A code q ∈ [−127, 127] is 16·h + l with l = q & 15 ∈ [0, 15] and h = q >> 4 ∈ [−8, 7] (exact).
-// Per activation block b (32 codes) and byte position i < 4 of a row's 4 code bytes (elements
-// 8i .. 8i+7 of the block), the nibble half u ∈ {0: bits 0-3, 1: bits 4-7} covers the 4 codes
-// 8i + 4u + m (m < 4). Tables of block b, at byte kTableBytes·b after the permuted codes:
-//   [u][part][16i + n], part 0 = 2·Σ_{m: bit m of n} l, part 1 = 2·Σ_{m: bit m of n} h
-// (2·Σ l ∈ [0, 120] read as unsigned bytes, 2·Σ h ∈ [−64, 56] as signed: both exact in a byte).
-// One vpermb of a table by the index byte 16i + (nibble) then gives, per weight byte, twice the
-// partial sums over its 4 set bits, and vpdpbusd by 1 (part 0) and by 16 (part 1) adds
-// 2·Σ_{bit set} q; started from −Σq the lane ends at I_b = Σ ±q exactly.
-constexpr int64_t kTableBytes = 256;                              // per activation block: [2][2][64]
-constexpr int64_t kOffsetBytesPerElem = 1 + kTableBytes / 32;     // the permuted codes, then the tables
-
-// tables [n / 32][2][2][64] (above) from the codes q [n] of one token: per table 4 masked byte
-// permutes of the block's doubled l or h (vpermb picks code 8i + 4u + m into entry 16i + n where
-// bit m of n is set, 0 elsewhere) and 3 byte adds, none of which can wrap.
-KVQ_Q1_0_GFNI_ATTR void LookupTables(const int8_t* q, int64_t n, uint8_t* tables) {
-  alignas(64) uint8_t idx_bytes[2][4][64];  // [u][m][entry 16i + n] = 8i + 4u + m
-  uint64_t mask_bits[4] = {};               // [m] bit e set: bit m of e % 16
-  for (int u = 0; u < 2; ++u) {
-    for (int m = 0; m < 4; ++m) {
-      for (int e = 0; e < 64; ++e) idx_bytes[u][m][e] = static_cast<uint8_t>(8 * (e / 16) + 4 * u + m);
+// [n] of one token (QuantizeActivationFor calls this per token) permuted for the row kernel, per
+// group g of m ≤ 4 weight blocks (elements 512g .. 512g + 128m − 1; m = 4 but for a row's last
+// group), byte 512g + 16m·t + 16L + 4s + j = code 512g + 128L + 32s + 8j + t (bit position t,
+// weight block L, activation block s, byte j), n bytes; then the lookup tables of the interleaved
+// kernel (q1_0_lookup-inl.h).
+//
+// PermuteGroup: one whole group's permutation as a transpose of 64 × 8 bytes, out[64t + k] =
+// in[8k + t]. Each input vector's 8 × 8 bytes are transposed by one byte permute (qword t of w[s]
+// = out vector t's qword s), then the 8 × 8 qwords by unpacks and 128-bit shuffles: 32 vector
+// instructions for 512 codes where a byte loop took 512 loads and stores.
+KVQ_Q1_0_GFNI_ATTR inline void PermuteGroup(const int8_t* in, int8_t* out) {
+  alignas(64) static constexpr auto kByteTranspose = [] {  // byte 8t + j takes byte 8j + t
+    std::array<uint8_t, 64> r{};
+    for (int e = 0; e < 64; ++e) r[e] = static_cast<uint8_t>(8 * (e % 8) + e / 8);
+    return r;
+  }();
+  const __m512i bt = _mm512_load_si512(kByteTranspose.data());
+  __m512i w[8];  // w[s]: input vector s with its 8 × 8 bytes transposed
+  for (int s = 0; s < 8; ++s) w[s] = _mm512_permutexvar_epi8(bt, _mm512_loadu_si512(in + 64 * s));
+  for (int odd = 0; odd < 2; ++odd) {  // out vectors t = 2·(128-bit lane) + odd
+    __m512i a[4];                      // a[p], lane L: (w[2p], w[2p+1]) qwords 2L + odd
+    for (int p = 0; p < 4; ++p) {
+      a[p] = odd ? _mm512_unpackhi_epi64(w[2 * p], w[2 * p + 1])
+                 : _mm512_unpacklo_epi64(w[2 * p], w[2 * p + 1]);
     }
-  }
-  for (int m = 0; m < 4; ++m) {
-    for (int e = 0; e < 64; ++e) mask_bits[m] |= static_cast<uint64_t>((e % 16) >> m & 1) << e;
-  }
-  for (int64_t b = 0; b < n / 32; ++b) {
-    const __m512i codes = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * b)));
-    const __m512i l = _mm512_and_si512(codes, _mm512_set1_epi8(15));
-    // (q + 128) >> 4 = h + 8 (l < 16): a 16-bit shift, the bits from the next byte masked off.
-    const __m512i h8 = _mm512_and_si512(
-        _mm512_srli_epi16(_mm512_xor_si512(codes, _mm512_set1_epi8(static_cast<char>(0x80))), 4), _mm512_set1_epi8(15));
-    const __m512i part[2] = {_mm512_add_epi8(l, l), _mm512_sub_epi8(_mm512_add_epi8(h8, h8), _mm512_set1_epi8(16))};
-    for (int u = 0; u < 2; ++u) {
-      for (int p = 0; p < 2; ++p) {
-        __m512i t = _mm512_setzero_si512();
-        for (int m = 0; m < 4; ++m) {
-          const __m512i idx = _mm512_load_si512(idx_bytes[u][m]);
-          t = _mm512_add_epi8(t, _mm512_maskz_permutexvar_epi8(_cvtu64_mask64(mask_bits[m]), idx, part[p]));
-        }
-        _mm512_storeu_si512(tables + kTableBytes * b + 128 * u + 64 * p, t);
-      }
-    }
+    // c0: lanes a0.0 a0.2 a1.0 a1.2, c1: a0.1 a0.3 a1.1 a1.3; c2, c3 the same of a2, a3. Then
+    // out vector 2L + odd = lane L of a0, a1, a2, a3.
+    constexpr int kEven = _MM_SHUFFLE(2, 0, 2, 0), kOdd = _MM_SHUFFLE(3, 1, 3, 1);
+    const __m512i c0 = _mm512_shuffle_i64x2(a[0], a[1], kEven);
+    const __m512i c1 = _mm512_shuffle_i64x2(a[0], a[1], kOdd);
+    const __m512i c2 = _mm512_shuffle_i64x2(a[2], a[3], kEven);
+    const __m512i c3 = _mm512_shuffle_i64x2(a[2], a[3], kOdd);
+    _mm512_storeu_si512(out + 64 * (0 + odd), _mm512_shuffle_i64x2(c0, c2, kEven));
+    _mm512_storeu_si512(out + 64 * (2 + odd), _mm512_shuffle_i64x2(c1, c3, kEven));
+    _mm512_storeu_si512(out + 64 * (4 + odd), _mm512_shuffle_i64x2(c0, c2, kOdd));
+    _mm512_storeu_si512(out + 64 * (6 + odd), _mm512_shuffle_i64x2(c1, c3, kOdd));
   }
 }
 
@@ -133,12 +117,17 @@ KVQ_Q1_0_GFNI_ATTR void ActivationOffsets(const int8_t* q, int64_t n, int32_t* o
   const int64_t n_wb = n / kBlockElems;
   for (int64_t wb = 0; wb < n_wb; wb += kGroupBlocks) {
     const int64_t m = std::min(kGroupBlocks, n_wb - wb);
+    if (m == kGroupBlocks) {
+      PermuteGroup(q + wb * kBlockElems, out + wb * kBlockElems);
+      continue;
+    }
     for (int64_t t = 0; t < 8; ++t) {
       for (int64_t k = 0; k < 16 * m; ++k) {  // k = 16L + 4s + j = 4·(activation block) + j
         out[wb * kBlockElems + 16 * m * t + k] = q[wb * kBlockElems + 32 * (k / 4) + 8 * (k % 4) + t];
       }
     }
-  }  LookupTables(q, n, reinterpret_cast<uint8_t*>(offset) + n);
+  }
+  LookupTables(q, n, reinterpret_cast<uint8_t*>(offset) + n);
 }
 
 // Weight blocks wb .. wb+m−1 of one row (block = the first one's bytes, 18-byte stride), from
@@ -229,82 +218,6 @@ KVQ_Q1_0_GFNI_ATTR void RowGroup(const uint8_t* w, const QuantizedX& x, float* y
   for (int i = 0; i < R; ++i) y[r + i] = _mm512_reduce_add_ps(acc[i]);
 }
 
-// Repacked (repack.h) Q1_0: weight block wb = 4G + L of a 16-row group (blk, 16·18 bytes),
-// its activation blocks b = 4wb + k into acc[4L + k], lane j = row j: per vector of 16 rows × 32
-// weights one shift, two ternary-logic ops (the index bytes 16i + nibble), 4 table permutes and 4
-// byte dots (the tables above) make I_b exactly, then the row kernel's float operations on the
-// same values: acc += (d_w·d_x)·f32(I_b), the row kernel's lane 4L + k being acc[4L + k]'s lane j.
-template <int L>
-KVQ_Q1_0_GFNI_ATTR inline void InterleavedBlock(const uint8_t* blk, const QuantizedX& x, const uint8_t* tables,
-                                                int64_t wb, __m512* acc) {
-  const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-  const __m512i nibble = _mm512_set1_epi8(15);
-  const __m512i sel = _mm512_set1_epi32(0x30201000);  // byte 4j + i: 16i
-  const __m512i ones = _mm512_set1_epi8(1);
-  const __m512i sixteen = _mm512_set1_epi8(16);
-  for (int k = 0; k < kSub; ++k) {
-    const int64_t b = kSub * wb + k;
-    const __m512i z = _mm512_loadu_si512(blk + 32 + 64 * k);  // byte 4j + i: row j's qs[4k + i]
-    // (z & 15) | 16i and ((z >> 4) & 15) | 16i: ternary-logic 0xEA is (A & B) | C.
-    const __m512i lo = _mm512_ternarylogic_epi32(z, nibble, sel, 0xEA);
-    const __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(z, 4), nibble, sel, 0xEA);
-    const uint8_t* t = tables + kTableBytes * b;
-    __m512i dot = _mm512_set1_epi32(-x.sum[b]);
-    dot = _mm512_dpbusd_epi32(dot, _mm512_permutexvar_epi8(lo, _mm512_loadu_si512(t)), ones);
-    dot = _mm512_dpbusd_epi32(dot, sixteen, _mm512_permutexvar_epi8(lo, _mm512_loadu_si512(t + 64)));
-    dot = _mm512_dpbusd_epi32(dot, _mm512_permutexvar_epi8(hi, _mm512_loadu_si512(t + 128)), ones);
-    dot = _mm512_dpbusd_epi32(dot, sixteen, _mm512_permutexvar_epi8(hi, _mm512_loadu_si512(t + 192)));
-    acc[4 * L + k] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(x.d[b])), _mm512_cvtepi32_ps(dot), acc[4 * L + k]);
-  }
-}
-
-// One 16-row group g (n_wb weight blocks) for one token -> y[0..15]. The 16 accumulators are the
-// row kernel's 16 lanes (every lane starts at +0 and an exact sum of ±0 terms stays +0, so the
-// row kernel's additions of +0 for the lanes past a short last group change nothing), summed in
-// the order of _mm512_reduce_add_ps (GCC's: lanes ℓ + 8 onto ℓ, then ℓ + 4, then 2, then 1), so
-// every row's bits equal the row kernel's (RowGroup above) on the plain rows.
-KVQ_Q1_0_GFNI_ATTR void InterleavedGroup(const uint8_t* g, const QuantizedX& x, int64_t n_wb, float* y) {
-  constexpr int64_t kGroupBlock = kBlockBytes * 16;  // one weight block of 16 rows
-  const uint8_t* tables = reinterpret_cast<const uint8_t*>(x.offset) + n_wb * kBlockElems;
-  __m512 acc[16];  // [lane of the row kernel], lane j = row j
-  for (__m512& a : acc) a = _mm512_setzero_ps();
-  int64_t wb = 0;
-  for (; wb < n_wb; wb += 4) {
-    const uint8_t* blk = g + wb * kGroupBlock;
-    // Software prefetch kPrefetchBytes ahead into L2, as the row kernels do (an integer address:
-    // it may lie past the matrix; a prefetch never faults).
-    const uintptr_t ahead = reinterpret_cast<uintptr_t>(blk) + kPrefetchBytes;
-    for (int64_t at = 0; at < 4 * kGroupBlock; at += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + at), _MM_HINT_T1);
-    InterleavedBlock<0>(blk, x, tables, wb, acc);
-    if (wb + 1 < n_wb) InterleavedBlock<1>(blk + kGroupBlock, x, tables, wb + 1, acc);
-    if (wb + 2 < n_wb) InterleavedBlock<2>(blk + 2 * kGroupBlock, x, tables, wb + 2, acc);
-    if (wb + 3 < n_wb) InterleavedBlock<3>(blk + 3 * kGroupBlock, x, tables, wb + 3, acc);
-  }
-  __m512 s8[8];
-  for (int i = 0; i < 8; ++i) s8[i] = _mm512_add_ps(acc[8 + i], acc[i]);
-  __m512 s4[4];
-  for (int i = 0; i < 4; ++i) s4[i] = _mm512_add_ps(s8[4 + i], s8[i]);
-  const __m512 s0 = _mm512_add_ps(s4[0], s4[2]);
-  const __m512 s1 = _mm512_add_ps(s4[1], s4[3]);
-  _mm512_storeu_ps(y, _mm512_add_ps(s0, s1));
-}
-
-// Rows [r0, r1) (whole groups) × n_tokens by the lookup tables, group by group.
-KVQ_Q1_0_GFNI_ATTR void LookupRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tokens, float* y,
-                                   int64_t y_stride, int64_t cols, int64_t r0, int64_t r1) {
-  const int64_t n_wb = cols / kBlockElems;
-  const int64_t row_bytes = n_wb * kBlockBytes;
-  const int64_t n_blocks = cols / 32;
-  alignas(64) float out[16];  // [row of the group]
-  for (int64_t r = r0; r < r1; r += 16) {
-    for (int64_t t = 0; t < n_tokens; ++t) {
-      const QuantizedX x = {.q = x0.q + t * cols, .d = x0.d + t * n_blocks, .sum = x0.sum + t * n_blocks,
-                            .offset = x0.offset + t * (cols / 4 * kOffsetBytesPerElem)};
-      InterleavedGroup(w + r * row_bytes, x, n_wb, out);
-      std::memcpy(y + t * y_stride + r, out, sizeof(out));
-    }
-  }
-}
 #define KVQ_Q1_0_HAS_LUT 1
 
 #elif HWY_TARGET <= HWY_AVX3
