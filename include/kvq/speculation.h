@@ -233,4 +233,27 @@ class Drafter {
 Status KeepDraftedPrefix(Session& session, int64_t before, std::span<const int32_t> pass, int32_t kept,
                          std::span<const float> checkpoint);
 
+/// How a pass's draft fared (JudgeDraft).
+struct DraftJudgement {
+  /// Drafted tokens kept: each equalled the token drawn at its position, and runs.
+  int32_t accepted = 0;
+  /// The token drawn at the first drafted position whose token differs from it (logits row
+  /// `accepted`), not handed to `take`: the next token to run. -1: no drafted token differed.
+  int32_t drawn = -1;
+  bool ended = false;  ///< `take` ended the completion at a drafted token (which does not run)
+};
+
+/// Judges the draft of a pass (`pass`: a token, then its draft) as decoding one token at a time
+/// would: for each drafted token pass[i + 1], in order, the token at its position is drawn by
+/// `draw(row, unrun)` from that position's logits (row i of `logits`, [drafted, vocab]; the last
+/// `unrun` = drafted - i tokens the session holds come after them, so the penalties' window ends
+/// before them); while it equals the drafted one it is handed to `take(token, row, previous
+/// token)`, which says whether it runs (false: the completion ended at it). Session::Generate and
+/// kvq serve both judge with it, then drop what was not kept (KeepDraftedPrefix: 1 + accepted
+/// tokens of the pass). Errors are `draw`'s.
+using DrawToken = std::function<Result<int32_t>(std::span<const float> row, int64_t unrun)>;
+using TakeToken = std::function<bool(int32_t token, std::span<const float> row, int32_t previous)>;
+Result<DraftJudgement> JudgeDraft(std::span<const int32_t> pass, std::span<const float> logits,
+                                  int32_t vocab, const DrawToken& draw, const TakeToken& take);
+
 }  // namespace kvq

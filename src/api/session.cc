@@ -309,18 +309,16 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
       checkpoint.assign(s.cache->state(), s.cache->state() + s.cache->state_floats());
     }
     if (Status st = Prefill(pass, rows); !st.ok()) return failed(st);
-    // Each drafted token is judged by drawing the token at its position, as decoding one token at
-    // a time would: kept while they agree; the first drawn token that differs runs next.
-    int32_t ran = 1;
-    for (int32_t i = 0; i < drafted && !g.finished(); ++i) {
-      const int32_t drawn = draw(s.chosen_logits.data() + int64_t{i} * vocab, static_cast<size_t>(drafted - i));
-      if (drawn != pass[i + 1]) {
-        pending = drawn;
-        break;
-      }
-      if (!keep(drawn)) break;
-      ++ran;
-    }
+    // Kept while the drawn tokens agree with the draft; the first that differs runs next.
+    const Result<DraftJudgement> judged = JudgeDraft(
+        pass, s.chosen_logits, vocab,
+        [&](std::span<const float> row, int64_t unrun) -> Result<int32_t> {
+          return draw(row.data(), static_cast<size_t>(unrun));
+        },
+        [&](int32_t id, std::span<const float>, int32_t) { return keep(id); });
+    if (!judged.ok()) return failed(judged.status());
+    pending = judged->drawn;
+    const int32_t ran = 1 + judged->accepted;
     if (Status st = KeepDraftedPrefix(*this, before, pass, ran, checkpoint); !st.ok()) return failed(st);
     drafter.Record(drafted, ran - 1, std::chrono::duration<double>(Clock::now() - pass_start).count(), gated);
     c.speculation.passes += 1;

@@ -266,4 +266,30 @@ Status KeepDraftedPrefix(Session& session, int64_t before, std::span<const int32
   return session.Prefill(pass.first(kept));
 }
 
+Result<DraftJudgement> JudgeDraft(std::span<const int32_t> pass, std::span<const float> logits,
+                                  int32_t vocab, const DrawToken& draw, const TakeToken& take) {
+  const int32_t drafted = static_cast<int32_t>(pass.size()) - 1;
+  if (drafted < 0 || logits.size() < static_cast<size_t>(drafted) * static_cast<size_t>(vocab)) {
+    return Status::Error(
+        fmt::format("JudgeDraft: {} logits for a pass of {} tokens (vocabulary {})", logits.size(),
+                    pass.size(), vocab));
+  }
+  DraftJudgement j;
+  for (int32_t i = 0; i < drafted; ++i) {
+    const std::span<const float> row = logits.subspan(static_cast<size_t>(i) * vocab, vocab);
+    const Result<int32_t> token = draw(row, drafted - i);
+    if (!token.ok()) return token.status();
+    if (*token != pass[i + 1]) {
+      j.drawn = *token;
+      return j;
+    }
+    if (!take(*token, row, pass[i])) {
+      j.ended = true;
+      return j;
+    }
+    ++j.accepted;
+  }
+  return j;
+}
+
 }  // namespace kvq

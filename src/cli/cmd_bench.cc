@@ -10,7 +10,9 @@
 #include "cli/commands.h"
 #include "cli/json_output.h"
 #include "cli/flags.h"
+#include "formats/int_score.h"
 #include "kvq/attention.h"
+#include "kvq/format.h"
 #include "kvq/units.h"
 #include "measure/attention_bench.h"
 #include "measure/read_bandwidth.h"
@@ -284,6 +286,11 @@ int RunBenchStream(const BenchStreamOptions& o) {
 }
 
 }  // namespace
+
+std::string ScoreArithmeticLabel() {
+  if (GetScoreArithmetic() == ScoreArithmetic::kF32) return "f32";
+  return fmt::format("int ({})", int_score::PathName(int_score::Best()));
+}
 
 void AddBenchCommand(CLI::App& app, int* exit_code) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks that print numbers");  // the list: at the end

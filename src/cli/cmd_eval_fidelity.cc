@@ -22,6 +22,7 @@
 #include "cli/flags.h"
 #include "measure/fidelity.h"
 #include "measure/kl_divergence.h"
+#include "model/decoder_weights.h"
 #include "model/load_model.h"
 
 extern char** environ;
@@ -327,7 +328,7 @@ int RunEvalFidelity(const FidelityOptions& o) {
     }
   }
   if (!o.shared.kv_plan.empty()) {  // the plan is one more arm, after the --format ones
-    Result<std::vector<LayerFormats>> plan = o.shared.KvLayers(loaded->weights);
+    Result<std::vector<LayerFormats>> plan = o.shared.KvLayers(Fingerprint(loaded->weights));
     if (!plan.ok()) return bad(plan.status().message());
     config.arms.push_back({.name = "plan " + DisplayPath(o.shared.kv_plan), .layers = std::move(plan.value())});
   } else if (o.shared.kv_bits > 0) {

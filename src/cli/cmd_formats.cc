@@ -6,10 +6,10 @@
 #include "cli/commands.h"
 #include "cli/json_output.h"
 #include "cli/flags.h"
+#include "kvq/attention.h"
 #include "kvq/format.h"
 #include "kvq/kv_memory.h"
 #include "kvq/kv_spec.h"
-#include "simd/dispatch.h"
 
 namespace kvq::cli {
 namespace {
@@ -42,7 +42,7 @@ int RunFormats(const FormatsOptions& o) {
   nlohmann::json list = nlohmann::json::array();
   if (!o.shared.json) {
     fmt::print("KV formats at {} KV heads x head_dim {} (SIMD target here: {})\n\n", o.kv_heads,
-               o.head_dim, simd::DispatchedTargetName());
+               o.head_dim, AttentionSimdTarget());
     fmt::print("{:>3}  {:<10} {:>20}  {:>8}  {}\n", "id", "name", "bits/number", "of f16",
                "element; scale");
   }
@@ -87,7 +87,7 @@ int RunFormats(const FormatsOptions& o) {
       transforms.push_back({{"name", name}, {"summary", what}});
     }
     nlohmann::json out = {{"kv_heads", o.kv_heads}, {"head_dim", o.head_dim},
-                          {"simd_target", simd::DispatchedTargetName()}, {"formats", list},
+                          {"simd_target", AttentionSimdTarget()}, {"formats", list},
                           {"spec_grammar", "FORMAT[+TRANSFORM...]"}, {"transforms", transforms}};
     PrintJson(out);
     return 0;

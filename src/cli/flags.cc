@@ -13,7 +13,6 @@
 #include <sstream>
 
 #include "cli/commands.h"
-#include "formats/int_score.h"
 #include "kvq/model.h"
 #include "kvq/units.h"
 #include "plan/kv_plan.h"
@@ -52,11 +51,6 @@ std::string SharedOptions::KvFormatName() const {
   const std::string& k = kv_k.empty() ? kv : kv_k;
   const std::string& v = kv_v.empty() ? kv : kv_v;
   return k == v ? k : k + "/" + v;
-}
-
-Result<std::vector<LayerFormats>> SharedOptions::KvLayers(const DecoderWeights& weights) const {
-  if (kv_plan.empty()) return KvLayers(ModelFingerprint{});  // no plan: the fingerprint is not read
-  return KvLayers(Fingerprint(weights));
 }
 
 Result<std::vector<LayerFormats>> SharedOptions::KvLayers(const ModelFingerprint& fingerprint) const {
@@ -335,11 +329,6 @@ void AddSpeculationFlags(CLI::App* cmd, SpeculationOptions* spec, DraftModelFlag
   cmd->add_flag("--spec-ungated", spec->ungated,
                 "Run every draft at --draft-max (no gate choosing the length from measured acceptance and pass times)");
   AddDraftModelFlags(cmd, draft);
-}
-
-std::string ScoreArithmeticLabel() {
-  if (GetScoreArithmetic() == ScoreArithmetic::kF32) return "f32";
-  return fmt::format("int ({})", int_score::PathName(int_score::Best()));
 }
 
 Result<std::string> ReadChatTemplateFile(const std::string& flag, const std::string& path) {

@@ -13,7 +13,6 @@
 #include "kvq/kv_cache.h"
 #include "kvq/speculation.h"
 #include "kvq/status.h"
-#include "model/decoder_weights.h"
 
 namespace kvq::cli {
 
@@ -47,11 +46,9 @@ struct SharedOptions {
   /// "f16", "int4+rot", or "int8/int4" when K and V differ (canonical spec text); with --kv-plan,
   /// "plan FILE".
   std::string KvFormatName() const;
-  /// The cache's specs per layer: --kv-plan's layers (read and checked against this model's
-  /// fingerprint, and against --kv-bits when given), else KvLayer() for every layer (one entry).
-  /// Errors name the flag and the file.
-  Result<std::vector<LayerFormats>> KvLayers(const DecoderWeights& weights) const;
-  /// The same for a model known by its fingerprint (kvq::Model::fingerprint()).
+  /// The cache's specs per layer: --kv-plan's layers (read and checked against the model's
+  /// fingerprint, kvq::Model::fingerprint(), and against --kv-bits when given), else KvLayer()
+  /// for every layer (one entry). Errors name the flag and the file.
   Result<std::vector<LayerFormats>> KvLayers(const ModelFingerprint& fingerprint) const;
   /// The specs of the --format list, in the order given; the error names the flag.
   Result<std::vector<KvSpec>> FormatList() const;
@@ -128,7 +125,8 @@ void AddSpeculationFlags(CLI::App* cmd, SpeculationOptions* spec, DraftModelFlag
 Result<std::unique_ptr<Model>> LoadDraftModel(const DraftModelFlags& draft, const Model& target, int32_t threads,
                                               SpeculationOptions* spec);
 
-/// "int (AVX-512 VNNI)" / "f32": the choice in force and, for int, the integer path here.
+/// "int (AVX-512 VNNI)" / "f32": the choice in force and, for int, the integer path here (defined
+/// beside `kvq bench attention`: it reads the formats layer's integer path).
 std::string ScoreArithmeticLabel();
 
 }  // namespace kvq::cli

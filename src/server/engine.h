@@ -147,7 +147,8 @@ class Job {
   std::optional<Generator> generator;  // made when the prompt has run; decides every sampled token
   std::vector<float> constrained;      // [vocab] the logits as the grammar leaves them (with one)
   // Speculation (spec.speculation): the request's drafter (source, gate, suffix tree), made at
-  // the first decode step; row: [vocab] a judged position's logits.
+  // the first decode step; row: [vocab] the logits where a draft was rejected (a copy: dropping
+  // the draft may replace the session's).
   std::optional<Drafter> drafter;
   std::vector<int32_t> history;  // [positions + 1] scratch: the session's tokens and the next one
   std::vector<float> row;

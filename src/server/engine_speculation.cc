@@ -1,12 +1,12 @@
 // Speculative decoding in the engine (see server/engine.h, JobSpec::speculation): a decoding
 // session's segment of the batched step is its sampled token and a draft of what follows
 // (kvq/speculation.h's drafters and gate: prompt lookup, the suffix tree, or a draft model whose
-// session each slot keeps), and the draft is judged as Session::Generate judges it — each
-// position's token drawn by the request's sampler from that position's logits, with the penalties
-// over the tokens before that position, in order, kept while it equals the drafted one — so a
-// request's output is the same with or without speculation, alone or among others. Drawing a
-// token and handing it to the request's Generator (Draw, Take) are here too: plain decoding
-// (Engine::Advance) shares them.
+// session each slot keeps), and the draft is judged by JudgeDraft (kvq/speculation.h), as
+// Session::Generate judges it — each position's token drawn by the request's sampler from that
+// position's logits, with the penalties over the tokens before that position, in order, kept
+// while it equals the drafted one — so a request's output is the same with or without
+// speculation, alone or among others. Drawing a token and handing it to the request's Generator
+// (Draw, Take) are here too: plain decoding (Engine::Advance) shares them.
 
 #include <fmt/format.h>
 
@@ -182,7 +182,20 @@ int32_t Engine::AdvanceDrafted(Slot& slot, double seconds) {
   Session& session = *slot.session;
   const int64_t before = session.positions() - (drafted + 1);  // held before the step
   const int32_t vocab = model_.info().vocab_size;
-  int32_t accepted = 0;
+  GeneratorStep last;  // the last drafted token's, when one was taken
+  const std::span<const float> chosen = session.chosen_logits();  // [drafted, vocab]
+  const Result<DraftJudgement> judged = JudgeDraft(
+      slot.pass, chosen, vocab,
+      [&](std::span<const float> row, int64_t unrun) { return Draw(slot, row, unrun); },
+      [&](int32_t token, std::span<const float> row, int32_t previous) {
+        last = Take(slot, token, row, previous);
+        return !last.finished;
+      });
+  if (!judged.ok()) {
+    Finish(slot, FinishReason::kStop, ServerError(judged.status().message()));
+    return 0;
+  }
+  const int32_t accepted = judged->accepted;
   // Ends the judging: records the pass and drops the drafted tokens not kept from the cache.
   auto settle = [&]() -> bool {
     job.drafter->Record(drafted, accepted, seconds, false);
@@ -200,31 +213,22 @@ int32_t Engine::AdvanceDrafted(Slot& slot, double seconds) {
     }
     return true;
   };
-  for (int32_t i = 0; i < drafted; ++i) {
+  if (judged->ended) {  // a drafted token ran, but the completion ends before it: not kept
+    if (settle()) Finish(slot, OpenAiFinishReason(last.finish));
+    return accepted;
+  }
+  if (judged->drawn >= 0) {  // rejected: the drawn token runs next instead
     // A copy: dropping the draft (Truncate) may run tokens again and replace chosen_logits.
-    const std::span<const float> chosen = session.chosen_logits();
-    job.row.assign(chosen.begin() + int64_t{i} * vocab, chosen.begin() + int64_t{i + 1} * vocab);
-    const Result<int32_t> token = Draw(slot, job.row, drafted - i);  // the penalties end before position i
-    if (!token.ok()) {
-      Finish(slot, FinishReason::kStop, ServerError(token.status().message()));
-      return accepted;
+    job.row.assign(chosen.begin() + int64_t{accepted} * vocab,
+                   chosen.begin() + int64_t{accepted + 1} * vocab);
+    if (!settle()) return accepted;
+    const GeneratorStep step = Take(slot, judged->drawn, job.row, slot.pass[accepted]);
+    if (step.finished) {
+      Finish(slot, OpenAiFinishReason(step.finish));
+    } else {
+      slot.next_token = judged->drawn;
     }
-    if (*token != slot.pass[i + 1]) {  // rejected: the drawn token runs next instead
-      if (!settle()) return accepted;
-      const GeneratorStep step = Take(slot, *token, job.row, slot.pass[i]);
-      if (step.finished) {
-        Finish(slot, OpenAiFinishReason(step.finish));
-      } else {
-        slot.next_token = *token;
-      }
-      return accepted;
-    }
-    const GeneratorStep step = Take(slot, *token, job.row, slot.pass[i]);
-    if (step.finished) {  // it ran, but the completion ends before it: not kept in the cache
-      if (settle()) Finish(slot, OpenAiFinishReason(step.finish));
-      return accepted;
-    }
-    ++accepted;
+    return accepted;
   }
   // Every drafted token kept: the next is drawn from the logits after the last.
   if (settle()) Advance(slot);
