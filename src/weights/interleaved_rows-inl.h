@@ -1,13 +1,20 @@
-// Per-target kernels of Q4_0 / Q8_0 matrices in MatrixLayout::kInterleaved16 (weights/repack.h):
-// 16 rows × T tokens per step, for MatVec (T = 1) and MatMul (T up to kIlMaxTokens, each unpacked
-// weight vector used for every token of the step). Include after foreach_target.h and after
-// quant_rows-inl.h (its KVQ_MATVEC_X86_ATTR); a type supplies a policy B:
+// Per-target kernels of Q4_0 / Q8_0 / Q2_0 matrices in MatrixLayout::kInterleaved16
+// (weights/repack.h): 16 rows × T tokens per step, for MatVec (T = 1) and MatMul (T up to
+// kIlMaxTokens, each unpacked weight vector used for every token of the step). Include after
+// foreach_target.h and after quant_rows-inl.h (its KVQ_MATVEC_X86_ATTR); a type supplies a policy B:
 //   static constexpr int64_t kBytes    bytes per plain block (18, 34)
-//   static constexpr bool kSigned      codes are int8 (Q8_0) rather than nibbles (Q4_0)
+//   static constexpr int64_t kElems    elements per block: 32, or 64 (Q2_0: two activation blocks
+//                                      share the block's scale)
+//   static constexpr bool kSigned      codes are int8 (Q8_0) rather than 4- or 2-bit fields
+//   static constexpr int kCodeBits     unsigned types: bits per code (4, 2)
+//   static constexpr int32_t kBias     the unsigned byte a dot multiplies is code + kBias (Q8_0 on
+//                                      VNNI: 128; Q4_0's nibble: 8; Q2_0's field: 1)
 //   static int32_t CodeScalar(const uint8_t* codes, int64_t j, int64_t m)   code of row j, element m
-// and gets InterleavedRows<B> for WeightKernels::interleaved_rows.
+// and gets InterleavedRows<B> for WeightKernels::interleaved_rows. An unsigned type's group block
+// holds 4 code vectors, and bits kCodeBits·p of vector k's byte 4j + e are row j's field of element
+// 16p + 4k + e (chunk 4p + k of 4 elements: one shift and one AND unpack it).
 //
-// Per row j, token t and block b: I_b = Σ code·q exact in int32 (lane j of one accumulator:
+// Per row j, token t and block b of 32: I_b = Σ code·q exact in int32 (lane j of one accumulator:
 // 512-bit vpdpbusd on AVX3_DL, 16 rows per vector; 256-bit maddubs + madd on AVX2 / AVX3, the
 // group's two 8-row halves in turn — Q8_0 through |w| and sign(q, w), as (w + 128)·q pairs would
 // saturate int16 —; plain integers elsewhere), then
@@ -67,6 +74,7 @@ template <class B, int T>
 KVQ_MATVEC_X86_ATTR void InterleavedStepX86(const uint8_t* g, const QuantizedX& x0, int64_t cols, int64_t t0,
                                             float* y, int64_t y_stride, int64_t r) {
   constexpr int64_t kGroupBlock = kIlRows * B::kBytes;
+  constexpr int64_t kSub = B::kElems / 32;  // activation blocks per weight block
   const int64_t n_blocks = cols / 32;
   const int8_t* q[T];     // token t's codes [cols]
   const float* dx[T];     // [n_blocks]
@@ -78,8 +86,8 @@ KVQ_MATVEC_X86_ATTR void InterleavedStepX86(const uint8_t* g, const QuantizedX& 
     sum[t] = x0.sum + (t0 + t) * n_blocks;
     acc[t] = _mm512_setzero_ps();
   }
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    const uint8_t* blk = g + b * kGroupBlock;
+  for (int64_t wb = 0; wb < n_blocks / kSub; ++wb) {
+    const uint8_t* blk = g + wb * kGroupBlock;
     // MatVec (T = 1): software prefetch kPrefetchBytes ahead into L2, as the row kernels do
     // (quant_rows-inl.h): from memory, the hardware prefetcher alone keeps too few misses in
     // flight. MatMul's later steps find the group in cache. An integer address: it may lie past
@@ -92,29 +100,55 @@ KVQ_MATVEC_X86_ATTR void InterleavedStepX86(const uint8_t* g, const QuantizedX& 
     }
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
     const uint8_t* codes = blk + kIlScaleBytes;
-    __m512i u[kIlChunks];  // u[c]: the unsigned bytes of chunk c (elements 4c..4c+3 of each row)
-    if constexpr (B::kSigned) {
-      for (int c = 0; c < kIlChunks; ++c) {
-        u[c] = _mm512_xor_si512(_mm512_loadu_si512(codes + kIlVectorBytes * c),
-                                _mm512_set1_epi8(static_cast<char>(0x80)));  // w + 128
+#pragma GCC unroll 2
+    for (int64_t s = 0; s < kSub; ++s) {
+      const int64_t b = wb * kSub + s;  // activation block
+      if constexpr (B::kSigned) {
+        __m512i u[kIlChunks];  // u[c]: the unsigned bytes of chunk c (elements 4c..4c+3 of each row)
+        for (int c = 0; c < kIlChunks; ++c) {
+          u[c] = _mm512_xor_si512(_mm512_loadu_si512(codes + kIlVectorBytes * c),
+                                  _mm512_set1_epi8(static_cast<char>(0x80)));  // w + 128
+        }
+        for (int t = 0; t < T; ++t) {
+          const int8_t* qb = q[t] + b * 32;
+          // Lanes start at −128·Σq (the unsigned bytes are w + 128). One chain of 8 (the T
+          // tokens' chains and the next blocks' overlap it).
+          __m512i dot = _mm512_set1_epi32(-B::kBias * sum[t][b]);
+          for (int c = 0; c < kIlChunks; ++c) dot = DotBroadcast(dot, u[c], qb + 4 * c);
+          const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(dx[t][b]));
+          acc[t] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(dot), acc[t]);
+        }
+      } else {
+        // Fields f = 2s (chunks c < 4: elements 4c..4c+3) and 2s + 1 (chunks 4 + c) of vector c,
+        // masked in place: the bytes are 2^(kCodeBits·f)·(code + bias), so each field's chain
+        // is 2^(kCodeBits·f) times its dot, exactly (|chain| ≤ 2^6·3·127·16 for Q2_0's top
+        // field, 16·15·127·16 for Q4_0's), and an arithmetic shift returns the dot exactly.
+        // One AND per chunk instead of a shift and an AND; two chains per token.
+        constexpr int kBits = B::kCodeBits;
+        const int lo = static_cast<int>(2 * s * kBits), hi = lo + kBits;  // the fields' bit offsets
+        const __m512i lo_mask = _mm512_set1_epi8(static_cast<char>(((1 << kBits) - 1) << lo));
+        const __m512i hi_mask = _mm512_set1_epi8(static_cast<char>(((1 << kBits) - 1) << hi));
+        __m512i u[kIlChunks];  // u[c], u[4 + c]: vector c's two fields, in place
+        for (int c = 0; c < 4; ++c) {
+          const __m512i v = _mm512_loadu_si512(codes + kIlVectorBytes * c);
+          u[c] = _mm512_and_si512(v, lo_mask);
+          u[4 + c] = _mm512_and_si512(v, hi_mask);
+        }
+        for (int t = 0; t < T; ++t) {
+          const int8_t* qb = q[t] + b * 32;
+          __m512i lo_dot = _mm512_setzero_si512(), hi_dot = _mm512_setzero_si512();
+          for (int c = 0; c < 4; ++c) {
+            lo_dot = DotBroadcast(lo_dot, u[c], qb + 4 * c);
+            hi_dot = DotBroadcast(hi_dot, u[4 + c], qb + 16 + 4 * c);
+          }
+          // Σ (code + bias)·q − bias·Σq: I_b, exactly.
+          const __m512i dot = _mm512_add_epi32(
+              _mm512_add_epi32(lo == 0 ? lo_dot : _mm512_srai_epi32(lo_dot, lo), _mm512_srai_epi32(hi_dot, hi)),
+              _mm512_set1_epi32(-B::kBias * sum[t][b]));
+          const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(dx[t][b]));
+          acc[t] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(dot), acc[t]);
+        }
       }
-    } else {
-      const __m512i low = _mm512_set1_epi8(0x0F);
-      for (int c = 0; c < 4; ++c) {
-        const __m512i v = _mm512_loadu_si512(codes + kIlVectorBytes * c);
-        u[c] = _mm512_and_si512(v, low);                            // elements 4c..4c+3: code + 8
-        u[c + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);  // elements 16+4c..: code + 8
-      }
-    }
-    for (int t = 0; t < T; ++t) {
-      const int8_t* qb = q[t] + b * 32;
-      // Lanes start at −bias·Σq: the unsigned bytes are code + bias (8 for nibbles, 128 for int8).
-      constexpr int32_t kBias = B::kSigned ? 128 : 8;
-      // One chain of 8 (the T tokens' chains and the next blocks' overlap it).
-      __m512i dot = _mm512_set1_epi32(-kBias * sum[t][b]);
-      for (int c = 0; c < kIlChunks; ++c) dot = DotBroadcast(dot, u[c], qb + 4 * c);
-      const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(dx[t][b]));
-      acc[t] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(dot), acc[t]);
     }
   }
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + (t0 + t) * y_stride + r, acc[t]);
@@ -132,6 +166,7 @@ template <class B, int T>
 KVQ_MATVEC_X86_ATTR void InterleavedHalfX86(const uint8_t* g, const QuantizedX& x0, int64_t cols, int64_t t0,
                                             float* y, int64_t y_stride, int64_t r, int half) {
   constexpr int64_t kGroupBlock = kIlRows * B::kBytes;
+  constexpr int64_t kSub = B::kElems / 32;  // activation blocks per weight block
   const int64_t n_blocks = cols / 32;
   const int8_t* q[T];     // token t's codes [cols]
   const float* dx[T];     // [n_blocks]
@@ -144,49 +179,53 @@ KVQ_MATVEC_X86_ATTR void InterleavedHalfX86(const uint8_t* g, const QuantizedX& 
     acc[t] = _mm256_setzero_ps();
   }
   const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    const uint8_t* blk = g + b * kGroupBlock;
+  for (int64_t wb = 0; wb < n_blocks / kSub; ++wb) {
+    const uint8_t* blk = g + wb * kGroupBlock;
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * half)));
     const uint8_t* codes = blk + kIlScaleBytes + 32 * half;
-    __m256i u[kIlChunks];  // u[c]: chunk c's bytes (Q4_0: code + 8; Q8_0: the signed codes)
-    if constexpr (B::kSigned) {
-      for (int c = 0; c < kIlChunks; ++c) {
-        u[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + kIlVectorBytes * c));
-      }
-    } else {
-      const __m256i low = _mm256_set1_epi8(0x0F);
-      for (int c = 0; c < 4; ++c) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + kIlVectorBytes * c));
-        u[c] = _mm256_and_si256(v, low);
-        u[c + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-      }
-    }
-    for (int t = 0; t < T; ++t) {
-      const int8_t* qb = q[t] + b * 32;
-      __m256i i0, i1;
+    for (int64_t s = 0; s < kSub; ++s) {
+      const int64_t b = wb * kSub + s;  // activation block
+      __m256i u[kIlChunks];  // u[c]: chunk c's bytes (Q4_0: code + 8; Q2_0: code + 1; Q8_0: the signed codes)
       if constexpr (B::kSigned) {
-        // |w|·(±q): |w| ≤ 128, |q| ≤ 127, so a pair is at most 32512 (no saturation).
-        i0 = _mm256_setzero_si256();
-        i1 = _mm256_setzero_si256();
-        for (int c = 0; c < kIlChunks; c += 2) {
-          const __m256i x_a = BroadcastChunk(qb + 4 * c), x_b = BroadcastChunk(qb + 4 * c + 4);
-          i0 = _mm256_add_epi32(i0, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(u[c]),
-                                                                           _mm256_sign_epi8(x_a, u[c])), ones));
-          i1 = _mm256_add_epi32(i1, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(u[c + 1]),
-                                                                           _mm256_sign_epi8(x_b, u[c + 1])), ones));
+        for (int c = 0; c < kIlChunks; ++c) {
+          u[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + kIlVectorBytes * c));
         }
       } else {
-        // (code + 8)·q: 15·127·2 per pair, no saturation; then − 8·Σq.
-        i0 = _mm256_set1_epi32(-8 * sum[t][b]);
-        i1 = _mm256_setzero_si256();
-        for (int c = 0; c < kIlChunks; c += 2) {
-          i0 = _mm256_add_epi32(i0, _mm256_madd_epi16(_mm256_maddubs_epi16(u[c], BroadcastChunk(qb + 4 * c)), ones));
-          i1 = _mm256_add_epi32(
-              i1, _mm256_madd_epi16(_mm256_maddubs_epi16(u[c + 1], BroadcastChunk(qb + 4 * c + 4)), ones));
+        const __m256i mask = _mm256_set1_epi8((1 << B::kCodeBits) - 1);
+        const int lo = static_cast<int>(2 * s * B::kCodeBits);
+        for (int c = 0; c < 4; ++c) {
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + kIlVectorBytes * c));
+          u[c] = _mm256_and_si256(lo == 0 ? v : _mm256_srli_epi16(v, lo), mask);
+          u[c + 4] = _mm256_and_si256(_mm256_srli_epi16(v, lo + B::kCodeBits), mask);
         }
       }
-      const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(dx[t][b]));
-      acc[t] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(_mm256_add_epi32(i0, i1)), acc[t]);
+      for (int t = 0; t < T; ++t) {
+        const int8_t* qb = q[t] + b * 32;
+        __m256i i0, i1;
+        if constexpr (B::kSigned) {
+          // |w|·(±q): |w| ≤ 128, |q| ≤ 127, so a pair is at most 32512 (no saturation).
+          i0 = _mm256_setzero_si256();
+          i1 = _mm256_setzero_si256();
+          for (int c = 0; c < kIlChunks; c += 2) {
+            const __m256i x_a = BroadcastChunk(qb + 4 * c), x_b = BroadcastChunk(qb + 4 * c + 4);
+            i0 = _mm256_add_epi32(i0, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(u[c]),
+                                                                             _mm256_sign_epi8(x_a, u[c])), ones));
+            i1 = _mm256_add_epi32(i1, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(u[c + 1]),
+                                                                             _mm256_sign_epi8(x_b, u[c + 1])), ones));
+          }
+        } else {
+          // (code + bias)·q: at most 15·127·2 per pair, no saturation; then − bias·Σq.
+          i0 = _mm256_set1_epi32(-B::kBias * sum[t][b]);
+          i1 = _mm256_setzero_si256();
+          for (int c = 0; c < kIlChunks; c += 2) {
+            i0 = _mm256_add_epi32(i0, _mm256_madd_epi16(_mm256_maddubs_epi16(u[c], BroadcastChunk(qb + 4 * c)), ones));
+            i1 = _mm256_add_epi32(
+                i1, _mm256_madd_epi16(_mm256_maddubs_epi16(u[c + 1], BroadcastChunk(qb + 4 * c + 4)), ones));
+          }
+        }
+        const __m256 sc = _mm256_mul_ps(dw, _mm256_set1_ps(dx[t][b]));
+        acc[t] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(_mm256_add_epi32(i0, i1)), acc[t]);
+      }
     }
   }
   for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + (t0 + t) * y_stride + r + 8 * half, acc[t]);
@@ -204,7 +243,7 @@ void InterleavedStepX86(const uint8_t* g, const QuantizedX& x0, int64_t cols, in
 template <class B>
 void InterleavedRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tokens, float* y, int64_t y_stride,
                      int64_t cols, int64_t r0, int64_t r1) {
-  const int64_t row_bytes = cols / 32 * B::kBytes;
+  const int64_t row_bytes = cols / B::kElems * B::kBytes;
   for (int64_t r = r0; r < r1; r += kIlRows) {
     const uint8_t* g = w + r * row_bytes;
     int64_t t = 0;
@@ -230,8 +269,9 @@ template <class B>
 void InterleavedRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tokens, float* y, int64_t y_stride,
                      int64_t cols, int64_t r0, int64_t r1) {
   constexpr int64_t kGroupBlock = kIlRows * B::kBytes;
+  constexpr int64_t kSub = B::kElems / 32;  // activation blocks per weight block
   const int64_t n_blocks = cols / 32;
-  const int64_t row_bytes = n_blocks * B::kBytes;
+  const int64_t row_bytes = n_blocks / kSub * B::kBytes;
   for (int64_t r = r0; r < r1; r += kIlRows) {
     const uint8_t* g = w + r * row_bytes;
     for (int64_t t = 0; t < n_tokens; ++t) {
@@ -240,9 +280,10 @@ void InterleavedRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tokens, f
       for (int64_t j = 0; j < kIlRows; ++j) {
         float acc = 0.0f;
         for (int64_t b = 0; b < n_blocks; ++b) {
-          const uint8_t* blk = g + b * kGroupBlock;
+          const uint8_t* blk = g + b / kSub * kGroupBlock;
+          const int64_t m0 = 32 * (b % kSub);  // the activation block's first element in the weight block
           int32_t dot = 0;
-          for (int64_t m = 0; m < 32; ++m) dot += B::CodeScalar(blk + kIlScaleBytes, j, m) * q[b * 32 + m];
+          for (int64_t m = 0; m < 32; ++m) dot += B::CodeScalar(blk + kIlScaleBytes, j, m0 + m) * q[b * 32 + m];
           uint16_t d_bits;
           std::memcpy(&d_bits, blk + 2 * j, 2);  // little-endian host
           const float s = F16ToF32(d_bits) * dx[b];

@@ -69,7 +69,10 @@ struct Q4_0Block {
 // The 16-row interleaved layout (weights/repack.h) for InterleavedRows.
 struct Q4_0Interleaved {
   static constexpr int64_t kBytes = 18;
+  static constexpr int64_t kElems = 32;
   static constexpr bool kSigned = false;
+  static constexpr int kCodeBits = 4;
+  static constexpr int32_t kBias = 8;  // the nibble is code + 8
   static int32_t CodeScalar(const uint8_t* codes, int64_t j, int64_t m) {
     const uint8_t byte = codes[(m % 16) / 4 * 64 + 4 * j + m % 4];
     return (m < 16 ? (byte & 0x0F) : (byte >> 4)) - 8;

@@ -48,7 +48,9 @@ struct Q8_0Block {
 // The 16-row interleaved layout (weights/repack.h) for InterleavedRows.
 struct Q8_0Interleaved {
   static constexpr int64_t kBytes = 34;
+  static constexpr int64_t kElems = 32;
   static constexpr bool kSigned = true;
+  static constexpr int32_t kBias = 128;  // VNNI multiplies w + 128 (unsigned)
   static int32_t CodeScalar(const uint8_t* codes, int64_t j, int64_t m) {
     return static_cast<int8_t>(codes[m / 4 * 64 + 4 * j + m % 4]);
   }
