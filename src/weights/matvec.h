@@ -46,8 +46,9 @@
 //   AVX-512 VNNI (vpdpbusd), AVX2 and AVX3 maddubs/madd, other targets plain integer loops; all on
 //   256-bit or narrower vectors. K-quants (Q2_K .. Q6_K, super-blocks of 256): kquant_rows-inl.h,
 //   the same paths, with the sub-block scales folded in and the rounding count (5) derived there.
-//   Repacked Q4_0 / Q8_0 (MatrixLayout::kInterleaved16, weights/repack.h; LoadModel repacks every
-//   projection and the classifier): interleaved_rows-inl.h, 16 rows × up to 6 tokens per step,
+//   Repacked Q4_0 / Q8_0 / Q2_0 (MatrixLayout::kInterleaved16, weights/repack.h; LoadModel repacks
+//   every projection and the classifier, Q2_0 on AVX3_DL only): interleaved_rows-inl.h, 16 rows × up
+//   to 6 tokens per step,
 //   512-bit vpdpbusd on AVX3_DL. Lane j of one int32 accumulator is row j's whole block dot I_b,
 //   so there is no lane reduction: each term is rounded at most n_blocks + 1 times (the scale
 //   product, one FMA per block) — within the γ_{n_blocks+4} of matvec_roundings = 4, which still

@@ -1,6 +1,6 @@
 // RepackMatrix and PlainBlock (see repack.h): the byte moves between the file's row-major Q4_0 /
-// Q8_0 blocks and the 16-row interleaved groups, in plain C++ (a load-time pass, and the oracle's
-// view of a repacked matrix).
+// Q8_0 / Q1_0 / Q2_0 blocks and the 16-row interleaved groups, in plain C++ (a load-time pass, and
+// the oracle's view of a repacked matrix).
 #include "weights/repack.h"
 
 #include <cstring>
@@ -8,6 +8,7 @@
 #include "weights/kquant_repack.h"
 #include "weights/matvec.h"
 #include "weights/q1_0/q1_0.h"
+#include "weights/q2_0/q2_0.h"
 #include "weights/weight_type.h"
 
 namespace kvq {
@@ -19,15 +20,40 @@ constexpr int64_t kScaleBytes = 2;  // f16 d at the start of a Q4_0 / Q8_0 / Q1_
 constexpr int64_t kGroupScaleBytes = kInterleaveRows * kScaleBytes;
 constexpr int64_t kVectorBytes = kInterleaveRows * 4;
 
-int64_t BlockBytes(WeightType type) { return type == WeightType::kQ8_0 ? 34 : 18; }  // Q4_0, Q1_0: 18
+int64_t BlockBytes(WeightType type) { return type == WeightType::kQ8_0 ? 34 : 18; }  // Q4_0, Q1_0, Q2_0: 18
+
+// A Q2_0 block's 16 code bytes between the file's order (element n in bits 2(n % 4) of byte n / 4)
+// and the interleaved one (element 16p + 4k + e in bits 2p of byte 4k + e, repack.h), which the
+// byte moves below then spread over the group's vectors as they do Q4_0's bytes.
+void Q2_0CodesToInterleaved(const uint8_t* plain, uint8_t* out) {  // [16] -> [16]
+  for (int64_t i = 0; i < 16; ++i) {
+    uint8_t byte = 0;
+    for (int64_t p = 0; p < 4; ++p) {
+      const int64_t n = 16 * p + i;  // i = 4k + e
+      byte = static_cast<uint8_t>(byte | ((plain[n / 4] >> (2 * (n % 4)) & 3) << (2 * p)));
+    }
+    out[i] = byte;
+  }
+}
+void Q2_0CodesToPlain(const uint8_t* interleaved, uint8_t* out) {  // [16] -> [16]
+  for (int64_t b = 0; b < 16; ++b) {
+    uint8_t byte = 0;
+    for (int64_t m = 0; m < 4; ++m) {
+      const int64_t n = 4 * b + m;
+      byte = static_cast<uint8_t>(byte | ((interleaved[n % 16] >> (2 * (n / 16)) & 3) << (2 * m)));
+    }
+    out[b] = byte;
+  }
+}
 
 }  // namespace
 
 bool CanRepack(const Matrix& w) {
   const bool legacy = w.type == WeightType::kQ4_0 || w.type == WeightType::kQ8_0;
   const bool q1_0 = w.type == WeightType::kQ1_0 && weights_q1_0::RepackPays();  // q1_0.h
-  return w.layout == MatrixLayout::kRowMajor && (legacy || q1_0 || IsInterleavedKQuant(w.type)) &&
-         w.rows >= kInterleaveRows && w.cols % (legacy ? 32 : q1_0 ? 128 : 256) == 0;
+  const bool q2_0 = w.type == WeightType::kQ2_0 && weights_q2_0::RepackPays();  // q2_0.h
+  return w.layout == MatrixLayout::kRowMajor && (legacy || q1_0 || q2_0 || IsInterleavedKQuant(w.type)) &&
+         w.rows >= kInterleaveRows && w.cols % (legacy ? 32 : q1_0 ? 128 : q2_0 ? 64 : 256) == 0;
 }
 
 int64_t MatrixDataBytes(const Matrix& w) { return w.rows * MatrixRowBytes(w.type, w.cols); }
@@ -71,6 +97,12 @@ Matrix RepackMatrix(const Matrix& w, uint8_t* out) {
       uint8_t* dst = group + b * kInterleaveRows * bb;
       for (int64_t j = 0; j < kInterleaveRows; ++j) {
         const uint8_t* src = rows + j * row_bytes + b * bb;
+        uint8_t q2_0_block[18];  // a Q2_0 block with its codes in the interleaved order
+        if (w.type == WeightType::kQ2_0) {
+          std::memcpy(q2_0_block, src, kScaleBytes);
+          Q2_0CodesToInterleaved(src + kScaleBytes, q2_0_block + kScaleBytes);
+          src = q2_0_block;
+        }
         std::memcpy(dst + j * kScaleBytes, src, kScaleBytes);
         // 4 code bytes of row j per vector k.
         for (int64_t k = 0; k < code_bytes / 4; ++k) {
@@ -106,6 +138,11 @@ const uint8_t* PlainBlock(const Matrix& w, int64_t row, int64_t block, uint8_t* 
   std::memcpy(scratch, src + j * kScaleBytes, kScaleBytes);
   for (int64_t k = 0; k < (bb - kScaleBytes) / 4; ++k) {
     std::memcpy(scratch + kScaleBytes + k * 4, src + kGroupScaleBytes + k * kVectorBytes + j * 4, 4);
+  }
+  if (w.type == WeightType::kQ2_0) {
+    uint8_t interleaved[16];  // the block's codes in the interleaved order
+    std::memcpy(interleaved, scratch + kScaleBytes, 16);
+    Q2_0CodesToPlain(interleaved, scratch + kScaleBytes);
   }
   return scratch;
 }

@@ -1,4 +1,4 @@
-// Q4_0 / Q8_0 / Q1_0 matrices repacked at load for the interleaved kernels (MatrixLayout::kInterleaved16):
+// Q4_0 / Q8_0 / Q1_0 / Q2_0 matrices repacked at load for the interleaved kernels (MatrixLayout::kInterleaved16):
 // 16 rows per group, per block the 16 rows' f16 scales together, then their codes 4 elements per
 // row in turn, so one 512-bit byte dot (vpdpbusd; on AVX2 two 256-bit maddubs + madd, one per
 // half) makes int32 lane j = row j's partial dot of 4 elements with the activation's 4 codes
@@ -14,6 +14,10 @@
 //   Q8_0         8 vectors of 64 bytes: vector k, byte 4j+i = row j's qs[4k+i] (element 4k+i)
 //   Q1_0         4 vectors of 64 bytes: vector k, byte 4j+i = row j's qs[4k+i] (its bit t is element
 //                32k+8i+t: vector k holds activation block k of the 128-element block; q1_0.h)
+//   Q2_0         4 vectors of 64 bytes: vector k, byte 4j+e, bits 2p..2p+1 = row j's 2-bit field of
+//                element 16p+4k+e (p < 4; a bit transpose of the block's 16 code bytes, so that
+//                chunk 4p+k of 4 consecutive elements unpacks by one shift and one AND, as Q4_0's
+//                nibbles do; interleaved_rows-inl.h)
 // (each 64-byte vector's halves are the rows 0..7 and 8..15: what a 256-bit kernel loads.)
 // The last rows % 16 rows are not interleaved: they follow the groups row-major, at the offset
 // they have in the plain matrix (rows · row_bytes is the same either way), and the row kernels
@@ -28,9 +32,10 @@ namespace kvq {
 
 inline constexpr int64_t kInterleaveRows = 16;
 
-/// Whether `w` (row-major) has a repacked layout: Q4_0, Q8_0 or Q1_0 (or Q4_K or Q6_K, whose groups
-/// are in weights/kquant_repack.h) with at least kInterleaveRows rows; Q1_0 only where its
-/// dispatched kernels make the layout pay (weights_q1_0::RepackPays). RepackMatrix serves every
+/// Whether `w` (row-major) has a repacked layout: Q4_0, Q8_0, Q1_0 or Q2_0 (or Q4_K or Q6_K, whose
+/// groups are in weights/kquant_repack.h) with at least kInterleaveRows rows; Q1_0 and Q2_0 only
+/// where their dispatched kernels make the layout pay (weights_q1_0::RepackPays,
+/// weights_q2_0::RepackPays). RepackMatrix serves every
 /// such type on any target.
 bool CanRepack(const Matrix& w);
 

@@ -1,8 +1,9 @@
-// Q4_0 / Q8_0 (weights/repack.h) and Q4_K / Q6_K (weights/kquant_repack.h) repacked into
-// MatrixLayout::kInterleaved16 on every SIMD target: the repack round-trips (each block's plain
+// Q4_0 / Q8_0 / Q2_0 / Q1_0 (weights/repack.h) and Q4_K / Q6_K (weights/kquant_repack.h) repacked
+// into MatrixLayout::kInterleaved16 on every SIMD target: the repack round-trips (each block's plain
 // bytes, the decoded rows, the quantised reference); MatVec on the repacked layout is within
 // γ_{n_blocks+r}·abs_sum of MatVecQuantizedReference (the interleaved kernels round each term at
-// most n_blocks + r times: r = 1 in interleaved_rows-inl.h, 2 in kquant_interleaved-inl.h) and, in
+// most n_blocks + r times: r = 1 in interleaved_rows-inl.h, Q2_0's two activation blocks per
+// scale included, 2 in kquant_interleaved-inl.h) and, in
 // the 16-row groups, the same bits on every target; MatMul equals MatVec bit for bit for 1..9
 // tokens and row counts that are not multiples of 16, and for the K-quants' multi-token steps
 // at up to 23 tokens; the thread count changes no bit; special activations as in matvec.h.
@@ -23,6 +24,7 @@
 #include "test_util/matvec_bounds.h"
 #include "weights/matvec.h"
 #include "weights/q1_0/q1_0.h"
+#include "weights/q2_0/q2_0.h"
 #include "weights/weight_type.h"
 
 namespace kvq {
@@ -32,7 +34,7 @@ using test::QuantTolerance;
 using test::TargetScope;
 
 constexpr WeightType kTypes[] = {WeightType::kQ4_0, WeightType::kQ8_0, WeightType::kQ4_K, WeightType::kQ6_K,
-                                 WeightType::kQ1_0};
+                                 WeightType::kQ1_0, WeightType::kQ2_0};
 
 bool IsKQuant(WeightType type) { return type == WeightType::kQ4_K || type == WeightType::kQ6_K; }
 
@@ -52,6 +54,7 @@ int64_t InterleavedRoundings(WeightType type) {
 // the byte checks).
 std::vector<int64_t> ColsFor(WeightType type, bool small) {
   if (type == WeightType::kQ1_0) return small ? std::vector<int64_t>{128, 384, 512} : std::vector<int64_t>{128, 384, 512, 640, 2176};
+  if (type == WeightType::kQ2_0) return small ? std::vector<int64_t>{64, 192, 256} : std::vector<int64_t>{64, 192, 1024, 2112};
   if (IsKQuant(type)) return small ? std::vector<int64_t>{256, 512, 768} : std::vector<int64_t>{256, 768, 1024, 2048};
   return small ? std::vector<int64_t>{32, 64, 96, 256} : std::vector<int64_t>{32, 96, 256, 1024};
 }
@@ -109,7 +112,13 @@ TEST(Repack, OnlyRowMajorQ4_0AndQ8_0WithAWholeGroup) {
     EXPECT_EQ(CanRepack(Matrix{.type = WeightType::kQ1_0, .rows = 19, .cols = 128}), lookup) << hwy::TargetName(target);
   }
   EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ1_0, .rows = 15, .cols = 128}));
-  EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ2_0, .rows = 16, .cols = 128}));
+  // Q2_0: only where the interleaved kernel runs 512-bit byte dots (AVX3_DL; measured there).
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    TargetScope scope(target);
+    const bool vnni = std::strcmp(weights_q2_0::Kernels().target, "AVX3_DL") == 0;
+    EXPECT_EQ(CanRepack(Matrix{.type = WeightType::kQ2_0, .rows = 16, .cols = 64}), vnni) << hwy::TargetName(target);
+  }
+  EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ2_0, .rows = 15, .cols = 64}));
   EXPECT_FALSE(CanRepack(
       Matrix{.type = WeightType::kQ4_0, .rows = 16, .cols = 32, .layout = MatrixLayout::kInterleaved16}));
 }
@@ -267,8 +276,9 @@ TEST(Repack, MatMulGroupEqualsEachMatMulAloneBitForBit) {
   pairs.push_back(MakePair(WeightType::kQ4_K, 20, kCols, 3));
   pairs.push_back(MakePair(WeightType::kQ8_0, 40, kCols, 4));
   pairs.push_back(MakePair(WeightType::kQ1_0, 35, kCols, 5));
+  pairs.push_back(MakePair(WeightType::kQ2_0, 19, kCols, 6));
   std::vector<Matrix> matrices = {pairs[0].packed, pairs[1].packed, pairs[2].plain, pairs[3].plain, pairs[4].packed,
-                                  pairs[4].plain};
+                                  pairs[4].plain,  pairs[5].packed};
   ThreadPool one(1);
   for (int64_t n : {1, 3, 7}) {
     const std::vector<float> x = RandomX(n * kCols, 10 + static_cast<uint32_t>(n));

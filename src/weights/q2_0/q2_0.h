@@ -16,6 +16,12 @@
 // 2 + n_wb + 3 = n_blocks/2 + 5 ≤ n_blocks + 4 roundings per term (n_blocks = cols / 32 ≥ 2),
 // each relative to a partial of magnitude ≤ |d_w·d_x|·Σ|code·q| over its lane: the matvec.h
 // bound γ_{n_blocks+4}·abs_sum, abs_i = |w_i|. Scalar targets: s = d_w·d_x, acc += s·I_b.
+// Repacked (MatrixLayout::kInterleaved16, repack.h, a bit transpose of each block's codes; LoadModel
+// repacks Q2_0 where RepackPays): the 16-row-group kernel Q4_0 and Q8_0 use
+// (interleaved_rows-inl.h), lane j of one accumulator = row j's whole I_b, exact, then
+// acc = fma(d_w·d_x, I_b, acc) per activation block: n_blocks + 1 roundings per term, the same bits
+// on every target (a different order from the row kernels', so not their bits, as matvec.h allows
+// for a layout). The rows % 16 tail rows keep the row kernels.
 #pragma once
 
 #include <cstdint>
@@ -33,4 +39,7 @@ void QuantizeBlock(const float* x, uint8_t* block);
 /// w[j] = d·(code − 1) in double (exact), abs[j] = |w[j]|, j < 64.
 void ExactBlock(const uint8_t* block, double* w, double* abs);
 const WeightKernels& Kernels();  ///< row kernels, best target here
+/// Whether LoadModel repacks Q2_0 here (repack.h): the kernels dispatched here run the interleaved
+/// layout with 512-bit byte dots (AVX3_DL). Elsewhere the plain rows are kept.
+bool RepackPays();
 }  // namespace kvq::weights_q2_0
