@@ -12,7 +12,7 @@
 //   static int32_t CodeScalar(const uint8_t* codes, int64_t j, int64_t m)   code of row j, element m
 // and gets InterleavedRows<B> for WeightKernels::interleaved_rows. An unsigned type's group block
 // holds 4 code vectors, and bits kCodeBits·p of vector k's byte 4j + e are row j's field of element
-// 16p + 4k + e (chunk 4p + k of 4 elements: one shift and one AND unpack it).
+// 16p + 4k + e (chunk 4p + k of 4 elements: a shift and an AND unpack it; on VNNI one AND, in place).
 //
 // Per row j, token t and block b of 32: I_b = Σ code·q exact in int32 (lane j of one accumulator:
 // 512-bit vpdpbusd on AVX3_DL, 16 rows per vector; 256-bit maddubs + madd on AVX2 / AVX3, the
