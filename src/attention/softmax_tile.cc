@@ -1,17 +1,19 @@
-// Per-target body of the softmax tile step (see softmax_tile.h). Exponentials come from Highway's
-// vector Exp (contrib/math), evaluated over all kMaxTileRows lanes of a tile, so a position's
-// factor is the same whether its tile held 1 or 32 positions; the running max and l recurrences
+// Per-target body of the softmax tile step (see softmax_tile.h). Exponentials come from
+// PortableExp (simd/portable_exp-inl.h: the same bits on every SIMD target, WebAssembly's too),
+// evaluated over all kMaxTileRows lanes of a tile, so a position's factor is the same whether its
+// tile held 1 or 32 positions; the running max and l recurrences
 // are sequential, one position at a time, exactly as docs/design.md §3 writes them.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "attention/softmax_tile.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
-#include <hwy/contrib/math/math-inl.h>
+#include <hwy/contrib/math/math-inl.h>  // Tanh (softcap)
 
 #include <cmath>
 
 #include "attention/softmax_tile.h"
 #include "kvq/format.h"
+#include "simd/portable_exp-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvq::attention_internal {
@@ -42,7 +44,7 @@ void SoftmaxTileHere(float* scores, float* c, int32_t n_q, int32_t n, float scal
     if (top <= m[h] && m[h] != -INFINITY) {
       const auto v_m = hn::Set(d, m[h]);
       for (int32_t i = 0; i < kMaxTileRows; i += lanes) {
-        hn::StoreU(hn::Exp(d, hn::Sub(hn::LoadU(d, s + i), v_m)), d, s + i);  // s now holds e
+        hn::StoreU(kvq::HWY_NAMESPACE::PortableExp(d, hn::Sub(hn::LoadU(d, s + i), v_m)), d, s + i);  // s now holds e
       }
       float ll = l[h];
       for (int32_t i = 0; i < n; ++i) {
@@ -65,8 +67,8 @@ void SoftmaxTileHere(float* scores, float* c, int32_t n_q, int32_t n, float scal
       mm = next;
     }
     for (int32_t i = 0; i < kMaxTileRows; i += lanes) {
-      hn::StoreU(hn::Exp(d, hn::LoadU(d, c_arg + i)), d, ch + i);
-      hn::StoreU(hn::Exp(d, hn::LoadU(d, s + i)), d, s + i);  // s now holds e
+      hn::StoreU(kvq::HWY_NAMESPACE::PortableExp(d, hn::LoadU(d, c_arg + i)), d, ch + i);
+      hn::StoreU(kvq::HWY_NAMESPACE::PortableExp(d, hn::LoadU(d, s + i)), d, s + i);  // s now holds e
     }
     float ll = l[h];
     for (int32_t i = 0; i < n; ++i) {

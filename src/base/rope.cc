@@ -8,11 +8,57 @@ namespace kvq {
 
 namespace {
 
-// The scaled position is computed once; with no scaling it is the plain float position, so an
-// unscaled model rotates exactly as llama2.c's run.c does.
+// The scaled position is computed once; with no scaling it is the plain float position, as
+// llama2.c's run.c has it (run.c's cosf/sinf are the C library's; CosSin's bits are kvq's own).
 float ScaledPosition(int64_t pos, const RopeParams& params) {
   return params.position_scale == 1.0f ? static_cast<float>(pos)
                                        : static_cast<float>(pos) * params.position_scale;
+}
+
+// cos and sin of a float angle from IEEE double operations alone (no libm call but the exact
+// std::nearbyint), so every platform gives the same bits: glibc's cosf/sinf (native) and musl's
+// (the WebAssembly build) differ in the last bit for about 1 in 70 of a qwen3 head's angles,
+// which moved the browser's greedy ids off native kvq run's. The angle is reduced by π/2 in
+// double (k = nearest integer to a·2/π, r = a − k·π/2 with π/2 in three parts: the first two have
+// 33 bits, so k·part is exact for |k| < 2^20, i.e. |a| below about 1.6e6 — positions beyond keep
+// the same bits everywhere, with a larger error), then the Taylor series of sin and cos on
+// |r| ≤ π/4 to the r^15 and r^16 terms (truncation below 2^-40 relative), rounded to float once:
+// the correctly rounded float unless the exact value lies within about 2^-45 relative of a
+// rounding boundary.
+void CosSin(float angle, float* c, float* s) {
+  constexpr double kTwoOverPi = 0.63661977236758134308;
+  constexpr double kPio2Part1 = 1.57079632673412561417e+00;  // first 33 bits of π/2
+  constexpr double kPio2Part2 = 6.07710050630396597660e-11;  // next 33 bits
+  constexpr double kPio2Part3 = 2.02226624879595063154e-21;  // the rest
+  const double a = angle;
+  const double k = std::nearbyint(a * kTwoOverPi);
+  const double r = ((a - k * kPio2Part1) - k * kPio2Part2) - k * kPio2Part3;
+  const double r2 = r * r;
+  // sin r = r·(1 − r²/3! + r⁴/5! − …), cos r = 1 − r²/2! + r⁴/4! − …, Horner in r².
+  double sp = -1.0 / 1307674368000.0;  // −1/15!
+  sp = sp * r2 + 1.0 / 6227020800.0;
+  sp = sp * r2 - 1.0 / 39916800.0;
+  sp = sp * r2 + 1.0 / 362880.0;
+  sp = sp * r2 - 1.0 / 5040.0;
+  sp = sp * r2 + 1.0 / 120.0;
+  sp = sp * r2 - 1.0 / 6.0;
+  const double sin_r = r + r * (r2 * sp);
+  double cp = 1.0 / 20922789888000.0;  // 1/16!
+  cp = cp * r2 - 1.0 / 87178291200.0;
+  cp = cp * r2 + 1.0 / 479001600.0;
+  cp = cp * r2 - 1.0 / 3628800.0;
+  cp = cp * r2 + 1.0 / 40320.0;
+  cp = cp * r2 - 1.0 / 720.0;
+  cp = cp * r2 + 1.0 / 24.0;
+  cp = cp * r2 - 0.5;
+  const double cos_r = 1.0 + r2 * cp;
+  // a = k·π/2 + r: rotate by the quadrant k mod 4.
+  switch (static_cast<int64_t>(k) & 3) {
+    case 0: *c = static_cast<float>(cos_r), *s = static_cast<float>(sin_r); break;
+    case 1: *c = static_cast<float>(-sin_r), *s = static_cast<float>(cos_r); break;
+    case 2: *c = static_cast<float>(-cos_r), *s = static_cast<float>(-sin_r); break;
+    default: *c = static_cast<float>(sin_r), *s = static_cast<float>(-cos_r); break;
+  }
 }
 
 // The angle of pair i at scaled position p (frequencies spread over the rot rotated numbers).
@@ -28,9 +74,7 @@ void RopeCosSin(int32_t head_dim, int64_t pos, const RopeParams& params, float* 
   const int32_t rot = params.rotary_dims > 0 ? params.rotary_dims : head_dim;
   const float p = ScaledPosition(pos, params);
   for (int32_t i = 0; i < rot / 2; ++i) {
-    const float angle = AngleOf(i, rot, p, params);
-    cos_sin[2 * i] = std::cos(angle);
-    cos_sin[2 * i + 1] = std::sin(angle);
+    CosSin(AngleOf(i, rot, p, params), &cos_sin[2 * i], &cos_sin[2 * i + 1]);
   }
 }
 

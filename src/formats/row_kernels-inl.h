@@ -187,7 +187,10 @@ void AccumulateGroup(D d, const float* c, const float* e, const RowTile& tile, i
         if (rescale[i]) {  // a multiply by exactly 1 is the identity: skipping it changes no bit
           for (int h = 0; h < G; ++h) v[k][h] = hn::Mul(v[k][h], hn::Set(d, c[h * kMaxTileRows + i]));
         }
-        for (int h = 0; h < G; ++h) v[k][h] = hn::MulAdd(hn::Set(d, w[h * kMaxTileRows + i]), x, v[k][h]);
+        // A multiply then an add, not MulAdd: fused on AVX2/AVX3 only (WebAssembly SIMD128 and
+        // HWY_SCALAR round twice), and each lane's acc is its own sum, so this way acc has the
+        // same bits on every target.
+        for (int h = 0; h < G; ++h) v[k][h] = hn::Add(hn::Mul(hn::Set(d, w[h * kMaxTileRows + i]), x), v[k][h]);
       }
     }
     for (int k = 0; k < chunks; ++k) {

@@ -1,14 +1,15 @@
-// SwiGlu (see ops.h), vectorised: silu(g)·u = g / (1 + exp(−g)) · u with Highway's vector Exp
-// (contrib/math, within a few ulp of std::exp), dispatched per call. It was the largest
+// SwiGlu (see ops.h), vectorised: silu(g)·u = g / (1 + exp(−g)) · u with PortableExp
+// (simd/portable_exp-inl.h, within a few ulp of std::exp), dispatched per call. It was the largest
 // non-matrix cost of a prefill (one scalar std::exp per hidden unit and token: 12% of a 512-token
-// prefill of a 1B model). The result depends on the SIMD target only through Exp's rounding;
-// the model tests hold the forward pass to a reference forward within their derived tolerance.
+// prefill of a 1B model). Every operation is lane-wise IEEE
+// f32 and PortableExp has no fused multiply-add, so the bits are the same on every SIMD target
+// (WebAssembly SIMD128 and HWY_SCALAR, which have no FMA, included).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "weights/swiglu.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
-#include <hwy/contrib/math/math-inl.h>
 
+#include "simd/portable_exp-inl.h"
 #include "weights/ops.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -23,14 +24,14 @@ void SwiGluHere(float* gate, const float* up, int64_t n) {
   int64_t i = 0;
   for (; i + lanes <= n; i += lanes) {
     const auto g = hn::LoadU(d, gate + i);
-    const auto sig = hn::Div(one, hn::Add(one, hn::Exp(d, hn::Neg(g))));
+    const auto sig = hn::Div(one, hn::Add(one, PortableExp(d, hn::Neg(g))));
     hn::StoreU(hn::Mul(hn::Mul(g, sig), hn::LoadU(d, up + i)), d, gate + i);
   }
   if (i < n) {  // the tail through one padded vector, so it rounds as the body does
     alignas(32) float g_tail[8] = {}, u_tail[8] = {};
     for (int64_t j = i; j < n; ++j) g_tail[j - i] = gate[j], u_tail[j - i] = up[j];
     const auto g = hn::Load(d, g_tail);
-    const auto sig = hn::Div(one, hn::Add(one, hn::Exp(d, hn::Neg(g))));
+    const auto sig = hn::Div(one, hn::Add(one, PortableExp(d, hn::Neg(g))));
     hn::Store(hn::Mul(hn::Mul(g, sig), hn::Load(d, u_tail)), d, g_tail);
     for (int64_t j = i; j < n; ++j) gate[j] = g_tail[j - i];
   }

@@ -41,5 +41,32 @@ TEST(Rope, PartialRotationIsASmallerHeadPlusPassThrough) {
   }
 }
 
+// RopeCosSin's cos and sin are the correctly rounded ones (cosl/sinl of the float angle, rounded
+// once), for every pair of a qwen3 head (θ = 10^6, head_dim 128) at positions 0 .. 4095: values
+// that are unique, so every C library and SIMD target gives these bits (the page's musl build and
+// native glibc ones; glibc's own cosf/sinf miss the correctly rounded value for about 1% of these
+// angles, musl's for others, which moved the browser's greedy ids off native kvq run's).
+TEST(Rope, CosSinAreCorrectlyRounded) {
+  constexpr int kHead = 128;
+  const RopeParams params{.theta = 1e6f, .pairing = RopePairing::kHalves};
+  std::vector<float> cos_sin(kHead);
+  int wrong = 0;
+  for (int64_t pos = 0; pos < 4096; ++pos) {
+    RopeCosSin(kHead, pos, params, cos_sin.data());
+    for (int i = 0; i < kHead / 2; ++i) {
+      // AngleOf's arithmetic (rope.cc), the part both sides share.
+      const float freq = 1.0f / std::pow(1e6f, static_cast<float>(2 * i) / static_cast<float>(kHead));
+      const long double angle = static_cast<float>(pos) * freq;
+      const float want_cos = static_cast<float>(std::cos(angle)), want_sin = static_cast<float>(std::sin(angle));
+      if (cos_sin[2 * i] != want_cos || cos_sin[2 * i + 1] != want_sin) {
+        if (++wrong <= 5)
+          ADD_FAILURE() << "pos " << pos << " pair " << i << ": " << cos_sin[2 * i] << ", " << cos_sin[2 * i + 1]
+                        << " vs " << want_cos << ", " << want_sin;
+      }
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
 }  // namespace
 }  // namespace kvq
