@@ -5,9 +5,12 @@
 // serving origin's own routes (a server's API, as the chat page makes to kvq serve), not a file of the bundle,
 // which may be served from any folder: it is not followed. Seed 000's lesson: a copy step that can report success over a
 // broken tree is worse than none. Usage: node tools/check_bundle.mjs BUNDLE [--entry index.html] [--list]
+// As a module: CheckBundle (below) returns what the command prints, for a caller checking many bundles in one
+// process (tests/web/check/real_bundle_test.mjs).
 import fs from 'node:fs';
 import path from 'node:path';
 import {createRequire} from 'node:module';
+import {fileURLToPath} from 'node:url';
 
 const kAcornPath = '/usr/share/nodejs/acorn';
 // Every file is addressed as a URL under this root, so that '../' escapes and '/abs' paths land outside it
@@ -259,9 +262,12 @@ function ScanHtml(text) {
 // ---- The walk ----
 
 class Checker {
-  constructor(bundle, acorn) {
+  // trees: a script's source type and text -> {tree} or {error} from acorn (a tree is only read), shared
+  // by the checks of one process so that a file unchanged between them is parsed once.
+  constructor(bundle, acorn, trees) {
     this.bundle = bundle;           // as given on the command line, for messages
     this.acorn = acorn;
+    this.trees = trees;
     this.real_root = fs.realpathSync(bundle);
     this.problems = [];             // one line each
     this.reached = new Map();       // bundle-relative path -> how it is loaded (html, module, classic, css, file)
@@ -382,11 +388,18 @@ class Checker {
     const source_type = how === 'module' || how === 'worker-module' ? 'module' : 'script';
     const key = `${rel}|${first_line}|${source_type}`;
     if (!this.parsed.has(key)) {
-      try {
-        this.parsed.set(key, this.acorn.parse(code, {ecmaVersion: 'latest', sourceType: source_type,
-                                                     locations: true, allowHashBang: true}));
-      } catch (error) {
-        this.parsed.set(key, null);
+      const text_key = `${source_type}|${code}`;
+      if (!this.trees.has(text_key)) {
+        try {
+          this.trees.set(text_key, {tree: this.acorn.parse(code, {ecmaVersion: 'latest', sourceType: source_type,
+                                                                  locations: true, allowHashBang: true})});
+        } catch (error) {
+          this.trees.set(text_key, {error});
+        }
+      }
+      const {tree, error} = this.trees.get(text_key);
+      this.parsed.set(key, tree ?? null);
+      if (error) {
         const line = first_line - 1 + (error.loc ? error.loc.line : 1);
         this.Problem(rel, line, 'script', `cannot parse as a ${how} script: ${error.message}`);
       }
@@ -539,34 +552,61 @@ class Checker {
   }
 }
 
-const options = ParseArgs(process.argv.slice(2));
-let is_dir = false;
-try {
-  is_dir = fs.statSync(options.bundle).isDirectory();
-} catch { /* reported below */ }
-if (!is_dir) Fail(`${options.bundle}: not a directory (expected the assembled web bundle, e.g. build/wasm/web)`);
-const checker = new Checker(options.bundle, LoadAcorn());
-checker.Run(options.entry);
+let acorn = null;  // loaded on the first check
+const kSharedTrees = new Map();
 
-// Files of the bundle that nothing reached: a warning (a stale leftover, or a reference the walk missed).
-const all = [];
-const List = (dir) => {
-  for (const entry of fs.readdirSync(path.join(checker.real_root, dir), {withFileTypes: true})) {
-    const rel = path.posix.join(dir, entry.name);
-    if (entry.isDirectory()) List(rel);
-    else all.push(rel);
+// The check of `bundle` from `entry`: {status (0 or 1), out, err}, the lines the command prints to stdout and
+// stderr. `list`: also the reached files, as --list prints them.
+export function CheckBundle(bundle, {entry = 'index.html', list = false} = {}) {
+  const out = [], err = [];
+  let is_dir = false;
+  try {
+    is_dir = fs.statSync(bundle).isDirectory();
+  } catch { /* reported below */ }
+  if (!is_dir) {
+    return {status: 1, out: [`check_bundle: ${bundle}: not a directory (expected the assembled web bundle, e.g. ` +
+                             'build/wasm/web)'], err};
+  }
+  acorn ??= LoadAcorn();
+  const checker = new Checker(bundle, acorn, kSharedTrees);
+  checker.Run(entry);
+
+  // Files of the bundle that nothing reached: a warning (a stale leftover, or a reference the walk missed).
+  const all = [];
+  const List = (dir) => {
+    for (const item of fs.readdirSync(path.join(checker.real_root, dir), {withFileTypes: true})) {
+      const rel = path.posix.join(dir, item.name);
+      if (item.isDirectory()) List(rel);
+      else all.push(rel);
+    }
+  };
+  List('');
+  for (const rel of all.sort()) {
+    if (checker.reached.size > 0 && !checker.reached.has(rel)) err.push(`check_bundle: warning: ${checker.Display(rel)}: nothing references it`);
+  }
+  if (list) {
+    for (const [rel, how] of [...checker.reached].sort()) out.push(`reached ${how} ${rel}`);
+  }
+  if (checker.problems.length > 0) {
+    for (const problem of checker.problems) out.push(`check_bundle: ${problem}`);
+    return {status: 1, out, err};
+  }
+  out.push(`check_bundle: ${bundle}: ${checker.reached.size} files reached from ${entry}, all present`);
+  return {status: 0, out, err};
+}
+
+// Run as a command (not imported): node check_bundle.mjs ...
+const RunAsCommand = () => {
+  try {
+    return fs.realpathSync(process.argv[1]) === fileURLToPath(import.meta.url);
+  } catch {
+    return false;
   }
 };
-List('');
-for (const rel of all.sort()) {
-  if (checker.reached.size > 0 && !checker.reached.has(rel)) console.error(`check_bundle: warning: ${checker.Display(rel)}: nothing references it`);
+if (RunAsCommand()) {
+  const options = ParseArgs(process.argv.slice(2));
+  const result = CheckBundle(options.bundle, options);
+  for (const line of result.err) console.error(line);
+  for (const line of result.out) console.log(line);
+  process.exit(result.status);
 }
-if (options.list) {
-  for (const [rel, how] of [...checker.reached].sort()) console.log(`reached ${how} ${rel}`);
-}
-if (checker.problems.length > 0) {
-  for (const problem of checker.problems) console.log(`check_bundle: ${problem}`);
-  process.exit(1);
-}
-console.log(`check_bundle: ${options.bundle}: ${checker.reached.size} files reached from ${options.entry}, ` +
-            'all present');

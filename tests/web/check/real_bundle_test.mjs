@@ -2,13 +2,15 @@
 // reaches every file in it; removing any one reached file makes it fail naming that file; a dynamic import()
 // of a file that was not copied, added to the page's module (and to each other script), makes it fail too.
 // Fails, never skips, when the bundle is missing. Usage: node real_bundle_test.mjs BUNDLE [check_bundle.mjs]
+// The many checks run in this process (check_bundle.mjs's CheckBundle: files unchanged between copies are
+// parsed once); the command itself runs once, on the pristine copy, and must print what CheckBundle returns.
 import assert from 'node:assert/strict';
 import {spawnSync} from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import test from 'node:test';
-import {fileURLToPath} from 'node:url';
+import {fileURLToPath, pathToFileURL} from 'node:url';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const bundle = process.argv[2] ?? '';
@@ -34,11 +36,13 @@ function Copy() {
   fs.cpSync(bundle, dir, {recursive: true, dereference: true});
   return dir;
 }
-function Check(dir, ...args) {
+const {CheckBundle} = await import(pathToFileURL(checker).href);
+function Command(dir, ...args) {
   const result = spawnSync(process.execPath, [checker, dir, ...args], {encoding: 'utf8'});
   const Lines = (text) => text.split('\n').filter((line) => line !== '');
   return {status: result.status, out: Lines(result.stdout), err: Lines(result.stderr)};
 }
+const Check = (dir, ...args) => CheckBundle(dir, {list: args.includes('--list')});
 function AllFiles(dir, under = '') {
   return fs.readdirSync(path.join(dir, under), {withFileTypes: true}).flatMap((entry) => {
     const rel = path.posix.join(under, entry.name);
@@ -49,12 +53,13 @@ const Escape = (text) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
 // The check's --list: bundle-relative path -> how the page loads it.
 const pristine = Copy();
-const listed = Check(pristine, '--list');
+const listed = Command(pristine, '--list');
 const reached = new Map(listed.out.filter((line) => line.startsWith('reached '))
                             .map((line) => line.split(' ').slice(1).reverse()));
 
 test('the check passes on the copied bundle and reaches every file in it', () => {
   assert.equal(listed.status, 0, listed.out.join('\n'));
+  assert.deepEqual(Check(pristine, '--list'), listed, 'CheckBundle returns what the command prints');
   assert.deepEqual(listed.err, [], 'files the walk did not reach');
   assert.equal(listed.out.at(-1), `check_bundle: ${pristine}: ${reached.size} files reached from index.html, ` +
                                   'all present');

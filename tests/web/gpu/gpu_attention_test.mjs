@@ -12,8 +12,9 @@
 // attention (tests/web/gpu/gpu_chunk_attention_page.js). With `--encode` (FIXTURE_DIR as without a
 // flag), the WGSL KV encoders against kvq's codecs (tests/web/gpu/gpu_kv_encode_page.js); with
 // `--write-behind` (FIXTURE_DIR is the web bundle), pages they encode handed to the module's master.
-// With `--mixed` (arguments as --forward; CASE is a KV format), the mixed KV mode on a context 8×
-// the device budget (tests/web/gpu/gpu_kv_mixed_page.js).
+// With `--mixed` (arguments as --forward; CASE is "RUN:LIST", the formats to run and the registry's
+// list, as gpu_kv_mixed_page.js takes it), the mixed KV mode on a context 8× the device budget
+// (tests/web/gpu/gpu_kv_mixed_page.js), every format in one page.
 // Usage: node gpu_attention_test.mjs [--forward|--limits|--mixed|--kv-device|--device-loss|--chunks|--encode|--write-behind]
 //        FIXTURE_DIR [BUNDLE_DIR (--forward, --limits, --mixed)] PLAYWRIGHT_NPM_DIR
 //        [CASE_SUBSTRING]
@@ -137,7 +138,13 @@ if (mixed) {
               `${result.checks} checks, ${result.failures.length} failures, context ${result.ratio}x the device budget, ` +
               `${result.streamed_bytes} bytes streamed from the master, ${result.submits} submits, ` +
               `${result.seconds?.toFixed(1)} s in the page`);
+  for (const [format, r] of Object.entries(result.per_format ?? {})) {
+    console.log(`gpu_attention_test --mixed: ${format}: ${r.positions} positions, ${r.checks} checks, ` +
+                `${r.failures ? `${r.failures} FAILURES` : 'passed'}, ${r.seconds.toFixed(1)} s`);
+  }
   if (!result.positions) Fatal('no position ran');
+  const missing = (result.formats ?? []).filter((f) => !result.per_format?.[f]?.positions);
+  if (missing.length) Fatal(`no position ran for ${missing.join(', ')}`);
 } else if (limits) {
   console.log(`gpu_attention_test --limits: ${result.models} models, ${result.failures.length} failures, ` +
               `${JSON.stringify(result.report)}, ${result.seconds?.toFixed(1)} s in the page`);

@@ -2,10 +2,10 @@
 // stories260K, 3 prompts × KV specs {int8, int4-kivi} (one spec per call: `only`), 120 greedy ids
 // after each prompt:
 //   - uninterrupted: the reference ids;
-//   - the device destroyed (device.destroy(), as a lost device behaves) after 40 generated ids:
-//     the runner asks for a new device, uploads the weights again from the module's memory and
-//     goes on at the same position over the module's master cache — the 120 ids equal the
-//     reference, exactly (the same kernels on the same adapter give the same bits);
+//   - (the first prompt) the device destroyed (device.destroy(), as a lost device behaves) after
+//     40 generated ids: the runner asks for a new device, uploads the weights again from the
+//     module's memory and goes on at the same position over the module's master cache — the 120
+//     ids equal the reference, exactly (the same kernels on the same adapter give the same bits);
 //   - the device destroyed in the middle of a step (after layer 1's K and V rows reached the
 //     master; int4-kivi): the redone step keeps the rows that got through and gives the same ids;
 //   - the device destroyed after 40 ids with no device coming back (acquire forced to give
@@ -134,6 +134,9 @@ export async function RunGpuDeviceLossTests(bundle_url, only = '') {
       const what = `"${kPrompts[pi]}" ${spec}`;
       const want = references[what] = await Generate(reference, spec, prompts[pi], () => {}, true);
       min_gap = Math.min(min_gap, want.min_gap);
+      // The re-acquire after kLoseAt ids on the first prompt only: the other prompts' references
+      // are for the cases below (their runs of this one changed only the ids it ran on).
+      if (pi !== 0) continue;
       const events = survivor.events.length;
       const got = await Generate(survivor, spec, prompts[pi], (i) => {
         if (i === kLoseAt) {

@@ -18,7 +18,12 @@
 //     KV device submits none of its own (these contexts fit its slots, so its commands ride in
 //     the step program's encoders);
 //   - every encoder format, resident against streamed: the same logits bit for bit and the same
-//     master pages byte for byte (gpu_resident_check.js), with each path's step time printed.
+//     master pages byte for byte (gpu_resident_check.js), with each path's step time printed:
+//     on stories260K every format; the three qwen3 synths share one KV shape (kSharedKvShape), so
+//     they split the formats between them (kResidentFormats: each format once on that shape).
+//     The two paths run the same weights and differ only in where K and V live, so what the check
+//     exercises is the KV shape and format (and each model's weights through both paths and its
+//     prefill blocks, which every model still runs).
 // And the tiny qwen35 hybrid is refused with a message naming its Gated DeltaNet layers.
 //
 // kBound, the largest |GPU − native| logit allowed for F32 weights: both sides compute in f32 and
@@ -44,8 +49,13 @@ import {WeightBlock} from '/web/gpu/weight_types.js';
 import {LoadModule} from '/test/gpu_kv_device_page.js';
 import {CheckResidentPath} from '/test/gpu_resident_check.js';
 import {ResidentWhyNot} from '/web/gpu/kv_resident.js';
+import {kEncoderFormats} from '/web/gpu/kv_formats.js';
 
 const kBound = 2e-3;
+// The qwen3 synths' KV: gpu_forward_fixture writes all three with 2 layers of 2 KV heads × 64.
+const kSharedKvShape = {n_layers: 2, n_kv_heads: 2, head_dim: 64};
+// The encoder formats each qwen3 synth runs resident against streamed: together, the registry.
+const kResidentFormats = {'qwen3-q1_0': ['f32', 'int4'], 'qwen3-q4_0': ['f16', 'int2'], 'qwen3-q4_k_m': ['bf16', 'int8']};
 
 async function Bytes(url) {
   const r = await fetch(url);
@@ -154,7 +164,18 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
       }
     }
     runner.Destroy();
-    const resident = await CheckResidentPath(M, device, model, program, m.runs[0].ids, m.name, fail);
+    let resident_formats = kEncoderFormats;
+    if (kResidentFormats[m.name]) {
+      resident_formats = kResidentFormats[m.name];
+      const split = Object.values(kResidentFormats).flat().sort().join(','), registry = [...kEncoderFormats].sort().join(',');
+      if (split !== registry) fail(`the qwen3 synths split the formats ${split} between them; the registry has ${registry}`);
+      const c = program.config;
+      if (Object.entries(kSharedKvShape).some(([k, v]) => c[k] !== v)) {
+        fail(`${m.name}: KV shape ${c.n_layers} layers × ${c.n_kv_heads} heads × ${c.head_dim}, not the shared ` +
+             `${JSON.stringify(kSharedKvShape)} its share of the resident-vs-streamed formats assumes`);
+      }
+    }
+    const resident = await CheckResidentPath(M, device, model, program, m.runs[0].ids, m.name, fail, resident_formats);
     resident_checks += resident.checks;
     step_ms[m.name] = resident.timing;
     M._kvq_web_model_free(model);

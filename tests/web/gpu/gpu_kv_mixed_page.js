@@ -3,10 +3,11 @@
 // (gpu_forward_fixture's manifest "mixed": 2 layers, 2 KV heads × 64); pages of 32 positions, so
 // 16 pages per layer, 32 in all. The budget is kStreamSlots streaming slots plus one resident page
 // per layer: 4 page buffers, so the 512 positions run hold 8× the budget (asserted from the plan).
-// Per KV spec in kv_formats.js's encoder registry (kEncoderFormats; one per call: `only`, given as
-// "FORMAT:LIST" with LIST the formats the ctest family runs, which must be the registry's), the
-// same ids (the q1_0 model's first prompt, then the whole-context run's greedy ids, 512 in all)
-// run on three runners:
+// Per KV spec in kv_formats.js's encoder registry (kEncoderFormats; `only`, given as "RUN:LIST" with
+// LIST the formats the ctest runs, which must be the registry's, and RUN a comma-separated subset of
+// them or empty for all: the formats share this page, its module, model and runners), the same ids
+// (the q1_0 model's first prompt, then the whole-context run's greedy ids) run on three runners —
+// the whole 512-position context for kFullFormat, kShortPositions for the others (below):
 //   - whole: budget 0 (path 'resident': every page stays on the GPU);
 //   - stream: path 'stream' (rows read back into the master each layer, pages through kv_device.js);
 //   - mixed: the budget above (path 'mixed': the tail page per layer resident, older ones evicted
@@ -32,10 +33,20 @@ import {LoadModule} from '/test/gpu_kv_device_page.js';
 import {LoadModel} from '/test/gpu_device_loss_page.js';
 
 const kPage = 32;
+// The format run over the whole context (8× the budget): f32, the largest pages, so the largest
+// offsets and the most bytes streamed. The others run kShortPositions: 5 pages per layer, which
+// still crosses every boundary the mixed mode has — each page boundary evicts (4 evictions per
+// layer), a step streams up to 8 windows through the 2 streaming slots (each slot reused, up to 4
+// submits), and the block runner's kBlockPositions lie inside it with an evicted page streamed in
+// every block from the second page on. What only a longer run reaches (more windows per step, the
+// plan's 8×) is format-independent, and checked on kFullFormat.
+const kFullFormat = 'f32';
+const kShortPositions = 160;
 const kBlockPositions = 128;  // four pages: the block runner streams evicted pages from the second on
 const kBlockCall = 24;        // ids per Prefill call (its blocks cross no page boundary)
 
-// Returns {format, positions, checks, streamed_bytes, submits, ratio, failures, seconds}.
+// Returns {formats, positions, checks, streamed_bytes, submits, ratio, failures, seconds, per_format:
+// {format: {positions, checks, failures, seconds}}}; each failure names its format.
 export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
   const t0 = performance.now();
   const failures = [];
@@ -55,18 +66,21 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
   const c = program.config;
   const prompt_run = manifest.models.find((m) => m.name === 'qwen3-q1_0')?.runs[0];
   if (!prompt_run) return {failures: ['no qwen3-q1_0 run in the manifest for a prompt'], positions: 0};
-  const [one, list] = only.split(':');
+  const [subset, list] = only.split(':');
   if (list !== undefined && list !== kEncoderFormats.join(',')) {
-    fail(`the tests run formats ${list}; the encoder registry has ${kEncoderFormats.join(',')}`);
+    fail(`the test runs formats ${list}; the encoder registry has ${kEncoderFormats.join(',')}`);
   }
-  const formats = kEncoderFormats.filter((f) => !one || f === one);
-  if (!formats.length) fail(`no encoder format "${one}" (${kEncoderFormats.join(', ')})`);
+  const wanted = subset ? subset.split(',') : [];
+  for (const f of wanted) if (!kEncoderFormats.includes(f)) fail(`no encoder format "${f}" (${kEncoderFormats.join(', ')})`);
+  const formats = kEncoderFormats.filter((f) => !wanted.length || wanted.includes(f));
   const whole = await GpuModelRunner.Create(M, device, model, program);
   const stream = await GpuModelRunner.Create(M, device, model, program);
   const mixed = await GpuModelRunner.Create(M, device, model, program);
   const blocks = await GpuModelRunner.Create(M, device, model, program);
   let positions = 0, checks = 0, streamed = 0, submits = 0, ratio = 0;
+  const per_format = {};
   for (const format of formats) {
+    const f0 = {positions, checks, failures: failures.length, t: performance.now()};
     const what = `${format} (mixed vs whole-context resident and streamed)`;
     whole.NewSequence(format, format, 0, kPage);
     stream.NewSequence(format, format, 0, kPage, {path: 'stream'});
@@ -75,7 +89,8 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
     const plan = mixed.NewSequence(format, format, budget, kPage);
     blocks.NewSequence(format, format, budget, kPage);
     let block_from = 0;  // the block runner's next position
-    const context = JSON.parse(M.UTF8ToString(M._kvq_web_model_info(model))).context;  // the positions run
+    const context = JSON.parse(M.UTF8ToString(M._kvq_web_model_info(model))).context;  // the model's
+    const run = format === kFullFormat ? context : kShortPositions;  // the positions run
     if (whole.path !== 'resident' || stream.path !== 'stream' || mixed.path !== 'mixed' || mixed.resident_pages !== 1) {
       fail(`${what}: paths ${whole.path}, ${stream.path}, ${mixed.path} with ${mixed.resident_pages} resident pages ` +
            `(${mixed.path_why})`);
@@ -84,11 +99,11 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
     // The run's KV as the cache plans it (the model's whole context) over the budget.
     ratio = plan.total_bytes / budget;
     if (context !== 512 || !(ratio >= 8)) {
-      fail(`${what}: the ${context} positions run hold ${ratio}× the budget of ${budget} bytes, not 8× (plan ` +
+      fail(`${what}: the plan of the ${context}-position context holds ${ratio}× the budget of ${budget} bytes, not 8× (plan ` +
            `${plan.total_bytes} bytes)`);
     }
     const ids = prompt_run.ids.slice(0, prompt_run.n_prompt);
-    for (let p = 0; p < context; ++p) {
+    for (let p = 0; p < run; ++p) {
       const w0 = whole.counts;
       const a = await whole.Step(ids[p], {logits: true});
       const w1 = whole.counts;
@@ -119,7 +134,7 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
       }
       streamed += got.streamed_bytes;
       submits += got.submits;
-      if (failures.length > 20) break;
+      if (failures.length - f0.failures > 20) break;  // this format is broken: on to the next
       ++checks;
       if (ids.length <= p + 1) ids.push(a.token);
       if (p < kBlockPositions && ((p + 1) % kBlockCall === 0 || p + 1 === kBlockPositions)) {
@@ -149,12 +164,12 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
     await whole.Drain();
     const peak = mixed.resident.counts.peak_kv_bytes;
     if (!(peak <= budget)) fail(`${what}: the mixed cache held ${peak} bytes of KV on the GPU, over the budget of ${budget}`);
-    const evictions = mixed.resident.counts.evictions, want_evictions = c.n_layers * (context / kPage - 1);
+    const evictions = mixed.resident.counts.evictions, want_evictions = c.n_layers * (run / kPage - 1);
     if (evictions !== want_evictions) fail(`${what}: ${evictions} pages evicted, expected ${want_evictions}`);
     const a = M._malloc(page_bytes), b = M._malloc(page_bytes);
     for (let layer = 0; layer < c.n_layers; ++layer) {
       const held = M._kvq_web_kv_positions(mixed.kv, layer);
-      if (held !== context) fail(`${what}: layer ${layer}'s master holds ${held} positions, expected ${context}`);
+      if (held !== run) fail(`${what}: layer ${layer}'s master holds ${held} positions, expected ${run}`);
       for (let page = 0; page < held / kPage; ++page) {
         if (M._kvq_web_kv_read_page(stream.kv, layer, page, a) !== 0 || M._kvq_web_kv_read_page(mixed.kv, layer, page, b) !== 0) {
           fail(`${what}: read_page ${layer}/${page}: ${M.UTF8ToString(M._kvq_web_last_error())}`);
@@ -168,6 +183,8 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
     }
     M._free(a);
     M._free(b);
+    per_format[format] = {positions: positions - f0.positions, checks: checks - f0.checks,
+                          failures: failures.length - f0.failures, seconds: (performance.now() - f0.t) / 1000};
   }
   whole.Destroy();
   stream.Destroy();
@@ -175,6 +192,6 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
   blocks.Destroy();
   M._kvq_web_model_free(model);
   device.destroy();
-  return {formats, positions, checks, streamed_bytes: streamed, submits, ratio, failures,
+  return {formats, per_format, positions, checks, streamed_bytes: streamed, submits, ratio, failures,
           seconds: (performance.now() - t0) / 1000};
 }

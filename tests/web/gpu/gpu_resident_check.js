@@ -27,8 +27,9 @@ const kPage = 32;       // positions per page (the smallest the cache takes)
 const kPositions = 72;  // two full pages and a partial tail
 const kBlocks = [5, 40, 27];  // prefill blocks over the kPositions: positions 0-4, 5-44, 45-71
 
+// formats: the encoder formats to run (all of kEncoderFormats unless given).
 // Returns {checks, timing: {format: {stream_ms, resident_ms}}}; failures go to fail(what).
-export async function CheckResidentPath(M, device, model, program, prompt_ids, name, fail) {
+export async function CheckResidentPath(M, device, model, program, prompt_ids, name, fail, formats = kEncoderFormats) {
   const stream = await GpuModelRunner.Create(M, device, model, program);
   const resident = await GpuModelRunner.Create(M, device, model, program);
   const blocks = await GpuModelRunner.Create(M, device, model, program);
@@ -36,7 +37,7 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
   const timing = {};
   let checks = 0;
   const page_bytes = (runner) => JSON.parse(M.UTF8ToString(M._kvq_web_kv_page_layout(runner.kv, 0))).page_bytes;
-  for (const format of kEncoderFormats) {
+  for (const format of formats) {
     const what = `${name} ${format} (resident vs streamed)`;
     stream.NewSequence(format, format, 0, kPage, {path: 'stream'});
     resident.NewSequence(format, format, 0, kPage);
