@@ -90,7 +90,9 @@ Status CheckDraftVocabulary(const Model& target, const Model& draft);
 struct SpeculationStats {
   int64_t passes = 0;    ///< forward passes during decode (with or without a draft)
   int64_t drafted = 0;   ///< drafted tokens run
-  int64_t accepted = 0;  ///< of those, kept
+  /// Of those, the ones equal to the token the target drew there: kept, or — the last of a
+  /// completion — ending it (an end token or a stop string; it does not run, but the draft was right).
+  int64_t accepted = 0;
   int64_t gated = 0;     ///< passes where a draft existed but the gate ran without it
 };
 
@@ -241,6 +243,9 @@ struct DraftJudgement {
   /// `accepted`), not handed to `take`: the next token to run. -1: no drafted token differed.
   int32_t drawn = -1;
   bool ended = false;  ///< `take` ended the completion at a drafted token (which does not run)
+  /// Drafted tokens the target agreed with: those kept, and the one that ended the completion.
+  /// What acceptance rates and the gate count; `accepted` is what stays in the cache.
+  int32_t matched() const { return accepted + (ended ? 1 : 0); }
 };
 
 /// Judges the draft of a pass (`pass`: a token, then its draft) as decoding one token at a time

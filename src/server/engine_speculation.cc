@@ -195,17 +195,18 @@ int32_t Engine::AdvanceDrafted(Slot& slot, double seconds) {
     Finish(slot, FinishReason::kStop, ServerError(judged.status().message()));
     return 0;
   }
-  const int32_t accepted = judged->accepted;
-  // Ends the judging: records the pass and drops the drafted tokens not kept from the cache.
+  const int32_t accepted = judged->accepted;  // kept in the cache
+  // Ends the judging: records the pass (what the target agreed with: judged->matched()) and drops
+  // the drafted tokens not kept from the cache.
   auto settle = [&]() -> bool {
-    job.drafter->Record(drafted, accepted, seconds, false);
+    job.drafter->Record(drafted, judged->matched(), seconds, false);
     metrics_->spec_drafts++;
     metrics_->spec_draft_tokens += drafted;
-    metrics_->spec_accepted_tokens += accepted;
+    metrics_->spec_accepted_tokens += judged->matched();
     {
       std::lock_guard<std::mutex> lock(job.mu);  // the request's own counts, read by its HTTP thread
       job.usage.drafted_tokens += drafted;
-      job.usage.accepted_tokens += accepted;
+      job.usage.accepted_tokens += judged->matched();
     }
     if (Status st = KeepDraftedPrefix(session, before, slot.pass, 1 + accepted, job.checkpoint); !st.ok()) {
       Finish(slot, FinishReason::kStop, ServerError("dropping a rejected draft: " + st.message()));

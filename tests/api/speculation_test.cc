@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <cstdio>
 #include <fstream>
@@ -278,6 +279,57 @@ TEST(SpeculationGate, ExpensivePassesAreNotWorthAPoorDraft) {
     gate.Record(4, 2, 0.05, false);
   }
   EXPECT_EQ(gate.Choose(4), 0);
+}
+
+// JudgeDraft on hand-made logits (vocabulary 4, each row's largest entry drawn): a draft kept
+// while it equals the drawn token; the first that differs is returned to run next; a drafted
+// token that ends the completion is matched (the draft was right) but not kept.
+TEST(JudgeDraft, KeepsAgreeingTokensReturnsTheFirstOtherAndCountsAnEndingMatch) {
+  constexpr int32_t kVocab = 4;
+  const std::vector<float> logits = {  // [3 drafted positions, vocab]: draws 2, 3, 1
+      0, 0, 9, 0,  //
+      0, 0, 0, 9,  //
+      0, 9, 0, 0};
+  const DrawToken argmax = [](std::span<const float> row, int64_t) -> Result<int32_t> {
+    return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+  };
+  std::vector<int32_t> taken;
+  auto take_until = [&](int32_t end) {
+    taken.clear();
+    return TakeToken([&taken, end](int32_t token, std::span<const float>, int32_t) {
+      taken.push_back(token);
+      return token != end;
+    });
+  };
+  // All three agree.
+  Result<DraftJudgement> j = JudgeDraft(std::vector<int32_t>{5, 2, 3, 1}, logits, kVocab, argmax, take_until(-1));
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ(j->accepted, 3);
+  EXPECT_EQ(j->drawn, -1);
+  EXPECT_FALSE(j->ended);
+  EXPECT_EQ(j->matched(), 3);
+  EXPECT_EQ(taken, (std::vector<int32_t>{2, 3, 1}));
+  // The second differs: 3 is drawn there and not taken.
+  j = JudgeDraft(std::vector<int32_t>{5, 2, 0, 1}, logits, kVocab, argmax, take_until(-1));
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ(j->accepted, 1);
+  EXPECT_EQ(j->drawn, 3);
+  EXPECT_FALSE(j->ended);
+  EXPECT_EQ(j->matched(), 1);
+  EXPECT_EQ(taken, (std::vector<int32_t>{2}));
+  // The second agrees and ends the completion: matched, not kept, the third never judged.
+  j = JudgeDraft(std::vector<int32_t>{5, 2, 3, 1}, logits, kVocab, argmax, take_until(3));
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ(j->accepted, 1);
+  EXPECT_EQ(j->drawn, -1);
+  EXPECT_TRUE(j->ended);
+  EXPECT_EQ(j->matched(), 2);
+  EXPECT_EQ(taken, (std::vector<int32_t>{2, 3}));
+  // Too few logits for the pass: an error naming the counts.
+  j = JudgeDraft(std::vector<int32_t>{5, 2, 3, 1, 0}, logits, kVocab, argmax, take_until(-1));
+  ASSERT_FALSE(j.ok());
+  EXPECT_NE(j.status().message().find("12 logits for a pass of 5 tokens"), std::string::npos)
+      << j.status().message();
 }
 
 }  // namespace
