@@ -1,5 +1,8 @@
-# kvq_layer(NAME DIR DEPS targets... [PUBLIC_HEADERS paths under include/...]): one static library for
-# src/DIR (subfolders included, so a format folder needs no CMake edit).
+# kvq_layer(NAME DIR DEPS targets... [PRIVATE_DEPS targets...] [PUBLIC_HEADERS paths under include/...]):
+# one static library for src/DIR (subfolders included, so a format folder needs no CMake edit).
+# PRIVATE_DEPS are linked for the layer's own sources only: a target linking the layer links them
+# too but does not see their headers (a tool layer whose entry header is over include/ alone, as
+# synth/ is, implemented with the layers below the API).
 #
 # Header visibility is part of the layering. Every target gets its own include root under the build
 # tree holding only a link DIR -> src/DIR and links to its public headers in include/kvq/; the root
@@ -7,7 +10,7 @@
 # (transitively) and nothing else. An upward include ("model/decoder.h" from formats/) is then a
 # "No such file" error at compile time, which tests/layering/ checks.
 function(kvq_layer name dir)
-  cmake_parse_arguments(PARSE_ARGV 2 arg "" "" "DEPS;PUBLIC_HEADERS")
+  cmake_parse_arguments(PARSE_ARGV 2 arg "" "" "DEPS;PRIVATE_DEPS;PUBLIC_HEADERS")
   file(GLOB_RECURSE srcs CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/src/${dir}/*.cc")
   add_library(${name} STATIC ${srcs})
   kvq_include_root(${name} ${dir} PUBLIC root)
@@ -19,6 +22,9 @@ function(kvq_layer name dir)
   endforeach()
   target_include_directories(${name} PUBLIC $<BUILD_INTERFACE:${root}>)
   target_link_libraries(${name} PUBLIC ${arg_DEPS})
+  if(arg_PRIVATE_DEPS)
+    target_link_libraries(${name} PRIVATE ${arg_PRIVATE_DEPS})
+  endif()
   set_property(GLOBAL APPEND PROPERTY KVQ_LAYERS ${name})
   # The layer's folder and public headers, for the layering probes (tests/layering/).
   set_target_properties(${name} PROPERTIES KVQ_LAYER_DIR "${dir}" KVQ_PUBLIC_HEADERS "${arg_PUBLIC_HEADERS}")

@@ -21,6 +21,7 @@
 #include "gguf/gguf_writer.h"
 #include "jinja/chat_template.h"
 #include "synth/synth.h"
+#include "synth/synth_weight_type.h"
 #include "text/bpe_vocabulary.h"
 #include "weights/weight_type.h"
 

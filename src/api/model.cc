@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "api/api_internal.h"
+#include "api/vocabulary_calls.h"
 #include "weights/matvec.h"
 #include "model/load_model.h"
 
@@ -97,18 +98,11 @@ const ModelInfo& Model::info() const { return impl_->info; }
 const ModelFingerprint& Model::fingerprint() const { return impl_->fingerprint(); }
 
 std::vector<int32_t> Model::Tokenize(std::string_view text, AddBos add_bos) const {
-  const bool bos = add_bos == AddBos::kModelDefault ? impl_->tokenizer.add_bos() : add_bos == AddBos::kYes;
-  return impl_->tokenizer.Encode(text, bos);
+  return TokenizeWith(impl_->tokenizer, text, add_bos);
 }
 
 Result<std::string> Model::Detokenize(std::span<const int32_t> ids) const {
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || ids[i] >= impl_->info.vocab_size) {
-      return Status::Error(fmt::format("Detokenize: id {} at index {} is outside the vocabulary [0, {})",
-                                       ids[i], i, impl_->info.vocab_size));
-    }
-  }
-  return impl_->tokenizer.Detokenize(ids);
+  return DetokenizeWith(impl_->tokenizer, impl_->info.vocab_size, ids);
 }
 
 void Model::Impl::BuildGrammarVocabulary() const {
@@ -153,9 +147,7 @@ int32_t Model::Impl::ControlToken(std::string_view text) const {
 }
 
 std::string TokenText(const Model::Impl& model, int32_t previous, int32_t token) {
-  const int32_t vocab = model.info.vocab_size;
-  if (token < 0 || token >= vocab || previous < 0 || previous >= vocab) return {};
-  return model.tokenizer.Decode(previous, token);
+  return TokenTextWith(model.tokenizer, model.info.vocab_size, previous, token);
 }
 
 bool IsEndOfGeneration(const Model::Impl& model, int32_t id) {
@@ -164,10 +156,7 @@ bool IsEndOfGeneration(const Model::Impl& model, int32_t id) {
 
 std::string Model::TokenText(int32_t previous, int32_t token) const { return kvq::TokenText(*impl_, previous, token); }
 
-std::string Model::TokenPiece(int32_t id) const {
-  if (id < 0 || id >= impl_->info.vocab_size) return {};
-  return impl_->tokenizer.piece(id);
-}
+std::string Model::TokenPiece(int32_t id) const { return TokenPieceWith(impl_->tokenizer, impl_->info.vocab_size, id); }
 
 bool Model::IsEndOfGeneration(int32_t id) const { return kvq::IsEndOfGeneration(*impl_, id); }
 

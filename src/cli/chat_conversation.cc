@@ -36,29 +36,30 @@ std::vector<ToolCall> ChatConversation::PendingCalls() const {
   return {};
 }
 
-std::string ValidUtf8(std::string_view text) {
+size_t ValidUtf8Length(std::string_view text, size_t i) {
   // Strict UTF-8 (RFC 3629: no overlong forms, surrogates or code points past U+10FFFF), as JSON
   // writers demand, so that a saved or printed reply is the text the template rendered.
+  auto cont = [&](size_t at) { return at < text.size() && (static_cast<uint8_t>(text[at]) & 0xC0) == 0x80; };
+  const auto b = static_cast<uint8_t>(text[i]);
+  if (b < 0x80) return 1;
+  if (b >= 0xC2 && b <= 0xDF) return cont(i + 1) ? 2 : 0;
+  const auto b1 = i + 1 < text.size() ? static_cast<uint8_t>(text[i + 1]) : 0;
+  if (b >= 0xE0 && b <= 0xEF) {
+    const bool ok1 = b == 0xE0 ? (b1 >= 0xA0 && b1 <= 0xBF) : b == 0xED ? (b1 >= 0x80 && b1 <= 0x9F) : cont(i + 1);
+    return ok1 && cont(i + 2) ? 3 : 0;
+  }
+  if (b >= 0xF0 && b <= 0xF4) {
+    const bool ok1 = b == 0xF0 ? (b1 >= 0x90 && b1 <= 0xBF) : b == 0xF4 ? (b1 >= 0x80 && b1 <= 0x8F) : cont(i + 1);
+    return ok1 && cont(i + 2) && cont(i + 3) ? 4 : 0;
+  }
+  return 0;
+}
+
+std::string ValidUtf8(std::string_view text) {
   std::string out;
   out.reserve(text.size());
-  size_t i = 0;
-  auto cont = [&](size_t at) { return at < text.size() && (static_cast<uint8_t>(text[at]) & 0xC0) == 0x80; };
-  while (i < text.size()) {
-    const auto b = static_cast<uint8_t>(text[i]);
-    size_t n = 0;     // bytes of a valid character starting here; 0: invalid
-    if (b < 0x80) {
-      n = 1;
-    } else if (b >= 0xC2 && b <= 0xDF) {
-      n = cont(i + 1) ? 2 : 0;
-    } else if (b >= 0xE0 && b <= 0xEF) {
-      const auto b1 = i + 1 < text.size() ? static_cast<uint8_t>(text[i + 1]) : 0;
-      const bool ok1 = b == 0xE0 ? (b1 >= 0xA0 && b1 <= 0xBF) : b == 0xED ? (b1 >= 0x80 && b1 <= 0x9F) : cont(i + 1);
-      n = ok1 && cont(i + 2) ? 3 : 0;
-    } else if (b >= 0xF0 && b <= 0xF4) {
-      const auto b1 = i + 1 < text.size() ? static_cast<uint8_t>(text[i + 1]) : 0;
-      const bool ok1 = b == 0xF0 ? (b1 >= 0x90 && b1 <= 0xBF) : b == 0xF4 ? (b1 >= 0x80 && b1 <= 0x8F) : cont(i + 1);
-      n = ok1 && cont(i + 2) && cont(i + 3) ? 4 : 0;
-    }
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = ValidUtf8Length(text, i);
     if (n == 0) {
       out += "\xEF\xBF\xBD";  // U+FFFD for the one bad byte
       ++i;

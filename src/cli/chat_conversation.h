@@ -82,6 +82,9 @@ class ChatConversation {
   std::vector<ChatMessage> messages_;
 };
 
+/// The bytes of the valid UTF-8 character at text[at] (at < text.size()): 1 to 4, or 0 when the
+/// byte there starts none (strict: no overlong forms, surrogates or code points past U+10FFFF).
+size_t ValidUtf8Length(std::string_view text, size_t at);
 /// `text` with each byte that is not part of valid UTF-8 replaced by U+FFFD: a reply of a few
 /// tokens may end inside a character, and templates and JSON take text.
 std::string ValidUtf8(std::string_view text);

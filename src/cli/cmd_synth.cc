@@ -1,6 +1,6 @@
 // `kvq synth`: write a GGUF model at a real model's shape (a preset, or flags) with random
 // weights, for speed work where real weights cannot be downloaded. The logic is
-// model/synth.{h,cc}; this file maps flags onto a SynthSpec, prints what will be written, and
+// synth/synth.{h,cc}; this file maps flags onto a SynthSpec, prints what will be written, and
 // shows progress per layer on stderr.
 #include <fmt/format.h>
 
@@ -16,7 +16,6 @@
 
 #include "cli/commands.h"
 #include "cli/flags.h"
-#include "gguf/architectures.h"
 #include "kvq/units.h"
 #include "synth/synth.h"
 
@@ -146,12 +145,7 @@ int RunSynth(const SynthOptions& o) {
     Result<SynthArch> a = ParseSynthArch(o.arch);
     if (!a.ok()) return bad("--arch: " + a.status().message());
     // The architecture brings its own conventions: qwen2 has Q/K/V biases and a smaller epsilon.
-    if (*a != spec.arch || o.preset.empty()) {
-      spec.arch = *a;
-      spec.qkv_bias = ArchitectureOf(*a).qkv_bias;
-      spec.norm_eps =
-          *a == SynthArch::kQwen2 || *a == SynthArch::kQwen3 || spec.is_hybrid() ? 1e-6f : 1e-5f;
-    }
+    if (*a != spec.arch || o.preset.empty()) SetSynthArch(&spec, *a);
   }
   const struct { CLI::Option* opt; int64_t value; int64_t* field; } ints[] = {
       {o.dim_opt, o.dim, &spec.dim},           {o.layers_opt, o.layers, &spec.n_layers},
@@ -237,7 +231,7 @@ void AddSynthCommand(CLI::App& app, int* exit_code) {
                   fmt::format("One of {} (mistral is written as llama, as llama.cpp does; the hybrids take "
                               "their other sizes from the preset, or the defaults of Qwen3.5's Gated "
                               "DeltaNet); default llama or the preset's",
-                              ArchitectureNames()))
+                              SynthArchNameList()))
       ->type_name("NAME");
   o->dim_opt = cmd->add_option("--dim", o->dim, "Embedding width");
   o->layers_opt = cmd->add_option("--layers", o->layers, "Transformer blocks");

@@ -2,20 +2,22 @@
 // prints them ("id -> 'piece'" per token), or just the ids. Only the GGUF metadata is read (the
 // weights are never touched), so -m may be a vocabulary-only GGUF such as llama.cpp's
 // models/ggml-vocab-*.gguf. With no -m it uses the bundled stories260K.gguf. --vocab reads a
-// Hugging Face tokenizer.json instead (text/hf_tokenizer_json.h), normalizer included.
+// Hugging Face tokenizer.json instead, normalizer included. Both through kvq::Vocabulary
+// (kvq/vocabulary.h).
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <span>
 
+#include "cli/chat_conversation.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
-#include "gguf/gguf_reader.h"
-#include "text/tokenizer.h"
-#include "text/unicode.h"
+#include "kvq/vocabulary.h"
 
 namespace kvq::cli {
 namespace {
@@ -36,25 +38,27 @@ struct TokenizeOptions {
 std::string Printable(std::string_view bytes) {
   std::string out;
   for (size_t at = 0; at < bytes.size();) {
-    const unicode::Decoded d = unicode::DecodeUtf8(bytes, at);
-    const uint32_t cp = d.code_point;
-    const bool invalid = cp == unicode::kReplacementCharacter && d.n_bytes == 1;
-    if (cp == '\n') {
+    const size_t n = ValidUtf8Length(bytes, at);
+    const auto b0 = static_cast<uint8_t>(bytes[at]);
+    // C0 controls and DEL (one byte), C1 controls (U+0080..U+009F: C2 80..C2 9F).
+    const bool control = (n == 1 && (b0 < 0x20 || b0 == 0x7F)) ||
+                         (n == 2 && b0 == 0xC2 && static_cast<uint8_t>(bytes[at + 1]) < 0xA0);
+    if (bytes[at] == '\n') {
       out += "\\n";
-    } else if (cp == '\t') {
+    } else if (bytes[at] == '\t') {
       out += "\\t";
-    } else if (cp == '\r') {
+    } else if (bytes[at] == '\r') {
       out += "\\r";
-    } else if (cp == '\\') {
+    } else if (bytes[at] == '\\') {
       out += "\\\\";
-    } else if (invalid || cp < 0x20 || (cp >= 0x7F && cp < 0xA0) || (cp >= 0xD800 && cp <= 0xDFFF)) {
-      for (uint32_t i = 0; i < d.n_bytes; ++i) {
+    } else if (n == 0 || control) {
+      for (size_t i = 0; i < std::max<size_t>(n, 1); ++i) {
         out += fmt::format("\\x{:02x}", static_cast<uint8_t>(bytes[at + i]));
       }
     } else {
-      out.append(bytes.substr(at, d.n_bytes));
+      out.append(bytes.substr(at, n));
     }
-    at += d.n_bytes;
+    at += std::max<size_t>(n, 1);
   }
   return out;
 }
@@ -76,18 +80,13 @@ int RunTokenize(const TokenizeOptions& o) {
                            : o.shared.model.empty() ? BundledModelFile("stories260K.gguf")
                                                     : o.shared.model;
   const std::string flag = o.vocab.empty() ? "-m" : "--vocab";
-  const auto load = [&]() -> Result<Tokenizer> {
-    if (!o.vocab.empty()) return Tokenizer::LoadHfTokenizerJson(path);
-    Result<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
-    if (!file.ok()) return file.status();
-    return Tokenizer::LoadGguf(**file);
-  };
-  Result<Tokenizer> tokenizer = load();
-  if (!tokenizer.ok()) return bad(fmt::format("{} {}: {}", flag, path, tokenizer.status().message()));
-  const Tokenizer& tok = *tokenizer;
+  Result<std::unique_ptr<Vocabulary>> vocabulary =
+      o.vocab.empty() ? Vocabulary::OpenGguf(path) : Vocabulary::OpenHfTokenizerJson(path);
+  if (!vocabulary.ok()) return bad(fmt::format("{} {}: {}", flag, path, vocabulary.status().message()));
+  const Vocabulary& v = **vocabulary;
 
-  const bool bos = !o.ids && !o.no_bos && tok.add_bos();
-  const std::vector<int32_t> ids = tok.Encode(text, bos);
+  const bool bos = !o.ids && !o.no_bos && v.adds_bos();
+  const std::vector<int32_t> ids = v.Tokenize(text, bos ? AddBos::kYes : AddBos::kNo);
   if (o.ids) {
     std::string line;
     for (const int32_t id : ids) {
@@ -98,15 +97,12 @@ int RunTokenize(const TokenizeOptions& o) {
   } else {
     for (const int32_t id : ids) {
       // A byte piece shows its byte; every other token its piece (control tokens as their text).
-      const std::string shown = tok.type(id) == Tokenizer::TokenType::kByte ? tok.Decode(-1, id) : tok.piece(id);
+      const std::string shown = v.IsByteToken(id) ? *v.Detokenize(std::span(&id, 1)) : v.TokenPiece(id);
       fmt::print("{:>6} -> '{}'\n", id, Printable(shown));
     }
   }
-  const bool bpe = tok.kind() == Tokenizer::Kind::kBytePairs;
-  fmt::print(stderr, "kvq tokenize: {} token{} from {} bytes ({}, {}{}{})\n", ids.size(), ids.size() == 1 ? "" : "s",
-             text.size(), path,
-             bpe ? "byte-level BPE, pre-tokenizer " : "SentencePiece", bpe ? PreTokenizerName(tok.pre_tokenizer()) : "",
-             tok.normalizes_nfc() ? ", NFC" : "");
+  fmt::print(stderr, "kvq tokenize: {} token{} from {} bytes ({}, {})\n", ids.size(), ids.size() == 1 ? "" : "s",
+             text.size(), path, v.Description());
   return 0;
 }
 

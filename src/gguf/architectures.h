@@ -10,12 +10,10 @@
 #include <string>
 #include <string_view>
 
+#include "kvq/architecture.h"
 #include "kvq/rope.h"
 
 namespace kvq {
-
-/// One entry per architecture, in kArchitectures' order (synth's SynthArch is this enum).
-enum class ArchId : uint8_t { kLlama, kQwen2, kMistral, kQwen3, kQwen35, kQwen35Moe, kQwen3Next };
 
 /// What a layer stack is made of.
 enum class ArchFamily : uint8_t {

@@ -18,10 +18,12 @@
 
 #include "base/float_codes.h"
 #include "base/thread_pool.h"
+#include "gguf/architectures.h"
 #include "gguf/gguf_writer.h"
 #include "kvq/format.h"
 #include "kvq/units.h"
 #include "synth/synth_tensors.h"
+#include "synth/synth_weight_type.h"
 #include "text/hf_tokenizer_json.h"
 #include "weights/weight_type.h"
 
@@ -353,6 +355,18 @@ Result<SynthArch> ParseSynthArch(std::string_view name) {
   if (const Architecture* a = FindArchitecture(name)) return a->id;
   return Status::Error(
       fmt::format("unknown architecture '{}' (expected one of {})", name, ArchitectureNames()));
+}
+
+std::string SynthArchNameList() { return ArchitectureNames(); }
+
+bool SynthSpec::is_hybrid() const { return ArchitectureOf(arch).hybrid(); }
+bool SynthSpec::moe() const { return ArchitectureOf(arch).moe; }
+bool SynthSpec::qk_norm() const { return ArchitectureOf(arch).qk_norm; }
+
+void SetSynthArch(SynthSpec* spec, SynthArch arch) {
+  spec->arch = arch;
+  spec->qkv_bias = ArchitectureOf(arch).qkv_bias;
+  spec->norm_eps = arch == SynthArch::kQwen2 || arch == SynthArch::kQwen3 || spec->is_hybrid() ? 1e-6f : 1e-5f;
 }
 
 const WeightTypeDesc* SynthWeightType(GgmlType type) {

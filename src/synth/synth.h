@@ -38,17 +38,15 @@
 #include <string_view>
 #include <vector>
 
-#include "kvq/status.h"
-#include "gguf/architectures.h"
-#include "gguf/gguf_reader.h"
+#include "kvq/architecture.h"
 #include "kvq/rope.h"
+#include "kvq/status.h"
 #include "synth/type_mix.h"
-#include "weights/weight_type.h"
 
 namespace kvq {
 
 /// The model families synth writes: one per entry of the architecture table
-/// (gguf/architectures.h), which says what each is. kMistral is Llama's architecture in GGUF
+/// (kvq/architecture.h; what each is: gguf/architectures.h). kMistral is Llama's architecture in GGUF
 /// (llama.cpp's converter writes Mistral checkpoints as "llama"), so its files say
 /// general.architecture "llama". The hybrids (docs/hybrid_models_spec.md): Gated DeltaNet layers
 /// with a gated full-attention layer every full_attention_interval; kQwen35 a dense FFN, kQwen35Moe
@@ -62,18 +60,14 @@ const char* SynthArchName(SynthArch arch);
 const char* SynthGgufArch(SynthArch arch);
 /// One of SynthArchName's names; the error lists them.
 Result<SynthArch> ParseSynthArch(std::string_view name);
+/// "llama, qwen2, ...": every SynthArchName, for help text.
+std::string SynthArchNameList();
 /// The --type value checked: a registry type's CLI name (any case) whose entry has a reference
 /// quantiser ("f16", "q4_0", ...), or a mix name (type_mix.h). Returned lower case. The error
 /// says when the name is a known ggml type that is not registered ("q1_0 is not registered").
 Result<std::string> ParseSynthType(std::string_view name);
-/// The registry entry synth writes `type` with, or null when it cannot (not registered, or no
-/// reference quantiser).
-const WeightTypeDesc* SynthWeightType(GgmlType type);
 /// "f32, f16, bf16, q8_0, q4_0": the registry names ParseSynthType takes, for help text.
 std::string SynthTypeNameList();
-/// The registry entry synth writes the type named `name` with; the error names the type and says
-/// whether it is unregistered or has no reference quantiser.
-Result<const WeightTypeDesc*> SynthWeightTypeByName(std::string_view name);
 
 enum class SynthEmbeddings { kSeparate, kTied };  ///< an output.weight, or the classifier = token_embd
 
@@ -113,9 +107,10 @@ struct SynthSpec {
   int64_t head_dim() const { return head_dim_override > 0 ? head_dim_override : dim / n_heads; }
   int64_t q_dim() const { return n_heads * head_dim(); }
   int64_t kv_dim() const { return head_dim() * kv_heads(); }
-  bool is_hybrid() const { return ArchitectureOf(arch).hybrid(); }
-  bool moe() const { return ArchitectureOf(arch).moe; }
-  bool qk_norm() const { return ArchitectureOf(arch).qk_norm; }
+  // What the architecture table says of `arch` (synth.cc).
+  bool is_hybrid() const;
+  bool moe() const;
+  bool qk_norm() const;
   bool is_recurrent(int64_t layer) const {
     return is_hybrid() && (layer + 1) % full_attention_interval != 0;
   }
@@ -123,6 +118,10 @@ struct SynthSpec {
   int64_t ssm_v_channels() const { return ssm_v_heads * ssm_key_dim; }
   int64_t ssm_conv_channels() const { return 2 * ssm_k_channels() + ssm_v_channels(); }
 };
+
+/// Sets `spec->arch` and the conventions that come with it: Q/K/V biases as the architecture
+/// table says (qwen2), RMSNorm epsilon 1e-6 for qwen2, qwen3 and the hybrids, else 1e-5.
+void SetSynthArch(SynthSpec* spec, SynthArch arch);
 
 /// "llama-3.2-1b", "qwen2.5-0.5b", "llama-2-7b", "qwen3-0.6b", "bonsai-1.7b",
 /// "bonsai-ternary-1.7b", "qwen3.5-35b-a3b", and the small hybrids for tests "tiny-qwen35",

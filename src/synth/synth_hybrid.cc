@@ -3,6 +3,7 @@
 // and their metadata keys (§2).
 #include <fmt/format.h>
 
+#include "gguf/architectures.h"
 #include "synth/synth_tensors.h"
 
 namespace kvq {

@@ -12,10 +12,12 @@
 #include <tuple>
 #include <vector>
 
+#include "gguf/gguf_reader.h"
 #include "kvq/model.h"
 #include "model/decoder.h"
 #include "model/load_model.h"
 #include "synth/synth.h"
+#include "synth/synth_weight_type.h"
 #include "weights/weight_type.h"
 
 #ifndef KVQ_SOURCE_DIR
