@@ -41,9 +41,15 @@
 // apart — and likewise a K or V element at an int8/int4 KV code boundary. Each such flip moves the
 // logits by far more than rounding; kvq's own SIMD targets show it too: the fixture reruns every
 // case on kvq's lowest target (SCALAR) against its best (AVX3 here), and their logits differ by up
-// to S (target_spread; 0.08 on these models). The bound for these models is kBound + 2·S: the GPU
-// is a third arithmetic order, allowed twice the disagreement kvq's own two show. (An empirical
-// anchor, not a derivation: the flips' effect on logits is not bounded analytically here.)
+// to S (target_spread). The bound for these models is kBound + 2·S: the GPU is a third arithmetic
+// order, allowed twice the disagreement kvq's own two show. (An empirical anchor, not a
+// derivation: the flips' effect on logits is not bounded analytically here.) Since kvq's targets
+// share one exp and one value-accumulation order (src/simd/portable_exp-inl.h), SCALAR differs
+// from AVX3 in fewer ops, so S fell from 0.08 to 0.04 on these models while the GPU, which keeps
+// its own exp and sums, still differs by up to 0.13 (Q4_0 weights, any KV spec): S is taken as at
+// least kTargetSpreadFloor, the spread these fixtures showed while SCALAR had its own exp and
+// fused no multiply-add (a different order in the same ops the GPU differs in).
+const kTargetSpreadFloor = 0.08;
 import {GpuModelRunner, GpuProgramOf} from '/web/gpu/gpu_engine.js';
 import {WeightBlock} from '/web/gpu/weight_types.js';
 import {LoadModule} from '/test/gpu_kv_device_page.js';
@@ -112,7 +118,7 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
     const quantized = program.tensors.some((t) => WeightBlock(t.type).quantized_activation);
     const spread = Math.max(...manifest.models.filter((o) => o.name !== 'stories260K')
                                  .flatMap((o) => o.runs.map((r) => r.target_spread)));
-    const bound = quantized ? kBound + 2 * spread : kBound;
+    const bound = quantized ? kBound + 2 * Math.max(spread, kTargetSpreadFloor) : kBound;
     bounds[m.name] = bound;
     for (const run of m.runs) {
       ++runs;
