@@ -199,8 +199,13 @@ async function toolLoop(client, format, stream) {
       finish = choice.finish_reason || finish;
     }
     assert.equal(content, '');
-    // The arguments streamed as the model wrote them, in several pieces rather than whole at the end.
-    assert.ok(pieces[0].filter((p) => p !== '').length > 1, `arguments in one piece: ${JSON.stringify(pieces[0])}`);
+    // How many pieces the arguments arrive in depends on scheduling: the server's stream sends the
+    // text generated since its last wait (Job::Wait), so a loaded HTTP thread can get the whole
+    // arguments in one delta. That the parser releases arguments as they are written is checked
+    // deterministically, a byte at a time, by tests/api/tool_calls_test.cc
+    // (EveryFormat.ArgumentsStreamAsWrittenAndConcatenateToTheWholeCall); here the pieces must
+    // concatenate to the unstreamed call (below), whatever their number.
+    assert.ok(pieces[0].some((p) => p !== ''), `no arguments streamed: ${JSON.stringify(pieces[0])}`);
     message = { role: 'assistant', content: null, tool_calls: calls };
     // The same calls as the request unstreamed (greedy): only the ids differ.
     const whole = await client.chat.completions.create(request);
@@ -213,7 +218,7 @@ async function toolLoop(client, format, stream) {
     assert.equal(assembled.choices[0].finish_reason, 'tool_calls');
     assert.deepEqual(assembled.choices[0].message.tool_calls.map((c) => c.function),
                      whole.choices[0].message.tool_calls.map((c) => c.function));
-    assert.ok(helperDeltas > 1);
+    assert.ok(helperDeltas >= 1, 'the stream helper saw no argument deltas');
   }
   assert.equal(finish, 'tool_calls');
   assert.equal(message.tool_calls.length, 1);
