@@ -19,7 +19,7 @@ set(kvq_web_exports
   kvq_web_last_error kvq_web_kv_new kvq_web_kv_free kvq_web_kv_plan kvq_web_kv_append
   kvq_web_kv_attend_device kvq_web_kv_rows kvq_web_kv_new_for_model kvq_web_gpu_program kvq_web_gpu_rope
   kvq_web_kv_positions kvq_web_kv_rewind kvq_web_kv_cpu_step kvq_web_apply_template
-  kvq_web_max_threads kvq_web_file_alloc kvq_web_file_free kvq_web_model_load_bytes kvq_web_session_set_threads
+  kvq_web_max_threads kvq_web_memory_scratch_bytes kvq_web_file_alloc kvq_web_file_free kvq_web_model_load_bytes kvq_web_session_set_threads
   kvq_web_generator_check kvq_web_generator_new kvq_web_generator_new_for_sequence kvq_web_generator_next
   kvq_web_generator_cancel kvq_web_generator_free kvq_web_prefill_block
   malloc free)
@@ -35,10 +35,18 @@ target_link_libraries(kvq_web PRIVATE kvq_api kvq_formats kvq_simd nlohmann_json
 kvq_include_root(kvq_web web PRIVATE web_root)
 kvq_apply_warnings(kvq_web)
 # 2 GB at most: handles and buffers cross to JS as signed 32-bit ints (docs/architecture.md), so every
-# address must stay below 2^31. The model is held twice (its MEMFS file and the loaded copy).
+# address must stay below 2^31. The model is held once (web_load.cc): what the heap holds beyond
+# the file and the KV is bounded by the initial memory plus one growth step past a request (the
+# 20% geometric step, capped here at 16 MiB, not Emscripten's 96 MiB: 20% of a 400 MiB heap would
+# be 80 MiB of nothing). Their sum is the scratch the page states (kvq_web_memory_scratch_bytes).
+set(kvq_wasm_initial_memory 33554432)
+set(kvq_wasm_growth_cap 16777216)
+target_compile_definitions(kvq_web PRIVATE KVQ_WASM_INITIAL_MEMORY=${kvq_wasm_initial_memory}
+                                           KVQ_WASM_GROWTH_CAP=${kvq_wasm_growth_cap})
 target_link_options(kvq_web PRIVATE
   -sMODULARIZE=1 -sEXPORT_NAME=createKvq -sENVIRONMENT=web,worker
-  -sALLOW_MEMORY_GROWTH=1 -sINITIAL_MEMORY=33554432 -sMAXIMUM_MEMORY=2147483648
+  -sALLOW_MEMORY_GROWTH=1 -sINITIAL_MEMORY=${kvq_wasm_initial_memory} -sMAXIMUM_MEMORY=2147483648
+  -sMEMORY_GROWTH_GEOMETRIC_CAP=${kvq_wasm_growth_cap}
   -sFORCE_FILESYSTEM=1
   # The chat template's interpreter catches its own exceptions (jinja/chat_template.cc): catching on.
   -fexceptions

@@ -99,7 +99,8 @@ function Rate(n, ms) {
 const page = {build: null, simd_target: null, formats: [], model: null, load_progress: []};
 
 // The figures of a run: cleared when the model changes, so none of them describes another model.
-const kRunFigures = ['st-prefill', 'st-decode', 'st-positions', 'st-kv-token', 'st-kv-total', 'st-kv-held', 'st-gpu'];
+const kRunFigures = ['st-prefill', 'st-decode', 'st-positions', 'st-kv-token', 'st-kv-total', 'st-kv-held', 'st-gpu',
+                     'st-held'];
 function ClearNumbers() {
   for (const id of kRunFigures) $(id).textContent = '–';
   $('text').textContent = '';
@@ -187,6 +188,17 @@ function ShowProgress(m) {
       (g.kv_streamed_bytes_per_step ? `, ${Bytes(g.kv_streamed_bytes_per_step)} of KV streamed from the master a token` : '') :
       'none (this run is on the CPU)';
   ShowHeap(m.stats.heap_bytes);
+  if (s) ShowHeld(m.stats.heap_bytes, g ? g.weight_bytes + kv_gpu : 0, s.kv_bytes);
+}
+
+// The model held once: heap + GPU buffers against 1.15 x the file + the KV + the module's scratch
+// (its initial memory and one heap growth step: kvq_web_memory_scratch_bytes).
+function ShowHeld(heap, gpu_bytes, kv) {
+  const file = page.model.file_bytes;
+  const bound = 1.15 * file + kv + page.memory_scratch_bytes;
+  $('st-held').textContent = `${Bytes(heap + gpu_bytes)}: ${heap + gpu_bytes <= bound ? 'within' : 'over'} ` +
+      `1.15 × file ${Bytes(file)} + KV ${Bytes(kv)} + scratch ${page.memory_scratch_bytes / 1048576} MiB ` +
+      `= ${Bytes(Math.floor(bound))}`;
 }
 
 // Why a generation ended, in words (its finish_reason first, as kvq run and kvq serve name it).
@@ -384,6 +396,7 @@ async function Start() {
   const info = await Ask('init', {simd: want_simd, threads: want_threads, gpu: want_gpu});
   page.build = info.build;
   page.simd_target = info.simd_target;
+  page.memory_scratch_bytes = info.memory_scratch_bytes;
   const threads = info.threads > 1 ? `${info.threads} threads` : `one thread (${info.threads_why_not})`;
   page.cpu_path = info.build === 'simd128' ?
       `WebAssembly SIMD128, ${threads} (${info.module}; Highway target ${info.simd_target})` :
@@ -396,7 +409,8 @@ async function Start() {
   await Load('the bundled stories260K', null);
   if (!page.model) throw new Error('the bundled model did not load');
   return {build: info.build, module: info.module, threads: info.threads, threads_why_not: info.threads_why_not,
-          simd_target: info.simd_target, formats: info.formats, gpu: info.gpu, gpu_why_not: info.gpu_why_not};
+          simd_target: info.simd_target, formats: info.formats, gpu: info.gpu, gpu_why_not: info.gpu_why_not,
+          memory_scratch_bytes: info.memory_scratch_bytes};
 }
 
 const ready = Start().catch((e) => {

@@ -149,6 +149,7 @@ async function Init(m) {
     sessionStats: w('kvq_web_session_stats', 'string', ['number']),
     formats: w('kvq_web_formats', 'string', ['number']),
     maxThreads: w('kvq_web_max_threads', 'number', []),
+    memoryScratchBytes: w('kvq_web_memory_scratch_bytes', 'number', []),
     fileAlloc: w('kvq_web_file_alloc', 'number', ['number']),
     fileFree: w('kvq_web_file_free', null, ['number']),
     modelLoadBytes: w('kvq_web_model_load_bytes', 'number', ['number', 'number', 'string', 'string', 'number']),
@@ -177,6 +178,7 @@ async function Init(m) {
     simd_supported: SimdSupported(),
     simd_target: api.simdTarget(),
     formats: JSON.parse(api.formats(0)),
+    memory_scratch_bytes: api.memoryScratchBytes(),
     gpu: gpu ? gpu.name : null,
     gpu_why_not,
   };

@@ -11,6 +11,7 @@
 
 #include "base/checksum.h"
 #include "weights/kquant_repack.h"
+#include "weights/matvec.h"
 #include "weights/repack.h"
 
 namespace kvq {
@@ -75,35 +76,52 @@ int64_t RepackWeights(DecoderWeights* w, bool release_mapped_pages) {
   return at;
 }
 
+namespace {
+
+// Repacks the row-major `m` over its own bytes, kRepackSliceRows rows at a time through `scratch`
+// [kRepackSliceRows rows' bytes]: a group of kInterleaveRows rows repacks into exactly the bytes
+// it held (weights/repack.h), so each slice is repacked on its own and copied back; the rows % 16
+// tail rows are row-major in either layout and stay where they are.
+constexpr int64_t kRepackSliceRows = 64 * kInterleaveRows;
+
+void RepackOverItself(Matrix* m, std::vector<uint8_t>* scratch) {
+  const int64_t row_bytes = MatrixRowBytes(m->type, m->cols);
+  scratch->resize(static_cast<size_t>(kRepackSliceRows * row_bytes));
+  auto* bytes = const_cast<uint8_t*>(m->data);  // the caller owns them (LoadModel's heap mapping)
+  const int64_t grouped = m->rows / kInterleaveRows * kInterleaveRows;
+  for (int64_t row = 0; row < grouped; row += kRepackSliceRows) {
+    Matrix slice = *m;
+    slice.rows = std::min(kRepackSliceRows, grouped - row);
+    slice.data = bytes + row * row_bytes;
+    RepackMatrix(slice, scratch->data());
+    std::memcpy(bytes + row * row_bytes, scratch->data(), static_cast<size_t>(slice.rows * row_bytes));
+  }
+  m->layout = MatrixLayout::kInterleaved16;
+}
+
+}  // namespace
+
 int64_t RepackWeightsInPlace(DecoderWeights* w) {
   const bool tied = w->classifier.data == w->token_embedding.data;
-  std::vector<Matrix*> todo;  // as RepackWeights, but a tied classifier, whose bytes are the embedding's
+  std::vector<Matrix*> todo;  // as RepackWeights
   for (LayerWeights& L : w->layers) {
     for (Matrix* m :
          {&L.wq, &L.wk, &L.wv, &L.wo, &L.w1, &L.w2, &L.w3, &L.ssm_qkv, &L.ssm_gate, &L.ssm_out}) {
       if (CanRepack(*m)) todo.push_back(m);
     }
   }
-  if (!tied && CanRepack(w->classifier) && !IsInterleavedKQuant(w->classifier.type)) todo.push_back(&w->classifier);
-  int64_t largest = 0, total = 0;
-  for (const Matrix* m : todo) largest = std::max(largest, MatrixDataBytes(*m));
-  std::vector<uint8_t> scratch(static_cast<size_t>(largest));  // [largest matrix bytes] one repacked matrix
+  if (CanRepack(w->classifier) && !IsInterleavedKQuant(w->classifier.type)) todo.push_back(&w->classifier);
+  std::vector<uint8_t> scratch;  // [kRepackSliceRows rows of the matrix in hand] one slice repacked
+  int64_t total = 0;
   for (Matrix* m : todo) {
-    const Matrix plain = *m;
-    Matrix packed = RepackMatrix(plain, scratch.data());
-    // The caller owns the bytes (LoadModel's WebAssembly mapping is heap memory): written over.
-    std::memcpy(const_cast<uint8_t*>(plain.data), scratch.data(), static_cast<size_t>(MatrixDataBytes(plain)));
-    packed.data = plain.data;
-    *m = packed;
-    total += MatrixDataBytes(plain);
+    RepackOverItself(m, &scratch);
+    total += MatrixDataBytes(*m);
   }
-  if (!tied || !CanRepack(w->classifier) || IsInterleavedKQuant(w->classifier.type)) return total;
-  // The tied classifier gets its own copy, as RepackWeights gives it: the embedding stays row-major.
-  DecoderWeights classifier_only{.classifier = w->classifier};
-  const int64_t copied = RepackWeights(&classifier_only, /*release_mapped_pages=*/false);
-  w->classifier = classifier_only.classifier;
-  w->repacked = std::move(classifier_only.repacked);
-  return total + copied;
+  // A tied embedding is those same bytes, now interleaved: its rows are read through PlainBlock
+  // (DecodeWeightRow), which gathers a row's blocks from either layout, so the embedding's numbers
+  // are the file's and the bytes are held once (RepackWeights gives the classifier its own copy).
+  if (tied) w->token_embedding = w->classifier;
+  return total;
 }
 
 }  // namespace kvq

@@ -169,11 +169,12 @@ struct DecoderWeights {
 /// than doubling it. Returns the bytes repacked.
 int64_t RepackWeights(DecoderWeights* weights, bool release_mapped_pages);
 /// RepackWeights for a WebAssembly build, whose heap cannot release memory: each matrix is
-/// repacked through one scratch the size of the largest and written over its own bytes (the
-/// mapping is heap memory that the loader owns), so the file is held once; a tied classifier still
-/// gets its own copy (the embedding is read by rows). The layout, and so every bit of the logits,
-/// is RepackWeights'. The snapshot fingerprint then hashes the repacked bytes (deterministic, but
-/// not native's). Returns the bytes repacked.
+/// repacked over its own bytes (the mapping is heap memory that the loader owns) a slice of rows
+/// at a time through a small scratch, so the file is held once; a tied Q4_0 / Q8_0 classifier is
+/// repacked over the embedding's bytes too, and the embedding then views them interleaved (its
+/// rows decode to the same numbers: PlainBlock). The classifier's and projections' layout, and so
+/// every bit of the logits, is RepackWeights'. The snapshot fingerprint then hashes the repacked
+/// bytes (deterministic, but not native's). Returns the bytes repacked.
 int64_t RepackWeightsInPlace(DecoderWeights* weights);
 
 /// The snapshot fingerprint of `weights`: its attention shape and Checksum64 chained over

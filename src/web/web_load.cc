@@ -63,6 +63,13 @@ EMSCRIPTEN_KEEPALIVE int kvq_web_max_threads(void) {
 #endif
 }
 
+// What the module's heap may hold beyond a loaded model's file and its session's KV: the initial
+// memory (code's data, stacks, the bundled model) and one growth step past a request (the geometric
+// step's cap), both set by cmake/wasm_module.cmake's link flags. The page states it beside its bound.
+EMSCRIPTEN_KEEPALIVE double kvq_web_memory_scratch_bytes(void) {
+  return static_cast<double>(KVQ_WASM_INITIAL_MEMORY) + static_cast<double>(KVQ_WASM_GROWTH_CAP);
+}
+
 // [n] bytes for a file, aligned as a mapping; 0 with kvq_web_last_error when the module cannot hold them.
 EMSCRIPTEN_KEEPALIVE uint8_t* kvq_web_file_alloc(double n) {
   constexpr double kMax = 2147483648.0;  // the module's memory (MAXIMUM_MEMORY)
@@ -98,7 +105,7 @@ EMSCRIPTEN_KEEPALIVE int kvq_web_model_load_bytes(uint8_t* bytes, double n, cons
   }
   kvq::ModelOptions options{.tokenizer_path = tokenizer_path != nullptr ? tokenizer_path : "", .threads = threads};
   // kvq repacks Q4_0 / Q8_0 matrices over these bytes at load (RepackWeightsInPlace, as a
-  // WebAssembly heap cannot release a mapped copy), so the file is held once.
+  // WebAssembly heap cannot release a mapped copy), a tied classifier too, so the file is held once.
   kvq::Result<std::unique_ptr<kvq::Model>> model = kvq::Model::Load(path, options);
   // The mapping holds the heap bytes, not the node: the name goes at once.
   kvq_js_unlink(path.c_str());

@@ -1,7 +1,7 @@
 // The page's state as a user meets it, in headless Chromium (index.html?gpu=0, the WebAssembly path):
 // a failed load keeps the old model usable (Generate works after it, same ids) and says why beside
 // the load buttons; errors are in user words and dismissable; a picked model's load reports
-// progress as a share of its bytes, strictly increasing to 100%, clears the previous run's numbers
+// progress as a share of its bytes from the click on, strictly increasing to 100%, clears the previous run's numbers
 // and lists the KV formats for its head size; Stop during a 1,000-token prefill answers within one block; rates
 // have decimals; ?threads=1 and ?gpu=0 say what they turned off. A screenshot of each state is
 // saved in the test's temp folder and its path printed.
@@ -71,11 +71,20 @@ async function BadFormatInUserWords(page) {
 }
 
 async function LoadSynth(page, synth, formats_before) {
+  // Every status line from the click on, recorded as it is set (the load may end before a poll).
+  await page.evaluate(() => {
+    window.status_lines = [];
+    new MutationObserver(() => window.status_lines.push(document.getElementById('status').textContent))
+        .observe(document.getElementById('status'), {childList: true, characterData: true, subtree: true});
+  });
   await LoadPicked(page, synth);
   const progress = await page.evaluate(() => window.kvqPage.loadProgress());
   const increasing = progress.every((p, i) => i === 0 || p > progress[i - 1]);
   checks.Expect(progress.length >= 3 && increasing && progress.at(-1) === 100,
                 `load progress strictly increasing to 100%: ${progress.join(', ')}`);
+  const lines = await page.evaluate(() => window.status_lines);
+  checks.Expect(/^Loading .*: 0%$/.test(lines[0] ?? ''),
+                `the first status after the click is a percentage, before any byte is read: "${lines[0]}"`);
   checks.Expect(await Text(page, '#model-name') === path.basename(synth), 'the picked model is in use');
   const cleared = await page.$$eval('#st-prefill, #st-decode, #st-positions, #st-kv-held, #text',
                                     (all) => all.map((e) => e.textContent));
