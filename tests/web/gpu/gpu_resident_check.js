@@ -16,8 +16,9 @@
 // readback (no KV device submit), its last position's logits equal the resident token-by-token
 // run's bit for bit (the same kernels per token, only their parameters copied from block
 // buffers), and its master pages equal the streamed run's byte for byte. The first block's call
-// allows 6·n_layers uniform slots (Prefill's uniform_slots): a token of it takes n_layers × (2 + 1
-// page), so it runs as blocks of 2, 2 and 1 token (3 submits and readbacks) with the same logits.
+// allows 6·n_layers uniform slots (Prefill's uniform_slots): the runner counts n_layers × (2 + 1
+// page) per token, so it runs as blocks of 2, 2 and 1 token (3 submits and readbacks) with the
+// same logits.
 // Attention in a block is query-blocked (kv_resident.js's RecordBlock): per layer one attend
 // dispatch per page the block's last position reaches, for all its tokens (counted by the resident
 // cache, checked exactly), where per-token attention took one per page per token (also returned).
