@@ -74,7 +74,8 @@ struct Params {
 }
 @group(0) @binding(0) var<storage, read> k_buf: array<u32>;        // the slot
 @group(0) @binding(1) var<storage, read> v_buf: array<u32>;        // the same slot
-@group(0) @binding(2) var<storage, read> q: array<f32>;            // [queries][q_stride]: [n_kv_heads · q_per_kv][head_dim] first
+// [queries][q_stride]: each query position's [n_kv_heads · q_per_kv][head_dim] first
+@group(0) @binding(2) var<storage, read> q: array<f32>;
 // Per query state h (n_states = n_tokens · n_q of them) [m, l, acc[head_dim]], in regions of n_states
 // states: region 0 the open chunk's (what Finish normalises), region 1 the merge of the chunks before
 // it (kvq's AttentionState merged_*), regions 2 + p the window's pieces that start a chunk.
@@ -385,7 +386,8 @@ export class GpuKvDevice {
       for (let i = 0; i < L.slots; ++i) {
         const buffer = this.device.createBuffer({size: L.slot_bytes, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST});
         this.kv_bytes_now += buffer.size;
-        this.slots.push({buffer, params: this.#Buffer(kAttendParamsBytes, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST)});
+        const params = this.#Buffer(kAttendParamsBytes, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
+        this.slots.push({buffer, params});
       }
       this.slot_bytes = L.slot_bytes;
     }

@@ -213,7 +213,8 @@ export class GpuResidentKv {
     if (n > 1 && this.#FirstResident(pos + n - 1) !== first_resident) {
       // A page would be evicted inside the block: the earlier queries still read it. Per position.
       for (let t = 0; t < n; ++t) {
-        this.RecordBlock(sink, layer, [rows[t]], pos + t, From(q, t * q_stride), From(out, t * out_stride), q_stride, out_stride);
+        this.RecordBlock(sink, layer, [rows[t]], pos + t, From(q, t * q_stride), From(out, t * out_stride),
+                         q_stride, out_stride);
       }
       return;
     }

@@ -199,6 +199,7 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
   }
   device.destroy();
   return {models: models.length, runs, positions, near_ties, failures, worst_logit_difference: worst, per_step,
-          hybrid_refusal: refusal.why_not, tensor_types, bounds, worst_by_spec, resident_checks, step_ms, prefill_attends,
+          hybrid_refusal: refusal.why_not, tensor_types, bounds, worst_by_spec, resident_checks, step_ms,
+          prefill_attends,
           seconds: (performance.now() - t0) / 1000};
 }
