@@ -1,8 +1,9 @@
 // A block of tokens through the step program op by op (step_program.js's Steps, resident KV): each
 // op is recorded for every token of the block before the next op, each token's activations a
 // slice of a [tokens][stride] buffer per activation, bound at the token's offset, so the kernels
-// are the per-token step's. Attention runs per token in position order (kv_resident.js records
-// token t's rows before token t + 1 attends), the ops after the last attention only for the last
+// are the per-token step's. Attention is query-blocked (kv_resident.js's RecordBlock): the block's
+// K and V rows are encoded, then one attend dispatch per page window serves every token, each
+// causally up to its own position (the bits of per-token attention), the ops after the last attention only for the last
 // token (nothing else reads them), and a matvec over a weight type with a matmul
 // (step_kernels.js's kMatmulTypes: Q1_0) is one dispatch for the block: each activation quantised
 // into its token's slice, then the matmul, which reads each weight block once per 8 tokens and
@@ -125,10 +126,12 @@ export class BlockRecorder {
           p.Submit(sink.encoder);
           sink.encoder = device.createCommandEncoder();
         }};
-        for (let t = 0; t < n; ++t) {
-          const v = this.#View(t);
-          kv.resident.Record(sink, op.layer, v.buf(op.k), v.buf(op.v), v.buf(op.x), pos + t, v.buf(op.y));
-        }
+        // Query-blocked: every token's K and V rows encoded, then all n queries in one pass over
+        // the pages (kv_resident.js's RecordBlock: the bits of n per-token Records).
+        const rows = Array.from({length: n}, (_, t) => ({k: this.#View(t).buf(op.k), v: this.#View(t).buf(op.v)}));
+        const v0 = this.#View(0);
+        const S = (name) => Stride(p.program.buffers[name]);
+        kv.resident.RecordBlock(sink, op.layer, rows, pos, v0.buf(op.x), v0.buf(op.y), S(op.x), S(op.y));
         encoder = sink.encoder;
         pass = encoder.beginComputePass();
         continue;

@@ -38,9 +38,11 @@ import {GpuLimitsFor, GpuStepProgram, StepProgramWhyNot} from './step_program.js
 const kMaxRecoveries = 3;
 // Tokens per prefill block at most: kvq's kPrefillBlock (kvq/session.h), the page's block too.
 export const kGpuPrefillBlock = 64;
-// Uniform slots (uniform_arena.js: 256 bytes each on most devices) a block may take: each token
-// takes n_layers × (2 + the pages it attends over), so a long context gets shorter blocks (4 MiB
-// of parameters at most) rather than an arena that grows with the block times the context.
+// Uniform slots (uniform_arena.js: 256 bytes each on most devices) a block may take: #BlockLength
+// counts n_layers × (2 + the pages it attends over) per token, an upper bound on what a block of n
+// takes since attention is query-blocked (n_layers × (2n + pages + 1): the encoders' per token,
+// an attend per page and a gather per block), so a long context gets shorter blocks (4 MiB of
+// parameters at most) rather than an arena that grows with the block times the context.
 const kBlockUniformSlots = 16384;
 // How long a failed step waits for device.lost to say whether the device went away (the
 // rejected readback and the lost promise settle in either order).

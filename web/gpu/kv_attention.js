@@ -24,9 +24,11 @@ import {DecodeWgsl, KeyRowsPerBlock} from './kv_formats.js';
  * s), c = exp(m − m'), e = exp(s − m'), l = l·c + e, acc = acc·c + e·v_value(r, kv_head, i) — and
  * stores the state back. The same instructions whatever the window: the bits do not depend on it.
  */
-export function OnlineSoftmaxWgsl(q_per_kv, head_dim, row_loop, {base = '0u', fresh = 'false'} = {}) {
+export function OnlineSoftmaxWgsl(q_per_kv, head_dim, row_loop,
+                                  {base = '0u', fresh = 'false', q_at = '(first_head + j) * head_dim'} = {}) {
   // base: the float index in `state` of this state region's head 0; fresh: start from the empty
-  // state (m = −inf, l = 0, acc = 0) instead of loading it (a position chunk of its own).
+  // state (m = −inf, l = 0, acc = 0) instead of loading it (a position chunk of its own); q_at:
+  // the float index in q of query head j's vector (j in scope; default: queries packed densely).
   return /* wgsl */ `
   var m: array<f32, ${q_per_kv}>;
   var l: array<f32, ${q_per_kv}>;
@@ -48,7 +50,7 @@ export function OnlineSoftmaxWgsl(q_per_kv, head_dim, row_loop, {base = '0u', fr
     for (var j = 0u; j < q_per_kv; j++) { score[j] = 0.0; }
     for (var i = 0u; i < head_dim; i++) {
       let k = k_value(r, kv_head, i);
-      for (var j = 0u; j < q_per_kv; j++) { score[j] = score[j] + q[(first_head + j) * head_dim + i] * k; }
+      for (var j = 0u; j < q_per_kv; j++) { score[j] = score[j] + q[${q_at} + i] * k; }
     }
     for (var j = 0u; j < q_per_kv; j++) {
       let s = score[j] * params.scale;

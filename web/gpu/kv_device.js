@@ -29,6 +29,9 @@ function F32Const(x) {  // an exact f32 literal
   return `bitcast<f32>(${new Uint32Array(new Float32Array([x]).buffer)[0]}u)`;
 }
 
+/** Bytes of AttendWgsl's Params (24 words: 21 used, padded to 16 bytes). */
+export const kAttendParamsBytes = 96;
+
 /** The attention kernels (attend, fold) of one layer shape (also kv_resident.js's). */
 export function AttendWgsl(s) {
   const half = s.rotary_dims / 2;
@@ -58,17 +61,21 @@ const v_block: u32 = ${s.v_block_bytes}u;
 // runs end. start / repeat: the injected bugs (0 when none).
 // chunk: positions per chunk (absolute: chunk c holds [c·chunk, (c + 1)·chunk)); pieces: the chunks
 // the window touches; first_fresh: 1 when its first piece starts a chunk after position 0 (then it
-// too fills a state of its own), else 0 (it continues the open chunk's state); n_tokens: queries.
+// too fills a state of its own), else 0 (it continues the open chunk's state); n_tokens: queries;
+// q_stride: floats from one query position's heads to the next's in q (n_q · head_dim when packed;
+// a prefill block's per-token slices are wider).
 struct Params {
   rows: u32, first_pos: u32, query_pos: u32, scale: f32,
   k_blocks: u32, k_head: u32, k_res: u32, k_n_head: u32, k_n_block: u32,
   v_blocks: u32, v_head: u32, v_res: u32, v_n_head: u32, v_n_block: u32,
   start: u32, repeat: u32,
   chunk: u32, pieces: u32, first_fresh: u32, n_tokens: u32,
+  q_stride: u32, pad0: u32, pad1: u32, pad2: u32,
 }
 @group(0) @binding(0) var<storage, read> k_buf: array<u32>;        // the slot
 @group(0) @binding(1) var<storage, read> v_buf: array<u32>;        // the same slot
-@group(0) @binding(2) var<storage, read> q: array<f32>;            // [queries][n_kv_heads · q_per_kv][head_dim]
+// [queries][q_stride]: each query position's [n_kv_heads · q_per_kv][head_dim] first
+@group(0) @binding(2) var<storage, read> q: array<f32>;
 // Per query state h (n_states = n_tokens · n_q of them) [m, l, acc[head_dim]], in regions of n_states
 // states: region 0 the open chunk's (what Finish normalises), region 1 the merge of the chunks before
 // it (kvq's AttentionState merged_*), regions 2 + p the window's pieces that start a chunk.
@@ -112,7 +119,8 @@ fn attend(@builtin(global_invocation_id) id: vec3u) {
   let repeat = select(0u, params.repeat, piece == 0u);
 ${OnlineSoftmaxWgsl(s.q_per_kv, s.head_dim, `for (var t = lo + start; t < hi + repeat; t++) {
     let r = select(t - repeat, lo, t < lo + repeat);`,
-    {base: 'select(0u, (2u + piece) * n_states * (head_dim + 2u), fresh)', fresh: 'fresh'})}
+    {base: 'select(0u, (2u + piece) * n_states * (head_dim + 2u), fresh)', fresh: 'fresh',
+     q_at: 'query * params.q_stride + (kv_head * q_per_kv + j) * head_dim'})}
 }
 
 ${MergeWgsl()}
@@ -231,6 +239,16 @@ fn finish(@builtin(global_invocation_id) id: vec3u) {
 fn gather(@builtin(global_invocation_id) id: vec3u) {
   if (id.x >= arrayLength(&state) / ${d + 2}u) { return; }
   for (var i = 0u; i < ${d}u; i++) { out[id.x * ${d}u + i] = state[id.x * ${d + 2}u + 2u + i]; }
+}
+// A prefill block's outputs: state h (of n_q per query position) to out[(h / n_q) · out_stride +
+// (h % n_q) · head_dim ..], each query position's heads in its own slice of the block's buffer.
+struct Gather { n_q: u32, out_stride: u32, pad0: u32, pad1: u32 }
+@group(0) @binding(2) var<uniform> gather_params: Gather;
+@compute @workgroup_size(64)
+fn gather_strided(@builtin(global_invocation_id) id: vec3u) {
+  if (id.x >= arrayLength(&state) / ${d + 2}u) { return; }
+  let at = (id.x / gather_params.n_q) * gather_params.out_stride + (id.x % gather_params.n_q) * ${d}u;
+  for (var i = 0u; i < ${d}u; i++) { out[at + i] = state[id.x * ${d + 2}u + 2u + i]; }
 }
 @compute @workgroup_size(64)
 fn renormalise(@builtin(global_invocation_id) id: vec3u) {
@@ -368,7 +386,8 @@ export class GpuKvDevice {
       for (let i = 0; i < L.slots; ++i) {
         const buffer = this.device.createBuffer({size: L.slot_bytes, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST});
         this.kv_bytes_now += buffer.size;
-        this.slots.push({buffer, params: this.#Buffer(80, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST)});
+        const params = this.#Buffer(kAttendParamsBytes, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
+        this.slots.push({buffer, params});
       }
       this.slot_bytes = L.slot_bytes;
     }
@@ -458,11 +477,12 @@ export class GpuKvDevice {
     const pieces = w.n_rows > 0 ? Math.floor((first + w.n_rows - 1) / chunk) - Math.floor(first / chunk) + 1 : 0;
     if (pieces > this.max_pieces) throw new Error(`a window of ${w.n_rows} rows over ${pieces} chunks (at most ${this.max_pieces})`);
     const first_fresh = first > 0 && first % chunk === 0 ? 1 : 0;
-    const p = new ArrayBuffer(80), u = new Uint32Array(p);
+    const p = new ArrayBuffer(kAttendParamsBytes), u = new Uint32Array(p);
     u.set([w.n_rows, w.first_position, L.first_query_position, 0, w.k.blocks_offset, w.k.head_offset,
            w.k.residual_offset, w.k.n_head, w.k.n_block, w.v.blocks_offset, w.v.head_offset, w.v.residual_offset,
            w.v.n_head, w.v.n_block, later && this.bug === 'drop_first_row' ? 1 : 0,
-           later && this.bug === 'double_count_row' ? 1 : 0, chunk, pieces, first_fresh, L.n_tokens]);
+           later && this.bug === 'double_count_row' ? 1 : 0, chunk, pieces, first_fresh, L.n_tokens,
+           this.n_heads * L.head_dim]);
     new Float32Array(p, 12, 1)[0] = L.scale;
     this.device.queue.writeBuffer(s.params, 0, p);
     const encoder = this.#Encoder();

@@ -24,11 +24,14 @@
 // window (queue writes land before the whole command buffer), so the step's commands so far are
 // submitted first (sink.flush): readbacks stay one a token, submits grow with the streamed pages.
 
-import {AttendWgsl, NormaliseWgsl} from './kv_device.js';
+import {AttendWgsl, kAttendParamsBytes, NormaliseWgsl} from './kv_device.js';
 import {GpuKvEncoder, kEncoderFormats} from './kv_formats.js';
 import {UniformArena} from './uniform_arena.js';
 
 const Ceil4 = (n) => Math.ceil(n / 4) * 4;
+// A GPUBuffer or GPUBufferBinding as a binding from its offset to the buffer's end, `floats` on.
+const From = (b, floats = 0) => b instanceof GPUBuffer ? {buffer: b, offset: floats * 4}
+                                                        : {buffer: b.buffer, offset: (b.offset ?? 0) + floats * 4};
 // kvq's kDefaultPositionChunk (kvq/attention.h), which the module gives the KV device too.
 const kPositionChunk = 2048;
 
@@ -86,7 +89,7 @@ export class GpuResidentKv {
     if (!(this.resident_pages >= 1)) throw new Error(`a mixed-mode KV cache needs at least 1 resident page per layer (got ${this.resident_pages})`);
     this.read = mixed?.read;
     this.counts = {write_backs: 0, kv_bytes: 0, kv_bytes_now: 0, peak_kv_bytes: 0, streamed_bytes: 0,
-                   streamed_pages: 0, evictions: 0, flushes: 0};
+                   streamed_pages: 0, evictions: 0, flushes: 0, attend_dispatches: 0};
     // The streaming ring (mixed mode): [{buffer [page_bytes]}], the
     // next slot to write, and the slots the commands not yet submitted read.
     this.slots = mixed ? Array.from({length: kStreamSlots}, () => this.#NewBuffers()) : [];
@@ -107,21 +110,21 @@ export class GpuResidentKv {
     this.attend = Pipe(attend_module, 'attend');
     this.fold = Pipe(attend_module, 'fold');
     this.finish = Pipe(norm_module, 'finish');
-    this.gather = Pipe(norm_module, 'gather');
+    this.gather = Pipe(norm_module, 'gather_strided');
     // Attention state: per query head [m, l, acc[head_dim]] in regions (AttendWgsl): the open
     // chunk's, the merged chunks', one per piece a page window can start (ceil(P / chunk) + 1).
+    // region_bytes: one query position's; a block of n positions has n times as much (#Queries).
     this.region_bytes = c.n_heads * (c.head_dim + 2) * 4;
     this.max_pieces = Math.ceil(P / kPositionChunk) + 1;
-    this.state = this.#Storage((2 + this.max_pieces) * this.region_bytes);
-    // Regions 0 and 1 as a layer starts them (m = −inf; l, acc 0), copied in before each layer.
-    const initial = new Float32Array(2 * this.region_bytes / 4);
-    for (let h = 0; h < 2 * c.n_heads; ++h) initial[h * (c.head_dim + 2)] = -Infinity;
-    this.initial = this.#Storage(initial.byteLength);
-    device.queue.writeBuffer(this.initial, 0, initial);
+    this.queries = 0;
+    this.state = null;
+    this.initial = null;
+    this.retired = [];  // state buffers outgrown while recording: destroyed after the submit
+    this.#Queries(1);
     // LlamaModel's attention scale, as f32: 1 / sqrtf(head_dim) (f64 then rounded: the same bits).
     this.scale = Math.fround(1 / Math.fround(Math.sqrt(c.head_dim)));
-    // Every dispatch's parameters (AttendWgsl's Params: 80 bytes; the encoders' 16) until the submit.
-    this.uniforms = new UniformArena(device, 80);
+    // Every dispatch's parameters (AttendWgsl's Params; the encoders' 16) until the submit.
+    this.uniforms = new UniformArena(device, kAttendParamsBytes);
     this.staged = [];        // pages copied out in the step being recorded: [{layer, staging}]
     this.behind = Promise.resolve();  // the write-backs, in order
     this.broken = null;      // the first write-back that failed (later ones are then not appended)
@@ -189,14 +192,38 @@ export class GpuResidentKv {
    * sink.encoder and puts a new one there (mixed mode, before a slot is written again).
    */
   Record(sink, layer, k, v, q, pos, out) {
-    const L = this.layers[layer], P = this.P, c = this.c;
-    const row = pos % P, index = Math.floor(pos / P);
-    if (index !== L.pages.length - (row === 0 ? 0 : 1)) {
+    const packed = this.c.n_heads * this.c.head_dim;
+    this.RecordBlock(sink, layer, [{k, v}], pos, q, out, packed, packed);
+  }
+
+  /**
+   * A prefill block's layer (or a decode step's: one position): the n = rows.length consecutive
+   * positions pos.. each encode their rows (rows[t] = {k, v}, as Record's) into their pages, then
+   * every position t attends over positions 0..pos + t in one pass over the pages (query-blocked:
+   * one attend dispatch per page window for all n queries, each taking the window's rows up to its
+   * own position). q and out: bindings at position 0's [n_heads][head_dim]; position t's are
+   * t · q_stride and t · out_stride floats further. Each query's (m, l, acc) goes through the same
+   * instructions on the same rows in the same order as a Record at its position alone (a window
+   * past a query's position gives it no rows, and an empty state merges as nothing), so the same
+   * bits.
+   */
+  RecordBlock(sink, layer, rows, pos, q, out, q_stride, out_stride) {
+    const L = this.layers[layer], P = this.P, c = this.c, n = rows.length;
+    const first_resident = this.#FirstResident(pos);
+    if (n > 1 && this.#FirstResident(pos + n - 1) !== first_resident) {
+      // A page would be evicted inside the block: the earlier queries still read it. Per position.
+      for (let t = 0; t < n; ++t) {
+        this.RecordBlock(sink, layer, [rows[t]], pos + t, From(q, t * q_stride), From(out, t * out_stride),
+                         q_stride, out_stride);
+      }
+      return;
+    }
+    const index = Math.floor(pos / P);
+    if (index !== L.pages.length - (pos % P === 0 ? 0 : 1)) {
       throw new Error(`layer ${layer} holds ${L.pages.length} pages; position ${pos} needs ${index + 1}`);
     }
     // Evictions: pages older than the newest resident_pages, each in the master already (the
     // runner waited for their write-backs: WaitsFor).
-    const first_resident = this.#FirstResident(pos);
     for (let i = 0; i < first_resident; ++i) {
       if (!L.pages[i]) continue;
       if (i >= L.landed) throw new Error(`layer ${layer}'s page ${i} is not in the master yet; it cannot be evicted`);
@@ -204,12 +231,20 @@ export class GpuResidentKv {
       L.pages[i] = null;
       ++this.counts.evictions;
     }
-    const tail = row === 0 ? this.#NewPage(L) : L.pages[index];
-    L.k.Record(sink.encoder, k, 1, tail.buffer, row * this.k_block, this.uniforms);
-    L.v.Record(sink.encoder, v, 1, tail.buffer, this.value_offset + row * this.v_block, this.uniforms);
-    sink.encoder.copyBufferToBuffer(this.initial, 0, this.state, 0, this.initial.size);
+    const full = [];  // pages the block fills: copied out after its rows are encoded
+    for (let t = 0; t < n; ++t) {
+      const row = (pos + t) % P;
+      const tail = row === 0 ? this.#NewPage(L) : L.pages[L.pages.length - 1];
+      L.k.Record(sink.encoder, rows[t].k, 1, tail.buffer, row * this.k_block, this.uniforms);
+      L.v.Record(sink.encoder, rows[t].v, 1, tail.buffer, this.value_offset + row * this.v_block, this.uniforms);
+      if (row === P - 1) full.push(tail);
+    }
+    const last = pos + n - 1, last_index = Math.floor(last / P), last_row = last % P;
+    this.#Queries(n);
+    const region_bytes = n * this.region_bytes;  // one state per (query position, query head)
+    sink.encoder.copyBufferToBuffer(this.initial, 0, this.state, 0, 2 * region_bytes);
     let pass = sink.encoder.beginComputePass();
-    for (let i = 0; i <= index; ++i) {  // one window per page, in position order
+    for (let i = 0; i <= last_index; ++i) {  // one window per page, in position order
       let page = L.pages[i];
       if (!page) {  // evicted: streamed from the master into the next slot
         const slot = this.next_slot;
@@ -230,38 +265,57 @@ export class GpuResidentKv {
         this.counts.streamed_bytes += this.page_bytes;
         ++this.counts.streamed_pages;
       }
-      const first = i * P, rows = i < index ? P : row + 1;
-      const pieces = Math.floor((first + rows - 1) / kPositionChunk) - Math.floor(first / kPositionChunk) + 1;
+      const first = i * P, window_rows = i < last_index ? P : last_row + 1;
+      const pieces = Math.floor((first + window_rows - 1) / kPositionChunk) - Math.floor(first / kPositionChunk) + 1;
       const first_fresh = first > 0 && first % kPositionChunk === 0 ? 1 : 0;
-      const p = new ArrayBuffer(80), u = new Uint32Array(p);
+      const p = new ArrayBuffer(kAttendParamsBytes), u = new Uint32Array(p);
       // AttendWgsl's Params: rows, first_pos, query_pos, scale; K blocks/head/residual offsets and
-      // counts; V's; no injected bug; chunk, pieces, first_fresh, one query.
-      u.set([rows, first, pos, 0, 0, 0, 0, 0, rows, this.value_offset, 0, 0, 0, rows, 0, 0, kPositionChunk, pieces,
-             first_fresh, 1]);
+      // counts; V's; no injected bug; chunk, pieces, first_fresh, n queries; q's stride.
+      u.set([window_rows, first, pos, 0, 0, 0, 0, 0, window_rows, this.value_offset, 0, 0, 0, window_rows, 0, 0,
+             kPositionChunk, pieces, first_fresh, n, q_stride]);
       new Float32Array(p, 12, 1)[0] = this.scale;
       const params = this.uniforms.Take(p);
+      const state = {buffer: this.state, size: (2 + pieces) * region_bytes};
       pass.setPipeline(this.attend);
-      pass.setBindGroup(0, this.#Group(this.attend, [page.buffer, page.buffer, q, this.state, params]));
-      pass.dispatchWorkgroups(Math.ceil(c.n_kv_heads * pieces / 64));
+      pass.setBindGroup(0, this.#Group(this.attend, [page.buffer, page.buffer, From(q), state, params]));
+      pass.dispatchWorkgroups(Math.ceil(c.n_kv_heads * n * pieces / 64));
+      ++this.counts.attend_dispatches;
       if (pieces > 1 || first_fresh) {
         pass.setPipeline(this.fold);
         pass.setBindGroup(0, this.device.createBindGroup({layout: this.fold.getBindGroupLayout(0), entries: [
-          {binding: 3, resource: {buffer: this.state}}, {binding: 4, resource: params}]}));
-        pass.dispatchWorkgroups(Math.ceil(c.n_heads / 64));
+          {binding: 3, resource: state}, {binding: 4, resource: params}]}));
+        pass.dispatchWorkgroups(Math.ceil(n * c.n_heads / 64));
       }
     }
     pass.setPipeline(this.finish);
-    pass.setBindGroup(0, this.#Group(this.finish, [{buffer: this.state, size: 2 * this.region_bytes}]));
-    pass.dispatchWorkgroups(Math.ceil(c.n_heads / 64));
+    pass.setBindGroup(0, this.#Group(this.finish, [{buffer: this.state, size: 2 * region_bytes}]));
+    pass.dispatchWorkgroups(Math.ceil(n * c.n_heads / 64));
+    const gather = this.uniforms.Take(new Uint32Array([c.n_heads, out_stride, 0, 0]));
     pass.setPipeline(this.gather);
-    pass.setBindGroup(0, this.#Group(this.gather, [{buffer: this.state, size: this.region_bytes}, out]));
-    pass.dispatchWorkgroups(Math.ceil(c.n_heads / 64));
+    pass.setBindGroup(0, this.#Group(this.gather, [{buffer: this.state, size: region_bytes}, From(out), gather]));
+    pass.dispatchWorkgroups(Math.ceil(n * c.n_heads / 64));
     pass.end();
-    if (row === P - 1) {  // the page is full: copied out in this submit, appended once mapped
+    for (const tail of full) {  // a page filled: copied out in this submit, appended once mapped
       const staging = this.device.createBuffer({size: tail.buffer.size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
       sink.encoder.copyBufferToBuffer(tail.buffer, 0, staging, 0, tail.buffer.size);
       this.staged.push({layer, staging});
     }
+  }
+
+  // The attention state and its initial regions for blocks of n query positions: region r of the
+  // state ([n][n_heads][m, l, acc[head_dim]]) at r · n · region_bytes, 2 + max_pieces regions. A
+  // buffer outgrown is destroyed after the submit of the commands recorded with it.
+  #Queries(n) {
+    if (n <= this.queries) return;
+    if (this.state) this.retired.push(this.state, this.initial);
+    const c = this.c;
+    this.state = this.#Storage((2 + this.max_pieces) * n * this.region_bytes);
+    // Regions 0 and 1 as a layer starts them (m = −inf; l, acc 0), copied in before each layer.
+    const initial = new Float32Array(2 * n * this.region_bytes / 4);
+    for (let h = 0; h < 2 * n * c.n_heads; ++h) initial[h * (c.head_dim + 2)] = -Infinity;
+    this.initial = this.#Storage(initial.byteLength);
+    this.device.queue.writeBuffer(this.initial, 0, initial);
+    this.queries = n;
   }
 
   // entries: per binding a GPUBuffer or a GPUBufferBinding.
@@ -276,6 +330,8 @@ export class GpuResidentKv {
   /** After the step's submit: maps this step's full pages and queues their appends, in order. */
   Submitted() {
     this.uniforms.Reset();
+    for (const b of this.retired) b.destroy();
+    this.retired = [];
     this.pending.clear();  // the step's commands are all submitted: a slot may be written again
     for (const {layer, staging} of this.staged) {
       const mapped = staging.mapAsync(GPUMapMode.READ);
@@ -308,8 +364,7 @@ export class GpuResidentKv {
       for (const p of L.pages) if (p) this.#FreeBuffers(p);
     }
     for (const s of this.slots) this.#FreeBuffers(s);
-    this.state.destroy();
-    this.initial.destroy();
+    for (const b of [this.state, this.initial, ...this.retired]) b.destroy();
     this.uniforms.Destroy();
   }
 }

@@ -24,8 +24,10 @@
 // (GpuModelRunner.Prefill, which cuts its blocks at every page boundary here: one resident page
 // per layer, so a new page evicts one): after each call its logits equal the mixed token-by-token
 // step's bit for bit; counted per call: readbacks = the blocks (the pages the call touches),
-// streamed bytes = the evicted pages' as token by token, submits ≤ blocks + ⌊W / 2⌋ with W the
-// windows streamed (a slot is written again, so submitted first, at most every second window).
+// streamed bytes = the evicted pages' once per block (attention is query-blocked: each streamed
+// window serves all the block's queries; token by token it was once per token), submits ≤ blocks
+// + ⌊W / 2⌋ with W the windows streamed (a slot is written again, so submitted first, at most every
+// second window).
 import {GpuModelRunner, GpuProgramOf} from '/web/gpu/gpu_engine.js';
 import {kEncoderFormats} from '/web/gpu/kv_formats.js';
 import {kStreamSlots, PageBufferBytes} from '/web/gpu/kv_resident.js';
@@ -146,8 +148,10 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
           fail(`${what} prefill of positions ${block_from}-${p} on the ${blocks.path} path: logit ${at} is ` +
                `${got_block.logits[at]}, token by token ${m.logits[at]} (ids ${got_block.token}, ${m.token})`);
         }
-        let windows = 0;
-        for (let q = block_from; q <= p; ++q) windows += c.n_layers * Math.floor(q / kPage);
+        let windows = 0;  // per block (one per page the call touches): each layer's evicted pages
+        for (let q = block_from; q <= p; ++q) {
+          if (q === block_from || q % kPage === 0) windows += c.n_layers * Math.floor(q / kPage);
+        }
         const block_count = Math.floor(p / kPage) - Math.floor(block_from / kPage) + 1;
         const d = (k) => b1[k] - b0[k];
         if (d('readbacks') !== block_count || d('streamed_bytes') !== windows * page_bytes ||

@@ -16,8 +16,12 @@
 // readback (no KV device submit), its last position's logits equal the resident token-by-token
 // run's bit for bit (the same kernels per token, only their parameters copied from block
 // buffers), and its master pages equal the streamed run's byte for byte. The first block's call
-// allows 6·n_layers uniform slots (Prefill's uniform_slots): a token of it takes n_layers × (2 + 1
-// page), so it runs as blocks of 2, 2 and 1 token (3 submits and readbacks) with the same logits.
+// allows 6·n_layers uniform slots (Prefill's uniform_slots): the runner counts n_layers × (2 + 1
+// page) per token, so it runs as blocks of 2, 2 and 1 token (3 submits and readbacks) with the
+// same logits.
+// Attention in a block is query-blocked (kv_resident.js's RecordBlock): per layer one attend
+// dispatch per page the block's last position reaches, for all its tokens (counted by the resident
+// cache, checked exactly), where per-token attention took one per page per token (also returned).
 // The per-token step time of each path is measured and returned for printing: under load on
 // SwiftShader (a CPU emulation of a GPU) it shows dispatch overhead, not a claim.
 import {GpuModelRunner} from '/web/gpu/gpu_engine.js';
@@ -28,13 +32,15 @@ const kPositions = 72;  // two full pages and a partial tail
 const kBlocks = [5, 40, 27];  // prefill blocks over the kPositions: positions 0-4, 5-44, 45-71
 
 // formats: the encoder formats to run (all of kEncoderFormats unless given).
-// Returns {checks, timing: {format: {stream_ms, resident_ms}}}; failures go to fail(what).
+// Returns {checks, timing: {format: {stream_ms, resident_ms}}, attend_dispatches: {blocked, per_token}
+// (the block runs' prefill attention, summed over formats)}; failures go to fail(what).
 export async function CheckResidentPath(M, device, model, program, prompt_ids, name, fail, formats = kEncoderFormats) {
   const stream = await GpuModelRunner.Create(M, device, model, program);
   const resident = await GpuModelRunner.Create(M, device, model, program);
   const blocks = await GpuModelRunner.Create(M, device, model, program);
   const c = program.config;
   const timing = {};
+  const attend_dispatches = {blocked: 0, per_token: 0};
   let checks = 0;
   const page_bytes = (runner) => JSON.parse(M.UTF8ToString(M._kvq_web_kv_page_layout(runner.kv, 0))).page_bytes;
   for (const format of formats) {
@@ -79,12 +85,23 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
     let first = 0;
     for (const [end, want] of ends) {
       if (!want) break;  // the token-by-token run stopped before it (its failure says why)
-      const before = blocks.counts;
+      const before = blocks.counts, attends_before = blocks.resident.counts.attend_dispatches;
       const capped = first === 0;  // the first call's blocks cut by uniform slots (kBlocks[0] = 5: 2, 2, 1)
       const got = await blocks.Prefill(ids.slice(first, end + 1),
                                        {logits: true, ...(capped ? {uniform_slots: 6 * c.n_layers} : {})});
       const after = blocks.counts;
       const counts = ['submits', 'readbacks', 'device_submits'].map((k) => after[k] - before[k]);
+      // Attend dispatches: per block (capped: 2, 2, 1 tokens inside page 0) n_layers × the pages
+      // up to its last position; per-token attention: n_layers × each position's pages.
+      const pages = (position) => Math.floor(position / kPage) + 1;
+      const want_attends = c.n_layers * (capped ? 3 * pages(end) : pages(end));
+      const attends = blocks.resident.counts.attend_dispatches - attends_before;
+      if (attends !== want_attends) {
+        fail(`${what}: the prefill call of positions ${first}-${end} took ${attends} attend dispatches (expected ` +
+             `${want_attends}: one per layer and page per block)`);
+      }
+      attend_dispatches.blocked += attends;
+      for (let q = first; q <= end; ++q) attend_dispatches.per_token += c.n_layers * pages(q);
       const expected = capped ? '3,3,0' : '1,1,0';
       if (counts.join() !== expected) {
         fail(`${what}: the prefill call of positions ${first}-${end} took ${counts.join(', ')} submits, readbacks ` +
@@ -139,5 +156,5 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
   stream.Destroy();
   resident.Destroy();
   blocks.Destroy();
-  return {checks, timing};
+  return {checks, timing, attend_dispatches};
 }
