@@ -486,6 +486,17 @@ async function Generate(id, p) {
   }
 }
 
+// fn(address) of `ids` copied into the module's memory ([ids.length] int32), freed after it returns.
+function WithIds(ids, fn) {
+  const buf = kvq._malloc(Math.max(1, ids.length) * 4);
+  try {
+    Heap32().set(ids, buf >> 2);
+    return fn(buf);
+  } finally {
+    kvq._free(buf);
+  }
+}
+
 // The WebAssembly CPU path: a kvq session in the module; keep: the last one, if it was made with
 // these formats and budget (a chat's history), else a new one.
 function CpuEngine(p, keep = false) {
@@ -501,26 +512,13 @@ function CpuEngine(p, keep = false) {
   Check(api.sessionSetThreads(session, p.threads) === 0, `running with ${p.threads} threads`);
   return {
     // Keeps what the session holds of prompt_ids' prefix (never all of it); the positions kept.
-    keep_prefix: (prompt_ids) => {
-      const buf = kvq._malloc(Math.max(1, prompt_ids.length) * 4);  // [n_prompt] int32
-      try {
-        Heap32().set(prompt_ids, buf >> 2);
-        const kept = api.sessionKeepPrefix(session, buf, prompt_ids.length);
-        Check(kept >= 0, 'reusing the session');
-        return kept;
-      } finally {
-        kvq._free(buf);
-      }
-    },
-    prefill: async (prompt_ids) => {
-      const buf = kvq._malloc(prompt_ids.length * 4);  // [n_prompt] int32
-      try {
-        Heap32().set(prompt_ids, buf >> 2);
-        Check(api.prefill(session, buf, prompt_ids.length) === 0, 'prefill');
-      } finally {
-        kvq._free(buf);
-      }
-    },
+    keep_prefix: (prompt_ids) => WithIds(prompt_ids, (buf) => {
+      const kept = api.sessionKeepPrefix(session, buf, prompt_ids.length);
+      Check(kept >= 0, 'reusing the session');
+      return kept;
+    }),
+    prefill: async (prompt_ids) =>
+      WithIds(prompt_ids, (buf) => Check(api.prefill(session, buf, prompt_ids.length) === 0, 'prefill')),
     sample: () => {
       const token = api.sample(session);
       Check(token >= 0, 'sampling');
