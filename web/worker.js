@@ -15,6 +15,7 @@ let model_context = 0;  // the loaded model's context (positions)
 let threads = 1;       // threads the module runs models with
 let heap_view = null;  // [heap bytes] Uint8Array over the module's memory, refreshed when it grows
 let session = 0;       // handle of the last generation's session, kept so its stats stay readable
+let session_spec = '';  // the formats and budget it was made with: a chat's next turn reuses it if they match
 let busy = false;      // what is running ('a generation', 'a model load'), or false
 let stopRequested = false;
 // The WebGPU path (web/gpu/): the module's step program of the loaded model (its forward pass as
@@ -141,6 +142,8 @@ async function Init(m) {
     sessionNew: w('kvq_web_session_new', 'number', ['number', 'string', 'string', 'number']),
     sessionFree: w('kvq_web_session_free', null, ['number']),
     tokenize: w('kvq_web_tokenize', 'number', ['number', 'string', 'number', 'number', 'number']),
+    tokenizeChatPrompt: w('kvq_web_tokenize_chat_prompt', 'number', ['number', 'string', 'number', 'number']),
+    sessionKeepPrefix: w('kvq_web_session_keep_prefix', 'number', ['number', 'number', 'number']),
     detokenize: w('kvq_web_detokenize', 'number', ['number', 'number', 'number', 'number', 'number']),
     prefill: w('kvq_web_prefill', 'number', ['number', 'number', 'number']),
     decode: w('kvq_web_decode', 'number', ['number', 'number']),
@@ -302,14 +305,16 @@ function RequireModel() {
   if (!model) throw new Error('no model is loaded');
 }
 
-// add_bos: -1 = the model's default.
+// add_bos: -1 = the model's default; 'chat': a rendered chat prompt's ids (one BOS, whether or
+// not the template wrote its text: Model::TokenizeChatPrompt, as kvq chat and kvq serve).
 function Tokenize(text, add_bos) {
   RequireModel();
   let capacity = 256;
   for (;;) {
     const ptr = kvq._malloc(capacity * 4);  // [capacity] int32 ids
     try {
-      const n = api.tokenize(model, text, add_bos, ptr, capacity);
+      const n = add_bos === 'chat' ? api.tokenizeChatPrompt(model, text, ptr, capacity)
+                                   : api.tokenize(model, text, add_bos, ptr, capacity);
       Check(n >= 0, 'tokenizing the prompt');
       if (n <= capacity) return Array.from(Heap32().subarray(ptr >> 2, (ptr >> 2) + n));
       capacity = n;
@@ -346,6 +351,7 @@ function Detokenize(ids) {
 function FreeSession() {
   if (session) api.sessionFree(session);
   session = 0;
+  session_spec = '';
 }
 
 function Stats() {
@@ -374,18 +380,22 @@ function Completion(handle) {
 
 // p: {prompt, kv_k, kv_v, device_budget_bytes, temperature, top_k, top_p, min_p, seed,
 //     max_tokens | n_positions (positions in all, BOS and prompt included, as run.c's -n),
-//     stop (strings the text ends before), ignore_eos}
+//     stop (strings the text ends before), ignore_eos, chat}
+// chat: the prompt is a rendered conversation (the chat page's turn): its ids by the chat rule,
+// and on the WebAssembly path the last generation's session, when made with the same formats, is
+// kept up to where it and the prompt differ (Session::KeepCommonPrefix, as kvq chat): a turn
+// prefills only what the history did not hold (timing.n_reused: the prompt tokens kept).
 // Posts progress and a 'done' whose finish_reason is stop (an end token or a stop string),
 // length, context (the model's context is full) or cancelled (Stop).
 async function Generate(id, p) {
   RequireModel();
   stopRequested = false;
-  FreeSession();
+  if (!p.chat) FreeSession();
   p = {...p, threads: p.threads ?? threads};
   if (!(Number.isInteger(p.threads) && p.threads >= 1 && p.threads <= threads)) {
     throw new Error(`threads ${p.threads}: this page runs 1${threads > 1 ? ` to ${threads}` : ''}`);
   }
-  const prompt_ids = Tokenize(p.prompt, -1);
+  const prompt_ids = Tokenize(p.prompt, p.chat ? 'chat' : -1);
   if (prompt_ids.length === 0) throw new Error('the prompt gave no tokens (and the model adds no BOS)');
   const max_tokens = p.n_positions !== undefined ? p.n_positions - prompt_ids.length : p.max_tokens;
   if (!(max_tokens >= 1)) {
@@ -411,15 +421,17 @@ async function Generate(id, p) {
   const path = on_gpu ? {device: 'gpu', adapter: gpu.name}
                       : {device: 'cpu', why: want === 'cpu' ? 'asked for' :
                            `${why_not || emulated}${want === 'gpu' ? '; running on WebAssembly instead' : ''}`};
-  const engine = on_gpu ? await GpuEngine(p) : CpuEngine(p);
+  if (on_gpu) FreeSession();  // a chat's history is kept on the WebAssembly path only
+  const engine = on_gpu ? await GpuEngine(p) : CpuEngine(p, p.chat);
+  const n_reused = engine.keep_prefix(prompt_ids);
 
   const ids = prompt_ids.slice();  // the prompt and every token sampled (an end token too, as run.c's ids)
   const prompt_text = Detokenize(prompt_ids);
   let completion = '';  // the text the completion's rules have released so far
   let prefill_ms = 0;  // the prompt's blocks, the pauses between them excluded
-  let held = 0;        // prompt tokens the session holds
+  let held = n_reused;  // prompt tokens the session holds
   let decode_ms = 0;   // sampling and decode steps, the pauses for messages excluded
-  const timing = () => ({n_prompt: prompt_ids.length, n_prompt_held: held, prefill_ms,
+  const timing = () => ({n_prompt: prompt_ids.length, n_reused, n_prompt_held: held, prefill_ms,
                          n_generated: ids.length - prompt_ids.length, decode_ms});
   let sent = 0;  // ids already posted: the first post carries BOS and the prompt
   let last_post = performance.now();
@@ -476,23 +488,39 @@ async function Generate(id, p) {
   }
 }
 
-// The WebAssembly CPU path: a kvq session in the module.
-function CpuEngine(p) {
-  session = api.sessionNew(model, p.kv_k, p.kv_v, p.device_budget_bytes || 0);
-  Check(session, `creating a session with K "${p.kv_k}", V "${p.kv_v}"`);
+// fn(address) of `ids` copied into the module's memory ([ids.length] int32), freed after it returns.
+function WithIds(ids, fn) {
+  const buf = kvq._malloc(Math.max(1, ids.length) * 4);
+  try {
+    Heap32().set(ids, buf >> 2);
+    return fn(buf);
+  } finally {
+    kvq._free(buf);
+  }
+}
+
+// The WebAssembly CPU path: a kvq session in the module; keep: the last one, if it was made with
+// these formats and budget (a chat's history), else a new one.
+function CpuEngine(p, keep = false) {
+  const spec = JSON.stringify([p.kv_k, p.kv_v, p.device_budget_bytes || 0]);
+  if (!keep || spec !== session_spec) {
+    FreeSession();
+    session = api.sessionNew(model, p.kv_k, p.kv_v, p.device_budget_bytes || 0);
+    Check(session, `creating a session with K "${p.kv_k}", V "${p.kv_v}"`);
+    session_spec = spec;
+  }
   api.setSampler(session, p.temperature, p.top_k, p.top_p, p.min_p, p.seed | 0);
   // No count changes a bit of the logits (kvq/session.h): ?threads=N and a test's threads: 1 vs 2.
   Check(api.sessionSetThreads(session, p.threads) === 0, `running with ${p.threads} threads`);
   return {
-    prefill: async (prompt_ids) => {
-      const buf = kvq._malloc(prompt_ids.length * 4);  // [n_prompt] int32
-      try {
-        Heap32().set(prompt_ids, buf >> 2);
-        Check(api.prefill(session, buf, prompt_ids.length) === 0, 'prefill');
-      } finally {
-        kvq._free(buf);
-      }
-    },
+    // Keeps what the session holds of prompt_ids' prefix (never all of it); the positions kept.
+    keep_prefix: (prompt_ids) => WithIds(prompt_ids, (buf) => {
+      const kept = api.sessionKeepPrefix(session, buf, prompt_ids.length);
+      Check(kept >= 0, 'reusing the session');
+      return kept;
+    }),
+    prefill: async (prompt_ids) =>
+      WithIds(prompt_ids, (buf) => Check(api.prefill(session, buf, prompt_ids.length) === 0, 'prefill')),
     sample: () => {
       const token = api.sample(session);
       Check(token >= 0, 'sampling');
@@ -524,6 +552,7 @@ async function GpuEngine(p) {
   let decode0 = counts0;  // the counts when the prompt was in: per-step figures are the decode's
   let last = null;
   return {
+    keep_prefix: () => 0,  // a new sequence each time
     prefill: async (prompt_ids) => {
       last = await runner.Prefill(prompt_ids, p.gpu_prefill_block ? {block: p.gpu_prefill_block} : {});
       decode0 = {...runner.counts};

@@ -145,7 +145,10 @@ class Model {
   /// The ids of a prompt ApplyChatTemplate rendered: Tokenize(text), except that a text starting
   /// with the BOS token's text (a template that writes BOS itself, as Llama 2's and 3's do) is
   /// BOS then Tokenize(the rest, AddBos::kNo): one BOS, whatever the vocabulary's rule, and the
-  /// BOS id even where Tokenize does not parse that text (SentencePiece's "<s>").
+  /// BOS id even where Tokenize does not parse that text (SentencePiece's "<s>"); a text without
+  /// it gets the vocabulary's rule (BOS or none). The ids llama.cpp's chat path gives: it strips a
+  /// leading BOS text where the vocabulary adds BOS (common_chat_templates_apply) and otherwise
+  /// parses the text it keeps as the BOS token, never two (its tokenizer warns of a doubled BOS).
   std::vector<int32_t> TokenizeChatPrompt(std::string_view text) const;
   /// Whether `source` is a chat template kvq can run (template_override's check, made before a
   /// conversation starts); the error names the construct and its line:column.

@@ -214,6 +214,13 @@ class Session {
   /// the last recomputed token (none when nothing was recomputed: run a token first).
   /// Errors: n_positions < 0 or > positions().
   Status Truncate(int64_t n_positions);
+  /// Makes what the session holds a prefix of `prompt` that Generate then reuses: the positions up
+  /// to where the held ids and `prompt` first differ are kept (never all of `prompt`: its last
+  /// token runs again, for the logits), the rest truncated; a cache that cannot be cut there (a
+  /// recurrent state) is cleared. The one rule kvq chat and the page's chat in a tab follow, so
+  /// a turn prefills only what the history did not already hold. Returns the positions kept.
+  /// Errors: those of Truncate and Clear (the session is then cleared or unusable).
+  Result<int64_t> KeepCommonPrefix(std::span<const int32_t> prompt);
   /// Whether a speculative verifier can drop a rejected draft from this session: not with a disk
   /// master (--kv-disk); a hybrid's KV rows must drop one at a time (per-token codecs, no sinks or
   /// residual), as its recurrent state is restored from a checkpoint (recurrent_state) rather than

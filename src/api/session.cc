@@ -128,6 +128,18 @@ Status Session::Clear() {
   return Status::Ok();
 }
 
+Result<int64_t> Session::KeepCommonPrefix(std::span<const int32_t> prompt) {
+  const std::span<const int32_t> held = tokens();
+  const size_t common = std::mismatch(held.begin(), held.end(), prompt.begin(), prompt.end()).first - held.begin();
+  const size_t keep = std::min(common, prompt.empty() ? 0 : prompt.size() - 1);
+  if (keep == held.size()) return static_cast<int64_t>(keep);
+  if (Status st = Truncate(static_cast<int64_t>(keep)); !st.ok()) {
+    // A cache that cannot be cut (e.g. a recurrent state) is recomputed from the start.
+    if (Status c = Clear(); !c.ok()) return c;
+  }
+  return positions();
+}
+
 Status Session::Truncate(int64_t n_positions) {
   if (n_positions < 0 || n_positions > positions()) {
     return Status::Error(fmt::format("Truncate: {} positions asked; the session holds {}", n_positions, positions()));

@@ -128,20 +128,11 @@ Result<ChatTurn> ChatConversation::Reply(std::vector<ChatMessage> added, const G
     messages_ = before;
     return s;
   }
-  // Keep what the session holds up to where it and the new prompt first differ (never all of the
-  // prompt: Generate runs its last token again, for the logits), so Generate reuses it.
-  const std::span<const int32_t> held = session_.tokens();
-  const size_t common =
-      std::mismatch(held.begin(), held.end(), turn.prompt_ids.begin(), turn.prompt_ids.end()).first - held.begin();
-  const size_t keep = std::min(common, turn.prompt_ids.size() - 1);
-  if (keep < held.size()) {
-    if (Status s = session_.Truncate(static_cast<int64_t>(keep)); !s.ok()) {
-      // A cache that cannot be cut (e.g. a recurrent state) is recomputed from the start.
-      if (Status c = session_.Clear(); !c.ok()) {
-        messages_ = before;
-        return c;
-      }
-    }
+  // Keep what the session holds up to where it and the new prompt first differ, so Generate
+  // reuses it and prefills only the rest.
+  if (Result<int64_t> kept = session_.KeepCommonPrefix(turn.prompt_ids); !kept.ok()) {
+    messages_ = before;
+    return kept.status();
   }
   Result<Completion> c = session_.Generate(turn.prompt_ids, request, on_token);
   if (!c.ok()) {

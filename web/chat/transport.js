@@ -140,6 +140,8 @@ export class TabTransport {
     this.model = null;         // {name, info} of the loaded model
     this.kv = {key: 'f16', value: 'f16'};
     this.last_stats = null;    // the last reply's session stats
+    this.turns = [];           // per reply: {prompt_ids, reply_ids, reused, prefilled, positions (held after it),
+                               // finish} as kvq chat --json reports them (a test compares them)
     this.worker.onmessage = (event) => {
       const m = event.data;
       const request = this.pending.get(m.id);
@@ -201,8 +203,9 @@ export class TabTransport {
     return (await this.Ask('apply_template', {messages, add_generation_prompt: true, template_override})).prompt;
   }
 
-  // The whole conversation is rendered and run again each turn: the worker's generate starts a
-  // fresh session, so no prompt token is reused.
+  // The whole conversation is rendered each turn, as the server renders it; the worker keeps the
+  // session between turns (generate's chat mode), so the history's tokens come from its cache and
+  // only the new ones are prefilled.
   async Chat(messages, params, on_text) {
     const prompt = await this.RenderPrompt(messages);
     const seed = params.seed ?? (crypto.getRandomValues(new Uint32Array(1))[0] & 0x7fffffff);
@@ -217,13 +220,18 @@ export class TabTransport {
     };
     const done = await this.Ask('generate', {params: {
       prompt, kv_k: this.kv.key, kv_v: this.kv.value, temperature: params.temperature, top_k: 0,
-      top_p: params.top_p, min_p: 0, seed, max_tokens: params.max_tokens, stop: params.stop ?? [], device: 'cpu'}},
+      top_p: params.top_p, min_p: 0, seed, max_tokens: params.max_tokens, stop: params.stop ?? [], device: 'cpu',
+      chat: true}},
       [], reply);
     const text = reply(done);
     this.last_stats = done.stats.session;
     const t = done.timing;
+    // The reply's ids as kvq chat reports them: without the end token it stopped on.
+    this.turns.push({prompt_ids: done.ids.slice(0, t.n_prompt), reply_ids: done.ids.slice(t.n_prompt,
+                       done.end_token ? -1 : undefined), reused: t.n_reused, prefilled: t.n_prompt_held - t.n_reused,
+                     positions: done.stats.session.positions, finish: done.finish_reason});
     return {text, stopped: done.stopped, finish: done.stopped ? null : done.finish_reason,
-            prompt_tokens: t.n_prompt, reused_tokens: 0, completion_tokens: t.n_generated,
+            prompt_tokens: t.n_prompt, reused_tokens: t.n_reused, completion_tokens: t.n_generated,
             tokens_per_second: t.decode_ms > 0 && t.n_generated > 0 ? t.n_generated / (t.decode_ms / 1000) : null};
   }
 

@@ -6,7 +6,9 @@
 //     session goes idle and the page takes the next message;
 //   - on the in-tab runtime (the WebAssembly module, the same page with ?runtime=tab): the module
 //     renders the Qwen 3 template byte for byte as the server's /apply-template does, a template's
-//     raise_exception comes back as that error (the module keeps working), and a reply streams;
+//     raise_exception comes back as that error (the module keeps working), a reply streams, two
+//     greedy turns give native `kvq chat --json`'s prompt and reply ids, reused and prefilled
+//     counts (turn 2 prefills only its new tokens), and Stop ends a reply (finish cancelled);
 //   - standalone (the bundle from a plain static server, no kvq serve): the page finds no server,
 //     starts the in-tab runtime with the bundled stories260K, renders ChatML (its fallback) and replies.
 // Page errors, console errors and failed requests fail it. Screenshots: OUT_DIR/chat_page_*.png.
@@ -19,6 +21,7 @@ import path from 'node:path';
 
 const kChromium = process.env.KVQ_CHROMIUM || '/usr/bin/chromium';
 const kAlias = 'chat-synth-qwen3';
+const kTurns = ['Hello', 'Tell me more.'];  // the two turns the tab and native kvq chat are given
 const t_start = Date.now();
 
 function Fatal(message) {
@@ -231,16 +234,70 @@ async function InTheTab(browser, base) {
   Expect(/refused the messages: chat template 1:\d+: /.test(thrown), `an interpreter error comes back (${thrown})`);
   Expect(await page.evaluate((m) => window.kvqChat.render(m), conversations[0]) ===
          (await Api(base, '/apply-template', {messages: conversations[0]})).json.prompt, 'the module renders after an error');
-  // A reply streams in the tab.
+  // A reply streams in the tab; two turns give native kvq chat's ids, and the second prefills only
+  // what the session did not hold after the first.
   await page.fill('#temperature', '0');
   await page.fill('#max-tokens', '8');
-  await Send(page, 'Hello');
+  await Send(page, kTurns[0]);
   await WaitIdle(page);
   const reply = await LastReply(page);
   Expect(reply.state === 'done' && Number(reply.completionTokens) >= 1,
          `the tab replies (${reply.completionTokens} tokens, ${JSON.stringify(reply.text)})`);
+  await Send(page, kTurns[1]);
+  await WaitIdle(page);
+  const turns = await page.evaluate(() => window.kvqChat.turns());
+  const native = NativeChat();
+  Expect(turns.length === 2 && native.length === 2, `two turns in the tab (${turns.length}) and natively (${native.length})`);
+  for (const [i, n] of native.entries()) {
+    const t = turns[i] ?? {};
+    for (const field of ['prompt_ids', 'reply_ids', 'reused', 'prefilled', 'positions']) {
+      Expect(JSON.stringify(t[field]) === JSON.stringify(n[field]),
+             `turn ${i + 1}: ${field} equal kvq chat's (${JSON.stringify(t[field])?.slice(0, 60)})`);
+    }
+  }
+  if (turns.length === 2) {
+    // Turn 2 reuses what turn 1 left in the session up to where it and turn 2's prompt differ.
+    const [one, two] = turns;
+    const held = [...one.prompt_ids, ...one.reply_ids].slice(0, one.positions);
+    let common = 0;
+    while (common < held.length && held[common] === two.prompt_ids[common]) ++common;
+    Expect(common >= one.prompt_ids.length - 1 && two.reused === Math.min(common, two.prompt_ids.length - 1) &&
+           two.prefilled === two.prompt_ids.length - two.reused && two.prefilled < two.prompt_ids.length - one.prompt_ids.length + 2,
+           `turn 2 prefills only its new tokens: ${two.prefilled} of ${two.prompt_ids.length} (${two.reused} reused, ` +
+           `${common} shared with the ${held.length} held)`);
+    const shown = await LastReply(page);
+    Expect(Number(shown.reusedTokens) === two.reused, `the page shows the reused tokens (${shown.reusedTokens})`);
+  }
   await page.screenshot({path: path.join(out_dir, 'chat_page_tab.png'), fullPage: true});
+
+  // Stop ends a long reply in the tab as on the server (state stopped; the worker's finish_reason
+  // cancelled), and the next turn still reuses the history.
+  await page.fill('#max-tokens', '4000');
+  await Send(page, 'Tell me a very long story.');
+  await page.waitForFunction(() => {
+    const li = document.querySelector('#messages li.assistant:last-of-type');
+    return li && li.dataset.state === 'streaming' && li.querySelector('.text').textContent.length > 0;
+  }, null, {timeout: 20000});
+  await page.click('#stop');
+  await WaitIdle(page);
+  const stopped = await LastReply(page);
+  const cut = (await page.evaluate(() => window.kvqChat.turns())).at(-1);
+  Expect(stopped.state === 'stopped' && cut.finish === 'cancelled' && cut.reply_ids.length < 4000,
+         `Stop ends the tab's reply (state ${stopped.state}, finish ${cut.finish}, ${cut.reply_ids.length} tokens)`);
+  await page.fill('#max-tokens', '4');
+  await Send(page, 'Thanks.');
+  await WaitIdle(page);
+  const after = (await page.evaluate(() => window.kvqChat.turns())).at(-1);
+  Expect((await LastReply(page)).state === 'done' && after.reused >= cut.prompt_ids.length - 1,
+         `after Stop the tab replies again, reusing the history (${after.reused} of ${after.prompt_ids.length} reused)`);
   await page.close();
+}
+
+// The same two turns through native kvq chat (greedy, f16 KV as the tab's default): its --json turns.
+function NativeChat() {
+  const out = execFileSync(kvq, ['chat', '-m', model, '--temp', '0', '-n', '8', '-t', '1', '--kv', 'f16', '--json'],
+                           {input: kTurns.join('\n') + '\n', stdio: ['pipe', 'pipe', 'ignore']}).toString();
+  return out.split('\n').filter((line) => line.trim()).map((line) => JSON.parse(line));
 }
 
 async function Standalone(browser) {
@@ -263,6 +320,9 @@ async function Standalone(browser) {
     await WaitIdle(page);
     const reply = await LastReply(page);
     Expect(reply.state === 'done' && reply.text.length > 0, `the standalone page replies (${JSON.stringify(reply.text)})`);
+    // ChatML writes no BOS text: the prompt gets the one BOS (id 1) stories260K's vocabulary adds.
+    const ids = (await page.evaluate(() => window.kvqChat.turns()))[0]?.prompt_ids ?? [];
+    Expect(ids[0] === 1 && ids.filter((id) => id === 1).length === 1, `its prompt starts with one BOS (${ids.slice(0, 4)}...)`);
     await page.screenshot({path: path.join(out_dir, 'chat_page_standalone.png'), fullPage: true});
     await page.close();
   } finally {
