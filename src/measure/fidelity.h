@@ -16,6 +16,7 @@
 #include "kvq/kv_spec.h"
 #include "kvq/status.h"
 #include "model/decoder.h"
+#include "plan/kv_plan_search.h"  // FidelityRow
 #include "text/tokenizer.h"
 
 namespace kvq {
@@ -34,20 +35,6 @@ struct FidelityConfig {
   /// Candidate caches. f32 with no transforms may be one of them: it is then compared with the
   /// reference run and must come out identical.
   std::vector<FidelityArm> arms;
-};
-
-/// One arm's fidelity against the f32 reference over the same positions.
-struct FidelityRow {
-  std::string format;          ///< FidelityArm::name
-  double bits_per_number = 0;  ///< 8 · kv_bytes over every K and V number held (KvBitsPerNumber): exact
-                               ///< at `positions`, sinks, residual rows and per-tensor state included
-  int64_t kv_bytes = 0;        ///< KvBytesForContext(arm's layers, model shape, positions)
-  double memory_vs_f16 = 0;    ///< kv_bytes / KvBytesForContext(f16, model shape, positions)
-  double logit_drift = 0;      ///< mean |logit_cand − logit_ref| over positions × vocab
-  double kl = 0;               ///< mean over positions of KL(ref ‖ cand) of the softmaxes, nats
-  int64_t top1_agree = 0;      ///< positions whose argmax equals the reference's argmax
-  int64_t positions = 0;       ///< positions compared (every position of the sequence)
-  double ppl = 0;              ///< exp(mean −log p_cand(token p+1)) over positions 0..n−2
 };
 
 struct FidelityReport {
