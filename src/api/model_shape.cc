@@ -5,10 +5,8 @@
 #include <fmt/format.h>
 
 #include "api/api_internal.h"
-#include "gguf/gguf_reader.h"
 #include "model/cache_config.h"
-#include "model/gguf_llama.h"
-#include "model/llama2c.h"
+#include "model/load_model.h"
 
 namespace kvq {
 
@@ -20,14 +18,7 @@ ModelFile::ModelFile(ModelShape shape, std::shared_ptr<const Impl> impl)
     : shape_(std::move(shape)), impl_(std::move(impl)) {}
 
 Result<ModelFile> ModelFile::Read(const std::string& path) {
-  Result<DecoderWeights> weights = Status::Error("");
-  if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".gguf") == 0) {
-    Result<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
-    if (!file.ok()) return file.status();
-    weights = LoadGgufLlama(std::shared_ptr<GgufFile>(std::move(file).value()));
-  } else {
-    weights = LoadLlama2c(path);
-  }
+  Result<DecoderWeights> weights = OpenModelWeights(path, nullptr);
   if (!weights.ok()) return weights.status();
   auto impl = std::make_shared<Impl>();
   impl->config = weights->config;  // the weight views (and the mapping) end here
