@@ -1,7 +1,7 @@
 // `kvq eval fidelity`'s entry over the public API: teacher-forced fidelity of KV arms against an
 // f32 cache (measure/fidelity.h) and the llama.cpp comparison through its logits file
 // (measure/kl_divergence.h, measure/llama_logits_file.h), on a loaded Model. This header is over
-// include/, plan/ and fidelity_report/ alone, so the CLI calls it without seeing the model layer
+// include/, plan/ and measure_report/ alone, so the CLI calls it without seeing the model layer
 // the measurements run on (measure/ linked privately, as plan_search/ links it).
 #pragma once
 
@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "fidelity_report/fidelity_report.h"
+#include "measure_report/fidelity_report.h"
 #include "kvq/kv_spec.h"
 #include "kvq/model.h"
 #include "kvq/status.h"

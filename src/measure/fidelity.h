@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "fidelity_report/fidelity_report.h"  // FidelityArm, FidelityConfig, FidelityReport
+#include "measure_report/fidelity_report.h"  // FidelityArm, FidelityConfig, FidelityReport
 #include "kvq/format.h"
 #include "kvq/kv_spec.h"
 #include "kvq/status.h"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "fidelity_report/fidelity_report.h"  // KlSummary, KlReport
+#include "measure_report/fidelity_report.h"  // KlSummary, KlReport
 #include "kvq/format.h"
 #include "kvq/kv_spec.h"
 #include "kvq/status.h"

@@ -1,5 +1,5 @@
 // The fidelity arms and the memory-vs-damage plot script (see fidelity_report.h).
-#include "fidelity_report/fidelity_report.h"
+#include "measure_report/fidelity_report.h"
 
 #include <fmt/core.h>
 
