@@ -22,6 +22,11 @@
 
 namespace kvq {
 
+/// The cache choice `kv` names for model `c`: its formats parsed by name (an error names the
+/// KvOptions field), its budgets and page size; a one-entry `layers` is refused unless the model
+/// has one layer that attends. ModelFile::CacheConfig and CacheConfigFor both start here.
+Result<CacheChoice> CacheChoiceFor(const DecoderConfig& c, const KvOptions& kv);
+
 /// The cache a session of a model with config `c` and context `model_context` (ModelInfo::context)
 /// gets from `kv` (whose context, when set, is at most model_context): the formats parsed by name,
 /// then ModelCacheConfig (model/cache_config.h), which owns the rest; checked but not allocated.

@@ -13,12 +13,7 @@ namespace kvq {
 
 const char* Version() { return KVQ_VERSION; }
 
-Result<KvCacheConfig> CacheConfigFor(const DecoderConfig& c, int64_t model_context, const KvOptions& kv) {
-  if (kv.context < 0 || kv.context > model_context) {
-    return Status::Error(fmt::format("KvOptions::context must be in 0..{} (the model's context; 0: all of it), "
-                                     "got {}", model_context, kv.context));
-  }
-  const int64_t context = kv.context > 0 ? kv.context : model_context;
+Result<CacheChoice> CacheChoiceFor(const DecoderConfig& c, const KvOptions& kv) {
   auto find = [](const std::string& name, const std::string& what) -> Result<KvSpec> {
     Result<KvSpec> f = ParseKvSpec(name);
     if (!f.ok()) return Status::Error(fmt::format("KvOptions::{}: {}", what, f.status().message()));
@@ -44,7 +39,18 @@ Result<KvCacheConfig> CacheConfigFor(const DecoderConfig& c, int64_t model_conte
                                        "(give one per layer, or none)", c.n_attention_layers()));
     }
   }
-  Result<KvCacheConfig> config = ModelCacheConfig(c, context, choice);
+  return choice;
+}
+
+Result<KvCacheConfig> CacheConfigFor(const DecoderConfig& c, int64_t model_context, const KvOptions& kv) {
+  if (kv.context < 0 || kv.context > model_context) {
+    return Status::Error(fmt::format("KvOptions::context must be in 0..{} (the model's context; 0: all of it), "
+                                     "got {}", model_context, kv.context));
+  }
+  const int64_t context = kv.context > 0 ? kv.context : model_context;
+  Result<CacheChoice> choice = CacheChoiceFor(c, kv);
+  if (!choice.ok()) return choice.status();
+  Result<KvCacheConfig> config = ModelCacheConfig(c, context, *choice);
   if (!config.ok()) return Status::Error("KvOptions: " + config.status().message());
   return config;
 }

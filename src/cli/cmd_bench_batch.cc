@@ -1,5 +1,5 @@
 // `kvq bench batch`: total decode tok/s of N sessions stepping together through Session::RunBatch
-// (or, with --concurrent, each on its own OS thread and pool), per session count, as interleaved arms (measure/batch_bench.h), with each count's speed over the
+// (or, with --concurrent, each on its own OS thread and pool), per session count, as interleaved arms (api_bench/batch_bench.h), with each count's speed over the
 // first count's and the bit-identity check beside it.
 #include <fmt/core.h>
 
@@ -10,8 +10,7 @@
 #include "cli/json_output.h"
 #include "kvq/kv_spec.h"
 #include "kvq/model.h"
-#include "measure/batch_bench.h"
-#include "weights/matvec.h"
+#include "api_bench/batch_bench.h"
 
 namespace kvq::cli {
 namespace {
@@ -76,7 +75,7 @@ int RunBenchBatch(const BenchBatchOptions& o) {
                           {"dim", info.dim},
                           {"threads", threads},
                           {"concurrent", o.concurrent},
-                          {"matvec_isa", MatVecTargetName()},
+                          {"matvec_isa", info.simd_target},
                           {"kv", kv},
                           {"steps", config.steps},
                           {"rounds", config.rounds},
@@ -98,7 +97,7 @@ int RunBenchBatch(const BenchBatchOptions& o) {
     fmt::print("{} decode: {} ({}, {} layers, dim {}), KV {}, {} thread{}{}, matvec SIMD {}\n",
                o.concurrent ? "concurrent" : "batched", model_path, info.architecture, info.n_layers,
                info.dim, kv, threads, threads == 1 ? "" : "s", o.concurrent ? " per session" : "",
-               MatVecTargetName());
+               info.simd_target);
     fmt::print(
         "a step = {}; arms interleaved over {} rounds of {} timed steps (order rotated each "
         "round); tok/s = "

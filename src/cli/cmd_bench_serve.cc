@@ -1,4 +1,4 @@
-// `kvq bench serve`: kvq serve measured over loopback HTTP in one process (src/measure/serve_bench.h):
+// `kvq bench serve`: kvq serve measured over loopback HTTP in one process (src/api_bench/serve_bench.h):
 // a load test (concurrent streaming clients: failures, outputs vs the same request alone, time to
 // first token, tokens/s), batching (decode tokens/s with 1 and with N sessions, interleaved) and
 // prefix reuse (time to first token cold, warm, and after a restart from --prefix-cache), and two
@@ -14,7 +14,7 @@
 #include "cli/flags.h"
 #include "cli/json_output.h"
 #include "kvq/model.h"
-#include "measure/serve_bench.h"
+#include "api_bench/serve_bench.h"
 
 namespace kvq::cli {
 namespace {

@@ -12,10 +12,9 @@
 #include "cli/commands.h"
 #include "cli/json_output.h"
 #include "cli/flags.h"
+#include "attention_eval/attention_eval.h"
 #include "kvq/attention.h"
-#include "measure/attention_error.h"
-#include "model/cache_config.h"
-#include "model/load_model.h"
+#include "kvq/model.h"
 
 namespace kvq::cli {
 namespace {
@@ -138,18 +137,18 @@ int RunEvalAttention(const EvalAttentionOptions& o) {
   // with every shape flag given need no model.
   const bool need_model = !o.synthetic || !all_shape_flags;
   const std::string model_path = o.shared.ModelPath();
-  std::optional<LoadedModel> loaded;
+  std::unique_ptr<Model> loaded;
   if (need_model) {
-    Result<LoadedModel> m = LoadModel(model_path, o.shared.TokenizerPath());
+    Result<std::unique_ptr<Model>> m =
+        Model::Load(model_path, {.tokenizer_path = o.shared.TokenizerPath(), .threads = o.shared.threads});
     if (!m.ok()) return bad(m.status().message());
-    loaded.emplace(std::move(m.value()));
+    loaded = std::move(m.value());
   }
   SyntheticShape shape;  // n_layers: the layers with KV (a hybrid's attention layers)
   if (loaded) {
-    const DecoderConfig& c = loaded->weights.config;
-    const KvShape kv = ModelKvShape(c);
-    shape = {.n_layers = static_cast<int32_t>(kv.n_layers), .n_heads = c.n_heads, .n_kv_heads = kv.n_kv_heads,
-             .head_dim = kv.head_dim};
+    const ModelInfo& info = loaded->info();
+    shape = {.n_layers = info.n_attention_layers, .n_heads = info.n_heads, .n_kv_heads = info.n_kv_heads,
+             .head_dim = info.head_dim};
   }
   if (o.synthetic) {
     if (o.layers) shape.n_layers = static_cast<int32_t>(o.layers);
@@ -163,11 +162,12 @@ int RunEvalAttention(const EvalAttentionOptions& o) {
   }
   const std::string rows_of = o.synthetic ? "the synthetic rows" : "the model";
   if (!o.synthetic && o.layer_given) {  // the model's layer index: one that attends
-    const DecoderConfig& c = loaded->weights.config;
-    if (o.layer < 0 || o.layer >= c.n_layers || c.is_recurrent(static_cast<int32_t>(o.layer))) {
+    const ModelInfo& info = loaded->info();
+    const std::vector<int32_t> attention_layers = AttentionLayersOf(*loaded);  // [attention layer] model layer
+    if (std::find(attention_layers.begin(), attention_layers.end(), o.layer) == attention_layers.end()) {
       return bad(fmt::format("--layer {}: the model's layers with attention (and KV) are {}{}", o.layer,
-                             fmt::join(ModelLayersOfCache(c), ", "),
-                             c.n_attention_layers() < c.n_layers ? " (the others are recurrent)" : ""));
+                             fmt::join(attention_layers, ", "),
+                             info.n_attention_layers < info.n_layers ? " (the others are recurrent)" : ""));
     }
   } else if (o.layer_given && (o.layer < 0 || o.layer >= shape.n_layers)) {
     return bad(fmt::format("--layer {}: {} has {} layers (0..{})", o.layer, rows_of, shape.n_layers, shape.n_layers - 1));
@@ -218,9 +218,9 @@ int RunEvalAttention(const EvalAttentionOptions& o) {
                  "cache, which undoes V's rotation)",
                  measured, fmt::format("contexts: {}; attention kernel: SIMD {}; int8/int4 scores {}",
                                        JoinContexts(contexts), AttentionSimdTarget(), ScoreArithmeticLabel())};
-    report = MeasureSyntheticAttentionError(shape, o.shared.seed, config, progress);
+    report = EvalSyntheticAttentionError(shape, o.shared.seed, config, progress);
   } else {
-    const int64_t limit = loaded->weights.config.seq_len;
+    const int64_t limit = loaded->info().trained_context;
     std::string cap_note;
     if (o.contexts_given) {
       if (contexts.back() > limit) {
@@ -249,7 +249,7 @@ int RunEvalAttention(const EvalAttentionOptions& o) {
     }
     std::stringstream text;
     text << in.rdbuf();
-    const AttentionTextInput input = MakeAttentionTextInput(loaded->tokenizer, text.str(), contexts.back());
+    const AttentionTextInput input = AttentionTextOf(*loaded, text.str(), contexts.back());
     if (static_cast<int64_t>(input.tokens.size()) < contexts.back()) {
       return bad(fmt::format("-f {}: the text gives no tokens to run", text_path));
     }
@@ -266,7 +266,7 @@ int RunEvalAttention(const EvalAttentionOptions& o) {
     src.json["model_context"] = limit;
     src.json["contexts"] = contexts;
     src.json["contexts_note"] = cap_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(cap_note);
-    const int32_t all_layers = loaded->weights.config.n_layers;
+    const int32_t all_layers = loaded->info().n_layers;
     const std::string layers = shape.n_layers == all_layers
                                    ? fmt::format("{} layers", all_layers)
                                    : fmt::format("{} layers, {} of them attention layers with KV, measured",
@@ -282,8 +282,7 @@ int RunEvalAttention(const EvalAttentionOptions& o) {
                  fmt::format("contexts: {}; attention kernel: SIMD {}; int8/int4 scores {}", JoinContexts(contexts),
                              AttentionSimdTarget(), ScoreArithmeticLabel())};
     if (!cap_note.empty()) src.lines.push_back(cap_note);
-    DecoderModel model(std::move(loaded->weights), o.shared.threads);
-    report = MeasureModelAttentionError(model, input.tokens, config, progress);
+    report = EvalModelAttentionError(*loaded, input.tokens, config, progress);
   }
   if (!report.ok()) return fail(report.status().message());
   PrintAttentionReport(o, src, *report);

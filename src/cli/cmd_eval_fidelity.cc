@@ -20,10 +20,8 @@
 #include "cli/eval_text.h"
 #include "cli/json_output.h"
 #include "cli/flags.h"
-#include "measure/fidelity.h"
-#include "measure/kl_divergence.h"
-#include "model/decoder_weights.h"
-#include "model/load_model.h"
+#include "fidelity_eval/fidelity_eval.h"
+#include "kvq/model.h"
 
 extern char** environ;
 
@@ -187,59 +185,55 @@ int RunKl(const FidelityOptions& o, const std::string& text_path, const std::str
     return bad(fmt::format("--kl-divergence-base-out {}: the same file as --kl-divergence-base", o.kl_base_out));
   }
   // The base file is checked before the model is loaded: a wrong file costs no model load.
-  std::optional<LlamaLogitsReader> base;
+  std::optional<KlBaseFile> base;
   if (!o.kl_base.empty()) {
-    Result<LlamaLogitsReader> r = LlamaLogitsReader::Open(o.kl_base);
+    Result<KlBaseFile> r = KlBaseFile::Open(o.kl_base);
     if (!r.ok()) return bad("--kl-divergence-base " + r.status().message());
     base = std::move(r.value());
-    if (o.ctx_size != 0 && o.ctx_size != base->layout().n_ctx) {
+    if (o.ctx_size != 0 && o.ctx_size != base->n_ctx()) {
       return bad(fmt::format("-c {}: {} was written with n_ctx {}; leave -c out (the file's n_ctx is used) or "
-                             "give the same", o.ctx_size, o.kl_base, base->layout().n_ctx));
+                             "give the same", o.ctx_size, o.kl_base, base->n_ctx()));
     }
   }
   const std::string model_path = o.shared.ModelPath();
-  Result<LoadedModel> loaded = LoadModel(model_path, o.shared.TokenizerPath());
-  if (!loaded.ok()) return bad(loaded.status().message());
-  const Tokenizer tokenizer = std::move(loaded.value().tokenizer);
-  const DecoderConfig cfg = loaded->weights.config;
-  const int64_t n_ctx = base ? base->layout().n_ctx
-                             : o.ctx_size != 0 ? o.ctx_size : std::min<int64_t>(kLlamaPerplexityCtx, cfg.seq_len);
-  if (n_ctx > cfg.seq_len) {
-    return bad(fmt::format("-c {}: more than the model's context of {} positions", n_ctx, cfg.seq_len));
+  Result<std::unique_ptr<Model>> model =
+      Model::Load(model_path, {.tokenizer_path = o.shared.TokenizerPath(), .threads = o.shared.threads});
+  if (!model.ok()) return bad(model.status().message());
+  const ModelInfo& info = (*model)->info();
+  const int64_t n_ctx = base ? base->n_ctx()
+                             : o.ctx_size != 0 ? o.ctx_size : std::min<int64_t>(kLlamaPerplexityCtx, info.trained_context);
+  if (n_ctx > info.trained_context) {
+    return bad(fmt::format("-c {}: more than the model's context of {} positions", n_ctx, info.trained_context));
   }
   // llama-perplexity tokenizes the whole text with BOS first when the vocabulary adds one.
-  const std::vector<int32_t> all = MakeFidelityInput(tokenizer, text, -1).tokens;
+  const FidelityTokens all = FidelityTokensOf(**model, text, -1);
   if (base) {
-    if (Status s = CheckBaseMatches(*base, cfg.vocab_size, cfg.seq_len, all); !s.ok()) {
+    if (Status s = base->CheckMatches(**model, all.tokens); !s.ok()) {
       return bad("--kl-divergence-base " + s.message());
     }
   }
-  const std::vector<int32_t> tokens = LlamaChunkTokens(all, static_cast<int32_t>(n_ctx));
+  const std::vector<int32_t> tokens = KlChunkTokens(all.tokens, static_cast<int32_t>(n_ctx));
   if (tokens.empty()) {
     return bad(fmt::format("-f {}: the text gives {} tokens, fewer than one chunk of -c {} (llama-perplexity "
-                           "itself needs 2 chunks)", text_path, all.size(), n_ctx));
+                           "itself needs 2 chunks)", text_path, all.tokens.size(), n_ctx));
   }
-  if (tokens.size() < all.size()) {
+  if (tokens.size() < all.tokens.size()) {
     fmt::print(stderr, "kvq {}: {} gives {} tokens; using {} chunks of {} ({} tokens), as llama-perplexity does\n",
-               kCommand, text_path, all.size(), tokens.size() / n_ctx, n_ctx, tokens.size());
+               kCommand, text_path, all.tokens.size(), tokens.size() / n_ctx, n_ctx, tokens.size());
   }
-  const RowShape row{.n_kv_heads = cfg.n_kv_heads, .head_dim = cfg.head_dim()};
+  const RowShape row{.n_kv_heads = info.n_kv_heads, .head_dim = info.head_dim};
   for (const KvSpec& spec : {kv->Key(), kv->Value()}) {
     if (Status s = CheckKvSpec(spec, row); !s.ok()) return bad("--kv: " + s.message());
   }
-  std::unique_ptr<LlamaLogitsWriter> out;
+  std::optional<KlOutFile> out;
   if (!o.kl_base_out.empty()) {
-    Result<std::unique_ptr<LlamaLogitsWriter>> w =
-        LlamaLogitsWriter::Create(o.kl_base_out, static_cast<int32_t>(n_ctx), cfg.vocab_size, tokens);
+    Result<KlOutFile> w = KlOutFile::Create(o.kl_base_out, static_cast<int32_t>(n_ctx), **model, tokens);
     if (!w.ok()) return fail("--kl-divergence-base-out " + w.status().message());
     out = std::move(w.value());
   }
-  DecoderModel model(std::move(loaded.value().weights), o.shared.threads);
-  const KlRunConfig run{.key = kv->key, .value = kv->value, .key_transforms = kv->key_transforms,
-                        .value_transforms = kv->value_transforms, .n_ctx = static_cast<int32_t>(n_ctx),
-                        .bos = tokenizer.add_bos() ? tokenizer.bos() : -1,
-                        .base = base ? &*base : nullptr, .out = out.get()};
-  Result<KlReport> report = RunKlDivergence(model, tokens, run, [](const std::string& line) {
+  const KlEvalConfig run{.kv = *kv, .n_ctx = static_cast<int32_t>(n_ctx), .base = base ? &*base : nullptr,
+                         .out = out ? &*out : nullptr};
+  Result<KlReport> report = EvalKlDivergence(**model, tokens, run, [](const std::string& line) {
     fmt::print(stderr, "kvq {}: {}\n", kCommand, line);
   });
   if (!report.ok()) return fail(report.status().message());
@@ -256,7 +250,7 @@ int RunKl(const FidelityOptions& o, const std::string& text_path, const std::str
   }
   fmt::print("kvq (KV {}) on model {}, text {}: {} chunks of {} tokens{}, {} positions scored (the second half "
              "of each chunk); PPL {:.4f}\n", o.shared.KvFormatName(), model_name, text_name, report->n_chunk,
-             report->n_ctx, run.bos >= 0 ? " (each starting with BOS)" : "", report->positions, report->ppl);
+             report->n_ctx, all.bos >= 0 ? " (each starting with BOS)" : "", report->positions, report->ppl);
   if (out) fmt::print("wrote kvq's log-probabilities to {} (llama-perplexity --kl-divergence reads it)\n", o.kl_base_out);
   if (report->compared) {
     fmt::print("against the llama.cpp logits file {}\n\n", DisplayPath(o.kl_base));
@@ -308,11 +302,11 @@ int RunEvalFidelity(const FidelityOptions& o) {
   if (kl_mode) return RunKl(o, text_path, *text);
 
   const std::string model_path = o.shared.ModelPath();
-  Result<LoadedModel> loaded = LoadModel(model_path, o.shared.TokenizerPath());
-  if (!loaded.ok()) return bad(loaded.status().message());
-  const Tokenizer tokenizer = std::move(loaded.value().tokenizer);
-  const DecoderConfig cfg = loaded->weights.config;
-  const FidelityInput input = MakeFidelityInput(tokenizer, *text, cfg.seq_len);
+  Result<std::unique_ptr<Model>> model =
+      Model::Load(model_path, {.tokenizer_path = o.shared.TokenizerPath(), .threads = o.shared.threads});
+  if (!model.ok()) return bad(model.status().message());
+  const ModelInfo& info = (*model)->info();
+  const FidelityTokens input = FidelityTokensOf(**model, *text, info.trained_context);
   if (input.full_count > static_cast<int64_t>(input.tokens.size())) {
     fmt::print(stderr, "kvq {}: {} gives {} tokens; using the first {} (the model's context)\n", kCommand,
                text_path, input.full_count, input.tokens.size());
@@ -321,22 +315,21 @@ int RunEvalFidelity(const FidelityOptions& o) {
     return bad(fmt::format("-f {}: the text gives {} token(s); at least 2 are needed", text_path,
                            input.tokens.size()));
   }
-  const RowShape row{.n_kv_heads = cfg.n_kv_heads, .head_dim = cfg.head_dim()};
+  const RowShape row{.n_kv_heads = info.n_kv_heads, .head_dim = info.head_dim};
   for (const FidelityArm& arm : config.arms) {
     for (const KvSpec& spec : {arm.layers[0].Key(), arm.layers[0].Value()}) {
       if (Status s = CheckKvSpec(spec, row); !s.ok()) return bad("--format: " + s.message());
     }
   }
   if (!o.shared.kv_plan.empty()) {  // the plan is one more arm, after the --format ones
-    Result<std::vector<LayerFormats>> plan = o.shared.KvLayers(Fingerprint(loaded->weights));
+    Result<std::vector<LayerFormats>> plan = o.shared.KvLayers((*model)->fingerprint());
     if (!plan.ok()) return bad(plan.status().message());
     config.arms.push_back({.name = "plan " + DisplayPath(o.shared.kv_plan), .layers = std::move(plan.value())});
   } else if (o.shared.kv_bits > 0) {
     return bad("--kv-bits: needs --kv-plan (the plan whose bits it bounds)");
   }
 
-  DecoderModel model(std::move(loaded.value().weights), o.shared.threads);
-  Result<FidelityReport> report = RunFidelity(model, input.tokens, config, [](const std::string& line) {
+  Result<FidelityReport> report = EvalFidelity(**model, input.tokens, config, [](const std::string& line) {
     fmt::print(stderr, "kvq {}: {}\n", kCommand, line);
   });
   if (!report.ok()) return fail(report.status().message());
@@ -345,7 +338,7 @@ int RunEvalFidelity(const FidelityOptions& o) {
   if (o.shared.json) {
     PrintJson(ReportJson(*report, model_name, text_name));
   } else {
-    PrintTable(*report, model_name, text_name, tokenizer.add_bos() && tokenizer.bos() >= 0);
+    PrintTable(*report, model_name, text_name, input.bos >= 0);
   }
   std::fflush(stdout);
   if (!o.plot.empty()) {

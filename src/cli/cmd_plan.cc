@@ -1,6 +1,6 @@
 // `kvq plan`: KV memory for a model shape and a KV spec, in exact bytes (sinks and residual rows
 // included), and — given the weight bytes a decode step reads — the KV share of those bytes and each
-// format's speed ceiling. `kvq plan --auto` (cmd_plan_auto.cc) chooses specs per layer instead.
+// format's speed ceiling. `kvq plan --auto` (plan_auto.cc) chooses specs per layer instead.
 #include <fmt/core.h>
 
 #include <nlohmann/json.hpp>
@@ -12,14 +12,11 @@
 #include "cli/json_output.h"
 #include "cli/flags.h"
 #include "cli/plan_auto.h"
-#include "gguf/gguf_reader.h"
 #include "kvq/format.h"
 #include "kvq/kv_cache.h"
 #include "kvq/kv_memory.h"
+#include "kvq/model_shape.h"
 #include "kvq/units.h"
-#include "model/cache_config.h"
-#include "model/gguf_llama.h"
-#include "model/llama2c.h"
 
 namespace kvq::cli {
 namespace {
@@ -44,58 +41,32 @@ struct CeilingRow {
   int64_t weight_bytes;
 };
 
-// The KV shape of a model file (-m without --auto), read from its metadata and tensor table only:
-// the weights are viewed in the mapping, never repacked or read, so a many-GB file plans at once.
-struct ModelShape {
-  std::string arch;
-  int64_t layers = 0;            // all of the model's layers
-  int64_t attention_layers = 0;  // those that hold KV (a hybrid's full-attention layers)
-  int64_t kv_heads = 0;
-  int64_t head_dim = 0;
-  int64_t state_bytes = 0;       // fixed per-sequence state (a hybrid's recurrent layers), f32
-  DecoderConfig config;            // what ModelCacheConfig plans the model's cache from
-};
-
-Result<ModelShape> ReadModelShape(const std::string& path) {
-  Result<DecoderWeights> weights = Status::Error("");
-  if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".gguf") == 0) {
-    Result<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
-    if (!file.ok()) return file.status();
-    weights = LoadGgufLlama(std::shared_ptr<GgufFile>(std::move(file).value()));
-  } else {
-    weights = LoadLlama2c(path);
-  }
-  if (!weights.ok()) return weights.status();
-  const DecoderConfig& c = weights->config;
-  const KvShape kv = ModelKvShape(c);
-  return ModelShape{.arch = c.arch, .layers = c.n_layers, .attention_layers = kv.n_layers,
-                    .kv_heads = kv.n_kv_heads, .head_dim = kv.head_dim, .state_bytes = c.state_floats() * 4,
-                    .config = c};
-}
-
 int RunPlan(const PlanOptions& given) {
   auto bad = [](const std::string& m) { return BadInput("plan", m); };
   PlanOptions o = given;
-  std::optional<ModelShape> model;
+  // -m without --auto: the model file's KV shape (kvq/model_shape.h: its metadata and tensor table only).
+  std::optional<ModelFile> model_file;
+  const ModelShape* model = nullptr;
   if (!o.shared.model.empty()) {
     if (o.layers != 0 || o.kv_heads != 0 || o.head_dim != 0) {
       return bad("-m takes the shape from the model file: leave out --layers, --kv-heads and --head-dim");
     }
-    Result<ModelShape> shape = ReadModelShape(o.shared.model);
-    if (!shape.ok()) {
-      fmt::print(stderr, "kvq plan: error: -m {}: {}\n", o.shared.model, shape.status().message());
+    Result<ModelFile> file = ModelFile::Read(o.shared.model);
+    if (!file.ok()) {
+      fmt::print(stderr, "kvq plan: error: -m {}: {}\n", o.shared.model, file.status().message());
       return 1;
     }
-    model = *shape;
-    o.layers = model->attention_layers;
-    o.kv_heads = model->kv_heads;
+    model_file = std::move(file).value();
+    model = &model_file->shape();
+    o.layers = model->n_attention_layers;
+    o.kv_heads = model->n_kv_heads;
     o.head_dim = model->head_dim;
   }
   if (model && o.shared.contexts.empty() && o.kv_bytes == 0) {
-    if (model->config.seq_len <= 0) {
+    if (model->trained_context <= 0) {
       return bad(fmt::format("-m {}: the file states no context length; give --context N", o.shared.model));
     }
-    o.shared.contexts = {model->config.seq_len};  // the model's own context, as kvq run sizes it
+    o.shared.contexts = {model->trained_context};  // the model's own context, as kvq run sizes it
   }
   const std::vector<int64_t>& contexts = o.shared.contexts;
   if (o.layers == 0 || o.kv_heads == 0 || o.head_dim == 0) {
@@ -144,9 +115,10 @@ int RunPlan(const PlanOptions& given) {
     const int64_t largest = *std::max_element(contexts.begin(), contexts.end());
     const int32_t page = static_cast<int32_t>(std::clamp<int64_t>(o.page, 0, INT32_MAX));
     // A model's cache as its sessions get it (a hybrid's state is host memory too); a shape's by hand.
-    const CacheChoice choice{.layers = {layer}, .budgets = budgets, .page_positions = page};
+    const KvOptions kv{.key_format = KvSpecName(layer.Key()), .value_format = KvSpecName(layer.Value()),
+                       .budgets = budgets, .page_positions = page};
     Result<KvCacheConfig> config =
-        model ? ModelCacheConfig(model->config, largest, choice)
+        model ? model_file->CacheConfig(largest, kv)
               : Result<KvCacheConfig>(KvCacheConfig{.n_layers = o.layers, .n_kv_heads = shape.n_kv_heads,
                                                     .head_dim = shape.head_dim, .layers = {layer},
                                                     .max_positions = largest, .page_positions = page,
@@ -208,9 +180,9 @@ int RunPlan(const PlanOptions& given) {
       out["contexts"].push_back(row);
     }
     if (model) {
-      out["model"] = {{"path", o.shared.model}, {"arch", model->arch}, {"layers", model->layers},
-                      {"attention_layers", model->attention_layers},
-                      {"recurrent_layers", model->layers - model->attention_layers},
+      out["model"] = {{"path", o.shared.model}, {"arch", model->architecture}, {"layers", model->n_layers},
+                      {"attention_layers", model->n_attention_layers},
+                      {"recurrent_layers", model->n_layers - model->n_attention_layers},
                       {"state_bytes_per_sequence", model->state_bytes}};
     }
     if (!ceiling_rows.empty()) {
@@ -247,10 +219,10 @@ int RunPlan(const PlanOptions& given) {
   }
 
   if (model) {
-    fmt::print("Model {} ({}): {} layers, {} with a KV cache{}\n", o.shared.model, model->arch, model->layers,
-               model->attention_layers,
-               model->attention_layers < model->layers
-                   ? fmt::format(", {} recurrent (Gated DeltaNet) with a fixed state", model->layers - model->attention_layers)
+    fmt::print("Model {} ({}): {} layers, {} with a KV cache{}\n", o.shared.model, model->architecture,
+               model->n_layers, model->n_attention_layers,
+               model->n_attention_layers < model->n_layers
+                   ? fmt::format(", {} recurrent (Gated DeltaNet) with a fixed state", model->n_layers - model->n_attention_layers)
                    : "");
   }
   fmt::print("KV cache: {} layers x {} KV heads x head_dim {}, format {}\n", o.layers, o.kv_heads,
@@ -290,7 +262,7 @@ int RunPlan(const PlanOptions& given) {
     fmt::print("\n  fixed state per sequence  {} bytes ({}), f32: the {} recurrent layers' conv and delta-rule\n"
                "  state, the same at every context (held beside the KV; not in the totals above)\n",
                FormatCount(model->state_bytes), FormatBytesIec(model->state_bytes),
-               model->layers - model->attention_layers);
+               model->n_layers - model->n_attention_layers);
   }
   if (tiers) fmt::print("\nTiers at {} positions: {}\n", *std::max_element(contexts.begin(), contexts.end()), tiers->Describe());
   for (const CeilingRow& row : ceiling_rows) {

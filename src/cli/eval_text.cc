@@ -27,9 +27,32 @@ std::string DisplayPath(const std::string& path) {
   return rel.string();
 }
 
+namespace {
+
+// What a path that is not a regular file is, for an error message.
+const char* FileTypeName(std::filesystem::file_type type) {
+  switch (type) {
+    case std::filesystem::file_type::directory: return "a directory";
+    case std::filesystem::file_type::character: return "a character device";
+    case std::filesystem::file_type::block: return "a block device";
+    case std::filesystem::file_type::fifo: return "a pipe";
+    case std::filesystem::file_type::socket: return "a socket";
+    default: return "unreadable";
+  }
+}
+
+}  // namespace
+
 Result<std::string> ReadEvalText(const std::string& path) {
-  if (!std::filesystem::is_regular_file(path)) {
+  std::error_code ec;
+  const std::filesystem::file_type type = std::filesystem::status(path, ec).type();
+  if (type == std::filesystem::file_type::not_found) {
     return Status::Error(fmt::format("-f {}: no such text file (expected a UTF-8 text file to evaluate on)", path));
+  }
+  if (type != std::filesystem::file_type::regular) {
+    // A device (/dev/null), a directory or a pipe: not read, so a stream cannot pass for a text.
+    return Status::Error(fmt::format("-f {}: not a regular file ({}; expected a UTF-8 text file to evaluate on)",
+                                     path, FileTypeName(type)));
   }
   std::ifstream in(path, std::ios::binary);
   std::stringstream text;

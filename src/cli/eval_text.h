@@ -18,7 +18,7 @@ std::string BundledEvalText();
 std::string DisplayPath(const std::string& path);
 
 /// The whole of text file `path` (-f); the error names -f, the file and what was wrong (missing,
-/// unreadable, empty).
+/// not a regular file, unreadable, empty).
 Result<std::string> ReadEvalText(const std::string& path);
 
 }  // namespace kvq::cli

@@ -1,19 +1,20 @@
-// `kvq plan --auto` (see plan_auto.h): loads the model and the text, runs AutoPlan (one fidelity
-// arm per layer, K|V and candidate, then the chosen plan), prints the sensitivity table and the
-// plan (or JSON), and writes the plan file.
+// `kvq plan --auto` (see plan_auto.h): loads the model and the text, runs the plan search
+// (plan_search/auto_plan.h: one fidelity arm per layer, K|V and candidate, then the chosen plan),
+// prints the sensitivity table and the plan (or JSON), and writes the plan file.
 #include "cli/plan_auto.h"
 
 #include <fmt/core.h>
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/eval_text.h"
 #include "cli/json_output.h"
+#include "kvq/model.h"
 #include "kvq/units.h"
-#include "measure/kv_plan_auto.h"
-#include "model/cache_config.h"
-#include "model/load_model.h"
+#include "plan_search/auto_plan.h"
 
 namespace kvq::cli {
 namespace {
@@ -25,12 +26,12 @@ double TensorBits(int64_t bytes, int64_t n, RowShape row) {
   return 8.0 * static_cast<double>(bytes) / (static_cast<double>(n) * static_cast<double>(row.elems()));
 }
 
-void PrintResult(const AutoPlanResult& r, const DecoderConfig& c, const std::string& model, const std::string& text,
+void PrintResult(const AutoPlanResult& r, const ModelInfo& info, const std::string& model, const std::string& text,
                  const std::string& output) {
   const KvPlan& p = r.plan;
-  const RowShape row = ModelKvShape(c).row();
+  const RowShape row{.n_kv_heads = info.n_kv_heads, .head_dim = info.head_dim};
   // The plan's tensors are the cache's (a hybrid's attention layers), named by their model layer.
-  const std::vector<int32_t> model_layer = ModelLayersOfCache(c);  // [cache layer]
+  const std::vector<int32_t>& model_layer = r.model_layers;  // [cache layer]
   const size_t cache_layers = model_layer.size();
   fmt::print("Automatic KV plan: model {}, text {}, {} positions; budget {} = {} bytes at {} positions "
              "(every byte held there, f32 residual/sink rows and scales included)\n",
@@ -133,23 +134,25 @@ int RunAutoPlan(const SharedOptions& shared, const AutoPlanOptions& o) {
   const Result<std::string> text = ReadEvalText(text_path);
   if (!text.ok()) return bad(text.status().message());
   const std::string model_path = shared.ModelPath();
-  Result<LoadedModel> loaded = LoadModel(model_path, shared.TokenizerPath());
-  if (!loaded.ok()) return bad(loaded.status().message());
-  const DecoderConfig cfg = loaded->weights.config;
-  if (o.context > cfg.seq_len) {
-    return bad(fmt::format("-c {}: more than the model's context of {} positions", o.context, cfg.seq_len));
+  Result<std::unique_ptr<Model>> model =
+      Model::Load(model_path, {.tokenizer_path = shared.TokenizerPath(), .threads = shared.threads});
+  if (!model.ok()) return bad(model.status().message());
+  const ModelInfo& info = (*model)->info();
+  if (o.context > info.trained_context) {
+    return bad(fmt::format("-c {}: more than the model's context of {} positions", o.context, info.trained_context));
   }
-  const FidelityInput input = MakeFidelityInput(loaded->tokenizer, *text, o.context > 0 ? o.context : cfg.seq_len);
-  if (input.tokens.size() < 2) {
-    return bad(fmt::format("-f {}: the text gives {} token(s); at least 2 are needed", text_path, input.tokens.size()));
+  // The text as the vocabulary encodes it (BOS first when it asks for one), cut to the positions evaluated.
+  std::vector<int32_t> tokens = (*model)->Tokenize(*text);
+  const size_t full_count = tokens.size();
+  tokens.resize(std::min(full_count, static_cast<size_t>(o.context > 0 ? o.context : info.trained_context)));
+  if (tokens.size() < 2) {
+    return bad(fmt::format("-f {}: the text gives {} token(s); at least 2 are needed", text_path, tokens.size()));
   }
-  if (input.full_count > static_cast<int64_t>(input.tokens.size())) {
-    fmt::print(stderr, "kvq {}: {} gives {} tokens; using the first {}\n", kCommand, text_path, input.full_count,
-               input.tokens.size());
+  if (full_count > tokens.size()) {
+    fmt::print(stderr, "kvq {}: {} gives {} tokens; using the first {}\n", kCommand, text_path, full_count,
+               tokens.size());
   }
-  const ModelFingerprint fingerprint = Fingerprint(loaded->weights);
-  DecoderModel model(std::move(loaded.value().weights), shared.threads);
-  Result<AutoPlanResult> r = AutoPlan(model, input.tokens, fingerprint, config, [](const std::string& line) {
+  Result<AutoPlanResult> r = AutoPlanModel(**model, tokens, config, [](const std::string& line) {
     fmt::print(stderr, "kvq {}: {}\n", kCommand, line);
   });
   if (!r.ok()) return fail(r.status().message());
@@ -160,7 +163,7 @@ int RunAutoPlan(const SharedOptions& shared, const AutoPlanOptions& o) {
   if (shared.json) {
     PrintJson(ResultJson(*r, model_name, text_name, o.output));
   } else {
-    PrintResult(*r, cfg, model_name, text_name, o.output);
+    PrintResult(*r, info, model_name, text_name, o.output);
   }
   return 0;
 }

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "measure_report/fidelity_report.h"  // FidelityArm, FidelityConfig, FidelityReport
 #include "kvq/format.h"
 #include "kvq/kv_spec.h"
 #include "kvq/status.h"
@@ -19,42 +20,6 @@
 #include "text/tokenizer.h"
 
 namespace kvq {
-
-/// One candidate cache: KV specs per layer (K and V each a format plus transforms).
-struct FidelityArm {
-  std::string name;                  ///< the row's name: a spec's canonical text, or a plan's
-  std::vector<LayerFormats> layers;  ///< one for every layer, or one per cache layer
-                                     ///< (a hybrid's attention layers: ModelKvShape)
-  /// The arm of one spec for K and V of every layer, named by its canonical text.
-  static FidelityArm Uniform(const KvSpec& spec);
-  static FidelityArm Uniform(const FormatDesc* format) { return Uniform(KvSpec{format, {}}); }
-};
-
-struct FidelityConfig {
-  /// Candidate caches. f32 with no transforms may be one of them: it is then compared with the
-  /// reference run and must come out identical.
-  std::vector<FidelityArm> arms;
-};
-
-/// One arm's fidelity against the f32 reference over the same positions.
-struct FidelityRow {
-  std::string format;          ///< FidelityArm::name
-  double bits_per_number = 0;  ///< 8 · kv_bytes over every K and V number held (KvBitsPerNumber): exact
-                               ///< at `positions`, sinks, residual rows and per-tensor state included
-  int64_t kv_bytes = 0;        ///< KvBytesForContext(arm's layers, model shape, positions)
-  double memory_vs_f16 = 0;    ///< kv_bytes / KvBytesForContext(f16, model shape, positions)
-  double logit_drift = 0;      ///< mean |logit_cand − logit_ref| over positions × vocab
-  double kl = 0;               ///< mean over positions of KL(ref ‖ cand) of the softmaxes, nats
-  int64_t top1_agree = 0;      ///< positions whose argmax equals the reference's argmax
-  int64_t positions = 0;       ///< positions compared (every position of the sequence)
-  double ppl = 0;              ///< exp(mean −log p_cand(token p+1)) over positions 0..n−2
-};
-
-struct FidelityReport {
-  int64_t positions = 0;     ///< tokens run, BOS included
-  double reference_ppl = 0;  ///< the same perplexity under the f32 reference
-  std::vector<FidelityRow> formats;  ///< in FidelityConfig::arms order
-};
 
 /// The token sequence a fidelity run feeds: `text` encoded with BOS first when the vocabulary
 /// asks for one, cut to the first `context` ids.
@@ -71,23 +36,5 @@ FidelityInput MakeFidelityInput(const Tokenizer& tokenizer, std::string_view tex
 Result<FidelityReport> RunFidelity(DecoderModel& model, std::span<const int32_t> tokens,
                                    const FidelityConfig& config,
                                    const std::function<void(const std::string&)>& progress);
-
-/// What the memory-vs-damage scatter puts on its y axis.
-enum class FidelityPlotMetric { kKl, kLogitDrift };
-
-struct FidelityPlotOptions {
-  std::string output;  ///< ".png" or ".svg" (case-insensitive); the extension picks the terminal
-  FidelityPlotMetric metric = FidelityPlotMetric::kKl;
-  std::string title;   ///< first title line, e.g. the model and text
-};
-
-/// Ok when `output` ends in .png or .svg (case-insensitive), else an error naming it.
-Status CheckFidelityPlotPath(const std::string& output);
-
-/// A gnuplot script drawing one labelled point per format: x = % of f16 memory, y = KL or logit
-/// drift on a log axis. A format whose y is 0 (f32 is identical to the reference) cannot sit on a
-/// log axis; it is named in a note on the plot instead. Errors on another extension, or when no
-/// format has a y above 0.
-Result<std::string> FidelityPlotScript(const FidelityReport& report, const FidelityPlotOptions& options);
 
 }  // namespace kvq

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "measure_report/fidelity_report.h"  // KlSummary, KlReport
 #include "kvq/format.h"
 #include "kvq/kv_spec.h"
 #include "kvq/status.h"
@@ -32,34 +33,6 @@ struct KlPosition {
 };
 KlPosition CompareWithBase(const float* logits, int32_t n_vocab, const LlamaLogProbs& base, int32_t target);
 
-struct ValueWithError {
-  double value = 0;
-  double error = 0;  ///< llama.cpp's ± (a standard error; 0 below 11 positions)
-};
-
-/// A point of a sorted distribution: "max", "99.9%", ..., "median", ..., "min".
-struct Quantile {
-  std::string name;
-  double fraction = 0;
-  double value = 0;
-};
-
-/// llama.cpp's "Perplexity", "KL divergence" and "Token probability" statistics over positions.
-struct KlSummary {
-  int64_t count = 0;
-  ValueWithError ppl, ppl_base;       ///< exp(mean nll), exp(mean nll_base)
-  ValueWithError ln_ppl_ratio;        ///< mean nll − mean nll_base
-  ValueWithError ppl_ratio;           ///< PPL / PPL(base)
-  ValueWithError ppl_diff;            ///< PPL − PPL(base)
-  double ln_ppl_correlation = 0;      ///< Cor(nll, nll_base) over positions (0 below 10 positions)
-  ValueWithError kl;                  ///< mean KL, nats
-  std::vector<Quantile> kl_quantiles;      ///< max, 99.9, 99, 95, 90, median, 10, 5, 1, 0.1 %, min
-  ValueWithError p_diff;                   ///< mean Δp (a fraction; llama.cpp prints percent)
-  std::vector<Quantile> p_diff_quantiles;  ///< as kl_quantiles plus 75 % and 25 %
-  ValueWithError p_diff_rms;               ///< sqrt(mean Δp²)
-  ValueWithError same_top;                 ///< the share of positions whose top-1 agrees
-  int64_t same_top_count = 0;
-};
 /// The summary of `positions` (at least 1). Quantiles interpolate linearly between the sorted
 /// values at fraction·(n − 1); the median of an even count is the mean of the two middle ones.
 KlSummary Summarize(std::span<const KlPosition> positions);
@@ -86,14 +59,6 @@ struct KlRunConfig {
   int32_t bos = -1;
   const LlamaLogitsReader* base = nullptr;  ///< compare with it (checked by CheckBaseMatches)
   LlamaLogitsWriter* out = nullptr;         ///< write kvq's records into it (closed by the caller)
-};
-
-struct KlReport {
-  int32_t n_ctx = 0, n_chunk = 0;
-  int64_t positions = 0;  ///< scored positions: n_chunk·(n_ctx − 1 − n_ctx/2)
-  double ppl = 0;         ///< kvq's perplexity over the scored positions
-  bool compared = false;  ///< a base file was given: `summary` holds the comparison
-  KlSummary summary;
 };
 
 /// Runs `tokens` [n_chunk][n_ctx] chunk by chunk: a fresh cache, positions 0..first−1 as one

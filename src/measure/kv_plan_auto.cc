@@ -77,16 +77,6 @@ Result<KvPlanChoice> ChooseKvPlan(const std::vector<std::vector<KvPlanOption>>& 
   return choice;
 }
 
-std::vector<KvSpec> DefaultKvPlanCandidates() {
-  std::vector<KvSpec> out;
-  for (const char* name : {"int8", "fp8-e4m3", "int4", "int4+rot", "int4+rot+sink4", "int4-kivi", "int4-kivi+sink4",
-                           "fp4-e2m1", "int2", "int2+rot", "int2+rot+sink4", "int2-kivi", "int2-kivi+sink4",
-                           "int2-kivi+rot+sink4"}) {
-    out.push_back(*ParseKvSpec(name));
-  }
-  return out;
-}
-
 Result<AutoPlanResult> AutoPlan(DecoderModel& model, std::span<const int32_t> tokens,
                                 const ModelFingerprint& fingerprint, const AutoPlanConfig& config,
                                 const std::function<void(const std::string&)>& progress) {
@@ -99,6 +89,7 @@ Result<AutoPlanResult> AutoPlan(DecoderModel& model, std::span<const int32_t> to
     return Status::Error("give one budget: bits per number or bytes per token");
   }
   AutoPlanResult result;
+  result.model_layers = model_layer;
   std::vector<KvSpec> candidates;
   for (const KvSpec& spec : config.candidates) {
     if (Status s = CheckKvSpec(spec, shape.row()); !s.ok()) {

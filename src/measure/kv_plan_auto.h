@@ -13,6 +13,7 @@
 #include "measure/fidelity.h"
 #include "model/decoder.h"
 #include "plan/kv_plan.h"
+#include "plan/kv_plan_search.h"  // AutoPlanConfig, AutoPlanResult
 
 namespace kvq {
 
@@ -36,35 +37,6 @@ struct KvPlanChoice {
   bool exact = true;        ///< false when bytes were rounded up to a coarser unit
 };
 Result<KvPlanChoice> ChooseKvPlan(const std::vector<std::vector<KvPlanOption>>& groups, int64_t budget_bytes);
-
-/// The candidates `kvq plan --auto` tries when none are given (≤ 8-bit elements, with rotation,
-/// sinks and residual variants); those the model's shape cannot store are skipped.
-std::vector<KvSpec> DefaultKvPlanCandidates();
-
-struct AutoPlanConfig {
-  std::vector<KvSpec> candidates;
-  KvPlanBudget budget;
-};
-
-/// One tensor's sensitivity: the model with only this layer's K (or V) in `spec`, every other
-/// tensor f32, against the f32 reference.
-struct KvTensorCost {
-  int64_t layer = 0;   ///< the cache layer (a hybrid counts its attention layers only)
-  bool value = false;  ///< false: K, true: V
-  KvSpec spec;
-  int64_t bytes = 0;   ///< TensorBytesForContext at the evaluated length
-  double kl = 0;       ///< mean KL per position, nats
-  int64_t top1_agree = 0;
-};
-
-struct AutoPlanResult {
-  KvPlan plan;
-  std::vector<KvTensorCost> costs;   ///< every measured (layer, K|V, candidate), layer-major
-  std::vector<std::string> skipped;  ///< candidates the shape cannot store, with the reason
-  int64_t budget_bytes = 0;          ///< KvPlanBudget::Bytes at the evaluated length
-  bool exact = true;                 ///< KvPlanChoice::exact
-  FidelityRow measured;              ///< the whole plan's fidelity run
-};
 
 /// Measures every candidate on every tensor (one RunFidelity: 2 · n_layers · candidates arms),
 /// chooses with ChooseKvPlan, and runs the chosen plan once more for its measured KL.

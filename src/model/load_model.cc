@@ -41,26 +41,26 @@ std::map<WeightType, int64_t> NumbersByType(const DecoderWeights& w) {
 
 }  // namespace
 
-Result<LoadedModel> LoadModel(const std::string& model_path, const std::string& tokenizer_path) {
-  const bool gguf = std::filesystem::path(model_path).extension() == ".gguf";
-  Result<DecoderWeights> weights = Status::Error("unreachable");
-  std::shared_ptr<GgufFile> file;
-  if (gguf) {
-    Result<std::unique_ptr<GgufFile>> opened = GgufFile::Open(model_path);
-    if (!opened.ok()) {
-      // A type id the reader does not know (a ggml type newer than it, or a fork's): the reader
-      // names the tensor and the id; say what kvq runs too, as LoadGgufLlama does for known types.
-      const std::string& m = opened.status().message();
-      if (m.find("unknown ggml type id") != std::string_view::npos) {
-        return Status::Error(m + " (kvq supports: " + WeightTypeLabelList() + ")");
-      }
-      return opened.status();
+Result<DecoderWeights> OpenModelWeights(const std::string& model_path, std::shared_ptr<GgufFile>* gguf_file) {
+  if (std::filesystem::path(model_path).extension() != ".gguf") return LoadLlama2c(model_path);
+  Result<std::unique_ptr<GgufFile>> opened = GgufFile::Open(model_path);
+  if (!opened.ok()) {
+    // A type id the reader does not know (a ggml type newer than it, or a fork's): the reader
+    // names the tensor and the id; say what kvq runs too, as LoadGgufLlama does for known types.
+    const std::string& m = opened.status().message();
+    if (m.find("unknown ggml type id") != std::string_view::npos) {
+      return Status::Error(m + " (kvq supports: " + WeightTypeLabelList() + ")");
     }
-    file = std::move(opened).value();
-    weights = LoadGgufLlama(file);
-  } else {
-    weights = LoadLlama2c(model_path);
+    return opened.status();
   }
+  std::shared_ptr<GgufFile> file = std::move(opened).value();
+  if (gguf_file != nullptr) *gguf_file = file;
+  return LoadGgufLlama(std::move(file));
+}
+
+Result<LoadedModel> LoadModel(const std::string& model_path, const std::string& tokenizer_path) {
+  std::shared_ptr<GgufFile> file;  // null for a llama2.c checkpoint
+  Result<DecoderWeights> weights = OpenModelWeights(model_path, &file);
   if (!weights.ok()) return weights.status();
   const std::map<WeightType, int64_t> numbers = NumbersByType(*weights);
   int64_t parameters = 0;
@@ -89,7 +89,7 @@ Result<LoadedModel> LoadModel(const std::string& model_path, const std::string& 
   Result<Tokenizer> tokenizer = Status::Error("unreachable");
   if (!tokenizer_path.empty()) {
     tokenizer = Tokenizer::LoadLlama2c(tokenizer_path, weights->config.vocab_size);
-  } else if (gguf) {
+  } else if (file) {
     tokenizer = Tokenizer::LoadGguf(*file);
   } else {
     tokenizer = Tokenizer::LoadLlama2c(

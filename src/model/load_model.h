@@ -2,6 +2,7 @@
 // own vocabulary unless a tokenizer file is given).
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "kvq/status.h"
@@ -9,6 +10,8 @@
 #include "text/tokenizer.h"
 
 namespace kvq {
+
+class GgufFile;  // gguf/gguf_reader.h
 
 struct LoadedModel {
   DecoderWeights weights;
@@ -20,6 +23,11 @@ struct LoadedModel {
   /// The matrices' types by their share of those numbers, largest first: "q4_0 96%, q6_k 4%".
   std::string weight_types;
 };
+
+/// The weights of `model_path` (".gguf": GGUF; anything else: llama2.c) as its loader gives them:
+/// views into the file, not repacked, no vocabulary read. `gguf_file` (may be null) receives the
+/// opened GGUF file, left null for a llama2.c checkpoint. LoadModel and ModelFile::Read start here.
+Result<DecoderWeights> OpenModelWeights(const std::string& model_path, std::shared_ptr<GgufFile>* gguf_file);
 
 /// Loads `model_path` (".gguf": GGUF; anything else: llama2.c). `tokenizer_path` empty: the GGUF
 /// file's vocabulary, or tok512.bin beside a llama2.c checkpoint.

@@ -1,8 +1,8 @@
 // `kvq plan --auto` and --kv-plan end to end: a plan file is written, `kvq run` and
 // `kvq eval fidelity` take it (the fidelity row reproduces the plan's measured KL), and plan files
 // that are damaged, for another model, of another layer count, with an unknown spec or over
-// --kv-bits are refused with exit 2 and a message naming the file; `kvq plan --format` takes specs
-// and counts their f32 rows.
+// --kv-bits are refused with exit 2 and a message naming the file, as are -f texts that are missing,
+// not regular files or empty; `kvq plan --format` takes specs and counts their f32 rows.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -138,6 +138,25 @@ TEST(PlanCli, AutoNeedsOneBudgetAndAutoOnlyFlagsNeedAuto) {
   EXPECT_NE(Kvq("plan --layers 5 --kv-heads 4 --head-dim 8 --context 9 -o x.json").err.find("--auto"),
             std::string::npos);
   EXPECT_NE(Kvq("plan --auto --kv-bits 4 --layers 5").err.find("excludes"), std::string::npos);
+}
+
+// The text is read before the model loads: each way -f can be wrong is named as what it is.
+TEST(PlanCli, TextFileErrorsSayWhatIsWrongWithTheFile) {
+  const KvqRun missing = Kvq("plan --auto --kv-bits 4 -f " + TempPath("missing.txt"));
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("no such text file"), std::string::npos) << missing.err;
+  const KvqRun device = Kvq("plan --auto --kv-bits 4 -f /dev/null");
+  EXPECT_EQ(device.exit_code, 2);
+  EXPECT_NE(device.err.find("-f /dev/null: not a regular file (a character device;"), std::string::npos)
+      << device.err;
+  const KvqRun folder = Kvq("plan --auto --kv-bits 4 -f " + testing::TempDir());
+  EXPECT_NE(folder.err.find("not a regular file (a directory;"), std::string::npos) << folder.err;
+  const std::string empty = TempPath("empty.txt");
+  Write(empty, "");
+  const KvqRun empty_run = Kvq("plan --auto --kv-bits 4 -f " + empty);
+  std::remove(empty.c_str());
+  EXPECT_EQ(empty_run.exit_code, 2);
+  EXPECT_NE(empty_run.err.find("the file is empty"), std::string::npos) << empty_run.err;
 }
 
 TEST(PlanCli, FormatTakesSpecsAndCountsTheirRows) {

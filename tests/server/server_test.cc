@@ -26,7 +26,7 @@
 #include "test_util/bundled_model.h"
 #include "test_util/serve_in_process.h"
 #include "server/http_server.h"
-#include "measure/load_client.h"
+#include "api_bench/load_client.h"
 #include "synth/synth.h"
 
 namespace kvq::server {

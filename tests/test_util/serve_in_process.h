@@ -15,7 +15,7 @@
 #include "kvq/session.h"
 #include "server/engine.h"
 #include "server/http_server.h"
-#include "measure/load_client.h"
+#include "api_bench/load_client.h"
 #include "test_util/bundled_model.h"
 
 namespace kvq::test {

@@ -2,7 +2,7 @@
 // session's logits bit-identical to the first arm's (the bench's correctness signal), the ratios
 // relative to the first arm; refusals of an empty or non-positive arm list and of a context past
 // the model's. No timing is checked.
-#include "measure/batch_bench.h"
+#include "api_bench/batch_bench.h"
 
 #include <gtest/gtest.h>
 

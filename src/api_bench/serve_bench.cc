@@ -1,5 +1,5 @@
 // kvq bench serve (see serve_bench.h).
-#include "measure/serve_bench.h"
+#include "api_bench/serve_bench.h"
 
 #include <fmt/format.h>
 #include <httplib.h>
@@ -14,7 +14,7 @@
 #include <unordered_set>
 
 #include "server/http_server.h"
-#include "measure/load_client.h"
+#include "api_bench/load_client.h"
 #include "server/kv_blocks.h"
 
 namespace kvq::server {

@@ -1,5 +1,5 @@
 // RunBatchBench (see batch_bench.h).
-#include "measure/batch_bench.h"
+#include "api_bench/batch_bench.h"
 
 #include <fmt/format.h>
 #include <unistd.h>

@@ -1,5 +1,5 @@
 // A timed streaming client of kvq serve (see load_client.h).
-#include "measure/load_client.h"
+#include "api_bench/load_client.h"
 
 #include <fmt/format.h>
 #include <httplib.h>
