@@ -4,12 +4,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "cli/commands.h"
+#include "cli/eval_text.h"
 #include "cli/json_output.h"
 #include "cli/flags.h"
 #include "attention_eval/attention_eval.h"
@@ -33,13 +31,6 @@ struct EvalAttentionOptions {
   // Which of the optional flags were given.
   bool contexts_given = false, layer_given = false, head_given = false;
 };
-
-// The evaluation text: under the source tree's data/ (when run from a build folder) or ./data.
-std::string DefaultTextFile() {
-  const std::string rel = "data/eval/tinystories-eval.txt";
-  const std::string in_tree = (std::filesystem::path(KVQ_MODELS_DIR) / ".." / rel).lexically_normal().string();
-  return std::filesystem::exists(in_tree) || !std::filesystem::exists(rel) ? in_tree : rel;
-}
 
 std::string JoinContexts(const std::vector<int64_t>& v) {
   std::string s;
@@ -241,15 +232,12 @@ int RunEvalAttention(const EvalAttentionOptions& o) {
     if (const std::string e = rows_too_big(contexts.back()); !e.empty()) return bad(e);
     config.contexts = contexts;
     const bool default_text = o.text.empty();
-    const std::string text_path = default_text ? DefaultTextFile() : o.text;
-    std::ifstream in(text_path, std::ios::binary);
-    if (!in) {
-      return bad(fmt::format("-f {}: cannot read the text{}", text_path,
-                             default_text ? " (the default evaluation text; pass -f FILE)" : ""));
+    const std::string text_path = default_text ? BundledEvalText() : o.text;
+    Result<std::string> text = ReadEvalText(text_path);
+    if (!text.ok()) {
+      return bad(text.status().message() + (default_text ? " (the default evaluation text; pass -f FILE)" : ""));
     }
-    std::stringstream text;
-    text << in.rdbuf();
-    const AttentionTextInput input = AttentionTextOf(*loaded, text.str(), contexts.back());
+    const AttentionTextInput input = AttentionTextOf(*loaded, *text, contexts.back());
     if (static_cast<int64_t>(input.tokens.size()) < contexts.back()) {
       return bad(fmt::format("-f {}: the text gives no tokens to run", text_path));
     }

@@ -1,5 +1,5 @@
 // The evaluation text and path display shared by the commands that run a model over a text
-// (`kvq eval fidelity`, `kvq plan --auto`): the bundled text's location, reading -f, and paths
+// (`kvq eval fidelity`, `kvq eval attention`, `kvq plan --auto`): the bundled text's location, reading -f, and paths
 // printed relative to the working directory.
 #pragma once
 
