@@ -132,6 +132,21 @@ async function Send(page, text) {
   await page.click('#send');
 }
 
+// Asks for a long reply, clicks Stop once its text has started streaming in, and returns the reply
+// as the page shows it when idle again.
+async function StopALongReply(page) {
+  await page.fill('#max-tokens', '4000');
+  await Send(page, 'Tell me a very long story.');
+  await page.waitForFunction(() => {
+    const li = document.querySelector('#messages li.assistant:last-of-type');
+    return li && li.dataset.state === 'streaming' && li.querySelector('.text').textContent.length > 0;
+  }, null, {timeout: 20000});
+  Expect(true, 'a reply streams in (text shown while it is still being generated)');
+  await page.click('#stop');
+  await WaitIdle(page);
+  return LastReply(page);
+}
+
 async function ThroughTheServer(browser, base) {
   const page = await OpenPage(browser, `${base}/`, 'server page');
   Expect(new URL(page.url()).pathname === '/chat/', `/ leads to the chat page (${page.url()})`);
@@ -175,16 +190,7 @@ async function ThroughTheServer(browser, base) {
   await page.screenshot({path: path.join(out_dir, 'chat_page_server.png'), fullPage: true});
 
   // Stop: a long reply is stopped once text has streamed in; the server's session goes idle.
-  await page.fill('#max-tokens', '4000');
-  await Send(page, 'Tell me a very long story.');
-  await page.waitForFunction(() => {
-    const li = document.querySelector('#messages li.assistant:last-of-type');
-    return li && li.dataset.state === 'streaming' && li.querySelector('.text').textContent.length > 0;
-  }, null, {timeout: 20000});
-  Expect(true, 'a reply streams in (text shown while it is still being generated)');
-  await page.click('#stop');
-  await WaitIdle(page);
-  const stopped = await LastReply(page);
+  const stopped = await StopALongReply(page);
   Expect(stopped.state === 'stopped', `Stop ends the reply (state ${stopped.state}, ${stopped.text.length} chars)`);
   let idle = false;
   for (let i = 0; i < 50 && !idle; ++i) {
@@ -272,15 +278,7 @@ async function InTheTab(browser, base) {
 
   // Stop ends a long reply in the tab as on the server (state stopped; the worker's finish_reason
   // cancelled), and the next turn still reuses the history.
-  await page.fill('#max-tokens', '4000');
-  await Send(page, 'Tell me a very long story.');
-  await page.waitForFunction(() => {
-    const li = document.querySelector('#messages li.assistant:last-of-type');
-    return li && li.dataset.state === 'streaming' && li.querySelector('.text').textContent.length > 0;
-  }, null, {timeout: 20000});
-  await page.click('#stop');
-  await WaitIdle(page);
-  const stopped = await LastReply(page);
+  const stopped = await StopALongReply(page);
   const cut = (await page.evaluate(() => window.kvqChat.turns())).at(-1);
   Expect(stopped.state === 'stopped' && cut.finish === 'cancelled' && cut.reply_ids.length < 4000,
          `Stop ends the tab's reply (state ${stopped.state}, finish ${cut.finish}, ${cut.reply_ids.length} tokens)`);
