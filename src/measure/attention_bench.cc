@@ -78,7 +78,10 @@ Result<std::vector<AttentionBenchRow>> RunAttentionBench(
     const int64_t seen = q_tokens * (n - q_tokens) + q_tokens * (q_tokens + 1) / 2;
     std::vector<float> out(q.size());  // [queries][n_heads][head_dim]
     for (int32_t rep = 0; rep <= c.reps; ++rep) {
-      for (Arm& a : arms) {
+      for (size_t i = 0; i < arms.size(); ++i) {
+        // The order rotates each repetition, as bench decode's steps do: no arm always runs right
+        // after the same neighbour (whose rows it would find in, or evicted from, the caches).
+        Arm& a = arms[(i + static_cast<size_t>(rep)) % arms.size()];
         AttentionState state(c.shape, static_cast<int32_t>(q_tokens));
         options.query_block = a.query_block;
         const auto t0 = std::chrono::steady_clock::now();

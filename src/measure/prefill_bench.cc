@@ -161,7 +161,10 @@ Result<std::vector<PrefillBenchRow>> RunPrefillBench(DecoderModel& model, const 
     std::vector<ForwardProfile> profiles(arms);
     std::vector<std::vector<float>> last_logits(arms);
     for (int32_t rep = 0; rep < config.reps; ++rep) {
-      for (size_t a = 0; a < arms; ++a) {
+      for (size_t i = 0; i < arms; ++i) {
+        // The order rotates each repetition (A B C, B C A, ...), as bench decode's steps do: no arm
+        // always runs right after the same neighbour (whose caches and page state it would inherit).
+        const size_t a = (i + static_cast<size_t>(rep)) % arms;
         const std::string name =
             fmt::format("{} at {} (rep {} of {})", KvSpecName(config.formats[a]), n, rep + 1, config.reps);
         Result<double> s = PrefillOnce(model, config.formats[a], config.prompt, n, logits.data(), profiles[a],
