@@ -1,19 +1,22 @@
 // kvq's model runner for the page: a classic Web Worker that loads kvq-threads.js (SIMD128 and
 // pthreads: the page is cross-origin isolated, so SharedArrayBuffer exists), kvq.js (SIMD128, one
 // thread) or kvq-scalar.js (no SIMD: the feature test fails, or the page asked with ?simd=0), reads
-// a model file into the module's memory a chunk at a time (held there once: the model maps it in
-// place) and runs prefill/sample/decode, so the page's main thread stays responsive while it generates.
+// a model file into the module's memory a chunk at a time (worker_load.js; held there once: the
+// model maps it in place) and runs prefill/sample/decode, so the page's main thread stays responsive while it generates.
 // When a generation ends, and what text it shows, kvq's Generator in the module decides (Completion
 // below): this file only moves tokens between the model runner and the rules, and posts progress.
 // Protocol: the page posts {type, id, ...}; every reply carries the request's id (see app.js).
 'use strict';
+
+// Module choice, WebGPU's device, the module's memory and reading model files (worker_load.js).
+importScripts('./worker_load.js');
 
 let kvq = null;        // the Emscripten module
 let api = null;        // cwrapped kvq_web_* functions
 let model = 0;         // handle of the loaded model (0 = none)
 let model_context = 0;  // the loaded model's context (positions)
 let threads = 1;       // threads the module runs models with
-let heap_view = null;  // [heap bytes] Uint8Array over the module's memory, refreshed when it grows
+let memory = null;     // the module's ModuleMemory (worker_load.js)
 let session = 0;       // handle of the last generation's session, kept so its stats stay readable
 let session_spec = '';  // the formats and budget it was made with: a chat's next turn reuses it if they match
 let busy = false;      // what is running ('a generation', 'a model load'), or false
@@ -31,23 +34,6 @@ let gpu_program = null;      // the loaded model's step program (null: the GPU p
 let gpu_model_why_not = 'no model is loaded';
 let gpu_step = null;         // its GpuModelRunner (web/gpu/gpu_engine.js), made on first use
 
-// The smallest module that uses a SIMD instruction: (func (result v128) i32.const 0 i32x4.splat).
-// WebAssembly.validate says whether this engine accepts SIMD128 without running anything.
-const kSimdProbe = new Uint8Array([
-  0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,  // magic, version 1
-  0x01, 0x05, 0x01, 0x60, 0x00, 0x01, 0x7b,        // type section: () -> v128
-  0x03, 0x02, 0x01, 0x00,                          // function section: one function of type 0
-  0x0a, 0x08, 0x01, 0x06, 0x00, 0x41, 0x00, 0xfd, 0x11, 0x0b,  // code: i32.const 0, i32x4.splat, end
-]);
-
-function SimdSupported() {
-  try {
-    return typeof WebAssembly === 'object' && WebAssembly.validate(kSimdProbe);
-  } catch (e) {
-    return false;
-  }
-}
-
 function LastError() {
   const message = api ? api.lastError() : '';
   return message || 'kvq reported a failure without a message';
@@ -59,27 +45,6 @@ function Check(ok, what) {
   if (!ok) throw new KvqError(`${what}: ${LastError()}`);
 }
 
-async function InitGpu() {
-  if (!self.navigator || !navigator.gpu) {
-    gpu_why_not = 'this browser offers no WebGPU (navigator.gpu is missing)';
-    return;
-  }
-  const adapter = await navigator.gpu.requestAdapter();
-  if (!adapter) {
-    gpu_why_not = 'WebGPU offers no adapter';
-    return;
-  }
-  const info = adapter.info || {};
-  // As large a model buffer as the adapter allows (the default limits stop at 128 MiB bindings).
-  const requiredLimits = {maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
-                          maxBufferSize: adapter.limits.maxBufferSize};
-  gpu = {device: await adapter.requestDevice({requiredLimits}),
-         name: [info.vendor, info.architecture, info.description].filter(Boolean).join(' ') || 'an unnamed adapter',
-         // A CPU emulation (SwiftShader): 'auto' keeps to WebAssembly, far faster there.
-         emulated: Boolean(info.isFallbackAdapter || adapter.isFallbackAdapter) || /swiftshader/i.test(info.architecture || '')};
-  gpu_why_not = '';
-}
-
 // Why a generation with params p cannot take the GPU path ('' when it can).
 function GpuWhyNot(p) {
   if (!gpu) return gpu_why_not;
@@ -88,29 +53,12 @@ function GpuWhyNot(p) {
   return '';
 }
 
-// Which module runs, and with how many threads: threads need SharedArrayBuffer, which a browser
-// gives only to a cross-origin isolated page (served with COOP same-origin and COEP require-corp).
-// want_threads: the page's ?threads=N, or null for every core the browser reports.
-function ChooseModule(want_simd, want_threads) {
-  const simd = want_simd && SimdSupported();
-  const cores = Math.max(1, navigator.hardwareConcurrency || 1);
-  const asked = want_threads ?? cores;
-  const isolated = self.crossOriginIsolated === true && typeof SharedArrayBuffer === 'function';
-  let why = '';
-  if (asked === 1) why = want_threads === 1 ? 'asked for one thread (?threads=1)' : 'the browser reports one core';
-  else if (!simd) why = 'the scalar build has no threaded variant';
-  else if (!isolated) why = 'the page is not cross-origin isolated (its server sends no COOP/COEP headers), so the browser offers no SharedArrayBuffer';
-  return {simd, threads: why ? 1 : asked, why};
-}
-
 async function Init(m) {
   if (m.gpu === false) {
     gpu_why_not = 'turned off by ?gpu=0';
   } else {
-    await InitGpu().catch((e) => {
-      gpu = null;
-      gpu_why_not = `WebGPU failed to start: ${e.message}`;
-    });
+    ({gpu, why_not: gpu_why_not} = await OpenGpu().catch((e) => ({
+      gpu: null, why_not: `WebGPU failed to start: ${e.message}`})));
   }
   const choice = ChooseModule(m.simd, m.threads);
   const file = choice.threads > 1 ? 'kvq-threads.js' : choice.simd ? 'kvq.js' : 'kvq-scalar.js';
@@ -134,6 +82,7 @@ async function Init(m) {
     print: (line) => console.log(`kvq: ${line}`),
     printErr: (line) => console.log(`kvq(stderr): ${line}`),
   });
+  memory = new ModuleMemory(kvq);
   const w = (name, ret, args) => kvq.cwrap(name, ret, args);
   api = {
     modelLoad: w('kvq_web_model_load', 'number', ['string', 'string']),
@@ -187,83 +136,16 @@ async function Init(m) {
   };
 }
 
-// The module's memory as bytes. The threaded module's memory is a SharedArrayBuffer that growth
-// replaces; its HEAP views follow only when its own JS touches them, so this checks the memory.
-function Heap8() {
-  const buffer = kvq.wasmMemory ? kvq.wasmMemory.buffer : kvq.HEAPU8.buffer;
-  if (!heap_view || heap_view.buffer !== buffer) heap_view = new Uint8Array(buffer);
-  return heap_view;
-}
-const Heap32 = () => new Int32Array(Heap8().buffer);
-
-function HeapBytes() {
-  return Heap8().length;
-}
-
-// Bytes read per step from a picked file: only this much is ever held outside the module's memory.
-const kChunkBytes = 1 << 20;
-
-// Chunks ([n] Uint8Array each) of a File, read as they are needed.
-async function* FileChunks(file) {
-  for (let offset = 0; offset < file.size; offset += kChunkBytes) {
-    yield new Uint8Array(await file.slice(offset, offset + kChunkBytes).arrayBuffer());
-  }
-}
-
-// A fetched file (the bundled model, 1 MiB) as one chunk: streaming its body saves nothing at this
-// size, and Chromium intermittently reported a streamed read of it as an aborted request.
-async function FetchChunks(pending) {
-  const response = await pending;
-  if (!response.ok) throw new Error(`fetching ${response.url}: HTTP ${response.status}`);
-  const bytes = new Uint8Array(await response.arrayBuffer());
-  return {total: bytes.length, chunks: [bytes]};
-}
-
-// Copies `total` bytes of chunks into memory from the module ([total] bytes, page-aligned), calling
-// on_bytes(read so far) after each chunk; returns the address (the caller hands it on or frees it).
-async function ReadIntoModule(name, total, chunks, on_bytes) {
-  const ptr = api.fileAlloc(total);
-  Check(ptr, `reading ${name} (${total} bytes)`);
-  let done = 0;
-  try {
-    for await (const chunk of chunks) {
-      if (done + chunk.length > total) throw new Error(`${name} grew while it was read (over ${total} bytes)`);
-      Heap8().set(chunk, ptr + done);
-      done += chunk.length;
-      on_bytes(done);
-    }
-    if (done !== total) throw new Error(`${name}: read ${done} of its ${total} bytes`);
-  } catch (e) {
-    api.fileFree(ptr);
-    throw e;
-  }
-  return ptr;
-}
-
 // Loads a model and makes it the one in use only once it has loaded: a failed load leaves the
 // previous model, its session and its GPU program as they were. The model file is read into the
 // module a chunk at a time (progress posted as {type: 'progress', load: {bytes, total, percent}});
 // the tokenizer, a few KiB, goes through MEMFS.
 // files: {model: {name, file: File} | {name, response: a fetch's promise}, tokenizer: the same | null}
 async function LoadModel(id, files) {
-  const source = files.model.file ? {total: files.model.file.size, chunks: FileChunks(files.model.file)}
-                                   : await FetchChunks(files.model.response);
-  let last_percent = -1;
-  const on_bytes = (bytes) => {
-    // Whole-file progress in steps of a tenth of a percent: strictly increasing, 100 at the end.
-    const percent = Math.floor(1000 * bytes / source.total) / 10;
-    if (percent === last_percent) return;
-    last_percent = percent;
-    self.postMessage({type: 'progress', id, load: {bytes, total: source.total, percent}});
-  };
-  const ptr = await ReadIntoModule(files.model.name, source.total, source.chunks, on_bytes);
-  let tok_path = '';
-  if (files.tokenizer) {
-    const t = files.tokenizer;
-    const bytes = t.file ? await t.file.arrayBuffer() : await (await t.response).arrayBuffer();
-    tok_path = `/models/${t.name.replace(/[\/\\]/g, '_')}`;
-    kvq.FS.writeFile(tok_path, new Uint8Array(bytes));
-  }
+  const source = await ModelSource(files.model);
+  const ptr = await ReadIntoModule(memory, api, Check, files.model.name, source.total, source.chunks,
+                                   LoadProgress(id, source.total));
+  const tok_path = files.tokenizer ? await WriteTokenizer(kvq, files.tokenizer) : '';
   // kvq_web_model_load_bytes takes the bytes: the model keeps them, or the failed load frees them.
   const next = api.modelLoadBytes(ptr, source.total, files.model.name, tok_path, threads);
   if (tok_path) kvq.FS.unlink(tok_path);
@@ -293,7 +175,7 @@ async function LoadModel(id, files) {
   model_context = info.context;
   gpu_program = program;
   gpu_model_why_not = why_not;
-  return {name: files.model.name, info, file_bytes: source.total, threads, heap_bytes: HeapBytes(),
+  return {name: files.model.name, info, file_bytes: source.total, threads, heap_bytes: memory.bytes,
           formats: JSON.parse(api.formats(info.head_dim)), gpu: gpu_program ? 'supported' : gpu_model_why_not};
 }
 
@@ -316,7 +198,7 @@ function Tokenize(text, add_bos) {
       const n = add_bos === 'chat' ? api.tokenizeChatPrompt(model, text, ptr, capacity)
                                    : api.tokenize(model, text, add_bos, ptr, capacity);
       Check(n >= 0, 'tokenizing the prompt');
-      if (n <= capacity) return Array.from(Heap32().subarray(ptr >> 2, (ptr >> 2) + n));
+      if (n <= capacity) return Array.from(memory.i32.subarray(ptr >> 2, (ptr >> 2) + n));
       capacity = n;
     } finally {
       kvq._free(ptr);
@@ -330,14 +212,14 @@ function Detokenize(ids) {
   RequireModel();
   const ids_ptr = kvq._malloc(Math.max(1, ids.length) * 4);  // [ids.length] int32
   try {
-    Heap32().set(ids, ids_ptr >> 2);
+    memory.i32.set(ids, ids_ptr >> 2);
     let capacity = ids.length * 16 + 64;
     for (;;) {
       const out = kvq._malloc(capacity + 1);  // [capacity + 1] bytes: text and its NUL
       try {
         const n = api.detokenize(model, ids_ptr, ids.length, out, capacity + 1);
         Check(n >= 0, 'detokenizing');
-        if (n <= capacity) return decoder.decode(Heap8().slice(out, out + n));
+        if (n <= capacity) return decoder.decode(memory.u8.slice(out, out + n));
         capacity = n;
       } finally {
         kvq._free(out);
@@ -356,7 +238,7 @@ function FreeSession() {
 
 function Stats() {
   const stats = session ? JSON.parse(api.sessionStats(session)) : null;
-  return {session: stats, heap_bytes: HeapBytes()};
+  return {session: stats, heap_bytes: memory.bytes};
 }
 
 // A macrotask break, so the Stop message (queued behind this loop) is seen. Taken at most every
@@ -492,7 +374,7 @@ async function Generate(id, p) {
 function WithIds(ids, fn) {
   const buf = kvq._malloc(Math.max(1, ids.length) * 4);
   try {
-    Heap32().set(ids, buf >> 2);
+    memory.i32.set(ids, buf >> 2);
     return fn(buf);
   } finally {
     kvq._free(buf);
@@ -587,7 +469,7 @@ async function GpuEngine(p) {
                     // KV bytes in GPU buffers now: the resident and mixed paths' pages and slots,
                     // else the KV device's slots.
                     kv_gpu_bytes: runner.resident ? runner.resident.counts.kv_bytes_now : runner.kv_device?.kv_bytes_now ?? 0},
-              heap_bytes: HeapBytes()};
+              heap_bytes: memory.bytes};
     },
   };
 }

@@ -14,9 +14,11 @@ add_test(NAME web.browser_golden
                  "$<TARGET_FILE:kvq_cli>" "${KVQ_PLAYWRIGHT_DIR}")
 set_tests_properties(web.browser_golden PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 400)
 # The page's state (failed loads, progress, errors, Stop in a prefill, ?threads/?gpu) and its
-# threaded build (ids with 2 threads = 1 = native kvq run), a 68 MiB model held once (tied, with
-# native's ids; memory_test.mjs --preset qwen3-0.6b runs the 325 MiB case by hand), and how its
-# generations end (stop strings, end tokens, length, a full context: as native kvq run, both paths).
+# threaded build (ids with 2 threads = 1 = native kvq run), a 68 MiB model held once on the
+# WebAssembly path (tied, with native's ids) and uploaded once on the GPU path (SwiftShader; heap +
+# GPU printed against the bound, not yet within it; memory_test.mjs --preset qwen3-0.6b runs the
+# 325 MiB case by hand), and how its generations end (stop strings, end tokens, length, a full
+# context: as native kvq run, both paths).
 foreach(case page_state threads memory generation)
   add_test(NAME web.${case}
            COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/${case}_test.mjs" "${KVQ_WEB_BUNDLE_DIR}"

@@ -1,7 +1,11 @@
 // A picked model is held once, in headless Chromium: a synth (q4_0), picked in the page and read
-// into the module a chunk at a time, then run for a few tokens: the WebAssembly heap + GPU buffers
-// stay within 1.15 x the file + the KV bytes + a stated scratch (the page used to hold 2.3 x the
-// file in its heap alone), and the page shows those figures and that bound.
+// into the module a chunk at a time, then run for a few tokens on the WebAssembly path: the heap
+// stays within 1.15 x the file + the KV bytes + a stated scratch (the page used to hold 2.3 x the
+// file in its heap alone), and the page shows those figures and that bound. Then the same model
+// on the GPU path (SwiftShader): its weights go up to GPU buffers once (a tied classifier is the
+// embedding's buffer, not a second one: GPU weight bytes <= the file), and the page's held row
+// states heap + GPU against the bound with the verdict the figures give. That sum is printed, not
+// asserted within the bound: the heap still keeps the weights the GPU holds (issue 32).
 // ctest runs a 68 MiB llama (seconds); `--preset qwen3-0.6b` runs the issue's 325 MiB case by hand.
 // Usage: node memory_test.mjs BUNDLE_DIR KVQ_CLI PLAYWRIGHT_NPM_DIR [--preset NAME]
 import fs from 'node:fs';
@@ -37,7 +41,8 @@ async function Main() {
   const {server, base} = await Serve(checks, bundle);
   const browser = await LaunchChromium(checks, npm_dir);
   try {
-    const {page, info} = await OpenPage(checks, browser, base, '?gpu=0');
+    const {page, info} = await OpenPage(checks, browser, base, '');
+    if (!info.gpu) checks.Fatal(`no WebGPU adapter in the page: ${info.gpu_why_not}`);
     const scratch = info.memory_scratch_bytes;
     checks.Expect(Number.isInteger(scratch) && scratch > 0, `the page states its scratch: ${scratch} bytes`);
     const t_load = Date.now();
@@ -47,24 +52,44 @@ async function Main() {
                                {timeout: 240000});
     checks.Expect(await Text(page, '#model-name') === path.basename(synth),
                   `${path.basename(synth)} (${(file / MiB).toFixed(1)} MiB) loaded in ${Date.now() - t_load} ms`);
-    const r = await page.evaluate(([prompt, n, kv]) => window.kvqPage.generate({prompt, max_tokens: n, kv_k: kv}),
-                                  [kPrompt, kNew, kKv]);
+    const Figures = (r) => {
+      const g = r.stats.gpu;
+      const gpu = g ? g.weight_bytes + (g.kv_gpu_bytes ?? r.stats.session.device_bytes) : 0;
+      const heap = r.stats.heap_bytes, kv = r.stats.session.kv_bytes;
+      const bound = 1.15 * file + kv + scratch;
+      return {heap, gpu, kv, bound, text: `heap ${(heap / MiB).toFixed(1)} MiB + GPU ${(gpu / MiB).toFixed(1)} MiB ` +
+          `(${((heap + gpu) / file).toFixed(3)} x the file) against 1.15 x file ${(file / MiB).toFixed(1)} MiB + ` +
+          `KV ${(kv / MiB).toFixed(2)} MiB + scratch ${scratch / MiB} MiB = ${(bound / MiB).toFixed(1)} MiB`};
+    };
+    const Generate = (device, n_new = kNew) => page.evaluate(([prompt, n, kv, device]) =>
+      window.kvqPage.generate({prompt, max_tokens: n, kv_k: kv, device}), [kPrompt, n_new, kKv, device]);
+
+    const r = await Generate('cpu');
     checks.SameIds(`${path.basename(synth)}: the page vs native kvq run`, r.ids,
                    NativeIds(kvq_cli, synth, kPrompt, kNew, {kv: kKv}));
-    const heap = r.stats.heap_bytes;
-    const g = r.stats.gpu;
-    const gpu = g ? g.weight_bytes + (g.kv_gpu_bytes ?? r.stats.session.device_bytes) : 0;
-    const kv = r.stats.session.kv_bytes;
-    const bound = 1.15 * file + kv + scratch;
-    checks.Expect(heap + gpu <= bound,
-                  `heap ${(heap / MiB).toFixed(1)} MiB + GPU ${(gpu / MiB).toFixed(1)} MiB <= 1.15 x file ` +
-                  `${(file / MiB).toFixed(1)} MiB + KV ${(kv / MiB).toFixed(2)} MiB + scratch ${scratch / MiB} MiB ` +
-                  `= ${(bound / MiB).toFixed(1)} MiB (${(heap / file).toFixed(3)} x the file in the heap)`);
+    const cpu = Figures(r);
+    checks.Expect(cpu.gpu === 0 && cpu.heap <= cpu.bound,
+                  `WebAssembly path: ${cpu.text} (${(cpu.heap / file).toFixed(3)} x the file in the heap)`);
     const shown = await Text(page, '#st-heap');
-    checks.Expect(shown.includes(`(${heap.toLocaleString('en-US')} B)`), `the page shows the heap: ${shown}`);
+    checks.Expect(shown.includes(`(${cpu.heap.toLocaleString('en-US')} B)`), `the page shows the heap: ${shown}`);
     const held = await Text(page, '#st-held');
     checks.Expect(held.includes(`${scratch / MiB} MiB`) && held.includes('within'),
                   `the page shows the sum against the bound, its scratch stated: ${held}`);
+
+    const t_gpu = Date.now();
+    const rg = await Generate('gpu', 1);
+    checks.Expect(rg.path?.device === 'gpu', `GPU path (${rg.path?.adapter ?? rg.path?.why}): ` +
+                  `${rg.timing.n_generated} new ids in ${Date.now() - t_gpu} ms`);
+    const weights = rg.stats.gpu?.weight_bytes ?? 0;
+    checks.Expect(weights > 0.9 * file && weights <= file,
+                  `the GPU holds the weights once: ${(weights / MiB).toFixed(1)} MiB of buffers for the ` +
+                  `${(file / MiB).toFixed(1)} MiB file (a tied classifier shares the embedding's)`);
+    const gpu = Figures(rg);
+    const verdict = gpu.heap + gpu.gpu <= gpu.bound ? 'within' : 'over';
+    checks.Log(`GPU path, measured: ${gpu.text}: ${verdict}`);
+    const gpu_held = await Text(page, '#st-held');
+    checks.Expect(gpu_held.includes(verdict) && gpu_held.includes(`+ scratch ${scratch / MiB} MiB`),
+                  `the page's held row gives the GPU path's verdict (${verdict}): ${gpu_held}`);
   } finally {
     await browser.close();
     server.close();
