@@ -131,12 +131,13 @@ export class BlockRecorder {
           p.Submit(sink.encoder);
           sink.encoder = device.createCommandEncoder();
         }};
-        // Query-blocked: every token's K and V rows encoded, then all n queries in one pass over
-        // the pages (kv_resident.js's RecordBlock: the bits of n per-token Records).
-        const rows = Array.from({length: n}, (_, t) => ({k: this.#View(t).buf(op.k), v: this.#View(t).buf(op.v)}));
+        // Query-blocked: the block's K and V rows encoded (a call per page), then all n queries in
+        // one pass over the pages (kv_resident.js's RecordBlock: the bits of n per-token Records).
         const v0 = this.#View(0);
         const S = (name) => Stride(p.program.buffers[name]);
-        kv.resident.RecordBlock(sink, op.layer, rows, pos, v0.buf(op.x), v0.buf(op.y), S(op.x), S(op.y));
+        if (S(op.k) !== S(op.v)) throw new Error(`block: K and V rows of ${op.k} and ${op.v} differ in stride`);
+        kv.resident.RecordBlock(sink, op.layer, pos, {n, k: v0.buf(op.k), v: v0.buf(op.v), kv_stride: S(op.k),
+                                                      q: v0.buf(op.x), q_stride: S(op.x), out: v0.buf(op.y), out_stride: S(op.y)});
         encoder = sink.encoder;
         pass = encoder.beginComputePass();
         continue;
