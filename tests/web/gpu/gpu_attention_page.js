@@ -161,7 +161,7 @@ async function CheckMatvec(device, c, url, fail) {
   if (c.sections.y_scalar) {
     const want_y = section('y_scalar', Float32Array);
     for (const [layout, buf] of layouts) {  // the same bits in either layout
-      const why_q = SameBits(await StepMatvec(device, c, buf, x_buf, layout), want_y);
+      const why_q = SameBits((await StepMatvecs(device, c, buf, [x], layout))[0], want_y);
       if (why_q) fail(`${c.name}: the step program's quantised matvec (${layout}) differs from kvq's SCALAR MatVec (${why_q})`);
       ++checks;
     }
@@ -180,22 +180,20 @@ const kStridePad = {x: 7, xd: 3, y: 5};
 // The step program's block kernels over kMatmulCheckTokens tokens (token 0: x; token t: x rotated
 // by 37·t columns and scaled by 1 + t/16), the weights in w_buf in `layout`: the quantisation of
 // every token in one dispatch (quantising types), then the matmul; each token's y against
-// StepMatvec's for that token alone, bit for bit. Returns the checks made.
+// StepMatvecs' for that token alone, bit for bit. Returns the checks made.
 async function CheckMatmul(device, c, w_buf, x, layout, fail) {
   const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
   const T = kMatmulCheckTokens, nb = c.cols / 32;
   const x_stride = c.cols + kStridePad.x, xd_stride = nb + kStridePad.xd, y_stride = c.rows + kStridePad.y;
   const x_all = new Float32Array(T * x_stride);  // [T][x_stride]
-  const want = [];
+  const xs = [];  // [T][cols]
   for (let t = 0; t < T; ++t) {
-    const xt = new Float32Array(c.cols);  // [cols]
+    const xt = new Float32Array(c.cols);
     for (let k = 0; k < c.cols; ++k) xt[k] = Math.fround(x[(k + 37 * t) % c.cols] * (1 + t / 16));
     x_all.set(xt, t * x_stride);
-    const xt_buf = device.createBuffer({size: c.cols * 4, usage});
-    device.queue.writeBuffer(xt_buf, 0, xt);
-    want.push(await StepMatvec(device, c, w_buf, xt_buf, layout));
-    xt_buf.destroy();
+    xs.push(xt);
   }
+  const want = await StepMatvecs(device, c, w_buf, xs, layout);
   const x_buf = device.createBuffer({size: x_all.byteLength, usage});
   device.queue.writeBuffer(x_buf, 0, x_all);
   const xq_all = device.createBuffer({size: T * c.cols * 4, usage});     // [T][cols]
@@ -250,11 +248,11 @@ function CachedPipeline(device, code, entry) {
   return cache.get(key);
 }
 
-// y [rows] = the step program's matvec over the weights in w_buf in `layout`, x in x_buf [cols]
-// (quantised first by its quantize kernel for the types whose matvec quantises).
-async function StepMatvec(device, c, w_buf, x_buf, layout) {
+// Per activation of `xs` (Float32Array [cols] each), y [rows] = the step program's matvec over the
+// weights in w_buf in `layout` (the activation quantised first by its quantize kernel for the
+// types whose matvec quantises): each its own buffers and dispatches, all in one submit.
+async function StepMatvecs(device, c, w_buf, xs, layout) {
   const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
-  const Pipeline = (code, entry) => CachedPipeline(device, code, entry);
   const Uniform = (words) => {
     const b = device.createBuffer({size: Math.ceil(words.length / 4) * 16, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST});
     device.queue.writeBuffer(b, 0, new Uint32Array(words));
@@ -262,31 +260,35 @@ async function StepMatvec(device, c, w_buf, x_buf, layout) {
   };
   const Group = (pipeline, bindings, resources) => device.createBindGroup({layout: pipeline.getBindGroupLayout(0),
     entries: bindings.map((b) => ({binding: b, resource: {buffer: resources[b]}}))});
-  const xq = device.createBuffer({size: c.cols * 4, usage}), xd = device.createBuffer({size: Math.max(16, c.cols / 32 * 4), usage});
-  const y = device.createBuffer({size: c.rows * 4, usage});
-  const readback = device.createBuffer({size: c.rows * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
-  const matvec = Pipeline(WeightOpsWgsl(c.type, layout), 'matvec');
+  const matvec = CachedPipeline(device, WeightOpsWgsl(c.type, layout), 'matvec');
+  const quantize = CachedPipeline(device, kOpsWgsl, 'quantize');
   const uniforms = [Uniform([c.cols, 0, 0, 0]), Uniform([c.rows, c.cols, RowBytes(c.type, c.cols), 0, 0, 0, 0, 0, 0])];
+  const readback = device.createBuffer({size: xs.length * c.rows * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
+  const bindings = WeightOpsBindings(c.type).matvec, made = [...uniforms, readback];
   const encoder = device.createCommandEncoder();
-  const pass = encoder.beginComputePass();
-  const bindings = WeightOpsBindings(c.type).matvec;
-  if (bindings.includes(7)) {
-    const quantize = Pipeline(kOpsWgsl, 'quantize');
-    pass.setPipeline(quantize);
-    pass.setBindGroup(0, Group(quantize, kOpsBindings.quantize, {1: x_buf, 3: uniforms[0], 7: xq, 8: xd}));
-    pass.dispatchWorkgroups(Math.ceil(c.cols / 32 / 64));
-  }
-  pass.setPipeline(matvec);
-  pass.setBindGroup(0, Group(matvec, bindings, {0: w_buf, 1: x_buf, 2: y, 3: uniforms[1], 7: xq, 8: xd}));
-  pass.dispatchWorkgroups(Math.ceil(c.rows / 64));
-  pass.end();
-  encoder.copyBufferToBuffer(y, 0, readback, 0, c.rows * 4);
+  xs.forEach((x, t) => {
+    const x_buf = device.createBuffer({size: c.cols * 4, usage}), xq = device.createBuffer({size: c.cols * 4, usage});
+    const xd = device.createBuffer({size: Math.max(16, c.cols / 32 * 4), usage}), y = device.createBuffer({size: c.rows * 4, usage});
+    made.push(x_buf, xq, xd, y);
+    device.queue.writeBuffer(x_buf, 0, x);
+    const pass = encoder.beginComputePass();
+    if (bindings.includes(7)) {
+      pass.setPipeline(quantize);
+      pass.setBindGroup(0, Group(quantize, kOpsBindings.quantize, {1: x_buf, 3: uniforms[0], 7: xq, 8: xd}));
+      pass.dispatchWorkgroups(Math.ceil(c.cols / 32 / 64));
+    }
+    pass.setPipeline(matvec);
+    pass.setBindGroup(0, Group(matvec, bindings, {0: w_buf, 1: x_buf, 2: y, 3: uniforms[1], 7: xq, 8: xd}));
+    pass.dispatchWorkgroups(Math.ceil(c.rows / 64));
+    pass.end();
+    encoder.copyBufferToBuffer(y, 0, readback, t * c.rows * 4, c.rows * 4);
+  });
   device.queue.submit([encoder.finish()]);
   await readback.mapAsync(GPUMapMode.READ);
   const out = new Float32Array(readback.getMappedRange().slice(0));
   readback.unmap();
-  for (const b of [xq, xd, y, readback, ...uniforms]) b.destroy();
-  return out;
+  for (const b of made) b.destroy();
+  return xs.map((_, t) => out.subarray(t * c.rows, (t + 1) * c.rows));
 }
 
 export async function RunGpuAttentionTests(fixture_url, only) {
