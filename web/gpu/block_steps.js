@@ -3,13 +3,15 @@
 // slice of a [tokens][stride] buffer per activation, bound at the token's offset, so the kernels
 // are the per-token step's. Attention is query-blocked (kv_resident.js's RecordBlock): the block's
 // K and V rows are encoded, then one attend dispatch per page window serves every token, each
-// causally up to its own position (the bits of per-token attention), the ops after the last attention only for the last
-// token (nothing else reads them), and a matvec over a weight type with a matmul
-// (step_kernels.js's kMatmulTypes: Q1_0) is one dispatch for the block: each activation quantised
-// into its token's slice, then the matmul, which reads each weight block once per 8 tokens and
-// gives each token the matvec's bits. So a block gives the bits of as many token-by-token steps.
+// causally up to its own position (the bits of per-token attention). The ops after the last
+// attention run only for the last token (nothing else reads them). A matvec (any weight type and
+// layout) is one matmul dispatch per piece of the weight for the block (matmul_kernels.js), after
+// one dispatch quantising every token's activation into its slice where the type's matvec
+// quantises: the matmul reads each weight block once per kMatmulTokens tokens and gives each
+// token the matvec's bits. So a block gives the bits of as many token-by-token steps. `counts`
+// tallies the weight dispatches: matmuls, block quantisations, the last token's matvecs.
 
-import {kMatmulTypes, kRowLanes, WeightOpsBindings} from './step_kernels.js';
+import {kRowLanes, WeightOpsBindings} from './step_kernels.js';
 
 const kStorage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
 // Floats per token slice: a multiple of 64 (256 bytes, the largest minStorageBufferOffsetAlignment).
@@ -29,6 +31,7 @@ export class BlockRecorder {
     this.per_token.add('x');  // head_rmsnorm, rope and bias name 'x' for an unused binding
     this.capacity = 0;
     this.buffers = null;
+    this.counts = {matmul_dispatches: 0, quantize_dispatches: 0, matvec_dispatches: 0};
   }
 
   // Buffers for `n` tokens: per activation [n or 1][Stride], [n][64] u32 steps, [n][Stride(rotary)]
@@ -68,29 +71,31 @@ export class BlockRecorder {
     return (this.records[t][i] ??= this.p.RecordOp(this.p.program.ops[i], this.#View(t)) || []);
   }
 
-  // The block's matmul of op i over `n` tokens: each token's quantisation into its slice, then
-  // one matmul dispatch per piece of the weight.
+  // The block's matvec op i over `n` tokens: where the type's matvec quantises its activation, one
+  // dispatch quantising every token's into its slice (workgroups along y: the tokens), then one
+  // matmul dispatch per piece of the weight.
   #Matmul(i, n) {
     const key = `${i}/${n}`;
     if (this.matmuls.has(key)) return this.matmuls.get(key);
     const p = this.p, op = p.program.ops[i], t = p.program.tensors[op.w];
-    const xd_stride = Stride(t.cols / 32), out = [];
-    const quantize = p.pipelines.ops.quantize, kernel = p.pipelines.weight_ops[`${t.type}/${t.layout}`].matmul;
-    for (let k = 0; k < n; ++k) {
-      const view = this.#View(k);
-      out.push({pipeline: quantize, groups: [Math.ceil(t.cols / 32 / 64), 1], group: p.Group(quantize, [1, 3, 7, 8], {
-        1: view.buf(op.x), 3: p.Uniform([t.cols, 0, 0, 0]), 7: {buffer: this.xq, offset: k * t.cols * 4, size: t.cols * 4},
-        8: {buffer: this.xd, offset: k * xd_stride * 4, size: xd_stride * 4}})});
+    const x_stride = Stride(p.program.buffers[op.x]), xd_stride = Stride(t.cols / 32), out = [];
+    const bindings = WeightOpsBindings(t.type).matmul, kernel = p.pipelines.weight_ops[`${t.type}/${t.layout}`].matmul;
+    const quantized = bindings.includes(7);
+    if (quantized) {
+      const quantize = p.pipelines.ops.quantize;
+      out.push({pipeline: quantize, groups: [Math.ceil(t.cols / 32 / 64), n], group: p.Group(quantize, [1, 3, 7, 8], {
+        1: this.act[op.x], 3: p.Uniform([t.cols, x_stride, xd_stride, 0]), 7: this.xq, 8: this.xd})});
     }
-    const y = this.#View(0).buf(op.y);
     for (const piece of p.pieces_of(op.w)) {
       const dims = p.Uniform([piece.rows, t.cols, t.bytes / t.rows, piece.offset, piece.row0, n,
-                              Stride(p.program.buffers[op.y]), xd_stride]);
+                              Stride(p.program.buffers[op.y]), xd_stride, x_stride]);
       const row_groups = Math.ceil(piece.rows / kRowLanes);
       out.push({pipeline: kernel, groups: [Math.min(row_groups, 32768), Math.ceil(row_groups / 32768)],
-                group: p.Group(kernel, WeightOpsBindings(t.type).matmul,
-                               {0: p.chunks[piece.chunk], 2: {buffer: y.buffer}, 3: dims, 7: this.xq, 8: this.xd})});
+                group: p.Group(kernel, bindings, {0: p.chunks[piece.chunk], 1: this.act[op.x], 2: this.act[op.y],
+                                                  3: dims, 7: this.xq, 8: this.xd})});
     }
+    out.quantizes = quantized ? 1 : 0;
+    out.matmuls = out.length - out.quantizes;
     this.matmuls.set(key, out);
     return out;
   }
@@ -126,23 +131,27 @@ export class BlockRecorder {
           p.Submit(sink.encoder);
           sink.encoder = device.createCommandEncoder();
         }};
-        // Query-blocked: every token's K and V rows encoded, then all n queries in one pass over
-        // the pages (kv_resident.js's RecordBlock: the bits of n per-token Records).
-        const rows = Array.from({length: n}, (_, t) => ({k: this.#View(t).buf(op.k), v: this.#View(t).buf(op.v)}));
+        // Query-blocked: the block's K and V rows encoded (a call per page), then all n queries in
+        // one pass over the pages (kv_resident.js's RecordBlock: the bits of n per-token Records).
         const v0 = this.#View(0);
         const S = (name) => Stride(p.program.buffers[name]);
-        kv.resident.RecordBlock(sink, op.layer, rows, pos, v0.buf(op.x), v0.buf(op.y), S(op.x), S(op.y));
+        if (S(op.k) !== S(op.v)) throw new Error(`block: K and V rows of ${op.k} and ${op.v} differ in stride`);
+        kv.resident.RecordBlock(sink, op.layer, pos, {n, k: v0.buf(op.k), v: v0.buf(op.v), kv_stride: S(op.k),
+                                                      q: v0.buf(op.x), q_stride: S(op.x), out: v0.buf(op.y), out_stride: S(op.y)});
         encoder = sink.encoder;
         pass = encoder.beginComputePass();
         continue;
       }
       if (i > this.last_attention) {
         Dispatch(this.#Records(n - 1, i));
+        if (op.kind === 'matvec') this.counts.matvec_dispatches += p.pieces_of(op.w).length;
         continue;
       }
-      const t = op.kind === 'matvec' ? p.program.tensors[op.w] : null;
-      if (t && kMatmulTypes.includes(t.type) && t.layout === 'rows') {
-        Dispatch(this.#Matmul(i, n));
+      if (op.kind === 'matvec') {
+        const records = this.#Matmul(i, n);
+        Dispatch(records);
+        this.counts.matmul_dispatches += records.matmuls;
+        this.counts.quantize_dispatches += records.quantizes;
         continue;
       }
       for (let k = 0; k < n; ++k) Dispatch(this.#Records(k, i));

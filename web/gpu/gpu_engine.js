@@ -30,7 +30,7 @@
 // The stream path reads each layer's rows back, so it prefills token by token.
 
 import {GpuKvDevice} from './kv_device.js';
-import {GpuResidentKv, kStreamSlots, PageBufferBytes, ResidentPagesFor, ResidentWhyNot} from './kv_resident.js';
+import {BlockUniformSlots, GpuResidentKv, kStreamSlots, PageBufferBytes, ResidentPagesFor, ResidentWhyNot} from './kv_resident.js';
 import {GpuLimitsFor, GpuStepProgram, StepProgramWhyNot} from './step_program.js';
 
 // A step is redone at most this many times after losing its device (a device lost again and
@@ -39,10 +39,10 @@ const kMaxRecoveries = 3;
 // Tokens per prefill block at most: kvq's kPrefillBlock (kvq/session.h), the page's block too.
 export const kGpuPrefillBlock = 64;
 // Uniform slots (uniform_arena.js: 256 bytes each on most devices) a block may take: #BlockLength
-// counts n_layers × (2 + the pages it attends over) per token, an upper bound on what a block of n
-// takes since attention is query-blocked (n_layers × (2n + pages + 1): the encoders' per token,
-// an attend per page and a gather per block), so a long context gets shorter blocks (4 MiB of
-// parameters at most) rather than an arena that grows with the block times the context.
+// counts what the block records (kv_resident.js's BlockUniformSlots: per layer the encoder calls
+// of the pages it writes, an attend per page and a gather), which grows with the pages attended,
+// not the block's tokens; a context too long for a block's attends gets blocks cut at a page end
+// (4 MiB of parameters at most) rather than an arena that grows with the context.
 const kBlockUniformSlots = 16384;
 // How long a failed step waits for device.lost to say whether the device went away (the
 // rejected readback and the lost promise settle in either order).
@@ -262,17 +262,20 @@ export class GpuModelRunner {
     return out;
   }
 
-  // Tokens the next block takes: 1 on the stream path (or the CPU); at most kBlockUniformSlots of
-  // parameters; on the mixed path up to the end of the current page when the next page's first
-  // token evicts a page (FirstResident moves).
+  // Tokens the next block takes: 1 on the stream path (or the CPU); at most `slots` uniform slots
+  // (cut at the end of an earlier page while over: a block's slots change only where it enters a
+  // page; 1 token when even its page's are over); on the mixed path up to the end of the current
+  // page when the next page's first token evicts a page (FirstResident moves).
   #BlockLength(left, most, slots) {
     if (this.on_cpu || !this.resident) return 1;
+    const P = this.resident.P, pos = this.positions;
     let n = Math.min(left, most);
-    const pages = Math.ceil((this.positions + n) / this.resident.P);
-    n = Math.max(1, Math.min(n, Math.floor(slots / (this.config.n_layers * (2 + pages)))));
+    while (n > 1 && BlockUniformSlots(this.config.n_layers, P, pos, n) > slots) {
+      n = Math.max(1, Math.floor((pos + n - 1) / P) * P - pos);
+    }
     if (this.path === 'mixed') {
-      const P = this.resident.P, page = Math.floor(this.positions / P);
-      if (page + 2 > this.resident_pages) n = Math.min(n, (page + 1) * P - this.positions);
+      const page = Math.floor(pos / P);
+      if (page + 2 > this.resident_pages) n = Math.min(n, (page + 1) * P - pos);
     }
     return n;
   }

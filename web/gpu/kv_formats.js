@@ -221,13 +221,13 @@ fn f32_to_bf16_bits(u: u32) -> u32 {
 // Byte `within` of row `row`'s block, per format.
 const kByteOf = {
   f32: () => `fn block_byte(row: u32, within: u32) -> u32 {
-  return (x[row * elems + within / 4u] >> ((within % 4u) * 8u)) & 0xffu;
+  return (x[row * params.x_stride + within / 4u] >> ((within % 4u) * 8u)) & 0xffu;
 }`,
   f16: () => `fn block_byte(row: u32, within: u32) -> u32 {
-  return (f32_to_f16_bits(x[row * elems + within / 2u]) >> ((within % 2u) * 8u)) & 0xffu;
+  return (f32_to_f16_bits(x[row * params.x_stride + within / 2u]) >> ((within % 2u) * 8u)) & 0xffu;
 }`,
   bf16: () => `fn block_byte(row: u32, within: u32) -> u32 {
-  return (f32_to_bf16_bits(x[row * elems + within / 2u]) >> ((within % 2u) * 8u)) & 0xffu;
+  return (f32_to_bf16_bits(x[row * params.x_stride + within / 2u]) >> ((within % 2u) * 8u)) & 0xffu;
 }`,
   int8: () => IntTokenEncode(8),
   int4: () => IntTokenEncode(4),
@@ -245,7 +245,7 @@ const head_bytes: u32 = 2u + head_dim * ${bits}u / 8u;
 fn scale_bits(row: u32, head: u32) -> u32 {
   var amax = 0u;  // the largest |x| as bits (the order of non-negative floats), NaNs left out
   for (var i = 0u; i < head_dim; i++) {
-    let a = x[row * elems + head * head_dim + i] & 0x7fffffffu;
+    let a = x[row * params.x_stride + head * head_dim + i] & 0x7fffffffu;
     if (a <= 0x7f800000u) { amax = max(amax, a); }
   }
   if (amax == 0x7f800000u) { return 0x7bffu; }
@@ -268,7 +268,7 @@ fn block_byte(row: u32, within: u32) -> u32 {
   var byte = 0u;
   for (var t = 0u; t < ${per_byte}u; t++) {
     let i = (o - 2u) * ${per_byte}u + t;
-    byte |= raw_code(x[row * elems + head * head_dim + i], s) << (t * ${bits}u);
+    byte |= raw_code(x[row * params.x_stride + head * head_dim + i], s) << (t * ${bits}u);
   }
   return byte;
 }
@@ -287,19 +287,18 @@ export function EncoderHasScales(format) { return format.startsWith('int'); }
 
 /**
  * The WGSL module encoding rows of `format` at shape {n_kv_heads, head_dim, block_bytes}: bindings
- * 0 x (array<u32>: f32 bits [rows][n_kv_heads][head_dim]), 1 out (array<u32>: the blocks, written
- * from byte params.first_byte), 2 params ({rows, first_byte}), 3 scales (array<u32>: f16 bits
- * [rows][n_kv_heads], int formats).
+ * 0 x (array<u32>: f32 bits [rows][x_stride], each row's [n_kv_heads][head_dim] first), 1 out
+ * (array<u32>: the blocks, written from byte params.first_byte), 2 params ({rows, first_byte,
+ * x_stride}), 3 scales (array<u32>: f16 bits [rows][n_kv_heads], int formats).
  */
 export function EncodeWgsl(format, shape) {
   if (!kByteOf[format]) throw new Error(`no WGSL encoder for KV format '${format}' (have: ${kEncoderFormats.join(', ')})`);
   return /* wgsl */ `
 const head_dim: u32 = ${shape.head_dim}u;
 const n_kv_heads: u32 = ${shape.n_kv_heads}u;
-const elems: u32 = ${shape.n_kv_heads * shape.head_dim}u;
 const block: u32 = ${shape.block_bytes}u;
-struct Params { rows: u32, first_byte: u32 }
-@group(0) @binding(0) var<storage, read> x: array<u32>;           // [rows][n_kv_heads][head_dim] f32 bits
+struct Params { rows: u32, first_byte: u32, x_stride: u32 }
+@group(0) @binding(0) var<storage, read> x: array<u32>;           // [rows][x_stride ≥ n_kv_heads · head_dim] f32 bits
 @group(0) @binding(1) var<storage, read_write> out: array<u32>;   // blocks from byte params.first_byte
 @group(0) @binding(2) var<uniform> params: Params;
 @group(0) @binding(3) var<storage, read_write> scales: array<u32>;  // [rows][n_kv_heads] f16 bits
@@ -343,25 +342,23 @@ export class GpuKvEncoder {
   }
 
   /**
-   * rows rows of x (a GPUBuffer or a binding of one, f32 bits) into out from first_byte; commands into `encoder`. arena:
-   * a UniformArena (uniform_arena.js) for the parameters when the command buffer holds more than
-   * one call (a prefill block); without one they are queue-written to this encoder's own buffer.
+   * rows rows of x (a GPUBuffer or a binding of one, f32 bits; row r at r · x_stride floats, by
+   * default packed) into out from first_byte; commands into `encoder`. arena: a UniformArena
+   * (uniform_arena.js) for the parameters when the command buffer holds more than one call (a
+   * prefill block); without one they are queue-written to this encoder's own buffer. Returns the
+   * dispatches recorded (2 with a scales pass, else 1).
    */
-  Record(encoder, x_in, rows, out, first_byte, arena = null) {
+  Record(encoder, x_in, rows, out, first_byte, arena = null, x_stride = this.shape.n_kv_heads * this.shape.head_dim) {
     const {n_kv_heads, block_bytes} = this.shape;
     const x = x_in instanceof GPUBuffer ? {buffer: x_in} : x_in;  // a buffer or a binding of one
-    const values = new Uint32Array([rows, first_byte, 0, 0]);
+    const values = new Uint32Array([rows, first_byte, x_stride, 0]);
     let params = {buffer: this.params};
     if (arena) {
       params = arena.Take(values);
     } else {
       this.device.queue.writeBuffer(this.params, 0, values);
     }
-    const scale_bytes = Math.max(16, rows * n_kv_heads * 4);
-    if (!this.scale_buffer || this.scale_buffer.size < scale_bytes) {
-      this.scale_buffer?.destroy();
-      this.scale_buffer = this.device.createBuffer({size: Math.ceil(scale_bytes / 16) * 16, usage: GPUBufferUsage.STORAGE});
-    }
+    this.Reserve(rows);
     const pass = encoder.beginComputePass();
     if (this.scales) {
       pass.setPipeline(this.scales);
@@ -378,5 +375,18 @@ export class GpuKvEncoder {
     const words = Math.floor((first_byte + rows * block_bytes + 3) / 4) - Math.floor(first_byte / 4);
     pass.dispatchWorkgroups(Math.max(1, Math.ceil(words / 64)));
     pass.end();
+    return this.scales ? 2 : 1;
+  }
+
+  /**
+   * Room for `rows` rows' scales. The scale buffer is replaced when it grows, so a caller recording
+   * several calls into one command buffer reserves their largest first (a buffer destroyed before
+   * the submit of commands that use it fails the submit).
+   */
+  Reserve(rows) {
+    const scale_bytes = Math.max(16, rows * this.shape.n_kv_heads * 4);
+    if (this.scale_buffer && this.scale_buffer.size >= scale_bytes) return;
+    this.scale_buffer?.destroy();
+    this.scale_buffer = this.device.createBuffer({size: Math.ceil(scale_bytes / 16) * 16, usage: GPUBufferUsage.STORAGE});
   }
 }

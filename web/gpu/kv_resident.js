@@ -63,6 +63,17 @@ export function ResidentWhyNot(kv_k, kv_v) {
   return '';
 }
 
+/**
+ * Uniform-arena slots RecordBlock takes for a block of n positions from pos (no page evicted
+ * inside it) over n_layers layers with pages of P positions: per layer an encoder call for K and
+ * one for V per page the block writes, an attend per page window up to its last position, and
+ * the gather.
+ */
+export function BlockUniformSlots(n_layers, P, pos, n) {
+  const last = Math.floor((pos + n - 1) / P), written = last - Math.floor(pos / P) + 1;
+  return n_layers * (2 * written + last + 1 + 1);
+}
+
 export class GpuResidentKv {
   /**
    * device: the GPUDevice; c: the step program's config; layout: kvq_web_kv_page_layout's
@@ -89,7 +100,7 @@ export class GpuResidentKv {
     if (!(this.resident_pages >= 1)) throw new Error(`a mixed-mode KV cache needs at least 1 resident page per layer (got ${this.resident_pages})`);
     this.read = mixed?.read;
     this.counts = {write_backs: 0, kv_bytes: 0, kv_bytes_now: 0, peak_kv_bytes: 0, streamed_bytes: 0,
-                   streamed_pages: 0, evictions: 0, flushes: 0, attend_dispatches: 0};
+                   streamed_pages: 0, evictions: 0, flushes: 0, attend_dispatches: 0, encode_dispatches: 0};
     // The streaming ring (mixed mode): [{buffer [page_bytes]}], the
     // next slot to write, and the slots the commands not yet submitted read.
     this.slots = mixed ? Array.from({length: kStreamSlots}, () => this.#NewBuffers()) : [];
@@ -101,6 +112,8 @@ export class GpuResidentKv {
       landed: 0,  // pages of this layer whose write-back reached the master (they fill in order)
       k: new GpuKvEncoder(device, formats.key, {...shape, block_bytes: this.k_block}),
       v: new GpuKvEncoder(device, formats.value, {...shape, block_bytes: this.v_block})}));
+    // A block encodes at most a page of rows per call; its calls share the scale buffers.
+    for (const L of this.layers) for (const e of [L.k, L.v]) e.Reserve(P);
     const s = {head_dim: c.head_dim, n_kv_heads: c.n_kv_heads, q_per_kv: c.n_heads / c.n_kv_heads,
                k_block_bytes: this.k_block, v_block_bytes: this.v_block, key_format: formats.key,
                value_format: formats.value, pre_rope: false, rotary_dims: c.rotary_dims, rope_pairing: c.rope_pairing};
@@ -193,28 +206,30 @@ export class GpuResidentKv {
    */
   Record(sink, layer, k, v, q, pos, out) {
     const packed = this.c.n_heads * this.c.head_dim;
-    this.RecordBlock(sink, layer, [{k, v}], pos, q, out, packed, packed);
+    this.RecordBlock(sink, layer, pos, {n: 1, k, v, kv_stride: this.c.kv_dim, q, q_stride: packed, out, out_stride: packed});
   }
 
   /**
-   * A prefill block's layer (or a decode step's: one position): the n = rows.length consecutive
-   * positions pos.. each encode their rows (rows[t] = {k, v}, as Record's) into their pages, then
-   * every position t attends over positions 0..pos + t in one pass over the pages (query-blocked:
-   * one attend dispatch per page window for all n queries, each taking the window's rows up to its
-   * own position). q and out: bindings at position 0's [n_heads][head_dim]; position t's are
-   * t · q_stride and t · out_stride floats further. Each query's (m, l, acc) goes through the same
-   * instructions on the same rows in the same order as a Record at its position alone (a window
-   * past a query's position gives it no rows, and an empty state merges as nothing), so the same
-   * bits.
+   * A prefill block's layer (or a decode step's: one position): the n consecutive positions pos..
+   * encode their rows into their pages, one encoder call per tensor and page the block writes (as
+   * one call per position would: each row's bytes depend on that row alone), then every position t
+   * attends over positions 0..pos + t in one pass over the pages (query-blocked: one attend
+   * dispatch per page window for all n queries, each taking the window's rows up to its own
+   * position). b: {n; k, v: bindings at position 0's rows ([n_kv_heads][head_dim] f32, Record's),
+   * position t's t · kv_stride floats further; q and out: bindings at position 0's
+   * [n_heads][head_dim], position t's t · q_stride and t · out_stride floats further}. Each
+   * query's (m, l, acc) goes through the same instructions on the same rows in the same order as a
+   * Record at its position alone (a window past a query's position gives it no rows, and an empty
+   * state merges as nothing), so the same bits.
    */
-  RecordBlock(sink, layer, rows, pos, q, out, q_stride, out_stride) {
-    const L = this.layers[layer], P = this.P, c = this.c, n = rows.length;
+  RecordBlock(sink, layer, pos, b) {
+    const L = this.layers[layer], P = this.P, c = this.c, n = b.n, {q, out, q_stride, out_stride} = b;
     const first_resident = this.#FirstResident(pos);
     if (n > 1 && this.#FirstResident(pos + n - 1) !== first_resident) {
       // A page would be evicted inside the block: the earlier queries still read it. Per position.
       for (let t = 0; t < n; ++t) {
-        this.RecordBlock(sink, layer, [rows[t]], pos + t, From(q, t * q_stride), From(out, t * out_stride),
-                         q_stride, out_stride);
+        this.RecordBlock(sink, layer, pos + t, {...b, n: 1, k: From(b.k, t * b.kv_stride), v: From(b.v, t * b.kv_stride),
+                                                q: From(q, t * q_stride), out: From(out, t * out_stride)});
       }
       return;
     }
@@ -232,12 +247,15 @@ export class GpuResidentKv {
       ++this.counts.evictions;
     }
     const full = [];  // pages the block fills: copied out after its rows are encoded
-    for (let t = 0; t < n; ++t) {
-      const row = (pos + t) % P;
+    for (let t = 0; t < n;) {  // the block's rows in each page it writes: rows t .. t + run − 1
+      const row = (pos + t) % P, run = Math.min(n - t, P - row);
       const tail = row === 0 ? this.#NewPage(L) : L.pages[L.pages.length - 1];
-      L.k.Record(sink.encoder, rows[t].k, 1, tail.buffer, row * this.k_block, this.uniforms);
-      L.v.Record(sink.encoder, rows[t].v, 1, tail.buffer, this.value_offset + row * this.v_block, this.uniforms);
-      if (row === P - 1) full.push(tail);
+      this.counts.encode_dispatches +=
+          L.k.Record(sink.encoder, From(b.k, t * b.kv_stride), run, tail.buffer, row * this.k_block, this.uniforms, b.kv_stride) +
+          L.v.Record(sink.encoder, From(b.v, t * b.kv_stride), run, tail.buffer, this.value_offset + row * this.v_block,
+                     this.uniforms, b.kv_stride);
+      if (row + run === P) full.push(tail);
+      t += run;
     }
     const last = pos + n - 1, last_index = Math.floor(last / P), last_row = last % P;
     this.#Queries(n);

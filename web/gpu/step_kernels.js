@@ -1,27 +1,25 @@
 // The WGSL kernels of the step program (web/gpu/step_program.js): one module of the ops that need
-// no weight decoding, and per (weight type, layout) one module of the weight ops (matvec, the
-// embedding row). Each mirrors the kvq op named beside it; f32 throughout. Norm sums and the argmax
+// no weight decoding, and per (weight type, layout) one module of the weight ops (matvec, a prefill
+// block's matmul: matmul_kernels.js, the embedding row). Each mirrors the kvq op named beside it; f32 throughout. Norm sums and the argmax
 // are workgroup trees, matvec rows one invocation each (its sum in order, as kvq's scalar kernels
 // add): every order is fixed by the code, not by scheduling, so a step gives the same bits every
 // time on one device. (Rows split across a workgroup, tiled and subgroup kernels: later.)
 
 import {kByteHelpers, Readers} from './kv_formats.js';
+import {MatmulWgsl} from './matmul_kernels.js';
 import {WeightBlock, WeightReaderWgsl} from './weight_types.js';
 
 /** Lanes of the reduction workgroups (norms, argmax); invocations per matvec workgroup (a row each). */
 export const kNormLanes = 64;
 export const kRowLanes = 64;
-/** Tokens a matmul invocation keeps sums for: each weight block is read once per this many tokens. */
-export const kMatmulTokens = 8;
-/** Weight types (in the row-major layout) with a matmul entry point: Bonsai's Q1_0. */
-export const kMatmulTypes = ['q1_0'];
 
 // Bindings (auto layouts hold only those an entry point uses): the weights as u32 words, the
 // input x, the output y, the op's uniform, the step's [token, position], the RoPE table, the
 // argmax output, the quantised activation.
 export const kOpsWgsl = /* wgsl */ `
-// n: elements; a: a weight vector's first word in w (norms, biases) or head_dim (rope);
-// b: eps's bits (norms) or rotary dims (rope); c: the RoPE pairing (0 adjacent, 1 halves).
+// n: elements; a: a weight vector's first word in w (norms, biases), head_dim (rope) or x's floats
+// per token (quantize); b: eps's bits (norms), rotary dims (rope) or xd's floats per token
+// (quantize); c: the RoPE pairing (0 adjacent, 1 halves).
 struct P { n: u32, a: u32, b: u32, c: u32 }
 @group(0) @binding(0) var<storage, read> w: array<u32>;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
@@ -169,18 +167,22 @@ fn div_rn(x: f32, d: f32) -> f32 {
 }
 
 // QuantizeActivation (weights/matvec.h) of x [n]: per block of 32, d = amax / 127, codes
-// round-half-even(x / d) clamped to ±127; a zero block gets d = 0 and codes 0.
+// round-half-even(x / d) clamped to ±127; a zero block gets d = 0 and codes 0. A prefill block's
+// tokens in one dispatch (workgroups along y: token id.y's x at id.y · p.a, its codes at id.y · n,
+// its scales at id.y · p.b; one token: p.a = p.b = 0).
 @compute @workgroup_size(64)
 fn quantize(@builtin(global_invocation_id) id: vec3u) {
   if (id.x >= p.n / 32u) { return; }
   let base = id.x * 32u;
+  let xo = id.y * p.a + base;
+  let qo = id.y * p.n + base;
   var amax = 0.0;
-  for (var i = 0u; i < 32u; i++) { amax = max(amax, abs(x[base + i])); }
+  for (var i = 0u; i < 32u; i++) { amax = max(amax, abs(x[xo + i])); }
   let d = div_rn(amax, 127.0);
-  xd[id.x] = d;
+  xd[id.y * p.b + id.x] = d;
   for (var i = 0u; i < 32u; i++) {
     // round-half-even of the clamped quotient, as the CPU's magic-number rounding.
-    xq[base + i] = select(i32(round(clamp(div_rn(x[base + i], d), -127.0, 127.0))), 0, d == 0.0);
+    xq[qo + i] = select(i32(round(clamp(div_rn(x[xo + i], d), -127.0, 127.0))), 0, d == 0.0);
   }
 }
 `;
@@ -243,41 +245,6 @@ fn matvec(@builtin(global_invocation_id) id: vec3u) {
   }
   y[dims.row0 + row] = sum;
 }`;
-  // Q1_0's 32 weights of an activation block are 32 sign bits: 4 code bytes, read once per group of
-  // kMatmulTokens tokens as one word. Each token's sum is matvec_q's expression in matvec_q's
-  // order (the integer dot is exact, so its order is free), so each y equals that token's matvec.
-  const matmul_q1 = `
-// MatMul over a block of dims.tokens tokens (their activations quantised per token: xq
-// [tokens][cols], xd [tokens][dims.xd_stride]; y [tokens][dims.y_stride], rows at row0 of each): one
-// invocation per row, the tokens in groups of ${kMatmulTokens}; per activation block b the row's
-// scale and 32 sign bits are read once for the group, and each token's y is the matvec's
-// Σ_b (d_w · d_x) · I_b in f32 in order of b (I_b = Σ code·q, exact).
-@compute @workgroup_size(${kRowLanes})
-fn matmul(@builtin(global_invocation_id) id: vec3u) {
-  let row = id.x + id.y * ${kRowLanes}u * 32768u;
-  if (row >= dims.rows) { return; }
-  let nb = dims.cols / 32u;
-  for (var t0 = 0u; t0 < dims.tokens; t0 += ${kMatmulTokens}u) {
-    var sum = array<f32, ${kMatmulTokens}>();  // one sum per token of the group, from zero
-    for (var b = 0u; b < nb; b++) {
-      let block = (b * 32u) / ${elems}u;
-      let s = ((b * 32u) % ${elems}u) / 8u;  // the first of the 4 code bytes
-      let bits = w_u8(w_code_byte(row, block, s)) | (w_u8(w_code_byte(row, block, s + 1u)) << 8u) |
-                 (w_u8(w_code_byte(row, block, s + 2u)) << 16u) | (w_u8(w_code_byte(row, block, s + 3u)) << 24u);
-      let d = w_scale(row, block);
-      for (var t = 0u; t < ${kMatmulTokens}u; t++) {
-        if (t0 + t >= dims.tokens) { break; }
-        let xo = (t0 + t) * dims.cols + b * 32u;
-        var dot = 0;
-        for (var j = 0u; j < 32u; j++) { dot = dot + select(-1, 1, ((bits >> j) & 1u) == 1u) * xq[xo + j]; }
-        sum[t] = sum[t] + (d * xd[(t0 + t) * dims.xd_stride + b]) * f32(dot);
-      }
-    }
-    for (var t = 0u; t < ${kMatmulTokens}u; t++) {
-      if (t0 + t < dims.tokens) { y[(t0 + t) * dims.y_stride + dims.row0 + row] = sum[t]; }
-    }
-  }
-}`;
   const matvec_f32 = `
 // MatVec, f32 activation: one invocation per row, its products summed in order of the column.
 @compute @workgroup_size(${kRowLanes})
@@ -291,22 +258,23 @@ fn matvec(@builtin(global_invocation_id) id: vec3u) {
   return /* wgsl */ `
 // One piece of a weight (step_program.js's WeightPlacement): its rows row0 .. row0 + rows of the
 // matrix, starting at byte first_byte of the bound buffer.
-// matmul only: tokens, and per token the floats of y (y_stride) and of the scales xd (xd_stride).
+// matmul only (matmul_kernels.js): tokens, and per token the floats of y (y_stride), of the scales
+// xd (xd_stride) and of x (x_stride).
 struct Dims { rows: u32, cols: u32, row_bytes: u32, first_byte: u32, row0: u32, tokens: u32, y_stride: u32,
-              xd_stride: u32 }
+              xd_stride: u32, x_stride: u32 }
 @group(0) @binding(0) var<storage, read> w_buf: array<u32>;
-@group(0) @binding(1) var<storage, read> x: array<f32>;        // [cols]
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;  // [row0 + rows]
+@group(0) @binding(1) var<storage, read> x: array<f32>;        // [cols] (matmul: [tokens][x_stride])
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;  // [row0 + rows] (matmul: [tokens][y_stride])
 @group(0) @binding(3) var<uniform> dims: Dims;
 @group(0) @binding(4) var<storage, read> step: array<u32>;     // [token, position]
-@group(0) @binding(7) var<storage, read> xq: array<i32>;       // [cols] activation codes
-@group(0) @binding(8) var<storage, read> xd: array<f32>;       // [cols / 32] their scales
+@group(0) @binding(7) var<storage, read> xq: array<i32>;       // [cols] activation codes (matmul: [tokens][cols])
+@group(0) @binding(8) var<storage, read> xd: array<f32>;       // [cols / 32] their scales (matmul: [tokens][xd_stride])
 ${kByteHelpers}
 ${Readers('w')}
 ${WeightReaderWgsl(type, layout)}
 
 ${kquant ? matvec_k : quantized_activation ? matvec_q : matvec_f32}
-${kMatmulTypes.includes(type) && layout === 'rows' ? matmul_q1 : ''}
+${MatmulWgsl(type, WeightBlock(type), kRowLanes)}
 
 // DecodeWeightRow: y = row step[0] of w, by the piece that holds it.
 @compute @workgroup_size(64)
@@ -318,8 +286,8 @@ fn embed(@builtin(global_invocation_id) id: vec3u) {
 `;
 }
 
-/** Bindings of WeightOpsWgsl's entry points (matmul: the kMatmulTypes'). */
+/** Bindings of WeightOpsWgsl's entry points (the matmul's are the matvec's). */
 export function WeightOpsBindings(type) {
-  return {matvec: WeightBlock(type).quantized_activation ? [0, 2, 3, 7, 8] : [0, 1, 2, 3], embed: [0, 2, 3, 4],
-          matmul: [0, 2, 3, 7, 8]};
+  const matvec = WeightBlock(type).quantized_activation ? [0, 2, 3, 7, 8] : [0, 1, 2, 3];
+  return {matvec, embed: [0, 2, 3, 4], matmul: matvec};
 }

@@ -27,13 +27,13 @@
 //
 // A block of tokens (a prefill block: Steps) with a resident cache runs op by op in one command
 // encoder (block_steps.js: each token's activations a slice of block buffers, the kernels the
-// per-token step's, Q1_0 matvecs one matmul per block): the bits of as many steps, one submit
+// per-token step's, a matvec one matmul for the block): the bits of as many steps, one submit
 // (plus the mixed mode's slot reuses) and one readback (the last token's id, and its logits when
 // asked for). Without one (the stream path) a block's tokens run one after another, each token's
 // id, position and RoPE table copied by commands in the encoder from block buffers.
 
 import {BlockRecorder} from './block_steps.js';
-import {kMatmulTypes, kOpsBindings, kOpsWgsl, kRowLanes, WeightOpsBindings, WeightOpsWgsl} from './step_kernels.js';
+import {kOpsBindings, kOpsWgsl, kRowLanes, WeightOpsBindings, WeightOpsWgsl} from './step_kernels.js';
 import {kGpuWeightTypes, kInterleavedTypes} from './weight_types.js';
 
 const kStorage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
@@ -176,8 +176,7 @@ export class GpuStepProgram {
     for (const t of program.tensors) {
       const key = `${t.type}/${t.layout}`;
       if (t.rows > 1 || t.type !== 'f32') {
-        const matmul = kMatmulTypes.includes(t.type) && t.layout === 'rows' ? ['matmul'] : [];
-        weight_ops[key] ??= await compile(WeightOpsWgsl(t.type, t.layout), ['matvec', 'embed', ...matmul], `${key} weights`);
+        weight_ops[key] ??= await compile(WeightOpsWgsl(t.type, t.layout), ['matvec', 'embed', 'matmul'], `${key} weights`);
       }
     }
     return new GpuStepProgram(device, program, heap, rope, kv_device, ops, weight_ops, fit.placement);
@@ -294,7 +293,7 @@ export class GpuStepProgram {
           out.push(...simple('quantize', [t.cols, 0, 0, 0], op.x, op.y, [Math.ceil(t.cols / 32 / 64), 1]));
         }
         for (const p of pieces) {  // rows p.row0 .. p.row0 + p.rows of the weight, each its own matrix
-          const dims = this.Uniform([p.rows, t.cols, row_bytes, p.offset, p.row0, 0, 0, 0]);
+          const dims = this.Uniform([p.rows, t.cols, row_bytes, p.offset, p.row0, 0, 0, 0, 0]);
           const group = this.Group(kernels[entry], WeightOpsBindings(t.type)[entry],
                                     {...base, 0: this.chunks[p.chunk], 1: B[op.x], 2: B[op.y], 3: dims});
           const row_groups = Math.ceil(p.rows / kRowLanes);  // matvec: a row per invocation

@@ -19,6 +19,7 @@ export class UniformArena {
     this.buffers = [];  // [{buffer: GPUBuffer [kArenaBytes], host: ArrayBuffer [kArenaBytes]}]
     this.used = 0;      // slots taken since the last Reset
     this.written = 0;   // of those, slots already written to the GPU
+    this.taken = 0;     // slots taken in all (a count for tests)
   }
 
   /**
@@ -36,6 +37,7 @@ export class UniformArena {
     }
     new Uint8Array(this.buffers[b].host, offset, this.stride).fill(0).set(src);
     ++this.used;
+    ++this.taken;
     return {buffer: this.buffers[b].buffer, offset, size: src.byteLength};
   }
 

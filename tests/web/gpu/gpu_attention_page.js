@@ -19,12 +19,14 @@
 //      step program's kernels (step_kernels.js: quantize, then the matvec) == kvq's MatVec on its
 //      SCALAR target, bit for bit (the same quantisation, integer dots and f32 sums in order), over
 //      the file's rows and, for Q8_0, Q4_0, Q4_K and Q6_K, over kvq's repacked 16-row groups;
-//      for the types with a matmul (step_kernels.js's kMatmulTypes: Q1_0), its y for a block of
+//      for every type and layout, the block kernels (matmul_kernels.js's matmul, after the
+//      quantisation of every token in one dispatch for the quantising types) over
 //      kMatmulCheckTokens tokens (the case's x and variations of it; more than one group of
-//      kMatmulTokens, the last partial) == the matvec's for each token, bit for bit.
+//      kMatmulTokens, the last partial; strided slices) == the matvec's for each token alone,
+//      bit for bit.
 // Returns {cases, checks, failures: [...], seconds}.
 import {GpuKvAttention, kInjectedBugs} from '/web/gpu/kv_attention.js';
-import {kMatmulTypes, kOpsBindings, kOpsWgsl, WeightOpsBindings, WeightOpsWgsl} from '/web/gpu/step_kernels.js';
+import {kOpsBindings, kOpsWgsl, WeightOpsBindings, WeightOpsWgsl} from '/web/gpu/step_kernels.js';
 import {GpuMatvec, RowBytes} from '/web/gpu/weight_types.js';
 
 // Window sizes at 4,100 positions. 31, 33, 63 and 65 are odd, so their window starts fall on every
@@ -147,113 +149,146 @@ async function CheckMatvec(device, c, url, fail) {
     }
   }
   let checks = 2;
+  const layouts = [['rows', w_buf]];  // the matrix as each layout the page reads it in holds it
+  if (c.sections.w_interleaved) {  // kvq's repacked bytes of the same matrix
+    const wi = section('w_interleaved', Uint8Array);
+    const wi_buf = buffer(wi.byteLength);
+    const wi_padded = new Uint8Array(Math.ceil(wi.byteLength / 4) * 4);
+    wi_padded.set(wi);
+    device.queue.writeBuffer(wi_buf, 0, wi_padded);
+    layouts.push(['interleaved16', wi_buf]);
+  }
   if (c.sections.y_scalar) {
     const want_y = section('y_scalar', Float32Array);
-    const got_y = await QuantizedMatvec(device, c, w_buf, x_buf, 'rows');
-    const why_q = SameBits(got_y, want_y);
-    if (why_q) fail(`${c.name}: the step program's quantised matvec differs from kvq's SCALAR MatVec (${why_q})`);
-    ++checks;
-    if (kMatmulTypes.includes(c.type)) checks += await CheckMatmul(device, c, w_buf, x, fail);
-    if (c.sections.w_interleaved) {  // kvq's repacked bytes of the same matrix: the same bits
-      const wi = section('w_interleaved', Uint8Array);
-      const wi_buf = buffer(wi.byteLength);
-      const wi_padded = new Uint8Array(Math.ceil(wi.byteLength / 4) * 4);
-      wi_padded.set(wi);
-      device.queue.writeBuffer(wi_buf, 0, wi_padded);
-      const why_i = SameBits(await QuantizedMatvec(device, c, wi_buf, x_buf, 'interleaved16'), want_y);
-      if (why_i) fail(`${c.name}: the quantised matvec over kvq's repacked 16-row groups differs (${why_i})`);
-      wi_buf.destroy();
+    for (const [layout, buf] of layouts) {  // the same bits in either layout
+      const why_q = SameBits((await StepMatvecs(device, c, buf, [x], layout))[0], want_y);
+      if (why_q) fail(`${c.name}: the step program's quantised matvec (${layout}) differs from kvq's SCALAR MatVec (${why_q})`);
       ++checks;
     }
   }
-  w_buf.destroy();
+  for (const [layout, buf] of layouts) checks += await CheckMatmul(device, c, buf, x, layout, fail);
+  for (const [, buf] of layouts) buf.destroy();
   x_buf.destroy();
   return checks;
 }
 
 const kMatmulCheckTokens = 11;
+// Floats per token of the matmul's x, xd and y beyond the packed sizes: none a multiple of 4, so
+// a stride mistaken for the packed size shows.
+const kStridePad = {x: 7, xd: 3, y: 5};
 
-// The matmul over kMatmulCheckTokens tokens (token 0: x; token t: x rotated by 37·t columns and
-// scaled by 1 + t/16) against QuantizedMatvec per token, bit for bit. Returns the checks made.
-async function CheckMatmul(device, c, w_buf, x, fail) {
+// The step program's block kernels over kMatmulCheckTokens tokens (token 0: x; token t: x rotated
+// by 37·t columns and scaled by 1 + t/16), the weights in w_buf in `layout`: the quantisation of
+// every token in one dispatch (quantising types), then the matmul; each token's y against
+// StepMatvecs' for that token alone, bit for bit. Returns the checks made.
+async function CheckMatmul(device, c, w_buf, x, layout, fail) {
   const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
   const T = kMatmulCheckTokens, nb = c.cols / 32;
-  const xq_all = device.createBuffer({size: T * c.cols * 4, usage});  // [T][cols]
-  const xd_all = device.createBuffer({size: T * nb * 4, usage});      // [T][cols / 32]
-  const y_all = device.createBuffer({size: T * c.rows * 4, usage});   // [T][rows]
-  const want = [];
+  const x_stride = c.cols + kStridePad.x, xd_stride = nb + kStridePad.xd, y_stride = c.rows + kStridePad.y;
+  const x_all = new Float32Array(T * x_stride);  // [T][x_stride]
+  const xs = [];  // [T][cols]
   for (let t = 0; t < T; ++t) {
-    const xt = new Float32Array(c.cols);  // [cols]
+    const xt = new Float32Array(c.cols);
     for (let k = 0; k < c.cols; ++k) xt[k] = Math.fround(x[(k + 37 * t) % c.cols] * (1 + t / 16));
-    const xt_buf = device.createBuffer({size: c.cols * 4, usage});
-    device.queue.writeBuffer(xt_buf, 0, xt);
-    want.push(await QuantizedMatvec(device, c, w_buf, xt_buf, 'rows', {xq: xq_all, xd: xd_all, t}));
-    xt_buf.destroy();
+    x_all.set(xt, t * x_stride);
+    xs.push(xt);
   }
-  const pipeline = device.createComputePipeline({layout: 'auto', compute: {
-    module: device.createShaderModule({code: WeightOpsWgsl(c.type, 'rows')}), entryPoint: 'matmul'}});
-  const dims = device.createBuffer({size: 32, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST});
-  device.queue.writeBuffer(dims, 0, new Uint32Array([c.rows, c.cols, RowBytes(c.type, c.cols), 0, 0, T, c.rows, nb]));
-  const resources = {0: w_buf, 2: y_all, 3: dims, 7: xq_all, 8: xd_all};
-  const readback = device.createBuffer({size: T * c.rows * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
-  const encoder = device.createCommandEncoder();
-  const pass = encoder.beginComputePass();
-  pass.setPipeline(pipeline);
-  pass.setBindGroup(0, device.createBindGroup({layout: pipeline.getBindGroupLayout(0),
-    entries: WeightOpsBindings(c.type).matmul.map((b) => ({binding: b, resource: {buffer: resources[b]}}))}));
-  pass.dispatchWorkgroups(Math.ceil(c.rows / 64));
-  pass.end();
-  encoder.copyBufferToBuffer(y_all, 0, readback, 0, T * c.rows * 4);
-  device.queue.submit([encoder.finish()]);
-  await readback.mapAsync(GPUMapMode.READ);
-  const got = new Float32Array(readback.getMappedRange().slice(0));
-  readback.unmap();
-  for (const b of [xq_all, xd_all, y_all, dims, readback]) b.destroy();
-  for (let t = 0; t < T; ++t) {
-    const why = SameBits(got.subarray(t * c.rows, (t + 1) * c.rows), want[t]);
-    if (why) fail(`${c.name}: the matmul's token ${t} of ${T} differs from its matvec (${why})`);
-  }
-  return T;
-}
-
-// y [rows] = the step program's quantize then matvec over the weights in w_buf, in `layout`.
-// keep: {xq, xd, t}: the activation's codes and scales also copied to token t of xq [][cols] and
-// xd [][cols / 32].
-async function QuantizedMatvec(device, c, w_buf, x_buf, layout, keep = null) {
-  const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
-  const Pipeline = (code, entry) => device.createComputePipeline({layout: 'auto', compute: {module: device.createShaderModule({code}), entryPoint: entry}});
+  const want = await StepMatvecs(device, c, w_buf, xs, layout);
+  const x_buf = device.createBuffer({size: x_all.byteLength, usage});
+  device.queue.writeBuffer(x_buf, 0, x_all);
+  const xq_all = device.createBuffer({size: T * c.cols * 4, usage});     // [T][cols]
+  const xd_all = device.createBuffer({size: T * xd_stride * 4, usage});  // [T][xd_stride]
+  const y_all = device.createBuffer({size: T * y_stride * 4, usage});    // [T][y_stride]
+  const Pipeline = (code, entry) => CachedPipeline(device, code, entry);
   const Uniform = (words) => {
-    const b = device.createBuffer({size: Math.max(16, words.length * 4), usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST});
+    const b = device.createBuffer({size: Math.ceil(words.length / 4) * 16, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST});
     device.queue.writeBuffer(b, 0, new Uint32Array(words));
     return b;
   };
   const Group = (pipeline, bindings, resources) => device.createBindGroup({layout: pipeline.getBindGroupLayout(0),
     entries: bindings.map((b) => ({binding: b, resource: {buffer: resources[b]}}))});
-  const xq = device.createBuffer({size: c.cols * 4, usage}), xd = device.createBuffer({size: Math.max(16, c.cols / 32 * 4), usage});
-  const y = device.createBuffer({size: c.rows * 4, usage});
-  const readback = device.createBuffer({size: c.rows * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
-  const quantize = Pipeline(kOpsWgsl, 'quantize'), matvec = Pipeline(WeightOpsWgsl(c.type, layout), 'matvec');
+  const matmul = Pipeline(WeightOpsWgsl(c.type, layout), 'matmul');
+  const dims = Uniform([c.rows, c.cols, RowBytes(c.type, c.cols), 0, 0, T, y_stride, xd_stride, x_stride]);
+  const quantize_params = Uniform([c.cols, x_stride, xd_stride, 0]);
+  const resources = {0: w_buf, 1: x_buf, 2: y_all, 3: dims, 7: xq_all, 8: xd_all};
+  const readback = device.createBuffer({size: T * y_stride * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
   const encoder = device.createCommandEncoder();
   const pass = encoder.beginComputePass();
-  pass.setPipeline(quantize);
-  pass.setBindGroup(0, Group(quantize, kOpsBindings.quantize, {1: x_buf, 3: Uniform([c.cols, 0, 0, 0]), 7: xq, 8: xd}));
-  pass.dispatchWorkgroups(Math.ceil(c.cols / 32 / 64));
-  pass.setPipeline(matvec);
-  pass.setBindGroup(0, Group(matvec, WeightOpsBindings(c.type).matvec,
-                             {0: w_buf, 2: y, 3: Uniform([c.rows, c.cols, RowBytes(c.type, c.cols), 0, 0, 0, 0, 0]), 7: xq, 8: xd}));
+  if (WeightOpsBindings(c.type).matmul.includes(7)) {  // every token's activation quantised at once
+    const quantize = Pipeline(kOpsWgsl, 'quantize');
+    pass.setPipeline(quantize);
+    pass.setBindGroup(0, Group(quantize, kOpsBindings.quantize, {...resources, 3: quantize_params}));
+    pass.dispatchWorkgroups(Math.ceil(nb / 64), T);
+  }
+  pass.setPipeline(matmul);
+  pass.setBindGroup(0, Group(matmul, WeightOpsBindings(c.type).matmul, resources));
   pass.dispatchWorkgroups(Math.ceil(c.rows / 64));
   pass.end();
-  encoder.copyBufferToBuffer(y, 0, readback, 0, c.rows * 4);
-  if (keep) {
-    encoder.copyBufferToBuffer(xq, 0, keep.xq, keep.t * c.cols * 4, c.cols * 4);
-    encoder.copyBufferToBuffer(xd, 0, keep.xd, keep.t * (c.cols / 32) * 4, (c.cols / 32) * 4);
+  encoder.copyBufferToBuffer(y_all, 0, readback, 0, T * y_stride * 4);
+  device.queue.submit([encoder.finish()]);
+  await readback.mapAsync(GPUMapMode.READ);
+  const got = new Float32Array(readback.getMappedRange().slice(0));
+  readback.unmap();
+  for (const b of [x_buf, xq_all, xd_all, y_all, dims, quantize_params, readback]) b.destroy();
+  for (let t = 0; t < T; ++t) {
+    const why = SameBits(got.subarray(t * y_stride, t * y_stride + c.rows), want[t]);
+    if (why) fail(`${c.name} (${layout}): the matmul's token ${t} of ${T} differs from its matvec (${why})`);
   }
+  return T;
+}
+
+// A compute pipeline of `code`'s `entry`, made once per device (SwiftShader compiles slowly).
+const pipeline_cache = new WeakMap();  // device -> Map entry + code -> GPUComputePipeline
+function CachedPipeline(device, code, entry) {
+  if (!pipeline_cache.has(device)) pipeline_cache.set(device, new Map());
+  const cache = pipeline_cache.get(device), key = `${entry}\n${code}`;
+  if (!cache.has(key)) {
+    cache.set(key, device.createComputePipeline({layout: 'auto', compute: {module: device.createShaderModule({code}), entryPoint: entry}}));
+  }
+  return cache.get(key);
+}
+
+// Per activation of `xs` (Float32Array [cols] each), y [rows] = the step program's matvec over the
+// weights in w_buf in `layout` (the activation quantised first by its quantize kernel for the
+// types whose matvec quantises): each its own buffers and dispatches, all in one submit.
+async function StepMatvecs(device, c, w_buf, xs, layout) {
+  const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
+  const Uniform = (words) => {
+    const b = device.createBuffer({size: Math.ceil(words.length / 4) * 16, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST});
+    device.queue.writeBuffer(b, 0, new Uint32Array(words));
+    return b;
+  };
+  const Group = (pipeline, bindings, resources) => device.createBindGroup({layout: pipeline.getBindGroupLayout(0),
+    entries: bindings.map((b) => ({binding: b, resource: {buffer: resources[b]}}))});
+  const matvec = CachedPipeline(device, WeightOpsWgsl(c.type, layout), 'matvec');
+  const quantize = CachedPipeline(device, kOpsWgsl, 'quantize');
+  const uniforms = [Uniform([c.cols, 0, 0, 0]), Uniform([c.rows, c.cols, RowBytes(c.type, c.cols), 0, 0, 0, 0, 0, 0])];
+  const readback = device.createBuffer({size: xs.length * c.rows * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
+  const bindings = WeightOpsBindings(c.type).matvec, made = [...uniforms, readback];
+  const encoder = device.createCommandEncoder();
+  xs.forEach((x, t) => {
+    const x_buf = device.createBuffer({size: c.cols * 4, usage}), xq = device.createBuffer({size: c.cols * 4, usage});
+    const xd = device.createBuffer({size: Math.max(16, c.cols / 32 * 4), usage}), y = device.createBuffer({size: c.rows * 4, usage});
+    made.push(x_buf, xq, xd, y);
+    device.queue.writeBuffer(x_buf, 0, x);
+    const pass = encoder.beginComputePass();
+    if (bindings.includes(7)) {
+      pass.setPipeline(quantize);
+      pass.setBindGroup(0, Group(quantize, kOpsBindings.quantize, {1: x_buf, 3: uniforms[0], 7: xq, 8: xd}));
+      pass.dispatchWorkgroups(Math.ceil(c.cols / 32 / 64));
+    }
+    pass.setPipeline(matvec);
+    pass.setBindGroup(0, Group(matvec, bindings, {0: w_buf, 1: x_buf, 2: y, 3: uniforms[1], 7: xq, 8: xd}));
+    pass.dispatchWorkgroups(Math.ceil(c.rows / 64));
+    pass.end();
+    encoder.copyBufferToBuffer(y, 0, readback, t * c.rows * 4, c.rows * 4);
+  });
   device.queue.submit([encoder.finish()]);
   await readback.mapAsync(GPUMapMode.READ);
   const out = new Float32Array(readback.getMappedRange().slice(0));
   readback.unmap();
-  for (const b of [xq, xd, y, readback]) b.destroy();
-  return out;
+  for (const b of made) b.destroy();
+  return xs.map((_, t) => out.subarray(t * c.rows, (t + 1) * c.rows));
 }
 
 export async function RunGpuAttentionTests(fixture_url, only) {

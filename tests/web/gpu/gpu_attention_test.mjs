@@ -171,8 +171,8 @@ if (mixed) {
               `${result.near_ties} near-ties, bounds ${JSON.stringify(result.bounds)}, worst by KV spec ${JSON.stringify(result.worst_by_spec)}, per step ${JSON.stringify(result.per_step)}, ` +
               `weights ${JSON.stringify(result.tensor_types)}, hybrid refused: "${result.hybrid_refusal}", ` +
               `${result.resident_checks} resident-vs-streamed checks, ms per token streamed/resident (SwiftShader, ` +
-              `under load: not claims) ${JSON.stringify(result.step_ms)}, prefill attend dispatches ` +
-              `query-blocked/per-token ${JSON.stringify(result.prefill_attends)}, ` +
+              `under load: not claims) ${JSON.stringify(result.step_ms)}, prefill dispatches in blocks/per token ` +
+              `(attend, KV encode, weight) ${JSON.stringify(result.prefill_dispatches)}, ` +
               `${result.seconds?.toFixed(1)} s in the page`);
 } else {
   console.log(`gpu_attention_test: ${result.cases} cases, ${result.checks} checks, ${result.failures.length} failures, ` +

@@ -101,7 +101,7 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
   const manifest = await (await fetch(`${fixture_url}/manifest.json`)).json();
   const origin = new URL(fixture_url).origin;
   let positions = 0, worst = 0, runs = 0, near_ties = 0;
-  const per_step = {}, tensor_types = {}, bounds = {}, worst_by_spec = {}, step_ms = {}, prefill_attends = {};
+  const per_step = {}, tensor_types = {}, bounds = {}, worst_by_spec = {}, step_ms = {}, prefill_dispatches = {};
   let resident_checks = 0;
   const models = manifest.models.filter((m) => !only || m.name === only);
   if (!models.length) fail(`no model named "${only}" in the manifest`);
@@ -184,7 +184,7 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
     const resident = await CheckResidentPath(M, device, model, program, m.runs[0].ids, m.name, fail, resident_formats);
     resident_checks += resident.checks;
     step_ms[m.name] = resident.timing;
-    prefill_attends[m.name] = resident.attend_dispatches;
+    prefill_dispatches[m.name] = resident.dispatches;
     M._kvq_web_model_free(model);
   }
   // The hybrid: refused, by name.
@@ -200,6 +200,6 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
   device.destroy();
   return {models: models.length, runs, positions, near_ties, failures, worst_logit_difference: worst, per_step,
           hybrid_refusal: refusal.why_not, tensor_types, bounds, worst_by_spec, resident_checks, step_ms,
-          prefill_attends,
+          prefill_dispatches,
           seconds: (performance.now() - t0) / 1000};
 }

@@ -14,37 +14,63 @@
 // A third runner prefills the same ids in blocks (GpuModelRunner.Prefill: kBlocks, one crossing a
 // page boundary and filling a page inside the block): each block is exactly 1 submit and 1
 // readback (no KV device submit), its last position's logits equal the resident token-by-token
-// run's bit for bit (the same kernels per token, only their parameters copied from block
-// buffers), and its master pages equal the streamed run's byte for byte. The first block's call
-// allows 6·n_layers uniform slots (Prefill's uniform_slots): the runner counts n_layers × (2 + 1
-// page) per token, so it runs as blocks of 2, 2 and 1 token (3 submits and readbacks) with the
-// same logits.
-// Attention in a block is query-blocked (kv_resident.js's RecordBlock): per layer one attend
-// dispatch per page the block's last position reaches, for all its tokens (counted by the resident
-// cache, checked exactly), where per-token attention took one per page per token (also returned).
+// run's bit for bit (every matvec a block matmul, K and V encoded a page at a time, attention
+// query-blocked: the per-token arithmetic), and its master pages equal the streamed run's byte
+// for byte. The second call allows kCapSlots·n_layers uniform slots (Prefill's uniform_slots): its
+// 40 positions 5-44 would take 7 per layer (K and V calls in 2 pages, 2 attends, a gather), so the
+// runner cuts the block at the page end, 5-31 (4) and 32-44 (5): kRunnerBlocks.
+// Counted exactly per call (kv_resident.js's and block_steps.js's counts): per block and layer one
+// attend dispatch per page up to its last position (query-blocked), one K and one V encoder call
+// per page the block writes (with a scales pass for the int formats), the uniform slots those
+// take (which the runner's BlockUniformSlots predicts); and per block one matmul dispatch per
+// piece of each matvec before the last attention, one activation quantisation per such matvec of
+// a quantising type, and the last token's matvecs after it (the classifier). Per-token steps take
+// each of those per token (also returned, for printing).
 // The per-token step time of each path is measured and returned for printing: under load on
 // SwiftShader (a CPU emulation of a GPU) it shows dispatch overhead, not a claim.
 import {GpuModelRunner} from '/web/gpu/gpu_engine.js';
-import {kEncoderFormats} from '/web/gpu/kv_formats.js';
+import {EncoderHasScales, kEncoderFormats} from '/web/gpu/kv_formats.js';
+import {WeightBlock} from '/web/gpu/weight_types.js';
 
 const kPage = 32;       // positions per page (the smallest the cache takes)
 const kPositions = 72;  // two full pages and a partial tail
-const kBlocks = [5, 40, 27];  // prefill blocks over the kPositions: positions 0-4, 5-44, 45-71
+const kBlocks = [5, 40, 27];  // prefill calls over the kPositions: positions 0-4, 5-44, 45-71
+const kCappedCall = 1;  // the call given kCapSlots · n_layers uniform slots
+const kCapSlots = 6;
+const kRunnerBlocks = [[5], [27, 13], [27]];  // the blocks the runner makes of each call
 
 // formats: the encoder formats to run (all of kEncoderFormats unless given).
-// Returns {checks, timing: {format: {stream_ms, resident_ms}}, attend_dispatches: {blocked, per_token}
-// (the block runs' prefill attention, summed over formats)}; failures go to fail(what).
+// Returns {checks, timing: {format: {stream_ms, resident_ms}}, dispatches: {attend, encode, weight:
+// {blocked, per_token}} (the block runs' prefill calls, summed over formats; weight: matmuls and
+// matvecs)}; failures go to fail(what).
 export async function CheckResidentPath(M, device, model, program, prompt_ids, name, fail, formats = kEncoderFormats) {
   const stream = await GpuModelRunner.Create(M, device, model, program);
   const resident = await GpuModelRunner.Create(M, device, model, program);
   const blocks = await GpuModelRunner.Create(M, device, model, program);
   const c = program.config;
   const timing = {};
-  const attend_dispatches = {blocked: 0, per_token: 0};
+  const dispatches = {attend: {blocked: 0, per_token: 0}, encode: {blocked: 0, per_token: 0},
+                      weight: {blocked: 0, per_token: 0}};
+  const pages = (position) => Math.floor(position / kPage) + 1;  // pages up to a position
+  // The program's matvecs, as dispatches: a block's matmul pieces (the matvecs up to its last
+  // attention), the quantising ones among those, and the pieces of the matvecs after it.
+  const last_attention = program.ops.map((op) => op.kind).lastIndexOf('attention');
+  const matvec_pieces = {blocked: 0, quantized: 0, last_token: 0};
+  program.ops.forEach((op, i) => {
+    if (op.kind !== 'matvec') return;
+    const n = blocks.step.pieces_of(op.w).length;
+    if (i > last_attention) {
+      matvec_pieces.last_token += n;
+    } else {
+      matvec_pieces.blocked += n;
+      matvec_pieces.quantized += WeightBlock(program.tensors[op.w].type).quantized_activation ? 1 : 0;
+    }
+  });
   let checks = 0;
   const page_bytes = (runner) => JSON.parse(M.UTF8ToString(M._kvq_web_kv_page_layout(runner.kv, 0))).page_bytes;
   for (const format of formats) {
     const what = `${name} ${format} (resident vs streamed)`;
+    const encoder_passes = EncoderHasScales(format) ? 2 : 1;  // dispatches per encoder call
     stream.NewSequence(format, format, 0, kPage, {path: 'stream'});
     resident.NewSequence(format, format, 0, kPage);
     blocks.NewSequence(format, format, 0, kPage);
@@ -82,31 +108,55 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
       if (ids.length <= p + 1) ids.push(a.token);
       ++checks;
     }
-    let first = 0;
+    let first = 0, call = 0;
     for (const [end, want] of ends) {
       if (!want) break;  // the token-by-token run stopped before it (its failure says why)
-      const before = blocks.counts, attends_before = blocks.resident.counts.attend_dispatches;
-      const capped = first === 0;  // the first call's blocks cut by uniform slots (kBlocks[0] = 5: 2, 2, 1)
+      const capped = call === kCappedCall;
+      const before = blocks.counts, resident_before = {...blocks.resident.counts}, weights_before = {...blocks.step.block.counts};
+      const slots_before = blocks.resident.uniforms.taken;
       const got = await blocks.Prefill(ids.slice(first, end + 1),
-                                       {logits: true, ...(capped ? {uniform_slots: 6 * c.n_layers} : {})});
+                                       {logits: true, ...(capped ? {uniform_slots: kCapSlots * c.n_layers} : {})});
       const after = blocks.counts;
       const counts = ['submits', 'readbacks', 'device_submits'].map((k) => after[k] - before[k]);
-      // Attend dispatches: per block (capped: 2, 2, 1 tokens inside page 0) n_layers × the pages
-      // up to its last position; per-token attention: n_layers × each position's pages.
-      const pages = (position) => Math.floor(position / kPage) + 1;
-      const want_attends = c.n_layers * (capped ? 3 * pages(end) : pages(end));
-      const attends = blocks.resident.counts.attend_dispatches - attends_before;
-      if (attends !== want_attends) {
-        fail(`${what}: the prefill call of positions ${first}-${end} took ${attends} attend dispatches (expected ` +
-             `${want_attends}: one per layer and page per block)`);
-      }
-      attend_dispatches.blocked += attends;
-      for (let q = first; q <= end; ++q) attend_dispatches.per_token += c.n_layers * pages(q);
-      const expected = capped ? '3,3,0' : '1,1,0';
+      const want_blocks = kRunnerBlocks[call];
+      const expected = `${want_blocks.length},${want_blocks.length},0`;
+      const call_what = `${what}: the prefill call of positions ${first}-${end}`;
       if (counts.join() !== expected) {
-        fail(`${what}: the prefill call of positions ${first}-${end} took ${counts.join(', ')} submits, readbacks ` +
-             `and KV device submits (expected ${expected.split(',').join(', ')})`);
+        fail(`${call_what} took ${counts.join(', ')} submits, readbacks and KV device submits (expected ` +
+             `${expected.split(',').join(', ')}: blocks of ${want_blocks.join(', ')})`);
       }
+      // Per block of positions a..z, per layer: the attends (a page window each up to z), the
+      // encoder dispatches (K and V, one call per page the block writes, each with a scales pass
+      // for the int formats), the uniform slots (those calls, the attends and a gather); and the
+      // weight dispatches of the program (matvec_pieces). Per-token steps take those per token.
+      const want_counts = {attends: 0, encodes: 0, slots: 0, matmuls: 0, quantizes: 0, matvecs: 0};
+      for (let a = first, k = 0; k < want_blocks.length; a += want_blocks[k++]) {
+        const z = a + want_blocks[k] - 1, pages_to_z = pages(z), written_pages = pages(z) - pages(a) + 1;
+        want_counts.attends += c.n_layers * pages_to_z;
+        want_counts.encodes += c.n_layers * 2 * written_pages * encoder_passes;
+        want_counts.slots += c.n_layers * (2 * written_pages + pages_to_z + 1);
+        want_counts.matmuls += matvec_pieces.blocked;
+        want_counts.quantizes += matvec_pieces.quantized;
+        want_counts.matvecs += matvec_pieces.last_token;
+      }
+      const rc = blocks.resident.counts, wc = blocks.step.block.counts;
+      const got_counts = {attends: rc.attend_dispatches - resident_before.attend_dispatches,
+                          encodes: rc.encode_dispatches - resident_before.encode_dispatches,
+                          slots: blocks.resident.uniforms.taken - slots_before,
+                          matmuls: wc.matmul_dispatches - weights_before.matmul_dispatches,
+                          quantizes: wc.quantize_dispatches - weights_before.quantize_dispatches,
+                          matvecs: wc.matvec_dispatches - weights_before.matvec_dispatches};
+      if (JSON.stringify(got_counts) !== JSON.stringify(want_counts)) {
+        fail(`${call_what} (blocks of ${want_blocks.join(', ')}) took ${JSON.stringify(got_counts)} attend, KV encoder ` +
+             `and weight dispatches and uniform slots, expected ${JSON.stringify(want_counts)}`);
+      }
+      const tokens = end - first + 1;
+      dispatches.attend.blocked += got_counts.attends;
+      dispatches.encode.blocked += got_counts.encodes;
+      dispatches.weight.blocked += got_counts.matmuls + got_counts.matvecs;
+      for (let q = first; q <= end; ++q) dispatches.attend.per_token += c.n_layers * pages(q);
+      dispatches.encode.per_token += c.n_layers * 2 * encoder_passes * tokens;
+      dispatches.weight.per_token += (matvec_pieces.blocked + matvec_pieces.last_token) * tokens;
       const at = got.logits.findIndex((v, i) => !Object.is(v, want.logits[i]));
       if (at >= 0 || got.token !== want.token) {
         fail(`${what}: after the prefill block of positions ${first}-${end}, logit ${at} is ${got.logits[at]}, ` +
@@ -114,6 +164,7 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
       }
       ++checks;
       first = end + 1;
+      ++call;
     }
     timing[format] = {stream_ms: +(ms_stream / kPositions).toFixed(2), resident_ms: +(ms_resident / kPositions).toFixed(2)};
     await resident.Drain();
@@ -156,5 +207,5 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
   stream.Destroy();
   resident.Destroy();
   blocks.Destroy();
-  return {checks, timing, attend_dispatches};
+  return {checks, timing, dispatches};
 }

@@ -1,0 +1,126 @@
+// The block matmuls of the step program's weight ops (step_kernels.js's WeightOpsWgsl): y = W x for
+// the dims.tokens tokens of a prefill block in one dispatch, for every weight type and layout the
+// matvec reads. One invocation per row, the tokens in groups of kMatmulTokens: per weight block the
+// row's scales and codes are read once for the group (the codes packed into u32 words, a byte
+// each: every code of these types fits an int8), then each token's sum takes the matvec's
+// expression in the matvec's order: the same f32 operations on the same operands (the integer dots
+// are exact, and wrap alike where they would not be), so each token's y has its matvec's bits.
+// tests/web/gpu/gpu_attention_page.js (CheckMatmul) checks that per type and layout.
+//
+// Buffers, per token t of the block (the matvec's, strided): x [tokens][dims.x_stride] (an f32
+// activation), or its quantisation xq [tokens][cols] and xd [tokens][dims.xd_stride]; y
+// [tokens][dims.y_stride], the piece's rows at row0 of each token's slice.
+
+/** Tokens a matmul invocation keeps sums for: each weight block is read once per this many tokens. */
+export const kMatmulTokens = 8;
+
+// The entry point around `body`, which adds weight block by weight block into the group's sums and
+// leaves token t's y in `result(t)`.
+function Matmul(row_lanes, doc, sums, body, result) {
+  return /* wgsl */ `
+// MatMul over a block of tokens (matmul_kernels.js): ${doc}
+@compute @workgroup_size(${row_lanes})
+fn matmul(@builtin(global_invocation_id) id: vec3u) {
+  let row = id.x + id.y * ${row_lanes}u * 32768u;
+  if (row >= dims.rows) { return; }
+  for (var t0 = 0u; t0 < dims.tokens; t0 += ${kMatmulTokens}u) {
+    let in_group = min(${kMatmulTokens}u, dims.tokens - t0);  // tokens in this group
+    ${sums.map((s) => `var ${s} = array<f32, ${kMatmulTokens}>();  // per token of the group, from zero`).join('\n    ')}
+    ${body}
+    for (var t = 0u; t < in_group; t++) { y[(t0 + t) * dims.y_stride + dims.row0 + row] = ${result}; }
+  }
+}`;
+}
+
+// The packed codes are declared with an explicit zero value; declared bare inside the
+// block loop they kept the previous block's bits on SwiftShader (the matmul checks failed so).
+// Byte k of packed codes (8 words, 4 int8 codes each), sign-extended.
+const kCodeOf = /* wgsl */ `
+fn packed_code(codes: array<u32, 8>, k: u32) -> i32 {
+  return i32(codes[k / 4u] << (24u - 8u * (k % 4u))) >> 24u;
+}`;
+
+/**
+ * WGSL of the `matmul` entry point of weights of `type` (WeightBlock's info: {elems, kquant,
+ * quantized_activation}) over WeightOpsWgsl's bindings and readers; row_lanes: invocations per
+ * workgroup (a row each).
+ */
+export function MatmulWgsl(type, info, row_lanes) {
+  if (type === 'q1_0') {
+    // Q1_0's 32 weights of an activation block are 32 sign bits: its 4 code bytes as one word.
+    return Matmul(row_lanes, `Q1_0: per activation block b, the row's scale and 32 sign bits read
+// once for the group; each token's Σ_b (d_w · d_x) · I_b in f32 in order of b (I_b = Σ code·q).`, ['sum'], `
+    for (var b = 0u; b < dims.cols / 32u; b++) {
+      let block = (b * 32u) / ${info.elems}u;
+      let s = ((b * 32u) % ${info.elems}u) / 8u;  // the first of the 4 code bytes
+      let bits = w_u8(w_code_byte(row, block, s)) | (w_u8(w_code_byte(row, block, s + 1u)) << 8u) |
+                 (w_u8(w_code_byte(row, block, s + 2u)) << 16u) | (w_u8(w_code_byte(row, block, s + 3u)) << 24u);
+      let d = w_scale(row, block);
+      for (var t = 0u; t < in_group; t++) {
+        let xo = (t0 + t) * dims.cols + b * 32u;
+        var dot = 0;
+        for (var j = 0u; j < 32u; j++) { dot = dot + select(-1, 1, ((bits >> j) & 1u) == 1u) * xq[xo + j]; }
+        sum[t] = sum[t] + (d * xd[(t0 + t) * dims.xd_stride + b]) * f32(dot);
+      }
+    }`, 'sum[t]');
+  }
+  if (info.kquant) {
+    return kCodeOf + Matmul(row_lanes, `a K-quant, the matvec's (step_kernels.js) per token: per
+// activation block b (two 16-element sub-blocks j) the row's d, dmin, sc_j, m_j and 32 codes read
+// once for the group; per token dot = Σ_j sc_j·Σ code·q, mins = Σ_j m_j·Σ q (exact integers), then
+// acc += (d·d_x)·dot, macc += (dmin·d_x)·mins in f32 in order of b; y = acc − macc.`, ['acc', 'macc'], `
+    for (var b = 0u; b < dims.cols / 32u; b++) {
+      let sb = b / 8u;
+      let j0 = (b % 8u) * 2u;  // the first of the block's two sub-blocks
+      let d = kq_d(row, sb);
+      let dmin = kq_dmin(row, sb);
+      let sc = vec2i(kq_sc(row, sb, j0), kq_sc(row, sb, j0 + 1u));
+      let m = vec2i(kq_m(row, sb, j0), kq_m(row, sb, j0 + 1u));
+      var codes = array<u32, 8>();  // element 16·j0 + e's code in byte e (zeroed explicitly: see packed_code)
+      for (var e = 0u; e < 32u; e++) { codes[e / 4u] |= (u32(kq_code(row, sb, 16u * j0 + e)) & 255u) << (8u * (e % 4u)); }
+      for (var t = 0u; t < in_group; t++) {
+        let xo = (t0 + t) * dims.cols + b * 32u;
+        var dot = 0;
+        var mins = 0;
+        for (var h = 0u; h < 2u; h++) {
+          var sub = 0;
+          var sum16 = 0;
+          for (var l = 0u; l < 16u; l++) {
+            let q = xq[xo + 16u * h + l];
+            sub = sub + packed_code(codes, 16u * h + l) * q;
+            sum16 = sum16 + q;
+          }
+          dot = dot + sc[h] * sub;
+          mins = mins + m[h] * sum16;
+        }
+        let dx = xd[(t0 + t) * dims.xd_stride + b];
+        acc[t] = acc[t] + (d * dx) * f32(dot);
+        macc[t] = macc[t] + (dmin * dx) * f32(mins);
+      }
+    }`, 'acc[t] - macc[t]');
+  }
+  if (info.quantized_activation) {
+    return kCodeOf + Matmul(row_lanes, `the activation quantised, the matvec's (step_kernels.js) per
+// token: per activation block b the row's scale and 32 codes read once for the group; each token's
+// Σ_b (d_w · d_x) · I_b in f32 in order of b (I_b = Σ code·q, exact).`, ['sum'], `
+    for (var b = 0u; b < dims.cols / 32u; b++) {
+      let block = (b * 32u) / ${info.elems}u;
+      let first = (b * 32u) % ${info.elems}u;
+      let d = w_scale(row, block);
+      var codes = array<u32, 8>();  // code first + j in byte j (zeroed explicitly: see packed_code)
+      for (var j = 0u; j < 32u; j++) { codes[j / 4u] |= (u32(w_code(row, block, first + j)) & 255u) << (8u * (j % 4u)); }
+      for (var t = 0u; t < in_group; t++) {
+        let xo = (t0 + t) * dims.cols + b * 32u;
+        var dot = 0;
+        for (var j = 0u; j < 32u; j++) { dot = dot + packed_code(codes, j) * xq[xo + j]; }
+        sum[t] = sum[t] + (d * xd[(t0 + t) * dims.xd_stride + b]) * f32(dot);
+      }
+    }`, 'sum[t]');
+  }
+  return Matmul(row_lanes, `an f32 activation, the matvec's (step_kernels.js) per token: each
+// weight decoded once for the group; each token's Σ_c w·x in f32 in order of c.`, ['sum'], `
+    for (var c = 0u; c < dims.cols; c++) {
+      let w = w_elem(row, c);
+      for (var t = 0u; t < in_group; t++) { sum[t] = sum[t] + w * x[(t0 + t) * dims.x_stride + c]; }
+    }`, 'sum[t]');
+}
