@@ -43,14 +43,39 @@ ModelFingerprint Fingerprint(const DecoderWeights& w) {
           .weights_hash = hash};
 }
 
-int64_t RepackWeights(DecoderWeights* w, bool release_mapped_pages) {
-  std::vector<Matrix*> todo;  // the matrices the interleaved kernels will read
+namespace {
+
+// Whether every expert's slice of the stacked expert tensor `m` ([n_experts · rows][cols]) starts
+// on a 16-row group: then the stack repacked as one matrix is, slice by slice, each expert's matrix
+// repacked (a group never straddles two experts and there are no tail rows between them), so
+// ExpertMatrix's views of it are interleaved matrices themselves (model/moe.h).
+bool ExpertSlicesAreGroups(const Matrix& m, int64_t n_experts) {
+  return n_experts > 0 && m.rows % n_experts == 0 && (m.rows / n_experts) % kInterleaveRows == 0;
+}
+
+// The matrices RepackWeights and RepackWeightsInPlace repack, appended to `todo`: every layer's
+// projections, and the routed experts' stacks where their slices are whole groups. The experts
+// matter most in prefill: a block of 64 tokens routes about 2 rows to each expert (8 of 256
+// chosen per token), which the row kernels serve one token at a time and the interleaved kernels
+// 16 rows × up to 6 tokens at a time (docs/performance.md, "The Gated DeltaNet kernel").
+void AddRepackable(DecoderWeights* w, std::vector<Matrix*>* todo) {
+  const int64_t n_experts = w->config.moe.n_experts;
   for (LayerWeights& L : w->layers) {
     for (Matrix* m :
          {&L.wq, &L.wk, &L.wv, &L.wo, &L.w1, &L.w2, &L.w3, &L.ssm_qkv, &L.ssm_gate, &L.ssm_out}) {
-      if (CanRepack(*m)) todo.push_back(m);
+      if (CanRepack(*m)) todo->push_back(m);
+    }
+    for (Matrix* m : {&L.gate_exps, &L.up_exps, &L.down_exps}) {
+      if (m->data != nullptr && CanRepack(*m) && ExpertSlicesAreGroups(*m, n_experts)) todo->push_back(m);
     }
   }
+}
+
+}  // namespace
+
+int64_t RepackWeights(DecoderWeights* w, bool release_mapped_pages) {
+  std::vector<Matrix*> todo;  // the matrices the interleaved kernels will read
+  AddRepackable(w, &todo);
   // A K-quant classifier (Q6_K in llama.cpp's K-quant mixes) stays row-major: it serves one token
   // per step (prefill needs only the last position's logits), and one token at a time the row
   // kernels measured faster than the interleaved Q6_K kernel (docs/performance.md).
@@ -104,12 +129,7 @@ void RepackOverItself(Matrix* m, std::vector<uint8_t>* scratch) {
 int64_t RepackWeightsInPlace(DecoderWeights* w) {
   const bool tied = w->classifier.data == w->token_embedding.data;
   std::vector<Matrix*> todo;  // as RepackWeights
-  for (LayerWeights& L : w->layers) {
-    for (Matrix* m :
-         {&L.wq, &L.wk, &L.wv, &L.wo, &L.w1, &L.w2, &L.w3, &L.ssm_qkv, &L.ssm_gate, &L.ssm_out}) {
-      if (CanRepack(*m)) todo.push_back(m);
-    }
-  }
+  AddRepackable(w, &todo);
   if (CanRepack(w->classifier) && !IsInterleavedKQuant(w->classifier.type)) todo.push_back(&w->classifier);
   std::vector<uint8_t> scratch;  // [kRepackSliceRows rows of the matrix in hand] one slice repacked
   int64_t total = 0;

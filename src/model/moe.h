@@ -16,7 +16,9 @@
 namespace kvq {
 
 /// Expert e's matrix in a stacked expert tensor [n_experts · rows][cols]: rows [e·rows,
-/// (e+1)·rows), a view of the same bytes (the tensor must be row-major).
+/// (e+1)·rows), a view of the same bytes in the stack's layout. A repacked stack is one only where
+/// rows is a multiple of 16 (RepackWeights), so the slice starts on a 16-row group and is that
+/// expert's matrix repacked (a repacked matrix keeps each group at its rows' plain offset).
 Matrix ExpertMatrix(const Matrix& stacked, int64_t expert, int64_t rows);
 
 /// Scratch MoeRows reuses between calls (sized by the largest block seen).
