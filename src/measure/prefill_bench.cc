@@ -21,7 +21,7 @@ double Median(std::vector<double> v) {
   return v.size() % 2 == 1 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-bool QuantizedActivation(const Matrix& m) {
+bool QuantizesActivation(const Matrix& m) {
   const WeightTypeDesc* d = FindWeightType(m.type);
   return d != nullptr && d->quantized_activation;
 }
@@ -75,7 +75,7 @@ WeightMacs CountWeightMacs(const DecoderWeights& w) {
   WeightMacs macs;
   const MoeConfig& moe = w.config.moe;
   auto add = [&macs](const Matrix& m, int64_t per_token) {
-    (QuantizedActivation(m) ? macs.int8_per_token : macs.f32_per_token) += per_token;
+    (QuantizesActivation(m) ? macs.int8_per_token : macs.f32_per_token) += per_token;
   };
   for (const LayerWeights& L : w.layers) {
     // A recurrent layer's projections are empty here (its own are timed with the attention phase).
@@ -87,7 +87,7 @@ WeightMacs CountWeightMacs(const DecoderWeights& w) {
       if (moe.n_experts > 0) add(*m, m->rows * m->cols / moe.n_experts * moe.n_experts_used);
     }
   }
-  (QuantizedActivation(w.classifier) ? macs.int8_classifier : macs.f32_classifier) =
+  (QuantizesActivation(w.classifier) ? macs.int8_classifier : macs.f32_classifier) =
       w.classifier.rows * w.classifier.cols;
   return macs;
 }

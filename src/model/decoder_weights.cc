@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "base/checksum.h"
@@ -43,14 +45,39 @@ ModelFingerprint Fingerprint(const DecoderWeights& w) {
           .weights_hash = hash};
 }
 
-int64_t RepackWeights(DecoderWeights* w, bool release_mapped_pages) {
-  std::vector<Matrix*> todo;  // the matrices the interleaved kernels will read
+namespace {
+
+// Whether every expert's slice of the stacked expert tensor `m` ([n_experts · rows][cols]) starts
+// on a 16-row group: then the stack repacked as one matrix is, slice by slice, each expert's matrix
+// repacked (a group never straddles two experts and there are no tail rows between them), so
+// ExpertMatrix's views of it are interleaved matrices themselves (model/moe.h).
+bool ExpertSlicesAreGroups(const Matrix& m, int64_t n_experts) {
+  return n_experts > 0 && m.rows % n_experts == 0 && (m.rows / n_experts) % kInterleaveRows == 0;
+}
+
+// The matrices RepackWeights and RepackWeightsInPlace repack, appended to `todo`: every layer's
+// projections, and the routed experts' stacks where their slices are whole groups. The experts
+// matter most in prefill: a block of 64 tokens routes about 2 rows to each expert (8 of 256
+// chosen per token), which the row kernels serve one token at a time and the interleaved kernels
+// 16 rows × up to 6 tokens at a time (docs/performance.md, "A hybrid's prefill").
+void AddRepackable(DecoderWeights* w, std::vector<Matrix*>* todo) {
+  const int64_t n_experts = w->config.moe.n_experts;
   for (LayerWeights& L : w->layers) {
     for (Matrix* m :
          {&L.wq, &L.wk, &L.wv, &L.wo, &L.w1, &L.w2, &L.w3, &L.ssm_qkv, &L.ssm_gate, &L.ssm_out}) {
-      if (CanRepack(*m)) todo.push_back(m);
+      if (CanRepack(*m)) todo->push_back(m);
+    }
+    for (Matrix* m : {&L.gate_exps, &L.up_exps, &L.down_exps}) {
+      if (m->data != nullptr && CanRepack(*m) && ExpertSlicesAreGroups(*m, n_experts)) todo->push_back(m);
     }
   }
+}
+
+}  // namespace
+
+int64_t RepackWeights(DecoderWeights* w, bool release_mapped_pages) {
+  std::vector<Matrix*> todo;  // the matrices the interleaved kernels will read
+  AddRepackable(w, &todo);
   // A K-quant classifier (Q6_K in llama.cpp's K-quant mixes) stays row-major: it serves one token
   // per step (prefill needs only the last position's logits), and one token at a time the row
   // kernels measured faster than the interleaved Q6_K kernel (docs/performance.md).
@@ -62,16 +89,37 @@ int64_t RepackWeights(DecoderWeights* w, bool release_mapped_pages) {
   std::shared_ptr<uint8_t[]> buffer(new (std::align_val_t{kAlign}) uint8_t[total],
                                     [](uint8_t* p) { ::operator delete[](p, std::align_val_t{kAlign}); });
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  // Huge pages for the copy where the kernel gives them on request (transparent_hugepage
+  // "madvise"): the first write to a 2 MiB page is one fault instead of 512 — a MoE model's
+  // experts make the copy most of the file. Before anything touches the buffer.
+  const auto buffer_begin = (reinterpret_cast<uintptr_t>(buffer.get()) + page - 1) / page * page;
+  const auto buffer_end = (reinterpret_cast<uintptr_t>(buffer.get()) + total) / page * page;
+  if (buffer_end > buffer_begin) madvise(reinterpret_cast<void*>(buffer_begin), buffer_end - buffer_begin, MADV_HUGEPAGE);
+  std::vector<int64_t> offsets;  // [todo] where each matrix's copy starts in the buffer
   int64_t at = 0;
-  for (Matrix* m : todo) {
-    const Matrix plain = *m;
-    *m = RepackMatrix(plain, buffer.get() + at);
-    at += (MatrixDataBytes(plain) + kAlign - 1) / kAlign * kAlign;
-    // The whole pages inside the matrix's mapped bytes (a page shared with a neighbour stays).
-    const auto begin = (reinterpret_cast<uintptr_t>(plain.data) + page - 1) / page * page;
-    const auto end = (reinterpret_cast<uintptr_t>(plain.data) + MatrixDataBytes(plain)) / page * page;
-    if (release_mapped_pages && end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  for (const Matrix* m : todo) {
+    offsets.push_back(at);
+    at += (MatrixDataBytes(*m) + kAlign - 1) / kAlign * kAlign;
   }
+  // The matrices are independent byte moves into disjoint parts of the buffer: the hardware's
+  // threads take them in turn from a shared counter (a load-time pass; no bit depends on it).
+  std::atomic<size_t> next{0};
+  auto repack = [&] {
+    for (size_t i = next++; i < todo.size(); i = next++) {
+      Matrix* m = todo[i];
+      const Matrix plain = *m;
+      *m = RepackMatrix(plain, buffer.get() + offsets[i]);
+      // The whole pages inside the matrix's mapped bytes (a page shared with a neighbour stays).
+      const auto begin = (reinterpret_cast<uintptr_t>(plain.data) + page - 1) / page * page;
+      const auto end = (reinterpret_cast<uintptr_t>(plain.data) + MatrixDataBytes(plain)) / page * page;
+      if (release_mapped_pages && end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+    }
+  };
+  const size_t n_threads = std::min<size_t>({std::max(1u, std::thread::hardware_concurrency()), 8, todo.size()});
+  std::vector<std::thread> helpers;
+  for (size_t t = 1; t < n_threads; ++t) helpers.emplace_back(repack);
+  repack();
+  for (std::thread& t : helpers) t.join();
   w->repacked = std::move(buffer);
   return at;
 }
@@ -104,12 +152,7 @@ void RepackOverItself(Matrix* m, std::vector<uint8_t>* scratch) {
 int64_t RepackWeightsInPlace(DecoderWeights* w) {
   const bool tied = w->classifier.data == w->token_embedding.data;
   std::vector<Matrix*> todo;  // as RepackWeights
-  for (LayerWeights& L : w->layers) {
-    for (Matrix* m :
-         {&L.wq, &L.wk, &L.wv, &L.wo, &L.w1, &L.w2, &L.w3, &L.ssm_qkv, &L.ssm_gate, &L.ssm_out}) {
-      if (CanRepack(*m)) todo.push_back(m);
-    }
-  }
+  AddRepackable(w, &todo);
   if (CanRepack(w->classifier) && !IsInterleavedKQuant(w->classifier.type)) todo.push_back(&w->classifier);
   std::vector<uint8_t> scratch;  // [kRepackSliceRows rows of the matrix in hand] one slice repacked
   int64_t total = 0;

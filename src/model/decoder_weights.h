@@ -159,7 +159,8 @@ struct DecoderWeights {
 
 /// Repacks every Q4_0 / Q8_0 / Q4_K / Q6_K projection and the classifier into
 /// MatrixLayout::kInterleaved16 for the interleaved kernels (one allocation, `repacked`), once at
-/// load; the file is unchanged and the fingerprint still hashes its bytes. The token embedding stays row-major (it is read by
+/// load, and the routed experts' stacked tensors where each expert's rows are a multiple of 16
+/// (then each expert's slice is its own matrix repacked: ExpertMatrix); the file is unchanged and the fingerprint still hashes its bytes. The token embedding stays row-major (it is read by
 /// rows), as does a Q4_K / Q6_K classifier (one token at a time the row kernels are faster); a
 /// tied Q4_0 / Q8_0 classifier gets its own repacked copy. With release_mapped_pages (only for
 /// matrices viewing a read-only file mapping, as LoadModel's do: on writable memory MADV_DONTNEED

@@ -92,6 +92,7 @@ HWY_AFTER_NAMESPACE();
 #include <array>
 #include <atomic>
 #include <cstdlib>
+#include <deque>
 #include <vector>
 
 #include "base/thread_pool.h"
@@ -125,104 +126,74 @@ const WeightTypeDesc& DescOrDie(const char* what, WeightType type) {
 constexpr int64_t kRowsPerItem = 16;
 static_assert(kRowsPerItem % kInterleaveRows == 0);
 
-// Rows [r0, r1) of a kInterleaved16 matrix for n_tokens tokens: the 16-row groups by the
-// interleaved kernel, the rows % 8 plain tail rows by the row kernel, token by token.
-void InterleavedItem(const WeightKernels& k, const Matrix& w, const QuantizedActivation& s, int64_t n_tokens,
-                     float* y, int64_t r0, int64_t r1) {
+// Rows [r0, r1) of a kInterleaved16 matrix for tokens [token0, token0 + n_tokens) of s: the 16-row
+// groups by the interleaved kernel, the rows % 8 plain tail rows by the row kernel, token by token.
+void InterleavedItem(const WeightKernels& k, const Matrix& w, const QuantizedActivation& s,
+                     int64_t token0, int64_t n_tokens, float* y, int64_t r0, int64_t r1) {
   const int64_t grouped = w.rows / kInterleaveRows * kInterleaveRows;  // rows in 16-row groups
   const int64_t g1 = std::min(r1, grouped);
-  if (r0 < g1) k.interleaved_rows(w.data, s.Token(0), n_tokens, y, w.rows, w.cols, r0, g1);
+  if (r0 < g1) k.interleaved_rows(w.data, s.Token(token0), n_tokens, y, w.rows, w.cols, r0, g1);
   if (std::max(r0, grouped) < r1) {
     for (int64_t j = 0; j < n_tokens; ++j) {
-      k.quant_rows(w.data, s.Token(j), y + j * w.rows, w.cols, std::max(r0, grouped), r1);
+      k.quant_rows(w.data, s.Token(token0 + j), y + j * w.rows, w.cols, std::max(r0, grouped), r1);
     }
   }
 }
 
-// One product of a group, resolved once per call: its kernels, the quantised activation it reads
-// (null for plain types) and where its items start in the group's numbering.
+// One product of a group or of runs, resolved once per call: its kernels, its tokens (x, the
+// plain types' input from its first token; token0, its first token in the quantised activation
+// s, null for plain types) and where its items start in the call's numbering.
 struct GroupProduct {
   const Matrix* w = nullptr;
   float* y = nullptr;
   const WeightKernels* k = nullptr;
   const QuantizedActivation* s = nullptr;
+  const float* x = nullptr;  // [n_tokens][cols]
+  int64_t token0 = 0;
+  int64_t n_tokens = 0;
   int64_t first_item = 0;
 };
 
-// Rows [r0, r1) of product p for n_tokens tokens of x: per row and token the kernel MatVec would
-// run, on the same quantised activation, so an item's bits do not depend on the group, the item
+// Rows [r0, r1) of product p for its tokens: per row and token the kernel MatVec would run, on
+// the same quantised activation, so an item's bits do not depend on the group, the item
 // boundaries or the thread.
-void ProductItem(const GroupProduct& p, const float* x, int64_t n_tokens, int64_t r0, int64_t r1) {
+void ProductItem(const GroupProduct& p, int64_t r0, int64_t r1) {
   const Matrix& w = *p.w;
   if (p.s == nullptr) {
-    for (int64_t j = 0; j < n_tokens; ++j) p.k->rows(w.data, x + j * w.cols, p.y + j * w.rows, w.cols, r0, r1);
+    for (int64_t j = 0; j < p.n_tokens; ++j)
+      p.k->rows(w.data, p.x + j * w.cols, p.y + j * w.rows, w.cols, r0, r1);
   } else if (w.layout == MatrixLayout::kInterleaved16) {
     // Per row and token the interleaved kernel does the same operations whatever n_tokens (it
     // steps 16 rows × up to 4 tokens), so this equals n_tokens MatVec calls bit for bit.
-    InterleavedItem(*p.k, w, *p.s, n_tokens, p.y, r0, r1);
+    InterleavedItem(*p.k, w, *p.s, p.token0, p.n_tokens, p.y, r0, r1);
   } else {
-    for (int64_t j = 0; j < n_tokens; ++j) p.k->quant_rows(w.data, p.s->Token(j), p.y + j * w.rows, w.cols, r0, r1);
+    for (int64_t j = 0; j < p.n_tokens; ++j)
+      p.k->quant_rows(w.data, p.s->Token(p.token0 + j), p.y + j * w.rows, w.cols, r0, r1);
   }
 }
 
-}  // namespace
-
-void MatMulGroup(std::span<const MatMulOutput> products, const float* x, int64_t n_tokens, ThreadPool& pool) {
-  if (n_tokens <= 0 || products.empty()) return;
-  if (products.size() > kMaxMatMulGroup) {  // a caller bug: the group's scratch is fixed
-    fmt::print(stderr, "kvq: MatMulGroup: {} products, at most {}\n", products.size(), kMaxMatMulGroup);
-    std::abort();
-  }
-  InitDispatch();
-  // Per calling thread, reused across calls (a decode step makes a few groups per layer; none
-  // should allocate once the sizes have been seen). A quantised activation is made once per
-  // distinct activation_offsets function among the products: the codes, scales and sums are the
-  // same for every type; only the offsets the kernels start from differ.
-  thread_local std::array<QuantizedActivation, kMaxMatMulGroup> scratch;
-  std::array<GroupProduct, kMaxMatMulGroup> group;
-  std::array<decltype(WeightKernels::activation_offsets), kMaxMatMulGroup> offsets_of{};  // [scratch used]
-  size_t n_products = 0, n_scratch = 0;
-  int64_t items = 0, work = 0;  // row items in all; multiply-adds in all
-  for (const MatMulOutput& out : products) {
-    const Matrix& w = *out.w;
-    if (w.rows <= 0) continue;
-    if (n_products > 0 && w.cols != group[0].w->cols) {  // a caller bug: one input, so one width
-      fmt::print(stderr, "kvq: MatMulGroup: a product has {} columns, the first {}\n", w.cols, group[0].w->cols);
-      std::abort();
-    }
-    const WeightTypeDesc& desc = DescOrDie("MatMulGroup", w.type);
-    GroupProduct& p = group[n_products++];
-    p = {.w = &w, .y = out.y, .k = &desc.kernels(), .first_item = items};
-    if (desc.quantized_activation) {
-      size_t i = 0;
-      while (i < n_scratch && offsets_of[i] != p.k->activation_offsets) ++i;
-      if (i == n_scratch) {
-        offsets_of[n_scratch++] = p.k->activation_offsets;
-        QuantizeActivationFor(*p.k, x, w.cols, n_tokens, &scratch[i]);
-      }
-      p.s = &scratch[i];  // the caller's, not each worker's thread_local
-    }
-    items += (w.rows + kRowsPerItem - 1) / kRowsPerItem;
-    work += w.rows * w.cols * n_tokens;
-  }
+// The products' row items (kRowsPerItem rows of one product; first_item numbers them across the
+// products, in order) computed on the pool, or on the calling thread where `work` (multiply-adds
+// in all) is too small for a hand-off to pay.
+void RunProducts(std::span<const GroupProduct> products, int64_t items, int64_t work,
+                 ThreadPool& pool) {
   if (items == 0) return;
-  // Small products stay on the calling thread: a hand-off costs more than they do.
   if (pool.threads() <= 1 || items <= 1 || work < (1 << 16)) {
-    for (size_t i = 0; i < n_products; ++i) ProductItem(group[i], x, n_tokens, 0, group[i].w->rows);
+    for (const GroupProduct& p : products) ProductItem(p, 0, p.w->rows);
     return;
   }
-  // Items (kRowsPerItem rows of one product) are handed out from a shared counter rather than
-  // split into fixed runs: on a loaded machine a worker that wakes late finds most items done by
-  // the threads already running, instead of the others waiting while it does a fixed share. A
-  // claim takes a run of consecutive items, a share of what is left (guided scheduling: large
-  // runs first, single items at the end), so each thread streams long contiguous stretches of
-  // the weights, which the hardware prefetchers follow, instead of 16-row pieces interleaved with
-  // the other threads'. Which thread computes an item does not change a bit: every item is the
-  // same kernel call on the same rows. Each item meets every token while its rows are in cache,
-  // so a product's weights are read from memory once per call, not once per token.
+  // Items are handed out from a shared counter rather than split into fixed runs: on a loaded
+  // machine a worker that wakes late finds most items done by the threads already running,
+  // instead of the others waiting while it does a fixed share. A claim takes a run of
+  // consecutive items, a share of what is left (guided scheduling: large runs first, single
+  // items at the end), so each thread streams long contiguous stretches of the weights, which
+  // the hardware prefetchers follow, instead of 16-row pieces interleaved with the other
+  // threads'. Which thread computes an item does not change a bit: every item is the same kernel
+  // call on the same rows. Each item meets every token of its product while its rows are in
+  // cache, so a product's weights are read from memory once per call, not once per token.
   std::atomic<int64_t> next{0};
-  const GroupProduct* const first = group.data();
-  const GroupProduct* const last = first + n_products;
+  const GroupProduct* const first = products.data();
+  const GroupProduct* const last = first + products.size();
   const int64_t share = 2 * int64_t{pool.threads()};  // a claim takes 1/share of the items left
   pool.Run(pool.threads(), [&](int64_t, int32_t) {
     const GroupProduct* p = first;
@@ -236,16 +207,117 @@ void MatMulGroup(std::span<const MatMulOutput> products, const float* x, int64_t
         // kernel then sees runs of rows longer than an item (Q1_0's shares its table loads
         // across 4 groups of 16). With several tokens a row-major kernel reads its rows once per
         // token, so there each item stays a call of its own, meeting every token while in cache.
-        const bool run = n_tokens == 1 || p->w->layout == MatrixLayout::kInterleaved16;
+        const bool run = p->n_tokens == 1 || p->w->layout == MatrixLayout::kInterleaved16;
         const int64_t stop = run ? std::min(end, p + 1 < last ? p[1].first_item : end) : b + 1;
         const int64_t r0 = (b - p->first_item) * kRowsPerItem;
-        ProductItem(*p, x, n_tokens, r0,
-                    std::min(p->w->rows, (stop - p->first_item) * kRowsPerItem));
+        ProductItem(*p, r0, std::min(p->w->rows, (stop - p->first_item) * kRowsPerItem));
         b = stop;
       }
       b = next.load(std::memory_order_relaxed);
     }
   });
+}
+
+// The quantised activation of x [n_tokens][cols] for kernels k: made once per call and distinct
+// activation_offsets function among its products (the codes, scales and sums are the same for
+// every type; only the offsets the kernels start from differ), in the calling thread's scratch.
+struct ActivationCache {
+  // Per calling thread, reused across calls; a deque, so growing it keeps the activations already
+  // handed out where they are.
+  std::deque<QuantizedActivation>& scratch;
+  std::vector<decltype(WeightKernels::activation_offsets)> offsets_of{};  // [scratch used]
+
+  const QuantizedActivation* For(const WeightKernels& k, const float* x, int64_t cols,
+                                 int64_t n_tokens) {
+    size_t i = 0;
+    while (i < offsets_of.size() && offsets_of[i] != k.activation_offsets) ++i;
+    if (i == offsets_of.size()) {
+      offsets_of.push_back(k.activation_offsets);
+      if (scratch.size() <= i) scratch.resize(i + 1);
+      QuantizeActivationFor(k, x, cols, n_tokens, &scratch[i]);
+    }
+    return &scratch[i];  // the caller's, not each worker's thread_local
+  }
+};
+
+}  // namespace
+
+void MatMulGroup(std::span<const MatMulOutput> products, const float* x, int64_t n_tokens,
+                 ThreadPool& pool) {
+  if (n_tokens <= 0 || products.empty()) return;
+  if (products.size() > kMaxMatMulGroup) {  // a caller bug: the group's scratch is fixed
+    fmt::print(stderr, "kvq: MatMulGroup: {} products, at most {}\n", products.size(),
+               kMaxMatMulGroup);
+    std::abort();
+  }
+  InitDispatch();
+  // Per calling thread, reused across calls (a decode step makes a few groups per layer; none
+  // should allocate once the sizes have been seen).
+  thread_local std::deque<QuantizedActivation> scratch;
+  ActivationCache activations{scratch};
+  std::array<GroupProduct, kMaxMatMulGroup> group;
+  size_t n_products = 0;
+  int64_t items = 0, work = 0;  // row items in all; multiply-adds in all
+  for (const MatMulOutput& out : products) {
+    const Matrix& w = *out.w;
+    if (w.rows <= 0) continue;
+    if (n_products > 0 && w.cols != group[0].w->cols) {  // a caller bug: one input, so one width
+      fmt::print(stderr, "kvq: MatMulGroup: a product has {} columns, the first {}\n", w.cols,
+                 group[0].w->cols);
+      std::abort();
+    }
+    const WeightTypeDesc& desc = DescOrDie("MatMulGroup", w.type);
+    GroupProduct& p = group[n_products++];
+    p = {.w = &w,
+         .y = out.y,
+         .k = &desc.kernels(),
+         .x = x,
+         .n_tokens = n_tokens,
+         .first_item = items};
+    if (desc.quantized_activation) p.s = activations.For(*p.k, x, w.cols, n_tokens);
+    items += (w.rows + kRowsPerItem - 1) / kRowsPerItem;
+    work += w.rows * w.cols * n_tokens;
+  }
+  RunProducts(std::span<const GroupProduct>(group.data(), n_products), items, work, pool);
+}
+
+void MatMulRuns(std::span<const MatMulRun> runs, const float* x, int64_t n_tokens,
+                ThreadPool& pool) {
+  if (n_tokens <= 0 || runs.empty()) return;
+  InitDispatch();
+  thread_local std::deque<QuantizedActivation> scratch;  // as MatMulGroup's
+  thread_local std::vector<GroupProduct> products;       // [runs with work]
+  ActivationCache activations{scratch};
+  products.clear();
+  int64_t items = 0, work = 0;  // row items in all; multiply-adds in all
+  for (const MatMulRun& run : runs) {
+    const Matrix& w = *run.w;
+    if (w.rows <= 0 || run.n_tokens <= 0) continue;
+    if (!products.empty() &&
+        w.cols != products[0].w->cols) {  // a caller bug: one input, so one width
+      fmt::print(stderr, "kvq: MatMulRuns: a product has {} columns, the first {}\n", w.cols,
+                 products[0].w->cols);
+      std::abort();
+    }
+    if (run.first_token < 0 || run.first_token + run.n_tokens > n_tokens) {  // a caller bug
+      fmt::print(stderr, "kvq: MatMulRuns: tokens [{}, {}) outside the input's {}\n",
+                 run.first_token, run.first_token + run.n_tokens, n_tokens);
+      std::abort();
+    }
+    const WeightTypeDesc& desc = DescOrDie("MatMulRuns", w.type);
+    GroupProduct p{.w = &w,
+                   .y = run.y,
+                   .k = &desc.kernels(),
+                   .x = x + run.first_token * w.cols,
+                   .token0 = run.first_token,
+                   .n_tokens = run.n_tokens,
+                   .first_item = items};
+    if (desc.quantized_activation) p.s = activations.For(*p.k, x, w.cols, n_tokens);
+    products.push_back(p);
+    items += (w.rows + kRowsPerItem - 1) / kRowsPerItem;
+    work += w.rows * w.cols * run.n_tokens;
+  }
+  RunProducts(products, items, work, pool);
 }
 
 void MatMul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {

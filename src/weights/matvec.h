@@ -111,6 +111,26 @@ inline constexpr size_t kMaxMatMulGroup = 8;
 /// pool's thread count. At most kMaxMatMulGroup products; a matrix with no rows is skipped.
 void MatMulGroup(std::span<const MatMulOutput> products, const float* x, int64_t n_tokens, ThreadPool& pool);
 
+/// One product of a MatMulRuns: tokens [first_token, first_token + n_tokens) of the call's input
+/// through w, into y [n_tokens][w->rows].
+struct MatMulRun {
+  const Matrix* w = nullptr;
+  int64_t first_token = 0;
+  int64_t n_tokens = 0;
+  float* y = nullptr;
+};
+
+/// Products of any number of matrices, each over its own run of consecutive tokens of one input
+/// x [n_tokens][cols] (every matrix with cols columns) — a mixture of experts' block, each expert
+/// over the rows routed to it, gathered by expert — as one hand-off to the pool: x is quantised
+/// once (once per distinct kernel set), and the row items of all the runs are handed out
+/// together, instead of a hand-off per expert of a few rows each. Each run equals MatMul(*w,
+/// x + first_token·cols, n_tokens, y) bit for bit (quantisation is per token and block of 32, so
+/// quantising x whole gives each token the codes it gets alone), whatever the thread count. A run
+/// with no tokens or a matrix with no rows is skipped.
+void MatMulRuns(std::span<const MatMulRun> runs, const float* x, int64_t n_tokens,
+                ThreadPool& pool);
+
 /// The unquantised product, one row at a time in plain C++ (scalar decode, x as given, products
 /// summed in column order in f32): the oracle for the plain types and the "true" product the
 /// Q8_0/Q4_0 result is bounded against.

@@ -12,13 +12,16 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvq/format.h"
 #include "model/cache_config.h"
 #include "model/decoder.h"
+#include "model/decoder_weights.h"
 #include "model/gguf_llama.h"
 #include "test_util/hybrid_model.h"
+#include "weights/matrix.h"
 
 namespace kvq {
 namespace {
@@ -27,10 +30,14 @@ using test::HybridReading;
 using test::HybridReference;
 using test::TinyHybrid;
 
-Result<DecoderWeights> Load(const std::string& path) {
+// The file's weights, row-major as stored, or with `repack` in the interleaved layout LoadModel
+// gives them (RepackWeights: the projections, and the routed experts' stacks slice by slice).
+Result<DecoderWeights> Load(const std::string& path, bool repack = false) {
   Result<std::unique_ptr<GgufFile>> f = GgufFile::Open(path);
   if (!f.ok()) return f.status();
-  return LoadGgufLlama(std::shared_ptr<GgufFile>(std::move(f).value()));
+  Result<DecoderWeights> w = LoadGgufLlama(std::shared_ptr<GgufFile>(std::move(f).value()));
+  if (w.ok() && repack) RepackWeights(&w.value(), /*release_mapped_pages=*/false);
+  return w;
 }
 
 std::unique_ptr<KvCache> Cache(const DecoderConfig& c, const char* format = "f32") {
@@ -46,9 +53,15 @@ std::vector<int32_t> Tokens(int n) {
   return t;
 }
 
+// The largest |a − b|, or infinity where either is NaN (std::max would drop a NaN, and a model
+// reading its weights wrongly, say a scale from the wrong bytes, can give NaN logits).
 double WorstDifference(const std::vector<float>& a, const std::vector<double>& b) {
   double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = std::fabs(a[i] - b[i]);
+    if (std::isnan(d)) return std::numeric_limits<double>::infinity();
+    worst = std::max(worst, d);
+  }
   return worst;
 }
 
@@ -61,7 +74,8 @@ double WorstDifference(const std::vector<float>& a, const std::vector<double>& b
 // bits, so a code whose x/d_x lies within ~1e-6 of a rounding boundary can round the other way:
 // about one such flip per run of 24 tokens. A flip moves one product by one step (amax/127 ·
 // |w|), and the recurrent state and KV rows carry it on: observed 1e-5 without a flip, up to
-// 0.62 with one (over five token sequences). So 1.0 there, while every wrong reading below moves
+// 0.62 with one (over five token sequences), 0.69 with the experts repacked (their lane sums
+// round differently, so a flip can fall on another code). So 1.0 there, while every wrong reading below moves
 // the logits by more than 4 (observed 4.65 .. 38): the comparison asks for 3× the tolerance.
 constexpr double kF32Tolerance = 1e-3, kQ8Tolerance = 1.0;
 
@@ -70,7 +84,7 @@ struct WrongReading {
   HybridReading reading;
 };
 
-void CheckArch(const std::string& arch, bool q8_0) {
+void CheckArch(const std::string& arch, bool q8_0, bool repack = false) {
   const TinyHybrid spec{.arch = arch, .q8_0 = q8_0, .nextn = arch == "qwen3next" ? 0 : 1};
   const std::string path = test::WriteHybrid(arch + (q8_0 ? "_q8" : "_f32"), spec);
   const double tolerance = q8_0 ? kQ8Tolerance : kF32Tolerance;
@@ -89,8 +103,12 @@ void CheckArch(const std::string& arch, bool q8_0) {
   }
   for (const WrongReading& wr : wrongs) {
     SCOPED_TRACE(wr.what);
-    Result<DecoderWeights> w = Load(path);
+    Result<DecoderWeights> w = Load(path, repack);
     ASSERT_TRUE(w.ok()) << w.status().message();
+    if (repack && spec.moe()) {  // else this would test the row kernels again
+      for (const Matrix* m : {&w->layers[0].gate_exps, &w->layers[0].up_exps, &w->layers[0].down_exps})
+        ASSERT_EQ(m->layout, MatrixLayout::kInterleaved16);
+    }
     Result<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
     ASSERT_TRUE(file.ok());
     DecoderModel model(*w, 2);
@@ -122,16 +140,23 @@ TEST(HybridForward, Qwen3NextMatchesReference) { CheckArch("qwen3next", false); 
 TEST(HybridForward, Qwen35Q8MatchesReference) { CheckArch("qwen35", true); }
 TEST(HybridForward, Qwen35MoeQ8MatchesReference) { CheckArch("qwen35moe", true); }
 TEST(HybridForward, Qwen3NextQ8MatchesReference) { CheckArch("qwen3next", true); }
+// The routed experts repacked (each expert's slice of the stack an interleaved matrix): a slice
+// read at the wrong offset or in the wrong layout would be far from the reference.
+TEST(HybridForward, Qwen35MoeQ8RepackedMatchesReference) { CheckArch("qwen35moe", true, true); }
+TEST(HybridForward, Qwen3NextQ8RepackedMatchesReference) { CheckArch("qwen3next", true, true); }
 
 // A block through the scan gives the bits of its tokens one at a time, and so does a batch of
-// two sequences (each its own cache and state), for every arch and both weight types.
+// two sequences (each its own cache and state), for every arch and both weight types, and with
+// the Q8_0 weights repacked (the experts' rows grouped by expert then run through the interleaved
+// kernels several tokens at a time: a row routed to the wrong expert or back to the wrong token
+// changes the block's bits).
 TEST(HybridForward, BlockAndBatchEqualTokenByToken) {
   for (const char* arch : {"qwen35", "qwen35moe", "qwen3next"}) {
-    for (bool q8_0 : {false, true}) {
-      SCOPED_TRACE(std::string(arch) + (q8_0 ? " q8_0" : " f32"));
+    for (const auto [q8_0, repack] : {std::pair{false, false}, {true, false}, {true, true}}) {
+      SCOPED_TRACE(std::string(arch) + (q8_0 ? " q8_0" : " f32") + (repack ? " repacked" : ""));
       const std::string path =
           test::WriteHybrid(std::string("block_") + arch, {.arch = arch, .q8_0 = q8_0});
-      Result<DecoderWeights> w = Load(path);
+      Result<DecoderWeights> w = Load(path, repack);
       ASSERT_TRUE(w.ok()) << w.status().message();
       DecoderModel model(*w, 2);
       std::unique_ptr<KvCache> a = Cache(w->config), b = Cache(w->config), c = Cache(w->config),

@@ -307,6 +307,50 @@ TEST(Repack, MatMulGroupEqualsEachMatMulAloneBitForBit) {
   }
 }
 
+TEST(Repack, MatMulRunsEqualsEachMatMulOfItsTokensBitForBit) {
+  // One input of 9 tokens; runs of mixed types and layouts (so more than one quantised activation
+  // form), each over its own stretch of the tokens (a mixture of experts' block: each expert over
+  // the rows routed to it), one of them empty: each run's output must equal MatMul of its matrix
+  // over its tokens alone, for any thread count — so the run reads its own tokens' codes from the
+  // activation quantised whole, and writes only its own output.
+  constexpr int64_t kCols = 512, kTokens = 9;
+  std::vector<Pair> pairs;
+  pairs.push_back(MakePair(WeightType::kQ4_0, 48, kCols, 21));
+  pairs.push_back(MakePair(WeightType::kQ6_K, 33, kCols, 22));
+  pairs.push_back(MakePair(WeightType::kQ8_0, 40, kCols, 23));
+  pairs.push_back(MakePair(WeightType::kQ4_K, 20, kCols, 24));
+  const std::vector<float> x = RandomX(kTokens * kCols, 25);  // [kTokens][kCols]
+  struct Stretch {
+    Matrix w;
+    int64_t first, n;
+  };
+  const std::vector<Stretch> stretches = {{pairs[0].packed, 0, 2}, {pairs[0].packed, 2, 1},
+                                          {pairs[1].packed, 3, 4}, {pairs[2].plain, 3, 4},
+                                          {pairs[2].packed, 7, 2}, {pairs[3].plain, 0, 9},
+                                          {pairs[3].packed, 5, 0}, {pairs[0].plain, 8, 1}};
+  ThreadPool one(1);
+  std::vector<std::vector<float>> alone(stretches.size());  // [runs][n][rows]
+  for (size_t i = 0; i < stretches.size(); ++i) {
+    const Stretch& r = stretches[i];
+    alone[i].assign(r.n * r.w.rows, -1.0f);
+    MatMul(r.w, x.data() + r.first * kCols, r.n, alone[i].data(), one);
+  }
+  for (int32_t threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    std::vector<std::vector<float>> together(stretches.size());  // [runs][n][rows]
+    std::vector<MatMulRun> runs;
+    for (size_t i = 0; i < stretches.size(); ++i) {
+      const Stretch& r = stretches[i];
+      together[i].assign(r.n * r.w.rows, -1.0f);
+      runs.push_back({.w = &r.w, .first_token = r.first, .n_tokens = r.n, .y = together[i].data()});
+    }
+    MatMulRuns(runs, x.data(), kTokens, pool);
+    for (size_t i = 0; i < stretches.size(); ++i) {
+      EXPECT_TRUE(SameBits(together[i], alone[i])) << "run " << i << ", " << threads << " threads";
+    }
+  }
+}
+
 TEST(Repack, KQuantMatMulTilesAtOddTokenAndRowCountsAreTokenByTokenBitForBit) {
   // The K-quant MatMul steps several tokens at a time (kquant_interleaved-inl.h): token counts
   // that fill whole steps, leave every remainder after them, or fall short of one step, on
