@@ -106,13 +106,13 @@ async function ModelSource(f) {
 }
 
 // on_bytes(read so far) for a load of `total` bytes: posts {type: 'progress', id, load: {bytes,
-// total, percent}} in steps of a tenth of a percent of the whole file, strictly increasing, 100
-// at the end.
+// total, percent}} in steps of a tenth of a percent of the whole file, strictly increasing (a
+// figure not above the last is not posted), 100 at the end.
 function LoadProgress(id, total) {
   let last_percent = -1;
   return (bytes) => {
     const percent = Math.floor(1000 * bytes / total) / 10;
-    if (percent === last_percent) return;
+    if (percent <= last_percent) return;
     last_percent = percent;
     self.postMessage({type: 'progress', id, load: {bytes, total, percent}});
   };
@@ -148,4 +148,34 @@ async function WriteTokenizer(module, t) {
   const path = `/models/${t.name.replace(/[\/\\]/g, '_')}`;
   module.FS.writeFile(path, new Uint8Array(bytes));
   return path;
+}
+
+// The header (metadata and tensor table) of a picked GGUF file read into memory from the module:
+// its first 4 MiB, then twice as much until the module's kvq_web_gguf_header_bytes can tell the
+// header's length (0: read more), so the file's tensors never enter the module's memory (the GPU
+// path reads them from the file: web/gpu/step_program.js). Returns {ptr, bytes}: the caller hands
+// the bytes to kvq_web_model_load_header, which takes them. on_bytes(read) after each read.
+async function ReadHeaderIntoModule(memory, api, check, name, file, on_bytes) {
+  for (let n = Math.min(file.size, 4 << 20); ; n = Math.min(file.size, 2 * n)) {
+    const ptr = await ReadIntoModule(memory, api, check, name, n, FileChunks(file.slice(0, n)), () => {});
+    const header = api.ggufHeaderBytes(ptr, n, file.size, name);
+    if (header > 0) {
+      on_bytes(n);
+      return {ptr, bytes: n};
+    }
+    api.fileFree(ptr);
+    check(header === 0, `reading the header of ${name}`);
+    if (n === file.size) throw new Error(`${name}: no GGUF header found in its ${file.size} bytes`);
+    on_bytes(n);
+  }
+}
+
+// async (offset, bytes) => Uint8Array [bytes]: a File's bytes, read when asked (the GPU path's
+// weights, uploaded from the file in chunks by their file offsets, again after a lost device).
+function FileReader(file) {
+  return async (offset, bytes) => {
+    const data = new Uint8Array(await file.slice(offset, offset + bytes).arrayBuffer());
+    if (data.length !== bytes) throw new Error(`${file.name}: read ${data.length} of ${bytes} bytes at ${offset}`);
+    return data;
+  };
 }
