@@ -185,23 +185,13 @@ async function LoadModel(id, files) {
   model_context = info.context;
   gpu_program = program;
   gpu_model_why_not = why_not;
-  return {name: f.name, info, file_bytes: total, threads, heap_bytes: memory.bytes, weights_in_heap: !header,
+  return {name: f.name, info, file_bytes: total, threads, heap_bytes: memory.bytes,
           formats: JSON.parse(api.formats(info.head_dim)), gpu: gpu_program ? 'supported' : gpu_model_why_not};
 }
 
-// The model of a whole file read into the module: {model: its handle, total: the file's bytes}.
-// progress_for(total): LoadProgress for the total (null: no progress posted).
-async function WholeModel(files, progress_for) {
-  const source = await ModelSource(files.model);
-  const ptr = await ReadIntoModule(memory, api, Check, files.model.name, source.total, source.chunks,
-                                   progress_for ? progress_for(source.total) : () => {});
-  const tok_path = files.tokenizer ? await WriteTokenizer(kvq, files.tokenizer) : '';
-  // kvq_web_model_load_bytes takes the bytes: the model keeps them, or the failed load frees them.
-  const next = api.modelLoadBytes(ptr, source.total, files.model.name, tok_path, threads);
-  if (tok_path) kvq.FS.unlink(tok_path);
-  Check(next, `loading ${files.model.name}${files.tokenizer ? ` with ${files.tokenizer.name}` : ''}`);
-  return {model: next, total: source.total};
-}
+// What worker_load.js's model loads use of this worker.
+const LoadEnv = () => ({kvq, api, memory, check: Check, threads});
+const WholeModel = (files, progress_for) => LoadWholeModel(LoadEnv(), files, progress_for);
 
 // The GPU path's step program of a loaded model, if the module builds one (it says why not:
 // hybrid layers) and the kernels read its weights: {program (null: none), why_not}.
@@ -216,8 +206,7 @@ async function ProgramOf(handle) {
 // a header the module cannot load alone): the caller then loads the whole file.
 async function HeaderModel(files, progress) {
   const f = files.model;
-  const {ptr, bytes} = await ReadHeaderIntoModule(memory, api, Check, f.name, f.file, progress);
-  const next = api.modelLoadHeader(ptr, bytes, f.file.size, f.name, '', threads);
+  const next = await LoadHeaderModel(LoadEnv(), f, progress);
   if (!next) return null;  // e.g. rope_freqs.weight, read at load: the whole file it is
   let made;
   try {

@@ -1,7 +1,8 @@
 // What web/worker.js starts with and how it reads model files, apart from the generation it runs:
 // which module variant this browser can run (SIMD128, threads) and whether WebGPU offers a device;
 // views of the module's memory; a model file (a picked File or a fetched body) read into that
-// memory a chunk at a time, with load progress. A classic script: worker.js imports it with
+// memory a chunk at a time, with load progress, or a picked GGUF file's header alone (the GPU
+// path's weights are then read from the file), and the models loaded from them. A classic script: worker.js imports it with
 // importScripts, so these names are the worker's globals; each takes what it uses as arguments.
 'use strict';
 
@@ -168,6 +169,34 @@ async function ReadHeaderIntoModule(memory, api, check, name, file, on_bytes) {
     if (n === file.size) throw new Error(`${name}: no GGUF header found in its ${file.size} bytes`);
     on_bytes(n);
   }
+}
+
+// The model loads below take env: {kvq (the module), api, memory (its ModuleMemory), check (ok,
+// what), threads (the models' thread count)}.
+
+// The model of a whole file ({name, file | response}, with its tokenizer file or null) read into
+// the module: {model: its handle, total: the file's bytes}. progress_for(total): LoadProgress for
+// the total (null: no progress posted).
+async function LoadWholeModel(env, files, progress_for) {
+  const {kvq, api, memory, check, threads} = env;
+  const source = await ModelSource(files.model);
+  const ptr = await ReadIntoModule(memory, api, check, files.model.name, source.total, source.chunks,
+                                   progress_for ? progress_for(source.total) : () => {});
+  const tok_path = files.tokenizer ? await WriteTokenizer(kvq, files.tokenizer) : '';
+  // kvq_web_model_load_bytes takes the bytes: the model keeps them, or the failed load frees them.
+  const next = api.modelLoadBytes(ptr, source.total, files.model.name, tok_path, threads);
+  if (tok_path) kvq.FS.unlink(tok_path);
+  check(next, `loading ${files.model.name}${files.tokenizer ? ` with ${files.tokenizer.name}` : ''}`);
+  return {model: next, total: source.total};
+}
+
+// The model of a picked GGUF file ({name, file}, its own vocabulary) from its header alone
+// (kvq_web_model_load_header): its handle, or 0 when the module cannot load it so (its last error
+// says why: e.g. a tensor read at load). on_bytes(read) as ReadHeaderIntoModule's.
+async function LoadHeaderModel(env, f, on_bytes) {
+  const {api, memory, check, threads} = env;
+  const {ptr, bytes} = await ReadHeaderIntoModule(memory, api, check, f.name, f.file, on_bytes);
+  return api.modelLoadHeader(ptr, bytes, f.file.size, f.name, '', threads);
 }
 
 // async (offset, bytes) => Uint8Array [bytes]: a File's bytes, read when asked (the GPU path's
