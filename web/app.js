@@ -5,10 +5,13 @@
 
 const $ = (id) => document.getElementById(id);
 
-// ---- settings from the address, for reproducible runs: ?simd=0 ?threads=N ?gpu=0 ----
+// ---- settings from the address, for reproducible runs: ?simd=0 ?threads=N ?gpu=0 ?gpu=1 ----
+// ?gpu=1: the GPU path even on a CPU-emulated adapter (SwiftShader), a picked GGUF file then loaded
+// from its header alone as on a real GPU (its weights go from the file to GPU buffers).
 const params = new URLSearchParams(location.search);
 const want_simd = params.get('simd') !== '0';
 const want_gpu = params.get('gpu') !== '0';
+const gpu_forced = params.get('gpu') === '1';
 let want_threads = null;  // null: every core the browser reports
 let settings_error = '';
 if (params.has('threads')) {
@@ -393,7 +396,7 @@ $('load-bundled').addEventListener('click', () => Load('stories260K', null));
 // ---- start: the module, its threads, the bundled model ----
 async function Start() {
   if (settings_error) ShowError('page', settings_error);
-  const info = await Ask('init', {simd: want_simd, threads: want_threads, gpu: want_gpu});
+  const info = await Ask('init', {simd: want_simd, threads: want_threads, gpu: want_gpu, gpu_forced});
   page.build = info.build;
   page.simd_target = info.simd_target;
   page.memory_scratch_bytes = info.memory_scratch_bytes;

@@ -33,6 +33,13 @@ let gpu_why_not = 'not probed yet';
 let gpu_program = null;      // the loaded model's step program (null: the GPU path cannot run it)
 let gpu_model_why_not = 'no model is loaded';
 let gpu_step = null;         // its GpuModelRunner (web/gpu/gpu_engine.js), made on first use
+let gpu_forced = false;      // ?gpu=1: the GPU path even on an emulated adapter ('auto' takes it)
+// A picked GGUF file the GPU path runs is loaded from its header alone (kvq_web_model_load_header):
+// its weights go from the file to GPU buffers, never into the module's memory, which then holds
+// the header, the vocabulary and the KV master. What needs the CPU forward (the WebAssembly path,
+// temperature > 0, no device after a loss) loads the whole file into the module then (FullModel).
+let model_file = null;       // the picked File of a header-only model (null: the model is whole)
+let model_full = 0;          // the whole file's model, loaded on demand for the CPU forward (0: none)
 
 function LastError() {
   const message = api ? api.lastError() : '';
@@ -54,6 +61,7 @@ function GpuWhyNot(p) {
 }
 
 async function Init(m) {
+  gpu_forced = m.gpu_forced === true;
   if (m.gpu === false) {
     gpu_why_not = 'turned off by ?gpu=0';
   } else {
@@ -105,6 +113,8 @@ async function Init(m) {
     fileAlloc: w('kvq_web_file_alloc', 'number', ['number']),
     fileFree: w('kvq_web_file_free', null, ['number']),
     modelLoadBytes: w('kvq_web_model_load_bytes', 'number', ['number', 'number', 'string', 'string', 'number']),
+    ggufHeaderBytes: w('kvq_web_gguf_header_bytes', 'number', ['number', 'number', 'number', 'string']),
+    modelLoadHeader: w('kvq_web_model_load_header', 'number', ['number', 'number', 'number', 'string', 'string', 'number']),
     sessionSetThreads: w('kvq_web_session_set_threads', 'number', ['number', 'number']),
     simdTarget: w('kvq_web_simd_target', 'string', []),
     generatorCheck: w('kvq_web_generator_check', 'number', ['string']),
@@ -139,44 +149,97 @@ async function Init(m) {
 // Loads a model and makes it the one in use only once it has loaded: a failed load leaves the
 // previous model, its session and its GPU program as they were. The model file is read into the
 // module a chunk at a time (progress posted as {type: 'progress', load: {bytes, total, percent}});
-// the tokenizer, a few KiB, goes through MEMFS.
+// the tokenizer, a few KiB, goes through MEMFS. A picked GGUF file, where the GPU path is the one
+// 'auto' takes (a GPU not emulated, or ?gpu=1), is loaded from its header alone when the GPU path
+// runs it (HeaderModel): the weights are then read from the file by the GPU path only.
 // files: {model: {name, file: File} | {name, response: a fetch's promise}, tokenizer: the same | null}
 async function LoadModel(id, files) {
-  const source = await ModelSource(files.model);
-  const ptr = await ReadIntoModule(memory, api, Check, files.model.name, source.total, source.chunks,
-                                   LoadProgress(id, source.total));
-  const tok_path = files.tokenizer ? await WriteTokenizer(kvq, files.tokenizer) : '';
-  // kvq_web_model_load_bytes takes the bytes: the model keeps them, or the failed load frees them.
-  const next = api.modelLoadBytes(ptr, source.total, files.model.name, tok_path, threads);
-  if (tok_path) kvq.FS.unlink(tok_path);
-  Check(next, `loading ${files.model.name}${files.tokenizer ? ` with ${files.tokenizer.name}` : ''}`);
-  const info = JSON.parse(api.modelInfo(next));
-  // The GPU path runs the module's step program of this model, if the module builds one (it says
-  // why not: hybrid layers) and the kernels read its weights.
-  let program = null;
-  let why_not = gpu ? '' : gpu_why_not;
-  if (gpu) {
-    try {
-      const {GpuProgramOf} = await import('./gpu/gpu_engine.js');
-      const made = GpuProgramOf(kvq, next);
-      program = made.program || null;
-      if (made.why_not) why_not = `the GPU path cannot run this model: ${made.why_not}`;
-    } catch (e) {
-      api.modelFree(next);
-      throw e;
+  const f = files.model;
+  const on_gpu = gpu && (!gpu.emulated || gpu_forced);
+  // One progress for the load: a header that cannot run alone leaves its percent, which the whole
+  // file's read then passes (LoadProgress posts only rising figures).
+  let progress = null;
+  const progress_for = (total) => (progress ??= LoadProgress(id, total));
+  const header = on_gpu && f.file && !files.tokenizer && /\.gguf$/i.test(f.name) ?
+      await HeaderModel(files, progress_for(f.file.size)) : null;
+  let next, total, program = header?.program ?? null, why_not = gpu ? '' : gpu_why_not;
+  if (header) {
+    ({model: next, total} = header);
+  } else {
+    ({model: next, total} = await WholeModel(files, progress_for));
+    if (gpu) {
+      try {
+        ({program, why_not} = await ProgramOf(next));
+      } catch (e) {
+        api.modelFree(next);
+        throw e;
+      }
     }
   }
+  const info = JSON.parse(api.modelInfo(next));
   // Loaded: the previous model goes now.
   FreeSession();
-  if (model) api.modelFree(model);
-  gpu_step?.Destroy();
-  gpu_step = null;
+  FreeModels();
   model = next;
+  model_file = header ? f.file : null;
   model_context = info.context;
   gpu_program = program;
   gpu_model_why_not = why_not;
-  return {name: files.model.name, info, file_bytes: source.total, threads, heap_bytes: memory.bytes,
+  return {name: f.name, info, file_bytes: total, threads, heap_bytes: memory.bytes,
           formats: JSON.parse(api.formats(info.head_dim)), gpu: gpu_program ? 'supported' : gpu_model_why_not};
+}
+
+// What worker_load.js's model loads use of this worker.
+const LoadEnv = () => ({kvq, api, memory, check: Check, threads});
+const WholeModel = (files, progress_for) => LoadWholeModel(LoadEnv(), files, progress_for);
+
+// The GPU path's step program of a loaded model, if the module builds one (it says why not:
+// hybrid layers) and the kernels read its weights: {program (null: none), why_not}.
+async function ProgramOf(handle) {
+  const {GpuProgramOf} = await import('./gpu/gpu_engine.js');
+  const made = GpuProgramOf(kvq, handle);
+  return {program: made.program || null, why_not: made.why_not ? `the GPU path cannot run this model: ${made.why_not}` : ''};
+}
+
+// A picked GGUF file's model (its own vocabulary) from its header alone, if the GPU path runs it:
+// {model, total, program}; null when it cannot (a weight type or layer the GPU path does not run,
+// a header the module cannot load alone): the caller then loads the whole file.
+async function HeaderModel(files, progress) {
+  const f = files.model;
+  const next = await LoadHeaderModel(LoadEnv(), f, progress);
+  if (!next) return null;  // e.g. rope_freqs.weight, read at load: the whole file it is
+  let made;
+  try {
+    made = await ProgramOf(next);
+  } catch (e) {
+    api.modelFree(next);
+    throw e;
+  }
+  if (!made.program) {
+    api.modelFree(next);
+    return null;
+  }
+  progress(f.file.size);  // nothing more to read: the weights go from the file to the GPU
+  return {model: next, total: f.file.size, program: made.program};
+}
+
+// The model the CPU forward runs: the loaded one, or for a header-only one the whole file's,
+// read into the module now (once per model).
+async function FullModel() {
+  if (!model_file) return model;
+  if (!model_full) ({model: model_full} = await WholeModel({model: {name: model_file.name, file: model_file}, tokenizer: null}, null));
+  return model_full;
+}
+
+// Frees the loaded model, its GPU runner and its whole-file twin.
+function FreeModels() {
+  gpu_step?.Destroy();
+  gpu_step = null;
+  if (model_full) api.modelFree(model_full);
+  model_full = 0;
+  if (model) api.modelFree(model);
+  model = 0;
+  model_file = null;
 }
 
 // Literal URLs, so the bundle check sees what the page loads.
@@ -297,14 +360,14 @@ async function Generate(id, p) {
   const want = p.device || 'auto';
   if (!['auto', 'cpu', 'gpu'].includes(want)) throw new Error(`device "${want}": use auto, cpu or gpu`);
   const why_not = GpuWhyNot(p);
-  const emulated = want === 'auto' && !why_not && gpu.emulated ?
+  const emulated = want === 'auto' && !why_not && gpu.emulated && !gpu_forced ?
       `the WebGPU adapter (${gpu.name}) is a CPU emulation, slower than WebAssembly here: choose gpu to use it` : '';
   const on_gpu = want !== 'cpu' && !why_not && !emulated;
   const path = on_gpu ? {device: 'gpu', adapter: gpu.name}
                       : {device: 'cpu', why: want === 'cpu' ? 'asked for' :
                            `${why_not || emulated}${want === 'gpu' ? '; running on WebAssembly instead' : ''}`};
   if (on_gpu) FreeSession();  // a chat's history is kept on the WebAssembly path only
-  const engine = on_gpu ? await GpuEngine(p) : CpuEngine(p, p.chat);
+  const engine = on_gpu ? await GpuEngine(p) : CpuEngine(p, p.chat, await FullModel());
   const n_reused = engine.keep_prefix(prompt_ids);
 
   const ids = prompt_ids.slice();  // the prompt and every token sampled (an end token too, as run.c's ids)
@@ -383,11 +446,12 @@ function WithIds(ids, fn) {
 
 // The WebAssembly CPU path: a kvq session in the module; keep: the last one, if it was made with
 // these formats and budget (a chat's history), else a new one.
-function CpuEngine(p, keep = false) {
+// cpu_model: the model the CPU forward runs (FullModel).
+function CpuEngine(p, keep, cpu_model) {
   const spec = JSON.stringify([p.kv_k, p.kv_v, p.device_budget_bytes || 0]);
   if (!keep || spec !== session_spec) {
     FreeSession();
-    session = api.sessionNew(model, p.kv_k, p.kv_v, p.device_budget_bytes || 0);
+    session = api.sessionNew(cpu_model, p.kv_k, p.kv_v, p.device_budget_bytes || 0);
     Check(session, `creating a session with K "${p.kv_k}", V "${p.kv_v}"`);
     session_spec = spec;
   }
@@ -425,7 +489,10 @@ function CpuEngine(p, keep = false) {
 async function GpuEngine(p) {
   if (!gpu_step) {
     const {GpuModelRunner} = await import('./gpu/gpu_engine.js');
-    gpu_step = await GpuModelRunner.Create(kvq, gpu.device, model, gpu_program);
+    // A header-only model's weights come from its file (again after a lost device); its CPU steps
+    // (no device came back) run the whole file's model, loaded then.
+    gpu_step = await GpuModelRunner.Create(kvq, gpu.device, model, gpu_program,
+                                           {read_file: model_file ? FileReader(model_file) : null, cpu_model: FullModel});
   }
   const runner = gpu_step;
   const c = gpu_program.config;
@@ -483,7 +550,7 @@ async function Bench(id, p) {
   return RunBench(p, {
     vocab: info.vocab_size, context: model_context, block: api.prefillBlock(),
     why_not: (path) => (path === 'gpu' ? GpuWhyNot({temperature: 0}) : ''),
-    Engine: (path, q) => (path === 'gpu' ? GpuEngine(q) : CpuEngine({...q, threads})),
+    Engine: async (path, q) => (path === 'gpu' ? GpuEngine(q) : CpuEngine({...q, threads}, false, await FullModel())),
     Free: FreeSession,
     progress: (what) => self.postMessage({type: 'progress', id, bench: what}),
     describe: {model: info, adapter: gpu ? gpu.name : null,

@@ -1,7 +1,8 @@
 // What web/worker.js starts with and how it reads model files, apart from the generation it runs:
 // which module variant this browser can run (SIMD128, threads) and whether WebGPU offers a device;
 // views of the module's memory; a model file (a picked File or a fetched body) read into that
-// memory a chunk at a time, with load progress. A classic script: worker.js imports it with
+// memory a chunk at a time, with load progress, or a picked GGUF file's header alone (the GPU
+// path's weights are then read from the file), and the models loaded from them. A classic script: worker.js imports it with
 // importScripts, so these names are the worker's globals; each takes what it uses as arguments.
 'use strict';
 
@@ -106,13 +107,13 @@ async function ModelSource(f) {
 }
 
 // on_bytes(read so far) for a load of `total` bytes: posts {type: 'progress', id, load: {bytes,
-// total, percent}} in steps of a tenth of a percent of the whole file, strictly increasing, 100
-// at the end.
+// total, percent}} in steps of a tenth of a percent of the whole file, strictly increasing (a
+// figure not above the last is not posted), 100 at the end.
 function LoadProgress(id, total) {
   let last_percent = -1;
   return (bytes) => {
     const percent = Math.floor(1000 * bytes / total) / 10;
-    if (percent === last_percent) return;
+    if (percent <= last_percent) return;
     last_percent = percent;
     self.postMessage({type: 'progress', id, load: {bytes, total, percent}});
   };
@@ -148,4 +149,62 @@ async function WriteTokenizer(module, t) {
   const path = `/models/${t.name.replace(/[\/\\]/g, '_')}`;
   module.FS.writeFile(path, new Uint8Array(bytes));
   return path;
+}
+
+// The header (metadata and tensor table) of a picked GGUF file read into memory from the module:
+// its first 4 MiB, then twice as much until the module's kvq_web_gguf_header_bytes can tell the
+// header's length (0: read more), so the file's tensors never enter the module's memory (the GPU
+// path reads them from the file: web/gpu/step_program.js). Returns {ptr, bytes}: the caller hands
+// the bytes to kvq_web_model_load_header, which takes them. on_bytes(read) after each read.
+async function ReadHeaderIntoModule(memory, api, check, name, file, on_bytes) {
+  for (let n = Math.min(file.size, 4 << 20); ; n = Math.min(file.size, 2 * n)) {
+    const ptr = await ReadIntoModule(memory, api, check, name, n, FileChunks(file.slice(0, n)), () => {});
+    const header = api.ggufHeaderBytes(ptr, n, file.size, name);
+    if (header > 0) {
+      on_bytes(n);
+      return {ptr, bytes: n};
+    }
+    api.fileFree(ptr);
+    check(header === 0, `reading the header of ${name}`);
+    if (n === file.size) throw new Error(`${name}: no GGUF header found in its ${file.size} bytes`);
+    on_bytes(n);
+  }
+}
+
+// The model loads below take env: {kvq (the module), api, memory (its ModuleMemory), check (ok,
+// what), threads (the models' thread count)}.
+
+// The model of a whole file ({name, file | response}, with its tokenizer file or null) read into
+// the module: {model: its handle, total: the file's bytes}. progress_for(total): LoadProgress for
+// the total (null: no progress posted).
+async function LoadWholeModel(env, files, progress_for) {
+  const {kvq, api, memory, check, threads} = env;
+  const source = await ModelSource(files.model);
+  const ptr = await ReadIntoModule(memory, api, check, files.model.name, source.total, source.chunks,
+                                   progress_for ? progress_for(source.total) : () => {});
+  const tok_path = files.tokenizer ? await WriteTokenizer(kvq, files.tokenizer) : '';
+  // kvq_web_model_load_bytes takes the bytes: the model keeps them, or the failed load frees them.
+  const next = api.modelLoadBytes(ptr, source.total, files.model.name, tok_path, threads);
+  if (tok_path) kvq.FS.unlink(tok_path);
+  check(next, `loading ${files.model.name}${files.tokenizer ? ` with ${files.tokenizer.name}` : ''}`);
+  return {model: next, total: source.total};
+}
+
+// The model of a picked GGUF file ({name, file}, its own vocabulary) from its header alone
+// (kvq_web_model_load_header): its handle, or 0 when the module cannot load it so (its last error
+// says why: e.g. a tensor read at load). on_bytes(read) as ReadHeaderIntoModule's.
+async function LoadHeaderModel(env, f, on_bytes) {
+  const {api, memory, check, threads} = env;
+  const {ptr, bytes} = await ReadHeaderIntoModule(memory, api, check, f.name, f.file, on_bytes);
+  return api.modelLoadHeader(ptr, bytes, f.file.size, f.name, '', threads);
+}
+
+// async (offset, bytes) => Uint8Array [bytes]: a File's bytes, read when asked (the GPU path's
+// weights, uploaded from the file in chunks by their file offsets, again after a lost device).
+function FileReader(file) {
+  return async (offset, bytes) => {
+    const data = new Uint8Array(await file.slice(offset, offset + bytes).arrayBuffer());
+    if (data.length !== bytes) throw new Error(`${file.name}: read ${data.length} of ${bytes} bytes at ${offset}`);
+    return data;
+  };
 }

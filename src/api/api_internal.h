@@ -37,6 +37,14 @@ struct Model::Impl {
   ModelOptions options;
   DecoderWeights weights;
   Tokenizer tokenizer;
+  /// Loaded from a GGUF file's header alone (LoadHeaderOnly): no matrix or vector has bytes, so
+  /// NewSession refuses; the shape, vocabulary and chat template are the file's.
+  bool header_only = false;
+  /// Model::Load; header_only_file_bytes > 0: `path` holds only the first bytes (at least the
+  /// header) of a GGUF file of that many bytes (LoadModel's header-only load): for a runtime that
+  /// reads the weights from the file itself (the page's GPU path, src/web/web_load.cc).
+  static Result<std::unique_ptr<Model>> Load(const std::string& path, const ModelOptions& options,
+                                             int64_t header_only_file_bytes);
   /// The snapshot fingerprint, hashed on first use (SavePrefix/LoadPrefix), once per model.
   const ModelFingerprint& fingerprint() const;
   /// The vocabulary as grammars see it (every token's text as it follows a token other than BOS;

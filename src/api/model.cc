@@ -64,15 +64,21 @@ Model::Model(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Model::~Model() = default;
 
 Result<std::unique_ptr<Model>> Model::Load(const std::string& path, const ModelOptions& options) {
+  return Impl::Load(path, options, 0);
+}
+
+Result<std::unique_ptr<Model>> Model::Impl::Load(const std::string& path, const ModelOptions& options,
+                                                 int64_t header_only_file_bytes) {
   if (options.threads < 0 || options.threads > 1024) {
     return Status::Error(fmt::format("ModelOptions::threads must be in 0..1024 (got {})", options.threads));
   }
   if (options.context < 0) {
     return Status::Error(fmt::format("ModelOptions::context must be >= 0 (got {})", options.context));
   }
-  Result<LoadedModel> loaded = LoadModel(path, options.tokenizer_path);
+  Result<LoadedModel> loaded = LoadModel(path, options.tokenizer_path, header_only_file_bytes);
   if (!loaded.ok()) return loaded.status();
   auto impl = std::make_shared<Impl>();
+  impl->header_only = header_only_file_bytes > 0;
   impl->weights = std::move(loaded.value().weights);
   impl->tokenizer = std::move(loaded.value().tokenizer);
   impl->options = options;
@@ -169,6 +175,10 @@ bool Model::IsEndOfGeneration(int32_t id) const { return kvq::IsEndOfGeneration(
 Result<std::unique_ptr<Session>> Model::NewSession() const { return NewSession(impl_->options.kv); }
 
 Result<std::unique_ptr<Session>> Model::NewSession(const KvOptions& kv) const {
+  if (impl_->header_only) {
+    return Status::Error(impl_->info.path + ": loaded from its header alone (its weights are read by the GPU "
+                         "path), so the CPU forward cannot run it: load the whole file for that");
+  }
   Result<KvCacheConfig> config = CacheConfigFor(impl_->weights.config, impl_->info.context, kv);
   if (!config.ok()) return config.status();
   Result<std::unique_ptr<KvCache>> cache = KvCache::Create(*config);

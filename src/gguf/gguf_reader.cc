@@ -212,7 +212,8 @@ std::string FormatGgufValue(const GgufValue& value, int max_elements) {
 class GgufParser {
  public:
   explicit GgufParser(GgufFile* file)
-      : f_(*file), p_(file->map_), size_(static_cast<uint64_t>(file->size_)) {}
+      : f_(*file), p_(file->map_), size_(static_cast<uint64_t>(file->size_)),
+        file_bytes_(static_cast<uint64_t>(file->file_bytes_)) {}
 
   Status Parse() {
     if (Status s = ParseHeader(); !s.ok()) return s;
@@ -457,7 +458,8 @@ class GgufParser {
     const uint64_t align = f_.alignment_;
     const uint64_t data = (pos_ + align - 1) / align * align;
     f_.data_offset_ = static_cast<int64_t>(data);
-    const uint64_t room = data <= size_ ? size_ - data : 0;
+    const uint64_t room = data <= file_bytes_ ? file_bytes_ - data : 0;
+    const bool mapped = file_bytes_ == size_;  // else only the header is (OpenHeader)
     for (GgufTensor& t : f_.tensors_) {
       if (t.offset % align != 0) {
         return Error(fmt::format("tensor {} has offset {}, which is not a multiple of the "
@@ -466,9 +468,9 @@ class GgufParser {
       if (t.offset > room || static_cast<uint64_t>(t.n_bytes) > room - t.offset) {
         return Error(fmt::format("tensor {} (offset {}, {} bytes) extends past the end of the "
                                  "file ({} bytes; data section at {})",
-                                 Name(t.name), t.offset, t.n_bytes, size_, data));
+                                 Name(t.name), t.offset, t.n_bytes, file_bytes_, data));
       }
-      t.data = p_ + data + t.offset;
+      t.data = mapped ? p_ + data + t.offset : nullptr;
     }
     std::vector<size_t> order(f_.tensors_.size());
     std::iota(order.begin(), order.end(), size_t{0});
@@ -489,7 +491,8 @@ class GgufParser {
 
   GgufFile& f_;
   const uint8_t* p_;
-  uint64_t size_;
+  uint64_t size_;        // the bytes mapped
+  uint64_t file_bytes_;  // the whole file's (tensor extents)
   uint64_t pos_ = 0;
   uint64_t n_tensors_ = 0;
   uint64_t n_kv_ = 0;
@@ -506,9 +509,47 @@ Result<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
   file->mapping_ = std::move(mapped).value();
   file->map_ = file->mapping_->data;
   file->size_ = file->mapping_->size;
+  file->file_bytes_ = file->size_;
   GgufParser parser(file.get());
   if (Status s = parser.Parse(); !s.ok()) return s;
   return file;
+}
+
+Result<std::unique_ptr<GgufFile>> GgufFile::OpenHeader(const std::string& path, int64_t file_bytes) {
+  std::unique_ptr<GgufFile> file(new GgufFile());
+  file->path_ = path;
+  Result<std::shared_ptr<MappedFile>> mapped = MapFile(path, fmt::format("GGUF file '{}'", path));
+  if (!mapped.ok()) return mapped.status();
+  file->mapping_ = std::move(mapped).value();
+  file->map_ = file->mapping_->data;
+  file->size_ = file->mapping_->size;
+  if (file_bytes < file->size_) {
+    return Status::Error(fmt::format("GGUF file '{}': {} bytes of its header, more than the whole file's {}", path,
+                                     file->size_, file_bytes));
+  }
+  file->file_bytes_ = file_bytes;
+  GgufParser parser(file.get());
+  if (Status s = parser.Parse(); !s.ok()) return s;
+  return file;
+}
+
+Result<int64_t> GgufFile::HeaderBytes(std::span<const uint8_t> prefix, int64_t file_bytes, const std::string& name) {
+  if (static_cast<int64_t>(prefix.size()) > file_bytes) {
+    return Status::Error(fmt::format("GGUF file '{}': a prefix of {} bytes of a {}-byte file", name, prefix.size(),
+                                     file_bytes));
+  }
+  GgufFile file;
+  file.path_ = name;
+  file.map_ = prefix.data();
+  file.size_ = static_cast<int64_t>(prefix.size());
+  file.file_bytes_ = file_bytes;
+  GgufParser parser(&file);
+  if (Status s = parser.Parse(); !s.ok()) {
+    // Any failure of a part of the file may be the header running past it: read more first.
+    if (file.size_ < file_bytes) return int64_t{0};
+    return s;
+  }
+  return file.data_offset_;
 }
 
 GgufFile::~GgufFile() = default;

@@ -138,7 +138,7 @@ struct GgufTensor {
   std::vector<int64_t> dims;      ///< dims[0] is the row length (fastest varying); 1 to 4 dims
   int64_t n_elements = 0;
   uint64_t offset = 0;            ///< relative to the data section, as stored
-  const uint8_t* data = nullptr;  ///< into the mapping; aligned to the file's alignment
+  const uint8_t* data = nullptr;  ///< into the mapping; aligned to the file's alignment (null: OpenHeader)
   int64_t n_bytes = 0;
 };
 
@@ -148,13 +148,25 @@ class GgufFile {
  public:
   /// Maps `path` read-only and validates all of it; every error message names `path`.
   static Result<std::unique_ptr<GgufFile>> Open(const std::string& path);
+  /// `path` holds the first bytes of a GGUF file of `file_bytes` bytes, at least its header (the
+  /// metadata and the tensor table, HeaderBytes): the header is validated as Open does, each tensor's
+  /// extent against `file_bytes`, and every tensor's `data` is null (its bytes are not here: a
+  /// runtime that reads them from the file itself, by data_offset() + offset, the page's GPU path).
+  static Result<std::unique_ptr<GgufFile>> OpenHeader(const std::string& path, int64_t file_bytes);
+  /// The length of the header (metadata and tensor table, up to the aligned data section) of a GGUF
+  /// file of `file_bytes` bytes whose first bytes are `prefix`; 0 when the prefix is too short to
+  /// tell (read more); an error when the bytes are not a valid GGUF header (`name` in the message)
+  /// — a short prefix reads as too short, so a damaged file is named once all of it is given.
+  static Result<int64_t> HeaderBytes(std::span<const uint8_t> prefix, int64_t file_bytes, const std::string& name);
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
 
   const std::string& path() const { return path_; }
   uint32_t version() const { return version_; }
-  int64_t file_bytes() const { return size_; }
+  int64_t file_bytes() const { return file_bytes_; }
+  /// Whether only the header is mapped (OpenHeader): every tensor's data is null.
+  bool header_only() const { return file_bytes_ != size_; }
   uint32_t alignment() const { return alignment_; }
   /// Absolute file offset of the data section.
   int64_t data_offset() const { return data_offset_; }
@@ -199,6 +211,7 @@ class GgufFile {
   std::shared_ptr<MappedFile> mapping_;  // base/mapped_file: the whole file, read-only
   const uint8_t* map_ = nullptr;         // mapping_->data
   int64_t size_ = 0;                     // mapping_->size
+  int64_t file_bytes_ = 0;               // the whole file's (size_ unless OpenHeader)
   uint32_t version_ = 0;
   uint32_t alignment_ = 32;
   int64_t data_offset_ = 0;

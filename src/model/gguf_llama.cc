@@ -168,6 +168,10 @@ Result<DecoderWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
   if (reader.Has("rope_freqs.weight")) {
     Result<const float*> f = vector("rope_freqs.weight", c.head_dim() / 2);
     if (!f.ok()) return f.status();
+    if (*f == nullptr) {  // GgufFile::OpenHeader: the factors are read at load, so the bytes are needed
+      return Status::Error(fmt::format("{}: rope_freqs.weight is read at load and only the file's header was given",
+                                       path));
+    }
     c.rope_freq_factors.assign(*f, *f + c.head_dim() / 2);
     for (float factor : c.rope_freq_factors) {
       if (!(factor > 0.0f && std::isfinite(factor))) {

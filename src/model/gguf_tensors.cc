@@ -39,7 +39,8 @@ Result<Matrix> GgufTensorReader::Shaped(const std::string& name, const std::vect
   }
   Result<WeightType> type = ToWeightType(**t, path());
   if (!type.ok()) return type.status();
-  weights_->fingerprint_bytes.emplace_back((*t)->data, static_cast<size_t>((*t)->n_bytes));
+  // A header-only file (GgufFile::OpenHeader) has no bytes to hash.
+  if ((*t)->data != nullptr) weights_->fingerprint_bytes.emplace_back((*t)->data, static_cast<size_t>((*t)->n_bytes));
   int64_t rows = 1;
   for (size_t i = 1; i < dims.size(); ++i) rows *= dims[i];
   const Matrix matrix{*type, (*t)->data, rows, dims[0]};

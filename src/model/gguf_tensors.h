@@ -15,7 +15,8 @@ namespace kvq {
 
 class GgufTensorReader {
  public:
-  /// Views point into `file`; each tensor read is added to `weights`' fingerprint bytes.
+  /// Views point into `file`; each tensor read is added to `weights`' fingerprint bytes. A
+  /// header-only file (GgufFile::OpenHeader) gives views with null data.
   GgufTensorReader(const GgufFile& file, DecoderWeights* weights) : file_(file), weights_(weights) {}
   const std::string& path() const { return file_.path(); }
   bool Has(const std::string& name) const;

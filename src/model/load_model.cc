@@ -21,14 +21,15 @@ namespace kvq {
 namespace {
 
 // The numbers per weight type of every matrix (before repacking: a tied classifier still views
-// the embedding's bytes, so it is counted once).
-std::map<WeightType, int64_t> NumbersByType(const DecoderWeights& w) {
+// the embedding's bytes, so it is counted once; `tied` says so where no matrix has bytes, a
+// header-only load).
+std::map<WeightType, int64_t> NumbersByType(const DecoderWeights& w, bool tied) {
   std::map<WeightType, int64_t> numbers;
   auto add = [&](const Matrix& m) {
-    if (m.data != nullptr) numbers[m.type] += m.rows * m.cols;
+    if (m.rows > 0) numbers[m.type] += m.rows * m.cols;  // absent matrices have no rows
   };
   add(w.token_embedding);
-  if (w.classifier.data != w.token_embedding.data) add(w.classifier);
+  if (!tied) add(w.classifier);
   for (const LayerWeights& L : w.layers) {
     for (const Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w1, &L.w2, &L.w3, &L.ssm_qkv, &L.ssm_gate, &L.ssm_beta,
                             &L.ssm_alpha, &L.ssm_ba, &L.ssm_out, &L.router, &L.gate_exps, &L.up_exps,
@@ -41,9 +42,17 @@ std::map<WeightType, int64_t> NumbersByType(const DecoderWeights& w) {
 
 }  // namespace
 
-Result<DecoderWeights> OpenModelWeights(const std::string& model_path, std::shared_ptr<GgufFile>* gguf_file) {
-  if (std::filesystem::path(model_path).extension() != ".gguf") return LoadLlama2c(model_path);
-  Result<std::unique_ptr<GgufFile>> opened = GgufFile::Open(model_path);
+Result<DecoderWeights> OpenModelWeights(const std::string& model_path, std::shared_ptr<GgufFile>* gguf_file,
+                                        int64_t header_only_file_bytes) {
+  if (std::filesystem::path(model_path).extension() != ".gguf") {
+    if (header_only_file_bytes > 0) {
+      return Status::Error(model_path + ": only a GGUF file (.gguf) can be loaded from its header alone");
+    }
+    return LoadLlama2c(model_path);
+  }
+  Result<std::unique_ptr<GgufFile>> opened = header_only_file_bytes > 0
+                                                 ? GgufFile::OpenHeader(model_path, header_only_file_bytes)
+                                                 : GgufFile::Open(model_path);
   if (!opened.ok()) {
     // A type id the reader does not know (a ggml type newer than it, or a fork's): the reader
     // names the tensor and the id; say what kvq runs too, as LoadGgufLlama does for known types.
@@ -58,11 +67,15 @@ Result<DecoderWeights> OpenModelWeights(const std::string& model_path, std::shar
   return LoadGgufLlama(std::move(file));
 }
 
-Result<LoadedModel> LoadModel(const std::string& model_path, const std::string& tokenizer_path) {
+Result<LoadedModel> LoadModel(const std::string& model_path, const std::string& tokenizer_path,
+                              int64_t header_only_file_bytes) {
   std::shared_ptr<GgufFile> file;  // null for a llama2.c checkpoint
-  Result<DecoderWeights> weights = OpenModelWeights(model_path, &file);
+  Result<DecoderWeights> weights = OpenModelWeights(model_path, &file, header_only_file_bytes);
   if (!weights.ok()) return weights.status();
-  const std::map<WeightType, int64_t> numbers = NumbersByType(*weights);
+  const bool header_only = header_only_file_bytes > 0;
+  const bool tied = header_only ? !file->FindTensor("output.weight").ok()
+                                : weights->classifier.data == weights->token_embedding.data;
+  const std::map<WeightType, int64_t> numbers = NumbersByType(*weights, tied);
   int64_t parameters = 0;
   for (const auto& [type, n] : numbers) parameters += n;
   std::vector<std::pair<int64_t, WeightType>> shares;
@@ -79,7 +92,7 @@ Result<LoadedModel> LoadModel(const std::string& model_path, const std::string& 
   // KVQ_NO_REPACK=1 keeps the file's row-major layout (the row kernels): the before arm of a
   // measurement, in the same binary.
   const char* no_repack = std::getenv("KVQ_NO_REPACK");
-  if (no_repack == nullptr || std::string_view(no_repack) != "1") {
+  if (!header_only && (no_repack == nullptr || std::string_view(no_repack) != "1")) {
 #if defined(__EMSCRIPTEN__)
     RepackWeightsInPlace(&weights.value());  // a wasm heap cannot release the mapped copy
 #else

@@ -27,10 +27,16 @@ struct LoadedModel {
 /// The weights of `model_path` (".gguf": GGUF; anything else: llama2.c) as its loader gives them:
 /// views into the file, not repacked, no vocabulary read. `gguf_file` (may be null) receives the
 /// opened GGUF file, left null for a llama2.c checkpoint. LoadModel and ModelFile::Read start here.
-Result<DecoderWeights> OpenModelWeights(const std::string& model_path, std::shared_ptr<GgufFile>* gguf_file);
+/// header_only_file_bytes > 0: `model_path` holds only the first bytes of a GGUF file of that many
+/// bytes, at least its header (GgufFile::OpenHeader): every matrix and vector has null data.
+Result<DecoderWeights> OpenModelWeights(const std::string& model_path, std::shared_ptr<GgufFile>* gguf_file,
+                                        int64_t header_only_file_bytes = 0);
 
 /// Loads `model_path` (".gguf": GGUF; anything else: llama2.c). `tokenizer_path` empty: the GGUF
-/// file's vocabulary, or tok512.bin beside a llama2.c checkpoint.
-Result<LoadedModel> LoadModel(const std::string& model_path, const std::string& tokenizer_path);
+/// file's vocabulary, or tok512.bin beside a llama2.c checkpoint. header_only_file_bytes > 0: a
+/// GGUF file's header only (OpenModelWeights): the shape and vocabulary, no weight bytes, nothing
+/// repacked (the page's GPU path reads the weights from the file; the CPU forward cannot run).
+Result<LoadedModel> LoadModel(const std::string& model_path, const std::string& tokenizer_path,
+                              int64_t header_only_file_bytes = 0);
 
 }  // namespace kvq

@@ -12,7 +12,7 @@ namespace {
 
 class Builder {
  public:
-  explicit Builder(GpuProgram* p) : p_(p) {}
+  Builder(GpuProgram* p, const kvq::GgufFile* header) : p_(p), header_(header) {}
 
   int32_t Matrix(const std::string& name, const kvq::Matrix& m) {
     const kvq::WeightTypeDesc* d = kvq::FindWeightType(m.type);
@@ -26,18 +26,40 @@ class Builder {
                 .bytes = n * 4, .rows = 1, .cols = n});
   }
   void Op(GpuOp op) { p_->ops.push_back(std::move(op)); }
+  kvq::Status status() const { return status_; }
 
  private:
   int32_t Add(GpuTensor t) {
+    if (header_ != nullptr) Locate(&t);
     p_->tensors.push_back(std::move(t));
     return static_cast<int32_t>(p_->tensors.size() - 1);
   }
+  // A header-only load's tensor: its file offset, by the GGUF name the loader read it by
+  // (gguf_llama.cc): "blk.3.attn_q" is "blk.3.attn_q.weight", a bias keeps its name, and a tied
+  // classifier ("output" absent from the file) is the embedding.
+  void Locate(GpuTensor* t) {
+    std::string name = t->name.ends_with(".bias") ? t->name : t->name + ".weight";
+    if (name == "output.weight" && !header_->FindTensor(name).ok()) name = "token_embd.weight";
+    kvq::Result<const kvq::GgufTensor*> found = header_->FindTensor(name);
+    if (!found.ok()) {
+      if (status_.ok()) status_ = found.status();
+      return;
+    }
+    if ((*found)->n_bytes != t->bytes && status_.ok()) {
+      status_ = kvq::Status::Error(header_->path() + ": tensor '" + name + "' has " +
+                                   std::to_string((*found)->n_bytes) + " bytes; its shape needs " +
+                                   std::to_string(t->bytes));
+    }
+    t->file_offset = header_->data_offset() + static_cast<int64_t>((*found)->offset);
+  }
   GpuProgram* p_;
+  const kvq::GgufFile* header_;
+  kvq::Status status_ = kvq::Status::Ok();
 };
 
 }  // namespace
 
-kvq::Result<GpuProgram> BuildGpuProgram(const kvq::DecoderWeights& w) {
+kvq::Result<GpuProgram> BuildGpuProgram(const kvq::DecoderWeights& w, const kvq::GgufFile* header) {
   const kvq::DecoderConfig& c = w.config;
   if (c.n_attention_layers() < c.n_layers) {
     return kvq::Status::Error("the GPU path runs attention layers only (this " + c.arch +
@@ -57,7 +79,7 @@ kvq::Result<GpuProgram> BuildGpuProgram(const kvq::DecoderWeights& w) {
   // exceed dim), projections, the keys before RoPE, the feed-forward's gate and up, the logits.
   p.buffers = {{"x", dim}, {"xb", std::max(dim, q_dim)}, {"xb2", dim}, {"q", q_dim}, {"k", kv},
                {"k_pre", kv}, {"v", kv}, {"hb", hidden}, {"hb2", hidden}, {"logits", c.vocab_size}};
-  Builder b(&p);
+  Builder b(&p, header);
   b.Op({.kind = "embed", .w = b.Matrix("token_embd", w.token_embedding), .y = "x"});
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const kvq::LayerWeights& L = w.layers[l];
@@ -92,6 +114,7 @@ kvq::Result<GpuProgram> BuildGpuProgram(const kvq::DecoderWeights& w) {
   b.Op({.kind = "rmsnorm", .w = b.Vector("output_norm", w.final_norm, dim), .x = "x", .y = "xb", .n = dim});
   b.Op({.kind = "matvec", .w = b.Matrix("output", w.classifier), .x = "xb", .y = "logits"});
   b.Op({.kind = "argmax", .x = "logits", .n = c.vocab_size});
+  if (!b.status().ok()) return b.status();
   return p;
 }
 
@@ -102,6 +125,7 @@ std::string GpuProgramJson(const GpuProgram& p) {
     tensors.push_back({{"name", t.name}, {"type", t.type}, {"layout", t.layout},
                        {"address", static_cast<double>(t.address)}, {"bytes", t.bytes}, {"rows", t.rows},
                        {"cols", t.cols}});
+    if (t.file_offset >= 0) tensors.back()["file_offset"] = static_cast<double>(t.file_offset);
   }
   nlohmann::json buffers = nlohmann::json::object();
   for (const auto& [name, n] : p.buffers) buffers[name] = n;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "gguf/gguf_reader.h"
 #include "kvq/status.h"
 #include "model/decoder_weights.h"
 
@@ -21,7 +22,10 @@ struct GpuTensor {
   std::string name;     ///< "blk.3.wq", "token_embd", ... (for messages)
   std::string type;     ///< the weight registry's name: "f32", "q4_0", "q1_0", ...
   std::string layout;   ///< "rows" (the file's) or "interleaved16" (weights/repack.h)
-  uintptr_t address;    ///< where its bytes start in this module's memory
+  uintptr_t address;    ///< where its bytes start in this module's memory (0: in the file only)
+  /// Where its bytes start in the model file (the weights of a header-only load: the page reads
+  /// them from the file, never through this module's memory); -1 when they are at `address`.
+  int64_t file_offset = -1;
   int64_t bytes = 0;
   int64_t rows = 0, cols = 0;
 };
@@ -57,7 +61,9 @@ struct GpuProgram {
 
 /// The program of one decode step of `w`, or an error naming what the GPU path does not run
 /// (recurrent Gated DeltaNet layers, mixture-of-experts feed-forward, gated attention output).
-kvq::Result<GpuProgram> BuildGpuProgram(const kvq::DecoderWeights& w);
+/// `header`: the GGUF header `w` was loaded from alone (GgufFile::OpenHeader; its weights have no
+/// bytes here): each tensor is then given by its file_offset, found by its GGUF name.
+kvq::Result<GpuProgram> BuildGpuProgram(const kvq::DecoderWeights& w, const kvq::GgufFile* header = nullptr);
 
 /// The program as JSON: {config, tensors, buffers, ops} (the page's web/gpu/step_program.js).
 std::string GpuProgramJson(const GpuProgram& p);

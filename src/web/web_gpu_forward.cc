@@ -22,7 +22,11 @@ extern "C" {
 EMSCRIPTEN_KEEPALIVE const char* kvq_web_gpu_program(int model) {
   kvq_web::WebModel* m = ModelOf(model);
   if (m->gpu_program_json.empty()) {
-    kvq::Result<kvq_web::GpuProgram> p = kvq_web::BuildGpuProgram(m->model->impl().weights);
+    const kvq::Model::Impl& impl = m->model->impl();
+    // A header-only load's weights are views of the GGUF header it mapped (DecoderWeights::storage).
+    const kvq::GgufFile* header =
+        impl.header_only ? std::static_pointer_cast<const kvq::GgufFile>(impl.weights.storage).get() : nullptr;
+    kvq::Result<kvq_web::GpuProgram> p = kvq_web::BuildGpuProgram(impl.weights, header);
     if (!p.ok()) {
       Fail(p.status().message());
       return nullptr;

@@ -352,6 +352,9 @@ EMSCRIPTEN_KEEPALIVE double kvq_web_kv_rewind(int kv, double n) {
 EMSCRIPTEN_KEEPALIVE int kvq_web_kv_cpu_step(int model, int kv, int token, float* logits) {
   WebKv& w = *KvOf(kv);
   const kvq::Model& m = *kvq_web::ModelOf(model)->model;
+  if (m.impl().header_only) {
+    return Fail("cpu step: the model was loaded from its header alone (its weights are the GPU's): load the whole file");
+  }
   const int32_t vocab = m.info().vocab_size;
   if (token < 0 || token >= vocab) return Fail("cpu step: token outside the vocabulary");
   if (!w.cpu) w.cpu = std::make_unique<kvq::DecoderModel>(m.impl().weights, std::max(1, m.info().threads));

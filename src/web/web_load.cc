@@ -12,9 +12,12 @@
 #include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <thread>
 
+#include "api/api_internal.h"
+#include "gguf/gguf_reader.h"
 #include "kvq/kv_memory.h"
 #include "kvq/kv_spec.h"
 #include "kvq/model.h"
@@ -48,6 +51,46 @@ using kvq_web::Fail;
 
 // Page alignment, as a mapping has: GGUF tensor offsets are aligned relative to the file start.
 constexpr size_t kFileAlignment = 65536;
+
+// kvq_web_model_load_bytes and kvq_web_model_load_header: the n bytes at `bytes` (taken: the model
+// frees them, or this does when the load fails) are the whole file, or with header_only_file_bytes
+// > 0 the first bytes of a GGUF file of that size (Model::Impl::Load). A handle, or 0.
+int LoadHeld(uint8_t* bytes, double n, int64_t header_only_file_bytes, const char* name, const char* tokenizer_path,
+             int threads) {
+  std::unique_ptr<uint8_t, void (*)(void*)> owned(bytes, &std::free);
+  if (threads < 1 || threads > kvq_web_max_threads()) {
+    Fail("threads must be between 1 and " + std::to_string(kvq_web_max_threads()) + " in this build");
+    return 0;
+  }
+  // The picked name without folders, so a path in it cannot leave /models.
+  std::string file = name;
+  std::replace(file.begin(), file.end(), '/', '_');
+  const std::string path = "/models/" + file;
+  if (kvq_js_file_over_heap(path.c_str(), bytes, n) != 0) {
+    kvq_web::Fail(path + ": could not be made in the module's file system");
+    return 0;
+  }
+  kvq::ModelOptions options{.tokenizer_path = tokenizer_path != nullptr ? tokenizer_path : "", .threads = threads};
+  // kvq repacks Q4_0 / Q8_0 matrices over these bytes at load (RepackWeightsInPlace, as a
+  // WebAssembly heap cannot release a mapped copy), a tied classifier too, so the file is held once.
+  kvq::Result<std::unique_ptr<kvq::Model>> model = kvq::Model::Impl::Load(path, options, header_only_file_bytes);
+  // The mapping holds the heap bytes, not the node: the name goes at once.
+  kvq_js_unlink(path.c_str());
+  if (!model.ok()) {
+    // The file as the user named it, not the module's internal path.
+    std::string message = model.status().message();
+    for (size_t at = message.find(path); at != std::string::npos; at = message.find(path, at + file.size())) {
+      message.replace(at, path.size(), file);
+    }
+    Fail(message);
+    return 0;
+  }
+  auto web = std::make_unique<kvq_web::WebModel>();
+  web->model = std::move(model).value();
+  web->file_bytes = header_only_file_bytes > 0 ? header_only_file_bytes : static_cast<int64_t>(n);
+  web->file_data = std::move(owned);
+  return kvq_web::Handle(web.release());
+}
 
 }  // namespace
 
@@ -85,44 +128,37 @@ EMSCRIPTEN_KEEPALIVE uint8_t* kvq_web_file_alloc(double n) {
 
 EMSCRIPTEN_KEEPALIVE void kvq_web_file_free(uint8_t* bytes) { std::free(bytes); }
 
+// The length of a GGUF file's header (metadata and tensor table: GgufFile::HeaderBytes) from its
+// first n bytes at `bytes`, the whole file being file_bytes long; 0 when more bytes are needed,
+// -1 with kvq_web_last_error when the bytes are not a GGUF header (named `name`).
+EMSCRIPTEN_KEEPALIVE double kvq_web_gguf_header_bytes(const uint8_t* bytes, double n, double file_bytes,
+                                                      const char* name) {
+  kvq::Result<int64_t> header = kvq::GgufFile::HeaderBytes(
+      std::span<const uint8_t>(bytes, static_cast<size_t>(n)), static_cast<int64_t>(file_bytes), name);
+  if (!header.ok()) return Fail(header.status().message());
+  return static_cast<double>(*header);
+}
+
 // Loads the model file held at [bytes, bytes + n) (named `name` in errors), with the tokenizer file
 // at tokenizer_path ('' for none), running `threads` threads (1..kvq_web_max_threads()). Takes the
 // bytes: the model frees them, or this call does when the load fails. Returns a handle, or 0.
 EMSCRIPTEN_KEEPALIVE int kvq_web_model_load_bytes(uint8_t* bytes, double n, const char* name,
                                                   const char* tokenizer_path, int threads) {
-  std::unique_ptr<uint8_t, void (*)(void*)> owned(bytes, &std::free);
-  if (threads < 1 || threads > kvq_web_max_threads()) {
-    Fail("threads must be between 1 and " + std::to_string(kvq_web_max_threads()) + " in this build");
+  return LoadHeld(bytes, n, 0, name, tokenizer_path, threads);
+}
+
+// As kvq_web_model_load_bytes, for the first n bytes of a GGUF file of file_bytes bytes, at least
+// its header (kvq_web_gguf_header_bytes): the model's shape, vocabulary and step program, whose
+// tensors the page uploads to the GPU from the file by their file_offset, so the weights never
+// enter this module's memory. Its CPU forward refuses to run (Model::NewSession, kvq_web_kv_cpu_step).
+EMSCRIPTEN_KEEPALIVE int kvq_web_model_load_header(uint8_t* bytes, double n, double file_bytes, const char* name,
+                                                   const char* tokenizer_path, int threads) {
+  if (!(file_bytes >= n)) {
+    std::free(bytes);
+    Fail(std::string(name) + ": the header's bytes are more than the file's");
     return 0;
   }
-  // The picked name without folders, so a path in it cannot leave /models.
-  std::string file = name;
-  std::replace(file.begin(), file.end(), '/', '_');
-  const std::string path = "/models/" + file;
-  if (kvq_js_file_over_heap(path.c_str(), bytes, n) != 0) {
-    kvq_web::Fail(path + ": could not be made in the module's file system");
-    return 0;
-  }
-  kvq::ModelOptions options{.tokenizer_path = tokenizer_path != nullptr ? tokenizer_path : "", .threads = threads};
-  // kvq repacks Q4_0 / Q8_0 matrices over these bytes at load (RepackWeightsInPlace, as a
-  // WebAssembly heap cannot release a mapped copy), a tied classifier too, so the file is held once.
-  kvq::Result<std::unique_ptr<kvq::Model>> model = kvq::Model::Load(path, options);
-  // The mapping holds the heap bytes, not the node: the name goes at once.
-  kvq_js_unlink(path.c_str());
-  if (!model.ok()) {
-    // The file as the user named it, not the module's internal path.
-    std::string message = model.status().message();
-    for (size_t at = message.find(path); at != std::string::npos; at = message.find(path, at + file.size())) {
-      message.replace(at, path.size(), file);
-    }
-    Fail(message);
-    return 0;
-  }
-  auto web = std::make_unique<kvq_web::WebModel>();
-  web->model = std::move(model).value();
-  web->file_bytes = static_cast<int64_t>(n);
-  web->file_data = std::move(owned);
-  return kvq_web::Handle(web.release());
+  return LoadHeld(bytes, n, static_cast<int64_t>(file_bytes), name, tokenizer_path, threads);
 }
 
 // [{name, bits_per_value}]: bits per stored number (K and V averaged) for heads of head_dim numbers

@@ -6,10 +6,12 @@
 //
 // A lost device (device.lost, or a step whose readback fails because the device went away) does
 // not end the conversation: the master cache is the module's, so the runner asks for a new
-// device, uploads the weights again from the module's memory and redoes the step at the same
+// device, uploads the weights again (from the module's memory, or from the model file for a model
+// loaded from its header alone: options.read_file) and redoes the step at the same
 // position (attention streams its pages from the master on every call, so the GPU working set
 // is rebuilt by the next attention call). If no device comes back, the rest of the conversation
-// runs on the module's C++ forward over the same cache (kvq_web_kv_cpu_step).
+// runs on the module's C++ forward over the same cache (kvq_web_kv_cpu_step; options.cpu_model
+// gives the model it runs, the whole file's when the runner's was loaded from its header alone).
 //
 // Three paths for a sequence's KV (`path`, and `path_why` saying why): "resident" (the specs
 // have WGSL encoders and the device budget holds the whole context: kv_resident.js keeps the
@@ -82,11 +84,16 @@ export class GpuModelRunner {
    * The runner of `model` (program from GpuProgramOf) on `device`; compiles every pipeline.
    * options.acquire: async () => a new GPUDevice or null, asked when the device is lost (default:
    * RequestGpuDevice on navigator.gpu's adapter); options.step: GpuStepProgram.Create's options
-   * (forced limits, the model's name for a refusal).
+   * (forced limits, the model's name for a refusal); options.read_file: async (offset, bytes) =>
+   * the model file's bytes, for a program whose tensors are given by file_offset (uploaded from
+   * the file, at Create and after a lost device); options.cpu_model: async () => the model handle
+   * the CPU steps run (default: `model`; a header-only model's whole-file twin).
    */
   static async Create(M, device, model, program, options = {}) {
     const runner = new GpuModelRunner(M, model, program, options.acquire || (() => RequestGpuDevice(program)));
-    runner.step_options = options.step || {};
+    runner.step_options = {...options.step, ...(options.read_file ? {read_file: options.read_file} : {})};
+    runner.cpu_model = options.cpu_model || (async () => model);
+    runner.cpu_model_handle = 0;  // what cpu_model gave, asked for on the first CPU step
     await runner.#Attach(device);
     return runner;
   }
@@ -293,6 +300,7 @@ export class GpuModelRunner {
           await this.resident.behind;
           this.#DropResident();
         }
+        this.cpu_model_handle ||= await this.cpu_model();
         for (let i = 0; i < tokens.length; ++i) {
           out = this.#CpuStep(tokens[i], this.positions, i + 1 === tokens.length ? options : {});
           this.ids.push(tokens[i]);
@@ -438,7 +446,7 @@ export class GpuModelRunner {
 
   // `token` at `pos` on the module's C++ forward over the same master cache.
   #CpuStep(token, pos, options) {
-    const M = this.M, kv = this.kv, model = this.model;
+    const M = this.M, kv = this.kv, model = this.cpu_model_handle;
     const Fail = (what) => new Error(`${what} on the CPU: ${LastError(M)}`);
     // A step the lost device left half done: some layers hold position `pos` already. The C++
     // forward appends to every layer, so the cache goes back to where the formats can drop rows

@@ -8,7 +8,10 @@
 // and a buffer at most maxBufferSize, so the weights go into "chunks" of at most the smaller of
 // the two (WeightPlacement), a tensor whole where it fits and otherwise cut into row ranges
 // ("pieces", each a matrix of its own: a matvec or embedding dispatch per piece), which is how a
-// 151,936 × 2,048 embedding or classifier runs under the default binding limit. GpuLimitsFor
+// 151,936 × 2,048 embedding or classifier runs under the default binding limit. A tensor comes
+// from the module's memory (its address), or, for a model loaded from its file's header alone
+// (the table gives its file_offset), from the file itself, read a chunk at a time
+// (options.read_file): such weights never pass through the module's memory. GpuLimitsFor
 // gives the limits to request for a program, or the sentence refusing it before anything is
 // allocated. The kernels decode f16 from its bits, so the shader-f16 feature is not needed.
 //
@@ -65,12 +68,17 @@ export function ProgramName(program) {
   return `this ${c.arch} model (${c.n_layers} layers, dim ${c.dim}, vocabulary ${c.vocab_size})`;
 }
 
+// A tensor's bytes' place: its file offset (the file's weights) or its address (the module's).
+const TensorKey = (t) => (t.file_offset !== undefined ? `file ${t.file_offset}` : t.address);
+// Bytes read from a file per upload step: only this much is held outside the GPU at once.
+const kUploadChunkBytes = 16 << 20;
+
 /**
  * Where each weight goes in GPU buffers of at most `cap` bytes: {chunks: [bytes] per buffer,
- * pieces: Map address -> [{chunk, offset (bytes in the chunk), row0, rows, bytes}] (a tensor's
+ * pieces: Map TensorKey -> [{chunk, offset (bytes in the chunk), row0, rows, bytes}] (a tensor's
  * row ranges in order; one piece when it fits whole), why_not: '' or the tensor that cannot be
  * cut to fit (a row, or an interleaved group of 16 rows, over the cap)}. A tied classifier is
- * the embedding: each address placed once.
+ * the embedding: each address (or file offset) placed once.
  */
 export function WeightPlacement(program, cap) {
   const chunks = [], pieces = new Map();
@@ -82,7 +90,7 @@ export function WeightPlacement(program, cap) {
     return {chunk: chunks.length - 1, offset};
   };
   for (const t of program.tensors) {
-    if (pieces.has(t.address)) continue;
+    if (pieces.has(TensorKey(t))) continue;
     const row_bytes = t.bytes / t.rows;
     // A piece starts at a row its layout can start from: any row, or a group of 16 (interleaved).
     const unit = t.layout === 'interleaved16' ? 16 : 1;
@@ -106,7 +114,7 @@ export function WeightPlacement(program, cap) {
         row0 += rows;
       }
     }
-    pieces.set(t.address, list);
+    pieces.set(TensorKey(t), list);
   }
   return {chunks, pieces, why_not};
 }
@@ -149,8 +157,10 @@ export class GpuStepProgram {
    * table's addresses index it); rope(pos): Float32Array [rotary_dims / 2][2] for a position
    * (kvq_web_gpu_rope); kv_device: the GpuKvDevice attention streams through (for its counts).
    * options: {max_binding_bytes, max_buffer_bytes}: limits lower than the device's to plan with
-   * (tests: a small model's tensors split as a large one's are), and model_name for a refusal.
-   * Refuses (throws, naming the limit and the model) before compiling or allocating anything.
+   * (tests: a small model's tensors split as a large one's are), model_name for a refusal, and
+   * read_file: async (offset, bytes) => Uint8Array [bytes], the model file's bytes, for tensors
+   * given by file_offset. Refuses (throws, naming the limit and the model) before compiling or
+   * allocating anything.
    */
   static async Create(device, program, heap, rope, kv_device, options = {}) {
     const why_not = StepProgramWhyNot(program);
@@ -179,7 +189,12 @@ export class GpuStepProgram {
         weight_ops[key] ??= await compile(WeightOpsWgsl(t.type, t.layout), ['matvec', 'embed', 'matmul'], `${key} weights`);
       }
     }
-    return new GpuStepProgram(device, program, heap, rope, kv_device, ops, weight_ops, fit.placement);
+    if (program.tensors.some((t) => t.file_offset !== undefined) && !options.read_file) {
+      throw new Error('the step program reads its weights from the model file, and no read_file was given');
+    }
+    const step = new GpuStepProgram(device, program, heap, rope, kv_device, ops, weight_ops, fit.placement);
+    await step.#UploadFromFile(options.read_file);
+    return step;
   }
 
   constructor(device, program, heap, rope, kv_device, ops, weight_ops, placement) {
@@ -192,10 +207,11 @@ export class GpuStepProgram {
     // The weights: each distinct tensor once, in its pieces (WeightPlacement), 4-byte aligned.
     this.chunks = placement.chunks.map((bytes) => device.createBuffer({size: Math.max(16, bytes), usage: kStorage}));
     this.weight_bytes = placement.chunks.reduce((a, b) => a + b, 0);
-    this.pieces_of = (t) => placement.pieces.get(program.tensors[t].address);
+    this.placement = placement;
+    this.pieces_of = (t) => placement.pieces.get(TensorKey(program.tensors[t]));
     for (const t of program.tensors) {
-      const pieces = placement.pieces.get(t.address);
-      if (pieces.written) continue;
+      const pieces = placement.pieces.get(TensorKey(t));
+      if (pieces.written || t.file_offset !== undefined) continue;  // the file's: #UploadFromFile
       pieces.written = true;
       const row_bytes = t.bytes / t.rows;
       for (const p of pieces) {
@@ -226,6 +242,30 @@ export class GpuStepProgram {
     // Each op recorded once: [{pipeline, group, groups: [x, y]}], and the attention ops apart.
     this.records = program.ops.map((op) => this.RecordOp(op));
     this.block = new BlockRecorder(this);  // a block's ops op by op (kv.resident blocks)
+  }
+
+  // The tensors given by file_offset, read from the model file kUploadChunkBytes at a time into
+  // their pieces (each distinct tensor once: a tied classifier is the embedding's bytes).
+  async #UploadFromFile(read_file) {
+    const done = new Set();
+    for (const t of this.program.tensors) {
+      const key = TensorKey(t);
+      if (t.file_offset === undefined || done.has(key)) continue;
+      done.add(key);
+      const row_bytes = t.bytes / t.rows;
+      for (const p of this.placement.pieces.get(key)) {
+        for (let at = 0; at < p.bytes; at += kUploadChunkBytes) {
+          const n = Math.min(kUploadChunkBytes, p.bytes - at);
+          let bytes = await read_file(t.file_offset + p.row0 * row_bytes + at, n);
+          if (n % 4) {  // writeBuffer takes whole words: the piece's tail padded (its slot is Ceil4)
+            const padded = new Uint8Array(Ceil4(n));
+            padded.set(bytes);
+            bytes = padded;
+          }
+          this.device.queue.writeBuffer(this.chunks[p.chunk], p.offset + at, bytes);
+        }
+      }
+    }
   }
 
   /** Frees the GPU buffers (the weights and activations). */

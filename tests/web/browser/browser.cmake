@@ -14,11 +14,12 @@ add_test(NAME web.browser_golden
                  "$<TARGET_FILE:kvq_cli>" "${KVQ_PLAYWRIGHT_DIR}")
 set_tests_properties(web.browser_golden PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 400)
 # The page's state (failed loads, progress, errors, Stop in a prefill, ?threads/?gpu) and its
-# threaded build (ids with 2 threads = 1 = native kvq run), a 68 MiB model held once on the
-# WebAssembly path (tied, with native's ids) and uploaded once on the GPU path (SwiftShader; heap +
-# GPU printed against the bound, not yet within it; memory_test.mjs --preset qwen3-0.6b runs the
-# 325 MiB case by hand), and how its generations end (stop strings, end tokens, length, a full
-# context: as native kvq run, both paths).
+# threaded build (ids with 2 threads = 1 = native kvq run), a 68 MiB model held once: on the GPU
+# path (SwiftShader, ?gpu=1) loaded from its header, its weights uploaded from the file once, heap +
+# GPU within the bound; then on the WebAssembly path (the whole file read on demand, tied, with
+# native's ids) within it too (memory_test.mjs --preset qwen3-0.6b runs the 325 MiB case by hand),
+# and how its generations end (stop strings, end tokens, length, a full context: as native kvq
+# run, both paths).
 foreach(case page_state threads memory generation)
   add_test(NAME web.${case}
            COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/${case}_test.mjs" "${KVQ_WEB_BUNDLE_DIR}"
@@ -101,6 +102,13 @@ foreach(kv_spec int8 int4-kivi)
                    "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}" ${kv_spec})
   set_tests_properties(web.gpu_device_loss.${kv_spec} PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 300)
 endforeach()
+# A model loaded from its GGUF header alone (the page's GPU path for a picked file): its weights
+# read from the file, never the module's memory, again after a lost device; the rest on the whole
+# file's model when no device comes back; its CPU forward refused (tests/web/gpu/gpu_file_weights_page.js).
+add_test(NAME web.gpu_file_weights
+         COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --file-weights
+                 "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}")
+set_tests_properties(web.gpu_file_weights PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 300)
 # The page's GPU path within forced device limits: weights split across bindings give the same
 # logits; what cannot fit is refused before any allocation, naming the limit and the model.
 add_test(NAME web.gpu_limits

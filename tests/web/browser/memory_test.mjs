@@ -1,11 +1,11 @@
-// A picked model is held once, in headless Chromium: a synth (q4_0), picked in the page and read
-// into the module a chunk at a time, then run for a few tokens on the WebAssembly path: the heap
-// stays within 1.15 x the file + the KV bytes + a stated scratch (the page used to hold 2.3 x the
-// file in its heap alone), and the page shows those figures and that bound. Then the same model
-// on the GPU path (SwiftShader): its weights go up to GPU buffers once (a tied classifier is the
-// embedding's buffer, not a second one: GPU weight bytes <= the file), and the page's held row
-// states heap + GPU against the bound with the verdict the figures give. That sum is printed, not
-// asserted within the bound: the heap still keeps the weights the GPU holds (issue 32).
+// A picked model is held once, in headless Chromium, on both paths. The page opened with ?gpu=1
+// (the GPU path on SwiftShader, as on a real GPU) loads a picked synth (q4_0) from its header
+// alone: its weights go from the file to GPU buffers, once (a tied classifier is the embedding's
+// buffer: GPU weight bytes <= the file), never into the WebAssembly heap, so heap + GPU stays
+// within 1.15 x the file + the KV bytes + a stated scratch (it was 2.149 x the file with the heap
+// keeping a copy), and the page's held row says so. Then the WebAssembly path: the whole file is
+// read into the module a chunk at a time on demand, its ids are native kvq run's, and the heap
+// stays within the same bound; the page shows those figures and the bound.
 // ctest runs a 68 MiB llama (seconds); `--preset qwen3-0.6b` runs the issue's 325 MiB case by hand.
 // Usage: node memory_test.mjs BUNDLE_DIR KVQ_CLI PLAYWRIGHT_NPM_DIR [--preset NAME]
 import fs from 'node:fs';
@@ -31,6 +31,7 @@ const kSmallArgs = ['--arch', 'llama', '--dim', '1024', '--layers', '10', '--hea
                     '--ffn', '3072', '--context', '512', '--type', 'q4_0', '--embeddings', 'tied'];
 const kPrompt = 'Once upon a time';
 const kNew = 8;
+const kNewGpu = 2;  // SwiftShader runs a token in seconds: the GPU path's ids are checked for two
 const kKv = 'int8';  // exact integer scores: the page's ids are native's (threads_test.mjs says why)
 
 async function Main() {
@@ -41,7 +42,7 @@ async function Main() {
   const {server, base} = await Serve(checks, bundle);
   const browser = await LaunchChromium(checks, npm_dir);
   try {
-    const {page, info} = await OpenPage(checks, browser, base, '');
+    const {page, info} = await OpenPage(checks, browser, base, '?gpu=1');
     if (!info.gpu) checks.Fatal(`no WebGPU adapter in the page: ${info.gpu_why_not}`);
     const scratch = info.memory_scratch_bytes;
     checks.Expect(Number.isInteger(scratch) && scratch > 0, `the page states its scratch: ${scratch} bytes`);
@@ -64,9 +65,31 @@ async function Main() {
     const Generate = (device, n_new = kNew) => page.evaluate(([prompt, n, kv, device]) =>
       window.kvqPage.generate({prompt, max_tokens: n, kv_k: kv, device}), [kPrompt, n_new, kKv, device]);
 
+    // The GPU path first: the heap has never held the weights.
+    const t_gpu = Date.now();
+    const rg = await Generate('gpu', kNewGpu);
+    checks.Expect(rg.path?.device === 'gpu', `GPU path (${rg.path?.adapter ?? rg.path?.why}): ` +
+                  `${rg.timing.n_generated} new ids in ${Date.now() - t_gpu} ms`);
+    const weights = rg.stats.gpu?.weight_bytes ?? 0;
+    checks.Expect(weights > 0.9 * file && weights <= file,
+                  `the GPU holds the weights once: ${(weights / MiB).toFixed(1)} MiB of buffers for the ` +
+                  `${(file / MiB).toFixed(1)} MiB file (a tied classifier shares the embedding's)`);
+    const gpu = Figures(rg);
+    checks.Expect(gpu.heap + gpu.gpu <= gpu.bound, `GPU path: ${gpu.text}`);
+    const gpu_held = await Text(page, '#st-held');
+    checks.Expect(gpu_held.includes('within') && gpu_held.includes(`+ scratch ${scratch / MiB} MiB`),
+                  `the page's held row gives the GPU path's verdict (within): ${gpu_held}`);
+
+    // The WebAssembly path: the whole file read into the module now.
     const r = await Generate('cpu');
-    checks.SameIds(`${path.basename(synth)}: the page vs native kvq run`, r.ids,
-                   NativeIds(kvq_cli, synth, kPrompt, kNew, {kv: kKv}));
+    const native = NativeIds(kvq_cli, synth, kPrompt, kNew, {kv: kKv});
+    checks.SameIds(`${path.basename(synth)}: the page's WebAssembly path vs native kvq run`, r.ids, native);
+    // Information only: the GPU's sums are not the CPU's bit for bit (gpu_device_loss_page.js says
+    // why), so on a random synth whose top two logits come close the ids may part.
+    const native_gpu = native.slice(0, native.length - kNew + kNewGpu);
+    const parted = rg.ids.findIndex((id, i) => id !== native_gpu[i]);
+    checks.Log(`the GPU path's ${rg.ids.length} ids ${parted < 0 ? 'equal' : `part from`} native kvq run's` +
+               `${parted < 0 ? '' : ` at position ${parted}`}`);
     const cpu = Figures(r);
     checks.Expect(cpu.gpu === 0 && cpu.heap <= cpu.bound,
                   `WebAssembly path: ${cpu.text} (${(cpu.heap / file).toFixed(3)} x the file in the heap)`);
@@ -75,21 +98,6 @@ async function Main() {
     const held = await Text(page, '#st-held');
     checks.Expect(held.includes(`${scratch / MiB} MiB`) && held.includes('within'),
                   `the page shows the sum against the bound, its scratch stated: ${held}`);
-
-    const t_gpu = Date.now();
-    const rg = await Generate('gpu', 1);
-    checks.Expect(rg.path?.device === 'gpu', `GPU path (${rg.path?.adapter ?? rg.path?.why}): ` +
-                  `${rg.timing.n_generated} new ids in ${Date.now() - t_gpu} ms`);
-    const weights = rg.stats.gpu?.weight_bytes ?? 0;
-    checks.Expect(weights > 0.9 * file && weights <= file,
-                  `the GPU holds the weights once: ${(weights / MiB).toFixed(1)} MiB of buffers for the ` +
-                  `${(file / MiB).toFixed(1)} MiB file (a tied classifier shares the embedding's)`);
-    const gpu = Figures(rg);
-    const verdict = gpu.heap + gpu.gpu <= gpu.bound ? 'within' : 'over';
-    checks.Log(`GPU path, measured: ${gpu.text}: ${verdict}`);
-    const gpu_held = await Text(page, '#st-held');
-    checks.Expect(gpu_held.includes(verdict) && gpu_held.includes(`+ scratch ${scratch / MiB} MiB`),
-                  `the page's held row gives the GPU path's verdict (${verdict}): ${gpu_held}`);
   } finally {
     await browser.close();
     server.close();

@@ -6,7 +6,9 @@
 // With `--kv-device` (then FIXTURE_DIR is the web bundle), the C++ cache's device tier over WebGPU
 // (tests/web/gpu/gpu_kv_device_page.js: kvq.js's KvCache streaming into web/gpu/kv_device.js).
 // With `--device-loss` (FIXTURE_DIR is the web bundle), the GPU path losing its device
-// (tests/web/gpu/gpu_device_loss_page.js). With `--limits` (arguments as --forward), the GPU path
+// (tests/web/gpu/gpu_device_loss_page.js). With `--file-weights` (FIXTURE_DIR is the web bundle),
+// a model loaded from its GGUF header, its weights read from the file (gpu_file_weights_page.js).
+// With `--limits` (arguments as --forward), the GPU path
 // within forced device limits (tests/web/gpu/gpu_limits_page.js). With `--chunks` (FIXTURE_DIR is the
 // web bundle), the KV device's attention split over position chunks against kvq's chunked
 // attention (tests/web/gpu/gpu_chunk_attention_page.js). With `--encode` (FIXTURE_DIR as without a
@@ -15,7 +17,7 @@
 // With `--mixed` (arguments as --forward; CASE is "RUN:LIST", the formats to run and the registry's
 // list, as gpu_kv_mixed_page.js takes it), the mixed KV mode on a context 8× the device budget
 // (tests/web/gpu/gpu_kv_mixed_page.js), every format in one page.
-// Usage: node gpu_attention_test.mjs [--forward|--limits|--mixed|--kv-device|--device-loss|--chunks|--encode|--write-behind]
+// Usage: node gpu_attention_test.mjs [--forward|--limits|--mixed|--kv-device|--device-loss|--file-weights|--chunks|--encode|--write-behind]
 //        FIXTURE_DIR [BUNDLE_DIR (--forward, --limits, --mixed)] PLAYWRIGHT_NPM_DIR
 //        [CASE_SUBSTRING]
 import fs from 'node:fs';
@@ -42,7 +44,8 @@ const device_loss = process.argv[2] === '--device-loss';
 const chunks = process.argv[2] === '--chunks';
 const encode = process.argv[2] === '--encode';
 const write_behind = process.argv[2] === '--write-behind';
-const kv_device = process.argv[2] === '--kv-device' || device_loss || chunks || write_behind;  // all take the bundle as FIXTURE_DIR
+const file_weights = process.argv[2] === '--file-weights';
+const kv_device = process.argv[2] === '--kv-device' || device_loss || chunks || write_behind || file_weights;  // all take the bundle as FIXTURE_DIR
 const rest = process.argv.slice(forward || kv_device || encode ? 3 : 2);
 const bundle_arg = forward ? rest.splice(1, 1)[0] : undefined;
 const [fixture_arg, npm_dir, only] = rest;
@@ -79,6 +82,8 @@ const server = http.createServer((req, res) => {
             'import {RunGpuKvDeviceTests} from "/test/gpu_kv_device_page.js";' +
             'import {RunGpuDeviceLossTests} from "/test/gpu_device_loss_page.js";' +
             'import {RunGpuLimitsTests} from "/test/gpu_limits_page.js";' +
+            'import {RunGpuFileWeightsTests} from "/test/gpu_file_weights_page.js";' +
+            'window.RunGpuFileWeightsTests = RunGpuFileWeightsTests;' +
             'import {RunGpuKvMixedTests} from "/test/gpu_kv_mixed_page.js";' +
             'window.RunGpuKvMixedTests = RunGpuKvMixedTests;' +
             'import {RunGpuChunkAttentionTests} from "/test/gpu_chunk_attention_page.js";' +
@@ -119,6 +124,7 @@ try {
   result = write_behind ? await page.evaluate((url) => window.RunGpuWriteBehindTests(url), origin + '/fixture')
       : encode ? await page.evaluate((url) => window.RunGpuKvEncodeTests(url), origin + '/fixture')
       : chunks ? await page.evaluate((url) => window.RunGpuChunkAttentionTests(url), origin + '/fixture')
+      : file_weights ? await page.evaluate((url) => window.RunGpuFileWeightsTests(url), origin + '/fixture')
       : device_loss ? await page.evaluate(([url, only]) => window.RunGpuDeviceLossTests(url, only), [origin + '/fixture', only || ''])
       : kv_device ? await page.evaluate((url) => window.RunGpuKvDeviceTests(url), origin + '/fixture')
       : mixed ? await page.evaluate(([url, bundle, only]) => window.RunGpuKvMixedTests(url, bundle, only),
@@ -149,6 +155,11 @@ if (mixed) {
   console.log(`gpu_attention_test --limits: ${result.models} models, ${result.failures.length} failures, ` +
               `${JSON.stringify(result.report)}, ${result.seconds?.toFixed(1)} s in the page`);
   if (!result.models) Fatal('no model ran');
+} else if (file_weights) {
+  console.log(`gpu_attention_test --file-weights: ${result.tensors} tensors at their file offsets, ${result.runs} runs, ` +
+              `${result.read_bytes} bytes read from the file, ${result.failures.length} failures, the CPU forward ` +
+              `refused: "${result.refusal}", ${result.seconds?.toFixed(1)} s in the page`);
+  if (!result.runs) Fatal('no run');
 } else if (device_loss) {
   console.log(`gpu_attention_test --device-loss: ${result.runs} runs, ${result.losses} devices lost, ` +
               `${result.failures.length} failures, smallest top-2 logit gap ${result.min_gap}, ${result.flushes} KV device submits with pages of 32, ` +
@@ -179,6 +190,6 @@ if (mixed) {
               `worst error ${result.worst_error_over_bound?.toFixed(4)} of the bound, ${result.seconds.toFixed(1)} s in the page`);
 }
 for (const f of result.failures.slice(0, 50)) console.error(`gpu_attention_test: FAIL: ${f}`);
-if (!forward && !device_loss && result.cases === 0) Fatal('no case ran');  // (--kv-device too)
+if (!forward && !device_loss && !file_weights && result.cases === 0) Fatal('no case ran');  // (--kv-device too)
 if (forward && !limits && !mixed && !result.positions) Fatal('no position ran');
 process.exit(result.failures.length ? 1 : 0);

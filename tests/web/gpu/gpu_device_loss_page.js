@@ -60,7 +60,7 @@ export async function LoadModel(M, url, tokenizer_url) {
   return model;
 }
 
-function Tokenize(M, model, text) {
+export function Tokenize(M, model, text) {
   const n = M.ccall('kvq_web_tokenize', 'number', ['number', 'string', 'number', 'number', 'number'], [model, text, -1, 0, 0]);
   const p = M._malloc(n * 4);
   M.ccall('kvq_web_tokenize', 'number', ['number', 'string', 'number', 'number', 'number'], [model, text, -1, p, n]);
@@ -72,7 +72,7 @@ function Tokenize(M, model, text) {
 // kNew greedy ids after `prompt` on `runner`; hook(i) is called before generated id i runs.
 // Returns {ids, min_gap: the smallest gap between the two largest logits where ids were chosen
 // (with_logits only)}.
-async function Generate(runner, spec, prompt, hook = () => {}, with_logits = false, page_positions = 0, path = 'auto',
+export async function Generate(runner, spec, prompt, hook = () => {}, with_logits = false, page_positions = 0, path = 'auto',
                         budget = 0) {
   runner.NewSequence(spec, spec, budget, page_positions, {path});
   let last;
@@ -98,7 +98,7 @@ async function Generate(runner, spec, prompt, hook = () => {}, with_logits = fal
   return {ids, min_gap, logits};
 }
 
-function FirstDifference(a, b) {
+export function FirstDifference(a, b) {
   for (let i = 0; i < Math.max(a.length, b.length); ++i) if (a[i] !== b[i]) return i;
   return -1;
 }
