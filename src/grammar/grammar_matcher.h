@@ -8,10 +8,12 @@
 // Stacks are linked nodes (position in the grammar, parent) interned so that equal stacks are the
 // same id, and stack sets are interned too, so a step is a memoised function of (set, byte):
 // ASCII bytes and UTF-8 lead bytes from a table of 256 entries per set, completed multi-byte
-// characters from a hash map. The allowed-token mask walks a byte trie of the vocabulary once in
-// preorder, stepping the set along each edge and skipping a subtree as soon as its prefix is
-// refused; masks are cached per state, since a state recurs (every token inside a JSON string
-// leaves the same one).
+// characters from the set's code-point intervals (cut at its classes' range ends). The
+// allowed-token mask walks a byte trie of the vocabulary once in preorder, stepping the set along
+// each edge and skipping a subtree as soon as its prefix is refused; masks are cached per state,
+// since a state recurs (every token inside an unbounded JSON string leaves the same one). A
+// state's first mask is that walk, on the decode path: inside a string nearly every token is
+// allowed and the walk visits the whole trie, so its cost per node is what the first mask costs.
 #pragma once
 
 #include <cstdint>
@@ -83,6 +85,8 @@ class GrammarMatcher {
   int32_t InternSet(std::vector<int32_t> tops);
   // The set after code point c.
   int32_t StepCodePoint(int32_t set, uint32_t c);
+  // The same for c >= 128, from the set's intervals (cp_starts_).
+  int32_t StepNonAscii(int32_t set, uint32_t c);
   // Whether some stack of `set` takes a code point in [lo, hi].
   bool TakesAnyIn(int32_t set, uint32_t lo, uint32_t hi) const;
   // One byte from (set, utf8); false when the text can no longer match.
@@ -96,7 +100,12 @@ class GrammarMatcher {
   std::vector<std::vector<int32_t>> sets_;                  // [set] sorted tops; -1: the empty stack
   std::map<std::vector<int32_t>, int32_t> set_ids_;
   std::vector<int32_t> byte_next_;                          // [set][256] StepByte from a whole character
-  std::unordered_map<uint64_t, int32_t> code_point_next_;   // (set, code point >= 128) -> set
+  // A set's code points >= 128 cut into intervals at every range end of its tops' classes, so that
+  // each interval's code points match the same tops and step to the same set: a completed
+  // multi-byte character is a binary search, not a hash lookup per (set, code point), which a
+  // vocabulary of 150K tokens makes tens of thousands of.
+  std::vector<std::vector<uint32_t>> cp_starts_;            // [set][interval] first code point; empty: not cut yet
+  std::vector<std::vector<int32_t>> cp_next_;               // [set][interval] the set after one, kUnknown until stepped
   std::vector<int32_t> scratch_;
   int32_t set_ = kDead;
   Utf8 utf8_;
