@@ -14,6 +14,7 @@
 #include "api/api_internal.h"
 #include "gguf/gguf_reader.h"
 #include "model/load_model.h"
+#include "test_util/file_bytes.h"
 
 #ifndef KVQ_SOURCE_DIR
 #define KVQ_SOURCE_DIR "."
@@ -27,11 +28,6 @@ using Bytes = std::vector<uint8_t>;
 
 const std::string kStories = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/stories260K.gguf";
 
-Bytes ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 // The first `n` bytes of `bytes` written to a file in a fresh directory; its path.
 std::string WritePrefix(const Bytes& bytes, size_t n, const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("kvq_gguf_header_test_" + std::to_string(::getpid()));
@@ -43,7 +39,7 @@ std::string WritePrefix(const Bytes& bytes, size_t n, const std::string& name) {
 }
 
 TEST(GgufHeader, HeaderBytesIsTheDataOffsetOnceThePrefixHoldsTheHeader) {
-  const Bytes file = ReadAll(kStories);
+  const Bytes file = test::ReadFileBytes(kStories);
   ASSERT_GT(file.size(), 0u);
   auto whole = GgufFile::Open(kStories);
   ASSERT_TRUE(whole.ok()) << whole.status().message();
@@ -70,7 +66,7 @@ TEST(GgufHeader, HeaderBytesIsTheDataOffsetOnceThePrefixHoldsTheHeader) {
 }
 
 TEST(GgufHeader, HeaderBytesNamesADamagedFileOnceAllOfItIsGiven) {
-  Bytes file = ReadAll(kStories);
+  Bytes file = test::ReadFileBytes(kStories);
   file[0] = 'X';
   const auto size = static_cast<int64_t>(file.size());
   Result<int64_t> part = GgufFile::HeaderBytes(std::span<const uint8_t>(file.data(), 1024), size, "bad.gguf");
@@ -84,7 +80,7 @@ TEST(GgufHeader, HeaderBytesNamesADamagedFileOnceAllOfItIsGiven) {
 }
 
 TEST(GgufHeader, OpenHeaderPlacesEveryTensorAsOpenWithoutItsBytes) {
-  const Bytes file = ReadAll(kStories);
+  const Bytes file = test::ReadFileBytes(kStories);
   auto whole = GgufFile::Open(kStories);
   ASSERT_TRUE(whole.ok()) << whole.status().message();
   const int64_t data = (*whole)->data_offset();
@@ -114,7 +110,7 @@ TEST(GgufHeader, OpenHeaderPlacesEveryTensorAsOpenWithoutItsBytes) {
 }
 
 TEST(GgufHeader, AModelFromItsHeaderHasItsShapeAndVocabularyAndRefusesTheCpuForward) {
-  const Bytes file = ReadAll(kStories);
+  const Bytes file = test::ReadFileBytes(kStories);
   auto whole = GgufFile::Open(kStories);
   ASSERT_TRUE(whole.ok()) << whole.status().message();
   const std::string path = WritePrefix(file, static_cast<size_t>((*whole)->data_offset()), "stories_header.gguf");

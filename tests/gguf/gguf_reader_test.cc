@@ -28,6 +28,7 @@
 #endif
 
 #include "test_util/largest_allocation.h"
+#include "test_util/file_bytes.h"
 
 using kvq_test::g_largest_allocation;
 using kvq_test::g_track_allocations;
@@ -44,11 +45,6 @@ const std::string kStories = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/
 std::string FindSharedVocab() {
   const std::string p = std::string(KVQ_SOURCE_DIR) + "/tests/testdata/vocab/ggml-vocab-llama-spm.gguf";
   return fs::exists(p) ? p : "";
-}
-
-Bytes ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 void WriteAll(const std::string& path, const Bytes& bytes) {
@@ -274,7 +270,7 @@ TEST_F(GgufTest, RoundTripsTensorsWithAlignmentPadding) {
   ASSERT_TRUE(w.AddTensor("t.q4", GgmlType::kQ4_0, {32, 1, 1, 1}, q4).ok());
   const std::string path = Path("tensors.gguf");
   ASSERT_TRUE(w.Write(path).ok());
-  const Bytes raw = ReadAll(path);
+  const Bytes raw = test::ReadFileBytes(path);
 
   auto f = GgufFile::Open(path);
   ASSERT_TRUE(f.ok()) << f.status().message();
@@ -422,7 +418,7 @@ TEST_F(GgufTest, ReadsLlamaSpmVocabulary) {
 // ---- damage ----
 
 TEST_F(GgufTest, EveryTruncationOfStoriesIsRefused) {
-  const Bytes full = ReadAll(kStories);
+  const Bytes full = test::ReadFileBytes(kStories);
   ASSERT_GT(full.size(), 1u << 20);
   std::vector<size_t> cuts;
   for (size_t n = 0; n < 4096; ++n) cuts.push_back(n);                  // header and metadata
@@ -445,7 +441,7 @@ TEST_F(GgufTest, EveryTruncationOfStoriesIsRefused) {
 TEST_F(GgufTest, RandomByteDamageNeverCrashes) {
   // Flipped bytes in the header and metadata may or may not be detectable; either way Open must
   // return (ASan/UBSan check the way there), and a failure must name the file.
-  const Bytes full = ReadAll(kStories);
+  const Bytes full = test::ReadFileBytes(kStories);
   const std::string path = Path("flip.gguf");
   std::mt19937_64 rng(11);
   for (int i = 0; i < 300; ++i) {

@@ -24,6 +24,7 @@
 #include "model/load_model.h"
 #include "weights/matvec.h"
 #include "weights/weight_type.h"
+#include "test_util/file_bytes.h"
 
 #ifndef KVQ_SOURCE_DIR
 #define KVQ_SOURCE_DIR "."
@@ -38,11 +39,6 @@ using Bytes = std::vector<uint8_t>;
 const std::string kStories = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/stories260K.gguf";
 const std::string kLlamaSpm =
     std::string(KVQ_SOURCE_DIR) + "/tests/testdata/vocab/ggml-vocab-llama-spm.gguf";
-
-Bytes ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 void WriteAll(const std::string& path, const uint8_t* data, size_t n) {
   // A new file each time: ext4 flushes a file truncated over its old data when it is closed
@@ -265,10 +261,10 @@ TEST_F(SynthTest, SeedDecidesTheBytesAndThreadsDoNot) {
     ASSERT_TRUE(WriteSynthModel(b, kStories, Path("b.gguf")).ok());
     ASSERT_TRUE(WriteSynthModel(c, kStories, Path("c.gguf")).ok());
     ASSERT_TRUE(WriteSynthModel(other, kStories, Path("other.gguf")).ok());
-    const Bytes ba = ReadAll(Path("a.gguf"));
+    const Bytes ba = test::ReadFileBytes(Path("a.gguf"));
     ASSERT_GT(ba.size(), 50000u);
-    EXPECT_TRUE(ba == ReadAll(Path("b.gguf")));  // 3 threads: the same bytes
-    EXPECT_TRUE(ba == ReadAll(Path("c.gguf")));  // a second run: the same bytes
+    EXPECT_TRUE(ba == test::ReadFileBytes(Path("b.gguf")));  // 3 threads: the same bytes
+    EXPECT_TRUE(ba == test::ReadFileBytes(Path("c.gguf")));  // a second run: the same bytes
     // Another seed: every random tensor's data differs (not just the description naming it).
     auto fa = GgufFile::Open(Path("a.gguf"));
     auto fo = GgufFile::Open(Path("other.gguf"));
@@ -413,7 +409,7 @@ TEST_F(SynthTest, VocabularyErrorsNameTheFlagAndFile) {
 TEST_F(SynthTest, EveryTruncationIsRefusedNamingTheFile) {
   const std::string path = Path("full.gguf");
   ASSERT_TRUE(WriteSynthModel(Tiny(GgmlType::kQ4_0), kStories, path).ok());
-  const Bytes full = ReadAll(path);
+  const Bytes full = test::ReadFileBytes(path);
   auto f = GgufFile::Open(path);
   ASSERT_TRUE(f.ok());
   const int64_t header = (*f)->data_offset();

@@ -16,6 +16,7 @@
 #include "gguf/gguf_writer.h"
 #include "synth/synth.h"
 #include "weights/weight_type.h"
+#include "test_util/file_bytes.h"
 
 #ifndef KVQ_SOURCE_DIR
 #define KVQ_SOURCE_DIR "."
@@ -28,11 +29,6 @@ namespace fs = std::filesystem;
 using Bytes = std::vector<uint8_t>;
 
 const std::string kStories = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/stories260K.gguf";
-
-Bytes ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 class SynthWriterTest : public ::testing::Test {
  protected:
@@ -225,7 +221,7 @@ TEST_F(SynthWriterTest, StreamedTensorsEqualReadyMadeOnes) {
                            EXPECT_EQ(total, static_cast<int64_t>(want.size()));
                          })
                   .ok());
-  EXPECT_TRUE(ReadAll(Path("s.gguf")) == want);
+  EXPECT_TRUE(test::ReadFileBytes(Path("s.gguf")) == want);
   // Row chunks in order, covering every row once, more than one of them.
   ASSERT_GT(calls.size(), 1u);
   int64_t next = 0;
