@@ -7,6 +7,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -124,8 +125,21 @@ int RunBenchSpec(const BenchSpecOptions& o) {
       Result<std::unique_ptr<Session>> base = model.NewSession({.key_format = spec_name, .value_format = spec_name});
       if (!base.ok()) return bad(fmt::format("--format {}: {}", spec_name, base.status().message()));
       fmt::print(stderr, "bench spec: context {}, {}: prefilling {} positions\n", n, spec_name, positions - 1);
-      if (Status s = (*base)->Prefill(std::span<const int32_t>(prompt).first(positions - 1)); !s.ok()) {
-        return bad(s.message());
+      // In pieces of kPieceTokens (a multiple of kPrefillBlock, so the blocks are the ones a single
+      // Prefill runs), a line after each: a 32K prefill takes minutes on a small machine.
+      constexpr int64_t kPieceTokens = 64 * kPrefillBlock;
+      const auto prefill_start = std::chrono::steady_clock::now();
+      for (int64_t at = 0; at < positions - 1; at += kPieceTokens) {
+        const int64_t piece = std::min(kPieceTokens, positions - 1 - at);
+        if (Status s = (*base)->Prefill(std::span<const int32_t>(prompt).subspan(at, piece)); !s.ok()) {
+          return bad(s.message());
+        }
+        if (piece < positions - 1) {
+          const double seconds =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - prefill_start).count();
+          fmt::print(stderr, "bench spec: context {}, {}: {} of {} positions prefilled ({:.0f} s)\n", n, spec_name,
+                     at + piece, positions - 1, seconds);
+        }
       }
       const size_t first = arms.size();
       for (const DraftSource s : sources) {
