@@ -10,6 +10,7 @@
 #include <bit>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <type_traits>
 #include <utility>
 
@@ -211,6 +212,27 @@ std::string FormatGgufValue(const GgufValue& value, int max_elements) {
 
 class GgufParser {
  public:
+  // GgufFile::Open (file_bytes empty: the mapping is the whole file) and OpenHeader (the mapping is
+  // the first bytes of a file of file_bytes bytes): maps `path` and parses it, tensors checked
+  // against the whole file's size.
+  static Result<std::unique_ptr<GgufFile>> MapAndParse(const std::string& path, std::optional<int64_t> file_bytes) {
+    std::unique_ptr<GgufFile> file(new GgufFile());
+    file->path_ = path;
+    Result<std::shared_ptr<MappedFile>> mapped = MapFile(path, fmt::format("GGUF file '{}'", path));
+    if (!mapped.ok()) return mapped.status();
+    file->mapping_ = std::move(mapped).value();
+    file->map_ = file->mapping_->data;
+    file->size_ = file->mapping_->size;
+    if (file_bytes && *file_bytes < file->size_) {
+      return Status::Error(fmt::format("GGUF file '{}': {} bytes of its header, more than the whole file's {}", path,
+                                       file->size_, *file_bytes));
+    }
+    file->file_bytes_ = file_bytes.value_or(file->size_);
+    GgufParser parser(file.get());
+    if (Status s = parser.Parse(); !s.ok()) return s;
+    return file;
+  }
+
   explicit GgufParser(GgufFile* file)
       : f_(*file), p_(file->map_), size_(static_cast<uint64_t>(file->size_)),
         file_bytes_(static_cast<uint64_t>(file->file_bytes_)) {}
@@ -502,35 +524,11 @@ class GgufParser {
 // ---- the file ----
 
 Result<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
-  std::unique_ptr<GgufFile> file(new GgufFile());
-  file->path_ = path;
-  Result<std::shared_ptr<MappedFile>> mapped = MapFile(path, fmt::format("GGUF file '{}'", path));
-  if (!mapped.ok()) return mapped.status();
-  file->mapping_ = std::move(mapped).value();
-  file->map_ = file->mapping_->data;
-  file->size_ = file->mapping_->size;
-  file->file_bytes_ = file->size_;
-  GgufParser parser(file.get());
-  if (Status s = parser.Parse(); !s.ok()) return s;
-  return file;
+  return GgufParser::MapAndParse(path, std::nullopt);
 }
 
 Result<std::unique_ptr<GgufFile>> GgufFile::OpenHeader(const std::string& path, int64_t file_bytes) {
-  std::unique_ptr<GgufFile> file(new GgufFile());
-  file->path_ = path;
-  Result<std::shared_ptr<MappedFile>> mapped = MapFile(path, fmt::format("GGUF file '{}'", path));
-  if (!mapped.ok()) return mapped.status();
-  file->mapping_ = std::move(mapped).value();
-  file->map_ = file->mapping_->data;
-  file->size_ = file->mapping_->size;
-  if (file_bytes < file->size_) {
-    return Status::Error(fmt::format("GGUF file '{}': {} bytes of its header, more than the whole file's {}", path,
-                                     file->size_, file_bytes));
-  }
-  file->file_bytes_ = file_bytes;
-  GgufParser parser(file.get());
-  if (Status s = parser.Parse(); !s.ok()) return s;
-  return file;
+  return GgufParser::MapAndParse(path, file_bytes);
 }
 
 Result<int64_t> GgufFile::HeaderBytes(std::span<const uint8_t> prefix, int64_t file_bytes, const std::string& name) {
