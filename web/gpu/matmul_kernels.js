@@ -42,7 +42,7 @@ fn packed_code(codes: array<u32, 8>, k: u32) -> i32 {
 
 /**
  * WGSL of the `matmul` entry point of weights of `type` (WeightBlock's info: {elems, kquant,
- * quantized_activation}) over WeightOpsWgsl's bindings and readers; row_lanes: invocations per
+ * quantized_activation, min}) over WeightOpsWgsl's bindings and readers; row_lanes: invocations per
  * workgroup (a row each).
  */
 export function MatmulWgsl(type, info, row_lanes) {
@@ -98,6 +98,32 @@ export function MatmulWgsl(type, info, row_lanes) {
         macc[t] = macc[t] + (dmin * dx) * f32(mins);
       }
     }`, 'acc[t] - macc[t]');
+  }
+  if (info.quantized_activation && info.min) {
+    return kCodeOf + Matmul(row_lanes, `the activation quantised, weights with a min (Q4_1, Q5_1):
+// the matvec's (step_kernels.js) per token: per activation block b the row's scale, min and 32
+// codes read once for the group; each token's Σ_b (d_w · d_x) · I_b and Σ_b (m · d_x) · Σq in f32
+// in order of b (I_b = Σ code·q and Σq exact), added last.`, ['sum', 'min_sum'], `
+    for (var b = 0u; b < dims.cols / 32u; b++) {
+      let block = (b * 32u) / ${info.elems}u;
+      let first = (b * 32u) % ${info.elems}u;
+      let d = w_scale(row, block);
+      let m = w_min(row, block);
+      var codes = array<u32, 8>();  // code first + j in byte j (zeroed explicitly: see packed_code)
+      for (var j = 0u; j < 32u; j++) { codes[j / 4u] |= (u32(w_code(row, block, first + j)) & 255u) << (8u * (j % 4u)); }
+      for (var t = 0u; t < in_group; t++) {
+        let xo = (t0 + t) * dims.cols + b * 32u;
+        var dot = 0;
+        var q_sum = 0;
+        for (var j = 0u; j < 32u; j++) {
+          dot = dot + packed_code(codes, j) * xq[xo + j];
+          q_sum = q_sum + xq[xo + j];
+        }
+        let dx = xd[(t0 + t) * dims.xd_stride + b];
+        sum[t] = sum[t] + (d * dx) * f32(dot);
+        min_sum[t] = min_sum[t] + (m * dx) * f32(q_sum);
+      }
+    }`, 'sum[t] + min_sum[t]');
   }
   if (info.quantized_activation) {
     return kCodeOf + Matmul(row_lanes, `the activation quantised, the matvec's (step_kernels.js) per

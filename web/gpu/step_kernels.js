@@ -195,7 +195,7 @@ export const kOpsBindings = {
 
 /** The weight ops of `type` in `layout`: matvec (f32 activation or quantised), embed. */
 export function WeightOpsWgsl(type, layout) {
-  const {elems, quantized_activation, kquant} = WeightBlock(type);
+  const {elems, quantized_activation, kquant, min} = WeightBlock(type);
   const matvec_k = `
 // MatVec of a K-quant (weights/kquant_rows-inl.h's scalar kernel): per activation block b of 32
 // (half a Q4_K sub-block pair, two Q6_K sub-blocks of 16) the exact integers dot = Σ_j sc_j·Σ code·q
@@ -230,20 +230,28 @@ fn matvec(@builtin(global_invocation_id) id: vec3u) {
 }`;
   const matvec_q = `
 // MatVec with the activation quantised (weights/matvec.h): per activation block b of 32 the exact
-// integer I_b = Σ code·q, then Σ_b (d_w · d_x) · I_b in f32 in order of b. One invocation per row.
+// integer I_b = Σ code·q, then Σ_b (d_w · d_x) · I_b in f32 in order of b. A type with a min
+// (Q4_1, Q5_1) also sums Σ_b (m · d_x) · Σq apart and adds the two sums last, as the scalar
+// kernel does (weights/quant_rows-inl.h). One invocation per row.
 @compute @workgroup_size(${kRowLanes})
 fn matvec(@builtin(global_invocation_id) id: vec3u) {
   let row = id.x + id.y * ${kRowLanes}u * 32768u;
   if (row >= dims.rows) { return; }
   var sum = 0.0;
+  var min_sum = 0.0;
   for (var b = 0u; b < dims.cols / 32u; b++) {
     let block = (b * 32u) / ${elems}u;
     let first = (b * 32u) % ${elems}u;
     var dot = 0;
-    for (var j = 0u; j < 32u; j++) { dot = dot + w_code(row, block, first + j) * xq[b * 32u + j]; }
+    var q_sum = 0;
+    for (var j = 0u; j < 32u; j++) {
+      dot = dot + w_code(row, block, first + j) * xq[b * 32u + j];
+      q_sum = q_sum + xq[b * 32u + j];
+    }
     sum = sum + (w_scale(row, block) * xd[b]) * f32(dot);
+    ${min ? 'min_sum = min_sum + (w_min(row, block) * xd[b]) * f32(q_sum);' : ''}
   }
-  y[dims.row0 + row] = sum;
+  y[dims.row0 + row] = ${min ? 'sum + min_sum' : 'sum'};
 }`;
   const matvec_f32 = `
 // MatVec, f32 activation: one invocation per row, its products summed in order of the column.
