@@ -170,9 +170,9 @@ int WriteMatvecCase(const std::filesystem::path& dir, const std::string& type_na
     // The same matrix as LoadModel repacks it (16-row groups, the last rows % 16 row-major): the
     // GPU reads it there with the same arithmetic, so it must give y_scalar's bits again.
     const kvq::Matrix plain{.type = type.type, .data = bytes.data(), .rows = rows, .cols = cols};
-    // Q1_0 is repacked only where this host's SIMD target runs its lookup-table kernel (AVX3_DL),
-    // never in the WebAssembly module, so the page never reads that layout.
-    if (kvq::CanRepack(plain) && type.type != kvq::WeightType::kQ1_0) {
+    // Q1_0 and Q2_0 are repacked only where this host's SIMD target runs their AVX3_DL kernels
+    // (RepackPays), never in the WebAssembly module, so the page never reads them in that layout.
+    if (kvq::CanRepack(plain) && type.type != kvq::WeightType::kQ1_0 && type.type != kvq::WeightType::kQ2_0) {
       std::vector<uint8_t> repacked(bytes.size());
       kvq::RepackMatrix(plain, repacked.data());
       sections.push_back(Bytes("w_interleaved", repacked));
@@ -290,9 +290,11 @@ int main(int argc, char** argv) {
     cases.push_back(c);
   }
   nlohmann::json matvec = nlohmann::json::array();
-  for (const char* type : {"f32", "f16", "bf16", "q8_0", "q4_0", "q1_0", "q4_k", "q6_k"}) {
+  // Every registered weight type (the page checks that the GPU reads each one): 512 columns are
+  // whole blocks of every type (1 .. 256 elements).
+  for (const kvq::WeightTypeDesc& type : kvq::WeightTypes()) {
     nlohmann::json c;
-    if (WriteMatvecCase(dir, type, 72, 512, seed++, &c) != 0) return 1;
+    if (WriteMatvecCase(dir, type.name, 72, 512, seed++, &c) != 0) return 1;
     matvec.push_back(c);
   }
   // Every registered format whose K and V are one row per block: the encoder cases.

@@ -12,13 +12,15 @@
 //      normalisation at a boundary), each seen by check 2 on two-window and many-window runs;
 //   5. the device budget: GPU KV buffers peak at or under it, with a context 100x what it holds,
 //      and the same bits as one window.
-//   6. the weight matvecs (web/gpu/weight_types.js) for F32, F16, BF16, Q8_0, Q4_0, Q1_0: every weight
-//      the shader decodes == kvq's dequantize_block_ref, bit for bit; y = W x vs double over those
-//      weights within γ_(cols+1)·Σ|w·x| per row (a sum in order of f32 products, u = 2^-24); and
-//      for the types whose matvec quantises its activation (Q8_0, Q4_0, Q1_0, Q4_K, Q6_K), the
-//      step program's kernels (step_kernels.js: quantize, then the matvec) == kvq's MatVec on its
-//      SCALAR target, bit for bit (the same quantisation, integer dots and f32 sums in order), over
-//      the file's rows and, for Q8_0, Q4_0, Q4_K and Q6_K, over kvq's repacked 16-row groups;
+//   6. the weight matvecs (web/gpu/weight_types.js) for every type in kvq's weight-type registry
+//      (the fixture iterates it; each must be one the GPU reads, kGpuWeightTypes, and each of those
+//      must have a case): every weight the shader decodes == kvq's dequantize_block_ref, bit for
+//      bit; y = W x vs double over those weights within γ_(cols+1)·Σ|w·x| per row (a sum in order
+//      of f32 products, u = 2^-24); and for the types whose matvec quantises its activation (all
+//      but F32, F16, BF16), the step program's kernels (step_kernels.js: quantize, then the
+//      matvec) == kvq's MatVec on its SCALAR target, bit for bit (the same quantisation, integer
+//      dots and f32 sums in order), over the file's rows and, for the types the WebAssembly module
+//      repacks (Q8_0, Q4_0, Q4_K, Q6_K), over kvq's repacked 16-row groups;
 //      for every type and layout, the block kernels (matmul_kernels.js's matmul, after the
 //      quantisation of every token in one dispatch for the quantising types) over
 //      kMatmulCheckTokens tokens (the case's x and variations of it; more than one group of
@@ -27,7 +29,7 @@
 // Returns {cases, checks, failures: [...], seconds}.
 import {GpuKvAttention, kInjectedBugs} from '/web/gpu/kv_attention.js';
 import {kOpsBindings, kOpsWgsl, WeightOpsBindings, WeightOpsWgsl} from '/web/gpu/step_kernels.js';
-import {GpuMatvec, RowBytes} from '/web/gpu/weight_types.js';
+import {GpuMatvec, kGpuWeightTypes, RowBytes} from '/web/gpu/weight_types.js';
 
 // Window sizes at 4,100 positions. 31, 33, 63 and 65 are odd, so their window starts fall on every
 // offset within a 32-row key group (each runs over 64 or more windows); sizes below 31 are tried
@@ -405,6 +407,10 @@ export async function RunGpuAttentionTests(fixture_url, only) {
       c.budget = {bytes: budget, rows: gpu.WindowRowsFor(budget)};
     }
   }
+  // The registry's types (the fixture writes one case per type) against the types the GPU reads.
+  const registry = manifest.matvec.map((c) => c.type);
+  for (const t of registry) if (!kGpuWeightTypes.includes(t)) fail(`weight type ${t} (kvq's registry): the GPU kernels do not read it`);
+  for (const t of kGpuWeightTypes) if (!registry.includes(t)) fail(`weight type ${t}: read by the GPU kernels, but no matvec case (not in kvq's registry?)`);
   for (const c of manifest.matvec) {
     if (only && !c.name.includes(only)) continue;
     ++cases;
