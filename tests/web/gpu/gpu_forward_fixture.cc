@@ -2,7 +2,8 @@
 // the bundled stories260K (llama2.c, F32), a tiny qwen3 with Q1_0 matrices (Bonsai's architecture
 // and weight type: per-head q/k RMSNorm, NeoX RoPE, head_dim · n_heads ≠ dim) and a tiny qwen3 with
 // Q4_0 matrices (repacked at load: the interleaved layout) and a Q4_K_M mix (Q4_K and Q6_K, repacked
-// into the K-quant groups), from kvq synth — and for 3 prompts
+// into the K-quant groups), and models of the other weight types (Q2_K, Q3_K and Q5_K mixes, Q4_1,
+// Q2_0: with them every type in kvq's registry), from kvq synth — and for 3 prompts
 // × the KV specs below, native kvq's greedy run through the public API (Model, Session; one
 // thread; f32 score arithmetic, as the GPU scores): the ids (BOS and prompt, then kNewTokens
 // greedy ids: the first largest logit) and the logits after every id but the last. For
@@ -102,6 +103,30 @@ int main(int argc, char** argv) {
     // position (an int4 code one apart after the activations' last bits differ), over the page's
     // empirical bound for block-quantised models (0.17); f32 and int8 stay within it (0.06, 0.07).
     cases.push_back({"qwen3-q4_k_m", (dir / "qwen3-q4_k_m.gguf").string(), "", "/fixture/qwen3-q4_k_m.gguf",
+                     {"Once upon a time", "The cat", "A little dog ran"}, 2});
+  }
+  // The other weight types a Bonsai, Qwen3, Llama or Qwen2 GGUF uses, each in at least one model
+  // (f32 and int8 KV, as the Q4_K_M mix: the KV formats are the models above's to cover):
+  //   q2_k mix      Q2_K (q, k, gate, up), Q3_K (v, o, down), Q6_K (classifier)
+  //   q3_k_m mix    Q3_K, Q5_K (v), Q4_K (o), and Q5_0 for ffn_down: its 288 columns are not
+  //                 whole K-quant blocks, so llama.cpp's fallback takes Q4_K's 32-block stand-in
+  //   q5_k_m mix    Q5_K, Q6_K, and for ffn_down's 288 columns Q5_1 (layer 0, Q5_K's stand-in)
+  //                 and Q8_0 (layer 1, Q6_K's)
+  //   q4_1, q2_0    every matrix that type (Q2_0: the ternary type of PrismML's Bonsai files)
+  struct TypeModel {
+    const char* type;
+    int64_t dim, hidden_dim;
+  };
+  for (const TypeModel& tm : {TypeModel{"q2_k", 256, 512}, TypeModel{"q3_k_m", 256, 288}, TypeModel{"q5_k_m", 256, 288},
+                              TypeModel{"q4_1", 128, 256}, TypeModel{"q2_0", 128, 256}}) {
+    kvq::SynthSpec spec{.name = fmt::format("tiny-qwen3-{}", tm.type), .arch = kvq::SynthArch::kQwen3, .dim = tm.dim,
+                        .n_layers = 2, .n_heads = 4, .head_dim_override = 64, .n_kv_heads = 2,
+                        .hidden_dim = tm.hidden_dim, .context = 256};
+    spec.type = tm.type;
+    const std::string file = fmt::format("qwen3-{}.gguf", tm.type);
+    if (kvq::Status s = kvq::WriteSynthModel(spec, stories + "stories260K.gguf", (dir / file).string()); !s.ok())
+      return Fail(s.message());
+    cases.push_back({fmt::format("qwen3-{}", tm.type), (dir / file).string(), "", "/fixture/" + file,
                      {"Once upon a time", "The cat", "A little dog ran"}, 2});
   }
   // A hybrid (Gated DeltaNet layers), which the GPU path refuses with a message the page shows.

@@ -4,7 +4,9 @@
 // public API, greedy), for stories260K (llama2.c, F32), a tiny qwen3 with Q1_0 matrices (Bonsai's
 // architecture), one with Q4_0 (repacked: the interleaved layout) and a Q4_K_M mix (Q4_K and Q6_K,
 // repacked into the K-quant groups; the GPU runs kvq's scalar K-quant kernel's arithmetic), 3 prompts × KV specs
-// {f32, int8, int4, int4-kivi, int4+rot}. Teacher-forced along native's ids, at every position:
+// {f32, int8, int4, int4-kivi, int4+rot}; and tiny qwen3s of the other weight types (Q2_K, Q3_K_M
+// and Q5_K_M mixes, Q4_1, Q2_0: every type in kvq's registry between them; gpu_forward_fixture
+// lists which matrix gets which), 3 prompts × {f32, int8}. Teacher-forced along native's ids, at every position:
 //   - the logits agree with native's within the model's bound (kBound or kBound + 2·S, below);
 //   - from the last prompt position on, the id the GPU returns (its argmax, the only number a step
 //     reads back besides K and V) is native's next greedy id — so a greedy run on the GPU gives
@@ -33,8 +35,8 @@
 // magnitude up to ~15; kBound = 2e-3 holds that with margin (measured: ~1e-5), while a real bug
 // (a RoPE pairing, a head mapping, a dropped position, a wrong weight block) moves logits by
 // O(0.1–1) (tests/model's reference-forward tests reason the same way).
-// Block-quantised weights (Q1_0, Q4_0, Q4_K, Q6_K: every type whose WeightBlock says
-// quantized_activation): the matvec quantises its activation to int8 per 32 exactly as kvq's CPU
+// Block-quantised weights (every type whose WeightBlock says quantized_activation: all but F32,
+// F16 and BF16): the matvec quantises its activation to int8 per 32 exactly as kvq's CPU
 // does (weights/matvec.h; the GPU's quotients are correctly rounded as the CPU's IEEE divisions),
 // so equal activations give equal codes. But the activations themselves differ in their last bits
 // (the orders above), and a value whose x/d lies at a rounding boundary then gets a code one
@@ -62,6 +64,9 @@ const kBound = 2e-3;
 const kSharedKvShape = {n_layers: 2, n_kv_heads: 2, head_dim: 64};
 // The encoder formats each qwen3 synth runs resident against streamed: together, the registry.
 const kResidentFormats = {'qwen3-q1_0': ['f32', 'int4'], 'qwen3-q4_0': ['f16', 'int2'], 'qwen3-q4_k_m': ['bf16', 'int8']};
+// The models after those (each a weight type or mix; gpu_forward_fixture) run it in f32 KV only:
+// what they add is their weights through both paths and the prefill blocks' matmuls, not a format.
+const kWeightModelResidentFormats = ['f32'];
 
 async function Bytes(url) {
   const r = await fetch(url);
@@ -170,7 +175,7 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
       }
     }
     runner.Destroy();
-    let resident_formats = kEncoderFormats;
+    let resident_formats = m.name === 'stories260K' ? kEncoderFormats : kWeightModelResidentFormats;
     if (kResidentFormats[m.name]) {
       resident_formats = kResidentFormats[m.name];
       const split = Object.values(kResidentFormats).flat().sort().join(','), registry = [...kEncoderFormats].sort().join(',');
