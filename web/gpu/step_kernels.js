@@ -238,18 +238,16 @@ fn matvec(@builtin(global_invocation_id) id: vec3u) {
   let row = id.x + id.y * ${kRowLanes}u * 32768u;
   if (row >= dims.rows) { return; }
   var sum = 0.0;
-  var min_sum = 0.0;
+  ${min ? 'var min_sum = 0.0;' : ''}
   for (var b = 0u; b < dims.cols / 32u; b++) {
     let block = (b * 32u) / ${elems}u;
     let first = (b * 32u) % ${elems}u;
     var dot = 0;
-    var q_sum = 0;
-    for (var j = 0u; j < 32u; j++) {
-      dot = dot + w_code(row, block, first + j) * xq[b * 32u + j];
-      q_sum = q_sum + xq[b * 32u + j];
-    }
+    for (var j = 0u; j < 32u; j++) { dot = dot + w_code(row, block, first + j) * xq[b * 32u + j]; }
     sum = sum + (w_scale(row, block) * xd[b]) * f32(dot);
-    ${min ? 'min_sum = min_sum + (w_min(row, block) * xd[b]) * f32(q_sum);' : ''}
+    ${min ? `var q_sum = 0;  // Σq of the block, exact
+    for (var j = 0u; j < 32u; j++) { q_sum = q_sum + xq[b * 32u + j]; }
+    min_sum = min_sum + (w_min(row, block) * xd[b]) * f32(q_sum);` : ''}
   }
   y[dims.row0 + row] = ${min ? 'sum + min_sum' : 'sum'};
 }`;
