@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "gguf/gguf_reader.h"
@@ -40,12 +41,15 @@ class GpuProgramBuilder {
   }
   // A header-only load's tensor: its file offset, by the GGUF name the loader read it by
   // (gguf_llama.cc, gguf_hybrid.cc): "blk.3.attn_q" is "blk.3.attn_q.weight", a bias and a
-  // DeltaNet layer's ssm_a keep their names, and a tied classifier ("output" absent from the
-  // file) is the embedding.
+  // DeltaNet layer's ssm_a keep their names, a hybrid's ffn_norm is its post_attention_norm, and
+  // a tied classifier ("output" absent from the file) is the embedding.
   void Locate(GpuTensor* t) {
     const bool bare = t->name.ends_with(".bias") || t->name.ends_with(".ssm_a");
     std::string name = bare ? t->name : t->name + ".weight";
     if (name == "output.weight" && !header_->FindTensor(name).ok()) name = "token_embd.weight";
+    if (name.ends_with(".ffn_norm.weight") && !header_->FindTensor(name).ok()) {
+      name = name.substr(0, name.size() - std::string_view("ffn_norm.weight").size()) + "post_attention_norm.weight";
+    }
     kvq::Result<const kvq::GgufTensor*> found = header_->FindTensor(name);
     if (!found.ok()) {
       if (status_.ok()) status_ = found.status();
