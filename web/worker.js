@@ -23,10 +23,10 @@ let busy = false;      // what is running ('a generation', 'a model load'), or f
 let stopRequested = false;
 // The WebGPU path (web/gpu/): the module's step program of the loaded model (its forward pass as
 // ops over a tensor table, src/web/gpu_program.h) run by web/gpu/step_program.js's WGSL kernels,
-// the KV master in the module's KvCache, attention streamed through the device. For attention-only
-// models (llama, mistral, qwen2, qwen3: Bonsai) with F32, F16, BF16, Q8_0, Q4_0 or Q1_0 matrices,
-// any KV spec the device decodes, greedy sampling; anything else (hybrid Gated DeltaNet or
-// mixture-of-experts layers, other weight types, temperature > 0) runs on the WebAssembly CPU path,
+// the KV master in the module's KvCache, attention streamed through the device. For dense models
+// (llama, mistral, qwen2, qwen3: Bonsai; qwen35's Gated DeltaNet hybrid) with F32, F16, BF16, Q8_0,
+// Q4_0 or Q1_0 matrices, any KV spec the device decodes, greedy sampling; anything else
+// (mixture-of-experts layers, other weight types, temperature > 0) runs on the WebAssembly CPU path,
 // which is also what runs where the browser offers no WebGPU adapter.
 let gpu = null;              // {device, name} when WebGPU offers an adapter
 let gpu_why_not = 'not probed yet';
@@ -194,7 +194,7 @@ const LoadEnv = () => ({kvq, api, memory, check: Check, threads});
 const WholeModel = (files, progress_for) => LoadWholeModel(LoadEnv(), files, progress_for);
 
 // The GPU path's step program of a loaded model, if the module builds one (it says why not:
-// hybrid layers) and the kernels read its weights: {program (null: none), why_not}.
+// mixture-of-experts layers) and the kernels read its weights: {program (null: none), why_not}.
 async function ProgramOf(handle) {
   const {GpuProgramOf} = await import('./gpu/gpu_engine.js');
   const made = GpuProgramOf(kvq, handle);
@@ -354,7 +354,7 @@ async function Generate(id, p) {
   const options = JSON.stringify({max_tokens, stop: p.stop ?? [], ignore_eos: p.ignore_eos ?? false});
   Check(api.generatorCheck(options) === 0, 'the generation options');
   // The path: p.device 'cpu', 'gpu', or 'auto' (the GPU when it can, unless the adapter is an
-  // emulation). What the GPU path cannot run (a hybrid model, a weight type its kernels do not
+  // emulation). What the GPU path cannot run (a MoE model, a weight type its kernels do not
   // read, temperature > 0) runs on WebAssembly instead, with the reason in path.why: nothing the
   // CPU can run errors for want of the GPU.
   const want = p.device || 'auto';

@@ -4,73 +4,16 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "weights/repack.h"
-#include "weights/weight_type.h"
+#include "web/gpu_delta_net.h"
+#include "web/gpu_program_builder.h"
 
 namespace kvq_web {
-namespace {
-
-class Builder {
- public:
-  Builder(GpuProgram* p, const kvq::GgufFile* header) : p_(p), header_(header) {}
-
-  int32_t Matrix(const std::string& name, const kvq::Matrix& m) {
-    const kvq::WeightTypeDesc* d = kvq::FindWeightType(m.type);
-    return Add({.name = name, .type = d != nullptr ? d->name : "?",
-                .layout = m.layout == kvq::MatrixLayout::kRowMajor ? "rows" : "interleaved16",
-                .address = reinterpret_cast<uintptr_t>(m.data), .bytes = kvq::MatrixDataBytes(m),
-                .rows = m.rows, .cols = m.cols});
-  }
-  int32_t Vector(const std::string& name, const float* v, int64_t n) {
-    return Add({.name = name, .type = "f32", .layout = "rows", .address = reinterpret_cast<uintptr_t>(v),
-                .bytes = n * 4, .rows = 1, .cols = n});
-  }
-  void Op(GpuOp op) { p_->ops.push_back(std::move(op)); }
-  kvq::Status status() const { return status_; }
-
- private:
-  int32_t Add(GpuTensor t) {
-    if (header_ != nullptr) Locate(&t);
-    p_->tensors.push_back(std::move(t));
-    return static_cast<int32_t>(p_->tensors.size() - 1);
-  }
-  // A header-only load's tensor: its file offset, by the GGUF name the loader read it by
-  // (gguf_llama.cc): "blk.3.attn_q" is "blk.3.attn_q.weight", a bias keeps its name, and a tied
-  // classifier ("output" absent from the file) is the embedding.
-  void Locate(GpuTensor* t) {
-    std::string name = t->name.ends_with(".bias") ? t->name : t->name + ".weight";
-    if (name == "output.weight" && !header_->FindTensor(name).ok()) name = "token_embd.weight";
-    kvq::Result<const kvq::GgufTensor*> found = header_->FindTensor(name);
-    if (!found.ok()) {
-      if (status_.ok()) status_ = found.status();
-      return;
-    }
-    if ((*found)->n_bytes != t->bytes && status_.ok()) {
-      status_ = kvq::Status::Error(header_->path() + ": tensor '" + name + "' has " +
-                                   std::to_string((*found)->n_bytes) + " bytes; its shape needs " +
-                                   std::to_string(t->bytes));
-    }
-    t->file_offset = header_->data_offset() + static_cast<int64_t>((*found)->offset);
-  }
-  GpuProgram* p_;
-  const kvq::GgufFile* header_;
-  kvq::Status status_ = kvq::Status::Ok();
-};
-
-}  // namespace
 
 kvq::Result<GpuProgram> BuildGpuProgram(const kvq::DecoderWeights& w, const kvq::GgufFile* header) {
   const kvq::DecoderConfig& c = w.config;
-  if (c.n_attention_layers() < c.n_layers) {
-    return kvq::Status::Error("the GPU path runs attention layers only (this " + c.arch +
-                              " model has Gated DeltaNet layers)");
-  }
   if (c.moe.n_experts > 0) {
     return kvq::Status::Error("the GPU path runs dense feed-forward layers only (this " + c.arch +
                               " model has mixture-of-experts layers)");
-  }
-  if (c.attn_output_gate) {
-    return kvq::Status::Error("the GPU path does not run gated attention output (this " + c.arch + " model)");
   }
   GpuProgram p;
   p.config = c;
@@ -79,30 +22,37 @@ kvq::Result<GpuProgram> BuildGpuProgram(const kvq::DecoderWeights& w, const kvq:
   // exceed dim), projections, the keys before RoPE, the feed-forward's gate and up, the logits.
   p.buffers = {{"x", dim}, {"xb", std::max(dim, q_dim)}, {"xb2", dim}, {"q", q_dim}, {"k", kv},
                {"k_pre", kv}, {"v", kv}, {"hb", hidden}, {"hb2", hidden}, {"logits", c.vocab_size}};
-  Builder b(&p, header);
+  AddHybridBuffers(c, &p);
+  GpuProgramBuilder b(&p, header);
   b.Op({.kind = "embed", .w = b.Matrix("token_embd", w.token_embedding), .y = "x"});
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const kvq::LayerWeights& L = w.layers[l];
     const std::string blk = "blk." + std::to_string(l) + ".";
     b.Op({.kind = "rmsnorm", .w = b.Vector(blk + "attn_norm", L.attn_norm, dim), .x = "x", .y = "xb", .n = dim});
-    b.Op({.kind = "matvec", .w = b.Matrix(blk + "attn_q", L.wq), .x = "xb", .y = "q"});
-    b.Op({.kind = "matvec", .w = b.Matrix(blk + "attn_k", L.wk), .x = "xb", .y = "k"});
-    b.Op({.kind = "matvec", .w = b.Matrix(blk + "attn_v", L.wv), .x = "xb", .y = "v"});
-    if (L.bq != nullptr) b.Op({.kind = "bias", .w = b.Vector(blk + "attn_q.bias", L.bq, q_dim), .y = "q", .n = q_dim});
-    if (L.bk != nullptr) b.Op({.kind = "bias", .w = b.Vector(blk + "attn_k.bias", L.bk, kv), .y = "k", .n = kv});
-    if (L.bv != nullptr) b.Op({.kind = "bias", .w = b.Vector(blk + "attn_v.bias", L.bv, kv), .y = "v", .n = kv});
-    if (c.qk_norm) {
-      b.Op({.kind = "head_rmsnorm", .w = b.Vector(blk + "attn_q_norm", L.q_norm, hd), .y = "q",
-            .heads = c.n_heads});
-      b.Op({.kind = "head_rmsnorm", .w = b.Vector(blk + "attn_k_norm", L.k_norm, hd), .y = "k",
-            .heads = c.n_kv_heads});
+    if (c.is_recurrent(l)) {
+      AddDeltaNetOps(b, c, L, l);  // xb -> xb2
+    } else {
+      b.Op({.kind = "matvec", .w = b.Matrix(blk + "attn_q", L.wq), .x = "xb", .y = c.attn_output_gate ? "qg" : "q"});
+      if (c.attn_output_gate) AddAttentionGateSplit(b, c);
+      b.Op({.kind = "matvec", .w = b.Matrix(blk + "attn_k", L.wk), .x = "xb", .y = "k"});
+      b.Op({.kind = "matvec", .w = b.Matrix(blk + "attn_v", L.wv), .x = "xb", .y = "v"});
+      if (L.bq != nullptr) b.Op({.kind = "bias", .w = b.Vector(blk + "attn_q.bias", L.bq, q_dim), .y = "q", .n = q_dim});
+      if (L.bk != nullptr) b.Op({.kind = "bias", .w = b.Vector(blk + "attn_k.bias", L.bk, kv), .y = "k", .n = kv});
+      if (L.bv != nullptr) b.Op({.kind = "bias", .w = b.Vector(blk + "attn_v.bias", L.bv, kv), .y = "v", .n = kv});
+      if (c.qk_norm) {
+        b.Op({.kind = "head_rmsnorm", .w = b.Vector(blk + "attn_q_norm", L.q_norm, hd), .y = "q",
+              .heads = c.n_heads});
+        b.Op({.kind = "head_rmsnorm", .w = b.Vector(blk + "attn_k_norm", L.k_norm, hd), .y = "k",
+              .heads = c.n_kv_heads});
+      }
+      b.Op({.kind = "rope", .y = "q", .n = q_dim});
+      b.Op({.kind = "copy", .x = "k", .y = "k_pre", .n = kv});
+      b.Op({.kind = "rope", .y = "k", .n = kv});
+      b.Op({.kind = "attention", .x = "q", .y = "xb", .k = "k", .k_pre = "k_pre", .v = "v",
+            .layer = c.cache_layer(l)});
+      if (c.attn_output_gate) AddAttentionGate(b, c);
+      b.Op({.kind = "matvec", .w = b.Matrix(blk + "attn_output", L.wo), .x = "xb", .y = "xb2"});
     }
-    b.Op({.kind = "rope", .y = "q", .n = q_dim});
-    b.Op({.kind = "copy", .x = "k", .y = "k_pre", .n = kv});
-    b.Op({.kind = "rope", .y = "k", .n = kv});
-    b.Op({.kind = "attention", .x = "q", .y = "xb", .k = "k", .k_pre = "k_pre", .v = "v",
-          .layer = c.cache_layer(l)});
-    b.Op({.kind = "matvec", .w = b.Matrix(blk + "attn_output", L.wo), .x = "xb", .y = "xb2"});
     b.Op({.kind = "add", .x = "xb2", .y = "x", .n = dim});
     b.Op({.kind = "rmsnorm", .w = b.Vector(blk + "ffn_norm", L.ffn_norm, dim), .x = "x", .y = "xb", .n = dim});
     b.Op({.kind = "matvec", .w = b.Matrix(blk + "ffn_gate", L.w1), .x = "xb", .y = "hb"});
@@ -129,6 +79,8 @@ std::string GpuProgramJson(const GpuProgram& p) {
   }
   nlohmann::json buffers = nlohmann::json::object();
   for (const auto& [name, n] : p.buffers) buffers[name] = n;
+  nlohmann::json states = nlohmann::json::object();
+  for (const auto& [name, n] : p.states) states[name] = n;
   nlohmann::json ops = nlohmann::json::array();
   for (const GpuOp& o : p.ops) {
     nlohmann::json j{{"kind", o.kind}};
@@ -138,6 +90,9 @@ std::string GpuProgramJson(const GpuProgram& p) {
     if (!o.k.empty()) j["k"] = o.k;
     if (!o.k_pre.empty()) j["k_pre"] = o.k_pre;
     if (!o.v.empty()) j["v"] = o.v;
+    if (!o.state.empty()) j["state"] = o.state;
+    if (!o.gates.empty()) j["gates"] = o.gates;
+    if (o.y_offset > 0) j["y_offset"] = o.y_offset;
     if (o.n > 0) j["n"] = o.n;
     if (o.heads > 0) j["heads"] = o.heads;
     if (o.layer >= 0) j["layer"] = o.layer;
@@ -149,8 +104,15 @@ std::string GpuProgramJson(const GpuProgram& p) {
                         {"q_dim", c.q_dim()}, {"kv_dim", c.kv_dim()}, {"vocab_size", c.vocab_size},
                         {"norm_eps", c.norm_eps},
                         {"rope_pairing", c.rope_pairing == kvq::RopePairing::kAdjacent ? "adjacent" : "halves"},
-                        {"rotary_dims", rot}};
-  return nlohmann::json{{"config", config}, {"tensors", tensors}, {"buffers", buffers}, {"ops", ops}}.dump();
+                        {"rotary_dims", rot}, {"n_cache_layers", c.n_attention_layers()}};
+  if (!p.states.empty()) {
+    const kvq::DeltaNetConfig& d = c.delta_net;
+    config["delta_net"] = {{"conv_kernel", d.conv_kernel}, {"key_dim", d.key_dim}, {"n_k_heads", d.n_k_heads},
+                           {"n_v_heads", d.n_v_heads}, {"value_dim", d.value_dim},
+                           {"v_head_map", d.v_head_map == kvq::VHeadMap::kModulo ? "modulo" : "grouped"}};
+  }
+  return nlohmann::json{{"config", config}, {"tensors", tensors}, {"buffers", buffers}, {"states", states},
+                        {"ops", ops}}.dump();
 }
 
 }  // namespace kvq_web

@@ -43,11 +43,28 @@ struct GpuTensor {
 ///   add          x, y, n         y += x
 ///   swiglu       x, y, n         y = silu(y) · x                             (SwiGlu)
 ///   argmax       x, n            the step's token: the first index of the largest x
+/// A matvec with y_offset writes y[y_offset ..]. The hybrid layers' kinds (gpu_delta_net.h; the
+/// sizes C, Ck, Cv, Hk, Hv, dk, dv, K are the config's delta_net):
+///   head_slice   x, y, heads, n  y's head h = x's head h from number n on (x's heads 2·head_dim wide)
+///   sigmoid_mul  x, y, n         y ⊙= σ(x)                                   (gated attention output)
+///   ba_order     x, y            y = [b of every value head][a of every value head] from a fused
+///                                ssm_ba's per key head [b of its heads][a of them]
+///   dn_gate_bias w, y            y[h] = σ(y[h]) (β), y[Hv + h] = softplus(y[Hv + h] + w[h])
+///   dn_gate_decay w, y           y[Hv + h] = exp(w[h] · y[Hv + h]) (γ; w is −exp(A_log))
+///   conv_silu    w, x, y, state  y = SiLU(causal conv of x with the window in state), per channel
+///   l2norm       y, heads, n     each head of n numbers in place: x / max(‖x‖₂, eps)
+///   delta_rule   x, gates, state, y   per value head the decay-first delta rule (delta_rule.h)
+///                                on state S [Hv][dk][dv] with q, k, v from x [C] and β, γ from
+///                                gates [2][Hv]; y [Cv] = the read-out
+///   gated_rmsnorm w, x, y, heads, n  each head of y RMS-normed by w [n], then ⊙ SiLU(x)
 struct GpuOp {
   std::string kind;
   int32_t w = -1;
   std::string x, y, k, k_pre, v;
+  std::string state;  ///< a recurrent layer's state buffer (GpuProgram::states), kept across steps
+  std::string gates;  ///< delta_rule: the [2][Hv] β and γ
   int64_t n = 0;
+  int64_t y_offset = 0;  ///< matvec: where in y its rows start
   int32_t heads = 0;
   int32_t layer = -1;  ///< the cache layer (attention)
 };
@@ -56,16 +73,19 @@ struct GpuProgram {
   kvq::DecoderConfig config;
   std::vector<GpuTensor> tensors;
   std::vector<std::pair<std::string, int64_t>> buffers;  ///< name, f32 elements
+  /// The recurrent layers' states (name, f32 elements): unlike buffers, one per program whatever
+  /// the tokens in flight, kept from step to step, zeroed by a new sequence.
+  std::vector<std::pair<std::string, int64_t>> states;
   std::vector<GpuOp> ops;
 };
 
 /// The program of one decode step of `w`, or an error naming what the GPU path does not run
-/// (recurrent Gated DeltaNet layers, mixture-of-experts feed-forward, gated attention output).
+/// (mixture-of-experts feed-forward).
 /// `header`: the GGUF header `w` was loaded from alone (GgufFile::OpenHeader; its weights have no
 /// bytes here): each tensor is then given by its file_offset, found by its GGUF name.
 kvq::Result<GpuProgram> BuildGpuProgram(const kvq::DecoderWeights& w, const kvq::GgufFile* header = nullptr);
 
-/// The program as JSON: {config, tensors, buffers, ops} (the page's web/gpu/step_program.js).
+/// The program as JSON: {config, tensors, buffers, states, ops} (the page's web/gpu/step_program.js).
 std::string GpuProgramJson(const GpuProgram& p);
 
 }  // namespace kvq_web

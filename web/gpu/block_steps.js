@@ -3,8 +3,10 @@
 // slice of a [tokens][stride] buffer per activation, bound at the token's offset, so the kernels
 // are the per-token step's. Attention is query-blocked (kv_resident.js's RecordBlock): the block's
 // K and V rows are encoded, then one attend dispatch per page window serves every token, each
-// causally up to its own position (the bits of per-token attention). The ops after the last
-// attention run only for the last token (nothing else reads them). A matvec (any weight type and
+// causally up to its own position (the bits of per-token attention). A recurrent layer's ops
+// (hybrid_kernels.js) run token after token on its state, the recurrence's order. The ops after
+// the last attention or recurrent op run only for the last token (nothing else reads them; a
+// recurrent layer after them would need every token's). A matvec (any weight type and
 // layout) is one matmul dispatch per piece of the weight for the block (matmul_kernels.js), after
 // one dispatch quantising every token's activation into its slice where the type's matvec
 // quantises: the matmul reads each weight block once per kMatmulTokens tokens and gives each
@@ -22,11 +24,12 @@ export class BlockRecorder {
   constructor(program) {
     this.p = program;
     const ops = program.program.ops;
-    this.last_attention = ops.map((op) => op.kind).lastIndexOf('attention');
-    // Activations a token before the last needs: those the ops up to the last attention use.
+    // The last op that carries a token's effect to later tokens: attention, or a recurrent state's.
+    this.last_carried = ops.findLastIndex((op) => op.kind === 'attention' || op.state !== undefined);
+    // Activations a token before the last needs: those the ops up to that one use.
     this.per_token = new Set();
-    for (const op of ops.slice(0, this.last_attention + 1)) {
-      for (const k of ['x', 'y', 'k', 'v', 'k_pre']) if (op[k] !== undefined) this.per_token.add(op[k]);
+    for (const op of ops.slice(0, this.last_carried + 1)) {
+      for (const k of ['x', 'y', 'k', 'v', 'k_pre', 'gates']) if (op[k] !== undefined) this.per_token.add(op[k]);
     }
     this.per_token.add('x');  // head_rmsnorm, rope and bias name 'x' for an unused binding
     this.capacity = 0;
@@ -87,7 +90,7 @@ export class BlockRecorder {
         1: this.act[op.x], 3: p.Uniform([t.cols, x_stride, xd_stride, 0]), 7: this.xq, 8: this.xd})});
     }
     for (const piece of p.pieces_of(op.w)) {
-      const dims = p.Uniform([piece.rows, t.cols, t.bytes / t.rows, piece.offset, piece.row0, n,
+      const dims = p.Uniform([piece.rows, t.cols, t.bytes / t.rows, piece.offset, piece.row0 + (op.y_offset ?? 0), n,
                               Stride(p.program.buffers[op.y]), xd_stride, x_stride]);
       const row_groups = Math.ceil(piece.rows / kRowLanes);
       out.push({pipeline: kernel, groups: [Math.min(row_groups, 32768), Math.ceil(row_groups / 32768)],
@@ -142,7 +145,7 @@ export class BlockRecorder {
         pass = encoder.beginComputePass();
         continue;
       }
-      if (i > this.last_attention) {
+      if (i > this.last_carried) {
         Dispatch(this.#Records(n - 1, i));
         if (op.kind === 'matvec') this.counts.matvec_dispatches += p.pieces_of(op.w).length;
         continue;

@@ -30,6 +30,10 @@
 // path adds its submits per streaming-slot reuse, and cuts its blocks where a page would be
 // evicted: a page read by a block's earlier tokens cannot be freed before the block's submit).
 // The stream path reads each layer's rows back, so it prefills token by token.
+//
+// A hybrid's recurrent layers keep their state on the GPU (the step program's states, zeroed by
+// NewSequence), not in the module's cache: a sequence of such a model cannot be cut back to a
+// prefix (KeepPrefixWhyNot) nor resumed after a lost device; it starts anew.
 
 import {GpuKvDevice} from './kv_device.js';
 import {BlockUniformSlots, GpuResidentKv, kStreamSlots, PageBufferBytes, ResidentPagesFor, ResidentWhyNot} from './kv_resident.js';
@@ -56,7 +60,7 @@ function LastError(M) {
 
 /**
  * The model's step program, or why the GPU path cannot run it: {program} or {why_not} (the
- * module refuses hybrid layers; the kernels here refuse weight types they do not read).
+ * module refuses mixture-of-experts layers; the kernels here refuse weight types they do not read).
  */
 export function GpuProgramOf(M, model) {
   const json = M._kvq_web_gpu_program(model);
@@ -178,12 +182,12 @@ export class GpuModelRunner {
     this.layout = JSON.parse(M.UTF8ToString(M._kvq_web_kv_page_layout(this.kv, 0)));
     const budget = device_budget_bytes, total = this.plan.total_bytes;
     const over = budget > 0 && budget < total;  // the context does not fit the device budget
-    this.resident_pages = over ? ResidentPagesFor(budget, this.layout.page_bytes, this.config.n_layers) : Infinity;
+    this.resident_pages = over ? ResidentPagesFor(budget, this.layout.page_bytes, this.config.n_cache_layers) : Infinity;
     const unit = PageBufferBytes(this.layout.page_bytes);
     const why_not = want === 'stream' ? 'the stream path was asked for' : ResidentWhyNot(kv_k, kv_v) ||
         (over && this.resident_pages < 1 ?
          `the device budget (${budget} bytes) is under the context's ${total} and holds less than ${kStreamSlots} ` +
-         `streaming slots and one page per layer (${(kStreamSlots + this.config.n_layers) * unit} bytes)` : '');
+         `streaming slots and one page per layer (${(kStreamSlots + this.config.n_cache_layers) * unit} bytes)` : '');
     this.path = why_not || this.on_cpu ? 'stream' : over ? 'mixed' : 'resident';
     this.path_why = why_not ? `KV streamed from the module: ${why_not}; prefill runs token by token (each layer's ` +
                               'K and V rows are read back into the master before its attention)' : !over ?
@@ -193,8 +197,24 @@ export class GpuModelRunner {
         `per layer stay resident on the GPU (encoded there) and older pages stream from the module's master through ` +
         `${kStreamSlots} slots`;
     if (this.path !== 'stream') this.resident = this.#NewResident();
+    this.step?.ResetStates();
     return this.plan;
   }
+
+  /**
+   * Why this model's sequences cannot keep a prefix of their positions and go on from there ('' when
+   * they can): a recurrent layer's state has taken in every position and cannot drop the last ones.
+   * A caller that would keep a prefix (a chat cut back to an earlier turn) starts anew instead:
+   * NewSequence, then the prefix's ids again.
+   */
+  KeepPrefixWhyNot() {
+    if (!Object.keys(this.program.states || {}).length) return '';
+    return `this ${this.config.arch} model has recurrent (Gated DeltaNet) layers, whose state cannot be cut back to a ` +
+           'prefix: the sequence starts anew';
+  }
+
+  /** Whether a sequence of this model can keep a prefix of its positions (KeepPrefixWhyNot). */
+  CanKeepPrefix() { return this.KeepPrefixWhyNot() === ''; }
 
   // A resident cache on the current device for the sequence, its pages appended to the master;
   // in mixed mode its older pages read back from the master to stream.
@@ -277,7 +297,7 @@ export class GpuModelRunner {
     if (this.on_cpu || !this.resident) return 1;
     const P = this.resident.P, pos = this.positions;
     let n = Math.min(left, most);
-    while (n > 1 && BlockUniformSlots(this.config.n_layers, P, pos, n) > slots) {
+    while (n > 1 && BlockUniformSlots(this.config.n_cache_layers, P, pos, n) > slots) {
       n = Math.max(1, Math.floor((pos + n - 1) / P) * P - pos);
     }
     if (this.path === 'mixed') {
@@ -376,6 +396,10 @@ export class GpuModelRunner {
   // A new device with the weights uploaded again, or the CPU when none comes.
   async #Recover(pos) {
     const why = `the WebGPU device was lost (${this.lost.reason || 'unknown'}: ${this.lost.message || 'no message'})`;
+    if (!this.CanKeepPrefix()) {  // the state of positions 0 .. pos went with the device
+      throw new Error(`${why}, and with it the recurrent layers' state of this ${this.config.arch} model: start the ` +
+                      'sequence anew');
+    }
     for (const k of Object.keys(this.retired)) this.retired[k] += this.step.counts[k];
     try {
       this.step.Destroy();
@@ -416,7 +440,7 @@ export class GpuModelRunner {
     const kept = this.#RewindTo(pos);
     this.resident = this.#NewResident();
     const P = this.resident.P, bytes = this.resident.page_bytes;
-    for (let layer = 0; layer < c.n_layers; ++layer) {
+    for (let layer = 0; layer < c.n_cache_layers; ++layer) {
       for (let page = 0; page < kept / P; ++page) {
         if (M._kvq_web_kv_read_page(kv, layer, page, this.page_ptr) !== 0) {
           throw new Error(`reading page ${page} of layer ${layer} from the master: ${LastError(M)}`);
@@ -433,7 +457,7 @@ export class GpuModelRunner {
   #RewindTo(pos) {
     const M = this.M, kv = this.kv;
     let fewest = pos, uneven = false;
-    for (let l = 0; l < this.config.n_layers; ++l) {
+    for (let l = 0; l < this.config.n_cache_layers; ++l) {
       const n = M._kvq_web_kv_positions(kv, l);
       uneven ||= n !== pos;
       fewest = Math.min(fewest, n);

@@ -107,7 +107,7 @@ export class GpuResidentKv {
     this.next_slot = 0;
     this.pending = new Set();
     const shape = {n_kv_heads: c.n_kv_heads, head_dim: c.head_dim};
-    this.layers = Array.from({length: c.n_layers}, () => ({
+    this.layers = Array.from({length: c.n_cache_layers}, () => ({
       pages: [],  // [{buffer [page_bytes]}, or null once evicted]
       landed: 0,  // pages of this layer whose write-back reached the master (they fill in order)
       k: new GpuKvEncoder(device, formats.key, {...shape, block_bytes: this.k_block}),

@@ -34,8 +34,13 @@
 // (plus the mixed mode's slot reuses) and one readback (the last token's id, and its logits when
 // asked for). Without one (the stream path) a block's tokens run one after another, each token's
 // id, position and RoPE table copied by commands in the encoder from block buffers.
+//
+// A hybrid's recurrent layers (hybrid_kernels.js) keep their state in the program's `states`:
+// one GPU buffer each, read and written in place by every step (a block's tokens in order), zeroed
+// by ResetStates for a new sequence; nothing of it is read back.
 
 import {BlockRecorder} from './block_steps.js';
+import {HybridDispatch, kHybridBindings, kHybridWgsl} from './hybrid_kernels.js';
 import {kOpsBindings, kOpsWgsl, kRowLanes, WeightOpsBindings, WeightOpsWgsl} from './step_kernels.js';
 import {kGpuWeightTypes, kInterleavedTypes} from './weight_types.js';
 
@@ -124,6 +129,7 @@ function OtherBuffers(program) {
   const c = program.config;
   const max_cols = Math.max(...program.tensors.map((t) => t.cols));
   const out = Object.entries(program.buffers).map(([name, n]) => [`the ${name} activation`, n * 4]);
+  for (const [name, n] of Object.entries(program.states || {})) out.push([`the ${name} recurrent state`, n * 4]);
   out.push(['the readback buffer', Math.max(2 * c.kv_dim * 4, 4 + c.vocab_size * 4)], ['the quantised activation', max_cols * 4]);
   return out;
 }
@@ -182,6 +188,8 @@ export class GpuStepProgram {
       return pipelines;
     };
     const ops = await compile(kOpsWgsl, Object.keys(kOpsBindings), 'step ops');
+    const hybrid = program.ops.some((op) => kHybridBindings[op.kind]) ?
+        await compile(kHybridWgsl, Object.keys(kHybridBindings), 'hybrid layer ops') : {};
     const weight_ops = {};  // by `${type}/${layout}`
     for (const t of program.tensors) {
       const key = `${t.type}/${t.layout}`;
@@ -192,12 +200,12 @@ export class GpuStepProgram {
     if (program.tensors.some((t) => t.file_offset !== undefined) && !options.read_file) {
       throw new Error('the step program reads its weights from the model file, and no read_file was given');
     }
-    const step = new GpuStepProgram(device, program, heap, rope, kv_device, ops, weight_ops, fit.placement);
+    const step = new GpuStepProgram(device, program, heap, rope, kv_device, {ops, weight_ops, hybrid}, fit.placement);
     await step.#UploadFromFile(options.read_file);
     return step;
   }
 
-  constructor(device, program, heap, rope, kv_device, ops, weight_ops, placement) {
+  constructor(device, program, heap, rope, kv_device, pipelines, placement) {
     this.device = device;
     this.program = program;
     this.config = program.config;
@@ -223,6 +231,9 @@ export class GpuStepProgram {
     // table, the argmax id, the quantised activation [max cols] codes and [max cols / 32] scales.
     this.buffers = {};
     for (const [name, n] of Object.entries(program.buffers)) this.buffers[name] = this.#Buffer(n * 4);
+    // The recurrent layers' states [f32 elements] by name: one whatever the tokens in flight.
+    this.states = {};
+    for (const [name, n] of Object.entries(program.states || {})) this.states[name] = this.#Buffer(n * 4);
     const max_cols = Math.max(...program.tensors.map((t) => t.cols));
     this.step = this.#Buffer(8);
     this.rope_table = this.#Buffer(this.config.rotary_dims * 4);
@@ -237,7 +248,7 @@ export class GpuStepProgram {
     const kv_floats = 2 * c.kv_dim;
     this.staging = device.createBuffer({size: Math.max(kv_floats * 4, 4 + c.vocab_size * 4),
                                         usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
-    this.pipelines = {ops, weight_ops};
+    this.pipelines = pipelines;  // {ops, weight_ops, hybrid}
     this.uniforms = new Map();  // op uniforms by their words: read-only, so shared by every record
     // Each op recorded once: [{pipeline, group, groups: [x, y]}], and the attention ops apart.
     this.records = program.ops.map((op) => this.RecordOp(op));
@@ -272,11 +283,19 @@ export class GpuStepProgram {
   Destroy() {
     for (const b of this.chunks) b.destroy();
     for (const b of Object.values(this.buffers)) b.destroy();
+    for (const b of Object.values(this.states)) b.destroy();
     for (const b of [this.step, this.rope_table, this.out_id, this.xq, this.xd, this.staging]) b.destroy();
     this.block_steps?.destroy();
     this.block_rope?.destroy();
     for (const b of this.uniforms.values()) b.destroy();
     this.block.Destroy();
+  }
+
+  /** Zeroes the recurrent states (a new sequence): queued before any later step's commands. */
+  ResetStates() {
+    for (const [name, n] of Object.entries(this.program.states || {})) {
+      this.device.queue.writeBuffer(this.states[name], 0, new Float32Array(n));
+    }
   }
 
   #Buffer(bytes) {
@@ -333,7 +352,7 @@ export class GpuStepProgram {
           out.push(...simple('quantize', [t.cols, 0, 0, 0], op.x, op.y, [Math.ceil(t.cols / 32 / 64), 1]));
         }
         for (const p of pieces) {  // rows p.row0 .. p.row0 + p.rows of the weight, each its own matrix
-          const dims = this.Uniform([p.rows, t.cols, row_bytes, p.offset, p.row0, 0, 0, 0, 0]);
+          const dims = this.Uniform([p.rows, t.cols, row_bytes, p.offset, p.row0 + (op.y_offset ?? 0), 0, 0, 0, 0]);
           const group = this.Group(kernels[entry], WeightOpsBindings(t.type)[entry],
                                     {...base, 0: this.chunks[p.chunk], 1: B[op.x], 2: B[op.y], 3: dims});
           const row_groups = Math.ceil(p.rows / kRowLanes);  // matvec: a row per invocation
@@ -355,7 +374,16 @@ export class GpuStepProgram {
       case 'swiglu': return simple('swiglu', [op.n, 0, 0, 0], op.x, op.y, [Math.ceil(op.n / 64), 1]);
       case 'argmax': return simple('argmax', [op.n, 0, 0, 0], op.x, 'x', [1, 1]);
       case 'attention': return null;  // the cache's, at run time
-      default: throw new Error(`step program: unknown op '${op.kind}'`);
+      default: {
+        const bindings = kHybridBindings[op.kind];
+        if (!bindings) throw new Error(`step program: unknown op '${op.kind}'`);
+        const {words, groups} = HybridDispatch(op, c, op.w !== undefined ? word() : 0);
+        const pipeline = this.pipelines.hybrid[op.kind];
+        const resource = {0: () => weights, 1: () => B[op.x], 2: () => B[op.y], 3: () => this.Uniform(words),
+                          9: () => this.states[op.state], 10: () => B[op.gates]};
+        const group = this.Group(pipeline, bindings, Object.fromEntries(bindings.map((b) => [b, resource[b]()])));
+        return [{pipeline, group, groups}];
+      }
     }
   }
 

@@ -8,8 +8,10 @@
 // thread; f32 score arithmetic, as the GPU scores): the ids (BOS and prompt, then kNewTokens
 // greedy ids: the first largest logit) and the logits after every id but the last. For
 // stories260K the manifest also carries run.c's golden ids (golden-runc-ids.txt), which native
-// kvq's f32 run reproduces. And a tiny qwen35 hybrid, which the GPU path must refuse by name, and
-// the qwen3 Q1_0 model with a longer context for the mixed KV mode (manifest "mixed").
+// kvq's f32 run reproduces. The tiny qwen35 hybrid (kvq synth --preset tiny-qwen35: Gated DeltaNet
+// layers between gated attention layers, Q8_0) runs as the others; the tiny qwen35moe, which the
+// GPU path must refuse naming its mixture-of-experts layers (manifest "moe_hybrid"), and the qwen3
+// Q1_0 model with a longer context for the mixed KV mode (manifest "mixed") are written only.
 // Output: DIR/manifest.json, DIR/<model>.<prompt>.<spec>.bin ([n − 1][vocab] f32), the synth GGUFs.
 // Usage: gpu_forward_fixture DIR
 #include <fmt/format.h>
@@ -105,6 +107,17 @@ int main(int argc, char** argv) {
     cases.push_back({"qwen3-q4_k_m", (dir / "qwen3-q4_k_m.gguf").string(), "", "/fixture/qwen3-q4_k_m.gguf",
                      {"Once upon a time", "The cat", "A little dog ran"}, 2});
   }
+  // The hybrids of kvq synth's presets: tiny-qwen35 runs on the GPU path (its recurrent state on the
+  // GPU), tiny-qwen35moe is refused with a message the page shows.
+  for (const char* preset : {"tiny-qwen35", "tiny-qwen35moe"}) {
+    kvq::Result<kvq::SynthSpec> spec = kvq::SynthPreset(preset);
+    if (!spec.ok()) return Fail(spec.status().message());
+    const std::string file = std::string(preset).substr(5) + ".gguf";  // "qwen35.gguf", "qwen35moe.gguf"
+    if (kvq::Status s = kvq::WriteSynthModel(*spec, stories + "stories260K.gguf", (dir / file).string()); !s.ok())
+      return Fail(s.message());
+  }
+  cases.push_back({"qwen35", (dir / "qwen35.gguf").string(), "", "/fixture/qwen35.gguf",
+                   {"Once upon a time", "The cat", "A little dog ran"}});
   // The other weight types a Bonsai, Qwen3, Llama or Qwen2 GGUF uses, each in at least one model
   // (f32 and int8 KV, as the Q4_K_M mix: the KV formats are the models above's to cover):
   //   q2_k mix      Q2_K (q, k, gate, up), Q3_K (v, o, down), Q6_K (classifier)
@@ -129,13 +142,6 @@ int main(int argc, char** argv) {
     cases.push_back({fmt::format("qwen3-{}", tm.type), (dir / file).string(), "", "/fixture/" + file,
                      {"Once upon a time", "The cat", "A little dog ran"}, 2});
   }
-  // A hybrid (Gated DeltaNet layers), which the GPU path refuses with a message the page shows.
-  kvq::SynthSpec hybrid{.name = "tiny-qwen35", .arch = kvq::SynthArch::kQwen35, .dim = 128, .n_layers = 2,
-                        .n_heads = 4, .head_dim_override = 64, .n_kv_heads = 2, .hidden_dim = 256, .context = 256,
-                        .full_attention_interval = 2, .ssm_key_dim = 32, .ssm_k_heads = 2, .ssm_v_heads = 4};
-  hybrid.type = "q4_0";
-  if (kvq::Status s = kvq::WriteSynthModel(hybrid, stories + "stories260K.gguf", (dir / "qwen35.gguf").string()); !s.ok())
-    return Fail(s.message());
   // The Bonsai-shaped qwen3 Q1_0 model again with a context of 512 positions, for the mixed KV
   // mode (tests/web/gpu/gpu_kv_mixed_page.js): 16 pages of 32 per layer, so a device budget of
   // 2 streaming slots and one resident page per layer is 1/8 of the context (no native run: the
@@ -207,7 +213,7 @@ int main(int argc, char** argv) {
     models.push_back(std::move(m));
   }
   std::ofstream(dir / "manifest.json", std::ios::trunc)
-      << nlohmann::json{{"models", models}, {"hybrid", "/fixture/qwen35.gguf"},
+      << nlohmann::json{{"models", models}, {"moe_hybrid", "/fixture/qwen35moe.gguf"},
                         {"mixed", "/fixture/qwen3-q1_0-ctx512.gguf"},
                         {"targets", {hwy::TargetName(targets.front()), hwy::TargetName(alt_target)}}}
              .dump()

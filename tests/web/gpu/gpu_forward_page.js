@@ -3,7 +3,8 @@
 // KvCache, attention streamed through kv_device.js) against native kvq (gpu_forward_fixture: the
 // public API, greedy), for stories260K (llama2.c, F32), a tiny qwen3 with Q1_0 matrices (Bonsai's
 // architecture), one with Q4_0 (repacked: the interleaved layout) and a Q4_K_M mix (Q4_K and Q6_K,
-// repacked into the K-quant groups; the GPU runs kvq's scalar K-quant kernel's arithmetic), 3 prompts × KV specs
+// repacked into the K-quant groups; the GPU runs kvq's scalar K-quant kernel's arithmetic) and the
+// tiny qwen35 hybrid (Gated DeltaNet layers, their state on the GPU, and gated attention), 3 prompts × KV specs
 // {f32, int8, int4, int4-kivi, int4+rot}; and tiny qwen3s of the other weight types (Q2_K, Q3_K_M
 // and Q5_K_M mixes, Q4_1, Q2_0: every type in kvq's registry between them; gpu_forward_fixture
 // lists which matrix gets which), 3 prompts × {f32, int8}. Teacher-forced along native's ids, at every position:
@@ -15,8 +16,8 @@
 //   - stories260K with f32 KV: those ids are run.c's golden ids (golden-runc-ids.txt);
 //   - structure: a spec whose formats have a WGSL encoder (kv_formats.js's registry) runs on the
 //     resident path: each step is 1 submit and 1 readback; any other runs streamed: each step
-//     reads back exactly n_layers + 1 times (each layer's K and V rows for the module's cache,
-//     then the id) and submits n_layers + 1 command buffers, attention's included. Either way the
+//     reads back exactly n_cache_layers + 1 times (each attention layer's K and V rows for the
+//     module's cache, then the id) and submits as many command buffers, attention's included. Either way the
 //     KV device submits none of its own (these contexts fit its slots, so its commands ride in
 //     the step program's encoders);
 //   - every encoder format, resident against streamed: the same logits bit for bit and the same
@@ -26,7 +27,11 @@
 //     The two paths run the same weights and differ only in where K and V live, so what the check
 //     exercises is the KV shape and format (and each model's weights through both paths and its
 //     prefill blocks, which every model still runs).
-// And the tiny qwen35 hybrid is refused with a message naming its Gated DeltaNet layers.
+// The hybrid's recurrent state is checked by the same comparisons: its runs start from a zeroed
+// state (NewSequence), and a state carried wrongly from token to token, or from one run into the
+// next, moves the later logits. The resident check runs it with kHybridResidentFormats.
+// And the tiny qwen35moe hybrid is refused with a message naming its mixture-of-experts layers
+// and nothing else (its Gated DeltaNet layers and gated attention run).
 //
 // kBound, the largest |GPU − native| logit allowed for F32 weights: both sides compute in f32 and
 // differ only in rounding — summation order (the GPU's workgroup trees vs kvq's SIMD lanes in
@@ -67,6 +72,9 @@ const kResidentFormats = {'qwen3-q1_0': ['f32', 'int4'], 'qwen3-q4_0': ['f16', '
 // The models after those (each a weight type or mix; gpu_forward_fixture) run it in f32 KV only:
 // what they add is their weights through both paths and the prefill blocks' matmuls, not a format.
 const kWeightModelResidentFormats = ['f32'];
+// The hybrid's resident-vs-streamed formats: its KV layers are the qwen3 synths' kind; what it
+// adds is a state the block and token-by-token runs must carry alike, which any one format shows.
+const kHybridResidentFormats = ['int8'];
 
 async function Bytes(url) {
   const r = await fetch(url);
@@ -91,7 +99,7 @@ async function LoadModel(M, url, tokenizer_url) {
 }
 
 // Returns {models, runs, positions, near_ties, failures, worst_logit_difference, per_step, seconds}.
-// only: run just the model of that name (and the hybrid's refusal with stories260K), or '' for all.
+// only: run just the model of that name (and the MoE hybrid's refusal with stories260K), or '' for all.
 export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
   const t0 = performance.now();
   const failures = [];
@@ -119,7 +127,7 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
     }
     const runner = await GpuModelRunner.Create(M, device, model, program);
     tensor_types[m.name] = [...new Set(program.tensors.map((t) => `${t.type}/${t.layout}`))].join(' ');
-    const n_layers = program.config.n_layers;
+    const n_cache_layers = program.config.n_cache_layers;
     const quantized = program.tensors.some((t) => WeightBlock(t.type).quantized_activation);
     const spread = Math.max(...manifest.models.filter((o) => o.name !== 'stories260K')
                                  .flatMap((o) => o.runs.map((r) => r.target_spread)));
@@ -132,7 +140,7 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
       runner.NewSequence(run.spec, run.spec);
       const want_path = ResidentWhyNot(run.spec, run.spec) ? 'stream' : 'resident';
       if (runner.path !== want_path) fail(`${what}: the ${runner.path} path ran, expected ${want_path} (${runner.path_why})`);
-      const per_token = want_path === 'resident' ? 1 : n_layers + 1;
+      const per_token = want_path === 'resident' ? 1 : n_cache_layers + 1;
       const golden = run.spec === 'f32' ? m.golden?.find((g) => g.prompt === run.prompt)?.ids : undefined;
       if (m.golden && run.spec === 'f32' && !golden) fail(`${what}: no golden run for this prompt`);
       for (let p = 0; p + 1 < run.ids.length; ++p) {
@@ -175,7 +183,8 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
       }
     }
     runner.Destroy();
-    let resident_formats = m.name === 'stories260K' ? kEncoderFormats : kWeightModelResidentFormats;
+    let resident_formats = m.name === 'stories260K' ? kEncoderFormats
+        : program.states && Object.keys(program.states).length ? kHybridResidentFormats : kWeightModelResidentFormats;
     if (kResidentFormats[m.name]) {
       resident_formats = kResidentFormats[m.name];
       const split = Object.values(kResidentFormats).flat().sort().join(','), registry = [...kEncoderFormats].sort().join(',');
@@ -192,13 +201,14 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
     prefill_dispatches[m.name] = resident.dispatches;
     M._kvq_web_model_free(model);
   }
-  // The hybrid: refused, by name.
+  // The MoE hybrid: refused, naming its mixture-of-experts layers only.
   let refusal = {};
   if (!only || only === 'stories260K') {
-    const hybrid = await LoadModel(M, origin + manifest.hybrid, '');
+    const hybrid = await LoadModel(M, origin + manifest.moe_hybrid, '');
     refusal = GpuProgramOf(M, hybrid);
-    if (refusal.program || !/Gated DeltaNet/.test(refusal.why_not)) {
-      fail(`the qwen35 hybrid: expected a refusal naming its Gated DeltaNet layers, got ${refusal.why_not || 'a program'}`);
+    if (refusal.program || !/mixture-of-experts/.test(refusal.why_not) || /DeltaNet|gated attention/.test(refusal.why_not)) {
+      fail(`the qwen35moe hybrid: expected a refusal naming its mixture-of-experts layers only, got ` +
+           `${refusal.why_not || 'a program'}`);
     }
     M._kvq_web_model_free(hybrid);
   }

@@ -1,6 +1,6 @@
 // In the page: the WebGPU path within a device's limits (web/gpu/step_program.js: WeightPlacement,
 // GpuLimitsFor). For each model of gpu_forward_fixture's manifest:
-//   - split: the binding limit forced below the model's largest tensor of each layout (2.5× under
+//   - split: the binding limit forced below the model's largest matrix of each layout (2.5× under
 //     it, so such a tensor runs as three or more pieces, each its own binding, as a 151,936-row embedding or
 //     classifier does under the default 128 MiB): one prompt's steps give the logits of the
 //     unforced run bit for bit (a piece is a row range: every row's arithmetic is unchanged)
@@ -50,8 +50,18 @@ export async function RunGpuLimitsTests(fixture_url, bundle_url, only = '') {
     const device = await RequestGpuDevice(program);
     device.addEventListener('uncapturederror', (e) => fail(`${m.name}: WebGPU error: ${e.error.message}`));
     // Split: the largest tensor of each layout in three or more pieces.
-    const targets = [...new Set(program.tensors.map((t) => t.layout))].map((layout) =>
-      program.tensors.filter((t) => t.layout === layout).reduce((a, t) => (t.bytes > a.bytes ? t : a)));
+    // Matrices only: a vector (a norm's weights, a DeltaNet layer's conv taps) is one row, never
+    // cut. And only a layout whose largest matrix, cut so, leaves a binding that still holds the
+    // program's other buffers (the readback, activations, states): the tiny qwen35's largest F32
+    // matrix (ssm_alpha, 6 × 64 floats) would force a binding under its 6,144-byte delta-rule state.
+    const c = program.config;
+    const others = Math.max(4 + 4 * c.vocab_size, 8 * c.kv_dim, ...Object.values(program.buffers).map((n) => 4 * n),
+                            ...Object.values(program.states || {}).map((n) => 4 * n));
+    const matrices = program.tensors.filter((t) => t.rows > 1);
+    const targets = [...new Set(matrices.map((t) => t.layout))].map((layout) =>
+      matrices.filter((t) => t.layout === layout).reduce((a, t) => (t.bytes > a.bytes ? t : a)))
+      .filter((t) => Math.floor(t.bytes / 2.5 / 4) * 4 >= others);
+    if (!targets.length) fail(`${m.name}: no matrix large enough to split under a binding that holds ${others} bytes`);
     const cap = Math.min(...targets.map((t) => Math.floor(t.bytes / 2.5 / 4) * 4));
     const placed = WeightPlacement(program, cap);
     const pieces = {};

@@ -16,7 +16,7 @@
 // readback (no KV device submit), its last position's logits equal the resident token-by-token
 // run's bit for bit (every matvec a block matmul, K and V encoded a page at a time, attention
 // query-blocked: the per-token arithmetic), and its master pages equal the streamed run's byte
-// for byte. The second call allows kCapSlots·n_layers uniform slots (Prefill's uniform_slots): its
+// for byte. The second call allows kCapSlots·n_cache_layers uniform slots (Prefill's uniform_slots): its
 // 40 positions 5-44 would take 7 per layer (K and V calls in 2 pages, 2 attends, a gather), so the
 // runner cuts the block at the page end, 5-31 (4) and 32-44 (5): kRunnerBlocks.
 // Counted exactly per call (kv_resident.js's and block_steps.js's counts): per block and layer one
@@ -35,7 +35,7 @@ import {WeightBlock} from '/web/gpu/weight_types.js';
 const kPage = 32;       // positions per page (the smallest the cache takes)
 const kPositions = 72;  // two full pages and a partial tail
 const kBlocks = [5, 40, 27];  // prefill calls over the kPositions: positions 0-4, 5-44, 45-71
-const kCappedCall = 1;  // the call given kCapSlots · n_layers uniform slots
+const kCappedCall = 1;  // the call given kCapSlots · n_cache_layers uniform slots
 const kCapSlots = 6;
 const kRunnerBlocks = [[5], [27, 13], [27]];  // the blocks the runner makes of each call
 
@@ -54,7 +54,7 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
   const pages = (position) => Math.floor(position / kPage) + 1;  // pages up to a position
   // The program's matvecs, as dispatches: a block's matmul pieces (the matvecs up to its last
   // attention), the quantising ones among those, and the pieces of the matvecs after it.
-  const last_attention = program.ops.map((op) => op.kind).lastIndexOf('attention');
+  const last_attention = program.ops.findLastIndex((op) => op.kind === 'attention' || op.state !== undefined);
   const matvec_pieces = {blocked: 0, quantized: 0, last_token: 0};
   program.ops.forEach((op, i) => {
     if (op.kind !== 'matvec') return;
@@ -115,7 +115,7 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
       const before = blocks.counts, resident_before = {...blocks.resident.counts}, weights_before = {...blocks.step.block.counts};
       const slots_before = blocks.resident.uniforms.taken;
       const got = await blocks.Prefill(ids.slice(first, end + 1),
-                                       {logits: true, ...(capped ? {uniform_slots: kCapSlots * c.n_layers} : {})});
+                                       {logits: true, ...(capped ? {uniform_slots: kCapSlots * c.n_cache_layers} : {})});
       const after = blocks.counts;
       const counts = ['submits', 'readbacks', 'device_submits'].map((k) => after[k] - before[k]);
       const want_blocks = kRunnerBlocks[call];
@@ -132,9 +132,9 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
       const want_counts = {attends: 0, encodes: 0, slots: 0, matmuls: 0, quantizes: 0, matvecs: 0};
       for (let a = first, k = 0; k < want_blocks.length; a += want_blocks[k++]) {
         const z = a + want_blocks[k] - 1, pages_to_z = pages(z), written_pages = pages(z) - pages(a) + 1;
-        want_counts.attends += c.n_layers * pages_to_z;
-        want_counts.encodes += c.n_layers * 2 * written_pages * encoder_passes;
-        want_counts.slots += c.n_layers * (2 * written_pages + pages_to_z + 1);
+        want_counts.attends += c.n_cache_layers * pages_to_z;
+        want_counts.encodes += c.n_cache_layers * 2 * written_pages * encoder_passes;
+        want_counts.slots += c.n_cache_layers * (2 * written_pages + pages_to_z + 1);
         want_counts.matmuls += matvec_pieces.blocked;
         want_counts.quantizes += matvec_pieces.quantized;
         want_counts.matvecs += matvec_pieces.last_token;
@@ -154,8 +154,8 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
       dispatches.attend.blocked += got_counts.attends;
       dispatches.encode.blocked += got_counts.encodes;
       dispatches.weight.blocked += got_counts.matmuls + got_counts.matvecs;
-      for (let q = first; q <= end; ++q) dispatches.attend.per_token += c.n_layers * pages(q);
-      dispatches.encode.per_token += c.n_layers * 2 * encoder_passes * tokens;
+      for (let q = first; q <= end; ++q) dispatches.attend.per_token += c.n_cache_layers * pages(q);
+      dispatches.encode.per_token += c.n_cache_layers * 2 * encoder_passes * tokens;
       dispatches.weight.per_token += (matvec_pieces.blocked + matvec_pieces.last_token) * tokens;
       const at = got.logits.findIndex((v, i) => !Object.is(v, want.logits[i]));
       if (at >= 0 || got.token !== want.token) {
@@ -171,17 +171,17 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
     await blocks.Drain();
     const full = Math.floor(kPositions / kPage);
     const written = resident.counts.write_backs - written_before;
-    if (written !== full * c.n_layers) {
-      fail(`${what}: ${written} pages written behind, the run filled ${full * c.n_layers}`);
+    if (written !== full * c.n_cache_layers) {
+      fail(`${what}: ${written} pages written behind, the run filled ${full * c.n_cache_layers}`);
     }
     const block_written = blocks.counts.write_backs - block_written_before;
-    if (block_written !== full * c.n_layers) {
-      fail(`${what}: the block run wrote ${block_written} pages behind, it filled ${full * c.n_layers}`);
+    if (block_written !== full * c.n_cache_layers) {
+      fail(`${what}: the block run wrote ${block_written} pages behind, it filled ${full * c.n_cache_layers}`);
     }
     const bytes = page_bytes(stream);
     const a = M._malloc(bytes), b = M._malloc(bytes);
     for (const [run, name] of [[resident, 'resident'], [blocks, 'block-prefilled']]) {
-      for (let layer = 0; layer < c.n_layers; ++layer) {
+      for (let layer = 0; layer < c.n_cache_layers; ++layer) {
         const held = M._kvq_web_kv_positions(run.kv, layer);
         if (held !== full * kPage) {
           fail(`${what}: the ${name} run's layer ${layer} master holds ${held} positions, expected ${full * kPage}`);
