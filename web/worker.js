@@ -353,8 +353,8 @@ async function Generate(id, p) {
   Check(api.generatorCheck(options) === 0, 'the generation options');
   // The path: p.device 'cpu', 'gpu', or 'auto' (the GPU when it can, unless the adapter is an
   // emulation). What the GPU path cannot run (a hybrid model, a weight type its kernels do not
-  // read) runs on WebAssembly instead, with the reason in path.why: nothing the
-  // CPU can run errors for want of the GPU.
+  // read) runs on WebAssembly instead, with the reason in path.why: nothing the CPU can run
+  // errors for want of the GPU (every sampler setting runs on both).
   const want = p.device || 'auto';
   if (!['auto', 'cpu', 'gpu'].includes(want)) throw new Error(`device "${want}": use auto, cpu or gpu`);
   const why_not = GpuWhyNot();
