@@ -24,10 +24,10 @@ let stopRequested = false;
 // The WebGPU path (web/gpu/): the module's step program of the loaded model (its forward pass as
 // ops over a tensor table, src/web/gpu_program.h) run by web/gpu/step_program.js's WGSL kernels,
 // the KV master in the module's KvCache, attention streamed through the device. For dense models
-// (llama, mistral, qwen2, qwen3: Bonsai; qwen35's Gated DeltaNet hybrid) with F32, F16, BF16, Q8_0,
-// Q4_0 or Q1_0 matrices, any KV spec the device decodes, greedy sampling; anything else
-// (mixture-of-experts layers, other weight types, temperature > 0) runs on the WebAssembly CPU path,
-// which is also what runs where the browser offers no WebGPU adapter.
+// (llama, mistral, qwen2, qwen3: Bonsai; qwen35's Gated DeltaNet hybrid) with matrices of any weight
+// type in kvq's registry, any KV spec the device decodes, any sampler setting (kvq's chain on the
+// GPU: sample_kernels.js); anything else (mixture-of-experts layers) runs on the WebAssembly CPU
+// path, which is also what runs where the browser offers no WebGPU adapter.
 let gpu = null;              // {device, name} when WebGPU offers an adapter
 let gpu_why_not = 'not probed yet';
 let gpu_program = null;      // the loaded model's step program (null: the GPU path cannot run it)
@@ -37,7 +37,7 @@ let gpu_forced = false;      // ?gpu=1: the GPU path even on an emulated adapter
 // A picked GGUF file the GPU path runs is loaded from its header alone (kvq_web_model_load_header):
 // its weights go from the file to GPU buffers, never into the module's memory, which then holds
 // the header, the vocabulary and the KV master. What needs the CPU forward (the WebAssembly path,
-// temperature > 0, no device after a loss) loads the whole file into the module then (FullModel).
+// no device after a loss) loads the whole file into the module then (FullModel).
 let model_file = null;       // the picked File of a header-only model (null: the model is whole)
 let model_full = 0;          // the whole file's model, loaded on demand for the CPU forward (0: none)
 
@@ -52,12 +52,10 @@ function Check(ok, what) {
   if (!ok) throw new KvqError(`${what}: ${LastError()}`);
 }
 
-// Why a generation with params p cannot take the GPU path ('' when it can).
-function GpuWhyNot(p) {
+// Why a generation cannot take the GPU path ('' when it can): every sampler setting can.
+function GpuWhyNot() {
   if (!gpu) return gpu_why_not;
-  if (!gpu_program) return gpu_model_why_not;
-  if (p.temperature !== 0) return 'the GPU path samples greedily only (temperature 0)';
-  return '';
+  return gpu_program ? '' : gpu_model_why_not;
 }
 
 async function Init(m) {
@@ -354,12 +352,12 @@ async function Generate(id, p) {
   const options = JSON.stringify({max_tokens, stop: p.stop ?? [], ignore_eos: p.ignore_eos ?? false});
   Check(api.generatorCheck(options) === 0, 'the generation options');
   // The path: p.device 'cpu', 'gpu', or 'auto' (the GPU when it can, unless the adapter is an
-  // emulation). What the GPU path cannot run (a MoE model, a weight type its kernels do not
-  // read, temperature > 0) runs on WebAssembly instead, with the reason in path.why: nothing the
-  // CPU can run errors for want of the GPU.
+  // emulation). What the GPU path cannot run (a MoE model) runs on WebAssembly instead, with the
+  // reason in path.why: nothing the CPU can run errors for want of the GPU (every sampler setting
+  // runs on both).
   const want = p.device || 'auto';
   if (!['auto', 'cpu', 'gpu'].includes(want)) throw new Error(`device "${want}": use auto, cpu or gpu`);
-  const why_not = GpuWhyNot(p);
+  const why_not = GpuWhyNot();
   const emulated = want === 'auto' && !why_not && gpu.emulated && !gpu_forced ?
       `the WebGPU adapter (${gpu.name}) is a CPU emulation, slower than WebAssembly here: choose gpu to use it` : '';
   const on_gpu = want !== 'cpu' && !why_not && !emulated;
@@ -479,7 +477,8 @@ function CpuEngine(p, keep, cpu_model) {
   };
 }
 
-// The WebGPU path: web/gpu/gpu_engine.js runs the module's step program of the model, greedy, the
+// The WebGPU path: web/gpu/gpu_engine.js runs the module's step program of the model, its token
+// picked on the GPU (the argmax, or kvq's chain on the module's generator's draws), the
 // prompt in blocks (one submit and one readback a block on the resident and mixed paths; token by
 // token on the stream path), its KV master in the module's KvCache: resident on the GPU for specs
 // with WGSL encoders (one submit and readback a token), mixed when such a context is over the
@@ -497,19 +496,20 @@ async function GpuEngine(p) {
   const runner = gpu_step;
   const c = gpu_program.config;
   const plan = runner.NewSequence(p.kv_k, p.kv_v, p.device_budget_bytes || 0);
+  runner.SetSampler(p);
+  let prompt_left = 0;  // the prompt's ids not yet prefilled: its last block samples the first token
   const counts0 = {...runner.counts};
   let decode0 = counts0;  // the counts when the prompt was in: per-step figures are the decode's
   let last = null;
   return {
-    keep_prefix: () => 0,  // a new sequence each time
-    prefill: async (prompt_ids) => {
-      last = await runner.Prefill(prompt_ids, p.gpu_prefill_block ? {block: p.gpu_prefill_block} : {});
+    keep_prefix: (prompt_ids) => (prompt_left = prompt_ids.length, 0),  // a new sequence each time
+    prefill: async (ids) => {
+      prompt_left -= ids.length;
+      last = await runner.Prefill(ids, {sample: !prompt_left, ...(p.gpu_prefill_block ? {block: p.gpu_prefill_block} : {})});
       decode0 = {...runner.counts};
     },
     sample: () => last.token,
-    decode: async (token) => {
-      last = await runner.Step(token);
-    },
+    decode: async (token) => { last = await runner.Step(token, {sample: true}); },
     // The rules of the completion that follows the runner's sequence (the prompt, run).
     completion: (options, prompt_ids) => api.generatorNewForSequence(model, prompt_ids.at(-1), runner.positions, options),
     // What the CPU path's session reports; bytes per token are the cache's planned bytes at full
@@ -549,7 +549,7 @@ async function Bench(id, p) {
   const info = JSON.parse(api.modelInfo(model));
   return RunBench(p, {
     vocab: info.vocab_size, context: model_context, block: api.prefillBlock(),
-    why_not: (path) => (path === 'gpu' ? GpuWhyNot({temperature: 0}) : ''),
+    why_not: (path) => (path === 'gpu' ? GpuWhyNot() : ''),
     Engine: async (path, q) => (path === 'gpu' ? GpuEngine(q) : CpuEngine({...q, threads}, false, await FullModel())),
     Free: FreeSession,
     progress: (what) => self.postMessage({type: 'progress', id, bench: what}),

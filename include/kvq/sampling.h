@@ -11,7 +11,10 @@
 // tie) and nothing else runs; otherwise top-k on the logits, softmax with the temperature, top-p
 // (the smallest set of most likely tokens whose probability reaches top_p), min-p (tokens at
 // least min_p times as likely as the most likely one), and one draw from what is left, from a
-// 64-bit Mersenne Twister seeded with `seed` — the same seed and logits give the same token.
+// 64-bit Mersenne Twister seeded with `seed` — the same seed and logits give the same token. After
+// top-k the chain runs in integers (weights 2^31 · exp((logit - top) / temperature), the logits read
+// to 2^-20 and clamped to ±2048, the exponent in base 2 to 2^-20; temperatures under 0.0056 act as
+// 0.0056), so the page's GPU sampler picks the same token from the same logits and seed, bit for bit.
 #pragma once
 
 #include <cstdint>

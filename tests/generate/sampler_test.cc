@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <set>
@@ -59,9 +60,12 @@ std::vector<int64_t> Counts(const std::vector<float>& logits, SamplerOptions opt
 }
 
 // Each count is Binomial(draws, q_i) where q is `expected` (zero outside the kept set). The bound is
-// 5 standard deviations, plus the bias of the sampler's float probabilities (relative 2^-23 per
-// rounding, a few roundings: 2^-20 of q is generous) times draws, plus one count for the discrete
-// edge. A kept token with q = 0 must never appear.
+// 5 standard deviations, plus the bias of the sampler's integer weights times draws, plus one count
+// for the discrete edge. The weights' relative error: the log2 exponent read to 2^-20 (2^-20 · ln 2),
+// the table's rounding (2^-31 twice), the logit gap read to 2^-20 (2^-20 · log2(e) / T in the
+// exponent, T ≥ 0.5 here: under 2^-18.4) and the scale's rounding (2^-25 of an exponent under 32:
+// 2^-20): under 2^-17.5 per weight, so 2^-16 of q bounds the bias of a ratio of sums of them. A kept
+// token with q = 0 must never appear.
 void ExpectFrequencies(const std::vector<int64_t>& counts, const std::vector<double>& expected,
                        int64_t draws, const std::string& what) {
   for (size_t i = 0; i < counts.size(); ++i) {
@@ -72,7 +76,7 @@ void ExpectFrequencies(const std::vector<int64_t>& counts, const std::vector<dou
     }
     const double mean = static_cast<double>(draws) * q;
     const double sigma = std::sqrt(static_cast<double>(draws) * q * (1 - q));
-    const double bound = 5 * sigma + mean * std::ldexp(1.0, -20) + 1;
+    const double bound = 5 * sigma + mean * std::ldexp(1.0, -16) + 1;
     EXPECT_NEAR(static_cast<double>(counts[i]), mean, bound) << what << ": token " << i << ", q " << q;
   }
 }
@@ -250,6 +254,51 @@ TEST(Sampler, SameSeedSameSequence) {
   EXPECT_EQ(sequence(42), sequence(42));
   // Another seed gives another sequence (300 draws over ~30 tokens: equal by chance ~never).
   EXPECT_NE(sequence(42), sequence(43));
+}
+
+// The chain at temperature > 0 is SampleWithWords on the words of the generator's next draw (what
+// the GPU sampler runs): a Sampler and the words of a twin with the same seed pick the same ids,
+// with every filter on and off, and an id the words' draw does not pick when the draw changes.
+TEST(Sampler, SampleIsSampleWithTheNextWords) {
+  const std::vector<float> logits = RandomLogits(500, 77, 3.0f);
+  int32_t changed = 0;
+  for (uint64_t seed = 0; seed < 60; ++seed) {
+    const SamplerOptions o{.temperature = 0.6f + 0.1f * static_cast<float>(seed % 5),
+                           .top_k = seed % 3 == 0 ? 0 : 40, .top_p = seed % 2 ? 0.9f : 1.0f,
+                           .min_p = seed % 4 == 0 ? 0.05f : 0.0f, .seed = seed};
+    Sampler sampler(o), twin(o);
+    for (int i = 0; i < 20; ++i) {
+      SampleWords words = twin.NextWords();
+      const int32_t id = SampleWithWords(words, logits.data(), 500);
+      EXPECT_EQ(sampler.Sample(logits.data(), 500), id) << "seed " << seed << ", draw " << i;
+      words.draw_hi ^= 0x80000000u;
+      changed += SampleWithWords(words, logits.data(), 500) != id;
+    }
+  }
+  EXPECT_GT(changed, 100);  // of 1200: the draw reaches the pick
+}
+
+// The table of 2^-x, computed in integers, against the double exp2: each entry the rounding of
+// 2^31 · 2^-x to within 0.5 plus the double's error (2^31 · 2^-52 relative: under 2^-20).
+TEST(Sampler, Exp2TableIsTheRoundedPower) {
+  const uint32_t* table = SampleExp2Table();
+  for (int j = 0; j < 1024; ++j) {
+    EXPECT_NEAR(table[j], std::ldexp(std::exp2(-j / 1024.0), 31), 0.5 + std::ldexp(1.0, -20)) << j;
+    EXPECT_NEAR(table[1024 + j], std::ldexp(std::exp2(-j / 1048576.0), 31), 0.5 + std::ldexp(1.0, -20)) << j;
+  }
+  EXPECT_EQ(table[0], 1u << 31);
+}
+
+// Every logit refused (-infinity): 0, and the draw is still taken (the GPU's host draws once per
+// sampled token whatever the logits).
+TEST(Sampler, AllRefusedGivesZeroAndDraws) {
+  const std::vector<float> refused(8, -std::numeric_limits<float>::infinity());
+  const std::vector<float> logits = RandomLogits(8, 3);
+  const SamplerOptions o{.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .seed = 9};
+  Sampler a(o), b(o);
+  EXPECT_EQ(a.Sample(refused.data(), 8), 0);
+  b.NextWords();
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(a.Sample(logits.data(), 8), b.Sample(logits.data(), 8));
 }
 
 }  // namespace

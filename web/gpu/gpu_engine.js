@@ -37,6 +37,7 @@
 
 import {GpuKvDevice} from './kv_device.js';
 import {BlockUniformSlots, GpuResidentKv, kStreamSlots, PageBufferBytes, ResidentPagesFor, ResidentWhyNot} from './kv_resident.js';
+import {ModuleSampler, SampleExp2Table} from './sample_kernels.js';
 import {GpuLimitsFor, GpuStepProgram, StepProgramWhyNot} from './step_program.js';
 
 // A step is redone at most this many times after losing its device (a device lost again and
@@ -95,7 +96,8 @@ export class GpuModelRunner {
    */
   static async Create(M, device, model, program, options = {}) {
     const runner = new GpuModelRunner(M, model, program, options.acquire || (() => RequestGpuDevice(program)));
-    runner.step_options = {...options.step, ...(options.read_file ? {read_file: options.read_file} : {})};
+    runner.step_options = {...options.step, sample_table: SampleExp2Table(M),
+                           ...(options.read_file ? {read_file: options.read_file} : {})};
     runner.cpu_model = options.cpu_model || (async () => model);
     runner.cpu_model_handle = 0;  // what cpu_model gave, asked for on the first CPU step
     await runner.#Attach(device);
@@ -131,6 +133,7 @@ export class GpuModelRunner {
     this.path = '';        // 'resident', 'mixed' or 'stream' (NewSequence)
     this.path_why = '';    // why this path
     this.cpu_steps = 0;
+    this.sampler = null;  // SetSampler's ModuleSampler
     /** Test hook: called after each layer's K and V rows reach the master (layer, position). */
     this.after_append = null;
   }
@@ -268,8 +271,29 @@ export class GpuModelRunner {
     this.kv = 0;
   }
 
-  /** Runs `token` at the next position: {token: the greedy next id, logits (options.logits)}. */
-  async Step(token, options = {}) { return this.#Run([token], options); }
+  /**
+   * Runs `token` at the next position: {token: the greedy next id, or with options.sample (a
+   * ModuleSampler's words) the sampled one, logits (options.logits)}.
+   */
+  async Step(token, options = {}) { return this.#Run([token], this.#Draw(options)); }
+
+  /**
+   * The sampler of the steps and prefills asked to sample (options.sample: true): kvq's chain with
+   * the page's settings {temperature, top_k, top_p, min_p, seed}, its generator in the module
+   * (ModuleSampler), replacing any earlier one.
+   */
+  SetSampler(p) {
+    this.sampler?.Free();
+    this.sampler = new ModuleSampler(this.M, p);
+  }
+
+  // options with sample: true as the next token's words (null when greedy), drawn once per call
+  // (a block redone after a lost device draws nothing more).
+  #Draw(options) {
+    if (options.sample !== true) return options;
+    if (!this.sampler) throw new Error('GpuModelRunner: a sampled step, and no SetSampler');
+    return {...options, sample: this.sampler.Next()};
+  }
 
   /**
    * Runs `ids` at the next positions, in blocks (kGpuPrefillBlock tokens at most, or
@@ -278,6 +302,7 @@ export class GpuModelRunner {
    */
   async Prefill(ids, options = {}) {
     if (!ids.length) throw new Error('GpuModelRunner: a prefill of no ids');
+    options = this.#Draw(options);
     const most = options.block ?? kGpuPrefillBlock;
     if (!(Number.isInteger(most) && most >= 1)) throw new Error(`prefill block ${most}: a whole number ≥ 1`);
     let out = null;
@@ -479,9 +504,15 @@ export class GpuModelRunner {
     for (let p = kept; p < pos; ++p) {
       if (M._kvq_web_kv_cpu_step(model, kv, this.ids[p], 0) < 0) throw Fail(`running position ${p} again`);
     }
-    if (options.logits && !this.logits_ptr) this.logits_ptr = M._malloc(this.config.vocab_size * 4);
-    const id = M._kvq_web_kv_cpu_step(model, kv, token, options.logits ? this.logits_ptr : 0);
+    const want_logits = options.logits || options.sample;
+    if (want_logits && !this.logits_ptr) this.logits_ptr = M._malloc(this.config.vocab_size * 4 + 6 * 4);
+    let id = M._kvq_web_kv_cpu_step(model, kv, token, want_logits ? this.logits_ptr : 0);
     if (id < 0) throw Fail(`position ${pos}`);
+    if (options.sample) {  // the GPU sampler's words, picked from by the C++ chain it mirrors
+      const words_ptr = this.logits_ptr + this.config.vocab_size * 4;
+      M.HEAPU8.set(new Uint8Array(options.sample.buffer, options.sample.byteOffset, 6 * 4), words_ptr);
+      id = M._kvq_web_sample_with_words(words_ptr, this.logits_ptr, this.config.vocab_size);
+    }
     ++this.cpu_steps;
     const logits = options.logits ?
         M.HEAPF32.slice(this.logits_ptr >> 2, (this.logits_ptr >> 2) + this.config.vocab_size) : null;
@@ -509,6 +540,7 @@ export class GpuModelRunner {
     if (this.page_ptr) this.M._free(this.page_ptr);
     if (this.read_ptr) this.M._free(this.read_ptr);
     if (this.logits_ptr) this.M._free(this.logits_ptr);
+    this.sampler?.Free();
     this.step?.Destroy();
   }
 }

@@ -20,7 +20,7 @@
 // master copy, encodes them with kvq's codecs), the cache streams its pages to the GPU through
 // kv_device.js, whose attention commands go into the encoder of the next span (no submit of its
 // own while the layer's pages fit its slots); the next span follows. The last span ends with the
-// argmax, whose id is the step's final readback. So a step is n_layers + 1 submits and as many
+// argmax (or, at temperature > 0, sample_kernels.js's pick), whose id is the step's final readback. So a step is n_layers + 1 submits and as many
 // readbacks (the K and V rows must reach the module's master cache before attention reads it).
 // With a resident cache (kv_resident.js: formats with a WGSL encoder) the rows are encoded and
 // attended on the GPU inside the one encoder instead: one submit and one readback per step, full
@@ -41,6 +41,7 @@
 
 import {BlockRecorder} from './block_steps.js';
 import {HybridDispatch, kHybridBindings, kHybridWgsl} from './hybrid_kernels.js';
+import {CompileSampler, GpuSampler} from './sample_kernels.js';
 import {kOpsBindings, kOpsWgsl, kRowLanes, WeightOpsBindings, WeightOpsWgsl} from './step_kernels.js';
 import {kGpuWeightTypes, kInterleavedTypes} from './weight_types.js';
 
@@ -201,6 +202,9 @@ export class GpuStepProgram {
       throw new Error('the step program reads its weights from the model file, and no read_file was given');
     }
     const step = new GpuStepProgram(device, program, heap, rope, kv_device, {ops, weight_ops, hybrid}, fit.placement);
+    // Temperature > 0 (Steps' options.sample): the GPU sampler ends the step instead of the argmax.
+    step.sampler = options.sample_table ? new GpuSampler(device, await CompileSampler(device), program.config.vocab_size,
+                                                         options.sample_table, step.out_id) : null;
     await step.#UploadFromFile(options.read_file);
     return step;
   }
@@ -289,6 +293,7 @@ export class GpuStepProgram {
     this.block_rope?.destroy();
     for (const b of this.uniforms.values()) b.destroy();
     this.block.Destroy();
+    this.sampler?.Destroy();
   }
 
   /** Zeroes the recurrent states (a new sequence): queued before any later step's commands. */
@@ -410,7 +415,8 @@ export class GpuStepProgram {
    * GPU buffers q [n_heads·head_dim] in, out the same shape}), or with kv.resident (a
    * kv_resident.js GpuResidentKv) the cache's working set on the GPU: then the whole step is one
    * submit and one readback. Returns {token: the argmax, logits: Float32Array [vocab] when
-   * options.logits}.
+   * options.logits}; with options.sample (Uint32Array [6], ModuleSampler's words) the token is
+   * the GPU sampler's pick instead, still the one id read back.
    */
   async Step(token, pos, kv, options = {}) { return this.Steps([token], pos, kv, options); }
 
@@ -449,6 +455,10 @@ export class GpuStepProgram {
         encoder.copyBufferToBuffer(this.block_rope, 4 * t * c.rotary_dims, this.rope_table, 0, 4 * c.rotary_dims);
         encoder = await this.#RecordToken(encoder, p, kv);
       }
+    }
+    if (options.sample) {  // the last token's pick by kvq's chain under these words (sample_kernels.js)
+      if (!this.sampler) throw new Error('step program: a sampled step, and no options.sample_table was given at Create');
+      this.sampler.Record(encoder, logits.buffer, logits.offset, options.sample);
     }
     encoder.copyBufferToBuffer(this.out_id, 0, this.staging, 0, 4);
     if (options.logits) encoder.copyBufferToBuffer(logits.buffer, logits.offset, this.staging, 4, c.vocab_size * 4);

@@ -104,6 +104,13 @@ foreach(kv_spec int8 int4-kivi)
                    "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}" ${kv_spec})
   set_tests_properties(web.gpu_device_loss.${kv_spec} PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 300)
 endforeach()
+# The GPU sampler (web/gpu/sample_kernels.js) against kvq's C++ chain, id for id, over logits at
+# vocabularies 32000 and 151936 and every sampler setting; sampled generation on the GPU path (one
+# readback a token, a seed's ids again on a rerun) (tests/web/gpu/gpu_sampler_page.js).
+add_test(NAME web.gpu_sampler
+         COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --sampler
+                 "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}")
+set_tests_properties(web.gpu_sampler PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 600)
 # A model loaded from its GGUF header alone (the page's GPU path for a picked file): its weights
 # read from the file, never the module's memory, again after a lost device; the rest on the whole
 # file's model when no device comes back; its CPU forward refused (tests/web/gpu/gpu_file_weights_page.js).

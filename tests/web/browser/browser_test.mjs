@@ -165,10 +165,13 @@ async function GpuPath(page, info, golden) {
   if (auto_emulated.path?.device !== 'cpu' || !/emulation/.test(auto_emulated.path.why)) {
     Fail(`auto on SwiftShader: expected the CPU path and why, got ${JSON.stringify(auto_emulated.path)}`);
   }
-  const sampled = await Hook(page, {prompt: kScalarPrompt, kv_k: 'int4', max_tokens: 4, temperature: 0.8});
-  if (sampled.path?.device !== 'cpu' || !/greedily/.test(sampled.path.why)) {
-    Fail(`auto with temperature 0.8: expected the CPU path and why, got ${JSON.stringify(sampled.path)}`);
-  }
+  // Every sampler setting runs on the GPU path (web/gpu/sample_kernels.js; web.gpu_sampler checks
+  // its picks): temperature 0.8 with a seed runs there, and the same seed gives the same ids again.
+  const hot = {prompt: kScalarPrompt, kv_k: 'int4', max_tokens: 8, temperature: 0.8, top_k: 40, top_p: 0.95,
+               seed: 7, device: 'gpu'};
+  const sampled = await Hook(page, hot);
+  if (sampled.path?.device !== 'gpu') Fail(`gpu with temperature 0.8: ran on ${JSON.stringify(sampled.path)}`);
+  CompareIds('gpu temperature 0.8 seed 7, run again', (await Hook(page, hot)).ids, sampled.ids);
   // The GPU path's KV in kvq's cache in other formats (encoded by kvq's codecs in the WebAssembly
   // module, decoded in the shader): greedy ids equal native `kvq run` with the same format and f32
   // score arithmetic (as the shader scores; by default native int8/int4 keys score on integer dot

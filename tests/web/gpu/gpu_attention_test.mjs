@@ -14,10 +14,12 @@
 // attention (tests/web/gpu/gpu_chunk_attention_page.js). With `--encode` (FIXTURE_DIR as without a
 // flag), the WGSL KV encoders against kvq's codecs (tests/web/gpu/gpu_kv_encode_page.js); with
 // `--write-behind` (FIXTURE_DIR is the web bundle), pages they encode handed to the module's master.
+// With `--sampler` (FIXTURE_DIR is the web bundle), the GPU sampler against kvq's C++ chain and
+// sampled generation on the GPU path (tests/web/gpu/gpu_sampler_page.js).
 // With `--mixed` (arguments as --forward; CASE is "RUN:LIST", the formats to run and the registry's
 // list, as gpu_kv_mixed_page.js takes it), the mixed KV mode on a context 8× the device budget
 // (tests/web/gpu/gpu_kv_mixed_page.js), every format in one page.
-// Usage: node gpu_attention_test.mjs [--forward|--limits|--mixed|--kv-device|--device-loss|--file-weights|--chunks|--encode|--write-behind]
+// Usage: node gpu_attention_test.mjs [--forward|--limits|--mixed|--kv-device|--device-loss|--file-weights|--chunks|--encode|--write-behind|--sampler]
 //        FIXTURE_DIR [BUNDLE_DIR (--forward, --limits, --mixed)] PLAYWRIGHT_NPM_DIR
 //        [CASE_SUBSTRING]
 import fs from 'node:fs';
@@ -45,7 +47,8 @@ const chunks = process.argv[2] === '--chunks';
 const encode = process.argv[2] === '--encode';
 const write_behind = process.argv[2] === '--write-behind';
 const file_weights = process.argv[2] === '--file-weights';
-const kv_device = process.argv[2] === '--kv-device' || device_loss || chunks || write_behind || file_weights;  // all take the bundle as FIXTURE_DIR
+const sampler = process.argv[2] === '--sampler';
+const kv_device = process.argv[2] === '--kv-device' || device_loss || chunks || write_behind || file_weights || sampler;  // all take the bundle as FIXTURE_DIR
 const rest = process.argv.slice(forward || kv_device || encode ? 3 : 2);
 const bundle_arg = forward ? rest.splice(1, 1)[0] : undefined;
 const [fixture_arg, npm_dir, only] = rest;
@@ -91,6 +94,7 @@ const server = http.createServer((req, res) => {
             'import {RunGpuKvEncodeTests, RunGpuWriteBehindTests} from "/test/gpu_kv_encode_page.js";' +
             'window.RunGpuKvEncodeTests = RunGpuKvEncodeTests; window.RunGpuWriteBehindTests = RunGpuWriteBehindTests;' +
             'window.RunGpuLimitsTests = RunGpuLimitsTests;' +
+            'import {RunGpuSamplerTests} from "/test/gpu_sampler_page.js"; window.RunGpuSamplerTests = RunGpuSamplerTests;' +
             'window.RunGpuAttentionTests = RunGpuAttentionTests; window.RunGpuForwardTests = RunGpuForwardTests;' +
             'window.RunGpuKvDeviceTests = RunGpuKvDeviceTests; window.RunGpuDeviceLossTests = RunGpuDeviceLossTests;</script>');
     return;
@@ -121,7 +125,8 @@ try {
   await page.goto(origin + '/');
   await page.waitForFunction(() => typeof window.RunGpuAttentionTests === 'function', null, {timeout: 30000});
   page.setDefaultTimeout(0);
-  result = write_behind ? await page.evaluate((url) => window.RunGpuWriteBehindTests(url), origin + '/fixture')
+  result = sampler ? await page.evaluate((url) => window.RunGpuSamplerTests(url), origin + '/fixture')
+      : write_behind ? await page.evaluate((url) => window.RunGpuWriteBehindTests(url), origin + '/fixture')
       : encode ? await page.evaluate((url) => window.RunGpuKvEncodeTests(url), origin + '/fixture')
       : chunks ? await page.evaluate((url) => window.RunGpuChunkAttentionTests(url), origin + '/fixture')
       : file_weights ? await page.evaluate((url) => window.RunGpuFileWeightsTests(url), origin + '/fixture')
@@ -139,7 +144,13 @@ try {
   await browser.close();
   server.close();
 }
-if (mixed) {
+if (sampler) {
+  console.log(`gpu_attention_test --sampler: ${result.cases} cases (GPU pick = kvq's chain), ${result.failures.length} failures, ` +
+              `${result.flipped_differs} picks changed by the draw's top bit, ${result.greedy_differs} not the argmax, ` +
+              `${result.distinct_ids} distinct ids, ${result.replayed} generated ids replayed on the CPU, generation ` +
+              `${JSON.stringify(result.generation)}, ${result.seconds?.toFixed(1)} s in the page`);
+  if (!result.cases || !result.replayed) Fatal('no case ran');
+} else if (mixed) {
   console.log(`gpu_attention_test --mixed: formats ${result.formats?.join(', ')}, ${result.positions} positions, ` +
               `${result.checks} checks, ${result.failures.length} failures, context ${result.ratio}x the device budget, ` +
               `${result.streamed_bytes} bytes streamed from the master, ${result.submits} submits, ` +
@@ -190,6 +201,6 @@ if (mixed) {
               `worst error ${result.worst_error_over_bound?.toFixed(4)} of the bound, ${result.seconds.toFixed(1)} s in the page`);
 }
 for (const f of result.failures.slice(0, 50)) console.error(`gpu_attention_test: FAIL: ${f}`);
-if (!forward && !device_loss && !file_weights && result.cases === 0) Fatal('no case ran');  // (--kv-device too)
+if (!forward && !device_loss && !file_weights && !sampler && result.cases === 0) Fatal('no case ran');  // (--kv-device too)
 if (forward && !limits && !mixed && !result.positions) Fatal('no position ran');
 process.exit(result.failures.length ? 1 : 0);
