@@ -27,6 +27,9 @@ foreach(case page_state threads memory generation)
                    "$<TARGET_FILE:kvq_cli>" "${KVQ_PLAYWRIGHT_DIR}")
   set_tests_properties(web.${case} PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 300)
 endforeach()
+# The GPU path's chat (three KV paths, each turn against a fresh sequence, the stream path token by
+# token on SwiftShader) takes minutes of its own.
+set_tests_properties(web.generation PROPERTIES TIMEOUT 600)
 
 # WebGPU attention (issue 14) on the SwiftShader adapter: the cases written with kvq's codecs by
 # gpu_attention_fixture, checked in the page by tests/web/gpu/gpu_attention_page.js.
