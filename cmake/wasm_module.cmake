@@ -19,7 +19,7 @@ set(kvq_web_exports
   kvq_web_last_error kvq_web_kv_new kvq_web_kv_free kvq_web_kv_plan kvq_web_kv_append
   kvq_web_kv_attend_device kvq_web_kv_rows kvq_web_kv_new_for_model kvq_web_gpu_program kvq_web_gpu_rope
   kvq_web_kv_positions kvq_web_kv_rewind kvq_web_kv_cpu_step kvq_web_apply_template kvq_web_tokenize_chat_prompt
-  kvq_web_session_keep_prefix
+  kvq_web_session_keep_prefix kvq_web_positions_to_keep
   kvq_web_max_threads kvq_web_memory_scratch_bytes kvq_web_file_alloc kvq_web_file_free kvq_web_model_load_bytes
   kvq_web_gguf_header_bytes kvq_web_model_load_header
   kvq_web_session_set_threads

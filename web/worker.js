@@ -8,8 +8,10 @@
 // Protocol: the page posts {type, id, ...}; every reply carries the request's id (see app.js).
 'use strict';
 
-// Module choice, WebGPU's device, the module's memory and reading model files (worker_load.js).
+// Module choice, WebGPU's device, the module's memory and reading model files (worker_load.js);
+// the WebGPU path's engine of a generation (worker_gpu.js).
 importScripts('./worker_load.js');
+importScripts('./worker_gpu.js');
 
 let kvq = null;        // the Emscripten module
 let api = null;        // cwrapped kvq_web_* functions
@@ -27,7 +29,8 @@ let stopRequested = false;
 // (llama, mistral, qwen2, qwen3: Bonsai; qwen35's Gated DeltaNet hybrid) with matrices of any weight
 // type in kvq's registry, any KV spec the device decodes, any sampler setting (kvq's chain on the
 // GPU: sample_kernels.js); anything else (mixture-of-experts layers) runs on the WebAssembly CPU
-// path, which is also what runs where the browser offers no WebGPU adapter.
+// path, which is also what runs where the browser offers no WebGPU adapter. On both paths a chat's
+// next turn keeps the conversation in the cache and prefills only its new tokens (Generate's chat).
 let gpu = null;              // {device, name} when WebGPU offers an adapter
 let gpu_why_not = 'not probed yet';
 let gpu_program = null;      // the loaded model's step program (null: the GPU path cannot run it)
@@ -325,9 +328,11 @@ function Completion(handle) {
 //     max_tokens | n_positions (positions in all, BOS and prompt included, as run.c's -n),
 //     stop (strings the text ends before), ignore_eos, chat}
 // chat: the prompt is a rendered conversation (the chat page's turn): its ids by the chat rule,
-// and on the WebAssembly path the last generation's session, when made with the same formats, is
-// kept up to where it and the prompt differ (Session::KeepCommonPrefix, as kvq chat): a turn
-// prefills only what the history did not hold (timing.n_reused: the prompt tokens kept).
+// and the last generation's cache, when made on the same path with the same formats and budget,
+// is kept up to where it and the prompt differ (Session::KeepCommonPrefix, as kvq chat: the
+// WebAssembly path's session, or the WebGPU path's sequence, worker_gpu.js): a turn prefills only
+// what the history did not hold (timing.n_reused: the prompt tokens kept). One such cache is held
+// at a time: a turn on one path frees the other's.
 // Posts progress and a 'done' whose finish_reason is stop (an end token or a stop string),
 // length, context (the model's context is full) or cancelled (Stop).
 async function Generate(id, p) {
@@ -364,9 +369,10 @@ async function Generate(id, p) {
   const path = on_gpu ? {device: 'gpu', adapter: gpu.name}
                       : {device: 'cpu', why: want === 'cpu' ? 'asked for' :
                            `${why_not || emulated}${want === 'gpu' ? '; running on WebAssembly instead' : ''}`};
-  if (on_gpu) FreeSession();  // a chat's history is kept on the WebAssembly path only
-  const engine = on_gpu ? await GpuEngine(p) : CpuEngine(p, p.chat, await FullModel());
-  const n_reused = engine.keep_prefix(prompt_ids);
+  if (on_gpu) FreeSession();
+  else gpu_step?.FreeSequence();
+  const engine = on_gpu ? await GpuEngine(p, p.chat) : CpuEngine(p, p.chat, await FullModel());
+  const n_reused = await engine.keep_prefix(prompt_ids);
 
   const ids = prompt_ids.slice();  // the prompt and every token sampled (an end token too, as run.c's ids)
   const prompt_text = Detokenize(prompt_ids);
@@ -477,15 +483,9 @@ function CpuEngine(p, keep, cpu_model) {
   };
 }
 
-// The WebGPU path: web/gpu/gpu_engine.js runs the module's step program of the model, its token
-// picked on the GPU (the argmax, or kvq's chain on the module's generator's draws), the
-// prompt in blocks (one submit and one readback a block on the resident and mixed paths; token by
-// token on the stream path), its KV master in the module's KvCache: resident on the GPU for specs
-// with WGSL encoders (one submit and readback a token), mixed when such a context is over the
-// device budget (the newest pages resident, older ones streamed from the master: still one
-// readback a token), else streamed to the GPU's slots for attention (stats().gpu.kv_path says
-// which, and why).
-async function GpuEngine(p) {
+// The WebGPU path (worker_gpu.js's GpuTurn); keep: a chat turn, which keeps what the runner's
+// sequence shares with its prompt.
+async function GpuEngine(p, keep) {
   if (!gpu_step) {
     const {GpuModelRunner} = await import('./gpu/gpu_engine.js');
     // A header-only model's weights come from its file (again after a lost device); its CPU steps
@@ -494,51 +494,9 @@ async function GpuEngine(p) {
                                            {read_file: model_file ? FileReader(model_file) : null, cpu_model: FullModel});
   }
   const runner = gpu_step;
-  const c = gpu_program.config;
-  const plan = runner.NewSequence(p.kv_k, p.kv_v, p.device_budget_bytes || 0);
-  runner.SetSampler(p);
-  let prompt_left = 0;  // the prompt's ids not yet prefilled: its last block samples the first token
-  const counts0 = {...runner.counts};
-  let decode0 = counts0;  // the counts when the prompt was in: per-step figures are the decode's
-  let last = null;
-  return {
-    keep_prefix: (prompt_ids) => (prompt_left = prompt_ids.length, 0),  // a new sequence each time
-    prefill: async (ids) => {
-      prompt_left -= ids.length;
-      last = await runner.Prefill(ids, {sample: !prompt_left, ...(p.gpu_prefill_block ? {block: p.gpu_prefill_block} : {})});
-      decode0 = {...runner.counts};
-    },
-    sample: () => last.token,
-    decode: async (token) => { last = await runner.Step(token, {sample: true}); },
-    // The rules of the completion that follows the runner's sequence (the prompt, run).
-    completion: (options, prompt_ids) => api.generatorNewForSequence(model, prompt_ids.at(-1), runner.positions, options),
-    // What the CPU path's session reports; bytes per token are the cache's planned bytes at full
-    // context over the context (its f32 sink and residual rows spread over every position). gpu:
-    // this generation's decode steps and, per step, the submits and readbacks of the step program
-    // and the submits of the KV device; the prompt's tokens, submits and readbacks (its blocks).
-    stats: () => {
-      const counts = runner.counts, steps = counts.steps - decode0.steps;
-      const per = (k) => steps ? (counts[k] - decode0[k]) / steps : 0;
-      const positions = runner.positions;
-      return {session: {positions, context: model_context, kv_key_format: p.kv_k, kv_value_format: p.kv_v,
-                        kv_bytes_per_token: Math.round(plan.total_bytes / model_context),
-                        kv_f16_bytes_per_token: 2 * c.n_layers * c.kv_dim * 2,
-                        kv_bytes: Math.round(positions * plan.total_bytes / model_context),
-                        device_budget_bytes: p.device_budget_bytes || 0,
-                        device_slots: plan.device_slots, device_bytes: plan.device_bytes},
-              gpu: {steps, submits_per_step: per('submits'), readbacks_per_step: per('readbacks'),
-                    kv_device_submits_per_step: per('device_submits'), weight_bytes: runner.weight_bytes,
-                    prefill: {tokens: decode0.steps - counts0.steps, submits: decode0.submits - counts0.submits,
-                              readbacks: decode0.readbacks - counts0.readbacks},
-                    kv_path: runner.path, kv_path_why: runner.path_why,
-                    pages_written_behind: counts.write_backs - counts0.write_backs,
-                    kv_streamed_bytes_per_step: per('streamed_bytes'),
-                    // KV bytes in GPU buffers now: the resident and mixed paths' pages and slots,
-                    // else the KV device's slots.
-                    kv_gpu_bytes: runner.resident ? runner.resident.counts.kv_bytes_now : runner.kv_device?.kv_bytes_now ?? 0},
-              heap_bytes: memory.bytes};
-    },
-  };
+  return GpuTurn(runner, p, keep, {
+    context: model_context, heap_bytes: () => memory.bytes,
+    completion: (options, prompt_ids) => api.generatorNewForSequence(model, prompt_ids.at(-1), runner.positions, options)});
 }
 
 // The page's benchmark (web/bench.js) on the loaded model: the GPU path (forced, even on an
@@ -550,7 +508,7 @@ async function Bench(id, p) {
   return RunBench(p, {
     vocab: info.vocab_size, context: model_context, block: api.prefillBlock(),
     why_not: (path) => (path === 'gpu' ? GpuWhyNot() : ''),
-    Engine: async (path, q) => (path === 'gpu' ? GpuEngine(q) : CpuEngine({...q, threads}, false, await FullModel())),
+    Engine: async (path, q) => (path === 'gpu' ? GpuEngine(q, false) : CpuEngine({...q, threads}, false, await FullModel())),
     Free: FreeSession,
     progress: (what) => self.postMessage({type: 'progress', id, bench: what}),
     describe: {model: info, adapter: gpu ? gpu.name : null,

@@ -9,6 +9,7 @@
 
 #include "api/api_internal.h"
 #include "kvq/format.h"
+#include "kvq/prefix_reuse.h"
 
 namespace kvq {
 
@@ -128,12 +129,16 @@ Status Session::Clear() {
   return Status::Ok();
 }
 
+int64_t PositionsToKeep(std::span<const int32_t> held, std::span<const int32_t> prompt) {
+  const size_t common = std::mismatch(held.begin(), held.end(), prompt.begin(), prompt.end()).first - held.begin();
+  return static_cast<int64_t>(std::min(common, prompt.empty() ? 0 : prompt.size() - 1));
+}
+
 Result<int64_t> Session::KeepCommonPrefix(std::span<const int32_t> prompt) {
   const std::span<const int32_t> held = tokens();
-  const size_t common = std::mismatch(held.begin(), held.end(), prompt.begin(), prompt.end()).first - held.begin();
-  const size_t keep = std::min(common, prompt.empty() ? 0 : prompt.size() - 1);
-  if (keep == held.size()) return static_cast<int64_t>(keep);
-  if (Status st = Truncate(static_cast<int64_t>(keep)); !st.ok()) {
+  const int64_t keep = PositionsToKeep(held, prompt);
+  if (keep == static_cast<int64_t>(held.size())) return keep;
+  if (Status st = Truncate(keep); !st.ok()) {
     // A cache that cannot be cut (e.g. a recurrent state) is recomputed from the start.
     if (Status c = Clear(); !c.ok()) return c;
   }

@@ -3,8 +3,9 @@
 // tab gives the model the prompt kvq serve and kvq chat give it. A template's error comes back
 // through kvq_web_last_error; the interpreter's exceptions stay inside jinja/chat_template.cc.
 // Also the chat prompt's ids (Model::TokenizeChatPrompt: one BOS whether or not the template wrote
-// it) and the session's reuse of a conversation's history (Session::KeepCommonPrefix), so a turn
-// in the tab prefills only its new tokens, by the rules kvq chat and kvq serve follow.
+// it) and the reuse of a conversation's history (Session::KeepCommonPrefix; for the WebGPU path's
+// sequence, the positions its rule keeps), so a turn in the tab prefills only its new tokens, by
+// the rules kvq chat and kvq serve follow.
 #include <emscripten/emscripten.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 
 #include "kvq/chat.h"
 #include "kvq/model.h"
+#include "kvq/prefix_reuse.h"
 #include "web/web_common.h"
 
 namespace {
@@ -104,6 +106,15 @@ EMSCRIPTEN_KEEPALIVE int kvq_web_session_keep_prefix(int session, const int32_t*
   kvq::Result<int64_t> kept =
       kvq_web::SessionOf(session)->session->KeepCommonPrefix(std::span<const int32_t>(ids, static_cast<size_t>(n)));
   return kept.ok() ? static_cast<int>(*kept) : kvq_web::Fail("keeping the conversation's prefix: " + kept.status().message());
+}
+
+// The positions of held ([n_held] int32: the ids the WebGPU path's sequence holds) that the next
+// turn's prompt ([n] int32 ids) keeps (kvq::PositionsToKeep, Session::KeepCommonPrefix's rule),
+// or -1.
+EMSCRIPTEN_KEEPALIVE int kvq_web_positions_to_keep(const int32_t* held, int n_held, const int32_t* ids, int n) {
+  if (n_held < 0 || n < 0) return kvq_web::Fail("positions_to_keep: negative token count");
+  return static_cast<int>(kvq::PositionsToKeep(std::span<const int32_t>(held, static_cast<size_t>(n_held)),
+                                               std::span<const int32_t>(ids, static_cast<size_t>(n))));
 }
 
 }  // extern "C"

@@ -1,6 +1,8 @@
 // The chat page: the conversation, its settings and each reply's figures. It talks to a transport
 // (transport.js): the kvq serve that served it, or the in-tab runtime (?runtime=tab, or where no
-// server answers). Text is shown as text (textContent), never parsed as HTML.
+// server answers). Text is shown as text (textContent), never parsed as HTML. In the tab, greedy
+// replies run on the WebGPU path where the browser offers a GPU that is not an emulation (?gpu=1:
+// even then; ?gpu=0: never), the rest on WebAssembly, as the runtime page's 'auto'.
 // window.kvqChat is the hook a test driver uses: ready (a promise of {runtime}), render(messages,
 // template_override) (the prompt text the model is given; an override only in the tab), load(files),
 // turns() (the in-tab replies' ids and prompt reuse).
@@ -253,7 +255,8 @@ async function Start() {
   }
   transport = new TabTransport();
   SetupTab(params.get('runtime') === 'tab');
-  const build = await transport.Start(params.get('simd') !== '0');
+  const build = await transport.Start(params.get('simd') !== '0',
+                                      {gpu: params.get('gpu') !== '0', gpu_forced: params.get('gpu') === '1'});
   SetStatus('ready', `In-tab runtime ready (WebAssembly ${build.build}): load a model.`);
   if (params.get('model') !== 'none') await LoadInTab(null);
   return {runtime: 'tab', build: build.build};

@@ -140,8 +140,10 @@ export class TabTransport {
     this.model = null;         // {name, info} of the loaded model
     this.kv = {key: 'f16', value: 'f16'};
     this.last_stats = null;    // the last reply's session stats
+    this.last_path = null;     // and the path that ran it ({device: 'gpu', adapter} or {device: 'cpu', why})
     this.turns = [];           // per reply: {prompt_ids, reply_ids, reused, prefilled, positions (held after it),
-                               // finish} as kvq chat --json reports them (a test compares them)
+                               // finish} as kvq chat --json reports them (a test compares them), and
+                               // device: the path that ran it ('gpu' or 'cpu')
     this.worker.onmessage = (event) => {
       const m = event.data;
       const request = this.pending.get(m.id);
@@ -167,8 +169,10 @@ export class TabTransport {
     });
   }
 
-  async Start(want_simd) {
-    this.build = await this.Ask('init', {simd: want_simd});
+  // gpu: false turns the WebGPU path off (?gpu=0); gpu_forced takes it even on an emulated
+  // adapter (?gpu=1), as the runtime page's settings do.
+  async Start(want_simd, {gpu = true, gpu_forced = false} = {}) {
+    this.build = await this.Ask('init', {simd: want_simd, gpu, gpu_forced});
     return this.build;
   }
 
@@ -177,6 +181,7 @@ export class TabTransport {
   async Load(files) {
     this.model = files ? await this.Ask('load', {files}, []) : await this.Ask('load_bundled');
     this.last_stats = null;
+    this.last_path = null;
     return this.model;
   }
 
@@ -190,7 +195,8 @@ export class TabTransport {
     const s = this.last_stats;
     return {
       model: this.model.name,
-      runtime: `this tab (WebAssembly ${this.build?.build ?? ''}; ${i.architecture}, ${i.n_layers} layers, ` +
+      runtime: `this tab (${this.last_path?.device === 'gpu' ? `WebGPU on ${this.last_path.adapter}` :
+                            `WebAssembly ${this.build?.build ?? ''}`}; ${i.architecture}, ${i.n_layers} layers, ` +
                `context ${i.context})`,
       kv_format: `K ${s?.kv_key_format ?? this.kv.key}, V ${s?.kv_value_format ?? this.kv.value}`,
       kv_bytes: s ? s.kv_bytes : 0,
@@ -204,8 +210,9 @@ export class TabTransport {
   }
 
   // The whole conversation is rendered each turn, as the server renders it; the worker keeps the
-  // session between turns (generate's chat mode), so the history's tokens come from its cache and
-  // only the new ones are prefilled.
+  // cache between turns (generate's chat mode) on either path (the WebGPU path where it runs the
+  // model greedily, else WebAssembly), so the history's tokens come from its cache and only the new
+  // ones are prefilled.
   async Chat(messages, params, on_text) {
     const prompt = await this.RenderPrompt(messages);
     const seed = params.seed ?? (crypto.getRandomValues(new Uint32Array(1))[0] & 0x7fffffff);
@@ -220,16 +227,17 @@ export class TabTransport {
     };
     const done = await this.Ask('generate', {params: {
       prompt, kv_k: this.kv.key, kv_v: this.kv.value, temperature: params.temperature, top_k: 0,
-      top_p: params.top_p, min_p: 0, seed, max_tokens: params.max_tokens, stop: params.stop ?? [], device: 'cpu',
+      top_p: params.top_p, min_p: 0, seed, max_tokens: params.max_tokens, stop: params.stop ?? [], device: 'auto',
       chat: true}},
       [], reply);
     const text = reply(done);
     this.last_stats = done.stats.session;
+    this.last_path = done.path;
     const t = done.timing;
     // The reply's ids as kvq chat reports them: without the end token it stopped on.
     this.turns.push({prompt_ids: done.ids.slice(0, t.n_prompt), reply_ids: done.ids.slice(t.n_prompt,
                        done.end_token ? -1 : undefined), reused: t.n_reused, prefilled: t.n_prompt_held - t.n_reused,
-                     positions: done.stats.session.positions, finish: done.finish_reason});
+                     positions: done.stats.session.positions, finish: done.finish_reason, device: done.path.device});
     return {text, stopped: done.stopped, finish: done.stopped ? null : done.finish_reason,
             prompt_tokens: t.n_prompt, reused_tokens: t.n_reused, completion_tokens: t.n_generated,
             tokens_per_second: t.decode_ms > 0 && t.n_generated > 0 ? t.n_generated / (t.decode_ms / 1000) : null};

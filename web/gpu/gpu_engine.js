@@ -31,6 +31,8 @@
 // evicted: a page read by a block's earlier tokens cannot be freed before the block's submit).
 // The stream path reads each layer's rows back, so it prefills token by token.
 //
+// A chat's next turn keeps the sequence (KeepPrefix): what it shares with the new prompt stays,
+// in the master and in the resident pages alike, and only the rest of the prompt runs.
 // A hybrid's recurrent layers keep their state on the GPU (the step program's states, zeroed by
 // NewSequence), not in the module's cache: a sequence of such a model cannot be cut back to a
 // prefix (KeepPrefixWhyNot) nor resumed after a lost device; it starts anew.
@@ -179,6 +181,8 @@ export class GpuModelRunner {
     this.M.kvqDevice = this.kv_device;
     this.plan = JSON.parse(M.UTF8ToString(M._kvq_web_kv_plan(this.kv)));
     this.kv_specs = {key: kv_k, value: kv_v};
+    this.sequence_args = [kv_k, kv_v, device_budget_bytes, page_positions, options];  // KeepPrefix's restart
+    this.keep_why = '';
     const want = options.path || 'auto';
     if (!['auto', 'stream'].includes(want)) throw new Error(`KV path "${want}": use auto or stream`);
     /** The cache's page: {page_bytes, value_offset, page_positions} (one spec for every layer). */
@@ -257,6 +261,70 @@ export class GpuModelRunner {
       // Its buffers went with the device.
     }
     this.resident = null;
+  }
+
+  /**
+   * Makes the sequence a prefix of `ids` (the next prompt, a chat's next turn) by
+   * Session::KeepCommonPrefix's rule (kvq::PositionsToKeep, asked of the module): the positions up
+   * to where the held ids and `ids` first differ are kept, never all of `ids` (its last id runs
+   * again, for the logits), and the rest dropped. On the stream path (and the CPU's) the master drops them (kvq_web_kv_rewind:
+   * KvCache::Truncate, down to its TruncationPoint where a format keeps rows in groups); on the
+   * resident and mixed paths the resident cache drops them (GpuResidentKv.Truncate: n's page the
+   * tail again) and the master keeps the whole pages before n's, the ones written behind, as a
+   * sequence that ran only the kept ids would hold them. Returns the positions kept: the prompt's
+   * ids from there on are the ones to prefill. A sequence whose resident cache is in doubt (its
+   * device lost since, or a page written behind that failed) starts anew with the same
+   * arguments instead: 0 kept, and keep_why says why ('' when the sequence was kept).
+   */
+  async KeepPrefix(ids) {
+    if (!this.kv) throw new Error('GpuModelRunner: no sequence to keep (NewSequence first)');
+    if (!ids.length) throw new Error('GpuModelRunner: a prompt of no ids');
+    const n = this.#PositionsToKeep(ids);
+    this.keep_why = '';
+    // A recurrent state has taken in every held position: a prompt that extends them goes on, one
+    // that cuts them back starts anew.
+    if (n < this.positions && !this.CanKeepPrefix()) return this.#Restart(this.KeepPrefixWhyNot());
+    if (!this.resident) {  // the master holds every position
+      this.positions = this.#RewindTo(n);
+    } else {
+      const failed = !this.on_cpu && !this.lost ? await this.resident.Drain() : null;
+      const why = this.on_cpu || this.lost ? 'the WebGPU device was lost after the last turn' :
+          failed ? `a page written behind failed (${failed.message})` : '';
+      if (why) return this.#Restart(why);
+      if (n < this.positions) {
+        this.resident.Truncate(n);
+        const whole = Math.floor(n / this.resident.P) * this.resident.P;  // the master's pages before n's
+        if (this.M._kvq_web_kv_positions(this.kv, 0) > whole) {
+          const kept = this.M._kvq_web_kv_rewind(this.kv, whole);
+          if (kept !== whole) throw new Error(`dropping the master's pages from position ${whole}: ${kept < 0 ? LastError(this.M) : `it kept ${kept}`}`);
+        }
+        this.positions = n;
+      }
+    }
+    this.ids.length = this.positions;
+    return this.positions;
+  }
+
+  // The positions of the held ids that `ids` keeps, by the module's rule (kvq::PositionsToKeep).
+  #PositionsToKeep(ids) {
+    const M = this.M, held = this.ids;
+    const buf = M._malloc((held.length + ids.length) * 4);  // [held.length] then [ids.length] int32
+    try {
+      M.HEAP32.set(held, buf >> 2);
+      M.HEAP32.set(ids, (buf >> 2) + held.length);
+      const n = M._kvq_web_positions_to_keep(buf, held.length, buf + held.length * 4, ids.length);
+      if (n < 0) throw new Error(`the positions a prompt keeps: ${LastError(M)}`);
+      return n;
+    } finally {
+      M._free(buf);
+    }
+  }
+
+  // A new sequence with the current one's arguments: 0 positions kept (why: keep_why).
+  #Restart(why) {
+    this.NewSequence(...this.sequence_args);
+    this.keep_why = why;
+    return 0;
   }
 
   /** Waits until every page written behind so far is in the master (tests read it then). */

@@ -180,10 +180,40 @@ export class GpuResidentKv {
       L.pages.push(null);
       return;
     }
-    const page = this.#NewPage(L);
+    L.pages.push(this.#Uploaded(bytes));
+  }
+
+  // A page's buffers holding `bytes` (Uint8Array [page_bytes], a master page).
+  #Uploaded(bytes) {
+    const page = this.#NewBuffers();
     const padded = new Uint8Array(Ceil4(bytes.byteLength));  // writeBuffer takes whole words
     padded.set(bytes);
     this.device.queue.writeBuffer(page.buffer, 0, padded);
+    return page;
+  }
+
+  /**
+   * Keeps positions [0, n) of every layer (a chat's next turn shares only them with the last
+   * one; n ≤ the positions held, every write-back landed: Drain first, nothing recorded since).
+   * Pages after n's are freed; n's page, unless n ends a page, is the tail again: its rows from n
+   * on are stale until the next steps encode them, and nothing reads them before (attention takes
+   * a page's rows up to the query's position, a page is written behind once full, and an encoder
+   * call replaces every byte of its rows: kv_formats.js's masked words). Pages up to n's that the
+   * newest resident_pages at n hold but were evicted (mixed mode) come back from the master
+   * (read): the window a fresh sequence would have. Afterwards the master must hold exactly the
+   * pages before n's (the runner truncates it there: they are the landed ones).
+   */
+  Truncate(n) {
+    if (this.staged.length) throw new Error('GpuResidentKv.Truncate: pages staged by a step not submitted');
+    const P = this.P, kept_pages = Math.ceil(n / P), first = this.#FirstResident(n);
+    for (const [layer, L] of this.layers.entries()) {
+      if (L.landed < Math.floor(n / P)) {
+        throw new Error(`GpuResidentKv.Truncate: layer ${layer}'s pages before position ${n} are not all in the master (Drain first)`);
+      }
+      for (const page of L.pages.splice(kept_pages)) if (page) this.#FreeBuffers(page);
+      for (let i = first; i < kept_pages; ++i) L.pages[i] ??= this.#Uploaded(this.read(layer, i));
+      L.landed = Math.min(L.landed, Math.floor(n / P));
+    }
   }
 
   // The first page a step at `pos` keeps resident: the newest resident_pages up to pos's page.

@@ -19,13 +19,17 @@ set_tests_properties(web.browser_golden PROPERTIES FIXTURES_REQUIRED playwright 
 # GPU within the bound; then on the WebAssembly path (the whole file read on demand, tied, with
 # native's ids) within it too (memory_test.mjs --preset qwen3-0.6b runs the 325 MiB case by hand),
 # and how its generations end (stop strings, end tokens, length, a full context: as native kvq
-# run, both paths).
+# run, both paths), and a chat's turns on the GPU path keeping the sequence (only new tokens
+# prefilled, an edit cutting it back; each turn's ids a fresh sequence's) on its three KV paths.
 foreach(case page_state threads memory generation)
   add_test(NAME web.${case}
            COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/${case}_test.mjs" "${KVQ_WEB_BUNDLE_DIR}"
                    "$<TARGET_FILE:kvq_cli>" "${KVQ_PLAYWRIGHT_DIR}")
   set_tests_properties(web.${case} PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 300)
 endforeach()
+# The GPU path's chat (three KV paths, each turn against a fresh sequence, the stream path token by
+# token on SwiftShader) takes minutes of its own.
+set_tests_properties(web.generation PROPERTIES TIMEOUT 600)
 
 # WebGPU attention (issue 14) on the SwiftShader adapter: the cases written with kvq's codecs by
 # gpu_attention_fixture, checked in the page by tests/web/gpu/gpu_attention_page.js.

@@ -30,8 +30,8 @@ function Fatal(message) {
 const [bundle_arg, kvq_cli, npm_dir] = process.argv.slice(2);
 if (!bundle_arg || !kvq_cli || !npm_dir) Fatal('usage: browser_test.mjs BUNDLE_DIR KVQ_CLI PLAYWRIGHT_NPM_DIR');
 const bundle = path.resolve(bundle_arg);
-for (const file of ['index.html', 'app.js', 'worker.js', 'worker_load.js', 'kvq.js', 'kvq.wasm', 'kvq-scalar.js', 'kvq-scalar.wasm',
-                    'models/stories260K.bin', 'models/tok512.bin']) {
+for (const file of ['index.html', 'app.js', 'worker.js', 'worker_load.js', 'worker_gpu.js', 'kvq.js', 'kvq.wasm',
+                    'kvq-scalar.js', 'kvq-scalar.wasm', 'models/stories260K.bin', 'models/tok512.bin']) {
   if (!fs.existsSync(path.join(bundle, file))) Fatal(`the bundle ${bundle} has no ${file} (build the wasm preset)`);
 }
 if (!fs.existsSync(kChromium)) Fatal(`no Chromium at ${kChromium} (scripts/setup.sh installs it)`);

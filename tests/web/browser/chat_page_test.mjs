@@ -8,7 +8,8 @@
 //     renders the Qwen 3 template byte for byte as the server's /apply-template does, a template's
 //     raise_exception comes back as that error (the module keeps working), a reply streams, two
 //     greedy turns give native `kvq chat --json`'s prompt and reply ids, reused and prefilled
-//     counts (turn 2 prefills only its new tokens), and Stop ends a reply (finish cancelled);
+//     counts (turn 2 prefills only its new tokens), and Stop ends a reply (finish cancelled); with
+//     ?gpu=1 greedy turns run on the WebGPU path, the second prefilling only its new tokens;
 //   - standalone (the bundle from a plain static server, no kvq serve): the page finds no server,
 //     starts the in-tab runtime with the bundled stories260K, renders ChatML (its fallback) and replies.
 // Page errors, console errors and failed requests fail it. Screenshots: OUT_DIR/chat_page_*.png.
@@ -328,16 +329,47 @@ async function Standalone(browser) {
   }
 }
 
+// The in-tab runtime on the WebGPU path (?gpu=1: SwiftShader's adapter taken though it is an
+// emulation), the bundled stories260K, greedy: each turn runs on the GPU and the second keeps the
+// first's sequence, so it prefills only what the first did not hold (web.generation checks the
+// GPU path's turns against fresh sequences, bit for bit).
+async function OnTheTabsGpu(browser, base) {
+  const page = await OpenPage(browser, `${base}/chat/?runtime=tab&gpu=1`, 'tab page on the GPU');
+  await page.waitForFunction(() => document.getElementById('model-name').textContent === 'stories260K.bin',
+                             null, {timeout: 30000});
+  await page.fill('#temperature', '0');
+  await page.fill('#max-tokens', '16');
+  for (const text of ['Once upon a time', 'The cat']) {
+    await Send(page, text);
+    await WaitIdle(page);
+  }
+  const turns = await page.evaluate(() => window.kvqChat.turns());
+  Expect(turns.length === 2 && turns.every((t) => t.device === 'gpu' && t.reply_ids.length > 0),
+         `two replies on the GPU path (${turns.map((t) => `${t.device}: ${t.reply_ids.length} tokens`).join(', ')})`);
+  const [one, two] = turns;
+  Expect(two && two.reused >= one.prompt_ids.length && two.prefilled === two.prompt_ids.length - two.reused,
+         `the second turn keeps the first's sequence: ${two?.reused} of ${two?.prompt_ids.length} prompt tokens ` +
+         `reused, ${two?.prefilled} prefilled`);
+  // The model's line is shown again after each reply (ShowModel, once the page is idle).
+  const shows_gpu = await page.waitForFunction(() => /WebGPU on /.test(document.getElementById('runtime').textContent),
+                                               null, {timeout: 10000}).then(() => true, () => false);
+  Expect(shows_gpu, `the page says the GPU ran it (${await Text(page, '#runtime')})`);
+  await page.close();
+}
+
 async function Main() {
   const {child, base} = await StartServer();
+  // Software WebGPU (SwiftShader), as the page's other browser tests run it.
   const browser = await chromium.launch({executablePath: kChromium, headless: true,
                                          args: ['--no-sandbox', '--disable-quic', '--no-first-run',
                                                 '--disable-background-networking', '--disable-component-update',
-                                                '--disable-sync']});
+                                                '--disable-sync', '--enable-unsafe-webgpu', '--enable-features=Vulkan',
+                                                '--use-vulkan=swiftshader', '--use-webgpu-adapter=swiftshader']});
   try {
     for (let i = 0; i < 100 && (await fetch(`${base}/health`)).status !== 200; ++i) await Sleep(100);
     await ThroughTheServer(browser, base);
     await InTheTab(browser, base);
+    await OnTheTabsGpu(browser, base);
     await Standalone(browser);
   } finally {
     await browser.close();

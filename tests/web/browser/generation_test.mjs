@@ -5,6 +5,7 @@
 // finish); an end token ends it with "stop" (with ignore_eos it is kept and the run goes on), max
 // tokens with "length", and on a synth of 40 positions a full context with "context", each as
 // `kvq run` reports it. Bad stop strings are refused naming the field, before the prompt runs.
+// A chat's turns on the GPU path keep the conversation in the cache (GpuChat below).
 // Usage: node generation_test.mjs BUNDLE_DIR KVQ_CLI PLAYWRIGHT_NPM_DIR
 import {execFileSync} from 'node:child_process';
 import fs from 'node:fs';
@@ -131,11 +132,98 @@ async function FullContext(page, synth) {
   }
 }
 
+// A chat on the GPU path (the page opened with ?gpu=1, as the chat page's in-tab runtime runs it:
+// the worker's generate in chat mode) with the bundled stories260K and ChatML-like turns as plain
+// text: three turns, then one that edits turn 2's message. Each turn keeps what the held sequence
+// shares with its prompt and prefills only the rest (timing.n_reused, and the GPU's own count of
+// prefilled tokens); each turn's ids equal a fresh sequence's over the same prompt (greedy), bit
+// for bit. The turns cross the 256-position page of the cache, and the edit goes back into a page
+// already written behind to the master, so the truncation cuts the master and the GPU-resident
+// pages both, and the edit's reply fills that page again (written behind anew). On three KV
+// paths: resident (f32), mixed (a device budget that keeps 1 page per layer resident: the edit
+// brings an evicted page back from the master) and stream (int4-kivi, no GPU encoder: the master
+// alone is cut, down to a whole 32-key group where the edit splits one).
+const kChatTurns = [['Once upon a time', 100], ['Tell me about the cat.', 100], ['What did the dog do?', 40]];
+const kChatEdit = ['Tell me about the big red ball.', 100];  // replaces turn 2's message
+const User = (text) => `<|im_start|>user\n${text}<|im_end|>\n<|im_start|>assistant\n`;
+// stories260K: 5 layers, 4 KV heads of 8 dims, so a page of 256 f32 positions holds K and V of
+// 256 · 32 · 4 · 2 = 64 KiB; a budget of 2 streaming slots and 5 pages keeps one page per layer.
+const kMixedBudget = (2 + 5) * 65536;
+const kKiviGroup = 32;  // int4-kivi's key groups (src/formats/kivi/kivi.h's kKiviGroupRows)
+
+async function GpuChat(page, kv_k, budget, want_path) {
+  const where = `${kv_k}${budget ? `, budget ${budget}` : ''}`;
+  const Turn = (prompt, max_tokens) => Generate(page, {
+    prompt, max_tokens, device: 'gpu', chat: true, kv_k, device_budget_bytes: budget});
+  // The conversation: the prompts as the chat page renders them (each turn the whole of it).
+  const turns = [];
+  let history = '';
+  const prompts = [];
+  for (const [k, [text, n]] of kChatTurns.entries()) {
+    const prompt = history + User(text);
+    prompts.push([prompt, n]);
+    const r = await Turn(prompt, n);
+    turns.push(r);
+    history = prompt + r.completion + '<|im_end|>\n';
+    checks.Expect(r.path.device === 'gpu' && r.stats.gpu.kv_path === want_path &&
+                  (want_path !== 'mixed' || /newest 1 page /.test(r.stats.gpu.kv_path_why)),
+                  `${where}, turn ${k + 1}: on the GPU's ${r.stats.gpu.kv_path} path (${r.stats.gpu.kv_path_why})`);
+  }
+  // The edit: turn 2's message replaced, after turn 3 (a shorter common prefix than what is held).
+  const edited = prompts[0][0] + turns[0].completion + '<|im_end|>\n' + User(kChatEdit[0]);
+  prompts.push([edited, kChatEdit[1]]);
+  turns.push(await Turn(edited, kChatEdit[1]));
+  checks.Expect(turns[0].stats.gpu.sequence === 'new', `${where}, turn 1: a new sequence (${turns[0].stats.gpu.sequence_why})`);
+  for (let k = 1; k < turns.length; ++k) {
+    const before = turns[k - 1], r = turns[k], t = r.timing, what = `${where}, ${k === 3 ? 'the edit' : `turn ${k + 1}`}`;
+    // What the sequence held after the last turn (its prompt and the tokens it ran) against this prompt.
+    const held = before.ids.slice(0, before.stats.session.positions);
+    const prompt_ids = r.ids.slice(0, t.n_prompt);
+    let common = 0;
+    while (common < held.length && held[common] === prompt_ids[common]) ++common;
+    const expected = Math.min(common, t.n_prompt - 1);
+    const cut = expected < held.length;  // the edit goes back into what the sequence held
+    // The stream path's master drops rows to KvCache::TruncationPoint: a whole KIVI key group.
+    const exact = want_path !== 'stream' || !cut;
+    checks.Expect(r.stats.gpu.sequence === 'kept' && (exact ? t.n_reused === expected :
+                  t.n_reused <= expected && expected - t.n_reused < kKiviGroup),
+                  `${what}: ${t.n_reused} of ${t.n_prompt} prompt tokens reused (${common} shared with the ${held.length} held)`);
+    checks.Expect(r.stats.gpu.prefill.tokens === t.n_prompt - t.n_reused && t.n_prompt_held === t.n_prompt,
+                  `${what}: the GPU prefilled ${r.stats.gpu.prefill.tokens} tokens, the prompt's ${t.n_prompt} less those reused`);
+    if (k < 3) {
+      checks.Expect(t.n_reused >= before.timing.n_prompt,
+                    `${what}: the last prompt's ${before.timing.n_prompt} tokens are all reused (${t.n_reused})`);
+    } else {
+      checks.Expect(cut && held.length > 256 && expected < 256 && t.n_reused > 0,
+                    `${what}: the sequence is cut back from ${held.length} to ${t.n_reused} positions, into a written-behind page`);
+    }
+  }
+  // Fresh sequences over the same prompts: a generation with other KV specs (or another budget)
+  // in between makes the next one start anew.
+  for (const [k, [prompt, n]] of prompts.entries()) {
+    const what = `${where}, ${k === 3 ? 'the edit' : `turn ${k + 1}`}`;
+    const other = await Generate(page, budget ? {prompt: 'x', max_tokens: 1, device: 'gpu', chat: true, kv_k,
+                                                 device_budget_bytes: 0} :
+                                                {prompt: 'x', max_tokens: 1, device: 'gpu', chat: true, kv_k: 'f16'});
+    checks.Expect(other.stats.gpu.sequence === 'new' && /differ/.test(other.stats.gpu.sequence_why),
+                  `${what}: another ${budget ? 'budget' : 'KV spec'} starts a new sequence (${other.stats.gpu.sequence_why})`);
+    const fresh = await Turn(prompt, n);
+    checks.Expect(fresh.stats.gpu.sequence === 'new' && fresh.timing.n_reused === 0,
+                  `${what}: the reference is a fresh sequence (${fresh.timing.n_reused} reused)`);
+    checks.SameIds(`${what}: the chat's ids against a fresh sequence's`, turns[k].ids, fresh.ids);
+  }
+}
+
 async function Main() {
   const synth = Synth(kvq_cli, tmp, 'synth-llama-ctx40.gguf', kSynthArgs);
   const {server, base} = await Serve(checks, bundle);
   const browser = await LaunchChromium(checks, npm_dir);
   try {
+    const {page: gpu_page} = await OpenPage(checks, browser, base, '?gpu=1');
+    await GpuChat(gpu_page, 'f32', 0, 'resident');
+    await GpuChat(gpu_page, 'f32', kMixedBudget, 'mixed');
+    await GpuChat(gpu_page, 'int4-kivi', 0, 'stream');
+    await gpu_page.close();
     const {page, info} = await OpenPage(checks, browser, base, '');
     if (!info.gpu) checks.Fail(`no WebGPU adapter (${info.gpu_why_not}), though Chromium runs with SwiftShader's`);
     await StopStrings(page);
