@@ -79,7 +79,15 @@ typedef struct {
   int32_t n_kv_layers;
   const char* const* kv_layer_key_formats;
   const char* const* kv_layer_value_formats;
+  /* Added after the fields above (appended: a caller built against the older struct gets the defaults): */
+  int32_t repack;                   /* KVQ_REPACK_AUTO (default), KVQ_REPACK_ALL or KVQ_REPACK_NONE (kvq::Repack) */
+  int64_t repack_memory_available;  /* KVQ_REPACK_AUTO: bytes of memory counted as available; 0: MemAvailable */
 } kvq_model_options;
+
+/* kvq_model_options.repack: which weight matrices are repacked at load for the fast kernels.
+ * AUTO: the dense ones, and a mixture-of-experts model's experts when their copy fits in memory
+ * (else they stay mapped from the file, resident only when used); ALL: everything; NONE: nothing. */
+enum { KVQ_REPACK_AUTO = 0, KVQ_REPACK_ALL = 1, KVQ_REPACK_NONE = 2 };
 
 /* Fills `options` with struct_size and the defaults above. */
 KVQ_API void kvq_model_options_init(kvq_model_options* options);

@@ -51,6 +51,24 @@ struct KvOptions {
   int64_t context = 0;
 };
 
+/// Which weight matrices Load repacks into the interleaved layout the fast kernels read (the file
+/// is never changed). Repacking copies a matrix into memory the process holds; a dense matrix's
+/// mapped pages are released as it is copied, so memory does not grow. A mixture-of-experts
+/// model's routed experts are different: left mapped, only the experts tokens route to are read
+/// into memory; repacked, every expert is resident (docs/performance.md, "Repacking at load").
+enum class Repack {
+  /// Dense matrices repacked; the experts too when their copy fits in the memory available (one
+  /// line through the log callback says when they are left in the file's layout, and why).
+  kAuto = 0,
+  kAll = 1,   ///< everything, whatever memory there is
+  kNone = 2,  ///< nothing: the file's layout, the slower row kernels, the least memory
+};
+
+/// "auto", "all", "none".
+const char* RepackName(Repack repack);
+/// The Repack named `name`; the error lists the names.
+Result<Repack> ParseRepack(std::string_view name);
+
 struct ModelOptions {
   /// llama2.c checkpoints: the tokenizer file (empty: tok512.bin beside the checkpoint). GGUF
   /// files: empty uses the file's own vocabulary; a path replaces it with a llama2.c tokenizer.
@@ -61,6 +79,11 @@ struct ModelOptions {
   int64_t context = 0;
   /// The KV cache of sessions made by NewSession() (NewSession(KvOptions) overrides it).
   KvOptions kv;
+  /// Which matrices are repacked at load. The logits depend on it (a layout has its own order of
+  /// f32 sums), so compare runs with the same choice in force.
+  Repack repack = Repack::kAuto;
+  /// Repack::kAuto: the bytes of memory to count as available; 0: /proc/meminfo's MemAvailable.
+  int64_t repack_memory_available = 0;
 };
 
 /// What a loaded model is, from its file's metadata (names as llama2.c's).

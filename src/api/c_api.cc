@@ -67,6 +67,10 @@ using kvq::capi::Guard;
 using kvq::capi::Missing;
 using kvq::capi::Str;
 
+static_assert(KVQ_REPACK_AUTO == static_cast<int>(kvq::Repack::kAuto) &&
+              KVQ_REPACK_ALL == static_cast<int>(kvq::Repack::kAll) &&
+              KVQ_REPACK_NONE == static_cast<int>(kvq::Repack::kNone));
+
 kvq::KvOptions KvFromC(const kvq_model_options& o) {
   kvq::KvOptions kv;
   kv.key_format = Str(o.kv_key_format, "f16");
@@ -119,8 +123,15 @@ kvq_model* kvq_model_load(const char* path, const kvq_model_options* options) {
                                                      kvq::capi::kModelOptionsFirstSize, *options, o)) {
       return nullptr;
     }
+    if (o.repack != KVQ_REPACK_AUTO && o.repack != KVQ_REPACK_ALL && o.repack != KVQ_REPACK_NONE) {
+      Fail(fmt::format("kvq_model_load: options->repack must be KVQ_REPACK_AUTO, KVQ_REPACK_ALL or "
+                       "KVQ_REPACK_NONE (0, 1, 2; got {})", o.repack));
+      return nullptr;
+    }
     const kvq::ModelOptions mo{.tokenizer_path = Str(o.tokenizer_path), .threads = o.threads,
-                               .context = o.context, .kv = KvFromC(o)};
+                               .context = o.context, .kv = KvFromC(o),
+                               .repack = static_cast<kvq::Repack>(o.repack),
+                               .repack_memory_available = o.repack_memory_available};
     kvq::Result<std::unique_ptr<kvq::Model>> m = kvq::Model::Load(path, mo);
     if (!m.ok()) {
       Fail(m.status().message());

@@ -82,7 +82,7 @@ bool ReadStruct(const char* what, const char* name, size_t first_size, const T& 
 
 /// The first version's sizes: every field up to and including the last one the first kvq.h with
 /// struct_size declared. When fields are appended these stay, and ReadStruct fills the new ones.
-inline constexpr size_t kModelOptionsFirstSize = sizeof(kvq_model_options);
+inline constexpr size_t kModelOptionsFirstSize = offsetof(kvq_model_options, repack);
 inline constexpr size_t kModelInfoFirstSize = sizeof(kvq_model_info);
 inline constexpr size_t kGenerateOptionsFirstSize = sizeof(kvq_generate_options);
 inline constexpr size_t kChatOptionsFirstSize = sizeof(kvq_chat_options);

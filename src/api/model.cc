@@ -63,6 +63,33 @@ const ModelFingerprint& Model::Impl::fingerprint() const {
 Model::Model(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Model::~Model() = default;
 
+// kvq::Repack is RepackPolicy (model/load_model.h) seen from the API: the same values.
+static_assert(static_cast<int>(Repack::kAuto) == static_cast<int>(RepackPolicy::kAuto) &&
+              static_cast<int>(Repack::kAll) == static_cast<int>(RepackPolicy::kAll) &&
+              static_cast<int>(Repack::kNone) == static_cast<int>(RepackPolicy::kNone));
+
+namespace {
+constexpr Repack kRepacks[] = {Repack::kAuto, Repack::kAll, Repack::kNone};
+}  // namespace
+
+const char* RepackName(Repack repack) {
+  switch (repack) {
+    case Repack::kAuto: return "auto";
+    case Repack::kAll: return "all";
+    case Repack::kNone: return "none";
+  }
+  return "?";
+}
+
+Result<Repack> ParseRepack(std::string_view name) {
+  std::string names;
+  for (const Repack r : kRepacks) {
+    if (name == RepackName(r)) return r;
+    names += names.empty() ? RepackName(r) : fmt::format(", {}", RepackName(r));
+  }
+  return Status::Error(fmt::format("'{}' is not a repack choice (one of: {})", name, names));
+}
+
 Result<std::unique_ptr<Model>> Model::Load(const std::string& path, const ModelOptions& options) {
   return Impl::Load(path, options, 0);
 }
@@ -75,7 +102,17 @@ Result<std::unique_ptr<Model>> Model::Impl::Load(const std::string& path, const 
   if (options.context < 0) {
     return Status::Error(fmt::format("ModelOptions::context must be >= 0 (got {})", options.context));
   }
-  Result<LoadedModel> loaded = LoadModel(path, options.tokenizer_path, header_only_file_bytes);
+  if (options.repack != Repack::kAuto && options.repack != Repack::kAll && options.repack != Repack::kNone) {
+    return Status::Error(fmt::format("ModelOptions::repack must be Repack::kAuto, kAll or kNone (got {})",
+                                     static_cast<int>(options.repack)));
+  }
+  if (options.repack_memory_available < 0) {
+    return Status::Error(fmt::format("ModelOptions::repack_memory_available must be >= 0 (got {})",
+                                     options.repack_memory_available));
+  }
+  const RepackOptions repack{.policy = static_cast<RepackPolicy>(options.repack),
+                             .memory_available = options.repack_memory_available};
+  Result<LoadedModel> loaded = LoadModel(path, options.tokenizer_path, header_only_file_bytes, repack);
   if (!loaded.ok()) return loaded.status();
   auto impl = std::make_shared<Impl>();
   impl->header_only = header_only_file_bytes > 0;

@@ -40,9 +40,9 @@ int RunBenchBatch(const BenchBatchOptions& o) {
   config.kv.key_format = KvSpecName(layer->Key());
   config.kv.value_format = KvSpecName(layer->Value());
   const std::string model_path = o.shared.ModelPath();
-  Result<std::unique_ptr<Model>> model = Model::Load(
-      model_path,
-      {.tokenizer_path = o.shared.TokenizerPath(), .threads = o.shared.threads, .kv = config.kv});
+  ModelOptions load = o.shared.LoadOptions();
+  load.kv = config.kv;
+  Result<std::unique_ptr<Model>> model = Model::Load(model_path, load);
   if (!model.ok()) return bad(model.status().message());
   const ModelInfo& info = (*model)->info();
   for (int64_t n : config.contexts) {
@@ -137,6 +137,7 @@ void AddBenchBatchCommand(CLI::App& bench, int* exit_code) {
       "batch",
       "Total decode tok/s of N sessions stepping together (Session::RunBatch) per session count");
   AddModelFlag(cmd, &o->shared);
+  AddRepackFlags(cmd, &o->shared);
   AddTokenizerFlag(cmd, &o->shared);
   AddKvFormatFlags(cmd, &o->shared);
   cmd->add_option("--sessions", o->sessions,

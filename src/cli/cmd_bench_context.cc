@@ -63,7 +63,7 @@ int RunBenchContext(const BenchContextOptions& o) {
   config.contexts = o.shared.contexts;
 
   const std::string model_path = o.shared.ModelPath();
-  Result<LoadedModel> loaded = LoadModel(model_path, o.shared.TokenizerPath());
+  Result<LoadedModel> loaded = LoadModel(model_path, o.shared.TokenizerPath(), 0, o.shared.LoaderRepack());
   if (!loaded.ok()) return bad(loaded.status().message());
   const DecoderConfig cfg = loaded->weights.config;
   std::vector<std::string> notes;
@@ -232,6 +232,7 @@ void AddBenchContextCommand(CLI::App& bench, int* exit_code) {
                            "bytes per tier, time per "
                            "step, its limiter, and whether the tiers' logits are bit-identical");
   AddModelFlag(cmd, &o->shared);
+  AddRepackFlags(cmd, &o->shared);
   AddFormatListFlag(cmd, &o->shared, "--format,--formats", "KV formats, comma-separated");
   AddContextListFlag(cmd, &o->shared, "--context,--contexts",
                      "Positions in the cache before the steps, comma-separated", 0,

@@ -48,7 +48,7 @@ int RunBenchDecode(const BenchDecodeOptions& o) {
   if (config.formats.empty()) return bad("--format: give at least one format");
   const int64_t budget = o.kv_budget != 0 ? o.kv_budget : PhysicalMemoryBytes() / 10 * 6;
   const std::string model_path = o.shared.ModelPath();
-  Result<LoadedModel> loaded = LoadModel(model_path, o.shared.TokenizerPath());
+  Result<LoadedModel> loaded = LoadModel(model_path, o.shared.TokenizerPath(), 0, o.shared.LoaderRepack());
   if (!loaded.ok()) return bad(loaded.status().message());
   const DecoderConfig cfg = loaded->weights.config;
   for (const KvSpec& f : config.formats) {
@@ -181,11 +181,16 @@ int RunBenchDecode(const BenchDecodeOptions& o) {
 
 }  // namespace
 
+RepackOptions SharedOptions::LoaderRepack() const {
+  return {.policy = static_cast<RepackPolicy>(repack), .memory_available = repack_memory_available};
+}
+
 void AddBenchDecodeCommand(CLI::App& bench, int* exit_code) {
   auto o = std::make_shared<BenchDecodeOptions>();
   CLI::App* cmd = bench.add_subcommand(
       "decode", "Whole-model decode tok/s vs context per KV format, with KV share, ceiling and measured speedup");
   AddModelFlag(cmd, &o->shared);
+  AddRepackFlags(cmd, &o->shared);
   AddFormatListFlag(cmd, &o->shared, "--format,--formats", "KV formats, comma-separated; paired, interleaved arms");
   AddScoreArithmeticFlag(cmd);
   AddContextListFlag(cmd, &o->shared, "--context,--contexts",

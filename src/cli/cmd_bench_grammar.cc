@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "kvq/generator.h"
 #include "kvq/model.h"
 #include "kvq/session.h"
@@ -45,6 +46,7 @@ constexpr const char* kDefaultReply = "I will look the weather up for you.\n<too
 
 struct BenchGrammarOptions {
   std::string model;
+  SharedOptions repack;  // --repack, --repack-memory (its other fields unused here)
   std::string schema_file;  // empty: kDefaultSchema
   std::string prompt = "The user record as JSON:";
   int32_t tokens = 64;
@@ -79,7 +81,7 @@ int RunBenchGrammar(const BenchGrammarOptions& o) {
   }
   Result<std::string> grammar = o.tool_calls ? Result<std::string>(std::string()) : JsonSchemaGrammar(schema);
   if (!grammar.ok()) return bad("--json-schema-file: " + grammar.status().message());
-  ModelOptions mo;
+  ModelOptions mo{.repack = o.repack.repack, .repack_memory_available = o.repack.repack_memory_available};
   if (o.threads > 0) mo.threads = o.threads;
   Result<std::unique_ptr<Model>> loaded = Model::Load(o.model, mo);
   if (!loaded.ok()) return bad(loaded.status().message());
@@ -193,6 +195,7 @@ void AddBenchGrammarCommand(CLI::App& bench, int* exit_code) {
   CLI::App* cmd = bench.add_subcommand("grammar", "Constrained output: the allowed-token mask's time per token "
                                                   "beside the decode step's, under a JSON-schema grammar");
   cmd->add_option("-m,--model", o->model, "Model file (GGUF)")->required()->type_name("FILE");
+  AddRepackFlags(cmd, &o->repack);
   cmd->add_option("--json-schema-file", o->schema_file, "A JSON Schema (default: a built-in user-record schema)")
       ->check(CLI::ExistingFile)
       ->type_name("FILE");

@@ -56,7 +56,7 @@ int RunBenchPrefill(const BenchPrefillOptions& o) {
   text << in.rdbuf();
 
   const std::string model_path = o.shared.ModelPath();
-  Result<LoadedModel> loaded = LoadModel(model_path, o.shared.TokenizerPath());
+  Result<LoadedModel> loaded = LoadModel(model_path, o.shared.TokenizerPath(), 0, o.shared.LoaderRepack());
   if (!loaded.ok()) return bad(loaded.status().message());
   const DecoderConfig cfg = loaded->weights.config;
   for (const KvSpec& f : config.formats) {
@@ -164,6 +164,7 @@ void AddBenchPrefillCommand(CLI::App& bench, int* exit_code) {
   CLI::App* cmd = bench.add_subcommand(
       "prefill", "Real prefill tok/s per KV format and prompt length, time shares and compute ceilings");
   AddModelFlag(cmd, &o->shared);
+  AddRepackFlags(cmd, &o->shared);
   AddFormatListFlag(cmd, &o->shared, "--format,--formats", "KV formats, comma-separated; interleaved arms");
   AddContextListFlag(cmd, &o->shared, "--prompt-len",
                      "Prompt lengths in tokens, comma-separated (default: 512,4096,16384 within the model's "

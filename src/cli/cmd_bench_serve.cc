@@ -37,9 +37,10 @@ int RunBenchServe(BenchServeOptions& o) {
   if (c.prefix_dir.empty()) {
     c.prefix_dir = (std::filesystem::temp_directory_path() / fmt::format("kvq-bench-serve-{}", getpid())).string();
   }
-  Result<std::unique_ptr<Model>> model = Model::Load(
-      o.shared.ModelPath(), {.tokenizer_path = o.shared.TokenizerPath(), .threads = o.shared.threads,
-                             .context = o.context, .kv = c.engine.kv});
+  ModelOptions load = o.shared.LoadOptions();
+  load.context = o.context;
+  load.kv = c.engine.kv;
+  Result<std::unique_ptr<Model>> model = Model::Load(o.shared.ModelPath(), load);
   if (!model.ok()) return bad(model.status().message());
   const ModelInfo& info = (*model)->info();
   c.progress = [](const std::string& line) { fmt::print(stderr, "kvq bench serve: {}\n", line); };
@@ -142,6 +143,7 @@ void AddBenchServeCommand(CLI::App& bench, int* exit_code) {
       "serve", "kvq serve over loopback HTTP: a load test, batching (1 vs N sessions), prefix reuse (cold, warm, "
                "after a restart), two replicas under a round-robin and a prefix-affinity client (--phases replicas)");
   AddModelFlag(cmd, &o->shared);
+  AddRepackFlags(cmd, &o->shared);
   AddTokenizerFlag(cmd, &o->shared);
   AddKvFormatFlags(cmd, &o->shared);
   server::ServeBenchConfig& c = o->config;

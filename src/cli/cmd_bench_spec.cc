@@ -92,7 +92,7 @@ int RunBenchSpec(const BenchSpecOptions& o) {
   if (formats->empty()) return bad("--format: give at least one format");
 
   Result<std::unique_ptr<Model>> loaded =
-      Model::Load(o.shared.ModelPath(), {.tokenizer_path = o.shared.TokenizerPath(), .threads = o.shared.threads});
+      Model::Load(o.shared.ModelPath(), o.shared.LoadOptions());
   if (!loaded.ok()) return bad(loaded.status().message());
   const Model& model = **loaded;
   SpeculationOptions spec = o.spec;
@@ -224,6 +224,7 @@ void AddBenchSpecCommand(CLI::App& bench, int* exit_code) {
   CLI::App* cmd = bench.add_subcommand(
       "spec", "Speculative decoding: tok/s, tokens per pass and acceptance per draft source, KV format and context");
   AddModelFlag(cmd, &o->shared);
+  AddRepackFlags(cmd, &o->shared);
   AddFormatListFlag(cmd, &o->shared, "--format,--formats", "KV formats, comma-separated");
   AddContextListFlag(cmd, &o->shared, "--context,--contexts",
                      "Prompt positions before decoding, comma-separated (the text cycled to each; at least the text)",

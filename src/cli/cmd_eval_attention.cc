@@ -131,7 +131,7 @@ int RunEvalAttention(const EvalAttentionOptions& o) {
   std::unique_ptr<Model> loaded;
   if (need_model) {
     Result<std::unique_ptr<Model>> m =
-        Model::Load(model_path, {.tokenizer_path = o.shared.TokenizerPath(), .threads = o.shared.threads});
+        Model::Load(model_path, o.shared.LoadOptions());
     if (!m.ok()) return bad(m.status().message());
     loaded = std::move(m.value());
   }
@@ -286,6 +286,7 @@ void AddEvalAttentionCommand(CLI::App& eval, int* exit_code) {
       "attention", "Attention error vs context per KV spec: one query at position n-1 over n cached "
                    "positions, reference f32 rows vs the spec's KvCache");
   AddModelFlag(cmd, &o->shared);
+  AddRepackFlags(cmd, &o->shared);
   AddTokenizerFlag(cmd, &o->shared);
   cmd->add_option("-f,--file", o->text, "Text to run (default data/eval/tinystories-eval.txt); repeated when shorter "
                                         "than the largest context")

@@ -197,7 +197,7 @@ int RunKl(const FidelityOptions& o, const std::string& text_path, const std::str
   }
   const std::string model_path = o.shared.ModelPath();
   Result<std::unique_ptr<Model>> model =
-      Model::Load(model_path, {.tokenizer_path = o.shared.TokenizerPath(), .threads = o.shared.threads});
+      Model::Load(model_path, o.shared.LoadOptions());
   if (!model.ok()) return bad(model.status().message());
   const ModelInfo& info = (*model)->info();
   const int64_t n_ctx = base ? base->n_ctx()
@@ -303,7 +303,7 @@ int RunEvalFidelity(const FidelityOptions& o) {
 
   const std::string model_path = o.shared.ModelPath();
   Result<std::unique_ptr<Model>> model =
-      Model::Load(model_path, {.tokenizer_path = o.shared.TokenizerPath(), .threads = o.shared.threads});
+      Model::Load(model_path, o.shared.LoadOptions());
   if (!model.ok()) return bad(model.status().message());
   const ModelInfo& info = (*model)->info();
   const FidelityTokens input = FidelityTokensOf(**model, *text, info.trained_context);
@@ -365,6 +365,7 @@ void AddEvalFidelityCommand(CLI::App& eval, int* exit_code) {
       "beside bits per number and memory as a share of f16. With --kl-divergence-base or\n"
       "--kl-divergence-base-out: kvq against llama.cpp through llama-perplexity's logits file");
   AddModelFlag(cmd, &o->shared);
+  AddRepackFlags(cmd, &o->shared);
   AddTokenizerFlag(cmd, &o->shared);
   cmd->add_option("-f,--file", o->text,
                   "Text to evaluate on (default: data/eval/tinystories-eval.txt); cut to the model's context")

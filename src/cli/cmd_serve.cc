@@ -111,8 +111,10 @@ int RunServe(ServeOptions& o) {
   fmt::print(stderr, "kvq serve: loading {} (GET http://{}:{}/health says \"loading\" until it is ready)\n",
              model_path, o.http.host, *port);
 
-  Result<std::unique_ptr<Model>> model = Model::Load(
-      model_path, {.tokenizer_path = so.TokenizerPath(), .threads = so.threads, .context = o.context, .kv = o.engine.kv});
+  ModelOptions load = so.LoadOptions();
+  load.context = o.context;
+  load.kv = o.engine.kv;
+  Result<std::unique_ptr<Model>> model = Model::Load(model_path, load);
   if (!model.ok()) return finish(bad(model.status().message()));
   const ModelInfo& info = (*model)->info();
   if (!so.kv_plan.empty()) {
@@ -159,6 +161,7 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
       "serve", "OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions (SSE streaming), /v1/models, "
                "/health, /metrics, /tokenize, /detokenize, /apply-template, /props, /slots, /reset_prefix_cache");
   AddModelFlag(cmd, &o->shared);
+  AddRepackFlags(cmd, &o->shared);
   AddHfRepoFlag(cmd, &o->shared);
   AddTokenizerFlag(cmd, &o->shared);
   cmd->add_option("--host", o->http.host, "Address to listen on (loopback by default)")

@@ -27,6 +27,11 @@ std::string SharedOptions::TokenizerPath() const {
   return tokenizer.empty() && model.empty() ? BundledModelFile("tok512.bin") : tokenizer;
 }
 
+ModelOptions SharedOptions::LoadOptions() const {
+  return {.tokenizer_path = TokenizerPath(), .threads = threads, .repack = repack,
+          .repack_memory_available = repack_memory_available};
+}
+
 Result<LayerFormats> SharedOptions::KvLayer() const {
   const Result<KvSpec> k = ParseKvSpec(kv_k.empty() ? kv : kv_k);
   if (!k.ok()) return Status::Error((kv_k.empty() ? "--kv: " : "--kv-k: ") + k.status().message());
@@ -177,6 +182,27 @@ CLI::Option* AddTokenizerFlag(CLI::App* cmd, SharedOptions* o) {
       "--tokenizer", o->tokenizer,
       "llama2.c tokenizer file (default: the GGUF's vocabulary, or tok512.bin beside a .bin)")
       ->type_name("FILE");
+}
+
+std::vector<CLI::Option*> AddRepackFlags(CLI::App* cmd, SharedOptions* o) {
+  CLI::Option* repack = cmd->add_option_function<std::string>(
+         "--repack", [o](const std::string& v) { o->repack = *ParseRepack(v); },
+         "Weights repacked at load for the fast kernels (the file is unchanged). auto: the dense matrices, "
+         "and a mixture-of-experts model's experts only when their copy fits in available memory "
+         "(MemAvailable less 1 GiB + 10% headroom; else they stay mapped from the file, resident only when a "
+         "token routes to them, and one line says so); all: the experts too, whatever the memory (every "
+         "expert resident); none: nothing (the slower row kernels)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            const Result<Repack> r = ParseRepack(v);
+            return r.ok() ? "" : r.status().message();
+          },
+          "auto|all|none"))
+      ->type_name("MODE")
+      ->default_str("auto");
+  return {repack, AddByteSizeFlag(cmd, "--repack-memory", &o->repack_memory_available,
+                                  "--repack auto: the memory to count as available instead of /proc/meminfo's "
+                                  "MemAvailable (e.g. 12GiB)")};
 }
 
 void AddKvFormatFlags(CLI::App* cmd, SharedOptions* o) {

@@ -11,8 +11,13 @@
 
 #include "kvq/format.h"
 #include "kvq/kv_cache.h"
+#include "kvq/model.h"
 #include "kvq/speculation.h"
 #include "kvq/status.h"
+
+namespace kvq {
+struct RepackOptions;  // model/load_model.h
+}  // namespace kvq
 
 namespace kvq::cli {
 
@@ -35,6 +40,15 @@ struct SharedOptions {
   std::vector<int64_t> contexts;       // --context lists
   uint64_t seed = 1;
   bool json = false;
+  Repack repack = Repack::kAuto;         // --repack
+  int64_t repack_memory_available = 0;   // --repack-memory SIZE; 0: MemAvailable
+
+  /// The options every command loads its model with: --tokenizer (TokenizerPath), -t, --repack and
+  /// --repack-memory (a command sets its context and KV options on the result).
+  ModelOptions LoadOptions() const;
+  /// --repack and --repack-memory as LoadModel (model/load_model.h) takes them (defined beside
+  /// `kvq bench decode`, among the commands that see the model layer).
+  RepackOptions LoaderRepack() const;
 
   /// -m, or the bundled stories260K.bin.
   std::string ModelPath() const;
@@ -93,6 +107,10 @@ CLI::Option* AddFormatListFlag(CLI::App* cmd, SharedOptions* o, const std::strin
 /// default is shown.
 CLI::Option* AddContextListFlag(CLI::App* cmd, SharedOptions* o, const std::string& names,
                                 const std::string& help, int64_t min, int64_t max);
+/// --repack auto|all|none and --repack-memory SIZE into o->repack and o->repack_memory_available:
+/// which weight matrices are repacked at load (kvq::Repack); every command that loads a model takes them.
+/// Returns both options.
+std::vector<CLI::Option*> AddRepackFlags(CLI::App* cmd, SharedOptions* o);
 /// --seed into o->seed (any 64-bit unsigned integer). kvq run's default is a random seed, so the
 /// callers that have a fixed default show it (->capture_default_str()).
 CLI::Option* AddSeedFlag(CLI::App* cmd, SharedOptions* o, const std::string& help);

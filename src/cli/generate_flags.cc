@@ -113,6 +113,7 @@ Result<std::string> GenerateFlags::Grammar() const {
 
 void AddGenerateFlags(CLI::App* cmd, GenerateFlags* o) {
   AddModelFlag(cmd, &o->shared);
+  AddRepackFlags(cmd, &o->shared);
   AddHfRepoFlag(cmd, &o->shared);
   AddTokenizerFlag(cmd, &o->shared);
   cmd->add_option("-n,--n-predict", o->n, "New tokens to generate at most (llama.cpp's -n; < 0: until an end token)")
@@ -158,7 +159,7 @@ Result<ModelSession> LoadModelSession(const GenerateFlags& o) {
   if (Status s = o.Check(); !s.ok()) return s;
   const SharedOptions& so = o.shared;
   Result<std::unique_ptr<Model>> loaded =
-      Model::Load(so.ModelPath(), {.tokenizer_path = so.TokenizerPath(), .threads = so.threads});
+      Model::Load(so.ModelPath(), so.LoadOptions());
   if (!loaded.ok()) return loaded.status();
   ModelSession ms{.model = std::move(loaded).value(), .session = nullptr};
   const ModelInfo& info = ms.model->info();

@@ -97,6 +97,7 @@ CLI::Option* AddAutoPlanFlags(CLI::App* cmd, SharedOptions* shared, AutoPlanOpti
                "KV cache, KV heads, head_dim) and show its fixed state; with --auto, the model to plan specs for\n"
                "(default: the bundled stories260K)");
   only_auto.push_back(AddTokenizerFlag(cmd, shared));
+  for (CLI::Option* repack : AddRepackFlags(cmd, shared)) only_auto.push_back(repack);
   only_auto.push_back(cmd->add_option("-f,--file", o->text, "--auto: text to evaluate on (default: data/eval/tinystories-eval.txt)")
                           ->type_name("FILE"));
   only_auto.push_back(cmd->add_option("-c,--ctx-size", o->context, "--auto: positions to evaluate (default: the whole text, up to the "
@@ -135,7 +136,7 @@ int RunAutoPlan(const SharedOptions& shared, const AutoPlanOptions& o) {
   if (!text.ok()) return bad(text.status().message());
   const std::string model_path = shared.ModelPath();
   Result<std::unique_ptr<Model>> model =
-      Model::Load(model_path, {.tokenizer_path = shared.TokenizerPath(), .threads = shared.threads});
+      Model::Load(model_path, shared.LoadOptions());
   if (!model.ok()) return bad(model.status().message());
   const ModelInfo& info = (*model)->info();
   if (o.context > info.trained_context) {

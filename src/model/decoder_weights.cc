@@ -55,36 +55,56 @@ bool ExpertSlicesAreGroups(const Matrix& m, int64_t n_experts) {
   return n_experts > 0 && m.rows % n_experts == 0 && (m.rows / n_experts) % kInterleaveRows == 0;
 }
 
-// The matrices RepackWeights and RepackWeightsInPlace repack, appended to `todo`: every layer's
+// The matrices of `parts` RepackWeights and RepackWeightsInPlace repack, appended to `todo`: every layer's
 // projections, and the routed experts' stacks where their slices are whole groups. The experts
 // matter most in prefill: a block of 64 tokens routes about 2 rows to each expert (8 of 256
 // chosen per token), which the row kernels serve one token at a time and the interleaved kernels
 // 16 rows × up to 6 tokens at a time (docs/performance.md, "A hybrid's prefill").
-void AddRepackable(DecoderWeights* w, std::vector<Matrix*>* todo) {
+void AddRepackable(DecoderWeights* w, std::vector<Matrix*>* todo, RepackParts parts) {
   const int64_t n_experts = w->config.moe.n_experts;
   for (LayerWeights& L : w->layers) {
     for (Matrix* m :
          {&L.wq, &L.wk, &L.wv, &L.wo, &L.w1, &L.w2, &L.w3, &L.ssm_qkv, &L.ssm_gate, &L.ssm_out}) {
-      if (CanRepack(*m)) todo->push_back(m);
+      if (parts.dense && CanRepack(*m)) todo->push_back(m);
     }
     for (Matrix* m : {&L.gate_exps, &L.up_exps, &L.down_exps}) {
-      if (m->data != nullptr && CanRepack(*m) && ExpertSlicesAreGroups(*m, n_experts)) todo->push_back(m);
+      if (parts.experts && m->data != nullptr && CanRepack(*m) && ExpertSlicesAreGroups(*m, n_experts)) {
+        todo->push_back(m);
+      }
     }
   }
 }
 
+// AddRepackable and, with the dense part, the classifier: what RepackWeights repacks. A K-quant
+// classifier (Q6_K in llama.cpp's K-quant mixes) stays row-major: it serves one token per step
+// (prefill needs only the last position's logits), and one token at a time the row kernels
+// measured faster than the interleaved Q6_K kernel (docs/performance.md).
+std::vector<Matrix*> RepackList(DecoderWeights* w, RepackParts parts) {
+  std::vector<Matrix*> todo;
+  AddRepackable(w, &todo, parts);
+  if (parts.dense && CanRepack(w->classifier) && !IsInterleavedKQuant(w->classifier.type)) {
+    todo.push_back(&w->classifier);
+  }
+  return todo;
+}
+
+constexpr int64_t kAlign = 64;  // each matrix's copy starts on a cache line
+
+int64_t AlignedBytes(const Matrix& m) { return (MatrixDataBytes(m) + kAlign - 1) / kAlign * kAlign; }
+
 }  // namespace
 
-int64_t RepackWeights(DecoderWeights* w, bool release_mapped_pages) {
-  std::vector<Matrix*> todo;  // the matrices the interleaved kernels will read
-  AddRepackable(w, &todo);
-  // A K-quant classifier (Q6_K in llama.cpp's K-quant mixes) stays row-major: it serves one token
-  // per step (prefill needs only the last position's logits), and one token at a time the row
-  // kernels measured faster than the interleaved Q6_K kernel (docs/performance.md).
-  if (CanRepack(w->classifier) && !IsInterleavedKQuant(w->classifier.type)) todo.push_back(&w->classifier);
-  constexpr int64_t kAlign = 64;  // each matrix starts on a cache line
+int64_t RepackedBytes(const DecoderWeights& w, RepackParts parts) {
+  // RepackList only collects pointers; nothing is written through them here.
   int64_t total = 0;
-  for (const Matrix* m : todo) total += (MatrixDataBytes(*m) + kAlign - 1) / kAlign * kAlign;
+  for (const Matrix* m : RepackList(const_cast<DecoderWeights*>(&w), parts)) total += AlignedBytes(*m);
+  return total;
+}
+
+int64_t RepackWeights(DecoderWeights* w, bool release_mapped_pages, RepackParts parts) {
+  const std::vector<Matrix*> todo = RepackList(w, parts);  // the matrices the interleaved kernels will read
+  int64_t total = 0;
+  for (const Matrix* m : todo) total += AlignedBytes(*m);
   if (total == 0) return 0;
   std::shared_ptr<uint8_t[]> buffer(new (std::align_val_t{kAlign}) uint8_t[total],
                                     [](uint8_t* p) { ::operator delete[](p, std::align_val_t{kAlign}); });
@@ -99,7 +119,7 @@ int64_t RepackWeights(DecoderWeights* w, bool release_mapped_pages) {
   int64_t at = 0;
   for (const Matrix* m : todo) {
     offsets.push_back(at);
-    at += (MatrixDataBytes(*m) + kAlign - 1) / kAlign * kAlign;
+    at += AlignedBytes(*m);
   }
   // The matrices are independent byte moves into disjoint parts of the buffer: the hardware's
   // threads take them in turn from a shared counter (a load-time pass; no bit depends on it).
@@ -151,9 +171,7 @@ void RepackOverItself(Matrix* m, std::vector<uint8_t>* scratch) {
 
 int64_t RepackWeightsInPlace(DecoderWeights* w) {
   const bool tied = w->classifier.data == w->token_embedding.data;
-  std::vector<Matrix*> todo;  // as RepackWeights
-  AddRepackable(w, &todo);
-  if (CanRepack(w->classifier) && !IsInterleavedKQuant(w->classifier.type)) todo.push_back(&w->classifier);
+  const std::vector<Matrix*> todo = RepackList(w, {});  // as RepackWeights, every part
   std::vector<uint8_t> scratch;  // [kRepackSliceRows rows of the matrix in hand] one slice repacked
   int64_t total = 0;
   for (Matrix* m : todo) {

@@ -168,7 +168,17 @@ struct DecoderWeights {
 /// file pages, re-read from the page cache if anything — the fingerprint, a tied embedding's rows
 /// — reads them again), so the repacked copy replaces the mapped one in resident memory rather
 /// than doubling it. Returns the bytes repacked.
-int64_t RepackWeights(DecoderWeights* weights, bool release_mapped_pages);
+/// `parts` picks what is repacked: the dense matrices (projections, classifier) and/or the routed
+/// experts (LoadModel leaves the experts in the file's layout when their copy would not fit in
+/// memory: model/load_model.h, RepackPolicy).
+struct RepackParts {
+  bool dense = true;
+  bool experts = true;
+};
+int64_t RepackWeights(DecoderWeights* weights, bool release_mapped_pages, RepackParts parts = {});
+/// The bytes RepackWeights allocates for `parts` of `weights` (each matrix rounded up to a cache
+/// line), without repacking anything: what RepackPolicy::kAuto weighs against available memory.
+int64_t RepackedBytes(const DecoderWeights& weights, RepackParts parts);
 /// RepackWeights for a WebAssembly build, whose heap cannot release memory: each matrix is
 /// repacked over its own bytes (the mapping is heap memory that the loader owns) a slice of rows
 /// at a time through a small scratch, so the file is held once; a tied Q4_0 / Q8_0 classifier is

@@ -5,14 +5,16 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "gguf/gguf_reader.h"
+#include "kvq/log.h"
+#include "kvq/units.h"
 #include "model/gguf_llama.h"
 #include "model/llama2c.h"
 #include "weights/weight_type.h"
@@ -42,6 +44,43 @@ std::map<WeightType, int64_t> NumbersByType(const DecoderWeights& w, bool tied) 
 
 }  // namespace
 
+int64_t MemAvailableBytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0;
+  while (meminfo >> key >> kib) {
+    std::getline(meminfo, unit);
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
+int64_t RepackHeadroom(int64_t available) { return (int64_t{1} << 30) + available / 10; }
+
+RepackDecision RepackChoice(const DecoderWeights& weights, const RepackOptions& options) {
+  switch (options.policy) {
+    case RepackPolicy::kNone: return {};
+    case RepackPolicy::kAll: return {.parts = {.dense = true, .experts = true}};
+    case RepackPolicy::kAuto: break;
+  }
+  RepackDecision d{.parts = {.dense = true, .experts = true}};
+  const int64_t experts = RepackedBytes(weights, {.dense = false, .experts = true});
+  if (experts == 0) return d;
+  const int64_t available = options.memory_available > 0 ? options.memory_available : MemAvailableBytes();
+  if (available <= 0) return d;  // unknown here: repack as on a machine with room
+  const int64_t dense = RepackedBytes(weights, {.dense = true, .experts = false});
+  const int64_t headroom = RepackHeadroom(available);
+  const int64_t room = available - headroom - dense;
+  if (experts <= room) return d;
+  d.parts.experts = false;
+  d.note = fmt::format("experts left in the file's layout: repacking them needs {}, {} available ({} {} less {} "
+                       "headroom and {} for the dense matrices' copy); --repack all to force",
+                       FormatBytesIec(experts), FormatBytesIec(std::max<int64_t>(room, 0)),
+                       options.memory_available > 0 ? "the given" : "MemAvailable", FormatBytesIec(available),
+                       FormatBytesIec(headroom), FormatBytesIec(dense));
+  return d;
+}
+
 Result<DecoderWeights> OpenModelWeights(const std::string& model_path, std::shared_ptr<GgufFile>* gguf_file,
                                         int64_t header_only_file_bytes) {
   if (std::filesystem::path(model_path).extension() != ".gguf") {
@@ -68,7 +107,7 @@ Result<DecoderWeights> OpenModelWeights(const std::string& model_path, std::shar
 }
 
 Result<LoadedModel> LoadModel(const std::string& model_path, const std::string& tokenizer_path,
-                              int64_t header_only_file_bytes) {
+                              int64_t header_only_file_bytes, const RepackOptions& repack) {
   std::shared_ptr<GgufFile> file;  // null for a llama2.c checkpoint
   Result<DecoderWeights> weights = OpenModelWeights(model_path, &file, header_only_file_bytes);
   if (!weights.ok()) return weights.status();
@@ -89,14 +128,15 @@ Result<LoadedModel> LoadModel(const std::string& model_path, const std::string& 
                                 parameters > 0 ? 100.0 * static_cast<double>(n) / static_cast<double>(parameters) : 0.0);
   }
   // The loaders' matrices view a read-only mapping (base/mapped_file.h): its pages can be released.
-  // KVQ_NO_REPACK=1 keeps the file's row-major layout (the row kernels): the before arm of a
-  // measurement, in the same binary.
-  const char* no_repack = std::getenv("KVQ_NO_REPACK");
-  if (!header_only && (no_repack == nullptr || std::string_view(no_repack) != "1")) {
+  if (!header_only && repack.policy != RepackPolicy::kNone) {
 #if defined(__EMSCRIPTEN__)
-    RepackWeightsInPlace(&weights.value());  // a wasm heap cannot release the mapped copy
+    // A wasm heap cannot release the mapped copy, so every matrix is repacked over its own bytes:
+    // no memory is added, and kAuto has nothing to weigh.
+    RepackWeightsInPlace(&weights.value());
 #else
-    RepackWeights(&weights.value(), /*release_mapped_pages=*/true);
+    const RepackDecision decision = RepackChoice(*weights, repack);
+    if (!decision.note.empty()) Log(LogLevel::kWarning, model_path + ": " + decision.note);
+    RepackWeights(&weights.value(), /*release_mapped_pages=*/true, decision.parts);
 #endif
   }
   Result<Tokenizer> tokenizer = Status::Error("unreachable");

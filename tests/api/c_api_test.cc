@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -407,16 +408,30 @@ TEST(CApi, StructSizesTheLibraryDoesNotKnowAreErrors) {
   kvq_model_options_init(&mo);
   EXPECT_EQ(mo.struct_size, sizeof(kvq_model_options));
   mo.tokenizer_path = tok.c_str();
-  for (const size_t bad : {size_t{0}, sizeof(kvq_model_options) - 8, sizeof(kvq_model_options) + 8}) {
+  // Below the first version's size (the fields before `repack`, appended later) is refused.
+  const size_t first = offsetof(kvq_model_options, repack);
+  for (const size_t bad : {size_t{0}, first - 8, sizeof(kvq_model_options) + 8}) {
     mo.struct_size = bad;
     EXPECT_EQ(kvq_model_load(model.c_str(), &mo), nullptr);
     const std::string e = kvq_last_error();
     EXPECT_NE(e.find("kvq_model_load: options: struct_size is " + std::to_string(bad)), std::string::npos) << e;
-    EXPECT_NE(e.find("kvq_model_options (" + std::to_string(sizeof(kvq_model_options)) + " bytes)"),
+    EXPECT_NE(e.find("kvq_model_options (" + std::to_string(sizeof(kvq_model_options)) + " bytes"),
               std::string::npos) << e;
+    if (bad < first) EXPECT_NE(e.find("or " + std::to_string(first) + " as first published"), std::string::npos) << e;
     EXPECT_EQ(e.find("newer kvq.h") != std::string::npos, bad > sizeof(kvq_model_options)) << e;
   }
+  // A caller built before `repack` was appended: its struct ends there, and the rest is defaulted
+  // (a bad repack value past its size is never read).
+  mo.struct_size = first;
+  mo.repack = 7;
+  kvq_model* old = kvq_model_load(model.c_str(), &mo);
+  ASSERT_NE(old, nullptr) << kvq_last_error();
+  kvq_model_free(old);
   mo.struct_size = sizeof(kvq_model_options);
+  EXPECT_EQ(kvq_model_load(model.c_str(), &mo), nullptr);
+  EXPECT_NE(std::string(kvq_last_error()).find("options->repack must be KVQ_REPACK_AUTO"), std::string::npos)
+      << kvq_last_error();
+  mo.repack = KVQ_REPACK_NONE;
   kvq_model* m = kvq_model_load(model.c_str(), &mo);
   ASSERT_NE(m, nullptr) << kvq_last_error();
 
