@@ -4,70 +4,16 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "weights/repack.h"
-#include "weights/weight_type.h"
+#include "web/gpu_moe.h"
+#include "web/gpu_program_builder.h"
 
 namespace kvq_web {
-namespace {
-
-class Builder {
- public:
-  Builder(GpuProgram* p, const kvq::GgufFile* header) : p_(p), header_(header) {}
-
-  int32_t Matrix(const std::string& name, const kvq::Matrix& m) {
-    const kvq::WeightTypeDesc* d = kvq::FindWeightType(m.type);
-    return Add({.name = name, .type = d != nullptr ? d->name : "?",
-                .layout = m.layout == kvq::MatrixLayout::kRowMajor ? "rows" : "interleaved16",
-                .address = reinterpret_cast<uintptr_t>(m.data), .bytes = kvq::MatrixDataBytes(m),
-                .rows = m.rows, .cols = m.cols});
-  }
-  int32_t Vector(const std::string& name, const float* v, int64_t n) {
-    return Add({.name = name, .type = "f32", .layout = "rows", .address = reinterpret_cast<uintptr_t>(v),
-                .bytes = n * 4, .rows = 1, .cols = n});
-  }
-  void Op(GpuOp op) { p_->ops.push_back(std::move(op)); }
-  kvq::Status status() const { return status_; }
-
- private:
-  int32_t Add(GpuTensor t) {
-    if (header_ != nullptr) Locate(&t);
-    p_->tensors.push_back(std::move(t));
-    return static_cast<int32_t>(p_->tensors.size() - 1);
-  }
-  // A header-only load's tensor: its file offset, by the GGUF name the loader read it by
-  // (gguf_llama.cc): "blk.3.attn_q" is "blk.3.attn_q.weight", a bias keeps its name, and a tied
-  // classifier ("output" absent from the file) is the embedding.
-  void Locate(GpuTensor* t) {
-    std::string name = t->name.ends_with(".bias") ? t->name : t->name + ".weight";
-    if (name == "output.weight" && !header_->FindTensor(name).ok()) name = "token_embd.weight";
-    kvq::Result<const kvq::GgufTensor*> found = header_->FindTensor(name);
-    if (!found.ok()) {
-      if (status_.ok()) status_ = found.status();
-      return;
-    }
-    if ((*found)->n_bytes != t->bytes && status_.ok()) {
-      status_ = kvq::Status::Error(header_->path() + ": tensor '" + name + "' has " +
-                                   std::to_string((*found)->n_bytes) + " bytes; its shape needs " +
-                                   std::to_string(t->bytes));
-    }
-    t->file_offset = header_->data_offset() + static_cast<int64_t>((*found)->offset);
-  }
-  GpuProgram* p_;
-  const kvq::GgufFile* header_;
-  kvq::Status status_ = kvq::Status::Ok();
-};
-
-}  // namespace
 
 kvq::Result<GpuProgram> BuildGpuProgram(const kvq::DecoderWeights& w, const kvq::GgufFile* header) {
   const kvq::DecoderConfig& c = w.config;
   if (c.n_attention_layers() < c.n_layers) {
     return kvq::Status::Error("the GPU path runs attention layers only (this " + c.arch +
                               " model has Gated DeltaNet layers)");
-  }
-  if (c.moe.n_experts > 0) {
-    return kvq::Status::Error("the GPU path runs dense feed-forward layers only (this " + c.arch +
-                              " model has mixture-of-experts layers)");
   }
   if (c.attn_output_gate) {
     return kvq::Status::Error("the GPU path does not run gated attention output (this " + c.arch + " model)");
@@ -79,7 +25,8 @@ kvq::Result<GpuProgram> BuildGpuProgram(const kvq::DecoderWeights& w, const kvq:
   // exceed dim), projections, the keys before RoPE, the feed-forward's gate and up, the logits.
   p.buffers = {{"x", dim}, {"xb", std::max(dim, q_dim)}, {"xb2", dim}, {"q", q_dim}, {"k", kv},
                {"k_pre", kv}, {"v", kv}, {"hb", hidden}, {"hb2", hidden}, {"logits", c.vocab_size}};
-  Builder b(&p, header);
+  if (c.moe.n_experts > 0) AddMoeBuffers(c, &p);
+  GpuProgramBuilder b(&p, header);
   b.Op({.kind = "embed", .w = b.Matrix("token_embd", w.token_embedding), .y = "x"});
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const kvq::LayerWeights& L = w.layers[l];
@@ -105,6 +52,10 @@ kvq::Result<GpuProgram> BuildGpuProgram(const kvq::DecoderWeights& w, const kvq:
     b.Op({.kind = "matvec", .w = b.Matrix(blk + "attn_output", L.wo), .x = "xb", .y = "xb2"});
     b.Op({.kind = "add", .x = "xb2", .y = "x", .n = dim});
     b.Op({.kind = "rmsnorm", .w = b.Vector(blk + "ffn_norm", L.ffn_norm, dim), .x = "x", .y = "xb", .n = dim});
+    if (c.moe.n_experts > 0) {
+      AddMoeFfnOps(c, L, blk, &b);
+      continue;
+    }
     b.Op({.kind = "matvec", .w = b.Matrix(blk + "ffn_gate", L.w1), .x = "xb", .y = "hb"});
     b.Op({.kind = "matvec", .w = b.Matrix(blk + "ffn_up", L.w3), .x = "xb", .y = "hb2"});
     b.Op({.kind = "swiglu", .x = "hb2", .y = "hb", .n = hidden});
@@ -138,7 +89,11 @@ std::string GpuProgramJson(const GpuProgram& p) {
     if (!o.k.empty()) j["k"] = o.k;
     if (!o.k_pre.empty()) j["k_pre"] = o.k_pre;
     if (!o.v.empty()) j["v"] = o.v;
+    if (!o.sel.empty()) j["sel"] = o.sel;
+    if (!o.gate.empty()) j["gate"] = o.gate;
     if (o.n > 0) j["n"] = o.n;
+    if (o.x_stride > 0) j["x_stride"] = o.x_stride;
+    if (o.top_k > 0) j["top_k"] = o.top_k;
     if (o.heads > 0) j["heads"] = o.heads;
     if (o.layer >= 0) j["layer"] = o.layer;
     ops.push_back(std::move(j));
@@ -149,7 +104,9 @@ std::string GpuProgramJson(const GpuProgram& p) {
                         {"q_dim", c.q_dim()}, {"kv_dim", c.kv_dim()}, {"vocab_size", c.vocab_size},
                         {"norm_eps", c.norm_eps},
                         {"rope_pairing", c.rope_pairing == kvq::RopePairing::kAdjacent ? "adjacent" : "halves"},
-                        {"rotary_dims", rot}};
+                        {"rotary_dims", rot},
+                        {"moe", {{"n_experts", c.moe.n_experts}, {"n_experts_used", c.moe.n_experts_used},
+                                 {"expert_hidden_dim", c.moe.expert_hidden_dim}}}};
   return nlohmann::json{{"config", config}, {"tensors", tensors}, {"buffers", buffers}, {"ops", ops}}.dump();
 }
 

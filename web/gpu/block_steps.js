@@ -26,7 +26,7 @@ export class BlockRecorder {
     // Activations a token before the last needs: those the ops up to the last attention use.
     this.per_token = new Set();
     for (const op of ops.slice(0, this.last_attention + 1)) {
-      for (const k of ['x', 'y', 'k', 'v', 'k_pre']) if (op[k] !== undefined) this.per_token.add(op[k]);
+      for (const k of ['x', 'y', 'k', 'v', 'k_pre', 'sel', 'gate']) if (op[k] !== undefined) this.per_token.add(op[k]);
     }
     this.per_token.add('x');  // head_rmsnorm, rope and bias name 'x' for an unused binding
     this.capacity = 0;

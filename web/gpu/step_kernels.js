@@ -223,11 +223,9 @@ export function WeightOpsWgsl(type, layout) {
 // MatVec of a K-quant (weights/kquant_rows-inl.h's scalar kernel): per activation block b of 32
 // (half a Q4_K sub-block pair, two Q6_K sub-blocks of 16) the exact integers dot = Σ_j sc_j·Σ code·q
 // and mins = Σ_j m_j·Σ q over its two 16-element sub-blocks j, then acc += (d·d_x)·dot and
-// macc += (dmin·d_x)·mins in f32 in order of b; y = acc − macc. One invocation per row.
-@compute @workgroup_size(${kRowLanes})
-fn matvec(@builtin(global_invocation_id) id: vec3u) {
-  let row = id.x + id.y * ${kRowLanes}u * 32768u;
-  if (row >= dims.rows) { return; }
+// macc += (dmin·d_x)·mins in f32 in order of b; the row's value is acc − macc. The activation's
+// codes start at xq[qo], its scales at xd[dxo] (xo, its f32 start, unused here).
+fn matvec_row(row: u32, xo: u32, qo: u32, dxo: u32) -> f32 {
   var acc = 0.0;
   var macc = 0.0;
   for (var b = 0u; b < dims.cols / 32u; b++) {
@@ -239,44 +237,40 @@ fn matvec(@builtin(global_invocation_id) id: vec3u) {
       var sub = 0;
       var sum16 = 0;
       for (var l = 0u; l < 16u; l++) {
-        let q = xq[b * 32u + 16u * h + l];
+        let q = xq[qo + b * 32u + 16u * h + l];
         sub = sub + kq_code(row, sb, 16u * j + l) * q;
         sum16 = sum16 + q;
       }
       dot = dot + kq_sc(row, sb, j) * sub;
       mins = mins + kq_m(row, sb, j) * sum16;
     }
-    acc = acc + (kq_d(row, sb) * xd[b]) * f32(dot);
-    macc = macc + (kq_dmin(row, sb) * xd[b]) * f32(mins);
+    acc = acc + (kq_d(row, sb) * xd[dxo + b]) * f32(dot);
+    macc = macc + (kq_dmin(row, sb) * xd[dxo + b]) * f32(mins);
   }
-  y[dims.row0 + row] = acc - macc;
+  return acc - macc;
 }`;
   const matvec_q = `
 // MatVec with the activation quantised (weights/matvec.h): per activation block b of 32 the exact
-// integer I_b = Σ code·q, then Σ_b (d_w · d_x) · I_b in f32 in order of b. One invocation per row.
-@compute @workgroup_size(${kRowLanes})
-fn matvec(@builtin(global_invocation_id) id: vec3u) {
-  let row = id.x + id.y * ${kRowLanes}u * 32768u;
-  if (row >= dims.rows) { return; }
+// integer I_b = Σ code·q, then Σ_b (d_w · d_x) · I_b in f32 in order of b. The activation's codes
+// start at xq[qo], its scales at xd[dxo] (xo, its f32 start, unused here).
+fn matvec_row(row: u32, xo: u32, qo: u32, dxo: u32) -> f32 {
   var sum = 0.0;
   for (var b = 0u; b < dims.cols / 32u; b++) {
     let block = (b * 32u) / ${elems}u;
     let first = (b * 32u) % ${elems}u;
     var dot = 0;
-    for (var j = 0u; j < 32u; j++) { dot = dot + w_code(row, block, first + j) * xq[b * 32u + j]; }
-    sum = sum + (w_scale(row, block) * xd[b]) * f32(dot);
+    for (var j = 0u; j < 32u; j++) { dot = dot + w_code(row, block, first + j) * xq[qo + b * 32u + j]; }
+    sum = sum + (w_scale(row, block) * xd[dxo + b]) * f32(dot);
   }
-  y[dims.row0 + row] = sum;
+  return sum;
 }`;
   const matvec_f32 = `
-// MatVec, f32 activation: one invocation per row, its products summed in order of the column.
-@compute @workgroup_size(${kRowLanes})
-fn matvec(@builtin(global_invocation_id) id: vec3u) {
-  let row = id.x + id.y * ${kRowLanes}u * 32768u;
-  if (row >= dims.rows) { return; }
+// MatVec, f32 activation: the row's products summed in order of the column; x starts at x[xo]
+// (qo, dxo unused here).
+fn matvec_row(row: u32, xo: u32, qo: u32, dxo: u32) -> f32 {
   var sum = 0.0;
-  for (var c = 0u; c < dims.cols; c++) { sum = sum + w_elem(row, c) * x[c]; }
-  y[dims.row0 + row] = sum;
+  for (var c = 0u; c < dims.cols; c++) { sum = sum + w_elem(row, c) * x[xo + c]; }
+  return sum;
 }`;
   return /* wgsl */ `
 // One piece of a weight (step_program.js's WeightPlacement): its rows row0 .. row0 + rows of the
@@ -297,6 +291,14 @@ ${Readers('w')}
 ${WeightReaderWgsl(type, layout)}
 
 ${kquant ? matvec_k : quantized_activation ? matvec_q : matvec_f32}
+
+// MatVec: one invocation per row of the piece.
+@compute @workgroup_size(${kRowLanes})
+fn matvec(@builtin(global_invocation_id) id: vec3u) {
+  let row = id.x + id.y * ${kRowLanes}u * 32768u;
+  if (row >= dims.rows) { return; }
+  y[dims.row0 + row] = matvec_row(row, 0u, 0u, 0u);
+}
 ${MatmulWgsl(type, WeightBlock(type), kRowLanes)}
 
 // DecodeWeightRow: y = row step[0] of w, by the piece that holds it.
