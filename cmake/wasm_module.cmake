@@ -25,6 +25,7 @@ set(kvq_web_exports
   kvq_web_session_set_threads
   kvq_web_generator_check kvq_web_generator_new kvq_web_generator_new_for_sequence kvq_web_generator_next
   kvq_web_generator_cancel kvq_web_generator_free kvq_web_prefill_block
+  kvq_web_moe_route kvq_web_moe_ffn kvq_web_gpu_moe_program
   malloc free)
 list(TRANSFORM kvq_web_exports PREPEND "'_")
 list(TRANSFORM kvq_web_exports APPEND "'")

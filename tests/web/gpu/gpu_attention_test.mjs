@@ -16,8 +16,9 @@
 // `--write-behind` (FIXTURE_DIR is the web bundle), pages they encode handed to the module's master.
 // With `--mixed` (arguments as --forward; CASE is "RUN:LIST", the formats to run and the registry's
 // list, as gpu_kv_mixed_page.js takes it), the mixed KV mode on a context 8× the device budget
-// (tests/web/gpu/gpu_kv_mixed_page.js), every format in one page.
-// Usage: node gpu_attention_test.mjs [--forward|--limits|--mixed|--kv-device|--device-loss|--file-weights|--chunks|--encode|--write-behind]
+// (tests/web/gpu/gpu_kv_mixed_page.js), every format in one page. With `--moe` (arguments as
+// --forward), the GPU's mixture-of-experts ops against the module's (tests/web/gpu/gpu_moe_page.js).
+// Usage: node gpu_attention_test.mjs [--forward|--limits|--mixed|--moe|--kv-device|--device-loss|--file-weights|--chunks|--encode|--write-behind]
 //        FIXTURE_DIR [BUNDLE_DIR (--forward, --limits, --mixed)] PLAYWRIGHT_NPM_DIR
 //        [CASE_SUBSTRING]
 import fs from 'node:fs';
@@ -39,7 +40,8 @@ function Fatal(message) {
 
 const limits = process.argv[2] === '--limits';
 const mixed = process.argv[2] === '--mixed';
-const forward = process.argv[2] === '--forward' || limits || mixed;  // all take gpu_forward_fixture's cases and the bundle
+const moe = process.argv[2] === '--moe';
+const forward = process.argv[2] === '--forward' || limits || mixed || moe;  // all take gpu_forward_fixture's cases and the bundle
 const device_loss = process.argv[2] === '--device-loss';
 const chunks = process.argv[2] === '--chunks';
 const encode = process.argv[2] === '--encode';
@@ -91,6 +93,7 @@ const server = http.createServer((req, res) => {
             'import {RunGpuKvEncodeTests, RunGpuWriteBehindTests} from "/test/gpu_kv_encode_page.js";' +
             'window.RunGpuKvEncodeTests = RunGpuKvEncodeTests; window.RunGpuWriteBehindTests = RunGpuWriteBehindTests;' +
             'window.RunGpuLimitsTests = RunGpuLimitsTests;' +
+            'import {RunGpuMoeTests} from "/test/gpu_moe_page.js"; window.RunGpuMoeTests = RunGpuMoeTests;' +
             'window.RunGpuAttentionTests = RunGpuAttentionTests; window.RunGpuForwardTests = RunGpuForwardTests;' +
             'window.RunGpuKvDeviceTests = RunGpuKvDeviceTests; window.RunGpuDeviceLossTests = RunGpuDeviceLossTests;</script>');
     return;
@@ -127,6 +130,7 @@ try {
       : file_weights ? await page.evaluate((url) => window.RunGpuFileWeightsTests(url), origin + '/fixture')
       : device_loss ? await page.evaluate(([url, only]) => window.RunGpuDeviceLossTests(url, only), [origin + '/fixture', only || ''])
       : kv_device ? await page.evaluate((url) => window.RunGpuKvDeviceTests(url), origin + '/fixture')
+      : moe ? await page.evaluate(([url, bundle]) => window.RunGpuMoeTests(url, bundle), [origin + '/fixture', origin + '/bundle'])
       : mixed ? await page.evaluate(([url, bundle, only]) => window.RunGpuKvMixedTests(url, bundle, only),
                                     [origin + '/fixture', origin + '/bundle', only || ''])
       : limits ? await page.evaluate(([url, bundle, only]) => window.RunGpuLimitsTests(url, bundle, only),
@@ -139,7 +143,14 @@ try {
   await browser.close();
   server.close();
 }
-if (mixed) {
+if (moe) {
+  console.log(`gpu_attention_test --moe: ${result.route_cases} routing cases (${result.exps} exps) bit-equal checked ` +
+              `(${result.route_seconds?.toFixed(1)} s), ` +
+              `layers per model ${JSON.stringify(result.layers)}, ${result.matvec_checks} expert matvecs checked, ` +
+              `worst |difference| over its bound ${JSON.stringify(result.worst_over_bound)}, the whole model refused: ` +
+              `"${result.refusal}", ${result.failures.length} failures, ${result.seconds?.toFixed(1)} s in the page`);
+  if (!result.route_cases) Fatal('no routing case ran');
+} else if (mixed) {
   console.log(`gpu_attention_test --mixed: formats ${result.formats?.join(', ')}, ${result.positions} positions, ` +
               `${result.checks} checks, ${result.failures.length} failures, context ${result.ratio}x the device budget, ` +
               `${result.streamed_bytes} bytes streamed from the master, ${result.submits} submits, ` +
@@ -191,5 +202,5 @@ if (mixed) {
 }
 for (const f of result.failures.slice(0, 50)) console.error(`gpu_attention_test: FAIL: ${f}`);
 if (!forward && !device_loss && !file_weights && result.cases === 0) Fatal('no case ran');  // (--kv-device too)
-if (forward && !limits && !mixed && !result.positions) Fatal('no position ran');
+if (forward && !limits && !mixed && !moe && !result.positions) Fatal('no position ran');
 process.exit(result.failures.length ? 1 : 0);
