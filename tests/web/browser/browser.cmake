@@ -70,6 +70,12 @@ foreach(gpu_model stories260K qwen3-q1_0 qwen3-q4_0 qwen3-q4_k_m qwen35 qwen3-q2
   set_tests_properties(web.gpu_forward.${gpu_model} PROPERTIES FIXTURES_REQUIRED "playwright;gpu_forward_cases"
                        TIMEOUT 300)
 endforeach()
+# The GPU's mixture-of-experts ops (routing, the chosen experts' matvecs, the whole MoE
+# feed-forward of a layer) against the module's RouteRow and MoeRows (tests/web/gpu/gpu_moe_page.js).
+add_test(NAME web.gpu_moe
+         COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --moe
+                 "${KVQ_GPU_FORWARD_DIR}" "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}")
+set_tests_properties(web.gpu_moe PROPERTIES FIXTURES_REQUIRED "playwright;gpu_forward_cases" TIMEOUT 450)
 # The GPU path's mixed KV mode (the newest pages resident, older ones streamed from the master) on
 # a context 8x the device budget, against the whole-context resident and the streamed paths, bit
 # for bit, for every encoder format (kv_formats.js's kEncoderFormats) in one page: one Chromium,

@@ -11,7 +11,8 @@
 // kvq's f32 run reproduces. The tiny qwen35 hybrid (kvq synth --preset tiny-qwen35: Gated DeltaNet
 // layers between gated attention layers, Q8_0) runs as the others; the tiny qwen35moe, which the
 // GPU path must refuse naming its mixture-of-experts layers (manifest "moe_hybrid"), and the qwen3
-// Q1_0 model with a longer context for the mixed KV mode (manifest "mixed") are written only.
+// Q1_0 model with a longer context for the mixed KV mode (manifest "mixed") are written only, and a
+// tiny qwen35moe in three weight types for the GPU's mixture-of-experts ops (manifest "moe").
 // Output: DIR/manifest.json, DIR/<model>.<prompt>.<spec>.bin ([n − 1][vocab] f32), the synth GGUFs.
 // Usage: gpu_forward_fixture DIR
 #include <fmt/format.h>
@@ -154,6 +155,22 @@ int main(int argc, char** argv) {
         !s.ok())
       return Fail(s.message());
   }
+  // The mixture-of-experts hybrid (tiny-qwen35moe with 16 experts, 4 chosen per token) in three
+  // weight types, for the GPU's MoE ops against the module's (tests/web/gpu/gpu_moe_page.js):
+  // F32 (its weights read as they are), and Q8_0 and Q4_0, repacked at load.
+  nlohmann::json moe_models = nlohmann::json::array();
+  for (const char* type : {"f32", "q8_0", "q4_0"}) {
+    kvq::Result<kvq::SynthSpec> preset = kvq::SynthPreset("tiny-qwen35moe");
+    if (!preset.ok()) return Fail(preset.status().message());
+    kvq::SynthSpec spec = *preset;
+    spec.n_experts = 16;
+    spec.n_experts_used = 4;
+    spec.type = type;
+    const std::string file = fmt::format("qwen35moe-{}.gguf", type);
+    if (kvq::Status s = kvq::WriteSynthModel(spec, stories + "stories260K.gguf", (dir / file).string()); !s.ok())
+      return Fail(s.message());
+    moe_models.push_back("/fixture/" + file);
+  }
   // kvq's best SIMD target here (what native runs on) and its lowest one.
   const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
   if (targets.size() < 2) return Fail("this build has one SIMD target: no second arithmetic order to compare");
@@ -215,6 +232,7 @@ int main(int argc, char** argv) {
   std::ofstream(dir / "manifest.json", std::ios::trunc)
       << nlohmann::json{{"models", models}, {"moe_hybrid", "/fixture/qwen35moe.gguf"},
                         {"mixed", "/fixture/qwen3-q1_0-ctx512.gguf"},
+                        {"moe", moe_models},
                         {"targets", {hwy::TargetName(targets.front()), hwy::TargetName(alt_target)}}}
              .dump()
       << "\n";
