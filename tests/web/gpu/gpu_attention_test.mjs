@@ -158,8 +158,8 @@ if (sampler) {
   console.log(`gpu_attention_test --moe: ${result.route_cases} routing cases (${result.exps} exps) bit-equal checked ` +
               `(${result.route_seconds?.toFixed(1)} s), ` +
               `layers per model ${JSON.stringify(result.layers)}, ${result.matvec_checks} expert matvecs checked, ` +
-              `worst |difference| over its bound ${JSON.stringify(result.worst_over_bound)}, the whole model refused: ` +
-              `"${result.refusal}", ${result.failures.length} failures, ${result.seconds?.toFixed(1)} s in the page`);
+              `worst |difference| over its bound ${JSON.stringify(result.worst_over_bound)}, ${result.programs_built} whole-model ` +
+              `programs built, ${result.failures.length} failures, ${result.seconds?.toFixed(1)} s in the page`);
   if (!result.route_cases) Fatal('no routing case ran');
 } else if (mixed) {
   console.log(`gpu_attention_test --mixed: formats ${result.formats?.join(', ')}, ${result.positions} positions, ` +
@@ -202,7 +202,7 @@ if (sampler) {
   console.log(`gpu_attention_test --forward: ${result.models} models, ${result.runs} runs, ${result.positions} positions, ` +
               `${result.failures.length} failures, worst |GPU - native| logit ${result.worst_logit_difference}, ` +
               `${result.near_ties} near-ties, bounds ${JSON.stringify(result.bounds)}, worst by KV spec ${JSON.stringify(result.worst_by_spec)}, per step ${JSON.stringify(result.per_step)}, ` +
-              `weights ${JSON.stringify(result.tensor_types)}, hybrid refused: "${result.hybrid_refusal}", ` +
+              `weights ${JSON.stringify(result.tensor_types)}, architectures ${JSON.stringify(result.architectures)}, ` +
               `${result.resident_checks} resident-vs-streamed checks, ms per token streamed/resident (SwiftShader, ` +
               `under load: not claims) ${JSON.stringify(result.step_ms)}, prefill dispatches in blocks/per token ` +
               `(attend, KV encode, weight) ${JSON.stringify(result.prefill_dispatches)}, ` +
