@@ -26,11 +26,12 @@ let stopRequested = false;
 // The WebGPU path (web/gpu/): the module's step program of the loaded model (its forward pass as
 // ops over a tensor table, src/web/gpu_program.h) run by web/gpu/step_program.js's WGSL kernels,
 // the KV master in the module's KvCache, attention streamed through the device. For dense models
-// (llama, mistral, qwen2, qwen3: Bonsai; qwen35's Gated DeltaNet hybrid) with matrices of any weight
-// type in kvq's registry, any KV spec the device decodes, any sampler setting (kvq's chain on the
-// GPU: sample_kernels.js); anything else (mixture-of-experts layers) runs on the WebAssembly CPU
-// path, which is also what runs where the browser offers no WebGPU adapter. On both paths a chat's
-// next turn keeps the conversation in the cache and prefills only its new tokens (Generate's chat).
+// (llama, mistral, qwen2, qwen3: Bonsai) and the hybrids (qwen35, qwen35moe, qwen3next: Gated DeltaNet
+// and mixture-of-experts layers) with matrices of any weight type in kvq's registry, any KV spec the
+// device decodes, any sampler setting (kvq's chain on the GPU: sample_kernels.js); anything else runs
+// on the WebAssembly CPU path, which is also what runs where the browser offers no WebGPU adapter.
+// On both paths a chat's next turn keeps the conversation in the cache and prefills only its new
+// tokens (Generate's chat).
 let gpu = null;              // {device, name} when WebGPU offers an adapter
 let gpu_why_not = 'not probed yet';
 let gpu_program = null;      // the loaded model's step program (null: the GPU path cannot run it)
@@ -194,8 +195,8 @@ async function LoadModel(id, files) {
 const LoadEnv = () => ({kvq, api, memory, check: Check, threads});
 const WholeModel = (files, progress_for) => LoadWholeModel(LoadEnv(), files, progress_for);
 
-// The GPU path's step program of a loaded model, if the module builds one (it says why not:
-// mixture-of-experts layers) and the kernels read its weights: {program (null: none), why_not}.
+// The GPU path's step program of a loaded model, if the module builds one (it says why not: a
+// tensor its file lacks) and the kernels read its weights: {program (null: none), why_not}.
 async function ProgramOf(handle) {
   const {GpuProgramOf} = await import('./gpu/gpu_engine.js');
   const made = GpuProgramOf(kvq, handle);
@@ -357,9 +358,9 @@ async function Generate(id, p) {
   const options = JSON.stringify({max_tokens, stop: p.stop ?? [], ignore_eos: p.ignore_eos ?? false});
   Check(api.generatorCheck(options) === 0, 'the generation options');
   // The path: p.device 'cpu', 'gpu', or 'auto' (the GPU when it can, unless the adapter is an
-  // emulation). What the GPU path cannot run (a MoE model) runs on WebAssembly instead, with the
-  // reason in path.why: nothing the CPU can run errors for want of the GPU (every sampler setting
-  // runs on both).
+  // emulation). What the GPU path cannot run (a model past the device's limits) runs on
+  // WebAssembly instead, with the reason in path.why: nothing the CPU can run errors for want of
+  // the GPU (every sampler setting runs on both).
   const want = p.device || 'auto';
   if (!['auto', 'cpu', 'gpu'].includes(want)) throw new Error(`device "${want}": use auto, cpu or gpu`);
   const why_not = GpuWhyNot();

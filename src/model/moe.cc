@@ -1,5 +1,6 @@
-// MoeRows and ExpertMatrix (see moe.h).
+// MoeRows and ExpertMatrix (see moe.h), RouteRow (moe_route.h).
 #include "model/moe.h"
+#include "model/moe_route.h"
 
 #include <algorithm>
 #include <cmath>
@@ -16,6 +17,24 @@ Matrix ExpertMatrix(const Matrix& stacked, int64_t expert, int64_t rows) {
   return m;
 }
 
+void RouteRow(float* p, int64_t n_experts, int64_t k, int32_t* order, int32_t* chosen, float* weights) {
+  // A softmax over all experts first, then the top k renormalised.
+  float top = -INFINITY;
+  for (int64_t e = 0; e < n_experts; ++e) top = std::max(top, p[e]);
+  float sum = 0.0f;
+  for (int64_t e = 0; e < n_experts; ++e) sum += p[e] = std::exp(p[e] - top);
+  for (int64_t e = 0; e < n_experts; ++e) p[e] /= sum;
+  for (int32_t e = 0; e < n_experts; ++e) order[e] = e;
+  std::partial_sort(order, order + k, order + n_experts,
+                    [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+  float chosen_sum = 0.0f;
+  for (int64_t i = 0; i < k; ++i) chosen_sum += p[order[i]];
+  for (int64_t i = 0; i < k; ++i) {
+    chosen[i] = order[i];
+    weights[i] = p[order[i]] / chosen_sum;
+  }
+}
+
 int64_t MoeRows(const DecoderConfig& c, const LayerWeights& L, const float* x, int64_t n,
                 const float* shared, float* out, MoeScratch* s, ThreadPool& pool) {
   const int64_t n_experts = c.moe.n_experts, k = c.moe.n_experts_used, fe = c.moe.expert_hidden_dim;
@@ -30,25 +49,10 @@ int64_t MoeRows(const DecoderConfig& c, const LayerWeights& L, const float* x, i
   // The router and the shared expert's gate read the same rows: one hand-off for both.
   const MatMulOutput router_and_gate[] = {{&L.router, s->probs.data()}, {&L.shared_gate, s->shared_logit.data()}};
   MatMulGroup(router_and_gate, x, n, pool);
-  // Routing: a softmax over all experts first, then the top k renormalised (not a softmax of the
-  // top k).
   for (int64_t r = 0; r < n; ++r) {
-    float* p = s->probs.data() + r * n_experts;
-    float top = -INFINITY;
-    for (int64_t e = 0; e < n_experts; ++e) top = std::max(top, p[e]);
-    float sum = 0.0f;
-    for (int64_t e = 0; e < n_experts; ++e) sum += p[e] = std::exp(p[e] - top);
-    for (int64_t e = 0; e < n_experts; ++e) p[e] /= sum;
-    for (int32_t e = 0; e < n_experts; ++e) s->order[e] = e;
-    std::partial_sort(s->order.begin(), s->order.begin() + k, s->order.end(),
-                      [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-    float chosen_sum = 0.0f;
-    for (int64_t i = 0; i < k; ++i) chosen_sum += p[s->order[i]];
-    for (int64_t i = 0; i < k; ++i) {
-      s->chosen[r * k + i] = s->order[i];
-      s->weights[r * k + i] = p[s->order[i]] / chosen_sum;
-      ++s->first[s->order[i] + 1];
-    }
+    RouteRow(s->probs.data() + r * n_experts, n_experts, k, s->order.data(), s->chosen.data() + r * k,
+             s->weights.data() + r * k);
+    for (int64_t i = 0; i < k; ++i) ++s->first[s->chosen[r * k + i] + 1];
   }
   // Slots grouped by expert (a counting sort, rows in order within an expert).
   for (int64_t e = 0; e < n_experts; ++e) s->first[e + 1] += s->first[e];

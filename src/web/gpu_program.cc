@@ -5,16 +5,13 @@
 #include <nlohmann/json.hpp>
 
 #include "web/gpu_delta_net.h"
+#include "web/gpu_moe.h"
 #include "web/gpu_program_builder.h"
 
 namespace kvq_web {
 
 kvq::Result<GpuProgram> BuildGpuProgram(const kvq::DecoderWeights& w, const kvq::GgufFile* header) {
   const kvq::DecoderConfig& c = w.config;
-  if (c.moe.n_experts > 0) {
-    return kvq::Status::Error("the GPU path runs dense feed-forward layers only (this " + c.arch +
-                              " model has mixture-of-experts layers)");
-  }
   GpuProgram p;
   p.config = c;
   const int64_t dim = c.dim, q_dim = c.q_dim(), kv = c.kv_dim(), hidden = c.hidden_dim, hd = c.head_dim();
@@ -23,6 +20,7 @@ kvq::Result<GpuProgram> BuildGpuProgram(const kvq::DecoderWeights& w, const kvq:
   p.buffers = {{"x", dim}, {"xb", std::max(dim, q_dim)}, {"xb2", dim}, {"q", q_dim}, {"k", kv},
                {"k_pre", kv}, {"v", kv}, {"hb", hidden}, {"hb2", hidden}, {"logits", c.vocab_size}};
   AddHybridBuffers(c, &p);
+  if (c.moe.n_experts > 0) AddMoeBuffers(c, &p);
   GpuProgramBuilder b(&p, header);
   b.Op({.kind = "embed", .w = b.Matrix("token_embd", w.token_embedding), .y = "x"});
   for (int32_t l = 0; l < c.n_layers; ++l) {
@@ -55,6 +53,10 @@ kvq::Result<GpuProgram> BuildGpuProgram(const kvq::DecoderWeights& w, const kvq:
     }
     b.Op({.kind = "add", .x = "xb2", .y = "x", .n = dim});
     b.Op({.kind = "rmsnorm", .w = b.Vector(blk + "ffn_norm", L.ffn_norm, dim), .x = "x", .y = "xb", .n = dim});
+    if (c.moe.n_experts > 0) {
+      AddMoeFfnOps(c, L, blk, &b);
+      continue;
+    }
     b.Op({.kind = "matvec", .w = b.Matrix(blk + "ffn_gate", L.w1), .x = "xb", .y = "hb"});
     b.Op({.kind = "matvec", .w = b.Matrix(blk + "ffn_up", L.w3), .x = "xb", .y = "hb2"});
     b.Op({.kind = "swiglu", .x = "hb2", .y = "hb", .n = hidden});
@@ -93,7 +95,11 @@ std::string GpuProgramJson(const GpuProgram& p) {
     if (!o.state.empty()) j["state"] = o.state;
     if (!o.gates.empty()) j["gates"] = o.gates;
     if (o.y_offset > 0) j["y_offset"] = o.y_offset;
+    if (!o.sel.empty()) j["sel"] = o.sel;
+    if (!o.gate.empty()) j["gate"] = o.gate;
     if (o.n > 0) j["n"] = o.n;
+    if (o.x_stride > 0) j["x_stride"] = o.x_stride;
+    if (o.top_k > 0) j["top_k"] = o.top_k;
     if (o.heads > 0) j["heads"] = o.heads;
     if (o.layer >= 0) j["layer"] = o.layer;
     ops.push_back(std::move(j));
@@ -111,6 +117,8 @@ std::string GpuProgramJson(const GpuProgram& p) {
                            {"n_v_heads", d.n_v_heads}, {"value_dim", d.value_dim},
                            {"v_head_map", d.v_head_map == kvq::VHeadMap::kModulo ? "modulo" : "grouped"}};
   }
+  config["moe"] = {{"n_experts", c.moe.n_experts}, {"n_experts_used", c.moe.n_experts_used},
+                   {"expert_hidden_dim", c.moe.expert_hidden_dim}};
   return nlohmann::json{{"config", config}, {"tensors", tensors}, {"buffers", buffers}, {"states", states},
                         {"ops", ops}}.dump();
 }

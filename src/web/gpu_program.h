@@ -57,15 +57,25 @@ struct GpuTensor {
 ///                                on state S [Hv][dk][dv] with q, k, v from x [C] and β, γ from
 ///                                gates [2][Hv]; y [Cv] = the read-out
 ///   gated_rmsnorm w, x, y, heads, n  each head of y RMS-normed by w [n], then ⊙ SiLU(x)
+/// The mixture-of-experts feed-forward (gpu_moe.h; kvq's MoeRows, its RouteRow):
+///   moe_route    x, sel, n, top_k   x [n] router logits, left holding their softmax; sel gets
+///                                   [top_k] expert ids (u32 bits), then [top_k] weights
+///   expert_matvec w, x, y, sel, n, top_k, x_stride   y [top_k][n] = expert sel[i]'s n rows of the
+///                                   stacked w times x + i·x_stride (x_stride 0: one x for all)
+///   moe_combine  x, y, sel, gate, n, top_k   y = σ(gate[0]) · y + Σ_i weight_i · x [i][n], in
+///                                   rank order
 struct GpuOp {
   std::string kind;
   int32_t w = -1;
   std::string x, y, k, k_pre, v;
   std::string state;  ///< a recurrent layer's state buffer (GpuProgram::states), kept across steps
   std::string gates;  ///< delta_rule: the [2][Hv] β and γ
+  std::string sel, gate;  ///< the experts chosen and their weights; the shared expert's gate logit
   int64_t n = 0;
   int64_t y_offset = 0;  ///< matvec: where in y its rows start
+  int64_t x_stride = 0;  ///< f32 elements between the ranks' inputs (expert_matvec)
   int32_t heads = 0;
+  int32_t top_k = 0;   ///< experts each token runs (the MoE ops)
   int32_t layer = -1;  ///< the cache layer (attention)
 };
 
@@ -79,8 +89,8 @@ struct GpuProgram {
   std::vector<GpuOp> ops;
 };
 
-/// The program of one decode step of `w`, or an error naming what the GPU path does not run
-/// (mixture-of-experts feed-forward).
+/// The program of one decode step of `w` (every layer kind the loaders build: attention, Gated
+/// DeltaNet, dense and mixture-of-experts feed-forward), or the error of a tensor `header` lacks.
 /// `header`: the GGUF header `w` was loaded from alone (GgufFile::OpenHeader; its weights have no
 /// bytes here): each tensor is then given by its file_offset, found by its GGUF name.
 kvq::Result<GpuProgram> BuildGpuProgram(const kvq::DecoderWeights& w, const kvq::GgufFile* header = nullptr);

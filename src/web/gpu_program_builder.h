@@ -1,6 +1,6 @@
 // GpuProgramBuilder: how BuildGpuProgram (gpu_program.h) and the builders of its layer kinds
-// (gpu_delta_net.h) add a weight to the program's tensor table and an op to its list. A weight of a
-// header-only load is located in the model file by its GGUF name.
+// (gpu_delta_net.h, gpu_moe.h) add a weight to the program's tensor table and an op to its list. A
+// weight of a header-only load is located in the model file by its GGUF name.
 #pragma once
 
 #include <string>

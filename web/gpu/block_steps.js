@@ -29,7 +29,7 @@ export class BlockRecorder {
     // Activations a token before the last needs: those the ops up to that one use.
     this.per_token = new Set();
     for (const op of ops.slice(0, this.last_carried + 1)) {
-      for (const k of ['x', 'y', 'k', 'v', 'k_pre', 'gates']) if (op[k] !== undefined) this.per_token.add(op[k]);
+      for (const k of ['x', 'y', 'k', 'v', 'k_pre', 'gates', 'sel', 'gate']) if (op[k] !== undefined) this.per_token.add(op[k]);
     }
     this.per_token.add('x');  // head_rmsnorm, rope and bias name 'x' for an unused binding
     this.capacity = 0;

@@ -63,7 +63,7 @@ function LastError(M) {
 
 /**
  * The model's step program, or why the GPU path cannot run it: {program} or {why_not} (the
- * module refuses mixture-of-experts layers; the kernels here refuse weight types they do not read).
+ * module builds every layer kind; the kernels here refuse weight types they do not read).
  */
 export function GpuProgramOf(M, model) {
   const json = M._kvq_web_gpu_program(model);

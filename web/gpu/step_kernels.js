@@ -13,6 +13,56 @@ import {WeightBlock, WeightReaderWgsl} from './weight_types.js';
 export const kNormLanes = 64;
 export const kRowLanes = 64;
 
+/** WGSL of div_rn(x, d): x / d correctly rounded, as the CPU divides (WGSL's '/' is not). */
+export const kDivRnWgsl = /* wgsl */ `
+// WGSL's division is accurate to 2.5 ulp, not correctly rounded; the CPU's quotients (IEEE
+// divisions: QuantizeActivation's d = amax / 127 and x / d, the MoE routing's normalisations) are
+// found here exactly.
+// x / d correctly rounded (to nearest, ties to even) for finite x and d ≠ 0 (d = ±inf: ±0), every
+// range, subnormals included: the significands' quotient by integer long division (27 bits and a
+// remainder), then rounded once where the result's last bit falls.
+fn div_rn(x: f32, d: f32) -> f32 {
+  let bx = bitcast<u32>(x);
+  let bd = bitcast<u32>(d);
+  let sign = (bx ^ bd) & 0x80000000u;
+  let ex_biased = (bx >> 23u) & 0xffu;
+  let ed_biased = (bd >> 23u) & 0xffu;
+  if ((bx & 0x7fffffffu) == 0u || ed_biased == 0xffu) { return bitcast<f32>(sign); }
+  // Significands in [2^23, 2^24) and their exponents (value = m · 2^e).
+  var mx = select((bx & 0x7fffffu) | 0x800000u, bx & 0x7fffffu, ex_biased == 0u);
+  var ex = select(i32(ex_biased) - 150, -149, ex_biased == 0u);
+  var md = select((bd & 0x7fffffu) | 0x800000u, bd & 0x7fffffu, ed_biased == 0u);
+  var ed = select(i32(ed_biased) - 150, -149, ed_biased == 0u);
+  let nx = countLeadingZeros(mx) - 8u;
+  mx = mx << nx;
+  ex = ex - i32(nx);
+  let nd = countLeadingZeros(md) - 8u;
+  md = md << nd;
+  ed = ed - i32(nd);
+  // q = floor(mx / md · 2^26): 26 or 27 bits; rem ≠ 0 when the quotient is not exact.
+  var rem = mx;
+  var q = 0u;
+  for (var i = 0u; i < 27u; i++) {
+    let bit = rem >= md;
+    if (bit) { rem = rem - md; }
+    q = (q << 1u) | select(0u, 1u, bit);
+    rem = rem << 1u;
+  }
+  let lsb = ex - ed - 26;  // the exponent of q's last bit
+  let len = 32 - i32(countLeadingZeros(q));
+  let e = lsb + len - 1;   // the result in [2^e, 2^(e + 1))
+  if (e > 127) { return bitcast<f32>(sign | 0x7f800000u); }
+  let sh = select(len - 24, -149 - lsb, e < -126);  // q's bits below the result's last
+  if (sh >= 28) { return bitcast<f32>(sign); }
+  var mant = q >> u32(sh);
+  let half = (q >> u32(sh - 1)) & 1u;
+  let sticky = (q & ((1u << u32(sh - 1)) - 1u)) != 0u || rem != 0u;
+  if (half == 1u && (sticky || (mant & 1u) == 1u)) { mant = mant + 1u; }
+  if (e < -126) { return bitcast<f32>(sign | mant); }  // subnormal (a carry makes it the smallest normal)
+  return bitcast<f32>(sign | ((u32(e + 126) << 23u) + mant));
+}
+`;
+
 // Bindings (auto layouts hold only those an entry point uses): the weights as u32 words, the
 // input x, the output y, the op's uniform, the step's [token, position], the RoPE table, the
 // argmax output, the quantised activation.
@@ -138,34 +188,7 @@ fn argmax(@builtin(local_invocation_id) l: vec3u) {
   if (l.x == 0u) { out_id[0] = part_i[0]; }
 }
 
-// WGSL's division is accurate to 2.5 ulp, not correctly rounded; the CPU's quotients (d = amax /
-// 127, then x / d, IEEE divisions) are found here exactly: among the f32 next to the approximate
-// quotient, the one whose residual x − c·d is smallest, ties to the even one. The residual is
-// exact up to its last rounding: c·d = p + err by Dekker's product (12-bit halves: every partial
-// product exact), and x − p is exact where it matters (x and p within a factor 2: Sterbenz).
-fn split_hi(a: f32) -> f32 { return bitcast<f32>(bitcast<u32>(a) & 0xfffff000u); }
-fn residual(x: f32, c: f32, d: f32) -> f32 {
-  let p = c * d;
-  let ch = split_hi(c);
-  let cl = c - ch;
-  let dh = split_hi(d);
-  let dl = d - dh;
-  let err = ((ch * dh - p) + ch * dl + cl * dh) + cl * dl;
-  return (x - p) - err;
-}
-// x / d correctly rounded (round to nearest, ties to even), for finite x and d ≠ 0.
-fn div_rn(x: f32, d: f32) -> f32 {
-  let q = x / d;
-  var best = q;
-  var best_r = abs(residual(x, q, d));
-  for (var k = -2; k <= 2; k++) {
-    let c = bitcast<f32>(u32(i32(bitcast<u32>(q)) + k));
-    let r = abs(residual(x, c, d));
-    if (r < best_r || (r == best_r && (bitcast<u32>(c) & 1u) == 0u)) { best = c; best_r = r; }
-  }
-  return best;
-}
-
+${kDivRnWgsl}
 // QuantizeActivation (weights/matvec.h) of x [n]: per block of 32, d = amax / 127, codes
 // round-half-even(x / d) clamped to ±127; a zero block gets d = 0 and codes 0. A prefill block's
 // tokens in one dispatch (workgroups along y: token id.y's x at id.y · p.a, its codes at id.y · n,
@@ -200,11 +223,9 @@ export function WeightOpsWgsl(type, layout) {
 // MatVec of a K-quant (weights/kquant_rows-inl.h's scalar kernel): per activation block b of 32
 // (half a Q4_K sub-block pair, two Q6_K sub-blocks of 16) the exact integers dot = Σ_j sc_j·Σ code·q
 // and mins = Σ_j m_j·Σ q over its two 16-element sub-blocks j, then acc += (d·d_x)·dot and
-// macc += (dmin·d_x)·mins in f32 in order of b; y = acc − macc. One invocation per row.
-@compute @workgroup_size(${kRowLanes})
-fn matvec(@builtin(global_invocation_id) id: vec3u) {
-  let row = id.x + id.y * ${kRowLanes}u * 32768u;
-  if (row >= dims.rows) { return; }
+// macc += (dmin·d_x)·mins in f32 in order of b; the row's value is acc − macc. The activation's
+// codes start at xq[qo], its scales at xd[dxo] (xo, its f32 start, unused here).
+fn matvec_row(row: u32, xo: u32, qo: u32, dxo: u32) -> f32 {
   var acc = 0.0;
   var macc = 0.0;
   for (var b = 0u; b < dims.cols / 32u; b++) {
@@ -216,50 +237,46 @@ fn matvec(@builtin(global_invocation_id) id: vec3u) {
       var sub = 0;
       var sum16 = 0;
       for (var l = 0u; l < 16u; l++) {
-        let q = xq[b * 32u + 16u * h + l];
+        let q = xq[qo + b * 32u + 16u * h + l];
         sub = sub + kq_code(row, sb, 16u * j + l) * q;
         sum16 = sum16 + q;
       }
       dot = dot + kq_sc(row, sb, j) * sub;
       mins = mins + kq_m(row, sb, j) * sum16;
     }
-    acc = acc + (kq_d(row, sb) * xd[b]) * f32(dot);
-    macc = macc + (kq_dmin(row, sb) * xd[b]) * f32(mins);
+    acc = acc + (kq_d(row, sb) * xd[dxo + b]) * f32(dot);
+    macc = macc + (kq_dmin(row, sb) * xd[dxo + b]) * f32(mins);
   }
-  y[dims.row0 + row] = acc - macc;
+  return acc - macc;
 }`;
   const matvec_q = `
 // MatVec with the activation quantised (weights/matvec.h): per activation block b of 32 the exact
 // integer I_b = Σ code·q, then Σ_b (d_w · d_x) · I_b in f32 in order of b. A type with a min
 // (Q4_1, Q5_1) also sums Σ_b (m · d_x) · Σq apart and adds the two sums last, as the scalar
-// kernel does (weights/quant_rows-inl.h). One invocation per row.
-@compute @workgroup_size(${kRowLanes})
-fn matvec(@builtin(global_invocation_id) id: vec3u) {
-  let row = id.x + id.y * ${kRowLanes}u * 32768u;
-  if (row >= dims.rows) { return; }
+// kernel does (weights/quant_rows-inl.h). The activation's codes start at xq[qo], its scales at
+// xd[dxo] (xo, its f32 start, unused here).
+fn matvec_row(row: u32, xo: u32, qo: u32, dxo: u32) -> f32 {
   var sum = 0.0;
   ${min ? 'var min_sum = 0.0;' : ''}
   for (var b = 0u; b < dims.cols / 32u; b++) {
     let block = (b * 32u) / ${elems}u;
     let first = (b * 32u) % ${elems}u;
     var dot = 0;
-    for (var j = 0u; j < 32u; j++) { dot = dot + w_code(row, block, first + j) * xq[b * 32u + j]; }
-    sum = sum + (w_scale(row, block) * xd[b]) * f32(dot);
+    for (var j = 0u; j < 32u; j++) { dot = dot + w_code(row, block, first + j) * xq[qo + b * 32u + j]; }
+    sum = sum + (w_scale(row, block) * xd[dxo + b]) * f32(dot);
     ${min ? `var q_sum = 0;  // Σq of the block, exact
-    for (var j = 0u; j < 32u; j++) { q_sum = q_sum + xq[b * 32u + j]; }
-    min_sum = min_sum + (w_min(row, block) * xd[b]) * f32(q_sum);` : ''}
+    for (var j = 0u; j < 32u; j++) { q_sum = q_sum + xq[qo + b * 32u + j]; }
+    min_sum = min_sum + (w_min(row, block) * xd[dxo + b]) * f32(q_sum);` : ''}
   }
-  y[dims.row0 + row] = ${min ? 'sum + min_sum' : 'sum'};
+  return ${min ? 'sum + min_sum' : 'sum'};
 }`;
   const matvec_f32 = `
-// MatVec, f32 activation: one invocation per row, its products summed in order of the column.
-@compute @workgroup_size(${kRowLanes})
-fn matvec(@builtin(global_invocation_id) id: vec3u) {
-  let row = id.x + id.y * ${kRowLanes}u * 32768u;
-  if (row >= dims.rows) { return; }
+// MatVec, f32 activation: the row's products summed in order of the column; x starts at x[xo]
+// (qo, dxo unused here).
+fn matvec_row(row: u32, xo: u32, qo: u32, dxo: u32) -> f32 {
   var sum = 0.0;
-  for (var c = 0u; c < dims.cols; c++) { sum = sum + w_elem(row, c) * x[c]; }
-  y[dims.row0 + row] = sum;
+  for (var c = 0u; c < dims.cols; c++) { sum = sum + w_elem(row, c) * x[xo + c]; }
+  return sum;
 }`;
   return /* wgsl */ `
 // One piece of a weight (step_program.js's WeightPlacement): its rows row0 .. row0 + rows of the
@@ -280,6 +297,14 @@ ${Readers('w')}
 ${WeightReaderWgsl(type, layout)}
 
 ${kquant ? matvec_k : quantized_activation ? matvec_q : matvec_f32}
+
+// MatVec: one invocation per row of the piece.
+@compute @workgroup_size(${kRowLanes})
+fn matvec(@builtin(global_invocation_id) id: vec3u) {
+  let row = id.x + id.y * ${kRowLanes}u * 32768u;
+  if (row >= dims.rows) { return; }
+  y[dims.row0 + row] = matvec_row(row, 0u, 0u, 0u);
+}
 ${MatmulWgsl(type, WeightBlock(type), kRowLanes)}
 
 // DecodeWeightRow: y = row step[0] of w, by the piece that holds it.

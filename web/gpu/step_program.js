@@ -38,9 +38,13 @@
 // A hybrid's recurrent layers (hybrid_kernels.js) keep their state in the program's `states`:
 // one GPU buffer each, read and written in place by every step (a block's tokens in order), zeroed
 // by ResetStates for a new sequence; nothing of it is read back.
+//
+// A mixture-of-experts feed-forward (moe_kernels.js) is chosen on the GPU too: the router's top k
+// go into a GPU buffer that the expert matvecs read their rows by, so routing adds no readback.
 
 import {BlockRecorder} from './block_steps.js';
 import {HybridDispatch, kHybridBindings, kHybridWgsl} from './hybrid_kernels.js';
+import {ExpertMatvecBindings, kExpertMatvecWgsl, kMoeOpsBindings, kMoeOpsWgsl} from './moe_kernels.js';
 import {CompileSampler, GpuSampler} from './sample_kernels.js';
 import {kOpsBindings, kOpsWgsl, kRowLanes, WeightOpsBindings, WeightOpsWgsl} from './step_kernels.js';
 import {kGpuWeightTypes, kInterleavedTypes} from './weight_types.js';
@@ -74,8 +78,10 @@ export function ProgramName(program) {
   return `this ${c.arch} model (${c.n_layers} layers, dim ${c.dim}, vocabulary ${c.vocab_size})`;
 }
 
-// A tensor's bytes' place: its file offset (the file's weights) or its address (the module's).
-const TensorKey = (t) => (t.file_offset !== undefined ? `file ${t.file_offset}` : t.address);
+// A tensor's bytes' place: its file offset (the file's weights) or its address (the module's),
+// and its length (a tied classifier is the embedding's bytes; an expert's slice of a stacked
+// tensor starts where the stack does but is not the stack).
+export const TensorKey = (t) => `${t.file_offset !== undefined ? `file ${t.file_offset}` : t.address}+${t.bytes}`;
 // Bytes read from a file per upload step: only this much is held outside the GPU at once.
 const kUploadChunkBytes = 16 << 20;
 
@@ -125,13 +131,20 @@ export function WeightPlacement(program, cap) {
   return {chunks, pieces, why_not};
 }
 
+// Numbers the quantised activation holds: the widest matrix's input, or the chosen experts' down
+// projections' inputs (one per expert a token runs).
+function QuantizedFloats(program) {
+  const moe = program.config.moe;
+  return Math.max(...program.tensors.map((t) => t.cols), moe ? moe.n_experts_used * moe.expert_hidden_dim : 0);
+}
+
 // Bytes of the step program's buffers besides the weights, by what they hold.
 function OtherBuffers(program) {
   const c = program.config;
-  const max_cols = Math.max(...program.tensors.map((t) => t.cols));
   const out = Object.entries(program.buffers).map(([name, n]) => [`the ${name} activation`, n * 4]);
   for (const [name, n] of Object.entries(program.states || {})) out.push([`the ${name} recurrent state`, n * 4]);
-  out.push(['the readback buffer', Math.max(2 * c.kv_dim * 4, 4 + c.vocab_size * 4)], ['the quantised activation', max_cols * 4]);
+  out.push(['the readback buffer', Math.max(2 * c.kv_dim * 4, 4 + c.vocab_size * 4)],
+           ['the quantised activation', QuantizedFloats(program) * 4]);
   return out;
 }
 
@@ -191,17 +204,25 @@ export class GpuStepProgram {
     const ops = await compile(kOpsWgsl, Object.keys(kOpsBindings), 'step ops');
     const hybrid = program.ops.some((op) => kHybridBindings[op.kind]) ?
         await compile(kHybridWgsl, Object.keys(kHybridBindings), 'hybrid layer ops') : {};
+    // The MoE ops (moe_kernels.js) where the program has them; the expert matvec in the modules of
+    // the stacked expert tensors' types.
+    const Key = (t) => `${t.type}/${t.layout}`;
+    const moe = program.ops.some((op) => op.kind === 'moe_route') ?
+        await compile(kMoeOpsWgsl, Object.keys(kMoeOpsBindings), 'MoE ops') : {};
+    const expert_keys = new Set(program.ops.filter((op) => op.kind === 'expert_matvec').map((op) => Key(program.tensors[op.w])));
     const weight_ops = {};  // by `${type}/${layout}`
     for (const t of program.tensors) {
-      const key = `${t.type}/${t.layout}`;
-      if (t.rows > 1 || t.type !== 'f32') {
-        weight_ops[key] ??= await compile(WeightOpsWgsl(t.type, t.layout), ['matvec', 'embed', 'matmul'], `${key} weights`);
-      }
+      const key = Key(t);
+      if (weight_ops[key] || !(t.rows > 1 || t.type !== 'f32')) continue;
+      weight_ops[key] = expert_keys.has(key) ?
+          await compile(WeightOpsWgsl(t.type, t.layout) + kExpertMatvecWgsl, ['matvec', 'embed', 'matmul', 'expert_matvec'],
+                        `${key} weights`) :
+          await compile(WeightOpsWgsl(t.type, t.layout), ['matvec', 'embed', 'matmul'], `${key} weights`);
     }
     if (program.tensors.some((t) => t.file_offset !== undefined) && !options.read_file) {
       throw new Error('the step program reads its weights from the model file, and no read_file was given');
     }
-    const step = new GpuStepProgram(device, program, heap, rope, kv_device, {ops, weight_ops, hybrid}, fit.placement);
+    const step = new GpuStepProgram(device, program, heap, rope, kv_device, {ops, weight_ops, hybrid, moe}, fit.placement);
     // Temperature > 0 (Steps' options.sample): the GPU sampler ends the step instead of the argmax.
     step.sampler = options.sample_table ? new GpuSampler(device, await CompileSampler(device), program.config.vocab_size,
                                                          options.sample_table, step.out_id) : null;
@@ -232,13 +253,13 @@ export class GpuStepProgram {
       }
     }
     // Activations [f32 elements] by name (program.buffers), the step's [token, position], the RoPE
-    // table, the argmax id, the quantised activation [max cols] codes and [max cols / 32] scales.
+    // table, the argmax id, the quantised activation [QuantizedFloats] codes and [/ 32] scales.
     this.buffers = {};
     for (const [name, n] of Object.entries(program.buffers)) this.buffers[name] = this.#Buffer(n * 4);
     // The recurrent layers' states [f32 elements] by name: one whatever the tokens in flight.
     this.states = {};
     for (const [name, n] of Object.entries(program.states || {})) this.states[name] = this.#Buffer(n * 4);
-    const max_cols = Math.max(...program.tensors.map((t) => t.cols));
+    const quantized_floats = QuantizedFloats(program);
     this.step = this.#Buffer(8);
     this.rope_table = this.#Buffer(this.config.rotary_dims * 4);
     // A block's tokens' [n][token, position] and [n][rotary_dims] RoPE tables (grown to the block).
@@ -246,13 +267,13 @@ export class GpuStepProgram {
     this.block_steps = null;
     this.block_rope = null;
     this.out_id = this.#Buffer(4);
-    this.xq = this.#Buffer(max_cols * 4);
-    this.xd = this.#Buffer(Math.ceil(max_cols / 32) * 4);
+    this.xq = this.#Buffer(quantized_floats * 4);
+    this.xd = this.#Buffer(Math.ceil(quantized_floats / 32) * 4);
     const c = this.config;
     const kv_floats = 2 * c.kv_dim;
     this.staging = device.createBuffer({size: Math.max(kv_floats * 4, 4 + c.vocab_size * 4),
                                         usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
-    this.pipelines = pipelines;  // {ops, weight_ops, hybrid}
+    this.pipelines = pipelines;  // {ops, weight_ops, hybrid, moe}
     this.uniforms = new Map();  // op uniforms by their words: read-only, so shared by every record
     // Each op recorded once: [{pipeline, group, groups: [x, y]}], and the attention ops apart.
     this.records = program.ops.map((op) => this.RecordOp(op));
@@ -378,6 +399,30 @@ export class GpuStepProgram {
       case 'copy': return simple('copy', [op.n, 0, 0, 0], op.x, op.y, [Math.ceil(op.n / 64), 1]);
       case 'swiglu': return simple('swiglu', [op.n, 0, 0, 0], op.x, op.y, [Math.ceil(op.n / 64), 1]);
       case 'argmax': return simple('argmax', [op.n, 0, 0, 0], op.x, 'x', [1, 1]);
+      case 'expert_matvec': {  // as a matvec, each rank's rows chosen by the ids in sel
+        const kernel = weight_ops[`${t.type}/${t.layout}`].expert_matvec;
+        const quantized = WeightOpsBindings(t.type).matvec.includes(7);
+        const x_stride = op.x_stride ?? 0, xd_stride = x_stride ? t.cols / 32 : 0;
+        const out = [];
+        if (quantized) {  // each rank's input (or the one input) quantised, rank i's codes at i · cols
+          out.push(...simple('quantize', [t.cols, x_stride, xd_stride, 0], op.x, op.y,
+                             [Math.ceil(t.cols / 32 / 64), x_stride ? op.top_k : 1]));
+        }
+        for (const p of pieces) {
+          const dims = this.Uniform([p.rows, t.cols, t.bytes / t.rows, p.offset, p.row0, op.top_k, op.n, xd_stride, x_stride]);
+          const group = this.Group(kernel, ExpertMatvecBindings(quantized),
+                                   {...base, 0: this.chunks[p.chunk], 1: B[op.x], 2: B[op.y], 3: dims, 9: B[op.sel]});
+          out.push({pipeline: kernel, group, groups: [Math.ceil(op.n / 64), op.top_k]});
+        }
+        return out;
+      }
+      case 'moe_route':
+      case 'moe_combine': {
+        const pipeline = this.pipelines.moe[op.kind];
+        const resources = op.kind === 'moe_route' ? {2: B[op.x], 9: B[op.sel]} : {1: B[op.x], 2: B[op.y], 9: B[op.sel], 10: B[op.gate]};
+        return [{pipeline, groups: [op.kind === 'moe_route' ? 1 : Math.ceil(op.n / 64), 1],
+                 group: this.Group(pipeline, kMoeOpsBindings[op.kind], {...resources, 3: this.Uniform([op.n, op.top_k, 0, 0])})}];
+      }
       case 'attention': return null;  // the cache's, at run time
       default: {
         const bindings = kHybridBindings[op.kind];

@@ -55,8 +55,8 @@ add_test(NAME web.gpu_kv_write_behind
                  "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}")
 set_tests_properties(web.gpu_kv_write_behind PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 300)
 # The page's GPU path (the module's step program on WebGPU) against native kvq's greedy runs and
-# logits, five models (one a Gated DeltaNet hybrid) x three prompts x five KV specs and five more (the
-# other weight types) x three prompts x two (gpu_forward_fixture).
+# logits, seven models (three Gated DeltaNet hybrids, two of them mixture-of-experts) x three prompts x
+# five KV specs and five more (the other weight types) x three prompts x two (gpu_forward_fixture).
 add_executable(gpu_forward_fixture "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_forward_fixture.cc")
 target_link_libraries(gpu_forward_fixture PRIVATE kvq nlohmann_json::nlohmann_json)
 target_include_directories(gpu_forward_fixture PRIVATE "${PROJECT_SOURCE_DIR}/tests")
@@ -65,15 +65,21 @@ kvq_apply_warnings(gpu_forward_fixture)
 set(KVQ_GPU_FORWARD_DIR "${PROJECT_BINARY_DIR}/gpu_forward_fixture")
 add_test(NAME web.gpu_forward_fixture COMMAND gpu_forward_fixture "${KVQ_GPU_FORWARD_DIR}")
 set_tests_properties(web.gpu_forward_fixture PROPERTIES FIXTURES_SETUP gpu_forward_cases)
-# One test per model (each well under a minute on SwiftShader); the MoE hybrid's refusal with stories260K.
-foreach(gpu_model stories260K qwen3-q1_0 qwen3-q4_0 qwen3-q4_k_m qwen35 qwen3-q2_k qwen3-q3_k_m qwen3-q5_k_m
-                  qwen3-q4_1 qwen3-q2_0)
+# One test per model (each well under a minute on SwiftShader).
+foreach(gpu_model stories260K qwen3-q1_0 qwen3-q4_0 qwen3-q4_k_m qwen35 qwen35moe qwen3next qwen3-q2_k qwen3-q3_k_m
+                  qwen3-q5_k_m qwen3-q4_1 qwen3-q2_0)
   add_test(NAME web.gpu_forward.${gpu_model}
            COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --forward
                    "${KVQ_GPU_FORWARD_DIR}" "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}" ${gpu_model})
   set_tests_properties(web.gpu_forward.${gpu_model} PROPERTIES FIXTURES_REQUIRED "playwright;gpu_forward_cases"
                        TIMEOUT 300)
 endforeach()
+# The GPU's mixture-of-experts ops (routing, the chosen experts' matvecs, the whole MoE
+# feed-forward of a layer) against the module's RouteRow and MoeRows (tests/web/gpu/gpu_moe_page.js).
+add_test(NAME web.gpu_moe
+         COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --moe
+                 "${KVQ_GPU_FORWARD_DIR}" "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}")
+set_tests_properties(web.gpu_moe PROPERTIES FIXTURES_REQUIRED "playwright;gpu_forward_cases" TIMEOUT 450)
 # The GPU path's mixed KV mode (the newest pages resident, older ones streamed from the master) on
 # a context 8x the device budget, against the whole-context resident and the streamed paths, bit
 # for bit, for every encoder format (kv_formats.js's kEncoderFormats) in one page: one Chromium,

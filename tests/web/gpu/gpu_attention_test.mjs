@@ -18,8 +18,9 @@
 // sampled generation on the GPU path (tests/web/gpu/gpu_sampler_page.js).
 // With `--mixed` (arguments as --forward; CASE is "RUN:LIST", the formats to run and the registry's
 // list, as gpu_kv_mixed_page.js takes it), the mixed KV mode on a context 8× the device budget
-// (tests/web/gpu/gpu_kv_mixed_page.js), every format in one page.
-// Usage: node gpu_attention_test.mjs [--forward|--limits|--mixed|--kv-device|--device-loss|--file-weights|--chunks|--encode|--write-behind|--sampler]
+// (tests/web/gpu/gpu_kv_mixed_page.js), every format in one page. With `--moe` (arguments as
+// --forward), the GPU's mixture-of-experts ops against the module's (tests/web/gpu/gpu_moe_page.js).
+// Usage: node gpu_attention_test.mjs [--forward|--limits|--mixed|--moe|--kv-device|--device-loss|--file-weights|--chunks|--encode|--write-behind|--sampler]
 //        FIXTURE_DIR [BUNDLE_DIR (--forward, --limits, --mixed)] PLAYWRIGHT_NPM_DIR
 //        [CASE_SUBSTRING]
 import fs from 'node:fs';
@@ -41,7 +42,8 @@ function Fatal(message) {
 
 const limits = process.argv[2] === '--limits';
 const mixed = process.argv[2] === '--mixed';
-const forward = process.argv[2] === '--forward' || limits || mixed;  // all take gpu_forward_fixture's cases and the bundle
+const moe = process.argv[2] === '--moe';
+const forward = process.argv[2] === '--forward' || limits || mixed || moe;  // all take gpu_forward_fixture's cases and the bundle
 const device_loss = process.argv[2] === '--device-loss';
 const chunks = process.argv[2] === '--chunks';
 const encode = process.argv[2] === '--encode';
@@ -95,6 +97,7 @@ const server = http.createServer((req, res) => {
             'window.RunGpuKvEncodeTests = RunGpuKvEncodeTests; window.RunGpuWriteBehindTests = RunGpuWriteBehindTests;' +
             'window.RunGpuLimitsTests = RunGpuLimitsTests;' +
             'import {RunGpuSamplerTests} from "/test/gpu_sampler_page.js"; window.RunGpuSamplerTests = RunGpuSamplerTests;' +
+            'import {RunGpuMoeTests} from "/test/gpu_moe_page.js"; window.RunGpuMoeTests = RunGpuMoeTests;' +
             'window.RunGpuAttentionTests = RunGpuAttentionTests; window.RunGpuForwardTests = RunGpuForwardTests;' +
             'window.RunGpuKvDeviceTests = RunGpuKvDeviceTests; window.RunGpuDeviceLossTests = RunGpuDeviceLossTests;</script>');
     return;
@@ -132,6 +135,7 @@ try {
       : file_weights ? await page.evaluate((url) => window.RunGpuFileWeightsTests(url), origin + '/fixture')
       : device_loss ? await page.evaluate(([url, only]) => window.RunGpuDeviceLossTests(url, only), [origin + '/fixture', only || ''])
       : kv_device ? await page.evaluate((url) => window.RunGpuKvDeviceTests(url), origin + '/fixture')
+      : moe ? await page.evaluate(([url, bundle]) => window.RunGpuMoeTests(url, bundle), [origin + '/fixture', origin + '/bundle'])
       : mixed ? await page.evaluate(([url, bundle, only]) => window.RunGpuKvMixedTests(url, bundle, only),
                                     [origin + '/fixture', origin + '/bundle', only || ''])
       : limits ? await page.evaluate(([url, bundle, only]) => window.RunGpuLimitsTests(url, bundle, only),
@@ -150,6 +154,13 @@ if (sampler) {
               `${result.distinct_ids} distinct ids, ${result.replayed} generated ids replayed on the CPU, generation ` +
               `${JSON.stringify(result.generation)}, ${result.seconds?.toFixed(1)} s in the page`);
   if (!result.cases || !result.replayed) Fatal('no case ran');
+} else if (moe) {
+  console.log(`gpu_attention_test --moe: ${result.route_cases} routing cases (${result.exps} exps) bit-equal checked ` +
+              `(${result.route_seconds?.toFixed(1)} s), ` +
+              `layers per model ${JSON.stringify(result.layers)}, ${result.matvec_checks} expert matvecs checked, ` +
+              `worst |difference| over its bound ${JSON.stringify(result.worst_over_bound)}, ${result.programs_built} whole-model ` +
+              `programs built, ${result.failures.length} failures, ${result.seconds?.toFixed(1)} s in the page`);
+  if (!result.route_cases) Fatal('no routing case ran');
 } else if (mixed) {
   console.log(`gpu_attention_test --mixed: formats ${result.formats?.join(', ')}, ${result.positions} positions, ` +
               `${result.checks} checks, ${result.failures.length} failures, context ${result.ratio}x the device budget, ` +
@@ -191,7 +202,7 @@ if (sampler) {
   console.log(`gpu_attention_test --forward: ${result.models} models, ${result.runs} runs, ${result.positions} positions, ` +
               `${result.failures.length} failures, worst |GPU - native| logit ${result.worst_logit_difference}, ` +
               `${result.near_ties} near-ties, bounds ${JSON.stringify(result.bounds)}, worst by KV spec ${JSON.stringify(result.worst_by_spec)}, per step ${JSON.stringify(result.per_step)}, ` +
-              `weights ${JSON.stringify(result.tensor_types)}, hybrid refused: "${result.hybrid_refusal}", ` +
+              `weights ${JSON.stringify(result.tensor_types)}, architectures ${JSON.stringify(result.architectures)}, ` +
               `${result.resident_checks} resident-vs-streamed checks, ms per token streamed/resident (SwiftShader, ` +
               `under load: not claims) ${JSON.stringify(result.step_ms)}, prefill dispatches in blocks/per token ` +
               `(attend, KV encode, weight) ${JSON.stringify(result.prefill_dispatches)}, ` +
@@ -202,5 +213,5 @@ if (sampler) {
 }
 for (const f of result.failures.slice(0, 50)) console.error(`gpu_attention_test: FAIL: ${f}`);
 if (!forward && !device_loss && !file_weights && !sampler && result.cases === 0) Fatal('no case ran');  // (--kv-device too)
-if (forward && !limits && !mixed && !result.positions) Fatal('no position ran');
+if (forward && !limits && !mixed && !moe && !result.positions) Fatal('no position ran');
 process.exit(result.failures.length ? 1 : 0);

@@ -8,10 +8,12 @@
 // thread; f32 score arithmetic, as the GPU scores): the ids (BOS and prompt, then kNewTokens
 // greedy ids: the first largest logit) and the logits after every id but the last. For
 // stories260K the manifest also carries run.c's golden ids (golden-runc-ids.txt), which native
-// kvq's f32 run reproduces. The tiny qwen35 hybrid (kvq synth --preset tiny-qwen35: Gated DeltaNet
-// layers between gated attention layers, Q8_0) runs as the others; the tiny qwen35moe, which the
-// GPU path must refuse naming its mixture-of-experts layers (manifest "moe_hybrid"), and the qwen3
-// Q1_0 model with a longer context for the mixed KV mode (manifest "mixed") are written only.
+// kvq's f32 run reproduces. The tiny hybrids of kvq synth's presets (Q8_0) run as the others:
+// tiny-qwen35 (Gated DeltaNet layers between gated attention layers), tiny-qwen35moe and
+// tiny-qwen3next (the same with mixture-of-experts feed-forward layers: 6 experts, 2 chosen, and a
+// gated shared expert). The qwen3 Q1_0 model with a longer context for the mixed KV mode (manifest
+// "mixed") and a tiny qwen35moe in four weight types with 16 experts for the GPU's MoE ops
+// (manifest "moe") are written only.
 // Output: DIR/manifest.json, DIR/<model>.<prompt>.<spec>.bin ([n − 1][vocab] f32), the synth GGUFs.
 // Usage: gpu_forward_fixture DIR
 #include <fmt/format.h>
@@ -107,17 +109,18 @@ int main(int argc, char** argv) {
     cases.push_back({"qwen3-q4_k_m", (dir / "qwen3-q4_k_m.gguf").string(), "", "/fixture/qwen3-q4_k_m.gguf",
                      {"Once upon a time", "The cat", "A little dog ran"}, 2});
   }
-  // The hybrids of kvq synth's presets: tiny-qwen35 runs on the GPU path (its recurrent state on the
-  // GPU), tiny-qwen35moe is refused with a message the page shows.
-  for (const char* preset : {"tiny-qwen35", "tiny-qwen35moe"}) {
+  // The hybrids of kvq synth's presets, each run on the GPU path (its recurrent state and, for the
+  // MoE ones, its routing on the GPU).
+  for (const char* preset : {"tiny-qwen35", "tiny-qwen35moe", "tiny-qwen3next"}) {
     kvq::Result<kvq::SynthSpec> spec = kvq::SynthPreset(preset);
     if (!spec.ok()) return Fail(spec.status().message());
-    const std::string file = std::string(preset).substr(5) + ".gguf";  // "qwen35.gguf", "qwen35moe.gguf"
+    const std::string name = std::string(preset).substr(5);  // "qwen35", "qwen35moe", "qwen3next"
+    const std::string file = name + ".gguf";
     if (kvq::Status s = kvq::WriteSynthModel(*spec, stories + "stories260K.gguf", (dir / file).string()); !s.ok())
       return Fail(s.message());
+    cases.push_back({name, (dir / file).string(), "", "/fixture/" + file,
+                     {"Once upon a time", "The cat", "A little dog ran"}});
   }
-  cases.push_back({"qwen35", (dir / "qwen35.gguf").string(), "", "/fixture/qwen35.gguf",
-                   {"Once upon a time", "The cat", "A little dog ran"}});
   // The other weight types a Bonsai, Qwen3, Llama or Qwen2 GGUF uses, each in at least one model
   // (f32 and int8 KV, as the Q4_K_M mix: the KV formats are the models above's to cover):
   //   q2_k mix      Q2_K (q, k, gate, up), Q3_K (v, o, down), Q6_K (classifier)
@@ -153,6 +156,23 @@ int main(int argc, char** argv) {
     if (kvq::Status s = kvq::WriteSynthModel(spec, stories + "stories260K.gguf", (dir / "qwen3-q1_0-ctx512.gguf").string());
         !s.ok())
       return Fail(s.message());
+  }
+  // The mixture-of-experts hybrid (tiny-qwen35moe with 16 experts, 4 chosen per token) in four
+  // weight types, for the GPU's MoE ops against the module's (tests/web/gpu/gpu_moe_page.js):
+  // F32 (its weights read as they are), Q8_0 and Q4_0, repacked at load, and Q4_1 (rows: a type
+  // with a min, whose expert matvec sums Σq at each rank's offset).
+  nlohmann::json moe_models = nlohmann::json::array();
+  for (const char* type : {"f32", "q8_0", "q4_0", "q4_1"}) {
+    kvq::Result<kvq::SynthSpec> preset = kvq::SynthPreset("tiny-qwen35moe");
+    if (!preset.ok()) return Fail(preset.status().message());
+    kvq::SynthSpec spec = *preset;
+    spec.n_experts = 16;
+    spec.n_experts_used = 4;
+    spec.type = type;
+    const std::string file = fmt::format("qwen35moe-{}.gguf", type);
+    if (kvq::Status s = kvq::WriteSynthModel(spec, stories + "stories260K.gguf", (dir / file).string()); !s.ok())
+      return Fail(s.message());
+    moe_models.push_back("/fixture/" + file);
   }
   // kvq's best SIMD target here (what native runs on) and its lowest one.
   const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
@@ -213,8 +233,9 @@ int main(int argc, char** argv) {
     models.push_back(std::move(m));
   }
   std::ofstream(dir / "manifest.json", std::ios::trunc)
-      << nlohmann::json{{"models", models}, {"moe_hybrid", "/fixture/qwen35moe.gguf"},
+      << nlohmann::json{{"models", models},
                         {"mixed", "/fixture/qwen3-q1_0-ctx512.gguf"},
+                        {"moe", moe_models},
                         {"targets", {hwy::TargetName(targets.front()), hwy::TargetName(alt_target)}}}
              .dump()
       << "\n";

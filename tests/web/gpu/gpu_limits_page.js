@@ -12,7 +12,7 @@
 //   - a binding limit under the readback buffer: refused naming maxStorageBufferBindingSize; a
 //     piece under the widest row (or 16-row group) of any weight: no placement, naming that tensor.
 import {GpuModelRunner, GpuProgramOf, RequestGpuDevice} from '/web/gpu/gpu_engine.js';
-import {GpuLimitsFor, GpuStepProgram, ProgramName, WeightPlacement} from '/web/gpu/step_program.js';
+import {GpuLimitsFor, GpuStepProgram, ProgramName, TensorKey, WeightPlacement} from '/web/gpu/step_program.js';
 import {LoadModel} from '/test/gpu_device_loss_page.js';
 import {LoadModule} from '/test/gpu_kv_device_page.js';
 
@@ -66,7 +66,7 @@ export async function RunGpuLimitsTests(fixture_url, bundle_url, only = '') {
     const placed = WeightPlacement(program, cap);
     const pieces = {};
     for (const t of targets) {
-      pieces[t.name] = placed.pieces.get(t.address)?.length;
+      pieces[t.name] = placed.pieces.get(TensorKey(t))?.length;
       if (placed.why_not || !(pieces[t.name] >= 3)) fail(`${m.name}: a ${cap}-byte binding cuts ${t.name} into ${pieces[t.name]} pieces (${placed.why_not})`);
     }
     const ids = m.runs[0].ids;
