@@ -35,7 +35,8 @@ class ModelOptions(ctypes.Structure):
                 ("kv_value_format", ctypes.c_char_p), ("kv_device_budget_bytes", ctypes.c_int64),
                 ("kv_host_budget_bytes", ctypes.c_int64), ("kv_disk_dir", ctypes.c_char_p),
                 ("n_kv_layers", ctypes.c_int32), ("kv_layer_key_formats", ctypes.POINTER(ctypes.c_char_p)),
-                ("kv_layer_value_formats", ctypes.POINTER(ctypes.c_char_p))]
+                ("kv_layer_value_formats", ctypes.POINTER(ctypes.c_char_p)),
+                ("repack", ctypes.c_int32), ("repack_memory_available", ctypes.c_int64)]
 
 
 class ModelInfo(ctypes.Structure):
