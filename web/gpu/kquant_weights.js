@@ -26,6 +26,26 @@ fn kq_group(row: u32, sb: u32) -> u32 {
 }`;
 }
 
+// One K-quant element from the type's kq_* accessors, in dequantize_row_q*_K's order of operations
+// (so the bits are the scalar reference's): with a min (Q2_K, Q4_K, Q5_K) d1 = d·sc and m1 = dmin·m
+// (exact), then d1·code (exact) − m1; without (Q3_K, Q6_K) (d·sc)·code, exact.
+const kElemWithMin = /* wgsl */ `
+fn w_elem(row: u32, col: u32) -> f32 {
+  let sb = col / 256u;
+  let e = col % 256u;
+  let d1 = kq_d(row, sb) * f32(kq_sc(row, sb, e / 16u));
+  let m1 = kq_dmin(row, sb) * f32(kq_m(row, sb, e / 16u));
+  return d1 * f32(kq_code(row, sb, e)) - m1;
+}
+`;
+const kElemNoMin = /* wgsl */ `
+fn w_elem(row: u32, col: u32) -> f32 {
+  let sb = col / 256u;
+  let e = col % 256u;
+  return (kq_d(row, sb) * f32(kq_sc(row, sb, e / 16u))) * f32(kq_code(row, sb, e));
+}
+`;
+
 // Q4_K: [d f16][dmin f16][scales 12 bytes, 6-bit sc and m packed][qs 128: per 64 elements c, 32
 // bytes whose low nibbles are elements 64c..64c+31 and high nibbles 64c+32..64c+63]. Grouped:
 // d of rows 0..15, dmin of rows 0..15, then 3 vectors of scale bytes and 32 of qs, 64 bytes each,
@@ -70,15 +90,7 @@ fn kq_code(row: u32, sb: u32, e: u32) -> i32 {
   let byte = kq_qs(row, sb, 32u * (e / 64u) + r % 32u);
   return i32(select(byte >> 4u, byte & 15u, r < 32u));
 }
-// dequantize_row_q4_K: d1 = d·sc, m1 = dmin·m (exact), then d1·code (exact) − m1.
-fn w_elem(row: u32, col: u32) -> f32 {
-  let sb = col / 256u;
-  let e = col % 256u;
-  let d1 = kq_d(row, sb) * f32(kq_sc(row, sb, e / 16u));
-  let m1 = kq_dmin(row, sb) * f32(kq_m(row, sb, e / 16u));
-  return d1 * f32(kq_code(row, sb, e)) - m1;
-}
-`;
+` + kElemWithMin;
 
 // Q6_K: [ql 128: low 4 bits][qh 64: high 2 bits][scales 16 × int8][d f16]; element 128h + 32k + l
 // (k = 0..3) has the low nibble (k ≥ 2: high nibble) of ql[64h + 32(k % 2) + l] and bits 2k, 2k+1
@@ -119,13 +131,7 @@ fn kq_code(row: u32, sb: u32, e: u32) -> i32 {
   let high = (w_u8(at + 128u + 32u * h + l) >> (2u * k)) & 3u;
   return i32(low | (high << 4u)) - 32;
 }
-// dequantize_row_q6_K: (d·sc)·code, exact.
-fn w_elem(row: u32, col: u32) -> f32 {
-  let sb = col / 256u;
-  let e = col % 256u;
-  return (kq_d(row, sb) * f32(kq_sc(row, sb, e / 16u))) * f32(kq_code(row, sb, e));
-}
-`;
+` + kElemNoMin;
 
 // The K-quants below have no repacked layout (weights/kquant_repack.h groups Q4_K and Q6_K only):
 // their WGSL reads the file's rows, where kq_grouped is false.
@@ -142,15 +148,7 @@ fn kq_code(row: u32, sb: u32, e: u32) -> i32 {
   let high = (w_u8(at + 16u + r % 32u) >> (2u * c + select(0u, 1u, r >= 32u))) & 1u;
   return i32(select(byte >> 4u, byte & 15u, r < 32u) | (high << 4u));
 }
-// dequantize_row_q5_K: d1 = d·sc, m1 = dmin·m (exact), then d1·code (exact) − m1.
-fn w_elem(row: u32, col: u32) -> f32 {
-  let sb = col / 256u;
-  let e = col % 256u;
-  let d1 = kq_d(row, sb) * f32(kq_sc(row, sb, e / 16u));
-  let m1 = kq_dmin(row, sb) * f32(kq_m(row, sb, e / 16u));
-  return d1 * f32(kq_code(row, sb, e)) - m1;
-}
-`;
+` + kElemWithMin;
 
 // Q2_K (q2_k.h): [scales 16: sc in the low nibble, m in the high, per 16 elements][qs 64: bits 2k
 // of qs[32h + l] for element 128h + 32k + l][d f16][dmin f16]; code ∈ [0, 3].
@@ -163,15 +161,7 @@ fn kq_code(row: u32, sb: u32, e: u32) -> i32 {
   let byte = w_u8(kq_at(row, sb) + 16u + 32u * (e / 128u) + e % 32u);
   return i32((byte >> (2u * ((e % 128u) / 32u))) & 3u);
 }
-// dequantize_row_q2_K: dl = d·sc, ml = dmin·m (exact), then dl·code (exact) − ml.
-fn w_elem(row: u32, col: u32) -> f32 {
-  let sb = col / 256u;
-  let e = col % 256u;
-  let dl = kq_d(row, sb) * f32(kq_sc(row, sb, e / 16u));
-  let ml = kq_dmin(row, sb) * f32(kq_m(row, sb, e / 16u));
-  return dl * f32(kq_code(row, sb, e)) - ml;
-}
-`;
+` + kElemWithMin;
 
 // Q3_K (q3_k.h): [hmask 32: bit 4h + k of hmask[l], element 128h + 32k + l's high bit][qs 64: its
 // low 2 bits, as Q2_K's][scales 12: sixteen 6-bit u, sc = u − 32][d f16]; code = low2 − (high
@@ -197,13 +187,7 @@ fn kq_code(row: u32, sb: u32, e: u32) -> i32 {
   let high = (w_u8(at + l) >> (4u * (e / 128u) + k)) & 1u;
   return i32(low2) - select(4, 0, high == 1u);
 }
-// dequantize_row_q3_K: dl = d·sc (exact), then dl·code (exact).
-fn w_elem(row: u32, col: u32) -> f32 {
-  let sb = col / 256u;
-  let e = col % 256u;
-  return (kq_d(row, sb) * f32(kq_sc(row, sb, e / 16u))) * f32(kq_code(row, sb, e));
-}
-`;
+` + kElemNoMin;
 
 /** K-quant types kquant_weights.js reads in the interleaved16 layout as well as the file's rows. */
 const kGrouped = {q4_k: true, q6_k: true};
