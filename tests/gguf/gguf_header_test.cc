@@ -15,10 +15,7 @@
 #include "gguf/gguf_reader.h"
 #include "model/load_model.h"
 #include "test_util/file_bytes.h"
-
-#ifndef KVQ_SOURCE_DIR
-#define KVQ_SOURCE_DIR "."
-#endif
+#include "test_util/bundled_paths.h"
 
 namespace kvq {
 namespace {
@@ -26,7 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 using Bytes = std::vector<uint8_t>;
 
-const std::string kStories = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/stories260K.gguf";
+const std::string kStories = test::BundledGgufPath();
 
 // The first `n` bytes of `bytes` written to a file in a fresh directory; its path.
 std::string WritePrefix(const Bytes& bytes, size_t n, const std::string& name) {

@@ -23,12 +23,9 @@
 #include "gguf/gguf_reader.h"
 #include "gguf/gguf_writer.h"
 
-#ifndef KVQ_SOURCE_DIR
-#define KVQ_SOURCE_DIR "."
-#endif
-
 #include "test_util/largest_allocation.h"
 #include "test_util/file_bytes.h"
+#include "test_util/bundled_paths.h"
 
 using kvq_test::g_largest_allocation;
 using kvq_test::g_track_allocations;
@@ -39,7 +36,7 @@ namespace {
 namespace fs = std::filesystem;
 using Bytes = std::vector<uint8_t>;
 
-const std::string kStories = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/stories260K.gguf";
+const std::string kStories = test::BundledGgufPath();
 
 // The vocabulary copied into the repository's test data (llama.cpp's models/, MIT).
 std::string FindSharedVocab() {

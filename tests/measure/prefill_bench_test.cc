@@ -13,11 +13,12 @@
 #include "synth/synth.h"
 #include "test_util/run_kvq.h"
 #include "weights/weight_type.h"
+#include "test_util/bundled_paths.h"
 
 namespace kvq {
 namespace {
 
-const std::string kStories = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/stories260K.gguf";
+const std::string kStories = test::BundledGgufPath();
 
 // dim 64, 2 layers, 4 heads of 16 over 2 KV heads, FFN 128, vocab 512 (stories260K's), context 256.
 SynthSpec Tiny(const std::string& type) {

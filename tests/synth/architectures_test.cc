@@ -11,15 +11,12 @@
 #include "gguf/architectures.h"
 #include "model/load_model.h"
 #include "synth/synth.h"
-
-#ifndef KVQ_SOURCE_DIR
-#define KVQ_SOURCE_DIR "."
-#endif
+#include "test_util/bundled_paths.h"
 
 namespace kvq {
 namespace {
 
-const std::string kStories = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/stories260K.gguf";
+const std::string kStories = test::BundledGgufPath();
 
 // A small file of `a`: the tiny preset for a hybrid (its only shape with the recurrent layers' keys),
 // else a dense shape of two layers.

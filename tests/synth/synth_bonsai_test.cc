@@ -20,17 +20,14 @@
 #include "model/decoder.h"
 #include "model/load_model.h"
 #include "synth/synth.h"
-
-#ifndef KVQ_SOURCE_DIR
-#define KVQ_SOURCE_DIR "."
-#endif
+#include "test_util/bundled_paths.h"
 
 namespace kvq {
 namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kStories = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/stories260K.gguf";
+const std::string kStories = test::BundledGgufPath();
 
 // Overwrites `n` bytes at `at` of `path` and returns what was there.
 std::vector<char> Patch(const std::string& path, int64_t at, const std::vector<char>& bytes) {

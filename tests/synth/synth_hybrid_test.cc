@@ -19,15 +19,12 @@
 #include "model/decoder.h"
 #include "model/load_model.h"
 #include "synth/synth.h"
-
-#ifndef KVQ_SOURCE_DIR
-#define KVQ_SOURCE_DIR "."
-#endif
+#include "test_util/bundled_paths.h"
 
 namespace kvq {
 namespace {
 
-const std::string kStories = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/stories260K.gguf";
+const std::string kStories = test::BundledGgufPath();
 
 std::string TempPath(const std::string& name) {
   return ::testing::TempDir() + "/synth_hybrid_" + std::to_string(getpid()) + "_" + name;

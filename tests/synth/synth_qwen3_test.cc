@@ -19,15 +19,12 @@
 #include "synth/synth.h"
 #include "synth/synth_weight_type.h"
 #include "weights/weight_type.h"
-
-#ifndef KVQ_SOURCE_DIR
-#define KVQ_SOURCE_DIR "."
-#endif
+#include "test_util/bundled_paths.h"
 
 namespace kvq {
 namespace {
 
-const std::string kStories = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/stories260K.gguf";
+const std::string kStories = test::BundledGgufPath();
 
 std::string TempPath(const std::string& name) {
   return ::testing::TempDir() + "/synth_qwen3_" + std::to_string(getpid()) + "_" + name;

@@ -25,10 +25,7 @@
 #include "weights/matvec.h"
 #include "weights/weight_type.h"
 #include "test_util/file_bytes.h"
-
-#ifndef KVQ_SOURCE_DIR
-#define KVQ_SOURCE_DIR "."
-#endif
+#include "test_util/bundled_paths.h"
 
 namespace kvq {
 namespace {
@@ -36,7 +33,7 @@ namespace {
 namespace fs = std::filesystem;
 using Bytes = std::vector<uint8_t>;
 
-const std::string kStories = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/stories260K.gguf";
+const std::string kStories = test::BundledGgufPath();
 const std::string kLlamaSpm =
     std::string(KVQ_SOURCE_DIR) + "/tests/testdata/vocab/ggml-vocab-llama-spm.gguf";
 

@@ -17,10 +17,7 @@
 #include "synth/synth.h"
 #include "weights/weight_type.h"
 #include "test_util/file_bytes.h"
-
-#ifndef KVQ_SOURCE_DIR
-#define KVQ_SOURCE_DIR "."
-#endif
+#include "test_util/bundled_paths.h"
 
 namespace kvq {
 namespace {
@@ -28,7 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using Bytes = std::vector<uint8_t>;
 
-const std::string kStories = std::string(KVQ_SOURCE_DIR) + "/models/stories260K/stories260K.gguf";
+const std::string kStories = test::BundledGgufPath();
 
 class SynthWriterTest : public ::testing::Test {
  protected:
