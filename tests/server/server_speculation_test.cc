@@ -154,7 +154,9 @@ TEST(Serve, AHybridSpeculatesAndGivesWhatItGivesAlone) {
     std::printf("hybrid, %s drafts: kept %lld of %lld drafted tokens\n", DraftSourceName(source),
                 static_cast<long long>(kept), static_cast<long long>(drafted));
     EXPECT_LT(kept, drafted);  // rejected drafts, so states were restored
-    if (source == DraftSource::kModel) EXPECT_GT(kept, 0);
+    if (source == DraftSource::kModel) {
+      EXPECT_GT(kept, 0);
+    }
   }
   const EngineOptions grouped = {.kv = {.key_format = "int4+sink4+res64", .value_format = "int4+sink4+res64"},
                                  .speculation = {.source = DraftSource::kNgram}};
@@ -198,7 +200,9 @@ TEST(Serve, ARequestAsksForSpeculation) {
       const size_t last = r->body.rfind("data: {");
       const json j = stream ? json::parse(r->body.substr(last + 6, r->body.find('\n', last) - last - 6), nullptr, false)
                             : Body(r);
-      if (!stream) EXPECT_EQ(j["choices"][0]["text"], want) << ask.dump();
+      if (!stream) {
+        EXPECT_EQ(j["choices"][0]["text"], want) << ask.dump();
+      }
       const int64_t now = server.metrics.spec_draft_tokens.load();
       const int64_t now_accepted = server.metrics.spec_accepted_tokens.load();
       // The request's own counts under llama-server's names, as it writes them: only when a draft ran.

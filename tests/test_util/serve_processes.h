@@ -137,7 +137,9 @@ class RedisServer {
         "/usr/bin/redis-server", "--port", std::to_string(port), "--bind", "127.0.0.1", "--save", "",
         "--appendonly", "no", "--dir", dir_.string(), "--maxmemory", "256mb", "--maxmemory-policy", "allkeys-lru"});
     const bool ready = child_->ReadUntil(std::regex("Ready to accept connections"), nullptr, 0, 10);
-    if (report) EXPECT_TRUE(ready) << child_->log;
+    if (report) {
+      EXPECT_TRUE(ready) << child_->log;
+    }
     if (!ready) child_.reset();
     return ready;
   }
