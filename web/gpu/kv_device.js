@@ -20,6 +20,7 @@
 
 import {OnlineSoftmaxWgsl} from './kv_attention.js';
 import {DecodeWgsl} from './kv_formats.js';
+import {CachedPipeline} from './pipeline_cache.js';
 
 // The bugs seed 000 found in windowed attention, injectable to show the tests catch them: a row
 // dropped at each boundary, a row counted twice there, the output normalised there.
@@ -302,8 +303,7 @@ export class GpuKvDevice {
     const id = `${key}|${entry}`;
     let p = this.pipelines.get(id);
     if (!p) {
-      const module = this.device.createShaderModule({code});
-      p = this.device.createComputePipeline({layout: 'auto', compute: {module, entryPoint: entry}});
+      p = CachedPipeline(this.device, code, entry);  // shared with the device's other KV devices
       this.pipelines.set(id, p);
     }
     return p;

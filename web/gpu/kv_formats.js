@@ -7,6 +7,8 @@
 // Codec::decode_row; tests/web/gpu/gpu_attention_test.mjs checks that for every row. And, below,
 // encoders of the one-row formats (GpuKvEncoder).
 
+import {CachedPipeline} from './pipeline_cache.js';
+
 // Bytes are read from u32 words: blocks need not be 4-byte aligned (int4 at head_dim 8: 6 bytes
 // per head row).
 // Shared with weight_types.js: byte_of, f16_bits_to_f32, e4m3_to_f32, e2m1_to_f32.
@@ -333,10 +335,10 @@ export class GpuKvEncoder {
     this.device = device;
     this.format = format;
     this.shape = shape;
-    const module = device.createShaderModule({code: EncodeWgsl(format, shape)});
-    this.encode = device.createComputePipeline({layout: 'auto', compute: {module, entryPoint: 'encode'}});
-    this.scales = EncoderHasScales(format)
-        ? device.createComputePipeline({layout: 'auto', compute: {module, entryPoint: 'scales_main'}}) : null;
+    // One pipeline per (format, shape) on the device, whichever layer or sequence asks (pipeline_cache.js).
+    const code = EncodeWgsl(format, shape);
+    this.encode = CachedPipeline(device, code, 'encode');
+    this.scales = EncoderHasScales(format) ? CachedPipeline(device, code, 'scales_main') : null;
     this.params = device.createBuffer({size: 16, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST});
     this.scale_buffer = null;
   }

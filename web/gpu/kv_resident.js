@@ -26,6 +26,7 @@
 
 import {AttendWgsl, kAttendParamsBytes, NormaliseWgsl} from './kv_device.js';
 import {GpuKvEncoder, kEncoderFormats} from './kv_formats.js';
+import {CachedPipeline} from './pipeline_cache.js';
 import {UniformArena} from './uniform_arena.js';
 
 const Ceil4 = (n) => Math.ceil(n / 4) * 4;
@@ -117,13 +118,12 @@ export class GpuResidentKv {
     const s = {head_dim: c.head_dim, n_kv_heads: c.n_kv_heads, q_per_kv: c.n_heads / c.n_kv_heads,
                k_block_bytes: this.k_block, v_block_bytes: this.v_block, key_format: formats.key,
                value_format: formats.value, pre_rope: false, rotary_dims: c.rotary_dims, rope_pairing: c.rope_pairing};
-    const attend_module = device.createShaderModule({code: AttendWgsl(s)});
-    const norm_module = device.createShaderModule({code: NormaliseWgsl(c.head_dim)});
-    const Pipe = (module, entryPoint) => device.createComputePipeline({layout: 'auto', compute: {module, entryPoint}});
-    this.attend = Pipe(attend_module, 'attend');
-    this.fold = Pipe(attend_module, 'fold');
-    this.finish = Pipe(norm_module, 'finish');
-    this.gather = Pipe(norm_module, 'gather_strided');
+    // Shared with every resident cache of this shape on the device (a new one per sequence).
+    const attend_code = AttendWgsl(s), norm_code = NormaliseWgsl(c.head_dim);
+    this.attend = CachedPipeline(device, attend_code, 'attend');
+    this.fold = CachedPipeline(device, attend_code, 'fold');
+    this.finish = CachedPipeline(device, norm_code, 'finish');
+    this.gather = CachedPipeline(device, norm_code, 'gather_strided');
     // Attention state: per query head [m, l, acc[head_dim]] in regions (AttendWgsl): the open
     // chunk's, the merged chunks', one per piece a page window can start (ceil(P / chunk) + 1).
     // region_bytes: one query position's; a block of n positions has n times as much (#Queries).

@@ -45,6 +45,7 @@
 import {BlockRecorder} from './block_steps.js';
 import {HybridDispatch, kHybridBindings, kHybridWgsl} from './hybrid_kernels.js';
 import {ExpertMatvecBindings, kExpertMatvecWgsl, kMoeOpsBindings, kMoeOpsWgsl} from './moe_kernels.js';
+import {CachedPipelines, SharedOnDevice} from './pipeline_cache.js';
 import {CompileSampler, GpuSampler} from './sample_kernels.js';
 import {kOpsBindings, kOpsWgsl, kRowLanes, WeightOpsBindings, WeightOpsWgsl} from './step_kernels.js';
 import {kGpuWeightTypes, kInterleavedTypes} from './weight_types.js';
@@ -190,17 +191,8 @@ export class GpuStepProgram {
       maxBufferSize: Math.min(device.limits.maxBufferSize, options.max_buffer_bytes ?? Infinity)};
     const fit = GpuLimitsFor(program, limits, options.model_name);
     if (fit.why_not) throw new Error(fit.why_not);
-    const compile = async (code, entries, what) => {
-      const module = device.createShaderModule({code});
-      const info = await module.getCompilationInfo();
-      const errors = info.messages.filter((m) => m.type === 'error');
-      if (errors.length) throw new Error(`${what} WGSL: ${errors.map((m) => `${m.lineNum}: ${m.message}`).join('; ')}`);
-      const pipelines = {};
-      for (const e of entries) {
-        pipelines[e] = await device.createComputePipelineAsync({layout: 'auto', compute: {module, entryPoint: e}});
-      }
-      return pipelines;
-    };
+    // Shared with every other step program on this device that compiles the same WGSL (pipeline_cache.js).
+    const compile = (code, entries, what) => CachedPipelines(device, code, entries, what);
     const ops = await compile(kOpsWgsl, Object.keys(kOpsBindings), 'step ops');
     const hybrid = program.ops.some((op) => kHybridBindings[op.kind]) ?
         await compile(kHybridWgsl, Object.keys(kHybridBindings), 'hybrid layer ops') : {};
@@ -224,7 +216,7 @@ export class GpuStepProgram {
     }
     const step = new GpuStepProgram(device, program, heap, rope, kv_device, {ops, weight_ops, hybrid, moe}, fit.placement);
     // Temperature > 0 (Steps' options.sample): the GPU sampler ends the step instead of the argmax.
-    step.sampler = options.sample_table ? new GpuSampler(device, await CompileSampler(device), program.config.vocab_size,
+    step.sampler = options.sample_table ? new GpuSampler(device, await SharedOnDevice(device, CompileSampler), program.config.vocab_size,
                                                          options.sample_table, step.out_id) : null;
     await step.#UploadFromFile(options.read_file);
     return step;

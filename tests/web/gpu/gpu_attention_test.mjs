@@ -20,6 +20,8 @@
 // list, as gpu_kv_mixed_page.js takes it), the mixed KV mode on a context 8× the device budget
 // (tests/web/gpu/gpu_kv_mixed_page.js), every format in one page. With `--moe` (arguments as
 // --forward), the GPU's mixture-of-experts ops against the module's (tests/web/gpu/gpu_moe_page.js).
+// KVQ_GPU_PROFILE=1 in the environment prints where the time went (gpu_call_profile.js): Chromium's
+// launch, the page's load, the test's evaluation, and the WebGPU calls within it.
 // Usage: node gpu_attention_test.mjs [--forward|--limits|--mixed|--moe|--kv-device|--device-loss|--file-weights|--chunks|--encode|--write-behind|--sampler]
 //        FIXTURE_DIR [BUNDLE_DIR (--forward, --limits, --mixed)] PLAYWRIGHT_NPM_DIR
 //        [CASE_SUBSTRING]
@@ -116,11 +118,14 @@ const server = http.createServer((req, res) => {
 await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
 const origin = `http://127.0.0.1:${server.address().port}`;
 
+const t_launch = performance.now();
 const browser = await chromium.launch({executablePath: kChromium, headless: true,
   args: ['--no-sandbox', '--disable-quic', '--no-first-run', '--disable-background-networking', ...kWebGpuFlags]});
 let result;
 try {
   const page = await browser.newPage();
+  const t_page = performance.now();
+  if (process.env.KVQ_GPU_PROFILE) await page.addInitScript({path: path.join(path.dirname(fileURLToPath(import.meta.url)), 'gpu_call_profile.js')});
   const errors = [];
   page.on('pageerror', (e) => errors.push(`page error: ${e.message}`));
   page.on('console', (m) => { if (m.type() === 'error') errors.push(`console error: ${m.text()}`); });
@@ -128,6 +133,7 @@ try {
   await page.goto(origin + '/');
   await page.waitForFunction(() => typeof window.RunGpuAttentionTests === 'function', null, {timeout: 30000});
   page.setDefaultTimeout(0);
+  const t_ready = performance.now();
   result = sampler ? await page.evaluate((url) => window.RunGpuSamplerTests(url), origin + '/fixture')
       : write_behind ? await page.evaluate((url) => window.RunGpuWriteBehindTests(url), origin + '/fixture')
       : encode ? await page.evaluate((url) => window.RunGpuKvEncodeTests(url), origin + '/fixture')
@@ -144,6 +150,10 @@ try {
                             [origin + '/fixture', origin + '/bundle', only || ''])
       : await page.evaluate(([url, only]) => window.RunGpuAttentionTests(url, only), [origin + '/fixture', only || '']);
   result.failures.push(...errors);
+  if (process.env.KVQ_GPU_PROFILE) {
+    console.log(`PROFILE launch ${((t_page - t_launch) / 1000).toFixed(1)}s, page ready ${((t_ready - t_page) / 1000).toFixed(1)}s, ` +
+                `evaluate ${((performance.now() - t_ready) / 1000).toFixed(1)}s, ${JSON.stringify(await page.evaluate(() => window.__gpu_profile_report()))}`);
+  }
 } finally {
   await browser.close();
   server.close();

@@ -79,6 +79,19 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
   const stream = await GpuModelRunner.Create(M, device, model, program);
   const mixed = await GpuModelRunner.Create(M, device, model, program);
   const blocks = await GpuModelRunner.Create(M, device, model, program);
+  // The four runners on one device compile the step program's WGSL once (web/gpu/pipeline_cache.js):
+  // every pipeline of the later ones is the first one's object. {ops, hybrid, moe}: {entry:
+  // pipeline}; weight_ops: {type/layout: {entry: pipeline}}.
+  const Flat = (p) => Object.entries(p).flatMap(([group, g]) => Object.entries(g).flatMap(([k, x]) =>
+      group === 'weight_ops' ? Object.entries(x).map(([e, y]) => [`${group} ${k} ${e}`, y]) : [[`${group} ${k}`, x]]));
+  const first = Flat(whole.step.pipelines);
+  for (const [name, r] of [['stream', stream], ['mixed', mixed], ['blocks', blocks]]) {
+    const theirs = new Map(Flat(r.step.pipelines));
+    for (const [what, pipeline] of first) {
+      if (theirs.get(what) !== pipeline) fail(`the ${name} runner has its own ${what} pipeline (not the device's shared one)`);
+    }
+    if (theirs.size !== first.length || !first.length) fail(`the ${name} runner has ${theirs.size} pipelines, the first ${first.length}`);
+  }
   let positions = 0, checks = 0, streamed = 0, submits = 0, ratio = 0;
   const per_format = {};
   for (const format of formats) {

@@ -39,16 +39,26 @@ export async function RunGpuLimitsTests(fixture_url, bundle_url, only = '') {
   const origin = new URL(fixture_url).origin;
   const report = {};
   let models = 0;
+  // One device for every model (the adapter's limits: at or over what RequestGpuDevice asks for
+  // any of them; the splits below force their own lower ones): the kernels the models share are
+  // compiled once (pipeline_cache.js), where a device per model compiled them all again for each.
+  const adapter = await navigator.gpu.requestAdapter();
+  if (!adapter) return {failures: ['no WebGPU adapter'], models: 0};
+  const device = await adapter.requestDevice({requiredLimits: {
+    maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize, maxBufferSize: adapter.limits.maxBufferSize}});
+  let model_name = '';  // the model whose checks run, for a WebGPU error
+  device.addEventListener('uncapturederror', (e) => fail(`${model_name}: WebGPU error: ${e.error.message}`));
   for (const m of manifest.models.filter((o) => !only || o.name === only)) {
     ++models;
+    model_name = m.name;
     const model = await LoadModel(M, origin + m.model, m.tokenizer ? origin + m.tokenizer : '');
     const {program, why_not} = GpuProgramOf(M, model);
     if (!program) {
       fail(`${m.name}: the GPU path refused it: ${why_not}`);
       continue;
     }
-    const device = await RequestGpuDevice(program);
-    device.addEventListener('uncapturederror', (e) => fail(`${m.name}: WebGPU error: ${e.error.message}`));
+    const needs = GpuLimitsFor(program, adapter.limits);
+    if (needs.why_not) fail(`${m.name}: the adapter cannot hold it: ${needs.why_not}`);
     // Split: the largest tensor of each layout in three or more pieces.
     // Matrices only: a vector (a norm's weights, a DeltaNet layer's conv taps) is one row, never
     // cut. And only a layout whose largest matrix, cut so, leaves a binding that still holds the
@@ -139,8 +149,8 @@ export async function RunGpuLimitsTests(fixture_url, bundle_url, only = '') {
     if (!under.why_not.includes(widest.name)) {
       fail(`${m.name}: ${unit - 4}-byte pieces: expected ${widest.name} named as not fitting, got "${under.why_not}"`);
     }
-    device.destroy();
     M._kvq_web_model_free(model);
   }
+  device.destroy();
   return {models, report, failures, seconds: (performance.now() - t0) / 1000};
 }
