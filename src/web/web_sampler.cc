@@ -6,6 +6,7 @@
 // from the same words (kvq_web_sample_with_words), which the GPU's must equal.
 #include <emscripten/emscripten.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -65,7 +66,10 @@ extern "C" {
 EMSCRIPTEN_KEEPALIVE int kvq_web_sampler_new(const float* settings, int seed, const int32_t* bias, int n_bias) {
   kvq::SamplerOptions options;
   const std::string error = kvq_web::WebSamplerOptions(settings, seed, bias, n_bias, &options);
-  if (!error.empty()) return Fail(error), 0;
+  if (!error.empty()) {
+    Fail(error);
+    return 0;
+  }
   return Handle(new kvq::Sampler(std::move(options)));
 }
 

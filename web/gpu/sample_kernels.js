@@ -487,7 +487,7 @@ export class GpuSampler {
     return this.selects.get(k_pad);
   }
 
-  // The adjust pass for `adjust` (ModuleSampler.Next's), its edits written to the queue.
+  // The adjust pass for `adjust` (ModuleSampler.Adjustment's), its edits written to the queue.
   #AdjustPass(adjust) {
     const m = adjust.edits.length / 4;
     if (m > this.edit_capacity) {
