@@ -98,7 +98,8 @@ fn unpack(bits: u32) -> vec2i {
 // a / b correctly rounded (to nearest, ties to even), for a > 0 and b > 0 finite: WGSL's f32
 // division may be off by 2.5 ulp and sampler.cc's (IEEE) is exact, so this divides the mantissas
 // in integers (25 quotient bits and a sticky remainder) and rounds as IEEE does, subnormal results
-// and overflow to infinity included.
+// and overflow to infinity included. (SwiftShader's '/' gave the same bits on web.gpu_sampler's
+// cases, so that test cannot tell the two apart; a GPU whose division is a reciprocal can.)
 fn div_exact(a: f32, b: f32) -> f32 {
   let ab = bitcast<u32>(a);
   if (ab >= 0x7f800000u) { return a; }  // +infinity
