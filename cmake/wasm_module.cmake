@@ -26,6 +26,7 @@ set(kvq_web_exports
   kvq_web_generator_check kvq_web_generator_new kvq_web_generator_new_for_sequence kvq_web_generator_next
   kvq_web_generator_cancel kvq_web_generator_free kvq_web_prefill_block
   kvq_web_sampler_new kvq_web_sampler_free kvq_web_sampler_next_words kvq_web_sampler_sample
+  kvq_web_sampler_edits_capacity kvq_web_sampler_edits kvq_web_sampler_adjust
   kvq_web_sample_with_words kvq_web_sample_exp2_table
   kvq_web_moe_route kvq_web_moe_ffn kvq_web_gpu_moe_program
   malloc free)

@@ -424,7 +424,8 @@ const ready = Start().catch((e) => {
 
 // The test hook. opts: {prompt, kv_k, kv_v (default kv_k), n_positions (BOS and prompt included) or
 // max_tokens, stop (strings the text ends before), ignore_eos, temperature (default 0 = greedy),
-// top_k, top_p, min_p, seed, device_budget_bytes, device ('auto' default, 'cpu', 'gpu'), chat (the
+// top_k, top_p, min_p, seed, repeat_penalty, frequency_penalty, presence_penalty, repeat_last_n,
+// logit_bias ([[token id, bias], ...]), device_budget_bytes, device ('auto' default, 'cpu', 'gpu'), chat (the
 // prompt is a rendered conversation's next turn: the worker keeps what its cache shares with it,
 // as for the chat page)}; the result's path says which ran, its finish_reason why it ended (stop,
 // length, context, cancelled), its timing.n_reused the prompt tokens the cache kept.
@@ -445,6 +446,9 @@ window.kvqPage = {
       device: opts.device ?? 'auto',
     };
     if (opts.threads !== undefined) p.threads = opts.threads;
+    for (const k of ['repeat_penalty', 'frequency_penalty', 'presence_penalty', 'repeat_last_n', 'logit_bias']) {
+      if (opts[k] !== undefined) p[k] = opts[k];  // kvq::SamplerOptions' defaults otherwise (off)
+    }
     if (opts.stop !== undefined) p.stop = opts.stop;
     if (opts.ignore_eos !== undefined) p.ignore_eos = opts.ignore_eos;
     if (opts.chat !== undefined) p.chat = opts.chat;

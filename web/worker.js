@@ -19,6 +19,7 @@ let model = 0;         // handle of the loaded model (0 = none)
 let model_context = 0;  // the loaded model's context (positions)
 let threads = 1;       // threads the module runs models with
 let memory = null;     // the module's ModuleMemory (worker_load.js)
+let with_sampler_settings = null;  // module_sampler.js's WithSamplerSettings (loaded with the module)
 let session = 0;       // handle of the last generation's session, kept so its stats stay readable
 let session_spec = '';  // the formats and budget it was made with: a chat's next turn reuses it if they match
 let busy = false;      // what is running ('a generation', 'a model load'), or false
@@ -93,6 +94,8 @@ async function Init(m) {
     printErr: (line) => console.log(`kvq(stderr): ${line}`),
   });
   memory = new ModuleMemory(kvq);
+  // Both paths take the sampler settings as the module's kvq_web::WebSamplerOptions reads them.
+  ({WithSamplerSettings: with_sampler_settings} = await import('./gpu/module_sampler.js'));
   const w = (name, ret, args) => kvq.cwrap(name, ret, args);
   api = {
     modelLoad: w('kvq_web_model_load', 'number', ['string', 'string']),
@@ -106,7 +109,6 @@ async function Init(m) {
     detokenize: w('kvq_web_detokenize', 'number', ['number', 'number', 'number', 'number', 'number']),
     prefill: w('kvq_web_prefill', 'number', ['number', 'number', 'number']),
     decode: w('kvq_web_decode', 'number', ['number', 'number']),
-    setSampler: w('kvq_web_set_sampler', null, ['number', 'number', 'number', 'number', 'number', 'number']),
     sample: w('kvq_web_sample', 'number', ['number']),
     sessionStats: w('kvq_web_session_stats', 'string', ['number']),
     formats: w('kvq_web_formats', 'string', ['number']),
@@ -326,6 +328,7 @@ function Completion(handle) {
 }
 
 // p: {prompt, kv_k, kv_v, device_budget_bytes, temperature, top_k, top_p, min_p, seed,
+//     repeat_penalty, frequency_penalty, presence_penalty, repeat_last_n, logit_bias (optional),
 //     max_tokens | n_positions (positions in all, BOS and prompt included, as run.c's -n),
 //     stop (strings the text ends before), ignore_eos, chat}
 // chat: the prompt is a rendered conversation (the chat page's turn): its ids by the chat rule,
@@ -460,7 +463,8 @@ function CpuEngine(p, keep, cpu_model) {
     Check(session, `creating a session with K "${p.kv_k}", V "${p.kv_v}"`);
     session_spec = spec;
   }
-  api.setSampler(session, p.temperature, p.top_k, p.top_p, p.min_p, p.seed | 0);
+  Check(with_sampler_settings(kvq, p, (...settings) => kvq._kvq_web_set_sampler(session, ...settings)) === 0,
+        'the sampler settings');
   // No count changes a bit of the logits (kvq/session.h): ?threads=N and a test's threads: 1 vs 2.
   Check(api.sessionSetThreads(session, p.threads) === 0, `running with ${p.threads} threads`);
   return {

@@ -178,10 +178,13 @@ EMSCRIPTEN_KEEPALIVE int kvq_web_decode(int session, int token) {
   return s.ok() ? 0 : Fail(s.message());
 }
 
-EMSCRIPTEN_KEEPALIVE void kvq_web_set_sampler(int session, float temperature, int top_k, float top_p, float min_p,
-                                              int seed) {
-  SessionOf(session)->session->SetSampler({.temperature = temperature, .top_k = top_k, .top_p = top_p,
-                                           .min_p = min_p, .seed = static_cast<uint32_t>(seed)});
+EMSCRIPTEN_KEEPALIVE int kvq_web_set_sampler(int session, const float* settings, int seed, const int32_t* bias,
+                                             int n_bias) {
+  kvq::SamplerOptions options;
+  const std::string error = kvq_web::WebSamplerOptions(settings, seed, bias, n_bias, &options);
+  if (!error.empty()) return Fail(error);
+  SessionOf(session)->session->SetSampler(std::move(options));
+  return 0;
 }
 
 EMSCRIPTEN_KEEPALIVE int kvq_web_sample(int session) {

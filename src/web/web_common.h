@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kvq/model.h"
+#include "kvq/sampling.h"
 #include "kvq/session.h"
 
 /// Threads a model can run with in this build (web_load.cc): 1 without pthreads.
@@ -56,5 +57,12 @@ struct WebSession {
 };
 
 inline WebSession* SessionOf(int handle) { return reinterpret_cast<WebSession*>(static_cast<intptr_t>(handle)); }
+
+/// The page's sampler settings as kvq's (web_sampler.cc; both paths take them so): settings [8]
+/// {temperature, top_k, top_p, min_p, repeat_penalty, frequency_penalty, presence_penalty,
+/// repeat_last_n}, the seed's 32 bits, logit_bias [n_bias][token id, the bias's f32 bits]. Returns
+/// what is out of range ('' when nothing).
+std::string WebSamplerOptions(const float* settings, int seed, const int32_t* bias, int n_bias,
+                              kvq::SamplerOptions* out);
 
 }  // namespace kvq_web

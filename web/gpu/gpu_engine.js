@@ -39,7 +39,7 @@
 
 import {GpuKvDevice} from './kv_device.js';
 import {BlockUniformSlots, GpuResidentKv, kStreamSlots, PageBufferBytes, ResidentPagesFor, ResidentWhyNot} from './kv_resident.js';
-import {ModuleSampler, SampleExp2Table} from './sample_kernels.js';
+import {ModuleSampler, SampleExp2Table} from './module_sampler.js';
 import {GpuLimitsFor, GpuStepProgram, StepProgramWhyNot} from './step_program.js';
 
 // A step is redone at most this many times after losing its device (a device lost again and
@@ -343,24 +343,31 @@ export class GpuModelRunner {
    * Runs `token` at the next position: {token: the greedy next id, or with options.sample (a
    * ModuleSampler's words) the sampled one, logits (options.logits)}.
    */
-  async Step(token, options = {}) { return this.#Run([token], this.#Draw(options)); }
+  async Step(token, options = {}) { return this.#Run([token], this.#Draw(options, [token])); }
 
   /**
    * The sampler of the steps and prefills asked to sample (options.sample: true): kvq's chain with
-   * the page's settings {temperature, top_k, top_p, min_p, seed}, its generator in the module
-   * (ModuleSampler), replacing any earlier one.
+   * the page's settings {temperature, top_k, top_p, min_p, seed, and the penalties and logit_bias
+   * (module_sampler.js's WithSamplerSettings)}, its generator in the module (ModuleSampler),
+   * replacing any earlier one.
    */
   SetSampler(p) {
     this.sampler?.Free();
+    this.sampler = null;
     this.sampler = new ModuleSampler(this.M, p);
   }
 
   // options with sample: true as the next token's words (null when greedy), drawn once per call
-  // (a block redone after a lost device draws nothing more).
-  #Draw(options) {
+  // (a block redone after a lost device draws nothing more), and with the penalties' window (the
+  // ids held and `tokens`, the ones the call runs: Session::Sample's) the adjust pass's edits
+  // (options.adjust; null when the settings adjust nothing) and the window (options.recent).
+  #Draw(options, tokens) {
     if (options.sample !== true) return options;
     if (!this.sampler) throw new Error('GpuModelRunner: a sampled step, and no SetSampler');
-    return {...options, sample: this.sampler.Next()};
+    const sample = this.sampler.Next();
+    if (!sample) return {...options, sample};
+    const recent = [...this.ids, ...tokens];
+    return {...options, sample, recent, adjust: this.sampler.Adjustment(recent, this.config.vocab_size)};
   }
 
   /**
@@ -370,7 +377,7 @@ export class GpuModelRunner {
    */
   async Prefill(ids, options = {}) {
     if (!ids.length) throw new Error('GpuModelRunner: a prefill of no ids');
-    options = this.#Draw(options);
+    options = this.#Draw(options, ids);
     const most = options.block ?? kGpuPrefillBlock;
     if (!(Number.isInteger(most) && most >= 1)) throw new Error(`prefill block ${most}: a whole number ≥ 1`);
     let out = null;
@@ -576,14 +583,15 @@ export class GpuModelRunner {
     if (want_logits && !this.logits_ptr) this.logits_ptr = M._malloc(this.config.vocab_size * 4 + 6 * 4);
     let id = M._kvq_web_kv_cpu_step(model, kv, token, want_logits ? this.logits_ptr : 0);
     if (id < 0) throw Fail(`position ${pos}`);
-    if (options.sample) {  // the GPU sampler's words, picked from by the C++ chain it mirrors
+    const logits = options.logits ?  // as the model gave them (the GPU path reads back the same)
+        M.HEAPF32.slice(this.logits_ptr >> 2, (this.logits_ptr >> 2) + this.config.vocab_size) : null;
+    if (options.sample) {  // the GPU sampler's words (and edits), picked from by the C++ chain it mirrors
+      if (options.adjust) this.sampler.AdjustInPlace(this.logits_ptr, this.config.vocab_size, options.recent);
       const words_ptr = this.logits_ptr + this.config.vocab_size * 4;
       M.HEAPU8.set(new Uint8Array(options.sample.buffer, options.sample.byteOffset, 6 * 4), words_ptr);
       id = M._kvq_web_sample_with_words(words_ptr, this.logits_ptr, this.config.vocab_size);
     }
     ++this.cpu_steps;
-    const logits = options.logits ?
-        M.HEAPF32.slice(this.logits_ptr >> 2, (this.logits_ptr >> 2) + this.config.vocab_size) : null;
     return {token: id, logits};
   }
 

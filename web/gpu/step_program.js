@@ -453,7 +453,8 @@ export class GpuStepProgram {
    * kv_resident.js GpuResidentKv) the cache's working set on the GPU: then the whole step is one
    * submit and one readback. Returns {token: the argmax, logits: Float32Array [vocab] when
    * options.logits}; with options.sample (Uint32Array [6], ModuleSampler's words) the token is
-   * the GPU sampler's pick instead, still the one id read back.
+   * the GPU sampler's pick instead, still the one id read back (options.adjust: ModuleSampler's
+   * Adjustment, applied to the logits first; options.logits reads them back unadjusted).
    */
   async Step(token, pos, kv, options = {}) { return this.Steps([token], pos, kv, options); }
 
@@ -495,7 +496,7 @@ export class GpuStepProgram {
     }
     if (options.sample) {  // the last token's pick by kvq's chain under these words (sample_kernels.js)
       if (!this.sampler) throw new Error('step program: a sampled step, and no options.sample_table was given at Create');
-      this.sampler.Record(encoder, logits.buffer, logits.offset, options.sample);
+      this.sampler.Record(encoder, logits.buffer, logits.offset, options.sample, options.adjust);
     }
     encoder.copyBufferToBuffer(this.out_id, 0, this.staging, 0, 4);
     if (options.logits) encoder.copyBufferToBuffer(logits.buffer, logits.offset, this.staging, 4, c.vocab_size * 4);

@@ -161,9 +161,12 @@ try {
 if (sampler) {
   console.log(`gpu_attention_test --sampler: ${result.cases} cases (GPU pick = kvq's chain), ${result.failures.length} failures, ` +
               `${result.flipped_differs} picks changed by the draw's top bit, ${result.greedy_differs} not the argmax, ` +
-              `${result.distinct_ids} distinct ids, ${result.replayed} generated ids replayed on the CPU, generation ` +
+              `${result.distinct_ids} distinct ids, ${result.adjust_cases} penalty/bias cases (${result.edits_checked} ` +
+              `logits edited, every logit compared bit for bit with Sampler::Adjust's, ${result.adjust_differs} picks changed), ` +
+              `a pick at 151936 in ms ${JSON.stringify(result.pick_ms)} (top_k 0: every logit sorted), ` +
+              `${result.replayed} generated ids replayed on the CPU, generation ` +
               `${JSON.stringify(result.generation)}, ${result.seconds?.toFixed(1)} s in the page`);
-  if (!result.cases || !result.replayed) Fatal('no case ran');
+  if (!result.cases || !result.replayed || !result.adjust_cases) Fatal('no case ran');
 } else if (moe) {
   console.log(`gpu_attention_test --moe: ${result.route_cases} routing cases (${result.exps} exps) bit-equal checked ` +
               `(${result.route_seconds?.toFixed(1)} s), ` +
