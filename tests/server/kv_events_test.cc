@@ -252,7 +252,9 @@ void FollowAReplica(const std::string& publish_to, const std::string& sub_addres
   const std::set<uint64_t> second_set(second_hashes.begin(), second_hashes.end());
   for (uint64_t h : first_hashes) {
     EXPECT_TRUE(stored.count(h)) << "a block of the first prompt was never announced";
-    if (!second_set.count(h)) EXPECT_TRUE(removed.count(h)) << "a block of the first prompt was never removed";
+    if (!second_set.count(h)) {
+      EXPECT_TRUE(removed.count(h)) << "a block of the first prompt was never removed";
+    }
   }
   for (uint64_t h : second_hashes) EXPECT_TRUE(stored.count(h)) << "a block of the second prompt was never announced";
 }
