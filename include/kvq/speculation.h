@@ -96,8 +96,10 @@ struct SpeculationStats {
   int64_t gated = 0;     ///< passes where a draft existed but the gate ran without it
 };
 
-/// Prompt lookup: up to `max_tokens` ids that followed, at its latest earlier occurrence, the
-/// longest n-gram (min_ngram ≤ n ≤ max_ngram) that ends `sequence`; empty when none occurs.
+/// Prompt lookup: the `max_tokens` ids that followed, at its latest earlier occurrence, the
+/// longest n-gram (min_ngram ≤ n ≤ max_ngram) that ends `sequence`; empty when none occurs. Where
+/// what followed reaches the end of `sequence` (the occurrence is p tokens back) the draft goes on
+/// repeating those p tokens, the period the match says the text has.
 std::vector<int32_t> DraftByLookup(std::span<const int32_t> sequence, int32_t max_tokens,
                                    const SpeculationOptions& options);
 

@@ -79,9 +79,14 @@ std::vector<int32_t> DraftByLookup(std::span<const int32_t> seq, int32_t max_tok
     // The latest earlier occurrence: it starts at i < size − n, so something follows it.
     for (int64_t i = size - n - 1; i >= 0; --i) {
       if (!std::equal(tail.begin(), tail.end(), seq.begin() + i)) continue;
-      const int64_t from = i + n;
-      const int64_t count = std::min<int64_t>(max_tokens, size - from);
-      return {seq.begin() + from, seq.begin() + from + count};
+      // What followed the match, read on through the draft itself where it reaches the end: a
+      // match `period` tokens back says the text repeats with that period, and without reading on
+      // a loop of period 1 (one token again and again, as greedy decoding falls into) would only
+      // ever draft 1 token a pass.
+      const int64_t from = i + n, period = size - from;
+      std::vector<int32_t> draft(max_tokens);
+      for (int64_t j = 0; j < max_tokens; ++j) draft[j] = j < period ? seq[from + j] : draft[j - period];
+      return draft;
     }
   }
   return {};

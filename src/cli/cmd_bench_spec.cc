@@ -43,6 +43,7 @@ struct BenchSpecOptions {
   int32_t reps = 3;
   SpeculationOptions spec;  // --draft-max, --draft-ngram, --draft-p-min, --spec-ungated
   DraftModelFlags draft;    // --draft-model, --draft-kv
+  bool pass_times = false;  // --pass-times: time verify passes of 1..draft-max+1 tokens instead
 };
 
 struct Arm {  // one (context, format, source) row, summed over the reps
@@ -58,6 +59,31 @@ double Median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// What the gate weighs a draft against: the seconds of a verify pass of b tokens (logits for every
+// position, as Generate asks) on `session`, for b = 1..passes.size(), median of `reps`, each pass
+// truncated away again so every one starts at the same depth. The sizes run interleaved per rep.
+Status TimeVerifyPasses(Session& session, std::span<const int32_t> text, int32_t reps,
+                        std::vector<double>* milliseconds /* [b − 1] median ms of a pass of b tokens */) {
+  const int32_t most = static_cast<int32_t>(milliseconds->size());
+  std::vector<std::vector<double>> each(most);  // [b − 1][rep]
+  std::vector<int32_t> rows(most);              // logits_at: every position of the pass
+  for (int32_t i = 0; i < most; ++i) rows[i] = i;
+  const int64_t before = session.positions();
+  for (int32_t rep = 0; rep < reps + 1; ++rep) {  // round 0 warms the caches and is not counted
+    for (int32_t b = 1; b <= most; ++b) {
+      std::vector<int32_t> pass(b);
+      for (int32_t i = 0; i < b; ++i) pass[i] = text[(before + i) % text.size()];
+      const auto start = std::chrono::steady_clock::now();
+      if (Status st = session.Prefill(pass, std::span<const int32_t>(rows).first(b)); !st.ok()) return st;
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      if (rep > 0) each[b - 1].push_back(ms);
+      if (Status st = session.Truncate(before); !st.ok()) return st;
+    }
+  }
+  for (int32_t b = 1; b <= most; ++b) (*milliseconds)[b - 1] = Median(each[b - 1]);
+  return Status::Ok();
 }
 
 int RunBenchSpec(const BenchSpecOptions& o) {
@@ -141,6 +167,16 @@ int RunBenchSpec(const BenchSpecOptions& o) {
                      at + piece, positions - 1, seconds);
         }
       }
+      if (o.pass_times) {
+        std::vector<double> ms(o.spec.max_draft + 1);  // [b − 1]
+        if (Status st = TimeVerifyPasses(**base, text_ids, o.reps, &ms); !st.ok()) return bad(st.message());
+        fmt::print("verify pass: context {}, {} ({} threads, median of {})\n{:>7} {:>10} {:>12}\n", n, spec_name,
+                   model.info().threads, o.reps, "tokens", "ms", "ms / ms(1)");
+        for (size_t b = 1; b <= ms.size(); ++b) {
+          fmt::print("{:>7} {:>10.2f} {:>12.3f}\n", b, ms[b - 1], ms[0] > 0 ? ms[b - 1] / ms[0] : 0.0);
+        }
+        continue;
+      }
       const size_t first = arms.size();
       for (const DraftSource s : sources) {
         arms.push_back({.context = n, .positions = positions, .format = spec_name, .source = s});
@@ -176,6 +212,7 @@ int RunBenchSpec(const BenchSpecOptions& o) {
     }
   }
 
+  if (o.pass_times) return 0;
   auto speedup = [&](const Arm& a) {
     for (const Arm& r : arms) {
       if (r.context == a.context && r.format == a.format && r.source == DraftSource::kNone) {
@@ -248,6 +285,8 @@ void AddBenchSpecCommand(CLI::App& bench, int* exit_code) {
       ->check(CLI::Range(1e-6, 1.0))
       ->capture_default_str();
   cmd->add_flag("--spec-ungated", o->spec.ungated, "Run every draft at --draft-max (no gate)");
+  cmd->add_flag("--pass-times", o->pass_times,
+                "Instead: time a verify pass of 1..draft-max+1 tokens at each context and format (--reps each)");
   AddDraftModelFlags(cmd, &o->draft);
   AddThreadsFlag(cmd, &o->shared);
   AddJsonFlag(cmd, &o->shared);

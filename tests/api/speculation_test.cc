@@ -190,9 +190,16 @@ TEST(Speculation, BadOptionsNameTheField) {
 
 TEST(DraftByLookup, TakesWhatFollowedTheLongestLatestMatch) {
   const SpeculationOptions o{.source = DraftSource::kNgram, .min_ngram = 1, .max_ngram = 3};
-  // "1 2 3" ends the sequence and occurred at 0, followed by 9 1 2 3.
-  EXPECT_EQ(DraftByLookup(std::vector<int32_t>{1, 2, 3, 9, 1, 2, 3}, 8, o), (std::vector<int32_t>{9, 1, 2, 3}));
+  // "1 2 3" ends the sequence and occurred at 0, followed by 9 1 2 3 — the end of the sequence,
+  // 4 tokens after the match: the draft goes on with that period (9 1 2 3 9 1 2 3).
+  EXPECT_EQ(DraftByLookup(std::vector<int32_t>{1, 2, 3, 9, 1, 2, 3}, 8, o),
+            (std::vector<int32_t>{9, 1, 2, 3, 9, 1, 2, 3}));
   EXPECT_EQ(DraftByLookup(std::vector<int32_t>{1, 2, 3, 9, 1, 2, 3}, 2, o), (std::vector<int32_t>{9, 1}));
+  // One token again and again (greedy decoding's loop): the latest match of "4 4 4" is one token
+  // back, and the draft is that token max_tokens times, not once.
+  EXPECT_EQ(DraftByLookup(std::vector<int32_t>{7, 4, 4, 4, 4}, 5, o), (std::vector<int32_t>{4, 4, 4, 4, 4}));
+  // A match far enough back to supply every token reads no further than max_tokens after it.
+  EXPECT_EQ(DraftByLookup(std::vector<int32_t>{1, 2, 5, 6, 8, 1, 2}, 2, o), (std::vector<int32_t>{5, 6}));
   // The latest of two occurrences of the 3-gram 5 6 7 wins (followed by 8, not 4).
   EXPECT_EQ(DraftByLookup(std::vector<int32_t>{5, 6, 7, 4, 5, 6, 7, 8, 5, 6, 7}, 1, o), (std::vector<int32_t>{8}));
   // A longer match beats a later shorter one: "2 7" occurs once (then 1), "7" last at index 5 (then 3).
