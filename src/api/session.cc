@@ -230,8 +230,8 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
     ~ProgressScope() { s.after_block = nullptr; }
   } progress_scope{s};
   if (request.on_prompt_progress) {
-    s.after_block = [&request, total = static_cast<int64_t>(prompt.size())](int64_t held) {
-      request.on_prompt_progress(std::min(held, total), total);
+    s.after_block = [&request, total = static_cast<int64_t>(prompt.size())](int64_t done) {
+      request.on_prompt_progress(std::min(done, total), total);
     };
   }
   // Everything but the last token, then the last: the prompt cache below saves exactly the prefix

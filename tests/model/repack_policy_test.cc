@@ -1,12 +1,13 @@
 // LoadModel's repack choice (model/load_model.h, RepackPolicy) on the tiny-qwen35moe synth, a
 // mixture-of-experts hybrid whose Q8_0 experts repack: kAuto with less memory than the experts'
 // copy leaves them in the file's layout and gives the logits of a load that repacks the dense
-// matrices alone, bit for bit; kAuto with room gives kAll's, bit for bit. The experts' layout
-// moves the logits (another order of f32 sums), so each equality could fail; the memory figure is
-// injected (RepackOptions::memory_available), so no big machine is needed.
+// matrices alone, bit for bit; kAuto with room gives kAll's, bit for bit. The layouts are checked
+// directly; on AVX3 the experts' layout also moves the logits (another order of f32 sums). The
+// memory figure is injected (RepackOptions::memory_available), so no big machine is needed.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <utility>
@@ -81,8 +82,12 @@ TEST_F(RepackPolicyTest, AutoWithLittleMemoryLeavesTheExpertsMapped) {
   RepackWeights(&dense.value(), /*release_mapped_pages=*/false, {.dense = true, .experts = false});
   const std::vector<float> auto_low = Logits(std::move(low));
   EXPECT_EQ(auto_low, Logits(std::move(dense).value()));
-  // ... and not kAll's: the experts' layout shows in the logits, so the equality above can fail.
-  EXPECT_NE(auto_low, Logits(Load(*path_, {.policy = RepackPolicy::kAll})));
+  // Whether kAll's logits differ depends on the SIMD target: on AVX3 the two expert layouts' kernels
+  // sum in different orders, on AVX2 (the sanitizer build's widest target, and AVX2-only hosts) in
+  // the same one. So the layouts are what tell the loads apart (ExpectLayouts above); the logits
+  // check that leaving the experts mapped changes nothing else.
+  const bool layouts_show = auto_low != Logits(Load(*path_, {.policy = RepackPolicy::kAll}));
+  std::printf("the experts' layout %s the logits on this target\n", layouts_show ? "changes" : "does not change");
 }
 
 TEST_F(RepackPolicyTest, AutoWithRoomEqualsAll) {
