@@ -178,10 +178,10 @@ EMSCRIPTEN_KEEPALIVE int kvq_web_decode(int session, int token) {
   return s.ok() ? 0 : Fail(s.message());
 }
 
-EMSCRIPTEN_KEEPALIVE int kvq_web_set_sampler(int session, const float* settings, int seed, const int32_t* bias,
-                                             int n_bias) {
+EMSCRIPTEN_KEEPALIVE int kvq_web_set_sampler(int session, const float* settings, uint32_t seed_low, uint32_t seed_high,
+                                             const int32_t* bias, int n_bias) {
   kvq::SamplerOptions options;
-  const std::string error = kvq_web::WebSamplerOptions(settings, seed, bias, n_bias, &options);
+  const std::string error = kvq_web::WebSamplerOptions(settings, seed_low, seed_high, bias, n_bias, &options);
   if (!error.empty()) return Fail(error);
   SessionOf(session)->session->SetSampler(std::move(options));
   return 0;

@@ -60,9 +60,10 @@ inline WebSession* SessionOf(int handle) { return reinterpret_cast<WebSession*>(
 
 /// The page's sampler settings as kvq's (web_sampler.cc; both paths take them so): settings [8]
 /// {temperature, top_k, top_p, min_p, repeat_penalty, frequency_penalty, presence_penalty,
-/// repeat_last_n}, the seed's 32 bits, logit_bias [n_bias][token id, the bias's f32 bits]. Returns
-/// what is out of range ('' when nothing).
-std::string WebSamplerOptions(const float* settings, int seed, const int32_t* bias, int n_bias,
-                              kvq::SamplerOptions* out);
+/// repeat_last_n}, the seed's low and high 32 bits (two words: kvq::SamplerOptions::seed is 64-bit,
+/// as `kvq run --seed` takes it, and a wasm argument is 32), logit_bias [n_bias][token id, the bias's
+/// f32 bits]. Returns what is out of range, naming the field and the value ('' when nothing).
+std::string WebSamplerOptions(const float* settings, uint32_t seed_low, uint32_t seed_high, const int32_t* bias,
+                              int n_bias, kvq::SamplerOptions* out);
 
 }  // namespace kvq_web

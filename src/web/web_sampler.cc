@@ -14,6 +14,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "generate/sampler.h"
 #include "web/web_common.h"
 
@@ -28,29 +30,35 @@ kvq::Sampler* SamplerOf(int handle) { return reinterpret_cast<kvq::Sampler*>(sta
 
 namespace kvq_web {
 
-std::string WebSamplerOptions(const float* settings, int seed, const int32_t* bias, int n_bias,
-                              kvq::SamplerOptions* out) {
+std::string WebSamplerOptions(const float* settings, uint32_t seed_low, uint32_t seed_high, const int32_t* bias,
+                              int n_bias, kvq::SamplerOptions* out) {
   const float temperature = settings[0], top_p = settings[2], min_p = settings[3];
   const float repeat_penalty = settings[4], frequency = settings[5], presence = settings[6];
   const float top_k = settings[1], repeat_last_n = settings[7];
   auto integer = [](float x) { return std::isfinite(x) && x == std::floor(x); };
-  if (!(temperature >= 0 && std::isfinite(temperature))) return "temperature must be ≥ 0";
-  if (!(integer(top_k) && top_k >= 0 && top_k < 2147483648.0f)) return "top_k must be a whole number ≥ 0";
-  if (!(top_p >= 0 && top_p <= 1)) return "top_p must be in [0, 1]";
-  if (!(min_p >= 0 && min_p <= 1)) return "min_p must be in [0, 1]";
+  // Each refusal names the field, the value given and what it takes (the page shows it as is).
+  auto refuse = [](const char* field, float value, const char* expected) {
+    return fmt::format("{} {}: must be {}", field, value, expected);
+  };
+  if (!(temperature >= 0 && std::isfinite(temperature))) return refuse("temperature", temperature, "≥ 0 (and finite)");
+  if (!(integer(top_k) && top_k >= 0 && top_k < 2147483648.0f)) return refuse("top_k", top_k, "a whole number ≥ 0");
+  if (!(top_p >= 0 && top_p <= 1)) return refuse("top_p", top_p, "in [0, 1]");
+  if (!(min_p >= 0 && min_p <= 1)) return refuse("min_p", min_p, "in [0, 1]");
   // A normal float: the GPU's exact division (sample_kernels.js div_exact) takes one.
-  if (!(std::isnormal(repeat_penalty) && repeat_penalty > 0)) return "repeat_penalty must be > 0 (and finite)";
-  if (!(frequency >= -2 && frequency <= 2)) return "frequency_penalty must be in [-2, 2]";
-  if (!(presence >= -2 && presence <= 2)) return "presence_penalty must be in [-2, 2]";
+  if (!(std::isnormal(repeat_penalty) && repeat_penalty > 0)) {
+    return refuse("repeat_penalty", repeat_penalty, "> 0 (and finite)");
+  }
+  if (!(frequency >= -2 && frequency <= 2)) return refuse("frequency_penalty", frequency, "in [-2, 2]");
+  if (!(presence >= -2 && presence <= 2)) return refuse("presence_penalty", presence, "in [-2, 2]");
   if (!(integer(repeat_last_n) && repeat_last_n >= -1 && repeat_last_n < 2147483648.0f)) {
-    return "repeat_last_n must be a whole number ≥ -1";
+    return refuse("repeat_last_n", repeat_last_n, "a whole number ≥ -1 (-1: every token held, 0: off)");
   }
   *out = {.temperature = temperature, .top_k = static_cast<int32_t>(top_k), .top_p = top_p, .min_p = min_p,
-          .seed = static_cast<uint32_t>(seed), .repeat_penalty = repeat_penalty, .frequency_penalty = frequency,
+          .seed = uint64_t{seed_high} << 32 | seed_low, .repeat_penalty = repeat_penalty, .frequency_penalty = frequency,
           .presence_penalty = presence, .repeat_last_n = static_cast<int32_t>(repeat_last_n)};
   for (int i = 0; i < n_bias; ++i) {
     const float value = std::bit_cast<float>(bias[2 * i + 1]);
-    if (!std::isfinite(value)) return "logit_bias " + std::to_string(bias[2 * i]) + ": its value must be finite";
+    if (!std::isfinite(value)) return fmt::format("logit_bias {}: its value {} must be finite", bias[2 * i], value);
     out->logit_bias.emplace_back(bias[2 * i], value);
   }
   return "";
@@ -60,12 +68,13 @@ std::string WebSamplerOptions(const float* settings, int seed, const int32_t* bi
 
 extern "C" {
 
-/// A sampler with kvq_web_set_sampler's settings (settings [8], seed, bias [n_bias][id, f32 bits]:
-/// kvq_web::WebSamplerOptions); 0 when they are out of range (kvq_web_last_error says which).
-/// Free with kvq_web_sampler_free.
-EMSCRIPTEN_KEEPALIVE int kvq_web_sampler_new(const float* settings, int seed, const int32_t* bias, int n_bias) {
+/// A sampler with kvq_web_set_sampler's settings (settings [8], the seed's low and high 32 bits,
+/// bias [n_bias][id, f32 bits]: kvq_web::WebSamplerOptions); 0 when they are out of range
+/// (kvq_web_last_error says which). Free with kvq_web_sampler_free.
+EMSCRIPTEN_KEEPALIVE int kvq_web_sampler_new(const float* settings, uint32_t seed_low, uint32_t seed_high,
+                                             const int32_t* bias, int n_bias) {
   kvq::SamplerOptions options;
-  const std::string error = kvq_web::WebSamplerOptions(settings, seed, bias, n_bias, &options);
+  const std::string error = kvq_web::WebSamplerOptions(settings, seed_low, seed_high, bias, n_bias, &options);
   if (!error.empty()) {
     Fail(error);
     return 0;

@@ -9,17 +9,47 @@ export function SampleExp2Table(M) {
   return new Uint32Array(M.HEAPU8.buffer.slice(at, at + 2048 * 4));
 }
 
+// The largest seed kvq::SamplerOptions holds (`kvq run` reads this one, its `--seed -1`, as "random").
+const kMaxSeed = (1n << 64n) - 1n;
+
 /**
- * fn(settings, seed, bias, n_bias) with the page's sampler settings p in the module's memory, as
- * kvq_web_sampler_new and kvq_web_set_sampler take them (kvq_web::WebSamplerOptions): {temperature,
- * top_k, top_p, min_p, seed, repeat_penalty (1), frequency_penalty (0), presence_penalty (0),
- * repeat_last_n (64: kvq::SamplerOptions' defaults), logit_bias ([[token id, bias], ...])}.
+ * The page's seed (a whole Number ≤ 2^53 - 1, a BigInt, or a string of decimal digits for any
+ * 64-bit seed) as kvq::SamplerOptions::seed's two 32-bit words [low, high]. The module takes two
+ * words, not a double: a double holds whole numbers only to 2^53, and `kvq run --seed` takes any
+ * 64-bit seed; a Number past 2^53 has lost its low bits already, so one is refused (pass a string).
+ * Throws, naming the field and the value, for anything else (a seed is never wrapped).
+ */
+export function SeedWords(seed) {
+  const refuse = () => new Error(`seed ${typeof seed === 'string' ? JSON.stringify(seed) : String(seed)}: must be a ` +
+                                 `whole number in [0, 2^64 - 1] (past 2^53 - 1, as a string of digits)`);
+  let value;
+  if (typeof seed === 'number') {
+    if (!Number.isSafeInteger(seed) || seed < 0) throw refuse();
+    value = BigInt(seed);
+  } else if (typeof seed === 'bigint') {
+    value = seed;
+  } else if (typeof seed === 'string' && /^[0-9]+$/.test(seed)) {
+    value = BigInt(seed);
+  } else {
+    throw refuse();
+  }
+  if (value < 0n || value > kMaxSeed) throw refuse();
+  return [Number(value & 0xffffffffn), Number(value >> 32n)];
+}
+
+/**
+ * fn(settings, seed_low, seed_high, bias, n_bias) with the page's sampler settings p in the
+ * module's memory, as kvq_web_sampler_new and kvq_web_set_sampler take them
+ * (kvq_web::WebSamplerOptions): {temperature, top_k, top_p, min_p, seed (SeedWords),
+ * repeat_penalty (1), frequency_penalty (0), presence_penalty (0), repeat_last_n (64:
+ * kvq::SamplerOptions' defaults), logit_bias ([[token id, bias], ...])}.
  */
 export function WithSamplerSettings(M, p, fn) {
   const bias = p.logit_bias ?? [];
   if (!Array.isArray(bias) || bias.some((b) => !Array.isArray(b) || b.length !== 2 || !Number.isInteger(b[0]))) {
     throw new Error('logit_bias: a list of [token id, bias] pairs');
   }
+  const [seed_low, seed_high] = SeedWords(p.seed);
   const settings = M._malloc(8 * 4), pairs = M._malloc(Math.max(bias.length, 1) * 8);
   try {
     M.HEAPF32.set([p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_penalty ?? 1, p.frequency_penalty ?? 0,
@@ -31,7 +61,7 @@ export function WithSamplerSettings(M, p, fn) {
       values[2 * i + 1] = value;
     });
     M.HEAP32.set(words, pairs >> 2);
-    return fn(settings, p.seed | 0, pairs, bias.length);
+    return fn(settings, seed_low, seed_high, pairs, bias.length);
   } finally {
     M._free(settings);
     M._free(pairs);
