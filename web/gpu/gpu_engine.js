@@ -10,7 +10,7 @@
 // loaded from its header alone: options.read_file) and redoes the step at the same
 // position (attention streams its pages from the master on every call, so the GPU working set
 // is rebuilt by the next attention call). If no device comes back, the rest of the conversation
-// runs on the module's C++ forward over the same cache (kvq_web_kv_cpu_step; options.cpu_model
+// runs on the module's C++ forward over the same cache (module_forward.js; options.cpu_model
 // gives the model it runs, the whole file's when the runner's was loaded from its header alone).
 //
 // Three paths for a sequence's KV (`path`, and `path_why` saying why): "resident" (the specs
@@ -39,6 +39,7 @@
 
 import {GpuKvDevice} from './kv_device.js';
 import {BlockUniformSlots, GpuResidentKv, kStreamSlots, PageBufferBytes, ResidentPagesFor, ResidentWhyNot} from './kv_resident.js';
+import {LastError, ModuleForward, RewindKv} from './module_forward.js';
 import {ModuleSampler, SampleExp2Table} from './module_sampler.js';
 import {GpuLimitsFor, GpuStepProgram, StepProgramWhyNot} from './step_program.js';
 
@@ -56,10 +57,6 @@ const kBlockUniformSlots = 16384;
 // How long a failed step waits for device.lost to say whether the device went away (the
 // rejected readback and the lost promise settle in either order).
 const kLostWaitMs = 2000;
-
-function LastError(M) {
-  return M.UTF8ToString(M._kvq_web_last_error()) || 'kvq reported a failure without a message';
-}
 
 /**
  * The model's step program, or why the GPU path cannot run it: {program} or {why_not} (the
@@ -119,7 +116,7 @@ export class GpuModelRunner {
     };
     this.kv = 0;        // the module's KvCache handle of the current sequence
     this.rows = M._malloc(2 * this.config.kv_dim * 4);  // one position's K and V: [2][kv_dim]
-    this.logits_ptr = 0;  // [vocab] the CPU step's logits, made on first use
+    this.cpu = new ModuleForward(M, program.config);  // the steps after a device that did not come back
     this.positions = 0;
     this.ids = [];        // [positions] the ids the sequence holds (a CPU rewind runs them again)
     this.device = null;
@@ -134,7 +131,6 @@ export class GpuModelRunner {
     this.resident_pages = Infinity;  // pages per layer kept on the GPU (mixed: fewer than the context's)
     this.path = '';        // 'resident', 'mixed' or 'stream' (NewSequence)
     this.path_why = '';    // why this path
-    this.cpu_steps = 0;
     this.sampler = null;  // SetSampler's ModuleSampler
     /** Test hook: called after each layer's K and V rows reach the master (layer, position). */
     this.after_append = null;
@@ -422,7 +418,8 @@ export class GpuModelRunner {
         }
         this.cpu_model_handle ||= await this.cpu_model();
         for (let i = 0; i < tokens.length; ++i) {
-          out = this.#CpuStep(tokens[i], this.positions, i + 1 === tokens.length ? options : {});
+          out = this.cpu.Step(this.cpu_model_handle, this.kv, this.ids, tokens[i], this.positions,
+                              i + 1 === tokens.length ? options : {}, this.sampler);
           this.ids.push(tokens[i]);
           ++this.positions;
         }
@@ -551,49 +548,9 @@ export class GpuModelRunner {
     for (let p = kept; p < pos; ++p) await this.#GpuSteps([this.ids[p]], p);
   }
 
-  // Every layer cut back to at most `pos` positions and to the fewest any layer holds, where the
-  // formats can drop rows (kvq_web_kv_rewind); returns the positions kept (the ids after them run
-  // again). A half-done step leaves layers one apart; a lost resident cache, a page or more.
-  #RewindTo(pos) {
-    const M = this.M, kv = this.kv;
-    let fewest = pos, uneven = false;
-    for (let l = 0; l < this.config.n_cache_layers; ++l) {
-      const n = M._kvq_web_kv_positions(kv, l);
-      uneven ||= n !== pos;
-      fewest = Math.min(fewest, n);
-    }
-    if (!uneven) return pos;
-    const kept = M._kvq_web_kv_rewind(kv, fewest);
-    if (kept < 0) throw new Error(`dropping the positions after ${fewest}: ${LastError(M)}`);
-    return kept;
-  }
-
-  // `token` at `pos` on the module's C++ forward over the same master cache.
-  #CpuStep(token, pos, options) {
-    const M = this.M, kv = this.kv, model = this.cpu_model_handle;
-    const Fail = (what) => new Error(`${what} on the CPU: ${LastError(M)}`);
-    // A step the lost device left half done: some layers hold position `pos` already. The C++
-    // forward appends to every layer, so the cache goes back to where the formats can drop rows
-    // (TruncationPoint) and the ids from there run again.
-    const kept = this.#RewindTo(pos);
-    for (let p = kept; p < pos; ++p) {
-      if (M._kvq_web_kv_cpu_step(model, kv, this.ids[p], 0) < 0) throw Fail(`running position ${p} again`);
-    }
-    const want_logits = options.logits || options.sample;
-    if (want_logits && !this.logits_ptr) this.logits_ptr = M._malloc(this.config.vocab_size * 4 + 6 * 4);
-    let id = M._kvq_web_kv_cpu_step(model, kv, token, want_logits ? this.logits_ptr : 0);
-    if (id < 0) throw Fail(`position ${pos}`);
-    const logits = options.logits ?  // as the model gave them (the GPU path reads back the same)
-        M.HEAPF32.slice(this.logits_ptr >> 2, (this.logits_ptr >> 2) + this.config.vocab_size) : null;
-    if (options.sample) {  // the GPU sampler's words (and edits), picked from by the C++ chain it mirrors
-      if (options.adjust) this.sampler.AdjustInPlace(this.logits_ptr, this.config.vocab_size, options.recent);
-      const words_ptr = this.logits_ptr + this.config.vocab_size * 4;
-      M.HEAPU8.set(new Uint8Array(options.sample.buffer, options.sample.byteOffset, 6 * 4), words_ptr);
-      id = M._kvq_web_sample_with_words(words_ptr, this.logits_ptr, this.config.vocab_size);
-    }
-    ++this.cpu_steps;
-    return {token: id, logits};
-  }
+  // Every layer cut back to at most `pos` positions and to the fewest any layer holds
+  // (module_forward.js's RewindKv); the positions kept.
+  #RewindTo(pos) { return RewindKv(this.M, this.kv, this.config.n_cache_layers, pos); }
 
   /**
    * Submits, readbacks and GPU steps so far ({steps, submits, readbacks, device_submits}), every
@@ -608,6 +565,8 @@ export class GpuModelRunner {
     return out;
   }
   get weight_bytes() { return this.step ? this.step.weight_bytes : 0; }
+  /** Tokens run on the module's C++ forward (no device came back). */
+  get cpu_steps() { return this.cpu.steps; }
 
   Destroy() {
     this.FreeSequence();
@@ -615,7 +574,7 @@ export class GpuModelRunner {
     this.M._free(this.rope_ptr);
     if (this.page_ptr) this.M._free(this.page_ptr);
     if (this.read_ptr) this.M._free(this.read_ptr);
-    if (this.logits_ptr) this.M._free(this.logits_ptr);
+    this.cpu.Free();
     this.sampler?.Free();
     this.step?.Destroy();
   }
