@@ -3,6 +3,8 @@
 // (tests/web/browser/): ready (a promise), generate(opts) → {ids, text, completion, finish_reason, ...}, tokenize(text),
 // loadProgress() (the last load's progress events), stop(), bench(opts) → the benchmark's JSON.
 
+import {SeedWords} from './gpu/module_sampler.js';
+
 const $ = (id) => document.getElementById(id);
 
 // ---- settings from the address, for reproducible runs: ?simd=0 ?threads=N ?gpu=0 ?gpu=1 ----
@@ -255,23 +257,52 @@ async function Run(p) {
   }
 }
 
-function NumberField(id, name, {integer = false, min = -Infinity, max = Infinity} = {}) {
+// A number field's value; refused, naming the field, the value typed and what it takes, when it is
+// empty, not a number, or outside [min, max] (above: a bound it must exceed).
+function NumberField(id, name, {integer = false, min = -Infinity, max = Infinity, above = -Infinity} = {}) {
   const raw = $(id).value.trim();
   const v = Number(raw);
-  if (raw === '' || !Number.isFinite(v) || (integer && !Number.isInteger(v)) || v < min || v > max) {
-    throw new Error(`${name}: "${raw}" is not ${integer ? 'an integer' : 'a number'} in [${min}, ${max}]`);
+  if (raw === '' || !Number.isFinite(v) || (integer && !Number.isInteger(v)) || v < min || v > max || v <= above) {
+    const range = above > -Infinity ? `> ${above}` : `in [${min}, ${max}]`;
+    throw new Error(`${name}: "${raw}" is not ${integer ? 'an integer' : 'a number'} ${range}`);
   }
   return v;
 }
 
-function FormParams() {
-  const seed_raw = $('seed').value.trim();
-  let seed;
-  if (seed_raw === '') {
-    seed = crypto.getRandomValues(new Uint32Array(1))[0] & 0x7fffffff;
-  } else {
-    seed = NumberField('seed', 'Seed', {integer: true, min: 0, max: 0x7fffffff});
+// The seed field: empty = a random seed (31 bits, shown in the placeholder after the run); else a
+// whole number in [0, 2^64 - 1], passed whole (module_sampler.js's SeedWords: never wrapped), as
+// a Number up to 2^53 - 1 and as its digits beyond (a Number there has lost its low bits).
+function SeedField() {
+  const raw = $('seed').value.trim();
+  if (raw === '') return crypto.getRandomValues(new Uint32Array(1))[0] & 0x7fffffff;
+  const digits = /^[0-9]+$/.test(raw) ? BigInt(raw).toString() : null;  // leading zeros dropped
+  try {
+    SeedWords(digits ?? raw);
+  } catch {
+    throw new Error(`Seed: "${raw}" is not a whole number in [0, ${(1n << 64n) - 1n}] (empty = random)`);
   }
+  return Number.isSafeInteger(Number(digits)) ? Number(digits) : digits;
+}
+
+// The logit bias field: "ID:BIAS" entries separated by commas or spaces ("15043:-100, 29871:+2.5"),
+// as [[token id, bias], ...] (an id given twice: its biases add, as kvq's sampler applies them in
+// turn). Each id must be in the loaded model's vocabulary and each bias a finite number.
+function LogitBiasField() {
+  const raw = $('logit-bias').value.trim();
+  if (raw === '') return [];
+  const vocab = page.model?.info.vocab_size ?? 0;
+  return raw.split(/[\s,]+/).filter((entry) => entry !== '').map((entry) => {
+    const m = /^(\d+):([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)$/.exec(entry);
+    if (!m) throw new Error(`Logit bias: "${entry}" is not TOKEN_ID:BIAS (for example 15043:-100 or 29871:+2.5)`);
+    const id = Number(m[1]), bias = Number(m[2]);
+    if (!(id < vocab)) throw new Error(`Logit bias: token ${m[1]} in "${entry}" is not in the model's vocabulary (ids 0 to ${vocab - 1})`);
+    if (!Number.isFinite(bias)) throw new Error(`Logit bias: the bias in "${entry}" is not a finite number`);
+    return [id, bias];
+  });
+}
+
+function FormParams() {
+  const seed = SeedField();
   const kv_k = $('kv-k').value.trim();
   const kv_v = $('kv-v').value.trim();
   if (!kv_k || !kv_v) throw new Error('K and V formats: both are needed (for example f16)');
@@ -282,6 +313,12 @@ function FormParams() {
     top_p: NumberField('top-p', 'Top-p', {min: 0, max: 1}),
     min_p: NumberField('min-p', 'Min-p', {min: 0, max: 1}),
     seed,
+    // As kvq::SamplerOptions (and `kvq run`'s flags) take them; the module refuses the same ranges.
+    repeat_penalty: NumberField('repeat-penalty', 'Repeat penalty', {above: 0}),
+    frequency_penalty: NumberField('frequency-penalty', 'Frequency penalty', {min: -2, max: 2}),
+    presence_penalty: NumberField('presence-penalty', 'Presence penalty', {min: -2, max: 2}),
+    repeat_last_n: NumberField('repeat-last-n', 'Penalty window', {integer: true, min: -1, max: 2147483647}),
+    logit_bias: LogitBiasField(),
     max_tokens: NumberField('max-tokens', 'Max new tokens', {integer: true, min: 1}),
     stop: $('stop-text').value ? [$('stop-text').value] : [],  // the text ends before it
     kv_k,
@@ -424,7 +461,8 @@ const ready = Start().catch((e) => {
 
 // The test hook. opts: {prompt, kv_k, kv_v (default kv_k), n_positions (BOS and prompt included) or
 // max_tokens, stop (strings the text ends before), ignore_eos, temperature (default 0 = greedy),
-// top_k, top_p, min_p, seed, repeat_penalty, frequency_penalty, presence_penalty, repeat_last_n,
+// top_k, top_p, min_p, seed (module_sampler.js's SeedWords: a Number, or digits past 2^53 - 1),
+// repeat_penalty, frequency_penalty, presence_penalty, repeat_last_n,
 // logit_bias ([[token id, bias], ...]), device_budget_bytes, device ('auto' default, 'cpu', 'gpu'), chat (the
 // prompt is a rendered conversation's next turn: the worker keeps what its cache shares with it,
 // as for the chat page)}; the result's path says which ran, its finish_reason why it ended (stop,
