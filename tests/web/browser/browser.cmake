@@ -20,8 +20,10 @@ set_tests_properties(web.browser_golden PROPERTIES FIXTURES_REQUIRED playwright 
 # native's ids) within it too (memory_test.mjs --preset qwen3-0.6b runs the 325 MiB case by hand),
 # and how its generations end (stop strings, end tokens, length, a full context: as native kvq
 # run, both paths), and a chat's turns on the GPU path keeping the sequence (only new tokens
-# prefilled, an edit cutting it back; each turn's ids a fresh sequence's) on its three KV paths.
-foreach(case page_state threads memory generation)
+# prefilled, an edit cutting it back; each turn's ids a fresh sequence's) on its three KV paths; and
+# the sampler settings (page_sampling): seeds past 32 bits and the form's penalty and bias fields
+# against native `kvq run` on both paths, bad values refused naming the field.
+foreach(case page_state threads memory generation page_sampling)
   add_test(NAME web.${case}
            COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/${case}_test.mjs" "${KVQ_WEB_BUNDLE_DIR}"
                    "$<TARGET_FILE:kvq_cli>" "${KVQ_PLAYWRIGHT_DIR}")
