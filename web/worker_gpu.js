@@ -43,6 +43,7 @@ function GpuTurn(runner, p, keep, env) {
   runner.SetSampler(p);  // this generation's settings and seed
   const plan = runner.plan, c = runner.config;
   let prompt_left = 0;  // the prompt's ids not yet prefilled: its last piece samples the first token
+  const events0 = runner.events.length;  // the device's losses before this generation
   let counts0 = {...runner.counts};
   let decode0 = counts0;  // the counts when the prompt was in: per-step figures are the decode's
   let last = null;
@@ -80,7 +81,9 @@ function GpuTurn(runner, p, keep, env) {
     // this generation's decode steps and, per step, the submits and readbacks of the step program
     // and the submits of the KV device; the prompt's tokens (those prefilled: not the kept ones),
     // submits and readbacks (its blocks); sequence: 'kept' (a chat turn went on with the held
-    // sequence) or 'new', and sequence_why, why new.
+    // sequence) or 'new', and sequence_why, why new; device_events: the devices lost during this
+    // generation (GpuModelRunner.events: where the sequence went on, and the held positions run
+    // again there, {from, positions, ms}).
     stats: () => {
       const counts = runner.counts, steps = counts.steps - decode0.steps;
       const per = (k) => steps ? (counts[k] - decode0[k]) / steps : 0;
@@ -95,7 +98,7 @@ function GpuTurn(runner, p, keep, env) {
                     kv_device_submits_per_step: per('device_submits'), weight_bytes: runner.weight_bytes,
                     prefill: {tokens: decode0.steps - counts0.steps, submits: decode0.submits - counts0.submits,
                               readbacks: decode0.readbacks - counts0.readbacks},
-                    sequence: sequence_why ? 'new' : 'kept', sequence_why,
+                    sequence: sequence_why ? 'new' : 'kept', sequence_why, device_events: runner.events.slice(events0),
                     kv_path: runner.path, kv_path_why: runner.path_why,
                     pages_written_behind: counts.write_backs - counts0.write_backs,
                     kv_streamed_bytes_per_step: per('streamed_bytes'),

@@ -12,6 +12,15 @@
 // is rebuilt by the next attention call). If no device comes back, the rest of the conversation
 // runs on the module's C++ forward over the same cache (module_forward.js; options.cpu_model
 // gives the model it runs, the whole file's when the runner's was loaded from its header alone).
+// A hybrid's recurrent states went with the device, and the master cannot give them back (they
+// took in every position; the master holds only the attention layers' rows), so its held ids,
+// positions 0 .. pos − 1, run again first: on the new device in Prefill's blocks from a zeroed
+// state over a master cut back to none — the replay writes K and V again rather than attending
+// the master's rows, as a query must read the rows as they were at its position (a KIVI group
+// not yet whole read in f32) and the same kernels and encoders give the same bytes, so the master
+// and the ids are the uninterrupted run's bit for bit (a block gives the bits of token steps, the
+// recurrent layers' too: block_steps.js) — or, with no device, on the CPU (module_forward.js:
+// the sequence is then the CPU's from position 0). events[i].replayed says what ran again.
 //
 // Three paths for a sequence's KV (`path`, and `path_why` saying why): "resident" (the specs
 // have WGSL encoders and the device budget holds the whole context: kv_resident.js keeps the
@@ -35,7 +44,7 @@
 // in the master and in the resident pages alike, and only the rest of the prompt runs.
 // A hybrid's recurrent layers keep their state on the GPU (the step program's states, zeroed by
 // NewSequence), not in the module's cache: a sequence of such a model cannot be cut back to a
-// prefix (KeepPrefixWhyNot) nor resumed after a lost device; it starts anew.
+// prefix (KeepPrefixWhyNot); it starts anew.
 
 import {GpuKvDevice} from './kv_device.js';
 import {BlockUniformSlots, GpuResidentKv, kStreamSlots, PageBufferBytes, ResidentPagesFor, ResidentWhyNot} from './kv_resident.js';
@@ -122,7 +131,11 @@ export class GpuModelRunner {
     this.device = null;
     this.lost = null;     // device.lost's info once the current device is lost
     this.on_cpu = false;  // no device came back: steps run on the module's C++ forward
-    /** What happened to the device: [{position, to: 'gpu' | 'cpu', why}] (why: the loss, and for 'cpu' the failed re-acquire). */
+    /**
+     * What happened to the device: [{position, to: 'gpu' | 'cpu', why, replayed: {from, positions,
+     * ms}}] (why: the loss, and for 'cpu' the failed re-acquire; replayed: the held positions run
+     * again there before `position`, the first of them and the milliseconds it took).
+     */
     this.events = [];
     this.retired = {steps: 0, submits: 0, readbacks: 0, device_submits: 0};  // of step programs of lost devices
     this.retired_write_backs = 0;  // pages written behind by resident caches gone since
@@ -378,20 +391,20 @@ export class GpuModelRunner {
     if (!(Number.isInteger(most) && most >= 1)) throw new Error(`prefill block ${most}: a whole number ≥ 1`);
     let out = null;
     for (let i = 0; i < ids.length;) {
-      const n = this.#BlockLength(ids.length - i, most, options.uniform_slots ?? kBlockUniformSlots);
+      const n = this.#BlockLength(this.positions, ids.length - i, most, options.uniform_slots ?? kBlockUniformSlots);
       out = await this.#Run(ids.slice(i, i + n), i + n === ids.length ? options : {});
       i += n;
     }
     return out;
   }
 
-  // Tokens the next block takes: 1 on the stream path (or the CPU); at most `slots` uniform slots
+  // Tokens the block at `pos` takes: 1 on the stream path (or the CPU); at most `slots` uniform slots
   // (cut at the end of an earlier page while over: a block's slots change only where it enters a
   // page; 1 token when even its page's are over); on the mixed path up to the end of the current
   // page when the next page's first token evicts a page (FirstResident moves).
-  #BlockLength(left, most, slots) {
+  #BlockLength(pos, left, most, slots) {
     if (this.on_cpu || !this.resident) return 1;
-    const P = this.resident.P, pos = this.positions;
+    const P = this.resident.P;
     let n = Math.min(left, most);
     while (n > 1 && BlockUniformSlots(this.config.n_cache_layers, P, pos, n) > slots) {
       n = Math.max(1, Math.floor((pos + n - 1) / P) * P - pos);
@@ -412,10 +425,6 @@ export class GpuModelRunner {
     for (let recoveries = 0; ; ++recoveries) {
       if (!this.on_cpu && this.lost) await this.#Recover(pos);
       if (this.on_cpu) {
-        if (this.resident) {  // the pages that reached the master before the loss, then the CPU
-          await this.resident.behind;
-          this.#DropResident();
-        }
         this.cpu_model_handle ||= await this.cpu_model();
         for (let i = 0; i < tokens.length; ++i) {
           out = this.cpu.Step(this.cpu_model_handle, this.kv, this.ids, tokens[i], this.positions,
@@ -490,13 +499,10 @@ export class GpuModelRunner {
     return lost;
   }
 
-  // A new device with the weights uploaded again, or the CPU when none comes.
+  // A new device with the weights uploaded again, or the CPU when none comes; the held positions
+  // the master cannot give back run again there (#Rebuild, module_forward.js's CatchUp).
   async #Recover(pos) {
     const why = `the WebGPU device was lost (${this.lost.reason || 'unknown'}: ${this.lost.message || 'no message'})`;
-    if (!this.CanKeepPrefix()) {  // the state of positions 0 .. pos went with the device
-      throw new Error(`${why}, and with it the recurrent layers' state of this ${this.config.arch} model: start the ` +
-                      'sequence anew');
-    }
     for (const k of Object.keys(this.retired)) this.retired[k] += this.step.counts[k];
     try {
       this.step.Destroy();
@@ -514,8 +520,8 @@ export class GpuModelRunner {
     if (device) {
       try {
         await this.#Attach(device);
-        if (this.resident) await this.#Rebuild(pos);
-        this.events.push({position: pos, to: 'gpu', why});
+        const replayed = this.resident || !this.CanKeepPrefix() ? await this.#Rebuild(pos) : {from: pos, positions: 0, ms: 0};
+        this.events.push({position: pos, to: 'gpu', why, replayed});
         return;
       } catch (e) {
         failed = `the new WebGPU device failed: ${e.message}`;
@@ -525,27 +531,38 @@ export class GpuModelRunner {
     this.on_cpu = true;
     this.device = null;
     this.M.kvqDevice = null;
-    this.events.push({position: pos, to: 'cpu', why: `${why}; ${failed}`});
+    await this.resident?.behind;  // the pages that reached the master before the loss, then the CPU
+    this.#DropResident();
+    const event = {position: pos, to: 'cpu', why: `${why}; ${failed}`};
+    this.events.push(event);
+    this.cpu_model_handle ||= await this.cpu_model();
+    event.replayed = this.cpu.CatchUp(this.cpu_model_handle, this.kv, this.ids, this.CanKeepPrefix() ? pos : 0, pos);
   }
 
-  // The resident cache on the new device: the master's pages (those written behind before the
-  // loss; every layer cut back to the fewest) uploaded, then the ids after them run again.
+  // The sequence on the new device: the master's pages (those written behind before the loss;
+  // every layer cut back to the fewest) uploaded to a new resident cache, then the ids after them
+  // run again in Prefill's blocks; a hybrid's from position 0 (the master cut back to none, the
+  // new program's states zeroed). Returns {from, positions, ms}: what ran again.
   async #Rebuild(pos) {
-    const M = this.M, kv = this.kv, c = this.config;
-    await this.resident.behind;
+    const M = this.M, kv = this.kv, c = this.config, t0 = performance.now();
+    await this.resident?.behind;
     this.#DropResident();
-    const kept = this.#RewindTo(pos);
-    this.resident = this.#NewResident();
-    const P = this.resident.P, bytes = this.resident.page_bytes;
-    for (let layer = 0; layer < c.n_cache_layers; ++layer) {
-      for (let page = 0; page < kept / P; ++page) {
+    const kept = this.#RewindTo(this.CanKeepPrefix() ? pos : 0);
+    this.step.ResetStates();
+    if (this.path !== 'stream') this.resident = this.#NewResident();
+    for (let layer = 0; this.resident && layer < c.n_cache_layers; ++layer) {
+      for (let page = 0; page < kept / this.resident.P; ++page) {
         if (M._kvq_web_kv_read_page(kv, layer, page, this.page_ptr) !== 0) {
           throw new Error(`reading page ${page} of layer ${layer} from the master: ${LastError(M)}`);
         }
-        this.resident.Restore(layer, M.HEAPU8.slice(this.page_ptr, this.page_ptr + bytes), kept);
+        this.resident.Restore(layer, M.HEAPU8.slice(this.page_ptr, this.page_ptr + this.resident.page_bytes), kept);
       }
     }
-    for (let p = kept; p < pos; ++p) await this.#GpuSteps([this.ids[p]], p);
+    for (let p = kept, n; p < pos; p += n) {
+      n = this.#BlockLength(p, pos - p, kGpuPrefillBlock, kBlockUniformSlots);
+      await this.#GpuSteps(this.ids.slice(p, p + n), p);
+    }
+    return {from: kept, positions: pos - kept, ms: performance.now() - t0};
   }
 
   // Every layer cut back to at most `pos` positions and to the fewest any layer holds

@@ -2,6 +2,13 @@
 // cache the GPU steps fill, which runs the rest of a sequence when no WebGPU device comes back
 // after a loss (gpu_engine.js's GpuModelRunner), and the cut-back of that cache to positions every
 // layer holds (a step the lost device left half done, or a chat turn keeping a prefix).
+//
+// A hybrid's recurrent state (Gated DeltaNet layers) was the GPU's and went with the device: the
+// master cache's own state (KvCacheConfig::state_floats, what the C++ forward reads and updates)
+// was never written by the GPU steps. So the runner cuts such a cache back to no positions (which
+// zeroes its state) and CatchUp runs every held id on the CPU: the sequence is then the CPU's
+// from position 0 — its K and V rows, its state, and the ids after the loss those a CPU-only run of
+// the same ids gives, bit for bit (a dense model keeps the master's rows instead: see gpu_engine.js).
 
 /** The module's last error message (kvq_web_last_error), never empty. */
 export function LastError(M) {
@@ -50,12 +57,7 @@ export class ModuleForward {
   Step(model, kv, ids, token, pos, options, sampler) {
     const M = this.M, vocab = this.config.vocab_size;
     const Fail = (what) => new Error(`${what} on the CPU: ${LastError(M)}`);
-    // The C++ forward appends to every layer, so the cache first goes back to where the formats
-    // can drop rows and every layer is at the same position.
-    const kept = RewindKv(M, kv, this.config.n_cache_layers, pos);
-    for (let p = kept; p < pos; ++p) {
-      if (M._kvq_web_kv_cpu_step(model, kv, ids[p], 0) < 0) throw Fail(`running position ${p} again`);
-    }
+    this.CatchUp(model, kv, ids, pos, pos);
     const want_logits = options.logits || options.sample;
     if (want_logits && !this.logits_ptr) this.logits_ptr = M._malloc(vocab * 4 + 6 * 4);
     let id = M._kvq_web_kv_cpu_step(model, kv, token, want_logits ? this.logits_ptr : 0);
@@ -69,6 +71,22 @@ export class ModuleForward {
     }
     ++this.steps;
     return {token: id, logits};
+  }
+
+  /**
+   * Brings the cache `kv` to `pos` positions of `ids` on `model`: the C++ forward appends to every
+   * layer, so the cache first goes back to at most `from` positions where the formats can drop rows
+   * and every layer is at the same position (RewindKv; from = 0 for a recurrent model: none, its
+   * state zeroed), then the ids from there run again. Returns what ran again: {from (the first
+   * position), positions, ms}.
+   */
+  CatchUp(model, kv, ids, from, pos) {
+    const M = this.M, t0 = performance.now();
+    const kept = RewindKv(M, kv, this.config.n_cache_layers, from);
+    for (let p = kept; p < pos; ++p) {
+      if (M._kvq_web_kv_cpu_step(model, kv, ids[p], 0) < 0) throw new Error(`running position ${p} again on the CPU: ${LastError(M)}`);
+    }
+    return {from: kept, positions: pos - kept, ms: performance.now() - t0};
   }
 
   Free() {
