@@ -116,6 +116,15 @@ foreach(kv_spec int8 int4-kivi)
                    "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}" ${kv_spec})
   set_tests_properties(web.gpu_device_loss.${kv_spec} PROPERTIES FIXTURES_REQUIRED playwright TIMEOUT 300)
 endforeach()
+# A hybrid losing its device: its held ids replayed on the new device (same ids, logits and master
+# as the uninterrupted run) or on the CPU (the CPU's ids for that prefix) (gpu_hybrid_loss_page.js).
+foreach(gpu_model qwen35)
+  add_test(NAME web.gpu_device_loss.${gpu_model}
+           COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --hybrid-loss
+                   "${KVQ_GPU_FORWARD_DIR}" "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}" ${gpu_model})
+  set_tests_properties(web.gpu_device_loss.${gpu_model} PROPERTIES FIXTURES_REQUIRED "playwright;gpu_forward_cases"
+                       TIMEOUT 300)
+endforeach()
 # The GPU sampler (web/gpu/sample_kernels.js) against kvq's C++ chain, id for id, over logits at
 # vocabularies 32000 and 151936 and every sampler setting; sampled generation on the GPU path (one
 # readback a token, a seed's ids again on a rerun) (tests/web/gpu/gpu_sampler_page.js).

@@ -20,10 +20,12 @@
 // list, as gpu_kv_mixed_page.js takes it), the mixed KV mode on a context 8× the device budget
 // (tests/web/gpu/gpu_kv_mixed_page.js), every format in one page. With `--moe` (arguments as
 // --forward), the GPU's mixture-of-experts ops against the module's (tests/web/gpu/gpu_moe_page.js).
+// With `--hybrid-loss` (arguments as --forward; CASE: the hybrid's name in the manifest), a hybrid
+// losing its device mid-generation (tests/web/gpu/gpu_hybrid_loss_page.js).
 // KVQ_GPU_PROFILE=1 in the environment prints where the time went (gpu_call_profile.js): Chromium's
 // launch, the page's load, the test's evaluation, and the WebGPU calls within it.
-// Usage: node gpu_attention_test.mjs [--forward|--limits|--mixed|--moe|--kv-device|--device-loss|--file-weights|--chunks|--encode|--write-behind|--sampler]
-//        FIXTURE_DIR [BUNDLE_DIR (--forward, --limits, --mixed)] PLAYWRIGHT_NPM_DIR
+// Usage: node gpu_attention_test.mjs [--forward|--limits|--mixed|--moe|--hybrid-loss|--kv-device|--device-loss|--file-weights|--chunks|--encode|--write-behind|--sampler]
+//        FIXTURE_DIR [BUNDLE_DIR (--forward, --limits, --mixed, --moe, --hybrid-loss)] PLAYWRIGHT_NPM_DIR
 //        [CASE_SUBSTRING]
 import fs from 'node:fs';
 import http from 'node:http';
@@ -45,7 +47,8 @@ function Fatal(message) {
 const limits = process.argv[2] === '--limits';
 const mixed = process.argv[2] === '--mixed';
 const moe = process.argv[2] === '--moe';
-const forward = process.argv[2] === '--forward' || limits || mixed || moe;  // all take gpu_forward_fixture's cases and the bundle
+const hybrid_loss = process.argv[2] === '--hybrid-loss';
+const forward = process.argv[2] === '--forward' || limits || mixed || moe || hybrid_loss;  // all take gpu_forward_fixture's cases and the bundle
 const device_loss = process.argv[2] === '--device-loss';
 const chunks = process.argv[2] === '--chunks';
 const encode = process.argv[2] === '--encode';
@@ -100,6 +103,8 @@ const server = http.createServer((req, res) => {
             'window.RunGpuLimitsTests = RunGpuLimitsTests;' +
             'import {RunGpuSamplerTests} from "/test/gpu_sampler_page.js"; window.RunGpuSamplerTests = RunGpuSamplerTests;' +
             'import {RunGpuMoeTests} from "/test/gpu_moe_page.js"; window.RunGpuMoeTests = RunGpuMoeTests;' +
+            'import {RunGpuHybridLossTests} from "/test/gpu_hybrid_loss_page.js";' +
+            'window.RunGpuHybridLossTests = RunGpuHybridLossTests;' +
             'window.RunGpuAttentionTests = RunGpuAttentionTests; window.RunGpuForwardTests = RunGpuForwardTests;' +
             'window.RunGpuKvDeviceTests = RunGpuKvDeviceTests; window.RunGpuDeviceLossTests = RunGpuDeviceLossTests;</script>');
     return;
@@ -141,6 +146,8 @@ try {
       : file_weights ? await page.evaluate((url) => window.RunGpuFileWeightsTests(url), origin + '/fixture')
       : device_loss ? await page.evaluate(([url, only]) => window.RunGpuDeviceLossTests(url, only), [origin + '/fixture', only || ''])
       : kv_device ? await page.evaluate((url) => window.RunGpuKvDeviceTests(url), origin + '/fixture')
+      : hybrid_loss ? await page.evaluate(([url, bundle, only]) => window.RunGpuHybridLossTests(url, bundle, only),
+                                          [origin + '/fixture', origin + '/bundle', only || 'qwen35'])
       : moe ? await page.evaluate(([url, bundle]) => window.RunGpuMoeTests(url, bundle), [origin + '/fixture', origin + '/bundle'])
       : mixed ? await page.evaluate(([url, bundle, only]) => window.RunGpuKvMixedTests(url, bundle, only),
                                     [origin + '/fixture', origin + '/bundle', only || ''])
@@ -167,6 +174,12 @@ if (sampler) {
               `${result.replayed} generated ids replayed on the CPU, generation ` +
               `${JSON.stringify(result.generation)}, ${result.seconds?.toFixed(1)} s in the page`);
   if (!result.cases || !result.replayed || !result.adjust_cases) Fatal('no case ran');
+} else if (hybrid_loss) {
+  console.log(`gpu_attention_test --hybrid-loss: ${result.model} (${result.arch}), ${result.runs} runs, ` +
+              `${result.losses} devices lost, ${result.failures.length} failures, replayed ${JSON.stringify(result.replays)} ` +
+              `(ms on SwiftShader under load: not claims), ${result.cpu_differs} CPU continuation ids differ from the ` +
+              `GPU's uninterrupted ones, ${result.seconds?.toFixed(1)} s in the page`);
+  if (!result.runs) Fatal('no run');
 } else if (moe) {
   console.log(`gpu_attention_test --moe: ${result.route_cases} routing cases (${result.exps} exps) bit-equal checked ` +
               `(${result.route_seconds?.toFixed(1)} s), ` +
@@ -226,5 +239,5 @@ if (sampler) {
 }
 for (const f of result.failures.slice(0, 50)) console.error(`gpu_attention_test: FAIL: ${f}`);
 if (!forward && !device_loss && !file_weights && !sampler && result.cases === 0) Fatal('no case ran');  // (--kv-device too)
-if (forward && !limits && !mixed && !moe && !result.positions) Fatal('no position ran');
+if (forward && !limits && !mixed && !moe && !hybrid_loss && !result.positions) Fatal('no position ran');
 process.exit(result.failures.length ? 1 : 0);
