@@ -22,8 +22,9 @@
 //     the ids after the loss are exactly what kvq_web_kv_cpu_step gives, greedy, over a fresh
 //     cache fed the prompt and the first kLoseAt ids (asserted strictly; how many of them differ
 //     from the GPU's reference is printed: the CPU sums in another order, see gpu_forward_page.js).
-// A replay one position short fails every case (tried by hand: the step then runs over a master and
-// a state one position behind).
+// A replay one position short fails each case that replays there (tried by hand on the GPU's and on
+// the CPU's: the step then runs over a master and a state one position behind), and so does a CPU
+// continuation that keeps the master's rows and runs nothing again (its state then starts at zero).
 import {GpuModelRunner, GpuProgramOf, RequestGpuDevice} from '/web/gpu/gpu_engine.js';
 import {FirstDifference, Generate, LoadModel} from '/test/gpu_device_loss_page.js';
 import {LoadModule} from '/test/gpu_kv_device_page.js';
