@@ -52,7 +52,8 @@ Result<std::pair<int32_t, float>> ParseLogitBias(std::string_view value) {
     return Status::Error(fmt::format("--logit-bias {}: {}", value, why));
   };
   constexpr std::string_view kSyntax =
-      "expected TOKEN_ID+BIAS, TOKEN_ID-BIAS or TOKEN_ID:BIAS (e.g. 15043+1, 15043-inf to ban, 15043:-2.5)";
+      "expected TOKEN_ID+BIAS, TOKEN_ID-BIAS or TOKEN_ID:BIAS (e.g. 15043+1, 15043-inf to ban, "
+      "15043:-2.5)";
   const char* const end = value.data() + value.size();
   int64_t id = -1;
   const auto [after_id, id_error] = std::from_chars(value.data(), end, id);
@@ -63,15 +64,19 @@ Result<std::pair<int32_t, float>> ParseLogitBias(std::string_view value) {
   if (after_id == end) return refuse(fmt::format("the bias has no sign; {}", kSyntax));
   const char sign = *after_id;
   const char* number = after_id + 1;
-  // After + or -, the sign is the bias's own ("15043+-1" is refused); after ':', one sign may follow.
+  // After + or -, the sign is the bias's own ("15043+-1" is refused); after ':', one may follow.
   bool negative = sign == '-';
-  if (sign == ':' && number != end && (*number == '+' || *number == '-')) negative = *number++ == '-';
-  if ((sign != '+' && sign != '-' && sign != ':') || number == end || *number == '+' || *number == '-') {
+  if (sign == ':' && number != end && (*number == '+' || *number == '-'))
+    negative = *number++ == '-';
+  if ((sign != '+' && sign != '-' && sign != ':') || number == end || *number == '+' ||
+      *number == '-') {
     return refuse(kSyntax);
   }
   float magnitude = 0.0f;
-  const auto [after_number, number_error] = std::from_chars(number, end, magnitude, std::chars_format::general);
-  if (number_error == std::errc::result_out_of_range) return refuse("the bias is out of a float's range");
+  const auto [after_number, number_error] =
+      std::from_chars(number, end, magnitude, std::chars_format::general);
+  if (number_error == std::errc::result_out_of_range)
+    return refuse("the bias is out of a float's range");
   if (number_error != std::errc() || after_number != end) return refuse(kSyntax);
   const float bias = negative ? -magnitude : magnitude;
   if (std::isnan(bias) || bias == std::numeric_limits<float>::infinity()) {
@@ -95,9 +100,14 @@ InterruptScope::~InterruptScope() { sigaction(SIGINT, &previous_, nullptr); }
 SamplerOptions GenerateFlags::Sampling() const {
   // --seed -1 (llama.cpp's spelling of "random") arrives as the largest 64-bit value.
   const bool seed_given = seed != nullptr && seed->count() > 0 && shared.seed != UINT64_MAX;
-  SamplerOptions o{.temperature = temp, .top_k = top_k, .top_p = top_p, .min_p = min_p,
-                   .seed = seed_given ? shared.seed : std::random_device{}(), .repeat_penalty = repeat_penalty,
-                   .frequency_penalty = frequency_penalty, .presence_penalty = presence_penalty,
+  SamplerOptions o{.temperature = temp,
+                   .top_k = top_k,
+                   .top_p = top_p,
+                   .min_p = min_p,
+                   .seed = seed_given ? shared.seed : std::random_device{}(),
+                   .repeat_penalty = repeat_penalty,
+                   .frequency_penalty = frequency_penalty,
+                   .presence_penalty = presence_penalty,
                    .repeat_last_n = repeat_last_n};
   // In the order given: an id given twice has both added, as the sampler applies them in turn.
   for (const std::string& value : logit_bias) o.logit_bias.push_back(ParseLogitBias(value).value());
@@ -129,8 +139,10 @@ Status GenerateFlags::Check() const {
     float& sum = total[parsed->first];
     sum += parsed->second;
     if (std::isnan(sum) || sum == std::numeric_limits<float>::infinity()) {
-      return Status::Error(fmt::format("--logit-bias {}: token {}'s biases add up to {}; the total must be a finite "
-                                       "number or -inf (a ban)", value, parsed->first, sum));
+      return Status::Error(
+          fmt::format("--logit-bias {}: token {}'s biases add up to {}; the total must be a finite "
+                      "number or -inf (a ban)",
+                      value, parsed->first, sum));
     }
   }
   return Status::Ok();
@@ -140,8 +152,10 @@ Status GenerateFlags::CheckLogitBias(int32_t vocab_size) const {
   for (const std::string& value : logit_bias) {
     const int32_t id = ParseLogitBias(value)->first;  // Check() read every value
     if (id >= vocab_size) {
-      return Status::Error(fmt::format("--logit-bias {}: token {} is not in the model's vocabulary of {} tokens "
-                                       "(ids 0 to {})", value, id, vocab_size, vocab_size - 1));
+      return Status::Error(
+          fmt::format("--logit-bias {}: token {} is not in the model's vocabulary of {} tokens "
+                      "(ids 0 to {})",
+                      value, id, vocab_size, vocab_size - 1));
     }
   }
   return Status::Ok();
@@ -209,8 +223,9 @@ void AddGenerateFlags(CLI::App* cmd, GenerateFlags* o) {
                   "The penalties' window: the last N tokens held, prompt included (0 = off, -1 = all)")
       ->capture_default_str();
   cmd->add_option("-l,--logit-bias", o->logit_bias,
-                  "Add BIAS to token TOKEN_ID's logit before the penalties (repeatable; as llama.cpp: 15043+1 raises "
-                  "token 15043 by 1, 15043-1 lowers it, 15043-inf bans it; TOKEN_ID:BIAS also, e.g. 15043:-2.5)")
+                  "Add BIAS to token TOKEN_ID's logit before the penalties (repeatable; as "
+                  "llama.cpp: 15043+1 raises token 15043 by 1, 15043-1 lowers it, 15043-inf bans "
+                  "it; TOKEN_ID:BIAS also, e.g. 15043:-2.5)")
       ->type_name("TOKEN_ID(+/-)BIAS")
       ->allow_extra_args(false);
   o->seed = AddSeedFlag(cmd, &o->shared, "Sampling seed (default, or -1: random)");

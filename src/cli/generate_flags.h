@@ -27,7 +27,7 @@ struct GenerateFlags {
   float frequency_penalty = 0.0f;  // --frequency-penalty
   float presence_penalty = 0.0f;   // --presence-penalty
   int32_t repeat_last_n = 64;      // --repeat-last-n: the penalties' window (0 off, -1 all)
-  std::vector<std::string> logit_bias;  // -l/--logit-bias (repeatable): TOKEN_ID(+/-)BIAS or TOKEN_ID:BIAS
+  std::vector<std::string> logit_bias;  // -l/--logit-bias (repeatable): ID(+/-)BIAS or ID:BIAS
   int64_t context = 0;              // -c; 0: the model's
   bool quiet = false;               // -q: no banner, no prompt progress
   SpeculationOptions speculation;   // --spec, --draft-max, --draft-ngram, --spec-ungated
@@ -48,9 +48,9 @@ struct GenerateFlags {
   Result<std::string> Grammar() const;
 };
 
-/// -m, -hf, --tokenizer, -n, --stop, --temp, --top-k, --top-p, --min-p, --seed, -c, the KV flags (--kv*,
-/// --kv-plan, --kv-bits, --score-arithmetic, the budgets), -t, the penalty and --logit-bias flags,
-/// the speculative-decoding flags and the grammar flags. A command calls ResolveModelFlag
+/// -m, -hf, --tokenizer, -n, --stop, --temp, --top-k, --top-p, --min-p, --seed, -c, the KV flags
+/// (--kv*, --kv-plan, --kv-bits, --score-arithmetic, the budgets), -t, the penalty and --logit-bias
+/// flags, the speculative-decoding flags and the grammar flags. A command calls ResolveModelFlag
 /// (cli/hub_flag.h) before it loads -hf's model.
 void AddGenerateFlags(CLI::App* cmd, GenerateFlags* o);
 
