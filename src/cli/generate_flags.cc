@@ -5,10 +5,15 @@
 #include <fmt/core.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <cmath>
 #include <fstream>
 #include <iterator>
+#include <limits>
+#include <map>
 #include <random>
+#include <string_view>
+#include <utility>
 
 #include "cli/hub_flag.h"
 #include "kvq/generator.h"
@@ -37,6 +42,49 @@ KvOptions KvOptionsOf(const std::vector<LayerFormats>& layers, const SharedOptio
   return kv;
 }
 
+// One --logit-bias value as (token id, bias): llama.cpp's TOKEN_ID+BIAS or TOKEN_ID-BIAS (the sign
+// is the bias's: "15043-1" lowers token 15043 by 1) or the page's TOKEN_ID:BIAS ("15043:-1",
+// "15043:+2.5"); BIAS a decimal number, or inf for a ban ("15043-inf": Sampler::Sample never picks
+// a token at -infinity). NaN and +inf are refused. Stricter than llama.cpp's stof, which reads
+// "15043+1x" as +1: the whole value is read or it is refused.
+Result<std::pair<int32_t, float>> ParseLogitBias(std::string_view value) {
+  auto refuse = [&](std::string_view why) {
+    return Status::Error(fmt::format("--logit-bias {}: {}", value, why));
+  };
+  constexpr std::string_view kSyntax =
+      "expected TOKEN_ID+BIAS, TOKEN_ID-BIAS or TOKEN_ID:BIAS (e.g. 15043+1, 15043-inf to ban, "
+      "15043:-2.5)";
+  const char* const end = value.data() + value.size();
+  int64_t id = -1;
+  const auto [after_id, id_error] = std::from_chars(value.data(), end, id);
+  if (id_error == std::errc::result_out_of_range || (id_error == std::errc() && id > INT32_MAX)) {
+    return refuse("the token id is out of range");
+  }
+  if (id_error != std::errc() || id < 0 || value[0] == '-') return refuse(kSyntax);
+  if (after_id == end) return refuse(fmt::format("the bias has no sign; {}", kSyntax));
+  const char sign = *after_id;
+  const char* number = after_id + 1;
+  // After + or -, the sign is the bias's own ("15043+-1" is refused); after ':', one may follow.
+  bool negative = sign == '-';
+  if (sign == ':' && number != end && (*number == '+' || *number == '-'))
+    negative = *number++ == '-';
+  if ((sign != '+' && sign != '-' && sign != ':') || number == end || *number == '+' ||
+      *number == '-') {
+    return refuse(kSyntax);
+  }
+  float magnitude = 0.0f;
+  const auto [after_number, number_error] =
+      std::from_chars(number, end, magnitude, std::chars_format::general);
+  if (number_error == std::errc::result_out_of_range)
+    return refuse("the bias is out of a float's range");
+  if (number_error != std::errc() || after_number != end) return refuse(kSyntax);
+  const float bias = negative ? -magnitude : magnitude;
+  if (std::isnan(bias) || bias == std::numeric_limits<float>::infinity()) {
+    return refuse(fmt::format("the bias must be a finite number or -inf (a ban) (got {})", bias));
+  }
+  return std::pair{static_cast<int32_t>(id), bias};
+}
+
 }  // namespace
 
 InterruptScope::InterruptScope() {
@@ -52,10 +100,18 @@ InterruptScope::~InterruptScope() { sigaction(SIGINT, &previous_, nullptr); }
 SamplerOptions GenerateFlags::Sampling() const {
   // --seed -1 (llama.cpp's spelling of "random") arrives as the largest 64-bit value.
   const bool seed_given = seed != nullptr && seed->count() > 0 && shared.seed != UINT64_MAX;
-  return {.temperature = temp, .top_k = top_k, .top_p = top_p, .min_p = min_p,
-          .seed = seed_given ? shared.seed : std::random_device{}(), .repeat_penalty = repeat_penalty,
-          .frequency_penalty = frequency_penalty, .presence_penalty = presence_penalty,
-          .repeat_last_n = repeat_last_n, .logit_bias = {}};
+  SamplerOptions o{.temperature = temp,
+                   .top_k = top_k,
+                   .top_p = top_p,
+                   .min_p = min_p,
+                   .seed = seed_given ? shared.seed : std::random_device{}(),
+                   .repeat_penalty = repeat_penalty,
+                   .frequency_penalty = frequency_penalty,
+                   .presence_penalty = presence_penalty,
+                   .repeat_last_n = repeat_last_n};
+  // In the order given: an id given twice has both added, as the sampler applies them in turn.
+  for (const std::string& value : logit_bias) o.logit_bias.push_back(ParseLogitBias(value).value());
+  return o;
 }
 
 Status GenerateFlags::Check() const {
@@ -73,6 +129,34 @@ Status GenerateFlags::Check() const {
   if (top_k < 0) return Status::Error(fmt::format("--top-k must be >= 0 (got {})", top_k));
   for (const std::string& s : stop) {
     if (s.empty()) return Status::Error("--stop: a stop string has at least one byte (got \"\")");
+  }
+  // Each value, then each id's total as the sampler adds them up: 1e38 given four times would reach
+  // +inf, and +inf then -inf a NaN logit.
+  std::map<int32_t, float> total;
+  for (const std::string& value : logit_bias) {
+    const Result<std::pair<int32_t, float>> parsed = ParseLogitBias(value);
+    if (!parsed.ok()) return parsed.status();
+    float& sum = total[parsed->first];
+    sum += parsed->second;
+    if (std::isnan(sum) || sum == std::numeric_limits<float>::infinity()) {
+      return Status::Error(
+          fmt::format("--logit-bias {}: token {}'s biases add up to {}; the total must be a finite "
+                      "number or -inf (a ban)",
+                      value, parsed->first, sum));
+    }
+  }
+  return Status::Ok();
+}
+
+Status GenerateFlags::CheckLogitBias(int32_t vocab_size) const {
+  for (const std::string& value : logit_bias) {
+    const int32_t id = ParseLogitBias(value)->first;  // Check() read every value
+    if (id >= vocab_size) {
+      return Status::Error(
+          fmt::format("--logit-bias {}: token {} is not in the model's vocabulary of {} tokens "
+                      "(ids 0 to {})",
+                      value, id, vocab_size, vocab_size - 1));
+    }
   }
   return Status::Ok();
 }
@@ -138,6 +222,12 @@ void AddGenerateFlags(CLI::App* cmd, GenerateFlags* o) {
   cmd->add_option("--repeat-last-n", o->repeat_last_n,
                   "The penalties' window: the last N tokens held, prompt included (0 = off, -1 = all)")
       ->capture_default_str();
+  cmd->add_option("-l,--logit-bias", o->logit_bias,
+                  "Add BIAS to token TOKEN_ID's logit before the penalties (repeatable; as "
+                  "llama.cpp: 15043+1 raises token 15043 by 1, 15043-1 lowers it, 15043-inf bans "
+                  "it; TOKEN_ID:BIAS also, e.g. 15043:-2.5)")
+      ->type_name("TOKEN_ID(+/-)BIAS")
+      ->allow_extra_args(false);
   o->seed = AddSeedFlag(cmd, &o->shared, "Sampling seed (default, or -1: random)");
   cmd->add_option("-c,--ctx-size", o->context, "Context size (default: the model's)");
   cmd->add_flag("-q,--quiet", o->quiet, "No banner after loading and no prompt progress on stderr");
@@ -163,6 +253,7 @@ Result<ModelSession> LoadModelSession(const GenerateFlags& o) {
   if (!loaded.ok()) return loaded.status();
   ModelSession ms{.model = std::move(loaded).value(), .session = nullptr};
   const ModelInfo& info = ms.model->info();
+  if (Status s = o.CheckLogitBias(info.vocab_size); !s.ok()) return s;
   // One spec for all layers, or --kv-plan's (checked against the model's fingerprint: only then is
   // it computed, as it reads every weight).
   const Result<std::vector<LayerFormats>> layers =

@@ -27,6 +27,7 @@ struct GenerateFlags {
   float frequency_penalty = 0.0f;  // --frequency-penalty
   float presence_penalty = 0.0f;   // --presence-penalty
   int32_t repeat_last_n = 64;      // --repeat-last-n: the penalties' window (0 off, -1 all)
+  std::vector<std::string> logit_bias;  // -l/--logit-bias (repeatable): ID(+/-)BIAS or ID:BIAS
   int64_t context = 0;              // -c; 0: the model's
   bool quiet = false;               // -q: no banner, no prompt progress
   SpeculationOptions speculation;   // --spec, --draft-max, --draft-ngram, --spec-ungated
@@ -35,18 +36,22 @@ struct GenerateFlags {
   std::vector<std::string> stop;    // --stop (repeatable): the reply ends before the first of these
   const CLI::Option* seed = nullptr;  // --seed, to tell a given seed from the default
 
-  /// The sampling flags as the API takes them; without --seed, a random seed.
+  /// The sampling flags as the API takes them; without --seed, a random seed. After Check().
   SamplerOptions Sampling() const;
   /// The sampling flags' ranges; the error names the flag ("--top-p must be in (0, 1] (got 2)").
   Status Check() const;
+  /// --logit-bias's ids against the loaded model's vocabulary; the error names the flag, the value
+  /// and the vocabulary size.
+  Status CheckLogitBias(int32_t vocab_size) const;
   /// The GBNF that --grammar, --grammar-file, --json-schema or --json-schema-file give ("" for
   /// none), checked; errors name the flag.
   Result<std::string> Grammar() const;
 };
 
-/// -m, -hf, --tokenizer, -n, --stop, --temp, --top-k, --top-p, --min-p, --seed, -c, the KV flags (--kv*,
-/// --kv-plan, --kv-bits, --score-arithmetic, the budgets), -t, the speculative-decoding flags and
-/// the grammar flags. A command calls ResolveModelFlag (cli/hub_flag.h) before it loads -hf's model.
+/// -m, -hf, --tokenizer, -n, --stop, --temp, --top-k, --top-p, --min-p, --seed, -c, the KV flags
+/// (--kv*, --kv-plan, --kv-bits, --score-arithmetic, the budgets), -t, the penalty and --logit-bias
+/// flags, the speculative-decoding flags and the grammar flags. A command calls ResolveModelFlag
+/// (cli/hub_flag.h) before it loads -hf's model.
 void AddGenerateFlags(CLI::App* cmd, GenerateFlags* o);
 
 /// A loaded model and one session of it with the flags' KV cache and context.

@@ -69,13 +69,23 @@ function NumberField(id, name, {integer = false, min = -Infinity, max = Infinity
   return v;
 }
 
+// The seed field: empty = random (null); else any 64-bit seed, as `kvq run --seed` and the runtime
+// page take it, kept as its digits (leading zeros dropped): a Number past 2^53 has lost its low bits.
+function SeedField() {
+  const raw = $('seed').value.trim();
+  if (raw === '') return null;
+  if (!/^[0-9]+$/.test(raw) || BigInt(raw) >= 1n << 64n) {
+    throw new Error(`Seed: "${raw}" is not a whole number in [0, ${(1n << 64n) - 1n}] (empty = random)`);
+  }
+  return BigInt(raw).toString();
+}
+
 function Sampling() {
-  const seed_raw = $('seed').value.trim();
   return {
     temperature: NumberField('temperature', 'Temperature', {min: 0, max: 2}),
     top_p: NumberField('top-p', 'Top-p', {min: 0, max: 1}),
     max_tokens: NumberField('max-tokens', 'Max tokens', {integer: true, min: 1}),
-    seed: seed_raw === '' ? null : NumberField('seed', 'Seed', {integer: true, min: 0, max: 0x7fffffff}),
+    seed: SeedField(),
   };
 }
 

@@ -6,8 +6,8 @@
 // Both have: Describe() → {model, runtime, kv_format, kv_bytes, kv_note}; Chat(messages, params,
 // on_text) → {text, stopped, finish, prompt_tokens, reused_tokens, completion_tokens,
 // tokens_per_second}; Stop(); and RenderPrompt(messages) (the prompt text the model is given).
-// params: {temperature, top_p, max_tokens, seed (null: random), stop (optional: strings the reply
-// ends before)}.
+// params: {temperature, top_p, max_tokens, seed (null: random; else a 64-bit seed as its decimal
+// digits), stop (optional: strings the reply ends before)}.
 
 // An HTTP error's message: OpenAI's {"error": {"message"}} when the body has it.
 async function HttpError(response, what) {
@@ -42,9 +42,11 @@ export class ServerTransport {
     return response.json();
   }
 
+  // body: an object, or JSON text as it is to be sent.
   async Post(path, body, signal) {
+    const text = typeof body === 'string' ? body : JSON.stringify(body);
     const response = await fetch(new URL(`/${path}`, location.origin),
-                                 {method: 'POST', headers: this.Headers(true), body: JSON.stringify(body), signal});
+                                 {method: 'POST', headers: this.Headers(true), body: text, signal});
     if (!response.ok) throw await HttpError(response, `POST /${path}`);
     return response;
   }
@@ -79,12 +81,19 @@ export class ServerTransport {
     // (the server's default would move it to delta.reasoning_content, which this page does not show).
     const body = {messages, stream: true, temperature: params.temperature, top_p: params.top_p,
                   max_tokens: params.max_tokens, reasoning_format: 'none'};
-    if (params.seed !== null) body.seed = params.seed;
     if (params.stop?.length) body.stop = params.stop;
+    let text = JSON.stringify(body);
+    if (params.seed !== null) {
+      // As an integer literal (JSON.stringify's Number would round a seed past 2^53). The server
+      // reads a 64-bit signed seed and takes its bits as the unsigned seed, so a seed from 2^63 on
+      // is sent as seed - 2^64: the same 64 bits.
+      const seed = BigInt(params.seed);
+      text = `${text.slice(0, -1)},"seed":${seed < 1n << 63n ? seed : seed - (1n << 64n)}}`;
+    }
     const result = {text: '', stopped: false, finish: null, prompt_tokens: null, reused_tokens: null,
                     completion_tokens: null, tokens_per_second: null};
     try {
-      const response = await this.Post('v1/chat/completions', body, controller.signal);
+      const response = await this.Post('v1/chat/completions', text, controller.signal);
       const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
       let buffer = '';
       for (;;) {
@@ -215,6 +224,7 @@ export class TabTransport {
   // ones are prefilled.
   async Chat(messages, params, on_text) {
     const prompt = await this.RenderPrompt(messages);
+    // The seed's digits go to the module whole (module_sampler.js's SeedWords takes them).
     const seed = params.seed ?? (crypto.getRandomValues(new Uint32Array(1))[0] & 0x7fffffff);
     // The worker's posts carry the reply so far (completion: text its rules have released);
     // those of the prompt's blocks carry none.

@@ -10,8 +10,14 @@
 //     greedy turns give native `kvq chat --json`'s prompt and reply ids, reused and prefilled
 //     counts (turn 2 prefills only its new tokens), and Stop ends a reply (finish cancelled); with
 //     ?gpu=1 greedy turns run on the WebGPU path, the second prefilling only its new tokens;
+//   - the seed field takes any 64-bit seed as digits: a sampled reply with seed 2^53 + 1 or 2^64 - 59
+//     equals native `kvq chat --seed S` with the same settings, through the server (which reads a
+//     signed 64-bit seed: the page sends 2^64 - 59 as -59, the same bits) and in the standalone
+//     tab below (the digits to the module); seed 2^53's reply differs (a seed sent as a double
+//     would show);
 //   - standalone (the bundle from a plain static server, no kvq serve): the page finds no server,
-//     starts the in-tab runtime with the bundled stories260K, renders ChatML (its fallback) and replies.
+//     starts the in-tab runtime with the bundled stories260K, renders ChatML (its fallback) and
+//     replies, and its sampled replies with those seeds equal native kvq chat's.
 // Page errors, console errors and failed requests fail it. Screenshots: OUT_DIR/chat_page_*.png.
 // Usage: node chat_page_test.mjs KVQ_CLI BUNDLE_DIR PLAYWRIGHT_NPM_DIR QWEN3_TOKENIZER_JSON OUT_DIR
 import {spawn, execFileSync} from 'node:child_process';
@@ -299,6 +305,68 @@ function NativeChat() {
   return out.split('\n').filter((line) => line.trim()).map((line) => JSON.parse(line));
 }
 
+// Seeds a double cannot carry: 2^53 + 1 (rounds to 2^53) and 2^64 - 59 (past a signed 64-bit seed).
+const kSeeds = ['9007199254740993', '18446744073709551557'];
+const kRounded = '9007199254740992';  // 2^53: what 2^53 + 1 becomes as a JSON double
+
+// One sampled turn of native kvq chat ('Hello', temperature 1, 8 tokens, one thread) with the seed
+// and `flags` (the model and the other settings of the page's path): its --json turn.
+function NativeSampled(seed, flags) {
+  const out = execFileSync(kvq, ['chat', '--temp', '1', '--top-p', '0.95', '-n', '8', '-t', '1', '--seed', seed,
+                                 ...flags, '--json'], {input: 'Hello\n', stdio: ['pipe', 'pipe', 'ignore']}).toString();
+  return JSON.parse(out.split('\n').find((line) => line.trim()));
+}
+
+// The page's sampled reply to 'Hello' alone (the conversation cleared first) with the seed field `seed`.
+async function SampledReply(page, seed) {
+  await page.click('#clear');
+  await page.fill('#system', '');
+  await page.fill('#temperature', '1');
+  await page.fill('#top-p', '0.95');
+  await page.fill('#max-tokens', '8');
+  await page.fill('#seed', seed);
+  await Send(page, 'Hello');
+  await WaitIdle(page);
+  return LastReply(page);
+}
+
+// The server's sampler: kvq's defaults top-k 40, min-p 0.05; the server's int8 KV.
+async function SeedsThroughTheServer(browser, base) {
+  const page = await OpenPage(browser, `${base}/`, 'server page, seeds');
+  const replies = {};
+  for (const seed of [...kSeeds, kRounded]) {
+    replies[seed] = await SampledReply(page, seed);
+    if (seed === kRounded) continue;
+    const native = NativeSampled(seed, ['-m', model, '--top-k', '40', '--min-p', '0.05', '--kv', 'int8']);
+    Expect(replies[seed].state === 'done' && replies[seed].text === native.reply,
+           `server, seed ${seed}: the page's sampled reply equals kvq chat --seed ${seed}'s ` +
+           `(${JSON.stringify(replies[seed].text)} vs ${JSON.stringify(native.reply)})`);
+  }
+  Expect(replies[kSeeds[0]].text !== replies[kRounded].text,
+         `server: seed ${kSeeds[0]}'s reply differs from seed ${kRounded}'s (a seed rounded to a double would show)`);
+  await page.close();
+}
+
+// The tab's sampled replies with the bundled stories260K (the synth model's flat distributions over
+// 151,936 tokens make a draw hang on the last bits of every logit, which WebAssembly's sums need not
+// share with native's; stories260K's draws do not: web.page_sampling): top-k 0 and min-p 0
+// (TabTransport's), f16 KV (the tab's default).
+async function SeedsInTheTab(page) {
+  const stories = ['-m', path.join(bundle, 'models/stories260K.bin'), '--tokenizer', path.join(bundle, 'models/tok512.bin')];
+  const ids = {};
+  for (const seed of [...kSeeds, kRounded]) {
+    await SampledReply(page, seed);
+    ids[seed] = (await page.evaluate(() => window.kvqChat.turns())).at(-1).reply_ids;
+    if (seed === kRounded) continue;
+    const native = NativeSampled(seed, [...stories, '--top-k', '0', '--min-p', '0', '--kv', 'f16']);
+    Expect(JSON.stringify(ids[seed]) === JSON.stringify(native.reply_ids),
+           `tab, seed ${seed}: the reply's ids equal kvq chat --seed ${seed}'s (${JSON.stringify(ids[seed])})`);
+  }
+  Expect(JSON.stringify(ids[kSeeds[0]]) !== JSON.stringify(ids[kRounded]),
+         `tab: seed ${kSeeds[0]}'s reply differs from seed ${kRounded}'s`);
+  await page.fill('#seed', '');
+}
+
 async function Standalone(browser) {
   const server = await ServeStatic(path.resolve(bundle));
   const base = `http://127.0.0.1:${server.address().port}`;
@@ -323,6 +391,7 @@ async function Standalone(browser) {
     const ids = (await page.evaluate(() => window.kvqChat.turns()))[0]?.prompt_ids ?? [];
     Expect(ids[0] === 1 && ids.filter((id) => id === 1).length === 1, `its prompt starts with one BOS (${ids.slice(0, 4)}...)`);
     await page.screenshot({path: path.join(out_dir, 'chat_page_standalone.png'), fullPage: true});
+    await SeedsInTheTab(page);
     await page.close();
   } finally {
     server.close();
@@ -368,6 +437,7 @@ async function Main() {
   try {
     for (let i = 0; i < 100 && (await fetch(`${base}/health`)).status !== 200; ++i) await Sleep(100);
     await ThroughTheServer(browser, base);
+    await SeedsThroughTheServer(browser, base);
     await InTheTab(browser, base);
     await OnTheTabsGpu(browser, base);
     await Standalone(browser);

@@ -6,7 +6,8 @@
 //      S mod 2^32 (what a seed cut to 32 bits would draw) are required to differ from S's;
 //   2. the form's penalty fields (repeat, frequency, presence, the window): the ids equal native
 //      `kvq run --repeat-penalty ... --repeat-last-n ...`'s; with a logit bias typed in the form
-//      ("ID:-100, ID:+2.5") the ids equal the hook's run given the same bias as pairs, the token
+//      ("ID:-100, ID:+2.5") the ids equal native `kvq run --logit-bias ID-100 --logit-bias ID:+2.5`'s
+//      with those penalties, strictly, and so do the hook's given the bias as pairs; the token
 //      biased by -100 never comes, and the ids differ from the run without the bias;
 //   3. bad values (each penalty field out of range, a bias that is not ID:BIAS, an id outside the
 //      vocabulary, a seed of 2^64) are refused beside the form naming the field and the value typed,
@@ -84,6 +85,13 @@ async function FormSettings(page) {
   const native_seed = Native(seed);
   const native_penalised = Native(seed, NativePenaltyFlags);
   checks.Expect(native_penalised.join() !== native_seed.join(), 'native: the penalties change the ids');
+  // A bias: -100 on a token the penalised run generated, +2.5 on another; native takes them as
+  // llama.cpp's TOKEN_ID-BIAS and as the form's TOKEN_ID:BIAS.
+  const generated = native_penalised.slice(native_penalised.length - kNew);
+  const [banned, favoured] = [generated[2], generated[7]];
+  const bias_flags = ['--logit-bias', `${banned}-100`, '--logit-bias', `${favoured}:+2.5`];
+  const native_biased = Native(seed, [...NativePenaltyFlags, ...bias_flags]);
+  const typed = `${banned}:-100, ${favoured}:+2.5`;
   for (const device of ['cpu', 'gpu']) {
     const shown = await FormRun(page, device, {seed: String(seed)});
     // The page shows an end token it stopped on; kvq run does not list it.
@@ -91,15 +99,19 @@ async function FormSettings(page) {
     const penalised = await FormRun(page, device, {seed: String(seed), ...penalties});
     checks.SameIds(`the form, ${device}, penalties: ids against kvq run ${NativePenaltyFlags.join(' ')}`,
                    penalised.slice(0, native_penalised.length), native_penalised);
-    // A bias: -100 on a token the penalised run generated, +2.5 on another.
-    const generated = native_penalised.slice(native_penalised.length - kNew);
-    const [banned, favoured] = [generated[2], generated[7]];
-    const biased = await FormRun(page, device, {seed: String(seed), ...penalties, 'logit-bias': `${banned}:-100, ${favoured}:+2.5`});
+    const biased = await FormRun(page, device, {seed: String(seed), ...penalties, 'logit-bias': typed});
+    checks.SameIds(`the form, ${device}, penalties and "${typed}": ids against kvq run ${bias_flags.join(' ')}`,
+                   biased.slice(0, native_biased.length), native_biased);
     const hook = await Generate(page, {seed, device, ...kPenalties, logit_bias: [[banned, -100], [favoured, 2.5]]});
-    checks.SameIds(`the form, ${device}, penalties and "${banned}:-100, ${favoured}:+2.5": ids against the hook's`, biased, hook.ids);
+    checks.SameIds(`the hook, ${device}, penalties and the bias as pairs: ids against kvq run ${bias_flags.join(' ')}`,
+                   RunIds(hook), native_biased);
     const n_prompt = hook.n_prompt;
     checks.Expect(!biased.slice(n_prompt).includes(banned) && biased.join() !== penalised.join(),
                   `the form, ${device}: the bias changes the ids and token ${banned} (-100) never comes`);
+    if (device === 'cpu') {
+      checks.Expect(!native_biased.slice(n_prompt).includes(banned) && native_biased.join() !== native_penalised.join(),
+                    `native: ${bias_flags.join(' ')} changes the ids and token ${banned} never comes`);
+    }
   }
 }
 
