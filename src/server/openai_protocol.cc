@@ -543,7 +543,9 @@ std::optional<ApiError> Parse(Endpoint endpoint, const json& body, const Request
                            &seed)) {
     return e;
   }
-  if (seed) {
+  // -1 is llama.cpp's server's "random" (its default), as `kvq run --seed -1` is: the same request
+  // then means the same thing on both. Every other integer is a seed of those 64 bits.
+  if (seed && *seed != -1) {
     s.seed = static_cast<uint64_t>(*seed);
     r->seed_given = true;
   } else {

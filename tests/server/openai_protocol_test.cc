@@ -50,6 +50,12 @@ TEST(OpenAiProtocol, CompletionFieldsAndDefaults) {
   EXPECT_EQ(d.sampling.top_k, SamplerOptions{}.top_k);
   EXPECT_FALSE(d.seed_given);
   EXPECT_FALSE(d.stream);
+  // seed -1 is llama.cpp's "random", as kvq run's --seed -1; -2 is a seed like any other.
+  GenerationRequest random = Ok(Endpoint::kCompletions, R"({"prompt":"x","seed":-1})");
+  EXPECT_FALSE(random.seed_given);
+  GenerationRequest minus_two = Ok(Endpoint::kCompletions, R"({"prompt":"x","seed":-2})");
+  EXPECT_TRUE(minus_two.seed_given);
+  EXPECT_EQ(minus_two.sampling.seed, ~uint64_t{1});
 }
 
 TEST(OpenAiProtocol, ChatMessagesAndContentParts) {

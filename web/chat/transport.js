@@ -86,7 +86,8 @@ export class ServerTransport {
     if (params.seed !== null) {
       // As an integer literal (JSON.stringify's Number would round a seed past 2^53). The server
       // reads a 64-bit signed seed and takes its bits as the unsigned seed, so a seed from 2^63 on
-      // is sent as seed - 2^64: the same 64 bits.
+      // is sent as seed - 2^64: the same 64 bits (2^64 - 1 goes as -1, which the server, like
+      // kvq run --seed, takes as "random").
       const seed = BigInt(params.seed);
       text = `${text.slice(0, -1)},"seed":${seed < 1n << 63n ? seed : seed - (1n << 64n)}}`;
     }
