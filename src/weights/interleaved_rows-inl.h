@@ -280,9 +280,9 @@ void InterleavedRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tokens, f
                      int64_t cols, int64_t r0, int64_t r1) {
   static constexpr auto kSteps = InterleavedSteps<B>(std::make_index_sequence<kIlMaxTokens>());
   const int64_t row_bytes = cols / B::kElems * B::kBytes;
-  // The fewest steps that hold n_tokens, their sizes as even as can be (9 tokens with 8 per step
-  // at most: 5 + 4, not 8 + 1): a small step runs fewer independent chains per weight vector it
-  // unpacks. Each token's operations are the same in any step, so the split changes no bit.
+  // The fewest steps that hold n_tokens, their sizes as even as can be (13 tokens with 10 per
+  // step at most: 7 + 6, not 10 + 3): a small step runs fewer independent chains per weight vector
+  // it unpacks. Each token's operations are the same in any step, so the split changes no bit.
   const int64_t steps = (n_tokens + kIlMaxTokens - 1) / kIlMaxTokens;
   for (int64_t r = r0; r < r1; r += kIlRows) {
     const uint8_t* g = w + r * row_bytes;
