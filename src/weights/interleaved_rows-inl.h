@@ -284,10 +284,15 @@ void InterleavedRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tokens, f
   // step at most: 7 + 6, not 10 + 3): a small step runs fewer independent chains per weight vector
   // it unpacks. Each token's operations are the same in any step, so the split changes no bit.
   const int64_t steps = (n_tokens + kIlMaxTokens - 1) / kIlMaxTokens;
+  const int64_t base = n_tokens / steps, longer = n_tokens % steps;  // the first `longer` steps: base + 1
   for (int64_t r = r0; r < r1; r += kIlRows) {
     const uint8_t* g = w + r * row_bytes;
+    if (n_tokens == 1) {  // MatVec, the decode step: a direct call
+      InterleavedStepX86<B, 1>(g, x0, cols, 0, y, y_stride, r, true);
+      continue;
+    }
     for (int64_t s = 0, t = 0; s < steps; ++s) {
-      const int64_t size = n_tokens / steps + (s < n_tokens % steps ? 1 : 0);
+      const int64_t size = base + (s < longer ? 1 : 0);
       kSteps[size - 1](g, x0, cols, t, y, y_stride, r, s == 0);
       t += size;
     }
