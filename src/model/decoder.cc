@@ -39,6 +39,12 @@ constexpr auto kWeights = &ForwardProfile::weights_s;
 constexpr auto kAttention = &ForwardProfile::attention_s;
 constexpr auto kRest = &ForwardProfile::rest_s;
 
+// Whether seg's logit_rows end with its last row, whose logits seg.logits also asks for: the
+// classifier then runs over that row once (a verifier asking for every row of its pass).
+bool LastRowAsked(const ForwardSegment& seg) {
+  return seg.n_logit_rows > 0 && seg.logit_rows[seg.n_logit_rows - 1] == seg.n - 1;
+}
+
 // Whether `layer`'s key spec stores keys before RoPE (a "prerope" spec).
 bool KeysBeforeRope(const KvCacheConfig& cc, int32_t layer) {
   const size_t spec = cc.layers.size() == 1 ? 0 : static_cast<size_t>(layer);
@@ -260,7 +266,7 @@ Status DecoderModel::ForwardBatch(std::span<const ForwardSegment> segments) {
   int64_t n_logits = 0;  // rows the classifier runs on
   for (const ForwardSegment& seg : segments) {
     n += seg.n;
-    n_logits += seg.n_logit_rows + (seg.logits != nullptr ? 1 : 0);
+    n_logits += seg.n_logit_rows + (seg.logits != nullptr && !LastRowAsked(seg) ? 1 : 0);
   }
   Reserve(n, segments.size(), n_logits);
   AssignStates(segments);
@@ -377,14 +383,15 @@ Status DecoderModel::ForwardBatch(std::span<const ForwardSegment> segments) {
     }
   }
   // The classifier once over every row asked for: each segment's logit_rows, then its last row
-  // (MatMul: the same bits as MatVec per row, so a row's logits do not depend on the others).
+  // unless logit_rows ends with it (MatMul: the same bits as MatVec per row, so a row's logits do
+  // not depend on the others, and the last row's are those of its logit_rows entry).
   float* last = last_.data();
   for (int64_t r0 = 0, j = 0; const ForwardSegment& seg : segments) {
     for (int32_t i = 0; i < seg.n_logit_rows; ++i)
       RmsNorm(last + j++ * dim, x + (r0 + seg.logit_rows[i]) * dim, w_.final_norm, c.dim,
               c.norm_eps);
     r0 += seg.n;
-    if (seg.logits != nullptr)
+    if (seg.logits != nullptr && !LastRowAsked(seg))
       RmsNorm(last + j++ * dim, x + (r0 - 1) * dim, w_.final_norm, c.dim, c.norm_eps);
   }
   clock.Charge(kRest);
@@ -394,7 +401,10 @@ Status DecoderModel::ForwardBatch(std::span<const ForwardSegment> segments) {
   for (int64_t j = 0; const ForwardSegment& seg : segments) {
     std::copy_n(logits_.data() + j * vocab, seg.n_logit_rows * vocab, seg.row_logits);
     j += seg.n_logit_rows;
-    if (seg.logits != nullptr) std::copy_n(logits_.data() + j++ * vocab, vocab, seg.logits);
+    if (seg.logits != nullptr) {
+      const int64_t row = LastRowAsked(seg) ? j - 1 : j++;
+      std::copy_n(logits_.data() + row * vocab, vocab, seg.logits);
+    }
   }
   clock.Charge(kRest);
   return Status::Ok();

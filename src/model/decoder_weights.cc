@@ -59,7 +59,7 @@ bool ExpertSlicesAreGroups(const Matrix& m, int64_t n_experts) {
 // projections, and the routed experts' stacks where their slices are whole groups. The experts
 // matter most in prefill: a block of 64 tokens routes about 2 rows to each expert (8 of 256
 // chosen per token), which the row kernels serve one token at a time and the interleaved kernels
-// 16 rows × up to 6 tokens at a time (docs/performance.md, "A hybrid's prefill").
+// 16 rows × several tokens at a time (docs/performance.md, "A hybrid's prefill").
 void AddRepackable(DecoderWeights* w, std::vector<Matrix*>* todo, RepackParts parts) {
   const int64_t n_experts = w->config.moe.n_experts;
   for (LayerWeights& L : w->layers) {

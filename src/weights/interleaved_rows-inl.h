@@ -12,7 +12,8 @@
 //   static int32_t CodeScalar(const uint8_t* codes, int64_t j, int64_t m)   code of row j, element m
 // and gets InterleavedRows<B> for WeightKernels::interleaved_rows. An unsigned type's group block
 // holds 4 code vectors, and bits kCodeBits·p of vector k's byte 4j + e are row j's field of element
-// 16p + 4k + e (chunk 4p + k of 4 elements: a shift and an AND unpack it; on VNNI one AND, in place).
+// 16p + 4k + e (chunk 4p + k of 4 elements: a shift and an AND unpack it, once per block for all
+// the step's tokens; VNNI's MatVec instead one AND, in place, and a shift of each field's dot).
 //
 // Per row j, token t and block b of 32: I_b = Σ code·q exact in int32 (lane j of one accumulator:
 // 512-bit vpdpbusd on AVX3_DL, 16 rows per vector; 256-bit maddubs + madd on AVX2 / AVX3, the
@@ -32,9 +33,11 @@
 
 #include <hwy/highway.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "base/float_codes.h"
 #include "weights/weight_type.h"
@@ -50,11 +53,14 @@ constexpr int64_t kIlChunks = 8;       // 4-element chunks per block of 32
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 
-// Tokens per step: the 8 unpacked weight vectors and an int32 and an f32 accumulator per token
-// fit AVX-512's 32 vector registers at 6 (one thread, 512×2048 Q4_0 × 64 tokens, CPU time:
-// 4 tokens 136-139 GMAC/s, 6 tokens 140-147); AVX2's 16 (two int32 chains) at 2.
+// Tokens per step: AVX-512 keeps the 8 unpacked weight vectors and an f32 accumulator per token in
+// its 32 vector registers (a token's int32 dot lives only while its block is done). `kvq bench
+// matvec --type q4_0 -t 1 --tokens 64 --working-set 128MiB` (one run per size, load ~2.2 on 2
+// cores): 10 per step 205.7 GMAC/s, 12 209.2, 16 183.2; 10 keeps a speculative verify pass (up
+// to 9 tokens at the default draft length) in one step, reading each weight vector once.
+// AVX2's 16 registers (two int32 chains) hold 2.
 #if KVQ_MATVEC_VNNI
-constexpr int kIlMaxTokens = 6;
+constexpr int kIlMaxTokens = 10;
 #else
 constexpr int kIlMaxTokens = 2;
 #endif
@@ -72,7 +78,7 @@ KVQ_MATVEC_X86_ATTR inline __m512i DotBroadcast(__m512i acc, __m512i u, const in
 // measured int8-dot peak of a 512-bit vpdpbusd here is about 1.7× the 256-bit one's (kvq bench roofline).
 template <class B, int T>
 KVQ_MATVEC_X86_ATTR void InterleavedStepX86(const uint8_t* g, const QuantizedX& x0, int64_t cols, int64_t t0,
-                                            float* y, int64_t y_stride, int64_t r) {
+                                            float* y, int64_t y_stride, int64_t r, bool prefetch) {
   constexpr int64_t kGroupBlock = kIlRows * B::kBytes;
   constexpr int64_t kSub = B::kElems / 32;  // activation blocks per weight block
   const int64_t n_blocks = cols / 32;
@@ -88,11 +94,12 @@ KVQ_MATVEC_X86_ATTR void InterleavedStepX86(const uint8_t* g, const QuantizedX& 
   }
   for (int64_t wb = 0; wb < n_blocks / kSub; ++wb) {
     const uint8_t* blk = g + wb * kGroupBlock;
-    // MatVec (T = 1): software prefetch kPrefetchBytes ahead into L2, as the row kernels do
-    // (quant_rows-inl.h): from memory, the hardware prefetcher alone keeps too few misses in
-    // flight. MatMul's later steps find the group in cache. An integer address: it may lie past
-    // the matrix (a prefetch never faults).
-    if constexpr (T == 1) {
+    // A group's first step (MatVec's only one) reads it from memory: software prefetch
+    // kPrefetchBytes ahead into L2, as the row kernels do (quant_rows-inl.h), for every T — from
+    // memory the hardware prefetcher alone keeps too few misses in flight, and a step of several
+    // tokens, with more work per byte, reaches even fewer lines ahead. The later steps find the
+    // group in cache. An integer address: it may lie past the matrix (a prefetch never faults).
+    if (prefetch) {
       const uintptr_t ahead = reinterpret_cast<uintptr_t>(blk) + kPrefetchBytes;
       for (int64_t at = 0; at < kGroupBlock; at += 64) {
         _mm_prefetch(reinterpret_cast<const char*>(ahead + at), _MM_HINT_T1);
@@ -118,12 +125,12 @@ KVQ_MATVEC_X86_ATTR void InterleavedStepX86(const uint8_t* g, const QuantizedX& 
           const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(dx[t][b]));
           acc[t] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(dot), acc[t]);
         }
-      } else {
-        // Fields f = 2s (chunks c < 4: elements 4c..4c+3) and 2s + 1 (chunks 4 + c) of vector c,
-        // masked in place: the bytes are 2^(kCodeBits·f)·(code + bias), so each field's chain
-        // is 2^(kCodeBits·f) times its dot, exactly (|chain| ≤ 2^6·3·127·16 for Q2_0's top
+      } else if constexpr (T == 1) {
+        // MatVec: fields f = 2s (chunks c < 4: elements 4c..4c+3) and 2s + 1 (chunks 4 + c) of
+        // vector c, masked in place: the bytes are 2^(kCodeBits·f)·(code + bias), so each field's
+        // chain is 2^(kCodeBits·f) times its dot, exactly (|chain| ≤ 2^6·3·127·16 for Q2_0's top
         // field, 16·15·127·16 for Q4_0's), and an arithmetic shift returns the dot exactly.
-        // One AND per chunk instead of a shift and an AND; two chains per token.
+        // One AND per chunk instead of a shift and an AND; two chains.
         constexpr int kBits = B::kCodeBits;
         const int lo = static_cast<int>(2 * s * kBits), hi = lo + kBits;  // the fields' bit offsets
         const __m512i lo_mask = _mm512_set1_epi8(static_cast<char>(((1 << kBits) - 1) << lo));
@@ -134,17 +141,38 @@ KVQ_MATVEC_X86_ATTR void InterleavedStepX86(const uint8_t* g, const QuantizedX& 
           u[c] = _mm512_and_si512(v, lo_mask);
           u[4 + c] = _mm512_and_si512(v, hi_mask);
         }
+        const int8_t* qb = q[0] + b * 32;
+        // The low field's chain starts at 2^lo·(−bias·Σq) (|·| ≤ 2^4·127·32 for Q2_0, 8·127·32
+        // for Q4_0): the shift below returns it exactly with the dot.
+        __m512i lo_dot = _mm512_set1_epi32(-B::kBias * sum[0][b] * (1 << lo)), hi_dot = _mm512_setzero_si512();
+        for (int c = 0; c < 4; ++c) {
+          lo_dot = DotBroadcast(lo_dot, u[c], qb + 4 * c);
+          hi_dot = DotBroadcast(hi_dot, u[4 + c], qb + 16 + 4 * c);
+        }
+        // Σ (code + bias)·q − bias·Σq: I_b, exactly.
+        const __m512i dot =
+            _mm512_add_epi32(lo == 0 ? lo_dot : _mm512_srai_epi32(lo_dot, lo), _mm512_srai_epi32(hi_dot, hi));
+        const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(dx[0][b]));
+        acc[0] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(dot), acc[0]);
+      } else {
+        // Several tokens: the fields shifted down to code + bias once per block (a shift and an
+        // AND per chunk, shared by the T tokens), so each token's dot is one chain of 8 that
+        // starts at −bias·Σq and ends at I_b exactly (|·| ≤ 23·127·32), with no shift or add
+        // per token. The same integer as the T = 1 path, so the same bits.
+        constexpr int kBits = B::kCodeBits;
+        const int lo = static_cast<int>(2 * s * kBits), hi = lo + kBits;  // the fields' bit offsets
+        const __m512i mask = _mm512_set1_epi8(static_cast<char>((1 << kBits) - 1));
+        __m512i u[kIlChunks];  // u[c], u[4 + c]: vector c's two fields as code + bias
+        for (int c = 0; c < 4; ++c) {
+          const __m512i v = _mm512_loadu_si512(codes + kIlVectorBytes * c);
+          u[c] = _mm512_and_si512(lo == 0 ? v : _mm512_srli_epi16(v, lo), mask);
+          u[4 + c] = _mm512_and_si512(_mm512_srli_epi16(v, hi), mask);
+        }
+#pragma GCC unroll 16
         for (int t = 0; t < T; ++t) {
-          const int8_t* qb = q[t] + b * 32;
-          __m512i lo_dot = _mm512_setzero_si512(), hi_dot = _mm512_setzero_si512();
-          for (int c = 0; c < 4; ++c) {
-            lo_dot = DotBroadcast(lo_dot, u[c], qb + 4 * c);
-            hi_dot = DotBroadcast(hi_dot, u[4 + c], qb + 16 + 4 * c);
-          }
-          // Σ (code + bias)·q − bias·Σq: I_b, exactly.
-          const __m512i dot = _mm512_add_epi32(
-              _mm512_add_epi32(lo == 0 ? lo_dot : _mm512_srai_epi32(lo_dot, lo), _mm512_srai_epi32(hi_dot, hi)),
-              _mm512_set1_epi32(-B::kBias * sum[t][b]));
+          const int8_t* qb = q[t] + b * 32;  // u[k] covers elements 4k..4k+3 of the block
+          __m512i dot = _mm512_set1_epi32(-B::kBias * sum[t][b]);
+          for (int k = 0; k < kIlChunks; ++k) dot = DotBroadcast(dot, u[k], qb + 4 * k);
           const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(dx[t][b]));
           acc[t] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(dot), acc[t]);
         }
@@ -231,34 +259,42 @@ KVQ_MATVEC_X86_ATTR void InterleavedHalfX86(const uint8_t* g, const QuantizedX& 
   for (int t = 0; t < T; ++t) _mm256_storeu_ps(y + (t0 + t) * y_stride + r + 8 * half, acc[t]);
 }
 
+// prefetch: unused here (the 256-bit kernels have not been timed with software prefetch).
 template <class B, int T>
 void InterleavedStepX86(const uint8_t* g, const QuantizedX& x0, int64_t cols, int64_t t0, float* y,
-                        int64_t y_stride, int64_t r) {
+                        int64_t y_stride, int64_t r, bool /*prefetch*/) {
   InterleavedHalfX86<B, T>(g, x0, cols, t0, y, y_stride, r, 0);
   InterleavedHalfX86<B, T>(g, x0, cols, t0, y, y_stride, r, 1);
 }
 
 #endif  // KVQ_MATVEC_VNNI
 
+// InterleavedStepX86<B, T> by T − 1, for T in 1..kIlMaxTokens.
+template <class B, size_t... I>
+constexpr auto InterleavedSteps(std::index_sequence<I...>) {
+  return std::array{&InterleavedStepX86<B, static_cast<int>(I) + 1>...};
+}
+
 template <class B>
 void InterleavedRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tokens, float* y, int64_t y_stride,
                      int64_t cols, int64_t r0, int64_t r1) {
+  static constexpr auto kSteps = InterleavedSteps<B>(std::make_index_sequence<kIlMaxTokens>());
   const int64_t row_bytes = cols / B::kElems * B::kBytes;
+  // The fewest steps that hold n_tokens, their sizes as even as can be (13 tokens with 10 per
+  // step at most: 7 + 6, not 10 + 3): a small step runs fewer independent chains per weight vector
+  // it unpacks. Each token's operations are the same in any step, so the split changes no bit.
+  const int64_t steps = (n_tokens + kIlMaxTokens - 1) / kIlMaxTokens;
+  const int64_t base = n_tokens / steps, longer = n_tokens % steps;  // the first `longer` steps: base + 1
   for (int64_t r = r0; r < r1; r += kIlRows) {
     const uint8_t* g = w + r * row_bytes;
-    int64_t t = 0;
-    for (; t + kIlMaxTokens <= n_tokens; t += kIlMaxTokens) {
-      InterleavedStepX86<B, kIlMaxTokens>(g, x0, cols, t, y, y_stride, r);
+    if (n_tokens == 1) {  // MatVec, the decode step: a direct call
+      InterleavedStepX86<B, 1>(g, x0, cols, 0, y, y_stride, r, true);
+      continue;
     }
-    switch (n_tokens - t) {
-      case 1: InterleavedStepX86<B, 1>(g, x0, cols, t, y, y_stride, r); break;
-#if KVQ_MATVEC_VNNI
-      case 2: InterleavedStepX86<B, 2>(g, x0, cols, t, y, y_stride, r); break;
-      case 3: InterleavedStepX86<B, 3>(g, x0, cols, t, y, y_stride, r); break;
-      case 4: InterleavedStepX86<B, 4>(g, x0, cols, t, y, y_stride, r); break;
-      case 5: InterleavedStepX86<B, 5>(g, x0, cols, t, y, y_stride, r); break;
-#endif
-      default: break;
+    for (int64_t s = 0, t = 0; s < steps; ++s) {
+      const int64_t size = base + (s < longer ? 1 : 0);
+      kSteps[size - 1](g, x0, cols, t, y, y_stride, r, s == 0);
+      t += size;
     }
   }
 }

@@ -164,7 +164,7 @@ void ProductItem(const GroupProduct& p, int64_t r0, int64_t r1) {
       p.k->rows(w.data, p.x + j * w.cols, p.y + j * w.rows, w.cols, r0, r1);
   } else if (w.layout == MatrixLayout::kInterleaved16) {
     // Per row and token the interleaved kernel does the same operations whatever n_tokens (it
-    // steps 16 rows × up to 4 tokens), so this equals n_tokens MatVec calls bit for bit.
+    // steps 16 rows × a few tokens at a time), so this equals n_tokens MatVec calls bit for bit.
     InterleavedItem(*p.k, w, *p.s, p.token0, p.n_tokens, p.y, r0, r1);
   } else {
     for (int64_t j = 0; j < p.n_tokens; ++j)

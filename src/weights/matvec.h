@@ -48,7 +48,7 @@
 //   the same paths, with the sub-block scales folded in and the rounding count (5) derived there.
 //   Repacked Q4_0 / Q8_0 / Q2_0 (MatrixLayout::kInterleaved16, weights/repack.h; LoadModel repacks
 //   every projection and the classifier, Q2_0 on AVX3_DL only): interleaved_rows-inl.h, 16 rows × up
-//   to 6 tokens per step,
+//   to 10 tokens per step (2 on AVX2 / AVX3),
 //   512-bit vpdpbusd on AVX3_DL. Lane j of one int32 accumulator is row j's whole block dot I_b,
 //   so there is no lane reduction: each term is rounded at most n_blocks + 1 times (the scale
 //   product, one FMA per block) — within the γ_{n_blocks+4} of matvec_roundings = 4, which still

@@ -4,7 +4,7 @@
 // γ_{n_blocks+r}·abs_sum of MatVecQuantizedReference (the interleaved kernels round each term at
 // most n_blocks + r times: r = 1 in interleaved_rows-inl.h, Q2_0's two activation blocks per
 // scale included, 2 in kquant_interleaved-inl.h) and, in
-// the 16-row groups, the same bits on every target; MatMul equals MatVec bit for bit for 1..9
+// the 16-row groups, the same bits on every target; MatMul equals MatVec bit for bit for 1..21
 // tokens and row counts that are not multiples of 16, and for the K-quants' multi-token steps
 // at up to 23 tokens; the thread count changes no bit; special activations as in matvec.h.
 #ifndef HWY_WANT_AVX3_DL
@@ -218,18 +218,21 @@ TEST(Repack, MatMulIsMatVecPerTokenBitForBitAndThreadsChangeNoBit) {
       const int64_t cols = 2048;  // 37 and 64 rows: rows·cols ≥ 2^16, so MatVec and MatMul use the threads
       SCOPED_TRACE(::testing::Message() << d.label << " " << rows << "x" << cols);
       const Pair p = MakePair(type, rows, cols, seed++);
-      const std::vector<float> x = RandomX(9 * cols, seed++);  // [9][cols]
+      // Up to 21 tokens: every step size the interleaved kernels have (up to 10 tokens a step on
+      // AVX3_DL), in one step or in several of balanced sizes (11 = 6 + 5, 21 = 7 + 7 + 7).
+      constexpr int64_t kMaxTokens = 21;
+      const std::vector<float> x = RandomX(kMaxTokens * cols, seed++);  // [kMaxTokens][cols]
       for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
         TargetScope scope(target);
         SCOPED_TRACE(hwy::TargetName(target));
-        std::vector<std::vector<float>> per_token(9, std::vector<float>(rows));
-        for (int64_t t = 0; t < 9; ++t) {
+        std::vector<std::vector<float>> per_token(kMaxTokens, std::vector<float>(rows));
+        for (int64_t t = 0; t < kMaxTokens; ++t) {
           MatVec(p.packed, x.data() + t * cols, per_token[t].data(), ThreadPool::Shared(1));
           std::vector<float> threaded(rows, NAN);
           MatVec(p.packed, x.data() + t * cols, threaded.data(), ThreadPool::Shared(3));
           ASSERT_TRUE(SameBits(per_token[t], threaded)) << "token " << t;
         }
-        for (int64_t n = 1; n <= 9; ++n) {
+        for (int64_t n = 1; n <= kMaxTokens; ++n) {
           for (int32_t threads : {1, 2}) {
             std::vector<float> mm(n * rows, NAN);  // [n][rows]
             MatMul(p.packed, x.data(), n, mm.data(), ThreadPool::Shared(threads));
