@@ -3,8 +3,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <memory>
 
@@ -47,51 +45,26 @@ bool SpinUntil(const P& done) {
 }  // namespace
 
 ThreadPool::ThreadPool(int32_t threads) {
-  if (threads > 0xffff) {  // a caller bug: claim_ holds the share count in 16 bits (every surface allows ≤ 1024)
-    std::fprintf(stderr, "kvq: ThreadPool: %d threads, at most 65535\n", threads);
-    std::abort();
-  }
-  for (int32_t t = 1; t < threads; ++t) workers_.emplace_back([this] { Work(); });
+  for (int32_t t = 1; t < threads; ++t) workers_.emplace_back([this, t] { Work(t); });
 }
 
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(run_mu_);  // after any job another thread is running
-    stop_.store(true, std::memory_order_relaxed);  // published by the generation bump below
+    stop_ = true;
     generation_.fetch_add(1, std::memory_order_seq_cst);
   }
   generation_.notify_all();
   for (std::thread& w : workers_) w.join();
 }
 
-void ThreadPool::RunShare(int32_t share) {
+void ThreadPool::RunShare(int32_t thread) {
   const int64_t n = n_items_;
   const int32_t s = shares_;
-  for (int64_t item = n * share / s; item < n * (share + 1) / s; ++item) call_(fn_, item, share);
+  for (int64_t item = n * thread / s; item < n * (thread + 1) / s; ++item) call_(fn_, item, thread);
 }
 
-void ThreadPool::RunClaimedShares(uint32_t generation) {
-  uint64_t c = claim_.load(std::memory_order_acquire);
-  for (;;) {
-    // The job of `generation` is over, or another one is out (this thread will see its new
-    // generation_ next): nothing of this one to take.
-    if (static_cast<uint32_t>(c >> 32) != generation) return;
-    const uint32_t shares = static_cast<uint32_t>(c >> 16) & 0xffff;
-    const uint32_t share = static_cast<uint32_t>(c) & 0xffff;
-    if (share >= shares) return;  // every share taken
-    if (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
-    // The share is this thread's; the job's fields stay as published until every share is done,
-    // and this one is not yet.
-    RunShare(static_cast<int32_t>(share));
-    if (done_.fetch_add(1, std::memory_order_seq_cst) + 1 == static_cast<int32_t>(shares) &&
-        caller_sleeping_.load(std::memory_order_seq_cst)) {
-      done_.notify_one();
-    }
-    c = claim_.load(std::memory_order_acquire);
-  }
-}
-
-void ThreadPool::Work() {
+void ThreadPool::Work(int32_t thread) {
   uint32_t seen = 0;
   for (;;) {
     if (!SpinUntil([&] { return generation_.load(std::memory_order_acquire) != seen; })) {
@@ -103,8 +76,12 @@ void ThreadPool::Work() {
       sleeping_workers_.fetch_sub(1, std::memory_order_relaxed);
     }
     seen = generation_.load(std::memory_order_acquire);
-    if (stop_.load(std::memory_order_relaxed)) return;  // ordered after the acquire load above
-    RunClaimedShares(seen);
+    if (stop_) return;
+    if (thread < shares_) RunShare(thread);
+    if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
+        caller_sleeping_.load(std::memory_order_seq_cst)) {
+      pending_.notify_one();
+    }
   }
 }
 
@@ -119,24 +96,20 @@ void ThreadPool::RunJob(int64_t n_items, Call call, const void* fn) {
     call(fn, 0, 0);
     return;
   }
-  // Every share of the previous job is done (the wait below), so no thread reads these now; a
-  // worker that wakes late for an earlier job finds that job's generation gone from claim_.
   call_ = call;
   fn_ = fn;
   n_items_ = n_items;
   shares_ = static_cast<int32_t>(std::min<int64_t>(n_items, threads()));
-  done_.store(0, std::memory_order_relaxed);
-  const uint32_t generation = generation_.load(std::memory_order_relaxed) + 1;
-  claim_.store(uint64_t{generation} << 32 | uint64_t(shares_) << 16, std::memory_order_release);
-  generation_.store(generation, std::memory_order_seq_cst);  // wakes the spinning workers
+  pending_.store(static_cast<int32_t>(workers_.size()), std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_seq_cst);  // publishes the job (release)
   if (sleeping_workers_.load(std::memory_order_seq_cst) > 0) generation_.notify_all();
-  RunClaimedShares(generation);  // the caller takes shares too, all of them if no worker comes
-  if (!SpinUntil([&] { return done_.load(std::memory_order_acquire) == shares_; })) {
+  RunShare(0);
+  if (!SpinUntil([&] { return pending_.load(std::memory_order_acquire) == 0; })) {
     caller_sleeping_.store(true, std::memory_order_seq_cst);
-    for (int32_t d; (d = done_.load(std::memory_order_seq_cst)) != shares_;) done_.wait(d, std::memory_order_seq_cst);
+    for (int32_t p; (p = pending_.load(std::memory_order_seq_cst)) != 0;) pending_.wait(p, std::memory_order_seq_cst);
     caller_sleeping_.store(false, std::memory_order_relaxed);
   }
-  // done_ reached shares_ through every share's release increment and was read with acquire (or
+  // pending_ reached 0 through every worker's release decrement and was read with acquire (or
   // seq_cst): their writes are visible here.
 }
 
