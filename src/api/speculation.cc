@@ -19,8 +19,13 @@ constexpr double kSmoothing = 0.25;
 // Before a pass of b tokens has been timed and only the 1-token pass has: T(b) = T(1)·(1 + s·(b−1)).
 // A decode step reads every weight once whatever b is small, so a short pass costs little more.
 constexpr double kPriorSlope = 0.1;
-// How far a pass without a draft that existed moves the acceptance back toward its prior.
+// How far a pass without a draft that existed moves the acceptance back toward its prior. For a
+// draft model each try costs a pass of the draft model, drafted or not (lookups cost nothing to
+// try): it comes back 4x slower, so that one that is never confident enough is asked about once
+// in a dozen steps, not once in four (measured: bench spec's draft arm, 0.76x plain decoding
+// while asked at every step).
 constexpr double kRecovery = 0.02;
+constexpr double kModelRecovery = 0.005;
 constexpr double kPriorAcceptance = 0.5;
 }  // namespace
 
@@ -156,7 +161,8 @@ std::vector<int32_t> SuffixTree::Draft(std::span<const int32_t> seq, int32_t max
   return {};
 }
 
-SpeculationGate::SpeculationGate(int32_t max_draft) : max_draft_(max_draft), seconds_(max_draft + 1, 0.0) {}
+SpeculationGate::SpeculationGate(int32_t max_draft, bool drafts_by_model)
+    : max_draft_(max_draft), recovery_(drafts_by_model ? kModelRecovery : kRecovery), seconds_(max_draft + 1, 0.0) {}
 
 double SpeculationGate::PassSeconds(int32_t tokens) const {
   if (seconds_[tokens - 1] > 0) return seconds_[tokens - 1];
@@ -212,12 +218,14 @@ void SpeculationGate::Record(int32_t drafted, int32_t accepted, double seconds, 
     const double share = static_cast<double>(accepted) / judged;
     acceptance_ += kSmoothing * (share - acceptance_);
   } else if (gated) {
-    acceptance_ += kRecovery * (kPriorAcceptance - acceptance_);
+    acceptance_ += recovery_ * (kPriorAcceptance - acceptance_);
   }
 }
 
+void SpeculationGate::RecordEmptyDraft() { acceptance_ += kSmoothing * (0.0 - acceptance_); }
 
-Drafter::Drafter(const SpeculationOptions& options) : options_(options), gate_(options.max_draft) {
+Drafter::Drafter(const SpeculationOptions& options)
+    : options_(options), gate_(options.max_draft, options.source == DraftSource::kModel) {
   if (options.source == DraftSource::kSuffix) tree_.emplace(options.max_ngram + options.max_draft);
 }
 
@@ -239,6 +247,7 @@ Result<Drafter::Draft> Drafter::Next(std::span<const int32_t> sequence, int32_t 
     Result<std::vector<int32_t>> tokens = DraftByModel(*draft_session, sequence, want, o.min_draft_probability);
     if (!tokens.ok()) return tokens.status();
     d.tokens = std::move(tokens).value();
+    RecordModelDraft(want, static_cast<int32_t>(d.tokens.size()));
     return d;
   }
   if (o.source == DraftSource::kSuffix) {

@@ -154,7 +154,11 @@ void Engine::DraftWithModel(std::span<Slot* const> slots) {
     return;
   }
   metrics_->spec_draft_model_passes += *passes;
-  for (size_t i = 0; i < slots.size(); ++i) FinishDraft(*slots[i], drafts[i].tokens);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    slots[i]->job->drafter->RecordModelDraft(slots[i]->job->model_draft_want,
+                                            static_cast<int32_t>(drafts[i].tokens.size()));
+    FinishDraft(*slots[i], drafts[i].tokens);
+  }
 }
 
 void Engine::FinishDraft(Slot& slot, std::span<const int32_t> draft) {

@@ -288,6 +288,50 @@ TEST(SpeculationGate, ExpensivePassesAreNotWorthAPoorDraft) {
   EXPECT_EQ(gate.Choose(4), 0);
 }
 
+TEST(SpeculationGate, EmptyModelDraftsCountAsRejections) {
+  // Memory-bound passes and the prior acceptance: the gate drafts. A draft model that is asked
+  // and offers nothing (never confident enough) must turn it off; recorded as a plain pass of no
+  // draft (what it was before RecordEmptyDraft) the acceptance stays at its prior and the gate
+  // keeps asking, a draft-model pass per step for nothing.
+  SpeculationGate asked(8, true), empty(8, true);
+  for (SpeculationGate* g : {&asked, &empty}) {
+    for (int32_t k = 0; k <= 8; ++k) g->Record(k, k / 2, 0.010 + 0.0005 * k, false);
+  }
+  for (int i = 0; i < 10; ++i) {
+    asked.Record(0, 0, 0.010, false);
+    empty.RecordEmptyDraft();
+    empty.Record(0, 0, 0.010, false);
+  }
+  EXPECT_GT(asked.Choose(8), 0);
+  EXPECT_EQ(empty.Choose(8), 0);
+}
+
+TEST(Drafter, ADraftModelThatNeverDraftsIsAskedLessAndLess) {
+  // The bundled model drafting for itself with a least probability of 1 (its most likely token is
+  // never certain): each ask is a pass of the draft model and offers nothing. Session::Generate's
+  // loop, reduced to the drafter: ask, record the 1-token pass, count the asks.
+  std::unique_ptr<Model> m = LoadBundled();
+  ASSERT_NE(m, nullptr);
+  std::unique_ptr<Session> draft = test::NewSessionOrFail(*m, KvOptions{});
+  ASSERT_NE(draft, nullptr);
+  Drafter drafter({.source = DraftSource::kModel, .min_draft_probability = 1.0, .draft_model = m.get()});
+  std::vector<int32_t> sequence = m->Tokenize(kStory);
+  int asks = 0;
+  for (int step = 0; step < 64; ++step) {
+    bool gated = false;
+    if (drafter.ModelDraftLength(8, &gated) > 0) ++asks;
+    Result<Drafter::Draft> d = drafter.Next(sequence, 8, draft.get());
+    ASSERT_TRUE(d.ok()) << d.status().message();
+    EXPECT_TRUE(d->tokens.empty());
+    drafter.Record(0, 0, 0.010, d->gated);
+    sequence.push_back(static_cast<int32_t>(3 + step % 7));  // the token the target drew
+  }
+  // Off after a few asks, then an ask now and then as the gate tries again (kRecovery): far fewer
+  // than one per step (64 without RecordEmptyDraft).
+  EXPECT_LE(asks, 64 / 4) << asks << " of 64 steps ran the draft model for nothing";
+  EXPECT_GE(asks, 1);
+}
+
 // JudgeDraft on hand-made logits (vocabulary 4, each row's largest entry drawn): a draft kept
 // while it equals the drawn token; the first that differs is returned to run next; a drafted
 // token that ends the completion is matched (the draft was right) but not kept.
