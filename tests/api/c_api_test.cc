@@ -417,7 +417,9 @@ TEST(CApi, StructSizesTheLibraryDoesNotKnowAreErrors) {
     EXPECT_NE(e.find("kvq_model_load: options: struct_size is " + std::to_string(bad)), std::string::npos) << e;
     EXPECT_NE(e.find("kvq_model_options (" + std::to_string(sizeof(kvq_model_options)) + " bytes"),
               std::string::npos) << e;
-    if (bad < first) EXPECT_NE(e.find("or " + std::to_string(first) + " as first published"), std::string::npos) << e;
+    if (bad < first) {
+      EXPECT_NE(e.find("or " + std::to_string(first) + " as first published"), std::string::npos) << e;
+    }
     EXPECT_EQ(e.find("newer kvq.h") != std::string::npos, bad > sizeof(kvq_model_options)) << e;
   }
   // A caller built before `repack` was appended: its struct ends there, and the rest is defaulted
