@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
 
+#include "formats/int_token/int_token.h"
 #include "formats/row_sequence.h"
 #include "kvq/format.h"
 #include "test_util/target_scope.h"
@@ -89,6 +91,46 @@ TEST(CodecKernels, AccumulateDecodesExactlyLikeTheReference) {
       }
     }
   });
+}
+
+// Every code byte through accumulate, bit for bit as decode_row, on every target: encoded rows
+// never hold int4's or int2's lowest code (x/s ≥ −(2^(b−1) − 1)), so the random rows above leave
+// that entry of a vector unpacker's lookup table unread. Head 0 holds the 256 byte values in
+// order, head 1 in reverse, each with its own f16 scale (0.375 = 0x3600, 1.5 = 0x3E00).
+TEST(CodecKernels, IntTokenAccumulateDecodesEveryCodeByte) {
+  const struct {
+    const FormatDesc& format;
+    int32_t bits;
+  } formats[] = {{Int8Format(), 8}, {Int4Format(), 4}, {Int2Format(), 2}};
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    TargetScope scope(target);
+    for (const auto& [format, bits] : formats) {
+      const Codec& codec = format.value;
+      const RowShape shape{2, 256 * 8 / bits};  // 256 code bytes per head
+      SCOPED_TRACE(::testing::Message() << hwy::TargetName(target) << " " << format.name);
+      const CodecArgs args{.shape = shape};
+      std::vector<uint8_t> block;  // [2][f16 scale, 256 code bytes]
+      for (const uint16_t scale : {uint16_t{0x3600}, uint16_t{0x3E00}}) {
+        block.push_back(static_cast<uint8_t>(scale & 0xFF));
+        block.push_back(static_cast<uint8_t>(scale >> 8));
+        for (int32_t b = 0; b < 256; ++b) block.push_back(static_cast<uint8_t>(scale == 0x3600 ? b : 255 - b));
+      }
+      ASSERT_EQ(static_cast<int64_t>(block.size()), codec.block_bytes(shape));
+      std::vector<float> want(shape.elems());
+      codec.decode_row(block.data(), 0, want.data(), args);
+      float c[kMaxTileRows], e[kMaxTileRows];
+      std::fill(c, c + kMaxTileRows, 1.0f);
+      std::fill(e, e + kMaxTileRows, 1.0f);
+      for (int32_t h = 0; h < shape.n_kv_heads; ++h) {
+        std::vector<float> acc(shape.head_dim, 0.0f);  // acc = 0·1 + 1·x' = x' exactly
+        codec.kernels().accumulate(c, e, 1, RowTile{block.data(), codec.block_bytes(shape), 0, 1}, h, args,
+                                   acc.data());
+        for (int32_t i = 0; i < shape.head_dim; ++i) {
+          ASSERT_EQ(acc[i], want[h * shape.head_dim + i]) << "head " << h << " element " << i;
+        }
+      }
+    }
+  }
 }
 
 TEST(CodecKernels, ScoreF32MatchesReferenceDotWithinSummationBound) {
