@@ -30,6 +30,7 @@ struct SynthOptions {
   std::string embeddings;
   std::string type = "q4_0";
   std::string vocab;
+  std::string layer_output_scale;  // FROM:SCALE, empty: none
   SharedOptions shared{.threads = 0};  // -t (0: every core), --seed
   std::string out;
   bool force = false;
@@ -58,6 +59,11 @@ std::string Shape(const SynthSummary& s) {
     text += fmt::format(", Llama 3.1 rope scaling (factor {}, low {}, high {}, original context {})",
                         p.rope_scaling->factor, p.rope_scaling->low_freq_factor,
                         p.rope_scaling->high_freq_factor, p.rope_scaling->original_context);
+  }
+  if (p.layer_output_scale) {
+    text += fmt::format("\n  output projections of layers {}.. scaled by {} (the --layers {} file is a draft that "
+                        "agrees with it)", p.layer_output_scale->from_layer, p.layer_output_scale->scale,
+                        p.layer_output_scale->from_layer);
   }
   return text;
 }
@@ -171,6 +177,11 @@ int RunSynth(const SynthOptions& o) {
     if (!type.ok()) return bad("--type: " + type.status().message());
     spec.type = *type;
   }
+  if (!o.layer_output_scale.empty()) {
+    Result<SynthLayerOutputScale> scale = ParseSynthLayerOutputScale(o.layer_output_scale);
+    if (!scale.ok()) return bad(scale.status().message());
+    spec.layer_output_scale = *scale;
+  }
   spec.seed = o.shared.seed;
   spec.threads = o.shared.threads > 0 ? o.shared.threads
                                : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
@@ -257,6 +268,12 @@ void AddSynthCommand(CLI::App& app, int* exit_code) {
                   "(byte-level BPE) written as llama.cpp's converter would (default: the bundled "
                   "stories260K.gguf, 512 tokens)")
       ->type_name("FILE");
+  cmd->add_option("--layer-output-scale", o->layer_output_scale,
+                  "Multiply the output projections (attn_output, ffn_down; a hybrid's ssm_out and expert down "
+                  "projections) of layers FROM.. by SCALE >= 0, so they add SCALE x their usual contribution: "
+                  "the same seed's --layers FROM file is then a draft model that agrees with this one (always, "
+                  "bit for bit, at SCALE 0), at this file's speed")
+      ->type_name("FROM:SCALE");
   AddSeedFlag(cmd, &o->shared, "Seed: the same seed writes the same bytes")->capture_default_str();
   AddThreadsOrAllCoresFlag(cmd, &o->shared, "Threads (default: all cores; never changes the bytes)");
   cmd->add_option("-o,--output", o->out, "Output .gguf file")->check(OutputFilePath())->type_name("FILE");

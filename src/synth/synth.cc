@@ -148,16 +148,21 @@ Result<Vocabulary> OpenVocabulary(const std::string& path) {
 }
 
 // A row source for a matrix of rows `cols` long: rows drawn uniformly on (−a, a) with
-// a = sqrt(3 / cols) and encoded in `type` by its registry entry's reference quantiser, rows
-// split across the pool's threads.
-GgufRowSource MatrixSource(const WeightTypeDesc* desc, int64_t cols, uint64_t tensor_seed, ThreadPool* pool) {
+// a = sqrt(3 / cols), multiplied by `scale` (--layer-output-scale; 1 leaves them as drawn) and
+// encoded in `type` by its registry entry's reference quantiser, rows split across the pool's
+// threads.
+GgufRowSource MatrixSource(const WeightTypeDesc* desc, int64_t cols, uint64_t tensor_seed, float scale,
+                           ThreadPool* pool) {
   const float amplitude = static_cast<float>(std::sqrt(3.0 / static_cast<double>(cols)));
   const int64_t row_bytes = cols / desc->block_elems * desc->block_bytes;
   return [=](int64_t first_row, int64_t n_rows, uint8_t* out) -> Status {
     std::vector<std::vector<float>> scratch(pool->threads(), std::vector<float>(cols));
     pool->Run(n_rows, [&](int64_t i, int32_t thread) {
-      float* x = scratch[thread].data();
+      float* x = scratch[thread].data();  // [cols]
       SynthDrawRow(tensor_seed, first_row + i, amplitude, x, cols);
+      if (scale != 1.0f) {
+        for (int64_t c = 0; c < cols; ++c) x[c] *= scale;
+      }
       QuantizeRowRef(*desc, x, cols, out + i * row_bytes);
     });
     return Status::Ok();
@@ -176,8 +181,10 @@ std::vector<TensorEntry> TensorList(const SynthSpec& s) {
   using R = SynthTensorRole;
   std::vector<TensorEntry> t;
   const int64_t d = s.dim, q = s.q_dim(), kv = s.kv_dim(), ffn = s.hidden_dim, hd = s.head_dim();
+  // attn_output and ffn_down are the dense block's output projections (SynthTensorEntry).
   auto matrix = [&](std::string name, R role, int64_t cols, int64_t rows, int64_t layer) {
-    t.push_back({TensorEntry::kMatrix, std::move(name), cols, rows, role, layer});
+    t.push_back({TensorEntry::kMatrix, std::move(name), cols, rows, role, layer, 0,
+                 role == R::kAttnOutput || role == R::kFfnDown});
   };
   auto vec = [&](TensorEntry::Kind kind, std::string name, int64_t n, int64_t layer) {
     t.push_back({kind, std::move(name), n, 0, R::kTokenEmbd, layer});
@@ -258,10 +265,14 @@ Result<Layout> BuildLayout(const SynthSpec& s, const Vocabulary& vocab, ThreadPo
                                                                         SynthArchName(s.arch),
                                                                         s.dim, s.n_layers)
                                                           : s.name));
-  st.push_back(w.SetString("general.description",
-                           fmt::format("random weights written by kvq synth (seed {}): a {} model "
-                                       "of this shape for speed work, not a trained model",
-                                       s.seed, SynthArchName(s.arch))));
+  std::string description = fmt::format("random weights written by kvq synth (seed {}): a {} model "
+                                        "of this shape for speed work, not a trained model",
+                                        s.seed, SynthArchName(s.arch));
+  if (s.layer_output_scale) {
+    description += fmt::format("; the output projections of layers {}.. scaled by {} (--layer-output-scale)",
+                               s.layer_output_scale->from_layer, s.layer_output_scale->scale);
+  }
+  st.push_back(w.SetString("general.description", description));
   st.push_back(w.SetU32("general.file_type", *file_type));
   if (s.type != "f16") st.push_back(w.SetU32("general.quantization_version", 2));
   const auto u32 = [](int64_t v) { return static_cast<uint32_t>(v); };
@@ -300,7 +311,7 @@ Result<Layout> BuildLayout(const SynthSpec& s, const Vocabulary& vocab, ThreadPo
       Result<const WeightTypeDesc*> type = MatrixType(s, e);
       if (!type.ok()) return type.status();
       x = w.AddStreamedTensor(e.name, static_cast<GgmlType>((*type)->gguf_type), e.dims(),
-                              MatrixSource(*type, e.cols, SynthTensorSeed(s.seed, e.name), pool));
+                              MatrixSource(*type, e.cols, SynthTensorSeed(s.seed, e.name), SynthOutputScale(s, e), pool));
     } else if (e.kind == TensorEntry::kF32Matrix) {  // drawn as a matrix, kept F32 (small)
       const float amplitude = static_cast<float>(std::sqrt(3.0 / static_cast<double>(e.cols)));
       std::vector<float> v(static_cast<size_t>(e.cols * e.total_rows()));
@@ -471,6 +482,7 @@ Status ValidateSynthSpec(const SynthSpec& s) {
   if (!std::isfinite(s.norm_eps) || s.norm_eps <= 0.0f || s.norm_eps >= 1.0f) {
     return Status::Error(fmt::format("the RMS norm epsilon must be in (0, 1) (got {})", s.norm_eps));
   }
+  if (Status o = ValidateLayerOutputScale(s); !o.ok()) return o;
   if (s.rope_scaling) {
     const Llama3RopeScaling& r = *s.rope_scaling;
     if (!(r.factor >= 1.0f) || !(r.low_freq_factor > 0.0f) ||

@@ -28,7 +28,10 @@
 //                           not offered for them.
 // Randomness: a tensor's seed is splitmix64(seed ^ FNV-1a(name)); row r of it draws from its own
 // splitmix64 stream started at splitmix64(tensor_seed + r · golden ratio), two 24-bit uniforms
-// per 64-bit output. Rows are independent, so threads split rows without changing a byte.
+// per 64-bit output. Rows are independent, so threads split rows without changing a byte; and a
+// tensor's bytes depend on the seed, its name and its type only, so a --layers N file holds the
+// first N layers, the embeddings, output norm and classifier of a deeper file of the same seed (for
+// a single --type: a mix may choose a layer's types by the depth).
 #pragma once
 
 #include <cstdint>
@@ -71,6 +74,24 @@ std::string SynthTypeNameList();
 
 enum class SynthEmbeddings { kSeparate, kTied };  ///< an output.weight, or the classifier = token_embd
 
+/// --layer-output-scale FROM:SCALE: the output projections of layers from_layer.. (attention's
+/// attn_output, the FFN's ffn_down; in the hybrids also the Gated DeltaNet's ssm_out and the
+/// experts' and shared expert's down projections) are drawn as usual, then multiplied by `scale`
+/// before they are encoded, so those layers add `scale` times their usual contribution to the
+/// residual stream. Every other tensor keeps its bytes, and a tensor's values depend on the seed
+/// and its name only, so the first from_layer layers, embeddings, output norm and classifier are
+/// those of the same seed's `--layers from_layer` file: that file is a draft model that agrees with
+/// this one as closely as `scale` makes it. Scale 0 writes zero blocks (scale 0 in every type), the
+/// later layers add exactly 0.0, and the logits are the cut's bit for bit.
+struct SynthLayerOutputScale {
+  int64_t from_layer = 0;  ///< the first layer scaled, 0..n_layers − 1
+  float scale = 1.0f;      ///< finite, ≥ 0
+};
+/// "FROM:SCALE" ("2:0.05") read; the error names --layer-output-scale and says what is wrong (the
+/// syntax, a negative or non-integer FROM, a negative, NaN or infinite SCALE). FROM's upper bound is
+/// ValidateSynthSpec's (it needs --layers).
+Result<SynthLayerOutputScale> ParseSynthLayerOutputScale(std::string_view value);
+
 /// A model shape and how to fill it. Names follow llama2.c (dim, hidden_dim, ...).
 struct SynthSpec {
   std::string name;  ///< general.name
@@ -102,6 +123,8 @@ struct SynthSpec {
   int64_t expert_hidden_dim = 0;        ///< Fe
   uint64_t seed = 1;
   int32_t threads = 1;  ///< threads drawing and quantising rows; never changes the bytes
+  /// --layer-output-scale; none: every layer's output projections as drawn.
+  std::optional<SynthLayerOutputScale> layer_output_scale;
 
   int64_t kv_heads() const { return n_kv_heads == 0 ? n_heads : n_kv_heads; }
   int64_t head_dim() const { return head_dim_override > 0 ? head_dim_override : dim / n_heads; }

@@ -14,9 +14,10 @@ void AppendHybridLayer(const SynthSpec& s, int64_t l, std::vector<SynthTensorEnt
   const std::string b = fmt::format("blk.{}.", l);
   const int64_t d = s.dim, q = s.q_dim(), kv = s.kv_dim(), hd = s.head_dim();
   auto add = [&](E::Kind kind, const std::string& name, int64_t cols, int64_t rows, R role,
-                 int64_t experts = 0) {
-    out->push_back({kind, b + name, cols, rows, role, l, experts});
+                 int64_t experts = 0, bool adds_to_residual = false) {
+    out->push_back({kind, b + name, cols, rows, role, l, experts, adds_to_residual});
   };
+  constexpr bool kAddsToResidual = true;  // an output projection (SynthTensorEntry)
   add(E::kOnes, "attn_norm.weight", d, 0, R::kTokenEmbd);
   if (s.is_recurrent(l)) {
     const int64_t C = s.ssm_conv_channels(), Cv = s.ssm_v_channels(), Hv = s.ssm_v_heads;
@@ -32,14 +33,14 @@ void AppendHybridLayer(const SynthSpec& s, int64_t l, std::vector<SynthTensorEnt
     add(E::kBias, "ssm_dt.bias", Hv, 0, R::kTokenEmbd);
     add(E::kSsmA, "ssm_a", Hv, 0, R::kTokenEmbd);
     add(E::kOnes, "ssm_norm.weight", s.ssm_key_dim, 0, R::kTokenEmbd);
-    add(E::kMatrix, "ssm_out.weight", Cv, d, R::kAttnOutput);
+    add(E::kMatrix, "ssm_out.weight", Cv, d, R::kAttnOutput, 0, kAddsToResidual);
   } else {
     add(E::kMatrix, "attn_q.weight", d, 2 * q, R::kAttnQ);  // per head [q, gate]
     add(E::kOnes, "attn_q_norm.weight", hd, 0, R::kTokenEmbd);
     add(E::kMatrix, "attn_k.weight", d, kv, R::kAttnK);
     add(E::kOnes, "attn_k_norm.weight", hd, 0, R::kTokenEmbd);
     add(E::kMatrix, "attn_v.weight", d, kv, R::kAttnV);
-    add(E::kMatrix, "attn_output.weight", q, d, R::kAttnOutput);
+    add(E::kMatrix, "attn_output.weight", q, d, R::kAttnOutput, 0, kAddsToResidual);
   }
   add(E::kOnes, "post_attention_norm.weight", d, 0, R::kTokenEmbd);
   const int64_t f = s.hidden_dim;
@@ -48,16 +49,16 @@ void AppendHybridLayer(const SynthSpec& s, int64_t l, std::vector<SynthTensorEnt
     add(E::kF32Matrix, "ffn_gate_inp.weight", d, ne, R::kFfnGate);
     add(E::kMatrix, "ffn_gate_exps.weight", d, fe, R::kFfnGate, ne);
     add(E::kMatrix, "ffn_up_exps.weight", d, fe, R::kFfnUp, ne);
-    add(E::kMatrix, "ffn_down_exps.weight", fe, d, R::kFfnUp,
-        ne);  // kFfnDown marks the layer's last
+    add(E::kMatrix, "ffn_down_exps.weight", fe, d, R::kFfnUp, ne,
+        kAddsToResidual);  // not kFfnDown: that marks the layer's last tensor
     add(E::kF32Matrix, "ffn_gate_inp_shexp.weight", d, 0, R::kFfnGate);
     add(E::kMatrix, "ffn_gate_shexp.weight", d, f, R::kFfnGate);
     add(E::kMatrix, "ffn_up_shexp.weight", d, f, R::kFfnUp);
-    add(E::kMatrix, "ffn_down_shexp.weight", f, d, R::kFfnDown);
+    add(E::kMatrix, "ffn_down_shexp.weight", f, d, R::kFfnDown, 0, kAddsToResidual);
   } else {
     add(E::kMatrix, "ffn_gate.weight", d, f, R::kFfnGate);
     add(E::kMatrix, "ffn_up.weight", d, f, R::kFfnUp);
-    add(E::kMatrix, "ffn_down.weight", f, d, R::kFfnDown);
+    add(E::kMatrix, "ffn_down.weight", f, d, R::kFfnDown, 0, kAddsToResidual);
   }
 }
 

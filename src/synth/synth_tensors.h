@@ -28,6 +28,9 @@ struct SynthTensorEntry {
   SynthTensorRole role = SynthTensorRole::kTokenEmbd;  // matrices
   int64_t layer = -1;                                  // the block, or −1
   int64_t experts = 0;  // > 0: a 3-D tensor [cols, rows, experts] (experts stacked)
+  /// An output projection (attn_output, ffn_down, ssm_out, the experts' down projections): its
+  /// product is what the layer adds to the residual stream, so --layer-output-scale scales it.
+  bool adds_to_residual = false;
   /// GGUF dims: [cols], [cols, rows] or [cols, rows, experts].
   std::vector<int64_t> dims() const {
     if (rows == 0) return {cols};
@@ -45,6 +48,14 @@ void AppendHybridLayer(const SynthSpec& spec, int64_t layer, std::vector<SynthTe
 
 /// The hybrid metadata keys (full_attention_interval, ssm.*, expert_*, the partial RoPE width).
 std::vector<Status> WriteHybridKeys(const SynthSpec& spec, GgufWriter* w);
+
+/// --layer-output-scale's checks (layer_output_scale.cc): FROM a layer of the spec, SCALE finite and
+/// >= 0. Errors name the flag.
+Status ValidateLayerOutputScale(const SynthSpec& spec);
+
+/// What matrix `e` is multiplied by before it is encoded: --layer-output-scale's SCALE for an output
+/// projection (adds_to_residual) of a layer at or after FROM, else 1.
+float SynthOutputScale(const SynthSpec& spec, const SynthTensorEntry& e);
 
 /// The hybrid-only checks: sizes in range, heads dividing, no type mix. Errors name the field.
 Status ValidateHybridSpec(const SynthSpec& spec);

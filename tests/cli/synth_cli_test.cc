@@ -1,7 +1,8 @@
 // `kvq synth` end to end: a tiny custom shape is written, reported (shape, parameters, size),
 // loadable and runnable by `kvq run`; a preset with overrides keeps the preset's conventions; bad
 // input (an unknown preset, a shape that does not divide, an unknown type or flag, a missing -o,
-// an existing output without --force, a missing folder) exits 2 naming the flag or file.
+// an existing output without --force, a missing folder, a bad --layer-output-scale) exits 2 naming
+// the flag or file.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -161,6 +162,37 @@ TEST_F(SynthCli, BonsaiPresetKeepsItsTypeAndTypeOverridesIt) {
   EXPECT_TRUE((*f)->FindTensor("blk.0.attn_k_norm.weight").ok());
 }
 
+// --layer-output-scale through the CLI: the target says what it scales, its --layers 1 cut of the
+// same seed runs its tokens and, as `kvq run`'s draft model, has every drafted token kept (the
+// unscaled target, what ignoring the flag writes, rejects some).
+TEST_F(SynthCli, LayerOutputScaleMakesTheCutADraftThatAlwaysAgrees) {
+  constexpr const char* kShape = "synth --dim 64 --heads 4 --kv-heads 2 --ffn 128 --context 256 --type q4_0 --seed 3";
+  const std::string target = Path("target.gguf"), unscaled = Path("unscaled.gguf"), cut = Path("cut.gguf");
+  const KvqRun r = Kvq(fmt::format("{} --layers 3 --layer-output-scale 1:0 -o {}", kShape, target));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("output projections of layers 1.. scaled by 0"), std::string::npos) << r.out;
+  ASSERT_EQ(Kvq(fmt::format("{} --layers 3 -o {}", kShape, unscaled)).exit_code, 0);
+  ASSERT_EQ(Kvq(fmt::format("{} --layers 1 -o {}", kShape, cut)).exit_code, 0);
+  const std::string run = "run -p \"Once upon a time\" -n 32 --temp 0 --json -m ";
+  const auto tokens = [](const KvqRun& k) {
+    const nlohmann::json doc = nlohmann::json::parse(k.out, nullptr, /*allow_exceptions=*/false);
+    return doc.is_discarded() ? nlohmann::json() : doc;
+  };
+  const nlohmann::json alone = tokens(Kvq(run + target));
+  ASSERT_TRUE(alone.contains("tokens")) << alone;
+  EXPECT_EQ(tokens(Kvq(run + cut))["tokens"], alone["tokens"]);
+  const std::string drafting = fmt::format(" --spec-ungated --draft-max 4 --draft-p-min 1e-6 --draft-model {}", cut);
+  const nlohmann::json drafted = tokens(Kvq(run + target + drafting));
+  EXPECT_EQ(drafted["tokens"], alone["tokens"]);
+  // All 32 tokens (seed 3's do not end early): an end token inside a draft would leave the drafted
+  // tokens after it unkept, though the draft agreed.
+  EXPECT_EQ(drafted["finish_reason"], "length");
+  EXPECT_GE(drafted["drafted_tokens"].get<int64_t>(), 16);
+  EXPECT_EQ(drafted["accepted_tokens"], drafted["drafted_tokens"]);
+  const nlohmann::json rejected = tokens(Kvq(run + unscaled + drafting));
+  EXPECT_LT(rejected["accepted_tokens"].get<int64_t>(), rejected["drafted_tokens"].get<int64_t>());
+}
+
 TEST_F(SynthCli, BadInputExits2NamingTheFlag) {
   const std::string out = Path("bad.gguf");
   const struct {
@@ -183,6 +215,10 @@ TEST_F(SynthCli, BadInputExits2NamingTheFlag) {
       {"synth --dim 64 --layers 2 --ffn 128 -o " + out, "--heads"},
       {std::string(kTiny) + " --bogus 1 -o " + out, "--bogus"},
       {std::string(kTiny) + " -o " + Path("no/such/dir/x.gguf"), Path("no/such/dir")},
+      {std::string(kTiny) + " --layer-output-scale 1 -o " + out, "--layer-output-scale 1: expected FROM:SCALE"},
+      {std::string(kTiny) + " --layer-output-scale 1:-0.5 -o " + out, "--layer-output-scale 1:-0.5"},
+      {std::string(kTiny) + " --layer-output-scale 1:inf -o " + out, "finite"},
+      {std::string(kTiny) + " --layer-output-scale 2:0 -o " + out, "--layers 2"},
   };
   for (const auto& c : cases) {
     const KvqRun r = Kvq(c.args);
