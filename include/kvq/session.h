@@ -212,6 +212,9 @@ class Session {
   /// specs with sinks or a residual recompute all n_positions. Either way the cache holds the
   /// same bits as a session that ran only those tokens, except that the logits are those after
   /// the last recomputed token (none when nothing was recomputed: run a token first).
+  /// A hybrid's recurrent state cannot be cut: without a checkpoint (SaveCheckpoint) at or below
+  /// n_positions it recomputes all n_positions; with one it restores the checkpoint's state and
+  /// recomputes only the positions after it (the same bits either way).
   /// Errors: n_positions < 0 or > positions().
   Status Truncate(int64_t n_positions);
   /// Makes what the session holds a prefix of `prompt` that Generate then reuses: the positions up
@@ -234,6 +237,18 @@ class Session {
   /// exactly n positions. The logits are then empty (run a token first). Errors: no recurrent
   /// state, a state of another size, n out of range (the session is unchanged).
   Status Truncate(int64_t n_positions, std::span<const float> state);
+  /// For a hybrid (recurrent_state() not empty): keeps a copy of the recurrent state now, at
+  /// positions(), so that a later Truncate(n) with checkpoint_positions() ≤ n restores it and
+  /// recomputes only the positions after it. One checkpoint at a time (a new one replaces it);
+  /// dropped when its positions are (Truncate below it, Clear, LoadPrefix). A draft model's
+  /// session takes one before each draft (DraftByModels), so a rejected draft is dropped without
+  /// running its history again. Nothing for a model without a recurrent state.
+  void SaveCheckpoint();
+  /// The positions SaveCheckpoint's copy was taken at; -1 when there is none.
+  int64_t checkpoint_positions() const;
+  /// Positions this session has run through the model since it was made (prompts, decoded and
+  /// drafted tokens, recomputation after Truncate): the work it cost, in tokens.
+  int64_t positions_run() const;
   /// Drops everything (an empty cache of the same formats and budgets). Fails only if the new
   /// cache cannot be made (e.g. its disk folder went away); the session is then unusable.
   Status Clear();

@@ -126,6 +126,11 @@ struct Session::Impl {
   std::vector<float> logits;         // [vocab_size] after tokens.back(); empty when unknown
   std::vector<float> chosen_logits;  // [logits_at.size()][vocab_size] of the last run's BatchItem
   std::vector<int32_t> block_rows;   // [≤ kPrefillBlock] scratch: logits_at within one block
+  // SaveCheckpoint's: [state_floats] the recurrent state after the first checkpoint_at ids
+  // (-1: none). Valid while those ids are held: whatever drops one of them drops it too.
+  std::vector<float> checkpoint;
+  int64_t checkpoint_at = -1;
+  int64_t positions_run = 0;  // positions run through the model since the session was made
   SamplerOptions sampler_options;
   Sampler sampler;
   std::function<bool()> should_abort;  // Session::SetAbortCallback's; empty: never

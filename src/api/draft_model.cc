@@ -111,6 +111,12 @@ Result<int32_t> DraftByModels(std::span<ModelDraft> drafts) {
     return Session::RunBatch(items);
   };
   if (Status st = run(); !st.ok()) return st;
+  // A hybrid draft's recurrent state before the tokens it drafts: the next call drops a rejected
+  // draft back to it (Session::Truncate) instead of running the whole sequence again.
+  for (const size_t i : active) {
+    Session& draft = *drafts[i].draft;
+    if (draft.checkpoint_positions() != draft.positions()) draft.SaveCheckpoint();
+  }
   while (!active.empty()) {
     next.clear();
     for (const size_t i : active) {

@@ -12,6 +12,15 @@
 #include "kvq/prefix_reuse.h"
 
 namespace kvq {
+namespace {
+
+void DropCheckpoint(Session::Impl& s) {
+  s.checkpoint.clear();
+  s.checkpoint.shrink_to_fit();
+  s.checkpoint_at = -1;
+}
+
+}  // namespace
 
 Session::Impl::Impl(std::shared_ptr<const Model::Impl> m, KvCacheConfig config, std::unique_ptr<KvCache> c)
     : model(std::move(m)), llama(model->weights, model->options.threads), cache_config(std::move(config)),
@@ -113,6 +122,7 @@ Status Session::Truncate(int64_t n_positions, std::span<const float> state) {
   }
   if (Status st = s.cache->Truncate(n_positions, state); !st.ok()) return Status::Error("Truncate: " + st.message());
   s.tokens.resize(n_positions);
+  if (s.checkpoint_at > n_positions) DropCheckpoint(s);
   s.logits.clear();
   s.chosen_logits.clear();
   return Status::Ok();
@@ -124,6 +134,7 @@ Status Session::Clear() {
   if (!cache.ok()) return cache.status();
   s.cache = std::move(cache).value();
   s.tokens.clear();
+  DropCheckpoint(s);
   s.logits.clear();
   s.chosen_logits.clear();
   return Status::Ok();
@@ -145,21 +156,43 @@ Result<int64_t> Session::KeepCommonPrefix(std::span<const int32_t> prompt) {
   return positions();
 }
 
+void Session::SaveCheckpoint() {
+  Impl& s = *impl_;
+  const std::span<const float> state = recurrent_state();
+  if (state.empty() || s.tokens.empty()) return;
+  s.checkpoint.assign(state.begin(), state.end());
+  s.checkpoint_at = positions();
+}
+
+int64_t Session::checkpoint_positions() const { return impl_->checkpoint_at; }
+int64_t Session::positions_run() const { return impl_->positions_run; }
+
 Status Session::Truncate(int64_t n_positions) {
   if (n_positions < 0 || n_positions > positions()) {
     return Status::Error(fmt::format("Truncate: {} positions asked; the session holds {}", n_positions, positions()));
   }
   if (n_positions == positions()) return Status::Ok();
   Impl& s = *impl_;
-  // Drop positions in place up to the nearest exact point (per-token formats: n_positions itself),
-  // then recompute the rest from their ids.
-  const int64_t kept = s.cache->TruncationPoint(n_positions);
-  const std::vector<int32_t> redo(s.tokens.begin() + kept, s.tokens.begin() + n_positions);
-  if (Status st = kept > 0 ? s.cache->Truncate(kept) : Clear(); !st.ok()) {
+  if (s.checkpoint_at > n_positions) DropCheckpoint(s);
+  // Drop positions in place up to the nearest exact point (per-token formats: n_positions itself;
+  // a recurrent state: its checkpoint, else nothing), then recompute the rest from their ids.
+  int64_t kept = s.cache->TruncationPoint(n_positions);
+  const std::vector<int32_t> held(s.tokens.begin(), s.tokens.begin() + n_positions);  // Clear drops s.tokens
+  Status st = Status::Ok();
+  // A recurrent state's checkpoint: the state as it was there and the KV rows cut there. A cache
+  // whose rows cannot be cut there (grouped formats past their last append) recomputes from the
+  // start as without one.
+  if (kept < s.checkpoint_at && s.cache->Truncate(s.checkpoint_at, s.checkpoint).ok()) {
+    kept = s.checkpoint_at;
+  } else {
+    st = kept > 0 ? s.cache->Truncate(kept) : Clear();
+  }
+  const std::span<const int32_t> redo = std::span(held).subspan(static_cast<size_t>(kept));
+  if (!st.ok()) {
     (void)Clear();
     return st;
   }
-  s.tokens.resize(kept);
+  s.tokens.assign(held.begin(), held.begin() + kept);
   s.logits.clear();
   if (redo.empty()) return Status::Ok();
   // Not abortable: a cache operation ends holding what was asked for.
@@ -366,6 +399,7 @@ Result<int64_t> Session::LoadPrefix(const std::string& path) {
                                      "SavePrefix", path, held, ids->size()));
   }
   s.tokens = std::move(ids).value();
+  DropCheckpoint(s);
   s.logits.clear();
   s.chosen_logits.clear();
   return positions();

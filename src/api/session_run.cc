@@ -140,6 +140,7 @@ Status Session::RunItems(std::span<const BatchItem> items, std::string_view call
       const size_t n = std::min<size_t>(kBlock, item.tokens.size() - done);
       Impl& s = *item.session->impl_;
       s.tokens.insert(s.tokens.end(), first, first + n);
+      s.positions_run += static_cast<int64_t>(n);
       if (s.after_block) s.after_block(static_cast<int64_t>(s.tokens.size()));
     }
   }
