@@ -86,6 +86,16 @@ struct CodecKernels {
   /// how rows are grouped into tiles.
   void (*accumulate)(const float* c, const float* e, int32_t n_q, const RowTile& tile,
                      int32_t kv_head, const CodecArgs& args, float* acc);
+  /// Optional, all three or none: `score` split in two for callers that score many tiles against
+  /// one query (attention, per call), so the query's own work (the integer score quantises each
+  /// head) is done once rather than per tile. prepare_query: q [n_q][head_dim] -> prepared
+  /// [n_q][prepared_head_bytes(args)] bytes, 64-byte aligned, each head's bytes independent of
+  /// the others. score_prepared on any run of n_q prepared heads writes exactly the bits `score`
+  /// writes for the same heads and tile. Null where `score` has nothing to hoist.
+  int64_t (*prepared_head_bytes)(const CodecArgs& args) = nullptr;
+  void (*prepare_query)(const float* q, int32_t n_q, const CodecArgs& args, uint8_t* prepared) = nullptr;
+  void (*score_prepared)(const uint8_t* prepared, int32_t n_q, const RowTile& tile, int32_t kv_head,
+                         const CodecArgs& args, float* scores) = nullptr;
   /// True when score multiplies on int8 dot products (the query quantised per head) rather than
   /// f32 FMAs: `kvq bench attention` then holds its score half to the int8 dot peak.
   bool int8_scores = false;

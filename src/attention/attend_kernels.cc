@@ -179,18 +179,51 @@ std::pair<TileSource, TileSource> NextTiles(const SimdContext& ctx, const KvWind
   return {ks, vs};
 }
 
+// The query rows of one AttendSimd / AttendRowsSimd call, scored against each K tile: from
+// ctx.prepared_q for tiles of the K codec that can prepare a query (prepared on the first such
+// tile, once per call), else through the tile's own `score`. Either way the same bits.
+class CallQuery {
+ public:
+  CallQuery(const SimdContext& ctx, const KvWindow& w, const float* q, int32_t n_q)
+      : ctx_(ctx), args_(w.k.args), q_(q), n_q_(n_q),
+        head_bytes_(ctx.prepared_q != nullptr ? ctx.k->prepared_head_bytes(w.k.args) : 0) {}
+
+  // Rows [first, first + n) of the call's query against the tile ks.
+  void Score(const TileSource& ks, int32_t first, int32_t n, int32_t kv_head, float* scores) {
+    const int32_t d = args_.shape.head_dim;
+    if (head_bytes_ == 0 || ks.kernels != ctx_.k) {
+      ks.kernels->score(q_ + int64_t{first} * d, n, ks.tile, kv_head, *ks.args, scores);
+      return;
+    }
+    if (!prepared_) {
+      ctx_.k->prepare_query(q_, n_q_, args_, ctx_.prepared_q);
+      prepared_ = true;
+    }
+    ctx_.k->score_prepared(ctx_.prepared_q + first * head_bytes_, n, ks.tile, kv_head, *ks.args, scores);
+  }
+
+ private:
+  const SimdContext& ctx_;
+  const CodecArgs& args_;
+  const float* q_;  // [n_q][head_dim]
+  int32_t n_q_;
+  int64_t head_bytes_;  // 0: no prepared query
+  bool prepared_ = false;
+};
+
 }  // namespace
 
 void AttendSimd(const AttentionOptions& o, const SimdContext& ctx, const KvWindow& w, int64_t r0, int64_t r1,
                 int32_t group, int32_t g0, int32_t g1, const float* q, float* m, float* l,
                 float* acc, float* scores, float* c) {
   const int32_t d = w.k.args.shape.head_dim;
+  CallQuery query(ctx, w, q + int64_t{g0} * group * d, (g1 - g0) * group);  // heads of KV heads [g0, g1)
   for (int64_t r = r0; r < r1;) {
     const auto [ks, vs] = NextTiles(ctx, w, r, r1, g0, g1);
     const int32_t rows = ks.tile.n_rows;
     for (int32_t g = g0; g < g1; ++g) {
       const int64_t h0 = int64_t{g} * group;
-      ks.kernels->score(q + h0 * d, group, ks.tile, g, *ks.args, scores);
+      query.Score(ks, (g - g0) * group, group, g, scores);
       ctx.softmax(scores, c, group, rows, o.scale, o.softcap, m + h0, l + h0);
       vs.kernels->accumulate(c, scores, group, vs.tile, g, *vs.args, acc + h0 * d);
     }
@@ -202,12 +235,13 @@ void AttendRowsSimd(const AttentionOptions& o, const SimdContext& ctx, const KvW
                     int64_t r1, int32_t g, int32_t n_q, int32_t chunk, const float* q, float* m,
                     float* l, float* acc, float* scores, float* c) {
   const int32_t d = w.k.args.shape.head_dim;
+  CallQuery query(ctx, w, q, n_q);
   for (int64_t r = r0; r < r1;) {
     const auto [ks, vs] = NextTiles(ctx, w, r, r1, g, g + 1);
     const int32_t rows = ks.tile.n_rows;
     for (int32_t h = 0; h < n_q; h += chunk) {
       const int32_t nh = std::min(chunk, n_q - h);
-      ks.kernels->score(q + int64_t{h} * d, nh, ks.tile, g, *ks.args, scores);
+      query.Score(ks, h, nh, g, scores);
       ctx.softmax(scores, c, nh, rows, o.scale, o.softcap, m + h, l + h);
       vs.kernels->accumulate(c, scores, nh, vs.tile, g, *vs.args, acc + int64_t{h} * d);
     }

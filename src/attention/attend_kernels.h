@@ -25,6 +25,10 @@ struct SimdContext {
   CodecArgs f32_args;
   SoftmaxTileFn softmax;
   float* rope_rows;  // [kMaxTileRows][n_kv_heads][head_dim]: a K tile of pre-RoPE keys, roped
+  // [rows][k->prepared_head_bytes(K args)], 64-byte aligned, rows ≥ the query rows of any one
+  // AttendSimd / AttendRowsSimd call: the call's query prepared once for k's tiles; null where k
+  // has no prepare_query.
+  uint8_t* prepared_q = nullptr;
 };
 
 /// One (query token, KV head) item, reference kernel: window rows [r0, r1), in order, for the

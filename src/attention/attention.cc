@@ -69,6 +69,13 @@ struct AttentionState::Scratch {
   // [shares][kMaxTileRows][n_kv_heads][head_dim]: each share's pre-RoPE key tile, roped; sized by
   // the share itself on its first window with KvWindow::key_rope.
   std::vector<std::vector<float>> rope_rows;
+  // [shares][lines][64] bytes: each share's query rows prepared for its K codec's tiles
+  // (SimdContext::prepared_q), at most max(n_heads, query_block·group) rows of the codec's
+  // prepared_head_bytes; sized by the share itself on its first window whose K codec has one.
+  struct alignas(64) Line {
+    uint8_t bytes[64];
+  };
+  std::vector<std::vector<Line>> prepared_q;
   // The states of a call's chunks after its first, when chunks are items of their own: m, l
   // [chunks − 1][n_tokens][n_heads], acc [chunks − 1][n_tokens][n_heads][head_dim].
   std::vector<float> chunk_m, chunk_l, chunk_acc;
@@ -346,7 +353,6 @@ struct WindowsCall {
       const AttentionShape shape = state.shape();
       assert(w->k.n_rows == w->v.n_rows);
       assert(w->k.args.shape.head_dim == shape.head_dim && w->k.args.shape.n_kv_heads == shape.n_kv_heads);
-      (void)shape;
       SimdContext ctx{};
       if (o.kernel == AttentionKernel::kSimd) {
         ctx = {&w->k.codec->kernels(), &w->v.codec->kernels(), &F32Format().key.kernels(),
@@ -357,6 +363,13 @@ struct WindowsCall {
         const size_t floats = size_t{kMaxTileRows} * w->k.args.shape.elems();
         if (rows.size() < floats) rows.resize(floats, 0.0f);
         ctx.rope_rows = rows.data();
+      }
+      if (o.kernel == AttentionKernel::kSimd && ctx.k->prepare_query != nullptr) {
+        const int64_t rows = std::max<int64_t>(shape.n_heads, int64_t{query_block} * group);
+        const int64_t bytes = rows * ctx.k->prepared_head_bytes(w->k.args);
+        std::vector<AttentionState::Scratch::Line>& lines = scratch.prepared_q[s];
+        if (static_cast<int64_t>(lines.size()) * 64 < bytes) lines.resize(static_cast<size_t>((bytes + 63) / 64));
+        ctx.prepared_q = lines.data()->bytes;
       }
       for (int64_t item = begin; item < end; item += step) AttendItem(*w, ctx, item, tiles, block);
       if (scratch.users[i].fetch_sub(1, std::memory_order_acq_rel) == 1) source.Release(i);
@@ -478,6 +491,7 @@ Status AttendWindows(const AttentionOptions& o, const float* q, int64_t first_qu
     }
   }
   if (static_cast<int32_t>(scratch.rope_rows.size()) < shares) scratch.rope_rows.resize(shares);
+  if (static_cast<int32_t>(scratch.prepared_q.size()) < shares) scratch.prepared_q.resize(shares);
   if (scratch.users_capacity < n_windows) {
     scratch.users = std::make_unique<std::atomic<int32_t>[]>(n_windows);
     scratch.users_capacity = n_windows;

@@ -20,16 +20,33 @@
 namespace kvq::int_score {
 namespace {
 
-constexpr int32_t kMaxGroup = 8;  // query heads quantised and scored together
+constexpr int32_t kMaxGroup = 8;  // query heads scored together
 constexpr float kTiny = 0x1p-64f;  // amax below this: the head quantises to zeros (int_score.h)
 
-// The quantised heads of one group, laid out as the path's dot reads them: natural element order
-// for int8 and the portable path; for int4 on x86, per chunk of 2W elements (W = vector bytes)
-// the W even elements then the W odd ones, matching the low and high nibbles of W code bytes.
+// Quantised query heads, PreparedHeadBytes(hd) bytes each (64-byte aligned), laid out as the
+// path's dot reads them: [qq: hd int8, padded to a multiple of 64][d: f32][sum: int32][padding].
+// qq is in natural element order for int8 and the portable path; for int4 on x86, per chunk of
+// 2W elements (W = vector bytes) the W even elements then the W odd ones, matching the low and
+// high nibbles of W code bytes. d = amax / 127 (or 0, or NaN); sum = Σ qq, the offset-binary
+// codes' bias term.
+int64_t QqBytes(int32_t hd) { return (int64_t{hd} + 63) / 64 * 64; }
+
+// G consecutive prepared heads, starting at `first`.
 struct Group {
-  alignas(64) int8_t qq[kMaxGroup][kMaxHeadDim];  // [G][head_dim]
-  float d[kMaxGroup];                             // [G] d = amax / 127 (or 0, or NaN)
-  int32_t sum[kMaxGroup];                         // [G] Σ qq: the offset-binary codes' bias term
+  const uint8_t* first;
+  int64_t stride;  // PreparedHeadBytes(hd)
+  int64_t qq_bytes;
+  const int8_t* qq(int h) const { return reinterpret_cast<const int8_t*>(first + h * stride); }
+  float d(int h) const {
+    float v;
+    std::memcpy(&v, first + h * stride + qq_bytes, 4);
+    return v;
+  }
+  int32_t sum(int h) const {
+    int32_t v;
+    std::memcpy(&v, first + h * stride + qq_bytes + 4, 4);
+    return v;
+  }
 };
 
 struct HeadScale {
@@ -62,9 +79,9 @@ void ScoreGroupPortable(const Group& g, int32_t n, const RowTile& t, int32_t kv_
     for (int32_t h = 0; h < n; ++h) {
       int32_t dot = 0;
       for (int32_t j = 0; j < hd; ++j) {
-        dot += (static_cast<int32_t>(format_internal::UnpackCode(row.codes, j, kBits)) - kBias) * g.qq[h][j];
+        dot += (static_cast<int32_t>(format_internal::UnpackCode(row.codes, j, kBits)) - kBias) * g.qq(h)[j];
       }
-      scores[h * kMaxTileRows + i] = (row.s * g.d[h]) * static_cast<float>(dot);
+      scores[h * kMaxTileRows + i] = (row.s * g.d(h)) * static_cast<float>(dot);
     }
   }
 }
@@ -162,8 +179,8 @@ KVQ_INT_SCORE_AVX2 void ScoreGroupAvx2(const Group& g, const RowTile& t, int32_t
   __m256i init[G];
   alignas(32) float dl[8];  // [lane] d of the lane's head
   for (int h = 0; h < G; ++h) {
-    init[h] = kBits == 8 ? _mm256_setzero_si256() : _mm256_setr_epi32(-kBias * g.sum[h], 0, 0, 0, 0, 0, 0, 0);
-    for (int r = 0; r < R; ++r) dl[h * R + r] = g.d[h];
+    init[h] = kBits == 8 ? _mm256_setzero_si256() : _mm256_setr_epi32(-kBias * g.sum(h), 0, 0, 0, 0, 0, 0, 0);
+    for (int r = 0; r < R; ++r) dl[h * R + r] = g.d(h);
   }
   const __m256 dv = _mm256_load_ps(dl);
   for (int32_t i0 = 0; i0 < t.n_rows; i0 += R) {
@@ -183,7 +200,7 @@ KVQ_INT_SCORE_AVX2 void ScoreGroupAvx2(const Group& g, const RowTile& t, int32_t
           const __m256i centred = _mm256_xor_si256(x, flip);  // raw − 128 as a signed byte
           const __m256i mag = _mm256_abs_epi8(centred);
           for (int h = 0; h < G; ++h) {
-            const __m256i qv = _mm256_load_si256(reinterpret_cast<const __m256i*>(g.qq[h] + c));
+            const __m256i qv = _mm256_load_si256(reinterpret_cast<const __m256i*>(g.qq(h) + c));
             const __m256i p = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(qv, centred));
             acc[h * R + r] = _mm256_add_epi32(acc[h * R + r], _mm256_madd_epi16(p, ones));
           }
@@ -191,7 +208,7 @@ KVQ_INT_SCORE_AVX2 void ScoreGroupAvx2(const Group& g, const RowTile& t, int32_t
           static_assert(kBits == 4);
           const __m256i lo = _mm256_and_si256(x, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), nibble);
           for (int h = 0; h < G; ++h) {
-            const int8_t* qc = g.qq[h] + 2 * c;
+            const int8_t* qc = g.qq(h) + 2 * c;
             const __m256i p = _mm256_add_epi16(
                 _mm256_maddubs_epi16(lo, _mm256_load_si256(reinterpret_cast<const __m256i*>(qc))),
                 _mm256_maddubs_epi16(hi, _mm256_load_si256(reinterpret_cast<const __m256i*>(qc + 32))));
@@ -289,8 +306,8 @@ KVQ_INT_SCORE_VNNI void ScoreGroupVnni(const Group& g, const RowTile& t, int32_t
   alignas(64) float dl[16];    // [lane] d of the lane's head
   alignas(64) int32_t rl[16];  // [lane] the lane's row within the batch
   for (int h = 0; h < G; ++h) {
-    init[h] = _mm512_maskz_set1_epi32(1, -kBias * g.sum[h]);
-    for (int r = 0; r < R; ++r) dl[h * R + r] = g.d[h], rl[h * R + r] = r;
+    init[h] = _mm512_maskz_set1_epi32(1, -kBias * g.sum(h));
+    for (int r = 0; r < R; ++r) dl[h * R + r] = g.d(h), rl[h * R + r] = r;
   }
   const __m512 dv = _mm512_load_ps(dl);
   const __m512i row_of_lane = _mm512_load_si512(rl);
@@ -313,14 +330,14 @@ KVQ_INT_SCORE_VNNI void ScoreGroupVnni(const Group& g, const RowTile& t, int32_t
         if constexpr (kBits == 8) {
 #pragma GCC unroll 8
           for (int h = 0; h < G; ++h) {
-            acc[h * R + r] = _mm512_dpbusd_epi32(acc[h * R + r], x, _mm512_load_si512(g.qq[h] + c));
+            acc[h * R + r] = _mm512_dpbusd_epi32(acc[h * R + r], x, _mm512_load_si512(g.qq(h) + c));
           }
         } else {
           static_assert(kBits == 4);
           const __m512i lo = _mm512_and_si512(x, nibble), hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), nibble);
 #pragma GCC unroll 8
           for (int h = 0; h < G; ++h) {
-            const int8_t* qc = g.qq[h] + 2 * c;
+            const int8_t* qc = g.qq(h) + 2 * c;
             acc[h * R + r] = _mm512_dpbusd_epi32(acc[h * R + r], lo, _mm512_load_si512(qc));
             acc[h * R + r] = _mm512_dpbusd_epi32(acc[h * R + r], hi, _mm512_load_si512(qc + 64));
           }
@@ -343,27 +360,47 @@ KVQ_INT_SCORE_VNNI void ScoreGroupVnni(const Group& g, const RowTile& t, int32_t
 #pragma GCC diagnostic pop
 #endif  // __x86_64__
 
+// A path whose vector does not divide the head row's codes hands over to a narrower one (the
+// same bits: the integer sums are exact).
+Path PathFor(Path path, int32_t hd, int32_t bits) {
+  const int32_t code_bytes = hd * bits / 8;
+  if (path == Path::kAvx512Vnni && code_bytes % 64 != 0) path = Path::kAvx2;
+  if (path == Path::kAvx2 && code_bytes % 32 != 0) path = Path::kPortable;
+  return path;
+}
+
+// Heads q [n][hd] -> prepared [n][PreparedHeadBytes(hd)] in `path`'s layout (Group). Each head
+// is quantised on its own, so its bytes do not depend on the heads around it.
 template <int kBits>
-void QuantizeGroup(Path path, const float* q, int32_t n, int32_t hd, Group* g) {
+void PrepareHeads(Path path, const float* q, int32_t n, int32_t hd, uint8_t* prepared) {
+  const int64_t stride = PreparedHeadBytes(hd), qq_bytes = QqBytes(hd);
   for (int32_t h = 0; h < n; ++h) {
+    const float* x = q + int64_t{h} * hd;
+    uint8_t* head = prepared + h * stride;
+    int8_t* qq = reinterpret_cast<int8_t*>(head);
+    float d;
+    int32_t sum;
 #if defined(__x86_64__)
     if (path != Path::kPortable) {
       // The 16-lane quantiser where the path has it and the row is whole 64-element chunks
       // (always for the VNNI path, whose rows are whole 64-byte code chunks).
       const auto quantize = path == Path::kAvx512Vnni ? &QuantizeHead512 : &QuantizeHeadAvx2;
       if constexpr (kBits == 8) {
-        quantize(q + h * hd, hd, g->qq[h], &g->d[h], &g->sum[h]);
+        quantize(x, hd, qq, &d, &sum);
       } else {
         alignas(64) int8_t natural[kMaxHeadDim];  // [hd]
-        quantize(q + h * hd, hd, natural, &g->d[h], &g->sum[h]);
-        SplitNibblePlanesAvx2(natural, hd, path == Path::kAvx512Vnni ? 64 : 32, g->qq[h]);
+        quantize(x, hd, natural, &d, &sum);
+        SplitNibblePlanesAvx2(natural, hd, path == Path::kAvx512Vnni ? 64 : 32, qq);
       }
-      continue;
+    } else {
+      QuantizeHeadReference(x, hd, qq, &d, &sum);
     }
 #else
     static_cast<void>(path);  // only the portable path off x86-64
+    QuantizeHeadReference(x, hd, qq, &d, &sum);
 #endif
-    QuantizeHeadReference(q + h * hd, hd, g->qq[h], &g->d[h], &g->sum[h]);
+    std::memcpy(head + qq_bytes, &d, 4);
+    std::memcpy(head + qq_bytes + 4, &sum, 4);
   }
 }
 
@@ -378,19 +415,15 @@ void ScoreGroup(Path path, const Group& g, const RowTile& t, int32_t kv_head, in
   ScoreGroupPortable<kBits>(g, G, t, kv_head, hd, scores);
 }
 
+// n_q prepared heads against the tile, in groups of 8, then 4, 2, 1.
 template <int kBits>
-void ScoreAll(Path path, const float* q, int32_t n_q, const RowTile& t, int32_t kv_head,
-              const CodecArgs& a, float* scores) {
-  const int32_t hd = a.shape.head_dim;
-  const int32_t code_bytes = hd * kBits / 8;
-  // A path whose vector does not divide the head row's codes hands over to a narrower one.
-  if (path == Path::kAvx512Vnni && code_bytes % 64 != 0) path = Path::kAvx2;
-  if (path == Path::kAvx2 && code_bytes % 32 != 0) path = Path::kPortable;
-  Group g;
+void ScorePreparedHeads(Path path, const uint8_t* prepared, int32_t n_q, const RowTile& t, int32_t kv_head,
+                        int32_t hd, float* scores) {
+  const int64_t stride = PreparedHeadBytes(hd);
   for (int32_t h = 0; h < n_q;) {
     const int32_t left = n_q - h;
     const int32_t n = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
-    QuantizeGroup<kBits>(path, q + int64_t{h} * hd, n, hd, &g);
+    const Group g{prepared + h * stride, stride, QqBytes(hd)};
     float* out = scores + h * kMaxTileRows;
     switch (n) {
       case 8: ScoreGroup<kBits, 8>(path, g, t, kv_head, hd, out); break;
@@ -402,6 +435,19 @@ void ScoreAll(Path path, const float* q, int32_t n_q, const RowTile& t, int32_t 
   }
 }
 
+// The unprepared score: up to kMaxGroup heads at a time prepared on the stack, then scored.
+template <int kBits>
+void ScoreAll(Path path, const float* q, int32_t n_q, const RowTile& t, int32_t kv_head,
+              const CodecArgs& a, float* scores) {
+  const int32_t hd = a.shape.head_dim;
+  path = PathFor(path, hd, kBits);
+  alignas(64) uint8_t prepared[kMaxGroup * (kMaxHeadDim + 64)];  // [≤ kMaxGroup][PreparedHeadBytes(hd)]
+  for (int32_t h = 0; h < n_q; h += kMaxGroup) {
+    const int32_t n = std::min(kMaxGroup, n_q - h);
+    PrepareHeads<kBits>(path, q + int64_t{h} * hd, n, hd, prepared);
+    ScorePreparedHeads<kBits>(path, prepared, n, t, kv_head, hd, scores + h * kMaxTileRows);
+  }
+}
 }  // namespace
 
 #if defined(__x86_64__)
@@ -476,6 +522,44 @@ void Int8TokenScore(const float* q, int32_t n_q, const RowTile& tile, int32_t kv
 void Int4TokenScore(const float* q, int32_t n_q, const RowTile& tile, int32_t kv_head,
                     const CodecArgs& args, float* scores) {
   ScoreAll<4>(Best(), q, n_q, tile, kv_head, args, scores);
+}
+
+int64_t PreparedHeadBytes(int32_t head_dim) { return QqBytes(head_dim) + 64; }
+
+void PrepareQuery(Path path, int32_t bits, const float* q, int32_t n_q, const CodecArgs& args,
+                  uint8_t* prepared) {
+  const int32_t hd = args.shape.head_dim;
+  if (bits == 8) {
+    PrepareHeads<8>(PathFor(path, hd, 8), q, n_q, hd, prepared);
+  } else {
+    PrepareHeads<4>(PathFor(path, hd, 4), q, n_q, hd, prepared);
+  }
+}
+
+void ScorePrepared(Path path, int32_t bits, const uint8_t* prepared, int32_t n_q, const RowTile& tile,
+                   int32_t kv_head, const CodecArgs& args, float* scores) {
+  const int32_t hd = args.shape.head_dim;
+  if (bits == 8) {
+    ScorePreparedHeads<8>(PathFor(path, hd, 8), prepared, n_q, tile, kv_head, hd, scores);
+  } else {
+    ScorePreparedHeads<4>(PathFor(path, hd, 4), prepared, n_q, tile, kv_head, hd, scores);
+  }
+}
+
+int64_t PreparedQueryHeadBytes(const CodecArgs& args) { return PreparedHeadBytes(args.shape.head_dim); }
+void Int8PrepareQuery(const float* q, int32_t n_q, const CodecArgs& args, uint8_t* prepared) {
+  PrepareQuery(Best(), 8, q, n_q, args, prepared);
+}
+void Int4PrepareQuery(const float* q, int32_t n_q, const CodecArgs& args, uint8_t* prepared) {
+  PrepareQuery(Best(), 4, q, n_q, args, prepared);
+}
+void Int8ScorePrepared(const uint8_t* prepared, int32_t n_q, const RowTile& tile, int32_t kv_head,
+                       const CodecArgs& args, float* scores) {
+  ScorePrepared(Best(), 8, prepared, n_q, tile, kv_head, args, scores);
+}
+void Int4ScorePrepared(const uint8_t* prepared, int32_t n_q, const RowTile& tile, int32_t kv_head,
+                       const CodecArgs& args, float* scores) {
+  ScorePrepared(Best(), 4, prepared, n_q, tile, kv_head, args, scores);
 }
 
 }  // namespace kvq::int_score

@@ -52,10 +52,30 @@ void QuantizeHeadReference(const float* q, int32_t head_dim, int8_t* qq, float* 
 void IntTokenScore(Path path, int32_t bits, const float* q, int32_t n_q, const RowTile& tile,
                    int32_t kv_head, const CodecArgs& args, float* scores);
 
+/// IntTokenScore split in two, for callers that score many tiles against one query: the heads
+/// quantised once (step 1) into prepared [n_q][PreparedHeadBytes(head_dim)] bytes (64-byte
+/// aligned; the layout is `path`'s own), then scored from those. ScorePrepared on any run of
+/// prepared heads gives exactly the bits of IntTokenScore on the same heads and path.
+int64_t PreparedHeadBytes(int32_t head_dim);
+void PrepareQuery(Path path, int32_t bits, const float* q, int32_t n_q, const CodecArgs& args,
+                  uint8_t* prepared);
+void ScorePrepared(Path path, int32_t bits, const uint8_t* prepared, int32_t n_q, const RowTile& tile,
+                   int32_t kv_head, const CodecArgs& args, float* scores);
+
 /// CodecKernels::score_int for int8 / int4 keys: IntTokenScore on Best().
 void Int8TokenScore(const float* q, int32_t n_q, const RowTile& tile, int32_t kv_head,
                     const CodecArgs& args, float* scores);
 void Int4TokenScore(const float* q, int32_t n_q, const RowTile& tile, int32_t kv_head,
                     const CodecArgs& args, float* scores);
+
+/// CodecKernels' prepared-query hooks for int8 / int4 keys (the integer score): PrepareQuery and
+/// ScorePrepared on Best().
+int64_t PreparedQueryHeadBytes(const CodecArgs& args);
+void Int8PrepareQuery(const float* q, int32_t n_q, const CodecArgs& args, uint8_t* prepared);
+void Int4PrepareQuery(const float* q, int32_t n_q, const CodecArgs& args, uint8_t* prepared);
+void Int8ScorePrepared(const uint8_t* prepared, int32_t n_q, const RowTile& tile, int32_t kv_head,
+                       const CodecArgs& args, float* scores);
+void Int4ScorePrepared(const uint8_t* prepared, int32_t n_q, const RowTile& tile, int32_t kv_head,
+                       const CodecArgs& args, float* scores);
 
 }  // namespace kvq::int_score

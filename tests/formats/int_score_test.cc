@@ -1,9 +1,11 @@
 // Integer score arithmetic for int8 / int4 keys (formats/int_score.h): every path the CPU has
 // gives exactly the scores of a plain C++ oracle (quantise the head, sum code·q in int64, two f32
 // multiplies), scores do not depend on the tile, and the derived bound against the exact product
-// holds, is nearly attained, and covers the distance to the f32-arithmetic kernel.
+// holds, is nearly attained, and covers the distance to the f32-arithmetic kernel; a query prepared
+// once scores exactly as the unprepared call.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -142,6 +144,42 @@ TEST(IntScore, ScoresDoNotDependOnTheTile) {
   });
 }
 
+// A query prepared once and scored tile by tile gives the unprepared score's bits, for every run
+// of its heads (any first head, any count), so attention may prepare a call's heads once and score
+// any subset of them.
+TEST(IntScore, PreparedQueryScoresEqualTheUnpreparedScore) {
+  ForEachCase([](int bits, RowShape shape, Path path) {
+    const Keys k = MakeKeys(bits, shape, 45, 4);
+    const int32_t d = shape.head_dim, n_all = 11;
+    std::vector<float> q = RandomQuery(n_all, d, 5);
+    std::fill(q.begin() + 3 * d, q.begin() + 4 * d, 0.0f);  // an all-zero head
+    const CodecArgs args{.shape = shape};
+    const int64_t head_bytes = int_score::PreparedHeadBytes(d);
+    ASSERT_EQ(head_bytes % 64, 0);
+    struct alignas(64) Line {
+      uint8_t bytes[64];
+    };
+    std::vector<Line> prepared(n_all * head_bytes / 64);  // [n_all][head_bytes]
+    int_score::PrepareQuery(path, bits, q.data(), n_all, args, prepared.data()->bytes);
+    std::vector<float> want(n_all * kMaxTileRows), got(n_all * kMaxTileRows);
+    for (int32_t first = 0; first < n_all; ++first) {
+      for (int32_t n = 1; first + n <= n_all; ++n) {
+        for (int64_t r0 = 0; r0 < k.n_rows; r0 += 19) {
+          const int32_t rows = static_cast<int32_t>(std::min<int64_t>(19, k.n_rows - r0));
+          const int32_t h = static_cast<int32_t>(r0 % shape.n_kv_heads);
+          int_score::IntTokenScore(path, bits, q.data() + first * d, n, k.Tile(r0, rows), h, args, want.data());
+          int_score::ScorePrepared(path, bits, prepared.data()->bytes + first * head_bytes, n, k.Tile(r0, rows), h,
+                                   args, got.data());
+          for (int32_t j = 0; j < n; ++j) {
+            ASSERT_EQ(std::memcmp(&want[j * kMaxTileRows], &got[j * kMaxTileRows], 4 * rows), 0)
+                << "heads [" << first << ", " << first + n << ") row " << r0 << " head " << j;
+          }
+        }
+      }
+    }
+  });
+}
+
 // The bound of int_score.h for one (row, head): quantisation + γ_2, and the exact product.
 struct Bound {
   double exact = 0;        // s · Σ q_i·c_i
@@ -244,6 +282,15 @@ TEST(IntScore, ScoreArithmeticSelectsTheKernelsScore) {
     EXPECT_EQ(f->key.kernels().score, f->key.kernels().score_f32) << f->name;
     SetScoreArithmetic(ScoreArithmetic::kInteger);
   }
+  for (const FormatDesc* f : {&Int8Format(), &Int4Format()}) {  // the prepared-query hooks go with score_int
+    EXPECT_NE(f->key.kernels().prepare_query, nullptr) << f->name;
+    EXPECT_NE(f->key.kernels().score_prepared, nullptr) << f->name;
+    EXPECT_NE(f->key.kernels().prepared_head_bytes, nullptr) << f->name;
+    SetScoreArithmetic(ScoreArithmetic::kF32);
+    EXPECT_EQ(f->key.kernels().prepare_query, nullptr) << f->name << ": f32 scores have no prepared query";
+    SetScoreArithmetic(ScoreArithmetic::kInteger);
+  }
+  EXPECT_EQ(Int2Format().key.kernels().prepare_query, nullptr);
   EXPECT_EQ(Int2Format().key.kernels().score_int, nullptr);
   EXPECT_EQ(Int2Format().key.kernels().score, Int2Format().key.kernels().score_f32);
 }

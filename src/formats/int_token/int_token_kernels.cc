@@ -83,6 +83,10 @@ const CodecKernels& IntTokenKernels(ScoreArithmetic arithmetic) {
     if (kInt != nullptr) {
       k.score = kInt;
       k.int8_scores = true;  // `kvq bench attention` then holds the score half to the int8 dot peak
+      // The query quantised once per attention call instead of once per tile.
+      k.prepared_head_bytes = &int_score::PreparedQueryHeadBytes;
+      k.prepare_query = kBits == 8 ? &int_score::Int8PrepareQuery : &int_score::Int4PrepareQuery;
+      k.score_prepared = kBits == 8 ? &int_score::Int8ScorePrepared : &int_score::Int4ScorePrepared;
     }
     return k;
   }();
