@@ -334,8 +334,6 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
     };
     if (!keep(token)) break;
     pass.assign(1, token);
-    // The gate weighs a pass with what made its draft: a draft model's passes count.
-    const auto step_start = Clock::now();
     int32_t drafted = 0;
     bool gated = false;
     if (spec.source != DraftSource::kNone) {
@@ -353,7 +351,10 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
     }
     rows.resize(drafted);
     for (int32_t i = 0; i < drafted; ++i) rows[i] = i;
-    const auto pass_start = spec.source == DraftSource::kModel ? step_start : Clock::now();
+    // The verify pass alone: a draft model's passes are timed by the drafter
+    // (SpeculationGate::RecordDraftSeconds). Timed with them, every pass the gate saw carried the
+    // draft's cost, and so did the 1-token pass it estimates from them before it has run one.
+    const auto pass_start = Clock::now();
     const int64_t before = positions();
     if (drafted > 0 && s.cache->state_floats() > 0) {
       checkpoint.assign(s.cache->state(), s.cache->state() + s.cache->state_floats());

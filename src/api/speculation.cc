@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <utility>
 
@@ -195,12 +196,16 @@ int32_t SpeculationGate::Choose(int32_t available) const {
   const int32_t most = std::min(available, max_draft_);
   // Tokens a pass of k drafts yields on average: 1 + a + a² + … + a^k (a draft stops at its first
   // rejected token), per second of such a pass.
+  // A draft model's k tokens cost k of its passes first (counted once a verify pass was timed:
+  // before that PassSeconds is in the prior's units, not seconds).
+  const bool timed = std::any_of(seconds_.begin(), seconds_.end(), [](double t) { return t > 0; });
+  const double per_drafted = timed ? draft_token_seconds_ : 0.0;
   int32_t best = 0;
   double best_rate = 1.0 / PassSeconds(1), yield = 1.0, term = 1.0;
   for (int32_t k = 1; k <= most; ++k) {
     term *= acceptance_;
     yield += term;
-    const double rate = yield / PassSeconds(k + 1);
+    const double rate = yield / (PassSeconds(k + 1) + k * per_drafted);
     if (rate > best_rate) {
       best = k;
       best_rate = rate;
@@ -224,6 +229,12 @@ void SpeculationGate::Record(int32_t drafted, int32_t accepted, double seconds, 
 
 void SpeculationGate::RecordEmptyDraft() { acceptance_ += kSmoothing * (0.0 - acceptance_); }
 
+void SpeculationGate::RecordDraftSeconds(int32_t asked, double seconds) {
+  if (asked <= 0 || !(seconds >= 0)) return;
+  const double per = seconds / asked;
+  draft_token_seconds_ = draft_token_seconds_ > 0 ? draft_token_seconds_ + kSmoothing * (per - draft_token_seconds_) : per;
+}
+
 Drafter::Drafter(const SpeculationOptions& options)
     : options_(options), gate_(options.max_draft, options.source == DraftSource::kModel) {
   if (options.source == DraftSource::kSuffix) tree_.emplace(options.max_ngram + options.max_draft);
@@ -244,10 +255,12 @@ Result<Drafter::Draft> Drafter::Next(std::span<const int32_t> sequence, int32_t 
   if (o.source == DraftSource::kModel) {
     const int32_t want = ModelDraftLength(most, &d.gated);
     if (draft_session == nullptr) return Status::Error("Drafter: a draft model's source needs the draft session");
+    const auto start = std::chrono::steady_clock::now();
     Result<std::vector<int32_t>> tokens = DraftByModel(*draft_session, sequence, want, o.min_draft_probability);
     if (!tokens.ok()) return tokens.status();
     d.tokens = std::move(tokens).value();
-    RecordModelDraft(want, static_cast<int32_t>(d.tokens.size()));
+    RecordModelDraft(want, static_cast<int32_t>(d.tokens.size()),
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     return d;
   }
   if (o.source == DraftSource::kSuffix) {

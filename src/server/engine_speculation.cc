@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "kvq/log.h"
 #include "server/engine.h"
@@ -145,7 +146,11 @@ void Engine::DraftWithModel(std::span<Slot* const> slots) {
     drafts.push_back({.draft = s->draft.get(), .sequence = s->job->history, .max_tokens = s->job->model_draft_want,
                       .min_probability = s->job->spec.speculation.min_draft_probability, .tokens = {}});
   }
+  const auto start = std::chrono::steady_clock::now();
   const Result<int32_t> passes = DraftByModels(drafts);
+  // The slots' drafts share these passes as their verify passes share a step: each is charged the
+  // whole time, as each is charged its step's (Record).
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!passes.ok()) {
     // Which session failed is not known, and a failed pass clears them all: new ones next time;
     // this step runs without drafts.
@@ -156,7 +161,7 @@ void Engine::DraftWithModel(std::span<Slot* const> slots) {
   metrics_->spec_draft_model_passes += *passes;
   for (size_t i = 0; i < slots.size(); ++i) {
     slots[i]->job->drafter->RecordModelDraft(slots[i]->job->model_draft_want,
-                                            static_cast<int32_t>(drafts[i].tokens.size()));
+                                            static_cast<int32_t>(drafts[i].tokens.size()), seconds);
     FinishDraft(*slots[i], drafts[i].tokens);
   }
 }

@@ -306,6 +306,26 @@ TEST(SpeculationGate, EmptyModelDraftsCountAsRejections) {
   EXPECT_EQ(empty.Choose(8), 0);
 }
 
+TEST(SpeculationGate, ADraftModelsOwnPassesCountAgainstItsDraft) {
+  // Verify passes nearly as cheap for 9 tokens as for 1 and drafts kept ~80% of the time: worth
+  // drafting most of 8 when drafting is free (lookups). A draft model whose token costs as much as the
+  // target's 1-token pass makes every draft dearer than what it saves: 1 + 0.8 tokens for
+  // 0.0105 + 0.010 s against 1 token for 0.010 s, and longer drafts worse still — the gate must not
+  // draft. Where a draft token costs a tenth of a pass, drafting pays again.
+  SpeculationGate free(8, true), dear(8, true), cheap(8, true);
+  for (SpeculationGate* g : {&free, &dear, &cheap}) {
+    for (int i = 0; i < 20; ++i) {
+      for (int32_t k = 0; k <= 8; ++k) g->Record(k, k == 0 ? 0 : (k * 4) / 5, 0.010 + 0.0005 * k, false);
+    }
+  }
+  dear.RecordDraftSeconds(4, 4 * 0.010);
+  cheap.RecordDraftSeconds(4, 4 * 0.001);
+  EXPECT_GE(free.Choose(8), 4);
+  EXPECT_EQ(dear.Choose(8), 0) << "acceptance " << dear.acceptance();
+  EXPECT_GT(cheap.Choose(8), 0);
+  EXPECT_DOUBLE_EQ(dear.draft_token_seconds(), 0.010);
+}
+
 TEST(Drafter, ADraftModelThatNeverDraftsIsAskedLessAndLess) {
   // The bundled model drafting for itself with a least probability of 1 (its most likely token is
   // never certain): each ask is a pass of the draft model and offers nothing. Session::Generate's
