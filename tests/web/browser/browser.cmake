@@ -67,14 +67,16 @@ kvq_apply_warnings(gpu_forward_fixture)
 set(KVQ_GPU_FORWARD_DIR "${PROJECT_BINARY_DIR}/gpu_forward_fixture")
 add_test(NAME web.gpu_forward_fixture COMMAND gpu_forward_fixture "${KVQ_GPU_FORWARD_DIR}")
 set_tests_properties(web.gpu_forward_fixture PROPERTIES FIXTURES_SETUP gpu_forward_cases)
-# One test per model (each well under a minute on SwiftShader).
-foreach(gpu_model stories260K qwen3-q1_0 qwen3-q4_0 qwen3-q4_k_m qwen35 qwen35moe qwen3next qwen3-q2_k qwen3-q3_k_m
-                  qwen3-q5_k_m qwen3-q4_1 qwen3-q2_0)
-  add_test(NAME web.gpu_forward.${gpu_model}
+# Two shards, each a page running every other model of the manifest (shard K: the models at index
+# i % 2 == K), so every model runs once, a new one included, and the two run side by side at -j2;
+# a test per model paid Chromium's launch, the module's load and the device's set-up twelve times.
+# Each failure names its model (gpu_attention_test.mjs --forward MODEL runs one by hand).
+foreach(shard 0 1)
+  add_test(NAME web.gpu_forward.shard${shard}
            COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --forward
-                   "${KVQ_GPU_FORWARD_DIR}" "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}" ${gpu_model})
-  set_tests_properties(web.gpu_forward.${gpu_model} PROPERTIES FIXTURES_REQUIRED "playwright;gpu_forward_cases"
-                       TIMEOUT 300)
+                   "${KVQ_GPU_FORWARD_DIR}" "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}" ${shard}/2)
+  set_tests_properties(web.gpu_forward.shard${shard} PROPERTIES FIXTURES_REQUIRED "playwright;gpu_forward_cases"
+                       TIMEOUT 600)
 endforeach()
 # The GPU's mixture-of-experts ops (routing, the chosen experts' matvecs, the whole MoE
 # feed-forward of a layer) against the module's RouteRow and MoeRows (tests/web/gpu/gpu_moe_page.js).

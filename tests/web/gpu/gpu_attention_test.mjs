@@ -2,7 +2,8 @@
 // the cases gpu_attention_fixture wrote with kvq's codecs (tests/web/gpu/gpu_attention_page.js runs
 // the checks in the page). A missing Chromium, playwright-core, fixture or WebGPU adapter fails it.
 // With `--forward` (then FIXTURE_DIR is gpu_forward_fixture's, followed by the web bundle's folder),
-// the page's GPU path instead (tests/web/gpu/gpu_forward_page.js: the module's step program).
+// the page's GPU path instead (tests/web/gpu/gpu_forward_page.js: the module's step program);
+// its CASE is a model's name, or "K/N" for shard K of N of the manifest's models (ModelsOf there).
 // With `--kv-device` (then FIXTURE_DIR is the web bundle), the C++ cache's device tier over WebGPU
 // (tests/web/gpu/gpu_kv_device_page.js: kvq.js's KvCache streaming into web/gpu/kv_device.js).
 // With `--device-loss` (FIXTURE_DIR is the web bundle), the GPU path losing its device
@@ -225,7 +226,8 @@ if (sampler) {
               `${result.failures.length} failures, worst error ${result.worst_error_over_bound?.toFixed(4)} of the bound, ` +
               `${result.seconds.toFixed(1)} s in the page`);
 } else if (forward) {
-  console.log(`gpu_attention_test --forward: ${result.models} models, ${result.runs} runs, ${result.positions} positions, ` +
+  console.log(`gpu_attention_test --forward: ${result.models} models (positions each ${JSON.stringify(result.positions_by_model)}), ` +
+              `${result.runs} runs, ${result.positions} positions, ` +
               `${result.failures.length} failures, worst |GPU - native| logit ${result.worst_logit_difference}, ` +
               `${result.near_ties} near-ties, bounds ${JSON.stringify(result.bounds)}, worst by KV spec ${JSON.stringify(result.worst_by_spec)}, per step ${JSON.stringify(result.per_step)}, ` +
               `weights ${JSON.stringify(result.tensor_types)}, architectures ${JSON.stringify(result.architectures)}, ` +

@@ -110,8 +110,20 @@ async function LoadModel(M, url, tokenizer_url) {
   return model;
 }
 
-// Returns {models, runs, positions, near_ties, failures, worst_logit_difference, per_step, seconds}.
-// only: run just the model of that name, or '' for all.
+// The manifest's models `only` picks: '' all of them; "K/N" (shard K of N) those at manifest index i
+// with i % N === K, so the N shards run every model once, a model added to the fixture included,
+// in N pages that share one Chromium, module and device set-up each (the set-up is the cost a test
+// per model paid again for each); any other text, the model of that name.
+function ModelsOf(manifest, only) {
+  const shard = /^(\d+)\/(\d+)$/.exec(only);
+  if (!shard) return manifest.models.filter((m) => !only || m.name === only);
+  const [k, n] = [Number(shard[1]), Number(shard[2])];
+  if (!(n > 0 && k < n)) throw new Error(`shard "${only}": K/N needs 0 <= K < N`);
+  return manifest.models.filter((m, i) => i % n === k);
+}
+
+// Returns {models, names, runs, positions, positions_by_model, near_ties, failures,
+// worst_logit_difference, per_step, seconds}; each failure names its model. only: ModelsOf's.
 export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
   const t0 = performance.now();
   const failures = [];
@@ -128,98 +140,107 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
   let positions = 0, worst = 0, runs = 0, near_ties = 0;
   const per_step = {}, architectures = {}, tensor_types = {}, bounds = {}, worst_by_spec = {}, step_ms = {}, prefill_dispatches = {};
   let resident_checks = 0;
-  const models = manifest.models.filter((m) => !only || m.name === only);
-  if (!models.length) fail(`no model named "${only}" in the manifest`);
+  const models = ModelsOf(manifest, only);
+  if (!models.length) fail(`no model named "${only}" in the manifest (or an empty shard)`);
+  const positions_by_model = {};
   for (const m of models) {
-    const model = await LoadModel(M, origin + m.model, m.tokenizer ? origin + m.tokenizer : '');
-    const {program, why_not} = GpuProgramOf(M, model);
-    if (!program) {
-      fail(`${m.name}: the GPU path refused it: ${why_not}`);
-      continue;
-    }
-    const runner = await GpuModelRunner.Create(M, device, model, program);
-    architectures[m.name] = program.config.arch;
-    tensor_types[m.name] = [...new Set(program.tensors.map((t) => `${t.type}/${t.layout}`))].join(' ');
-    const n_cache_layers = program.config.n_cache_layers;
-    const quantized = program.tensors.some((t) => WeightBlock(t.type).quantized_activation);
-    const own_spread = Math.max(...m.runs.map((r) => r.target_spread));
-    if (program.config.moe?.n_experts > 0 && !(own_spread <= kTargetSpreadFloor)) {
-      fail(`${m.name}: kvq's two targets differ by ${own_spread} (> ${kTargetSpreadFloor}): a routing flip between them?`);
-    }
-    const spread = Math.max(...manifest.models.filter((o) => o.name !== 'stories260K')
-                                 .flatMap((o) => o.runs.map((r) => r.target_spread)));
-    const bound = quantized ? kBound + 2 * Math.max(spread, kTargetSpreadFloor) : kBound;
-    bounds[m.name] = bound;
-    for (const run of m.runs) {
-      ++runs;
-      const native = new Float32Array((await Bytes(`${fixture_url}/${run.file}`)).buffer);
-      const what = `${m.name} "${run.prompt}" ${run.spec}`;
-      runner.NewSequence(run.spec, run.spec);
-      const want_path = ResidentWhyNot(run.spec, run.spec) ? 'stream' : 'resident';
-      if (runner.path !== want_path) fail(`${what}: the ${runner.path} path ran, expected ${want_path} (${runner.path_why})`);
-      const per_token = want_path === 'resident' ? 1 : n_cache_layers + 1;
-      const golden = run.spec === 'f32' ? m.golden?.find((g) => g.prompt === run.prompt)?.ids : undefined;
-      if (m.golden && run.spec === 'f32' && !golden) fail(`${what}: no golden run for this prompt`);
-      for (let p = 0; p + 1 < run.ids.length; ++p) {
-        const before = {...runner.counts};
-        const {token, logits} = await runner.Step(run.ids[p], {logits: true});
-        ++positions;
-        const readbacks = runner.counts.readbacks - before.readbacks, submits = runner.counts.submits - before.submits;
-        const kv_device_submits = runner.counts.device_submits - before.device_submits;
-        if (readbacks !== per_token || submits !== per_token || kv_device_submits !== 0) {
-          fail(`${what} position ${p}: ${readbacks} readbacks, ${submits} submits and ${kv_device_submits} KV device ` +
-               `submits (expected ${per_token}, ${per_token} and 0: the ${runner.path} path)`);
-        }
-        per_step[`${m.name} ${runner.path}`] = {readbacks, submits, kv_device_submits};
-        const want = native.subarray(p * m.vocab, (p + 1) * m.vocab);
-        let diff = 0, best = 0, second = -Infinity;
-        for (let i = 0; i < m.vocab; ++i) {
-          diff = Math.max(diff, Math.abs(logits[i] - want[i]));
-          if (want[i] > want[best]) best = i;
-        }
-        for (let i = 0; i < m.vocab; ++i) if (i !== best) second = Math.max(second, want[i]);
-        worst = Math.max(worst, diff);
-        worst_by_spec[`${m.name} ${run.spec}`] = Math.max(worst_by_spec[`${m.name} ${run.spec}`] || 0, diff);
-        if (!(diff <= bound)) {
-          fail(`${what} position ${p}: logits differ from native kvq's by ${diff} (> ${bound})`);
-          break;
-        }
-        if (p < run.n_prompt - 1) continue;
-        if (token !== run.ids[p + 1]) {
-          if (want[best] - second <= 2 * bound) {
-            ++near_ties;
-          } else {
-            fail(`${what} position ${p}: the GPU's greedy id ${token}, native kvq's ${run.ids[p + 1]}`);
+    // A model's exception fails that model, named, and the shard goes on to the next.
+    try {
+      const positions_before = positions;
+      const model = await LoadModel(M, origin + m.model, m.tokenizer ? origin + m.tokenizer : '');
+      const {program, why_not} = GpuProgramOf(M, model);
+      if (!program) {
+        fail(`${m.name}: the GPU path refused it: ${why_not}`);
+        continue;
+      }
+      const runner = await GpuModelRunner.Create(M, device, model, program);
+      architectures[m.name] = program.config.arch;
+      tensor_types[m.name] = [...new Set(program.tensors.map((t) => `${t.type}/${t.layout}`))].join(' ');
+      const n_cache_layers = program.config.n_cache_layers;
+      const quantized = program.tensors.some((t) => WeightBlock(t.type).quantized_activation);
+      const own_spread = Math.max(...m.runs.map((r) => r.target_spread));
+      if (program.config.moe?.n_experts > 0 && !(own_spread <= kTargetSpreadFloor)) {
+        fail(`${m.name}: kvq's two targets differ by ${own_spread} (> ${kTargetSpreadFloor}): a routing flip between them?`);
+      }
+      const spread = Math.max(...manifest.models.filter((o) => o.name !== 'stories260K')
+                                   .flatMap((o) => o.runs.map((r) => r.target_spread)));
+      const bound = quantized ? kBound + 2 * Math.max(spread, kTargetSpreadFloor) : kBound;
+      bounds[m.name] = bound;
+      for (const run of m.runs) {
+        ++runs;
+        const native = new Float32Array((await Bytes(`${fixture_url}/${run.file}`)).buffer);
+        const what = `${m.name} "${run.prompt}" ${run.spec}`;
+        runner.NewSequence(run.spec, run.spec);
+        const want_path = ResidentWhyNot(run.spec, run.spec) ? 'stream' : 'resident';
+        if (runner.path !== want_path) fail(`${what}: the ${runner.path} path ran, expected ${want_path} (${runner.path_why})`);
+        const per_token = want_path === 'resident' ? 1 : n_cache_layers + 1;
+        const golden = run.spec === 'f32' ? m.golden?.find((g) => g.prompt === run.prompt)?.ids : undefined;
+        if (m.golden && run.spec === 'f32' && !golden) fail(`${what}: no golden run for this prompt`);
+        for (let p = 0; p + 1 < run.ids.length; ++p) {
+          const before = {...runner.counts};
+          const {token, logits} = await runner.Step(run.ids[p], {logits: true});
+          ++positions;
+          const readbacks = runner.counts.readbacks - before.readbacks, submits = runner.counts.submits - before.submits;
+          const kv_device_submits = runner.counts.device_submits - before.device_submits;
+          if (readbacks !== per_token || submits !== per_token || kv_device_submits !== 0) {
+            fail(`${what} position ${p}: ${readbacks} readbacks, ${submits} submits and ${kv_device_submits} KV device ` +
+                 `submits (expected ${per_token}, ${per_token} and 0: the ${runner.path} path)`);
+          }
+          per_step[`${m.name} ${runner.path}`] = {readbacks, submits, kv_device_submits};
+          const want = native.subarray(p * m.vocab, (p + 1) * m.vocab);
+          let diff = 0, best = 0, second = -Infinity;
+          for (let i = 0; i < m.vocab; ++i) {
+            diff = Math.max(diff, Math.abs(logits[i] - want[i]));
+            if (want[i] > want[best]) best = i;
+          }
+          for (let i = 0; i < m.vocab; ++i) if (i !== best) second = Math.max(second, want[i]);
+          worst = Math.max(worst, diff);
+          worst_by_spec[`${m.name} ${run.spec}`] = Math.max(worst_by_spec[`${m.name} ${run.spec}`] || 0, diff);
+          if (!(diff <= bound)) {
+            fail(`${what} position ${p}: logits differ from native kvq's by ${diff} (> ${bound})`);
+            break;
+          }
+          if (p < run.n_prompt - 1) continue;
+          if (token !== run.ids[p + 1]) {
+            if (want[best] - second <= 2 * bound) {
+              ++near_ties;
+            } else {
+              fail(`${what} position ${p}: the GPU's greedy id ${token}, native kvq's ${run.ids[p + 1]}`);
+              break;
+            }
+          }
+          if (golden && p + 1 < golden.length && token !== golden[p + 1]) {
+            fail(`${what} position ${p}: the GPU's greedy id ${token}, run.c's ${golden[p + 1]}`);
             break;
           }
         }
-        if (golden && p + 1 < golden.length && token !== golden[p + 1]) {
-          fail(`${what} position ${p}: the GPU's greedy id ${token}, run.c's ${golden[p + 1]}`);
-          break;
+      }
+      runner.Destroy();
+      let resident_formats = m.name === 'stories260K' ? kEncoderFormats
+          : program.states && Object.keys(program.states).length ? kHybridResidentFormats : kWeightModelResidentFormats;
+      if (kResidentFormats[m.name]) {
+        resident_formats = kResidentFormats[m.name];
+        const split = Object.values(kResidentFormats).flat().sort().join(','), registry = [...kEncoderFormats].sort().join(',');
+        if (split !== registry) fail(`the qwen3 synths split the formats ${split} between them; the registry has ${registry}`);
+        const c = program.config;
+        if (Object.entries(kSharedKvShape).some(([k, v]) => c[k] !== v)) {
+          fail(`${m.name}: KV shape ${c.n_layers} layers × ${c.n_kv_heads} heads × ${c.head_dim}, not the shared ` +
+               `${JSON.stringify(kSharedKvShape)} its share of the resident-vs-streamed formats assumes`);
         }
       }
+      const resident = await CheckResidentPath(M, device, model, program, m.runs[0].ids, m.name, fail, resident_formats);
+      resident_checks += resident.checks;
+      step_ms[m.name] = resident.timing;
+      prefill_dispatches[m.name] = resident.dispatches;
+      positions_by_model[m.name] = positions - positions_before;
+      if (!positions_by_model[m.name]) fail(`${m.name}: no position ran`);
+      M._kvq_web_model_free(model);
+    } catch (e) {
+      fail(`${m.name}: ${e.stack || e.message}`);
     }
-    runner.Destroy();
-    let resident_formats = m.name === 'stories260K' ? kEncoderFormats
-        : program.states && Object.keys(program.states).length ? kHybridResidentFormats : kWeightModelResidentFormats;
-    if (kResidentFormats[m.name]) {
-      resident_formats = kResidentFormats[m.name];
-      const split = Object.values(kResidentFormats).flat().sort().join(','), registry = [...kEncoderFormats].sort().join(',');
-      if (split !== registry) fail(`the qwen3 synths split the formats ${split} between them; the registry has ${registry}`);
-      const c = program.config;
-      if (Object.entries(kSharedKvShape).some(([k, v]) => c[k] !== v)) {
-        fail(`${m.name}: KV shape ${c.n_layers} layers × ${c.n_kv_heads} heads × ${c.head_dim}, not the shared ` +
-             `${JSON.stringify(kSharedKvShape)} its share of the resident-vs-streamed formats assumes`);
-      }
-    }
-    const resident = await CheckResidentPath(M, device, model, program, m.runs[0].ids, m.name, fail, resident_formats);
-    resident_checks += resident.checks;
-    step_ms[m.name] = resident.timing;
-    prefill_dispatches[m.name] = resident.dispatches;
-    M._kvq_web_model_free(model);
   }
   device.destroy();
-  return {models: models.length, runs, positions, near_ties, failures, worst_logit_difference: worst, per_step,
+  return {models: models.length, names: models.map((m) => m.name), positions_by_model, runs, positions, near_ties, failures, worst_logit_difference: worst, per_step,
           architectures, tensor_types, bounds, worst_by_spec, resident_checks, step_ms,
           prefill_dispatches,
           seconds: (performance.now() - t0) / 1000};
