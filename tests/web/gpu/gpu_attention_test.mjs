@@ -235,6 +235,10 @@ if (sampler) {
               `under load: not claims) ${JSON.stringify(result.step_ms)}, prefill dispatches in blocks/per token ` +
               `(attend, KV encode, weight) ${JSON.stringify(result.prefill_dispatches)}, ` +
               `${result.seconds?.toFixed(1)} s in the page`);
+  // Per model, so one model's flood of failures past the 50 printed below hides no other's.
+  const by_model = Object.fromEntries((result.names ?? []).map((n) => [n, result.failures.filter(
+      (f) => f.startsWith(`${n} `) || f.startsWith(`${n}:`)).length]));
+  console.log(`gpu_attention_test --forward: failures by model ${JSON.stringify(by_model)}`);
 } else {
   console.log(`gpu_attention_test: ${result.cases} cases, ${result.checks} checks, ${result.failures.length} failures, ` +
               `worst error ${result.worst_error_over_bound?.toFixed(4)} of the bound, ${result.seconds.toFixed(1)} s in the page`);
