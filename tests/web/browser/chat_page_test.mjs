@@ -154,6 +154,7 @@ async function StopALongReply(page) {
   return LastReply(page);
 }
 
+// Returns the page, for SeedsThroughTheServer.
 async function ThroughTheServer(browser, base) {
   const page = await OpenPage(browser, `${base}/`, 'server page');
   Expect(new URL(page.url()).pathname === '/chat/', `/ leads to the chat page (${page.url()})`);
@@ -214,7 +215,7 @@ async function ThroughTheServer(browser, base) {
   await WaitIdle(page);
   Expect((await LastReply(page)).state === 'done', 'after Stop the page replies again');
   await page.screenshot({path: path.join(out_dir, 'chat_page_server_stopped.png'), fullPage: true});
-  await page.close();
+  return page;
 }
 
 async function InTheTab(browser, base) {
@@ -330,9 +331,9 @@ async function SampledReply(page, seed) {
   return LastReply(page);
 }
 
-// The server's sampler: kvq's defaults top-k 40, min-p 0.05; the server's int8 KV.
-async function SeedsThroughTheServer(browser, base) {
-  const page = await OpenPage(browser, `${base}/`, 'server page, seeds');
+// The server's sampler: kvq's defaults top-k 40, min-p 0.05; the server's int8 KV. On the page
+// ThroughTheServer left (SampledReply clears the conversation and sets every field it depends on).
+async function SeedsThroughTheServer(page) {
   const replies = {};
   for (const seed of [...kSeeds, kRounded]) {
     replies[seed] = await SampledReply(page, seed);
@@ -436,8 +437,7 @@ async function Main() {
                                                 '--use-vulkan=swiftshader', '--use-webgpu-adapter=swiftshader']});
   try {
     for (let i = 0; i < 100 && (await fetch(`${base}/health`)).status !== 200; ++i) await Sleep(100);
-    await ThroughTheServer(browser, base);
-    await SeedsThroughTheServer(browser, base);
+    await SeedsThroughTheServer(await ThroughTheServer(browser, base));
     await InTheTab(browser, base);
     await OnTheTabsGpu(browser, base);
     await Standalone(browser);

@@ -132,26 +132,35 @@ async function FullContext(page, synth) {
   }
 }
 
-// A chat on the GPU path (the page opened with ?gpu=1, as the chat page's in-tab runtime runs it:
-// the worker's generate in chat mode) with the bundled stories260K and ChatML-like turns as plain
-// text: three turns, then one that edits turn 2's message. Each turn keeps what the held sequence
-// shares with its prompt and prefills only the rest (timing.n_reused, and the GPU's own count of
-// prefilled tokens); each turn's ids equal a fresh sequence's over the same prompt (greedy), bit
-// for bit. The turns cross the 256-position page of the cache, and the edit goes back into a page
-// already written behind to the master, so the truncation cuts the master and the GPU-resident
-// pages both, and the edit's reply fills that page again (written behind anew). On three KV
-// paths: resident (f32), mixed (a device budget that keeps 1 page per layer resident: the edit
-// brings an evicted page back from the master) and stream (int4-kivi, no GPU encoder: the master
-// alone is cut, down to a whole 32-key group where the edit splits one).
-const kChatTurns = [['Once upon a time', 100], ['Tell me about the cat.', 100], ['What did the dog do?', 40]];
-const kChatEdit = ['Tell me about the big red ball.', 100];  // replaces turn 2's message
+// A chat on the GPU path (device 'gpu' asked for each turn, as the chat page's in-tab runtime on
+// ?gpu=1 takes it: the worker's generate in chat mode) with the bundled stories260K and ChatML-like
+// turns as plain text: three turns, then one that edits turn 2's message. Each turn keeps what the
+// held sequence shares with its prompt and prefills only the rest (timing.n_reused, and the GPU's
+// own count of prefilled tokens); each turn's ids equal a fresh sequence's over the same prompt
+// (greedy), bit for bit (the mixed path, which must be the resident one bit for bit, against the
+// resident path's fresh sequences). The turns cross the 256-position page of the cache, and the
+// edit goes back into a page already written behind to the master, so the truncation cuts the
+// master and the GPU-resident pages both, and the edit's reply fills that page again (written
+// behind anew). On three KV paths: resident (f32), mixed (a device budget that keeps 1 page per
+// layer resident: the edit brings an evicted page back from the master) and stream (int4-kivi, no
+// GPU encoder: the master alone is cut, down to a whole 32-key group where the edit splits one).
+// Each turn's length is the fewest tokens that still reach its point (every turn is decoded twice
+// on SwiftShader, the chat and its fresh reference): turn 1 (46 prompt ids + 100) leaves the edit's
+// cut at 176 < 256; turn 2 (58 more + 60) ends at 264, past the page; turn 3 only needs to leave
+// more held than the edit shares (8 tokens); the edit (61 more + 60) ends at 267, past the page
+// again. The checks below assert each of these, so a change that moves them fails, never passes.
+const kChatTurns = [['Once upon a time', 100], ['Tell me about the cat.', 60], ['What did the dog do?', 8]];
+const kChatEdit = ['Tell me about the big red ball.', 60];  // replaces turn 2's message
 const User = (text) => `<|im_start|>user\n${text}<|im_end|>\n<|im_start|>assistant\n`;
 // stories260K: 5 layers, 4 KV heads of 8 dims, so a page of 256 f32 positions holds K and V of
 // 256 · 32 · 4 · 2 = 64 KiB; a budget of 2 streaming slots and 5 pages keeps one page per layer.
 const kMixedBudget = (2 + 5) * 65536;
 const kKiviGroup = 32;  // int4-kivi's key groups (src/formats/kivi/kivi.h's kKiviGroupRows)
 
-async function GpuChat(page, kv_k, budget, want_path) {
+// Returns {where, prompts, fresh}: the arm's name, the turns' prompts and the fresh sequences' ids over them. With
+// `references` (another arm's return) no fresh sequences are run: this arm's prompts must be that
+// arm's and its ids that arm's fresh ids, which holds where the two paths are bit for bit the same.
+async function GpuChat(page, kv_k, budget, want_path, references = null) {
   const where = `${kv_k}${budget ? `, budget ${budget}` : ''}`;
   const Turn = (prompt, max_tokens) => Generate(page, {
     prompt, max_tokens, device: 'gpu', chat: true, kv_k, device_budget_bytes: budget});
@@ -198,20 +207,40 @@ async function GpuChat(page, kv_k, budget, want_path) {
                     `${what}: the sequence is cut back from ${held.length} to ${t.n_reused} positions, into a written-behind page`);
     }
   }
-  // Fresh sequences over the same prompts: a generation with other KV specs (or another budget)
-  // in between makes the next one start anew.
-  for (const [k, [prompt, n]] of prompts.entries()) {
-    const what = `${where}, ${k === 3 ? 'the edit' : `turn ${k + 1}`}`;
-    const other = await Generate(page, budget ? {prompt: 'x', max_tokens: 1, device: 'gpu', chat: true, kv_k,
-                                                 device_budget_bytes: 0} :
-                                                {prompt: 'x', max_tokens: 1, device: 'gpu', chat: true, kv_k: 'f16'});
+  const Name = (k) => `${where}, ${k === 3 ? 'the edit' : `turn ${k + 1}`}`;
+  // The edit's reply runs past the page it was cut into, so that page is written behind anew.
+  checks.Expect(turns[3].ids.length > 256, `${Name(3)}: the reply ends at ${turns[3].ids.length} positions, past the page`);
+  // Another budget (or KV spec) in between makes the next generation start anew.
+  const Other = () => Generate(page, budget ? {prompt: 'x', max_tokens: 1, device: 'gpu', chat: true, kv_k,
+                                               device_budget_bytes: 0} :
+                                              {prompt: 'x', max_tokens: 1, device: 'gpu', chat: true, kv_k: 'f16'});
+  const ExpectOtherIsNew = (other, what) =>
     checks.Expect(other.stats.gpu.sequence === 'new' && /differ/.test(other.stats.gpu.sequence_why),
                   `${what}: another ${budget ? 'budget' : 'KV spec'} starts a new sequence (${other.stats.gpu.sequence_why})`);
+  if (references) {
+    // The mixed path is bit for bit the resident one (web.gpu_kv_mixed checks it for every format),
+    // so this chat must have the same prompts and the resident arm's fresh ids: running fresh
+    // sequences again here would only repeat them.
+    ExpectOtherIsNew(await Other(), where);
+    for (const [k, [prompt]] of prompts.entries()) {
+      checks.Expect(prompt === references.prompts[k][0],
+                    `${Name(k)}: the prompt is the ${references.where} chat's (${prompt.length} chars)`);
+      checks.SameIds(`${Name(k)}: the chat's ids against the ${references.where} fresh sequence's`, turns[k].ids,
+                     references.fresh[k]);
+    }
+    return {where, prompts, fresh: references.fresh};
+  }
+  // Fresh sequences over the same prompts.
+  const fresh_ids = [];
+  for (const [k, [prompt, n]] of prompts.entries()) {
+    ExpectOtherIsNew(await Other(), Name(k));
     const fresh = await Turn(prompt, n);
     checks.Expect(fresh.stats.gpu.sequence === 'new' && fresh.timing.n_reused === 0,
-                  `${what}: the reference is a fresh sequence (${fresh.timing.n_reused} reused)`);
-    checks.SameIds(`${what}: the chat's ids against a fresh sequence's`, turns[k].ids, fresh.ids);
+                  `${Name(k)}: the reference is a fresh sequence (${fresh.timing.n_reused} reused)`);
+    checks.SameIds(`${Name(k)}: the chat's ids against a fresh sequence's`, turns[k].ids, fresh.ids);
+    fresh_ids.push(fresh.ids);
   }
+  return {where, prompts, fresh: fresh_ids};
 }
 
 async function Main() {
@@ -219,13 +248,13 @@ async function Main() {
   const {server, base} = await Serve(checks, bundle);
   const browser = await LaunchChromium(checks, npm_dir);
   try {
-    const {page: gpu_page} = await OpenPage(checks, browser, base, '?gpu=1');
-    await GpuChat(gpu_page, 'f32', 0, 'resident');
-    await GpuChat(gpu_page, 'f32', kMixedBudget, 'mixed');
-    await GpuChat(gpu_page, 'int4-kivi', 0, 'stream');
-    await gpu_page.close();
+    // One page for all: each generation names its device, so ?gpu=1 (which only changes what
+    // 'auto' picks and how a picked GGUF loads) would change none of the runs below.
     const {page, info} = await OpenPage(checks, browser, base, '');
-    if (!info.gpu) checks.Fail(`no WebGPU adapter (${info.gpu_why_not}), though Chromium runs with SwiftShader's`);
+    if (!info.gpu) checks.Fatal(`no WebGPU adapter (${info.gpu_why_not}), though Chromium runs with SwiftShader's`);
+    const resident = await GpuChat(page, 'f32', 0, 'resident');
+    await GpuChat(page, 'f32', kMixedBudget, 'mixed', resident);
+    await GpuChat(page, 'int4-kivi', 0, 'stream');
     await StopStrings(page);
     await EndTokenAndLength(page);
     await BadOptions(page);
