@@ -176,7 +176,8 @@ class SpeculationGate {
   /// `drafts_by_model`: the drafts come from a draft model, whose every try costs a pass of it
   /// (drafted or not), so after stopping it tries again more slowly than for lookups.
   explicit SpeculationGate(int32_t max_draft, bool drafts_by_model = false);
-  /// Tokens of a draft of `available` tokens worth running in the next pass (0: none).
+  /// Tokens of a draft of `available` tokens worth running in the next pass (0: none). None until
+  /// a pass without a draft has been recorded: that pass is what every draft is weighed against.
   int32_t Choose(int32_t available) const;
   /// Records a pass of 1 + drafted tokens that took `seconds` and kept `accepted` drafted tokens.
   /// A pass run without a draft that existed (`gated`) moves the acceptance a little back toward

@@ -167,15 +167,10 @@ SpeculationGate::SpeculationGate(int32_t max_draft, bool drafts_by_model)
 
 double SpeculationGate::PassSeconds(int32_t tokens) const {
   if (seconds_[tokens - 1] > 0) return seconds_[tokens - 1];
-  // Timed counts, with the 1-token pass estimated from the shortest timed one when it has not run.
-  std::vector<std::pair<int32_t, double>> timed;  // (tokens, seconds), increasing tokens
+  // Timed counts (the 1-token pass always: Choose asks only after it ran), increasing tokens.
+  std::vector<std::pair<int32_t, double>> timed;  // (tokens, seconds)
   for (int32_t b = 1; b <= max_draft_ + 1; ++b) {
     if (seconds_[b - 1] > 0) timed.emplace_back(b, seconds_[b - 1]);
-  }
-  if (timed.empty()) return 1.0 + kPriorSlope * (tokens - 1);  // only ratios matter to Choose
-  if (timed.front().first != 1) {
-    const auto [b, t] = timed.front();
-    timed.insert(timed.begin(), {1, t / (1.0 + kPriorSlope * (b - 1))});
   }
   // Between the nearest timed counts, linearly; past the largest, along the line from the 1-token
   // pass to it (the prior's slope when only the 1-token pass is known).
@@ -193,13 +188,16 @@ double SpeculationGate::PassSeconds(int32_t tokens) const {
 }
 
 int32_t SpeculationGate::Choose(int32_t available) const {
+  // Every draft is weighed against the 1-token pass, so it is timed before any draft. Estimated
+  // from a drafted pass through the prior's slope instead, a verify pass dearer per drafted token
+  // than the prior says made the 1-token pass look dearer than it is and drafting cheaper, and a
+  // gate that kept drafting never ran the pass that would have said otherwise.
+  if (seconds_[0] <= 0) return 0;
   const int32_t most = std::min(available, max_draft_);
   // Tokens a pass of k drafts yields on average: 1 + a + a² + … + a^k (a draft stops at its first
   // rejected token), per second of such a pass.
-  // A draft model's k tokens cost k of its passes first (counted once a verify pass was timed:
-  // before that PassSeconds is in the prior's units, not seconds).
-  const bool timed = std::any_of(seconds_.begin(), seconds_.end(), [](double t) { return t > 0; });
-  const double per_drafted = timed ? draft_token_seconds_ : 0.0;
+  // A draft model's k tokens cost k of its passes first.
+  const double per_drafted = draft_token_seconds_;
   int32_t best = 0;
   double best_rate = 1.0 / PassSeconds(1), yield = 1.0, term = 1.0;
   for (int32_t k = 1; k <= most; ++k) {

@@ -288,6 +288,25 @@ TEST(SpeculationGate, ExpensivePassesAreNotWorthAPoorDraft) {
   EXPECT_EQ(gate.Choose(4), 0);
 }
 
+TEST(SpeculationGate, NoDraftUntilAPassWithoutOneIsTimed) {
+  // Drafted passes alone, each (k + 1)x a 1-token pass (compute-bound) with half the drafts kept:
+  // drafting 4 yields 1.94 tokens per 0.05 s, 39 a second, against 100 a second plainly. Estimated
+  // from the 5-token pass through the prior's slope (1 + 0.1 k), the 1-token pass would be 0.036 s,
+  // 28 a second, and drafting would look better than not: so no draft until the 1-token pass ran.
+  SpeculationGate gate(4);
+  for (int i = 0; i < 20; ++i) gate.Record(4, 2, 0.05, false);
+  EXPECT_EQ(gate.Choose(4), 0);
+  gate.Record(0, 0, 0.01, true);
+  EXPECT_EQ(gate.Choose(4), 0);
+  // Memory-bound passes (a 5-token pass 1.1x the 1-token one) and the same acceptance: worth it.
+  SpeculationGate cheap(4);
+  EXPECT_EQ(cheap.Choose(4), 0);
+  cheap.Record(0, 0, 0.010, false);
+  EXPECT_GT(cheap.Choose(4), 0);
+  for (int i = 0; i < 20; ++i) cheap.Record(4, 2, 0.011, false);
+  EXPECT_GT(cheap.Choose(4), 0);
+}
+
 TEST(SpeculationGate, EmptyModelDraftsCountAsRejections) {
   // Memory-bound passes and the prior acceptance: the gate drafts. A draft model that is asked
   // and offers nothing (never confident enough) must turn it off; recorded as a plain pass of no
