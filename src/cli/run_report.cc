@@ -41,8 +41,9 @@ std::string ModelBanner(const std::string& command, const Model& model, const Se
 
 std::string ProgressBar(double fraction, int width) {
   const int filled = static_cast<int>(std::clamp(fraction, 0.0, 1.0) * width);
-  return "[" + std::string(static_cast<size_t>(filled), '#') + std::string(static_cast<size_t>(width - filled), ' ') +
-         "]";
+  // fmt, not "[" + std::string(...): g++ 12 warns -Wrestrict on that (a false positive, GCC PR 105329).
+  return fmt::format("[{}{}]", std::string(static_cast<size_t>(filled), '#'),
+                     std::string(static_cast<size_t>(width - filled), ' '));
 }
 
 PromptProgress::PromptProgress(std::string command, bool terminal, Clock::duration delay,

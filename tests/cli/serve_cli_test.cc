@@ -183,7 +183,10 @@ TEST(ServeCli, ASecondServerOnATakenPortExitsNamingItAndTheFirstKeepsServing) {
   std::string ids;
   const json tokens = json::parse(tok->body)["tokens"];
   ASSERT_FALSE(tokens.empty());
-  for (const json& id : tokens) ids += (ids.empty() ? "" : " ") + std::to_string(id.get<int>());
+  for (const json& id : tokens) {
+    if (!ids.empty()) ids += ' ';
+    ids += std::to_string(id.get<int>());
+  }
   EXPECT_EQ(ids + "\n", cli.out);
   httplib::Result detok = client.Post("/detokenize", tok->body, "application/json");
   ASSERT_TRUE(detok);
