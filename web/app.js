@@ -192,8 +192,21 @@ function ShowProgress(m) {
       `${g.readbacks_per_step.toFixed(1)} readbacks a token` +
       (g.kv_streamed_bytes_per_step ? `, ${Bytes(g.kv_streamed_bytes_per_step)} of KV streamed from the master a token` : '') :
       'none (this run is on the CPU)';
+  $('st-gpu-events').textContent = g ? DeviceEventsText(g.device_events) : '–';
   ShowHeap(m.stats.heap_bytes);
   if (s) ShowHeld(m.stats.heap_bytes, g ? g.weight_bytes + kv_gpu : 0, s.kv_bytes);
+}
+
+// The devices lost during this generation (worker_gpu.js's device_events: where the sequence went
+// on, and what ran again there), in words; a loss is recovered from, never an error the user sees.
+function DeviceEventsText(events) {
+  if (!events?.length) return 'not lost during this generation';
+  return events.map((e) => {
+    const again = e.replayed?.positions ? `; ${Int(e.replayed.positions)} positions ran again there` +
+        (e.replayed.ms !== undefined ? ` in ${e.replayed.ms.toFixed(0)} ms` : '') : '';
+    return `lost at position ${Int(e.position)}: went on ${e.to === 'gpu' ? 'on a new WebGPU device' :
+        'on the CPU (WebAssembly)'}${again} — ${e.why}`;
+  }).join('; then ');
 }
 
 // The model held once: heap + GPU buffers against 1.15 x the file + the KV + the module's scratch
@@ -500,4 +513,7 @@ window.kvqPage = {
   loadProgress: () => page.load_progress.slice(),
   formats: () => page.formats.slice(),
   stop: Stop,
+  // Destroys the WebGPU device the GPU path holds, as a driver reset or a GPU process crash loses
+  // it: the next generation goes on on a new device (or the CPU) and the page says so.
+  loseDevice: async () => (await ready, Ask('lose_device')),
 };

@@ -520,6 +520,14 @@ async function Bench(id, p) {
                cpu: `WebAssembly (Highway target ${api.simdTarget()}), ${threads} thread(s)`}});
 }
 
+// kvqPage.loseDevice: the device the GPU path holds destroyed, as a lost device behaves; the
+// runner notices at its next step (device.lost) and goes on on a new device or the CPU.
+function LoseDevice() {
+  if (!gpu_step?.device) throw new Error('no WebGPU device is in use: run a generation on the GPU path first');
+  gpu_step.device.destroy();
+  return {lost: true};
+}
+
 const handlers = {
   init: (m) => Init(m),
   load_bundled: (m) => LoadBundled(m.id),
@@ -528,6 +536,7 @@ const handlers = {
   generate: (m) => Generate(m.id, m.params),
   bench: (m) => Bench(m.id, m.params ?? {}),
   stats: () => Stats(),
+  lose_device: () => LoseDevice(),
   // The chat page's in-tab runtime (chat/transport.js): the loaded model's chat template rendered
   // in the module. m: {messages: [{role, content}], add_generation_prompt, template_override (Jinja
   // source; '' or absent: the model's)} → {prompt, template}.

@@ -243,6 +243,32 @@ async function GpuChat(page, kv_k, budget, want_path, references = null) {
   return {where, prompts, fresh: fresh_ids};
 }
 
+// The WebGPU device lost between two chat turns (kvqPage.loseDevice: device.destroy(), as a driver
+// reset loses it): the next turn goes on on a new device — a new sequence (the resident pages went
+// with the device), its ids a fresh sequence's bit for bit — and the page's "GPU device" row says
+// where it went on and why; the turn after it on the same device says nothing was lost.
+async function DeviceLostBetweenTurns(page) {
+  const prompt = User('Once upon a time'), max_tokens = 12;
+  const Turn = () => Generate(page, {prompt, max_tokens, device: 'gpu', chat: true, kv_k: 'f16'});
+  const first = await Turn();
+  checks.Expect(first.stats.gpu.device_events.length === 0 &&
+                /not lost/.test(await Text(page, '#st-gpu-events')),
+                `device loss: before it, the page says the device was not lost ("${await Text(page, '#st-gpu-events')}")`);
+  await page.evaluate(() => window.kvqPage.loseDevice());
+  const after = await Turn();
+  const events = after.stats.gpu.device_events, shown = await Text(page, '#st-gpu-events');
+  checks.Expect(events.length === 1 && events[0].to === 'gpu' && /destroyed/.test(events[0].why),
+                `device loss: the turn after it went on on a new device (${JSON.stringify(events)})`);
+  checks.Expect(after.stats.gpu.sequence === 'new',
+                `device loss: the turn starts a new sequence (${after.stats.gpu.sequence_why})`);
+  checks.Expect(/^lost at position \d+: went on on a new WebGPU device/.test(shown) && shown.includes(events[0].why),
+                `device loss: the page's GPU device row names it ("${shown}")`);
+  checks.SameIds('device loss: the turn on the new device against the turn before the loss', after.ids, first.ids);
+  const next = await Turn();
+  checks.Expect(next.stats.gpu.device_events.length === 0 && /not lost/.test(await Text(page, '#st-gpu-events')),
+                `device loss: the next turn on the new device lost nothing ("${await Text(page, '#st-gpu-events')}")`);
+}
+
 async function Main() {
   const synth = Synth(kvq_cli, tmp, 'synth-llama-ctx40.gguf', kSynthArgs);
   const {server, base} = await Serve(checks, bundle);
@@ -258,6 +284,7 @@ async function Main() {
     await StopStrings(page);
     await EndTokenAndLength(page);
     await BadOptions(page);
+    await DeviceLostBetweenTurns(page);
     await FullContext(page, synth);
   } finally {
     await browser.close();
