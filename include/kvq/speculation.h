@@ -181,8 +181,10 @@ class SpeculationGate {
   int32_t Choose(int32_t available) const;
   /// Records a pass of 1 + drafted tokens that took `seconds` and kept `accepted` drafted tokens.
   /// A pass run without a draft that existed (`gated`) moves the acceptance a little back toward
-  /// its prior, so a gate that stopped drafting tries again later.
-  void Record(int32_t drafted, int32_t accepted, double seconds, bool gated);
+  /// its prior, so a gate that stopped drafting tries again later. `ended`: the completion ended
+  /// at the last of the `accepted` (DraftJudgement::ended; `accepted` its matched()), so the
+  /// drafted tokens after it were never judged and do not count as rejected.
+  void Record(int32_t drafted, int32_t accepted, double seconds, bool gated, bool ended = false);
   /// A draft model was asked for tokens and offered none (its most likely token was below the
   /// least probability): its pass cost time and drafted nothing, so it counts as a draft whose
   /// first token was rejected. Without this a draft model that is never confident enough would
@@ -235,8 +237,8 @@ class Drafter {
   /// at most `most`; *gated: fewer than `most`.
   int32_t ModelDraftLength(int32_t most, bool* gated) const;
   /// Records a pass (SpeculationGate::Record).
-  void Record(int32_t drafted, int32_t accepted, double seconds, bool gated) {
-    gate_.Record(drafted, accepted, seconds, gated);
+  void Record(int32_t drafted, int32_t accepted, double seconds, bool gated, bool ended = false) {
+    gate_.Record(drafted, accepted, seconds, gated, ended);
   }
   /// A draft model asked for `wanted` tokens drafted `drafted` in `seconds` (Next records this
   /// itself; kvq serve, which drafts with DraftByModels, calls it): none of `wanted` > 0 is

@@ -371,7 +371,8 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
     pending = judged->drawn;
     const int32_t ran = 1 + judged->accepted;
     if (Status st = KeepDraftedPrefix(*this, before, pass, ran, checkpoint); !st.ok()) return failed(st);
-    drafter.Record(drafted, judged->matched(), std::chrono::duration<double>(Clock::now() - pass_start).count(), gated);
+    drafter.Record(drafted, judged->matched(), std::chrono::duration<double>(Clock::now() - pass_start).count(), gated,
+                   judged->ended);
     c.speculation.passes += 1;
     c.speculation.drafted += drafted;
     c.speculation.accepted += judged->matched();

@@ -212,12 +212,13 @@ int32_t SpeculationGate::Choose(int32_t available) const {
   return best;
 }
 
-void SpeculationGate::Record(int32_t drafted, int32_t accepted, double seconds, bool gated) {
+void SpeculationGate::Record(int32_t drafted, int32_t accepted, double seconds, bool gated, bool ended) {
   double& t = seconds_[drafted];
   t = t > 0 ? t + kSmoothing * (seconds - t) : seconds;
   if (drafted > 0) {
-    // A draft's tokens after its first rejection were never judged: count those judged.
-    const int32_t judged = std::min(drafted, accepted + 1);
+    // A draft's tokens after its first rejection, or after the token that ended the completion,
+    // were never judged: count those judged.
+    const int32_t judged = ended ? std::max(accepted, 1) : std::min(drafted, accepted + 1);
     const double share = static_cast<double>(accepted) / judged;
     acceptance_ += kSmoothing * (share - acceptance_);
   } else if (gated) {

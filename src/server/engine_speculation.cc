@@ -208,7 +208,7 @@ int32_t Engine::AdvanceDrafted(Slot& slot, double seconds) {
   // Ends the judging: records the pass (what the target agreed with: judged->matched()) and drops
   // the drafted tokens not kept from the cache.
   auto settle = [&]() -> bool {
-    job.drafter->Record(drafted, judged->matched(), seconds, false);
+    job.drafter->Record(drafted, judged->matched(), seconds, false, judged->ended);
     metrics_->spec_drafts++;
     metrics_->spec_draft_tokens += drafted;
     metrics_->spec_accepted_tokens += judged->matched();

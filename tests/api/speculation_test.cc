@@ -307,6 +307,22 @@ TEST(SpeculationGate, NoDraftUntilAPassWithoutOneIsTimed) {
   EXPECT_GT(cheap.Choose(4), 0);
 }
 
+TEST(SpeculationGate, TokensAfterAnEndingTokenAreNotRejections) {
+  // A draft of 4 whose second token ended the completion (matched 2, ended): both judged tokens
+  // agreed, the last two were never judged — the acceptance moves as for a draft of 2 kept whole,
+  // not as for one with a rejection (2 of 3).
+  SpeculationGate ended(4), whole(4), rejected(4);
+  ended.Record(4, 2, 0.01, false, true);
+  whole.Record(2, 2, 0.01, false);
+  rejected.Record(4, 2, 0.01, false);
+  EXPECT_DOUBLE_EQ(ended.acceptance(), whole.acceptance());
+  EXPECT_LT(rejected.acceptance(), ended.acceptance());
+  // The first drafted token ended it: one judged, agreed.
+  SpeculationGate first(4);
+  first.Record(4, 1, 0.01, false, true);
+  EXPECT_DOUBLE_EQ(first.acceptance(), whole.acceptance());
+}
+
 TEST(SpeculationGate, EmptyModelDraftsCountAsRejections) {
   // Memory-bound passes and the prior acceptance: the gate drafts. A draft model that is asked
   // and offers nothing (never confident enough) must turn it off; recorded as a plain pass of no
