@@ -430,7 +430,8 @@ function EncoderOf(format, tensor, shape) {
             scales_per_block: key ? shape.n_kv_heads * shape.head_dim : shape.n_kv_heads};
   }
   if (!kByteOf[format]) {
-    throw new Error(`no WGSL encoder for KV format '${format}' (have: ${[...kEncoderFormats, ...kGroupKeyEncoderFormats].join(', ')})`);
+    const have = [...kEncoderFormats, ...kGroupKeyEncoderFormats].join(', ');
+    throw new Error(`no WGSL encoder for KV format '${format}' (have: ${have})`);
   }
   return {code: kByteOf[format](), rows_per_block: 1, scales_per_block: shape.n_kv_heads};
 }

@@ -1,5 +1,5 @@
 // The KV working set resident on the GPU, for formats with a WGSL encoder (kv_formats.js's
-// kEncoderFormats): each layer's pages live in GPU buffers in exactly the master's page layout
+// kEncoderFormats and kGroupKeyEncoderFormats): each layer's pages live in GPU buffers in exactly the master's page layout
 // (KvCache::LayerPageLayout: K blocks from byte 0, V blocks from value_offset). A step encodes
 // the layer's new K and V rows on the GPU into its tail page and attends over the layer's pages
 // with kv_device.js's kernels, all recorded into the step's one command encoder: no readback and
@@ -340,8 +340,9 @@ export class GpuResidentKv {
     for (let t = 0; t < n;) {  // the block's rows in each page it writes: rows t .. t + run − 1
       const row = (pos + t) % P, run = Math.min(n - t, P - row);
       const tail = row === 0 ? this.#NewPage(L) : L.pages[L.pages.length - 1];
-      this.counts.encode_dispatches += this.group > 1 ? this.#RecordKeyGroupRows(sink.encoder, L, From(b.k, t * b.kv_stride), b.kv_stride, pos + t, run, tail)
-          : L.k.Record(sink.encoder, From(b.k, t * b.kv_stride), run, tail.buffer, row * this.k_block, this.uniforms, b.kv_stride);
+      const k_rows = From(b.k, t * b.kv_stride);
+      this.counts.encode_dispatches += this.group > 1 ? this.#RecordKeyGroupRows(sink.encoder, L, k_rows, b.kv_stride, pos + t, run, tail)
+          : L.k.Record(sink.encoder, k_rows, run, tail.buffer, row * this.k_block, this.uniforms, b.kv_stride);
       this.counts.encode_dispatches +=
           L.v.Record(sink.encoder, From(b.v, t * b.kv_stride), run, tail.buffer, this.value_offset + row * this.v_block,
                      this.uniforms, b.kv_stride);
@@ -380,8 +381,9 @@ export class GpuResidentKv {
       const p = new ArrayBuffer(kAttendParamsBytes), u = new Uint32Array(p);
       // AttendWgsl's Params: rows, first_pos, query_pos, scale; K blocks/head/residual offsets and
       // counts; V's; no injected bug; chunk, pieces, first_fresh, n queries; q's stride.
-      u.set([window_rows, first, pos, 0, 0, 0, 0, 0, k_residual ? 0 : window_rows, this.value_offset + (first - i * P) * this.v_block,
-             0, 0, 0, window_rows, 0, 0, kPositionChunk, pieces, first_fresh, n, q_stride]);
+      const v_at = this.value_offset + (first - i * P) * this.v_block;  // the window's first V row
+      u.set([window_rows, first, pos, 0, 0, 0, 0, 0, k_residual ? 0 : window_rows, v_at, 0, 0, 0, window_rows, 0, 0,
+             kPositionChunk, pieces, first_fresh, n, q_stride]);
       new Float32Array(p, 12, 1)[0] = this.scale;
       const params = this.uniforms.Take(p);
       const state = {buffer: this.state, size: (2 + pieces) * region_bytes};
@@ -438,7 +440,8 @@ export class GpuResidentKv {
       const slot = (at + t) % G, m = Math.min(run - t, G - slot), src = From(x, t * kv_stride);
       for (let r = 0; r < m; r += kv_stride === this.c.kv_dim ? m : 1) {  // packed rows: one copy
         const rows = kv_stride === this.c.kv_dim ? m : 1;
-        encoder.copyBufferToBuffer(src.buffer, src.offset + r * kv_stride * 4, L.residual, (slot + r) * row_bytes, rows * row_bytes);
+        encoder.copyBufferToBuffer(src.buffer, src.offset + r * kv_stride * 4, L.residual, (slot + r) * row_bytes,
+                                   rows * row_bytes);
       }
       if (slot + m === G) {  // the group is whole: encoded into its page
         const group_in_page = Math.floor(((at + t + m - 1) % this.P) / G);
