@@ -200,7 +200,7 @@ export class GpuModelRunner {
     const over = budget > 0 && budget < total;  // the context does not fit the device budget
     this.resident_pages = over ? ResidentPagesFor(budget, this.layout.page_bytes, this.config.n_cache_layers) : Infinity;
     const unit = PageBufferBytes(this.layout.page_bytes);
-    const why_not = want === 'stream' ? 'the stream path was asked for' : ResidentWhyNot(kv_k, kv_v) ||
+    const why_not = want === 'stream' ? 'the stream path was asked for' : ResidentWhyNot(kv_k, kv_v, over) ||
         (over && this.resident_pages < 1 ?
          `the device budget (${budget} bytes) is under the context's ${total} and holds less than ${kStreamSlots} ` +
          `streaming slots and one page per layer (${(kStreamSlots + this.config.n_cache_layers) * unit} bytes)` : '');

@@ -63,14 +63,20 @@ export function ResidentPagesFor(budget_bytes, page_bytes, n_layers) {
 
 /**
  * Why the resident path cannot hold a cache of these specs ('' when it can): both tensors need a
- * WGSL encoder and no transform (a spec with '+' or '-' carries one).
+ * WGSL encoder and no transform (a spec with '+' or '-' carries one). over: the context is over
+ * the device budget (the mixed mode), which KIVI keys do not take yet: their f32 residual rows
+ * are not in ResidentPagesFor's budget, and kvq's slot plan for them (a page and the residual
+ * rows per slot) asks more than the mixed mode's streaming slots.
  */
-export function ResidentWhyNot(kv_k, kv_v) {
+export function ResidentWhyNot(kv_k, kv_v, over = false) {
   const encoders = [...kEncoderFormats, ...kGroupKeyEncoderFormats];
   for (const [what, spec] of [['key', kv_k], ['value', kv_v]]) {
     if (!encoders.includes(spec)) {
       return `the ${what} spec "${spec}" has no GPU encoder (encoders: ${encoders.join(', ')})`;
     }
+  }
+  if (over && KeyRowsPerBlock(kv_k) > 1) {
+    return `the context is over the device budget and the mixed mode does not take KIVI keys ("${kv_k}")`;
   }
   return '';
 }

@@ -46,7 +46,8 @@ const kCapSlots = 6;
 const kRunnerBlocks = [[5], [27, 13], [27]];  // the blocks the runner makes of each call
 // KIVI: [position, positions kept] after the runs (72 held): position 71's group is the residual
 // one, so 71 are kept (its f32 rows still on the GPU); 40's group was encoded since, so the
-// sequence goes back to its start, 32 (kv_resident.js's KeepablePositions).
+// sequence goes back to its start, 32 (kv_resident.js's KeepablePositions). Then, over a device
+// budget of half the context, the runner streams (the mixed mode does not take KIVI keys).
 const kKiviKeeps = [[71, 71], [40, 32]];
 
 // formats: the encoder formats to run (all of kEncoderFormats unless given).
@@ -254,6 +255,15 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
       if (i >= 0 || got.token !== want.token) {
         fail(`${what}: kept ${kept} positions and ran to ${at}: logit ${i} is ${got.logits[i]}, token by token ` +
              `${want.logits[i]} (ids ${got.token}, ${want.token})`);
+      }
+      ++checks;
+    }
+    // KIVI over the device budget: not the mixed mode (kv_resident.js's ResidentWhyNot), streamed.
+    if (G > 1) {
+      const plan = blocks.NewSequence(format, format, 0, kPage);
+      blocks.NewSequence(format, format, Math.floor(plan.total_bytes / 2), kPage);
+      if (blocks.path !== 'stream' || !blocks.path_why.includes('mixed mode does not take KIVI')) {
+        fail(`${what}: over the device budget the ${blocks.path} path (${blocks.path_why}), expected stream`);
       }
       ++checks;
     }
