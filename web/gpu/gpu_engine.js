@@ -200,7 +200,7 @@ export class GpuModelRunner {
     const over = budget > 0 && budget < total;  // the context does not fit the device budget
     this.resident_pages = over ? ResidentPagesFor(budget, this.layout.page_bytes, this.config.n_cache_layers) : Infinity;
     const unit = PageBufferBytes(this.layout.page_bytes);
-    const why_not = want === 'stream' ? 'the stream path was asked for' : ResidentWhyNot(kv_k, kv_v) ||
+    const why_not = want === 'stream' ? 'the stream path was asked for' : ResidentWhyNot(kv_k, kv_v, over) ||
         (over && this.resident_pages < 1 ?
          `the device budget (${budget} bytes) is under the context's ${total} and holds less than ${kStreamSlots} ` +
          `streaming slots and one page per layer (${(kStreamSlots + this.config.n_cache_layers) * unit} bytes)` : '');
@@ -301,13 +301,14 @@ export class GpuModelRunner {
           failed ? `a page written behind failed (${failed.message})` : '';
       if (why) return this.#Restart(why);
       if (n < this.positions) {
-        this.resident.Truncate(n);
-        const whole = Math.floor(n / this.resident.P) * this.resident.P;  // the master's pages before n's
+        const keep = this.resident.KeepablePositions(n);  // a KIVI group encoded since: from its start
+        this.resident.Truncate(keep);
+        const whole = Math.floor(keep / this.resident.P) * this.resident.P;  // the master's pages before keep's
         if (this.M._kvq_web_kv_positions(this.kv, 0) > whole) {
           const kept = this.M._kvq_web_kv_rewind(this.kv, whole);
           if (kept !== whole) throw new Error(`dropping the master's pages from position ${whole}: ${kept < 0 ? LastError(this.M) : `it kept ${kept}`}`);
         }
-        this.positions = n;
+        this.positions = keep;
       }
     }
     this.ids.length = this.positions;
@@ -406,7 +407,7 @@ export class GpuModelRunner {
     if (this.on_cpu || !this.resident) return 1;
     const P = this.resident.P;
     let n = Math.min(left, most);
-    while (n > 1 && BlockUniformSlots(this.config.n_cache_layers, P, pos, n) > slots) {
+    while (n > 1 && BlockUniformSlots(this.config.n_cache_layers, P, pos, n, this.resident.group) > slots) {
       n = Math.max(1, Math.floor((pos + n - 1) / P) * P - pos);
     }
     if (this.path === 'mixed') {

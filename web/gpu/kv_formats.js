@@ -171,24 +171,25 @@ export function DecodeWgsl(key_format, value_format, bases = {}) {
           Decoder(value_format, 'v')].join('\n');
 }
 
-// Encoders of the one-row formats, bit-identical to kvq's C++ codecs (src/formats/<name>/): new K
-// and V rows (f32, [rows][n_kv_heads][head_dim]) become the bytes kvq's cache stores, on the GPU —
-// the piece a step needs to write its rows into a GPU-resident working set and hand the host
-// master whole pages of bytes. (The step program does not call them yet: its rows still go to the
-// module's KvCache, which encodes them with the C++ codecs.)
+// Encoders of the one-row formats and of KIVI (K in groups of 32 rows), bit-identical to kvq's C++
+// codecs (src/formats/<name>/): new K and V rows (f32, [rows][n_kv_heads][head_dim]) become the
+// bytes kvq's cache stores, on the GPU — what kv_resident.js writes its GPU-resident pages with,
+// handing the host master whole pages of bytes.
 //
 // Exactness: every step is integer and bit work on the f32 bit patterns (WGSL lets a device assume
 // no NaN or infinity in float arithmetic, so those are told apart by their bits, never by float
 // compares), plus, for the int formats, one f32 division per head row (max|x| / (2^(b−1) − 1)) and
-// one per number (x / s) and WGSL's round (half to even, as kvq's RoundHalfEven). The divisions
+// one per number (x / s) and WGSL's round (half to even, as kvq's RoundHalfEven); for KIVI a
+// subtraction and a division per scale ((max − z) / R) and per number ((x − z) / s). The divisions
 // are the CPU's only where the device divides correctly rounded (SwiftShader does; the tests check
 // the bytes, which would show any device that does not).
 //
-// Two entry points per format: `scales_main` (int formats: one invocation per (row, head), the f16 scale
-// bits into `scales`), then `encode`, one invocation per u32 word of the output: each of its bytes
-// inside [first_byte, first_byte + rows · block) is computed from the rows (and scales); bytes
-// outside keep what the word held, so a row can be written into a page whose rows are not 4-byte
-// aligned, and neighbouring invocations never write the same word.
+// Two entry points per format: `scales_main` (int formats: one invocation per (row, head), the f16
+// scale bits into `scales`; KIVI per (row, head) or (group, channel)), then `encode`, one
+// invocation per u32 word of the output: each of its bytes inside [first_byte, first_byte + blocks
+// · block) is computed from the rows (and scales); bytes outside keep what the word held, so a
+// row can be written into a page whose rows are not 4-byte aligned, and neighbouring invocations
+// never write the same word.
 
 // f32 bits to f16 bits, kvq's F32ToF16 (base/float_codes.cc): RNE by integer work; overflow to ±inf
 // (from 65520 on); NaN stays a quiet NaN with its sign and top payload bits; subnormal results
@@ -281,36 +282,186 @@ fn scales_main(@builtin(global_invocation_id) id: vec3u) {
 }`;
 }
 
-/** Formats with a GPU encoder (both tensors: these formats use one codec for K and V). */
+// KIVI (src/formats/kivi/kivi.h): z = f16(min), s = f16((max − z) / (2^b − 1)), both saturated
+// to ±65504; raw = clamp(RNE((x − z) / s), 0, 2^b − 1), 0 where s = ±0. min and max are the
+// C++'s std::fmin / std::fmax chains from the first number, as glibc's give them: a NaN is passed
+// over (while every number so far is one, the latest is kept), and of equal numbers (±0) the first
+// is kept (each compare is on the bits: a device may assume no NaN in float compares). NaN numbers get
+// raw 0 (fmax(NaN, 0)); an infinite or huge quotient clamps by its sign.
+function KiviCommon(bits) {
+  const raw_max = (1 << bits) - 1;
+  return `
+const raw_max: u32 = ${raw_max}u;
+fn is_nan(u: u32) -> bool { return (u & 0x7fffffffu) > 0x7f800000u; }
+// An order key for non-NaN f32 bits with ±0 equal: a < b as floats iff key(a) < key(b).
+fn order_key(u: u32) -> u32 {
+  let v = select(u, 0u, u == 0x80000000u);
+  return select(v | 0x80000000u, ~v, (v & 0x80000000u) != 0u);
+}
+// std::fmin(lo, x) and std::fmax(hi, x) as bits.
+fn fmin_bits(lo: u32, x: u32) -> u32 {
+  return select(lo, x, is_nan(lo) || (!is_nan(x) && order_key(x) < order_key(lo)));
+}
+fn fmax_bits(hi: u32, x: u32) -> u32 {
+  return select(hi, x, is_nan(hi) || (!is_nan(x) && order_key(x) > order_key(hi)));
+}
+fn f16_saturated(u: u32) -> u32 {
+  let h = f32_to_f16_bits(u);
+  return select(h, (h & 0x8000u) | 0x7bffu, (h & 0x7fffu) >= 0x7c00u);
+}
+// (s | z << 16), f16 bits, for numbers in [lo, hi]. An infinite or NaN hi makes (hi − z) / R
+// infinite or NaN with hi's sign: saturated to ±65504.
+fn kivi_params(lo: u32, hi: u32) -> u32 {
+  let z16 = f16_saturated(lo);
+  var s16 = ((hi >> 16u) & 0x8000u) | 0x7bffu;
+  if ((hi & 0x7fffffffu) < 0x7f800000u) {
+    s16 = f16_saturated(bitcast<u32>((bitcast<f32>(hi) - f16_bits_to_f32(z16)) / ${raw_max}.0));
+  }
+  return s16 | (z16 << 16u);
+}
+fn kivi_code(u: u32, params: u32) -> u32 {
+  let s16 = params & 0xffffu;
+  if ((s16 & 0x7fffu) == 0u || is_nan(u)) { return 0u; }
+  let positive = ((u >> 31u) ^ (s16 >> 15u)) == 0u;  // the sign of (x − z) / s for an infinite x
+  if ((u & 0x7fffffffu) == 0x7f800000u) { return select(0u, raw_max, positive); }
+  let q = (bitcast<f32>(u) - f16_bits_to_f32(params >> 16u)) / f16_bits_to_f32(s16);
+  let qb = bitcast<u32>(q);
+  if ((qb & 0x7fffffffu) >= 0x4b000000u) { return select(0u, raw_max, (qb >> 31u) == 0u); }  // |q| ≥ 2^23, inf
+  return u32(clamp(round(q), 0.0, ${raw_max}.0));
+}`;
+}
+
+// KIVI values, one row per block: per head [s: f16][z: f16][codes]; (s, z) per (row, head) into
+// scales by scales_main.
+function KiviValueEncode(bits) {
+  const per_byte = 8 / bits;
+  return `${KiviCommon(bits)}
+const head_bytes: u32 = 4u + head_dim * ${bits}u / 8u;
+const scales_per_block: u32 = n_kv_heads;
+fn block_params(row: u32, head: u32) -> u32 {
+  let at = row * params.x_stride + head * head_dim;
+  var lo = x[at];
+  var hi = lo;
+  for (var i = 1u; i < head_dim; i++) {
+    lo = fmin_bits(lo, x[at + i]);
+    hi = fmax_bits(hi, x[at + i]);
+  }
+  return kivi_params(lo, hi);
+}
+fn block_byte(row: u32, within: u32) -> u32 {
+  let head = within / head_bytes;
+  let o = within % head_bytes;
+  let sz = scales[row * n_kv_heads + head];
+  if (o < 4u) { return (sz >> (o * 8u)) & 0xffu; }
+  var byte = 0u;
+  for (var t = 0u; t < ${per_byte}u; t++) {
+    let i = (o - 4u) * ${per_byte}u + t;
+    byte |= kivi_code(x[row * params.x_stride + head * head_dim + i], sz) << (t * ${bits}u);
+  }
+  return byte;
+}`;
+}
+
+// KIVI keys, a block per group of 32 rows: per head [s: f16 × head_dim][z: f16 × head_dim][32
+// rows of codes]; (s, z) per (group, head, channel) into scales by scales_main.
+function KiviKeyEncode(bits) {
+  const per_byte = 8 / bits;
+  return `${KiviCommon(bits)}
+const row_code_bytes: u32 = head_dim * ${bits}u / 8u;
+const head_bytes: u32 = 4u * head_dim + 32u * row_code_bytes;
+const scales_per_block: u32 = n_kv_heads * head_dim;
+fn block_params(group: u32, channel: u32) -> u32 {  // channel: head · head_dim + i
+  let at = group * 32u * params.x_stride + channel;
+  var lo = x[at];
+  var hi = lo;
+  for (var r = 1u; r < 32u; r++) {
+    lo = fmin_bits(lo, x[at + r * params.x_stride]);
+    hi = fmax_bits(hi, x[at + r * params.x_stride]);
+  }
+  return kivi_params(lo, hi);
+}
+fn block_byte(group: u32, within: u32) -> u32 {
+  let head = within / head_bytes;
+  let o = within % head_bytes;
+  let first = (group * n_kv_heads + head) * head_dim;
+  if (o < 4u * head_dim) {  // s of channel o / 2, then z of channel o / 2 − head_dim
+    let c = (o / 2u) % head_dim;
+    return (scales[first + c] >> (select(0u, 16u, o >= 2u * head_dim) + (o % 2u) * 8u)) & 0xffu;
+  }
+  let r = (o - 4u * head_dim) / row_code_bytes;
+  let within_row = (o - 4u * head_dim) % row_code_bytes;
+  let at = (group * 32u + r) * params.x_stride + head * head_dim;
+  var byte = 0u;
+  for (var t = 0u; t < ${per_byte}u; t++) {
+    let i = within_row * ${per_byte}u + t;
+    byte |= kivi_code(x[at + i], scales[first + i]) << (t * ${bits}u);
+  }
+  return byte;
+}`;
+}
+
+// Per KIVI format: [key encoder, value encoder] (keys in blocks of 32 rows).
+const kKiviEncoders = {
+  'int4-kivi': [() => KiviKeyEncode(4), () => KiviValueEncode(4)],
+  'int2-kivi': [() => KiviKeyEncode(2), () => KiviValueEncode(2)],
+};
+// kvq's codec's `scales_main` pass: one invocation per (block, scale) of the params KIVI's block_params gives.
+const kKiviScalesMain = `
+@compute @workgroup_size(64)
+fn scales_main(@builtin(global_invocation_id) id: vec3u) {
+  if (id.x >= params.rows / rows_per_block * scales_per_block) { return; }
+  scales[id.x] = block_params(id.x / scales_per_block, id.x % scales_per_block);
+}`;
+
+/** Formats with a GPU encoder whose K and V are one row per block, one codec for both tensors. */
 export const kEncoderFormats = Object.keys(kByteOf);
+/** Formats with a GPU encoder of K in groups of KeyRowsPerBlock rows and V one row per block. */
+export const kGroupKeyEncoderFormats = Object.keys(kKiviEncoders);
 
 /** Whether `format`'s encoder has a `scales_main` pass before `encode`. */
 export function EncoderHasScales(format) { return format.startsWith('int'); }
 
+// The encoder's WGSL functions for `format` and tensor ('k' or 'v'), the rows per block it
+// encodes, and the scale words it keeps per block (the `scales` buffer).
+function EncoderOf(format, tensor, shape) {
+  if (kKiviEncoders[format]) {
+    const key = tensor === 'k';
+    return {code: kKiviEncoders[format][key ? 0 : 1]() + kKiviScalesMain, rows_per_block: key ? 32 : 1,
+            scales_per_block: key ? shape.n_kv_heads * shape.head_dim : shape.n_kv_heads};
+  }
+  if (!kByteOf[format]) {
+    const have = [...kEncoderFormats, ...kGroupKeyEncoderFormats].join(', ');
+    throw new Error(`no WGSL encoder for KV format '${format}' (have: ${have})`);
+  }
+  return {code: kByteOf[format](), rows_per_block: 1, scales_per_block: shape.n_kv_heads};
+}
+
 /**
- * The WGSL module encoding rows of `format` at shape {n_kv_heads, head_dim, block_bytes}: bindings
- * 0 x (array<u32>: f32 bits [rows][x_stride], each row's [n_kv_heads][head_dim] first), 1 out
- * (array<u32>: the blocks, written from byte params.first_byte), 2 params ({rows, first_byte,
- * x_stride}), 3 scales (array<u32>: f16 bits [rows][n_kv_heads], int formats).
+ * The WGSL module encoding rows of `format`'s `tensor` ('k' or 'v'; they differ for KIVI) at shape
+ * {n_kv_heads, head_dim, block_bytes}: bindings 0 x (array<u32>: f32 bits [rows][x_stride], each
+ * row's [n_kv_heads][head_dim] first), 1 out (array<u32>: the blocks, written from byte
+ * params.first_byte), 2 params ({rows (a whole number of blocks), first_byte, x_stride}), 3 scales
+ * (array<u32>: the int and KIVI formats' per-block scales).
  */
-export function EncodeWgsl(format, shape) {
-  if (!kByteOf[format]) throw new Error(`no WGSL encoder for KV format '${format}' (have: ${kEncoderFormats.join(', ')})`);
+export function EncodeWgsl(format, shape, tensor = 'k') {
+  const encoder = EncoderOf(format, tensor, shape);
   return /* wgsl */ `
 const head_dim: u32 = ${shape.head_dim}u;
 const n_kv_heads: u32 = ${shape.n_kv_heads}u;
 const block: u32 = ${shape.block_bytes}u;
+const rows_per_block: u32 = ${encoder.rows_per_block}u;
 struct Params { rows: u32, first_byte: u32, x_stride: u32 }
 @group(0) @binding(0) var<storage, read> x: array<u32>;           // [rows][x_stride ≥ n_kv_heads · head_dim] f32 bits
 @group(0) @binding(1) var<storage, read_write> out: array<u32>;   // blocks from byte params.first_byte
 @group(0) @binding(2) var<uniform> params: Params;
-@group(0) @binding(3) var<storage, read_write> scales: array<u32>;  // [rows][n_kv_heads] f16 bits
+@group(0) @binding(3) var<storage, read_write> scales: array<u32>;  // [blocks][scales_per_block]: f16 bits (KIVI: s | z << 16)
 ${kByteHelpers}
 ${kF16Encode}
-${kByteOf[format]()}
+${encoder.code}
 @compute @workgroup_size(64)
 fn encode(@builtin(global_invocation_id) id: vec3u) {
   let lo = params.first_byte;
-  let hi = lo + params.rows * block;
+  let hi = lo + params.rows / rows_per_block * block;
   let w = lo / 4u + id.x;
   if (w * 4u >= hi) { return; }
   var word = out[w];
@@ -326,17 +477,21 @@ fn encode(@builtin(global_invocation_id) id: vec3u) {
 }
 
 /**
- * Encodes rows on `device`: x (a GPUBuffer of f32 rows, or a Float32Array) into `out` (a GPUBuffer)
- * from byte `first_byte`, recorded into `encoder` (a GPUCommandEncoder). Pipelines are cached per
- * (format, shape) on the returned object.
+ * Encodes rows of `format`'s `tensor` ('k' or 'v') on `device`: x (a GPUBuffer of f32 rows) into
+ * `out` (a GPUBuffer) from byte `first_byte`, recorded into `encoder` (a GPUCommandEncoder); a
+ * KIVI key encoder takes whole groups of rows_per_block rows. Pipelines are cached per (format,
+ * tensor, shape) on the device.
  */
 export class GpuKvEncoder {
-  constructor(device, format, shape) {
+  constructor(device, format, shape, tensor = 'k') {
     this.device = device;
     this.format = format;
     this.shape = shape;
-    // One pipeline per (format, shape) on the device, whichever layer or sequence asks (pipeline_cache.js).
-    const code = EncodeWgsl(format, shape);
+    const {rows_per_block, scales_per_block} = EncoderOf(format, tensor, shape);
+    this.rows_per_block = rows_per_block;
+    this.scales_per_block = scales_per_block;
+    // One pipeline per (format, tensor, shape) on the device, whichever layer or sequence asks (pipeline_cache.js).
+    const code = EncodeWgsl(format, shape, tensor);
     this.encode = CachedPipeline(device, code, 'encode');
     this.scales = EncoderHasScales(format) ? CachedPipeline(device, code, 'scales_main') : null;
     this.params = device.createBuffer({size: 16, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST});
@@ -351,7 +506,11 @@ export class GpuKvEncoder {
    * dispatches recorded (2 with a scales pass, else 1).
    */
   Record(encoder, x_in, rows, out, first_byte, arena = null, x_stride = this.shape.n_kv_heads * this.shape.head_dim) {
-    const {n_kv_heads, block_bytes} = this.shape;
+    const {block_bytes} = this.shape;
+    if (rows % this.rows_per_block !== 0) {
+      throw new Error(`${this.format}: ${rows} rows are not whole blocks of ${this.rows_per_block}`);
+    }
+    const blocks = rows / this.rows_per_block;
     const x = x_in instanceof GPUBuffer ? {buffer: x_in} : x_in;  // a buffer or a binding of one
     const values = new Uint32Array([rows, first_byte, x_stride, 0]);
     let params = {buffer: this.params};
@@ -367,14 +526,14 @@ export class GpuKvEncoder {
       pass.setBindGroup(0, this.device.createBindGroup({layout: this.scales.getBindGroupLayout(0), entries: [
         {binding: 0, resource: x}, {binding: 2, resource: params},
         {binding: 3, resource: {buffer: this.scale_buffer}}]}));
-      pass.dispatchWorkgroups(Math.max(1, Math.ceil(rows * n_kv_heads / 64)));
+      pass.dispatchWorkgroups(Math.max(1, Math.ceil(blocks * this.scales_per_block / 64)));
     }
     pass.setPipeline(this.encode);
     const entries = [{binding: 0, resource: x}, {binding: 1, resource: {buffer: out}},
                      {binding: 2, resource: params}];
     if (this.scales) entries.push({binding: 3, resource: {buffer: this.scale_buffer}});
     pass.setBindGroup(0, this.device.createBindGroup({layout: this.encode.getBindGroupLayout(0), entries}));
-    const words = Math.floor((first_byte + rows * block_bytes + 3) / 4) - Math.floor(first_byte / 4);
+    const words = Math.floor((first_byte + blocks * block_bytes + 3) / 4) - Math.floor(first_byte / 4);
     pass.dispatchWorkgroups(Math.max(1, Math.ceil(words / 64)));
     pass.end();
     return this.scales ? 2 : 1;
@@ -386,7 +545,7 @@ export class GpuKvEncoder {
    * the submit of commands that use it fails the submit).
    */
   Reserve(rows) {
-    const scale_bytes = Math.max(16, rows * this.shape.n_kv_heads * 4);
+    const scale_bytes = Math.max(16, Math.ceil(rows / this.rows_per_block) * this.scales_per_block * 4);
     if (this.scale_buffer && this.scale_buffer.size >= scale_bytes) return;
     this.scale_buffer?.destroy();
     this.scale_buffer = this.device.createBuffer({size: Math.ceil(scale_bytes / 16) * 16, usage: GPUBufferUsage.STORAGE});

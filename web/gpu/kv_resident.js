@@ -1,5 +1,5 @@
 // The KV working set resident on the GPU, for formats with a WGSL encoder (kv_formats.js's
-// kEncoderFormats): each layer's pages live in GPU buffers in exactly the master's page layout
+// kEncoderFormats and kGroupKeyEncoderFormats): each layer's pages live in GPU buffers in exactly the master's page layout
 // (KvCache::LayerPageLayout: K blocks from byte 0, V blocks from value_offset). A step encodes
 // the layer's new K and V rows on the GPU into its tail page and attends over the layer's pages
 // with kv_device.js's kernels, all recorded into the step's one command encoder: no readback and
@@ -23,9 +23,19 @@
 // the whole-context run, so the same bits. A slot written again within a step would lose its first
 // window (queue writes land before the whole command buffer), so the step's commands so far are
 // submitted first (sink.flush): readbacks stay one a token, submits grow with the streamed pages.
+//
+// KIVI keys (int4-kivi, int2-kivi: kv_formats.js's kGroupKeyEncoderFormats) are encoded a group of
+// G = 32 rows at a time: a layer's newest group's K rows are kept f32 in its `residual` buffer
+// ([G][n_kv_heads][head_dim], row r of the group at r), copied there in the step's encoder, and the
+// group is encoded into its page when its last row arrives (as kvq's KvCache does: the query at
+// that position reads the group encoded). A query reads the rows as they were at its position (a
+// group not yet whole in f32): a block is cut where a group completes (SubBlocks), so within a
+// piece every query sees the same groups encoded, and the page holding the residual group is
+// attended as two windows: its encoded rows, then the residual rows (K from the residual buffer, V
+// from the page), the same bits as one window.
 
 import {AttendWgsl, kAttendParamsBytes, NormaliseWgsl} from './kv_device.js';
-import {GpuKvEncoder, kEncoderFormats} from './kv_formats.js';
+import {GpuKvEncoder, kEncoderFormats, kGroupKeyEncoderFormats, KeyRowsPerBlock} from './kv_formats.js';
 import {CachedPipeline} from './pipeline_cache.js';
 import {UniformArena} from './uniform_arena.js';
 
@@ -53,24 +63,56 @@ export function ResidentPagesFor(budget_bytes, page_bytes, n_layers) {
 
 /**
  * Why the resident path cannot hold a cache of these specs ('' when it can): both tensors need a
- * WGSL encoder and no transform (a spec with '+' or '-' carries one).
+ * WGSL encoder and no transform (a spec with '+' or '-' carries one). over: the context is over
+ * the device budget (the mixed mode), which KIVI keys do not take yet: their f32 residual rows
+ * are not in ResidentPagesFor's budget, and kvq's slot plan for them (a page and the residual
+ * rows per slot) asks more than the mixed mode's streaming slots.
  */
-export function ResidentWhyNot(kv_k, kv_v) {
+export function ResidentWhyNot(kv_k, kv_v, over = false) {
+  const encoders = [...kEncoderFormats, ...kGroupKeyEncoderFormats];
   for (const [what, spec] of [['key', kv_k], ['value', kv_v]]) {
-    if (!kEncoderFormats.includes(spec)) {
-      return `the ${what} spec "${spec}" has no GPU encoder (encoders: ${kEncoderFormats.join(', ')})`;
+    if (!encoders.includes(spec)) {
+      return `the ${what} spec "${spec}" has no GPU encoder (encoders: ${encoders.join(', ')})`;
     }
+  }
+  if (over && KeyRowsPerBlock(kv_k) > 1) {
+    return `the context is over the device budget and the mixed mode does not take KIVI keys ("${kv_k}")`;
   }
   return '';
 }
 
+// The pieces RecordBlock cuts a block of n positions from pos into when K is in groups of G rows:
+// a piece starts at each position that completes a group ([first, n] pairs).
+function SubBlocks(pos, n, G) {
+  const pieces = [];
+  for (let a = pos; a < pos + n;) {
+    let z = a + 1;
+    while (z < pos + n && z % G !== G - 1) ++z;
+    pieces.push([a, z - a]);
+    a = z;
+  }
+  return pieces;
+}
+
 /**
  * Uniform-arena slots RecordBlock takes for a block of n positions from pos (no page evicted
- * inside it) over n_layers layers with pages of P positions: per layer an encoder call for K and
- * one for V per page the block writes, an attend per page window up to its last position, and
- * the gather.
+ * inside it) over n_layers layers with pages of P positions and K blocks of G rows: per layer an
+ * encoder call for K and one for V per page the block writes, an attend per page window up to its
+ * last position, and the gather; for G > 1 per piece (SubBlocks) a V call per page it writes, a K
+ * call for the group its first position completes, an attend per page of encoded rows and one
+ * for the residual rows, and its gather.
  */
-export function BlockUniformSlots(n_layers, P, pos, n) {
+export function BlockUniformSlots(n_layers, P, pos, n, G = 1) {
+  if (G > 1) {
+    let slots = 0;
+    for (const [a, m] of SubBlocks(pos, n, G)) {
+      const last = a + m - 1, encoded_end = Math.floor((a + 1) / G) * G;
+      const written = Math.floor(last / P) - Math.floor(a / P) + 1;
+      slots += written + (a % G === G - 1 ? 1 : 0) + Math.ceil(Math.min(encoded_end, last + 1) / P) +
+               (last >= encoded_end ? 1 : 0) + 1;
+    }
+    return n_layers * slots;
+  }
   const last = Math.floor((pos + n - 1) / P), written = last - Math.floor(pos / P) + 1;
   return n_layers * (2 * written + last + 1 + 1);
 }
@@ -91,7 +133,8 @@ export class GpuResidentKv {
     this.P = P;
     this.page_bytes = layout.page_bytes;
     this.value_offset = layout.value_offset;
-    this.k_block = layout.value_offset / P;
+    this.group = KeyRowsPerBlock(formats.key);  // K rows per block: 32 for KIVI, else 1
+    this.k_block = layout.value_offset / (P / this.group);
     this.v_block = (layout.page_bytes - layout.value_offset) / P;
     if (!Number.isInteger(this.k_block) || !Number.isInteger(this.v_block)) {
       throw new Error(`a page of ${layout.page_bytes} bytes (V from ${layout.value_offset}) is not ${P} rows of K and V blocks`);
@@ -111,8 +154,11 @@ export class GpuResidentKv {
     this.layers = Array.from({length: c.n_cache_layers}, () => ({
       pages: [],  // [{buffer [page_bytes]}, or null once evicted]
       landed: 0,  // pages of this layer whose write-back reached the master (they fill in order)
-      k: new GpuKvEncoder(device, formats.key, {...shape, block_bytes: this.k_block}),
-      v: new GpuKvEncoder(device, formats.value, {...shape, block_bytes: this.v_block})}));
+      held: 0,    // positions recorded
+      // [G][n_kv_heads][head_dim] f32: the newest group's K rows (KIVI)
+      residual: this.group > 1 ? this.#NewBuffers(this.group * c.kv_dim * 4).buffer : null,
+      k: new GpuKvEncoder(device, formats.key, {...shape, block_bytes: this.k_block}, 'k'),
+      v: new GpuKvEncoder(device, formats.value, {...shape, block_bytes: this.v_block}, 'v')}));
     // A block encodes at most a page of rows per call; its calls share the scale buffers.
     for (const L of this.layers) for (const e of [L.k, L.v]) e.Reserve(P);
     const s = {head_dim: c.head_dim, n_kv_heads: c.n_kv_heads, q_per_kv: c.n_heads / c.n_kv_heads,
@@ -148,9 +194,9 @@ export class GpuResidentKv {
                                      usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC});
   }
 
-  // A page's buffers (a resident page or a streaming slot), its KV bytes counted.
-  #NewBuffers() {
-    const b = {buffer: this.#Storage(this.page_bytes)};
+  // A page's buffers (a resident page or a streaming slot; or `bytes`), its KV bytes counted.
+  #NewBuffers(bytes = this.page_bytes) {
+    const b = {buffer: this.#Storage(bytes)};
     this.counts.kv_bytes += b.buffer.size;
     this.counts.kv_bytes_now += b.buffer.size;
     this.counts.peak_kv_bytes = Math.max(this.counts.peak_kv_bytes, this.counts.kv_bytes_now);
@@ -176,6 +222,7 @@ export class GpuResidentKv {
   Restore(layer, bytes, next_pos) {
     const L = this.layers[layer];
     ++L.landed;
+    L.held = L.landed * this.P;
     if (L.pages.length < this.#FirstResident(next_pos)) {
       L.pages.push(null);
       return;
@@ -205,6 +252,7 @@ export class GpuResidentKv {
    */
   Truncate(n) {
     if (this.staged.length) throw new Error('GpuResidentKv.Truncate: pages staged by a step not submitted');
+    if (this.KeepablePositions(n) !== n) throw new Error(`GpuResidentKv.Truncate: position ${n} is inside an encoded KIVI group`);
     const P = this.P, kept_pages = Math.ceil(n / P), first = this.#FirstResident(n);
     for (const [layer, L] of this.layers.entries()) {
       if (L.landed < Math.floor(n / P)) {
@@ -213,7 +261,20 @@ export class GpuResidentKv {
       for (const page of L.pages.splice(kept_pages)) if (page) this.#FreeBuffers(page);
       for (let i = first; i < kept_pages; ++i) L.pages[i] ??= this.#Uploaded(this.read(layer, i));
       L.landed = Math.min(L.landed, Math.floor(n / P));
+      L.held = n;
     }
+  }
+
+  /**
+   * The most positions up to n that Truncate can keep: n, unless n cuts a KIVI group that is no
+   * longer the residual one (its f32 rows are gone): then the start of that group (the rows from
+   * there run again, as kvq's KvCache::TruncationPoint cuts back).
+   */
+  KeepablePositions(n) {
+    const G = this.group;
+    if (G === 1 || n % G === 0) return n;
+    const same = this.layers.every((L) => L.held >= n && Math.floor(n / G) === Math.floor((L.held - 1) / G));
+    return same ? n : Math.floor(n / G) * G;
   }
 
   // The first page a step at `pos` keeps resident: the newest resident_pages up to pos's page.
@@ -255,11 +316,15 @@ export class GpuResidentKv {
   RecordBlock(sink, layer, pos, b) {
     const L = this.layers[layer], P = this.P, c = this.c, n = b.n, {q, out, q_stride, out_stride} = b;
     const first_resident = this.#FirstResident(pos);
-    if (n > 1 && this.#FirstResident(pos + n - 1) !== first_resident) {
-      // A page would be evicted inside the block: the earlier queries still read it. Per position.
-      for (let t = 0; t < n; ++t) {
-        this.RecordBlock(sink, layer, pos + t, {...b, n: 1, k: From(b.k, t * b.kv_stride), v: From(b.v, t * b.kv_stride),
-                                                q: From(q, t * q_stride), out: From(out, t * out_stride)});
+    const evicts = n > 1 && this.#FirstResident(pos + n - 1) !== first_resident;
+    const pieces = evicts ? Array.from({length: n}, (_, t) => [pos + t, 1]) : this.group > 1 ? SubBlocks(pos, n, this.group) : null;
+    if (pieces && pieces.length > 1) {
+      // A page would be evicted inside the block (the earlier queries still read it): per position.
+      // Or a KIVI group completes inside it: pieces whose queries see the same groups encoded.
+      for (const [a, m] of pieces) {
+        const t = a - pos;
+        this.RecordBlock(sink, layer, a, {...b, n: m, k: From(b.k, t * b.kv_stride), v: From(b.v, t * b.kv_stride),
+                                          q: From(q, t * q_stride), out: From(out, t * out_stride)});
       }
       return;
     }
@@ -276,12 +341,15 @@ export class GpuResidentKv {
       L.pages[i] = null;
       ++this.counts.evictions;
     }
+    L.held = pos + n;
     const full = [];  // pages the block fills: copied out after its rows are encoded
     for (let t = 0; t < n;) {  // the block's rows in each page it writes: rows t .. t + run − 1
       const row = (pos + t) % P, run = Math.min(n - t, P - row);
       const tail = row === 0 ? this.#NewPage(L) : L.pages[L.pages.length - 1];
+      const k_rows = From(b.k, t * b.kv_stride);
+      this.counts.encode_dispatches += this.group > 1 ? this.#RecordKeyGroupRows(sink.encoder, L, k_rows, b.kv_stride, pos + t, run, tail)
+          : L.k.Record(sink.encoder, k_rows, run, tail.buffer, row * this.k_block, this.uniforms, b.kv_stride);
       this.counts.encode_dispatches +=
-          L.k.Record(sink.encoder, From(b.k, t * b.kv_stride), run, tail.buffer, row * this.k_block, this.uniforms, b.kv_stride) +
           L.v.Record(sink.encoder, From(b.v, t * b.kv_stride), run, tail.buffer, this.value_offset + row * this.v_block,
                      this.uniforms, b.kv_stride);
       if (row + run === P) full.push(tail);
@@ -292,7 +360,8 @@ export class GpuResidentKv {
     const region_bytes = n * this.region_bytes;  // one state per (query position, query head)
     sink.encoder.copyBufferToBuffer(this.initial, 0, this.state, 0, 2 * region_bytes);
     let pass = sink.encoder.beginComputePass();
-    for (let i = 0; i <= last_index; ++i) {  // one window per page, in position order
+    // One window per page in position order (a KIVI page holding residual rows: two, #Windows).
+    for (const {i, first, window_rows, k_residual} of this.#Windows(pos, last_index, last_row)) {
       let page = L.pages[i];
       if (!page) {  // evicted: streamed from the master into the next slot
         const slot = this.next_slot;
@@ -313,19 +382,19 @@ export class GpuResidentKv {
         this.counts.streamed_bytes += this.page_bytes;
         ++this.counts.streamed_pages;
       }
-      const first = i * P, window_rows = i < last_index ? P : last_row + 1;
       const pieces = Math.floor((first + window_rows - 1) / kPositionChunk) - Math.floor(first / kPositionChunk) + 1;
       const first_fresh = first > 0 && first % kPositionChunk === 0 ? 1 : 0;
       const p = new ArrayBuffer(kAttendParamsBytes), u = new Uint32Array(p);
       // AttendWgsl's Params: rows, first_pos, query_pos, scale; K blocks/head/residual offsets and
       // counts; V's; no injected bug; chunk, pieces, first_fresh, n queries; q's stride.
-      u.set([window_rows, first, pos, 0, 0, 0, 0, 0, window_rows, this.value_offset, 0, 0, 0, window_rows, 0, 0,
+      const v_at = this.value_offset + (first - i * P) * this.v_block;  // the window's first V row
+      u.set([window_rows, first, pos, 0, 0, 0, 0, 0, k_residual ? 0 : window_rows, v_at, 0, 0, 0, window_rows, 0, 0,
              kPositionChunk, pieces, first_fresh, n, q_stride]);
       new Float32Array(p, 12, 1)[0] = this.scale;
       const params = this.uniforms.Take(p);
       const state = {buffer: this.state, size: (2 + pieces) * region_bytes};
       pass.setPipeline(this.attend);
-      pass.setBindGroup(0, this.#Group(this.attend, [page.buffer, page.buffer, From(q), state, params]));
+      pass.setBindGroup(0, this.#Group(this.attend, [k_residual ? L.residual : page.buffer, page.buffer, From(q), state, params]));
       pass.dispatchWorkgroups(Math.ceil(c.n_kv_heads * n * pieces / 64));
       ++this.counts.attend_dispatches;
       if (pieces > 1 || first_fresh) {
@@ -348,6 +417,45 @@ export class GpuResidentKv {
       sink.encoder.copyBufferToBuffer(tail.buffer, 0, staging, 0, tail.buffer.size);
       this.staged.push({layer, staging});
     }
+  }
+
+  // The attention windows of a block from pos whose last position is row last_row of page
+  // last_index: {i (the page), first (position), window_rows, k_residual}, a page each, the page
+  // of a KIVI residual group cut where that group starts (the rows after: K f32 in the residual
+  // buffer, row r of the window at r, V in the page).
+  #Windows(pos, last_index, last_row) {
+    const P = this.P, G = this.group, encoded_end = G > 1 ? Math.floor((pos + 1) / G) * G : Infinity;
+    const windows = [];
+    for (let i = 0; i <= last_index; ++i) {
+      const first = i * P, end = first + (i < last_index ? P : last_row + 1);
+      const cut = Math.min(Math.max(encoded_end, first), end);
+      if (cut > first) windows.push({i, first, window_rows: cut - first, k_residual: false});
+      if (end > cut) windows.push({i, first: cut, window_rows: end - cut, k_residual: true});
+    }
+    return windows;
+  }
+
+  // KIVI keys: `run` rows of x (a binding: position `at`'s row, the next kv_stride floats on) into
+  // the layer's residual buffer, and a group they complete encoded from it into page `tail`, in
+  // command order (copied, encoded, then the next group's rows overwrite it). Returns the encoder
+  // dispatches recorded.
+  #RecordKeyGroupRows(encoder, L, x, kv_stride, at, run, tail) {
+    const G = this.group, row_bytes = this.c.kv_dim * 4;
+    let dispatches = 0;
+    for (let t = 0; t < run;) {
+      const slot = (at + t) % G, m = Math.min(run - t, G - slot), src = From(x, t * kv_stride);
+      for (let r = 0; r < m; r += kv_stride === this.c.kv_dim ? m : 1) {  // packed rows: one copy
+        const rows = kv_stride === this.c.kv_dim ? m : 1;
+        encoder.copyBufferToBuffer(src.buffer, src.offset + r * kv_stride * 4, L.residual, (slot + r) * row_bytes,
+                                   rows * row_bytes);
+      }
+      if (slot + m === G) {  // the group is whole: encoded into its page
+        const group_in_page = Math.floor(((at + t + m - 1) % this.P) / G);
+        dispatches += L.k.Record(encoder, L.residual, G, tail.buffer, group_in_page * this.k_block, this.uniforms);
+      }
+      t += m;
+    }
+    return dispatches;
   }
 
   // The attention state and its initial regions for blocks of n query positions: region r of the
@@ -410,6 +518,7 @@ export class GpuResidentKv {
   Destroy() {
     for (const L of this.layers) {
       for (const p of L.pages) if (p) this.#FreeBuffers(p);
+      L.residual?.destroy();
     }
     for (const s of this.slots) this.#FreeBuffers(s);
     for (const b of [this.state, this.initial, ...this.retired]) b.destroy();

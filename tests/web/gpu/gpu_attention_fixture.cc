@@ -4,8 +4,9 @@
 // (one position per block, or groups of 32 keys with the newest incomplete group kept as f32
 // residual rows, as the cache stores them), and kvq's scalar decode of every row
 // (Codec::decode_row), which the shader's in-register dequantisation must reproduce bit for bit;
-// and per format whose K and V are one row per block, rows with edge values and kvq's encoding of
-// them, which the WGSL encoders must reproduce (tests/web/gpu/gpu_kv_encode_page.js).
+// and per format whose V is one row per block (K one row or a group of 32), rows with edge values
+// and kvq's encoding of them, which the WGSL encoders must reproduce
+// (tests/web/gpu/gpu_kv_encode_page.js).
 // Output: DIR/manifest.json and one DIR/<case>.bin per case (little-endian, sections back to back
 // at the offsets the manifest gives). Usage: gpu_attention_fixture DIR
 #include <fmt/format.h>
@@ -193,11 +194,17 @@ int WriteMatvecCase(const std::filesystem::path& dir, const std::string& type_na
 }
 
 // Rows for the GPU encoders (web/gpu/kv_formats.js) and kvq's bytes for them, per format whose
-// K and V are one row per block: random rows, then rows of edge values per head (zeros and −0;
-// f32 subnormals; f16's subnormal range, its rounding ties and overflow; huge numbers; ±inf;
-// NaNs, one with a payload; an int8 scale of 0.25 with x / s ties; a head too small for a nonzero
-// f16 scale; a head whose max overflows f16). x: [rows][n_kv_heads][head_dim]; k_blocks,
-// v_blocks: the codecs' encode_block of each row.
+// V is one row per block and K one row or a group of 32: random rows, then rows of edge values
+// per head (zeros and −0; f32 subnormals; f16's subnormal range, its rounding ties and overflow;
+// huge numbers; ±inf; NaNs, one with a payload; an int8 scale of 0.25 with x / s ties; a head too
+// small for a nonzero f16 scale; a head whose max overflows f16). For a grouped K (KIVI), whose
+// scales are per channel over a group, the rows are padded to a group with heads of one repeated
+// value (max − z = 0: s = 0; 1 + 3·2^-11, whose f16 z rounds above the max: s < 0; −inf: s < 0
+// and x = −inf) or of 0, −0, 0, …, −0 (of equal numbers glibc's std::fmin and std::fmax keep the
+// first: z = +0) or of NaNs of both signs (min and max the last NaN: z and s ±65504, its sign),
+// then a second group whose channels hold the edge lists down their 32 rows, and the last three
+// channels those repeated ±0, −inf and NaNs. x: [rows][n_kv_heads][head_dim];
+// k_blocks, v_blocks: the codecs' encode_block of each block (k_rows_per_block rows).
 int WriteEncodeCase(const std::filesystem::path& dir, const kvq::FormatDesc& f, uint64_t seed,
                     nlohmann::json* manifest) {
   const kvq::RowShape row{.n_kv_heads = 2, .head_dim = 16};
@@ -219,10 +226,11 @@ int WriteEncodeCase(const std::filesystem::path& dir, const kvq::FormatDesc& f, 
   };
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  constexpr int64_t kRandomRows = 24;
+  const int64_t g = f.key.rows_per_block;
+  const int64_t kRandomRows = g == 1 ? 24 : 23;  // a group: room for 3 rows of repeated values
   const int64_t elems = row.elems(), d = row.head_dim;
   const int64_t edge_rows = (static_cast<int64_t>(edge_heads.size()) + row.n_kv_heads - 1) / row.n_kv_heads;
-  const int64_t rows = kRandomRows + edge_rows;
+  const int64_t rows = g == 1 ? kRandomRows + edge_rows : 2 * g;
   std::vector<float> x(rows * elems);
   for (int64_t i = 0; i < kRandomRows * elems; ++i) x[i] = normal(rng) * (i % 7 == 3 ? 40.0f : 1.0f);
   for (size_t h = 0; h < edge_heads.size(); ++h) {  // each edge head padded with small random numbers
@@ -231,15 +239,39 @@ int WriteEncodeCase(const std::filesystem::path& dir, const kvq::FormatDesc& f, 
       head[i] = i < static_cast<int64_t>(edge_heads[h].size()) ? edge_heads[h][i] : 0.01f * normal(rng);
     }
   }
+  if (g > 1) {
+    // Repeated value kind k at index i: 1.5, 1 + 3·2^-11, ±0 alternating (from +0), −inf, NaNs
+    // alternating (from +NaN to a −NaN), 1.5.
+    const auto repeated = [&](int64_t k, int64_t i) {
+      const float values[] = {1.5f, 1.0f + 0x3p-11f, i % 2 == 0 ? 0.0f : -0.0f, -inf, i % 2 == 0 ? nan : payload_nan};
+      return values[k % 5];
+    };
+    for (int64_t r = kRandomRows + edge_rows, k = 0; r < g; ++r) {
+      for (int64_t h = 0; h < row.n_kv_heads; ++h, ++k) {
+        for (int64_t i = 0; i < d; ++i) x[r * elems + h * d + i] = repeated(k, i);
+      }
+    }
+    for (int64_t c = 0; c < elems; ++c) {  // channel c of the second group: an edge list down its rows
+      const std::vector<float>& edges = edge_heads[c % edge_heads.size()];
+      for (int64_t r = 0; r < g; ++r) {
+        x[(g + r) * elems + c] = c >= elems - 3                          ? repeated(c - elems + 5, r)
+                                 : r < static_cast<int64_t>(edges.size()) ? edges[r]
+                                                                         : 0.01f * normal(rng);
+      }
+    }
+  }
   std::vector<Section> sections = {Bytes("x", x)};
   for (int which = 0; which < 2; ++which) {
     const kvq::Codec& codec = which == 0 ? f.key : f.value;
-    const int64_t block = codec.block_bytes(row);
-    std::vector<uint8_t> encoded(rows * block);
-    for (int64_t r = 0; r < rows; ++r) codec.encode_block(x.data() + r * elems, encoded.data() + r * block, args);
+    const int64_t block = codec.block_bytes(row), rows_per_block = codec.rows_per_block;
+    std::vector<uint8_t> encoded(rows / rows_per_block * block);
+    for (int64_t b = 0; b < rows / rows_per_block; ++b) {
+      codec.encode_block(x.data() + b * rows_per_block * elems, encoded.data() + b * block, args);
+    }
     sections.push_back(Bytes(which == 0 ? "k_blocks" : "v_blocks", encoded));
     (*manifest)[which == 0 ? "k_block_bytes" : "v_block_bytes"] = block;
   }
+  (*manifest)["k_rows_per_block"] = g;
   const std::string name = fmt::format("encode_{}", f.name);
   std::ofstream out(dir / (name + ".bin"), std::ios::binary | std::ios::trunc);
   nlohmann::json offsets = nlohmann::json::object();
@@ -297,10 +329,14 @@ int main(int argc, char** argv) {
     if (WriteMatvecCase(dir, type.name, 72, 512, seed++, &c) != 0) return 1;
     matvec.push_back(c);
   }
-  // Every registered format whose K and V are one row per block: the encoder cases.
+  // Every registered format whose V is one row per block and K one row or a group of 32: the
+  // encoder cases.
   nlohmann::json encode = nlohmann::json::array();
   for (const kvq::FormatDesc* f : kvq::Formats()) {
-    if (f->key.rows_per_block != 1 || f->value.rows_per_block != 1 || f->key.calibrated || f->value.calibrated) continue;
+    if ((f->key.rows_per_block != 1 && f->key.rows_per_block != 32) || f->value.rows_per_block != 1 ||
+        f->key.calibrated || f->value.calibrated) {
+      continue;
+    }
     nlohmann::json c;
     if (WriteEncodeCase(dir, *f, seed++, &c) != 0) return 1;
     encode.push_back(c);

@@ -23,8 +23,9 @@
 //     the step program's encoders);
 //   - every encoder format, resident against streamed: the same logits bit for bit and the same
 //     master pages byte for byte (gpu_resident_check.js), with each path's step time printed:
-//     on stories260K every format; the three qwen3 synths share one KV shape (kSharedKvShape), so
-//     they split the formats between them (kResidentFormats: each format once on that shape).
+//     on stories260K every format, KIVI's (int4-kivi, int2-kivi: grouped keys) included; the three
+//     qwen3 synths share one KV shape (kSharedKvShape), so they split the one-row formats between
+//     them (kResidentFormats: each once on that shape; their int4-kivi runs above are resident).
 //     The two paths run the same weights and differ only in where K and V live, so what the check
 //     exercises is the KV shape and format (and each model's weights through both paths and its
 //     prefill blocks, which every model still runs).
@@ -74,7 +75,7 @@ import {WeightBlock} from '/web/gpu/weight_types.js';
 import {LoadModule} from '/test/gpu_kv_device_page.js';
 import {CheckResidentPath} from '/test/gpu_resident_check.js';
 import {ResidentWhyNot} from '/web/gpu/kv_resident.js';
-import {kEncoderFormats} from '/web/gpu/kv_formats.js';
+import {kEncoderFormats, kGroupKeyEncoderFormats} from '/web/gpu/kv_formats.js';
 
 const kBound = 2e-3;
 // The qwen3 synths' KV: gpu_forward_fixture writes all three with 2 layers of 2 KV heads × 64.
@@ -216,7 +217,7 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
         }
       }
       runner.Destroy();
-      let resident_formats = m.name === 'stories260K' ? kEncoderFormats
+      let resident_formats = m.name === 'stories260K' ? [...kEncoderFormats, ...kGroupKeyEncoderFormats]
           : program.states && Object.keys(program.states).length ? kHybridResidentFormats : kWeightModelResidentFormats;
       if (kResidentFormats[m.name]) {
         resident_formats = kResidentFormats[m.name];

@@ -28,8 +28,14 @@
 // each of those per token (also returned, for printing).
 // The per-token step time of each path is measured and returned for printing: under load on
 // SwiftShader (a CPU emulation of a GPU) it shows dispatch overhead, not a claim.
+// KIVI (K in groups of G = 32 rows, the newest group f32 residual rows until its last row): a
+// block is recorded in pieces cut where a group completes (its queries must see the group encoded
+// from there on, f32 before), so per piece and layer: a V encoder call per page it writes, a K
+// call for the group its first position completes, an attend per page of encoded rows and one
+// for the residual rows, and a gather; its prefill calls run uncapped (the runner's cut for a
+// capped call is the one-row formats' case).
 import {GpuModelRunner} from '/web/gpu/gpu_engine.js';
-import {EncoderHasScales, kEncoderFormats} from '/web/gpu/kv_formats.js';
+import {EncoderHasScales, kEncoderFormats, KeyRowsPerBlock} from '/web/gpu/kv_formats.js';
 import {WeightBlock} from '/web/gpu/weight_types.js';
 
 const kPage = 32;       // positions per page (the smallest the cache takes)
@@ -38,6 +44,11 @@ const kBlocks = [5, 40, 27];  // prefill calls over the kPositions: positions 0-
 const kCappedCall = 1;  // the call given kCapSlots · n_cache_layers uniform slots
 const kCapSlots = 6;
 const kRunnerBlocks = [[5], [27, 13], [27]];  // the blocks the runner makes of each call
+// KIVI: [position, positions kept] after the runs (72 held): position 71's group is the residual
+// one, so 71 are kept (its f32 rows still on the GPU); 40's group was encoded since, so the
+// sequence goes back to its start, 32 (kv_resident.js's KeepablePositions). Then, over a device
+// budget of half the context, the runner streams (the mixed mode does not take KIVI keys).
+const kKiviKeeps = [[71, 71], [40, 32]];
 
 // formats: the encoder formats to run (all of kEncoderFormats unless given).
 // Returns {checks, timing: {format: {stream_ms, resident_ms}}, dispatches: {attend, encode, weight:
@@ -71,6 +82,27 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
   for (const format of formats) {
     const what = `${name} ${format} (resident vs streamed)`;
     const encoder_passes = EncoderHasScales(format) ? 2 : 1;  // dispatches per encoder call
+    const G = KeyRowsPerBlock(format);
+    // Per layer, the pieces a block of positions a..z is recorded in: [first, last] (one unless G > 1).
+    const Pieces = (a, z) => {
+      const out = [];
+      for (let p = a; p <= z;) {
+        let e = p;
+        while (e < z && (e + 1) % G !== G - 1) ++e;
+        out.push([p, G > 1 ? e : z]);
+        p = (G > 1 ? e : z) + 1;
+      }
+      return out;
+    };
+    // A piece's attends (page windows; for G > 1 those of encoded rows and one of residual rows)
+    // and its K and V encoder calls.
+    const PieceCounts = (a, z) => {
+      const written = pages(z) - pages(a) + 1;
+      if (G === 1) return {attends: pages(z), calls: 2 * written};
+      const encoded_end = Math.floor((a + 1) / G) * G;
+      return {attends: Math.ceil(Math.min(encoded_end, z + 1) / kPage) + (z >= encoded_end ? 1 : 0),
+              calls: written + (a % G === G - 1 ? 1 : 0)};
+    };
     stream.NewSequence(format, format, 0, kPage, {path: 'stream'});
     resident.NewSequence(format, format, 0, kPage);
     blocks.NewSequence(format, format, 0, kPage);
@@ -82,6 +114,7 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
     const written_before = resident.counts.write_backs, block_written_before = blocks.counts.write_backs;
     let ms_stream = 0, ms_resident = 0;
     const ends = new Map();  // the last position of each block -> the resident step's {token, logits} there
+    const kivi_refs = new Map();  // kKiviKeeps' positions -> the resident step's {token, logits} there
     for (let i = 0, end = -1; i < kBlocks.length; ++i) ends.set(end += kBlocks[i], null);
     for (let p = 0; p < kPositions; ++p) {
       let t = performance.now();
@@ -105,20 +138,21 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
         break;
       }
       if (ends.has(p)) ends.set(p, b);
+      if (G > 1 && kKiviKeeps.some(([at]) => at === p)) kivi_refs.set(p, b);
       if (ids.length <= p + 1) ids.push(a.token);
       ++checks;
     }
     let first = 0, call = 0;
     for (const [end, want] of ends) {
       if (!want) break;  // the token-by-token run stopped before it (its failure says why)
-      const capped = call === kCappedCall;
+      const capped = call === kCappedCall && G === 1;
       const before = blocks.counts, resident_before = {...blocks.resident.counts}, weights_before = {...blocks.step.block.counts};
       const slots_before = blocks.resident.uniforms.taken;
       const got = await blocks.Prefill(ids.slice(first, end + 1),
                                        {logits: true, ...(capped ? {uniform_slots: kCapSlots * c.n_cache_layers} : {})});
       const after = blocks.counts;
       const counts = ['submits', 'readbacks', 'device_submits'].map((k) => after[k] - before[k]);
-      const want_blocks = kRunnerBlocks[call];
+      const want_blocks = G === 1 ? kRunnerBlocks[call] : [kBlocks[call]];
       const expected = `${want_blocks.length},${want_blocks.length},0`;
       const call_what = `${what}: the prefill call of positions ${first}-${end}`;
       if (counts.join() !== expected) {
@@ -131,10 +165,12 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
       // weight dispatches of the program (matvec_pieces). Per-token steps take those per token.
       const want_counts = {attends: 0, encodes: 0, slots: 0, matmuls: 0, quantizes: 0, matvecs: 0};
       for (let a = first, k = 0; k < want_blocks.length; a += want_blocks[k++]) {
-        const z = a + want_blocks[k] - 1, pages_to_z = pages(z), written_pages = pages(z) - pages(a) + 1;
-        want_counts.attends += c.n_cache_layers * pages_to_z;
-        want_counts.encodes += c.n_cache_layers * 2 * written_pages * encoder_passes;
-        want_counts.slots += c.n_cache_layers * (2 * written_pages + pages_to_z + 1);
+        for (const [pa, pz] of Pieces(a, a + want_blocks[k] - 1)) {
+          const {attends, calls} = PieceCounts(pa, pz);
+          want_counts.attends += c.n_cache_layers * attends;
+          want_counts.encodes += c.n_cache_layers * calls * encoder_passes;
+          want_counts.slots += c.n_cache_layers * (calls + attends + 1);
+        }
         want_counts.matmuls += matvec_pieces.blocked;
         want_counts.quantizes += matvec_pieces.quantized;
         want_counts.matvecs += matvec_pieces.last_token;
@@ -154,8 +190,11 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
       dispatches.attend.blocked += got_counts.attends;
       dispatches.encode.blocked += got_counts.encodes;
       dispatches.weight.blocked += got_counts.matmuls + got_counts.matvecs;
-      for (let q = first; q <= end; ++q) dispatches.attend.per_token += c.n_cache_layers * pages(q);
-      dispatches.encode.per_token += c.n_cache_layers * 2 * encoder_passes * tokens;
+      for (let q = first; q <= end; ++q) {
+        const {attends, calls} = PieceCounts(q, q);
+        dispatches.attend.per_token += c.n_cache_layers * attends;
+        dispatches.encode.per_token += c.n_cache_layers * calls * encoder_passes;
+      }
       dispatches.weight.per_token += (matvec_pieces.blocked + matvec_pieces.last_token) * tokens;
       const at = got.logits.findIndex((v, i) => !Object.is(v, want.logits[i]));
       if (at >= 0 || got.token !== want.token) {
@@ -203,6 +242,31 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
     }
     M._free(a);
     M._free(b);
+    // KIVI: the block run's sequence kept up to a position (KeepPrefix, a chat's next turn) and
+    // the rest run again: the logits there equal the token-by-token run's bit for bit.
+    for (const [at, want_kept] of G > 1 ? kKiviKeeps : []) {
+      const want = kivi_refs.get(at), kept = await blocks.KeepPrefix(ids.slice(0, at + 1));
+      if (kept !== want_kept || !want) {
+        fail(`${what}: kept ${kept} positions for a prompt of ${at + 1} (expected ${want_kept})`);
+        continue;
+      }
+      const got = await blocks.Prefill(ids.slice(kept, at + 1), {logits: true});
+      const i = got.logits.findIndex((v, j) => !Object.is(v, want.logits[j]));
+      if (i >= 0 || got.token !== want.token) {
+        fail(`${what}: kept ${kept} positions and ran to ${at}: logit ${i} is ${got.logits[i]}, token by token ` +
+             `${want.logits[i]} (ids ${got.token}, ${want.token})`);
+      }
+      ++checks;
+    }
+    // KIVI over the device budget: not the mixed mode (kv_resident.js's ResidentWhyNot), streamed.
+    if (G > 1) {
+      const plan = blocks.NewSequence(format, format, 0, kPage);
+      blocks.NewSequence(format, format, Math.floor(plan.total_bytes / 2), kPage);
+      if (blocks.path !== 'stream' || !blocks.path_why.includes('mixed mode does not take KIVI')) {
+        fail(`${what}: over the device budget the ${blocks.path} path (${blocks.path_why}), expected stream`);
+      }
+      ++checks;
+    }
   }
   stream.Destroy();
   resident.Destroy();
