@@ -107,9 +107,10 @@ export class GpuResidentKv {
    * device: the GPUDevice; c: the step program's config; layout: kvq_web_kv_page_layout's
    * {page_bytes, value_offset, page_positions, rotation_signs (with a rot spec)} (the same for
    * every layer: one spec for all); formats: {key, value} specs (ResidentWhyNot's: FORMAT[+rot]);
-   * append(layer, Uint8Array page): hands a full page to the master (throws on failure). mixed: {resident_pages (per layer, ≥ 1), read(layer, page) →
-   * Uint8Array [page_bytes] of the master's page (valid until the next call)} for a context over
-   * the device budget; omitted: every page stays resident.
+   * append(layer, Uint8Array page): hands a full page to the master (throws on failure). mixed:
+   * {resident_pages (per layer, ≥ 1), read(layer, page) → Uint8Array [page_bytes] of the master's
+   * page (valid until the next call)} for a context over the device budget; omitted: every page
+   * stays resident.
    */
   constructor(device, c, layout, formats, append, mixed = null) {
     const P = layout.page_positions;
