@@ -132,9 +132,13 @@ Status KvCache::AppendEncodedPages(int64_t layer, const uint8_t* pages, int64_t 
   Impl::Layer& L = m.layers[layer];
   const int32_t P = m.config.page_positions;
   for (int which = 0; which < 2; ++which) {
-    if (m.Transforms(layer, which).any() || m.Tensor(layer, which).calibrated) {
+    // rot changes only the rows' values (the caller encodes rotated rows); sinks, residual and
+    // prerope keep rows or state a page's bytes do not carry.
+    KvTransforms t = m.Transforms(layer, which);
+    t.rotate = false;
+    if (t.any() || m.Tensor(layer, which).calibrated) {
       return Bad(fmt::format(
-          "encoded pages need specs without transforms or a calibrated codec (layer {} has {})",
+          "encoded pages need specs without transforms but rot and no calibrated codec (layer {} has {})",
           layer, LayerFormatsName(m.formats[layer])));
     }
     L.args[which].shape = m.row;

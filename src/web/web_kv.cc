@@ -24,6 +24,7 @@
 #include "kvq/kv_device.h"
 #include "kvq/kv_spec.h"
 #include "api/api_internal.h"
+#include "formats/transforms/hadamard.h"
 #include "model/cache_config.h"
 #include "model/decoder.h"
 #include "web/web_common.h"
@@ -277,15 +278,22 @@ EMSCRIPTEN_KEEPALIVE int kvq_web_kv_append(int kv, int layer, const float* k, co
   return s.ok() ? 0 : Fail(s.message());
 }
 
-// {page_bytes, value_offset, page_positions}: one page of `layer` as the cache stores it (K blocks
-// from 0, V blocks from value_offset), the layout pages written behind by the GPU's encoders take.
+// {page_bytes, value_offset, page_positions[, rotation_signs]}: one page of `layer` as the cache
+// stores it (K blocks from 0, V blocks from value_offset), the layout pages written behind by the
+// GPU's encoders take; rotation_signs ([head_dim] ±1) when the layer's K or V spec has "rot".
 EMSCRIPTEN_KEEPALIVE const char* kvq_web_kv_page_layout(int kv, int layer) {
   WebKv* w = KvOf(kv);
   const kvq::KvCache::PageLayout l = w->cache->LayerPageLayout(layer);
-  w->plan_json = nlohmann::json{{"page_bytes", l.page_bytes},
-                                {"value_offset", l.value_offset},
-                                {"page_positions", w->cache->config().page_positions}}
-                     .dump();
+  const kvq::KvCacheConfig& c = w->cache->config();
+  nlohmann::json j{{"page_bytes", l.page_bytes}, {"value_offset", l.value_offset},
+                   {"page_positions", c.page_positions}};
+  // The signs as the cache draws them (KvCache::Create: RotationSigns of its seed and head_dim): a
+  // resident GPU cache rotates the rows it encodes, and its queries, with them (kv_resident.js).
+  const size_t i = c.layers.size() == 1 ? 0 : static_cast<size_t>(layer);
+  if (layer >= 0 && i < c.layers.size() && (c.layers[i].key_transforms.rotate || c.layers[i].value_transforms.rotate)) {
+    j["rotation_signs"] = kvq::RotationSigns(c.rotation_seed, c.head_dim);
+  }
+  w->plan_json = j.dump();
   return w->plan_json.c_str();
 }
 

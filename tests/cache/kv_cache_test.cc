@@ -16,6 +16,7 @@
 #include "cache/page_copies.h"
 #include "cache/snapshot.h"
 #include "formats/row_sequence.h"
+#include "formats/transforms/hadamard.h"
 
 namespace kvq {
 namespace {
@@ -327,15 +328,46 @@ TEST(KvCache, EncodedPagesAreTheSameBitsAsAppendingTheirRows) {
     EXPECT_FALSE(small->ReadPage(0, 0, pages.data()).ok()) << "a page of an empty layer was read";
   }
   EXPECT_GE(formats, 8);
+  // rot: pages encoding the rows rotated with the cache's signs (the WebGPU resident path's) are
+  // Append's pages of the rows themselves.
   const Result<KvSpec> rot = ParseKvSpec("int4+rot");
   ASSERT_TRUE(rot.ok());
-  auto rotated = MakeCache(LayerFormats::Both(*rot), 1, n, {});
+  auto rotated = MakeCache(LayerFormats::Both(*rot), 1, n, {}), rot_appended = MakeCache(LayerFormats::Both(*rot), 1, n, {});
   ASSERT_NE(rotated, nullptr);
-  std::vector<uint8_t> page(rotated->LayerPageLayout(0).page_bytes, 0);
-  const Status s = rotated->AppendEncodedPages(0, page.data(), 1);
+  ASSERT_NE(rot_appended, nullptr);
+  const KvCache::PageLayout rot_layout = rotated->LayerPageLayout(0);
+  std::vector<uint8_t> rot_pages(kPages * rot_layout.page_bytes, 0);  // [kPages][page_bytes]
+  const std::vector<float> signs = RotationSigns(kDefaultRotationSeed, kRow.head_dim);
+  for (int which = 0; which < 2; ++which) {
+    std::vector<float> x = which == 0 ? k : v;  // [n][n_kv_heads][head_dim], rotated per head
+    RotateHeads(signs.data(), kRow.head_dim, n * kRow.n_kv_heads, x.data());
+    const Codec& codec = which == 0 ? rot->format->key : rot->format->value;
+    for (int64_t row = 0; row < kPages * kPage; ++row) {
+      codec.encode_block(x.data() + row * elems, rot_pages.data() + (row / kPage) * rot_layout.page_bytes +
+                                                     (which == 0 ? 0 : rot_layout.value_offset) +
+                                                     (row % kPage) * codec.block_bytes(kRow),
+                         {.shape = kRow});
+    }
+  }
+  ASSERT_EQ(rot->format->key.rows_per_block, 1);
+  ASSERT_TRUE(rotated->AppendEncodedPages(0, rot_pages.data(), kPages).ok());
+  ASSERT_TRUE(rot_appended->Append(0, k.data(), v.data(), kPages * kPage).ok());
+  for (int64_t page = 0; page < kPages; ++page) {
+    std::vector<uint8_t> a(rot_layout.page_bytes), b(rot_layout.page_bytes);
+    ASSERT_TRUE(rotated->ReadPage(0, page, a.data()).ok());
+    ASSERT_TRUE(rot_appended->ReadPage(0, page, b.data()).ok());
+    EXPECT_TRUE(a == b) << "int4+rot page " << page << " differs";
+  }
+  // Transforms whose rows the bytes do not carry are refused.
+  const Result<KvSpec> sink = ParseKvSpec("int4+sink4");
+  ASSERT_TRUE(sink.ok());
+  auto sunk = MakeCache(LayerFormats::Both(*sink), 1, n, {});
+  ASSERT_NE(sunk, nullptr);
+  std::vector<uint8_t> page(sunk->LayerPageLayout(0).page_bytes, 0);
+  const Status s = sunk->AppendEncodedPages(0, page.data(), 1);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("without transforms"), std::string::npos) << s.message();
-  EXPECT_EQ(rotated->positions(0), 0);
+  EXPECT_NE(s.message().find("without transforms but rot"), std::string::npos) << s.message();
+  EXPECT_EQ(sunk->positions(0), 0);
 }
 
 // A disk master that loses bytes (here: truncated under the cache) gives an error naming the file,

@@ -22,16 +22,16 @@
 // recurrent layers' too: block_steps.js) — or, with no device, on the CPU (module_forward.js:
 // the sequence is then the CPU's from position 0). events[i].replayed says what ran again.
 //
-// Three paths for a sequence's KV (`path`, and `path_why` saying why): "resident" (the specs
-// have WGSL encoders and the device budget holds the whole context: kv_resident.js keeps the
-// working set on the GPU, a step is one submit and one readback, full pages reach the master
-// behind it; a lost device costs the tail page, whose ids run again on the next device or the
-// CPU); "mixed" (encoders, but the context is over the budget: the newest pages that fit the
-// budget stay resident as above, older ones, once written behind, are evicted from the GPU and
-// streamed from the master each step through kv_resident.js's slots with the same window kernels
-// in position order: the same bits, one readback a step, a submit more per reused slot); else
-// "stream" (each layer's rows read back into the master, whose pages stream through kv_device.js:
-// n_layers + 1 submits and readbacks a step).
+// Three paths for a sequence's KV (`path`, and `path_why` saying why): "resident" (the specs have
+// WGSL encoders and no transform but rot, and the device budget holds the whole context:
+// kv_resident.js keeps the working set on the GPU, a step is one submit and one readback, full
+// pages reach the master behind it; a lost device costs the tail page, whose ids run again on the
+// next device or the CPU); "mixed" (encoders, but the context is over the budget: the newest pages
+// that fit the budget stay resident as above, older ones, once written behind, are evicted from the
+// GPU and streamed from the master each step through kv_resident.js's slots with the same window
+// kernels in position order: the same bits, one readback a step, a submit more per reused slot);
+// else "stream" (each layer's rows read back into the master, whose pages stream through
+// kv_device.js: n_layers + 1 submits and readbacks a step).
 //
 // Prefill (a prompt's ids) runs in blocks on the resident and mixed paths: a block's ops are
 // encoded op by op for all its tokens into one command encoder (step_program.js's Steps,
@@ -207,7 +207,8 @@ export class GpuModelRunner {
     this.path = why_not || this.on_cpu ? 'stream' : over ? 'mixed' : 'resident';
     this.path_why = why_not ? `KV streamed from the module: ${why_not}; prefill runs token by token (each layer's ` +
                               'K and V rows are read back into the master before its attention)' : !over ?
-        'KV resident on the GPU: the specs have WGSL encoders and the budget holds the context' :
+        'KV resident on the GPU: the specs have WGSL encoders (a rot spec\'s rows rotated there first) and the ' +
+        'budget holds the context' :
         `KV mixed: the device budget (${budget} bytes) is under the context's ${total}, so the newest ` +
         `${this.resident_pages} page${this.resident_pages === 1 ? '' : 's'} of ${this.layout.page_positions} positions ` +
         `per layer stay resident on the GPU (encoded there) and older pages stream from the module's master through ` +
@@ -407,7 +408,8 @@ export class GpuModelRunner {
     if (this.on_cpu || !this.resident) return 1;
     const P = this.resident.P;
     let n = Math.min(left, most);
-    while (n > 1 && BlockUniformSlots(this.config.n_cache_layers, P, pos, n, this.resident.group) > slots) {
+    while (n > 1 && BlockUniformSlots(this.config.n_cache_layers, P, pos, n, this.resident.group,
+                                      this.resident.rotation_slots) > slots) {
       n = Math.max(1, Math.floor((pos + n - 1) / P) * P - pos);
     }
     if (this.path === 'mixed') {

@@ -146,8 +146,9 @@ fn fold(@builtin(global_invocation_id) id: vec3u) {
 }
 
 // Per head vector: rotate (x ← H·diag(s)·x/√d, kvq's RotateHeads), unrotate (x ← diag(s)·H·x/√d
-// in kvq's order: (x·norm)·s), renormalise (the injected bug: acc /= l, l = 1).
-function HeadOpsWgsl(d) {
+// in kvq's order: (x·norm)·s), renormalise (the injected bug: acc /= l, l = 1). Also
+// kv_resident.js's, which rotates the rows it encodes and its queries, and unrotates its output.
+export function HeadOpsWgsl(d) {
   return /* wgsl */ `
 struct Range { count: u32, stride: u32, offset: u32 }
 @group(0) @binding(0) var<storage, read_write> x: array<f32>;

@@ -33,8 +33,15 @@
 // piece every query sees the same groups encoded, and the page holding the residual group is
 // attended as two windows: its encoded rows, then the residual rows (K from the residual buffer, V
 // from the page), the same bits as one window.
+//
+// A "rot" spec (FORMAT+rot, K or V or both; not with KIVI keys): the block's new rows are copied
+// into a scratch buffer and rotated there by kv_device.js's head ops (kvq's RotateHeads, the same
+// bits) before the encoder reads them, so the pages hold the C++ cache's bytes; with rotated keys
+// the queries are rotated likewise (a copy) before the attends, with rotated values the normalised
+// output is unrotated in the state before the gather. The signs are the module's (the page
+// layout's rotation_signs). All in the step's encoder: no submit or readback of its own.
 
-import {AttendWgsl, kAttendParamsBytes, NormaliseWgsl} from './kv_device.js';
+import {AttendWgsl, HeadOpsWgsl, kAttendParamsBytes, NormaliseWgsl} from './kv_device.js';
 import {GpuKvEncoder, kEncoderFormats, kGroupKeyEncoderFormats, KeyRowsPerBlock} from './kv_formats.js';
 import {CachedPipeline} from './pipeline_cache.js';
 import {UniformArena} from './uniform_arena.js';
@@ -61,21 +68,37 @@ export function ResidentPagesFor(budget_bytes, page_bytes, n_layers) {
   return Math.max(0, Math.floor((budget_bytes - kStreamSlots * unit) / (n_layers * unit)));
 }
 
+/** A KV spec (FORMAT[+TRANSFORM...], kvq's ParseKvSpec) as {format, transforms: [names]}. */
+export function SplitKvSpec(spec) {
+  const [format, ...transforms] = spec.split('+');
+  return {format, transforms};
+}
+
 /**
  * Why the resident path cannot hold a cache of these specs ('' when it can): both tensors need a
- * WGSL encoder and no transform (a spec with '+' or '-' carries one). over: the context is over
- * the device budget (the mixed mode), which KIVI keys do not take yet: their f32 residual rows
- * are not in ResidentPagesFor's budget, and kvq's slot plan for them (a page and the residual
- * rows per slot) asks more than the mixed mode's streaming slots.
+ * WGSL encoder and no transform but rot (sinkN, resN and prerope keep rows the encoders do not
+ * write; KIVI keys take none). over: the context is over the device budget (the mixed mode),
+ * which KIVI keys do not take yet: their f32 residual rows are not in ResidentPagesFor's budget,
+ * and kvq's slot plan for them (a page and the residual rows per slot) asks more than the mixed
+ * mode's streaming slots.
  */
 export function ResidentWhyNot(kv_k, kv_v, over = false) {
   const encoders = [...kEncoderFormats, ...kGroupKeyEncoderFormats];
   for (const [what, spec] of [['key', kv_k], ['value', kv_v]]) {
-    if (!encoders.includes(spec)) {
+    const {format, transforms} = SplitKvSpec(spec);
+    if (!encoders.includes(format)) {
       return `the ${what} spec "${spec}" has no GPU encoder (encoders: ${encoders.join(', ')})`;
     }
+    const other = transforms.filter((t) => t !== 'rot');
+    if (other.length) {
+      return `the ${what} spec "${spec}" has the transform${other.length > 1 ? 's' : ''} ${other.join(', ')}, which ` +
+             'the GPU encoders do not apply (resident: rot only)';
+    }
+    if (transforms.length && KeyRowsPerBlock(format) > 1) {
+      return `the ${what} spec "${spec}" has KIVI keys with a transform, which the GPU encoders do not apply`;
+    }
   }
-  if (over && KeyRowsPerBlock(kv_k) > 1) {
+  if (over && KeyRowsPerBlock(SplitKvSpec(kv_k).format) > 1) {
     return `the context is over the device budget and the mixed mode does not take KIVI keys ("${kv_k}")`;
   }
   return '';
@@ -100,9 +123,10 @@ function SubBlocks(pos, n, G) {
  * encoder call for K and one for V per page the block writes, an attend per page window up to its
  * last position, and the gather; for G > 1 per piece (SubBlocks) a V call per page it writes, a K
  * call for the group its first position completes, an attend per page of encoded rows and one
- * for the residual rows, and its gather.
+ * for the residual rows, and its gather; and `rotations` more per layer (RotationSlots: the
+ * specs' head ops; rot is not taken with G > 1).
  */
-export function BlockUniformSlots(n_layers, P, pos, n, G = 1) {
+export function BlockUniformSlots(n_layers, P, pos, n, G = 1, rotations = 0) {
   if (G > 1) {
     let slots = 0;
     for (const [a, m] of SubBlocks(pos, n, G)) {
@@ -114,17 +138,26 @@ export function BlockUniformSlots(n_layers, P, pos, n, G = 1) {
     return n_layers * slots;
   }
   const last = Math.floor((pos + n - 1) / P), written = last - Math.floor(pos / P) + 1;
-  return n_layers * (2 * written + last + 1 + 1);
+  return n_layers * (2 * written + last + 1 + 1 + rotations);
+}
+
+/**
+ * Head-op dispatches (and uniform slots) per layer and block for these specs: rotated keys, the
+ * rows' rotation and the queries'; rotated values, the rows' rotation and the output's unrotation.
+ */
+export function RotationSlots(kv_k, kv_v) {
+  return [kv_k, kv_v].filter((spec) => SplitKvSpec(spec).transforms.includes('rot')).length * 2;
 }
 
 export class GpuResidentKv {
   /**
    * device: the GPUDevice; c: the step program's config; layout: kvq_web_kv_page_layout's
-   * {page_bytes, value_offset, page_positions} (the same for every layer: one spec for all);
-   * formats: {key, value} format names; append(layer, Uint8Array page): hands a full page to the
-   * master (throws on failure). mixed: {resident_pages (per layer, ≥ 1), read(layer, page) →
-   * Uint8Array [page_bytes] of the master's page (valid until the next call)} for a context over
-   * the device budget; omitted: every page stays resident.
+   * {page_bytes, value_offset, page_positions, rotation_signs (with a rot spec)} (the same for
+   * every layer: one spec for all); formats: {key, value} specs (ResidentWhyNot's: FORMAT[+rot]);
+   * append(layer, Uint8Array page): hands a full page to the master (throws on failure). mixed:
+   * {resident_pages (per layer, ≥ 1), read(layer, page) → Uint8Array [page_bytes] of the master's
+   * page (valid until the next call)} for a context over the device budget; omitted: every page
+   * stays resident.
    */
   constructor(device, c, layout, formats, append, mixed = null) {
     const P = layout.page_positions;
@@ -133,7 +166,7 @@ export class GpuResidentKv {
     this.P = P;
     this.page_bytes = layout.page_bytes;
     this.value_offset = layout.value_offset;
-    this.group = KeyRowsPerBlock(formats.key);  // K rows per block: 32 for KIVI, else 1
+    this.group = KeyRowsPerBlock(SplitKvSpec(formats.key).format);  // K rows per block: 32 for KIVI, else 1
     this.k_block = layout.value_offset / (P / this.group);
     this.v_block = (layout.page_bytes - layout.value_offset) / P;
     if (!Number.isInteger(this.k_block) || !Number.isInteger(this.v_block)) {
@@ -144,13 +177,17 @@ export class GpuResidentKv {
     if (!(this.resident_pages >= 1)) throw new Error(`a mixed-mode KV cache needs at least 1 resident page per layer (got ${this.resident_pages})`);
     this.read = mixed?.read;
     this.counts = {write_backs: 0, kv_bytes: 0, kv_bytes_now: 0, peak_kv_bytes: 0, streamed_bytes: 0,
-                   streamed_pages: 0, evictions: 0, flushes: 0, attend_dispatches: 0, encode_dispatches: 0};
+                   streamed_pages: 0, evictions: 0, flushes: 0, attend_dispatches: 0, encode_dispatches: 0,
+                   head_op_dispatches: 0};
     // The streaming ring (mixed mode): [{buffer [page_bytes]}], the
     // next slot to write, and the slots the commands not yet submitted read.
     this.slots = mixed ? Array.from({length: kStreamSlots}, () => this.#NewBuffers()) : [];
     this.next_slot = 0;
     this.pending = new Set();
     const shape = {n_kv_heads: c.n_kv_heads, head_dim: c.head_dim};
+    this.rotation = this.#Rotation(formats, layout.rotation_signs);
+    this.rotation_slots = RotationSlots(formats.key, formats.value);  // per layer and block
+    formats = {key: SplitKvSpec(formats.key).format, value: SplitKvSpec(formats.value).format};
     this.layers = Array.from({length: c.n_cache_layers}, () => ({
       pages: [],  // [{buffer [page_bytes]}, or null once evicted]
       landed: 0,  // pages of this layer whose write-back reached the master (they fill in order)
@@ -314,7 +351,7 @@ export class GpuResidentKv {
    * state merges as nothing), so the same bits.
    */
   RecordBlock(sink, layer, pos, b) {
-    const L = this.layers[layer], P = this.P, c = this.c, n = b.n, {q, out, q_stride, out_stride} = b;
+    const L = this.layers[layer], P = this.P, c = this.c, n = b.n, {out, out_stride} = b;
     const first_resident = this.#FirstResident(pos);
     const evicts = n > 1 && this.#FirstResident(pos + n - 1) !== first_resident;
     const pieces = evicts ? Array.from({length: n}, (_, t) => [pos + t, 1]) : this.group > 1 ? SubBlocks(pos, n, this.group) : null;
@@ -324,7 +361,7 @@ export class GpuResidentKv {
       for (const [a, m] of pieces) {
         const t = a - pos;
         this.RecordBlock(sink, layer, a, {...b, n: m, k: From(b.k, t * b.kv_stride), v: From(b.v, t * b.kv_stride),
-                                          q: From(q, t * q_stride), out: From(out, t * out_stride)});
+                                          q: From(b.q, t * b.q_stride), out: From(out, t * out_stride)});
       }
       return;
     }
@@ -342,6 +379,8 @@ export class GpuResidentKv {
       ++this.counts.evictions;
     }
     L.held = pos + n;
+    if (this.rotation) b = this.#Rotated(sink.encoder, b);  // rot: rows and queries in rotated copies
+    const {q, q_stride} = b;
     const full = [];  // pages the block fills: copied out after its rows are encoded
     for (let t = 0; t < n;) {  // the block's rows in each page it writes: rows t .. t + run − 1
       const row = (pos + t) % P, run = Math.min(n - t, P - row);
@@ -407,6 +446,9 @@ export class GpuResidentKv {
     pass.setPipeline(this.finish);
     pass.setBindGroup(0, this.#Group(this.finish, [{buffer: this.state, size: 2 * region_bytes}]));
     pass.dispatchWorkgroups(Math.ceil(n * c.n_heads / 64));
+    if (this.rotation?.value) {  // the normalised output's value rotation undone in the state (kvq's UnrotateHeads)
+      this.#HeadOp(pass, 'unrotate', {buffer: this.state, size: region_bytes}, n * c.n_heads, c.head_dim + 2, 2);
+    }
     const gather = this.uniforms.Take(new Uint32Array([c.n_heads, out_stride, 0, 0]));
     pass.setPipeline(this.gather);
     pass.setBindGroup(0, this.#Group(this.gather, [{buffer: this.state, size: region_bytes}, From(out), gather]));
@@ -456,6 +498,68 @@ export class GpuResidentKv {
       t += m;
     }
     return dispatches;
+  }
+
+  // A rot spec's {key, value: whether each tensor is rotated; signs: GPU buffer [head_dim] f32 (the
+  // module's); rotate, unrotate: kv_device.js's head ops; k, v, q: scratch, the block's rows and
+  // queries as RecordBlock's b lays them out, rotated (#Rotated)}, or null without one.
+  #Rotation(formats, signs) {
+    const [key, value] = [formats.key, formats.value].map((spec) => SplitKvSpec(spec).transforms.includes('rot'));
+    if (!key && !value) return null;
+    const d = this.c.head_dim;
+    if (signs?.length !== d) throw new Error(`a rot spec needs the page layout's rotation_signs: ${d} signs (got ${signs?.length})`);
+    const buffer = this.#Storage(d * 4);
+    this.device.queue.writeBuffer(buffer, 0, new Float32Array(signs));
+    const code = HeadOpsWgsl(d);
+    return {key, value, signs: buffer, rotate: CachedPipeline(this.device, code, 'rotate'),
+            unrotate: CachedPipeline(this.device, code, 'unrotate'), k: null, v: null, q: null};
+  }
+
+  // RecordBlock's b with its rows (and, rotated keys, its queries) copied into the scratch at b's
+  // strides (so its bindings keep their alignment) and the rotated tensors rotated there, in
+  // `encoder` (no pass open): b's buffers are the step's. A row's padding up to the stride is a
+  // whole number of head vectors (checked), rotated with them and never read.
+  #Rotated(encoder, b) {
+    const r = this.rotation, c = this.c, n = b.n, d = c.head_dim, q_floats = c.n_heads * d;
+    const span = (stride, floats) => (n - 1) * stride + floats;  // floats from row 0 to row n − 1's end
+    for (const [what, stride] of [['K and V', b.kv_stride], ['query', b.q_stride]]) {
+      if (stride % d) throw new Error(`rot: the block's ${what} rows are ${stride} floats apart, not whole heads of ${d}`);
+    }
+    const want = [span(b.kv_stride, c.kv_dim), span(b.kv_stride, c.kv_dim), span(b.q_stride, q_floats)];
+    if (!r.k || want.some((floats, i) => floats * 4 > [r.k, r.v, r.q][i].size)) {
+      // Outgrown scratch is destroyed after the submit of the commands that used it.
+      for (const x of [r.k, r.v, r.q]) if (x) this.retired.push(x);
+      [r.k, r.v, r.q] = want.map((floats) => this.#Storage(floats * 4));
+    }
+    const copy = (src, floats, dst) => {
+      const from = From(src);
+      encoder.copyBufferToBuffer(from.buffer, from.offset, dst, 0, floats * 4);
+    };
+    copy(b.k, want[0], r.k);  // both tensors, rotated or not: the encoders read K and V at one binding kind
+    copy(b.v, want[1], r.v);
+    const out = {...b, k: r.k, v: r.v};
+    if (r.key) {
+      copy(b.q, want[2], r.q);
+      out.q = r.q;
+    }
+    const pass = encoder.beginComputePass();
+    if (r.key) this.#HeadOp(pass, 'rotate', r.q, want[2] / d, d, 0);
+    for (const [on, x, floats] of [[r.key, r.k, want[0]], [r.value, r.v, want[1]]]) {
+      if (on) this.#HeadOp(pass, 'rotate', x, floats / d, d, 0);
+    }
+    pass.end();
+    return out;
+  }
+
+  // kv_device.js's head op `entry` on `count` head vectors of x (a buffer or binding), vector i at
+  // i · stride + offset floats, into `pass`.
+  #HeadOp(pass, entry, x, count, stride, offset) {
+    const pipeline = this.rotation[entry];
+    pass.setPipeline(pipeline);
+    pass.setBindGroup(0, this.#Group(pipeline, [x, this.rotation.signs,
+                                                this.uniforms.Take(new Uint32Array([count, stride, offset, 0]))]));
+    pass.dispatchWorkgroups(Math.ceil(count / 64));
+    ++this.counts.head_op_dispatches;
   }
 
   // The attention state and its initial regions for blocks of n query positions: region r of the
@@ -522,6 +626,7 @@ export class GpuResidentKv {
     }
     for (const s of this.slots) this.#FreeBuffers(s);
     for (const b of [this.state, this.initial, ...this.retired]) b.destroy();
+    for (const b of [this.rotation?.signs, this.rotation?.k, this.rotation?.v, this.rotation?.q]) b?.destroy();
     this.uniforms.Destroy();
   }
 }

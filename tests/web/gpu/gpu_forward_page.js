@@ -15,9 +15,9 @@
 //     native's ids — except where native's two best logits are within twice the bound of each
 //     other (a near-tie the bound cannot order: counted and reported);
 //   - stories260K with f32 KV: those ids are run.c's golden ids (golden-runc-ids.txt);
-//   - structure: a spec whose formats have a WGSL encoder (kv_formats.js's registry) runs on the
-//     resident path: each step is 1 submit and 1 readback; any other runs streamed: each step
-//     reads back exactly n_cache_layers + 1 times (each attention layer's K and V rows for the
+//   - structure: a spec whose formats have a WGSL encoder (kv_formats.js's registry), with no
+//     transform but rot (int4+rot must: issue 31), runs on the resident path: each step is 1
+//     submit and 1 readback; any other runs streamed: each step reads back exactly n_cache_layers + 1 times (each attention layer's K and V rows for the
 //     module's cache, then the id) and submits as many command buffers, attention's included. Either way the
 //     KV device submits none of its own (these contexts fit its slots, so its commands ride in
 //     the step program's encoders);
@@ -88,6 +88,15 @@ const kWeightModelResidentFormats = ['f32'];
 // The hybrid's resident-vs-streamed formats: its KV layers are the qwen3 synths' kind; what it
 // adds is a state the block and token-by-token runs must carry alike, which any one format shows.
 const kHybridResidentFormats = ['int8'];
+// Rot specs run resident against streamed too (kv_resident.js rotates the rows it encodes, the
+// queries and the output on the GPU; gpu_resident_check.js's KEY/VALUE pairs): both tensors, keys
+// alone, values alone, at head_dim 8 (stories260K) and 64 (the qwen3 synths' shared shape).
+// stories260K's int4+rot is not among them: its layer 1 K row at position 24 has, rotated (the
+// GPU's rotation equal to kvq's bit for bit, read back), a head whose max|x| is 9.47802734375, so
+// max|x| / 7 is exactly 1.35400390625, an f16 rounding tie: kvq rounds it to even (0x3d6a) but
+// SwiftShader's WGSL division (kv_formats.js's scale_bits) comes out above it (0x3d6b) — the int
+// encoders' division, not the rotation, and not fixed here.
+const kRotResidentSpecs = {'stories260K': ['int8+rot/int4', 'int2/f16+rot'], 'qwen3-q1_0': ['int4+rot']};
 
 async function Bytes(url) {
   const r = await fetch(url);
@@ -173,6 +182,10 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
         const what = `${m.name} "${run.prompt}" ${run.spec}`;
         runner.NewSequence(run.spec, run.spec);
         const want_path = ResidentWhyNot(run.spec, run.spec) ? 'stream' : 'resident';
+        if (/\+rot$/.test(run.spec) && want_path !== 'resident') {  // issue 31: rot runs on the GPU's encoders
+          fail(`${what}: a rot spec of an encoder format must run resident; ResidentWhyNot says ` +
+               `"${ResidentWhyNot(run.spec, run.spec)}"`);
+        }
         if (runner.path !== want_path) fail(`${what}: the ${runner.path} path ran, expected ${want_path} (${runner.path_why})`);
         const per_token = want_path === 'resident' ? 1 : n_cache_layers + 1;
         const golden = run.spec === 'f32' ? m.golden?.find((g) => g.prompt === run.prompt)?.ids : undefined;
@@ -229,6 +242,7 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
                `${JSON.stringify(kSharedKvShape)} its share of the resident-vs-streamed formats assumes`);
         }
       }
+      resident_formats = [...resident_formats, ...(kRotResidentSpecs[m.name] ?? [])];
       const resident = await CheckResidentPath(M, device, model, program, m.runs[0].ids, m.name, fail, resident_formats);
       resident_checks += resident.checks;
       step_ms[m.name] = resident.timing;

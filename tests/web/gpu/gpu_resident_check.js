@@ -26,6 +26,11 @@
 // piece of each matvec before the last attention, one activation quantisation per such matvec of
 // a quantising type, and the last token's matvecs after it (the classifier). Per-token steps take
 // each of those per token (also returned, for printing).
+// A format may be a spec with rot (FORMAT+rot: kv_resident.js rotates the rows on the GPU before
+// encoding them, and the queries, and unrotates the output), or "KEY/VALUE" for different specs
+// (e.g. int4+rot/int8: keys alone rotated): the same checks, the master pages against the
+// streamed run's, whose rows the module rotated (hadamard.cc) — so the GPU's rotation is kvq's bit
+// for bit — and per block and layer RotationSlots' head-op dispatches (and uniform slots) more.
 // The per-token step time of each path is measured and returned for printing: under load on
 // SwiftShader (a CPU emulation of a GPU) it shows dispatch overhead, not a claim.
 // KIVI (K in groups of G = 32 rows, the newest group f32 residual rows until its last row): a
@@ -36,12 +41,13 @@
 // capped call is the one-row formats' case).
 import {GpuModelRunner} from '/web/gpu/gpu_engine.js';
 import {EncoderHasScales, kEncoderFormats, KeyRowsPerBlock} from '/web/gpu/kv_formats.js';
+import {RotationSlots, SplitKvSpec} from '/web/gpu/kv_resident.js';
 import {WeightBlock} from '/web/gpu/weight_types.js';
 
 const kPage = 32;       // positions per page (the smallest the cache takes)
 const kPositions = 72;  // two full pages and a partial tail
 const kBlocks = [5, 40, 27];  // prefill calls over the kPositions: positions 0-4, 5-44, 45-71
-const kCappedCall = 1;  // the call given kCapSlots · n_cache_layers uniform slots
+const kCappedCall = 1;  // the call given (kCapSlots + the spec's RotationSlots) · n_cache_layers uniform slots
 const kCapSlots = 6;
 const kRunnerBlocks = [[5], [27, 13], [27]];  // the blocks the runner makes of each call
 // KIVI: [position, positions kept] after the runs (72 held): position 71's group is the residual
@@ -81,8 +87,11 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
   const page_bytes = (runner) => JSON.parse(M.UTF8ToString(M._kvq_web_kv_page_layout(runner.kv, 0))).page_bytes;
   for (const format of formats) {
     const what = `${name} ${format} (resident vs streamed)`;
-    const encoder_passes = EncoderHasScales(format) ? 2 : 1;  // dispatches per encoder call
-    const G = KeyRowsPerBlock(format);
+    const [key, value = key] = format.split('/');
+    // Dispatches per K and per V encoder call; head ops per layer and block (rot specs).
+    const [k_passes, v_passes] = [key, value].map((spec) => (EncoderHasScales(SplitKvSpec(spec).format) ? 2 : 1));
+    const rotations = RotationSlots(key, value);
+    const G = KeyRowsPerBlock(SplitKvSpec(key).format);
     // Per layer, the pieces a block of positions a..z is recorded in: [first, last] (one unless G > 1).
     const Pieces = (a, z) => {
       const out = [];
@@ -94,18 +103,18 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
       }
       return out;
     };
-    // A piece's attends (page windows; for G > 1 those of encoded rows and one of residual rows)
-    // and its K and V encoder calls.
+    // A piece's attends (page windows; for G > 1 those of encoded rows and one of residual rows),
+    // its K and V encoder calls, and its encoder dispatches.
     const PieceCounts = (a, z) => {
       const written = pages(z) - pages(a) + 1;
-      if (G === 1) return {attends: pages(z), calls: 2 * written};
       const encoded_end = Math.floor((a + 1) / G) * G;
-      return {attends: Math.ceil(Math.min(encoded_end, z + 1) / kPage) + (z >= encoded_end ? 1 : 0),
-              calls: written + (a % G === G - 1 ? 1 : 0)};
+      const attends = G === 1 ? pages(z) : Math.ceil(Math.min(encoded_end, z + 1) / kPage) + (z >= encoded_end ? 1 : 0);
+      const k_calls = G === 1 ? written : (a % G === G - 1 ? 1 : 0);
+      return {attends, calls: k_calls + written, encodes: k_calls * k_passes + written * v_passes};
     };
-    stream.NewSequence(format, format, 0, kPage, {path: 'stream'});
-    resident.NewSequence(format, format, 0, kPage);
-    blocks.NewSequence(format, format, 0, kPage);
+    stream.NewSequence(key, value, 0, kPage, {path: 'stream'});
+    resident.NewSequence(key, value, 0, kPage);
+    blocks.NewSequence(key, value, 0, kPage);
     if (stream.path !== 'stream' || resident.path !== 'resident' || blocks.path !== 'resident') {
       fail(`${what}: paths ${stream.path} and ${resident.path} (${resident.path_why})`);
       continue;
@@ -149,7 +158,7 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
       const before = blocks.counts, resident_before = {...blocks.resident.counts}, weights_before = {...blocks.step.block.counts};
       const slots_before = blocks.resident.uniforms.taken;
       const got = await blocks.Prefill(ids.slice(first, end + 1),
-                                       {logits: true, ...(capped ? {uniform_slots: kCapSlots * c.n_cache_layers} : {})});
+                                       {logits: true, ...(capped ? {uniform_slots: (kCapSlots + rotations) * c.n_cache_layers} : {})});
       const after = blocks.counts;
       const counts = ['submits', 'readbacks', 'device_submits'].map((k) => after[k] - before[k]);
       const want_blocks = G === 1 ? kRunnerBlocks[call] : [kBlocks[call]];
@@ -163,13 +172,14 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
       // encoder dispatches (K and V, one call per page the block writes, each with a scales pass
       // for the int formats), the uniform slots (those calls, the attends and a gather); and the
       // weight dispatches of the program (matvec_pieces). Per-token steps take those per token.
-      const want_counts = {attends: 0, encodes: 0, slots: 0, matmuls: 0, quantizes: 0, matvecs: 0};
+      const want_counts = {attends: 0, encodes: 0, head_ops: 0, slots: 0, matmuls: 0, quantizes: 0, matvecs: 0};
       for (let a = first, k = 0; k < want_blocks.length; a += want_blocks[k++]) {
         for (const [pa, pz] of Pieces(a, a + want_blocks[k] - 1)) {
-          const {attends, calls} = PieceCounts(pa, pz);
+          const {attends, calls, encodes} = PieceCounts(pa, pz);
           want_counts.attends += c.n_cache_layers * attends;
-          want_counts.encodes += c.n_cache_layers * calls * encoder_passes;
-          want_counts.slots += c.n_cache_layers * (calls + attends + 1);
+          want_counts.encodes += c.n_cache_layers * encodes;
+          want_counts.head_ops += c.n_cache_layers * rotations;
+          want_counts.slots += c.n_cache_layers * (calls + attends + 1 + rotations);
         }
         want_counts.matmuls += matvec_pieces.blocked;
         want_counts.quantizes += matvec_pieces.quantized;
@@ -178,6 +188,7 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
       const rc = blocks.resident.counts, wc = blocks.step.block.counts;
       const got_counts = {attends: rc.attend_dispatches - resident_before.attend_dispatches,
                           encodes: rc.encode_dispatches - resident_before.encode_dispatches,
+                          head_ops: rc.head_op_dispatches - resident_before.head_op_dispatches,
                           slots: blocks.resident.uniforms.taken - slots_before,
                           matmuls: wc.matmul_dispatches - weights_before.matmul_dispatches,
                           quantizes: wc.quantize_dispatches - weights_before.quantize_dispatches,
@@ -191,9 +202,9 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
       dispatches.encode.blocked += got_counts.encodes;
       dispatches.weight.blocked += got_counts.matmuls + got_counts.matvecs;
       for (let q = first; q <= end; ++q) {
-        const {attends, calls} = PieceCounts(q, q);
+        const {attends, encodes} = PieceCounts(q, q);
         dispatches.attend.per_token += c.n_cache_layers * attends;
-        dispatches.encode.per_token += c.n_cache_layers * calls * encoder_passes;
+        dispatches.encode.per_token += c.n_cache_layers * encodes;
       }
       dispatches.weight.per_token += (matvec_pieces.blocked + matvec_pieces.last_token) * tokens;
       const at = got.logits.findIndex((v, i) => !Object.is(v, want.logits[i]));
