@@ -7,6 +7,7 @@
 // Codec::decode_row; tests/web/gpu/gpu_attention_test.mjs checks that for every row. And, below,
 // encoders of the one-row formats (GpuKvEncoder).
 
+import {kDivRnWgsl} from './div_rn.js';
 import {CachedPipeline} from './pipeline_cache.js';
 
 // Bytes are read from u32 words: blocks need not be 4-byte aligned (int4 at head_dim 8: 6 bytes
@@ -181,8 +182,9 @@ export function DecodeWgsl(key_format, value_format, bases = {}) {
 // compares), plus, for the int formats, one f32 division per head row (max|x| / (2^(b−1) − 1)) and
 // one per number (x / s) and WGSL's round (half to even, as kvq's RoundHalfEven); for KIVI a
 // subtraction and a division per scale ((max − z) / R) and per number ((x − z) / s). The divisions
-// are the CPU's only where the device divides correctly rounded (SwiftShader does; the tests check
-// the bytes, which would show any device that does not).
+// are div_rn's (div_rn.js: correctly rounded, as the CPU's): WGSL's '/' is not, and SwiftShader's
+// once missed an f16 tie of a rotated int4 row's max|x| / 7 (1.35400390625, rounded up where kvq
+// rounds to even).
 //
 // Two entry points per format: `scales_main` (int formats: one invocation per (row, head), the f16
 // scale bits into `scales`; KIVI per (row, head) or (group, channel)), then `encode`, one
@@ -252,7 +254,7 @@ fn scale_bits(row: u32, head: u32) -> u32 {
     if (a <= 0x7f800000u) { amax = max(amax, a); }
   }
   if (amax == 0x7f800000u) { return 0x7bffu; }
-  let s = f32_to_f16_bits(bitcast<u32>(bitcast<f32>(amax) / ${qmax}.0));
+  let s = f32_to_f16_bits(bitcast<u32>(div_rn(bitcast<f32>(amax), ${qmax}.0)));
   return select(s, 0x7bffu, (s & 0x7fffu) >= 0x7c00u);
 }
 fn raw_code(u: u32, s: f32) -> u32 {
@@ -260,7 +262,7 @@ fn raw_code(u: u32, s: f32) -> u32 {
   if (a > 0x7f800000u) { return 0u; }
   if (s == 0.0) { return ${offset}u; }
   if (a == 0x7f800000u) { return select(${raw_max}u, 0u, u != a); }
-  return u32(clamp(round(bitcast<f32>(u) / s) + ${offset}.0, 0.0, ${raw_max}.0));
+  return u32(clamp(round(div_rn(bitcast<f32>(u), s)) + ${offset}.0, 0.0, ${raw_max}.0));
 }
 fn block_byte(row: u32, within: u32) -> u32 {
   let head = within / head_bytes;
@@ -315,7 +317,7 @@ fn kivi_params(lo: u32, hi: u32) -> u32 {
   let z16 = f16_saturated(lo);
   var s16 = ((hi >> 16u) & 0x8000u) | 0x7bffu;
   if ((hi & 0x7fffffffu) < 0x7f800000u) {
-    s16 = f16_saturated(bitcast<u32>((bitcast<f32>(hi) - f16_bits_to_f32(z16)) / ${raw_max}.0));
+    s16 = f16_saturated(bitcast<u32>(div_rn(bitcast<f32>(hi) - f16_bits_to_f32(z16), ${raw_max}.0)));
   }
   return s16 | (z16 << 16u);
 }
@@ -324,7 +326,7 @@ fn kivi_code(u: u32, params: u32) -> u32 {
   if ((s16 & 0x7fffu) == 0u || is_nan(u)) { return 0u; }
   let positive = ((u >> 31u) ^ (s16 >> 15u)) == 0u;  // the sign of (x − z) / s for an infinite x
   if ((u & 0x7fffffffu) == 0x7f800000u) { return select(0u, raw_max, positive); }
-  let q = (bitcast<f32>(u) - f16_bits_to_f32(params >> 16u)) / f16_bits_to_f32(s16);
+  let q = div_rn(bitcast<f32>(u) - f16_bits_to_f32(params >> 16u), f16_bits_to_f32(s16));
   let qb = bitcast<u32>(q);
   if ((qb & 0x7fffffffu) >= 0x4b000000u) { return select(0u, raw_max, (qb >> 31u) == 0u); }  // |q| ≥ 2^23, inf
   return u32(clamp(round(q), 0.0, ${raw_max}.0));
@@ -457,6 +459,7 @@ struct Params { rows: u32, first_byte: u32, x_stride: u32 }
 @group(0) @binding(3) var<storage, read_write> scales: array<u32>;  // [blocks][scales_per_block]: f16 bits (KIVI: s | z << 16)
 ${kByteHelpers}
 ${kF16Encode}
+${kDivRnWgsl}
 ${encoder.code}
 @compute @workgroup_size(64)
 fn encode(@builtin(global_invocation_id) id: vec3u) {

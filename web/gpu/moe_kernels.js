@@ -12,7 +12,7 @@
 // binary64 does, so the result has the library's bits. Divisions are div_rn (step_kernels.js),
 // correctly rounded as the CPU's. The sums run in the CPU's order in one invocation.
 
-import {kDivRnWgsl} from './step_kernels.js';
+import {kDivRnWgsl} from './div_rn.js';
 
 // 2^(j/32) rounded to a double, for j = 0..31: the mantissa's high 21 and low 32 bits (the value
 // is mantissa · 2^-52). These are the doubles of musl's __exp2f_data table (tab[j] + (j << 47)).

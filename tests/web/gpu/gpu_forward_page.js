@@ -91,12 +91,12 @@ const kHybridResidentFormats = ['int8'];
 // Rot specs run resident against streamed too (kv_resident.js rotates the rows it encodes, the
 // queries and the output on the GPU; gpu_resident_check.js's KEY/VALUE pairs): both tensors, keys
 // alone, values alone, at head_dim 8 (stories260K) and 64 (the qwen3 synths' shared shape).
-// stories260K's int4+rot is not among them: its layer 1 K row at position 24 has, rotated (the
-// GPU's rotation equal to kvq's bit for bit, read back), a head whose max|x| is 9.47802734375, so
-// max|x| / 7 is exactly 1.35400390625, an f16 rounding tie: kvq rounds it to even (0x3d6a) but
-// SwiftShader's WGSL division (kv_formats.js's scale_bits) comes out above it (0x3d6b) — the int
-// encoders' division, not the rotation, and not fixed here.
-const kRotResidentSpecs = {'stories260K': ['int8+rot/int4', 'int2/f16+rot'], 'qwen3-q1_0': ['int4+rot']};
+// stories260K's int4+rot: its layer 1 K row at position 24 has, rotated, a head whose max|x| is
+// 9.47802734375, so max|x| / 7 is exactly 1.35400390625, an f16 rounding tie: kvq rounds it to even
+// (0x3d6a); with WGSL's '/' SwiftShader once came out above it (0x3d6b: '/' is accurate to 2.5 ulp,
+// and how it rounds depends on how the shader compiles — the same '/' in another build of the
+// module rounded it right), so the encoders divide with div_rn (div_rn.js, correctly rounded).
+const kRotResidentSpecs = {'stories260K': ['int8+rot/int4', 'int2/f16+rot', 'int4+rot'], 'qwen3-q1_0': ['int4+rot']};
 
 async function Bytes(url) {
   const r = await fetch(url);

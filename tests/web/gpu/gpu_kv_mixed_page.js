@@ -48,10 +48,10 @@ const kFullFormat = 'f32';
 const kShortPositions = 160;
 const kBlockPositions = 128;  // four pages: the block runner streams evicted pages from the second on
 const kBlockCall = 24;        // ids per Prefill call (its blocks cross no page boundary)
-// Specs with the rot transform, run after the registry's formats (and by name in RUN). int4+rot
-// is not among them: at position 90 a rotated K head's max|x| / 7 is an f16 rounding tie that
-// SwiftShader's WGSL division rounds the other way than kvq (gpu_forward_page.js says more).
-const kRotSpecs = ['int8+rot', 'int2+rot'];
+// Specs with the rot transform, run after the registry's formats (and by name in RUN). int4+rot's
+// position 90 has a rotated K head whose max|x| / 7 is an f16 rounding tie: the encoders' division
+// must be correctly rounded there (div_rn.js; WGSL's '/' on SwiftShader once rounded it up).
+const kRotSpecs = ['int4+rot'];
 
 // Returns {formats, positions, checks, streamed_bytes, submits, ratio, failures, seconds, per_format:
 // {format: {positions, checks, failures, seconds}}}; each failure names its format.
