@@ -95,7 +95,7 @@ export function ResidentWhyNot(kv_k, kv_v, over = false) {
              'the GPU encoders do not apply (resident: rot only)';
     }
     if (transforms.length && KeyRowsPerBlock(format) > 1) {
-      return `the ${what} spec "${spec}" has KIVI keys with a transform, which the GPU encoders do not apply`;
+      return `the ${what} spec "${spec}" is KIVI with a transform, which the GPU encoders do not apply to KIVI`;
     }
   }
   if (over && KeyRowsPerBlock(SplitKvSpec(kv_k).format) > 1) {
