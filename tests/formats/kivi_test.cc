@@ -21,6 +21,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <ostream>
 #include <random>
 #include <string>
@@ -298,6 +299,42 @@ TEST_P(KiviTest, ValueRowDecodesExactlyAsReference) {
                        where + " row " + std::to_string(r));
       }
     }
+  }
+}
+
+// Of equal numbers (+0 and −0) a channel's or a head's min and max keep the first, and a NaN gives
+// way to the other number, on every target: z's sign bit is part of the page's bytes, which the
+// WebAssembly module and the WGSL encoders must write as the native build does (std::fmin/fmax
+// leave the tie to the C library and the compiler's operand order). The decoded values cannot
+// show this (raw·s + ±0 is +0 either way): the bytes are read.
+TEST_P(KiviTest, EqualZerosKeepTheFirstSoTheBytesAreTheSameOnEveryTarget) {
+  const RowShape shape{1, 8};
+  const CodecArgs args{.shape = shape};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // Keys, channel by channel down the group's 32 rows: +0,−0,+0,… | −0,+0,… | 16 × −0 then
+  // 16 × +0 | NaN then −0,+0,… (the NaN gives way: z is the first zero after it, −0).
+  std::vector<float> rows(kG * shape.elems(), 1.0f);  // [kG][1][8]
+  for (int32_t r = 0; r < kG; ++r) {
+    float* row = rows.data() + r * shape.elems();
+    row[0] = r % 2 == 0 ? 0.0f : -0.0f;
+    row[1] = r % 2 == 0 ? -0.0f : 0.0f;
+    row[2] = r < kG / 2 ? -0.0f : 0.0f;
+    row[3] = r == 0 ? nan : r % 2 == 1 ? -0.0f : 0.0f;
+  }
+  const std::vector<uint8_t> keys = EncodeKeyGroup(format().key, rows, args);
+  const auto z_of = [&](int32_t channel) {  // per head: [f16 s × d][f16 z × d][codes]
+    return static_cast<uint16_t>(keys[2 * (shape.head_dim + channel)] | keys[2 * (shape.head_dim + channel) + 1] << 8);
+  };
+  EXPECT_EQ(z_of(0), 0x0000) << "+0 first";
+  EXPECT_EQ(z_of(1), 0x8000) << "-0 first";
+  EXPECT_EQ(z_of(2), 0x8000) << "16 x -0 first";
+  EXPECT_EQ(z_of(3), 0x8000) << "a NaN, then -0 first";
+  // Values, per head row: z is the row's first zero.
+  for (const float first : {0.0f, -0.0f}) {
+    const float row[8] = {first, -first, first, -first, 0.0f, -0.0f, 0.0f, -0.0f};
+    std::vector<uint8_t> block(format().value.block_bytes(shape));  // [f16 s][f16 z][codes]
+    format().value.encode_block(row, block.data(), args);
+    EXPECT_EQ(block[2] | block[3] << 8, std::signbit(first) ? 0x8000 : 0x0000) << "value row from " << first;
   }
 }
 

@@ -10,6 +10,15 @@ namespace kvq {
 namespace {
 using namespace format_internal;
 
+// The min and max of a channel or head, as every target must find them: a NaN operand gives the
+// other one, and of two equal numbers (+0 and −0) the first is kept. Not std::fmin/fmax: which of
+// two equal zeros they return is the C library's choice (glibc returns the second operand, musl —
+// the WebAssembly module's — prefers −0), and g++ swaps their operands (it treats them as
+// commutative), so z's sign bit, and the master's bytes, depended on the compiler and the library.
+// web/gpu/kv_formats.js's fmin_bits/fmax_bits are these two.
+inline float MinKeepFirst(float lo, float x) { return x < lo || std::isnan(lo) ? x : lo; }
+inline float MaxKeepFirst(float hi, float x) { return x > hi || std::isnan(hi) ? x : hi; }
+
 uint16_t F16Saturated(float f) {
   uint16_t h = F32ToF16(f);
   if ((h & 0x7FFF) >= 0x7C00) h = (h & 0x8000) | 0x7BFF;  // ±inf -> ±65504 (inputs are finite)
@@ -86,8 +95,8 @@ struct KiviKeys {
         const float* x = rows + static_cast<int64_t>(h) * d + i;  // channel i, stride row_elems
         float lo = x[0], hi = x[0];
         for (int32_t r = 1; r < kG; ++r) {
-          lo = std::fmin(lo, x[r * row_elems]);
-          hi = std::fmax(hi, x[r * row_elems]);
+          lo = MinKeepFirst(lo, x[r * row_elems]);
+          hi = MaxKeepFirst(hi, x[r * row_elems]);
         }
         uint16_t s16, z16;
         Q::Params(lo, hi, &s16, &z16);
@@ -141,8 +150,8 @@ struct KiviValues {
       uint8_t* p = block + h * HeadBytes(a.shape);
       float lo = x[0], hi = x[0];
       for (int32_t i = 1; i < d; ++i) {
-        lo = std::fmin(lo, x[i]);
-        hi = std::fmax(hi, x[i]);
+        lo = MinKeepFirst(lo, x[i]);
+        hi = MaxKeepFirst(hi, x[i]);
       }
       uint16_t s16, z16;
       Q::Params(lo, hi, &s16, &z16);
