@@ -1,16 +1,17 @@
 // AttendWindows: the window driver (see kvq/attention.h). Work is split into items — (query block,
-// run of KV heads) pairs, or, when those are fewer than the threads, (query block, run of KV heads,
-// position chunk) triples — and the items into one share per thread, in a single thread-pool job
-// per call; each share walks every window in order and, within a window, each item's positions up
-// to its queries' own, either one at a time through the codecs' reference dot/axpy (kScalar, one
-// token per item) or in tiles through the codecs' SIMD kernels (kSimd), each tile once for all the
-// block's query rows (attend_kernels.h). An item that spans chunks folds its open chunk into the
-// merged state as it crosses into the next; chunk items after the call's first fill states of
-// their own, merged into the state in chunk order after the dispatch — the same merges in the same
-// order either way, so the result depends neither on the thread count, nor on the windows, nor on
-// the block, only on the chunk size. Pre-RoPE keys (KvWindow::key_rope) are decoded row by row
-// into the share's scratch, roped at their absolute positions and scored from there with the f32
-// kernels (or the f32 reference dot).
+// run of KV heads) pairs, or, when those are fewer than the threads or (decode) when the positions
+// divide evenly among them, (query block, run of KV heads, position chunk) triples — and the items
+// into one share per thread (contiguous, of about equal positions: SplitByRows), in a single
+// thread-pool job per call; each share walks every window in order and, within a window, each
+// item's positions up to its queries' own, either one at a time through the codecs' reference
+// dot/axpy (kScalar, one token per item) or in tiles through the codecs' SIMD kernels (kSimd), each
+// tile once for all the block's query rows (attend_kernels.h). An item that spans chunks folds its
+// open chunk into the merged state as it crosses into the next; chunk items after the call's first
+// fill states of their own, merged into the state in chunk order after the dispatch — the same
+// merges in the same order either way, so the result depends neither on the thread count, nor on
+// the windows, nor on the block, only on the chunk size. Pre-RoPE keys (KvWindow::key_rope) are
+// decoded row by row into the share's scratch, roped at their absolute positions and scored from
+// there with the f32 kernels (or the f32 reference dot).
 #include "kvq/attention.h"
 
 #include <algorithm>
@@ -53,6 +54,42 @@ struct BlockRows {
   }
 };
 
+// A chunked call's shares may take at most this much more work than the mean (decode: else its
+// KV heads are split among the threads, evenly).
+constexpr double kMaxShareImbalance = 1.125;
+
+// Contiguous shares of items [0, chunk_items · pair_items) (item = chunk j · pair_items + pair,
+// run = pair % runs) with about equal work, weighed as the positions of chunk first_chunk + j
+// in [first_position, last_query] times the run's KV heads: bounds [shares + 1] of item indices.
+// Returns the largest share's work over the mean (1: even).
+double SplitByRows(int64_t first_position, int64_t last_query, int64_t chunk, int64_t first_chunk,
+                   int64_t chunk_items, int64_t pair_items, int32_t runs, int32_t n_kv_heads, int32_t shares,
+                   std::vector<int64_t>& bounds) {
+  const int64_t items = chunk_items * pair_items;
+  const auto work = [&](int64_t item) {
+    const int64_t c = first_chunk + item / pair_items;
+    const int64_t run = item % pair_items % runs;
+    const int64_t rows = std::min(last_query + 1, (c + 1) * chunk) - std::max(first_position, c * chunk);
+    return rows * (n_kv_heads * (run + 1) / runs - n_kv_heads * run / runs);
+  };
+  int64_t total = 0;
+  for (int64_t i = 0; i < items; ++i) total += work(i);
+  bounds.assign(static_cast<size_t>(shares) + 1, items);
+  bounds[0] = 0;
+  int64_t done = 0, largest = 0, item = 0;
+  for (int32_t s = 1; s <= shares; ++s) {
+    // Share s − 1 takes items while that brings its end nearer to s/shares of the work.
+    const int64_t start = done;
+    const double goal = static_cast<double>(total) * s / shares;
+    while (item < items && (s == shares || std::abs(done + work(item) - goal) <= std::abs(done - goal))) {
+      done += work(item++);
+    }
+    bounds[s] = item;
+    largest = std::max(largest, done - start);
+  }
+  return total > 0 ? static_cast<double>(largest) * shares / static_cast<double>(total) : 1.0;
+}
+
 }  // namespace
 
 // The windows a source hands out are shared by the threads of one call: the first thread to
@@ -79,6 +116,7 @@ struct AttentionState::Scratch {
   // The states of a call's chunks after its first, when chunks are items of their own: m, l
   // [chunks − 1][n_tokens][n_heads], acc [chunks − 1][n_tokens][n_heads][head_dim].
   std::vector<float> chunk_m, chunk_l, chunk_acc;
+  std::vector<int64_t> share_bounds;  // [shares + 1]: SplitByRows's item bounds (empty: items·s/shares)
   std::vector<KvWindow> windows;  // [n_windows] of the current call
   std::unique_ptr<std::atomic<int32_t>[]> users;  // [users_capacity]: threads not done with window i
   int64_t users_capacity = 0;
@@ -319,12 +357,14 @@ struct WindowsCall {
     }
   }
 
-  // Share s over every window, in order: items [items·s/shares, items·(s+1)/shares), or with
-  // query blocks items s, s + shares, s + 2·shares, ...
+  // Share s over every window, in order: items [items·s/shares, items·(s+1)/shares), or
+  // [share_bounds[s], share_bounds[s + 1]) when chunks are items (SplitByRows), or with query
+  // blocks items s, s + shares, s + 2·shares, ...
   void RunShare(int64_t s) {
     const bool strided = query_block > 1;
-    const int64_t begin = strided ? s : items * s / shares;
-    const int64_t end = strided ? items : items * (s + 1) / shares;
+    const bool weighted = !strided && !scratch.share_bounds.empty();
+    const int64_t begin = strided ? s : weighted ? scratch.share_bounds[s] : items * s / shares;
+    const int64_t end = strided ? items : weighted ? scratch.share_bounds[s + 1] : items * (s + 1) / shares;
     const int64_t step = strided ? shares : 1;
     float* tiles = scratch.tiles.data() + s * 2 * group * kMaxTileRows;
     float* block = query_block > 1 ? scratch.block.data() + s * scratch.block_floats : nullptr;
@@ -457,21 +497,43 @@ Status AttendWindows(const AttentionOptions& o, const float* q, int64_t first_qu
   // from window 0's to the last query's (the call never attends past it).
   const int64_t last_query = first_query_position + n_tokens - 1;
   int64_t chunk_items = 1;
-  if (pair_items < scratch.pool->threads() && last_query >= first->first_position) {
-    const int64_t reach = last_query / chunk - first_chunk + 1;
-    const int64_t state_floats = int64_t{n_tokens} * shape.n_heads * (shape.head_dim + 2);
-    if ((reach - 1) * state_floats <= kMaxChunkStateFloats) chunk_items = reach;
+  const int64_t reach = last_query >= first->first_position ? last_query / chunk - first_chunk + 1 : 0;
+  const bool chunks_fit = (reach - 1) * int64_t{n_tokens} * shape.n_heads * (shape.head_dim + 2) <= kMaxChunkStateFloats;
+  const bool per_token_simd = o.kernel == AttentionKernel::kSimd && query_block == 1;
+  // Per-token SIMD items read whole rows when chunks keep the threads busy: runs only as wide
+  // as that still needs (every KV head of a position is stored together).
+  const auto runs_over_chunks = [&](int64_t n_chunks) {
+    const int64_t per_run = int64_t{n_blocks} * n_chunks;
+    return static_cast<int32_t>(std::clamp<int64_t>((threads + per_run - 1) / per_run, 1, shape.n_kv_heads));
+  };
+  std::vector<int64_t>& bounds = scratch.share_bounds;
+  bounds.clear();
+  if (reach > 0 && chunks_fit && pair_items < scratch.pool->threads()) {
+    chunk_items = reach;  // chunks keep the threads busy where the pairs cannot
+    if (per_token_simd) runs = runs_over_chunks(reach);
+  } else if (reach > 1 && chunks_fit && per_token_simd && scratch.pool->threads() > 1) {
+    // Decode with enough pairs: splitting a row's KV heads among the threads has every thread
+    // stream every row's lines (and at int4's 34-byte heads, share lines), which measured slower
+    // than splitting positions; so positions are split where the rows divide about evenly.
+    const int32_t chunk_runs = runs_over_chunks(reach);
+    const int64_t chunk_pairs = int64_t{n_blocks} * chunk_runs;
+    const int32_t chunk_shares = static_cast<int32_t>(std::min<int64_t>(chunk_pairs * reach, scratch.pool->threads()));
+    if (SplitByRows(first->first_position, last_query, chunk, first_chunk, reach, chunk_pairs, chunk_runs,
+                    shape.n_kv_heads, chunk_shares, bounds) <= kMaxShareImbalance) {
+      chunk_items = reach;
+      runs = chunk_runs;
+    } else {
+      bounds.clear();
+    }
   }
-  if (chunk_items > 1 && o.kernel == AttentionKernel::kSimd && query_block == 1) {
-    // Chunks keep the threads busy: runs only as wide as that still needs, so an item reads
-    // whole rows (every KV head of a position is stored together).
-    const int64_t per_run = int64_t{n_blocks} * chunk_items;
-    runs = static_cast<int32_t>(std::clamp<int64_t>((threads + per_run - 1) / per_run, 1, shape.n_kv_heads));
-    pair_items = int64_t{n_blocks} * runs;
-  }
+  if (chunk_items > 1) pair_items = int64_t{n_blocks} * runs;
   const int64_t items = pair_items * chunk_items;
   // Shares: contiguous runs of items, one per pool thread at most; each walks all windows.
   const int32_t shares = static_cast<int32_t>(std::clamp<int64_t>(items, 1, scratch.pool->threads()));
+  if (chunk_items > 1 && query_block == 1 && bounds.empty()) {
+    SplitByRows(first->first_position, last_query, chunk, first_chunk, chunk_items, pair_items, runs,
+                shape.n_kv_heads, shares, bounds);
+  }
 
   // Scratch grows to the largest call seen and is reused after that.
   const size_t tile_floats = size_t{2} * shares * group * kMaxTileRows;
