@@ -8,6 +8,7 @@
 // encoders of the one-row formats (GpuKvEncoder).
 
 import {kDivRnWgsl} from './div_rn.js';
+import {kFpEncoders} from './fp_encoders.js';
 import {CachedPipeline} from './pipeline_cache.js';
 
 // Bytes are read from u32 words: blocks need not be 4-byte aligned (int4 at head_dim 8: 6 bytes
@@ -407,8 +408,9 @@ const kKiviEncoders = {
   'int4-kivi': [() => KiviKeyEncode(4), () => KiviValueEncode(4)],
   'int2-kivi': [() => KiviKeyEncode(2), () => KiviValueEncode(2)],
 };
-// kvq's codec's `scales_main` pass: one invocation per (block, scale) of the params KIVI's block_params gives.
-const kKiviScalesMain = `
+// kvq's codec's `scales_main` pass: one invocation per (block, scale) of the params block_params gives
+// (KIVI's, fp_encoders.js's).
+const kBlockScalesMain = `
 @compute @workgroup_size(64)
 fn scales_main(@builtin(global_invocation_id) id: vec3u) {
   if (id.x >= params.rows / rows_per_block * scales_per_block) { return; }
@@ -416,20 +418,24 @@ fn scales_main(@builtin(global_invocation_id) id: vec3u) {
 }`;
 
 /** Formats with a GPU encoder whose K and V are one row per block, one codec for both tensors. */
-export const kEncoderFormats = Object.keys(kByteOf);
+export const kEncoderFormats = [...Object.keys(kByteOf), 'fp4-e2m1'];
 /** Formats with a GPU encoder of K in groups of KeyRowsPerBlock rows and V one row per block. */
-export const kGroupKeyEncoderFormats = Object.keys(kKiviEncoders);
+export const kGroupKeyEncoderFormats = [...Object.keys(kKiviEncoders), 'fp8-e4m3'];
 
 /** Whether `format`'s encoder has a `scales_main` pass before `encode`. */
-export function EncoderHasScales(format) { return format.startsWith('int'); }
+export function EncoderHasScales(format) { return format.startsWith('int') || format in kFpEncoders; }
 
 // The encoder's WGSL functions for `format` and tensor ('k' or 'v'), the rows per block it
 // encodes, and the scale words it keeps per block (the `scales` buffer).
 function EncoderOf(format, tensor, shape) {
   if (kKiviEncoders[format]) {
     const key = tensor === 'k';
-    return {code: kKiviEncoders[format][key ? 0 : 1]() + kKiviScalesMain, rows_per_block: key ? 32 : 1,
+    return {code: kKiviEncoders[format][key ? 0 : 1]() + kBlockScalesMain, rows_per_block: key ? 32 : 1,
             scales_per_block: key ? shape.n_kv_heads * shape.head_dim : shape.n_kv_heads};
+  }
+  if (kFpEncoders[format]) {
+    const encoder = kFpEncoders[format][tensor](shape);
+    return {...encoder, code: encoder.code + kBlockScalesMain};
   }
   if (!kByteOf[format]) {
     const have = [...kEncoderFormats, ...kGroupKeyEncoderFormats].join(', ');
@@ -456,7 +462,7 @@ struct Params { rows: u32, first_byte: u32, x_stride: u32 }
 @group(0) @binding(0) var<storage, read> x: array<u32>;           // [rows][x_stride ≥ n_kv_heads · head_dim] f32 bits
 @group(0) @binding(1) var<storage, read_write> out: array<u32>;   // blocks from byte params.first_byte
 @group(0) @binding(2) var<uniform> params: Params;
-@group(0) @binding(3) var<storage, read_write> scales: array<u32>;  // [blocks][scales_per_block]: f16 bits (KIVI: s | z << 16)
+@group(0) @binding(3) var<storage, read_write> scales: array<u32>;  // [blocks][scales_per_block]: f16 bits (KIVI: s | z << 16; fp_encoders.js: a code byte)
 ${kByteHelpers}
 ${kF16Encode}
 ${kDivRnWgsl}
