@@ -23,7 +23,7 @@
 //     the step program's encoders);
 //   - every encoder format, resident against streamed: the same logits bit for bit and the same
 //     master pages byte for byte (gpu_resident_check.js), with each path's step time printed:
-//     on stories260K every format, KIVI's (int4-kivi, int2-kivi: grouped keys) included; the three
+//     on stories260K every format, the grouped keys (int4-kivi, int2-kivi, fp8-e4m3) included; the three
 //     qwen3 synths share one KV shape (kSharedKvShape), so they split the one-row formats between
 //     them (kResidentFormats: each once on that shape; their int4-kivi runs above are resident).
 //     The two paths run the same weights and differ only in where K and V live, so what the check
@@ -81,7 +81,7 @@ const kBound = 2e-3;
 // The qwen3 synths' KV: gpu_forward_fixture writes all three with 2 layers of 2 KV heads × 64.
 const kSharedKvShape = {n_layers: 2, n_kv_heads: 2, head_dim: 64};
 // The encoder formats each qwen3 synth runs resident against streamed: together, the registry.
-const kResidentFormats = {'qwen3-q1_0': ['f32', 'int4'], 'qwen3-q4_0': ['f16', 'int2'], 'qwen3-q4_k_m': ['bf16', 'int8']};
+const kResidentFormats = {'qwen3-q1_0': ['f32', 'int4'], 'qwen3-q4_0': ['f16', 'int2', 'fp4-e2m1'], 'qwen3-q4_k_m': ['bf16', 'int8']};
 // The models after those (each a weight type or mix; gpu_forward_fixture) run it in f32 KV only:
 // what they add is their weights through both paths and the prefill blocks' matmuls, not a format.
 const kWeightModelResidentFormats = ['f32'];
