@@ -173,10 +173,11 @@ export function DecodeWgsl(key_format, value_format, bases = {}) {
           Decoder(value_format, 'v')].join('\n');
 }
 
-// Encoders of the one-row formats and of KIVI (K in groups of 32 rows), bit-identical to kvq's C++
-// codecs (src/formats/<name>/): new K and V rows (f32, [rows][n_kv_heads][head_dim]) become the
-// bytes kvq's cache stores, on the GPU — what kv_resident.js writes its GPU-resident pages with,
-// handing the host master whole pages of bytes.
+// Encoders of the one-row formats and of KIVI (K in groups of 32 rows), and fp4-e2m1's and
+// fp8-e4m3's (fp_encoders.js), bit-identical to kvq's C++ codecs (src/formats/<name>/): new K and
+// V rows (f32, [rows][n_kv_heads][head_dim]) become the bytes kvq's cache stores, on the GPU —
+// what kv_resident.js writes its GPU-resident pages with, handing the host master whole pages of
+// bytes.
 //
 // Exactness: every step is integer and bit work on the f32 bit patterns (WGSL lets a device assume
 // no NaN or infinity in float arithmetic, so those are told apart by their bits, never by float
@@ -188,11 +189,11 @@ export function DecodeWgsl(key_format, value_format, bases = {}) {
 // rounds to even).
 //
 // Two entry points per format: `scales_main` (int formats: one invocation per (row, head), the f16
-// scale bits into `scales`; KIVI per (row, head) or (group, channel)), then `encode`, one
-// invocation per u32 word of the output: each of its bytes inside [first_byte, first_byte + blocks
-// · block) is computed from the rows (and scales); bytes outside keep what the word held, so a
-// row can be written into a page whose rows are not 4-byte aligned, and neighbouring invocations
-// never write the same word.
+// scale bits into `scales`; KIVI per (row, head) or (group, channel); fp_encoders.js's per scale
+// code), then `encode`, one invocation per u32 word of the output: each of its bytes inside
+// [first_byte, first_byte + blocks · block) is computed from the rows (and scales); bytes outside
+// keep what the word held, so a row can be written into a page whose rows are not 4-byte aligned,
+// and neighbouring invocations never write the same word.
 
 // f32 bits to f16 bits, kvq's F32ToF16 (base/float_codes.cc): RNE by integer work; overflow to ±inf
 // (from 65520 on); NaN stays a quiet NaN with its sign and top payload bits; subnormal results
