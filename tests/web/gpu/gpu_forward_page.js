@@ -96,7 +96,9 @@ const kHybridResidentFormats = ['int8'];
 // (0x3d6a); with WGSL's '/' SwiftShader once came out above it (0x3d6b: '/' is accurate to 2.5 ulp,
 // and how it rounds depends on how the shader compiles — the same '/' in another build of the
 // module rounded it right), so the encoders divide with div_rn (div_rn.js, correctly rounded).
-const kRotResidentSpecs = {'stories260K': ['int8+rot/int4', 'int2/f16+rot', 'int4+rot'], 'qwen3-q1_0': ['int4+rot']};
+// fp4-e2m1+rot: the float encoders (fp_encoders.js) read the rotated rows as the int ones do.
+const kRotResidentSpecs = {'stories260K': ['int8+rot/int4', 'int2/f16+rot', 'int4+rot', 'fp4-e2m1+rot'],
+                           'qwen3-q1_0': ['int4+rot']};
 
 async function Bytes(url) {
   const r = await fetch(url);
