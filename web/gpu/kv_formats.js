@@ -463,7 +463,8 @@ struct Params { rows: u32, first_byte: u32, x_stride: u32 }
 @group(0) @binding(0) var<storage, read> x: array<u32>;           // [rows][x_stride ≥ n_kv_heads · head_dim] f32 bits
 @group(0) @binding(1) var<storage, read_write> out: array<u32>;   // blocks from byte params.first_byte
 @group(0) @binding(2) var<uniform> params: Params;
-@group(0) @binding(3) var<storage, read_write> scales: array<u32>;  // [blocks][scales_per_block]: f16 bits (KIVI: s | z << 16; fp_encoders.js: a code byte)
+// [blocks][scales_per_block]: f16 bits (KIVI: s | z << 16; fp_encoders.js: an E4M3 or E8M0 code)
+@group(0) @binding(3) var<storage, read_write> scales: array<u32>;
 ${kByteHelpers}
 ${kF16Encode}
 ${kDivRnWgsl}
