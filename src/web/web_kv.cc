@@ -278,9 +278,11 @@ EMSCRIPTEN_KEEPALIVE int kvq_web_kv_append(int kv, int layer, const float* k, co
   return s.ok() ? 0 : Fail(s.message());
 }
 
-// {page_bytes, value_offset, page_positions[, rotation_signs]}: one page of `layer` as the cache
-// stores it (K blocks from 0, V blocks from value_offset), the layout pages written behind by the
-// GPU's encoders take; rotation_signs ([head_dim] ±1) when the layer's K or V spec has "rot".
+// {page_bytes, value_offset, page_positions, key_block_bytes, value_block_bytes[, rotation_signs]}:
+// one page of `layer` as the cache stores it (K blocks from 0, V blocks from value_offset, each
+// region and the page padded: a block's bytes are the codec's, not the region over its blocks), the
+// layout pages written behind by the GPU's encoders take; rotation_signs ([head_dim] ±1) when the
+// layer's K or V spec has "rot".
 EMSCRIPTEN_KEEPALIVE const char* kvq_web_kv_page_layout(int kv, int layer) {
   WebKv* w = KvOf(kv);
   const kvq::KvCache::PageLayout l = w->cache->LayerPageLayout(layer);
@@ -290,6 +292,11 @@ EMSCRIPTEN_KEEPALIVE const char* kvq_web_kv_page_layout(int kv, int layer) {
   // The signs as the cache draws them (KvCache::Create: RotationSigns of its seed and head_dim): a
   // resident GPU cache rotates the rows it encodes, and its queries, with them (kv_resident.js).
   const size_t i = c.layers.size() == 1 ? 0 : static_cast<size_t>(layer);
+  if (layer >= 0 && i < c.layers.size()) {
+    const kvq::RowShape shape{.n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim};
+    j["key_block_bytes"] = c.layers[i].key->key.block_bytes(shape);
+    j["value_block_bytes"] = c.layers[i].value->value.block_bytes(shape);
+  }
   if (layer >= 0 && i < c.layers.size() && (c.layers[i].key_transforms.rotate || c.layers[i].value_transforms.rotate)) {
     j["rotation_signs"] = kvq::RotationSigns(c.rotation_seed, c.head_dim);
   }

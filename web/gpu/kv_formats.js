@@ -8,6 +8,7 @@
 // encoders of the one-row formats (GpuKvEncoder).
 
 import {kDivRnWgsl} from './div_rn.js';
+import {kFpEncoders} from './fp_encoders.js';
 import {CachedPipeline} from './pipeline_cache.js';
 
 // Bytes are read from u32 words: blocks need not be 4-byte aligned (int4 at head_dim 8: 6 bytes
@@ -172,10 +173,11 @@ export function DecodeWgsl(key_format, value_format, bases = {}) {
           Decoder(value_format, 'v')].join('\n');
 }
 
-// Encoders of the one-row formats and of KIVI (K in groups of 32 rows), bit-identical to kvq's C++
-// codecs (src/formats/<name>/): new K and V rows (f32, [rows][n_kv_heads][head_dim]) become the
-// bytes kvq's cache stores, on the GPU — what kv_resident.js writes its GPU-resident pages with,
-// handing the host master whole pages of bytes.
+// Encoders of the one-row formats and of KIVI (K in groups of 32 rows), and fp4-e2m1's and
+// fp8-e4m3's (fp_encoders.js), bit-identical to kvq's C++ codecs (src/formats/<name>/): new K and
+// V rows (f32, [rows][n_kv_heads][head_dim]) become the bytes kvq's cache stores, on the GPU —
+// what kv_resident.js writes its GPU-resident pages with, handing the host master whole pages of
+// bytes.
 //
 // Exactness: every step is integer and bit work on the f32 bit patterns (WGSL lets a device assume
 // no NaN or infinity in float arithmetic, so those are told apart by their bits, never by float
@@ -187,11 +189,11 @@ export function DecodeWgsl(key_format, value_format, bases = {}) {
 // rounds to even).
 //
 // Two entry points per format: `scales_main` (int formats: one invocation per (row, head), the f16
-// scale bits into `scales`; KIVI per (row, head) or (group, channel)), then `encode`, one
-// invocation per u32 word of the output: each of its bytes inside [first_byte, first_byte + blocks
-// · block) is computed from the rows (and scales); bytes outside keep what the word held, so a
-// row can be written into a page whose rows are not 4-byte aligned, and neighbouring invocations
-// never write the same word.
+// scale bits into `scales`; KIVI per (row, head) or (group, channel); fp_encoders.js's per scale
+// code), then `encode`, one invocation per u32 word of the output: each of its bytes inside
+// [first_byte, first_byte + blocks · block) is computed from the rows (and scales); bytes outside
+// keep what the word held, so a row can be written into a page whose rows are not 4-byte aligned,
+// and neighbouring invocations never write the same word.
 
 // f32 bits to f16 bits, kvq's F32ToF16 (base/float_codes.cc): RNE by integer work; overflow to ±inf
 // (from 65520 on); NaN stays a quiet NaN with its sign and top payload bits; subnormal results
@@ -407,8 +409,9 @@ const kKiviEncoders = {
   'int4-kivi': [() => KiviKeyEncode(4), () => KiviValueEncode(4)],
   'int2-kivi': [() => KiviKeyEncode(2), () => KiviValueEncode(2)],
 };
-// kvq's codec's `scales_main` pass: one invocation per (block, scale) of the params KIVI's block_params gives.
-const kKiviScalesMain = `
+// kvq's codec's `scales_main` pass: one invocation per (block, scale) of the params block_params gives
+// (KIVI's, fp_encoders.js's).
+const kBlockScalesMain = `
 @compute @workgroup_size(64)
 fn scales_main(@builtin(global_invocation_id) id: vec3u) {
   if (id.x >= params.rows / rows_per_block * scales_per_block) { return; }
@@ -416,20 +419,24 @@ fn scales_main(@builtin(global_invocation_id) id: vec3u) {
 }`;
 
 /** Formats with a GPU encoder whose K and V are one row per block, one codec for both tensors. */
-export const kEncoderFormats = Object.keys(kByteOf);
+export const kEncoderFormats = [...Object.keys(kByteOf), 'fp4-e2m1'];
 /** Formats with a GPU encoder of K in groups of KeyRowsPerBlock rows and V one row per block. */
-export const kGroupKeyEncoderFormats = Object.keys(kKiviEncoders);
+export const kGroupKeyEncoderFormats = [...Object.keys(kKiviEncoders), 'fp8-e4m3'];
 
 /** Whether `format`'s encoder has a `scales_main` pass before `encode`. */
-export function EncoderHasScales(format) { return format.startsWith('int'); }
+export function EncoderHasScales(format) { return format.startsWith('int') || format in kFpEncoders; }
 
 // The encoder's WGSL functions for `format` and tensor ('k' or 'v'), the rows per block it
 // encodes, and the scale words it keeps per block (the `scales` buffer).
 function EncoderOf(format, tensor, shape) {
   if (kKiviEncoders[format]) {
     const key = tensor === 'k';
-    return {code: kKiviEncoders[format][key ? 0 : 1]() + kKiviScalesMain, rows_per_block: key ? 32 : 1,
+    return {code: kKiviEncoders[format][key ? 0 : 1]() + kBlockScalesMain, rows_per_block: key ? 32 : 1,
             scales_per_block: key ? shape.n_kv_heads * shape.head_dim : shape.n_kv_heads};
+  }
+  if (kFpEncoders[format]) {
+    const encoder = kFpEncoders[format][tensor](shape);
+    return {...encoder, code: encoder.code + kBlockScalesMain};
   }
   if (!kByteOf[format]) {
     const have = [...kEncoderFormats, ...kGroupKeyEncoderFormats].join(', ');
@@ -456,7 +463,8 @@ struct Params { rows: u32, first_byte: u32, x_stride: u32 }
 @group(0) @binding(0) var<storage, read> x: array<u32>;           // [rows][x_stride ≥ n_kv_heads · head_dim] f32 bits
 @group(0) @binding(1) var<storage, read_write> out: array<u32>;   // blocks from byte params.first_byte
 @group(0) @binding(2) var<uniform> params: Params;
-@group(0) @binding(3) var<storage, read_write> scales: array<u32>;  // [blocks][scales_per_block]: f16 bits (KIVI: s | z << 16)
+// [blocks][scales_per_block]: f16 bits (KIVI: s | z << 16; fp_encoders.js: an E4M3 or E8M0 code)
+@group(0) @binding(3) var<storage, read_write> scales: array<u32>;
 ${kByteHelpers}
 ${kF16Encode}
 ${kDivRnWgsl}

@@ -24,7 +24,7 @@
 // window (queue writes land before the whole command buffer), so the step's commands so far are
 // submitted first (sink.flush): readbacks stay one a token, submits grow with the streamed pages.
 //
-// KIVI keys (int4-kivi, int2-kivi: kv_formats.js's kGroupKeyEncoderFormats) are encoded a group of
+// Keys in groups (int4-kivi, int2-kivi, fp8-e4m3: kv_formats.js's kGroupKeyEncoderFormats) are encoded a group of
 // G = 32 rows at a time: a layer's newest group's K rows are kept f32 in its `residual` buffer
 // ([G][n_kv_heads][head_dim], row r of the group at r), copied there in the step's encoder, and the
 // group is encoded into its page when its last row arrives (as kvq's KvCache does: the query at
@@ -77,8 +77,8 @@ export function SplitKvSpec(spec) {
 /**
  * Why the resident path cannot hold a cache of these specs ('' when it can): both tensors need a
  * WGSL encoder and no transform but rot (sinkN, resN and prerope keep rows the encoders do not
- * write; KIVI keys take none). over: the context is over the device budget (the mixed mode),
- * which KIVI keys do not take yet: their f32 residual rows are not in ResidentPagesFor's budget,
+ * write; grouped keys, KIVI's and fp8-e4m3's, take none). over: the context is over the device budget (the mixed mode),
+ * which grouped keys do not take yet: their f32 residual rows are not in ResidentPagesFor's budget,
  * and kvq's slot plan for them (a page and the residual rows per slot) asks more than the mixed
  * mode's streaming slots.
  */
@@ -95,11 +95,11 @@ export function ResidentWhyNot(kv_k, kv_v, over = false) {
              'the GPU encoders do not apply (resident: rot only)';
     }
     if (transforms.length && KeyRowsPerBlock(format) > 1) {
-      return `the ${what} spec "${spec}" is KIVI with a transform, which the GPU encoders do not apply to KIVI`;
+      return `the ${what} spec "${spec}" has a transform and keys in groups of ${KeyRowsPerBlock(format)} rows, which the GPU encoders do not transform`;
     }
   }
   if (over && KeyRowsPerBlock(SplitKvSpec(kv_k).format) > 1) {
-    return `the context is over the device budget and the mixed mode does not take KIVI keys ("${kv_k}")`;
+    return `the context is over the device budget and the mixed mode does not take keys in groups (KIVI, fp8-e4m3: "${kv_k}")`;
   }
   return '';
 }
@@ -166,11 +166,12 @@ export class GpuResidentKv {
     this.P = P;
     this.page_bytes = layout.page_bytes;
     this.value_offset = layout.value_offset;
-    this.group = KeyRowsPerBlock(SplitKvSpec(formats.key).format);  // K rows per block: 32 for KIVI, else 1
-    this.k_block = layout.value_offset / (P / this.group);
-    this.v_block = (layout.page_bytes - layout.value_offset) / P;
-    if (!Number.isInteger(this.k_block) || !Number.isInteger(this.v_block)) {
-      throw new Error(`a page of ${layout.page_bytes} bytes (V from ${layout.value_offset}) is not ${P} rows of K and V blocks`);
+    this.group = KeyRowsPerBlock(SplitKvSpec(formats.key).format);  // K rows per block: 32 for KIVI and fp8-e4m3, else 1
+    this.k_block = layout.key_block_bytes;  // the codecs': the regions and the page are padded (fp8-e4m3: to 64 bytes)
+    this.v_block = layout.value_block_bytes;
+    if (!(P / this.group * this.k_block <= layout.value_offset && layout.value_offset + P * this.v_block <= layout.page_bytes)) {
+      throw new Error(`a page of ${layout.page_bytes} bytes (V from ${layout.value_offset}) does not hold ${P} rows of K blocks of ` +
+                      `${layout.key_block_bytes} bytes (${this.group} rows each) and V blocks of ${layout.value_block_bytes}`);
     }
     this.append = append;
     this.resident_pages = mixed ? mixed.resident_pages : Infinity;

@@ -203,7 +203,9 @@ int WriteMatvecCase(const std::filesystem::path& dir, const std::string& type_na
 // and x = −inf) or of 0, −0, 0, …, −0 (of equal numbers glibc's std::fmin and std::fmax keep the
 // first: z = +0) or of NaNs of both signs (min and max the last NaN: z and s ±65504, its sign),
 // then a second group whose channels hold the edge lists down their 32 rows, and the last three
-// channels those repeated ±0, −inf and NaNs. x: [rows][n_kv_heads][head_dim];
+// channels those repeated ±0, −inf and NaNs, then a third group of finite numbers (fp8-e4m3's ties
+// at e = 0 and a head of f32 subnormals). The edge heads also hold E4M3 and E2M1 rounding ties
+// and saturation (fp8-e4m3, fp4-e2m1) and an int4 scale that is an f16 tie. x: [rows][n_kv_heads][head_dim];
 // k_blocks, v_blocks: the codecs' encode_block of each block (k_rows_per_block rows).
 int WriteEncodeCase(const std::filesystem::path& dir, const kvq::FormatDesc& f, uint64_t seed,
                     nlohmann::json* manifest) {
@@ -211,6 +213,17 @@ int WriteEncodeCase(const std::filesystem::path& dir, const kvq::FormatDesc& f, 
   const kvq::CodecArgs args{.shape = row};
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   const float payload_nan = std::bit_cast<float>(0xffc12345u);
+  // A head of f32 subnormals, bits first + i · step, signs alternating.
+  const auto Subnormals = [&](uint32_t first, uint32_t step) {
+    std::vector<float> head(row.head_dim);
+    for (uint32_t i = 0; i < head.size(); ++i) head[i] = std::bit_cast<float>(((i % 2) << 31) | (first + i * step));
+    return head;
+  };
+  // fp8-e4m3 at e = 0 (amax 448): E4M3 ties (1.0625 → 1, 1.1875 → 1.25, 248 → 256, 432 → 448;
+  // subnormal 2^-10 → 0, 3·2^-10 → 2^-8, 15·2^-10 → 2^-6), beside them, 448 itself.
+  const std::vector<float> fp8_ties = {448.0f, -448.0f, 1.0625f, 1.1875f, -1.0625f, 0x1p-10f, 0x3p-10f, 0xfp-10f,
+                                       248.0f, 432.0f, std::nextafter(1.0625f, 2.0f), std::nextafter(0x1p-10f, 1.0f),
+                                       -0x1p-11f, 447.0f, 0.0f, -0.0f};
   const std::vector<std::vector<float>> edge_heads = {
       {0.0f, -0.0f},
       {1e-45f, -1e-40f, 1.17e-38f, 1.0f, -1.0f},
@@ -223,14 +236,28 @@ int WriteEncodeCase(const std::filesystem::path& dir, const kvq::FormatDesc& f, 
       {31.75f, 0.125f, 0.375f, -0.125f, -0.375f, 0.625f, -0.625f, 31.625f, -31.75f},
       {1e-9f, -2e-9f, 5e-10f},
       {1e38f, -2e38f, 1e30f, 65504.0f},
+      // fp4-e2m1: amax / 6 = 1.0625, an E4M3 tie (s = 1, the even code), then x / s at every E2M1
+      // tie (0.25 → 0, 0.75 → 1, 1.25 → 1, 1.75 → 2, 2.5 → 2, 3.5 → 4, 5 → 4), beside them, past 6.
+      {6.375f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, -0.75f, -2.5f, -5.0f, -0.25f,
+       std::nextafter(0.75f, 0.0f), std::nextafter(2.5f, 3.0f), -0.0f, 1e-3f},
+      // fp4-e2m1 at s = 1.125 (amax 6.75): the E2M1 ties x / s are quotients, not x itself.
+      {6.75f, 0.28125f, 0.84375f, 1.40625f, 1.96875f, 2.8125f, 3.9375f, 5.625f, -0.84375f, -2.8125f,
+       -5.625f, std::nextafter(0.84375f, 0.0f), std::nextafter(2.8125f, 3.0f), 0.5625f, -6.75f, 0.0f},
+      fp8_ties,
+      // Two heads of f32 subnormals only (one row): fp8-e4m3's row exponent is its least, 2^-126,
+      // and x · 2^126 is E4M3's normal and subnormal range.
+      Subnormals(0x000fffffu, 0x00070000u), Subnormals(1u, 0x00051000u),
+      // int4: max|x| / 7 = 1.35400390625, an f16 tie (kvq's scale rounds to even: 0x3d6a; a
+      // division off by an ulp gives 0x3d6b).
+      {9.47802734375f, -1.0f, 4.0f},
   };
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const int64_t g = f.key.rows_per_block;
-  const int64_t kRandomRows = g == 1 ? 24 : 23;  // a group: room for 3 rows of repeated values
   const int64_t elems = row.elems(), d = row.head_dim;
   const int64_t edge_rows = (static_cast<int64_t>(edge_heads.size()) + row.n_kv_heads - 1) / row.n_kv_heads;
-  const int64_t rows = g == 1 ? kRandomRows + edge_rows : 2 * g;
+  const int64_t kRandomRows = g == 1 ? 24 : g - 3 - edge_rows;  // a group: room for 3 rows of repeated values
+  const int64_t rows = g == 1 ? kRandomRows + edge_rows : 3 * g;
   std::vector<float> x(rows * elems);
   for (int64_t i = 0; i < kRandomRows * elems; ++i) x[i] = normal(rng) * (i % 7 == 3 ? 40.0f : 1.0f);
   for (size_t h = 0; h < edge_heads.size(); ++h) {  // each edge head padded with small random numbers
@@ -257,6 +284,16 @@ int WriteEncodeCase(const std::filesystem::path& dir, const kvq::FormatDesc& f, 
         x[(g + r) * elems + c] = c >= elems - 3                          ? repeated(c - elems + 5, r)
                                  : r < static_cast<int64_t>(edges.size()) ? edges[r]
                                                                          : 0.01f * normal(rng);
+      }
+    }
+    // A third group of finite numbers (the first two hold infinities: fp8-e4m3's key exponents
+    // there are the largest): head 0 random with the fp8-e4m3 edge head as a row (e = 0),
+    // head 1 random f32 subnormals (e = −126). The edge row is the group's last: an exponent left
+    // short of the group's last row is seen.
+    for (int64_t r = 0; r < g; ++r) {
+      for (int64_t i = 0; i < d; ++i) {
+        x[(2 * g + r) * elems + i] = r == g - 1 ? fp8_ties[i] : 0.5f * normal(rng);
+        x[(2 * g + r) * elems + d + i] = std::bit_cast<float>(static_cast<uint32_t>(rng()) & 0x807fffffu);
       }
     }
   }

@@ -23,7 +23,7 @@
 //     the step program's encoders);
 //   - every encoder format, resident against streamed: the same logits bit for bit and the same
 //     master pages byte for byte (gpu_resident_check.js), with each path's step time printed:
-//     on stories260K every format, KIVI's (int4-kivi, int2-kivi: grouped keys) included; the three
+//     on stories260K every format, the grouped keys (int4-kivi, int2-kivi, fp8-e4m3) included; the three
 //     qwen3 synths share one KV shape (kSharedKvShape), so they split the one-row formats between
 //     them (kResidentFormats: each once on that shape; their int4-kivi runs above are resident).
 //     The two paths run the same weights and differ only in where K and V live, so what the check
@@ -81,7 +81,7 @@ const kBound = 2e-3;
 // The qwen3 synths' KV: gpu_forward_fixture writes all three with 2 layers of 2 KV heads × 64.
 const kSharedKvShape = {n_layers: 2, n_kv_heads: 2, head_dim: 64};
 // The encoder formats each qwen3 synth runs resident against streamed: together, the registry.
-const kResidentFormats = {'qwen3-q1_0': ['f32', 'int4'], 'qwen3-q4_0': ['f16', 'int2'], 'qwen3-q4_k_m': ['bf16', 'int8']};
+const kResidentFormats = {'qwen3-q1_0': ['f32', 'int4'], 'qwen3-q4_0': ['f16', 'int2', 'fp4-e2m1'], 'qwen3-q4_k_m': ['bf16', 'int8']};
 // The models after those (each a weight type or mix; gpu_forward_fixture) run it in f32 KV only:
 // what they add is their weights through both paths and the prefill blocks' matmuls, not a format.
 const kWeightModelResidentFormats = ['f32'];
@@ -96,7 +96,9 @@ const kHybridResidentFormats = ['int8'];
 // (0x3d6a); with WGSL's '/' SwiftShader once came out above it (0x3d6b: '/' is accurate to 2.5 ulp,
 // and how it rounds depends on how the shader compiles — the same '/' in another build of the
 // module rounded it right), so the encoders divide with div_rn (div_rn.js, correctly rounded).
-const kRotResidentSpecs = {'stories260K': ['int8+rot/int4', 'int2/f16+rot', 'int4+rot'], 'qwen3-q1_0': ['int4+rot']};
+// fp4-e2m1+rot: the float encoders (fp_encoders.js) read the rotated rows as the int ones do.
+const kRotResidentSpecs = {'stories260K': ['int8+rot/int4', 'int2/f16+rot', 'int4+rot', 'fp4-e2m1+rot'],
+                           'qwen3-q1_0': ['int4+rot']};
 
 async function Bytes(url) {
   const r = await fetch(url);

@@ -2,10 +2,12 @@
 // against kvq's C++ codecs, on the rows gpu_attention_fixture wrote for every registered format
 // whose V is one row per block and K one row or a group of 32 (random rows and rows of edge
 // values: ±0, subnormals, f16 ties and overflow, huge numbers, ±inf, NaNs, int8 rounding ties,
-// scales that round to 0 or overflow f16; for KIVI's K groups, channels of one repeated value and
-// channels holding the edge values). Per format with a GPU encoder, for K and V:
+// scales that round to 0 or overflow f16, an int4 scale max|x| / 7 that is an f16 tie (a division
+// off by an ulp rounds it up), E4M3 and E2M1 rounding ties and saturation, rows of f32
+// subnormals; for the K groups (KIVI, fp8-e4m3), channels of one repeated value, channels holding
+// the edge values and a group of finite numbers). Per format with a GPU encoder, for K and V:
 //   1. all rows encoded at once == kvq's encode_block bytes, bit for bit;
-//   2. the blocks (a row, or a KIVI K group of 32) encoded one at a time into a buffer of other
+//   2. the blocks (a row, or a K group of 32) encoded one at a time into a buffer of other
 //      bytes, from byte 3 (blocks straddling u32 words, as a page's rows do) == those bytes there,
 //      and the bytes around them untouched.
 // Formats without a GPU encoder are listed (their rows go through the module's C++ codecs).

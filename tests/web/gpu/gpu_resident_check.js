@@ -50,10 +50,10 @@ const kBlocks = [5, 40, 27];  // prefill calls over the kPositions: positions 0-
 const kCappedCall = 1;  // the call given (kCapSlots + the spec's RotationSlots) · n_cache_layers uniform slots
 const kCapSlots = 6;
 const kRunnerBlocks = [[5], [27, 13], [27]];  // the blocks the runner makes of each call
-// KIVI: [position, positions kept] after the runs (72 held): position 71's group is the residual
+// KIVI and fp8-e4m3 (keys in groups of 32): [position, positions kept] after the runs (72 held): position 71's group is the residual
 // one, so 71 are kept (its f32 rows still on the GPU); 40's group was encoded since, so the
 // sequence goes back to its start, 32 (kv_resident.js's KeepablePositions). Then, over a device
-// budget of half the context, the runner streams (the mixed mode does not take KIVI keys).
+// budget of half the context, the runner streams (the mixed mode does not take keys in groups).
 const kKiviKeeps = [[71, 71], [40, 32]];
 
 // formats: the encoder formats to run (all of kEncoderFormats unless given).
@@ -273,7 +273,7 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
     if (G > 1) {
       const plan = blocks.NewSequence(format, format, 0, kPage);
       blocks.NewSequence(format, format, Math.floor(plan.total_bytes / 2), kPage);
-      if (blocks.path !== 'stream' || !blocks.path_why.includes('mixed mode does not take KIVI')) {
+      if (blocks.path !== 'stream' || !blocks.path_why.includes('mixed mode does not take keys in groups')) {
         fail(`${what}: over the device budget the ${blocks.path} path (${blocks.path_why}), expected stream`);
       }
       ++checks;
