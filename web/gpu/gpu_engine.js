@@ -194,7 +194,8 @@ export class GpuModelRunner {
     this.keep_why = '';
     const want = options.path || 'auto';
     if (!['auto', 'stream'].includes(want)) throw new Error(`KV path "${want}": use auto or stream`);
-    /** The cache's page: {page_bytes, value_offset, page_positions} (one spec for every layer). */
+    /** The cache's page (one spec for every layer): kvq_web_kv_page_layout's {page_bytes, value_offset,
+     *  page_positions, key_block_bytes, value_block_bytes[, rotation_signs]}. */
     this.layout = JSON.parse(M.UTF8ToString(M._kvq_web_kv_page_layout(this.kv, 0)));
     const budget = device_budget_bytes, total = this.plan.total_bytes;
     const over = budget > 0 && budget < total;  // the context does not fit the device budget
