@@ -97,6 +97,9 @@ const kHybridResidentFormats = ['int8'];
 // and how it rounds depends on how the shader compiles — the same '/' in another build of the
 // module rounded it right), so the encoders divide with div_rn (div_rn.js, correctly rounded).
 const kRotResidentSpecs = {'stories260K': ['int8+rot/int4', 'int2/f16+rot', 'int4+rot'], 'qwen3-q1_0': ['int4+rot']};
+// sinkN / resN specs (kv_resident_rows.js: f32 rows on the GPU, pages written behind as rows):
+// sinks alone and a residual alone on a one-row format, KIVI keys with a residual, and issue 31's.
+const kRowsResidentSpecs = {'stories260K': ['int4+sink4', 'int8+res16', 'int4-kivi+res16', 'int2-kivi+sink4+res64']};
 
 async function Bytes(url) {
   const r = await fetch(url);
@@ -182,8 +185,9 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
         const what = `${m.name} "${run.prompt}" ${run.spec}`;
         runner.NewSequence(run.spec, run.spec);
         const want_path = ResidentWhyNot(run.spec, run.spec) ? 'stream' : 'resident';
-        if (/\+rot$/.test(run.spec) && want_path !== 'resident') {  // issue 31: rot runs on the GPU's encoders
-          fail(`${what}: a rot spec of an encoder format must run resident; ResidentWhyNot says ` +
+        // Issue 31: rot, sinkN and resN (int2-kivi+sink4+res64 among the runs) run on the GPU's encoders.
+        if (/\+(rot|sink\d+|res\d+)$/.test(run.spec) && want_path !== 'resident') {
+          fail(`${what}: a rot, sinkN or resN spec of an encoder format must run resident; ResidentWhyNot says ` +
                `"${ResidentWhyNot(run.spec, run.spec)}"`);
         }
         if (runner.path !== want_path) fail(`${what}: the ${runner.path} path ran, expected ${want_path} (${runner.path_why})`);
@@ -242,7 +246,7 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
                `${JSON.stringify(kSharedKvShape)} its share of the resident-vs-streamed formats assumes`);
         }
       }
-      resident_formats = [...resident_formats, ...(kRotResidentSpecs[m.name] ?? [])];
+      resident_formats = [...resident_formats, ...(kRotResidentSpecs[m.name] ?? []), ...(kRowsResidentSpecs[m.name] ?? [])];
       const resident = await CheckResidentPath(M, device, model, program, m.runs[0].ids, m.name, fail, resident_formats);
       resident_checks += resident.checks;
       step_ms[m.name] = resident.timing;
