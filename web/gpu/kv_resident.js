@@ -48,10 +48,10 @@
 import {AttendWgsl, HeadOpsWgsl, kAttendParamsBytes, NormaliseWgsl} from './kv_device.js';
 import {GpuKvEncoder, kEncoderFormats, kGroupKeyEncoderFormats, KeyRowsPerBlock} from './kv_formats.js';
 import {ResidentRows, RowsPieces, RowsSpecOf, SubBlocks} from './kv_resident_rows.js';
-
-export {BlockUniformSlots} from './kv_resident_rows.js';
 import {CachedPipeline} from './pipeline_cache.js';
 import {UniformArena} from './uniform_arena.js';
+
+export {BlockUniformSlots} from './kv_resident_rows.js';
 
 const Ceil4 = (n) => Math.ceil(n / 4) * 4;
 // A GPUBuffer or GPUBufferBinding as a binding from its offset to the buffer's end, `floats` on.
@@ -107,7 +107,9 @@ export function ResidentWhyNot(kv_k, kv_v, over = false) {
   }
   const rows = RowsSpecOf(kv_k, kv_v);
   if (rows?.why) return rows.why;
-  if (rows && RotationSlots(kv_k, kv_v)) return `sinkN / resN with rot ("${kv_k}", "${kv_v}"): the master is given the rows unrotated`;
+  if (rows && RotationSlots(kv_k, kv_v)) {
+    return `sinkN / resN with rot ("${kv_k}", "${kv_v}"): pages are written behind as rows the master rotates, and the GPU's are rotated`;
+  }
   if (over && KeyRowsPerBlock(SplitKvSpec(kv_k).format) > 1) {
     return `the context is over the device budget and the mixed mode does not take KIVI keys ("${kv_k}")`;
   }
@@ -171,7 +173,7 @@ export class GpuResidentKv {
       held: 0,    // positions recorded
       // [G][n_kv_heads][head_dim] f32: the newest group's K rows (KIVI); with sinkN / resN the ring instead
       residual: this.group > 1 && !this.rows ? this.#NewBuffers(this.group * c.kv_dim * 4).buffer : null,
-      ring: this.rows?.NewRing(),
+      ring: this.rows?.NewRing(),  // sinkN / resN: [2][ring positions][n_kv_heads][head_dim] f32
       k: new GpuKvEncoder(device, formats.key, {...shape, block_bytes: this.k_block}, 'k'),
       v: new GpuKvEncoder(device, formats.value, {...shape, block_bytes: this.v_block}, 'v')}));
     // A block encodes at most a page of rows per call; its calls share the scale buffers.

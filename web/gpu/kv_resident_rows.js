@@ -226,8 +226,9 @@ export class ResidentRows {
    */
   RecordRows(encoder, L, b, a, m, From, uniforms) {
     const {P, spec, row_bytes} = this;
-    const copy = (src_floats, n_rows, dst, dst_at) => {
-      const src = From(src_floats[0], src_floats[1]);
+    // n_rows rows of x (a binding: row r at r · kv_stride floats) to dst from byte dst_at, packed.
+    const copy = (x, n_rows, dst, dst_at) => {
+      const src = From(x);
       if (b.kv_stride === this.kv_dim || n_rows === 1) {
         encoder.copyBufferToBuffer(src.buffer, src.offset, dst, dst_at, n_rows * row_bytes);
         return;
@@ -238,9 +239,9 @@ export class ResidentRows {
     };
     const page0 = L.pages[0].buffer;
     [b.k, b.v].forEach((x, w) => {
-      copy([x, 0], m, L.ring, this.#Slot(w, a));
+      copy(x, m, L.ring, this.#Slot(w, a));
       const sinks = Math.min(a + m, spec.sinks) - a;
-      if (sinks > 0) copy([x, 0], sinks, page0, this.sink_at + (w * spec.sinks + a) * row_bytes);
+      if (sinks > 0) copy(x, sinks, page0, this.sink_at + (w * spec.sinks + a) * row_bytes);
     });
     let dispatches = 0;
     for (const {w, first, rows, stand_in} of RowsEncodes(a, a + m - 1, P, this.groups, spec)) {
