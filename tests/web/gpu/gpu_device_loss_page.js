@@ -8,7 +8,9 @@
 //     ids equal the reference, exactly (the same kernels on the same adapter give the same bits);
 //   - the device destroyed in the middle of a step (after layer 1's K and V rows reached the
 //     master; int4-kivi+prerope, streamed: the resident path takes no prerope): the redone step keeps the
-//     rows that got through and gives the same ids;
+//     rows that got through and gives the same ids; and int4-kivi+sink4+res16, resident (f32 sink
+//     and residual rows on the GPU), lost after 40 ids with pages of 32: the held ids run again
+//     from position 0 (the master's pages lack those rows) and give the same ids;
 //   - the device destroyed after 40 ids with no device coming back (acquire forced to give
 //     none): the rest runs on the module's C++ forward over the same cache.
 // And one int8 run streamed with pages of 32 positions (the KV device reusing its slots within a
@@ -168,6 +170,20 @@ export async function RunGpuDeviceLossTests(bundle_url, only = '') {
     });
     survivor.after_append = null;
     Check(`${what}, device lost in the middle of a step`, got, references[what]);
+    // A resident sinkN / resN spec (kv_resident_rows.js) with pages of 32, lost after kLoseAt ids:
+    // the master's pages lack its f32 rows, so the held ids run again from position 0.
+    const rows_spec = 'int4-kivi+sink4+res16', rows_what = `"${kPrompts[0]}" ${rows_spec} pages of 32`;
+    const rows_want = await Generate(reference, rows_spec, prompts[0], () => {}, false, 32);
+    const rows_events = survivor.events.length;
+    const rows_got = await Generate(survivor, rows_spec, prompts[0], (i) => {
+      if (i !== kLoseAt) return;
+      if (survivor.path !== 'resident') fail(`${rows_what}: the ${survivor.path} path ran (${survivor.path_why})`);
+      survivor.device.destroy();
+      ++losses;
+    }, false, 32);
+    Check(`${rows_what}, device lost after ${kLoseAt} ids`, rows_got, rows_want);
+    const e = survivor.events.slice(rows_events);
+    if (e.length !== 1 || e[0].replayed?.from !== 0) fail(`${rows_what}: expected one replay from position 0, got ${JSON.stringify(e)}`);
   }
   // Resident with pages of 32: lost after 40 ids, a whole page already in the master.
   if (specs.includes('int8')) {
