@@ -35,7 +35,7 @@
 // from the page), the same bits as one window.
 //
 // A sinkN / resN spec keeps rows in f32 as kvq's cache does (kv_resident_rows.js: a ring of f32
-// rows per layer, sinks beside page 0's bytes, blocks cut where a row ages out); its full pages
+// rows per layer, sinks beside their page's bytes, blocks cut where a row ages out); its full pages
 // reach the master as f32 rows, which the master encodes itself.
 //
 // A "rot" spec (FORMAT+rot, K or V or both; not with KIVI keys): the block's new rows are copied
@@ -221,7 +221,7 @@ export class GpuResidentKv {
   }
 
   #NewPage(L) {
-    const page = this.#NewBuffers(this.rows && !L.pages.length ? this.rows.page0_bytes : this.page_bytes);
+    const page = this.#NewBuffers(this.rows ? this.rows.PageBytes(L.pages.length) : this.page_bytes);
     L.pages.push(page);
     return page;
   }

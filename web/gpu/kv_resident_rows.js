@@ -11,9 +11,9 @@
 //     cap a multiple of the page (so a page's rows are contiguous) holding a page more than the
 //     rows still to be encoded or read in f32 (residual + G − 1 + the piece recorded): the rows
 //     a step encodes as they age out come from here, and so do the residual rows attention reads;
-//   - the sink rows in f32 after page 0's bytes in page 0's buffer ([2][sinks][n_kv_heads]
+//   - the sink rows in f32 after their page's bytes in its buffer ([2][its sinks][n_kv_heads]
 //     [head_dim] from Ceil4(page_bytes)): kv_device.js's attend kernel reads a window's "head
-//     rows" from the buffer its blocks are in, so page 0's first window takes both, as the
+//     rows" from the buffer its blocks are in, so a page's first window takes both, as the
 //     stream path's slot does.
 // A block is recorded in pieces (RowsPieces) within one page, cut where a later query would see
 // a row encoded that an earlier one reads in f32 (as KIVI's SubBlocks cuts at a group's end); a
@@ -96,7 +96,7 @@ export function RowsEncodes(pos, last, P, groups, spec) {
       return;
     }
     for (let r = from; r < to;) {
-      const end = r < spec.sinks ? Math.min(to, spec.sinks) : Math.min(to, (Math.floor(r / P) + 1) * P);
+      const end = Math.min(to, r < spec.sinks ? spec.sinks : Infinity, (Math.floor(r / P) + 1) * P);
       calls.push({w, first: r, rows: end - r, stand_in: r < spec.sinks});
       r = end;
     }
@@ -184,7 +184,7 @@ export function RingPositions(P, G, spec) {
   return P * (Math.ceil((spec.residual + G - 1) / P) + 1);
 }
 
-// The f32 rows of a resident cache's layers (the module comment): the ring per layer, page 0's
+// The f32 rows of a resident cache's layers (the module comment): the ring per layer, the pages'
 // sink area, and the encoder calls, copies and windows' bindings of a piece.
 export class ResidentRows {
   /**
@@ -193,7 +193,6 @@ export class ResidentRows {
    * storage buffer (counted as KV bytes by the caller).
    */
   constructor(device, c, P, page_bytes, value_offset, groups, spec, storage) {
-    if (spec.sinks > P) throw new Error(`${spec.sinks} sinks are more than a page of ${P} positions (resident: sinks in page 0)`);
     this.device = device;
     this.P = P;
     this.groups = groups;
@@ -203,14 +202,19 @@ export class ResidentRows {
     this.kv_dim = c.kv_dim;
     this.cap = RingPositions(P, Math.max(...groups), spec);
     this.storage = storage;
-    // page 0: [page_bytes, padded to a word][K sinks][V sinks]
-    this.sink_at = Math.ceil(page_bytes / 4) * 4;
-    this.page0_bytes = this.sink_at + 2 * spec.sinks * this.row_bytes;
+    this.page_bytes = page_bytes;
+    this.sink_at = Math.ceil(page_bytes / 4) * 4;  // a page's sinks after its bytes (PageBytes)
     this.zero = storage(this.row_bytes);  // one row of zeros: G = 1 sink stand-ins (stride 0)
     // [max(P, G)][kv_dim]: an encoder call's rows, copied out of the ring (a storage binding's
     // offset must be aligned to 256 bytes, a ring row's is not), stand-ins in place
     this.scratch = storage(Math.max(P, ...groups) * this.row_bytes);
   }
+
+  /** Sink rows in page i: those of positions [iP, (i + 1)P) under `sinks`. */
+  SinksIn(i) { return Math.min(Math.max(this.spec.sinks - i * this.P, 0), this.P); }
+
+  /** Bytes of page i's buffer: [page_bytes, padded to a word][K sinks][V sinks] (SinksIn(i) rows each). */
+  PageBytes(i) { return this.SinksIn(i) ? this.sink_at + 2 * this.SinksIn(i) * this.row_bytes : this.page_bytes; }
 
   /** A layer's ring: [2][cap][kv_dim] f32. */
   NewRing() { return this.storage(2 * this.cap * this.row_bytes); }
@@ -237,11 +241,11 @@ export class ResidentRows {
         encoder.copyBufferToBuffer(src.buffer, src.offset + r * b.kv_stride * 4, dst, dst_at + r * row_bytes, row_bytes);
       }
     };
-    const page0 = L.pages[0].buffer;
+    const i = Math.floor(a / P), in_page = this.SinksIn(i);  // the piece's page and its sink rows
     [b.k, b.v].forEach((x, w) => {
       copy(x, m, L.ring, this.#Slot(w, a));
       const sinks = Math.min(a + m, spec.sinks) - a;
-      if (sinks > 0) copy(x, sinks, page0, this.sink_at + (w * spec.sinks + a) * row_bytes);
+      if (sinks > 0) copy(x, sinks, L.pages[i].buffer, this.sink_at + (w * in_page + a - i * P) * row_bytes);
     });
     let dispatches = 0;
     for (const {w, first, rows, stand_in} of RowsEncodes(a, a + m - 1, P, this.groups, spec)) {
@@ -280,7 +284,7 @@ export class ResidentRows {
         const block_bytes = (w ? L.v : L.k).shape.block_bytes, G = this.groups[w];
         if (row0 % G) throw new Error(`a window from position ${win.first} starts inside a group of ${G} rows`);
         return {buffer: page, blocks: (w ? this.value_offset : 0) + (row0 / G) * block_bytes,
-                head: this.sink_at + w * this.spec.sinks * this.row_bytes, n_head: t.n_head, n_block: t.n_block};
+                head: this.sink_at + w * this.SinksIn(win.i) * this.row_bytes, n_head: t.n_head, n_block: t.n_block};
       };
       return {i: win.i, first: win.first, rows: win.rows, k: bind(win.k, 0), v: bind(win.v, 1)};
     });

@@ -99,7 +99,8 @@ const kHybridResidentFormats = ['int8'];
 const kRotResidentSpecs = {'stories260K': ['int8+rot/int4', 'int2/f16+rot', 'int4+rot'], 'qwen3-q1_0': ['int4+rot']};
 // sinkN / resN specs (kv_resident_rows.js: f32 rows on the GPU, pages written behind as rows):
 // sinks alone and a residual alone on a one-row format, KIVI keys with a residual, and issue 31's.
-const kRowsResidentSpecs = {'stories260K': ['int4+sink4', 'int8+res16', 'int4-kivi+res16', 'int2-kivi+sink4+res64']};
+const kRowsResidentSpecs = {'stories260K': ['int4+sink4', 'int8+res16', 'int4-kivi+res16', 'int2-kivi+sink4+res64',
+                                           'int2+sink40+res8']};
 
 async function Bytes(url) {
   const r = await fetch(url);
