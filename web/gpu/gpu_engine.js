@@ -23,7 +23,7 @@
 // the sequence is then the CPU's from position 0). events[i].replayed says what ran again.
 //
 // Three paths for a sequence's KV (`path`, and `path_why` saying why): "resident" (the specs have
-// WGSL encoders and no transform but rot, and the device budget holds the whole context:
+// WGSL encoders and no transform but rot, sinkN and resN, and the device budget holds the whole context:
 // kv_resident.js keeps the working set on the GPU, a step is one submit and one readback, full
 // pages reach the master behind it; a lost device costs the tail page, whose ids run again on the
 // next device or the CPU); "mixed" (encoders, but the context is over the budget: the newest pages
@@ -208,8 +208,8 @@ export class GpuModelRunner {
     this.path = why_not || this.on_cpu ? 'stream' : over ? 'mixed' : 'resident';
     this.path_why = why_not ? `KV streamed from the module: ${why_not}; prefill runs token by token (each layer's ` +
                               'K and V rows are read back into the master before its attention)' : !over ?
-        'KV resident on the GPU: the specs have WGSL encoders (a rot spec\'s rows rotated there first) and the ' +
-        'budget holds the context' :
+        'KV resident on the GPU: the specs have WGSL encoders (a rot spec\'s rows rotated there first; sinkN / resN ' +
+        'rows kept f32 there, full pages written behind as rows) and the budget holds the context' :
         `KV mixed: the device budget (${budget} bytes) is under the context's ${total}, so the newest ` +
         `${this.resident_pages} page${this.resident_pages === 1 ? '' : 's'} of ${this.layout.page_positions} positions ` +
         `per layer stay resident on the GPU (encoded there) and older pages stream from the module's master through ` +
@@ -251,8 +251,17 @@ export class GpuModelRunner {
         }
         return M.HEAPU8.subarray(this.read_ptr, this.read_ptr + bytes);
       }};
-    const resident = new GpuResidentKv(this.device, this.config, layout, this.kv_specs, (layer, bytes) => {
+    const resident = new GpuResidentKv(this.device, this.config, layout, this.kv_specs, (layer, bytes, rows) => {
       if (this.resident !== resident) return;  // a sequence or device gone since
+      if (rows) {  // sinkN / resN: a page's f32 rows, which the master encodes (kv_resident_rows.js)
+        const at = M._malloc(2 * rows.k.byteLength);
+        M.HEAPF32.set(rows.k, at >> 2);
+        M.HEAPF32.set(rows.v, (at + rows.k.byteLength) >> 2);
+        const failed = M._kvq_web_kv_append(kv, layer, at, at + rows.k.byteLength, layout.page_positions) !== 0;
+        M._free(at);
+        if (failed) throw new Error(`writing a page of layer ${layer}'s rows behind: ${LastError(M)}`);
+        return;
+      }
       M.HEAPU8.set(bytes, this.page_ptr);
       if (M._kvq_web_kv_append_pages(kv, layer, this.page_ptr, 1) !== 0) {
         throw new Error(`writing a page of layer ${layer} behind: ${LastError(M)}`);
@@ -410,7 +419,7 @@ export class GpuModelRunner {
     const P = this.resident.P;
     let n = Math.min(left, most);
     while (n > 1 && BlockUniformSlots(this.config.n_cache_layers, P, pos, n, this.resident.group,
-                                      this.resident.rotation_slots) > slots) {
+                                      this.resident.rotation_slots, this.resident.rows_spec) > slots) {
       n = Math.max(1, Math.floor((pos + n - 1) / P) * P - pos);
     }
     if (this.path === 'mixed') {
@@ -550,8 +559,9 @@ export class GpuModelRunner {
   async #Rebuild(pos) {
     const M = this.M, kv = this.kv, c = this.config, t0 = performance.now();
     await this.resident?.behind;
+    const rows = this.resident?.rows;  // sinkN / resN: f32 rows the master's pages lack, so from 0
     this.#DropResident();
-    const kept = this.#RewindTo(this.CanKeepPrefix() ? pos : 0);
+    const kept = this.#RewindTo(this.CanKeepPrefix() && !rows ? pos : 0);
     this.step.ResetStates();
     if (this.path !== 'stream') this.resident = this.#NewResident();
     for (let layer = 0; this.resident && layer < c.n_cache_layers; ++layer) {

@@ -34,6 +34,10 @@
 // attended as two windows: its encoded rows, then the residual rows (K from the residual buffer, V
 // from the page), the same bits as one window.
 //
+// A sinkN / resN spec keeps rows in f32 as kvq's cache does (kv_resident_rows.js: a ring of f32
+// rows per layer, sinks beside their page's bytes, blocks cut where a row ages out); its full pages
+// reach the master as f32 rows, which the master encodes itself.
+//
 // A "rot" spec (FORMAT+rot, K or V or both; not with KIVI keys): the block's new rows are copied
 // into a scratch buffer and rotated there by kv_device.js's head ops (kvq's RotateHeads, the same
 // bits) before the encoder reads them, so the pages hold the C++ cache's bytes; with rotated keys
@@ -43,8 +47,11 @@
 
 import {AttendWgsl, HeadOpsWgsl, kAttendParamsBytes, NormaliseWgsl} from './kv_device.js';
 import {GpuKvEncoder, kEncoderFormats, kGroupKeyEncoderFormats, KeyRowsPerBlock} from './kv_formats.js';
+import {ResidentRows, RowsPieces, RowsSpecOf, SubBlocks} from './kv_resident_rows.js';
 import {CachedPipeline} from './pipeline_cache.js';
 import {UniformArena} from './uniform_arena.js';
+
+export {BlockUniformSlots} from './kv_resident_rows.js';
 
 const Ceil4 = (n) => Math.ceil(n / 4) * 4;
 // A GPUBuffer or GPUBufferBinding as a binding from its offset to the buffer's end, `floats` on.
@@ -76,11 +83,12 @@ export function SplitKvSpec(spec) {
 
 /**
  * Why the resident path cannot hold a cache of these specs ('' when it can): both tensors need a
- * WGSL encoder and no transform but rot (sinkN, resN and prerope keep rows the encoders do not
- * write; grouped keys, KIVI's and fp8-e4m3's, take none). over: the context is over the device budget (the mixed mode),
- * which grouped keys do not take yet: their f32 residual rows are not in ResidentPagesFor's budget,
- * and kvq's slot plan for them (a page and the residual rows per slot) asks more than the mixed
- * mode's streaming slots.
+ * WGSL encoder and no transform but rot, sinkN and resN (kv_resident_rows.js; the same N for K and
+ * V, not with rot; prerope keeps keys the attends would rope: streamed; grouped keys, KIVI's and
+ * fp8-e4m3's, take no rot). over: the context is over the device budget (the mixed mode), which
+ * grouped keys and sinkN / resN do not take yet: their f32 rows are not in ResidentPagesFor's
+ * budget, and kvq's slot plan for them (a page and the f32 rows per slot) asks more than the
+ * mixed mode's streaming slots.
  */
 export function ResidentWhyNot(kv_k, kv_v, over = false) {
   const encoders = [...kEncoderFormats, ...kGroupKeyEncoderFormats];
@@ -89,56 +97,25 @@ export function ResidentWhyNot(kv_k, kv_v, over = false) {
     if (!encoders.includes(format)) {
       return `the ${what} spec "${spec}" has no GPU encoder (encoders: ${encoders.join(', ')})`;
     }
-    const other = transforms.filter((t) => t !== 'rot');
+    const other = transforms.filter((t) => t !== 'rot' && !/^(sink|res)\d+$/.test(t));
     if (other.length) {
       return `the ${what} spec "${spec}" has the transform${other.length > 1 ? 's' : ''} ${other.join(', ')}, which ` +
-             'the GPU encoders do not apply (resident: rot only)';
+             'the GPU encoders do not apply (resident: rot, sinkN, resN)';
     }
-    if (transforms.length && KeyRowsPerBlock(format) > 1) {
-      return `the ${what} spec "${spec}" has a transform and keys in groups of ${KeyRowsPerBlock(format)} rows, which the GPU encoders do not transform`;
+    if (transforms.includes('rot') && KeyRowsPerBlock(format) > 1) {
+      return `the ${what} spec "${spec}" has rot and keys in groups of ${KeyRowsPerBlock(format)} rows, which the GPU encoders do not rotate`;
     }
+  }
+  const rows = RowsSpecOf(kv_k, kv_v);
+  if (rows?.why) return rows.why;
+  if (rows && RotationSlots(kv_k, kv_v)) {
+    return `sinkN / resN with rot ("${kv_k}", "${kv_v}"): pages are written behind as rows the master rotates, and the GPU's are rotated`;
   }
   if (over && KeyRowsPerBlock(SplitKvSpec(kv_k).format) > 1) {
     return `the context is over the device budget and the mixed mode does not take keys in groups (KIVI, fp8-e4m3: "${kv_k}")`;
   }
+  if (over && rows) return `the context is over the device budget and the mixed mode does not take sinkN / resN ("${kv_k}")`;
   return '';
-}
-
-// The pieces RecordBlock cuts a block of n positions from pos into when K is in groups of G rows:
-// a piece starts at each position that completes a group ([first, n] pairs).
-function SubBlocks(pos, n, G) {
-  const pieces = [];
-  for (let a = pos; a < pos + n;) {
-    let z = a + 1;
-    while (z < pos + n && z % G !== G - 1) ++z;
-    pieces.push([a, z - a]);
-    a = z;
-  }
-  return pieces;
-}
-
-/**
- * Uniform-arena slots RecordBlock takes for a block of n positions from pos (no page evicted
- * inside it) over n_layers layers with pages of P positions and K blocks of G rows: per layer an
- * encoder call for K and one for V per page the block writes, an attend per page window up to its
- * last position, and the gather; for G > 1 per piece (SubBlocks) a V call per page it writes, a K
- * call for the group its first position completes, an attend per page of encoded rows and one
- * for the residual rows, and its gather; and `rotations` more per layer (RotationSlots: the
- * specs' head ops; rot is not taken with G > 1).
- */
-export function BlockUniformSlots(n_layers, P, pos, n, G = 1, rotations = 0) {
-  if (G > 1) {
-    let slots = 0;
-    for (const [a, m] of SubBlocks(pos, n, G)) {
-      const last = a + m - 1, encoded_end = Math.floor((a + 1) / G) * G;
-      const written = Math.floor(last / P) - Math.floor(a / P) + 1;
-      slots += written + (a % G === G - 1 ? 1 : 0) + Math.ceil(Math.min(encoded_end, last + 1) / P) +
-               (last >= encoded_end ? 1 : 0) + 1;
-    }
-    return n_layers * slots;
-  }
-  const last = Math.floor((pos + n - 1) / P), written = last - Math.floor(pos / P) + 1;
-  return n_layers * (2 * written + last + 1 + 1 + rotations);
 }
 
 /**
@@ -188,13 +165,17 @@ export class GpuResidentKv {
     const shape = {n_kv_heads: c.n_kv_heads, head_dim: c.head_dim};
     this.rotation = this.#Rotation(formats, layout.rotation_signs);
     this.rotation_slots = RotationSlots(formats.key, formats.value);  // per layer and block
+    this.rows_spec = RowsSpecOf(formats.key, formats.value);  // sinkN / resN: kv_resident_rows.js
+    this.rows = this.rows_spec && new ResidentRows(device, c, P, this.page_bytes, this.value_offset, [this.group, 1],
+                                                   this.rows_spec, (bytes) => this.#NewBuffers(bytes).buffer);
     formats = {key: SplitKvSpec(formats.key).format, value: SplitKvSpec(formats.value).format};
     this.layers = Array.from({length: c.n_cache_layers}, () => ({
       pages: [],  // [{buffer [page_bytes]}, or null once evicted]
       landed: 0,  // pages of this layer whose write-back reached the master (they fill in order)
       held: 0,    // positions recorded
-      // [G][n_kv_heads][head_dim] f32: the newest group's K rows (KIVI)
-      residual: this.group > 1 ? this.#NewBuffers(this.group * c.kv_dim * 4).buffer : null,
+      // [G][n_kv_heads][head_dim] f32: the newest group's K rows (KIVI); with sinkN / resN the ring instead
+      residual: this.group > 1 && !this.rows ? this.#NewBuffers(this.group * c.kv_dim * 4).buffer : null,
+      ring: this.rows?.NewRing(),  // sinkN / resN: [2][ring positions][n_kv_heads][head_dim] f32
       k: new GpuKvEncoder(device, formats.key, {...shape, block_bytes: this.k_block}, 'k'),
       v: new GpuKvEncoder(device, formats.value, {...shape, block_bytes: this.v_block}, 'v')}));
     // A block encodes at most a page of rows per call; its calls share the scale buffers.
@@ -242,7 +223,7 @@ export class GpuResidentKv {
   }
 
   #NewPage(L) {
-    const page = this.#NewBuffers();
+    const page = this.#NewBuffers(this.rows ? this.rows.PageBytes(L.pages.length) : this.page_bytes);
     L.pages.push(page);
     return page;
   }
@@ -258,6 +239,7 @@ export class GpuResidentKv {
    * only recorded as evicted. Either way it is in the master (landed).
    */
   Restore(layer, bytes, next_pos) {
+    if (this.rows) throw new Error('GpuResidentKv.Restore: a sinkN / resN cache\'s f32 rows are not in master pages (replay from 0)');
     const L = this.layers[layer];
     ++L.landed;
     L.held = L.landed * this.P;
@@ -290,7 +272,7 @@ export class GpuResidentKv {
    */
   Truncate(n) {
     if (this.staged.length) throw new Error('GpuResidentKv.Truncate: pages staged by a step not submitted');
-    if (this.KeepablePositions(n) !== n) throw new Error(`GpuResidentKv.Truncate: position ${n} is inside an encoded KIVI group`);
+    if (this.KeepablePositions(n) !== n) throw new Error(`GpuResidentKv.Truncate: position ${n} is inside an encoded KIVI group, or f32 rows are encoded since`);
     const P = this.P, kept_pages = Math.ceil(n / P), first = this.#FirstResident(n);
     for (const [layer, L] of this.layers.entries()) {
       if (L.landed < Math.floor(n / P)) {
@@ -310,6 +292,7 @@ export class GpuResidentKv {
    */
   KeepablePositions(n) {
     const G = this.group;
+    if (this.rows) return this.layers.every((L) => L.held <= n) ? n : 0;  // encoded rows cannot be f32 again
     if (G === 1 || n % G === 0) return n;
     const same = this.layers.every((L) => L.held >= n && Math.floor(n / G) === Math.floor((L.held - 1) / G));
     return same ? n : Math.floor(n / G) * G;
@@ -355,10 +338,12 @@ export class GpuResidentKv {
     const L = this.layers[layer], P = this.P, c = this.c, n = b.n, {out, out_stride} = b;
     const first_resident = this.#FirstResident(pos);
     const evicts = n > 1 && this.#FirstResident(pos + n - 1) !== first_resident;
-    const pieces = evicts ? Array.from({length: n}, (_, t) => [pos + t, 1]) : this.group > 1 ? SubBlocks(pos, n, this.group) : null;
+    const pieces = evicts ? Array.from({length: n}, (_, t) => [pos + t, 1]) :
+        this.rows ? RowsPieces(pos, n, P, [this.group, 1], this.rows_spec) : this.group > 1 ? SubBlocks(pos, n, this.group) : null;
     if (pieces && pieces.length > 1) {
       // A page would be evicted inside the block (the earlier queries still read it): per position.
-      // Or a KIVI group completes inside it: pieces whose queries see the same groups encoded.
+      // Or a KIVI group completes inside it, or a row ages out (or a page ends) with sinkN / resN:
+      // pieces whose queries see the same rows encoded.
       for (const [a, m] of pieces) {
         const t = a - pos;
         this.RecordBlock(sink, layer, a, {...b, n: m, k: From(b.k, t * b.kv_stride), v: From(b.v, t * b.kv_stride),
@@ -383,7 +368,11 @@ export class GpuResidentKv {
     if (this.rotation) b = this.#Rotated(sink.encoder, b);  // rot: rows and queries in rotated copies
     const {q, q_stride} = b;
     const full = [];  // pages the block fills: copied out after its rows are encoded
-    for (let t = 0; t < n;) {  // the block's rows in each page it writes: rows t .. t + run − 1
+    if (this.rows) {  // one page's piece: copied into the ring, rows aged out encoded (kv_resident_rows.js)
+      if (pos % P === 0) this.#NewPage(L);
+      this.counts.encode_dispatches += this.rows.RecordRows(sink.encoder, L, b, pos, n, From, this.uniforms);
+    }
+    for (let t = this.rows ? n : 0; t < n;) {  // the block's rows in each page it writes: rows t .. t + run − 1
       const row = (pos + t) % P, run = Math.min(n - t, P - row);
       const tail = row === 0 ? this.#NewPage(L) : L.pages[L.pages.length - 1];
       const k_rows = From(b.k, t * b.kv_stride);
@@ -401,7 +390,8 @@ export class GpuResidentKv {
     sink.encoder.copyBufferToBuffer(this.initial, 0, this.state, 0, 2 * region_bytes);
     let pass = sink.encoder.beginComputePass();
     // One window per page in position order (a KIVI page holding residual rows: two, #Windows).
-    for (const {i, first, window_rows, k_residual} of this.#Windows(pos, last_index, last_row)) {
+    const windows = this.rows ? this.rows.Windows(L, last) : this.#Windows(pos, last_index, last_row, L);
+    for (const {i, first, rows: window_rows, k, v} of windows) {
       let page = L.pages[i];
       if (!page) {  // evicted: streamed from the master into the next slot
         const slot = this.next_slot;
@@ -427,14 +417,13 @@ export class GpuResidentKv {
       const p = new ArrayBuffer(kAttendParamsBytes), u = new Uint32Array(p);
       // AttendWgsl's Params: rows, first_pos, query_pos, scale; K blocks/head/residual offsets and
       // counts; V's; no injected bug; chunk, pieces, first_fresh, n queries; q's stride.
-      const v_at = this.value_offset + (first - i * P) * this.v_block;  // the window's first V row
-      u.set([window_rows, first, pos, 0, 0, 0, 0, 0, k_residual ? 0 : window_rows, v_at, 0, 0, 0, window_rows, 0, 0,
-             kPositionChunk, pieces, first_fresh, n, q_stride]);
+      u.set([window_rows, first, pos, 0, k.blocks, k.head, 0, k.n_head, k.n_block, v.blocks, v.head, 0, v.n_head, v.n_block,
+             0, 0, kPositionChunk, pieces, first_fresh, n, q_stride]);
       new Float32Array(p, 12, 1)[0] = this.scale;
       const params = this.uniforms.Take(p);
       const state = {buffer: this.state, size: (2 + pieces) * region_bytes};
       pass.setPipeline(this.attend);
-      pass.setBindGroup(0, this.#Group(this.attend, [k_residual ? L.residual : page.buffer, page.buffer, From(q), state, params]));
+      pass.setBindGroup(0, this.#Group(this.attend, [k.buffer ?? page.buffer, v.buffer ?? page.buffer, From(q), state, params]));
       pass.dispatchWorkgroups(Math.ceil(c.n_kv_heads * n * pieces / 64));
       ++this.counts.attend_dispatches;
       if (pieces > 1 || first_fresh) {
@@ -455,6 +444,7 @@ export class GpuResidentKv {
     pass.setBindGroup(0, this.#Group(this.gather, [{buffer: this.state, size: region_bytes}, From(out), gather]));
     pass.dispatchWorkgroups(Math.ceil(n * c.n_heads / 64));
     pass.end();
+    if (this.rows && (pos + n) % P === 0) this.staged.push({layer, staging: this.rows.StageRows(sink.encoder, L, last_index), rows: true});
     for (const tail of full) {  // a page filled: copied out in this submit, appended once mapped
       const staging = this.device.createBuffer({size: tail.buffer.size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
       sink.encoder.copyBufferToBuffer(tail.buffer, 0, staging, 0, tail.buffer.size);
@@ -463,17 +453,18 @@ export class GpuResidentKv {
   }
 
   // The attention windows of a block from pos whose last position is row last_row of page
-  // last_index: {i (the page), first (position), window_rows, k_residual}, a page each, the page
-  // of a KIVI residual group cut where that group starts (the rows after: K f32 in the residual
-  // buffer, row r of the window at r, V in the page).
-  #Windows(pos, last_index, last_row) {
+  // last_index: {i (the page), first (position), rows, k, v (bindings: ResidentRows.Windows')}, a
+  // page each, the page of a KIVI residual group cut where that group starts (the rows after: K f32
+  // in L's residual buffer, row r of the window at r, V in the page).
+  #Windows(pos, last_index, last_row, L) {
     const P = this.P, G = this.group, encoded_end = G > 1 ? Math.floor((pos + 1) / G) * G : Infinity;
     const windows = [];
     for (let i = 0; i <= last_index; ++i) {
       const first = i * P, end = first + (i < last_index ? P : last_row + 1);
       const cut = Math.min(Math.max(encoded_end, first), end);
-      if (cut > first) windows.push({i, first, window_rows: cut - first, k_residual: false});
-      if (end > cut) windows.push({i, first: cut, window_rows: end - cut, k_residual: true});
+      const v = (at, rows) => ({blocks: this.value_offset + (at - first) * this.v_block, head: 0, n_head: 0, n_block: rows});
+      if (cut > first) windows.push({i, first, rows: cut - first, k: {blocks: 0, head: 0, n_head: 0, n_block: cut - first}, v: v(first, cut - first)});
+      if (end > cut) windows.push({i, first: cut, rows: end - cut, k: {buffer: L.residual, blocks: 0, head: 0, n_head: 0, n_block: 0}, v: v(cut, end - cut)});
     }
     return windows;
   }
@@ -594,13 +585,15 @@ export class GpuResidentKv {
     for (const b of this.retired) b.destroy();
     this.retired = [];
     this.pending.clear();  // the step's commands are all submitted: a slot may be written again
-    for (const {layer, staging} of this.staged) {
+    for (const {layer, staging, rows} of this.staged) {
       const mapped = staging.mapAsync(GPUMapMode.READ);
       this.behind = this.behind.then(async () => {
         try {
           await mapped;
           if (this.broken) return;
-          this.append(layer, new Uint8Array(staging.getMappedRange(), 0, this.page_bytes));
+          const range = staging.getMappedRange(), floats = this.P * this.c.kv_dim;  // rows: [2][P][kv_dim] f32
+          if (rows) this.append(layer, null, {k: new Float32Array(range, 0, floats), v: new Float32Array(range, floats * 4, floats)});
+          else this.append(layer, new Uint8Array(range, 0, this.page_bytes));
           ++this.counts.write_backs;
           ++this.layers[layer].landed;
         } catch (e) {
@@ -624,10 +617,12 @@ export class GpuResidentKv {
     for (const L of this.layers) {
       for (const p of L.pages) if (p) this.#FreeBuffers(p);
       L.residual?.destroy();
+      L.ring?.destroy();
     }
     for (const s of this.slots) this.#FreeBuffers(s);
     for (const b of [this.state, this.initial, ...this.retired]) b.destroy();
     for (const b of [this.rotation?.signs, this.rotation?.k, this.rotation?.v, this.rotation?.q]) b?.destroy();
     this.uniforms.Destroy();
+    this.rows?.Destroy();
   }
 }

@@ -1,5 +1,5 @@
 // In the page: the WebGPU path (web/gpu/gpu_engine.js) survives losing its device. The bundled
-// stories260K, 3 prompts × KV specs {int8, int4-kivi+res16} (one spec per call: `only`), 120 greedy ids
+// stories260K, 3 prompts × KV specs {int8, int4-kivi+prerope} (one spec per call: `only`), 120 greedy ids
 // after each prompt:
 //   - uninterrupted: the reference ids;
 //   - (the first prompt) the device destroyed (device.destroy(), as a lost device behaves) after
@@ -7,8 +7,10 @@
 //     module's memory and goes on at the same position over the module's master cache — the 120
 //     ids equal the reference, exactly (the same kernels on the same adapter give the same bits);
 //   - the device destroyed in the middle of a step (after layer 1's K and V rows reached the
-//     master; int4-kivi+res16, streamed: a transform has no GPU encoder): the redone step keeps the
-//     rows that got through and gives the same ids;
+//     master; int4-kivi+prerope, streamed: the resident path takes no prerope): the redone step keeps the
+//     rows that got through and gives the same ids; and int4-kivi+sink4+res16, resident (f32 sink
+//     and residual rows on the GPU), lost after 40 ids with pages of 32: the held ids run again
+//     from position 0 (the master's pages lack those rows) and give the same ids;
 //   - the device destroyed after 40 ids with no device coming back (acquire forced to give
 //     none): the rest runs on the module's C++ forward over the same cache.
 // And one int8 run streamed with pages of 32 positions (the KV device reusing its slots within a
@@ -34,7 +36,7 @@ import {GpuModelRunner, GpuProgramOf, RequestGpuDevice} from '/web/gpu/gpu_engin
 import {kStreamSlots, PageBufferBytes} from '/web/gpu/kv_resident.js';
 import {LoadModule} from '/test/gpu_kv_device_page.js';
 
-const kSpecs = ['int8', 'int4-kivi+res16'];
+const kSpecs = ['int8', 'int4-kivi+prerope'];
 const kPrompts = ['Once upon a time', 'The little dog', 'Lily wanted to'];
 const kNew = 120, kLoseAt = 40, kMidStepAt = 60;
 const kBlock = 16;  // prefill block of the mid-block loss: the third block starts at position 32
@@ -153,8 +155,8 @@ export async function RunGpuDeviceLossTests(bundle_url, only = '') {
     }
   }
   // Lost in the middle of a step: after layer 1's rows reached the master.
-  if (specs.includes('int4-kivi+res16')) {
-    const spec = 'int4-kivi+res16', what = `"${kPrompts[0]}" ${spec}`;
+  if (specs.includes('int4-kivi+prerope')) {
+    const spec = 'int4-kivi+prerope', what = `"${kPrompts[0]}" ${spec}`;
     let armed = false;
     survivor.after_append = (layer) => {
       if (armed && layer === 1) {
@@ -168,6 +170,20 @@ export async function RunGpuDeviceLossTests(bundle_url, only = '') {
     });
     survivor.after_append = null;
     Check(`${what}, device lost in the middle of a step`, got, references[what]);
+    // A resident sinkN / resN spec (kv_resident_rows.js) with pages of 32, lost after kLoseAt ids:
+    // the master's pages lack its f32 rows, so the held ids run again from position 0.
+    const rows_spec = 'int4-kivi+sink4+res16', rows_what = `"${kPrompts[0]}" ${rows_spec} pages of 32`;
+    const rows_want = await Generate(reference, rows_spec, prompts[0], () => {}, false, 32);
+    const rows_events = survivor.events.length;
+    const rows_got = await Generate(survivor, rows_spec, prompts[0], (i) => {
+      if (i !== kLoseAt) return;
+      if (survivor.path !== 'resident') fail(`${rows_what}: the ${survivor.path} path ran (${survivor.path_why})`);
+      survivor.device.destroy();
+      ++losses;
+    }, false, 32);
+    Check(`${rows_what}, device lost after ${kLoseAt} ids`, rows_got, rows_want);
+    const e = survivor.events.slice(rows_events);
+    if (e.length !== 1 || e[0].replayed?.from !== 0) fail(`${rows_what}: expected one replay from position 0, got ${JSON.stringify(e)}`);
   }
   // Resident with pages of 32: lost after 40 ids, a whole page already in the master.
   if (specs.includes('int8')) {

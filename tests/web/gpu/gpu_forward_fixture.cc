@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
     std::string name, path, tokenizer, served;  // served: the page's URL path of the file
     std::vector<std::string> prompts;
     size_t n_specs = std::size(kSpecs);  // the first n_specs of kSpecs
+    std::vector<std::string> more_specs = {};  // then these
   };
   std::vector<ModelCase> cases;
   std::vector<std::string> golden_prompts;
@@ -83,6 +84,8 @@ int main(int argc, char** argv) {
   golden_prompts.resize(3);
   cases.push_back({"stories260K", stories + "stories260K.bin", stories + "tok512.bin", "/models/stories260K.bin",
                    golden_prompts});
+  // Issue 31's spec (KIVI keys, 4 sinks, 64 residual rows), which the page runs resident.
+  cases.back().more_specs = {"int2-kivi+sink4+res64"};
   for (const char* type : {"q1_0", "q4_0"}) {
     kvq::SynthSpec spec{.name = fmt::format("tiny-qwen3-{}", type), .arch = kvq::SynthArch::kQwen3, .dim = 128,
                         .n_layers = 2, .n_heads = 4, .head_dim_override = 64, .n_kv_heads = 2, .hidden_dim = 256,
@@ -188,8 +191,10 @@ int main(int argc, char** argv) {
     for (size_t pi = 0; pi < mc.prompts.size(); ++pi) {
       const std::vector<int32_t> prompt = (*model)->Tokenize(mc.prompts[pi]);
       if (prompt.empty()) return Fail(mc.name + ": prompt \"" + mc.prompts[pi] + "\" gave no tokens");
-      for (size_t si = 0; si < mc.n_specs; ++si) {
-        const char* spec = kSpecs[si];
+      std::vector<std::string> specs(kSpecs, kSpecs + mc.n_specs);
+      specs.insert(specs.end(), mc.more_specs.begin(), mc.more_specs.end());
+      for (const std::string& spec_name : specs) {
+        const char* spec = spec_name.c_str();
         kvq::Result<std::unique_ptr<kvq::Session>> session = (*model)->NewSession({.key_format = spec, .value_format = spec});
         if (!session.ok()) return Fail(session.status().message());
         kvq::Session& s = **session;

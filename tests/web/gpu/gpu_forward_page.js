@@ -99,6 +99,11 @@ const kHybridResidentFormats = ['int8'];
 // fp4-e2m1+rot: the float encoders (fp_encoders.js) read the rotated rows as the int ones do.
 const kRotResidentSpecs = {'stories260K': ['int8+rot/int4', 'int2/f16+rot', 'int4+rot', 'fp4-e2m1+rot'],
                            'qwen3-q1_0': ['int4+rot']};
+// sinkN / resN specs (kv_resident_rows.js: f32 rows on the GPU, pages written behind as rows):
+// sinks alone and a residual alone on a one-row format, grouped keys with a residual (KIVI's and
+// fp8-e4m3's), and issue 31's.
+const kRowsResidentSpecs = {'stories260K': ['int4+sink4', 'int8+res16', 'int4-kivi+res16', 'int2-kivi+sink4+res64',
+                                           'int2+sink40+res8', 'fp8-e4m3+res16']};
 
 async function Bytes(url) {
   const r = await fetch(url);
@@ -184,8 +189,9 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
         const what = `${m.name} "${run.prompt}" ${run.spec}`;
         runner.NewSequence(run.spec, run.spec);
         const want_path = ResidentWhyNot(run.spec, run.spec) ? 'stream' : 'resident';
-        if (/\+rot$/.test(run.spec) && want_path !== 'resident') {  // issue 31: rot runs on the GPU's encoders
-          fail(`${what}: a rot spec of an encoder format must run resident; ResidentWhyNot says ` +
+        // Issue 31: rot, sinkN and resN (int2-kivi+sink4+res64 among the runs) run on the GPU's encoders.
+        if (/\+(rot|sink\d+|res\d+)$/.test(run.spec) && want_path !== 'resident') {
+          fail(`${what}: a rot, sinkN or resN spec of an encoder format must run resident; ResidentWhyNot says ` +
                `"${ResidentWhyNot(run.spec, run.spec)}"`);
         }
         if (runner.path !== want_path) fail(`${what}: the ${runner.path} path ran, expected ${want_path} (${runner.path_why})`);
@@ -244,7 +250,7 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
                `${JSON.stringify(kSharedKvShape)} its share of the resident-vs-streamed formats assumes`);
         }
       }
-      resident_formats = [...resident_formats, ...(kRotResidentSpecs[m.name] ?? [])];
+      resident_formats = [...resident_formats, ...(kRotResidentSpecs[m.name] ?? []), ...(kRowsResidentSpecs[m.name] ?? [])];
       const resident = await CheckResidentPath(M, device, model, program, m.runs[0].ids, m.name, fail, resident_formats);
       resident_checks += resident.checks;
       step_ms[m.name] = resident.timing;

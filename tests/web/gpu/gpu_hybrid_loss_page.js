@@ -3,8 +3,8 @@
 // losing its WebGPU device mid-generation (web/gpu/gpu_engine.js's #Rebuild, module_forward.js's
 // CatchUp): the held ids run again, since the state went with the device. The first prompt of the
 // manifest's runs, kNew greedy ids (gpu_device_loss_page.js's Generate: the prompt token by token),
-// pages of kPage positions, KV int8 (resident: WGSL encoders) and int4-kivi+res16 (streamed: a
-// transform has no encoder; grouped keys, the case where a replay that attended the master's rows instead of writing them
+// pages of kPage positions, KV int8 (resident: WGSL encoders) and int4-kivi+prerope (streamed:
+// the resident path takes no prerope; grouped keys, the case where a replay that attended the master's rows instead of writing them
 // again would read a whole group where the first pass read f32 rows):
 //   - uninterrupted: the reference ids, logits and master pages;
 //   - the device destroyed after kLoseAt ids, a new one coming back: positions 0 .. pos − 1 run
@@ -14,7 +14,7 @@
 //     for byte (the replay wrote the same K and V), and the event says replayed {from 0, pos};
 //   - int8: lost while a prefill block is in flight (the block starts at position 2·kBlock): the
 //     positions before it run again, then the block; the same ids;
-//   - int4-kivi+res16: lost in the middle of a step (after the first attention layer's rows reached the
+//   - int4-kivi+prerope: lost in the middle of a step (after the first attention layer's rows reached the
 //     master): the same ids;
 //   - the device destroyed after kLoseAt ids with none coming back: the held ids run again on the
 //     module's C++ forward from position 0 (the master cut back to none, its state zeroed) and the
@@ -29,7 +29,7 @@ import {GpuModelRunner, GpuProgramOf, RequestGpuDevice} from '/web/gpu/gpu_engin
 import {FirstDifference, Generate, LoadModel} from '/test/gpu_device_loss_page.js';
 import {LoadModule} from '/test/gpu_kv_device_page.js';
 
-const kSpecs = ['int8', 'int4-kivi+res16'];
+const kSpecs = ['int8', 'int4-kivi+prerope'];
 const kNew = 120, kLoseAt = 40, kMidStepAt = 60;  // kNew: Generate's
 const kPage = 32;
 const kBlock = 16;

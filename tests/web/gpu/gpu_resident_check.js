@@ -42,6 +42,7 @@
 import {GpuModelRunner} from '/web/gpu/gpu_engine.js';
 import {EncoderHasScales, kEncoderFormats, KeyRowsPerBlock} from '/web/gpu/kv_formats.js';
 import {RotationSlots, SplitKvSpec} from '/web/gpu/kv_resident.js';
+import {EncodedRowsAt, RowsEncodes, RowsPieces, RowsSpecOf, RowsWindows} from '/web/gpu/kv_resident_rows.js';
 import {WeightBlock} from '/web/gpu/weight_types.js';
 
 const kPage = 32;       // positions per page (the smallest the cache takes)
@@ -92,8 +93,14 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
     const [k_passes, v_passes] = [key, value].map((spec) => (EncoderHasScales(SplitKvSpec(spec).format) ? 2 : 1));
     const rotations = RotationSlots(key, value);
     const G = KeyRowsPerBlock(SplitKvSpec(key).format);
+    // sinkN / resN: {sinks, residual}; run long enough for a page of rows aged out of the residual
+    // (kPositions, then a block of the rest).
+    const rows = RowsSpecOf(key, value);
+    const positions = rows ? Math.max(kPositions, rows.residual + 2 * kPage + 8) : kPositions;
+    const block_calls = positions > kPositions ? [...kBlocks, positions - kPositions] : kBlocks;
     // Per layer, the pieces a block of positions a..z is recorded in: [first, last] (one unless G > 1).
     const Pieces = (a, z) => {
+      if (rows) return RowsPieces(a, z - a + 1, kPage, [G, 1], rows).map(([p, m]) => [p, p + m - 1]);
       const out = [];
       for (let p = a; p <= z;) {
         let e = p;
@@ -106,6 +113,11 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
     // A piece's attends (page windows; for G > 1 those of encoded rows and one of residual rows),
     // its K and V encoder calls, and its encoder dispatches.
     const PieceCounts = (a, z) => {
+      if (rows) {  // kv_resident_rows.js's plan: what the recording must match
+        const calls = RowsEncodes(a, z, kPage, [G, 1], rows);
+        return {attends: RowsWindows(z, kPage, [G, 1], rows).length, calls: calls.length,
+                encodes: calls.reduce((sum, {w}) => sum + (w ? v_passes : k_passes), 0)};
+      }
       const written = pages(z) - pages(a) + 1;
       const encoded_end = Math.floor((a + 1) / G) * G;
       const attends = G === 1 ? pages(z) : Math.ceil(Math.min(encoded_end, z + 1) / kPage) + (z >= encoded_end ? 1 : 0);
@@ -119,13 +131,13 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
       fail(`${what}: paths ${stream.path} and ${resident.path} (${resident.path_why})`);
       continue;
     }
-    const ids = prompt_ids.slice(0, kPositions);
+    const ids = prompt_ids.slice(0, positions);
     const written_before = resident.counts.write_backs, block_written_before = blocks.counts.write_backs;
     let ms_stream = 0, ms_resident = 0;
     const ends = new Map();  // the last position of each block -> the resident step's {token, logits} there
     const kivi_refs = new Map();  // kKiviKeeps' positions -> the resident step's {token, logits} there
-    for (let i = 0, end = -1; i < kBlocks.length; ++i) ends.set(end += kBlocks[i], null);
-    for (let p = 0; p < kPositions; ++p) {
+    for (let i = 0, end = -1; i < block_calls.length; ++i) ends.set(end += block_calls[i], null);
+    for (let p = 0; p < positions; ++p) {
       let t = performance.now();
       const a = await stream.Step(ids[p], {logits: true});
       ms_stream += performance.now() - t;
@@ -147,21 +159,21 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
         break;
       }
       if (ends.has(p)) ends.set(p, b);
-      if (G > 1 && kKiviKeeps.some(([at]) => at === p)) kivi_refs.set(p, b);
+      if ((G > 1 || rows) && kKiviKeeps.some(([at]) => at === p)) kivi_refs.set(p, b);
       if (ids.length <= p + 1) ids.push(a.token);
       ++checks;
     }
     let first = 0, call = 0;
     for (const [end, want] of ends) {
       if (!want) break;  // the token-by-token run stopped before it (its failure says why)
-      const capped = call === kCappedCall && G === 1;
+      const capped = call === kCappedCall && G === 1 && !rows;
       const before = blocks.counts, resident_before = {...blocks.resident.counts}, weights_before = {...blocks.step.block.counts};
       const slots_before = blocks.resident.uniforms.taken;
       const got = await blocks.Prefill(ids.slice(first, end + 1),
                                        {logits: true, ...(capped ? {uniform_slots: (kCapSlots + rotations) * c.n_cache_layers} : {})});
       const after = blocks.counts;
       const counts = ['submits', 'readbacks', 'device_submits'].map((k) => after[k] - before[k]);
-      const want_blocks = G === 1 ? kRunnerBlocks[call] : [kBlocks[call]];
+      const want_blocks = G === 1 && !rows ? kRunnerBlocks[call] : [block_calls[call]];
       const expected = `${want_blocks.length},${want_blocks.length},0`;
       const call_what = `${what}: the prefill call of positions ${first}-${end}`;
       if (counts.join() !== expected) {
@@ -216,10 +228,14 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
       first = end + 1;
       ++call;
     }
-    timing[format] = {stream_ms: +(ms_stream / kPositions).toFixed(2), resident_ms: +(ms_resident / kPositions).toFixed(2)};
+    timing[format] = {stream_ms: +(ms_stream / positions).toFixed(2), resident_ms: +(ms_resident / positions).toFixed(2)};
     await resident.Drain();
     await blocks.Drain();
-    const full = Math.floor(kPositions / kPage);
+    const full = Math.floor(positions / kPage);
+    // sinkN / resN: the master was given whole pages' rows (full · kPage), so it holds in blocks only
+    // the pages whose rows aged out there; the streamed run's master holds those the same.
+    const encoded_pages = rows ? Math.floor(Math.min(EncodedRowsAt(full * kPage, G, rows.residual),
+                                                     EncodedRowsAt(full * kPage, 1, rows.residual)) / kPage) : full;
     const written = resident.counts.write_backs - written_before;
     if (written !== full * c.n_cache_layers) {
       fail(`${what}: ${written} pages written behind, the run filled ${full * c.n_cache_layers}`);
@@ -236,7 +252,7 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
         if (held !== full * kPage) {
           fail(`${what}: the ${name} run's layer ${layer} master holds ${held} positions, expected ${full * kPage}`);
         }
-        for (let page = 0; page < full; ++page) {
+        for (let page = 0; page < encoded_pages; ++page) {
           if (M._kvq_web_kv_read_page(stream.kv, layer, page, a) !== 0 ||
               M._kvq_web_kv_read_page(run.kv, layer, page, b) !== 0) {
             fail(`${what}: read_page ${layer}/${page}: ${M.UTF8ToString(M._kvq_web_last_error())}`);
@@ -251,12 +267,36 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
         }
       }
     }
+    // sinkN / resN: every page on the GPU (encoded there as rows aged out, sink slots stand-ins)
+    // equals the streamed run's master page at the same length byte for byte.
+    for (let layer = 0; rows && layer < c.n_cache_layers; ++layer) {
+      const gpu_pages = resident.resident.layers[layer].pages;
+      for (let page = 0; page < Math.ceil(positions / kPage); ++page) {
+        const staging = device.createBuffer({size: Math.ceil(bytes / 4) * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
+        const encoder = device.createCommandEncoder();
+        encoder.copyBufferToBuffer(gpu_pages[page].buffer, 0, staging, 0, staging.size);
+        device.queue.submit([encoder.finish()]);
+        await staging.mapAsync(GPUMapMode.READ);
+        const y = new Uint8Array(staging.getMappedRange(), 0, bytes);
+        // A page with no row encoded yet the master may not have made: zeros then (so is the GPU's).
+        if (M._kvq_web_kv_read_page(stream.kv, layer, page, a) !== 0) {
+          const error = M.UTF8ToString(M._kvq_web_last_error());
+          if (!error.includes('never written')) fail(`${what}: read_page ${layer}/${page}: ${error}`);
+          M.HEAPU8.fill(0, a, a + bytes);
+        }
+        const x = M.HEAPU8.subarray(a, a + bytes), at = x.findIndex((v, i) => v !== y[i]);
+        if (at >= 0) fail(`${what}: the GPU's layer ${layer} page ${page}: byte ${at} is ${y[at]}, the streamed master's ${x[at]}`);
+        staging.destroy();
+        ++checks;
+      }
+    }
     M._free(a);
     M._free(b);
     // KIVI: the block run's sequence kept up to a position (KeepPrefix, a chat's next turn) and
     // the rest run again: the logits there equal the token-by-token run's bit for bit.
-    for (const [at, want_kept] of G > 1 ? kKiviKeeps : []) {
-      const want = kivi_refs.get(at), kept = await blocks.KeepPrefix(ids.slice(0, at + 1));
+    // sinkN / resN: rows encoded since cannot be f32 again (kvq's TruncationPoint 0): from 0.
+    for (const [at, kivi_kept] of G > 1 || rows ? kKiviKeeps : []) {
+      const want = kivi_refs.get(at), kept = await blocks.KeepPrefix(ids.slice(0, at + 1)), want_kept = rows ? 0 : kivi_kept;
       if (kept !== want_kept || !want) {
         fail(`${what}: kept ${kept} positions for a prompt of ${at + 1} (expected ${want_kept})`);
         continue;
@@ -270,10 +310,10 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
       ++checks;
     }
     // KIVI over the device budget: not the mixed mode (kv_resident.js's ResidentWhyNot), streamed.
-    if (G > 1) {
+    if (G > 1 || rows) {
       const plan = blocks.NewSequence(format, format, 0, kPage);
       blocks.NewSequence(format, format, Math.floor(plan.total_bytes / 2), kPage);
-      if (blocks.path !== 'stream' || !blocks.path_why.includes('mixed mode does not take keys in groups')) {
+      if (blocks.path !== 'stream' || !blocks.path_why.includes(`mixed mode does not take ${G > 1 ? 'keys in groups' : 'sinkN'}`)) {
         fail(`${what}: over the device budget the ${blocks.path} path (${blocks.path_why}), expected stream`);
       }
       ++checks;
