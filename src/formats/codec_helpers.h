@@ -4,6 +4,7 @@
 // byte layouts live here too.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -68,6 +69,19 @@ inline void PackCode(uint8_t* packed, int32_t i, int32_t bits, uint32_t code) {
   const int32_t shift = (i % per_byte) * bits;
   uint8_t& byte = packed[i / per_byte];
   byte = static_cast<uint8_t>((byte & ~(((1u << bits) - 1u) << shift)) | (code << shift));
+}
+
+/// std::fmax(amax, |x|) for amax ≥ 0 (not NaN), written out: a NaN x is passed over, as fmax
+/// does, without a libm call per number (encoders run it on every element they write).
+inline float MaxAbsStep(float amax, float x) {
+  const float ax = std::fabs(x);  // inline (a bit mask); a NaN stays NaN and fails the comparison
+  return ax > amax ? ax : amax;
+}
+/// std::fmin(std::fmax(v, 0), hi) for a code's float value, written out: a NaN v gives 0, as the
+/// libm pair does (fmax passes the NaN over), without two libm calls per element.
+inline float ClampCode(float v, float hi) {
+  const float lo = v > 0.0f ? v : 0.0f;
+  return lo < hi ? lo : hi;
 }
 
 /// "" when head_dim * bits fills whole bytes per head, else the rule.

@@ -51,7 +51,7 @@ void Encode(const float* rows, uint8_t* block, const CodecArgs& a) {
   for (int64_t g0 = 0; g0 < a.shape.elems(); g0 += kG) {
     uint8_t* g = block + (g0 / kG) * kGroupBytes;
     float amax = 0.0f;
-    for (int32_t k = 0; k < kG; ++k) amax = std::fmax(amax, std::fabs(rows[g0 + k]));
+    for (int32_t k = 0; k < kG; ++k) amax = MaxAbsStep(amax, rows[g0 + k]);
     uint8_t s8 = F32ToE4m3(amax / 6.0f);
     if (E4m3ToF32(s8) == 0.0f) s8 = 0x01;  // smallest subnormal, 2^-9
     g[0] = s8;

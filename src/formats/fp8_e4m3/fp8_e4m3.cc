@@ -39,7 +39,7 @@ void DecodeCodes(const uint8_t* codes, int32_t n, uint8_t b, float* out) {
   for (int32_t i = 0; i < n; ++i) out[i] = E4m3ToF32(codes[i]) * s;  // exact
 }
 float MaxAbs(const float* x, int64_t n, float amax) {
-  for (int64_t i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+  for (int64_t i = 0; i < n; ++i) amax = MaxAbsStep(amax, x[i]);
   return amax;
 }
 

@@ -45,14 +45,14 @@ struct IntToken {
       const float* x = rows + static_cast<int64_t>(h) * d;
       uint8_t* p = block + h * HeadBytes(a.shape);
       float amax = 0.0f;
-      for (int32_t i = 0; i < d; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+      for (int32_t i = 0; i < d; ++i) amax = MaxAbsStep(amax, x[i]);
       uint16_t s16 = F32ToF16(amax / kQmax);
       if ((s16 & 0x7FFF) >= 0x7C00) s16 = 0x7BFF;  // overflow: saturate to 65504
       StoreU16(p, s16);
       const float s = F16ToF32(s16);
       for (int32_t i = 0; i < d; ++i) {
         float raw = static_cast<float>(kOffset);
-        if (s != 0.0f) raw = std::fmin(std::fmax(RoundHalfEven(x[i] / s) + kOffset, 0.0f), kRawMax);
+        if (s != 0.0f) raw = ClampCode(RoundHalfEven(x[i] / s) + kOffset, kRawMax);
         PackCode(p + 2, i, kBits, static_cast<uint32_t>(raw));
       }
     }

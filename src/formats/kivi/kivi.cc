@@ -36,7 +36,7 @@ struct Asym {
   }
   static uint32_t Code(float x, float s, float z) {
     if (s == 0.0f) return 0;
-    return static_cast<uint32_t>(std::fmin(std::fmax(RoundHalfEven((x - z) / s), 0.0f), kRawMax));
+    return static_cast<uint32_t>(ClampCode(RoundHalfEven((x - z) / s), kRawMax));
   }
   static float Value(uint32_t raw, float s, float z) { return static_cast<float>(raw) * s + z; }
   // |x − x'| ≤ s/2 + |min − z| + R·|t − s| + saturation, where t = (max − z)/R is the exact step:
