@@ -140,11 +140,12 @@ export async function RunGpuWriteBehindTests(bundle_url) {
     if (!cpu || !gpu_master) continue;
     Append(cpu, k, v, 0, n);
     const layout = JSON.parse(M.UTF8ToString(M._kvq_web_kv_page_layout(gpu_master, 0)));
-    // One row's block: V's region is page_positions blocks (K's the same codec, then padding).
-    const block_bytes = (layout.page_bytes - layout.value_offset) / kPage;
+    // One row's block, the codecs' (the regions may be padded past kPage blocks): one-row K and V.
+    const block_bytes = layout.value_block_bytes;
     ++checks;
-    if (!Number.isInteger(block_bytes) || layout.value_offset < kPage * block_bytes) {
-      fail(`${spec}: page layout ${JSON.stringify(layout)} is not ${kPage} one-row blocks per tensor`);
+    if (!(block_bytes > 0) || layout.key_block_bytes !== block_bytes || layout.value_offset < kPage * block_bytes ||
+        layout.page_bytes < layout.value_offset + kPage * block_bytes) {
+      fail(`${spec}: page layout ${JSON.stringify(layout)} does not hold ${kPage} one-row blocks per tensor`);
       continue;
     }
     const page_size = Math.ceil(layout.page_bytes / 16) * 16;
