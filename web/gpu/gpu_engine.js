@@ -23,8 +23,8 @@
 // the sequence is then the CPU's from position 0). events[i].replayed says what ran again.
 //
 // Three paths for a sequence's KV (`path`, and `path_why` saying why): "resident" (the specs have
-// WGSL encoders and no transform but rot, sinkN and resN, and the device budget holds the whole context:
-// kv_resident.js keeps the working set on the GPU, a step is one submit and one readback, full
+// WGSL encoders and no transform but rot, sinkN and resN, and the device budget holds the whole
+// context: kv_resident.js keeps the working set on the GPU, a step is one submit and one readback, full
 // pages reach the master behind it; a lost device costs the tail page, whose ids run again on the
 // next device or the CPU); "mixed" (encoders, but the context is over the budget: the newest pages
 // that fit the budget stay resident as above, older ones, once written behind, are evicted from the
