@@ -2,6 +2,7 @@
 #include "kvq/rope.h"
 
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 namespace kvq {
@@ -31,8 +32,22 @@ void CosSin(float angle, float* c, float* s) {
   constexpr double kPio2Part2 = 6.07710050630396597660e-11;  // next 33 bits
   constexpr double kPio2Part3 = 2.02226624879595063154e-21;  // the rest
   const double a = angle;
+  if (!std::isfinite(a)) {  // cos and sin of ±inf and NaN are NaN (C's cos/sin say so too)
+    *c = *s = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
   const double k = std::nearbyint(a * kTwoOverPi);
-  const double r = ((a - k * kPio2Part1) - k * kPio2Part2) - k * kPio2Part3;
+  double r = ((a - k * kPio2Part1) - k * kPio2Part2) - k * kPio2Part3;
+  // a = k·π/2 + r: the quadrant k mod 4. fmod is exact, and keeps k's conversion in range.
+  int quadrant = static_cast<int>(std::fmod(k, 4.0)) & 3;
+  // Past about 1e15 the three parts no longer reduce a to |r| ≤ π/4 (no model's angle: a tiny
+  // rope.freq_base, a fuzz finding, gave cos values of 1e21): reduced by the double nearest π/2
+  // instead, with IEEE remainder (exact, so every C library gives the same r and quadrant).
+  if (!(std::fabs(r) <= 0.7854)) {
+    int q = 0;
+    r = std::remquo(a, kPio2Part1 + kPio2Part2, &q);
+    quadrant = q & 3;
+  }
   const double r2 = r * r;
   // sin r = r·(1 − r²/3! + r⁴/5! − …), cos r = 1 − r²/2! + r⁴/4! − …, Horner in r².
   double sp = -1.0 / 1307674368000.0;  // −1/15!
@@ -52,8 +67,7 @@ void CosSin(float angle, float* c, float* s) {
   cp = cp * r2 + 1.0 / 24.0;
   cp = cp * r2 - 0.5;
   const double cos_r = 1.0 + r2 * cp;
-  // a = k·π/2 + r: rotate by the quadrant k mod 4.
-  switch (static_cast<int64_t>(k) & 3) {
+  switch (quadrant) {
     case 0: *c = static_cast<float>(cos_r), *s = static_cast<float>(sin_r); break;
     case 1: *c = static_cast<float>(-sin_r), *s = static_cast<float>(cos_r); break;
     case 2: *c = static_cast<float>(-cos_r), *s = static_cast<float>(-sin_r); break;

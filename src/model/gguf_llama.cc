@@ -90,6 +90,16 @@ Result<DecoderWeights> LoadGgufLlama(std::shared_ptr<GgufFile> file) {
     if (!v.ok()) return v.status();
     *field = *v;
   }
+  // A zero, negative or non-finite base makes every rotation angle inf or NaN (a fuzz finding); an
+  // epsilon likewise every norm.
+  if (!(c.rope_theta > 0.0f && std::isfinite(c.rope_theta))) {
+    return Status::Error(fmt::format("{}: {}rope.freq_base = {} must be a positive finite number (e.g. 10000)", path,
+                                     pre, c.rope_theta));
+  }
+  if (!(c.norm_eps >= 0.0f && std::isfinite(c.norm_eps))) {
+    return Status::Error(fmt::format("{}: {}attention.layer_norm_rms_epsilon = {} must be a finite number >= 0",
+                                     path, pre, c.norm_eps));
+  }
   // The head size: key_length when the file gives it (Qwen3: 128 with dim 1024 and 16 heads), which
   // kvq's cache and attention need equal to value_length.
   if (file->Has(pre + "attention.key_length")) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 namespace kvq {
@@ -66,6 +67,28 @@ TEST(Rope, CosSinAreCorrectlyRounded) {
     }
   }
   EXPECT_EQ(wrong, 0);
+}
+
+// Angles no model should produce still give defined results (a fuzz finding: a NaN angle, and
+// one past 2^63 quarter turns, reached an integer conversion): NaN for ±inf and NaN, and for a
+// huge finite angle a unit (cos, sin) pair.
+TEST(Rope, CosSinOfNonFiniteAndHugeAnglesAreDefined) {
+  for (float theta : {std::numeric_limits<float>::quiet_NaN(), 0.0f}) {  // 1 / pow(0, x) = inf
+    const RopeParams params{.theta = theta};
+    std::vector<float> cos_sin(8);
+    RopeCosSin(8, 3, params, cos_sin.data());
+    // Pair 0's frequency is 1 / θ^0 = 1 (pow(x, 0) is 1 even for NaN); the others' are NaN or inf.
+    for (int i = 1; i < 4; ++i) {
+      EXPECT_TRUE(std::isnan(cos_sin[2 * i]) && std::isnan(cos_sin[2 * i + 1])) << theta << " pair " << i;
+    }
+  }
+  const RopeParams tiny{.theta = 1e-30f};  // frequencies up to 1e30: angles far past 2^63 · π/2
+  std::vector<float> cos_sin(8);
+  RopeCosSin(8, 1000, tiny, cos_sin.data());
+  for (int i = 0; i < 4; ++i) {
+    const double c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+    EXPECT_NEAR(c * c + s * s, 1.0, 1e-6) << "pair " << i;
+  }
 }
 
 }  // namespace

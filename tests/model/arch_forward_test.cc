@@ -4,6 +4,7 @@
 // adjacent-pair rotation, frequency factors, linear position scaling). The reference shares no
 // RoPE or bias code with the model; each test also shows the reference would catch the feature
 // being ignored.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -348,6 +349,16 @@ TEST(ArchForward, UnsupportedScalingAndPartialRotationAreRefused) {
          "rotates part of a head");
   refuse("arch", [](GgufWriter& w) { (void)w.SetString("general.architecture", "gemma"); },
          "architecture 'gemma' is not supported");
+  // Every angle inf or NaN (a fuzz finding: the NaN reached an integer conversion in RoPE).
+  for (float theta : {0.0f, -10000.0f, std::numeric_limits<float>::quiet_NaN(),
+                      std::numeric_limits<float>::infinity()}) {
+    refuse("theta", [&](GgufWriter& w) { (void)w.SetF32("llama.rope.freq_base", theta); },
+           "rope.freq_base = " + fmt::format("{}", theta) + " must be a positive finite number");
+  }
+  for (float eps : {-1e-6f, std::numeric_limits<float>::quiet_NaN()}) {
+    refuse("eps", [&](GgufWriter& w) { (void)w.SetF32("llama.attention.layer_norm_rms_epsilon", eps); },
+           "must be a finite number >= 0");
+  }
 }
 
 }  // namespace
