@@ -112,6 +112,12 @@ std::vector<int32_t> DraftByLookup(std::span<const int32_t> sequence, int32_t ma
 Result<std::vector<int32_t>> DraftByModel(Session& draft, std::span<const int32_t> sequence, int32_t max_tokens,
                                           double min_probability);
 
+/// Tokens `draft` (a session of the draft model) runs before it can draft after `sequence`: those
+/// after the longest prefix of `sequence` it holds (at least the last token, for the logits after
+/// it); 0 when it is in step. While the gate runs passes without a draft, the draft model does not
+/// see their tokens, so this grows with every such pass; a draft after them pays for all of them.
+int64_t DraftCatchUpTokens(const Session& draft, std::span<const int32_t> sequence);
+
 /// One session's draft in DraftByModels.
 struct ModelDraft {
   Session* draft = nullptr;           ///< a session of the draft model, kept between calls
@@ -170,15 +176,25 @@ class SuffixTree {
 /// The gate: chooses how many of the drafted tokens to run in the next pass from the share of
 /// drafted tokens kept so far and the measured seconds of a pass per token count. Before a count
 /// has been timed, its time is estimated from the counts that have (linearly in the token count,
-/// from the 1-token pass), so it tries longer passes until their cost is known.
+/// from the 1-token pass), so it tries longer passes until their cost is known. A draft model runs
+/// the tokens it has not seen before it drafts: one or two after a drafted pass (the drawn token,
+/// and the last drafted one, which a draft does not run), a cost every drafted pass pays; the rest
+/// (the passes the gate ran without a draft) is a one-off cost that a draft is chosen over only
+/// when the time it saves over the next kCatchUpHorizon tokens exceeds it.
 class SpeculationGate {
  public:
   /// `drafts_by_model`: the drafts come from a draft model, whose every try costs a pass of it
   /// (drafted or not), so after stopping it tries again more slowly than for lookups.
   explicit SpeculationGate(int32_t max_draft, bool drafts_by_model = false);
+  /// Tokens over which a draft must save a catch-up's seconds beyond its first token (Choose).
+  static constexpr int32_t kCatchUpHorizon = 32;
   /// Tokens of a draft of `available` tokens worth running in the next pass (0: none). None until
   /// a pass without a draft has been recorded: that pass is what every draft is weighed against.
-  int32_t Choose(int32_t available) const;
+  /// `catch_up_tokens`: what a draft model runs before it drafts (DraftCatchUpTokens; 0 for
+  /// lookups). The first costs every drafted pass CatchUpSeconds(1); the others are paid once: a
+  /// draft is chosen only when, at the rate it gives, kCatchUpHorizon tokens take at least
+  /// CatchUpSeconds(catch_up_tokens - 1) less time than without drafts.
+  int32_t Choose(int32_t available, int64_t catch_up_tokens = 0) const;
   /// Records a pass of 1 + drafted tokens that took `seconds` and kept `accepted` drafted tokens.
   /// A pass run without a draft that existed (`gated`) moves the acceptance a little back toward
   /// its prior, so a gate that stopped drafting tries again later. `ended`: the completion ended
@@ -197,6 +213,12 @@ class SpeculationGate {
   /// agrees often but costs half the target per token ran decode at 0.47-0.68x with the gate on
   /// (a qwen3.5-35b-a3b-shaped hybrid at 4K: 4 of 8 layers as the draft).
   void RecordDraftSeconds(int32_t asked, double seconds);
+  /// A draft model ran `tokens` it had missed (DraftCatchUpTokens) in `seconds` before drafting.
+  void RecordCatchUpSeconds(int64_t tokens, double seconds);
+  /// The seconds a draft model's catch-up over `tokens` is expected to take: the smoothed seconds
+  /// per token of the catch-ups timed so far, else its seconds per drafted token (a pass per token:
+  /// a catch-up runs them in one pass, so no dearer), else 0 (nothing timed yet).
+  double CatchUpSeconds(int64_t tokens) const;
   double acceptance() const { return acceptance_; }  ///< kept / drafted, smoothed
   double draft_token_seconds() const { return draft_token_seconds_; }  ///< 0: no draft model timed
 
@@ -207,6 +229,7 @@ class SpeculationGate {
   double acceptance_ = 0.5;             // prior until drafts are seen
   std::vector<double> seconds_;         // [max_draft + 1]: smoothed seconds of a pass of i + 1 tokens; 0 unknown
   double draft_token_seconds_ = 0;      // a draft model's smoothed seconds per asked token; 0 unknown
+  double catch_up_token_seconds_ = 0;   // its smoothed seconds per token caught up; 0 unknown
 };
 
 
@@ -234,8 +257,9 @@ class Drafter {
                      const ExtraDrafter& extra = {});
   /// A draft model's draft length for the next pass, chosen before it is drafted (Next does this;
   /// kvq serve drafts every slot's draft in one batched pass of the draft model, DraftByModels):
-  /// at most `most`; *gated: fewer than `most`.
-  int32_t ModelDraftLength(int32_t most, bool* gated) const;
+  /// at most `most`; *gated: fewer than `most`. `catch_up_tokens`: what the draft session must run
+  /// first (DraftCatchUpTokens), weighed by SpeculationGate::Choose.
+  int32_t ModelDraftLength(int32_t most, bool* gated, int64_t catch_up_tokens = 0) const;
   /// Records a pass (SpeculationGate::Record).
   void Record(int32_t drafted, int32_t accepted, double seconds, bool gated, bool ended = false) {
     gate_.Record(drafted, accepted, seconds, gated, ended);
@@ -247,6 +271,9 @@ class Drafter {
     if (wanted > 0 && drafted == 0) gate_.RecordEmptyDraft();
     gate_.RecordDraftSeconds(wanted, seconds);
   }
+  /// A draft model caught up over `tokens` in `seconds` (SpeculationGate::RecordCatchUpSeconds;
+  /// Next records this itself).
+  void RecordCatchUp(int64_t tokens, double seconds) { gate_.RecordCatchUpSeconds(tokens, seconds); }
   const SpeculationOptions& options() const { return options_; }
 
  private:

@@ -66,11 +66,9 @@ namespace {
 // after it are a rejected draft's; at least the last token runs again, for the logits after it)
 // and the rest of `sequence`, to run, is returned. Empty when the draft is in step already.
 Result<std::span<const int32_t>> CatchUp(Session& draft, std::span<const int32_t> sequence) {
-  const int64_t size = static_cast<int64_t>(sequence.size());
-  const std::span<const int32_t> held = draft.tokens();
-  const int64_t same = std::mismatch(held.begin(), held.end(), sequence.begin(), sequence.end()).first - held.begin();
-  if (same == size && draft.positions() == size && !draft.logits().empty()) return std::span<const int32_t>();
-  const int64_t keep = std::min(same, size - 1);
+  const int64_t run = DraftCatchUpTokens(draft, sequence);
+  if (run == 0) return std::span<const int32_t>();
+  const int64_t keep = static_cast<int64_t>(sequence.size()) - run;
   if (draft.positions() > keep) {
     if (Status st = draft.Truncate(keep); !st.ok()) return st;
   }
@@ -78,6 +76,15 @@ Result<std::span<const int32_t>> CatchUp(Session& draft, std::span<const int32_t
 }
 
 }  // namespace
+
+int64_t DraftCatchUpTokens(const Session& draft, std::span<const int32_t> sequence) {
+  const int64_t size = static_cast<int64_t>(sequence.size());
+  if (size == 0) return 0;
+  const std::span<const int32_t> held = draft.tokens();
+  const int64_t same = std::mismatch(held.begin(), held.end(), sequence.begin(), sequence.end()).first - held.begin();
+  if (same == size && draft.positions() == size && !draft.logits().empty()) return 0;
+  return size - std::min(same, size - 1);  // what follows the prefix it keeps
+}
 
 Status SyncDraft(Session& draft, std::span<const int32_t> sequence) {
   const int64_t size = static_cast<int64_t>(sequence.size());

@@ -115,8 +115,6 @@ bool Engine::PrepareDraft(Slot& slot) {
   job.history.assign(held.begin(), held.end());
   job.history.push_back(slot.next_token);
   if (o.source == DraftSource::kModel) {
-    // A model's draft costs a pass of the draft per token: the gate chooses the length first.
-    job.model_draft_want = job.drafter->ModelDraftLength(most, &job.gated);
     if (!slot.draft) {
       Result<std::unique_ptr<Session>> made = o.draft_model->NewSession(o.draft_kv);
       if (!made.ok()) {  // no draft: the request decodes a token per step, as it would without
@@ -126,6 +124,10 @@ bool Engine::PrepareDraft(Slot& slot) {
       }
       slot.draft = std::move(made).value();
     }
+    // A model's draft costs a pass of the draft per token, and first a run of the tokens the draft
+    // session missed while the gate drafted nothing: the gate chooses the length first.
+    job.model_draft_want =
+        job.drafter->ModelDraftLength(most, &job.gated, DraftCatchUpTokens(*slot.draft, job.history));
     return true;  // DraftWithModel drafts it with the other slots' drafts
   }
   Drafter::ExtraDrafter shared;  // the index over recent requests, for suffix drafts

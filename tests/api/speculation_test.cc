@@ -361,6 +361,69 @@ TEST(SpeculationGate, ADraftModelsOwnPassesCountAgainstItsDraft) {
   EXPECT_DOUBLE_EQ(dear.draft_token_seconds(), 0.010);
 }
 
+// A draft model runs the tokens it has not seen before it drafts: the first of them costs every
+// drafted pass, the rest (what it missed while the gate drafted nothing) once, and a draft is then
+// chosen only when the time it saves over kCatchUpHorizon tokens exceeds that. The threshold is the
+// test's own arithmetic on what the gate measured: tokens per pass 1 + a + … + a^k against the
+// verify pass, k drafted tokens' seconds and one caught-up token's; the best k's rate r against the
+// 1-token pass's T1; saved = horizon · (T1 − 1 / r).
+TEST(SpeculationGate, ACatchUpIsWeighedAgainstWhatTheDraftSavesOverTheHorizon) {
+  SpeculationGate gate(8, true);
+  for (int i = 0; i < 40; ++i) {
+    for (int32_t k = 0; k <= 8; ++k) gate.Record(k, k == 0 ? 0 : (k * 4) / 5, 0.010 + 0.0005 * k, false);
+  }
+  EXPECT_EQ(gate.CatchUpSeconds(10), 0.0);  // nothing timed: no estimate
+  gate.RecordDraftSeconds(4, 4 * 0.001);
+  EXPECT_DOUBLE_EQ(gate.CatchUpSeconds(10), 10 * 0.001);  // a drafted token's seconds until a catch-up is timed
+  gate.RecordCatchUpSeconds(20, 20 * 0.0002);  // a batched catch-up: cheaper per token than a draft pass
+  EXPECT_DOUBLE_EQ(gate.CatchUpSeconds(10), 10 * 0.0002);
+  gate.RecordCatchUpSeconds(0, 1.0);  // nothing caught up: ignored
+  EXPECT_DOUBLE_EQ(gate.CatchUpSeconds(10), 10 * 0.0002);
+  const int32_t k = gate.Choose(8, 1);
+  ASSERT_GT(k, 0);
+  double yield = 1, term = 1;
+  for (int32_t i = 1; i <= k; ++i) yield += (term *= gate.acceptance());
+  const double rate = yield / (0.010 + 0.0005 * k + k * gate.draft_token_seconds() + 0.0002);
+  const double saved = SpeculationGate::kCatchUpHorizon * (0.010 - 1.0 / rate);
+  ASSERT_GT(saved, 0);
+  // 1 + n tokens behind: n paid once.
+  const auto behind = [&](double share) { return 1 + static_cast<int64_t>(share * saved / 0.0002); };
+  EXPECT_EQ(gate.Choose(8, behind(0.99)), k);
+  EXPECT_EQ(gate.Choose(8, behind(1.01) + 1), 0);
+  // A caught-up token dearer than four 1-token passes: no draft pays even with nothing missed.
+  SpeculationGate dear_catch_up = gate;
+  for (int i = 0; i < 40; ++i) dear_catch_up.RecordCatchUpSeconds(1, 0.040);
+  EXPECT_GT(dear_catch_up.Choose(8, 0), 0);
+  EXPECT_EQ(dear_catch_up.Choose(8, 1), 0);
+}
+
+// What a draft session must run before it drafts: the tokens after the longest prefix of the
+// sequence it holds, at least the last (for the logits after it); none when it is in step.
+TEST(Drafter, CatchUpTokensAreThoseTheDraftSessionMissed) {
+  std::unique_ptr<Model> m = LoadBundled();
+  ASSERT_NE(m, nullptr);
+  std::unique_ptr<Session> draft = test::NewSessionOrFail(*m, KvOptions{});
+  ASSERT_NE(draft, nullptr);
+  std::vector<int32_t> sequence = m->Tokenize(kStory);
+  ASSERT_GT(sequence.size(), 8u);
+  EXPECT_EQ(DraftCatchUpTokens(*draft, sequence), static_cast<int64_t>(sequence.size()));
+  EXPECT_EQ(DraftCatchUpTokens(*draft, {}), 0);
+  Result<std::vector<int32_t>> d = DraftByModel(*draft, sequence, 1, 0.0);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  ASSERT_EQ(d->size(), 1u);
+  // It ran the sequence and holds nothing past it (the one drafted token needs no pass).
+  EXPECT_EQ(draft->positions(), static_cast<int64_t>(sequence.size()));
+  EXPECT_EQ(DraftCatchUpTokens(*draft, sequence), 0);
+  for (int32_t t : {5, 6, 7}) sequence.push_back(t);  // three passes the gate ran without a draft
+  EXPECT_EQ(DraftCatchUpTokens(*draft, sequence), 3);
+  sequence.resize(sequence.size() - 3);
+  EXPECT_EQ(DraftCatchUpTokens(*draft, sequence), 0);
+  sequence.back() ^= 1;  // the last token differs: it runs again from the prefix before it
+  EXPECT_EQ(DraftCatchUpTokens(*draft, sequence), 1);
+  sequence.resize(sequence.size() - 2);  // a prefix of what it holds: the last runs again
+  EXPECT_EQ(DraftCatchUpTokens(*draft, sequence), 1);
+}
+
 TEST(Drafter, ADraftModelThatNeverDraftsIsAskedLessAndLess) {
   // The bundled model drafting for itself with a least probability of 1 (its most likely token is
   // never certain): each ask is a pass of the draft model and offers nothing. Session::Generate's
@@ -374,7 +437,7 @@ TEST(Drafter, ADraftModelThatNeverDraftsIsAskedLessAndLess) {
   int asks = 0;
   for (int step = 0; step < 64; ++step) {
     bool gated = false;
-    if (drafter.ModelDraftLength(8, &gated) > 0) ++asks;
+    if (drafter.ModelDraftLength(8, &gated, DraftCatchUpTokens(*draft, sequence)) > 0) ++asks;
     Result<Drafter::Draft> d = drafter.Next(sequence, 8, draft.get());
     ASSERT_TRUE(d.ok()) << d.status().message();
     EXPECT_TRUE(d->tokens.empty());
