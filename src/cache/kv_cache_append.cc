@@ -132,10 +132,13 @@ Status KvCache::AppendEncodedPages(int64_t layer, const uint8_t* pages, int64_t 
   Impl::Layer& L = m.layers[layer];
   const int32_t P = m.config.page_positions;
   for (int which = 0; which < 2; ++which) {
-    // rot changes only the rows' values (the caller encodes rotated rows); sinks, residual and
-    // prerope keep rows or state a page's bytes do not carry.
+    // rot changes only the rows' values (the caller encodes rotated rows), prerope only which rows
+    // are stored (the caller encodes the keys before RoPE; attention ropes them as it reads them,
+    // by position: no state beside the bytes); sinks and residual keep f32 rows a page's bytes do
+    // not carry.
     KvTransforms t = m.Transforms(layer, which);
     t.rotate = false;
+    t.pre_rope = false;
     if (t.any() || m.Tensor(layer, which).calibrated) {
       return Bad(fmt::format(
           "encoded pages need specs without transforms but rot and no calibrated codec (layer {} has {})",

@@ -358,6 +358,46 @@ TEST(KvCache, EncodedPagesAreTheSameBitsAsAppendingTheirRows) {
     ASSERT_TRUE(rot_appended->ReadPage(0, page, b.data()).ok());
     EXPECT_TRUE(a == b) << "int4+rot page " << page << " differs";
   }
+  // prerope (the WebGPU resident path's): pages of the keys before RoPE, KIVI's groups among them,
+  // are Append's pages of the same rows, and attention (roping them as it reads) equals its.
+  const Result<KvSpec> pre = ParseKvSpec("int4-kivi+prerope");
+  ASSERT_TRUE(pre.ok());
+  const RopeConfig rope{.theta = 10000.0f, .pairing = RopePairing::kHalves};
+  std::unique_ptr<KvCache> pre_caches[2];  // [0] pages appended, [1] rows appended
+  for (std::unique_ptr<KvCache>& c : pre_caches) {
+    Result<std::unique_ptr<KvCache>> made = KvCache::Create({.n_layers = 1, .n_kv_heads = kRow.n_kv_heads,
+                                                             .head_dim = kRow.head_dim, .layers = {LayerFormats::Both(*pre)}, .key_rope = rope,
+                                                             .max_positions = n, .page_positions = kPage});
+    ASSERT_TRUE(made.ok()) << made.status().message();
+    c = std::move(made).value();
+  }
+  const KvCache::PageLayout pre_layout = pre_caches[0]->LayerPageLayout(0);
+  std::vector<uint8_t> pre_pages(kPages * pre_layout.page_bytes, 0);  // [kPages][page_bytes]
+  for (int which = 0; which < 2; ++which) {
+    const Codec& codec = which == 0 ? pre->format->key : pre->format->value;
+    const std::vector<float>& x = which == 0 ? k : v;  // as given: the keys before RoPE
+    const int32_t g = codec.rows_per_block;
+    for (int64_t first = 0; first < kPages * kPage; first += g) {
+      codec.encode_block(x.data() + first * elems, pre_pages.data() + (first / kPage) * pre_layout.page_bytes +
+                                                       (which == 0 ? 0 : pre_layout.value_offset) +
+                                                       (first % kPage) / g * codec.block_bytes(kRow),
+                         {.shape = kRow});
+    }
+  }
+  ASSERT_EQ(pre->format->key.rows_per_block, 32);
+  ASSERT_TRUE(pre_caches[0]->AppendEncodedPages(0, pre_pages.data(), kPages).ok());
+  ASSERT_TRUE(pre_caches[1]->Append(0, k.data(), v.data(), kPages * kPage).ok());
+  for (int64_t page = 0; page < kPages; ++page) {
+    std::vector<uint8_t> a(pre_layout.page_bytes), b(pre_layout.page_bytes);
+    ASSERT_TRUE(pre_caches[0]->ReadPage(0, page, a.data()).ok());
+    ASSERT_TRUE(pre_caches[1]->ReadPage(0, page, b.data()).ok());
+    EXPECT_TRUE(a == b) << "int4-kivi+prerope page " << page << " differs";
+  }
+  for (std::unique_ptr<KvCache>& c : pre_caches) {
+    ASSERT_TRUE(c->Append(0, k.data() + kPages * kPage * elems, v.data() + kPages * kPage * elems, kTail).ok());
+  }
+  EXPECT_EQ(AttendAll(*pre_caches[0], q, 1, AttentionKernel::kScalar),
+            AttendAll(*pre_caches[1], q, 1, AttentionKernel::kScalar));
   // Transforms whose rows the bytes do not carry are refused.
   const Result<KvSpec> sink = ParseKvSpec("int4+sink4");
   ASSERT_TRUE(sink.ok());

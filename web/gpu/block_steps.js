@@ -138,8 +138,9 @@ export class BlockRecorder {
         // one pass over the pages (kv_resident.js's RecordBlock: the bits of n per-token Records).
         const v0 = this.#View(0);
         const S = (name) => Stride(p.program.buffers[name]);
-        if (S(op.k) !== S(op.v)) throw new Error(`block: K and V rows of ${op.k} and ${op.v} differ in stride`);
-        kv.resident.RecordBlock(sink, op.layer, pos, {n, k: v0.buf(op.k), v: v0.buf(op.v), kv_stride: S(op.k),
+        const k = kv.prerope ? op.k_pre : op.k;  // a prerope cache takes the keys before RoPE
+        if (S(k) !== S(op.v)) throw new Error(`block: K and V rows of ${k} and ${op.v} differ in stride`);
+        kv.resident.RecordBlock(sink, op.layer, pos, {n, k: v0.buf(k), v: v0.buf(op.v), kv_stride: S(k),
                                                       q: v0.buf(op.x), q_stride: S(op.x), out: v0.buf(op.y), out_stride: S(op.y)});
         encoder = sink.encoder;
         pass = encoder.beginComputePass();

@@ -23,7 +23,7 @@
 // the sequence is then the CPU's from position 0). events[i].replayed says what ran again.
 //
 // Three paths for a sequence's KV (`path`, and `path_why` saying why): "resident" (the specs have
-// WGSL encoders and no transform but rot, sinkN and resN, and the device budget holds the whole
+// WGSL encoders and no transform but rot, sinkN, resN and prerope, and the device budget holds the whole
 // context: kv_resident.js keeps the working set on the GPU, a step is one submit and one readback,
 // full pages reach the master behind it; a lost device costs the tail page, whose ids run again on
 // the next device or the CPU); "mixed" (encoders, but the context is over the budget: the newest pages
@@ -209,7 +209,8 @@ export class GpuModelRunner {
     this.path_why = why_not ? `KV streamed from the module: ${why_not}; prefill runs token by token (each layer's ` +
                               'K and V rows are read back into the master before its attention)' : !over ?
         'KV resident on the GPU: the specs have WGSL encoders (a rot spec\'s rows rotated there first; sinkN / resN ' +
-        'rows kept f32 there, full pages written behind as rows) and the budget holds the context' :
+        'rows kept f32 there, full pages written behind as rows; prerope keys encoded before RoPE, roped as read) ' +
+        'and the budget holds the context' :
         `KV mixed: the device budget (${budget} bytes) is under the context's ${total}, so the newest ` +
         `${this.resident_pages} page${this.resident_pages === 1 ? '' : 's'} of ${this.layout.page_positions} positions ` +
         `per layer stay resident on the GPU (encoded there) and older pages stream from the module's master through ` +
@@ -266,7 +267,7 @@ export class GpuModelRunner {
       if (M._kvq_web_kv_append_pages(kv, layer, this.page_ptr, 1) !== 0) {
         throw new Error(`writing a page of layer ${layer} behind: ${LastError(M)}`);
       }
-    }, mixed);
+    }, mixed, this.rope);  // rope: prerope keys' cos/sin, the step program's (kv_resident_rope.js)
     return resident;
   }
 

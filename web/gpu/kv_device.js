@@ -30,22 +30,24 @@ function F32Const(x) {  // an exact f32 literal
   return `bitcast<f32>(${new Uint32Array(new Float32Array([x]).buffer)[0]}u)`;
 }
 
-/** Bytes of AttendWgsl's Params (24 words: 21 used, padded to 16 bytes). */
+/** Bytes of AttendWgsl's Params (24 words: 22 used, padded to 16 bytes). */
 export const kAttendParamsBytes = 96;
 
 /** The attention kernels (attend, fold) of one layer shape (also kv_resident.js's). */
 export function AttendWgsl(s) {
   const half = s.rotary_dims / 2;
   const rope = !s.pre_rope ? `fn k_value(r: u32, head: u32, i: u32) -> f32 { return k_stored(r, head, i); }` : `
-// cos/sin of the window's positions: [rows][rotary_dims / 2][2] (kvq's RopeCosSin).
+// cos/sin of positions: [rows][rotary_dims / 2][2] (kvq's RopeCosSin), row r of the window at
+// params.rope_row + r (0 here: the window's own; kv_resident_rope.js's table by position: its first).
 @group(0) @binding(5) var<storage, read> rope: array<f32>;
 // A prerope key rotated at its position as it is read (kvq's ApplyRope, pairing ${s.rope_pairing}).
 fn k_value(r: u32, head: u32, i: u32) -> f32 {
   if (i >= ${s.rotary_dims}u) { return k_stored(r, head, i); }
   ${s.rope_pairing === 'adjacent' ? 'let p = i / 2u; let a = 2u * p; let b = a + 1u;'
                                   : `let p = i % ${half}u; let a = p; let b = p + ${half}u;`}
-  let c = rope[(r * ${half}u + p) * 2u];
-  let sn = rope[(r * ${half}u + p) * 2u + 1u];
+  let at = ((params.rope_row + r) * ${half}u + p) * 2u;
+  let c = rope[at];
+  let sn = rope[at + 1u];
   let x = k_stored(r, head, a);
   let y = k_stored(r, head, b);
   if (i == a) { return x * c - y * sn; }
@@ -64,14 +66,15 @@ const v_block: u32 = ${s.v_block_bytes}u;
 // the window touches; first_fresh: 1 when its first piece starts a chunk after position 0 (then it
 // too fills a state of its own), else 0 (it continues the open chunk's state); n_tokens: queries;
 // q_stride: floats from one query position's heads to the next's in q (n_q · head_dim when packed;
-// a prefill block's per-token slices are wider).
+// a prefill block's per-token slices are wider); rope_row: the rope table's row of the window's
+// row 0 (prerope keys).
 struct Params {
   rows: u32, first_pos: u32, query_pos: u32, scale: f32,
   k_blocks: u32, k_head: u32, k_res: u32, k_n_head: u32, k_n_block: u32,
   v_blocks: u32, v_head: u32, v_res: u32, v_n_head: u32, v_n_block: u32,
   start: u32, repeat: u32,
   chunk: u32, pieces: u32, first_fresh: u32, n_tokens: u32,
-  q_stride: u32, pad0: u32, pad1: u32, pad2: u32,
+  q_stride: u32, rope_row: u32, pad1: u32, pad2: u32,
 }
 @group(0) @binding(0) var<storage, read> k_buf: array<u32>;        // the slot
 @group(0) @binding(1) var<storage, read> v_buf: array<u32>;        // the same slot

@@ -44,14 +44,22 @@
 // the queries are rotated likewise (a copy) before the attends, with rotated values the normalised
 // output is unrotated in the state before the gather. The signs are the module's (the page
 // layout's rotation_signs). All in the step's encoder: no submit or readback of its own.
+//
+// A "prerope" key spec (kv_resident_rope.js): the step program hands the cache the keys before
+// RoPE (its k_pre rows), which the pages hold encoded as the master's do, and the attends rope
+// each key as they read it (kv_device.js's kernel with pre_rope) by the cos/sin of its position,
+// read from a table of the module's cos/sin by position that grows a page at a time.
 
 import {AttendWgsl, HeadOpsWgsl, kAttendParamsBytes, NormaliseWgsl} from './kv_device.js';
-import {GpuKvEncoder, kEncoderFormats, kGroupKeyEncoderFormats, KeyRowsPerBlock} from './kv_formats.js';
+import {GpuKvEncoder, KeyRowsPerBlock} from './kv_formats.js';
+import {ResidentRopeTable} from './kv_resident_rope.js';
 import {ResidentRows, RowsPieces, RowsSpecOf, SubBlocks} from './kv_resident_rows.js';
+import {RotationSlots, SplitKvSpec} from './kv_resident_specs.js';
 import {CachedPipeline} from './pipeline_cache.js';
 import {UniformArena} from './uniform_arena.js';
 
 export {BlockUniformSlots} from './kv_resident_rows.js';
+export {ResidentWhyNot, RotationSlots, SplitKvSpec} from './kv_resident_specs.js';
 
 const Ceil4 = (n) => Math.ceil(n / 4) * 4;
 // A GPUBuffer or GPUBufferBinding as a binding from its offset to the buffer's end, `floats` on.
@@ -75,68 +83,18 @@ export function ResidentPagesFor(budget_bytes, page_bytes, n_layers) {
   return Math.max(0, Math.floor((budget_bytes - kStreamSlots * unit) / (n_layers * unit)));
 }
 
-/** A KV spec (FORMAT[+TRANSFORM...], kvq's ParseKvSpec) as {format, transforms: [names]}. */
-export function SplitKvSpec(spec) {
-  const [format, ...transforms] = spec.split('+');
-  return {format, transforms};
-}
-
-/**
- * Why the resident path cannot hold a cache of these specs ('' when it can): both tensors need a
- * WGSL encoder and no transform but rot, sinkN and resN (kv_resident_rows.js; the same N for K and
- * V, not with rot; prerope keeps keys the attends would rope: streamed; grouped keys, KIVI's and
- * fp8-e4m3's, take no rot). over: the context is over the device budget (the mixed mode), which
- * grouped keys and sinkN / resN do not take yet: their f32 rows are not in ResidentPagesFor's
- * budget, and kvq's slot plan for them (a page and the f32 rows per slot) asks more than the
- * mixed mode's streaming slots.
- */
-export function ResidentWhyNot(kv_k, kv_v, over = false) {
-  const encoders = [...kEncoderFormats, ...kGroupKeyEncoderFormats];
-  for (const [what, spec] of [['key', kv_k], ['value', kv_v]]) {
-    const {format, transforms} = SplitKvSpec(spec);
-    if (!encoders.includes(format)) {
-      return `the ${what} spec "${spec}" has no GPU encoder (encoders: ${encoders.join(', ')})`;
-    }
-    const other = transforms.filter((t) => t !== 'rot' && !/^(sink|res)\d+$/.test(t));
-    if (other.length) {
-      return `the ${what} spec "${spec}" has the transform${other.length > 1 ? 's' : ''} ${other.join(', ')}, which ` +
-             'the GPU encoders do not apply (resident: rot, sinkN, resN)';
-    }
-    if (transforms.includes('rot') && KeyRowsPerBlock(format) > 1) {
-      return `the ${what} spec "${spec}" has rot and keys in groups of ${KeyRowsPerBlock(format)} rows, which the GPU encoders do not rotate`;
-    }
-  }
-  const rows = RowsSpecOf(kv_k, kv_v);
-  if (rows?.why) return rows.why;
-  if (rows && RotationSlots(kv_k, kv_v)) {
-    return `sinkN / resN with rot ("${kv_k}", "${kv_v}"): pages are written behind as rows the master rotates, and the GPU's are rotated`;
-  }
-  if (over && KeyRowsPerBlock(SplitKvSpec(kv_k).format) > 1) {
-    return `the context is over the device budget and the mixed mode does not take keys in groups (KIVI, fp8-e4m3: "${kv_k}")`;
-  }
-  if (over && rows) return `the context is over the device budget and the mixed mode does not take sinkN / resN ("${kv_k}")`;
-  return '';
-}
-
-/**
- * Head-op dispatches (and uniform slots) per layer and block for these specs: rotated keys, the
- * rows' rotation and the queries'; rotated values, the rows' rotation and the output's unrotation.
- */
-export function RotationSlots(kv_k, kv_v) {
-  return [kv_k, kv_v].filter((spec) => SplitKvSpec(spec).transforms.includes('rot')).length * 2;
-}
-
 export class GpuResidentKv {
   /**
    * device: the GPUDevice; c: the step program's config; layout: kvq_web_kv_page_layout's
    * {page_bytes, value_offset, page_positions, rotation_signs (with a rot spec)} (the same for
-   * every layer: one spec for all); formats: {key, value} specs (ResidentWhyNot's: FORMAT[+rot]);
+   * every layer: one spec for all); formats: {key, value} specs (ResidentWhyNot's);
    * append(layer, Uint8Array page): hands a full page to the master (throws on failure). mixed:
    * {resident_pages (per layer, ≥ 1), read(layer, page) → Uint8Array [page_bytes] of the master's
    * page (valid until the next call)} for a context over the device budget; omitted: every page
-   * stays resident.
+   * stays resident. rope(pos): Float32Array [rotary_dims] of the module's cos/sin at pos (the
+   * step program's), needed by a prerope key spec (its keys are given before RoPE).
    */
-  constructor(device, c, layout, formats, append, mixed = null) {
+  constructor(device, c, layout, formats, append, mixed = null, rope = null) {
     const P = layout.page_positions;
     this.device = device;
     this.c = c;
@@ -166,6 +124,10 @@ export class GpuResidentKv {
     this.rotation = this.#Rotation(formats, layout.rotation_signs);
     this.rotation_slots = RotationSlots(formats.key, formats.value);  // per layer and block
     this.rows_spec = RowsSpecOf(formats.key, formats.value);  // sinkN / resN: kv_resident_rows.js
+    this.prerope = SplitKvSpec(formats.key).transforms.includes('prerope');
+    if (this.prerope && !rope) throw new Error(`the prerope key spec "${formats.key}" needs the module's cos/sin (rope)`);
+    // prerope: [positions][rotary_dims] f32, the module's cos/sin by position (kv_resident_rope.js)
+    this.rope_table = this.prerope ? new ResidentRopeTable(device, c.rotary_dims, P, rope, (b) => this.retired.push(b)) : null;
     this.rows = this.rows_spec && new ResidentRows(device, c, P, this.page_bytes, this.value_offset, [this.group, 1],
                                                    this.rows_spec, (bytes) => this.#NewBuffers(bytes).buffer);
     formats = {key: SplitKvSpec(formats.key).format, value: SplitKvSpec(formats.value).format};
@@ -182,7 +144,7 @@ export class GpuResidentKv {
     for (const L of this.layers) for (const e of [L.k, L.v]) e.Reserve(P);
     const s = {head_dim: c.head_dim, n_kv_heads: c.n_kv_heads, q_per_kv: c.n_heads / c.n_kv_heads,
                k_block_bytes: this.k_block, v_block_bytes: this.v_block, key_format: formats.key,
-               value_format: formats.value, pre_rope: false, rotary_dims: c.rotary_dims, rope_pairing: c.rope_pairing};
+               value_format: formats.value, pre_rope: this.prerope, rotary_dims: c.rotary_dims, rope_pairing: c.rope_pairing};
     // Shared with every resident cache of this shape on the device (a new one per sequence).
     const attend_code = AttendWgsl(s), norm_code = NormaliseWgsl(c.head_dim);
     this.attend = CachedPipeline(device, attend_code, 'attend');
@@ -351,6 +313,7 @@ export class GpuResidentKv {
       }
       return;
     }
+    this.rope_table?.Cover(pos + n);  // prerope: the cos/sin up to the block's page end
     const index = Math.floor(pos / P);
     if (index !== L.pages.length - (pos % P === 0 ? 0 : 1)) {
       throw new Error(`layer ${layer} holds ${L.pages.length} pages; position ${pos} needs ${index + 1}`);
@@ -416,14 +379,17 @@ export class GpuResidentKv {
       const first_fresh = first > 0 && first % kPositionChunk === 0 ? 1 : 0;
       const p = new ArrayBuffer(kAttendParamsBytes), u = new Uint32Array(p);
       // AttendWgsl's Params: rows, first_pos, query_pos, scale; K blocks/head/residual offsets and
-      // counts; V's; no injected bug; chunk, pieces, first_fresh, n queries; q's stride.
+      // counts; V's; no injected bug; chunk, pieces, first_fresh, n queries; q's stride; the rope
+      // table's row of the window's row 0 (prerope: its position).
       u.set([window_rows, first, pos, 0, k.blocks, k.head, 0, k.n_head, k.n_block, v.blocks, v.head, 0, v.n_head, v.n_block,
-             0, 0, kPositionChunk, pieces, first_fresh, n, q_stride]);
+             0, 0, kPositionChunk, pieces, first_fresh, n, q_stride, first]);
       new Float32Array(p, 12, 1)[0] = this.scale;
       const params = this.uniforms.Take(p);
       const state = {buffer: this.state, size: (2 + pieces) * region_bytes};
       pass.setPipeline(this.attend);
-      pass.setBindGroup(0, this.#Group(this.attend, [k.buffer ?? page.buffer, v.buffer ?? page.buffer, From(q), state, params]));
+      const bindings = [k.buffer ?? page.buffer, v.buffer ?? page.buffer, From(q), state, params];
+      if (this.rope_table) bindings.push(this.rope_table.buffer);
+      pass.setBindGroup(0, this.#Group(this.attend, bindings));
       pass.dispatchWorkgroups(Math.ceil(c.n_kv_heads * n * pieces / 64));
       ++this.counts.attend_dispatches;
       if (pieces > 1 || first_fresh) {
@@ -624,5 +590,6 @@ export class GpuResidentKv {
     for (const b of [this.rotation?.signs, this.rotation?.k, this.rotation?.v, this.rotation?.q]) b?.destroy();
     this.uniforms.Destroy();
     this.rows?.Destroy();
+    this.rope_table?.Destroy();
   }
 }

@@ -533,7 +533,8 @@ export class GpuStepProgram {
           this.Submit(sink.encoder);
           sink.encoder = device.createCommandEncoder();
         }};
-        kv.resident.Record(sink, op.layer, B[op.k], B[op.v], B[op.x], pos, B[op.y]);
+        // A prerope cache takes the keys before RoPE (it ropes them as it reads them).
+        kv.resident.Record(sink, op.layer, B[kv.prerope ? op.k_pre : op.k], B[op.v], B[op.x], pos, B[op.y]);
         encoder = sink.encoder;
         pass = encoder.beginComputePass();
         continue;

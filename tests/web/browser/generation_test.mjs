@@ -143,7 +143,8 @@ async function FullContext(page, synth) {
 // master and the GPU-resident pages both, and the edit's reply fills that page again (written
 // behind anew). On three KV paths: resident (f32), mixed (a device budget that keeps 1 page per
 // layer resident: the edit brings an evicted page back from the master) and stream
-// (int4-kivi+prerope, no GPU encoder for +prerope: the master alone is cut, down to a whole
+// (int4-kivi+rot, which streams: the GPU encoders do not rotate grouped keys, kv_resident_specs.js's
+// ResidentWhyNot; the master alone is cut, down to a whole
 // 32-key group where the edit splits one).
 // Each turn's length is the fewest tokens that still reach its point (every turn is decoded twice
 // on SwiftShader, the chat and its fresh reference): turn 1 (46 prompt ids + 100) leaves the edit's
@@ -281,7 +282,7 @@ async function Main() {
     if (!info.gpu) checks.Fatal(`no WebGPU adapter (${info.gpu_why_not}), though Chromium runs with SwiftShader's`);
     const resident = await GpuChat(page, 'f32', 0, 'resident');
     await GpuChat(page, 'f32', kMixedBudget, 'mixed', resident);
-    await GpuChat(page, 'int4-kivi+prerope', 0, 'stream');
+    await GpuChat(page, 'int4-kivi+rot', 0, 'stream');
     await StopStrings(page);
     await EndTokenAndLength(page);
     await BadOptions(page);

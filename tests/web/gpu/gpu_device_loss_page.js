@@ -7,7 +7,8 @@
 //     module's memory and goes on at the same position over the module's master cache — the 120
 //     ids equal the reference, exactly (the same kernels on the same adapter give the same bits);
 //   - the device destroyed in the middle of a step (after layer 1's K and V rows reached the
-//     master; int4-kivi+prerope, streamed: the resident path takes no prerope): the redone step keeps the
+//     master; int4-kivi+prerope, streamed: path 'stream' asked for, as the resident path takes prerope
+//     too, and its other runs here are resident, kv_resident_rope.js): the redone step keeps the
 //     rows that got through and gives the same ids; and int4-kivi+sink4+res16, resident (f32 sink
 //     and residual rows on the GPU), lost after 40 ids with pages of 32: the held ids run again
 //     from position 0 (the master's pages lack those rows) and give the same ids;
@@ -167,7 +168,7 @@ export async function RunGpuDeviceLossTests(bundle_url, only = '') {
     };
     const got = await Generate(survivor, spec, prompts[0], (i) => {
       armed = i === kMidStepAt;
-    });
+    }, false, 0, 'stream');
     survivor.after_append = null;
     Check(`${what}, device lost in the middle of a step`, got, references[what]);
     // A resident sinkN / resN spec (kv_resident_rows.js) with pages of 32, lost after kLoseAt ids:

@@ -104,6 +104,10 @@ const kRotResidentSpecs = {'stories260K': ['int8+rot/int4', 'int2/f16+rot', 'int
 // fp8-e4m3's), and issue 31's.
 const kRowsResidentSpecs = {'stories260K': ['int4+sink4', 'int8+res16', 'int4-kivi+res16', 'int2-kivi+sink4+res64',
                                            'int2+sink40+res8', 'fp8-e4m3+res16']};
+// prerope key specs (kv_resident_rope.js: keys encoded before RoPE, roped at read by the module's
+// cos/sin of each row's position): a one-row format, KIVI's grouped keys, and with sinks and
+// residual rows (windows that start anywhere in a page). kvq takes prerope with no rot.
+const kPreropeResidentSpecs = {'stories260K': ['int8+prerope', 'int4-kivi+prerope', 'int4-kivi+prerope+sink4+res16']};
 
 async function Bytes(url) {
   const r = await fetch(url);
@@ -190,8 +194,8 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
         runner.NewSequence(run.spec, run.spec);
         const want_path = ResidentWhyNot(run.spec, run.spec) ? 'stream' : 'resident';
         // Issue 31: rot, sinkN and resN (int2-kivi+sink4+res64 among the runs) run on the GPU's encoders.
-        if (/\+(rot|sink\d+|res\d+)$/.test(run.spec) && want_path !== 'resident') {
-          fail(`${what}: a rot, sinkN or resN spec of an encoder format must run resident; ResidentWhyNot says ` +
+        if (/\+(rot|sink\d+|res\d+|prerope)$/.test(run.spec) && want_path !== 'resident') {
+          fail(`${what}: a rot, sinkN, resN or prerope spec of an encoder format must run resident; ResidentWhyNot says ` +
                `"${ResidentWhyNot(run.spec, run.spec)}"`);
         }
         if (runner.path !== want_path) fail(`${what}: the ${runner.path} path ran, expected ${want_path} (${runner.path_why})`);
@@ -250,7 +254,8 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
                `${JSON.stringify(kSharedKvShape)} its share of the resident-vs-streamed formats assumes`);
         }
       }
-      resident_formats = [...resident_formats, ...(kRotResidentSpecs[m.name] ?? []), ...(kRowsResidentSpecs[m.name] ?? [])];
+      resident_formats = [...resident_formats, ...(kRotResidentSpecs[m.name] ?? []), ...(kRowsResidentSpecs[m.name] ?? []),
+                          ...(kPreropeResidentSpecs[m.name] ?? [])];
       const resident = await CheckResidentPath(M, device, model, program, m.runs[0].ids, m.name, fail, resident_formats);
       resident_checks += resident.checks;
       step_ms[m.name] = resident.timing;

@@ -3,8 +3,8 @@
 // losing its WebGPU device mid-generation (web/gpu/gpu_engine.js's #Rebuild, module_forward.js's
 // CatchUp): the held ids run again, since the state went with the device. The first prompt of the
 // manifest's runs, kNew greedy ids (gpu_device_loss_page.js's Generate: the prompt token by token),
-// pages of kPage positions, KV int8 (resident: WGSL encoders) and int4-kivi+prerope (streamed:
-// the resident path takes no prerope; grouped keys, the case where a replay that attended the master's rows instead of writing them
+// pages of kPage positions, KV int8 (resident: WGSL encoders) and int4-kivi+prerope (streamed: path
+// 'stream' asked for, kPaths, as the resident path takes prerope too; grouped keys, the case where a replay that attended the master's rows instead of writing them
 // again would read a whole group where the first pass read f32 rows):
 //   - uninterrupted: the reference ids, logits and master pages;
 //   - the device destroyed after kLoseAt ids, a new one coming back: positions 0 .. pos − 1 run
@@ -30,6 +30,7 @@ import {FirstDifference, Generate, LoadModel} from '/test/gpu_device_loss_page.j
 import {LoadModule} from '/test/gpu_kv_device_page.js';
 
 const kSpecs = ['int8', 'int4-kivi+prerope'];
+const kPaths = {'int8': 'auto', 'int4-kivi+prerope': 'stream'};  // Generate's path per spec
 const kNew = 120, kLoseAt = 40, kMidStepAt = 60;  // kNew: Generate's
 const kPage = 32;
 const kBlock = 16;
@@ -134,13 +135,13 @@ export async function RunGpuHybridLossTests(fixture_url, bundle_url, only = 'qwe
   const lost_at = prompt.length + kLoseAt - 1;  // the position of the step after the loss
   for (const spec of kSpecs) {
     const what = `${m.name} ${spec}`;
-    const want = await Generate(reference, spec, prompt, () => {}, true, kPage);
+    const want = await Generate(reference, spec, prompt, () => {}, true, kPage, kPaths[spec]);
     const want_path = spec === 'int8' ? 'resident' : 'stream';
     if (reference.path !== want_path) fail(`${what}: the ${reference.path} path ran, expected ${want_path} (${reference.path_why})`);
     const want_pages = await MasterPages(M, reference);
     // Lost after kLoseAt ids, a device back.
     let before = survivor.events.length;
-    const got = await Generate(survivor, spec, prompt, lose(survivor), true, kPage);
+    const got = await Generate(survivor, spec, prompt, lose(survivor), true, kPage, kPaths[spec]);
     Check(`${what}, device lost after ${kLoseAt} ids`, got, want);
     CheckEvent(`${what}, device lost after ${kLoseAt} ids`, survivor, before, 'gpu', lost_at);
     const bits = got.logits.findIndex((l, i) => l.some((v, j) => !Object.is(v, want.logits[i][j])));
@@ -177,7 +178,7 @@ export async function RunGpuHybridLossTests(fixture_url, bundle_url, only = 'qwe
       before = survivor.events.length;
       const mid = await Generate(survivor, spec, prompt, (i) => {
         armed = i === kMidStepAt;
-      }, false, kPage);
+      }, false, kPage, kPaths[spec]);
       survivor.after_append = null;
       Check(mid_what, mid, want);
       CheckEvent(mid_what, survivor, before, 'gpu', prompt.length + kMidStepAt - 1);
@@ -185,7 +186,7 @@ export async function RunGpuHybridLossTests(fixture_url, bundle_url, only = 'qwe
     // No device comes back: the rest on the CPU, the sequence the CPU's from position 0.
     const stranded = await GpuModelRunner.Create(M, await RequestGpuDevice(program), model, program, {acquire: async () => null});
     const cpu_what = `${what}, device lost after ${kLoseAt} ids and none back (the rest on the CPU)`;
-    const cpu = await Generate(stranded, spec, prompt, lose(stranded), false, kPage);
+    const cpu = await Generate(stranded, spec, prompt, lose(stranded), false, kPage, kPaths[spec]);
     const cpu_want = {ids: [...want.ids.slice(0, kLoseAt),
                             ...CpuGreedy(M, model, spec, [...prompt, ...want.ids.slice(0, kLoseAt)], kNew - kLoseAt)]};
     Check(cpu_what, cpu, cpu_want);

@@ -39,6 +39,9 @@
 // call for the group its first position completes, an attend per page of encoded rows and one
 // for the residual rows, and a gather; its prefill calls run uncapped (the runner's cut for a
 // capped call is the one-row formats' case).
+// A prerope key spec (FORMAT+prerope: the pages hold the keys before RoPE, roped as the attends
+// read them, kv_resident_rope.js): the same checks, and every page on the GPU, the tail's
+// included, equals the streamed run's master page byte for byte.
 import {GpuModelRunner} from '/web/gpu/gpu_engine.js';
 import {EncoderHasScales, kEncoderFormats, KeyRowsPerBlock} from '/web/gpu/kv_formats.js';
 import {RotationSlots, SplitKvSpec} from '/web/gpu/kv_resident.js';
@@ -93,6 +96,7 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
     const [k_passes, v_passes] = [key, value].map((spec) => (EncoderHasScales(SplitKvSpec(spec).format) ? 2 : 1));
     const rotations = RotationSlots(key, value);
     const G = KeyRowsPerBlock(SplitKvSpec(key).format);
+    const prerope = SplitKvSpec(key).transforms.includes('prerope');  // pages of keys before RoPE
     // sinkN / resN: {sinks, residual}; run long enough for a page of rows aged out of the residual
     // (kPositions, then a block of the rest).
     const rows = RowsSpecOf(key, value);
@@ -268,8 +272,9 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
       }
     }
     // sinkN / resN: every page on the GPU (encoded there as rows aged out, sink slots stand-ins)
-    // equals the streamed run's master page at the same length byte for byte.
-    for (let layer = 0; rows && layer < c.n_cache_layers; ++layer) {
+    // equals the streamed run's master page at the same length byte for byte; so with prerope
+    // (the keys encoded before RoPE on both sides), the tail page included.
+    for (let layer = 0; (rows || prerope) && layer < c.n_cache_layers; ++layer) {
       const gpu_pages = resident.resident.layers[layer].pages;
       for (let page = 0; page < Math.ceil(positions / kPage); ++page) {
         const staging = device.createBuffer({size: Math.ceil(bytes / 4) * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
@@ -309,11 +314,12 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
       }
       ++checks;
     }
-    // KIVI over the device budget: not the mixed mode (kv_resident.js's ResidentWhyNot), streamed.
-    if (G > 1 || rows) {
+    // KIVI (sinkN / resN, prerope) over the device budget: not the mixed mode (ResidentWhyNot), streamed.
+    if (G > 1 || rows || prerope) {
       const plan = blocks.NewSequence(format, format, 0, kPage);
       blocks.NewSequence(format, format, Math.floor(plan.total_bytes / 2), kPage);
-      if (blocks.path !== 'stream' || !blocks.path_why.includes(`mixed mode does not take ${G > 1 ? 'keys in groups' : 'sinkN'}`)) {
+      const refused = G > 1 ? 'keys in groups' : rows ? 'sinkN' : 'prerope';
+      if (blocks.path !== 'stream' || !blocks.path_why.includes(`mixed mode does not take ${refused}`)) {
         fail(`${what}: over the device budget the ${blocks.path} path (${blocks.path_why}), expected stream`);
       }
       ++checks;
