@@ -148,9 +148,10 @@ class KvCache {
   /// Appends n_pages full pages to one layer, their bytes encoded elsewhere in this layout: a
   /// device that encodes new rows with kvq's codecs (the WebGPU path's WGSL encoders) and writes
   /// them behind to this master copy in whole pages. The same bits as Append of the rows those
-  /// bytes encode; only for specs without transforms but rot (a rot spec's pages encode the rows
-  /// rotated with this cache's signs; sinks, residual and prerope need rows, not bytes) and codecs
-  /// that are not calibrated. The layer must end on a page boundary.
+  /// bytes encode; only for specs without transforms but rot and prerope (a rot spec's pages
+  /// encode the rows rotated with this cache's signs, a prerope spec's the keys before RoPE; sinks
+  /// and residual need rows, not bytes) and codecs that are not calibrated. The layer must end on
+  /// a page boundary.
   /// Errors as Append.
   Status AppendEncodedPages(int64_t layer, const uint8_t* pages, int64_t n_pages);
   /// Copies page `page` of `layer` (one holding rows) into out: LayerPageLayout(layer).page_bytes.

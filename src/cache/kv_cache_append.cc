@@ -141,7 +141,8 @@ Status KvCache::AppendEncodedPages(int64_t layer, const uint8_t* pages, int64_t 
     t.pre_rope = false;
     if (t.any() || m.Tensor(layer, which).calibrated) {
       return Bad(fmt::format(
-          "encoded pages need specs without transforms but rot and no calibrated codec (layer {} has {})",
+          "encoded pages need specs without transforms but rot and prerope, and no calibrated codec (layer {} "
+          "has {})",
           layer, LayerFormatsName(m.formats[layer])));
     }
     L.args[which].shape = m.row;

@@ -406,7 +406,7 @@ TEST(KvCache, EncodedPagesAreTheSameBitsAsAppendingTheirRows) {
   std::vector<uint8_t> page(sunk->LayerPageLayout(0).page_bytes, 0);
   const Status s = sunk->AppendEncodedPages(0, page.data(), 1);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("without transforms but rot"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("without transforms but rot and prerope"), std::string::npos) << s.message();
   EXPECT_EQ(sunk->positions(0), 0);
 }
 
