@@ -205,6 +205,12 @@ class Session {
   /// outside the vocabulary.
   Result<Completion> Generate(std::span<const int32_t> prompt_ids, const GenerateRequest& request = {},
                               const TokenCallback& on_token = {});
+  /// Runs the draft model that `speculation` names (DraftSource::kModel) over the tokens the
+  /// session holds now, so that a Generate with the same options drafts at once instead of first
+  /// running them through the draft model, and so that Fork carries it: a long prompt prefilled
+  /// once serves every fork's drafts. Errors: the options' (CheckSpeculation), a draft model of
+  /// another vocabulary, the draft's cache errors (its session is dropped then, not this one).
+  Status PrefillDraft(const SpeculationOptions& speculation);
 
   /// Keeps the first `n_positions` positions and drops the rest. Positions are dropped in place
   /// where the formats allow it (KvCache::TruncationPoint: per-token formats exactly, grouped
@@ -264,7 +270,8 @@ class Session {
   /// A new session holding what this one holds — its ids, logits and sampler — whose KV cache
   /// shares this session's pages until either writes them (KvCache::Fork): N sessions forked after
   /// a long system prompt hold its pages once, and each then generates exactly what a session that
-  /// ran the same tokens alone generates. Errors: a cache with a disk master (--kv-disk).
+  /// ran the same tokens alone generates. A draft model's session (kept between Generate calls,
+  /// PrefillDraft) is forked with it. Errors: a cache with a disk master (--kv-disk).
   Result<std::unique_ptr<Session>> Fork() const;
   /// Host RAM this session's KV pages hold now, and of it the pages it shares with no other
   /// session (KvCache::page_bytes_held / page_bytes_unshared).

@@ -94,6 +94,9 @@ struct SpeculationStats {
   /// completion — ending it (an end token or a stop string; it does not run, but the draft was right).
   int64_t accepted = 0;
   int64_t gated = 0;     ///< passes where a draft existed but the gate ran without it
+  /// DraftSource::kModel: prompt tokens the draft model ran before generation began — the whole
+  /// prompt, or fewer where its session held them already (an earlier turn, Session::PrefillDraft).
+  int64_t draft_prompt_tokens = 0;
 };
 
 /// Prompt lookup: the `max_tokens` ids that followed, at its latest earlier occurrence, the

@@ -94,6 +94,21 @@ Status SyncDraft(Session& draft, std::span<const int32_t> sequence) {
   return rest->empty() ? Status::Ok() : draft.Prefill(*rest);
 }
 
+Status Session::PrefillDraft(const SpeculationOptions& speculation) {
+  if (speculation.source != DraftSource::kModel) {
+    return Status::Error("PrefillDraft: speculation.source must be DraftSource::kModel (a draft model's session)");
+  }
+  if (Status st = CheckSpeculation(speculation); !st.ok()) return Status::Error("PrefillDraft: " + st.message());
+  Impl& s = *impl_;
+  if (Status st = PrepareDraftSession(speculation, s); !st.ok()) return Status::Error("PrefillDraft: " + st.message());
+  if (Status st = SyncDraft(*s.draft, s.tokens); !st.ok()) {
+    s.draft.reset();  // a draft session that failed halfway is not kept: the next Generate starts a new one
+    s.draft_model = nullptr;
+    return Status::Error("PrefillDraft: the draft model: " + st.message());
+  }
+  return Status::Ok();
+}
+
 Result<int32_t> DraftByModels(std::span<ModelDraft> drafts) {
   int32_t passes = 0;
   std::vector<int32_t> limit(drafts.size(), 0);  // [drafts] tokens each may draft at most

@@ -286,6 +286,9 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
   if (Status st = Decode(prompt.back()); !st.ok()) return failed(st);
   s.after_block = nullptr;  // generation's passes are not the prompt's
   if (request.speculation.source == DraftSource::kModel) {  // the draft model reads the prompt too
+    if (static_cast<int64_t>(prompt.size()) <= s.draft->context()) {  // else SyncDraft runs nothing
+      c.speculation.draft_prompt_tokens = DraftCatchUpTokens(*s.draft, prompt);
+    }
     if (Status st = SyncDraft(*s.draft, prompt); !st.ok()) {
       return failed(Status::Error("Generate: the draft model: " + st.message()));
     }
@@ -416,6 +419,15 @@ Result<std::unique_ptr<Session>> Session::Fork() const {
   impl->logits = s.logits;
   impl->sampler_options = s.sampler_options;
   impl->sampler = s.sampler;
+  if (s.draft != nullptr) {  // the draft model's session, so the fork drafts without running the prompt again
+    Result<std::unique_ptr<Session>> draft = s.draft->Fork();
+    if (!draft.ok()) return Status::Error("Fork: the draft model's session: " + draft.status().message());
+    impl->draft = std::move(draft).value();
+    impl->draft_model = s.draft_model;
+    impl->draft_kv_key = s.draft_kv_key;
+    impl->draft_kv_value = s.draft_kv_value;
+    impl->draft_kv_context = s.draft_kv_context;
+  }
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
 

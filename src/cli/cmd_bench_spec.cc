@@ -1,7 +1,8 @@
 // `kvq bench spec`: what speculative decoding buys, per draft source, KV format and context depth.
 // For each depth and format one session prefills the prompt once (the text cycled to the depth);
 // each arm is a Fork of it that generates greedily with its draft source (Session::Generate, the
-// loop `kvq run --spec` runs), arms interleaved round by round. Every arm must produce the tokens
+// loop `kvq run --spec` runs), arms interleaved round by round; a draft model reads the prompt once
+// too (Session::PrefillDraft), and the forks carry its session. Every arm must produce the tokens
 // of the arm without speculation — the bench checks that and fails if not — so the rows compare
 // the same output made in fewer or more passes.
 #include <fmt/core.h>
@@ -166,6 +167,16 @@ int RunBenchSpec(const BenchSpecOptions& o) {
           fmt::print(stderr, "bench spec: context {}, {}: {} of {} positions prefilled ({:.0f} s)\n", n, spec_name,
                      at + piece, positions - 1, seconds);
         }
+      }
+      if (with_model && !o.pass_times) {
+        // The draft model reads the prompt once here; every arm's Fork carries its session, so
+        // no repetition runs the prompt through the draft model again.
+        fmt::print(stderr, "bench spec: context {}, {}: the draft model reads the {} positions\n", n, spec_name,
+                   positions - 1);
+        const auto draft_start = std::chrono::steady_clock::now();
+        if (Status s = (*base)->PrefillDraft(spec); !s.ok()) return bad(s.message());
+        fmt::print(stderr, "bench spec: context {}, {}: the draft model read them in {:.0f} s\n", n, spec_name,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - draft_start).count());
       }
       if (o.pass_times) {
         std::vector<double> ms(o.spec.max_draft + 1);  // [b − 1]

@@ -4,7 +4,7 @@
 // without, for every registered KV format of the target and for a hybrid target, over three
 // prompts. Drafts are counted kept and rejected, so the test fails if either never happens. A
 // draft that is the target itself keeps every drafted token; a draft of another vocabulary is
-// refused, naming both files and the first id that differs.
+// refused, naming both files and the first id that differs. A fork carries the draft's session.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -164,6 +164,75 @@ TEST(DraftModel, TheDraftSessionFollowsAConversation) {
     history.insert(history.end(), more.begin(), more.end());
   }
   EXPECT_GT(drafted, 20);
+}
+
+// A prompt prefilled once with its draft (Session::PrefillDraft) serves forks: each fork carries
+// the draft session, so its Generate runs only the prompt's last token through the draft model
+// (draft_prompt_tokens 1 against the whole prompt for a fresh session) and drafts what a fresh
+// session drafts (ungated: the same drafts, kept and rejected alike), twice from one base, and the
+// base after its forks wrote into the pages they shared. A session whose tokens were cut after
+// PrefillDraft brings the draft back in step. Other sources and vocabularies are refused.
+TEST(DraftModel, AForkCarriesTheDraftSessionThatReadThePromptOnce) {
+  std::unique_ptr<Model> target = test::LoadSynth(TinyLlama(4), "draft_fork_target");
+  std::unique_ptr<Model> draft = test::LoadSynth(TinyLlama(1), "draft_fork_small");
+  ASSERT_NE(target, nullptr);
+  ASSERT_NE(draft, nullptr);
+  const std::vector<int32_t> prompt = Prompts(*target)[0];
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  GenerateRequest request{.max_tokens = 40, .sampling = {.temperature = 0}};
+  request.speculation = DraftWith(*draft);
+  std::unique_ptr<Session> fresh = test::NewSessionOrFail(*target);
+  ASSERT_NE(fresh, nullptr);
+  Result<Completion> alone = fresh->Generate(prompt, request);
+  ASSERT_TRUE(alone.ok()) << alone.status().message();
+  EXPECT_EQ(alone->speculation.draft_prompt_tokens, n);
+  ASSERT_GT(alone->speculation.drafted, alone->speculation.accepted);  // rejections happen
+  ASSERT_GT(alone->speculation.accepted, 0);
+  auto expect_as = [&](Session& s, std::span<const int32_t> p, const Completion& as, int64_t draft_prompt_tokens,
+                       const std::string& what) {
+    Result<Completion> c = s.Generate(p, request);
+    ASSERT_TRUE(c.ok()) << what << ": " << c.status().message();
+    EXPECT_EQ(c->tokens, as.tokens) << what;
+    EXPECT_EQ(c->speculation.draft_prompt_tokens, draft_prompt_tokens) << what;
+    EXPECT_EQ(c->speculation.passes, as.speculation.passes) << what;
+    EXPECT_EQ(c->speculation.drafted, as.speculation.drafted) << what;
+    EXPECT_EQ(c->speculation.accepted, as.speculation.accepted) << what;
+  };
+  std::unique_ptr<Session> base = test::NewSessionOrFail(*target);
+  ASSERT_NE(base, nullptr);
+  ASSERT_TRUE(base->Prefill(std::span<const int32_t>(prompt).first(n - 1)).ok());
+  ASSERT_TRUE(base->PrefillDraft(request.speculation).ok());
+  for (int i = 0; i < 2; ++i) {
+    Result<std::unique_ptr<Session>> fork = base->Fork();
+    ASSERT_TRUE(fork.ok()) << fork.status().message();
+    expect_as(**fork, prompt, *alone, 1, "fork " + std::to_string(i));
+  }
+  expect_as(*base, prompt, *alone, 1, "the base after its forks");
+  // Cut to 10 positions after PrefillDraft, then another prompt sharing those 10: the draft drops
+  // the rest of what it read and runs only the new tokens.
+  std::vector<int32_t> other_prompt(prompt.begin(), prompt.begin() + 10);
+  const std::vector<int32_t> plain_text = Prompts(*target)[1];
+  other_prompt.insert(other_prompt.end(), plain_text.begin() + 1, plain_text.end());
+  std::unique_ptr<Session> fresh_other = test::NewSessionOrFail(*target);
+  ASSERT_NE(fresh_other, nullptr);
+  Result<Completion> alone_other = fresh_other->Generate(other_prompt, request);
+  ASSERT_TRUE(alone_other.ok()) << alone_other.status().message();
+  std::unique_ptr<Session> cut = test::NewSessionOrFail(*target);
+  ASSERT_NE(cut, nullptr);
+  ASSERT_TRUE(cut->Prefill(std::span<const int32_t>(prompt).first(n - 1)).ok());
+  ASSERT_TRUE(cut->PrefillDraft(request.speculation).ok());
+  ASSERT_TRUE(cut->Truncate(10).ok());
+  expect_as(*cut, other_prompt, *alone_other, static_cast<int64_t>(other_prompt.size()) - 10,
+            "a session cut to 10 positions, another prompt");
+
+  Status st = base->PrefillDraft({.source = DraftSource::kNgram});
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("DraftSource::kModel"), std::string::npos) << st.message();
+  std::unique_ptr<Model> other = test::LoadSynth(TinyLlama(1, 520), "draft_fork_520");
+  ASSERT_NE(other, nullptr);
+  st = base->PrefillDraft({.source = DraftSource::kModel, .draft_model = other.get()});
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("does not share the vocabulary"), std::string::npos) << st.message();
 }
 
 // A draft stops where the draft model is unsure: with min_draft_probability 1 no token is ever
