@@ -350,6 +350,10 @@ typedef struct {
   int64_t drafted;    /* drafted tokens run */
   int64_t accepted;   /* of those, kept */
   int64_t gated;      /* passes where a draft existed but the gate ran without it */
+  /* KVQ_DRAFT_MODEL: prompt tokens the draft model ran before generation began (the whole prompt,
+     or fewer where its session held them from an earlier generate). Added after the fields above:
+     a struct_size that stops before it is taken, and the field is not written. */
+  int64_t draft_prompt_tokens;
 } kvq_speculation_stats;
 
 /* Zeroes `stats` and sets its struct_size. */

@@ -3,6 +3,7 @@
 // every kvq_session_generate* call (c_api_generate.cc reads it), which Session::Generate runs.
 #include <fmt/format.h>
 
+#include <cstddef>
 #include <cstring>
 #include <string>
 
@@ -17,7 +18,7 @@ using kvq::capi::Missing;
 
 // The first published sizes (kvq::capi::ReadStruct): fields appended later get their defaults.
 constexpr size_t kSpeculationOptionsFirstSize = sizeof(kvq_speculation_options);
-constexpr size_t kSpeculationStatsFirstSize = sizeof(kvq_speculation_stats);
+constexpr size_t kSpeculationStatsFirstSize = offsetof(kvq_speculation_stats, draft_prompt_tokens);
 
 }  // namespace
 
@@ -94,7 +95,8 @@ int kvq_session_set_speculation(kvq_session* session, const kvq_speculation_opti
 
 void kvq_speculation_stats_init(kvq_speculation_stats* stats) {
   if (Missing(stats, "kvq_speculation_stats_init: stats")) return;
-  *stats = {.struct_size = sizeof(kvq_speculation_stats), .passes = 0, .drafted = 0, .accepted = 0, .gated = 0};
+  *stats = {.struct_size = sizeof(kvq_speculation_stats), .passes = 0, .drafted = 0, .accepted = 0, .gated = 0,
+            .draft_prompt_tokens = 0};
 }
 
 int kvq_session_speculation_stats(const kvq_session* session, kvq_speculation_stats* stats) {
@@ -113,7 +115,8 @@ int kvq_session_speculation_stats(const kvq_session* session, kvq_speculation_st
                                    .passes = s.passes,
                                    .drafted = s.drafted,
                                    .accepted = s.accepted,
-                                   .gated = s.gated};
+                                   .gated = s.gated,
+                                   .draft_prompt_tokens = s.draft_prompt_tokens};
   std::memcpy(static_cast<void*>(stats), &full, stats->struct_size);
   return KVQ_OK;
 }

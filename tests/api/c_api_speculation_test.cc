@@ -6,6 +6,8 @@
 // rejected. Bad settings are errors naming the field, and leave the setting as it was.
 #include <gtest/gtest.h>
 
+#include <cstddef>
+
 #include <string>
 #include <vector>
 
@@ -92,6 +94,10 @@ TEST(CApiSpeculation, GreedyWithEachDrafterIsGreedyWithout) {
       // Each pass keeps its drawn token and its accepted drafts: fewer passes than tokens when kept.
       EXPECT_LE(drafting.stats.passes, static_cast<int64_t>(drafting.tokens.size()) + 1);
       EXPECT_EQ(drafting.stats.gated, 0);  // ungated
+      // A fresh session's draft model reads the whole prompt; other sources run no draft model.
+      const int64_t prompt_tokens = kvq_tokenize(m, prompt, -1, nullptr, 0);
+      ASSERT_GT(prompt_tokens, 0) << kvq_last_error();
+      EXPECT_EQ(drafting.stats.draft_prompt_tokens, source == KVQ_DRAFT_MODEL ? prompt_tokens : 0) << prompt;
       drafted += drafting.stats.drafted;
       accepted += drafting.stats.accepted;
     }
@@ -141,6 +147,17 @@ TEST(CApiSpeculation, BadSettingsAreErrorsNamingTheField) {
   ASSERT_EQ(kvq_session_speculation_stats(s, &stats), KVQ_OK);
   EXPECT_GT(stats.passes, 0);
   EXPECT_EQ(stats.drafted, 0);
+  // A caller built before draft_prompt_tokens existed passes the first published size: taken, and
+  // the field after it is not written.
+  kvq_speculation_stats first;
+  kvq_speculation_stats_init(&first);
+  first.struct_size = offsetof(kvq_speculation_stats, draft_prompt_tokens);
+  first.draft_prompt_tokens = -7;
+  ASSERT_EQ(kvq_session_speculation_stats(s, &first), KVQ_OK) << kvq_last_error();
+  EXPECT_EQ(first.passes, stats.passes);
+  EXPECT_EQ(first.draft_prompt_tokens, -7);
+  first.struct_size = offsetof(kvq_speculation_stats, draft_prompt_tokens) - 1;
+  EXPECT_EQ(kvq_session_speculation_stats(s, &first), KVQ_ERROR);
   kvq_session_free(s);
   kvq_model_free(m);
 }
