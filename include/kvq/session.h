@@ -271,7 +271,8 @@ class Session {
   /// shares this session's pages until either writes them (KvCache::Fork): N sessions forked after
   /// a long system prompt hold its pages once, and each then generates exactly what a session that
   /// ran the same tokens alone generates. A draft model's session (kept between Generate calls,
-  /// PrefillDraft) is forked with it. Errors: a cache with a disk master (--kv-disk).
+  /// PrefillDraft) is forked with it where it can be (else the fork's first Generate runs the
+  /// prompt through the draft model again). Errors: a cache with a disk master (--kv-disk).
   Result<std::unique_ptr<Session>> Fork() const;
   /// Host RAM this session's KV pages hold now, and of it the pages it shares with no other
   /// session (KvCache::page_bytes_held / page_bytes_unshared).

@@ -419,9 +419,11 @@ Result<std::unique_ptr<Session>> Session::Fork() const {
   impl->logits = s.logits;
   impl->sampler_options = s.sampler_options;
   impl->sampler = s.sampler;
-  if (s.draft != nullptr) {  // the draft model's session, so the fork drafts without running the prompt again
-    Result<std::unique_ptr<Session>> draft = s.draft->Fork();
-    if (!draft.ok()) return Status::Error("Fork: the draft model's session: " + draft.status().message());
+  // The draft model's session, so the fork drafts without running the prompt again. One that
+  // cannot be forked is left out: the fork's first Generate then runs the prompt through the draft.
+  Result<std::unique_ptr<Session>> draft =
+      s.draft != nullptr ? s.draft->Fork() : Result<std::unique_ptr<Session>>(Status::Error("no draft session"));
+  if (draft.ok()) {
     impl->draft = std::move(draft).value();
     impl->draft_model = s.draft_model;
     impl->draft_kv_key = s.draft_kv_key;
