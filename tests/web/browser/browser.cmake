@@ -89,8 +89,8 @@ set_tests_properties(web.gpu_moe PROPERTIES FIXTURES_REQUIRED "playwright;gpu_fo
 # for bit, for every encoder format (kv_formats.js's kEncoderFormats and kGroupKeyEncoderFormats:
 # keys in groups) and a rot and two prerope specs in one page: one Chromium, module, model and set
 # of runners for all (they were seven tests, each paying for its own); f32 over the whole context,
-# most others over the 160 positions that cross every boundary of the mode, int2-kivi, fp8-e4m3
-# and int8+prerope over 64 (gpu_kv_mixed_page.js says why). Each failure names its format; so
+# most others over the 160 positions that cross every boundary of the mode, the grouped keys and
+# prerope specs over 64 to 128 (gpu_kv_mixed_page.js says why). Each failure names its format; so
 # does a line per format. The test is given the list: the page fails when it is not the registry's.
 set(kvq_mixed_formats f32 f16 bf16 int8 int4 int2 fp4-e2m1 int4-kivi int2-kivi fp8-e4m3)
 string(JOIN "," kvq_mixed_format_list ${kvq_mixed_formats})
