@@ -61,6 +61,12 @@ const kFullFormat = 'f32';
 const kShortPositions = 160;
 const kBlockPositions = 128;  // four pages: the block runner streams evicted pages from the second on
 const kBlockCall = 24;        // ids per Prefill call (its blocks cross no page boundary)
+// After its calls the block runner keeps the sequence up to this position (KeepPrefix, a chat's
+// next turn) and runs it again: its logits equal the token-by-token step's there. Position 40 is
+// in page 1, evicted once the runner held a third page (brought back from the master: Truncate);
+// with keys in groups of 32 its group is encoded since then, so the runner keeps 32, or, when
+// its group is still the f32 one (48 held), keeps 40 and runs the residual rows again.
+const kKeepAt = 40;
 // Specs with the rot transform, run after the registry's formats (and by name in RUN). int4+rot's
 // position 90 has a rotated K head whose max|x| / 7 is an f16 rounding tie: the encoders' division
 // must be correctly rounded there (div_rn.js; WGSL's '/' on SwiftShader once rounded it up).
@@ -147,8 +153,10 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
     const plan = mixed.NewSequence(format, format, budget, kPage);
     blocks.NewSequence(format, format, budget, kPage);
     let block_from = 0;  // the block runner's next position
+    let keep_ref = null;  // the mixed step's {token, logits} at kKeepAt
     const context = JSON.parse(M.UTF8ToString(M._kvq_web_model_info(model))).context;  // the model's
-    const beside = KeyRowsPerBlock(SplitKvSpec(format).format) > 1 || rope_page > 0;  // rows kept beside the pages
+    const G = KeyRowsPerBlock(SplitKvSpec(format).format);  // K rows per block: 32 for keys in groups
+    const beside = G > 1 || rope_page > 0;  // rows kept beside the pages
     const run = format === kFullFormat ? context : kRunPositions[format] ?? kShortPositions;
     if (whole.path !== 'resident' || stream.path !== 'stream' || mixed.path !== 'mixed' || mixed.resident_pages !== 1) {
       fail(`${what}: paths ${whole.path}, ${stream.path}, ${mixed.path} with ${mixed.resident_pages} resident pages ` +
@@ -173,6 +181,7 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
       const m = await mixed.Step(ids[p], {logits: true});
       const after = {...mixed.counts, rope_bytes: mixed.resident.counts.streamed_rope_bytes};
       ++positions;
+      if (p === kKeepAt) keep_ref = m;
       for (const [name, o] of [['whole-context resident', a], ['streamed', b]]) {
         const at = m.logits.findIndex((v, i) => !Object.is(v, o.logits[i]));
         if (at >= 0 || m.token !== o.token) {
@@ -209,7 +218,6 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
         }
         // Per block (one per page the call touches), and per piece of it where K is in groups of G
         // (from each position completing a group): each layer's evicted pages.
-        const G = KeyRowsPerBlock(SplitKvSpec(format).format);
         let windows = 0;
         for (let q = block_from; q <= p; ++q) {
           const starts = q === block_from || q % kPage === 0 || (G > 1 && q % G === G - 1);
@@ -227,6 +235,18 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
         ++checks;
       }
     }
+    // The block runner's sequence cut back to kKeepAt (its positions before kept) and run again.
+    const group_gone = G > 1 && kKeepAt % G !== 0 && Math.floor(kKeepAt / G) !== Math.floor((block_from - 1) / G);
+    const want_kept = group_gone ? Math.floor(kKeepAt / G) * G : kKeepAt;
+    const kept = await blocks.KeepPrefix(ids.slice(0, kKeepAt + 1));
+    const again = kept === want_kept && await blocks.Prefill(ids.slice(kept, kKeepAt + 1), {logits: true});
+    const at = again ? again.logits.findIndex((v, i) => !Object.is(v, keep_ref.logits[i])) : -1;
+    if (!again || blocks.path !== 'mixed' || at >= 0 || again.token !== keep_ref.token) {
+      fail(`${what}: the block runner kept ${kept} of ${block_from} positions for a prompt of ${kKeepAt + 1} (expected ` +
+           `${want_kept}; ${blocks.path} path) and ran to ${kKeepAt}: logit ${at} is ${again?.logits?.[at]}, token by ` +
+           `token ${keep_ref.logits[at]} (ids ${again?.token}, ${keep_ref.token})`);
+    }
+    ++checks;
     await mixed.Drain();
     await whole.Drain();
     const peak = mixed.resident.counts.peak_kv_bytes;
