@@ -121,9 +121,9 @@ export class GpuResidentKv {
     this.rotation_slots = RotationSlots(formats.key, formats.value);  // per layer and block
     this.rows_spec = RowsSpecOf(formats.key, formats.value);  // sinkN / resN: kv_resident_rows.js
     // prerope: the module's cos/sin (kv_resident_rope.js): [positions][rotary_dims] f32 by position,
-    // or in mixed mode a ring [resident_pages + 1][P][rotary_dims] f32 of the resident pages' rows.
-    const ring = mixed && this.prerope ? {pages: this.resident_pages + 1,
-                                          buffer: this.#NewBuffers((this.resident_pages + 1) * rope_page).buffer} : null;
+    // or in mixed mode a ring [resident_pages][P][rotary_dims] f32 of the resident pages' rows.
+    const ring = mixed && this.prerope ? {pages: this.resident_pages,
+                                          buffer: this.#NewBuffers(this.resident_pages * rope_page).buffer} : null;
     this.rope_table = this.prerope ? new ResidentRopeTable(device, c.rotary_dims, P, rope, (b) => this.retired.push(b), ring) : null;
     this.rows = this.rows_spec && new ResidentRows(device, c, P, this.page_bytes, this.value_offset, [this.group, 1],
                                                    this.rows_spec, (bytes) => this.#NewBuffers(bytes).buffer);

@@ -17,14 +17,15 @@
 // filled from the host copy, the old one destroyed after the submit (kv_resident.js's retired).
 //
 // Mixed mode (a context over the device budget): the table would grow with the context, so it is a
-// ring of pages instead, the newest resident_pages + 1: page i's rows at ring page i mod (resident_pages + 1),
-// written when a block first reads page i resident (Cover). A queue write lands before the whole
-// command buffer, so a ring page must not be written again while commands not yet submitted read
-// it: a block reads at most resident_pages pages resident, and the spare page means the one a new
-// page takes held a page evicted before the block (a ring page that commands not yet submitted
-// read and another page would replace throws). A streamed page's rows (Rows: the host copy) go into its streaming slot beside
-// its bytes, written as they are. Either way a window binds a buffer whose row `Row(first)` is its
-// first position's.
+// ring of the resident pages' rows instead, resident_pages pages: page i's rows at ring page
+// i mod resident_pages, written when a block first reads page i resident (Cover). A queue write
+// lands before the whole command buffer, so a ring page must not be written again while commands
+// not yet submitted read it: the page a new page replaces was evicted by the step that made the
+// new one, and read only by earlier, submitted steps, as the runner cuts a block where a page would
+// be evicted (gpu_engine.js's #BlockLength; a block's later page replacing a ring page its earlier
+// queries read throws). A streamed page's rows (Rows: the host copy) go into its streaming slot
+// beside its bytes, written as they are. Either way a window binds a buffer whose row `Row(first)`
+// is its first position's.
 // No readback and no submit of its own.
 
 export class ResidentRopeTable {

@@ -69,10 +69,9 @@ export const kStreamSlots = 2;
  * The GPU bytes a mixed-mode cache of these specs holds (kv_resident.js allocates exactly these,
  * counted in its kv_bytes): {slot: a streaming slot (a page buffer, and with prerope keys the
  * page's cos/sin rows [P][rotary_dims] f32 beside it); page: a resident page of every layer (with
- * prerope its cos/sin rows in the ring); fixed: kStreamSlots slots, each layer's f32 newest-group
- * buffer for keys in groups ([G][kv_dim] f32) and, prerope, the ring's spare page (the ring holds
- * resident_pages + 1 pages: kv_resident_rope.js)}. layout: kvq_web_kv_page_layout's; c: the step
- * program's config; kv_k: the key spec.
+ * prerope its cos/sin rows in the ring: kv_resident_rope.js); fixed: kStreamSlots slots and each
+ * layer's f32 newest-group buffer for keys in groups ([G][kv_dim] f32)}. layout:
+ * kvq_web_kv_page_layout's; c: the step program's config; kv_k: the key spec.
  */
 export function MixedCosts(layout, c, kv_k) {
   const {format, transforms} = SplitKvSpec(kv_k);
@@ -80,7 +79,7 @@ export function MixedCosts(layout, c, kv_k) {
   const rope = transforms.includes('prerope') ? Math.max(16, layout.page_positions * c.rotary_dims * 4) : 0;
   const residual = G > 1 ? Math.max(16, G * c.kv_dim * 4) : 0;
   return {slot: unit + rope, page: c.n_cache_layers * unit + rope,
-          fixed: kStreamSlots * (unit + rope) + c.n_cache_layers * residual + rope};
+          fixed: kStreamSlots * (unit + rope) + c.n_cache_layers * residual};
 }
 
 /**

@@ -8,7 +8,7 @@
 // config, not asked of kv_resident_specs.js's MixedCosts: a cost it forgets keeps more pages
 // resident than the one asserted, or makes its GPU bytes differ from the budget): keys in groups
 // (KIVI, fp8-e4m3) each layer's f32 newest group, prerope keys a page of cos/sin rows per slot
-// and the ring's two pages (kv_resident_rope.js).
+// and the ring's page per resident page (kv_resident_rope.js).
 // Per KV format the mixed mode takes (kMixedFormats: kv_formats.js's encoder registry, the
 // grouped keys' included; `only`, given as "RUN:LIST" with LIST the formats the ctest runs, which
 // must be the registry's, and RUN a comma-separated subset of them or of the specs below, or
@@ -82,8 +82,8 @@ const kPreropeSpecs = ['int4-kivi+prerope', 'int8+prerope'];
 // streamed a step, each slot reused; the block runner's kBlockPositions). int2-kivi and fp8-e4m3:
 // two pages, a page evicted and streamed in every step of the second, so their master bytes are
 // read through a slot (the group logic is the same, 32 rows for all, and runs over int4-kivi's).
-// int8+prerope: three, so the cos/sin ring (two pages with one resident) wraps.
-const kRunPositions = {'int4-kivi': 128, 'int4-kivi+prerope': 128, 'int2-kivi': 64, 'fp8-e4m3': 64, 'int8+prerope': 96};
+// int8+prerope: two as well (the cos/sin ring, a page with one resident page, wraps at each).
+const kRunPositions = {'int4-kivi': 128, 'int4-kivi+prerope': 128, 'int2-kivi': 64, 'fp8-e4m3': 64, 'int8+prerope': 64};
 
 // The device budget of the spec's mixed run: kStreamSlots streaming slots and one resident page
 // per layer (page buffers of `unit` bytes), and what the spec keeps beside them.
@@ -92,7 +92,7 @@ function BudgetOf(spec, c, unit) {
   const G = KeyRowsPerBlock(SplitKvSpec(spec).format);
   const residual = G > 1 ? G * c.kv_dim * 4 : 0;  // a layer's [G][kv_dim] f32 newest group
   const rope_page = SplitKvSpec(spec).transforms.includes('prerope') ? kPage * c.rotary_dims * 4 : 0;  // [P][rotary_dims] f32
-  return {budget: kStreamSlots * (unit + rope_page) + c.n_layers * (unit + residual) + 2 * rope_page, rope_page};
+  return {budget: kStreamSlots * (unit + rope_page) + c.n_layers * (unit + residual) + rope_page, rope_page};
 }
 
 // Returns {formats, positions, checks, streamed_bytes, submits, ratio, failures, seconds, per_format:
