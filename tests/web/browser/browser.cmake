@@ -113,7 +113,7 @@ set_tests_properties(web.gpu_chunk_attention PROPERTIES FIXTURES_REQUIRED playwr
 # The page's GPU path losing its device mid-conversation: re-acquired (same ids), or the rest on
 # the module's CPU forward over the same master cache (tests/web/gpu/gpu_device_loss_page.js).
 # One test per KV spec (each under a minute on SwiftShader).
-foreach(kv_spec int8 int4-kivi+prerope)  # int4-kivi+prerope: resident, and its mid-step loss streamed (asked for)
+foreach(kv_spec int8 int4-kivi+prerope)  # int4-kivi+prerope: resident, mixed, and its mid-step loss streamed (asked for)
   add_test(NAME web.gpu_device_loss.${kv_spec}
            COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --device-loss
                    "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}" ${kv_spec})
