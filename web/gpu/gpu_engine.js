@@ -26,10 +26,11 @@
 // WGSL encoders and no transform but rot, sinkN, resN and prerope, and the device budget holds the whole
 // context: kv_resident.js keeps the working set on the GPU, a step is one submit and one readback,
 // full pages reach the master behind it; a lost device costs the tail page, whose ids run again on
-// the next device or the CPU); "mixed" (encoders, but the context is over the budget: the newest pages
-// that fit the budget stay resident as above, older ones, once written behind, are evicted from the
-// GPU and streamed from the master each step through kv_resident.js's slots with the same window
-// kernels in position order: the same bits, one readback a step, a submit more per reused slot);
+// the next device or the CPU); "mixed" (encoders and no sinkN / resN, but the context is over the
+// budget: the newest pages that fit the budget (kv_resident_specs.js's MixedCosts) stay resident
+// as above, older ones, once written behind, are evicted from the GPU and streamed from the master
+// each step through kv_resident.js's slots with the same window kernels in position order: the
+// same bits, one readback a step, a submit more per reused slot);
 // else "stream" (each layer's rows read back into the master, whose pages stream through
 // kv_device.js: n_layers + 1 submits and readbacks a step).
 //
@@ -47,7 +48,7 @@
 // prefix (KeepPrefixWhyNot); it starts anew.
 
 import {GpuKvDevice} from './kv_device.js';
-import {BlockUniformSlots, GpuResidentKv, kStreamSlots, PageBufferBytes, ResidentPagesFor, ResidentWhyNot} from './kv_resident.js';
+import {BlockUniformSlots, GpuResidentKv, KvPathOf, PageBufferBytes} from './kv_resident.js';
 import {LastError, ModuleForward, RewindKv} from './module_forward.js';
 import {ModuleSampler, SampleExp2Table} from './module_sampler.js';
 import {GpuLimitsFor, GpuStepProgram, StepProgramWhyNot} from './step_program.js';
@@ -197,24 +198,9 @@ export class GpuModelRunner {
     /** The cache's page (one spec for every layer): kvq_web_kv_page_layout's {page_bytes, value_offset,
      *  page_positions, key_block_bytes, value_block_bytes[, rotation_signs]}. */
     this.layout = JSON.parse(M.UTF8ToString(M._kvq_web_kv_page_layout(this.kv, 0)));
-    const budget = device_budget_bytes, total = this.plan.total_bytes;
-    const over = budget > 0 && budget < total;  // the context does not fit the device budget
-    this.resident_pages = over ? ResidentPagesFor(budget, this.layout.page_bytes, this.config.n_cache_layers) : Infinity;
-    const unit = PageBufferBytes(this.layout.page_bytes);
-    const why_not = want === 'stream' ? 'the stream path was asked for' : ResidentWhyNot(kv_k, kv_v, over) ||
-        (over && this.resident_pages < 1 ?
-         `the device budget (${budget} bytes) is under the context's ${total} and holds less than ${kStreamSlots} ` +
-         `streaming slots and one page per layer (${(kStreamSlots + this.config.n_cache_layers) * unit} bytes)` : '');
-    this.path = why_not || this.on_cpu ? 'stream' : over ? 'mixed' : 'resident';
-    this.path_why = why_not ? `KV streamed from the module: ${why_not}; prefill runs token by token (each layer's ` +
-                              'K and V rows are read back into the master before its attention)' : !over ?
-        'KV resident on the GPU: the specs have WGSL encoders (a rot spec\'s rows rotated there first; sinkN / resN ' +
-        'rows kept f32 there, full pages written behind as rows; prerope keys encoded before RoPE, roped as read) ' +
-        'and the budget holds the context' :
-        `KV mixed: the device budget (${budget} bytes) is under the context's ${total}, so the newest ` +
-        `${this.resident_pages} page${this.resident_pages === 1 ? '' : 's'} of ${this.layout.page_positions} positions ` +
-        `per layer stay resident on the GPU (encoded there) and older pages stream from the module's master through ` +
-        `${kStreamSlots} slots`;
+    ({path: this.path, why: this.path_why, resident_pages: this.resident_pages} = KvPathOf({
+      kv_k, kv_v, want, budget: device_budget_bytes, total: this.plan.total_bytes, layout: this.layout, c: this.config,
+      on_cpu: this.on_cpu}));
     if (this.path !== 'stream') this.resident = this.#NewResident();
     this.step?.ResetStates();
     return this.plan;

@@ -32,7 +32,8 @@
 // group not yet whole in f32): a block is cut where a group completes (SubBlocks), so within a
 // piece every query sees the same groups encoded, and the page holding the residual group is
 // attended as two windows: its encoded rows, then the residual rows (K from the residual buffer, V
-// from the page), the same bits as one window.
+// from the page), the same bits as one window. In mixed mode that page is the tail, always
+// resident: a streamed page holds only whole groups, so its master bytes are its one window.
 //
 // A sinkN / resN spec keeps rows in f32 as kvq's cache does (kv_resident_rows.js: a ring of f32
 // rows per layer, sinks beside their page's bytes, blocks cut where a row ages out); its full pages
@@ -48,18 +49,24 @@
 // A "prerope" key spec (kv_resident_rope.js): the step program hands the cache the keys before
 // RoPE (its k_pre rows), which the pages hold encoded as the master's do, and the attends rope
 // each key as they read it (kv_device.js's kernel with pre_rope) by the cos/sin of its position,
-// read from a table of the module's cos/sin by position that grows a page at a time.
+// read from a table of the module's cos/sin by position that grows a page at a time; in mixed mode
+// a ring of the resident pages' rows, a streamed page's rows written into its slot beside it.
+//
+// Mixed mode's GPU bytes are kv_resident_specs.js's MixedCosts: the slots (with their cos/sin
+// rows), each layer's resident pages and f32 newest-group buffer, the cos/sin ring; all counted
+// in counts.kv_bytes as they are made.
 
 import {AttendWgsl, HeadOpsWgsl, kAttendParamsBytes, NormaliseWgsl} from './kv_device.js';
 import {GpuKvEncoder, KeyRowsPerBlock} from './kv_formats.js';
 import {ResidentRopeTable} from './kv_resident_rope.js';
-import {ResidentRows, RowsPieces, RowsSpecOf, SubBlocks} from './kv_resident_rows.js';
-import {RotationSlots, SplitKvSpec} from './kv_resident_specs.js';
+import {PageWindows, ResidentRows, RowsPieces, RowsSpecOf, SubBlocks} from './kv_resident_rows.js';
+import {kStreamSlots, RotationSlots, SplitKvSpec} from './kv_resident_specs.js';
 import {CachedPipeline} from './pipeline_cache.js';
 import {UniformArena} from './uniform_arena.js';
 
 export {BlockUniformSlots} from './kv_resident_rows.js';
-export {ResidentWhyNot, RotationSlots, SplitKvSpec} from './kv_resident_specs.js';
+export {KvPathOf, kStreamSlots, MixedCosts, PageBufferBytes, ResidentPagesFor, ResidentWhyNot, RotationSlots,
+        SplitKvSpec} from './kv_resident_specs.js';
 
 const Ceil4 = (n) => Math.ceil(n / 4) * 4;
 // A GPUBuffer or GPUBufferBinding as a binding from its offset to the buffer's end, `floats` on.
@@ -67,21 +74,6 @@ const From = (b, floats = 0) => b instanceof GPUBuffer ? {buffer: b, offset: flo
                                                         : {buffer: b.buffer, offset: (b.offset ?? 0) + floats * 4};
 // kvq's kDefaultPositionChunk (kvq/attention.h), which the module gives the KV device too.
 const kPositionChunk = 2048;
-
-/** GPU bytes of one page buffer (resident or streaming slot): whole words, at least 16. */
-export function PageBufferBytes(page_bytes) { return Math.max(16, Ceil4(page_bytes)); }
-
-/** Streaming slots a mixed-mode cache uses: two, so consecutive streamed windows use different buffers. */
-export const kStreamSlots = 2;
-
-/**
- * Pages per layer a device budget keeps resident when it is under the context: what is left of
- * `budget_bytes` after kStreamSlots streaming slots, over n_layers (0: not even the tail fits).
- */
-export function ResidentPagesFor(budget_bytes, page_bytes, n_layers) {
-  const unit = PageBufferBytes(page_bytes);
-  return Math.max(0, Math.floor((budget_bytes - kStreamSlots * unit) / (n_layers * unit)));
-}
 
 export class GpuResidentKv {
   /**
@@ -113,21 +105,26 @@ export class GpuResidentKv {
     if (!(this.resident_pages >= 1)) throw new Error(`a mixed-mode KV cache needs at least 1 resident page per layer (got ${this.resident_pages})`);
     this.read = mixed?.read;
     this.counts = {write_backs: 0, kv_bytes: 0, kv_bytes_now: 0, peak_kv_bytes: 0, streamed_bytes: 0,
-                   streamed_pages: 0, evictions: 0, flushes: 0, attend_dispatches: 0, encode_dispatches: 0,
-                   head_op_dispatches: 0};
-    // The streaming ring (mixed mode): [{buffer [page_bytes]}], the
-    // next slot to write, and the slots the commands not yet submitted read.
-    this.slots = mixed ? Array.from({length: kStreamSlots}, () => this.#NewBuffers()) : [];
+                   streamed_pages: 0, streamed_rope_bytes: 0, evictions: 0, flushes: 0, attend_dispatches: 0,
+                   encode_dispatches: 0, head_op_dispatches: 0};
+    this.prerope = SplitKvSpec(formats.key).transforms.includes('prerope');
+    if (this.prerope && !rope) throw new Error(`the prerope key spec "${formats.key}" needs the module's cos/sin (rope)`);
+    const rope_page = P * c.rotary_dims * 4;  // prerope: a page's cos/sin rows, [P][rotary_dims] f32
+    // The streaming ring (mixed mode): [{buffer [page_bytes], rope (prerope) [P][rotary_dims] f32:
+    // the page's cos/sin}], the next slot to write, and the slots the commands not yet submitted read.
+    this.slots = mixed ? Array.from({length: kStreamSlots}, () => ({
+      ...this.#NewBuffers(), rope: this.prerope ? this.#NewBuffers(rope_page).buffer : null})) : [];
     this.next_slot = 0;
     this.pending = new Set();
     const shape = {n_kv_heads: c.n_kv_heads, head_dim: c.head_dim};
     this.rotation = this.#Rotation(formats, layout.rotation_signs);
     this.rotation_slots = RotationSlots(formats.key, formats.value);  // per layer and block
     this.rows_spec = RowsSpecOf(formats.key, formats.value);  // sinkN / resN: kv_resident_rows.js
-    this.prerope = SplitKvSpec(formats.key).transforms.includes('prerope');
-    if (this.prerope && !rope) throw new Error(`the prerope key spec "${formats.key}" needs the module's cos/sin (rope)`);
-    // prerope: [positions][rotary_dims] f32, the module's cos/sin by position (kv_resident_rope.js)
-    this.rope_table = this.prerope ? new ResidentRopeTable(device, c.rotary_dims, P, rope, (b) => this.retired.push(b)) : null;
+    // prerope: the module's cos/sin (kv_resident_rope.js): [positions][rotary_dims] f32 by position,
+    // or in mixed mode a ring [resident_pages][P][rotary_dims] f32 of the resident pages' rows.
+    const ring = mixed && this.prerope ? {pages: this.resident_pages,
+                                          buffer: this.#NewBuffers(this.resident_pages * rope_page).buffer} : null;
+    this.rope_table = this.prerope ? new ResidentRopeTable(device, c.rotary_dims, P, rope, (b) => this.retired.push(b), ring) : null;
     this.rows = this.rows_spec && new ResidentRows(device, c, P, this.page_bytes, this.value_offset, [this.group, 1],
                                                    this.rows_spec, (bytes) => this.#NewBuffers(bytes).buffer);
     formats = {key: SplitKvSpec(formats.key).format, value: SplitKvSpec(formats.value).format};
@@ -313,7 +310,7 @@ export class GpuResidentKv {
       }
       return;
     }
-    this.rope_table?.Cover(pos + n);  // prerope: the cos/sin up to the block's page end
+    this.rope_table?.Cover(first_resident, pos + n);  // prerope: the resident pages' cos/sin, to the block's page end
     const index = Math.floor(pos / P);
     if (index !== L.pages.length - (pos % P === 0 ? 0 : 1)) {
       throw new Error(`layer ${layer} holds ${L.pages.length} pages; position ${pos} needs ${index + 1}`);
@@ -347,13 +344,14 @@ export class GpuResidentKv {
       if (row + run === P) full.push(tail);
       t += run;
     }
-    const last = pos + n - 1, last_index = Math.floor(last / P), last_row = last % P;
+    const last = pos + n - 1, last_index = Math.floor(last / P);
     this.#Queries(n);
     const region_bytes = n * this.region_bytes;  // one state per (query position, query head)
     sink.encoder.copyBufferToBuffer(this.initial, 0, this.state, 0, 2 * region_bytes);
     let pass = sink.encoder.beginComputePass();
-    // One window per page in position order (a KIVI page holding residual rows: two, #Windows).
-    const windows = this.rows ? this.rows.Windows(L, last) : this.#Windows(pos, last_index, last_row, L);
+    // One window per page in position order (a KIVI page holding residual rows: two, PageWindows).
+    const windows = this.rows ? this.rows.Windows(L, last)
+        : PageWindows(pos, last, P, this.group, this.value_offset, this.v_block, L.residual);
     for (const {i, first, rows: window_rows, k, v} of windows) {
       let page = L.pages[i];
       if (!page) {  // evicted: streamed from the master into the next slot
@@ -374,21 +372,26 @@ export class GpuResidentKv {
         this.device.queue.writeBuffer(page.buffer, 0, bytes.buffer, bytes.byteOffset, Ceil4(this.page_bytes));
         this.counts.streamed_bytes += this.page_bytes;
         ++this.counts.streamed_pages;
+        if (page.rope) {  // prerope: the page's cos/sin beside it (kv_resident_rope.js)
+          this.device.queue.writeBuffer(page.rope, 0, this.rope_table.Rows(i));
+          this.counts.streamed_rope_bytes += page.rope.size;
+        }
       }
       const pieces = Math.floor((first + window_rows - 1) / kPositionChunk) - Math.floor(first / kPositionChunk) + 1;
       const first_fresh = first > 0 && first % kPositionChunk === 0 ? 1 : 0;
       const p = new ArrayBuffer(kAttendParamsBytes), u = new Uint32Array(p);
       // AttendWgsl's Params: rows, first_pos, query_pos, scale; K blocks/head/residual offsets and
       // counts; V's; no injected bug; chunk, pieces, first_fresh, n queries; q's stride; the rope
-      // table's row of the window's row 0 (prerope: its position).
+      // rows' row of the window's row 0 (prerope: a streamed page's own rows, else the table's).
+      const rope_row = !this.rope_table ? first : page.rope ? first - i * P : this.rope_table.Row(first);
       u.set([window_rows, first, pos, 0, k.blocks, k.head, 0, k.n_head, k.n_block, v.blocks, v.head, 0, v.n_head, v.n_block,
-             0, 0, kPositionChunk, pieces, first_fresh, n, q_stride, first]);
+             0, 0, kPositionChunk, pieces, first_fresh, n, q_stride, rope_row]);
       new Float32Array(p, 12, 1)[0] = this.scale;
       const params = this.uniforms.Take(p);
       const state = {buffer: this.state, size: (2 + pieces) * region_bytes};
       pass.setPipeline(this.attend);
       const bindings = [k.buffer ?? page.buffer, v.buffer ?? page.buffer, From(q), state, params];
-      if (this.rope_table) bindings.push(this.rope_table.buffer);
+      if (this.rope_table) bindings.push(page.rope ?? this.rope_table.buffer);
       pass.setBindGroup(0, this.#Group(this.attend, bindings));
       pass.dispatchWorkgroups(Math.ceil(c.n_kv_heads * n * pieces / 64));
       ++this.counts.attend_dispatches;
@@ -416,23 +419,6 @@ export class GpuResidentKv {
       sink.encoder.copyBufferToBuffer(tail.buffer, 0, staging, 0, tail.buffer.size);
       this.staged.push({layer, staging});
     }
-  }
-
-  // The attention windows of a block from pos whose last position is row last_row of page
-  // last_index: {i (the page), first (position), rows, k, v (bindings: ResidentRows.Windows')}, a
-  // page each, the page of a KIVI residual group cut where that group starts (the rows after: K f32
-  // in L's residual buffer, row r of the window at r, V in the page).
-  #Windows(pos, last_index, last_row, L) {
-    const P = this.P, G = this.group, encoded_end = G > 1 ? Math.floor((pos + 1) / G) * G : Infinity;
-    const windows = [];
-    for (let i = 0; i <= last_index; ++i) {
-      const first = i * P, end = first + (i < last_index ? P : last_row + 1);
-      const cut = Math.min(Math.max(encoded_end, first), end);
-      const v = (at, rows) => ({blocks: this.value_offset + (at - first) * this.v_block, head: 0, n_head: 0, n_block: rows});
-      if (cut > first) windows.push({i, first, rows: cut - first, k: {blocks: 0, head: 0, n_head: 0, n_block: cut - first}, v: v(first, cut - first)});
-      if (end > cut) windows.push({i, first: cut, rows: end - cut, k: {buffer: L.residual, blocks: 0, head: 0, n_head: 0, n_block: 0}, v: v(cut, end - cut)});
-    }
-    return windows;
   }
 
   // KIVI keys: `run` rows of x (a binding: position `at`'s row, the next kv_stride floats on) into
@@ -548,6 +534,7 @@ export class GpuResidentKv {
   /** After the step's submit: maps this step's full pages and queues their appends, in order. */
   Submitted() {
     this.uniforms.Reset();
+    this.rope_table?.Submitted();
     for (const b of this.retired) b.destroy();
     this.retired = [];
     this.pending.clear();  // the step's commands are all submitted: a slot may be written again
@@ -586,6 +573,7 @@ export class GpuResidentKv {
       L.ring?.destroy();
     }
     for (const s of this.slots) this.#FreeBuffers(s);
+    for (const b of [...this.slots.map((s) => s.rope), this.rope_table?.ring?.buffer]) b?.destroy();
     for (const b of [this.state, this.initial, ...this.retired]) b.destroy();
     for (const b of [this.rotation?.signs, this.rotation?.k, this.rotation?.v, this.rotation?.q]) b?.destroy();
     this.uniforms.Destroy();

@@ -155,6 +155,27 @@ export function SubBlocks(pos, n, G) {
 }
 
 /**
+ * The attention windows (without sinkN / resN) of a block from pos to `last` with pages of P
+ * positions and K blocks of G rows: {i (the page), first (position), rows, k, v (bindings as
+ * ResidentRows.Windows')}, a page each in position order, the page of a KIVI residual group cut
+ * where that group starts (the rows after: K f32 in `residual` ([G][n_kv_heads][head_dim]), row r of
+ * the window at r, V in the page). value_offset, v_block: the page's V blocks' offset and bytes.
+ */
+export function PageWindows(pos, last, P, G, value_offset, v_block, residual) {
+  const last_index = Math.floor(last / P), last_row = last % P;
+  const encoded_end = G > 1 ? Math.floor((pos + 1) / G) * G : Infinity;
+  const windows = [];
+  for (let i = 0; i <= last_index; ++i) {
+    const first = i * P, end = first + (i < last_index ? P : last_row + 1);
+    const cut = Math.min(Math.max(encoded_end, first), end);
+    const v = (at, rows) => ({blocks: value_offset + (at - first) * v_block, head: 0, n_head: 0, n_block: rows});
+    if (cut > first) windows.push({i, first, rows: cut - first, k: {blocks: 0, head: 0, n_head: 0, n_block: cut - first}, v: v(first, cut - first)});
+    if (end > cut) windows.push({i, first: cut, rows: end - cut, k: {buffer: residual, blocks: 0, head: 0, n_head: 0, n_block: 0}, v: v(cut, end - cut)});
+  }
+  return windows;
+}
+
+/**
  * Uniform-arena slots RecordBlock takes for a block of n positions from pos (no page evicted
  * inside it) over n_layers layers with pages of P positions and K blocks of G rows: per layer an
  * encoder call for K and one for V per page the block writes, an attend per page window up to its

@@ -1,5 +1,6 @@
-// Which KV specs the resident path (kv_resident.js) holds on the GPU, and what their transforms
-// cost it per block (moved out of kv_resident.js so it stays small; it re-exports these).
+// Which KV specs the resident path (kv_resident.js) holds on the GPU, what their transforms cost
+// it per block, and what its mixed mode holds on the GPU for them under a device budget (moved out
+// of kv_resident.js so it stays small; it re-exports these).
 
 import {kEncoderFormats, kGroupKeyEncoderFormats, KeyRowsPerBlock} from './kv_formats.js';
 import {RowsSpecOf} from './kv_resident_rows.js';
@@ -16,10 +17,10 @@ export function SplitKvSpec(spec) {
  * the same N for K and V, not with rot; kv_resident_rope.js: the pages hold the keys before RoPE,
  * roped as the attends read them; kvq itself takes prerope with no rot); grouped keys, KIVI's and
  * fp8-e4m3's, take no rot. over: the context is over the device budget (the mixed mode), which
- * grouped keys, sinkN / resN and prerope do not take yet: their f32 rows are not in
- * ResidentPagesFor's budget, and kvq's slot plan for them (a page and the f32 rows per slot) asks
- * more than the mixed mode's streaming slots; prerope keys would read their streamed windows'
- * cos/sin from the table as the resident ones do, but no test runs the mixed mode with them.
+ * takes grouped keys (their f32 newest-group buffers in MixedCosts) and prerope keys (the cos/sin
+ * rows of the resident pages in a ring, a streamed page's beside it in its slot) but not sinkN /
+ * resN yet: their f32 rows (kv_resident_rows.js's ring, the sinks beside the first page's bytes)
+ * are not in MixedCosts, and a streamed window reads only a master page's bytes.
  */
 export function ResidentWhyNot(kv_k, kv_v, over = false) {
   const encoders = [...kEncoderFormats, ...kGroupKeyEncoderFormats];
@@ -44,13 +45,7 @@ export function ResidentWhyNot(kv_k, kv_v, over = false) {
   if (rows && RotationSlots(kv_k, kv_v)) {
     return `sinkN / resN with rot ("${kv_k}", "${kv_v}"): pages are written behind as rows the master rotates, and the GPU's are rotated`;
   }
-  if (over && KeyRowsPerBlock(SplitKvSpec(kv_k).format) > 1) {
-    return `the context is over the device budget and the mixed mode does not take keys in groups (KIVI, fp8-e4m3: "${kv_k}")`;
-  }
   if (over && rows) return `the context is over the device budget and the mixed mode does not take sinkN / resN ("${kv_k}")`;
-  if (over && SplitKvSpec(kv_k).transforms.includes('prerope')) {
-    return `the context is over the device budget and the mixed mode does not take prerope keys yet ("${kv_k}": not tested)`;
-  }
   return '';
 }
 
@@ -60,4 +55,65 @@ export function ResidentWhyNot(kv_k, kv_v, over = false) {
  */
 export function RotationSlots(kv_k, kv_v) {
   return [kv_k, kv_v].filter((spec) => SplitKvSpec(spec).transforms.includes('rot')).length * 2;
+}
+
+const Ceil4 = (n) => Math.ceil(n / 4) * 4;
+
+/** GPU bytes of one page buffer (resident or streaming slot): whole words, at least 16. */
+export function PageBufferBytes(page_bytes) { return Math.max(16, Ceil4(page_bytes)); }
+
+/** Streaming slots a mixed-mode cache uses: two, so consecutive streamed windows use different buffers. */
+export const kStreamSlots = 2;
+
+/**
+ * The GPU bytes a mixed-mode cache of these specs holds (kv_resident.js allocates exactly these,
+ * counted in its kv_bytes): {slot: a streaming slot (a page buffer, and with prerope keys the
+ * page's cos/sin rows [P][rotary_dims] f32 beside it); page: a resident page of every layer (with
+ * prerope its cos/sin rows in the ring: kv_resident_rope.js); fixed: kStreamSlots slots and each
+ * layer's f32 newest-group buffer for keys in groups ([G][kv_dim] f32)}. layout:
+ * kvq_web_kv_page_layout's; c: the step program's config; kv_k: the key spec.
+ */
+export function MixedCosts(layout, c, kv_k) {
+  const {format, transforms} = SplitKvSpec(kv_k);
+  const unit = PageBufferBytes(layout.page_bytes), G = KeyRowsPerBlock(format);
+  const rope = transforms.includes('prerope') ? Math.max(16, layout.page_positions * c.rotary_dims * 4) : 0;
+  const residual = G > 1 ? Math.max(16, G * c.kv_dim * 4) : 0;
+  return {slot: unit + rope, page: c.n_cache_layers * unit + rope,
+          fixed: kStreamSlots * (unit + rope) + c.n_cache_layers * residual};
+}
+
+/**
+ * Pages per layer a device budget keeps resident when it is under the context: what is left of
+ * `budget_bytes` after MixedCosts' fixed bytes, over its bytes per resident page (0: not even the
+ * tail fits).
+ */
+export function ResidentPagesFor(budget_bytes, costs) {
+  return Math.max(0, Math.floor((budget_bytes - costs.fixed) / costs.page));
+}
+
+/**
+ * The KV path of a sequence (gpu_engine.js's NewSequence): {path: 'resident' | 'mixed' | 'stream',
+ * why: a sentence saying why, resident_pages: per layer when over the budget, else Infinity}. want: 'auto' or
+ * 'stream'; budget: the device budget in bytes (0: none); total: the plan's bytes of the context;
+ * layout: kvq_web_kv_page_layout's; c: the step program's config; on_cpu: no device.
+ */
+export function KvPathOf({kv_k, kv_v, want, budget, total, layout, c, on_cpu}) {
+  const over = budget > 0 && budget < total;  // the context does not fit the device budget
+  const costs = MixedCosts(layout, c, kv_k);
+  const resident_pages = over ? ResidentPagesFor(budget, costs) : Infinity;
+  const why_not = want === 'stream' ? 'the stream path was asked for' : ResidentWhyNot(kv_k, kv_v, over) ||
+      (over && resident_pages < 1 ?
+       `the device budget (${budget} bytes) is under the context's ${total} and holds less than ${kStreamSlots} ` +
+       `streaming slots, one page per layer and the f32 rows beside them (${costs.fixed + costs.page} bytes)` : '');
+  const path = why_not || on_cpu ? 'stream' : over ? 'mixed' : 'resident';
+  const why = why_not ? `KV streamed from the module: ${why_not}; prefill runs token by token (each layer's ` +
+                        'K and V rows are read back into the master before its attention)' : !over ?
+      'KV resident on the GPU: the specs have WGSL encoders (a rot spec\'s rows rotated there first; sinkN / resN ' +
+      'rows kept f32 there, full pages written behind as rows; prerope keys encoded before RoPE, roped as read) ' +
+      'and the budget holds the context' :
+      `KV mixed: the device budget (${budget} bytes) is under the context's ${total}, so the newest ` +
+      `${resident_pages} page${resident_pages === 1 ? '' : 's'} of ${layout.page_positions} positions ` +
+      `per layer stay resident on the GPU (encoded there) and older pages stream from the module's master through ` +
+      `${kStreamSlots} slots`;
+  return {path, why, resident_pages};
 }

@@ -86,12 +86,13 @@ add_test(NAME web.gpu_moe
 set_tests_properties(web.gpu_moe PROPERTIES FIXTURES_REQUIRED "playwright;gpu_forward_cases" TIMEOUT 450)
 # The GPU path's mixed KV mode (the newest pages resident, older ones streamed from the master) on
 # a context 8x the device budget, against the whole-context resident and the streamed paths, bit
-# for bit, for every encoder format (kv_formats.js's kEncoderFormats) in one page: one Chromium,
-# module, model and set of runners for all seven (they were seven tests, each paying for its own); f32
-# over the whole context, the others over the 160 positions that cross every boundary of the mode
-# (gpu_kv_mixed_page.js says why). Each failure names its format; so does a line per format.
-# The test is given the list: the page fails when it is not the registry's.
-set(kvq_mixed_formats f32 f16 bf16 int8 int4 int2 fp4-e2m1)
+# for bit, for every encoder format (kv_formats.js's kEncoderFormats and kGroupKeyEncoderFormats:
+# keys in groups) and a rot and two prerope specs in one page: one Chromium, module, model and set
+# of runners for all (they were seven tests, each paying for its own); f32 over the whole context,
+# most others over the 160 positions that cross every boundary of the mode, the grouped keys and
+# prerope specs over 64 to 128 (gpu_kv_mixed_page.js says why). Each failure names its format; so
+# does a line per format. The test is given the list: the page fails when it is not the registry's.
+set(kvq_mixed_formats f32 f16 bf16 int8 int4 int2 fp4-e2m1 int4-kivi int2-kivi fp8-e4m3)
 string(JOIN "," kvq_mixed_format_list ${kvq_mixed_formats})
 add_test(NAME web.gpu_kv_mixed
          COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --mixed
@@ -112,7 +113,7 @@ set_tests_properties(web.gpu_chunk_attention PROPERTIES FIXTURES_REQUIRED playwr
 # The page's GPU path losing its device mid-conversation: re-acquired (same ids), or the rest on
 # the module's CPU forward over the same master cache (tests/web/gpu/gpu_device_loss_page.js).
 # One test per KV spec (each under a minute on SwiftShader).
-foreach(kv_spec int8 int4-kivi+prerope)  # int4-kivi+prerope: resident, and its mid-step loss streamed (asked for)
+foreach(kv_spec int8 int4-kivi+prerope)  # int4-kivi+prerope: resident, mixed, and its mid-step loss streamed (asked for)
   add_test(NAME web.gpu_device_loss.${kv_spec}
            COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --device-loss
                    "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}" ${kv_spec})

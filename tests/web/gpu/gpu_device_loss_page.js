@@ -11,7 +11,9 @@
 //     too, and its other runs here are resident, kv_resident_rope.js): the redone step keeps the
 //     rows that got through and gives the same ids; and int4-kivi+sink4+res16, resident (f32 sink
 //     and residual rows on the GPU), lost after 40 ids with pages of 32: the held ids run again
-//     from position 0 (the master's pages lack those rows) and give the same ids;
+//     from position 0 (the master's pages lack those rows) and give the same ids; and
+//     int4-kivi+prerope in the mixed KV mode (pages of 32, one resident per layer), lost after 40
+//     ids: page 0 streamed from the master before the loss and after it, the same ids;
 //   - the device destroyed after 40 ids with no device coming back (acquire forced to give
 //     none): the rest runs on the module's C++ forward over the same cache.
 // And one int8 run streamed with pages of 32 positions (the KV device reusing its slots within a
@@ -34,7 +36,7 @@
 // the ids can only part where that gap is within rounding, and the test fails with that gap
 // printed if they do. The test also asserts where the steps ran (events, cpu_steps).
 import {GpuModelRunner, GpuProgramOf, RequestGpuDevice} from '/web/gpu/gpu_engine.js';
-import {kStreamSlots, PageBufferBytes} from '/web/gpu/kv_resident.js';
+import {kStreamSlots, MixedCosts, PageBufferBytes} from '/web/gpu/kv_resident.js';
 import {LoadModule} from '/test/gpu_kv_device_page.js';
 
 const kSpecs = ['int8', 'int4-kivi+prerope'];
@@ -185,6 +187,30 @@ export async function RunGpuDeviceLossTests(bundle_url, only = '') {
     Check(`${rows_what}, device lost after ${kLoseAt} ids`, rows_got, rows_want);
     const e = survivor.events.slice(rows_events);
     if (e.length !== 1 || e[0].replayed?.from !== 0) fail(`${rows_what}: expected one replay from position 0, got ${JSON.stringify(e)}`);
+    // Mixed with pages of 32 (a budget of one resident page per layer beside the slots, the f32
+    // newest key groups and the cos/sin rows: MixedCosts), lost after kLoseAt ids: page 0 of every
+    // layer evicted before the loss, so the new device's cache streams it from the master again.
+    survivor.NewSequence(spec, spec, 0, 32);
+    const costs = MixedCosts(survivor.layout, program.config, spec), mixed_budget = costs.fixed + costs.page;
+    const mixed_what = `${what} pages of 32, mixed KV (budget ${mixed_budget} bytes)`;
+    const mixed_events = survivor.events.length, streamed_before = survivor.counts.streamed_bytes;
+    let streamed_at_loss = 0;
+    const mixed_got = await Generate(survivor, spec, prompts[0], (i) => {
+      if (i !== kLoseAt) return;
+      if (survivor.path !== 'mixed' || survivor.resident_pages !== 1) {
+        fail(`${mixed_what}: the ${survivor.path} path ran with ${survivor.resident_pages} resident pages (${survivor.path_why})`);
+      }
+      streamed_at_loss = survivor.counts.streamed_bytes - streamed_before;
+      survivor.device.destroy();
+      ++losses;
+    }, false, 32, 'auto', mixed_budget);
+    Check(`${mixed_what}, device lost after ${kLoseAt} ids`, mixed_got, references[what]);
+    const me = survivor.events.slice(mixed_events);
+    if (me.length !== 1 || me[0].to !== 'gpu' || !(streamed_at_loss > 0) ||
+        !(survivor.counts.streamed_bytes - streamed_before > streamed_at_loss)) {
+      fail(`${mixed_what}: expected one re-acquired device and pages streamed before the loss and after it, got ` +
+           `${JSON.stringify(me)}, ${streamed_at_loss} bytes before, ${survivor.counts.streamed_bytes - streamed_before} in all`);
+    }
   }
   // Resident with pages of 32: lost after 40 ids, a whole page already in the master.
   if (specs.includes('int8')) {

@@ -2,14 +2,23 @@
 // budget. The model is the Bonsai-shaped qwen3 Q1_0 synth with a context of 512 positions
 // (gpu_forward_fixture's manifest "mixed": 2 layers, 2 KV heads × 64); pages of 32 positions, so
 // 16 pages per layer, 32 in all. The budget is kStreamSlots streaming slots plus one resident page
-// per layer: 4 page buffers, so the 512 positions run hold 8× the budget (asserted from the plan).
-// Per KV spec in kv_formats.js's encoder registry (kEncoderFormats; `only`, given as "RUN:LIST" with
-// LIST the formats the ctest runs, which must be the registry's, and RUN a comma-separated subset of
-// them or empty for all: the formats share this page, its module, model and runners), and
-// kRotSpecs (a rot spec: rows, queries and output rotated on the GPU, the streamed run's rows
-// rotated by the module, so its master pages check the GPU's rotation bit for bit), the same ids
+// per layer: 4 page buffers, so the 512 positions run hold 8× the budget (asserted from the plan;
+// 2× for the specs below, whose rows beside the pages are much of this small model's budget);
+// plus what a spec keeps beside its pages (BudgetOf, counted here from the page layout and the
+// config, not asked of kv_resident_specs.js's MixedCosts: a cost it forgets keeps more pages
+// resident than the one asserted, or makes its GPU bytes differ from the budget): keys in groups
+// (KIVI, fp8-e4m3) each layer's f32 newest group, prerope keys a page of cos/sin rows per slot
+// and the ring's page per resident page (kv_resident_rope.js).
+// Per KV format the mixed mode takes (kMixedFormats: kv_formats.js's encoder registry, the
+// grouped keys' included; `only`, given as "RUN:LIST" with LIST the formats the ctest runs, which
+// must be the registry's, and RUN a comma-separated subset of them or of the specs below, or
+// empty for all: the formats share this page, its module, model and runners), kRotSpecs (a rot
+// spec: rows, queries and output rotated on the GPU, the streamed run's rows rotated by the
+// module, so its master pages check the GPU's rotation bit for bit) and kPreropeSpecs (keys
+// stored before RoPE and roped as the attends read them, a streamed page by the cos/sin rows in
+// its slot, a resident one by the ring's; the master pages hold the keys before RoPE), the same ids
 // (the q1_0 model's first prompt, then the whole-context run's greedy ids) run on three runners —
-// the whole 512-position context for kFullFormat, kShortPositions for the others (below):
+// the whole 512-position context for kFullFormat, kShortPositions or kRunPositions for the others (below):
 //   - whole: budget 0 (path 'resident': every page stays on the GPU);
 //   - stream: path 'stream' (rows read back into the master each layer, pages through kv_device.js);
 //   - mixed: the budget above (path 'mixed': the tail page per layer resident, older ones evicted
@@ -18,27 +27,31 @@
 // bit for bit (Object.is: the same windows of the same kernels in the same order); counted by the
 // resident cache and the step program: 1 readback; no KV device submit; streamed bytes equal the
 // evicted pages' bytes — n_layers × (the pages before the position's own) × page_bytes, resident
-// pages never uploaded again; submits 1 + one per reuse of a streaming slot within the step
-// (⌈W / 2⌉ for W ≥ 2 windows streamed, else 1); the whole run streams nothing and submits once.
-// After the run: the mixed cache's GPU KV bytes never went over the budget, and its master pages
-// (written behind) equal the streamed run's byte for byte.
+// pages never uploaded again (prerope: a page of cos/sin rows with each); submits 1 + one per
+// reuse of a streaming slot within the step (⌈W / 2⌉ for W ≥ 2 windows streamed, else 1); the
+// whole run streams nothing and submits once. After the run: the mixed cache's GPU KV bytes peaked
+// at the budget exactly (every buffer it holds counted, none forgotten by the budget), and its
+// master pages (written behind) equal the streamed run's byte for byte.
 // A fourth runner on the same budget prefills the first kBlockPositions ids in calls of kBlockCall
 // (GpuModelRunner.Prefill, which cuts its blocks at every page boundary here: one resident page
 // per layer, so a new page evicts one): after each call its logits equal the mixed token-by-token
 // step's bit for bit; counted per call: readbacks = the blocks (the pages the call touches),
 // streamed bytes = the evicted pages' once per block (attention is query-blocked: each streamed
-// window serves all the block's queries; token by token it was once per token), submits ≤ blocks
+// window serves all the block's queries; token by token it was once per token) — keys in groups
+// of G: once per piece of it, a block being cut where a group completes (a query reads the group
+// f32 before, encoded from there), so a block ending a page streams twice —, submits ≤ blocks
 // + ⌊W / 2⌋ with W the windows streamed (a slot is written again, so submitted first, at most every
 // second window).
 import {GpuModelRunner, GpuProgramOf} from '/web/gpu/gpu_engine.js';
-import {kEncoderFormats} from '/web/gpu/kv_formats.js';
-import {kStreamSlots, PageBufferBytes} from '/web/gpu/kv_resident.js';
+import {kEncoderFormats, kGroupKeyEncoderFormats, KeyRowsPerBlock} from '/web/gpu/kv_formats.js';
+import {kStreamSlots, PageBufferBytes, SplitKvSpec} from '/web/gpu/kv_resident.js';
 import {LoadModule} from '/test/gpu_kv_device_page.js';
 import {LoadModel} from '/test/gpu_device_loss_page.js';
 
 const kPage = 32;
 // The format run over the whole context (8× the budget): f32, the largest pages, so the largest
-// offsets and the most bytes streamed. The others run kShortPositions: 5 pages per layer, which
+// offsets and the most bytes streamed. The others run kShortPositions (kRunPositions: fewer for
+// the specs that keep rows beside their pages): 5 pages per layer, which
 // still crosses every boundary the mixed mode has — each page boundary evicts (4 evictions per
 // layer), a step streams up to 8 windows through the 2 streaming slots (each slot reused, up to 4
 // submits), and the block runner's kBlockPositions lie inside it with an evicted page streamed in
@@ -48,10 +61,39 @@ const kFullFormat = 'f32';
 const kShortPositions = 160;
 const kBlockPositions = 128;  // four pages: the block runner streams evicted pages from the second on
 const kBlockCall = 24;        // ids per Prefill call (its blocks cross no page boundary)
+// After its calls the block runner keeps the sequence up to this position (KeepPrefix, a chat's
+// next turn) and runs it again: its logits equal the token-by-token step's there. Position 40 is
+// in page 1, evicted once the runner held a third page (brought back from the master: Truncate);
+// with keys in groups of 32 its group is encoded since then, so the runner keeps 32, or, when
+// its group is still the f32 one (48 held), keeps 40 and runs the residual rows again.
+const kKeepAt = 40;
 // Specs with the rot transform, run after the registry's formats (and by name in RUN). int4+rot's
 // position 90 has a rotated K head whose max|x| / 7 is an f16 rounding tie: the encoders' division
 // must be correctly rounded there (div_rn.js; WGSL's '/' on SwiftShader once rounded it up).
 const kRotSpecs = ['int4+rot'];
+// The formats the mixed mode takes: every one with a GPU encoder, keys in groups included.
+const kMixedFormats = [...kEncoderFormats, ...kGroupKeyEncoderFormats];
+// Specs with prerope keys: KIVI's (groups, their f32 residual, and the cos/sin) and one of a row
+// per block (int8's).
+const kPreropeSpecs = ['int4-kivi+prerope', 'int8+prerope'];
+// The positions the specs that keep rows beside their pages run (the suite's time: each costs more
+// than a format's kShortPositions), the others kShortPositions. int4-kivi (README's command 1)
+// and int4-kivi+prerope: four pages, still every boundary (3 evictions per layer, up to 6 windows
+// streamed a step, each slot reused; the block runner's kBlockPositions). int2-kivi and fp8-e4m3:
+// two pages, a page evicted and streamed in every step of the second, so their master bytes are
+// read through a slot (the group logic is the same, 32 rows for all, and runs over int4-kivi's).
+// int8+prerope: two as well (the cos/sin ring, a page with one resident page, wraps at each).
+const kRunPositions = {'int4-kivi': 128, 'int4-kivi+prerope': 128, 'int2-kivi': 64, 'fp8-e4m3': 64, 'int8+prerope': 64};
+
+// The device budget of the spec's mixed run: kStreamSlots streaming slots and one resident page
+// per layer (page buffers of `unit` bytes), and what the spec keeps beside them.
+// {budget, rope_page: a page's cos/sin rows' bytes (0 without prerope)}.
+function BudgetOf(spec, c, unit) {
+  const G = KeyRowsPerBlock(SplitKvSpec(spec).format);
+  const residual = G > 1 ? G * c.kv_dim * 4 : 0;  // a layer's [G][kv_dim] f32 newest group
+  const rope_page = SplitKvSpec(spec).transforms.includes('prerope') ? kPage * c.rotary_dims * 4 : 0;  // [P][rotary_dims] f32
+  return {budget: kStreamSlots * (unit + rope_page) + c.n_layers * (unit + residual) + rope_page, rope_page};
+}
 
 // Returns {formats, positions, checks, streamed_bytes, submits, ratio, failures, seconds, per_format:
 // {format: {positions, checks, failures, seconds}}}; each failure names its format.
@@ -75,12 +117,12 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
   const prompt_run = manifest.models.find((m) => m.name === 'qwen3-q1_0')?.runs[0];
   if (!prompt_run) return {failures: ['no qwen3-q1_0 run in the manifest for a prompt'], positions: 0};
   const [subset, list] = only.split(':');
-  if (list !== undefined && list !== kEncoderFormats.join(',')) {
-    fail(`the test runs formats ${list}; the encoder registry has ${kEncoderFormats.join(',')}`);
+  if (list !== undefined && list !== kMixedFormats.join(',')) {
+    fail(`the test runs formats ${list}; the mixed mode takes ${kMixedFormats.join(',')}`);
   }
   const wanted = subset ? subset.split(',') : [];
-  const known = [...kEncoderFormats, ...kRotSpecs];
-  for (const f of wanted) if (!known.includes(f)) fail(`no encoder format or rot spec "${f}" (${known.join(', ')})`);
+  const known = [...kMixedFormats, ...kRotSpecs, ...kPreropeSpecs];
+  for (const f of wanted) if (!known.includes(f)) fail(`no encoder format, rot or prerope spec "${f}" (${known.join(', ')})`);
   const formats = known.filter((f) => !wanted.length || wanted.includes(f));
   const whole = await GpuModelRunner.Create(M, device, model, program);
   const stream = await GpuModelRunner.Create(M, device, model, program);
@@ -107,21 +149,26 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
     whole.NewSequence(format, format, 0, kPage);
     stream.NewSequence(format, format, 0, kPage, {path: 'stream'});
     const page_bytes = whole.layout.page_bytes, unit = PageBufferBytes(page_bytes);
-    const budget = (kStreamSlots + c.n_layers) * unit;  // the slots and one page per layer
+    const {budget, rope_page} = BudgetOf(format, c, unit);
     const plan = mixed.NewSequence(format, format, budget, kPage);
     blocks.NewSequence(format, format, budget, kPage);
     let block_from = 0;  // the block runner's next position
+    let keep_ref = null;  // the mixed step's {token, logits} at kKeepAt
     const context = JSON.parse(M.UTF8ToString(M._kvq_web_model_info(model))).context;  // the model's
-    const run = format === kFullFormat ? context : kShortPositions;  // the positions run
+    const G = KeyRowsPerBlock(SplitKvSpec(format).format);  // K rows per block: 32 for keys in groups
+    const beside = G > 1 || rope_page > 0;  // rows kept beside the pages
+    const run = format === kFullFormat ? context : kRunPositions[format] ?? kShortPositions;
     if (whole.path !== 'resident' || stream.path !== 'stream' || mixed.path !== 'mixed' || mixed.resident_pages !== 1) {
       fail(`${what}: paths ${whole.path}, ${stream.path}, ${mixed.path} with ${mixed.resident_pages} resident pages ` +
            `(${mixed.path_why})`);
       continue;
     }
-    // The run's KV as the cache plans it (the model's whole context) over the budget.
+    // The run's KV as the cache plans it (the model's whole context) over the budget (a spec's f32
+    // rows and cos/sin beside the pages are a large part of it on this small model: 2× there).
     ratio = plan.total_bytes / budget;
-    if (context !== 512 || !(ratio >= 8)) {
-      fail(`${what}: the plan of the ${context}-position context holds ${ratio}× the budget of ${budget} bytes, not 8× (plan ` +
+    const least = beside ? 2 : 8;
+    if (context !== 512 || !(ratio >= least)) {
+      fail(`${what}: the plan of the ${context}-position context holds ${ratio}× the budget of ${budget} bytes, not ${least}× (plan ` +
            `${plan.total_bytes} bytes)`);
     }
     const ids = prompt_run.ids.slice(0, prompt_run.n_prompt);
@@ -130,10 +177,11 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
       const a = await whole.Step(ids[p], {logits: true});
       const w1 = whole.counts;
       const b = await stream.Step(ids[p], {logits: true});
-      const before = mixed.counts;
+      const before = {...mixed.counts, rope_bytes: mixed.resident.counts.streamed_rope_bytes};
       const m = await mixed.Step(ids[p], {logits: true});
-      const after = mixed.counts;
+      const after = {...mixed.counts, rope_bytes: mixed.resident.counts.streamed_rope_bytes};
       ++positions;
+      if (p === kKeepAt) keep_ref = m;
       for (const [name, o] of [['whole-context resident', a], ['streamed', b]]) {
         const at = m.logits.findIndex((v, i) => !Object.is(v, o.logits[i]));
         if (at >= 0 || m.token !== o.token) {
@@ -143,7 +191,7 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
       }
       const evicted = Math.floor(p / kPage);  // every page before the position's own (1 resident page)
       const windows = c.n_layers * evicted;
-      const want = {readbacks: 1, device_submits: 0, streamed_bytes: windows * page_bytes,
+      const want = {readbacks: 1, device_submits: 0, streamed_bytes: windows * page_bytes, rope_bytes: windows * rope_page,
                     submits: windows >= 2 ? Math.ceil(windows / kStreamSlots) : 1};
       const got = {};
       for (const k of Object.keys(want)) got[k] = after[k] - before[k];
@@ -168,9 +216,12 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
           fail(`${what} prefill of positions ${block_from}-${p} on the ${blocks.path} path: logit ${at} is ` +
                `${got_block.logits[at]}, token by token ${m.logits[at]} (ids ${got_block.token}, ${m.token})`);
         }
-        let windows = 0;  // per block (one per page the call touches): each layer's evicted pages
+        // Per block (one per page the call touches), and per piece of it where K is in groups of G
+        // (from each position completing a group): each layer's evicted pages.
+        let windows = 0;
         for (let q = block_from; q <= p; ++q) {
-          if (q === block_from || q % kPage === 0) windows += c.n_layers * Math.floor(q / kPage);
+          const starts = q === block_from || q % kPage === 0 || (G > 1 && q % G === G - 1);
+          if (starts) windows += c.n_layers * Math.floor(q / kPage);
         }
         const block_count = Math.floor(p / kPage) - Math.floor(block_from / kPage) + 1;
         const d = (k) => b1[k] - b0[k];
@@ -184,10 +235,22 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
         ++checks;
       }
     }
+    // The block runner's sequence cut back to kKeepAt (its positions before kept) and run again.
+    const group_gone = G > 1 && kKeepAt % G !== 0 && Math.floor(kKeepAt / G) !== Math.floor((block_from - 1) / G);
+    const want_kept = group_gone ? Math.floor(kKeepAt / G) * G : kKeepAt;
+    const kept = await blocks.KeepPrefix(ids.slice(0, kKeepAt + 1));
+    const again = kept === want_kept && await blocks.Prefill(ids.slice(kept, kKeepAt + 1), {logits: true});
+    const at = again ? again.logits.findIndex((v, i) => !Object.is(v, keep_ref.logits[i])) : -1;
+    if (!again || blocks.path !== 'mixed' || at >= 0 || again.token !== keep_ref.token) {
+      fail(`${what}: the block runner kept ${kept} of ${block_from} positions for a prompt of ${kKeepAt + 1} (expected ` +
+           `${want_kept}; ${blocks.path} path) and ran to ${kKeepAt}: logit ${at} is ${again?.logits?.[at]}, token by ` +
+           `token ${keep_ref.logits[at]} (ids ${again?.token}, ${keep_ref.token})`);
+    }
+    ++checks;
     await mixed.Drain();
     await whole.Drain();
     const peak = mixed.resident.counts.peak_kv_bytes;
-    if (!(peak <= budget)) fail(`${what}: the mixed cache held ${peak} bytes of KV on the GPU, over the budget of ${budget}`);
+    if (peak !== budget) fail(`${what}: the mixed cache held at most ${peak} bytes of KV on the GPU, not the budget of ${budget}`);
     const evictions = mixed.resident.counts.evictions, want_evictions = c.n_layers * (run / kPage - 1);
     if (evictions !== want_evictions) fail(`${what}: ${evictions} pages evicted, expected ${want_evictions}`);
     const a = M._malloc(page_bytes), b = M._malloc(page_bytes);

@@ -57,7 +57,7 @@ const kRunnerBlocks = [[5], [27, 13], [27]];  // the blocks the runner makes of 
 // KIVI and fp8-e4m3 (keys in groups of 32): [position, positions kept] after the runs (72 held): position 71's group is the residual
 // one, so 71 are kept (its f32 rows still on the GPU); 40's group was encoded since, so the
 // sequence goes back to its start, 32 (kv_resident.js's KeepablePositions). Then, over a device
-// budget of half the context, the runner streams (the mixed mode does not take keys in groups).
+// budget of half the context, the runner takes the mixed mode (web.gpu_kv_mixed checks its bits).
 const kKiviKeeps = [[71, 71], [40, 32]];
 
 // formats: the encoder formats to run (all of kEncoderFormats unless given).
@@ -314,13 +314,14 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
       }
       ++checks;
     }
-    // KIVI (sinkN / resN, prerope) over the device budget: not the mixed mode (ResidentWhyNot), streamed.
+    // Over the device budget: KIVI and prerope keys take the mixed mode (web.gpu_kv_mixed checks
+    // its bits); sinkN / resN do not (ResidentWhyNot): streamed.
     if (G > 1 || rows || prerope) {
       const plan = blocks.NewSequence(format, format, 0, kPage);
       blocks.NewSequence(format, format, Math.floor(plan.total_bytes / 2), kPage);
-      const refused = G > 1 ? 'keys in groups' : rows ? 'sinkN' : 'prerope';
-      if (blocks.path !== 'stream' || !blocks.path_why.includes(`mixed mode does not take ${refused}`)) {
-        fail(`${what}: over the device budget the ${blocks.path} path (${blocks.path_why}), expected stream`);
+      const want = rows ? 'stream' : 'mixed';
+      if (blocks.path !== want || (rows && !blocks.path_why.includes('mixed mode does not take sinkN'))) {
+        fail(`${what}: over the device budget the ${blocks.path} path (${blocks.path_why}), expected ${want}`);
       }
       ++checks;
     }
