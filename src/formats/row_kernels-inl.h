@@ -153,6 +153,37 @@ void ScoreGroup(D d, const float* q, const RowTile& tile, int32_t kv_head, const
   }
 }
 
+/// kChunks chunks of acc (G heads each) starting at element j, updated over a tile's rows in
+/// order: acc = acc·c + w·x. kChunks is a template argument so the G·kChunks accumulators are
+/// registers (a chunk count known only at run time made the compiler keep them on the stack, a
+/// store and a reload per row).
+template <int kChunks, class Reader, int G, class D>
+HWY_INLINE void AccumulateChunks(D d, const float* c, const typename Reader::Row* rows,
+                                 const bool* rescale, const float* w, int32_t n_rows, int32_t j,
+                                 const CodecArgs& a, float* acc) {
+  const int32_t hd = a.shape.head_dim;
+  const int32_t n = static_cast<int32_t>(hn::Lanes(d));
+  hn::Vec<D> v[kChunks][G];
+  for (int k = 0; k < kChunks; ++k) {
+    for (int h = 0; h < G; ++h) v[k][h] = hn::LoadU(d, acc + h * hd + j + k * n);
+  }
+  for (int32_t i = 0; i < n_rows; ++i) {
+    for (int k = 0; k < kChunks; ++k) {
+      const hn::Vec<D> x = LoadChunk<Reader>(d, rows[i], j + k * n, a);
+      if (rescale[i]) {  // a multiply by exactly 1 is the identity: skipping it changes no bit
+        for (int h = 0; h < G; ++h) v[k][h] = hn::Mul(v[k][h], hn::Set(d, c[h * kMaxTileRows + i]));
+      }
+      // A multiply then an add, not MulAdd: fused on AVX2/AVX3 only (WebAssembly SIMD128 and
+      // HWY_SCALAR round twice), and each lane's acc is its own sum, so this way acc has the
+      // same bits on every target.
+      for (int h = 0; h < G; ++h) v[k][h] = hn::Add(hn::Mul(hn::Set(d, w[h * kMaxTileRows + i]), x), v[k][h]);
+    }
+  }
+  for (int k = 0; k < kChunks; ++k) {
+    for (int h = 0; h < G; ++h) hn::StoreU(v[k][h], d, acc + h * hd + j + k * n);
+  }
+}
+
 /// acc[h] = acc[h]·c + e·x_i for rows in order, G heads at once; chunk-outer so each head's
 /// chunk of acc stays in a register across the tile's rows.
 template <class Reader, int G, class D>
@@ -172,31 +203,13 @@ void AccumulateGroup(D d, const float* c, const float* e, const RowTile& tile, i
       w[h * kMaxTileRows + i] = e[h * kMaxTileRows + i] * scale;
     }
   }
-  // kChunks chunks of acc per pass (two while registers allow) so consecutive rows' FMAs into one
-  // register are not the only work in flight.
-  constexpr int kChunks = G <= 4 ? 2 : 1;
-  for (int32_t j = 0; j < hd; j += kChunks * n) {
-    const int chunks = j + kChunks * n <= hd ? kChunks : 1;
-    hn::Vec<D> v[kChunks][G];
-    for (int k = 0; k < chunks; ++k) {
-      for (int h = 0; h < G; ++h) v[k][h] = hn::LoadU(d, acc + h * hd + j + k * n);
-    }
-    for (int32_t i = 0; i < tile.n_rows; ++i) {
-      for (int k = 0; k < chunks; ++k) {
-        const hn::Vec<D> x = LoadChunk<Reader>(d, rows[i], j + k * n, a);
-        if (rescale[i]) {  // a multiply by exactly 1 is the identity: skipping it changes no bit
-          for (int h = 0; h < G; ++h) v[k][h] = hn::Mul(v[k][h], hn::Set(d, c[h * kMaxTileRows + i]));
-        }
-        // A multiply then an add, not MulAdd: fused on AVX2/AVX3 only (WebAssembly SIMD128 and
-        // HWY_SCALAR round twice), and each lane's acc is its own sum, so this way acc has the
-        // same bits on every target.
-        for (int h = 0; h < G; ++h) v[k][h] = hn::Add(hn::Mul(hn::Set(d, w[h * kMaxTileRows + i]), x), v[k][h]);
-      }
-    }
-    for (int k = 0; k < chunks; ++k) {
-      for (int h = 0; h < G; ++h) hn::StoreU(v[k][h], d, acc + h * hd + j + k * n);
-    }
+  // Two chunks of acc per pass while registers allow, so consecutive rows' dependent adds into one
+  // register are not the only work in flight; each lane's operations are the same either way.
+  int32_t j = 0;
+  if constexpr (G <= 4) {
+    for (; j + 2 * n <= hd; j += 2 * n) AccumulateChunks<2, Reader, G>(d, c, rows, rescale, w, tile.n_rows, j, a, acc);
   }
+  for (; j < hd; j += n) AccumulateChunks<1, Reader, G>(d, c, rows, rescale, w, tile.n_rows, j, a, acc);
 }
 
 // Splits n_q heads into register-sized groups (8, 4, 2, 1) and picks the widest lane count that
