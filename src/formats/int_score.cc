@@ -26,8 +26,8 @@ constexpr float kTiny = 0x1p-64f;  // amax below this: the head quantises to zer
 // Quantised query heads, PreparedHeadBytes(hd) bytes each (64-byte aligned), laid out as the
 // path's dot reads them: [qq: hd int8, padded to a multiple of 64][d: f32][sum: int32][padding].
 // qq is in natural element order for int8 and the portable path; for int4 on x86, per chunk of
-// 2W elements (W = vector bytes) the W even elements then the W odd ones, matching the low and
-// high nibbles of W code bytes. d = amax / 127 (or 0, or NaN); sum = Σ qq, the offset-binary
+// 2W elements (W = the kernel's code bytes per chunk: ChunkBytes) the W even elements then the W
+// odd ones, matching the low and high nibbles of W code bytes. d = amax / 127 (or 0, or NaN); sum = Σ qq, the offset-binary
 // codes' bias term.
 int64_t QqBytes(int32_t hd) { return (int64_t{hd} + 63) / 64 * 64; }
 
@@ -257,7 +257,7 @@ KVQ_INT_SCORE_VNNI inline __m512i Reduce16(const __m512i* u) {
                           _mm512_castps_si512(_mm512_shuffle_ps(a, b, 0xDD)));
 }
 
-// One head, step 1 on 16-lane vectors, codes in natural order (hd a multiple of 64). amax is
+// One head, step 1 on 16-lane vectors, codes in natural order (hd a multiple of 32). amax is
 // an integer max over the magnitudes' bit patterns (the same order as the floats'; inf and NaN
 // are the patterns ≥ 0x7F800000, so one max also finds them). No clamp: |q_i·inv| ≤
 // fl(amax·inv) ≤ 127·(1 + u)² rounds to at most 127, so the reference's clamp never binds
@@ -357,16 +357,79 @@ KVQ_INT_SCORE_VNNI void ScoreGroupVnni(const Group& g, const RowTile& t, int32_t
     }
   }
 }
+
+// ScoreGroupAvx2's layout and row batches (R = 8/G rows, 32-byte code chunks) with 256-bit
+// vpdpbusd: for rows whose codes are a multiple of 32 bytes but not of 64 (int4 at head_dim 64,
+// 192, ...; int8 at 32, 96, ...), which ScoreGroupVnni's 64-byte chunks do not divide. As there,
+// the raw offset-binary codes are multiplied as stored and the bias −2^(b−1)·Σq is the starting
+// value, so int8 needs no sign trick; one instruction replaces maddubs, madd and add.
+template <int kBits, int G>
+KVQ_INT_SCORE_VNNI void ScoreGroupVnni256(const Group& g, const RowTile& t, int32_t kv_head, int32_t hd,
+                                          float* scores) {
+  constexpr int R = 8 / G;
+  constexpr int32_t kBias = 1 << (kBits - 1);
+  const int32_t code_bytes = hd * kBits / 8;
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  __m256i init[G];
+  alignas(32) float dl[8];  // [lane] d of the lane's head
+  for (int h = 0; h < G; ++h) {
+    init[h] = _mm256_setr_epi32(-kBias * g.sum(h), 0, 0, 0, 0, 0, 0, 0);
+    for (int r = 0; r < R; ++r) dl[h * R + r] = g.d(h);
+  }
+  const __m256 dv = _mm256_load_ps(dl);
+  for (int32_t i0 = 0; i0 < t.n_rows; i0 += R) {
+    const int nr = std::min<int32_t>(R, t.n_rows - i0);
+    __m256i acc[8];
+    alignas(32) float sl[8];  // [lane] s of the lane's row
+    for (int r = 0; r < R; ++r) {
+      if (r >= nr) {
+        for (int h = 0; h < G; ++h) acc[h * R + r] = _mm256_setzero_si256(), sl[h * R + r] = 0.0f;
+        continue;
+      }
+      const RowRef row = RowAt(t, i0 + r, kv_head, code_bytes);
+      for (int h = 0; h < G; ++h) acc[h * R + r] = init[h], sl[h * R + r] = row.s;
+      for (int32_t c = 0; c < code_bytes; c += 32) {
+        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row.codes + c));
+        if constexpr (kBits == 8) {
+          for (int h = 0; h < G; ++h) {
+            const __m256i qv = _mm256_load_si256(reinterpret_cast<const __m256i*>(g.qq(h) + c));
+            acc[h * R + r] = _mm256_dpbusd_epi32(acc[h * R + r], x, qv);
+          }
+        } else {
+          static_assert(kBits == 4);
+          const __m256i lo = _mm256_and_si256(x, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), nibble);
+          for (int h = 0; h < G; ++h) {
+            const int8_t* qc = g.qq(h) + 2 * c;
+            acc[h * R + r] = _mm256_dpbusd_epi32(acc[h * R + r], lo, _mm256_load_si256(reinterpret_cast<const __m256i*>(qc)));
+            acc[h * R + r] = _mm256_dpbusd_epi32(acc[h * R + r], hi, _mm256_load_si256(reinterpret_cast<const __m256i*>(qc + 32)));
+          }
+        }
+      }
+    }
+    const __m256 dot = _mm256_cvtepi32_ps(Reduce8(acc));  // exact: |I| < 2^24
+    alignas(32) float out[8];
+    _mm256_store_ps(out, _mm256_mul_ps(_mm256_mul_ps(_mm256_load_ps(sl), dv), dot));
+    for (int h = 0; h < G; ++h) {
+      for (int r = 0; r < nr; ++r) scores[h * kMaxTileRows + i0 + r] = out[h * R + r];
+    }
+  }
+}
 #pragma GCC diagnostic pop
 #endif  // __x86_64__
 
-// A path whose vector does not divide the head row's codes hands over to a narrower one (the
-// same bits: the integer sums are exact).
+// A path whose vectors do not divide the head row's codes hands over to a narrower one (the
+// same bits: the integer sums are exact). The VNNI path takes rows of whole 32-byte chunks
+// (64-byte ones through ScoreGroupVnni, the others through ScoreGroupVnni256).
 Path PathFor(Path path, int32_t hd, int32_t bits) {
   const int32_t code_bytes = hd * bits / 8;
-  if (path == Path::kAvx512Vnni && code_bytes % 64 != 0) path = Path::kAvx2;
-  if (path == Path::kAvx2 && code_bytes % 32 != 0) path = Path::kPortable;
+  if (path != Path::kPortable && code_bytes % 32 != 0) path = Path::kPortable;
   return path;
+}
+
+// The code bytes per chunk the path's kernel reads: 64 for VNNI rows of whole 64-byte chunks, else
+// 32 (the int4 query layout's W, see Group).
+int32_t ChunkBytes(Path path, int32_t hd, int32_t bits) {
+  return path == Path::kAvx512Vnni && hd * bits / 8 % 64 == 0 ? 64 : 32;
 }
 
 // Heads q [n][hd] -> prepared [n][PreparedHeadBytes(hd)] in `path`'s layout (Group). Each head
@@ -390,7 +453,7 @@ void PrepareHeads(Path path, const float* q, int32_t n, int32_t hd, uint8_t* pre
       } else {
         alignas(64) int8_t natural[kMaxHeadDim];  // [hd]
         quantize(x, hd, natural, &d, &sum);
-        SplitNibblePlanesAvx2(natural, hd, path == Path::kAvx512Vnni ? 64 : 32, qq);
+        SplitNibblePlanesAvx2(natural, hd, ChunkBytes(path, hd, kBits), qq);
       }
     } else {
       QuantizeHeadReference(x, hd, qq, &d, &sum);
@@ -407,7 +470,10 @@ void PrepareHeads(Path path, const float* q, int32_t n, int32_t hd, uint8_t* pre
 template <int kBits, int G>
 void ScoreGroup(Path path, const Group& g, const RowTile& t, int32_t kv_head, int32_t hd, float* scores) {
 #if defined(__x86_64__)
-  if (path == Path::kAvx512Vnni) return ScoreGroupVnni<kBits, G>(g, t, kv_head, hd, scores);
+  if (path == Path::kAvx512Vnni) {
+    if (ChunkBytes(path, hd, kBits) == 64) return ScoreGroupVnni<kBits, G>(g, t, kv_head, hd, scores);
+    return ScoreGroupVnni256<kBits, G>(g, t, kv_head, hd, scores);
+  }
   if (path == Path::kAvx2) return ScoreGroupAvx2<kBits, G>(g, t, kv_head, hd, scores);
 #else
   static_cast<void>(path);  // only the portable path off x86-64
