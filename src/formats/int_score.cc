@@ -426,11 +426,13 @@ Path PathFor(Path path, int32_t hd, int32_t bits) {
   return path;
 }
 
+#if defined(__x86_64__)
 // The code bytes per chunk the path's kernel reads: 64 for VNNI rows of whole 64-byte chunks, else
 // 32 (the int4 query layout's W, see Group).
 int32_t ChunkBytes(Path path, int32_t hd, int32_t bits) {
   return path == Path::kAvx512Vnni && hd * bits / 8 % 64 == 0 ? 64 : 32;
 }
+#endif
 
 // Heads q [n][hd] -> prepared [n][PreparedHeadBytes(hd)] in `path`'s layout (Group). Each head
 // is quantised on its own, so its bytes do not depend on the heads around it.
