@@ -210,6 +210,7 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
            `${plan.total_bytes} bytes)`);
     }
     const ids = prompt_run.ids.slice(0, prompt_run.n_prompt);
+    let release = null;  // opens the last mixed step's write-behinds (kRowsSpecs)
     for (let p = 0; p < run; ++p) {
       const w0 = whole.counts;
       const a = await whole.Step(ids[p], {logits: true});
@@ -218,7 +219,16 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
       const Counts = () => ({...mixed.counts, rope_bytes: mixed.resident.counts.streamed_rope_bytes,
                              sink_bytes: mixed.resident.counts.streamed_sink_bytes});
       const before = Counts();
-      const m = await mixed.Step(ids[p], {logits: true});
+      // sinkN / resN: each step's write-behinds held back until the next step has started (a map
+      // that lands late), so a step that evicts must wait for them itself (GpuResidentKv.WaitsFor:
+      // the pages that leave the evicted ones' rows encoded in the master, not only those pages).
+      if (release) setTimeout(release, 0);
+      const running = mixed.Step(ids[p], {logits: true});
+      if (kRowsSpecs[format]) {  // after the step's start (its Drain awaits the write-behinds queued before)
+        const gate = new Promise((r) => { release = r; });
+        mixed.resident.behind = mixed.resident.behind.then(() => gate);
+      }
+      const m = await running;
       const after = Counts();
       ++positions;
       if (p === kKeepAt) keep_ref = m;
@@ -291,6 +301,7 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
            `token ${keep_ref.logits[at]} (ids ${again?.token}, ${keep_ref.token})`);
     }
     ++checks;
+    release?.();
     await mixed.Drain();
     await whole.Drain();
     const peak = mixed.resident.counts.peak_kv_bytes;
