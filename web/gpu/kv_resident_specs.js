@@ -117,8 +117,8 @@ export function KvPathOf({kv_k, kv_v, want, budget, total, layout, c, on_cpu}) {
   const why_not = want === 'stream' ? 'the stream path was asked for' : ResidentWhyNot(kv_k, kv_v, over) ||
       (over && resident_pages < costs.least ?
        `the device budget (${budget} bytes) is under the context's ${total} and holds less than ${kStreamSlots} ` +
-       `streaming slots, ${costs.least} page${costs.least === 1 ? '' : 's'} per layer (sinkN / resN: the pages whose ` +
-       `rows the master has not all encoded) and the f32 rows beside them (${costs.fixed + costs.least * costs.page} bytes)` : '');
+       `streaming slots, ${costs.least} page${costs.least === 1 ? '' : 's'} per layer${costs.least > 1 ? ' (resN: the pages ' +
+       'whose rows the master has not all encoded)' : ''} and the f32 rows beside them (${costs.fixed + costs.least * costs.page} bytes)` : '');
   const path = why_not || on_cpu ? 'stream' : over ? 'mixed' : 'resident';
   const why = why_not ? `KV streamed from the module: ${why_not}; prefill runs token by token (each layer's ` +
                         'K and V rows are read back into the master before its attention)' : !over ?
