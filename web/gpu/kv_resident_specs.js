@@ -20,8 +20,8 @@ export function SplitKvSpec(spec) {
  * takes grouped keys (their f32 newest-group buffers in MixedCosts), prerope keys (the cos/sin
  * rows of the resident pages in a ring, a streamed page's beside it in its slot) and sinkN / resN
  * (the ring of f32 rows and the sinks in MixedCosts, a page evicted once the master encoded all
- * its rows: RowsResidentPages; a streamed page's sinks written beside its bytes in the slot), but
- * not prerope keys with sinkN / resN (untested: their cos/sin rows and the f32 rows' windows).
+ * its rows: RowsResidentPages; a streamed page's sinks written beside its bytes in the slot), with
+ * prerope keys too (a streamed page's cos/sin rows in its slot serve its sinks as its blocks).
  */
 export function ResidentWhyNot(kv_k, kv_v, over = false) {
   const encoders = [...kEncoderFormats, ...kGroupKeyEncoderFormats];
@@ -45,9 +45,6 @@ export function ResidentWhyNot(kv_k, kv_v, over = false) {
   if (rows?.why) return rows.why;
   if (rows && RotationSlots(kv_k, kv_v)) {
     return `sinkN / resN with rot ("${kv_k}", "${kv_v}"): pages are written behind as rows the master rotates, and the GPU's are rotated`;
-  }
-  if (over && rows && SplitKvSpec(kv_k).transforms.includes('prerope')) {
-    return `the context is over the device budget and the mixed mode does not take prerope keys with sinkN / resN ("${kv_k}")`;
   }
   return '';
 }

@@ -87,7 +87,7 @@ set_tests_properties(web.gpu_moe PROPERTIES FIXTURES_REQUIRED "playwright;gpu_fo
 # The GPU path's mixed KV mode (the newest pages resident, older ones streamed from the master) on
 # a context 8x the device budget, against the whole-context resident and the streamed paths, bit
 # for bit, for every encoder format (kv_formats.js's kEncoderFormats and kGroupKeyEncoderFormats:
-# keys in groups), a rot and two prerope specs, and three sinkN / resN specs (on the model with a
+# keys in groups), a rot and two prerope specs, and four sinkN / resN specs (on the model with a
 # 2048-position context: their f32 rows outweigh the 512-position one's KV) in one page: one
 # Chromium, module and set of runners per model for all (they were seven tests, each paying for
 # its own); f32 over the whole context, most others over the 160 positions that cross every

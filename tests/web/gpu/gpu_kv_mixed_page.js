@@ -94,10 +94,11 @@ const kPreropeSpecs = ['int4-kivi+prerope', 'int8+prerope'];
 // ages out at each). int8+sink4+res32: 2 resident pages; over 96 positions page 0 and its sinks are
 // streamed in the third page. int4+sink4 (sinks alone: a page's rows encoded as they come, the
 // sinks' slots from zeros): 1 resident page; over 64 positions page 0 and its sinks are streamed
-// in the second.
-const kRowsSpecs = {'int4-kivi+sink4+res64': 3, 'int8+sink4+res32': 2, 'int4+sink4': 1};
+// in the second. int4-kivi+prerope+sink4+res16: 2 resident pages (and their cos/sin rows in the
+// ring); over 96 positions page 0 is streamed in the third, its cos/sin rows and sinks in its slot.
+const kRowsSpecs = {'int4-kivi+sink4+res64': 3, 'int8+sink4+res32': 2, 'int4+sink4': 1, 'int4-kivi+prerope+sink4+res16': 2};
 const kRunPositions = {'int4-kivi': 128, 'int4-kivi+prerope': 128, 'int2-kivi': 64, 'fp8-e4m3': 64, 'int8+prerope': 64,
-                       'int4-kivi+sink4+res64': 128, 'int8+sink4+res32': 96, 'int4+sink4': 64};
+                       'int4-kivi+sink4+res64': 128, 'int8+sink4+res32': 96, 'int4+sink4': 64, 'int4-kivi+prerope+sink4+res16': 96};
 // The {sinks, residual} rows of a spec's sinkN / resN (0 without).
 const RowsOf = (spec) => Object.fromEntries([['sinks', /^sink(\d+)$/], ['residual', /^res(\d+)$/]].map(([k, re]) =>
   [k, Number(SplitKvSpec(spec).transforms.map((t) => re.exec(t)?.[1]).find((x) => x) ?? 0)]));
@@ -117,7 +118,7 @@ function BudgetOf(spec, c, unit) {
   const layer_rows = rows ? 2 * sinks * row + 2 * ring * row : 0, once = rows ? row + kPage * row : 0;
   const R = kRowsSpecs[spec] ?? 1;
   return {budget: kStreamSlots * (unit + rope_page + slot_sinks) + c.n_layers * (R * unit + residual + layer_rows) +
-                  rope_page + once, rope_page};
+                  R * rope_page + once, rope_page};
 }
 
 // Returns {formats, positions, checks, streamed_bytes, submits, ratio, failures, seconds, per_format:

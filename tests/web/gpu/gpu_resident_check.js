@@ -315,17 +315,15 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
       ++checks;
     }
     // Over the device budget (half the context): KIVI and prerope keys take the mixed mode
-    // (web.gpu_kv_mixed checks its bits); prerope keys with sinkN / resN do not (ResidentWhyNot):
-    // streamed; other sinkN / resN specs do where the budget holds their f32 rows (each layer's
-    // ring) and the pages the master has not all encoded, else streamed saying so (on this small
-    // context they outweigh half of it).
+    // (web.gpu_kv_mixed checks its bits); sinkN / resN specs do where the budget holds their f32
+    // rows (each layer's ring) and the pages the master has not all encoded, else streamed saying
+    // so (on this small context they outweigh half of it).
     if (G > 1 || rows || prerope) {
       const plan = blocks.NewSequence(format, format, 0, kPage);
       blocks.NewSequence(format, format, Math.floor(plan.total_bytes / 2), kPage);
-      const want = rows && prerope ? 'stream' : 'mixed';
-      const small = rows && !prerope && blocks.path === 'stream' && /holds less than .* per layer/.test(blocks.path_why);
-      if (!small && (blocks.path !== want || (want === 'stream' && !blocks.path_why.includes('mixed mode does not take prerope keys with sinkN')))) {
-        fail(`${what}: over the device budget the ${blocks.path} path (${blocks.path_why}), expected ${want}`);
+      const small = rows && blocks.path === 'stream' && /holds less than .* per layer/.test(blocks.path_why);
+      if (!small && blocks.path !== 'mixed') {
+        fail(`${what}: over the device budget the ${blocks.path} path (${blocks.path_why}), expected mixed`);
       }
       ++checks;
     }
