@@ -26,9 +26,9 @@
 // WGSL encoders and no transform but rot, sinkN, resN and prerope, and the device budget holds the whole
 // context: kv_resident.js keeps the working set on the GPU, a step is one submit and one readback,
 // full pages reach the master behind it; a lost device costs the tail page, whose ids run again on
-// the next device or the CPU); "mixed" (encoders and no sinkN / resN, but the context is over the
-// budget: the newest pages that fit the budget (kv_resident_specs.js's MixedCosts) stay resident
-// as above, older ones, once written behind, are evicted from the GPU and streamed from the master
+// the next device or the CPU); "mixed" (the same specs, the context over the budget, which holds
+// their f32 rows: the newest pages that fit the budget (kv_resident_specs.js's MixedCosts) stay resident
+// as above, older ones, once written behind (sinkN / resN: encoded), are evicted and streamed from the master
 // each step through kv_resident.js's slots with the same window kernels in position order: the
 // same bits, one readback a step, a submit more per reused slot);
 // else "stream" (each layer's rows read back into the master, whose pages stream through

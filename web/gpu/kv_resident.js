@@ -37,7 +37,9 @@
 //
 // A sinkN / resN spec keeps rows in f32 as kvq's cache does (kv_resident_rows.js: a ring of f32
 // rows per layer, sinks beside their page's bytes, blocks cut where a row ages out); its full pages
-// reach the master as f32 rows, which the master encodes itself.
+// reach the master as f32 rows, which the master encodes itself. In mixed mode a page is evicted
+// only once the master encoded all its rows (MasterPagesToEvict: the residual's pages stay), and a
+// streamed page's sinks go into its slot after its bytes, kept from its write-behind (L.sinks).
 //
 // A "rot" spec (FORMAT+rot, K or V or both; not with KIVI keys): the block's new rows are copied
 // into a scratch buffer and rotated there by kv_device.js's head ops (kvq's RotateHeads, the same
@@ -52,9 +54,8 @@
 // read from a table of the module's cos/sin by position that grows a page at a time; in mixed mode
 // a ring of the resident pages' rows, a streamed page's rows written into its slot beside it.
 //
-// Mixed mode's GPU bytes are kv_resident_specs.js's MixedCosts: the slots (with their cos/sin
-// rows), each layer's resident pages and f32 newest-group buffer, the cos/sin ring; all counted
-// in counts.kv_bytes as they are made.
+// Mixed mode's GPU bytes are kv_resident_specs.js's MixedCosts (the slots, each layer's resident
+// pages and f32 rows, the cos/sin ring), all counted in counts.kv_bytes as they are made.
 
 import {AttendWgsl, HeadOpsWgsl, kAttendParamsBytes, NormaliseWgsl} from './kv_device.js';
 import {GpuKvEncoder, KeyRowsPerBlock} from './kv_formats.js';
@@ -105,28 +106,31 @@ export class GpuResidentKv {
     if (!(this.resident_pages >= 1)) throw new Error(`a mixed-mode KV cache needs at least 1 resident page per layer (got ${this.resident_pages})`);
     this.read = mixed?.read;
     this.counts = {write_backs: 0, kv_bytes: 0, kv_bytes_now: 0, peak_kv_bytes: 0, streamed_bytes: 0,
-                   streamed_pages: 0, streamed_rope_bytes: 0, evictions: 0, flushes: 0, attend_dispatches: 0,
+                   streamed_pages: 0, streamed_rope_bytes: 0, streamed_sink_bytes: 0, evictions: 0, flushes: 0, attend_dispatches: 0,
                    encode_dispatches: 0, head_op_dispatches: 0};
     this.prerope = SplitKvSpec(formats.key).transforms.includes('prerope');
     if (this.prerope && !rope) throw new Error(`the prerope key spec "${formats.key}" needs the module's cos/sin (rope)`);
     const rope_page = P * c.rotary_dims * 4;  // prerope: a page's cos/sin rows, [P][rotary_dims] f32
-    // The streaming ring (mixed mode): [{buffer [page_bytes], rope (prerope) [P][rotary_dims] f32:
-    // the page's cos/sin}], the next slot to write, and the slots the commands not yet submitted read.
+    this.rows_spec = RowsSpecOf(formats.key, formats.value);  // sinkN / resN: kv_resident_rows.js
+    this.rows = this.rows_spec && new ResidentRows(device, c, P, this.page_bytes, this.value_offset, [this.group, 1],
+                                                   this.rows_spec, (bytes) => this.#NewBuffers(bytes).buffer);
+    if (mixed && this.resident_pages < this.rows?.least) throw new Error(`a mixed-mode sinkN / resN cache needs ${this.rows.least} resident pages per layer`);
+    // The streaming ring (mixed mode): [{buffer [page_bytes] (sinkN: page 0's PageBytes, its sinks
+    // after), rope (prerope) [P][rotary_dims] f32: the page's cos/sin}], the next slot to write, and
+    // the slots the commands not yet submitted read.
     this.slots = mixed ? Array.from({length: kStreamSlots}, () => ({
-      ...this.#NewBuffers(), rope: this.prerope ? this.#NewBuffers(rope_page).buffer : null})) : [];
+      ...this.#NewBuffers(this.rows ? this.rows.PageBytes(0) : this.page_bytes),
+      rope: this.prerope ? this.#NewBuffers(rope_page).buffer : null})) : [];
     this.next_slot = 0;
     this.pending = new Set();
     const shape = {n_kv_heads: c.n_kv_heads, head_dim: c.head_dim};
     this.rotation = this.#Rotation(formats, layout.rotation_signs);
     this.rotation_slots = RotationSlots(formats.key, formats.value);  // per layer and block
-    this.rows_spec = RowsSpecOf(formats.key, formats.value);  // sinkN / resN: kv_resident_rows.js
     // prerope: the module's cos/sin (kv_resident_rope.js): [positions][rotary_dims] f32 by position,
     // or in mixed mode a ring [resident_pages][P][rotary_dims] f32 of the resident pages' rows.
     const ring = mixed && this.prerope ? {pages: this.resident_pages,
                                           buffer: this.#NewBuffers(this.resident_pages * rope_page).buffer} : null;
     this.rope_table = this.prerope ? new ResidentRopeTable(device, c.rotary_dims, P, rope, (b) => this.retired.push(b), ring) : null;
-    this.rows = this.rows_spec && new ResidentRows(device, c, P, this.page_bytes, this.value_offset, [this.group, 1],
-                                                   this.rows_spec, (bytes) => this.#NewBuffers(bytes).buffer);
     formats = {key: SplitKvSpec(formats.key).format, value: SplitKvSpec(formats.value).format};
     this.layers = Array.from({length: c.n_cache_layers}, () => ({
       pages: [],  // [{buffer [page_bytes]}, or null once evicted]
@@ -135,6 +139,7 @@ export class GpuResidentKv {
       // [G][n_kv_heads][head_dim] f32: the newest group's K rows (KIVI); with sinkN / resN the ring instead
       residual: this.group > 1 && !this.rows ? this.#NewBuffers(this.group * c.kv_dim * 4).buffer : null,
       ring: this.rows?.NewRing(),  // sinkN / resN: [2][ring positions][n_kv_heads][head_dim] f32
+      sinks: [],  // mixed sinkN: per landed page with sinks its sink area (ResidentRows.SinkArea), to stream
       k: new GpuKvEncoder(device, formats.key, {...shape, block_bytes: this.k_block}, 'k'),
       v: new GpuKvEncoder(device, formats.value, {...shape, block_bytes: this.v_block}, 'v')}));
     // A block encodes at most a page of rows per call; its calls share the scale buffers.
@@ -240,6 +245,7 @@ export class GpuResidentKv {
       for (const page of L.pages.splice(kept_pages)) if (page) this.#FreeBuffers(page);
       for (let i = first; i < kept_pages; ++i) L.pages[i] ??= this.#Uploaded(this.read(layer, i));
       L.landed = Math.min(L.landed, Math.floor(n / P));
+      L.sinks.length = Math.min(L.sinks.length, L.landed);
       L.held = n;
     }
   }
@@ -265,8 +271,8 @@ export class GpuResidentKv {
    * then waits for `behind` first: the streamed windows read the master).
    */
   WaitsFor(pos) {
-    const first = this.#FirstResident(pos);
-    return this.layers.some((L) => L.landed < Math.min(first, L.pages.length));
+    const first = this.#FirstResident(pos), need = this.rows ? this.rows.MasterPages(first) : first;
+    return this.layers.some((L) => L.landed < Math.min(need, L.pages.length));
   }
 
   /**
@@ -319,7 +325,9 @@ export class GpuResidentKv {
     // runner waited for their write-backs: WaitsFor).
     for (let i = 0; i < first_resident; ++i) {
       if (!L.pages[i]) continue;
-      if (i >= L.landed) throw new Error(`layer ${layer}'s page ${i} is not in the master yet; it cannot be evicted`);
+      if (L.landed < (this.rows ? this.rows.MasterPages(first_resident) : i + 1)) {
+        throw new Error(`layer ${layer}'s page ${i} is not in the master yet (or not all its rows encoded there); it cannot be evicted`);
+      }
       this.#FreeBuffers(L.pages[i]);  // (destroy waits for the submitted commands that read it)
       L.pages[i] = null;
       ++this.counts.evictions;
@@ -372,6 +380,10 @@ export class GpuResidentKv {
         this.device.queue.writeBuffer(page.buffer, 0, bytes.buffer, bytes.byteOffset, Ceil4(this.page_bytes));
         this.counts.streamed_bytes += this.page_bytes;
         ++this.counts.streamed_pages;
+        if (this.rows?.SinksIn(i)) {  // sinkN: its sinks after its bytes, as its resident buffer held them
+          this.device.queue.writeBuffer(page.buffer, this.rows.sink_at, L.sinks[i]);
+          this.counts.streamed_sink_bytes += L.sinks[i].byteLength;
+        }
         if (page.rope) {  // prerope: the page's cos/sin beside it (kv_resident_rope.js)
           this.device.queue.writeBuffer(page.rope, 0, this.rope_table.Rows(i));
           this.counts.streamed_rope_bytes += page.rope.size;
@@ -544,11 +556,16 @@ export class GpuResidentKv {
         try {
           await mapped;
           if (this.broken) return;
-          const range = staging.getMappedRange(), floats = this.P * this.c.kv_dim;  // rows: [2][P][kv_dim] f32
-          if (rows) this.append(layer, null, {k: new Float32Array(range, 0, floats), v: new Float32Array(range, floats * 4, floats)});
-          else this.append(layer, new Uint8Array(range, 0, this.page_bytes));
+          const range = staging.getMappedRange(), floats = this.P * this.c.kv_dim, L = this.layers[layer];
+          if (rows) {  // [2][P][kv_dim] f32 (mixed sinkN: the page's sinks kept, to stream it)
+            const k = new Float32Array(range, 0, floats), v = new Float32Array(range, floats * 4, floats);
+            this.append(layer, null, {k, v});
+            if (this.read && this.rows.SinksIn(L.landed)) L.sinks[L.landed] = this.rows.SinkArea(L.landed, k, v);
+          } else {
+            this.append(layer, new Uint8Array(range, 0, this.page_bytes));
+          }
           ++this.counts.write_backs;
-          ++this.layers[layer].landed;
+          ++L.landed;
         } catch (e) {
           this.broken ??= e;
         } finally {

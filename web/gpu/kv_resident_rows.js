@@ -200,6 +200,30 @@ export function BlockUniformSlots(n_layers, P, pos, n, G = 1, rotations = 0, row
   return n_layers * (2 * written + last + 1 + 1 + rotations);
 }
 
+/**
+ * Pages of a layer the master must hold before a mixed-mode step evicts its pages before `first`
+ * (0 when none): the fewest whose rows leave every tensor's rows before first · P encoded there
+ * (EncodedRowsAt; pages reach the master as f32 rows, encoded only once they age out), so a page
+ * streamed from the master holds its final bytes, the GPU's (which encodes no row of it again).
+ */
+export function MasterPagesToEvict(first, P, groups, spec) {
+  let n = first;
+  while (groups.some((G) => EncodedRowsAt(n * P, G, spec.residual) < first * P)) ++n;
+  return n;
+}
+
+/**
+ * Resident pages per layer a mixed-mode cache of these rows needs (groups: [K, V] rows per block):
+ * the step at a page's first position evicts up to `first` = page + 1 − R with
+ * MasterPagesToEvict(first) pages, at most the page's earlier ones, written behind (over one
+ * period of the groups' alignment, P a multiple of each).
+ */
+export function RowsResidentPages(P, groups, spec) {
+  let least = 1;
+  for (let first = 1; first <= Math.max(...groups); ++first) least = Math.max(least, MasterPagesToEvict(first, P, groups, spec) - first + 1);
+  return least;
+}
+
 /** The ring's capacity in positions: a page more than residual + G − 1, in whole pages. */
 export function RingPositions(P, G, spec) {
   return P * (Math.ceil((spec.residual + G - 1) / P) + 1);
@@ -222,6 +246,7 @@ export class ResidentRows {
     this.row_bytes = c.kv_dim * 4;
     this.kv_dim = c.kv_dim;
     this.cap = RingPositions(P, Math.max(...groups), spec);
+    this.least = RowsResidentPages(P, groups, spec);  // resident pages per layer in mixed mode
     this.storage = storage;
     this.page_bytes = page_bytes;
     this.sink_at = Math.ceil(page_bytes / 4) * 4;  // a page's sinks after its bytes (PageBytes)
@@ -236,6 +261,21 @@ export class ResidentRows {
 
   /** Bytes of page i's buffer: [page_bytes, padded to a word][K sinks][V sinks] (SinksIn(i) rows each). */
   PageBytes(i) { return this.SinksIn(i) ? this.sink_at + 2 * this.SinksIn(i) * this.row_bytes : this.page_bytes; }
+
+  /**
+   * Page i's sink area ([2][SinksIn(i)][kv_dim] f32, K then V, as PageBytes lays it out) from its
+   * f32 rows k, v ([P][kv_dim], the write-behind's): a mixed-mode cache writes it into the slot
+   * that streams the page (the master's page bytes hold only the sinks' stand-ins).
+   */
+  SinkArea(i, k, v) {
+    const n = this.SinksIn(i) * this.kv_dim, area = new Float32Array(2 * n);
+    area.set(k.subarray(0, n));
+    area.set(v.subarray(0, n), n);
+    return area;
+  }
+
+  /** Pages the master must hold before a mixed-mode step evicts those before `first` (MasterPagesToEvict). */
+  MasterPages(first) { return first > 0 ? MasterPagesToEvict(first, this.P, this.groups, this.spec) : 0; }
 
   /** A layer's ring: [2][cap][kv_dim] f32. */
   NewRing() { return this.storage(2 * this.cap * this.row_bytes); }
@@ -299,7 +339,7 @@ export class ResidentRows {
    */
   Windows(L, last) {
     return RowsWindows(last, this.P, this.groups, this.spec).map((win) => {
-      const page = L.pages[win.i].buffer, row0 = win.first - win.i * this.P;
+      const page = L.pages[win.i]?.buffer, row0 = win.first - win.i * this.P;  // undefined: evicted, streamed into a slot
       const bind = (t, w) => {
         if (t.src === 'ring') return {buffer: L.ring, blocks: 0, head: this.#Slot(w, win.first), n_head: win.rows, n_block: win.rows};
         const block_bytes = (w ? L.v : L.k).shape.block_bytes, G = this.groups[w];

@@ -3,7 +3,7 @@
 // of kv_resident.js so it stays small; it re-exports these).
 
 import {kEncoderFormats, kGroupKeyEncoderFormats, KeyRowsPerBlock} from './kv_formats.js';
-import {RowsSpecOf} from './kv_resident_rows.js';
+import {RingPositions, RowsResidentPages, RowsSpecOf} from './kv_resident_rows.js';
 
 /** A KV spec (FORMAT[+TRANSFORM...], kvq's ParseKvSpec) as {format, transforms: [names]}. */
 export function SplitKvSpec(spec) {
@@ -17,10 +17,11 @@ export function SplitKvSpec(spec) {
  * the same N for K and V, not with rot; kv_resident_rope.js: the pages hold the keys before RoPE,
  * roped as the attends read them; kvq itself takes prerope with no rot); grouped keys, KIVI's and
  * fp8-e4m3's, take no rot. over: the context is over the device budget (the mixed mode), which
- * takes grouped keys (their f32 newest-group buffers in MixedCosts) and prerope keys (the cos/sin
- * rows of the resident pages in a ring, a streamed page's beside it in its slot) but not sinkN /
- * resN yet: their f32 rows (kv_resident_rows.js's ring, the sinks beside the first page's bytes)
- * are not in MixedCosts, and a streamed window reads only a master page's bytes.
+ * takes grouped keys (their f32 newest-group buffers in MixedCosts), prerope keys (the cos/sin
+ * rows of the resident pages in a ring, a streamed page's beside it in its slot) and sinkN / resN
+ * (the ring of f32 rows and the sinks in MixedCosts, a page evicted once the master encoded all
+ * its rows: RowsResidentPages; a streamed page's sinks written beside its bytes in the slot), with
+ * prerope keys too (a streamed page's cos/sin rows in its slot serve its sinks as its blocks).
  */
 export function ResidentWhyNot(kv_k, kv_v, over = false) {
   const encoders = [...kEncoderFormats, ...kGroupKeyEncoderFormats];
@@ -45,7 +46,6 @@ export function ResidentWhyNot(kv_k, kv_v, over = false) {
   if (rows && RotationSlots(kv_k, kv_v)) {
     return `sinkN / resN with rot ("${kv_k}", "${kv_v}"): pages are written behind as rows the master rotates, and the GPU's are rotated`;
   }
-  if (over && rows) return `the context is over the device budget and the mixed mode does not take sinkN / resN ("${kv_k}")`;
   return '';
 }
 
@@ -67,19 +67,29 @@ export const kStreamSlots = 2;
 
 /**
  * The GPU bytes a mixed-mode cache of these specs holds (kv_resident.js allocates exactly these,
- * counted in its kv_bytes): {slot: a streaming slot (a page buffer, and with prerope keys the
- * page's cos/sin rows [P][rotary_dims] f32 beside it); page: a resident page of every layer (with
- * prerope its cos/sin rows in the ring: kv_resident_rope.js); fixed: kStreamSlots slots and each
- * layer's f32 newest-group buffer for keys in groups ([G][kv_dim] f32)}. layout:
- * kvq_web_kv_page_layout's; c: the step program's config; kv_k: the key spec.
+ * counted in its kv_bytes): {slot: a streaming slot (a page buffer, with prerope keys the page's
+ * cos/sin rows [P][rotary_dims] f32 beside it, with sinkN page 0's sinks [2][sinks][kv_dim] f32
+ * after its bytes); page: a resident page of every layer (with prerope its cos/sin rows in the
+ * ring: kv_resident_rope.js); fixed: kStreamSlots slots, each layer's f32 newest-group buffer for
+ * keys in groups ([G][kv_dim] f32) and, with sinkN / resN (kv_resident_rows.js), each layer's ring
+ * ([2][RingPositions][kv_dim] f32) and sinks beside its pages ([2][sinks][kv_dim] f32), the
+ * cache's zero row ([kv_dim] f32) and encoder scratch ([max(P, G)][kv_dim] f32); least: the
+ * resident pages per layer it needs (sinkN / resN: RowsResidentPages, the pages whose rows the
+ * master has not all encoded yet; else 1)}. layout: kvq_web_kv_page_layout's; c: the step
+ * program's config; kv_k, kv_v: the specs.
  */
-export function MixedCosts(layout, c, kv_k) {
+export function MixedCosts(layout, c, kv_k, kv_v = kv_k) {
   const {format, transforms} = SplitKvSpec(kv_k);
-  const unit = PageBufferBytes(layout.page_bytes), G = KeyRowsPerBlock(format);
-  const rope = transforms.includes('prerope') ? Math.max(16, layout.page_positions * c.rotary_dims * 4) : 0;
-  const residual = G > 1 ? Math.max(16, G * c.kv_dim * 4) : 0;
-  return {slot: unit + rope, page: c.n_cache_layers * unit + rope,
-          fixed: kStreamSlots * (unit + rope) + c.n_cache_layers * residual};
+  const unit = PageBufferBytes(layout.page_bytes), G = KeyRowsPerBlock(format), P = layout.page_positions;
+  const rope = transforms.includes('prerope') ? Math.max(16, P * c.rotary_dims * 4) : 0;
+  const spec = RowsSpecOf(kv_k, kv_v), rows = spec?.why ? null : spec, row_bytes = c.kv_dim * 4;
+  const residual = G > 1 && !rows ? Math.max(16, G * c.kv_dim * 4) : 0;  // with rows the ring holds them
+  const sinks = rows ? 2 * Math.min(rows.sinks, P) * row_bytes : 0;  // in a slot: page 0's
+  const per_layer = residual + (rows ? 2 * (rows.sinks + RingPositions(P, G, rows)) * row_bytes : 0);
+  const once = rows ? Math.max(16, row_bytes) + Math.max(P, G) * row_bytes : 0;
+  return {slot: unit + rope + sinks, page: c.n_cache_layers * unit + rope,
+          fixed: kStreamSlots * (unit + rope + sinks) + c.n_cache_layers * per_layer + once,
+          least: rows ? RowsResidentPages(P, [G, 1], rows) : 1};
 }
 
 /**
@@ -99,12 +109,13 @@ export function ResidentPagesFor(budget_bytes, costs) {
  */
 export function KvPathOf({kv_k, kv_v, want, budget, total, layout, c, on_cpu}) {
   const over = budget > 0 && budget < total;  // the context does not fit the device budget
-  const costs = MixedCosts(layout, c, kv_k);
+  const costs = MixedCosts(layout, c, kv_k, kv_v);
   const resident_pages = over ? ResidentPagesFor(budget, costs) : Infinity;
   const why_not = want === 'stream' ? 'the stream path was asked for' : ResidentWhyNot(kv_k, kv_v, over) ||
-      (over && resident_pages < 1 ?
+      (over && resident_pages < costs.least ?
        `the device budget (${budget} bytes) is under the context's ${total} and holds less than ${kStreamSlots} ` +
-       `streaming slots, one page per layer and the f32 rows beside them (${costs.fixed + costs.page} bytes)` : '');
+       `streaming slots, ${costs.least} page${costs.least === 1 ? '' : 's'} per layer${costs.least > 1 ? ' (resN: the pages ' +
+       'whose rows the master has not all encoded)' : ''} and the f32 rows beside them (${costs.fixed + costs.least * costs.page} bytes)` : '');
   const path = why_not || on_cpu ? 'stream' : over ? 'mixed' : 'resident';
   const why = why_not ? `KV streamed from the module: ${why_not}; prefill runs token by token (each layer's ` +
                         'K and V rows are read back into the master before its attention)' : !over ?

@@ -87,10 +87,12 @@ set_tests_properties(web.gpu_moe PROPERTIES FIXTURES_REQUIRED "playwright;gpu_fo
 # The GPU path's mixed KV mode (the newest pages resident, older ones streamed from the master) on
 # a context 8x the device budget, against the whole-context resident and the streamed paths, bit
 # for bit, for every encoder format (kv_formats.js's kEncoderFormats and kGroupKeyEncoderFormats:
-# keys in groups) and a rot and two prerope specs in one page: one Chromium, module, model and set
-# of runners for all (they were seven tests, each paying for its own); f32 over the whole context,
-# most others over the 160 positions that cross every boundary of the mode, the grouped keys and
-# prerope specs over 64 to 128 (gpu_kv_mixed_page.js says why). Each failure names its format; so
+# keys in groups), a rot and two prerope specs, and four sinkN / resN specs (on the model with a
+# 2048-position context: their f32 rows outweigh the 512-position one's KV) in one page: one
+# Chromium, module and set of runners per model for all (they were seven tests, each paying for
+# its own); f32 over the whole context, most others over the 160 positions that cross every
+# boundary of the mode, the grouped keys, prerope and sinkN / resN specs over 64 to 128
+# (gpu_kv_mixed_page.js says why). Each failure names its format; so
 # does a line per format. The test is given the list: the page fails when it is not the registry's.
 set(kvq_mixed_formats f32 f16 bf16 int8 int4 int2 fp4-e2m1 int4-kivi int2-kivi fp8-e4m3)
 string(JOIN "," kvq_mixed_format_list ${kvq_mixed_formats})

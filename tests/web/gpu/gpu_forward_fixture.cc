@@ -155,13 +155,15 @@ int main(int argc, char** argv) {
   // mode (tests/web/gpu/gpu_kv_mixed_page.js): 16 pages of 32 per layer, so a device budget of
   // 2 streaming slots and one resident page per layer is 1/8 of the context (no native run: the
   // page compares its GPU paths with each other, bit for bit).
-  {
-    kvq::SynthSpec spec{.name = "tiny-qwen3-q1_0-ctx512", .arch = kvq::SynthArch::kQwen3, .dim = 128, .n_layers = 2,
-                        .n_heads = 4, .head_dim_override = 64, .n_kv_heads = 2, .hidden_dim = 256, .context = 512};
+  // And with a context of 2048 (manifest "mixed_rows") for the sinkN / resN specs there, whose f32
+  // rows on the GPU (a ring of them per layer) outweigh the 512-position context's pages.
+  for (const int context : {512, 2048}) {
+    kvq::SynthSpec spec{.name = fmt::format("tiny-qwen3-q1_0-ctx{}", context), .arch = kvq::SynthArch::kQwen3, .dim = 128,
+                        .n_layers = 2, .n_heads = 4, .head_dim_override = 64, .n_kv_heads = 2, .hidden_dim = 256,
+                        .context = context};
     spec.type = "q1_0";
-    if (kvq::Status s = kvq::WriteSynthModel(spec, stories + "stories260K.gguf", (dir / "qwen3-q1_0-ctx512.gguf").string());
-        !s.ok())
-      return Fail(s.message());
+    const std::string file = (dir / fmt::format("qwen3-q1_0-ctx{}.gguf", context)).string();
+    if (kvq::Status s = kvq::WriteSynthModel(spec, stories + "stories260K.gguf", file); !s.ok()) return Fail(s.message());
   }
   // The mixture-of-experts hybrid (tiny-qwen35moe with 16 experts, 4 chosen per token) in four
   // weight types, for the GPU's MoE ops against the module's (tests/web/gpu/gpu_moe_page.js):
@@ -243,6 +245,7 @@ int main(int argc, char** argv) {
   std::ofstream(dir / "manifest.json", std::ios::trunc)
       << nlohmann::json{{"models", models},
                         {"mixed", "/fixture/qwen3-q1_0-ctx512.gguf"},
+                        {"mixed_rows", "/fixture/qwen3-q1_0-ctx2048.gguf"},
                         {"moe", moe_models},
                         {"targets", {hwy::TargetName(targets.front()), hwy::TargetName(alt_target)}}}
              .dump()

@@ -8,7 +8,8 @@
 // config, not asked of kv_resident_specs.js's MixedCosts: a cost it forgets keeps more pages
 // resident than the one asserted, or makes its GPU bytes differ from the budget): keys in groups
 // (KIVI, fp8-e4m3) each layer's f32 newest group, prerope keys a page of cos/sin rows per slot
-// and the ring's page per resident page (kv_resident_rope.js).
+// and the ring's page per resident page (kv_resident_rope.js), sinkN / resN specs their f32 rows
+// and more resident pages (kRowsSpecs).
 // Per KV format the mixed mode takes (kMixedFormats: kv_formats.js's encoder registry, the
 // grouped keys' included; `only`, given as "RUN:LIST" with LIST the formats the ctest runs, which
 // must be the registry's, and RUN a comma-separated subset of them or of the specs below, or
@@ -16,7 +17,8 @@
 // spec: rows, queries and output rotated on the GPU, the streamed run's rows rotated by the
 // module, so its master pages check the GPU's rotation bit for bit) and kPreropeSpecs (keys
 // stored before RoPE and roped as the attends read them, a streamed page by the cos/sin rows in
-// its slot, a resident one by the ring's; the master pages hold the keys before RoPE), the same ids
+// its slot, a resident one by the ring's; the master pages hold the keys before RoPE) and kRowsSpecs
+// (sinkN / resN: f32 sinks and residual rows, pages written behind as rows), the same ids
 // (the q1_0 model's first prompt, then the whole-context run's greedy ids) run on three runners —
 // the whole 512-position context for kFullFormat, kShortPositions or kRunPositions for the others (below):
 //   - whole: budget 0 (path 'resident': every page stays on the GPU);
@@ -83,16 +85,40 @@ const kPreropeSpecs = ['int4-kivi+prerope', 'int8+prerope'];
 // two pages, a page evicted and streamed in every step of the second, so their master bytes are
 // read through a slot (the group logic is the same, 32 rows for all, and runs over int4-kivi's).
 // int8+prerope: two as well (the cos/sin ring, a page with one resident page, wraps at each).
-const kRunPositions = {'int4-kivi': 128, 'int4-kivi+prerope': 128, 'int2-kivi': 64, 'fp8-e4m3': 64, 'int8+prerope': 64};
+// sinkN / resN specs (kv_resident_rows.js; the mixed mode keeps resident the pages whose rows
+// the master has not all encoded: {spec: resident pages per layer}). int4-kivi+sink4+res64: the
+// master encodes a row 64 positions after it, so a page is evicted once the two after it are
+// written behind: 3 resident pages; over 128 positions page 0, its sinks beside its bytes, is
+// streamed in every step of the fourth page (its sinks from the slot), the 64 residual rows cross
+// two page boundaries, and the block runner's blocks are cut at every position from 64 on (a row
+// ages out at each). int8+sink4+res32: 2 resident pages; over 96 positions page 0 and its sinks are
+// streamed in the third page. int4+sink4 (sinks alone: a page's rows encoded as they come, the
+// sinks' slots from zeros): 1 resident page; over 64 positions page 0 and its sinks are streamed
+// in the second. int4-kivi+prerope+sink4+res16: 2 resident pages (and their cos/sin rows in the
+// ring); over 96 positions page 0 is streamed in the third, its cos/sin rows and sinks in its slot.
+const kRowsSpecs = {'int4-kivi+sink4+res64': 3, 'int8+sink4+res32': 2, 'int4+sink4': 1, 'int4-kivi+prerope+sink4+res16': 2};
+const kRunPositions = {'int4-kivi': 128, 'int4-kivi+prerope': 128, 'int2-kivi': 64, 'fp8-e4m3': 64, 'int8+prerope': 64,
+                       'int4-kivi+sink4+res64': 128, 'int8+sink4+res32': 96, 'int4+sink4': 64, 'int4-kivi+prerope+sink4+res16': 96};
+// The {sinks, residual} rows of a spec's sinkN / resN (0 without).
+const RowsOf = (spec) => Object.fromEntries([['sinks', /^sink(\d+)$/], ['residual', /^res(\d+)$/]].map(([k, re]) =>
+  [k, Number(SplitKvSpec(spec).transforms.map((t) => re.exec(t)?.[1]).find((x) => x) ?? 0)]));
 
-// The device budget of the spec's mixed run: kStreamSlots streaming slots and one resident page
-// per layer (page buffers of `unit` bytes), and what the spec keeps beside them.
-// {budget, rope_page: a page's cos/sin rows' bytes (0 without prerope)}.
+// The device budget of the spec's mixed run: kStreamSlots streaming slots and R resident pages
+// per layer (page buffers of `unit` bytes; R = 1, kRowsSpecs' for sinkN / resN), and what the
+// spec keeps beside them. {budget, rope_page: a page's cos/sin rows' bytes (0 without prerope)}.
 function BudgetOf(spec, c, unit) {
-  const G = KeyRowsPerBlock(SplitKvSpec(spec).format);
-  const residual = G > 1 ? G * c.kv_dim * 4 : 0;  // a layer's [G][kv_dim] f32 newest group
+  const G = KeyRowsPerBlock(SplitKvSpec(spec).format), {sinks, residual: res} = RowsOf(spec), rows = sinks || res;
+  const row = c.kv_dim * 4;  // one position's K (or V) row, [kv_dim] f32
+  const residual = G > 1 && !rows ? G * row : 0;  // a layer's [G][kv_dim] f32 newest group (sinkN / resN: in the ring)
   const rope_page = SplitKvSpec(spec).transforms.includes('prerope') ? kPage * c.rotary_dims * 4 : 0;  // [P][rotary_dims] f32
-  return {budget: kStreamSlots * (unit + rope_page) + c.n_layers * (unit + residual) + rope_page, rope_page};
+  // sinkN / resN: a slot holds page 0's sinks after its bytes ([2][sinks][kv_dim]), a layer its
+  // sinks beside its pages and a ring of f32 K and V rows ([2][ring][kv_dim], ring: whole pages, a
+  // page more than res + G − 1), the cache one row of zeros and an encoder scratch of a page's rows.
+  const slot_sinks = 2 * sinks * row, ring = kPage * (Math.ceil((res + G - 1) / kPage) + 1);
+  const layer_rows = rows ? 2 * sinks * row + 2 * ring * row : 0, once = rows ? row + kPage * row : 0;
+  const R = kRowsSpecs[spec] ?? 1;
+  return {budget: kStreamSlots * (unit + rope_page + slot_sinks) + c.n_layers * (R * unit + residual + layer_rows) +
+                  R * rope_page + once, rope_page};
 }
 
 // Returns {formats, positions, checks, streamed_bytes, submits, ratio, failures, seconds, per_format:
@@ -109,7 +135,7 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
   const M = await LoadModule(bundle_url);
   const manifest = await (await fetch(`${fixture_url}/manifest.json`)).json();
   const origin = new URL(fixture_url).origin;
-  if (!manifest.mixed) return {failures: ['the manifest names no "mixed" model (gpu_forward_fixture)'], positions: 0};
+  if (!manifest.mixed || !manifest.mixed_rows) return {failures: ['the manifest names no "mixed" or "mixed_rows" model (gpu_forward_fixture)'], positions: 0};
   const model = await LoadModel(M, origin + manifest.mixed, '');
   const {program, why_not} = GpuProgramOf(M, model);
   if (!program) return {failures: [`the GPU path refused the mixed-mode model: ${why_not}`], positions: 0};
@@ -121,13 +147,19 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
     fail(`the test runs formats ${list}; the mixed mode takes ${kMixedFormats.join(',')}`);
   }
   const wanted = subset ? subset.split(',') : [];
-  const known = [...kMixedFormats, ...kRotSpecs, ...kPreropeSpecs];
-  for (const f of wanted) if (!known.includes(f)) fail(`no encoder format, rot or prerope spec "${f}" (${known.join(', ')})`);
+  const known = [...kMixedFormats, ...kRotSpecs, ...kPreropeSpecs, ...Object.keys(kRowsSpecs)];
+  for (const f of wanted) if (!known.includes(f)) fail(`no encoder format, rot, prerope or sinkN / resN spec "${f}" (${known.join(', ')})`);
   const formats = known.filter((f) => !wanted.length || wanted.includes(f));
-  const whole = await GpuModelRunner.Create(M, device, model, program);
-  const stream = await GpuModelRunner.Create(M, device, model, program);
-  const mixed = await GpuModelRunner.Create(M, device, model, program);
-  const blocks = await GpuModelRunner.Create(M, device, model, program);
+  const Runners = async (m, p) => Promise.all([0, 1, 2, 3].map(() => GpuModelRunner.Create(M, device, m, p)));
+  const [whole_512, stream_512, mixed_512, blocks_512] = await Runners(model, program);
+  const [whole, stream, mixed, blocks] = [whole_512, stream_512, mixed_512, blocks_512];
+  // kRowsSpecs run on the model again with a context of 2048 (manifest "mixed_rows"): their f32
+  // rows on the GPU outweigh the 512-position context's KV (no budget under it holds them).
+  const rows_wanted = formats.some((f) => kRowsSpecs[f]);
+  const rows_model = rows_wanted ? await LoadModel(M, origin + manifest.mixed_rows, '') : 0;
+  const rows_program = rows_wanted ? GpuProgramOf(M, rows_model).program : null;
+  if (rows_wanted && !rows_program) return {failures: ['the GPU path refused the "mixed_rows" model'], positions: 0};
+  const rows_runners = rows_wanted ? await Runners(rows_model, rows_program) : null;
   // The four runners on one device compile the step program's WGSL once (web/gpu/pipeline_cache.js):
   // every pipeline of the later ones is the first one's object. {ops, hybrid, moe}: {entry:
   // pipeline}; weight_ops: {type/layout: {entry: pipeline}}.
@@ -145,41 +177,62 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
   const per_format = {};
   for (const format of formats) {
     const f0 = {positions, checks, failures: failures.length, t: performance.now()};
+    const [whole, stream, mixed, blocks] = kRowsSpecs[format] ? rows_runners : [whole_512, stream_512, mixed_512, blocks_512];
     const what = `${format} (mixed vs whole-context resident and streamed)`;
     whole.NewSequence(format, format, 0, kPage);
     stream.NewSequence(format, format, 0, kPage, {path: 'stream'});
     const page_bytes = whole.layout.page_bytes, unit = PageBufferBytes(page_bytes);
     const {budget, rope_page} = BudgetOf(format, c, unit);
     const plan = mixed.NewSequence(format, format, budget, kPage);
+    if (kRowsSpecs[format]) {  // a byte less holds a page fewer per layer: too few for the rows (streamed)
+      blocks.NewSequence(format, format, budget - 1, kPage);
+      if (blocks.path !== 'stream' || !new RegExp(`holds less than .* ${kRowsSpecs[format]} pages? per layer`).test(blocks.path_why)) {
+        fail(`${format}: a budget of ${budget - 1} bytes takes the ${blocks.path} path (${blocks.path_why}), not the stream path`);
+      }
+    }
     blocks.NewSequence(format, format, budget, kPage);
     let block_from = 0;  // the block runner's next position
     let keep_ref = null;  // the mixed step's {token, logits} at kKeepAt
-    const context = JSON.parse(M.UTF8ToString(M._kvq_web_model_info(model))).context;  // the model's
+    const context = JSON.parse(M.UTF8ToString(M._kvq_web_model_info(kRowsSpecs[format] ? rows_model : model))).context;
     const G = KeyRowsPerBlock(SplitKvSpec(format).format);  // K rows per block: 32 for keys in groups
     const beside = G > 1 || rope_page > 0;  // rows kept beside the pages
     const run = format === kFullFormat ? context : kRunPositions[format] ?? kShortPositions;
-    if (whole.path !== 'resident' || stream.path !== 'stream' || mixed.path !== 'mixed' || mixed.resident_pages !== 1) {
+    const R = kRowsSpecs[format] ?? 1, {sinks, residual: res} = RowsOf(format);  // resident pages per layer
+    const Evicted = (q) => Math.max(0, Math.floor(q / kPage) + 1 - R);  // pages evicted at position q
+    if (whole.path !== 'resident' || stream.path !== 'stream' || mixed.path !== 'mixed' || mixed.resident_pages !== R) {
       fail(`${what}: paths ${whole.path}, ${stream.path}, ${mixed.path} with ${mixed.resident_pages} resident pages ` +
-           `(${mixed.path_why})`);
+           `(${mixed.path_why}; budget ${budget} bytes, plan ${plan.total_bytes})`);
       continue;
     }
     // The run's KV as the cache plans it (the model's whole context) over the budget (a spec's f32
     // rows and cos/sin beside the pages are a large part of it on this small model: 2× there).
     ratio = plan.total_bytes / budget;
-    const least = beside ? 2 : 8;
-    if (context !== 512 || !(ratio >= least)) {
+    const least = beside || kRowsSpecs[format] ? 2 : 8;
+    if (context !== (kRowsSpecs[format] ? 2048 : 512) || !(ratio >= least)) {
       fail(`${what}: the plan of the ${context}-position context holds ${ratio}× the budget of ${budget} bytes, not ${least}× (plan ` +
            `${plan.total_bytes} bytes)`);
     }
     const ids = prompt_run.ids.slice(0, prompt_run.n_prompt);
+    let release = null;  // opens the last mixed step's write-behinds (kRowsSpecs)
     for (let p = 0; p < run; ++p) {
       const w0 = whole.counts;
       const a = await whole.Step(ids[p], {logits: true});
       const w1 = whole.counts;
       const b = await stream.Step(ids[p], {logits: true});
-      const before = {...mixed.counts, rope_bytes: mixed.resident.counts.streamed_rope_bytes};
-      const m = await mixed.Step(ids[p], {logits: true});
-      const after = {...mixed.counts, rope_bytes: mixed.resident.counts.streamed_rope_bytes};
+      const Counts = () => ({...mixed.counts, rope_bytes: mixed.resident.counts.streamed_rope_bytes,
+                             sink_bytes: mixed.resident.counts.streamed_sink_bytes});
+      const before = Counts();
+      // sinkN / resN: each step's write-behinds held back until the next step has started (a map
+      // that lands late), so a step that evicts must wait for them itself (GpuResidentKv.WaitsFor:
+      // the pages that leave the evicted ones' rows encoded in the master, not only those pages).
+      if (release) setTimeout(release, 0);
+      const running = mixed.Step(ids[p], {logits: true});
+      if (kRowsSpecs[format]) {  // after the step's start (its Drain awaits the write-behinds queued before)
+        const gate = new Promise((r) => { release = r; });
+        mixed.resident.behind = mixed.resident.behind.then(() => gate);
+      }
+      const m = await running;
+      const after = Counts();
       ++positions;
       if (p === kKeepAt) keep_ref = m;
       for (const [name, o] of [['whole-context resident', a], ['streamed', b]]) {
@@ -189,9 +242,9 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
                `(ids ${m.token}, ${o.token})`);
         }
       }
-      const evicted = Math.floor(p / kPage);  // every page before the position's own (1 resident page)
-      const windows = c.n_layers * evicted;
+      const windows = c.n_layers * Evicted(p);  // every page before the R newest
       const want = {readbacks: 1, device_submits: 0, streamed_bytes: windows * page_bytes, rope_bytes: windows * rope_page,
+                    sink_bytes: Evicted(p) ? c.n_layers * 2 * sinks * c.kv_dim * 4 : 0,  // page 0's sinks, per layer
                     submits: windows >= 2 ? Math.ceil(windows / kStreamSlots) : 1};
       const got = {};
       for (const k of Object.keys(want)) got[k] = after[k] - before[k];
@@ -217,13 +270,16 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
                `${got_block.logits[at]}, token by token ${m.logits[at]} (ids ${got_block.token}, ${m.token})`);
         }
         // Per block (one per page the call touches), and per piece of it where K is in groups of G
-        // (from each position completing a group): each layer's evicted pages.
+        // (from each position completing a group; resN: each position from res, where a row ages
+        // out): each layer's evicted pages.
         let windows = 0;
         for (let q = block_from; q <= p; ++q) {
-          const starts = q === block_from || q % kPage === 0 || (G > 1 && q % G === G - 1);
-          if (starts) windows += c.n_layers * Math.floor(q / kPage);
+          const cut = res ? q >= res : G > 1 && q % G === G - 1;
+          if (q === block_from || q % kPage === 0 || cut) windows += c.n_layers * Evicted(q);
         }
-        const block_count = Math.floor(p / kPage) - Math.floor(block_from / kPage) + 1;
+        // Blocks: cut where a page starts that evicts one (FirstResident moves: every page with R = 1).
+        let block_count = 1;
+        for (let q = block_from + 1; q <= p; ++q) if (q % kPage === 0 && Evicted(q) > 0) ++block_count;
         const d = (k) => b1[k] - b0[k];
         if (d('readbacks') !== block_count || d('streamed_bytes') !== windows * page_bytes ||
             !(d('submits') >= block_count && d('submits') <= block_count + Math.floor(windows / 2))) {
@@ -237,27 +293,34 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
     }
     // The block runner's sequence cut back to kKeepAt (its positions before kept) and run again.
     const group_gone = G > 1 && kKeepAt % G !== 0 && Math.floor(kKeepAt / G) !== Math.floor((block_from - 1) / G);
-    const want_kept = group_gone ? Math.floor(kKeepAt / G) * G : kKeepAt;
-    const kept = await blocks.KeepPrefix(ids.slice(0, kKeepAt + 1));
-    const again = kept === want_kept && await blocks.Prefill(ids.slice(kept, kKeepAt + 1), {logits: true});
-    const at = again ? again.logits.findIndex((v, i) => !Object.is(v, keep_ref.logits[i])) : -1;
-    if (!again || blocks.path !== 'mixed' || at >= 0 || again.token !== keep_ref.token) {
-      fail(`${what}: the block runner kept ${kept} of ${block_from} positions for a prompt of ${kKeepAt + 1} (expected ` +
-           `${want_kept}; ${blocks.path} path) and ran to ${kKeepAt}: logit ${at} is ${again?.logits?.[at]}, token by ` +
-           `token ${keep_ref.logits[at]} (ids ${again?.token}, ${keep_ref.token})`);
+    // sinkN / resN: rows encoded since cannot be f32 again (GpuResidentKv.KeepablePositions): from 0
+    const want_kept = sinks || res ? 0 : group_gone ? Math.floor(kKeepAt / G) * G : kKeepAt;
+    // (Only once the steps reached kKeepAt: a format that broke off before has failed already.)
+    if (keep_ref) {
+      const kept = await blocks.KeepPrefix(ids.slice(0, kKeepAt + 1));
+      const again = kept === want_kept && await blocks.Prefill(ids.slice(kept, kKeepAt + 1), {logits: true});
+      const at = again ? again.logits.findIndex((v, i) => !Object.is(v, keep_ref.logits[i])) : -1;
+      if (!again || blocks.path !== 'mixed' || at >= 0 || again.token !== keep_ref.token) {
+        fail(`${what}: the block runner kept ${kept} of ${block_from} positions for a prompt of ${kKeepAt + 1} (expected ` +
+             `${want_kept}; ${blocks.path} path) and ran to ${kKeepAt}: logit ${at} is ${again?.logits?.[at]}, token by ` +
+             `token ${keep_ref.logits[at]} (ids ${again?.token}, ${keep_ref.token})`);
+      }
+      ++checks;
     }
-    ++checks;
+    release?.();
     await mixed.Drain();
     await whole.Drain();
     const peak = mixed.resident.counts.peak_kv_bytes;
     if (peak !== budget) fail(`${what}: the mixed cache held at most ${peak} bytes of KV on the GPU, not the budget of ${budget}`);
-    const evictions = mixed.resident.counts.evictions, want_evictions = c.n_layers * (run / kPage - 1);
+    const evictions = mixed.resident.counts.evictions, want_evictions = c.n_layers * (run / kPage - R);
     if (evictions !== want_evictions) fail(`${what}: ${evictions} pages evicted, expected ${want_evictions}`);
     const a = M._malloc(page_bytes), b = M._malloc(page_bytes);
     for (let layer = 0; layer < c.n_layers; ++layer) {
       const held = M._kvq_web_kv_positions(mixed.kv, layer);
       if (held !== run) fail(`${what}: layer ${layer}'s master holds ${held} positions, expected ${run}`);
-      for (let page = 0; page < held / kPage; ++page) {
+      // resN: the pages whose rows are all encoded (K's in groups of G); the rest are f32 rows still
+      const encoded = res ? Math.min(Math.floor(Math.max(0, held - res) / G) * G, held - res) : held;
+      for (let page = 0; page < Math.floor(encoded / kPage) || (!res && page < held / kPage); ++page) {
         if (M._kvq_web_kv_read_page(stream.kv, layer, page, a) !== 0 || M._kvq_web_kv_read_page(mixed.kv, layer, page, b) !== 0) {
           fail(`${what}: read_page ${layer}/${page}: ${M.UTF8ToString(M._kvq_web_last_error())}`);
           continue;
@@ -273,11 +336,9 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
     per_format[format] = {positions: positions - f0.positions, checks: checks - f0.checks,
                           failures: failures.length - f0.failures, seconds: (performance.now() - f0.t) / 1000};
   }
-  whole.Destroy();
-  stream.Destroy();
-  mixed.Destroy();
-  blocks.Destroy();
+  for (const r of [whole, stream, mixed, blocks, ...(rows_runners ?? [])]) r.Destroy();
   M._kvq_web_model_free(model);
+  if (rows_model) M._kvq_web_model_free(rows_model);
   device.destroy();
   return {formats, per_format, positions, checks, streamed_bytes: streamed, submits, ratio, failures,
           seconds: (performance.now() - t0) / 1000};

@@ -314,14 +314,16 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
       }
       ++checks;
     }
-    // Over the device budget: KIVI and prerope keys take the mixed mode (web.gpu_kv_mixed checks
-    // its bits); sinkN / resN do not (ResidentWhyNot): streamed.
+    // Over the device budget (half the context): KIVI and prerope keys take the mixed mode
+    // (web.gpu_kv_mixed checks its bits); sinkN / resN specs do where the budget holds their f32
+    // rows (each layer's ring) and the pages the master has not all encoded, else streamed saying
+    // so (on this small context they outweigh half of it).
     if (G > 1 || rows || prerope) {
       const plan = blocks.NewSequence(format, format, 0, kPage);
       blocks.NewSequence(format, format, Math.floor(plan.total_bytes / 2), kPage);
-      const want = rows ? 'stream' : 'mixed';
-      if (blocks.path !== want || (rows && !blocks.path_why.includes('mixed mode does not take sinkN'))) {
-        fail(`${what}: over the device budget the ${blocks.path} path (${blocks.path_why}), expected ${want}`);
+      const small = rows && blocks.path === 'stream' && /holds less than .* per layer/.test(blocks.path_why);
+      if (!small && blocks.path !== 'mixed') {
+        fail(`${what}: over the device budget the ${blocks.path} path (${blocks.path_why}), expected mixed`);
       }
       ++checks;
     }
