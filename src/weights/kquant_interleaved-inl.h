@@ -3,8 +3,10 @@
 // weight vector used for every token of the step, so prefill reads a group's weights once per T
 // tokens instead of once per token). Include after kquant_rows-inl.h (its KVQ_KQUANT_X86_ATTR); a
 // type supplies a policy B:
-//   static constexpr int64_t kBytes     bytes per plain super-block (144, 210)
+//   static constexpr WeightType kType   the type (Q4_K, Q5_K, Q6_K)
+//   static constexpr int64_t kBytes     bytes per plain super-block (144, 176, 210)
 //   static constexpr bool kSub16        scales per 16 elements (Q6_K) rather than per 32 with mins
+//   static constexpr int kHighTimes     (not kSub16) the factor an odd block's dot carries (below)
 //   x86 AVX2 or better:
 //     template <class V, int T> static void Step(g, x0, cols, t0, y, y_stride, r, half)
 //         the group at g (rows r..r+15, or the half's 8 of them where V has 8 lanes) times
@@ -16,9 +18,11 @@
 // Per row j (int32 lane j), token and activation block b (32 elements): sub-block dots I exact in
 // int32 (512-bit vpdpbusd on AVX3_DL; 256-bit maddubs + madd on AVX2 / AVX3, the group's two
 // 8-row halves in turn; plain integers elsewhere), then in f32
-//   Q4_K:  acc  = fma(fl(d·sc·d_x), I, acc),  macc = fma(dmin·m, fl(d_x·Σq), macc),  y = acc − macc
-//          (an odd block — the high nibbles — as fma(fl((d·sc/16)·d_x), 16·I, acc): VNNI reads the
-//          nibbles unshifted; the same value barring underflow, and the same operations everywhere)
+//   Q4_K, Q5_K:  acc  = fma(fl(d·sc·d_x), I, acc),  macc = fma(dmin·m, fl(d_x·Σq), macc),  y = acc − macc
+//          (Q4_K's odd block — the high nibbles — as fma(fl((d·sc/16)·d_x), 16·I, acc), kHighTimes
+//          16: VNNI reads the nibbles unshifted; the same value barring underflow, and the same
+//          operations everywhere. Q5_K's high codes carry their 5th bit, 16·u would not fit a byte:
+//          kHighTimes 1, the plain form)
 //   Q6_K:  acc_e = fma(fl((d·sc_e/4)·d_x), 4·I_e, acc_e) for the block's sub-blocks e = 0, 1 of 16,
 //          y = acc_0 + acc_1 (VNNI reads the codes as 4·u, unshifted; the value of
 //          fma(fl(d·sc_e·d_x), I_e, acc_e) barring underflow, and the same operations everywhere)
@@ -214,7 +218,7 @@ void KQuantInterleavedRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tok
 template <class B>
 void KQuantInterleavedRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tokens, float* y, int64_t y_stride,
                            int64_t cols, int64_t r0, int64_t r1) {
-  constexpr WeightType kType = B::kSub16 ? WeightType::kQ6_K : WeightType::kQ4_K;
+  constexpr WeightType kType = B::kType;
   const int64_t n_super = cols / kKQuantBlockElems;
   const int64_t n_blocks = cols / 32;
   const int64_t row_bytes = n_super * B::kBytes;
@@ -242,10 +246,10 @@ void KQuantInterleavedRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tok
               acc = std::fma(ds0 * dx[ab], static_cast<float>(4 * dot[0]), acc);
               macc = std::fma(ds1 * dx[ab], static_cast<float>(4 * dot[1]), macc);
             } else {
-              // As the x86 kernels: an odd block's dot 16× and its scale / 16 (both exact).
-              const bool odd = b % 2 == 1;
-              const float dsc = (k.d * static_cast<float>(k.sc[2 * b])) * (odd ? 0.0625f : 1.0f);
-              acc = std::fma(dsc * dx[ab], static_cast<float>((odd ? 16 : 1) * (dot[0] + dot[1])), acc);
+              // As the x86 kernels: an odd block's dot kHighTimes× and its scale / kHighTimes (both exact).
+              const int times = b % 2 == 1 ? B::kHighTimes : 1;
+              const float dsc = (k.d * static_cast<float>(k.sc[2 * b])) * (1.0f / static_cast<float>(times));
+              acc = std::fma(dsc * dx[ab], static_cast<float>(times * (dot[0] + dot[1])), acc);
               macc = std::fma(k.dmin * static_cast<float>(k.m[2 * b]), dx[ab] * static_cast<float>(sum[ab]), macc);
             }
           }
@@ -257,6 +261,99 @@ void KQuantInterleavedRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tok
 }
 
 #endif  // HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+
+/// Q4_K and Q5_K (kFifthBit) in the 16-row layout (weights/kquant_repack.h), one policy for
+/// KQuantInterleavedRows; the type's kernel file adds Ints for the targets without the x86 Step.
+template <bool kFifthBit>
+struct KQuantNibblesInterleaved {
+  static constexpr WeightType kType = kFifthBit ? WeightType::kQ5_K : WeightType::kQ4_K;
+  static constexpr int64_t kBytes = kFifthBit ? 176 : 144;
+  static constexpr bool kSub16 = false;
+  static constexpr int kHighTimes = kFifthBit ? 1 : 16;
+  static constexpr int64_t kGroupBlock = kKqIlRows * kBytes;  // a group's super-block
+  static constexpr int64_t kCodesAt = kFifthBit ? kQ5_KGroupScaleBytes : kQ4_KGroupScaleBytes;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  // Per super-block: the rows' d and dmin, their 6-bit scales and mins unpacked four sub-blocks
+  // to a vector (kquant.h's KQuantScalesMins6 on 32-bit lanes: byte k of lane j is row j's sc or m
+  // of sub-block 4v+k), per token fl(d_x·Σq) of its 8 blocks; per pair of sub-blocks (64
+  // elements) the 8 code vectors' low and high nibbles (Q5_K: with bits 2·pair, 2·pair+1 of the
+  // qh vector as bit 4), then per token 16 byte dots.
+  template <class V, int T>
+  static KVQ_KQUANT_X86_ATTR void Step(const uint8_t* g, const QuantizedX& x0, int64_t cols, int64_t t0, float* y,
+                                       int64_t y_stride, int64_t r, int half) {
+    using I = typename V::I;
+    using F = typename V::F;
+    const int64_t n_super = cols / kKQuantBlockElems;
+    const int64_t n_blocks = cols / 32;
+    const int8_t* q[T];     // token t's codes [cols]
+    const float* dx[T];     // [n_blocks]
+    const int32_t* sum[T];  // [n_blocks]
+    F acc[T], macc[T];
+    for (int t = 0; t < T; ++t) {
+      q[t] = x0.q + (t0 + t) * cols;
+      dx[t] = x0.d + (t0 + t) * n_blocks;
+      sum[t] = x0.sum + (t0 + t) * n_blocks;
+      acc[t] = V::Zero();
+      macc[t] = V::Zero();
+    }
+    const I low = V::Set32(0x0F0F0F0F), six = V::Set32(0x3F3F3F3F), top = V::Set32(0x30303030),
+            byte = V::Set32(0xFF), bit4 = V::Set32(0x10101010);
+    const F high_scale = V::Set1(1.0f / static_cast<float>(kHighTimes));
+    for (int64_t sb = 0; sb < n_super; ++sb) {
+      const uint8_t* blk = g + sb * kGroupBlock;
+      alignas(32) float dxs[T][8];  // [token][block of the super-block] fl(d_x·Σq)
+      for (int t = 0; t < T; ++t) {
+        const __m256i s8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sum[t] + sb * 8));
+        _mm256_store_ps(dxs[t], _mm256_mul_ps(_mm256_loadu_ps(dx[t] + sb * 8), _mm256_cvtepi32_ps(s8)));
+      }
+      const F d = V::Halves(blk, half), dmin = V::Halves(blk + 32, half);
+      const I a = V::Load(blk + 64, half), b = V::Load(blk + 128, half), c = V::Load(blk + 192, half);
+      const I sc[2] = {V::And(a, six), V::Or(V::And(c, low), V::And(V::Srl32(a, 2), top))};
+      const I mn[2] = {V::And(b, six), V::Or(V::And(V::Srl32(c, 4), low), V::And(V::Srl32(b, 2), top))};
+      for (int pair = 0; pair < 4; ++pair) {  // sub-blocks 2·pair (low nibbles) and 2·pair+1 (high)
+        const int shift = 16 * (pair % 2);
+        const I sc_pair = V::Srl32(sc[pair / 2], shift), mn_pair = V::Srl32(mn[pair / 2], shift);
+        const F dsc0 = V::Mul(d, V::Cvt(V::And(sc_pair, byte)));                                     // exact
+        const F dsc1 = V::Mul(V::Mul(d, V::Cvt(V::And(V::Srl32(sc_pair, 8), byte))), high_scale);  // exact
+        const F dm0 = V::Mul(dmin, V::Cvt(V::And(mn_pair, byte)));                                   // exact
+        const F dm1 = V::Mul(dmin, V::Cvt(V::And(V::Srl32(mn_pair, 8), byte)));                      // exact
+        const uint8_t* codes = blk + kCodesAt + pair * 8 * 64;
+        KqPrefetch<T>(blk + pair * (kGroupBlock / 4), kGroupBlock / 4);
+        I lo[8], hi[8];  // [k]: elements 4k..4k+3 of sub-block 2·pair, 2·pair+1, per row
+        for (int k = 0; k < 8; ++k) {
+          const I v = V::Load(codes + 64 * k, half);
+          if constexpr (kFifthBit) {
+            // qh >> 2·pair in 32-bit lanes: bits 0 and 1 of each byte are its own bits 2·pair and
+            // 2·pair+1 (a shift ≤ 6 brings the next byte's bits only to bits ≥ 2); the 16-bit
+            // shifts by 4 and 3 move them to bit 4 of the same byte.
+            const I h = V::Srl32(V::Load(blk + kQ5_KGroupHighBitsAt + 64 * k, half), 2 * pair);
+            lo[k] = V::Or(V::And(v, low), V::And(V::template Slli16<4>(h), bit4));
+            hi[k] = V::Or(V::And(V::template Srli16<4>(v), low), V::And(V::template Slli16<3>(h), bit4));
+          } else {
+            lo[k] = V::And(v, low);
+            hi[k] = V::HighNibbles(v);
+          }
+        }
+        const int64_t ab = sb * 8 + 2 * pair;  // the low nibbles' activation block
+        for (int t = 0; t < T; ++t) {
+          const int8_t* qb = q[t] + ab * 32;
+          I dot0 = V::Set32(0), dot1 = V::Set32(0);
+          for (int k = 0; k < 8; ++k) {
+            dot0 = V::Dot(dot0, lo[k], qb + 4 * k);
+            dot1 = V::Dot(dot1, hi[k], qb + 32 + 4 * k);
+          }
+          if constexpr (!kFifthBit) dot1 = V::SixteenTimes(dot1);  // 16·Σ n·q on every x86 target
+          acc[t] = V::Fma(V::Mul(dsc0, V::Set1(dx[t][ab])), V::Cvt(dot0), acc[t]);
+          macc[t] = V::Fma(dm0, V::Set1(dxs[t][2 * pair]), macc[t]);
+          acc[t] = V::Fma(V::Mul(dsc1, V::Set1(dx[t][ab + 1])), V::Cvt(dot1), acc[t]);
+          macc[t] = V::Fma(dm1, V::Set1(dxs[t][2 * pair + 1]), macc[t]);
+        }
+      }
+    }
+    for (int t = 0; t < T; ++t) V::Store(y + (t0 + t) * y_stride + r + V::kLanes * half, V::Sub(acc[t], macc[t]));
+  }
+#endif
+};
 
 }  // namespace HWY_NAMESPACE
 }  // namespace kvq

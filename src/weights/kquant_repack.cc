@@ -1,5 +1,5 @@
 // InterleaveKQuantBlock and GatherKQuantBlock (see kquant_repack.h): the byte moves between the
-// file's Q4_K / Q6_K super-blocks and a 16-row group's super-block, in plain C++ (a load-time
+// file's Q4_K / Q5_K / Q6_K super-blocks and a 16-row group's super-block, in plain C++ (a load-time
 // pass, and the oracle's view of a repacked matrix).
 #include "weights/kquant_repack.h"
 
@@ -34,16 +34,24 @@ int64_t Q6CodeByte(int64_t j, int e) {
 
 }  // namespace
 
-bool IsInterleavedKQuant(WeightType type) { return type == WeightType::kQ4_K || type == WeightType::kQ6_K; }
+bool IsInterleavedKQuant(WeightType type) {
+  return type == WeightType::kQ4_K || type == WeightType::kQ5_K || type == WeightType::kQ6_K;
+}
 
 void InterleaveKQuantBlock(WeightType type, const uint8_t* rows, int64_t row_bytes, int64_t sb, uint8_t* out) {
-  if (type == WeightType::kQ4_K) {
+  if (type == WeightType::kQ4_K || type == WeightType::kQ5_K) {
+    const bool q5 = type == WeightType::kQ5_K;
+    const int64_t bb = q5 ? 176 : 144, qs_at = q5 ? 48 : 16;  // the plain block's size and codes
+    const int64_t codes_at = q5 ? kQ5_KGroupScaleBytes : kQ4_KGroupScaleBytes;
     for (int64_t j = 0; j < kRows; ++j) {
-      const uint8_t* src = rows + j * row_bytes + sb * 144;
+      const uint8_t* src = rows + j * row_bytes + sb * bb;
       std::memcpy(out + 2 * j, src, 2);           // d
       std::memcpy(out + 32 + 2 * j, src + 2, 2);  // dmin
       for (int64_t v = 0; v < 3; ++v) std::memcpy(out + 64 + v * kVector + 4 * j, src + 4 + 4 * v, 4);
-      for (int64_t n = 0; n < 32; ++n) std::memcpy(out + 256 + n * kVector + 4 * j, src + 16 + 4 * n, 4);
+      for (int64_t k = 0; q5 && k < 8; ++k) {
+        std::memcpy(out + kQ5_KGroupHighBitsAt + k * kVector + 4 * j, src + 16 + 4 * k, 4);  // qh
+      }
+      for (int64_t n = 0; n < 32; ++n) std::memcpy(out + codes_at + n * kVector + 4 * j, src + qs_at + 4 * n, 4);
     }
     return;
   }
@@ -64,11 +72,16 @@ void InterleaveKQuantBlock(WeightType type, const uint8_t* rows, int64_t row_byt
 }
 
 void GatherKQuantBlock(WeightType type, const uint8_t* group_block, int64_t j, uint8_t* out) {
-  if (type == WeightType::kQ4_K) {
+  if (type == WeightType::kQ4_K || type == WeightType::kQ5_K) {
+    const bool q5 = type == WeightType::kQ5_K;
+    const int64_t qs_at = q5 ? 48 : 16, codes_at = q5 ? kQ5_KGroupScaleBytes : kQ4_KGroupScaleBytes;
     std::memcpy(out, group_block + 2 * j, 2);
     std::memcpy(out + 2, group_block + 32 + 2 * j, 2);
     for (int64_t v = 0; v < 3; ++v) std::memcpy(out + 4 + 4 * v, group_block + 64 + v * kVector + 4 * j, 4);
-    for (int64_t n = 0; n < 32; ++n) std::memcpy(out + 16 + 4 * n, group_block + 256 + n * kVector + 4 * j, 4);
+    for (int64_t k = 0; q5 && k < 8; ++k) {
+      std::memcpy(out + 16 + 4 * k, group_block + kQ5_KGroupHighBitsAt + k * kVector + 4 * j, 4);
+    }
+    for (int64_t n = 0; n < 32; ++n) std::memcpy(out + qs_at + 4 * n, group_block + codes_at + n * kVector + 4 * j, 4);
     return;
   }
   std::memset(out, 0, 192);

@@ -1,4 +1,4 @@
-// Q4_K / Q6_K matrices repacked at load for the interleaved K-quant kernels
+// Q4_K / Q5_K / Q6_K matrices repacked at load for the interleaved K-quant kernels
 // (MatrixLayout::kInterleaved16, as Q4_0 / Q8_0 in weights/repack.h): 16 rows per group, per
 // super-block of 256 the 16 rows' scales together and their codes 4 elements per row in turn, so
 // one 512-bit byte dot (vpdpbusd) makes int32 lane j = row j's partial dot of 4 elements with the
@@ -13,6 +13,12 @@
 //   bytes 64-255    3 vectors: vector v, byte 4j+i = row j's scales[4v+i] (the packed 12 bytes)
 //   bytes 256-2303  32 vectors: vector 8c+k, byte 4j+i = row j's qs[32c+4k+i] (low nibble element
 //                   64c+4k+i, of sub-block 2c; high nibble element 64c+32+4k+i, sub-block 2c+1)
+// Q5_K (q5_k.h), a group's super-block, 2816 bytes: Q4_K's with the 5th bits between the scales
+// and the codes:
+//   bytes 0-255     d, dmin and the 3 scale vectors, as Q4_K
+//   bytes 256-767   8 vectors: vector k, byte 4j+i = row j's qh[4k+i] (bit 2c the 5th bit of
+//                   element 64c+4k+i, bit 2c+1 of element 64c+32+4k+i: code vector 8c+k's)
+//   bytes 768-2815  32 code vectors, as Q4_K's
 // Q6_K (q6_k.h), a group's super-block, 3360 bytes; codes re-cut (the same bits, other bytes) so
 // that a sub-block of 16 elements is 3 vectors and unpacks with few operations (u = the unsigned
 // 6-bit code, code + 32):
@@ -31,10 +37,12 @@
 namespace kvq {
 
 inline constexpr int64_t kQ4_KGroupScaleBytes = 256;  // d, dmin, the 3 scale vectors
+inline constexpr int64_t kQ5_KGroupScaleBytes = 768;  // Q4_K's 256, then the 8 qh vectors
+inline constexpr int64_t kQ5_KGroupHighBitsAt = 256;  // the qh vectors
 inline constexpr int64_t kQ6_KGroupScaleBytes = 288;  // d, the 16 scale vectors; the codes follow
 inline constexpr int64_t kQ6_KGroupScalesAt = 32;     // the scale vectors
 
-/// Whether `type` has an interleaved K-quant layout (Q4_K, Q6_K).
+/// Whether `type` has an interleaved K-quant layout (Q4_K, Q5_K, Q6_K).
 bool IsInterleavedKQuant(WeightType type);
 
 /// rows [16][row_bytes] plain, super-block sb of each -> the group's super-block (bytes above).

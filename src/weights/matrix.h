@@ -14,7 +14,7 @@ const char* WeightTypeName(WeightType type);
 /// How a matrix's blocks are ordered in memory.
 enum class MatrixLayout {
   kRowMajor,      ///< rows back to back, each row its blocks in order (the file's layout)
-  kInterleaved16,  ///< Q4_0/Q8_0/Q1_0/Q2_0/Q4_K/Q6_K only: groups of 16 rows interleaved per block, the last
+  kInterleaved16,  ///< Q4_0/Q8_0/Q1_0/Q2_0/Q4_K/Q5_K/Q6_K only: groups of 16 rows interleaved per block, the last
                    ///< rows % 16 rows row-major after them (weights/repack.h,
                    ///< weights/kquant_repack.h); the same bytes in all
 };

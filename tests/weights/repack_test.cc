@@ -1,12 +1,12 @@
-// Q4_0 / Q8_0 / Q2_0 / Q1_0 (weights/repack.h) and Q4_K / Q6_K (weights/kquant_repack.h) repacked
-// into MatrixLayout::kInterleaved16 on every SIMD target: the repack round-trips (each block's plain
-// bytes, the decoded rows, the quantised reference); MatVec on the repacked layout is within
-// γ_{n_blocks+r}·abs_sum of MatVecQuantizedReference (the interleaved kernels round each term at
-// most n_blocks + r times: r = 1 in interleaved_rows-inl.h, Q2_0's two activation blocks per
-// scale included, 2 in kquant_interleaved-inl.h) and, in
-// the 16-row groups, the same bits on every target; MatMul equals MatVec bit for bit for 1..21
-// tokens and row counts that are not multiples of 16, and for the K-quants' multi-token steps
-// at up to 23 tokens; the thread count changes no bit; special activations as in matvec.h.
+// Every type with an interleaved kernel (Q4_0 / Q8_0 / Q2_0 / Q1_0, weights/repack.h; Q4_K / Q5_K /
+// Q6_K, weights/kquant_repack.h) repacked into MatrixLayout::kInterleaved16 on every SIMD target:
+// the repack round-trips (each block's plain bytes, the decoded rows, the quantised reference);
+// MatVec on the repacked layout is within γ_{n_blocks+r}·abs_sum of MatVecQuantizedReference (the
+// interleaved kernels round each term at most n_blocks + r times: r = 1 in interleaved_rows-inl.h,
+// Q2_0's two activation blocks per scale included, 2 in kquant_interleaved-inl.h) and, in the
+// 16-row groups, the same bits on every target; MatMul equals MatVec bit for bit for 1..21 tokens
+// and row counts that are not multiples of 16, and for the K-quants' multi-token steps at up to 23
+// tokens; the thread count changes no bit; special activations as in matvec.h.
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL  // as the weight kernels, so the target list below includes AVX3_DL
 #endif
@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "test_util/matvec_bounds.h"
+#include "weights/kquant_repack.h"
 #include "weights/matvec.h"
 #include "weights/q1_0/q1_0.h"
 #include "weights/q2_0/q2_0.h"
@@ -33,16 +34,23 @@ namespace {
 using test::QuantTolerance;
 using test::TargetScope;
 
-constexpr WeightType kTypes[] = {WeightType::kQ4_0, WeightType::kQ8_0, WeightType::kQ4_K, WeightType::kQ6_K,
-                                 WeightType::kQ1_0, WeightType::kQ2_0};
+// Every registered type with an interleaved kernel (the registry's kernel table says so).
+std::vector<WeightType> RepackedTypes() {
+  std::vector<WeightType> types;
+  for (const WeightTypeDesc& d : WeightTypes()) {
+    if (d.kernels().interleaved_rows != nullptr) types.push_back(d.type);
+  }
+  return types;
+}
+const std::vector<WeightType> kTypes = RepackedTypes();
 
-bool IsKQuant(WeightType type) { return type == WeightType::kQ4_K || type == WeightType::kQ6_K; }
+bool IsKQuant(WeightType type) { return IsInterleavedKQuant(type); }
 
 // Q1_0's repacked kernels give each target's row-kernel bits (q1_0.h), not one result for all targets.
 bool RowKernelBits(WeightType type) { return type == WeightType::kQ1_0; }
 
 // Roundings per term beyond one per activation block: interleaved_rows-inl.h (Q4_0, Q8_0),
-// kquant_interleaved-inl.h (Q4_K, Q6_K: a second accumulator and the add that joins them), and
+// kquant_interleaved-inl.h (Q4_K, Q5_K, Q6_K: a second accumulator and the add that joins them), and
 // Q1_0's row kernels' count (its repacked kernels repeat their float operations).
 int64_t InterleavedRoundings(WeightType type) {
   if (RowKernelBits(type)) return FindWeightType(type)->matvec_roundings;
@@ -102,7 +110,8 @@ TEST(Repack, OnlyRowMajorQ4_0AndQ8_0WithAWholeGroup) {
   EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ4_1, .rows = 16, .cols = 32}));
   EXPECT_TRUE(CanRepack(Matrix{.type = WeightType::kQ4_K, .rows = 16, .cols = 256}));
   EXPECT_TRUE(CanRepack(Matrix{.type = WeightType::kQ6_K, .rows = 33, .cols = 512}));
-  EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ5_K, .rows = 16, .cols = 256}));
+  EXPECT_TRUE(CanRepack(Matrix{.type = WeightType::kQ5_K, .rows = 16, .cols = 256}));
+  EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ3_K, .rows = 16, .cols = 256}));
   EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ6_K, .rows = 15, .cols = 256}));
   EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kF32, .rows = 16, .cols = 32}));
   // Q1_0: only on the target with the lookup-table kernels (elsewhere the plain rows are faster).

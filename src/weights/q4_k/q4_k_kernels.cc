@@ -56,80 +56,8 @@ struct Q4_KBlock {
 };
 
 // The 16-row interleaved layout (weights/kquant_repack.h) for KQuantInterleavedRows.
-struct Q4_KInterleaved {
-  static constexpr int64_t kBytes = 144;
-  static constexpr bool kSub16 = false;
-  static constexpr int64_t kGroupBlock = kKqIlRows * kBytes;  // a group's super-block
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-  // Per super-block: the rows' d and dmin, their 6-bit scales and mins unpacked four sub-blocks
-  // to a vector (kquant.h's KQuantScalesMins6 on 32-bit lanes: byte k of lane j is row j's sc or m
-  // of sub-block 4v+k), per token fl(d_x·Σq) of its 8 blocks; per pair of sub-blocks (64
-  // elements) the 8 code vectors' low and high nibbles, then per token 16 byte dots.
-  template <class V, int T>
-  static KVQ_KQUANT_X86_ATTR void Step(const uint8_t* g, const QuantizedX& x0, int64_t cols, int64_t t0, float* y,
-                                       int64_t y_stride, int64_t r, int half) {
-    using I = typename V::I;
-    using F = typename V::F;
-    const int64_t n_super = cols / kKQuantBlockElems;
-    const int64_t n_blocks = cols / 32;
-    const int8_t* q[T];     // token t's codes [cols]
-    const float* dx[T];     // [n_blocks]
-    const int32_t* sum[T];  // [n_blocks]
-    F acc[T], macc[T];
-    for (int t = 0; t < T; ++t) {
-      q[t] = x0.q + (t0 + t) * cols;
-      dx[t] = x0.d + (t0 + t) * n_blocks;
-      sum[t] = x0.sum + (t0 + t) * n_blocks;
-      acc[t] = V::Zero();
-      macc[t] = V::Zero();
-    }
-    const I low = V::Set32(0x0F0F0F0F), six = V::Set32(0x3F3F3F3F), top = V::Set32(0x30303030),
-            byte = V::Set32(0xFF);
-    const F sixteenth = V::Set1(0.0625f);
-    for (int64_t sb = 0; sb < n_super; ++sb) {
-      const uint8_t* blk = g + sb * kGroupBlock;
-      alignas(32) float dxs[T][8];  // [token][block of the super-block] fl(d_x·Σq)
-      for (int t = 0; t < T; ++t) {
-        const __m256i s8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sum[t] + sb * 8));
-        _mm256_store_ps(dxs[t], _mm256_mul_ps(_mm256_loadu_ps(dx[t] + sb * 8), _mm256_cvtepi32_ps(s8)));
-      }
-      const F d = V::Halves(blk, half), dmin = V::Halves(blk + 32, half);
-      const I a = V::Load(blk + 64, half), b = V::Load(blk + 128, half), c = V::Load(blk + 192, half);
-      const I sc[2] = {V::And(a, six), V::Or(V::And(c, low), V::And(V::Srl32(a, 2), top))};
-      const I mn[2] = {V::And(b, six), V::Or(V::And(V::Srl32(c, 4), low), V::And(V::Srl32(b, 2), top))};
-      for (int pair = 0; pair < 4; ++pair) {  // sub-blocks 2·pair (low nibbles) and 2·pair+1 (high)
-        const int shift = 16 * (pair % 2);
-        const I sc_pair = V::Srl32(sc[pair / 2], shift), mn_pair = V::Srl32(mn[pair / 2], shift);
-        const F dsc0 = V::Mul(d, V::Cvt(V::And(sc_pair, byte)));                                    // exact
-        const F dsc1 = V::Mul(V::Mul(d, V::Cvt(V::And(V::Srl32(sc_pair, 8), byte))), sixteenth);  // exact
-        const F dm0 = V::Mul(dmin, V::Cvt(V::And(mn_pair, byte)));                                  // exact
-        const F dm1 = V::Mul(dmin, V::Cvt(V::And(V::Srl32(mn_pair, 8), byte)));                     // exact
-        const uint8_t* codes = blk + kQ4_KGroupScaleBytes + pair * 8 * 64;
-        KqPrefetch<T>(blk + pair * (kGroupBlock / 4), kGroupBlock / 4);
-        I lo[8], hi[8];  // [k]: elements 4k..4k+3 of sub-block 2·pair, 2·pair+1, per row
-        for (int k = 0; k < 8; ++k) {
-          const I v = V::Load(codes + 64 * k, half);
-          lo[k] = V::And(v, low);
-          hi[k] = V::HighNibbles(v);
-        }
-        const int64_t ab = sb * 8 + 2 * pair;  // the low nibbles' activation block
-        for (int t = 0; t < T; ++t) {
-          const int8_t* qb = q[t] + ab * 32;
-          I dot0 = V::Set32(0), dot1 = V::Set32(0);
-          for (int k = 0; k < 8; ++k) {
-            dot0 = V::Dot(dot0, lo[k], qb + 4 * k);
-            dot1 = V::Dot(dot1, hi[k], qb + 32 + 4 * k);
-          }
-          acc[t] = V::Fma(V::Mul(dsc0, V::Set1(dx[t][ab])), V::Cvt(dot0), acc[t]);
-          macc[t] = V::Fma(dm0, V::Set1(dxs[t][2 * pair]), macc[t]);
-          acc[t] = V::Fma(V::Mul(dsc1, V::Set1(dx[t][ab + 1])), V::Cvt(V::SixteenTimes(dot1)), acc[t]);
-          macc[t] = V::Fma(dm1, V::Set1(dxs[t][2 * pair + 1]), macc[t]);
-        }
-      }
-    }
-    for (int t = 0; t < T; ++t) V::Store(y + (t0 + t) * y_stride + r + V::kLanes * half, V::Sub(acc[t], macc[t]));
-  }
-#else
+struct Q4_KInterleaved : KQuantNibblesInterleaved<false> {
+#if !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2)
   static void Ints(const uint8_t* block, KQuantInts* out) { weights_q4_k::Ints(block, out); }
 #endif
 };

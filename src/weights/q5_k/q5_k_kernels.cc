@@ -1,5 +1,6 @@
 // Q5_K row kernels for every compiled target: the super-block dot product plugged into the K-quant
-// row driver (weights/kquant_rows-inl.h). AVX3_DL is compiled here for its vpdpbusd.
+// row driver (weights/kquant_rows-inl.h), and the 16-row interleaved layout's (Q4_K's kernel with
+// the 5th bits, weights/kquant_interleaved-inl.h). AVX3_DL is compiled here for its vpdpbusd.
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL
 #endif
@@ -9,6 +10,7 @@
 #include <hwy/highway.h>
 
 #include "weights/kquant_rows-inl.h"
+#include "weights/kquant_interleaved-inl.h"
 #include "weights/q5_k/q5_k.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -63,7 +65,21 @@ struct Q5_KBlock {
 #endif
 };
 
-const WeightKernels& Q5_KWeightKernelsHere() { return MakeKQuantKernels<Q5_KBlock>(); }
+// The 16-row interleaved layout (weights/kquant_repack.h) for KQuantInterleavedRows.
+struct Q5_KInterleaved : KQuantNibblesInterleaved<true> {
+#if !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2)
+  static void Ints(const uint8_t* block, KQuantInts* out) { weights_q5_k::Ints(block, out); }
+#endif
+};
+
+const WeightKernels& Q5_KWeightKernelsHere() {
+  static const WeightKernels kKernels = [] {
+    WeightKernels k = MakeKQuantKernels<Q5_KBlock>();
+    k.interleaved_rows = &KQuantInterleavedRows<Q5_KInterleaved>;
+    return k;
+  }();
+  return kKernels;
+}
 
 }  // namespace HWY_NAMESPACE
 }  // namespace kvq

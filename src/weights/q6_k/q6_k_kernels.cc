@@ -74,6 +74,7 @@ struct Q6_KBlock {
 
 // The 16-row interleaved layout (weights/kquant_repack.h) for KQuantInterleavedRows.
 struct Q6_KInterleaved {
+  static constexpr WeightType kType = WeightType::kQ6_K;
   static constexpr int64_t kBytes = 210;
   static constexpr bool kSub16 = true;
   static constexpr int64_t kGroupBlock = kKqIlRows * kBytes;  // a group's super-block
