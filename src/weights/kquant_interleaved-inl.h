@@ -180,9 +180,12 @@ struct KqRowsVec {
 /// MatVec (T = 1): software prefetch kKQuantPrefetchBytes ahead of bytes [from, from + bytes) of
 /// the group's stream, as the row kernels do, spread over the super-block's steps (a burst of a
 /// whole super-block's lines at once measured slower); MatMul's later steps find the group in
-/// cache. An integer address: it may lie past the matrix (a prefetch never faults).
+/// cache. An integer address: it may lie past the matrix (a prefetch never faults). The kernels'
+/// target attribute too: without it GCC cannot inline this into Step (the targets differ), finds
+/// a function of prefetches alone free of side effects, and deletes the call — the AVX3_DL kernels
+/// then ran with no software prefetch at all.
 template <int T>
-inline void KqPrefetch(const uint8_t* from, int64_t bytes) {
+KVQ_KQUANT_X86_ATTR inline void KqPrefetch(const uint8_t* from, int64_t bytes) {
   if constexpr (T == 1) {
     const uintptr_t ahead = reinterpret_cast<uintptr_t>(from) + kKQuantPrefetchBytes;
     for (int64_t at = 0; at < bytes; at += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + at), _MM_HINT_T1);
