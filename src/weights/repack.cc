@@ -9,6 +9,7 @@
 #include "weights/matvec.h"
 #include "weights/q1_0/q1_0.h"
 #include "weights/q2_0/q2_0.h"
+#include "weights/q5_k/q5_k.h"
 #include "weights/weight_type.h"
 
 namespace kvq {
@@ -52,7 +53,8 @@ bool CanRepack(const Matrix& w) {
   const bool legacy = w.type == WeightType::kQ4_0 || w.type == WeightType::kQ8_0;
   const bool q1_0 = w.type == WeightType::kQ1_0 && weights_q1_0::RepackPays();  // q1_0.h
   const bool q2_0 = w.type == WeightType::kQ2_0 && weights_q2_0::RepackPays();  // q2_0.h
-  return w.layout == MatrixLayout::kRowMajor && (legacy || q1_0 || q2_0 || IsInterleavedKQuant(w.type)) &&
+  const bool kquant = IsInterleavedKQuant(w.type) && (w.type != WeightType::kQ5_K || weights_q5_k::RepackPays());
+  return w.layout == MatrixLayout::kRowMajor && (legacy || q1_0 || q2_0 || kquant) &&
          w.rows >= kInterleaveRows && w.cols % (legacy ? 32 : q1_0 ? 128 : q2_0 ? 64 : 256) == 0;
 }
 

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "test_util/matvec_bounds.h"
@@ -26,6 +27,7 @@
 #include "weights/matvec.h"
 #include "weights/q1_0/q1_0.h"
 #include "weights/q2_0/q2_0.h"
+#include "weights/q5_k/q5_k.h"
 #include "weights/weight_type.h"
 
 namespace kvq {
@@ -110,7 +112,6 @@ TEST(Repack, OnlyRowMajorQ4_0AndQ8_0WithAWholeGroup) {
   EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ4_1, .rows = 16, .cols = 32}));
   EXPECT_TRUE(CanRepack(Matrix{.type = WeightType::kQ4_K, .rows = 16, .cols = 256}));
   EXPECT_TRUE(CanRepack(Matrix{.type = WeightType::kQ6_K, .rows = 33, .cols = 512}));
-  EXPECT_TRUE(CanRepack(Matrix{.type = WeightType::kQ5_K, .rows = 16, .cols = 256}));
   EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ3_K, .rows = 16, .cols = 256}));
   EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ6_K, .rows = 15, .cols = 256}));
   EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kF32, .rows = 16, .cols = 32}));
@@ -128,6 +129,13 @@ TEST(Repack, OnlyRowMajorQ4_0AndQ8_0WithAWholeGroup) {
     EXPECT_EQ(CanRepack(Matrix{.type = WeightType::kQ2_0, .rows = 16, .cols = 64}), vnni) << hwy::TargetName(target);
   }
   EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ2_0, .rows = 15, .cols = 64}));
+  // Q5_K: only where the interleaved kernel runs x86 byte dots (AVX2 or better; measured there).
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    TargetScope scope(target);
+    const std::string name = weights_q5_k::Kernels().target;
+    const bool x86 = name.rfind("AVX", 0) == 0;
+    EXPECT_EQ(CanRepack(Matrix{.type = WeightType::kQ5_K, .rows = 16, .cols = 256}), x86) << hwy::TargetName(target);
+  }
   EXPECT_FALSE(CanRepack(
       Matrix{.type = WeightType::kQ4_0, .rows = 16, .cols = 32, .layout = MatrixLayout::kInterleaved16}));
 }
