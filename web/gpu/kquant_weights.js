@@ -1,6 +1,6 @@
 // The K-quant weight types on a WebGPU device (ggml's super-blocks of 256 elements; kvq's
 // src/weights/q2_k .. q6_k), in the layouts the module holds them in: the file's rows, and for
-// Q4_K and Q6_K the 16-row groups LoadModel repacks projections and the classifier into
+// Q4_K, Q5_K and Q6_K the 16-row groups LoadModel repacks projections and the classifier into
 // (weights/kquant_repack.h; the last rows % 16 rows stay row-major after the groups). WGSL over
 // w_u8 / w_u16 (kv_formats.js's Readers) and the uniform `dims` {rows, cols, row_bytes,
 // first_byte} of one matrix (or piece of one):
@@ -133,22 +133,31 @@ fn kq_code(row: u32, sb: u32, e: u32) -> i32 {
 }
 ` + kElemNoMin;
 
-// The K-quants below have no repacked layout (weights/kquant_repack.h groups Q4_K and Q6_K only):
-// their WGSL reads the file's rows, where kq_grouped is false.
-
 // Q5_K (q5_k.h): Q4_K's d, dmin and packed 6-bit scales (bytes 0-15), then qh[32] (bit 2c of
 // qh[l]: the 5th bit of element 64c + l, bit 2c + 1: of element 64c + 32 + l) and qs[128] laid
-// out as Q4_K's; code = nibble + 16 · that bit.
+// out as Q4_K's; code = nibble + 16 · that bit. Grouped: Q4_K's d, dmin and scale vectors, then
+// 8 vectors of qh bytes at 256 and Q4_K's 32 code vectors at 768 (kquant_repack.h).
 const kQ5K = kQ4KScales + /* wgsl */ `
 fn kq_code(row: u32, sb: u32, e: u32) -> i32 {
-  let at = kq_at(row, sb);
   let c = e / 64u;
   let r = e % 64u;
-  let byte = w_u8(at + 48u + 32u * c + r % 32u);
-  let high = (w_u8(at + 16u + r % 32u) >> (2u * c + select(0u, 1u, r >= 32u))) & 1u;
+  var byte: u32;
+  var bits: u32;
+  if (kq_grouped(row)) {
+    byte = kq_vector_byte(row, sb, 768u, 32u * c + r % 32u);
+    bits = kq_vector_byte(row, sb, 256u, r % 32u);
+  } else {
+    let at = kq_at(row, sb);
+    byte = w_u8(at + 48u + 32u * c + r % 32u);
+    bits = w_u8(at + 16u + r % 32u);
+  }
+  let high = (bits >> (2u * c + select(0u, 1u, r >= 32u))) & 1u;
   return i32(select(byte >> 4u, byte & 15u, r < 32u) | (high << 4u));
 }
 ` + kElemWithMin;
+
+// Q2_K and Q3_K have no repacked layout (weights/kquant_repack.h): their WGSL reads the file's
+// rows, where kq_grouped is false.
 
 // Q2_K (q2_k.h): [scales 16: sc in the low nibble, m in the high, per 16 elements][qs 64: bits 2k
 // of qs[32h + l] for element 128h + 32k + l][d f16][dmin f16]; code ∈ [0, 3].
@@ -190,7 +199,7 @@ fn kq_code(row: u32, sb: u32, e: u32) -> i32 {
 ` + kElemNoMin;
 
 /** K-quant types kquant_weights.js reads in the interleaved16 layout as well as the file's rows. */
-const kGrouped = {q4_k: true, q6_k: true};
+const kGrouped = {q4_k: true, q6_k: true, q5_k: true};
 
 /** WGSL of kq_* and w_elem for K-quant `type` in `layout` ('rows' or 'interleaved16'). */
 export function KQuantWgsl(type, layout) {

@@ -75,6 +75,7 @@ const kInterleaved16 = {
   // The K-quants' groups (weights/kquant_repack.h) are read by kquant_weights.js.
   q4_k: true,
   q6_k: true,
+  q5_k: true,  // the WebAssembly module keeps Q5_K's rows (weights_q5_k::RepackPays); kvq's groups read as well
 };
 // The others are never repacked by the WebAssembly module: LoadModel repacks Q1_0 and Q2_0 only
 // where their AVX3_DL kernels run (weights_q1_0::RepackPays, weights_q2_0::RepackPays), and no
