@@ -157,7 +157,7 @@ struct DecoderWeights {
   uint64_t fingerprint_seed = 0;
 };
 
-/// Repacks every Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K projection and the classifier into
+/// Repacks every Q4_0 / Q8_0 / Q4_K / Q6_K projection (Q5_K where weights_q5_k::RepackPays) and the classifier into
 /// MatrixLayout::kInterleaved16 for the interleaved kernels (one allocation, `repacked`), once at
 /// load, and the routed experts' stacked tensors where each expert's rows are a multiple of 16
 /// (then each expert's slice is its own matrix repacked: ExpertMatrix); the file is unchanged and the fingerprint still hashes its bytes. The token embedding stays row-major (it is read by
