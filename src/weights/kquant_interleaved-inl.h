@@ -3,10 +3,11 @@
 // weight vector used for every token of the step, so prefill reads a group's weights once per T
 // tokens instead of once per token). Include after kquant_rows-inl.h (its KVQ_KQUANT_X86_ATTR); a
 // type supplies a policy B:
-//   static constexpr WeightType kType   the type (Q4_K, Q5_K, Q6_K)
-//   static constexpr int64_t kBytes     bytes per plain super-block (144, 176, 210)
-//   static constexpr bool kSub16        scales per 16 elements (Q6_K) rather than per 32 with mins
+//   static constexpr WeightType kType   the type (Q3_K, Q4_K, Q5_K, Q6_K)
+//   static constexpr int64_t kBytes     bytes per plain super-block (110, 144, 176, 210)
+//   static constexpr bool kSub16        scales per 16 elements (Q3_K, Q6_K) rather than per 32 with mins
 //   static constexpr int kHighTimes     (not kSub16) the factor an odd block's dot carries (below)
+//   static constexpr int kSubTimes[2]   (kSub16) the factors sub-blocks 2b and 2b+1's dots carry
 //   x86 AVX2 or better:
 //     template <class V, int T> static void Step(g, x0, cols, t0, y, y_stride, r, half)
 //         the group at g (rows r..r+15, or the half's 8 of them where V has 8 lanes) times
@@ -23,8 +24,9 @@
 //          16: VNNI reads the nibbles unshifted; the same value barring underflow, and the same
 //          operations everywhere. Q5_K's high codes carry their 5th bit, 16·u would not fit a byte:
 //          kHighTimes 1, the plain form)
-//   Q6_K:  acc_e = fma(fl((d·sc_e/4)·d_x), 4·I_e, acc_e) for the block's sub-blocks e = 0, 1 of 16,
-//          y = acc_0 + acc_1 (VNNI reads the codes as 4·u, unshifted; the value of
+//   Q3_K, Q6_K:  acc_e = fma(fl((d·sc_e/k_e)·d_x), k_e·I_e, acc_e) for the block's sub-blocks e = 0, 1
+//          of 16, y = acc_0 + acc_1, k_e = kSubTimes[e] (Q6_K 4, 4: VNNI reads the codes as 4·u,
+//          unshifted; Q3_K 1, 8: sub-block 2b+1's codes are read as 8·u in bits 3-5; the value of
 //          fma(fl(d·sc_e·d_x), I_e, acc_e) barring underflow, and the same operations everywhere)
 // d·sc and dmin·m are exact (11 × ≤ 8 significant bits), I and Σq exact in f32 (< 2^24). Each term
 // is rounded once for its scale, once per activation block by its accumulator's FMA (n_blocks)
@@ -75,6 +77,7 @@ struct KqRowsVec {
   static KVQ_KQUANT_X86_ATTR inline I Set32(int32_t v) { return _mm512_set1_epi32(v); }
   static KVQ_KQUANT_X86_ATTR inline I And(I a, I b) { return _mm512_and_si512(a, b); }
   static KVQ_KQUANT_X86_ATTR inline I Or(I a, I b) { return _mm512_or_si512(a, b); }
+  static KVQ_KQUANT_X86_ATTR inline I Sub8(I a, I b) { return _mm512_sub_epi8(a, b); }
   template <int N> static KVQ_KQUANT_X86_ATTR inline I Srli16(I v) { return _mm512_srli_epi16(v, N); }
   template <int N> static KVQ_KQUANT_X86_ATTR inline I Slli16(I v) { return _mm512_slli_epi16(v, N); }
   static KVQ_KQUANT_X86_ATTR inline I Srl32(I v, int n) { return _mm512_srl_epi32(v, _mm_cvtsi32_si128(n)); }
@@ -136,12 +139,13 @@ struct KqRowsVec {
   static inline I Set32(int32_t v) { return _mm256_set1_epi32(v); }
   static inline I And(I a, I b) { return _mm256_and_si256(a, b); }
   static inline I Or(I a, I b) { return _mm256_or_si256(a, b); }
+  static inline I Sub8(I a, I b) { return _mm256_sub_epi8(a, b); }
   template <int N> static inline I Srli16(I v) { return _mm256_srli_epi16(v, N); }
   template <int N> static inline I Slli16(I v) { return _mm256_slli_epi16(v, N); }
   static inline I Srl32(I v, int n) { return _mm256_srl_epi32(v, _mm_cvtsi32_si128(n)); }
   static inline I Sll32(I v, int n) { return _mm256_sll_epi32(v, _mm_cvtsi32_si128(n)); }
   static inline I Srai32_24(I v) { return _mm256_srai_epi32(v, 24); }
-  /// maddubs: u ≤ 63, |q| ≤ 127, so a pair is at most 16002 (no saturation).
+  /// maddubs: u ≤ 63 (Q3_K's 8·u ≤ 56), |q| ≤ 127, so a pair is at most 16002 (no saturation).
   static inline I Dot(I acc, I u, const int8_t* q) {
     int32_t four;
     std::memcpy(&four, q, 4);
@@ -234,7 +238,7 @@ void KQuantInterleavedRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tok
       const float* dx = x0.d + t * n_blocks;       // [n_blocks]
       const int32_t* sum = x0.sum + t * n_blocks;  // [n_blocks]
       for (int64_t j = 0; j < kKqIlRows; ++j) {
-        float acc = 0.0f, macc = 0.0f;  // Q6_K: acc and macc are acc_0 and acc_1
+        float acc = 0.0f, macc = 0.0f;  // kSub16: acc and macc are acc_0 and acc_1
         for (int64_t sb = 0; sb < n_super; ++sb) {
           GatherKQuantBlock(kType, g + sb * kKqIlRows * B::kBytes, j, plain);
           B::Ints(plain, &k);
@@ -243,11 +247,12 @@ void KQuantInterleavedRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tok
             int32_t dot[2] = {0, 0};  // the two 16-element halves
             for (int64_t l = 0; l < 32; ++l) dot[l / 16] += k.code[32 * b + l] * q[32 * ab + l];
             if constexpr (B::kSub16) {
-              // As the x86 kernels: each sub-block's dot 4× and its scale / 4 (both exact).
-              const float ds0 = (k.d * static_cast<float>(k.sc[2 * b])) * 0.25f;
-              const float ds1 = (k.d * static_cast<float>(k.sc[2 * b + 1])) * 0.25f;
-              acc = std::fma(ds0 * dx[ab], static_cast<float>(4 * dot[0]), acc);
-              macc = std::fma(ds1 * dx[ab], static_cast<float>(4 * dot[1]), macc);
+              // As the x86 kernels: sub-block e's dot kSubTimes[e]× and its scale / kSubTimes[e]
+              // (both exact).
+              const float ds0 = (k.d * static_cast<float>(k.sc[2 * b])) * (1.0f / B::kSubTimes[0]);
+              const float ds1 = (k.d * static_cast<float>(k.sc[2 * b + 1])) * (1.0f / B::kSubTimes[1]);
+              acc = std::fma(ds0 * dx[ab], static_cast<float>(B::kSubTimes[0] * dot[0]), acc);
+              macc = std::fma(ds1 * dx[ab], static_cast<float>(B::kSubTimes[1] * dot[1]), macc);
             } else {
               // As the x86 kernels: an odd block's dot kHighTimes× and its scale / kHighTimes (both exact).
               const int times = b % 2 == 1 ? B::kHighTimes : 1;

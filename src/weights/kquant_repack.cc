@@ -1,5 +1,5 @@
 // InterleaveKQuantBlock and GatherKQuantBlock (see kquant_repack.h): the byte moves between the
-// file's Q4_K / Q5_K / Q6_K super-blocks and a 16-row group's super-block, in plain C++ (a load-time
+// file's Q3_K / Q4_K / Q5_K / Q6_K super-blocks and a 16-row group's super-block, in plain C++ (a load-time
 // pass, and the oracle's view of a repacked matrix).
 #include "weights/kquant_repack.h"
 
@@ -32,13 +32,73 @@ int64_t Q6CodeByte(int64_t j, int e) {
   return kQ6_KGroupScaleBytes + (3 * s + v) * kVector + 4 * j + i;
 }
 
+// Q3_K (q3_k.h): u = code + 4 of element e of a plain block (its low 2 bits in qs, bit 2 in
+// hmask), and writing it back.
+int Q3U(const uint8_t* block, int e) {
+  const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+  return ((block[32 + 32 * h + l] >> (2 * k)) & 3) | ((block[l] >> (4 * h + k)) & 1) << 2;
+}
+
+void Q3SetU(uint8_t* block, int e, int u) {
+  const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+  block[32 + 32 * h + l] |= static_cast<uint8_t>((u & 3) << (2 * k));
+  block[l] |= static_cast<uint8_t>((u >> 2) << (4 * h + k));
+}
+
+// Q3_K group layout: the byte of row j holding u of element e in bits 0-2 (sub-block 2b) or 3-5
+// (2b+1), for the chunks v = 0..2 of each sub-block.
+int64_t Q3CodeByte(int64_t j, int e) {
+  const int b = e / 32, v = (e % 16) / 4, i = e % 4;
+  return kQ3_KGroupScaleBytes + (3 * b + v) * kVector + 4 * j + i;
+}
+
+void InterleaveQ3_K(const uint8_t* rows, int64_t row_bytes, int64_t sb, uint8_t* out) {
+  for (int64_t j = 0; j < kRows; ++j) {
+    const uint8_t* src = rows + j * row_bytes + sb * 110;
+    std::memcpy(out + 2 * j, src + 108, 2);  // d
+    for (int64_t v = 0; v < 3; ++v) std::memcpy(out + 32 + v * kVector + 4 * j, src + 96 + 4 * v, 4);
+    for (int b = 0; b < 8; ++b) {
+      for (int i = 0; i < 4; ++i) {
+        const int u3 = Q3U(src, 32 * b + 12 + i), u7 = Q3U(src, 32 * b + 28 + i);  // the chunks 3
+        const int top[3] = {u3 & 3, u7 & 3, (u3 >> 2) | (u7 >> 2) << 1};            // bits 6-7
+        for (int v = 0; v < 3; ++v) {
+          const int e = 32 * b + 4 * v + i;
+          out[Q3CodeByte(j, e)] = static_cast<uint8_t>(Q3U(src, e) | Q3U(src, e + 16) << 3 | top[v] << 6);
+        }
+      }
+    }
+  }
+}
+
+void GatherQ3_K(const uint8_t* group_block, int64_t j, uint8_t* out) {
+  std::memset(out, 0, 96);
+  std::memcpy(out + 108, group_block + 2 * j, 2);
+  for (int64_t v = 0; v < 3; ++v) std::memcpy(out + 96 + 4 * v, group_block + 32 + v * kVector + 4 * j, 4);
+  for (int b = 0; b < 8; ++b) {
+    for (int i = 0; i < 4; ++i) {
+      const int e0 = 32 * b + i;
+      int top[3];  // bits 6-7 of the 3 vectors' bytes
+      for (int v = 0; v < 3; ++v) {
+        const int byte = group_block[Q3CodeByte(j, e0 + 4 * v)];
+        Q3SetU(out, e0 + 4 * v, byte & 7);
+        Q3SetU(out, e0 + 16 + 4 * v, (byte >> 3) & 7);
+        top[v] = byte >> 6;
+      }
+      Q3SetU(out, e0 + 12, top[0] | (top[2] & 1) << 2);
+      Q3SetU(out, e0 + 28, top[1] | (top[2] >> 1) << 2);
+    }
+  }
+}
+
 }  // namespace
 
 bool IsInterleavedKQuant(WeightType type) {
-  return type == WeightType::kQ4_K || type == WeightType::kQ5_K || type == WeightType::kQ6_K;
+  return type == WeightType::kQ3_K || type == WeightType::kQ4_K || type == WeightType::kQ5_K ||
+         type == WeightType::kQ6_K;
 }
 
 void InterleaveKQuantBlock(WeightType type, const uint8_t* rows, int64_t row_bytes, int64_t sb, uint8_t* out) {
+  if (type == WeightType::kQ3_K) return InterleaveQ3_K(rows, row_bytes, sb, out);
   if (type == WeightType::kQ4_K || type == WeightType::kQ5_K) {
     const bool q5 = type == WeightType::kQ5_K;
     const int64_t bb = q5 ? 176 : 144, qs_at = q5 ? 48 : 16;  // the plain block's size and codes
@@ -72,6 +132,7 @@ void InterleaveKQuantBlock(WeightType type, const uint8_t* rows, int64_t row_byt
 }
 
 void GatherKQuantBlock(WeightType type, const uint8_t* group_block, int64_t j, uint8_t* out) {
+  if (type == WeightType::kQ3_K) return GatherQ3_K(group_block, j, out);
   if (type == WeightType::kQ4_K || type == WeightType::kQ5_K) {
     const bool q5 = type == WeightType::kQ5_K;
     const int64_t qs_at = q5 ? 48 : 16, codes_at = q5 ? kQ5_KGroupScaleBytes : kQ4_KGroupScaleBytes;

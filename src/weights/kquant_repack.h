@@ -1,4 +1,4 @@
-// Q4_K / Q5_K / Q6_K matrices repacked at load for the interleaved K-quant kernels
+// Q3_K / Q4_K / Q5_K / Q6_K matrices repacked at load for the interleaved K-quant kernels
 // (MatrixLayout::kInterleaved16, as Q4_0 / Q8_0 in weights/repack.h): 16 rows per group, per
 // super-block of 256 the 16 rows' scales together and their codes 4 elements per row in turn, so
 // one 512-bit byte dot (vpdpbusd) makes int32 lane j = row j's partial dot of 4 elements with the
@@ -27,6 +27,15 @@
 //   bytes 288-3359  per sub-block s = 0..15, 3 vectors v = 0..2 at 288 + (3s + v)·64: byte 4j+i =
 //                   u of row j's element 16s+4v+i, shifted left by 2, | bits 2v..2v+1 of u of
 //                   its element 16s+12+i (in bits 0-1)
+// Q3_K (q3_k.h), a group's super-block, 1760 bytes; codes re-cut so that an activation block's 32
+// elements are 3 vectors and unpack by masks (u = the unsigned 3-bit code, code + 4):
+//   bytes 0-31      d of rows 0..15
+//   bytes 32-223    3 vectors: vector v, byte 4j+i = row j's scales[4v+i] (the packed 12 bytes)
+//   bytes 224-1759  per activation block b = 0..7, 3 vectors v = 0..2 at 224 + (3b + v)·64: byte 4j+i
+//                   of vector v holds u of row j's element 32b+4v+i in bits 0-2 (chunk v of sub-block
+//                   2b) and of its element 32b+16+4v+i in bits 3-5 (chunk v of sub-block 2b+1); bits
+//                   6-7 hold the chunks 3: in vector 0 bits 0-1 of u of element 32b+12+i, in vector 1
+//                   those of element 32b+28+i, in vector 2 bit 2 of each (bit 6, bit 7)
 // The last rows % 16 rows follow the groups row-major, as in repack.h.
 #pragma once
 
@@ -41,8 +50,9 @@ inline constexpr int64_t kQ5_KGroupScaleBytes = 768;  // Q4_K's 256, then the 8 
 inline constexpr int64_t kQ5_KGroupHighBitsAt = 256;  // the qh vectors
 inline constexpr int64_t kQ6_KGroupScaleBytes = 288;  // d, the 16 scale vectors; the codes follow
 inline constexpr int64_t kQ6_KGroupScalesAt = 32;     // the scale vectors
+inline constexpr int64_t kQ3_KGroupScaleBytes = 224;  // d, the 3 scale vectors; the codes follow
 
-/// Whether `type` has an interleaved K-quant layout (Q4_K, Q5_K, Q6_K).
+/// Whether `type` has an interleaved K-quant layout (Q3_K, Q4_K, Q5_K, Q6_K).
 bool IsInterleavedKQuant(WeightType type);
 
 /// rows [16][row_bytes] plain, super-block sb of each -> the group's super-block (bytes above).

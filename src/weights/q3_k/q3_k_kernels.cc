@@ -9,6 +9,7 @@
 #include <hwy/highway.h>
 
 #include "weights/kquant_rows-inl.h"
+#include "weights/kquant_interleaved-inl.h"
 #include "weights/q3_k/q3_k.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -70,7 +71,120 @@ struct Q3_KBlock {
 #endif
 };
 
-const WeightKernels& Q3_KWeightKernelsHere() { return MakeKQuantKernels<Q3_KBlock>(); }
+// The 16-row interleaved layout (weights/kquant_repack.h) for KQuantInterleavedRows.
+struct Q3_KInterleaved {
+  static constexpr WeightType kType = WeightType::kQ3_K;
+  static constexpr int64_t kBytes = 110;
+  static constexpr bool kSub16 = true;
+  static constexpr int kSubTimes[2] = {1, 8};
+  static constexpr int64_t kGroupBlock = kKqIlRows * kBytes;  // a group's super-block
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  // Per super-block: the rows' d and their sixteen scales, four sub-blocks to a vector (kquant.h's
+  // KQuantScales6x16 on 32-bit lanes, less 32 per byte: byte k of lane j is row j's sc of sub-block
+  // 4v+k, int8), and per token −4·Σq over each sub-block's 16 codes (Q3_KBlock's activation offsets
+  // summed; 8× for the odd sub-blocks). Per activation block b its 3 code vectors: sub-block 2b's
+  // chunks 0-2 are bits 0-2 (u, one AND each), 2b+1's bits 3-5 (8·u, one AND each), the chunks 3
+  // are gathered from bits 6-7. Sub-block 2b's lanes end at the exact Σ (u − 4)·q, taken with
+  // fl(d·sc) (exact), into acc_0; 2b+1's at 8· that, with fl(d·sc)/8 (exact), into acc_1.
+  template <class V, int T>
+  static KVQ_KQUANT_X86_ATTR void Step(const uint8_t* g, const QuantizedX& x0, int64_t cols, int64_t t0, float* y,
+                                       int64_t y_stride, int64_t r, int half) {
+    using I = typename V::I;
+    using F = typename V::F;
+    const int64_t n_super = cols / kKQuantBlockElems;
+    const int64_t n_blocks = cols / 32;
+    const int8_t* q[T];     // token t's codes [cols]
+    const float* dx[T];     // [n_blocks]
+    const int32_t* off[T];  // [cols / 4] −4·Σq per 4 codes
+    F acc[2][T];
+    for (int t = 0; t < T; ++t) {
+      q[t] = x0.q + (t0 + t) * cols;
+      dx[t] = x0.d + (t0 + t) * n_blocks;
+      off[t] = x0.offset + (t0 + t) * (cols / 4);
+      acc[0][t] = V::Zero();
+      acc[1][t] = V::Zero();
+    }
+    // hadd of hadd leaves the 4-sums of 8 consecutive groups in the order 0, 2, 4, 6, 1, 3, 5, 7.
+    const __m256i quad_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256i odd_times8 = _mm256_setr_epi32(0, 3, 0, 3, 0, 3, 0, 3);  // shift counts
+    const I low = V::Set32(0x0F0F0F0F), three = V::Set32(0x03030303), bias = V::Set32(0x20202020),
+            bits02 = V::Set32(0x07070707), bits35 = V::Set32(0x38383838), bit2 = V::Set32(0x04040404),
+            bits34 = V::Set32(0x18181818), bit5 = V::Set32(0x20202020);
+    const F eighth = V::Set1(0.125f);
+    for (int64_t sb = 0; sb < n_super; ++sb) {
+      const uint8_t* blk = g + sb * kGroupBlock;
+      alignas(32) int32_t start[T][16];  // [token][sub-block] −4·Σq over its 16 codes, × kSubTimes
+      for (int t = 0; t < T; ++t) {
+        for (int h = 0; h < 2; ++h) {
+          const __m256i* o = reinterpret_cast<const __m256i*>(off[t] + sb * 64 + 32 * h);
+          const __m256i s01 = _mm256_hadd_epi32(_mm256_loadu_si256(o), _mm256_loadu_si256(o + 1));
+          const __m256i s23 = _mm256_hadd_epi32(_mm256_loadu_si256(o + 2), _mm256_loadu_si256(o + 3));
+          const __m256i sums = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(s01, s23), quad_order);
+          _mm256_store_si256(reinterpret_cast<__m256i*>(start[t] + 8 * h), _mm256_sllv_epi32(sums, odd_times8));
+        }
+      }
+      const F d = V::Halves(blk, half);
+      // 16-bit shifts: every bit kept comes from its own byte (masks drop what the next byte brings).
+      const I a = V::Load(blk + 32, half), b = V::Load(blk + 96, half), c = V::Load(blk + 160, half);
+      const I sc[4] = {V::Sub8(V::Or(V::And(a, low), V::template Slli16<4>(V::And(c, three))), bias),
+                       V::Sub8(V::Or(V::And(b, low), V::template Slli16<4>(V::And(V::template Srli16<2>(c), three))), bias),
+                       V::Sub8(V::Or(V::And(V::template Srli16<4>(a), low),
+                                     V::template Slli16<4>(V::And(V::template Srli16<4>(c), three))), bias),
+                       V::Sub8(V::Or(V::And(V::template Srli16<4>(b), low),
+                                     V::template Slli16<4>(V::And(V::template Srli16<6>(c), three))), bias)};
+      for (int blk8 = 0; blk8 < 8; ++blk8) {  // activation block sb·8 + blk8: sub-blocks s0, s0 + 1
+        KqPrefetch<T>(blk + blk8 * (kGroupBlock / 8), kGroupBlock / 8);
+        const int64_t ab = sb * 8 + blk8;
+        const int s0 = 2 * blk8;
+        const uint8_t* codes = blk + kQ3_KGroupScaleBytes + 3 * blk8 * 64;
+        const I v0 = V::Load(codes, half), v1 = V::Load(codes + 64, half), v2 = V::Load(codes + 128, half);
+        const I u0[4] = {V::And(v0, bits02), V::And(v1, bits02), V::And(v2, bits02),
+                         V::Or(V::And(V::template Srli16<6>(v0), three), V::And(V::template Srli16<4>(v2), bit2))};
+        const I u1[4] = {V::And(v0, bits35), V::And(v1, bits35), V::And(v2, bits35),
+                         V::Or(V::And(V::template Srli16<3>(v1), bits34), V::And(V::template Srli16<2>(v2), bit5))};
+        // Sub-block s's sc: byte s % 4 of sc[s / 4]'s lanes, sign-extended.
+        const I sc0 = V::Srai32_24(V::Sll32(sc[s0 / 4], 24 - 8 * (s0 % 4)));
+        const I sc1 = V::Srai32_24(V::Sll32(sc[s0 / 4], 16 - 8 * (s0 % 4)));
+        const F dsc0 = V::Mul(d, V::Cvt(sc0));                  // exact
+        const F dsc1 = V::Mul(V::Mul(d, V::Cvt(sc1)), eighth);  // exact
+        for (int t = 0; t < T; ++t) {
+          const int8_t* qs = q[t] + ab * 32;
+          I dot0 = V::Set32(start[t][s0]), dot1 = V::Set32(start[t][s0 + 1]);
+          for (int kk = 0; kk < 4; ++kk) {
+            dot0 = V::Dot(dot0, u0[kk], qs + 4 * kk);
+            dot1 = V::Dot(dot1, u1[kk], qs + 16 + 4 * kk);
+          }
+          acc[0][t] = V::Fma(V::Mul(dsc0, V::Set1(dx[t][ab])), V::Cvt(dot0), acc[0][t]);
+          acc[1][t] = V::Fma(V::Mul(dsc1, V::Set1(dx[t][ab])), V::Cvt(dot1), acc[1][t]);
+        }
+      }
+    }
+    for (int t = 0; t < T; ++t) {
+      V::Store(y + (t0 + t) * y_stride + r + V::kLanes * half, V::Add(acc[0][t], acc[1][t]));
+    }
+  }
+#else
+  static void Ints(const uint8_t* block, KQuantInts* out) { weights_q3_k::Ints(block, out); }
+#endif
+};
+
+const WeightKernels& Q3_KWeightKernelsHere() {
+  static const WeightKernels kKernels = [] {
+    WeightKernels k = MakeKQuantKernels<Q3_KBlock>();
+    k.interleaved_rows = &KQuantInterleavedRows<Q3_KInterleaved>;
+    return k;
+  }();
+  return kKernels;
+}
+
+// weights_q3_k::RepackPays (q3_k.h) for this target.
+bool Q3_KRepackPaysHere() {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  return true;
+#else
+  return false;
+#endif
+}
 
 }  // namespace HWY_NAMESPACE
 }  // namespace kvq
@@ -79,6 +193,8 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace kvq::weights_q3_k {
 HWY_EXPORT(Q3_KWeightKernelsHere);
+HWY_EXPORT(Q3_KRepackPaysHere);
 const WeightKernels& Kernels() { return HWY_DYNAMIC_DISPATCH(Q3_KWeightKernelsHere)(); }
+bool RepackPays() { return HWY_DYNAMIC_DISPATCH(Q3_KRepackPaysHere)(); }
 }  // namespace kvq::weights_q3_k
 #endif

@@ -77,6 +77,7 @@ struct Q6_KInterleaved {
   static constexpr WeightType kType = WeightType::kQ6_K;
   static constexpr int64_t kBytes = 210;
   static constexpr bool kSub16 = true;
+  static constexpr int kSubTimes[2] = {4, 4};
   static constexpr int64_t kGroupBlock = kKqIlRows * kBytes;  // a group's super-block
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
   // Per sub-block of 16 (4 chunks of 4 elements, kquant_repack.h): its 3 code vectors give the
