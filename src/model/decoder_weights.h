@@ -146,7 +146,7 @@ struct DecoderWeights {
   const float* final_norm = nullptr; // [dim]
   Matrix classifier;                 // [vocab][dim]
   std::shared_ptr<void> storage;     // the mapped file
-  /// The Q4_0 / Q8_0 / Q3_K / Q4_K / Q5_K / Q6_K matrices repacked by RepackWeights (weights/repack.h), back to
+  /// The Q4_0 / Q8_0 / Q2_K / Q3_K / Q4_K / Q5_K / Q6_K matrices repacked by RepackWeights (weights/repack.h), back to
   /// back; the matrices' views point here instead of into `storage`. Null until repacked.
   std::shared_ptr<uint8_t[]> repacked;
   std::string source;                // path, for messages
@@ -157,7 +157,7 @@ struct DecoderWeights {
   uint64_t fingerprint_seed = 0;
 };
 
-/// Repacks every Q4_0 / Q8_0 / Q4_K / Q6_K projection (Q3_K and Q5_K where their RepackPays) and the classifier into
+/// Repacks every Q4_0 / Q8_0 / Q4_K / Q6_K projection (Q2_K, Q3_K and Q5_K where their RepackPays) and the classifier into
 /// MatrixLayout::kInterleaved16 for the interleaved kernels (one allocation, `repacked`), once at
 /// load, and the routed experts' stacked tensors where each expert's rows are a multiple of 16
 /// (then each expert's slice is its own matrix repacked: ExpertMatrix); the file is unchanged and the fingerprint still hashes its bytes. The token embedding stays row-major (it is read by

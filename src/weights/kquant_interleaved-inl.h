@@ -3,9 +3,10 @@
 // weight vector used for every token of the step, so prefill reads a group's weights once per T
 // tokens instead of once per token). Include after kquant_rows-inl.h (its KVQ_KQUANT_X86_ATTR); a
 // type supplies a policy B:
-//   static constexpr WeightType kType   the type (Q3_K, Q4_K, Q5_K, Q6_K)
-//   static constexpr int64_t kBytes     bytes per plain super-block (110, 144, 176, 210)
-//   static constexpr bool kSub16        scales per 16 elements (Q3_K, Q6_K) rather than per 32 with mins
+//   static constexpr WeightType kType   the type (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)
+//   static constexpr int64_t kBytes     bytes per plain super-block (84, 110, 144, 176, 210)
+//   static constexpr bool kSub16        scales per 16 elements (Q2_K, Q3_K, Q6_K) rather than per 32
+//                                       with mins
 //   static constexpr int kHighTimes     (not kSub16) the factor an odd block's dot carries (below)
 //   static constexpr int kSubTimes[2]   (kSub16) the factors sub-blocks 2b and 2b+1's dots carry
 //   x86 AVX2 or better:
@@ -24,6 +25,10 @@
 //          16: VNNI reads the nibbles unshifted; the same value barring underflow, and the same
 //          operations everywhere. Q5_K's high codes carry their 5th bit, 16·u would not fit a byte:
 //          kHighTimes 1, the plain form)
+//   Q2_K (scales and mins per 16): per block, M = sc_2b·I_2b + sc_2b+1·I_2b+1 and
+//          N = m_2b·S_2b + m_2b+1·S_2b+1 (S the sums of the sub-blocks' 16 activation codes), exact in
+//          f32 (< 2^18), then acc = fma(fl(d·d_x), M, acc), macc = fma(fl(dmin·d_x), N, macc),
+//          y = acc − macc
 //   Q3_K, Q6_K:  acc_e = fma(fl((d·sc_e/k_e)·d_x), k_e·I_e, acc_e) for the block's sub-blocks e = 0, 1
 //          of 16, y = acc_0 + acc_1, k_e = kSubTimes[e] (Q6_K 4, 4: VNNI reads the codes as 4·u,
 //          unshifted; Q3_K 1, 8: sub-block 2b+1's codes are read as 8·u in bits 3-5; the value of
@@ -107,6 +112,12 @@ struct KqRowsVec {
   /// The dot of Q6Codes / Q6Last bytes, as 4·Σ u·q: already.
   static KVQ_KQUANT_X86_ATTR inline I Q6FourTimes(I dot) { return dot; }
   static constexpr int32_t kQ6StartScale = 4;  // the lanes start at 4·(−32·Σq)
+  /// Q2_K (kquant_repack.h): sub-block k's codes of a code vector as 4^k·code, unshifted (≤ 192:
+  /// vpdpbusd takes any unsigned byte), and their dot as 4^k·Σ code·q: already.
+  static KVQ_KQUANT_X86_ATTR inline I Q2Codes(I v, int k) {
+    return _mm512_and_si512(v, _mm512_set1_epi8(static_cast<char>(3 << (2 * k))));
+  }
+  static KVQ_KQUANT_X86_ATTR inline I Q2Times(I dot, int) { return dot; }
   /// Sub-block scales: 16 int8 at p (row j at j) -> int32 lanes.
   static KVQ_KQUANT_X86_ATTR inline I ScalesI8(const uint8_t* p, int) {
     return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -167,6 +178,10 @@ struct KqRowsVec {
   }
   static inline I Q6FourTimes(I dot) { return _mm256_slli_epi32(dot, 2); }
   static constexpr int32_t kQ6StartScale = 1;
+  /// Q2_K: the codes themselves (4^k·code pairs would saturate maddubs; a 32-bit shift, the bits
+  /// kept are the byte's own), and the dot scaled by 4^k after: the VNNI path's 4^k·Σ code·q, exact.
+  static inline I Q2Codes(I v, int k) { return _mm256_and_si256(Srl32(v, 2 * k), _mm256_set1_epi8(3)); }
+  static inline I Q2Times(I dot, int k) { return Sll32(dot, 2 * k); }
   static inline I ScalesI8(const uint8_t* p, int half) {
     return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * half)));
   }
@@ -246,7 +261,15 @@ void KQuantInterleavedRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tok
             const int64_t ab = sb * 8 + b;
             int32_t dot[2] = {0, 0};  // the two 16-element halves
             for (int64_t l = 0; l < 32; ++l) dot[l / 16] += k.code[32 * b + l] * q[32 * ab + l];
-            if constexpr (B::kSub16) {
+            if constexpr (B::kType == WeightType::kQ2_K) {
+              // As the x86 kernel: both sub-blocks' scaled dots and mins summed exactly, one FMA each.
+              int32_t s[2] = {0, 0};  // the two halves' Σq
+              for (int64_t l = 0; l < 32; ++l) s[l / 16] += q[32 * ab + l];
+              const float main = static_cast<float>(k.sc[2 * b] * dot[0] + k.sc[2 * b + 1] * dot[1]);
+              const float mins = static_cast<float>(k.m[2 * b] * s[0] + k.m[2 * b + 1] * s[1]);
+              acc = std::fma(k.d * dx[ab], main, acc);
+              macc = std::fma(k.dmin * dx[ab], mins, macc);
+            } else if constexpr (B::kSub16) {
               // As the x86 kernels: sub-block e's dot kSubTimes[e]× and its scale / kSubTimes[e]
               // (both exact).
               const float ds0 = (k.d * static_cast<float>(k.sc[2 * b])) * (1.0f / B::kSubTimes[0]);
@@ -262,7 +285,7 @@ void KQuantInterleavedRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tok
             }
           }
         }
-        y[t * y_stride + r + j] = B::kSub16 ? acc + macc : acc - macc;
+        y[t * y_stride + r + j] = B::kSub16 && B::kType != WeightType::kQ2_K ? acc + macc : acc - macc;
       }
     }
   }

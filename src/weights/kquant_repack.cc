@@ -1,5 +1,5 @@
 // InterleaveKQuantBlock and GatherKQuantBlock (see kquant_repack.h): the byte moves between the
-// file's Q3_K / Q4_K / Q5_K / Q6_K super-blocks and a 16-row group's super-block, in plain C++ (a load-time
+// file's Q2_K / Q3_K / Q4_K / Q5_K / Q6_K super-blocks and a 16-row group's super-block, in plain C++ (a load-time
 // pass, and the oracle's view of a repacked matrix).
 #include "weights/kquant_repack.h"
 
@@ -90,14 +90,50 @@ void GatherQ3_K(const uint8_t* group_block, int64_t j, uint8_t* out) {
   }
 }
 
+// Q2_K (q2_k.h): the byte of a plain block holding element e's code, and its shift; the byte of
+// row j in a group's super-block holding it, and its shift.
+int64_t Q2PlainByte(int e) { return 16 + 32 * (e / 128) + e % 32; }
+int Q2PlainShift(int e) { return 2 * ((e % 128) / 32); }
+int64_t Q2GroupByte(int64_t j, int e) {
+  const int s = e / 16, c = (e % 16) / 4, i = e % 4;
+  return kQ2_KGroupScaleBytes + (4 * (s / 4) + c) * kVector + 4 * j + i;
+}
+int Q2GroupShift(int e) { return 2 * ((e / 16) % 4); }
+
+void InterleaveQ2_K(const uint8_t* rows, int64_t row_bytes, int64_t sb, uint8_t* out) {
+  for (int64_t j = 0; j < kRows; ++j) {
+    const uint8_t* src = rows + j * row_bytes + sb * 84;
+    std::memcpy(out + 2 * j, src + 80, 2);       // d
+    std::memcpy(out + 32 + 2 * j, src + 82, 2);  // dmin
+    for (int64_t p = 0; p < 4; ++p) std::memcpy(out + kQ2_KGroupScalesAt + p * kVector + 4 * j, src + 4 * p, 4);
+    for (int e = 0; e < 256; ++e) out[Q2GroupByte(j, e)] = 0;
+    for (int e = 0; e < 256; ++e) {
+      const int code = (src[Q2PlainByte(e)] >> Q2PlainShift(e)) & 3;
+      out[Q2GroupByte(j, e)] |= static_cast<uint8_t>(code << Q2GroupShift(e));
+    }
+  }
+}
+
+void GatherQ2_K(const uint8_t* group_block, int64_t j, uint8_t* out) {
+  std::memset(out, 0, 84);
+  std::memcpy(out + 80, group_block + 2 * j, 2);
+  std::memcpy(out + 82, group_block + 32 + 2 * j, 2);
+  for (int64_t p = 0; p < 4; ++p) std::memcpy(out + 4 * p, group_block + kQ2_KGroupScalesAt + p * kVector + 4 * j, 4);
+  for (int e = 0; e < 256; ++e) {
+    const int code = (group_block[Q2GroupByte(j, e)] >> Q2GroupShift(e)) & 3;
+    out[Q2PlainByte(e)] |= static_cast<uint8_t>(code << Q2PlainShift(e));
+  }
+}
+
 }  // namespace
 
 bool IsInterleavedKQuant(WeightType type) {
-  return type == WeightType::kQ3_K || type == WeightType::kQ4_K || type == WeightType::kQ5_K ||
+  return type == WeightType::kQ2_K || type == WeightType::kQ3_K || type == WeightType::kQ4_K || type == WeightType::kQ5_K ||
          type == WeightType::kQ6_K;
 }
 
 void InterleaveKQuantBlock(WeightType type, const uint8_t* rows, int64_t row_bytes, int64_t sb, uint8_t* out) {
+  if (type == WeightType::kQ2_K) return InterleaveQ2_K(rows, row_bytes, sb, out);
   if (type == WeightType::kQ3_K) return InterleaveQ3_K(rows, row_bytes, sb, out);
   if (type == WeightType::kQ4_K || type == WeightType::kQ5_K) {
     const bool q5 = type == WeightType::kQ5_K;
@@ -132,6 +168,7 @@ void InterleaveKQuantBlock(WeightType type, const uint8_t* rows, int64_t row_byt
 }
 
 void GatherKQuantBlock(WeightType type, const uint8_t* group_block, int64_t j, uint8_t* out) {
+  if (type == WeightType::kQ2_K) return GatherQ2_K(group_block, j, out);
   if (type == WeightType::kQ3_K) return GatherQ3_K(group_block, j, out);
   if (type == WeightType::kQ4_K || type == WeightType::kQ5_K) {
     const bool q5 = type == WeightType::kQ5_K;

@@ -1,4 +1,4 @@
-// Q3_K / Q4_K / Q5_K / Q6_K matrices repacked at load for the interleaved K-quant kernels
+// Q2_K / Q3_K / Q4_K / Q5_K / Q6_K matrices repacked at load for the interleaved K-quant kernels
 // (MatrixLayout::kInterleaved16, as Q4_0 / Q8_0 in weights/repack.h): 16 rows per group, per
 // super-block of 256 the 16 rows' scales together and their codes 4 elements per row in turn, so
 // one 512-bit byte dot (vpdpbusd) makes int32 lane j = row j's partial dot of 4 elements with the
@@ -36,6 +36,15 @@
 //                   2b) and of its element 32b+16+4v+i in bits 3-5 (chunk v of sub-block 2b+1); bits
 //                   6-7 hold the chunks 3: in vector 0 bits 0-1 of u of element 32b+12+i, in vector 1
 //                   those of element 32b+28+i, in vector 2 bit 2 of each (bit 6, bit 7)
+// Q2_K (q2_k.h), a group's super-block, 1344 bytes; codes re-cut so that the 4 sub-blocks of 16 of
+// two activation blocks share 4 vectors, sub-block k's codes at bits 2k..2k+1 of each byte (read
+// unshifted as 4^k·code by a byte dot):
+//   bytes 0-31      d of rows 0..15
+//   bytes 32-63     dmin of rows 0..15
+//   bytes 64-319    4 vectors: vector p, byte 4j+i = row j's scales[4p+i] (sc in bits 0-3, m in 4-7)
+//   bytes 320-1343  per quad p = 0..3 of sub-blocks (4p..4p+3: activation blocks 2p, 2p+1), 4 vectors
+//                   c = 0..3 at 320 + (4p + c)·64: byte 4j+i, bits 2k..2k+1 = the code of row j's
+//                   element 16(4p+k) + 4c + i
 // The last rows % 16 rows follow the groups row-major, as in repack.h.
 #pragma once
 
@@ -51,8 +60,10 @@ inline constexpr int64_t kQ5_KGroupHighBitsAt = 256;  // the qh vectors
 inline constexpr int64_t kQ6_KGroupScaleBytes = 288;  // d, the 16 scale vectors; the codes follow
 inline constexpr int64_t kQ6_KGroupScalesAt = 32;     // the scale vectors
 inline constexpr int64_t kQ3_KGroupScaleBytes = 224;  // d, the 3 scale vectors; the codes follow
+inline constexpr int64_t kQ2_KGroupScaleBytes = 320;  // d, dmin, the 4 scale vectors; the codes follow
+inline constexpr int64_t kQ2_KGroupScalesAt = 64;     // the scale vectors
 
-/// Whether `type` has an interleaved K-quant layout (Q3_K, Q4_K, Q5_K, Q6_K).
+/// Whether `type` has an interleaved K-quant layout (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K).
 bool IsInterleavedKQuant(WeightType type);
 
 /// rows [16][row_bytes] plain, super-block sb of each -> the group's super-block (bytes above).

@@ -54,9 +54,9 @@
 //   product, one FMA per block) — within the γ_{n_blocks+4} of matvec_roundings = 4, which still
 //   covers the rows % 16 tail rows the row kernels serve; the tests check the tighter
 //   γ_{n_blocks+1}. The 16-row groups give the same bits on every target (std::fma on scalar).
-//   Repacked Q3_K / Q4_K / Q5_K / Q6_K (weights/kquant_repack.h, kquant_interleaved-inl.h): the same
-//   per-32 activation quantisation (so the same x_error_bound), 16 rows × up to 4 tokens per step; a
-//   second accumulator per row (Q4_K's and Q5_K's mins, Q3_K's and Q6_K's odd sub-blocks of 16) and the add joining the
+//   Repacked Q2_K..Q6_K (weights/kquant_repack.h, kquant_interleaved-inl.h): the same per-32
+//   activation quantisation (so the same x_error_bound), 16 rows × up to 4 tokens per step; a
+//   second accumulator per row (Q2_K's, Q4_K's and Q5_K's mins, Q3_K's and Q6_K's odd sub-blocks of 16) and the add joining the
 //   two: at most n_blocks + 2 roundings per term, within γ_{n_blocks+5} (matvec_roundings = 5);
 //   tests/weights/repack_test.cc checks γ_{n_blocks+2} and the same bits on every target.
 //   Repacked Q1_0 (the same 16-row groups): lookup tables of partial sums on AVX3_DL, giving

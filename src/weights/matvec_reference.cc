@@ -28,8 +28,8 @@ const WeightTypeDesc& Desc(const char* what, WeightType type) {
   return *d;
 }
 
-// Room for one plain block gathered from a repacked matrix (Q4_0, Q8_0, Q3_K, Q4_K, Q5_K, Q6_K: 18,
-// 34, 110, 144, 176 or 210 bytes).
+// Room for one plain block gathered from a repacked matrix (Q4_0, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K:
+// 18, 34, 84, 110, 144, 176 or 210 bytes).
 constexpr int64_t kScratchBytes = 256;
 
 // The plain bytes of the block of `row` holding element `block`·block_elems, in either layout.

@@ -49,7 +49,7 @@ struct WeightKernels {
   void (*activation_offsets)(const int8_t* q, int64_t n, int32_t* offset);
   /// Quantised-activation types: rows [r0, r1) of y = W x from the quantised x.
   void (*quant_rows)(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r0, int64_t r1);
-  /// Q4_0 / Q8_0 / Q1_0 / Q2_0 / Q3_K / Q4_K / Q5_K / Q6_K (null for the others): rows [r0, r1) (multiples of 16 below rows −
+  /// Q4_0 / Q8_0 / Q1_0 / Q2_0 and the K-quants Q2_K..Q6_K (null for the others): rows [r0, r1) (multiples of 16 below rows −
   /// rows % 16) of a MatrixLayout::kInterleaved16 matrix (weights/repack.h) times n_tokens quantised tokens, x0
   /// the first (token t's codes at x0.q + t·cols, its scales and sums at t·cols/32) ->
   /// y [n_tokens][y_stride] at column r. Per row and token the same operations whatever n_tokens.

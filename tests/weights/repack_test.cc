@@ -1,5 +1,5 @@
-// Every type with an interleaved kernel (Q4_0 / Q8_0 / Q2_0 / Q1_0, weights/repack.h; Q3_K / Q4_K /
-// Q5_K / Q6_K, weights/kquant_repack.h) repacked into MatrixLayout::kInterleaved16 on every SIMD target:
+// Every type with an interleaved kernel (Q4_0 / Q8_0 / Q2_0 / Q1_0, weights/repack.h; Q2_K / Q3_K /
+// Q4_K / Q5_K / Q6_K, weights/kquant_repack.h) repacked into MatrixLayout::kInterleaved16 on every SIMD target:
 // the repack round-trips (each block's plain bytes, the decoded rows, the quantised reference);
 // MatVec on the repacked layout is within γ_{n_blocks+r}·abs_sum of MatVecQuantizedReference (the
 // interleaved kernels round each term at most n_blocks + r times: r = 1 in interleaved_rows-inl.h,
@@ -52,7 +52,7 @@ bool IsKQuant(WeightType type) { return IsInterleavedKQuant(type); }
 bool RowKernelBits(WeightType type) { return type == WeightType::kQ1_0; }
 
 // Roundings per term beyond one per activation block: interleaved_rows-inl.h (Q4_0, Q8_0),
-// kquant_interleaved-inl.h (Q3_K, Q4_K, Q5_K, Q6_K: a second accumulator and the add that joins them), and
+// kquant_interleaved-inl.h (the K-quants: a second accumulator and the add that joins them), and
 // Q1_0's row kernels' count (its repacked kernels repeat their float operations).
 int64_t InterleavedRoundings(WeightType type) {
   if (RowKernelBits(type)) return FindWeightType(type)->matvec_roundings;
@@ -128,13 +128,14 @@ TEST(Repack, OnlyRowMajorQ4_0AndQ8_0WithAWholeGroup) {
     EXPECT_EQ(CanRepack(Matrix{.type = WeightType::kQ2_0, .rows = 16, .cols = 64}), vnni) << hwy::TargetName(target);
   }
   EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ2_0, .rows = 15, .cols = 64}));
-  // Q3_K and Q5_K: only where the interleaved kernels run x86 byte dots (AVX2 or better; measured there).
+  // Q2_K, Q3_K and Q5_K: only where the interleaved kernels run x86 byte dots (AVX2 or better; measured there).
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     TargetScope scope(target);
     const std::string name = weights_q5_k::Kernels().target;
     const bool x86 = name.rfind("AVX", 0) == 0;
     EXPECT_EQ(CanRepack(Matrix{.type = WeightType::kQ5_K, .rows = 16, .cols = 256}), x86) << hwy::TargetName(target);
     EXPECT_EQ(CanRepack(Matrix{.type = WeightType::kQ3_K, .rows = 16, .cols = 256}), x86) << hwy::TargetName(target);
+    EXPECT_EQ(CanRepack(Matrix{.type = WeightType::kQ2_K, .rows = 16, .cols = 256}), x86) << hwy::TargetName(target);
   }
   EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ3_K, .rows = 15, .cols = 256}));
   EXPECT_FALSE(CanRepack(

@@ -78,8 +78,8 @@ const kInterleaved16 = {
   q5_k: true,  // the WebAssembly module keeps Q5_K's rows (weights_q5_k::RepackPays); kvq's groups read as well
 };
 // The others are never repacked by the WebAssembly module: LoadModel repacks Q1_0 and Q2_0 only
-// where their AVX3_DL kernels run (weights_q1_0::RepackPays, weights_q2_0::RepackPays), Q3_K only
-// where its x86 kernels run (weights_q3_k::RepackPays), and no other type has a repacked layout
+// where their AVX3_DL kernels run (weights_q1_0::RepackPays, weights_q2_0::RepackPays), Q2_K and
+// Q3_K only where their x86 kernels run (weights_q2_k::RepackPays, weights_q3_k::RepackPays), and no other type has a repacked layout
 // (weights/repack.h, weights/kquant_repack.h).
 /** Weight types WeightReaderWgsl also reads in the interleaved16 layout. */
 export const kInterleavedTypes = Object.keys(kInterleaved16);

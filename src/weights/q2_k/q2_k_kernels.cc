@@ -9,6 +9,7 @@
 #include <hwy/highway.h>
 
 #include "weights/kquant_rows-inl.h"
+#include "weights/kquant_interleaved-inl.h"
 #include "weights/q2_k/q2_k.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -80,7 +81,126 @@ struct Q2_KBlock {
 #endif
 };
 
-const WeightKernels& Q2_KWeightKernelsHere() { return MakeKQuantKernels<Q2_KBlock>(); }
+// The 16-row interleaved layout (weights/kquant_repack.h) for KQuantInterleavedRows.
+struct Q2_KInterleaved {
+  static constexpr WeightType kType = WeightType::kQ2_K;
+  static constexpr int64_t kBytes = 84;
+  static constexpr bool kSub16 = true;
+  static constexpr int64_t kGroupBlock = kKqIlRows * kBytes;  // a group's super-block
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  // Per super-block: per token the sums S of the 16 sub-blocks' activation codes (the first halves
+  // of its blocks summed here, the second the block sums less those; scaled by 2^−f_k below, exact).
+  // Per quad p of sub-blocks (activation blocks 2p, 2p+1): one scale vector gives sub-block 4p+k's
+  // sc/4^k (masked in place at sc·2^8k, times 2^−10k: exact) and m·2^f_k (masked in place; f_k = 4,
+  // 12, 20, and 0 for the top byte, shifted down: its 2^28 would be negative); its 4 code vectors
+  // give each sub-block's codes by one mask (V::Q2Codes, 4^k·code on VNNI). Per block and token
+  // M = (4^k·I_2b)·(sc_2b/4^k) + (4^k·I_2b+1)·(sc_2b+1/4^k) and N = (m·2^f)·(S·2^−f) summed over the
+  // two sub-blocks, both exact in f32 (kquant_interleaved-inl.h), then one FMA each.
+  template <class V, int T>
+  static KVQ_KQUANT_X86_ATTR void Step(const uint8_t* g, const QuantizedX& x0, int64_t cols, int64_t t0, float* y,
+                                       int64_t y_stride, int64_t r, int half) {
+    using I = typename V::I;
+    using F = typename V::F;
+    const int64_t n_super = cols / kKQuantBlockElems;
+    const int64_t n_blocks = cols / 32;
+    const int8_t* q[T];     // token t's codes [cols]
+    const float* dx[T];     // [n_blocks]
+    const int32_t* sum[T];  // [n_blocks]
+    F acc[T], macc[T];
+    for (int t = 0; t < T; ++t) {
+      q[t] = x0.q + (t0 + t) * cols;
+      dx[t] = x0.d + (t0 + t) * n_blocks;
+      sum[t] = x0.sum + (t0 + t) * n_blocks;
+      acc[t] = V::Zero();
+      macc[t] = V::Zero();
+    }
+    constexpr float kMinUnit[4] = {0x1p-4f, 0x1p-12f, 0x1p-20f, 1.0f};  // 2^−f_k
+    const I sc_mask[4] = {V::Set32(0x0F), V::Set32(0x0F00), V::Set32(0x0F0000), V::Set32(0x0F000000)};
+    const I m_mask[3] = {V::Set32(0xF0), V::Set32(0xF000), V::Set32(0xF00000)};
+    const F sc_unit[4] = {V::Set1(1.0f), V::Set1(0x1p-10f), V::Set1(0x1p-20f), V::Set1(0x1p-30f)};  // 2^−10k
+    const __m256i quad_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t sb = 0; sb < n_super; ++sb) {
+      const uint8_t* blk = g + sb * kGroupBlock;
+      alignas(32) float s_scaled[T][16];  // [token][sub-block] S·2^−f_k, k = sub-block % 4
+      for (int t = 0; t < T; ++t) {
+        const int8_t* qs = q[t] + sb * kKQuantBlockElems;
+        __m256i v[4];  // the first 16 codes of blocks 2u and 2u+1, summed by 4
+        for (int u = 0; u < 4; ++u) {
+          const __m256i pair = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(qs + 64 * u + 32),
+                                                   reinterpret_cast<const __m128i*>(qs + 64 * u));
+          v[u] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), pair), _mm256_set1_epi16(1));
+        }
+        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+        alignas(32) int32_t first[8];  // [block] S of its first 16 codes
+        _mm256_store_si256(reinterpret_cast<__m256i*>(first), _mm256_permutevar8x32_epi32(h, quad_order));
+        for (int b = 0; b < 8; ++b) {
+          const int32_t s2[2] = {first[b], sum[t][sb * 8 + b] - first[b]};
+          for (int e = 0; e < 2; ++e) {
+            const int s = 2 * b + e;
+            s_scaled[t][s] = static_cast<float>(s2[e]) * kMinUnit[s % 4];  // exact
+          }
+        }
+      }
+      const F d = V::Halves(blk, half), dmin = V::Halves(blk + 32, half);
+      for (int p = 0; p < 4; ++p) {  // sub-blocks 4p..4p+3: activation blocks 2p, 2p+1
+        KqPrefetch<T>(blk + p * (kGroupBlock / 4), kGroupBlock / 4);
+        const I sv = V::Load(blk + kQ2_KGroupScalesAt + 64 * p, half);
+        F scq[4], mq[4];  // sub-block 4p+k: sc/4^k, m·2^f_k (exact)
+        for (int k = 0; k < 4; ++k) scq[k] = V::Mul(V::Cvt(V::And(sv, sc_mask[k])), sc_unit[k]);
+        for (int k = 0; k < 3; ++k) mq[k] = V::Cvt(V::And(sv, m_mask[k]));
+        mq[3] = V::Cvt(V::Srl32(sv, 28));
+        const uint8_t* codes = blk + kQ2_KGroupScaleBytes + 4 * p * 64;
+        const I c[4] = {V::Load(codes, half), V::Load(codes + 64, half), V::Load(codes + 128, half),
+                        V::Load(codes + 192, half)};
+        for (int hb = 0; hb < 2; ++hb) {  // activation block ab: sub-blocks 4p + 2hb + e
+          const int64_t ab = sb * 8 + 2 * p + hb;
+          I u[2][4];
+          for (int e = 0; e < 2; ++e) {
+            for (int cc = 0; cc < 4; ++cc) u[e][cc] = V::Q2Codes(c[cc], 2 * hb + e);
+          }
+          for (int t = 0; t < T; ++t) {
+            const int8_t* qb = q[t] + ab * 32;
+            I dot0 = V::Set32(0), dot1 = V::Set32(0);
+            for (int cc = 0; cc < 4; ++cc) {
+              dot0 = V::Dot(dot0, u[0][cc], qb + 4 * cc);
+              dot1 = V::Dot(dot1, u[1][cc], qb + 16 + 4 * cc);
+            }
+            dot0 = V::Q2Times(dot0, 2 * hb);
+            dot1 = V::Q2Times(dot1, 2 * hb + 1);
+            const int s0 = 4 * p + 2 * hb;
+            const F main = V::Fma(V::Cvt(dot0), scq[2 * hb], V::Mul(V::Cvt(dot1), scq[2 * hb + 1]));  // exact
+            const F mins = V::Fma(mq[2 * hb], V::Set1(s_scaled[t][s0]),
+                                  V::Mul(mq[2 * hb + 1], V::Set1(s_scaled[t][s0 + 1])));  // exact
+            acc[t] = V::Fma(V::Mul(d, V::Set1(dx[t][ab])), main, acc[t]);
+            macc[t] = V::Fma(V::Mul(dmin, V::Set1(dx[t][ab])), mins, macc[t]);
+          }
+        }
+      }
+    }
+    for (int t = 0; t < T; ++t) V::Store(y + (t0 + t) * y_stride + r + V::kLanes * half, V::Sub(acc[t], macc[t]));
+  }
+#else
+  static void Ints(const uint8_t* block, KQuantInts* out) { weights_q2_k::Ints(block, out); }
+#endif
+};
+
+const WeightKernels& Q2_KWeightKernelsHere() {
+  static const WeightKernels kKernels = [] {
+    WeightKernels k = MakeKQuantKernels<Q2_KBlock>();
+    k.interleaved_rows = &KQuantInterleavedRows<Q2_KInterleaved>;
+    return k;
+  }();
+  return kKernels;
+}
+
+// weights_q2_k::RepackPays (q2_k.h) for this target.
+bool Q2_KRepackPaysHere() {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  return true;
+#else
+  return false;
+#endif
+}
 
 }  // namespace HWY_NAMESPACE
 }  // namespace kvq
@@ -89,6 +209,8 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace kvq::weights_q2_k {
 HWY_EXPORT(Q2_KWeightKernelsHere);
+HWY_EXPORT(Q2_KRepackPaysHere);
 const WeightKernels& Kernels() { return HWY_DYNAMIC_DISPATCH(Q2_KWeightKernelsHere)(); }
+bool RepackPays() { return HWY_DYNAMIC_DISPATCH(Q2_KRepackPaysHere)(); }
 }  // namespace kvq::weights_q2_k
 #endif
