@@ -14,6 +14,7 @@
 #include "base/checksum.h"
 #include "weights/kquant_repack.h"
 #include "weights/matvec.h"
+#include "weights/q6_k/q6_k.h"
 #include "weights/repack.h"
 
 namespace kvq {
@@ -76,13 +77,14 @@ void AddRepackable(DecoderWeights* w, std::vector<Matrix*>* todo, RepackParts pa
 }
 
 // AddRepackable and, with the dense part, the classifier: what RepackWeights repacks. A K-quant
-// classifier (Q6_K in llama.cpp's K-quant mixes) stays row-major: it serves one token per step
-// (prefill needs only the last position's logits), and one token at a time the row kernels
-// measured faster than the interleaved Q6_K kernel (docs/performance.md).
+// classifier (Q6_K in llama.cpp's K-quant mixes) serves one token per step (prefill needs only the
+// last position's logits): it is repacked only where its interleaved kernel reads faster than the
+// row kernel one token at a time (weights_q6_k::ClassifierRepackPays; docs/performance.md).
 std::vector<Matrix*> RepackList(DecoderWeights* w, RepackParts parts) {
   std::vector<Matrix*> todo;
   AddRepackable(w, &todo, parts);
-  if (parts.dense && CanRepack(w->classifier) && !IsInterleavedKQuant(w->classifier.type)) {
+  if (parts.dense && CanRepack(w->classifier) &&
+      (!IsInterleavedKQuant(w->classifier.type) || weights_q6_k::ClassifierRepackPays())) {
     todo.push_back(&w->classifier);
   }
   return todo;

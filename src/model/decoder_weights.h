@@ -161,8 +161,8 @@ struct DecoderWeights {
 /// MatrixLayout::kInterleaved16 for the interleaved kernels (one allocation, `repacked`), once at
 /// load, and the routed experts' stacked tensors where each expert's rows are a multiple of 16
 /// (then each expert's slice is its own matrix repacked: ExpertMatrix); the file is unchanged and the fingerprint still hashes its bytes. The token embedding stays row-major (it is read by
-/// rows), as does a K-quant classifier (one token at a time the row kernels are faster); a
-/// tied Q4_0 / Q8_0 classifier gets its own repacked copy. With release_mapped_pages (only for
+/// rows), as does a K-quant classifier where weights_q6_k::ClassifierRepackPays says the row
+/// kernels are faster one token at a time; a tied classifier repacked gets its own copy. With release_mapped_pages (only for
 /// matrices viewing a read-only file mapping, as LoadModel's do: on writable memory MADV_DONTNEED
 /// would zero them), the pages of each repacked matrix are released (madvise MADV_DONTNEED: clean
 /// file pages, re-read from the page cache if anything — the fingerprint, a tied embedding's rows

@@ -6,10 +6,15 @@
 
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
+#include <hwy/targets.h>
+
 #include "model/decoder_weights.h"
+#include "test_util/target_scope.h"
 #include "weights/matvec.h"
+#include "weights/q6_k/q6_k.h"
 #include "weights/repack.h"
 #include "weights/weight_type.h"
 
@@ -94,6 +99,31 @@ TEST(RepackInPlace, ProjectionsAndAnUntiedClassifierAreRepackMatrixBytes) {
   EXPECT_EQ(w.layers[0].wq.layout, MatrixLayout::kInterleaved16);
   EXPECT_TRUE(embedding == embedding_before) << "an untied embedding stays row-major";
   EXPECT_EQ(w.token_embedding.layout, MatrixLayout::kRowMajor);
+}
+
+TEST(RepackInPlace, AK_QuantClassifierIsRepackedOnlyWhereItPays) {
+  // A tied Q6_K classifier (llama.cpp's K-quant mixes): repacked where the interleaved kernel reads
+  // faster one token at a time (x86), kept row-major elsewhere (the WebAssembly module).
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    test::TargetScope scope(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    std::vector<uint8_t> file = QuantizedRows(WeightType::kQ6_K, kRows, 256, 6);
+    const std::vector<uint8_t> before = file;
+    DecoderWeights w;
+    w.token_embedding = Matrix{.type = WeightType::kQ6_K, .data = file.data(), .rows = kRows, .cols = 256};
+    w.classifier = w.token_embedding;
+    const std::vector<uint8_t> want = WholeRepack(w.classifier);
+    RepackWeightsInPlace(&w);
+    if (weights_q6_k::ClassifierRepackPays()) {
+      EXPECT_EQ(w.classifier.layout, MatrixLayout::kInterleaved16);
+      EXPECT_TRUE(file == want);
+    } else {
+      EXPECT_EQ(w.classifier.layout, MatrixLayout::kRowMajor);
+      EXPECT_TRUE(file == before);
+    }
+    const std::string name = weights_q6_k::Kernels().target;
+    EXPECT_EQ(weights_q6_k::ClassifierRepackPays(), name.rfind("AVX", 0) == 0) << "x86 byte dots: AVX2 or better";
+  }
 }
 
 }  // namespace
