@@ -61,6 +61,11 @@ namespace HWY_NAMESPACE {
 
 constexpr int64_t kKqIlRows = 16;  // rows per group (weights/repack.h kInterleaveRows)
 
+/// Whether this target runs the groups with x86 byte dots (the Step kernels below) rather than the
+/// portable kernel that gathers each row's block: where the RepackPays of q2_k.h, q3_k.h, q5_k.h
+/// (and q6_k.h's ClassifierRepackPays) say repacking was measured to pay.
+constexpr bool kKqInterleavedX86 = HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2;
+
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 
 #if KVQ_KQUANT_VNNI
@@ -208,6 +213,26 @@ KVQ_KQUANT_X86_ATTR inline void KqPrefetch(const uint8_t* from, int64_t bytes) {
   if constexpr (T == 1) {
     const uintptr_t ahead = reinterpret_cast<uintptr_t>(from) + kKQuantPrefetchBytes;
     for (int64_t at = 0; at < bytes; at += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + at), _MM_HINT_T1);
+  }
+}
+
+/// Q3_K, Q6_K (scales per 16, a bias on the codes): per token t, start[t][s] = the sum of sub-block
+/// s's 4 activation offsets in super-block sb (the type's −k·Σq per 4 codes: the lanes' start, so
+/// that they end at Σ code·q) times times[s % 8] (the factor the sub-block's dot carries).
+/// off[t]: token t's offsets [cols / 4]; start: [T][16], 32-byte aligned.
+template <int T>
+KVQ_KQUANT_X86_ATTR inline void KqSubBlockStarts(const int32_t* const* off, int64_t sb, __m256i times,
+                                                 int32_t (*start)[16]) {
+  // hadd of hadd leaves the 4-sums of 8 consecutive groups in the order 0, 2, 4, 6, 1, 3, 5, 7.
+  const __m256i quad_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int t = 0; t < T; ++t) {
+    for (int h = 0; h < 2; ++h) {
+      const __m256i* o = reinterpret_cast<const __m256i*>(off[t] + sb * 64 + 32 * h);
+      const __m256i s01 = _mm256_hadd_epi32(_mm256_loadu_si256(o), _mm256_loadu_si256(o + 1));
+      const __m256i s23 = _mm256_hadd_epi32(_mm256_loadu_si256(o + 2), _mm256_loadu_si256(o + 3));
+      const __m256i sums = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(s01, s23), quad_order);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(start[t] + 8 * h), _mm256_mullo_epi32(sums, times));
+    }
   }
 }
 

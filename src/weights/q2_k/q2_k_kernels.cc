@@ -194,13 +194,7 @@ const WeightKernels& Q2_KWeightKernelsHere() {
 }
 
 // weights_q2_k::RepackPays (q2_k.h) for this target.
-bool Q2_KRepackPaysHere() {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-  return true;
-#else
-  return false;
-#endif
-}
+bool Q2_KRepackPaysHere() { return kKqInterleavedX86; }
 
 }  // namespace HWY_NAMESPACE
 }  // namespace kvq

@@ -104,9 +104,7 @@ struct Q3_KInterleaved {
       acc[0][t] = V::Zero();
       acc[1][t] = V::Zero();
     }
-    // hadd of hadd leaves the 4-sums of 8 consecutive groups in the order 0, 2, 4, 6, 1, 3, 5, 7.
-    const __m256i quad_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    const __m256i odd_times8 = _mm256_setr_epi32(0, 3, 0, 3, 0, 3, 0, 3);  // shift counts
+    const __m256i times = _mm256_setr_epi32(1, 8, 1, 8, 1, 8, 1, 8);  // kSubTimes by sub-block
     const I low = V::Set32(0x0F0F0F0F), three = V::Set32(0x03030303), bias = V::Set32(0x20202020),
             bits02 = V::Set32(0x07070707), bits35 = V::Set32(0x38383838), bit2 = V::Set32(0x04040404),
             bits34 = V::Set32(0x18181818), bit5 = V::Set32(0x20202020);
@@ -114,15 +112,7 @@ struct Q3_KInterleaved {
     for (int64_t sb = 0; sb < n_super; ++sb) {
       const uint8_t* blk = g + sb * kGroupBlock;
       alignas(32) int32_t start[T][16];  // [token][sub-block] −4·Σq over its 16 codes, × kSubTimes
-      for (int t = 0; t < T; ++t) {
-        for (int h = 0; h < 2; ++h) {
-          const __m256i* o = reinterpret_cast<const __m256i*>(off[t] + sb * 64 + 32 * h);
-          const __m256i s01 = _mm256_hadd_epi32(_mm256_loadu_si256(o), _mm256_loadu_si256(o + 1));
-          const __m256i s23 = _mm256_hadd_epi32(_mm256_loadu_si256(o + 2), _mm256_loadu_si256(o + 3));
-          const __m256i sums = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(s01, s23), quad_order);
-          _mm256_store_si256(reinterpret_cast<__m256i*>(start[t] + 8 * h), _mm256_sllv_epi32(sums, odd_times8));
-        }
-      }
+      KqSubBlockStarts<T>(off, sb, times, start);
       const F d = V::Halves(blk, half);
       // 16-bit shifts: every bit kept comes from its own byte (masks drop what the next byte brings).
       const I a = V::Load(blk + 32, half), b = V::Load(blk + 96, half), c = V::Load(blk + 160, half);
@@ -178,13 +168,7 @@ const WeightKernels& Q3_KWeightKernelsHere() {
 }
 
 // weights_q3_k::RepackPays (q3_k.h) for this target.
-bool Q3_KRepackPaysHere() {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-  return true;
-#else
-  return false;
-#endif
-}
+bool Q3_KRepackPaysHere() { return kKqInterleavedX86; }
 
 }  // namespace HWY_NAMESPACE
 }  // namespace kvq

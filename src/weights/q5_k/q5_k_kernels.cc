@@ -82,13 +82,7 @@ const WeightKernels& Q5_KWeightKernelsHere() {
 }
 
 // weights_q5_k::RepackPays (q5_k.h) for this target.
-bool Q5_KRepackPaysHere() {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-  return true;
-#else
-  return false;
-#endif
-}
+bool Q5_KRepackPaysHere() { return kKqInterleavedX86; }
 
 }  // namespace HWY_NAMESPACE
 }  // namespace kvq

@@ -105,22 +105,11 @@ struct Q6_KInterleaved {
       acc[0][t] = V::Zero();
       acc[1][t] = V::Zero();
     }
-    // hadd of hadd leaves the 4-sums of 8 consecutive groups in the order 0, 2, 4, 6, 1, 3, 5, 7.
-    const __m256i quad_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     const F quarter = V::Set1(0.25f);
     for (int64_t sb = 0; sb < n_super; ++sb) {
       const uint8_t* blk = g + sb * kGroupBlock;
       alignas(32) int32_t start[T][16];  // [token][sub-block] −32·Σq over its 16 codes, × V::kQ6StartScale
-      for (int t = 0; t < T; ++t) {
-        for (int h = 0; h < 2; ++h) {
-          const __m256i* o = reinterpret_cast<const __m256i*>(off[t] + sb * 64 + 32 * h);
-          const __m256i s01 = _mm256_hadd_epi32(_mm256_loadu_si256(o), _mm256_loadu_si256(o + 1));
-          const __m256i s23 = _mm256_hadd_epi32(_mm256_loadu_si256(o + 2), _mm256_loadu_si256(o + 3));
-          const __m256i sums = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(s01, s23), quad_order);
-          _mm256_store_si256(reinterpret_cast<__m256i*>(start[t] + 8 * h),
-                             _mm256_mullo_epi32(sums, _mm256_set1_epi32(V::kQ6StartScale)));
-        }
-      }
+      KqSubBlockStarts<T>(off, sb, _mm256_set1_epi32(V::kQ6StartScale), start);
       const F d_quarter = V::Mul(V::Halves(blk, half), quarter);  // exact
       for (int blk8 = 0; blk8 < 8; ++blk8) {  // activation block sb·8 + blk8
         KqPrefetch<T>(blk + blk8 * (kGroupBlock / 8), kGroupBlock / 8);
@@ -159,13 +148,7 @@ const WeightKernels& Q6_KWeightKernelsHere() {
 }
 
 // weights_q6_k::ClassifierRepackPays (q6_k.h) for this target.
-bool Q6_KClassifierRepackPaysHere() {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-  return true;
-#else
-  return false;
-#endif
-}
+bool Q6_KClassifierRepackPaysHere() { return kKqInterleavedX86; }
 
 }  // namespace HWY_NAMESPACE
 }  // namespace kvq
