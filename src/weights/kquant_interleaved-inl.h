@@ -216,6 +216,23 @@ KVQ_KQUANT_X86_ATTR inline void KqPrefetch(const uint8_t* from, int64_t bytes) {
   }
 }
 
+/// A Step's T tokens t0..t0+T−1 in x0 (their codes, scales, block sums and offsets), token t at [t].
+template <int T>
+struct KqTokens {
+  const int8_t* q[T];     // [cols] codes
+  const float* dx[T];     // [cols / 32] block scales
+  const int32_t* sum[T];  // [cols / 32] block sums Σq
+  const int32_t* off[T];  // [cols / 4] the type's offsets (−k·Σq per 4 codes); null where it has none
+  KqTokens(const QuantizedX& x0, int64_t cols, int64_t t0) {
+    for (int t = 0; t < T; ++t) {
+      q[t] = x0.q + (t0 + t) * cols;
+      dx[t] = x0.d + (t0 + t) * (cols / 32);
+      sum[t] = x0.sum + (t0 + t) * (cols / 32);
+      off[t] = x0.offset != nullptr ? x0.offset + (t0 + t) * (cols / 4) : nullptr;
+    }
+  }
+};
+
 /// Q3_K, Q6_K (scales per 16, a bias on the codes): per token t, start[t][s] = the sum of sub-block
 /// s's 4 activation offsets in super-block sb (the type's −k·Σq per 4 codes: the lanes' start, so
 /// that they end at Σ code·q) times times[s % 8] (the factor the sub-block's dot carries).
@@ -340,18 +357,9 @@ struct KQuantNibblesInterleaved {
     using I = typename V::I;
     using F = typename V::F;
     const int64_t n_super = cols / kKQuantBlockElems;
-    const int64_t n_blocks = cols / 32;
-    const int8_t* q[T];     // token t's codes [cols]
-    const float* dx[T];     // [n_blocks]
-    const int32_t* sum[T];  // [n_blocks]
+    const KqTokens<T> x(x0, cols, t0);
     F acc[T], macc[T];
-    for (int t = 0; t < T; ++t) {
-      q[t] = x0.q + (t0 + t) * cols;
-      dx[t] = x0.d + (t0 + t) * n_blocks;
-      sum[t] = x0.sum + (t0 + t) * n_blocks;
-      acc[t] = V::Zero();
-      macc[t] = V::Zero();
-    }
+    for (int t = 0; t < T; ++t) acc[t] = macc[t] = V::Zero();
     const I low = V::Set32(0x0F0F0F0F), six = V::Set32(0x3F3F3F3F), top = V::Set32(0x30303030),
             byte = V::Set32(0xFF), bit4 = V::Set32(0x10101010);
     const F high_scale = V::Set1(1.0f / static_cast<float>(kHighTimes));
@@ -359,8 +367,8 @@ struct KQuantNibblesInterleaved {
       const uint8_t* blk = g + sb * kGroupBlock;
       alignas(32) float dxs[T][8];  // [token][block of the super-block] fl(d_x·Σq)
       for (int t = 0; t < T; ++t) {
-        const __m256i s8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sum[t] + sb * 8));
-        _mm256_store_ps(dxs[t], _mm256_mul_ps(_mm256_loadu_ps(dx[t] + sb * 8), _mm256_cvtepi32_ps(s8)));
+        const __m256i s8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.sum[t] + sb * 8));
+        _mm256_store_ps(dxs[t], _mm256_mul_ps(_mm256_loadu_ps(x.dx[t] + sb * 8), _mm256_cvtepi32_ps(s8)));
       }
       const F d = V::Halves(blk, half), dmin = V::Halves(blk + 32, half);
       const I a = V::Load(blk + 64, half), b = V::Load(blk + 128, half), c = V::Load(blk + 192, half);
@@ -392,16 +400,16 @@ struct KQuantNibblesInterleaved {
         }
         const int64_t ab = sb * 8 + 2 * pair;  // the low nibbles' activation block
         for (int t = 0; t < T; ++t) {
-          const int8_t* qb = q[t] + ab * 32;
+          const int8_t* qb = x.q[t] + ab * 32;
           I dot0 = V::Set32(0), dot1 = V::Set32(0);
           for (int k = 0; k < 8; ++k) {
             dot0 = V::Dot(dot0, lo[k], qb + 4 * k);
             dot1 = V::Dot(dot1, hi[k], qb + 32 + 4 * k);
           }
           if constexpr (!kFifthBit) dot1 = V::SixteenTimes(dot1);  // 16·Σ n·q on every x86 target
-          acc[t] = V::Fma(V::Mul(dsc0, V::Set1(dx[t][ab])), V::Cvt(dot0), acc[t]);
+          acc[t] = V::Fma(V::Mul(dsc0, V::Set1(x.dx[t][ab])), V::Cvt(dot0), acc[t]);
           macc[t] = V::Fma(dm0, V::Set1(dxs[t][2 * pair]), macc[t]);
-          acc[t] = V::Fma(V::Mul(dsc1, V::Set1(dx[t][ab + 1])), V::Cvt(dot1), acc[t]);
+          acc[t] = V::Fma(V::Mul(dsc1, V::Set1(x.dx[t][ab + 1])), V::Cvt(dot1), acc[t]);
           macc[t] = V::Fma(dm1, V::Set1(dxs[t][2 * pair + 1]), macc[t]);
         }
       }

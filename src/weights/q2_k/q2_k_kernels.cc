@@ -102,18 +102,9 @@ struct Q2_KInterleaved {
     using I = typename V::I;
     using F = typename V::F;
     const int64_t n_super = cols / kKQuantBlockElems;
-    const int64_t n_blocks = cols / 32;
-    const int8_t* q[T];     // token t's codes [cols]
-    const float* dx[T];     // [n_blocks]
-    const int32_t* sum[T];  // [n_blocks]
+    const KqTokens<T> x(x0, cols, t0);
     F acc[T], macc[T];
-    for (int t = 0; t < T; ++t) {
-      q[t] = x0.q + (t0 + t) * cols;
-      dx[t] = x0.d + (t0 + t) * n_blocks;
-      sum[t] = x0.sum + (t0 + t) * n_blocks;
-      acc[t] = V::Zero();
-      macc[t] = V::Zero();
-    }
+    for (int t = 0; t < T; ++t) acc[t] = macc[t] = V::Zero();
     constexpr float kMinUnit[4] = {0x1p-4f, 0x1p-12f, 0x1p-20f, 1.0f};  // 2^−f_k
     const I sc_mask[4] = {V::Set32(0x0F), V::Set32(0x0F00), V::Set32(0x0F0000), V::Set32(0x0F000000)};
     const I m_mask[3] = {V::Set32(0xF0), V::Set32(0xF000), V::Set32(0xF00000)};
@@ -123,7 +114,7 @@ struct Q2_KInterleaved {
       const uint8_t* blk = g + sb * kGroupBlock;
       alignas(32) float s_scaled[T][16];  // [token][sub-block] S·2^−f_k, k = sub-block % 4
       for (int t = 0; t < T; ++t) {
-        const int8_t* qs = q[t] + sb * kKQuantBlockElems;
+        const int8_t* qs = x.q[t] + sb * kKQuantBlockElems;
         __m256i v[4];  // the first 16 codes of blocks 2u and 2u+1, summed by 4
         for (int u = 0; u < 4; ++u) {
           const __m256i pair = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(qs + 64 * u + 32),
@@ -134,7 +125,7 @@ struct Q2_KInterleaved {
         alignas(32) int32_t first[8];  // [block] S of its first 16 codes
         _mm256_store_si256(reinterpret_cast<__m256i*>(first), _mm256_permutevar8x32_epi32(h, quad_order));
         for (int b = 0; b < 8; ++b) {
-          const int32_t s2[2] = {first[b], sum[t][sb * 8 + b] - first[b]};
+          const int32_t s2[2] = {first[b], x.sum[t][sb * 8 + b] - first[b]};
           for (int e = 0; e < 2; ++e) {
             const int s = 2 * b + e;
             s_scaled[t][s] = static_cast<float>(s2[e]) * kMinUnit[s % 4];  // exact
@@ -159,7 +150,7 @@ struct Q2_KInterleaved {
             for (int cc = 0; cc < 4; ++cc) u[e][cc] = V::Q2Codes(c[cc], 2 * hb + e);
           }
           for (int t = 0; t < T; ++t) {
-            const int8_t* qb = q[t] + ab * 32;
+            const int8_t* qb = x.q[t] + ab * 32;
             I dot0 = V::Set32(0), dot1 = V::Set32(0);
             for (int cc = 0; cc < 4; ++cc) {
               dot0 = V::Dot(dot0, u[0][cc], qb + 4 * cc);
@@ -171,8 +162,8 @@ struct Q2_KInterleaved {
             const F main = V::Fma(V::Cvt(dot0), scq[2 * hb], V::Mul(V::Cvt(dot1), scq[2 * hb + 1]));  // exact
             const F mins = V::Fma(mq[2 * hb], V::Set1(s_scaled[t][s0]),
                                   V::Mul(mq[2 * hb + 1], V::Set1(s_scaled[t][s0 + 1])));  // exact
-            acc[t] = V::Fma(V::Mul(d, V::Set1(dx[t][ab])), main, acc[t]);
-            macc[t] = V::Fma(V::Mul(dmin, V::Set1(dx[t][ab])), mins, macc[t]);
+            acc[t] = V::Fma(V::Mul(d, V::Set1(x.dx[t][ab])), main, acc[t]);
+            macc[t] = V::Fma(V::Mul(dmin, V::Set1(x.dx[t][ab])), mins, macc[t]);
           }
         }
       }

@@ -92,18 +92,9 @@ struct Q3_KInterleaved {
     using I = typename V::I;
     using F = typename V::F;
     const int64_t n_super = cols / kKQuantBlockElems;
-    const int64_t n_blocks = cols / 32;
-    const int8_t* q[T];     // token t's codes [cols]
-    const float* dx[T];     // [n_blocks]
-    const int32_t* off[T];  // [cols / 4] −4·Σq per 4 codes
+    const KqTokens<T> x(x0, cols, t0);  // x.off: −4·Σq per 4 codes
     F acc[2][T];
-    for (int t = 0; t < T; ++t) {
-      q[t] = x0.q + (t0 + t) * cols;
-      dx[t] = x0.d + (t0 + t) * n_blocks;
-      off[t] = x0.offset + (t0 + t) * (cols / 4);
-      acc[0][t] = V::Zero();
-      acc[1][t] = V::Zero();
-    }
+    for (int t = 0; t < T; ++t) acc[0][t] = acc[1][t] = V::Zero();
     const __m256i times = _mm256_setr_epi32(1, 8, 1, 8, 1, 8, 1, 8);  // kSubTimes by sub-block
     const I low = V::Set32(0x0F0F0F0F), three = V::Set32(0x03030303), bias = V::Set32(0x20202020),
             bits02 = V::Set32(0x07070707), bits35 = V::Set32(0x38383838), bit2 = V::Set32(0x04040404),
@@ -112,7 +103,7 @@ struct Q3_KInterleaved {
     for (int64_t sb = 0; sb < n_super; ++sb) {
       const uint8_t* blk = g + sb * kGroupBlock;
       alignas(32) int32_t start[T][16];  // [token][sub-block] −4·Σq over its 16 codes, × kSubTimes
-      KqSubBlockStarts<T>(off, sb, times, start);
+      KqSubBlockStarts<T>(x.off, sb, times, start);
       const F d = V::Halves(blk, half);
       // 16-bit shifts: every bit kept comes from its own byte (masks drop what the next byte brings).
       const I a = V::Load(blk + 32, half), b = V::Load(blk + 96, half), c = V::Load(blk + 160, half);
@@ -138,14 +129,14 @@ struct Q3_KInterleaved {
         const F dsc0 = V::Mul(d, V::Cvt(sc0));                  // exact
         const F dsc1 = V::Mul(V::Mul(d, V::Cvt(sc1)), eighth);  // exact
         for (int t = 0; t < T; ++t) {
-          const int8_t* qs = q[t] + ab * 32;
+          const int8_t* qs = x.q[t] + ab * 32;
           I dot0 = V::Set32(start[t][s0]), dot1 = V::Set32(start[t][s0 + 1]);
           for (int kk = 0; kk < 4; ++kk) {
             dot0 = V::Dot(dot0, u0[kk], qs + 4 * kk);
             dot1 = V::Dot(dot1, u1[kk], qs + 16 + 4 * kk);
           }
-          acc[0][t] = V::Fma(V::Mul(dsc0, V::Set1(dx[t][ab])), V::Cvt(dot0), acc[0][t]);
-          acc[1][t] = V::Fma(V::Mul(dsc1, V::Set1(dx[t][ab])), V::Cvt(dot1), acc[1][t]);
+          acc[0][t] = V::Fma(V::Mul(dsc0, V::Set1(x.dx[t][ab])), V::Cvt(dot0), acc[0][t]);
+          acc[1][t] = V::Fma(V::Mul(dsc1, V::Set1(x.dx[t][ab])), V::Cvt(dot1), acc[1][t]);
         }
       }
     }

@@ -93,23 +93,14 @@ struct Q6_KInterleaved {
     using I = typename V::I;
     using F = typename V::F;
     const int64_t n_super = cols / kKQuantBlockElems;
-    const int64_t n_blocks = cols / 32;
-    const int8_t* q[T];      // token t's codes [cols]
-    const float* dx[T];      // [n_blocks]
-    const int32_t* off[T];   // [cols / 4] −32·Σq per 4 codes
+    const KqTokens<T> x(x0, cols, t0);  // x.off: −32·Σq per 4 codes
     F acc[2][T];
-    for (int t = 0; t < T; ++t) {
-      q[t] = x0.q + (t0 + t) * cols;
-      dx[t] = x0.d + (t0 + t) * n_blocks;
-      off[t] = x0.offset + (t0 + t) * (cols / 4);
-      acc[0][t] = V::Zero();
-      acc[1][t] = V::Zero();
-    }
+    for (int t = 0; t < T; ++t) acc[0][t] = acc[1][t] = V::Zero();
     const F quarter = V::Set1(0.25f);
     for (int64_t sb = 0; sb < n_super; ++sb) {
       const uint8_t* blk = g + sb * kGroupBlock;
       alignas(32) int32_t start[T][16];  // [token][sub-block] −32·Σq over its 16 codes, × V::kQ6StartScale
-      KqSubBlockStarts<T>(off, sb, _mm256_set1_epi32(V::kQ6StartScale), start);
+      KqSubBlockStarts<T>(x.off, sb, _mm256_set1_epi32(V::kQ6StartScale), start);
       const F d_quarter = V::Mul(V::Halves(blk, half), quarter);  // exact
       for (int blk8 = 0; blk8 < 8; ++blk8) {  // activation block sb·8 + blk8
         KqPrefetch<T>(blk + blk8 * (kGroupBlock / 8), kGroupBlock / 8);
@@ -121,10 +112,10 @@ struct Q6_KInterleaved {
           const I u[4] = {V::Q6Codes(v0), V::Q6Codes(v1), V::Q6Codes(v2), V::Q6Last(v0, v1, v2)};
           const F dsc = V::Mul(d_quarter, V::Cvt(V::ScalesI8(blk + kQ6_KGroupScalesAt + 16 * s, half)));  // exact
           for (int t = 0; t < T; ++t) {
-            const int8_t* qs = q[t] + ab * 32 + 16 * e;
+            const int8_t* qs = x.q[t] + ab * 32 + 16 * e;
             I dot = V::Set32(start[t][s]);
             for (int kk = 0; kk < 4; ++kk) dot = V::Dot(dot, u[kk], qs + 4 * kk);
-            acc[e][t] = V::Fma(V::Mul(dsc, V::Set1(dx[t][ab])), V::Cvt(V::Q6FourTimes(dot)), acc[e][t]);
+            acc[e][t] = V::Fma(V::Mul(dsc, V::Set1(x.dx[t][ab])), V::Cvt(V::Q6FourTimes(dot)), acc[e][t]);
           }
         }
       }
