@@ -123,7 +123,10 @@ foreach(kv_spec int8 int4-kivi+prerope)  # int4-kivi+prerope: resident, mixed, a
 endforeach()
 # A hybrid losing its device: its held ids replayed on the new device (same ids, logits and master
 # as the uninterrupted run) or on the CPU (the CPU's ids for that prefix) (gpu_hybrid_loss_page.js).
-foreach(gpu_model qwen35)
+# Each hybrid architecture the GPU path runs: qwen35 (dense), qwen35moe (routed experts on the
+# GPU), qwen3next (every layer MoE, its DeltaNet projections in their own layout:
+# docs/hybrid_models_spec.md); each under two minutes on SwiftShader.
+foreach(gpu_model qwen35 qwen35moe qwen3next)
   add_test(NAME web.gpu_device_loss.${gpu_model}
            COMMAND "${KVQ_NODE}" "${CMAKE_CURRENT_LIST_DIR}/../gpu/gpu_attention_test.mjs" --hybrid-loss
                    "${KVQ_GPU_FORWARD_DIR}" "${KVQ_WEB_BUNDLE_DIR}" "${KVQ_PLAYWRIGHT_DIR}" ${gpu_model})
