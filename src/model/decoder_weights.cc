@@ -12,9 +12,7 @@
 #include <vector>
 
 #include "base/checksum.h"
-#include "weights/kquant_repack.h"
 #include "weights/matvec.h"
-#include "weights/q6_k/q6_k.h"
 #include "weights/repack.h"
 
 namespace kvq {
@@ -78,15 +76,12 @@ void AddRepackable(DecoderWeights* w, std::vector<Matrix*>* todo, RepackParts pa
 
 // AddRepackable and, with the dense part, the classifier: what RepackWeights repacks. A K-quant
 // classifier (Q6_K in llama.cpp's K-quant mixes) serves one token per step (prefill needs only the
-// last position's logits): it is repacked only where its interleaved kernel reads faster than the
-// row kernel one token at a time (weights_q6_k::ClassifierRepackPays; docs/performance.md).
+// last position's logits); CanRepack takes the K-quants only where their interleaved kernels read
+// faster than the row kernels one token at a time (KQuantRepackPays; docs/performance.md).
 std::vector<Matrix*> RepackList(DecoderWeights* w, RepackParts parts) {
   std::vector<Matrix*> todo;
   AddRepackable(w, &todo, parts);
-  if (parts.dense && CanRepack(w->classifier) &&
-      (!IsInterleavedKQuant(w->classifier.type) || weights_q6_k::ClassifierRepackPays())) {
-    todo.push_back(&w->classifier);
-  }
+  if (parts.dense && CanRepack(w->classifier)) todo.push_back(&w->classifier);
   return todo;
 }
 

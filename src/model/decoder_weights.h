@@ -157,12 +157,12 @@ struct DecoderWeights {
   uint64_t fingerprint_seed = 0;
 };
 
-/// Repacks every Q4_0 / Q8_0 / Q4_K / Q6_K projection (Q2_K, Q3_K and Q5_K where their RepackPays) and the classifier into
+/// Repacks every Q4_0 / Q8_0 projection (the K-quants where KQuantRepackPays, Q1_0 and Q2_0 where their RepackPays) and the classifier into
 /// MatrixLayout::kInterleaved16 for the interleaved kernels (one allocation, `repacked`), once at
 /// load, and the routed experts' stacked tensors where each expert's rows are a multiple of 16
 /// (then each expert's slice is its own matrix repacked: ExpertMatrix); the file is unchanged and the fingerprint still hashes its bytes. The token embedding stays row-major (it is read by
-/// rows), as does a K-quant classifier where weights_q6_k::ClassifierRepackPays says the row
-/// kernels are faster one token at a time; a tied classifier repacked gets its own copy. With release_mapped_pages (only for
+/// rows), as does every K-quant matrix, the classifier included, where KQuantRepackPays says the
+/// row kernels are faster (kquant_repack.h); a tied classifier repacked gets its own copy. With release_mapped_pages (only for
 /// matrices viewing a read-only file mapping, as LoadModel's do: on writable memory MADV_DONTNEED
 /// would zero them), the pages of each repacked matrix are released (madvise MADV_DONTNEED: clean
 /// file pages, re-read from the page cache if anything — the fingerprint, a tied embedding's rows

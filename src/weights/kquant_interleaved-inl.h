@@ -62,8 +62,8 @@ namespace HWY_NAMESPACE {
 constexpr int64_t kKqIlRows = 16;  // rows per group (weights/repack.h kInterleaveRows)
 
 /// Whether this target runs the groups with x86 byte dots (the Step kernels below) rather than the
-/// portable kernel that gathers each row's block: where the RepackPays of q2_k.h, q3_k.h, q5_k.h
-/// (and q6_k.h's ClassifierRepackPays) say repacking was measured to pay.
+/// portable kernel that gathers each row's block: where KQuantRepackPays (kquant_repack.h) says
+/// repacking was measured to pay.
 constexpr bool kKqInterleavedX86 = HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2;
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2

@@ -66,6 +66,15 @@ inline constexpr int64_t kQ2_KGroupScalesAt = 64;     // the scale vectors
 /// Whether `type` has an interleaved K-quant layout (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K).
 bool IsInterleavedKQuant(WeightType type);
 
+/// Whether LoadModel repacks the K-quants here (CanRepack, repack.h), the classifier included:
+/// where the dispatched kernels run the groups with x86 byte dots (AVX2 or better), measured
+/// faster than the row kernels one token at a time and in blocks (docs/performance.md). Elsewhere
+/// the portable interleaved kernel gathers each row's block before the row kernel's arithmetic:
+/// in the WebAssembly module it ran Q4_K 0.5× and Q6_K 0.35× as fast as the rows, so the plain rows
+/// are kept. The same answer for all five types (every K-quant kernel file is built for the same
+/// targets); defined beside Q4_K's kernels (q4_k_kernels.cc).
+bool KQuantRepackPays();
+
 /// rows [16][row_bytes] plain, super-block sb of each -> the group's super-block (bytes above).
 void InterleaveKQuantBlock(WeightType type, const uint8_t* rows, int64_t row_bytes, int64_t sb, uint8_t* out);
 

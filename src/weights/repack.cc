@@ -9,9 +9,6 @@
 #include "weights/matvec.h"
 #include "weights/q1_0/q1_0.h"
 #include "weights/q2_0/q2_0.h"
-#include "weights/q2_k/q2_k.h"
-#include "weights/q3_k/q3_k.h"
-#include "weights/q5_k/q5_k.h"
 #include "weights/weight_type.h"
 
 namespace kvq {
@@ -55,10 +52,8 @@ bool CanRepack(const Matrix& w) {
   const bool legacy = w.type == WeightType::kQ4_0 || w.type == WeightType::kQ8_0;
   const bool q1_0 = w.type == WeightType::kQ1_0 && weights_q1_0::RepackPays();  // q1_0.h
   const bool q2_0 = w.type == WeightType::kQ2_0 && weights_q2_0::RepackPays();  // q2_0.h
-  // Q2_K, Q3_K and Q5_K only where their x86 interleaved kernels run (q2_k.h, q3_k.h, q5_k.h).
-  const bool kquant = IsInterleavedKQuant(w.type) && (w.type != WeightType::kQ5_K || weights_q5_k::RepackPays()) &&
-                      (w.type != WeightType::kQ3_K || weights_q3_k::RepackPays()) &&
-                      (w.type != WeightType::kQ2_K || weights_q2_k::RepackPays());
+  // The K-quants only where their x86 interleaved kernels run (kquant_repack.h).
+  const bool kquant = IsInterleavedKQuant(w.type) && KQuantRepackPays();
   return w.layout == MatrixLayout::kRowMajor && (legacy || q1_0 || q2_0 || kquant) &&
          w.rows >= kInterleaveRows && w.cols % (legacy ? 32 : q1_0 ? 128 : q2_0 ? 64 : 256) == 0;
 }

@@ -14,6 +14,7 @@
 #include "model/decoder_weights.h"
 #include "test_util/target_scope.h"
 #include "weights/matvec.h"
+#include "weights/kquant_repack.h"
 #include "weights/q6_k/q6_k.h"
 #include "weights/repack.h"
 #include "weights/weight_type.h"
@@ -102,8 +103,9 @@ TEST(RepackInPlace, ProjectionsAndAnUntiedClassifierAreRepackMatrixBytes) {
 }
 
 TEST(RepackInPlace, AK_QuantClassifierIsRepackedOnlyWhereItPays) {
-  // A tied Q6_K classifier (llama.cpp's K-quant mixes): repacked where the interleaved kernel reads
-  // faster one token at a time (x86), kept row-major elsewhere (the WebAssembly module).
+  // A tied Q6_K classifier (llama.cpp's K-quant mixes): repacked where the interleaved kernels read
+  // faster than the rows (x86), kept row-major elsewhere (the WebAssembly module), as every
+  // K-quant matrix is.
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     test::TargetScope scope(target);
     SCOPED_TRACE(hwy::TargetName(target));
@@ -114,7 +116,7 @@ TEST(RepackInPlace, AK_QuantClassifierIsRepackedOnlyWhereItPays) {
     w.classifier = w.token_embedding;
     const std::vector<uint8_t> want = WholeRepack(w.classifier);
     RepackWeightsInPlace(&w);
-    if (weights_q6_k::ClassifierRepackPays()) {
+    if (KQuantRepackPays()) {
       EXPECT_EQ(w.classifier.layout, MatrixLayout::kInterleaved16);
       EXPECT_TRUE(file == want);
     } else {
@@ -122,7 +124,12 @@ TEST(RepackInPlace, AK_QuantClassifierIsRepackedOnlyWhereItPays) {
       EXPECT_TRUE(file == before);
     }
     const std::string name = weights_q6_k::Kernels().target;
-    EXPECT_EQ(weights_q6_k::ClassifierRepackPays(), name.rfind("AVX", 0) == 0) << "x86 byte dots: AVX2 or better";
+    EXPECT_EQ(KQuantRepackPays(), name.rfind("AVX", 0) == 0) << "x86 byte dots: AVX2 or better";
+    for (const WeightTypeDesc& type : WeightTypes()) {
+      if (!IsInterleavedKQuant(type.type)) continue;
+      EXPECT_EQ(CanRepack(Matrix{.type = type.type, .data = file.data(), .rows = kRows, .cols = 256}), KQuantRepackPays())
+          << type.label;
+    }
   }
 }
 

@@ -1,6 +1,6 @@
 // The K-quant weight types on a WebGPU device (ggml's super-blocks of 256 elements; kvq's
-// src/weights/q2_k .. q6_k), in the layouts the module holds them in: the file's rows, and for
-// Q4_K, Q5_K and Q6_K the 16-row groups LoadModel repacks projections and the classifier into
+// src/weights/q2_k .. q6_k), in the file's rows (the layout the WebAssembly module holds them in)
+// and for Q4_K, Q5_K and Q6_K also in the 16-row groups LoadModel repacks them into on x86
 // (weights/kquant_repack.h; the last rows % 16 rows stay row-major after the groups). WGSL over
 // w_u8 / w_u16 (kv_formats.js's Readers) and the uniform `dims` {rows, cols, row_bytes,
 // first_byte} of one matrix (or piece of one):

@@ -72,15 +72,17 @@ fn q5_code(qh: u32, j: u32) -> i32 {
 const kInterleaved16 = {
   q8_0: true,
   q4_0: true,
-  // The K-quants' groups (weights/kquant_repack.h) are read by kquant_weights.js.
+  // The K-quants' groups (weights/kquant_repack.h) are read by kquant_weights.js. The WebAssembly
+  // module keeps every K-quant's rows (KQuantRepackPays: its portable group kernel is slower than
+  // its row kernels); kvq's groups are read as well.
   q4_k: true,
   q6_k: true,
-  q5_k: true,  // the WebAssembly module keeps Q5_K's rows (weights_q5_k::RepackPays); kvq's groups read as well
+  q5_k: true,
 };
 // The others are never repacked by the WebAssembly module: LoadModel repacks Q1_0 and Q2_0 only
 // where their AVX3_DL kernels run (weights_q1_0::RepackPays, weights_q2_0::RepackPays), Q2_K and
-// Q3_K only where their x86 kernels run (weights_q2_k::RepackPays, weights_q3_k::RepackPays), and no other type has a repacked layout
-// (weights/repack.h, weights/kquant_repack.h).
+// Q3_K, as every K-quant, only where their x86 kernels run (KQuantRepackPays), and no other type
+// has a repacked layout (weights/repack.h, weights/kquant_repack.h).
 /** Weight types WeightReaderWgsl also reads in the interleaved16 layout. */
 export const kInterleavedTypes = Object.keys(kInterleaved16);
 

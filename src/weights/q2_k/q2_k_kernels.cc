@@ -184,9 +184,6 @@ const WeightKernels& Q2_KWeightKernelsHere() {
   return kKernels;
 }
 
-// weights_q2_k::RepackPays (q2_k.h) for this target.
-bool Q2_KRepackPaysHere() { return kKqInterleavedX86; }
-
 }  // namespace HWY_NAMESPACE
 }  // namespace kvq
 HWY_AFTER_NAMESPACE();
@@ -194,8 +191,6 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace kvq::weights_q2_k {
 HWY_EXPORT(Q2_KWeightKernelsHere);
-HWY_EXPORT(Q2_KRepackPaysHere);
 const WeightKernels& Kernels() { return HWY_DYNAMIC_DISPATCH(Q2_KWeightKernelsHere)(); }
-bool RepackPays() { return HWY_DYNAMIC_DISPATCH(Q2_KRepackPaysHere)(); }
 }  // namespace kvq::weights_q2_k
 #endif

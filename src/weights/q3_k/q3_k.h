@@ -27,9 +27,4 @@ void Ints(const uint8_t* block, KQuantInts* out);  ///< the integer form (kquant
 /// w[i] exact in double, abs[i] = |w[i]|, i < 256.
 void ExactBlock(const uint8_t* block, double* w, double* abs);
 const WeightKernels& Kernels();  ///< row kernels, best target here
-/// Whether LoadModel repacks Q3_K here (repack.h, kquant_repack.h): where the dispatched kernels
-/// run the interleaved layout with x86 byte dots (AVX2 or better; measured faster than the row
-/// kernel, see docs/performance.md). Elsewhere (WebAssembly among them) the plain rows are kept:
-/// the portable interleaved kernel gathers each row's block and was not measured to pay.
-bool RepackPays();
 }  // namespace kvq::weights_q3_k

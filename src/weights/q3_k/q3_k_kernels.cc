@@ -158,9 +158,6 @@ const WeightKernels& Q3_KWeightKernelsHere() {
   return kKernels;
 }
 
-// weights_q3_k::RepackPays (q3_k.h) for this target.
-bool Q3_KRepackPaysHere() { return kKqInterleavedX86; }
-
 }  // namespace HWY_NAMESPACE
 }  // namespace kvq
 HWY_AFTER_NAMESPACE();
@@ -168,8 +165,6 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace kvq::weights_q3_k {
 HWY_EXPORT(Q3_KWeightKernelsHere);
-HWY_EXPORT(Q3_KRepackPaysHere);
 const WeightKernels& Kernels() { return HWY_DYNAMIC_DISPATCH(Q3_KWeightKernelsHere)(); }
-bool RepackPays() { return HWY_DYNAMIC_DISPATCH(Q3_KRepackPaysHere)(); }
 }  // namespace kvq::weights_q3_k
 #endif

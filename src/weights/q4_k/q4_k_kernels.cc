@@ -71,11 +71,18 @@ const WeightKernels& Q4_KWeightKernelsHere() {
   return kKernels;
 }
 
+// KQuantRepackPays (kquant_repack.h) for this target.
+bool KQuantRepackPaysHere() { return kKqInterleavedX86; }
+
 }  // namespace HWY_NAMESPACE
 }  // namespace kvq
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+namespace kvq {
+HWY_EXPORT(KQuantRepackPaysHere);
+bool KQuantRepackPays() { return HWY_DYNAMIC_DISPATCH(KQuantRepackPaysHere)(); }
+}  // namespace kvq
 namespace kvq::weights_q4_k {
 HWY_EXPORT(Q4_KWeightKernelsHere);
 const WeightKernels& Kernels() { return HWY_DYNAMIC_DISPATCH(Q4_KWeightKernelsHere)(); }

@@ -81,9 +81,6 @@ const WeightKernels& Q5_KWeightKernelsHere() {
   return kKernels;
 }
 
-// weights_q5_k::RepackPays (q5_k.h) for this target.
-bool Q5_KRepackPaysHere() { return kKqInterleavedX86; }
-
 }  // namespace HWY_NAMESPACE
 }  // namespace kvq
 HWY_AFTER_NAMESPACE();
@@ -91,8 +88,6 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace kvq::weights_q5_k {
 HWY_EXPORT(Q5_KWeightKernelsHere);
-HWY_EXPORT(Q5_KRepackPaysHere);
 const WeightKernels& Kernels() { return HWY_DYNAMIC_DISPATCH(Q5_KWeightKernelsHere)(); }
-bool RepackPays() { return HWY_DYNAMIC_DISPATCH(Q5_KRepackPaysHere)(); }
 }  // namespace kvq::weights_q5_k
 #endif

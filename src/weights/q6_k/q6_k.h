@@ -30,9 +30,4 @@ void Ints(const uint8_t* block, KQuantInts* out);  ///< the integer form (kquant
 /// w[i] exact in double, abs[i] = |w[i]|, i < 256.
 void ExactBlock(const uint8_t* block, double* w, double* abs);
 const WeightKernels& Kernels();  ///< row kernels, best target here
-/// Whether LoadModel repacks a K-quant classifier (Q6_K in llama.cpp's K-quant mixes;
-/// model/decoder_weights.h) here: where the dispatched interleaved kernels run x86 byte dots (AVX2
-/// or better), measured faster than the row kernel one token at a time once their prefetch was
-/// restored (docs/performance.md). Elsewhere (WebAssembly among them) the classifier keeps its rows.
-bool ClassifierRepackPays();
 }  // namespace kvq::weights_q6_k

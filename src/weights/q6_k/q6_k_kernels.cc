@@ -138,9 +138,6 @@ const WeightKernels& Q6_KWeightKernelsHere() {
   return kKernels;
 }
 
-// weights_q6_k::ClassifierRepackPays (q6_k.h) for this target.
-bool Q6_KClassifierRepackPaysHere() { return kKqInterleavedX86; }
-
 }  // namespace HWY_NAMESPACE
 }  // namespace kvq
 HWY_AFTER_NAMESPACE();
@@ -148,8 +145,6 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace kvq::weights_q6_k {
 HWY_EXPORT(Q6_KWeightKernelsHere);
-HWY_EXPORT(Q6_KClassifierRepackPaysHere);
 const WeightKernels& Kernels() { return HWY_DYNAMIC_DISPATCH(Q6_KWeightKernelsHere)(); }
-bool ClassifierRepackPays() { return HWY_DYNAMIC_DISPATCH(Q6_KClassifierRepackPaysHere)(); }
 }  // namespace kvq::weights_q6_k
 #endif

@@ -171,9 +171,10 @@ int WriteMatvecCase(const std::filesystem::path& dir, const std::string& type_na
     // The same matrix as LoadModel repacks it (16-row groups, the last rows % 16 row-major): the
     // GPU reads it there with the same arithmetic, so it must give y_scalar's bits again.
     const kvq::Matrix plain{.type = type.type, .data = bytes.data(), .rows = rows, .cols = cols};
-    // Q1_0 and Q2_0 are repacked only where this host's SIMD target runs their AVX3_DL kernels, Q2_K
-    // and Q3_K only where their x86 ones (RepackPays), never in the WebAssembly module, so the page
-    // never reads them in that layout.
+    // Q1_0 and Q2_0 are repacked only where this host's SIMD target runs their AVX3_DL kernels, the
+    // K-quants only where their x86 ones (KQuantRepackPays), never in the WebAssembly module. Q2_K
+    // and Q3_K have no WGSL for the groups; Q4_K, Q5_K and Q6_K keep theirs (kquant_weights.js),
+    // checked here though the module holds their rows.
     if (kvq::CanRepack(plain) && type.type != kvq::WeightType::kQ1_0 && type.type != kvq::WeightType::kQ2_0 &&
         type.type != kvq::WeightType::kQ2_K && type.type != kvq::WeightType::kQ3_K) {
       std::vector<uint8_t> repacked(bytes.size());
