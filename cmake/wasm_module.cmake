@@ -74,6 +74,19 @@ if(NOT KVQ_WASM_SIMD OR NOT KVQ_WASM_BUNDLE)
   return()
 endif()
 
+# The module's weight kernels timed in Node, rows against 16-row groups (bench/wasm_matvec_bench.cc):
+# `node build/wasm/kvq-matvec-bench.js`. Built with the module so it compiles wherever it does.
+add_executable(kvq_wasm_matvec_bench "${PROJECT_SOURCE_DIR}/bench/wasm_matvec_bench.cc")
+set_target_properties(kvq_wasm_matvec_bench PROPERTIES OUTPUT_NAME kvq-matvec-bench SUFFIX ".js"
+                                                       RUNTIME_OUTPUT_DIRECTORY "${PROJECT_BINARY_DIR}")
+target_link_libraries(kvq_wasm_matvec_bench PRIVATE kvq_weights kvq_base)
+kvq_apply_warnings(kvq_wasm_matvec_bench)
+# Node, synchronous compilation (this Emscripten's asynchronous path fetches the .wasm by a URL,
+# which Node's fetch refuses for a file path).
+target_link_options(kvq_wasm_matvec_bench PRIVATE -sENVIRONMENT=node -sWASM_ASYNC_COMPILATION=0 -sEXIT_RUNTIME=1
+                                                  -sALLOW_MEMORY_GROWTH=1 -sMAXIMUM_MEMORY=2147483648)
+set_property(TARGET kvq_wasm_matvec_bench PROPERTY RULE_LAUNCH_LINK "${CMAKE_COMMAND} -E env NODE_PATH=/usr/share/nodejs")
+
 # kvq_wasm_variant(TARGET DIR OPTIONS...): the same sources configured again in DIR with these
 # options (each variant's objects differ throughout) and its kvq_web built there.
 function(kvq_wasm_variant target dir)
