@@ -521,11 +521,17 @@ async function Bench(id, p) {
 }
 
 // kvqPage.loseDevice: the device the GPU path holds destroyed, as a lost device behaves; the
-// runner notices at its next step (device.lost) and goes on on a new device or the CPU.
-function LoseDevice() {
-  if (!gpu_step?.device) throw new Error('no WebGPU device is in use: run a generation on the GPU path first');
-  gpu_step.device.destroy();
-  return {lost: true};
+// runner notices at its next step (device.lost) and goes on on a new device or the CPU. Returns
+// once device.lost has settled (the runner's handler, attached first, has run: the next turn then
+// starts from a lost device, whatever the host's speed) or kLoseWaitMs have passed.
+const kLoseWaitMs = 5000;
+async function LoseDevice() {
+  const device = gpu_step?.device;
+  if (!device) throw new Error('no WebGPU device is in use: run a generation on the GPU path first');
+  device.destroy();
+  const settled = await Promise.race([device.lost.then(() => true),
+                                      new Promise((resolve) => setTimeout(() => resolve(false), kLoseWaitMs))]);
+  return {lost: true, settled};
 }
 
 const handlers = {

@@ -256,7 +256,8 @@ async function DeviceLostBetweenTurns(page) {
   checks.Expect(first.stats.gpu.device_events.length === 0 &&
                 /not lost/.test(await Text(page, '#st-gpu-events')),
                 `device loss: before it, the page says the device was not lost ("${await Text(page, '#st-gpu-events')}")`);
-  await page.evaluate(() => window.kvqPage.loseDevice());
+  const lost = await page.evaluate(() => window.kvqPage.loseDevice());
+  checks.Expect(lost?.settled === true, `device loss: device.lost settled before the next turn (${JSON.stringify(lost)})`);
   const after = await Turn();
   const events = after.stats.gpu.device_events, shown = await Text(page, '#st-gpu-events');
   checks.Expect(events.length === 1 && events[0].to === 'gpu' && /destroyed/.test(events[0].why),
