@@ -42,10 +42,24 @@ namespace {
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
+// A model file in the test's temporary folder, removed when it goes out of scope (after the
+// replicas declared after it, which read it, have stopped).
+struct ModelFile {
+  std::string path;
+  explicit ModelFile(std::string p) : path(std::move(p)) {}
+  ModelFile(const ModelFile&) = delete;
+  ModelFile& operator=(const ModelFile&) = delete;
+  ~ModelFile() {
+    std::error_code ignored;
+    std::filesystem::remove(path, ignored);
+  }
+  operator const std::string&() const { return path; }
+};
+
 // A tiny Llama (dim 128, 4 layers, 4,096 positions) with stories260K's vocabulary; `seed` makes
 // another model of the same shape.
 // A hybrid (`hybrid`: Qwen3.5's tiny preset, Gated DeltaNet layers holding a recurrent state).
-std::string WriteModel(const std::string& tag, uint32_t seed, bool hybrid = false) {
+ModelFile WriteModel(const std::string& tag, uint32_t seed, bool hybrid = false) {
   const std::string path = (std::filesystem::path(::testing::TempDir()) /
                             ("kvq_scale_out_" + tag + "_" + std::to_string(getpid()) + ".gguf")).string();
   SynthSpec spec{.arch = SynthArch::kLlama, .dim = 128, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2,
@@ -58,7 +72,7 @@ std::string WriteModel(const std::string& tag, uint32_t seed, bool hybrid = fals
   }
   const Status s = WriteSynthModel(spec, std::string(KVQ_SOURCE_DIR) + "/models/stories260K/stories260K.gguf", path);
   EXPECT_TRUE(s.ok()) << s.message();
-  return path;
+  return ModelFile{path};
 }
 
 struct Reply {
@@ -159,7 +173,7 @@ std::vector<std::string> ReplicaFlags(const std::string& model, const std::strin
 
 TEST(ScaleOut, APrefixComputedOnOneReplicaIsRestoredOnAnother) {
   RedisServer redis;
-  const std::string model = WriteModel("a", 5);
+  const ModelFile model = WriteModel("a", 5);
   Replica a(ReplicaFlags(model, redis.url())), b(ReplicaFlags(model, redis.url()));
   ASSERT_GT(a.port, 0) << a.log;
   ASSERT_GT(b.port, 0) << b.log;
@@ -200,7 +214,7 @@ TEST(ScaleOut, APrefixComputedOnOneReplicaIsRestoredOnAnother) {
 
 TEST(ScaleOut, ARedisOutageLeavesEveryRequestAnsweredAndTheReplicasReconnect) {
   RedisServer redis;
-  const std::string model = WriteModel("b", 5);
+  const ModelFile model = WriteModel("b", 5);
   Replica a(ReplicaFlags(model, redis.url())), b(ReplicaFlags(model, redis.url()));
   ASSERT_GT(a.port, 0) << a.log;
   ASSERT_GT(b.port, 0) << b.log;
@@ -260,7 +274,7 @@ std::string Namespace(Replica& r) {
 
 TEST(ScaleOut, DamagedAndForeignValuesAreRefusedRecomputedAndReplaced) {
   RedisServer redis;
-  const std::string model = WriteModel("c", 5), other_model = WriteModel("d", 6);
+  const ModelFile model = WriteModel("c", 5), other_model = WriteModel("d", 6);
   Replica a(ReplicaFlags(model, redis.url()));
   ASSERT_GT(a.port, 0) << a.log;
   const std::string text = Text(a.port, 300, 5);
@@ -317,7 +331,7 @@ TEST(ScaleOut, DamagedAndForeignValuesAreRefusedRecomputedAndReplaced) {
 // token starts the prompt (a conversation's next turn), never one it would have to cut.
 TEST(ScaleOut, AHybridRestoresOnlyASnapshotThatIsAllAPrefixOfThePrompt) {
   RedisServer redis;
-  const std::string model = WriteModel("h", 5, /*hybrid=*/true);
+  const ModelFile model = WriteModel("h", 5, /*hybrid=*/true);
   Replica a(ReplicaFlags(model, redis.url())), b(ReplicaFlags(model, redis.url()));
   ASSERT_GT(a.port, 0) << a.log;
   ASSERT_GT(b.port, 0) << b.log;
