@@ -2,7 +2,8 @@
 // affine map and a byte dot against the activation permuted by bit position, QuantizedX::offset),
 // 512 weights per vector. AVX3: Σ ±q as one masked
 // byte blend (the sign bits are the mask register) and one byte dot, four rows' integer lanes
-// folded before the float work. AVX2: bits spread to bytes, maddubs/madd. Four activation blocks
+// folded before the float work. AVX2: bits spread to bytes, maddubs/madd. Other targets: the codes
+// under the set bits summed on 128-bit vectors (SetSum; scalar: a loop). Four activation blocks
 // share a weight scale (q1_0.h, "Kernel numerics"). AVX3_DL is compiled for vpdpbusd and GFNI.
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL
@@ -377,8 +378,8 @@ inline int32_t SetSum(const uint8_t* bits, const int8_t* q) {
 #else
 // The same sum, exactly, 16 codes per vector: each bit byte broadcast to its 8 lanes and tested
 // against the lane's bit, the codes kept where set, widened to int16 (|a lane's sum of 4| ≤ 508,
-// of all 32 ≤ 4,064: no wrap) and reduced. The WebAssembly module's Q1_0 kernel: the per-bit loop
-// above took ~4 operations per weight (node build/wasm/kvq-matvec-bench.js --type q1_0).
+// of all 32 ≤ 4,064: no wrap) and reduced. The WebAssembly module's Q1_0 kernel: 2.4-2.6× the
+// per-bit loop above there (node build/wasm/kvq-matvec-bench.js --type q1_0; docs/performance.md).
 inline int32_t SetSum(const uint8_t* bits, const int8_t* q) {
   namespace hn = hwy::HWY_NAMESPACE;
   const hn::Full128<uint8_t> du8;
