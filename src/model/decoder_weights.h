@@ -157,7 +157,8 @@ struct DecoderWeights {
   uint64_t fingerprint_seed = 0;
 };
 
-/// Repacks every Q4_0 / Q8_0 projection (the K-quants where KQuantRepackPays, Q1_0 and Q2_0 where their RepackPays) and the classifier into
+/// Repacks every projection and the classifier that CanRepack takes (Q4_0, Q8_0, Q1_0 and Q2_0 where
+/// their RepackPays say so, the K-quants where KQuantRepackPays: in the WebAssembly module none) into
 /// MatrixLayout::kInterleaved16 for the interleaved kernels (one allocation, `repacked`), once at
 /// load, and the routed experts' stacked tensors where each expert's rows are a multiple of 16
 /// (then each expert's slice is its own matrix repacked: ExpertMatrix); the file is unchanged and the fingerprint still hashes its bytes. The token embedding stays row-major (it is read by

@@ -20,7 +20,11 @@
 //                         (-> i32 lanes of 4 elements)
 //   x86 AVX3_DL           the same with vpdpbusd (AVX-512 VNNI, EVEX encoded): one instruction
 //                         from bytes to i32 lanes, started from the activation's offset
-//   other targets         plain C++ integer loops (scalar and non-x86 builds)
+//   128-bit targets       (WebAssembly SIMD128, x86 SSE4) a type with B::DotLanes: 4 rows at a
+//                         time, int16 pair dots (QuantRowQuadLanes), the plain loops' integers
+//                         and f32 operations
+//   other targets         plain C++ integer loops (Highway's scalar targets, types without
+//                         DotLanes, tail rows)
 // Every integer step is exact; per block the i32 lanes are converted to f32 (exact) and
 // accumulated with one FMA by s = d_w·d_x, so the f32 rounding is the same handful of steps
 // whatever the path.
@@ -312,9 +316,79 @@ void QuantRowGroupGeneric(const uint8_t* w, const QuantizedX& x, float* y, int64
   }
 }
 
+#undef KVQ_QUANT_ROWS_LANES
+#if HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+#define KVQ_QUANT_ROWS_LANES 1
+namespace hn = hwy::HWY_NAMESPACE;
+using QrI16 = hn::Full128<int16_t>;  // 8 lanes
+using QrI32 = hn::Full128<int32_t>;  // 4 lanes
+using QrF32 = hn::Full128<float>;    // 4 lanes
+
+// B::DotLanes if B declares it: a 128-bit target's block dot, int32 lanes that sum to DotScalar.
+template <class B>
+constexpr bool HasDotLanes() {
+  return requires(const uint8_t* c, const hn::Vec<QrI16>* q) { B::DotLanes(c, q); };
+}
+
+// Four rows from r with the block dots on 128-bit vectors (the WebAssembly module's SIMD128, x86
+// SSE4): per block, B::DotLanes gives each row's int32 lanes (i16 pairs through
+// ReorderWidenMulAccumulate: i32x4.dot_i16x8 / pmaddwd), a transpose-add makes lane i row i's
+// integer dot (exact, so the same integer as DotScalar), and lane i does QuantRowGroupGeneric's
+// f32 operations for row i: s = d_w·d_x, acc += s·dot, each rounded once. These targets have no
+// FMA to contract them into, so the bits are QuantRowGroupGeneric's.
+template <class B>
+void QuantRowQuadLanes(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r) {
+  constexpr int64_t kBytes = B::kBytes;
+  const QrI16 d16;
+  const QrI32 d32;
+  const QrF32 df;
+  const hn::Full128<int64_t> d64;
+  const hn::Full64<int8_t> d8h;
+  const int64_t n_blocks = cols / kQuantBlockElems;
+  const int64_t row_bytes = n_blocks * kBytes;
+  const uint8_t* a = w + r * row_bytes;  // [4][row_bytes] the four rows
+  auto acc = hn::Zero(df);               // lane i: row r + i
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    // The block's 32 activations widened to int16, elements 8k .. 8k+7 in q16[k], shared by the rows.
+    const int8_t* q = x.q + b * kQuantBlockElems;
+    const hn::Vec<QrI16> q16[4] = {hn::PromoteTo(d16, hn::LoadU(d8h, q)), hn::PromoteTo(d16, hn::LoadU(d8h, q + 8)),
+                                   hn::PromoteTo(d16, hn::LoadU(d8h, q + 16)),
+                                   hn::PromoteTo(d16, hn::LoadU(d8h, q + 24))};
+    const uint8_t* blk = a + b * kBytes;
+    const auto l0 = B::DotLanes(blk + CodeOffset<B>(), q16);
+    const auto l1 = B::DotLanes(blk + row_bytes + CodeOffset<B>(), q16);
+    const auto l2 = B::DotLanes(blk + 2 * row_bytes + CodeOffset<B>(), q16);
+    const auto l3 = B::DotLanes(blk + 3 * row_bytes + CodeOffset<B>(), q16);
+    // [l0_0+l0_2, l1_0+l1_2, l0_1+l0_3, l1_1+l1_3] and the same for rows 2, 3; then the 64-bit
+    // halves paired: lane i = Σ of row i's lanes.
+    const auto p01 = hn::Add(hn::InterleaveLower(d32, l0, l1), hn::InterleaveUpper(d32, l0, l1));
+    const auto p23 = hn::Add(hn::InterleaveLower(d32, l2, l3), hn::InterleaveUpper(d32, l2, l3));
+    const auto h01 = hn::BitCast(d64, p01), h23 = hn::BitCast(d64, p23);
+    const auto dot = hn::Add(hn::BitCast(d32, hn::InterleaveLower(d64, h01, h23)),
+                             hn::BitCast(d32, hn::InterleaveUpper(d64, h01, h23)));
+    alignas(16) float dw[4];  // the rows' d_w
+    for (int i = 0; i < 4; ++i) {
+      uint16_t d_bits;
+      std::memcpy(&d_bits, blk + i * row_bytes, 2);  // little-endian host
+      dw[i] = F16ToF32(d_bits);
+    }
+    const auto s = hn::Mul(hn::Load(df, dw), hn::Set(df, x.d[b]));
+    acc = hn::Add(acc, hn::Mul(s, hn::ConvertTo(df, dot)));
+  }
+  hn::StoreU(acc, df, y + r);
+}
+#else
+#define KVQ_QUANT_ROWS_LANES 0
+#endif
+
 template <class B>
 void QuantRows(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r0, int64_t r1) {
   int64_t r = r0;
+#if KVQ_QUANT_ROWS_LANES
+  if constexpr (HasDotLanes<B>() && !HasMin<B>()) {
+    for (; r + 4 <= r1; r += 4) QuantRowQuadLanes<B>(w, x, y, cols, r);
+  }
+#endif
   for (; r + 4 <= r1; r += 4) QuantRowGroupGeneric<B, 4>(w, x, y, cols, r);
   for (; r < r1; ++r) QuantRowGroupGeneric<B, 1>(w, x, y, cols, r);
 }

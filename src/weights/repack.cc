@@ -9,6 +9,8 @@
 #include "weights/matvec.h"
 #include "weights/q1_0/q1_0.h"
 #include "weights/q2_0/q2_0.h"
+#include "weights/q4_0/q4_0.h"
+#include "weights/q8_0/q8_0.h"
 #include "weights/weight_type.h"
 
 namespace kvq {
@@ -49,7 +51,8 @@ void Q2_0CodesToPlain(const uint8_t* interleaved, uint8_t* out) {  // [16] -> [1
 }  // namespace
 
 bool CanRepack(const Matrix& w) {
-  const bool legacy = w.type == WeightType::kQ4_0 || w.type == WeightType::kQ8_0;
+  const bool legacy = (w.type == WeightType::kQ4_0 && weights_q4_0::RepackPays()) ||  // q4_0.h
+                      (w.type == WeightType::kQ8_0 && weights_q8_0::RepackPays());   // q8_0.h
   const bool q1_0 = w.type == WeightType::kQ1_0 && weights_q1_0::RepackPays();  // q1_0.h
   const bool q2_0 = w.type == WeightType::kQ2_0 && weights_q2_0::RepackPays();  // q2_0.h
   // The K-quants only where their x86 interleaved kernels run (kquant_repack.h).

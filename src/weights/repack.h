@@ -33,10 +33,10 @@ namespace kvq {
 inline constexpr int64_t kInterleaveRows = 16;
 
 /// Whether `w` (row-major) has a repacked layout: Q4_0, Q8_0, Q1_0 or Q2_0 (or Q4_K, Q5_K or Q6_K, whose
-/// groups are in weights/kquant_repack.h) with at least kInterleaveRows rows; Q1_0, Q2_0 and Q5_K
-/// only where their dispatched kernels make the layout pay (weights_q1_0::RepackPays,
-/// weights_q2_0::RepackPays, weights_q5_k::RepackPays). RepackMatrix serves every
-/// such type on any target.
+/// groups are in weights/kquant_repack.h) with at least kInterleaveRows rows, each only where its
+/// dispatched kernels make the layout pay (weights_q4_0::RepackPays, weights_q8_0::RepackPays,
+/// weights_q1_0::RepackPays, weights_q2_0::RepackPays, KQuantRepackPays). RepackMatrix serves
+/// every such type on any target.
 bool CanRepack(const Matrix& w);
 
 /// Writes the kInterleaved16 form of the row-major `w` (CanRepack) to out [MatrixBytes of w] and

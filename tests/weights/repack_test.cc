@@ -27,6 +27,7 @@
 #include "weights/matvec.h"
 #include "weights/q1_0/q1_0.h"
 #include "weights/q2_0/q2_0.h"
+#include "weights/q4_0/q4_0.h"
 #include "weights/q5_k/q5_k.h"
 #include "weights/weight_type.h"
 
@@ -128,6 +129,15 @@ TEST(Repack, OnlyRowMajorQ4_0AndQ8_0WithAWholeGroup) {
     EXPECT_EQ(CanRepack(Matrix{.type = WeightType::kQ2_0, .rows = 16, .cols = 64}), vnni) << hwy::TargetName(target);
   }
   EXPECT_FALSE(CanRepack(Matrix{.type = WeightType::kQ2_0, .rows = 15, .cols = 64}));
+  // Q4_0 and Q8_0: only where the interleaved kernel runs x86 byte dots (AVX2 or better); the
+  // portable group loop is slower than the 128-bit row kernels (the WebAssembly module's).
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    TargetScope scope(target);
+    const std::string name = weights_q4_0::Kernels().target;
+    const bool x86 = name.rfind("AVX", 0) == 0;
+    EXPECT_EQ(CanRepack(Matrix{.type = WeightType::kQ4_0, .rows = 16, .cols = 32}), x86) << hwy::TargetName(target);
+    EXPECT_EQ(CanRepack(Matrix{.type = WeightType::kQ8_0, .rows = 17, .cols = 64}), x86) << hwy::TargetName(target);
+  }
   // Q2_K, Q3_K and Q5_K: only where the interleaved kernels run x86 byte dots (AVX2 or better; measured there).
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     TargetScope scope(target);

@@ -72,17 +72,17 @@ fn q5_code(qh: u32, j: u32) -> i32 {
 const kInterleaved16 = {
   q8_0: true,
   q4_0: true,
-  // The K-quants' groups (weights/kquant_repack.h) are read by kquant_weights.js. The WebAssembly
-  // module keeps every K-quant's rows (KQuantRepackPays: its portable group kernel is slower than
-  // its row kernels); kvq's groups are read as well.
+  // The K-quants' groups (weights/kquant_repack.h) are read by kquant_weights.js.
   q4_k: true,
   q6_k: true,
   q5_k: true,
 };
-// The others are never repacked by the WebAssembly module: LoadModel repacks Q1_0 and Q2_0 only
-// where their AVX3_DL kernels run (weights_q1_0::RepackPays, weights_q2_0::RepackPays), Q2_K and
-// Q3_K, as every K-quant, only where their x86 kernels run (KQuantRepackPays), and no other type
-// has a repacked layout (weights/repack.h, weights/kquant_repack.h).
+// The WebAssembly module repacks nothing: LoadModel repacks Q4_0 and Q8_0 only where their x86
+// kernels run (weights_q4_0::RepackPays, weights_q8_0::RepackPays; the module's 128-bit row
+// kernels are faster than its portable group loops), Q1_0 and Q2_0 only where their AVX3_DL
+// kernels run (weights_q1_0::RepackPays, weights_q2_0::RepackPays), every K-quant only where its
+// x86 kernels run (KQuantRepackPays), and no other type has a repacked layout (weights/repack.h,
+// weights/kquant_repack.h). The groups above are read all the same, checked against the CPU.
 /** Weight types WeightReaderWgsl also reads in the interleaved16 layout. */
 export const kInterleavedTypes = Object.keys(kInterleaved16);
 

@@ -22,4 +22,7 @@ float Scale(const uint8_t* block);              ///< d
 /// w[i] = d·code i in double (exact), abs[i] = |w[i]|, i < 32.
 void ExactBlock(const uint8_t* block, double* w, double* abs);
 const WeightKernels& Kernels();                 ///< row kernels, best target here
+/// Whether LoadModel repacks Q4_0 here (repack.h): the kernels dispatched here run the interleaved
+/// layout with x86 byte dots (AVX2 or better). Elsewhere the plain rows are kept.
+bool RepackPays();
 }  // namespace kvq::weights_q4_0

@@ -63,6 +63,29 @@ struct Q4_0Block {
     for (int j = 0; j < 16; ++j) dot += ((qs[j] & 0x0F) - 8) * q[j] + ((qs[j] >> 4) - 8) * q[j + 16];
     return dot;
   }
+#if KVQ_QUANT_ROWS_LANES
+  // DotScalar on 128-bit vectors: the codes (nibble − 8) widened to int16 against q16 (elements
+  // 8k .. 8k+7 in q16[k]); int32 lanes whose sum is the block's dot.
+  static hn::Vec<QrI32> DotLanes(const uint8_t* qs, const hn::Vec<QrI16>* q16) {
+    const hn::Full128<uint8_t> du8;
+    const hn::Full128<int8_t> di8;
+    const hn::Full64<int8_t> di8h;
+    const QrI16 d16;
+    const QrI32 d32;
+    const auto raw = hn::LoadU(du8, qs);
+    const auto eight = hn::Set(du8, 8);
+    // n − 8 wraps to the signed code: low nibbles are elements 0..15, high nibbles 16..31.
+    const auto lo = hn::BitCast(di8, hn::Sub(hn::And(raw, hn::Set(du8, 0x0F)), eight));
+    const auto hi = hn::BitCast(di8, hn::Sub(hn::ShiftRight<4>(raw), eight));
+    auto sum1 = hn::Zero(d32);  // unused by int16 on these targets; RearrangeToOddPlusEven folds it
+    auto sum = hn::ReorderWidenMulAccumulate(d32, hn::PromoteTo(d16, hn::LowerHalf(di8h, lo)), q16[0],
+                                             hn::Zero(d32), sum1);
+    sum = hn::ReorderWidenMulAccumulate(d32, hn::PromoteTo(d16, hn::UpperHalf(di8h, lo)), q16[1], sum, sum1);
+    sum = hn::ReorderWidenMulAccumulate(d32, hn::PromoteTo(d16, hn::LowerHalf(di8h, hi)), q16[2], sum, sum1);
+    sum = hn::ReorderWidenMulAccumulate(d32, hn::PromoteTo(d16, hn::UpperHalf(di8h, hi)), q16[3], sum, sum1);
+    return hn::RearrangeToOddPlusEven(sum, sum1);
+  }
+#endif
 #endif
 };
 
@@ -88,6 +111,12 @@ const WeightKernels& Q4_0WeightKernelsHere() {
   return kKernels;
 }
 
+// Whether LoadModel repacks Q4_0 for this target (weights_q4_0::RepackPays): where the interleaved
+// kernel is x86's (AVX2 or better). Elsewhere it is the portable loop (a std::fma per block and
+// row, a library call in WebAssembly), which in the WebAssembly module ran at about a quarter of the
+// 128-bit row kernels' speed (`node build/wasm/kvq-matvec-bench.js`, docs/performance.md).
+bool Q4_0RepackPaysHere() { return HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2; }
+
 }  // namespace HWY_NAMESPACE
 }  // namespace kvq
 HWY_AFTER_NAMESPACE();
@@ -95,6 +124,8 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace kvq::weights_q4_0 {
 HWY_EXPORT(Q4_0WeightKernelsHere);
+HWY_EXPORT(Q4_0RepackPaysHere);
 const WeightKernels& Kernels() { return HWY_DYNAMIC_DISPATCH(Q4_0WeightKernelsHere)(); }
+bool RepackPays() { return HWY_DYNAMIC_DISPATCH(Q4_0RepackPaysHere)(); }
 }  // namespace kvq::weights_q4_0
 #endif

@@ -42,6 +42,22 @@ struct Q8_0Block {
     for (int j = 0; j < 32; ++j) dot += static_cast<int8_t>(qs[j]) * q[j];
     return dot;
   }
+#if KVQ_QUANT_ROWS_LANES
+  // DotScalar on 128-bit vectors: the int8 codes widened to int16 against q16 (elements
+  // 8k .. 8k+7 in q16[k]); int32 lanes whose sum is the block's dot.
+  static hn::Vec<QrI32> DotLanes(const uint8_t* qs, const hn::Vec<QrI16>* q16) {
+    const hn::Full64<int8_t> di8h;
+    const QrI16 d16;
+    const QrI32 d32;
+    const int8_t* c = reinterpret_cast<const int8_t*>(qs);
+    auto sum1 = hn::Zero(d32);  // unused by int16 on these targets; RearrangeToOddPlusEven folds it
+    auto sum = hn::Zero(d32);
+    for (int k = 0; k < 4; ++k) {
+      sum = hn::ReorderWidenMulAccumulate(d32, hn::PromoteTo(d16, hn::LoadU(di8h, c + 8 * k)), q16[k], sum, sum1);
+    }
+    return hn::RearrangeToOddPlusEven(sum, sum1);
+  }
+#endif
 #endif
 };
 
@@ -65,6 +81,12 @@ const WeightKernels& Q8_0WeightKernelsHere() {
   return kKernels;
 }
 
+// Whether LoadModel repacks Q8_0 for this target (weights_q8_0::RepackPays): where the interleaved
+// kernel is x86's (AVX2 or better). Elsewhere it is the portable loop (a std::fma per block and
+// row, a library call in WebAssembly), which in the WebAssembly module ran at about a quarter of the
+// 128-bit row kernels' speed (`node build/wasm/kvq-matvec-bench.js`, docs/performance.md).
+bool Q8_0RepackPaysHere() { return HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2; }
+
 }  // namespace HWY_NAMESPACE
 }  // namespace kvq
 HWY_AFTER_NAMESPACE();
@@ -72,6 +94,8 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace kvq::weights_q8_0 {
 HWY_EXPORT(Q8_0WeightKernelsHere);
+HWY_EXPORT(Q8_0RepackPaysHere);
 const WeightKernels& Kernels() { return HWY_DYNAMIC_DISPATCH(Q8_0WeightKernelsHere)(); }
+bool RepackPays() { return HWY_DYNAMIC_DISPATCH(Q8_0RepackPaysHere)(); }
 }  // namespace kvq::weights_q8_0
 #endif
