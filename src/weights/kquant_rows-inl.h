@@ -13,7 +13,9 @@
 //         adds super-block blk[i] of row i times the activation's 256 codes into acc[i]
 //         (Σ_b s·I over its 8 activation blocks) and its min term into macc[i] (subtracted)
 //   other targets:
-//     static void Ints(const uint8_t* block, KQuantInts* out)   the integer form (kquant.h)
+//     static void Ints(const uint8_t* block, KQuantInts* out)   the integer form (kquant.h), then
+//         int16 pair dots on 128-bit targets (WebAssembly SIMD128, x86 SSE4), plain loops on
+//         Highway's scalar targets: the same integers and f32 operations either way
 // and gets MakeKQuantKernels<B>().
 //
 // Rounding (matvec_roundings = 5 for every K-quant). A term is a scale times an exact integer:
@@ -155,7 +157,58 @@ void KQuantActivationOffsets(const int8_t* q, int64_t n, int32_t* offset) {
   for (int64_t j = 0; j < n / 4; ++j) offset[j] = -k * (q[4 * j] + q[4 * j + 1] + q[4 * j + 2] + q[4 * j + 3]);
 }
 
-#else  // not x86 AVX2 or better: plain integer loops over the integer form
+#elif HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+// 128-bit targets (the WebAssembly module's SIMD128, x86 SSE4): the scalar loop's integers on
+// vectors. Per 16-element sub-block j, code·sc[j] is formed in int16 (|code·sc| ≤ 32·128 = 4096:
+// Q6_K's int8 scales times codes in [−32, 31]; every other K-quant's product is smaller) and its
+// dot with q accumulated in int32 pairs (ReorderWidenMulAccumulate: i32x4.dot_i16x8 / pmaddwd);
+// the mins likewise as m[j]·q. An activation block's dot and mins are then the same integers as
+// the scalar loop's (|dot| ≤ 32·4096·127 < 2^31), and the f32 operations after them are the
+// same, so the bits are too.
+
+template <class B>
+void KQuantRows(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r0, int64_t r1) {
+  namespace hn = hwy::HWY_NAMESPACE;
+  const hn::Full128<int16_t> d16;  // 8 lanes
+  const hn::Full128<int32_t> d32;  // 4 lanes
+  const hn::Full64<int8_t> d8h;    // 8 lanes
+  const int64_t n_super = cols / kKQuantBlockElems;
+  const int64_t row_bytes = n_super * B::kBytes;
+  KQuantInts k;
+  for (int64_t r = r0; r < r1; ++r) {
+    float acc = 0.0f, macc = 0.0f;
+    for (int64_t sb = 0; sb < n_super; ++sb) {
+      B::Ints(w + r * row_bytes + sb * B::kBytes, &k);
+      for (int64_t b = 0; b < kKQuantActBlocks; ++b) {
+        const int64_t ab = sb * kKQuantActBlocks + b;  // activation block
+        const int8_t* q = x.q + ab * 32;
+        auto dot_v = hn::Zero(d32), dot_odd = hn::Zero(d32);    // pairs of (code·sc)·q
+        auto mins_v = hn::Zero(d32), mins_odd = hn::Zero(d32);  // pairs of m·q
+        for (int64_t h = 0; h < 2; ++h) {  // the two 16-element sub-blocks
+          const int64_t j = 2 * b + h;
+          const auto sc = hn::Set(d16, static_cast<int16_t>(k.sc[j]));
+          const auto m = hn::Set(d16, static_cast<int16_t>(k.m[j]));
+          for (int64_t e = 0; e < 16; e += 8) {
+            const auto q16 = hn::PromoteTo(d16, hn::LoadU(d8h, q + 16 * h + e));
+            const auto c16 = hn::Mul(hn::PromoteTo(d16, hn::LoadU(d8h, k.code + 16 * j + e)), sc);
+            dot_v = hn::ReorderWidenMulAccumulate(d32, c16, q16, dot_v, dot_odd);
+            mins_v = hn::ReorderWidenMulAccumulate(d32, m, q16, mins_v, mins_odd);
+          }
+        }
+        const int32_t dot = hn::GetLane(hn::SumOfLanes(d32, hn::RearrangeToOddPlusEven(dot_v, dot_odd)));
+        const int32_t mins = hn::GetLane(hn::SumOfLanes(d32, hn::RearrangeToOddPlusEven(mins_v, mins_odd)));
+        acc += (k.d * x.d[ab]) * static_cast<float>(dot);
+        macc += (k.dmin * x.d[ab]) * static_cast<float>(mins);
+      }
+    }
+    y[r] = acc - macc;
+  }
+}
+
+template <class B>
+void KQuantActivationOffsets(const int8_t*, int64_t, int32_t*) {}  // the integer loops start from 0
+
+#else  // Highway's scalar targets: plain integer loops over the integer form
 
 template <class B>
 void KQuantRows(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r0, int64_t r1) {

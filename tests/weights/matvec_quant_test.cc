@@ -24,6 +24,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "base/float_codes.h"
@@ -373,6 +374,49 @@ TEST(QuantizedMatVec, MatMulEqualsMatVecPerToken) {
                 << " token " << t;
           }
         }
+      }
+    }
+  }
+}
+
+// The targets whose kernels have no FMA (Highway's 128-bit and scalar targets: SSE4, WebAssembly's
+// SIMD128, EMU128, SCALAR) run the row kernels' integer dots on vectors or in plain loops but the
+// same f32 operations (quant_rows-inl.h, kquant_rows-inl.h), so every quantised-activation type in
+// the registry gives the same bits on each of them, blocks from its own quantiser. The main build
+// compiles one such target (SCALAR); the sanitizer build compiles SSE4 and EMU128.
+TEST(QuantizedMatVec, TargetsWithoutFmaGiveTheSameBits) {
+  std::vector<int64_t> no_fma;
+  for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
+    const std::string name = hwy::TargetName(t);
+    if (name == "SSE4" || name == "SSSE3" || name == "WASM" || name == "EMU128" || name == "SCALAR") no_fma.push_back(t);
+  }
+  std::printf("targets without FMA compared:%s\n", no_fma.size() < 2 ? " (fewer than two here)" : "");
+  for (int64_t t : no_fma) std::printf(" %s", hwy::TargetName(t));
+  std::printf("\n");
+  uint32_t seed = 900;
+  for (const WeightTypeDesc& d : WeightTypes()) {
+    if (!d.quantized_activation) continue;
+    for (const int64_t rows : {1, 4, 7, 18}) {  // whole quads of rows and tails
+      const int64_t cols = 1024;
+      std::mt19937 rng(seed++);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::vector<uint8_t> bytes(rows * MatrixRowBytes(d.type, cols));
+      std::vector<float> block(d.block_elems);
+      for (int64_t b = 0; b < rows * cols / d.block_elems; ++b) {
+        for (float& v : block) v = normal(rng);
+        d.quantize_block_ref(block.data(), bytes.data() + b * d.block_bytes);
+      }
+      const Matrix w{.type = d.type, .data = bytes.data(), .rows = rows, .cols = cols};
+      const std::vector<float> x = RandomVector(cols, seed++);
+      std::vector<float> first;
+      for (int64_t target : no_fma) {
+        TargetScope scope(target);
+        std::vector<float> y(rows, NAN);
+        MatVec(w, x.data(), y.data(), ThreadPool::Shared(1));
+        if (first.empty()) first = y;
+        ASSERT_EQ(std::memcmp(first.data(), y.data(), 4 * rows), 0)
+            << d.name << " " << rows << " rows: " << hwy::TargetName(target) << " differs from "
+            << hwy::TargetName(no_fma.front());
       }
     }
   }

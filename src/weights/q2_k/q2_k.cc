@@ -32,7 +32,13 @@ void Ints(const uint8_t* block, KQuantInts* out) {
   out->d = KQuantHalf(block + 80);
   out->dmin = KQuantHalf(block + 82);
   for (int j = 0; j < 16; ++j) out->sc[j] = block[j] & 15, out->m[j] = block[j] >> 4;
-  for (int i = 0; i < 256; ++i) out->code[i] = static_cast<int8_t>(Code2(block, i));
+  // Code2's table, looped as the block is laid out (contiguous runs of 32 codes) so that the
+  // compiler can vectorise it: the portable row kernels decode every super-block through here.
+  for (int h = 0; h < 2; ++h) {
+    for (int k = 0; k < 4; ++k) {
+      for (int l = 0; l < 32; ++l) out->code[128 * h + 32 * k + l] = static_cast<int8_t>((block[16 + 32 * h + l] >> (2 * k)) & 3);
+    }
+  }
 }
 
 void ExactBlock(const uint8_t* block, double* w, double* abs) {

@@ -37,7 +37,17 @@ void Ints(const uint8_t* block, KQuantInts* out) {
   uint8_t sc[8], m[8];
   KQuantScalesMins6(block + 4, sc, m);
   for (int j = 0; j < 16; ++j) out->sc[j] = sc[j / 2], out->m[j] = m[j / 2];
-  for (int i = 0; i < 256; ++i) out->code[i] = static_cast<int8_t>(Code5(block, i));
+  // Code5's table, looped as the block is laid out (contiguous runs of 32 codes) so that the
+  // compiler can vectorise it: the portable row kernels decode every super-block through here.
+  for (int c = 0; c < 4; ++c) {
+    for (int high = 0; high < 2; ++high) {
+      const uint8_t* nibbles = block + 48 + 32 * c;
+      const int shift = 4 * high, bit = 2 * c + high;
+      for (int l = 0; l < 32; ++l) {
+        out->code[64 * c + 32 * high + l] = static_cast<int8_t>(((nibbles[l] >> shift) & 15) | ((block[16 + l] >> bit) & 1) << 4);
+      }
+    }
+  }
 }
 
 void ExactBlock(const uint8_t* block, double* w, double* abs) {

@@ -40,7 +40,20 @@ void Ints(const uint8_t* block, KQuantInts* out) {
   out->d = KQuantHalf(block + 208);
   out->dmin = 0.0f;
   for (int j = 0; j < 16; ++j) out->sc[j] = static_cast<int8_t>(block[192 + j]), out->m[j] = 0;
-  for (int i = 0; i < 256; ++i) out->code[i] = static_cast<int8_t>(Code6(block, i) - 32);
+  // Code6's table, looped as the block is laid out (contiguous runs of 32 codes per half h and
+  // quarter k) so that the compiler can vectorise it: the portable row kernels decode every
+  // super-block through here.
+  for (int h = 0; h < 2; ++h) {
+    for (int k = 0; k < 4; ++k) {
+      const uint8_t* low = block + 64 * h + 32 * (k % 2);
+      const uint8_t* high = block + 128 + 32 * h;
+      const int shift = k < 2 ? 0 : 4;
+      for (int l = 0; l < 32; ++l) {
+        const int code = ((low[l] >> shift) & 15) | ((high[l] >> (2 * k)) & 3) << 4;
+        out->code[128 * h + 32 * k + l] = static_cast<int8_t>(code - 32);
+      }
+    }
+  }
 }
 
 void ExactBlock(const uint8_t* block, double* w, double* abs) {
