@@ -44,6 +44,7 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -279,8 +280,37 @@ void ActivationOffsets(const int8_t* q, int64_t n, int32_t* offset) {
 
 #else  // not x86 AVX2 or better: plain integer loops
 
-// The integer dot of one block (exact), then acc += s·dot (s = d_w·d_x rounded once); with a
-// min also acc_min += s_m·Σq (s_m = m·d_x rounded once), added to acc at the end.
+// B::kGroupArithmetic if B declares it, else false.
+template <class B>
+constexpr bool GroupArithmetic() {
+  if constexpr (requires { B::kGroupArithmetic; }) {
+    return B::kGroupArithmetic;
+  } else {
+    return false;
+  }
+}
+
+// fma(s, i, acc) rounded once, for |i| < 2^24, without an FMA instruction (WebAssembly has none, and
+// std::fma is a library call there): s·i is exact in double (24 + 24 bits), so r = acc + s·i is
+// the nearest double to the exact sum v, and no float midpoint (a double) lies strictly between v
+// and r; RN32(r) is therefore RN32(v) unless r is itself a midpoint (low 29 significand bits
+// 1000…0, where r's tie may not be v's) or below the normal floats (where the midpoints have
+// another pattern). Those rare cases take std::fma.
+inline float FusedMulAddInt(float s, int32_t i, float acc) {
+  const double r = static_cast<double>(acc) + static_cast<double>(s) * static_cast<double>(i);
+  uint64_t bits;
+  std::memcpy(&bits, &r, 8);
+  const bool midpoint = (bits & 0x1FFFFFFFu) == 0x10000000u;
+  const bool subnormal_range = r != 0.0 && r < 0x1p-126 && r > -0x1p-126;
+  if (midpoint || subnormal_range) return std::fma(s, static_cast<float>(i), acc);
+  return static_cast<float>(r);
+}
+
+// The integer dot of one block (exact), then acc += s·dot (s = d_w·d_x rounded once): a type with
+// kGroupArithmetic (Q4_0, Q8_0) rounds once, acc = fma(s, dot, acc), as the 16-row groups' kernel
+// does on every target (interleaved_rows-inl.h), so its rows give the groups' bits here; the others
+// round the product and the sum. With a min also acc_min += s_m·Σq (s_m = m·d_x rounded once),
+// added to acc at the end.
 template <class B, int R>
 void QuantRowGroupGeneric(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r) {
   constexpr int64_t kBytes = B::kBytes;
@@ -298,7 +328,11 @@ void QuantRowGroupGeneric(const uint8_t* w, const QuantizedX& x, float* y, int64
       uint16_t d_bits;
       std::memcpy(&d_bits, block, 2);  // little-endian host
       const float s = F16ToF32(d_bits) * x.d[b];
-      acc[i] += s * static_cast<float>(dot);
+      if constexpr (GroupArithmetic<B>()) {
+        acc[i] = FusedMulAddInt(s, dot, acc[i]);
+      } else {
+        acc[i] += s * static_cast<float>(dot);
+      }
       if constexpr (kMin) {
         uint16_t m_bits;
         std::memcpy(&m_bits, block + 2, 2);
@@ -330,12 +364,39 @@ constexpr bool HasDotLanes() {
   return requires(const uint8_t* c, const hn::Vec<QrI16>* q) { B::DotLanes(c, q); };
 }
 
+#if HWY_TARGET == HWY_WASM
+// FusedMulAddInt on four lanes (acc[k] = fma(s_k, i_k, acc[k])) in f64x2 halves, for WebAssembly,
+// where Highway 1.0.3 has no f64 vectors. Returns false, acc untouched, where a lane is a midpoint
+// or below the normal floats: the caller then takes FusedMulAddInt per lane.
+inline bool FusedMulAddIntWasm(v128_t s, v128_t i, float* acc) {
+  const v128_t a = wasm_v128_load(acc);
+  const auto half = [](v128_t a2, v128_t s2, v128_t i2) {  // the low two lanes' r = a + s·i in f64
+    return wasm_f64x2_add(wasm_f64x2_promote_low_f32x4(a2),
+                          wasm_f64x2_mul(wasm_f64x2_promote_low_f32x4(s2), wasm_f64x2_convert_low_i32x4(i2)));
+  };
+  const v128_t lo = half(a, s, i);
+  const v128_t hi = half(wasm_i32x4_shuffle(a, a, 2, 3, 0, 1), wasm_i32x4_shuffle(s, s, 2, 3, 0, 1),
+                         wasm_i32x4_shuffle(i, i, 2, 3, 0, 1));
+  const v128_t low_bits = wasm_i64x2_const(0x1FFFFFFF, 0x1FFFFFFF);
+  const v128_t mid = wasm_i64x2_const(0x10000000, 0x10000000);
+  const v128_t tiny = wasm_f64x2_const(0x1p-126, 0x1p-126);
+  const v128_t zero = wasm_f64x2_const(0.0, 0.0);
+  const auto unsafe = [&](v128_t r) {
+    return wasm_v128_or(wasm_i64x2_eq(wasm_v128_and(r, low_bits), mid),
+                        wasm_v128_and(wasm_f64x2_lt(wasm_f64x2_abs(r), tiny), wasm_f64x2_ne(r, zero)));
+  };
+  if (wasm_v128_any_true(wasm_v128_or(unsafe(lo), unsafe(hi)))) return false;
+  wasm_v128_store(acc, wasm_i32x4_shuffle(wasm_f32x4_demote_f64x2_zero(lo), wasm_f32x4_demote_f64x2_zero(hi), 0, 1, 4, 5));
+  return true;
+}
+#endif
+
 // Four rows from r with the block dots on 128-bit vectors (the WebAssembly module's SIMD128, x86
 // SSE4): per block, B::DotLanes gives each row's int32 lanes (i16 pairs through
 // ReorderWidenMulAccumulate: i32x4.dot_i16x8 / pmaddwd), a transpose-add makes lane i row i's
-// integer dot (exact, so the same integer as DotScalar), and lane i does QuantRowGroupGeneric's
-// f32 operations for row i: s = d_w·d_x, acc += s·dot, each rounded once. These targets have no
-// FMA to contract them into, so the bits are QuantRowGroupGeneric's.
+// integer dot (exact, so the same integer as DotScalar), and row i then takes QuantRowGroupGeneric's
+// f32 operations: s = d_w·d_x rounded once, acc = fma(s, dot, acc) (B has kGroupArithmetic). The
+// bits are QuantRowGroupGeneric's, and the 16-row groups' on every target.
 template <class B>
 void QuantRowQuadLanes(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r) {
   constexpr int64_t kBytes = B::kBytes;
@@ -347,7 +408,7 @@ void QuantRowQuadLanes(const uint8_t* w, const QuantizedX& x, float* y, int64_t 
   const int64_t n_blocks = cols / kQuantBlockElems;
   const int64_t row_bytes = n_blocks * kBytes;
   const uint8_t* a = w + r * row_bytes;  // [4][row_bytes] the four rows
-  auto acc = hn::Zero(df);               // lane i: row r + i
+  alignas(16) float acc[4] = {};         // row r + i
   for (int64_t b = 0; b < n_blocks; ++b) {
     // The block's 32 activations widened to int16, elements 8k .. 8k+7 in q16[k], shared by the rows.
     const int8_t* q = x.q + b * kQuantBlockElems;
@@ -372,10 +433,17 @@ void QuantRowQuadLanes(const uint8_t* w, const QuantizedX& x, float* y, int64_t 
       std::memcpy(&d_bits, blk + i * row_bytes, 2);  // little-endian host
       dw[i] = F16ToF32(d_bits);
     }
-    const auto s = hn::Mul(hn::Load(df, dw), hn::Set(df, x.d[b]));
-    acc = hn::Add(acc, hn::Mul(s, hn::ConvertTo(df, dot)));
+    const auto s = hn::Mul(hn::Load(df, dw), hn::Set(df, x.d[b]));  // d_w·d_x
+#if HWY_TARGET == HWY_WASM
+    if (FusedMulAddIntWasm(s.raw, dot.raw, acc)) continue;
+#endif
+    alignas(16) float sk[4];
+    alignas(16) int32_t ik[4];  // the rows' integer dots
+    hn::Store(s, df, sk);
+    hn::Store(dot, d32, ik);
+    for (int k = 0; k < 4; ++k) acc[k] = FusedMulAddInt(sk[k], ik[k], acc[k]);
   }
-  hn::StoreU(acc, df, y + r);
+  for (int k = 0; k < 4; ++k) y[r + k] = acc[k];
 }
 #else
 #define KVQ_QUANT_ROWS_LANES 0
@@ -385,7 +453,7 @@ template <class B>
 void QuantRows(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r0, int64_t r1) {
   int64_t r = r0;
 #if KVQ_QUANT_ROWS_LANES
-  if constexpr (HasDotLanes<B>() && !HasMin<B>()) {
+  if constexpr (HasDotLanes<B>() && GroupArithmetic<B>() && !HasMin<B>()) {
     for (; r + 4 <= r1; r += 4) QuantRowQuadLanes<B>(w, x, y, cols, r);
   }
 #endif

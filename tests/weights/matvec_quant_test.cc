@@ -29,6 +29,7 @@
 
 #include "base/float_codes.h"
 #include "weights/matvec.h"
+#include "weights/repack.h"
 #include "weights/weight_type.h"
 #include "test_util/target_scope.h"
 
@@ -383,7 +384,9 @@ TEST(QuantizedMatVec, MatMulEqualsMatVecPerToken) {
 // SIMD128, EMU128, SCALAR) run the row kernels' integer dots on vectors or in plain loops but the
 // same f32 operations (quant_rows-inl.h, kquant_rows-inl.h), so every quantised-activation type in
 // the registry gives the same bits on each of them, blocks from its own quantiser. The main build
-// compiles one such target (SCALAR); the sanitizer build compiles SSE4 and EMU128.
+// compiles one such target (SCALAR); the sanitizer build compiles SSE4 and EMU128. Q4_0's and
+// Q8_0's rows there round as their 16-row groups do on every target (one fma per block), so the
+// whole groups of a matrix give the groups' bits, which the best target here computes.
 TEST(QuantizedMatVec, TargetsWithoutFmaGiveTheSameBits) {
   std::vector<int64_t> no_fma;
   for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
@@ -396,7 +399,7 @@ TEST(QuantizedMatVec, TargetsWithoutFmaGiveTheSameBits) {
   uint32_t seed = 900;
   for (const WeightTypeDesc& d : WeightTypes()) {
     if (!d.quantized_activation) continue;
-    for (const int64_t rows : {1, 4, 7, 18}) {  // whole quads of rows and tails
+    for (const int64_t rows : {1, 4, 7, 18, 32}) {  // whole quads of rows and tails
       const int64_t cols = 1024;
       std::mt19937 rng(seed++);
       std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -409,6 +412,15 @@ TEST(QuantizedMatVec, TargetsWithoutFmaGiveTheSameBits) {
       const Matrix w{.type = d.type, .data = bytes.data(), .rows = rows, .cols = cols};
       const std::vector<float> x = RandomVector(cols, seed++);
       std::vector<float> first;
+      std::vector<float> grouped;  // the rows of whole groups, repacked, on the best target
+      const bool legacy = d.type == WeightType::kQ4_0 || d.type == WeightType::kQ8_0;
+      if (legacy && rows >= kInterleaveRows) {
+        std::vector<uint8_t> repacked(bytes.size());
+        const Matrix g = RepackMatrix(w, repacked.data());
+        grouped.assign(rows, NAN);
+        MatVec(g, x.data(), grouped.data(), ThreadPool::Shared(1));
+        grouped.resize(rows / kInterleaveRows * kInterleaveRows);
+      }
       for (int64_t target : no_fma) {
         TargetScope scope(target);
         std::vector<float> y(rows, NAN);
@@ -417,6 +429,10 @@ TEST(QuantizedMatVec, TargetsWithoutFmaGiveTheSameBits) {
         ASSERT_EQ(std::memcmp(first.data(), y.data(), 4 * rows), 0)
             << d.name << " " << rows << " rows: " << hwy::TargetName(target) << " differs from "
             << hwy::TargetName(no_fma.front());
+        if (legacy) {
+          ASSERT_EQ(std::memcmp(grouped.data(), y.data(), 4 * grouped.size()), 0)
+              << d.name << " " << rows << " rows: " << hwy::TargetName(target) << "'s rows differ from the groups";
+        }
       }
     }
   }

@@ -58,6 +58,8 @@ struct Q4_0Block {
 #endif
   }
 #else
+  // The rows round as the groups do (quant_rows-inl.h): a page holding rows gives native's bits.
+  static constexpr bool kGroupArithmetic = true;
   static int32_t DotScalar(const uint8_t* qs, const int8_t* q) {
     int32_t dot = 0;
     for (int j = 0; j < 16; ++j) dot += ((qs[j] & 0x0F) - 8) * q[j] + ((qs[j] >> 4) - 8) * q[j + 16];

@@ -37,6 +37,8 @@ struct Q8_0Block {
   }
   static KVQ_MATVEC_X86_ATTR inline __m256 Finish(__m256 acc) { return acc; }
 #else
+  // The rows round as the groups do (quant_rows-inl.h): a page holding rows gives native's bits.
+  static constexpr bool kGroupArithmetic = true;
   static int32_t DotScalar(const uint8_t* qs, const int8_t* q) {
     int32_t dot = 0;
     for (int j = 0; j < 32; ++j) dot += static_cast<int8_t>(qs[j]) * q[j];
