@@ -162,17 +162,35 @@ int WriteMatvecCase(const std::filesystem::path& dir, const std::string& type_na
   std::vector<Section> sections = {Bytes("w", bytes), Bytes("decoded", decoded), Bytes("x", x)};
   if (type.quantized_activation) {
     // kvq's MatVec on its SCALAR target (x quantised per 32, integer block dots, f32 block sums
-    // in order): the arithmetic the GPU's quantised matvec runs, for a bit-for-bit check.
+    // in order): the arithmetic the GPU's quantised matvec runs, for a bit-for-bit check. Q4_0's
+    // and Q8_0's rows there round as their groups do, acc = fma(s, I, acc) per block
+    // (quant_rows-inl.h), which WGSL cannot do exactly: the GPU rounds s·I and the sum apart, so
+    // their expected bits are that arithmetic, here in plain C++ (built with -ffp-contract=off).
     std::vector<float> y(rows);
-    hwy::SetSupportedTargetsForTest(HWY_SCALAR);
-    kvq::MatVec({.type = type.type, .data = bytes.data(), .rows = rows, .cols = cols}, x.data(), y.data(), kvq::ThreadPool::Shared(1));
-    hwy::SetSupportedTargetsForTest(0);
+    const kvq::Matrix plain{.type = type.type, .data = bytes.data(), .rows = rows, .cols = cols};
+    if (type.type == kvq::WeightType::kQ4_0 || type.type == kvq::WeightType::kQ8_0) {
+      std::vector<int8_t> q(cols);
+      std::vector<float> dx(cols / 32);
+      kvq::QuantizeActivationReference(x.data(), cols, q.data(), dx.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        float acc = 0.0f;
+        for (int64_t b = 0; b < cols / 32; ++b) {
+          const float s = type.scale_ref(bytes.data() + r * row_bytes + b * type.block_bytes) * dx[b];
+          const float product = s * static_cast<float>(kvq::BlockDotReference(plain, r, b, q.data()));
+          acc += product;
+        }
+        y[r] = acc;
+      }
+    } else {
+      hwy::SetSupportedTargetsForTest(HWY_SCALAR);
+      kvq::MatVec(plain, x.data(), y.data(), kvq::ThreadPool::Shared(1));
+      hwy::SetSupportedTargetsForTest(0);
+    }
     sections.push_back(Bytes("y_scalar", y));
     // The same matrix as LoadModel repacks it (16-row groups, the last rows % 16 row-major): the
     // GPU reads it there with the same arithmetic, so it must give y_scalar's bits again.
-    const kvq::Matrix plain{.type = type.type, .data = bytes.data(), .rows = rows, .cols = cols};
     // Q1_0 and Q2_0 are repacked only where this host's SIMD target runs their AVX3_DL kernels, the
-    // K-quants only where their x86 ones (KQuantRepackPays), never in the WebAssembly module. Q2_K
+    // K-quants, Q4_0 and Q8_0 only where their x86 ones, never in the WebAssembly module. Q2_K
     // and Q3_K have no WGSL for the groups; Q4_K, Q5_K and Q6_K keep theirs (kquant_weights.js),
     // checked here though the module holds their rows.
     if (kvq::CanRepack(plain) && type.type != kvq::WeightType::kQ1_0 && type.type != kvq::WeightType::kQ2_0 &&
