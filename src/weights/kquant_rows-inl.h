@@ -157,58 +157,53 @@ void KQuantActivationOffsets(const int8_t* q, int64_t n, int32_t* offset) {
   for (int64_t j = 0; j < n / 4; ++j) offset[j] = -k * (q[4 * j] + q[4 * j + 1] + q[4 * j + 2] + q[4 * j + 3]);
 }
 
-#elif HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
-// 128-bit targets (the WebAssembly module's SIMD128, x86 SSE4): the scalar loop's integers on
+#else  // not x86 AVX2 or better: integer loops over the integer form
+
+#if HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+// 128-bit targets (the WebAssembly module's SIMD128, x86 SSE4): the plain loop's integers on
 // vectors. Per 16-element sub-block j, code·sc[j] is formed in int16 (|code·sc| ≤ 32·128 = 4096:
 // Q6_K's int8 scales times codes in [−32, 31]; every other K-quant's product is smaller) and its
 // dot with q accumulated in int32 pairs (ReorderWidenMulAccumulate: i32x4.dot_i16x8 / pmaddwd);
 // the mins likewise as m[j]·q. An activation block's dot and mins are then the same integers as
-// the scalar loop's (|dot| ≤ 32·4096·127 < 2^31), and the f32 operations after them are the
-// same, so the bits are too.
-
-template <class B>
-void KQuantRows(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r0, int64_t r1) {
+// the plain loop's (|dot| ≤ 32·4096·127 < 2^31), so KQuantRows's bits are the same either way.
+inline void KQuantBlockInts(const KQuantInts& k, int64_t b, const int8_t* q, int32_t* dot, int32_t* mins) {
   namespace hn = hwy::HWY_NAMESPACE;
   const hn::Full128<int16_t> d16;  // 8 lanes
   const hn::Full128<int32_t> d32;  // 4 lanes
   const hn::Full64<int8_t> d8h;    // 8 lanes
-  const int64_t n_super = cols / kKQuantBlockElems;
-  const int64_t row_bytes = n_super * B::kBytes;
-  KQuantInts k;
-  for (int64_t r = r0; r < r1; ++r) {
-    float acc = 0.0f, macc = 0.0f;
-    for (int64_t sb = 0; sb < n_super; ++sb) {
-      B::Ints(w + r * row_bytes + sb * B::kBytes, &k);
-      for (int64_t b = 0; b < kKQuantActBlocks; ++b) {
-        const int64_t ab = sb * kKQuantActBlocks + b;  // activation block
-        const int8_t* q = x.q + ab * 32;
-        auto dot_v = hn::Zero(d32), dot_odd = hn::Zero(d32);    // pairs of (code·sc)·q
-        auto mins_v = hn::Zero(d32), mins_odd = hn::Zero(d32);  // pairs of m·q
-        for (int64_t h = 0; h < 2; ++h) {  // the two 16-element sub-blocks
-          const int64_t j = 2 * b + h;
-          const auto sc = hn::Set(d16, static_cast<int16_t>(k.sc[j]));
-          const auto m = hn::Set(d16, static_cast<int16_t>(k.m[j]));
-          for (int64_t e = 0; e < 16; e += 8) {
-            const auto q16 = hn::PromoteTo(d16, hn::LoadU(d8h, q + 16 * h + e));
-            const auto c16 = hn::Mul(hn::PromoteTo(d16, hn::LoadU(d8h, k.code + 16 * j + e)), sc);
-            dot_v = hn::ReorderWidenMulAccumulate(d32, c16, q16, dot_v, dot_odd);
-            mins_v = hn::ReorderWidenMulAccumulate(d32, m, q16, mins_v, mins_odd);
-          }
-        }
-        const int32_t dot = hn::GetLane(hn::SumOfLanes(d32, hn::RearrangeToOddPlusEven(dot_v, dot_odd)));
-        const int32_t mins = hn::GetLane(hn::SumOfLanes(d32, hn::RearrangeToOddPlusEven(mins_v, mins_odd)));
-        acc += (k.d * x.d[ab]) * static_cast<float>(dot);
-        macc += (k.dmin * x.d[ab]) * static_cast<float>(mins);
-      }
+  auto dot_v = hn::Zero(d32), dot_odd = hn::Zero(d32);    // pairs of (code·sc)·q
+  auto mins_v = hn::Zero(d32), mins_odd = hn::Zero(d32);  // pairs of m·q
+  for (int64_t h = 0; h < 2; ++h) {  // the two 16-element sub-blocks
+    const int64_t j = 2 * b + h;
+    const auto sc = hn::Set(d16, static_cast<int16_t>(k.sc[j]));
+    const auto m = hn::Set(d16, static_cast<int16_t>(k.m[j]));
+    for (int64_t e = 0; e < 16; e += 8) {
+      const auto q16 = hn::PromoteTo(d16, hn::LoadU(d8h, q + 16 * h + e));
+      const auto c16 = hn::Mul(hn::PromoteTo(d16, hn::LoadU(d8h, k.code + 16 * j + e)), sc);
+      dot_v = hn::ReorderWidenMulAccumulate(d32, c16, q16, dot_v, dot_odd);
+      mins_v = hn::ReorderWidenMulAccumulate(d32, m, q16, mins_v, mins_odd);
     }
-    y[r] = acc - macc;
+  }
+  *dot = hn::GetLane(hn::SumOfLanes(d32, hn::RearrangeToOddPlusEven(dot_v, dot_odd)));
+  *mins = hn::GetLane(hn::SumOfLanes(d32, hn::RearrangeToOddPlusEven(mins_v, mins_odd)));
+}
+#else
+// Highway's scalar targets: dot = Σ_j sc[j]·Σ code·q and mins = Σ_j m[j]·Σ q over activation
+// block b's two 16-element sub-blocks j (q: its 32 codes).
+inline void KQuantBlockInts(const KQuantInts& k, int64_t b, const int8_t* q, int32_t* dot, int32_t* mins) {
+  *dot = 0, *mins = 0;
+  for (int64_t h = 0; h < 2; ++h) {
+    const int64_t j = 2 * b + h;
+    int32_t sub = 0, sum16 = 0;
+    for (int64_t l = 0; l < 16; ++l) {
+      sub += k.code[16 * j + l] * q[16 * h + l];
+      sum16 += q[16 * h + l];
+    }
+    *dot += k.sc[j] * sub;
+    *mins += k.m[j] * sum16;
   }
 }
-
-template <class B>
-void KQuantActivationOffsets(const int8_t*, int64_t, int32_t*) {}  // the integer loops start from 0
-
-#else  // Highway's scalar targets: plain integer loops over the integer form
+#endif
 
 template <class B>
 void KQuantRows(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r0, int64_t r1) {
@@ -221,18 +216,8 @@ void KQuantRows(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, i
       B::Ints(w + r * row_bytes + sb * B::kBytes, &k);
       for (int64_t b = 0; b < kKQuantActBlocks; ++b) {
         const int64_t ab = sb * kKQuantActBlocks + b;  // activation block
-        const int8_t* q = x.q + ab * 32;
-        int32_t dot = 0, mins = 0;
-        for (int64_t h = 0; h < 2; ++h) {  // the two 16-element sub-blocks
-          const int64_t j = 2 * b + h;
-          int32_t sub = 0, sum16 = 0;
-          for (int64_t l = 0; l < 16; ++l) {
-            sub += k.code[16 * j + l] * q[16 * h + l];
-            sum16 += q[16 * h + l];
-          }
-          dot += k.sc[j] * sub;
-          mins += k.m[j] * sum16;
-        }
+        int32_t dot, mins;
+        KQuantBlockInts(k, b, x.q + ab * 32, &dot, &mins);
         acc += (k.d * x.d[ab]) * static_cast<float>(dot);
         macc += (k.dmin * x.d[ab]) * static_cast<float>(mins);
       }
