@@ -391,6 +391,90 @@ inline bool FusedMulAddIntWasm(v128_t s, v128_t i, float* acc) {
 }
 #endif
 
+// Four rows' int32 lanes -> lane i = Σ of l_i's lanes (exact): [l0_0+l0_2, l1_0+l1_2, l0_1+l0_3,
+// l1_1+l1_3] and the same for rows 2, 3, then the 64-bit halves paired.
+inline hn::Vec<QrI32> SumLanesOfFour(hn::Vec<QrI32> l0, hn::Vec<QrI32> l1, hn::Vec<QrI32> l2, hn::Vec<QrI32> l3) {
+  const QrI32 d32;
+  const hn::Full128<int64_t> d64;
+  const auto p01 = hn::Add(hn::InterleaveLower(d32, l0, l1), hn::InterleaveUpper(d32, l0, l1));
+  const auto p23 = hn::Add(hn::InterleaveLower(d32, l2, l3), hn::InterleaveUpper(d32, l2, l3));
+  const auto h01 = hn::BitCast(d64, p01), h23 = hn::BitCast(d64, p23);
+  return hn::Add(hn::BitCast(d32, hn::InterleaveLower(d64, h01, h23)), hn::BitCast(d32, hn::InterleaveUpper(d64, h01, h23)));
+}
+
+// Lane k = v[2k] + v[2k+1] (WebAssembly: one extadd); elsewhere the halves widened and added:
+// other pairs, the same total (the callers keep only totals).
+inline hn::Vec<QrI16> PairSums(hn::Vec<hn::Full128<int8_t>> v) {
+#if HWY_TARGET == HWY_WASM
+  return hn::Vec<QrI16>{wasm_i16x8_extadd_pairwise_i8x16(v.raw)};
+#else
+  const QrI16 d16;
+  const hn::Full64<int8_t> d8h;
+  return hn::Add(hn::PromoteTo(d16, hn::LowerHalf(d8h, v)), hn::PromoteTo(d16, hn::UpperHalf(d8h, v)));
+#endif
+}
+
+// Σ of q's lanes where the byte `bytes` (lanes picked by TableLookupBytes with `index`) has the
+// lane's bit of `bit` set, as int16 lanes (each ≤ 2·127 in magnitude).
+inline hn::Vec<QrI16> SumWhereBitSet(hn::Vec<hn::Full128<uint8_t>> bytes, const uint8_t* index, const uint8_t* bit,
+                                     hn::Vec<hn::Full128<int8_t>> q) {
+  const hn::Full128<uint8_t> du8;
+  const hn::Full128<int8_t> d8;
+  const auto set = hn::TestBit(hn::TableLookupBytes(bytes, hn::Load(du8, index)), hn::Load(du8, bit));
+  return PairSums(hn::IfThenElseZero(hn::RebindMask(d8, set), q));
+}
+
+// int16 lanes -> int32 lanes with the same total (a dot with ones: i32x4.dot_i16x8 / pmaddwd).
+inline hn::Vec<QrI32> WidenSum(hn::Vec<QrI16> v) {
+  const QrI16 d16;
+  const QrI32 d32;
+  auto sum1 = hn::Zero(d32);  // unused by int16 on these targets; RearrangeToOddPlusEven folds it
+  const auto sum0 = hn::ReorderWidenMulAccumulate(d32, v, hn::Set(d16, 1), hn::Zero(d32), sum1);
+  return hn::RearrangeToOddPlusEven(sum0, sum1);
+}
+
+// The 1- and 2-bit types' plain row loop (Q1_0, Q2_0: one f16 scale d_w at byte 0 of a weight
+// block of B::kSub activation blocks, each one's codes at 2 + B::kCodeBytes·s; per activation block
+// acc += (d_w·d_x)·f32(I_b), the product and the sum rounded apart) for four rows at a time: lane i
+// of every vector is row r + i, each f32 operation the loop's on the same values in the same order,
+// so the same bits. B::Lanes(codes, q_lo, q_hi) gives one row's int32 lanes summing to J_b, exact,
+// with I_b = B::kJScale·J_b − Σq; the four rows' lanes are summed by one transpose-add. R < 4:
+// the last row is read again in the spare lanes, which are dropped.
+template <class B, int R>
+void LowBitRowGroupLanes(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r) {
+  const hn::Full128<int8_t> d8;
+  const QrI32 d32;
+  const QrF32 df;
+  const int64_t n_wb = cols / B::kBlockElems;
+  const int64_t row_bytes = n_wb * B::kBlockBytes;
+  const uint8_t* a[4];  // lane i's row
+  for (int i = 0; i < 4; ++i) a[i] = w + (r + std::min(i, R - 1)) * row_bytes;
+  auto acc = hn::Zero(df);
+  for (int64_t wb = 0; wb < n_wb; ++wb) {
+    alignas(16) float dw[4];  // the rows' d_w
+    for (int i = 0; i < 4; ++i) {
+      uint16_t d_bits;
+      std::memcpy(&d_bits, a[i] + wb * B::kBlockBytes, 2);  // little-endian host
+      dw[i] = F16ToF32(d_bits);
+    }
+    const auto d = hn::Load(df, dw);
+    for (int64_t s = 0; s < B::kSub; ++s) {
+      const int64_t b = wb * B::kSub + s;
+      const int8_t* q = x.q + b * kQuantBlockElems;
+      const auto q_lo = hn::LoadU(d8, q), q_hi = hn::LoadU(d8, q + 16);
+      const int64_t at = wb * B::kBlockBytes + 2 + B::kCodeBytes * s;  // the activation block's codes in each row
+      const auto j = SumLanesOfFour(B::Lanes(a[0] + at, q_lo, q_hi), B::Lanes(a[1] + at, q_lo, q_hi),
+                                    B::Lanes(a[2] + at, q_lo, q_hi), B::Lanes(a[3] + at, q_lo, q_hi));
+      const auto sc = hn::Mul(d, hn::Set(df, x.d[b]));
+      const auto dot = hn::Sub(B::kJScale == 2 ? hn::Add(j, j) : j, hn::Set(d32, x.sum[b]));  // I_b
+      acc = hn::Add(acc, hn::Mul(sc, hn::ConvertTo(df, dot)));
+    }
+  }
+  alignas(16) float out[4];
+  hn::Store(acc, df, out);
+  for (int i = 0; i < R; ++i) y[r + i] = out[i];
+}
+
 // Four rows from r with the block dots on 128-bit vectors (the WebAssembly module's SIMD128, x86
 // SSE4): per block, B::DotLanes gives each row's int32 lanes (i16 pairs through
 // ReorderWidenMulAccumulate: i32x4.dot_i16x8 / pmaddwd), a transpose-add makes lane i row i's
@@ -403,7 +487,6 @@ void QuantRowQuadLanes(const uint8_t* w, const QuantizedX& x, float* y, int64_t 
   const QrI16 d16;
   const QrI32 d32;
   const QrF32 df;
-  const hn::Full128<int64_t> d64;
   const hn::Full64<int8_t> d8h;
   const int64_t n_blocks = cols / kQuantBlockElems;
   const int64_t row_bytes = n_blocks * kBytes;
@@ -420,13 +503,7 @@ void QuantRowQuadLanes(const uint8_t* w, const QuantizedX& x, float* y, int64_t 
     const auto l1 = B::DotLanes(blk + row_bytes + CodeOffset<B>(), q16);
     const auto l2 = B::DotLanes(blk + 2 * row_bytes + CodeOffset<B>(), q16);
     const auto l3 = B::DotLanes(blk + 3 * row_bytes + CodeOffset<B>(), q16);
-    // [l0_0+l0_2, l1_0+l1_2, l0_1+l0_3, l1_1+l1_3] and the same for rows 2, 3; then the 64-bit
-    // halves paired: lane i = Σ of row i's lanes.
-    const auto p01 = hn::Add(hn::InterleaveLower(d32, l0, l1), hn::InterleaveUpper(d32, l0, l1));
-    const auto p23 = hn::Add(hn::InterleaveLower(d32, l2, l3), hn::InterleaveUpper(d32, l2, l3));
-    const auto h01 = hn::BitCast(d64, p01), h23 = hn::BitCast(d64, p23);
-    const auto dot = hn::Add(hn::BitCast(d32, hn::InterleaveLower(d64, h01, h23)),
-                             hn::BitCast(d32, hn::InterleaveUpper(d64, h01, h23)));
+    const auto dot = SumLanesOfFour(l0, l1, l2, l3);  // lane i: row i's integer dot
     alignas(16) float dw[4];  // the rows' d_w
     for (int i = 0; i < 4; ++i) {
       uint16_t d_bits;

@@ -2,8 +2,9 @@
 // affine map and a byte dot against the activation permuted by bit position, QuantizedX::offset),
 // 512 weights per vector. AVX3: Σ ±q as one masked
 // byte blend (the sign bits are the mask register) and one byte dot, four rows' integer lanes
-// folded before the float work. AVX2: bits spread to bytes, maddubs/madd. Other targets: the codes
-// under the set bits summed on 128-bit vectors (SetSum; scalar: a loop). Four activation blocks
+// folded before the float work. AVX2: bits spread to bytes, maddubs/madd. 128-bit targets: the
+// codes under the set bits summed for four rows at a time (SetLanes); Highway's scalar and
+// emulated targets: a loop, the same integers and f32 operations. Four activation blocks
 // share a weight scale (q1_0.h, "Kernel numerics"). AVX3_DL is compiled for vpdpbusd and GFNI.
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL
@@ -367,41 +368,43 @@ void ActivationOffsets(const int8_t* q, int64_t n, int32_t* offset) {
 #endif
 
 #else  // not x86 AVX2 or better: integer dots of 128-bit vectors (SIMD128, SSE4), or plain loops
+#if KVQ_QUANT_ROWS_LANES
+// Four rows at a time (LowBitRowGroupLanes, the plain loop below on vectors, its bits). Per row
+// and activation block the 32 sign bits become byte masks (each bit byte spread to its 8 lanes and
+// tested against the lane's bit) and the codes under the set bits are summed: J_b = Σ_{bit set} q,
+// exact, I_b = 2·J_b − Σq. The WebAssembly module's Q1_0 kernel
+// (node build/wasm/kvq-matvec-bench.js --type q1_0).
+struct Q1_0Lanes {
+  static constexpr int64_t kBlockElems = weights_q1_0::kBlockElems;
+  static constexpr int64_t kBlockBytes = weights_q1_0::kBlockBytes;
+  static constexpr int64_t kSub = q1_0_detail::kSub;
+  static constexpr int64_t kCodeBytes = 4;  // an activation block's 32 sign bits
+  static constexpr int32_t kJScale = 2;
+  static hn::Vec<QrI32> Lanes(const uint8_t* bits, hn::Vec<hn::Full128<int8_t>> q_lo, hn::Vec<hn::Full128<int8_t>> q_hi) {
+    alignas(16) static constexpr uint8_t kBytesLo[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+    alignas(16) static constexpr uint8_t kBytesHi[16] = {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+    alignas(16) static constexpr uint8_t kBit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    uint32_t word;
+    std::memcpy(&word, bits, 4);  // the block's 4 bit bytes (little-endian host), in every 32-bit lane
+    const auto bytes = hn::BitCast(hn::Full128<uint8_t>(), hn::Set(hn::Full128<uint32_t>(), word));
+    // Codes 0..15 under bytes 0, 1 and 16..31 under bytes 2, 3: |lane| ≤ 4·127 in int16.
+    return WidenSum(hn::Add(SumWhereBitSet(bytes, kBytesLo, kBit, q_lo), SumWhereBitSet(bytes, kBytesHi, kBit, q_hi)));
+  }
+};
 
-#if HWY_TARGET == HWY_SCALAR
+template <int R>
+void RowGroup(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r) {
+  LowBitRowGroupLanes<Q1_0Lanes, R>(w, x, y, cols, r);
+}
+
+#else  // Highway's scalar and emulated targets: plain loops
+
 // Σ q over the set bits (element k: bit k % 8 of bits[k / 8]) of one activation block's 32 codes.
 inline int32_t SetSum(const uint8_t* bits, const int8_t* q) {
   int32_t set = 0;
   for (int k = 0; k < 32; ++k) set += (bits[k / 8] >> (k % 8) & 1) * q[k];
   return set;
 }
-#else
-// The same sum, exactly, 16 codes per vector: each bit byte broadcast to its 8 lanes and tested
-// against the lane's bit, the codes kept where set, widened to int16 (|a lane's sum of 4| ≤ 508,
-// of all 32 ≤ 4,064: no wrap) and reduced. The WebAssembly module's Q1_0 kernel: 2.4-2.6× the
-// per-bit loop above there (node build/wasm/kvq-matvec-bench.js --type q1_0; docs/performance.md).
-inline int32_t SetSum(const uint8_t* bits, const int8_t* q) {
-  namespace hn = hwy::HWY_NAMESPACE;
-  const hn::Full128<uint8_t> du8;
-  const hn::Full128<int8_t> d8;
-  const hn::Full64<int8_t> d8_half;
-  const hn::Full128<int16_t> d16;
-  alignas(16) static constexpr uint8_t kBytesLo[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
-  alignas(16) static constexpr uint8_t kBytesHi[16] = {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
-  alignas(16) static constexpr uint8_t kBit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
-  uint32_t word;
-  std::memcpy(&word, bits, 4);  // the block's 4 bit bytes (little-endian host), in every 32-bit lane
-  const auto words = hn::BitCast(du8, hn::Set(hn::Full128<uint32_t>(), word));
-  const auto bit = hn::Load(du8, kBit);
-  const auto set_lo = hn::TestBit(hn::TableLookupBytes(words, hn::Load(du8, kBytesLo)), bit);  // codes 0..15
-  const auto set_hi = hn::TestBit(hn::TableLookupBytes(words, hn::Load(du8, kBytesHi)), bit);  // codes 16..31
-  const auto q_lo = hn::IfThenElseZero(hn::RebindMask(d8, set_lo), hn::LoadU(d8, q));
-  const auto q_hi = hn::IfThenElseZero(hn::RebindMask(d8, set_hi), hn::LoadU(d8, q + 16));
-  const auto sum = hn::Add(hn::Add(hn::PromoteTo(d16, hn::LowerHalf(d8_half, q_lo)), hn::PromoteTo(d16, hn::UpperHalf(d8_half, q_lo))),
-                           hn::Add(hn::PromoteTo(d16, hn::LowerHalf(d8_half, q_hi)), hn::PromoteTo(d16, hn::UpperHalf(d8_half, q_hi))));
-  return hn::GetLane(hn::SumOfLanes(d16, sum));
-}
-#endif
 
 template <int R>
 void RowGroup(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r) {
@@ -417,8 +420,7 @@ void RowGroup(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int
       const float d = F16ToF32(d_bits);
       for (int64_t s = 0; s < kSub; ++s) {
         const int64_t b = wb * kSub + s;
-        const int8_t* q = x.q + b * 32;
-        const int32_t set = SetSum(block + 2 + 4 * s, q);  // Σ q over the set bits; Σ ±q = 2·set − Σq
+        const int32_t set = SetSum(block + 2 + 4 * s, x.q + b * 32);  // Σ ±q = 2·set − Σq
         const float sc = d * x.d[b];
         acc[i] += sc * static_cast<float>(2 * set - x.sum[b]);
       }
@@ -426,6 +428,7 @@ void RowGroup(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int
   }
   for (int i = 0; i < R; ++i) y[r + i] = acc[i];
 }
+#endif  // KVQ_QUANT_ROWS_LANES
 
 void ActivationOffsets(const int8_t*, int64_t, int32_t*) {}  // the integer loops start from 0
 

@@ -2,7 +2,8 @@
 // ∈ {−1, 0, 1, 2} are multiplied as the unsigned c ∈ [0, 3] (one byte dot) from a start of −Σq
 // (the offset trick); two activation blocks share a weight scale, so per block one FMA by d_x
 // and per weight block one FMA by d_w (q2_0.h, "Kernel numerics"). AVX3_DL is compiled for
-// vpdpbusd and vpmultishiftqb.
+// vpdpbusd and vpmultishiftqb. 128-bit targets: four rows at a time (LowBitRowGroupLanes);
+// Highway's scalar and emulated targets: a loop, the same integers and f32 operations.
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL
 #endif
@@ -149,7 +150,38 @@ void ActivationOffsets(const int8_t* q, int64_t n, int32_t* offset) {
   }
 }
 
-#else  // not x86 AVX2 or better: plain integer loops
+#else  // not x86 AVX2 or better: integer dots of 128-bit vectors (SIMD128, SSE4), or plain loops
+#if KVQ_QUANT_ROWS_LANES
+// Four rows at a time (LowBitRowGroupLanes, the plain loop below on vectors, its bits). Per row
+// and activation block each code byte is spread to its 4 elements' lanes, and the codes under each
+// element's low and high bit are summed: J_b = Σ c·q = Σ_{bit 0} q + 2·Σ_{bit 1} q, exact, and
+// I_b = J_b − Σq. The WebAssembly module's Q2_0 kernel (node build/wasm/kvq-matvec-bench.js --type q2_0).
+struct Q2_0Lanes {
+  static constexpr int64_t kBlockElems = weights_q2_0::kBlockElems;
+  static constexpr int64_t kBlockBytes = weights_q2_0::kBlockBytes;
+  static constexpr int64_t kSub = q2_0_detail::kSub;
+  static constexpr int64_t kCodeBytes = 8;  // an activation block's 32 2-bit codes
+  static constexpr int32_t kJScale = 1;
+  static hn::Vec<QrI32> Lanes(const uint8_t* codes, hn::Vec<hn::Full128<int8_t>> q_lo, hn::Vec<hn::Full128<int8_t>> q_hi) {
+    alignas(16) static constexpr uint8_t kBytesLo[16] = {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3};
+    alignas(16) static constexpr uint8_t kBytesHi[16] = {4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7};
+    alignas(16) static constexpr uint8_t kBit0[16] = {1, 4, 16, 64, 1, 4, 16, 64, 1, 4, 16, 64, 1, 4, 16, 64};
+    alignas(16) static constexpr uint8_t kBit1[16] = {2, 8, 32, 128, 2, 8, 32, 128, 2, 8, 32, 128, 2, 8, 32, 128};
+    uint64_t word;
+    std::memcpy(&word, codes, 8);  // the block's 8 code bytes (little-endian host), in both 64-bit lanes
+    const auto bytes = hn::BitCast(hn::Full128<uint8_t>(), hn::Set(hn::Full128<uint64_t>(), word));
+    const auto low = hn::Add(SumWhereBitSet(bytes, kBytesLo, kBit0, q_lo), SumWhereBitSet(bytes, kBytesHi, kBit0, q_hi));
+    const auto high = hn::Add(SumWhereBitSet(bytes, kBytesLo, kBit1, q_lo), SumWhereBitSet(bytes, kBytesHi, kBit1, q_hi));
+    return WidenSum(hn::Add(low, hn::ShiftLeft<1>(high)));  // |lane| ≤ 3·4·127 in int16
+  }
+};
+
+template <int R>
+void RowGroup(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r) {
+  LowBitRowGroupLanes<Q2_0Lanes, R>(w, x, y, cols, r);
+}
+
+#else  // Highway's scalar and emulated targets: plain loops
 
 template <int R>
 void RowGroup(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r) {
@@ -175,6 +207,7 @@ void RowGroup(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int
   }
   for (int i = 0; i < R; ++i) y[r + i] = acc[i];
 }
+#endif  // KVQ_QUANT_ROWS_LANES
 
 void ActivationOffsets(const int8_t*, int64_t, int32_t*) {}  // the integer loops start from 0
 
