@@ -402,77 +402,28 @@ inline hn::Vec<QrI32> SumLanesOfFour(hn::Vec<QrI32> l0, hn::Vec<QrI32> l1, hn::V
   return hn::Add(hn::BitCast(d32, hn::InterleaveLower(d64, h01, h23)), hn::BitCast(d32, hn::InterleaveUpper(d64, h01, h23)));
 }
 
-// Lane k = v[2k] + v[2k+1] (WebAssembly: one extadd); elsewhere the halves widened and added:
-// other pairs, the same total (the callers keep only totals).
+// Lane k = v[2k] + v[2k+1], exact (WebAssembly: one extadd; SSSE3: one pmaddubsw by 1).
 inline hn::Vec<QrI16> PairSums(hn::Vec<hn::Full128<int8_t>> v) {
 #if HWY_TARGET == HWY_WASM
   return hn::Vec<QrI16>{wasm_i16x8_extadd_pairwise_i8x16(v.raw)};
+#elif HWY_ARCH_X86
+  return hn::Vec<QrI16>{_mm_maddubs_epi16(_mm_set1_epi8(1), v.raw)};
 #else
-  const QrI16 d16;
-  const hn::Full64<int8_t> d8h;
-  return hn::Add(hn::PromoteTo(d16, hn::LowerHalf(d8h, v)), hn::PromoteTo(d16, hn::UpperHalf(d8h, v)));
+  const auto w = hn::BitCast(QrI16(), v);
+  return hn::Add(hn::ShiftRight<8>(w), hn::ShiftRight<8>(hn::ShiftLeft<8>(w)));
 #endif
 }
 
-// Σ of q's lanes where the byte `bytes` (lanes picked by TableLookupBytes with `index`) has the
-// lane's bit of `bit` set, as int16 lanes (each ≤ 2·127 in magnitude).
-inline hn::Vec<QrI16> SumWhereBitSet(hn::Vec<hn::Full128<uint8_t>> bytes, const uint8_t* index, const uint8_t* bit,
-                                     hn::Vec<hn::Full128<int8_t>> q) {
-  const hn::Full128<uint8_t> du8;
-  const hn::Full128<int8_t> d8;
-  const auto set = hn::TestBit(hn::TableLookupBytes(bytes, hn::Load(du8, index)), hn::Load(du8, bit));
-  return PairSums(hn::IfThenElseZero(hn::RebindMask(d8, set), q));
-}
-
-// int16 lanes -> int32 lanes with the same total (a dot with ones: i32x4.dot_i16x8 / pmaddwd).
+// Lane k = v[2k] + v[2k+1] in int32, exact (WebAssembly: one extadd; x86: one pmaddwd by 1).
 inline hn::Vec<QrI32> WidenSum(hn::Vec<QrI16> v) {
-  const QrI16 d16;
-  const QrI32 d32;
-  auto sum1 = hn::Zero(d32);  // unused by int16 on these targets; RearrangeToOddPlusEven folds it
-  const auto sum0 = hn::ReorderWidenMulAccumulate(d32, v, hn::Set(d16, 1), hn::Zero(d32), sum1);
-  return hn::RearrangeToOddPlusEven(sum0, sum1);
-}
-
-// The 1- and 2-bit types' plain row loop (Q1_0, Q2_0: one f16 scale d_w at byte 0 of a weight
-// block of B::kSub activation blocks, each one's codes at 2 + B::kCodeBytes·s; per activation block
-// acc += (d_w·d_x)·f32(I_b), the product and the sum rounded apart) for four rows at a time: lane i
-// of every vector is row r + i, each f32 operation the loop's on the same values in the same order,
-// so the same bits. B::Lanes(codes, q_lo, q_hi) gives one row's int32 lanes summing to J_b, exact,
-// with I_b = B::kJScale·J_b − Σq; the four rows' lanes are summed by one transpose-add. R < 4:
-// the last row is read again in the spare lanes, which are dropped.
-template <class B, int R>
-void LowBitRowGroupLanes(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r) {
-  const hn::Full128<int8_t> d8;
-  const QrI32 d32;
-  const QrF32 df;
-  const int64_t n_wb = cols / B::kBlockElems;
-  const int64_t row_bytes = n_wb * B::kBlockBytes;
-  const uint8_t* a[4];  // lane i's row
-  for (int i = 0; i < 4; ++i) a[i] = w + (r + std::min(i, R - 1)) * row_bytes;
-  auto acc = hn::Zero(df);
-  for (int64_t wb = 0; wb < n_wb; ++wb) {
-    alignas(16) float dw[4];  // the rows' d_w
-    for (int i = 0; i < 4; ++i) {
-      uint16_t d_bits;
-      std::memcpy(&d_bits, a[i] + wb * B::kBlockBytes, 2);  // little-endian host
-      dw[i] = F16ToF32(d_bits);
-    }
-    const auto d = hn::Load(df, dw);
-    for (int64_t s = 0; s < B::kSub; ++s) {
-      const int64_t b = wb * B::kSub + s;
-      const int8_t* q = x.q + b * kQuantBlockElems;
-      const auto q_lo = hn::LoadU(d8, q), q_hi = hn::LoadU(d8, q + 16);
-      const int64_t at = wb * B::kBlockBytes + 2 + B::kCodeBytes * s;  // the activation block's codes in each row
-      const auto j = SumLanesOfFour(B::Lanes(a[0] + at, q_lo, q_hi), B::Lanes(a[1] + at, q_lo, q_hi),
-                                    B::Lanes(a[2] + at, q_lo, q_hi), B::Lanes(a[3] + at, q_lo, q_hi));
-      const auto sc = hn::Mul(d, hn::Set(df, x.d[b]));
-      const auto dot = hn::Sub(B::kJScale == 2 ? hn::Add(j, j) : j, hn::Set(d32, x.sum[b]));  // I_b
-      acc = hn::Add(acc, hn::Mul(sc, hn::ConvertTo(df, dot)));
-    }
-  }
-  alignas(16) float out[4];
-  hn::Store(acc, df, out);
-  for (int i = 0; i < R; ++i) y[r + i] = out[i];
+#if HWY_TARGET == HWY_WASM
+  return hn::Vec<QrI32>{wasm_i32x4_extadd_pairwise_i16x8(v.raw)};
+#elif HWY_ARCH_X86
+  return hn::Vec<QrI32>{_mm_madd_epi16(v.raw, _mm_set1_epi16(1))};
+#else
+  const auto w = hn::BitCast(QrI32(), v);
+  return hn::Add(hn::ShiftRight<16>(w), hn::ShiftRight<16>(hn::ShiftLeft<16>(w)));
+#endif
 }
 
 // Four rows from r with the block dots on 128-bit vectors (the WebAssembly module's SIMD128, x86

@@ -23,7 +23,8 @@
 // On AVX3_DL, QuantizedX::offset holds the activation codes permuted by bit position, not lane
 // offsets (q1_0_kernels.cc, ActivationOffsets): per group g of m ≤ 4 weight blocks of a token,
 // byte 512g + 16m·t + 16L + 4s + j = code 512g + 128L + 32s + 8j + t. AVX2 reads lane offsets (−Σ of 4 codes) there,
-// AVX3 and the scalar targets nothing; on AVX3_DL the bytes that follow (cols·8 of them) hold the
+// the 128-bit targets the codes permuted per weight block (byte 128wb + 16t + j = code
+// 128wb + 8j + t), AVX3 and the scalar targets nothing; on AVX3_DL the bytes that follow (cols·8 of them) hold the
 // lookup tables below.
 // Repacked (MatrixLayout::kInterleaved16, repack.h; LoadModel repacks Q1_0 where RepackPays):
 // AVX3_DL looks up partial sums instead of multiplying bit by bit: per token and activation block,

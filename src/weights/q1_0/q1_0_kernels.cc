@@ -1,11 +1,11 @@
 // Q1_0 row kernels for every compiled target. AVX3_DL: one weight bit position at a time (a GF(2)
 // affine map and a byte dot against the activation permuted by bit position, QuantizedX::offset),
-// 512 weights per vector. AVX3: Σ ±q as one masked
-// byte blend (the sign bits are the mask register) and one byte dot, four rows' integer lanes
-// folded before the float work. AVX2: bits spread to bytes, maddubs/madd. 128-bit targets: the
-// codes under the set bits summed for four rows at a time (SetLanes); Highway's scalar and
-// emulated targets: a loop, the same integers and f32 operations. Four activation blocks
-// share a weight scale (q1_0.h, "Kernel numerics"). AVX3_DL is compiled for vpdpbusd and GFNI.
+// 512 weights per vector. AVX3: Σ ±q as one masked byte blend (the sign bits are the mask
+// register) and one byte dot, four rows' integer lanes folded before the float work. AVX2: bits
+// spread to bytes, maddubs/madd. 128-bit targets: the codes under the set bits summed one bit
+// position at a time, four rows together (BlockSetSums); Highway's scalar and emulated targets: a
+// loop, the same integers and f32 operations. Four activation blocks share a weight scale
+// (q1_0.h, "Kernel numerics"). AVX3_DL is compiled for vpdpbusd and GFNI.
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL
 #endif
@@ -369,32 +369,88 @@ void ActivationOffsets(const int8_t* q, int64_t n, int32_t* offset) {
 
 #else  // not x86 AVX2 or better: integer dots of 128-bit vectors (SIMD128, SSE4), or plain loops
 #if KVQ_QUANT_ROWS_LANES
-// Four rows at a time (LowBitRowGroupLanes, the plain loop below on vectors, its bits). Per row
-// and activation block the 32 sign bits become byte masks (each bit byte spread to its 8 lanes and
-// tested against the lane's bit) and the codes under the set bits are summed: J_b = Σ_{bit set} q,
-// exact, I_b = 2·J_b − Σq. The WebAssembly module's Q1_0 kernel
+// Four rows at a time, the plain loop below on vectors: lane i of the f32 vectors is row r + i,
+// each f32 operation the loop's on the same values in the same order, so the same bits. The
+// integers one bit position at a time, as AVX3_DL does: a row's weight block (16 bytes of sign
+// bits, byte j = elements 8j .. 8j+7) is tested against bit t in every byte at once, and the codes
+// of elements 8j + t (the activation permuted once per token, ActivationOffsets) are kept where it
+// is set and summed in adjacent pairs to int16, 8 bit positions into one vector (|lane| ≤ 8·2·127):
+// lanes 2s, 2s+1 hold activation block s's bytes, so one widening pair sum gives int32 lane s =
+// J_s = Σ_{bit set} q, exact, and I_s = 2·J_s − Σq. Four rows' lanes are transposed to one vector
+// per activation block. The WebAssembly module's Q1_0 kernel
 // (node build/wasm/kvq-matvec-bench.js --type q1_0).
-struct Q1_0Lanes {
-  static constexpr int64_t kBlockElems = weights_q1_0::kBlockElems;
-  static constexpr int64_t kBlockBytes = weights_q1_0::kBlockBytes;
-  static constexpr int64_t kSub = q1_0_detail::kSub;
-  static constexpr int64_t kCodeBytes = 4;  // an activation block's 32 sign bits
-  static constexpr int32_t kJScale = 2;
-  static hn::Vec<QrI32> Lanes(const uint8_t* bits, hn::Vec<hn::Full128<int8_t>> q_lo, hn::Vec<hn::Full128<int8_t>> q_hi) {
-    alignas(16) static constexpr uint8_t kBytesLo[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
-    alignas(16) static constexpr uint8_t kBytesHi[16] = {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
-    alignas(16) static constexpr uint8_t kBit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
-    uint32_t word;
-    std::memcpy(&word, bits, 4);  // the block's 4 bit bytes (little-endian host), in every 32-bit lane
-    const auto bytes = hn::BitCast(hn::Full128<uint8_t>(), hn::Set(hn::Full128<uint32_t>(), word));
-    // Codes 0..15 under bytes 0, 1 and 16..31 under bytes 2, 3: |lane| ≤ 4·127 in int16.
-    return WidenSum(hn::Add(SumWhereBitSet(bytes, kBytesLo, kBit, q_lo), SumWhereBitSet(bytes, kBytesHi, kBit, q_hi)));
-  }
-};
+using I8 = hn::Full128<int8_t>;  // 16 lanes
 
+// QuantizedX::offset [n bytes] where the kernel reads it: per weight block wb, byte 128wb + 16t + j
+// = code 128wb + 8j + t (bit position t, bit byte j).
+void ActivationOffsets(const int8_t* q, int64_t n, int32_t* offset) {
+  int8_t* out = reinterpret_cast<int8_t*>(offset);
+  for (int64_t wb = 0; wb < n / kBlockElems; ++wb) {
+    for (int64_t t = 0; t < 8; ++t) {
+      for (int64_t j = 0; j < 16; ++j) out[kBlockElems * wb + 16 * t + j] = q[kBlockElems * wb + 8 * j + t];
+    }
+  }
+}
+
+// One row's weight block (`bits`: its 16 sign bytes) against the permuted codes qt[t] (lane j =
+// code 8j + t): int32 lane s = Σ q over the set bits of activation block s.
+inline hn::Vec<QrI32> BlockSetSums(const uint8_t* bits, const hn::Vec<I8>* qt) {
+  const hn::Full128<uint8_t> du8;
+  const I8 d8;
+  const auto w = hn::LoadU(du8, bits);
+  auto sum16 = PairSums(hn::IfThenElseZero(hn::RebindMask(d8, hn::TestBit(w, hn::Set(du8, 1))), qt[0]));
+  for (int t = 1; t < 8; ++t) {
+    const auto set = hn::TestBit(w, hn::Set(du8, static_cast<uint8_t>(1u << t)));
+    sum16 = hn::Add(sum16, PairSums(hn::IfThenElseZero(hn::RebindMask(d8, set), qt[t])));
+  }
+  return WidenSum(sum16);
+}
+
+// R ≤ 4 rows from r; for R < 4 the last row is read again in the spare lanes, which are dropped.
 template <int R>
 void RowGroup(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r) {
-  LowBitRowGroupLanes<Q1_0Lanes, R>(w, x, y, cols, r);
+  const I8 d8;
+  const QrI32 d32;
+  const QrF32 df;
+  const hn::Full128<int64_t> d64;
+  const int64_t n_wb = cols / kBlockElems;
+  const int64_t row_bytes = n_wb * kBlockBytes;
+  const uint8_t* a[4];  // lane i's row
+  for (int i = 0; i < 4; ++i) a[i] = w + (r + std::min(i, R - 1)) * row_bytes;
+  auto acc = hn::Zero(df);
+  for (int64_t wb = 0; wb < n_wb; ++wb) {
+    alignas(16) float dw[4];  // the rows' d_w
+    for (int i = 0; i < 4; ++i) {
+      uint16_t d_bits;
+      std::memcpy(&d_bits, a[i] + wb * kBlockBytes, 2);  // little-endian host
+      dw[i] = F16ToF32(d_bits);
+    }
+    const auto d = hn::Load(df, dw);
+    const int8_t* perm = reinterpret_cast<const int8_t*>(x.offset) + wb * kBlockElems;  // ActivationOffsets
+    hn::Vec<I8> qt[8];  // qt[t] lane j: code 128wb + 8j + t
+    for (int t = 0; t < 8; ++t) qt[t] = hn::LoadU(d8, perm + 16 * t);
+    const int64_t at = wb * kBlockBytes + 2;  // the weight block's sign bytes in each row
+    const auto l0 = BlockSetSums(a[0] + at, qt), l1 = BlockSetSums(a[1] + at, qt);
+    const auto l2 = BlockSetSums(a[2] + at, qt), l3 = BlockSetSums(a[3] + at, qt);
+    // Lane s of row i -> set[s] lane i: [l0_s, l1_s] pairs for s = 0, 1 (lo) and 2, 3 (hi), then
+    // the 64-bit halves of rows 0-1 and 2-3 paired.
+    const auto lo01 = hn::BitCast(d64, hn::InterleaveLower(d32, l0, l1));
+    const auto hi01 = hn::BitCast(d64, hn::InterleaveUpper(d32, l0, l1));
+    const auto lo23 = hn::BitCast(d64, hn::InterleaveLower(d32, l2, l3));
+    const auto hi23 = hn::BitCast(d64, hn::InterleaveUpper(d32, l2, l3));
+    const hn::Vec<QrI32> set[kSub] = {
+        hn::BitCast(d32, hn::InterleaveLower(d64, lo01, lo23)), hn::BitCast(d32, hn::InterleaveUpper(d64, lo01, lo23)),
+        hn::BitCast(d32, hn::InterleaveLower(d64, hi01, hi23)), hn::BitCast(d32, hn::InterleaveUpper(d64, hi01, hi23))};
+    for (int64_t s = 0; s < kSub; ++s) {
+      const int64_t b = wb * kSub + s;
+      const auto sc = hn::Mul(d, hn::Set(df, x.d[b]));
+      const auto dot = hn::Sub(hn::Add(set[s], set[s]), hn::Set(d32, x.sum[b]));  // Σ ±q = 2·J − Σq
+      acc = hn::Add(acc, hn::Mul(sc, hn::ConvertTo(df, dot)));
+    }
+  }
+  alignas(16) float out[4];
+  hn::Store(acc, df, out);
+  for (int i = 0; i < R; ++i) y[r + i] = out[i];
 }
 
 #else  // Highway's scalar and emulated targets: plain loops
@@ -428,9 +484,9 @@ void RowGroup(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int
   }
   for (int i = 0; i < R; ++i) y[r + i] = acc[i];
 }
-#endif  // KVQ_QUANT_ROWS_LANES
 
 void ActivationOffsets(const int8_t*, int64_t, int32_t*) {}  // the integer loops start from 0
+#endif  // KVQ_QUANT_ROWS_LANES
 
 #endif  // HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 

@@ -2,7 +2,7 @@
 // ∈ {−1, 0, 1, 2} are multiplied as the unsigned c ∈ [0, 3] (one byte dot) from a start of −Σq
 // (the offset trick); two activation blocks share a weight scale, so per block one FMA by d_x
 // and per weight block one FMA by d_w (q2_0.h, "Kernel numerics"). AVX3_DL is compiled for
-// vpdpbusd and vpmultishiftqb. 128-bit targets: four rows at a time (LowBitRowGroupLanes);
+// vpdpbusd and vpmultishiftqb. 128-bit targets: four rows at a time (RowGroup's byte masks);
 // Highway's scalar and emulated targets: a loop, the same integers and f32 operations.
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL
@@ -152,33 +152,71 @@ void ActivationOffsets(const int8_t* q, int64_t n, int32_t* offset) {
 
 #else  // not x86 AVX2 or better: integer dots of 128-bit vectors (SIMD128, SSE4), or plain loops
 #if KVQ_QUANT_ROWS_LANES
-// Four rows at a time (LowBitRowGroupLanes, the plain loop below on vectors, its bits). Per row
+// Four rows at a time, the plain loop below on vectors: lane i of the f32 vectors is row r + i,
+// each f32 operation the loop's on the same values in the same order, so the same bits. Per row
 // and activation block each code byte is spread to its 4 elements' lanes, and the codes under each
-// element's low and high bit are summed: J_b = Σ c·q = Σ_{bit 0} q + 2·Σ_{bit 1} q, exact, and
-// I_b = J_b − Σq. The WebAssembly module's Q2_0 kernel (node build/wasm/kvq-matvec-bench.js --type q2_0).
-struct Q2_0Lanes {
-  static constexpr int64_t kBlockElems = weights_q2_0::kBlockElems;
-  static constexpr int64_t kBlockBytes = weights_q2_0::kBlockBytes;
-  static constexpr int64_t kSub = q2_0_detail::kSub;
-  static constexpr int64_t kCodeBytes = 8;  // an activation block's 32 2-bit codes
-  static constexpr int32_t kJScale = 1;
-  static hn::Vec<QrI32> Lanes(const uint8_t* codes, hn::Vec<hn::Full128<int8_t>> q_lo, hn::Vec<hn::Full128<int8_t>> q_hi) {
-    alignas(16) static constexpr uint8_t kBytesLo[16] = {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3};
-    alignas(16) static constexpr uint8_t kBytesHi[16] = {4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7};
-    alignas(16) static constexpr uint8_t kBit0[16] = {1, 4, 16, 64, 1, 4, 16, 64, 1, 4, 16, 64, 1, 4, 16, 64};
-    alignas(16) static constexpr uint8_t kBit1[16] = {2, 8, 32, 128, 2, 8, 32, 128, 2, 8, 32, 128, 2, 8, 32, 128};
-    uint64_t word;
-    std::memcpy(&word, codes, 8);  // the block's 8 code bytes (little-endian host), in both 64-bit lanes
-    const auto bytes = hn::BitCast(hn::Full128<uint8_t>(), hn::Set(hn::Full128<uint64_t>(), word));
-    const auto low = hn::Add(SumWhereBitSet(bytes, kBytesLo, kBit0, q_lo), SumWhereBitSet(bytes, kBytesHi, kBit0, q_hi));
-    const auto high = hn::Add(SumWhereBitSet(bytes, kBytesLo, kBit1, q_lo), SumWhereBitSet(bytes, kBytesHi, kBit1, q_hi));
-    return WidenSum(hn::Add(low, hn::ShiftLeft<1>(high)));  // |lane| ≤ 3·4·127 in int16
-  }
-};
+// element's low and high bit are kept and summed in pairs: J_b = Σ c·q = Σ_{bit 0} q + 2·Σ_{bit 1} q
+// (|int16 lane| ≤ 3·4·127), exact; the four rows' int32 lanes are summed by one transpose-add
+// (SumLanesOfFour), and I_b = J_b − Σq. The WebAssembly module's Q2_0 kernel
+// (node build/wasm/kvq-matvec-bench.js --type q2_0).
+using I8 = hn::Full128<int8_t>;  // 16 lanes
+using U8 = hn::Full128<uint8_t>;
 
+// Σ of q's lanes where the byte of `bytes` that `index` picks for the lane (TableLookupBytes) has
+// the lane's bit of `bit` set, as int16 lanes (|lane| ≤ 2·127).
+inline hn::Vec<QrI16> SumWhereBitSet(hn::Vec<U8> bytes, const uint8_t* index, const uint8_t* bit, hn::Vec<I8> q) {
+  const auto set = hn::TestBit(hn::TableLookupBytes(bytes, hn::Load(U8(), index)), hn::Load(U8(), bit));
+  return PairSums(hn::IfThenElseZero(hn::RebindMask(I8(), set), q));
+}
+
+// One row's activation block (`codes`: its 8 code bytes; q_lo, q_hi: its codes 0..15, 16..31):
+// int32 lanes summing to J_b.
+inline hn::Vec<QrI32> CodeLanes(const uint8_t* codes, hn::Vec<I8> q_lo, hn::Vec<I8> q_hi) {
+  alignas(16) static constexpr uint8_t kBytesLo[16] = {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3};
+  alignas(16) static constexpr uint8_t kBytesHi[16] = {4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7};
+  alignas(16) static constexpr uint8_t kBit0[16] = {1, 4, 16, 64, 1, 4, 16, 64, 1, 4, 16, 64, 1, 4, 16, 64};
+  alignas(16) static constexpr uint8_t kBit1[16] = {2, 8, 32, 128, 2, 8, 32, 128, 2, 8, 32, 128, 2, 8, 32, 128};
+  uint64_t word;
+  std::memcpy(&word, codes, 8);  // the block's 8 code bytes (little-endian host), in both 64-bit lanes
+  const auto bytes = hn::BitCast(U8(), hn::Set(hn::Full128<uint64_t>(), word));
+  const auto low = hn::Add(SumWhereBitSet(bytes, kBytesLo, kBit0, q_lo), SumWhereBitSet(bytes, kBytesHi, kBit0, q_hi));
+  const auto high = hn::Add(SumWhereBitSet(bytes, kBytesLo, kBit1, q_lo), SumWhereBitSet(bytes, kBytesHi, kBit1, q_hi));
+  return WidenSum(hn::Add(low, hn::ShiftLeft<1>(high)));
+}
+
+// R ≤ 4 rows from r; for R < 4 the last row is read again in the spare lanes, which are dropped.
 template <int R>
 void RowGroup(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r) {
-  LowBitRowGroupLanes<Q2_0Lanes, R>(w, x, y, cols, r);
+  const I8 d8;
+  const QrI32 d32;
+  const QrF32 df;
+  const int64_t n_wb = cols / kBlockElems;
+  const int64_t row_bytes = n_wb * kBlockBytes;
+  const uint8_t* a[4];  // lane i's row
+  for (int i = 0; i < 4; ++i) a[i] = w + (r + std::min(i, R - 1)) * row_bytes;
+  auto acc = hn::Zero(df);
+  for (int64_t wb = 0; wb < n_wb; ++wb) {
+    alignas(16) float dw[4];  // the rows' d_w
+    for (int i = 0; i < 4; ++i) {
+      uint16_t d_bits;
+      std::memcpy(&d_bits, a[i] + wb * kBlockBytes, 2);  // little-endian host
+      dw[i] = F16ToF32(d_bits);
+    }
+    const auto d = hn::Load(df, dw);
+    for (int64_t s = 0; s < kSub; ++s) {
+      const int64_t b = wb * kSub + s;
+      const int8_t* q = x.q + b * 32;
+      const auto q_lo = hn::LoadU(d8, q), q_hi = hn::LoadU(d8, q + 16);
+      const int64_t at = wb * kBlockBytes + 2 + 8 * s;  // the activation block's code bytes in each row
+      const auto j = SumLanesOfFour(CodeLanes(a[0] + at, q_lo, q_hi), CodeLanes(a[1] + at, q_lo, q_hi),
+                                    CodeLanes(a[2] + at, q_lo, q_hi), CodeLanes(a[3] + at, q_lo, q_hi));
+      const auto sc = hn::Mul(d, hn::Set(df, x.d[b]));
+      acc = hn::Add(acc, hn::Mul(sc, hn::ConvertTo(df, hn::Sub(j, hn::Set(d32, x.sum[b])))));  // I_b = J_b − Σq
+    }
+  }
+  alignas(16) float out[4];
+  hn::Store(acc, df, out);
+  for (int i = 0; i < R; ++i) y[r + i] = out[i];
 }
 
 #else  // Highway's scalar and emulated targets: plain loops
