@@ -1,7 +1,7 @@
 // The WebAssembly module's weight kernels timed in Node (built by the Emscripten build beside the
 // module: build/wasm/kvq-matvec-bench.js): per weight type, the row-major layout against the
 // 16-row groups (MatrixLayout::kInterleaved16) that RepackMatrix writes, arms alternated round by
-// round in one process, one thread. It answers what `kvq bench matvec` answers natively — which
+// round in one process, one thread (a type without groups: its rows alone). It answers what `kvq bench matvec` answers natively — which
 // layout LoadModel should give a type on this target — for the target the page's CPU path runs
 // (WASM, SIMD128), where kvq bench cannot run.
 //
@@ -92,7 +92,6 @@ Options Parse(int argc, char** argv) {
     kvq::Result<const kvq::WeightTypeDesc*> found = kvq::FindWeightTypeByName(name);
     if (!found.ok()) Usage("--type " + name + ": " + found.status().message());
     const kvq::WeightTypeDesc& type = **found;
-    if (!HasGroups(type)) Usage("--type " + name + ": " + type.label + " has no 16-row groups");
     if (o.cols % type.block_elems != 0) {
       Usage("--cols " + std::to_string(o.cols) + ": not whole blocks of " + type.label + " (" +
             std::to_string(type.block_elems) + ")");
@@ -128,13 +127,15 @@ int main(int argc, char** argv) {
       }
       const kvq::Matrix rows{.type = type.type, .data = plain[m].data(), .rows = o.rows, .cols = o.cols};
       arm[0].push_back(rows);
+      if (!HasGroups(type)) continue;
       grouped[m].resize(plain[m].size());
       // RepackMatrix writes the groups on any target (CanRepack also asks whether they pay here).
       arm[1].push_back(kvq::RepackMatrix(rows, grouped[m].data()));
     }
+    const int n_arms = HasGroups(type) ? 2 : 1;
     double best[2] = {1e30, 1e30}, sum[2] = {0, 0};
     for (int64_t round = 0; round < o.rounds; ++round) {
-      for (int a = 0; a < 2; ++a) {
+      for (int a = 0; a < n_arms; ++a) {
         const auto t0 = std::chrono::steady_clock::now();
         for (int rep = 0; rep < 4; ++rep) {
           for (const kvq::Matrix& w : arm[a]) kvq::MatMul(w, x.data(), o.tokens, y.data(), pool);
@@ -146,9 +147,13 @@ int main(int argc, char** argv) {
       }
     }
     const double bytes = static_cast<double>(o.rows * row_bytes);
-    std::printf("%-6s %11.1f %11.1f %9.2f %11.1f %11.1f %9.2f %13.2f %13.2f\n", type.label, best[0] * 1e6,
-                sum[0] / o.rounds * 1e6, bytes / best[0] / 1e9, best[1] * 1e6, sum[1] / o.rounds * 1e6,
-                bytes / best[1] / 1e9, best[0] / best[1], sum[0] / sum[1]);
+    std::printf("%-6s %11.1f %11.1f %9.2f", type.label, best[0] * 1e6, sum[0] / o.rounds * 1e6, bytes / best[0] / 1e9);
+    if (n_arms == 1) {
+      std::printf(" %11s %11s %9s %13s %13s\n", "-", "-", "-", "-", "-");  // no groups
+      continue;
+    }
+    std::printf(" %11.1f %11.1f %9.2f %13.2f %13.2f\n", best[1] * 1e6, sum[1] / o.rounds * 1e6, bytes / best[1] / 1e9,
+                best[0] / best[1], sum[0] / sum[1]);
   }
   return 0;
 }

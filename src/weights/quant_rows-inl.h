@@ -426,15 +426,61 @@ inline hn::Vec<QrI32> WidenSum(hn::Vec<QrI16> v) {
 #endif
 }
 
+// A block's int8 codes (elements 0..15 in lo, 16..31 in hi) against its activations widened to
+// int16 (elements 8k .. 8k+7 in q16[k]): int32 lanes whose sum is Σ code·q, exact (i16 pairs
+// through ReorderWidenMulAccumulate: i32x4.dot_i16x8 / pmaddwd).
+inline hn::Vec<QrI32> CodeDotLanes(hn::Vec<hn::Full128<int8_t>> lo, hn::Vec<hn::Full128<int8_t>> hi,
+                                   const hn::Vec<QrI16>* q16) {
+  const QrI16 d16;
+  const QrI32 d32;
+  const hn::Full64<int8_t> d8h;
+  auto sum1 = hn::Zero(d32);  // unused by int16 on these targets; RearrangeToOddPlusEven folds it
+  auto sum = hn::ReorderWidenMulAccumulate(d32, hn::PromoteTo(d16, hn::LowerHalf(d8h, lo)), q16[0], hn::Zero(d32), sum1);
+  sum = hn::ReorderWidenMulAccumulate(d32, hn::PromoteTo(d16, hn::UpperHalf(d8h, lo)), q16[1], sum, sum1);
+  sum = hn::ReorderWidenMulAccumulate(d32, hn::PromoteTo(d16, hn::LowerHalf(d8h, hi)), q16[2], sum, sum1);
+  sum = hn::ReorderWidenMulAccumulate(d32, hn::PromoteTo(d16, hn::UpperHalf(d8h, hi)), q16[3], sum, sum1);
+  return hn::RearrangeToOddPlusEven(sum, sum1);
+}
+
+// The 4-bit and 5-bit types' unsigned codes: low nibbles of qs[0..15] are elements 0..15, high
+// nibbles 16..31; with qh (4 bytes, bit j = bit 4 of element j), that bit added as 16.
+inline void NibbleCodes(const uint8_t* qs, hn::Vec<hn::Full128<int8_t>>* lo, hn::Vec<hn::Full128<int8_t>>* hi) {
+  const hn::Full128<uint8_t> du8;
+  const hn::Full128<int8_t> d8;
+  const auto raw = hn::LoadU(du8, qs);
+  *lo = hn::BitCast(d8, hn::And(raw, hn::Set(du8, 0x0F)));
+  *hi = hn::BitCast(d8, hn::ShiftRight<4>(raw));
+}
+inline void FiveBitCodes(const uint8_t* qh, const uint8_t* qs, hn::Vec<hn::Full128<int8_t>>* lo,
+                         hn::Vec<hn::Full128<int8_t>>* hi) {
+  const hn::Full128<uint8_t> du8;
+  const hn::Full128<int8_t> d8;
+  alignas(16) static constexpr uint8_t kBytesLo[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+  alignas(16) static constexpr uint8_t kBytesHi[16] = {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+  alignas(16) static constexpr uint8_t kBit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+  uint32_t word;
+  std::memcpy(&word, qh, 4);  // little-endian host
+  const auto bytes = hn::BitCast(du8, hn::Set(hn::Full128<uint32_t>(), word));
+  const auto bit = hn::Load(du8, kBit);
+  const auto sixteen = hn::Set(du8, 16);
+  const auto high_lo = hn::IfThenElseZero(hn::TestBit(hn::TableLookupBytes(bytes, hn::Load(du8, kBytesLo)), bit), sixteen);
+  const auto high_hi = hn::IfThenElseZero(hn::TestBit(hn::TableLookupBytes(bytes, hn::Load(du8, kBytesHi)), bit), sixteen);
+  NibbleCodes(qs, lo, hi);
+  *lo = hn::Or(*lo, hn::BitCast(d8, high_lo));
+  *hi = hn::Or(*hi, hn::BitCast(d8, high_hi));
+}
+
 // Four rows from r with the block dots on 128-bit vectors (the WebAssembly module's SIMD128, x86
-// SSE4): per block, B::DotLanes gives each row's int32 lanes (i16 pairs through
-// ReorderWidenMulAccumulate: i32x4.dot_i16x8 / pmaddwd), a transpose-add makes lane i row i's
+// SSE4): per block, B::DotLanes gives each row's int32 lanes, a transpose-add makes lane i row i's
 // integer dot (exact, so the same integer as DotScalar), and row i then takes QuantRowGroupGeneric's
-// f32 operations: s = d_w·d_x rounded once, acc = fma(s, dot, acc) (B has kGroupArithmetic). The
-// bits are QuantRowGroupGeneric's, and the 16-row groups' on every target.
+// f32 operations on vectors, lane i = row r + i: s = d_w·d_x rounded once, then acc = fma(s, dot,
+// acc) (B has kGroupArithmetic) or acc + s·dot rounded twice; with a min also acc_min += s_m·Σq
+// (s_m = m·d_x), added at the end. The bits are QuantRowGroupGeneric's (and for kGroupArithmetic
+// the 16-row groups' on every target).
 template <class B>
 void QuantRowQuadLanes(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r) {
   constexpr int64_t kBytes = B::kBytes;
+  constexpr bool kMin = HasMin<B>();
   const QrI16 d16;
   const QrI32 d32;
   const QrF32 df;
@@ -442,7 +488,8 @@ void QuantRowQuadLanes(const uint8_t* w, const QuantizedX& x, float* y, int64_t 
   const int64_t n_blocks = cols / kQuantBlockElems;
   const int64_t row_bytes = n_blocks * kBytes;
   const uint8_t* a = w + r * row_bytes;  // [4][row_bytes] the four rows
-  alignas(16) float acc[4] = {};         // row r + i
+  alignas(16) float acc[4] = {};         // row r + i (kGroupArithmetic)
+  auto acc_v = hn::Zero(df), acc_min = hn::Zero(df);  // lane i: row r + i (the others)
   for (int64_t b = 0; b < n_blocks; ++b) {
     // The block's 32 activations widened to int16, elements 8k .. 8k+7 in q16[k], shared by the rows.
     const int8_t* q = x.q + b * kQuantBlockElems;
@@ -456,12 +503,25 @@ void QuantRowQuadLanes(const uint8_t* w, const QuantizedX& x, float* y, int64_t 
     const auto l3 = B::DotLanes(blk + 3 * row_bytes + CodeOffset<B>(), q16);
     const auto dot = SumLanesOfFour(l0, l1, l2, l3);  // lane i: row i's integer dot
     alignas(16) float dw[4];  // the rows' d_w
+    alignas(16) float mw[4];  // the rows' m (a type with a min)
     for (int i = 0; i < 4; ++i) {
       uint16_t d_bits;
       std::memcpy(&d_bits, blk + i * row_bytes, 2);  // little-endian host
       dw[i] = F16ToF32(d_bits);
+      if constexpr (kMin) {
+        std::memcpy(&d_bits, blk + i * row_bytes + 2, 2);
+        mw[i] = F16ToF32(d_bits);
+      }
     }
-    const auto s = hn::Mul(hn::Load(df, dw), hn::Set(df, x.d[b]));  // d_w·d_x
+    const auto dx = hn::Set(df, x.d[b]);
+    const auto s = hn::Mul(hn::Load(df, dw), dx);  // d_w·d_x
+    if constexpr (kMin) {
+      acc_min = hn::Add(acc_min, hn::Mul(hn::Mul(hn::Load(df, mw), dx), hn::Set(df, static_cast<float>(x.sum[b]))));
+    }
+    if constexpr (!GroupArithmetic<B>()) {
+      acc_v = hn::Add(acc_v, hn::Mul(s, hn::ConvertTo(df, dot)));
+      continue;
+    }
 #if HWY_TARGET == HWY_WASM
     if (FusedMulAddIntWasm(s.raw, dot.raw, acc)) continue;
 #endif
@@ -470,6 +530,9 @@ void QuantRowQuadLanes(const uint8_t* w, const QuantizedX& x, float* y, int64_t 
     hn::Store(s, df, sk);
     hn::Store(dot, d32, ik);
     for (int k = 0; k < 4; ++k) acc[k] = FusedMulAddInt(sk[k], ik[k], acc[k]);
+  }
+  if constexpr (!GroupArithmetic<B>()) {
+    hn::Store(kMin ? hn::Add(acc_v, acc_min) : acc_v, df, acc);
   }
   for (int k = 0; k < 4; ++k) y[r + k] = acc[k];
 }
@@ -481,7 +544,7 @@ template <class B>
 void QuantRows(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r0, int64_t r1) {
   int64_t r = r0;
 #if KVQ_QUANT_ROWS_LANES
-  if constexpr (HasDotLanes<B>() && GroupArithmetic<B>() && !HasMin<B>()) {
+  if constexpr (HasDotLanes<B>() && !(GroupArithmetic<B>() && HasMin<B>())) {
     for (; r + 4 <= r1; r += 4) QuantRowQuadLanes<B>(w, x, y, cols, r);
   }
 #endif

@@ -69,23 +69,11 @@ struct Q4_0Block {
   // DotScalar on 128-bit vectors: the codes (nibble − 8) widened to int16 against q16 (elements
   // 8k .. 8k+7 in q16[k]); int32 lanes whose sum is the block's dot.
   static hn::Vec<QrI32> DotLanes(const uint8_t* qs, const hn::Vec<QrI16>* q16) {
-    const hn::Full128<uint8_t> du8;
-    const hn::Full128<int8_t> di8;
-    const hn::Full64<int8_t> di8h;
-    const QrI16 d16;
-    const QrI32 d32;
-    const auto raw = hn::LoadU(du8, qs);
-    const auto eight = hn::Set(du8, 8);
-    // n − 8 wraps to the signed code: low nibbles are elements 0..15, high nibbles 16..31.
-    const auto lo = hn::BitCast(di8, hn::Sub(hn::And(raw, hn::Set(du8, 0x0F)), eight));
-    const auto hi = hn::BitCast(di8, hn::Sub(hn::ShiftRight<4>(raw), eight));
-    auto sum1 = hn::Zero(d32);  // unused by int16 on these targets; RearrangeToOddPlusEven folds it
-    auto sum = hn::ReorderWidenMulAccumulate(d32, hn::PromoteTo(d16, hn::LowerHalf(di8h, lo)), q16[0],
-                                             hn::Zero(d32), sum1);
-    sum = hn::ReorderWidenMulAccumulate(d32, hn::PromoteTo(d16, hn::UpperHalf(di8h, lo)), q16[1], sum, sum1);
-    sum = hn::ReorderWidenMulAccumulate(d32, hn::PromoteTo(d16, hn::LowerHalf(di8h, hi)), q16[2], sum, sum1);
-    sum = hn::ReorderWidenMulAccumulate(d32, hn::PromoteTo(d16, hn::UpperHalf(di8h, hi)), q16[3], sum, sum1);
-    return hn::RearrangeToOddPlusEven(sum, sum1);
+    const hn::Full128<int8_t> d8;
+    hn::Vec<hn::Full128<int8_t>> lo, hi;
+    NibbleCodes(qs, &lo, &hi);
+    const auto eight = hn::Set(d8, 8);  // the signed code n − 8
+    return CodeDotLanes(hn::Sub(lo, eight), hn::Sub(hi, eight), q16);
   }
 #endif
 #endif

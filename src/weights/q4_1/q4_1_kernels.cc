@@ -54,6 +54,14 @@ struct Q4_1Block {
     for (int j = 0; j < 16; ++j) dot += (qs[j] & 0x0F) * q[j] + (qs[j] >> 4) * q[j + 16];
     return dot;
   }
+#if KVQ_QUANT_ROWS_LANES
+  // DotScalar on 128-bit vectors (QuantRowQuadLanes): the nibbles widened to int16 against q16.
+  static hn::Vec<QrI32> DotLanes(const uint8_t* qs, const hn::Vec<QrI16>* q16) {
+    hn::Vec<hn::Full128<int8_t>> lo, hi;
+    NibbleCodes(qs, &lo, &hi);
+    return CodeDotLanes(lo, hi, q16);
+  }
+#endif
 #endif
 };
 

@@ -45,6 +45,17 @@ struct Q5_0Block {
     }
     return dot;
   }
+#if KVQ_QUANT_ROWS_LANES
+  // DotScalar on 128-bit vectors (QuantRowQuadLanes): the 5-bit values − 16 widened to int16
+  // against q16.
+  static hn::Vec<QrI32> DotLanes(const uint8_t* codes, const hn::Vec<QrI16>* q16) {
+    const hn::Full128<int8_t> d8;
+    hn::Vec<hn::Full128<int8_t>> lo, hi;
+    FiveBitCodes(codes, codes + 4, &lo, &hi);
+    const auto sixteen = hn::Set(d8, 16);
+    return CodeDotLanes(hn::Sub(lo, sixteen), hn::Sub(hi, sixteen), q16);
+  }
+#endif
 #endif
 };
 

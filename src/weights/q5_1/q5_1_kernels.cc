@@ -47,6 +47,14 @@ struct Q5_1Block {
     }
     return dot;
   }
+#if KVQ_QUANT_ROWS_LANES
+  // DotScalar on 128-bit vectors (QuantRowQuadLanes): the 5-bit values widened to int16 against q16.
+  static hn::Vec<QrI32> DotLanes(const uint8_t* codes, const hn::Vec<QrI16>* q16) {
+    hn::Vec<hn::Full128<int8_t>> lo, hi;
+    FiveBitCodes(codes, codes + 4, &lo, &hi);
+    return CodeDotLanes(lo, hi, q16);
+  }
+#endif
 #endif
 };
 

@@ -48,16 +48,9 @@ struct Q8_0Block {
   // DotScalar on 128-bit vectors: the int8 codes widened to int16 against q16 (elements
   // 8k .. 8k+7 in q16[k]); int32 lanes whose sum is the block's dot.
   static hn::Vec<QrI32> DotLanes(const uint8_t* qs, const hn::Vec<QrI16>* q16) {
-    const hn::Full64<int8_t> di8h;
-    const QrI16 d16;
-    const QrI32 d32;
+    const hn::Full128<int8_t> d8;
     const int8_t* c = reinterpret_cast<const int8_t*>(qs);
-    auto sum1 = hn::Zero(d32);  // unused by int16 on these targets; RearrangeToOddPlusEven folds it
-    auto sum = hn::Zero(d32);
-    for (int k = 0; k < 4; ++k) {
-      sum = hn::ReorderWidenMulAccumulate(d32, hn::PromoteTo(d16, hn::LoadU(di8h, c + 8 * k)), q16[k], sum, sum1);
-    }
-    return hn::RearrangeToOddPlusEven(sum, sum1);
+    return CodeDotLanes(hn::LoadU(d8, c), hn::LoadU(d8, c + 16), q16);
   }
 #endif
 #endif
