@@ -2,7 +2,7 @@
 // ∈ {−1, 0, 1, 2} are multiplied as the unsigned c ∈ [0, 3] (one byte dot) from a start of −Σq
 // (the offset trick); two activation blocks share a weight scale, so per block one FMA by d_x
 // and per weight block one FMA by d_w (q2_0.h, "Kernel numerics"). AVX3_DL is compiled for
-// vpdpbusd and vpmultishiftqb. 128-bit targets: four rows at a time (RowGroup's byte masks);
+// vpdpbusd and vpmultishiftqb. 128-bit targets: one code position at a time, four rows together;
 // Highway's scalar and emulated targets: a loop, the same integers and f32 operations.
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL
@@ -153,34 +153,41 @@ void ActivationOffsets(const int8_t* q, int64_t n, int32_t* offset) {
 #else  // not x86 AVX2 or better: integer dots of 128-bit vectors (SIMD128, SSE4), or plain loops
 #if KVQ_QUANT_ROWS_LANES
 // Four rows at a time, the plain loop below on vectors: lane i of the f32 vectors is row r + i,
-// each f32 operation the loop's on the same values in the same order, so the same bits. Per row
-// and activation block each code byte is spread to its 4 elements' lanes, and the codes under each
-// element's low and high bit are kept and summed in pairs: J_b = Σ c·q = Σ_{bit 0} q + 2·Σ_{bit 1} q
-// (|int16 lane| ≤ 3·4·127), exact; the four rows' int32 lanes are summed by one transpose-add
-// (SumLanesOfFour), and I_b = J_b − Σq. The WebAssembly module's Q2_0 kernel
-// (node build/wasm/kvq-matvec-bench.js --type q2_0).
+// each f32 operation the loop's on the same values in the same order, so the same bits. The
+// integers one code position at a time, as Q1_0's 128-bit kernel takes bit positions: byte j of a
+// weight block holds elements 4j + k (bits 2k, 2k+1); a row's 16 code bytes are tested against
+// bit 2k and bit 2k + 1 at once, and the codes of elements 4j + k (the activation permuted once per
+// token, ActivationOffsets) are kept where each is set and summed in adjacent pairs, so
+// J = Σ c·q = Σ_{bit 2k} q + 2·Σ_{bit 2k+1} q (|int16 lane| ≤ 3·4·2·127), exact; one widening pair
+// sum leaves activation block 0 in int32 lanes 0, 1 and block 1 in lanes 2, 3, and four rows'
+// lanes are transposed and added to one vector per activation block. I_b = J_b − Σq. The
+// WebAssembly module's Q2_0 kernel (node build/wasm/kvq-matvec-bench.js --type q2_0).
 using I8 = hn::Full128<int8_t>;  // 16 lanes
-using U8 = hn::Full128<uint8_t>;
 
-// Σ of q's lanes where the byte of `bytes` that `index` picks for the lane (TableLookupBytes) has
-// the lane's bit of `bit` set, as int16 lanes (|lane| ≤ 2·127).
-inline hn::Vec<QrI16> SumWhereBitSet(hn::Vec<U8> bytes, const uint8_t* index, const uint8_t* bit, hn::Vec<I8> q) {
-  const auto set = hn::TestBit(hn::TableLookupBytes(bytes, hn::Load(U8(), index)), hn::Load(U8(), bit));
-  return PairSums(hn::IfThenElseZero(hn::RebindMask(I8(), set), q));
+// QuantizedX::offset [n bytes] where the kernel reads it: per weight block wb, byte 64wb + 16k + j
+// = code 64wb + 4j + k (element k of code byte j).
+void ActivationOffsets(const int8_t* q, int64_t n, int32_t* offset) {
+  int8_t* out = reinterpret_cast<int8_t*>(offset);
+  for (int64_t wb = 0; wb < n / kBlockElems; ++wb) {
+    for (int64_t k = 0; k < 4; ++k) {
+      for (int64_t j = 0; j < 16; ++j) out[kBlockElems * wb + 16 * k + j] = q[kBlockElems * wb + 4 * j + k];
+    }
+  }
 }
 
-// One row's activation block (`codes`: its 8 code bytes; q_lo, q_hi: its codes 0..15, 16..31):
-// int32 lanes summing to J_b.
-inline hn::Vec<QrI32> CodeLanes(const uint8_t* codes, hn::Vec<I8> q_lo, hn::Vec<I8> q_hi) {
-  alignas(16) static constexpr uint8_t kBytesLo[16] = {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3};
-  alignas(16) static constexpr uint8_t kBytesHi[16] = {4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7};
-  alignas(16) static constexpr uint8_t kBit0[16] = {1, 4, 16, 64, 1, 4, 16, 64, 1, 4, 16, 64, 1, 4, 16, 64};
-  alignas(16) static constexpr uint8_t kBit1[16] = {2, 8, 32, 128, 2, 8, 32, 128, 2, 8, 32, 128, 2, 8, 32, 128};
-  uint64_t word;
-  std::memcpy(&word, codes, 8);  // the block's 8 code bytes (little-endian host), in both 64-bit lanes
-  const auto bytes = hn::BitCast(U8(), hn::Set(hn::Full128<uint64_t>(), word));
-  const auto low = hn::Add(SumWhereBitSet(bytes, kBytesLo, kBit0, q_lo), SumWhereBitSet(bytes, kBytesHi, kBit0, q_hi));
-  const auto high = hn::Add(SumWhereBitSet(bytes, kBytesLo, kBit1, q_lo), SumWhereBitSet(bytes, kBytesHi, kBit1, q_hi));
+// One row's weight block (`codes`: its 16 code bytes) against the permuted codes qk[k] (lane j =
+// code 4j + k): int32 lanes 0 + 1 = J of activation block 0, lanes 2 + 3 = J of block 1.
+inline hn::Vec<QrI32> BlockCodeSums(const uint8_t* codes, const hn::Vec<I8>* qk) {
+  const hn::Full128<uint8_t> du8;
+  const I8 d8;
+  const auto w = hn::LoadU(du8, codes);
+  auto low = hn::Zero(QrI16()), high = hn::Zero(QrI16());  // Σ q under each element's bit 0, bit 1
+  for (int k = 0; k < 4; ++k) {
+    const auto bit0 = hn::TestBit(w, hn::Set(du8, static_cast<uint8_t>(1u << (2 * k))));
+    const auto bit1 = hn::TestBit(w, hn::Set(du8, static_cast<uint8_t>(2u << (2 * k))));
+    low = hn::Add(low, PairSums(hn::IfThenElseZero(hn::RebindMask(d8, bit0), qk[k])));
+    high = hn::Add(high, PairSums(hn::IfThenElseZero(hn::RebindMask(d8, bit1), qk[k])));
+  }
   return WidenSum(hn::Add(low, hn::ShiftLeft<1>(high)));
 }
 
@@ -190,6 +197,7 @@ void RowGroup(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int
   const I8 d8;
   const QrI32 d32;
   const QrF32 df;
+  const hn::Full128<int64_t> d64;
   const int64_t n_wb = cols / kBlockElems;
   const int64_t row_bytes = n_wb * kBlockBytes;
   const uint8_t* a[4];  // lane i's row
@@ -203,15 +211,24 @@ void RowGroup(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int
       dw[i] = F16ToF32(d_bits);
     }
     const auto d = hn::Load(df, dw);
+    const int8_t* perm = reinterpret_cast<const int8_t*>(x.offset) + wb * kBlockElems;  // ActivationOffsets
+    hn::Vec<I8> qk[4];  // qk[k] lane j: code 64wb + 4j + k
+    for (int k = 0; k < 4; ++k) qk[k] = hn::LoadU(d8, perm + 16 * k);
+    const int64_t at = wb * kBlockBytes + 2;  // the weight block's code bytes in each row
+    const auto l0 = BlockCodeSums(a[0] + at, qk), l1 = BlockCodeSums(a[1] + at, qk);
+    const auto l2 = BlockCodeSums(a[2] + at, qk), l3 = BlockCodeSums(a[3] + at, qk);
+    // lo: [l0_0, l0_1, l1_0, l1_1] (rows 0, 1 of block 0), hi the same of lanes 2, 3 (block 1);
+    // then the even and odd lanes of rows 0-1 and 2-3 added: lane i = row i's J_b.
+    const auto lo01 = hn::BitCast(d32, hn::InterleaveLower(d64, hn::BitCast(d64, l0), hn::BitCast(d64, l1)));
+    const auto lo23 = hn::BitCast(d32, hn::InterleaveLower(d64, hn::BitCast(d64, l2), hn::BitCast(d64, l3)));
+    const auto hi01 = hn::BitCast(d32, hn::InterleaveUpper(d64, hn::BitCast(d64, l0), hn::BitCast(d64, l1)));
+    const auto hi23 = hn::BitCast(d32, hn::InterleaveUpper(d64, hn::BitCast(d64, l2), hn::BitCast(d64, l3)));
+    const hn::Vec<QrI32> j[kSub] = {hn::Add(hn::ConcatEven(d32, lo23, lo01), hn::ConcatOdd(d32, lo23, lo01)),
+                                    hn::Add(hn::ConcatEven(d32, hi23, hi01), hn::ConcatOdd(d32, hi23, hi01))};
     for (int64_t s = 0; s < kSub; ++s) {
       const int64_t b = wb * kSub + s;
-      const int8_t* q = x.q + b * 32;
-      const auto q_lo = hn::LoadU(d8, q), q_hi = hn::LoadU(d8, q + 16);
-      const int64_t at = wb * kBlockBytes + 2 + 8 * s;  // the activation block's code bytes in each row
-      const auto j = SumLanesOfFour(CodeLanes(a[0] + at, q_lo, q_hi), CodeLanes(a[1] + at, q_lo, q_hi),
-                                    CodeLanes(a[2] + at, q_lo, q_hi), CodeLanes(a[3] + at, q_lo, q_hi));
       const auto sc = hn::Mul(d, hn::Set(df, x.d[b]));
-      acc = hn::Add(acc, hn::Mul(sc, hn::ConvertTo(df, hn::Sub(j, hn::Set(d32, x.sum[b])))));  // I_b = J_b − Σq
+      acc = hn::Add(acc, hn::Mul(sc, hn::ConvertTo(df, hn::Sub(j[s], hn::Set(d32, x.sum[b])))));  // I_b = J_b − Σq
     }
   }
   alignas(16) float out[4];
@@ -245,9 +262,9 @@ void RowGroup(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int
   }
   for (int i = 0; i < R; ++i) y[r + i] = acc[i];
 }
-#endif  // KVQ_QUANT_ROWS_LANES
 
 void ActivationOffsets(const int8_t*, int64_t, int32_t*) {}  // the integer loops start from 0
+#endif  // KVQ_QUANT_ROWS_LANES
 
 #endif  // HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 
