@@ -426,6 +426,69 @@ inline hn::Vec<QrI32> WidenSum(hn::Vec<QrI16> v) {
 #endif
 }
 
+// Four rows' f16 at rows[i] + at (little-endian host) in f32, lane i.
+HWY_INLINE hn::Vec<QrF32> FourScales(const uint8_t* const* rows, int64_t at) {
+  alignas(16) float f[4];
+  for (int i = 0; i < 4; ++i) {
+    uint16_t bits;
+    std::memcpy(&bits, rows[i] + at, 2);
+    f[i] = F16ToF32(bits);
+  }
+  return hn::Load(QrF32(), f);
+}
+
+// QuantizedX::offset [n bytes] as PlaneRowGroup reads it: per weight block wb, plane p lane j,
+// byte E·wb + 16p + j = code E·wb + B::kPlanes·j + p (E = B::kBlockElems = 16·B::kPlanes: element
+// p of the block's code byte j).
+template <class B>
+void PlaneActivationOffsets(const int8_t* q, int64_t n, int32_t* offset) {
+  constexpr int64_t kElems = B::kBlockElems;
+  static_assert(kElems == 16 * B::kPlanes, "16 code bytes per weight block");
+  int8_t* out = reinterpret_cast<int8_t*>(offset);
+  for (int64_t wb = 0; wb < n / kElems; ++wb) {
+    for (int64_t p = 0; p < B::kPlanes; ++p) {
+      for (int64_t j = 0; j < 16; ++j) out[kElems * wb + 16 * p + j] = q[kElems * wb + B::kPlanes * j + p];
+    }
+  }
+}
+
+// Q1_0's and Q2_0's plain row loop (a weight block: an f16 d_w, then 16 code bytes for B::kSub
+// activation blocks; per activation block acc += (d_w·d_x)·f32(I_b), the product and the sum
+// rounded apart) for four rows at a time: lane i of the f32 vectors is row r + i, each f32
+// operation the loop's on the same values in the same order, so the same bits. The activation's
+// codes come permuted per weight block (B::kPlanes vectors of 16 in QuantizedX::offset,
+// PlaneActivationOffsets), and B::BlockSums(rows, at, planes, j) gives j[s] lane i = row i's
+// J of activation block s, exact, with I = B::kJScale·J − Σq. R < 4: the last row is read again
+// in the spare lanes, which are dropped.
+template <class B, int R>
+void PlaneRowGroup(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r) {
+  const hn::Full128<int8_t> d8;
+  const QrI32 d32;
+  const QrF32 df;
+  const int64_t n_wb = cols / B::kBlockElems;
+  const int64_t row_bytes = n_wb * B::kBlockBytes;
+  const uint8_t* a[4];  // lane i's row
+  for (int i = 0; i < 4; ++i) a[i] = w + (r + std::min(i, R - 1)) * row_bytes;
+  auto acc = hn::Zero(df);
+  for (int64_t wb = 0; wb < n_wb; ++wb) {
+    const auto d = FourScales(a, wb * B::kBlockBytes);  // the rows' d_w
+    const int8_t* perm = reinterpret_cast<const int8_t*>(x.offset) + wb * B::kBlockElems;
+    hn::Vec<hn::Full128<int8_t>> planes[B::kPlanes];  // [kPlanes] the weight block's codes, permuted
+    for (int p = 0; p < B::kPlanes; ++p) planes[p] = hn::LoadU(d8, perm + 16 * p);
+    hn::Vec<QrI32> j[B::kSub];
+    B::BlockSums(a, wb * B::kBlockBytes + 2, planes, j);
+    for (int64_t s = 0; s < B::kSub; ++s) {
+      const int64_t b = wb * B::kSub + s;
+      const auto sc = hn::Mul(d, hn::Set(df, x.d[b]));
+      const auto dot = hn::Sub(B::kJScale == 2 ? hn::Add(j[s], j[s]) : j[s], hn::Set(d32, x.sum[b]));  // I_b
+      acc = hn::Add(acc, hn::Mul(sc, hn::ConvertTo(df, dot)));
+    }
+  }
+  alignas(16) float out[4];
+  hn::Store(acc, df, out);
+  for (int i = 0; i < R; ++i) y[r + i] = out[i];
+}
+
 // A block's int8 codes (elements 0..15 in lo, 16..31 in hi) against its activations widened to
 // int16 (elements 8k .. 8k+7 in q16[k]): int32 lanes whose sum is Σ code·q, exact (i16 pairs
 // through ReorderWidenMulAccumulate: i32x4.dot_i16x8 / pmaddwd).
@@ -502,21 +565,11 @@ void QuantRowQuadLanes(const uint8_t* w, const QuantizedX& x, float* y, int64_t 
     const auto l2 = B::DotLanes(blk + 2 * row_bytes + CodeOffset<B>(), q16);
     const auto l3 = B::DotLanes(blk + 3 * row_bytes + CodeOffset<B>(), q16);
     const auto dot = SumLanesOfFour(l0, l1, l2, l3);  // lane i: row i's integer dot
-    alignas(16) float dw[4];  // the rows' d_w
-    alignas(16) float mw[4];  // the rows' m (a type with a min)
-    for (int i = 0; i < 4; ++i) {
-      uint16_t d_bits;
-      std::memcpy(&d_bits, blk + i * row_bytes, 2);  // little-endian host
-      dw[i] = F16ToF32(d_bits);
-      if constexpr (kMin) {
-        std::memcpy(&d_bits, blk + i * row_bytes + 2, 2);
-        mw[i] = F16ToF32(d_bits);
-      }
-    }
+    const uint8_t* const rows[4] = {blk, blk + row_bytes, blk + 2 * row_bytes, blk + 3 * row_bytes};
     const auto dx = hn::Set(df, x.d[b]);
-    const auto s = hn::Mul(hn::Load(df, dw), dx);  // d_w·d_x
-    if constexpr (kMin) {
-      acc_min = hn::Add(acc_min, hn::Mul(hn::Mul(hn::Load(df, mw), dx), hn::Set(df, static_cast<float>(x.sum[b]))));
+    const auto s = hn::Mul(FourScales(rows, 0), dx);  // d_w·d_x
+    if constexpr (kMin) {  // m·d_x, then times Σq
+      acc_min = hn::Add(acc_min, hn::Mul(hn::Mul(FourScales(rows, 2), dx), hn::Set(df, static_cast<float>(x.sum[b]))));
     }
     if constexpr (!GroupArithmetic<B>()) {
       acc_v = hn::Add(acc_v, hn::Mul(s, hn::ConvertTo(df, dot)));

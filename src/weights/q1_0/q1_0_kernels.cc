@@ -369,8 +369,7 @@ void ActivationOffsets(const int8_t* q, int64_t n, int32_t* offset) {
 
 #else  // not x86 AVX2 or better: integer dots of 128-bit vectors (SIMD128, SSE4), or plain loops
 #if KVQ_QUANT_ROWS_LANES
-// Four rows at a time, the plain loop below on vectors: lane i of the f32 vectors is row r + i,
-// each f32 operation the loop's on the same values in the same order, so the same bits. The
+// Four rows at a time (PlaneRowGroup): the plain loop below on vectors, its bits. The
 // integers one bit position at a time, as AVX3_DL does: a row's weight block (16 bytes of sign
 // bits, byte j = elements 8j .. 8j+7) is tested against bit t in every byte at once, and the codes
 // of elements 8j + t (the activation permuted once per token, ActivationOffsets) are kept where it
@@ -381,76 +380,52 @@ void ActivationOffsets(const int8_t* q, int64_t n, int32_t* offset) {
 // (node build/wasm/kvq-matvec-bench.js --type q1_0).
 using I8 = hn::Full128<int8_t>;  // 16 lanes
 
-// QuantizedX::offset [n bytes] where the kernel reads it: per weight block wb, byte 128wb + 16t + j
-// = code 128wb + 8j + t (bit position t, bit byte j).
-void ActivationOffsets(const int8_t* q, int64_t n, int32_t* offset) {
-  int8_t* out = reinterpret_cast<int8_t*>(offset);
-  for (int64_t wb = 0; wb < n / kBlockElems; ++wb) {
-    for (int64_t t = 0; t < 8; ++t) {
-      for (int64_t j = 0; j < 16; ++j) out[kBlockElems * wb + 16 * t + j] = q[kBlockElems * wb + 8 * j + t];
+// PlaneRowGroup's B: planes[t] lane j = code 8j + t of the weight block; a row's 16 sign bytes
+// tested against bit t, the codes kept where it is set.
+struct Q1_0Planes {
+  static constexpr int64_t kBlockElems = weights_q1_0::kBlockElems;
+  static constexpr int64_t kBlockBytes = weights_q1_0::kBlockBytes;
+  static constexpr int64_t kSub = q1_0_detail::kSub;
+  static constexpr int kPlanes = 8;  // bit positions
+  static constexpr int32_t kJScale = 2;
+  // One row's int32 lane s = J_s = Σ q over the set bits of activation block s.
+  static HWY_INLINE hn::Vec<QrI32> RowSums(const uint8_t* bits, const hn::Vec<I8>* planes) {
+    const hn::Full128<uint8_t> du8;
+    const I8 d8;
+    const auto w = hn::LoadU(du8, bits);
+    auto sum16 = PairSums(hn::IfThenElseZero(hn::RebindMask(d8, hn::TestBit(w, hn::Set(du8, 1))), planes[0]));
+    for (int t = 1; t < 8; ++t) {
+      const auto set = hn::TestBit(w, hn::Set(du8, static_cast<uint8_t>(1u << t)));
+      sum16 = hn::Add(sum16, PairSums(hn::IfThenElseZero(hn::RebindMask(d8, set), planes[t])));
     }
+    return WidenSum(sum16);
   }
-}
-
-// One row's weight block (`bits`: its 16 sign bytes) against the permuted codes qt[t] (lane j =
-// code 8j + t): int32 lane s = Σ q over the set bits of activation block s.
-inline hn::Vec<QrI32> BlockSetSums(const uint8_t* bits, const hn::Vec<I8>* qt) {
-  const hn::Full128<uint8_t> du8;
-  const I8 d8;
-  const auto w = hn::LoadU(du8, bits);
-  auto sum16 = PairSums(hn::IfThenElseZero(hn::RebindMask(d8, hn::TestBit(w, hn::Set(du8, 1))), qt[0]));
-  for (int t = 1; t < 8; ++t) {
-    const auto set = hn::TestBit(w, hn::Set(du8, static_cast<uint8_t>(1u << t)));
-    sum16 = hn::Add(sum16, PairSums(hn::IfThenElseZero(hn::RebindMask(d8, set), qt[t])));
-  }
-  return WidenSum(sum16);
-}
-
-// R ≤ 4 rows from r; for R < 4 the last row is read again in the spare lanes, which are dropped.
-template <int R>
-void RowGroup(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r) {
-  const I8 d8;
-  const QrI32 d32;
-  const QrF32 df;
-  const hn::Full128<int64_t> d64;
-  const int64_t n_wb = cols / kBlockElems;
-  const int64_t row_bytes = n_wb * kBlockBytes;
-  const uint8_t* a[4];  // lane i's row
-  for (int i = 0; i < 4; ++i) a[i] = w + (r + std::min(i, R - 1)) * row_bytes;
-  auto acc = hn::Zero(df);
-  for (int64_t wb = 0; wb < n_wb; ++wb) {
-    alignas(16) float dw[4];  // the rows' d_w
-    for (int i = 0; i < 4; ++i) {
-      uint16_t d_bits;
-      std::memcpy(&d_bits, a[i] + wb * kBlockBytes, 2);  // little-endian host
-      dw[i] = F16ToF32(d_bits);
-    }
-    const auto d = hn::Load(df, dw);
-    const int8_t* perm = reinterpret_cast<const int8_t*>(x.offset) + wb * kBlockElems;  // ActivationOffsets
-    hn::Vec<I8> qt[8];  // qt[t] lane j: code 128wb + 8j + t
-    for (int t = 0; t < 8; ++t) qt[t] = hn::LoadU(d8, perm + 16 * t);
-    const int64_t at = wb * kBlockBytes + 2;  // the weight block's sign bytes in each row
-    const auto l0 = BlockSetSums(a[0] + at, qt), l1 = BlockSetSums(a[1] + at, qt);
-    const auto l2 = BlockSetSums(a[2] + at, qt), l3 = BlockSetSums(a[3] + at, qt);
-    // Lane s of row i -> set[s] lane i: [l0_s, l1_s] pairs for s = 0, 1 (lo) and 2, 3 (hi), then
-    // the 64-bit halves of rows 0-1 and 2-3 paired.
+  // Lane s of row i -> j[s] lane i: [row 0, row 1] pairs of lanes s = 0, 1 (lo) and 2, 3 (hi),
+  // then the 64-bit halves of rows 0-1 and 2-3 paired.
+  static HWY_INLINE void BlockSums(const uint8_t* const* a, int64_t at, const hn::Vec<I8>* planes, hn::Vec<QrI32>* j) {
+    const QrI32 d32;
+    const hn::Full128<int64_t> d64;
+    const auto l0 = RowSums(a[0] + at, planes), l1 = RowSums(a[1] + at, planes);
+    const auto l2 = RowSums(a[2] + at, planes), l3 = RowSums(a[3] + at, planes);
     const auto lo01 = hn::BitCast(d64, hn::InterleaveLower(d32, l0, l1));
     const auto hi01 = hn::BitCast(d64, hn::InterleaveUpper(d32, l0, l1));
     const auto lo23 = hn::BitCast(d64, hn::InterleaveLower(d32, l2, l3));
     const auto hi23 = hn::BitCast(d64, hn::InterleaveUpper(d32, l2, l3));
-    const hn::Vec<QrI32> set[kSub] = {
-        hn::BitCast(d32, hn::InterleaveLower(d64, lo01, lo23)), hn::BitCast(d32, hn::InterleaveUpper(d64, lo01, lo23)),
-        hn::BitCast(d32, hn::InterleaveLower(d64, hi01, hi23)), hn::BitCast(d32, hn::InterleaveUpper(d64, hi01, hi23))};
-    for (int64_t s = 0; s < kSub; ++s) {
-      const int64_t b = wb * kSub + s;
-      const auto sc = hn::Mul(d, hn::Set(df, x.d[b]));
-      const auto dot = hn::Sub(hn::Add(set[s], set[s]), hn::Set(d32, x.sum[b]));  // Σ ±q = 2·J − Σq
-      acc = hn::Add(acc, hn::Mul(sc, hn::ConvertTo(df, dot)));
-    }
+    j[0] = hn::BitCast(d32, hn::InterleaveLower(d64, lo01, lo23));
+    j[1] = hn::BitCast(d32, hn::InterleaveUpper(d64, lo01, lo23));
+    j[2] = hn::BitCast(d32, hn::InterleaveLower(d64, hi01, hi23));
+    j[3] = hn::BitCast(d32, hn::InterleaveUpper(d64, hi01, hi23));
   }
-  alignas(16) float out[4];
-  hn::Store(acc, df, out);
-  for (int i = 0; i < R; ++i) y[r + i] = out[i];
+};
+
+template <int R>
+void RowGroup(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r) {
+  PlaneRowGroup<Q1_0Planes, R>(w, x, y, cols, r);
+}
+
+// QuantizedX::offset where RowGroup reads it: the codes permuted per weight block (byte 128wb + 16t + j = code 128wb + 8j + t).
+void ActivationOffsets(const int8_t* q, int64_t n, int32_t* offset) {
+  PlaneActivationOffsets<Q1_0Planes>(q, n, offset);
 }
 
 #else  // Highway's scalar and emulated targets: plain loops

@@ -152,8 +152,7 @@ void ActivationOffsets(const int8_t* q, int64_t n, int32_t* offset) {
 
 #else  // not x86 AVX2 or better: integer dots of 128-bit vectors (SIMD128, SSE4), or plain loops
 #if KVQ_QUANT_ROWS_LANES
-// Four rows at a time, the plain loop below on vectors: lane i of the f32 vectors is row r + i,
-// each f32 operation the loop's on the same values in the same order, so the same bits. The
+// Four rows at a time (PlaneRowGroup): the plain loop below on vectors, its bits. The
 // integers one code position at a time, as Q1_0's 128-bit kernel takes bit positions: byte j of a
 // weight block holds elements 4j + k (bits 2k, 2k+1); a row's 16 code bytes are tested against
 // bit 2k and bit 2k + 1 at once, and the codes of elements 4j + k (the activation permuted once per
@@ -164,76 +163,52 @@ void ActivationOffsets(const int8_t* q, int64_t n, int32_t* offset) {
 // WebAssembly module's Q2_0 kernel (node build/wasm/kvq-matvec-bench.js --type q2_0).
 using I8 = hn::Full128<int8_t>;  // 16 lanes
 
-// QuantizedX::offset [n bytes] where the kernel reads it: per weight block wb, byte 64wb + 16k + j
-// = code 64wb + 4j + k (element k of code byte j).
-void ActivationOffsets(const int8_t* q, int64_t n, int32_t* offset) {
-  int8_t* out = reinterpret_cast<int8_t*>(offset);
-  for (int64_t wb = 0; wb < n / kBlockElems; ++wb) {
-    for (int64_t k = 0; k < 4; ++k) {
-      for (int64_t j = 0; j < 16; ++j) out[kBlockElems * wb + 16 * k + j] = q[kBlockElems * wb + 4 * j + k];
+// PlaneRowGroup's B: planes[k] lane j = code 4j + k of the weight block; a row's 16 code bytes
+// tested against bits 2k and 2k + 1, the codes kept where each is set.
+struct Q2_0Planes {
+  static constexpr int64_t kBlockElems = weights_q2_0::kBlockElems;
+  static constexpr int64_t kBlockBytes = weights_q2_0::kBlockBytes;
+  static constexpr int64_t kSub = q2_0_detail::kSub;
+  static constexpr int kPlanes = 4;  // code positions within a byte
+  static constexpr int32_t kJScale = 1;
+  // One row's int32 lanes 0 + 1 = J of activation block 0, lanes 2 + 3 = J of block 1.
+  static HWY_INLINE hn::Vec<QrI32> RowSums(const uint8_t* codes, const hn::Vec<I8>* planes) {
+    const hn::Full128<uint8_t> du8;
+    const I8 d8;
+    const auto w = hn::LoadU(du8, codes);
+    auto low = hn::Zero(QrI16()), high = hn::Zero(QrI16());  // Σ q under each element's bit 0, bit 1
+    for (int k = 0; k < 4; ++k) {
+      const auto bit0 = hn::TestBit(w, hn::Set(du8, static_cast<uint8_t>(1u << (2 * k))));
+      const auto bit1 = hn::TestBit(w, hn::Set(du8, static_cast<uint8_t>(2u << (2 * k))));
+      low = hn::Add(low, PairSums(hn::IfThenElseZero(hn::RebindMask(d8, bit0), planes[k])));
+      high = hn::Add(high, PairSums(hn::IfThenElseZero(hn::RebindMask(d8, bit1), planes[k])));
     }
+    return WidenSum(hn::Add(low, hn::ShiftLeft<1>(high)));
   }
-}
-
-// One row's weight block (`codes`: its 16 code bytes) against the permuted codes qk[k] (lane j =
-// code 4j + k): int32 lanes 0 + 1 = J of activation block 0, lanes 2 + 3 = J of block 1.
-inline hn::Vec<QrI32> BlockCodeSums(const uint8_t* codes, const hn::Vec<I8>* qk) {
-  const hn::Full128<uint8_t> du8;
-  const I8 d8;
-  const auto w = hn::LoadU(du8, codes);
-  auto low = hn::Zero(QrI16()), high = hn::Zero(QrI16());  // Σ q under each element's bit 0, bit 1
-  for (int k = 0; k < 4; ++k) {
-    const auto bit0 = hn::TestBit(w, hn::Set(du8, static_cast<uint8_t>(1u << (2 * k))));
-    const auto bit1 = hn::TestBit(w, hn::Set(du8, static_cast<uint8_t>(2u << (2 * k))));
-    low = hn::Add(low, PairSums(hn::IfThenElseZero(hn::RebindMask(d8, bit0), qk[k])));
-    high = hn::Add(high, PairSums(hn::IfThenElseZero(hn::RebindMask(d8, bit1), qk[k])));
+  // lo: [l0_0, l0_1, l1_0, l1_1] (rows 0, 1 of block 0), hi the same of lanes 2, 3 (block 1);
+  // then the even and odd lanes of rows 0-1 and 2-3 added: j[s] lane i = row i's J_s.
+  static HWY_INLINE void BlockSums(const uint8_t* const* a, int64_t at, const hn::Vec<I8>* planes, hn::Vec<QrI32>* j) {
+    const QrI32 d32;
+    const hn::Full128<int64_t> d64;
+    const auto l0 = hn::BitCast(d64, RowSums(a[0] + at, planes)), l1 = hn::BitCast(d64, RowSums(a[1] + at, planes));
+    const auto l2 = hn::BitCast(d64, RowSums(a[2] + at, planes)), l3 = hn::BitCast(d64, RowSums(a[3] + at, planes));
+    const auto lo01 = hn::BitCast(d32, hn::InterleaveLower(d64, l0, l1));
+    const auto lo23 = hn::BitCast(d32, hn::InterleaveLower(d64, l2, l3));
+    const auto hi01 = hn::BitCast(d32, hn::InterleaveUpper(d64, l0, l1));
+    const auto hi23 = hn::BitCast(d32, hn::InterleaveUpper(d64, l2, l3));
+    j[0] = hn::Add(hn::ConcatEven(d32, lo23, lo01), hn::ConcatOdd(d32, lo23, lo01));
+    j[1] = hn::Add(hn::ConcatEven(d32, hi23, hi01), hn::ConcatOdd(d32, hi23, hi01));
   }
-  return WidenSum(hn::Add(low, hn::ShiftLeft<1>(high)));
-}
+};
 
-// R ≤ 4 rows from r; for R < 4 the last row is read again in the spare lanes, which are dropped.
 template <int R>
 void RowGroup(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r) {
-  const I8 d8;
-  const QrI32 d32;
-  const QrF32 df;
-  const hn::Full128<int64_t> d64;
-  const int64_t n_wb = cols / kBlockElems;
-  const int64_t row_bytes = n_wb * kBlockBytes;
-  const uint8_t* a[4];  // lane i's row
-  for (int i = 0; i < 4; ++i) a[i] = w + (r + std::min(i, R - 1)) * row_bytes;
-  auto acc = hn::Zero(df);
-  for (int64_t wb = 0; wb < n_wb; ++wb) {
-    alignas(16) float dw[4];  // the rows' d_w
-    for (int i = 0; i < 4; ++i) {
-      uint16_t d_bits;
-      std::memcpy(&d_bits, a[i] + wb * kBlockBytes, 2);  // little-endian host
-      dw[i] = F16ToF32(d_bits);
-    }
-    const auto d = hn::Load(df, dw);
-    const int8_t* perm = reinterpret_cast<const int8_t*>(x.offset) + wb * kBlockElems;  // ActivationOffsets
-    hn::Vec<I8> qk[4];  // qk[k] lane j: code 64wb + 4j + k
-    for (int k = 0; k < 4; ++k) qk[k] = hn::LoadU(d8, perm + 16 * k);
-    const int64_t at = wb * kBlockBytes + 2;  // the weight block's code bytes in each row
-    const auto l0 = BlockCodeSums(a[0] + at, qk), l1 = BlockCodeSums(a[1] + at, qk);
-    const auto l2 = BlockCodeSums(a[2] + at, qk), l3 = BlockCodeSums(a[3] + at, qk);
-    // lo: [l0_0, l0_1, l1_0, l1_1] (rows 0, 1 of block 0), hi the same of lanes 2, 3 (block 1);
-    // then the even and odd lanes of rows 0-1 and 2-3 added: lane i = row i's J_b.
-    const auto lo01 = hn::BitCast(d32, hn::InterleaveLower(d64, hn::BitCast(d64, l0), hn::BitCast(d64, l1)));
-    const auto lo23 = hn::BitCast(d32, hn::InterleaveLower(d64, hn::BitCast(d64, l2), hn::BitCast(d64, l3)));
-    const auto hi01 = hn::BitCast(d32, hn::InterleaveUpper(d64, hn::BitCast(d64, l0), hn::BitCast(d64, l1)));
-    const auto hi23 = hn::BitCast(d32, hn::InterleaveUpper(d64, hn::BitCast(d64, l2), hn::BitCast(d64, l3)));
-    const hn::Vec<QrI32> j[kSub] = {hn::Add(hn::ConcatEven(d32, lo23, lo01), hn::ConcatOdd(d32, lo23, lo01)),
-                                    hn::Add(hn::ConcatEven(d32, hi23, hi01), hn::ConcatOdd(d32, hi23, hi01))};
-    for (int64_t s = 0; s < kSub; ++s) {
-      const int64_t b = wb * kSub + s;
-      const auto sc = hn::Mul(d, hn::Set(df, x.d[b]));
-      acc = hn::Add(acc, hn::Mul(sc, hn::ConvertTo(df, hn::Sub(j[s], hn::Set(d32, x.sum[b])))));  // I_b = J_b − Σq
-    }
-  }
-  alignas(16) float out[4];
-  hn::Store(acc, df, out);
-  for (int i = 0; i < R; ++i) y[r + i] = out[i];
+  PlaneRowGroup<Q2_0Planes, R>(w, x, y, cols, r);
+}
+
+// QuantizedX::offset where RowGroup reads it: the codes permuted per weight block (byte 64wb + 16k + j = code 64wb + 4j + k).
+void ActivationOffsets(const int8_t* q, int64_t n, int32_t* offset) {
+  PlaneActivationOffsets<Q2_0Planes>(q, n, offset);
 }
 
 #else  // Highway's scalar and emulated targets: plain loops
