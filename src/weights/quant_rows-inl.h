@@ -25,6 +25,8 @@
 //                         and f32 operations
 //   other targets         plain C++ integer loops (Highway's scalar targets, types without
 //                         DotLanes, tail rows)
+// The 128-bit helpers here serve Q1_0's and Q2_0's kernels too (PlaneRowGroup: their plain row
+// loop four rows at a time over the activation permuted per weight block, PlaneActivationOffsets).
 // Every integer step is exact; per block the i32 lanes are converted to f32 (exact) and
 // accumulated with one FMA by s = d_w·d_x, so the f32 rounding is the same handful of steps
 // whatever the path.
