@@ -41,6 +41,7 @@
 #include <cstring>
 
 #include "weights/kquant.h"
+#include "weights/lanes128-inl.h"
 #include "weights/weight_type.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -156,37 +157,101 @@ void KQuantActivationOffsets(const int8_t* q, int64_t n, int32_t* offset) {
   const int32_t k = B::OffsetBias();
   for (int64_t j = 0; j < n / 4; ++j) offset[j] = -k * (q[4 * j] + q[4 * j + 1] + q[4 * j + 2] + q[4 * j + 3]);
 }
+template <class B>
+constexpr auto kKQuantActivationOffsets = &KQuantActivationOffsets<B>;
+constexpr int64_t kKQuantOffsetBytesPerElem = 1;  // KQuantInterleavedRows reads cols / 4 words per token
 
 #else  // not x86 AVX2 or better: integer loops over the integer form
 
 #if HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
-// 128-bit targets (the WebAssembly module's SIMD128, x86 SSE4): the plain loop's integers on
-// vectors. Per 16-element sub-block j, code·sc[j] is formed in int16 (|code·sc| ≤ 32·128 = 4096:
-// Q6_K's int8 scales times codes in [−32, 31]; every other K-quant's product is smaller) and its
-// dot with q accumulated in int32 pairs (ReorderWidenMulAccumulate: i32x4.dot_i16x8 / pmaddwd);
-// the mins likewise as m[j]·q. An activation block's dot and mins are then the same integers as
-// the plain loop's (|dot| ≤ 32·4096·127 < 2^31), so KQuantRows's bits are the same either way.
-inline void KQuantBlockInts(const KQuantInts& k, int64_t b, const int8_t* q, int32_t* dot, int32_t* mins) {
-  namespace hn = hwy::HWY_NAMESPACE;
-  const hn::Full128<int16_t> d16;  // 8 lanes
-  const hn::Full128<int32_t> d32;  // 4 lanes
-  const hn::Full64<int8_t> d8h;    // 8 lanes
-  auto dot_v = hn::Zero(d32), dot_odd = hn::Zero(d32);    // pairs of (code·sc)·q
-  auto mins_v = hn::Zero(d32), mins_odd = hn::Zero(d32);  // pairs of m·q
-  for (int64_t h = 0; h < 2; ++h) {  // the two 16-element sub-blocks
-    const int64_t j = 2 * b + h;
-    const auto sc = hn::Set(d16, static_cast<int16_t>(k.sc[j]));
-    const auto m = hn::Set(d16, static_cast<int16_t>(k.m[j]));
-    for (int64_t e = 0; e < 16; e += 8) {
-      const auto q16 = hn::PromoteTo(d16, hn::LoadU(d8h, q + 16 * h + e));
-      const auto c16 = hn::Mul(hn::PromoteTo(d16, hn::LoadU(d8h, k.code + 16 * j + e)), sc);
-      dot_v = hn::ReorderWidenMulAccumulate(d32, c16, q16, dot_v, dot_odd);
-      mins_v = hn::ReorderWidenMulAccumulate(d32, m, q16, mins_v, mins_odd);
-    }
+// 128-bit targets (the WebAssembly module's SIMD128, x86 SSE4): the scalar loop below, its
+// integers formed otherwise and its f32 operations the same. KQuantWideActivation widens each
+// token's codes to int16 once (x.offset) and sums them per 16-element sub-block. Per sub-block j
+// the dot Σ code·q is 4 int32 lanes of int16 pair dots (|code·q| ≤ 64·127: exact), the lanes of 4
+// sub-blocks are summed at once and multiplied by their scales sc[j]; an activation block's dot is
+// then its two sub-blocks' products added, and its mins Σ_j m[j]·Σq — the scalar loop's integers
+// (integer sums do not depend on their order; |dot| ≤ 32·4096·127 < 2^31). Per activation block
+// fl(d·d_x)·dot and fl(dmin·d_x)·mins are formed on 4 lanes at a time (the same IEEE products)
+// and added to acc and macc one at a time in order of the block, as the scalar loop adds them.
+
+// x.offset as KQuantRows reads it here: [cols] int16 codes, then [cols / 16] int32 Σq per 16.
+constexpr int64_t kKQuantWideBytesPerElem = 3;  // ≥ 2 + 4/16
+
+inline void KQuantWideActivation(const int8_t* q, int64_t n, int32_t* offset) {
+  auto* q16 = reinterpret_cast<int16_t*>(offset);
+  int32_t* s16 = offset + n / 2;
+  for (int64_t i = 0; i < n; ++i) q16[i] = q[i];
+  for (int64_t j = 0; j < n / 16; ++j) {
+    int32_t s = 0;
+    for (int64_t l = 0; l < 16; ++l) s += q[16 * j + l];
+    s16[j] = s;
   }
-  *dot = hn::GetLane(hn::SumOfLanes(d32, hn::RearrangeToOddPlusEven(dot_v, dot_odd)));
-  *mins = hn::GetLane(hn::SumOfLanes(d32, hn::RearrangeToOddPlusEven(mins_v, mins_odd)));
 }
+
+// Lanes k = v0[2k] + v0[2k+1] for k < 2, v1's pairs in lanes 2, 3 (exact).
+inline hn::Vec<QrI32> PairsOfTwo(hn::Vec<QrI32> v0, hn::Vec<QrI32> v1) {
+  const QrI32 d32;
+  return hn::Add(hn::ConcatEven(d32, v1, v0), hn::ConcatOdd(d32, v1, v0));
+}
+
+template <class B>
+void KQuantRows(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r0, int64_t r1) {
+  const hn::Full128<int8_t> d8;    // 16 lanes
+  const hn::Full64<int8_t> d8h;    // 8 lanes
+  const QrI16 d16;
+  const QrI32 d32;
+  const QrF32 df;
+  const int64_t n_super = cols / kKQuantBlockElems;
+  const int64_t row_bytes = n_super * B::kBytes;
+  const auto* q16 = reinterpret_cast<const int16_t*>(x.offset);  // [cols]
+  const int32_t* s16 = x.offset + cols / 2;                       // [cols / 16]
+  alignas(16) KQuantInts k;
+  for (int64_t r = r0; r < r1; ++r) {
+    float acc = 0.0f, macc = 0.0f;
+    for (int64_t sb = 0; sb < n_super; ++sb) {
+      B::Ints(w + r * row_bytes + sb * B::kBytes, &k);
+      const int16_t* qs = q16 + sb * kKQuantBlockElems;  // [256]
+      hn::Vec<QrI32> dot[2], mins[2];  // activation blocks 4h .. 4h+3 of the super-block, lane b
+      for (int h = 0; h < 2; ++h) {
+        hn::Vec<QrI32> t[2], m[2];  // sub-blocks 8h + 4g .. +3: sc·Σ code·q and m·Σq
+        for (int g = 0; g < 2; ++g) {
+          const int64_t j0 = 8 * h + 4 * g;
+          hn::Vec<QrI32> p[4];
+          for (int i = 0; i < 4; ++i) {
+            const int64_t j = j0 + i;
+            const auto c = hn::LoadU(d8, k.code + 16 * j);
+            const auto lo = hn::PromoteTo(d16, hn::LowerHalf(d8h, c));
+            const auto hi = hn::PromoteTo(d16, hn::UpperHalf(d8h, c));
+            p[i] = hn::Add(PairDots(lo, hn::LoadU(d16, qs + 16 * j)), PairDots(hi, hn::LoadU(d16, qs + 16 * j + 8)));
+          }
+          t[g] = hn::Mul(SumLanesOfFour(p[0], p[1], p[2], p[3]), hn::LoadU(d32, k.sc + j0));
+          m[g] = hn::Mul(hn::LoadU(d32, s16 + sb * 16 + j0), hn::LoadU(d32, k.m + j0));
+        }
+        dot[h] = PairsOfTwo(t[0], t[1]);
+        mins[h] = PairsOfTwo(m[0], m[1]);
+      }
+      const int64_t ab0 = sb * kKQuantActBlocks;  // the super-block's first activation block
+      alignas(16) float terms[2][kKQuantActBlocks];  // fl(d·d_x)·dot, fl(dmin·d_x)·mins per block
+      for (int h = 0; h < 2; ++h) {
+        const auto dx = hn::LoadU(df, x.d + ab0 + 4 * h);
+        hn::Store(hn::Mul(hn::Mul(hn::Set(df, k.d), dx), hn::ConvertTo(df, dot[h])), df, terms[0] + 4 * h);
+        hn::Store(hn::Mul(hn::Mul(hn::Set(df, k.dmin), dx), hn::ConvertTo(df, mins[h])), df, terms[1] + 4 * h);
+      }
+      for (int64_t b = 0; b < kKQuantActBlocks; ++b) {
+        acc += terms[0][b];
+        macc += terms[1][b];
+      }
+    }
+    y[r] = acc - macc;
+  }
+}
+
+// One function for every K-quant (an inline function's one address), so a MatMulGroup of several
+// K-quant types quantises and widens its activation once.
+template <class B>
+constexpr auto kKQuantActivationOffsets = &KQuantWideActivation;
+constexpr int64_t kKQuantOffsetBytesPerElem = kKQuantWideBytesPerElem;
+
 #else
 // Highway's scalar targets: dot = Σ_j sc[j]·Σ code·q and mins = Σ_j m[j]·Σ q over activation
 // block b's two 16-element sub-blocks j (q: its 32 codes).
@@ -203,7 +268,6 @@ inline void KQuantBlockInts(const KQuantInts& k, int64_t b, const int8_t* q, int
     *mins += k.m[j] * sum16;
   }
 }
-#endif
 
 template <class B>
 void KQuantRows(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, int64_t r0, int64_t r1) {
@@ -228,6 +292,10 @@ void KQuantRows(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, i
 
 template <class B>
 void KQuantActivationOffsets(const int8_t*, int64_t, int32_t*) {}  // the integer loops start from 0
+template <class B>
+constexpr auto kKQuantActivationOffsets = &KQuantActivationOffsets<B>;
+constexpr int64_t kKQuantOffsetBytesPerElem = 1;
+#endif
 
 #endif  // HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 
@@ -236,8 +304,9 @@ const WeightKernels& MakeKQuantKernels() {
   static const WeightKernels kKernels = {
       .target = hwy::TargetName(HWY_TARGET),
       .rows = nullptr,
-      .activation_offsets = &KQuantActivationOffsets<B>,
+      .activation_offsets = kKQuantActivationOffsets<B>,
       .quant_rows = &KQuantRows<B>,
+      .offset_bytes_per_elem = kKQuantOffsetBytesPerElem,
   };
   return kKernels;
 }
