@@ -13,13 +13,9 @@
 //         adds super-block blk[i] of row i times the activation's 256 codes into acc[i]
 //         (Σ_b s·I over its 8 activation blocks) and its min term into macc[i] (subtracted)
 //   other targets:
-//     static void Ints(const uint8_t* block, KQuantInts* out)   the integer form (kquant.h), for
-//         the plain loops of Highway's scalar targets
-//   128-bit targets (WebAssembly SIMD128, x86 SSE4; KVQ_KQUANT_LANES), int16 pair dots:
-//     static void Scales(const uint8_t* block, KQuantInts* out)  the integer form's d, dmin, sc, m
-//     static KQuantCodes Codes(const uint8_t* block, int j)      sub-block j's 16 codes (int8
-//         bits), the integer form's code[16j .. 16j+15]
-//   the same integers and f32 operations on every target but x86 AVX2 or better
+//     static void Ints(const uint8_t* block, KQuantInts* out)   the integer form (kquant.h), then
+//         int16 pair dots on 128-bit targets (WebAssembly SIMD128, x86 SSE4), plain loops on
+//         Highway's scalar targets: the same integers and f32 operations either way
 // and gets MakeKQuantKernels<B>().
 //
 // Rounding (matvec_roundings = 5 for every K-quant). A term is a scale times an exact integer:
@@ -54,8 +50,6 @@ namespace HWY_NAMESPACE {
 
 constexpr int64_t kKQuantActBlocks = kKQuantBlockElems / 32;  // activation blocks per super-block
 
-#undef KVQ_KQUANT_LANES  // 1 where B supplies Scales and Codes (below)
-
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 
 // As quant_rows-inl.h (which see for why): Highway's AVX3_DL enables the VEX "avxvnni", so these
@@ -76,7 +70,6 @@ constexpr int64_t kKQuantActBlocks = kKQuantBlockElems / 32;  // activation bloc
 #define KVQ_KQUANT_VNNI 0
 #endif
 
-#define KVQ_KQUANT_LANES 0
 constexpr int64_t kKQuantPrefetchBytes = 16384;  // as quant_rows-inl.h: into L2, this far ahead per row
 
 /// One super-block's share of the activation, as SuperBlockX86 reads it.
@@ -171,10 +164,8 @@ constexpr int64_t kKQuantOffsetBytesPerElem = 1;  // KQuantInterleavedRows reads
 #else  // not x86 AVX2 or better: integer loops over the integer form
 
 #if HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
-#define KVQ_KQUANT_LANES 1
 // 128-bit targets (the WebAssembly module's SIMD128, x86 SSE4): the scalar loop below, its
-// integers formed otherwise and its f32 operations the same. B::Codes decodes each sub-block's
-// codes into a vector, never through memory. KQuantWideActivation widens each
+// integers formed otherwise and its f32 operations the same. KQuantWideActivation widens each
 // token's codes to int16 once (x.offset) and sums them per 16-element sub-block. Per sub-block j
 // the dot Σ code·q is 4 int32 lanes of int16 pair dots (|code·q| ≤ 64·127: exact), the lanes of 4
 // sub-blocks are summed at once and multiplied by their scales sc[j]; an activation block's dot is
@@ -182,23 +173,6 @@ constexpr int64_t kKQuantOffsetBytesPerElem = 1;  // KQuantInterleavedRows reads
 // (integer sums do not depend on their order; |dot| ≤ 32·4096·127 < 2^31). Per activation block
 // fl(d·d_x)·dot and fl(dmin·d_x)·mins are formed on 4 lanes at a time (the same IEEE products)
 // and added to acc and macc one at a time in order of the block, as the scalar loop adds them.
-
-using KQuantCodes = hn::Vec<hn::Full128<uint8_t>>;  // 16 codes, a byte each (int8 bits)
-
-// The 16 bytes at p, each shifted right by `shift` (< 8) and masked: one 16-bit shift for all
-// (bits crossing from the next byte are masked off; no 8-bit shifts, which x86 lacks).
-inline KQuantCodes KQuantShiftedBytes(const uint8_t* p, int shift, uint8_t mask) {
-  const hn::Full128<uint8_t> du8;
-  const hn::Full128<uint16_t> du16;
-  return hn::And(hn::BitCast(du8, hn::ShiftRightSame(hn::BitCast(du16, hn::LoadU(du8, p)), shift)), hn::Set(du8, mask));
-}
-
-// Each byte of v (< 16) shifted left by 4, within its byte.
-inline KQuantCodes KQuantShiftLeft4(KQuantCodes v) {
-  const hn::Full128<uint8_t> du8;
-  const hn::Full128<uint16_t> du16;
-  return hn::BitCast(du8, hn::ShiftLeft<4>(hn::BitCast(du16, v)));
-}
 
 // x.offset as KQuantRows reads it here: [cols] int16 codes, then [cols / 16] int32 Σq per 16.
 constexpr int64_t kKQuantWideBytesPerElem = 3;  // ≥ 2 + 4/16
@@ -235,8 +209,7 @@ void KQuantRows(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, i
   for (int64_t r = r0; r < r1; ++r) {
     float acc = 0.0f, macc = 0.0f;
     for (int64_t sb = 0; sb < n_super; ++sb) {
-      const uint8_t* blk = w + r * row_bytes + sb * B::kBytes;
-      B::Scales(blk, &k);
+      B::Ints(w + r * row_bytes + sb * B::kBytes, &k);
       const int16_t* qs = q16 + sb * kKQuantBlockElems;  // [256]
       hn::Vec<QrI32> dot[2], mins[2];  // activation blocks 4h .. 4h+3 of the super-block, lane b
       for (int h = 0; h < 2; ++h) {
@@ -244,13 +217,9 @@ void KQuantRows(const uint8_t* w, const QuantizedX& x, float* y, int64_t cols, i
         for (int g = 0; g < 2; ++g) {
           const int64_t j0 = 8 * h + 4 * g;
           hn::Vec<QrI32> p[4];
-          // Unrolled over the 4 sub-blocks only: B::Codes's shifts then mostly constant. Measured in
-          // Node (kvq-matvec-bench.js): the rolled loop slowed Q5_K and Q3_K by 1.4×, unrolling h
-          // and g too slowed Q4_K and Q6_K by 1.2×.
-          HWY_UNROLL(4)
           for (int i = 0; i < 4; ++i) {
             const int64_t j = j0 + i;
-            const auto c = hn::BitCast(d8, B::Codes(blk, static_cast<int>(j)));
+            const auto c = hn::LoadU(d8, k.code + 16 * j);
             const auto lo = hn::PromoteTo(d16, hn::LowerHalf(d8h, c));
             const auto hi = hn::PromoteTo(d16, hn::UpperHalf(d8h, c));
             p[i] = hn::Add(PairDots(lo, hn::LoadU(d16, qs + 16 * j)), PairDots(hi, hn::LoadU(d16, qs + 16 * j + 8)));
@@ -284,7 +253,6 @@ constexpr auto kKQuantActivationOffsets = &KQuantWideActivation;
 constexpr int64_t kKQuantOffsetBytesPerElem = kKQuantWideBytesPerElem;
 
 #else
-#define KVQ_KQUANT_LANES 0
 // Highway's scalar targets: dot = Σ_j sc[j]·Σ code·q and mins = Σ_j m[j]·Σ q over activation
 // block b's two 16-element sub-blocks j (q: its 32 codes).
 inline void KQuantBlockInts(const KQuantInts& k, int64_t b, const int8_t* q, int32_t* dot, int32_t* mins) {

@@ -28,14 +28,10 @@ void DequantizeBlock(const uint8_t* block, float* out) {
   }
 }
 
-void Scales(const uint8_t* block, KQuantInts* out) {
+void Ints(const uint8_t* block, KQuantInts* out) {
   out->d = KQuantHalf(block + 80);
   out->dmin = KQuantHalf(block + 82);
   for (int j = 0; j < 16; ++j) out->sc[j] = block[j] & 15, out->m[j] = block[j] >> 4;
-}
-
-void Ints(const uint8_t* block, KQuantInts* out) {
-  Scales(block, out);
   // Code2's table, looped as the block is laid out (contiguous runs of 32 codes) so that the
   // compiler can vectorise it: the portable row kernels decode every super-block through here.
   // Four codes per 32-bit word (each byte's bits 2k, 2k+1 shifted down together): the WebAssembly

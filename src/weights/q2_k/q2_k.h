@@ -22,8 +22,6 @@ void DequantizeBlock(const uint8_t* block, float* out);  ///< block -> out [256]
 /// code = nearest((x + dmin·m) / (d·sc)) clamped to [0, 3] (0 where d·sc = 0).
 void QuantizeBlock(const float* x, uint8_t* block);
 void Ints(const uint8_t* block, KQuantInts* out);  ///< the integer form (kquant.h)
-/// d, dmin, sc and m of the integer form (its codes untouched): Ints without the codes.
-void Scales(const uint8_t* block, KQuantInts* out);
 /// w[i] exact in double, abs[i] = |d·sc·code| + |dmin·m| (kquant.h), i < 256.
 void ExactBlock(const uint8_t* block, double* w, double* abs);
 const WeightKernels& Kernels();  ///< row kernels, best target here

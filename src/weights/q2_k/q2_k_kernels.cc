@@ -78,13 +78,6 @@ struct Q2_KBlock {
   }
 #else
   static void Ints(const uint8_t* block, KQuantInts* out) { weights_q2_k::Ints(block, out); }
-#if KVQ_KQUANT_LANES
-  static void Scales(const uint8_t* block, KQuantInts* out) { weights_q2_k::Scales(block, out); }
-  // Sub-block j: half h = j/8, quarter k = j%8/2: 2 bits of bytes 16 + 32h + 16·(j%2) .., shifted 2k.
-  static KQuantCodes Codes(const uint8_t* block, int j) {
-    return KQuantShiftedBytes(block + 16 + 32 * (j / 8) + 16 * (j % 2), 2 * (j % 8 / 2), 3);
-  }
-#endif
 #endif
 };
 

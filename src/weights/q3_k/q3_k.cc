@@ -38,16 +38,12 @@ void DequantizeBlock(const uint8_t* block, float* out) {
   }
 }
 
-void Scales(const uint8_t* block, KQuantInts* out) {
+void Ints(const uint8_t* block, KQuantInts* out) {
   out->d = KQuantHalf(block + 108);
   out->dmin = 0.0f;
   uint8_t u[16];
   KQuantScales6x16(block + 96, u);
   for (int j = 0; j < 16; ++j) out->sc[j] = u[j] - 32, out->m[j] = 0;
-}
-
-void Ints(const uint8_t* block, KQuantInts* out) {
-  Scales(block, out);
   // Code3's table, looped as the block is laid out (contiguous runs of 32 codes) so that the
   // compiler can vectorise it: the portable row kernels decode every super-block through here.
   for (int h = 0; h < 2; ++h) {

@@ -68,19 +68,6 @@ struct Q3_KBlock {
   }
 #else
   static void Ints(const uint8_t* block, KQuantInts* out) { weights_q3_k::Ints(block, out); }
-#if KVQ_KQUANT_LANES
-  static void Scales(const uint8_t* block, KQuantInts* out) { weights_q3_k::Scales(block, out); }
-  // Sub-block j: half h = j/8, quarter k = j%8/2, l0 = 16·(j%2): 2 bits from bytes 32 + 32h + l0
-  // .. (shifted 2k), minus 4 where hmask bit 4h + k of bytes l0 .. is clear: low + 4·bit − 4 (in
-  // bytes, modulo 256: the int8 code).
-  static KQuantCodes Codes(const uint8_t* block, int j) {
-    const hn::Full128<uint8_t> du8;
-    const int h = j / 8, k = j % 8 / 2, l0 = 16 * (j % 2);
-    const auto low = KQuantShiftedBytes(block + 32 + 32 * h + l0, 2 * k, 3);
-    const auto bit = KQuantShiftedBytes(block + l0, 4 * h + k, 1);
-    return hn::Sub(hn::Add(low, hn::Add(hn::Add(bit, bit), hn::Add(bit, bit))), hn::Set(du8, uint8_t{4}));
-  }
-#endif
 #endif
 };
 

@@ -52,13 +52,6 @@ struct Q4_KBlock {
   }
 #else
   static void Ints(const uint8_t* block, KQuantInts* out) { weights_q4_k::Ints(block, out); }
-#if KVQ_KQUANT_LANES
-  static void Scales(const uint8_t* block, KQuantInts* out) { weights_q4_k::Scales(block, out); }
-  // Sub-block j: chunk c = j/4's bytes 16·(j%2) .. +15, low nibbles for j%4 < 2, high above.
-  static KQuantCodes Codes(const uint8_t* block, int j) {
-    return KQuantShiftedBytes(block + 16 + 32 * (j / 4) + 16 * (j % 2), 4 * (j % 4 / 2), 15);
-  }
-#endif
 #endif
 };
 

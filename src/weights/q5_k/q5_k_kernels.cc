@@ -62,16 +62,6 @@ struct Q5_KBlock {
   }
 #else
   static void Ints(const uint8_t* block, KQuantInts* out) { weights_q5_k::Ints(block, out); }
-#if KVQ_KQUANT_LANES
-  static void Scales(const uint8_t* block, KQuantInts* out) { weights_q5_k::Scales(block, out); }
-  // Sub-block j: chunk c = j/4, half = j%4/2: nibbles of bytes 48 + 32c + 16·(j%2) .., the fifth
-  // bit from qh bytes 16 + 16·(j%2) .., bit 2c + half.
-  static KQuantCodes Codes(const uint8_t* block, int j) {
-    const int c = j / 4, half = j % 4 / 2;
-    return hn::Or(KQuantShiftedBytes(block + 48 + 32 * c + 16 * (j % 2), 4 * half, 15),
-                  KQuantShiftLeft4(KQuantShiftedBytes(block + 16 + 16 * (j % 2), 2 * c + half, 1)));
-  }
-#endif
 #endif
 };
 

@@ -36,14 +36,10 @@ void DequantizeBlock(const uint8_t* block, float* out) {
   for (int i = 0; i < 256; ++i) out[i] = d * static_cast<float>(sc[i / 16]) * static_cast<float>(Code6(block, i) - 32);
 }
 
-void Scales(const uint8_t* block, KQuantInts* out) {
+void Ints(const uint8_t* block, KQuantInts* out) {
   out->d = KQuantHalf(block + 208);
   out->dmin = 0.0f;
   for (int j = 0; j < 16; ++j) out->sc[j] = static_cast<int8_t>(block[192 + j]), out->m[j] = 0;
-}
-
-void Ints(const uint8_t* block, KQuantInts* out) {
-  Scales(block, out);
   // Code6's table, looped as the block is laid out (contiguous runs of 32 codes per half h and
   // quarter k) so that the compiler can vectorise it: the portable row kernels decode every
   // super-block through here.

@@ -69,18 +69,6 @@ struct Q6_KBlock {
   }
 #else
   static void Ints(const uint8_t* block, KQuantInts* out) { weights_q6_k::Ints(block, out); }
-#if KVQ_KQUANT_LANES
-  static void Scales(const uint8_t* block, KQuantInts* out) { weights_q6_k::Scales(block, out); }
-  // Sub-block j: half h = j/8, quarter k = j%8/2, l0 = 16·(j%2): low 4 bits from bytes 64h +
-  // 32·(k%2) + l0 .. (shifted 4 for k ≥ 2), high 2 bits from bytes 128 + 32h + l0 .. (shifted 2k),
-  // minus 32 (in bytes, modulo 256: the int8 code).
-  static KQuantCodes Codes(const uint8_t* block, int j) {
-    const int h = j / 8, k = j % 8 / 2, l0 = 16 * (j % 2);
-    const auto u = hn::Or(KQuantShiftedBytes(block + 64 * h + 32 * (k % 2) + l0, 4 * (k / 2), 15),
-                          KQuantShiftLeft4(KQuantShiftedBytes(block + 128 + 32 * h + l0, 2 * k, 3)));
-    return hn::Sub(u, hn::Set(hn::Full128<uint8_t>(), uint8_t{32}));
-  }
-#endif
 #endif
 };
 
