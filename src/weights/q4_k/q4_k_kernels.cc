@@ -50,6 +50,28 @@ struct Q4_KBlock {
       }
     }
   }
+#elif HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+  // The reference Ints on vectors (the same integers): per 32 code bytes, low nibbles then high
+  // nibbles (one 16-bit shift, masked), 16 bytes at a time.
+  static void Ints(const uint8_t* block, KQuantInts* out) {
+    namespace hn = hwy::HWY_NAMESPACE;
+    const hn::Full128<uint8_t> du8;
+    const hn::Full128<uint16_t> du16;
+    out->d = KQuantHalf(block);
+    out->dmin = KQuantHalf(block + 2);
+    uint8_t sc[8], m[8];
+    KQuantScalesMins6(block + 4, sc, m);
+    for (int j = 0; j < 16; ++j) out->sc[j] = sc[j / 2], out->m[j] = m[j / 2];
+    const auto low = hn::Set(du8, uint8_t{15});
+    auto* code = reinterpret_cast<uint8_t*>(out->code);
+    for (int c = 0; c < 4; ++c) {
+      for (int half = 0; half < 2; ++half) {
+        const auto v = hn::LoadU(du8, block + 16 + 32 * c + 16 * half);
+        hn::StoreU(hn::And(v, low), du8, code + 64 * c + 16 * half);
+        hn::StoreU(hn::And(hn::BitCast(du8, hn::ShiftRight<4>(hn::BitCast(du16, v))), low), du8, code + 64 * c + 32 + 16 * half);
+      }
+    }
+  }
 #else
   static void Ints(const uint8_t* block, KQuantInts* out) { weights_q4_k::Ints(block, out); }
 #endif

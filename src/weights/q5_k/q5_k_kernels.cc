@@ -60,6 +60,35 @@ struct Q5_KBlock {
       }
     }
   }
+#elif HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+  // The reference Ints on vectors (the same integers), 16 codes at a time: per chunk c the low
+  // then the high nibbles of bytes 48 + 32c + l, the fifth bit from qh byte 16 + l, bit 2c + high,
+  // moved to bit 4 — each by one 16-bit shift and a byte mask.
+  static void Ints(const uint8_t* block, KQuantInts* out) {
+    namespace hn = hwy::HWY_NAMESPACE;
+    const hn::Full128<uint8_t> du8;
+    const hn::Full128<uint16_t> du16;
+    out->d = KQuantHalf(block);
+    out->dmin = KQuantHalf(block + 2);
+    uint8_t sc[8], m[8];
+    KQuantScalesMins6(block + 4, sc, m);
+    for (int j = 0; j < 16; ++j) out->sc[j] = sc[j / 2], out->m[j] = m[j / 2];
+    const auto mask4 = hn::Set(du8, uint8_t{15}), fifth = hn::Set(du8, uint8_t{16});
+    // qh's bit b moved to bit 4 of its byte (bits crossing bytes are masked off).
+    const auto bit_at_4 = [&](hn::Vec<hn::Full128<uint16_t>> qh, int b) {
+      return hn::And(hn::BitCast(du8, b <= 4 ? hn::ShiftLeftSame(qh, 4 - b) : hn::ShiftRightSame(qh, b - 4)), fifth);
+    };
+    auto* code = reinterpret_cast<uint8_t*>(out->code);
+    for (int half = 0; half < 2; ++half) {
+      const auto qh = hn::BitCast(du16, hn::LoadU(du8, block + 16 + 16 * half));
+      for (int c = 0; c < 4; ++c) {
+        const auto nib = hn::LoadU(du8, block + 48 + 32 * c + 16 * half);
+        const auto high = hn::And(hn::BitCast(du8, hn::ShiftRight<4>(hn::BitCast(du16, nib))), mask4);
+        hn::StoreU(hn::Or(hn::And(nib, mask4), bit_at_4(qh, 2 * c)), du8, code + 64 * c + 16 * half);
+        hn::StoreU(hn::Or(high, bit_at_4(qh, 2 * c + 1)), du8, code + 64 * c + 32 + 16 * half);
+      }
+    }
+  }
 #else
   static void Ints(const uint8_t* block, KQuantInts* out) { weights_q5_k::Ints(block, out); }
 #endif

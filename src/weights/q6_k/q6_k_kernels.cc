@@ -67,6 +67,39 @@ struct Q6_KBlock {
       }
     }
   }
+#elif HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+  // The reference Ints on vectors (the same integers), 16 codes at a time: the low 4 bits of
+  // element 128h + 32k + l from byte 64h + 32·(k%2) + l (shifted 4 for k ≥ 2), the high 2 from
+  // byte 128 + 32h + l (shifted 2k), each by one 16-bit shift and a byte mask; minus 32 in bytes.
+  static void Ints(const uint8_t* block, KQuantInts* out) {
+    namespace hn = hwy::HWY_NAMESPACE;
+    const hn::Full128<uint8_t> du8;
+    const hn::Full128<uint16_t> du16;
+    out->d = KQuantHalf(block + 208);
+    out->dmin = 0.0f;
+    for (int j = 0; j < 16; ++j) out->sc[j] = static_cast<int8_t>(block[192 + j]), out->m[j] = 0;
+    const auto mask4 = hn::Set(du8, uint8_t{15}), mask2 = hn::Set(du8, uint8_t{0x30}), bias = hn::Set(du8, uint8_t{32});
+    auto* code = reinterpret_cast<uint8_t*>(out->code);
+    for (int h = 0; h < 2; ++h) {
+      for (int half = 0; half < 2; ++half) {
+        const auto lo0 = hn::LoadU(du8, block + 64 * h + 16 * half);       // quarters 0 and 2
+        const auto lo1 = hn::LoadU(du8, block + 64 * h + 32 + 16 * half);  // quarters 1 and 3
+        const auto hi = hn::BitCast(du16, hn::LoadU(du8, block + 128 + 32 * h + 16 * half));
+        // Quarter k's high bits 2k, 2k+1 moved to bits 4, 5 (shift 4 − 2k), then masked.
+        const auto high0 = hn::And(hn::BitCast(du8, hn::ShiftLeft<4>(hi)), mask2);
+        const auto high1 = hn::And(hn::BitCast(du8, hn::ShiftLeft<2>(hi)), mask2);
+        const auto high2 = hn::And(hn::BitCast(du8, hi), mask2);
+        const auto high3 = hn::And(hn::BitCast(du8, hn::ShiftRight<2>(hi)), mask2);
+        const auto low2 = hn::And(hn::BitCast(du8, hn::ShiftRight<4>(hn::BitCast(du16, lo0))), mask4);
+        const auto low3 = hn::And(hn::BitCast(du8, hn::ShiftRight<4>(hn::BitCast(du16, lo1))), mask4);
+        uint8_t* at = code + 128 * h + 16 * half;  // quarter k at + 32k
+        hn::StoreU(hn::Sub(hn::Or(hn::And(lo0, mask4), high0), bias), du8, at);
+        hn::StoreU(hn::Sub(hn::Or(hn::And(lo1, mask4), high1), bias), du8, at + 32);
+        hn::StoreU(hn::Sub(hn::Or(low2, high2), bias), du8, at + 64);
+        hn::StoreU(hn::Sub(hn::Or(low3, high3), bias), du8, at + 96);
+      }
+    }
+  }
 #else
   static void Ints(const uint8_t* block, KQuantInts* out) { weights_q6_k::Ints(block, out); }
 #endif
