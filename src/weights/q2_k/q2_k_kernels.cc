@@ -76,6 +76,27 @@ struct Q2_KBlock {
       }
     }
   }
+#elif HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+  // The reference Ints on vectors (the same integers), 16 codes at a time: element 128h + 32k + l
+  // is bits 2k, 2k+1 of byte 16 + 32h + l (one 16-bit shift and a byte mask).
+  static void Ints(const uint8_t* block, KQuantInts* out) {
+    namespace hn = hwy::HWY_NAMESPACE;
+    const hn::Full128<uint8_t> du8;
+    const hn::Full128<uint16_t> du16;
+    out->d = KQuantHalf(block + 80);
+    out->dmin = KQuantHalf(block + 82);
+    for (int j = 0; j < 16; ++j) out->sc[j] = block[j] & 15, out->m[j] = block[j] >> 4;
+    const auto mask2 = hn::Set(du8, uint8_t{3});
+    auto* code = reinterpret_cast<uint8_t*>(out->code);
+    for (int h = 0; h < 2; ++h) {
+      for (int half = 0; half < 2; ++half) {
+        const auto v = hn::BitCast(du16, hn::LoadU(du8, block + 16 + 32 * h + 16 * half));
+        for (int k = 0; k < 4; ++k) {
+          hn::StoreU(hn::And(hn::BitCast(du8, hn::ShiftRightSame(v, 2 * k)), mask2), du8, code + 128 * h + 32 * k + 16 * half);
+        }
+      }
+    }
+  }
 #else
   static void Ints(const uint8_t* block, KQuantInts* out) { weights_q2_k::Ints(block, out); }
 #endif

@@ -66,6 +66,34 @@ struct Q3_KBlock {
       }
     }
   }
+#elif HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+  // The reference Ints on vectors (the same integers), 16 codes at a time: element 128h + 32k + l
+  // is bits 2k, 2k+1 of byte 32 + 32h + l, plus 4 where hmask byte l's bit 4h + k is set, minus 4
+  // (in bytes, modulo 256: the int8 code) — each field by one 16-bit shift and a byte mask.
+  static void Ints(const uint8_t* block, KQuantInts* out) {
+    namespace hn = hwy::HWY_NAMESPACE;
+    const hn::Full128<uint8_t> du8;
+    const hn::Full128<uint16_t> du16;
+    out->d = KQuantHalf(block + 108);
+    out->dmin = 0.0f;
+    uint8_t u[16];
+    KQuantScales6x16(block + 96, u);
+    for (int j = 0; j < 16; ++j) out->sc[j] = u[j] - 32, out->m[j] = 0;
+    const auto mask2 = hn::Set(du8, uint8_t{3}), four = hn::Set(du8, uint8_t{4});
+    auto* code = reinterpret_cast<uint8_t*>(out->code);
+    for (int half = 0; half < 2; ++half) {
+      const auto hm = hn::BitCast(du16, hn::LoadU(du8, block + 16 * half));
+      for (int h = 0; h < 2; ++h) {
+        const auto low = hn::BitCast(du16, hn::LoadU(du8, block + 32 + 32 * h + 16 * half));
+        for (int k = 0; k < 4; ++k) {
+          const auto bits = hn::And(hn::BitCast(du8, hn::ShiftRightSame(low, 2 * k)), mask2);
+          const int b = 4 * h + k;  // hmask bit b moved to bit 2
+          const auto high = hn::And(hn::BitCast(du8, b <= 2 ? hn::ShiftLeftSame(hm, 2 - b) : hn::ShiftRightSame(hm, b - 2)), four);
+          hn::StoreU(hn::Sub(hn::Or(bits, high), four), du8, code + 128 * h + 32 * k + 16 * half);
+        }
+      }
+    }
+  }
 #else
   static void Ints(const uint8_t* block, KQuantInts* out) { weights_q3_k::Ints(block, out); }
 #endif
