@@ -59,6 +59,16 @@ inline void KQuantScalesMins6(const uint8_t* s, uint8_t* sc, uint8_t* m) {
   std::memcpy(m + 4, &m_hi, 4);
 }
 
+/// Q4_K's and Q5_K's header (d at byte 0, dmin at 2, scales[12] at 4) into the integer form's
+/// d, dmin, sc[16] and m[16] (each 32-element scale and min for both its 16-element sub-blocks).
+inline void KQuantHeader6(const uint8_t* block, KQuantInts* out) {
+  out->d = KQuantHalf(block);
+  out->dmin = KQuantHalf(block + 2);
+  uint8_t sc[8], m[8];
+  KQuantScalesMins6(block + 4, sc, m);
+  for (int j = 0; j < 16; ++j) out->sc[j] = sc[j / 2], out->m[j] = m[j / 2];
+}
+
 /// The inverse of KQuantScalesMins6 (sc, m < 64), as ggml's quantize_row_q4_K_ref packs them.
 inline void KQuantPackScalesMins6(const uint8_t* sc, const uint8_t* m, uint8_t* s) {
   for (int j = 0; j < 4; ++j) {

@@ -24,11 +24,7 @@ void DequantizeBlock(const uint8_t* block, float* out) {
 }
 
 void Ints(const uint8_t* block, KQuantInts* out) {
-  out->d = KQuantHalf(block);
-  out->dmin = KQuantHalf(block + 2);
-  uint8_t sc[8], m[8];
-  KQuantScalesMins6(block + 4, sc, m);
-  for (int j = 0; j < 16; ++j) out->sc[j] = sc[j / 2], out->m[j] = m[j / 2];
+  KQuantHeader6(block, out);
   const uint8_t* qs = block + 16;
   for (int c = 0; c < 4; ++c) {
     for (int l = 0; l < 32; ++l) {

@@ -57,11 +57,7 @@ struct Q4_KBlock {
     namespace hn = hwy::HWY_NAMESPACE;
     const hn::Full128<uint8_t> du8;
     const hn::Full128<uint16_t> du16;
-    out->d = KQuantHalf(block);
-    out->dmin = KQuantHalf(block + 2);
-    uint8_t sc[8], m[8];
-    KQuantScalesMins6(block + 4, sc, m);
-    for (int j = 0; j < 16; ++j) out->sc[j] = sc[j / 2], out->m[j] = m[j / 2];
+    KQuantHeader6(block, out);
     const auto low = hn::Set(du8, uint8_t{15});
     auto* code = reinterpret_cast<uint8_t*>(out->code);
     for (int c = 0; c < 4; ++c) {

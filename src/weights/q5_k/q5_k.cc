@@ -32,11 +32,7 @@ void DequantizeBlock(const uint8_t* block, float* out) {
 }
 
 void Ints(const uint8_t* block, KQuantInts* out) {
-  out->d = KQuantHalf(block);
-  out->dmin = KQuantHalf(block + 2);
-  uint8_t sc[8], m[8];
-  KQuantScalesMins6(block + 4, sc, m);
-  for (int j = 0; j < 16; ++j) out->sc[j] = sc[j / 2], out->m[j] = m[j / 2];
+  KQuantHeader6(block, out);
   // Code5's table, looped as the block is laid out (contiguous runs of 32 codes) so that the
   // compiler can vectorise it: the portable row kernels decode every super-block through here.
   for (int c = 0; c < 4; ++c) {

@@ -68,11 +68,7 @@ struct Q5_KBlock {
     namespace hn = hwy::HWY_NAMESPACE;
     const hn::Full128<uint8_t> du8;
     const hn::Full128<uint16_t> du16;
-    out->d = KQuantHalf(block);
-    out->dmin = KQuantHalf(block + 2);
-    uint8_t sc[8], m[8];
-    KQuantScalesMins6(block + 4, sc, m);
-    for (int j = 0; j < 16; ++j) out->sc[j] = sc[j / 2], out->m[j] = m[j / 2];
+    KQuantHeader6(block, out);
     const auto mask4 = hn::Set(du8, uint8_t{15}), fifth = hn::Set(du8, uint8_t{16});
     // qh's bit b moved to bit 4 of its byte (bits crossing bytes are masked off).
     const auto bit_at_4 = [&](hn::Vec<hn::Full128<uint16_t>> qh, int b) {
