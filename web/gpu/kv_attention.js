@@ -6,72 +6,127 @@
 // kernel takes the window's rows one at a time in order and updates the state with the same
 // instructions whatever the window, so the output has the same bits for every window size.
 //
-// One invocation per (KV head, query position) serves every query head that shares the KV head, so
+// One workgroup per (KV head, query position) serves every query head that shares the KV head, so
 // each K and V row is read and decoded once for all of them (GQA). A decode step is one query
 // position; a prefill block is several consecutive ones, each attending causally (positions up to
-// its own). This is the exact form, written for bit identity and checked on SwiftShader; a faster
-// one for real GPUs (lanes over head_dim, subgroup sums in a fixed order) is for later. Per row and query head: the score is a fixed-shape tree sum of q·k' in
-// workgroup memory, then m' = max(m, s), c = exp(m − m'), e = exp(s − m'), l = l·c + e,
-// acc = acc·c + e·v' (kvq's CPU update, attention/softmax_tile.h).
+// its own). Per row and query head: the score Σ_i q·k' in order of i, then m' = max(m, s),
+// c = exp(m − m'), e = exp(s − m'), l = l·c + e, acc = acc·c + e·v' (kvq's per-row update), the
+// rows in order; the workgroup's lanes split that work by row (scores), by query head (m, l) and
+// by element (acc) without changing any operand (OnlineSoftmaxWgsl). Checked on SwiftShader.
 
 import {DecodeWgsl, KeyRowsPerBlock} from './kv_formats.js';
 
+/** Lanes of an attention workgroup (OnlineSoftmaxWgsl): at least 64, and one per head element. */
+export function AttendLanes(head_dim) {
+  if (head_dim > 256) throw new Error(`attention on the GPU takes head_dim up to 256 (got ${head_dim}): a lane per element`);
+  return Math.max(64, head_dim);
+}
+
+// Rows a tile takes: at most the lanes, and its two f32 tables of tile · q_per_kv numbers within
+// 16 KiB (WebGPU's default maxComputeWorkgroupStorageSize).
+function TileRows(q_per_kv, head_dim) {
+  let tile = AttendLanes(head_dim);
+  while (tile > 1 && 2 * tile * q_per_kv * 4 > 16384) tile >>= 1;
+  return tile;
+}
+
 /**
- * The online-softmax update of one invocation (a KV head, a query position) over a window's rows,
- * shared by this file's kernel and kv_device.js's: loads (m, l, acc) of the q_per_kv query heads
- * from `state` (first_head, head_dim, q_per_kv in scope), takes rows r from `row_loop` (WGSL that
- * opens a loop binding r) in order — score = Σ_i q·k_value(r, kv_head, i) in order of i, m' = max(m,
- * s), c = exp(m − m'), e = exp(s − m'), l = l·c + e, acc = acc·c + e·v_value(r, kv_head, i) — and
- * stores the state back. The same instructions whatever the window: the bits do not depend on it.
+ * The online-softmax update of one workgroup (a KV head, a query position; AttendLanes lanes, `lid`
+ * the local invocation index) over a window's rows, shared by this file's kernel and kv_device.js's.
+ * kvq's per-row recurrence, the instructions of one invocation taking the rows in order — score =
+ * Σ_i q·k_value(r, kv_head, i) in order of i, s = score · scale, m' = max(m, s), c = exp(m − m'),
+ * e = exp(s − m'), l = l·c + e, acc = acc·c + e·v_value(r, kv_head, i) — with its work spread over
+ * the lanes without changing an operand or an order: per tile of rows, (1) lane t scores row t
+ * (each score's sum in order of i, as one invocation did), (2) lane j runs query head j's m and l
+ * through the tile's rows in order, leaving each row's c and e in workgroup memory, (3) lane i
+ * updates element i of every head's acc through the tile's rows in order. So every number has the
+ * bits the one-invocation loop gave, and no invocation holds more than q_per_kv accumulators.
+ * (first_head, head_dim, q_per_kv in scope; rows: {begin, end, row}: the loop's t runs over
+ * [begin, end), workgroup-uniform, and `row` is the WGSL of row r at t.) Call PreludeWgsl's
+ * declarations at module scope.
  */
-export function OnlineSoftmaxWgsl(q_per_kv, head_dim, row_loop,
+export function OnlineSoftmaxWgsl(q_per_kv, head_dim, rows,
                                   {base = '0u', fresh = 'false', q_at = '(first_head + j) * head_dim'} = {}) {
   // base: the float index in `state` of this state region's head 0; fresh: start from the empty
   // state (m = −inf, l = 0, acc = 0) instead of loading it (a position chunk of its own); q_at:
   // the float index in q of query head j's vector (j in scope; default: queries packed densely).
+  const tile = TileRows(q_per_kv, head_dim);
   return /* wgsl */ `
-  var m: array<f32, ${q_per_kv}>;
-  var l: array<f32, ${q_per_kv}>;
-  var score: array<f32, ${q_per_kv}>;
-  var c: array<f32, ${q_per_kv}>;
-  var e: array<f32, ${q_per_kv}>;
-  var acc: array<f32, ${q_per_kv * head_dim}>;  // [q_per_kv][head_dim]
   let state_base = ${base};
   let state_fresh = ${fresh};
   var neg_inf_bits = 0xff800000u;  // a var: a runtime −inf (a constant one is a WGSL error)
   let neg_inf = bitcast<f32>(neg_inf_bits);
-  for (var j = 0u; j < q_per_kv; j++) {
-    let at = state_base + (first_head + j) * (head_dim + 2u);
-    m[j] = select(state[at], neg_inf, state_fresh);
-    l[j] = select(state[at + 1u], 0.0, state_fresh);
-    for (var i = 0u; i < head_dim; i++) { acc[j * head_dim + i] = select(state[at + 2u + i], 0.0, state_fresh); }
+  var m = neg_inf;  // lane j < q_per_kv: query head j's running max and sum
+  var l = 0.0;
+  var acc: array<f32, ${q_per_kv}>;  // lane i < head_dim: element i of each query head's acc
+  for (var j = 0u; j < q_per_kv; j++) { acc[j] = 0.0; }
+  if (lid < q_per_kv) {
+    let at = state_base + (first_head + lid) * (head_dim + 2u);
+    m = select(state[at], neg_inf, state_fresh);
+    l = select(state[at + 1u], 0.0, state_fresh);
   }
-  ${row_loop}
-    for (var j = 0u; j < q_per_kv; j++) { score[j] = 0.0; }
-    for (var i = 0u; i < head_dim; i++) {
-      let k = k_value(r, kv_head, i);
-      for (var j = 0u; j < q_per_kv; j++) { score[j] = score[j] + q[${q_at} + i] * k; }
-    }
+  if (lid < head_dim) {
     for (var j = 0u; j < q_per_kv; j++) {
-      let s = score[j] * params.scale;
-      let m_new = max(m[j], s);
-      c[j] = exp(m[j] - m_new);
-      e[j] = exp(s - m_new);
-      l[j] = l[j] * c[j] + e[j];
-      m[j] = m_new;
-    }
-    for (var i = 0u; i < head_dim; i++) {
-      let v = v_value(r, kv_head, i);
-      for (var j = 0u; j < q_per_kv; j++) { acc[j * head_dim + i] = acc[j * head_dim + i] * c[j] + e[j] * v; }
+      acc[j] = select(state[state_base + (first_head + j) * (head_dim + 2u) + 2u + lid], 0.0, state_fresh);
     }
   }
-  for (var j = 0u; j < q_per_kv; j++) {
-    let at = state_base + (first_head + j) * (head_dim + 2u);
-    state[at] = m[j];
-    state[at + 1u] = l[j];
-    for (var i = 0u; i < head_dim; i++) { state[at + 2u + i] = acc[j * head_dim + i]; }
+  let rows_end = ${rows.end};
+  for (var t0 = ${rows.begin}; t0 < rows_end; t0 += ${tile}u) {
+    let n_tile = min(${tile}u, rows_end - t0);
+    if (lid < n_tile) {  // (1) row t's scores
+      let t = t0 + lid;
+      let r = ${rows.row};
+      var score: array<f32, ${q_per_kv}>;
+      for (var j = 0u; j < q_per_kv; j++) { score[j] = 0.0; }
+      for (var i = 0u; i < head_dim; i++) {
+        let k = k_value(r, kv_head, i);
+        for (var j = 0u; j < q_per_kv; j++) { score[j] = score[j] + q[${q_at} + i] * k; }
+      }
+      for (var j = 0u; j < q_per_kv; j++) { tile_s[lid * q_per_kv + j] = score[j] * params.scale; }
+    }
+    workgroupBarrier();
+    if (lid < q_per_kv) {  // (2) head j's m and l through the tile's rows; each row's c and e kept
+      for (var u = 0u; u < n_tile; u++) {
+        let s = tile_s[u * q_per_kv + lid];
+        let m_new = max(m, s);
+        let c = exp(m - m_new);
+        let e = exp(s - m_new);
+        l = l * c + e;
+        m = m_new;
+        tile_c[u * q_per_kv + lid] = c;
+        tile_s[u * q_per_kv + lid] = e;
+      }
+    }
+    workgroupBarrier();
+    if (lid < head_dim) {  // (3) element i of every head's acc through the tile's rows
+      for (var u = 0u; u < n_tile; u++) {
+        let t = t0 + u;
+        let r = ${rows.row};
+        let v = v_value(r, kv_head, lid);
+        for (var j = 0u; j < q_per_kv; j++) {
+          acc[j] = acc[j] * tile_c[u * q_per_kv + j] + tile_s[u * q_per_kv + j] * v;
+        }
+      }
+    }
+    workgroupBarrier();
+  }
+  if (lid < q_per_kv) {
+    let at = state_base + (first_head + lid) * (head_dim + 2u);
+    state[at] = m;
+    state[at + 1u] = l;
+  }
+  if (lid < head_dim) {
+    for (var j = 0u; j < q_per_kv; j++) { state[state_base + (first_head + j) * (head_dim + 2u) + 2u + lid] = acc[j]; }
   }
 `;
+}
+
+/** OnlineSoftmaxWgsl's module-scope declarations: the tile's per-row, per-head s then e, and c. */
+export function OnlineSoftmaxPreludeWgsl(q_per_kv, head_dim) {
+  const n = TileRows(q_per_kv, head_dim) * q_per_kv;
+  return /* wgsl */ `
+var<workgroup> tile_s: array<f32, ${n}>;  // [tile row][query head]: s = score · scale, then e
+var<workgroup> tile_c: array<f32, ${n}>;  // [tile row][query head]: c`;
 }
 
 function AttentionWgsl(shape) {
@@ -101,22 +156,21 @@ fn k_value(r: u32, head: u32, i: u32) -> f32 {
 }
 fn v_value(r: u32, head: u32, i: u32) -> f32 { return v_elem(r, head, i); }
 
-// One invocation per (KV head, query position), which takes the window's rows in order: each
-// score a sum in order of i (as kvq's scalar Codec::dot), each row's K and V numbers decoded once
-// for the query heads sharing the KV head. No workgroup barriers: the bits cannot depend on how
-// invocations are scheduled.
-@compute @workgroup_size(64)
-fn attend(@builtin(global_invocation_id) id: vec3u) {
+${OnlineSoftmaxPreludeWgsl(q_per_kv, head_dim)}
+// One workgroup per (KV head: x, query position: y), which takes the window's rows in order
+// (OnlineSoftmaxWgsl): each score a sum in order of i (as kvq's scalar Codec::dot), each row's K
+// and V numbers decoded once for the query heads sharing the KV head. Every order is fixed by the
+// code: the bits cannot depend on how invocations are scheduled.
+@compute @workgroup_size(${AttendLanes(head_dim)})
+fn attend(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
   let n_q = ${n_kv_heads * q_per_kv}u;
-  let queries = arrayLength(&state) / ((head_dim + 2u) * n_q);
-  if (id.x >= ${n_kv_heads}u * queries) { return; }
-  let kv_head = id.x % ${n_kv_heads}u;
-  let query = id.x / ${n_kv_heads}u;
+  let kv_head = wg.x;
+  let query = wg.y;
   // Causal: rows past this query's position are not its.
   let last = params.query_pos + query;
   let rows = select(0u, min(params.rows, last + 1u - params.first_pos), last >= params.first_pos);
   let first_head = query * n_q + kv_head * q_per_kv;
-${OnlineSoftmaxWgsl(q_per_kv, head_dim, 'for (var r = 0u; r < rows; r++) {')}
+${OnlineSoftmaxWgsl(q_per_kv, head_dim, {begin: '0u', end: 'rows', row: 't'})}
 }
 
 // Every K and V number of the window's rows as the shader decodes them (the exactness check of the
@@ -364,7 +418,7 @@ export class GpuKvAttention {
       const pass = encoder.beginComputePass();
       pass.setPipeline(this.attend);
       pass.setBindGroup(0, s.group);
-      pass.dispatchWorkgroups(Math.ceil(this.shape.n_kv_heads * queries / 64));
+      pass.dispatchWorkgroups(this.shape.n_kv_heads, queries);  // a workgroup per (KV head, query)
       if (bug === 'normalise_at_boundary' && end < n) {
         pass.setPipeline(this.normalise);  // acc /= l, then m and l as for one position
         pass.setBindGroup(0, norm_group);

@@ -11,14 +11,15 @@
 // (web/gpu/kv_formats.js), prerope keys rotated by the window's cos/sin as they are read, queries
 // rotated ("rot") and the output unrotated by the same fast Walsh-Hadamard steps as kvq's
 // hadamard.cc (so the same bits). Positions are split into chunks of a fixed size (absolute, as
-// kvq's CPU attention splits them: kvq/attention.h's position_chunk); one invocation per (KV head,
-// query, chunk the window touches) takes that chunk's rows in order, a chunk's state is merged
+// kvq's CPU attention splits them: kvq/attention.h's position_chunk); one workgroup per (KV head,
+// query, chunk the window touches) takes that chunk's rows in order (kv_attention.js's
+// OnlineSoftmaxWgsl: its lanes share the work, the order is one invocation's), a chunk's state is merged
 // into the earlier chunks' at its end in chunk order (kvq's MergeState), and the layer ends as
 // kvq's FinishAttention does. The same instructions whatever the pages: the output has the same
 // bits for every page size and budget, and kvq's CPU attention's structure (which positions share
 // a running state, which merges, in which order) past one chunk.
 
-import {OnlineSoftmaxWgsl} from './kv_attention.js';
+import {AttendLanes, OnlineSoftmaxPreludeWgsl, OnlineSoftmaxWgsl} from './kv_attention.js';
 import {DecodeWgsl} from './kv_formats.js';
 import {CachedPipeline} from './pipeline_cache.js';
 
@@ -99,16 +100,17 @@ fn v_value(r: u32, head: u32, i: u32) -> f32 {
 }
 ${rope}
 
-// One invocation per (KV head, query position, piece: the window's rows within one position
-// chunk), the piece's rows in order (OnlineSoftmaxWgsl) — the chunks of a window in parallel.
-@compute @workgroup_size(64)
-fn attend(@builtin(global_invocation_id) id: vec3u) {
+${OnlineSoftmaxPreludeWgsl(s.q_per_kv, s.head_dim)}
+// One workgroup per (KV head and piece: x, query position: y; a piece is the window's rows within
+// one position chunk), the piece's rows in order (OnlineSoftmaxWgsl) — the chunks of a window in
+// parallel.
+@compute @workgroup_size(${AttendLanes(s.head_dim)})
+fn attend(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
   let n_q = n_kv_heads * q_per_kv;
   let queries = params.n_tokens;
-  if (id.x >= n_kv_heads * queries * params.pieces) { return; }
-  let kv_head = id.x % n_kv_heads;
-  let query = (id.x / n_kv_heads) % queries;
-  let piece = id.x / (n_kv_heads * queries);
+  let kv_head = wg.x % n_kv_heads;
+  let piece = wg.x / n_kv_heads;
+  let query = wg.y;
   let last = params.query_pos + query;  // causal: rows past this query's position are not its
   let rows = select(0u, min(params.rows, last + 1u - params.first_pos), last >= params.first_pos);
   // The piece's rows [lo, hi) of the window: those of chunk first_pos / chunk + piece.
@@ -121,8 +123,7 @@ fn attend(@builtin(global_invocation_id) id: vec3u) {
   // The injected bugs, in the window's first piece: start 1 skips its row 0; repeat 1 takes it twice.
   let start = select(0u, params.start, piece == 0u);
   let repeat = select(0u, params.repeat, piece == 0u);
-${OnlineSoftmaxWgsl(s.q_per_kv, s.head_dim, `for (var t = lo + start; t < hi + repeat; t++) {
-    let r = select(t - repeat, lo, t < lo + repeat);`,
+${OnlineSoftmaxWgsl(s.q_per_kv, s.head_dim, {begin: 'lo + start', end: 'hi + repeat', row: 'select(t - repeat, lo, t < lo + repeat)'},
     {base: 'select(0u, (2u + piece) * n_states * (head_dim + 2u), fresh)', fresh: 'fresh',
      q_at: 'query * params.q_stride + (kv_head * q_per_kv + j) * head_dim'})}
 }
@@ -493,7 +494,7 @@ export class GpuKvDevice {
     const pass = encoder.beginComputePass();
     pass.setPipeline(this.attend);
     pass.setBindGroup(0, s.group);
-    pass.dispatchWorkgroups(Math.max(1, Math.ceil(L.n_kv_heads * L.n_tokens * pieces / 64)));
+    if (pieces > 0) pass.dispatchWorkgroups(L.n_kv_heads * pieces, L.n_tokens);  // a workgroup per (KV head, piece; query)
     if (pieces > 1 || first_fresh) {  // pieces that started a chunk: folded in chunk order
       pass.setPipeline(this.fold);
       pass.setBindGroup(0, s.fold_group);

@@ -405,7 +405,7 @@ export class GpuResidentKv {
       const bindings = [k.buffer ?? page.buffer, v.buffer ?? page.buffer, From(q), state, params];
       if (this.rope_table) bindings.push(page.rope ?? this.rope_table.buffer);
       pass.setBindGroup(0, this.#Group(this.attend, bindings));
-      pass.dispatchWorkgroups(Math.ceil(c.n_kv_heads * n * pieces / 64));
+      pass.dispatchWorkgroups(c.n_kv_heads * pieces, n);  // a workgroup per (KV head, piece; query)
       ++this.counts.attend_dispatches;
       if (pieces > 1 || first_fresh) {
         pass.setPipeline(this.fold);
