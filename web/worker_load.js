@@ -47,14 +47,14 @@ async function OpenGpu() {
   const adapter = await navigator.gpu.requestAdapter();
   if (!adapter) return {gpu: null, why_not: 'WebGPU offers no adapter'};
   const info = adapter.info || {};
+  const {IsEmulatedAdapter} = await import('./gpu/step_kernels.js');  // the step program's own test
   // As large a model buffer as the adapter allows (the default limits stop at 128 MiB bindings).
   const requiredLimits = {maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
                           maxBufferSize: adapter.limits.maxBufferSize};
   return {gpu: {device: await adapter.requestDevice({requiredLimits}),
                 name: [info.vendor, info.architecture, info.description].filter(Boolean).join(' ') || 'an unnamed adapter',
                 // A CPU emulation (SwiftShader): 'auto' keeps to WebAssembly, far faster there.
-                emulated: Boolean(info.isFallbackAdapter || adapter.isFallbackAdapter) ||
-                          /swiftshader/i.test(info.architecture || '')},
+                emulated: IsEmulatedAdapter(info) || Boolean(adapter.isFallbackAdapter)},
           why_not: ''};
 }
 

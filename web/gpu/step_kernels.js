@@ -1,18 +1,44 @@
 // The WGSL kernels of the step program (web/gpu/step_program.js): one module of the ops that need
 // no weight decoding, and per (weight type, layout) one module of the weight ops (matvec, a prefill
 // block's matmul: matmul_kernels.js, the embedding row). Each mirrors the kvq op named beside it; f32 throughout. Norm sums and the argmax
-// are workgroup trees, matvec rows one invocation each (its sum in order, as kvq's scalar kernels
-// add): every order is fixed by the code, not by scheduling, so a step gives the same bits every
-// time on one device. (Rows split across a workgroup, tiled and subgroup kernels: later.)
+// are workgroup trees; a matvec row's sum is in order, as kvq's scalar kernels add (a block type's
+// rows 8 to a workgroup whose lanes form the terms; F32, F16 and BF16 rows one invocation each): every
+// order is fixed by the code, not by scheduling, so a step gives the same bits every time on one
+// device. (Tiled and subgroup kernels: later.)
 
 import {kDivRnWgsl} from './div_rn.js';
 import {kByteHelpers, Readers} from './kv_formats.js';
 import {MatmulWgsl} from './matmul_kernels.js';
 import {WeightBlock, WeightReaderWgsl} from './weight_types.js';
 
-/** Lanes of the reduction workgroups (norms, argmax); invocations per matvec workgroup (a row each). */
+/** Lanes of the reduction workgroups (norms, argmax); invocations per matvec and matmul workgroup. */
 export const kNormLanes = 64;
 export const kRowLanes = 64;
+/** Rows of a matvec workgroup of a type that quantises its activation (its lanes share them). */
+export const kMatvecRows = 8;
+
+/**
+ * Whether an adapter (its GPUAdapterInfo) is a CPU emulation (SwiftShader): there a workgroup that
+ * shares memory runs each invocation as a coroutine, and kernels with a lane per row are faster.
+ */
+export function IsEmulatedAdapter(info) {
+  return Boolean(info?.isFallbackAdapter) || /swiftshader/i.test(info?.architecture || '');
+}
+
+/**
+ * The matvec kernel for a device: 'lanes' (a block type's rows shared by a workgroup's lanes) on a
+ * GPU, 'rows' (a row per invocation) on an emulated adapter. Both give the same bits.
+ */
+export function MatvecKernelFor(device) {
+  return IsEmulatedAdapter(device.adapterInfo) ? 'rows' : 'lanes';
+}
+
+/** The matvec's workgroups [x, y] for `rows` rows of a weight of `type` with `kernel`. */
+export function MatvecGroups(type, rows, kernel) {
+  const lanes = kernel === 'lanes' && WeightBlock(type).quantized_activation;
+  const groups = Math.ceil(rows / (lanes ? kMatvecRows : kRowLanes));
+  return [Math.min(groups, 32768), Math.ceil(groups / 32768)];
+}
 
 // Bindings (auto layouts hold only those an entry point uses): the weights as u32 words, the
 // input x, the output y, the op's uniform, the step's [token, position], the RoPE table, the
@@ -167,59 +193,104 @@ export const kOpsBindings = {
   swiglu: [1, 2, 3], argmax: [1, 3, 6], quantize: [1, 3, 7, 8],
 };
 
-/** The weight ops of `type` in `layout`: matvec (f32 activation or quantised), embed. */
-export function WeightOpsWgsl(type, layout) {
+/**
+ * The weight ops of `type` in `layout`: matvec (f32 activation or quantised; `kernel` as
+ * MatvecKernelFor says), matmul, embed.
+ */
+export function WeightOpsWgsl(type, layout, kernel = 'rows') {
+  if (kernel !== 'rows' && kernel !== 'lanes') throw new Error(`matvec kernel '${kernel}' (have: rows, lanes)`);
   const {elems, quantized_activation, kquant, min} = WeightBlock(type);
+  // matvec_term(row, b, qo, dxo): activation block b's terms of the row's two sums (the second 0
+  // where the type has one sum), each term's operands and operations the scalar kernel's;
+  // matvec_row adds them in order of b and finishes the row (matvec_finish). The activation's
+  // codes start at xq[qo], its scales at xd[dxo] (xo, its f32 start, unused here).
   const matvec_k = `
 // MatVec of a K-quant (weights/kquant_rows-inl.h's scalar kernel): per activation block b of 32
 // (half a Q4_K sub-block pair, two Q6_K sub-blocks of 16) the exact integers dot = Σ_j sc_j·Σ code·q
 // and mins = Σ_j m_j·Σ q over its two 16-element sub-blocks j, then acc += (d·d_x)·dot and
-// macc += (dmin·d_x)·mins in f32 in order of b; the row's value is acc − macc. The activation's
-// codes start at xq[qo], its scales at xd[dxo] (xo, its f32 start, unused here).
-fn matvec_row(row: u32, xo: u32, qo: u32, dxo: u32) -> f32 {
-  var acc = 0.0;
-  var macc = 0.0;
-  for (var b = 0u; b < dims.cols / 32u; b++) {
-    let sb = b / 8u;
-    var dot = 0;
-    var mins = 0;
-    for (var h = 0u; h < 2u; h++) {
-      let j = (b % 8u) * 2u + h;
-      var sub = 0;
-      var sum16 = 0;
-      for (var l = 0u; l < 16u; l++) {
-        let q = xq[qo + b * 32u + 16u * h + l];
-        sub = sub + kq_code(row, sb, 16u * j + l) * q;
-        sum16 = sum16 + q;
-      }
-      dot = dot + kq_sc(row, sb, j) * sub;
-      mins = mins + kq_m(row, sb, j) * sum16;
+// macc += (dmin·d_x)·mins in f32 in order of b; the row's value is acc − macc.
+fn matvec_term(row: u32, b: u32, qo: u32, dxo: u32) -> vec2f {
+  let sb = b / 8u;
+  var dot = 0;
+  var mins = 0;
+  for (var h = 0u; h < 2u; h++) {
+    let j = (b % 8u) * 2u + h;
+    var sub = 0;
+    var sum16 = 0;
+    for (var l = 0u; l < 16u; l++) {
+      let q = xq[qo + b * 32u + 16u * h + l];
+      sub = sub + kq_code(row, sb, 16u * j + l) * q;
+      sum16 = sum16 + q;
     }
-    acc = acc + (kq_d(row, sb) * xd[dxo + b]) * f32(dot);
-    macc = macc + (kq_dmin(row, sb) * xd[dxo + b]) * f32(mins);
+    dot = dot + kq_sc(row, sb, j) * sub;
+    mins = mins + kq_m(row, sb, j) * sum16;
   }
-  return acc - macc;
-}`;
+  return vec2f((kq_d(row, sb) * xd[dxo + b]) * f32(dot), (kq_dmin(row, sb) * xd[dxo + b]) * f32(mins));
+}
+fn matvec_finish(s: vec2f) -> f32 { return s.x - s.y; }`;
   const matvec_q = `
 // MatVec with the activation quantised (weights/matvec.h): per activation block b of 32 the exact
 // integer I_b = Σ code·q, then Σ_b (d_w · d_x) · I_b in f32 in order of b. A type with a min
 // (Q4_1, Q5_1) also sums Σ_b (m · d_x) · Σq apart and adds the two sums last, as the scalar
-// kernel does (weights/quant_rows-inl.h). The activation's codes start at xq[qo], its scales at
-// xd[dxo] (xo, its f32 start, unused here).
+// kernel does (weights/quant_rows-inl.h).
+fn matvec_term(row: u32, b: u32, qo: u32, dxo: u32) -> vec2f {
+  let block = (b * 32u) / ${elems}u;
+  let first = (b * 32u) % ${elems}u;
+  var dot = 0;
+  ${type === 'q1_0' ? `// Q1_0: the block's 32 sign bits as one word (the matmul's read); code ±1 times q is ±q.
+  let s = first / 8u;
+  let bits = w_u8(w_code_byte(row, block, s)) | (w_u8(w_code_byte(row, block, s + 1u)) << 8u) |
+             (w_u8(w_code_byte(row, block, s + 2u)) << 16u) | (w_u8(w_code_byte(row, block, s + 3u)) << 24u);
+  for (var j = 0u; j < 32u; j++) {
+    let q = xq[qo + b * 32u + j];
+    dot = dot + select(-q, q, ((bits >> j) & 1u) == 1u);
+  }` : 'for (var j = 0u; j < 32u; j++) { dot = dot + w_code(row, block, first + j) * xq[qo + b * 32u + j]; }'}
+  ${min ? `var q_sum = 0;  // Σq of the block, exact
+  for (var j = 0u; j < 32u; j++) { q_sum = q_sum + xq[qo + b * 32u + j]; }
+  return vec2f((w_scale(row, block) * xd[dxo + b]) * f32(dot), (w_min(row, block) * xd[dxo + b]) * f32(q_sum));`
+      : 'return vec2f((w_scale(row, block) * xd[dxo + b]) * f32(dot), 0.0);'}
+}
+fn matvec_finish(s: vec2f) -> f32 { return ${min ? 's.x + s.y' : 's.x'}; }`;
+  const two_sums = kquant || min;
+  const add_term = (sums, term) => two_sums ? `${sums} = vec2f(${sums}.x + ${term}.x, ${sums}.y + ${term}.y);`
+                                            : `${sums}.x = ${sums}.x + ${term}.x;`;
+  const matvec_blocks = `
 fn matvec_row(row: u32, xo: u32, qo: u32, dxo: u32) -> f32 {
-  var sum = 0.0;
-  ${min ? 'var min_sum = 0.0;' : ''}
+  var sums = vec2f(0.0, 0.0);
   for (var b = 0u; b < dims.cols / 32u; b++) {
-    let block = (b * 32u) / ${elems}u;
-    let first = (b * 32u) % ${elems}u;
-    var dot = 0;
-    for (var j = 0u; j < 32u; j++) { dot = dot + w_code(row, block, first + j) * xq[qo + b * 32u + j]; }
-    sum = sum + (w_scale(row, block) * xd[dxo + b]) * f32(dot);
-    ${min ? `var q_sum = 0;  // Σq of the block, exact
-    for (var j = 0u; j < 32u; j++) { q_sum = q_sum + xq[qo + b * 32u + j]; }
-    min_sum = min_sum + (w_min(row, block) * xd[dxo + b]) * f32(q_sum);` : ''}
+    let term = matvec_term(row, b, qo, dxo);
+    ${add_term('sums', 'term')}
   }
-  return ${min ? 'sum + min_sum' : 'sum'};
+  return matvec_finish(sums);
+}`;
+  const matvec_lanes = `
+var<workgroup> terms: array<vec2f, ${kMatvecRows * kRowLanes}>;  // [row of the group][block of the tile]
+
+// MatVec: ${kMatvecRows} rows of the piece per workgroup. Per tile of up to ${kRowLanes} activation blocks the
+// lanes form the rows' terms (a full tile: lane l forms block l of each row; a narrow one packs
+// several rows' blocks into the lanes), then lane r adds row r's in order of b: matvec_row's
+// operands and order, the work of a row spread over the lanes.
+@compute @workgroup_size(${kRowLanes})
+fn matvec(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let first_row = (wg.x + wg.y * 32768u) * ${kMatvecRows}u;
+  let blocks = dims.cols / 32u;
+  var sums = vec2f(0.0, 0.0);  // lane r < ${kMatvecRows}: row first_row + r's
+  for (var b0 = 0u; b0 < blocks; b0 += ${kRowLanes}u) {
+    let tile = min(${kRowLanes}u, blocks - b0);  // blocks of this tile
+    for (var k = lid; k < ${kMatvecRows}u * tile; k += ${kRowLanes}u) {  // term k: row k / tile, block k % tile
+      let r = k / tile;
+      if (first_row + r < dims.rows) { terms[r * ${kRowLanes}u + k % tile] = matvec_term(first_row + r, b0 + k % tile, 0u, 0u); }
+    }
+    workgroupBarrier();
+    if (lid < ${kMatvecRows}u) {
+      for (var u = 0u; u < tile; u++) {
+        let term = terms[lid * ${kRowLanes}u + u];
+        ${add_term('sums', 'term')}
+      }
+    }
+    workgroupBarrier();
+  }
+  if (lid < ${kMatvecRows}u && first_row + lid < dims.rows) { y[dims.row0 + first_row + lid] = matvec_finish(sums); }
 }`;
   const matvec_f32 = `
 // MatVec, f32 activation: the row's products summed in order of the column; x starts at x[xo]
@@ -247,15 +318,15 @@ ${kByteHelpers}
 ${Readers('w')}
 ${WeightReaderWgsl(type, layout)}
 
-${kquant ? matvec_k : quantized_activation ? matvec_q : matvec_f32}
-
+${quantized_activation ? (kquant ? matvec_k : matvec_q) + matvec_blocks : matvec_f32}
+${quantized_activation && kernel === 'lanes' ? matvec_lanes : `
 // MatVec: one invocation per row of the piece.
 @compute @workgroup_size(${kRowLanes})
 fn matvec(@builtin(global_invocation_id) id: vec3u) {
   let row = id.x + id.y * ${kRowLanes}u * 32768u;
   if (row >= dims.rows) { return; }
   y[dims.row0 + row] = matvec_row(row, 0u, 0u, 0u);
-}
+}`}
 ${MatmulWgsl(type, WeightBlock(type), kRowLanes)}
 
 // DecodeWeightRow: y = row step[0] of w, by the piece that holds it.

@@ -47,7 +47,7 @@ import {HybridDispatch, kHybridBindings, kHybridWgsl} from './hybrid_kernels.js'
 import {ExpertMatvecBindings, kExpertMatvecWgsl, kMoeOpsBindings, kMoeOpsWgsl} from './moe_kernels.js';
 import {CachedPipelines, SharedOnDevice} from './pipeline_cache.js';
 import {CompileSampler, GpuSampler} from './sample_kernels.js';
-import {kOpsBindings, kOpsWgsl, kRowLanes, WeightOpsBindings, WeightOpsWgsl} from './step_kernels.js';
+import {kOpsBindings, kOpsWgsl, MatvecGroups, MatvecKernelFor, WeightOpsBindings, WeightOpsWgsl} from './step_kernels.js';
 import {kGpuWeightTypes, kInterleavedTypes} from './weight_types.js';
 
 const kStorage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
@@ -180,8 +180,9 @@ export class GpuStepProgram {
    * options: {max_binding_bytes, max_buffer_bytes}: limits lower than the device's to plan with
    * (tests: a small model's tensors split as a large one's are), model_name for a refusal, and
    * read_file: async (offset, bytes) => Uint8Array [bytes], the model file's bytes, for tensors
-   * given by file_offset. Refuses (throws, naming the limit and the model) before compiling or
-   * allocating anything.
+   * given by file_offset; matvec: 'lanes' or 'rows' (default MatvecKernelFor(device): the same bits
+   * either way). Refuses (throws, naming the limit and the model) before compiling or allocating
+   * anything.
    */
   static async Create(device, program, heap, rope, kv_device, options = {}) {
     const why_not = StepProgramWhyNot(program);
@@ -203,18 +204,19 @@ export class GpuStepProgram {
         await compile(kMoeOpsWgsl, Object.keys(kMoeOpsBindings), 'MoE ops') : {};
     const expert_keys = new Set(program.ops.filter((op) => op.kind === 'expert_matvec').map((op) => Key(program.tensors[op.w])));
     const weight_ops = {};  // by `${type}/${layout}`
+    const matvec = options.matvec ?? MatvecKernelFor(device);
     for (const t of program.tensors) {
       const key = Key(t);
       if (weight_ops[key] || !(t.rows > 1 || t.type !== 'f32')) continue;
       weight_ops[key] = expert_keys.has(key) ?
-          await compile(WeightOpsWgsl(t.type, t.layout) + kExpertMatvecWgsl, ['matvec', 'embed', 'matmul', 'expert_matvec'],
+          await compile(WeightOpsWgsl(t.type, t.layout, matvec) + kExpertMatvecWgsl, ['matvec', 'embed', 'matmul', 'expert_matvec'],
                         `${key} weights`) :
-          await compile(WeightOpsWgsl(t.type, t.layout), ['matvec', 'embed', 'matmul'], `${key} weights`);
+          await compile(WeightOpsWgsl(t.type, t.layout, matvec), ['matvec', 'embed', 'matmul'], `${key} weights`);
     }
     if (program.tensors.some((t) => t.file_offset !== undefined) && !options.read_file) {
       throw new Error('the step program reads its weights from the model file, and no read_file was given');
     }
-    const step = new GpuStepProgram(device, program, heap, rope, kv_device, {ops, weight_ops, hybrid, moe}, fit.placement);
+    const step = new GpuStepProgram(device, program, heap, rope, kv_device, {ops, weight_ops, hybrid, moe}, fit.placement, matvec);
     // Temperature > 0 (Steps' options.sample): the GPU sampler ends the step instead of the argmax.
     step.sampler = options.sample_table ? new GpuSampler(device, await SharedOnDevice(device, CompileSampler), program.config.vocab_size,
                                                          options.sample_table, step.out_id) : null;
@@ -222,7 +224,8 @@ export class GpuStepProgram {
     return step;
   }
 
-  constructor(device, program, heap, rope, kv_device, pipelines, placement) {
+  constructor(device, program, heap, rope, kv_device, pipelines, placement, matvec) {
+    this.matvec_kernel = matvec;  // 'lanes' or 'rows' (step_kernels.js's MatvecKernelFor)
     this.device = device;
     this.program = program;
     this.config = program.config;
@@ -373,8 +376,7 @@ export class GpuStepProgram {
           const dims = this.Uniform([p.rows, t.cols, row_bytes, p.offset, p.row0 + (op.y_offset ?? 0), 0, 0, 0, 0]);
           const group = this.Group(kernels[entry], WeightOpsBindings(t.type)[entry],
                                     {...base, 0: this.chunks[p.chunk], 1: B[op.x], 2: B[op.y], 3: dims});
-          const row_groups = Math.ceil(p.rows / kRowLanes);  // matvec: a row per invocation
-          const groups = entry === 'embed' ? [Math.ceil(t.cols / 64), 1] : [Math.min(row_groups, 32768), Math.ceil(row_groups / 32768)];
+          const groups = entry === 'embed' ? [Math.ceil(t.cols / 64), 1] : MatvecGroups(t.type, p.rows, this.matvec_kernel);
           out.push({pipeline: kernels[entry], group, groups});
         }
         return out;

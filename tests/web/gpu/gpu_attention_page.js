@@ -28,7 +28,7 @@
 //      bit for bit.
 // Returns {cases, checks, failures: [...], seconds}.
 import {GpuKvAttention, kInjectedBugs} from '/web/gpu/kv_attention.js';
-import {kOpsBindings, kOpsWgsl, WeightOpsBindings, WeightOpsWgsl} from '/web/gpu/step_kernels.js';
+import {kOpsBindings, kOpsWgsl, MatvecGroups, WeightOpsBindings, WeightOpsWgsl} from '/web/gpu/step_kernels.js';
 import {GpuMatvec, kGpuWeightTypes, RowBytes} from '/web/gpu/weight_types.js';
 
 // Window sizes at 4,100 positions. 31, 33, 63 and 65 are odd, so their window starts fall on every
@@ -162,10 +162,12 @@ async function CheckMatvec(device, c, url, fail) {
   }
   if (c.sections.y_scalar) {
     const want_y = section('y_scalar', Float32Array);
-    for (const [layout, buf] of layouts) {  // the same bits in either layout
-      const why_q = SameBits((await StepMatvecs(device, c, buf, [x], layout))[0], want_y);
-      if (why_q) fail(`${c.name}: the step program's quantised matvec (${layout}) differs from kvq's SCALAR MatVec (${why_q})`);
-      ++checks;
+    for (const [layout, buf] of layouts) {  // the same bits in either layout, with either matvec kernel
+      for (const kernel of kMatvecKernels) {
+        const why_q = SameBits((await StepMatvecs(device, c, buf, [x], layout, kernel))[0], want_y);
+        if (why_q) fail(`${c.name}: the step program's quantised matvec (${layout}, ${kernel}) differs from kvq's SCALAR MatVec (${why_q})`);
+        ++checks;
+      }
     }
   }
   for (const [layout, buf] of layouts) checks += await CheckMatmul(device, c, buf, x, layout, fail);
@@ -175,6 +177,9 @@ async function CheckMatvec(device, c, url, fail) {
 }
 
 const kMatmulCheckTokens = 11;
+// The step program's matvec kernels (step_kernels.js's MatvecKernelFor picks one per device): each
+// must give kvq's SCALAR MatVec's bits.
+const kMatvecKernels = ['rows', 'lanes'];
 // Floats per token of the matmul's x, xd and y beyond the packed sizes: none a multiple of 4, so
 // a stride mistaken for the packed size shows.
 const kStridePad = {x: 7, xd: 3, y: 5};
@@ -250,10 +255,10 @@ function CachedPipeline(device, code, entry) {
   return cache.get(key);
 }
 
-// Per activation of `xs` (Float32Array [cols] each), y [rows] = the step program's matvec over the
-// weights in w_buf in `layout` (the activation quantised first by its quantize kernel for the
+// Per activation of `xs` (Float32Array [cols] each), y [rows] = the step program's matvec (`kernel`)
+// over the weights in w_buf in `layout` (the activation quantised first by its quantize kernel for the
 // types whose matvec quantises): each its own buffers and dispatches, all in one submit.
-async function StepMatvecs(device, c, w_buf, xs, layout) {
+async function StepMatvecs(device, c, w_buf, xs, layout, kernel = 'rows') {
   const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
   const Uniform = (words) => {
     const b = device.createBuffer({size: Math.ceil(words.length / 4) * 16, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST});
@@ -262,7 +267,7 @@ async function StepMatvecs(device, c, w_buf, xs, layout) {
   };
   const Group = (pipeline, bindings, resources) => device.createBindGroup({layout: pipeline.getBindGroupLayout(0),
     entries: bindings.map((b) => ({binding: b, resource: {buffer: resources[b]}}))});
-  const matvec = CachedPipeline(device, WeightOpsWgsl(c.type, layout), 'matvec');
+  const matvec = CachedPipeline(device, WeightOpsWgsl(c.type, layout, kernel), 'matvec');
   const quantize = CachedPipeline(device, kOpsWgsl, 'quantize');
   const uniforms = [Uniform([c.cols, 0, 0, 0]), Uniform([c.rows, c.cols, RowBytes(c.type, c.cols), 0, 0, 0, 0, 0, 0])];
   const readback = device.createBuffer({size: xs.length * c.rows * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
@@ -281,7 +286,7 @@ async function StepMatvecs(device, c, w_buf, xs, layout) {
     }
     pass.setPipeline(matvec);
     pass.setBindGroup(0, Group(matvec, bindings, {0: w_buf, 1: x_buf, 2: y, 3: uniforms[1], 7: xq, 8: xd}));
-    pass.dispatchWorkgroups(Math.ceil(c.rows / 64));
+    pass.dispatchWorkgroups(...MatvecGroups(c.type, c.rows, kernel));
     pass.end();
     encoder.copyBufferToBuffer(y, 0, readback, t * c.rows * 4, c.rows * 4);
   });

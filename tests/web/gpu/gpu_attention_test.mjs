@@ -231,7 +231,7 @@ if (sampler) {
               `${result.failures.length} failures, worst |GPU - native| logit ${result.worst_logit_difference}, ` +
               `${result.near_ties} near-ties, bounds ${JSON.stringify(result.bounds)}, worst by KV spec ${JSON.stringify(result.worst_by_spec)}, per step ${JSON.stringify(result.per_step)}, ` +
               `weights ${JSON.stringify(result.tensor_types)}, architectures ${JSON.stringify(result.architectures)}, ` +
-              `${result.resident_checks} resident-vs-streamed checks, ms per token streamed/resident (SwiftShader, ` +
+              `${result.resident_checks} resident-vs-streamed checks, positions under the other matvec kernel ${JSON.stringify(result.matvec_kernel_checks)}, ms per token streamed/resident (SwiftShader, ` +
               `under load: not claims) ${JSON.stringify(result.step_ms)}, prefill dispatches in blocks/per token ` +
               `(attend, KV encode, weight) ${JSON.stringify(result.prefill_dispatches)}, ` +
               `${result.seconds?.toFixed(1)} s in the page`);

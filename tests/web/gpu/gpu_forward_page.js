@@ -78,6 +78,36 @@ import {ResidentWhyNot} from '/web/gpu/kv_resident.js';
 import {kEncoderFormats, kGroupKeyEncoderFormats} from '/web/gpu/kv_formats.js';
 
 const kBound = 2e-3;
+// The matvec kernels (step_kernels.js: 'rows', a row per invocation, and 'lanes', a block type's
+// rows shared by a workgroup's lanes) add the same terms in the same order, so a model's logits
+// are the same bits under either: each model's first run, its steps up to kKernelPositions, runs
+// again under the kernel the page did not pick (MatvecKernelFor: 'rows' on SwiftShader, where
+// 'lanes' is the slower) and must give the same logits bit for bit.
+const kKernelPositions = 12;
+
+// The check above: returns the positions compared.
+async function CheckOtherMatvecKernel(M, device, model, program, run, kernel, want, what, fail) {
+  const other = kernel === 'rows' ? 'lanes' : 'rows';
+  const runner = await GpuModelRunner.Create(M, device, model, program, {step: {matvec: other}});
+  let checks = 0;
+  try {
+    if (runner.step.matvec_kernel !== other) fail(`${what}: asked for the ${other} matvec kernel, the step runs ${runner.step.matvec_kernel}`);
+    runner.NewSequence(run.spec, run.spec);
+    for (let p = 0; p < want.length; ++p) {
+      const {logits} = await runner.Step(run.ids[p], {logits: true});
+      const a = new Uint32Array(want[p].buffer), b = new Uint32Array(Float32Array.from(logits).buffer);
+      const i = a.length !== b.length ? 0 : a.findIndex((x, j) => x !== b[j]);
+      if (i >= 0) {
+        fail(`${what} position ${p}: the ${other} matvec kernel's logit ${i} is ${logits[i]}, the ${kernel} kernel's ${want[p][i]}`);
+        break;
+      }
+      ++checks;
+    }
+  } finally {
+    runner.Destroy();
+  }
+  return checks;
+}
 // The qwen3 synths' KV: gpu_forward_fixture writes all three with 2 layers of 2 KV heads × 64.
 const kSharedKvShape = {n_layers: 2, n_kv_heads: 2, head_dim: 64};
 // The encoder formats each qwen3 synth runs resident against streamed: together, the registry.
@@ -161,6 +191,7 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
   let positions = 0, worst = 0, runs = 0, near_ties = 0;
   const per_step = {}, architectures = {}, tensor_types = {}, bounds = {}, worst_by_spec = {}, step_ms = {}, prefill_dispatches = {};
   let resident_checks = 0;
+  const matvec_kernel_checks = {};  // by model: positions compared under the other matvec kernel
   const models = ModelsOf(manifest, only);
   if (!models.length) fail(`no model named "${only}" in the manifest (or an empty shard)`);
   const positions_by_model = {};
@@ -187,6 +218,7 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
                                    .flatMap((o) => o.runs.map((r) => r.target_spread)));
       const bound = quantized ? kBound + 2 * Math.max(spread, kTargetSpreadFloor) : kBound;
       bounds[m.name] = bound;
+      const first_logits = [];  // runs[0]'s first kKernelPositions logits, for the other matvec kernel
       for (const run of m.runs) {
         ++runs;
         const native = new Float32Array((await Bytes(`${fixture_url}/${run.file}`)).buffer);
@@ -213,6 +245,7 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
                  `submits (expected ${per_token}, ${per_token} and 0: the ${runner.path} path)`);
           }
           per_step[`${m.name} ${runner.path}`] = {readbacks, submits, kv_device_submits};
+          if (run === m.runs[0] && p < kKernelPositions) first_logits.push(Float32Array.from(logits));
           const want = native.subarray(p * m.vocab, (p + 1) * m.vocab);
           let diff = 0, best = 0, second = -Infinity;
           for (let i = 0; i < m.vocab; ++i) {
@@ -241,7 +274,10 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
           }
         }
       }
+      const kernel = runner.step.matvec_kernel;
       runner.Destroy();
+      matvec_kernel_checks[m.name] = await CheckOtherMatvecKernel(M, device, model, program, m.runs[0], kernel, first_logits,
+                                                           `${m.name} "${m.runs[0].prompt}" ${m.runs[0].spec}`, fail);
       let resident_formats = m.name === 'stories260K' ? [...kEncoderFormats, ...kGroupKeyEncoderFormats]
           : program.states && Object.keys(program.states).length ? kHybridResidentFormats : kWeightModelResidentFormats;
       if (kResidentFormats[m.name]) {
@@ -269,7 +305,7 @@ export async function RunGpuForwardTests(fixture_url, bundle_url, only = '') {
   }
   device.destroy();
   return {models: models.length, names: models.map((m) => m.name), positions_by_model, runs, positions, near_ties, failures, worst_logit_difference: worst, per_step,
-          architectures, tensor_types, bounds, worst_by_spec, resident_checks, step_ms,
+          architectures, tensor_types, bounds, worst_by_spec, resident_checks, matvec_kernel_checks, step_ms,
           prefill_dispatches,
           seconds: (performance.now() - t0) / 1000};
 }
