@@ -13,6 +13,7 @@
 // correctly rounded as the CPU's. The sums run in the CPU's order in one invocation.
 
 import {kDivRnWgsl} from './div_rn.js';
+import {kMatvecRows, kRowLanes} from './step_kernels.js';
 
 // 2^(j/32) rounded to a double, for j = 0..31: the mantissa's high 21 and low 32 bits (the value
 // is mantissa · 2^-52). These are the doubles of musl's __exp2f_data table (tab[j] + (j << 47)).
@@ -281,17 +282,22 @@ fn moe_combine(@builtin(global_invocation_id) id: vec3u) {
 export const kMoeOpsBindings = {moe_route: [2, 3, 9], moe_combine: [1, 2, 3, 9, 10]};
 
 /**
- * WGSL of the expert matvec, appended to a weight type's module (step_kernels.js's WeightOpsWgsl:
- * its Dims, bindings and matvec_row): y [k][rows per expert] = for each rank i < dims.tokens,
- * expert sel[i]'s rows of the stacked matrix times rank i's activation. dims.y_stride is the
- * rows per expert (and y's floats per rank); dims.x_stride and dims.xd_stride the floats of x and
- * of its scales per rank (0: one activation for every rank; its codes then one row, else
- * 32 · xd_stride per rank). A piece of the stack (dims.row0, dims.rows) serves the rows it holds.
- * One invocation per row, ranks along y.
+ * WGSL of the expert matvec, appended to a weight type's module (step_kernels.js's WeightOpsWgsl with
+ * the same `kernel`: its Dims, bindings, matvec_row, and for the 'lanes' kernel matvec_term and the
+ * terms table): y [k][rows per expert] = for each rank i < dims.tokens, expert sel[i]'s rows of the
+ * stacked matrix times rank i's activation. dims.y_stride is the rows per expert (and y's floats per
+ * rank); dims.x_stride and dims.xd_stride the floats of x and of its scales per rank (0: one
+ * activation for every rank; its codes then one row, else 32 · xd_stride per rank). A piece of the
+ * stack (dims.row0, dims.rows) serves the rows it holds. Ranks along y; per rank a row per
+ * invocation ('rows', or an f32 activation), or 8 rows per workgroup as the dense 'lanes' matvec
+ * takes them (the same terms in the same order: the same bits).
  */
-export const kExpertMatvecWgsl = /* wgsl */ `
+export function ExpertMatvecWgsl(kernel, quantized_activation) {
+  const head = /* wgsl */ `
 @group(0) @binding(9) var<storage, read> sel: array<u32>;  // [k] expert ids, [k] weights' bits
-
+`;
+  if (kernel !== 'lanes' || !quantized_activation) {
+    return head + /* wgsl */ `
 @compute @workgroup_size(64)
 fn expert_matvec(@builtin(global_invocation_id) id: vec3u) {
   let rank = id.y;
@@ -302,8 +308,47 @@ fn expert_matvec(@builtin(global_invocation_id) id: vec3u) {
       matvec_row(row - dims.row0, rank * dims.x_stride, rank * 32u * dims.xd_stride, rank * dims.xd_stride);
 }
 `;
+  }
+  return head + /* wgsl */ `
+// Row i of rank's expert, as the row of this piece it is (or dims.rows: not this piece's).
+fn expert_row(rank: u32, i: u32) -> u32 {
+  let row = sel[rank] * dims.y_stride + i;  // in the stacked matrix
+  if (i >= dims.y_stride || row < dims.row0 || row - dims.row0 >= dims.rows) { return dims.rows; }
+  return row - dims.row0;
+}
 
-/** Bindings of kExpertMatvecWgsl by whether the type's matvec quantises its activation. */
+@compute @workgroup_size(${kRowLanes})
+fn expert_matvec(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let rank = wg.y;
+  if (rank >= dims.tokens) { return; }
+  let first = wg.x * ${kMatvecRows}u;  // the workgroup's rows first.. of the expert
+  let blocks = dims.cols / 32u;
+  let qo = rank * 32u * dims.xd_stride;
+  let dxo = rank * dims.xd_stride;
+  var sums = vec2f(0.0, 0.0);  // lane r < ${kMatvecRows}: row first + r's
+  for (var b0 = 0u; b0 < blocks; b0 += ${kRowLanes}u) {
+    let tile = min(${kRowLanes}u, blocks - b0);
+    for (var k = lid; k < ${kMatvecRows}u * tile; k += ${kRowLanes}u) {  // term k: row k / tile, block k % tile
+      let row = expert_row(rank, first + k / tile);
+      if (row < dims.rows) { terms[(k / tile) * ${kRowLanes}u + k % tile] = matvec_term(row, b0 + k % tile, qo, dxo); }
+    }
+    workgroupBarrier();
+    if (lid < ${kMatvecRows}u) {
+      for (var u = 0u; u < tile; u++) { matvec_add(&sums, terms[lid * ${kRowLanes}u + u]); }
+    }
+    workgroupBarrier();
+  }
+  if (lid < ${kMatvecRows}u && expert_row(rank, first + lid) < dims.rows) { y[rank * dims.y_stride + first + lid] = matvec_finish(sums); }
+}
+`;
+}
+
+/** The expert matvec's workgroups [x, y] for `rows` rows per expert and top_k ranks. */
+export function ExpertMatvecGroups(kernel, quantized_activation, rows, top_k) {
+  return [Math.ceil(rows / (kernel === 'lanes' && quantized_activation ? kMatvecRows : 64)), top_k];
+}
+
+/** Bindings of ExpertMatvecWgsl by whether the type's matvec quantises its activation. */
 export function ExpertMatvecBindings(quantized_activation) {
   return quantized_activation ? [0, 2, 3, 7, 8, 9] : [0, 1, 2, 3, 9];
 }

@@ -251,16 +251,14 @@ fn matvec_term(row: u32, b: u32, qo: u32, dxo: u32) -> vec2f {
       : 'return vec2f((w_scale(row, block) * xd[dxo + b]) * f32(dot), 0.0);'}
 }
 fn matvec_finish(s: vec2f) -> f32 { return ${min ? 's.x + s.y' : 's.x'}; }`;
-  const two_sums = kquant || min;
-  const add_term = (sums, term) => two_sums ? `${sums} = vec2f(${sums}.x + ${term}.x, ${sums}.y + ${term}.y);`
-                                            : `${sums}.x = ${sums}.x + ${term}.x;`;
   const matvec_blocks = `
+// A block's terms added to the row's sums (the second only where the type has two).
+fn matvec_add(sums: ptr<function, vec2f>, term: vec2f) {
+  ${kquant || min ? '*sums = vec2f((*sums).x + term.x, (*sums).y + term.y);' : '(*sums).x = (*sums).x + term.x;'}
+}
 fn matvec_row(row: u32, xo: u32, qo: u32, dxo: u32) -> f32 {
   var sums = vec2f(0.0, 0.0);
-  for (var b = 0u; b < dims.cols / 32u; b++) {
-    let term = matvec_term(row, b, qo, dxo);
-    ${add_term('sums', 'term')}
-  }
+  for (var b = 0u; b < dims.cols / 32u; b++) { matvec_add(&sums, matvec_term(row, b, qo, dxo)); }
   return matvec_finish(sums);
 }`;
   const matvec_lanes = `
@@ -283,10 +281,7 @@ fn matvec(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid
     }
     workgroupBarrier();
     if (lid < ${kMatvecRows}u) {
-      for (var u = 0u; u < tile; u++) {
-        let term = terms[lid * ${kRowLanes}u + u];
-        ${add_term('sums', 'term')}
-      }
+      for (var u = 0u; u < tile; u++) { matvec_add(&sums, terms[lid * ${kRowLanes}u + u]); }
     }
     workgroupBarrier();
   }

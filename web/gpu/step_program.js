@@ -44,11 +44,11 @@
 
 import {BlockRecorder} from './block_steps.js';
 import {HybridDispatch, kHybridBindings, kHybridWgsl} from './hybrid_kernels.js';
-import {ExpertMatvecBindings, kExpertMatvecWgsl, kMoeOpsBindings, kMoeOpsWgsl} from './moe_kernels.js';
+import {ExpertMatvecBindings, ExpertMatvecGroups, ExpertMatvecWgsl, kMoeOpsBindings, kMoeOpsWgsl} from './moe_kernels.js';
 import {CachedPipelines, SharedOnDevice} from './pipeline_cache.js';
 import {CompileSampler, GpuSampler} from './sample_kernels.js';
 import {kOpsBindings, kOpsWgsl, MatvecGroups, MatvecKernelFor, WeightOpsBindings, WeightOpsWgsl} from './step_kernels.js';
-import {kGpuWeightTypes, kInterleavedTypes} from './weight_types.js';
+import {kGpuWeightTypes, kInterleavedTypes, WeightBlock} from './weight_types.js';
 
 const kStorage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
 const Ceil4 = (n) => Math.ceil(n / 4) * 4;
@@ -209,7 +209,7 @@ export class GpuStepProgram {
       const key = Key(t);
       if (weight_ops[key] || !(t.rows > 1 || t.type !== 'f32')) continue;
       weight_ops[key] = expert_keys.has(key) ?
-          await compile(WeightOpsWgsl(t.type, t.layout, matvec) + kExpertMatvecWgsl, ['matvec', 'embed', 'matmul', 'expert_matvec'],
+          await compile(WeightOpsWgsl(t.type, t.layout, matvec) + ExpertMatvecWgsl(matvec, WeightBlock(t.type).quantized_activation), ['matvec', 'embed', 'matmul', 'expert_matvec'],
                         `${key} weights`) :
           await compile(WeightOpsWgsl(t.type, t.layout, matvec), ['matvec', 'embed', 'matmul'], `${key} weights`);
     }
@@ -406,7 +406,7 @@ export class GpuStepProgram {
           const dims = this.Uniform([p.rows, t.cols, t.bytes / t.rows, p.offset, p.row0, op.top_k, op.n, xd_stride, x_stride]);
           const group = this.Group(kernel, ExpertMatvecBindings(quantized),
                                    {...base, 0: this.chunks[p.chunk], 1: B[op.x], 2: B[op.y], 3: dims, 9: B[op.sel]});
-          out.push({pipeline: kernel, group, groups: [Math.ceil(op.n / 64), op.top_k]});
+          out.push({pipeline: kernel, group, groups: ExpertMatvecGroups(this.matvec_kernel, quantized, op.n, op.top_k)});
         }
         return out;
       }

@@ -6,7 +6,8 @@
 //   2. the expert matvec: in the fixture's tiny qwen35moe models (F32, Q8_0 and Q4_0 repacked
 //      into the interleaved layout at load, and Q4_1 in rows, a type with a min; 16 experts, 4
 //      chosen; the F32 model's first and last layers, the others' first), each rank's rows equal
-//      the plain matvec of the chosen expert's slice (ExpertMatrix), bit for bit;
+//      the plain matvec of the chosen expert's slice (ExpertMatrix), bit for bit, the quantised
+//      models under both matvec kernels (step_kernels.js: 'rows' and 'lanes');
 //   3. each layer's whole MoE feed-forward on random input: the experts the GPU chose are those
 //      MoeRows chose, and for the F32 model (whose weights the page reads as they are) the output
 //      is within MoeBound of the module's and of a double-precision reference;
@@ -191,7 +192,7 @@ function MoeBound(c, W, layer, xb, ids) {
 }
 
 // 2 and 3 for one model's layer: the step program of its MoE feed-forward alone, run op by op.
-async function CheckLayer(M, device, model, layer, type, fail, rng) {
+async function CheckLayer(M, device, model, layer, type, fail, rng, kernel) {
   const json = M._kvq_web_gpu_moe_program(model, layer);
   if (!json) return fail(`${type} layer ${layer}: ${M.UTF8ToString(M._kvq_web_last_error())}`);
   const program = JSON.parse(M.UTF8ToString(json));
@@ -204,7 +205,7 @@ async function CheckLayer(M, device, model, layer, type, fail, rng) {
     slices.set(i, Array.from({length: E}, (_, e) => program.tensors.push(
         {...t, name: `${t.name}[${e}]`, address: t.address + e * op.n * row_bytes, bytes: op.n * row_bytes, rows: op.n}) - 1));
   });
-  const step = await GpuStepProgram.Create(device, program, M.HEAPU8, () => new Float32Array(c.rotary_dims), null);
+  const step = await GpuStepProgram.Create(device, program, M.HEAPU8, () => new Float32Array(c.rotary_dims), null, {matvec: kernel});
   const Storage = (floats) => device.createBuffer({size: floats * 4, usage: GPUBufferUsage.STORAGE |
                                                                        GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC});
   const max_rows = Math.max(dim, c.moe.expert_hidden_dim);
@@ -245,7 +246,7 @@ async function CheckLayer(M, device, model, layer, type, fail, rng) {
   const sel = new Uint32Array(await ReadBack(device, step.buffers.moe_sel, 2 * k * 4));
   const by_rank = new Uint32Array(await ReadBack(device, rank_results, slices.size * k * max_rows * 4));
   const by_slice = new Uint32Array(await ReadBack(device, slice_results, slices.size * k * E * max_rows * 4));
-  const what = `${type} layer ${layer}`;
+  const what = `${type} layer ${layer} (${kernel} matvec)`;
   let matvec_checks = 0;
   [...slices.keys()].forEach((i, si) => {
     const op = program.ops[i];
@@ -334,8 +335,11 @@ export async function RunGpuMoeTests(fixture_url, bundle_url) {
     gpu.addEventListener('uncapturederror', (e) => fail(`WebGPU error: ${e.error.message}`));
     // Each layer pays for its program's pipelines on SwiftShader: the F32 model's first and last
     // layers (the bound), the others' first.
-    for (const layer of type === 'f32' ? [0, n_layers - 1] : [0]) {
-      const r = await CheckLayer(M, gpu, model, layer, type, fail, rng);
+    // The quantised models' first layer under each matvec kernel (step_kernels.js: the page picks one
+    // per adapter; 'lanes' shares a workgroup's rows among its lanes, the experts' as the dense ones').
+    const runs = type === 'f32' ? [[0, 'rows'], [n_layers - 1, 'rows']] : [[0, 'rows'], [0, 'lanes']];
+    for (const [layer, kernel] of runs) {
+      const r = await CheckLayer(M, gpu, model, layer, type, fail, rng, kernel);
       if (!r) continue;
       matvec_checks += r.matvec_checks;
       if (type === 'f32') worst_over_bound[type] = Math.max(worst_over_bound[type] ?? 0, r.worst, r.worst_ref);
