@@ -13,7 +13,7 @@
 // token the matvec's bits. So a block gives the bits of as many token-by-token steps. `counts`
 // tallies the weight dispatches: matmuls, block quantisations, the last token's matvecs.
 
-import {kRowLanes, WeightOpsBindings} from './step_kernels.js';
+import {MatmulGroups, WeightOpsBindings} from './step_kernels.js';
 
 const kStorage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
 // Floats per token slice: a multiple of 64 (256 bytes, the largest minStorageBufferOffsetAlignment).
@@ -92,8 +92,7 @@ export class BlockRecorder {
     for (const piece of p.pieces_of(op.w)) {
       const dims = p.Uniform([piece.rows, t.cols, t.bytes / t.rows, piece.offset, piece.row0 + (op.y_offset ?? 0), n,
                               Stride(p.program.buffers[op.y]), xd_stride, x_stride]);
-      const row_groups = Math.ceil(piece.rows / kRowLanes);
-      out.push({pipeline: kernel, groups: [Math.min(row_groups, 32768), Math.ceil(row_groups / 32768)],
+      out.push({pipeline: kernel, groups: MatmulGroups(t.type, piece.rows, n, p.matvec_kernel),
                 group: p.Group(kernel, bindings, {0: p.chunks[piece.chunk], 1: this.act[op.x], 2: this.act[op.y],
                                                   3: dims, 7: this.xq, 8: this.xd})});
     }
@@ -123,7 +122,7 @@ export class BlockRecorder {
       for (const r of records) {
         pass.setPipeline(r.pipeline);
         pass.setBindGroup(0, r.group);
-        pass.dispatchWorkgroups(r.groups[0], r.groups[1]);
+        pass.dispatchWorkgroups(...r.groups);
       }
     };
     for (let i = 0; i < ops.length; ++i) {

@@ -8,7 +8,7 @@
 
 import {kDivRnWgsl} from './div_rn.js';
 import {kByteHelpers, Readers} from './kv_formats.js';
-import {MatmulWgsl} from './matmul_kernels.js';
+import {kMatmulTokens, MatmulWgsl} from './matmul_kernels.js';
 import {WeightBlock, WeightReaderWgsl} from './weight_types.js';
 
 /** Lanes of the reduction workgroups (norms, argmax); invocations per matvec and matmul workgroup. */
@@ -38,6 +38,15 @@ export function MatvecGroups(type, rows, kernel) {
   const lanes = kernel === 'lanes' && WeightBlock(type).quantized_activation;
   const groups = Math.ceil(rows / (lanes ? kMatvecRows : kRowLanes));
   return [Math.min(groups, 32768), Math.ceil(groups / 32768)];
+}
+
+/**
+ * The matmul's workgroups [x, y, z] for `rows` rows and `tokens` tokens: the 'lanes' kernel takes a
+ * group of kMatmulTokens tokens per workgroup (z), the row kernel every token in each invocation.
+ */
+export function MatmulGroups(type, rows, tokens, kernel) {
+  const lanes = kernel === 'lanes' && WeightBlock(type).quantized_activation;
+  return [...MatvecGroups(type, rows, kernel), lanes ? Math.ceil(tokens / kMatmulTokens) : 1];
 }
 
 // Bindings (auto layouts hold only those an entry point uses): the weights as u32 words, the
@@ -287,6 +296,41 @@ fn matvec(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid
   }
   if (lid < ${kMatvecRows}u && first_row + lid < dims.rows) { y[dims.row0 + first_row + lid] = matvec_finish(sums); }
 }`;
+  // Per tile: kMatvecRows rows × kMatmulTokens tokens × kMatmulTileBlocks blocks of terms.
+  const tile_blocks = kRowLanes * kMatvecRows / (kMatvecRows * kMatmulTokens);
+  const matmul_lanes = `
+var<workgroup> mm_terms: array<vec2f, ${kMatvecRows * kMatmulTokens * tile_blocks}>;  // [row][token][block of the tile]
+
+// MatMul over a block of tokens: ${kMatvecRows} rows of the piece and a group of ${kMatmulTokens} tokens (z) per
+// workgroup. Per tile of ${tile_blocks} activation blocks the lanes form each (row, token)'s terms with
+// matvec_term, then lane ${kMatmulTokens}·r + t adds row r's for token t in order of b: each token's y has
+// its matvec's bits.
+@compute @workgroup_size(${kRowLanes})
+fn matmul(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let first_row = (wg.x + wg.y * 32768u) * ${kMatvecRows}u;
+  let t0 = wg.z * ${kMatmulTokens}u;
+  let in_group = min(${kMatmulTokens}u, dims.tokens - t0);  // tokens in this group
+  let blocks = dims.cols / 32u;
+  var sums = vec2f(0.0, 0.0);  // lane ${kMatmulTokens}·r + t: row first_row + r's for token t0 + t
+  for (var b0 = 0u; b0 < blocks; b0 += ${tile_blocks}u) {
+    let tile = min(${tile_blocks}u, blocks - b0);
+    // term k: row k / (${kMatmulTokens}·tile), token (k / tile) % ${kMatmulTokens}, block k % tile
+    for (var k = lid; k < ${kMatvecRows * kMatmulTokens}u * tile; k += ${kRowLanes}u) {
+      let r = k / (${kMatmulTokens}u * tile);
+      let t = (k / tile) % ${kMatmulTokens}u;
+      if (first_row + r < dims.rows && t < in_group) {
+        mm_terms[(r * ${kMatmulTokens}u + t) * ${tile_blocks}u + k % tile] =
+            matvec_term(first_row + r, b0 + k % tile, (t0 + t) * dims.cols, (t0 + t) * dims.xd_stride);
+      }
+    }
+    workgroupBarrier();
+    for (var u = 0u; u < tile; u++) { matvec_add(&sums, mm_terms[lid * ${tile_blocks}u + u]); }
+    workgroupBarrier();
+  }
+  let r = lid / ${kMatmulTokens}u;
+  let t = lid % ${kMatmulTokens}u;
+  if (first_row + r < dims.rows && t < in_group) { y[(t0 + t) * dims.y_stride + dims.row0 + first_row + r] = matvec_finish(sums); }
+}`;
   const matvec_f32 = `
 // MatVec, f32 activation: the row's products summed in order of the column; x starts at x[xo]
 // (qo, dxo unused here).
@@ -322,7 +366,7 @@ fn matvec(@builtin(global_invocation_id) id: vec3u) {
   if (row >= dims.rows) { return; }
   y[dims.row0 + row] = matvec_row(row, 0u, 0u, 0u);
 }`}
-${MatmulWgsl(type, WeightBlock(type), kRowLanes)}
+${quantized_activation && kernel === 'lanes' ? matmul_lanes : MatmulWgsl(type, WeightBlock(type), kRowLanes)}
 
 // DecodeWeightRow: y = row step[0] of w, by the piece that holds it.
 @compute @workgroup_size(64)

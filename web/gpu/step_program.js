@@ -564,7 +564,7 @@ export class GpuStepProgram {
       for (const r of this.records[i]) {
         pass.setPipeline(r.pipeline);
         pass.setBindGroup(0, r.group);
-        pass.dispatchWorkgroups(r.groups[0], r.groups[1]);
+        pass.dispatchWorkgroups(...r.groups);
       }
     }
     pass.end();

@@ -28,7 +28,7 @@
 //      bit for bit.
 // Returns {cases, checks, failures: [...], seconds}.
 import {GpuKvAttention, kInjectedBugs} from '/web/gpu/kv_attention.js';
-import {kOpsBindings, kOpsWgsl, MatvecGroups, WeightOpsBindings, WeightOpsWgsl} from '/web/gpu/step_kernels.js';
+import {kOpsBindings, kOpsWgsl, MatmulGroups, MatvecGroups, WeightOpsBindings, WeightOpsWgsl} from '/web/gpu/step_kernels.js';
 import {GpuMatvec, kGpuWeightTypes, RowBytes} from '/web/gpu/weight_types.js';
 
 // Window sizes at 4,100 positions. 31, 33, 63 and 65 are odd, so their window starts fall on every
@@ -170,7 +170,9 @@ async function CheckMatvec(device, c, url, fail) {
       }
     }
   }
-  for (const [layout, buf] of layouts) checks += await CheckMatmul(device, c, buf, x, layout, fail);
+  for (const [layout, buf] of layouts) {
+    for (const kernel of kMatvecKernels) checks += await CheckMatmul(device, c, buf, x, layout, kernel, fail);
+  }
   for (const [, buf] of layouts) buf.destroy();
   x_buf.destroy();
   return checks;
@@ -186,9 +188,9 @@ const kStridePad = {x: 7, xd: 3, y: 5};
 
 // The step program's block kernels over kMatmulCheckTokens tokens (token 0: x; token t: x rotated
 // by 37·t columns and scaled by 1 + t/16), the weights in w_buf in `layout`: the quantisation of
-// every token in one dispatch (quantising types), then the matmul; each token's y against
-// StepMatvecs' for that token alone, bit for bit. Returns the checks made.
-async function CheckMatmul(device, c, w_buf, x, layout, fail) {
+// every token in one dispatch (quantising types), then the matmul (`kernel`); each token's y against
+// StepMatvecs' (the same kernel's) for that token alone, bit for bit. Returns the checks made.
+async function CheckMatmul(device, c, w_buf, x, layout, kernel, fail) {
   const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
   const T = kMatmulCheckTokens, nb = c.cols / 32;
   const x_stride = c.cols + kStridePad.x, xd_stride = nb + kStridePad.xd, y_stride = c.rows + kStridePad.y;
@@ -200,7 +202,7 @@ async function CheckMatmul(device, c, w_buf, x, layout, fail) {
     x_all.set(xt, t * x_stride);
     xs.push(xt);
   }
-  const want = await StepMatvecs(device, c, w_buf, xs, layout);
+  const want = await StepMatvecs(device, c, w_buf, xs, layout, kernel);
   const x_buf = device.createBuffer({size: x_all.byteLength, usage});
   device.queue.writeBuffer(x_buf, 0, x_all);
   const xq_all = device.createBuffer({size: T * c.cols * 4, usage});     // [T][cols]
@@ -214,7 +216,7 @@ async function CheckMatmul(device, c, w_buf, x, layout, fail) {
   };
   const Group = (pipeline, bindings, resources) => device.createBindGroup({layout: pipeline.getBindGroupLayout(0),
     entries: bindings.map((b) => ({binding: b, resource: {buffer: resources[b]}}))});
-  const matmul = Pipeline(WeightOpsWgsl(c.type, layout), 'matmul');
+  const matmul = Pipeline(WeightOpsWgsl(c.type, layout, kernel), 'matmul');
   const dims = Uniform([c.rows, c.cols, RowBytes(c.type, c.cols), 0, 0, T, y_stride, xd_stride, x_stride]);
   const quantize_params = Uniform([c.cols, x_stride, xd_stride, 0]);
   const resources = {0: w_buf, 1: x_buf, 2: y_all, 3: dims, 7: xq_all, 8: xd_all};
@@ -229,7 +231,7 @@ async function CheckMatmul(device, c, w_buf, x, layout, fail) {
   }
   pass.setPipeline(matmul);
   pass.setBindGroup(0, Group(matmul, WeightOpsBindings(c.type).matmul, resources));
-  pass.dispatchWorkgroups(Math.ceil(c.rows / 64));
+  pass.dispatchWorkgroups(...MatmulGroups(c.type, c.rows, T, kernel));
   pass.end();
   encoder.copyBufferToBuffer(y_all, 0, readback, 0, T * y_stride * 4);
   device.queue.submit([encoder.finish()]);
@@ -239,7 +241,7 @@ async function CheckMatmul(device, c, w_buf, x, layout, fail) {
   for (const b of [x_buf, xq_all, xd_all, y_all, dims, quantize_params, readback]) b.destroy();
   for (let t = 0; t < T; ++t) {
     const why = SameBits(got.subarray(t * y_stride, t * y_stride + c.rows), want[t]);
-    if (why) fail(`${c.name} (${layout}): the matmul's token ${t} of ${T} differs from its matvec (${why})`);
+    if (why) fail(`${c.name} (${layout}, ${kernel}): the matmul's token ${t} of ${T} differs from its matvec (${why})`);
   }
   return T;
 }

@@ -82,7 +82,8 @@ const kBound = 2e-3;
 // rows shared by a workgroup's lanes) add the same terms in the same order, so a model's logits
 // are the same bits under either: each model's first run, its steps up to kKernelPositions, runs
 // again under the kernel the page did not pick (MatvecKernelFor: 'rows' on SwiftShader, where
-// 'lanes' is the slower) and must give the same logits bit for bit.
+// 'lanes' is the slower) and must give the same logits bit for bit; then the same ids as one
+// prefill block (the kernel's matmul) must give the last step's logits bit for bit.
 const kKernelPositions = 12;
 
 // The check above: returns the positions compared.
@@ -100,6 +101,17 @@ async function CheckOtherMatvecKernel(M, device, model, program, run, kernel, wa
       if (i >= 0) {
         fail(`${what} position ${p}: the ${other} matvec kernel's logit ${i} is ${logits[i]}, the ${kernel} kernel's ${want[p][i]}`);
         break;
+      }
+      ++checks;
+    }
+    if (want.length > 1) {  // the same ids as one prefill block (the kernel's matmul): the last step's logits
+      runner.NewSequence(run.spec, run.spec);
+      const {logits} = await runner.Prefill(run.ids.slice(0, want.length), {logits: true});
+      const a = new Uint32Array(want[want.length - 1].buffer), b = new Uint32Array(Float32Array.from(logits).buffer);
+      const i = a.length !== b.length ? 0 : a.findIndex((x, j) => x !== b[j]);
+      if (i >= 0) {
+        fail(`${what}: ${want.length} ids prefilled as a block under the ${other} matvec kernel give logit ${i} = ` +
+             `${b[i]}, the token-by-token ${kernel} steps ${a[i]}`);
       }
       ++checks;
     }
