@@ -1,4 +1,5 @@
-// The block matmuls of the step program's weight ops (step_kernels.js's WeightOpsWgsl): y = W x for
+// The block matmuls of the step program's 'rows' kernel (step_kernels.js's WeightOpsWgsl, which holds
+// the 'lanes' one, built from the matvec's matvec_term): y = W x for
 // the dims.tokens tokens of a prefill block in one dispatch, for every weight type and layout the
 // matvec reads. One invocation per row, the tokens in groups of kMatmulTokens: per weight block the
 // row's scales and codes are read once for the group (the codes packed into u32 words, a byte

@@ -1,6 +1,6 @@
 // The WGSL kernels of the step program (web/gpu/step_program.js): one module of the ops that need
 // no weight decoding, and per (weight type, layout) one module of the weight ops (matvec, a prefill
-// block's matmul: matmul_kernels.js, the embedding row). Each mirrors the kvq op named beside it; f32 throughout. Norm sums and the argmax
+// block's matmul: matmul_kernels.js's row kernel or the 'lanes' one here, the embedding row). Each mirrors the kvq op named beside it; f32 throughout. Norm sums and the argmax
 // are workgroup trees; a matvec row's sum is in order, as kvq's scalar kernels add (a block type's
 // rows 8 to a workgroup whose lanes form the terms; F32, F16 and BF16 rows one invocation each): every
 // order is fixed by the code, not by scheduling, so a step gives the same bits every time on one
