@@ -189,7 +189,7 @@ function ShowProgress(m) {
   const kv_gpu = g?.kv_gpu_bytes ?? s?.device_bytes ?? 0;
   $('st-gpu').textContent = g ? `${Bytes(g.weight_bytes + kv_gpu)} (weights ${Bytes(g.weight_bytes)}, ` +
       `KV ${Bytes(kv_gpu)}); ${g.kv_path_why} — ${g.submits_per_step.toFixed(1)} submits and ` +
-      `${g.readbacks_per_step.toFixed(1)} readbacks a token` +
+      `${g.readbacks_per_step.toFixed(1)} readbacks a token, matvec kernel ${g.matvec_kernel}` +
       (g.kv_streamed_bytes_per_step ? `, ${Bytes(g.kv_streamed_bytes_per_step)} of KV streamed from the master a token` : '') :
       'none (this run is on the CPU)';
   $('st-gpu-events').textContent = g ? DeviceEventsText(g.device_events) : '–';

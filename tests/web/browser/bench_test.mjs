@@ -35,6 +35,8 @@ function Check(result, block) {
     checks.Expect(r.gpu?.kv_path === 'resident' && p?.tokens === r.depth + kOptions.prompt_tokens && p.submits === blocks &&
                   p.readbacks === blocks && r.gpu.submits_per_step === 1 && r.gpu.readbacks_per_step === 1,
                   `${run}: the prompt's ${blocks} block(s): ${JSON.stringify(r.gpu)}`);
+    // The adapter here is SwiftShader: MatvecKernelFor keeps a row per invocation there.
+    checks.Expect(r.gpu?.matvec_kernel === 'rows', `${run}: the matvec kernel on an emulated adapter is ${r.gpu?.matvec_kernel} (want rows)`);
   }
   checks.Expect(result.same_ids?.length === kOptions.depths.length && result.same_ids.every((s) => s.same),
                 `${what}: the GPU and WebAssembly paths' greedy ids equal at every depth (${JSON.stringify(result.same_ids)})`);
