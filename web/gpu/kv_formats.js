@@ -53,8 +53,10 @@ fn ${t}_u8(offset: u32) -> u32 { let at = ${at}; return byte_of(${t}_buf[at >> 2
 fn ${t}_u16(offset: u32) -> u32 { return ${t}_u8(offset) | (${t}_u8(offset + 1u) << 8u); }
 fn ${t}_u32(offset: u32) -> u32 {
   let at = ${at};
-  if ((at & 3u) == 0u) { return ${t}_buf[at >> 2u]; }
-  return ${t}_u16(offset) | (${t}_u16(offset + 2u) << 16u);
+  let shift = 8u * (at & 3u);
+  if (shift == 0u) { return ${t}_buf[at >> 2u]; }
+  // Unaligned: the four bytes span two words, both holding some of them (so both in the buffer).
+  return (${t}_buf[at >> 2u] >> shift) | (${t}_buf[(at >> 2u) + 1u] << (32u - shift));
 }
 `;
 }

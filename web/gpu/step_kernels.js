@@ -202,6 +202,31 @@ export const kOpsBindings = {
   swiglu: [1, 2, 3], argmax: [1, 3, 6], quantize: [1, 3, 7, 8],
 };
 
+// The integer dot I_b = Σ code·q of an activation block of the types whose codes are read as words
+// (w_u32 of 4 code bytes, contiguous in both layouts), in matvec_term's scope (row, block, first,
+// qo, b, dot): the same integers as the element loop (exact: no sum comes near 2^31), fewer loads.
+const kWordDots = {
+  // Q1_0: 32 sign bits, LSB first; code ±1 times q is ±q.
+  q1_0: `let bits = w_u32(w_code_byte(row, block, first / 8u));
+  for (var j = 0u; j < 32u; j++) {
+    let q = xq[qo + b * 32u + j];
+    dot = dot + select(-q, q, ((bits >> j) & 1u) == 1u);
+  }`,
+  // Q4_0: byte s holds element s's code + 8 in its low nibble, element 16 + s's in its high one.
+  q4_0: `for (var k = 0u; k < 4u; k++) {
+    let w = w_u32(w_code_byte(row, block, 4u * k));
+    for (var i = 0u; i < 4u; i++) {
+      let byte = (w >> (8u * i)) & 255u;
+      dot = dot + (i32(byte & 15u) - 8) * xq[qo + b * 32u + 4u * k + i] + (i32(byte >> 4u) - 8) * xq[qo + b * 32u + 16u + 4u * k + i];
+    }
+  }`,
+  // Q8_0: byte j is element j's int8 code.
+  q8_0: `for (var k = 0u; k < 8u; k++) {
+    let w = w_u32(w_code_byte(row, block, 4u * k));
+    for (var i = 0u; i < 4u; i++) { dot = dot + (i32(w << (24u - 8u * i)) >> 24u) * xq[qo + b * 32u + 4u * k + i]; }
+  }`,
+};
+
 /**
  * The weight ops of `type` in `layout`: matvec (f32 activation or quantised; `kernel` as
  * MatvecKernelFor says), matmul, embed.
@@ -246,14 +271,7 @@ fn matvec_term(row: u32, b: u32, qo: u32, dxo: u32) -> vec2f {
   let block = (b * 32u) / ${elems}u;
   let first = (b * 32u) % ${elems}u;
   var dot = 0;
-  ${type === 'q1_0' ? `// Q1_0: the block's 32 sign bits as one word (the matmul's read); code ±1 times q is ±q.
-  let s = first / 8u;
-  let bits = w_u8(w_code_byte(row, block, s)) | (w_u8(w_code_byte(row, block, s + 1u)) << 8u) |
-             (w_u8(w_code_byte(row, block, s + 2u)) << 16u) | (w_u8(w_code_byte(row, block, s + 3u)) << 24u);
-  for (var j = 0u; j < 32u; j++) {
-    let q = xq[qo + b * 32u + j];
-    dot = dot + select(-q, q, ((bits >> j) & 1u) == 1u);
-  }` : 'for (var j = 0u; j < 32u; j++) { dot = dot + w_code(row, block, first + j) * xq[qo + b * 32u + j]; }'}
+  ${kWordDots[type] ?? 'for (var j = 0u; j < 32u; j++) { dot = dot + w_code(row, block, first + j) * xq[qo + b * 32u + j]; }'}
   ${min ? `var q_sum = 0;  // Σq of the block, exact
   for (var j = 0u; j < 32u; j++) { q_sum = q_sum + xq[qo + b * 32u + j]; }
   return vec2f((w_scale(row, block) * xd[dxo + b]) * f32(dot), (w_min(row, block) * xd[dxo + b]) * f32(q_sum));`
