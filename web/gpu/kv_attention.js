@@ -42,14 +42,17 @@ function TileRows(q_per_kv, head_dim) {
  * updates element i of every head's acc through the tile's rows in order. So every number has the
  * bits the one-invocation loop gave, and no invocation holds more than q_per_kv accumulators.
  * (first_head, head_dim, q_per_kv in scope; rows: {begin, end, row}: the loop's t runs over
- * [begin, end), workgroup-uniform, and `row` is the WGSL of row r at t.) Call PreludeWgsl's
- * declarations at module scope.
+ * [begin, end), workgroup-uniform, and `row` is the WGSL of row r at t.) OnlineSoftmaxPreludeWgsl's
+ * declarations go at module scope.
  */
 export function OnlineSoftmaxWgsl(q_per_kv, head_dim, rows,
                                   {base = '0u', fresh = 'false', q_at = '(first_head + j) * head_dim'} = {}) {
   // base: the float index in `state` of this state region's head 0; fresh: start from the empty
   // state (m = −inf, l = 0, acc = 0) instead of loading it (a position chunk of its own); q_at:
   // the float index in q of query head j's vector (j in scope; default: queries packed densely).
+  if (q_per_kv > AttendLanes(head_dim)) {
+    throw new Error(`attention on the GPU takes at most ${AttendLanes(head_dim)} query heads per KV head at head_dim ${head_dim} (got ${q_per_kv}): a lane per query head`);
+  }
   const tile = TileRows(q_per_kv, head_dim);
   return /* wgsl */ `
   let state_base = ${base};
