@@ -103,6 +103,8 @@ function GpuTurn(runner, p, keep, env) {
                     matvec_kernel: runner.step?.matvec_kernel,  // step_kernels.js's MatvecKernelFor
                     pages_written_behind: counts.write_backs - counts0.write_backs,
                     kv_streamed_bytes_per_step: per('streamed_bytes'),
+                    // resident and mixed paths: attention windows a step dispatches (pooled pages: one a layer)
+                    attend_dispatches_per_step: per('attend_dispatches'),
                     // KV bytes in GPU buffers now: the resident and mixed paths' pages and slots,
                     // else the KV device's slots.
                     kv_gpu_bytes: runner.resident ? runner.resident.counts.kv_bytes_now : runner.kv_device?.kv_bytes_now ?? 0},

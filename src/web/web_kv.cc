@@ -278,8 +278,8 @@ EMSCRIPTEN_KEEPALIVE int kvq_web_kv_append(int kv, int layer, const float* k, co
   return s.ok() ? 0 : Fail(s.message());
 }
 
-// {page_bytes, value_offset, page_positions, key_block_bytes, value_block_bytes[, rotation_signs]}:
-// one page of `layer` as the cache stores it (K blocks from 0, V blocks from value_offset, each
+// {page_bytes, value_offset, page_positions, max_positions, key_block_bytes, value_block_bytes[,
+// rotation_signs]}: one page of `layer` as the cache stores it (K blocks from 0, V blocks from value_offset, each
 // region and the page padded: a block's bytes are the codec's, not the region over its blocks), the
 // layout pages written behind by the GPU's encoders take; rotation_signs ([head_dim] ±1) when the
 // layer's K or V spec has "rot".
@@ -288,7 +288,7 @@ EMSCRIPTEN_KEEPALIVE const char* kvq_web_kv_page_layout(int kv, int layer) {
   const kvq::KvCache::PageLayout l = w->cache->LayerPageLayout(layer);
   const kvq::KvCacheConfig& c = w->cache->config();
   nlohmann::json j{{"page_bytes", l.page_bytes}, {"value_offset", l.value_offset},
-                   {"page_positions", c.page_positions}};
+                   {"page_positions", c.page_positions}, {"max_positions", c.max_positions}};
   // The signs as the cache draws them (KvCache::Create: RotationSigns of its seed and head_dim): a
   // resident GPU cache rotates the rows it encodes, and its queries, with them (kv_resident.js).
   const size_t i = c.layers.size() == 1 ? 0 : static_cast<size_t>(layer);

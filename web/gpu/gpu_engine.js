@@ -60,8 +60,8 @@ const kMaxRecoveries = 3;
 export const kGpuPrefillBlock = 64;
 // Uniform slots (uniform_arena.js: 256 bytes each on most devices) a block may take: #BlockLength
 // counts what the block records (kv_resident.js's BlockUniformSlots: per layer the encoder calls
-// of the pages it writes, an attend per page and a gather), which grows with the pages attended,
-// not the block's tokens; a context too long for a block's attends gets blocks cut at a page end
+// of the pages it writes, an attend per page or per pool segment and a gather), which grows with
+// the pages attended, not the block's tokens; a context too long for a block's attends gets blocks cut at a page end
 // (4 MiB of parameters at most) rather than an arena that grows with the context.
 const kBlockUniformSlots = 16384;
 // How long a failed step waits for device.lost to say whether the device went away (the
@@ -141,6 +141,7 @@ export class GpuModelRunner {
     this.retired = {steps: 0, submits: 0, readbacks: 0, device_submits: 0};  // of step programs of lost devices
     this.retired_write_backs = 0;  // pages written behind by resident caches gone since
     this.retired_streamed_bytes = 0;  // bytes streamed from the master by mixed-mode caches gone since
+    this.retired_attend_dispatches = 0;  // attention dispatches of resident caches gone since
     this.resident = null;  // the sequence's GpuResidentKv on the resident and mixed paths
     this.resident_pages = Infinity;  // pages per layer kept on the GPU (mixed: fewer than the context's)
     this.path = '';        // 'resident', 'mixed' or 'stream' (NewSequence)
@@ -262,6 +263,7 @@ export class GpuModelRunner {
     if (!this.resident) return;
     this.retired_write_backs += this.resident.counts.write_backs;
     this.retired_streamed_bytes += this.resident.counts.streamed_bytes;
+    this.retired_attend_dispatches += this.resident.counts.attend_dispatches;
     try {
       this.resident.Destroy();
     } catch {
@@ -406,7 +408,7 @@ export class GpuModelRunner {
     const P = this.resident.P;
     let n = Math.min(left, most);
     while (n > 1 && BlockUniformSlots(this.config.n_cache_layers, P, pos, n, this.resident.group,
-                                      this.resident.rotation_slots, this.resident.rows_spec) > slots) {
+                                      this.resident.rotation_slots, this.resident.rows_spec, this.resident.segment_pages) > slots) {
       n = Math.max(1, Math.floor((pos + n - 1) / P) * P - pos);
     }
     if (this.path === 'mixed') {
@@ -580,6 +582,7 @@ export class GpuModelRunner {
     if (this.step) for (const k of Object.keys(out)) out[k] += this.step.counts[k];
     out.write_backs = this.retired_write_backs + (this.resident ? this.resident.counts.write_backs : 0);
     out.streamed_bytes = this.retired_streamed_bytes + (this.resident ? this.resident.counts.streamed_bytes : 0);
+    out.attend_dispatches = this.retired_attend_dispatches + (this.resident ? this.resident.counts.attend_dispatches : 0);
     return out;
   }
   get weight_bytes() { return this.step ? this.step.weight_bytes : 0; }

@@ -34,7 +34,12 @@ function F32Const(x) {  // an exact f32 literal
 /** Bytes of AttendWgsl's Params (24 words: 22 used, padded to 16 bytes). */
 export const kAttendParamsBytes = 96;
 
-/** The attention kernels (attend, fold) of one layer shape (also kv_resident.js's). */
+/**
+ * The attention kernels (attend, fold) of one layer shape (also kv_resident.js's). s.pages, when
+ * given ({k_region, v_region, stride}: bytes of K blocks and of V blocks per page, bytes from a page
+ * to the next): a window's encoded rows may run on through consecutive pages of a pool
+ * (kv_resident_pool.js), page-aligned, each page's blocks where its layout puts them.
+ */
 export function AttendWgsl(s) {
   const half = s.rotary_dims / 2;
   const rope = !s.pre_rope ? `fn k_value(r: u32, head: u32, i: u32) -> f32 { return k_stored(r, head, i); }` : `
@@ -86,7 +91,8 @@ struct Params {
 // it (kvq's AttentionState merged_*), regions 2 + p the window's pieces that start a chunk.
 @group(0) @binding(3) var<storage, read_write> state: array<f32>;
 @group(0) @binding(4) var<uniform> params: Params;
-${DecodeWgsl(s.key_format, s.value_format, {k: 'params.k_blocks', v: 'params.v_blocks'})}
+${DecodeWgsl(s.key_format, s.value_format, {k: 'params.k_blocks', v: 'params.v_blocks', ...(s.pages ? {
+    k_pages: {region: s.pages.k_region, stride: s.pages.stride}, v_pages: {region: s.pages.v_region, stride: s.pages.stride}} : {})})}
 
 fn k_stored(r: u32, head: u32, i: u32) -> f32 {
   if (r < params.k_n_head) { return bitcast<f32>(k_buf[params.k_head / 4u + (r * n_kv_heads + head) * head_dim + i]); }

@@ -44,10 +44,14 @@ fn e2m1_to_f32(code: u32) -> f32 {
 `;
 
 // Per tensor t: u8, u16 and u32 readers over t_buf (array<u32>) at byte offsets, counted from the
-// WGSL expression `base` (bytes; a multiple of 4) when given: where t's blocks start in a buffer
-// that holds more than them (a cache slot: K blocks, V blocks, f32 rows).
-export function Readers(t, base = '') {
-  const at = base ? `offset + ${base}` : 'offset';
+// WGSL expression `base` (bytes) when given: where t's blocks start in a buffer that holds more
+// than them (a cache slot: K blocks, V blocks, f32 rows). pages: {region, stride} when t's blocks
+// lie in consecutive pages of a pool (kv_resident_pool.js), `region` bytes of them per page, pages
+// `stride` bytes apart: an offset counts bytes as if the regions were back to back (a decoder's row
+// · block arithmetic), and the reader finds its page. A block never spans two regions.
+export function Readers(t, base = '', pages = null) {
+  const paged = pages ? `(offset / ${pages.region}u) * ${pages.stride}u + offset % ${pages.region}u` : 'offset';
+  const at = base ? `${paged} + ${base}` : paged;
   return /* wgsl */ `
 fn ${t}_u8(offset: u32) -> u32 { let at = ${at}; return byte_of(${t}_buf[at >> 2u], at); }
 fn ${t}_u16(offset: u32) -> u32 { return ${t}_u8(offset) | (${t}_u8(offset + 1u) << 8u); }
@@ -165,13 +169,13 @@ function Decoder(format, tensor) {
  * WGSL for decoding K (format key_format) and V (value_format): the byte helpers, the readers and
  * each tensor's `<t>_elem`. The caller declares k_buf, v_buf, the consts k_block and v_block
  * (bytes per row) and head_dim. bases: {k, v}, WGSL expressions of where each tensor's blocks start
- * in its buffer (bytes), when not at 0.
+ * in its buffer (bytes), when not at 0; k_pages, v_pages: Readers' pages for blocks in a page pool.
  */
 export function DecodeWgsl(key_format, value_format, bases = {}) {
   for (const f of [key_format, value_format]) {
     if (!kGpuFormats.includes(f)) throw new Error(`no WGSL decoder for KV format '${f}' (have: ${kGpuFormats.join(', ')})`);
   }
-  return [kByteHelpers, Readers('k', bases.k), Readers('v', bases.v), Decoder(key_format, 'k'),
+  return [kByteHelpers, Readers('k', bases.k, bases.k_pages), Readers('v', bases.v, bases.v_pages), Decoder(key_format, 'k'),
           Decoder(value_format, 'v')].join('\n');
 }
 

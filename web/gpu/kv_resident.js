@@ -15,6 +15,9 @@
 // reset by a copy recorded in the encoder, in command order. The window kernels are the KV device's: the same instructions
 // for any split of the positions into windows, so the bits equal the streamed path's.
 //
+// Every page resident and no f32 rows kept (not mixed, not sinkN / resN): a layer's pages lie in a
+// pool (kv_resident_pool.js), so a run of pages is one window, its position chunks in parallel.
+//
 // Mixed mode (a context over the device budget, seed 000's architecture): each layer keeps its
 // newest `resident_pages` pages on the GPU (the tail among them, encoded there as above); an older
 // page is evicted once its write-back has landed in the master, and the step's attention reads it
@@ -41,12 +44,9 @@
 // only once the master encoded all its rows (MasterPagesToEvict: the residual's pages stay), and a
 // streamed page's sinks go into its slot after its bytes, kept from its write-behind (L.sinks).
 //
-// A "rot" spec (FORMAT+rot, K or V or both; not with KIVI keys): the block's new rows are copied
-// into a scratch buffer and rotated there by kv_device.js's head ops (kvq's RotateHeads, the same
-// bits) before the encoder reads them, so the pages hold the C++ cache's bytes; with rotated keys
-// the queries are rotated likewise (a copy) before the attends, with rotated values the normalised
-// output is unrotated in the state before the gather. The signs are the module's (the page
-// layout's rotation_signs). All in the step's encoder: no submit or readback of its own.
+// A "rot" spec (FORMAT+rot, K or V or both; not with KIVI keys; kv_resident_rotation.js): the
+// block's new rows are rotated in scratch before the encoder reads them, so the pages hold the C++
+// cache's bytes; rotated keys rotate the queries too, rotated values unrotate the output.
 //
 // A "prerope" key spec (kv_resident_rope.js): the step program hands the cache the keys before
 // RoPE (its k_pre rows), which the pages hold encoded as the master's do, and the attends rope
@@ -54,14 +54,19 @@
 // read from a table of the module's cos/sin by position that grows a page at a time; in mixed mode
 // a ring of the resident pages' rows, a streamed page's rows written into its slot beside it.
 //
+// Every page resident and no f32 rows kept (not mixed, not sinkN / resN): a layer's pages lie in a
+// pool (kv_resident_pool.js), so a run of pages is one window, its position chunks in parallel.
+//
 // Mixed mode's GPU bytes are kv_resident_specs.js's MixedCosts (the slots, each layer's resident
 // pages and f32 rows, the cos/sin ring), all counted in counts.kv_bytes as they are made.
 
-import {AttendWgsl, HeadOpsWgsl, kAttendParamsBytes, NormaliseWgsl} from './kv_device.js';
+import {AttendWgsl, kAttendParamsBytes, NormaliseWgsl} from './kv_device.js';
 import {GpuKvEncoder, KeyRowsPerBlock} from './kv_formats.js';
 import {ResidentRopeTable} from './kv_resident_rope.js';
+import {ResidentRotation} from './kv_resident_rotation.js';
+import {PagePool, PoolWindows} from './kv_resident_pool.js';
 import {PageWindows, ResidentRows, RowsPieces, RowsSpecOf, SubBlocks} from './kv_resident_rows.js';
-import {kStreamSlots, RotationSlots, SplitKvSpec} from './kv_resident_specs.js';
+import {kStreamSlots, PageBufferBytes, RotationSlots, SplitKvSpec} from './kv_resident_specs.js';
 import {CachedPipeline} from './pipeline_cache.js';
 import {UniformArena} from './uniform_arena.js';
 
@@ -85,9 +90,10 @@ export class GpuResidentKv {
    * {resident_pages (per layer, ≥ 1), read(layer, page) → Uint8Array [page_bytes] of the master's
    * page (valid until the next call)} for a context over the device budget; omitted: every page
    * stays resident. rope(pos): Float32Array [rotary_dims] of the module's cos/sin at pos (the
-   * step program's), needed by a prerope key spec (its keys are given before RoPE).
+   * step program's), needed by a prerope key spec (its keys are given before RoPE). options:
+   * {segment_pages: pooled pages per attend window at most (tests: windows that cut position chunks)}.
    */
-  constructor(device, c, layout, formats, append, mixed = null, rope = null) {
+  constructor(device, c, layout, formats, append, mixed = null, rope = null, options = {}) {
     const P = layout.page_positions;
     this.device = device;
     this.c = c;
@@ -124,7 +130,7 @@ export class GpuResidentKv {
     this.next_slot = 0;
     this.pending = new Set();
     const shape = {n_kv_heads: c.n_kv_heads, head_dim: c.head_dim};
-    this.rotation = this.#Rotation(formats, layout.rotation_signs);
+    this.rotation = ResidentRotation.Of(device, c, formats, layout.rotation_signs, this.counts);
     this.rotation_slots = RotationSlots(formats.key, formats.value);  // per layer and block
     // prerope: the module's cos/sin (kv_resident_rope.js): [positions][rotary_dims] f32 by position,
     // or in mixed mode a ring [resident_pages][P][rotary_dims] f32 of the resident pages' rows.
@@ -132,8 +138,20 @@ export class GpuResidentKv {
                                           buffer: this.#NewBuffers(this.resident_pages * rope_page).buffer} : null;
     this.rope_table = this.prerope ? new ResidentRopeTable(device, c.rotary_dims, P, rope, (b) => this.retired.push(b), ring) : null;
     formats = {key: SplitKvSpec(formats.key).format, value: SplitKvSpec(formats.value).format};
+    // Every page resident and no f32 rows: a layer's pages in a pool (kv_resident_pool.js), so a
+    // run of them is one attend window, segments as large as one storage binding takes.
+    this.stride = PageBufferBytes(this.page_bytes);
+    const binding = Math.min(device.limits.maxStorageBufferBindingSize, device.limits.maxBufferSize);
+    this.segment_pages = mixed || this.rows ? 1 : Math.max(1, Math.min(Math.floor(binding / this.stride), options.segment_pages ?? Infinity));
+    const pool = mixed || this.rows ? null : {stride: this.stride, segment_pages: this.segment_pages,
+      max_pages: layout.max_positions > 0 ? Math.ceil(layout.max_positions / P) : Infinity,
+      storage: (bytes) => this.#NewBuffers(bytes).buffer, free: (buffer, deferred) => {
+        this.counts.kv_bytes_now -= buffer.size;
+        if (deferred) this.retired.push(buffer); else buffer.destroy();
+      }};
     this.layers = Array.from({length: c.n_cache_layers}, () => ({
-      pages: [],  // [{buffer [page_bytes]}, or null once evicted]
+      pages: [],  // [{buffer, offset: the page's bytes [page_bytes] in it}, or null once evicted]
+      pool: pool && new PagePool(pool),
       landed: 0,  // pages of this layer whose write-back reached the master (they fill in order)
       held: 0,    // positions recorded
       // [G][n_kv_heads][head_dim] f32: the newest group's K rows (KIVI); with sinkN / resN the ring instead
@@ -146,7 +164,8 @@ export class GpuResidentKv {
     for (const L of this.layers) for (const e of [L.k, L.v]) e.Reserve(P);
     const s = {head_dim: c.head_dim, n_kv_heads: c.n_kv_heads, q_per_kv: c.n_heads / c.n_kv_heads,
                k_block_bytes: this.k_block, v_block_bytes: this.v_block, key_format: formats.key,
-               value_format: formats.value, pre_rope: this.prerope, rotary_dims: c.rotary_dims, rope_pairing: c.rope_pairing};
+               value_format: formats.value, pre_rope: this.prerope, rotary_dims: c.rotary_dims, rope_pairing: c.rope_pairing,
+               pages: pool ? {k_region: P / this.group * this.k_block, v_region: P * this.v_block, stride: this.stride} : null};
     // Shared with every resident cache of this shape on the device (a new one per sequence).
     const attend_code = AttendWgsl(s), norm_code = NormaliseWgsl(c.head_dim);
     this.attend = CachedPipeline(device, attend_code, 'attend');
@@ -154,15 +173,15 @@ export class GpuResidentKv {
     this.finish = CachedPipeline(device, norm_code, 'finish');
     this.gather = CachedPipeline(device, norm_code, 'gather_strided');
     // Attention state: per query head [m, l, acc[head_dim]] in regions (AttendWgsl): the open
-    // chunk's, the merged chunks', one per piece a page window can start (ceil(P / chunk) + 1).
-    // region_bytes: one query position's; a block of n positions has n times as much (#Queries).
+    // chunk's, the merged chunks', one per piece a window starts (as many as its chunks).
+    // region_bytes: one query position's; a block of n positions has n times as much (#State).
     this.region_bytes = c.n_heads * (c.head_dim + 2) * 4;
-    this.max_pieces = Math.ceil(P / kPositionChunk) + 1;
+    this.pieces = 0;
     this.queries = 0;
     this.state = null;
     this.initial = null;
-    this.retired = [];  // state buffers outgrown while recording: destroyed after the submit
-    this.#Queries(1);
+    this.retired = [];  // buffers outgrown while recording: destroyed after the submit
+    this.#State(1, Math.ceil(P / kPositionChunk) + 1);
     // LlamaModel's attention scale, as f32: 1 / sqrtf(head_dim) (f64 then rounded: the same bits).
     this.scale = Math.fround(1 / Math.fround(Math.sqrt(c.head_dim)));
     // Every dispatch's parameters (AttendWgsl's Params; the encoders' 16) until the submit.
@@ -179,15 +198,17 @@ export class GpuResidentKv {
 
   // A page's buffers (a resident page or a streaming slot; or `bytes`), its KV bytes counted.
   #NewBuffers(bytes = this.page_bytes) {
-    const b = {buffer: this.#Storage(bytes)};
+    const b = {buffer: this.#Storage(bytes), offset: 0};
     this.counts.kv_bytes += b.buffer.size;
     this.counts.kv_bytes_now += b.buffer.size;
     this.counts.peak_kv_bytes = Math.max(this.counts.peak_kv_bytes, this.counts.kv_bytes_now);
     return b;
   }
 
-  #NewPage(L) {
-    const page = this.#NewBuffers(this.rows ? this.rows.PageBytes(L.pages.length) : this.page_bytes);
+  // encoder: where a pool's growth copies its pages (no pass open); null: submitted at once.
+  #NewPage(L, encoder = null) {
+    const page = L.pool ? L.pool.NewPage(this.device, encoder)
+                        : this.#NewBuffers(this.rows ? this.rows.PageBytes(L.pages.length) : this.page_bytes);
     L.pages.push(page);
     return page;
   }
@@ -211,15 +232,16 @@ export class GpuResidentKv {
       L.pages.push(null);
       return;
     }
-    L.pages.push(this.#Uploaded(bytes));
+    L.pages.push(this.#Uploaded(L, bytes));
   }
 
-  // A page's buffers holding `bytes` (Uint8Array [page_bytes], a master page).
-  #Uploaded(bytes) {
-    const page = this.#NewBuffers();
+  // A page holding `bytes` (Uint8Array [page_bytes], a master page): layer L's pool's next one
+  // (pooled pages come in order), else a buffer of its own.
+  #Uploaded(L, bytes) {
+    const page = L.pool ? L.pool.NewPage(this.device, null) : this.#NewBuffers();
     const padded = new Uint8Array(Ceil4(bytes.byteLength));  // writeBuffer takes whole words
     padded.set(bytes);
-    this.device.queue.writeBuffer(page.buffer, 0, padded);
+    this.device.queue.writeBuffer(page.buffer, page.offset, padded);
     return page;
   }
 
@@ -242,8 +264,9 @@ export class GpuResidentKv {
       if (L.landed < Math.floor(n / P)) {
         throw new Error(`GpuResidentKv.Truncate: layer ${layer}'s pages before position ${n} are not all in the master (Drain first)`);
       }
-      for (const page of L.pages.splice(kept_pages)) if (page) this.#FreeBuffers(page);
-      for (let i = first; i < kept_pages; ++i) L.pages[i] ??= this.#Uploaded(this.read(layer, i));
+      for (const page of L.pages.splice(kept_pages)) if (page && !L.pool) this.#FreeBuffers(page);
+      L.pool?.Truncate(kept_pages);
+      for (let i = first; i < kept_pages; ++i) L.pages[i] ??= this.#Uploaded(L, this.read(layer, i));
       L.landed = Math.min(L.landed, Math.floor(n / P));
       L.sinks.length = Math.min(L.sinks.length, L.landed);
       L.held = n;
@@ -333,7 +356,7 @@ export class GpuResidentKv {
       ++this.counts.evictions;
     }
     L.held = pos + n;
-    if (this.rotation) b = this.#Rotated(sink.encoder, b);  // rot: rows and queries in rotated copies
+    if (this.rotation) b = this.rotation.Rotated(sink.encoder, b, this.uniforms, this.retired);  // rot: rows and queries rotated copies
     const {q, q_stride} = b;
     const full = [];  // pages the block fills: copied out after its rows are encoded
     if (this.rows) {  // one page's piece: copied into the ring, rows aged out encoded (kv_resident_rows.js)
@@ -342,24 +365,27 @@ export class GpuResidentKv {
     }
     for (let t = this.rows ? n : 0; t < n;) {  // the block's rows in each page it writes: rows t .. t + run − 1
       const row = (pos + t) % P, run = Math.min(n - t, P - row);
-      const tail = row === 0 ? this.#NewPage(L) : L.pages[L.pages.length - 1];
+      const tail = row === 0 ? this.#NewPage(L, sink.encoder) : L.pages[L.pages.length - 1];
       const k_rows = From(b.k, t * b.kv_stride);
       this.counts.encode_dispatches += this.group > 1 ? this.#RecordKeyGroupRows(sink.encoder, L, k_rows, b.kv_stride, pos + t, run, tail)
-          : L.k.Record(sink.encoder, k_rows, run, tail.buffer, row * this.k_block, this.uniforms, b.kv_stride);
+          : L.k.Record(sink.encoder, k_rows, run, tail.buffer, tail.offset + row * this.k_block, this.uniforms, b.kv_stride);
       this.counts.encode_dispatches +=
-          L.v.Record(sink.encoder, From(b.v, t * b.kv_stride), run, tail.buffer, this.value_offset + row * this.v_block,
+          L.v.Record(sink.encoder, From(b.v, t * b.kv_stride), run, tail.buffer, tail.offset + this.value_offset + row * this.v_block,
                      this.uniforms, b.kv_stride);
       if (row + run === P) full.push(tail);
       t += run;
     }
     const last = pos + n - 1, last_index = Math.floor(last / P);
-    this.#Queries(n);
+    // One window per page in position order (a KIVI page holding residual rows: two, PageWindows);
+    // pooled, one per segment's run of pages (and the residual rows').
+    let windows = this.rows ? this.rows.Windows(L, last)
+        : PageWindows(pos, last, P, this.group, this.value_offset, this.v_block, L.residual);
+    if (L.pool) windows = PoolWindows(windows, P, this.segment_pages);
+    const Pieces = (first, rows) => Math.floor((first + rows - 1) / kPositionChunk) - Math.floor(first / kPositionChunk) + 1;
+    this.#State(n, Math.max(...windows.map((w) => Pieces(w.first, w.rows))));
     const region_bytes = n * this.region_bytes;  // one state per (query position, query head)
     sink.encoder.copyBufferToBuffer(this.initial, 0, this.state, 0, 2 * region_bytes);
     let pass = sink.encoder.beginComputePass();
-    // One window per page in position order (a KIVI page holding residual rows: two, PageWindows).
-    const windows = this.rows ? this.rows.Windows(L, last)
-        : PageWindows(pos, last, P, this.group, this.value_offset, this.v_block, L.residual);
     for (const {i, first, rows: window_rows, k, v} of windows) {
       let page = L.pages[i];
       if (!page) {  // evicted: streamed from the master into the next slot
@@ -389,14 +415,15 @@ export class GpuResidentKv {
           this.counts.streamed_rope_bytes += page.rope.size;
         }
       }
-      const pieces = Math.floor((first + window_rows - 1) / kPositionChunk) - Math.floor(first / kPositionChunk) + 1;
+      const pieces = Pieces(first, window_rows);
       const first_fresh = first > 0 && first % kPositionChunk === 0 ? 1 : 0;
       const p = new ArrayBuffer(kAttendParamsBytes), u = new Uint32Array(p);
       // AttendWgsl's Params: rows, first_pos, query_pos, scale; K blocks/head/residual offsets and
       // counts; V's; no injected bug; chunk, pieces, first_fresh, n queries; q's stride; the rope
       // rows' row of the window's row 0 (prerope: a streamed page's own rows, else the table's).
       const rope_row = !this.rope_table ? first : page.rope ? first - i * P : this.rope_table.Row(first);
-      u.set([window_rows, first, pos, 0, k.blocks, k.head, 0, k.n_head, k.n_block, v.blocks, v.head, 0, v.n_head, v.n_block,
+      const k_at = k.buffer ? 0 : page.offset, v_at = v.buffer ? 0 : page.offset;  // a pooled page's bytes in its segment
+      u.set([window_rows, first, pos, 0, k_at + k.blocks, k.head, 0, k.n_head, k.n_block, v_at + v.blocks, v.head, 0, v.n_head, v.n_block,
              0, 0, kPositionChunk, pieces, first_fresh, n, q_stride, rope_row]);
       new Float32Array(p, 12, 1)[0] = this.scale;
       const params = this.uniforms.Take(p);
@@ -418,7 +445,7 @@ export class GpuResidentKv {
     pass.setBindGroup(0, this.#Group(this.finish, [{buffer: this.state, size: 2 * region_bytes}]));
     pass.dispatchWorkgroups(Math.ceil(n * c.n_heads / 64));
     if (this.rotation?.value) {  // the normalised output's value rotation undone in the state (kvq's UnrotateHeads)
-      this.#HeadOp(pass, 'unrotate', {buffer: this.state, size: region_bytes}, n * c.n_heads, c.head_dim + 2, 2);
+      this.rotation.HeadOp(pass, 'unrotate', {buffer: this.state, size: region_bytes}, n * c.n_heads, c.head_dim + 2, 2, this.uniforms);
     }
     const gather = this.uniforms.Take(new Uint32Array([c.n_heads, out_stride, 0, 0]));
     pass.setPipeline(this.gather);
@@ -427,8 +454,8 @@ export class GpuResidentKv {
     pass.end();
     if (this.rows && (pos + n) % P === 0) this.staged.push({layer, staging: this.rows.StageRows(sink.encoder, L, last_index), rows: true});
     for (const tail of full) {  // a page filled: copied out in this submit, appended once mapped
-      const staging = this.device.createBuffer({size: tail.buffer.size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
-      sink.encoder.copyBufferToBuffer(tail.buffer, 0, staging, 0, tail.buffer.size);
+      const staging = this.device.createBuffer({size: this.stride, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
+      sink.encoder.copyBufferToBuffer(tail.buffer, tail.offset, staging, 0, this.stride);
       this.staged.push({layer, staging});
     }
   }
@@ -449,83 +476,24 @@ export class GpuResidentKv {
       }
       if (slot + m === G) {  // the group is whole: encoded into its page
         const group_in_page = Math.floor(((at + t + m - 1) % this.P) / G);
-        dispatches += L.k.Record(encoder, L.residual, G, tail.buffer, group_in_page * this.k_block, this.uniforms);
+        dispatches += L.k.Record(encoder, L.residual, G, tail.buffer, tail.offset + group_in_page * this.k_block, this.uniforms);
       }
       t += m;
     }
     return dispatches;
   }
 
-  // A rot spec's {key, value: whether each tensor is rotated; signs: GPU buffer [head_dim] f32 (the
-  // module's); rotate, unrotate: kv_device.js's head ops; k, v, q: scratch, the block's rows and
-  // queries as RecordBlock's b lays them out, rotated (#Rotated)}, or null without one.
-  #Rotation(formats, signs) {
-    const [key, value] = [formats.key, formats.value].map((spec) => SplitKvSpec(spec).transforms.includes('rot'));
-    if (!key && !value) return null;
-    const d = this.c.head_dim;
-    if (signs?.length !== d) throw new Error(`a rot spec needs the page layout's rotation_signs: ${d} signs (got ${signs?.length})`);
-    const buffer = this.#Storage(d * 4);
-    this.device.queue.writeBuffer(buffer, 0, new Float32Array(signs));
-    const code = HeadOpsWgsl(d);
-    return {key, value, signs: buffer, rotate: CachedPipeline(this.device, code, 'rotate'),
-            unrotate: CachedPipeline(this.device, code, 'unrotate'), k: null, v: null, q: null};
-  }
-
-  // RecordBlock's b with its rows (and, rotated keys, its queries) copied into the scratch at b's
-  // strides (so its bindings keep their alignment) and the rotated tensors rotated there, in
-  // `encoder` (no pass open): b's buffers are the step's. A row's padding up to the stride is a
-  // whole number of head vectors (checked), rotated with them and never read.
-  #Rotated(encoder, b) {
-    const r = this.rotation, c = this.c, n = b.n, d = c.head_dim, q_floats = c.n_heads * d;
-    const span = (stride, floats) => (n - 1) * stride + floats;  // floats from row 0 to row n − 1's end
-    for (const [what, stride] of [['K and V', b.kv_stride], ['query', b.q_stride]]) {
-      if (stride % d) throw new Error(`rot: the block's ${what} rows are ${stride} floats apart, not whole heads of ${d}`);
-    }
-    const want = [span(b.kv_stride, c.kv_dim), span(b.kv_stride, c.kv_dim), span(b.q_stride, q_floats)];
-    if (!r.k || want.some((floats, i) => floats * 4 > [r.k, r.v, r.q][i].size)) {
-      // Outgrown scratch is destroyed after the submit of the commands that used it.
-      for (const x of [r.k, r.v, r.q]) if (x) this.retired.push(x);
-      [r.k, r.v, r.q] = want.map((floats) => this.#Storage(floats * 4));
-    }
-    const copy = (src, floats, dst) => {
-      const from = From(src);
-      encoder.copyBufferToBuffer(from.buffer, from.offset, dst, 0, floats * 4);
-    };
-    copy(b.k, want[0], r.k);  // both tensors, rotated or not: the encoders read K and V at one binding kind
-    copy(b.v, want[1], r.v);
-    const out = {...b, k: r.k, v: r.v};
-    if (r.key) {
-      copy(b.q, want[2], r.q);
-      out.q = r.q;
-    }
-    const pass = encoder.beginComputePass();
-    if (r.key) this.#HeadOp(pass, 'rotate', r.q, want[2] / d, d, 0);
-    for (const [on, x, floats] of [[r.key, r.k, want[0]], [r.value, r.v, want[1]]]) {
-      if (on) this.#HeadOp(pass, 'rotate', x, floats / d, d, 0);
-    }
-    pass.end();
-    return out;
-  }
-
-  // kv_device.js's head op `entry` on `count` head vectors of x (a buffer or binding), vector i at
-  // i · stride + offset floats, into `pass`.
-  #HeadOp(pass, entry, x, count, stride, offset) {
-    const pipeline = this.rotation[entry];
-    pass.setPipeline(pipeline);
-    pass.setBindGroup(0, this.#Group(pipeline, [x, this.rotation.signs,
-                                                this.uniforms.Take(new Uint32Array([count, stride, offset, 0]))]));
-    pass.dispatchWorkgroups(Math.ceil(count / 64));
-    ++this.counts.head_op_dispatches;
-  }
-
-  // The attention state and its initial regions for blocks of n query positions: region r of the
-  // state ([n][n_heads][m, l, acc[head_dim]]) at r · n · region_bytes, 2 + max_pieces regions. A
-  // buffer outgrown is destroyed after the submit of the commands recorded with it.
-  #Queries(n) {
-    if (n <= this.queries) return;
+  // The attention state and its initial regions for blocks of n query positions and windows of up
+  // to `pieces` chunks: region r of the state ([n][n_heads][m, l, acc[head_dim]]) at r · n ·
+  // region_bytes, 2 + pieces regions. A buffer outgrown is destroyed after the submit of the
+  // commands recorded with it.
+  #State(n, pieces) {
+    if (n <= this.queries && pieces <= this.pieces) return;
     if (this.state) this.retired.push(this.state, this.initial);
     const c = this.c;
-    this.state = this.#Storage((2 + this.max_pieces) * n * this.region_bytes);
+    n = Math.max(n, this.queries);
+    this.pieces = Math.max(pieces, this.pieces);
+    this.state = this.#Storage((2 + this.pieces) * n * this.region_bytes);
     // Regions 0 and 1 as a layer starts them (m = −inf; l, acc 0), copied in before each layer.
     const initial = new Float32Array(2 * n * this.region_bytes / 4);
     for (let h = 0; h < 2 * n * c.n_heads; ++h) initial[h * (c.head_dim + 2)] = -Infinity;
@@ -585,14 +553,14 @@ export class GpuResidentKv {
 
   Destroy() {
     for (const L of this.layers) {
-      for (const p of L.pages) if (p) this.#FreeBuffers(p);
+      if (L.pool) L.pool.Destroy(); else for (const p of L.pages) if (p) this.#FreeBuffers(p);
       L.residual?.destroy();
       L.ring?.destroy();
     }
     for (const s of this.slots) this.#FreeBuffers(s);
     for (const b of [...this.slots.map((s) => s.rope), this.rope_table?.ring?.buffer]) b?.destroy();
     for (const b of [this.state, this.initial, ...this.retired]) b.destroy();
-    for (const b of [this.rotation?.signs, this.rotation?.k, this.rotation?.v, this.rotation?.q]) b?.destroy();
+    this.rotation?.Destroy();
     this.uniforms.Destroy();
     this.rows?.Destroy();
     this.rope_table?.Destroy();

@@ -183,21 +183,24 @@ export function PageWindows(pos, last, P, G, value_offset, v_block, residual) {
  * call for the group its first position completes, an attend per page of encoded rows and one
  * for the residual rows, and its gather; and `rotations` more per layer (RotationSlots: the
  * specs' head ops; rot is not taken with G > 1). rows: RowsSpecOf's {sinks, residual} (RowsBlockSlots).
+ * segment_pages: pages an attend window runs through (kv_resident_pool.js's segments; 1: a window
+ * per page), so the attends of encoded rows are one per segment they touch.
  */
-export function BlockUniformSlots(n_layers, P, pos, n, G = 1, rotations = 0, rows = null) {
+export function BlockUniformSlots(n_layers, P, pos, n, G = 1, rotations = 0, rows = null, segment_pages = 1) {
   if (rows) return n_layers * RowsBlockSlots(P, pos, n, [G, 1], rows);
+  const windows = (pages) => Math.ceil(pages / segment_pages);  // attends over pages [0, pages)
   if (G > 1) {
     let slots = 0;
     for (const [a, m] of SubBlocks(pos, n, G)) {
       const last = a + m - 1, encoded_end = Math.floor((a + 1) / G) * G;
       const written = Math.floor(last / P) - Math.floor(a / P) + 1;
-      slots += written + (a % G === G - 1 ? 1 : 0) + Math.ceil(Math.min(encoded_end, last + 1) / P) +
+      slots += written + (a % G === G - 1 ? 1 : 0) + windows(Math.ceil(Math.min(encoded_end, last + 1) / P)) +
                (last >= encoded_end ? 1 : 0) + 1;
     }
     return n_layers * slots;
   }
   const last = Math.floor((pos + n - 1) / P), written = last - Math.floor(pos / P) + 1;
-  return n_layers * (2 * written + last + 1 + 1 + rotations);
+  return n_layers * (2 * written + windows(last + 1) + 1 + rotations);
 }
 
 /**

@@ -18,8 +18,15 @@
 //      the CPU's c = 1);
 //   2. the same emulation without chunks (one running state over every position) differs from the
 //      GPU's output for some format: the check can see the chunk structure;
-//   3. every window size gives the one-window bits.
+//   3. every window size gives the one-window bits;
+//   4. the resident path (web/gpu/kv_resident.js) gives them too, for each format it encodes, with
+//      pages of 256 and 96: the master's full pages uploaded into its page pool, the rest encoded on
+//      the GPU by one block whose last queries are these. Its attends read runs of pooled pages as
+//      one window: the whole context (its three chunks in parallel, then folded: one attend for a
+//      one-row format), and runs of 3 pages (windows cutting chunks, pools of several segments).
 import {GpuKvDevice} from '/web/gpu/kv_device.js';
+import {KeyRowsPerBlock} from '/web/gpu/kv_formats.js';
+import {GpuResidentKv, PageBufferBytes, ResidentWhyNot} from '/web/gpu/kv_resident.js';
 import {SameBits} from '/test/gpu_attention_page.js';
 import {LoadModule, Rng, Rows} from '/test/gpu_kv_device_page.js';
 
@@ -175,6 +182,63 @@ export async function RunGpuChunkAttentionTests(bundle_url) {
     }
     return gpu.Output();
   };
+  // The resident path over cache h's rows (pages of `page`; k, v the f32 rows it was given): its full
+  // pages restored into the pool, the rest one block whose last `queries` positions take q; windows of up to segment_pages pages.
+  // Returns {out: those queries' output, attends: the block's attend dispatches}.
+  const Resident = async (h, spec, page, k, v, q, queries, segment_pages) => {
+    const layout = JSON.parse(M.UTF8ToString(M._kvq_web_kv_page_layout(h, 0))), d = s.head_dim;
+    const c = {n_heads: n_q, n_kv_heads: s.n_kv_heads, head_dim: d, kv_dim: elems, n_cache_layers: 1,
+               rotary_dims: d, rope_pairing: 'halves'};
+    const resident = new GpuResidentKv(device, c, layout, {key: spec, value: spec}, () => {}, null, null, {segment_pages});
+    let full = Math.floor(n / page);
+    if (n - full * page < queries) --full;
+    const at = M._malloc(PageBufferBytes(layout.page_bytes));
+    for (let i = 0; i < full; ++i) {
+      if (M._kvq_web_kv_read_page(h, 0, i, at) !== 0) fail(`${spec} page ${i}: ${Error_()}`);
+      resident.Restore(0, M.HEAPU8.slice(at, at + layout.page_bytes), full * page);
+    }
+    M._free(at);
+    const pos = full * page, m = n - pos, floats = n_q * d;
+    const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
+    const Buffer = (x) => {
+      const b = device.createBuffer({size: Math.max(16, x.byteLength), usage});
+      device.queue.writeBuffer(b, 0, x);
+      return b;
+    };
+    const queries_at = new Float32Array(m * floats);  // [m][n_q][head_dim]: the block's last `queries` are q
+    queries_at.set(q, (m - queries) * floats);
+    // Rows 256 bytes apart, as the runner's blocks lay them out (a storage binding's offset alignment).
+    const kv_stride = Math.ceil(elems / 64) * 64;
+    const Strided = (x) => {
+      const rows = new Float32Array(m * kv_stride);
+      for (let t = 0; t < m; ++t) rows.set(x.subarray((pos + t) * elems, (pos + t + 1) * elems), t * kv_stride);
+      return Buffer(rows);
+    };
+    const kb = Strided(k), vb = Strided(v);
+    const qb = Buffer(queries_at), out = Buffer(new Float32Array(m * floats));
+    const readback = device.createBuffer({size: queries * floats * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
+    const sink = {encoder: device.createCommandEncoder()};
+    sink.flush = () => {
+      device.queue.submit([sink.encoder.finish()]);
+      sink.encoder = device.createCommandEncoder();
+    };
+    const before = resident.counts.attend_dispatches;
+    resident.RecordBlock(sink, 0, pos, {n: m, k: kb, v: vb, kv_stride, q: qb, q_stride: floats, out, out_stride: floats});
+    const attends = resident.counts.attend_dispatches - before;
+    sink.encoder.copyBufferToBuffer(out, (m - queries) * floats * 4, readback, 0, queries * floats * 4);
+    resident.BeforeSubmit();
+    device.queue.submit([sink.encoder.finish()]);
+    resident.Submitted();
+    await readback.mapAsync(GPUMapMode.READ);
+    const result = new Float32Array(readback.getMappedRange().slice(0));
+    readback.unmap();
+    const failed = await resident.Drain();
+    if (failed) fail(`${spec}: a write-back failed: ${failed.message}`);
+    resident.Destroy();
+    for (const b of [kb, vb, qb, out, readback]) b.destroy();
+    return {out: result, attends};
+  };
+  let resident_cases = 0;
   {
     ++checks;
     const one = await DeviceExp(device, new Float32Array([0]));
@@ -214,6 +278,21 @@ export async function RunGpuChunkAttentionTests(bundle_url) {
         ++checks;
         const why = SameBits(await Attend(h, q, queries), got);
         if (why) fail(`${name}: pages of ${page} differ from one window (${why})`);
+        if (!ResidentWhyNot(spec, spec)) {
+          ++resident_cases;
+          for (const segment_pages of [Infinity, 3]) {
+            const what = `${name}: the resident path, pages of ${page}, windows of ${segment_pages} pages`;
+            const r = await Resident(h, spec, page, k, v, q, queries, segment_pages);
+            ++checks;
+            const differs = SameBits(r.out, got);
+            if (differs) fail(`${what}: differs from the KV device's one window (${differs})`);
+            if (KeyRowsPerBlock(spec) === 1) {  // one window per run of pages (KIVI: per group piece, plus the residual rows')
+              ++checks;
+              const want = Math.max(1, Math.ceil(Math.ceil(n / page) / segment_pages));
+              if (r.attends !== want) fail(`${what}: ${r.attends} attend dispatches, expected ${want}`);
+            }
+          }
+        }
         M._kvq_web_kv_free(h);
       }
     }
@@ -221,6 +300,8 @@ export async function RunGpuChunkAttentionTests(bundle_url) {
   }
   ++checks;
   if (cases && !unchunked_differs) fail('an unchunked walk gives the GPU\'s bits in every case: the check cannot see the chunks');
+  ++checks;
+  if (!resident_cases) fail('no format ran on the resident path');
   device.destroy();
-  return {cases, checks, failures, unchunked_differs, seconds: (performance.now() - t0) / 1000};
+  return {cases, checks, failures, unchunked_differs, resident_cases, seconds: (performance.now() - t0) / 1000};
 }

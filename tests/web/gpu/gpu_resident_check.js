@@ -17,10 +17,11 @@
 // run's bit for bit (every matvec a block matmul, K and V encoded a page at a time, attention
 // query-blocked: the per-token arithmetic), and its master pages equal the streamed run's byte
 // for byte. The second call allows kCapSlots·n_cache_layers uniform slots (Prefill's uniform_slots): its
-// 40 positions 5-44 would take 7 per layer (K and V calls in 2 pages, 2 attends, a gather), so the
-// runner cuts the block at the page end, 5-31 (4) and 32-44 (5): kRunnerBlocks.
+// 40 positions 5-44 would take 6 per layer (K and V calls in 2 pages, 1 attend, a gather), so the
+// runner cuts the block at the page end, 5-31 (4) and 32-44 (4): kRunnerBlocks.
 // Counted exactly per call (kv_resident.js's and block_steps.js's counts): per block and layer one
-// attend dispatch per page up to its last position (query-blocked), one K and one V encoder call
+// attend dispatch per pool segment's run of pages up to its last position (query-blocked: one
+// here, the pages pooled, kv_resident_pool.js; sinkN / resN: one per page), one K and one V encoder call
 // per page the block writes (with a scales pass for the int formats), the uniform slots those
 // take (which the runner's BlockUniformSlots predicts); and per block one matmul dispatch per
 // piece of each matvec before the last attention, one activation quantisation per such matvec of
@@ -52,7 +53,7 @@ const kPage = 32;       // positions per page (the smallest the cache takes)
 const kPositions = 72;  // two full pages and a partial tail
 const kBlocks = [5, 40, 27];  // prefill calls over the kPositions: positions 0-4, 5-44, 45-71
 const kCappedCall = 1;  // the call given (kCapSlots + the spec's RotationSlots) · n_cache_layers uniform slots
-const kCapSlots = 6;
+const kCapSlots = 5;
 const kRunnerBlocks = [[5], [27, 13], [27]];  // the blocks the runner makes of each call
 // KIVI and fp8-e4m3 (keys in groups of 32): [position, positions kept] after the runs (72 held): position 71's group is the residual
 // one, so 71 are kept (its f32 rows still on the GPU); 40's group was encoded since, so the
@@ -124,7 +125,9 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
       }
       const written = pages(z) - pages(a) + 1;
       const encoded_end = Math.floor((a + 1) / G) * G;
-      const attends = G === 1 ? pages(z) : Math.ceil(Math.min(encoded_end, z + 1) / kPage) + (z >= encoded_end ? 1 : 0);
+      // Pooled pages (kv_resident_pool.js): a window per segment's run of pages (these contexts: one).
+      const windows = (n_pages) => Math.ceil(n_pages / blocks.resident.segment_pages);
+      const attends = G === 1 ? windows(pages(z)) : windows(Math.ceil(Math.min(encoded_end, z + 1) / kPage)) + (z >= encoded_end ? 1 : 0);
       const k_calls = G === 1 ? written : (a % G === G - 1 ? 1 : 0);
       return {attends, calls: k_calls + written, encodes: k_calls * k_passes + written * v_passes};
     };
@@ -279,7 +282,7 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
       for (let page = 0; page < Math.ceil(positions / kPage); ++page) {
         const staging = device.createBuffer({size: Math.ceil(bytes / 4) * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});
         const encoder = device.createCommandEncoder();
-        encoder.copyBufferToBuffer(gpu_pages[page].buffer, 0, staging, 0, staging.size);
+        encoder.copyBufferToBuffer(gpu_pages[page].buffer, gpu_pages[page].offset, staging, 0, staging.size);  // pooled: at its offset
         device.queue.submit([encoder.finish()]);
         await staging.mapAsync(GPUMapMode.READ);
         const y = new Uint8Array(staging.getMappedRange(), 0, bytes);

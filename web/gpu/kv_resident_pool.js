@@ -1,0 +1,101 @@
+// A layer's resident pages in a pool (kv_resident.js, when every page stays on the GPU and no f32
+// rows are kept beside them: not mixed mode, not sinkN / resN): pages side by side in one buffer,
+// `stride` bytes apart, so one attend dispatch reads a run of pages as one window and takes its
+// position chunks in parallel (AttendWgsl's pieces, merged in chunk order by its fold) — where a
+// buffer per page took a dispatch per page, each continuing the previous one's state, one after
+// another (128 a layer at 32K positions with pages of 256). The bits are the same: each chunk's
+// rows go through one workgroup in position order either way, and the chunks merge in order.
+//
+// A segment (one buffer) holds at most `segment_pages` pages: what one storage binding may span.
+// Its buffer grows by doubling up to the pages the context can need (max_pages), the pages written
+// so far copied into the new one in command order (the old buffer is destroyed after the submit
+// of the commands that read it), so a short sequence holds little more than its pages.
+
+/** A page of the pool: its segment's buffer (the current one: it changes when the segment grows) and byte offset. */
+class PoolPage {
+  constructor(segment, slot, stride) {
+    this.segment = segment;
+    this.offset = slot * stride;
+  }
+
+  get buffer() { return this.segment.buffer; }
+}
+
+export class PagePool {
+  /**
+   * stride: bytes from a page to the next (PageBufferBytes: whole words); segment_pages: pages a
+   * segment holds at most; max_pages: pages the context can need (Infinity: unknown); storage(bytes):
+   * a new storage buffer, its bytes counted; free(buffer, deferred): uncounts it and destroys it,
+   * after the next submit when `deferred` (commands recorded but not submitted read it).
+   */
+  constructor({stride, segment_pages, max_pages = Infinity, storage, free}) {
+    if (!(segment_pages >= 1)) throw new Error(`a page pool needs segments of at least 1 page of ${stride} bytes (got ${segment_pages})`);
+    Object.assign(this, {stride, segment_pages, max_pages, storage, free});
+    this.segments = [];  // [{buffer [capacity][stride] bytes, capacity: pages}]
+    this.pages = 0;      // pages handed out, in order
+    this.growths = 0;    // buffers outgrown (a count for tests)
+  }
+
+  /**
+   * The next page. encoder: the command encoder (no pass open) a growth's copy goes into, in
+   * command order; null: submitted at once on `device`'s queue (no commands pending).
+   */
+  NewPage(device, encoder) {
+    const index = this.pages, s = Math.floor(index / this.segment_pages), slot = index % this.segment_pages;
+    const most = Math.max(1, Math.min(this.segment_pages, this.max_pages - s * this.segment_pages));
+    if (s === this.segments.length) this.segments.push({buffer: this.storage(this.stride), capacity: 1});
+    const segment = this.segments[s];
+    if (slot >= segment.capacity) {
+      const capacity = Math.min(most, Math.max(slot + 1, 2 * segment.capacity));
+      const buffer = this.storage(capacity * this.stride);
+      const own = !encoder;
+      if (own) encoder = device.createCommandEncoder();
+      encoder.copyBufferToBuffer(segment.buffer, 0, buffer, 0, slot * this.stride);
+      if (own) device.queue.submit([encoder.finish()]);
+      this.free(segment.buffer, !own);
+      Object.assign(segment, {buffer, capacity});
+      ++this.growths;
+    }
+    ++this.pages;
+    return new PoolPage(segment, slot, this.stride);
+  }
+
+  /** Keeps the first n pages (those after are dropped; a segment left empty is freed). */
+  Truncate(n) {
+    if (n >= this.pages) return;
+    this.pages = n;
+    const keep = Math.ceil(n / this.segment_pages);
+    for (const segment of this.segments.splice(keep)) this.free(segment.buffer, false);
+  }
+
+  Destroy() {
+    for (const segment of this.segments) this.free(segment.buffer, false);
+    this.segments = [];
+    this.pages = 0;
+  }
+}
+
+/**
+ * PageWindows' windows (kv_resident_rows.js) over a pool's pages as the attends take them:
+ * consecutive windows of encoded rows within one segment, each from its page's start, joined into
+ * one (its rows run on through the pages, AttendWgsl's s.pages); a window of residual rows (KIVI's
+ * newest group, k.buffer) stays as it is. P: positions per page.
+ */
+export function PoolWindows(windows, P, segment_pages) {
+  const out = [];
+  for (const w of windows) {
+    const last = out[out.length - 1];
+    if (last && !last.k.buffer && !w.k.buffer && w.first === w.i * P && last.first + last.rows === w.first &&
+        Math.floor(last.i / segment_pages) === Math.floor(w.i / segment_pages)) {
+      last.rows += w.rows;
+      last.k = {...last.k, n_block: last.rows};
+      last.v = {...last.v, n_block: last.rows};
+    } else {
+      out.push({...w});
+    }
+  }
+  return out;
+}
+
+/** Attend windows a pooled layer takes over pages 0..last_page (encoded rows; KIVI adds its residual window). */
+export function PoolSegmentsUpTo(last_page, segment_pages) { return Math.floor(last_page / segment_pages) + 1; }
