@@ -97,7 +97,15 @@ struct SpeculationStats {
   /// DraftSource::kModel: prompt tokens the draft model ran before generation began — the whole
   /// prompt, or fewer where its session held them already (an earlier turn, Session::PrefillDraft).
   int64_t draft_prompt_tokens = 0;
+  /// The gate began with what the session's earlier completions learnt (SpeculationGateKey the
+  /// same): its timed passes and acceptance, so it did not time a plain pass and probe again.
+  bool gate_resumed = false;
 };
+
+/// What a gate learnt is kept for (Session::Generate, kvq serve's slots): the options that shape
+/// it — the source, max_draft, ungated and, for a draft model, the model and its KV formats. A
+/// completion whose key differs starts a fresh gate.
+std::string SpeculationGateKey(const SpeculationOptions& options);
 
 /// Prompt lookup: the `max_tokens` ids that followed, at its latest earlier occurrence, the
 /// longest n-gram (min_ngram ≤ n ≤ max_ngram) that ends `sequence`; empty when none occurs. Where
@@ -242,7 +250,9 @@ class SpeculationGate {
 /// being generated; a draft model's session is the caller's (it outlives a completion).
 class Drafter {
  public:
-  explicit Drafter(const SpeculationOptions& options);
+  /// `learnt`: the gate an earlier completion of the same sequence left (Drafter::gate; same
+  /// SpeculationGateKey), to start from instead of a fresh one; null: fresh.
+  explicit Drafter(const SpeculationOptions& options, const SpeculationGate* learnt = nullptr);
   struct Draft {
     std::vector<int32_t> tokens;  ///< to run after the sequence's last token, in order
     bool gated = false;           ///< the gate ran fewer than were drafted (or none)
@@ -278,6 +288,8 @@ class Drafter {
   /// Next records this itself).
   void RecordCatchUp(int64_t tokens, double seconds) { gate_.RecordCatchUpSeconds(tokens, seconds); }
   const SpeculationOptions& options() const { return options_; }
+  /// What the gate has learnt (kept by the session for its next completion).
+  const SpeculationGate& gate() const { return gate_; }
 
  private:
   SpeculationOptions options_;

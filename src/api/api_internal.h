@@ -145,6 +145,10 @@ struct Session::Impl {
   const Model::Impl* draft_model = nullptr;  // the model of `draft`
   std::string draft_kv_key, draft_kv_value;  // the formats `draft` was made with
   int64_t draft_kv_context = 0;
+  // What the last completion's speculation gate learnt, for the next one with the same key
+  // (SpeculationGateKey): a chat's turns time a plain pass and probe drafts once, not every turn.
+  std::optional<SpeculationGate> gate;
+  std::string gate_key;
 };
 
 /// Makes s.draft for `spec`'s draft model unless the one it holds fits: checks the vocabulary

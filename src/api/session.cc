@@ -301,7 +301,10 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
   Generator& g = generator.value();
   Sampler sampler(request.sampling);
   const SpeculationOptions& spec = request.speculation;
-  Drafter drafter(spec);
+  // The gate the session's last completion left, when its options shape the gate alike.
+  const std::string gate_key = spec.source == DraftSource::kNone ? std::string() : SpeculationGateKey(spec);
+  c.speculation.gate_resumed = !gate_key.empty() && s.gate.has_value() && s.gate_key == gate_key;
+  Drafter drafter(spec, c.speculation.gate_resumed ? &*s.gate : nullptr);
   // A hybrid's recurrent state cannot drop a rejected draft's tokens: it is copied before each pass
   // with a draft, to go back to (KeepDraftedPrefix). checkpoint: [state_floats] the state before the pass.
   std::vector<float> checkpoint;
@@ -382,6 +385,10 @@ Result<Completion> Session::Generate(std::span<const int32_t> prompt_ids, const 
     c.speculation.gated += gated ? 1 : 0;
   }
   c.decode_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
+  if (!gate_key.empty()) {
+    s.gate = drafter.gate();
+    s.gate_key = gate_key;
+  }
   c.tokens.assign(g.tokens().begin(), g.tokens().end());
   c.text = g.text();
   c.finish = g.finish_reason();
@@ -419,6 +426,8 @@ Result<std::unique_ptr<Session>> Session::Fork() const {
   impl->logits = s.logits;
   impl->sampler_options = s.sampler_options;
   impl->sampler = s.sampler;
+  impl->gate = s.gate;  // the fork goes on from the same sequence: its gate too
+  impl->gate_key = s.gate_key;
   // The draft model's session, so the fork drafts without running the prompt again. One that
   // cannot be forked is left out: the fork's first Generate then runs the prompt through the draft.
   Result<std::unique_ptr<Session>> draft =

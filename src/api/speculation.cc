@@ -255,8 +255,18 @@ double SpeculationGate::CatchUpSeconds(int64_t tokens) const {
   return static_cast<double>(tokens) * (catch_up_token_seconds_ > 0 ? catch_up_token_seconds_ : draft_token_seconds_);
 }
 
-Drafter::Drafter(const SpeculationOptions& options)
-    : options_(options), gate_(options.max_draft, options.source == DraftSource::kModel) {
+std::string SpeculationGateKey(const SpeculationOptions& o) {
+  std::string key = fmt::format("{} max_draft {}{}", DraftSourceName(o.source), o.max_draft, o.ungated ? " ungated" : "");
+  if (o.source == DraftSource::kModel) {
+    // A model at this address while the key is held: the holder keeps the model alive (Session::Impl's draft).
+    key += fmt::format(" model {} kv {}/{} context {}", static_cast<const void*>(o.draft_model), o.draft_kv.key_format,
+                       o.draft_kv.value_format, o.draft_kv.context);
+  }
+  return key;
+}
+
+Drafter::Drafter(const SpeculationOptions& options, const SpeculationGate* learnt)
+    : options_(options), gate_(learnt != nullptr ? *learnt : SpeculationGate(options.max_draft, options.source == DraftSource::kModel)) {
   if (options.source == DraftSource::kSuffix) tree_.emplace(options.max_ngram + options.max_draft);
 }
 

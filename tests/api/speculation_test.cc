@@ -399,6 +399,70 @@ TEST(SpeculationGate, ACatchUpIsWeighedAgainstWhatTheDraftSavesOverTheHorizon) {
 
 // What a draft session must run before it drafts: the tokens after the longest prefix of the
 // sequence it holds, at least the last (for the logits after it); none when it is in step.
+// A drafter given a learnt gate (an earlier completion's: Drafter::gate) drafts in its first pass;
+// a fresh one runs that pass plainly, to time the pass every draft is weighed against.
+TEST(Drafter, ALearntGateDraftsInTheFirstPassAFreshOneDoesNot) {
+  const SpeculationOptions o{.source = DraftSource::kNgram, .max_draft = 4};
+  const std::vector<int32_t> sequence = {7, 8, 9, 7, 8, 9, 7, 8};  // lookup drafts 9, 7, 8, 9
+  Drafter fresh(o);
+  Result<Drafter::Draft> d = fresh.Next(sequence, 4, nullptr);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->tokens.empty());
+  EXPECT_TRUE(d->gated);
+  fresh.Record(0, 0, 0.010, true);                                   // the plain pass, timed
+  for (int i = 0; i < 4; ++i) fresh.Record(4, 4, 0.011, false);      // drafts kept, passes cheap
+  Drafter resumed(o, &fresh.gate());
+  d = resumed.Next(sequence, 4, nullptr);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->tokens, (std::vector<int32_t>{9, 7, 8, 9}));
+  EXPECT_FALSE(d->gated);
+  EXPECT_EQ(resumed.gate().acceptance(), fresh.gate().acceptance());
+}
+
+// Session::Generate keeps its gate for the session's next completion with the same gate key
+// (SpeculationGateKey): a chat's next turn resumes it (Completion::speculation.gate_resumed), a
+// fork goes on with it, other options start afresh; the tokens are plain decoding's either way.
+TEST(Speculation, ASessionsNextCompletionResumesItsGate) {
+  std::unique_ptr<Model> m = LoadBundled();
+  ASSERT_NE(m, nullptr);
+  std::unique_ptr<Session> s = test::NewSessionOrFail(*m, KvOptions{});
+  ASSERT_NE(s, nullptr);
+  GenerateRequest request{.max_tokens = 24, .sampling = {.temperature = 0}};
+  request.speculation = {.source = DraftSource::kNgram};
+  const std::string first = kStory + kStory + "Once upon a time";
+  Result<Completion> c = s->Generate(first, request);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_FALSE(c->speculation.gate_resumed);
+  const std::string second = first + c->text + " " + kStory;
+  // The next turn's tokens, decoded plainly by a fresh session.
+  std::unique_ptr<Session> plain = test::NewSessionOrFail(*m, KvOptions{});
+  ASSERT_NE(plain, nullptr);
+  GenerateRequest no_spec = request;
+  no_spec.speculation = {};
+  Result<Completion> want = plain->Generate(second, no_spec);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+  Result<std::unique_ptr<Session>> fork = s->Fork();
+  ASSERT_TRUE(fork.ok()) << fork.status().message();
+  for (Session* session : {s.get(), fork->get()}) {
+    c = session->Generate(second, request);
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    EXPECT_TRUE(c->speculation.gate_resumed) << (session == s.get() ? "the session" : "its fork");
+    EXPECT_EQ(c->tokens, want->tokens) << (session == s.get() ? "the session" : "its fork");
+  }
+  c = s->Generate(second, no_spec);  // no speculation: the kept gate stays as it was
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->speculation.gate_resumed);
+  GenerateRequest other = request;
+  other.speculation.max_draft = 3;  // another gate key: a fresh gate, then that one kept
+  for (const bool resumed : {false, true}) {
+    c = s->Generate(second, other);
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    EXPECT_EQ(c->speculation.gate_resumed, resumed);
+    EXPECT_EQ(c->tokens, want->tokens);
+  }
+  EXPECT_NE(SpeculationGateKey(request.speculation), SpeculationGateKey(other.speculation));
+}
+
 TEST(Drafter, CatchUpTokensAreThoseTheDraftSessionMissed) {
   std::unique_ptr<Model> m = LoadBundled();
   ASSERT_NE(m, nullptr);

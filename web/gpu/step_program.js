@@ -44,6 +44,7 @@
 
 import {BlockRecorder} from './block_steps.js';
 import {HybridDispatch, kHybridBindings, kHybridWgsl} from './hybrid_kernels.js';
+import {AttendLanes} from './kv_attention.js';
 import {ExpertMatvecBindings, ExpertMatvecGroups, ExpertMatvecWgsl, kMoeOpsBindings, kMoeOpsWgsl} from './moe_kernels.js';
 import {CachedPipelines, SharedOnDevice} from './pipeline_cache.js';
 import {CompileSampler, GpuSampler} from './sample_kernels.js';
@@ -58,9 +59,18 @@ const kDefaultBufferBytes = 268435456;
 
 /**
  * Why the GPU kernels here cannot run `program` ('' when they can): a weight type or layout
- * they do not read, named with its tensor.
+ * they do not read, named with its tensor; or attention heads the attention kernel does not take
+ * (kv_attention.js: a lane per head element, up to 256, and a lane per query head of a KV head).
  */
 export function StepProgramWhyNot(program) {
+  const c = program.config;
+  if (c.n_kv_heads > 0 && c.head_dim > 256) {
+    return `the GPU attention takes head_dim up to 256 (a lane per element; this model: ${c.head_dim})`;
+  }
+  if (c.n_kv_heads > 0 && c.n_heads / c.n_kv_heads > AttendLanes(c.head_dim)) {
+    return `the GPU attention takes at most ${AttendLanes(c.head_dim)} query heads per KV head at head_dim ${c.head_dim} ` +
+           `(a lane per query head; this model: ${c.n_heads / c.n_kv_heads})`;
+  }
   for (const t of program.tensors) {
     if (!kGpuWeightTypes.includes(t.type)) {
       return `the GPU kernels do not read ${t.type.toUpperCase()} weights (tensor ${t.name}; they read ` +

@@ -10,9 +10,12 @@
 //     sentence naming maxBufferSize and the model before creating any buffer or shader, and
 //     RequestGpuDevice refuses before asking the adapter for a device;
 //   - a binding limit under the readback buffer: refused naming maxStorageBufferBindingSize; a
-//     piece under the widest row (or 16-row group) of any weight: no placement, naming that tensor.
+//     piece under the widest row (or 16-row group) of any weight: no placement, naming that tensor;
+//   - the program with one query head per KV head more than the attention kernel's lanes, or a
+//     head_dim over 256: StepProgramWhyNot says so (the page then runs on the CPU); as it is: ''.
 import {GpuModelRunner, GpuProgramOf, RequestGpuDevice} from '/web/gpu/gpu_engine.js';
-import {GpuLimitsFor, GpuStepProgram, ProgramName, TensorKey, WeightPlacement} from '/web/gpu/step_program.js';
+import {AttendLanes} from '/web/gpu/kv_attention.js';
+import {GpuLimitsFor, GpuStepProgram, ProgramName, StepProgramWhyNot, TensorKey, WeightPlacement} from '/web/gpu/step_program.js';
 import {LoadModel} from '/test/gpu_device_loss_page.js';
 import {LoadModule} from '/test/gpu_kv_device_page.js';
 
@@ -59,6 +62,14 @@ export async function RunGpuLimitsTests(fixture_url, bundle_url, only = '') {
     }
     const needs = GpuLimitsFor(program, adapter.limits);
     if (needs.why_not) fail(`${m.name}: the adapter cannot hold it: ${needs.why_not}`);
+    {  // attention heads the kernel takes: a lane per query head of a KV head, per element up to 256
+      const cfg = program.config, lanes = AttendLanes(cfg.head_dim);
+      const WhyNot = (config) => StepProgramWhyNot({...program, config: {...cfg, ...config}});
+      const wide = WhyNot({n_heads: cfg.n_kv_heads * (lanes + 1)}), long = WhyNot({head_dim: 512});
+      if (!wide.includes(`at most ${lanes} query heads per KV head`)) fail(`${m.name}: ${lanes + 1} query heads per KV head: "${wide}"`);
+      if (!long.includes('head_dim up to 256')) fail(`${m.name}: head_dim 512: "${long}"`);
+      if (WhyNot({}) !== '') fail(`${m.name}: the program as it is refused: "${WhyNot({})}"`);
+    }
     // Split: the largest tensor of each layout in three or more pieces.
     // Matrices only: a vector (a norm's weights, a DeltaNet layer's conv taps) is one row, never
     // cut. And only a layout whose largest matrix, cut so, leaves a binding that still holds the
