@@ -616,6 +616,10 @@ void Engine::Finish(Slot& slot, FinishReason reason, std::optional<ApiError> err
   // The answer is out: now the session's cache (prompt and reply) goes to the prefix store, where a
   // request extending it — the same prompt, or the next turn of the conversation — finds it.
   if (!failed) SavePrefix(slot);
+  if (!failed && job->drafter) {  // what its gate learnt, for the slot's next request
+    slot.gate = job->drafter->gate();
+    slot.gate_key = SpeculationGateKey(job->drafter->options());
+  }
   if (!failed && suffix_index_) {  // later requests' suffix drafts may continue what this one wrote
     suffix_index_->Add(slot.session->tokens());
     metrics_->spec_index_tokens = suffix_index_->tokens();

@@ -241,6 +241,10 @@ class Engine {
     // A session of EngineOptions::speculation.draft_model, made at the first draft it makes; kept
     // between requests and brought in step with the slot's tokens before each draft (DraftByModels).
     std::unique_ptr<Session> draft;
+    // What the last request's speculation gate learnt here, for the next request with the same
+    // SpeculationGateKey (a conversation's next turn lands on the slot holding its prefix).
+    std::optional<SpeculationGate> gate;
+    std::string gate_key;
     int64_t last_used = 0;             // step of last use (LRU eviction)
     bool from_disk = false;            // holds a snapshot preloaded at start, not yet reused
     // A session forked from another slot's shares that slot's pages of its first borrowed_tokens

@@ -110,7 +110,11 @@ bool Engine::PrepareDraft(Slot& slot) {
   const int64_t room = std::min<int64_t>(session.context() - session.positions() - 1,
                                          job.spec.max_tokens - static_cast<int64_t>(job.generator->tokens().size()));
   const int32_t most = static_cast<int32_t>(std::clamp<int64_t>(room, 0, o.max_draft));
-  if (!job.drafter) job.drafter.emplace(o);
+  if (!job.drafter) {  // the slot's gate from its last request, when shaped alike
+    const bool resume = slot.gate.has_value() && slot.gate_key == SpeculationGateKey(o);
+    job.drafter.emplace(o, resume ? &*slot.gate : nullptr);
+    if (resume) metrics_->spec_gates_resumed++;
+  }
   const std::span<const int32_t> held = session.tokens();
   job.history.assign(held.begin(), held.end());
   job.history.push_back(slot.next_token);

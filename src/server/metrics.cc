@@ -116,6 +116,9 @@ std::string Metrics::Render() const {
          "positions.", spec_accepted_tokens.load());
   Metric(out, "kvq_spec_gated_steps_total", "counter",
          "Decode steps in which the speculation gate shortened or dropped an available draft.", spec_gated_steps.load());
+  Metric(out, "kvq_spec_gates_resumed_total", "counter",
+         "Requests whose speculation gate began with what their slot's last request learnt (the same source and "
+         "draft settings), instead of timing a plain pass and probing drafts again.", spec_gates_resumed.load());
   Metric(out, "kvq_spec_index_drafts_total", "counter",
          "Decode steps whose draft came from the server-wide suffix index (--spec-index-tokens).",
          spec_index_drafts.load());

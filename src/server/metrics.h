@@ -46,6 +46,7 @@ class Metrics {
   std::atomic<int64_t> spec_draft_tokens{0};     ///< drafted tokens run
   std::atomic<int64_t> spec_accepted_tokens{0};  ///< of those, kept
   std::atomic<int64_t> spec_gated_steps{0};      ///< steps where the gate shortened or dropped a draft
+  std::atomic<int64_t> spec_gates_resumed{0};    ///< requests whose gate began with their slot's last one
   std::atomic<int64_t> spec_index_drafts{0};     ///< steps whose draft came from the server-wide suffix index
   std::atomic<int64_t> spec_index_tokens{0};     ///< tokens that index holds now
   /// Forward passes of the draft model (spec "draft"): one per round of drafted tokens for every

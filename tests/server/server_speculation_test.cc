@@ -183,7 +183,9 @@ TEST(Serve, AHybridSpeculatesAndGivesWhatItGivesAlone) {
 // too, /metrics counts the drafts under kvq's, vLLM's and llama-server's names, and a bad field is
 // a 400 naming it.
 TEST(Serve, ARequestAsksForSpeculation) {
-  TestServer server({.parallel = 2});
+  // Ungated (the server's default, under what a request asks): every asking request drafts. Gated,
+  // a request resuming its slot's gate after one on the same prompt may rightly draft nothing here.
+  TestServer server({.parallel = 2, .speculation = {.ungated = true}});
   const std::string prompt = "Once upon a time, there was a little dog";
   const std::string want = Alone(prompt, 40);
   const std::vector<json> asks = {{{"spec", "suffix"}, {"speculative.n_max", 5}},
@@ -315,6 +317,19 @@ TEST(Serve, TheSuffixIndexDraftsFromEarlierRequestsAndChangesNoOutput) {
     }
   }
   EXPECT_GT(kept_second[1], kept_second[0]);
+}
+
+// One slot: each request lands there, and from the second on its gate starts with what the last
+// one's learnt (the same source and settings); the output is the request's alone either way.
+TEST(Serve, ASlotsNextRequestResumesItsGate) {
+  TestServer server({.parallel = 1, .speculation = {.source = DraftSource::kNgram, .max_draft = 4}});
+  const std::vector<std::string> prompts = {"Once upon a time", "The cat sat", "Once upon a time"};
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const StreamResult r = server.Stream(prompts[i], 32);
+    EXPECT_EQ(r.error, "") << i;
+    EXPECT_EQ(r.text, Alone(prompts[i], 32)) << i;
+    EXPECT_EQ(server.metrics.spec_gates_resumed.load(), static_cast<int64_t>(i)) << "after request " << i + 1;
+  }
 }
 
 // Exact bytes a session of `model` holding `positions` takes with every layer's K and V in
