@@ -354,6 +354,10 @@ typedef struct {
      or fewer where its session held them from an earlier generate). Added after the fields above:
      a struct_size that stops before it is taken, and the field is not written. */
   int64_t draft_prompt_tokens;
+  /* 1: the gate began with what the session's earlier generate with the same source and draft
+     settings learnt (kvq::SpeculationStats::gate_resumed), else 0. Added after draft_prompt_tokens,
+     likewise: a struct_size that stops before it leaves it unwritten. */
+  int32_t gate_resumed;
 } kvq_speculation_stats;
 
 /* Zeroes `stats` and sets its struct_size. */

@@ -96,7 +96,7 @@ int kvq_session_set_speculation(kvq_session* session, const kvq_speculation_opti
 void kvq_speculation_stats_init(kvq_speculation_stats* stats) {
   if (Missing(stats, "kvq_speculation_stats_init: stats")) return;
   *stats = {.struct_size = sizeof(kvq_speculation_stats), .passes = 0, .drafted = 0, .accepted = 0, .gated = 0,
-            .draft_prompt_tokens = 0};
+            .draft_prompt_tokens = 0, .gate_resumed = 0};
 }
 
 int kvq_session_speculation_stats(const kvq_session* session, kvq_speculation_stats* stats) {
@@ -116,7 +116,8 @@ int kvq_session_speculation_stats(const kvq_session* session, kvq_speculation_st
                                    .drafted = s.drafted,
                                    .accepted = s.accepted,
                                    .gated = s.gated,
-                                   .draft_prompt_tokens = s.draft_prompt_tokens};
+                                   .draft_prompt_tokens = s.draft_prompt_tokens,
+                                   .gate_resumed = s.gate_resumed ? 1 : 0};
   std::memcpy(static_cast<void*>(stats), &full, stats->struct_size);
   return KVQ_OK;
 }

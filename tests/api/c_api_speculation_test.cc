@@ -158,6 +158,23 @@ TEST(CApiSpeculation, BadSettingsAreErrorsNamingTheField) {
   EXPECT_EQ(first.draft_prompt_tokens, -7);
   first.struct_size = offsetof(kvq_speculation_stats, draft_prompt_tokens) - 1;
   EXPECT_EQ(kvq_session_speculation_stats(s, &first), KVQ_ERROR);
+  // gate_resumed: the session's next generate with the same speculation resumes the gate; a size
+  // that stops before the field leaves it unwritten.
+  kvq_speculation_options_init(&spec);
+  spec.source = KVQ_DRAFT_NGRAM;
+  ASSERT_EQ(kvq_session_set_speculation(s, &spec), KVQ_OK) << kvq_last_error();
+  for (const int32_t resumed : {0, 1}) {
+    ASSERT_EQ(kvq_session_generate(s, "Once upon a time", &go, nullptr, nullptr, nullptr), KVQ_OK);
+    kvq_speculation_stats_init(&stats);
+    stats.gate_resumed = -1;
+    ASSERT_EQ(kvq_session_speculation_stats(s, &stats), KVQ_OK);
+    EXPECT_EQ(stats.gate_resumed, resumed);
+    first.struct_size = offsetof(kvq_speculation_stats, gate_resumed);
+    first.gate_resumed = -7;
+    ASSERT_EQ(kvq_session_speculation_stats(s, &first), KVQ_OK) << kvq_last_error();
+    EXPECT_EQ(first.gate_resumed, -7);
+    EXPECT_EQ(first.draft_prompt_tokens, 0);
+  }
   kvq_session_free(s);
   kvq_model_free(m);
 }
