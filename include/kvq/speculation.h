@@ -136,6 +136,9 @@ struct ModelDraft {
   int32_t max_tokens = 0;             ///< drafted tokens at most
   double min_probability = 0.1;       ///< a draft stops where its most likely token's is below
   std::vector<int32_t> tokens;        ///< out: the draft (DraftByModel's for the same arguments)
+  /// out: tokens its catch-up ran (DraftCatchUpTokens before the call; 0 when it drafted nothing
+  /// or was in step): the catch-up pass, before its first drafted token.
+  int64_t caught_up = 0;
 };
 
 /// DraftByModel for several sessions of one draft model at once (no session twice): their
@@ -143,8 +146,10 @@ struct ModelDraft {
 /// model's weights are read once per pass for all of them. Each draft is the one DraftByModel
 /// gives alone (RunBatch leaves each session the bits of running its tokens alone). Returns the
 /// passes run. Errors: a session that cannot drop a rejected draft's tokens, or a failed pass
-/// (which clears every session of it).
-Result<int32_t> DraftByModels(std::span<ModelDraft> drafts);
+/// (which clears every session of it). `catch_up_seconds` (optional, out): the seconds of the
+/// catch-up pass (0 when none ran), which a caller times apart from the drafted tokens' passes
+/// (SpeculationGate::RecordCatchUpSeconds and RecordDraftSeconds), as Drafter::Next does.
+Result<int32_t> DraftByModels(std::span<ModelDraft> drafts, double* catch_up_seconds = nullptr);
 
 /// The suffix drafter's tree: every substring of up to `depth` tokens of the sequences appended
 /// (each token's node counts the substring's occurrences and how many of them something followed),

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "api/api_internal.h"
@@ -109,14 +110,16 @@ Status Session::PrefillDraft(const SpeculationOptions& speculation) {
   return Status::Ok();
 }
 
-Result<int32_t> DraftByModels(std::span<ModelDraft> drafts) {
+Result<int32_t> DraftByModels(std::span<ModelDraft> drafts, double* catch_up_seconds) {
   int32_t passes = 0;
+  if (catch_up_seconds != nullptr) *catch_up_seconds = 0;
   std::vector<int32_t> limit(drafts.size(), 0);  // [drafts] tokens each may draft at most
   std::vector<size_t> active, next;              // drafts still drafting (indices into drafts)
   std::vector<BatchItem> items;                  // [≤ drafts] one pass's sessions and tokens
   for (size_t i = 0; i < drafts.size(); ++i) {
     ModelDraft& d = drafts[i];
     d.tokens.clear();
+    d.caught_up = 0;
     const int64_t size = static_cast<int64_t>(d.sequence.size());
     // Every drafted token but the last runs through the draft: they must fit its context.
     limit[i] = static_cast<int32_t>(std::min<int64_t>(d.max_tokens, d.draft->context() - size + 1));
@@ -124,6 +127,7 @@ Result<int32_t> DraftByModels(std::span<ModelDraft> drafts) {
     Result<std::span<const int32_t>> rest = CatchUp(*d.draft, d.sequence);
     if (!rest.ok()) return rest.status();
     if (!rest->empty()) items.push_back({.session = d.draft, .tokens = *rest});
+    d.caught_up = static_cast<int64_t>(rest->size());
     active.push_back(i);
   }
   // Each pass runs every session that needs it together: the draft's weights read once per pass.
@@ -132,7 +136,11 @@ Result<int32_t> DraftByModels(std::span<ModelDraft> drafts) {
     ++passes;
     return Session::RunBatch(items);
   };
+  const auto start = std::chrono::steady_clock::now();
   if (Status st = run(); !st.ok()) return st;
+  if (catch_up_seconds != nullptr && !items.empty()) {
+    *catch_up_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
   // A hybrid draft's recurrent state before the tokens it drafts: the next call drops a rejected
   // draft back to it (Session::Truncate) instead of running the whole sequence again.
   for (const size_t i : active) {

@@ -153,10 +153,11 @@ void Engine::DraftWithModel(std::span<Slot* const> slots) {
                       .min_probability = s->job->spec.speculation.min_draft_probability, .tokens = {}});
   }
   const auto start = std::chrono::steady_clock::now();
-  const Result<int32_t> passes = DraftByModels(drafts);
+  double catch_up = 0;  // the catch-up pass's seconds: timed apart, as Drafter::Next times them
+  const Result<int32_t> passes = DraftByModels(drafts, &catch_up);
   // The slots' drafts share these passes as their verify passes share a step: each is charged the
   // whole time, as each is charged its step's (Record).
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() - catch_up;
   if (!passes.ok()) {
     // Which session failed is not known, and a failed pass clears them all: new ones next time;
     // this step runs without drafts.
@@ -166,6 +167,7 @@ void Engine::DraftWithModel(std::span<Slot* const> slots) {
   }
   metrics_->spec_draft_model_passes += *passes;
   for (size_t i = 0; i < slots.size(); ++i) {
+    if (drafts[i].caught_up > 0) slots[i]->job->drafter->RecordCatchUp(drafts[i].caught_up, catch_up);
     slots[i]->job->drafter->RecordModelDraft(slots[i]->job->model_draft_want,
                                             static_cast<int32_t>(drafts[i].tokens.size()), seconds);
     FinishDraft(*slots[i], drafts[i].tokens);

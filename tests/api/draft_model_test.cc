@@ -250,6 +250,38 @@ TEST(DraftModel, AnUnsureDraftModelDraftsNothing) {
   EXPECT_EQ(spec.completion.speculation.drafted, 0);
 }
 
+// DraftByModels says how many tokens each draft's catch-up ran (DraftCatchUpTokens before the call)
+// and times the catch-up pass apart from the drafted tokens' (kvq serve records it as the gate's
+// catch-up seconds, as Drafter::Next does); no catch-up: 0 tokens and 0 seconds.
+TEST(DraftModel, DraftByModelsReportsEachCatchUp) {
+  std::unique_ptr<Model> m = test::LoadSynth(TinyLlama(2), "draft_catch_up");
+  ASSERT_NE(m, nullptr);
+  std::unique_ptr<Session> a = test::NewSessionOrFail(*m, KvOptions{}), b = test::NewSessionOrFail(*m, KvOptions{});
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  const std::vector<int32_t> prompt = Prompts(*m)[1];
+  ASSERT_GT(prompt.size(), 4u);
+  const std::vector<int32_t> shorter(prompt.begin(), prompt.end() - 2);
+  ASSERT_TRUE(DraftByModel(*b, shorter, 1, 0.0).ok());  // b holds the shorter sequence: 2 more to run
+  std::vector<ModelDraft> drafts = {{.draft = a.get(), .sequence = prompt, .max_tokens = 3, .min_probability = 0.0},
+                                    {.draft = b.get(), .sequence = prompt, .max_tokens = 3, .min_probability = 0.0}};
+  const int64_t want_a = DraftCatchUpTokens(*a, prompt), want_b = DraftCatchUpTokens(*b, prompt);
+  EXPECT_EQ(want_a, static_cast<int64_t>(prompt.size()));
+  EXPECT_EQ(want_b, 2);
+  double seconds = -1;
+  Result<int32_t> passes = DraftByModels(drafts, &seconds);
+  ASSERT_TRUE(passes.ok()) << passes.status().message();
+  EXPECT_EQ(drafts[0].caught_up, want_a);
+  EXPECT_EQ(drafts[1].caught_up, want_b);
+  EXPECT_GT(seconds, 0.0);
+  for (ModelDraft& d : drafts) d.max_tokens = 0;  // nothing to draft: no catch-up pass
+  passes = DraftByModels(drafts, &seconds);
+  ASSERT_TRUE(passes.ok()) << passes.status().message();
+  EXPECT_EQ(drafts[0].caught_up, 0);
+  EXPECT_EQ(drafts[1].caught_up, 0);
+  EXPECT_EQ(seconds, 0.0);
+  EXPECT_EQ(*passes, 0);
+}
+
 TEST(DraftModel, ADraftOfAnotherTokenCountIsRefusedNamingTheFirstMissingId) {
   std::unique_ptr<Model> target = test::LoadSynth(TinyLlama(2), "draft_vocab_target");
   std::unique_ptr<Model> draft = test::LoadSynth(TinyLlama(1, 520), "draft_vocab_520");
