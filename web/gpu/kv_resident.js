@@ -54,9 +54,6 @@
 // read from a table of the module's cos/sin by position that grows a page at a time; in mixed mode
 // a ring of the resident pages' rows, a streamed page's rows written into its slot beside it.
 //
-// Every page resident and no f32 rows kept (not mixed, not sinkN / resN): a layer's pages lie in a
-// pool (kv_resident_pool.js), so a run of pages is one window, its position chunks in parallel.
-//
 // Mixed mode's GPU bytes are kv_resident_specs.js's MixedCosts (the slots, each layer's resident
 // pages and f32 rows, the cos/sin ring), all counted in counts.kv_bytes as they are made.
 
@@ -146,8 +143,9 @@ export class GpuResidentKv {
     const pool = mixed || this.rows ? null : {stride: this.stride, segment_pages: this.segment_pages,
       max_pages: layout.max_positions > 0 ? Math.ceil(layout.max_positions / P) : Infinity,
       storage: (bytes) => this.#NewBuffers(bytes).buffer, free: (buffer, deferred) => {
+        if (!deferred) return this.#FreeBuffers({buffer});
         this.counts.kv_bytes_now -= buffer.size;
-        if (deferred) this.retired.push(buffer); else buffer.destroy();
+        this.retired.push(buffer);
       }};
     this.layers = Array.from({length: c.n_cache_layers}, () => ({
       pages: [],  // [{buffer, offset: the page's bytes [page_bytes] in it}, or null once evicted]

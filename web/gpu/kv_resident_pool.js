@@ -96,6 +96,3 @@ export function PoolWindows(windows, P, segment_pages) {
   }
   return out;
 }
-
-/** Attend windows a pooled layer takes over pages 0..last_page (encoded rows; KIVI adds its residual window). */
-export function PoolSegmentsUpTo(last_page, segment_pages) { return Math.floor(last_page / segment_pages) + 1; }
