@@ -33,7 +33,6 @@ export class PagePool {
     Object.assign(this, {stride, segment_pages, max_pages, storage, free});
     this.segments = [];  // [{buffer [capacity][stride] bytes, capacity: pages}]
     this.pages = 0;      // pages handed out, in order
-    this.growths = 0;    // buffers outgrown (a count for tests)
   }
 
   /**
@@ -54,7 +53,6 @@ export class PagePool {
       if (own) device.queue.submit([encoder.finish()]);
       this.free(segment.buffer, !own);
       Object.assign(segment, {buffer, capacity});
-      ++this.growths;
     }
     ++this.pages;
     return new PoolPage(segment, slot, this.stride);
