@@ -24,6 +24,11 @@ constexpr int64_t kVectorBytes = kInterleaveRows * 4;
 
 int64_t BlockBytes(WeightType type) { return type == WeightType::kQ8_0 ? 34 : 18; }  // Q4_0, Q1_0, Q2_0: 18
 
+// Where block b of n_blocks sits in a group, in group blocks: in order, except Q1_0's (q1_0.h).
+int64_t BlockAt(WeightType type, int64_t b, int64_t n_blocks) {
+  return type == WeightType::kQ1_0 ? weights_q1_0::RepackedBlockAt(b, n_blocks) : b;
+}
+
 // A Q2_0 block's 16 code bytes between the file's order (element n in bits 2(n % 4) of byte n / 4)
 // and the interleaved one (element 16p + 4k + e in bits 2p of byte 4k + e, repack.h), which the
 // byte moves below then spread over the group's vectors as they do Q4_0's bytes.
@@ -99,7 +104,7 @@ Matrix RepackMatrix(const Matrix& w, uint8_t* out) {
     const uint8_t* rows = w.data + g * kInterleaveRows * row_bytes;  // [16][row_bytes] plain
     uint8_t* group = out + g * kInterleaveRows * row_bytes;          // [n_blocks][16·bb] interleaved
     for (int64_t b = 0; b < n_blocks; ++b) {
-      uint8_t* dst = group + b * kInterleaveRows * bb;
+      uint8_t* dst = group + BlockAt(w.type, b, n_blocks) * kInterleaveRows * bb;
       for (int64_t j = 0; j < kInterleaveRows; ++j) {
         const uint8_t* src = rows + j * row_bytes + b * bb;
         uint8_t q2_0_block[18];  // a Q2_0 block with its codes in the interleaved order
@@ -139,7 +144,9 @@ const uint8_t* PlainBlock(const Matrix& w, int64_t row, int64_t block, uint8_t* 
   }
   const int64_t bb = BlockBytes(w.type);
   const int64_t j = row % kInterleaveRows;
-  const uint8_t* src = w.data + (row - j) * row_bytes + block * kInterleaveRows * bb;
+  const int64_t n_blocks = w.cols / FindWeightType(w.type)->block_elems;
+  const uint8_t* src =
+      w.data + (row - j) * row_bytes + BlockAt(w.type, block, n_blocks) * kInterleaveRows * bb;
   std::memcpy(scratch, src + j * kScaleBytes, kScaleBytes);
   for (int64_t k = 0; k < (bb - kScaleBytes) / 4; ++k) {
     std::memcpy(scratch + kScaleBytes + k * 4, src + kGroupScaleBytes + k * kVectorBytes + j * 4, 4);

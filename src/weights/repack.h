@@ -6,8 +6,9 @@
 // convert and one FMA by a vector of 16 scale products then serve 16 dots. The file format is
 // unchanged: only the bytes in memory move.
 //
-// A group of 16 rows, block b (block b of the group starts at b·16·block_bytes; the same bytes as
-// the 16 plain blocks, so a matrix repacked keeps its size):
+// A group of 16 rows, block b (block b of the group starts at b·16·block_bytes — for Q1_0 at
+// weights_q1_0::RepackedBlockAt(b)·16·block_bytes, its blocks in the lookup kernel's order; the
+// same bytes as the 16 plain blocks, so a matrix repacked keeps its size):
 //   bytes 0-31   d of rows 0..15, IEEE binary16
 //   Q4_0         4 vectors of 64 bytes: vector k, byte 4j+i = row j's qs[4k+i] (its low nibble is
 //                element 4k+i, its high nibble element 16+4k+i: ggml's byte, copied)

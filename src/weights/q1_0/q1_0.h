@@ -31,13 +31,13 @@
 // for each 4 consecutive elements, the sums of their codes' low nibbles and high parts over every
 // subset (16 entries each, twice the sums, exact in a byte), built once per token in
 // activation_offsets; per 16 rows × 32 weights one vector of sign bytes gives the tables' indices
-// (a shift and two ternary-logic ops), 4 byte permutes (vpermb) and 4 byte dots (vpdpbusd by 1 and
-// by 16) make each row's I_b exactly, and the float operations are the row kernel's on the same
-// values in the same order, lane for lane (row j's 16 lanes, visited 4 at a time so that up to 4
-// groups of 16 rows share each table load, summed as _mm512_reduce_add_ps sums them; the kernel is
-// in q1_0_lookup-inl.h): the same bits as RowGroup on the plain rows, so the bound above holds
-// unchanged. Other targets copy each 16-row group back to plain rows and run their row
-// kernel: their row kernel's bits too.
+// (a shift and two ternary-logic ops), 4 byte permutes (vpermb), 2 byte adds and 2 byte dots
+// (vpdpbusd by 1 and by 16) make each row's I_b exactly, and the float operations are the row
+// kernel's on the same values in the same order, lane for lane (row j's 16 lanes, visited 4 at a
+// time so that up to 4 groups of 16 rows share each table load, summed as _mm512_reduce_add_ps
+// sums them; the kernel is in q1_0_lookup-inl.h): the same bits as RowGroup on the plain rows, so
+// the bound above holds unchanged. Other targets copy each 16-row group back to plain rows and
+// run their row kernel: their row kernel's bits too.
 #pragma once
 
 #include <cstdint>
@@ -58,4 +58,14 @@ const WeightKernels& Kernels();  ///< row kernels, best target here
 /// GFNI), so repacking at load pays: elsewhere a repacked group is copied back to plain rows per
 /// call, slower than reading the plain rows.
 bool RepackPays();
+/// Where weight block wb (of n_wb) of a row sits in a repacked 16-row group, in group blocks from
+/// the group's start (repack.h): the blocks in the order the lookup kernel visits them, wb ≡ 0
+/// mod 4 first, then ≡ 1, 2 and 3, each in increasing wb (its passes, q1_0_lookup-inl.h), so that
+/// every pass reads its group's bytes front to back — a stream the hardware prefetcher follows,
+/// where in wb order it read every fourth block.
+inline int64_t RepackedBlockAt(int64_t wb, int64_t n_wb) {
+  int64_t at = wb / 4;
+  for (int64_t pass = 0; pass < wb % 4; ++pass) at += (n_wb - pass + 3) / 4;  // blocks ≡ pass mod 4
+  return at;
+}
 }  // namespace kvq::weights_q1_0

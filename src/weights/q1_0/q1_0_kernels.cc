@@ -489,7 +489,7 @@ void CopyBackRows(const uint8_t* w, const QuantizedX& x0, int64_t n_tokens, floa
   for (int64_t r = r0; r < r1; r += 16) {
     const uint8_t* g = w + r * row_bytes;
     for (int64_t wb = 0; wb < n_wb; ++wb) {
-      const uint8_t* blk = g + wb * 16 * kBlockBytes;
+      const uint8_t* blk = g + weights_q1_0::RepackedBlockAt(wb, n_wb) * 16 * kBlockBytes;
       for (int64_t j = 0; j < 16; ++j) {
         uint8_t* dst = plain.data() + j * row_bytes + wb * kBlockBytes;
         std::memcpy(dst, blk + 2 * j, 2);

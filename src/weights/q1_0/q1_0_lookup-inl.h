@@ -43,8 +43,11 @@ constexpr int64_t kLookupSub = kBlockElems / 32;  // activation blocks per weigh
 //   [u][part][16i + n], part 0 = 2·Σ_{m: bit m of n} l, part 1 = 2·Σ_{m: bit m of n} h
 // (2·Σ l ∈ [0, 120] read as unsigned bytes, 2·Σ h ∈ [−64, 56] as signed: both exact in a byte).
 // One vpermb of a table by the index byte 16i + (nibble) then gives, per weight byte, twice the
-// partial sums over its 4 set bits, and vpdpbusd by 1 (part 0) and by 16 (part 1) adds
-// 2·Σ_{bit set} q; started from −Σq the lane ends at I_b = Σ ±q exactly.
+// partial sums over its 4 set bits. The two nibble halves' part 0 bytes are added (≤ 240: still
+// exact as unsigned bytes), and their part 1 bytes ([−128, 112]: exact as signed ones); vpdpbusd
+// by 1 (part 0) and by 16 (part 1) then adds 2·Σ_{bit set} q, and started from −Σq the lane ends
+// at I_b = Σ ±q exactly. (Adding the bytes first halves the dots, each a 5-cycle step of the
+// lane's dependency chain; the integers are the same.)
 constexpr int64_t kTableBytes = 256;  // per activation block: [2][2][64]
 constexpr int64_t kOffsetBytesPerElem =
     1 + kTableBytes / 32;  // the permuted codes, then the tables
@@ -95,48 +98,46 @@ KVQ_Q1_0_GFNI_ATTR void LookupTables(const int8_t* q, int64_t n, uint8_t* tables
   }
 }
 
-// Repacked (repack.h) Q1_0, G ≤ 4 consecutive 16-row groups (g0, group g at g·16·row_bytes) for
-// one token -> y[0 .. 16G). Per vector of 16 rows × 32 weights one shift, two ternary-logic ops
-// (the index bytes 16i + nibble), 4 table permutes and 4 byte dots (the tables above) make each
-// row's I_b exactly; the G groups share each table load (read from L1 or L2 once per G vectors:
-// loading them per vector bound this kernel more than its arithmetic did). The float operations
-// are the row kernel's on the same values, lane for lane: the row kernel's lane 4L + k of row j
-// (weight blocks wb ≡ L mod 4, activation block 4wb + k) is lane j of a vector here. The lanes
-// are visited L by L, each one's blocks in the row kernel's order, so only 4 accumulators per
-// group are live (G·4 registers); each lane starts at +0 (a lane with no block stays +0, as the
-// row kernel's lanes past a short last group do, an exact sum of ±0 terms), and the 16 are summed
-// in the order of _mm512_reduce_add_ps (GCC's: lane ℓ + 8 onto ℓ, then ℓ + 4, then 2, then 1):
-// every row's bits equal the row kernel's (RowGroup, q1_0_kernels.cc) on the plain rows, whatever
-// G. While a block runs, the next G groups' bytes (the rows that follow) are prefetched into L1
-// over its iterations, as quant_rows-inl.h prefetches ahead of the row kernels (an integer
-// address past the matrix never faults).
+// Repacked (repack.h) Q1_0, G ≤ 4 consecutive 16-row groups (g0, group g at g·16·row_bytes) for one
+// token -> y[0 .. 16G). Per vector of 16 rows × 32 weights one shift, two ternary-logic ops (the
+// index bytes 16i + nibble), 4 table permutes, 2 byte adds and 2 byte dots (the tables above) make
+// each row's I_b exactly; the G groups share each table load (read from L1 or L2 once per G
+// vectors: loading them per vector bound this kernel more than its arithmetic did). The float
+// operations are the row kernel's on the same values, lane for lane: the row kernel's lane 4L + k
+// of row j (weight blocks wb ≡ L mod 4, activation block 4wb + k) is lane j of a vector here. The
+// lanes are visited L by L, each one's blocks in the row kernel's order, so only 4 accumulators per
+// group are live (G·4 registers); each lane starts at +0 (a lane with no block stays +0, as the row
+// kernel's lanes past a short last group do, an exact sum of ±0 terms), and the 16 are summed in
+// the order of _mm512_reduce_add_ps (GCC's: lane ℓ + 8 onto ℓ, then ℓ + 4, then 2, then 1): every
+// row's bits equal the row kernel's (RowGroup, q1_0_kernels.cc) on the plain rows, whatever G. Each
+// pass reads its G groups' blocks front to back (RepackedBlockAt lays them out in pass order), so
+// the hardware prefetchers stream them; no software prefetch (one into L1 of the next G groups
+// overflowed L1 beside the tables, one into L2 was no faster than none once the passes read
+// sequentially: docs/performance.md).
 template <int G>
 KVQ_Q1_0_GFNI_ATTR void InterleavedGroups(const uint8_t* g0, const QuantizedX& x, int64_t n_wb,
                                           float* y) {
   constexpr int64_t kGroupBlock = kBlockBytes * 16;  // one weight block of 16 rows
   const int64_t group_bytes = n_wb * kGroupBlock;
   const uint8_t* tables = reinterpret_cast<const uint8_t*>(x.offset) + n_wb * kBlockElems;
-  const uintptr_t next = reinterpret_cast<uintptr_t>(g0) + G * group_bytes;
   const __m512i nibble = _mm512_set1_epi8(15);
   const __m512i sel = _mm512_set1_epi32(0x30201000);  // byte 4j + i: 16i
   const __m512i ones = _mm512_set1_epi8(1);
   const __m512i sixteen = _mm512_set1_epi8(16);
   alignas(64) float lanes[G][16][16];  // [group][row kernel lane 4L + k][row j]
-  int64_t step = 0;                    // weight blocks done, for the prefetch
   for (int64_t L = 0; L < 4; ++L) {
     __m512 acc[G][kLookupSub];  // [group][k], lane j = row j
     for (int g = 0; g < G; ++g) {
       for (int k = 0; k < kLookupSub; ++k) acc[g][k] = _mm512_setzero_ps();
     }
-    for (int64_t wb = L; wb < n_wb; wb += 4, ++step) {
-      for (int64_t at = 0; at < G * kGroupBlock; at += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(next + step * G * kGroupBlock + at),
-                     _MM_HINT_T0);
-      }
+    // The pass's blocks lie one after another from `first` on (RepackedBlockAt).
+    const uint8_t* first = g0 + weights_q1_0::RepackedBlockAt(L, n_wb) * kGroupBlock;
+    for (int64_t wb = L; wb < n_wb; wb += 4) {
+      const uint8_t* at_wb = first + (wb / 4) * kGroupBlock;  // group 0's block wb
       __m512 dw[G];  // [group], lane j: row j's d_w of weight block wb
       for (int g = 0; g < G; ++g) {
         dw[g] = _mm512_cvtph_ps(_mm256_loadu_si256(
-            reinterpret_cast<const __m256i*>(g0 + g * group_bytes + wb * kGroupBlock)));
+            reinterpret_cast<const __m256i*>(at_wb + g * group_bytes)));
       }
 #pragma GCC unroll 4
       for (int k = 0; k < kLookupSub; ++k) {
@@ -152,14 +153,16 @@ KVQ_Q1_0_GFNI_ATTR void InterleavedGroups(const uint8_t* g0, const QuantizedX& x
         for (int g = 0; g < G; ++g) {
           // byte 4j + i: row j's qs[4k + i]
           const __m512i z =
-              _mm512_loadu_si512(g0 + g * group_bytes + wb * kGroupBlock + 32 + 64 * k);
+              _mm512_loadu_si512(at_wb + g * group_bytes + 32 + 64 * k);
           // (z & 15) | 16i and ((z >> 4) & 15) | 16i: ternary-logic 0xEA is (A & B) | C.
           const __m512i lo = _mm512_ternarylogic_epi32(z, nibble, sel, 0xEA);
           const __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(z, 4), nibble, sel, 0xEA);
-          __m512i dot = _mm512_dpbusd_epi32(neg_sum, _mm512_permutexvar_epi8(lo, t0), ones);
-          dot = _mm512_dpbusd_epi32(dot, sixteen, _mm512_permutexvar_epi8(lo, t1));
-          dot = _mm512_dpbusd_epi32(dot, _mm512_permutexvar_epi8(hi, t2), ones);
-          dot = _mm512_dpbusd_epi32(dot, sixteen, _mm512_permutexvar_epi8(hi, t3));
+          const __m512i part0 =  // 2·Σ l of both nibble halves, ≤ 240
+              _mm512_add_epi8(_mm512_permutexvar_epi8(lo, t0), _mm512_permutexvar_epi8(hi, t2));
+          const __m512i part1 =  // 2·Σ h of both nibble halves, in [−128, 112]
+              _mm512_add_epi8(_mm512_permutexvar_epi8(lo, t1), _mm512_permutexvar_epi8(hi, t3));
+          const __m512i dot =
+              _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(neg_sum, part0, ones), sixteen, part1);
           acc[g][k] = _mm512_fmadd_ps(_mm512_mul_ps(dw[g], dx), _mm512_cvtepi32_ps(dot), acc[g][k]);
         }
       }
