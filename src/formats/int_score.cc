@@ -294,9 +294,17 @@ KVQ_INT_SCORE_VNNI void QuantizeHead512(const float* x, int32_t hd, int8_t* qq, 
 // batch. The codes are offset-binary, so vpdpbusd reads them as stored and the bias
 // −2^(b−1)·Σq is the accumulator's starting value. Rows past the tile's end repeat its first
 // row (valid memory) and are not stored: every lane does the same work whatever n_rows is.
-template <int kBits, int G>
+// kHalfChunks (int4 rows of whole 32-byte chunks but not 64-byte ones, e.g. head_dim 64): each
+// 32-byte chunk is broadcast to both halves of a vector and its high half shifted right by 4, so
+// one vector holds the chunk's 32 low nibbles then its 32 high ones — the order of the query's
+// 64 elements in the W = 32 layout (Group) — and one 64-byte vpdpbusd per row and head serves
+// the chunk, where the 256-bit kernel (ScoreGroupVnni256) took two, and 16 lanes are reduced at
+// once. The integer sums are the same, so the bits are too.
+template <int kBits, int G, bool kHalfChunks = false>
 KVQ_INT_SCORE_VNNI void ScoreGroupVnni(const Group& g, const RowTile& t, int32_t kv_head, int32_t hd,
                                        float* scores) {
+  static_assert(!kHalfChunks || kBits == 4);
+  constexpr int32_t kChunk = kHalfChunks ? 32 : 64;  // code bytes per vector
   constexpr int R = 16 / G;
   constexpr int32_t kBias = 1 << (kBits - 1);
   const int32_t code_bytes = hd * kBits / 8;
@@ -323,9 +331,21 @@ KVQ_INT_SCORE_VNNI void ScoreGroupVnni(const Group& g, const RowTile& t, int32_t
     __m512i acc[G * R];
 #pragma GCC unroll 16
     for (int k = 0; k < G * R; ++k) acc[k] = init[k / R];
-    for (int32_t c = 0; c < code_bytes; c += 64) {
+    for (int32_t c = 0; c < code_bytes; c += kChunk) {
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
+        if constexpr (kHalfChunks) {
+          // Words 0-15 shifted by 0, words 16-31 by 4: the low nibbles, then the high ones.
+          const __m512i shift = _mm512_setr_epi64(0, 0, 0, 0, 0x0004000400040004, 0x0004000400040004,
+                                                  0x0004000400040004, 0x0004000400040004);
+          const __m512i both = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[r] + 2 + c)));
+          const __m512i x = _mm512_and_si512(_mm512_srlv_epi16(both, shift), nibble);
+#pragma GCC unroll 8
+          for (int h = 0; h < G; ++h) {
+            acc[h * R + r] = _mm512_dpbusd_epi32(acc[h * R + r], x, _mm512_load_si512(g.qq(h) + 2 * c));
+          }
+          continue;
+        }
         const __m512i x = _mm512_loadu_si512(rows[r] + 2 + c);
         if constexpr (kBits == 8) {
 #pragma GCC unroll 8
@@ -474,6 +494,7 @@ void ScoreGroup(Path path, const Group& g, const RowTile& t, int32_t kv_head, in
 #if defined(__x86_64__)
   if (path == Path::kAvx512Vnni) {
     if (ChunkBytes(path, hd, kBits) == 64) return ScoreGroupVnni<kBits, G>(g, t, kv_head, hd, scores);
+    if constexpr (kBits == 4) return ScoreGroupVnni<4, G, true>(g, t, kv_head, hd, scores);
     return ScoreGroupVnni256<kBits, G>(g, t, kv_head, hd, scores);
   }
   if (path == Path::kAvx2) return ScoreGroupAvx2<kBits, G>(g, t, kv_head, hd, scores);
