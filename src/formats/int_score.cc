@@ -336,13 +336,15 @@ KVQ_INT_SCORE_VNNI void ScoreGroupVnni(const Group& g, const RowTile& t, int32_t
       for (int r = 0; r < R; ++r) {
         if constexpr (kHalfChunks) {
           // Words 0-15 shifted by 0, words 16-31 by 4: the low nibbles, then the high ones.
-          const __m512i shift = _mm512_setr_epi64(0, 0, 0, 0, 0x0004000400040004, 0x0004000400040004,
-                                                  0x0004000400040004, 0x0004000400040004);
-          const __m512i both = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[r] + 2 + c)));
+          constexpr int64_t kFour = 0x0004000400040004;  // four 16-bit shifts of 4
+          const __m512i shift = _mm512_setr_epi64(0, 0, 0, 0, kFour, kFour, kFour, kFour);
+          const __m512i both = _mm512_broadcast_i64x4(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[r] + 2 + c)));
           const __m512i x = _mm512_and_si512(_mm512_srlv_epi16(both, shift), nibble);
 #pragma GCC unroll 8
           for (int h = 0; h < G; ++h) {
-            acc[h * R + r] = _mm512_dpbusd_epi32(acc[h * R + r], x, _mm512_load_si512(g.qq(h) + 2 * c));
+            acc[h * R + r] =
+                _mm512_dpbusd_epi32(acc[h * R + r], x, _mm512_load_si512(g.qq(h) + 2 * c));
           }
           continue;
         }
@@ -379,10 +381,11 @@ KVQ_INT_SCORE_VNNI void ScoreGroupVnni(const Group& g, const RowTile& t, int32_t
 }
 
 // ScoreGroupAvx2's layout and row batches (R = 8/G rows, 32-byte code chunks) with 256-bit
-// vpdpbusd: for rows whose codes are a multiple of 32 bytes but not of 64 (int4 at head_dim 64,
-// 192, ...; int8 at 32, 96, ...), which ScoreGroupVnni's 64-byte chunks do not divide. As there,
-// the raw offset-binary codes are multiplied as stored and the bias −2^(b−1)·Σq is the starting
-// value, so int8 needs no sign trick; one instruction replaces maddubs, madd and add.
+// vpdpbusd: for int8 rows whose codes are a multiple of 32 bytes but not of 64 (head_dim 32, 96,
+// ...), which ScoreGroupVnni's 64-byte chunks do not divide (int4 rows of that kind take its half
+// chunks). As there, the raw offset-binary codes are multiplied as stored and the bias
+// −2^(b−1)·Σq is the starting value, so int8 needs no sign trick; one instruction replaces
+// maddubs, madd and add.
 template <int kBits, int G>
 KVQ_INT_SCORE_VNNI void ScoreGroupVnni256(const Group& g, const RowTile& t, int32_t kv_head, int32_t hd,
                                           float* scores) {
