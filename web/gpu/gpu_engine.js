@@ -199,7 +199,8 @@ export class GpuModelRunner {
     /** The cache's page (one spec for every layer): kvq_web_kv_page_layout's {page_bytes, value_offset,
      *  page_positions, key_block_bytes, value_block_bytes[, rotation_signs]}. */
     this.layout = JSON.parse(M.UTF8ToString(M._kvq_web_kv_page_layout(this.kv, 0)));
-    ({path: this.path, why: this.path_why, resident_pages: this.resident_pages} = KvPathOf({
+    // resident_bytes: the device budget that keeps every page of the context on the GPU
+    ({path: this.path, why: this.path_why, resident_pages: this.resident_pages, resident_bytes: this.resident_bytes} = KvPathOf({
       kv_k, kv_v, want, budget: device_budget_bytes, total: this.plan.total_bytes, layout: this.layout, c: this.config,
       on_cpu: this.on_cpu}));
     if (this.path !== 'stream') this.resident = this.#NewResident();
@@ -254,7 +255,8 @@ export class GpuModelRunner {
       if (M._kvq_web_kv_append_pages(kv, layer, this.page_ptr, 1) !== 0) {
         throw new Error(`writing a page of layer ${layer} behind: ${LastError(M)}`);
       }
-    }, mixed, this.rope);  // rope: prerope keys' cos/sin, the step program's (kv_resident_rope.js)
+    }, mixed, this.rope,  // rope: prerope keys' cos/sin, the step program's (kv_resident_rope.js)
+    {pool_grows: !(this.sequence_args[2] > 0)});  // under a budget, pools at full size (kv_resident_pool.js)
     return resident;
   }
 

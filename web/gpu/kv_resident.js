@@ -88,7 +88,8 @@ export class GpuResidentKv {
    * page (valid until the next call)} for a context over the device budget; omitted: every page
    * stays resident. rope(pos): Float32Array [rotary_dims] of the module's cos/sin at pos (the
    * step program's), needed by a prerope key spec (its keys are given before RoPE). options:
-   * {segment_pages: pooled pages per attend window at most (tests: windows that cut position chunks)}.
+   * {segment_pages: pooled pages per attend window at most (tests: windows that cut position chunks),
+   * pool_grows: false under a device budget (kv_resident_pool.js: pools made at full size)}.
    */
   constructor(device, c, layout, formats, append, mixed = null, rope = null, options = {}) {
     const P = layout.page_positions;
@@ -141,10 +142,10 @@ export class GpuResidentKv {
     const binding = Math.min(device.limits.maxStorageBufferBindingSize, device.limits.maxBufferSize);
     this.segment_pages = mixed || this.rows ? 1 : Math.max(1, Math.min(Math.floor(binding / this.stride), options.segment_pages ?? Infinity));
     const pool = mixed || this.rows ? null : {stride: this.stride, segment_pages: this.segment_pages,
-      max_pages: layout.max_positions > 0 ? Math.ceil(layout.max_positions / P) : Infinity,
+      max_pages: layout.max_positions > 0 ? Math.ceil(layout.max_positions / P) : Infinity, grows: options.pool_grows ?? true,
       storage: (bytes) => this.#NewBuffers(bytes).buffer, free: (buffer, deferred) => {
         if (!deferred) return this.#FreeBuffers({buffer});
-        this.counts.kv_bytes_now -= buffer.size;
+        this.retired_kv_bytes += buffer.size;  // still counted: it lives until the submit
         this.retired.push(buffer);
       }};
     this.layers = Array.from({length: c.n_cache_layers}, () => ({
@@ -179,6 +180,7 @@ export class GpuResidentKv {
     this.state = null;
     this.initial = null;
     this.retired = [];  // buffers outgrown while recording: destroyed after the submit
+    this.retired_kv_bytes = 0;  // of those, a pool's outgrown KV buffers' bytes (counted until then)
     this.#State(1, Math.ceil(P / kPositionChunk) + 1);
     // LlamaModel's attention scale, as f32: 1 / sqrtf(head_dim) (f64 then rounded: the same bits).
     this.scale = Math.fround(1 / Math.fround(Math.sqrt(c.head_dim)));
@@ -515,6 +517,8 @@ export class GpuResidentKv {
     this.rope_table?.Submitted();
     for (const b of this.retired) b.destroy();
     this.retired = [];
+    this.counts.kv_bytes_now -= this.retired_kv_bytes;
+    this.retired_kv_bytes = 0;
     this.pending.clear();  // the step's commands are all submitted: a slot may be written again
     for (const {layer, staging, rows} of this.staged) {
       const mapped = staging.mapAsync(GPUMapMode.READ);

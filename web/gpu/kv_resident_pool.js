@@ -9,7 +9,11 @@
 // A segment (one buffer) holds at most `segment_pages` pages: what one storage binding may span.
 // Its buffer grows by doubling up to the pages the context can need (max_pages), the pages written
 // so far copied into the new one in command order (the old buffer is destroyed after the submit
-// of the commands that read it), so a short sequence holds little more than its pages.
+// of the commands that read it), so a short sequence holds little more than its pages. A growth
+// holds the old buffer beside the new one until that submit, and every layer grows in the same
+// step: at the last doubling up to half the context's pages again. Under a device budget
+// (`grows` false) a segment is made at its full size at once instead, so the pages never exceed
+// what the budget was checked against (KvPathOf: the context's bytes).
 
 /** A page of the pool: its segment's buffer (the current one: it changes when the segment grows) and byte offset. */
 class PoolPage {
@@ -26,11 +30,12 @@ export class PagePool {
    * stride: bytes from a page to the next (PageBufferBytes: whole words); segment_pages: pages a
    * segment holds at most; max_pages: pages the context can need (Infinity: unknown); storage(bytes):
    * a new storage buffer, its bytes counted; free(buffer, deferred): uncounts it and destroys it,
-   * after the next submit when `deferred` (commands recorded but not submitted read it).
+   * after the next submit when `deferred` (commands recorded but not submitted read it); grows:
+   * false makes each segment at its full size (a finite max_pages) instead of doubling.
    */
-  constructor({stride, segment_pages, max_pages = Infinity, storage, free}) {
+  constructor({stride, segment_pages, max_pages = Infinity, storage, free, grows = true}) {
     if (!(segment_pages >= 1)) throw new Error(`a page pool needs segments of at least 1 page of ${stride} bytes (got ${segment_pages})`);
-    Object.assign(this, {stride, segment_pages, max_pages, storage, free});
+    Object.assign(this, {stride, segment_pages, max_pages, storage, free, grows: grows || max_pages === Infinity});
     this.segments = [];  // [{buffer [capacity][stride] bytes, capacity: pages}]
     this.pages = 0;      // pages handed out, in order
   }
@@ -42,7 +47,10 @@ export class PagePool {
   NewPage(device, encoder) {
     const index = this.pages, s = Math.floor(index / this.segment_pages), slot = index % this.segment_pages;
     const most = Math.max(1, Math.min(this.segment_pages, this.max_pages - s * this.segment_pages));
-    if (s === this.segments.length) this.segments.push({buffer: this.storage(this.stride), capacity: 1});
+    if (s === this.segments.length) {
+      const capacity = this.grows ? 1 : most;
+      this.segments.push({buffer: this.storage(capacity * this.stride), capacity});
+    }
     const segment = this.segments[s];
     if (slot >= segment.capacity) {
       const capacity = Math.min(most, Math.max(slot + 1, 2 * segment.capacity));

@@ -103,17 +103,25 @@ export function ResidentPagesFor(budget_bytes, costs) {
 
 /**
  * The KV path of a sequence (gpu_engine.js's NewSequence): {path: 'resident' | 'mixed' | 'stream',
- * why: a sentence saying why, resident_pages: per layer when over the budget, else Infinity}. want: 'auto' or
- * 'stream'; budget: the device budget in bytes (0: none); total: the plan's bytes of the context;
- * layout: kvq_web_kv_page_layout's; c: the step program's config; on_cpu: no device.
+ * why: a sentence saying why, resident_pages: per layer when over the budget, else Infinity,
+ * resident_bytes: the GPU bytes of KV the resident path holds at most for the whole context}.
+ * want: 'auto' or 'stream'; budget: the device budget in bytes (0: none); total: the plan's bytes
+ * of the context (the module's cache: pages and its f32 rows); layout: kvq_web_kv_page_layout's; c:
+ * the step program's config; on_cpu: no device. The budget must hold both: the GPU keeps a key
+ * group's f32 rows whole ([G][kv_dim], one row more than the module's cache ever holds), and a
+ * page buffer is whole words where the plan's is 64-byte aligned.
  */
 export function KvPathOf({kv_k, kv_v, want, budget, total, layout, c, on_cpu}) {
-  const over = budget > 0 && budget < total;  // the context does not fit the device budget
   const costs = MixedCosts(layout, c, kv_k, kv_v);
+  // Every page resident (pools made at full size under a budget: kv_resident_pool.js), no slots.
+  const max_pages = layout.max_positions > 0 ? Math.ceil(layout.max_positions / layout.page_positions) : 0;
+  const resident_bytes = costs.fixed - kStreamSlots * costs.slot + max_pages * costs.page;
+  const needed = Math.max(total, resident_bytes);
+  const over = budget > 0 && budget < needed;  // the context does not fit the device budget
   const resident_pages = over ? ResidentPagesFor(budget, costs) : Infinity;
   const why_not = want === 'stream' ? 'the stream path was asked for' : ResidentWhyNot(kv_k, kv_v, over) ||
       (over && resident_pages < costs.least ?
-       `the device budget (${budget} bytes) is under the context's ${total} and holds less than ${kStreamSlots} ` +
+       `the device budget (${budget} bytes) is under the context's ${needed} and holds less than ${kStreamSlots} ` +
        `streaming slots, ${costs.least} page${costs.least === 1 ? '' : 's'} per layer${costs.least > 1 ? ' (resN: the pages ' +
        'whose rows the master has not all encoded)' : ''} and the f32 rows beside them (${costs.fixed + costs.least * costs.page} bytes)` : '');
   const path = why_not || on_cpu ? 'stream' : over ? 'mixed' : 'resident';
@@ -122,9 +130,9 @@ export function KvPathOf({kv_k, kv_v, want, budget, total, layout, c, on_cpu}) {
       'KV resident on the GPU: the specs have WGSL encoders (a rot spec\'s rows rotated there first; sinkN / resN ' +
       'rows kept f32 there, full pages written behind as rows; prerope keys encoded before RoPE, roped as read) ' +
       'and the budget holds the context' :
-      `KV mixed: the device budget (${budget} bytes) is under the context's ${total}, so the newest ` +
+      `KV mixed: the device budget (${budget} bytes) is under the context's ${needed}, so the newest ` +
       `${resident_pages} page${resident_pages === 1 ? '' : 's'} of ${layout.page_positions} positions ` +
       `per layer stay resident on the GPU (encoded there) and older pages stream from the module's master through ` +
       `${kStreamSlots} slots`;
-  return {path, why, resident_pages};
+  return {path, why, resident_pages, resident_bytes: needed};
 }

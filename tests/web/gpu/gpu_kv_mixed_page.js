@@ -21,7 +21,10 @@
 // (sinkN / resN: f32 sinks and residual rows, pages written behind as rows), the same ids
 // (the q1_0 model's first prompt, then the whole-context run's greedy ids) run on three runners —
 // the whole 512-position context for kFullFormat, kShortPositions or kRunPositions for the others (below):
-//   - whole: budget 0 (path 'resident': every page stays on the GPU);
+//   - whole: a budget of exactly the bytes the resident path needs for the context (the engine's
+//     resident_bytes: path 'resident', every page stays on the GPU; a byte less takes the mixed
+//     path); its GPU KV bytes must peak at or under that budget, checked after the run (pools
+//     made at full size, where doubling held an outgrown buffer beside each new one);
 //   - stream: path 'stream' (rows read back into the master each layer, pages through kv_device.js);
 //   - mixed: the budget above (path 'mixed': the tail page per layer resident, older ones evicted
 //     and streamed from the master).
@@ -184,6 +187,10 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
     const [whole, stream, mixed, blocks] = kRowsSpecs[format] ? rows_runners : [whole_512, stream_512, mixed_512, blocks_512];
     const what = `${format} (mixed vs whole-context resident and streamed)`;
     whole.NewSequence(format, format, 0, kPage);
+    const whole_budget = whole.resident_bytes;  // what the resident path needs for the context
+    whole.NewSequence(format, format, whole_budget - 1, kPage);
+    if (whole.path !== 'mixed') fail(`${format}: a budget of ${whole_budget - 1} bytes takes the ${whole.path} path, not mixed`);
+    whole.NewSequence(format, format, whole_budget, kPage);
     stream.NewSequence(format, format, 0, kPage, {path: 'stream'});
     const page_bytes = whole.layout.page_bytes, unit = PageBufferBytes(page_bytes);
     const {budget, rope_page} = BudgetOf(format, c, unit);
@@ -320,6 +327,11 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
     // The budget reserves every sink row per layer (MixedCosts); sinks beside the R resident pages'
     // bytes are at most R pages' rows at once, so with more sinks than that the rest is never held.
     const unheld_sinks = c.n_layers * 2 * Math.max(0, sinks - R * kPage) * c.kv_dim * 4;
+    const whole_peak = whole.resident.counts.peak_kv_bytes;
+    if (whole_peak > whole_budget) {
+      fail(`${what}: the whole-context resident cache held up to ${whole_peak} bytes of KV on the GPU, over its budget ` +
+           `of ${whole_budget} (its resident_bytes)`);
+    }
     const peak = mixed.resident.counts.peak_kv_bytes;
     if (peak !== budget - unheld_sinks) {
       fail(`${what}: the mixed cache held at most ${peak} bytes of KV on the GPU, not the budget of ${budget}` +
