@@ -15,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "base/huge_pages.h"
 #include "kvq/units.h"
 #include "weights/matvec.h"
 #include "weights/repack.h"
@@ -40,7 +41,7 @@ void FillRandom(const WeightTypeDesc& type, int64_t rows, int64_t cols, uint32_t
 struct Arm {
   WeightType type;
   bool repacked = false;  // MatrixLayout::kInterleaved16
-  std::unique_ptr<uint8_t[]> storage;  // [matrices] back to back, shapes alternating
+  PageBuffer storage;  // [matrices] back to back, shapes alternating
   std::vector<Matrix> matrices;
   int64_t sweep_bytes = 0;
   std::vector<double> ns;  // per timed sweep
@@ -52,7 +53,10 @@ Arm MakeArm(WeightType type, bool repacked, const MatVecBenchConfig& c) {
   // An even count (both shapes equally often), at least one pair, covering the working set.
   const int64_t pairs = std::max<int64_t>(1, (c.working_set_bytes + 2 * bytes - 1) / (2 * bytes));
   const int64_t n = 2 * pairs;
-  arm.storage.reset(new uint8_t[n * bytes]);  // left uninitialised: every byte is copied below
+  // Row-major arms on ordinary pages, as the model reads a file's mapping; repacked arms on huge
+  // pages, as the model reads its repacked copy (model/decoder_weights.cc). Left uninitialised:
+  // every byte is copied below.
+  arm.storage = AllocatePageBuffer(n * bytes, PageSize::kOrdinary);
   const WeightTypeDesc& desc = *FindWeightType(type);  // CheckMatVecBenchConfig checked it is there
   FillRandom(desc, c.rows, c.cols, 1, arm.storage.get());
   FillRandom(desc, c.cols, c.rows, 2, arm.storage.get() + bytes);
@@ -65,7 +69,7 @@ Arm MakeArm(WeightType type, bool repacked, const MatVecBenchConfig& c) {
   }
   arm.sweep_bytes = n * bytes;
   if (repacked) {
-    std::unique_ptr<uint8_t[]> packed(new uint8_t[n * bytes]);  // [matrices] repacked, same offsets
+    PageBuffer packed = AllocatePageBuffer(n * bytes, PageSize::kHuge);  // [matrices] repacked, same offsets
     for (int64_t i = 0; i < n; ++i) arm.matrices[i] = RepackMatrix(arm.matrices[i], packed.get() + i * bytes);
     arm.storage = std::move(packed);
   }

@@ -6,43 +6,30 @@
 // part. The best of the passes is the ceiling: other work on a shared machine only lowers a pass.
 #include "measure/read_bandwidth.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <new>
 #include <vector>
 
+#include "base/huge_pages.h"
 #include "base/thread_pool.h"
 #include "simd/dispatch.h"
 
 namespace kvq {
-namespace {
-
-constexpr int64_t kHugePage = int64_t{2} << 20;
-
-struct FreeDeleter {
-  void operator()(float* p) const { std::free(p); }
-};
-
-}  // namespace
 
 double MeasureReadBandwidthGbps(int64_t bytes, int32_t threads, int32_t reps) {
-  const int64_t size = (std::max<int64_t>(bytes, 1) + kHugePage - 1) / kHugePage * kHugePage;
+  const int64_t size = (std::max<int64_t>(bytes, 1) + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
   const int64_t n = size / 4;
-  std::unique_ptr<float, FreeDeleter> buffer(static_cast<float*>(std::aligned_alloc(kHugePage, size)));  // [n]
-  if (buffer == nullptr) throw std::bad_alloc();
-  madvise(buffer.get(), size, MADV_HUGEPAGE);  // a hint: without it (or where refused) 4 KiB pages
+  const PageBuffer storage = AllocatePageBuffer(size, PageSize::kHuge);  // [size] bytes
+  float* const buffer = reinterpret_cast<float*>(storage.get());  // [n]
   // Thread t's part: elements [t·n/threads, (t+1)·n/threads), written once by that thread so
   // every page is resident (and, on a machine with several memory nodes, local to it).
   auto part = [&](int64_t t) { return std::pair<int64_t, int64_t>{t * n / threads, (t + 1) * n / threads}; };
   ThreadPool& pool = ThreadPool::Shared(threads);
   pool.Run(threads, [&](int64_t t, int32_t) {
     const auto [begin, end] = part(t);
-    std::fill(buffer.get() + begin, buffer.get() + end, 1.0f);
+    std::fill(buffer + begin, buffer + end, 1.0f);
   });
   std::vector<float> partial(threads, 0.0f);  // [threads]
   double best = 0.0;
@@ -51,7 +38,7 @@ double MeasureReadBandwidthGbps(int64_t bytes, int32_t threads, int32_t reps) {
     const auto t0 = std::chrono::steady_clock::now();
     pool.Run(threads, [&](int64_t t, int32_t) {
       const auto [begin, end] = part(t);
-      partial[t] = simd::SumF32(buffer.get() + begin, static_cast<size_t>(end - begin));
+      partial[t] = simd::SumF32(buffer + begin, static_cast<size_t>(end - begin));
     });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (float p : partial) sink = sink + p;

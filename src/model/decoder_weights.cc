@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/checksum.h"
+#include "base/huge_pages.h"
 #include "weights/matvec.h"
 #include "weights/repack.h"
 
@@ -103,15 +104,11 @@ int64_t RepackWeights(DecoderWeights* w, bool release_mapped_pages, RepackParts 
   int64_t total = 0;
   for (const Matrix* m : todo) total += AlignedBytes(*m);
   if (total == 0) return 0;
-  std::shared_ptr<uint8_t[]> buffer(new (std::align_val_t{kAlign}) uint8_t[total],
-                                    [](uint8_t* p) { ::operator delete[](p, std::align_val_t{kAlign}); });
+  // On huge pages where the kernel gives them on request (transparent_hugepage "madvise"): the
+  // first write to a 2 MiB page is one fault instead of 512 — a MoE model's experts make the copy
+  // most of the file — and decode's streaming reads cross fewer TLB entries.
+  std::shared_ptr<uint8_t[]> buffer = AllocatePageBuffer(total, PageSize::kHuge);  // [total] the matrices' copies
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  // Huge pages for the copy where the kernel gives them on request (transparent_hugepage
-  // "madvise"): the first write to a 2 MiB page is one fault instead of 512 — a MoE model's
-  // experts make the copy most of the file. Before anything touches the buffer.
-  const auto buffer_begin = (reinterpret_cast<uintptr_t>(buffer.get()) + page - 1) / page * page;
-  const auto buffer_end = (reinterpret_cast<uintptr_t>(buffer.get()) + total) / page * page;
-  if (buffer_end > buffer_begin) madvise(reinterpret_cast<void*>(buffer_begin), buffer_end - buffer_begin, MADV_HUGEPAGE);
   std::vector<int64_t> offsets;  // [todo] where each matrix's copy starts in the buffer
   int64_t at = 0;
   for (const Matrix* m : todo) {
