@@ -156,7 +156,7 @@ void PrefetchRows(const RowsView& v, int64_t r, int64_t n, int32_t g0, int32_t g
 }
 
 // The K and V tiles starting at window row r (the same rows, at most kMaxTileRows, none past
-// `end`), with the next tile's bytes of KV heads [g0, g1) prefetched.
+// `end`). The caller prefetches the next tile (PrefetchRows).
 std::pair<TileSource, TileSource> NextTiles(const SimdContext& ctx, const KvWindow& w, int64_t r, int64_t end,
                                             int32_t g0, int32_t g1) {
   const int32_t max_rows = static_cast<int32_t>(std::min<int64_t>(kMaxTileRows, end - r));
@@ -173,9 +173,6 @@ std::pair<TileSource, TileSource> NextTiles(const SimdContext& ctx, const KvWind
   const int32_t rows = std::min(ks.tile.n_rows, vs.tile.n_rows);
   ks.tile.n_rows = rows;
   vs.tile.n_rows = rows;
-  const int64_t ahead = std::min<int64_t>(kMaxTileRows, end - r - rows);
-  PrefetchRows(w.k, r + rows, ahead, g0, g1);
-  PrefetchRows(w.v, r + rows, ahead, g0, g1);
   return {ks, vs};
 }
 
@@ -221,9 +218,16 @@ void AttendSimd(const AttentionOptions& o, const SimdContext& ctx, const KvWindo
   for (int64_t r = r0; r < r1;) {
     const auto [ks, vs] = NextTiles(ctx, w, r, r1, g0, g1);
     const int32_t rows = ks.tile.n_rows;
+    const int64_t ahead = std::min<int64_t>(kMaxTileRows, r1 - r - rows);
     for (int32_t g = g0; g < g1; ++g) {
       const int64_t h0 = int64_t{g} * group;
+      // The next tile's rows of this head, K before its score and V before its softmax: spread
+      // over the heads' work rather than asked for all at once, since a burst of more lines
+      // than the core has fill buffers for stalls the prefetching loop until memory catches up
+      // (measured: 1.04-1.2x for int8, 1.07-1.10x for f16 at 16K; no bit depends on it).
+      PrefetchRows(w.k, r + rows, ahead, g, g + 1);
       query.Score(ks, (g - g0) * group, group, g, scores);
+      PrefetchRows(w.v, r + rows, ahead, g, g + 1);
       ctx.softmax(scores, c, group, rows, o.scale, o.softcap, m + h0, l + h0);
       vs.kernels->accumulate(c, scores, group, vs.tile, g, *vs.args, acc + h0 * d);
     }
@@ -239,6 +243,9 @@ void AttendRowsSimd(const AttentionOptions& o, const SimdContext& ctx, const KvW
   for (int64_t r = r0; r < r1;) {
     const auto [ks, vs] = NextTiles(ctx, w, r, r1, g, g + 1);
     const int32_t rows = ks.tile.n_rows;
+    const int64_t ahead = std::min<int64_t>(kMaxTileRows, r1 - r - rows);
+    PrefetchRows(w.k, r + rows, ahead, g, g + 1);
+    PrefetchRows(w.v, r + rows, ahead, g, g + 1);
     for (int32_t h = 0; h < n_q; h += chunk) {
       const int32_t nh = std::min(chunk, n_q - h);
       query.Score(ks, h, nh, g, scores);
