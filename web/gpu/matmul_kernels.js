@@ -1,5 +1,5 @@
-// The block matmuls of the step program's 'rows' kernel (step_kernels.js's WeightOpsWgsl, which holds
-// the 'lanes' one, built from the matvec's matvec_term): y = W x for
+// The block matmuls of the step program's 'rows' kernel and the terms of its 'lanes' one
+// (MatmulLanesTermsWgsl; step_kernels.js's WeightOpsWgsl holds that kernel): y = W x for
 // the dims.tokens tokens of a prefill block in one dispatch, for every weight type and layout the
 // matvec reads. One invocation per row, the tokens in groups of kMatmulTokens: per weight block the
 // row's scales and codes are read once for the group (the codes packed into u32 words, a byte
@@ -14,6 +14,40 @@
 
 /** Tokens a matmul invocation keeps sums for: each weight block is read once per this many tokens. */
 export const kMatmulTokens = 8;
+
+// Per type read as words (w_u32 of 4 code bytes, contiguous in both layouts): the codes of an
+// activation block, each handed to emit(code, j) with j its element in the block (WGSL
+// expressions), in a scope with row, block and first. The element loop's codes, fewer loads.
+const kWordCodes = {
+  // Q1_0: 32 sign bits, LSB first; code ±1.
+  q1_0: (emit) => `let bits = w_u32(w_code_byte(row, block, first / 8u));
+  for (var j = 0u; j < 32u; j++) { ${emit('select(-1, 1, ((bits >> j) & 1u) == 1u)', 'j')} }`,
+  // Q4_0: byte s holds element s's code + 8 in its low nibble, element 16 + s's in its high one.
+  q4_0: (emit) => `for (var k = 0u; k < 4u; k++) {
+    let word = w_u32(w_code_byte(row, block, 4u * k));
+    for (var i = 0u; i < 4u; i++) {
+      let byte = (word >> (8u * i)) & 255u;
+      ${emit('(i32(byte & 15u) - 8)', '4u * k + i')}
+      ${emit('(i32(byte >> 4u) - 8)', '16u + 4u * k + i')}
+    }
+  }`,
+  // Q8_0: byte j is element j's int8 code.
+  q8_0: (emit) => `for (var k = 0u; k < 8u; k++) {
+    let word = w_u32(w_code_byte(row, block, 4u * k));
+    for (var i = 0u; i < 4u; i++) { ${emit('(i32(word << (24u - 8u * i)) >> 24u)', '4u * k + i')} }
+  }`,
+};
+
+/**
+ * WGSL statements handing each code of the activation block that starts at element `first` of
+ * weight block `block` of `row` (a block type that quantises its activation, not a K-quant) to
+ * emit(code, j): an i32 expression and its element j in the activation block. The statements
+ * emit returns are in order of j, one per code; the integer sums they make are exact (no sum comes
+ * near 2^31), so any order gives the same integers.
+ */
+export function BlockCodesWgsl(type, emit) {
+  return kWordCodes[type]?.(emit) ?? `for (var j = 0u; j < 32u; j++) { ${emit('w_code(row, block, first + j)', 'j')} }`;
+}
 
 // The entry point around `body`, which adds weight block by weight block into the group's sums and
 // leaves token t's y in `result(t)`.
@@ -152,4 +186,68 @@ ${BlockCodes(info.elems)}      for (var t = 0u; t < in_group; t++) {
       let w = w_elem(row, c);
       for (var t = 0u; t < in_group; t++) { sum[t] = sum[t] + w * x[(t0 + t) * dims.x_stride + c]; }
     }`, 'sum[t]');
+}
+
+/**
+ * WGSL of `matmul_terms(row, b, t0, in_group, slot)` for the 'lanes' matmul (step_kernels.js):
+ * activation block b's terms of `row` for tokens t0 .. t0 + in_group, token t's written to
+ * mm_terms[slot + t·tile_blocks]: per token the matvec's matvec_term (the same exact integers, then
+ * the same f32 operations on them), the weight block read once for the token group instead of once
+ * per token. Four tokens' integer sums are the lanes of a vec4i; a token past the group reads the
+ * group's last one's codes (in bounds; its terms are not stored).
+ */
+export function MatmulLanesTermsWgsl(type, info, tile_blocks) {
+  if (kMatmulTokens !== 8) throw new Error(`matmul_terms keeps 8 tokens in two vec4i (kMatmulTokens ${kMatmulTokens})`);
+  // Token t's value of a pair of vec4i (tokens 0-3, 4-7).
+  const pick = (name) => `select(${name}_hi[t % 4u], ${name}_lo[t % 4u], t < 4u)`;
+  let body, terms;
+  if (info.kquant) {
+    body = `  let sb = b / 8u;
+  var dot_lo = vec4i(0); var dot_hi = vec4i(0);    // Σ_j sc_j·Σ code·q
+  var mins_lo = vec4i(0); var mins_hi = vec4i(0);  // Σ_j m_j·Σ q
+  for (var h = 0u; h < 2u; h++) {
+    let j = (b % 8u) * 2u + h;
+    var sub_lo = vec4i(0); var sub_hi = vec4i(0);
+    var s16_lo = vec4i(0); var s16_hi = vec4i(0);
+    for (var l = 0u; l < 16u; l++) {
+      let c = kq_code(row, sb, 16u * j + l);
+      let x_lo = xq4(q_lo, 16u * h + l);
+      let x_hi = xq4(q_hi, 16u * h + l);
+      sub_lo = sub_lo + c * x_lo; sub_hi = sub_hi + c * x_hi;
+      s16_lo = s16_lo + x_lo; s16_hi = s16_hi + x_hi;
+    }
+    let sc = kq_sc(row, sb, j);
+    let m = kq_m(row, sb, j);
+    dot_lo = dot_lo + sc * sub_lo; dot_hi = dot_hi + sc * sub_hi;
+    mins_lo = mins_lo + m * s16_lo; mins_hi = mins_hi + m * s16_hi;
+  }
+  let d = kq_d(row, sb);
+  let dmin = kq_dmin(row, sb);`;
+    terms = `vec2f((d * dx) * f32(${pick('dot')}), (dmin * dx) * f32(${pick('mins')}))`;
+  } else {
+    body = `  let block = (b * 32u) / ${info.elems}u;
+  let first = (b * 32u) % ${info.elems}u;
+  var dot_lo = vec4i(0); var dot_hi = vec4i(0);  // Σ code·q
+  ${BlockCodesWgsl(type, (code, j) => `{ let c = ${code}; dot_lo = dot_lo + c * xq4(q_lo, ${j}); dot_hi = dot_hi + c * xq4(q_hi, ${j}); }`)}
+  let d = w_scale(row, block);${info.min ? `
+  var qs_lo = vec4i(0); var qs_hi = vec4i(0);  // Σq
+  for (var j = 0u; j < 32u; j++) { qs_lo = qs_lo + xq4(q_lo, j); qs_hi = qs_hi + xq4(q_hi, j); }
+  let m = w_min(row, block);` : ''}`;
+    terms = `vec2f((d * dx) * f32(${pick('dot')}), ${info.min ? `(m * dx) * f32(${pick('qs')})` : '0.0'})`;
+  }
+  return /* wgsl */ `
+// Codes j of four tokens' activation blocks starting at xq[o.x], xq[o.y], xq[o.z], xq[o.w].
+fn xq4(o: vec4u, j: u32) -> vec4i { return vec4i(xq[o.x + j], xq[o.y + j], xq[o.z + j], xq[o.w + j]); }
+
+// Activation block b's terms of row for the token group (matmul_kernels.js, MatmulLanesTermsWgsl).
+fn matmul_terms(row: u32, b: u32, t0: u32, in_group: u32, slot: u32) {
+  let last = vec4u(in_group - 1u);
+  let q_lo = (vec4u(t0) + min(vec4u(0u, 1u, 2u, 3u), last)) * dims.cols + vec4u(b * 32u);
+  let q_hi = (vec4u(t0) + min(vec4u(4u, 5u, 6u, 7u), last)) * dims.cols + vec4u(b * 32u);
+${body}
+  for (var t = 0u; t < in_group; t++) {
+    let dx = xd[(t0 + t) * dims.xd_stride + b];
+    mm_terms[slot + t * ${tile_blocks}u] = ${terms};
+  }
+}`;
 }

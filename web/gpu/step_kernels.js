@@ -8,7 +8,7 @@
 
 import {kDivRnWgsl} from './div_rn.js';
 import {kByteHelpers, Readers} from './kv_formats.js';
-import {kMatmulTokens, MatmulWgsl} from './matmul_kernels.js';
+import {BlockCodesWgsl, kMatmulTokens, MatmulLanesTermsWgsl, MatmulWgsl} from './matmul_kernels.js';
 import {WeightBlock, WeightReaderWgsl} from './weight_types.js';
 
 /** Lanes of the reduction workgroups (norms, argmax); invocations per matvec and matmul workgroup. */
@@ -202,31 +202,6 @@ export const kOpsBindings = {
   swiglu: [1, 2, 3], argmax: [1, 3, 6], quantize: [1, 3, 7, 8],
 };
 
-// The integer dot I_b = Σ code·q of an activation block of the types whose codes are read as words
-// (w_u32 of 4 code bytes, contiguous in both layouts), in matvec_term's scope (row, block, first,
-// qo, b, dot): the same integers as the element loop (exact: no sum comes near 2^31), fewer loads.
-const kWordDots = {
-  // Q1_0: 32 sign bits, LSB first; code ±1 times q is ±q.
-  q1_0: `let bits = w_u32(w_code_byte(row, block, first / 8u));
-  for (var j = 0u; j < 32u; j++) {
-    let q = xq[qo + b * 32u + j];
-    dot = dot + select(-q, q, ((bits >> j) & 1u) == 1u);
-  }`,
-  // Q4_0: byte s holds element s's code + 8 in its low nibble, element 16 + s's in its high one.
-  q4_0: `for (var k = 0u; k < 4u; k++) {
-    let w = w_u32(w_code_byte(row, block, 4u * k));
-    for (var i = 0u; i < 4u; i++) {
-      let byte = (w >> (8u * i)) & 255u;
-      dot = dot + (i32(byte & 15u) - 8) * xq[qo + b * 32u + 4u * k + i] + (i32(byte >> 4u) - 8) * xq[qo + b * 32u + 16u + 4u * k + i];
-    }
-  }`,
-  // Q8_0: byte j is element j's int8 code.
-  q8_0: `for (var k = 0u; k < 8u; k++) {
-    let w = w_u32(w_code_byte(row, block, 4u * k));
-    for (var i = 0u; i < 4u; i++) { dot = dot + (i32(w << (24u - 8u * i)) >> 24u) * xq[qo + b * 32u + 4u * k + i]; }
-  }`,
-};
-
 /**
  * The weight ops of `type` in `layout`: matvec (f32 activation or quantised; `kernel` as
  * MatvecKernelFor says), matmul, embed.
@@ -271,7 +246,7 @@ fn matvec_term(row: u32, b: u32, qo: u32, dxo: u32) -> vec2f {
   let block = (b * 32u) / ${elems}u;
   let first = (b * 32u) % ${elems}u;
   var dot = 0;
-  ${kWordDots[type] ?? 'for (var j = 0u; j < 32u; j++) { dot = dot + w_code(row, block, first + j) * xq[qo + b * 32u + j]; }'}
+  ${BlockCodesWgsl(type, (code, j) => `dot = dot + ${code} * xq[qo + b * 32u + ${j}];`)}
   ${min ? `var q_sum = 0;  // Σq of the block, exact
   for (var j = 0u; j < 32u; j++) { q_sum = q_sum + xq[qo + b * 32u + j]; }
   return vec2f((w_scale(row, block) * xd[dxo + b]) * f32(dot), (w_min(row, block) * xd[dxo + b]) * f32(q_sum));`
@@ -318,11 +293,12 @@ fn matvec(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid
   const tile_blocks = kRowLanes * kMatvecRows / (kMatvecRows * kMatmulTokens);
   const matmul_lanes = `
 var<workgroup> mm_terms: array<vec2f, ${kMatvecRows * kMatmulTokens * tile_blocks}>;  // [row][token][block of the tile]
-
+${MatmulLanesTermsWgsl(type, WeightBlock(type), tile_blocks)}
 // MatMul over a block of tokens: ${kMatvecRows} rows of the piece and a group of ${kMatmulTokens} tokens (z) per
-// workgroup. Per tile of ${tile_blocks} activation blocks the lanes form each (row, token)'s terms with
-// matvec_term, then lane ${kMatmulTokens}·r + t adds row r's for token t in order of b: each token's y has
-// its matvec's bits.
+// workgroup. Per tile of ${tile_blocks} activation blocks lane k forms row k / tile's terms of block
+// k % tile for every token of the group (matmul_terms: the weight block read once for the group,
+// each term matvec_term's), then lane ${kMatmulTokens}·r + t adds row r's for token t in order of b: each
+// token's y has its matvec's bits.
 @compute @workgroup_size(${kRowLanes})
 fn matmul(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
   let first_row = (wg.x + wg.y * 32768u) * ${kMatvecRows}u;
@@ -332,13 +308,10 @@ fn matmul(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid
   var sums = vec2f(0.0, 0.0);  // lane ${kMatmulTokens}·r + t: row first_row + r's for token t0 + t
   for (var b0 = 0u; b0 < blocks; b0 += ${tile_blocks}u) {
     let tile = min(${tile_blocks}u, blocks - b0);
-    // term k: row k / (${kMatmulTokens}·tile), token (k / tile) % ${kMatmulTokens}, block k % tile
-    for (var k = lid; k < ${kMatvecRows * kMatmulTokens}u * tile; k += ${kRowLanes}u) {
-      let r = k / (${kMatmulTokens}u * tile);
-      let t = (k / tile) % ${kMatmulTokens}u;
-      if (first_row + r < dims.rows && t < in_group) {
-        mm_terms[(r * ${kMatmulTokens}u + t) * ${tile_blocks}u + k % tile] =
-            matvec_term(first_row + r, b0 + k % tile, (t0 + t) * dims.cols, (t0 + t) * dims.xd_stride);
+    for (var k = lid; k < ${kMatvecRows}u * tile; k += ${kRowLanes}u) {  // row k / tile, block k % tile
+      let r = k / tile;
+      if (first_row + r < dims.rows) {
+        matmul_terms(first_row + r, b0 + k % tile, t0, in_group, r * ${kMatmulTokens * tile_blocks}u + k % tile);
       }
     }
     workgroupBarrier();
