@@ -80,15 +80,17 @@ fn packed_code(codes: array<u32, 8>, k: u32) -> i32 {
  * quantized_activation, min}) over WeightOpsWgsl's bindings and readers; row_lanes: invocations per
  * workgroup (a row each).
  */
-// The loop body's start for activation block b (32 elements) of a block-quantised row whose weight
-// blocks hold `elems` elements: the weight block, the block's scale d, and its 32 codes packed
-// into 8 words (code first + j in byte j), read once for the token group.
-function BlockCodes(elems) {
+// The loop body's start for activation block b (32 elements) of a block-quantised row of `type`
+// whose weight blocks hold `elems` elements: the weight block, the block's scale d, and its 32
+// codes packed into 8 words (code first + j in byte j), read once for the token group (as words
+// where the type's codes are: BlockCodesWgsl).
+function BlockCodes(type, elems) {
+  const pack = (code, j) => `codes[(${j}) / 4u] |= (u32(${code}) & 255u) << (8u * ((${j}) % 4u));`;
   return /* wgsl */ `      let block = (b * 32u) / ${elems}u;
       let first = (b * 32u) % ${elems}u;
       let d = w_scale(row, block);
       var codes = array<u32, 8>();  // code first + j in byte j (zeroed explicitly: see packed_code)
-      for (var j = 0u; j < 32u; j++) { codes[j / 4u] |= (u32(w_code(row, block, first + j)) & 255u) << (8u * (j % 4u)); }
+      ${BlockCodesWgsl(type, pack)}
 `;
 }
 
@@ -152,7 +154,7 @@ export function MatmulWgsl(type, info, row_lanes) {
 // codes read once for the group; each token's Σ_b (d_w · d_x) · I_b and Σ_b (m · d_x) · Σq in f32
 // in order of b (I_b = Σ code·q and Σq exact), added last.`, ['sum', 'min_sum'], `
     for (var b = 0u; b < dims.cols / 32u; b++) {
-${BlockCodes(info.elems)}      let m = w_min(row, block);
+${BlockCodes(type, info.elems)}      let m = w_min(row, block);
       for (var t = 0u; t < in_group; t++) {
         let xo = (t0 + t) * dims.cols + b * 32u;
         var dot = 0;
@@ -172,7 +174,7 @@ ${BlockCodes(info.elems)}      let m = w_min(row, block);
 // token: per activation block b the row's scale and 32 codes read once for the group; each token's
 // Σ_b (d_w · d_x) · I_b in f32 in order of b (I_b = Σ code·q, exact).`, ['sum'], `
     for (var b = 0u; b < dims.cols / 32u; b++) {
-${BlockCodes(info.elems)}      for (var t = 0u; t < in_group; t++) {
+${BlockCodes(type, info.elems)}      for (var t = 0u; t < in_group; t++) {
         let xo = (t0 + t) * dims.cols + b * 32u;
         var dot = 0;
         for (var j = 0u; j < 32u; j++) { dot = dot + packed_code(codes, j) * xq[xo + j]; }
