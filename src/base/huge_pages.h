@@ -22,10 +22,11 @@ struct PageBufferFree {
 };
 using PageBuffer = std::unique_ptr<uint8_t[], PageBufferFree>;
 
-// `bytes` (at least 1) rounded up to whole 2 MiB pages, 2 MiB-aligned, advised before anything
-// touches it; uninitialised. The advice is a hint: where the kernel refuses it the contents are
-// the same. Throws std::bad_alloc when the memory is not there. (WebAssembly's linear memory has
-// no pages to advise: there the buffer is 64-byte aligned and not rounded.)
+// `bytes` (at least 1) rounded up to whole 2 MiB pages and 2 MiB-aligned when it is at least one
+// such page (else to a 64-byte line), advised before anything touches it; uninitialised. The
+// advice is a hint: where the kernel refuses it the contents are the same. Throws std::bad_alloc
+// when the memory is not there. (WebAssembly's linear memory has no pages to advise: there every
+// buffer is 64-byte lines.)
 PageBuffer AllocatePageBuffer(int64_t bytes, PageSize pages);
 
 }  // namespace kvq
