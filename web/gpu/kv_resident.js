@@ -15,8 +15,9 @@
 // reset by a copy recorded in the encoder, in command order. The window kernels are the KV device's: the same instructions
 // for any split of the positions into windows, so the bits equal the streamed path's.
 //
-// Every page resident and no f32 rows kept (not mixed, not sinkN / resN): a layer's pages lie in a
-// pool (kv_resident_pool.js), so a run of pages is one window, its position chunks in parallel.
+// Every page resident (not mixed): a layer's pages lie in a pool (kv_resident_pool.js; with sinkN,
+// those after the pages holding sinks), so a run of pages is one window, its position chunks in
+// parallel.
 //
 // Mixed mode (a context over the device budget, seed 000's architecture): each layer keeps its
 // newest `resident_pages` pages on the GPU (the tail among them, encoded there as above); an older
@@ -62,7 +63,7 @@ import {GpuKvEncoder, KeyRowsPerBlock} from './kv_formats.js';
 import {ResidentRopeTable} from './kv_resident_rope.js';
 import {ResidentRotation} from './kv_resident_rotation.js';
 import {PagePool, PoolWindows} from './kv_resident_pool.js';
-import {PageWindows, ResidentRows, RowsPieces, RowsSpecOf, SubBlocks} from './kv_resident_rows.js';
+import {PageWindows, ResidentRows, RowsPieces, RowsPoolFrom, RowsSpecOf, SubBlocks} from './kv_resident_rows.js';
 import {kStreamSlots, PageBufferBytes, RotationSlots, SplitKvSpec} from './kv_resident_specs.js';
 import {CachedPipeline} from './pipeline_cache.js';
 import {UniformArena} from './uniform_arena.js';
@@ -136,13 +137,16 @@ export class GpuResidentKv {
                                           buffer: this.#NewBuffers(this.resident_pages * rope_page).buffer} : null;
     this.rope_table = this.prerope ? new ResidentRopeTable(device, c.rotary_dims, P, rope, (b) => this.retired.push(b), ring) : null;
     formats = {key: SplitKvSpec(formats.key).format, value: SplitKvSpec(formats.value).format};
-    // Every page resident and no f32 rows: a layer's pages in a pool (kv_resident_pool.js), so a
-    // run of them is one attend window, segments as large as one storage binding takes.
+    // Every page resident: a layer's pages in a pool (kv_resident_pool.js), so a run of them is one
+    // attend window, segments as large as one storage binding takes. sinkN: the pages holding sinks
+    // (before pool_from) keep buffers of their own, the sinks after their bytes.
     this.stride = PageBufferBytes(this.page_bytes);
+    this.pool_from = this.rows ? RowsPoolFrom(P, this.rows_spec) : 0;
     const binding = Math.min(device.limits.maxStorageBufferBindingSize, device.limits.maxBufferSize);
-    this.segment_pages = mixed || this.rows ? 1 : Math.max(1, Math.min(Math.floor(binding / this.stride), options.segment_pages ?? Infinity));
-    const pool = mixed || this.rows ? null : {stride: this.stride, segment_pages: this.segment_pages,
-      max_pages: layout.max_positions > 0 ? Math.ceil(layout.max_positions / P) : Infinity, grows: options.pool_grows ?? true,
+    this.segment_pages = mixed ? 1 : Math.max(1, Math.min(Math.floor(binding / this.stride), options.segment_pages ?? Infinity));
+    const pool = mixed ? null : {stride: this.stride, segment_pages: this.segment_pages,
+      max_pages: layout.max_positions > 0 ? Math.max(1, Math.ceil(layout.max_positions / P) - this.pool_from) : Infinity,
+      grows: options.pool_grows ?? true,
       storage: (bytes) => this.#NewBuffers(bytes).buffer, free: (buffer, deferred) => {
         if (!deferred) return this.#FreeBuffers({buffer});
         this.retired_kv_bytes += buffer.size;  // still counted: it lives until the submit
@@ -207,8 +211,9 @@ export class GpuResidentKv {
 
   // encoder: where a pool's growth copies its pages (no pass open); null: submitted at once.
   #NewPage(L, encoder = null) {
-    const page = L.pool ? L.pool.NewPage(this.device, encoder)
-                        : this.#NewBuffers(this.rows ? this.rows.PageBytes(L.pages.length) : this.page_bytes);
+    const i = L.pages.length, pooled = L.pool && i >= this.pool_from;
+    const page = pooled ? L.pool.NewPage(this.device, encoder)
+                        : this.#NewBuffers(this.rows ? this.rows.PageBytes(i) : this.page_bytes);
     L.pages.push(page);
     return page;
   }
@@ -264,8 +269,8 @@ export class GpuResidentKv {
       if (L.landed < Math.floor(n / P)) {
         throw new Error(`GpuResidentKv.Truncate: layer ${layer}'s pages before position ${n} are not all in the master (Drain first)`);
       }
-      for (const page of L.pages.splice(kept_pages)) if (page && !L.pool) this.#FreeBuffers(page);
-      L.pool?.Truncate(kept_pages);
+      for (const page of L.pages.splice(kept_pages)) if (page && !page.segment) this.#FreeBuffers(page);  // not a pool's
+      L.pool?.Truncate(Math.max(0, kept_pages - this.pool_from));
       for (let i = first; i < kept_pages; ++i) L.pages[i] ??= this.#Uploaded(L, this.read(layer, i));
       L.landed = Math.min(L.landed, Math.floor(n / P));
       L.sinks.length = Math.min(L.sinks.length, L.landed);
@@ -360,7 +365,7 @@ export class GpuResidentKv {
     const {q, q_stride} = b;
     const full = [];  // pages the block fills: copied out after its rows are encoded
     if (this.rows) {  // one page's piece: copied into the ring, rows aged out encoded (kv_resident_rows.js)
-      if (pos % P === 0) this.#NewPage(L);
+      if (pos % P === 0) this.#NewPage(L, sink.encoder);
       this.counts.encode_dispatches += this.rows.RecordRows(sink.encoder, L, b, pos, n, From, this.uniforms);
     }
     for (let t = this.rows ? n : 0; t < n;) {  // the block's rows in each page it writes: rows t .. t + run − 1
@@ -376,11 +381,12 @@ export class GpuResidentKv {
       t += run;
     }
     const last = pos + n - 1, last_index = Math.floor(last / P);
-    // One window per page in position order (a KIVI page holding residual rows: two, PageWindows);
-    // pooled, one per segment's run of pages (and the residual rows').
-    let windows = this.rows ? this.rows.Windows(L, last)
+    // One window per page in position order (a KIVI page holding residual rows: two, PageWindows;
+    // sinkN / resN: cut where a tensor's rows change source, RowsWindows); pooled, one per
+    // segment's run of pages (and the residual rows').
+    let windows = this.rows ? this.rows.Windows(L, last, this.segment_pages)
         : PageWindows(pos, last, P, this.group, this.value_offset, this.v_block, L.residual);
-    if (L.pool) windows = PoolWindows(windows, P, this.segment_pages);
+    if (L.pool && !this.rows) windows = PoolWindows(windows, P, this.segment_pages);
     const Pieces = (first, rows) => Math.floor((first + rows - 1) / kPositionChunk) - Math.floor(first / kPositionChunk) + 1;
     this.#State(n, Math.max(...windows.map((w) => Pieces(w.first, w.rows))));
     const region_bytes = n * this.region_bytes;  // one state per (query position, query head)
@@ -555,7 +561,8 @@ export class GpuResidentKv {
 
   Destroy() {
     for (const L of this.layers) {
-      if (L.pool) L.pool.Destroy(); else for (const p of L.pages) if (p) this.#FreeBuffers(p);
+      L.pool?.Destroy();
+      for (const p of L.pages) if (p && !p.segment) this.#FreeBuffers(p);
       L.residual?.destroy();
       L.ring?.destroy();
     }

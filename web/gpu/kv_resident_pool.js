@@ -1,5 +1,5 @@
-// A layer's resident pages in a pool (kv_resident.js, when every page stays on the GPU and no f32
-// rows are kept beside them: not mixed mode, not sinkN / resN): pages side by side in one buffer,
+// A layer's resident pages in a pool (kv_resident.js, when every page stays on the GPU: not mixed
+// mode; with sinkN, the pages after those holding sinks): pages side by side in one buffer,
 // `stride` bytes apart, so one attend dispatch reads a run of pages as one window and takes its
 // position chunks in parallel (AttendWgsl's pieces, merged in chunk order by its fold) — where a
 // buffer per page took a dispatch per page, each continuing the previous one's state, one after
@@ -82,17 +82,23 @@ export class PagePool {
 }
 
 /**
- * PageWindows' windows (kv_resident_rows.js) over a pool's pages as the attends take them:
- * consecutive windows of encoded rows within one segment, each from its page's start, joined into
- * one (its rows run on through the pages, AttendWgsl's s.pages); a window of residual rows (KIVI's
- * newest group, k.buffer) stays as it is. P: positions per page.
+ * The attend windows of a block (kv_resident_rows.js's PageWindows, or ResidentRows' plan of
+ * RowsWindows) over a pool's pages as the attends take them: consecutive windows of encoded rows
+ * within one segment, each from its page's start, joined into one (its rows run on through the
+ * pages, AttendWgsl's s.pages). A window stays as it is when it reads rows from elsewhere: KIVI's
+ * residual group (k.buffer), the ring of f32 rows (src 'ring') or a page's sinks (n_head), or when
+ * its page is not in the pool (sinkN: the pages before `first_pooled` hold sinks in their own
+ * buffers). P: positions per page; pool page j is page first_pooled + j.
  */
-export function PoolWindows(windows, P, segment_pages) {
+export function PoolWindows(windows, P, segment_pages, first_pooled = 0) {
+  const pooled = (w) => !w.k.buffer && !w.v.buffer && w.k.src !== 'ring' && w.v.src !== 'ring' && !w.k.n_head &&
+                        !w.v.n_head && w.i >= first_pooled;
+  const segment = (w) => Math.floor((w.i - first_pooled) / segment_pages);
   const out = [];
   for (const w of windows) {
     const last = out[out.length - 1];
-    if (last && !last.k.buffer && !w.k.buffer && w.first === w.i * P && last.first + last.rows === w.first &&
-        Math.floor(last.i / segment_pages) === Math.floor(w.i / segment_pages)) {
+    if (last && pooled(last) && pooled(w) && last.first === last.i * P && w.first === w.i * P &&
+        last.first + last.rows === w.first && segment(last) === segment(w)) {
       last.rows += w.rows;
       last.k = {...last.k, n_block: last.rows};
       last.v = {...last.v, n_block: last.rows};

@@ -14,7 +14,10 @@
 //   - the sink rows in f32 after their page's bytes in its buffer ([2][its sinks][n_kv_heads]
 //     [head_dim] from Ceil4(page_bytes)): kv_device.js's attend kernel reads a window's "head
 //     rows" from the buffer its blocks are in, so a page's first window takes both, as the
-//     stream path's slot does.
+//     stream path's slot does;
+//   - the pages after those holding sinks in a page pool (kv_resident_pool.js) when every page
+//     stays resident (not mixed mode), so a run of their encoded rows is one attend window, its
+//     position chunks in parallel (RowsAttends), where a page each took a dispatch of its own.
 // A block is recorded in pieces (RowsPieces) within one page, cut where a later query would see
 // a row encoded that an earlier one reads in f32 (as KIVI's SubBlocks cuts at a group's end); a
 // piece copies its rows into the ring (and the sinks), encodes the rows that age out up to its
@@ -33,6 +36,8 @@
 //
 // Also here (kv_resident.js's, moved out so it stays small): KIVI's pieces without sinkN / resN
 // (SubBlocks) and the uniform slots a block takes (BlockUniformSlots).
+
+import {PoolWindows} from './kv_resident_pool.js';
 
 // kvq's EncodedRows (formats/kv_spec.cc): rows of n positions in blocks of G with `residual` f32.
 export function EncodedRowsAt(n, G, residual) {
@@ -132,11 +137,25 @@ export function RowsWindows(last, P, groups, spec) {
   return windows;
 }
 
+/**
+ * The first page of a layer's page pool (kv_resident_pool.js) with sinkN / resN: the pages holding
+ * sinks keep their own buffers (the sinks after the page's bytes), the pages after lie in the pool.
+ */
+export function RowsPoolFrom(P, spec) { return Math.ceil(spec.sinks / P); }
+
+/**
+ * The attends of a piece whose view is that of position `last` (RowsWindows), its runs of pooled
+ * pages joined (PoolWindows; segment_pages 1: a window per page, as mixed mode takes them).
+ */
+export function RowsAttends(last, P, groups, spec, segment_pages = 1) {
+  return PoolWindows(RowsWindows(last, P, groups, spec), P, segment_pages, RowsPoolFrom(P, spec));
+}
+
 /** Uniform slots a block takes per layer in rows mode: per piece its encoder calls, attends and gather. */
-export function RowsBlockSlots(P, pos, n, groups, spec) {
+export function RowsBlockSlots(P, pos, n, groups, spec, segment_pages = 1) {
   let slots = 0;
   for (const [a, m] of RowsPieces(pos, n, P, groups, spec)) {
-    slots += RowsEncodes(a, a + m - 1, P, groups, spec).length + RowsWindows(a + m - 1, P, groups, spec).length + 1;
+    slots += RowsEncodes(a, a + m - 1, P, groups, spec).length + RowsAttends(a + m - 1, P, groups, spec, segment_pages).length + 1;
   }
   return slots;
 }
@@ -184,10 +203,11 @@ export function PageWindows(pos, last, P, G, value_offset, v_block, residual) {
  * for the residual rows, and its gather; and `rotations` more per layer (RotationSlots: the
  * specs' head ops; rot is not taken with G > 1). rows: RowsSpecOf's {sinks, residual} (RowsBlockSlots).
  * segment_pages: pages an attend window runs through (kv_resident_pool.js's segments; 1: a window
- * per page), so the attends of encoded rows are one per segment they touch.
+ * per page), so the attends of encoded rows are one per segment they touch (with rows, of the
+ * pooled pages: RowsAttends).
  */
 export function BlockUniformSlots(n_layers, P, pos, n, G = 1, rotations = 0, rows = null, segment_pages = 1) {
-  if (rows) return n_layers * RowsBlockSlots(P, pos, n, [G, 1], rows);
+  if (rows) return n_layers * RowsBlockSlots(P, pos, n, [G, 1], rows, segment_pages);
   const windows = (pages) => Math.ceil(pages / segment_pages);  // attends over pages [0, pages)
   if (G > 1) {
     let slots = 0;
@@ -309,12 +329,12 @@ export class ResidentRows {
     [b.k, b.v].forEach((x, w) => {
       copy(x, m, L.ring, this.#Slot(w, a));
       const sinks = Math.min(a + m, spec.sinks) - a;
-      if (sinks > 0) copy(x, sinks, L.pages[i].buffer, this.sink_at + (w * in_page + a - i * P) * row_bytes);
+      if (sinks > 0) copy(x, sinks, L.pages[i].buffer, L.pages[i].offset + this.sink_at + (w * in_page + a - i * P) * row_bytes);
     });
     let dispatches = 0;
     for (const {w, first, rows, stand_in} of RowsEncodes(a, a + m - 1, P, this.groups, spec)) {
-      const G = this.groups[w], enc = w ? L.v : L.k, page = L.pages[Math.floor(first / P)].buffer;
-      const at = (w ? this.value_offset : 0) + ((first % P) / G) * enc.shape.block_bytes;
+      const G = this.groups[w], enc = w ? L.v : L.k, {buffer: page, offset} = L.pages[Math.floor(first / P)];
+      const at = offset + (w ? this.value_offset : 0) + ((first % P) / G) * enc.shape.block_bytes;
       if (stand_in && G === 1) {  // sinks' slots: zeros (kvq's EncodeAged)
         dispatches += enc.Record(encoder, this.zero, rows, page, at, uniforms, 0);
         continue;
@@ -336,18 +356,21 @@ export class ResidentRows {
   }
 
   /**
-   * The attend windows of a piece of queries up to `last` on layer L, with their bindings:
-   * [{i, first, rows, k, v}], k and v {buffer, blocks, head, n_head, n_block} (AttendWgsl's
-   * Params: byte offsets of the blocks and the head rows, the rows read from each).
+   * The attend windows of a piece of queries up to `last` on layer L (RowsAttends: a run of pooled
+   * pages one window), with their bindings: [{i, first, rows, k, v}], k and v {buffer, blocks,
+   * head, n_head, n_block} (AttendWgsl's Params: byte offsets of the blocks and the head rows, the
+   * rows read from each); a page's tensor has no buffer: the caller binds page i's (a pooled
+   * page's segment, its offset added to blocks; an evicted page's streaming slot).
    */
-  Windows(L, last) {
-    return RowsWindows(last, this.P, this.groups, this.spec).map((win) => {
-      const page = L.pages[win.i]?.buffer, row0 = win.first - win.i * this.P;  // undefined: evicted, streamed into a slot
+  Windows(L, last, segment_pages) {
+    return RowsAttends(last, this.P, this.groups, this.spec, segment_pages).map((win) => {
+      const row0 = win.first - win.i * this.P;
       const bind = (t, w) => {
         if (t.src === 'ring') return {buffer: L.ring, blocks: 0, head: this.#Slot(w, win.first), n_head: win.rows, n_block: win.rows};
         const block_bytes = (w ? L.v : L.k).shape.block_bytes, G = this.groups[w];
         if (row0 % G) throw new Error(`a window from position ${win.first} starts inside a group of ${G} rows`);
-        return {buffer: page, blocks: (w ? this.value_offset : 0) + (row0 / G) * block_bytes,
+        // The head rows (sinks: only in pages of their own, at offset 0) at the page's sink area.
+        return {blocks: (w ? this.value_offset : 0) + (row0 / G) * block_bytes,
                 head: this.sink_at + w * this.SinksIn(win.i) * this.row_bytes, n_head: t.n_head, n_block: t.n_block};
       };
       return {i: win.i, first: win.first, rows: win.rows, k: bind(win.k, 0), v: bind(win.v, 1)};

@@ -21,7 +21,8 @@
 // runner cuts the block at the page end, 5-31 (4) and 32-44 (4): kRunnerBlocks.
 // Counted exactly per call (kv_resident.js's and block_steps.js's counts): per block and layer one
 // attend dispatch per pool segment's run of pages up to its last position (query-blocked: one
-// here, the pages pooled, kv_resident_pool.js; sinkN / resN: one per page), one K and one V encoder call
+// here, the pages pooled, kv_resident_pool.js; sinkN / resN: RowsAttends, the pages holding
+// sinks and the windows of f32 rows apart), one K and one V encoder call
 // per page the block writes (with a scales pass for the int formats), the uniform slots those
 // take (which the runner's BlockUniformSlots predicts); and per block one matmul dispatch per
 // piece of each matvec before the last attention, one activation quantisation per such matvec of
@@ -46,7 +47,7 @@
 import {GpuModelRunner} from '/web/gpu/gpu_engine.js';
 import {EncoderHasScales, kEncoderFormats, KeyRowsPerBlock} from '/web/gpu/kv_formats.js';
 import {RotationSlots, SplitKvSpec} from '/web/gpu/kv_resident.js';
-import {EncodedRowsAt, RowsEncodes, RowsPieces, RowsSpecOf, RowsWindows} from '/web/gpu/kv_resident_rows.js';
+import {EncodedRowsAt, RowsAttends, RowsEncodes, RowsPieces, RowsSpecOf} from '/web/gpu/kv_resident_rows.js';
 import {WeightBlock} from '/web/gpu/weight_types.js';
 
 const kPage = 32;       // positions per page (the smallest the cache takes)
@@ -120,7 +121,7 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
     const PieceCounts = (a, z) => {
       if (rows) {  // kv_resident_rows.js's plan: what the recording must match
         const calls = RowsEncodes(a, z, kPage, [G, 1], rows);
-        return {attends: RowsWindows(z, kPage, [G, 1], rows).length, calls: calls.length,
+        return {attends: RowsAttends(z, kPage, [G, 1], rows, blocks.resident.segment_pages).length, calls: calls.length,
                 encodes: calls.reduce((sum, {w}) => sum + (w ? v_passes : k_passes), 0)};
       }
       const written = pages(z) - pages(a) + 1;
