@@ -9,9 +9,13 @@
 // first dispatch, the module's first allocations) are not in the first depth's figures. The
 // result is one JSON object (RunBench's return).
 
-/** The defaults for a real GPU: a 512-token prompt, 128 new tokens, depths 0, 4K and 16K. */
+/**
+ * The defaults for a real GPU: a 512-token prompt, 128 new tokens, depths 0, 4K and 16K, no device
+ * budget (device_budget_bytes 0: the GPU path's own; a smaller one takes the mixed KV path when the
+ * context's KV is over it).
+ */
 export const kBenchDefaults = {prompt_tokens: 512, new_tokens: 128, depths: [0, 4096, 16384], kv_k: 'f16',
-                               kv_v: 'f16', paths: ['gpu', 'cpu'], gpu_prefill_block: 64};
+                               kv_v: 'f16', paths: ['gpu', 'cpu'], gpu_prefill_block: 64, device_budget_bytes: 0};
 
 /** n ids of a vocabulary of `vocab`, the same for every path: a fixed walk from `start`. */
 export function BenchIds(n, vocab, start) {
@@ -43,10 +47,11 @@ export async function RunBench(p, env) {
   Whole(o.prompt_tokens, 'prompt_tokens', 1);
   Whole(o.new_tokens, 'new_tokens', 1);
   Whole(o.gpu_prefill_block, 'gpu_prefill_block', 1);
+  Whole(o.device_budget_bytes, 'device_budget_bytes', 0);
   if (!Array.isArray(o.depths) || !o.depths.length) throw new Error('benchmark depths: a list of whole numbers');
   for (const d of o.depths) Whole(d, 'depth', 0);
   for (const path of o.paths) if (!['gpu', 'cpu'].includes(path)) throw new Error(`benchmark path "${path}": gpu or cpu`);
-  const q = {kv_k: o.kv_k, kv_v: o.kv_v, temperature: 0, top_k: 0, top_p: 1, min_p: 0, seed: 0, device_budget_bytes: 0,
+  const q = {kv_k: o.kv_k, kv_v: o.kv_v, temperature: 0, top_k: 0, top_p: 1, min_p: 0, seed: 0, device_budget_bytes: o.device_budget_bytes,
              gpu_prefill_block: o.gpu_prefill_block};
   const runs = [];
   for (const path of o.paths) {  // the warm-up
@@ -107,5 +112,6 @@ export async function RunBench(p, env) {
   return {method: 'greedy; per depth D: D ids run first (not timed), then a prompt of prompt_tokens ids (prefill ' +
                   'tok/s), then new_tokens ids decoded (decode tok/s); the GPU and WebAssembly paths in the same page',
           ...env.describe, prompt_tokens: o.prompt_tokens, new_tokens: o.new_tokens, kv_k: o.kv_k, kv_v: o.kv_v,
+          device_budget_bytes: o.device_budget_bytes,
           gpu_prefill_block: o.gpu_prefill_block, depths: o.depths, runs, same_ids};
 }

@@ -137,14 +137,19 @@ export class GpuResidentKv {
                                           buffer: this.#NewBuffers(this.resident_pages * rope_page).buffer} : null;
     this.rope_table = this.prerope ? new ResidentRopeTable(device, c.rotary_dims, P, rope, (b) => this.retired.push(b), ring) : null;
     formats = {key: SplitKvSpec(formats.key).format, value: SplitKvSpec(formats.value).format};
-    // Every page resident: a layer's pages in a pool (kv_resident_pool.js), so a run of them is one
-    // attend window, segments as large as one storage binding takes. sinkN: the pages holding sinks
-    // (before pool_from) keep buffers of their own, the sinks after their bytes.
+    // A layer's pages in a pool (kv_resident_pool.js), so a run of them is one attend window,
+    // segments as large as one storage binding takes. sinkN: the pages holding sinks (before
+    // pool_from) keep buffers of their own, the sinks after their bytes. Mixed mode: the pool is a
+    // ring of resident_pages slots, made at once (what MixedCosts counts); with sinkN no pool (a
+    // sink page beside a full ring would hold a page more than the budget), a buffer per page.
     this.stride = PageBufferBytes(this.page_bytes);
     this.pool_from = this.rows ? RowsPoolFrom(P, this.rows_spec) : 0;
     const binding = Math.min(device.limits.maxStorageBufferBindingSize, device.limits.maxBufferSize);
-    this.segment_pages = mixed ? 1 : Math.max(1, Math.min(Math.floor(binding / this.stride), options.segment_pages ?? Infinity));
-    const pool = mixed ? null : {stride: this.stride, segment_pages: this.segment_pages,
+    const segment_pages = Math.max(1, Math.min(Math.floor(binding / this.stride), options.segment_pages ?? Infinity));
+    // Pages an attend window runs through at most, as BlockUniformSlots counts a block's windows
+    // (mixed mode: a window per page, an upper bound: its runs depend on where the ring wraps).
+    this.segment_pages = mixed ? 1 : segment_pages;
+    const pool = mixed && this.pool_from ? null : {stride: this.stride, segment_pages, ring: mixed ? this.resident_pages : 0,
       max_pages: layout.max_positions > 0 ? Math.max(1, Math.ceil(layout.max_positions / P) - this.pool_from) : Infinity,
       grows: options.pool_grows ?? true,
       storage: (bytes) => this.#NewBuffers(bytes).buffer, free: (buffer, deferred) => {
@@ -212,7 +217,7 @@ export class GpuResidentKv {
   // encoder: where a pool's growth copies its pages (no pass open); null: submitted at once.
   #NewPage(L, encoder = null) {
     const i = L.pages.length, pooled = L.pool && i >= this.pool_from;
-    const page = pooled ? L.pool.NewPage(this.device, encoder)
+    const page = pooled ? L.pool.NewPage(this.device, encoder, i - this.pool_from)
                         : this.#NewBuffers(this.rows ? this.rows.PageBytes(i) : this.page_bytes);
     L.pages.push(page);
     return page;
@@ -237,13 +242,13 @@ export class GpuResidentKv {
       L.pages.push(null);
       return;
     }
-    L.pages.push(this.#Uploaded(L, bytes));
+    L.pages.push(this.#Uploaded(L, bytes, L.pages.length));
   }
 
-  // A page holding `bytes` (Uint8Array [page_bytes], a master page): layer L's pool's next one
-  // (pooled pages come in order), else a buffer of its own.
-  #Uploaded(L, bytes) {
-    const page = L.pool ? L.pool.NewPage(this.device, null) : this.#NewBuffers();
+  // Page i holding `bytes` (Uint8Array [page_bytes], a master page): in layer L's pool (its next
+  // page, or in mixed mode its slot in the ring), else a buffer of its own.
+  #Uploaded(L, bytes, i) {
+    const page = L.pool && i >= this.pool_from ? L.pool.NewPage(this.device, null, i - this.pool_from) : this.#NewBuffers();
     const padded = new Uint8Array(Ceil4(bytes.byteLength));  // writeBuffer takes whole words
     padded.set(bytes);
     this.device.queue.writeBuffer(page.buffer, page.offset, padded);
@@ -271,7 +276,7 @@ export class GpuResidentKv {
       }
       for (const page of L.pages.splice(kept_pages)) if (page && !page.segment) this.#FreeBuffers(page);  // not a pool's
       L.pool?.Truncate(Math.max(0, kept_pages - this.pool_from));
-      for (let i = first; i < kept_pages; ++i) L.pages[i] ??= this.#Uploaded(L, this.read(layer, i));
+      for (let i = first; i < kept_pages; ++i) L.pages[i] ??= this.#Uploaded(L, this.read(layer, i), i);
       L.landed = Math.min(L.landed, Math.floor(n / P));
       L.sinks.length = Math.min(L.sinks.length, L.landed);
       L.held = n;
@@ -356,7 +361,9 @@ export class GpuResidentKv {
       if (L.landed < (this.rows ? this.rows.MasterPages(first_resident) : i + 1)) {
         throw new Error(`layer ${layer}'s page ${i} is not in the master yet (or not all its rows encoded there); it cannot be evicted`);
       }
-      this.#FreeBuffers(L.pages[i]);  // (destroy waits for the submitted commands that read it)
+      // A buffer of its own destroyed (destroy waits for the submitted commands that read it); a
+      // ring's slot is the next page's, written after this step's earlier commands read it.
+      if (!L.pages[i].segment) this.#FreeBuffers(L.pages[i]);
       L.pages[i] = null;
       ++this.counts.evictions;
     }
@@ -384,9 +391,11 @@ export class GpuResidentKv {
     // One window per page in position order (a KIVI page holding residual rows: two, PageWindows;
     // sinkN / resN: cut where a tensor's rows change source, RowsWindows); pooled, one per
     // segment's run of pages (and the residual rows').
-    let windows = this.rows ? this.rows.Windows(L, last, this.segment_pages)
+    // Mixed mode: the evicted pages each a window through a streaming slot, runs of resident ones joined.
+    const pooled = L.pool && {segment_pages: L.pool.segment_pages, ring: L.pool.ring, first_resident};
+    let windows = this.rows ? this.rows.Windows(L, last, pooled)
         : PageWindows(pos, last, P, this.group, this.value_offset, this.v_block, L.residual);
-    if (L.pool && !this.rows) windows = PoolWindows(windows, P, this.segment_pages);
+    if (pooled && !this.rows) windows = PoolWindows(windows, P, pooled);
     const Pieces = (first, rows) => Math.floor((first + rows - 1) / kPositionChunk) - Math.floor(first / kPositionChunk) + 1;
     this.#State(n, Math.max(...windows.map((w) => Pieces(w.first, w.rows))));
     const region_bytes = n * this.region_bytes;  // one state per (query position, query head)

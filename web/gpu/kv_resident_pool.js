@@ -1,5 +1,5 @@
-// A layer's resident pages in a pool (kv_resident.js, when every page stays on the GPU: not mixed
-// mode; with sinkN, the pages after those holding sinks): pages side by side in one buffer,
+// A layer's resident pages in a pool (kv_resident.js; with sinkN, the pages after those holding
+// sinks): pages side by side in one buffer,
 // `stride` bytes apart, so one attend dispatch reads a run of pages as one window and takes its
 // position chunks in parallel (AttendWgsl's pieces, merged in chunk order by its fold) — where a
 // buffer per page took a dispatch per page, each continuing the previous one's state, one after
@@ -14,6 +14,12 @@
 // step: at the last doubling up to half the context's pages again. Under a device budget
 // (`grows` false) a segment is made at its full size at once instead, so the pages never exceed
 // what the budget was checked against (KvPathOf: the context's bytes).
+//
+// In mixed mode (a layer's newest `ring` pages resident, older ones evicted to the host master)
+// the pool is a ring: page i lives in slot i mod ring, the slots made at full size at once (the
+// budget holds them: MixedCosts). An evicted page's slot is the next page's, written in command
+// order after the commands that read the evicted one. A run of resident pages that does not wrap
+// is one window; a run that wraps is two.
 
 /** A page of the pool: its segment's buffer (the current one: it changes when the segment grows) and byte offset. */
 class PoolPage {
@@ -31,24 +37,29 @@ export class PagePool {
    * segment holds at most; max_pages: pages the context can need (Infinity: unknown); storage(bytes):
    * a new storage buffer, its bytes counted; free(buffer, deferred): uncounts it and destroys it,
    * after the next submit when `deferred` (commands recorded but not submitted read it); grows:
-   * false makes each segment at its full size (a finite max_pages) instead of doubling.
+   * false makes each segment at its full size (a finite max_pages) instead of doubling; ring: > 0
+   * for a ring of that many slots (made at full size; max_pages and grows then unused).
    */
-  constructor({stride, segment_pages, max_pages = Infinity, storage, free, grows = true}) {
+  constructor({stride, segment_pages, max_pages = Infinity, storage, free, grows = true, ring = 0}) {
     if (!(segment_pages >= 1)) throw new Error(`a page pool needs segments of at least 1 page of ${stride} bytes (got ${segment_pages})`);
-    Object.assign(this, {stride, segment_pages, max_pages, storage, free, grows: grows || max_pages === Infinity});
+    if (ring) [max_pages, grows] = [ring, false];
+    Object.assign(this, {stride, segment_pages, max_pages, storage, free, ring, grows: grows || max_pages === Infinity});
     this.segments = [];  // [{buffer [capacity][stride] bytes, capacity: pages}]
-    this.pages = 0;      // pages handed out, in order
+    this.pages = 0;      // pages handed out (a ring: one past the newest)
   }
 
   /**
-   * The next page. encoder: the command encoder (no pass open) a growth's copy goes into, in
-   * command order; null: submitted at once on `device`'s queue (no commands pending).
+   * The pool's page `index` (without a ring: the next one, this.pages). encoder: the command
+   * encoder (no pass open) a growth's copy goes into, in command order; null: submitted at once on
+   * `device`'s queue (no commands pending).
    */
-  NewPage(device, encoder) {
-    const index = this.pages, s = Math.floor(index / this.segment_pages), slot = index % this.segment_pages;
+  NewPage(device, encoder, index = this.pages) {
+    if (!this.ring && index !== this.pages) throw new Error(`PagePool.NewPage: page ${index} asked for, the next is ${this.pages}`);
+    const at = this.ring ? index % this.ring : index;  // the page's slot
+    const s = Math.floor(at / this.segment_pages), slot = at % this.segment_pages;
     const most = Math.max(1, Math.min(this.segment_pages, this.max_pages - s * this.segment_pages));
-    if (s === this.segments.length) {
-      const capacity = this.grows ? 1 : most;
+    while (s >= this.segments.length) {  // (a ring's slots may be asked for out of order after a Truncate)
+      const capacity = this.grows ? 1 : Math.max(1, Math.min(this.segment_pages, this.max_pages - this.segments.length * this.segment_pages));
       this.segments.push({buffer: this.storage(capacity * this.stride), capacity});
     }
     const segment = this.segments[s];
@@ -62,15 +73,18 @@ export class PagePool {
       this.free(segment.buffer, !own);
       Object.assign(segment, {buffer, capacity});
     }
-    ++this.pages;
+    this.pages = Math.max(this.pages, index + 1);
     return new PoolPage(segment, slot, this.stride);
   }
 
-  /** Keeps the first n pages (those after are dropped; a segment left empty is freed). */
+  /**
+   * Keeps the first n pages (those after are dropped; a segment left empty is freed: a ring's
+   * slots past the n pages' once fewer than its size).
+   */
   Truncate(n) {
     if (n >= this.pages) return;
     this.pages = n;
-    const keep = Math.ceil(n / this.segment_pages);
+    const keep = Math.ceil(Math.min(n, this.ring || Infinity) / this.segment_pages);
     for (const segment of this.segments.splice(keep)) this.free(segment.buffer, false);
   }
 
@@ -87,13 +101,17 @@ export class PagePool {
  * within one segment, each from its page's start, joined into one (its rows run on through the
  * pages, AttendWgsl's s.pages). A window stays as it is when it reads rows from elsewhere: KIVI's
  * residual group (k.buffer), the ring of f32 rows (src 'ring') or a page's sinks (n_head), or when
- * its page is not in the pool (sinkN: the pages before `first_pooled` hold sinks in their own
- * buffers). P: positions per page; pool page j is page first_pooled + j.
+ * its page is not in the pool: sinkN's pages before `first_pooled` (sinks in their own buffers),
+ * mixed mode's evicted pages before `first_resident` (streamed through slots). P: positions per
+ * page; pool page j is page first_pooled + j, in slot j mod `ring` for a ring (PagePool's).
  */
-export function PoolWindows(windows, P, segment_pages, first_pooled = 0) {
+export function PoolWindows(windows, P, {segment_pages, first_pooled = 0, ring = 0, first_resident = 0}) {
   const pooled = (w) => !w.k.buffer && !w.v.buffer && w.k.src !== 'ring' && w.v.src !== 'ring' && !w.k.n_head &&
-                        !w.v.n_head && w.i >= first_pooled;
-  const segment = (w) => Math.floor((w.i - first_pooled) / segment_pages);
+                        !w.v.n_head && w.i >= first_pooled && w.i >= first_resident;
+  const segment = (w) => {  // [pass over the ring, segment]: pages in one segment lie side by side
+    const j = w.i - first_pooled;
+    return ring ? `${Math.floor(j / ring)}:${Math.floor((j % ring) / segment_pages)}` : `${Math.floor(j / segment_pages)}`;
+  };
   const out = [];
   for (const w of windows) {
     const last = out[out.length - 1];

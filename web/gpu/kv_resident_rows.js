@@ -145,17 +145,19 @@ export function RowsPoolFrom(P, spec) { return Math.ceil(spec.sinks / P); }
 
 /**
  * The attends of a piece whose view is that of position `last` (RowsWindows), its runs of pooled
- * pages joined (PoolWindows; segment_pages 1: a window per page, as mixed mode takes them).
+ * pages joined (PoolWindows: pool {segment_pages, ring, first_resident}; null: no pool, a window
+ * per page).
  */
-export function RowsAttends(last, P, groups, spec, segment_pages = 1) {
-  return PoolWindows(RowsWindows(last, P, groups, spec), P, segment_pages, RowsPoolFrom(P, spec));
+export function RowsAttends(last, P, groups, spec, pool = null) {
+  const windows = RowsWindows(last, P, groups, spec);
+  return pool ? PoolWindows(windows, P, {...pool, first_pooled: RowsPoolFrom(P, spec)}) : windows;
 }
 
 /** Uniform slots a block takes per layer in rows mode: per piece its encoder calls, attends and gather. */
 export function RowsBlockSlots(P, pos, n, groups, spec, segment_pages = 1) {
   let slots = 0;
   for (const [a, m] of RowsPieces(pos, n, P, groups, spec)) {
-    slots += RowsEncodes(a, a + m - 1, P, groups, spec).length + RowsAttends(a + m - 1, P, groups, spec, segment_pages).length + 1;
+    slots += RowsEncodes(a, a + m - 1, P, groups, spec).length + RowsAttends(a + m - 1, P, groups, spec, {segment_pages}).length + 1;
   }
   return slots;
 }
@@ -362,8 +364,8 @@ export class ResidentRows {
    * rows read from each); a page's tensor has no buffer: the caller binds page i's (a pooled
    * page's segment, its offset added to blocks; an evicted page's streaming slot).
    */
-  Windows(L, last, segment_pages) {
-    return RowsAttends(last, this.P, this.groups, this.spec, segment_pages).map((win) => {
+  Windows(L, last, pool) {
+    return RowsAttends(last, this.P, this.groups, this.spec, pool).map((win) => {
       const row0 = win.first - win.i * this.P;
       const bind = (t, w) => {
         if (t.src === 'ring') return {buffer: L.ring, blocks: 0, head: this.#Slot(w, win.first), n_head: win.rows, n_block: win.rows};

@@ -4,18 +4,19 @@
 // on the bundled model): figures for docs/performance.md, e.g. the WebAssembly path on a
 // Bonsai-shaped synth. On SwiftShader the GPU path shows dispatch overhead, not a GPU's speed.
 // Usage: node page_bench.mjs BUNDLE_DIR PLAYWRIGHT_NPM_DIR MODEL.gguf [--paths cpu,gpu]
-//          [--prompt N] [--new N] [--depths 0,512] [--kv f16] [--query ?gpu=1]
+//          [--prompt N] [--new N] [--depths 0,512] [--kv f16] [--query ?gpu=1] [--budget-kib N]
+// (--budget-kib: the GPU path's device budget; under the context's KV it takes the mixed KV path)
 import path from 'node:path';
 
 import {Checks, LaunchChromium, OpenPage, Serve, Text} from './browser_util.mjs';
 
 const checks = new Checks('page_bench');
 const kUsage = 'usage: page_bench.mjs BUNDLE_DIR PLAYWRIGHT_NPM_DIR MODEL.gguf [--paths cpu,gpu] [--prompt N] ' +
-               '[--new N] [--depths 0,512] [--kv f16] [--query ?gpu=1]';
+               '[--new N] [--depths 0,512] [--kv f16] [--query ?gpu=1] [--budget-kib N]';
 const [bundle, npm_dir, model, ...rest] = process.argv.slice(2);
 if (!bundle || !npm_dir || !model) checks.Fatal(kUsage);
 
-const flags = {paths: 'cpu', prompt: '64', new: '32', depths: '0', kv: 'f16', query: ''};
+const flags = {paths: 'cpu', prompt: '64', new: '32', depths: '0', kv: 'f16', query: '', 'budget-kib': '0'};
 for (let i = 0; i < rest.length; i += 2) {
   const name = rest[i].replace(/^--/, '');
   if (!(name in flags) || !rest[i].startsWith('--') || rest[i + 1] === undefined) {
@@ -30,7 +31,7 @@ const Whole = (flag, v) => {
 };
 const options = {paths: flags.paths.split(','), prompt_tokens: Whole('prompt', flags.prompt),
                  new_tokens: Whole('new', flags.new), depths: flags.depths.split(',').map((d) => Whole('depths', d)),
-                 kv_k: flags.kv, kv_v: flags.kv};
+                 kv_k: flags.kv, kv_v: flags.kv, device_budget_bytes: Whole('budget-kib', flags['budget-kib']) * 1024};
 
 const {server, base} = await Serve(checks, bundle);
 const browser = await LaunchChromium(checks, npm_dir);

@@ -33,7 +33,9 @@
 // resident cache and the step program: 1 readback; no KV device submit; streamed bytes equal the
 // evicted pages' bytes — n_layers × (the pages before the position's own) × page_bytes, resident
 // pages never uploaded again (prerope: a page of cos/sin rows with each); submits 1 + one per
-// reuse of a streaming slot within the step (⌈W / 2⌉ for W ≥ 2 windows streamed, else 1); the
+// reuse of a streaming slot within the step (⌈W / 2⌉ for W ≥ 2 windows streamed, else 1); for a
+// format of one row per block without sinkN / resN, attend dispatches per layer: one per evicted
+// page and one per run of the resident pages in their ring (two where it wraps: kWideSpecs); the
 // whole run streams nothing and submits once. After the run: the mixed cache's GPU KV bytes peaked
 // at the budget exactly (every buffer it holds counted, none forgotten by the budget), and its
 // master pages (written behind) equal the streamed run's byte for byte.
@@ -103,6 +105,11 @@ const kPreropeSpecs = ['int4-kivi+prerope', 'int8+prerope'];
 // 96 positions page 0 with its 32 sinks is streamed from the second page on and page 1 with its 8
 // from the third (the budget reserves all 40 per layer; at most one page's 32 are held at once).
 const kRowsSpecs = {'int4+sink40': 1, 'int4-kivi+sink4+res64': 3, 'int8+sink4+res32': 2, 'int4+sink4': 1, 'int4-kivi+prerope+sink4+res16': 2};
+// Specs run with more resident pages than the budget's least (NAME@R: the spec NAME, R resident
+// pages per layer): the resident pages lie in a ring of R slots (kv_resident_pool.js), a run of
+// them one attend window, two where the ring wraps. int8@3 over 160 positions: 5 pages per layer,
+// the ring wrapped at pages 3 and 4, pages 0 and 1 evicted and streamed.
+const kWideSpecs = {'int8@3': 3};
 const kRunPositions = {'int4-kivi': 128, 'int4-kivi+prerope': 128, 'int2-kivi': 64, 'fp8-e4m3': 64, 'int8+prerope': 64,
                        'int4+sink40': 96, 'int4-kivi+sink4+res64': 128, 'int8+sink4+res32': 96, 'int4+sink4': 64, 'int4-kivi+prerope+sink4+res16': 96};
 // The {sinks, residual} rows of a spec's sinkN / resN (0 without).
@@ -110,9 +117,9 @@ const RowsOf = (spec) => Object.fromEntries([['sinks', /^sink(\d+)$/], ['residua
   [k, Number(SplitKvSpec(spec).transforms.map((t) => re.exec(t)?.[1]).find((x) => x) ?? 0)]));
 
 // The device budget of the spec's mixed run: kStreamSlots streaming slots and R resident pages
-// per layer (page buffers of `unit` bytes; R = 1, kRowsSpecs' for sinkN / resN), and what the
+// per layer (page buffers of `unit` bytes; R = 1, kRowsSpecs' for sinkN / resN, kWideSpecs'), and what the
 // spec keeps beside them. {budget, rope_page: a page's cos/sin rows' bytes (0 without prerope)}.
-function BudgetOf(spec, c, unit) {
+function BudgetOf(spec, c, unit, R) {
   const G = KeyRowsPerBlock(SplitKvSpec(spec).format), {sinks, residual: res} = RowsOf(spec), rows = sinks || res;
   const row = c.kv_dim * 4;  // one position's K (or V) row, [kv_dim] f32
   const residual = G > 1 && !rows ? G * row : 0;  // a layer's [G][kv_dim] f32 newest group (sinkN / resN: in the ring)
@@ -123,7 +130,6 @@ function BudgetOf(spec, c, unit) {
   // zeros and an encoder scratch of a page's rows.
   const slot_sinks = 2 * Math.min(sinks, kPage) * row, ring = kPage * (Math.ceil((res + G - 1) / kPage) + 1);
   const layer_rows = rows ? 2 * sinks * row + 2 * ring * row : 0, once = rows ? row + kPage * row : 0;
-  const R = kRowsSpecs[spec] ?? 1;
   return {budget: kStreamSlots * (unit + rope_page + slot_sinks) + c.n_layers * (R * unit + residual + layer_rows) +
                   R * rope_page + once, rope_page};
 }
@@ -154,7 +160,7 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
     fail(`the test runs formats ${list}; the mixed mode takes ${kMixedFormats.join(',')}`);
   }
   const wanted = subset ? subset.split(',') : [];
-  const known = [...kMixedFormats, ...kRotSpecs, ...kPreropeSpecs, ...Object.keys(kRowsSpecs)];
+  const known = [...kMixedFormats, ...kRotSpecs, ...kPreropeSpecs, ...Object.keys(kRowsSpecs), ...Object.keys(kWideSpecs)];
   for (const f of wanted) if (!known.includes(f)) fail(`no encoder format, rot, prerope or sinkN / resN spec "${f}" (${known.join(', ')})`);
   const formats = known.filter((f) => !wanted.length || wanted.includes(f));
   const Runners = async (m, p) => Promise.all([0, 1, 2, 3].map(() => GpuModelRunner.Create(M, device, m, p)));
@@ -184,31 +190,33 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
   const per_format = {};
   for (const format of formats) {
     const f0 = {positions, checks, failures: failures.length, t: performance.now()};
+    const spec = format.replace(/@\d+$/, '');  // kWideSpecs' NAME@R: the spec NAME
     const [whole, stream, mixed, blocks] = kRowsSpecs[format] ? rows_runners : [whole_512, stream_512, mixed_512, blocks_512];
     const what = `${format} (mixed vs whole-context resident and streamed)`;
-    whole.NewSequence(format, format, 0, kPage);
+    whole.NewSequence(spec, spec, 0, kPage);
     const whole_budget = whole.resident_bytes;  // what the resident path needs for the context
-    whole.NewSequence(format, format, whole_budget - 1, kPage);
+    whole.NewSequence(spec, spec, whole_budget - 1, kPage);
     if (whole.path !== 'mixed') fail(`${format}: a budget of ${whole_budget - 1} bytes takes the ${whole.path} path, not mixed`);
-    whole.NewSequence(format, format, whole_budget, kPage);
-    stream.NewSequence(format, format, 0, kPage, {path: 'stream'});
+    whole.NewSequence(spec, spec, whole_budget, kPage);
+    stream.NewSequence(spec, spec, 0, kPage, {path: 'stream'});
     const page_bytes = whole.layout.page_bytes, unit = PageBufferBytes(page_bytes);
-    const {budget, rope_page} = BudgetOf(format, c, unit);
-    const plan = mixed.NewSequence(format, format, budget, kPage);
+    const R = kRowsSpecs[format] ?? kWideSpecs[format] ?? 1;  // resident pages per layer
+    const {budget, rope_page} = BudgetOf(spec, c, unit, R);
+    const plan = mixed.NewSequence(spec, spec, budget, kPage);
     if (kRowsSpecs[format]) {  // a byte less holds a page fewer per layer: too few for the rows (streamed)
-      blocks.NewSequence(format, format, budget - 1, kPage);
+      blocks.NewSequence(spec, spec, budget - 1, kPage);
       if (blocks.path !== 'stream' || !new RegExp(`holds less than .* ${kRowsSpecs[format]} pages? per layer`).test(blocks.path_why)) {
         fail(`${format}: a budget of ${budget - 1} bytes takes the ${blocks.path} path (${blocks.path_why}), not the stream path`);
       }
     }
-    blocks.NewSequence(format, format, budget, kPage);
+    blocks.NewSequence(spec, spec, budget, kPage);
     let block_from = 0;  // the block runner's next position
     let keep_ref = null;  // the mixed step's {token, logits} at kKeepAt
     const context = JSON.parse(M.UTF8ToString(M._kvq_web_model_info(kRowsSpecs[format] ? rows_model : model))).context;
-    const G = KeyRowsPerBlock(SplitKvSpec(format).format);  // K rows per block: 32 for keys in groups
+    const G = KeyRowsPerBlock(SplitKvSpec(spec).format);  // K rows per block: 32 for keys in groups
     const beside = G > 1 || rope_page > 0;  // rows kept beside the pages
     const run = format === kFullFormat ? context : kRunPositions[format] ?? kShortPositions;
-    const R = kRowsSpecs[format] ?? 1, {sinks, residual: res} = RowsOf(format);  // resident pages per layer
+    const {sinks, residual: res} = RowsOf(spec);
     const Evicted = (q) => Math.max(0, Math.floor(q / kPage) + 1 - R);  // pages evicted at position q
     if (whole.path !== 'resident' || stream.path !== 'stream' || mixed.path !== 'mixed' || mixed.resident_pages !== R) {
       fail(`${what}: paths ${whole.path}, ${stream.path}, ${mixed.path} with ${mixed.resident_pages} resident pages ` +
@@ -218,7 +226,7 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
     // The run's KV as the cache plans it (the model's whole context) over the budget (a spec's f32
     // rows and cos/sin beside the pages are a large part of it on this small model: 2× there).
     ratio = plan.total_bytes / budget;
-    const least = beside || kRowsSpecs[format] ? 2 : 8;
+    const least = beside || kRowsSpecs[format] ? 2 : 8 / R;
     if (context !== (kRowsSpecs[format] ? 2048 : 512) || !(ratio >= least)) {
       fail(`${what}: the plan of the ${context}-position context holds ${ratio}× the budget of ${budget} bytes, not ${least}× (plan ` +
            `${plan.total_bytes} bytes)`);
@@ -231,7 +239,8 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
       const w1 = whole.counts;
       const b = await stream.Step(ids[p], {logits: true});
       const Counts = () => ({...mixed.counts, rope_bytes: mixed.resident.counts.streamed_rope_bytes,
-                             sink_bytes: mixed.resident.counts.streamed_sink_bytes});
+                             sink_bytes: mixed.resident.counts.streamed_sink_bytes,
+                             attends: mixed.resident.counts.attend_dispatches});
       const before = Counts();
       // sinkN / resN: each step's write-behinds held back until the next step has started (a map
       // that lands late), so a step that evicts must wait for them itself (GpuResidentKv.WaitsFor:
@@ -260,6 +269,12 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
                                 Array.from({length: Evicted(p)}, (_, i) => Math.min(kPage, Math.max(0, sinks - i * kPage)))
                                   .reduce((x, y) => x + y, 0),
                     submits: windows >= 2 ? Math.ceil(windows / kStreamSlots) : 1};
+      if (G === 1 && !sinks && !res) {  // attends a layer: one per evicted page, one per run of the resident ring's slots
+        const last = Math.floor(p / kPage);
+        let runs = 1;
+        for (let i = Evicted(p) + 1; i <= last; ++i) if (i % R === 0) ++runs;  // the ring wraps before page i
+        want.attends = windows + c.n_layers * runs;
+      }
       const got = {};
       for (const k of Object.keys(want)) got[k] = after[k] - before[k];
       if (Object.keys(want).some((k) => got[k] !== want[k])) {

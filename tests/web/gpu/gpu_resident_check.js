@@ -121,7 +121,7 @@ export async function CheckResidentPath(M, device, model, program, prompt_ids, n
     const PieceCounts = (a, z) => {
       if (rows) {  // kv_resident_rows.js's plan: what the recording must match
         const calls = RowsEncodes(a, z, kPage, [G, 1], rows);
-        return {attends: RowsAttends(z, kPage, [G, 1], rows, blocks.resident.segment_pages).length, calls: calls.length,
+        return {attends: RowsAttends(z, kPage, [G, 1], rows, {segment_pages: blocks.resident.segment_pages}).length, calls: calls.length,
                 encodes: calls.reduce((sum, {w}) => sum + (w ? v_passes : k_passes), 0)};
       }
       const written = pages(z) - pages(a) + 1;
