@@ -15,9 +15,10 @@
 //     [head_dim] from Ceil4(page_bytes)): kv_device.js's attend kernel reads a window's "head
 //     rows" from the buffer its blocks are in, so a page's first window takes both, as the
 //     stream path's slot does;
-//   - the pages after those holding sinks in a page pool (kv_resident_pool.js) when every page
-//     stays resident (not mixed mode), so a run of their encoded rows is one attend window, its
-//     position chunks in parallel (RowsAttends), where a page each took a dispatch of its own.
+//   - the pages after those holding sinks in a page pool (kv_resident_pool.js; in mixed mode a
+//     ring of the resident pages, without sinkN only), so a run of their encoded rows is one
+//     attend window, its position chunks in parallel (RowsAttends), where a page each took a
+//     dispatch of its own.
 // A block is recorded in pieces (RowsPieces) within one page, cut where a later query would see
 // a row encoded that an earlier one reads in f32 (as KIVI's SubBlocks cuts at a group's end); a
 // piece copies its rows into the ring (and the sinks), encodes the rows that age out up to its

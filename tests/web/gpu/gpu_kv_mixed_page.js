@@ -104,14 +104,19 @@ const kPreropeSpecs = ['int4-kivi+prerope', 'int8+prerope'];
 // int4+sink40: more sinks than a page holds (pages 0 and 1 carry 32 and 8): 1 resident page; over
 // 96 positions page 0 with its 32 sinks is streamed from the second page on and page 1 with its 8
 // from the third (the budget reserves all 40 per layer; at most one page's 32 are held at once).
-const kRowsSpecs = {'int4+sink40': 1, 'int4-kivi+sink4+res64': 3, 'int8+sink4+res32': 2, 'int4+sink4': 1, 'int4-kivi+prerope+sink4+res16': 2};
+// int8+res32 (no sinks: the resident pages in a ring of 2 slots, kv_resident_pool.js): 2 resident
+// pages; over 96 positions page 2 takes page 0's slot while its rows age out of the f32 ring into
+// page 1, and page 0 is streamed in the third.
+const kRowsSpecs = {'int4+sink40': 1, 'int4-kivi+sink4+res64': 3, 'int8+sink4+res32': 2, 'int4+sink4': 1, 'int4-kivi+prerope+sink4+res16': 2,
+                    'int8+res32': 2};
 // Specs run with more resident pages than the budget's least (NAME@R: the spec NAME, R resident
 // pages per layer): the resident pages lie in a ring of R slots (kv_resident_pool.js), a run of
 // them one attend window, two where the ring wraps. int8@3 over 160 positions: 5 pages per layer,
 // the ring wrapped at pages 3 and 4, pages 0 and 1 evicted and streamed.
 const kWideSpecs = {'int8@3': 3};
 const kRunPositions = {'int4-kivi': 128, 'int4-kivi+prerope': 128, 'int2-kivi': 64, 'fp8-e4m3': 64, 'int8+prerope': 64,
-                       'int4+sink40': 96, 'int4-kivi+sink4+res64': 128, 'int8+sink4+res32': 96, 'int4+sink4': 64, 'int4-kivi+prerope+sink4+res16': 96};
+                       'int4+sink40': 96, 'int4-kivi+sink4+res64': 128, 'int8+sink4+res32': 96, 'int4+sink4': 64, 'int4-kivi+prerope+sink4+res16': 96,
+                       'int8+res32': 96};
 // The {sinks, residual} rows of a spec's sinkN / resN (0 without).
 const RowsOf = (spec) => Object.fromEntries([['sinks', /^sink(\d+)$/], ['residual', /^res(\d+)$/]].map(([k, re]) =>
   [k, Number(SplitKvSpec(spec).transforms.map((t) => re.exec(t)?.[1]).find((x) => x) ?? 0)]));
