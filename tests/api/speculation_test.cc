@@ -419,6 +419,51 @@ TEST(Drafter, ALearntGateDraftsInTheFirstPassAFreshOneDoesNot) {
   EXPECT_EQ(resumed.gate().acceptance(), fresh.gate().acceptance());
 }
 
+// A gate that wants no draft of any length (its drafts were rejected) makes the drafter look none
+// up: the pass is gated even where the lookup would have found nothing. A suffix drafter's tree
+// takes the tokens it skipped when it drafts again, and drafts what a tree kept up to date drafts.
+TEST(Drafter, AGateThatWantsNoDraftLooksNoneUpAndTheSuffixTreeCatchesUp) {
+  for (const DraftSource source : {DraftSource::kNgram, DraftSource::kSuffix}) {
+    SCOPED_TRACE(static_cast<int>(source));
+    const SpeculationOptions o{.source = source, .max_draft = 4};
+    Drafter drafter(o), eager(o);  // eager: told every pass's draft is kept, so it always looks up
+    drafter.Record(0, 0, 0.010, true);
+    eager.Record(0, 0, 0.010, true);
+    for (int i = 0; i < 8; ++i) {
+      drafter.Record(4, 0, 0.030, false);  // every draft rejected, passes dear: no draft pays
+      eager.Record(4, 4, 0.011, false);
+    }
+    ASSERT_EQ(drafter.gate().Choose(4), 0);
+    ASSERT_GT(eager.gate().Choose(4), 0);
+    // No token repeats: a lookup finds no draft, so only a pass that does not look is gated.
+    const std::vector<int32_t> fresh = {1, 2, 3, 4, 5};
+    Result<Drafter::Draft> d = drafter.Next(fresh, 4, nullptr);
+    ASSERT_TRUE(d.ok());
+    EXPECT_TRUE(d->tokens.empty());
+    EXPECT_TRUE(d->gated);
+    d = eager.Next(fresh, 4, nullptr);
+    ASSERT_TRUE(d.ok());
+    EXPECT_TRUE(d->tokens.empty());
+    EXPECT_FALSE(d->gated);
+    // The drafter skips passes as the sequence grows, then its gate wants drafts again.
+    std::vector<int32_t> sequence = fresh;
+    for (const int32_t t : {1, 2, 3, 9, 1, 2}) {
+      sequence.push_back(t);
+      ASSERT_TRUE(drafter.Next(sequence, 4, nullptr).ok());
+      ASSERT_TRUE(eager.Next(sequence, 4, nullptr).ok());
+    }
+    for (int i = 0; i < 8; ++i) drafter.Record(4, 4, 0.011, false);
+    ASSERT_GT(drafter.gate().Choose(4), 0);
+    sequence.push_back(3);
+    const Result<Drafter::Draft> late = drafter.Next(sequence, 4, nullptr);
+    const Result<Drafter::Draft> kept_up = eager.Next(sequence, 4, nullptr);
+    ASSERT_TRUE(late.ok());
+    ASSERT_TRUE(kept_up.ok());
+    EXPECT_FALSE(kept_up->tokens.empty());
+    EXPECT_EQ(late->tokens, kept_up->tokens);
+  }
+}
+
 // Session::Generate keeps its gate for the session's next completion with the same gate key
 // (SpeculationGateKey): a chat's next turn resumes it (Completion::speculation.gate_resumed), a
 // fork goes on with it, other options start afresh; the tokens are plain decoding's either way.
