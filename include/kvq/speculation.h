@@ -93,7 +93,7 @@ struct SpeculationStats {
   /// Of those, the ones equal to the token the target drew there: kept, or — the last of a
   /// completion — ending it (an end token or a stop string; it does not run, but the draft was right).
   int64_t accepted = 0;
-  int64_t gated = 0;     ///< passes the gate ran without a draft that existed, or wanting none looked none up
+  int64_t gated = 0;     ///< passes the gate ran without a draft that existed (skipped lookups: at the rate lookups found one)
   /// DraftSource::kModel: prompt tokens the draft model ran before generation began — the whole
   /// prompt, or fewer where its session held them already (an earlier turn, Session::PrefillDraft).
   int64_t draft_prompt_tokens = 0;
@@ -260,7 +260,7 @@ class Drafter {
   explicit Drafter(const SpeculationOptions& options, const SpeculationGate* learnt = nullptr);
   struct Draft {
     std::vector<int32_t> tokens;  ///< to run after the sequence's last token, in order
-    bool gated = false;           ///< the gate ran fewer than were drafted, or wanted none (nothing looked up)
+    bool gated = false;           ///< the gate ran fewer than were drafted (a skipped lookup: see Next)
     bool from_extra = false;      ///< the tokens are the `extra` drafter's
   };
   /// Another suffix drafter consulted after the sequence's own (kvq serve's index over recent
@@ -270,7 +270,9 @@ class Drafter {
   /// to run): at most `most` tokens. A draft model's draft is as long as the gate chooses before
   /// it is drafted (each of its tokens costs a pass of the draft model); the others are drafted
   /// first and then cut by the gate, and not looked up at all when the gate wants no draft of any
-  /// length (Choose weighs the acceptance and the pass times, not the draft). `draft_session`: the draft model's session (DraftSource::kModel
+  /// length (Choose weighs the acceptance and the pass times, not the draft); such a pass is
+  /// gated at the rate the lookups made found a draft, so the gate recovers as it did when every
+  /// pass looked. `draft_session`: the draft model's session (DraftSource::kModel
   /// only); errors are the draft model's.
   Result<Draft> Next(std::span<const int32_t> sequence, int32_t most, Session* draft_session,
                      const ExtraDrafter& extra = {});
@@ -302,6 +304,12 @@ class Drafter {
   SpeculationGate gate_;
   std::optional<SuffixTree> tree_;  // DraftSource::kSuffix: over the sequence's tokens
   size_t in_tree_ = 0;              // how many of the sequence's tokens tree_ holds
+  // Lookups (ngram, suffix) skipped while the gate wants no draft: the smoothed share of the
+  // lookups made that found a draft (prior: all), and the skipped passes' share not yet counted
+  // as gated. A skipped pass counts as gated (the gate's recovery) at the rate lookups found
+  // drafts, as when every pass looked and only those with a draft were gated.
+  double found_share_ = 1.0;
+  double owed_gated_ = 0.0;
 };
 
 /// After a pass of `pass` tokens run from position `before` (a token, then its draft), keeps the

@@ -464,6 +464,37 @@ TEST(Drafter, AGateThatWantsNoDraftLooksNoneUpAndTheSuffixTreeCatchesUp) {
   }
 }
 
+// A skipped lookup counts as gated (the gate's recovery toward its prior) at the rate the lookups
+// made found a draft: on text where they found none, a closed gate stays closed, as it did when
+// every pass looked and found nothing to drop.
+TEST(Drafter, SkippedLookupsAreGatedAtTheRateLookupsFoundDrafts) {
+  const SpeculationOptions o{.source = DraftSource::kNgram, .max_draft = 4};
+  Drafter drafter(o);
+  drafter.Record(0, 0, 0.010, true);
+  for (int i = 0; i < 8; ++i) drafter.Record(4, 4, 0.011, false);  // open
+  ASSERT_GT(drafter.gate().Choose(4), 0);
+  std::vector<int32_t> sequence;
+  for (int32_t t = 1; t <= 24; ++t) {  // no token repeats: every lookup finds nothing
+    sequence.push_back(t);
+    const Result<Drafter::Draft> d = drafter.Next(sequence, 4, nullptr);
+    ASSERT_TRUE(d.ok());
+    EXPECT_TRUE(d->tokens.empty());
+    EXPECT_FALSE(d->gated);
+  }
+  for (int i = 0; i < 8; ++i) drafter.Record(4, 0, 0.030, false);  // closed
+  ASSERT_EQ(drafter.gate().Choose(4), 0);
+  int gated = 0;
+  for (int32_t t = 25; t <= 80; ++t) {
+    sequence.push_back(t);
+    const Result<Drafter::Draft> d = drafter.Next(sequence, 4, nullptr);
+    ASSERT_TRUE(d.ok());
+    gated += d->gated ? 1 : 0;
+    drafter.Record(0, 0, 0.010, d->gated);
+  }
+  EXPECT_EQ(gated, 0);
+  EXPECT_EQ(drafter.gate().Choose(4), 0);
+}
+
 // Session::Generate keeps its gate for the session's next completion with the same gate key
 // (SpeculationGateKey): a chat's next turn resumes it (Completion::speculation.gate_resumed), a
 // fork goes on with it, other options start afresh; the tokens are plain decoding's either way.
