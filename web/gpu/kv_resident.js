@@ -15,9 +15,10 @@
 // reset by a copy recorded in the encoder, in command order. The window kernels are the KV device's: the same instructions
 // for any split of the positions into windows, so the bits equal the streamed path's.
 //
-// Every page resident (not mixed): a layer's pages lie in a pool (kv_resident_pool.js; with sinkN,
-// those after the pages holding sinks), so a run of pages is one window, its position chunks in
-// parallel.
+// A layer's pages lie in a pool (kv_resident_pool.js; with sinkN, those after the pages holding
+// sinks), so a run of pages is one window, its position chunks in parallel. In mixed mode (below)
+// the pool is a ring of the resident pages' slots (not with sinkN), a run that does not wrap one
+// window.
 //
 // Mixed mode (a context over the device budget, seed 000's architecture): each layer keeps its
 // newest `resident_pages` pages on the GPU (the tail among them, encoded there as above); an older

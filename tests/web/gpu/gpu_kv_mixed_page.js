@@ -114,8 +114,9 @@ const kRowsSpecs = {'int4+sink40': 1, 'int4-kivi+sink4+res64': 3, 'int8+sink4+re
 // them one attend window, two where the ring wraps. int8@3 over 160 positions: 5 pages per layer,
 // the ring wrapped at pages 3 and 4, pages 0 and 1 evicted and streamed. int8+prerope@3: the same
 // with keys roped as they are read, a joined window's cos/sin rows from the rope ring
-// (kv_resident_rope.js), which wraps where the pages' ring does.
-const kWideSpecs = {'int8@3': 3, 'int8+prerope@3': 3};
+// (kv_resident_rope.js), which wraps where the pages' ring does. int4-kivi@3: keys in groups of
+// 32, a page's encoded groups joined with the pages before it, the residual group a window apart.
+const kWideSpecs = {'int8@3': 3, 'int8+prerope@3': 3, 'int4-kivi@3': 3};
 const kRunPositions = {'int4-kivi': 128, 'int4-kivi+prerope': 128, 'int2-kivi': 64, 'fp8-e4m3': 64, 'int8+prerope': 64,
                        'int4+sink40': 96, 'int4-kivi+sink4+res64': 128, 'int8+sink4+res32': 96, 'int4+sink4': 64, 'int4-kivi+prerope+sink4+res16': 96,
                        'int8+res32': 96};
