@@ -115,7 +115,7 @@ std::string Metrics::Render() const {
   Metric(out, "kvq_spec_accepted_tokens_total", "counter", "Drafted tokens kept: equal to the tokens drawn at their "
          "positions.", spec_accepted_tokens.load());
   Metric(out, "kvq_spec_gated_steps_total", "counter",
-         "Decode steps in which the speculation gate shortened or dropped an available draft, or wanted none and looked none up.", spec_gated_steps.load());
+         "Decode steps in which the speculation gate shortened or dropped an available draft (a step it wanted none in and looked none up: at the rate lookups found one).", spec_gated_steps.load());
   Metric(out, "kvq_spec_gates_resumed_total", "counter",
          "Requests whose speculation gate began with what their slot's last request learnt (the same source and "
          "draft settings), instead of timing a plain pass and probing drafts again.", spec_gates_resumed.load());
