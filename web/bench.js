@@ -98,7 +98,8 @@ export async function RunBench(p, env) {
         runs.push({path, depth, prefill_tok_s: Rate(o.prompt_tokens, prefill_ms), decode_tok_s: Rate(o.new_tokens, decode_ms),
                    depth_ms: +depth_ms.toFixed(1), prefill_ms: +prefill_ms.toFixed(1), decode_ms: +decode_ms.toFixed(1), ids,
                    gpu: g && {kv_path: g.kv_path, matvec_kernel: g.matvec_kernel, prefill: g.prefill, submits_per_step: g.submits_per_step,
-                              readbacks_per_step: g.readbacks_per_step, attend_dispatches_per_step: g.attend_dispatches_per_step}});
+                              readbacks_per_step: g.readbacks_per_step, attend_dispatches_per_step: g.attend_dispatches_per_step,
+                              ...(g.kv_path === 'mixed' && {resident_pages: g.resident_pages, stream_slots: g.stream_slots})}});
       } finally {
         env.Free();
       }

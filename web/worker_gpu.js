@@ -100,6 +100,7 @@ function GpuTurn(runner, p, keep, env) {
                               readbacks: decode0.readbacks - counts0.readbacks},
                     sequence: sequence_why ? 'new' : 'kept', sequence_why, device_events: runner.events.slice(events0),
                     kv_path: runner.path, kv_path_why: runner.path_why,
+                    resident_pages: runner.resident_pages, stream_slots: runner.stream_slots,  // mixed: per layer; slots
                     matvec_kernel: runner.step?.matvec_kernel,  // step_kernels.js's MatvecKernelFor
                     pages_written_behind: counts.write_backs - counts0.write_backs,
                     kv_streamed_bytes_per_step: per('streamed_bytes'),

@@ -144,6 +144,7 @@ export class GpuModelRunner {
     this.retired_attend_dispatches = 0;  // attention dispatches of resident caches gone since
     this.resident = null;  // the sequence's GpuResidentKv on the resident and mixed paths
     this.resident_pages = Infinity;  // pages per layer kept on the GPU (mixed: fewer than the context's)
+    this.stream_slots = 0;  // the mixed mode's streaming slots (kv_resident_specs.js's StreamSlotsFor)
     this.path = '';        // 'resident', 'mixed' or 'stream' (NewSequence)
     this.path_why = '';    // why this path
     this.sampler = null;  // SetSampler's ModuleSampler
@@ -169,7 +170,8 @@ export class GpuModelRunner {
    * 32). Returns the cache's plan {total_bytes, slot_bytes, device_slots, ...}.
    */
   //
-  // options.path: 'auto' (resident where it can, else stream) or 'stream' (forced).
+  // options.path: 'auto' (resident where it can, else stream) or 'stream' (forced); options.stream_slots:
+  // the mixed mode's streaming slots (tests; else kv_resident_specs.js's StreamSlotsFor).
   NewSequence(kv_k, kv_v, device_budget_bytes = 0, page_positions = 0, options = {}) {
     const M = this.M;
     this.FreeSequence();
@@ -200,9 +202,10 @@ export class GpuModelRunner {
      *  page_positions, key_block_bytes, value_block_bytes[, rotation_signs]}. */
     this.layout = JSON.parse(M.UTF8ToString(M._kvq_web_kv_page_layout(this.kv, 0)));
     // resident_bytes: the device budget that keeps every page of the context on the GPU
-    ({path: this.path, why: this.path_why, resident_pages: this.resident_pages, resident_bytes: this.resident_bytes} = KvPathOf({
+    ({path: this.path, why: this.path_why, resident_pages: this.resident_pages, resident_bytes: this.resident_bytes,
+      stream_slots: this.stream_slots} = KvPathOf({
       kv_k, kv_v, want, budget: device_budget_bytes, total: this.plan.total_bytes, layout: this.layout, c: this.config,
-      on_cpu: this.on_cpu}));
+      on_cpu: this.on_cpu, stream_slots: options.stream_slots}));
     if (this.path !== 'stream') this.resident = this.#NewResident();
     this.step?.ResetStates();
     return this.plan;
@@ -234,6 +237,7 @@ export class GpuModelRunner {
     this.read_ptr = M._malloc(bytes);
     const mixed = this.path !== 'mixed' ? null : {
       resident_pages: this.resident_pages,
+      stream_slots: this.stream_slots,
       read: (layer, page) => {
         if (M._kvq_web_kv_read_page(kv, layer, page, this.read_ptr) !== 0) {
           throw new Error(`reading page ${page} of layer ${layer} from the master to stream it: ${LastError(M)}`);

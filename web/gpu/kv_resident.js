@@ -23,11 +23,14 @@
 // Mixed mode (a context over the device budget, seed 000's architecture): each layer keeps its
 // newest `resident_pages` pages on the GPU (the tail among them, encoded there as above); an older
 // page is evicted once its write-back has landed in the master, and the step's attention reads it
-// from the master (read(layer, page)) through a ring of `slots` streaming buffers, in position
-// order before the resident pages, all into the one state: the same windows in the same order as
-// the whole-context run, so the same bits. A slot written again within a step would lose its first
-// window (queue writes land before the whole command buffer), so the step's commands so far are
-// submitted first (sink.flush): readbacks stay one a token, submits grow with the streamed pages.
+// from the master (read(layer, page)) through the streaming slots (mixed.stream_slots, chosen from
+// the budget: kv_resident_specs.js's StreamSlotsFor), in position order before the resident pages,
+// all into the one state: the same rows in the same order as the whole-context run, so the same
+// bits. The slots are taken in turn and lie side by side, so a run of a layer's streamed pages in
+// consecutive slots is one window (StreamWindows), its position chunks in parallel. A slot written
+// again within a step would lose its first page (queue writes land before the whole command
+// buffer), so once the slots are all written the step's commands so far are submitted first
+// (sink.flush): readbacks stay one a token, submits grow with the streamed pages over the slots.
 //
 // Keys in groups (int4-kivi, int2-kivi, fp8-e4m3: kv_formats.js's kGroupKeyEncoderFormats) are encoded a group of
 // G = 32 rows at a time: a layer's newest group's K rows are kept f32 in its `residual` buffer
@@ -63,15 +66,15 @@ import {AttendWgsl, kAttendParamsBytes, NormaliseWgsl} from './kv_device.js';
 import {GpuKvEncoder, KeyRowsPerBlock} from './kv_formats.js';
 import {ResidentRopeTable} from './kv_resident_rope.js';
 import {ResidentRotation} from './kv_resident_rotation.js';
-import {PagePool, PoolWindows} from './kv_resident_pool.js';
+import {PagePool, PoolWindows, StreamWindows} from './kv_resident_pool.js';
 import {PageWindows, ResidentRows, RowsPieces, RowsPoolFrom, RowsSpecOf, SubBlocks} from './kv_resident_rows.js';
-import {kStreamSlots, PageBufferBytes, RotationSlots, SplitKvSpec} from './kv_resident_specs.js';
+import {kMinStreamSlots, PageBufferBytes, RotationSlots, SplitKvSpec} from './kv_resident_specs.js';
 import {CachedPipeline} from './pipeline_cache.js';
 import {UniformArena} from './uniform_arena.js';
 
 export {BlockUniformSlots} from './kv_resident_rows.js';
-export {KvPathOf, kStreamSlots, MixedCosts, PageBufferBytes, ResidentPagesFor, ResidentWhyNot, RotationSlots,
-        SplitKvSpec} from './kv_resident_specs.js';
+export {KvPathOf, kMaxStreamSlots, kMinStreamSlots, kStreamBindingBytes, kStreamBudgetShare, MixedCosts, PageBufferBytes,
+        ResidentPagesFor, ResidentWhyNot, RotationSlots, SplitKvSpec, StreamSlotsFor} from './kv_resident_specs.js';
 
 const Ceil4 = (n) => Math.ceil(n / 4) * 4;
 // A GPUBuffer or GPUBufferBinding as a binding from its offset to the buffer's end, `floats` on.
@@ -121,14 +124,6 @@ export class GpuResidentKv {
     this.rows = this.rows_spec && new ResidentRows(device, c, P, this.page_bytes, this.value_offset, [this.group, 1],
                                                    this.rows_spec, (bytes) => this.#NewBuffers(bytes).buffer);
     if (mixed && this.resident_pages < this.rows?.least) throw new Error(`a mixed-mode sinkN / resN cache needs ${this.rows.least} resident pages per layer`);
-    // The streaming ring (mixed mode): [{buffer [page_bytes] (sinkN: page 0's PageBytes, its sinks
-    // after), rope (prerope) [P][rotary_dims] f32: the page's cos/sin}], the next slot to write, and
-    // the slots the commands not yet submitted read.
-    this.slots = mixed ? Array.from({length: kStreamSlots}, () => ({
-      ...this.#NewBuffers(this.rows ? this.rows.PageBytes(0) : this.page_bytes),
-      rope: this.prerope ? this.#NewBuffers(rope_page).buffer : null})) : [];
-    this.next_slot = 0;
-    this.pending = new Set();
     const shape = {n_kv_heads: c.n_kv_heads, head_dim: c.head_dim};
     this.rotation = ResidentRotation.Of(device, c, formats, layout.rotation_signs, this.counts);
     this.rotation_slots = RotationSlots(formats.key, formats.value);  // per layer and block
@@ -158,6 +153,23 @@ export class GpuResidentKv {
         this.retired_kv_bytes += buffer.size;  // still counted: it lives until the submit
         this.retired.push(buffer);
       }};
+    // The streaming slots (mixed mode: mixed.stream_slots of them, kv_resident_specs.js's
+    // StreamSlotsFor): [{buffer, offset: the slot's bytes in it, rope (prerope): the buffer of its
+    // cos/sin rows [P][rotary_dims] f32, rope_row: its first row there}]. With a pool, side by side
+    // in one buffer [slots][stride] and one [slots][P][rotary_dims] f32 of cos/sin rows, so a run of
+    // streamed pages in consecutive slots is one window (StreamWindows); with sinkN a buffer each
+    // (page 0's PageBytes, its sinks after) and a window each. next_slot: the next slot to write
+    // (0 once the commands that read the slots are submitted).
+    const n_slots = mixed ? Math.max(kMinStreamSlots, mixed.stream_slots ?? kMinStreamSlots) : 0;
+    if (pool && n_slots) {
+      const buffer = this.#NewBuffers(n_slots * this.stride).buffer, rope = this.prerope ? this.#NewBuffers(n_slots * rope_page).buffer : null;
+      this.slots = Array.from({length: n_slots}, (_, j) => ({buffer, offset: j * this.stride, rope, rope_row: j * P}));
+    } else {
+      this.slots = Array.from({length: n_slots}, () => ({
+        ...this.#NewBuffers(this.rows ? this.rows.PageBytes(0) : this.page_bytes),
+        rope: this.prerope ? this.#NewBuffers(rope_page).buffer : null, rope_row: 0}));
+    }
+    this.next_slot = 0;
     this.layers = Array.from({length: c.n_cache_layers}, () => ({
       pages: [],  // [{buffer, offset: the page's bytes [page_bytes] in it}, or null once evicted]
       pool: pool && new PagePool(pool),
@@ -392,43 +404,47 @@ export class GpuResidentKv {
     // One window per page in position order (a KIVI page holding residual rows: two, PageWindows;
     // sinkN / resN: cut where a tensor's rows change source, RowsWindows); pooled, one per
     // segment's run of pages (and the residual rows').
-    // Mixed mode: the evicted pages each a window through a streaming slot, runs of resident ones joined.
+    // Mixed mode: the evicted pages through the streaming slots, a run of them in consecutive
+    // slots one window (StreamWindows), runs of resident ones joined in their ring.
     const pooled = L.pool && {segment_pages: L.pool.segment_pages, ring: L.pool.ring, first_resident};
     let windows = this.rows ? this.rows.Windows(L, last, pooled)
         : PageWindows(pos, last, P, this.group, this.value_offset, this.v_block, L.residual);
     if (pooled && !this.rows) windows = PoolWindows(windows, P, pooled);
+    if (first_resident > 0) {
+      ({windows, next_slot: this.next_slot} = StreamWindows(windows, P, {first_resident, slots: this.slots.length,
+                                                                          next_slot: this.next_slot, join: Boolean(L.pool)}));
+    }
     const Pieces = (first, rows) => Math.floor((first + rows - 1) / kPositionChunk) - Math.floor(first / kPositionChunk) + 1;
     this.#State(n, Math.max(...windows.map((w) => Pieces(w.first, w.rows))));
     const region_bytes = n * this.region_bytes;  // one state per (query position, query head)
     sink.encoder.copyBufferToBuffer(this.initial, 0, this.state, 0, 2 * region_bytes);
     let pass = sink.encoder.beginComputePass();
-    for (const {i, first, rows: window_rows, k, v} of windows) {
+    for (const {i, first, rows: window_rows, k, v, stream} of windows) {
       let page = L.pages[i];
-      if (!page) {  // evicted: streamed from the master into the next slot
-        const slot = this.next_slot;
-        this.next_slot = (slot + 1) % this.slots.length;
-        if (this.pending.has(slot)) {  // its last window is not submitted yet: submit it first
+      if (stream) {  // evicted: its pages streamed from the master into consecutive slots
+        if (stream.flush) {  // the slots' last windows are not submitted yet: submit them first
           pass.end();
           this.uniforms.Write();
           sink.flush();
           this.uniforms.Reset();
           ++this.counts.flushes;
-          this.pending.clear();
           pass = sink.encoder.beginComputePass();
         }
-        this.pending.add(slot);
-        page = this.slots[slot];
-        const bytes = this.read(layer, i);
-        this.device.queue.writeBuffer(page.buffer, 0, bytes.buffer, bytes.byteOffset, Ceil4(this.page_bytes));
-        this.counts.streamed_bytes += this.page_bytes;
-        ++this.counts.streamed_pages;
-        if (this.rows?.SinksIn(i)) {  // sinkN: its sinks after its bytes, as its resident buffer held them
-          this.device.queue.writeBuffer(page.buffer, this.rows.sink_at, L.sinks[i]);
-          this.counts.streamed_sink_bytes += L.sinks[i].byteLength;
-        }
-        if (page.rope) {  // prerope: the page's cos/sin beside it (kv_resident_rope.js)
-          this.device.queue.writeBuffer(page.rope, 0, this.rope_table.Rows(i));
-          this.counts.streamed_rope_bytes += page.rope.size;
+        page = this.slots[stream.slot];
+        for (const [j, index] of stream.pages.entries()) {
+          const slot = this.slots[stream.slot + j], bytes = this.read(layer, index);
+          this.device.queue.writeBuffer(slot.buffer, slot.offset, bytes.buffer, bytes.byteOffset, Ceil4(this.page_bytes));
+          this.counts.streamed_bytes += this.page_bytes;
+          ++this.counts.streamed_pages;
+          if (this.rows?.SinksIn(index)) {  // sinkN: its sinks after its bytes, as its resident buffer held them
+            this.device.queue.writeBuffer(slot.buffer, slot.offset + this.rows.sink_at, L.sinks[index]);
+            this.counts.streamed_sink_bytes += L.sinks[index].byteLength;
+          }
+          if (slot.rope) {  // prerope: the page's cos/sin beside it (kv_resident_rope.js)
+            const rows = this.rope_table.Rows(index);
+            this.device.queue.writeBuffer(slot.rope, slot.rope_row * c.rotary_dims * 4, rows);
+            this.counts.streamed_rope_bytes += rows.byteLength;
+          }
         }
       }
       const pieces = Pieces(first, window_rows);
@@ -437,7 +453,7 @@ export class GpuResidentKv {
       // AttendWgsl's Params: rows, first_pos, query_pos, scale; K blocks/head/residual offsets and
       // counts; V's; no injected bug; chunk, pieces, first_fresh, n queries; q's stride; the rope
       // rows' row of the window's row 0 (prerope: a streamed page's own rows, else the table's).
-      const rope_row = !this.rope_table ? first : page.rope ? first - i * P : this.rope_table.Row(first);
+      const rope_row = !this.rope_table ? first : stream && page.rope ? page.rope_row + first - i * P : this.rope_table.Row(first);
       const k_at = k.buffer ? 0 : page.offset, v_at = v.buffer ? 0 : page.offset;  // a pooled page's bytes in its segment
       u.set([window_rows, first, pos, 0, k_at + k.blocks, k.head, 0, k.n_head, k.n_block, v_at + v.blocks, v.head, 0, v.n_head, v.n_block,
              0, 0, kPositionChunk, pieces, first_fresh, n, q_stride, rope_row]);
@@ -535,7 +551,7 @@ export class GpuResidentKv {
     this.retired = [];
     this.counts.kv_bytes_now -= this.retired_kv_bytes;
     this.retired_kv_bytes = 0;
-    this.pending.clear();  // the step's commands are all submitted: a slot may be written again
+    this.next_slot = 0;  // the step's commands are all submitted: the slots may be written again
     for (const {layer, staging, rows} of this.staged) {
       const mapped = staging.mapAsync(GPUMapMode.READ);
       this.behind = this.behind.then(async () => {
@@ -576,8 +592,8 @@ export class GpuResidentKv {
       L.residual?.destroy();
       L.ring?.destroy();
     }
-    for (const s of this.slots) this.#FreeBuffers(s);
-    for (const b of [...this.slots.map((s) => s.rope), this.rope_table?.ring?.buffer]) b?.destroy();
+    for (const b of new Set(this.slots.map((s) => s.buffer))) this.#FreeBuffers({buffer: b});
+    for (const b of [...new Set(this.slots.map((s) => s.rope)), this.rope_table?.ring?.buffer]) b?.destroy();
     for (const b of [this.state, this.initial, ...this.retired]) b.destroy();
     this.rotation?.Destroy();
     this.uniforms.Destroy();

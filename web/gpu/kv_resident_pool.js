@@ -126,3 +126,39 @@ export function PoolWindows(windows, P, {segment_pages, first_pooled = 0, ring =
   }
   return out;
 }
+
+/**
+ * Mixed mode's streamed windows (those of evicted pages, i < first_resident) given their streaming
+ * slots, in order: each takes the next of `slots` slots from `next_slot` and gets stream {slot, pages:
+ * the pages it reads, slot by slot from `slot`, flush: the slots are all written since the last
+ * submit, so the commands so far are submitted first (a queue write lands before the whole command
+ * buffer: a slot written again would lose its first page)}. With `join` (the slots side by side:
+ * kv_resident.js's pooled attends) a window of a whole page of encoded rows joins the one before
+ * when that one is such pages too, the page before it, and no flush comes between: one window whose
+ * rows run on through the slots. The resident pages' windows pass as they are. Returns {windows,
+ * next_slot}. P: positions per page.
+ */
+export function StreamWindows(windows, P, {first_resident, slots, next_slot, join}) {
+  const whole = (w) => w.first === w.i * P && w.rows === P && !w.k.buffer && !w.v.buffer && w.k.src !== 'ring' &&
+                       w.v.src !== 'ring' && !w.k.n_head && !w.v.n_head;
+  const out = [];
+  for (const w of windows) {
+    if (w.i >= first_resident) {
+      out.push(w);
+      continue;
+    }
+    const flush = next_slot === slots;
+    if (flush) next_slot = 0;
+    const last = out[out.length - 1];
+    if (join && !flush && last?.stream?.whole && whole(w) && last.stream.pages[last.stream.pages.length - 1] === w.i - 1) {
+      last.rows += w.rows;
+      last.k = {...last.k, n_block: last.rows};
+      last.v = {...last.v, n_block: last.rows};
+      last.stream.pages.push(w.i);
+    } else {
+      out.push({...w, stream: {slot: next_slot, pages: [w.i], flush, whole: whole(w)}});
+    }
+    ++next_slot;
+  }
+  return {windows: out, next_slot};
+}

@@ -62,15 +62,41 @@ const Ceil4 = (n) => Math.ceil(n / 4) * 4;
 /** GPU bytes of one page buffer (resident or streaming slot): whole words, at least 16. */
 export function PageBufferBytes(page_bytes) { return Math.max(16, Ceil4(page_bytes)); }
 
-/** Streaming slots a mixed-mode cache uses: two, so consecutive streamed windows use different buffers. */
-export const kStreamSlots = 2;
+/**
+ * Streaming slots of a mixed-mode cache (kv_resident.js): at least two, so consecutive streamed
+ * windows use different buffers; at most kMaxStreamSlots, and slots of one cache take at most
+ * 1 / kStreamBudgetShare of the device budget and, side by side in one buffer, at most
+ * kStreamBindingBytes (the storage binding every WebGPU device takes). The slots are written in
+ * turn and a run of a layer's streamed pages in consecutive slots is one attend window, its
+ * position chunks in parallel; a step submits its commands so far once the slots are all written
+ * (a queue write lands before the whole command buffer). So more slots mean fewer dispatches and
+ * submits per step, each slot costing a resident page's share of the budget.
+ */
+export const kMinStreamSlots = 2;
+export const kMaxStreamSlots = 64;
+export const kStreamBudgetShare = 8;
+export const kStreamBindingBytes = 128 * 1024 * 1024;
+
+/**
+ * The streaming slots a mixed-mode cache takes under `budget` bytes (see kMinStreamSlots):
+ * costs_of(slots) is MixedCosts with that many slots; least: the resident pages per layer it must
+ * keep (MixedCosts' least). Fewer than the share allows when the resident pages would fall under
+ * least; kMinStreamSlots when even they do (the caller then says the budget is too small).
+ */
+export function StreamSlotsFor(budget, costs_of) {
+  const one = costs_of(kMinStreamSlots);
+  let slots = Math.min(kMaxStreamSlots, Math.floor(kStreamBindingBytes / one.slot),
+                       Math.floor(budget / kStreamBudgetShare / one.slot));
+  while (slots > kMinStreamSlots && ResidentPagesFor(budget, costs_of(slots)) < one.least) --slots;
+  return Math.max(kMinStreamSlots, slots);
+}
 
 /**
  * The GPU bytes a mixed-mode cache of these specs holds (kv_resident.js allocates exactly these,
  * counted in its kv_bytes): {slot: a streaming slot (a page buffer, with prerope keys the page's
  * cos/sin rows [P][rotary_dims] f32 beside it, with sinkN page 0's sinks [2][sinks][kv_dim] f32
  * after its bytes); page: a resident page of every layer (with prerope its cos/sin rows in the
- * ring: kv_resident_rope.js); fixed: kStreamSlots slots, each layer's f32 newest-group buffer for
+ * ring: kv_resident_rope.js); fixed: `slots` streaming slots (StreamSlotsFor), each layer's f32 newest-group buffer for
  * keys in groups ([G][kv_dim] f32) and, with sinkN / resN (kv_resident_rows.js), each layer's ring
  * ([2][RingPositions][kv_dim] f32) and sinks beside its pages ([2][sinks][kv_dim] f32), the
  * cache's zero row ([kv_dim] f32) and encoder scratch ([max(P, G)][kv_dim] f32); least: the
@@ -78,7 +104,7 @@ export const kStreamSlots = 2;
  * master has not all encoded yet; else 1)}. layout: kvq_web_kv_page_layout's; c: the step
  * program's config; kv_k, kv_v: the specs.
  */
-export function MixedCosts(layout, c, kv_k, kv_v = kv_k) {
+export function MixedCosts(layout, c, kv_k, kv_v = kv_k, slots = kMinStreamSlots) {
   const {format, transforms} = SplitKvSpec(kv_k);
   const unit = PageBufferBytes(layout.page_bytes), G = KeyRowsPerBlock(format), P = layout.page_positions;
   const rope = transforms.includes('prerope') ? Math.max(16, P * c.rotary_dims * 4) : 0;
@@ -88,7 +114,7 @@ export function MixedCosts(layout, c, kv_k, kv_v = kv_k) {
   const per_layer = residual + (rows ? 2 * (rows.sinks + RingPositions(P, G, rows)) * row_bytes : 0);
   const once = rows ? Math.max(16, row_bytes) + Math.max(P, G) * row_bytes : 0;
   return {slot: unit + rope + sinks, page: c.n_cache_layers * unit + rope,
-          fixed: kStreamSlots * (unit + rope + sinks) + c.n_cache_layers * per_layer + once,
+          fixed: slots * (unit + rope + sinks) + c.n_cache_layers * per_layer + once,
           least: rows ? RowsResidentPages(P, [G, 1], rows) : 1};
 }
 
@@ -104,24 +130,27 @@ export function ResidentPagesFor(budget_bytes, costs) {
 /**
  * The KV path of a sequence (gpu_engine.js's NewSequence): {path: 'resident' | 'mixed' | 'stream',
  * why: a sentence saying why, resident_pages: per layer when over the budget, else Infinity,
- * resident_bytes: the GPU bytes of KV the resident path holds at most for the whole context}.
+ * resident_bytes: the GPU bytes of KV the resident path holds at most for the whole context,
+ * stream_slots: the mixed mode's streaming slots (StreamSlotsFor; 0 on the other paths)}.
  * want: 'auto' or 'stream'; budget: the device budget in bytes (0: none); total: the plan's bytes
  * of the context (the module's cache: pages and its f32 rows); layout: kvq_web_kv_page_layout's; c:
- * the step program's config; on_cpu: no device. The budget must hold both: the GPU keeps a key
+ * the step program's config; on_cpu: no device; stream_slots: the mixed mode's slots when given
+ * (tests), else StreamSlotsFor's. The budget must hold both: the GPU keeps a key
  * group's f32 rows whole ([G][kv_dim], one row more than the module's cache ever holds), and a
  * page buffer is whole words where the plan's is 64-byte aligned.
  */
-export function KvPathOf({kv_k, kv_v, want, budget, total, layout, c, on_cpu}) {
-  const costs = MixedCosts(layout, c, kv_k, kv_v);
+export function KvPathOf({kv_k, kv_v, want, budget, total, layout, c, on_cpu, stream_slots = 0}) {
+  const costs_of = (slots) => MixedCosts(layout, c, kv_k, kv_v, slots);
+  const slots = stream_slots || StreamSlotsFor(budget, costs_of), costs = costs_of(slots);
   // Every page resident (pools made at full size under a budget: kv_resident_pool.js), no slots.
   const max_pages = layout.max_positions > 0 ? Math.ceil(layout.max_positions / layout.page_positions) : 0;
-  const resident_bytes = costs.fixed - kStreamSlots * costs.slot + max_pages * costs.page;
+  const resident_bytes = costs.fixed - slots * costs.slot + max_pages * costs.page;
   const needed = Math.max(total, resident_bytes);
   const over = budget > 0 && budget < needed;  // the context does not fit the device budget
   const resident_pages = over ? ResidentPagesFor(budget, costs) : Infinity;
   const why_not = want === 'stream' ? 'the stream path was asked for' : ResidentWhyNot(kv_k, kv_v, over) ||
       (over && resident_pages < costs.least ?
-       `the device budget (${budget} bytes) is under the context's ${needed} and holds less than ${kStreamSlots} ` +
+       `the device budget (${budget} bytes) is under the context's ${needed} and holds less than ${slots} ` +
        `streaming slots, ${costs.least} page${costs.least === 1 ? '' : 's'} per layer${costs.least > 1 ? ' (resN: the pages ' +
        'whose rows the master has not all encoded)' : ''} and the f32 rows beside them (${costs.fixed + costs.least * costs.page} bytes)` : '');
   const path = why_not || on_cpu ? 'stream' : over ? 'mixed' : 'resident';
@@ -133,6 +162,6 @@ export function KvPathOf({kv_k, kv_v, want, budget, total, layout, c, on_cpu}) {
       `KV mixed: the device budget (${budget} bytes) is under the context's ${needed}, so the newest ` +
       `${resident_pages} page${resident_pages === 1 ? '' : 's'} of ${layout.page_positions} positions ` +
       `per layer stay resident on the GPU (encoded there) and older pages stream from the module's master through ` +
-      `${kStreamSlots} slots`;
-  return {path, why, resident_pages, resident_bytes: needed};
+      `${slots} slots`;
+  return {path, why, resident_pages, resident_bytes: needed, stream_slots: path === 'mixed' ? slots : 0};
 }

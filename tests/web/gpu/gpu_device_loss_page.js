@@ -36,7 +36,7 @@
 // the ids can only part where that gap is within rounding, and the test fails with that gap
 // printed if they do. The test also asserts where the steps ran (events, cpu_steps).
 import {GpuModelRunner, GpuProgramOf, RequestGpuDevice} from '/web/gpu/gpu_engine.js';
-import {kStreamSlots, MixedCosts, PageBufferBytes} from '/web/gpu/kv_resident.js';
+import {kMinStreamSlots, MixedCosts, PageBufferBytes} from '/web/gpu/kv_resident.js';
 import {LoadModule} from '/test/gpu_kv_device_page.js';
 
 const kSpecs = ['int8', 'int4-kivi+prerope'];
@@ -226,7 +226,7 @@ export async function RunGpuDeviceLossTests(bundle_url, only = '') {
     Check(`${what}, device lost after ${kLoseAt} ids`, got, references[`"${kPrompts[0]}" ${spec}`]);
     if (survivor.events.length !== events + 1) fail(`${what}: expected one re-acquired device`);
     // Mixed: lost after 40 ids (position ≥ 32: page 0 of every layer already evicted, streamed).
-    const budget = (kStreamSlots + program.config.n_layers) * PageBufferBytes(survivor.layout.page_bytes);
+    const budget = (kMinStreamSlots + program.config.n_layers) * PageBufferBytes(survivor.layout.page_bytes);
     const mixed_what = `"${kPrompts[0]}" ${spec} pages of 32, mixed KV (budget ${budget} bytes)`;
     const streamed_before = survivor.counts.streamed_bytes;
     let streamed_at_loss = 0;

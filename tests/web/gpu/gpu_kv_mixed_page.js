@@ -1,7 +1,7 @@
 // In the page: the GPU path's mixed KV mode (web/gpu/kv_resident.js) on a context 8× the device
 // budget. The model is the Bonsai-shaped qwen3 Q1_0 synth with a context of 512 positions
 // (gpu_forward_fixture's manifest "mixed": 2 layers, 2 KV heads × 64); pages of 32 positions, so
-// 16 pages per layer, 32 in all. The budget is kStreamSlots streaming slots plus one resident page
+// 16 pages per layer, 32 in all. The budget is kMinStreamSlots streaming slots plus one resident page
 // per layer: 4 page buffers, so the 512 positions run hold 8× the budget (asserted from the plan;
 // 2× for the specs below, whose rows beside the pages are much of this small model's budget);
 // plus what a spec keeps beside its pages (BudgetOf, counted here from the page layout and the
@@ -32,11 +32,14 @@
 // bit for bit (Object.is: the same windows of the same kernels in the same order); counted by the
 // resident cache and the step program: 1 readback; no KV device submit; streamed bytes equal the
 // evicted pages' bytes — n_layers × (the pages before the position's own) × page_bytes, resident
-// pages never uploaded again (prerope: a page of cos/sin rows with each); submits 1 + one per
-// reuse of a streaming slot within the step (⌈W / 2⌉ for W ≥ 2 windows streamed, else 1); for a
-// format of one row per block without sinkN / resN, attend dispatches per layer: one per evicted
-// page and one per run of the resident pages in their ring (two where it wraps: kWideSpecs); the
-// whole run streams nothing and submits once. After the run: the mixed cache's GPU KV bytes peaked
+// pages never uploaded again (prerope: a page of cos/sin rows with each); submits 1 + one each
+// time the S streaming slots are all written and another page comes (⌈W / S⌉ for W ≥ 1 pages
+// streamed in the step, the layers' in turn; S = kMinStreamSlots, the mixed mode's choice for these
+// small budgets, asserted, or NAME@R/S's); for a format of one row per block without sinkN / resN,
+// attend dispatches per layer: one per run of its evicted pages in consecutive slots (the slots
+// taken in turn from the layer before's, a run cut where they are all written) and one per run of
+// the resident pages in their ring (two where it wraps: kWideSpecs); the whole run streams nothing
+// and submits once. After the run: the mixed cache's GPU KV bytes peaked
 // at the budget exactly (every buffer it holds counted, none forgotten by the budget), and its
 // master pages (written behind) equal the streamed run's byte for byte.
 // A fourth runner on the same budget prefills the first kBlockPositions ids in calls of kBlockCall
@@ -47,11 +50,11 @@
 // window serves all the block's queries; token by token it was once per token) — keys in groups
 // of G: once per piece of it, a block being cut where a group completes (a query reads the group
 // f32 before, encoded from there), so a block ending a page streams twice —, submits ≤ blocks
-// + ⌊W / 2⌋ with W the windows streamed (a slot is written again, so submitted first, at most every
-// second window).
+// + ⌊W / S⌋ with W the pages streamed (the slots all written, so submitted first, at most every S
+// pages).
 import {GpuModelRunner, GpuProgramOf} from '/web/gpu/gpu_engine.js';
 import {kEncoderFormats, kGroupKeyEncoderFormats, KeyRowsPerBlock} from '/web/gpu/kv_formats.js';
-import {kStreamSlots, PageBufferBytes, SplitKvSpec} from '/web/gpu/kv_resident.js';
+import {kMinStreamSlots, PageBufferBytes, SplitKvSpec} from '/web/gpu/kv_resident.js';
 import {LoadModule} from '/test/gpu_kv_device_page.js';
 import {LoadModel} from '/test/gpu_device_loss_page.js';
 
@@ -60,7 +63,7 @@ const kPage = 32;
 // offsets and the most bytes streamed. The others run kShortPositions (kRunPositions: fewer for
 // the specs that keep rows beside their pages): 5 pages per layer, which
 // still crosses every boundary the mixed mode has — each page boundary evicts (4 evictions per
-// layer), a step streams up to 8 windows through the 2 streaming slots (each slot reused, up to 4
+// layer), a step streams up to 8 pages through the 2 streaming slots (each slot reused, up to 4
 // submits), and the block runner's kBlockPositions lie inside it with an evicted page streamed in
 // every block from the second page on. What only a longer run reaches (more windows per step, the
 // plan's 8×) is format-independent, and checked on kFullFormat.
@@ -116,7 +119,13 @@ const kRowsSpecs = {'int4+sink40': 1, 'int4-kivi+sink4+res64': 3, 'int8+sink4+re
 // with keys roped as they are read, a joined window's cos/sin rows from the rope ring
 // (kv_resident_rope.js), which wraps where the pages' ring does. int4-kivi@3: keys in groups of
 // 32, a page's encoded groups joined with the pages before it, the residual group a window apart.
-const kWideSpecs = {'int8@3': 3, 'int8+prerope@3': 3, 'int4-kivi@3': 3};
+// NAME@R/S: S streaming slots (the runner's stream_slots), so a run of a layer's evicted pages in
+// consecutive slots is one window: int8@1/5 streams up to 8 pages a step through 5 slots (layer 1's
+// run cut where the slots wrap), int8+prerope@1/3 with a streamed run's cos/sin rows side by side
+// in the slots' rope buffer, int4-kivi@1/4 KIVI pages of whole groups joined.
+const kWideSpecs = {'int8@3': 3, 'int8+prerope@3': 3, 'int4-kivi@3': 3, 'int8@1/5': 1, 'int8+prerope@1/3': 1, 'int4-kivi@1/4': 1};
+// NAME@R/S's S, else the mixed mode's own choice for these budgets.
+const SlotsOf = (format) => Number(/@\d+\/(\d+)$/.exec(format)?.[1] ?? kMinStreamSlots);
 const kRunPositions = {'int4-kivi': 128, 'int4-kivi+prerope': 128, 'int2-kivi': 64, 'fp8-e4m3': 64, 'int8+prerope': 64,
                        'int4+sink40': 96, 'int4-kivi+sink4+res64': 128, 'int8+sink4+res32': 96, 'int4+sink4': 64, 'int4-kivi+prerope+sink4+res16': 96,
                        'int8+res32': 96};
@@ -124,10 +133,10 @@ const kRunPositions = {'int4-kivi': 128, 'int4-kivi+prerope': 128, 'int2-kivi': 
 const RowsOf = (spec) => Object.fromEntries([['sinks', /^sink(\d+)$/], ['residual', /^res(\d+)$/]].map(([k, re]) =>
   [k, Number(SplitKvSpec(spec).transforms.map((t) => re.exec(t)?.[1]).find((x) => x) ?? 0)]));
 
-// The device budget of the spec's mixed run: kStreamSlots streaming slots and R resident pages
-// per layer (page buffers of `unit` bytes; R = 1, kRowsSpecs' for sinkN / resN, kWideSpecs'), and what the
+// The device budget of the spec's mixed run: S streaming slots and R resident pages per layer
+// (page buffers of `unit` bytes; R = 1, kRowsSpecs' for sinkN / resN, kWideSpecs'), and what the
 // spec keeps beside them. {budget, rope_page: a page's cos/sin rows' bytes (0 without prerope)}.
-function BudgetOf(spec, c, unit, R) {
+function BudgetOf(spec, c, unit, R, S) {
   const G = KeyRowsPerBlock(SplitKvSpec(spec).format), {sinks, residual: res} = RowsOf(spec), rows = sinks || res;
   const row = c.kv_dim * 4;  // one position's K (or V) row, [kv_dim] f32
   const residual = G > 1 && !rows ? G * row : 0;  // a layer's [G][kv_dim] f32 newest group (sinkN / resN: in the ring)
@@ -138,7 +147,7 @@ function BudgetOf(spec, c, unit, R) {
   // zeros and an encoder scratch of a page's rows.
   const slot_sinks = 2 * Math.min(sinks, kPage) * row, ring = kPage * (Math.ceil((res + G - 1) / kPage) + 1);
   const layer_rows = rows ? 2 * sinks * row + 2 * ring * row : 0, once = rows ? row + kPage * row : 0;
-  return {budget: kStreamSlots * (unit + rope_page + slot_sinks) + c.n_layers * (R * unit + residual + layer_rows) +
+  return {budget: S * (unit + rope_page + slot_sinks) + c.n_layers * (R * unit + residual + layer_rows) +
                   R * rope_page + once, rope_page};
 }
 
@@ -198,7 +207,7 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
   const per_format = {};
   for (const format of formats) {
     const f0 = {positions, checks, failures: failures.length, t: performance.now()};
-    const spec = format.replace(/@\d+$/, '');  // kWideSpecs' NAME@R: the spec NAME
+    const spec = format.replace(/@\d+(\/\d+)?$/, '');  // kWideSpecs' NAME@R[/S]: the spec NAME
     const [whole, stream, mixed, blocks] = kRowsSpecs[format] ? rows_runners : [whole_512, stream_512, mixed_512, blocks_512];
     const what = `${format} (mixed vs whole-context resident and streamed)`;
     whole.NewSequence(spec, spec, 0, kPage);
@@ -209,15 +218,16 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
     stream.NewSequence(spec, spec, 0, kPage, {path: 'stream'});
     const page_bytes = whole.layout.page_bytes, unit = PageBufferBytes(page_bytes);
     const R = kRowsSpecs[format] ?? kWideSpecs[format] ?? 1;  // resident pages per layer
-    const {budget, rope_page} = BudgetOf(spec, c, unit, R);
-    const plan = mixed.NewSequence(spec, spec, budget, kPage);
+    const S = SlotsOf(format), slots = /\/\d+$/.test(format) ? {stream_slots: S} : {};  // streaming slots
+    const {budget, rope_page} = BudgetOf(spec, c, unit, R, S);
+    const plan = mixed.NewSequence(spec, spec, budget, kPage, slots);
     if (kRowsSpecs[format]) {  // a byte less holds a page fewer per layer: too few for the rows (streamed)
-      blocks.NewSequence(spec, spec, budget - 1, kPage);
+      blocks.NewSequence(spec, spec, budget - 1, kPage, slots);
       if (blocks.path !== 'stream' || !new RegExp(`holds less than .* ${kRowsSpecs[format]} pages? per layer`).test(blocks.path_why)) {
         fail(`${format}: a budget of ${budget - 1} bytes takes the ${blocks.path} path (${blocks.path_why}), not the stream path`);
       }
     }
-    blocks.NewSequence(spec, spec, budget, kPage);
+    blocks.NewSequence(spec, spec, budget, kPage, slots);
     let block_from = 0;  // the block runner's next position
     let keep_ref = null;  // the mixed step's {token, logits} at kKeepAt
     const context = JSON.parse(M.UTF8ToString(M._kvq_web_model_info(kRowsSpecs[format] ? rows_model : model))).context;
@@ -226,15 +236,17 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
     const run = format === kFullFormat ? context : kRunPositions[format] ?? kShortPositions;
     const {sinks, residual: res} = RowsOf(spec);
     const Evicted = (q) => Math.max(0, Math.floor(q / kPage) + 1 - R);  // pages evicted at position q
-    if (whole.path !== 'resident' || stream.path !== 'stream' || mixed.path !== 'mixed' || mixed.resident_pages !== R) {
-      fail(`${what}: paths ${whole.path}, ${stream.path}, ${mixed.path} with ${mixed.resident_pages} resident pages ` +
+    if (whole.path !== 'resident' || stream.path !== 'stream' || mixed.path !== 'mixed' || mixed.resident_pages !== R ||
+        mixed.stream_slots !== S || blocks.stream_slots !== S) {
+      fail(`${what}: paths ${whole.path}, ${stream.path}, ${mixed.path} with ${mixed.resident_pages} resident pages and ` +
+           `${mixed.stream_slots} streaming slots (blocks: ${blocks.stream_slots}; expected ${R} and ${S}) ` +
            `(${mixed.path_why}; budget ${budget} bytes, plan ${plan.total_bytes})`);
       continue;
     }
     // The run's KV as the cache plans it (the model's whole context) over the budget (a spec's f32
     // rows and cos/sin beside the pages are a large part of it on this small model: 2× there).
     ratio = plan.total_bytes / budget;
-    const least = beside || kRowsSpecs[format] ? 2 : 8 / R;
+    const least = beside || kRowsSpecs[format] || S !== kMinStreamSlots ? 2 : 8 / R;
     if (context !== (kRowsSpecs[format] ? 2048 : 512) || !(ratio >= least)) {
       fail(`${what}: the plan of the ${context}-position context holds ${ratio}× the budget of ${budget} bytes, not ${least}× (plan ` +
            `${plan.total_bytes} bytes)`);
@@ -276,12 +288,15 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
                     sink_bytes: c.n_layers * 2 * c.kv_dim * 4 *
                                 Array.from({length: Evicted(p)}, (_, i) => Math.min(kPage, Math.max(0, sinks - i * kPage)))
                                   .reduce((x, y) => x + y, 0),
-                    submits: windows >= 2 ? Math.ceil(windows / kStreamSlots) : 1};
-      if (G === 1 && !sinks && !res) {  // attends a layer: one per evicted page, one per run of the resident ring's slots
-        const last = Math.floor(p / kPage);
+                    submits: Math.max(1, Math.ceil(windows / S))};
+      if (G === 1 && !sinks && !res) {  // attends a layer: one per run of streaming slots, one per run of the resident ring's slots
+        const last = Math.floor(p / kPage), E = Evicted(p);
         let runs = 1;
-        for (let i = Evicted(p) + 1; i <= last; ++i) if (i % R === 0) ++runs;  // the ring wraps before page i
-        want.attends = windows + c.n_layers * runs;
+        for (let i = E + 1; i <= last; ++i) if (i % R === 0) ++runs;  // the ring wraps before page i
+        // Layer l's evicted pages take the step's slot uses l·E .. (l + 1)·E − 1, a run cut at each multiple of S.
+        let streamed_runs = 0;
+        for (let l = 0; E > 0 && l < c.n_layers; ++l) streamed_runs += Math.floor(((l + 1) * E - 1) / S) - Math.floor(l * E / S) + 1;
+        want.attends = streamed_runs + c.n_layers * runs;
       }
       const got = {};
       for (const k of Object.keys(want)) got[k] = after[k] - before[k];
@@ -319,10 +334,10 @@ export async function RunGpuKvMixedTests(fixture_url, bundle_url, only = '') {
         for (let q = block_from + 1; q <= p; ++q) if (q % kPage === 0 && Evicted(q) > 0) ++block_count;
         const d = (k) => b1[k] - b0[k];
         if (d('readbacks') !== block_count || d('streamed_bytes') !== windows * page_bytes ||
-            !(d('submits') >= block_count && d('submits') <= block_count + Math.floor(windows / 2))) {
+            !(d('submits') >= block_count && d('submits') <= block_count + Math.floor(windows / S))) {
           fail(`${what} prefill of positions ${block_from}-${p}: ${d('readbacks')} readbacks, ${d('submits')} submits, ` +
                `${d('streamed_bytes')} bytes streamed; expected ${block_count} blocks, ≤ ${block_count} + ` +
-               `${Math.floor(windows / 2)} submits, ${windows * page_bytes} bytes`);
+               `${Math.floor(windows / S)} submits, ${windows * page_bytes} bytes`);
         }
         block_from = p + 1;
         ++checks;
