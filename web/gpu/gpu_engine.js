@@ -30,7 +30,7 @@
 // their f32 rows: the newest pages that fit the budget (kv_resident_specs.js's MixedCosts) stay resident
 // as above, older ones, once written behind (sinkN / resN: encoded), are evicted and streamed from the master
 // each step through kv_resident.js's slots with the same window kernels in position order: the
-// same bits, one readback a step, a submit more per reused slot);
+// same bits, one readback a step, a submit more each time the slots wrap);
 // else "stream" (each layer's rows read back into the master, whose pages stream through
 // kv_device.js: n_layers + 1 submits and readbacks a step).
 //

@@ -37,8 +37,9 @@ export const kAttendParamsBytes = 96;
 /**
  * The attention kernels (attend, fold) of one layer shape (also kv_resident.js's). s.pages, when
  * given ({k_region, v_region, stride}: bytes of K blocks and of V blocks per page, bytes from a page
- * to the next): a window's encoded rows may run on through consecutive pages of a pool
- * (kv_resident_pool.js), page-aligned, each page's blocks where its layout puts them.
+ * to the next): a window's encoded rows may run on through consecutive pages of a pool or of the
+ * mixed mode's streaming slots (kv_resident_pool.js), page-aligned, each page's blocks where its
+ * layout puts them.
  */
 export function AttendWgsl(s) {
   const half = s.rotary_dims / 2;

@@ -57,7 +57,8 @@
 // RoPE (its k_pre rows), which the pages hold encoded as the master's do, and the attends rope
 // each key as they read it (kv_device.js's kernel with pre_rope) by the cos/sin of its position,
 // read from a table of the module's cos/sin by position that grows a page at a time; in mixed mode
-// a ring of the resident pages' rows, a streamed page's rows written into its slot beside it.
+// a ring of the resident pages' rows, a streamed page's rows written beside its slot (the slots'
+// cos/sin buffer, [slots][P][rotary_dims], slot j's rows from row j·P).
 //
 // Mixed mode's GPU bytes are kv_resident_specs.js's MixedCosts (the slots, each layer's resident
 // pages and f32 rows, the cos/sin ring), all counted in counts.kv_bytes as they are made.
@@ -160,8 +161,11 @@ export class GpuResidentKv {
     // streamed pages in consecutive slots is one window (StreamWindows); with sinkN a buffer each
     // (page 0's PageBytes, its sinks after) and a window each. next_slot: the next slot to write
     // (0 once the commands that read the slots are submitted).
+    // (A buffer each, not joined, also where the slots side by side would exceed one binding: pages
+    // over 64 MiB.)
     const n_slots = mixed ? Math.max(kMinStreamSlots, mixed.stream_slots ?? kMinStreamSlots) : 0;
-    if (pool && n_slots) {
+    this.slots_joined = Boolean(pool) && n_slots * this.stride <= binding;
+    if (this.slots_joined && n_slots) {
       const buffer = this.#NewBuffers(n_slots * this.stride).buffer, rope = this.prerope ? this.#NewBuffers(n_slots * rope_page).buffer : null;
       this.slots = Array.from({length: n_slots}, (_, j) => ({buffer, offset: j * this.stride, rope, rope_row: j * P}));
     } else {
@@ -412,7 +416,7 @@ export class GpuResidentKv {
     if (pooled && !this.rows) windows = PoolWindows(windows, P, pooled);
     if (first_resident > 0) {
       ({windows, next_slot: this.next_slot} = StreamWindows(windows, P, {first_resident, slots: this.slots.length,
-                                                                          next_slot: this.next_slot, join: Boolean(L.pool)}));
+                                                                          next_slot: this.next_slot, join: this.slots_joined}));
     }
     const Pieces = (first, rows) => Math.floor((first + rows - 1) / kPositionChunk) - Math.floor(first / kPositionChunk) + 1;
     this.#State(n, Math.max(...windows.map((w) => Pieces(w.first, w.rows))));

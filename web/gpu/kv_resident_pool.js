@@ -139,8 +139,8 @@ export function PoolWindows(windows, P, {segment_pages, first_pooled = 0, ring =
  * next_slot}. P: positions per page.
  */
 export function StreamWindows(windows, P, {first_resident, slots, next_slot, join}) {
-  const whole = (w) => w.first === w.i * P && w.rows === P && !w.k.buffer && !w.v.buffer && w.k.src !== 'ring' &&
-                       w.v.src !== 'ring' && !w.k.n_head && !w.v.n_head;
+  const whole = (w) => w.first === w.i * P && w.rows === P && w.k.n_block === P && w.v.n_block === P && !w.k.buffer &&
+                       !w.v.buffer && w.k.src !== 'ring' && w.v.src !== 'ring' && !w.k.n_head && !w.v.n_head;
   const out = [];
   for (const w of windows) {
     if (w.i >= first_resident) {

@@ -23,8 +23,8 @@
 // not yet submitted read it: the page a new page replaces was evicted by the step that made the
 // new one, and read only by earlier, submitted steps, as the runner cuts a block where a page would
 // be evicted (gpu_engine.js's #BlockLength; a block's later page replacing a ring page its earlier
-// queries read throws). A streamed page's rows (Rows: the host copy) go into its streaming slot
-// beside its bytes, written as they are. Either way a window binds a buffer whose row `Row(first)`
+// queries read throws). A streamed page's rows (Rows: the host copy) go beside its streaming slot
+// (kv_resident.js: the slots' cos/sin buffer, slot j's from row j·P), written as they are. Either way a window binds a buffer whose row `Row(first)`
 // is its first position's.
 // No readback and no submit of its own.
 

@@ -141,7 +141,10 @@ export function ResidentPagesFor(budget_bytes, costs) {
  */
 export function KvPathOf({kv_k, kv_v, want, budget, total, layout, c, on_cpu, stream_slots = 0}) {
   const costs_of = (slots) => MixedCosts(layout, c, kv_k, kv_v, slots);
-  const slots = stream_slots || StreamSlotsFor(budget, costs_of), costs = costs_of(slots);
+  // Given slots (tests) kept to what the slots' one buffer and kMaxStreamSlots allow.
+  const most = Math.max(kMinStreamSlots, Math.min(kMaxStreamSlots, Math.floor(kStreamBindingBytes / costs_of(kMinStreamSlots).slot)));
+  const slots = stream_slots ? Math.min(most, Math.max(kMinStreamSlots, stream_slots)) : StreamSlotsFor(budget, costs_of);
+  const costs = costs_of(slots);
   // Every page resident (pools made at full size under a budget: kv_resident_pool.js), no slots.
   const max_pages = layout.max_positions > 0 ? Math.ceil(layout.max_positions / layout.page_positions) : 0;
   const resident_bytes = costs.fixed - slots * costs.slot + max_pages * costs.page;

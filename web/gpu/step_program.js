@@ -25,13 +25,13 @@
 // With a resident cache (kv_resident.js: formats with a WGSL encoder) the rows are encoded and
 // attended on the GPU inside the one encoder instead: one submit and one readback per step, full
 // pages reaching the master behind it; in its mixed mode (a context over the device budget) the
-// pages it streams from the master add a submit each time a streaming slot is reused within the
-// step, and still one readback. `counts` tallies them (the device's too).
+// pages it streams from the master add a submit each time the streaming slots are all written and
+// another page comes (⌈pages / slots⌉ a step), and still one readback. `counts` tallies them (the device's too).
 //
 // A block of tokens (a prefill block: Steps) with a resident cache runs op by op in one command
 // encoder (block_steps.js: each token's activations a slice of block buffers, the kernels the
 // per-token step's, a matvec one matmul for the block): the bits of as many steps, one submit
-// (plus the mixed mode's slot reuses) and one readback (the last token's id, and its logits when
+// (plus the mixed mode's submits where its slots wrap) and one readback (the last token's id, and its logits when
 // asked for). Without one (the stream path) a block's tokens run one after another, each token's
 // id, position and RoPE table copied by commands in the encoder from block buffers.
 //
@@ -473,7 +473,7 @@ export class GpuStepProgram {
   /**
    * `tokens` at positions pos, pos + 1, ... one after another, as that many Steps would run them
    * (the same commands per token, so the same bits); returns the last token's {token, logits}.
-   * With kv.resident: one submit (and one per streaming-slot reuse in mixed mode) and one readback
+   * With kv.resident: one submit (and one each time mixed mode's streaming slots wrap) and one readback
    * for the whole block. kv(p): the cache's view at position p (Step's kv) for each token.
    */
   async Steps(tokens, pos, kv_at, options = {}) {

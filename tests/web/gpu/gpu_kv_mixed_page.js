@@ -63,8 +63,8 @@ const kPage = 32;
 // offsets and the most bytes streamed. The others run kShortPositions (kRunPositions: fewer for
 // the specs that keep rows beside their pages): 5 pages per layer, which
 // still crosses every boundary the mixed mode has — each page boundary evicts (4 evictions per
-// layer), a step streams up to 8 pages through the 2 streaming slots (each slot reused, up to 4
-// submits), and the block runner's kBlockPositions lie inside it with an evicted page streamed in
+// layer), a step streams up to 8 pages through 2 streaming slots (the slots of every spec but
+// kWideSpecs' NAME@R/S; each slot reused, up to 4 submits), and the block runner's kBlockPositions lie inside it with an evicted page streamed in
 // every block from the second page on. What only a longer run reaches (more windows per step, the
 // plan's 8×) is format-independent, and checked on kFullFormat.
 const kFullFormat = 'f32';
@@ -88,7 +88,7 @@ const kMixedFormats = [...kEncoderFormats, ...kGroupKeyEncoderFormats];
 const kPreropeSpecs = ['int4-kivi+prerope', 'int8+prerope'];
 // The positions the specs that keep rows beside their pages run (the suite's time: each costs more
 // than a format's kShortPositions), the others kShortPositions. int4-kivi (README's command 1)
-// and int4-kivi+prerope: four pages, still every boundary (3 evictions per layer, up to 6 windows
+// and int4-kivi+prerope: four pages, still every boundary (3 evictions per layer, up to 6 pages
 // streamed a step, each slot reused; the block runner's kBlockPositions). int2-kivi and fp8-e4m3:
 // two pages, a page evicted and streamed in every step of the second, so their master bytes are
 // read through a slot (the group logic is the same, 32 rows for all, and runs over int4-kivi's).

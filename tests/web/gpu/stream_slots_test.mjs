@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import test from 'node:test';
 
 import {StreamWindows} from '../../../web/gpu/kv_resident_pool.js';
-import {kMaxStreamSlots, kMinStreamSlots, kStreamBindingBytes, kStreamBudgetShare, MixedCosts, StreamSlotsFor}
+import {KvPathOf, kMaxStreamSlots, kMinStreamSlots, kStreamBindingBytes, kStreamBudgetShare, MixedCosts, StreamSlotsFor}
   from '../../../web/gpu/kv_resident_specs.js';
 
 const kP = 32;  // positions per page
@@ -58,8 +58,8 @@ test('the slots a budget buys: a share of it, at least two, at most the cap and 
   assert.equal(StreamSlotsFor(10000, costs_of), kMinStreamSlots);                  // a share of 1,250 bytes
   assert.equal(StreamSlotsFor(kStreamBudgetShare * 7000 + 999, costs_of), 7);      // floor(share / slot)
   assert.equal(StreamSlotsFor(1e9, costs_of), kMaxStreamSlots);
-  const big = (slots) => ({slot: kStreamBindingBytes / 10, page: 1, fixed: slots * kStreamBindingBytes / 10, least: 1});
-  assert.equal(StreamSlotsFor(1e12, big), 10);                                     // side by side in one binding
+  const big = (slots) => ({slot: 2 ** 24, page: 1, fixed: slots * 2 ** 24, least: 1});
+  assert.equal(StreamSlotsFor(1e12, big), kStreamBindingBytes / 2 ** 24);          // side by side in one binding: 8
   // Fewer slots where the share would leave fewer resident pages than the least: 40,000 bytes buy
   // 5 slots, leaving (40,000 − 5,500) / 4,000 = 8 pages; 4 slots 8 too; 3 slots 9.
   assert.equal(StreamSlotsFor(40000, (slots) => costs_of(slots, 8)), 5);
@@ -73,4 +73,18 @@ test('MixedCosts counts the slots it is given', () => {
   const two = MixedCosts(layout, c, 'int8', 'int8'), five = MixedCosts(layout, c, 'int8', 'int8', 5);
   assert.equal(two.slot, 1000);
   assert.equal(five.fixed - two.fixed, 3 * two.slot);
+});
+
+test('the mixed path takes the slots the budget buys, or the ones given kept within their bounds', () => {
+  const layout = {page_bytes: 1000, page_positions: kP, max_positions: 32 * kP};
+  const c = {n_cache_layers: 2, kv_dim: 64, rotary_dims: 32};
+  const Path = (budget, stream_slots = 0) => KvPathOf({kv_k: 'int8', kv_v: 'int8', want: 'auto', budget, total: 1e6, layout,
+                                                       c, on_cpu: false, stream_slots});
+  const bought = Path(40000);  // 5 slots of 1,000 bytes (its share), 17 pages of 2 × 1,000 after them
+  assert.deepEqual([bought.path, bought.stream_slots, bought.resident_pages], ['mixed', 5, 17]);
+  assert.match(bought.why, /through 5 slots/);
+  assert.equal(Path(40000, 1).stream_slots, kMinStreamSlots);
+  assert.equal(Path(400000, 1000).stream_slots, kMaxStreamSlots);
+  assert.deepEqual([Path(40000, 3).stream_slots, Path(40000, 3).resident_pages], [3, 18]);
+  assert.equal(Path(2e6).stream_slots, 0);  // the context fits: resident, no slots
 });
