@@ -95,19 +95,15 @@ Result<std::unique_ptr<RemotePrefixStore>> RemotePrefixStore::Open(const std::st
   s->blocks_ = blocks;
   s->metrics_ = metrics;
   std::error_code ec;
-  s->scratch_ = (fs::temp_directory_path(ec) / fmt::format("kvq-prefix-store-{}-{}", getpid(),
-                                                          reinterpret_cast<uintptr_t>(s.get())))
-                    .string();
-  fs::create_directories(s->scratch_, ec);
-  if (ec) return Status::Error(fmt::format("--prefix-store: cannot make the scratch folder {} ({})", s->scratch_, ec.message()));
+  const fs::path temp = fs::temp_directory_path(ec);
+  if (ec) return Status::Error(fmt::format("--prefix-store: no temporary folder for snapshots in transit ({})", ec.message()));
+  s->scratch_ = (temp / fmt::format("kvq-prefix-store-{}-{}-", getpid(), reinterpret_cast<uintptr_t>(s.get()))).string();
   if (s->Connect()) Log(LogLevel::kInfo, fmt::format("prefix store: {} (keys {}:*)", url, s->ns_));
   return s;
 }
 
 RemotePrefixStore::~RemotePrefixStore() {
   if (context_ != nullptr) redisFree(context_);
-  std::error_code ec;
-  fs::remove_all(scratch_, ec);
 }
 
 bool RemotePrefixStore::Connect() {
@@ -192,11 +188,15 @@ Status RemotePrefixStore::Load(const Match& match, std::span<const int32_t> prom
   }
   if (r->type == REDIS_REPLY_NIL) return Status::Error(fmt::format("prefix store: {} was evicted", key));
   metrics_->prefix_store_bytes_read_remote += static_cast<int64_t>(r->len);
-  const std::string path = (fs::path(scratch_) / "load.kvqs").string();
+  const std::string path = scratch_ + "load.kvqs";
   {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out.write(r->str, static_cast<std::streamsize>(r->len));
-    if (!out.flush()) return Status::Error(fmt::format("prefix store: cannot write {}", path));
+    if (!out.flush()) {
+      std::error_code ec;
+      fs::remove(path, ec);
+      return Status::Error(fmt::format("prefix store: cannot write {}", path));
+    }
   }
   r.reset();
   Result<int64_t> loaded = session.LoadPrefix(path);
@@ -238,14 +238,15 @@ std::vector<uint64_t> RemotePrefixStore::Save(const Session& session) {
       if (exists && exists->type == REDIS_REPLY_INTEGER && exists->integer == 1) return {};
     }
   }
-  const std::string path = (fs::path(scratch_) / "save.kvqs").string();
-  if (Status s = session.SavePrefix(path); !s.ok()) {
-    Log(LogLevel::kWarning, "prefix store: " + s.message());
-    return {};
-  }
-  const std::string bytes = ReadFile(path);
+  const std::string path = scratch_ + "save.kvqs";
+  const Status saved = session.SavePrefix(path);
+  const std::string bytes = saved.ok() ? ReadFile(path) : std::string();
   std::error_code ec;
   fs::remove(path, ec);
+  if (!saved.ok()) {
+    Log(LogLevel::kWarning, "prefix store: " + saved.message());
+    return {};
+  }
   // The snapshot first, then the index that names it: a reader never finds an index entry whose
   // snapshot is still to come (only one evicted since, which is a miss).
   std::vector<std::string> set{"SET", Key("snap", hashes.back()), bytes};

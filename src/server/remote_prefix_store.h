@@ -89,7 +89,9 @@ class RemotePrefixStore {
   std::string ns_;
   KvBlockOptions blocks_;
   Metrics* metrics_ = nullptr;
-  std::string scratch_;  // a private folder: snapshots pass through files (Session's format)
+  // Snapshots pass through files (Session's format): scratch_ + "load.kvqs" / "save.kvqs" in the
+  // temporary folder, each removed once read, so a server killed between requests leaves nothing.
+  std::string scratch_;
   redisContext* context_ = nullptr;
   bool logged_down_ = false;
   std::chrono::steady_clock::time_point next_retry_{};

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -398,8 +399,11 @@ const json& Oracle() {
     std::ofstream(stem + "_cases.json") << json{{"conversations", cases}}.dump();
     const std::string cmd = std::string(KVQ_NODE) + " " + KVQ_SOURCE_DIR + "/tests/text/chat_template_oracle.js " +
                             stem + "_cases.json " + KVQ_CHAT_TEMPLATES_DIR + " " + stem + "_oracle.json > /dev/null";
-    if (std::system(cmd.c_str()) != 0) return json();
-    json out = json::parse(std::ifstream(stem + "_oracle.json"));
+    const bool ran = std::system(cmd.c_str()) == 0;
+    json out = ran ? json::parse(std::ifstream(stem + "_oracle.json")) : json();
+    std::remove((stem + "_cases.json").c_str());
+    std::remove((stem + "_oracle.json").c_str());
+    if (!ran) return json();
     out["openai_step2"] = json::array({user, {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {call}}}, result});
     return out;
   }();

@@ -25,6 +25,8 @@ using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 inline std::string Stem() { return testing::TempDir() + "/kvq_chat_cli_" + std::to_string(getpid()); }
+// The files written through Stem(), removed at the program's exit.
+inline const kvq_test::TempFilesRemovedAtExit kChatFilesRemoved{Stem()};
 
 inline std::string WriteFile(const std::string& name, const std::string& text) {
   const std::string path = Stem() + "_" + name;

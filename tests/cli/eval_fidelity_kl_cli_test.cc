@@ -17,9 +17,9 @@ using kvq_test::KvqRun;
 using kvq_test::RunKvq;
 using kvq_test::Slurp;
 
-std::string TempPath(const std::string& name) {
-  return testing::TempDir() + "/kvq_kl_cli_" + std::to_string(getpid()) + "_" + name;
-}
+const kvq_test::TempFilesRemovedAtExit kRemoved{testing::TempDir() + "/kvq_kl_cli_" + std::to_string(getpid())};
+
+std::string TempPath(const std::string& name) { return kRemoved.stem + "_" + name; }
 
 // A base file from the bundled model: 3 chunks of 128 tokens of the bundled text.
 std::string WriteBase(const std::string& name, const std::string& kv = "f32") {

@@ -18,8 +18,10 @@ namespace {
 using kvq_test::KvqRun;
 using kvq_test::RunKvq;
 
+const kvq_test::TempFilesRemovedAtExit kRemoved{testing::TempDir() + "/kvq_grammar_cli_" + std::to_string(getpid())};
+
 std::string TempFile(const std::string& name, const std::string& text) {
-  const std::string path = testing::TempDir() + "/kvq_grammar_cli_" + std::to_string(getpid()) + "_" + name;
+  const std::string path = kRemoved.stem + "_" + name;
   std::ofstream(path, std::ios::binary) << text;
   return path;
 }

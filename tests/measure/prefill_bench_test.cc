@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <memory>
 
 #include "kvq/kv_cache.h"
@@ -39,6 +40,7 @@ std::unique_ptr<DecoderModel> TinyModel(const std::string& type, int32_t threads
   EXPECT_TRUE(written.ok()) << written.message();
   if (!written.ok()) return nullptr;
   Result<LoadedModel> loaded = LoadModel(path, "");
+  std::remove(path.c_str());  // (a mapped file stays readable until unmapped)
   EXPECT_TRUE(loaded.ok()) << loaded.status().message();
   if (!loaded.ok()) return nullptr;
   return std::make_unique<DecoderModel>(std::move(loaded->weights), threads);
@@ -209,6 +211,7 @@ TEST(PrefillBenchCli, BadFlagsAreRefusedWithClearErrors) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("skipping prompt length 512: past the model's context of 256"), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("\"length\": 256"), std::string::npos) << r.out;
+  std::remove(path.c_str());
 }
 
 }  // namespace

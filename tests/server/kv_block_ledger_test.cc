@@ -43,6 +43,11 @@ class LedgerTest : public ::testing::Test {
     while (!Next().empty()) {}  // probes still in flight
     sub_.set(zmq::sockopt::rcvtimeo, 5000);
   }
+  void TearDown() override {
+    publisher_.reset();
+    std::error_code ec;  // the socket's file, where ZeroMQ left it
+    std::filesystem::remove(address_.substr(std::string("ipc://").size()), ec);
+  }
   // The next batch's events (empty on timeout).
   std::vector<Seen> Next() {
     std::vector<zmq::message_t> frames;

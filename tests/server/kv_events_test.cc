@@ -276,9 +276,9 @@ void FollowAReplica(const std::string& publish_to, const std::string& sub_addres
 }
 
 TEST(KvEvents, ASubscriberFollowsAReplicaThatBinds) {
-  const std::string address =
-      "ipc://" + (std::filesystem::path(::testing::TempDir()) / ("kvq_events_" + std::to_string(getpid()))).string();
-  FollowAReplica(address, address, /*sub_binds=*/false);
+  const std::string socket = (std::filesystem::path(::testing::TempDir()) / ("kvq_events_" + std::to_string(getpid()))).string();
+  FollowAReplica("ipc://" + socket, "ipc://" + socket, /*sub_binds=*/false);
+  std::filesystem::remove(socket);  // the server bound it and was killed: ZeroMQ did not remove it
 }
 
 TEST(KvEvents, AReplicaConnectsToASubscriberThatBinds) {
@@ -402,6 +402,7 @@ TEST(KvEvents, TheFolderAnnouncesItsSnapshotsAsDisk) {
   // fmt prints the shortest text that reads back as the same double: the quotient compares exactly.
   EXPECT_EQ(std::stod(m[1]), static_cast<double>(left[0]) / static_cast<double>(limit));
   std::filesystem::remove_all(base);
+  std::filesystem::remove(address.substr(std::string("ipc://").size()));  // the server's socket (it is killed, not closed)
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -43,5 +44,21 @@ inline KvqRun RunKvq(const std::string& args) {
   std::remove(err.c_str());
   return run;
 }
+
+/// Removes, when it is destroyed, the files a test program wrote as stem + "_" + NAME (stem: a
+/// path whose file name holds the process id, so programs running in parallel keep theirs). A
+/// static one does it at the program's exit: runs leave nothing in the temporary folder.
+struct TempFilesRemovedAtExit {
+  std::string stem;
+  ~TempFilesRemovedAtExit() {
+    namespace fs = std::filesystem;
+    const fs::path p(stem);
+    const std::string prefix = p.filename().string() + "_";
+    std::error_code ec;
+    for (const fs::directory_entry& e : fs::directory_iterator(p.parent_path(), ec)) {
+      if (e.path().filename().string().rfind(prefix, 0) == 0) fs::remove_all(e.path(), ec);
+    }
+  }
+};
 
 }  // namespace kvq_test

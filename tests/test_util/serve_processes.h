@@ -1,5 +1,6 @@
 // Processes the scale-out tests start and stop on 127.0.0.1: `kvq serve` replicas and a
-// redis-server, each killed by its destructor, every wait bounded.
+// redis-server, each stopped by its destructor (a replica by SIGTERM as a user stops it, then SIGKILL
+// if it has not exited in 10 s; redis-server by SIGKILL), every wait bounded.
 #pragma once
 
 #include <arpa/inet.h>
@@ -70,6 +71,21 @@ class Child {
       pid_ = -1;
     }
   }
+  /// SIGTERM, then up to `seconds` for the process to exit on its own (cleaning up as it does on a
+  /// user's Ctrl-C), then Kill.
+  void Stop(double seconds = 10) {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (std::chrono::steady_clock::now() < until) {
+      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
+        pid_ = -1;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    Kill();
+  }
   /// Reads the output until `pattern` matches after offset `from` (its first group into *group,
   /// every group into *groups) or `seconds` pass.
   bool ReadUntil(const std::regex& pattern, std::string* group = nullptr, size_t from = 0, int seconds = 30,
@@ -109,6 +125,9 @@ class Replica : public Child {
     std::string p;
     if (ReadUntil(std::regex("listening on http://127\\.0\\.0\\.1:(\\d+)"), &p)) port = std::stoi(p);
   }
+  // Stopped as a user stops a server (SIGTERM: it drains and exits), so it removes what it made
+  // (temporary files, ZeroMQ socket files); killed only if it does not exit in time.
+  ~Replica() { Stop(); }
   int port = 0;
 
  private:

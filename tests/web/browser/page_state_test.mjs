@@ -4,7 +4,7 @@
 // progress as a share of its bytes from the click on, strictly increasing to 100%, clears the previous run's numbers
 // and lists the KV formats for its head size; Stop during a 1,000-token prefill answers within one block; rates
 // have decimals; ?threads=1 and ?gpu=0 say what they turned off. A screenshot of each state is
-// saved in the test's temp folder and its path printed.
+// saved in the test's temp folder, its path printed, and the folder kept only when a check failed.
 // Usage: node page_state_test.mjs BUNDLE_DIR KVQ_CLI PLAYWRIGHT_NPM_DIR
 import fs from 'node:fs';
 import os from 'node:os';
@@ -16,7 +16,7 @@ const checks = new Checks('page_state_test');
 const [bundle, kvq_cli, npm_dir] = process.argv.slice(2);
 if (!bundle || !kvq_cli || !npm_dir) checks.Fatal('usage: page_state_test.mjs BUNDLE_DIR KVQ_CLI PLAYWRIGHT_NPM_DIR');
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), `kvq-page-state-${process.pid}-`));
-checks.Log(`screenshots and models in ${tmp}`);
+checks.Log(`screenshots and models in ${tmp} (removed if every check passes)`);
 
 // A llama of head size 128 (the bundled model's is 8), 2,048 positions (room for a 1,000-token
 // prompt), q4_0: a few MiB, so its load takes several 1 MiB chunks.
@@ -152,4 +152,6 @@ async function Main() {
 }
 
 await Main().catch((e) => checks.Fail(`${e.stack ?? e}`));
+// The screenshots and models stay for a look only when something failed.
+if (!checks.failures.length) fs.rmSync(tmp, {recursive: true, force: true});
 checks.Finish();
