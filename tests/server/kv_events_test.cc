@@ -129,6 +129,24 @@ int64_t Counter(int port, const std::string& name) {
   return std::stoll(m[1]);
 }
 
+// One batch from `sub` within its receive timeout: {seq, events}, or nullopt when none came (or
+// its frames were not the three of a KVEventBatch message, a failure recorded).
+std::optional<std::pair<int64_t, std::vector<Event>>> ReceiveBatch(zmq::socket_t& sub) {
+  std::vector<zmq::message_t> frames;
+  zmq::message_t m;
+  if (!sub.recv(m)) return std::nullopt;
+  frames.push_back(std::move(m));
+  while (frames.back().more()) {
+    zmq::message_t part;
+    EXPECT_TRUE(sub.recv(part));
+    frames.push_back(std::move(part));
+  }
+  EXPECT_EQ(frames.size(), 3u);
+  if (frames.size() != 3u) return std::nullopt;
+  EXPECT_EQ(frames[0].size(), 0u);  // the topic: empty by default
+  return std::make_pair(Seq(frames[1]), Decode(frames[2].to_string()));
+}
+
 // The subscriptions the server has taken (kvq_kv_event_subscriptions_total).
 int64_t Subscriptions(int port) { return Counter(port, "kvq_kv_event_subscriptions_total"); }
 
@@ -175,20 +193,9 @@ void FollowAReplica(const std::string& publish_to, const std::string& sub_addres
   std::vector<std::pair<int64_t, std::vector<Event>>> live;  // (seq, events) as received
   // Receives one batch into `live` within the socket's 200 ms timeout; false when none came.
   auto receive_one = [&]() -> bool {
-    std::vector<zmq::message_t> frames;
-    zmq::message_t m;
-    if (!sub.recv(m)) return false;
-    frames.push_back(std::move(m));
-    while (frames.back().more()) {
-      zmq::message_t part;
-      EXPECT_TRUE(sub.recv(part));
-      frames.push_back(std::move(part));
-    }
-    EXPECT_EQ(frames.size(), 3u);
-    if (frames.size() != 3u) return false;
-    EXPECT_EQ(frames[0].size(), 0u);  // the topic: empty by default
-    live.emplace_back(Seq(frames[1]), Decode(frames[2].to_string()));
-    return true;
+    std::optional<std::pair<int64_t, std::vector<Event>>> batch = ReceiveBatch(sub);
+    if (batch) live.push_back(std::move(*batch));
+    return batch.has_value();
   };
   const auto subscribed_by = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (Subscriptions(server.port) < 1) {
@@ -350,17 +357,9 @@ TEST(KvEvents, TheFolderAnnouncesItsSnapshotsAsDisk) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (!done()) {
       ASSERT_LT(std::chrono::steady_clock::now(), until) << "no such DISK event within 20 s\n" << server.log;
-      std::vector<zmq::message_t> frames;
-      zmq::message_t m;
-      if (!sub.recv(m)) continue;
-      frames.push_back(std::move(m));
-      while (frames.back().more()) {
-        zmq::message_t part;
-        ASSERT_TRUE(sub.recv(part));
-        frames.push_back(std::move(part));
-      }
-      ASSERT_EQ(frames.size(), 3u);
-      for (const Event& e : Decode(frames[2].to_string())) {
+      const std::optional<std::pair<int64_t, std::vector<Event>>> batch = ReceiveBatch(sub);
+      if (!batch) continue;
+      for (const Event& e : batch->second) {
         if (e.medium != "DISK") continue;
         if (e.tag == "BlockStored") {
           ASSERT_EQ(e.tokens.size(), e.hashes.size() * kBlock);
