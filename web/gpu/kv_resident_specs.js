@@ -77,6 +77,11 @@ export const kMaxStreamSlots = 64;
 export const kStreamBudgetShare = 8;
 export const kStreamBindingBytes = 128 * 1024 * 1024;
 
+// The most streaming slots of `slot_bytes` each: kMaxStreamSlots, and side by side within one
+// binding (but kMinStreamSlots however large a slot is: then each a buffer of its own).
+const MostStreamSlots = (slot_bytes) =>
+  Math.max(kMinStreamSlots, Math.min(kMaxStreamSlots, Math.floor(kStreamBindingBytes / slot_bytes)));
+
 /**
  * The streaming slots a mixed-mode cache takes under `budget` bytes (see kMinStreamSlots):
  * costs_of(slots) is MixedCosts with that many slots; least: the resident pages per layer it must
@@ -85,8 +90,7 @@ export const kStreamBindingBytes = 128 * 1024 * 1024;
  */
 export function StreamSlotsFor(budget, costs_of) {
   const one = costs_of(kMinStreamSlots);
-  let slots = Math.min(kMaxStreamSlots, Math.floor(kStreamBindingBytes / one.slot),
-                       Math.floor(budget / kStreamBudgetShare / one.slot));
+  let slots = Math.min(MostStreamSlots(one.slot), Math.floor(budget / kStreamBudgetShare / one.slot));
   while (slots > kMinStreamSlots && ResidentPagesFor(budget, costs_of(slots)) < one.least) --slots;
   return Math.max(kMinStreamSlots, slots);
 }
@@ -141,8 +145,7 @@ export function ResidentPagesFor(budget_bytes, costs) {
  */
 export function KvPathOf({kv_k, kv_v, want, budget, total, layout, c, on_cpu, stream_slots = 0}) {
   const costs_of = (slots) => MixedCosts(layout, c, kv_k, kv_v, slots);
-  // Given slots (tests) kept to what the slots' one buffer and kMaxStreamSlots allow.
-  const most = Math.max(kMinStreamSlots, Math.min(kMaxStreamSlots, Math.floor(kStreamBindingBytes / costs_of(kMinStreamSlots).slot)));
+  const most = MostStreamSlots(costs_of(kMinStreamSlots).slot);  // given slots (tests) kept within the bounds
   const slots = stream_slots ? Math.min(most, Math.max(kMinStreamSlots, stream_slots)) : StreamSlotsFor(budget, costs_of);
   const costs = costs_of(slots);
   // Every page resident (pools made at full size under a budget: kv_resident_pool.js), no slots.
