@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -54,10 +55,12 @@ struct TempFilesRemovedAtExit {
     namespace fs = std::filesystem;
     const fs::path p(stem);
     const std::string prefix = p.filename().string() + "_";
-    std::error_code ec;
-    for (const fs::directory_entry& e : fs::directory_iterator(p.parent_path(), ec)) {
-      if (e.path().filename().string().rfind(prefix, 0) == 0) fs::remove_all(e.path(), ec);
+    std::error_code ec;  // (never a throw: this runs in a destructor)
+    std::vector<fs::path> mine;
+    for (fs::directory_iterator it(p.parent_path(), ec), end; !ec && it != end; it.increment(ec)) {
+      if (it->path().filename().string().rfind(prefix, 0) == 0) mine.push_back(it->path());
     }
+    for (const fs::path& f : mine) fs::remove_all(f, ec);
   }
 };
 
