@@ -74,8 +74,8 @@ import {CachedPipeline} from './pipeline_cache.js';
 import {UniformArena} from './uniform_arena.js';
 
 export {BlockUniformSlots} from './kv_resident_rows.js';
-export {KvPathOf, kMaxStreamSlots, kMinStreamSlots, kStreamBindingBytes, kStreamBudgetShare, MixedCosts, PageBufferBytes,
-        ResidentPagesFor, ResidentWhyNot, RotationSlots, SplitKvSpec, StreamSlotsFor} from './kv_resident_specs.js';
+export {KvPathOf, kMinStreamSlots, MixedCosts, PageBufferBytes, ResidentPagesFor, ResidentWhyNot, RotationSlots,
+        SplitKvSpec} from './kv_resident_specs.js';
 
 const Ceil4 = (n) => Math.ceil(n / 4) * 4;
 // A GPUBuffer or GPUBufferBinding as a binding from its offset to the buffer's end, `floats` on.
